@@ -1,0 +1,50 @@
+/* Shared pieces of the `trainyard` command: the context every subcommand
+ * gets, exit codes, and error reporting. */
+#ifndef TY_APPS_TRAINYARD_APP_H_
+#define TY_APPS_TRAINYARD_APP_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "hal/registry.h"
+#include "hal/status.h"
+
+/* Exit codes (git-style). */
+enum {
+  TY_EXIT_OK = 0,
+  TY_EXIT_RUNTIME = 1, /* the command ran and failed */
+  TY_EXIT_USAGE = 2,   /* bad command line */
+};
+
+#define TY_APP_MAX_PLUGIN_PATHS 32
+
+typedef struct ty_app_t {
+  const char *plugin_paths[TY_APP_MAX_PLUGIN_PATHS]; /* --plugin-path, in order */
+  size_t plugin_path_count;
+  char exe_dir[4096]; /* folder of the running executable; "" if unknown */
+  int verbosity;      /* 0 normal, 1 with -v */
+} ty_app_t;
+
+typedef int (*ty_command_fn_t)(ty_app_t *app, int argc, char **argv);
+
+typedef struct ty_command_t {
+  const char *name;
+  ty_command_fn_t run;
+  const char *summary;
+} ty_command_t;
+
+/* Loads plugins with the app's search order. */
+ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out);
+
+/* Prints "trainyard <command>: <CODE>: <message>" to stderr, frees status,
+ * and returns TY_EXIT_RUNTIME. */
+int ty_app_fail(const char *command, ty_status_t status);
+
+/* Prints "trainyard <command>: <message>; see 'trainyard <command> --help'"
+ * to stderr and returns TY_EXIT_USAGE. */
+int ty_app_usage_error(const char *command, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+
+#endif /* TY_APPS_TRAINYARD_APP_H_ */

@@ -1,0 +1,126 @@
+/* `trainyard`: one command, git-style subcommands. Global options come
+ * before the subcommand; each subcommand parses its own. */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "build_info.h"
+#include "hal/backend_abi.h"
+
+static const ty_command_t ty_commands[] = {
+    {"devices", ty_cmd_devices,
+     "list backends, their devices, and plugins that were rejected"},
+};
+#define TY_COMMAND_COUNT (sizeof(ty_commands) / sizeof(ty_commands[0]))
+
+static void ty_print_help(FILE *out) {
+  fprintf(out,
+          "usage: trainyard [--version] [--help] [-v] [--plugin-path PATH]...\n"
+          "                 <command> [<args>]\n"
+          "\n"
+          "Trainyard trains and runs GPT-2 and Llama-family models on backends\n"
+          "loaded at run time (plugins named libty_backend_<name>.so).\n"
+          "\n"
+          "Commands:\n");
+  for (size_t i = 0; i < TY_COMMAND_COUNT; ++i) {
+    fprintf(out, "  %-10s %s\n", ty_commands[i].name, ty_commands[i].summary);
+  }
+  fprintf(out,
+          "\n"
+          "Global options:\n"
+          "  --plugin-path PATH  search this plugin file or folder first\n"
+          "                      (repeatable; then TRAINYARD_BACKEND_PATH, the\n"
+          "                      install folder %s,\n"
+          "                      and <exe dir>/../lib/trainyard/backends)\n"
+          "  -v, --verbose       more detail\n"
+          "  --version           print version, ABI and build features\n"
+          "  -h, --help          this help\n"
+          "\n"
+          "'trainyard <command> --help' describes a command.\n"
+          "Exit codes: 0 success, 1 runtime error, 2 usage error.\n",
+          ty_registry_install_dir());
+}
+
+static void ty_print_version(void) {
+  printf("trainyard %s\n", TY_VERSION_STRING);
+  printf("plugin ABI %u.%u\n", TY_ABI_MAJOR, TY_ABI_MINOR);
+  printf("build: %s, %s%s%s\n", TY_BUILD_TYPE, TY_BUILD_COMPILER,
+         TY_BUILD_SANITIZE[0] ? ", sanitize=" : "", TY_BUILD_SANITIZE);
+  printf("optional parts detected at build time: %s\n", TY_BUILD_FEATURES);
+}
+
+static void ty_find_exe_dir(char *out, size_t capacity) {
+  out[0] = '\0';
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return;
+  path[n] = '\0';
+  snprintf(out, capacity, "%s", dirname(path));
+}
+
+int main(int argc, char **argv) {
+  ty_app_t app;
+  memset(&app, 0, sizeof(app));
+  ty_find_exe_dir(app.exe_dir, sizeof(app.exe_dir));
+
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; ++i) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      ty_print_help(stdout);
+      return TY_EXIT_OK;
+    } else if (strcmp(a, "--version") == 0) {
+      ty_print_version();
+      return TY_EXIT_OK;
+    } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+      app.verbosity++;
+    } else if (strcmp(a, "--plugin-path") == 0 ||
+               strncmp(a, "--plugin-path=", 14) == 0) {
+      const char *value = a[13] == '=' ? a + 14 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!value || !*value) {
+        fprintf(stderr, "trainyard: --plugin-path needs a file or folder\n");
+        return TY_EXIT_USAGE;
+      }
+      if (app.plugin_path_count == TY_APP_MAX_PLUGIN_PATHS) {
+        fprintf(stderr, "trainyard: more than %d --plugin-path options\n",
+                TY_APP_MAX_PLUGIN_PATHS);
+        return TY_EXIT_USAGE;
+      }
+      app.plugin_paths[app.plugin_path_count++] = value;
+    } else {
+      fprintf(stderr, "trainyard: unknown option '%s'; see 'trainyard --help'\n", a);
+      return TY_EXIT_USAGE;
+    }
+  }
+  if (i == argc) {
+    ty_print_help(stderr);
+    return TY_EXIT_USAGE;
+  }
+  const char *name = argv[i];
+  /* `trainyard help <command>` is `trainyard <command> --help`. */
+  if (strcmp(name, "help") == 0) {
+    if (i + 1 == argc) {
+      ty_print_help(stdout);
+      return TY_EXIT_OK;
+    }
+    name = argv[i + 1];
+    for (size_t c = 0; c < TY_COMMAND_COUNT; ++c) {
+      if (strcmp(ty_commands[c].name, name) == 0) {
+        char *help_argv[] = {(char *)name, (char *)"--help", NULL};
+        return ty_commands[c].run(&app, 2, help_argv);
+      }
+    }
+  } else {
+    for (size_t c = 0; c < TY_COMMAND_COUNT; ++c) {
+      if (strcmp(ty_commands[c].name, name) == 0) {
+        return ty_commands[c].run(&app, argc - i, argv + i);
+      }
+    }
+  }
+  fprintf(stderr, "trainyard: '%s' is not a trainyard command; see 'trainyard --help'\n",
+          name);
+  return TY_EXIT_USAGE;
+}

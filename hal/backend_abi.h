@@ -1,0 +1,245 @@
+/* Trainyard backend plugin ABI: the ONLY header a backend plugin includes.
+ *
+ * A plugin is a shared object named libty_backend_<name>.so that exports one
+ * symbol, ty_backend_query(), returning a const table of function pointers.
+ * Everything crossing the boundary is a plain C type, a plain descriptor, or
+ * an opaque handle; the plugin never links the Trainyard core and never sees
+ * core structs. docs/plugin-abi.md explains the rules and keeps the changelog.
+ *
+ * Versioning rules (see docs/plugin-abi.md, "Versioning"):
+ *  - TY_ABI_MAJOR must match between host and plugin, or the plugin is rejected.
+ *  - Within a major, new fields are only ever APPENDED to the end of a struct and
+ *    TY_ABI_MINOR is bumped. Every table and argument struct begins with
+ *    `size_t struct_size`; a reader never touches a field that lies beyond the
+ *    writer's struct_size (use TY_ABI_HAS_FIELD).
+ *  - A NULL function pointer means "not implemented": the host reports
+ *    UNIMPLEMENTED for it and never calls it.
+ */
+#ifndef TY_HAL_BACKEND_ABI_H_
+#define TY_HAL_BACKEND_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TY_ABI_MAJOR 1u
+#define TY_ABI_MINOR 0u
+
+/* True when `ptr` (a struct whose first member is struct_size) is large
+ * enough to contain `field`. Use it before reading any field that was added
+ * after minor 0 of the struct's major. */
+#define TY_ABI_HAS_FIELD(ptr, type, field) \
+  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* Plugins export exactly this symbol (use TY_BACKEND_EXPORT on it). */
+#define TY_BACKEND_QUERY_SYMBOL "ty_backend_query"
+#if defined(__GNUC__) || defined(__clang__)
+#define TY_BACKEND_EXPORT __attribute__((visibility("default")))
+#else
+#define TY_BACKEND_EXPORT
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Canonical status codes (numerically equal to absl/gRPC canonical codes).  */
+/* ------------------------------------------------------------------------ */
+typedef enum ty_code_e {
+  TY_CODE_OK = 0,
+  TY_CODE_CANCELLED = 1,
+  TY_CODE_UNKNOWN = 2,
+  TY_CODE_INVALID_ARGUMENT = 3,
+  TY_CODE_DEADLINE_EXCEEDED = 4,
+  TY_CODE_NOT_FOUND = 5,
+  TY_CODE_ALREADY_EXISTS = 6,
+  TY_CODE_PERMISSION_DENIED = 7,
+  TY_CODE_RESOURCE_EXHAUSTED = 8,
+  TY_CODE_FAILED_PRECONDITION = 9,
+  TY_CODE_ABORTED = 10,
+  TY_CODE_OUT_OF_RANGE = 11,
+  TY_CODE_UNIMPLEMENTED = 12,
+  TY_CODE_INTERNAL = 13,
+  TY_CODE_UNAVAILABLE = 14,
+  TY_CODE_DATA_LOSS = 15,
+} ty_code_t;
+
+/* ------------------------------------------------------------------------ */
+/* Element types. Values are stable within a major; new ones are appended.  */
+/* ------------------------------------------------------------------------ */
+typedef enum ty_dtype_e {
+  TY_DTYPE_INVALID = 0,
+  TY_DTYPE_F32 = 1,
+  TY_DTYPE_BF16 = 2,
+  TY_DTYPE_F16 = 3,
+  TY_DTYPE_F64 = 4,
+  TY_DTYPE_I32 = 5,
+  TY_DTYPE_I64 = 6,
+  TY_DTYPE_U8 = 7, /* also used for bool */
+  TY_DTYPE_COUNT_ = 8,
+} ty_dtype_t;
+
+/* Bit for `dtype` in a dtype mask (see ty_abi_device_info_t.dtype_mask). */
+#define TY_DTYPE_BIT(dtype) (1u << (uint32_t)(dtype))
+
+/* ------------------------------------------------------------------------ */
+/* Status objects.                                                           */
+/*                                                                           */
+/* A fallible plugin entry returns ty_abi_status_t: NULL means OK; anything  */
+/* else is a status created by the host's status_make() and owned by whoever */
+/* holds it. A plugin that receives a non-OK status from a host service and  */
+/* gives up must either return it or release it with status_free().          */
+/* ------------------------------------------------------------------------ */
+typedef struct ty_abi_status_s *ty_abi_status_t;
+
+/* Services the host offers a plugin; handed over in backend_create(). The
+ * pointed-to table lives at least as long as the backend instance. */
+typedef struct ty_host_api_t {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  /* Creates a status with `code` (not OK) and a copy of `message`, which should
+   * name the root cause (device, buffer, size, ...). Never returns NULL: on
+   * allocation failure it returns a static RESOURCE_EXHAUSTED status.
+   * Thread-safe. */
+  ty_abi_status_t (*status_make)(ty_code_t code, const char *message);
+  /* Releases a status the plugin chose not to return. NULL is a no-op. */
+  void (*status_free)(ty_abi_status_t status);
+} ty_host_api_t;
+
+/* ------------------------------------------------------------------------ */
+/* Opaque plugin-side objects. The host only stores and passes them back.    */
+/* ------------------------------------------------------------------------ */
+typedef struct ty_abi_backend_s ty_abi_backend_t; /* one per loaded plugin */
+typedef struct ty_abi_device_s ty_abi_device_t;   /* an opened device      */
+typedef struct ty_abi_buffer_s ty_abi_buffer_t;   /* device memory         */
+
+/* ------------------------------------------------------------------------ */
+/* Argument and result structs. The CALLER sets struct_size to the size of   */
+/* its own definition; the CALLEE reads/writes only within that size.        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ty_abi_backend_create_args_t {
+  size_t struct_size;
+  const ty_host_api_t *host; /* never NULL */
+} ty_abi_backend_create_args_t;
+
+/* Device kinds, for display and scheduling hints only. */
+typedef enum ty_device_kind_e {
+  TY_DEVICE_KIND_CPU = 0,
+  TY_DEVICE_KIND_GPU = 1,
+  TY_DEVICE_KIND_ACCELERATOR = 2,
+  TY_DEVICE_KIND_OTHER = 3,
+} ty_device_kind_t;
+
+/* Filled by device_info(). Strings are NUL-terminated; truncate, never
+ * overflow. Fields the plugin does not know are left as the host zeroed them. */
+typedef struct ty_abi_device_info_t {
+  size_t struct_size;
+  char name[128];         /* e.g. "AMD EPYC 7B13" or "NVIDIA H100 80GB HBM3" */
+  char vendor[64];
+  char driver_version[64];
+  ty_device_kind_t kind;
+  uint32_t compute_units; /* cores, SMs, compute units, tiles */
+  uint64_t memory_bytes;  /* memory usable for buffers */
+  uint32_t dtype_mask;    /* TY_DTYPE_BIT() of every dtype buffers may hold */
+  uint32_t emulated;      /* nonzero when the device is simulated on the host */
+} ty_abi_device_info_t;
+
+/* One `key=value` from a device URI query (`cpu?threads=2`). */
+typedef struct ty_abi_option_t {
+  const char *key;
+  const char *value;
+} ty_abi_option_t;
+
+typedef struct ty_abi_device_open_args_t {
+  size_t struct_size;
+  uint32_t device_index;
+  uint32_t option_count;
+  const ty_abi_option_t *options; /* unknown keys must be INVALID_ARGUMENT */
+} ty_abi_device_open_args_t;
+
+typedef struct ty_abi_buffer_alloc_args_t {
+  size_t struct_size;
+  uint64_t size_bytes; /* may be 0: a valid, empty buffer */
+  uint64_t alignment;  /* power of two; 0 means the device default */
+} ty_abi_buffer_alloc_args_t;
+
+/* ------------------------------------------------------------------------ */
+/* The backend table.                                                        */
+/*                                                                           */
+/* Threading: backend_create/destroy and device_open/close are called by one */
+/* thread at a time per backend. Buffer calls on different buffers may come  */
+/* from several threads at once. Offsets and sizes are validated by the host */
+/* before a buffer call; plugins may assume they are in range.               */
+/* ------------------------------------------------------------------------ */
+typedef struct ty_backend_api_t {
+  size_t struct_size; /* sizeof(ty_backend_api_t) as the plugin compiled it */
+  uint32_t abi_major; /* TY_ABI_MAJOR the plugin was built against */
+  uint32_t abi_minor; /* TY_ABI_MINOR the plugin was built against */
+  const char *name;   /* backend name used in URIs; must match the file name */
+
+  /* ---- v1.0, required (a table without them is rejected) ---- */
+  const char *version; /* the plugin's own version string, e.g. "0.1.0" */
+
+  /* Creates the backend instance. Returns UNAVAILABLE when the vendor
+   * runtime (driver, ICD loader) is missing: the host then lists the plugin
+   * as rejected with the message and carries on with the others. */
+  ty_abi_status_t (*backend_create)(const ty_abi_backend_create_args_t *args,
+                                    ty_abi_backend_t **out_backend);
+  void (*backend_destroy)(ty_abi_backend_t *backend);
+
+  ty_abi_status_t (*device_count)(ty_abi_backend_t *backend,
+                                  uint32_t *out_count);
+  ty_abi_status_t (*device_info)(ty_abi_backend_t *backend, uint32_t index,
+                                 ty_abi_device_info_t *out_info);
+
+  /* ---- v1.0, optional (NULL means UNIMPLEMENTED) ---- */
+  ty_abi_status_t (*device_open)(ty_abi_backend_t *backend,
+                                 const ty_abi_device_open_args_t *args,
+                                 ty_abi_device_t **out_device);
+  void (*device_close)(ty_abi_device_t *device);
+  /* Blocks until all work queued on the device has finished. */
+  ty_abi_status_t (*device_synchronize)(ty_abi_device_t *device);
+
+  /* Huge requests must fail with RESOURCE_EXHAUSTED, never abort. */
+  ty_abi_status_t (*buffer_alloc)(ty_abi_device_t *device,
+                                  const ty_abi_buffer_alloc_args_t *args,
+                                  ty_abi_buffer_t **out_buffer);
+  void (*buffer_free)(ty_abi_device_t *device, ty_abi_buffer_t *buffer);
+  /* Host memory -> buffer[offset, offset+size). Complete on return. */
+  ty_abi_status_t (*buffer_write)(ty_abi_device_t *device,
+                                  ty_abi_buffer_t *buffer, uint64_t offset,
+                                  const void *src, uint64_t size);
+  /* buffer[offset, offset+size) -> host memory. Complete on return. */
+  ty_abi_status_t (*buffer_read)(ty_abi_device_t *device,
+                                 ty_abi_buffer_t *buffer, uint64_t offset,
+                                 void *dst, uint64_t size);
+  /* Device-side copy between two buffers of this device. The host never
+   * passes overlapping ranges (it rejects them within one buffer). */
+  ty_abi_status_t (*buffer_copy)(ty_abi_device_t *device, ty_abi_buffer_t *src,
+                                 uint64_t src_offset, ty_abi_buffer_t *dst,
+                                 uint64_t dst_offset, uint64_t size);
+
+  /* New entries are appended below this line; bump TY_ABI_MINOR. */
+} ty_backend_api_t;
+
+/* The host rejects a table whose struct_size does not reach past this: the
+ * required v1.0 entries. */
+#define TY_BACKEND_API_MIN_SIZE \
+  (offsetof(ty_backend_api_t, device_info) + sizeof(void *))
+
+/* The one exported entry point. Returns NULL when the plugin cannot serve
+ * `host_abi_major`. Must be cheap and side-effect free: the host calls it for
+ * every candidate it considers, including ones it then rejects. */
+typedef const ty_backend_api_t *(*ty_backend_query_fn_t)(
+    uint32_t host_abi_major, uint32_t host_abi_minor);
+
+TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(
+    uint32_t host_abi_major, uint32_t host_abi_minor);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* TY_HAL_BACKEND_ABI_H_ */

@@ -1,0 +1,90 @@
+/* Devices: URI resolution and the host-side device object. */
+#include "hal/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hal/device_uri.h"
+
+struct ty_device_t {
+  ty_backend_t *backend;
+  uint32_t index;
+  ty_abi_device_t *handle;
+  ty_abi_device_info_t info;
+  char *uri;
+  char label[80];
+};
+
+ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
+                           ty_device_t **out_device) {
+  *out_device = NULL;
+  ty_device_uri_t parsed;
+  TY_RETURN_IF_ERROR(ty_device_uri_parse(uri, &parsed));
+  ty_backend_t *backend = NULL;
+  ty_status_t s = ty_registry_find(registry, parsed.backend, &backend);
+  if (s) {
+    ty_device_uri_deinit(&parsed);
+    return ty_status_annotate(s, "opening device '%s'", uri);
+  }
+  ty_device_t *d = calloc(1, sizeof(*d));
+  if (!d || !(d->uri = strdup(uri))) {
+    free(d);
+    ty_device_uri_deinit(&parsed);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "out of memory opening device '%s'", uri);
+  }
+  d->backend = backend;
+  d->index = parsed.index;
+  snprintf(d->label, sizeof(d->label), "%s:%u", parsed.backend, parsed.index);
+  s = ty_backend_device_info(backend, parsed.index, &d->info);
+  if (!s) {
+    ty_abi_status_t (*open)(ty_abi_backend_t *, const ty_abi_device_open_args_t *,
+                            ty_abi_device_t **) =
+        TY_BACKEND_ENTRY(backend, device_open);
+    if (!open) {
+      s = ty_status_make(TY_CODE_UNIMPLEMENTED,
+                         "backend '%s' does not implement device_open",
+                         parsed.backend);
+    } else {
+      ty_abi_device_open_args_t args = {
+          .struct_size = sizeof(args),
+          .device_index = parsed.index,
+          .option_count = parsed.option_count,
+          .options = parsed.options,
+      };
+      s = ty_status_from_abi(open(ty_backend_instance(backend), &args, &d->handle));
+    }
+  }
+  ty_device_uri_deinit(&parsed);
+  if (s) {
+    free(d->uri);
+    free(d);
+    return ty_status_annotate(s, "opening device '%s'", uri);
+  }
+  *out_device = d;
+  return TY_OK;
+}
+
+void ty_device_close(ty_device_t *d) {
+  if (!d) return;
+  void (*close_fn)(ty_abi_device_t *) = TY_BACKEND_ENTRY(d->backend, device_close);
+  if (close_fn && d->handle) close_fn(d->handle);
+  free(d->uri);
+  free(d);
+}
+
+ty_backend_t *ty_device_backend(const ty_device_t *d) { return d->backend; }
+uint32_t ty_device_index(const ty_device_t *d) { return d->index; }
+const char *ty_device_uri(const ty_device_t *d) { return d->uri; }
+const char *ty_device_label(const ty_device_t *d) { return d->label; }
+const ty_abi_device_info_t *ty_device_info(const ty_device_t *d) { return &d->info; }
+ty_abi_device_t *ty_device_handle(const ty_device_t *d) { return d->handle; }
+
+ty_status_t ty_device_synchronize(ty_device_t *d) {
+  ty_abi_status_t (*sync)(ty_abi_device_t *) =
+      TY_BACKEND_ENTRY(d->backend, device_synchronize);
+  if (!sync) return TY_OK;
+  return ty_status_annotate(ty_status_from_abi(sync(d->handle)),
+                            "synchronizing %s", d->label);
+}

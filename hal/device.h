@@ -1,0 +1,42 @@
+/* Devices: an opened device of a loaded backend, chosen by URI. */
+#ifndef TY_HAL_DEVICE_H_
+#define TY_HAL_DEVICE_H_
+
+#include "hal/backend_abi.h"
+#include "hal/registry.h"
+#include "hal/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_device_t ty_device_t;
+
+/* Opens the device named by `uri` (see hal/device_uri.h). Errors:
+ * INVALID_ARGUMENT for a malformed URI or an option the backend rejects;
+ * NOT_FOUND for an unknown backend or device index; UNAVAILABLE when the
+ * backend was found but its runtime is missing; UNIMPLEMENTED when the plugin
+ * has no device_open. The caller owns the device (ty_device_close) and must
+ * close it before destroying the registry. */
+ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
+                           ty_device_t **out_device);
+void ty_device_close(ty_device_t *device);
+
+ty_backend_t *ty_device_backend(const ty_device_t *device);
+uint32_t ty_device_index(const ty_device_t *device);
+/* The URI the device was opened with, e.g. "cpu?threads=2". */
+const char *ty_device_uri(const ty_device_t *device);
+/* Canonical short name, e.g. "cpu:0", for messages. */
+const char *ty_device_label(const ty_device_t *device);
+const ty_abi_device_info_t *ty_device_info(const ty_device_t *device);
+ty_abi_device_t *ty_device_handle(const ty_device_t *device);
+
+/* Blocks until queued work is done. OK for plugins without the entry
+ * (they are synchronous by definition). */
+ty_status_t ty_device_synchronize(ty_device_t *device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_HAL_DEVICE_H_ */

@@ -1,0 +1,99 @@
+/* Device URI parsing. */
+#include "hal/device_uri.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool ty_is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static bool ty_is_key_char(char c) {
+  return ty_is_name_char(c) || (c >= 'A' && c <= 'Z') || c == '-' || c == '.';
+}
+
+void ty_device_uri_deinit(ty_device_uri_t *uri) {
+  free(uri->storage);
+  memset(uri, 0, sizeof(*uri));
+}
+
+const char *ty_device_uri_option(const ty_device_uri_t *uri, const char *key) {
+  for (uint32_t i = 0; i < uri->option_count; ++i) {
+    if (strcmp(uri->options[i].key, key) == 0) return uri->options[i].value;
+  }
+  return NULL;
+}
+
+static ty_status_t ty_uri_error(const char *uri, const char *what) {
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "bad device URI '%s': %s (expected "
+                        "backend[:index][?key=value&...], e.g. cpu?threads=2 "
+                        "or cuda:0)",
+                        uri, what);
+}
+
+static ty_status_t ty_uri_parse_query(const char *uri, ty_device_uri_t *out) {
+  char *p = out->storage;
+  while (*p) {
+    if (out->option_count == TY_DEVICE_URI_MAX_OPTIONS) {
+      return ty_uri_error(uri, "too many options");
+    }
+    char *amp = strchr(p, '&');
+    if (amp) *amp = '\0';
+    char *eq = strchr(p, '=');
+    if (!eq) return ty_uri_error(uri, "option without '=value'");
+    *eq = '\0';
+    if (!*p) return ty_uri_error(uri, "option with an empty key");
+    for (const char *k = p; *k; ++k) {
+      if (!ty_is_key_char(*k)) return ty_uri_error(uri, "bad character in option key");
+    }
+    if (ty_device_uri_option(out, p)) return ty_uri_error(uri, "duplicate option key");
+    out->options[out->option_count].key = p;
+    out->options[out->option_count].value = eq + 1;
+    out->option_count++;
+    if (!amp) break;
+    p = amp + 1;
+    if (!*p) return ty_uri_error(uri, "trailing '&'");
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_device_uri_parse(const char *uri, ty_device_uri_t *out_uri) {
+  memset(out_uri, 0, sizeof(*out_uri));
+  if (!uri || !*uri) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "empty device URI (expected e.g. cpu, cuda:0)");
+  }
+  size_t n = 0;
+  while (ty_is_name_char(uri[n])) ++n;
+  if (n == 0) return ty_uri_error(uri, "missing backend name");
+  if (n >= TY_BACKEND_NAME_MAX) return ty_uri_error(uri, "backend name too long");
+  memcpy(out_uri->backend, uri, n);
+  const char *p = uri + n;
+  if (*p == ':') {
+    ++p;
+    if (*p < '0' || *p > '9') return ty_uri_error(uri, "device index is not a number");
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (errno || v > UINT32_MAX) return ty_uri_error(uri, "device index out of range");
+    out_uri->index = (uint32_t)v;
+    out_uri->has_index = true;
+    p = end;
+  }
+  if (*p == '?') {
+    out_uri->storage = strdup(p + 1);
+    if (!out_uri->storage) {
+      return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory parsing '%s'", uri);
+    }
+    ty_status_t s = ty_uri_parse_query(uri, out_uri);
+    if (s) {
+      ty_device_uri_deinit(out_uri);
+      return s;
+    }
+  } else if (*p) {
+    return ty_uri_error(uri, "unexpected character after the backend name");
+  }
+  return TY_OK;
+}

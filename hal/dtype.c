@@ -1,0 +1,72 @@
+/* Element types: names, sizes and parsing. */
+#include "hal/dtype.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+  const char *name;
+  size_t size;
+  bool is_float;
+} ty_dtype_row_t;
+
+static const ty_dtype_row_t ty_dtype_table[TY_DTYPE_COUNT_] = {
+    [TY_DTYPE_INVALID] = {"invalid", 0, false},
+    [TY_DTYPE_F32] = {"f32", 4, true},
+    [TY_DTYPE_BF16] = {"bf16", 2, true},
+    [TY_DTYPE_F16] = {"f16", 2, true},
+    [TY_DTYPE_F64] = {"f64", 8, true},
+    [TY_DTYPE_I32] = {"i32", 4, false},
+    [TY_DTYPE_I64] = {"i64", 8, false},
+    [TY_DTYPE_U8] = {"u8", 1, false},
+};
+
+bool ty_dtype_is_valid(ty_dtype_t dtype) {
+  return dtype > TY_DTYPE_INVALID && dtype < TY_DTYPE_COUNT_;
+}
+
+size_t ty_dtype_size(ty_dtype_t dtype) {
+  return ty_dtype_is_valid(dtype) ? ty_dtype_table[dtype].size : 0;
+}
+
+const char *ty_dtype_name(ty_dtype_t dtype) {
+  return ty_dtype_is_valid(dtype) ? ty_dtype_table[dtype].name : "invalid";
+}
+
+bool ty_dtype_is_float(ty_dtype_t dtype) {
+  return ty_dtype_is_valid(dtype) && ty_dtype_table[dtype].is_float;
+}
+
+ty_status_t ty_dtype_parse(const char *name, ty_dtype_t *out_dtype) {
+  *out_dtype = TY_DTYPE_INVALID;
+  if (name) {
+    for (int d = TY_DTYPE_INVALID + 1; d < TY_DTYPE_COUNT_; ++d) {
+      if (strcmp(name, ty_dtype_table[d].name) == 0) {
+        *out_dtype = (ty_dtype_t)d;
+        return TY_OK;
+      }
+    }
+    if (strcmp(name, "bool") == 0) {
+      *out_dtype = TY_DTYPE_U8;
+      return TY_OK;
+    }
+  }
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "unknown dtype '%s' (expected one of f32, bf16, f16, "
+                        "f64, i32, i64, u8, bool)",
+                        name ? name : "(null)");
+}
+
+char *ty_dtype_mask_format(uint32_t mask, char *buf, size_t capacity) {
+  if (capacity == 0) return buf;
+  buf[0] = '\0';
+  size_t used = 0;
+  for (int d = TY_DTYPE_INVALID + 1; d < TY_DTYPE_COUNT_; ++d) {
+    if (!(mask & TY_DTYPE_BIT(d))) continue;
+    int n = snprintf(buf + used, capacity - used, "%s%s", used ? "," : "",
+                     ty_dtype_table[d].name);
+    if (n < 0 || (size_t)n >= capacity - used) break;
+    used += (size_t)n;
+  }
+  return buf;
+}
