@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 0u
+#define TY_ABI_MINOR 1u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -166,6 +166,110 @@ typedef struct ty_abi_buffer_alloc_args_t {
 } ty_abi_buffer_alloc_args_t;
 
 /* ------------------------------------------------------------------------ */
+/* Graphs (ABI 1.1). A graph crosses the boundary as plain arrays: values    */
+/* (tensors) and nodes in topological order, ops named by string with typed  */
+/* attributes. All pointers are owned by the host and valid only during the  */
+/* call that receives them; a plugin copies what it keeps.                   */
+/* ------------------------------------------------------------------------ */
+
+/* Role of a value in a graph. */
+typedef enum ty_value_role_e {
+  TY_VALUE_INPUT = 0,        /* bound by name at every execute */
+  TY_VALUE_STATE = 1,        /* bound by name; lives on the device across
+                                runs (parameters, optimizer moments) */
+  TY_VALUE_INTERMEDIATE = 2, /* produced by a node */
+  TY_VALUE_CONSTANT = 3,     /* data embedded in the graph (const_data) */
+} ty_value_role_t;
+
+/* Value flags. */
+#define TY_VALUE_FLAG_OUTPUT 1u /* the caller may bind a buffer to read it */
+
+typedef struct ty_abi_value_t {
+  const char *name;   /* unique among named values; "" for anonymous */
+  ty_dtype_t dtype;
+  uint32_t rank;
+  const int64_t *dims; /* rank entries; row-major contiguous */
+  ty_value_role_t role;
+  uint32_t flags;
+  const void *const_data; /* TY_VALUE_CONSTANT only: dense bytes */
+} ty_abi_value_t;
+
+typedef enum ty_attr_kind_e {
+  TY_ATTR_INT = 0,
+  TY_ATTR_FLOAT = 1,
+  TY_ATTR_STRING = 2,
+  TY_ATTR_INTS = 3,
+  TY_ATTR_FLOATS = 4,
+} ty_attr_kind_t;
+
+typedef struct ty_abi_attr_t {
+  const char *name;
+  ty_attr_kind_t kind;
+  uint32_t count;       /* elements for INTS / FLOATS */
+  int64_t i;            /* TY_ATTR_INT */
+  double f;             /* TY_ATTR_FLOAT */
+  const char *s;        /* TY_ATTR_STRING */
+  const int64_t *ints;  /* TY_ATTR_INTS */
+  const double *floats; /* TY_ATTR_FLOATS */
+} ty_abi_attr_t;
+
+typedef struct ty_abi_node_t {
+  const char *op; /* op set v1 name, e.g. "matmul", "layernorm_backward" */
+  uint32_t input_count;
+  const uint32_t *inputs; /* value indices; UINT32_MAX = optional, absent */
+  uint32_t output_count;
+  const uint32_t *outputs;
+  uint32_t attr_count;
+  const ty_abi_attr_t *attrs;
+} ty_abi_node_t;
+
+/* After a run, state value `state` holds what value `value` held. */
+typedef struct ty_abi_state_update_t {
+  uint32_t state;
+  uint32_t value;
+} ty_abi_state_update_t;
+
+typedef struct ty_abi_graph_t {
+  size_t struct_size;
+  uint32_t value_count;
+  const ty_abi_value_t *values;
+  uint32_t node_count;
+  const ty_abi_node_t *nodes; /* topological order */
+  uint32_t update_count;
+  const ty_abi_state_update_t *updates;
+  const char *hash_hex; /* canonical graph hash (64 hex digits) */
+} ty_abi_graph_t;
+
+/* Per-node verdict from graph_supports. The host zeroes the array. */
+typedef struct ty_abi_node_support_t {
+  uint32_t supported; /* nonzero when the backend can run the node */
+  char reason[160];   /* when not: e.g. "bf16 not supported for rope" */
+} ty_abi_node_support_t;
+
+typedef struct ty_abi_compile_args_t {
+  size_t struct_size;
+  const ty_abi_graph_t *graph;
+  uint32_t option_count; /* backend compile options, key/value */
+  const ty_abi_option_t *options;
+} ty_abi_compile_args_t;
+
+/* One named tensor bound for an execute: every INPUT and STATE value, and
+ * every OUTPUT-flagged value the caller wants to read. */
+typedef struct ty_abi_binding_t {
+  const char *name;
+  ty_abi_buffer_t *buffer;
+  uint64_t offset; /* byte offset of the tensor in the buffer */
+} ty_abi_binding_t;
+
+typedef struct ty_abi_execute_args_t {
+  size_t struct_size;
+  uint32_t binding_count;
+  const ty_abi_binding_t *bindings;
+} ty_abi_execute_args_t;
+
+typedef struct ty_abi_executable_s ty_abi_executable_t;
+
+/* ------------------------------------------------------------------------ */
 /* The backend table.                                                        */
 /*                                                                           */
 /* Threading: backend_create/destroy and device_open/close are called by one */
@@ -220,6 +324,27 @@ typedef struct ty_backend_api_t {
   ty_abi_status_t (*buffer_copy)(ty_abi_device_t *device, ty_abi_buffer_t *src,
                                  uint64_t src_offset, ty_abi_buffer_t *dst,
                                  uint64_t dst_offset, uint64_t size);
+
+  /* ---- v1.1, optional: graph execution ---- */
+
+  /* Fills out_support[graph->node_count] with a verdict per node. Returns
+   * an error only when the check itself fails. */
+  ty_abi_status_t (*graph_supports)(ty_abi_device_t *device,
+                                    const ty_abi_graph_t *graph,
+                                    ty_abi_node_support_t *out_support);
+  /* Compiles a graph into an executable for `device`. The graph and its
+   * arrays are only valid during the call. */
+  ty_abi_status_t (*graph_compile)(ty_abi_device_t *device,
+                                   const ty_abi_compile_args_t *args,
+                                   ty_abi_executable_t **out_executable);
+  void (*executable_destroy)(ty_abi_executable_t *executable);
+  /* Runs the executable once with named bindings. Buffers belong to the
+   * executable's device; the host has checked each binding's name, and that
+   * the buffer holds the value's bytes from `offset`. State updates are
+   * written to the state bindings. May run asynchronously until
+   * device_synchronize or a buffer_read. */
+  ty_abi_status_t (*executable_execute)(ty_abi_executable_t *executable,
+                                        const ty_abi_execute_args_t *args);
 
   /* New entries are appended below this line; bump TY_ABI_MINOR. */
 } ty_backend_api_t;
