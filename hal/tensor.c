@@ -82,7 +82,7 @@ bool ty_tensor_desc_is_contiguous(const ty_tensor_desc_t *desc) {
   int64_t stride = 1;
   for (uint32_t i = desc->rank; i-- > 0;) {
     if (desc->dims[i] != 1 && desc->strides[i] != stride) return false;
-    stride *= desc->dims[i];
+    stride *= desc->dims[i] ? desc->dims[i] : 1; /* as ty_tensor_desc_init */
   }
   return true;
 }
