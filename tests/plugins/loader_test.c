@@ -467,6 +467,30 @@ static void test_backend_accessors(void **state) {
   ty_registry_destroy(r);
 }
 
+static void test_minimal_table_is_read_within_struct_size(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_MINIMAL_DIR};
+  ty_registry_t *r = registry_from(paths, 1, false);
+  assert_int_equal(ty_registry_rejected_count(r), 0);
+  assert_int_equal(ty_registry_backend_count(r), 1);
+  ty_backend_t *b = ty_registry_backend_at(r, 0);
+  assert_string_equal(ty_backend_name(b), "minimal");
+  assert_int_equal(ty_backend_api(b)->struct_size, TY_BACKEND_API_MIN_SIZE);
+  /* device_open is set in memory but lies beyond struct_size. */
+  assert_false(ty_backend_has_entry(b, offsetof(ty_backend_api_t, device_open)));
+  assert_null(TY_BACKEND_ENTRY(b, device_open));
+  assert_true(ty_backend_has_entry(b, offsetof(ty_backend_api_t, device_info)));
+  ty_abi_device_info_t info;
+  TY_EXPECT_OK(ty_backend_device_info(b, 0, &info));
+  assert_string_equal(info.name, "minimal device");
+  ty_device_t *d = (ty_device_t *)(uintptr_t)1;
+  ty_status_t s = ty_device_open(r, "minimal", &d);
+  assert_null(d);
+  if (s) assert_null(strstr(ty_status_message(s), ROGUE_POISON_MESSAGE));
+  TY_EXPECT_STATUS(s, TY_CODE_UNIMPLEMENTED, "backend 'minimal' does not implement device_open");
+  ty_registry_destroy(r);
+}
+
 static void test_reject_kind_names(void **state) {
   (void)state;
   static const struct {
@@ -504,6 +528,7 @@ int main(void) {
       cmocka_unit_test(test_find),
       cmocka_unit_test(test_device_open_on_rejected_backend),
       cmocka_unit_test(test_backend_accessors),
+      cmocka_unit_test(test_minimal_table_is_read_within_struct_size),
       cmocka_unit_test(test_reject_kind_names),
   };
   return cmocka_run_group_tests_name("loader", tests, setup_facts, NULL);

@@ -1,7 +1,11 @@
 /* Rogue backend plugins: one source, built once per ROGUE_<KIND> into
  * tests/rogue-plugins/, each breaking one rule of hal/backend_abi.h so the
  * loader test can check that exactly that rule is reported. Apart from the
- * broken rule each is a valid plugin with no devices. */
+ * broken rule each is a valid plugin with no devices.
+ *
+ * ROGUE_MINIMAL is the exception: a valid plugin (built into its own folder)
+ * whose struct_size covers only the required entries while the memory after
+ * it holds a poisoned device_open, so the host must never call it. */
 #include <stdlib.h>
 
 #include "hal/backend_abi.h"
@@ -35,11 +39,35 @@ static void rogue_backend_destroy(ty_abi_backend_t *backend) { free(backend); }
 
 static ty_abi_status_t rogue_device_count(ty_abi_backend_t *backend, uint32_t *out_count) {
   (void)backend;
+#if defined(ROGUE_MINIMAL)
+  *out_count = 1;
+#else
   *out_count = 0;
+#endif
   return NULL;
 }
 
-#if !defined(ROGUE_MISSING_ENTRY)
+#if defined(ROGUE_MINIMAL)
+static ty_abi_status_t rogue_device_info(ty_abi_backend_t *backend, uint32_t index,
+                                         ty_abi_device_info_t *out_info) {
+  (void)backend;
+  (void)index;
+  static const char name[] = "minimal device";
+  for (size_t i = 0; i < sizeof(name); ++i) out_info->name[i] = name[i];
+  out_info->kind = TY_DEVICE_KIND_OTHER;
+  out_info->memory_bytes = 1;
+  return NULL;
+}
+
+/* Lies beyond struct_size: a host that calls it has read past the table. */
+static ty_abi_status_t rogue_poisoned_device_open(ty_abi_backend_t *backend,
+                                                  const ty_abi_device_open_args_t *args,
+                                                  ty_abi_device_t **out_device) {
+  (void)args;
+  *out_device = NULL;
+  return backend->host->status_make(TY_CODE_INTERNAL, ROGUE_POISON_MESSAGE);
+}
+#elif !defined(ROGUE_MISSING_ENTRY)
 static ty_abi_status_t rogue_device_info(ty_abi_backend_t *backend, uint32_t index,
                                          ty_abi_device_info_t *out_info) {
   (void)index;
@@ -51,6 +79,8 @@ static ty_abi_status_t rogue_device_info(ty_abi_backend_t *backend, uint32_t ind
 static const ty_backend_api_t rogue_api = {
 #if defined(ROGUE_TABLE_TOO_SMALL)
     .struct_size = ROGUE_SMALL_STRUCT_SIZE,
+#elif defined(ROGUE_MINIMAL)
+    .struct_size = TY_BACKEND_API_MIN_SIZE,
 #else
     .struct_size = sizeof(ty_backend_api_t),
 #endif
@@ -75,6 +105,9 @@ static const ty_backend_api_t rogue_api = {
     .device_info = NULL,
 #else
     .device_info = rogue_device_info,
+#endif
+#if defined(ROGUE_MINIMAL)
+    .device_open = rogue_poisoned_device_open,
 #endif
 };
 

@@ -31,4 +31,7 @@
 /* rogue_noentry: exports a misspelt entry point instead. */
 #define ROGUE_NO_ENTRY_SYMBOL "ty_backend_querry"
 
+/* minimal: what its poisoned device_open (beyond struct_size) returns. */
+#define ROGUE_POISON_MESSAGE "minimal: the host called device_open beyond struct_size"
+
 #endif /* TY_TESTS_PLUGINS_ROGUE_PLUGIN_H_ */
