@@ -6,6 +6,14 @@
 
 #include "hal/dtype.h"
 
+static ty_status_t ty_tensor_strides_overflow(const char *label) {
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "tensor %s: row-major strides overflow 64 bits (a zero "
+                        "dimension does not shrink the other dimensions' "
+                        "strides)",
+                        label);
+}
+
 ty_status_t ty_tensor_desc_init(ty_dtype_t dtype, uint32_t rank,
                                 const int64_t *dims, const char *name,
                                 ty_tensor_desc_t *out_desc) {
@@ -26,6 +34,9 @@ ty_status_t ty_tensor_desc_init(ty_dtype_t dtype, uint32_t rank,
                           TY_TENSOR_NAME_MAX - 1);
   }
   uint64_t count = 1;
+  /* The strides below count a zero dim as 1, so an empty tensor's other
+   * dims must still give strides that fit: track that product too. */
+  uint64_t span = 1;
   for (uint32_t i = 0; i < rank; ++i) {
     if (dims[i] < 0) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -38,10 +49,16 @@ ty_status_t ty_tensor_desc_init(ty_dtype_t dtype, uint32_t rank,
                             "tensor %s: byte size overflows 64 bits", label);
     }
     count *= (uint64_t)dims[i];
+    uint64_t extent = dims[i] ? (uint64_t)dims[i] : 1;
+    if (span > UINT64_MAX / extent) return ty_tensor_strides_overflow(label);
+    span *= extent;
   }
   if (count > (uint64_t)INT64_MAX / ty_dtype_size(dtype)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "tensor %s: byte size overflows 64 bits", label);
+  }
+  if (span > (uint64_t)INT64_MAX / ty_dtype_size(dtype)) {
+    return ty_tensor_strides_overflow(label);
   }
   out_desc->dtype = dtype;
   out_desc->rank = rank;
@@ -65,7 +82,7 @@ bool ty_tensor_desc_is_contiguous(const ty_tensor_desc_t *desc) {
   int64_t stride = 1;
   for (uint32_t i = desc->rank; i-- > 0;) {
     if (desc->dims[i] != 1 && desc->strides[i] != stride) return false;
-    stride *= desc->dims[i];
+    stride *= desc->dims[i] ? desc->dims[i] : 1; /* as ty_tensor_desc_init */
   }
   return true;
 }

@@ -27,7 +27,8 @@ typedef struct ty_tensor_desc_t {
 
 /* Fills a contiguous row-major descriptor. INVALID_ARGUMENT for an invalid
  * dtype, rank > TY_TENSOR_MAX_RANK, a negative dim, a name that does not fit,
- * or an element count whose byte size overflows 64 bits. `name` may be NULL. */
+ * an element count whose byte size overflows 64 bits, or (for an empty tensor)
+ * dims whose row-major strides would not fit in int64. `name` may be NULL. */
 ty_status_t ty_tensor_desc_init(ty_dtype_t dtype, uint32_t rank,
                                 const int64_t *dims, const char *name,
                                 ty_tensor_desc_t *out_desc);

@@ -1,0 +1,75 @@
+/* Helpers shared by the C tests; see test_util.h. */
+#include "common/test_util.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void ty_test_expect_status(ty_status_t status, ty_code_t code,
+                           const char *substring, const char *expr,
+                           const char *file, int line) {
+  ty_code_t actual = ty_status_code(status);
+  const char *message = ty_status_message(status);
+  bool ok = actual == code && (!substring || strstr(message, substring));
+  if (!ok) {
+    print_error("%s\n  expected %s%s%s%s\n  got      %s: %s\n", expr,
+                ty_code_name(code), substring ? " with message containing '" : "",
+                substring ? substring : "", substring ? "'" : "",
+                ty_code_name(actual), message);
+  }
+  ty_status_free(status);
+  if (!ok) _fail(file, line);
+}
+
+void ty_test_expect_contains(const char *haystack, const char *needle,
+                             const char *file, int line) {
+  if (haystack && needle && strstr(haystack, needle)) return;
+  print_error("expected '%s'\n  to contain '%s'\n", haystack ? haystack : "(null)",
+              needle ? needle : "(null)");
+  _fail(file, line);
+}
+
+uint64_t ty_test_seed(void) {
+  static bool have_seed = false;
+  static uint64_t seed = 0;
+  if (!have_seed) {
+    const char *env = getenv("TY_TEST_SEED");
+    if (env && *env) {
+      seed = strtoull(env, NULL, 0);
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+             ((uint64_t)getpid() << 32);
+    }
+    have_seed = true;
+    printf("random seed %" PRIu64 " (replay with TY_TEST_SEED=%" PRIu64 ")\n",
+           seed, seed);
+    fflush(stdout);
+  }
+  return seed;
+}
+
+void ty_test_rng_init(ty_test_rng_t *rng, uint64_t seed) { rng->state = seed; }
+
+uint64_t ty_test_rng_next(ty_test_rng_t *rng) {
+  uint64_t z = (rng->state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n) {
+  unsigned char *p = dst;
+  bool any_nonzero = false;
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = ty_test_rng_next(rng);
+    size_t chunk = n - i < 8 ? n - i : 8;
+    memcpy(p + i, &v, chunk);
+    for (size_t k = 0; k < chunk; ++k) any_nonzero |= p[i + k] != 0;
+  }
+  if (n && !any_nonzero) p[0] = 1; /* a zero buffer proves nothing */
+}
