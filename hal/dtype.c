@@ -63,10 +63,11 @@ char *ty_dtype_mask_format(uint32_t mask, char *buf, size_t capacity) {
   size_t used = 0;
   for (int d = TY_DTYPE_INVALID + 1; d < TY_DTYPE_COUNT_; ++d) {
     if (!(mask & TY_DTYPE_BIT(d))) continue;
-    int n = snprintf(buf + used, capacity - used, "%s%s", used ? "," : "",
-                     ty_dtype_table[d].name);
-    if (n < 0 || (size_t)n >= capacity - used) break;
-    used += (size_t)n;
+    size_t need = strlen(ty_dtype_table[d].name) + (used ? 1 : 0);
+    if (need >= capacity - used) break; /* never cut a name in half */
+    snprintf(buf + used, capacity - used, "%s%s", used ? "," : "",
+             ty_dtype_table[d].name);
+    used += need;
   }
   return buf;
 }

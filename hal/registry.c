@@ -149,6 +149,14 @@ static bool ty_plugin_name_from_file(const char *file_name, char *out,
   return true;
 }
 
+/* True when file_name looks like libty_backend_*.so whatever its length. */
+static bool ty_plugin_file_pattern(const char *file_name) {
+  size_t prefix = strlen(TY_PLUGIN_PREFIX), suffix = strlen(TY_PLUGIN_SUFFIX);
+  size_t n = strlen(file_name);
+  return n > prefix + suffix && strncmp(file_name, TY_PLUGIN_PREFIX, prefix) == 0 &&
+         strcmp(file_name + n - suffix, TY_PLUGIN_SUFFIX) == 0;
+}
+
 static bool ty_backend_name_valid(const char *name) {
   if (!name || !*name || strlen(name) >= 64) return false;
   for (const char *p = name; *p; ++p) {
@@ -195,8 +203,9 @@ static int ty_validate_table(const ty_backend_api_t *api, const char *file_name,
   }
   if (file_name && strcmp(api->name, file_name) != 0) {
     snprintf(reason, capacity,
-             "backend table is named '%s' but the file is named for '%s' "
-             "(" TY_PLUGIN_PREFIX "%s" TY_PLUGIN_SUFFIX ")",
+             "backend table is named '%s' but the file is named for '%s'; "
+             "rename the file to " TY_PLUGIN_PREFIX "%s" TY_PLUGIN_SUFFIX
+             " or fix the table's name",
              api->name, file_name, api->name);
     return TY_REJECT_INVALID_TABLE;
   }
@@ -372,7 +381,20 @@ static ty_status_t ty_registry_scan_dir(ty_registry_t *r, const char *dir,
   struct dirent *e;
   char name_buf[TY_NAME_BUF_];
   while ((e = readdir(d)) != NULL) {
-    if (!ty_plugin_name_from_file(e->d_name, name_buf, sizeof(name_buf))) continue;
+    if (!ty_plugin_name_from_file(e->d_name, name_buf, sizeof(name_buf))) {
+      if (ty_plugin_file_pattern(e->d_name)) {
+        /* Named like a plugin but unusable: say so rather than skip it. */
+        char path[PATH_MAX + 300];
+        int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (n < 0) path[0] = '\0';
+        status = ty_registry_reject(r, path, NULL, TY_REJECT_INVALID_TABLE,
+                                    "plugin file name %s has a backend name "
+                                    "longer than %d characters",
+                                    e->d_name, TY_NAME_BUF_ - 1);
+        if (status) break;
+      }
+      continue;
+    }
     if (!ty_grow((void **)&names, &capacity, count, sizeof(*names)) ||
         !(names[count] = strdup(e->d_name))) {
       status = ty_oom("scanning a plugin folder");
@@ -514,7 +536,7 @@ ty_status_t ty_registry_find(const ty_registry_t *r, const char *name,
   if (*out_backend) return TY_OK;
   for (size_t i = 0; i < r->rejected_count; ++i) {
     const ty_rejected_candidate_t *c = &r->rejected[i];
-    if (strcmp(c->name, name) == 0 && c->kind != TY_REJECT_SHADOWED) {
+    if (c->name[0] && strcmp(c->name, name) == 0 && c->kind != TY_REJECT_SHADOWED) {
       return ty_status_make(
           c->kind == TY_REJECT_UNAVAILABLE ? TY_CODE_UNAVAILABLE
                                            : TY_CODE_FAILED_PRECONDITION,

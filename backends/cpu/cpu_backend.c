@@ -4,6 +4,7 @@
  * friendly). Compute kernels (oneDNN + OpenMP) arrive with the graph entries
  * of a later ABI minor; this file keeps the device and memory side. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,11 +119,13 @@ static ty_abi_status_t cpu_device_info(ty_abi_backend_t *b, uint32_t index,
 
 static ty_abi_status_t cpu_parse_threads(ty_abi_backend_t *b, const char *value,
                                          uint32_t *out_threads) {
+  /* Digits only: strtoul would also take "+5", " 5" and "-1". */
+  bool digits = *value != '\0';
+  for (const char *p = value; *p; ++p) digits = digits && *p >= '0' && *p <= '9';
   char *end = NULL;
   errno = 0;
-  unsigned long v = strtoul(value, &end, 10);
-  if (errno || !*value || *end || v == 0 || v > CPU_MAX_THREADS ||
-      value[0] == '-') {
+  unsigned long v = digits ? strtoul(value, &end, 10) : 0;
+  if (!digits || errno || v == 0 || v > CPU_MAX_THREADS) {
     return cpu_error(b->host, TY_CODE_INVALID_ARGUMENT,
                      "cpu: option threads='%s' must be an integer in 1..%u",
                      value, CPU_MAX_THREADS);

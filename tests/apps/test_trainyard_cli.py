@@ -173,7 +173,7 @@ class DevicesTest(unittest.TestCase):
             self.assertTrue(os.path.isfile(b["path"]), b["path"])
             self.assertEqual(os.path.realpath(os.path.dirname(b["path"])),
                              os.path.realpath(CFG.plugin_dir))
-            self.assertEqual(b["abi"], {"major": 1, "minor": 0})
+            self.assertEqual(b["abi"], CFG.abi_dict)
             self.assertIsInstance(b["version"], str)
             self.assertRegex(b["version"], r"^\d+\.\d+\.\d+")
             self.assertNotIn("error", b)
@@ -218,7 +218,7 @@ class DevicesTest(unittest.TestCase):
     def test_json_describes_cpu_and_template(self):
         data = devices_both(self)
         self.assertEqual(data["trainyard_version"], CFG.version)
-        self.assertEqual(data["host_abi"], {"major": 1, "minor": 0})
+        self.assertEqual(data["host_abi"], CFG.abi_dict)
         self.assert_cpu_and_template(data)
         self.assertEqual(data["rejected"], [])
         self.assertEqual([os.path.realpath(d) for d in data["search_dirs"]],
@@ -286,7 +286,7 @@ class UsageTest(unittest.TestCase):
                                "Exit codes")
 
     def test_version(self):
-        r = self.assert_ok(["--version"], "trainyard " + CFG.version, "ABI 1.0")
+        r = self.assert_ok(["--version"], "trainyard " + CFG.version, "ABI " + CFG.abi)
         self.assertTrue(r.stdout.startswith("trainyard " + CFG.version + "\n"))
 
     def test_devices_help(self):
@@ -327,7 +327,7 @@ class NoPluginsTest(unittest.TestCase):
             shutil.copy2(CFG.trainyard, exe)
             r = run(["devices"], exe=exe, env={"TRAINYARD_BACKEND_PATH": ""})
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertIn("Backends (0 loaded; host plugin ABI 1.0):\n  (none)\n", r.stdout)
+            self.assertIn("Backends (0 loaded; host plugin ABI %s):\n  (none)\n" % CFG.abi, r.stdout)
             data = devices_both(self, exe=exe, env={"TRAINYARD_BACKEND_PATH": ""})
             self.assertEqual(data["backends"], [])
             self.assertEqual(data["rejected"], [])
@@ -346,7 +346,10 @@ def main():
     parser.add_argument("--rogue-dir", required=True)
     parser.add_argument("--install-dir", required=True)
     parser.add_argument("--version", required=True)
+    parser.add_argument("--abi", required=True, help="host plugin ABI, MAJOR.MINOR")
     CFG, rest = parser.parse_known_args()
+    major, minor = CFG.abi.split(".")
+    CFG.abi_dict = {"major": int(major), "minor": int(minor)}
     found = installed_plugins(CFG.install_dir)
     if found:
         print("SKIP: plugins are installed in %s (%s); trainyard searches them "

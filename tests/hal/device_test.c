@@ -94,6 +94,10 @@ static void test_open_errors(void **state) {
                     "threads='2x'", NULL);
   expect_open_fails(registry, "cpu?threads=", TY_CODE_INVALID_ARGUMENT,
                     "threads=''", NULL);
+  expect_open_fails(registry, "cpu?threads=+5", TY_CODE_INVALID_ARGUMENT,
+                    "threads='+5'", NULL);
+  expect_open_fails(registry, "cpu?threads= 5", TY_CODE_INVALID_ARGUMENT,
+                    "threads=' 5'", NULL);
   expect_open_fails(registry, "cpu?bogus=1", TY_CODE_INVALID_ARGUMENT,
                     "unknown device option 'bogus'", "known: threads");
   expect_open_fails(registry, "template?x=1", TY_CODE_INVALID_ARGUMENT,

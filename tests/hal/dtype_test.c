@@ -107,8 +107,8 @@ static void test_mask_format_truncates_without_overflow(void **state) {
   /* NUL-terminated within the capacity, a prefix of the full list, and the
    * sentinels after the declared capacity survive. */
   assert_true(memchr(buf, '\0', 8) != NULL);
-  assert_true(strlen(buf) >= 3);
-  assert_int_equal(strncmp(buf, "f32,bf16,f16", strlen(buf)), 0);
+  /* Whole names only: "f32,bf1" would be a lie. */
+  assert_string_equal(buf, "f32");
   for (size_t i = 8; i < sizeof(buf); ++i) assert_int_equal(buf[i], 0x5a);
   char one = 0x5a;
   ty_dtype_mask_format(0xffu, &one, 0); /* capacity 0: nothing written */

@@ -107,7 +107,7 @@ static const expected_rejection_t kRogues[] = {
     {"libty_backend_rogue_small.so", "rogue_small", TY_REJECT_TABLE_TOO_SMALL,
      {small_size_fact, min_size_fact, NULL}},
     {"libty_backend_rogue_null.so", "rogue_null", TY_REJECT_QUERY_NULL,
-     {"ty_backend_query(1, 0) returned NULL", "host ABI major 1", NULL}},
+     {"returned NULL: the plugin cannot serve host ABI major 1", "ty_backend_query(1, ", NULL}},
     {"libty_backend_rogue_unavailable.so", "rogue_unavailable", TY_REJECT_UNAVAILABLE,
      {"UNAVAILABLE: ", ROGUE_UNAVAILABLE_MESSAGE, NULL}},
     {"libty_backend_rogue_create_failed.so", "rogue_create_failed",
@@ -313,6 +313,31 @@ static void test_missing_explicit_path(void **state) {
   TY_EXPECT_CONTAINS(c->reason, "search path does not exist");
   TY_EXPECT_CONTAINS(c->reason, "No such file or directory");
   ty_registry_destroy(r);
+}
+
+static void test_overlong_plugin_name_is_reported(void **state) {
+  (void)state;
+  temp_dir_t t;
+  temp_dir_create(&t);
+  char name[160];
+  memset(name, 0, sizeof(name));
+  strcpy(name, "libty_backend_");
+  memset(name + strlen(name), 'x', 80);
+  strcat(name, ".so");
+  FILE *f = fopen(temp_dir_entry(&t, name), "wb");
+  assert_non_null(f);
+  fputs("not a plugin", f);
+  assert_int_equal(fclose(f), 0);
+  const char *paths[] = {t.path, TY_TEST_PLUGIN_DIR};
+  ty_registry_t *r = registry_from(paths, 2, false);
+  expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
+  assert_int_equal(ty_registry_rejected_count(r), 1);
+  const ty_rejected_candidate_t *c = ty_registry_rejected_at(r, 0);
+  assert_int_equal(c->kind, TY_REJECT_INVALID_TABLE);
+  TY_EXPECT_CONTAINS(c->reason, "longer than 63 characters");
+  TY_EXPECT_CONTAINS(c->reason, name);
+  ty_registry_destroy(r);
+  temp_dir_remove(&t);
 }
 
 static void test_env_path_is_honoured(void **state) {
@@ -522,6 +547,7 @@ int main(void) {
       cmocka_unit_test(test_same_folder_by_other_spellings_loads_once),
       cmocka_unit_test(test_copy_in_later_folder_is_shadowed),
       cmocka_unit_test(test_missing_explicit_path),
+      cmocka_unit_test(test_overlong_plugin_name_is_reported),
       cmocka_unit_test(test_env_path_is_honoured),
       cmocka_unit_test(test_explicit_paths_come_before_env),
       cmocka_unit_test(test_exe_dir_rule),
