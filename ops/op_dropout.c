@@ -36,7 +36,7 @@ static ty_status_t ty_dropout_infer_named(const ty_op_infer_ctx_t *ctx,
   static const int64_t rng_dims[1] = {2};
   TY_RETURN_IF_ERROR(ty_op_check_dtype(ctx->op, "rng", rng, TY_DTYPE_I64));
   TY_RETURN_IF_ERROR(ty_op_check_shape(ctx->op, "rng", rng, 1, rng_dims,
-                                       "(seed, step)"));
+                                       "seed, step"));
   TY_RETURN_IF_ERROR(ty_dropout_check_attrs(ctx->op, ctx->attrs));
   return ty_op_output_like(ctx, x);
 }
