@@ -102,6 +102,8 @@ ty_status_t ty_op_infer(const char *op, const ty_tensor_desc_t *const *inputs,
                           "unknown op '%s' (not in op set v1, see docs/ops.md)",
                           op ? op : "(null)");
   }
+  /* The infer contract (ops/op.h) promises zeroed output descriptors. */
+  memset(outputs, 0, TY_OP_MAX_OUTPUTS * sizeof(*outputs));
   TY_RETURN_IF_ERROR(ty_op_check_arity(def, input_count));
   TY_RETURN_IF_ERROR(ty_attrs_check_known(attrs, def->name, def->attr_names));
   for (uint32_t i = 0; i < input_count; ++i) {
