@@ -82,8 +82,10 @@ const ty_op_def_t *ty_op_lookup(const char *name);
 uint32_t ty_op_count(void);
 const ty_op_def_t *ty_op_at(uint32_t index);
 
-/* Checks arity and attribute names, then runs the op's inference.
- * NOT_FOUND for an unknown op. */
+/* Checks arity, attribute names and the input descriptors, then runs the
+ * op's inference into `outputs` (capacity TY_OP_MAX_OUTPUTS). NOT_FOUND for
+ * an unknown op, INVALID_ARGUMENT for any other error; *out_count is 0 on
+ * error. Thread-safe. */
 ty_status_t ty_op_infer(const char *op, const ty_tensor_desc_t *const *inputs,
                         uint32_t input_count, const ty_attrs_t *attrs,
                         ty_tensor_desc_t *outputs, uint32_t *out_count);

@@ -1,0 +1,113 @@
+/* Optimizer updates (adamw_update, sgd_update) and global-norm gradient
+ * clipping. Hyperparameters are scalar inputs, not attributes, so changing
+ * them per step never recompiles. None of these ops has a gradient. */
+#include <stdio.h>
+
+#include "ops/op_internal.h"
+
+/* Checks param (float) and a same-dtype, same-shape grad. */
+static ty_status_t ty_optim_check_param(const char *op,
+                                        const ty_tensor_desc_t *param,
+                                        const ty_tensor_desc_t *grad) {
+  TY_RETURN_IF_ERROR(ty_op_check_float(op, "param", param));
+  return ty_op_check_like(op, "grad", grad, "param", param);
+}
+
+/* Optimizer state: f32, param's shape. */
+static ty_status_t ty_optim_check_state(const char *op, const char *role,
+                                        const ty_tensor_desc_t *s,
+                                        const ty_tensor_desc_t *param) {
+  TY_RETURN_IF_ERROR(ty_op_check_dtype(op, role, s, TY_DTYPE_F32));
+  return ty_op_check_shape(op, role, s, param->rank, param->dims,
+                           "the shape of param");
+}
+
+/* Inputs [first, first + count) are f32 scalars named by `roles`. */
+static ty_status_t ty_optim_check_scalars(const ty_op_infer_ctx_t *ctx,
+                                          uint32_t first,
+                                          const char *const *roles,
+                                          uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_tensor_desc_t *d;
+    TY_RETURN_IF_ERROR(ty_op_need(ctx, first + i, roles[i], &d));
+    TY_RETURN_IF_ERROR(ty_op_check_scalar(ctx->op, roles[i], d, TY_DTYPE_F32));
+  }
+  return TY_OK;
+}
+
+/* adamw_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step)
+ * -> param', m', v' */
+static ty_status_t ty_adamw_update_infer(const ty_op_infer_ctx_t *ctx) {
+  const ty_tensor_desc_t *param, *grad, *m, *v, *step;
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "param", &param));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 1, "grad", &grad));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 2, "m", &m));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 3, "v", &v));
+  TY_RETURN_IF_ERROR(ty_optim_check_param(ctx->op, param, grad));
+  TY_RETURN_IF_ERROR(ty_optim_check_state(ctx->op, "m", m, param));
+  TY_RETURN_IF_ERROR(ty_optim_check_state(ctx->op, "v", v, param));
+  static const char *const hyper[] = {"lr", "beta1", "beta2", "eps",
+                                      "weight_decay"};
+  TY_RETURN_IF_ERROR(ty_optim_check_scalars(ctx, 4, hyper, 5));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 9, "step", &step));
+  TY_RETURN_IF_ERROR(ty_op_check_scalar(ctx->op, "step", step, TY_DTYPE_I64));
+  TY_RETURN_IF_ERROR(ty_op_output_like(ctx, param));
+  TY_RETURN_IF_ERROR(ty_op_output_like(ctx, m));
+  return ty_op_output_like(ctx, v);
+}
+
+const ty_op_def_t ty_op_def_adamw_update = {
+    .name = "adamw_update", .min_inputs = 10, .max_inputs = 10,
+    .attr_names = ty_op_no_attrs, .infer = ty_adamw_update_infer,
+    .grad = NULL,
+    .summary = "AdamW step (PyTorch semantics): param', m', v' from hyperparameter inputs"};
+
+/* sgd_update(param, grad, buf, lr, momentum, weight_decay) -> param', buf' */
+static const char *const ty_sgd_attrs[] = {"nesterov", NULL};
+
+static ty_status_t ty_sgd_update_infer(const ty_op_infer_ctx_t *ctx) {
+  const ty_tensor_desc_t *param, *grad, *buf;
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "param", &param));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 1, "grad", &grad));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 2, "buf", &buf));
+  TY_RETURN_IF_ERROR(ty_optim_check_param(ctx->op, param, grad));
+  TY_RETURN_IF_ERROR(ty_optim_check_state(ctx->op, "buf", buf, param));
+  static const char *const hyper[] = {"lr", "momentum", "weight_decay"};
+  TY_RETURN_IF_ERROR(ty_optim_check_scalars(ctx, 3, hyper, 3));
+  bool nesterov;
+  TY_RETURN_IF_ERROR(
+      ty_op_attr_flag(ctx->op, ctx->attrs, "nesterov", 0, &nesterov));
+  TY_RETURN_IF_ERROR(ty_op_output_like(ctx, param));
+  return ty_op_output_like(ctx, buf);
+}
+
+const ty_op_def_t ty_op_def_sgd_update = {
+    .name = "sgd_update", .min_inputs = 6, .max_inputs = 6,
+    .attr_names = ty_sgd_attrs, .infer = ty_sgd_update_infer, .grad = NULL,
+    .summary = "SGD step with momentum (PyTorch, dampening 0): param', buf'"};
+
+/* clip_by_global_norm(max_norm, g1 ... gn) -> norm, g1' ... gn'. The
+ * gradients may differ in shape and float dtype (mixed-precision models
+ * keep norm weights in f32); each gi' takes gi's. */
+static ty_status_t ty_clip_infer(const ty_op_infer_ctx_t *ctx) {
+  const ty_tensor_desc_t *max_norm;
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "max_norm", &max_norm));
+  TY_RETURN_IF_ERROR(
+      ty_op_check_scalar(ctx->op, "max_norm", max_norm, TY_DTYPE_F32));
+  TY_RETURN_IF_ERROR(ty_op_output(ctx, TY_DTYPE_F32, 0, NULL)); /* norm */
+  for (uint32_t i = 1; i < ctx->input_count; ++i) {
+    char role[24];
+    snprintf(role, sizeof(role), "g%u", i);
+    const ty_tensor_desc_t *g;
+    TY_RETURN_IF_ERROR(ty_op_need(ctx, i, role, &g));
+    TY_RETURN_IF_ERROR(ty_op_check_float(ctx->op, role, g));
+    TY_RETURN_IF_ERROR(ty_op_output_like(ctx, g));
+  }
+  return TY_OK;
+}
+
+const ty_op_def_t ty_op_def_clip_by_global_norm = {
+    .name = "clip_by_global_norm", .min_inputs = 2,
+    .max_inputs = TY_OP_VARIADIC, .attr_names = ty_op_no_attrs,
+    .infer = ty_clip_infer, .grad = NULL,
+    .summary = "norm = sqrt(sum of all gi^2); gi scaled by min(1, max_norm/(norm+1e-6))"};
