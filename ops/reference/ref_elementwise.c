@@ -32,11 +32,17 @@ static void ty_ref_bcast_input_strides(int rank, int rank_x,
   }
 }
 
-static ty_status_t ty_ref_bcast_init(int rank_a, const int64_t *shape_a,
-                                     int rank_b, const int64_t *shape_b,
+static const char *ty_ref_binary_name(ty_ref_binary_op_t op) {
+  return op == TY_REF_BINARY_ADD ? "add" : op == TY_REF_BINARY_SUB ? "sub" : "mul";
+}
+
+static ty_status_t ty_ref_bcast_init(ty_ref_binary_op_t op, int rank_a,
+                                     const int64_t *shape_a, int rank_b,
+                                     const int64_t *shape_b,
                                      ty_ref_bcast_t *out) {
-  TY_RETURN_IF_ERROR(ty_ref_shape_broadcast(rank_a, shape_a, rank_b, shape_b,
-                                            &out->rank, out->shape));
+  ty_status_t status = ty_ref_shape_broadcast(rank_a, shape_a, rank_b, shape_b,
+                                              &out->rank, out->shape);
+  if (status) return ty_status_annotate(status, "%s", ty_ref_binary_name(op));
   TY_RETURN_IF_ERROR(ty_ref_shape_count(out->rank, out->shape, &out->count));
   TY_RETURN_IF_ERROR(ty_ref_shape_count(rank_a, shape_a, &out->count_a));
   TY_RETURN_IF_ERROR(ty_ref_shape_count(rank_b, shape_b, &out->count_b));
@@ -69,7 +75,7 @@ ty_status_t ty_ref_binary_forward(ty_ref_binary_op_t op, int rank_a,
                           (int)op);
   }
   ty_ref_bcast_t bc;
-  TY_RETURN_IF_ERROR(ty_ref_bcast_init(rank_a, shape_a, rank_b, shape_b, &bc));
+  TY_RETURN_IF_ERROR(ty_ref_bcast_init(op, rank_a, shape_a, rank_b, shape_b, &bc));
   for (int64_t o = 0; o < bc.count; ++o) {
     int64_t ia, ib;
     ty_ref_bcast_map(&bc, o, &ia, &ib);
@@ -92,7 +98,7 @@ ty_status_t ty_ref_binary_backward(ty_ref_binary_op_t op, int rank_a,
                           (int)op);
   }
   ty_ref_bcast_t bc;
-  TY_RETURN_IF_ERROR(ty_ref_bcast_init(rank_a, shape_a, rank_b, shape_b, &bc));
+  TY_RETURN_IF_ERROR(ty_ref_bcast_init(op, rank_a, shape_a, rank_b, shape_b, &bc));
   if (da) memset(da, 0, (size_t)bc.count_a * sizeof(double));
   if (db) memset(db, 0, (size_t)bc.count_b * sizeof(double));
   for (int64_t o = 0; o < bc.count; ++o) {
