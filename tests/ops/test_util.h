@@ -37,8 +37,12 @@ typedef struct ty_gc_param_t {
 /* For L(x) = <upstream, forward(x)>, compares every analytic dL/dx_i against
  * the central difference (L(x + h e_i) - L(x - h e_i)) / 2h with
  * h = 1e-6 * max(1, |x_i|). Returns the largest, over parameters, of
- * ||fd - analytic||_2 / max(||fd||_2, ||analytic||_2), printing each
- * parameter's error under `label`. An all-zero analytic gradient counts as
+ * ||fd - analytic||_2 / max(||fd||_2, ||analytic||_2, floor), printing
+ * each parameter's error under `label`. The floor is the finite-difference
+ * rounding noise (eps * sum_k |u_k f_k| / h, summed in quadrature) divided by
+ * TY_GC_TOLERANCE: a gradient that cancels to near zero is held to the
+ * absolute accuracy differences can deliver rather than to a relative one
+ * they cannot. An all-zero analytic gradient counts as
  * infinite error: no check may pass vacuously. */
 double ty_gc_check(const char *label, ty_gc_forward_fn forward, void *ctx,
                    int64_t out_n, const double *upstream,
