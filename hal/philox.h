@@ -25,7 +25,6 @@
 #ifndef TY_HAL_PHILOX_H_
 #define TY_HAL_PHILOX_H_
 
-#include <math.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -89,11 +88,13 @@ static inline uint32_t ty_philox_u24(uint64_t seed, uint64_t offset, uint64_t in
 
 /* floor(p * 2^24) in double for p in [0, 1). Out-of-contract p is clamped so
  * the result stays meaningful: p <= 0 or NaN gives 0 (keep everything), p >= 1
- * gives 2^24 (keep nothing). Callers validate p before relying on this. */
+ * gives 2^24 (keep nothing). Callers validate p before relying on this.
+ * p * 2^24 is exact (a power-of-two scaling) and positive here, so the
+ * truncating conversion is floor() without needing libm in device code. */
 static inline uint32_t ty_dropout_threshold(double p) {
   if (!(p > 0.0)) return 0u;
   if (p >= 1.0) return 16777216u;
-  return (uint32_t)floor(p * 16777216.0);
+  return (uint32_t)(p * 16777216.0);
 }
 
 /* Whether dropout keeps element `index` for the given threshold. */
