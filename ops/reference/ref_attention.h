@@ -1,0 +1,62 @@
+/* Reference causal attention with grouped-query heads (one fused op), with an
+ * optional sliding window and a KV-cache offset; forward and backward. Part of
+ * ty_ops_reference (f64, naive, the spec).
+ *
+ * Layouts: q and out [batch, q_len, q_heads, head_dim]; k, v, dk, dv
+ * [batch, kv_len, kv_heads, head_dim]; lse [batch, q_heads, q_len].
+ *
+ * Ownership: every pointer is caller memory; nothing is kept.
+ * Threading: safe from any thread on disjoint outputs.
+ * Errors: INVALID_ARGUMENT for non-positive sizes, q_heads not a multiple of
+ * kv_heads, kv_len < q_len, or a negative window (before anything is written).
+ */
+#ifndef TY_OPS_REFERENCE_REF_ATTENTION_H_
+#define TY_OPS_REFERENCE_REF_ATTENTION_H_
+
+#include <stdint.h>
+
+#include "hal/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_ref_attention_shape_t {
+  int64_t batch;
+  int64_t q_len;    /* T */
+  int64_t kv_len;   /* S >= T; the last T keys belong to the queries */
+  int64_t q_heads;  /* Hq, a multiple of kv_heads */
+  int64_t kv_heads; /* Hkv */
+  int64_t head_dim; /* D */
+  double scale;     /* usually 1 / sqrt(D) */
+  int64_t window;   /* 0: plain causal; > 0: sliding window of that many keys */
+} ty_ref_attention_shape_t;
+
+/* Query t sits at absolute position P(t) = t + (S - T), so S > T models a KV
+ * cache holding S - T earlier tokens. Query head h reads kv head
+ * h / (Hq / Hkv). Key s is visible to query t iff s <= P(t) and, when
+ * window > 0, P(t) - s < window. Every query sees at least key P(t).
+ *   score_s = scale * <q[t, h], k[s, kvh]>            (visible s only)
+ *   lse     = log sum_s exp(score_s)
+ *   out     = sum_s exp(score_s - lse) v[s, kvh]
+ * lse is saved for the backward pass (may be NULL when none follows). */
+ty_status_t ty_ref_attention_forward(const ty_ref_attention_shape_t *shape,
+                                     const double *q, const double *k,
+                                     const double *v, double *out, double *lse);
+
+/* With p_s = exp(score_s - lse) recomputed from the saved lse:
+ *   dp_s = <dout, v_s>,  delta = sum_s p_s dp_s,  ds_s = p_s (dp_s - delta)
+ *   dq = scale sum_s ds_s k_s;  dk_s += scale ds_s q;  dv_s += p_s dout
+ * dk and dv sum over all query heads of a kv head's group. dq, dk, dv are
+ * overwritten. */
+ty_status_t ty_ref_attention_backward(const ty_ref_attention_shape_t *shape,
+                                      const double *q, const double *k,
+                                      const double *v, const double *lse,
+                                      const double *dout, double *dq,
+                                      double *dk, double *dv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_OPS_REFERENCE_REF_ATTENTION_H_ */
