@@ -105,6 +105,11 @@ typedef struct ty_host_api_t {
   ty_abi_status_t (*status_make)(ty_code_t code, const char *message);
   /* Releases a status the plugin chose not to return. NULL is a no-op. */
   void (*status_free)(ty_abi_status_t status);
+  /* ---- v1.1 ---- */
+  /* The code and message of a status (TY_CODE_OK and "OK" for NULL). The
+   * message is owned by the status. Thread-safe. */
+  ty_code_t (*status_code)(ty_abi_status_t status);
+  const char *(*status_message)(ty_abi_status_t status);
 } ty_host_api_t;
 
 /* ------------------------------------------------------------------------ */

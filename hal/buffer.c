@@ -56,6 +56,7 @@ void ty_buffer_free(ty_buffer_t *b) {
 }
 
 uint64_t ty_buffer_size(const ty_buffer_t *b) { return b->size; }
+ty_abi_buffer_t *ty_buffer_handle(const ty_buffer_t *b) { return b->handle; }
 ty_device_t *ty_buffer_device(const ty_buffer_t *b) { return b->device; }
 
 static ty_status_t ty_buffer_check_range(const ty_buffer_t *b, const char *op,

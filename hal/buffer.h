@@ -22,6 +22,8 @@ ty_status_t ty_buffer_alloc(ty_device_t *device, uint64_t size_bytes,
 void ty_buffer_free(ty_buffer_t *buffer);
 
 uint64_t ty_buffer_size(const ty_buffer_t *buffer);
+/* The plugin's handle, for passing buffers to plugin entries (bindings). */
+ty_abi_buffer_t *ty_buffer_handle(const ty_buffer_t *buffer);
 ty_device_t *ty_buffer_device(const ty_buffer_t *buffer);
 
 /* Host -> device. INVALID_ARGUMENT when [offset, offset+size) is not inside

@@ -7,7 +7,17 @@
 
 #include "hal/device_uri.h"
 
+#define TY_DEVICE_MAX_ATTACHMENTS 8
+
+typedef struct {
+  const char *key;
+  void *object;
+  void (*destroy)(void *);
+} ty_device_attachment_t;
+
 struct ty_device_t {
+  ty_device_attachment_t attachments[TY_DEVICE_MAX_ATTACHMENTS];
+  uint32_t attachment_count;
   ty_backend_t *backend;
   uint32_t index;
   ty_abi_device_t *handle;
@@ -68,6 +78,9 @@ ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
 
 void ty_device_close(ty_device_t *d) {
   if (!d) return;
+  for (uint32_t i = d->attachment_count; i-- > 0;) {
+    if (d->attachments[i].destroy) d->attachments[i].destroy(d->attachments[i].object);
+  }
   void (*close_fn)(ty_abi_device_t *) = TY_BACKEND_ENTRY(d->backend, device_close);
   if (close_fn && d->handle) close_fn(d->handle);
   free(d->uri);
@@ -87,4 +100,26 @@ ty_status_t ty_device_synchronize(ty_device_t *d) {
   if (!sync) return TY_OK;
   return ty_status_annotate(ty_status_from_abi(sync(d->handle)),
                             "synchronizing %s", d->label);
+}
+
+ty_status_t ty_device_attach(ty_device_t *d, const char *key, void *object,
+                             void (*destroy)(void *object)) {
+  if (ty_device_attachment(d, key)) {
+    return ty_status_make(TY_CODE_ALREADY_EXISTS,
+                          "%s already has an attachment '%s'", d->label, key);
+  }
+  if (d->attachment_count == TY_DEVICE_MAX_ATTACHMENTS) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "%s has no room for attachment '%s'", d->label, key);
+  }
+  d->attachments[d->attachment_count++] =
+      (ty_device_attachment_t){key, object, destroy};
+  return TY_OK;
+}
+
+void *ty_device_attachment(const ty_device_t *d, const char *key) {
+  for (uint32_t i = 0; i < d->attachment_count; ++i) {
+    if (strcmp(d->attachments[i].key, key) == 0) return d->attachments[i].object;
+  }
+  return NULL;
 }

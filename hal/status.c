@@ -99,19 +99,6 @@ ty_code_t ty_status_consume_code(ty_status_t status) {
   return code;
 }
 
-const char *ty_code_name(ty_code_t code) {
-  static const char *const names[] = {
-      "OK",          "CANCELLED",          "UNKNOWN",
-      "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS",   "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",        "OUT_OF_RANGE",
-      "UNIMPLEMENTED",    "INTERNAL",          "UNAVAILABLE",
-      "DATA_LOSS",
-  };
-  if ((unsigned)code >= sizeof(names) / sizeof(names[0])) return "UNKNOWN";
-  return names[code];
-}
-
 /* ---- host services for plugins ---- */
 
 static ty_abi_status_t ty_host_status_make(ty_code_t code, const char *message) {
@@ -124,6 +111,14 @@ static void ty_host_status_free(ty_abi_status_t status) {
   ty_status_free(ty_status_from_abi(status));
 }
 
+static ty_code_t ty_host_status_code(ty_abi_status_t status) {
+  return ty_status_code(ty_status_from_abi(status));
+}
+
+static const char *ty_host_status_message(ty_abi_status_t status) {
+  return ty_status_message(ty_status_from_abi(status));
+}
+
 const ty_host_api_t *ty_hal_host_api(void) {
   static const ty_host_api_t api = {
       .struct_size = sizeof(ty_host_api_t),
@@ -131,6 +126,8 @@ const ty_host_api_t *ty_hal_host_api(void) {
       .abi_minor = TY_ABI_MINOR,
       .status_make = ty_host_status_make,
       .status_free = ty_host_status_free,
+      .status_code = ty_host_status_code,
+      .status_message = ty_host_status_message,
   };
   return &api;
 }

@@ -20,8 +20,8 @@ extern "C" {
 typedef uint32_t ty_value_id_t;
 #define TY_VALUE_NONE UINT32_MAX
 
-#define TY_OP_MAX_INPUTS 64
-#define TY_OP_MAX_OUTPUTS 64
+#define TY_OP_MAX_INPUTS 1024 /* clip_by_global_norm takes every gradient */
+#define TY_OP_MAX_OUTPUTS 1024
 #define TY_OP_VARIADIC UINT32_MAX
 
 /* Shape/dtype inference. inputs[i] is NULL for an absent optional input.

@@ -8,6 +8,8 @@ packages=(
   clang libclang-rt-14-dev   # clang build and its ASan/UBSan runtimes
   libjansson-dev             # JSON
   libcmocka-dev              # C unit tests
+  libssl-dev                 # SHA-256 (graph hashes, artifacts)
+  libdnnl-dev                # oneDNN: the cpu backend's matmul
 )
 
 missing=()

@@ -1,8 +1,8 @@
-/* The cpu backend: devices, options and host-memory buffers.
+/* The cpu backend: devices, options and host-memory buffers; graphs run in
+ * cpu_graph.c with the kernels of cpu_kernels_*.c.
  *
  * Buffers are 64-byte aligned host allocations (cache line and AVX-512
- * friendly). Compute kernels (oneDNN + OpenMP) arrive with the graph entries
- * of a later ABI minor; this file keeps the device and memory side. */
+ * friendly). Device options: threads=N, kernels=fast|reference. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -11,25 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/common/plugin_status.h"
+#include "backends/cpu/cpu_internal.h"
 #include "hal/backend_abi.h"
 
 #define CPU_DEFAULT_ALIGNMENT 64u
 #define CPU_MAX_THREADS 4096u
 
-struct ty_abi_backend_s {
-  const ty_host_api_t *host;
-  ty_abi_device_info_t info; /* probed once at create */
-};
-
-struct ty_abi_device_s {
-  ty_abi_backend_t *backend;
-  uint32_t threads;
-};
-
-struct ty_abi_buffer_s {
-  uint64_t size;
-  unsigned char *data;
-};
 
 static ty_abi_status_t cpu_error(const ty_host_api_t *host, ty_code_t code,
                                  const char *fmt, ...)
@@ -92,6 +80,7 @@ static ty_abi_status_t cpu_backend_create(const ty_abi_backend_create_args_t *ar
                                    "cpu: out of memory creating backend");
   }
   b->host = args->host;
+  ty_plugin_status_init(args->host);
   cpu_probe(&b->info);
   *out_backend = b;
   return NULL;
@@ -139,14 +128,25 @@ static ty_abi_status_t cpu_device_open(ty_abi_backend_t *b,
                                        ty_abi_device_t **out_device) {
   *out_device = NULL;
   uint32_t threads = b->info.compute_units;
+  cpu_kernel_mode_t kernels = CPU_KERNELS_FAST;
   for (uint32_t i = 0; i < args->option_count; ++i) {
     const ty_abi_option_t *o = &args->options[i];
     if (strcmp(o->key, "threads") == 0) {
       ty_abi_status_t s = cpu_parse_threads(b, o->value, &threads);
       if (s) return s;
+    } else if (strcmp(o->key, "kernels") == 0) {
+      if (strcmp(o->value, "fast") == 0) {
+        kernels = CPU_KERNELS_FAST;
+      } else if (strcmp(o->value, "reference") == 0) {
+        kernels = CPU_KERNELS_REFERENCE;
+      } else {
+        return cpu_error(b->host, TY_CODE_INVALID_ARGUMENT,
+                         "cpu: option kernels='%s' must be 'fast' or 'reference'",
+                         o->value);
+      }
     } else {
       return cpu_error(b->host, TY_CODE_INVALID_ARGUMENT,
-                       "cpu: unknown device option '%s' (known: threads)",
+                       "cpu: unknown device option '%s' (known: threads, kernels)",
                        o->key);
     }
   }
@@ -157,6 +157,7 @@ static ty_abi_status_t cpu_device_open(ty_abi_backend_t *b,
   }
   d->backend = b;
   d->threads = threads;
+  d->kernels = kernels;
   *out_device = d;
   return NULL;
 }
@@ -259,6 +260,10 @@ static const ty_backend_api_t cpu_api = {
     .buffer_write = cpu_buffer_write,
     .buffer_read = cpu_buffer_read,
     .buffer_copy = cpu_buffer_copy,
+    .graph_supports = cpu_graph_supports,
+    .graph_compile = cpu_graph_compile,
+    .executable_destroy = cpu_executable_destroy,
+    .executable_execute = cpu_executable_execute,
 };
 
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(

@@ -33,7 +33,10 @@ static void ty_ref_bcast_input_strides(int rank, int rank_x,
 }
 
 static const char *ty_ref_binary_name(ty_ref_binary_op_t op) {
-  return op == TY_REF_BINARY_ADD ? "add" : op == TY_REF_BINARY_SUB ? "sub" : "mul";
+  return op == TY_REF_BINARY_ADD   ? "add"
+         : op == TY_REF_BINARY_SUB ? "sub"
+         : op == TY_REF_BINARY_MUL ? "mul"
+                                   : "div";
 }
 
 static ty_status_t ty_ref_bcast_init(ty_ref_binary_op_t op, int rank_a,
@@ -70,7 +73,7 @@ ty_status_t ty_ref_binary_forward(ty_ref_binary_op_t op, int rank_a,
                                   int rank_b, const int64_t *shape_b,
                                   const double *b, double *out) {
   if (op != TY_REF_BINARY_ADD && op != TY_REF_BINARY_SUB &&
-      op != TY_REF_BINARY_MUL) {
+      op != TY_REF_BINARY_MUL && op != TY_REF_BINARY_DIV) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "unknown binary op %d",
                           (int)op);
   }
@@ -80,9 +83,10 @@ ty_status_t ty_ref_binary_forward(ty_ref_binary_op_t op, int rank_a,
     int64_t ia, ib;
     ty_ref_bcast_map(&bc, o, &ia, &ib);
     double x = a[ia], y = b[ib];
-    out[o] = op == TY_REF_BINARY_ADD ? x + y
+    out[o] = op == TY_REF_BINARY_ADD   ? x + y
              : op == TY_REF_BINARY_SUB ? x - y
-                                       : x * y;
+             : op == TY_REF_BINARY_MUL ? x * y
+                                       : x / y;
   }
   return TY_OK;
 }
@@ -93,7 +97,7 @@ ty_status_t ty_ref_binary_backward(ty_ref_binary_op_t op, int rank_a,
                                    const double *b, const double *dout,
                                    double *da, double *db) {
   if (op != TY_REF_BINARY_ADD && op != TY_REF_BINARY_SUB &&
-      op != TY_REF_BINARY_MUL) {
+      op != TY_REF_BINARY_MUL && op != TY_REF_BINARY_DIV) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "unknown binary op %d",
                           (int)op);
   }
@@ -105,10 +109,16 @@ ty_status_t ty_ref_binary_backward(ty_ref_binary_op_t op, int rank_a,
     int64_t ia, ib;
     ty_ref_bcast_map(&bc, o, &ia, &ib);
     double g = dout[o];
-    if (da) da[ia] += op == TY_REF_BINARY_MUL ? g * b[ib] : g;
+    /* d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 */
+    if (da) {
+      da[ia] += op == TY_REF_BINARY_MUL   ? g * b[ib]
+                : op == TY_REF_BINARY_DIV ? g / b[ib]
+                                          : g;
+    }
     if (db) {
-      db[ib] += op == TY_REF_BINARY_MUL ? g * a[ia]
+      db[ib] += op == TY_REF_BINARY_MUL   ? g * a[ia]
                 : op == TY_REF_BINARY_SUB ? -g
+                : op == TY_REF_BINARY_DIV ? -g * a[ia] / (b[ib] * b[ib])
                                           : g;
     }
   }

@@ -25,6 +25,7 @@ typedef enum ty_ref_binary_op_e {
   TY_REF_BINARY_ADD = 0, /* out = a + b */
   TY_REF_BINARY_SUB = 1, /* out = a - b */
   TY_REF_BINARY_MUL = 2, /* out = a * b */
+  TY_REF_BINARY_DIV = 3, /* out = a / b */
 } ty_ref_binary_op_t;
 
 /* out = a (op) b with broadcasting. out must not alias a or b unless it has

@@ -342,7 +342,7 @@ const tyt_infer_case_t tyt_infer_cases[] = {
       "!concat: x2 is bf16[2,3] but x1 is f32[2,3]: dtypes must match"),
     N("concat", "f32[2,3] f32[2,3]", "axis=2",
       "!concat: axis 2 is out of range for x1 f32[2,3] (rank 2)"),
-    N("concat", "", "axis=0", "!concat: takes 1 to 64 inputs, got 0"),
+    N("concat", "", "axis=0", "!concat: takes 1 to 1024 inputs, got 0"),
     N("concat", "f32[2,3] f32[2,3]", "", "!concat: attribute 'axis' is required"),
 
     /* ---- optimizers and clipping ---- */
@@ -380,7 +380,7 @@ const tyt_infer_case_t tyt_infer_cases[] = {
       "!sgd_update: momentum is f64[]: expected a scalar f32[]"),
 
     N("clip_by_global_norm", "f32[] f32[4,3] bf16[7]", "", "f32[] f32[4,3] bf16[7]"),
-    N("clip_by_global_norm", "f32[]", "", "!clip_by_global_norm: takes 2 to 64 inputs, got 1"),
+    N("clip_by_global_norm", "f32[]", "", "!clip_by_global_norm: takes 2 to 1024 inputs, got 1"),
     N("clip_by_global_norm", "f32[1] f32[3]", "",
       "!clip_by_global_norm: max_norm is f32[1]: expected a scalar f32[]"),
     N("clip_by_global_norm", "f32[] f32[2] i32[3]", "",

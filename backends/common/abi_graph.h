@@ -1,0 +1,49 @@
+/* A plugin-owned deep copy of an ABI graph (the host's descriptor is only
+ * valid during graph_compile), with per-value byte sizes and producers. Part
+ * of the backend support library: depends only on hal/backend_abi.h. */
+#ifndef TY_BACKENDS_COMMON_ABI_GRAPH_H_
+#define TY_BACKENDS_COMMON_ABI_GRAPH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal/backend_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_owned_graph_t {
+  ty_abi_graph_t graph;     /* every pointer points into this object */
+  uint64_t *value_bytes;    /* per value: dense byte size */
+  uint32_t *producer;       /* per value: node index or UINT32_MAX */
+  char hash_hex[65];
+  void *pool_base_; /* private: the block everything above points into */
+} ty_owned_graph_t;
+
+/* Deep-copies `src`. Returns NULL on out-of-memory. Checks nothing else:
+ * the host validated the graph. */
+ty_owned_graph_t *ty_owned_graph_copy(const ty_abi_graph_t *src);
+void ty_owned_graph_free(ty_owned_graph_t *graph);
+
+/* Size in bytes of one element of `dtype` (0 for invalid). */
+size_t ty_abi_dtype_size(ty_dtype_t dtype);
+
+/* Element count of a value. */
+int64_t ty_abi_value_elements(const ty_abi_value_t *value);
+
+/* Attribute lookup on a node; NULL when absent. */
+const ty_abi_attr_t *ty_abi_node_attr(const ty_abi_node_t *node, const char *name);
+/* Typed lookups with defaults (INT attributes read as floats too). */
+int64_t ty_abi_node_attr_int(const ty_abi_node_t *node, const char *name,
+                             int64_t default_value);
+double ty_abi_node_attr_float(const ty_abi_node_t *node, const char *name,
+                              double default_value);
+const char *ty_abi_node_attr_string(const ty_abi_node_t *node, const char *name,
+                                    const char *default_value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_BACKENDS_COMMON_ABI_GRAPH_H_ */

@@ -1,0 +1,136 @@
+/* Memory planning: interval liveness + best-fit placement in one arena. */
+#include "backends/common/memory_plan.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* (op, output index) -> input index it may overwrite in place. */
+static int ty_inplace_input(const char *op, uint32_t output) {
+  if (strcmp(op, "adamw_update") == 0) {
+    return output == 0 ? 0 : output == 1 ? 2 : output == 2 ? 3 : -1;
+  }
+  if (strcmp(op, "sgd_update") == 0) return output == 0 ? 0 : output == 1 ? 2 : -1;
+  if (strcmp(op, "kv_cache_write") == 0) return output == 0 ? 0 : -1;
+  return -1;
+}
+
+typedef struct {
+  uint64_t offset, size;
+  uint32_t last_use; /* node index after which the block is free */
+} ty_block_t;
+
+void ty_memory_plan_free(ty_memory_plan_t *plan) {
+  free(plan->storage);
+  free(plan->copies);
+  memset(plan, 0, sizeof(*plan));
+}
+
+ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
+                               ty_memory_plan_t *plan) {
+  const ty_abi_graph_t *g = &og->graph;
+  uint32_t nv = g->value_count, nn = g->node_count;
+  memset(plan, 0, sizeof(*plan));
+  plan->value_count = nv;
+  plan->storage = calloc(nv ? nv : 1, sizeof(*plan->storage));
+  plan->copies = calloc(g->update_count ? g->update_count : 1, sizeof(*plan->copies));
+  uint32_t *last_use = malloc((nv ? nv : 1) * sizeof(uint32_t));
+  ty_block_t *live = malloc((nv ? nv : 1) * sizeof(ty_block_t));
+  if (!plan->storage || !plan->copies || !last_use || !live) {
+    free(last_use);
+    free(live);
+    ty_memory_plan_free(plan);
+    return TY_CODE_RESOURCE_EXHAUSTED;
+  }
+  for (uint32_t v = 0; v < nv; ++v) {
+    const ty_abi_value_t *val = &g->values[v];
+    last_use[v] = og->producer[v];
+    if (val->role == TY_VALUE_CONSTANT) {
+      plan->storage[v].kind = TY_STORAGE_CONSTANT;
+    } else if (val->role != TY_VALUE_INTERMEDIATE || (val->flags & TY_VALUE_FLAG_OUTPUT)) {
+      plan->storage[v].kind = TY_STORAGE_BOUND;
+    } else {
+      plan->storage[v].kind = TY_STORAGE_ARENA;
+    }
+  }
+  for (uint32_t n = 0; n < nn; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    for (uint32_t i = 0; i < node->input_count; ++i) {
+      if (node->inputs[i] != UINT32_MAX) last_use[node->inputs[i]] = n;
+    }
+  }
+  /* In-place state updates. */
+  for (uint32_t u = 0; u < g->update_count; ++u) {
+    uint32_t state = g->updates[u].state, value = g->updates[u].value;
+    uint32_t p = og->producer[value];
+    bool alias = false;
+    if (p != UINT32_MAX && plan->storage[value].kind == TY_STORAGE_ARENA) {
+      const ty_abi_node_t *node = &g->nodes[p];
+      for (uint32_t o = 0; o < node->output_count && !alias; ++o) {
+        if (node->outputs[o] != value) continue;
+        int in = ty_inplace_input(node->op, o);
+        alias = in >= 0 && (uint32_t)in < node->input_count &&
+                node->inputs[in] == state && last_use[state] <= p &&
+                last_use[value] <= p; /* nobody reads the new value either */
+      }
+    }
+    if (alias) {
+      plan->storage[value].kind = TY_STORAGE_STATE_ALIAS;
+      plan->storage[value].alias = state;
+    } else {
+      plan->copies[plan->copy_count++] = g->updates[u];
+      /* The copy reads the value after every node. */
+      if (plan->storage[value].kind == TY_STORAGE_ARENA) last_use[value] = nn;
+    }
+  }
+  /* Best-fit placement in definition order. */
+  uint32_t live_count = 0;
+  uint64_t peak = 0;
+  uint64_t mask = alignment ? alignment - 1 : 0;
+  for (uint32_t n = 0; n < nn; ++n) {
+    /* Release blocks whose last reader ran before this node. */
+    for (uint32_t b = 0; b < live_count;) {
+      if (live[b].last_use < n) {
+        live[b] = live[--live_count];
+      } else {
+        ++b;
+      }
+    }
+    const ty_abi_node_t *node = &g->nodes[n];
+    for (uint32_t o = 0; o < node->output_count; ++o) {
+      uint32_t v = node->outputs[o];
+      if (plan->storage[v].kind != TY_STORAGE_ARENA) continue;
+      uint64_t size = (og->value_bytes[v] + mask) & ~mask;
+      if (size == 0) size = alignment ? alignment : 1;
+      plan->naive_bytes += size;
+      /* Sort live blocks by offset (few blocks; insertion sort). */
+      for (uint32_t i = 1; i < live_count; ++i) {
+        ty_block_t key = live[i];
+        uint32_t j = i;
+        while (j > 0 && live[j - 1].offset > key.offset) {
+          live[j] = live[j - 1];
+          --j;
+        }
+        live[j] = key;
+      }
+      uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
+      for (uint32_t i = 0; i <= live_count; ++i) {
+        uint64_t end = i < live_count ? live[i].offset : UINT64_MAX;
+        if (end >= cursor && end - cursor >= size && end - cursor < best_gap) {
+          best = cursor;
+          best_gap = end - cursor;
+        }
+        if (i < live_count && live[i].offset + live[i].size > cursor) {
+          cursor = live[i].offset + live[i].size;
+        }
+      }
+      plan->storage[v].offset = best;
+      live[live_count++] = (ty_block_t){best, size, last_use[v]};
+      if (best + size > peak) peak = best + size;
+    }
+  }
+  plan->arena_bytes = peak;
+  free(last_use);
+  free(live);
+  return TY_CODE_OK;
+}

@@ -1,0 +1,50 @@
+/* Liveness-based memory planning for per-op backends: every intermediate
+ * value gets an offset in one arena, reusing the bytes of values whose last
+ * reader has run; optimizer and KV-cache updates write straight into their
+ * state's buffer when nothing reads the old state afterwards. Depends only on
+ * hal/backend_abi.h. */
+#ifndef TY_BACKENDS_COMMON_MEMORY_PLAN_H_
+#define TY_BACKENDS_COMMON_MEMORY_PLAN_H_
+
+#include <stdint.h>
+
+#include "backends/common/abi_graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ty_storage_kind_e {
+  TY_STORAGE_BOUND = 0,       /* INPUT, STATE or OUTPUT: bound by name */
+  TY_STORAGE_CONSTANT = 1,    /* the graph's const_data */
+  TY_STORAGE_ARENA = 2,       /* arena + offset */
+  TY_STORAGE_STATE_ALIAS = 3, /* written in place into state `alias` */
+} ty_storage_kind_t;
+
+typedef struct ty_value_storage_t {
+  ty_storage_kind_t kind;
+  uint64_t offset;  /* TY_STORAGE_ARENA */
+  uint32_t alias;   /* TY_STORAGE_STATE_ALIAS: the state value */
+} ty_value_storage_t;
+
+typedef struct ty_memory_plan_t {
+  uint32_t value_count;
+  ty_value_storage_t *storage; /* per value */
+  uint64_t arena_bytes;        /* peak arena size */
+  uint64_t naive_bytes;        /* sum of all intermediates (for reports) */
+  /* State updates that still need a copy after the last node. */
+  uint32_t copy_count;
+  ty_abi_state_update_t *copies;
+} ty_memory_plan_t;
+
+/* Plans `graph` with arena offsets aligned to `alignment` (power of two).
+ * Returns 0 on success, or TY_CODE_RESOURCE_EXHAUSTED on out-of-memory. */
+ty_code_t ty_memory_plan_build(const ty_owned_graph_t *graph, uint64_t alignment,
+                               ty_memory_plan_t *out_plan);
+void ty_memory_plan_free(ty_memory_plan_t *plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_BACKENDS_COMMON_MEMORY_PLAN_H_ */

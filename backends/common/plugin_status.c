@@ -1,0 +1,69 @@
+/* hal/status.h implemented over the host services, for plugin-side code. A
+ * ty_status_t here is the host's status object, reached only through
+ * ty_host_api_t; its layout is never read. */
+#include "backends/common/plugin_status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hal/status.h"
+
+static const ty_host_api_t *ty_plugin_host;
+
+void ty_plugin_status_init(const ty_host_api_t *host) { ty_plugin_host = host; }
+
+static ty_status_t ty_plugin_wrap(ty_abi_status_t s) { return (ty_status_t)(void *)s; }
+
+ty_status_t ty_status_makev(ty_code_t code, const char *fmt, va_list args) {
+  char message[1024];
+  vsnprintf(message, sizeof(message), fmt, args);
+  return ty_plugin_wrap(ty_plugin_host->status_make(code, message));
+}
+
+ty_status_t ty_status_make(ty_code_t code, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  ty_status_t s = ty_status_makev(code, fmt, args);
+  va_end(args);
+  return s;
+}
+
+ty_abi_status_t ty_plugin_error(ty_code_t code, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  ty_status_t s = ty_status_makev(code, fmt, args);
+  va_end(args);
+  return (ty_abi_status_t)(void *)s;
+}
+
+ty_code_t ty_status_code(ty_status_t status) {
+  return ty_plugin_host->status_code((ty_abi_status_t)(void *)status);
+}
+
+const char *ty_status_message(ty_status_t status) {
+  return ty_plugin_host->status_message((ty_abi_status_t)(void *)status);
+}
+
+void ty_status_free(ty_status_t status) {
+  ty_plugin_host->status_free((ty_abi_status_t)(void *)status);
+}
+
+ty_code_t ty_status_consume_code(ty_status_t status) {
+  ty_code_t code = ty_status_code(status);
+  ty_status_free(status);
+  return code;
+}
+
+ty_status_t ty_status_annotate(ty_status_t status, const char *fmt, ...) {
+  if (!status) return status;
+  char context[512];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(context, sizeof(context), fmt, args);
+  va_end(args);
+  ty_status_t annotated = ty_status_make(ty_status_code(status), "%s: %s",
+                                         context, ty_status_message(status));
+  ty_status_free(status);
+  return annotated;
+}

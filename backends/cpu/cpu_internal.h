@@ -1,0 +1,62 @@
+/* Shared state of the cpu plugin's files: the backend, device and buffer
+ * objects behind the ABI's opaque handles, and the kernel interface. */
+#ifndef TY_BACKENDS_CPU_CPU_INTERNAL_H_
+#define TY_BACKENDS_CPU_CPU_INTERNAL_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hal/backend_abi.h"
+
+struct ty_abi_backend_s {
+  const ty_host_api_t *host;
+  ty_abi_device_info_t info; /* probed once at create */
+};
+
+typedef enum cpu_kernel_mode_e {
+  CPU_KERNELS_FAST = 0,      /* oneDNN + OpenMP kernels */
+  CPU_KERNELS_REFERENCE = 1, /* the f64 reference kernels (the oracle) */
+} cpu_kernel_mode_t;
+
+struct ty_abi_device_s {
+  ty_abi_backend_t *backend;
+  uint32_t threads;
+  cpu_kernel_mode_t kernels;
+};
+
+struct ty_abi_buffer_s {
+  uint64_t size;
+  unsigned char *data;
+};
+
+/* Everything a fast kernel needs to run one node. data[v] is the storage of
+ * value v (its dtype, dense row-major); outputs may alias inputs only for
+ * in-place updates (optimizer steps, kv_cache_write). */
+typedef struct cpu_node_ctx_t {
+  const ty_abi_graph_t *graph;
+  const ty_abi_node_t *node;
+  uint32_t node_index;
+  void *const *data;
+  uint32_t threads;
+} cpu_node_ctx_t;
+
+/* Returns NULL (OK) or a status made with ty_plugin_error(). */
+typedef ty_abi_status_t (*cpu_kernel_fn_t)(const cpu_node_ctx_t *ctx);
+
+/* The fast kernel for `node` (given its operand dtypes), or NULL when there
+ * is none and the reference kernel must run. */
+cpu_kernel_fn_t cpu_kernel_find(const ty_abi_graph_t *graph,
+                                const ty_abi_node_t *node);
+
+/* Graph entries (cpu_graph.c). */
+ty_abi_status_t cpu_graph_supports(ty_abi_device_t *device,
+                                   const ty_abi_graph_t *graph,
+                                   ty_abi_node_support_t *out_support);
+ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device,
+                                  const ty_abi_compile_args_t *args,
+                                  ty_abi_executable_t **out_executable);
+void cpu_executable_destroy(ty_abi_executable_t *executable);
+ty_abi_status_t cpu_executable_execute(ty_abi_executable_t *executable,
+                                       const ty_abi_execute_args_t *args);
+
+#endif /* TY_BACKENDS_CPU_CPU_INTERNAL_H_ */

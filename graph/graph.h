@@ -1,0 +1,110 @@
+/* The graph IR: values (tensors) and nodes (ops of op set v1) built with a
+ * checked builder API. Every node's outputs are inferred by the op set when
+ * it is added, so a graph that builds is well-typed. Parameters and optimizer
+ * moments are STATE values; per-run data are INPUT values; a state update
+ * names the value a state takes after each run.
+ *
+ * Ownership: the graph owns everything it holds. Not thread-safe for
+ * mutation; concurrent readers are fine. */
+#ifndef TY_GRAPH_GRAPH_H_
+#define TY_GRAPH_GRAPH_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal/backend_abi.h"
+#include "hal/status.h"
+#include "hal/tensor.h"
+#include "ops/attrs.h"
+#include "ops/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_graph_t ty_graph_t;
+
+typedef struct ty_graph_value_t {
+  ty_tensor_desc_t desc; /* desc.name is the value's name ("" if none) */
+  ty_value_role_t role;
+  uint32_t flags;            /* TY_VALUE_FLAG_OUTPUT */
+  uint32_t producer;         /* node index, UINT32_MAX for inputs/state/constants */
+  uint32_t producer_output;  /* which output of the producer */
+  void *const_data;          /* owned; constants only */
+  size_t const_bytes;
+} ty_graph_value_t;
+
+typedef struct ty_graph_node_t {
+  char op[32];
+  ty_attrs_t attrs;
+  uint32_t input_count;
+  uint32_t output_count;
+  ty_value_id_t *inputs; /* owned; TY_VALUE_NONE for an absent optional */
+  ty_value_id_t *outputs; /* owned */
+} ty_graph_node_t;
+
+ty_status_t ty_graph_create(ty_graph_t **out_graph);
+void ty_graph_destroy(ty_graph_t *graph);
+
+/* Per-run input bound by name. `name` must be unique and non-empty. */
+ty_status_t ty_graph_add_input(ty_graph_t *graph, const char *name,
+                               ty_dtype_t dtype, uint32_t rank,
+                               const int64_t *dims, ty_value_id_t *out_value);
+/* Device-resident state (parameter, optimizer moment). Named, unique. */
+ty_status_t ty_graph_add_state(ty_graph_t *graph, const char *name,
+                               ty_dtype_t dtype, uint32_t rank,
+                               const int64_t *dims, ty_value_id_t *out_value);
+/* A constant; `data` (dense, row-major) is copied. `name` may be NULL. */
+ty_status_t ty_graph_add_constant(ty_graph_t *graph, const char *name,
+                                  ty_dtype_t dtype, uint32_t rank,
+                                  const int64_t *dims, const void *data,
+                                  ty_value_id_t *out_value);
+/* A rank-0 constant of a float dtype holding `value` (rounded to dtype). */
+ty_status_t ty_graph_add_scalar(ty_graph_t *graph, ty_dtype_t dtype,
+                                double value, ty_value_id_t *out_value);
+
+/* Adds a node; infers its outputs through the op set. `output_count` must
+ * equal the number of outputs the op makes (INVALID_ARGUMENT otherwise).
+ * `attrs` may be NULL. On error the graph is unchanged and the message names
+ * the op and the node index. */
+ty_status_t ty_graph_add_node(ty_graph_t *graph, const char *op,
+                              const ty_value_id_t *inputs, uint32_t input_count,
+                              const ty_attrs_t *attrs,
+                              ty_value_id_t *out_outputs, uint32_t output_count);
+/* Shorthand for single-output ops. */
+ty_status_t ty_graph_add_node1(ty_graph_t *graph, const char *op,
+                               const ty_value_id_t *inputs,
+                               uint32_t input_count, const ty_attrs_t *attrs,
+                               ty_value_id_t *out_output);
+
+/* Names a value (unique) and marks it readable after a run. */
+ty_status_t ty_graph_set_output(ty_graph_t *graph, ty_value_id_t value,
+                                const char *name);
+/* Gives a value a unique name without marking it an output. */
+ty_status_t ty_graph_set_name(ty_graph_t *graph, ty_value_id_t value,
+                              const char *name);
+/* After each run, STATE value `state` takes the content of `value` (same
+ * dtype and shape). At most one update per state. */
+ty_status_t ty_graph_set_state_update(ty_graph_t *graph, ty_value_id_t state,
+                                      ty_value_id_t value);
+
+/* NOT_FOUND when no value has that name. */
+ty_status_t ty_graph_find(const ty_graph_t *graph, const char *name,
+                          ty_value_id_t *out_value);
+
+uint32_t ty_graph_value_count(const ty_graph_t *graph);
+const ty_graph_value_t *ty_graph_value(const ty_graph_t *graph,
+                                       ty_value_id_t value);
+uint32_t ty_graph_node_count(const ty_graph_t *graph);
+const ty_graph_node_t *ty_graph_node(const ty_graph_t *graph, uint32_t node);
+uint32_t ty_graph_update_count(const ty_graph_t *graph);
+ty_abi_state_update_t ty_graph_update(const ty_graph_t *graph, uint32_t index);
+
+const char *ty_value_role_name(ty_value_role_t role);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_GRAPH_GRAPH_H_ */

@@ -1,0 +1,360 @@
+/* Sessions: lowering, support check, compile cache, device-resident state,
+ * named bindings and transfer accounting. */
+#include "graph/session.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/lower.h"
+#include "hal/buffer.h"
+#include "hal/dtype.h"
+
+/* ---- the per-device compile cache ---- */
+
+#define TY_COMPILE_CACHE_KEY "trainyard.compile_cache"
+
+typedef struct ty_cache_entry_t {
+  char *key;
+  ty_abi_executable_t *executable;
+  struct ty_cache_entry_t *next;
+} ty_cache_entry_t;
+
+typedef struct ty_compile_cache_t {
+  ty_backend_t *backend;
+  ty_cache_entry_t *entries;
+} ty_compile_cache_t;
+
+static void ty_compile_cache_destroy(void *object) {
+  ty_compile_cache_t *cache = object;
+  void (*destroy)(ty_abi_executable_t *) =
+      TY_BACKEND_ENTRY(cache->backend, executable_destroy);
+  for (ty_cache_entry_t *e = cache->entries, *next; e; e = next) {
+    next = e->next;
+    if (destroy) destroy(e->executable);
+    free(e->key);
+    free(e);
+  }
+  free(cache);
+}
+
+static ty_status_t ty_compile_cache_get(ty_device_t *device,
+                                        ty_compile_cache_t **out) {
+  *out = ty_device_attachment(device, TY_COMPILE_CACHE_KEY);
+  if (*out) return TY_OK;
+  ty_compile_cache_t *cache = calloc(1, sizeof(*cache));
+  if (!cache) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for a compile cache");
+  }
+  cache->backend = ty_device_backend(device);
+  ty_status_t s = ty_device_attach(device, TY_COMPILE_CACHE_KEY, cache,
+                                   ty_compile_cache_destroy);
+  if (s) {
+    free(cache);
+    return s;
+  }
+  *out = cache;
+  return TY_OK;
+}
+
+/* ---- sessions ---- */
+
+typedef struct ty_session_slot_t {
+  const char *name; /* points into the lowered graph */
+  ty_tensor_desc_t desc;
+  ty_value_role_t role;
+  uint32_t flags;
+  uint64_t bytes;
+  ty_buffer_t *buffer;
+  bool bound;
+} ty_session_slot_t;
+
+struct ty_session_t {
+  ty_device_t *device;
+  ty_lowered_graph_t *lowered;
+  ty_abi_executable_t *executable; /* owned by the device's compile cache */
+  ty_session_slot_t *slots;
+  uint32_t slot_count;
+  ty_abi_binding_t *bindings;
+  ty_session_stats_t stats;
+};
+
+static ty_status_t ty_session_check_support(ty_device_t *device,
+                                            const ty_abi_graph_t *graph) {
+  ty_backend_t *backend = ty_device_backend(device);
+  ty_abi_status_t (*supports)(ty_abi_device_t *, const ty_abi_graph_t *,
+                              ty_abi_node_support_t *) =
+      TY_BACKEND_ENTRY(backend, graph_supports);
+  if (!supports || !TY_BACKEND_ENTRY(backend, graph_compile) ||
+      !TY_BACKEND_ENTRY(backend, executable_execute)) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' cannot run graphs (it lacks the ABI "
+                          "1.1 graph entries)",
+                          ty_backend_name(backend));
+  }
+  ty_abi_node_support_t *report =
+      calloc(graph->node_count ? graph->node_count : 1, sizeof(*report));
+  if (!report) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory checking support");
+  }
+  ty_status_t s = ty_status_from_abi(supports(ty_device_handle(device), graph, report));
+  for (uint32_t n = 0; n < graph->node_count && !s; ++n) {
+    if (report[n].supported) continue;
+    const ty_abi_node_t *node = &graph->nodes[n];
+    /* Name the dtype of the node's first float input (or output). */
+    ty_dtype_t dtype = TY_DTYPE_INVALID;
+    for (uint32_t i = 0; i < node->input_count && dtype == TY_DTYPE_INVALID; ++i) {
+      if (node->inputs[i] != UINT32_MAX) dtype = graph->values[node->inputs[i]].dtype;
+    }
+    if (dtype == TY_DTYPE_INVALID && node->output_count) {
+      dtype = graph->values[node->outputs[0]].dtype;
+    }
+    report[n].reason[sizeof(report[n].reason) - 1] = '\0';
+    s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                       "%s does not support op %s (%s)%s%s; run 'trainyard "
+                       "conform --backend %s' for the full list",
+                       ty_device_label(device), node->op, ty_dtype_name(dtype),
+                       report[n].reason[0] ? ": " : "", report[n].reason,
+                       ty_device_uri(device));
+  }
+  free(report);
+  return s;
+}
+
+static ty_status_t ty_session_compile(ty_device_t *device,
+                                      const ty_lowered_graph_t *lowered,
+                                      const ty_session_options_t *options,
+                                      ty_abi_executable_t **out_executable,
+                                      bool *out_hit) {
+  *out_executable = NULL;
+  *out_hit = false;
+  ty_compile_cache_t *cache;
+  TY_RETURN_IF_ERROR(ty_compile_cache_get(device, &cache));
+  ty_backend_t *backend = ty_device_backend(device);
+  /* key = graph hash | backend | backend version | options */
+  size_t key_len = 64 + strlen(ty_backend_name(backend)) +
+                   strlen(ty_backend_version(backend)) + 8;
+  uint32_t option_count = options ? options->option_count : 0;
+  for (uint32_t i = 0; i < option_count; ++i) {
+    key_len += strlen(options->options[i].key) + strlen(options->options[i].value) + 2;
+  }
+  char *key = malloc(key_len + 1);
+  if (!key) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  int used = snprintf(key, key_len + 1, "%s|%s|%s", ty_lowered_graph_hash(lowered),
+                      ty_backend_name(backend), ty_backend_version(backend));
+  for (uint32_t i = 0; i < option_count; ++i) {
+    used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s=%s",
+                     options->options[i].key, options->options[i].value);
+  }
+  for (ty_cache_entry_t *e = cache->entries; e; e = e->next) {
+    if (strcmp(e->key, key) == 0) {
+      free(key);
+      *out_executable = e->executable;
+      *out_hit = true;
+      return TY_OK;
+    }
+  }
+  ty_abi_compile_args_t args = {
+      .struct_size = sizeof(args),
+      .graph = ty_lowered_graph_abi(lowered),
+      .option_count = option_count,
+      .options = options ? options->options : NULL,
+  };
+  ty_abi_status_t (*compile)(ty_abi_device_t *, const ty_abi_compile_args_t *,
+                             ty_abi_executable_t **) =
+      TY_BACKEND_ENTRY(backend, graph_compile);
+  ty_abi_executable_t *executable = NULL;
+  ty_status_t s = ty_status_from_abi(compile(ty_device_handle(device), &args, &executable));
+  if (s) {
+    free(key);
+    return ty_status_annotate(s, "compiling graph %.12s for %s",
+                              ty_lowered_graph_hash(lowered), ty_device_label(device));
+  }
+  ty_cache_entry_t *entry = calloc(1, sizeof(*entry));
+  if (!entry) {
+    void (*destroy)(ty_abi_executable_t *) = TY_BACKEND_ENTRY(backend, executable_destroy);
+    if (destroy) destroy(executable);
+    free(key);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  entry->key = key;
+  entry->executable = executable;
+  entry->next = cache->entries;
+  cache->entries = entry;
+  *out_executable = executable;
+  return TY_OK;
+}
+
+static ty_status_t ty_session_add_slots(ty_session_t *s) {
+  const ty_abi_graph_t *g = ty_lowered_graph_abi(s->lowered);
+  s->slots = calloc(g->value_count ? g->value_count : 1, sizeof(*s->slots));
+  s->bindings = calloc(g->value_count ? g->value_count : 1, sizeof(*s->bindings));
+  if (!s->slots || !s->bindings) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory creating a session");
+  }
+  for (uint32_t i = 0; i < g->value_count; ++i) {
+    const ty_abi_value_t *v = &g->values[i];
+    if (v->role != TY_VALUE_INPUT && v->role != TY_VALUE_STATE &&
+        !(v->flags & TY_VALUE_FLAG_OUTPUT)) {
+      continue;
+    }
+    ty_session_slot_t *slot = &s->slots[s->slot_count];
+    TY_RETURN_IF_ERROR(ty_tensor_desc_init(v->dtype, v->rank, v->dims, v->name, &slot->desc));
+    slot->name = v->name;
+    slot->role = v->role;
+    slot->flags = v->flags;
+    slot->bytes = (uint64_t)ty_tensor_desc_element_count(&slot->desc) * ty_dtype_size(v->dtype);
+    TY_RETURN_IF_ERROR(ty_buffer_alloc(s->device, slot->bytes, &slot->buffer));
+    s->bindings[s->slot_count] = (ty_abi_binding_t){
+        .name = v->name, .buffer = NULL, .offset = 0};
+    s->slot_count++;
+    if (v->role == TY_VALUE_STATE && slot->bytes) {
+      /* States start as zeros (optimizer moments); weights are bound. */
+      void *zeros = calloc(1, (size_t)slot->bytes);
+      if (!zeros) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      ty_status_t st = ty_buffer_write(slot->buffer, 0, zeros, slot->bytes);
+      free(zeros);
+      TY_RETURN_IF_ERROR(st);
+      s->stats.host_to_device_count++;
+      s->stats.host_to_device_bytes += slot->bytes;
+    }
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
+                              const ty_session_options_t *options,
+                              ty_session_t **out_session) {
+  *out_session = NULL;
+  ty_session_t *s = calloc(1, sizeof(*s));
+  if (!s) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory creating a session");
+  s->device = device;
+  ty_status_t st = ty_graph_lower(graph, &s->lowered);
+  if (!st) st = ty_session_check_support(device, ty_lowered_graph_abi(s->lowered));
+  if (!st) {
+    st = ty_session_compile(device, s->lowered, options, &s->executable,
+                            &s->stats.cache_hit);
+  }
+  if (!st) st = ty_session_add_slots(s);
+  if (st) {
+    ty_session_destroy(s);
+    return st;
+  }
+  *out_session = s;
+  return TY_OK;
+}
+
+void ty_session_destroy(ty_session_t *s) {
+  if (!s) return;
+  for (uint32_t i = 0; i < s->slot_count; ++i) ty_buffer_free(s->slots[i].buffer);
+  free(s->slots);
+  free(s->bindings);
+  ty_lowered_graph_destroy(s->lowered);
+  free(s);
+}
+
+static ty_status_t ty_session_slot(const ty_session_t *s, const char *name,
+                                   ty_session_slot_t **out) {
+  for (uint32_t i = 0; i < s->slot_count; ++i) {
+    if (strcmp(s->slots[i].name, name) == 0) {
+      *out = &s->slots[i];
+      return TY_OK;
+    }
+  }
+  *out = NULL;
+  return ty_status_make(TY_CODE_NOT_FOUND,
+                        "the graph has no input, state or output named '%s'", name);
+}
+
+ty_status_t ty_session_value_desc(const ty_session_t *s, const char *name,
+                                  ty_tensor_desc_t *out_desc) {
+  ty_session_slot_t *slot;
+  TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
+  *out_desc = slot->desc;
+  return TY_OK;
+}
+
+ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
+                            uint32_t rank, const int64_t *dims, const void *data,
+                            size_t bytes) {
+  ty_session_slot_t *slot;
+  TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
+  if (slot->role != TY_VALUE_INPUT && slot->role != TY_VALUE_STATE) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "'%s' is an output; only inputs and states can be bound",
+                          name);
+  }
+  bool same = dtype == slot->desc.dtype && rank == slot->desc.rank &&
+              (rank == 0 || memcmp(dims, slot->desc.dims, rank * sizeof(int64_t)) == 0);
+  if (!same) {
+    ty_tensor_desc_t given;
+    char want[128], got[128];
+    ty_status_t st = ty_tensor_desc_init(dtype, rank, dims, NULL, &given);
+    if (st) return ty_status_annotate(st, "binding '%s'", name);
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "binding '%s': the graph wants %s but got %s", name,
+                          ty_tensor_desc_format(&slot->desc, want, sizeof(want)),
+                          ty_tensor_desc_format(&given, got, sizeof(got)));
+  }
+  if (bytes != slot->bytes) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "binding '%s': %zu bytes given for a %" PRIu64 "-byte tensor",
+                          name, bytes, slot->bytes);
+  }
+  TY_RETURN_IF_ERROR(ty_buffer_write(slot->buffer, 0, data, bytes));
+  s->stats.host_to_device_count++;
+  s->stats.host_to_device_bytes += bytes;
+  slot->bound = true;
+  return TY_OK;
+}
+
+ty_status_t ty_session_run(ty_session_t *s) {
+  for (uint32_t i = 0; i < s->slot_count; ++i) {
+    if (s->slots[i].role == TY_VALUE_INPUT && !s->slots[i].bound) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "input '%s' was never bound", s->slots[i].name);
+    }
+    s->bindings[i].buffer = ty_buffer_handle(s->slots[i].buffer);
+  }
+  ty_abi_execute_args_t args = {
+      .struct_size = sizeof(args),
+      .binding_count = s->slot_count,
+      .bindings = s->bindings,
+  };
+  ty_abi_status_t (*execute)(ty_abi_executable_t *, const ty_abi_execute_args_t *) =
+      TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_execute);
+  TY_RETURN_IF_ERROR(ty_status_annotate(ty_status_from_abi(execute(s->executable, &args)),
+                                        "running graph %.12s on %s",
+                                        ty_lowered_graph_hash(s->lowered),
+                                        ty_device_label(s->device)));
+  s->stats.runs++;
+  return TY_OK;
+}
+
+ty_status_t ty_session_read(ty_session_t *s, const char *name, void *dst,
+                            size_t bytes) {
+  ty_session_slot_t *slot;
+  TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
+  if (slot->role == TY_VALUE_INPUT && !(slot->flags & TY_VALUE_FLAG_OUTPUT)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "'%s' is an input; only outputs and states can be read",
+                          name);
+  }
+  if (bytes != slot->bytes) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "reading '%s': %zu bytes requested from a %" PRIu64
+                          "-byte tensor",
+                          name, bytes, slot->bytes);
+  }
+  TY_RETURN_IF_ERROR(ty_device_synchronize(s->device));
+  TY_RETURN_IF_ERROR(ty_buffer_read(slot->buffer, 0, dst, bytes));
+  s->stats.device_to_host_count++;
+  s->stats.device_to_host_bytes += bytes;
+  return TY_OK;
+}
+
+ty_session_stats_t ty_session_stats(const ty_session_t *s) { return s->stats; }
+const char *ty_session_graph_hash(const ty_session_t *s) {
+  return ty_lowered_graph_hash(s->lowered);
+}

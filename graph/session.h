@@ -1,0 +1,83 @@
+/* Sessions: a graph compiled for one device, with its state resident there.
+ *
+ *   create(device, graph, options) -> bind(name, data) -> run() -> read(name)
+ *
+ * create lowers the graph, asks the backend which nodes it supports (a gap is
+ * an error naming op, dtype and device; there is never a fallback to another
+ * device), and compiles it — or reuses an executable compiled earlier on the
+ * same device for the same graph hash, backend, backend version and options
+ * (the in-process compile cache). Every INPUT, STATE and OUTPUT value gets a
+ * device buffer at create. STATE values (parameters, optimizer moments)
+ * start as zeros and stay on the device across runs; only bound inputs and
+ * explicit reads cross between host and device.
+ *
+ * A session must be destroyed before its device is closed. Not thread-safe. */
+#ifndef TY_GRAPH_SESSION_H_
+#define TY_GRAPH_SESSION_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+#include "hal/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_session_t ty_session_t;
+
+typedef struct ty_session_options_t {
+  /* Backend compile options (key/value), part of the cache key. */
+  uint32_t option_count;
+  const ty_abi_option_t *options;
+} ty_session_options_t;
+
+typedef struct ty_session_stats_t {
+  bool cache_hit;              /* create reused a compiled executable */
+  uint64_t runs;
+  uint64_t host_to_device_count; /* buffer writes since create */
+  uint64_t host_to_device_bytes;
+  uint64_t device_to_host_count; /* buffer reads since create */
+  uint64_t device_to_host_bytes;
+} ty_session_stats_t;
+
+/* `options` may be NULL. The session does not keep `graph`. Errors:
+ * FAILED_PRECONDITION naming the unsupported op/dtype/device; UNIMPLEMENTED
+ * when the backend cannot run graphs at all; compile errors from the
+ * backend, annotated with the device. */
+ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
+                              const ty_session_options_t *options,
+                              ty_session_t **out_session);
+void ty_session_destroy(ty_session_t *session);
+
+/* Copies host data into the INPUT or STATE value `name` (for a state: sets
+ * its value, e.g. initial weights). `dtype` and the shape must match the
+ * value's exactly; `bytes` must equal its size. INVALID_ARGUMENT naming the
+ * value and both shapes otherwise; NOT_FOUND for an unknown name. */
+ty_status_t ty_session_bind(ty_session_t *session, const char *name,
+                            ty_dtype_t dtype, uint32_t rank, const int64_t *dims,
+                            const void *data, size_t bytes);
+
+/* Runs once. FAILED_PRECONDITION naming the first INPUT never bound. */
+ty_status_t ty_session_run(ty_session_t *session);
+
+/* Copies an OUTPUT or STATE value to host memory (`bytes` must equal its
+ * size). Blocks until the last run has finished. */
+ty_status_t ty_session_read(ty_session_t *session, const char *name, void *dst,
+                            size_t bytes);
+
+/* The value's descriptor (dtype, shape, name); NOT_FOUND for unknown names. */
+ty_status_t ty_session_value_desc(const ty_session_t *session, const char *name,
+                                  ty_tensor_desc_t *out_desc);
+
+ty_session_stats_t ty_session_stats(const ty_session_t *session);
+/* The canonical graph hash the session was compiled for (64 hex digits). */
+const char *ty_session_graph_hash(const ty_session_t *session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_GRAPH_SESSION_H_ */

@@ -1,0 +1,220 @@
+/* Graph IR tests: builder errors, lowering (dead-value removal, canonical
+ * text, stable hash, dot), and sessions on the cpu plugin (results, state
+ * kept on the device, transfer counts, compile-cache hits, support gaps). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "graph/graph.h"
+#include "graph/lower.h"
+#include "graph/session.h"
+#include "hal/device.h"
+#include "hal/registry.h"
+
+static ty_registry_t *open_registry(void) {
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  return r;
+}
+
+/* y = x @ w + b, with an unused branch that lowering must drop. */
+static ty_graph_t *build_linear(int64_t m, int64_t k, int64_t n) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t x, w, b, y, dead;
+  int64_t xd[2] = {m, k}, wd[2] = {k, n}, bd[1] = {n};
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, xd, &x));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 2, wd, &w));
+  TY_EXPECT_OK(ty_graph_add_state(g, "b", TY_DTYPE_F32, 1, bd, &b));
+  ty_value_id_t in[3] = {x, w, b};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", in, 3, NULL, &y));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &dead));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  return g;
+}
+
+static void test_builder_errors(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t a, b, c;
+  int64_t d2[2] = {2, 3}, d3[2] = {4, 5};
+  TY_EXPECT_OK(ty_graph_add_input(g, "a", TY_DTYPE_F32, 2, d2, &a));
+  TY_EXPECT_STATUS(ty_graph_add_input(g, "a", TY_DTYPE_F32, 2, d2, &b),
+                   TY_CODE_ALREADY_EXISTS, "already has a value named 'a'");
+  TY_EXPECT_STATUS(ty_graph_add_input(g, "", TY_DTYPE_F32, 2, d2, &b),
+                   TY_CODE_INVALID_ARGUMENT, "must not be empty");
+  TY_EXPECT_OK(ty_graph_add_input(g, "b", TY_DTYPE_F32, 2, d3, &b));
+  ty_value_id_t in[2] = {a, b};
+  uint32_t before = ty_graph_value_count(g);
+  TY_EXPECT_STATUS(ty_graph_add_node1(g, "matmul", in, 2, NULL, &c),
+                   TY_CODE_INVALID_ARGUMENT, "inner dimensions 3 and 4 differ");
+  assert_int_equal(ty_graph_value_count(g), before); /* unchanged on error */
+  TY_EXPECT_STATUS(ty_graph_add_node1(g, "no_such_op", in, 2, NULL, &c),
+                   TY_CODE_NOT_FOUND, "no_such_op");
+  ty_value_id_t bogus[1] = {999};
+  TY_EXPECT_STATUS(ty_graph_add_node1(g, "gelu", bogus, 1, NULL, &c),
+                   TY_CODE_INVALID_ARGUMENT, "refers to value 999");
+  TY_EXPECT_STATUS(ty_graph_set_state_update(g, a, b), TY_CODE_INVALID_ARGUMENT,
+                   "not a state value");
+  ty_lowered_graph_t *l;
+  TY_EXPECT_STATUS(ty_graph_lower(g, &l), TY_CODE_FAILED_PRECONDITION,
+                   "no output and no state update");
+  ty_graph_destroy(g);
+}
+
+static void test_lowering_drops_dead_nodes_and_hash_is_stable(void **state) {
+  (void)state;
+  ty_graph_t *g1 = build_linear(2, 3, 4), *g2 = build_linear(2, 3, 4);
+  ty_graph_t *g3 = build_linear(2, 3, 5);
+  ty_lowered_graph_t *l1, *l2, *l3;
+  TY_EXPECT_OK(ty_graph_lower(g1, &l1));
+  TY_EXPECT_OK(ty_graph_lower(g2, &l2));
+  TY_EXPECT_OK(ty_graph_lower(g3, &l3));
+  const ty_abi_graph_t *abi = ty_lowered_graph_abi(l1);
+  assert_int_equal(abi->node_count, 1); /* the gelu is dead */
+  assert_string_equal(abi->nodes[0].op, "matmul");
+  assert_string_equal(ty_lowered_graph_hash(l1), ty_lowered_graph_hash(l2));
+  assert_string_not_equal(ty_lowered_graph_hash(l1), ty_lowered_graph_hash(l3));
+  assert_int_equal(strlen(ty_lowered_graph_hash(l1)), 64);
+  const char *text = ty_lowered_graph_text(l1);
+  TY_EXPECT_CONTAINS(text, "trainyard-graph 1\n");
+  TY_EXPECT_CONTAINS(text, "= input \"x\" f32[2,3]");
+  TY_EXPECT_CONTAINS(text, "= matmul(%0, %1, %2) : f32[2,4]");
+  TY_EXPECT_CONTAINS(text, "output %3 \"y\"");
+  assert_null(strstr(text, "gelu"));
+  char *dot = NULL;
+  TY_EXPECT_OK(ty_lowered_graph_format_dot(l1, &dot));
+  TY_EXPECT_CONTAINS(dot, "digraph trainyard {");
+  TY_EXPECT_CONTAINS(dot, "label=\"matmul\"");
+  free(dot);
+  ty_lowered_graph_destroy(l1);
+  ty_lowered_graph_destroy(l2);
+  ty_lowered_graph_destroy(l3);
+  ty_graph_destroy(g1);
+  ty_graph_destroy(g2);
+  ty_graph_destroy(g3);
+}
+
+static void run_linear_on(const char *uri) {
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  const int64_t m = 3, k = 4, n = 5;
+  ty_graph_t *g = build_linear(m, k, n);
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  assert_false(ty_session_stats(s).cache_hit);
+  ty_test_rng_t rng;
+  ty_test_rng_init(&rng, ty_test_seed());
+  float x[12], w[20], b[5], y[15];
+  for (int i = 0; i < 12; ++i) x[i] = (float)((ty_test_rng_next(&rng) % 2001) / 1000.0 - 1.0);
+  for (int i = 0; i < 20; ++i) w[i] = (float)((ty_test_rng_next(&rng) % 2001) / 1000.0 - 1.0);
+  for (int i = 0; i < 5; ++i) b[i] = (float)(i + 1);
+  int64_t xd[2] = {m, k}, wd[2] = {k, n}, bd[1] = {n};
+  TY_EXPECT_OK(ty_session_bind(s, "w", TY_DTYPE_F32, 2, wd, w, sizeof(w)));
+  TY_EXPECT_OK(ty_session_bind(s, "b", TY_DTYPE_F32, 1, bd, b, sizeof(b)));
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_FAILED_PRECONDITION,
+                   "input 'x' was never bound");
+  TY_EXPECT_STATUS(ty_session_bind(s, "x", TY_DTYPE_F32, 2, wd, w, sizeof(w)),
+                   TY_CODE_INVALID_ARGUMENT, "wants f32[3,4] but got f32[4,5]");
+  TY_EXPECT_STATUS(ty_session_bind(s, "nope", TY_DTYPE_F32, 2, xd, x, sizeof(x)),
+                   TY_CODE_NOT_FOUND, "'nope'");
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, x, sizeof(x)));
+  ty_session_stats_t before = ty_session_stats(s);
+  for (int run = 0; run < 3; ++run) TY_EXPECT_OK(ty_session_run(s));
+  ty_session_stats_t after = ty_session_stats(s);
+  /* Running moves nothing between host and device. */
+  assert_int_equal(after.host_to_device_count, before.host_to_device_count);
+  assert_int_equal(after.device_to_host_count, before.device_to_host_count);
+  assert_int_equal(after.runs, 3);
+  TY_EXPECT_OK(ty_session_read(s, "y", y, sizeof(y)));
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double want = b[j];
+      for (int p = 0; p < k; ++p) want += (double)x[i * k + p] * w[p * n + j];
+      assert_true(fabs(y[i * n + j] - want) < 1e-5);
+    }
+  }
+  /* The same graph again on the same device is a compile-cache hit. */
+  ty_graph_t *g2 = build_linear(m, k, n);
+  ty_session_t *s2;
+  TY_EXPECT_OK(ty_session_create(dev, g2, NULL, &s2));
+  assert_true(ty_session_stats(s2).cache_hit);
+  assert_string_equal(ty_session_graph_hash(s), ty_session_graph_hash(s2));
+  ty_session_destroy(s2);
+  ty_session_destroy(s);
+  ty_graph_destroy(g2);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+static void test_session_cpu(void **state) {
+  (void)state;
+  run_linear_on("cpu");
+}
+
+static void test_session_cpu_reference(void **state) {
+  (void)state;
+  run_linear_on("cpu?kernels=reference");
+}
+
+static void test_session_on_backend_without_graphs(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "template", &dev));
+  ty_graph_t *g = build_linear(2, 2, 2);
+  ty_session_t *s;
+  TY_EXPECT_STATUS(ty_session_create(dev, g, NULL, &s), TY_CODE_UNIMPLEMENTED,
+                   "backend 'template' cannot run graphs");
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+/* A state update: counter += x, run 4 times, state stays on the device. */
+static void test_state_updates_persist(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {4};
+  ty_value_id_t acc, x, sum;
+  TY_EXPECT_OK(ty_graph_add_state(g, "acc", TY_DTYPE_F32, 1, d, &acc));
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  ty_value_id_t in[2] = {acc, x};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &sum));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, acc, sum));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  float xs[4] = {1, 2, 3, 4}, out[4];
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 1, d, xs, sizeof(xs)));
+  for (int i = 0; i < 4; ++i) TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "acc", out, sizeof(out)));
+  for (int i = 0; i < 4; ++i) assert_true(out[i] == 4.0f * xs[i]);
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_builder_errors),
+      cmocka_unit_test(test_lowering_drops_dead_nodes_and_hash_is_stable),
+      cmocka_unit_test(test_session_cpu),
+      cmocka_unit_test(test_session_cpu_reference),
+      cmocka_unit_test(test_session_on_backend_without_graphs),
+      cmocka_unit_test(test_state_updates_persist),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
