@@ -3,7 +3,23 @@
 #include "hal/buffer.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+static _Atomic uint64_t ty_writes, ty_write_bytes, ty_reads, ty_read_bytes,
+    ty_copies, ty_copy_bytes;
+
+ty_transfer_stats_t ty_buffer_transfer_stats(void) {
+  ty_transfer_stats_t s = {
+      .writes = atomic_load(&ty_writes),
+      .write_bytes = atomic_load(&ty_write_bytes),
+      .reads = atomic_load(&ty_reads),
+      .read_bytes = atomic_load(&ty_read_bytes),
+      .copies = atomic_load(&ty_copies),
+      .copy_bytes = atomic_load(&ty_copy_bytes),
+  };
+  return s;
+}
 
 struct ty_buffer_t {
   ty_device_t *device;
@@ -90,6 +106,8 @@ ty_status_t ty_buffer_write(ty_buffer_t *b, uint64_t offset, const void *src,
   ty_abi_status_t (*write)(ty_abi_device_t *, ty_abi_buffer_t *, uint64_t,
                            const void *, uint64_t);
   TY_BUFFER_ENTRY_OR_RETURN(write, b, buffer_write);
+  atomic_fetch_add(&ty_writes, 1);
+  atomic_fetch_add(&ty_write_bytes, size);
   return ty_status_annotate(
       ty_status_from_abi(write(ty_device_handle(b->device), b->handle, offset,
                                src, size)),
@@ -107,6 +125,8 @@ ty_status_t ty_buffer_read(ty_buffer_t *b, uint64_t offset, void *dst,
   ty_abi_status_t (*read)(ty_abi_device_t *, ty_abi_buffer_t *, uint64_t, void *,
                           uint64_t);
   TY_BUFFER_ENTRY_OR_RETURN(read, b, buffer_read);
+  atomic_fetch_add(&ty_reads, 1);
+  atomic_fetch_add(&ty_read_bytes, size);
   return ty_status_annotate(
       ty_status_from_abi(read(ty_device_handle(b->device), b->handle, offset,
                               dst, size)),
@@ -139,6 +159,8 @@ ty_status_t ty_buffer_copy(ty_buffer_t *src, uint64_t src_offset,
   ty_abi_status_t (*copy)(ty_abi_device_t *, ty_abi_buffer_t *, uint64_t,
                           ty_abi_buffer_t *, uint64_t, uint64_t);
   TY_BUFFER_ENTRY_OR_RETURN(copy, src, buffer_copy);
+  atomic_fetch_add(&ty_copies, 1);
+  atomic_fetch_add(&ty_copy_bytes, size);
   return ty_status_annotate(
       ty_status_from_abi(copy(ty_device_handle(src->device), src->handle,
                               src_offset, dst->handle, dst_offset, size)),

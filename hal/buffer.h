@@ -41,6 +41,18 @@ ty_status_t ty_buffer_copy(ty_buffer_t *src, uint64_t src_offset,
                            ty_buffer_t *dst, uint64_t dst_offset,
                            uint64_t size);
 
+/* Process-wide counts of host<->device transfers made through this API
+ * (every write, read and device copy of every buffer). Tests use them to
+ * prove that running a session moves nothing but bound inputs and reads.
+ * Thread-safe (atomic). */
+typedef struct ty_transfer_stats_t {
+  uint64_t writes, write_bytes; /* host -> device */
+  uint64_t reads, read_bytes;   /* device -> host */
+  uint64_t copies, copy_bytes;  /* device -> device */
+} ty_transfer_stats_t;
+
+ty_transfer_stats_t ty_buffer_transfer_stats(void);
+
 #ifdef __cplusplus
 }
 #endif

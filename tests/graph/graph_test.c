@@ -11,6 +11,7 @@
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "graph/session.h"
+#include "hal/buffer.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 
@@ -127,13 +128,22 @@ static void run_linear_on(const char *uri) {
                    TY_CODE_NOT_FOUND, "'nope'");
   TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, x, sizeof(x)));
   ty_session_stats_t before = ty_session_stats(s);
+  ty_transfer_stats_t hal_before = ty_buffer_transfer_stats();
   for (int run = 0; run < 3; ++run) TY_EXPECT_OK(ty_session_run(s));
   ty_session_stats_t after = ty_session_stats(s);
+  ty_transfer_stats_t hal_after = ty_buffer_transfer_stats();
+  /* Counted at the hal buffer layer too: no write, read or copy at all. */
+  assert_int_equal(hal_after.writes, hal_before.writes);
+  assert_int_equal(hal_after.reads, hal_before.reads);
+  assert_int_equal(hal_after.copies, hal_before.copies);
   /* Running moves nothing between host and device. */
   assert_int_equal(after.host_to_device_count, before.host_to_device_count);
   assert_int_equal(after.device_to_host_count, before.device_to_host_count);
   assert_int_equal(after.runs, 3);
   TY_EXPECT_OK(ty_session_read(s, "y", y, sizeof(y)));
+  /* One requested read, of exactly the output's bytes. */
+  assert_int_equal(ty_buffer_transfer_stats().reads, hal_after.reads + 1);
+  assert_int_equal(ty_buffer_transfer_stats().read_bytes, hal_after.read_bytes + sizeof(y));
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
       double want = b[j];
