@@ -1,0 +1,346 @@
+/* GPT-2 and Llama-family forward graphs. One builder walks the shared
+ * transformer shape (embed -> blocks of attention + MLP with pre-norm
+ * residuals -> final norm -> LM head); the family decides the norm, the
+ * position encoding, the MLP and the weight layouts. */
+#include "models/llm.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+typedef struct {
+  ty_graph_t *g;
+  ty_llm_t *m;
+  const ty_model_config_t *c;
+  const ty_llm_options_t *o;
+  uint32_t param_capacity;
+  ty_value_id_t positions; /* i64 [T] */
+  ty_value_id_t rng;       /* i64 [2] or NONE */
+  int64_t dropout_stream;
+} ty_builder_t;
+
+static ty_status_t ty_b_param(ty_builder_t *b, bool decay, uint32_t rank, int64_t d0,
+                              int64_t d1, ty_value_id_t *out, const char *fmt, ...)
+    TY_PRINTF_ATTR(7, 8);
+
+static ty_status_t ty_b_param(ty_builder_t *b, bool decay, uint32_t rank, int64_t d0,
+                              int64_t d1, ty_value_id_t *out, const char *fmt, ...) {
+  if (b->m->param_count == b->param_capacity) {
+    uint32_t cap = b->param_capacity ? b->param_capacity * 2 : 64;
+    ty_llm_param_t *p = realloc(b->m->params, cap * sizeof(*p));
+    if (!p) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory building a model");
+    b->m->params = p;
+    b->param_capacity = cap;
+  }
+  ty_llm_param_t *p = &b->m->params[b->m->param_count];
+  memset(p, 0, sizeof(*p));
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(p->name, sizeof(p->name), fmt, args);
+  va_end(args);
+  p->rank = rank;
+  p->dims[0] = d0;
+  p->dims[1] = d1;
+  p->decay = decay;
+  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, p->name, b->o->dtype, rank, p->dims, &p->value));
+  b->m->param_count++;
+  *out = p->value;
+  return TY_OK;
+}
+
+static ty_status_t ty_b_node(ty_builder_t *b, const char *op, const ty_value_id_t *in,
+                             uint32_t n, const ty_attrs_t *attrs, ty_value_id_t *out) {
+  return ty_graph_add_node1(b->g, op, in, n, attrs, out);
+}
+
+static ty_status_t ty_b_binary(ty_builder_t *b, const char *op, ty_value_id_t x,
+                               ty_value_id_t y, ty_value_id_t *out) {
+  ty_value_id_t in[2] = {x, y};
+  return ty_b_node(b, op, in, 2, NULL, out);
+}
+
+static ty_status_t ty_b_reshape(ty_builder_t *b, ty_value_id_t x, uint32_t rank,
+                                const int64_t *dims, ty_value_id_t *out) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "shape", dims, rank));
+  return ty_b_node(b, "reshape", &x, 1, &a, out);
+}
+
+/* y = x @ W (+ bias). GPT-2 Conv1D stores W as [in, out]; Linear as [out, in]. */
+static ty_status_t ty_b_linear(ty_builder_t *b, ty_value_id_t x, ty_value_id_t w,
+                               ty_value_id_t bias, bool w_is_out_in, ty_value_id_t *out) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  if (w_is_out_in) TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "trans_b", 1));
+  ty_value_id_t in[3] = {x, w, bias};
+  return ty_b_node(b, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, &a, out);
+}
+
+static ty_status_t ty_b_dropout(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *out) {
+  if (b->rng == TY_VALUE_NONE) {
+    *out = x;
+    return TY_OK;
+  }
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "p", b->o->dropout));
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "stream", b->dropout_stream++));
+  ty_value_id_t in[2] = {x, b->rng};
+  return ty_b_node(b, "dropout", in, 2, &a, out);
+}
+
+static ty_status_t ty_b_norm(ty_builder_t *b, ty_value_id_t x, const char *prefix,
+                             ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "eps", c->norm_eps));
+  ty_value_id_t w, bias, outs[3];
+  TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, c->hidden_size, 0, &w, "%s.weight", prefix));
+  if (c->arch == TY_ARCH_GPT2) {
+    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, c->hidden_size, 0, &bias, "%s.bias", prefix));
+    ty_value_id_t in[3] = {x, w, bias};
+    TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "layernorm", in, 3, &a, outs, 3));
+  } else {
+    ty_value_id_t in[2] = {x, w};
+    TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "rmsnorm", in, 2, &a, outs, 2));
+  }
+  *out = outs[0];
+  return TY_OK;
+}
+
+static ty_status_t ty_b_rope(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "theta", c->rope_theta));
+  if (c->rope_type == TY_ROPE_LLAMA3) {
+    TY_RETURN_IF_ERROR(ty_attrs_set_string(&a, "scaling", "llama3"));
+    TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "factor", c->rope_factor));
+    TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "low_freq_factor", c->rope_low_freq_factor));
+    TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "high_freq_factor", c->rope_high_freq_factor));
+    TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "original_max_position",
+                                          (double)c->rope_original_max_positions));
+  }
+  ty_value_id_t in[2] = {x, b->positions};
+  return ty_b_node(b, "rope", in, 2, &a, out);
+}
+
+static ty_status_t ty_b_attention_core(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
+                                       ty_value_id_t v, ty_value_id_t *out) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
+  ty_value_id_t in[3] = {q, k, v}, outs[2];
+  TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, outs, 2));
+  *out = outs[0];
+  return TY_OK;
+}
+
+/* GPT-2 attention: fused c_attn, split into q, k, v. */
+static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t x,
+                                       ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  int64_t B = b->o->batch, T = b->o->seq, C = c->hidden_size, H = c->num_heads,
+          D = c->head_dim;
+  ty_value_id_t w, bias, qkv, split, parts[3], y;
+  TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, C, 3 * C, &w, "transformer.h.%d.attn.c_attn.weight", layer));
+  TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, 3 * C, 0, &bias, "transformer.h.%d.attn.c_attn.bias", layer));
+  TY_RETURN_IF_ERROR(ty_b_linear(b, x, w, bias, false, &qkv));
+  int64_t five[5] = {B, T, 3, H, D}, four[4] = {B, T, H, D};
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, qkv, 5, five, &split));
+  for (int i = 0; i < 3; ++i) {
+    ty_attrs_t a = TY_ATTRS_EMPTY;
+    int64_t starts[5] = {0, 0, i, 0, 0}, sizes[5] = {B, T, 1, H, D};
+    TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "starts", starts, 5));
+    TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "sizes", sizes, 5));
+    ty_value_id_t s;
+    TY_RETURN_IF_ERROR(ty_b_node(b, "slice", &split, 1, &a, &s));
+    TY_RETURN_IF_ERROR(ty_b_reshape(b, s, 4, four, &parts[i]));
+  }
+  TY_RETURN_IF_ERROR(ty_b_attention_core(b, parts[0], parts[1], parts[2], &y));
+  int64_t three[3] = {B, T, C};
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, three, &y));
+  ty_value_id_t pw, pb;
+  TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, C, C, &pw, "transformer.h.%d.attn.c_proj.weight", layer));
+  TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, C, 0, &pb, "transformer.h.%d.attn.c_proj.bias", layer));
+  return ty_b_linear(b, y, pw, pb, false, out);
+}
+
+static ty_status_t ty_b_proj(ty_builder_t *b, int layer, const char *name, int64_t out_dim,
+                             int64_t in_dim, bool bias, ty_value_id_t x, ty_value_id_t *out) {
+  ty_value_id_t w, bv = TY_VALUE_NONE;
+  TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, out_dim, in_dim, &w, "model.layers.%d.%s.weight",
+                                layer, name));
+  if (bias) {
+    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, out_dim, 0, &bv, "model.layers.%d.%s.bias",
+                                  layer, name));
+  }
+  return ty_b_linear(b, x, w, bv, true, out);
+}
+
+static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_t x,
+                                        ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  int64_t B = b->o->batch, T = b->o->seq, C = c->hidden_size, H = c->num_heads,
+          K = c->num_kv_heads, D = c->head_dim;
+  ty_value_id_t q, k, v, y;
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.q_proj", H * D, C, c->qkv_bias, x, &q));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.k_proj", K * D, C, c->qkv_bias, x, &k));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.v_proj", K * D, C, c->qkv_bias, x, &v));
+  int64_t qd[4] = {B, T, H, D}, kd[4] = {B, T, K, D};
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, q, 4, qd, &q));
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, k, 4, kd, &k));
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, v, 4, kd, &v));
+  TY_RETURN_IF_ERROR(ty_b_rope(b, q, &q));
+  TY_RETURN_IF_ERROR(ty_b_rope(b, k, &k));
+  TY_RETURN_IF_ERROR(ty_b_attention_core(b, q, k, v, &y));
+  int64_t yd[3] = {B, T, H * D};
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, yd, &y));
+  return ty_b_proj(b, layer, "self_attn.o_proj", C, H * D, c->o_bias, y, out);
+}
+
+static ty_status_t ty_b_mlp(ty_builder_t *b, int layer, ty_value_id_t x, ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  int64_t C = c->hidden_size, F = c->intermediate_size;
+  if (c->arch == TY_ARCH_GPT2) {
+    ty_value_id_t w1, b1, w2, b2, h;
+    TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, C, F, &w1, "transformer.h.%d.mlp.c_fc.weight", layer));
+    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, F, 0, &b1, "transformer.h.%d.mlp.c_fc.bias", layer));
+    TY_RETURN_IF_ERROR(ty_b_linear(b, x, w1, b1, false, &h));
+    TY_RETURN_IF_ERROR(ty_b_node(b, "gelu", &h, 1, NULL, &h));
+    TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, F, C, &w2, "transformer.h.%d.mlp.c_proj.weight", layer));
+    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, C, 0, &b2, "transformer.h.%d.mlp.c_proj.bias", layer));
+    return ty_b_linear(b, h, w2, b2, false, out);
+  }
+  ty_value_id_t gate, up, h;
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.gate_proj", F, C, c->mlp_bias, x, &gate));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.up_proj", F, C, c->mlp_bias, x, &up));
+  TY_RETURN_IF_ERROR(ty_b_binary(b, "swiglu", gate, up, &h));
+  return ty_b_proj(b, layer, "mlp.down_proj", C, F, c->mlp_bias, h, out);
+}
+
+static ty_status_t ty_b_embed(ty_builder_t *b, ty_value_id_t *out_h, ty_value_id_t *out_wte) {
+  const ty_model_config_t *c = b->c;
+  ty_value_id_t wte, h;
+  bool gpt2 = c->arch == TY_ARCH_GPT2;
+  TY_RETURN_IF_ERROR(ty_b_param(b, false, 2, c->vocab_size, c->hidden_size, &wte,
+                                gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight"));
+  ty_value_id_t in[2] = {wte, b->m->tokens};
+  TY_RETURN_IF_ERROR(ty_b_node(b, "embedding", in, 2, NULL, &h));
+  if (gpt2) {
+    ty_value_id_t wpe, pos;
+    TY_RETURN_IF_ERROR(ty_b_param(b, false, 2, c->max_positions, c->hidden_size, &wpe,
+                                  "transformer.wpe.weight"));
+    ty_value_id_t pin[2] = {wpe, b->positions};
+    TY_RETURN_IF_ERROR(ty_b_node(b, "embedding", pin, 2, NULL, &pos));
+    TY_RETURN_IF_ERROR(ty_b_binary(b, "add", h, pos, &h));
+  }
+  TY_RETURN_IF_ERROR(ty_b_dropout(b, h, &h));
+  *out_h = h;
+  *out_wte = wte;
+  return TY_OK;
+}
+
+static ty_status_t ty_b_loss(ty_builder_t *b) {
+  int64_t bt[2] = {b->o->batch, b->o->seq};
+  ty_value_id_t targets, weights, per_token, weighted, total, count;
+  TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "targets", TY_DTYPE_I64, 2, bt, &targets));
+  ty_value_id_t in[2] = {b->m->logits, targets};
+  TY_RETURN_IF_ERROR(ty_b_node(b, "cross_entropy", in, 2, NULL, &per_token));
+  ty_dtype_t loss_dtype = ty_graph_value(b->g, per_token)->desc.dtype;
+  TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "loss_weights", loss_dtype, 2, bt, &weights));
+  TY_RETURN_IF_ERROR(ty_b_binary(b, "mul", per_token, weights, &weighted));
+  TY_RETURN_IF_ERROR(ty_b_node(b, "reduce_sum", &weighted, 1, NULL, &total));
+  TY_RETURN_IF_ERROR(ty_b_node(b, "reduce_sum", &weights, 1, NULL, &count));
+  TY_RETURN_IF_ERROR(ty_b_binary(b, "div", total, count, &b->m->loss));
+  TY_RETURN_IF_ERROR(ty_graph_set_output(b->g, b->m->loss, "loss"));
+  b->m->loss_per_token = per_token;
+  return ty_graph_set_output(b->g, per_token, "loss_per_token");
+}
+
+ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
+                         const ty_llm_options_t *o, ty_llm_t *m) {
+  memset(m, 0, sizeof(*m));
+  m->config = *c;
+  m->options = *o;
+  m->loss = m->loss_per_token = TY_VALUE_NONE;
+  if (o->batch < 1 || o->seq < 1) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "batch and sequence length must be >= 1");
+  }
+  if (o->seq > c->max_positions) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "sequence length %lld exceeds the model's %lld positions "
+                          "(config.json n_positions / max_position_embeddings)",
+                          (long long)o->seq, (long long)c->max_positions);
+  }
+  if (c->sliding_window > 0 && o->seq > c->sliding_window) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "sequence length %lld exceeds the model's sliding_window %lld; "
+                          "sliding-window attention is not implemented, use sequences of "
+                          "at most %lld tokens",
+                          (long long)o->seq, (long long)c->sliding_window,
+                          (long long)c->sliding_window);
+  }
+  if (o->dropout < 0 || o->dropout >= 1) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "dropout %g must be in [0, 1)", o->dropout);
+  }
+  ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE};
+  int64_t bt[2] = {o->batch, o->seq};
+  ty_status_t s = ty_graph_add_input(g, "tokens", TY_DTYPE_I64, 2, bt, &m->tokens);
+  if (!s) {
+    int64_t *pos = malloc((size_t)o->seq * sizeof(int64_t));
+    if (!pos) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    for (int64_t t = 0; t < o->seq; ++t) pos[t] = t;
+    int64_t tdim[1] = {o->seq};
+    s = ty_graph_add_constant(g, "positions", TY_DTYPE_I64, 1, tdim, pos, &b.positions);
+    free(pos);
+  }
+  if (!s && o->dropout > 0) {
+    int64_t two[1] = {2};
+    s = ty_graph_add_input(g, "rng", TY_DTYPE_I64, 1, two, &b.rng);
+  }
+  ty_value_id_t h, wte;
+  if (!s) s = ty_b_embed(&b, &h, &wte);
+  bool gpt2 = c->arch == TY_ARCH_GPT2;
+  for (int layer = 0; layer < c->num_layers && !s; ++layer) {
+    char prefix[TY_LLM_NAME_MAX];
+    ty_value_id_t a, y;
+    snprintf(prefix, sizeof(prefix), gpt2 ? "transformer.h.%d.ln_1" : "model.layers.%d.input_layernorm", layer);
+    s = ty_b_norm(&b, h, prefix, &a);
+    if (!s) s = gpt2 ? ty_b_attention_gpt2(&b, layer, a, &y) : ty_b_attention_llama(&b, layer, a, &y);
+    if (!s) s = ty_b_dropout(&b, y, &y);
+    if (!s) s = ty_b_binary(&b, "add", h, y, &h);
+    snprintf(prefix, sizeof(prefix), gpt2 ? "transformer.h.%d.ln_2" : "model.layers.%d.post_attention_layernorm", layer);
+    if (!s) s = ty_b_norm(&b, h, prefix, &a);
+    if (!s) s = ty_b_mlp(&b, layer, a, &y);
+    if (!s) s = ty_b_dropout(&b, y, &y);
+    if (!s) s = ty_b_binary(&b, "add", h, y, &h);
+  }
+  if (!s) s = ty_b_norm(&b, h, gpt2 ? "transformer.ln_f" : "model.norm", &h);
+  if (!s) {
+    ty_value_id_t head = wte;
+    if (!c->tie_word_embeddings) {
+      s = ty_b_param(&b, true, 2, c->vocab_size, c->hidden_size, &head, "lm_head.weight");
+    }
+    if (!s) s = ty_b_linear(&b, h, head, TY_VALUE_NONE, true, &m->logits);
+  }
+  if (!s && o->logits_output) s = ty_graph_set_output(g, m->logits, "logits");
+  if (!s && o->with_loss) s = ty_b_loss(&b);
+  if (s) {
+    ty_llm_deinit(m);
+    return ty_status_annotate(s, "building the %s graph", c->model_type);
+  }
+  return TY_OK;
+}
+
+void ty_llm_deinit(ty_llm_t *m) {
+  free(m->params);
+  m->params = NULL;
+  m->param_count = 0;
+}
+
+const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *m, const char *name) {
+  for (uint32_t i = 0; i < m->param_count; ++i) {
+    if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+  }
+  return NULL;
+}

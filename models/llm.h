@@ -1,0 +1,66 @@
+/* GPT-2 and Llama-family graphs (llama, mistral, qwen2) built from op set v1.
+ * Parameters are STATE values named and shaped exactly as in the model's
+ * Hugging Face safetensors (GPT-2's Conv1D weights stay [in, out]; Llama's
+ * Linear weights stay [out, in]), so checkpoints load and save without any
+ * renaming or transposing. */
+#ifndef TY_MODELS_LLM_H_
+#define TY_MODELS_LLM_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+#include "models/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TY_LLM_NAME_MAX 128
+
+typedef struct ty_llm_param_t {
+  char name[TY_LLM_NAME_MAX]; /* Hugging Face name, e.g. "model.norm.weight" */
+  ty_value_id_t value;        /* the STATE value */
+  uint32_t rank;
+  int64_t dims[2];
+  bool decay;                 /* weight decay applies (matrices, not norms/biases/embeddings) */
+} ty_llm_param_t;
+
+typedef struct ty_llm_options_t {
+  int64_t batch;       /* B */
+  int64_t seq;         /* T: tokens per row in this graph */
+  ty_dtype_t dtype;    /* parameters and activations: f32, bf16, f16 or f64 */
+  bool with_loss;      /* inputs "targets" (i64 [B,T], negative = ignored) and
+                          "loss_weights" ([B,T]); outputs "loss" (weighted mean)
+                          and "loss_per_token" */
+  bool logits_output;  /* output "logits" [B,T,V] */
+  double dropout;      /* > 0: dropout on embeddings and residual branches,
+                          input "rng" (i64 [2] = seed, step) */
+} ty_llm_options_t;
+
+typedef struct ty_llm_t {
+  ty_model_config_t config;
+  ty_llm_options_t options;
+  ty_llm_param_t *params; /* owned; free with ty_llm_deinit */
+  uint32_t param_count;
+  ty_value_id_t tokens;        /* input "tokens" i64 [B,T] */
+  ty_value_id_t logits;        /* [B,T,V] */
+  ty_value_id_t loss;          /* scalar, TY_VALUE_NONE without with_loss */
+  ty_value_id_t loss_per_token;
+} ty_llm_t;
+
+/* Adds the model to `graph` (inputs, parameters, forward, optional loss).
+ * INVALID_ARGUMENT for options the model cannot take (seq longer than its
+ * positions, a sliding window shorter than the sequence, ...). */
+ty_status_t ty_llm_build(ty_graph_t *graph, const ty_model_config_t *config,
+                         const ty_llm_options_t *options, ty_llm_t *out_model);
+void ty_llm_deinit(ty_llm_t *model);
+
+/* The parameter named `name`, or NULL. */
+const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *model, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_MODELS_LLM_H_ */
