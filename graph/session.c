@@ -60,13 +60,27 @@ static ty_status_t ty_compile_cache_get(ty_device_t *device,
 
 /* ---- sessions ---- */
 
+/* A device buffer that several sessions' state slots may share. */
+typedef struct ty_shared_buffer_t {
+  ty_buffer_t *buffer;
+  uint32_t refs;
+} ty_shared_buffer_t;
+
+static void ty_shared_buffer_release(ty_shared_buffer_t *b) {
+  if (b && --b->refs == 0) {
+    ty_buffer_free(b->buffer);
+    free(b);
+  }
+}
+
 typedef struct ty_session_slot_t {
   const char *name; /* points into the lowered graph */
   ty_tensor_desc_t desc;
   ty_value_role_t role;
   uint32_t flags;
   uint64_t bytes;
-  ty_buffer_t *buffer;
+  ty_shared_buffer_t *storage;
+  ty_buffer_t *buffer; /* == storage->buffer */
   bool bound;
 } ty_session_slot_t;
 
@@ -186,7 +200,22 @@ static ty_status_t ty_session_compile(ty_device_t *device,
   return TY_OK;
 }
 
-static ty_status_t ty_session_add_slots(ty_session_t *s) {
+/* The other session's state slot matching `slot` (name, dtype, shape). */
+static ty_session_slot_t *ty_session_shared_slot(const ty_session_t *other,
+                                                 const ty_session_slot_t *slot) {
+  if (!other) return NULL;
+  for (uint32_t i = 0; i < other->slot_count; ++i) {
+    ty_session_slot_t *o = &other->slots[i];
+    if (o->role == TY_VALUE_STATE && strcmp(o->name, slot->name) == 0 &&
+        o->desc.dtype == slot->desc.dtype && o->desc.rank == slot->desc.rank &&
+        memcmp(o->desc.dims, slot->desc.dims, slot->desc.rank * sizeof(int64_t)) == 0) {
+      return o;
+    }
+  }
+  return NULL;
+}
+
+static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *share) {
   const ty_abi_graph_t *g = ty_lowered_graph_abi(s->lowered);
   s->slots = calloc(g->value_count ? g->value_count : 1, sizeof(*s->slots));
   s->bindings = calloc(g->value_count ? g->value_count : 1, sizeof(*s->bindings));
@@ -205,10 +234,24 @@ static ty_status_t ty_session_add_slots(ty_session_t *s) {
     slot->role = v->role;
     slot->flags = v->flags;
     slot->bytes = (uint64_t)ty_tensor_desc_element_count(&slot->desc) * ty_dtype_size(v->dtype);
-    TY_RETURN_IF_ERROR(ty_buffer_alloc(s->device, slot->bytes, &slot->buffer));
-    s->bindings[s->slot_count] = (ty_abi_binding_t){
-        .name = v->name, .buffer = NULL, .offset = 0};
-    s->slot_count++;
+    ty_session_slot_t *shared =
+        v->role == TY_VALUE_STATE ? ty_session_shared_slot(share, slot) : NULL;
+    if (shared) {
+      slot->storage = shared->storage;
+      slot->storage->refs++;
+      slot->buffer = slot->storage->buffer;
+      slot->bound = shared->bound;
+      s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name};
+      s->slot_count++;
+      continue; /* already initialized by its owner */
+    }
+    slot->storage = calloc(1, sizeof(*slot->storage));
+    if (!slot->storage) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    slot->storage->refs = 1;
+    s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name};
+    s->slot_count++; /* counted now so that destroy releases it on error */
+    TY_RETURN_IF_ERROR(ty_buffer_alloc(s->device, slot->bytes, &slot->storage->buffer));
+    slot->buffer = slot->storage->buffer;
     if (v->role == TY_VALUE_STATE && slot->bytes) {
       /* States start as zeros (optimizer moments); weights are bound. */
       void *zeros = calloc(1, (size_t)slot->bytes);
@@ -236,7 +279,14 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
     st = ty_session_compile(device, s->lowered, options, &s->executable,
                             &s->stats.cache_hit);
   }
-  if (!st) st = ty_session_add_slots(s);
+  if (!st && options && options->share_state_with &&
+      options->share_state_with->device != device) {
+    st = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "sessions can share state only on one device (%s vs %s)",
+                        ty_device_label(device),
+                        ty_device_label(options->share_state_with->device));
+  }
+  if (!st) st = ty_session_add_slots(s, options ? options->share_state_with : NULL);
   if (st) {
     ty_session_destroy(s);
     return st;
@@ -247,7 +297,7 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
 
 void ty_session_destroy(ty_session_t *s) {
   if (!s) return;
-  for (uint32_t i = 0; i < s->slot_count; ++i) ty_buffer_free(s->slots[i].buffer);
+  for (uint32_t i = 0; i < s->slot_count; ++i) ty_shared_buffer_release(s->slots[i].storage);
   free(s->slots);
   free(s->bindings);
   ty_lowered_graph_destroy(s->lowered);

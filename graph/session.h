@@ -27,11 +27,18 @@ extern "C" {
 #endif
 
 typedef struct ty_session_t ty_session_t;
+struct ty_session_t;
 
 typedef struct ty_session_options_t {
   /* Backend compile options (key/value), part of the cache key. */
   uint32_t option_count;
   const ty_abi_option_t *options;
+  /* STATE values that also exist (same name, dtype and shape) in this
+   * session on the same device use its device buffers instead of new ones:
+   * how a prefill and a decode graph share a KV cache, or a training and an
+   * evaluation graph share weights. The buffers are reference-counted, so
+   * either session may be destroyed first. NULL for none. */
+  const struct ty_session_t *share_state_with;
 } ty_session_options_t;
 
 typedef struct ty_session_stats_t {

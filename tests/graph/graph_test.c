@@ -217,6 +217,46 @@ static void test_state_updates_persist(void **state) {
   ty_registry_destroy(r);
 }
 
+/* Two graphs share a state by name: one accumulates into it, the other reads
+ * it; the owner may be destroyed first. */
+static void test_sessions_share_state(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
+  int64_t d[1] = {3};
+  ty_graph_t *writer, *reader;
+  ty_value_id_t acc, x, sum, acc2, twice;
+  TY_EXPECT_OK(ty_graph_create(&writer));
+  TY_EXPECT_OK(ty_graph_add_state(writer, "acc", TY_DTYPE_F32, 1, d, &acc));
+  TY_EXPECT_OK(ty_graph_add_input(writer, "x", TY_DTYPE_F32, 1, d, &x));
+  ty_value_id_t in[2] = {acc, x};
+  TY_EXPECT_OK(ty_graph_add_node1(writer, "add", in, 2, NULL, &sum));
+  TY_EXPECT_OK(ty_graph_set_state_update(writer, acc, sum));
+  TY_EXPECT_OK(ty_graph_create(&reader));
+  TY_EXPECT_OK(ty_graph_add_state(reader, "acc", TY_DTYPE_F32, 1, d, &acc2));
+  ty_value_id_t in2[2] = {acc2, acc2};
+  TY_EXPECT_OK(ty_graph_add_node1(reader, "add", in2, 2, NULL, &twice));
+  TY_EXPECT_OK(ty_graph_set_output(reader, twice, "twice"));
+  ty_session_t *sw, *sr;
+  TY_EXPECT_OK(ty_session_create(dev, writer, NULL, &sw));
+  ty_session_options_t share = {.share_state_with = sw};
+  TY_EXPECT_OK(ty_session_create(dev, reader, &share, &sr));
+  float xs[3] = {1, 2, 3}, out[3];
+  TY_EXPECT_OK(ty_session_bind(sw, "x", TY_DTYPE_F32, 1, d, xs, sizeof(xs)));
+  TY_EXPECT_OK(ty_session_run(sw));
+  TY_EXPECT_OK(ty_session_run(sw));
+  ty_session_destroy(sw); /* the reader keeps the shared buffer alive */
+  TY_EXPECT_OK(ty_session_run(sr));
+  TY_EXPECT_OK(ty_session_read(sr, "twice", out, sizeof(out)));
+  for (int i = 0; i < 3; ++i) assert_true(out[i] == 4.0f * xs[i]);
+  ty_session_destroy(sr);
+  ty_graph_destroy(writer);
+  ty_graph_destroy(reader);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builder_errors),
@@ -225,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_session_cpu_reference),
       cmocka_unit_test(test_session_on_backend_without_graphs),
       cmocka_unit_test(test_state_updates_persist),
+      cmocka_unit_test(test_sessions_share_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
