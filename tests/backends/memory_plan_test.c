@@ -1,0 +1,166 @@
+/* The liveness-based memory planner: on random chains and diamonds of
+ * elementwise ops, no two arena values that are live at the same time share
+ * bytes, everything lies inside the arena, reuse actually happens, and
+ * optimizer updates are planned in place only when that is safe. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "backends/common/abi_graph.h"
+#include "backends/common/memory_plan.h"
+#include "graph/graph.h"
+#include "graph/lower.h"
+
+typedef struct {
+  ty_lowered_graph_t *lowered;
+  ty_owned_graph_t *owned;
+  ty_memory_plan_t plan;
+} planned_t;
+
+static void plan_graph(const ty_graph_t *g, planned_t *p) {
+  TY_EXPECT_OK(ty_graph_lower(g, &p->lowered));
+  p->owned = ty_owned_graph_copy(ty_lowered_graph_abi(p->lowered));
+  assert_non_null(p->owned);
+  assert_int_equal(ty_memory_plan_build(p->owned, 64, &p->plan), TY_CODE_OK);
+}
+
+static void planned_free(planned_t *p) {
+  ty_memory_plan_free(&p->plan);
+  ty_owned_graph_free(p->owned);
+  ty_lowered_graph_destroy(p->lowered);
+}
+
+/* Checks that live arena values never overlap. */
+static void check_no_overlap(const planned_t *p) {
+  const ty_abi_graph_t *g = &p->owned->graph;
+  uint32_t nv = g->value_count;
+  uint32_t *last = malloc(nv * sizeof(uint32_t));
+  for (uint32_t v = 0; v < nv; ++v) last[v] = p->owned->producer[v];
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    for (uint32_t i = 0; i < g->nodes[n].input_count; ++i) {
+      uint32_t in = g->nodes[n].inputs[i];
+      if (in != UINT32_MAX && last[in] < n) last[in] = n;
+    }
+  }
+  for (uint32_t c = 0; c < p->plan.copy_count; ++c) last[p->plan.copies[c].value] = g->node_count;
+  for (uint32_t a = 0; a < nv; ++a) {
+    if (p->plan.storage[a].kind != TY_STORAGE_ARENA) continue;
+    uint64_t a0 = p->plan.storage[a].offset, a1 = a0 + p->owned->value_bytes[a];
+    assert_true(a1 <= p->plan.arena_bytes);
+    for (uint32_t b = a + 1; b < nv; ++b) {
+      if (p->plan.storage[b].kind != TY_STORAGE_ARENA) continue;
+      uint64_t b0 = p->plan.storage[b].offset, b1 = b0 + p->owned->value_bytes[b];
+      uint32_t pa = p->owned->producer[a], pb = p->owned->producer[b];
+      bool live_together = !(last[a] < pb || last[b] < pa);
+      bool bytes_overlap = a0 < b1 && b0 < a1;
+      if (live_together && bytes_overlap) {
+        fail_msg("values %u [%u,%u] and %u [%u,%u] overlap in the arena", a, pa, last[a], b,
+                 pb, last[b]);
+      }
+    }
+  }
+  free(last);
+}
+
+static void test_random_graphs(void **state) {
+  (void)state;
+  ty_test_rng_t rng;
+  ty_test_rng_init(&rng, ty_test_seed());
+  for (int trial = 0; trial < 50; ++trial) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t d[1] = {(int64_t)(1 + ty_test_rng_next(&rng) % 300)};
+    ty_value_id_t values[64];
+    uint32_t count = 0;
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &values[count++]));
+    int nodes = 5 + (int)(ty_test_rng_next(&rng) % 40);
+    for (int n = 0; n < nodes && count < 64; ++n) {
+      ty_value_id_t in[2] = {values[ty_test_rng_next(&rng) % count],
+                             values[ty_test_rng_next(&rng) % count]};
+      const char *op = ty_test_rng_next(&rng) % 2 ? "add" : "mul";
+      TY_EXPECT_OK(ty_graph_add_node1(g, op, in, 2, NULL, &values[count++]));
+    }
+    TY_EXPECT_OK(ty_graph_set_output(g, values[count - 1], "y"));
+    planned_t p;
+    plan_graph(g, &p);
+    check_no_overlap(&p);
+    assert_true(p.plan.arena_bytes <= p.plan.naive_bytes);
+    planned_free(&p);
+    ty_graph_destroy(g);
+  }
+}
+
+static void test_chain_reuses_memory(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t v;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &v));
+  for (int i = 0; i < 20; ++i) TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &v, 1, NULL, &v));
+  TY_EXPECT_OK(ty_graph_set_output(g, v, "y"));
+  planned_t p;
+  plan_graph(g, &p);
+  check_no_overlap(&p);
+  /* 19 intermediates of 4 KiB in a chain need only two live at a time. */
+  assert_int_equal(p.plan.naive_bytes, 19 * 4096);
+  assert_int_equal(p.plan.arena_bytes, 2 * 4096);
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
+static void build_sgd(ty_graph_t *g, bool read_param_after) {
+  int64_t d[1] = {8};
+  ty_value_id_t w, grad, buf, lr, mom, wd, out[2], extra;
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 1, d, &w));
+  TY_EXPECT_OK(ty_graph_add_state(g, "buf", TY_DTYPE_F32, 1, d, &buf));
+  TY_EXPECT_OK(ty_graph_add_input(g, "grad", TY_DTYPE_F32, 1, d, &grad));
+  TY_EXPECT_OK(ty_graph_add_input(g, "lr", TY_DTYPE_F32, 0, NULL, &lr));
+  TY_EXPECT_OK(ty_graph_add_input(g, "momentum", TY_DTYPE_F32, 0, NULL, &mom));
+  TY_EXPECT_OK(ty_graph_add_input(g, "wd", TY_DTYPE_F32, 0, NULL, &wd));
+  ty_value_id_t in[6] = {w, grad, buf, lr, mom, wd};
+  TY_EXPECT_OK(ty_graph_add_node(g, "sgd_update", in, 6, NULL, out, 2));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, w, out[0]));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, buf, out[1]));
+  if (read_param_after) {
+    /* Reading the old weights after the update forbids writing in place. */
+    TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &w, 1, NULL, &extra));
+    TY_EXPECT_OK(ty_graph_set_output(g, extra, "old_w_gelu"));
+  }
+}
+
+static void test_optimizer_updates_in_place_only_when_safe(void **state) {
+  (void)state;
+  for (int read_after = 0; read_after < 2; ++read_after) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    build_sgd(g, read_after);
+    planned_t p;
+    plan_graph(g, &p);
+    check_no_overlap(&p);
+    const ty_abi_graph_t *ag = &p.owned->graph;
+    uint32_t sgd = 0;
+    while (strcmp(ag->nodes[sgd].op, "sgd_update") != 0) ++sgd;
+    uint32_t new_w = ag->nodes[sgd].outputs[0], new_buf = ag->nodes[sgd].outputs[1];
+    assert_int_equal(p.plan.storage[new_buf].kind, TY_STORAGE_STATE_ALIAS);
+    if (read_after) {
+      assert_int_equal(p.plan.storage[new_w].kind, TY_STORAGE_ARENA);
+      assert_int_equal(p.plan.copy_count, 1);
+    } else {
+      assert_int_equal(p.plan.storage[new_w].kind, TY_STORAGE_STATE_ALIAS);
+      assert_int_equal(p.plan.copy_count, 0);
+    }
+    planned_free(&p);
+    ty_graph_destroy(g);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_random_graphs),
+      cmocka_unit_test(test_chain_reuses_memory),
+      cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
