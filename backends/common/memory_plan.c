@@ -113,17 +113,19 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
         }
         live[j] = key;
       }
+      /* The smallest hole between live blocks that fits; else the end. */
       uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
-      for (uint32_t i = 0; i <= live_count; ++i) {
-        uint64_t end = i < live_count ? live[i].offset : UINT64_MAX;
+      for (uint32_t i = 0; i < live_count; ++i) {
+        uint64_t end = live[i].offset;
         if (end >= cursor && end - cursor >= size && end - cursor < best_gap) {
           best = cursor;
           best_gap = end - cursor;
         }
-        if (i < live_count && live[i].offset + live[i].size > cursor) {
+        if (live[i].offset + live[i].size > cursor) {
           cursor = live[i].offset + live[i].size;
         }
       }
+      if (best == UINT64_MAX) best = cursor;
       plan->storage[v].offset = best;
       live[live_count++] = (ty_block_t){best, size, last_use[v]};
       if (best + size > peak) peak = best + size;

@@ -207,6 +207,38 @@ static void test_state_updates_persist(void **state) {
   ty_registry_destroy(r);
 }
 
+/* A graph whose first node writes an intermediate while no other arena
+ * block is live: the planner once placed it at offset UINT64_MAX (one byte
+ * before the arena), which the sanitizer builds catch. */
+static void test_first_intermediate_is_planned_in_the_arena(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu?kernels=reference", &dev));
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {5};
+  ty_value_id_t x, a, b, y;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F64, 1, d, &x));
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_float(&attrs, "alpha", 2.0));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "scale", &x, 1, &attrs, &a));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "scale", &a, 1, &attrs, &b));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "scale", &b, 1, &attrs, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  double xs[5] = {1, -2, 3, -4, 5}, out[5];
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F64, 1, d, xs, sizeof(xs)));
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "y", out, sizeof(out)));
+  for (int i = 0; i < 5; ++i) assert_true(out[i] == 8.0 * xs[i]);
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builder_errors),
@@ -215,6 +247,7 @@ int main(void) {
       cmocka_unit_test(test_session_cpu_reference),
       cmocka_unit_test(test_session_on_backend_without_graphs),
       cmocka_unit_test(test_state_updates_persist),
+      cmocka_unit_test(test_first_intermediate_is_planned_in_the_arena),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
