@@ -60,7 +60,9 @@ typedef struct ty_grad_ctx_t {
   ty_status_t (*emit)(void *builder, const char *op, const ty_value_id_t *inputs,
                       uint32_t input_count, const ty_attrs_t *attrs,
                       ty_value_id_t *out_outputs, uint32_t out_count);
-  /* The descriptor of an existing value. */
+  /* The descriptor of an existing value. The pointer is valid only until
+   * the next emit(), which may move the builder's storage: a rule copies
+   * what it still needs after emitting. */
   const ty_tensor_desc_t *(*desc)(void *builder, ty_value_id_t value);
 } ty_grad_ctx_t;
 

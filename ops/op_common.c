@@ -352,18 +352,21 @@ ty_status_t ty_grad_scale(const ty_grad_ctx_t *ctx, ty_value_id_t value,
 ty_status_t ty_grad_sum_to(const ty_grad_ctx_t *ctx, ty_value_id_t value,
                            const ty_tensor_desc_t *target,
                            ty_value_id_t *out_value) {
+  /* A copy: `target` may point into the graph, which the reduce_sum
+   * emitted below can move. */
+  const ty_tensor_desc_t t = *target;
   const ty_tensor_desc_t *d = ty_grad_desc(ctx, value);
-  if (!d || d->rank < target->rank) {
+  if (!d || d->rank < t.rank) {
     return ty_op_error(ctx->op, "cannot sum gradient %s to shape %s",
-                       TY_DESC(d), TY_DESC(target));
+                       TY_DESC(d), TY_DESC(&t));
   }
   /* The axes broadcasting added: every leading axis target lacks, and every
    * axis where target has 1 and the gradient does not. */
   int64_t axes[TY_TENSOR_MAX_RANK];
   uint32_t count = 0;
-  uint32_t lead = d->rank - target->rank;
+  uint32_t lead = d->rank - t.rank;
   for (uint32_t i = 0; i < d->rank; ++i) {
-    if (i < lead || (target->dims[i - lead] == 1 && d->dims[i] != 1)) {
+    if (i < lead || (t.dims[i - lead] == 1 && d->dims[i] != 1)) {
       axes[count++] = i;
     }
   }
@@ -374,7 +377,7 @@ ty_status_t ty_grad_sum_to(const ty_grad_ctx_t *ctx, ty_value_id_t value,
     TY_RETURN_IF_ERROR(
         ty_grad_emit1(ctx, "reduce_sum", &value, 1, &attrs, &summed));
   }
-  return ty_grad_reshape(ctx, summed, target->rank, target->dims, out_value);
+  return ty_grad_reshape(ctx, summed, t.rank, t.dims, out_value);
 }
 
 ty_status_t ty_grad_unary_companion(const ty_grad_ctx_t *ctx,

@@ -150,6 +150,7 @@ void ty_grad_clear(const ty_grad_ctx_t *ctx);
 bool ty_grad_wants(const ty_grad_ctx_t *ctx, uint32_t index);
 /* Whether any input gets one. */
 bool ty_grad_wants_any(const ty_grad_ctx_t *ctx);
+/* Descriptors of values; like ctx->desc, valid only until the next emit. */
 const ty_tensor_desc_t *ty_grad_desc(const ty_grad_ctx_t *ctx,
                                      ty_value_id_t value);
 const ty_tensor_desc_t *ty_grad_input_desc(const ty_grad_ctx_t *ctx,

@@ -95,8 +95,9 @@ static ty_status_t ty_matmul_grad(const ty_grad_ctx_t *ctx) {
   TY_RETURN_IF_ERROR(ty_op_attr_flag(ctx->op, ctx->attrs, "trans_a", 0, &ta));
   TY_RETURN_IF_ERROR(ty_op_attr_flag(ctx->op, ctx->attrs, "trans_b", 0, &tb));
   ty_value_id_t a = ctx->inputs[0], b = ctx->inputs[1];
-  const ty_tensor_desc_t *a_desc = ty_grad_input_desc(ctx, 0);
-  const ty_tensor_desc_t *b_desc = ty_grad_input_desc(ctx, 1);
+  /* Copies: the emits below may move the descriptors. */
+  const ty_tensor_desc_t a_desc = *ty_grad_input_desc(ctx, 0);
+  const ty_tensor_desc_t b_desc = *ty_grad_input_desc(ctx, 1);
 
   if (ty_grad_wants(ctx, 0)) {
     ty_value_id_t da;
@@ -105,12 +106,12 @@ static ty_status_t ty_matmul_grad(const ty_grad_ctx_t *ctx) {
     } else {
       TY_RETURN_IF_ERROR(ty_matmul_emit(ctx, b, dc, tb, true, &da));
     }
-    TY_RETURN_IF_ERROR(ty_grad_sum_to(ctx, da, a_desc, &ctx->input_grads[0]));
+    TY_RETURN_IF_ERROR(ty_grad_sum_to(ctx, da, &a_desc, &ctx->input_grads[0]));
   }
 
   if (ty_grad_wants(ctx, 1)) {
     ty_value_id_t lhs = a, grad = dc;
-    if (!ta && b_desc->rank == 2 && a_desc->rank > 2) {
+    if (!ta && b_desc.rank == 2 && a_desc.rank > 2) {
       /* A shared weight under batched activations (x[B,T,K] @ w[K,N]):
        * folding the batch into the rows makes db one [K,N] matmul instead
        * of a [B,K,N] product reduced over B. */
@@ -123,7 +124,7 @@ static ty_status_t ty_matmul_grad(const ty_grad_ctx_t *ctx) {
     } else {
       TY_RETURN_IF_ERROR(ty_matmul_emit(ctx, grad, lhs, true, ta, &db));
     }
-    TY_RETURN_IF_ERROR(ty_grad_sum_to(ctx, db, b_desc, &ctx->input_grads[1]));
+    TY_RETURN_IF_ERROR(ty_grad_sum_to(ctx, db, &b_desc, &ctx->input_grads[1]));
   }
 
   if (ty_grad_wants(ctx, 2)) {

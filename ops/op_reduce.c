@@ -46,7 +46,9 @@ static ty_status_t ty_reduce_infer(const ty_op_infer_ctx_t *ctx) {
  * reshaped to keepdims form so that it broadcasts, then broadcast. */
 static ty_status_t ty_reduce_spread(const ty_grad_ctx_t *ctx, double factor,
                                     ty_value_id_t *out_value) {
-  const ty_tensor_desc_t *x = ty_grad_input_desc(ctx, 0);
+  /* A copy: the emits below may move the descriptor. */
+  const ty_tensor_desc_t x_copy = *ty_grad_input_desc(ctx, 0);
+  const ty_tensor_desc_t *x = &x_copy;
   ty_reduce_plan_t plan;
   TY_RETURN_IF_ERROR(ty_reduce_plan(ctx->op, ctx->attrs, x, &plan));
   ty_value_id_t v = ctx->output_grads[0];

@@ -310,7 +310,9 @@ static ty_status_t ty_concat_grad(const ty_grad_ctx_t *ctx) {
       ty_concat_axis(ctx->op, ctx->attrs, ty_grad_input_desc(ctx, 0), &axis));
   int64_t offset = 0;
   for (uint32_t i = 0; i < ctx->input_count; ++i) {
-    const ty_tensor_desc_t *x = ty_grad_input_desc(ctx, i);
+    /* A copy: the slice emitted below may move the descriptor. */
+    const ty_tensor_desc_t x_copy = *ty_grad_input_desc(ctx, i);
+    const ty_tensor_desc_t *x = &x_copy;
     if (ty_grad_wants(ctx, i)) {
       int64_t starts[TY_TENSOR_MAX_RANK] = {0};
       starts[axis] = offset;

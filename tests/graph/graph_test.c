@@ -8,6 +8,7 @@
 
 #include "common/test_util.h"
 
+#include "graph/autodiff.h"
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "graph/session.h"
@@ -257,6 +258,85 @@ static void test_sessions_share_state(void **state) {
   ty_registry_destroy(r);
 }
 
+/* A graph whose first node writes an intermediate while no other arena
+ * block is live: the planner once placed it at offset UINT64_MAX (one byte
+ * before the arena), which the sanitizer builds catch. */
+static void test_first_intermediate_is_planned_in_the_arena(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu?kernels=reference", &dev));
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {5};
+  ty_value_id_t x, a, b, y;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F64, 1, d, &x));
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_float(&attrs, "alpha", 2.0));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "scale", &x, 1, &attrs, &a));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "scale", &a, 1, &attrs, &b));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "scale", &b, 1, &attrs, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  double xs[5] = {1, -2, 3, -4, 5}, out[5];
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F64, 1, d, xs, sizeof(xs)));
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "y", out, sizeof(out)));
+  for (int i = 0; i < 5; ++i) assert_true(out[i] == 8.0 * xs[i]);
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+/* Gradient rules once kept descriptor pointers across emits, and an emit
+ * that grows the graph's value array moved them (the sanitizer builds
+ * caught a read after free). Padding the graph by 0..130 values puts the
+ * growth inside each rule at some point: matmul (batched, bias, trans_b),
+ * add with broadcasting, reduce_mean and concat. */
+static void test_autodiff_survives_graph_growth(void **state) {
+  (void)state;
+  for (int pad = 0; pad <= 130; ++pad) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t one = 1;
+    for (int i = 0; i < pad; ++i) {
+      char name[32];
+      snprintf(name, sizeof(name), "pad%d", i);
+      ty_value_id_t unused;
+      TY_EXPECT_OK(ty_graph_add_input(g, name, TY_DTYPE_F32, 1, &one, &unused));
+    }
+    int64_t xd[3] = {2, 3, 4}, wd[2] = {5, 4}, bd[1] = {5}, cd[1] = {3};
+    ty_value_id_t x, w, b, c, y, z, loss, cat;
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 3, xd, &x));
+    TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 2, wd, &w));
+    TY_EXPECT_OK(ty_graph_add_state(g, "b", TY_DTYPE_F32, 1, bd, &b));
+    TY_EXPECT_OK(ty_graph_add_state(g, "c", TY_DTYPE_F32, 1, cd, &c));
+    ty_attrs_t tb = TY_ATTRS_EMPTY, axis = TY_ATTRS_EMPTY;
+    TY_EXPECT_OK(ty_attrs_set_int(&tb, "trans_b", 1));
+    TY_EXPECT_OK(ty_attrs_set_int(&axis, "axis", 0));
+    ty_value_id_t mm[3] = {x, w, b};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", mm, 3, &tb, &y)); /* [2,3,5] */
+    ty_value_id_t pair[2] = {b, c};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "concat", pair, 2, &axis, &cat)); /* [8] */
+    ty_value_id_t sum[2] = {y, b};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "add", sum, 2, NULL, &z)); /* broadcast */
+    TY_EXPECT_OK(ty_graph_add_node1(g, "reduce_mean", &z, 1, NULL, &z));
+    ty_value_id_t total[2] = {z, cat};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "mul", total, 2, NULL, &loss));
+    ty_value_id_t wrt[3] = {w, b, c}, grads[3];
+    TY_EXPECT_OK(ty_graph_autodiff(g, loss, TY_VALUE_NONE, wrt, 3, grads));
+    for (int i = 0; i < 3; ++i) {
+      const ty_tensor_desc_t *want = &ty_graph_value(g, wrt[i])->desc;
+      const ty_tensor_desc_t *got = &ty_graph_value(g, grads[i])->desc;
+      assert_int_equal(got->rank, want->rank);
+      assert_memory_equal(got->dims, want->dims, want->rank * sizeof(int64_t));
+    }
+    ty_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builder_errors),
@@ -266,6 +346,8 @@ int main(void) {
       cmocka_unit_test(test_session_on_backend_without_graphs),
       cmocka_unit_test(test_state_updates_persist),
       cmocka_unit_test(test_sessions_share_state),
+      cmocka_unit_test(test_first_intermediate_is_planned_in_the_arena),
+      cmocka_unit_test(test_autodiff_survives_graph_growth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
