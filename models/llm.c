@@ -129,6 +129,11 @@ static ty_status_t ty_b_attention_core(ty_builder_t *b, ty_value_id_t q, ty_valu
                                        ty_value_id_t v, ty_value_id_t *out) {
   ty_attrs_t a = TY_ATTRS_EMPTY;
   TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
+  /* Mistral's window: query i sees key j iff i - window < j <= i, exactly the
+   * op's rule (transformers' sliding-window mask). */
+  if (b->c->sliding_window > 0) {
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", b->c->sliding_window));
+  }
   ty_value_id_t in[3] = {q, k, v}, outs[2];
   TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, outs, 2));
   *out = outs[0];
@@ -271,14 +276,6 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
                           "sequence length %lld exceeds the model's %lld positions "
                           "(config.json n_positions / max_position_embeddings)",
                           (long long)o->seq, (long long)c->max_positions);
-  }
-  if (c->sliding_window > 0 && o->seq > c->sliding_window) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "sequence length %lld exceeds the model's sliding_window %lld; "
-                          "sliding-window attention is not implemented, use sequences of "
-                          "at most %lld tokens",
-                          (long long)o->seq, (long long)c->sliding_window,
-                          (long long)c->sliding_window);
   }
   if (o->dropout < 0 || o->dropout >= 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "dropout %g must be in [0, 1)", o->dropout);
