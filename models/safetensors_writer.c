@@ -54,15 +54,18 @@ void ty_safetensors_writer_destroy(ty_safetensors_writer_t *writer) {
 
 ty_status_t ty_safetensors_writer_set_metadata(ty_safetensors_writer_t *writer,
                                                const char *key, const char *value) {
+  json_t *probe = key ? json_string(key) : NULL; /* jansson checks UTF-8 */
+  if (!probe) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "metadata key is NULL or not UTF-8");
+  }
+  json_decref(probe);
   json_t *v = json_string(value);
   if (!v) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "metadata value for '" TY_ST_MSG_NAME "' is NULL or not UTF-8",
-                          key ? key : "(null)");
+                          "metadata value for '" TY_ST_MSG_NAME "' is NULL or not UTF-8", key);
   }
-  if (!key || json_object_set_new(writer->metadata, key, v) != 0) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "metadata key is NULL or not UTF-8 (or out of memory)");
+  if (json_object_set_new(writer->metadata, key, v) != 0) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory setting metadata");
   }
   return TY_OK;
 }

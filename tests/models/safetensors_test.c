@@ -344,6 +344,10 @@ static void test_writer_rejects_bad_arguments(void **state) {
                    TY_CODE_INVALID_ARGUMENT, "byte 1 is 2, not 0 or 1");
   TY_EXPECT_STATUS(ty_safetensors_writer_set_metadata(w, "k", "\xc3"),
                    TY_CODE_INVALID_ARGUMENT, "not UTF-8");
+  TY_EXPECT_STATUS(ty_safetensors_writer_set_metadata(w, "\xc3", "v"),
+                   TY_CODE_INVALID_ARGUMENT, "metadata key is NULL or not UTF-8");
+  TY_EXPECT_STATUS(ty_safetensors_writer_set_metadata(w, NULL, "v"),
+                   TY_CODE_INVALID_ARGUMENT, "metadata key");
   ty_safetensors_writer_destroy(w);
 }
 
