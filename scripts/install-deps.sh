@@ -19,17 +19,49 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
   sudo="sudo"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  if [ -n "$sudo" ] && ! command -v sudo >/dev/null; then
+    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages of the interoperability tests (tests/models): the reference
+# safetensors implementation and numpy, from PyPI, for whichever python3 comes
+# first on PATH (the one CMake finds; e.g. a pyenv interpreter). Without them
+# those tests are reported as skipped, so a failure here is a warning.
+py_packages=(safetensors numpy)
+if python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "install-deps: python packages present: ${py_packages[*]}"
+else
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends python3-pip || true
+  fi
+  echo "install-deps: pip installing ${py_packages[*]} for $(command -v python3)"
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  pip_log=$(mktemp)
+  if ! python3 -m pip install --quiet "${py_packages[@]}" 2>"$pip_log"; then
+    # A Debian-managed interpreter refuses (PEP 668) unless told otherwise;
+    # only then is --break-system-packages used.
+    if grep -q "externally-managed-environment" "$pip_log"; then
+      python3 -m pip install --quiet --break-system-packages "${py_packages[@]}" 2>"$pip_log" ||
+        { cat "$pip_log" >&2; echo "install-deps: warning: could not install ${py_packages[*]}; their tests will be skipped" >&2; }
+    else
+      cat "$pip_log" >&2
+      echo "install-deps: warning: could not install ${py_packages[*]}; their tests will be skipped" >&2
+    fi
+  fi
+  rm -f "$pip_log"
+fi
