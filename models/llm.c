@@ -118,8 +118,8 @@ static ty_status_t ty_b_rope(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *ou
     TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "factor", c->rope_factor));
     TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "low_freq_factor", c->rope_low_freq_factor));
     TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "high_freq_factor", c->rope_high_freq_factor));
-    TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "original_max_position",
-                                          (double)c->rope_original_max_positions));
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "original_max_position",
+                                        c->rope_original_max_positions));
   }
   ty_value_id_t in[2] = {x, b->positions};
   return ty_b_node(b, "rope", in, 2, &a, out);

@@ -13,6 +13,8 @@
 static const ty_command_t ty_commands[] = {
     {"devices", ty_cmd_devices,
      "list backends, their devices, and plugins that were rejected"},
+    {"forward", ty_cmd_forward,
+     "logits, loss and gradients of a Hugging Face model for given tokens"},
 };
 #define TY_COMMAND_COUNT (sizeof(ty_commands) / sizeof(ty_commands[0]))
 

@@ -1,0 +1,270 @@
+/* `trainyard forward`: logits, the mean next-token loss and (with --grads)
+ * every parameter's gradient for a batch of token ids, written as
+ * safetensors named as in the checkpoint — the cross-check against
+ * transformers. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "graph/autodiff.h"
+#include "graph/session.h"
+#include "hal/device.h"
+#include "hal/dtype.h"
+#include "models/checkpoint.h"
+#include "models/llm.h"
+#include "models/safetensors.h"
+
+static const char *const ty_forward_usage =
+    "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"
+    "                         [--backend URI] [--dtype f32|bf16|f16|f64] [--grads]\n"
+    "\n"
+    "Runs the model in DIR (Hugging Face config.json + safetensors) on a batch\n"
+    "of token ids and writes OUT with:\n"
+    "  logits       F32 [B,T,V]\n"
+    "  loss         F32 []: mean next-token cross-entropy over the B*(T-1)\n"
+    "               predicted positions\n"
+    "  grad.<name>  F32, for every parameter, named and shaped as in the\n"
+    "               checkpoint (with --grads)\n"
+    "\n"
+    "  --model DIR      model folder\n"
+    "  --tokens FILE    JSON: a list of equal-length lists of token ids\n"
+    "  --out FILE       output .safetensors (written atomically)\n"
+    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
+    "  --dtype D        compute and parameter dtype (default f32)\n"
+    "  --grads          also compute parameter gradients\n"
+    "  -h, --help       this help\n";
+
+/* Reads the token file: [[ids...], ...], all rows the same length. */
+static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out_ids,
+                                  int64_t *out_b, int64_t *out_t) {
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: not valid JSON (line %d: %s)", path,
+                          err.line, err.text);
+  }
+  ty_status_t s = TY_OK;
+  size_t b = json_is_array(root) ? json_array_size(root) : 0;
+  size_t t = b ? json_array_size(json_array_get(root, 0)) : 0;
+  if (!b || !t) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "%s: expected a non-empty list of non-empty lists of token ids", path);
+    goto done;
+  }
+  int64_t *ids = malloc(b * t * sizeof(int64_t));
+  if (!ids) {
+    s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
+    goto done;
+  }
+  for (size_t i = 0; i < b && !s; ++i) {
+    json_t *row = json_array_get(root, i);
+    if (!json_is_array(row) || json_array_size(row) != t) {
+      s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                         "%s: row %zu is not a list of %zu ids (rows must have equal length)",
+                         path, i, t);
+      break;
+    }
+    for (size_t j = 0; j < t; ++j) {
+      json_t *v = json_array_get(row, j);
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
+        s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                           "%s: row %zu, position %zu: not a token id in [0, %lld)", path, i,
+                           j, (long long)vocab);
+        break;
+      }
+      ids[i * t + j] = (int64_t)json_integer_value(v);
+    }
+  }
+  if (s) {
+    free(ids);
+  } else {
+    *out_ids = ids;
+    *out_b = (int64_t)b;
+    *out_t = (int64_t)t;
+  }
+done:
+  json_decref(root);
+  return s;
+}
+
+typedef struct {
+  const char *model_dir, *tokens_path, *out_path, *backend;
+  ty_dtype_t dtype;
+  bool grads;
+} ty_forward_args_t;
+
+/* Reads value `name` from the session as f32 into a new buffer. */
+static ty_status_t ty_read_f32(ty_session_t *s, const char *name, float **out, uint64_t *count) {
+  ty_tensor_desc_t d;
+  TY_RETURN_IF_ERROR(ty_session_value_desc(s, name, &d));
+  uint64_t n = (uint64_t)ty_tensor_desc_element_count(&d);
+  size_t bytes = (size_t)n * ty_dtype_size(d.dtype);
+  void *raw = malloc(bytes ? bytes : 1);
+  float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+  ty_status_t st = (!raw || !f) ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
+                                : ty_session_read(s, name, raw, bytes);
+  if (!st) st = ty_safetensors_convert(d.dtype, raw, TY_DTYPE_F32, f, (size_t)n);
+  free(raw);
+  if (st) {
+    free(f);
+    return st;
+  }
+  *out = f;
+  *count = n;
+  return TY_OK;
+}
+
+static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
+  ty_model_config_t config;
+  TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
+  int64_t *ids = NULL, B = 0, T = 0;
+  TY_RETURN_IF_ERROR(ty_read_tokens(a->tokens_path, config.vocab_size, &ids, &B, &T));
+  ty_registry_t *registry = NULL;
+  ty_device_t *device = NULL;
+  ty_graph_t *graph = NULL;
+  ty_session_t *session = NULL;
+  ty_llm_t model = {0};
+  ty_safetensors_writer_t *writer = NULL;
+  int64_t *targets = malloc((size_t)(B * T) * sizeof(int64_t));
+  void *weights = malloc((size_t)(B * T) * 8);
+  float *logits = NULL, *loss = NULL;
+  float **grads = NULL;
+  ty_value_id_t *grad_values = NULL;
+  ty_status_t s = (!targets || !weights)
+                      ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
+                      : TY_OK;
+  if (!s) s = ty_app_registry_create(app, &registry);
+  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_graph_create(&graph);
+  ty_llm_options_t options = {
+      .batch = B, .seq = T, .dtype = a->dtype, .with_loss = true, .logits_output = true};
+  if (!s) s = ty_llm_build(graph, &config, &options, &model);
+  if (!s && a->grads) {
+    grad_values = calloc(model.param_count, sizeof(ty_value_id_t));
+    ty_value_id_t *wrt = calloc(model.param_count, sizeof(ty_value_id_t));
+    if (!grad_values || !wrt) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    for (uint32_t i = 0; i < model.param_count && !s; ++i) wrt[i] = model.params[i].value;
+    if (!s) s = ty_graph_autodiff(graph, model.loss, TY_VALUE_NONE, wrt, model.param_count,
+                                  grad_values);
+    free(wrt);
+    for (uint32_t i = 0; i < model.param_count && !s; ++i) {
+      char name[TY_LLM_NAME_MAX + 8];
+      snprintf(name, sizeof(name), "grad.%s", model.params[i].name);
+      s = ty_graph_set_output(graph, grad_values[i], name);
+    }
+  }
+  if (!s) s = ty_session_create(device, graph, NULL, &session);
+  if (!s) s = ty_llm_load_weights(&model, session, a->model_dir);
+  ty_dtype_t loss_dtype = TY_DTYPE_F32;
+  if (!s) {
+    ty_tensor_desc_t d;
+    s = ty_session_value_desc(session, "loss_weights", &d);
+    loss_dtype = d.dtype;
+  }
+  if (!s) {
+    /* Next-token targets; the last position of each row predicts nothing. */
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        bool last = t == T - 1;
+        targets[b * T + t] = last ? -1 : ids[b * T + t + 1];
+        double w = last ? 0.0 : 1.0;
+        if (loss_dtype == TY_DTYPE_F64) {
+          ((double *)weights)[b * T + t] = w;
+        } else {
+          ((float *)weights)[b * T + t] = (float)w;
+        }
+      }
+    }
+    int64_t bt[2] = {B, T};
+    size_t n = (size_t)(B * T);
+    s = ty_session_bind(session, "tokens", TY_DTYPE_I64, 2, bt, ids, n * sizeof(int64_t));
+    if (!s) s = ty_session_bind(session, "targets", TY_DTYPE_I64, 2, bt, targets, n * sizeof(int64_t));
+    if (!s) s = ty_session_bind(session, "loss_weights", loss_dtype, 2, bt, weights,
+                                n * ty_dtype_size(loss_dtype));
+  }
+  if (!s) s = ty_session_run(session);
+  uint64_t count = 0;
+  if (!s) s = ty_read_f32(session, "logits", &logits, &count);
+  if (!s) s = ty_read_f32(session, "loss", &loss, &count);
+  if (!s) s = ty_safetensors_writer_create(&writer);
+  int64_t ld[3] = {B, T, config.vocab_size};
+  if (!s) s = ty_safetensors_writer_add(writer, "logits", TY_DTYPE_F32, 3, ld, logits,
+                                        (uint64_t)(B * T * config.vocab_size) * 4);
+  if (!s) s = ty_safetensors_writer_add(writer, "loss", TY_DTYPE_F32, 0, NULL, loss, 4);
+  if (!s && a->grads) {
+    grads = calloc(model.param_count, sizeof(float *));
+    if (!grads) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    for (uint32_t i = 0; i < model.param_count && !s; ++i) {
+      const ty_llm_param_t *p = &model.params[i];
+      char name[TY_LLM_NAME_MAX + 8];
+      snprintf(name, sizeof(name), "grad.%s", p->name);
+      s = ty_read_f32(session, name, &grads[i], &count);
+      if (!s) s = ty_safetensors_writer_add(writer, name, TY_DTYPE_F32, p->rank, p->dims,
+                                            grads[i], count * 4);
+    }
+  }
+  if (!s) s = ty_safetensors_writer_write_file(writer, a->out_path);
+  if (!s && app->verbosity) {
+    fprintf(stderr, "trainyard forward: %s on %s: loss %.6f, wrote %s\n", config.model_type,
+            ty_device_label(device), (double)loss[0], a->out_path);
+  }
+  ty_safetensors_writer_destroy(writer);
+  for (uint32_t i = 0; grads && i < model.param_count; ++i) free(grads[i]);
+  free(grads);
+  free(grad_values);
+  free(logits);
+  free(loss);
+  ty_session_destroy(session);
+  ty_llm_deinit(&model);
+  ty_graph_destroy(graph);
+  ty_device_close(device);
+  ty_registry_destroy(registry);
+  free(targets);
+  free(weights);
+  free(ids);
+  return s;
+}
+
+int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
+  static const struct option long_options[] = {
+      {"model", required_argument, NULL, 'm'},  {"tokens", required_argument, NULL, 't'},
+      {"out", required_argument, NULL, 'o'},    {"backend", required_argument, NULL, 'b'},
+      {"dtype", required_argument, NULL, 'd'},  {"grads", no_argument, NULL, 'g'},
+      {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+  };
+  ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32};
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+    switch (c) {
+      case 'm': a.model_dir = optarg; break;
+      case 't': a.tokens_path = optarg; break;
+      case 'o': a.out_path = optarg; break;
+      case 'b': a.backend = optarg; break;
+      case 'g': a.grads = true; break;
+      case 'd': {
+        ty_status_t s = ty_dtype_parse(optarg, &a.dtype);
+        if (s || !ty_dtype_is_float(a.dtype)) {
+          ty_status_free(s);
+          return ty_app_usage_error("forward", "--dtype must be f32, bf16, f16 or f64, not '%s'",
+                                    optarg);
+        }
+        break;
+      }
+      case 'h': fputs(ty_forward_usage, stdout); return TY_EXIT_OK;
+      default:
+        return ty_app_usage_error("forward", "unknown option or missing value '%s'",
+                                  argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return ty_app_usage_error("forward", "unexpected argument '%s'", argv[optind]);
+  if (!a.model_dir || !a.tokens_path || !a.out_path) {
+    return ty_app_usage_error("forward", "--model, --tokens and --out are required");
+  }
+  ty_status_t s = ty_forward_run(app, &a);
+  return s ? ty_app_fail("forward", s) : TY_EXIT_OK;
+}
