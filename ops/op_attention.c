@@ -74,13 +74,15 @@ static ty_status_t ty_attention_infer(const ty_op_infer_ctx_t *ctx) {
   TY_RETURN_IF_ERROR(ty_op_need(ctx, 1, "k", &k));
   TY_RETURN_IF_ERROR(ty_op_need(ctx, 2, "v", &v));
   TY_RETURN_IF_ERROR(ty_attention_check(ctx->op, ctx->attrs, q, k, v));
+  const ty_tensor_desc_t *kv_len = ty_op_in(ctx, 3);
+  if (kv_len) TY_RETURN_IF_ERROR(ty_op_check_scalar(ctx->op, "kv_len", kv_len, TY_DTYPE_I64));
   int64_t lse[3];
   ty_attention_lse_dims(q, lse);
   TY_RETURN_IF_ERROR(ty_op_output_like(ctx, q));
   return ty_op_output(ctx, ty_op_stat_dtype(q->dtype), 3, lse);
 }
 
-/* attention_backward(dout, q, k, v, out, lse) -> dq, dk, dv */
+/* attention_backward(dout, q, k, v, out, lse, kv_len?) -> dq, dk, dv */
 static ty_status_t ty_attention_backward_infer(const ty_op_infer_ctx_t *ctx) {
   const ty_tensor_desc_t *dout, *q, *k, *v, *out, *lse;
   TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "dout", &dout));
@@ -92,6 +94,8 @@ static ty_status_t ty_attention_backward_infer(const ty_op_infer_ctx_t *ctx) {
   TY_RETURN_IF_ERROR(ty_attention_check(ctx->op, ctx->attrs, q, k, v));
   TY_RETURN_IF_ERROR(ty_op_check_like(ctx->op, "dout", dout, "q", q));
   TY_RETURN_IF_ERROR(ty_op_check_like(ctx->op, "out", out, "q", q));
+  const ty_tensor_desc_t *kv_len = ty_op_in(ctx, 6);
+  if (kv_len) TY_RETURN_IF_ERROR(ty_op_check_scalar(ctx->op, "kv_len", kv_len, TY_DTYPE_I64));
   int64_t lse_dims[3];
   ty_attention_lse_dims(q, lse_dims);
   TY_RETURN_IF_ERROR(
@@ -109,12 +113,15 @@ static ty_status_t ty_attention_grad(const ty_grad_ctx_t *ctx) {
   if (ctx->output_grads[0] == TY_VALUE_NONE || !ty_grad_wants_any(ctx)) {
     return TY_OK;
   }
-  const ty_value_id_t ins[6] = {ctx->output_grads[0], ctx->inputs[0],
+  /* The optional kv_len input travels to the backward unchanged. */
+  bool has_kv_len = ctx->input_count > 3 && ctx->inputs[3] != TY_VALUE_NONE;
+  const ty_value_id_t ins[7] = {ctx->output_grads[0], ctx->inputs[0],
                                 ctx->inputs[1],       ctx->inputs[2],
-                                ctx->outputs[0],      ctx->outputs[1]};
+                                ctx->outputs[0],      ctx->outputs[1],
+                                has_kv_len ? ctx->inputs[3] : TY_VALUE_NONE};
   ty_value_id_t outs[3];
-  TY_RETURN_IF_ERROR(
-      ty_grad_emit(ctx, "attention_backward", ins, 6, ctx->attrs, outs, 3));
+  TY_RETURN_IF_ERROR(ty_grad_emit(ctx, "attention_backward", ins, has_kv_len ? 7 : 6,
+                                  ctx->attrs, outs, 3));
   for (uint32_t i = 0; i < 3; ++i) {
     if (ty_grad_wants(ctx, i)) ctx->input_grads[i] = outs[i];
   }
@@ -122,11 +129,11 @@ static ty_status_t ty_attention_grad(const ty_grad_ctx_t *ctx) {
 }
 
 const ty_op_def_t ty_op_def_attention = {
-    .name = "attention", .min_inputs = 3, .max_inputs = 3,
+    .name = "attention", .min_inputs = 3, .max_inputs = 4,
     .attr_names = ty_attention_attrs, .infer = ty_attention_infer,
     .grad = ty_attention_grad,
     .summary = "softmax(q k^T scale, causal/window mask) v with GQA; also lse"};
 const ty_op_def_t ty_op_def_attention_backward = {
-    .name = "attention_backward", .min_inputs = 6, .max_inputs = 6,
+    .name = "attention_backward", .min_inputs = 6, .max_inputs = 7,
     .attr_names = ty_attention_attrs, .infer = ty_attention_backward_infer,
     .grad = NULL, .summary = "dq, dk, dv of attention from dout, out and lse"};

@@ -30,6 +30,13 @@ static ty_status_t ty_ref_attention_check(const ty_ref_attention_shape_t *s) {
                           "attention: kv_len %lld is shorter than q_len %lld",
                           (long long)s->kv_len, (long long)s->q_len);
   }
+  if (s->valid_len != 0 && (s->valid_len < s->q_len || s->valid_len > s->kv_len)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "attention: kv_len input %lld must lie in [%lld, %lld] "
+                          "(the query length and the key length)",
+                          (long long)s->valid_len, (long long)s->q_len,
+                          (long long)s->kv_len);
+  }
   if (s->window < 0) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "attention: window %lld is negative",
@@ -40,7 +47,8 @@ static ty_status_t ty_ref_attention_check(const ty_ref_attention_shape_t *s) {
 
 static bool ty_ref_attention_visible(const ty_ref_attention_shape_t *s,
                                      int64_t t, int64_t key) {
-  int64_t pos = t + (s->kv_len - s->q_len);
+  int64_t valid = s->valid_len ? s->valid_len : s->kv_len;
+  int64_t pos = t + (valid - s->q_len);
   if (key > pos) return false;
   return s->window == 0 || pos - key < s->window;
 }

@@ -30,10 +30,13 @@ typedef struct ty_ref_attention_shape_t {
   int64_t head_dim; /* D */
   double scale;     /* usually 1 / sqrt(D) */
   int64_t window;   /* 0: plain causal; > 0: sliding window of that many keys */
+  int64_t valid_len; /* L in [T, S]: keys at and after L are not attended
+                        (a KV cache filled up to L); 0 means L = S */
 } ty_ref_attention_shape_t;
 
-/* Query t sits at absolute position P(t) = t + (S - T), so S > T models a KV
- * cache holding S - T earlier tokens. Query head h reads kv head
+/* With L = valid_len (S when 0), query t sits at absolute position
+ * P(t) = t + (L - T), so L > T models a KV cache holding L - T earlier
+ * tokens, and keys at L and after (unfilled cache rows) are never visible. Query head h reads kv head
  * h / (Hq / Hkv). Key s is visible to query t iff s <= P(t) and, when
  * window > 0, P(t) - s < window. Every query sees at least key P(t).
  *   score_s = scale * <q[t, h], k[s, kvh]>            (visible s only)

@@ -398,6 +398,16 @@ static ty_status_t ty_run_attention(ty_interp_t *c, bool backward) {
       .scale = ty_attr_float(c, "scale", 1.0 / sqrt((double)q->dims[3])),
       .window = ty_attr_int(c, "window", 0),
   };
+  /* Optional kv_len input: the forward's 4th, the backward's 7th operand. */
+  int64_t *kv_len = NULL;
+  TY_RETURN_IF_ERROR(ty_iin(c, backward ? 6 : 3, &kv_len));
+  if (kv_len) {
+    if (kv_len[0] < 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT, "attention: kv_len input %lld < 1",
+                            (long long)kv_len[0]);
+    }
+    shape.valid_len = kv_len[0];
+  }
   if (!backward) {
     double *pq, *pk, *pv, *out, *lse;
     TY_RETURN_IF_ERROR(ty_fin(c, 0, &pq));

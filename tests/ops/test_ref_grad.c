@@ -394,10 +394,11 @@ static void attn_fwd(void *c, double *out) {
 static void test_grad_attention(void **state) {
   (void)state;
   static const ty_ref_attention_shape_t shapes[] = {
-      {2, 3, 3, 4, 2, 4, 0.5, 0}, /* GQA, groups of 2 */
-      {1, 2, 5, 2, 1, 4, 0.5, 2}, /* KV cache offset + sliding window */
-      {1, 4, 4, 3, 3, 2, 0.7, 0}, /* plain MHA, odd scale */
-      {2, 4, 6, 4, 1, 3, 0.577, 3},
+      {2, 3, 3, 4, 2, 4, 0.5, 0, 0}, /* GQA, groups of 2 */
+      {1, 2, 5, 2, 1, 4, 0.5, 2, 0}, /* KV cache offset + sliding window */
+      {1, 4, 4, 3, 3, 2, 0.7, 0, 0}, /* plain MHA, odd scale */
+      {2, 4, 6, 4, 1, 3, 0.577, 3, 0},
+      {1, 2, 6, 2, 1, 4, 0.5, 0, 4}, /* a cache filled up to 4 of 6 rows */
   };
   for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); ++k) {
     attn_ctx_t a = {shapes[k], NULL, NULL, NULL};
