@@ -13,6 +13,8 @@
 static const ty_command_t ty_commands[] = {
     {"devices", ty_cmd_devices,
      "list backends, their devices, and plugins that were rejected"},
+    {"tokenize", ty_cmd_tokenize,
+     "text to token ids, or ids to text, with a Hugging Face tokenizer.json"},
 };
 #define TY_COMMAND_COUNT (sizeof(ty_commands) / sizeof(ty_commands[0]))
 
