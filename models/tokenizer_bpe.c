@@ -70,7 +70,7 @@ static void ty_tok_cache_put(ty_tok_cache_t *cache, uint64_t hash, const char *w
   /* Out of memory here only means one word less in the cache. */
   uint32_t *data = malloc(count * sizeof(uint32_t) + size);
   if (!data) return;
-  memcpy(data, ids, count * sizeof(uint32_t));
+  if (count) memcpy(data, ids, count * sizeof(uint32_t));
   memcpy(data + count, word, size);
   if (pthread_mutex_trylock(&cache->lock) != 0) {
     free(data);
@@ -280,7 +280,9 @@ ty_status_t ty_tok_bpe_word(const ty_tokenizer_t *tok, ty_tok_work_t *work, cons
     TY_RETURN_IF_ERROR(ty_tok_ids_append(out, &sym[i].id, 1));
   }
   if (cacheable) {
-    ty_tok_cache_put(tok->cache, hash, word, size, out->data + first, out->count - first);
+    /* A word whose characters were all dropped caches as zero ids. */
+    ty_tok_cache_put(tok->cache, hash, word, size, out->count > first ? out->data + first : NULL,
+                     out->count - first);
   }
   return TY_OK;
 }

@@ -70,8 +70,9 @@ static ty_status_t ty_tok_decode_step(const ty_tokenizer_t *tok, const ty_tok_de
                                       pcre2_match_data *match, const ty_tok_strings_t *in,
                                       ty_tok_strings_t *out) {
   ty_tok_buf_t bytes = {0};
-  ty_status_t status = TY_OK;
-  if (dec->kind == TY_TOK_DEC_FUSE || dec->kind == TY_TOK_DEC_BYTE_LEVEL) {
+  /* Allocated even when empty: strings are addressed as text.data + offset. */
+  ty_status_t status = ty_tok_buf_reserve(&out->text, 0);
+  if (!status && (dec->kind == TY_TOK_DEC_FUSE || dec->kind == TY_TOK_DEC_BYTE_LEVEL)) {
     status = ty_tok_strings_push(out, "", 0);
   }
   for (size_t i = 0; i < in->items.count && !status; ++i) {

@@ -40,6 +40,7 @@ ty_status_t ty_tok_split_spans(const ty_tok_regex_t *regex, pcre2_match_data *ma
   }
   if (prev != size) TY_RETURN_IF_ERROR(ty_tok_pieces_push(spans, prev, size - prev, false, invert));
 
+  if (spans->count == 0) return TY_OK;
   /* Regroup in place; `added` ends up 1 for spans to remove. */
   ty_tok_piece_t *s = spans->data;
   size_t n = spans->count, out = 0;
