@@ -1,6 +1,6 @@
 /* Hugging Face tokenizer.json: loading, encoding and decoding for BPE models.
  *
- * Supported: byte-level BPE like GPT-2, Llama-3 and Qwen2 (ByteLevel and
+ * Supported: byte-level BPE like GPT-2 and Llama-3 (ByteLevel and
  * Split pre-tokenizers, ByteLevel decoder) and SentencePiece-style BPE with
  * byte fallback like Llama-2 and Mistral (Prepend/Replace normalizers or the
  * Metaspace pre-tokenizer; Replace, ByteFallback, Fuse, Strip and Metaspace

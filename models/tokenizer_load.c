@@ -198,7 +198,7 @@ static ty_status_t ty_tok_load_model(ty_tokenizer_t *tok, const json_t *model) {
   if (strcmp(type, "BPE") != 0) {
     return ty_status_make(TY_CODE_UNIMPLEMENTED,
                           "model.type '%s' is not supported; only BPE models (GPT-2, Llama, "
-                          "Mistral, Qwen2 families) load",
+                          "Mistral families) load",
                           type);
   }
   const json_t *dropout = json_object_get(model, "dropout");

@@ -18,7 +18,7 @@ static const char *const ty_tokenize_usage =
     "\n"
     "Encodes the text read from stdin (every byte, a final newline included)\n"
     "into token ids with a Hugging Face tokenizer.json (BPE models: GPT-2,\n"
-    "Llama-2/3, Mistral, Qwen2 families) and prints them separated by spaces.\n"
+    "Llama-2/3, Mistral families) and prints them separated by spaces.\n"
     "With --decode, reads ids (separated by spaces, commas or newlines, or a\n"
     "JSON list, or {\"ids\": [...]}) and writes the text bytes exactly.\n"
     "\n"
