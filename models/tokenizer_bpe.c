@@ -253,13 +253,28 @@ static void ty_tok_merge_all(const ty_tokenizer_t *tok, ty_tok_symbol_t *sym, si
   }
 }
 
-ty_status_t ty_tok_bpe_word(const ty_tokenizer_t *tok, ty_tok_work_t *work, const char *word,
-                            size_t size, ty_tok_ids_t *out) {
-  if (size == 0) return TY_OK;
-  if (tok->ignore_merges) {
-    uint32_t e = ty_tok_strmap_find(&tok->vocab, word, size);
-    if (e != TY_TOK_NONE) return ty_tok_ids_append(out, &tok->vocab.entries[e].value, 1);
+ty_status_t ty_tok_bpe_prepare_chunks(ty_tokenizer_t *tok) {
+  for (size_t e = 0; e < tok->vocab.count; ++e) {
+    const char *t = ty_tok_strmap_key(&tok->vocab, (uint32_t)e);
+    size_t size = tok->vocab.entries[e].size, n = 0;
+    uint32_t prev = ty_tok_utf8_decode(t, size, &n);
+    if (n == size) {
+      TY_RETURN_IF_ERROR(ty_tok_pairmap_put(&tok->chars, prev, 0, 0, 0));
+      continue;
+    }
+    for (size_t i = n; i < size; i += n) {
+      uint32_t cp = ty_tok_utf8_decode(t + i, size - i, &n);
+      TY_RETURN_IF_ERROR(ty_tok_pairmap_put(&tok->bigrams, prev, cp, 0, 0));
+      prev = cp;
+    }
   }
+  tok->chunk_words = true;
+  return TY_OK;
+}
+
+/* BPE on one run of characters, through the cache. */
+static ty_status_t ty_tok_bpe_chunk(const ty_tokenizer_t *tok, ty_tok_work_t *work,
+                                    const char *word, size_t size, ty_tok_ids_t *out) {
   bool cacheable = size <= TY_TOK_CACHE_MAX_WORD;
   uint64_t hash = 0;
   if (cacheable) {
@@ -285,4 +300,39 @@ ty_status_t ty_tok_bpe_word(const ty_tokenizer_t *tok, ty_tok_work_t *work, cons
                      out->count - first);
   }
   return TY_OK;
+}
+
+/* Words this long are cut where no merge can reach across (see below). */
+#define TY_TOK_CHUNK_MIN 32u
+
+ty_status_t ty_tok_bpe_word(const ty_tokenizer_t *tok, ty_tok_work_t *work, const char *word,
+                            size_t size, ty_tok_ids_t *out) {
+  if (size == 0) return TY_OK;
+  if (tok->ignore_merges) {
+    uint32_t e = ty_tok_strmap_find(&tok->vocab, word, size);
+    if (e != TY_TOK_NONE) return ty_tok_ids_append(out, &tok->vocab.entries[e].value, 1);
+  }
+  if (!tok->chunk_words || size < TY_TOK_CHUNK_MIN)
+    return ty_tok_bpe_chunk(tok, work, word, size, out);
+  /* Without a splitting pre-tokenizer (SentencePiece-style files) a whole
+   * segment is one word. A merge result is a vocabulary token, so no merge
+   * can join characters a and b when no token contains "ab"; if both are
+   * tokens of their own (no byte fallback, no unknown token pending), the
+   * two sides are independent BPE problems with the same result. Cutting
+   * there keeps the heap small and lets the cache see ordinary words. */
+  size_t start = 0, n = 0;
+  uint32_t prev = ty_tok_utf8_decode(word, size, &n);
+  uint32_t rank, result;
+  bool prev_known = ty_tok_pairmap_get(&tok->chars, prev, 0, &rank, &result);
+  for (size_t i = n; i < size; i += n) {
+    uint32_t cp = ty_tok_utf8_decode(word + i, size - i, &n);
+    bool known = ty_tok_pairmap_get(&tok->chars, cp, 0, &rank, &result);
+    if (prev_known && known && !ty_tok_pairmap_get(&tok->bigrams, prev, cp, &rank, &result)) {
+      TY_RETURN_IF_ERROR(ty_tok_bpe_chunk(tok, work, word + start, i - start, out));
+      start = i;
+    }
+    prev = cp;
+    prev_known = known;
+  }
+  return ty_tok_bpe_chunk(tok, work, word + start, size - start, out);
 }

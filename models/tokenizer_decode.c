@@ -79,9 +79,7 @@ static ty_status_t ty_tok_decode_step(const ty_tokenizer_t *tok, const ty_tok_de
     const char *t = in->text.data + in->items.data[i].offset;
     size_t size = in->items.data[i].size;
     switch (dec->kind) {
-      case TY_TOK_DEC_FUSE:
-        status = ty_tok_strings_extend(out, t, size);
-        break;
+      case TY_TOK_DEC_FUSE: status = ty_tok_strings_extend(out, t, size); break;
       case TY_TOK_DEC_BYTE_LEVEL: {
         /* Every character back to its byte; a token with a character outside
          * the byte alphabet is taken as it is (HF does the same). */

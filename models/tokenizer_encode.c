@@ -48,8 +48,7 @@ ty_status_t ty_tok_split_spans(const ty_tok_regex_t *regex, pcre2_match_data *ma
     case TY_TOK_SPLIT_ISOLATED:
       for (size_t i = 0; i < n; ++i) s[i].added = 0;
       break;
-    case TY_TOK_SPLIT_REMOVED:
-      break;
+    case TY_TOK_SPLIT_REMOVED: break;
     case TY_TOK_SPLIT_MERGED_WITH_PREVIOUS:
     case TY_TOK_SPLIT_CONTIGUOUS: {
       bool previous_match = false;

@@ -241,6 +241,11 @@ struct ty_tokenizer_t {
   /* model */
   ty_tok_strmap_t vocab; /* token -> id */
   ty_tok_pairmap_t merges;
+  /* For cutting long words (tokenizer_bpe.c): single-character tokens as
+   * (code point, 0) and every pair of adjacent characters inside a token. */
+  bool chunk_words;
+  ty_tok_pairmap_t chars;
+  ty_tok_pairmap_t bigrams;
   bool has_unk_token;
   char *unk_token; /* model.unk_token, or NULL */
   uint32_t unk_id; /* TY_TOK_NONE when there is none or it is not in the vocab */
@@ -330,6 +335,9 @@ ty_status_t ty_tok_split_spans(const ty_tok_regex_t *regex, pcre2_match_data *ma
                                ty_tok_split_behavior_t behavior, ty_tok_pieces_t *spans);
 
 /* tokenizer_bpe.c */
+/* Fills tok->chars and tok->bigrams and sets chunk_words; call when no
+ * pre-tokenizer splits words. */
+ty_status_t ty_tok_bpe_prepare_chunks(ty_tokenizer_t *tok);
 ty_status_t ty_tok_cache_create(ty_tok_cache_t **out);
 void ty_tok_cache_destroy(ty_tok_cache_t *cache);
 /* Appends the ids of one pre-tokenized word. */

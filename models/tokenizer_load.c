@@ -445,6 +445,8 @@ void ty_tokenizer_destroy(ty_tokenizer_t *tok) {
   if (!tok) return;
   ty_tok_strmap_free(&tok->vocab);
   ty_tok_pairmap_free(&tok->merges);
+  ty_tok_pairmap_free(&tok->chars);
+  ty_tok_pairmap_free(&tok->bigrams);
   free(tok->unk_token);
   free(tok->ids);
   free(tok->added);
@@ -473,6 +475,9 @@ static ty_status_t ty_tok_load_root(ty_tokenizer_t *tok, const json_t *root) {
   TY_RETURN_IF_ERROR(ty_tok_load_decoder(tok, json_object_get(root, "decoder")));
   TY_RETURN_IF_ERROR(ty_tok_build_ids(tok));
   TY_RETURN_IF_ERROR(ty_tok_build_tries(tok));
+  bool splits = false;
+  for (size_t i = 0; i < tok->pre_count; ++i) splits = splits || tok->pres[i].has_pattern;
+  if (!splits) TY_RETURN_IF_ERROR(ty_tok_bpe_prepare_chunks(tok));
   const uint32_t *lists[2] = {tok->prefix_ids, tok->suffix_ids};
   size_t counts[2] = {tok->prefix_count, tok->suffix_count};
   for (int l = 0; l < 2; ++l) {

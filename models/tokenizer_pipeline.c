@@ -413,8 +413,7 @@ static ty_status_t ty_tok_load_dec(ty_tokenizer_t *tok, const json_t *json, cons
       return ty_tok_load_prepend(json, path, &dec->prepend);
     case TY_TOK_DEC_BYTE_LEVEL:
     case TY_TOK_DEC_BYTE_FALLBACK:
-    case TY_TOK_DEC_FUSE:
-      break;
+    case TY_TOK_DEC_FUSE: break;
   }
   return TY_OK;
 }

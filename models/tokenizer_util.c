@@ -139,12 +139,9 @@ uint32_t ty_tok_utf8_decode(const char *text, size_t size, size_t *out_len) {
   if (n > size) n = 1;
   *out_len = n;
   switch (n) {
-    case 1:
-      return s[0];
-    case 2:
-      return ((s[0] & 0x1Fu) << 6) | (s[1] & 0x3Fu);
-    case 3:
-      return ((s[0] & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+    case 1: return s[0];
+    case 2: return ((s[0] & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+    case 3: return ((s[0] & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
     default:
       return ((s[0] & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) |
              (s[3] & 0x3Fu);

@@ -59,8 +59,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ty_fuzz_encode(tok, (const char *)nul + 1, size - json_size - 1);
   } else {
     static const char *const texts[] = {
-        "", "Hello world", " leading and trailing  ", "it's 12345 <s> ok</s>\n\n\t",
-        "caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\xa6\x80", "\xe2\x96\x81x \xc2\x85y",
+        "",
+        "Hello world",
+        " leading and trailing  ",
+        "it's 12345 <s> ok</s>\n\n\t",
+        "caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\xa6\x80",
+        "\xe2\x96\x81x \xc2\x85y",
     };
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); ++i) {
       ty_fuzz_encode(tok, texts[i], strlen(texts[i]));

@@ -48,8 +48,8 @@ static int ty_bench(const char *dir, const char *name, const char *text, size_t 
       best = t;
     }
   }
-  printf("%-18s %6zu bytes -> %5zu ids   first %7.1f MB/s   warm %7.1f MB/s\n", name, size,
-         count, (double)size / cold / 1e6, (double)size / best / 1e6);
+  printf("%-18s %6zu bytes -> %5zu ids   first %7.1f MB/s   warm %7.1f MB/s\n", name, size, count,
+         (double)size / cold / 1e6, (double)size / best / 1e6);
   ty_tokenizer_destroy(tok);
   return 0;
 }
