@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git python3
   clang libclang-rt-14-dev   # clang build and its ASan/UBSan runtimes
   libjansson-dev             # JSON
+  libpcre2-dev               # tokenizer.json pre-tokenizer patterns (UTF, UCP, JIT)
   libcmocka-dev              # C unit tests
   libssl-dev                 # SHA-256 (graph hashes, artifacts)
   libdnnl-dev                # oneDNN: the cpu backend's matmul
