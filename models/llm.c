@@ -18,6 +18,7 @@ typedef struct {
   const ty_llm_options_t *o;
   uint32_t param_capacity;
   ty_value_id_t positions; /* i64 [T] */
+  ty_value_id_t cache_position, kv_len; /* i64 [] (cache mode) */
   ty_value_id_t rng;       /* i64 [2] or NONE */
   int64_t dropout_stream;
 } ty_builder_t;
@@ -125,8 +126,28 @@ static ty_status_t ty_b_rope(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *ou
   return ty_b_node(b, "rope", in, 2, &a, out);
 }
 
-static ty_status_t ty_b_attention_core(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
-                                       ty_value_id_t v, ty_value_id_t *out) {
+/* In cache mode, writes this step's keys/values into the layer's cache
+ * (in place, as a state update) and returns the whole cache instead. */
+static ty_status_t ty_b_cache(ty_builder_t *b, int layer, const char *which,
+                              ty_value_id_t fresh, ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  char name[TY_LLM_NAME_MAX];
+  snprintf(name, sizeof(name), "cache.%d.%s", layer, which);
+  int64_t dims[4] = {b->o->batch, b->o->cache_len, c->num_kv_heads, c->head_dim};
+  ty_value_id_t cache;
+  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, name, b->o->dtype, 4, dims, &cache));
+  ty_value_id_t in[3] = {cache, fresh, b->cache_position};
+  TY_RETURN_IF_ERROR(ty_b_node(b, "kv_cache_write", in, 3, NULL, out));
+  return ty_graph_set_state_update(b->g, cache, *out);
+}
+
+static ty_status_t ty_b_attention_core(ty_builder_t *b, int layer, ty_value_id_t q,
+                                       ty_value_id_t k, ty_value_id_t v, ty_value_id_t *out) {
+  bool cached = b->o->cache_len > 0;
+  if (cached) {
+    TY_RETURN_IF_ERROR(ty_b_cache(b, layer, "k", k, &k));
+    TY_RETURN_IF_ERROR(ty_b_cache(b, layer, "v", v, &v));
+  }
   ty_attrs_t a = TY_ATTRS_EMPTY;
   TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
   /* Mistral's window: query i sees key j iff i - window < j <= i, exactly the
@@ -134,8 +155,8 @@ static ty_status_t ty_b_attention_core(ty_builder_t *b, ty_value_id_t q, ty_valu
   if (b->c->sliding_window > 0) {
     TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", b->c->sliding_window));
   }
-  ty_value_id_t in[3] = {q, k, v}, outs[2];
-  TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, outs, 2));
+  ty_value_id_t in[4] = {q, k, v, b->kv_len}, outs[2];
+  TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, cached ? 4 : 3, &a, outs, 2));
   *out = outs[0];
   return TY_OK;
 }
@@ -161,7 +182,7 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
     TY_RETURN_IF_ERROR(ty_b_node(b, "slice", &split, 1, &a, &s));
     TY_RETURN_IF_ERROR(ty_b_reshape(b, s, 4, four, &parts[i]));
   }
-  TY_RETURN_IF_ERROR(ty_b_attention_core(b, parts[0], parts[1], parts[2], &y));
+  TY_RETURN_IF_ERROR(ty_b_attention_core(b, layer, parts[0], parts[1], parts[2], &y));
   int64_t three[3] = {B, T, C};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, three, &y));
   ty_value_id_t pw, pb;
@@ -197,7 +218,7 @@ static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_
   TY_RETURN_IF_ERROR(ty_b_reshape(b, v, 4, kd, &v));
   TY_RETURN_IF_ERROR(ty_b_rope(b, q, &q));
   TY_RETURN_IF_ERROR(ty_b_rope(b, k, &k));
-  TY_RETURN_IF_ERROR(ty_b_attention_core(b, q, k, v, &y));
+  TY_RETURN_IF_ERROR(ty_b_attention_core(b, layer, q, k, v, &y));
   int64_t yd[3] = {B, T, H * D};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, yd, &y));
   return ty_b_proj(b, layer, "self_attn.o_proj", C, H * D, c->o_bias, y, out);
@@ -271,6 +292,13 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   if (o->batch < 1 || o->seq < 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "batch and sequence length must be >= 1");
   }
+  if (o->cache_len > 0 && (o->cache_len < o->seq || o->cache_len > c->max_positions)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "KV cache length %lld must lie between the sequence length %lld "
+                          "and the model's %lld positions",
+                          (long long)o->cache_len, (long long)o->seq,
+                          (long long)c->max_positions);
+  }
   if (o->seq > c->max_positions) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "sequence length %lld exceeds the model's %lld positions "
@@ -280,14 +308,19 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   if (o->dropout < 0 || o->dropout >= 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "dropout %g must be in [0, 1)", o->dropout);
   }
-  ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE};
+  ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE,
+                   .cache_position = TY_VALUE_NONE, .kv_len = TY_VALUE_NONE};
   int64_t bt[2] = {o->batch, o->seq};
   ty_status_t s = ty_graph_add_input(g, "tokens", TY_DTYPE_I64, 2, bt, &m->tokens);
-  if (!s) {
+  int64_t tdim[1] = {o->seq};
+  if (!s && o->cache_len > 0) {
+    s = ty_graph_add_input(g, "positions", TY_DTYPE_I64, 1, tdim, &b.positions);
+    if (!s) s = ty_graph_add_input(g, "cache_position", TY_DTYPE_I64, 0, NULL, &b.cache_position);
+    if (!s) s = ty_graph_add_input(g, "kv_len", TY_DTYPE_I64, 0, NULL, &b.kv_len);
+  } else if (!s) {
     int64_t *pos = malloc((size_t)o->seq * sizeof(int64_t));
     if (!pos) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     for (int64_t t = 0; t < o->seq; ++t) pos[t] = t;
-    int64_t tdim[1] = {o->seq};
     s = ty_graph_add_constant(g, "positions", TY_DTYPE_I64, 1, tdim, pos, &b.positions);
     free(pos);
   }

@@ -36,6 +36,16 @@ typedef struct ty_llm_options_t {
   bool logits_output;  /* output "logits" [B,T,V] */
   double dropout;      /* > 0: dropout on embeddings and residual branches,
                           input "rng" (i64 [2] = seed, step) */
+  int64_t cache_len;   /* > 0: KV-cache decoding graph. States
+                          "cache.<layer>.k" / ".v" [B, cache_len, Hkv, D] keep
+                          every layer's keys and values across runs; inputs
+                          "positions" (i64 [T], absolute positions of the
+                          tokens), "cache_position" (i64 [], first row to
+                          write = positions[0]) and "kv_len" (i64 [], rows
+                          filled after the write = cache_position + T). A
+                          prefill graph (T = prompt) and a decode graph
+                          (T = 1) share the caches through
+                          ty_session_options_t.share_state_with. */
 } ty_llm_options_t;
 
 typedef struct ty_llm_t {

@@ -15,6 +15,8 @@ static const ty_command_t ty_commands[] = {
      "list backends, their devices, and plugins that were rejected"},
     {"forward", ty_cmd_forward,
      "logits, loss and gradients of a Hugging Face model for given tokens"},
+    {"generate", ty_cmd_generate,
+     "continue a prompt with KV-cache decoding (greedy or sampled)"},
     {"tokenize", ty_cmd_tokenize,
      "text to token ids, or ids to text, with a Hugging Face tokenizer.json"},
 };
