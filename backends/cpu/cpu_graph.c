@@ -102,10 +102,10 @@ ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device,
                              (e->plan.arena_bytes + CPU_ARENA_ALIGNMENT - 1) &
                                  ~(uint64_t)(CPU_ARENA_ALIGNMENT - 1));
     if (!e->arena) {
+      unsigned long long bytes = (unsigned long long)e->plan.arena_bytes;
       cpu_executable_destroy(e);
       return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
-                             "cpu: cannot allocate a %llu-byte activation arena",
-                             (unsigned long long)e->plan.arena_bytes);
+                             "cpu: cannot allocate a %llu-byte activation arena", bytes);
     }
   }
   e->kernels = calloc(g->node_count ? g->node_count : 1, sizeof(*e->kernels));
