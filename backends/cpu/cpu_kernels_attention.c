@@ -1,0 +1,278 @@
+/* Causal grouped-query attention, forward (flash-style online softmax) and
+ * backward (probabilities recomputed from the saved log-sum-exp).
+ *
+ *   q [B,T,Hq,D], k, v [B,S,Hkv,D]; query head h reads kv head h / (Hq/Hkv).
+ *   Query t sits at absolute position pos = t + S - T; key s is visible iff
+ *   s <= pos and, when window > 0, pos - s < window.
+ *   s_ts = scale q_t . k_s,  lse_t = log sum_{s visible} exp(s_ts)
+ *   p_ts = exp(s_ts - lse_t),  out_t = sum_s p_ts v_s
+ * backward, with dp_ts = dout_t . v_s and delta_t = sum_s p_ts dp_ts:
+ *   ds_ts = p_ts (dp_ts - delta_t)
+ *   dq_t = scale sum_s ds_ts k_s,  dk_s = scale sum_t ds_ts q_t,  dv_s = sum_t p_ts dout_t
+ *
+ * Forward: work items are (batch, query head, block of 16 queries); each walks
+ * its visible keys in blocks of 64 keeping a running max, running sum and an
+ * unnormalised output (online softmax), so no T x S matrix exists. lse is
+ * f32. Backward: work items are (batch, kv head), which own their dk/dv rows,
+ * so threads never write the same memory; each takes the query heads of its
+ * group a query block at a time, stores p and dp for the block's visible
+ * keys, then forms delta and accumulates dq, dk, dv. delta is computed from p
+ * and dp as the reference does rather than from the `out` input (which is
+ * therefore unused), so any (out, lse) pair gives the reference's answer.
+ * Parallelism is B*Hkv items, so batch 1 with one kv head runs on one thread.
+ *
+ * All arithmetic is f32 with per-row sums in f64; bf16/f16 operands are
+ * converted to f32 copies first. Checked against the f64 reference at
+ * normalised mean squared error < 1e-10 (f32 storage). causal=0 is left to
+ * the reference kernel (cpu_kernels.c does not select this one for it). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+
+#define CPU_ATT_QB 16 /* queries per block */
+#define CPU_ATT_KB 64 /* keys per block (forward) */
+
+typedef struct {
+  int64_t batch, q_len, kv_len, q_heads, kv_heads, dim, group, window;
+  float scale;
+} cpu_att_shape_t;
+
+static cpu_att_shape_t cpu_att_shape(const cpu_node_ctx_t *c, uint32_t q_in) {
+  const ty_abi_value_t *q = cpu_in(c, q_in), *k = cpu_in(c, q_in + 1);
+  cpu_att_shape_t s = {
+      .batch = q->dims[0], .q_len = q->dims[1], .kv_len = k->dims[1],
+      .q_heads = q->dims[2], .kv_heads = k->dims[2], .dim = q->dims[3],
+      .window = ty_abi_node_attr_int(c->node, "window", 0),
+  };
+  s.group = s.kv_heads > 0 ? s.q_heads / s.kv_heads : 1;
+  s.scale = (float)ty_abi_node_attr_float(c->node, "scale", 1.0 / sqrt((double)s.dim));
+  return s;
+}
+
+/* Visible keys of query t: [lo, hi]. */
+static inline void cpu_att_range(const cpu_att_shape_t *s, int64_t t, int64_t *lo,
+                                 int64_t *hi) {
+  int64_t pos = t + s->kv_len - s->q_len;
+  *hi = pos < s->kv_len - 1 ? pos : s->kv_len - 1;
+  *lo = s->window > 0 && pos - s->window + 1 > 0 ? pos - s->window + 1 : 0;
+}
+
+static inline float cpu_dot(const float *a, const float *b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+/* Whole inputs as f32; frees what it converted when it fails. */
+static bool cpu_att_inputs(const cpu_node_ctx_t *c, uint32_t first, uint32_t count,
+                           int threads, const float **out, float **owned) {
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *v = cpu_in(c, first + i);
+    if (!cpu_f32_whole(cpu_in_data(c, first + i), v->dtype, cpu_numel(v), threads, &out[i],
+                       &owned[i])) {
+      for (uint32_t j = 0; j < i; ++j) free(owned[j]);
+      return false;
+    }
+  }
+  return true;
+}
+
+ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c) {
+  const cpu_att_shape_t s = cpu_att_shape(c, 0);
+  const ty_abi_value_t *ov = cpu_out(c, 0);
+  void *pout = cpu_out_data(c, 0);
+  float *lse = cpu_out_data(c, 1);
+  const int64_t D = s.dim, nqb = (s.q_len + CPU_ATT_QB - 1) / CPU_ATT_QB;
+  const int64_t items = s.batch * s.q_heads * nqb;
+  if (items == 0 || D == 0) return NULL;
+  const float *in[3];
+  float *owned[3] = {NULL, NULL, NULL};
+  if (!cpu_att_inputs(c, 0, 3, (int)c->threads, in, owned)) return cpu_oom(c);
+  const float *q = in[0], *k = in[1], *v = in[2];
+  const int nt = cpu_threads(c, items * CPU_ATT_QB * s.kv_len * D, 65536);
+  const size_t per = (size_t)CPU_ATT_QB * (size_t)(D + CPU_ATT_KB);
+  float *scratch = malloc((size_t)nt * per * sizeof(float));
+  if (!scratch) {
+    for (int i = 0; i < 3; ++i) free(owned[i]);
+    return cpu_oom(c);
+  }
+  const int64_t qrow = s.q_heads * D, kvrow = s.kv_heads * D; /* strides over t / s */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t it = 0; it < items; ++it) {
+    float *acc = scratch + (size_t)cpu_thread_num() * per;
+    float *sc = acc + CPU_ATT_QB * D;
+    const int64_t b = it / (s.q_heads * nqb), h = (it / nqb) % s.q_heads;
+    const int64_t t0 = (it % nqb) * CPU_ATT_QB;
+    const int64_t qn = s.q_len - t0 < CPU_ATT_QB ? s.q_len - t0 : CPU_ATT_QB;
+    const int64_t kvh = h / s.group;
+    const float *qb = q + (b * s.q_len + t0) * qrow + h * D;
+    const float *kb = k + b * s.kv_len * kvrow + kvh * D;
+    const float *vb = v + b * s.kv_len * kvrow + kvh * D;
+    float m[CPU_ATT_QB];
+    double l[CPU_ATT_QB];
+    int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
+    for (int64_t r = 0; r < qn; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.0;
+      cpu_att_range(&s, t0 + r, &lo[r], &hi[r]);
+      memset(acc + r * D, 0, (size_t)D * sizeof(float));
+    }
+    for (int64_t k0 = lo[0]; k0 <= hi[qn - 1]; k0 += CPU_ATT_KB) {
+      const int64_t kn = hi[qn - 1] - k0 + 1 < CPU_ATT_KB ? hi[qn - 1] - k0 + 1 : CPU_ATT_KB;
+      for (int64_t r = 0; r < qn; ++r) {
+        float *sr = sc + r * CPU_ATT_KB;
+        const float *qr = qb + r * qrow;
+        float bm = -INFINITY;
+        for (int64_t j = 0; j < kn; ++j) {
+          int64_t key = k0 + j;
+          if (key < lo[r] || key > hi[r]) {
+            sr[j] = -INFINITY;
+            continue;
+          }
+          sr[j] = s.scale * cpu_dot(qr, kb + key * kvrow, D);
+          bm = sr[j] > bm ? sr[j] : bm;
+        }
+        if (bm == -INFINITY) continue; /* nothing visible in this block */
+        const float nm = bm > m[r] ? bm : m[r];
+        const float corr = expf(m[r] - nm); /* 0 on the first block */
+        float *ar = acc + r * D;
+        if (corr != 1.0f) {
+          for (int64_t d = 0; d < D; ++d) ar[d] *= corr;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < kn; ++j) {
+          if (sr[j] == -INFINITY) continue;
+          const float p = expf(sr[j] - nm);
+          const float *vr = vb + (k0 + j) * kvrow;
+          sum += p;
+          for (int64_t d = 0; d < D; ++d) ar[d] += p * vr[d];
+        }
+        l[r] = l[r] * corr + sum;
+        m[r] = nm;
+      }
+    }
+    for (int64_t r = 0; r < qn; ++r) {
+      float *ar = acc + r * D;
+      const float inv = (float)(1.0 / l[r]);
+      for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
+      cpu_store_f32(pout, ov->dtype, ((b * s.q_len + t0 + r) * s.q_heads + h) * D, D, ar);
+      lse[(b * s.q_heads + h) * s.q_len + t0 + r] = (float)((double)m[r] + log(l[r]));
+    }
+  }
+  free(scratch);
+  for (int i = 0; i < 3; ++i) free(owned[i]);
+  return NULL;
+}
+
+ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
+  /* inputs: dout, q, k, v, out (unused), lse; outputs dq, dk, dv */
+  const cpu_att_shape_t s = cpu_att_shape(c, 1);
+  const float *lse = cpu_in_data(c, 5);
+  const int64_t D = s.dim, S = s.kv_len;
+  const int64_t units = s.batch * s.kv_heads;
+  const ty_abi_value_t *dqv = cpu_out(c, 0), *dkv = cpu_out(c, 1), *dvv = cpu_out(c, 2);
+  void *pdq = cpu_out_data(c, 0), *pdk = cpu_out_data(c, 1), *pdv = cpu_out_data(c, 2);
+  const int64_t kv_count = cpu_numel(dkv);
+  if (units == 0 || D == 0 || s.q_len == 0) {
+    memset(pdk, 0, (size_t)kv_count * ty_abi_dtype_size(dkv->dtype));
+    memset(pdv, 0, (size_t)kv_count * ty_abi_dtype_size(dvv->dtype));
+    return NULL;
+  }
+  /* inputs 0..3: dout, q, k, v */
+  const float *in[4];
+  float *owned[4] = {NULL, NULL, NULL, NULL};
+  if (!cpu_att_inputs(c, 0, 4, (int)c->threads, in, owned)) return cpu_oom(c);
+  const float *dout = in[0], *q = in[1], *k = in[2], *v = in[3];
+  /* dk/dv accumulate in f32: the outputs themselves, or f32 copies. */
+  float *dk = dkv->dtype == TY_DTYPE_F32 ? pdk : malloc((size_t)kv_count * sizeof(float));
+  float *dv = dvv->dtype == TY_DTYPE_F32 ? pdv : malloc((size_t)kv_count * sizeof(float));
+  const int nt = cpu_threads(c, units * s.group * s.q_len * S * D, 65536);
+  const size_t per = (size_t)CPU_ATT_QB * ((size_t)S * 2 + (size_t)D);
+  float *scratch = malloc((size_t)nt * per * sizeof(float));
+  if (!dk || !dv || !scratch) {
+    if (dk != pdk) free(dk);
+    if (dv != pdv) free(dv);
+    free(scratch);
+    for (int i = 0; i < 4; ++i) free(owned[i]);
+    return cpu_oom(c);
+  }
+  memset(dk, 0, (size_t)kv_count * sizeof(float));
+  memset(dv, 0, (size_t)kv_count * sizeof(float));
+  const int64_t qrow = s.q_heads * D, kvrow = s.kv_heads * D;
+  const int64_t nqb = (s.q_len + CPU_ATT_QB - 1) / CPU_ATT_QB;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t u = 0; u < units; ++u) {
+    float *P = scratch + (size_t)cpu_thread_num() * per;
+    float *dP = P + (size_t)CPU_ATT_QB * (size_t)S;
+    float *dqa = dP + (size_t)CPU_ATT_QB * (size_t)S;
+    const int64_t b = u / s.kv_heads, kvh = u % s.kv_heads;
+    const float *kb = k + b * S * kvrow + kvh * D, *vb = v + b * S * kvrow + kvh * D;
+    float *dkb = dk + b * S * kvrow + kvh * D, *dvb = dv + b * S * kvrow + kvh * D;
+    for (int64_t h = kvh * s.group; h < (kvh + 1) * s.group; ++h) {
+      for (int64_t qbi = 0; qbi < nqb; ++qbi) {
+        const int64_t t0 = qbi * CPU_ATT_QB;
+        const int64_t qn = s.q_len - t0 < CPU_ATT_QB ? s.q_len - t0 : CPU_ATT_QB;
+        const float *qb = q + (b * s.q_len + t0) * qrow + h * D;
+        const float *db = dout + (b * s.q_len + t0) * qrow + h * D;
+        int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
+        float delta[CPU_ATT_QB];
+        for (int64_t r = 0; r < qn; ++r) cpu_att_range(&s, t0 + r, &lo[r], &hi[r]);
+        const int64_t klo = lo[0], khi = hi[qn - 1], kn = khi - klo + 1;
+        /* p and dp for the block's key range; zero where masked. */
+        for (int64_t r = 0; r < qn; ++r) {
+          const float *qr = qb + r * qrow, *dr = db + r * qrow;
+          const float row_lse = lse[(b * s.q_heads + h) * s.q_len + t0 + r];
+          float *pr = P + r * kn, *dpr = dP + r * kn;
+          double dsum = 0.0;
+          for (int64_t j = 0; j < kn; ++j) {
+            const int64_t key = klo + j;
+            if (key < lo[r] || key > hi[r]) {
+              pr[j] = 0.0f;
+              dpr[j] = 0.0f;
+              continue;
+            }
+            pr[j] = expf(s.scale * cpu_dot(qr, kb + key * kvrow, D) - row_lse);
+            dpr[j] = cpu_dot(dr, vb + key * kvrow, D);
+            dsum += (double)pr[j] * dpr[j];
+          }
+          delta[r] = (float)dsum;
+        }
+        memset(dqa, 0, (size_t)(qn * D) * sizeof(float));
+        for (int64_t j = 0; j < kn; ++j) {
+          const int64_t key = klo + j;
+          const float *kr = kb + key * kvrow;
+          float *dkr = dkb + key * kvrow, *dvr = dvb + key * kvrow;
+          for (int64_t r = 0; r < qn; ++r) {
+            const float p = P[r * kn + j];
+            if (p == 0.0f) continue;
+            const float ds = s.scale * p * (dP[r * kn + j] - delta[r]);
+            const float *qr = qb + r * qrow, *dr = db + r * qrow;
+            float *dqr = dqa + r * D;
+            for (int64_t d = 0; d < D; ++d) {
+              dqr[d] += ds * kr[d];
+              dkr[d] += ds * qr[d];
+              dvr[d] += p * dr[d];
+            }
+          }
+        }
+        for (int64_t r = 0; r < qn; ++r) {
+          cpu_store_f32(pdq, dqv->dtype, ((b * s.q_len + t0 + r) * s.q_heads + h) * D, D,
+                        dqa + r * D);
+        }
+      }
+    }
+  }
+  if (dk != pdk) {
+    cpu_store_f32(pdk, dkv->dtype, 0, kv_count, dk);
+    free(dk);
+  }
+  if (dv != pdv) {
+    cpu_store_f32(pdv, dvv->dtype, 0, kv_count, dv);
+    free(dv);
+  }
+  free(scratch);
+  for (int i = 0; i < 4; ++i) free(owned[i]);
+  return NULL;
+}
