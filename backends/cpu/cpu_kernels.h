@@ -136,6 +136,12 @@ ty_abi_status_t cpu_oom(const cpu_node_ctx_t *c);
 
 /* cpu_kernels_matmul.c */
 ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c);
+/* cpu_gemm_blocked.c: C[m,n] (+)= op(A) op(B), row-major f32 with leading
+ * dimensions in elements, on up to `threads` threads (one inside a parallel
+ * region). False when its packing buffers cannot be allocated. */
+bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                      bool accumulate, int threads);
 
 /* cpu_kernels_elementwise.c */
 ty_abi_status_t cpu_kernel_add(const cpu_node_ctx_t *c);

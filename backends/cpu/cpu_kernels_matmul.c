@@ -1,6 +1,6 @@
 /* Batched matmul with optional bias, on oneDNN's sgemm or, when the plugin
- * is built without oneDNN (TY_CPU_HAVE_ONEDNN undefined), on a packed,
- * blocked OpenMP GEMM of its own.
+ * is built without oneDNN (TY_CPU_HAVE_ONEDNN undefined), on the packed,
+ * blocked OpenMP GEMM of cpu_gemm_blocked.c.
  *
  *   c[b] = op(a[b_a]) @ op(b[b_b]) + bias,  op(x) = x or x^T (trans_a/trans_b)
  *   a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
@@ -24,9 +24,7 @@
 
 #ifdef TY_CPU_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
-#endif
 
-#ifdef TY_CPU_HAVE_ONEDNN
 
 /* C = op(A) op(B) (+ C when accumulate), row-major. */
 static bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
@@ -48,112 +46,12 @@ static bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const fl
   return st == dnnl_success;
 }
 
-#else /* the blocked OpenMP GEMM */
-
-/* Register tile MR x NR, cache blocks MC x KC of A and KC x NC of B (the A
- * block stays in L2, a KC x NR sliver of B in L1). */
-#define CPU_MR 6
-#define CPU_NR 16
-#define CPU_MC 120
-#define CPU_KC 256
-#define CPU_NC 512
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define CPU_CLONES
-#endif
-
-/* acc = sum_p ap[p][0..MR) x bp[p][0..NR); c[0..mr)[0..nr) (+)= acc. */
-CPU_CLONES
-static void cpu_micro(int64_t kc, const float *restrict ap, const float *restrict bp,
-                      float *restrict c, int64_t ldc, int64_t mr, int64_t nr, bool add) {
-  float acc[CPU_MR][CPU_NR];
-  for (int i = 0; i < CPU_MR; ++i) {
-    for (int j = 0; j < CPU_NR; ++j) acc[i][j] = 0.0f;
-  }
-  for (int64_t p = 0; p < kc; ++p) {
-    const float *av = ap + p * CPU_MR, *bv = bp + p * CPU_NR;
-    for (int i = 0; i < CPU_MR; ++i) {
-      for (int j = 0; j < CPU_NR; ++j) acc[i][j] += av[i] * bv[j];
-    }
-  }
-  for (int64_t i = 0; i < mr; ++i) {
-    float *cr = c + i * ldc;
-    if (add) {
-      for (int64_t j = 0; j < nr; ++j) cr[j] += acc[i][j];
-    } else {
-      for (int64_t j = 0; j < nr; ++j) cr[j] = acc[i][j];
-    }
-  }
-}
-
-/* op(A)[i0.., p0..] as MR-row slivers: ap[sliver][p][ii], zero-padded. */
-static void cpu_pack_a(bool ta, const float *a, int64_t lda, int64_t i0, int64_t mc,
-                       int64_t p0, int64_t kc, float *ap) {
-  for (int64_t is = 0; is < mc; is += CPU_MR) {
-    float *dst = ap + is * kc;
-    for (int64_t p = 0; p < kc; ++p) {
-      for (int64_t ii = 0; ii < CPU_MR; ++ii) {
-        int64_t i = is + ii;
-        dst[p * CPU_MR + ii] =
-            i < mc ? (ta ? a[(p0 + p) * lda + i0 + i] : a[(i0 + i) * lda + p0 + p]) : 0.0f;
-      }
-    }
-  }
-}
-
-/* op(B)[p0.., j0..] as NR-column slivers: bp[sliver][p][jj], zero-padded. */
-static void cpu_pack_b(bool tb, const float *b, int64_t ldb, int64_t p0, int64_t kc,
-                       int64_t j0, int64_t nc, float *bp) {
-  for (int64_t js = 0; js < nc; js += CPU_NR) {
-    float *dst = bp + js * kc;
-    for (int64_t p = 0; p < kc; ++p) {
-      for (int64_t jj = 0; jj < CPU_NR; ++jj) {
-        int64_t j = js + jj;
-        dst[p * CPU_NR + jj] =
-            j < nc ? (tb ? b[(j0 + j) * ldb + p0 + p] : b[(p0 + p) * ldb + j0 + j]) : 0.0f;
-      }
-    }
-  }
-}
 
 static bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                      bool accumulate, int threads) {
-  const int64_t mb = (m + CPU_MC - 1) / CPU_MC, nb = (n + CPU_NC - 1) / CPU_NC;
-  const int64_t tasks = mb * nb;
-  int nt = threads < tasks ? threads : (int)tasks;
-  if (nt < 1) nt = 1;
-#ifdef _OPENMP
-  if (omp_in_parallel()) nt = 1;
-#endif
-  const size_t a_size = (size_t)((CPU_MC + CPU_MR - 1) / CPU_MR * CPU_MR) * CPU_KC;
-  const size_t b_size = (size_t)((CPU_NC + CPU_NR - 1) / CPU_NR * CPU_NR) * CPU_KC;
-  float *packs = malloc((size_t)nt * (a_size + b_size) * sizeof(float));
-  if (!packs) return false;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    float *ap = packs + (size_t)cpu_thread_num() * (a_size + b_size), *bp = ap + a_size;
-    const int64_t i0 = (t / nb) * CPU_MC, j0 = (t % nb) * CPU_NC;
-    const int64_t mc = m - i0 < CPU_MC ? m - i0 : CPU_MC;
-    const int64_t nc = n - j0 < CPU_NC ? n - j0 : CPU_NC;
-    for (int64_t p0 = 0; p0 < k; p0 += CPU_KC) {
-      const int64_t kc = k - p0 < CPU_KC ? k - p0 : CPU_KC;
-      cpu_pack_b(tb, b, ldb, p0, kc, j0, nc, bp);
-      cpu_pack_a(ta, a, lda, i0, mc, p0, kc, ap);
-      const bool add = accumulate || p0 > 0;
-      for (int64_t js = 0; js < nc; js += CPU_NR) {
-        for (int64_t is = 0; is < mc; is += CPU_MR) {
-          cpu_micro(kc, ap + is * kc, bp + js * kc, c + (i0 + is) * ldc + j0 + js, ldc,
-                    mc - is < CPU_MR ? mc - is : CPU_MR, nc - js < CPU_NR ? nc - js : CPU_NR,
-                    add);
-        }
-      }
-    }
-  }
-  free(packs);
-  return true;
+  return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
 }
 
 #endif /* TY_CPU_HAVE_ONEDNN */
