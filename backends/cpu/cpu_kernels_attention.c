@@ -21,9 +21,12 @@
  * therefore unused), so any (out, lse) pair gives the reference's answer.
  * Parallelism is B*Hkv items, so batch 1 with one kv head runs on one thread.
  *
- * All arithmetic is f32 with per-row sums in f64; bf16/f16 operands are
- * converted to f32 copies first. Checked against the f64 reference at
- * normalised mean squared error < 1e-10 (f32 storage). causal=0 is left to
+ * All arithmetic is f32 (exponentials by cpu_expf) with per-row sums in
+ * f64; bf16/f16 operands are converted to f32 copies first. Scores come
+ * from K (and, backward, V) blocks packed transposed so the inner loops run
+ * over keys in vector registers; the work-item functions are compiled for
+ * AVX-512, AVX2 and baseline x86-64 (CPU_MULTIVERSION). Checked against the
+ * f64 reference at normalised mean squared error < 1e-10 (f32 storage). causal=0 is left to
  * the reference kernel (cpu_kernels.c does not select this one for it). */
 #include <math.h>
 #include <stdlib.h>
@@ -59,12 +62,6 @@ static inline void cpu_att_range(const cpu_att_shape_t *s, int64_t t, int64_t *l
   *lo = s->window > 0 && pos - s->window + 1 > 0 ? pos - s->window + 1 : 0;
 }
 
-static inline float cpu_dot(const float *a, const float *b, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
 /* Whole inputs as f32; frees what it converted when it fails. */
 static bool cpu_att_inputs(const cpu_node_ctx_t *c, uint32_t first, uint32_t count,
                            int threads, const float **out, float **owned) {
@@ -79,6 +76,100 @@ static bool cpu_att_inputs(const cpu_node_ctx_t *c, uint32_t first, uint32_t cou
   return true;
 }
 
+/* y += a x (distinct rows, so the compiler may vectorise freely). */
+CPU_BODY void cpu_axpy(int64_t n, float a, const float *restrict x, float *restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+/* Packs keys [k0, k0+kn) of one kv head transposed: kt[d * KB + j]. */
+CPU_BODY void cpu_att_pack_t(const float *x, int64_t stride, int64_t k0, int64_t kn,
+                             int64_t dim, float *xt) {
+  for (int64_t j = 0; j < kn; ++j) {
+    const float *xr = x + (k0 + j) * stride;
+    for (int64_t d = 0; d < dim; ++d) xt[d * CPU_ATT_KB + j] = xr[d];
+  }
+}
+
+/* s[j] = sum_d row[d] xt[d][j] for j < kn: vector FMAs over keys. */
+CPU_BODY void cpu_att_scores(const float *restrict row, const float *restrict xt, int64_t dim,
+                             int64_t kn, float *restrict out) {
+  if (kn == CPU_ATT_KB) { /* a full block: fixed bounds keep out[] in registers */
+    float acc[CPU_ATT_KB] = {0};
+    for (int64_t d = 0; d < dim; ++d) {
+      const float x = row[d], *xd = xt + d * CPU_ATT_KB;
+      for (int j = 0; j < CPU_ATT_KB; ++j) acc[j] += x * xd[j];
+    }
+    for (int j = 0; j < CPU_ATT_KB; ++j) out[j] = acc[j];
+    return;
+  }
+  for (int64_t j = 0; j < kn; ++j) out[j] = 0.0f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float x = row[d], *xd = xt + d * CPU_ATT_KB;
+    for (int64_t j = 0; j < kn; ++j) out[j] += x * xd[j];
+  }
+}
+
+/* Forward for queries t0.. of head h in batch b (one work item). ws holds
+ * QB*D (running output) + QB*KB (scores) + D*KB (a transposed K block). */
+CPU_BODY void cpu_att_forward_item_body(const cpu_att_shape_t *s, const float *q, const float *k,
+                                        const float *v, int64_t b, int64_t h, int64_t t0, float *ws,
+                                        void *pout, ty_dtype_t out_dtype, float *lse) {
+  const int64_t D = s->dim, qrow = s->q_heads * D, kvrow = s->kv_heads * D;
+  const int64_t qn = s->q_len - t0 < CPU_ATT_QB ? s->q_len - t0 : CPU_ATT_QB;
+  const int64_t kvh = h / s->group;
+  float *acc = ws, *sc = acc + CPU_ATT_QB * D, *kt = sc + CPU_ATT_QB * CPU_ATT_KB;
+  const float *qb = q + (b * s->q_len + t0) * qrow + h * D;
+  const float *kb = k + b * s->kv_len * kvrow + kvh * D;
+  const float *vb = v + b * s->kv_len * kvrow + kvh * D;
+  float m[CPU_ATT_QB];
+  double l[CPU_ATT_QB];
+  int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
+  for (int64_t r = 0; r < qn; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0;
+    cpu_att_range(s, t0 + r, &lo[r], &hi[r]);
+    for (int64_t d = 0; d < D; ++d) acc[r * D + d] = 0.0f;
+  }
+  for (int64_t k0 = lo[0]; k0 <= hi[qn - 1]; k0 += CPU_ATT_KB) {
+    const int64_t kn = hi[qn - 1] - k0 + 1 < CPU_ATT_KB ? hi[qn - 1] - k0 + 1 : CPU_ATT_KB;
+    cpu_att_pack_t(kb, kvrow, k0, kn, D, kt);
+    for (int64_t r = 0; r < qn; ++r) {
+      if (k0 > hi[r] || k0 + kn <= lo[r]) continue; /* nothing visible here */
+      float *sr = sc + r * CPU_ATT_KB;
+      cpu_att_scores(qb + r * qrow, kt, D, kn, sr);
+      float bm = -INFINITY;
+      for (int64_t j = 0; j < kn; ++j) {
+        const int64_t key = k0 + j;
+        sr[j] = key < lo[r] || key > hi[r] ? -INFINITY : s->scale * sr[j];
+        bm = sr[j] > bm ? sr[j] : bm;
+      }
+      const float nm = bm > m[r] ? bm : m[r];
+      const float corr = cpu_expf(m[r] - nm); /* 0 on the first block */
+      float *ar = acc + r * D;
+      if (corr != 1.0f) {
+        for (int64_t d = 0; d < D; ++d) ar[d] *= corr;
+      }
+      for (int64_t j = 0; j < kn; ++j) sr[j] = cpu_expf(sr[j] - nm); /* masked: exp(-inf) = 0 */
+      for (int64_t j = 0; j < kn; ++j) {
+        if (sr[j] != 0.0f) cpu_axpy(D, sr[j], vb + (k0 + j) * kvrow, ar);
+      }
+      l[r] = l[r] * corr + cpu_sum_f64(sr, kn);
+      m[r] = nm;
+    }
+  }
+  for (int64_t r = 0; r < qn; ++r) {
+    float *ar = acc + r * D;
+    const float inv = (float)(1.0 / l[r]);
+    for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
+    cpu_store_f32(pout, out_dtype, ((b * s->q_len + t0 + r) * s->q_heads + h) * D, D, ar);
+    lse[(b * s->q_heads + h) * s->q_len + t0 + r] = (float)((double)m[r] + log(l[r]));
+  }
+}
+CPU_MULTIVERSION(cpu_att_forward_item, (const cpu_att_shape_t *s, const float *q, const float *k,
+                  const float *v, int64_t b, int64_t h, int64_t t0, float *ws, void *pout,
+                  ty_dtype_t out_dtype, float *lse),
+                 (s, q, k, v, b, h, t0, ws, pout, out_dtype, lse))
+
 ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c) {
   const cpu_att_shape_t s = cpu_att_shape(c, 0);
   const ty_abi_value_t *ov = cpu_out(c, 0);
@@ -90,81 +181,94 @@ ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c) {
   const float *in[3];
   float *owned[3] = {NULL, NULL, NULL};
   if (!cpu_att_inputs(c, 0, 3, (int)c->threads, in, owned)) return cpu_oom(c);
-  const float *q = in[0], *k = in[1], *v = in[2];
   const int nt = cpu_threads(c, items * CPU_ATT_QB * s.kv_len * D, 65536);
-  const size_t per = (size_t)CPU_ATT_QB * (size_t)(D + CPU_ATT_KB);
+  const size_t per = (size_t)CPU_ATT_QB * (size_t)(D + CPU_ATT_KB) + (size_t)D * CPU_ATT_KB;
   float *scratch = malloc((size_t)nt * per * sizeof(float));
   if (!scratch) {
     for (int i = 0; i < 3; ++i) free(owned[i]);
     return cpu_oom(c);
   }
-  const int64_t qrow = s.q_heads * D, kvrow = s.kv_heads * D; /* strides over t / s */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
-    float *acc = scratch + (size_t)cpu_thread_num() * per;
-    float *sc = acc + CPU_ATT_QB * D;
-    const int64_t b = it / (s.q_heads * nqb), h = (it / nqb) % s.q_heads;
-    const int64_t t0 = (it % nqb) * CPU_ATT_QB;
-    const int64_t qn = s.q_len - t0 < CPU_ATT_QB ? s.q_len - t0 : CPU_ATT_QB;
-    const int64_t kvh = h / s.group;
-    const float *qb = q + (b * s.q_len + t0) * qrow + h * D;
-    const float *kb = k + b * s.kv_len * kvrow + kvh * D;
-    const float *vb = v + b * s.kv_len * kvrow + kvh * D;
-    float m[CPU_ATT_QB];
-    double l[CPU_ATT_QB];
-    int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
-    for (int64_t r = 0; r < qn; ++r) {
-      m[r] = -INFINITY;
-      l[r] = 0.0;
-      cpu_att_range(&s, t0 + r, &lo[r], &hi[r]);
-      memset(acc + r * D, 0, (size_t)D * sizeof(float));
-    }
-    for (int64_t k0 = lo[0]; k0 <= hi[qn - 1]; k0 += CPU_ATT_KB) {
-      const int64_t kn = hi[qn - 1] - k0 + 1 < CPU_ATT_KB ? hi[qn - 1] - k0 + 1 : CPU_ATT_KB;
-      for (int64_t r = 0; r < qn; ++r) {
-        float *sr = sc + r * CPU_ATT_KB;
-        const float *qr = qb + r * qrow;
-        float bm = -INFINITY;
-        for (int64_t j = 0; j < kn; ++j) {
-          int64_t key = k0 + j;
-          if (key < lo[r] || key > hi[r]) {
-            sr[j] = -INFINITY;
-            continue;
-          }
-          sr[j] = s.scale * cpu_dot(qr, kb + key * kvrow, D);
-          bm = sr[j] > bm ? sr[j] : bm;
-        }
-        if (bm == -INFINITY) continue; /* nothing visible in this block */
-        const float nm = bm > m[r] ? bm : m[r];
-        const float corr = expf(m[r] - nm); /* 0 on the first block */
-        float *ar = acc + r * D;
-        if (corr != 1.0f) {
-          for (int64_t d = 0; d < D; ++d) ar[d] *= corr;
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < kn; ++j) {
-          if (sr[j] == -INFINITY) continue;
-          const float p = expf(sr[j] - nm);
-          const float *vr = vb + (k0 + j) * kvrow;
-          sum += p;
-          for (int64_t d = 0; d < D; ++d) ar[d] += p * vr[d];
-        }
-        l[r] = l[r] * corr + sum;
-        m[r] = nm;
-      }
-    }
-    for (int64_t r = 0; r < qn; ++r) {
-      float *ar = acc + r * D;
-      const float inv = (float)(1.0 / l[r]);
-      for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
-      cpu_store_f32(pout, ov->dtype, ((b * s.q_len + t0 + r) * s.q_heads + h) * D, D, ar);
-      lse[(b * s.q_heads + h) * s.q_len + t0 + r] = (float)((double)m[r] + log(l[r]));
-    }
+    cpu_att_forward_item(&s, in[0], in[1], in[2], it / (s.q_heads * nqb), (it / nqb) % s.q_heads,
+                         (it % nqb) * CPU_ATT_QB, scratch + (size_t)cpu_thread_num() * per, pout,
+                         ov->dtype, lse);
   }
   free(scratch);
   for (int i = 0; i < 3; ++i) free(owned[i]);
   return NULL;
 }
+
+/* Backward for batch b, kv head kvh: every query head of the group, a query
+ * block at a time. ws holds P and dP (QB x S each), K and V blocks
+ * transposed (D x KB each) and the block's dq (QB x D). dk/dv rows of this
+ * kv head belong to this work item alone. */
+CPU_BODY void cpu_att_backward_unit_body(const cpu_att_shape_t *s, const float *dout,
+                                         const float *q, const float *k, const float *v,
+                                         const float *lse, int64_t b, int64_t kvh, float *ws,
+                                         float *dk, float *dv, void *pdq, ty_dtype_t dq_dtype) {
+  const int64_t D = s->dim, S = s->kv_len, qrow = s->q_heads * D, kvrow = s->kv_heads * D;
+  const int64_t nqb = (s->q_len + CPU_ATT_QB - 1) / CPU_ATT_QB;
+  float *P = ws, *dP = P + (size_t)CPU_ATT_QB * (size_t)S;
+  float *kt = dP + (size_t)CPU_ATT_QB * (size_t)S, *vt = kt + D * CPU_ATT_KB;
+  float *dqa = vt + D * CPU_ATT_KB;
+  const float *kb = k + b * S * kvrow + kvh * D, *vb = v + b * S * kvrow + kvh * D;
+  float *dkb = dk + b * S * kvrow + kvh * D, *dvb = dv + b * S * kvrow + kvh * D;
+  for (int64_t h = kvh * s->group; h < (kvh + 1) * s->group; ++h) {
+    for (int64_t qbi = 0; qbi < nqb; ++qbi) {
+      const int64_t t0 = qbi * CPU_ATT_QB;
+      const int64_t qn = s->q_len - t0 < CPU_ATT_QB ? s->q_len - t0 : CPU_ATT_QB;
+      const float *qb = q + (b * s->q_len + t0) * qrow + h * D;
+      const float *db = dout + (b * s->q_len + t0) * qrow + h * D;
+      int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
+      double delta[CPU_ATT_QB];
+      for (int64_t r = 0; r < qn; ++r) {
+        cpu_att_range(s, t0 + r, &lo[r], &hi[r]);
+        delta[r] = 0.0;
+      }
+      const int64_t klo = lo[0], khi = hi[qn - 1], L = khi - klo + 1;
+      /* p and dp over the block's key range (zero where masked), and delta. */
+      for (int64_t k0 = klo; k0 <= khi; k0 += CPU_ATT_KB) {
+        const int64_t kn = khi - k0 + 1 < CPU_ATT_KB ? khi - k0 + 1 : CPU_ATT_KB;
+        cpu_att_pack_t(kb, kvrow, k0, kn, D, kt);
+        cpu_att_pack_t(vb, kvrow, k0, kn, D, vt);
+        for (int64_t r = 0; r < qn; ++r) {
+          float *pr = P + r * L + (k0 - klo), *dpr = dP + r * L + (k0 - klo);
+          const float row_lse = lse[(b * s->q_heads + h) * s->q_len + t0 + r];
+          cpu_att_scores(qb + r * qrow, kt, D, kn, pr);
+          cpu_att_scores(db + r * qrow, vt, D, kn, dpr);
+          for (int64_t j = 0; j < kn; ++j) pr[j] = cpu_expf(s->scale * pr[j] - row_lse);
+          for (int64_t j = 0; j < kn; ++j) { /* the mask: contiguous runs at the ends */
+            const int64_t key = k0 + j;
+            if (key < lo[r] || key > hi[r]) pr[j] = dpr[j] = 0.0f;
+          }
+          delta[r] += cpu_dot_f64(pr, dpr, kn);
+        }
+      }
+      for (int64_t i = 0; i < qn * D; ++i) dqa[i] = 0.0f;
+      for (int64_t j = 0; j < L; ++j) {
+        const float *kr = kb + (klo + j) * kvrow;
+        float *dkr = dkb + (klo + j) * kvrow, *dvr = dvb + (klo + j) * kvrow;
+        for (int64_t r = 0; r < qn; ++r) {
+          const float p = P[r * L + j];
+          if (p == 0.0f) continue; /* masked, or underflowed: contributes 0 */
+          const float ds = s->scale * p * (dP[r * L + j] - (float)delta[r]);
+          cpu_axpy(D, ds, kr, dqa + r * D);
+          cpu_axpy(D, ds, qb + r * qrow, dkr);
+          cpu_axpy(D, p, db + r * qrow, dvr);
+        }
+      }
+      for (int64_t r = 0; r < qn; ++r) {
+        cpu_store_f32(pdq, dq_dtype, ((b * s->q_len + t0 + r) * s->q_heads + h) * D, D,
+                      dqa + r * D);
+      }
+    }
+  }
+}
+CPU_MULTIVERSION(cpu_att_backward_unit, (const cpu_att_shape_t *s, const float *dout,
+                  const float *q, const float *k, const float *v, const float *lse, int64_t b,
+                  int64_t kvh, float *ws, float *dk, float *dv, void *pdq, ty_dtype_t dq_dtype),
+                 (s, dout, q, k, v, lse, b, kvh, ws, dk, dv, pdq, dq_dtype))
 
 ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   /* inputs: dout, q, k, v, out (unused), lse; outputs dq, dk, dv */
@@ -180,16 +284,15 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
     memset(pdv, 0, (size_t)kv_count * ty_abi_dtype_size(dvv->dtype));
     return NULL;
   }
-  /* inputs 0..3: dout, q, k, v */
-  const float *in[4];
+  const float *in[4]; /* dout, q, k, v */
   float *owned[4] = {NULL, NULL, NULL, NULL};
   if (!cpu_att_inputs(c, 0, 4, (int)c->threads, in, owned)) return cpu_oom(c);
-  const float *dout = in[0], *q = in[1], *k = in[2], *v = in[3];
   /* dk/dv accumulate in f32: the outputs themselves, or f32 copies. */
   float *dk = dkv->dtype == TY_DTYPE_F32 ? pdk : malloc((size_t)kv_count * sizeof(float));
   float *dv = dvv->dtype == TY_DTYPE_F32 ? pdv : malloc((size_t)kv_count * sizeof(float));
   const int nt = cpu_threads(c, units * s.group * s.q_len * S * D, 65536);
-  const size_t per = (size_t)CPU_ATT_QB * ((size_t)S * 2 + (size_t)D);
+  const size_t per = (size_t)CPU_ATT_QB * ((size_t)S * 2 + (size_t)D) +
+                     (size_t)D * CPU_ATT_KB * 2;
   float *scratch = malloc((size_t)nt * per * sizeof(float));
   if (!dk || !dv || !scratch) {
     if (dk != pdk) free(dk);
@@ -200,69 +303,10 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   }
   memset(dk, 0, (size_t)kv_count * sizeof(float));
   memset(dv, 0, (size_t)kv_count * sizeof(float));
-  const int64_t qrow = s.q_heads * D, kvrow = s.kv_heads * D;
-  const int64_t nqb = (s.q_len + CPU_ATT_QB - 1) / CPU_ATT_QB;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t u = 0; u < units; ++u) {
-    float *P = scratch + (size_t)cpu_thread_num() * per;
-    float *dP = P + (size_t)CPU_ATT_QB * (size_t)S;
-    float *dqa = dP + (size_t)CPU_ATT_QB * (size_t)S;
-    const int64_t b = u / s.kv_heads, kvh = u % s.kv_heads;
-    const float *kb = k + b * S * kvrow + kvh * D, *vb = v + b * S * kvrow + kvh * D;
-    float *dkb = dk + b * S * kvrow + kvh * D, *dvb = dv + b * S * kvrow + kvh * D;
-    for (int64_t h = kvh * s.group; h < (kvh + 1) * s.group; ++h) {
-      for (int64_t qbi = 0; qbi < nqb; ++qbi) {
-        const int64_t t0 = qbi * CPU_ATT_QB;
-        const int64_t qn = s.q_len - t0 < CPU_ATT_QB ? s.q_len - t0 : CPU_ATT_QB;
-        const float *qb = q + (b * s.q_len + t0) * qrow + h * D;
-        const float *db = dout + (b * s.q_len + t0) * qrow + h * D;
-        int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
-        float delta[CPU_ATT_QB];
-        for (int64_t r = 0; r < qn; ++r) cpu_att_range(&s, t0 + r, &lo[r], &hi[r]);
-        const int64_t klo = lo[0], khi = hi[qn - 1], kn = khi - klo + 1;
-        /* p and dp for the block's key range; zero where masked. */
-        for (int64_t r = 0; r < qn; ++r) {
-          const float *qr = qb + r * qrow, *dr = db + r * qrow;
-          const float row_lse = lse[(b * s.q_heads + h) * s.q_len + t0 + r];
-          float *pr = P + r * kn, *dpr = dP + r * kn;
-          double dsum = 0.0;
-          for (int64_t j = 0; j < kn; ++j) {
-            const int64_t key = klo + j;
-            if (key < lo[r] || key > hi[r]) {
-              pr[j] = 0.0f;
-              dpr[j] = 0.0f;
-              continue;
-            }
-            pr[j] = expf(s.scale * cpu_dot(qr, kb + key * kvrow, D) - row_lse);
-            dpr[j] = cpu_dot(dr, vb + key * kvrow, D);
-            dsum += (double)pr[j] * dpr[j];
-          }
-          delta[r] = (float)dsum;
-        }
-        memset(dqa, 0, (size_t)(qn * D) * sizeof(float));
-        for (int64_t j = 0; j < kn; ++j) {
-          const int64_t key = klo + j;
-          const float *kr = kb + key * kvrow;
-          float *dkr = dkb + key * kvrow, *dvr = dvb + key * kvrow;
-          for (int64_t r = 0; r < qn; ++r) {
-            const float p = P[r * kn + j];
-            if (p == 0.0f) continue;
-            const float ds = s.scale * p * (dP[r * kn + j] - delta[r]);
-            const float *qr = qb + r * qrow, *dr = db + r * qrow;
-            float *dqr = dqa + r * D;
-            for (int64_t d = 0; d < D; ++d) {
-              dqr[d] += ds * kr[d];
-              dkr[d] += ds * qr[d];
-              dvr[d] += p * dr[d];
-            }
-          }
-        }
-        for (int64_t r = 0; r < qn; ++r) {
-          cpu_store_f32(pdq, dqv->dtype, ((b * s.q_len + t0 + r) * s.q_heads + h) * D, D,
-                        dqa + r * D);
-        }
-      }
-    }
+    cpu_att_backward_unit(&s, in[0], in[1], in[2], in[3], lse, u / s.kv_heads, u % s.kv_heads,
+                          scratch + (size_t)cpu_thread_num() * per, dk, dv, pdq, dqv->dtype);
   }
   if (dk != pdk) {
     cpu_store_f32(pdk, dkv->dtype, 0, kv_count, dk);

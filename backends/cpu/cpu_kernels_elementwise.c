@@ -313,11 +313,7 @@ static ty_abi_status_t cpu_reduce(const cpu_node_ctx_t *c, cpu_reduce_t kind) {
         int64_t len = last - j0 < CPU_CHUNK ? last - j0 : CPU_CHUNK;
         const float *v = cpu_span_in(
             px, x->dtype, base + cpu_rplan_offset(&p, true, it / nch, true) + j0, len, buf);
-        if (sq) {
-          for (int64_t j = 0; j < len; ++j) acc += (double)v[j] * v[j];
-        } else {
-          for (int64_t j = 0; j < len; ++j) acc += v[j];
-        }
+        acc += sq ? cpu_sumsq_f64(v, len, 0.0) : cpu_sum_f64(v, len);
       }
       cpu_reduce_store(py, y->dtype, o, acc, kind, terms);
     }
@@ -340,11 +336,7 @@ static ty_abi_status_t cpu_reduce(const cpu_node_ctx_t *c, cpu_reduce_t kind) {
         int64_t len = last - j0 < CPU_CHUNK ? last - j0 : CPU_CHUNK;
         const float *v = cpu_span_in(
             px, x->dtype, base + cpu_rplan_offset(&p, true, it / nch, true) + j0, len, buf);
-        if (sq) {
-          for (int64_t j = 0; j < len; ++j) acc += (double)v[j] * v[j];
-        } else {
-          for (int64_t j = 0; j < len; ++j) acc += v[j];
-        }
+        acc += sq ? cpu_sumsq_f64(v, len, 0.0) : cpu_sum_f64(v, len);
       }
       partial[cpu_thread_num()] = acc;
     }

@@ -65,6 +65,23 @@ bool cpu_f32_whole(const void *src, ty_dtype_t dt, int64_t n, int threads,
   return true;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+int cpu_isa_level(void) {
+  __builtin_cpu_init(); /* idempotent; we may run before libgcc's constructor */
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2")) {
+    return 4;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2")) {
+    return 3;
+  }
+  return 1;
+}
+#endif
+
 int cpu_threads(const cpu_node_ctx_t *c, int64_t work, int64_t grain) {
   int64_t max = c->threads > 0 ? (int64_t)c->threads : 1;
   if (grain < 1) grain = 1;
