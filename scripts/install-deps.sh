@@ -11,6 +11,7 @@ packages=(
   libcmocka-dev              # C unit tests
   libssl-dev                 # SHA-256 (graph hashes, artifacts)
   libdnnl-dev                # oneDNN: the cpu backend's matmul
+  libomp-dev                 # OpenMP for clang builds (the cpu backend's kernels)
 )
 
 missing=()

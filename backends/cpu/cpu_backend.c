@@ -2,7 +2,8 @@
  * cpu_graph.c with the kernels of cpu_kernels_*.c.
  *
  * Buffers are 64-byte aligned host allocations (cache line and AVX-512
- * friendly). Device options: threads=N, kernels=fast|reference. */
+ * friendly). Device options: threads=N, kernels=fast|fast-only|reference
+ * (fast-only: no silent fallback to the reference kernels). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -139,9 +140,12 @@ static ty_abi_status_t cpu_device_open(ty_abi_backend_t *b,
         kernels = CPU_KERNELS_FAST;
       } else if (strcmp(o->value, "reference") == 0) {
         kernels = CPU_KERNELS_REFERENCE;
+      } else if (strcmp(o->value, "fast-only") == 0) {
+        kernels = CPU_KERNELS_FAST_ONLY;
       } else {
         return cpu_error(b->host, TY_CODE_INVALID_ARGUMENT,
-                         "cpu: option kernels='%s' must be 'fast' or 'reference'",
+                         "cpu: option kernels='%s' must be 'fast', 'fast-only' or "
+                         "'reference'",
                          o->value);
       }
     } else {

@@ -58,6 +58,30 @@ ty_abi_status_t cpu_graph_supports(ty_abi_device_t *device,
   return NULL;
 }
 
+/* UNIMPLEMENTED naming the node, its op and its operand dtypes. */
+static ty_abi_status_t cpu_no_fast_kernel(const ty_abi_graph_t *g, uint32_t n) {
+  static const char *const names[] = {"invalid", "f32", "bf16", "f16", "f64",
+                                      "i32",     "i64", "u8"};
+  const ty_abi_node_t *node = &g->nodes[n];
+  char dtypes[96] = "";
+  size_t used = 0;
+  for (uint32_t i = 0; i < node->input_count + node->output_count; ++i) {
+    uint32_t v = i < node->input_count ? node->inputs[i] : node->outputs[i - node->input_count];
+    const char *name = v == UINT32_MAX ? "none"
+                       : (uint32_t)g->values[v].dtype < TY_DTYPE_COUNT_
+                           ? names[g->values[v].dtype]
+                           : "?";
+    int w = snprintf(dtypes + used, sizeof(dtypes) - used, "%s%s",
+                     i == 0 ? "" : i == node->input_count ? " -> " : ", ", name);
+    if (w < 0 || (size_t)w >= sizeof(dtypes) - used) break;
+    used += (size_t)w;
+  }
+  return ty_plugin_error(TY_CODE_UNIMPLEMENTED,
+                         "cpu: kernels=fast-only: no fast kernel for node %u (%s) with "
+                         "operands %s; use kernels=fast to run it on the reference kernel",
+                         n, node->op, dtypes);
+}
+
 static const ty_abi_graph_t *cpu_exe_graph(const ty_abi_executable_t *e) {
   return &e->graph->graph;
 }
@@ -102,10 +126,10 @@ ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device,
                              (e->plan.arena_bytes + CPU_ARENA_ALIGNMENT - 1) &
                                  ~(uint64_t)(CPU_ARENA_ALIGNMENT - 1));
     if (!e->arena) {
+      unsigned long long bytes = (unsigned long long)e->plan.arena_bytes;
       cpu_executable_destroy(e);
       return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
-                             "cpu: cannot allocate a %llu-byte activation arena",
-                             (unsigned long long)e->plan.arena_bytes);
+                             "cpu: cannot allocate a %llu-byte activation arena", bytes);
     }
   }
   e->kernels = calloc(g->node_count ? g->node_count : 1, sizeof(*e->kernels));
@@ -114,8 +138,14 @@ ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device,
   e->sorted_named = calloc(g->value_count ? g->value_count : 1, sizeof(uint32_t));
   if (!e->kernels || !e->data || !e->fallback_offset || !e->sorted_named) goto oom;
   for (uint32_t n = 0; n < g->node_count; ++n) {
-    e->kernels[n] = device->kernels == CPU_KERNELS_FAST ? cpu_kernel_find(g, &g->nodes[n])
-                                                        : NULL;
+    e->kernels[n] = device->kernels != CPU_KERNELS_REFERENCE
+                        ? cpu_kernel_find(g, &g->nodes[n])
+                        : NULL;
+    if (!e->kernels[n] && device->kernels == CPU_KERNELS_FAST_ONLY) {
+      ty_abi_status_t s = cpu_no_fast_kernel(g, n);
+      cpu_executable_destroy(e);
+      return s;
+    }
   }
   for (uint32_t v = 0; v < g->value_count; ++v) {
     const ty_abi_value_t *val = &g->values[v];

@@ -14,8 +14,9 @@ struct ty_abi_backend_s {
 };
 
 typedef enum cpu_kernel_mode_e {
-  CPU_KERNELS_FAST = 0,      /* oneDNN + OpenMP kernels */
+  CPU_KERNELS_FAST = 0,      /* oneDNN + OpenMP kernels, reference for the rest */
   CPU_KERNELS_REFERENCE = 1, /* the f64 reference kernels (the oracle) */
+  CPU_KERNELS_FAST_ONLY = 2, /* fast kernels; a node without one fails compile */
 } cpu_kernel_mode_t;
 
 struct ty_abi_device_s {

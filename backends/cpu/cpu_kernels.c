@@ -1,24 +1,123 @@
 /* The cpu plugin's fast-kernel table: maps a node (op and operand dtypes) to
  * its oneDNN/OpenMP kernel. A node without one runs the reference kernel on
- * the same device (never another device). */
+ * the same device (never another device); kernels=fast-only makes that a
+ * compile error instead (cpu_graph.c).
+ *
+ * Arithmetic kernels take f32, bf16 and f16 storage and leave any node with
+ * an f64 operand to the f64 reference (f64 exists for gradient checks, where
+ * the reference is what is wanted). Element movers take every dtype. */
 #include <string.h>
 
-#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_kernels.h"
+
+typedef enum {
+  CPU_ACCEPT_FLOAT, /* f32/bf16/f16 floats, any ints: no f64 operand */
+  CPU_ACCEPT_ANY,   /* moves bytes: every dtype */
+  CPU_ACCEPT_CAST,  /* the (from, to) pairs cpu_cast_supported() lists */
+  CPU_ACCEPT_CAUSAL /* CPU_ACCEPT_FLOAT, and causal=1 */
+} cpu_accept_t;
 
 typedef struct {
   const char *op;
   cpu_kernel_fn_t fn;
+  cpu_accept_t accept;
 } cpu_kernel_entry_t;
 
-/* Filled in by the kernel families (cpu_kernels_*.c) as they land. */
 static const cpu_kernel_entry_t cpu_kernel_table[] = {
-    {NULL, NULL},
+    /* cpu_kernels_embedding.c */
+    {"embedding", cpu_kernel_embedding, CPU_ACCEPT_FLOAT},
+    {"embedding_backward", cpu_kernel_embedding_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_matmul.c */
+    {"matmul", cpu_kernel_matmul, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_elementwise.c */
+    {"add", cpu_kernel_add, CPU_ACCEPT_FLOAT},
+    {"sub", cpu_kernel_sub, CPU_ACCEPT_FLOAT},
+    {"mul", cpu_kernel_mul, CPU_ACCEPT_FLOAT},
+    {"div", cpu_kernel_div, CPU_ACCEPT_FLOAT},
+    {"scale", cpu_kernel_scale, CPU_ACCEPT_FLOAT},
+    {"broadcast_to", cpu_kernel_broadcast_to, CPU_ACCEPT_ANY},
+    {"reduce_sum", cpu_kernel_reduce_sum, CPU_ACCEPT_FLOAT},
+    {"reduce_mean", cpu_kernel_reduce_mean, CPU_ACCEPT_FLOAT},
+    {"reduce_sumsq", cpu_kernel_reduce_sumsq, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_norm.c */
+    {"layernorm", cpu_kernel_layernorm, CPU_ACCEPT_FLOAT},
+    {"layernorm_backward", cpu_kernel_layernorm_backward, CPU_ACCEPT_FLOAT},
+    {"rmsnorm", cpu_kernel_rmsnorm, CPU_ACCEPT_FLOAT},
+    {"rmsnorm_backward", cpu_kernel_rmsnorm_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_activation.c */
+    {"gelu", cpu_kernel_gelu, CPU_ACCEPT_FLOAT},
+    {"gelu_backward", cpu_kernel_gelu_backward, CPU_ACCEPT_FLOAT},
+    {"silu", cpu_kernel_silu, CPU_ACCEPT_FLOAT},
+    {"silu_backward", cpu_kernel_silu_backward, CPU_ACCEPT_FLOAT},
+    {"swiglu", cpu_kernel_swiglu, CPU_ACCEPT_FLOAT},
+    {"swiglu_backward", cpu_kernel_swiglu_backward, CPU_ACCEPT_FLOAT},
+    {"softmax", cpu_kernel_softmax, CPU_ACCEPT_FLOAT},
+    {"softmax_backward", cpu_kernel_softmax_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_rope.c */
+    {"rope", cpu_kernel_rope, CPU_ACCEPT_FLOAT},
+    {"rope_backward", cpu_kernel_rope_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_attention.c */
+    {"attention", cpu_kernel_attention, CPU_ACCEPT_CAUSAL},
+    {"attention_backward", cpu_kernel_attention_backward, CPU_ACCEPT_CAUSAL},
+    /* cpu_kernels_loss.c */
+    {"cross_entropy", cpu_kernel_cross_entropy, CPU_ACCEPT_FLOAT},
+    {"cross_entropy_backward", cpu_kernel_cross_entropy_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_dropout.c */
+    {"dropout", cpu_kernel_dropout, CPU_ACCEPT_FLOAT},
+    {"dropout_backward", cpu_kernel_dropout_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_views.c */
+    {"cast", cpu_kernel_cast, CPU_ACCEPT_CAST},
+    {"reshape", cpu_kernel_reshape, CPU_ACCEPT_ANY},
+    {"transpose", cpu_kernel_transpose, CPU_ACCEPT_ANY},
+    {"slice", cpu_kernel_slice, CPU_ACCEPT_ANY},
+    {"slice_backward", cpu_kernel_slice_backward, CPU_ACCEPT_ANY},
+    {"concat", cpu_kernel_concat, CPU_ACCEPT_ANY},
+    /* cpu_kernels_optim.c */
+    {"adamw_update", cpu_kernel_adamw_update, CPU_ACCEPT_FLOAT},
+    {"sgd_update", cpu_kernel_sgd_update, CPU_ACCEPT_FLOAT},
+    {"clip_by_global_norm", cpu_kernel_clip_by_global_norm, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_kv_cache.c */
+    {"kv_cache_write", cpu_kernel_kv_cache_write, CPU_ACCEPT_ANY},
+    {NULL, NULL, CPU_ACCEPT_ANY},
 };
 
+static ty_dtype_t cpu_operand_dtype(const ty_abi_graph_t *g, const ty_abi_node_t *node,
+                                    uint32_t i, bool *present) {
+  uint32_t v = i < node->input_count ? node->inputs[i] : node->outputs[i - node->input_count];
+  *present = v != UINT32_MAX && v < g->value_count;
+  return *present ? g->values[v].dtype : TY_DTYPE_INVALID;
+}
+
+static bool cpu_no_f64(const ty_abi_graph_t *g, const ty_abi_node_t *node) {
+  for (uint32_t i = 0; i < node->input_count + node->output_count; ++i) {
+    bool present;
+    ty_dtype_t d = cpu_operand_dtype(g, node, i, &present);
+    if (present && (d == TY_DTYPE_F64 || ty_abi_dtype_size(d) == 0)) return false;
+  }
+  return true;
+}
+
 cpu_kernel_fn_t cpu_kernel_find(const ty_abi_graph_t *graph, const ty_abi_node_t *node) {
-  (void)graph;
   for (const cpu_kernel_entry_t *e = cpu_kernel_table; e->op; ++e) {
-    if (strcmp(e->op, node->op) == 0) return e->fn;
+    if (strcmp(e->op, node->op) != 0) continue;
+    switch (e->accept) {
+      case CPU_ACCEPT_ANY:
+        return e->fn;
+      case CPU_ACCEPT_FLOAT:
+        return cpu_no_f64(graph, node) ? e->fn : NULL;
+      case CPU_ACCEPT_CAUSAL:
+        return cpu_no_f64(graph, node) && ty_abi_node_attr_int(node, "causal", 1) == 1
+                   ? e->fn
+                   : NULL;
+      case CPU_ACCEPT_CAST: {
+        if (node->input_count != 1 || node->output_count != 1) return NULL;
+        bool pi, po;
+        ty_dtype_t from = cpu_operand_dtype(graph, node, 0, &pi);
+        ty_dtype_t to = cpu_operand_dtype(graph, node, 1, &po);
+        return pi && po && cpu_cast_supported(from, to) ? e->fn : NULL;
+      }
+    }
+    return NULL;
   }
   return NULL;
 }

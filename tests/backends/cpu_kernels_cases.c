@@ -1,0 +1,510 @@
+/* The cases of cpu_kernels_test.c (see cpu_kernels_cases.h): which ops,
+ * shapes, attributes and kinds of random input each one-node graph gets. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "cpu_kernels_cases.h"
+#include "hal/dtype.h"
+
+#define MAX_CASES 160
+static tcase_t g_cases[MAX_CASES];
+static int g_case_count;
+
+static tcase_t *add_case(const char *op, const char *label, uint32_t n_out) {
+  assert_true(g_case_count < MAX_CASES);
+  tcase_t *c = &g_cases[g_case_count++];
+  memset(c, 0, sizeof(*c));
+  c->op = op;
+  snprintf(c->label, sizeof(c->label), "%s", label);
+  c->n_out = n_out;
+  for (int o = 0; o < MAX_OUT; ++o) c->update[o] = -1;
+  c->runs = 1;
+  return c;
+}
+
+static tin_t *add_in(tcase_t *c, int kind, ty_dtype_t dtype, uint32_t rank,
+                     const int64_t *dims, double a, double b) {
+  assert_true(c->n_in < MAX_IN);
+  tin_t *in = &c->in[c->n_in++];
+  memset(in, 0, sizeof(*in));
+  in->kind = kind;
+  in->dtype = dtype;
+  in->rank = rank;
+  for (uint32_t i = 0; i < rank; ++i) in->dims[i] = dims[i];
+  in->a = a;
+  in->b = b;
+  return in;
+}
+
+#define DIMS(...) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+#define FLT(c, ...) add_in((c), K_FLOAT, TY_DTYPE_INVALID, DIMS(__VA_ARGS__), -1.0, 1.0)
+#define SCALAR(c, v) add_in((c), K_SCALAR, TY_DTYPE_F32, 0, NULL, (v), 0)
+#define ABSENT(c) add_in((c), K_ABSENT, TY_DTYPE_INVALID, 0, NULL, 0, 0)
+
+static void set_int(tcase_t *c, const char *name, int64_t v) {
+  TY_EXPECT_OK(ty_attrs_set_int(&c->attrs, name, v));
+}
+static void set_float(tcase_t *c, const char *name, double v) {
+  TY_EXPECT_OK(ty_attrs_set_float(&c->attrs, name, v));
+}
+static void set_string(tcase_t *c, const char *name, const char *v) {
+  TY_EXPECT_OK(ty_attrs_set_string(&c->attrs, name, v));
+}
+static void set_ints(tcase_t *c, const char *name, uint32_t n, const int64_t *v) {
+  TY_EXPECT_OK(ty_attrs_set_ints(&c->attrs, name, v, n));
+}
+
+/* ---- the cases ------------------------------------------------------------ */
+
+static void cases_embedding_matmul(void) {
+  tcase_t *c = add_case("embedding", "i32 ids", 1);
+  FLT(c, 50, 40);
+  add_in(c, K_IDS, TY_DTYPE_I32, DIMS(3, 7), 50, 0);
+  c->exact = true;
+  c = add_case("embedding", "i64 ids, 64K outputs", 1);
+  FLT(c, 100, 64);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(2, 500), 100, 0);
+  c->exact = true;
+  c = add_case("embedding_backward", "repeated ids", 1);
+  FLT(c, 2, 500, 64);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(2, 500), 100, 0);
+  set_int(c, "vocab_size", 100);
+  c = add_case("embedding_backward", "sparse ids, unused rows", 1);
+  FLT(c, 37, 24);
+  add_in(c, K_IDS, TY_DTYPE_I32, DIMS(37), 2000, 0);
+  set_int(c, "vocab_size", 2000);
+
+  c = add_case("matmul", "[7,13]@[13,9]+bias", 1);
+  FLT(c, 7, 13);
+  FLT(c, 13, 9);
+  FLT(c, 9);
+  c = add_case("matmul", "trans_a", 1);
+  FLT(c, 13, 7);
+  FLT(c, 13, 9);
+  set_int(c, "trans_a", 1);
+  c = add_case("matmul", "trans_b+bias", 1);
+  FLT(c, 7, 13);
+  FLT(c, 9, 13);
+  FLT(c, 9);
+  set_int(c, "trans_b", 1);
+  c = add_case("matmul", "trans_a+trans_b", 1);
+  FLT(c, 13, 7);
+  FLT(c, 9, 13);
+  set_int(c, "trans_a", 1);
+  set_int(c, "trans_b", 1);
+  c = add_case("matmul", "linear [3,11,40]@[40,24]+bias", 1);
+  FLT(c, 3, 11, 40);
+  FLT(c, 40, 24);
+  FLT(c, 24);
+  c = add_case("matmul", "batched [4,33,65]@[4,65,47]", 1);
+  FLT(c, 4, 33, 65);
+  FLT(c, 4, 65, 47);
+  c = add_case("matmul", "broadcast [2,1,9,10]@[3,10,8]", 1);
+  FLT(c, 2, 1, 9, 10);
+  FLT(c, 3, 10, 8);
+  c = add_case("matmul", "batched trans_a [2,3,5]@[3,4]", 1);
+  FLT(c, 2, 3, 5);
+  FLT(c, 3, 4);
+  set_int(c, "trans_a", 1);
+  /* Past one cache block of the blocked GEMM in each direction (M > 120,
+   * K > 256, N > 512), with and without transposes. */
+  c = add_case("matmul", "M blocks [250,20]@[20,30]+bias", 1);
+  FLT(c, 250, 20);
+  FLT(c, 20, 30);
+  FLT(c, 30);
+  c = add_case("matmul", "K blocks trans_a [600,5]^T@[600,7]", 1);
+  FLT(c, 600, 5);
+  FLT(c, 600, 7);
+  set_int(c, "trans_a", 1);
+  c = add_case("matmul", "N blocks trans_b [9,10]@[1100,10]^T", 1);
+  FLT(c, 9, 10);
+  FLT(c, 1100, 10);
+  set_int(c, "trans_b", 1);
+  c = add_case("matmul", "[61,200]@[200,90]+bias", 1);
+  FLT(c, 61, 200);
+  FLT(c, 200, 90);
+  FLT(c, 90);
+}
+
+static void cases_elementwise(void) {
+  const char *ops[4] = {"add", "sub", "mul", "div"};
+  for (int i = 0; i < 4; ++i) {
+    int kb = i == 3 ? K_NONZERO : K_FLOAT;
+    double lo = i == 3 ? 0.5 : -1.0;
+    tcase_t *c = add_case(ops[i], "same shape, 60K", 1);
+    FLT(c, 60000);
+    add_in(c, kb, TY_DTYPE_INVALID, DIMS(60000), lo, 1.5);
+    c = add_case(ops[i], "[4,30,50] op [50]", 1);
+    FLT(c, 4, 30, 50);
+    add_in(c, kb, TY_DTYPE_INVALID, DIMS(50), lo, 1.5);
+    c = add_case(ops[i], "[4,1,6] op [5,1]", 1);
+    FLT(c, 4, 1, 6);
+    add_in(c, kb, TY_DTYPE_INVALID, DIMS(5, 1), lo, 1.5);
+    c = add_case(ops[i], "[] op [3,4]", 1);
+    add_in(c, K_FLOAT, TY_DTYPE_INVALID, 0, NULL, -1, 1);
+    add_in(c, kb, TY_DTYPE_INVALID, DIMS(3, 4), lo, 1.5);
+    c = add_case(ops[i], "[300,1] op [1,200]", 1);
+    FLT(c, 300, 1);
+    add_in(c, kb, TY_DTYPE_INVALID, DIMS(1, 200), lo, 1.5);
+  }
+  tcase_t *c = add_case("scale", "alpha 0.37, 60K", 1);
+  FLT(c, 300, 200);
+  set_float(c, "alpha", 0.37);
+  c = add_case("scale", "alpha -2", 1);
+  FLT(c, 3, 5);
+  set_float(c, "alpha", -2.0);
+
+  c = add_case("broadcast_to", "[3,1,5] -> [2,3,4,5]", 1);
+  FLT(c, 3, 1, 5);
+  set_ints(c, "shape", 4, (int64_t[]){2, 3, 4, 5});
+  c->exact = true;
+  c = add_case("broadcast_to", "[5] -> [3000,5]", 1);
+  FLT(c, 5);
+  set_ints(c, "shape", 2, (int64_t[]){3000, 5});
+  c->exact = true;
+  c = add_case("broadcast_to", "i64 [4,1] -> [4,6]", 1);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(4, 1), 1000, 0);
+  set_ints(c, "shape", 2, (int64_t[]){4, 6});
+  c->exact = c->fixed = true;
+
+  const char *red[3] = {"reduce_sum", "reduce_mean", "reduce_sumsq"};
+  for (int i = 0; i < 3; ++i) {
+    c = add_case(red[i], "all axes", 1);
+    FLT(c, 4, 5, 6);
+    c = add_case(red[i], "axes [1]", 1);
+    FLT(c, 4, 5, 6);
+    set_ints(c, "axes", 1, (int64_t[]){1});
+    c = add_case(red[i], "axes [0,2] keepdims", 1);
+    FLT(c, 4, 5, 6);
+    set_ints(c, "axes", 2, (int64_t[]){0, 2});
+    set_int(c, "keepdims", 1);
+    c = add_case(red[i], "axes [-1], 100K", 1);
+    FLT(c, 200, 500);
+    set_ints(c, "axes", 1, (int64_t[]){-1});
+    c = add_case(red[i], "axes [0] (dbias), 100K", 1);
+    FLT(c, 500, 200);
+    set_ints(c, "axes", 1, (int64_t[]){0});
+    c = add_case(red[i], "all of 100K", 1);
+    FLT(c, 500, 200);
+  }
+}
+
+static void cases_norm_activation(void) {
+  tcase_t *c = add_case("layernorm", "gamma, beta", 3);
+  FLT(c, 4, 5, 32);
+  FLT(c, 32);
+  FLT(c, 32);
+  c = add_case("layernorm", "[64,400] gamma only, offset rows", 3);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(64, 400), 2.0, 4.0);
+  FLT(c, 400);
+  ABSENT(c);
+  c = add_case("layernorm", "no gamma/beta, eps 0.1", 3);
+  FLT(c, 3, 17);
+  set_float(c, "eps", 0.1);
+  c = add_case("layernorm_backward", "[64,400]", 3);
+  FLT(c, 64, 400);
+  FLT(c, 64, 400);
+  FLT(c, 400);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(64), -0.5, 0.5);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(64), 0.5, 2.0);
+  c = add_case("layernorm_backward", "no gamma", 3);
+  FLT(c, 3, 5, 16);
+  FLT(c, 3, 5, 16);
+  ABSENT(c);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 5), -0.5, 0.5);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 5), 0.5, 2.0);
+  c = add_case("rmsnorm", "[64,400] gamma", 2);
+  FLT(c, 64, 400);
+  FLT(c, 400);
+  c = add_case("rmsnorm", "no gamma", 2);
+  FLT(c, 7, 9);
+  c = add_case("rmsnorm_backward", "[64,400]", 2);
+  FLT(c, 64, 400);
+  FLT(c, 64, 400);
+  FLT(c, 400);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(64), 0.5, 2.0);
+  c = add_case("rmsnorm_backward", "no gamma", 2);
+  FLT(c, 6, 10);
+  FLT(c, 6, 10);
+  ABSENT(c);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(6), 0.5, 2.0);
+
+  const char *unary[2] = {"gelu", "silu"};
+  for (int i = 0; i < 2; ++i) {
+    c = add_case(unary[i], "70K in [-6,6)", 1);
+    add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(70000), -6.0, 6.0);
+    c = add_case(unary[i], "[3,5]", 1);
+    FLT(c, 3, 5);
+  }
+  c = add_case("gelu_backward", "70K", 1);
+  FLT(c, 70000);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(70000), -6.0, 6.0);
+  c = add_case("silu_backward", "70K", 1);
+  FLT(c, 70000);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(70000), -6.0, 6.0);
+  c = add_case("swiglu", "[300,200]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 200), -6.0, 6.0);
+  FLT(c, 300, 200);
+  c = add_case("swiglu_backward", "[300,200]", 2);
+  FLT(c, 300, 200);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 200), -6.0, 6.0);
+  FLT(c, 300, 200);
+  c = add_case("softmax", "[64,500] in [-5,5)", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(64, 500), -5.0, 5.0);
+  c = add_case("softmax", "[2,3,7]", 1);
+  FLT(c, 2, 3, 7);
+  c = add_case("softmax_backward", "[64,500]", 1);
+  FLT(c, 64, 500);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(64, 500), 0.0, 0.01);
+}
+
+static void cases_rope_attention(void) {
+  for (int back = 0; back < 2; ++back) {
+    const char *op = back ? "rope_backward" : "rope";
+    tcase_t *c = add_case(op, "positions < 5000", 1);
+    FLT(c, 2, 9, 3, 16);
+    add_in(c, K_IDS, TY_DTYPE_I64, DIMS(9), 5000, 0);
+    c = add_case(op, "llama3 scaling, i32 positions", 1);
+    FLT(c, 2, 9, 3, 16);
+    add_in(c, K_IDS, TY_DTYPE_I32, DIMS(9), 300, 0);
+    set_string(c, "scaling", "llama3");
+    set_float(c, "factor", 8.0);
+    set_float(c, "low_freq_factor", 1.0);
+    set_float(c, "high_freq_factor", 4.0);
+    set_int(c, "original_max_position", 64);
+    set_float(c, "theta", 500000.0);
+    c = add_case(op, "[4,64,4,32] theta 1e4", 1);
+    FLT(c, 4, 64, 4, 32);
+    add_in(c, K_IDS, TY_DTYPE_I64, DIMS(64), 2048, 0);
+  }
+  /* (B, T, S, Hq, Hkv, D, window) */
+  static const int64_t shapes[][7] = {
+      {2, 70, 80, 4, 2, 16, 0},  /* S > T (KV offset), GQA */
+      {2, 70, 80, 4, 2, 16, 20}, /* sliding window */
+      {1, 37, 37, 2, 2, 8, 0},   /* S = T */
+      {2, 19, 150, 3, 1, 12, 0}, /* MQA, long KV */
+  };
+  for (int i = 0; i < 4; ++i) {
+    const int64_t *s = shapes[i];
+    char label[64];
+    snprintf(label, sizeof(label), "B%lld T%lld S%lld Hq%lld Hkv%lld D%lld w%lld",
+             (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3],
+             (long long)s[4], (long long)s[5], (long long)s[6]);
+    for (int back = 0; back < 2; ++back) {
+      tcase_t *c = add_case(back ? "attention_backward" : "attention", label, back ? 3 : 2);
+      if (back) FLT(c, s[0], s[1], s[3], s[5]); /* dout */
+      FLT(c, s[0], s[1], s[3], s[5]);
+      FLT(c, s[0], s[2], s[4], s[5]);
+      FLT(c, s[0], s[2], s[4], s[5]);
+      if (back) {
+        FLT(c, s[0], s[1], s[3], s[5]); /* out: unused by both kernels */
+        add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(s[0], s[3], s[1]), 1.0, 3.0);
+      }
+      if (s[6]) set_int(c, "window", s[6]);
+      if (i == 2) set_float(c, "scale", 0.3);
+    }
+  }
+  /* A KV cache of 40 rows filled up to 23 (kv_len input), GQA, as the
+   * decode graphs use it: rows 23..39 must not be attended. */
+  for (int back = 0; back < 2; ++back) {
+    tcase_t *c = add_case(back ? "attention_backward" : "attention", "cache kv_len 23 of 40",
+                          back ? 3 : 2);
+    if (back) FLT(c, 2, 3, 4, 8);
+    FLT(c, 2, 3, 4, 8);
+    FLT(c, 2, 40, 2, 8);
+    FLT(c, 2, 40, 2, 8);
+    if (back) {
+      FLT(c, 2, 3, 4, 8);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 3), 1.0, 3.0);
+    }
+    add_in(c, K_SCALAR, TY_DTYPE_I64, DIMS(), 23, 0);
+  }
+}
+
+static void cases_loss_dropout_views(void) {
+  tcase_t *c = add_case("cross_entropy", "[3,50,300], some ignored", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 300), -4.0, 4.0);
+  add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(3, 50), 300, 0);
+  c = add_case("cross_entropy", "i32 targets", 1);
+  FLT(c, 5, 11);
+  add_in(c, K_TARGETS, TY_DTYPE_I32, DIMS(5), 11, 0);
+  c = add_case("cross_entropy_backward", "[3,50,300]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 300), -4.0, 4.0);
+  add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(3, 50), 300, 0);
+  c = add_case("cross_entropy_backward", "i32 targets", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(5), -1.0, 1.0);
+  FLT(c, 5, 11);
+  add_in(c, K_TARGETS, TY_DTYPE_I32, DIMS(5), 11, 0);
+
+  c = add_case("dropout", "p 0.3, 50K", 1);
+  FLT(c, 50000);
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
+  set_float(c, "p", 0.3);
+  set_int(c, "stream", 7);
+  c->exact = true;
+  c = add_case("dropout", "p 0.5, 21 elements", 1);
+  FLT(c, 3, 7);
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
+  set_float(c, "p", 0.5);
+  set_int(c, "stream", 0);
+  c->exact = true;
+  c = add_case("dropout_backward", "p 0.1, 1001 elements", 1);
+  FLT(c, 1001);
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
+  set_float(c, "p", 0.1);
+  set_int(c, "stream", 3);
+  c->exact = true;
+
+  static const ty_dtype_t casts[][2] = {
+      {TY_DTYPE_F32, TY_DTYPE_BF16}, {TY_DTYPE_BF16, TY_DTYPE_F32},
+      {TY_DTYPE_F32, TY_DTYPE_F16},  {TY_DTYPE_F16, TY_DTYPE_BF16},
+      {TY_DTYPE_BF16, TY_DTYPE_F16}, {TY_DTYPE_F32, TY_DTYPE_F64},
+      {TY_DTYPE_F64, TY_DTYPE_BF16}, {TY_DTYPE_I32, TY_DTYPE_I64},
+      {TY_DTYPE_I64, TY_DTYPE_I32},  {TY_DTYPE_F32, TY_DTYPE_F32},
+  };
+  for (size_t i = 0; i < sizeof(casts) / sizeof(casts[0]); ++i) {
+    char label[64];
+    snprintf(label, sizeof(label), "%s -> %s", ty_dtype_name(casts[i][0]),
+             ty_dtype_name(casts[i][1]));
+    c = add_case("cast", label, 1);
+    bool is_int = casts[i][0] == TY_DTYPE_I32 || casts[i][0] == TY_DTYPE_I64;
+    add_in(c, is_int ? K_IDS : K_FLOAT, casts[i][0], DIMS(40, 700), is_int ? 1e9 : -100.0,
+           100.0);
+    set_string(c, "dtype", ty_dtype_name(casts[i][1]));
+    c->exact = c->fixed = true;
+  }
+
+  c = add_case("reshape", "[3,4,5] -> [-1,6]", 1);
+  FLT(c, 3, 4, 5);
+  set_ints(c, "shape", 2, (int64_t[]){-1, 6});
+  c->exact = true;
+  c = add_case("transpose", "[2,3,4,5] perm [0,2,1,3]", 1);
+  FLT(c, 2, 3, 4, 5);
+  set_ints(c, "perm", 4, (int64_t[]){0, 2, 1, 3});
+  c->exact = true;
+  c = add_case("transpose", "[40,70] perm [1,0] (tiles)", 1);
+  FLT(c, 40, 70);
+  set_ints(c, "perm", 2, (int64_t[]){1, 0});
+  c->exact = true;
+  c = add_case("transpose", "[3,4,5] perm [2,0,1]", 1);
+  FLT(c, 3, 4, 5);
+  set_ints(c, "perm", 3, (int64_t[]){2, 0, 1});
+  c->exact = true;
+  c = add_case("transpose", "[2,64,48,1] perm [0,2,3,1]", 1);
+  FLT(c, 2, 64, 48, 1);
+  set_ints(c, "perm", 4, (int64_t[]){0, 2, 3, 1});
+  c->exact = true;
+  c = add_case("transpose", "i64 [5,6] perm [1,0]", 1);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(5, 6), 1e12, 0);
+  set_ints(c, "perm", 2, (int64_t[]){1, 0});
+  c->exact = c->fixed = true;
+  c = add_case("slice", "[5,6,7]", 1);
+  FLT(c, 5, 6, 7);
+  set_ints(c, "starts", 3, (int64_t[]){1, 0, 2});
+  set_ints(c, "sizes", 3, (int64_t[]){3, 6, 4});
+  c->exact = true;
+  c = add_case("slice", "[100,300]", 1);
+  FLT(c, 100, 300);
+  set_ints(c, "starts", 2, (int64_t[]){10, 5});
+  set_ints(c, "sizes", 2, (int64_t[]){50, 200});
+  c->exact = true;
+  c = add_case("slice_backward", "[3,6,4] in [5,6,7]", 1);
+  FLT(c, 3, 6, 4);
+  set_ints(c, "shape", 3, (int64_t[]){5, 6, 7});
+  set_ints(c, "starts", 3, (int64_t[]){1, 0, 2});
+  c->exact = true;
+  c = add_case("concat", "axis 1, three inputs", 1);
+  FLT(c, 2, 3, 4);
+  FLT(c, 2, 5, 4);
+  FLT(c, 2, 1, 4);
+  set_int(c, "axis", 1);
+  c->exact = true;
+  c = add_case("concat", "axis -1", 1);
+  FLT(c, 3, 2);
+  FLT(c, 3, 5);
+  set_int(c, "axis", -1);
+  c->exact = true;
+  c = add_case("concat", "axis 0, 100K", 1);
+  FLT(c, 200, 300);
+  FLT(c, 150, 300);
+  set_int(c, "axis", 0);
+  c->exact = true;
+}
+
+static void cases_optim_kv(void) {
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    tcase_t *c = add_case("adamw_update", inplace ? "in place, 3 steps" : "60K", 3);
+    FLT(c, 300, 200)->state = inplace;
+    add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 200), -0.1, 0.1);
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300, 200), -0.01, 0.01)->state = inplace;
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300, 200), 0.0, 1e-3)->state = inplace;
+    SCALAR(c, 1e-2);  /* lr */
+    SCALAR(c, 0.9);   /* beta1 */
+    SCALAR(c, 0.999); /* beta2 */
+    SCALAR(c, 1e-8);  /* eps */
+    SCALAR(c, 0.1);   /* weight_decay */
+    add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, inplace ? 1 : 7, 0);
+    if (inplace) {
+      c->update[0] = 0;
+      c->update[1] = 2;
+      c->update[2] = 3;
+      c->runs = 3;
+    }
+  }
+  for (int v = 0; v < 4; ++v) {
+    static const char *labels[4] = {"momentum", "nesterov", "no momentum",
+                                    "in place nesterov, 3 steps"};
+    tcase_t *c = add_case("sgd_update", labels[v], 2);
+    FLT(c, 300, 200)->state = v == 3;
+    add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 200), -0.1, 0.1);
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300, 200), -0.1, 0.1)->state = v == 3;
+    SCALAR(c, 0.05);
+    SCALAR(c, v == 2 ? 0.0 : 0.9);
+    SCALAR(c, 0.01);
+    if (v == 1 || v == 3) set_int(c, "nesterov", 1);
+    if (v == 3) {
+      c->update[0] = 0;
+      c->update[1] = 2;
+      c->runs = 3;
+    }
+  }
+  for (int v = 0; v < 2; ++v) {
+    tcase_t *c = add_case("clip_by_global_norm",
+                          v ? "max_norm 0 (norm only)" : "clips, mixed dtypes", 4);
+    SCALAR(c, v ? 0.0 : 0.5);
+    FLT(c, 300, 200);
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(17), -1.0, 1.0);
+    FLT(c, 5, 5);
+  }
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    tcase_t *c = add_case("kv_cache_write", inplace ? "in place" : "copy", 1);
+    FLT(c, 2, 10, 3, 8)->state = inplace;
+    FLT(c, 2, 4, 3, 8);
+    add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, 3, 0);
+    c->exact = true;
+    if (inplace) c->update[0] = 0;
+  }
+  tcase_t *c = add_case("kv_cache_write", "fills the cache to the end", 1);
+  FLT(c, 1, 6, 2, 4);
+  FLT(c, 1, 2, 2, 4);
+  add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, 4, 0);
+  c->exact = true;
+}
+
+const tcase_t *cpu_test_cases(int *out_count) {
+  if (g_case_count) {
+    *out_count = g_case_count;
+    return g_cases;
+  }
+  cases_embedding_matmul();
+  cases_elementwise();
+  cases_norm_activation();
+  cases_rope_attention();
+  cases_loss_dropout_views();
+  cases_optim_kv();
+  *out_count = g_case_count;
+  return g_cases;
+}

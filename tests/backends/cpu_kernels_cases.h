@@ -1,0 +1,50 @@
+/* The cases of cpu_kernels_test.c: one-node graphs for every op of op set
+ * v1, each an op, its inputs (kind of random data, dtype, shape), attributes
+ * and outputs. Tests only; not thread-safe. */
+#ifndef TY_TESTS_BACKENDS_CPU_KERNELS_CASES_H_
+#define TY_TESTS_BACKENDS_CPU_KERNELS_CASES_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hal/backend_abi.h"
+#include "ops/attrs.h"
+
+enum {
+  K_FLOAT,     /* uniform in [a, b) */
+  K_NONZERO,   /* random sign, magnitude in [a, b) */
+  K_IDS,       /* integers in [0, a) */
+  K_TARGETS,   /* integers in [-1, a), about 1 in 8 of them -1 */
+  K_SCALAR,    /* the value a */
+  K_RNG,       /* i64 [2]: random seed, random step */
+  K_ABSENT,    /* an absent optional input */
+};
+
+typedef struct {
+  int kind;
+  ty_dtype_t dtype; /* TY_DTYPE_INVALID: the run's float dtype */
+  uint32_t rank;
+  int64_t dims[6];
+  double a, b;
+  bool state; /* a STATE value (for in-place updates) */
+} tin_t;
+
+#define MAX_IN 12
+#define MAX_OUT 4
+
+typedef struct {
+  const char *op;
+  char label[64];
+  uint32_t n_in, n_out;
+  tin_t in[MAX_IN];
+  ty_attrs_t attrs;
+  int update[MAX_OUT]; /* per output: the state input it replaces, or -1 */
+  bool exact;          /* outputs must match bit for bit */
+  bool fixed;          /* dtypes as written: no f32/bf16/f16 sweep */
+  int runs;
+} tcase_t;
+
+/* Every case, built on first use (cmocka's assertions guard the builder). */
+const tcase_t *cpu_test_cases(int *out_count);
+
+#endif /* TY_TESTS_BACKENDS_CPU_KERNELS_CASES_H_ */
