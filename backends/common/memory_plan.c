@@ -116,7 +116,11 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
       uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
       for (uint32_t i = 0; i <= live_count; ++i) {
         uint64_t end = i < live_count ? live[i].offset : UINT64_MAX;
-        if (end >= cursor && end - cursor >= size && end - cursor < best_gap) {
+        /* best == UINT64_MAX: nothing placed yet. The gap after the last
+         * block is UINT64_MAX bytes when no block is live, which a strict
+         * `< best_gap` alone would never take. */
+        if (end >= cursor && end - cursor >= size &&
+            (best == UINT64_MAX || end - cursor < best_gap)) {
           best = cursor;
           best_gap = end - cursor;
         }
