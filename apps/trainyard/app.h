@@ -46,5 +46,6 @@ int ty_app_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+int ty_cmd_conform(ty_app_t *app, int argc, char **argv);
 
 #endif /* TY_APPS_TRAINYARD_APP_H_ */

@@ -13,6 +13,8 @@
 static const ty_command_t ty_commands[] = {
     {"devices", ty_cmd_devices,
      "list backends, their devices, and plugins that were rejected"},
+    {"conform", ty_cmd_conform,
+     "check a backend's ops and gradients against the f64 reference"},
 };
 #define TY_COMMAND_COUNT (sizeof(ty_commands) / sizeof(ty_commands[0]))
 
