@@ -214,7 +214,11 @@ static const ty_conform_case_t ty_cases[] = {
     /* ---- types and views ---- */
     CD("cast", "f32-to-bf16", "f32[8,33]:u=-100,100", "dtype='bf16'", ONLY(F32), EXACT, EXACT),
     CD("cast", "f32-to-f16", "f32[8,33]:u=-1000,1000", "dtype='f16'", ONLY(F32), EXACT, EXACT),
-    /* A widening cast's gradient is a narrowing one: rounded, not exact. */
+    /* To f64 and back: the one cast the finite-difference checks can
+     * differentiate (in f64 it is the identity; rounding casts are
+     * piecewise constant). A widening cast's gradient is a narrowing one:
+     * rounded, not exact. */
+    C("cast", "to-f64", "F[8,33]", "dtype='f64'", EXACT, ELEM),
     CD("cast", "bf16-to-f32", "bf16[8,33]:u=-100,100", "dtype='f32'", ONLY(BF16), EXACT, ELEM),
     CD("cast", "f16-to-f32", "f16[8,33]:u=-100,100", "dtype='f32'", ONLY(F16), EXACT, ELEM),
     CD("cast", "bf16-to-f16", "bf16[8,33]:u=-100,100", "dtype='f16'", ONLY(BF16), EXACT,
