@@ -91,6 +91,7 @@ static const ty_conform_case_t ty_cases[] = {
     /* ---- embeddings ---- */
     C("embedding", "gather", "F[50,16] i64[3,7]:ids=50", "", EXACT, RED),
     C("embedding", "i32-ids", "F[64,8] i32[21]:ids=64", "", EXACT, RED),
+    C("embedding", "odd-rows", "F[1001,33] i64[2,9]:ids=1001", "", EXACT, RED),
     C("embedding_backward", "scatter-add", "F[3,7,16] i64[3,7]:ids=10", "vocab_size=10",
       RED, NULL),
     C("embedding_backward", "unused-rows", "F[12,8] i32[12]:ids=40", "vocab_size=40", RED,
@@ -107,6 +108,10 @@ static const ty_conform_case_t ty_cases[] = {
     C("matmul", "bcast-batch", "F[2,1,4,16] F[3,16,8]", "", RED, RED),
     C("matmul", "batched-trans-b", "F[2,3,4,16] F[2,3,8,16]", "trans_b=1", RED, RED),
     C("matmul", "long-k", "F[4,256] F[256,8]", "", RED, RED),
+    /* Sizes off every power of two reach the remainder paths of tiled and
+     * vectorized kernels; the large one spans several tiles. */
+    C("matmul", "odd-sizes", "F[37,67] F[67,29] F[29]", "", RED, RED),
+    C("matmul", "large", "F[2,64,192] F[192,160]", "", RED, RED),
     BINARY("add", "", RED),
     BINARY("sub", "", RED),
     BINARY("mul", "", CHAIN),
@@ -123,6 +128,7 @@ static const ty_conform_case_t ty_cases[] = {
     C("reduce_sum", "middle", "F[4,64,3]", "axes=[1]", RED, EXACT),
     C("reduce_sum", "outer-keepdims", "F[5,6,7]", "axes=[0,2] keepdims=1", RED, EXACT),
     C("reduce_sum", "long-rows", "F[8,300]", "axes=[-1]", RED, EXACT),
+    C("reduce_sum", "odd-rows", "F[3,1001]", "axes=[-1]", RED, EXACT),
     C("reduce_mean", "all", "F[5,40]:u=0.1,1", "", RED, ELEM),
     C("reduce_mean", "first", "F[64,5]", "axes=[0]", RED, ELEM),
     C("reduce_mean", "last-keepdims", "F[3,4,50]", "axes=[-1] keepdims=1", RED, ELEM),
@@ -133,6 +139,7 @@ static const ty_conform_case_t ty_cases[] = {
     C("layernorm", "affine", "F[4,3,64] F[64] F[64]", "", RED, CHAIN),
     C("layernorm", "plain", "F[6,48]", "", RED, CHAIN),
     C("layernorm", "gamma-eps", "F[2,5,32] F[32]", "eps=1e-3", RED, CHAIN),
+    C("layernorm", "odd-c", "F[5,1001] F[1001] F[1001]", "", RED, CHAIN),
     /* A large mean over a small spread: one-pass E[x^2] - E[x]^2 in f32
      * cancels here; two-pass or Welford does not. */
     C("layernorm", "offset-mean", "F[4,96]:u=8,9 F[96] F[96]", "", RED, CHAIN),
@@ -142,6 +149,7 @@ static const ty_conform_case_t ty_cases[] = {
        "layernorm 1 | 1>3 2>4", NULL, RED),
     C("rmsnorm", "gamma", "F[4,3,64] F[64]", "", RED, CHAIN),
     C("rmsnorm", "plain-eps", "F[8,40]", "eps=1e-5", RED, CHAIN),
+    C("rmsnorm", "odd-c", "F[7,769] F[769]", "", RED, CHAIN),
     CX("rmsnorm_backward", "gamma", "F[4,3,64] F[4,3,64] F[64] S[4,3]", "",
        "rmsnorm 1 | 1>3", NULL, RED),
     CX("rmsnorm_backward", "no-gamma", "F[8,40] F[8,40] - S[8]", "", "rmsnorm 1 | 1>3", NULL,
@@ -149,8 +157,13 @@ static const ty_conform_case_t ty_cases[] = {
 
     /* ---- activations ---- */
     C("gelu", "wide", "F[8,128]:u=-4,4", "", ELEM, ELEM),
+    /* Not beyond |x| = 4: further left 1 + tanh(u) cancels in f64 itself,
+     * so even the oracle's gelu (and any finite difference of it) loses the
+     * digits an NMSE or a gradient check would need. */
+    C("gelu", "odd-length", "F[1003]:u=-4,4", "", ELEM, ELEM),
     C("gelu_backward", "wide", "F[8,128] F[8,128]:u=-4,4", "", ELEM, NULL),
     C("silu", "wide", "F[8,128]:u=-6,6", "", ELEM, ELEM),
+    C("silu", "odd-length", "F[1003]:u=-9,9", "", ELEM, ELEM),
     C("silu_backward", "wide", "F[8,128] F[8,128]:u=-6,6", "", ELEM, NULL),
     C("swiglu", "wide", "F[6,96]:u=-4,4 F[6,96]", "", ELEM, ELEM),
     C("swiglu_backward", "wide", "F[6,96] F[6,96]:u=-4,4 F[6,96]", "", ELEM, NULL),
@@ -186,6 +199,8 @@ static const ty_conform_case_t ty_cases[] = {
     C("attention", "scale", "F[1,5,2,8]:u=-2,2 F[1,7,2,8] F[1,7,2,8]", "scale=0.2", RED,
       CHAIN),
     C("attention", "decode-mqa", "F[2,1,4,16]:u=-2,2 F[2,9,1,16] F[2,9,1,16]", "", RED, CHAIN),
+    C("attention", "longer-gqa", "F[1,33,4,32]:u=-2,2 F[1,33,2,32] F[1,33,2,32]", "", RED,
+      CHAIN),
     CX("attention_backward", "causal-mha",
        "F[2,8,4,16] F[2,8,4,16]:u=-2,2 F[2,8,4,16] F[2,8,4,16] F[2,8,4,16] S[2,4,8]", "",
        "attention 1,2,3 | 0>4 1>5", NULL, RED),
@@ -199,6 +214,7 @@ static const ty_conform_case_t ty_cases[] = {
     /* ---- loss ---- */
     C("cross_entropy", "ignore-targets", "F[4,6,50]:u=-3,3 i64[4,6]:tgt=50", "", RED, RED),
     C("cross_entropy", "i32-wide-vocab", "F[8,300]:u=-3,3 i32[8]:tgt=300", "", RED, RED),
+    C("cross_entropy", "odd-vocab", "F[4,5003]:u=-3,3 i64[4]:tgt=5003", "", RED, RED),
     C("cross_entropy_backward", "ignore-targets",
       "S[4,6] F[4,6,50]:u=-3,3 i64[4,6]:tgt=50", "", RED, NULL),
     C("cross_entropy_backward", "i32-wide-vocab", "S[8] F[8,300]:u=-3,3 i32[8]:tgt=300", "",
@@ -246,6 +262,10 @@ static const ty_conform_case_t ty_cases[] = {
     CX("adamw_update", "step1",
        "F[8,16] F[8,16] P[8,16] P[8,16]:u=0.001,0.1 P[]:val=0.001 P[]:val=0.9 "
        "P[]:val=0.999 P[]:val=1e-8 P[]:val=0.01 i64[]:val=1",
+       "", NULL, NULL, ELEM),
+    CX("adamw_update", "odd-length",
+       "F[1003] F[1003] P[1003] P[1003]:u=0,0.1 P[]:val=0.003 P[]:val=0.9 "
+       "P[]:val=0.999 P[]:val=1e-8 P[]:val=0.0 i64[]:val=1000",
        "", NULL, NULL, ELEM),
     CX("adamw_update", "step7-in-place",
        "F[8,16] F[8,16] P[8,16] P[8,16]:u=0.001,0.1 P[]:val=0.01 P[]:val=0.8 "

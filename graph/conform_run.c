@@ -421,8 +421,16 @@ static void ty_conform_compare(const ty_conform_values_t *got, const ty_conform_
       r->nmse = INFINITY;
       r->ref_nmse = re;
       snprintf(r->worst, sizeof(r->worst), "%s", got->names[k]);
-      snprintf(r->reason, sizeof(r->reason), "%s[%lld] is %g where the oracle has %.9g",
-               got->names[k], (long long)bad, got->values[k][bad], want->values[k][bad]);
+      double a = got->values[k][bad], b = want->values[k][bad];
+      if (!isfinite(b)) {
+        snprintf(r->reason, sizeof(r->reason),
+                 "the oracle's %s[%lld] is not finite (%g): the case's inputs are bad",
+                 got->names[k], (long long)bad, b);
+      } else {
+        snprintf(r->reason, sizeof(r->reason), "%s[%lld] is %s where the oracle has %.9g",
+                 got->names[k], (long long)bad, isnan(a) ? "NaN" : a > 0 ? "+Inf" : "-Inf",
+                 b);
+      }
       return;
     }
     double b = class_bound;
