@@ -113,16 +113,15 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
         }
         live[j] = key;
       }
-      uint64_t best = UINT64_MAX, best_gap = UINT64_MAX, cursor = 0;
+      /* Best fit among the gaps; the space after the last block always fits. */
+      uint64_t best = 0, best_gap = 0, cursor = 0;
+      bool found = false;
       for (uint32_t i = 0; i <= live_count; ++i) {
         uint64_t end = i < live_count ? live[i].offset : UINT64_MAX;
-        /* best == UINT64_MAX: nothing placed yet. The gap after the last
-         * block is UINT64_MAX bytes when no block is live, which a strict
-         * `< best_gap` alone would never take. */
-        if (end >= cursor && end - cursor >= size &&
-            (best == UINT64_MAX || end - cursor < best_gap)) {
+        if (end >= cursor && end - cursor >= size && (!found || end - cursor < best_gap)) {
           best = cursor;
           best_gap = end - cursor;
+          found = true;
         }
         if (i < live_count && live[i].offset + live[i].size > cursor) {
           cursor = live[i].offset + live[i].size;
