@@ -398,6 +398,24 @@ static ty_status_t ty_conform_updates_parse(ty_conform_instance_t *inst) {
   return TY_OK;
 }
 
+/* How many outputs `op` makes for these inputs (at most
+ * TY_CONFORM_MAX_OUTPUTS), and their descriptors when `out_descs` is not
+ * NULL (capacity TY_CONFORM_MAX_OUTPUTS). */
+static ty_status_t ty_conform_output_count(const char *op, const ty_tensor_desc_t *const *ins,
+                                           uint32_t n, const ty_attrs_t *attrs,
+                                           ty_tensor_desc_t *out_descs, uint32_t *out_count) {
+  ty_tensor_desc_t *outs = calloc(TY_OP_MAX_OUTPUTS, sizeof(*outs));
+  if (!outs) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "conform: out of memory");
+  ty_status_t s = ty_op_infer(op, ins, n, attrs, outs, out_count);
+  if (!s && *out_count > TY_CONFORM_MAX_OUTPUTS) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "conform: %s makes %u outputs, more than %d",
+                       op, *out_count, TY_CONFORM_MAX_OUTPUTS);
+  }
+  if (!s && out_descs) memcpy(out_descs, outs, *out_count * sizeof(*outs));
+  free(outs);
+  return s;
+}
+
 /* "op i,j | o>k ...": input k := output o of op(inputs i, j, ...), in f64. */
 static ty_status_t ty_conform_derive(ty_conform_instance_t *inst) {
   const char *spec = inst->test_case->derive;
@@ -426,14 +444,13 @@ static ty_status_t ty_conform_derive(ty_conform_instance_t *inst) {
     s = ty_graph_add_input(g, v->name, v->oracle_dtype, v->rank, v->dims, &ins[n++]);
     q = *end == ',' ? end + 1 : end;
   }
-  /* The forward op's output count, by inference through the graph. */
   uint32_t out_count = 0;
-  for (uint32_t c = 1; !s && c <= TY_CONFORM_MAX_OUTPUTS && !out_count; ++c) {
-    ty_status_t t = ty_graph_add_node(g, op, ins, n, &inst->attrs, outs, c);
-    if (!t) out_count = c;
-    else if (c == TY_CONFORM_MAX_OUTPUTS) s = t;
-    else ty_status_free(t);
+  if (!s) {
+    const ty_tensor_desc_t *descs[TY_CONFORM_MAX_INPUTS];
+    for (uint32_t k = 0; k < n; ++k) descs[k] = &ty_graph_value(g, ins[k])->desc;
+    s = ty_conform_output_count(op, descs, n, &inst->attrs, NULL, &out_count);
   }
+  if (!s) s = ty_graph_add_node(g, op, ins, n, &inst->attrs, outs, out_count);
   char name[TY_CONFORM_NAME_MAX];
   for (uint32_t o = 0; o < out_count && !s; ++o) {
     snprintf(name, sizeof(name), "o%u", o);
@@ -553,20 +570,15 @@ ty_status_t ty_conform_instance_init(const ty_conform_case_t *c, ty_dtype_t dtyp
     TY_RETURN_IF_ERROR(ty_tensor_desc_init(v->dtype, v->rank, v->dims, NULL, &in_descs[i]));
     in_ptrs[i] = &in_descs[i];
   }
-  ty_tensor_desc_t *outs = calloc(TY_OP_MAX_OUTPUTS, sizeof(*outs));
-  if (!outs) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "conform: out of memory");
-  ty_status_t s = ty_op_infer(c->op, in_ptrs, inst->input_count, &inst->attrs, outs,
-                              &inst->output_count);
-  if (!s && inst->output_count > TY_CONFORM_MAX_OUTPUTS) {
-    s = TY_CASE_ERROR(inst, "too many outputs");
-  }
+  ty_tensor_desc_t outs[TY_CONFORM_MAX_OUTPUTS];
+  ty_status_t s = ty_conform_output_count(c->op, in_ptrs, inst->input_count, &inst->attrs,
+                                          outs, &inst->output_count);
   if (!s) s = ty_conform_updates_parse(inst);
   if (!s) s = ty_conform_derive(inst);
   if (!s) s = ty_conform_find_diff(inst, outs);
   for (uint32_t d = 0; d < inst->diff_count && !s; ++d) {
     s = ty_conform_make_seed(inst, d, &outs[inst->diff_outputs[d]], &rng);
   }
-  free(outs);
   inst->has_backward = !s && inst->diff_count > 0;
   return s ? ty_status_annotate(s, "conform case %s/%s (%s)", c->op, c->name,
                                 ty_dtype_name(dtype))
