@@ -82,6 +82,7 @@ typedef struct ty_session_slot_t {
   ty_shared_buffer_t *storage;
   ty_buffer_t *buffer; /* == storage->buffer */
   bool bound;
+  uint64_t input_hash; /* FNV-1a of the bound bytes (with guards only) */
 } ty_session_slot_t;
 
 struct ty_session_t {
@@ -92,7 +93,39 @@ struct ty_session_t {
   uint32_t slot_count;
   ty_abi_binding_t *bindings;
   ty_session_stats_t stats;
+  uint64_t guard; /* bytes of guard before and after every tensor */
 };
+
+/* ---- guard regions ---- */
+
+/* The sentinel byte at position i of a guard: not a constant, so a shifted
+ * or partial copy over it is still caught. */
+static unsigned char ty_guard_byte(uint64_t i) {
+  return (unsigned char)(0xA7u + 61u * (unsigned)(i & 0xFFu));
+}
+
+static uint64_t ty_fnv1a(const void *data, size_t bytes) {
+  const unsigned char *p = data;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Fills a slot's whole buffer: guards with the sentinel, the tensor with
+ * 0xFF (inputs and states are written over by bind). */
+static ty_status_t ty_session_fill_guards(ty_session_t *s, ty_session_slot_t *slot) {
+  uint64_t total = slot->bytes + 2 * s->guard;
+  unsigned char *fill = malloc((size_t)total);
+  if (!fill) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for guards");
+  for (uint64_t i = 0; i < s->guard; ++i) {
+    fill[i] = ty_guard_byte(i);
+    fill[s->guard + slot->bytes + i] = ty_guard_byte(i);
+  }
+  memset(fill + s->guard, 0xFF, (size_t)slot->bytes);
+  ty_status_t st = ty_buffer_write(slot->buffer, 0, fill, total);
+  free(fill);
+  return st;
+}
 
 static ty_status_t ty_session_check_support(ty_device_t *device,
                                             const ty_abi_graph_t *graph) {
@@ -241,22 +274,24 @@ static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *sha
       slot->storage->refs++;
       slot->buffer = slot->storage->buffer;
       slot->bound = shared->bound;
-      s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name};
+      s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name, .offset = s->guard};
       s->slot_count++;
       continue; /* already initialized by its owner */
     }
     slot->storage = calloc(1, sizeof(*slot->storage));
     if (!slot->storage) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     slot->storage->refs = 1;
-    s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name};
+    s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name, .offset = s->guard};
     s->slot_count++; /* counted now so that destroy releases it on error */
-    TY_RETURN_IF_ERROR(ty_buffer_alloc(s->device, slot->bytes, &slot->storage->buffer));
+    TY_RETURN_IF_ERROR(
+        ty_buffer_alloc(s->device, slot->bytes + 2 * s->guard, &slot->storage->buffer));
     slot->buffer = slot->storage->buffer;
+    if (s->guard) TY_RETURN_IF_ERROR(ty_session_fill_guards(s, slot));
     if (v->role == TY_VALUE_STATE && slot->bytes) {
       /* States start as zeros (optimizer moments); weights are bound. */
       void *zeros = calloc(1, (size_t)slot->bytes);
       if (!zeros) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-      ty_status_t st = ty_buffer_write(slot->buffer, 0, zeros, slot->bytes);
+      ty_status_t st = ty_buffer_write(slot->buffer, s->guard, zeros, slot->bytes);
       free(zeros);
       TY_RETURN_IF_ERROR(st);
       s->stats.host_to_device_count++;
@@ -273,6 +308,7 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
   ty_session_t *s = calloc(1, sizeof(*s));
   if (!s) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory creating a session");
   s->device = device;
+  s->guard = options ? options->guard_bytes : 0;
   ty_status_t st = ty_graph_lower(graph, &s->lowered);
   if (!st) st = ty_session_check_support(device, ty_lowered_graph_abi(s->lowered));
   if (!st) {
@@ -285,6 +321,13 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
                         "sessions can share state only on one device (%s vs %s)",
                         ty_device_label(device),
                         ty_device_label(options->share_state_with->device));
+  }
+  if (!st && options && options->share_state_with &&
+      options->share_state_with->guard != s->guard) {
+    st = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "sessions that share state need the same guard_bytes (%llu vs %llu)",
+                        (unsigned long long)s->guard,
+                        (unsigned long long)options->share_state_with->guard);
   }
   if (!st) st = ty_session_add_slots(s, options ? options->share_state_with : NULL);
   if (st) {
@@ -352,7 +395,8 @@ ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
                           "binding '%s': %zu bytes given for a %" PRIu64 "-byte tensor",
                           name, bytes, slot->bytes);
   }
-  TY_RETURN_IF_ERROR(ty_buffer_write(slot->buffer, 0, data, bytes));
+  TY_RETURN_IF_ERROR(ty_buffer_write(slot->buffer, s->guard, data, bytes));
+  if (s->guard && slot->role == TY_VALUE_INPUT) slot->input_hash = ty_fnv1a(data, bytes);
   s->stats.host_to_device_count++;
   s->stats.host_to_device_bytes += bytes;
   slot->bound = true;
@@ -398,10 +442,53 @@ ty_status_t ty_session_read(ty_session_t *s, const char *name, void *dst,
                           name, bytes, slot->bytes);
   }
   TY_RETURN_IF_ERROR(ty_device_synchronize(s->device));
-  TY_RETURN_IF_ERROR(ty_buffer_read(slot->buffer, 0, dst, bytes));
+  TY_RETURN_IF_ERROR(ty_buffer_read(slot->buffer, s->guard, dst, bytes));
   s->stats.device_to_host_count++;
   s->stats.device_to_host_bytes += bytes;
   return TY_OK;
+}
+
+/* DATA_LOSS naming `slot` when its guard at `start` differs from the
+ * sentinel; `where` is "before" or "after". */
+static ty_status_t ty_session_check_guard(ty_session_t *s, ty_session_slot_t *slot,
+                                          const unsigned char *bytes, const char *where) {
+  for (uint64_t i = 0; i < s->guard; ++i) {
+    if (bytes[i] == ty_guard_byte(i)) continue;
+    uint64_t changed = 0;
+    for (uint64_t k = i; k < s->guard; ++k) changed += bytes[k] != ty_guard_byte(k);
+    return ty_status_make(TY_CODE_DATA_LOSS,
+                          "%s wrote outside %s '%s': %" PRIu64 " of the %" PRIu64
+                          " guard bytes %s it changed (the first at byte %s%" PRIu64
+                          " of the tensor)",
+                          ty_device_label(s->device), ty_value_role_name(slot->role),
+                          slot->name, changed, s->guard, where,
+                          where[0] == 'b' ? "-" : "+",
+                          where[0] == 'b' ? s->guard - i : slot->bytes + i);
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_session_check_guards(ty_session_t *s) {
+  if (!s->guard) return TY_OK;
+  TY_RETURN_IF_ERROR(ty_device_synchronize(s->device));
+  ty_status_t st = TY_OK;
+  for (uint32_t i = 0; i < s->slot_count && !st; ++i) {
+    ty_session_slot_t *slot = &s->slots[i];
+    uint64_t total = slot->bytes + 2 * s->guard;
+    unsigned char *all = malloc((size_t)total);
+    if (!all) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory checking guards");
+    st = ty_buffer_read(slot->buffer, 0, all, total);
+    if (!st) st = ty_session_check_guard(s, slot, all, "before");
+    if (!st) st = ty_session_check_guard(s, slot, all + s->guard + slot->bytes, "after");
+    if (!st && slot->role == TY_VALUE_INPUT && slot->bound &&
+        ty_fnv1a(all + s->guard, (size_t)slot->bytes) != slot->input_hash) {
+      st = ty_status_make(TY_CODE_DATA_LOSS,
+                          "%s wrote into input '%s' (inputs are read-only during a run)",
+                          ty_device_label(s->device), slot->name);
+    }
+    free(all);
+  }
+  return st;
 }
 
 ty_session_stats_t ty_session_stats(const ty_session_t *s) { return s->stats; }

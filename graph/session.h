@@ -39,6 +39,15 @@ typedef struct ty_session_options_t {
    * evaluation graph share weights. The buffers are reference-counted, so
    * either session may be destroyed first. NULL for none. */
   const struct ty_session_t *share_state_with;
+  /* Guard regions for conformance runs (0: none; not part of the cache
+   * key). Every tensor buffer gets this many bytes before and after the
+   * tensor, filled with a sentinel pattern, and the tensor is bound at that
+   * offset, so use a multiple of the alignment the backend's kernels want
+   * (64 is safe). The bytes of OUTPUT values are filled with 0xFF (NaN in
+   * every float dtype) so an output a backend never writes cannot pass for a
+   * result, and bound inputs are fingerprinted; ty_session_check_guards then
+   * tells whether a run wrote outside its tensors or into an input. */
+  uint64_t guard_bytes;
 } ty_session_options_t;
 
 typedef struct ty_session_stats_t {
@@ -78,6 +87,13 @@ ty_status_t ty_session_read(ty_session_t *session, const char *name, void *dst,
 /* The value's descriptor (dtype, shape, name); NOT_FOUND for unknown names. */
 ty_status_t ty_session_value_desc(const ty_session_t *session, const char *name,
                                   ty_tensor_desc_t *out_desc);
+
+/* With options.guard_bytes > 0: DATA_LOSS naming the first value whose
+ * guard bytes before or after it changed (with the first changed byte's
+ * offset), or the first bound INPUT whose bytes a run changed. OK when
+ * everything is intact, and always OK without guards. Call after
+ * ty_session_run; it synchronizes the device first. */
+ty_status_t ty_session_check_guards(ty_session_t *session);
 
 ty_session_stats_t ty_session_stats(const ty_session_t *session);
 /* The canonical graph hash the session was compiled for (64 hex digits). */

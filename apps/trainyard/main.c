@@ -13,6 +13,8 @@
 static const ty_command_t ty_commands[] = {
     {"devices", ty_cmd_devices,
      "list backends, their devices, and plugins that were rejected"},
+    {"conform", ty_cmd_conform,
+     "check a backend's ops and gradients against the f64 reference"},
     {"forward", ty_cmd_forward,
      "logits, loss and gradients of a Hugging Face model for given tokens"},
     {"generate", ty_cmd_generate,

@@ -176,6 +176,78 @@ static void test_session_cpu_reference(void **state) {
   run_linear_on("cpu?kernels=reference");
 }
 
+/* A chain of intermediates: the first arena value is placed while no block
+ * is live (the planner once put it at offset UINT64_MAX, one byte before the
+ * arena; ASan builds catch any relapse). */
+static void test_session_intermediates(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[2] = {3, 7};
+  ty_value_id_t x, a, b, y;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, d, &x));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &a));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "silu", &a, 1, NULL, &b));
+  ty_value_id_t in[2] = {a, b};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "mul", in, 2, NULL, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  float xs[21], ys[21];
+  for (int i = 0; i < 21; ++i) xs[i] = 0.3f * (float)(i - 10);
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, d, xs, sizeof(xs)));
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "y", ys, sizeof(ys)));
+  for (int i = 0; i < 21; ++i) {
+    double v = xs[i];
+    double ge = 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    double si = ge / (1.0 + exp(-ge));
+    assert_true(fabs(ys[i] - ge * si) < 1e-5);
+  }
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+/* Guard regions: results are unchanged, intact guards check out, and an
+ * output is never pre-filled with something that could pass for a result. */
+static void test_session_guards(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
+  ty_graph_t *g = build_linear(2, 3, 4);
+  ty_session_options_t options = {.guard_bytes = 64};
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, &options, &s));
+  float x[6] = {1, 2, 3, 4, 5, 6}, w[12], b[4] = {1, -1, 2, -2}, y[8];
+  for (int i = 0; i < 12; ++i) w[i] = 0.25f * (float)(i - 5);
+  int64_t xd[2] = {2, 3}, wd[2] = {3, 4}, bd[1] = {4};
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, x, sizeof(x)));
+  TY_EXPECT_OK(ty_session_bind(s, "w", TY_DTYPE_F32, 2, wd, w, sizeof(w)));
+  TY_EXPECT_OK(ty_session_bind(s, "b", TY_DTYPE_F32, 1, bd, b, sizeof(b)));
+  TY_EXPECT_OK(ty_session_read(s, "y", y, sizeof(y)));
+  for (int i = 0; i < 8; ++i) assert_true(isnan(y[i])); /* poisoned before the run */
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_check_guards(s));
+  TY_EXPECT_OK(ty_session_read(s, "y", y, sizeof(y)));
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      double want = b[j];
+      for (int p = 0; p < 3; ++p) want += (double)x[i * 3 + p] * w[p * 4 + j];
+      assert_true(fabs(y[i * 4 + j] - want) < 1e-5);
+    }
+  }
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 static void test_session_on_backend_without_graphs(void **state) {
   (void)state;
   ty_registry_t *r = open_registry();
@@ -343,6 +415,8 @@ int main(void) {
       cmocka_unit_test(test_lowering_drops_dead_nodes_and_hash_is_stable),
       cmocka_unit_test(test_session_cpu),
       cmocka_unit_test(test_session_cpu_reference),
+      cmocka_unit_test(test_session_intermediates),
+      cmocka_unit_test(test_session_guards),
       cmocka_unit_test(test_session_on_backend_without_graphs),
       cmocka_unit_test(test_state_updates_persist),
       cmocka_unit_test(test_sessions_share_state),

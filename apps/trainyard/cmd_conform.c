@@ -1,0 +1,434 @@
+/* `trainyard conform`: runs the conformance kit (graph/conform.h) on one
+ * backend and reports every case: op, case, dtype, direction, status, worst
+ * NMSE and its bound, as a table (one line per case as it finishes) or as
+ * one JSON array. Exit 0 when nothing failed, 1 on any failure or when no
+ * case could run at all, 2 on usage errors. */
+#include <fnmatch.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "graph/conform.h"
+#include "hal/device.h"
+#include "hal/device_uri.h"
+#include "hal/dtype.h"
+
+static const char *const ty_conform_usage =
+    "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
+    "                         [--direction forward|backward] [--seed N]\n"
+    "                         [--xfail FILE] [--json]\n"
+    "   or: trainyard conform --list [--ops PATTERN] [--dtype D]\n"
+    "\n"
+    "Runs every op of the op set on a backend and on the reference kernels\n"
+    "in f64 (the oracle, run in process), with the same random inputs\n"
+    "rounded to the storage dtype, and compares each result by normalized\n"
+    "mean squared error, NMSE = sum((a-b)^2) / sum(b^2), against a bound per\n"
+    "op and dtype. Direction 'forward' checks the op's outputs; 'backward'\n"
+    "checks the input gradients that autodiff builds from the op's gradient\n"
+    "rule, for a random upstream gradient. A result fails when it is over\n"
+    "its bound, holds NaN or Inf where the oracle is finite, or when the\n"
+    "backend wrote outside a tensor (guard bytes) or into an input.\n"
+    "\n"
+    "  --backend URI     device to check, e.g. cpu, cpu?threads=2, cuda:0\n"
+    "  --ops PATTERN     only ops whose name matches this glob (e.g. 'rope*')\n"
+    "  --dtype D         only cases of dtype D (f32, bf16, f16, i32, i64)\n"
+    "  --direction DIR   only forward or only backward\n"
+    "  --seed N          the run's seed (default: from the clock, printed);\n"
+    "                    the same seed replays the same inputs\n"
+    "  --xfail FILE      expected failures, one a line:\n"
+    "                      PATTERN DTYPE|* forward|backward|* REASON...\n"
+    "                    PATTERN globs 'op' or 'op/case'; an expected failure\n"
+    "                    that passes (xpass) counts as a failure\n"
+    "  --json            print one JSON array, an object per case\n"
+    "  --list            list the cases and bound classes; run nothing\n"
+    "  -h, --help        this help\n"
+    "\n"
+    "Statuses: pass, fail, unsupported (the backend's graph_supports said\n"
+    "no; not a failure unless nothing could run), xfail, xpass.\n";
+
+static const ty_dtype_t ty_conform_dtypes[] = {TY_DTYPE_F32, TY_DTYPE_BF16, TY_DTYPE_F16,
+                                               TY_DTYPE_I32, TY_DTYPE_I64};
+#define TY_CONFORM_DTYPE_COUNT (sizeof(ty_conform_dtypes) / sizeof(ty_conform_dtypes[0]))
+
+typedef struct {
+  const char *backend;
+  const char *ops;
+  ty_dtype_t dtype; /* TY_DTYPE_INVALID: all */
+  int direction;    /* -1: both */
+  uint64_t seed;
+  const char *xfail_path;
+  bool json, list;
+} ty_conform_args_t;
+
+static bool ty_conform_selected(const ty_conform_args_t *a, const ty_conform_case_t *c) {
+  return !a->ops || fnmatch(a->ops, c->op, 0) == 0;
+}
+
+/* Calls fn for every selected (case, dtype, direction). */
+typedef bool (*ty_conform_visit_fn)(void *ctx, const ty_conform_case_t *c, ty_dtype_t dtype,
+                                    ty_conform_direction_t direction);
+static uint32_t ty_conform_each(const ty_conform_args_t *a, ty_conform_visit_fn fn, void *ctx) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < ty_conform_case_count(); ++i) {
+    const ty_conform_case_t *c = ty_conform_case_at(i);
+    if (!ty_conform_selected(a, c)) continue;
+    for (size_t d = 0; d < TY_CONFORM_DTYPE_COUNT; ++d) {
+      ty_dtype_t dtype = ty_conform_dtypes[d];
+      if (a->dtype != TY_DTYPE_INVALID && a->dtype != dtype) continue;
+      for (int dir = 0; dir < 2; ++dir) {
+        if (a->direction >= 0 && a->direction != dir) continue;
+        if (!ty_conform_case_has_direction(c, dtype, (ty_conform_direction_t)dir)) continue;
+        ++n;
+        if (fn && !fn(ctx, c, dtype, (ty_conform_direction_t)dir)) return n;
+      }
+    }
+  }
+  return n;
+}
+
+static int ty_conform_list(const ty_conform_args_t *a) {
+  printf("%-22s %-20s %-16s %-12s %s\n", "op", "case", "dtypes", "bound", "backward bound");
+  for (uint32_t i = 0; i < ty_conform_case_count(); ++i) {
+    const ty_conform_case_t *c = ty_conform_case_at(i);
+    if (!ty_conform_selected(a, c)) continue;
+    if (a->dtype != TY_DTYPE_INVALID && !(c->dtypes & TY_DTYPE_BIT(a->dtype))) continue;
+    char dtypes[64];
+    ty_dtype_mask_format(c->dtypes, dtypes, sizeof(dtypes));
+    bool bwd = ty_conform_case_has_direction(c, ty_conform_dtypes[0], TY_CONFORM_BACKWARD) ||
+               ty_conform_case_has_direction(c, TY_DTYPE_BF16, TY_CONFORM_BACKWARD);
+    printf("%-22s %-20s %-16s %-12s %s\n", c->op, c->name, dtypes, c->bound->name,
+           bwd ? c->bwd_bound->name : "-");
+    printf("    inputs %s%s%s\n", c->inputs, c->attrs[0] ? "  attrs " : "", c->attrs);
+  }
+  printf("\nBound classes (largest NMSE accepted):\n");
+  for (uint32_t i = 0; i < ty_conform_bound_count(); ++i) {
+    const ty_conform_bound_t *b = ty_conform_bound_at(i);
+    printf("  %-12s f32 %.0e  bf16 %.0e  f16 %.0e\n      %s\n", b->name, b->f32, b->bf16,
+           b->f16, b->why);
+  }
+  return TY_EXIT_OK;
+}
+
+/* ---- a run ---- */
+
+typedef struct {
+  ty_device_t *device;
+  const ty_conform_args_t *args;
+  ty_conform_options_t options;
+  ty_conform_result_t *results;
+  uint32_t count, capacity;
+  uint32_t tally[5];
+  ty_status_t error; /* a failure of the kit itself */
+  char last_reason[512];
+} ty_conform_run_t;
+
+static void ty_conform_print_row(ty_conform_run_t *run, const ty_conform_result_t *r) {
+  char nmse[32] = "-";
+  if (!isnan(r->nmse)) snprintf(nmse, sizeof(nmse), "%.2e", r->nmse);
+  printf("%-22s %-20s %-5s %-9s %-12s %10s %8.0e\n", r->test_case->op, r->test_case->name,
+         ty_dtype_name(r->dtype), ty_conform_direction_name(r->direction),
+         ty_conform_status_name(r->status), nmse, r->bound);
+  /* Reasons for unsupported cases repeat; print each new one once. */
+  if (r->status != TY_CONFORM_PASS &&
+      (r->status != TY_CONFORM_UNSUPPORTED || strcmp(r->reason, run->last_reason) != 0)) {
+    printf("    %s\n", r->reason);
+  }
+  if (r->status == TY_CONFORM_UNSUPPORTED) {
+    snprintf(run->last_reason, sizeof(run->last_reason), "%s", r->reason);
+  }
+  fflush(stdout);
+}
+
+static bool ty_conform_visit(void *ctx, const ty_conform_case_t *c, ty_dtype_t dtype,
+                             ty_conform_direction_t direction) {
+  ty_conform_run_t *run = ctx;
+  if (run->count == run->capacity) {
+    uint32_t capacity = run->capacity ? run->capacity * 2 : 256;
+    ty_conform_result_t *grown = realloc(run->results, capacity * sizeof(*grown));
+    if (!grown) {
+      run->error = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return false;
+    }
+    run->results = grown;
+    run->capacity = capacity;
+  }
+  ty_conform_result_t *r = &run->results[run->count];
+  run->error = ty_conform_run_case(run->device, c, dtype, direction, &run->options, r);
+  if (run->error) return false;
+  run->count++;
+  run->tally[r->status]++;
+  if (!run->args->json) ty_conform_print_row(run, r);
+  return true;
+}
+
+static json_t *ty_conform_json(const ty_conform_run_t *run) {
+  json_t *array = json_array();
+  for (uint32_t i = 0; i < run->count; ++i) {
+    const ty_conform_result_t *r = &run->results[i];
+    json_t *o = json_object();
+    json_object_set_new(o, "op", json_string(r->test_case->op));
+    json_object_set_new(o, "case", json_string(r->test_case->name));
+    json_object_set_new(o, "dtype", json_string(ty_dtype_name(r->dtype)));
+    json_object_set_new(o, "direction", json_string(ty_conform_direction_name(r->direction)));
+    json_object_set_new(o, "status", json_string(ty_conform_status_name(r->status)));
+    json_object_set_new(o, "nmse", isfinite(r->nmse) ? json_real(r->nmse) : json_null());
+    json_object_set_new(o, "bound", json_real(r->bound));
+    json_object_set_new(o, "ref_nmse",
+                        isfinite(r->ref_nmse) ? json_real(r->ref_nmse) : json_null());
+    json_object_set_new(o, "worst", json_string(r->worst));
+    json_object_set_new(o, "seed", json_integer((json_int_t)run->options.seed));
+    json_object_set_new(o, "reason", json_string(r->reason));
+    json_array_append_new(array, o);
+  }
+  return array;
+}
+
+/* Reads the --xfail file and appends the backend's built-in list. */
+static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backend,
+                                  ty_conform_xfail_t **out, uint32_t *out_count) {
+  *out = NULL;
+  *out_count = 0;
+  ty_conform_xfail_t *file_list = NULL;
+  uint32_t file_count = 0;
+  if (a->xfail_path) {
+    FILE *f = fopen(a->xfail_path, "rb");
+    char *text = NULL;
+    size_t size = 0;
+    if (f) {
+      text = calloc(1, 1 << 20);
+      size = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+      fclose(f);
+    }
+    if (!f || !text) {
+      free(text);
+      return ty_app_usage_error("conform", "cannot read the expected-failure list '%s'",
+                                a->xfail_path);
+    }
+    text[size] = '\0';
+    ty_status_t s = ty_conform_xfails_parse(text, &file_list, &file_count);
+    free(text);
+    if (s) {
+      int rc = ty_app_usage_error("conform", "%s: %s", a->xfail_path, ty_status_message(s));
+      ty_status_free(s);
+      return rc;
+    }
+  }
+  const ty_conform_xfail_t *builtin;
+  uint32_t builtin_count;
+  ty_conform_builtin_xfails(backend, &builtin, &builtin_count);
+  *out = calloc(file_count + builtin_count + 1, sizeof(**out));
+  if (!*out) {
+    free(file_list);
+    return ty_app_fail("conform", ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory"));
+  }
+  if (file_count) memcpy(*out, file_list, file_count * sizeof(**out));
+  if (builtin_count) memcpy(*out + file_count, builtin, builtin_count * sizeof(**out));
+  *out_count = file_count + builtin_count;
+  free(file_list);
+  return TY_EXIT_OK;
+}
+
+static bool ty_conform_is_reference(const char *uri) {
+  ty_device_uri_t parsed;
+  ty_status_t s = ty_device_uri_parse(uri, &parsed);
+  if (s) {
+    ty_status_free(s);
+    return false;
+  }
+  const char *kernels = ty_device_uri_option(&parsed, "kernels");
+  bool reference = kernels && strcmp(kernels, "reference") == 0;
+  ty_device_uri_deinit(&parsed);
+  return reference;
+}
+
+static double ty_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ty_conform_finish(ty_conform_run_t *run, double seconds) {
+  const ty_conform_args_t *a = run->args;
+  FILE *info = a->json ? stderr : stdout;
+  fprintf(info,
+          "summary: %u runs on %s: %u pass, %u fail, %u unsupported, %u xfail, %u xpass "
+          "(seed %" PRIu64 ", %.1f s)\n",
+          run->count, a->backend, run->tally[TY_CONFORM_PASS], run->tally[TY_CONFORM_FAIL],
+          run->tally[TY_CONFORM_UNSUPPORTED], run->tally[TY_CONFORM_XFAIL],
+          run->tally[TY_CONFORM_XPASS], run->options.seed, seconds);
+  uint32_t failed = run->tally[TY_CONFORM_FAIL] + run->tally[TY_CONFORM_XPASS];
+  if (failed) {
+    fprintf(stderr, "trainyard conform: %u of %u runs failed on %s:", failed, run->count,
+            a->backend);
+    uint32_t shown = 0;
+    for (uint32_t i = 0; i < run->count && shown < 8; ++i) {
+      const ty_conform_result_t *r = &run->results[i];
+      if (r->status != TY_CONFORM_FAIL && r->status != TY_CONFORM_XPASS) continue;
+      fprintf(stderr, "%s %s/%s (%s %s)", shown++ ? "," : "", r->test_case->op,
+              r->test_case->name, ty_dtype_name(r->dtype),
+              ty_conform_direction_name(r->direction));
+    }
+    fprintf(stderr, "%s; replay with --seed %" PRIu64 "\n", failed > shown ? ", ..." : "",
+            run->options.seed);
+    return TY_EXIT_RUNTIME;
+  }
+  if (run->count && run->tally[TY_CONFORM_UNSUPPORTED] == run->count) {
+    fprintf(stderr,
+            "trainyard conform: %s ran none of the %u selected cases: every one is "
+            "unsupported (%s); nothing was checked\n",
+            a->backend, run->count, run->results[0].reason);
+    return TY_EXIT_RUNTIME;
+  }
+  return TY_EXIT_OK;
+}
+
+static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
+  ty_registry_t *registry = NULL;
+  ty_device_t *device = NULL;
+  ty_status_t s = ty_app_registry_create(app, &registry);
+  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (s) {
+    ty_registry_destroy(registry);
+    return ty_app_fail("conform", s);
+  }
+  ty_conform_run_t run = {.device = device, .args = a};
+  ty_conform_xfail_t *xfails = NULL;
+  uint32_t xfail_count = 0;
+  int rc = ty_conform_load_xfails(a, ty_backend_name(ty_device_backend(device)), &xfails,
+                                  &xfail_count);
+  if (rc == TY_EXIT_OK) {
+    run.options = (ty_conform_options_t){
+        .seed = a->seed, .guard_bytes = 256, .xfails = xfails, .xfail_count = xfail_count};
+    FILE *info = a->json ? stderr : stdout;
+    uint32_t total = ty_conform_each(a, NULL, NULL);
+    if (!a->json) {
+      printf("conform: %s (%s, backend %s %s), %u runs, seed %" PRIu64 ", %u expected "
+             "failures listed\n",
+             a->backend, ty_device_label(device), ty_backend_name(ty_device_backend(device)),
+             ty_backend_version(ty_device_backend(device)), total, a->seed, xfail_count);
+    }
+    if (ty_conform_is_reference(a->backend)) {
+      fprintf(info,
+              "notice: %s runs the reference kernels: the backend IS the oracle, so passing "
+              "is trivial here (it checks the kit, the graph plumbing and the rounding to "
+              "storage dtypes, not kernels)\n",
+              a->backend);
+    }
+    if (!a->json) {
+      printf("%-22s %-20s %-5s %-9s %-12s %10s %8s\n", "op", "case", "dtype", "direction",
+             "status", "nmse", "bound");
+    }
+    double start = ty_now();
+    ty_conform_each(a, ty_conform_visit, &run);
+    if (run.error) {
+      rc = ty_app_fail("conform", run.error);
+    } else {
+      if (a->json) {
+        json_t *root = ty_conform_json(&run);
+        char *text = root ? json_dumps(root, JSON_INDENT(1)) : NULL;
+        json_decref(root);
+        if (!text) {
+          rc = ty_app_fail("conform", ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                                                     "out of memory writing JSON"));
+        } else {
+          puts(text);
+          free(text);
+        }
+      }
+      if (rc == TY_EXIT_OK) rc = ty_conform_finish(&run, ty_now() - start);
+    }
+  }
+  free(run.results);
+  free(xfails);
+  ty_device_close(device);
+  ty_registry_destroy(registry);
+  return rc;
+}
+
+int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
+  static const struct option long_options[] = {
+      {"backend", required_argument, NULL, 'b'}, {"ops", required_argument, NULL, 'o'},
+      {"dtype", required_argument, NULL, 'd'},   {"direction", required_argument, NULL, 'r'},
+      {"seed", required_argument, NULL, 's'},    {"xfail", required_argument, NULL, 'x'},
+      {"json", no_argument, NULL, 'j'},          {"list", no_argument, NULL, 'l'},
+      {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+  };
+  ty_conform_args_t a = {.dtype = TY_DTYPE_INVALID, .direction = -1};
+  bool have_seed = false;
+  opterr = 0;
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
+    switch (c) {
+      case 'b': a.backend = optarg; break;
+      case 'o': a.ops = optarg; break;
+      case 'd': {
+        bool known = false;
+        for (size_t d = 0; d < TY_CONFORM_DTYPE_COUNT; ++d) {
+          if (strcmp(optarg, ty_dtype_name(ty_conform_dtypes[d])) == 0) {
+            a.dtype = ty_conform_dtypes[d];
+            known = true;
+          }
+        }
+        if (!known) {
+          return ty_app_usage_error("conform",
+                                    "--dtype '%s' is not one of f32, bf16, f16, i32, i64",
+                                    optarg);
+        }
+        break;
+      }
+      case 'r':
+        if (strcmp(optarg, "forward") == 0) a.direction = TY_CONFORM_FORWARD;
+        else if (strcmp(optarg, "backward") == 0) a.direction = TY_CONFORM_BACKWARD;
+        else return ty_app_usage_error("conform", "--direction '%s' is not forward or backward", optarg);
+        break;
+      case 's': {
+        char *end = NULL;
+        a.seed = strtoull(optarg, &end, 10);
+        if (!*optarg || *end || optarg[0] == '-' || a.seed > (UINT64_C(1) << 53)) {
+          return ty_app_usage_error("conform", "--seed '%s' is not an integer in [0, 2^53]",
+                                    optarg);
+        }
+        have_seed = true;
+        break;
+      }
+      case 'x': a.xfail_path = optarg; break;
+      case 'j': a.json = true; break;
+      case 'l': a.list = true; break;
+      case 'h': fputs(ty_conform_usage, stdout); return TY_EXIT_OK;
+      case ':':
+        return ty_app_usage_error("conform", "option '%s' needs a value", argv[optind - 1]);
+      default:
+        return ty_app_usage_error("conform", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) {
+    return ty_app_usage_error("conform", "unexpected argument '%s'", argv[optind]);
+  }
+  if (a.ops) {
+    bool any = false;
+    for (uint32_t i = 0; i < ty_conform_case_count() && !any; ++i) {
+      any = fnmatch(a.ops, ty_conform_case_at(i)->op, 0) == 0;
+    }
+    if (!any) {
+      return ty_app_usage_error("conform",
+                                "--ops '%s' matches no op ('trainyard conform --list' "
+                                "shows them)",
+                                a.ops);
+    }
+  }
+  if (a.list) return ty_conform_list(&a);
+  if (!a.backend) return ty_app_usage_error("conform", "--backend URI is required");
+  if (ty_conform_each(&a, NULL, NULL) == 0) {
+    return ty_app_usage_error("conform", "no case matches --ops, --dtype and --direction");
+  }
+  if (!have_seed) a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
+  return ty_conform_execute(app, &a);
+}

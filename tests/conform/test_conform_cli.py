@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `trainyard conform` (standard library only).
+
+usage: test_conform_cli.py --trainyard EXE --faulty-dir DIR --install-dir DIR
+                           [unittest args]
+
+ReferenceTest: the reference backend passes every case, in JSON and as a
+table, and says that passing there is trivial. UsageTest: bad command lines
+exit 2 with a message, an unknown backend exits 1, a backend without graphs
+reports every case unsupported and exits 1. FaultTest: the "faulty" test
+plugin breaks one op at a time and conform must exit 1 naming it; expected
+failures turn into xfail, and an expected failure that passes into xpass.
+Exits 77 (ctest: skipped) with the reason when an installed Trainyard's
+plugins would be searched before the build tree's.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CFG = None
+FIELDS = {"op", "case", "dtype", "direction", "status", "nmse", "bound", "ref_nmse",
+          "worst", "seed", "reason"}
+STATUSES = {"pass", "fail", "unsupported", "xfail", "xpass"}
+
+
+def run(args, timeout=120):
+    env = dict(os.environ)
+    env["TRAINYARD_BACKEND_PATH"] = ""
+    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def conform(*args):
+    return run(["--plugin-path", CFG.faulty_dir, "conform"] + list(args))
+
+
+def conform_json(test, *args, rc=0):
+    r = conform(*args, "--json")
+    test.assertEqual(r.returncode, rc, "stderr: %s" % r.stderr)
+    data = json.loads(r.stdout)
+    test.assertIsInstance(data, list)
+    for row in data:
+        test.assertEqual(set(row), FIELDS, row)
+        test.assertIn(row["status"], STATUSES)
+        test.assertIn(row["direction"], ("forward", "backward"))
+    return data, r
+
+
+def op_names():
+    """The ops conform knows, from `conform --list`."""
+    r = run(["conform", "--list"])
+    assert r.returncode == 0, r.stderr
+    ops = set()
+    for line in r.stdout.splitlines():
+        if line.startswith(("op ", " ", "Bound classes")) or not line.strip():
+            continue
+        ops.add(line.split()[0])
+    return ops
+
+
+class ReferenceTest(unittest.TestCase):
+    def test_reference_passes_every_case(self):
+        data, r = conform_json(self, "--backend", "cpu?kernels=reference", "--seed", "12345")
+        self.assertIn("IS the oracle", r.stderr)
+        self.assertIn("passing is trivial", r.stderr)
+        self.assertIn("summary: %d runs" % len(data), r.stderr)
+        self.assertGreater(len(data), 300)
+        bad = [row for row in data if row["status"] != "pass"]
+        self.assertEqual(bad, [])
+        for row in data:
+            self.assertIsInstance(row["nmse"], float)
+            self.assertLessEqual(row["nmse"], row["bound"], row)
+            self.assertEqual(row["seed"], 12345)
+        self.assertEqual({row["op"] for row in data}, op_names())
+        dtypes = {row["dtype"] for row in data}
+        self.assertLessEqual({"f32", "bf16", "f16"}, dtypes)
+        self.assertEqual({row["direction"] for row in data}, {"forward", "backward"})
+        # The same seed replays the same inputs, so the same errors.
+        again, _ = conform_json(self, "--backend", "cpu?kernels=reference", "--seed", "12345",
+                                "--ops", "attention")
+        first = {(row["case"], row["dtype"], row["direction"]): row["nmse"]
+                 for row in data if row["op"] == "attention"}
+        self.assertEqual({(row["case"], row["dtype"], row["direction"]): row["nmse"]
+                          for row in again}, first)
+
+    def test_table(self):
+        r = conform("--backend", "cpu?kernels=reference", "--ops", "rope*", "--dtype", "bf16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("conform: cpu?kernels=reference (cpu:0"), lines[0])
+        self.assertRegex(lines[0], r"seed \d+")
+        self.assertTrue(any(l.startswith("notice: ") and "IS the oracle" in l for l in lines))
+        header = [l for l in lines if l.startswith("op ")][0].split()
+        self.assertEqual(header, ["op", "case", "dtype", "direction", "status", "nmse", "bound"])
+        rows = [l.split() for l in lines if l.startswith("rope")]
+        self.assertEqual(len(rows), 3 * 2 + 2)  # rope: 3 cases x 2 directions; rope_backward 2
+        for row in rows:
+            self.assertEqual(row[2], "bf16")
+            self.assertEqual(row[4], "pass")
+        self.assertRegex(lines[-1], r"^summary: 8 runs on cpu\?kernels=reference: 8 pass, "
+                                    r"0 fail, 0 unsupported, 0 xfail, 0 xpass \(seed \d+, ")
+
+    def test_list(self):
+        r = run(["conform", "--list", "--ops", "attention*"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("kv-offset-gqa", r.stdout)
+        self.assertIn("Bound classes", r.stdout)
+        self.assertFalse([l for l in r.stdout.splitlines() if l.startswith("matmul")])
+
+
+class UsageTest(unittest.TestCase):
+    def assert_usage_error(self, args, *needles):
+        r = run(args)
+        self.assertEqual(r.returncode, 2, "stdout: %s\nstderr: %s" % (r.stdout, r.stderr))
+        self.assertEqual(r.stdout, "")
+        for n in needles:
+            self.assertIn(n, r.stderr)
+
+    def test_help(self):
+        for args in (["conform", "--help"], ["help", "conform"]):
+            r = run(args)
+            self.assertEqual(r.returncode, 0)
+            self.assertIn("usage: trainyard conform --backend URI", r.stdout)
+            self.assertIn("--xfail FILE", r.stdout)
+        r = run(["--help"])
+        self.assertIn("conform", r.stdout)
+
+    def test_bad_usage(self):
+        self.assert_usage_error(["conform", "--frobnicate"], "unknown option '--frobnicate'",
+                                "trainyard conform --help")
+        self.assert_usage_error(["conform"], "--backend URI is required")
+        self.assert_usage_error(["conform", "--backend"], "'--backend' needs a value")
+        self.assert_usage_error(["conform", "--backend", "cpu", "--dtype", "f8"],
+                                "--dtype 'f8' is not one of f32, bf16, f16, i32, i64")
+        self.assert_usage_error(["conform", "--backend", "cpu", "--direction", "sideways"],
+                                "--direction 'sideways'")
+        self.assert_usage_error(["conform", "--backend", "cpu", "--seed", "-3"], "--seed '-3'")
+        self.assert_usage_error(["conform", "--backend", "cpu", "--seed", "12x"], "--seed '12x'")
+        self.assert_usage_error(["conform", "--backend", "cpu", "--ops", "nosuch*"],
+                                "--ops 'nosuch*' matches no op", "conform --list")
+        self.assert_usage_error(["conform", "--backend", "cpu", "extra"],
+                                "unexpected argument 'extra'")
+        self.assert_usage_error(["conform", "--backend", "cpu", "--ops", "gelu", "--dtype",
+                                 "i64"], "no case matches")
+
+    def test_xfail_file_errors(self):
+        self.assert_usage_error(["conform", "--backend", "cpu", "--xfail", "/nonexistent/x"],
+                                "cannot read the expected-failure list '/nonexistent/x'")
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("# ok\ngelu f32 forward\n")
+        try:
+            self.assert_usage_error(["conform", "--backend", "cpu", "--xfail", f.name],
+                                    "line 2", "every entry needs a reason")
+        finally:
+            os.unlink(f.name)
+
+    def test_unknown_backend(self):
+        r = run(["conform", "--backend", "nosuchbackend", "--ops", "gelu"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("trainyard conform: NOT_FOUND", r.stderr)
+        self.assertIn("nosuchbackend", r.stderr)
+        r = run(["conform", "--backend", "cpu?bogus=1", "--ops", "gelu"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("bogus", r.stderr)
+
+    def test_backend_without_graphs(self):
+        data, r = conform_json(self, "--backend", "template", rc=1)
+        self.assertGreater(len(data), 300)
+        self.assertEqual({row["status"] for row in data}, {"unsupported"})
+        self.assertTrue(all("cannot run graphs" in row["reason"] for row in data))
+        self.assertIn("every one is unsupported", r.stderr)
+        self.assertIn("nothing was checked", r.stderr)
+        r = conform("--backend", "template", "--ops", "gelu")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unsupported", r.stdout)
+        self.assertIn("cannot run graphs", r.stdout)
+
+
+class FaultTest(unittest.TestCase):
+    """The faulty plugin is the reference unless told to break an op."""
+
+    def rows(self, data, op, direction=None):
+        return [row for row in data if row["op"] == op and
+                (direction is None or row["direction"] == direction)]
+
+    def test_no_fault_passes(self):
+        data, _ = conform_json(self, "--backend", "faulty", "--ops", "*lu*")
+        self.assertEqual({row["status"] for row in data}, {"pass"})
+
+    def test_wrong_kernel_fails(self):
+        data, r = conform_json(self, "--backend", "faulty?fault=perturb:gelu", "--ops", "gelu*",
+                               rc=1)
+        for row in self.rows(data, "gelu", "forward"):
+            self.assertEqual(row["status"], "fail", row)
+            self.assertGreater(row["nmse"], row["bound"])
+            self.assertIn("y0: NMSE", row["reason"])
+        # gelu's gradient runs gelu_backward, not gelu, so it still passes.
+        self.assertEqual({row["status"] for row in self.rows(data, "gelu", "backward")}, {"pass"})
+        self.assertIn("failed on faulty?fault=perturb:gelu", r.stderr)
+        self.assertIn("gelu/wide (f32 forward)", r.stderr)
+        r = conform("--backend", "faulty?fault=perturb:gelu", "--ops", "gelu")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(" fail ", r.stdout)
+
+    def test_wrong_backward_kernel_fails(self):
+        data, _ = conform_json(self, "--backend", "faulty?fault=perturb:layernorm_backward",
+                               "--ops", "layernorm*", rc=1)
+        self.assertEqual({row["status"] for row in self.rows(data, "layernorm", "backward")},
+                         {"fail"})
+        self.assertEqual({row["status"] for row in self.rows(data, "layernorm", "forward")},
+                         {"pass"})
+
+    def test_nan_guard_skip_and_input_writes_fail(self):
+        for fault, op, needle in (("nan:silu", "silu", "y0[0] is NaN"),
+                                  ("overflow:add", "add", "guard bytes after it changed"),
+                                  ("skip:scale", "scale", "is NaN"),
+                                  ("input:mul", "mul", "wrote into input")):
+            with self.subTest(fault=fault):
+                data, _ = conform_json(self, "--backend", "faulty?fault=" + fault, "--ops", op,
+                                       "--direction", "forward", rc=1)
+                self.assertTrue(data)
+                for row in data:
+                    self.assertEqual(row["status"], "fail", row)
+                    self.assertIn(needle, row["reason"])
+
+    def test_unsupported_is_reported_not_failed(self):
+        data, _ = conform_json(self, "--backend", "faulty?fault=unsupported:rope", "--ops",
+                               "rope*")
+        fwd = self.rows(data, "rope", "forward")
+        self.assertEqual({row["status"] for row in fwd}, {"unsupported"})
+        self.assertIn("faulty: rope is switched off", fwd[0]["reason"])
+        self.assertEqual({row["status"] for row in self.rows(data, "rope_backward")}, {"pass"})
+
+    def test_expected_failures(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("# the perturbed gelu, on purpose\n"
+                    "gelu * forward perturbed by the test\n")
+        try:
+            data, _ = conform_json(self, "--backend", "faulty?fault=perturb:gelu", "--ops",
+                                   "gelu", "--xfail", f.name)
+            self.assertEqual({row["status"] for row in self.rows(data, "gelu", "forward")},
+                             {"xfail"})
+            self.assertIn("perturbed by the test", data[0]["reason"])
+            # The same list on a backend where gelu is right: xpass, a failure.
+            data, r = conform_json(self, "--backend", "faulty", "--ops", "gelu", "--xfail",
+                                   f.name, rc=1)
+            self.assertEqual({row["status"] for row in self.rows(data, "gelu", "forward")},
+                             {"xpass"})
+            self.assertIn("take it off the list", data[0]["reason"])
+        finally:
+            os.unlink(f.name)
+
+
+def main():
+    global CFG
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--faulty-dir", required=True)
+    parser.add_argument("--install-dir", required=True)
+    CFG, rest = parser.parse_known_args()
+    found = sorted(glob.glob(os.path.join(CFG.install_dir, "libty_backend_*.so")))
+    if found:
+        print("SKIP: plugins are installed in %s; trainyard searches them before the "
+              "build tree. Uninstall them or configure another CMAKE_INSTALL_PREFIX."
+              % CFG.install_dir)
+        return 77
+    program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
+    return 0 if program.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
