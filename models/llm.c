@@ -266,18 +266,20 @@ static ty_status_t ty_b_embed(ty_builder_t *b, ty_value_id_t *out_h, ty_value_id
   return TY_OK;
 }
 
+/* loss = sum(loss_per_token * loss_weights). The caller normalizes the
+ * weights (1/N over the N counted targets for a mean; split over the
+ * micro-batches of one optimizer step with gradient accumulation), so the
+ * weights are exactly the per-token loss-gradient seed. */
 static ty_status_t ty_b_loss(ty_builder_t *b) {
   int64_t bt[2] = {b->o->batch, b->o->seq};
-  ty_value_id_t targets, weights, per_token, weighted, total, count;
+  ty_value_id_t targets, weights, per_token, weighted;
   TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "targets", TY_DTYPE_I64, 2, bt, &targets));
   ty_value_id_t in[2] = {b->m->logits, targets};
   TY_RETURN_IF_ERROR(ty_b_node(b, "cross_entropy", in, 2, NULL, &per_token));
   ty_dtype_t loss_dtype = ty_graph_value(b->g, per_token)->desc.dtype;
   TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "loss_weights", loss_dtype, 2, bt, &weights));
   TY_RETURN_IF_ERROR(ty_b_binary(b, "mul", per_token, weights, &weighted));
-  TY_RETURN_IF_ERROR(ty_b_node(b, "reduce_sum", &weighted, 1, NULL, &total));
-  TY_RETURN_IF_ERROR(ty_b_node(b, "reduce_sum", &weights, 1, NULL, &count));
-  TY_RETURN_IF_ERROR(ty_b_binary(b, "div", total, count, &b->m->loss));
+  TY_RETURN_IF_ERROR(ty_b_node(b, "reduce_sum", &weighted, 1, NULL, &b->m->loss));
   TY_RETURN_IF_ERROR(ty_graph_set_output(b->g, b->m->loss, "loss"));
   b->m->loss_per_token = per_token;
   return ty_graph_set_output(b->g, per_token, "loss_per_token");

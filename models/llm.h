@@ -31,8 +31,10 @@ typedef struct ty_llm_options_t {
   int64_t seq;         /* T: tokens per row in this graph */
   ty_dtype_t dtype;    /* parameters and activations: f32, bf16, f16 or f64 */
   bool with_loss;      /* inputs "targets" (i64 [B,T], negative = ignored) and
-                          "loss_weights" ([B,T]); outputs "loss" (weighted mean)
-                          and "loss_per_token" */
+                          "loss_weights" ([B,T], f32 or f64 like the loss);
+                          outputs "loss" = sum(loss_per_token * loss_weights)
+                          and "loss_per_token". Weights summing to 1 over the
+                          counted targets make "loss" their mean. */
   bool logits_output;  /* output "logits" [B,T,V] */
   double dropout;      /* > 0: dropout on embeddings and residual branches,
                           input "rng" (i64 [2] = seed, step) */

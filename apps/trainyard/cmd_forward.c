@@ -170,7 +170,8 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
       for (int64_t t = 0; t < T; ++t) {
         bool last = t == T - 1;
         targets[b * T + t] = last ? -1 : ids[b * T + t + 1];
-        double w = last ? 0.0 : 1.0;
+        /* 1/N over the N = B*(T-1) predicted positions: the mean. */
+        double w = last || T < 2 ? 0.0 : 1.0 / (double)(B * (T - 1));
         if (loss_dtype == TY_DTYPE_F64) {
           ((double *)weights)[b * T + t] = w;
         } else {
