@@ -149,6 +149,9 @@ typedef struct ty_abi_device_info_t {
   uint64_t memory_bytes;  /* memory usable for buffers */
   uint32_t dtype_mask;    /* TY_DTYPE_BIT() of every dtype buffers may hold */
   uint32_t emulated;      /* nonzero when the device is simulated on the host */
+  /* ---- v1.1 ---- */
+  double peak_f32_gflops; /* theoretical dense f32 peak; 0 when unknown (used
+                             for MFU; say in docs how it is derived) */
 } ty_abi_device_info_t;
 
 /* One `key=value` from a device URI query (`cpu?threads=2`). */

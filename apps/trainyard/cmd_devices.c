@@ -3,6 +3,7 @@
  * once as JSON; the text form is rendered from it, so both always agree. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ static json_t *ty_device_json(ty_backend_t *backend, uint32_t index) {
   }
   json_object_set_new(d, "dtypes", dtypes);
   json_object_set_new(d, "emulated", json_boolean(info.emulated != 0));
+  json_object_set_new(d, "peak_f32_gflops", json_real(info.peak_f32_gflops));
   return d;
 }
 
@@ -164,7 +166,10 @@ static void ty_print_devices_text(const json_t *root) {
              ty_json_str(d, "kind"),
              (int)json_integer_value(json_object_get(d, "compute_units")), gib,
              ty_json_str(d, "driver_version"));
-      printf("      dtypes %s\n", dtypes);
+      printf("      dtypes %s", dtypes);
+      double peak = json_real_value(json_object_get(d, "peak_f32_gflops"));
+      if (peak > 0) printf(", peak f32 %.0f GFLOP/s", round(peak));
+      printf("\n");
     }
   }
   const json_t *rejected = json_object_get(root, "rejected");

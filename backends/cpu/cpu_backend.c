@@ -70,6 +70,18 @@ static void cpu_probe(ty_abi_device_info_t *info) {
                      TY_DTYPE_BIT(TY_DTYPE_F16) | TY_DTYPE_BIT(TY_DTYPE_F64) |
                      TY_DTYPE_BIT(TY_DTYPE_I32) | TY_DTYPE_BIT(TY_DTYPE_I64) |
                      TY_DTYPE_BIT(TY_DTYPE_U8);
+  /* Peak f32 = cores x clock x FLOP/cycle. FLOP/cycle from the widest FMA
+   * the CPU has (2 FMA pipes: AVX-512 64, AVX2+FMA 32, SSE 8); the clock is
+   * /proc/cpuinfo's "cpu MHz", which under a VM is the nominal clock, so
+   * boosted cores can run faster than this peak (docs/performance.md). */
+  char mhz_text[64] = "";
+  cpu_probe_cpuinfo("cpu MHz", mhz_text, sizeof(mhz_text));
+  double mhz = atof(mhz_text);
+  __builtin_cpu_init();
+  double per_cycle = __builtin_cpu_supports("avx512f")                                 ? 64
+                     : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 32
+                                                                                        : 8;
+  info->peak_f32_gflops = mhz > 0 ? info->compute_units * mhz * 1e-3 * per_cycle : 0;
 }
 
 static ty_abi_status_t cpu_backend_create(const ty_abi_backend_create_args_t *args,

@@ -98,7 +98,7 @@ def parse_devices_text(text):
                 details = re.match(
                     r"^      vendor (.*), kind (\S+), (\d+) compute units, "
                     r"([\d.]+) GiB, driver (.*)$", lines[i + 1] if i + 1 < len(lines) else "")
-                dtypes = re.match(r"^      dtypes (.*)$",
+                dtypes = re.match(r"^      dtypes ([^ ]*?)(?:, peak f32 (\d+) GFLOP/s)?$",
                                   lines[i + 2] if i + 2 < len(lines) else "")
                 if not details or not dtypes:
                     raise TextFormatError("device %s lacks its detail lines" % device["uri"])
@@ -108,6 +108,7 @@ def parse_devices_text(text):
                 device["gib"] = float(details.group(4))
                 device["driver_version"] = details.group(5)
                 device["dtypes"] = dtypes.group(1).split(",") if dtypes.group(1) else []
+                device["peak_gflops"] = int(dtypes.group(2)) if dtypes.group(2) else 0
                 out["backends"][-1]["devices"].append(device)
                 i += 3
                 continue
@@ -156,6 +157,7 @@ def assert_text_matches_json(test, text, data):
                 test.assertEqual(td[key], jd[key], "%s: %s" % (jd["uri"], key))
             test.assertEqual(td["vendor"], jd["vendor"] or "unknown")
             test.assertAlmostEqual(td["gib"], jd["memory_bytes"] / 2**30, delta=0.05)
+            test.assertEqual(td["peak_gflops"], round(jd.get("peak_f32_gflops", 0)))
     test.assertEqual(text["rejected"],
                      [{k: r[k] for k in ("path", "kind", "reason")} for r in data["rejected"]])
     test.assertEqual(text["search_dirs"], data["search_dirs"])
