@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backends/common/host_executor.h"
 #include "hal/backend_abi.h"
 
 struct ty_abi_backend_s {
@@ -30,16 +31,9 @@ struct ty_abi_buffer_s {
   unsigned char *data;
 };
 
-/* Everything a fast kernel needs to run one node. data[v] is the storage of
- * value v (its dtype, dense row-major); outputs may alias inputs only for
- * in-place updates (optimizer steps, kv_cache_write). */
-typedef struct cpu_node_ctx_t {
-  const ty_abi_graph_t *graph;
-  const ty_abi_node_t *node;
-  uint32_t node_index;
-  void *const *data;
-  uint32_t threads;
-} cpu_node_ctx_t;
+/* Everything a fast kernel needs to run one node (the host executor's
+ * context: graph, node, data[v] per value, thread budget). */
+typedef ty_host_node_ctx_t cpu_node_ctx_t;
 
 /* Returns NULL (OK) or a status made with ty_plugin_error(). */
 typedef ty_abi_status_t (*cpu_kernel_fn_t)(const cpu_node_ctx_t *ctx);

@@ -6,7 +6,8 @@
  * reasons. docs/plugin-abi.md is the reference; this file is the walk-through.
  *
  * Rules worth repeating before you start:
- *  1. Include only hal/backend_abi.h. Never include or link the core.
+ *  1. Include hal/backend_abi.h and, if you want them, the backend support
+ *     library's headers (backends/common/); never include or link the core.
  *  2. Export only ty_backend_query (TY_BACKEND_EXPORT); build with
  *     -fvisibility=hidden so nothing else leaks (CMake does this for you via
  *     ty_add_backend_plugin()).
@@ -20,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/host_executor.h"
+#include "backends/common/plugin_status.h"
 #include "hal/backend_abi.h"
 
 /* Step 1: your backend's state. The host treats these as opaque handles:
@@ -69,6 +72,8 @@ static ty_abi_status_t template_backend_create(
                                    "template: out of memory creating backend");
   }
   backend->host = args->host;
+  /* The support library reports errors through the host's services. */
+  ty_plugin_status_init(args->host);
   *out_backend = backend;
   return NULL; /* NULL is OK */
 }
@@ -208,13 +213,85 @@ static ty_abi_status_t template_buffer_copy(ty_abi_device_t *device,
   return NULL;
 }
 
-/* Step 6: the table. It is const and static: the host keeps the pointer for
+/* Step 6: graphs (ABI 1.1). The host hands over a whole graph; a device
+ * whose memory the host can address can let the support library's host
+ * executor do the plumbing (graph copy, memory plan, named bindings, state
+ * updates) and run every node on the f64 reference kernels. That is correct
+ * from day one — `trainyard conform --backend template` passes — and a
+ * real backend then replaces ops one by one: give the executor a finder
+ * that returns your kernel for the ops you have written (see
+ * backends/cpu/cpu_graph.c). A device with its own memory (a GPU) writes its
+ * own executor instead, on the same descriptors. */
+#if !defined(TEMPLATE_ABI_1_0)
+struct ty_abi_executable_s {
+  ty_host_executor_t *executor;
+};
+
+static ty_abi_status_t template_graph_supports(ty_abi_device_t *device,
+                                               const ty_abi_graph_t *graph,
+                                               ty_abi_node_support_t *out_support) {
+  ty_abi_device_info_t info = {.struct_size = sizeof(info)};
+  template_device_info(device->backend, 0, &info);
+  return ty_host_supports(graph, info.dtype_mask, out_support);
+}
+
+static ty_abi_status_t template_graph_compile(ty_abi_device_t *device,
+                                              const ty_abi_compile_args_t *args,
+                                              ty_abi_executable_t **out_executable) {
+  *out_executable = NULL;
+  if (args->option_count > 0) {
+    return template_error(device->backend->host, TY_CODE_INVALID_ARGUMENT,
+                          "template: unknown compile option '%s'", args->options[0].key);
+  }
+  ty_abi_executable_t *e = calloc(1, sizeof(*e));
+  if (!e) {
+    return device->backend->host->status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                                              "template: out of memory compiling");
+  }
+  /* No finder: every node runs its reference kernel. */
+  ty_abi_status_t s = ty_host_executor_create(args->graph, "template", NULL, NULL, &e->executor);
+  if (s) {
+    free(e);
+    return s;
+  }
+  *out_executable = e;
+  return NULL;
+}
+
+static void template_executable_destroy(ty_abi_executable_t *e) {
+  if (!e) return;
+  ty_host_executor_destroy(e->executor);
+  free(e);
+}
+
+static void template_buffer_view(ty_abi_buffer_t *buffer, unsigned char **out_data,
+                                 uint64_t *out_size) {
+  *out_data = buffer->data;
+  *out_size = buffer->size;
+}
+
+static ty_abi_status_t template_executable_execute(ty_abi_executable_t *e,
+                                                   const ty_abi_execute_args_t *args) {
+  return ty_host_executor_run(e->executor, args, template_buffer_view, 1);
+}
+#endif /* !TEMPLATE_ABI_1_0 */
+
+/* Step 7: the table. It is const and static: the host keeps the pointer for
  * as long as the plugin is loaded. Fill struct_size and the version from the
  * header you compiled against; that is how the host knows what it may read. */
 static const ty_backend_api_t template_api = {
+#if defined(TEMPLATE_ABI_1_0)
+    /* The tests also build this plugin as it was for ABI 1.0: a table that
+     * ends before the 1.1 graph entries. A 1.1 host must load it and report
+     * that it cannot run graphs: how minors stay compatible. */
+    .struct_size = offsetof(ty_backend_api_t, graph_supports),
+    .abi_major = TY_ABI_MAJOR,
+    .abi_minor = 0,
+#else
     .struct_size = sizeof(ty_backend_api_t),
     .abi_major = TY_ABI_MAJOR,
     .abi_minor = TY_ABI_MINOR,
+#endif
     .name = "template", /* must match the file: libty_backend_template.so */
     .version = "0.1.0",
     .backend_create = template_backend_create,
@@ -229,9 +306,15 @@ static const ty_backend_api_t template_api = {
     .buffer_write = template_buffer_write,
     .buffer_read = template_buffer_read,
     .buffer_copy = template_buffer_copy,
+#if !defined(TEMPLATE_ABI_1_0)
+    .graph_supports = template_graph_supports,
+    .graph_compile = template_graph_compile,
+    .executable_destroy = template_executable_destroy,
+    .executable_execute = template_executable_execute,
+#endif
 };
 
-/* Step 7: the one exported symbol. Return NULL for a major you were not
+/* Step 8: the one exported symbol. Return NULL for a major you were not
  * built for; the host then reports the plugin as unable to serve it. */
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(
     uint32_t host_abi_major, uint32_t host_abi_minor) {

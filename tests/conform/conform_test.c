@@ -212,8 +212,12 @@ typedef struct {
 } fixture_t;
 
 static int setup(void **state) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR, TY_TEST_CONFORM_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 2};
+  /* The ABI 1.0 build of the template comes first: the "template" of these
+   * tests is a backend that cannot run graphs. */
+  const char *paths[] = {TY_TEST_TEMPLATE_ABI10_DIR, TY_TEST_PLUGIN_DIR,
+                         TY_TEST_CONFORM_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths,
+                                   .explicit_path_count = sizeof(paths) / sizeof(paths[0])};
   fixture_t *f = calloc(1, sizeof(*f));
   TY_EXPECT_OK(ty_registry_create(&options, &f->registry));
   *state = f;

@@ -1,0 +1,234 @@
+/* The host executor: graph copy, memory plan, per-node kernel choice,
+ * named bindings, node-by-node execution and state updates (see
+ * host_executor.h). */
+#include "backends/common/host_executor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/common/memory_plan.h"
+#include "backends/common/plugin_status.h"
+#include "ops/reference/ref_interp.h"
+
+#define TY_HOST_ARENA_ALIGNMENT 64u
+
+struct ty_host_executor_t {
+  char plugin[32];
+  ty_owned_graph_t *graph;
+  ty_memory_plan_t plan;
+  unsigned char *arena;
+  ty_host_kernel_fn_t *kernels; /* per node; NULL runs the reference kernel */
+  uint32_t reference_nodes;
+  void **data;                  /* per value, resolved at execute */
+  unsigned char *fallback;      /* storage for outputs the caller did not bind */
+  uint64_t *fallback_offset;
+  uint64_t fallback_bytes;
+  uint32_t *sorted_named;       /* indices of named bound values, sorted by name */
+  uint32_t named_count;
+};
+
+static ty_abi_status_t ty_host_oom(const ty_host_executor_t *e, const char *what) {
+  return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory %s",
+                         e ? e->plugin : "host executor", what);
+}
+
+ty_abi_status_t ty_host_supports(const ty_abi_graph_t *graph, uint32_t mask,
+                                 ty_abi_node_support_t *out_support) {
+  for (uint32_t n = 0; n < graph->node_count; ++n) {
+    const ty_abi_node_t *node = &graph->nodes[n];
+    ty_abi_node_support_t *r = &out_support[n];
+    r->supported = 1;
+    if (!ty_ref_supports_op(node->op)) {
+      r->supported = 0;
+      snprintf(r->reason, sizeof(r->reason), "unknown op '%s'", node->op);
+      continue;
+    }
+    for (uint32_t i = 0; i < node->input_count + node->output_count; ++i) {
+      uint32_t v = i < node->input_count ? node->inputs[i]
+                                          : node->outputs[i - node->input_count];
+      if (v == UINT32_MAX) continue;
+      if (!(mask & TY_DTYPE_BIT(graph->values[v].dtype))) {
+        r->supported = 0;
+        snprintf(r->reason, sizeof(r->reason), "dtype of operand %u not supported", i);
+        break;
+      }
+    }
+  }
+  return NULL;
+}
+
+static int ty_host_name_compare(const void *a, const void *b, void *ctx) {
+  const ty_abi_graph_t *g = ctx;
+  return strcmp(g->values[*(const uint32_t *)a].name, g->values[*(const uint32_t *)b].name);
+}
+
+const ty_abi_graph_t *ty_host_executor_graph(const ty_host_executor_t *e) {
+  return &e->graph->graph;
+}
+
+uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *e) {
+  return e->reference_nodes;
+}
+
+void ty_host_executor_destroy(ty_host_executor_t *e) {
+  if (!e) return;
+  ty_memory_plan_free(&e->plan);
+  ty_owned_graph_free(e->graph);
+  free(e->arena);
+  free(e->kernels);
+  free(e->data);
+  free(e->fallback);
+  free(e->fallback_offset);
+  free(e->sorted_named);
+  free(e);
+}
+
+ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char *plugin,
+                                        ty_host_kernel_finder_t finder, void *finder_user,
+                                        ty_host_executor_t **out) {
+  *out = NULL;
+  ty_host_executor_t *e = calloc(1, sizeof(*e));
+  if (!e) return ty_host_oom(NULL, "compiling a graph");
+  snprintf(e->plugin, sizeof(e->plugin), "%s", plugin ? plugin : "host");
+  e->graph = ty_owned_graph_copy(graph);
+  if (!e->graph) goto oom;
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  if (ty_memory_plan_build(e->graph, TY_HOST_ARENA_ALIGNMENT, &e->plan) != TY_CODE_OK) goto oom;
+  if (e->plan.arena_bytes) {
+    e->arena = aligned_alloc(TY_HOST_ARENA_ALIGNMENT,
+                             (e->plan.arena_bytes + TY_HOST_ARENA_ALIGNMENT - 1) &
+                                 ~(uint64_t)(TY_HOST_ARENA_ALIGNMENT - 1));
+    if (!e->arena) {
+      unsigned long long bytes = (unsigned long long)e->plan.arena_bytes;
+      ty_abi_status_t s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
+                                          "%s: cannot allocate a %llu-byte activation arena",
+                                          e->plugin, bytes);
+      ty_host_executor_destroy(e);
+      return s;
+    }
+  }
+  e->kernels = calloc(g->node_count ? g->node_count : 1, sizeof(*e->kernels));
+  e->data = calloc(g->value_count ? g->value_count : 1, sizeof(*e->data));
+  e->fallback_offset = calloc(g->value_count ? g->value_count : 1, sizeof(uint64_t));
+  e->sorted_named = calloc(g->value_count ? g->value_count : 1, sizeof(uint32_t));
+  if (!e->kernels || !e->data || !e->fallback_offset || !e->sorted_named) goto oom;
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    ty_abi_status_t refused = NULL;
+    e->kernels[n] = finder ? finder(finder_user, g, n, &refused) : NULL;
+    if (refused) {
+      ty_host_executor_destroy(e);
+      return refused;
+    }
+    if (!e->kernels[n]) e->reference_nodes++;
+  }
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    const ty_abi_value_t *val = &g->values[v];
+    if (e->plan.storage[v].kind == TY_STORAGE_BOUND) {
+      e->sorted_named[e->named_count++] = v;
+      if (val->role == TY_VALUE_INTERMEDIATE) { /* an output */
+        e->fallback_offset[v] = e->fallback_bytes;
+        e->fallback_bytes += (e->graph->value_bytes[v] + 63) & ~(uint64_t)63;
+      }
+    }
+  }
+  qsort_r(e->sorted_named, e->named_count, sizeof(uint32_t), ty_host_name_compare, (void *)g);
+  *out = e;
+  return NULL;
+oom:
+  ty_host_executor_destroy(e);
+  return ty_host_oom(NULL, "compiling a graph");
+}
+
+static uint32_t ty_host_find_named(const ty_host_executor_t *e, const char *name) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  uint32_t lo = 0, hi = e->named_count;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    int c = strcmp(g->values[e->sorted_named[mid]].name, name);
+    if (c == 0) return e->sorted_named[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return UINT32_MAX;
+}
+
+/* Points data[] at every value's storage for this run. */
+static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execute_args_t *args,
+                                       ty_host_buffer_view_t view) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  for (uint32_t v = 0; v < g->value_count; ++v) e->data[v] = NULL;
+  for (uint32_t b = 0; b < args->binding_count; ++b) {
+    const ty_abi_binding_t *bind = &args->bindings[b];
+    uint32_t v = ty_host_find_named(e, bind->name);
+    if (v == UINT32_MAX) {
+      return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                             "%s: no input, state or output named '%s' in graph %.12s",
+                             e->plugin, bind->name, e->graph->hash_hex);
+    }
+    unsigned char *data = NULL;
+    uint64_t size = 0;
+    view(bind->buffer, &data, &size);
+    if (bind->offset > size || e->graph->value_bytes[v] > size - bind->offset) {
+      return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                             "%s: binding '%s' needs %llu bytes at offset %llu of "
+                             "a %llu-byte buffer",
+                             e->plugin, bind->name, (unsigned long long)e->graph->value_bytes[v],
+                             (unsigned long long)bind->offset, (unsigned long long)size);
+    }
+    e->data[v] = data + bind->offset;
+  }
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    const ty_abi_value_t *val = &g->values[v];
+    const ty_value_storage_t *st = &e->plan.storage[v];
+    switch (st->kind) {
+      case TY_STORAGE_CONSTANT: e->data[v] = (void *)val->const_data; break;
+      case TY_STORAGE_ARENA: e->data[v] = e->arena + st->offset; break;
+      case TY_STORAGE_STATE_ALIAS: break; /* after bound values are known */
+      case TY_STORAGE_BOUND:
+        if (e->data[v]) break;
+        if (val->role != TY_VALUE_INTERMEDIATE) {
+          return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s '%s' is not bound",
+                                 e->plugin, val->role == TY_VALUE_STATE ? "state" : "input",
+                                 val->name);
+        }
+        if (!e->fallback && e->fallback_bytes) {
+          e->fallback = aligned_alloc(64, e->fallback_bytes);
+          if (!e->fallback) return ty_host_oom(e, "for unbound outputs");
+        }
+        e->data[v] = e->fallback + e->fallback_offset[v];
+        break;
+    }
+  }
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (e->plan.storage[v].kind == TY_STORAGE_STATE_ALIAS) {
+      e->data[v] = e->data[e->plan.storage[v].alias];
+    }
+  }
+  return NULL;
+}
+
+ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute_args_t *args,
+                                     ty_host_buffer_view_t view, uint32_t threads) {
+  ty_abi_status_t s = ty_host_resolve(e, args, view);
+  if (s) return s;
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  ty_host_node_ctx_t ctx = {.graph = g, .data = e->data, .threads = threads};
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    if (e->kernels[n]) {
+      ctx.node = &g->nodes[n];
+      ctx.node_index = n;
+      s = e->kernels[n](&ctx);
+    } else {
+      s = (ty_abi_status_t)(void *)ty_ref_execute_node(g, n, e->data);
+    }
+    if (s) return s;
+  }
+  for (uint32_t u = 0; u < e->plan.copy_count; ++u) {
+    const ty_abi_state_update_t *up = &e->plan.copies[u];
+    if (e->data[up->state] != e->data[up->value]) {
+      memmove(e->data[up->state], e->data[up->value], e->graph->value_bytes[up->state]);
+    }
+  }
+  return NULL;
+}

@@ -1,0 +1,72 @@
+/* A complete graph executor for backends whose device memory the host can
+ * address (the cpu plugin, the template, emulated devices): compile copies
+ * the graph, plans memory into one arena and picks a kernel per node through
+ * the plugin's callback; execute resolves named bindings, runs the nodes in
+ * order (the f64 reference kernel where the plugin has none) and applies
+ * state updates. A plugin on such a device writes kernels, not plumbing.
+ * Depends only on hal/backend_abi.h and the backend support library. */
+#ifndef TY_BACKENDS_COMMON_HOST_EXECUTOR_H_
+#define TY_BACKENDS_COMMON_HOST_EXECUTOR_H_
+
+#include <stdint.h>
+
+#include "backends/common/abi_graph.h"
+#include "hal/backend_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a kernel gets for one node. data[v] is the dense row-major storage
+ * of value v in its dtype; outputs may alias inputs only for in-place
+ * updates (adamw_update, sgd_update, kv_cache_write). */
+typedef struct ty_host_node_ctx_t {
+  const ty_abi_graph_t *graph;
+  const ty_abi_node_t *node;
+  uint32_t node_index;
+  void *const *data;
+  uint32_t threads; /* the device's thread budget */
+} ty_host_node_ctx_t;
+
+/* Returns NULL (OK) or a status made with ty_plugin_error(). */
+typedef ty_abi_status_t (*ty_host_kernel_fn_t)(const ty_host_node_ctx_t *ctx);
+
+/* Picks the kernel of node `node_index`: a function, or NULL to run the
+ * reference kernel. Setting *out_error refuses the graph (e.g. a plugin
+ * mode that forbids falling back to the reference). */
+typedef ty_host_kernel_fn_t (*ty_host_kernel_finder_t)(void *user, const ty_abi_graph_t *graph,
+                                                       uint32_t node_index,
+                                                       ty_abi_status_t *out_error);
+
+/* How the executor reaches a bound buffer's bytes. */
+typedef void (*ty_host_buffer_view_t)(ty_abi_buffer_t *buffer, unsigned char **out_data,
+                                      uint64_t *out_size);
+
+typedef struct ty_host_executor_t ty_host_executor_t;
+
+/* graph_supports for a host device: every op the reference implements, for
+ * operand dtypes in `dtype_mask`. `plugin` names the plugin in reasons. */
+ty_abi_status_t ty_host_supports(const ty_abi_graph_t *graph, uint32_t dtype_mask,
+                                 ty_abi_node_support_t *out_support);
+
+/* Compiles `graph`. `finder` may be NULL (reference kernels throughout).
+ * `plugin` (e.g. "cpu") prefixes messages. */
+ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char *plugin,
+                                        ty_host_kernel_finder_t finder, void *finder_user,
+                                        ty_host_executor_t **out_executor);
+void ty_host_executor_destroy(ty_host_executor_t *executor);
+
+/* Runs once with named bindings. */
+ty_abi_status_t ty_host_executor_run(ty_host_executor_t *executor,
+                                     const ty_abi_execute_args_t *args,
+                                     ty_host_buffer_view_t view, uint32_t threads);
+
+/* The executor's graph, and how many nodes run on the reference kernel. */
+const ty_abi_graph_t *ty_host_executor_graph(const ty_host_executor_t *executor);
+uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *executor);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_BACKENDS_COMMON_HOST_EXECUTOR_H_ */
