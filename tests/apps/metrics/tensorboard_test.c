@@ -1,8 +1,9 @@
 /* The TensorBoard event file writer: the file name, the records read back
  * by an independent reader (CRCs checked, every field decoded), a folder
  * made when missing, and errors that name the path: a file in the way, no
- * permission, a full disk (simulated with RLIMIT_FSIZE), after which the
- * file must still be whole and the writer usable. */
+ * permission (checked as user nobody when run as root), a full disk
+ * (simulated with RLIMIT_FSIZE), after which the file must still be whole
+ * and the writer usable. */
 #include <errno.h>
 #include <math.h>
 #include <regex.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/test_util.h"
@@ -147,22 +149,55 @@ static void test_open_errors(void **state) {
   free(dir);
 }
 
+/* 0 when opening a writer in `logdir` fails with PERMISSION_DENIED and a
+ * message naming `logdir`; else 1 (a different code or message) or 2 (the
+ * open succeeded). No cmocka calls: it also runs in a forked child. */
+static int permission_check(const char *logdir) {
+  ty_tensorboard_writer_t *w = NULL;
+  ty_status_t status = ty_tensorboard_writer_open(logdir, &w);
+  if (!status) {
+    ty_status_free(ty_tensorboard_writer_close(w));
+    return 2;
+  }
+  int bad = ty_status_code(status) != TY_CODE_PERMISSION_DENIED ||
+            !strstr(ty_status_message(status), logdir) || w != NULL;
+  if (bad) fprintf(stderr, "%s: %s\n", logdir, ty_status_message(status));
+  ty_status_free(status);
+  return bad;
+}
+
 static void test_permission_denied(void **state) {
   (void)state;
-  if (geteuid() == 0) {
-    print_message("skipped: running as root, folder permissions do not apply\n");
-    skip();
-  }
   char *dir = ty_mt_temp_dir();
-  char logdir[512];
+  char logdir[512], nested[600];
   snprintf(logdir, sizeof(logdir), "%s/locked", dir);
-  assert_int_equal(mkdir(logdir, 0500), 0);
-  ty_tensorboard_writer_t *w = NULL;
-  TY_EXPECT_STATUS(ty_tensorboard_writer_open(logdir, &w), TY_CODE_PERMISSION_DENIED, logdir);
-  assert_null(w);
-  char nested[600];
   snprintf(nested, sizeof(nested), "%s/sub", logdir);
-  TY_EXPECT_STATUS(ty_tensorboard_writer_open(nested, &w), TY_CODE_PERMISSION_DENIED, nested);
+  assert_int_equal(mkdir(logdir, 0555), 0);
+  assert_int_equal(chmod(logdir, 0555), 0); /* whatever the umask */
+  if (geteuid() != 0) {
+    assert_int_equal(permission_check(logdir), 0);
+    assert_int_equal(permission_check(nested), 0);
+  } else {
+    /* Root may write anywhere: check as user nobody, in a child. */
+    assert_int_equal(chmod(dir, 0755), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      int rc = 3;
+      if (setgid(65534) == 0 && setuid(65534) == 0) {
+        rc = permission_check(logdir) | permission_check(nested) << 2;
+      }
+      _exit(rc);
+    }
+    int wstatus = 0;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus));
+    if (WEXITSTATUS(wstatus) != 0) {
+      /* Two bits per path: 1 wrong code or message, 2 the open succeeded. */
+      fail_msg("as user nobody: %s %d, %s %d (3: could not become nobody)", logdir,
+               WEXITSTATUS(wstatus) & 3, nested, WEXITSTATUS(wstatus) >> 2);
+    }
+  }
   chmod(logdir, 0700);
   ty_mt_remove_tree(dir);
   free(dir);
