@@ -39,31 +39,44 @@ else
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python packages of the interoperability tests (tests/models): the reference
-# safetensors implementation and numpy, from PyPI, for whichever python3 comes
-# first on PATH (the one CMake finds; e.g. a pyenv interpreter). Without them
-# those tests are reported as skipped, so a failure here is a warning.
-py_packages=(safetensors numpy)
-if python3 -c "import safetensors, numpy" 2>/dev/null; then
-  echo "install-deps: python packages present: ${py_packages[*]}"
-else
-  if ! python3 -m pip --version >/dev/null 2>&1; then
+# Python packages of the interoperability tests, from PyPI, for whichever
+# python3 comes first on PATH (the one CMake finds; e.g. a pyenv
+# interpreter). Without them those tests are reported as skipped, so a
+# failure here is a warning. Each group installs on its own, so one that
+# fails does not take the others' tests with it.
+#   safetensors numpy: the reference safetensors implementation (tests/models)
+#   tensorboard: reads our event files (tests/apps/metrics); binary wheels
+#     only (grpcio, protobuf, werkzeug, markdown, pillow, absl-py,
+#     tensorboard-data-server), about 80 MB beyond numpy, seconds to install
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+pip_ready=0
+pip_install_group() { # MODULES PACKAGES...: imports to check, then what to install
+  local modules=$1
+  shift
+  if python3 -c "import $modules" 2>/dev/null; then
+    echo "install-deps: python packages present: $*"
+    return
+  fi
+  if [ $pip_ready -eq 0 ] && ! python3 -m pip --version >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends python3-pip || true
   fi
-  echo "install-deps: pip installing ${py_packages[*]} for $(command -v python3)"
-  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  pip_ready=1
+  echo "install-deps: pip installing $* for $(command -v python3)"
+  local pip_log
   pip_log=$(mktemp)
-  if ! python3 -m pip install --quiet "${py_packages[@]}" 2>"$pip_log"; then
+  if ! python3 -m pip install --quiet "$@" 2>"$pip_log"; then
     # A Debian-managed interpreter refuses (PEP 668) unless told otherwise;
     # only then is --break-system-packages used.
     if grep -q "externally-managed-environment" "$pip_log"; then
-      python3 -m pip install --quiet --break-system-packages "${py_packages[@]}" 2>"$pip_log" ||
-        { cat "$pip_log" >&2; echo "install-deps: warning: could not install ${py_packages[*]}; their tests will be skipped" >&2; }
+      python3 -m pip install --quiet --break-system-packages "$@" 2>"$pip_log" ||
+        { cat "$pip_log" >&2; echo "install-deps: warning: could not install $*; their tests will be skipped" >&2; }
     else
       cat "$pip_log" >&2
-      echo "install-deps: warning: could not install ${py_packages[*]}; their tests will be skipped" >&2
+      echo "install-deps: warning: could not install $*; their tests will be skipped" >&2
     fi
   fi
   rm -f "$pip_log"
-fi
+}
+pip_install_group "safetensors, numpy" safetensors numpy
+pip_install_group "tensorboard.backend.event_processing.event_accumulator" tensorboard
