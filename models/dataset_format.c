@@ -100,7 +100,7 @@ void ty_ds_header_encode(const ty_ds_header_t *h, uint8_t out[TY_DATASET_SHARD_H
   ty_ds_put_u32(out + 24, h->eos_id);
   ty_ds_put_u32(out + 28, h->flags);
   ty_ds_put_u64(out + 32, h->row_count);
-  ty_ds_put_u32(out + 40, h->row_stride);
+  ty_ds_put_u32(out + 40, h->padding);
   ty_ds_put_u32(out + 44, h->shard_index);
   memcpy(out + 48, h->tokenizer_prefix, 8);
   ty_ds_put_u32(out + 56, h->split);
@@ -136,7 +136,7 @@ ty_status_t ty_ds_header_decode(const uint8_t *b, const char *file, ty_ds_header
   h.eos_id = ty_ds_get_u32(b + 24);
   h.flags = ty_ds_get_u32(b + 28);
   h.row_count = ty_ds_get_u64(b + 32);
-  h.row_stride = ty_ds_get_u32(b + 40);
+  h.padding = ty_ds_get_u32(b + 40);
   h.shard_index = ty_ds_get_u32(b + 44);
   memcpy(h.tokenizer_prefix, b + 48, 8);
   h.split = ty_ds_get_u32(b + 56);
@@ -146,9 +146,9 @@ ty_status_t ty_ds_header_decode(const uint8_t *b, const char *file, ty_ds_header
                     : (h.flags & ~(uint32_t)TY_DS_KNOWN_FLAGS)      ? "unknown flags"
                     : h.eos_id >= h.vocab_size                      ? "eos_id >= vocab_size"
                     : h.split >= TY_DATASET_SPLIT_COUNT             ? "split"
-                    : h.row_stride != ty_dataset_row_stride(h.seq_len, h.flags & 1)
-                        ? "row stride"
-                        : NULL;
+                    : h.padding >= h.seq_len || (h.padding && !h.row_count) ? "padding"
+                    : ty_dataset_row_stride(h.seq_len, h.flags & 1) == 0   ? "seq_len too large"
+                                                                           : NULL;
   if (bad) {
     return ty_status_make(TY_CODE_DATA_LOSS, "%s: invalid shard header (%s)", file, bad);
   }

@@ -25,7 +25,7 @@ typedef struct ty_ds_header_t {
   uint32_t eos_id;
   uint32_t flags;
   uint64_t row_count;
-  uint32_t row_stride;
+  uint32_t padding; /* EOS targets that pad the shard's last row (0 but in a split's last shard) */
   uint32_t shard_index;
   uint8_t tokenizer_prefix[8]; /* the first 8 bytes of the tokenizer's SHA-256 */
   uint32_t split;

@@ -19,6 +19,7 @@ typedef struct ty_ds_shard_t {
   const uint8_t *map;
   size_t size;
   uint64_t rows;
+  uint32_t padding; /* padded targets at the end of its last row */
   uint64_t first_row; /* index in the split of its first row */
   char sha256[65];    /* from dataset.json */
 } ty_ds_shard_t;
@@ -32,7 +33,7 @@ struct ty_dataset_t {
   uint32_t seq_len, vocab_size, eos_id;
   bool loss_weights;
   char tokenizer_sha256[65];
-  uint64_t stride, rows, tokens;
+  uint64_t stride, rows, tokens, padding;
   ty_ds_shard_t *shards;
   size_t shard_count;
 };
@@ -73,8 +74,8 @@ static ty_status_t ty_ds_json_sha(const ty_dataset_t *ds, const json_t *object, 
 }
 
 /* Maps one shard and checks it against what dataset.json says. */
-static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, uint64_t json_rows,
-                                   uint64_t json_bytes) {
+static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
+                                   uint64_t json_rows, uint64_t json_bytes) {
   ty_ds_shard_t *sh = &ds->shards[index];
   int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -121,6 +122,7 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, uint64_t json
   TY_DS_CHECK("row count", h.row_count, json_rows);
   TY_DS_CHECK("shard index", h.shard_index, index);
   TY_DS_CHECK("split", h.split, ds->split_code);
+  TY_DS_CHECK("padding", h.padding, last ? ds->padding : 0);
 #undef TY_DS_CHECK
   if (field) {
     return ty_status_make(TY_CODE_DATA_LOSS,
@@ -212,6 +214,7 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
   snprintf(path, sizeof(path), "splits.%s", split);
   if (!status) status = ty_ds_json_uint(ds, sp, "rows", path, 0, UINT64_MAX >> 1, &ds->rows);
   if (!status) status = ty_ds_json_uint(ds, sp, "tokens", path, 0, UINT64_MAX >> 1, &ds->tokens);
+  if (!status) status = ty_ds_json_uint(ds, sp, "padding", path, 0, ds->seq_len - 1, &ds->padding);
   const json_t *shards = json_object_get(sp, "shards");
   if (!status && !json_is_array(shards)) {
     status = ty_ds_bad_json(ds, "shards", "is not a list");
@@ -244,7 +247,8 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
       status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
       break;
     }
-    status = ty_ds_map_shard(ds, i, rows, bytes);
+    status = ty_ds_map_shard(ds, i, i + 1 == count, rows, bytes);
+    ds->shards[i].padding = i + 1 == count ? (uint32_t)ds->padding : 0;
     total += rows;
   }
   if (!status && total != ds->rows) {
@@ -335,8 +339,28 @@ static ty_status_t ty_ds_check_row(const ty_dataset_t *ds, const ty_ds_shard_t *
     }
     if (tokens) tokens[i] = token;
   }
+  /* The padding of a split's last row: EOS, never trained on. */
+  size_t pad = local + 1 == sh->rows ? sh->padding : 0;
+  for (size_t i = t + 1 - pad; i <= t; ++i) {
+    if (ty_ds_get_u32(p + 4 * i) != ds->eos_id) {
+      return ty_status_make(TY_CODE_DATA_LOSS,
+                            "%s: row %llu (row %llu of the %s split), position %zu: padding "
+                            "that is not EOS",
+                            sh->path, (unsigned long long)local,
+                            (unsigned long long)(sh->first_row + local), ds->split, i);
+    }
+  }
   if (ds->loss_weights) {
     const uint8_t *w = p + 4 * (t + 1);
+    for (size_t i = t - pad; i < t; ++i) {
+      if (w[i] != 0) {
+        return ty_status_make(TY_CODE_DATA_LOSS,
+                              "%s: row %llu (row %llu of the %s split), target %zu: padding "
+                              "with loss weight %u",
+                              sh->path, (unsigned long long)local,
+                              (unsigned long long)(sh->first_row + local), ds->split, i, w[i]);
+      }
+    }
     for (size_t i = 0; i < t; ++i) {
       if (w[i] > 1) {
         return ty_status_make(TY_CODE_DATA_LOSS,
@@ -348,7 +372,8 @@ static ty_status_t ty_ds_check_row(const ty_dataset_t *ds, const ty_ds_shard_t *
     }
     if (weights) memcpy(weights, w, t);
   } else if (weights) {
-    memset(weights, 1, t);
+    memset(weights, 1, t - pad);
+    memset(weights + t - pad, 0, pad);
   }
   return TY_OK;
 }

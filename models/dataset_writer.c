@@ -25,6 +25,7 @@ typedef struct ty_ds_split_writer_t {
   char *path;
   uint32_t next_index;
   uint64_t shard_rows;
+  uint32_t padding; /* of the last row, once finish pads it */
   uint8_t *out; /* write buffer */
   size_t out_fill;
   /* The row being filled: tokens[0..fill) and, for each, its weight as a
@@ -246,7 +247,7 @@ static ty_status_t ty_ds_close_shard(ty_dataset_writer_t *w, ty_dataset_split_t 
       .eos_id = w->eos_id,
       .flags = w->loss_weights ? TY_DS_FLAG_LOSS_WEIGHTS : 0,
       .row_count = sw->shard_rows,
-      .row_stride = (uint32_t)w->stride,
+      .padding = sw->padding,
       .shard_index = sw->next_index,
       .split = (uint32_t)split,
   };
@@ -482,6 +483,7 @@ ty_status_t ty_dataset_writer_finish(ty_dataset_writer_t *w) {
         sw->fill++;
         sw->stats.padding++;
       }
+      sw->padding = (uint32_t)sw->stats.padding;
       TY_RETURN_IF_ERROR(ty_ds_emit_row(w, (ty_dataset_split_t)s));
     }
     if (sw->fd >= 0) TY_RETURN_IF_ERROR(ty_ds_close_shard(w, (ty_dataset_split_t)s));
