@@ -12,6 +12,7 @@ packages=(
   libssl-dev                 # SHA-256 (graph hashes, artifacts)
   libdnnl-dev                # oneDNN: the cpu backend's matmul
   libomp-dev                 # OpenMP for clang builds (the cpu backend's kernels)
+  fortunes fortunes-min      # the default training corpus (scripts/corpus.sh)
 )
 
 missing=()
@@ -39,12 +40,14 @@ else
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python packages of the interoperability tests (tests/models): the reference
-# safetensors implementation and numpy, from PyPI, for whichever python3 comes
-# first on PATH (the one CMake finds; e.g. a pyenv interpreter). Without them
-# those tests are reported as skipped, so a failure here is a warning.
-py_packages=(safetensors numpy)
-if python3 -c "import safetensors, numpy" 2>/dev/null; then
+# Python packages of the interoperability tests (tests/models, tests/apps):
+# the reference safetensors implementation, numpy, and Hugging Face
+# tokenizers (trained tokenizer.json files must encode alike there), from
+# PyPI, for whichever python3 comes first on PATH (the one CMake finds; e.g.
+# a pyenv interpreter). Without them those tests are reported as skipped, so
+# a failure here is a warning.
+py_packages=(safetensors numpy tokenizers)
+if python3 -c "import safetensors, numpy, tokenizers" 2>/dev/null; then
   echo "install-deps: python packages present: ${py_packages[*]}"
 else
   if ! python3 -m pip --version >/dev/null 2>&1; then
