@@ -192,7 +192,9 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
   if (!status) status = ty_ds_json_sha(ds, tok, "tokenizer", ds->tokenizer_sha256);
   if (!status) status = ty_ds_json_uint(ds, tok, "vocab_size", "tokenizer", 1, UINT32_MAX, &value);
   if (!status) ds->vocab_size = (uint32_t)value;
-  if (!status) status = ty_ds_json_uint(ds, tok, "eos_id", "tokenizer", 0, ds->vocab_size - 1, &value);
+  if (!status) {
+    status = ty_ds_json_uint(ds, tok, "eos_id", "tokenizer", 0, ds->vocab_size - 1, &value);
+  }
   if (!status) ds->eos_id = (uint32_t)value;
   if (!status) status = ty_ds_json_uint(ds, root, "seq_len", "", 1, 1u << 24, &value);
   if (!status) ds->seq_len = (uint32_t)value;
@@ -236,7 +238,9 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
       break;
     }
     status = ty_ds_json_uint(ds, entry, "rows", entry_path, 1, UINT64_MAX >> 1, &rows);
-    if (!status) status = ty_ds_json_uint(ds, entry, "bytes", entry_path, 0, UINT64_MAX >> 1, &bytes);
+    if (!status) {
+      status = ty_ds_json_uint(ds, entry, "bytes", entry_path, 0, UINT64_MAX >> 1, &bytes);
+    }
     if (!status) status = ty_ds_json_sha(ds, entry, entry_path, ds->shards[i].sha256);
     if (status) break;
     ds->shard_count = i + 1;
@@ -411,7 +415,9 @@ ty_status_t ty_dataset_verify(const ty_dataset_t *ds) {
     }
     char hex[65];
     for (int k = 0; k < 32; ++k) snprintf(hex + 2 * k, 3, "%02x", digest[k]);
-    for (uint64_t r = 0; r < sh->rows; ++r) TY_RETURN_IF_ERROR(ty_ds_check_row(ds, sh, r, NULL, NULL));
+    for (uint64_t r = 0; r < sh->rows; ++r) {
+      TY_RETURN_IF_ERROR(ty_ds_check_row(ds, sh, r, NULL, NULL));
+    }
     if (strcmp(hex, sh->sha256) != 0) {
       return ty_status_make(TY_CODE_DATA_LOSS,
                             "%s: SHA-256 %s differs from %s's %s; the file was changed after it "

@@ -202,7 +202,8 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
     if (!json_is_string(text)) {
       status = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s:%zu: no string field \"%s\"%s",
                               r->path, line_number, r->text_field,
-                              text ? " (it is not a string)" : "; name the field with --text-field");
+                              text ? " (it is not a string)"
+                                   : "; name the field with --text-field");
     } else {
       doc.text = json_string_value(text);
       doc.size = json_string_length(text);

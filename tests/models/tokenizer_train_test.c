@@ -206,8 +206,7 @@ static void test_against_naive(void **state) {
 static const char *const ty_corpus[] = {
     "The quick brown fox jumps over the lazy dog. The dog sleeps.\n",
     "It's 2024; numbers like 12345 and 3.14 stay as they are!\n\n  Indented  text\twith tabs.",
-    "Caf\xc3\xa9 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
-    "\xf0\x9f\x8e\x89" " emoji.",
+    "Caf\xc3\xa9 br\xc3\xbbl\303\251e \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x8e\211 emoji.",
     "the the the the then there these those thesis theme",
     "Don't stop; they'll see we've done what I'd said.",
 };
@@ -224,8 +223,9 @@ static void test_json_loads_and_round_trips(void **state) {
   assert_true(ty_tokenizer_token_to_id(tok, "<|endoftext|>", 13, &eos));
   assert_int_equal(eos, 397);
   assert_true(ty_tokenizer_is_special(tok, eos));
-  const char *unseen[] = {"Completely unseen words: zebra, quartz, \xc3\xb1" "and\xc3\xba!",
-                          "the<|endoftext|>next<|im_start|>user\nhi<|im_end|>\n", "", " ", "\n\n\n"};
+  const char *unseen[] = {"Completely unseen words: zebra, quartz, \303\261and\xc3\xba!",
+                          "the<|endoftext|>next<|im_start|>user\nhi<|im_end|>\n", "", " ",
+                          "\n\n\n"};
   for (size_t i = 0; i < corpus_count + 5; ++i) {
     const char *text = i < corpus_count ? ty_corpus[i] : unseen[i - corpus_count];
     uint32_t *ids = NULL;
