@@ -207,6 +207,7 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
     } else {
       doc.text = json_string_value(text);
       doc.size = json_string_length(text);
+      doc.raw = NULL; /* the split hash reads the text, not the line */
     }
   } else {
     const json_t *list = json_object_get(root, "messages");

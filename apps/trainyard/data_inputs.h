@@ -35,7 +35,7 @@ typedef struct ty_data_doc_t {
   size_t size;
   const ty_chat_message_t *messages; /* chat only */
   size_t message_count;
-  const char *raw; /* the source bytes (a chat line), for the split hash */
+  const char *raw; /* what the split hash reads: the text, or a chat's line */
   size_t raw_size;
   const char *file;
   size_t line;     /* 1-based line where it starts; 0 for a whole file */
