@@ -98,8 +98,10 @@ const char *ty_dataset_input_format(const ty_dataset_t *dataset);
 uint64_t ty_dataset_token_count(const ty_dataset_t *dataset);
 
 /* Copies row `index` out: seq_len + 1 tokens into `tokens` and seq_len
- * target weights (0 or 1) into `weights` (may be NULL; all 1 when the
- * dataset has no weights). The row's CRC-32 and tokens are checked first.
+ * target weights (0 or 1) into `weights` (may be NULL). Without stored
+ * weights every target weighs 1 except the EOS padding of the split's last
+ * row, which weighs 0. The row's CRC-32, tokens and padding are checked
+ * first.
  * Errors: OUT_OF_RANGE for an index >= the row count; DATA_LOSS naming the
  * shard file and the row for a CRC mismatch, a token >= vocab_size or a
  * weight other than 0 and 1. Thread-safe. */
