@@ -12,6 +12,7 @@ packages=(
   libssl-dev                 # SHA-256 (graph hashes, artifacts)
   libdnnl-dev                # oneDNN: the cpu backend's matmul
   libomp-dev                 # OpenMP for clang builds (the cpu backend's kernels)
+  fortunes fortunes-min      # the default training corpus (scripts/corpus.sh)
 )
 
 missing=()
@@ -45,6 +46,8 @@ fi
 # failure here is a warning. Each group installs on its own, so one that
 # fails does not take the others' tests with it.
 #   safetensors numpy: the reference safetensors implementation (tests/models)
+#   tokenizers: Hugging Face tokenizers; our trained tokenizer.json files must
+#     encode alike there (tests/apps)
 #   tensorboard: reads our event files (tests/apps/metrics); binary wheels
 #     only (grpcio, protobuf, werkzeug, markdown, pillow, absl-py,
 #     tensorboard-data-server), about 80 MB beyond numpy, seconds to install
@@ -80,3 +83,4 @@ pip_install_group() { # MODULES PACKAGES...: imports to check, then what to inst
 }
 pip_install_group "safetensors, numpy" safetensors numpy
 pip_install_group "tensorboard.backend.event_processing.event_accumulator" tensorboard
+pip_install_group "tokenizers" tokenizers

@@ -47,6 +47,7 @@ int ty_app_usage_error(const char *command, const char *fmt, ...)
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv);
+int ty_cmd_data(ty_app_t *app, int argc, char **argv);
 int ty_cmd_forward(ty_app_t *app, int argc, char **argv);
 int ty_cmd_generate(ty_app_t *app, int argc, char **argv);
 int ty_cmd_tokenize(ty_app_t *app, int argc, char **argv);

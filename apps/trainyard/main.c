@@ -13,6 +13,8 @@
 static const ty_command_t ty_commands[] = {
     {"devices", ty_cmd_devices,
      "list backends, their devices, and plugins that were rejected"},
+    {"data", ty_cmd_data,
+     "prepare token datasets, train a BPE tokenizer, check a dataset"},
     {"conform", ty_cmd_conform,
      "check a backend's ops and gradients against the f64 reference"},
     {"forward", ty_cmd_forward,

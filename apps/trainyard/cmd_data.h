@@ -1,0 +1,28 @@
+/* What the files of `trainyard data` share: the interrupt flag, input
+ * collection and number parsing. */
+#ifndef TY_APPS_TRAINYARD_CMD_DATA_H_
+#define TY_APPS_TRAINYARD_CMD_DATA_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "app.h"
+
+/* SIGINT/SIGTERM set a flag instead of killing the process, so that the
+ * command can stop between documents and remove what it was writing. */
+void ty_data_catch_interrupts(void);
+bool ty_data_interrupted(void);
+
+/* Appends `path` to a growable list of input paths. False when memory runs
+ * out. */
+bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path);
+
+/* Decimal unsigned integer in [min, max]; false otherwise. */
+bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out);
+
+int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv);
+int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv);
+int ty_cmd_data_info(ty_app_t *app, int argc, char **argv);
+
+#endif /* TY_APPS_TRAINYARD_CMD_DATA_H_ */
