@@ -18,7 +18,8 @@
 #include "models/chat.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
-#include "progress.h"
+#include "live_bar.h"
+#include "metrics/progress.h"
 
 static const char *const ty_data_usage =
     "usage: trainyard data <subcommand> [<args>]\n"
@@ -116,7 +117,7 @@ typedef struct ty_prepare_t {
   ty_data_format_t format;
   double val_fraction;
   uint64_t seed;
-  ty_progress_t progress;
+  ty_live_bar_t progress;
   uint64_t file_base; /* bytes of the files before this one */
   uint64_t tokens;    /* document tokens so far */
   uint64_t file_documents, file_tokens;
@@ -145,7 +146,7 @@ static ty_status_t ty_prepare_document(void *user, const ty_data_doc_t *doc) {
   p->tokens += count;
   p->file_tokens += count;
   p->file_documents++;
-  ty_progress_update(&p->progress, p->file_base + doc->offset, p->tokens);
+  ty_live_bar_update(&p->progress, p->file_base + doc->offset, p->tokens);
   return TY_OK;
 }
 
@@ -240,7 +241,7 @@ static void ty_prepare_summary(const ty_dataset_writer_t *w, const char *dir, do
   }
   char b[32], t[32];
   ty_progress_format_bytes((double)bytes / (seconds > 0 ? seconds : 1), b, sizeof(b));
-  ty_progress_format_count((double)tokens / (seconds > 0 ? seconds : 1), t, sizeof(t));
+  ty_progress_format_si((double)tokens / (seconds > 0 ? seconds : 1), t, sizeof(t));
   printf("  time  %.2f s (%s/s, %s tokens/s)\n", seconds, b, t);
 }
 
@@ -347,7 +348,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   }
   ty_data_format_t format = TY_DATA_FORMAT_TEXT;
   ty_data_format_parse(a.format, &format);
-  double t0 = ty_progress_now();
+  double t0 = ty_live_bar_now();
   char **files = NULL;
   uint64_t *sizes = NULL;
   size_t file_count = 0;
@@ -397,13 +398,13 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
             a.tokenizer, ty_tokenizer_vocab_size(tok), eos_name, eos,
             sha, (unsigned long long)a.seq_len, a.val_fraction, (unsigned long long)a.seed);
     ty_data_catch_interrupts();
-    ty_progress_start(&p.progress, "data prepare", true, NULL, total_bytes, true);
+    ty_live_bar_start(&p.progress, "data prepare", true, NULL, total_bytes, true);
   }
   for (size_t i = 0; i < file_count && !s; ++i) {
     p.file_documents = p.file_tokens = 0;
     s = ty_data_read_file(files[i], format, a.text_field, ty_prepare_document, &p);
     p.file_base += sizes[i];
-    ty_progress_update(&p.progress, p.file_base, p.tokens);
+    ty_live_bar_update(&p.progress, p.file_base, p.tokens);
     if (!s && !p.progress.active) {
       fprintf(stderr, "data prepare: [%zu/%zu] %s: %llu documents, %llu tokens\n", i + 1,
               file_count, files[i], (unsigned long long)p.file_documents,
@@ -411,9 +412,9 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
     }
   }
   if (!s) s = ty_dataset_writer_finish(writer);
-  ty_progress_finish(&p.progress);
+  ty_live_bar_finish(&p.progress);
   if (!s) {
-    ty_prepare_summary(writer, a.out, ty_progress_now() - t0, total_bytes, p.tokens);
+    ty_prepare_summary(writer, a.out, ty_live_bar_now() - t0, total_bytes, p.tokens);
     ty_dataset_split_stats_t val;
     ty_dataset_writer_stats(writer, TY_DATASET_SPLIT_VAL, &val);
     if (a.val_fraction > 0 && val.rows == 0) {

@@ -16,7 +16,8 @@
 #include "models/dataset.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_trainer.h"
-#include "progress.h"
+#include "live_bar.h"
+#include "metrics/progress.h"
 
 static const char *const ty_train_tokenizer_usage =
     "usage: trainyard data train-tokenizer --input PATH... --vocab-size N --out FILE\n"
@@ -51,7 +52,7 @@ static const char *const ty_info_usage =
 
 typedef struct ty_tt_t {
   ty_tokenizer_trainer_t *trainer;
-  ty_progress_t progress;
+  ty_live_bar_t progress;
   uint64_t file_base;
   uint64_t documents;
 } ty_tt_t;
@@ -68,14 +69,14 @@ static ty_status_t ty_tt_document(void *user, const ty_data_doc_t *doc) {
     TY_RETURN_IF_ERROR(ty_tokenizer_trainer_add_text(t->trainer, doc->text, doc->size));
   }
   t->documents++;
-  ty_progress_update(&t->progress, t->file_base + doc->offset, UINT64_MAX);
+  ty_live_bar_update(&t->progress, t->file_base + doc->offset, UINT64_MAX);
   return TY_OK;
 }
 
 static void ty_tt_on_merges(void *user, uint32_t merges, uint32_t target) {
   ty_tt_t *t = user;
   t->progress.total = target;
-  ty_progress_update(&t->progress, merges, UINT64_MAX);
+  ty_live_bar_update(&t->progress, merges, UINT64_MAX);
 }
 
 /* temp file, fsync, rename, fsync of the folder. */
@@ -203,7 +204,7 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
                : rc;
   }
 
-  double t0 = ty_progress_now();
+  double t0 = ty_live_bar_now();
   char **files = NULL;
   uint64_t *sizes = NULL;
   size_t file_count = 0;
@@ -227,7 +228,7 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   for (size_t i = 0; i < file_count; ++i) total += sizes[i];
   if (!s) {
     ty_data_catch_interrupts();
-    ty_progress_start(&t.progress, "train-tokenizer: reading", true, NULL, total, true);
+    ty_live_bar_start(&t.progress, "train-tokenizer: reading", true, NULL, total, true);
   }
   for (size_t i = 0; i < file_count && !s; ++i) {
     s = ty_data_read_file(files[i], format, text_field, ty_tt_document, &t);
@@ -236,15 +237,15 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
       fprintf(stderr, "data train-tokenizer: read [%zu/%zu] %s\n", i + 1, file_count, files[i]);
     }
   }
-  ty_progress_finish(&t.progress);
-  double t1 = ty_progress_now();
+  ty_live_bar_finish(&t.progress);
+  double t1 = ty_live_bar_now();
   if (!s) {
-    ty_progress_start(&t.progress, "train-tokenizer: merging", false, "merges",
+    ty_live_bar_start(&t.progress, "train-tokenizer: merging", false, "merges",
                       vocab - 256 - special_count, true);
     s = ty_tokenizer_trainer_train(t.trainer, ty_tt_on_merges, &t);
-    ty_progress_finish(&t.progress);
+    ty_live_bar_finish(&t.progress);
   }
-  double t2 = ty_progress_now();
+  double t2 = ty_live_bar_now();
   if (!s) s = ty_tokenizer_trainer_to_json(t.trainer, &json, &json_size);
   if (!s) {
     /* What was written must load. */

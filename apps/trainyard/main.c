@@ -21,6 +21,8 @@ static const ty_command_t ty_commands[] = {
      "logits, loss and gradients of a Hugging Face model for given tokens"},
     {"generate", ty_cmd_generate,
      "continue a prompt with KV-cache decoding (greedy or sampled)"},
+    {"train", ty_cmd_train,
+     "train or fine-tune a model: checkpoints, metrics, exact resume"},
     {"tokenize", ty_cmd_tokenize,
      "text to token ids, or ids to text, with a Hugging Face tokenizer.json"},
 };

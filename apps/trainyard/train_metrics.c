@@ -1,0 +1,180 @@
+/* `trainyard train` reporting: banner, step lines, metrics.jsonl,
+ * TensorBoard scalars and summary.txt. Formatting lives in metrics/; this
+ * file decides what is reported and where. */
+#include "train_metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "metrics/jsonl.h"
+#include "metrics/progress.h"
+#include "metrics/tensorboard.h"
+#include "models/presets.h"
+#include "trainer.h"
+
+ty_status_t ty_train_metrics_open(ty_trainer_t *t, bool resuming) {
+  char path[TY_CFG_PATH_MAX + 64];
+  snprintf(path, sizeof(path), "%s/metrics.jsonl", t->cfg.out);
+  if (resuming) {
+    size_t kept = 0, dropped = 0;
+    ty_status_t s = ty_jsonl_truncate_to_step(path, t->step, &kept, &dropped);
+    if (s && ty_status_code(s) != TY_CODE_NOT_FOUND) return s;
+    ty_status_free(s);
+  } else {
+    remove(path); /* a fresh run starts a fresh log */
+  }
+  ty_jsonl_writer_t *w = NULL;
+  TY_RETURN_IF_ERROR(ty_jsonl_writer_open(path, &w));
+  t->metrics = w;
+  snprintf(path, sizeof(path), "%s/tensorboard", t->cfg.out);
+  ty_tensorboard_writer_t *tb = NULL;
+  TY_RETURN_IF_ERROR(ty_tensorboard_writer_open(path, &tb));
+  t->tensorboard = tb;
+  return TY_OK;
+}
+
+void ty_train_metrics_close(ty_trainer_t *t) {
+  ty_status_free(ty_jsonl_writer_close(t->metrics));
+  ty_status_free(ty_tensorboard_writer_close(t->tensorboard));
+  t->metrics = NULL;
+  t->tensorboard = NULL;
+}
+
+/* FLOPs of one trained token: 6 per parameter (forward + backward) plus
+ * the attention scores and values (PaLM's 12 * layers * width * seq). */
+static double ty_flops_per_token(const ty_trainer_t *t) {
+  const ty_model_config_t *c = &t->model_config;
+  return 6.0 * (double)ty_llm_parameter_count(&t->m_train) +
+         12.0 * (double)(c->num_layers * c->num_heads * c->head_dim) * (double)t->T;
+}
+
+void ty_train_metrics_banner(ty_trainer_t *t, const char *resume_dir) {
+  FILE *e = stderr;
+  fprintf(e, "trainyard train: resolved configuration\n");
+  ty_train_config_print(&t->cfg, e);
+  const ty_abi_device_info_t *info = ty_device_info(t->device);
+  fprintf(e, "model: %s, %lld parameters (%lld layers, width %lld, %lld heads, vocab %lld), %s\n",
+          t->model_config.model_type, (long long)ty_llm_parameter_count(&t->m_train),
+          (long long)t->model_config.num_layers, (long long)t->model_config.hidden_size,
+          (long long)t->model_config.num_heads, (long long)t->model_config.vocab_size,
+          t->cfg.model[0] ? t->cfg.model : "initialized from scratch");
+  fprintf(e, "data: %llu train rows, %llu val rows of %lld tokens; %lld steps of %lld rows "
+             "(%lld per epoch)\n",
+          (unsigned long long)ty_dataset_row_count(t->train_data),
+          (unsigned long long)(t->val_data ? ty_dataset_row_count(t->val_data) : 0),
+          (long long)t->T, (long long)t->total_steps, (long long)t->rows_per_step,
+          (long long)t->steps_per_epoch);
+  fprintf(e, "device: %s (%s)%s\n", ty_device_uri(t->device), info->name,
+          info->emulated ? " [emulated]" : "");
+  if (resume_dir && resume_dir[0]) {
+    fprintf(e, "resuming from %s at step %lld (epoch %lld, row %lld)\n", resume_dir,
+            (long long)t->step, (long long)t->epoch + 1, (long long)t->cursor);
+  }
+  /* The resolved configuration beside the outputs, too. */
+  char path[TY_CFG_PATH_MAX + 64];
+  snprintf(path, sizeof(path), "%s/train_config.json", t->cfg.out);
+  json_t *j = ty_train_config_to_json(&t->cfg);
+  if (j) json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  json_decref(j);
+}
+
+void ty_train_metrics_line_end(ty_trainer_t *t) {
+  if (t->live_line) fputs(ty_progress_line_finish(TY_PROGRESS_LIVE), stderr);
+}
+
+void ty_train_metrics_step(ty_trainer_t *t, double loss, double grad_norm, double lr,
+                           double tokens_per_s, double seconds_per_step) {
+  const ty_abi_device_info_t *info = ty_device_info(t->device);
+  double mfu = info->peak_f32_gflops > 0
+                   ? ty_flops_per_token(t) * tokens_per_s / (info->peak_f32_gflops * 1e9)
+                   : 0;
+  int64_t epochs = t->cfg.max_steps > 0
+                       ? (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch
+                       : t->cfg.epochs;
+  int64_t epoch = (t->step - 1) / t->steps_per_epoch + 1;
+  ty_progress_step_t line = {
+      .epoch = epoch, .epoch_count = epochs, .step = t->step, .step_count = t->total_steps,
+      .fields = TY_PROGRESS_LOSS | TY_PROGRESS_LR | TY_PROGRESS_GRAD_NORM |
+                TY_PROGRESS_TOKENS_PER_S | TY_PROGRESS_ETA | (mfu > 0 ? TY_PROGRESS_MFU : 0),
+      .loss = loss, .lr = lr, .grad_norm = grad_norm, .tokens_per_s = tokens_per_s, .mfu = mfu,
+      .eta_s = seconds_per_step * (double)(t->total_steps - t->step)};
+  char text[256];
+  ty_progress_step_format(&line, text, sizeof(text));
+  bool show = t->step % t->cfg.log_every == 0 || t->step == t->total_steps;
+  if (show) {
+    char rendered[512];
+    ty_progress_mode_t mode = t->live_line ? TY_PROGRESS_LIVE : TY_PROGRESS_PLAIN;
+    ty_progress_line_render(mode, text, ty_progress_terminal_width(2), rendered, sizeof(rendered));
+    fputs(rendered, stderr);
+    fflush(stderr);
+  }
+  ty_jsonl_field_t fields[] = {
+      ty_jsonl_int("step", t->step),         ty_jsonl_int("epoch", epoch),
+      ty_jsonl_real("loss", loss),           ty_jsonl_real("lr", lr),
+      ty_jsonl_real("grad_norm", grad_norm), ty_jsonl_real("tokens_per_s", tokens_per_s),
+      ty_jsonl_int("tokens", t->tokens_seen), ty_jsonl_real("mfu", mfu),
+  };
+  ty_status_free(ty_jsonl_writer_write(t->metrics, fields,
+                                       sizeof(fields) / sizeof(fields[0])));
+  ty_tensorboard_scalar_t scalars[] = {
+      {"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", grad_norm},
+      {"train/tokens_per_s", tokens_per_s}};
+  ty_status_free(ty_tensorboard_writer_add_scalars(t->tensorboard, t->step, scalars, 4,
+                                                   ty_tensorboard_now()));
+}
+
+void ty_train_metrics_eval(ty_trainer_t *t) {
+  if (isnan(t->last_val_loss)) return;
+  ty_train_metrics_line_end(t);
+  fprintf(stderr, "step %lld: val loss %.4f\n", (long long)t->step, t->last_val_loss);
+  ty_jsonl_field_t fields[] = {ty_jsonl_int("step", t->step),
+                               ty_jsonl_real("val_loss", t->last_val_loss)};
+  ty_status_free(ty_jsonl_writer_write(t->metrics, fields, 2));
+  ty_status_free(ty_tensorboard_writer_add_scalar(t->tensorboard, "val/loss", t->step,
+                                                  t->last_val_loss, ty_tensorboard_now()));
+}
+
+ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
+  char path[TY_CFG_PATH_MAX + 64];
+  snprintf(path, sizeof(path), "%s/summary.txt", t->cfg.out);
+  char tmp[TY_CFG_PATH_MAX + 96];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", tmp);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const ty_abi_device_info_t *info = ty_device_info(t->device);
+  double tok_s = t->train_seconds > 0 ? (double)t->tokens_seen / t->train_seconds : 0;
+  fprintf(f, "trainyard train summary\n\nconfiguration:\n");
+  ty_train_config_print(&t->cfg, f);
+  fprintf(f, "\nmodel: %s, %lld parameters\n", t->model_config.model_type,
+          (long long)ty_llm_parameter_count(&t->m_train));
+  fprintf(f, "backend: %s, device %s (%s)%s\n", ty_backend_name(ty_device_backend(t->device)),
+          ty_device_uri(t->device), info->name, info->emulated ? " [emulated]" : "");
+  fprintf(f, "steps: %lld of %lld\n", (long long)t->step, (long long)t->total_steps);
+  fprintf(f, "tokens trained: %lld\n", (long long)t->tokens_seen);
+  fprintf(f, "time: %.1f s training, %.1f s wall this run\n", t->train_seconds, wall_seconds);
+  fprintf(f, "final train loss: %.6f\n", t->last_loss);
+  if (isnan(t->last_val_loss)) {
+    fprintf(f, "final val loss: n/a (no validation split)\n");
+  } else {
+    fprintf(f, "final val loss: %.6f\n", t->last_val_loss);
+  }
+  fprintf(f, "throughput: %.1f tokens/s\n", tok_s);
+  fprintf(f, "peak host memory (max RSS): %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
+  bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    return ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+  }
+  char val[48] = "";
+  if (!isnan(t->last_val_loss)) snprintf(val, sizeof(val), ", val loss %.4f", t->last_val_loss);
+  fprintf(stderr, "trainyard train: %lld steps, final loss %.4f%s, %.1f tok/s; wrote %s\n",
+          (long long)t->step, t->last_loss, val, tok_s, path);
+  return TY_OK;
+}

@@ -1,0 +1,473 @@
+/* The training loop. Everything a step depends on — which rows, dropout
+ * masks, learning rate — is a function of (seed, step), and the optimizer
+ * state is saved exactly, so a resumed run repeats an uninterrupted one bit
+ * for bit. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "graph/train_step.h"
+#include "hal/dtype.h"
+#include "models/checkpoint.h"
+#include "models/presets.h"
+#include "train_metrics.h"
+
+volatile sig_atomic_t ty_trainer_stop_signal = 0;
+
+static void ty_trainer_on_signal(int sig) { ty_trainer_stop_signal = sig; }
+
+static double ty_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t ty_splitmix(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* The row order of `epoch`: a Fisher-Yates shuffle seeded by (seed, epoch),
+ * so every epoch is reshuffled and a resumed run rebuilds the same order. */
+static void ty_trainer_shuffle(ty_trainer_t *t, int64_t epoch) {
+  uint64_t rows = ty_dataset_row_count(t->train_data);
+  uint64_t state = t->cfg.seed * 0x632BE59BD9B4E019ull + (uint64_t)epoch + 1;
+  for (uint64_t i = 0; i < rows; ++i) t->order[i] = i;
+  for (uint64_t i = rows; i > 1; --i) {
+    uint64_t j = ty_splitmix(&state) % i;
+    uint64_t tmp = t->order[i - 1];
+    t->order[i - 1] = t->order[j];
+    t->order[j] = tmp;
+  }
+}
+
+/* Learning rate of update number `s` (0-based): linear warmup, then the
+ * chosen decay from lr to min_lr over the remaining steps. */
+static double ty_trainer_lr(const ty_trainer_t *t, int64_t s) {
+  const ty_train_config_t *c = &t->cfg;
+  if (s < c->warmup_steps) return c->lr * (double)(s + 1) / (double)c->warmup_steps;
+  int64_t span = t->total_steps - c->warmup_steps;
+  double p = span > 1 ? (double)(s - c->warmup_steps) / (double)(span - 1) : 1.0;
+  if (p > 1) p = 1;
+  if (!strcmp(c->schedule, "cosine")) {
+    return c->min_lr + (c->lr - c->min_lr) * 0.5 * (1.0 + cos(3.14159265358979323846 * p));
+  }
+  if (!strcmp(c->schedule, "linear")) return c->lr + (c->min_lr - c->lr) * p;
+  return c->lr;
+}
+
+static ty_status_t ty_bind_scalar_f32(ty_session_t *s, const char *name, double v) {
+  float f = (float)v;
+  return ty_session_bind(s, name, TY_DTYPE_F32, 0, NULL, &f, sizeof(f));
+}
+
+/* Hyperparameters of update `s` on the session that runs the optimizer. */
+static ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int64_t step) {
+  const ty_train_config_t *c = &t->cfg;
+  TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "lr", ty_trainer_lr(t, step)));
+  TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "weight_decay", c->weight_decay));
+  TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "max_norm", c->clip));
+  if (!strcmp(c->optimizer, "adamw")) {
+    int64_t t1 = step + 1;
+    TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "beta1", c->beta1));
+    TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "beta2", c->beta2));
+    TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "eps", c->eps));
+    return ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &t1, sizeof(t1));
+  }
+  return ty_bind_scalar_f32(s, "momentum", c->momentum);
+}
+
+static ty_status_t ty_read_scalar(ty_session_t *s, const char *name, ty_dtype_t dtype,
+                                  double *out) {
+  if (dtype == TY_DTYPE_F64) return ty_session_read(s, name, out, sizeof(double));
+  float f = 0;
+  ty_status_t st = ty_session_read(s, name, &f, sizeof(f));
+  *out = f;
+  return st;
+}
+
+/* Stages micro-batch rows into tokens/targets/weights (raw 0/1 weights);
+ * returns the number of counted targets. Rows past `count` are padding. */
+static ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const uint64_t *rows,
+                                    int64_t count, double *out_counted) {
+  int64_t T = t->T;
+  double counted = 0;
+  uint32_t eos = ty_dataset_eos_id(data);
+  for (int64_t b = 0; b < t->B; ++b) {
+    if (b < count) {
+      TY_RETURN_IF_ERROR(ty_dataset_read_row(data, rows[b], t->row_tokens, t->row_weights));
+    } else {
+      for (int64_t i = 0; i <= T; ++i) t->row_tokens[i] = eos;
+      memset(t->row_weights, 0, (size_t)(T > 0 ? T : 0));
+    }
+    for (int64_t i = 0; i < T; ++i) {
+      t->tokens[b * T + i] = t->row_tokens[i];
+      t->targets[b * T + i] = t->row_tokens[i + 1];
+      double w = t->row_weights[i] ? 1.0 : 0.0;
+      counted += w;
+      if (t->loss_dtype == TY_DTYPE_F64) {
+        ((double *)t->weights)[b * T + i] = w;
+      } else {
+        ((float *)t->weights)[b * T + i] = (float)w;
+      }
+    }
+  }
+  *out_counted = counted;
+  return TY_OK;
+}
+
+static void ty_trainer_scale_weights(ty_trainer_t *t, double factor) {
+  int64_t n = t->B * t->T;
+  for (int64_t i = 0; i < n; ++i) {
+    if (t->loss_dtype == TY_DTYPE_F64) {
+      ((double *)t->weights)[i] *= factor;
+    } else {
+      ((float *)t->weights)[i] = (float)(((float *)t->weights)[i] * factor);
+    }
+  }
+}
+
+static ty_status_t ty_trainer_bind_batch(ty_trainer_t *t, ty_session_t *s) {
+  int64_t bt[2] = {t->B, t->T};
+  size_t n = (size_t)(t->B * t->T);
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, bt, t->tokens, n * 8));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, bt, t->targets, n * 8));
+  return ty_session_bind(s, "loss_weights", t->loss_dtype, 2, bt, t->weights,
+                         n * ty_dtype_size(t->loss_dtype));
+}
+
+/* One optimizer step: grad_accum micro-batches, then the update. */
+static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *out_norm) {
+  int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data);
+  if (t->cursor >= rows_total) {
+    t->epoch++;
+    t->cursor = 0;
+    ty_trainer_shuffle(t, t->epoch);
+  }
+  /* The counted targets of the whole step normalize every micro-batch, so
+   * the accumulated gradient is that of the step's mean loss. */
+  double counted_total = 0;
+  for (int64_t m = 0; m < t->accum; ++m) {
+    int64_t first = t->cursor + m * t->B;
+    int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
+    double counted = 0;
+    TY_RETURN_IF_ERROR(ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0),
+                                        count, &counted));
+    counted_total += counted;
+  }
+  double loss = 0;
+  ty_session_t *opt = t->accum > 1 ? t->s_opt : t->s_train;
+  for (int64_t m = 0; m < t->accum; ++m) {
+    int64_t first = t->cursor + m * t->B;
+    int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
+    double counted = 0;
+    TY_RETURN_IF_ERROR(ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0),
+                                        count, &counted));
+    ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
+    TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, t->s_train));
+    if (t->cfg.dropout > 0) {
+      int64_t rng[2] = {(int64_t)t->cfg.seed, t->step * t->accum + m};
+      int64_t two[1] = {2};
+      TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
+    }
+    if (t->accum == 1) TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_train, t->step));
+    TY_RETURN_IF_ERROR(ty_session_run(t->s_train));
+    double micro = 0;
+    TY_RETURN_IF_ERROR(ty_read_scalar(t->s_train, "loss", t->loss_dtype, &micro));
+    loss += micro;
+    t->tokens_seen += (int64_t)counted;
+  }
+  if (t->accum > 1) {
+    TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
+    TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
+  }
+  double norm = 0;
+  TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
+  t->cursor += t->rows_per_step;
+  *out_loss = loss;
+  *out_norm = norm;
+  return TY_OK;
+}
+
+/* Mean validation loss over up to eval_batches batches. */
+static ty_status_t ty_trainer_eval(ty_trainer_t *t, double *out) {
+  *out = NAN;
+  if (!t->val_data || ty_dataset_row_count(t->val_data) == 0) return TY_OK;
+  int64_t rows = (int64_t)ty_dataset_row_count(t->val_data);
+  int64_t batches = (rows + t->B - 1) / t->B;
+  if (t->cfg.eval_batches > 0 && batches > t->cfg.eval_batches) batches = t->cfg.eval_batches;
+  uint64_t *idx = malloc((size_t)t->B * sizeof(uint64_t));
+  if (!idx) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  double total = 0, counted_all = 0;
+  ty_status_t s = TY_OK;
+  for (int64_t b = 0; b < batches && !s; ++b) {
+    int64_t first = b * t->B, count = rows - first < t->B ? rows - first : t->B;
+    for (int64_t i = 0; i < count; ++i) idx[i] = (uint64_t)(first + i);
+    double counted = 0, sum = 0;
+    s = ty_trainer_stage(t, t->val_data, idx, count, &counted);
+    if (!s) s = ty_trainer_bind_batch(t, t->s_eval);
+    if (!s) s = ty_session_run(t->s_eval);
+    if (!s) s = ty_read_scalar(t->s_eval, "loss", t->loss_dtype, &sum);
+    total += sum; /* raw 0/1 weights: the sum of counted losses */
+    counted_all += counted;
+  }
+  free(idx);
+  if (!s && counted_all > 0) *out = total / counted_all;
+  return s;
+}
+
+static ty_status_t ty_trainer_open_data(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  TY_RETURN_IF_ERROR(ty_dataset_open(c->data, "train", 0, &t->train_data));
+  if (ty_dataset_row_count(t->train_data) == 0) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s: the train split has no rows", c->data);
+  }
+  ty_status_t s = ty_dataset_open(c->data, "val", 0, &t->val_data);
+  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
+    ty_status_free(s);
+    t->val_data = NULL;
+  } else if (s) {
+    return s;
+  }
+  t->T = ty_dataset_seq_len(t->train_data);
+  if (c->seq_len && c->seq_len != t->T) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--seq-len %lld differs from the dataset's %lld tokens per row; prepare "
+                          "the data again with --seq-len %lld",
+                          (long long)c->seq_len, (long long)t->T, (long long)c->seq_len);
+  }
+  return TY_OK;
+}
+
+static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  uint32_t vocab = ty_dataset_vocab_size(t->train_data), eos = ty_dataset_eos_id(t->train_data);
+  if (c->model[0]) {
+    TY_RETURN_IF_ERROR(ty_model_config_load(c->model, &t->model_config));
+    if (vocab > t->model_config.vocab_size) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "the data's vocabulary (%u) is larger than the model's (%lld): was "
+                            "it prepared with this model's tokenizer?",
+                            vocab, (long long)t->model_config.vocab_size);
+    }
+    return TY_OK;
+  }
+  return ty_model_preset(c->preset, vocab, -1, eos, &t->model_config);
+}
+
+static ty_status_t ty_trainer_build(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  ty_llm_options_t train_opts = {.batch = t->B, .seq = t->T, .dtype = t->dtype,
+                                 .with_loss = true, .dropout = c->dropout};
+  TY_RETURN_IF_ERROR(ty_graph_create(&t->g_train));
+  TY_RETURN_IF_ERROR(ty_llm_build(t->g_train, &t->model_config, &train_opts, &t->m_train));
+  t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
+  uint32_t n = t->m_train.param_count;
+  ty_value_id_t *params = calloc(n, sizeof(ty_value_id_t));
+  bool *decay = calloc(n, sizeof(bool));
+  ty_tensor_desc_t *descs = calloc(n, sizeof(ty_tensor_desc_t));
+  ty_status_t s = (!params || !decay || !descs)
+                      ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
+                      : TY_OK;
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    params[i] = t->m_train.params[i].value;
+    decay[i] = c->decay_all || t->m_train.params[i].decay;
+    descs[i] = ty_graph_value(t->g_train, params[i])->desc;
+  }
+  ty_optimizer_t opt = !strcmp(c->optimizer, "sgd") ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW;
+  ty_train_step_params_t tp = {
+      .loss = t->m_train.loss, .loss_seed = TY_VALUE_NONE, .params = params, .decay = decay,
+      .param_count = n, .optimizer = opt,
+      .mode = t->accum > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED};
+  if (!s) s = ty_graph_build_train_step(t->g_train, &tp);
+  if (!s) s = ty_session_create(t->device, t->g_train, NULL, &t->s_train);
+  if (!s && t->accum > 1) {
+    s = ty_graph_create(&t->g_opt);
+    if (!s) s = ty_graph_build_optimizer_step(t->g_opt, descs, decay, n, opt, false);
+    ty_session_options_t share = {.share_state_with = t->s_train};
+    if (!s) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
+  }
+  free(params);
+  free(decay);
+  free(descs);
+  if (!s && t->val_data) {
+    ty_llm_options_t eval_opts = {.batch = t->B, .seq = t->T, .dtype = t->dtype, .with_loss = true};
+    ty_session_options_t share = {.share_state_with = t->s_train};
+    s = ty_graph_create(&t->g_eval);
+    if (!s) s = ty_llm_build(t->g_eval, &t->model_config, &eval_opts, &t->m_eval);
+    if (!s) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
+  }
+  return s;
+}
+
+static void ty_trainer_destroy(ty_trainer_t *t) {
+  ty_session_destroy(t->s_eval);
+  ty_session_destroy(t->s_opt);
+  ty_session_destroy(t->s_train);
+  ty_llm_deinit(&t->m_eval);
+  ty_llm_deinit(&t->m_train);
+  ty_graph_destroy(t->g_eval);
+  ty_graph_destroy(t->g_opt);
+  ty_graph_destroy(t->g_train);
+  ty_device_close(t->device);
+  ty_registry_destroy(t->registry);
+  ty_dataset_close(t->train_data);
+  ty_dataset_close(t->val_data);
+  ty_train_metrics_close(t);
+  free(t->order);
+  free(t->tokens);
+  free(t->targets);
+  free(t->weights);
+  free(t->row_tokens);
+  free(t->row_weights);
+}
+
+/* Initial weights: a resumed checkpoint, the model to fine-tune, or fresh. */
+static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
+  if (resume_dir[0]) {
+    TY_RETURN_IF_ERROR(ty_llm_load_weights(&t->m_train, t->s_train, resume_dir));
+    return ty_trainer_load_optimizer(t, resume_dir);
+  }
+  if (t->cfg.model[0]) return ty_llm_load_weights(&t->m_train, t->s_train, t->cfg.model);
+  return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
+}
+
+static ty_status_t ty_trainer_check_resume(const ty_train_config_t *now,
+                                           const ty_train_config_t *saved) {
+  /* What decides the sequence of updates must not change across a resume. */
+#define TY_SAME_S(f)                                                                         \
+  if (strcmp(now->f, saved->f)) {                                                            \
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,                                       \
+                          "cannot resume: --" #f " was '%s' and is now '%s'", saved->f, now->f); \
+  }
+#define TY_SAME_I(f)                                                                          \
+  if (now->f != saved->f) {                                                                   \
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,                                        \
+                          "cannot resume: --" #f " was %lld and is now %lld",                  \
+                          (long long)saved->f, (long long)now->f);                             \
+  }
+  TY_SAME_S(preset) TY_SAME_S(dtype) TY_SAME_S(optimizer)
+  TY_SAME_I(batch_size) TY_SAME_I(grad_accum) TY_SAME_I(seed)
+#undef TY_SAME_S
+#undef TY_SAME_I
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
+  ty_trainer_t t;
+  memset(&t, 0, sizeof(t));
+  t.cfg = *config;
+  t.app = app;
+  t.last_val_loss = NAN;
+  t.B = config->batch_size;
+  t.accum = config->grad_accum;
+  t.live_line = isatty(fileno(stderr));
+  ty_status_t s = ty_dtype_parse(config->dtype, &t.dtype);
+  if (!s && !ty_dtype_is_float(t.dtype)) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype must be a float dtype");
+  }
+  char resume_dir[TY_CFG_PATH_MAX] = "";
+  if (!s && mkdir(config->out, 0777) != 0 && errno != EEXIST) {
+    s = ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot create %s: %s", config->out,
+                       strerror(errno));
+  }
+  if (!s) {
+    ty_trainer_clean_partial(config);
+    if (config->resume[0]) s = ty_trainer_find_resume(config, resume_dir, sizeof(resume_dir));
+  }
+  if (!s && resume_dir[0]) {
+    ty_train_config_t saved;
+    s = ty_trainer_read_state(resume_dir, &t, &saved);
+    if (!s) s = ty_trainer_check_resume(config, &saved);
+  }
+  if (!s) s = ty_trainer_open_data(&t);
+  if (!s) s = ty_trainer_model_config(&t);
+  if (!s) s = ty_app_registry_create(app, &t.registry);
+  if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
+  if (!s) {
+    uint64_t rows = ty_dataset_row_count(t.train_data);
+    t.rows_per_step = t.B * t.accum;
+    t.steps_per_epoch = (int64_t)((rows + (uint64_t)t.rows_per_step - 1) / (uint64_t)t.rows_per_step);
+    t.total_steps = config->max_steps > 0 ? config->max_steps : config->epochs * t.steps_per_epoch;
+    t.order = malloc((size_t)rows * sizeof(uint64_t));
+    t.tokens = malloc((size_t)(t.B * t.T) * sizeof(int64_t));
+    t.targets = malloc((size_t)(t.B * t.T) * sizeof(int64_t));
+    t.weights = malloc((size_t)(t.B * t.T) * sizeof(double));
+    t.row_tokens = malloc((size_t)(t.T + 1) * sizeof(uint32_t));
+    t.row_weights = malloc((size_t)t.T);
+    if (!t.order || !t.tokens || !t.targets || !t.weights || !t.row_tokens || !t.row_weights) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (!s) s = ty_trainer_build(&t);
+  if (!s) s = ty_trainer_weights(&t, resume_dir);
+  if (!s) {
+    ty_trainer_shuffle(&t, t.epoch);
+    snprintf(t.model_source, sizeof(t.model_source), "%s", config->model);
+    s = ty_train_metrics_open(&t, resume_dir[0] != '\0');
+  }
+  if (!s) ty_train_metrics_banner(&t, resume_dir);
+
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = ty_trainer_on_signal;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  ty_trainer_stop_signal = 0;
+  double started = ty_now();
+  int64_t steps_this_run = 0;
+  while (!s && t.step < t.total_steps && !ty_trainer_stop_signal) {
+    double t0 = ty_now(), loss = 0, norm = 0;
+    int64_t tokens_before = t.tokens_seen;
+    s = ty_trainer_step(&t, &loss, &norm);
+    if (s) break;
+    double dt = ty_now() - t0;
+    t.train_seconds += dt;
+    t.step++;
+    steps_this_run++;
+    if (!isfinite(loss) || !isfinite(norm)) {
+      s = ty_status_make(TY_CODE_ABORTED,
+                         "step %lld: the loss is %g and the gradient norm %g; stopping without "
+                         "saving a checkpoint (lower --lr, raise --warmup-steps, or check the "
+                         "data); the last good checkpoint is kept",
+                         (long long)t.step, loss, norm);
+      break;
+    }
+    t.last_loss = loss;
+    t.last_grad_norm = norm;
+    double tok_s = dt > 0 ? (double)(t.tokens_seen - tokens_before) / dt : 0;
+    ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
+                          (ty_now() - started) / (double)steps_this_run);
+    bool last = t.step == t.total_steps;
+    if (t.val_data && ((config->eval_every && t.step % config->eval_every == 0) || last)) {
+      s = ty_trainer_eval(&t, &t.last_val_loss);
+      if (!s) ty_train_metrics_eval(&t);
+    }
+    if (!s && ((config->save_every && t.step % config->save_every == 0) || last)) {
+      s = ty_trainer_save(&t);
+    }
+  }
+  if (!s && ty_trainer_stop_signal) {
+    ty_train_metrics_line_end(&t);
+    fprintf(stderr, "trainyard train: %s received after step %lld: saving and stopping\n",
+            ty_trainer_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step);
+    s = ty_trainer_save(&t);
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (t.metrics || t.tensorboard) {
+    ty_train_metrics_line_end(&t);
+    if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
+  }
+  ty_trainer_destroy(&t);
+  return s;
+}
