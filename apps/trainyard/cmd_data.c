@@ -36,7 +36,8 @@ static const char *const ty_data_usage =
 
 static const char *const ty_prepare_usage =
     "usage: trainyard data prepare --tokenizer FILE --input PATH... --seq-len N --out DIR\n"
-    "                              [--format text|lines|jsonl|chat|fortune]\n"
+    "                              [--format text|lines|jsonl|chat|fortune|ids]\n"
+    "                              [--vocab-size N --eos-id ID (ids without a tokenizer)]\n"
     "                              [--text-field NAME] [--chat-template chatml]\n"
     "                              [--val-fraction F] [--seed S] [--eos TOKEN]\n"
     "                              [--shard-rows N] [--force]\n"
@@ -58,6 +59,10 @@ static const char *const ty_prepare_usage =
     "                               line, rendered with ChatML; only the\n"
     "                               assistant's tokens are trained on\n"
     "                      fortune  fortune(6) files: entries split at '%' lines\n"
+    "                      ids      pre-tokenized: a JSON list of token ids (or\n"
+    "                               {\"ids\": [...]}) per line; --tokenizer may\n"
+    "                               then be left out if --vocab-size and\n"
+    "                               --eos-id are given\n"
     "  --text-field NAME   jsonl: the field holding the text (default text)\n"
     "  --chat-template T   chat: the template (chatml, the default and only one)\n"
     "  --val-fraction F    share of documents for the val split, in [0, 1)\n"
@@ -113,6 +118,7 @@ bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *o
 
 typedef struct ty_prepare_t {
   const ty_tokenizer_t *tok;
+  uint32_t vocab_size;
   ty_dataset_writer_t *writer;
   ty_data_format_t format;
   double val_fraction;
@@ -132,7 +138,23 @@ static ty_status_t ty_prepare_document(void *user, const ty_data_doc_t *doc) {
   uint8_t *weights = NULL;
   size_t count = 0;
   ty_status_t status;
-  if (doc->messages) {
+  if (doc->ids) {
+    status = TY_OK;
+    if (!(ids = malloc(doc->id_count * sizeof(*ids)))) {
+      status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    for (size_t i = 0; !status && i < doc->id_count; ++i) {
+      if (doc->ids[i] >= (int64_t)p->vocab_size) {
+        status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                                "token id %lld (element %zu) is not below the vocabulary "
+                                "size %u",
+                                (long long)doc->ids[i], i, p->vocab_size);
+      } else {
+        ids[i] = (uint32_t)doc->ids[i];
+      }
+    }
+    count = doc->id_count;
+  } else if (doc->messages) {
     status = ty_chat_chatml_render(p->tok, doc->messages, doc->message_count, &ids, &weights,
                                    &count);
   } else {
@@ -247,6 +269,8 @@ static void ty_prepare_summary(const ty_dataset_writer_t *w, const char *dir, do
 
 typedef struct ty_prepare_args_t {
   const char *tokenizer, *out, *format, *text_field, *chat_template, *eos;
+  uint64_t vocab_size, eos_id; /* ids without a tokenizer */
+  bool has_vocab_size, has_eos_id;
   const char **inputs;
   size_t input_count;
   uint64_t seq_len, seed, shard_rows;
@@ -263,6 +287,7 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
       {"val-fraction", required_argument, NULL, 'v'},
       {"seed", required_argument, NULL, 's'},      {"eos", required_argument, NULL, 'e'},
       {"shard-rows", required_argument, NULL, 'r'}, {"force", no_argument, NULL, 'F'},
+      {"vocab-size", required_argument, NULL, 'V'}, {"eos-id", required_argument, NULL, 'E'},
       {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
   };
   const char *cmd = "data prepare";
@@ -310,6 +335,19 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
         }
         break;
       case 'F': a->force = true; break;
+      case 'V':
+        if (!ty_data_parse_u64(optarg, 1, UINT32_MAX, &a->vocab_size)) {
+          return ty_app_usage_error(cmd, "--vocab-size must be a positive integer, not '%s'",
+                                    optarg);
+        }
+        a->has_vocab_size = true;
+        break;
+      case 'E':
+        if (!ty_data_parse_u64(optarg, 0, UINT32_MAX, &a->eos_id)) {
+          return ty_app_usage_error(cmd, "--eos-id must be a token id, not '%s'", optarg);
+        }
+        a->has_eos_id = true;
+        break;
       case 'h': fputs(ty_prepare_usage, stdout); return -1;
       case ':': return ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       default: return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -318,14 +356,30 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
   for (int i = optind; i < argc; ++i) {
     if (!ty_data_inputs_push(&a->inputs, &a->input_count, argv[i])) return TY_EXIT_RUNTIME;
   }
-  if (!a->tokenizer) return ty_app_usage_error(cmd, "--tokenizer FILE is required");
   if (!a->input_count) return ty_app_usage_error(cmd, "give at least one --input PATH");
   if (!a->has_seq_len) return ty_app_usage_error(cmd, "--seq-len N is required");
   if (!a->out || !*a->out) return ty_app_usage_error(cmd, "--out DIR is required");
   ty_data_format_t format;
   if (!ty_data_format_parse(a->format, &format)) {
-    return ty_app_usage_error(cmd, "--format must be text, lines, jsonl, chat or fortune, not '%s'",
+    return ty_app_usage_error(cmd,
+                              "--format must be text, lines, jsonl, chat, fortune or ids, not '%s'",
                               a->format);
+  }
+  if (format == TY_DATA_FORMAT_IDS && !a->tokenizer) {
+    if (!a->has_vocab_size || !a->has_eos_id) {
+      return ty_app_usage_error(cmd, "--format ids without --tokenizer needs --vocab-size and "
+                                     "--eos-id");
+    }
+    if (a->eos_id >= a->vocab_size) {
+      return ty_app_usage_error(cmd, "--eos-id %llu is not below --vocab-size %llu",
+                                (unsigned long long)a->eos_id,
+                                (unsigned long long)a->vocab_size);
+    }
+  } else if (!a->tokenizer) {
+    return ty_app_usage_error(cmd, "--tokenizer FILE is required");
+  } else if (a->has_vocab_size || a->has_eos_id) {
+    return ty_app_usage_error(cmd, "--vocab-size and --eos-id are for --format ids without a "
+                                   "tokenizer");
   }
   if (a->chat_template && strcmp(a->chat_template, "chatml") != 0) {
     return ty_app_usage_error(cmd, "--chat-template '%s' is unknown (the one template is chatml)",
@@ -358,11 +412,24 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   uint32_t eos = 0;
   const char *eos_name = NULL;
   ty_status_t s = ty_data_files_expand(a.inputs, a.input_count, &files, &sizes, &file_count);
-  if (!s) s = ty_prepare_tokenizer(a.tokenizer, &tok, sha);
-  if (!s) s = ty_prepare_eos(tok, a.eos, &eos, &eos_name);
+  char eos_label[32];
+  uint32_t vocab = 0;
+  if (!s && a.tokenizer) {
+    s = ty_prepare_tokenizer(a.tokenizer, &tok, sha);
+    if (!s) s = ty_prepare_eos(tok, a.eos, &eos, &eos_name);
+    if (!s) vocab = ty_tokenizer_vocab_size(tok);
+  } else if (!s) {
+    /* Pre-tokenized ids without a tokenizer: no tokenizer hash to record. */
+    memset(sha, '0', 64);
+    sha[64] = '\0';
+    vocab = (uint32_t)a.vocab_size;
+    eos = (uint32_t)a.eos_id;
+    snprintf(eos_label, sizeof(eos_label), "id %u", eos);
+    eos_name = eos_label;
+  }
   if (!s && format == TY_DATA_FORMAT_CHAT) s = ty_chat_chatml_check(tok);
   if (!s) {
-    prepare_json = ty_prepare_json(a.tokenizer, eos_name, format, a.text_field, a.val_fraction,
+    prepare_json = ty_prepare_json(a.tokenizer ? a.tokenizer : "(none)", eos_name, format, a.text_field, a.val_fraction,
                                    a.seed, files, sizes, file_count);
     if (!prepare_json) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -370,7 +437,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
     ty_dataset_writer_options_t options = {
         .dir = a.out,
         .seq_len = (uint32_t)a.seq_len,
-        .vocab_size = ty_tokenizer_vocab_size(tok),
+        .vocab_size = vocab,
         .eos_id = eos,
         .tokenizer_sha256 = sha,
         .created_by = "trainyard " TY_VERSION_STRING,
@@ -385,7 +452,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   }
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < file_count; ++i) total_bytes += sizes[i];
-  ty_prepare_t p = {.tok = tok, .writer = writer, .format = format,
+  ty_prepare_t p = {.tok = tok, .vocab_size = vocab, .writer = writer, .format = format,
                     .val_fraction = a.val_fraction, .seed = a.seed};
   if (!s) {
     char b[32];
@@ -395,7 +462,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
             "data prepare: tokenizer %s (vocab %u, eos %s = %u, sha256 %.12s...), seq_len "
             "%llu, val_fraction %g, seed %llu\n",
             file_count, file_count == 1 ? "" : "s", b, ty_data_format_name(format), a.out,
-            a.tokenizer, ty_tokenizer_vocab_size(tok), eos_name, eos,
+            a.tokenizer ? a.tokenizer : "(none)", vocab, eos_name, eos,
             sha, (unsigned long long)a.seq_len, a.val_fraction, (unsigned long long)a.seed);
     ty_data_catch_interrupts();
     ty_live_bar_start(&p.progress, "data prepare", true, NULL, total_bytes, true);

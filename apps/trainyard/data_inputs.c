@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const ty_data_format_names[] = {"text", "lines", "jsonl", "chat", "fortune"};
+static const char *const ty_data_format_names[] = {"text", "lines", "jsonl", "chat", "fortune",
+                                                   "ids"};
 
 bool ty_data_format_parse(const char *name, ty_data_format_t *out) {
   for (size_t i = 0; i < sizeof(ty_data_format_names) / sizeof(ty_data_format_names[0]); ++i) {
@@ -194,7 +195,31 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
   ty_status_t status = TY_OK;
   ty_data_doc_t doc = {.line = line_number, .offset = end, .raw = line, .raw_size = size};
   ty_chat_message_t *messages = NULL;
-  if (!json_is_object(root)) {
+  int64_t *ids = NULL;
+  if (r->format == TY_DATA_FORMAT_IDS) {
+    const json_t *list = json_is_object(root) ? json_object_get(root, "ids") : root;
+    size_t count = json_array_size(list);
+    if (!json_is_array(list) || count == 0) {
+      status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                              "%s:%zu: expected a non-empty list of token ids (or {\"ids\": "
+                              "[...]})",
+                              r->path, line_number);
+    } else if (!(ids = malloc(count * sizeof(*ids)))) {
+      status = ty_data_oom();
+    }
+    for (size_t i = 0; !status && i < count; ++i) {
+      const json_t *v = json_array_get(list, i);
+      if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                                "%s:%zu: element %zu is not a non-negative integer id", r->path,
+                                line_number, i);
+        break;
+      }
+      ids[i] = (int64_t)json_integer_value(v);
+    }
+    doc.ids = ids;
+    doc.id_count = count;
+  } else if (!json_is_object(root)) {
     status = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s:%zu: not a JSON object", r->path,
                             line_number);
   } else if (r->format == TY_DATA_FORMAT_JSONL) {
@@ -238,6 +263,7 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
   }
   if (!status) status = ty_data_emit(r, &doc);
   free(messages);
+  free(ids);
   json_decref(root);
   return status;
 }

@@ -24,6 +24,7 @@ typedef enum ty_data_format_t {
   TY_DATA_FORMAT_JSONL,
   TY_DATA_FORMAT_CHAT,
   TY_DATA_FORMAT_FORTUNE,
+  TY_DATA_FORMAT_IDS, /* pre-tokenized: a JSON list of ids (or {"ids": [...]}) per line */
 } ty_data_format_t;
 
 /* "text|lines|jsonl|chat|fortune" -> format; false for anything else. */
@@ -35,6 +36,8 @@ typedef struct ty_data_doc_t {
   size_t size;
   const ty_chat_message_t *messages; /* chat only */
   size_t message_count;
+  const int64_t *ids; /* ids only */
+  size_t id_count;
   const char *raw; /* what the split hash reads: the text, or a chat's line */
   size_t raw_size;
   const char *file;

@@ -23,6 +23,17 @@ volatile sig_atomic_t ty_trainer_stop_signal = 0;
 
 static void ty_trainer_on_signal(int sig) { ty_trainer_stop_signal = sig; }
 
+/* Test hooks (docs/design-notes.md): TRAINYARD_DEBUG_STEP_SLEEP_MS slows
+ * every step so that tests can signal a run mid-way deterministically. */
+static void ty_debug_sleep(const char *variable) {
+  const char *v = getenv(variable);
+  long ms = v ? atol(v) : 0;
+  if (ms > 0) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static double ty_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -430,6 +441,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     int64_t tokens_before = t.tokens_seen;
     s = ty_trainer_step(&t, &loss, &norm);
     if (s) break;
+    ty_debug_sleep("TRAINYARD_DEBUG_STEP_SLEEP_MS");
     double dt = ty_now() - t0;
     t.train_seconds += dt;
     t.step++;

@@ -182,6 +182,12 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_con
   return s;
 }
 
+/* The session that holds the optimizer states: the optimizer-step graph's
+ * with gradient accumulation, else the fused train step's. */
+static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
+  return t->accum > 1 ? t->s_opt : t->s_train;
+}
+
 /* The optimizer states of every parameter: "<param>.exp_avg", ... */
 static const char *const ty_adamw_states[] = {"exp_avg", "exp_avg_sq", NULL};
 static const char *const ty_sgd_states[] = {"momentum_buffer", NULL};
@@ -212,7 +218,8 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
         s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
         break;
       }
-      s = ty_session_read(t->s_train, name, *slot, (size_t)count * sizeof(float));
+      s = ty_session_read(ty_trainer_optimizer_session(t), name, *slot,
+                          (size_t)count * sizeof(float));
       if (!s) {
         s = ty_safetensors_writer_add(w, name, TY_DTYPE_F32, p->rank, p->dims, *slot,
                                       (uint64_t)count * sizeof(float));
@@ -248,8 +255,8 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
                            path, name);
       }
       if (!s) {
-        s = ty_session_bind(t->s_train, name, TY_DTYPE_F32, p->rank, p->dims, tensor->data,
-                            (size_t)tensor->byte_size);
+        s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, p->rank,
+                            p->dims, tensor->data, (size_t)tensor->byte_size);
       }
     }
   }
@@ -328,6 +335,9 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
   if (mkdir(tmp, 0777) != 0) return ty_errno_status("cannot create", tmp);
   ty_status_t s = ty_write_model_config(t, tmp);
   if (!s) s = ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
+  /* Test hook: a pause mid-save, for the crash-during-save test. */
+  const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");
+  if (!s && pause && atol(pause) > 0) usleep((useconds_t)atol(pause) * 1000u);
   if (!s) s = ty_write_tokenizer(t, tmp);
   if (!s) s = ty_save_optimizer(t, tmp);
   if (!s) s = ty_write_state(t, tmp); /* last: its presence marks a whole checkpoint */
