@@ -17,6 +17,7 @@
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
+#include "metrics/io.h"
 #include "train_metrics.h"
 
 volatile sig_atomic_t ty_trainer_stop_signal = 0;
@@ -387,10 +388,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype must be a float dtype");
   }
   char resume_dir[TY_CFG_PATH_MAX] = "";
-  if (!s && mkdir(config->out, 0777) != 0 && errno != EEXIST) {
-    s = ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot create %s: %s", config->out,
-                       strerror(errno));
-  }
+  if (!s) s = ty_metrics_dir_create(config->out); /* with its parents */
   if (!s) {
     ty_trainer_clean_partial(config);
     if (config->resume[0]) s = ty_trainer_find_resume(config, resume_dir, sizeof(resume_dir));
