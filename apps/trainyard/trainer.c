@@ -273,7 +273,8 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
     }
     return TY_OK;
   }
-  return ty_model_preset(c->preset, vocab, -1, eos, &t->model_config);
+  /* bos = eos = the document separator, as GPT-2 does with <|endoftext|>. */
+  return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
 }
 
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
