@@ -492,6 +492,14 @@ ty_status_t ty_session_check_guards(ty_session_t *s) {
 }
 
 ty_session_stats_t ty_session_stats(const ty_session_t *s) { return s->stats; }
+const char *ty_session_graph_text(const ty_session_t *s) {
+  return ty_lowered_graph_text(s->lowered);
+}
+
+ty_status_t ty_session_graph_dot(const ty_session_t *s, char **out_dot) {
+  return ty_lowered_graph_format_dot(s->lowered, out_dot);
+}
+
 const char *ty_session_graph_hash(const ty_session_t *s) {
   return ty_lowered_graph_hash(s->lowered);
 }

@@ -98,6 +98,10 @@ ty_status_t ty_session_check_guards(ty_session_t *session);
 ty_session_stats_t ty_session_stats(const ty_session_t *session);
 /* The canonical graph hash the session was compiled for (64 hex digits). */
 const char *ty_session_graph_hash(const ty_session_t *session);
+/* The lowered graph the session runs, as canonical text (owned by the
+ * session) or Graphviz dot (the caller frees *out_dot). */
+const char *ty_session_graph_text(const ty_session_t *session);
+ty_status_t ty_session_graph_dot(const ty_session_t *session, char **out_dot);
 
 #ifdef __cplusplus
 }

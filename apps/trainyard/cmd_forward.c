@@ -35,6 +35,8 @@ static const char *const ty_forward_usage =
     "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
     "  --dtype D        compute and parameter dtype (default f32)\n"
     "  --grads          also compute parameter gradients\n"
+    "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
+    "                   dot (P.dot), e.g. for 'dot -Tsvg P.dot > P.svg'\n"
     "  -h, --help       this help\n";
 
 /* Reads the token file: [[ids...], ...], all rows the same length. */
@@ -91,10 +93,31 @@ done:
 }
 
 typedef struct {
-  const char *model_dir, *tokens_path, *out_path, *backend;
+  const char *model_dir, *tokens_path, *out_path, *backend, *dump_graph;
   ty_dtype_t dtype;
   bool grads;
 } ty_forward_args_t;
+
+static ty_status_t ty_write_text_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", path);
+  bool ok = fputs(text, f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  return ok ? TY_OK : ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+}
+
+/* --dump-graph P: P.txt (canonical text) and P.dot (Graphviz). */
+static ty_status_t ty_write_graph_dump(const ty_session_t *session, const char *prefix) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s.txt", prefix);
+  TY_RETURN_IF_ERROR(ty_write_text_file(path, ty_session_graph_text(session)));
+  char *dot = NULL;
+  TY_RETURN_IF_ERROR(ty_session_graph_dot(session, &dot));
+  snprintf(path, sizeof(path), "%s.dot", prefix);
+  ty_status_t s = ty_write_text_file(path, dot);
+  free(dot);
+  return s;
+}
 
 /* Reads value `name` from the session as f32 into a new buffer. */
 static ty_status_t ty_read_f32(ty_session_t *s, const char *name, float **out, uint64_t *count) {
@@ -157,6 +180,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
     }
   }
   if (!s) s = ty_session_create(device, graph, NULL, &session);
+  if (!s && a->dump_graph) s = ty_write_graph_dump(session, a->dump_graph);
   if (!s) s = ty_llm_load_weights(&model, session, a->model_dir);
   ty_dtype_t loss_dtype = TY_DTYPE_F32;
   if (!s) {
@@ -234,6 +258,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"model", required_argument, NULL, 'm'},  {"tokens", required_argument, NULL, 't'},
       {"out", required_argument, NULL, 'o'},    {"backend", required_argument, NULL, 'b'},
       {"dtype", required_argument, NULL, 'd'},  {"grads", no_argument, NULL, 'g'},
+      {"dump-graph", required_argument, NULL, 'G'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
   ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32};
@@ -247,6 +272,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 'o': a.out_path = optarg; break;
       case 'b': a.backend = optarg; break;
       case 'g': a.grads = true; break;
+      case 'G': a.dump_graph = optarg; break;
       case 'd': {
         ty_status_t s = ty_dtype_parse(optarg, &a.dtype);
         if (s || !ty_dtype_is_float(a.dtype)) {

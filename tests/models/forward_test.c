@@ -185,6 +185,32 @@ static void test_bad_inputs(void **state) {
   assert_int_equal(run(cmd), 0);
 }
 
+/* --dump-graph writes the canonical text and the Graphviz form. */
+static void test_dump_graph(void **state) {
+  (void)state;
+  char cmd[2048], tokens[512], prefix[512], path[600], buf[256];
+  snprintf(tokens, sizeof(tokens), "%s/dump_tokens.json", g_tmp);
+  FILE *f = fopen(tokens, "w");
+  fputs("[[1,2,3]]", f);
+  fclose(f);
+  snprintf(prefix, sizeof(prefix), "%s/graph", g_tmp);
+  snprintf(cmd, sizeof(cmd), "%s forward --model %s/llama --tokens %s --out %s/d.safetensors "
+           "--dump-graph %s", TY_TEST_TRAINYARD, TY_TEST_MODEL_DIR, tokens, g_tmp, prefix);
+  assert_int_equal(run(cmd), 0);
+  snprintf(path, sizeof(path), "%s.txt", prefix);
+  f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(buf, sizeof(buf), f));
+  fclose(f);
+  assert_string_equal(buf, "trainyard-graph 1\n");
+  snprintf(path, sizeof(path), "%s.dot", prefix);
+  f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(buf, sizeof(buf), f));
+  fclose(f);
+  TY_EXPECT_CONTAINS(buf, "digraph trainyard");
+}
+
 static int setup(void **state) {
   (void)state;
   const char *tmp = getenv("TMPDIR");
@@ -205,6 +231,7 @@ int main(void) {
       cmocka_unit_test(test_sharded_checkpoint),
       cmocka_unit_test(test_bf16_checkpoints),
       cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_dump_graph),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
