@@ -2,9 +2,11 @@
  * plugins. See hal/status.h. */
 #include "hal/status.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 
 struct ty_status_s {
   ty_code_t code;
@@ -57,6 +59,36 @@ ty_status_t ty_status_make(ty_code_t code, const char *fmt, ...) {
   va_start(args, fmt);
   ty_status_t s = ty_status_makev(code, fmt, args);
   va_end(args);
+  return s;
+}
+
+ty_status_t ty_status_from_errno(int err, const char *fmt, ...) {
+  ty_code_t code;
+  switch (err) {
+    case ENOENT: code = TY_CODE_NOT_FOUND; break;
+    case EACCES:
+    case EPERM:
+    case EROFS: code = TY_CODE_PERMISSION_DENIED; break;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE: code = TY_CODE_RESOURCE_EXHAUSTED; break;
+    case EEXIST:
+    case ENOTEMPTY: code = TY_CODE_ALREADY_EXISTS; break;
+    case EIO: code = TY_CODE_DATA_LOSS; break;
+    case EISDIR:
+    case ENOTDIR: code = TY_CODE_FAILED_PRECONDITION; break;
+    default: code = TY_CODE_UNKNOWN; break;
+  }
+  va_list args;
+  va_start(args, fmt);
+  char *context = ty_format_alloc(fmt, args);
+  va_end(args);
+  ty_status_t s = ty_status_make(code, "%s: %s", context ? context : "(out of memory)",
+                                 strerror(err));
+  free(context);
   return s;
 }
 

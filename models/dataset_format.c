@@ -173,21 +173,6 @@ bool ty_ds_hex_decode(const char *hex, uint8_t *out, size_t n) {
   return true;
 }
 
-ty_status_t ty_ds_errno_status(int err, const char *fmt, ...) {
-  char message[1024];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(message, sizeof(message), fmt, args);
-  va_end(args);
-  ty_code_t code = err == ENOENT || err == ENOTDIR       ? TY_CODE_NOT_FOUND
-                   : err == EACCES || err == EPERM       ? TY_CODE_PERMISSION_DENIED
-                   : err == ENOSPC || err == ENOMEM || err == EDQUOT ? TY_CODE_RESOURCE_EXHAUSTED
-                   : err == EEXIST || err == ENOTEMPTY   ? TY_CODE_ALREADY_EXISTS
-                   : err == EIO                          ? TY_CODE_DATA_LOSS
-                                                         : TY_CODE_UNAVAILABLE;
-  return ty_status_make(code, "%s: %s", message, strerror(err));
-}
-
 char *ty_ds_path_join(const char *dir, const char *name) {
   size_t a = strlen(dir), b = strlen(name);
   char *path = malloc(a + b + 2);
@@ -200,7 +185,7 @@ char *ty_ds_path_join(const char *dir, const char *name) {
 
 ty_status_t ty_ds_sha256_file(const char *path, char out_hex[65]) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_ds_errno_status(errno, "cannot open %s", path);
+  if (fd < 0) return ty_status_from_errno(errno, "cannot open %s", path);
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
   enum { kChunk = 1 << 20 };
   unsigned char *buf = malloc(kChunk);
@@ -212,7 +197,7 @@ ty_status_t ty_ds_sha256_file(const char *path, char out_hex[65]) {
     ssize_t n = read(fd, buf, kChunk);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      status = ty_ds_errno_status(errno, "cannot read %s", path);
+      status = ty_status_from_errno(errno, "cannot read %s", path);
     } else if (n == 0) {
       break;
     } else if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) {
@@ -236,12 +221,12 @@ ty_status_t ty_ds_sha256_file(const char *path, char out_hex[65]) {
 
 ty_status_t ty_ds_fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ty_ds_errno_status(errno, "cannot open folder %s to sync it", dir);
+  if (fd < 0) return ty_status_from_errno(errno, "cannot open folder %s to sync it", dir);
   int rc = fsync(fd);
   int err = errno;
   close(fd);
   if (rc != 0 && err != EINVAL && err != ENOTSUP) {
-    return ty_ds_errno_status(err, "cannot sync folder %s", dir);
+    return ty_status_from_errno(err, "cannot sync folder %s", dir);
   }
   return TY_OK;
 }

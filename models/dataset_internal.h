@@ -59,10 +59,6 @@ static inline uint64_t ty_ds_get_u64(const uint8_t *p) {
 /* Hex digits to bytes; false unless `hex` holds exactly 2*n of them. */
 bool ty_ds_hex_decode(const char *hex, uint8_t *out, size_t n);
 
-/* A status for a failed system call: NOT_FOUND, PERMISSION_DENIED,
- * RESOURCE_EXHAUSTED (ENOSPC, ENOMEM), else DATA_LOSS for reads and
- * UNAVAILABLE for the rest; the message ends with strerror. */
-ty_status_t ty_ds_errno_status(int err, const char *fmt, ...) TY_PRINTF_ATTR(2, 3);
 
 /* "<dir>/<name>", malloc'ed; NULL when memory runs out. */
 char *ty_ds_path_join(const char *dir, const char *name);

@@ -79,11 +79,11 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
   ty_ds_shard_t *sh = &ds->shards[index];
   int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return ty_ds_errno_status(errno, "cannot open shard %s listed in %s", sh->path, ds->json_path);
+    return ty_status_from_errno(errno, "cannot open shard %s listed in %s", sh->path, ds->json_path);
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    ty_status_t status = ty_ds_errno_status(errno, "cannot stat %s", sh->path);
+    ty_status_t status = ty_status_from_errno(errno, "cannot stat %s", sh->path);
     close(fd);
     return status;
   }
@@ -97,7 +97,7 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
   void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
   close(fd);
-  if (map == MAP_FAILED) return ty_ds_errno_status(err, "cannot map %s", sh->path);
+  if (map == MAP_FAILED) return ty_status_from_errno(err, "cannot map %s", sh->path);
   sh->map = map;
   sh->size = (size_t)size;
 
@@ -167,7 +167,7 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
   json_t *root = json_load_file(ds->json_path, 0, &error);
   if (!root) {
     if (access(ds->json_path, F_OK) != 0) {
-      return ty_ds_errno_status(errno, "%s is not a trainyard dataset (no " TY_DATASET_JSON ")",
+      return ty_status_from_errno(errno, "%s is not a trainyard dataset (no " TY_DATASET_JSON ")",
                                 ds->dir);
     }
     return ty_status_make(TY_CODE_DATA_LOSS, "%s: not valid JSON (line %d: %s)", ds->json_path,

@@ -80,14 +80,14 @@ static ty_status_t ty_ds_check_target(const char *dir, bool overwrite, bool *out
   struct stat st;
   if (lstat(dir, &st) != 0) {
     if (errno == ENOENT) return TY_OK;
-    return ty_ds_errno_status(errno, "cannot inspect %s", dir);
+    return ty_status_from_errno(errno, "cannot inspect %s", dir);
   }
   if (!S_ISDIR(st.st_mode)) {
     return ty_status_make(TY_CODE_ALREADY_EXISTS,
                           "%s exists and is not a folder; choose another output folder", dir);
   }
   DIR *d = opendir(dir);
-  if (!d) return ty_ds_errno_status(errno, "cannot read folder %s", dir);
+  if (!d) return ty_status_from_errno(errno, "cannot read folder %s", dir);
   bool empty = true, has_json = false;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
@@ -178,7 +178,7 @@ ty_status_t ty_dataset_writer_create(const ty_dataset_writer_options_t *o,
   snprintf(w->tmp_dir, dir_len + 32, "%s.tmp.%ld", w->dir, (long)getpid());
   ty_ds_remove_folder(w->tmp_dir); /* a leftover of an earlier process with our pid */
   if (mkdir(w->tmp_dir, 0777) != 0) {
-    ty_status_t status = ty_ds_errno_status(errno, "cannot create folder %s", w->tmp_dir);
+    ty_status_t status = ty_status_from_errno(errno, "cannot create folder %s", w->tmp_dir);
     free(w->tmp_dir);
     w->tmp_dir = NULL;
     ty_dataset_writer_destroy(w);
@@ -196,7 +196,7 @@ static ty_status_t ty_ds_write_all(int fd, const void *data, size_t size, const 
     ssize_t n = write(fd, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ty_ds_errno_status(errno, "cannot write %s", path);
+      return ty_status_from_errno(errno, "cannot write %s", path);
     }
     p += n;
     size -= (size_t)n;
@@ -226,7 +226,7 @@ static ty_status_t ty_ds_open_shard(ty_dataset_writer_t *w, ty_dataset_split_t s
   sw->path = ty_ds_path_join(w->tmp_dir, info->file);
   if (!sw->path) return ty_ds_oom();
   sw->fd = open(sw->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (sw->fd < 0) return ty_ds_errno_status(errno, "cannot create %s", sw->path);
+  if (sw->fd < 0) return ty_status_from_errno(errno, "cannot create %s", sw->path);
   sw->stats.shards++;
   sw->shard_rows = 0;
   /* The header is written last, when the row count is known. */
@@ -255,12 +255,12 @@ static ty_status_t ty_ds_close_shard(ty_dataset_writer_t *w, ty_dataset_split_t 
   uint8_t header[TY_DATASET_SHARD_HEADER_SIZE];
   ty_ds_header_encode(&h, header);
   if (pwrite(sw->fd, header, sizeof(header), 0) != (ssize_t)sizeof(header)) {
-    return ty_ds_errno_status(errno ? errno : EIO, "cannot write the header of %s", sw->path);
+    return ty_status_from_errno(errno ? errno : EIO, "cannot write the header of %s", sw->path);
   }
-  if (fsync(sw->fd) != 0) return ty_ds_errno_status(errno, "cannot sync %s", sw->path);
+  if (fsync(sw->fd) != 0) return ty_status_from_errno(errno, "cannot sync %s", sw->path);
   int rc = close(sw->fd);
   sw->fd = -1;
-  if (rc != 0) return ty_ds_errno_status(errno, "cannot close %s", sw->path);
+  if (rc != 0) return ty_status_from_errno(errno, "cannot close %s", sw->path);
   info->rows = sw->shard_rows;
   info->bytes = TY_DATASET_SHARD_HEADER_SIZE + sw->shard_rows * w->stride;
   /* Hashed as it lies on disk, which also reads back what was written. */
@@ -412,13 +412,13 @@ static ty_status_t ty_ds_write_json(const ty_dataset_writer_t *w) {
   if (!path) {
     status = ty_ds_oom();
   } else if (fd < 0) {
-    status = ty_ds_errno_status(errno, "cannot create %s", path);
+    status = ty_status_from_errno(errno, "cannot create %s", path);
   } else {
     size_t size = strlen(text);
     text[size] = '\n'; /* the NUL becomes the final newline */
     status = ty_ds_write_all(fd, text, size + 1, path);
-    if (!status && fsync(fd) != 0) status = ty_ds_errno_status(errno, "cannot sync %s", path);
-    if (close(fd) != 0 && !status) status = ty_ds_errno_status(errno, "cannot close %s", path);
+    if (!status && fsync(fd) != 0) status = ty_status_from_errno(errno, "cannot sync %s", path);
+    if (close(fd) != 0 && !status) status = ty_status_from_errno(errno, "cannot close %s", path);
   }
   free(path);
   free(text);
@@ -449,7 +449,7 @@ static ty_status_t ty_ds_install(ty_dataset_writer_t *w) {
     snprintf(old, n, "%s.old.%ld", w->dir, (long)getpid());
     ty_ds_remove_folder(old);
     if (rename(w->dir, old) != 0) {
-      ty_status_t status = ty_ds_errno_status(errno, "cannot move %s aside", w->dir);
+      ty_status_t status = ty_status_from_errno(errno, "cannot move %s aside", w->dir);
       free(old);
       return status;
     }
@@ -457,7 +457,7 @@ static ty_status_t ty_ds_install(ty_dataset_writer_t *w) {
   /* rename(2) replaces an empty folder. */
   if (rename(w->tmp_dir, w->dir) != 0) {
     ty_status_t status =
-        ty_ds_errno_status(errno, "cannot rename %s to %s", w->tmp_dir, w->dir);
+        ty_status_from_errno(errno, "cannot rename %s to %s", w->tmp_dir, w->dir);
     if (old && rename(old, w->dir) != 0) {
       status = ty_status_annotate(status, "the previous dataset is left at %s", old);
     }

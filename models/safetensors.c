@@ -473,7 +473,7 @@ ty_status_t ty_safetensors_open_memory(const void *data, size_t size,
 
 static ty_status_t ty_st_open_fd(ty_safetensors_file_t *f, int fd, uint32_t flags) {
   struct stat st;
-  if (fstat(fd, &st) != 0) return ty_st_errno_status(errno, "cannot stat %s", f->path);
+  if (fstat(fd, &st) != 0) return ty_status_from_errno(errno, "cannot stat %s", f->path);
   if (!S_ISREG(st.st_mode)) {
     return ty_st_fail(f, NULL, TY_CODE_FAILED_PRECONDITION,
                       "not a regular file (for a model folder, use "
@@ -502,7 +502,7 @@ static ty_status_t ty_st_open_fd(ty_safetensors_file_t *f, int fd, uint32_t flag
     return ty_st_fail(f, NULL, TY_CODE_RESOURCE_EXHAUSTED, "too large to map");
   }
   void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED) return ty_st_errno_status(errno, "cannot map %s", f->path);
+  if (map == MAP_FAILED) return ty_status_from_errno(errno, "cannot map %s", f->path);
   f->map = map;
   f->map_size = (size_t)size;
   const uint8_t *bytes = map;
@@ -519,7 +519,7 @@ ty_status_t ty_safetensors_open_flags(const char *path, uint32_t flags,
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   ty_status_t status;
   if (fd < 0) {
-    status = ty_st_errno_status(errno, "cannot open %s", path);
+    status = ty_status_from_errno(errno, "cannot open %s", path);
   } else {
     status = ty_st_open_fd(f, fd, flags);
     close(fd);

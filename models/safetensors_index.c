@@ -259,7 +259,7 @@ ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
   }
   struct stat st;
   if (stat(model_dir, &st) != 0) {
-    return ty_st_errno_status(errno, "cannot open model folder %s", model_dir);
+    return ty_status_from_errno(errno, "cannot open model folder %s", model_dir);
   }
   if (!S_ISDIR(st.st_mode)) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,

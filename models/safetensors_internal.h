@@ -34,12 +34,6 @@ const ty_st_dtype_row_t *ty_st_dtype_find(const char *name);
  * invalid. */
 const ty_st_dtype_row_t *ty_st_dtype_row(ty_dtype_t dtype, bool is_bool);
 
-/* A status for a failed system call: the code follows errno (NOT_FOUND,
- * PERMISSION_DENIED, RESOURCE_EXHAUSTED for a full disk or no memory,
- * ALREADY_EXISTS, FAILED_PRECONDITION for "is a directory"/"not a
- * directory", UNKNOWN otherwise) and the message ends with strerror. */
-ty_status_t ty_st_errno_status(int err, const char *fmt, ...)
-    TY_PRINTF_ATTR(2, 3) TY_MUST_USE;
 
 /* Reads the whole (small) file `path` into a NUL-terminated heap buffer of
  * at most `limit` bytes (DATA_LOSS naming the file above that). */

@@ -64,31 +64,6 @@ const char *ty_safetensors_dtype_string(ty_dtype_t dtype, bool is_bool) {
   return row ? row->name : "INVALID";
 }
 
-ty_status_t ty_st_errno_status(int err, const char *fmt, ...) {
-  ty_code_t code;
-  switch (err) {
-    case ENOENT: code = TY_CODE_NOT_FOUND; break;
-    case EACCES:
-    case EPERM:
-    case EROFS: code = TY_CODE_PERMISSION_DENIED; break;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE: code = TY_CODE_RESOURCE_EXHAUSTED; break;
-    case EEXIST: code = TY_CODE_ALREADY_EXISTS; break;
-    case EISDIR:
-    case ENOTDIR: code = TY_CODE_FAILED_PRECONDITION; break;
-    default: code = TY_CODE_UNKNOWN; break;
-  }
-  char context[1024];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(context, sizeof(context), fmt, args);
-  va_end(args);
-  return ty_status_make(code, "%s: %s", context, strerror(err));
-}
 
 ty_status_t ty_st_pread_all(int fd, void *dst, uint64_t size, uint64_t offset,
                             const char *path) {
@@ -98,7 +73,7 @@ ty_status_t ty_st_pread_all(int fd, void *dst, uint64_t size, uint64_t offset,
     ssize_t n = pread(fd, p, chunk, (off_t)offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ty_st_errno_status(errno, TY_ST_MSG_NAME ": read failed", path);
+      return ty_status_from_errno(errno, TY_ST_MSG_NAME ": read failed", path);
     }
     if (n == 0) {
       return ty_status_make(TY_CODE_DATA_LOSS,
@@ -118,12 +93,12 @@ ty_status_t ty_st_read_small_file(const char *path, size_t limit,
   *out_data = NULL;
   *out_size = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_st_errno_status(errno, "cannot open " TY_ST_MSG_NAME, path);
+  if (fd < 0) return ty_status_from_errno(errno, "cannot open " TY_ST_MSG_NAME, path);
   struct stat st;
   ty_status_t status = TY_OK;
   char *data = NULL;
   if (fstat(fd, &st) != 0) {
-    status = ty_st_errno_status(errno, "cannot stat " TY_ST_MSG_NAME, path);
+    status = ty_status_from_errno(errno, "cannot stat " TY_ST_MSG_NAME, path);
   } else if (!S_ISREG(st.st_mode)) {
     status = ty_status_make(TY_CODE_FAILED_PRECONDITION,
                             TY_ST_MSG_NAME ": not a regular file", path);
@@ -214,12 +189,12 @@ ty_status_t ty_st_pickle_status(const char *path, ty_st_format_t format) {
 
 ty_status_t ty_checkpoint_check_format(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_st_errno_status(errno, "cannot open " TY_ST_MSG_NAME, path);
+  if (fd < 0) return ty_status_from_errno(errno, "cannot open " TY_ST_MSG_NAME, path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int err = errno;
     close(fd);
-    return ty_st_errno_status(err, "cannot stat " TY_ST_MSG_NAME, path);
+    return ty_status_from_errno(err, "cannot stat " TY_ST_MSG_NAME, path);
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);

@@ -274,7 +274,7 @@ static ty_status_t ty_st_atomic_begin(const char *path, ty_st_atomic_t *a) {
   snprintf(a->tmp, n, "%s.tmp.%ld", path, (long)getpid());
   a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (a->fd < 0) {
-    ty_status_t status = ty_st_errno_status(errno, "cannot create %s", a->tmp);
+    ty_status_t status = ty_status_from_errno(errno, "cannot create %s", a->tmp);
     free(a->tmp);
     a->tmp = NULL;
     return status;
@@ -289,7 +289,7 @@ static ty_status_t ty_st_atomic_write(ty_st_atomic_t *a, const void *data, uint6
     ssize_t n = write(a->fd, p, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ty_st_errno_status(errno, "cannot write %s", a->tmp);
+      return ty_status_from_errno(errno, "cannot write %s", a->tmp);
     }
     p += n;
     size -= (uint64_t)n;
@@ -307,13 +307,13 @@ static void ty_st_atomic_abort(ty_st_atomic_t *a) {
 
 static ty_status_t ty_st_fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ty_st_errno_status(errno, "cannot open folder %s to sync it", dir);
+  if (fd < 0) return ty_status_from_errno(errno, "cannot open folder %s to sync it", dir);
   int rc = fsync(fd);
   int err = errno;
   close(fd);
   /* Some file systems cannot sync a folder; the rename itself is done. */
   if (rc != 0 && err != EINVAL && err != ENOTSUP) {
-    return ty_st_errno_status(err, "cannot sync folder %s", dir);
+    return ty_status_from_errno(err, "cannot sync folder %s", dir);
   }
   return TY_OK;
 }
@@ -333,14 +333,14 @@ static ty_status_t ty_st_fsync_dir_of(const char *path) {
 static ty_status_t ty_st_atomic_commit(ty_st_atomic_t *a) {
   ty_status_t status = TY_OK;
   if (fsync(a->fd) != 0) {
-    status = ty_st_errno_status(errno, "cannot sync %s", a->tmp);
+    status = ty_status_from_errno(errno, "cannot sync %s", a->tmp);
   } else {
     int rc = close(a->fd);
     a->fd = -1;
     if (rc != 0) {
-      status = ty_st_errno_status(errno, "cannot close %s", a->tmp);
+      status = ty_status_from_errno(errno, "cannot close %s", a->tmp);
     } else if (rename(a->tmp, a->path) != 0) {
-      status = ty_st_errno_status(errno, "cannot rename %s to %s", a->tmp, a->path);
+      status = ty_status_from_errno(errno, "cannot rename %s to %s", a->tmp, a->path);
     }
   }
   if (status) {
@@ -416,13 +416,13 @@ static ty_status_t ty_st_remove_stale(const char *dir, size_t shard_count) {
     if (!index) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     int rc = unlink(index);
     ty_status_t status = rc != 0 && errno != ENOENT
-        ? ty_st_errno_status(errno, "saved, but cannot remove the stale %s", index)
+        ? ty_status_from_errno(errno, "saved, but cannot remove the stale %s", index)
         : TY_OK;
     free(index);
     TY_RETURN_IF_ERROR(status);
   }
   DIR *d = opendir(dir);
-  if (!d) return ty_st_errno_status(errno, "cannot list %s", dir);
+  if (!d) return ty_status_from_errno(errno, "cannot list %s", dir);
   ty_status_t status = TY_OK;
   struct dirent *ent;
   char expected[64];
@@ -446,7 +446,7 @@ static ty_status_t ty_st_remove_stale(const char *dir, size_t shard_count) {
     if (!path) {
       status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     } else if (unlink(path) != 0 && errno != ENOENT) {
-      status = ty_st_errno_status(errno, "saved, but cannot remove the stale %s", path);
+      status = ty_status_from_errno(errno, "saved, but cannot remove the stale %s", path);
     }
     free(path);
   }

@@ -35,10 +35,7 @@ static ty_status_t ty_data_oom(void) {
 }
 
 static ty_status_t ty_data_errno(int err, const char *what, const char *path) {
-  ty_code_t code = err == ENOENT || err == ENOTDIR ? TY_CODE_NOT_FOUND
-                   : err == EACCES || err == EPERM ? TY_CODE_PERMISSION_DENIED
-                                                   : TY_CODE_DATA_LOSS;
-  return ty_status_make(code, "cannot %s %s: %s", what, path, strerror(err));
+  return ty_status_from_errno(err, "cannot %s %s", what, path);
 }
 
 /* ---- file lists ---- */

@@ -24,10 +24,7 @@
 #define TY_CKPT_TMP_PREFIX ".checkpoint-"
 
 static ty_status_t ty_errno_status(const char *what, const char *path) {
-  return ty_status_make(errno == ENOSPC ? TY_CODE_RESOURCE_EXHAUSTED
-                        : errno == ENOENT ? TY_CODE_NOT_FOUND
-                                          : TY_CODE_PERMISSION_DENIED,
-                        "%s %s: %s", what, path, strerror(errno));
+  return ty_status_from_errno(errno, "%s %s", what, path);
 }
 
 /* dir + "/" + name into out; INVALID_ARGUMENT when it does not fit. */

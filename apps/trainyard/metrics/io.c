@@ -10,31 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-ty_status_t ty_metrics_errno_status(int err, const char *fmt, ...) {
-  ty_code_t code;
-  switch (err) {
-    case ENOENT: code = TY_CODE_NOT_FOUND; break;
-    case EACCES:
-    case EPERM:
-    case EROFS: code = TY_CODE_PERMISSION_DENIED; break;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE: code = TY_CODE_RESOURCE_EXHAUSTED; break;
-    case EEXIST: code = TY_CODE_ALREADY_EXISTS; break;
-    case EISDIR:
-    case ENOTDIR: code = TY_CODE_FAILED_PRECONDITION; break;
-    default: code = TY_CODE_UNKNOWN; break;
-  }
-  char context[1024];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(context, sizeof(context), fmt, args);
-  va_end(args);
-  return ty_status_make(code, "%s: %s", context, strerror(err));
-}
 
 static ty_status_t ty_metrics_dir_make_one(const char *dir) {
   if (mkdir(dir, 0777) == 0) return TY_OK;
@@ -45,7 +20,7 @@ static ty_status_t ty_metrics_dir_make_one(const char *dir) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "cannot create folder %s: a file of that name is in the way", dir);
   }
-  return ty_metrics_errno_status(err, "cannot create folder %s", dir);
+  return ty_status_from_errno(err, "cannot create folder %s", dir);
 }
 
 ty_status_t ty_metrics_dir_create(const char *dir) {
@@ -86,14 +61,14 @@ ty_status_t ty_metrics_dir_sync_of(const char *path) {
   ty_status_t status = TY_OK;
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    status = ty_metrics_errno_status(errno, "cannot open folder %s to sync it", dir);
+    status = ty_status_from_errno(errno, "cannot open folder %s to sync it", dir);
   } else {
     int rc = fsync(fd);
     int err = errno;
     close(fd);
     /* Some file systems cannot sync a folder; the rename itself is done. */
     if (rc != 0 && err != EINVAL && err != ENOTSUP) {
-      status = ty_metrics_errno_status(err, "cannot sync folder %s", dir);
+      status = ty_status_from_errno(err, "cannot sync folder %s", dir);
     }
   }
   free(dir);

@@ -9,13 +9,6 @@
 
 #include "hal/status.h"
 
-/* A status for the system error `err` (an errno value): ENOENT NOT_FOUND,
- * EACCES/EPERM/EROFS PERMISSION_DENIED, ENOSPC/EDQUOT/EFBIG/ENOMEM/EMFILE
- * RESOURCE_EXHAUSTED, EEXIST ALREADY_EXISTS, ENOTDIR/EISDIR
- * FAILED_PRECONDITION, anything else UNKNOWN. The message is the formatted
- * context, ": ", and strerror(err). Never returns OK. */
-ty_status_t ty_metrics_errno_status(int err, const char *fmt, ...)
-    TY_PRINTF_ATTR(2, 3) TY_MUST_USE;
 
 /* Creates `dir` and any missing parents (mode 0777 less the umask). OK when
  * it already exists as a folder; FAILED_PRECONDITION when it or a parent is

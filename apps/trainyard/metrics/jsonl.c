@@ -177,9 +177,9 @@ ty_status_t ty_jsonl_writer_open(const char *path, ty_jsonl_writer_t **out_write
   writer->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
   struct stat st;
   if (writer->fd < 0) {
-    status = ty_metrics_errno_status(errno, "cannot open metrics file %s", path);
+    status = ty_status_from_errno(errno, "cannot open metrics file %s", path);
   } else if (fstat(writer->fd, &st) != 0) {
-    status = ty_metrics_errno_status(errno, "cannot stat %s", path);
+    status = ty_status_from_errno(errno, "cannot stat %s", path);
   } else if (!S_ISREG(st.st_mode)) {
     writer->size = 0; /* a device or pipe (/dev/full in tests): nothing to check */
   } else if (st.st_size > 0) {
@@ -188,7 +188,7 @@ ty_status_t ty_jsonl_writer_open(const char *path, ty_jsonl_writer_t **out_write
     int rfd = open(path, O_RDONLY | O_CLOEXEC);
     char last = '\n';
     if (rfd < 0 || pread(rfd, &last, 1, st.st_size - 1) != 1) {
-      status = ty_metrics_errno_status(errno, "cannot read %s", path);
+      status = ty_status_from_errno(errno, "cannot read %s", path);
     } else if (last != '\n') {
       status = ty_status_make(TY_CODE_FAILED_PRECONDITION,
                               "%s ends in an incomplete line (a run stopped mid-write); "
@@ -220,7 +220,7 @@ ty_status_t ty_jsonl_writer_write(ty_jsonl_writer_t *writer, const ty_jsonl_fiel
     ssize_t n = write(writer->fd, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      status = ty_metrics_errno_status(errno, "cannot write %s", writer->path);
+      status = ty_status_from_errno(errno, "cannot write %s", writer->path);
       /* A part of the line got out: cut it off so the file ends whole. */
       if (p != line && ftruncate(writer->fd, writer->size) != 0) {
         status = ty_status_annotate(status, "and cannot cut the partial line off again");
@@ -239,10 +239,10 @@ ty_status_t ty_jsonl_writer_close(ty_jsonl_writer_t *writer) {
   if (!writer) return TY_OK;
   ty_status_t status = TY_OK;
   if (fsync(writer->fd) != 0 && errno != EINVAL) {
-    status = ty_metrics_errno_status(errno, "cannot sync %s", writer->path);
+    status = ty_status_from_errno(errno, "cannot sync %s", writer->path);
   }
   if (close(writer->fd) != 0 && !status) {
-    status = ty_metrics_errno_status(errno, "cannot close %s", writer->path);
+    status = ty_status_from_errno(errno, "cannot close %s", writer->path);
   }
   free(writer->path);
   free(writer);
@@ -256,11 +256,11 @@ static ty_status_t ty_jsonl_read_file(const char *path, char **out_data, size_t 
   *out_data = NULL;
   *out_size = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_metrics_errno_status(errno, "cannot open metrics file %s", path);
+  if (fd < 0) return ty_status_from_errno(errno, "cannot open metrics file %s", path);
   ty_status_t status = TY_OK;
   char *data = NULL;
   if (fstat(fd, out_st) != 0) {
-    status = ty_metrics_errno_status(errno, "cannot stat %s", path);
+    status = ty_status_from_errno(errno, "cannot stat %s", path);
   } else if (!S_ISREG(out_st->st_mode)) {
     status = ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s is not a regular file", path);
   } else if (!(data = malloc((size_t)out_st->st_size + 1))) {
@@ -271,7 +271,7 @@ static ty_status_t ty_jsonl_read_file(const char *path, char **out_data, size_t 
       ssize_t n = read(fd, data + size, want - size);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        status = ty_metrics_errno_status(errno, "cannot read %s", path);
+        status = ty_status_from_errno(errno, "cannot read %s", path);
         break;
       }
       if (n == 0) break; /* shrank while read: take what is there */
@@ -319,24 +319,24 @@ static ty_status_t ty_jsonl_write_atomic(const char *path, const char *data, siz
   ty_status_t status = TY_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    status = ty_metrics_errno_status(errno, "cannot create %s", tmp);
+    status = ty_status_from_errno(errno, "cannot create %s", tmp);
     free(tmp);
     return status;
   }
   for (size_t done = 0; done < size && !status;) {
     ssize_t w = write(fd, data + done, size - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) status = ty_metrics_errno_status(errno, "cannot write %s", tmp);
+    if (w < 0) status = ty_status_from_errno(errno, "cannot write %s", tmp);
     else done += (size_t)w;
   }
   /* The new file keeps the old one's permissions. */
   if (!status && fchmod(fd, mode & 07777) != 0) {
-    status = ty_metrics_errno_status(errno, "cannot set the mode of %s", tmp);
+    status = ty_status_from_errno(errno, "cannot set the mode of %s", tmp);
   }
-  if (!status && fsync(fd) != 0) status = ty_metrics_errno_status(errno, "cannot sync %s", tmp);
-  if (close(fd) != 0 && !status) status = ty_metrics_errno_status(errno, "cannot close %s", tmp);
+  if (!status && fsync(fd) != 0) status = ty_status_from_errno(errno, "cannot sync %s", tmp);
+  if (close(fd) != 0 && !status) status = ty_status_from_errno(errno, "cannot close %s", tmp);
   if (!status && rename(tmp, path) != 0) {
-    status = ty_metrics_errno_status(errno, "cannot rename %s to %s", tmp, path);
+    status = ty_status_from_errno(errno, "cannot rename %s to %s", tmp, path);
   }
   if (status) {
     unlink(tmp);

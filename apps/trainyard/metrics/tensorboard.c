@@ -185,7 +185,7 @@ static ty_status_t ty_tb_write_record(ty_tensorboard_writer_t *writer) {
     if (n < 0) {
       if (errno == EINTR) continue;
       int err = errno;
-      ty_status_t status = ty_metrics_errno_status(err, "cannot write %s", writer->path);
+      ty_status_t status = ty_status_from_errno(err, "cannot write %s", writer->path);
       if (offset != writer->size && ftruncate(writer->fd, (off_t)writer->size) != 0) {
         status = ty_status_annotate(
             status, "and cannot cut the partial event off again (the file ends torn)");
@@ -229,7 +229,7 @@ static ty_status_t ty_tb_create_file(const char *logdir, ty_tensorboard_writer_t
     writer->fd = open(writer->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (writer->fd >= 0) return TY_OK;
     if (errno != EEXIST) {
-      return ty_metrics_errno_status(errno, "cannot create TensorBoard event file %s",
+      return ty_status_from_errno(errno, "cannot create TensorBoard event file %s",
                                      writer->path);
     }
   }
@@ -299,7 +299,7 @@ ty_status_t ty_tensorboard_writer_add_scalar(ty_tensorboard_writer_t *writer, co
 
 ty_status_t ty_tensorboard_writer_flush(ty_tensorboard_writer_t *writer) {
   if (fsync(writer->fd) != 0 && errno != EINVAL) {
-    return ty_metrics_errno_status(errno, "cannot sync %s", writer->path);
+    return ty_status_from_errno(errno, "cannot sync %s", writer->path);
   }
   return TY_OK;
 }
@@ -308,7 +308,7 @@ ty_status_t ty_tensorboard_writer_close(ty_tensorboard_writer_t *writer) {
   if (!writer) return TY_OK;
   ty_status_t status = ty_tensorboard_writer_flush(writer);
   if (close(writer->fd) != 0 && !status) {
-    status = ty_metrics_errno_status(errno, "cannot close %s", writer->path);
+    status = ty_status_from_errno(errno, "cannot close %s", writer->path);
   }
   ty_tb_writer_free(writer);
   return status;
