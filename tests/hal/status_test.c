@@ -2,6 +2,7 @@
  * host services plugins use to make statuses. */
 #include "common/test_util.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "hal/status.h"
@@ -120,6 +121,24 @@ static void test_code_names(void **state) {
   assert_string_equal(ty_code_name((ty_code_t)1000), "UNKNOWN");
 }
 
+static void test_from_errno_maps_codes_and_names_the_cause(void **state) {
+  (void)state;
+  static const struct {
+    int err;
+    ty_code_t code;
+  } cases[] = {{ENOENT, TY_CODE_NOT_FOUND},          {EACCES, TY_CODE_PERMISSION_DENIED},
+               {ENOSPC, TY_CODE_RESOURCE_EXHAUSTED}, {EEXIST, TY_CODE_ALREADY_EXISTS},
+               {EIO, TY_CODE_DATA_LOSS},             {ENOTDIR, TY_CODE_FAILED_PRECONDITION},
+               {EINVAL, TY_CODE_UNKNOWN}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    ty_status_t s = ty_status_from_errno(cases[i].err, "cannot open %s", "/x/y");
+    assert_int_equal(ty_status_code(s), cases[i].code);
+    TY_EXPECT_CONTAINS(ty_status_message(s), "cannot open /x/y: ");
+    TY_EXPECT_CONTAINS(ty_status_message(s), strerror(cases[i].err));
+    ty_status_free(s);
+  }
+}
+
 static void test_consume_code_frees_and_returns_code(void **state) {
   (void)state;
   assert_int_equal(
@@ -159,6 +178,7 @@ int main(void) {
       cmocka_unit_test(test_annotate_ok_stays_ok),
       cmocka_unit_test(test_return_if_error_stops_at_first_error),
       cmocka_unit_test(test_code_names),
+      cmocka_unit_test(test_from_errno_maps_codes_and_names_the_cause),
       cmocka_unit_test(test_consume_code_frees_and_returns_code),
       cmocka_unit_test(test_host_api_statuses_are_core_statuses),
   };
