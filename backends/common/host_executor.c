@@ -90,6 +90,8 @@ void ty_host_executor_destroy(ty_host_executor_t *e) {
 
 bool ty_host_executor_seed_defaulted(const ty_host_executor_t *e) { return e->seed_defaulted; }
 
+uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) { return e->plan.arena_bytes; }
+
 /* Ones in a float dtype, for an unbound loss-gradient seed. */
 static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
   unsigned char *p = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);

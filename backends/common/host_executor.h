@@ -69,6 +69,8 @@ const ty_abi_graph_t *ty_host_executor_graph(const ty_host_executor_t *executor)
 uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *executor);
 /* Whether the last run left the loss-gradient seed unbound (ones used). */
 bool ty_host_executor_seed_defaulted(const ty_host_executor_t *executor);
+/* Bytes of the activation arena the executor allocated at create. */
+uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *executor);
 
 #ifdef __cplusplus
 }
