@@ -312,6 +312,18 @@ static ty_abi_status_t df_explain_mismatch(const ty_abi_executable_t *e,
                              "; the artifact is a train step and this run an inference graph");
   }
   uint32_t shown = 0;
+  bool same_dropout = !cs && want.dropout_count == have->dropout_count;
+  for (uint32_t i = 0; same_dropout && i < want.dropout_count; ++i) {
+    same_dropout = want.dropout_p[i] == have->dropout_p[i];
+  }
+  if (!cs && !same_dropout) {
+    used += (size_t)snprintf(detail + used, sizeof(detail) - used,
+                             "; dropout p (fixed at compile time) is %g in the artifact and %g "
+                             "in this run",
+                             have->dropout_count ? have->dropout_p[0] : 0.0,
+                             want.dropout_count ? want.dropout_p[0] : 0.0);
+    ++shown;
+  }
   for (uint32_t i = 0; !cs && i < want.slot_count && shown < 3; ++i) {
     const df_slot_t *w = &want.slots[i], *h = df_slot(e, w->name);
     char a[96], b[96];
