@@ -141,7 +141,7 @@ static ty_abi_status_t df_build_slots(const ty_abi_graph_t *g, const uint8_t *se
         read = true;
         df_section_t sec = (df_section_t)section_of[n];
         if (sec != DF_OPT && sec != DF_GRADNORM) opt_only = false;
-        if (sec == DF_FWD && !df_node_updates(g, n, v)) fwd_read = true;
+        if ((sec == DF_FWD || sec == DF_BWD) && !df_node_updates(g, n, v)) fwd_read = true;
         if (sec == DF_OPT && df_node_updates(g, n, v)) opt_write = true;
       }
     }
@@ -225,13 +225,14 @@ ty_abi_status_t df_classify(const ty_abi_graph_t *g, df_plan_t *plan, uint32_t *
         "step (use --grad-accum 1 with a larger --batch-size)",
         hash, g->values[g->updates[u].state].name, op);
   }
-  /* Parameters: state the forward computation reads without writing it. */
+  /* Parameters: state the model's computation (forward or backward, not
+   * the optimizer or clipping) reads without writing it. */
   uint32_t params = 0;
   for (uint32_t v = 0; v < g->value_count && !st; ++v) {
     if (g->values[v].role != TY_VALUE_STATE) continue;
     bool is_param = false;
     for (uint32_t n = 0; n < g->node_count && !is_param; ++n) {
-      if (section[n] != DF_FWD) continue;
+      if (section[n] != DF_FWD && section[n] != DF_BWD) continue;
       for (uint32_t i = 0; i < g->nodes[n].input_count; ++i) {
         if (g->nodes[n].inputs[i] == v && !df_node_updates(g, n, v)) is_param = true;
       }
@@ -243,9 +244,9 @@ ty_abi_status_t df_classify(const ty_abi_graph_t *g, df_plan_t *plan, uint32_t *
     st = ty_plugin_error(
         TY_CODE_FAILED_PRECONDITION,
         "dataflow: per-op execution: graph %.12s (%u node%s, the first '%s') has no "
-        "parameters (no state value its forward computation reads), so it is not a train "
-        "step or an inference graph; the dataflow device runs whole train steps or inference "
-        "graphs; wrap the op in a train step",
+        "parameters (no state value that its computation reads outside an optimizer update), "
+        "so it is not a train step or an inference graph; the dataflow device runs whole "
+        "train steps or inference graphs; wrap the op in a train step",
         hash, g->node_count, g->node_count == 1 ? "" : "s", first);
   }
   if (!st) {
