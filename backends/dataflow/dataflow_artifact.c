@@ -422,7 +422,8 @@ static ty_abi_status_t df_get_graph(df_reader_t *r, df_pool_t *pool, df_plan_t *
   return NULL;
 }
 
-ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size, df_plan_t *plan,
+ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size,
+                                 const df_target_t *device_target, df_plan_t *plan,
                                  ty_abi_graph_t *out_graph, void **out_block) {
   memset(plan, 0, sizeof(*plan));
   *out_block = NULL;
@@ -463,6 +464,16 @@ ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size, df_p
   plan->target.mem_per_tile = df_get_u64(&r, "target");
   plan->target.bandwidth_gbs = df_get_f64(&r, "target");
   plan->target.dram_bytes = df_get_u64(&r, "target");
+  if (!r.failed && !df_same_target(&plan->target, device_target)) {
+    char have[160], want[160];
+    df_format_target(&plan->target, have, sizeof(have));
+    df_format_target(device_target, want, sizeof(want));
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "dataflow: target mismatch: the artifact was compiled for %s, but the "
+                           "device is %s; open the device with the artifact's options or "
+                           "compile again for this device",
+                           have, want);
+  }
   plan->kind = (df_kind_t)df_get_u32(&r, "kind");
   df_take(&r, plan->graph_hash, 64, "graph hash");
   plan->graph_hash[64] = '\0';

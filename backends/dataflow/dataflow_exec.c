@@ -275,18 +275,6 @@ ty_abi_status_t df_executable_serialize(ty_abi_executable_t *e, void *dst, uint6
   return NULL;
 }
 
-static void df_format_target(const df_target_t *t, char *out, size_t capacity) {
-  char mem[32];
-  df_format_bytes(t->mem_per_tile, mem, sizeof(mem));
-  snprintf(out, capacity, "tiles=%u mem_per_tile=%s clock_mhz=%u bandwidth_gbs=%g", t->tiles,
-           mem, t->clock_mhz, t->bandwidth_gbs);
-}
-
-static bool df_same_target(const df_target_t *a, const df_target_t *b) {
-  return a->tiles == b->tiles && a->mem_per_tile == b->mem_per_tile &&
-         a->clock_mhz == b->clock_mhz && a->bandwidth_gbs == b->bandwidth_gbs;
-}
-
 /* Why `expected` is not the graph the artifact was compiled from. */
 static ty_abi_status_t df_explain_mismatch(const ty_abi_executable_t *e,
                                            const ty_abi_graph_t *expected) {
@@ -382,17 +370,8 @@ ty_abi_status_t df_executable_deserialize(ty_abi_device_t *device,
   e->from_artifact = true;
   ty_abi_graph_t graph;
   void *block = NULL;
-  ty_abi_status_t s = df_artifact_read(args->bytes, args->size, &e->plan, &graph, &block);
-  if (!s && !df_same_target(&e->plan.target, &device->target)) {
-    char have[160], want[160];
-    df_format_target(&e->plan.target, have, sizeof(have));
-    df_format_target(&device->target, want, sizeof(want));
-    s = ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
-                        "dataflow: target mismatch: the artifact was compiled for %s, but the "
-                        "device is %s; open the device with the artifact's options or compile "
-                        "again for this device",
-                        have, want);
-  }
+  ty_abi_status_t s =
+      df_artifact_read(args->bytes, args->size, &device->target, &e->plan, &graph, &block);
   const ty_abi_graph_t *expected =
       args->struct_size >= offsetof(ty_abi_deserialize_args_t, expected) + sizeof(void *)
           ? args->expected

@@ -149,15 +149,22 @@ void df_format_shape(ty_dtype_t dtype, uint32_t rank, const int64_t *dims, char 
                      size_t capacity);
 /* "64 MiB" */
 void df_format_bytes(uint64_t bytes, char *out, size_t capacity);
+/* "tiles=4 mem_per_tile=64 MiB clock_mhz=1000 bandwidth_gbs=200" */
+void df_format_target(const df_target_t *target, char *out, size_t capacity);
+/* Whether an executable for `a` runs on `b` (tiles, on-chip memory, clock
+ * and bandwidth agree; DRAM capacity is the device's own business). */
+bool df_same_target(const df_target_t *a, const df_target_t *b);
 
 /* ---- dataflow_artifact.c ---- */
 
 ty_abi_status_t df_artifact_write(const ty_abi_executable_t *e, unsigned char **out_bytes,
                                   uint64_t *out_size);
-/* Verifies and parses an artifact into a plan and a graph (schedule order)
- * owned by *out_graph_block (free with free()); the graph's pointers point
- * into it. */
-ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size, df_plan_t *plan,
+/* Verifies an artifact (magic, version, content hash, then its target
+ * against `device_target`) and parses it into a plan and a graph (schedule
+ * order) owned by *out_graph_block (free with free()); the graph's pointers
+ * point into it. */
+ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size,
+                                 const df_target_t *device_target, df_plan_t *plan,
                                  ty_abi_graph_t *out_graph, void **out_graph_block);
 
 /* ---- dataflow_exec.c ---- */

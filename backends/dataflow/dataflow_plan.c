@@ -55,6 +55,18 @@ void df_format_bytes(uint64_t bytes, char *out, size_t capacity) {
   }
 }
 
+void df_format_target(const df_target_t *t, char *out, size_t capacity) {
+  char mem[32];
+  df_format_bytes(t->mem_per_tile, mem, sizeof(mem));
+  snprintf(out, capacity, "tiles=%u mem_per_tile=%s clock_mhz=%u bandwidth_gbs=%g", t->tiles,
+           mem, t->clock_mhz, t->bandwidth_gbs);
+}
+
+bool df_same_target(const df_target_t *a, const df_target_t *b) {
+  return a->tiles == b->tiles && a->mem_per_tile == b->mem_per_tile &&
+         a->clock_mhz == b->clock_mhz && a->bandwidth_gbs == b->bandwidth_gbs;
+}
+
 static bool df_is_optimizer(const char *op) {
   return strcmp(op, "adamw_update") == 0 || strcmp(op, "sgd_update") == 0;
 }
