@@ -72,10 +72,12 @@ void df_test_bind_step(const df_test_graph_t *g, ty_session_t *s, df_test_kind_t
     TY_EXPECT_OK(ty_session_bind(s, "loss_weights", TY_DTYPE_F32, 2, bt, ones, sizeof(ones)));
   }
   ty_value_id_t rng;
-  if (ty_graph_find(g->graph, "rng", &rng) == TY_OK) {
+  ty_status_t found = ty_graph_find(g->graph, "rng", &rng);
+  if (found == TY_OK) {
     int64_t two[1] = {2}, seed[2] = {7, 1};
     TY_EXPECT_OK(ty_session_bind(s, "rng", TY_DTYPE_I64, 1, two, seed, sizeof(seed)));
   }
+  ty_status_free(found);
   if (kind == DF_TEST_INFERENCE || kind == DF_TEST_ACCUMULATE) return;
   df_bind_f32(s, "lr", 1e-3f);
   df_bind_f32(s, "weight_decay", 0.1f);
