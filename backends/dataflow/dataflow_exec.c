@@ -504,14 +504,20 @@ static void df_report_text(const ty_abi_executable_t *e, df_text_t *t) {
   }
   df_printf(t, "loss-gradient seed: %s\n",
             seed ? seed->name : "none (an inference graph, or a loss without one)");
-  df_printf(t, "\nslots:\n  %-44s %-19s %-22s %12s\n", "name", "role", "dtype[shape]", "bytes");
+  int width = 24;
+  for (uint32_t i = 0; i < p->slot_count; ++i) {
+    int n = (int)strlen(p->slots[i].name);
+    if (n > width) width = n < 72 ? n : 72;
+  }
+  df_printf(t, "\nslots:\n  %-*s %-19s %-22s %12s\n", width, "name", "role", "dtype[shape]",
+            "bytes");
   uint64_t totals[DF_ROLE_COUNT] = {0};
   for (uint32_t i = 0; i < p->slot_count; ++i) {
     const df_slot_t *slot = &p->slots[i];
     char shape[128];
     df_format_shape(slot->dtype, slot->rank, slot->dims, shape, sizeof(shape));
-    df_printf(t, "  %-44s %-19s %-22s %12llu\n", slot->name, df_role_name(slot->role), shape,
-              (unsigned long long)slot->bytes);
+    df_printf(t, "  %-*s %-19s %-22s %12llu\n", width, slot->name, df_role_name(slot->role),
+              shape, (unsigned long long)slot->bytes);
     totals[slot->role] += slot->bytes;
   }
   df_format_bytes(totals[DF_ROLE_PARAMETER], b1, sizeof(b1));
