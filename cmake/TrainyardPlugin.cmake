@@ -29,5 +29,7 @@ function(ty_add_backend_plugin NAME)
   endif()
   if(NOT ARG_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION "${TY_PLUGIN_SUBDIR}")
+    # The in-tree plugins of the normal plugin folder (tests expect exactly these).
+    set_property(GLOBAL APPEND PROPERTY TY_INTREE_PLUGINS ${NAME})
   endif()
 endfunction()

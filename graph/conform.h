@@ -148,6 +148,24 @@ uint32_t ty_conform_instance_results(const ty_conform_instance_t *instance,
                                      ty_conform_direction_t direction,
                                      char names[][TY_CONFORM_NAME_MAX]);
 
+/* ---- the whole-graph tier (conform_whole.c), for devices that run whole
+ * train steps and inference graphs only ----
+ *
+ * The case's op wrapped in a one-node graph such a device accepts: forward,
+ * an inference graph whose operands are resident parameters; backward, a
+ * train step (the differentiated operands are parameters, dx<i> their
+ * gradients, and an SGD update with lr 0.5 writes them back); optimizer
+ * updates and clipping take their gradient operands from a forward product
+ * whose gradient is exactly the case's values. Same inputs and seeds as the
+ * per-op tier; the results are the per-op tier's, plus the updated
+ * parameters x<i> and the forward outputs y<j> in the backward direction. */
+ty_status_t ty_conform_instance_graph_whole(const ty_conform_instance_t *instance,
+                                            ty_conform_direction_t direction, bool oracle,
+                                            ty_graph_t **out_graph);
+uint32_t ty_conform_instance_results_whole(const ty_conform_instance_t *instance,
+                                           ty_conform_direction_t direction,
+                                           char names[][TY_CONFORM_NAME_MAX]);
+
 /* ---- the host executor: a lowered graph run node by node with the
  * reference kernels on host memory (ty_ref_execute_node), never through a
  * plugin. Values cross as f64 arrays, converted to and from each value's
@@ -199,8 +217,19 @@ const ty_conform_xfail_t *ty_conform_xfail_find(const ty_conform_xfail_t *list,
 
 /* ---- running a case on a device ---- */
 
+/* Which graphs a run builds: the op alone (per-op), or the op wrapped in a
+ * one-node train step or inference graph (whole-graph). */
+typedef enum ty_conform_tier_e {
+  TY_CONFORM_TIER_OP = 0,
+  TY_CONFORM_TIER_GRAPH = 1,
+} ty_conform_tier_t;
+
+/* "per-op", "whole-graph" */
+const char *ty_conform_tier_name(ty_conform_tier_t tier);
+
 typedef struct ty_conform_options_t {
   uint64_t seed;        /* the run's seed; each case derives its own */
+  ty_conform_tier_t tier;
   uint64_t guard_bytes; /* guard regions around every tensor (0: 256) */
   const ty_conform_xfail_t *xfails;
   uint32_t xfail_count;
@@ -208,6 +237,7 @@ typedef struct ty_conform_options_t {
 
 typedef struct ty_conform_result_t {
   const ty_conform_case_t *test_case;
+  ty_conform_tier_t tier;
   ty_dtype_t dtype;
   ty_conform_direction_t direction;
   ty_conform_status_t status;

@@ -253,16 +253,17 @@ static void ty_conform_generate(const ty_gen_t *gen, ty_conform_value_t *v, uint
 
 /* ---- building graphs ---- */
 
-/* Adds the case's inputs and its op node to g. */
-static ty_status_t ty_conform_add_op(const ty_conform_instance_t *inst, ty_graph_t *g,
-                                     bool oracle, bool with_states, ty_value_id_t *in_ids,
+/* Adds the case's inputs (those in `state_mask` as STATE values) and its op
+ * node to g. */
+ty_status_t ty_conform_add_op_states(const ty_conform_instance_t *inst, ty_graph_t *g,
+                                     bool oracle, uint32_t state_mask, ty_value_id_t *in_ids,
                                      ty_value_id_t *out_ids) {
   for (uint32_t i = 0; i < inst->input_count; ++i) {
     const ty_conform_value_t *v = &inst->inputs[i];
     in_ids[i] = TY_VALUE_NONE;
     if (!v->present) continue;
     ty_dtype_t dtype = oracle ? v->oracle_dtype : v->dtype;
-    TY_RETURN_IF_ERROR(with_states && v->state
+    TY_RETURN_IF_ERROR((state_mask >> i) & 1u
                            ? ty_graph_add_state(g, v->name, dtype, v->rank, v->dims, &in_ids[i])
                            : ty_graph_add_input(g, v->name, dtype, v->rank, v->dims, &in_ids[i]));
   }
@@ -270,13 +271,25 @@ static ty_status_t ty_conform_add_op(const ty_conform_instance_t *inst, ty_graph
                            out_ids, inst->output_count);
 }
 
-static bool ty_conform_wrt(const ty_conform_instance_t *inst, uint32_t i) {
+/* Adds the case's inputs and its op node to g; with `with_states`, inputs
+ * the op updates in place are STATE values. */
+static ty_status_t ty_conform_add_op(const ty_conform_instance_t *inst, ty_graph_t *g,
+                                     bool oracle, bool with_states, ty_value_id_t *in_ids,
+                                     ty_value_id_t *out_ids) {
+  uint32_t mask = 0;
+  for (uint32_t i = 0; with_states && i < inst->input_count; ++i) {
+    if (inst->inputs[i].state) mask |= 1u << i;
+  }
+  return ty_conform_add_op_states(inst, g, oracle, mask, in_ids, out_ids);
+}
+
+bool ty_conform_wrt(const ty_conform_instance_t *inst, uint32_t i) {
   return inst->inputs[i].present && ty_dtype_is_float(inst->inputs[i].dtype);
 }
 
 /* Appends the backward part: seeds dy<j> and the summed gradients dx<i>.
  * `seeded` false uses ones as the seed (to probe differentiability). */
-static ty_status_t ty_conform_add_backward(const ty_conform_instance_t *inst, ty_graph_t *g,
+ty_status_t ty_conform_add_backward(const ty_conform_instance_t *inst, ty_graph_t *g,
                                            bool oracle, const ty_value_id_t *in_ids,
                                            const ty_value_id_t *out_ids, const uint32_t *diff,
                                            uint32_t diff_count, bool seeded,

@@ -28,4 +28,21 @@ static inline double ty_conform_uniform(uint64_t *state) {
 
 uint64_t ty_conform_hash_string(uint64_t h, const char *s);
 
+/* ---- graph building pieces (conform_instance.c), for the whole-graph
+ * tier (conform_whole.c) ---- */
+
+/* Adds the case's inputs (those whose bit is set in `state_mask` as STATE
+ * values, the rest as INPUT) and its op node. */
+ty_status_t ty_conform_add_op_states(const ty_conform_instance_t *inst, ty_graph_t *g,
+                                     bool oracle, uint32_t state_mask, ty_value_id_t *in_ids,
+                                     ty_value_id_t *out_ids);
+/* Whether input i is differentiated (present and float). */
+bool ty_conform_wrt(const ty_conform_instance_t *inst, uint32_t i);
+/* Autodiff of the differentiable outputs `diff` from seeds dy<j> (INPUTs;
+ * ones when !seeded) into grads[k] for each wrt input in order. */
+ty_status_t ty_conform_add_backward(const ty_conform_instance_t *inst, ty_graph_t *g,
+                                    bool oracle, const ty_value_id_t *in_ids,
+                                    const ty_value_id_t *out_ids, const uint32_t *diff,
+                                    uint32_t diff_count, bool seeded, ty_value_id_t *grads);
+
 #endif /* TY_GRAPH_CONFORM_INTERNAL_H_ */

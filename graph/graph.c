@@ -265,6 +265,26 @@ ty_status_t ty_graph_set_output(ty_graph_t *g, ty_value_id_t value, const char *
   return TY_OK;
 }
 
+ty_status_t ty_graph_mark_loss_seed(ty_graph_t *g, ty_value_id_t value) {
+  TY_RETURN_IF_ERROR(ty_graph_check_value(g, value));
+  const ty_graph_value_t *v = &g->values[value];
+  if (v->role != TY_VALUE_INPUT || !ty_dtype_is_float(v->desc.dtype)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "the loss-gradient seed '%s' must be a float input, not a %s %s",
+                          v->desc.name, ty_dtype_name(v->desc.dtype),
+                          ty_value_role_name(v->role));
+  }
+  for (uint32_t i = 0; i < g->value_count; ++i) {
+    if (i != value && (g->values[i].flags & TY_VALUE_FLAG_LOSS_SEED)) {
+      return ty_status_make(TY_CODE_ALREADY_EXISTS,
+                            "'%s' is already the graph's loss-gradient seed",
+                            g->values[i].desc.name);
+    }
+  }
+  g->values[value].flags |= TY_VALUE_FLAG_LOSS_SEED;
+  return TY_OK;
+}
+
 ty_status_t ty_graph_set_state_update(ty_graph_t *g, ty_value_id_t state,
                                       ty_value_id_t value) {
   TY_RETURN_IF_ERROR(ty_graph_check_value(g, state));

@@ -28,7 +28,7 @@ typedef struct ty_graph_t ty_graph_t;
 typedef struct ty_graph_value_t {
   ty_tensor_desc_t desc; /* desc.name is the value's name ("" if none) */
   ty_value_role_t role;
-  uint32_t flags;            /* TY_VALUE_FLAG_OUTPUT */
+  uint32_t flags;            /* TY_VALUE_FLAG_OUTPUT, TY_VALUE_FLAG_LOSS_SEED */
   uint32_t producer;         /* node index, UINT32_MAX for inputs/state/constants */
   uint32_t producer_output;  /* which output of the producer */
   void *const_data;          /* owned; constants only */
@@ -84,6 +84,11 @@ ty_status_t ty_graph_set_output(ty_graph_t *graph, ty_value_id_t value,
 /* Gives a value a unique name without marking it an output. */
 ty_status_t ty_graph_set_name(ty_graph_t *graph, ty_value_id_t value,
                               const char *name);
+/* Marks a float INPUT as the graph's per-token loss-gradient seed
+ * (TY_VALUE_FLAG_LOSS_SEED): a session may run without binding it, and the
+ * backend then uses ones. At most one per graph (ALREADY_EXISTS);
+ * INVALID_ARGUMENT for a value that is not a float input. */
+ty_status_t ty_graph_mark_loss_seed(ty_graph_t *graph, ty_value_id_t value);
 /* After each run, STATE value `state` takes the content of `value` (same
  * dtype and shape). At most one update per state. */
 ty_status_t ty_graph_set_state_update(ty_graph_t *graph, ty_value_id_t state,

@@ -220,6 +220,9 @@ static void ty_lowered_render_text(const ty_lowered_graph_t *l, ty_sbuf_t *text)
     if (v->flags & TY_VALUE_FLAG_OUTPUT) {
       ty_sbuf_printf(text, "output %%%u \"%s\"\n", i, v->name);
     }
+    if (v->flags & TY_VALUE_FLAG_LOSS_SEED) {
+      ty_sbuf_printf(text, "loss_seed %%%u \"%s\"\n", i, v->name);
+    }
   }
   for (uint32_t u = 0; u < l->abi.update_count; ++u) {
     ty_sbuf_printf(text, "update %%%u <- %%%u\n", l->updates[u].state,

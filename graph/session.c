@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "graph/compile_cache.h"
 #include "graph/lower.h"
 #include "hal/buffer.h"
 #include "hal/dtype.h"
@@ -87,8 +89,12 @@ typedef struct ty_session_slot_t {
 
 struct ty_session_t {
   ty_device_t *device;
-  ty_lowered_graph_t *lowered;
+  ty_lowered_graph_t *lowered;     /* NULL for a session made from an artifact alone */
+  const ty_abi_graph_t *abi;       /* lowered's, or the executable's own */
+  char hash[65];
   ty_abi_executable_t *executable; /* owned by the device's compile cache */
+  char *cache_entry;
+  bool compile_only;
   ty_session_slot_t *slots;
   uint32_t slot_count;
   ty_abi_binding_t *bindings;
@@ -169,59 +175,62 @@ static ty_status_t ty_session_check_support(ty_device_t *device,
   return s;
 }
 
-static ty_status_t ty_session_compile(ty_device_t *device,
-                                      const ty_lowered_graph_t *lowered,
-                                      const ty_session_options_t *options,
-                                      ty_abi_executable_t **out_executable,
-                                      bool *out_hit) {
-  *out_executable = NULL;
-  *out_hit = false;
-  ty_compile_cache_t *cache;
-  TY_RETURN_IF_ERROR(ty_compile_cache_get(device, &cache));
+static double ty_session_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *ty_session_source_name(ty_session_source_t source) {
+  switch (source) {
+    case TY_SESSION_COMPILED: return "compiled (no cache folder)";
+    case TY_SESSION_MEMORY_HIT: return "hit (in-process cache)";
+    case TY_SESSION_DISK_HIT: return "hit";
+    case TY_SESSION_DISK_MISS: return "miss (compiled and stored)";
+    case TY_SESSION_DISK_UNSERIALIZABLE:
+      return "compiled (the backend cannot serialize executables; only failures are cached)";
+    case TY_SESSION_ARTIFACT: return "loaded from an artifact";
+  }
+  return "unknown";
+}
+
+/* key = graph hash | backend | backend version | device URI | options. The
+ * in-process cache is per device, so the URI only matters on disk, where it
+ * names the target of a compile-then-run device. */
+static ty_status_t ty_session_cache_key(ty_device_t *device, const char *hash,
+                                        const ty_session_options_t *options, bool with_uri,
+                                        char **out_key) {
   ty_backend_t *backend = ty_device_backend(device);
-  /* key = graph hash | backend | backend version | options */
-  size_t key_len = 64 + strlen(ty_backend_name(backend)) +
-                   strlen(ty_backend_version(backend)) + 8;
+  size_t key_len = 64 + strlen(ty_backend_name(backend)) + strlen(ty_backend_version(backend)) +
+                   strlen(ty_device_uri(device)) + 16;
   uint32_t option_count = options ? options->option_count : 0;
   for (uint32_t i = 0; i < option_count; ++i) {
     key_len += strlen(options->options[i].key) + strlen(options->options[i].value) + 2;
   }
   char *key = malloc(key_len + 1);
   if (!key) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  int used = snprintf(key, key_len + 1, "%s|%s|%s", ty_lowered_graph_hash(lowered),
-                      ty_backend_name(backend), ty_backend_version(backend));
+  int used = snprintf(key, key_len + 1, "%s|%s|%s", hash, ty_backend_name(backend),
+                      ty_backend_version(backend));
+  if (with_uri) used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s", ty_device_uri(device));
   for (uint32_t i = 0; i < option_count; ++i) {
     used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s=%s",
                      options->options[i].key, options->options[i].value);
   }
-  for (ty_cache_entry_t *e = cache->entries; e; e = e->next) {
-    if (strcmp(e->key, key) == 0) {
-      free(key);
-      *out_executable = e->executable;
-      *out_hit = true;
-      return TY_OK;
-    }
-  }
-  ty_abi_compile_args_t args = {
-      .struct_size = sizeof(args),
-      .graph = ty_lowered_graph_abi(lowered),
-      .option_count = option_count,
-      .options = options ? options->options : NULL,
-  };
-  ty_abi_status_t (*compile)(ty_abi_device_t *, const ty_abi_compile_args_t *,
-                             ty_abi_executable_t **) =
-      TY_BACKEND_ENTRY(backend, graph_compile);
-  ty_abi_executable_t *executable = NULL;
-  ty_status_t s = ty_status_from_abi(compile(ty_device_handle(device), &args, &executable));
-  if (s) {
-    free(key);
-    return ty_status_annotate(s, "compiling graph %.12s for %s",
-                              ty_lowered_graph_hash(lowered), ty_device_label(device));
-  }
+  *out_key = key;
+  return TY_OK;
+}
+
+static void ty_session_destroy_executable(ty_backend_t *backend, ty_abi_executable_t *e) {
+  void (*destroy)(ty_abi_executable_t *) = TY_BACKEND_ENTRY(backend, executable_destroy);
+  if (destroy && e) destroy(e);
+}
+
+/* Hands `executable` to the device's cache under `key` (taking both). */
+static ty_status_t ty_compile_cache_add(ty_compile_cache_t *cache, char *key,
+                                        ty_abi_executable_t *executable) {
   ty_cache_entry_t *entry = calloc(1, sizeof(*entry));
   if (!entry) {
-    void (*destroy)(ty_abi_executable_t *) = TY_BACKEND_ENTRY(backend, executable_destroy);
-    if (destroy) destroy(executable);
+    ty_session_destroy_executable(cache->backend, executable);
     free(key);
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -229,7 +238,184 @@ static ty_status_t ty_session_compile(ty_device_t *device,
   entry->executable = executable;
   entry->next = cache->entries;
   cache->entries = entry;
-  *out_executable = executable;
+  return TY_OK;
+}
+
+/* Deserializes `bytes` for `device` (checked against `expected` if given). */
+static ty_status_t ty_session_deserialize(ty_device_t *device, const void *bytes, size_t size,
+                                          const ty_abi_graph_t *expected,
+                                          ty_abi_executable_t **out) {
+  *out = NULL;
+  ty_backend_t *backend = ty_device_backend(device);
+  ty_abi_status_t (*load)(ty_abi_device_t *, const ty_abi_deserialize_args_t *,
+                          ty_abi_executable_t **) =
+      TY_BACKEND_ENTRY(backend, executable_deserialize);
+  if (!load) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' cannot load artifacts (it has no ABI 1.2 "
+                          "executable_deserialize)",
+                          ty_backend_name(backend));
+  }
+  ty_abi_deserialize_args_t args = {
+      .struct_size = sizeof(args), .bytes = bytes, .size = size, .expected = expected};
+  return ty_status_from_abi(load(ty_device_handle(device), &args, out));
+}
+
+/* The executable's artifact bytes (malloc'ed). */
+static ty_status_t ty_session_serialize_executable(ty_backend_t *backend,
+                                                   ty_abi_executable_t *executable,
+                                                   void **out_bytes, size_t *out_size) {
+  *out_bytes = NULL;
+  *out_size = 0;
+  ty_abi_status_t (*serialize)(ty_abi_executable_t *, void *, uint64_t, uint64_t *) =
+      TY_BACKEND_ENTRY(backend, executable_serialize);
+  if (!serialize) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' cannot serialize executables (it has no ABI 1.2 "
+                          "executable_serialize)",
+                          ty_backend_name(backend));
+  }
+  uint64_t size = 0;
+  TY_RETURN_IF_ERROR(ty_status_from_abi(serialize(executable, NULL, 0, &size)));
+  void *bytes = malloc(size ? (size_t)size : 1);
+  if (!bytes) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory serializing");
+  uint64_t written = 0;
+  ty_status_t s = ty_status_from_abi(serialize(executable, bytes, size, &written));
+  if (!s && written != size) {
+    s = ty_status_make(TY_CODE_INTERNAL, "backend '%s' serialized %llu bytes after announcing %llu",
+                       ty_backend_name(backend), (unsigned long long)written,
+                       (unsigned long long)size);
+  }
+  if (s) {
+    free(bytes);
+    return s;
+  }
+  *out_bytes = bytes;
+  *out_size = (size_t)size;
+  return TY_OK;
+}
+
+/* Compile failures worth remembering: the same key fails the same way. */
+static bool ty_session_failure_is_cacheable(ty_status_t s) {
+  ty_code_t c = ty_status_code(s);
+  return c == TY_CODE_FAILED_PRECONDITION || c == TY_CODE_INVALID_ARGUMENT ||
+         c == TY_CODE_UNIMPLEMENTED;
+}
+
+static ty_status_t ty_session_compile_now(ty_device_t *device, const ty_abi_graph_t *graph,
+                                          const ty_session_options_t *options,
+                                          ty_abi_executable_t **out) {
+  ty_backend_t *backend = ty_device_backend(device);
+  ty_abi_compile_args_t args = {
+      .struct_size = sizeof(args),
+      .graph = graph,
+      .option_count = options ? options->option_count : 0,
+      .options = options ? options->options : NULL,
+  };
+  ty_abi_status_t (*compile)(ty_abi_device_t *, const ty_abi_compile_args_t *,
+                             ty_abi_executable_t **) =
+      TY_BACKEND_ENTRY(backend, graph_compile);
+  ty_status_t s = ty_status_from_abi(compile(ty_device_handle(device), &args, out));
+  return s ? ty_status_annotate(s, "compiling graph %.12s for %s", graph->hash_hex,
+                                ty_device_label(device))
+           : TY_OK;
+}
+
+/* The on-disk cache around a compile: a stored failure, a stored executable,
+ * or a compile whose result (executable or failure) is stored. */
+static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_options_t *options,
+                                           ty_abi_executable_t **out) {
+  ty_device_t *device = s->device;
+  ty_backend_t *backend = ty_device_backend(device);
+  const ty_abi_graph_t *graph = s->abi;
+  char *key = NULL, *entry = NULL, *fail = NULL;
+  ty_status_t st = ty_session_cache_key(device, s->hash, options, true, &key);
+  if (!st) {
+    st = ty_compile_cache_path(options->cache_dir, ty_backend_name(backend), key, ".art", &entry);
+  }
+  if (!st) {
+    st = ty_compile_cache_path(options->cache_dir, ty_backend_name(backend), key, ".fail", &fail);
+  }
+  bool serializable = TY_BACKEND_ENTRY(backend, executable_serialize) &&
+                      TY_BACKEND_ENTRY(backend, executable_deserialize);
+  if (!st && !options->retry_failed) st = ty_compile_cache_read_failure(fail);
+  if (!st && options->retry_failed) remove(fail);
+  bool done = false;
+  if (!st && serializable) {
+    void *bytes = NULL;
+    size_t size = 0;
+    ty_status_t r = ty_file_read_all(entry, &bytes, &size);
+    if (!r) {
+      r = ty_session_deserialize(device, bytes, size, graph, out);
+      /* A corrupt or stale entry is a miss: compile and replace it. */
+      done = !r;
+    }
+    ty_status_free(r);
+    free(bytes);
+    if (done) s->stats.source = TY_SESSION_DISK_HIT;
+  }
+  if (!st && !done) {
+    st = ty_session_check_support(device, graph);
+    if (!st) st = ty_session_compile_now(device, graph, options, out);
+    if (st && ty_session_failure_is_cacheable(st)) ty_compile_cache_write_failure(fail, key, st);
+    if (!st && serializable) {
+      void *bytes = NULL;
+      size_t size = 0;
+      st = ty_session_serialize_executable(backend, *out, &bytes, &size);
+      if (!st) st = ty_file_write_atomic(entry, bytes, size);
+      free(bytes);
+      if (st) {
+        st = ty_status_annotate(st, "storing the compiled graph in the cache %s (pass "
+                                    "--cache-dir '' to run without a cache)",
+                                options->cache_dir);
+        ty_session_destroy_executable(backend, *out);
+        *out = NULL;
+      }
+    }
+    if (!st) s->stats.source = serializable ? TY_SESSION_DISK_MISS : TY_SESSION_DISK_UNSERIALIZABLE;
+  }
+  if (!st) {
+    s->cache_entry = serializable ? entry : NULL;
+    if (serializable) entry = NULL;
+  }
+  free(key);
+  free(entry);
+  free(fail);
+  return st;
+}
+
+static ty_status_t ty_session_compile(ty_session_t *s, const ty_session_options_t *options) {
+  ty_device_t *device = s->device;
+  ty_compile_cache_t *cache;
+  TY_RETURN_IF_ERROR(ty_compile_cache_get(device, &cache));
+  char *key = NULL;
+  TY_RETURN_IF_ERROR(ty_session_cache_key(device, s->hash, options, false, &key));
+  for (ty_cache_entry_t *e = cache->entries; e; e = e->next) {
+    if (strcmp(e->key, key) == 0) {
+      free(key);
+      s->executable = e->executable;
+      s->stats.cache_hit = true;
+      s->stats.source = TY_SESSION_MEMORY_HIT;
+      return TY_OK;
+    }
+  }
+  double start = ty_session_now();
+  ty_abi_executable_t *executable = NULL;
+  ty_status_t st;
+  if (options && options->cache_dir && options->cache_dir[0]) {
+    st = ty_session_compile_disk(s, options, &executable);
+  } else {
+    st = ty_session_check_support(device, s->abi);
+    if (!st) st = ty_session_compile_now(device, s->abi, options, &executable);
+    s->stats.source = TY_SESSION_COMPILED;
+  }
+  s->stats.compile_seconds = ty_session_now() - start;
+  if (st) {
+    free(key);
+    return st;
+  }
+  TY_RETURN_IF_ERROR(ty_compile_cache_add(cache, key, executable));
+  s->executable = executable;
   return TY_OK;
 }
 
@@ -249,7 +435,7 @@ static ty_session_slot_t *ty_session_shared_slot(const ty_session_t *other,
 }
 
 static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *share) {
-  const ty_abi_graph_t *g = ty_lowered_graph_abi(s->lowered);
+  const ty_abi_graph_t *g = s->abi;
   s->slots = calloc(g->value_count ? g->value_count : 1, sizeof(*s->slots));
   s->bindings = calloc(g->value_count ? g->value_count : 1, sizeof(*s->bindings));
   if (!s->slots || !s->bindings) {
@@ -301,38 +487,117 @@ static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *sha
   return TY_OK;
 }
 
+/* What every create does after it has an executable. */
+static ty_status_t ty_session_finish(ty_session_t *s, const ty_session_options_t *options) {
+  ty_device_t *device = s->device;
+  if (options && options->share_state_with && options->share_state_with->device != device) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "sessions can share state only on one device (%s vs %s)",
+                          ty_device_label(device),
+                          ty_device_label(options->share_state_with->device));
+  }
+  if (options && options->share_state_with && options->share_state_with->guard != s->guard) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "sessions that share state need the same guard_bytes (%llu vs %llu)",
+                          (unsigned long long)s->guard,
+                          (unsigned long long)options->share_state_with->guard);
+  }
+  if (s->compile_only) return TY_OK;
+  return ty_session_add_slots(s, options ? options->share_state_with : NULL);
+}
+
+static ty_status_t ty_session_new(ty_device_t *device, const ty_session_options_t *options,
+                                  ty_session_t **out) {
+  *out = calloc(1, sizeof(**out));
+  if (!*out) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory creating a session");
+  (*out)->device = device;
+  (*out)->guard = options ? options->guard_bytes : 0;
+  (*out)->compile_only = options && options->compile_only;
+  return TY_OK;
+}
+
+static void ty_session_set_graph(ty_session_t *s, const ty_abi_graph_t *abi) {
+  s->abi = abi;
+  snprintf(s->hash, sizeof(s->hash), "%s", abi->hash_hex ? abi->hash_hex : "");
+}
+
 ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
                               const ty_session_options_t *options,
                               ty_session_t **out_session) {
   *out_session = NULL;
-  ty_session_t *s = calloc(1, sizeof(*s));
-  if (!s) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory creating a session");
-  s->device = device;
-  s->guard = options ? options->guard_bytes : 0;
+  ty_session_t *s = NULL;
+  TY_RETURN_IF_ERROR(ty_session_new(device, options, &s));
   ty_status_t st = ty_graph_lower(graph, &s->lowered);
-  if (!st) st = ty_session_check_support(device, ty_lowered_graph_abi(s->lowered));
   if (!st) {
-    st = ty_session_compile(device, s->lowered, options, &s->executable,
-                            &s->stats.cache_hit);
+    ty_session_set_graph(s, ty_lowered_graph_abi(s->lowered));
+    st = ty_session_compile(s, options);
   }
-  if (!st && options && options->share_state_with &&
-      options->share_state_with->device != device) {
-    st = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                        "sessions can share state only on one device (%s vs %s)",
-                        ty_device_label(device),
-                        ty_device_label(options->share_state_with->device));
-  }
-  if (!st && options && options->share_state_with &&
-      options->share_state_with->guard != s->guard) {
-    st = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                        "sessions that share state need the same guard_bytes (%llu vs %llu)",
-                        (unsigned long long)s->guard,
-                        (unsigned long long)options->share_state_with->guard);
-  }
-  if (!st) st = ty_session_add_slots(s, options ? options->share_state_with : NULL);
+  if (!st) st = ty_session_finish(s, options);
   if (st) {
     ty_session_destroy(s);
     return st;
+  }
+  *out_session = s;
+  return TY_OK;
+}
+
+ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_t *graph,
+                                            const char *path,
+                                            const ty_session_options_t *options,
+                                            ty_session_t **out_session) {
+  *out_session = NULL;
+  ty_session_t *s = NULL;
+  TY_RETURN_IF_ERROR(ty_session_new(device, options, &s));
+  ty_backend_t *backend = ty_device_backend(device);
+  void *bytes = NULL;
+  size_t size = 0;
+  ty_abi_executable_t *executable = NULL;
+  ty_compile_cache_t *cache = NULL;
+  double start = ty_session_now();
+  ty_status_t st = graph ? ty_graph_lower(graph, &s->lowered) : TY_OK;
+  if (!st) st = ty_compile_cache_get(device, &cache);
+  if (!st) st = ty_file_read_all(path, &bytes, &size);
+  if (!st) {
+    st = ty_session_deserialize(device, bytes, size,
+                                s->lowered ? ty_lowered_graph_abi(s->lowered) : NULL, &executable);
+  }
+  free(bytes);
+  if (!st && s->lowered) {
+    ty_session_set_graph(s, ty_lowered_graph_abi(s->lowered));
+  } else if (!st) {
+    const ty_abi_graph_t *(*graph_of)(ty_abi_executable_t *) =
+        TY_BACKEND_ENTRY(backend, executable_graph);
+    const ty_abi_graph_t *abi = graph_of ? graph_of(executable) : NULL;
+    if (!abi) {
+      st = ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' does not describe the graph of a loaded artifact; "
+                          "create the session with the graph it was compiled from",
+                          ty_backend_name(backend));
+      ty_session_destroy_executable(backend, executable);
+    } else {
+      ty_session_set_graph(s, abi);
+    }
+  }
+  if (!st) {
+    /* The device's cache owns loaded executables too (under a key no
+     * compile looks up), so they live until the device closes. */
+    size_t cap = strlen(path) + 96;
+    char *key = malloc(cap);
+    if (key) snprintf(key, cap, "artifact|%s|%s", s->hash, path);
+    st = key ? ty_compile_cache_add(cache, key, executable)
+             : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    if (!key) ty_session_destroy_executable(backend, executable);
+  }
+  if (!st) {
+    s->executable = executable;
+    s->stats.source = TY_SESSION_ARTIFACT;
+    s->stats.compile_seconds = ty_session_now() - start;
+    s->cache_entry = strdup(path);
+    st = ty_session_finish(s, options);
+  }
+  if (st) {
+    ty_session_destroy(s);
+    return ty_status_annotate(st, "loading artifact %s on %s", path, ty_device_label(device));
   }
   *out_session = s;
   return TY_OK;
@@ -344,7 +609,45 @@ void ty_session_destroy(ty_session_t *s) {
   free(s->slots);
   free(s->bindings);
   ty_lowered_graph_destroy(s->lowered);
+  free(s->cache_entry);
   free(s);
+}
+
+ty_status_t ty_session_serialize(const ty_session_t *s, void **out_bytes, size_t *out_size) {
+  return ty_session_serialize_executable(ty_device_backend(s->device), s->executable, out_bytes,
+                                         out_size);
+}
+
+ty_status_t ty_session_report(const ty_session_t *s, char **out_text) {
+  *out_text = NULL;
+  ty_backend_t *backend = ty_device_backend(s->device);
+  ty_abi_status_t (*report)(ty_abi_executable_t *, char *, uint64_t, uint64_t *) =
+      TY_BACKEND_ENTRY(backend, executable_report);
+  if (!report) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED, "backend '%s' gives no executable report",
+                          ty_backend_name(backend));
+  }
+  uint64_t size = 0;
+  TY_RETURN_IF_ERROR(ty_status_from_abi(report(s->executable, NULL, 0, &size)));
+  char *text = calloc(1, size + 1);
+  if (!text) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  uint64_t written = 0;
+  ty_status_t st = ty_status_from_abi(report(s->executable, text, size, &written));
+  if (st) {
+    free(text);
+    return st;
+  }
+  text[size] = '\0';
+  *out_text = text;
+  return TY_OK;
+}
+
+static ty_status_t ty_session_usable(const ty_session_t *s) {
+  if (!s->compile_only) return TY_OK;
+  return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                        "the session of graph %.12s was created compile-only: it has no "
+                        "device buffers to bind, run or read",
+                        s->hash);
 }
 
 static ty_status_t ty_session_slot(const ty_session_t *s, const char *name,
@@ -371,6 +674,14 @@ ty_status_t ty_session_value_desc(const ty_session_t *s, const char *name,
 ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
                             uint32_t rank, const int64_t *dims, const void *data,
                             size_t bytes) {
+  TY_RETURN_IF_ERROR(ty_session_usable(s));
+  ty_abi_status_t (*check)(ty_abi_executable_t *, const ty_abi_binding_check_t *) =
+      TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_check_binding);
+  if (check) {
+    ty_abi_binding_check_t c = {
+        .struct_size = sizeof(c), .name = name, .dtype = dtype, .rank = rank, .dims = dims};
+    TY_RETURN_IF_ERROR(ty_status_from_abi(check(s->executable, &c)));
+  }
   ty_session_slot_t *slot;
   TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
   if (slot->role != TY_VALUE_INPUT && slot->role != TY_VALUE_STATE) {
@@ -403,24 +714,38 @@ ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
   return TY_OK;
 }
 
+/* Whether the backend may run with the loss-gradient seed unbound. */
+static bool ty_session_seed_may_be_unbound(const ty_session_t *s) {
+  uint32_t major = 0, minor = 0;
+  ty_backend_abi_version(ty_device_backend(s->device), &major, &minor);
+  return major == TY_ABI_MAJOR && minor >= 2;
+}
+
 ty_status_t ty_session_run(ty_session_t *s) {
+  TY_RETURN_IF_ERROR(ty_session_usable(s));
+  uint32_t n = 0;
   for (uint32_t i = 0; i < s->slot_count; ++i) {
-    if (s->slots[i].role == TY_VALUE_INPUT && !s->slots[i].bound) {
+    const ty_session_slot_t *slot = &s->slots[i];
+    if (slot->role == TY_VALUE_INPUT && !slot->bound) {
+      if ((slot->flags & TY_VALUE_FLAG_LOSS_SEED) && ty_session_seed_may_be_unbound(s)) {
+        continue; /* the backend uses ones */
+      }
       return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                            "input '%s' was never bound", s->slots[i].name);
+                            "input '%s' was never bound", slot->name);
     }
-    s->bindings[i].buffer = ty_buffer_handle(s->slots[i].buffer);
+    s->bindings[n] = (ty_abi_binding_t){
+        .name = slot->name, .buffer = ty_buffer_handle(slot->buffer), .offset = s->guard};
+    n++;
   }
   ty_abi_execute_args_t args = {
       .struct_size = sizeof(args),
-      .binding_count = s->slot_count,
+      .binding_count = n,
       .bindings = s->bindings,
   };
   ty_abi_status_t (*execute)(ty_abi_executable_t *, const ty_abi_execute_args_t *) =
       TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_execute);
   TY_RETURN_IF_ERROR(ty_status_annotate(ty_status_from_abi(execute(s->executable, &args)),
-                                        "running graph %.12s on %s",
-                                        ty_lowered_graph_hash(s->lowered),
+                                        "running graph %.12s on %s", s->hash,
                                         ty_device_label(s->device)));
   s->stats.runs++;
   return TY_OK;
@@ -428,6 +753,7 @@ ty_status_t ty_session_run(ty_session_t *s) {
 
 ty_status_t ty_session_read(ty_session_t *s, const char *name, void *dst,
                             size_t bytes) {
+  TY_RETURN_IF_ERROR(ty_session_usable(s));
   ty_session_slot_t *slot;
   TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
   if (slot->role == TY_VALUE_INPUT && !(slot->flags & TY_VALUE_FLAG_OUTPUT)) {
@@ -491,15 +817,24 @@ ty_status_t ty_session_check_guards(ty_session_t *s) {
   return st;
 }
 
-ty_session_stats_t ty_session_stats(const ty_session_t *s) { return s->stats; }
+ty_session_stats_t ty_session_stats(const ty_session_t *s) {
+  ty_session_stats_t stats = s->stats;
+  stats.cache_entry = s->cache_entry ? s->cache_entry : "";
+  return stats;
+}
+
 const char *ty_session_graph_text(const ty_session_t *s) {
-  return ty_lowered_graph_text(s->lowered);
+  /* Sessions made from an artifact have no host-side graph to print. */
+  return s->lowered ? ty_lowered_graph_text(s->lowered) : "";
 }
 
 ty_status_t ty_session_graph_dot(const ty_session_t *s, char **out_dot) {
+  if (!s->lowered) {
+    *out_dot = NULL;
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "this session was made from an artifact: it has no graph to print");
+  }
   return ty_lowered_graph_format_dot(s->lowered, out_dot);
 }
 
-const char *ty_session_graph_hash(const ty_session_t *s) {
-  return ty_lowered_graph_hash(s->lowered);
-}
+const char *ty_session_graph_hash(const ty_session_t *s) { return s->hash; }

@@ -6,10 +6,15 @@
  * an error naming op, dtype and device; there is never a fallback to another
  * device), and compiles it — or reuses an executable compiled earlier on the
  * same device for the same graph hash, backend, backend version and options
- * (the in-process compile cache). Every INPUT, STATE and OUTPUT value gets a
+ * (the in-process compile cache), or, with options.cache_dir, one stored on
+ * disk by an earlier process (graph/compile_cache.h; backends that can
+ * serialize executables only). Every INPUT, STATE and OUTPUT value gets a
  * device buffer at create. STATE values (parameters, optimizer moments)
  * start as zeros and stay on the device across runs; only bound inputs and
  * explicit reads cross between host and device.
+ *
+ * create_from_artifact loads an executable a backend serialized earlier
+ * (`trainyard compile`) instead of compiling.
  *
  * A session must be destroyed before its device is closed. Not thread-safe. */
 #ifndef TY_GRAPH_SESSION_H_
@@ -48,10 +53,37 @@ typedef struct ty_session_options_t {
    * result, and bound inputs are fingerprinted; ty_session_check_guards then
    * tells whether a run wrote outside its tensors or into an input. */
   uint64_t guard_bytes;
+  /* The on-disk compile cache folder; NULL or "" for none. */
+  const char *cache_dir;
+  /* Compile again even when the cache holds a failure record for the key
+   * (by default a cached failure is returned without compiling). */
+  bool retry_failed;
+  /* Compile (or load) only: no device buffers are made, and bind, run and
+   * read fail. For `trainyard compile`, which only writes the artifact. */
+  bool compile_only;
 } ty_session_options_t;
+
+/* Where create found its executable. */
+typedef enum ty_session_source_e {
+  TY_SESSION_COMPILED = 0,       /* compiled; no cache folder was given */
+  TY_SESSION_MEMORY_HIT = 1,     /* the device's in-process cache */
+  TY_SESSION_DISK_HIT = 2,       /* loaded from the cache folder */
+  TY_SESSION_DISK_MISS = 3,      /* compiled and stored in the cache folder */
+  TY_SESSION_DISK_UNSERIALIZABLE = 4, /* compiled; the backend cannot serialize
+                                         executables, so the folder keeps only
+                                         failure records for it */
+  TY_SESSION_ARTIFACT = 5,       /* loaded from an artifact file */
+} ty_session_source_t;
+
+/* "compiled", "memory hit", "disk hit", "disk miss", ... */
+const char *ty_session_source_name(ty_session_source_t source);
 
 typedef struct ty_session_stats_t {
   bool cache_hit;              /* create reused a compiled executable */
+  ty_session_source_t source;
+  const char *cache_entry;     /* the cache file or artifact read or written
+                                  ("" if none); owned by the session */
+  double compile_seconds;      /* host wall time of create's compile or load */
   uint64_t runs;
   uint64_t host_to_device_count; /* buffer writes since create */
   uint64_t host_to_device_bytes;
@@ -68,15 +100,40 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
                               ty_session_t **out_session);
 void ty_session_destroy(ty_session_t *session);
 
+/* Loads the artifact at `path` (written by ty_session_serialize, e.g. by
+ * `trainyard compile`) for `device`. With `graph`, the artifact must have
+ * been compiled from that graph: the backend refuses another one with
+ * FAILED_PRECONDITION naming the difference (a recompile is needed). Without
+ * it the slots come from the artifact's own graph. NOT_FOUND for a missing
+ * file; DATA_LOSS for a corrupt one; FAILED_PRECONDITION for a format
+ * version or target the device does not take; UNIMPLEMENTED for a backend
+ * that cannot load artifacts. options.cache_dir is ignored. */
+ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_t *graph,
+                                            const char *path,
+                                            const ty_session_options_t *options,
+                                            ty_session_t **out_session);
+
+/* The executable as an artifact (the backend's format). The caller frees
+ * *out_bytes. UNIMPLEMENTED for backends that cannot serialize. */
+ty_status_t ty_session_serialize(const ty_session_t *session, void **out_bytes,
+                                 size_t *out_size);
+
+/* The backend's report on the executable (placement, estimates, what the
+ * runs did); UNIMPLEMENTED when the backend gives none. Caller frees. */
+ty_status_t ty_session_report(const ty_session_t *session, char **out_text);
+
 /* Copies host data into the INPUT or STATE value `name` (for a state: sets
  * its value, e.g. initial weights). `dtype` and the shape must match the
  * value's exactly; `bytes` must equal its size. INVALID_ARGUMENT naming the
- * value and both shapes otherwise; NOT_FOUND for an unknown name. */
+ * value and both shapes otherwise; NOT_FOUND for an unknown name. A backend
+ * with executable_check_binding checks first and its error is returned. */
 ty_status_t ty_session_bind(ty_session_t *session, const char *name,
                             ty_dtype_t dtype, uint32_t rank, const int64_t *dims,
                             const void *data, size_t bytes);
 
-/* Runs once. FAILED_PRECONDITION naming the first INPUT never bound. */
+/* Runs once. FAILED_PRECONDITION naming the first INPUT never bound; the
+ * graph's loss-gradient seed (TY_VALUE_FLAG_LOSS_SEED) may stay unbound on
+ * backends of ABI >= 1.2, which then use ones. */
 ty_status_t ty_session_run(ty_session_t *session);
 
 /* Copies an OUTPUT or STATE value to host memory (`bytes` must equal its

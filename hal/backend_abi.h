@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 1u
+#define TY_ABI_MINOR 2u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -152,6 +152,11 @@ typedef struct ty_abi_device_info_t {
   /* ---- v1.1 ---- */
   double peak_f32_gflops; /* theoretical dense f32 peak; 0 when unknown (used
                              for MFU; say in docs how it is derived) */
+  /* ---- v1.2 ---- */
+  uint32_t whole_graphs_only; /* nonzero: the device runs whole train steps and
+                                 inference graphs only and refuses graphs of a
+                                 single op (conform then checks it with its
+                                 whole-graph tier) */
 } ty_abi_device_info_t;
 
 /* One `key=value` from a device URI query (`cpu?threads=2`). */
@@ -191,6 +196,13 @@ typedef enum ty_value_role_e {
 
 /* Value flags. */
 #define TY_VALUE_FLAG_OUTPUT 1u /* the caller may bind a buffer to read it */
+/* ABI 1.2: the per-token loss-gradient seed, an INPUT (the trainer's
+ * "loss_weights": loss = sum(loss_per_token * seed), so the seed scales each
+ * element of the loss gradient; padding and prompt masking are zeros in it).
+ * A caller may leave it unbound: the backend then uses ones and may say so in
+ * its executable report. The host leaves it unbound only for plugins built
+ * against ABI >= 1.2. */
+#define TY_VALUE_FLAG_LOSS_SEED 2u
 
 typedef struct ty_abi_value_t {
   const char *name;   /* unique among named values; "" for anonymous */
@@ -277,6 +289,28 @@ typedef struct ty_abi_execute_args_t {
 
 typedef struct ty_abi_executable_s ty_abi_executable_t;
 
+/* executable_deserialize's arguments (ABI 1.2). */
+typedef struct ty_abi_deserialize_args_t {
+  size_t struct_size;
+  const void *bytes; /* the artifact, as executable_serialize wrote it */
+  uint64_t size;
+  /* NULL, or the graph the caller means to run with it: the plugin refuses
+   * an artifact made from another graph with FAILED_PRECONDITION naming the
+   * difference (a changed shape, optimizer, an inference artifact asked to
+   * train), since running it would need a recompile. */
+  const ty_abi_graph_t *expected;
+} ty_abi_deserialize_args_t;
+
+/* executable_check_binding's arguments (ABI 1.2): what a caller is about to
+ * bind under `name`. */
+typedef struct ty_abi_binding_check_t {
+  size_t struct_size;
+  const char *name;
+  ty_dtype_t dtype;
+  uint32_t rank;
+  const int64_t *dims;
+} ty_abi_binding_check_t;
+
 /* ------------------------------------------------------------------------ */
 /* The backend table.                                                        */
 /*                                                                           */
@@ -353,6 +387,41 @@ typedef struct ty_backend_api_t {
    * device_synchronize or a buffer_read. */
   ty_abi_status_t (*executable_execute)(ty_abi_executable_t *executable,
                                         const ty_abi_execute_args_t *args);
+
+  /* ---- v1.2, optional: artifacts, reports, binding checks ---- */
+
+  /* Writes a self-contained artifact of the executable (the plugin's own
+   * format: it should carry a magic, a format version, a content hash and
+   * the target it was compiled for). Always sets *out_size to the artifact's
+   * size; writes it to `dst` only when dst is not NULL and capacity >=
+   * *out_size (call once with dst NULL to learn the size). */
+  ty_abi_status_t (*executable_serialize)(ty_abi_executable_t *executable,
+                                          void *dst, uint64_t capacity,
+                                          uint64_t *out_size);
+  /* Loads an artifact for `device`. DATA_LOSS for a corrupt or truncated
+   * artifact (bad magic, content hash mismatch); FAILED_PRECONDITION for an
+   * unsupported format version, a target that differs from the device, or
+   * an artifact of another graph than args->expected. The bytes are only
+   * valid during the call. */
+  ty_abi_status_t (*executable_deserialize)(ty_abi_device_t *device,
+                                            const ty_abi_deserialize_args_t *args,
+                                            ty_abi_executable_t **out_executable);
+  /* A human-readable report of the executable (placement, estimates, what
+   * runs did), NUL-terminated. Sets *out_size to the bytes needed including
+   * the NUL; writes only when dst is not NULL and capacity >= *out_size. */
+  ty_abi_status_t (*executable_report)(ty_abi_executable_t *executable,
+                                       char *dst, uint64_t capacity,
+                                       uint64_t *out_size);
+  /* The graph the executable runs (plugin-owned, valid while the executable
+   * lives), so a host can create a session from an artifact alone; NULL
+   * when the plugin keeps none. */
+  const ty_abi_graph_t *(*executable_graph)(ty_abi_executable_t *executable);
+  /* Checks a binding before the host copies data: the plugin's own error
+   * for a name it has no slot for, an undeclared hyperparameter, a wrong
+   * dtype or shape (INVALID_ARGUMENT, or FAILED_PRECONDITION when the
+   * binding would need a recompile). NULL (OK) when the binding is fine. */
+  ty_abi_status_t (*executable_check_binding)(ty_abi_executable_t *executable,
+                                              const ty_abi_binding_check_t *check);
 
   /* New entries are appended below this line; bump TY_ABI_MINOR. */
 } ty_backend_api_t;

@@ -278,6 +278,8 @@ static ty_status_t ty_b_loss(ty_builder_t *b) {
   TY_RETURN_IF_ERROR(ty_b_node(b, "cross_entropy", in, 2, NULL, &per_token));
   ty_dtype_t loss_dtype = ty_graph_value(b->g, per_token)->desc.dtype;
   TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "loss_weights", loss_dtype, 2, bt, &weights));
+  /* Unbound, it is ones: the loss is then the sum over every target. */
+  TY_RETURN_IF_ERROR(ty_graph_mark_loss_seed(b->g, weights));
   TY_RETURN_IF_ERROR(ty_b_binary(b, "mul", per_token, weights, &weighted));
   TY_RETURN_IF_ERROR(ty_b_node(b, "reduce_sum", &weighted, 1, NULL, &b->m->loss));
   TY_RETURN_IF_ERROR(ty_graph_set_output(b->g, b->m->loss, "loss"));

@@ -31,7 +31,8 @@ typedef struct ty_llm_options_t {
   int64_t seq;         /* T: tokens per row in this graph */
   ty_dtype_t dtype;    /* parameters and activations: f32, bf16, f16 or f64 */
   bool with_loss;      /* inputs "targets" (i64 [B,T], negative = ignored) and
-                          "loss_weights" ([B,T], f32 or f64 like the loss);
+                          "loss_weights" ([B,T], f32 or f64 like the loss;
+                          the graph's loss-gradient seed: ones if unbound);
                           outputs "loss" = sum(loss_per_token * loss_weights)
                           and "loss_per_token". Weights summing to 1 over the
                           counted targets make "loss" their mean. */

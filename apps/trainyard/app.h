@@ -46,6 +46,8 @@ int ty_app_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
+int ty_cmd_compile(ty_app_t *app, int argc, char **argv);
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv);
 int ty_cmd_data(ty_app_t *app, int argc, char **argv);
 int ty_cmd_forward(ty_app_t *app, int argc, char **argv);

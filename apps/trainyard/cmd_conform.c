@@ -23,7 +23,7 @@
 static const char *const ty_conform_usage =
     "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
     "                         [--direction forward|backward] [--seed N]\n"
-    "                         [--xfail FILE] [--json]\n"
+    "                         [--tier op|graph|all] [--xfail FILE] [--json]\n"
     "   or: trainyard conform --list [--ops PATTERN] [--dtype D]\n"
     "\n"
     "Runs every op of the op set on a backend and on the reference kernels\n"
@@ -42,6 +42,11 @@ static const char *const ty_conform_usage =
     "  --direction DIR   only forward or only backward\n"
     "  --seed N          the run's seed (default: from the clock, printed);\n"
     "                    the same seed replays the same inputs\n"
+    "  --tier T          op: each op alone (the per-op tier); graph: each op\n"
+    "                    wrapped in a one-node inference graph (forward) or\n"
+    "                    train step with an SGD update (backward), for devices\n"
+    "                    that run whole graphs only; all: both. Default: all\n"
+    "                    for such devices (dataflow), op for the others\n"
     "  --xfail FILE      expected failures, one a line:\n"
     "                      PATTERN DTYPE|* forward|backward|* REASON...\n"
     "                    PATTERN globs 'op' or 'op/case'; an expected failure\n"
@@ -62,6 +67,7 @@ typedef struct {
   const char *ops;
   ty_dtype_t dtype; /* TY_DTYPE_INVALID: all */
   int direction;    /* -1: both */
+  int tier;         /* -1: by the device; 0 op, 1 graph, 2 all */
   uint64_t seed;
   const char *xfail_path;
   bool json, list;
@@ -125,6 +131,7 @@ typedef struct {
   ty_conform_result_t *results;
   uint32_t count, capacity;
   uint32_t tally[5];
+  uint32_t tier_tally[2][5];
   ty_status_t error; /* a failure of the kit itself */
   char last_reason[512];
 } ty_conform_run_t;
@@ -164,6 +171,7 @@ static bool ty_conform_visit(void *ctx, const ty_conform_case_t *c, ty_dtype_t d
   if (run->error) return false;
   run->count++;
   run->tally[r->status]++;
+  run->tier_tally[r->tier][r->status]++;
   if (!run->args->json) ty_conform_print_row(run, r);
   return true;
 }
@@ -173,6 +181,7 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
   for (uint32_t i = 0; i < run->count; ++i) {
     const ty_conform_result_t *r = &run->results[i];
     json_t *o = json_object();
+    json_object_set_new(o, "tier", json_string(ty_conform_tier_name(r->tier)));
     json_object_set_new(o, "op", json_string(r->test_case->op));
     json_object_set_new(o, "case", json_string(r->test_case->name));
     json_object_set_new(o, "dtype", json_string(ty_dtype_name(r->dtype)));
@@ -263,6 +272,12 @@ static int ty_conform_finish(ty_conform_run_t *run, double seconds) {
           run->count, a->backend, run->tally[TY_CONFORM_PASS], run->tally[TY_CONFORM_FAIL],
           run->tally[TY_CONFORM_UNSUPPORTED], run->tally[TY_CONFORM_XFAIL],
           run->tally[TY_CONFORM_XPASS], run->options.seed, seconds);
+  for (int t = 0; t < 2 && a->tier == 2; ++t) {
+    const uint32_t *k = run->tier_tally[t];
+    fprintf(info, "  %s tier: %u pass, %u fail, %u unsupported, %u xfail, %u xpass\n",
+            ty_conform_tier_name((ty_conform_tier_t)t), k[TY_CONFORM_PASS], k[TY_CONFORM_FAIL],
+            k[TY_CONFORM_UNSUPPORTED], k[TY_CONFORM_XFAIL], k[TY_CONFORM_XPASS]);
+  }
   uint32_t failed = run->tally[TY_CONFORM_FAIL] + run->tally[TY_CONFORM_XPASS];
   if (failed) {
     fprintf(stderr, "trainyard conform: %u of %u runs failed on %s:", failed, run->count,
@@ -271,9 +286,10 @@ static int ty_conform_finish(ty_conform_run_t *run, double seconds) {
     for (uint32_t i = 0; i < run->count && shown < 8; ++i) {
       const ty_conform_result_t *r = &run->results[i];
       if (r->status != TY_CONFORM_FAIL && r->status != TY_CONFORM_XPASS) continue;
-      fprintf(stderr, "%s %s/%s (%s %s)", shown++ ? "," : "", r->test_case->op,
+      fprintf(stderr, "%s %s/%s (%s %s%s)", shown++ ? "," : "", r->test_case->op,
               r->test_case->name, ty_dtype_name(r->dtype),
-              ty_conform_direction_name(r->direction));
+              ty_conform_direction_name(r->direction),
+              r->tier == TY_CONFORM_TIER_GRAPH ? ", whole-graph" : "");
     }
     fprintf(stderr, "%s; replay with --seed %" PRIu64 "\n", failed > shown ? ", ..." : "",
             run->options.seed);
@@ -298,6 +314,9 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
     ty_registry_destroy(registry);
     return ty_app_fail("conform", s);
   }
+  ty_conform_args_t resolved = *a;
+  if (resolved.tier < 0) resolved.tier = ty_device_info(device)->whole_graphs_only ? 2 : 0;
+  a = &resolved;
   ty_conform_run_t run = {.device = device, .args = a};
   ty_conform_xfail_t *xfails = NULL;
   uint32_t xfail_count = 0;
@@ -307,7 +326,7 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
     run.options = (ty_conform_options_t){
         .seed = a->seed, .guard_bytes = 256, .xfails = xfails, .xfail_count = xfail_count};
     FILE *info = a->json ? stderr : stdout;
-    uint32_t total = ty_conform_each(a, NULL, NULL);
+    uint32_t total = ty_conform_each(a, NULL, NULL) * (a->tier == 2 ? 2 : 1);
     if (!a->json) {
       printf("conform: %s (%s, backend %s %s), %u runs, seed %" PRIu64 ", %u expected "
              "failures listed\n",
@@ -321,12 +340,23 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
               "storage dtypes, not kernels)\n",
               a->backend);
     }
-    if (!a->json) {
-      printf("%-22s %-20s %-5s %-9s %-12s %10s %8s\n", "op", "case", "dtype", "direction",
-             "status", "nmse", "bound");
+    if (ty_device_info(device)->whole_graphs_only && a->tier != 0) {
+      fprintf(info,
+              "notice: %s runs whole train steps and inference graphs only: the per-op tier "
+              "is expected to be unsupported (per-op execution); the whole-graph tier wraps "
+              "each op in a one-node inference graph (forward) or train step (backward)\n",
+              a->backend);
     }
     double start = ty_now();
-    ty_conform_each(a, ty_conform_visit, &run);
+    for (int t = a->tier == 1 ? 1 : 0; t <= (a->tier == 0 ? 0 : 1) && !run.error; ++t) {
+      run.options.tier = (ty_conform_tier_t)t;
+      if (!a->json) {
+        if (a->tier == 2) printf("\n-- %s tier --\n", ty_conform_tier_name((ty_conform_tier_t)t));
+        printf("%-22s %-20s %-5s %-9s %-12s %10s %8s\n", "op", "case", "dtype", "direction",
+               "status", "nmse", "bound");
+      }
+      ty_conform_each(a, ty_conform_visit, &run);
+    }
     if (run.error) {
       rc = ty_app_fail("conform", run.error);
     } else {
@@ -357,10 +387,11 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
       {"backend", required_argument, NULL, 'b'}, {"ops", required_argument, NULL, 'o'},
       {"dtype", required_argument, NULL, 'd'},   {"direction", required_argument, NULL, 'r'},
       {"seed", required_argument, NULL, 's'},    {"xfail", required_argument, NULL, 'x'},
+      {"tier", required_argument, NULL, 'T'},
       {"json", no_argument, NULL, 'j'},          {"list", no_argument, NULL, 'l'},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
   };
-  ty_conform_args_t a = {.dtype = TY_DTYPE_INVALID, .direction = -1};
+  ty_conform_args_t a = {.dtype = TY_DTYPE_INVALID, .direction = -1, .tier = -1};
   bool have_seed = false;
   opterr = 0;
   optind = 1;
@@ -400,6 +431,12 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
         break;
       }
       case 'x': a.xfail_path = optarg; break;
+      case 'T':
+        if (strcmp(optarg, "op") == 0) a.tier = 0;
+        else if (strcmp(optarg, "graph") == 0) a.tier = 1;
+        else if (strcmp(optarg, "all") == 0) a.tier = 2;
+        else return ty_app_usage_error("conform", "--tier '%s' is not op, graph or all", optarg);
+        break;
       case 'j': a.json = true; break;
       case 'l': a.list = true; break;
       case 'h': fputs(ty_conform_usage, stdout); return TY_EXIT_OK;

@@ -38,6 +38,7 @@ static const char *const ty_prepare_usage =
     "usage: trainyard data prepare --tokenizer FILE --input PATH... --seq-len N --out DIR\n"
     "                              [--format text|lines|jsonl|chat|fortune|ids]\n"
     "                              [--vocab-size N --eos-id ID (ids without a tokenizer)]\n"
+    "                              [--loss-weights (ids with per-target weights)]\n"
     "                              [--text-field NAME] [--chat-template chatml]\n"
     "                              [--val-fraction F] [--seed S] [--eos TOKEN]\n"
     "                              [--shard-rows N] [--force]\n"
@@ -62,7 +63,10 @@ static const char *const ty_prepare_usage =
     "                      ids      pre-tokenized: a JSON list of token ids (or\n"
     "                               {\"ids\": [...]}) per line; --tokenizer may\n"
     "                               then be left out if --vocab-size and\n"
-    "                               --eos-id are given\n"
+    "                               --eos-id are given; with --loss-weights a\n"
+    "                               line may be {\"ids\": [...], \"weights\":\n"
+    "                               [0|1, ...]}: 0 masks the target that is\n"
+    "                               that id (a prompt), as chat data does\n"
     "  --text-field NAME   jsonl: the field holding the text (default text)\n"
     "  --chat-template T   chat: the template (chatml, the default and only one)\n"
     "  --val-fraction F    share of documents for the val split, in [0, 1)\n"
@@ -121,6 +125,7 @@ typedef struct ty_prepare_t {
   uint32_t vocab_size;
   ty_dataset_writer_t *writer;
   ty_data_format_t format;
+  bool loss_weights; /* ids: rows carry per-target weights */
   double val_fraction;
   uint64_t seed;
   ty_live_bar_t progress;
@@ -140,8 +145,19 @@ static ty_status_t ty_prepare_document(void *user, const ty_data_doc_t *doc) {
   ty_status_t status;
   if (doc->ids) {
     status = TY_OK;
-    if (!(ids = malloc(doc->id_count * sizeof(*ids)))) {
+    if (doc->weights && !p->loss_weights) {
+      status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                              "a line has \"weights\": pass --loss-weights to store per-target "
+                              "weights");
+    } else if (!(ids = malloc(doc->id_count * sizeof(*ids)))) {
       status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (!status && doc->weights) {
+      if (!(weights = malloc(doc->id_count))) {
+        status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      } else {
+        memcpy(weights, doc->weights, doc->id_count);
+      }
     }
     for (size_t i = 0; !status && i < doc->id_count; ++i) {
       if (doc->ids[i] >= (int64_t)p->vocab_size) {
@@ -275,7 +291,7 @@ typedef struct ty_prepare_args_t {
   size_t input_count;
   uint64_t seq_len, seed, shard_rows;
   double val_fraction;
-  bool force, has_seq_len;
+  bool force, has_seq_len, loss_weights;
 } ty_prepare_args_t;
 
 static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
@@ -288,6 +304,7 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
       {"seed", required_argument, NULL, 's'},      {"eos", required_argument, NULL, 'e'},
       {"shard-rows", required_argument, NULL, 'r'}, {"force", no_argument, NULL, 'F'},
       {"vocab-size", required_argument, NULL, 'V'}, {"eos-id", required_argument, NULL, 'E'},
+      {"loss-weights", no_argument, NULL, 'W'},
       {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
   };
   const char *cmd = "data prepare";
@@ -335,6 +352,7 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
         }
         break;
       case 'F': a->force = true; break;
+      case 'W': a->loss_weights = true; break;
       case 'V':
         if (!ty_data_parse_u64(optarg, 1, UINT32_MAX, &a->vocab_size)) {
           return ty_app_usage_error(cmd, "--vocab-size must be a positive integer, not '%s'",
@@ -380,6 +398,10 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
   } else if (a->has_vocab_size || a->has_eos_id) {
     return ty_app_usage_error(cmd, "--vocab-size and --eos-id are for --format ids without a "
                                    "tokenizer");
+  }
+  if (a->loss_weights && format != TY_DATA_FORMAT_IDS) {
+    return ty_app_usage_error(cmd, "--loss-weights is for --format ids (chat data is always "
+                                   "weighted)");
   }
   if (a->chat_template && strcmp(a->chat_template, "chatml") != 0) {
     return ty_app_usage_error(cmd, "--chat-template '%s' is unknown (the one template is chatml)",
@@ -443,7 +465,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
         .created_by = "trainyard " TY_VERSION_STRING,
         .input_format = ty_data_format_name(format),
         .chat_template = format == TY_DATA_FORMAT_CHAT ? "chatml" : NULL,
-        .loss_weights = format == TY_DATA_FORMAT_CHAT,
+        .loss_weights = format == TY_DATA_FORMAT_CHAT || a.loss_weights,
         .overwrite = a.force,
         .rows_per_shard = a.shard_rows,
         .prepare_json = prepare_json,
@@ -453,7 +475,8 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < file_count; ++i) total_bytes += sizes[i];
   ty_prepare_t p = {.tok = tok, .vocab_size = vocab, .writer = writer, .format = format,
-                    .val_fraction = a.val_fraction, .seed = a.seed};
+                    .loss_weights = a.loss_weights, .val_fraction = a.val_fraction,
+                    .seed = a.seed};
   if (!s) {
     char b[32];
     ty_progress_format_bytes((double)total_bytes, b, sizeof(b));

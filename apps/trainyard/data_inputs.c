@@ -193,6 +193,7 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
   ty_data_doc_t doc = {.line = line_number, .offset = end, .raw = line, .raw_size = size};
   ty_chat_message_t *messages = NULL;
   int64_t *ids = NULL;
+  uint8_t *weights = NULL;
   if (r->format == TY_DATA_FORMAT_IDS) {
     const json_t *list = json_is_object(root) ? json_object_get(root, "ids") : root;
     size_t count = json_array_size(list);
@@ -214,8 +215,29 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
       }
       ids[i] = (int64_t)json_integer_value(v);
     }
+    /* Per-target weights beside the ids: masked prompts without a tokenizer. */
+    const json_t *wlist = json_is_object(root) ? json_object_get(root, "weights") : NULL;
+    if (!status && wlist) {
+      if (!json_is_array(wlist) || json_array_size(wlist) != count) {
+        status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                                "%s:%zu: \"weights\" must be a list as long as \"ids\" (%zu)",
+                                r->path, line_number, count);
+      } else if (!(weights = malloc(count))) {
+        status = ty_data_oom();
+      }
+      for (size_t i = 0; !status && i < count; ++i) {
+        const json_t *w = json_array_get(wlist, i);
+        if (!json_is_integer(w) || (json_integer_value(w) != 0 && json_integer_value(w) != 1)) {
+          status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                                  "%s:%zu: weights[%zu] is not 0 or 1", r->path, line_number, i);
+          break;
+        }
+        weights[i] = (uint8_t)json_integer_value(w);
+      }
+    }
     doc.ids = ids;
     doc.id_count = count;
+    doc.weights = weights;
   } else if (!json_is_object(root)) {
     status = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s:%zu: not a JSON object", r->path,
                             line_number);
@@ -261,6 +283,7 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
   if (!status) status = ty_data_emit(r, &doc);
   free(messages);
   free(ids);
+  free(weights);
   json_decref(root);
   return status;
 }

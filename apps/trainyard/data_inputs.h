@@ -24,7 +24,8 @@ typedef enum ty_data_format_t {
   TY_DATA_FORMAT_JSONL,
   TY_DATA_FORMAT_CHAT,
   TY_DATA_FORMAT_FORTUNE,
-  TY_DATA_FORMAT_IDS, /* pre-tokenized: a JSON list of ids (or {"ids": [...]}) per line */
+  TY_DATA_FORMAT_IDS, /* pre-tokenized: a JSON list of ids (or {"ids": [...]}, optionally
+                         with "weights": [0|1, ...] per id) per line */
 } ty_data_format_t;
 
 /* "text|lines|jsonl|chat|fortune" -> format; false for anything else. */
@@ -38,6 +39,7 @@ typedef struct ty_data_doc_t {
   size_t message_count;
   const int64_t *ids; /* ids only */
   size_t id_count;
+  const uint8_t *weights; /* ids only: {"ids": [...], "weights": [...]}, or NULL */
   const char *raw; /* what the split hash reads: the text, or a chat's line */
   size_t raw_size;
   const char *file;

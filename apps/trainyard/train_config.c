@@ -2,6 +2,8 @@
  * help, so the four never disagree. */
 #include "train_config.h"
 
+#include "graph/compile_cache.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -61,6 +63,11 @@ static const ty_opt_t ty_opts[] = {
     TY_S(resume, "resume: 'latest' in --out, or a checkpoint folder"),
     TY_I(sample_tokens, "generate this many tokens from the trained model at the end"),
     TY_S(sample_prompt, "prompt of the final sample"),
+    TY_S(artifact, "run the train step from this artifact ('trainyard compile') instead of "
+                   "compiling"),
+    TY_S(cache_dir, "on-disk compile cache ('none' for none; default $XDG_CACHE_HOME/trainyard "
+                    "or ~/.cache/trainyard)"),
+    TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 
@@ -87,6 +94,7 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   c->eval_batches = 0;
   c->keep = 3;
   c->log_every = 1;
+  ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
 }
 
 static const ty_opt_t *ty_opt_find(const char *key) {
@@ -118,6 +126,9 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
     case TY_OPT_STRING:
       if (strlen(value) >= o->size) {
         return ty_status_make(TY_CODE_INVALID_ARGUMENT, "option %s: value too long", o->name);
+      }
+      if (o->offset == offsetof(ty_train_config_t, cache_dir) && !strcmp(value, "none")) {
+        value = ""; /* no on-disk cache */
       }
       memcpy(field, value, strlen(value) + 1);
       return TY_OK;

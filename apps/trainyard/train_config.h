@@ -40,6 +40,10 @@ typedef struct ty_train_config_t {
   char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", or a checkpoint folder */
   int64_t sample_tokens;        /* generate this many tokens at the end */
   char sample_prompt[TY_CFG_WORD_MAX];
+  /* compiling */
+  char artifact[TY_CFG_PATH_MAX];  /* load the train step from this artifact, or "" */
+  char cache_dir[TY_CFG_PATH_MAX]; /* on-disk compile cache; "" for none */
+  bool retry_failed;               /* compile again over a cached failure */
 } ty_train_config_t;
 
 /* The defaults. */

@@ -70,6 +70,9 @@ void ty_train_metrics_banner(ty_trainer_t *t, const char *resume_dir) {
           (long long)t->steps_per_epoch);
   fprintf(e, "device: %s (%s)%s\n", ty_device_uri(t->device), info->name,
           info->emulated ? " [emulated]" : "");
+  ty_session_stats_t stats = ty_session_stats(t->s_train);
+  fprintf(e, "train step: %s%s%s (host wall time %.3f s)\n", ty_session_source_name(stats.source),
+          stats.cache_entry[0] ? ": " : "", stats.cache_entry, stats.compile_seconds);
   if (resume_dir && resume_dir[0]) {
     fprintf(e, "resuming from %s at step %lld (epoch %lld, row %lld)\n", resume_dir,
             (long long)t->step, (long long)t->epoch + 1, (long long)t->cursor);
@@ -166,6 +169,22 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   }
   fprintf(f, "throughput: %.1f tokens/s\n", tok_s);
   fprintf(f, "peak host memory (max RSS): %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
+  /* A backend's own account of the step (the dataflow device's placement
+   * and simulated figures), beside the summary. */
+  char *report = NULL;
+  ty_status_t rs = ty_session_report(t->s_train, &report);
+  if (!rs) {
+    char report_path[TY_CFG_PATH_MAX + 64];
+    snprintf(report_path, sizeof(report_path), "%s/device_report.txt", t->cfg.out);
+    FILE *r = fopen(report_path, "w");
+    if (r) {
+      fputs(report, r);
+      fclose(r);
+      fprintf(f, "device report: %s\n", report_path);
+    }
+  }
+  ty_status_free(rs);
+  free(report);
   bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {

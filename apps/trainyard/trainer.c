@@ -18,6 +18,7 @@
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "metrics/io.h"
+#include "train_graph.h"
 #include "train_metrics.h"
 
 volatile sig_atomic_t ty_trainer_stop_signal = 0;
@@ -279,44 +280,37 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
 
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
-  ty_llm_options_t train_opts = {.batch = t->B, .seq = t->T, .dtype = t->dtype,
-                                 .with_loss = true, .dropout = c->dropout};
-  TY_RETURN_IF_ERROR(ty_graph_create(&t->g_train));
-  TY_RETURN_IF_ERROR(ty_llm_build(t->g_train, &t->model_config, &train_opts, &t->m_train));
+  TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
+                                          TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
-  uint32_t n = t->m_train.param_count;
-  ty_value_id_t *params = calloc(n, sizeof(ty_value_id_t));
-  bool *decay = calloc(n, sizeof(bool));
-  ty_tensor_desc_t *descs = calloc(n, sizeof(ty_tensor_desc_t));
-  ty_status_t s = (!params || !decay || !descs)
-                      ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
-                      : TY_OK;
-  for (uint32_t i = 0; i < n && !s; ++i) {
-    params[i] = t->m_train.params[i].value;
-    decay[i] = c->decay_all || t->m_train.params[i].decay;
-    descs[i] = ty_graph_value(t->g_train, params[i])->desc;
+  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
+  ty_status_t s;
+  if (c->artifact[0]) {
+    s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
+  } else {
+    s = ty_session_create(t->device, t->g_train, &so, &t->s_train);
   }
-  ty_optimizer_t opt = !strcmp(c->optimizer, "sgd") ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW;
-  ty_train_step_params_t tp = {
-      .loss = t->m_train.loss, .loss_seed = TY_VALUE_NONE, .params = params, .decay = decay,
-      .param_count = n, .optimizer = opt,
-      .mode = t->accum > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED};
-  if (!s) s = ty_graph_build_train_step(t->g_train, &tp);
-  if (!s) s = ty_session_create(t->device, t->g_train, NULL, &t->s_train);
   if (!s && t->accum > 1) {
-    s = ty_graph_create(&t->g_opt);
-    if (!s) s = ty_graph_build_optimizer_step(t->g_opt, descs, decay, n, opt, false);
-    ty_session_options_t share = {.share_state_with = t->s_train};
+    ty_tensor_desc_t *descs = NULL;
+    bool *decay = NULL;
+    ty_optimizer_t opt = !strcmp(c->optimizer, "sgd") ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW;
+    s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
+    if (!s) s = ty_graph_create(&t->g_opt);
+    if (!s) {
+      s = ty_graph_build_optimizer_step(t->g_opt, descs, decay, t->m_train.param_count, opt,
+                                        false);
+    }
+    ty_session_options_t share = so;
+    share.share_state_with = t->s_train;
     if (!s) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
+    free(descs);
+    free(decay);
   }
-  free(params);
-  free(decay);
-  free(descs);
   if (!s && t->val_data) {
-    ty_llm_options_t eval_opts = {.batch = t->B, .seq = t->T, .dtype = t->dtype, .with_loss = true};
-    ty_session_options_t share = {.share_state_with = t->s_train};
-    s = ty_graph_create(&t->g_eval);
-    if (!s) s = ty_llm_build(t->g_eval, &t->model_config, &eval_opts, &t->m_eval);
+    ty_session_options_t share = so;
+    share.share_state_with = t->s_train;
+    s = ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype, TY_TRAIN_GRAPH_EVAL,
+                             &t->g_eval, &t->m_eval);
     if (!s) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
   }
   return s;

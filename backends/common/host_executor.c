@@ -3,6 +3,7 @@
  * host_executor.h). */
 #include "backends/common/host_executor.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,8 @@ struct ty_host_executor_t {
   uint64_t fallback_bytes;
   uint32_t *sorted_named;       /* indices of named bound values, sorted by name */
   uint32_t named_count;
+  unsigned char *ones;          /* an unbound loss-gradient seed's ones */
+  bool seed_defaulted;          /* the last run used them */
 };
 
 static ty_abi_status_t ty_host_oom(const ty_host_executor_t *e, const char *what) {
@@ -81,7 +84,29 @@ void ty_host_executor_destroy(ty_host_executor_t *e) {
   free(e->fallback);
   free(e->fallback_offset);
   free(e->sorted_named);
+  free(e->ones);
   free(e);
+}
+
+bool ty_host_executor_seed_defaulted(const ty_host_executor_t *e) { return e->seed_defaulted; }
+
+uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) { return e->plan.arena_bytes; }
+
+/* Ones in a float dtype, for an unbound loss-gradient seed. */
+static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
+  unsigned char *p = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
+  if (!p) return NULL;
+  size_t size = ty_abi_dtype_size(dtype), n = size ? (size_t)(bytes / size) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case TY_DTYPE_F32: ((float *)p)[i] = 1.0f; break;
+      case TY_DTYPE_F64: ((double *)p)[i] = 1.0; break;
+      case TY_DTYPE_BF16: ((uint16_t *)p)[i] = 0x3F80u; break;
+      case TY_DTYPE_F16: ((uint16_t *)p)[i] = 0x3C00u; break;
+      default: break;
+    }
+  }
+  return p;
 }
 
 ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char *plugin,
@@ -158,6 +183,7 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
                                        ty_host_buffer_view_t view) {
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   for (uint32_t v = 0; v < g->value_count; ++v) e->data[v] = NULL;
+  e->seed_defaulted = false;
   for (uint32_t b = 0; b < args->binding_count; ++b) {
     const ty_abi_binding_t *bind = &args->bindings[b];
     uint32_t v = ty_host_find_named(e, bind->name);
@@ -187,6 +213,14 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
       case TY_STORAGE_STATE_ALIAS: break; /* after bound values are known */
       case TY_STORAGE_BOUND:
         if (e->data[v]) break;
+        if (val->role == TY_VALUE_INPUT && (val->flags & TY_VALUE_FLAG_LOSS_SEED)) {
+          if (!e->ones && !(e->ones = ty_host_ones(val->dtype, e->graph->value_bytes[v]))) {
+            return ty_host_oom(e, "for a loss-gradient seed of ones");
+          }
+          e->data[v] = e->ones;
+          e->seed_defaulted = true;
+          break;
+        }
         if (val->role != TY_VALUE_INTERMEDIATE) {
           return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s '%s' is not bound",
                                  e->plugin, val->role == TY_VALUE_STATE ? "state" : "input",

@@ -8,6 +8,7 @@
 #ifndef TY_BACKENDS_COMMON_HOST_EXECUTOR_H_
 #define TY_BACKENDS_COMMON_HOST_EXECUTOR_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backends/common/abi_graph.h"
@@ -56,7 +57,9 @@ ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char 
                                         ty_host_executor_t **out_executor);
 void ty_host_executor_destroy(ty_host_executor_t *executor);
 
-/* Runs once with named bindings. */
+/* Runs once with named bindings. An unbound INPUT flagged
+ * TY_VALUE_FLAG_LOSS_SEED reads ones; any other unbound INPUT or STATE is
+ * INVALID_ARGUMENT. */
 ty_abi_status_t ty_host_executor_run(ty_host_executor_t *executor,
                                      const ty_abi_execute_args_t *args,
                                      ty_host_buffer_view_t view, uint32_t threads);
@@ -64,6 +67,10 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *executor,
 /* The executor's graph, and how many nodes run on the reference kernel. */
 const ty_abi_graph_t *ty_host_executor_graph(const ty_host_executor_t *executor);
 uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *executor);
+/* Whether the last run left the loss-gradient seed unbound (ones used). */
+bool ty_host_executor_seed_defaulted(const ty_host_executor_t *executor);
+/* Bytes of the activation arena the executor allocated at create. */
+uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *executor);
 
 #ifdef __cplusplus
 }

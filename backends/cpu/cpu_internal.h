@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "backends/common/host_executor.h"
+#include "backends/cpu/cpu_kernel_table.h"
 #include "hal/backend_abi.h"
 
 struct ty_abi_backend_s {
@@ -30,18 +31,6 @@ struct ty_abi_buffer_s {
   uint64_t size;
   unsigned char *data;
 };
-
-/* Everything a fast kernel needs to run one node (the host executor's
- * context: graph, node, data[v] per value, thread budget). */
-typedef ty_host_node_ctx_t cpu_node_ctx_t;
-
-/* Returns NULL (OK) or a status made with ty_plugin_error(). */
-typedef ty_abi_status_t (*cpu_kernel_fn_t)(const cpu_node_ctx_t *ctx);
-
-/* The fast kernel for `node` (given its operand dtypes), or NULL when there
- * is none and the reference kernel must run. */
-cpu_kernel_fn_t cpu_kernel_find(const ty_abi_graph_t *graph,
-                                const ty_abi_node_t *node);
 
 /* Graph entries (cpu_graph.c). */
 ty_abi_status_t cpu_graph_supports(ty_abi_device_t *device,

@@ -170,7 +170,7 @@ def rejected_by_file(data):
 class DevicesTest(unittest.TestCase):
     def assert_cpu_and_template(self, data):
         names = [b["name"] for b in data["backends"]]
-        self.assertEqual(names, ["cpu", "template"])
+        self.assertEqual(names, CFG.intree)
         for b in data["backends"]:
             self.assertTrue(os.path.isfile(b["path"]), b["path"])
             self.assertEqual(os.path.realpath(os.path.dirname(b["path"])),
@@ -192,7 +192,10 @@ class DevicesTest(unittest.TestCase):
             self.assertGreaterEqual(d["compute_units"], 1)
         kinds = {b["name"]: b["devices"][0]["kind"] for b in data["backends"]}
         self.assertEqual(kinds["cpu"], "cpu")
-        self.assertTrue(data["backends"][1]["devices"][0]["emulated"])
+        self.assertTrue(data["backends"][names.index("template")]["devices"][0]["emulated"])
+        if "dataflow" in kinds:
+            self.assertEqual(kinds["dataflow"], "accelerator")
+            self.assertTrue(data["backends"][names.index("dataflow")]["devices"][0]["emulated"])
 
     def assert_rogues_rejected(self, data):
         rejected = rejected_by_file(data)
@@ -212,9 +215,9 @@ class DevicesTest(unittest.TestCase):
         r = run(["devices"])
         self.assertEqual(r.returncode, 0, r.stderr)
         text = parse_devices_text(r.stdout)
-        self.assertEqual([b["name"] for b in text["backends"]], ["cpu", "template"])
+        self.assertEqual([b["name"] for b in text["backends"]], CFG.intree)
         self.assertEqual([d["uri"] for b in text["backends"] for d in b["devices"]],
-                         ["cpu:0", "template:0"])
+                         [name + ":0" for name in CFG.intree])
         self.assertIn("Rejected candidates (0):\n  (none)\n", r.stdout)
 
     def test_json_describes_cpu_and_template(self):
@@ -349,7 +352,10 @@ def main():
     parser.add_argument("--install-dir", required=True)
     parser.add_argument("--version", required=True)
     parser.add_argument("--abi", required=True, help="host plugin ABI, MAJOR.MINOR")
+    parser.add_argument("--intree-plugins", required=True,
+                        help="the plugins of the build's plugin folder, comma-separated")
     CFG, rest = parser.parse_known_args()
+    CFG.intree = CFG.intree_plugins.split(",")
     major, minor = CFG.abi.split(".")
     CFG.abi_dict = {"major": int(major), "minor": int(minor)}
     found = installed_plugins(CFG.install_dir)

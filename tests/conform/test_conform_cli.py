@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 CFG = None
-FIELDS = {"op", "case", "dtype", "direction", "status", "nmse", "bound", "ref_nmse",
+FIELDS = {"tier", "op", "case", "dtype", "direction", "status", "nmse", "bound", "ref_nmse",
           "worst", "seed", "reason"}
 STATUSES = {"pass", "fail", "unsupported", "xfail", "xpass"}
 
@@ -48,6 +48,7 @@ def conform_json(test, *args, rc=0):
         test.assertEqual(set(row), FIELDS, row)
         test.assertIn(row["status"], STATUSES)
         test.assertIn(row["direction"], ("forward", "backward"))
+        test.assertIn(row["tier"], ("per-op", "whole-graph"))
     return data, r
 
 
@@ -258,6 +259,44 @@ class FaultTest(unittest.TestCase):
             self.assertIn("take it off the list", data[0]["reason"])
         finally:
             os.unlink(f.name)
+
+
+class DataflowTest(unittest.TestCase):
+    """The dataflow device runs whole graphs only: its per-op tier is
+    unsupported (per-op execution), its whole-graph tier passes, and that
+    tier does fail a wrong kernel."""
+
+    def test_whole_graph_tier_passes_per_op_is_unsupported(self):
+        data, r = conform_json(self, "--backend", "dataflow", "--seed", "2024")
+        per_op = [row for row in data if row["tier"] == "per-op"]
+        whole = [row for row in data if row["tier"] == "whole-graph"]
+        self.assertEqual(len(per_op), len(whole))
+        self.assertGreater(len(whole), 500)
+        for row in per_op:
+            self.assertEqual(row["status"], "unsupported", row)
+            self.assertIn("per-op execution", row["reason"])
+            self.assertIn("wrap the op in a train step", row["reason"])
+        bad = [row for row in whole if row["status"] != "pass"]
+        self.assertEqual(bad, [])
+        self.assertEqual({row["op"] for row in whole}, op_names())
+        self.assertIn("whole-graph tier: %d pass, 0 fail" % len(whole), r.stderr)
+
+    def test_per_op_tier_alone_checks_nothing(self):
+        r = conform("--backend", "dataflow", "--ops", "gelu", "--tier", "op")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("every one is unsupported", r.stderr)
+        self.assertIn("per-op execution", r.stdout)
+
+    def test_whole_graph_tier_catches_a_wrong_kernel(self):
+        data, _ = conform_json(self, "--backend", "faulty?fault=perturb:gelu", "--ops", "gelu",
+                               "--tier", "graph", rc=1)
+        self.assertTrue(data)
+        for row in data:
+            self.assertEqual(row["tier"], "whole-graph")
+            self.assertEqual(row["status"], "fail", row)
+        r = conform("--backend", "cpu", "--tier", "bogus")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--tier 'bogus' is not op, graph or all", r.stderr)
 
 
 def main():

@@ -1,0 +1,449 @@
+/* `trainyard compare`: the same training run (same initialization, data
+ * order, dropout masks and configuration) on several backends, one after the
+ * other, each in a child process of its own (so that its peak memory is its
+ * own); then the per-step losses side by side with their absolute and
+ * relative differences against the first backend, throughput and memory,
+ * written as compare.csv and plotted as compare.svg. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "compare_plot.h"
+#include "graph/compile_cache.h"
+#include "train_config.h"
+#include "trainer.h"
+
+#define TY_COMPARE_MAX 8
+
+static void ty_compare_usage(FILE *out) {
+  fputs("usage: trainyard compare --backends URI,URI[,...] --steps N --out DIR\n"
+        "                         [--tolerance X] [--config FILE] [TRAIN OPTIONS]...\n"
+        "\n"
+        "Runs 'trainyard train' for N steps on each backend, one after the other,\n"
+        "with the same options (same initialization, data order and dropout masks),\n"
+        "each in its own process under DIR/<i>-<backend>/ (its checkpoint, metrics\n"
+        "and train.log). Prints every step's loss on each backend with the absolute\n"
+        "and relative difference against the first backend, the throughput of each\n"
+        "and its ratio to the first, and peak memory; writes DIR/compare.csv and\n"
+        "DIR/compare.svg (loss curves, and the relative difference on a log scale).\n"
+        "Exits 1 when a relative difference exceeds --tolerance.\n"
+        "\n"
+        "  --backends LIST   device URIs, comma-separated; the first is the reference\n"
+        "  --steps N         optimizer steps on each backend\n"
+        "  --out DIR         output folder\n"
+        "  --tolerance X     largest relative loss difference accepted [1e-05]\n"
+        "  --config FILE     train options from a file, as 'trainyard train'\n"
+        "  TRAIN OPTIONS     any 'trainyard train' option (--model or --preset,\n"
+        "                    --data, --batch-size, --lr, --dropout, ...); --backend,\n"
+        "                    --max-steps, --out and --resume are set by compare\n"
+        "  -h, --help        this help\n",
+        out);
+}
+
+typedef struct {
+  char uri[TY_CFG_WORD_MAX];
+  char dir[TY_CFG_PATH_MAX];
+  double *loss, *tok_s, *tokens;
+  int64_t rows;
+  double wall_s, peak_rss_mib, mean_tok_s;
+  char cycles[256];   /* the device report's simulated step, if any */
+  char dram_peak[64]; /* the device report's DRAM peak, if any */
+} ty_compare_run_t;
+
+static double ty_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "dataflow?tiles=2" -> "dataflow_tiles_2" */
+static void ty_compare_slug(const char *uri, char *out, size_t capacity) {
+  size_t n = 0;
+  for (const char *p = uri; *p && n + 1 < capacity; ++p) {
+    out[n++] = isalnum((unsigned char)*p) ? *p : '_';
+  }
+  out[n] = '\0';
+}
+
+/* One backend's training run, in a child process. */
+static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base,
+                                    ty_compare_run_t *run) {
+  ty_train_config_t cfg = *base;
+  size_t uri_len = strnlen(run->uri, sizeof(cfg.backend) - 1);
+  memcpy(cfg.backend, run->uri, uri_len);
+  cfg.backend[uri_len] = '\0';
+  snprintf(cfg.out, sizeof(cfg.out), "%s", run->dir);
+  cfg.resume[0] = '\0';
+  TY_RETURN_IF_ERROR(ty_mkdir_parents(run->dir));
+  char log[TY_CFG_PATH_MAX + 32];
+  snprintf(log, sizeof(log), "%s/train.log", run->dir);
+  fflush(stdout);
+  fflush(stderr);
+  double start = ty_now();
+  pid_t pid = fork();
+  if (pid < 0) return ty_status_make(TY_CODE_UNAVAILABLE, "fork failed: %s", strerror(errno));
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    ty_status_t s = ty_trainer_run(app, &cfg);
+    int rc = s ? ty_app_fail("train", s) : 0;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
+  }
+  int status = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof(ru));
+  while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
+  }
+  run->wall_s = ty_now() - start;
+  run->peak_rss_mib = (double)ru.ru_maxrss / 1024.0;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return TY_OK;
+  /* Show the end of its log: the error is there. */
+  void *text = NULL;
+  size_t size = 0;
+  ty_status_t r = ty_file_read_all(log, &text, &size);
+  const char *tail = r ? "" : (const char *)text;
+  if (size > 1500) tail += size - 1500;
+  ty_status_t s = ty_status_make(TY_CODE_ABORTED, "the run on %s failed (%s %d); the end of %s:\n%s",
+                                 run->uri, WIFEXITED(status) ? "exit code" : "signal",
+                                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log,
+                                 tail);
+  ty_status_free(r);
+  free(text);
+  return s;
+}
+
+/* Step losses, throughput and cumulative tokens from metrics.jsonl. */
+static ty_status_t ty_compare_read(ty_compare_run_t *run, int64_t steps) {
+  run->loss = calloc((size_t)steps, sizeof(double));
+  run->tok_s = calloc((size_t)steps, sizeof(double));
+  run->tokens = calloc((size_t)steps, sizeof(double));
+  if (!run->loss || !run->tok_s || !run->tokens) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int64_t i = 0; i < steps; ++i) run->loss[i] = NAN;
+  char path[TY_CFG_PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/metrics.jsonl", run->dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return ty_status_make(TY_CODE_NOT_FOUND, "cannot read %s: %s", path, strerror(errno));
+  char line[4096];
+  while (fgets(line, sizeof(line), f)) {
+    json_t *j = json_loads(line, 0, NULL);
+    json_t *loss = json_object_get(j, "loss");
+    int64_t step = (int64_t)json_integer_value(json_object_get(j, "step"));
+    if (loss && step >= 1 && step <= steps) {
+      run->loss[step - 1] = json_number_value(loss);
+      run->tok_s[step - 1] = json_number_value(json_object_get(j, "tokens_per_s"));
+      run->tokens[step - 1] = json_number_value(json_object_get(j, "tokens"));
+      run->rows++;
+    }
+    json_decref(j);
+  }
+  fclose(f);
+  if (run->rows != steps) {
+    return ty_status_make(TY_CODE_DATA_LOSS, "%s holds %lld of the %lld steps", path,
+                          (long long)run->rows, (long long)steps);
+  }
+  /* Throughput over the run: tokens / the time the steps took. */
+  double seconds = 0, tokens = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    double t = run->tokens[i] - (i ? run->tokens[i - 1] : 0);
+    if (run->tok_s[i] > 0) {
+      seconds += t / run->tok_s[i];
+      tokens += t;
+    }
+  }
+  run->mean_tok_s = seconds > 0 ? tokens / seconds : 0;
+  /* A device report (the dataflow device's) gives simulated figures. */
+  snprintf(path, sizeof(path), "%s/device_report.txt", run->dir);
+  void *text = NULL;
+  size_t size = 0;
+  ty_status_t r = ty_file_read_all(path, &text, &size);
+  if (!r) {
+    const char *c = strstr(text, "estimated cycles per step: ");
+    if (c) snprintf(run->cycles, sizeof(run->cycles), "%.*s", (int)strcspn(c, "\n"), c);
+    const char *d = strstr(text, "the device's peak so far ");
+    if (d) {
+      d += strlen("the device's peak so far ");
+      snprintf(run->dram_peak, sizeof(run->dram_peak), "%.*s", (int)strcspn(d, "\n"), d);
+    }
+  }
+  ty_status_free(r);
+  free(text);
+  return TY_OK;
+}
+
+static ty_status_t ty_compare_write_csv(const char *dir, const ty_compare_run_t *runs,
+                                        uint32_t count, int64_t steps) {
+  size_t cap = 256 + (size_t)steps * (64 + 96 * count);
+  char *csv = malloc(cap);
+  if (!csv) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  size_t n = 0;
+  char slug[TY_CFG_WORD_MAX];
+  n += (size_t)snprintf(csv + n, cap - n, "step");
+  for (uint32_t k = 0; k < count; ++k) {
+    ty_compare_slug(runs[k].uri, slug, sizeof(slug));
+    n += (size_t)snprintf(csv + n, cap - n, ",loss_%s", slug);
+  }
+  for (uint32_t k = 1; k < count; ++k) {
+    ty_compare_slug(runs[k].uri, slug, sizeof(slug));
+    n += (size_t)snprintf(csv + n, cap - n, ",abs_diff_%s,rel_diff_%s", slug, slug);
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    ty_compare_slug(runs[k].uri, slug, sizeof(slug));
+    n += (size_t)snprintf(csv + n, cap - n, ",tokens_per_s_%s", slug);
+  }
+  n += (size_t)snprintf(csv + n, cap - n, "\n");
+  for (int64_t i = 0; i < steps; ++i) {
+    n += (size_t)snprintf(csv + n, cap - n, "%lld", (long long)(i + 1));
+    for (uint32_t k = 0; k < count; ++k) {
+      n += (size_t)snprintf(csv + n, cap - n, ",%.9g", runs[k].loss[i]);
+    }
+    for (uint32_t k = 1; k < count; ++k) {
+      double a = runs[0].loss[i], d = fabs(runs[k].loss[i] - a);
+      n += (size_t)snprintf(csv + n, cap - n, ",%.9g,%.9g", d, d / fmax(fabs(a), 1e-30));
+    }
+    for (uint32_t k = 0; k < count; ++k) {
+      n += (size_t)snprintf(csv + n, cap - n, ",%.1f", runs[k].tok_s[i]);
+    }
+    n += (size_t)snprintf(csv + n, cap - n, "\n");
+  }
+  char path[TY_CFG_PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/compare.csv", dir);
+  ty_status_t s = ty_file_write_atomic(path, csv, n);
+  free(csv);
+  return s;
+}
+
+/* Reads --config files into cfg first, then every other option; sets the
+ * compare options. */
+static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char *backends,
+                            size_t backends_cap, int64_t *steps, char *out, double *tolerance) {
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      ty_compare_usage(stdout);
+      return -1;
+    }
+    const char *file = !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1]
+                       : !strncmp(argv[i], "--config=", 9)          ? argv[i] + 9
+                                                                    : NULL;
+    if (!file) continue;
+    ty_status_t s = ty_train_config_load_file(cfg, file);
+    if (s) {
+      int rc = ty_app_usage_error("compare", "%s", ty_status_message(s));
+      ty_status_free(s);
+      return rc;
+    }
+  }
+  for (int i = 1; i < argc; ++i) {
+    const char *arg = argv[i];
+    char key[128];
+    const char *value = NULL;
+    if (!strcmp(arg, "--config")) {
+      ++i;
+      continue;
+    }
+    if (!strncmp(arg, "--config=", 9)) continue;
+    const char *eq = strchr(arg, '=');
+    if (!strncmp(arg, "--", 2)) {
+      size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+      if (n == 0 || n >= sizeof(key)) return ty_app_usage_error("compare", "bad option '%s'", arg);
+      memcpy(key, arg + 2, n);
+      key[n] = '\0';
+      if (eq) {
+        value = eq + 1;
+      } else if (ty_train_config_is_flag(key)) {
+        value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return ty_app_usage_error("compare", "option '%s' needs a value", arg);
+      }
+    } else if (eq && eq != arg && (size_t)(eq - arg) < sizeof(key)) {
+      memcpy(key, arg, (size_t)(eq - arg));
+      key[eq - arg] = '\0';
+      value = eq + 1;
+    } else {
+      return ty_app_usage_error("compare", "unexpected argument '%s'", arg);
+    }
+    if (!strcmp(key, "backends")) {
+      snprintf(backends, backends_cap, "%s", value);
+    } else if (!strcmp(key, "steps")) {
+      char *end = NULL;
+      long long v = strtoll(value, &end, 10);
+      if (!*value || *end || v < 1) {
+        return ty_app_usage_error("compare", "--steps '%s' is not a positive integer", value);
+      }
+      *steps = v;
+    } else if (!strcmp(key, "out")) {
+      snprintf(out, TY_CFG_PATH_MAX, "%s", value);
+    } else if (!strcmp(key, "tolerance")) {
+      char *end = NULL;
+      double v = strtod(value, &end);
+      if (!*value || *end || !(v >= 0)) {
+        return ty_app_usage_error("compare", "--tolerance '%s' is not a number >= 0", value);
+      }
+      *tolerance = v;
+    } else if (!strcmp(key, "backend") || !strcmp(key, "max-steps") ||
+               !strcmp(key, "max_steps") || !strcmp(key, "resume")) {
+      return ty_app_usage_error("compare", "--%s is set by compare (use --backends and --steps)",
+                                key);
+    } else {
+      ty_status_t s = ty_train_config_set(cfg, key, value);
+      if (s) {
+        int rc = ty_app_usage_error("compare", "%s", ty_status_message(s));
+        ty_status_free(s);
+        return rc;
+      }
+    }
+  }
+  if (!backends[0]) return ty_app_usage_error("compare", "--backends URI,URI is required");
+  if (!*steps) return ty_app_usage_error("compare", "--steps N is required");
+  if (!out[0]) return ty_app_usage_error("compare", "--out DIR is required");
+  return TY_EXIT_OK;
+}
+
+int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
+  ty_train_config_t cfg;
+  ty_train_config_defaults(&cfg);
+  char backends[1024] = "", out[TY_CFG_PATH_MAX] = "";
+  int64_t steps = 0;
+  double tolerance = 1e-5;
+  int rc = ty_compare_parse(argc, argv, &cfg, backends, sizeof(backends), &steps, out, &tolerance);
+  if (rc < 0) return TY_EXIT_OK;
+  if (rc) return rc;
+  cfg.max_steps = steps;
+  snprintf(cfg.out, sizeof(cfg.out), "%s", out);
+  ty_status_t s = ty_train_config_validate(&cfg);
+  if (s) {
+    rc = ty_app_usage_error("compare", "%s", ty_status_message(s));
+    ty_status_free(s);
+    return rc;
+  }
+  if (cfg.artifact[0]) {
+    return ty_app_usage_error("compare", "--artifact names one backend's executable; compare "
+                                         "compiles for each backend");
+  }
+  ty_compare_run_t runs[TY_COMPARE_MAX];
+  memset(runs, 0, sizeof(runs));
+  uint32_t count = 0;
+  for (char *save = NULL, *tok = strtok_r(backends, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    if (count == TY_COMPARE_MAX) {
+      return ty_app_usage_error("compare", "at most %d backends", TY_COMPARE_MAX);
+    }
+    snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", tok);
+    char slug[TY_CFG_WORD_MAX];
+    ty_compare_slug(tok, slug, sizeof(slug));
+    snprintf(runs[count].dir, sizeof(runs[count].dir), "%s/%u-%s", out, count + 1, slug);
+    count++;
+  }
+  if (count < 2) return ty_app_usage_error("compare", "--backends needs two or more URIs");
+  s = ty_mkdir_parents(out);
+  printf("trainyard compare: %lld steps of %s on %u backends; the first, %s, is the reference\n",
+         (long long)steps, cfg.model[0] ? cfg.model : cfg.preset, count, runs[0].uri);
+  for (uint32_t k = 0; k < count && !s; ++k) {
+    printf("  running on %-24s -> %s/train.log ... ", runs[k].uri, runs[k].dir);
+    fflush(stdout);
+    s = ty_compare_train(app, &cfg, &runs[k]);
+    if (!s) s = ty_compare_read(&runs[k], steps);
+    if (!s) printf("done in %.1f s\n", runs[k].wall_s);
+    else printf("failed\n");
+  }
+  double worst = 0;
+  int64_t worst_step = 0;
+  uint32_t worst_k = 1;
+  if (!s) {
+    printf("\n%6s", "step");
+    for (uint32_t k = 0; k < count; ++k) printf("  %16.16s", runs[k].uri);
+    for (uint32_t k = 1; k < count; ++k) printf("  %12s  %12s", "abs diff", "rel diff");
+    printf("\n");
+    for (int64_t i = 0; i < steps; ++i) {
+      printf("%6lld", (long long)(i + 1));
+      for (uint32_t k = 0; k < count; ++k) printf("  %16.9f", runs[k].loss[i]);
+      for (uint32_t k = 1; k < count; ++k) {
+        double a = runs[0].loss[i], d = fabs(runs[k].loss[i] - a), rel = d / fmax(fabs(a), 1e-30);
+        if (!(rel <= worst)) {
+          worst = rel;
+          worst_step = i + 1;
+          worst_k = k;
+        }
+        printf("  %12.3e  %12.3e", d, rel);
+      }
+      printf("\n");
+    }
+    printf("\n%-24s %14s %10s %16s %s\n", "backend", "tokens/s", "vs first", "peak RSS (MiB)",
+           "device");
+    for (uint32_t k = 0; k < count; ++k) {
+      double ratio = runs[0].mean_tok_s > 0 ? runs[k].mean_tok_s / runs[0].mean_tok_s : 0;
+      printf("%-24s %14.1f %9.2fx %16.1f %s%s\n", runs[k].uri, runs[k].mean_tok_s, ratio,
+             runs[k].peak_rss_mib, runs[k].dram_peak[0] ? "emulated DRAM peak " : "",
+             runs[k].dram_peak);
+    }
+    for (uint32_t k = 0; k < count; ++k) {
+      if (runs[k].cycles[0]) {
+        printf("%s (cost model, not host time): %s\n", runs[k].uri, runs[k].cycles);
+      }
+    }
+    printf("tokens/s is host wall-clock throughput (an emulated device runs on this host)\n");
+    if (worst == 0) {
+      printf("max relative loss difference: 0 (every step bit-identical)\n");
+    } else {
+      printf("max relative loss difference: %.3e (step %lld, %s)\n", worst, (long long)worst_step,
+             runs[worst_k].uri);
+    }
+    s = ty_compare_write_csv(out, runs, count, steps);
+  }
+  if (!s) {
+    ty_compare_series_t series[TY_COMPARE_MAX];
+    for (uint32_t k = 0; k < count; ++k) series[k] = (ty_compare_series_t){runs[k].uri, runs[k].loss};
+    char title[2048], path[TY_CFG_PATH_MAX + 32];
+    const char *model = cfg.model[0] ? cfg.model : cfg.preset;
+    const char *base = strrchr(model, '/');
+    char sub[1536];
+    snprintf(title, sizeof(title), "Training loss: %s vs %s%s", runs[0].uri, runs[1].uri,
+             count > 2 ? " and more" : "");
+    if (worst == 0) {
+      snprintf(sub, sizeof(sub), "%s, %lld steps, batch %lld: every step's loss bit-identical",
+               base && base[1] ? base + 1 : model, (long long)steps, (long long)cfg.batch_size);
+    } else {
+      snprintf(sub, sizeof(sub),
+               "%s, %lld steps, batch %lld: max relative difference %.2e (step %lld)",
+               base && base[1] ? base + 1 : model, (long long)steps, (long long)cfg.batch_size,
+               worst, (long long)worst_step);
+    }
+    snprintf(path, sizeof(path), "%s/compare.svg", out);
+    s = ty_compare_plot_write(path, title, sub, steps, series, count, tolerance);
+    if (!s) printf("wrote %s/compare.csv and %s\n", out, path);
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    free(runs[k].loss);
+    free(runs[k].tok_s);
+    free(runs[k].tokens);
+  }
+  if (s) return ty_app_fail("compare", s);
+  if (worst > tolerance) {
+    fprintf(stderr,
+            "trainyard compare: the relative loss difference %.3e at step %lld (%s vs %s) "
+            "exceeds the tolerance %g\n",
+            worst, (long long)worst_step, runs[worst_k].uri, runs[0].uri, tolerance);
+    return TY_EXIT_RUNTIME;
+  }
+  return TY_EXIT_OK;
+}

@@ -1,0 +1,39 @@
+/* The graphs `trainyard train` runs, built in one place so that
+ * `trainyard compile` makes an artifact of exactly the graph a later
+ * `trainyard train --artifact` builds (same canonical hash). */
+#ifndef TY_APPS_TRAINYARD_TRAIN_GRAPH_H_
+#define TY_APPS_TRAINYARD_TRAIN_GRAPH_H_
+
+#include <stdint.h>
+
+#include "graph/graph.h"
+#include "models/config.h"
+#include "models/llm.h"
+#include "train_config.h"
+
+typedef enum ty_train_graph_kind_e {
+  /* forward, loss, backward, clipping and optimizer (grad_accum == 1), or
+   * forward, loss, backward and accumulation (grad_accum > 1) */
+  TY_TRAIN_GRAPH_STEP = 0,
+  /* forward and the loss, for validation (shares the step's weights) */
+  TY_TRAIN_GRAPH_EVAL = 1,
+  /* forward with the logits as output: what `trainyard compile
+   * --inference` compiles */
+  TY_TRAIN_GRAPH_INFERENCE = 2,
+} ty_train_graph_kind_t;
+
+/* Builds the graph of `kind` for batches of B rows of T tokens in `dtype`
+ * from the configuration (optimizer, dropout, decay_all, grad_accum). The
+ * caller destroys *out_graph and deinits *out_model (also on error). */
+ty_status_t ty_train_graph_build(const ty_train_config_t *config,
+                                 const ty_model_config_t *model_config, int64_t B, int64_t T,
+                                 ty_dtype_t dtype, ty_train_graph_kind_t kind,
+                                 ty_graph_t **out_graph, ty_llm_t *out_model);
+
+/* The parameters' descriptors and weight-decay flags of a built model, for
+ * the optimizer-step graph of gradient accumulation. Caller frees both. */
+ty_status_t ty_train_graph_param_descs(const ty_train_config_t *config, const ty_graph_t *graph,
+                                       const ty_llm_t *model, ty_tensor_desc_t **out_descs,
+                                       bool **out_decay);
+
+#endif /* TY_APPS_TRAINYARD_TRAIN_GRAPH_H_ */

@@ -1,0 +1,63 @@
+/* The on-disk compile cache of sessions, and the small file helpers it
+ * shares with the apps (whole-file reads, atomic writes).
+ *
+ * An entry is keyed by the graph hash, the backend name and version, the
+ * device URI (for a compile-then-run device it names the target) and the
+ * compile options; its file name is the SHA-256 of that key text:
+ *
+ *   <dir>/compile-v1/<backend>/<sha256(key)>.art    an executable, in the
+ *                                                   backend's artifact format
+ *   <dir>/compile-v1/<backend>/<sha256(key)>.fail   a failure record
+ *
+ * Entries are committed atomically (a unique temporary file, fsync, rename,
+ * fsync of the folder), so processes racing on one key all succeed and leave
+ * one whole entry. Only backends with executable_serialize/deserialize store
+ * executables; for the others the folder keeps failure records alone (their
+ * executables live in the in-process cache of the device). Not thread-safe
+ * within a process; safe across processes. */
+#ifndef TY_GRAPH_COMPILE_CACHE_H_
+#define TY_GRAPH_COMPILE_CACHE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The default cache folder: $XDG_CACHE_HOME/trainyard, else
+ * $HOME/.cache/trainyard; "" when neither variable is set. */
+void ty_compile_cache_default_dir(char *out, size_t capacity);
+
+/* Reads a whole file. NOT_FOUND when it does not exist, PERMISSION_DENIED
+ * or DATA_LOSS for other failures, each naming the path. The caller frees
+ * *out_data (NUL-terminated, the NUL not counted in *out_size). */
+ty_status_t ty_file_read_all(const char *path, void **out_data, size_t *out_size);
+
+/* Writes `data` to `path` atomically: a temporary file beside it (unique per
+ * process and call), fsync, rename over `path`, fsync of the folder. Creates
+ * missing parent folders. RESOURCE_EXHAUSTED for a full disk. */
+ty_status_t ty_file_write_atomic(const char *path, const void *data, size_t size);
+
+/* Creates `dir` and its missing parents (mode 0777 & umask). */
+ty_status_t ty_mkdir_parents(const char *dir);
+
+/* Paths of an entry: <dir>/compile-v1/<backend>/<sha256(key)><suffix>. The
+ * caller frees *out_path. */
+ty_status_t ty_compile_cache_path(const char *dir, const char *backend, const char *key,
+                                  const char *suffix, char **out_path);
+
+/* Failure records: a code and a message. Writing one is best effort (a
+ * read-only cache never fails a compile); reading gives the status the
+ * compile returned, annotated with where it came from, or OK when there is
+ * no record. */
+void ty_compile_cache_write_failure(const char *path, const char *key, ty_status_t failure);
+ty_status_t ty_compile_cache_read_failure(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_GRAPH_COMPILE_CACHE_H_ */
