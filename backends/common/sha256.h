@@ -1,27 +1,16 @@
-/* SHA-256 (FIPS 180-4) for plugins, which link no crypto library: content
- * hashes of serialized executables. Part of the backend support library. */
+/* SHA-256 for plugins (artifact content hashes), through OpenSSL's
+ * libcrypto: a system library, not the Trainyard core, so plugins may link
+ * it. */
 #ifndef TY_BACKENDS_COMMON_SHA256_H_
 #define TY_BACKENDS_COMMON_SHA256_H_
 
 #include <stddef.h>
-#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct ty_sha256_ctx_t {
-  uint32_t state[8];
-  uint64_t bytes; /* message length so far */
-  unsigned char block[64];
-  size_t fill;
-} ty_sha256_ctx_t;
-
-void ty_sha256_init(ty_sha256_ctx_t *ctx);
-void ty_sha256_update(ty_sha256_ctx_t *ctx, const void *data, size_t size);
-void ty_sha256_final(ty_sha256_ctx_t *ctx, unsigned char out_digest[32]);
-
-/* One call: the digest of `size` bytes. */
+/* The 32-byte digest of `size` bytes at `data`. Thread-safe. */
 void ty_sha256(const void *data, size_t size, unsigned char out_digest[32]);
 
 #ifdef __cplusplus
