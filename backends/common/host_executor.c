@@ -195,6 +195,7 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
       case TY_STORAGE_CONSTANT: e->data[v] = (void *)val->const_data; break;
       case TY_STORAGE_ARENA: e->data[v] = e->arena + st->offset; break;
       case TY_STORAGE_STATE_ALIAS: break; /* after bound values are known */
+      case TY_STORAGE_VIEW: break;        /* after every other kind */
       case TY_STORAGE_BOUND:
         if (e->data[v]) break;
         if (val->role != TY_VALUE_INTERMEDIATE) {
@@ -215,6 +216,9 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
       e->data[v] = e->data[e->plan.storage[v].alias];
     }
   }
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (e->plan.storage[v].kind == TY_STORAGE_VIEW) e->data[v] = e->data[e->plan.storage[v].alias];
+  }
   return NULL;
 }
 
@@ -226,6 +230,7 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
   ty_host_node_ctx_t ctx = {.graph = g, .data = e->data, .threads = threads};
   const bool profile = e->profile != NULL;
   for (uint32_t n = 0; n < g->node_count; ++n) {
+    if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
     const double t0 = profile ? ty_host_profile_now() : 0.0;
     if (e->kernels[n]) {
       ctx.node = &g->nodes[n];
