@@ -89,6 +89,13 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
 
 
+def machine_busy_s():
+    """Busy CPU seconds of the whole machine (all CPUs), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
 def build_model(kind):
     if kind == "hf":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -151,8 +158,10 @@ def main():
     print(f"model:      GPT-2 124M ({a.model}; {nparams} parameters), f32, AdamW + clip 1.0")
     print(f"shape:      B={a.batch} T={a.seq} ({n_tok} tokens/step)")
     print(f"load avg:   {os.getloadavg()[0]:.2f} (1 min, before the steps)", flush=True)
-    times, losses = [], []
+    times, clean, losses, others_max = [], [], [], 0.0
+    cores = os.cpu_count()
     for i in range(a.warmup + a.steps):
+        busy0, self0 = machine_busy_s(), time.process_time()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = step_fn(model, idx, targets)
@@ -161,22 +170,32 @@ def main():
         opt.step()
         lv = loss.item()
         dt = time.perf_counter() - t0
+        # other processes' share of all CPUs during the step
+        others = max(0.0, ((machine_busy_s() - busy0) - (time.process_time() - self0))
+                     / (dt * cores))
         losses.append(lv)
         if i >= a.warmup:
             times.append(dt)
+            others_max = max(others_max, others)
+            if others <= 0.05:
+                clean.append(dt)
         print(f"step {i + 1:3d}{' (warm-up)' if i < a.warmup else ''}: {dt * 1e3:8.1f} ms  "
-              f"loss {lv:.4f}  grad_norm {float(gnorm):.3f}", file=sys.stderr)
+              f"loss {lv:.4f}  grad_norm {float(gnorm):.3f}  other processes {100 * others:3.0f}%",
+              file=sys.stderr)
     med, mean = statistics.median(times), statistics.fmean(times)
+    cmed = statistics.median(clean) if clean else float("nan")
     print(f"loss:       {losses[0]:.4f} at step 1, {losses[-1]:.4f} at step {len(losses)} "
           f"(ln V = {math.log(VOCAB):.4f})")
     print(f"load avg:   {os.getloadavg()[0]:.2f} (1 min, after the steps)")
-    print(f"steps:      {a.warmup} warm-up, {a.steps} timed")
+    print(f"steps:      {a.warmup} warm-up, {a.steps} timed; {len(clean)} undisturbed (other "
+          f"processes <= 5% of the CPUs; worst step {100 * others_max:.0f}%)")
     print(f"ms/step:    median {med * 1e3:.1f}  mean {mean * 1e3:.1f}  min {min(times) * 1e3:.1f}"
-          f"  max {max(times) * 1e3:.1f}")
+          f"  max {max(times) * 1e3:.1f}; undisturbed median {cmed * 1e3:.1f}")
     print(f"tokens/s:   {n_tok / med:.0f} (median)  {n_tok / mean:.0f} (mean)")
     tag = "pytorch-compile" if a.compile else "pytorch"
     print(f"RESULT {tag} B={a.batch} T={a.seq} median_ms={med * 1e3:.2f} "
-          f"mean_ms={mean * 1e3:.2f} tok_s={n_tok / med:.1f}")
+          f"mean_ms={mean * 1e3:.2f} tok_s={n_tok / med:.1f} clean_steps={len(clean)} "
+          f"clean_median_ms={cmed * 1e3:.2f}")
 
 
 if __name__ == "__main__":

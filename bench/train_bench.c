@@ -55,6 +55,32 @@ static double load_avg(void) {
   return l;
 }
 
+/* CPU time of the whole machine (busy, all CPUs) and of this process, in
+ * seconds, so that a step can tell how much of the machine other processes
+ * used meanwhile (the machine is shared; a disturbed step is reported). */
+static void cpu_times(double *machine_busy, double *self) {
+  const double tick = (double)sysconf(_SC_CLK_TCK);
+  unsigned long long v[10] = {0};
+  *machine_busy = *self = 0.0;
+  FILE *f = fopen("/proc/stat", "r");
+  if (f) {
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) == 8) {
+      *machine_busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
+    }
+    fclose(f);
+  }
+  struct timespec ts;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0) {
+    *self = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  }
+}
+
+static double median_of(double *x, int n) {
+  qsort(x, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 static ty_status_t bind_f32(ty_session_t *s, const char *name, float v) {
   return ty_session_bind(s, name, TY_DTYPE_F32, 0, NULL, &v, sizeof(v));
 }
@@ -84,7 +110,7 @@ static ty_status_t run_bench(const options_t *o) {
   bool *decay = NULL;
   int64_t *tokens = NULL, *targets = NULL;
   float *weights = NULL;
-  double *times = NULL;
+  double *times = NULL, *clean = NULL;
   const int64_t n_tok = o->batch * o->seq;
   ty_model_config_t cfg;
   ty_status_t s = ty_model_preset("gpt2-124m", 50257, 50256, 50256, &cfg);
@@ -102,7 +128,8 @@ static ty_status_t run_bench(const options_t *o) {
     targets = malloc((size_t)n_tok * sizeof(int64_t));
     weights = malloc((size_t)n_tok * sizeof(float));
     times = calloc((size_t)o->steps, sizeof(double));
-    if (!params || !decay || !tokens || !targets || !weights || !times) {
+    clean = calloc((size_t)o->steps, sizeof(double));
+    if (!params || !decay || !tokens || !targets || !weights || !times || !clean) {
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     }
   }
@@ -150,38 +177,54 @@ static ty_status_t run_bench(const options_t *o) {
   printf("load avg:   %.2f (1 min, before the steps)\n", load_avg());
   fflush(stdout);
   float first_loss = NAN, loss = NAN, gnorm = NAN;
+  const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int n_clean = 0;
+  double others_max = 0.0;
   for (int i = 0; !s && i < o->warmup + o->steps; ++i) {
     int64_t step = i + 1;
+    double busy0, self0, busy1, self1;
+    cpu_times(&busy0, &self0);
     double t0 = now_s();
     s = ty_session_bind(sess, "step", TY_DTYPE_I64, 0, NULL, &step, sizeof(step));
     if (!s) s = ty_session_run(sess);
     if (!s) s = ty_session_read(sess, "loss", &loss, sizeof(loss));
     double dt = now_s() - t0;
+    cpu_times(&busy1, &self1);
+    /* other processes' share of all CPUs during the step */
+    double others = ((busy1 - busy0) - (self1 - self0)) / (dt * cores);
+    if (others < 0) others = 0;
     if (!s) s = ty_session_read(sess, "grad_norm", &gnorm, sizeof(gnorm));
     if (i == 0) first_loss = loss;
-    if (i >= o->warmup) times[i - o->warmup] = dt;
-    fprintf(stderr, "step %3d%s: %8.1f ms  loss %.4f  grad_norm %.3f\n", i + 1,
-            i < o->warmup ? " (warm-up)" : "", dt * 1e3, loss, gnorm);
+    if (i >= o->warmup) {
+      times[i - o->warmup] = dt;
+      if (others <= 0.05) clean[n_clean++] = dt;
+      if (others > others_max) others_max = others;
+    }
+    fprintf(stderr, "step %3d%s: %8.1f ms  loss %.4f  grad_norm %.3f  other processes %3.0f%%\n",
+            i + 1, i < o->warmup ? " (warm-up)" : "", dt * 1e3, loss, gnorm, 100.0 * others);
   }
   if (!s) {
     double mean = 0.0;
     for (int i = 0; i < o->steps; ++i) mean += times[i];
     mean /= o->steps;
-    qsort(times, (size_t)o->steps, sizeof(double), cmp_double);
-    const double median = o->steps % 2 ? times[o->steps / 2]
-                                       : 0.5 * (times[o->steps / 2 - 1] + times[o->steps / 2]);
+    const double median = median_of(times, o->steps);
+    const double clean_median = n_clean ? median_of(clean, n_clean) : NAN;
     printf("loss:       %.4f at step 1, %.4f at step %d (ln V = %.4f)\n", first_loss, loss,
            o->warmup + o->steps, log(50257.0));
     printf("load avg:   %.2f (1 min, after the steps)\n", load_avg());
-    printf("steps:      %d warm-up, %d timed\n", o->warmup, o->steps);
-    printf("ms/step:    median %.1f  mean %.1f  min %.1f  max %.1f\n", median * 1e3,
-           mean * 1e3, times[0] * 1e3, times[o->steps - 1] * 1e3);
+    printf("steps:      %d warm-up, %d timed; %d undisturbed (other processes <= 5%% of the "
+           "CPUs; worst step %.0f%%)\n",
+           o->warmup, o->steps, n_clean, 100.0 * others_max);
+    printf("ms/step:    median %.1f  mean %.1f  min %.1f  max %.1f; undisturbed median %.1f\n",
+           median * 1e3, mean * 1e3, times[0] * 1e3, times[o->steps - 1] * 1e3,
+           clean_median * 1e3);
     printf("tokens/s:   %.0f (median)  %.0f (mean)\n", (double)n_tok / median,
            (double)n_tok / mean);
     /* one machine-readable line for bench/train_bench.sh */
-    printf("RESULT trainyard B=%lld T=%lld median_ms=%.2f mean_ms=%.2f tok_s=%.1f\n",
+    printf("RESULT trainyard B=%lld T=%lld median_ms=%.2f mean_ms=%.2f tok_s=%.1f "
+           "clean_steps=%d clean_median_ms=%.2f\n",
            (long long)o->batch, (long long)o->seq, median * 1e3, mean * 1e3,
-           (double)n_tok / median);
+           (double)n_tok / median, n_clean, clean_median * 1e3);
   }
   ty_session_destroy(sess);
   ty_llm_deinit(&model);
@@ -194,6 +237,7 @@ static ty_status_t run_bench(const options_t *o) {
   free(targets);
   free(weights);
   free(times);
+  free(clean);
   return s;
 }
 

@@ -1,6 +1,7 @@
 /* Optional per-node timing for the host executor: with the environment
  * variable TRAINYARD_PROFILE set (to anything but "" or "0") when a graph is
- * compiled, every node's wall time is summed over runs, and destroying the
+ * compiled, every node's wall time is summed over the runs after the first
+ * (which pays for first touches and JIT compiles), and destroying the
  * executor prints a table to stderr (time per op, then the slowest nodes with
  * their shapes). A diagnostic for benchmarks; off, it costs one branch per
  * node. Not thread-safe (neither is the executor). */
