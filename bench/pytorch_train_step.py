@@ -11,11 +11,12 @@ and math (Conv1D weights [in, out], tanh GELU, pre-norm blocks, tied
 lm_head, causal attention through F.scaled_dot_product_attention, which is
 what GPT2LMHeadModel uses by default). Weight decay 0.1 on the matrices,
 none on biases, LayerNorms and embeddings (as train_bench), lr 6e-4, betas
-(0.9, 0.95), eps 1e-8, foreach AdamW (PyTorch's CPU default). Tokens and
-targets are random ids fixed for the run.
+(0.9, 0.95), eps 1e-8, foreach AdamW (PyTorch's CPU default; --fused
+selects the fused kernel, AdamW(fused=True), which torch has on the CPU
+since 2.4). Tokens and targets are random ids fixed for the run.
 
 Usage: pytorch_train_step.py [--batch B] [--seq T] [--steps N] [--warmup W]
-       [--threads N] [--model manual|hf] [--compile]
+       [--threads N] [--model manual|hf] [--compile] [--fused]
 Prints the figures train_bench prints and one "RESULT pytorch..." line.
 """
 import argparse
@@ -136,6 +137,7 @@ def main():
     ap.add_argument("--model", choices=("manual", "hf"), default=default_model)
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the forward+backward (inductor, CPU)")
+    ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -144,7 +146,8 @@ def main():
     model.train()
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if a.fused else {}))
     step_fn = loss_fn
     if a.compile:
         step_fn = torch.compile(loss_fn)
@@ -154,7 +157,8 @@ def main():
     n_tok = a.batch * a.seq
     nparams = sum(p.numel() for p in model.parameters())
     print(f"threads:    {torch.get_num_threads()} (of {os.cpu_count()} cores); torch "
-          f"{torch.__version__}{', torch.compile' if a.compile else ', eager'}")
+          f"{torch.__version__}{', torch.compile' if a.compile else ', eager'}"
+          f"{', fused AdamW' if a.fused else ', foreach AdamW'}")
     print(f"model:      GPT-2 124M ({a.model}; {nparams} parameters), f32, AdamW + clip 1.0")
     print(f"shape:      B={a.batch} T={a.seq} ({n_tok} tokens/step)")
     print(f"load avg:   {os.getloadavg()[0]:.2f} (1 min, before the steps)", flush=True)
@@ -192,7 +196,7 @@ def main():
     print(f"ms/step:    median {med * 1e3:.1f}  mean {mean * 1e3:.1f}  min {min(times) * 1e3:.1f}"
           f"  max {max(times) * 1e3:.1f}; undisturbed median {cmed * 1e3:.1f}")
     print(f"tokens/s:   {n_tok / med:.0f} (median)  {n_tok / mean:.0f} (mean)")
-    tag = "pytorch-compile" if a.compile else "pytorch"
+    tag = "pytorch" + ("-compile" if a.compile else "") + ("-fused" if a.fused else "")
     print(f"RESULT {tag} B={a.batch} T={a.seq} median_ms={med * 1e3:.2f} "
           f"mean_ms={mean * 1e3:.2f} tok_s={n_tok / med:.1f} clean_steps={len(clean)} "
           f"clean_median_ms={cmed * 1e3:.2f}")

@@ -8,8 +8,9 @@
 # Environment: THREADS (2), STEPS (10 timed), WARMUP (2), ROUNDS (1: each
 # round runs every program once per shape, so ROUNDS=3 shows the spread),
 # PYTHON (a python with torch; default /tmp/torchenv/bin/python, else
-# python3), COMPILE=1 adds a torch.compile row (inductor needs a C++
-# compiler; the first step compiles for a minute), SHAPES ("4x64 8x256"),
+# python3), FUSED=1 adds a row for PyTorch with AdamW(fused=True),
+# COMPILE=1 a torch.compile row (with fused AdamW; inductor needs a C++
+# compiler, and the first step compiles for a minute), SHAPES ("4x64 8x256"),
 # IDLE_MIN (90: before each program, wait up to IDLE_WAIT=600 s for the CPUs
 # to be at least this % idle over 3 s), RETRIES (2: runs again when fewer
 # than half of the timed steps were undisturbed), LOG (a file for the
@@ -90,10 +91,14 @@ for ((r = 1; r <= rounds; ++r)); do
       --warmup "$warmup" --threads "$threads"
     run_one pytorch "$shape" "$r" "$PYTHON" "$here/pytorch_train_step.py" --batch "$B" \
       --seq "$T" --steps "$steps" --warmup "$warmup" --threads "$threads"
+    if [[ ${FUSED:-0} == 1 ]]; then
+      run_one pytorch-fused "$shape" "$r" "$PYTHON" "$here/pytorch_train_step.py" \
+        --batch "$B" --seq "$T" --steps "$steps" --warmup "$warmup" --threads "$threads" --fused
+    fi
     if [[ ${COMPILE:-0} == 1 ]]; then
-      run_one pytorch-compile "$shape" "$r" "$PYTHON" "$here/pytorch_train_step.py" \
+      run_one pytorch-compile-fused "$shape" "$r" "$PYTHON" "$here/pytorch_train_step.py" \
         --batch "$B" --seq "$T" --steps "$steps" --warmup $((warmup + 2)) \
-        --threads "$threads" --compile
+        --threads "$threads" --compile --fused
     fi
   done
 done
@@ -126,7 +131,7 @@ for shape in shapes:
     B, T = map(int, shape.split("x"))
     ours = data.get((shape, "trainyard"))
     ours_ms = statistics.median(m for m, _ in ours) if ours else None
-    for name in ("trainyard", "pytorch", "pytorch-compile"):
+    for name in ("trainyard", "pytorch", "pytorch-fused", "pytorch-compile-fused"):
         runs = data.get((shape, name))
         if not runs:
             continue
