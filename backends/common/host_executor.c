@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/host_profile.h"
 #include "backends/common/memory_plan.h"
 #include "backends/common/plugin_status.h"
 #include "ops/reference/ref_interp.h"
@@ -29,6 +30,7 @@ struct ty_host_executor_t {
   uint32_t named_count;
   unsigned char *ones;          /* an unbound loss-gradient seed's ones */
   bool seed_defaulted;          /* the last run used them */
+  ty_host_profile_t *profile;   /* NULL unless TRAINYARD_PROFILE is set */
 };
 
 static ty_abi_status_t ty_host_oom(const ty_host_executor_t *e, const char *what) {
@@ -76,6 +78,13 @@ uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *e) {
 
 void ty_host_executor_destroy(ty_host_executor_t *e) {
   if (!e) return;
+  if (e->profile) {
+    const ty_abi_graph_t *g = ty_host_executor_graph(e);
+    uint8_t *reference = calloc(g->node_count ? g->node_count : 1, 1);
+    for (uint32_t n = 0; reference && n < g->node_count; ++n) reference[n] = !e->kernels[n];
+    ty_host_profile_report_and_free(e->profile, e->plugin, g, reference);
+    free(reference);
+  }
   ty_memory_plan_free(&e->plan);
   ty_owned_graph_free(e->graph);
   free(e->arena);
@@ -147,6 +156,7 @@ ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char 
     }
     if (!e->kernels[n]) e->reference_nodes++;
   }
+  e->profile = ty_host_profile_create(g->node_count);
   for (uint32_t v = 0; v < g->value_count; ++v) {
     const ty_abi_value_t *val = &g->values[v];
     if (e->plan.storage[v].kind == TY_STORAGE_BOUND) {
@@ -211,6 +221,7 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
       case TY_STORAGE_CONSTANT: e->data[v] = (void *)val->const_data; break;
       case TY_STORAGE_ARENA: e->data[v] = e->arena + st->offset; break;
       case TY_STORAGE_STATE_ALIAS: break; /* after bound values are known */
+      case TY_STORAGE_VIEW: break;        /* after every other kind */
       case TY_STORAGE_BOUND:
         if (e->data[v]) break;
         if (val->role == TY_VALUE_INPUT && (val->flags & TY_VALUE_FLAG_LOSS_SEED)) {
@@ -239,6 +250,9 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
       e->data[v] = e->data[e->plan.storage[v].alias];
     }
   }
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (e->plan.storage[v].kind == TY_STORAGE_VIEW) e->data[v] = e->data[e->plan.storage[v].alias];
+  }
   return NULL;
 }
 
@@ -248,7 +262,10 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
   if (s) return s;
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   ty_host_node_ctx_t ctx = {.graph = g, .data = e->data, .threads = threads};
+  const bool profile = e->profile != NULL;
   for (uint32_t n = 0; n < g->node_count; ++n) {
+    if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
+    const double t0 = profile ? ty_host_profile_now() : 0.0;
     if (e->kernels[n]) {
       ctx.node = &g->nodes[n];
       ctx.node_index = n;
@@ -256,13 +273,19 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
     } else {
       s = (ty_abi_status_t)(void *)ty_ref_execute_node(g, n, e->data);
     }
+    if (profile) ty_host_profile_add(e->profile, n, ty_host_profile_now() - t0);
     if (s) return s;
   }
+  const double t_copies = profile ? ty_host_profile_now() : 0.0;
   for (uint32_t u = 0; u < e->plan.copy_count; ++u) {
     const ty_abi_state_update_t *up = &e->plan.copies[u];
     if (e->data[up->state] != e->data[up->value]) {
       memmove(e->data[up->state], e->data[up->value], e->graph->value_bytes[up->state]);
     }
+  }
+  if (profile) {
+    ty_host_profile_add(e->profile, UINT32_MAX, ty_host_profile_now() - t_copies);
+    ty_host_profile_end_run(e->profile);
   }
   return NULL;
 }

@@ -23,6 +23,7 @@ typedef struct {
 void ty_memory_plan_free(ty_memory_plan_t *plan) {
   free(plan->storage);
   free(plan->copies);
+  free(plan->skip);
   memset(plan, 0, sizeof(*plan));
 }
 
@@ -34,9 +35,10 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
   plan->value_count = nv;
   plan->storage = calloc(nv ? nv : 1, sizeof(*plan->storage));
   plan->copies = calloc(g->update_count ? g->update_count : 1, sizeof(*plan->copies));
+  plan->skip = calloc(nn ? nn : 1, sizeof(*plan->skip));
   uint32_t *last_use = malloc((nv ? nv : 1) * sizeof(uint32_t));
   ty_block_t *live = malloc((nv ? nv : 1) * sizeof(ty_block_t));
-  if (!plan->storage || !plan->copies || !last_use || !live) {
+  if (!plan->storage || !plan->copies || !plan->skip || !last_use || !live) {
     free(last_use);
     free(live);
     ty_memory_plan_free(plan);
@@ -58,6 +60,25 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
     for (uint32_t i = 0; i < node->input_count; ++i) {
       if (node->inputs[i] != UINT32_MAX) last_use[node->inputs[i]] = n;
     }
+  }
+  /* Reshapes into arena values become views of their input's root (the
+   * first value of a chain of reshapes), which then stays live until the
+   * last reader of any view: forward order sees a chain's links in order. */
+  for (uint32_t n = 0; n < nn; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    if (strcmp(node->op, "reshape") != 0 || node->input_count < 1 || node->output_count != 1 ||
+        node->inputs[0] == UINT32_MAX) {
+      continue;
+    }
+    uint32_t x = node->inputs[0], y = node->outputs[0];
+    if (plan->storage[y].kind != TY_STORAGE_ARENA || og->value_bytes[x] != og->value_bytes[y]) {
+      continue;
+    }
+    uint32_t root = plan->storage[x].kind == TY_STORAGE_VIEW ? plan->storage[x].alias : x;
+    plan->storage[y].kind = TY_STORAGE_VIEW;
+    plan->storage[y].alias = root;
+    plan->skip[n] = true;
+    if (last_use[y] > last_use[root]) last_use[root] = last_use[y];
   }
   /* In-place state updates. */
   for (uint32_t u = 0; u < g->update_count; ++u) {
@@ -81,6 +102,7 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
       plan->copies[plan->copy_count++] = g->updates[u];
       /* The copy reads the value after every node. */
       if (plan->storage[value].kind == TY_STORAGE_ARENA) last_use[value] = nn;
+      if (plan->storage[value].kind == TY_STORAGE_VIEW) last_use[plan->storage[value].alias] = nn;
     }
   }
   /* Best-fit placement in definition order. */

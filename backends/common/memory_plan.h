@@ -1,11 +1,14 @@
 /* Liveness-based memory planning for per-op backends: every intermediate
  * value gets an offset in one arena, reusing the bytes of values whose last
  * reader has run; optimizer and KV-cache updates write straight into their
- * state's buffer when nothing reads the old state afterwards. Depends only on
+ * state's buffer when nothing reads the old state afterwards; and a reshape
+ * is a view (its output shares its input's bytes, which stay live until the
+ * view's last reader), so executors skip it. Depends only on
  * hal/backend_abi.h. */
 #ifndef TY_BACKENDS_COMMON_MEMORY_PLAN_H_
 #define TY_BACKENDS_COMMON_MEMORY_PLAN_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backends/common/abi_graph.h"
@@ -19,12 +22,15 @@ typedef enum ty_storage_kind_e {
   TY_STORAGE_CONSTANT = 1,    /* the graph's const_data */
   TY_STORAGE_ARENA = 2,       /* arena + offset */
   TY_STORAGE_STATE_ALIAS = 3, /* written in place into state `alias` */
+  TY_STORAGE_VIEW = 4,        /* the bytes of value `alias` (a reshape's
+                                 output; alias is never itself a view) */
 } ty_storage_kind_t;
 
 typedef struct ty_value_storage_t {
   ty_storage_kind_t kind;
   uint64_t offset;  /* TY_STORAGE_ARENA */
-  uint32_t alias;   /* TY_STORAGE_STATE_ALIAS: the state value */
+  uint32_t alias;   /* TY_STORAGE_STATE_ALIAS: the state value;
+                       TY_STORAGE_VIEW: the value whose bytes it reads */
 } ty_value_storage_t;
 
 typedef struct ty_memory_plan_t {
@@ -32,6 +38,8 @@ typedef struct ty_memory_plan_t {
   ty_value_storage_t *storage; /* per value */
   uint64_t arena_bytes;        /* peak arena size */
   uint64_t naive_bytes;        /* sum of all intermediates (for reports) */
+  /* Per node: nothing to run (a reshape planned as a view). */
+  bool *skip;
   /* State updates that still need a copy after the last node. */
   uint32_t copy_count;
   ty_abi_state_update_t *copies;

@@ -264,6 +264,12 @@ ty_abi_status_t cpu_oom(const cpu_node_ctx_t *c);
 
 /* cpu_kernels_matmul.c */
 ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c);
+/* C[m,n] (+)= op(A) op(B), row-major f32 with leading dimensions in
+ * elements: oneDNN's sgemm, or cpu_gemm_blocked without oneDNN. `threads`
+ * threads outside a parallel region; the calling thread alone inside one.
+ * False on out-of-memory or a oneDNN error. */
+bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+              const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate, int threads);
 /* cpu_gemm_blocked.c: C[m,n] (+)= op(A) op(B), row-major f32 with leading
  * dimensions in elements, on up to `threads` threads (one inside a parallel
  * region). False when its packing buffers cannot be allocated. */

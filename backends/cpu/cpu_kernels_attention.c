@@ -1,5 +1,6 @@
-/* Causal grouped-query attention, forward (flash-style online softmax) and
- * backward (probabilities recomputed from the saved log-sum-exp).
+/* Causal grouped-query attention, forward and backward, on GEMMs over blocks
+ * of queries (probabilities recomputed from the saved log-sum-exp in the
+ * backward).
  *
  *   q [B,T,Hq,D], k, v [B,S,Hkv,D]; query head h reads kv head h / (Hq/Hkv).
  *   With L = kv_len (S when that input is absent), query t sits at absolute
@@ -11,32 +12,33 @@
  *   ds_ts = p_ts (dp_ts - delta_t)
  *   dq_t = scale sum_s ds_ts k_s,  dk_s = scale sum_t ds_ts q_t,  dv_s = sum_t p_ts dout_t
  *
- * Forward: work items are (batch, query head, block of 16 queries); each walks
- * its visible keys in blocks of 64 keeping a running max, running sum and an
- * unnormalised output (online softmax), so no T x S matrix exists. lse is
- * f32. Backward: work items are (batch, kv head), which own their dk/dv rows,
- * so threads never write the same memory; each takes the query heads of its
- * group a query block at a time, stores p and dp for the block's visible
- * keys, then forms delta and accumulates dq, dk, dv. delta is computed from p
- * and dp as the reference does rather than from the `out` input (which is
- * therefore unused), so any (out, lse) pair gives the reference's answer.
- * Parallelism is B*Hkv items, so batch 1 with one kv head runs on one thread.
+ * A block is up to 64 queries of one (batch, query head) and the keys any of
+ * them sees, [lo, hi] (causal: the block's last query bounds it, so about
+ * half of the T x S products are skipped). Forward, per block (one work
+ * item): S = Q K^T (one GEMM, rows of q/k read in place through their
+ * leading dimensions), a softmax per row with masked keys at 0, then
+ * out = P V (a second GEMM, written straight into `out` for f32). Backward,
+ * per (batch, kv head) (so dk/dv rows have one owner and threads never write
+ * the same memory), per query head of its group and block: P again from S
+ * and lse, dP = dO V^T, delta from p and dp as the reference does (the
+ * `out` input is therefore unused), dS = scale P (dP - delta), then
+ * dQ = dS K, dK += dS^T Q and dV += P^T dO: five GEMMs. GEMMs inside the
+ * parallel loop run on the calling thread (cpu_gemm). Scratch is 64 x S
+ * floats (two of them backward) per thread, so no T x S matrix exists.
  *
- * All arithmetic is f32 (exponentials by cpu_expf) with per-row sums in
- * f64; bf16/f16 operands are converted to f32 copies first. Scores come
- * from K (and, backward, V) blocks packed transposed so the inner loops run
- * over keys in vector registers; the work-item functions are compiled for
- * AVX-512, AVX2 and baseline x86-64 (CPU_MULTIVERSION). Checked against the
- * f64 reference at normalised mean squared error < 1e-10 (f32 storage). causal=0 is left to
- * the reference kernel (cpu_kernels.c does not select this one for it). */
+ * GEMMs accumulate in f32 (FMA); exponentials are cpu_expf, and per-row sums
+ * (the softmax denominator, delta) are f64. bf16/f16 operands are converted
+ * to f32 copies first and results rounded at the end. Checked against the
+ * f64 reference at normalised mean squared error < 1e-10 (f32 storage).
+ * causal=0 is left to the reference kernel (cpu_kernels.c does not select
+ * this one for it). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
 
-#define CPU_ATT_QB 16 /* queries per block */
-#define CPU_ATT_KB 64 /* keys per block (forward) */
+#define CPU_ATT_QB 64 /* queries per block */
 
 typedef struct {
   int64_t batch, q_len, kv_len, q_heads, kv_heads, dim, group, window;
@@ -94,99 +96,94 @@ static bool cpu_att_inputs(const cpu_node_ctx_t *c, uint32_t first, uint32_t cou
   return true;
 }
 
-/* y += a x (distinct rows, so the compiler may vectorise freely). */
-CPU_BODY void cpu_axpy(int64_t n, float a, const float *restrict x, float *restrict y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+/* One query block: rows t0..t0+qn-1 of a (batch, query head), the keys
+ * klo..klo+L-1 that any of them sees, and each row's own range. */
+typedef struct {
+  int64_t t0, qn, klo, L;
+  int64_t lo[CPU_ATT_QB], hi[CPU_ATT_QB];
+} cpu_att_block_t;
+
+static void cpu_att_block(const cpu_att_shape_t *s, int64_t t0, cpu_att_block_t *blk) {
+  blk->t0 = t0;
+  blk->qn = s->q_len - t0 < CPU_ATT_QB ? s->q_len - t0 : CPU_ATT_QB;
+  for (int64_t r = 0; r < blk->qn; ++r) cpu_att_range(s, t0 + r, &blk->lo[r], &blk->hi[r]);
+  blk->klo = blk->lo[0];
+  blk->L = blk->hi[blk->qn - 1] - blk->klo + 1;
 }
 
-/* Packs keys [k0, k0+kn) of one kv head transposed: kt[d * KB + j]. */
-CPU_BODY void cpu_att_pack_t(const float *x, int64_t stride, int64_t k0, int64_t kn,
-                             int64_t dim, float *xt) {
-  for (int64_t j = 0; j < kn; ++j) {
-    const float *xr = x + (k0 + j) * stride;
-    for (int64_t d = 0; d < dim; ++d) xt[d * CPU_ATT_KB + j] = xr[d];
+/* Forward softmax of one row of raw scores (keys klo..klo+L-1; visible
+ * [lo, hi]): p = exp(scale s - max) / sum over the visible keys, 0 elsewhere;
+ * *out_lse = log sum exp(scale s). */
+CPU_BODY void cpu_att_softmax_row_body(float *sr, int64_t L, int64_t lo, int64_t hi,
+                                       float scale, float *out_lse) {
+  float m = -INFINITY;
+  for (int64_t j = lo; j <= hi; ++j) {
+    sr[j] *= scale;
+    m = sr[j] > m ? sr[j] : m;
   }
+  for (int64_t j = 0; j < lo; ++j) sr[j] = 0.0f;
+  for (int64_t j = lo; j <= hi; ++j) sr[j] = cpu_expf(sr[j] - m);
+  for (int64_t j = hi + 1; j < L; ++j) sr[j] = 0.0f;
+  const double l = cpu_sum_f64(sr + lo, hi - lo + 1);
+  const float inv = (float)(1.0 / l);
+  for (int64_t j = lo; j <= hi; ++j) sr[j] *= inv;
+  *out_lse = (float)((double)m + log(l));
 }
+CPU_MULTIVERSION(cpu_att_softmax_row, (float *sr, int64_t L, int64_t lo, int64_t hi,
+                  float scale, float *out_lse),
+                 (sr, L, lo, hi, scale, out_lse))
 
-/* s[j] = sum_d row[d] xt[d][j] for j < kn: vector FMAs over keys. */
-CPU_BODY void cpu_att_scores(const float *restrict row, const float *restrict xt, int64_t dim,
-                             int64_t kn, float *restrict out) {
-  if (kn == CPU_ATT_KB) { /* a full block: fixed bounds keep out[] in registers */
-    float acc[CPU_ATT_KB] = {0};
-    for (int64_t d = 0; d < dim; ++d) {
-      const float x = row[d], *xd = xt + d * CPU_ATT_KB;
-      for (int j = 0; j < CPU_ATT_KB; ++j) acc[j] += x * xd[j];
-    }
-    for (int j = 0; j < CPU_ATT_KB; ++j) out[j] = acc[j];
-    return;
-  }
-  for (int64_t j = 0; j < kn; ++j) out[j] = 0.0f;
-  for (int64_t d = 0; d < dim; ++d) {
-    const float x = row[d], *xd = xt + d * CPU_ATT_KB;
-    for (int64_t j = 0; j < kn; ++j) out[j] += x * xd[j];
-  }
+/* Backward, one row: p = exp(scale s - lse) on the visible keys (0
+ * elsewhere), then ds = scale p (dp - sum p dp) in place of dp. */
+CPU_BODY void cpu_att_grad_row_body(float *pr, float *dpr, int64_t L, int64_t lo, int64_t hi,
+                                    float scale, float lse) {
+  for (int64_t j = 0; j < lo; ++j) pr[j] = 0.0f;
+  for (int64_t j = lo; j <= hi; ++j) pr[j] = cpu_expf(scale * pr[j] - lse);
+  for (int64_t j = hi + 1; j < L; ++j) pr[j] = 0.0f;
+  const float delta = (float)cpu_dot_f64(pr + lo, dpr + lo, hi - lo + 1);
+  for (int64_t j = 0; j < L; ++j) dpr[j] = scale * pr[j] * (dpr[j] - delta);
 }
+CPU_MULTIVERSION(cpu_att_grad_row, (float *pr, float *dpr, int64_t L, int64_t lo, int64_t hi,
+                  float scale, float lse),
+                 (pr, dpr, L, lo, hi, scale, lse))
 
-/* Forward for queries t0.. of head h in batch b (one work item). ws holds
- * QB*D (running output) + QB*KB (scores) + D*KB (a transposed K block). */
-CPU_BODY void cpu_att_forward_item_body(const cpu_att_shape_t *s, const float *q, const float *k,
-                                        const float *v, int64_t b, int64_t h, int64_t t0, float *ws,
-                                        void *pout, ty_dtype_t out_dtype, float *lse) {
+/* Forward for one block of head h in batch b. ws: QB x S scores/probabilities
+ * and, unless out is f32, QB x D of output. False when a GEMM fails. */
+static bool cpu_att_forward_item(const cpu_att_shape_t *s, const float *q, const float *k,
+                                 const float *v, int64_t b, int64_t h, int64_t t0, float *ws,
+                                 void *pout, ty_dtype_t out_dtype, float *lse) {
   const int64_t D = s->dim, qrow = s->q_heads * D, kvrow = s->kv_heads * D;
-  const int64_t qn = s->q_len - t0 < CPU_ATT_QB ? s->q_len - t0 : CPU_ATT_QB;
   const int64_t kvh = h / s->group;
-  float *acc = ws, *sc = acc + CPU_ATT_QB * D, *kt = sc + CPU_ATT_QB * CPU_ATT_KB;
+  cpu_att_block_t blk;
+  cpu_att_block(s, t0, &blk);
+  const int64_t L = blk.L, qn = blk.qn;
+  float *P = ws, *ob = P + (size_t)CPU_ATT_QB * (size_t)s->kv_len;
   const float *qb = q + (b * s->q_len + t0) * qrow + h * D;
-  const float *kb = k + b * s->kv_len * kvrow + kvh * D;
-  const float *vb = v + b * s->kv_len * kvrow + kvh * D;
-  float m[CPU_ATT_QB];
-  double l[CPU_ATT_QB];
-  int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
+  const float *kb = k + (b * s->kv_len + blk.klo) * kvrow + kvh * D;
+  const float *vb = v + (b * s->kv_len + blk.klo) * kvrow + kvh * D;
+  if (!cpu_gemm(false, true, qn, L, D, qb, qrow, kb, kvrow, P, L, false, 1)) return false;
   for (int64_t r = 0; r < qn; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0;
-    cpu_att_range(s, t0 + r, &lo[r], &hi[r]);
-    for (int64_t d = 0; d < D; ++d) acc[r * D + d] = 0.0f;
+    cpu_att_softmax_row(P + r * L, L, blk.lo[r] - blk.klo, blk.hi[r] - blk.klo, s->scale,
+                        &lse[(b * s->q_heads + h) * s->q_len + t0 + r]);
   }
-  for (int64_t k0 = lo[0]; k0 <= hi[qn - 1]; k0 += CPU_ATT_KB) {
-    const int64_t kn = hi[qn - 1] - k0 + 1 < CPU_ATT_KB ? hi[qn - 1] - k0 + 1 : CPU_ATT_KB;
-    cpu_att_pack_t(kb, kvrow, k0, kn, D, kt);
-    for (int64_t r = 0; r < qn; ++r) {
-      if (k0 > hi[r] || k0 + kn <= lo[r]) continue; /* nothing visible here */
-      float *sr = sc + r * CPU_ATT_KB;
-      cpu_att_scores(qb + r * qrow, kt, D, kn, sr);
-      float bm = -INFINITY;
-      for (int64_t j = 0; j < kn; ++j) {
-        const int64_t key = k0 + j;
-        sr[j] = key < lo[r] || key > hi[r] ? -INFINITY : s->scale * sr[j];
-        bm = sr[j] > bm ? sr[j] : bm;
-      }
-      const float nm = bm > m[r] ? bm : m[r];
-      const float corr = cpu_expf(m[r] - nm); /* 0 on the first block */
-      float *ar = acc + r * D;
-      if (corr != 1.0f) {
-        for (int64_t d = 0; d < D; ++d) ar[d] *= corr;
-      }
-      for (int64_t j = 0; j < kn; ++j) sr[j] = cpu_expf(sr[j] - nm); /* masked: exp(-inf) = 0 */
-      for (int64_t j = 0; j < kn; ++j) {
-        if (sr[j] != 0.0f) cpu_axpy(D, sr[j], vb + (k0 + j) * kvrow, ar);
-      }
-      l[r] = l[r] * corr + cpu_sum_f64(sr, kn);
-      m[r] = nm;
-    }
+  const int64_t o0 = (b * s->q_len + t0) * qrow + h * D;
+  const bool direct = out_dtype == TY_DTYPE_F32;
+  float *o = direct ? (float *)pout + o0 : ob;
+  if (!cpu_gemm(false, false, qn, D, L, P, L, vb, kvrow, o, direct ? qrow : D, false, 1)) {
+    return false;
   }
-  for (int64_t r = 0; r < qn; ++r) {
-    float *ar = acc + r * D;
-    const float inv = (float)(1.0 / l[r]);
-    for (int64_t d = 0; d < D; ++d) ar[d] *= inv;
-    cpu_store_f32(pout, out_dtype, ((b * s->q_len + t0 + r) * s->q_heads + h) * D, D, ar);
-    lse[(b * s->q_heads + h) * s->q_len + t0 + r] = (float)((double)m[r] + log(l[r]));
+  if (!direct) {
+    for (int64_t r = 0; r < qn; ++r) cpu_store_f32(pout, out_dtype, o0 + r * qrow, D, ob + r * D);
   }
+  return true;
 }
-CPU_MULTIVERSION(cpu_att_forward_item, (const cpu_att_shape_t *s, const float *q, const float *k,
-                  const float *v, int64_t b, int64_t h, int64_t t0, float *ws, void *pout,
-                  ty_dtype_t out_dtype, float *lse),
-                 (s, q, k, v, b, h, t0, ws, pout, out_dtype, lse))
+
+static ty_abi_status_t cpu_att_gemm_failed(const cpu_node_ctx_t *c) {
+  return ty_plugin_error(TY_CODE_INTERNAL,
+                         "cpu: " CPU_NODE_FMT ": a GEMM failed (out of memory or a oneDNN "
+                         "error)",
+                         CPU_NODE_ARGS(c));
+}
 
 ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c) {
   const cpu_att_shape_t s = cpu_att_shape(c, 0);
@@ -202,93 +199,73 @@ ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c) {
   float *owned[3] = {NULL, NULL, NULL};
   if (!cpu_att_inputs(c, 0, 3, (int)c->threads, in, owned)) return cpu_oom(c);
   const int nt = cpu_threads(c, items * CPU_ATT_QB * s.kv_len * D, 65536);
-  const size_t per = (size_t)CPU_ATT_QB * (size_t)(D + CPU_ATT_KB) + (size_t)D * CPU_ATT_KB;
+  const size_t per = (size_t)CPU_ATT_QB * (size_t)(s.kv_len + D);
   float *scratch = malloc((size_t)nt * per * sizeof(float));
   if (!scratch) {
     for (int i = 0; i < 3; ++i) free(owned[i]);
     return cpu_oom(c);
   }
+  int failed = 0;
+  /* Later blocks see more keys: hand them out first, then the cheap ones. */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
-    cpu_att_forward_item(&s, in[0], in[1], in[2], it / (s.q_heads * nqb), (it / nqb) % s.q_heads,
-                         (it % nqb) * CPU_ATT_QB, scratch + (size_t)cpu_thread_num() * per, pout,
-                         ov->dtype, lse);
+    const int64_t bh = it % (s.batch * s.q_heads), qbi = nqb - 1 - it / (s.batch * s.q_heads);
+    if (!cpu_att_forward_item(&s, in[0], in[1], in[2], bh / s.q_heads, bh % s.q_heads,
+                              qbi * CPU_ATT_QB, scratch + (size_t)cpu_thread_num() * per, pout,
+                              ov->dtype, lse)) {
+#pragma omp atomic write
+      failed = 1;
+    }
   }
   free(scratch);
   for (int i = 0; i < 3; ++i) free(owned[i]);
-  return NULL;
+  return failed ? cpu_att_gemm_failed(c) : NULL;
 }
 
 /* Backward for batch b, kv head kvh: every query head of the group, a query
- * block at a time. ws holds P and dP (QB x S each), K and V blocks
- * transposed (D x KB each) and the block's dq (QB x D). dk/dv rows of this
- * kv head belong to this work item alone. */
-CPU_BODY void cpu_att_backward_unit_body(const cpu_att_shape_t *s, const float *dout,
-                                         const float *q, const float *k, const float *v,
-                                         const float *lse, int64_t b, int64_t kvh, float *ws,
-                                         float *dk, float *dv, void *pdq, ty_dtype_t dq_dtype) {
+ * block at a time. ws holds P and dP/dS (QB x S each) and, unless dq is f32,
+ * the block's dq (QB x D). dk/dv rows of this kv head belong to this work
+ * item alone. False when a GEMM fails. */
+static bool cpu_att_backward_unit(const cpu_att_shape_t *s, const float *dout, const float *q,
+                                  const float *k, const float *v, const float *lse, int64_t b,
+                                  int64_t kvh, float *ws, float *dk, float *dv, void *pdq,
+                                  ty_dtype_t dq_dtype) {
   const int64_t D = s->dim, S = s->kv_len, qrow = s->q_heads * D, kvrow = s->kv_heads * D;
   const int64_t nqb = (s->q_len + CPU_ATT_QB - 1) / CPU_ATT_QB;
   float *P = ws, *dP = P + (size_t)CPU_ATT_QB * (size_t)S;
-  float *kt = dP + (size_t)CPU_ATT_QB * (size_t)S, *vt = kt + D * CPU_ATT_KB;
-  float *dqa = vt + D * CPU_ATT_KB;
-  const float *kb = k + b * S * kvrow + kvh * D, *vb = v + b * S * kvrow + kvh * D;
-  float *dkb = dk + b * S * kvrow + kvh * D, *dvb = dv + b * S * kvrow + kvh * D;
+  float *dqs = dP + (size_t)CPU_ATT_QB * (size_t)S;
+  const bool direct = dq_dtype == TY_DTYPE_F32;
   for (int64_t h = kvh * s->group; h < (kvh + 1) * s->group; ++h) {
     for (int64_t qbi = 0; qbi < nqb; ++qbi) {
-      const int64_t t0 = qbi * CPU_ATT_QB;
-      const int64_t qn = s->q_len - t0 < CPU_ATT_QB ? s->q_len - t0 : CPU_ATT_QB;
-      const float *qb = q + (b * s->q_len + t0) * qrow + h * D;
-      const float *db = dout + (b * s->q_len + t0) * qrow + h * D;
-      int64_t lo[CPU_ATT_QB] = {0}, hi[CPU_ATT_QB] = {0};
-      double delta[CPU_ATT_QB];
-      for (int64_t r = 0; r < qn; ++r) {
-        cpu_att_range(s, t0 + r, &lo[r], &hi[r]);
-        delta[r] = 0.0;
-      }
-      const int64_t klo = lo[0], khi = hi[qn - 1], L = khi - klo + 1;
-      /* p and dp over the block's key range (zero where masked), and delta. */
-      for (int64_t k0 = klo; k0 <= khi; k0 += CPU_ATT_KB) {
-        const int64_t kn = khi - k0 + 1 < CPU_ATT_KB ? khi - k0 + 1 : CPU_ATT_KB;
-        cpu_att_pack_t(kb, kvrow, k0, kn, D, kt);
-        cpu_att_pack_t(vb, kvrow, k0, kn, D, vt);
-        for (int64_t r = 0; r < qn; ++r) {
-          float *pr = P + r * L + (k0 - klo), *dpr = dP + r * L + (k0 - klo);
-          const float row_lse = lse[(b * s->q_heads + h) * s->q_len + t0 + r];
-          cpu_att_scores(qb + r * qrow, kt, D, kn, pr);
-          cpu_att_scores(db + r * qrow, vt, D, kn, dpr);
-          for (int64_t j = 0; j < kn; ++j) pr[j] = cpu_expf(s->scale * pr[j] - row_lse);
-          for (int64_t j = 0; j < kn; ++j) { /* the mask: contiguous runs at the ends */
-            const int64_t key = k0 + j;
-            if (key < lo[r] || key > hi[r]) pr[j] = dpr[j] = 0.0f;
-          }
-          delta[r] += cpu_dot_f64(pr, dpr, kn);
-        }
-      }
-      for (int64_t i = 0; i < qn * D; ++i) dqa[i] = 0.0f;
-      for (int64_t j = 0; j < L; ++j) {
-        const float *kr = kb + (klo + j) * kvrow;
-        float *dkr = dkb + (klo + j) * kvrow, *dvr = dvb + (klo + j) * kvrow;
-        for (int64_t r = 0; r < qn; ++r) {
-          const float p = P[r * L + j];
-          if (p == 0.0f) continue; /* masked, or underflowed: contributes 0 */
-          const float ds = s->scale * p * (dP[r * L + j] - (float)delta[r]);
-          cpu_axpy(D, ds, kr, dqa + r * D);
-          cpu_axpy(D, ds, qb + r * qrow, dkr);
-          cpu_axpy(D, p, db + r * qrow, dvr);
-        }
+      cpu_att_block_t blk;
+      cpu_att_block(s, qbi * CPU_ATT_QB, &blk);
+      const int64_t L = blk.L, qn = blk.qn, t0 = blk.t0;
+      const int64_t q0 = (b * s->q_len + t0) * qrow + h * D;
+      const int64_t k0 = (b * S + blk.klo) * kvrow + kvh * D;
+      const float *qb = q + q0, *db = dout + q0, *kb = k + k0, *vb = v + k0;
+      /* P (raw scores for now) = Q K^T, dP = dO V^T */
+      if (!cpu_gemm(false, true, qn, L, D, qb, qrow, kb, kvrow, P, L, false, 1) ||
+          !cpu_gemm(false, true, qn, L, D, db, qrow, vb, kvrow, dP, L, false, 1)) {
+        return false;
       }
       for (int64_t r = 0; r < qn; ++r) {
-        cpu_store_f32(pdq, dq_dtype, ((b * s->q_len + t0 + r) * s->q_heads + h) * D, D,
-                      dqa + r * D);
+        cpu_att_grad_row(P + r * L, dP + r * L, L, blk.lo[r] - blk.klo, blk.hi[r] - blk.klo,
+                         s->scale, lse[(b * s->q_heads + h) * s->q_len + t0 + r]);
+      }
+      /* dQ = dS K;  dK += dS^T Q;  dV += P^T dO */
+      float *dq = direct ? (float *)pdq + q0 : dqs;
+      if (!cpu_gemm(false, false, qn, D, L, dP, L, kb, kvrow, dq, direct ? qrow : D, false, 1) ||
+          !cpu_gemm(true, false, L, D, qn, dP, L, qb, qrow, dk + k0, kvrow, true, 1) ||
+          !cpu_gemm(true, false, L, D, qn, P, L, db, qrow, dv + k0, kvrow, true, 1)) {
+        return false;
+      }
+      if (!direct) {
+        for (int64_t r = 0; r < qn; ++r) cpu_store_f32(pdq, dq_dtype, q0 + r * qrow, D, dqs + r * D);
       }
     }
   }
+  return true;
 }
-CPU_MULTIVERSION(cpu_att_backward_unit, (const cpu_att_shape_t *s, const float *dout,
-                  const float *q, const float *k, const float *v, const float *lse, int64_t b,
-                  int64_t kvh, float *ws, float *dk, float *dv, void *pdq, ty_dtype_t dq_dtype),
-                 (s, dout, q, k, v, lse, b, kvh, ws, dk, dv, pdq, dq_dtype))
 
 ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   /* inputs: dout, q, k, v, out (unused), lse; outputs dq, dk, dv */
@@ -313,8 +290,7 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   float *dk = dkv->dtype == TY_DTYPE_F32 ? pdk : malloc((size_t)kv_count * sizeof(float));
   float *dv = dvv->dtype == TY_DTYPE_F32 ? pdv : malloc((size_t)kv_count * sizeof(float));
   const int nt = cpu_threads(c, units * s.group * s.q_len * S * D, 65536);
-  const size_t per = (size_t)CPU_ATT_QB * ((size_t)S * 2 + (size_t)D) +
-                     (size_t)D * CPU_ATT_KB * 2;
+  const size_t per = (size_t)CPU_ATT_QB * ((size_t)S * 2 + (size_t)D);
   float *scratch = malloc((size_t)nt * per * sizeof(float));
   if (!dk || !dv || !scratch) {
     if (dk != pdk) free(dk);
@@ -325,10 +301,15 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   }
   memset(dk, 0, (size_t)kv_count * sizeof(float));
   memset(dv, 0, (size_t)kv_count * sizeof(float));
+  int failed = 0;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t u = 0; u < units; ++u) {
-    cpu_att_backward_unit(&s, in[0], in[1], in[2], in[3], lse, u / s.kv_heads, u % s.kv_heads,
-                          scratch + (size_t)cpu_thread_num() * per, dk, dv, pdq, dqv->dtype);
+    if (!cpu_att_backward_unit(&s, in[0], in[1], in[2], in[3], lse, u / s.kv_heads,
+                               u % s.kv_heads, scratch + (size_t)cpu_thread_num() * per, dk, dv,
+                               pdq, dqv->dtype)) {
+#pragma omp atomic write
+      failed = 1;
+    }
   }
   if (dk != pdk) {
     cpu_store_f32(pdk, dkv->dtype, 0, kv_count, dk);
@@ -340,5 +321,5 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   }
   free(scratch);
   for (int i = 0; i < 4; ++i) free(owned[i]);
-  return NULL;
+  return failed ? cpu_att_gemm_failed(c) : NULL;
 }

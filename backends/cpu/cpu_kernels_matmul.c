@@ -27,7 +27,7 @@
 
 
 /* C = op(A) op(B) (+ C when accumulate), row-major. */
-static bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                      bool accumulate, int threads) {
 #ifdef _OPENMP
@@ -48,7 +48,7 @@ static bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const fl
 
 #else
 
-static bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                      bool accumulate, int threads) {
   return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);

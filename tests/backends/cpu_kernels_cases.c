@@ -285,8 +285,9 @@ static void cases_rope_attention(void) {
       {2, 70, 80, 4, 2, 16, 20}, /* sliding window */
       {1, 37, 37, 2, 2, 8, 0},   /* S = T */
       {2, 19, 150, 3, 1, 12, 0}, /* MQA, long KV */
+      {1, 150, 150, 2, 2, 64, 0}, /* three query blocks of the GEMM kernels */
   };
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     const int64_t *s = shapes[i];
     char label[64];
     snprintf(label, sizeof(label), "B%lld T%lld S%lld Hq%lld Hkv%lld D%lld w%lld",

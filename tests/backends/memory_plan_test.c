@@ -1,7 +1,9 @@
 /* The liveness-based memory planner: on random chains and diamonds of
  * elementwise ops, no two arena values that are live at the same time share
- * bytes, everything lies inside the arena, reuse actually happens, and
- * optimizer updates are planned in place only when that is safe. */
+ * bytes, everything lies inside the arena, reuse actually happens, reshapes
+ * are views that keep their input's bytes live, and optimizer updates are
+ * planned in place only when that is safe (also when the old state is read
+ * through a reshape). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +46,13 @@ static void check_no_overlap(const planned_t *p) {
     }
   }
   for (uint32_t c = 0; c < p->plan.copy_count; ++c) last[p->plan.copies[c].value] = g->node_count;
+  /* A view's readers read its root's bytes. */
+  for (uint32_t v = 0; v < nv; ++v) {
+    if (p->plan.storage[v].kind != TY_STORAGE_VIEW) continue;
+    uint32_t root = p->plan.storage[v].alias;
+    assert_true(p->plan.storage[root].kind != TY_STORAGE_VIEW);
+    if (last[v] > last[root]) last[root] = last[v];
+  }
   for (uint32_t a = 0; a < nv; ++a) {
     if (p->plan.storage[a].kind != TY_STORAGE_ARENA) continue;
     uint64_t a0 = p->plan.storage[a].offset, a1 = a0 + p->owned->value_bytes[a];
@@ -110,6 +119,69 @@ static void test_chain_reuses_memory(void **state) {
   ty_graph_destroy(g);
 }
 
+static ty_value_id_t reshape(ty_graph_t *g, ty_value_id_t x, int64_t d0, int64_t d1) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  int64_t shape[2] = {d0, d1};
+  TY_EXPECT_OK(ty_attrs_set_ints(&a, "shape", shape, 2));
+  ty_value_id_t y;
+  TY_EXPECT_OK(ty_graph_add_node1(g, "reshape", &x, 1, &a, &y));
+  return y;
+}
+
+/* a = gelu(x); b = reshape(a); c = reshape(b); while c waits, other values
+ * come and go; d = c + f. a's bytes must outlive every reader of b and c. */
+static void test_reshape_is_a_view(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t x, a, e, f, out;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &a));
+  ty_value_id_t b = reshape(g, a, 32, 32);
+  e = b;
+  for (int i = 0; i < 4; ++i) TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &e, 1, NULL, &e));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &e, 1, NULL, &f));
+  ty_value_id_t c = reshape(g, b, 64, 16);
+  ty_value_id_t fr = reshape(g, f, 64, 16);
+  ty_value_id_t in[2] = {c, fr};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &out));
+  ty_value_id_t xr = reshape(g, x, 16, 64); /* a view of an input */
+  TY_EXPECT_OK(ty_graph_set_output(g, out, "y"));
+  TY_EXPECT_OK(ty_graph_set_output(g, reshape(g, xr, 64, 16), "x_again"));
+  planned_t p;
+  plan_graph(g, &p);
+  check_no_overlap(&p);
+  const ty_abi_graph_t *ag = &p.owned->graph;
+  uint32_t views = 0, skipped = 0;
+  for (uint32_t n = 0; n < ag->node_count; ++n) {
+    const ty_abi_node_t *node = &ag->nodes[n];
+    if (strcmp(node->op, "reshape") != 0) {
+      assert_false(p.plan.skip[n]);
+      continue;
+    }
+    const ty_value_storage_t *st = &p.plan.storage[node->outputs[0]];
+    if (ag->values[node->outputs[0]].flags & TY_VALUE_FLAG_OUTPUT) {
+      /* an output is written into the caller's buffer: a copy */
+      assert_int_equal(st->kind, TY_STORAGE_BOUND);
+      assert_false(p.plan.skip[n]);
+      continue;
+    }
+    assert_int_equal(st->kind, TY_STORAGE_VIEW);
+    assert_true(p.plan.skip[n]);
+    ++views;
+    skipped += p.plan.skip[n];
+    /* the root: the gelu output, f, or the input x */
+    uint32_t root = st->alias, producer = p.owned->producer[root];
+    assert_true(producer == UINT32_MAX ? ag->values[root].role == TY_VALUE_INPUT
+                                       : strcmp(ag->nodes[producer].op, "gelu") == 0);
+  }
+  assert_int_equal(views, 4); /* b, c, fr, xr */
+  assert_int_equal(skipped, 4);
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
 static void build_sgd(ty_graph_t *g, bool read_param_after) {
   int64_t d[1] = {8};
   ty_value_id_t w, grad, buf, lr, mom, wd, out[2], extra;
@@ -128,6 +200,41 @@ static void build_sgd(ty_graph_t *g, bool read_param_after) {
     TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &w, 1, NULL, &extra));
     TY_EXPECT_OK(ty_graph_set_output(g, extra, "old_w_gelu"));
   }
+}
+
+/* The old weights read through a reshape after the update: no in place. */
+static void test_update_not_in_place_when_a_view_reads_later(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {8};
+  ty_value_id_t w, grad, lr, wd, mom, buf, out[2], later;
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 1, d, &w));
+  TY_EXPECT_OK(ty_graph_add_state(g, "buf", TY_DTYPE_F32, 1, d, &buf));
+  TY_EXPECT_OK(ty_graph_add_input(g, "grad", TY_DTYPE_F32, 1, d, &grad));
+  TY_EXPECT_OK(ty_graph_add_input(g, "lr", TY_DTYPE_F32, 0, NULL, &lr));
+  TY_EXPECT_OK(ty_graph_add_input(g, "momentum", TY_DTYPE_F32, 0, NULL, &mom));
+  TY_EXPECT_OK(ty_graph_add_input(g, "wd", TY_DTYPE_F32, 0, NULL, &wd));
+  ty_value_id_t wr = reshape(g, w, 2, 4); /* before the update ... */
+  ty_value_id_t in[6] = {w, grad, buf, lr, mom, wd};
+  TY_EXPECT_OK(ty_graph_add_node(g, "sgd_update", in, 6, NULL, out, 2));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, w, out[0]));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, buf, out[1]));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &wr, 1, NULL, &later)); /* ... read after */
+  TY_EXPECT_OK(ty_graph_set_output(g, later, "old_w_gelu"));
+  planned_t p;
+  plan_graph(g, &p);
+  check_no_overlap(&p);
+  /* the lowered graph keeps the builder's value ids */
+  assert_string_equal(p.owned->graph.nodes[p.owned->producer[wr]].op, "reshape");
+  assert_string_equal(p.owned->graph.nodes[p.owned->producer[out[0]]].op, "sgd_update");
+  assert_int_equal(p.plan.storage[wr].kind, TY_STORAGE_VIEW);
+  assert_int_equal(p.plan.storage[wr].alias, w);
+  assert_int_equal(p.plan.storage[out[0]].kind, TY_STORAGE_ARENA);
+  assert_int_equal(p.plan.storage[out[1]].kind, TY_STORAGE_STATE_ALIAS);
+  assert_int_equal(p.plan.copy_count, 1);
+  planned_free(&p);
+  ty_graph_destroy(g);
 }
 
 static void test_optimizer_updates_in_place_only_when_safe(void **state) {
@@ -161,6 +268,8 @@ int main(void) {
       cmocka_unit_test(test_random_graphs),
       cmocka_unit_test(test_chain_reuses_memory),
       cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),
+      cmocka_unit_test(test_reshape_is_a_view),
+      cmocka_unit_test(test_update_not_in_place_when_a_view_reads_later),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
