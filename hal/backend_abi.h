@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 1u
+#define TY_ABI_MINOR 2u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -152,6 +152,13 @@ typedef struct ty_abi_device_info_t {
   /* ---- v1.1 ---- */
   double peak_f32_gflops; /* theoretical dense f32 peak; 0 when unknown (used
                              for MFU; say in docs how it is derived) */
+  /* ---- v1.2 ---- */
+  char api_version[128];  /* the device's programming-interface version as
+                             its runtime reports it, e.g. "OpenCL 3.0 PoCL
+                             ..."; "" when there is none */
+  char extensions[2048];  /* space-separated extensions or capabilities the
+                             runtime reports (OpenCL extensions); cut at a
+                             word boundary when longer */
 } ty_abi_device_info_t;
 
 /* One `key=value` from a device URI query (`cpu?threads=2`). */
