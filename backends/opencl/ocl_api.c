@@ -3,33 +3,55 @@
 #include "backends/opencl/ocl_api.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TY_OCL_DEFAULT_LIBRARY "libOpenCL.so.1"
 
+/* The ICD loader is loaded once per process and never unloaded: the loader
+ * and the drivers it loads keep process-lifetime state (vendor lists,
+ * worker threads, compiler state) that they free only at exit, so a
+ * dlclose would leak that state or unmap code its threads still run. */
+static pthread_mutex_t ty_ocl_library_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *ty_ocl_library;
+static char ty_ocl_library_path[256];
+
 int ty_ocl_api_load(ty_ocl_api_t *api, char *why, size_t why_size) {
   memset(api, 0, sizeof(*api));
   const char *path = getenv("TRAINYARD_OPENCL_LIBRARY");
   if (!path || !*path) path = TY_OCL_DEFAULT_LIBRARY;
   snprintf(api->library_path, sizeof(api->library_path), "%s", path);
-  dlerror();
-  api->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!api->library) {
+  pthread_mutex_lock(&ty_ocl_library_lock);
+  void *lib = ty_ocl_library && strcmp(ty_ocl_library_path, path) == 0 ? ty_ocl_library : NULL;
+  if (!lib) {
+    dlerror();
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+      /* A different library asked for later (a test) gets its own handle;
+       * the first one stays loaded. */
+      if (!ty_ocl_library) {
+        ty_ocl_library = lib;
+        snprintf(ty_ocl_library_path, sizeof(ty_ocl_library_path), "%s", path);
+      }
+    }
+  }
+  pthread_mutex_unlock(&ty_ocl_library_lock);
+  if (!lib) {
     const char *e = dlerror();
     snprintf(why, why_size, "cannot load the OpenCL ICD loader %s (%s); install one, e.g. "
              "ocl-icd-libopencl1 and a driver such as pocl-opencl-icd",
              path, e ? e : "unknown error");
     return 1;
   }
+  api->library = lib;
 #define TY_OCL_RESOLVE(ret, name, params)                                                \
   {                                                                                      \
-    void *sym = dlsym(api->library, #name);                                              \
+    void *sym = dlsym(lib, #name);                                                       \
     if (!sym) {                                                                          \
       snprintf(why, why_size, "the OpenCL ICD loader %s lacks %s (not OpenCL 1.2)", path, \
                #name);                                                                   \
-      ty_ocl_api_unload(api);                                                            \
       return 1;                                                                          \
     }                                                                                    \
     memcpy(&api->name, &sym, sizeof(sym));                                               \
@@ -40,8 +62,7 @@ int ty_ocl_api_load(ty_ocl_api_t *api, char *why, size_t why_size) {
 }
 
 void ty_ocl_api_unload(ty_ocl_api_t *api) {
-  if (api->library) dlclose(api->library);
-  api->library = NULL;
+  api->library = NULL; /* stays loaded: see ty_ocl_library */
 }
 
 const char *ty_ocl_error_name(cl_int err) {

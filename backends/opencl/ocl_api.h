@@ -90,7 +90,8 @@ typedef struct ty_ocl_api_t {
   atomic_llong created[TY_OCL_OBJ_COUNT_];
 } ty_ocl_api_t;
 
-/* Loads the ICD loader: $TRAINYARD_OPENCL_LIBRARY when set (a path or a
+/* Loads the ICD loader (once per process; it is never unloaded):
+ * $TRAINYARD_OPENCL_LIBRARY when set (a path or a
  * soname; also the test hook for a machine without OpenCL), else
  * libOpenCL.so.1. On failure returns nonzero and writes why (dlerror, or
  * the missing symbol) into `why`. */
