@@ -54,10 +54,17 @@ if(NOT TY_WITH_CUDA STREQUAL "OFF" OR NOT TY_WITH_NCCL STREQUAL "OFF")
 endif()
 ty_resolve_feature(CUDA "${CUDAToolkit_FOUND}" "CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR}")
 
+# The opencl plugin dlopens libOpenCL.so.1 at run time: building it needs the
+# Khronos headers only (opencl-c-headers), never the library.
 if(NOT TY_WITH_OPENCL STREQUAL "OFF")
-  find_package(OpenCL QUIET)
+  find_path(TY_OPENCL_INCLUDE_DIR CL/cl.h)
 endif()
-ty_resolve_feature(OPENCL "${OpenCL_FOUND}" "OpenCL ${OpenCL_VERSION_STRING} (${OpenCL_LIBRARY})")
+if(TY_OPENCL_INCLUDE_DIR)
+  set(_opencl_found TRUE)
+else()
+  set(_opencl_found FALSE)
+endif()
+ty_resolve_feature(OPENCL "${_opencl_found}" "OpenCL headers in ${TY_OPENCL_INCLUDE_DIR}")
 
 if(NOT TY_WITH_ONEDNN STREQUAL "OFF")
   find_package(dnnl CONFIG QUIET)

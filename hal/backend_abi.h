@@ -157,6 +157,12 @@ typedef struct ty_abi_device_info_t {
                                  inference graphs only and refuses graphs of a
                                  single op (conform then checks it with its
                                  whole-graph tier) */
+  char api_version[128];  /* the device's programming-interface version as
+                             its runtime reports it, e.g. "OpenCL 3.0 PoCL
+                             ..."; "" when there is none */
+  char extensions[2048];  /* space-separated extensions or capabilities the
+                             runtime reports (OpenCL extensions); cut at a
+                             word boundary when longer */
 } ty_abi_device_info_t;
 
 /* One `key=value` from a device URI query (`cpu?threads=2`). */

@@ -604,5 +604,7 @@ ty_status_t ty_backend_device_info(ty_backend_t *b, uint32_t index,
   out_info->name[sizeof(out_info->name) - 1] = '\0';
   out_info->vendor[sizeof(out_info->vendor) - 1] = '\0';
   out_info->driver_version[sizeof(out_info->driver_version) - 1] = '\0';
+  out_info->api_version[sizeof(out_info->api_version) - 1] = '\0';
+  out_info->extensions[sizeof(out_info->extensions) - 1] = '\0';
   return ty_status_annotate(s, "backend '%s': device_info(%u)", b->name, index);
 }

@@ -12,6 +12,8 @@ packages=(
   libssl-dev                 # SHA-256 (graph hashes, artifacts)
   libdnnl-dev                # oneDNN: the cpu backend's matmul
   libomp-dev                 # OpenMP for clang builds (the cpu backend's kernels)
+  opencl-c-headers ocl-icd-opencl-dev  # the opencl backend: Khronos headers, ICD loader
+  pocl-opencl-icd            # PoCL, the CPU OpenCL driver its tests run on
   fortunes fortunes-min      # the default training corpus (scripts/corpus.sh)
 )
 

@@ -18,7 +18,8 @@ static const char *const ty_devices_usage =
     "usage: trainyard devices [--json]\n"
     "\n"
     "Lists every backend plugin that loaded, with its devices (URI, name,\n"
-    "vendor, kind, compute units, memory, dtypes), plugin path and ABI\n"
+    "vendor, kind, compute units, memory, dtypes, and the API version and\n"
+    "extensions where the runtime reports them), plugin path and ABI\n"
     "version; then every candidate that was rejected, and why.\n"
     "\n"
     "  --json      print one JSON object instead of text\n"
@@ -65,6 +66,15 @@ static json_t *ty_device_json(ty_backend_t *backend, uint32_t index) {
   json_object_set_new(d, "dtypes", dtypes);
   json_object_set_new(d, "emulated", json_boolean(info.emulated != 0));
   json_object_set_new(d, "peak_f32_gflops", json_real(info.peak_f32_gflops));
+  json_object_set_new(d, "api_version", json_string(info.api_version));
+  json_t *extensions = json_array();
+  char words[sizeof(info.extensions)];
+  snprintf(words, sizeof(words), "%s", info.extensions);
+  char *save = NULL;
+  for (char *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+    json_array_append_new(extensions, json_string(w));
+  }
+  json_object_set_new(d, "extensions", extensions);
   return d;
 }
 
@@ -170,6 +180,15 @@ static void ty_print_devices_text(const json_t *root) {
       double peak = json_real_value(json_object_get(d, "peak_f32_gflops"));
       if (peak > 0) printf(", peak f32 %.0f GFLOP/s", round(peak));
       printf("\n");
+      /* Only devices whose runtime reports them (OpenCL) get these lines. */
+      if (ty_json_str(d, "api_version")[0]) printf("      api %s\n", ty_json_str(d, "api_version"));
+      if (json_array_size(json_object_get(d, "extensions"))) {
+        printf("      extensions");
+        json_array_foreach(json_object_get(d, "extensions"), k, t) {
+          printf(" %s", json_string_value(t));
+        }
+        printf("\n");
+      }
     }
   }
   const json_t *rejected = json_object_get(root, "rejected");

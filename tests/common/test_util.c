@@ -1,6 +1,8 @@
 /* Helpers shared by the C tests; see test_util.h. */
 #include "common/test_util.h"
 
+#include "hal/registry.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,4 +74,35 @@ void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n) {
     for (size_t k = 0; k < chunk; ++k) any_nonzero |= p[i + k] != 0;
   }
   if (n && !any_nonzero) p[0] = 1; /* a zero buffer proves nothing */
+}
+
+static bool ty_test_optional_plugin(const char *name) { return strcmp(name, "opencl") == 0; }
+
+size_t ty_test_intree_plugins(const char *csv, const ty_registry_t *registry,
+                              char (*names)[32], size_t max) {
+  size_t count = 0;
+  const char *p = csv;
+  while (*p && count < max) {
+    size_t len = strcspn(p, ",");
+    char name[32];
+    snprintf(name, sizeof(name), "%.*s", (int)len, p);
+    bool loaded = false;
+    for (size_t i = 0; i < ty_registry_backend_count(registry); ++i) {
+      loaded |= strcmp(ty_backend_name(ty_registry_backend_at(registry, i)), name) == 0;
+    }
+    if (loaded || !ty_test_optional_plugin(name)) memcpy(names[count++], name, sizeof(name));
+    p += len + (p[len] == ',');
+  }
+  return count;
+}
+
+void ty_test_loaded_message(const char *csv, const ty_registry_t *registry,
+                            const char *name, char *out, size_t out_size) {
+  char names[16][32];
+  size_t count = ty_test_intree_plugins(csv, registry, names, 16);
+  size_t used = (size_t)snprintf(out, out_size, "no backend named '%s' (loaded: ", name);
+  for (size_t i = 0; i < count && used < out_size; ++i) {
+    used += (size_t)snprintf(out + used, out_size - used, "%s%s", i ? ", " : "", names[i]);
+  }
+  if (used < out_size) snprintf(out + used, out_size - used, ")");
 }

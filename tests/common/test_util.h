@@ -42,4 +42,18 @@ uint64_t ty_test_rng_next(ty_test_rng_t *rng);
 /* Fills dst with random bytes; never leaves n > 0 bytes all zero. */
 void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n);
 
+/* The in-tree plugins a registry should have loaded from the build tree:
+ * the names in `csv` (TY_TEST_INTREE_PLUGINS, sorted), less the optional
+ * ones (opencl: built where its headers are, rejected as unavailable on a
+ * machine without an OpenCL runtime) that `registry` did not load. Writes
+ * up to `max` names (each < 32 bytes) and returns how many there are. */
+struct ty_registry_t;
+size_t ty_test_intree_plugins(const char *csv, const struct ty_registry_t *registry,
+                              char (*names)[32], size_t max);
+
+/* "no backend named '<name>' (loaded: cpu, dataflow, template)" for those
+ * plugins, into `out`. */
+void ty_test_loaded_message(const char *csv, const struct ty_registry_t *registry,
+                            const char *name, char *out, size_t out_size);
+
 #endif /* TY_TESTS_COMMON_TEST_UTIL_H_ */

@@ -107,20 +107,8 @@ static void test_open_errors(void **state) {
                     "opening device 'cpu:5'");
   expect_open_fails(registry, "template:1", TY_CODE_NOT_FOUND, "index 1", NULL);
   /* "(loaded: cpu, dataflow, template)": every in-tree plugin, by name. */
-  char loaded[320] = "no backend named 'nosuch' (loaded: ";
-  for (const char *p = TY_TEST_INTREE_PLUGINS; *p; ++p) {
-    size_t n = strlen(loaded);
-    if (n + 3 >= sizeof(loaded)) break;
-    if (*p == ',') {
-      loaded[n] = ',';
-      loaded[n + 1] = ' ';
-      loaded[n + 2] = '\0';
-    } else {
-      loaded[n] = *p;
-      loaded[n + 1] = '\0';
-    }
-  }
-  strncat(loaded, ")", sizeof(loaded) - strlen(loaded) - 1);
+  char loaded[320];
+  ty_test_loaded_message(TY_TEST_INTREE_PLUGINS, registry, "nosuch", loaded, sizeof(loaded));
   expect_open_fails(registry, "nosuch", TY_CODE_NOT_FOUND, loaded, "trainyard devices");
 }
 

@@ -17,6 +17,48 @@
 
 /* ---- helpers ---- */
 
+/* In-tree plugins that are built only where their headers are found and
+ * whose runtime a machine may lack (then rejected as unavailable). The
+ * folder checks here are about cpu and template, so every count and index
+ * below leaves these out; tests/backends checks them. */
+static bool optional_backend(const char *name) { return strcmp(name, "opencl") == 0; }
+
+static bool core_rejection(const ty_rejected_candidate_t *c) {
+  return !(c->kind == TY_REJECT_UNAVAILABLE && optional_backend(c->name));
+}
+
+static size_t core_backend_count(const ty_registry_t *r) {
+  size_t n = 0;
+  for (size_t i = 0; i < ty_registry_backend_count(r); ++i) {
+    n += !optional_backend(ty_backend_name(ty_registry_backend_at(r, i)));
+  }
+  return n;
+}
+
+static ty_backend_t *core_backend_at(const ty_registry_t *r, size_t index) {
+  for (size_t i = 0; i < ty_registry_backend_count(r); ++i) {
+    ty_backend_t *b = ty_registry_backend_at(r, i);
+    if (!optional_backend(ty_backend_name(b)) && index-- == 0) return b;
+  }
+  return NULL;
+}
+
+static size_t core_rejected_count(const ty_registry_t *r) {
+  size_t n = 0;
+  for (size_t i = 0; i < ty_registry_rejected_count(r); ++i) {
+    n += core_rejection(ty_registry_rejected_at(r, i));
+  }
+  return n;
+}
+
+static const ty_rejected_candidate_t *core_rejected_at(const ty_registry_t *r, size_t index) {
+  for (size_t i = 0; i < ty_registry_rejected_count(r); ++i) {
+    const ty_rejected_candidate_t *c = ty_registry_rejected_at(r, i);
+    if (core_rejection(c) && index-- == 0) return c;
+  }
+  return NULL;
+}
+
 static ty_registry_t *registry_from(const char *const *paths, size_t count, bool use_env) {
   ty_registry_options_t options = {
       .explicit_paths = paths,
@@ -34,43 +76,18 @@ static const char *base_name(const char *path) {
   return slash ? slash + 1 : path;
 }
 
-/* How many in-tree plugins there are, and "cpu, dataflow, template". */
-static size_t intree_count(void) {
-  size_t n = 1;
-  for (const char *p = TY_TEST_INTREE_PLUGINS; *p; ++p) n += *p == ',';
-  return n;
-}
-
-static const char *intree_loaded_message(void) {
-  static char text[320];
-  snprintf(text, sizeof(text), "no backend named 'nosuch' (loaded: ");
-  for (const char *p = TY_TEST_INTREE_PLUGINS; *p; ++p) {
-    size_t n = strlen(text);
-    if (n + 3 >= sizeof(text)) break;
-    if (*p == ',') {
-      text[n++] = ',';
-      text[n++] = ' ';
-    } else {
-      text[n++] = *p;
-    }
-    text[n] = '\0';
-  }
-  strncat(text, ")", sizeof(text) - strlen(text) - 1);
-  return text;
+/* How many in-tree plugins `r` should have loaded. */
+static size_t intree_count(const ty_registry_t *r) {
+  char names[16][32];
+  return ty_test_intree_plugins(TY_TEST_INTREE_PLUGINS, r, names, 16);
 }
 
 /* Asserts the loaded backends are exactly the in-tree plugins (cpu,
- * template, ... in name order: TY_TEST_INTREE_PLUGINS), loaded from `dir`
- * (as given). */
+ * template, ... in name order: TY_TEST_INTREE_PLUGINS, less an optional
+ * plugin this machine cannot run), loaded from `dir` (as given). */
 static void expect_cpu_and_template_from(const ty_registry_t *r, const char *dir) {
-  char list[256];
-  snprintf(list, sizeof(list), "%s", TY_TEST_INTREE_PLUGINS);
-  const char *names[16];
-  size_t count = 0;
-  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && count < 16;
-       tok = strtok_r(NULL, ",", &save)) {
-    names[count++] = tok;
-  }
+  char names[16][32];
+  size_t count = ty_test_intree_plugins(TY_TEST_INTREE_PLUGINS, r, names, 16);
   assert_true(count >= 2);
   assert_int_equal(ty_registry_backend_count(r), count);
   for (size_t i = 0; i < count; ++i) {
@@ -93,8 +110,8 @@ static const ty_rejected_candidate_t *rejected_once(const ty_registry_t *r,
                                                     const char *file) {
   const ty_rejected_candidate_t *found = NULL;
   size_t hits = 0;
-  for (size_t i = 0; i < ty_registry_rejected_count(r); ++i) {
-    const ty_rejected_candidate_t *c = ty_registry_rejected_at(r, i);
+  for (size_t i = 0; i < core_rejected_count(r); ++i) {
+    const ty_rejected_candidate_t *c = core_rejected_at(r, i);
     if (strcmp(base_name(c->path), file) == 0) {
       found = c;
       ++hits;
@@ -239,8 +256,8 @@ static void test_rogues_rejected_normal_plugins_loaded(void **state) {
   ty_registry_t *r = registry_from(paths, 2, false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
   expect_every_rogue_rejected_once(r);
-  assert_int_equal(ty_registry_rejected_count(r), kRogueCount);
-  assert_null(ty_registry_rejected_at(r, kRogueCount));
+  assert_int_equal(core_rejected_count(r), kRogueCount);
+  assert_null(core_rejected_at(r, kRogueCount));
   /* Both folders are reported as searched, in order. */
   assert_int_equal(ty_registry_search_dir_count(r), 2);
   char real[PATH_MAX];
@@ -259,7 +276,7 @@ static void test_rogue_folder_twice_still_rejects_once(void **state) {
   ty_registry_t *r = registry_from(paths, 4, false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
   expect_every_rogue_rejected_once(r);
-  assert_int_equal(ty_registry_rejected_count(r), kRogueCount);
+  assert_int_equal(core_rejected_count(r), kRogueCount);
   ty_registry_destroy(r);
 }
 
@@ -268,11 +285,11 @@ static void test_normal_folder_holds_no_rogues(void **state) {
   const char *paths[] = {TY_TEST_PLUGIN_DIR};
   ty_registry_t *r = registry_from(paths, 1, false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  for (size_t i = 0; i < ty_registry_rejected_count(r); ++i) {
-    print_error("unexpected rejection: %s: %s\n", ty_registry_rejected_at(r, i)->path,
-                ty_registry_rejected_at(r, i)->reason);
+  for (size_t i = 0; i < core_rejected_count(r); ++i) {
+    print_error("unexpected rejection: %s: %s\n", core_rejected_at(r, i)->path,
+                core_rejected_at(r, i)->reason);
   }
-  assert_int_equal(ty_registry_rejected_count(r), 0);
+  assert_int_equal(core_rejected_count(r), 0);
   ty_registry_destroy(r);
 }
 
@@ -291,7 +308,7 @@ static void test_same_folder_by_other_spellings_loads_once(void **state) {
   };
   ty_registry_t *r = registry_from(paths, sizeof(paths) / sizeof(paths[0]), false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  assert_int_equal(ty_registry_rejected_count(r), 0);
+  assert_int_equal(core_rejected_count(r), 0);
   assert_int_equal(ty_registry_search_dir_count(r), 1);
   ty_registry_destroy(r);
   temp_dir_remove(&t);
@@ -306,8 +323,8 @@ static void test_copy_in_later_folder_is_shadowed(void **state) {
   const char *paths[] = {TY_TEST_PLUGIN_DIR, t.path};
   ty_registry_t *r = registry_from(paths, 2, false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  assert_int_equal(ty_registry_rejected_count(r), 1);
-  const ty_rejected_candidate_t *c = ty_registry_rejected_at(r, 0);
+  assert_int_equal(core_rejected_count(r), 1);
+  const ty_rejected_candidate_t *c = core_rejected_at(r, 0);
   assert_string_equal(c->path, t.files[0]);
   assert_string_equal(c->name, "cpu");
   assert_int_equal(c->kind, TY_REJECT_SHADOWED);
@@ -322,7 +339,7 @@ static void test_copy_in_later_folder_is_shadowed(void **state) {
   /* The other way round, the copy wins and the build tree's is shadowed. */
   const char *reversed[] = {t.path, TY_TEST_PLUGIN_DIR};
   r = registry_from(reversed, 2, false);
-  assert_int_equal(ty_registry_backend_count(r), intree_count());
+  assert_int_equal(ty_registry_backend_count(r), intree_count(r));
   assert_string_equal(ty_backend_path(ty_registry_backend_at(r, 0)), t.files[0]);
   assert_int_equal(ty_registry_rejected_count(r), 1);
   c = ty_registry_rejected_at(r, 0);
@@ -339,8 +356,8 @@ static void test_missing_explicit_path(void **state) {
   const char *paths[] = {missing, TY_TEST_PLUGIN_DIR};
   ty_registry_t *r = registry_from(paths, 2, false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  assert_int_equal(ty_registry_rejected_count(r), 1);
-  const ty_rejected_candidate_t *c = ty_registry_rejected_at(r, 0);
+  assert_int_equal(core_rejected_count(r), 1);
+  const ty_rejected_candidate_t *c = core_rejected_at(r, 0);
   assert_int_equal(c->kind, TY_REJECT_MISSING_PATH);
   assert_string_equal(c->path, missing);
   assert_string_equal(c->name, "");
@@ -365,8 +382,8 @@ static void test_overlong_plugin_name_is_reported(void **state) {
   const char *paths[] = {t.path, TY_TEST_PLUGIN_DIR};
   ty_registry_t *r = registry_from(paths, 2, false);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  assert_int_equal(ty_registry_rejected_count(r), 1);
-  const ty_rejected_candidate_t *c = ty_registry_rejected_at(r, 0);
+  assert_int_equal(core_rejected_count(r), 1);
+  const ty_rejected_candidate_t *c = core_rejected_at(r, 0);
   assert_int_equal(c->kind, TY_REJECT_INVALID_TABLE);
   TY_EXPECT_CONTAINS(c->reason, "longer than 63 characters");
   TY_EXPECT_CONTAINS(c->reason, name);
@@ -382,13 +399,13 @@ static void test_env_path_is_honoured(void **state) {
   ty_registry_t *r = registry_from(NULL, 0, true);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
   expect_every_rogue_rejected_once(r);
-  assert_int_equal(ty_registry_rejected_count(r), kRogueCount);
+  assert_int_equal(core_rejected_count(r), kRogueCount);
   ty_registry_destroy(r);
 
   /* use_env = false ignores it. */
   r = registry_from(NULL, 0, false);
-  assert_int_equal(ty_registry_backend_count(r), 0);
-  assert_int_equal(ty_registry_rejected_count(r), 0);
+  assert_int_equal(core_backend_count(r), 0);
+  assert_int_equal(core_rejected_count(r), 0);
   assert_int_equal(ty_registry_search_dir_count(r), 0);
   ty_registry_destroy(r);
 
@@ -397,9 +414,9 @@ static void test_env_path_is_honoured(void **state) {
                           "/nonexistent-trainyard-env:" TY_TEST_PLUGIN_DIR, 1), 0);
   r = registry_from(NULL, 0, true);
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  assert_int_equal(ty_registry_rejected_count(r), 1);
-  assert_int_equal(ty_registry_rejected_at(r, 0)->kind, TY_REJECT_MISSING_PATH);
-  assert_string_equal(ty_registry_rejected_at(r, 0)->path, "/nonexistent-trainyard-env");
+  assert_int_equal(core_rejected_count(r), 1);
+  assert_int_equal(core_rejected_at(r, 0)->kind, TY_REJECT_MISSING_PATH);
+  assert_string_equal(core_rejected_at(r, 0)->path, "/nonexistent-trainyard-env");
   ty_registry_destroy(r);
   setenv("TRAINYARD_BACKEND_PATH", "", 1);
 }
@@ -412,7 +429,7 @@ static void test_explicit_paths_come_before_env(void **state) {
   assert_int_equal(setenv("TRAINYARD_BACKEND_PATH", TY_TEST_PLUGIN_DIR, 1), 0);
   const char *paths[] = {t.path};
   ty_registry_t *r = registry_from(paths, 1, true);
-  assert_int_equal(ty_registry_backend_count(r), intree_count());
+  assert_int_equal(ty_registry_backend_count(r), intree_count(r));
   assert_string_equal(ty_backend_path(ty_registry_backend_at(r, 0)), t.files[0]);
   assert_int_equal(ty_registry_rejected_count(r), 1);
   assert_int_equal(ty_registry_rejected_at(r, 0)->kind, TY_REJECT_SHADOWED);
@@ -428,14 +445,14 @@ static void test_exe_dir_rule(void **state) {
   ty_registry_t *r = NULL;
   TY_EXPECT_OK(ty_registry_create(&options, &r));
   expect_cpu_and_template_from(r, TY_TEST_PLUGIN_DIR);
-  assert_int_equal(ty_registry_rejected_count(r), 0);
+  assert_int_equal(core_rejected_count(r), 0);
   ty_registry_destroy(r);
 
   /* A default folder that does not exist is skipped quietly. */
   options.exe_dir = "/nonexistent-trainyard-test/bin";
   TY_EXPECT_OK(ty_registry_create(&options, &r));
-  assert_int_equal(ty_registry_backend_count(r), 0);
-  assert_int_equal(ty_registry_rejected_count(r), 0);
+  assert_int_equal(core_backend_count(r), 0);
+  assert_int_equal(core_rejected_count(r), 0);
   assert_int_equal(ty_registry_search_dir_count(r), 0);
   ty_registry_destroy(r);
 }
@@ -470,7 +487,9 @@ static void test_find(void **state) {
   s = ty_registry_find(r, "nosuch", &b);
   assert_null(b);
   if (s) TY_EXPECT_CONTAINS(ty_status_message(s), "trainyard devices");
-  TY_EXPECT_STATUS(s, TY_CODE_NOT_FOUND, intree_loaded_message());
+  char loaded[320];
+  ty_test_loaded_message(TY_TEST_INTREE_PLUGINS, r, "nosuch", loaded, sizeof(loaded));
+  TY_EXPECT_STATUS(s, TY_CODE_NOT_FOUND, loaded);
   ty_registry_destroy(r);
 
   r = registry_from(NULL, 0, false);
@@ -500,8 +519,8 @@ static void test_backend_accessors(void **state) {
   (void)state;
   const char *paths[] = {TY_TEST_PLUGIN_DIR};
   ty_registry_t *r = registry_from(paths, 1, false);
-  for (size_t i = 0; i < ty_registry_backend_count(r); ++i) {
-    ty_backend_t *b = ty_registry_backend_at(r, i);
+  for (size_t i = 0; i < core_backend_count(r); ++i) {
+    ty_backend_t *b = core_backend_at(r, i);
     uint32_t major = 99, minor = 99;
     ty_backend_abi_version(b, &major, &minor);
     assert_int_equal(major, TY_ABI_MAJOR);
@@ -530,9 +549,9 @@ static void test_minimal_table_is_read_within_struct_size(void **state) {
   (void)state;
   const char *paths[] = {TY_TEST_MINIMAL_DIR};
   ty_registry_t *r = registry_from(paths, 1, false);
-  assert_int_equal(ty_registry_rejected_count(r), 0);
-  assert_int_equal(ty_registry_backend_count(r), 1);
-  ty_backend_t *b = ty_registry_backend_at(r, 0);
+  assert_int_equal(core_rejected_count(r), 0);
+  assert_int_equal(core_backend_count(r), 1);
+  ty_backend_t *b = core_backend_at(r, 0);
   assert_string_equal(ty_backend_name(b), "minimal");
   assert_int_equal(ty_backend_api(b)->struct_size, TY_BACKEND_API_MIN_SIZE);
   /* device_open is set in memory but lies beyond struct_size. */

@@ -1,0 +1,618 @@
+/* The op table of the opencl executor and the launch builders of the
+ * element-moving, elementwise, reduction, matmul, embedding and optimizer
+ * ops. Each builder reads its node's shapes and attributes (as
+ * ops/reference/ref_interp.c does), then appends the kernel launches, fills
+ * and copies that compute it (ocl_exec.h); kernels are in the kernels/ folder. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/opencl/ocl_exec.h"
+
+static const ty_ocl_op_t ty_ocl_ops[] = {
+    {"embedding", ty_ocl_build_embedding, TY_OCL_ACCEPT_COMPUTE},
+    {"embedding_backward", ty_ocl_build_embedding_backward, TY_OCL_ACCEPT_COMPUTE},
+    {"matmul", ty_ocl_build_matmul, TY_OCL_ACCEPT_COMPUTE},
+    {"add", ty_ocl_build_binary, TY_OCL_ACCEPT_COMPUTE},
+    {"sub", ty_ocl_build_binary, TY_OCL_ACCEPT_COMPUTE},
+    {"mul", ty_ocl_build_binary, TY_OCL_ACCEPT_COMPUTE},
+    {"div", ty_ocl_build_binary, TY_OCL_ACCEPT_COMPUTE},
+    {"scale", ty_ocl_build_scale, TY_OCL_ACCEPT_COMPUTE},
+    {"broadcast_to", ty_ocl_build_broadcast_to, TY_OCL_ACCEPT_MOVE},
+    {"reduce_sum", ty_ocl_build_reduce, TY_OCL_ACCEPT_COMPUTE},
+    {"reduce_mean", ty_ocl_build_reduce, TY_OCL_ACCEPT_COMPUTE},
+    {"reduce_sumsq", ty_ocl_build_reduce, TY_OCL_ACCEPT_COMPUTE},
+    {"layernorm", ty_ocl_build_norm, TY_OCL_ACCEPT_COMPUTE},
+    {"layernorm_backward", ty_ocl_build_norm_backward, TY_OCL_ACCEPT_COMPUTE},
+    {"rmsnorm", ty_ocl_build_norm, TY_OCL_ACCEPT_COMPUTE},
+    {"rmsnorm_backward", ty_ocl_build_norm_backward, TY_OCL_ACCEPT_COMPUTE},
+    {"gelu", ty_ocl_build_map, TY_OCL_ACCEPT_COMPUTE},
+    {"gelu_backward", ty_ocl_build_map, TY_OCL_ACCEPT_COMPUTE},
+    {"silu", ty_ocl_build_map, TY_OCL_ACCEPT_COMPUTE},
+    {"silu_backward", ty_ocl_build_map, TY_OCL_ACCEPT_COMPUTE},
+    {"swiglu", ty_ocl_build_map, TY_OCL_ACCEPT_COMPUTE},
+    {"swiglu_backward", ty_ocl_build_map, TY_OCL_ACCEPT_COMPUTE},
+    {"softmax", ty_ocl_build_softmax, TY_OCL_ACCEPT_COMPUTE},
+    {"softmax_backward", ty_ocl_build_softmax, TY_OCL_ACCEPT_COMPUTE},
+    {"rope", ty_ocl_build_rope, TY_OCL_ACCEPT_COMPUTE},
+    {"rope_backward", ty_ocl_build_rope, TY_OCL_ACCEPT_COMPUTE},
+    {"attention", ty_ocl_build_attention, TY_OCL_ACCEPT_COMPUTE},
+    {"attention_backward", ty_ocl_build_attention, TY_OCL_ACCEPT_COMPUTE},
+    {"cross_entropy", ty_ocl_build_cross_entropy, TY_OCL_ACCEPT_COMPUTE},
+    {"cross_entropy_backward", ty_ocl_build_cross_entropy, TY_OCL_ACCEPT_COMPUTE},
+    {"dropout", ty_ocl_build_dropout, TY_OCL_ACCEPT_COMPUTE},
+    {"dropout_backward", ty_ocl_build_dropout, TY_OCL_ACCEPT_COMPUTE},
+    {"cast", ty_ocl_build_cast, TY_OCL_ACCEPT_CAST},
+    {"reshape", ty_ocl_build_reshape, TY_OCL_ACCEPT_MOVE},
+    {"transpose", ty_ocl_build_transpose, TY_OCL_ACCEPT_MOVE},
+    {"slice", ty_ocl_build_slice, TY_OCL_ACCEPT_MOVE},
+    {"slice_backward", ty_ocl_build_slice_backward, TY_OCL_ACCEPT_MOVE},
+    {"concat", ty_ocl_build_concat, TY_OCL_ACCEPT_MOVE},
+    {"adamw_update", ty_ocl_build_adamw, TY_OCL_ACCEPT_COMPUTE},
+    {"sgd_update", ty_ocl_build_sgd, TY_OCL_ACCEPT_COMPUTE},
+    {"clip_by_global_norm", ty_ocl_build_clip, TY_OCL_ACCEPT_COMPUTE},
+    {"kv_cache_write", ty_ocl_build_kv_cache_write, TY_OCL_ACCEPT_MOVE},
+    {NULL, NULL, TY_OCL_ACCEPT_MOVE},
+};
+
+const ty_ocl_op_t *ty_ocl_op_find(const char *op) {
+  for (const ty_ocl_op_t *o = ty_ocl_ops; o->op; ++o) {
+    if (strcmp(o->op, op) == 0) return o;
+  }
+  return NULL;
+}
+
+bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                     size_t capacity) {
+  if (strncmp(node->op, "attention", 9) == 0) {
+    if (ty_abi_node_attr_int(node, "causal", 1) != 1) {
+      snprintf(reason, capacity,
+               "attention with causal=0 is not implemented (the reference, the conformance "
+               "oracle, has no causal=0 either)");
+      return false;
+    }
+    const ty_abi_value_t *q = &g->values[node->inputs[strcmp(node->op, "attention") ? 1 : 0]];
+    if (q->rank != 4 || q->dims[3] > TY_OCL_ATT_MAXD) {
+      snprintf(reason, capacity, "attention head_dim %lld is above the opencl kernel's %d",
+               q->rank == 4 ? (long long)q->dims[3] : -1LL, TY_OCL_ATT_MAXD);
+      return false;
+    }
+  }
+  return true;
+}
+
+static size_t ty_ocl_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
+
+/* Row-major strides (in elements) of a shape. */
+static void ty_ocl_strides(uint32_t rank, const int64_t *dims, int64_t *out) {
+  int64_t s = 1;
+  for (uint32_t d = rank; d-- > 0;) {
+    out[d] = s;
+    s *= dims[d];
+  }
+}
+
+/* ---- broadcasting (numpy rules), simplified as the cpu backend does: size-1
+ * output axes dropped, neighbours merged where every input walks them
+ * contiguously ---- */
+
+typedef struct {
+  int rank;
+  int64_t dims[8];
+  int64_t stride[2][8];
+} ty_ocl_bcast_t;
+
+static void ty_ocl_bcast_plan(const ty_abi_value_t *out, const ty_abi_value_t *const *ins,
+                              int n_in, ty_ocl_bcast_t *p) {
+  int r = (int)out->rank;
+  int64_t st[2][8];
+  for (int k = 0; k < n_in; ++k) {
+    const ty_abi_value_t *x = ins[k];
+    int pad = r - (int)x->rank;
+    int64_t s = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      int xd = d - pad;
+      int64_t size = xd >= 0 ? x->dims[xd] : 1;
+      st[k][d] = size == 1 ? 0 : s;
+      s *= size;
+    }
+  }
+  memset(p, 0, sizeof(*p));
+  for (int d = 0; d < r; ++d) {
+    if (out->dims[d] == 1) continue;
+    int q = p->rank;
+    bool merge = q > 0;
+    for (int k = 0; k < n_in && merge; ++k) merge = p->stride[k][q - 1] == st[k][d] * out->dims[d];
+    if (merge) {
+      p->dims[q - 1] *= out->dims[d];
+      for (int k = 0; k < n_in; ++k) p->stride[k][q - 1] = st[k][d];
+    } else {
+      p->dims[q] = out->dims[d];
+      for (int k = 0; k < n_in; ++k) p->stride[k][q] = st[k][d];
+      p->rank = q + 1;
+    }
+  }
+  if (p->rank == 0) {
+    p->rank = 1;
+    p->dims[0] = 1;
+  }
+}
+
+void ty_ocl_build_binary(ty_ocl_build_t *b) {
+  static const char *const names[] = {"add", "sub", "mul", "div"};
+  int op = 0;
+  while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
+  const ty_abi_value_t *ins[2] = {ty_ocl_vin(b, 0), ty_ocl_vin(b, 1)};
+  const ty_abi_value_t *out = ty_ocl_vout(b, 0);
+  int64_t n = ty_ocl_numel(out);
+  if (n == 0) return;
+  ty_ocl_bcast_t p;
+  ty_ocl_bcast_plan(out, ins, 2, &p);
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_binary");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ins[0]));
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ins[1]));
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(out));
+  ty_ocl_arg_i32(b, c, op);
+  ty_ocl_arg_i64(b, c, n);
+  ty_ocl_arg_i32(b, c, p.rank);
+  ty_ocl_arg_l8(b, c, p.dims);
+  ty_ocl_arg_l8(b, c, p.stride[0]);
+  ty_ocl_arg_l8(b, c, p.stride[1]);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+void ty_ocl_build_scale(ty_ocl_build_t *b) {
+  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  int64_t n = ty_ocl_numel(y);
+  if (n == 0) return;
+  ty_ocl_ref_t none = {TY_OCL_REF_NONE, 0, 0};
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
+  ty_ocl_arg_buf(b, c, none);
+  ty_ocl_arg_i32(b, c, 0);
+  ty_ocl_arg_buf(b, c, none);
+  ty_ocl_arg_i32(b, c, 0);
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_buf(b, c, none);
+  ty_ocl_arg_i32(b, c, 0);
+  ty_ocl_arg_i32(b, c, 0); /* TY_MAP_SCALE */
+  ty_ocl_arg_i64(b, c, n);
+  ty_ocl_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "alpha", 1.0));
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+/* y[i] = x[...] over `rank` dims with strides in elements. */
+static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_ocl_ref_t x, ty_ocl_ref_t y, size_t esize,
+                                int rank, const int64_t *dims, const int64_t *xs,
+                                const int64_t *ys) {
+  int64_t n = 1, d8[8] = {0}, x8[8] = {0}, y8[8] = {0};
+  for (int d = 0; d < rank; ++d) {
+    n *= dims[d];
+    d8[d] = dims[d];
+    x8[d] = xs[d];
+    y8[d] = ys[d];
+  }
+  if (n == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_strided_copy");
+  ty_ocl_arg_buf(b, c, x);
+  ty_ocl_arg_buf(b, c, y);
+  ty_ocl_arg_i32(b, c, (int32_t)esize);
+  ty_ocl_arg_i64(b, c, n);
+  ty_ocl_arg_i32(b, c, rank);
+  ty_ocl_arg_l8(b, c, d8);
+  ty_ocl_arg_l8(b, c, x8);
+  ty_ocl_arg_l8(b, c, y8);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
+  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  if (ty_ocl_numel(y) == 0) return;
+  ty_ocl_bcast_t p;
+  ty_ocl_bcast_plan(y, &x, 1, &p);
+  int64_t ys[8];
+  ty_ocl_strides((uint32_t)p.rank, p.dims, ys);
+  ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), ty_ocl_esize(y), p.rank, p.dims,
+                      p.stride[0], ys);
+}
+
+/* ---- reductions ---- */
+
+void ty_ocl_build_reduce(ty_ocl_build_t *b) {
+  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  bool red[8] = {false};
+  const ty_abi_attr_t *a = ty_abi_node_attr(b->node, "axes");
+  uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
+  if (count == 0) {
+    for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;
+  } else {
+    for (uint32_t k = 0; k < count; ++k) {
+      int64_t ax = a->ints[k] < 0 ? a->ints[k] + (int64_t)x->rank : a->ints[k];
+      if (ax >= 0 && ax < (int64_t)x->rank) red[ax] = true;
+    }
+  }
+  int64_t xs[8];
+  ty_ocl_strides(x->rank, x->dims, xs);
+  int64_t kd[8] = {0}, ks[8] = {0}, rd[8] = {0}, rs[8] = {0}, terms = 1;
+  int kr = 0, rr = 0;
+  for (uint32_t d = 0; d < x->rank; ++d) {
+    if (x->dims[d] == 1) continue;
+    if (red[d]) {
+      /* merge with the previous reduced axis when contiguous with it */
+      if (rr > 0 && rs[rr - 1] == xs[d] * x->dims[d]) {
+        rd[rr - 1] *= x->dims[d];
+        rs[rr - 1] = xs[d];
+      } else {
+        rd[rr] = x->dims[d];
+        rs[rr++] = xs[d];
+      }
+      terms *= x->dims[d];
+    } else if (kr > 0 && ks[kr - 1] == xs[d] * x->dims[d]) {
+      kd[kr - 1] *= x->dims[d];
+      ks[kr - 1] = xs[d];
+    } else {
+      kd[kr] = x->dims[d];
+      ks[kr++] = xs[d];
+    }
+  }
+  int64_t outs = ty_ocl_numel(y);
+  if (outs == 0) return;
+  for (uint32_t d = 0; d < x->rank; ++d) {
+    if (x->dims[d] == 0) terms = 0;
+  }
+  if (terms == 0) {
+    ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)outs * ty_ocl_esize(y));
+    return;
+  }
+  const bool sumsq = strcmp(b->node->op, "reduce_sumsq") == 0;
+  const bool mean = strcmp(b->node->op, "reduce_mean") == 0;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_reduce");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_i32(b, c, sumsq ? 1 : 0);
+  ty_ocl_arg_i64(b, c, terms);
+  ty_ocl_arg_f32(b, c, mean ? (float)(1.0 / (double)terms) : 1.0f);
+  ty_ocl_arg_i32(b, c, kr);
+  ty_ocl_arg_l8(b, c, kd);
+  ty_ocl_arg_l8(b, c, ks);
+  ty_ocl_arg_i32(b, c, rr);
+  ty_ocl_arg_l8(b, c, rd);
+  ty_ocl_arg_l8(b, c, rs);
+  ty_ocl_grid1(c, (uint64_t)outs * TY_OCL_WG, TY_OCL_WG);
+}
+
+/* ---- matmul ---- */
+
+void ty_ocl_build_matmul(ty_ocl_build_t *b) {
+  const ty_abi_value_t *a = ty_ocl_vin(b, 0), *bv = ty_ocl_vin(b, 1), *bias = ty_ocl_vin(b, 2);
+  const ty_abi_value_t *out = ty_ocl_vout(b, 0);
+  const bool ta = ty_abi_node_attr_int(b->node, "trans_a", 0) != 0;
+  const bool tb = ty_abi_node_attr_int(b->node, "trans_b", 0) != 0;
+  const int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
+  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
+    ty_ocl_fail(b, TY_CODE_UNIMPLEMENTED, "matrix sizes beyond 2^31 are not supported");
+    return;
+  }
+  const int brank = (int)out->rank - 2;
+  int64_t bdims[8] = {0}, bsa[8] = {0}, bsb[8] = {0}, batches = 1;
+  for (int d = 0; d < brank; ++d) {
+    bdims[d] = out->dims[d];
+    batches *= out->dims[d];
+  }
+  /* Per output batch axis, each operand's stride in matrices (0 where it
+   * has size 1 or is missing: broadcast). */
+  const ty_abi_value_t *ops[2] = {a, bv};
+  int64_t *strides[2] = {bsa, bsb};
+  for (int k = 0; k < 2; ++k) {
+    int orank = (int)ops[k]->rank - 2, pad = brank - orank;
+    int64_t s = 1;
+    for (int d = brank - 1; d >= 0; --d) {
+      int od = d - pad;
+      if (od < 0) continue;
+      strides[k][d] = ops[k]->dims[od] == 1 ? 0 : s;
+      s *= ops[k]->dims[od];
+    }
+  }
+  if (M == 0 || N == 0 || batches == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_MATMUL, "ty_matmul");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(a));
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(bv));
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 2));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(bias));
+  ty_ocl_arg_i32(b, c, bias != NULL);
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(out));
+  ty_ocl_arg_i32(b, c, (int32_t)M);
+  ty_ocl_arg_i32(b, c, (int32_t)N);
+  ty_ocl_arg_i32(b, c, (int32_t)K);
+  ty_ocl_arg_i32(b, c, ta);
+  ty_ocl_arg_i32(b, c, tb);
+  ty_ocl_arg_i32(b, c, brank);
+  ty_ocl_arg_l8(b, c, bdims);
+  ty_ocl_arg_l8(b, c, bsa);
+  ty_ocl_arg_l8(b, c, bsb);
+  const size_t global[3] = {(size_t)((N + 63) / 64) * 16, (size_t)((M + 63) / 64) * 16,
+                            (size_t)batches};
+  const size_t local[3] = {16, 16, 1};
+  ty_ocl_grid(c, 3, global, local);
+}
+
+/* ---- views and casts ---- */
+
+void ty_ocl_build_cast(ty_ocl_build_t *b) {
+  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  int64_t n = ty_ocl_numel(y);
+  if (n == 0) return;
+  if (x->dtype == y->dtype) {
+    ty_ocl_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), (uint64_t)n * ty_ocl_esize(y));
+    return;
+  }
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_cast");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_i64(b, c, n);
+  ty_ocl_arg_err(b, c);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+void ty_ocl_build_reshape(ty_ocl_build_t *b) {
+  const ty_abi_value_t *y = ty_ocl_vout(b, 0);
+  ty_ocl_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0),
+              (uint64_t)ty_ocl_numel(y) * ty_ocl_esize(y));
+}
+
+void ty_ocl_build_transpose(ty_ocl_build_t *b) {
+  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
+  int64_t xs[8], ys[8], ps[8];
+  ty_ocl_strides(x->rank, x->dims, xs);
+  ty_ocl_strides(y->rank, y->dims, ys);
+  for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
+  ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), ty_ocl_esize(y), (int)y->rank,
+                      y->dims, ps, ys);
+}
+
+void ty_ocl_build_slice(ty_ocl_build_t *b) {
+  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
+  int64_t xs[8], ys[8], start = 0;
+  ty_ocl_strides(x->rank, x->dims, xs);
+  ty_ocl_strides(y->rank, y->dims, ys);
+  for (uint32_t d = 0; d < x->rank; ++d) start += starts->ints[d] * xs[d];
+  ty_ocl_strided_copy(b, ty_ocl_ref_at(ty_ocl_in(b, 0), (uint64_t)start * ty_ocl_esize(y)),
+                      ty_ocl_out(b, 0), ty_ocl_esize(y), (int)y->rank, y->dims, xs, ys);
+}
+
+void ty_ocl_build_slice_backward(ty_ocl_build_t *b) {
+  const ty_abi_value_t *dy = ty_ocl_vin(b, 0), *dx = ty_ocl_vout(b, 0);
+  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
+  size_t es = ty_ocl_esize(dx);
+  int64_t ds[8], xs[8], start = 0;
+  ty_ocl_strides(dy->rank, dy->dims, ds);
+  ty_ocl_strides(dx->rank, dx->dims, xs);
+  for (uint32_t d = 0; d < dx->rank; ++d) start += starts->ints[d] * xs[d];
+  ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)ty_ocl_numel(dx) * es);
+  ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_ref_at(ty_ocl_out(b, 0), (uint64_t)start * es),
+                      es, (int)dy->rank, dy->dims, ds, xs);
+}
+
+void ty_ocl_build_concat(ty_ocl_build_t *b) {
+  const ty_abi_value_t *y = ty_ocl_vout(b, 0);
+  int64_t axis = ty_abi_node_attr_int(b->node, "axis", 0);
+  if (axis < 0) axis += y->rank;
+  size_t es = ty_ocl_esize(y);
+  int64_t ys[8], at = 0;
+  ty_ocl_strides(y->rank, y->dims, ys);
+  for (uint32_t i = 0; i < b->node->input_count; ++i) {
+    const ty_abi_value_t *x = ty_ocl_vin(b, i);
+    int64_t xs[8];
+    ty_ocl_strides(x->rank, x->dims, xs);
+    ty_ocl_strided_copy(b, ty_ocl_in(b, i),
+                        ty_ocl_ref_at(ty_ocl_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
+                        (int)x->rank, x->dims, xs, ys);
+    at += x->dims[axis];
+  }
+}
+
+void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b) {
+  const ty_abi_value_t *cache = ty_ocl_vin(b, 0), *fresh = ty_ocl_vin(b, 1);
+  const ty_abi_value_t *pos = ty_ocl_vin(b, 2), *out = ty_ocl_vout(b, 0);
+  size_t es = ty_ocl_esize(out);
+  /* cache' = cache first, unless the plan put cache' in cache's storage. */
+  ty_ocl_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), (uint64_t)ty_ocl_numel(cache) * es);
+  int64_t n = ty_ocl_numel(fresh);
+  if (n == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_kv_write");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 2));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(pos));
+  ty_ocl_arg_i32(b, c, (int32_t)es);
+  ty_ocl_arg_i64(b, c, cache->dims[1]);
+  ty_ocl_arg_i64(b, c, fresh->dims[1]);
+  ty_ocl_arg_i64(b, c, fresh->dims[2] * fresh->dims[3]);
+  ty_ocl_arg_i64(b, c, n);
+  ty_ocl_arg_err(b, c);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+/* ---- embeddings ---- */
+
+void ty_ocl_build_embedding(ty_ocl_build_t *b) {
+  const ty_abi_value_t *table = ty_ocl_vin(b, 0), *ids = ty_ocl_vin(b, 1), *out = ty_ocl_vout(b, 0);
+  const int64_t N = ty_ocl_numel(ids), V = table->dims[0], D = table->dims[1];
+  if (N * D == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_embedding");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(table));
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ids));
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(out));
+  ty_ocl_arg_i64(b, c, N);
+  ty_ocl_arg_i64(b, c, V);
+  ty_ocl_arg_i64(b, c, D);
+  ty_ocl_arg_err(b, c);
+  ty_ocl_grid1(c, (uint64_t)(N * D), TY_OCL_WG);
+}
+
+void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
+  const ty_abi_value_t *dout = ty_ocl_vin(b, 0), *ids = ty_ocl_vin(b, 1);
+  const ty_abi_value_t *dt = ty_ocl_vout(b, 0);
+  const int64_t N = ty_ocl_numel(ids), V = dt->dims[0], D = dt->dims[1];
+  if (V * D == 0) return;
+  if (N == 0) {
+    ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)(V * D) * ty_ocl_esize(dt));
+    return;
+  }
+  if (N > INT32_MAX) {
+    ty_ocl_fail(b, TY_CODE_UNIMPLEMENTED, "more than 2^31 ids");
+    return;
+  }
+  ty_ocl_ref_t counts = ty_ocl_scratch(b, (uint64_t)V * 4);
+  ty_ocl_ref_t offsets = ty_ocl_scratch(b, (uint64_t)V * 4);
+  ty_ocl_ref_t list = ty_ocl_scratch(b, (uint64_t)N * 4);
+  ty_ocl_fill(b, counts, (uint64_t)V * 4);
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_count");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ids));
+  ty_ocl_arg_i64(b, c, N);
+  ty_ocl_arg_i64(b, c, V);
+  ty_ocl_arg_buf(b, c, counts);
+  ty_ocl_arg_err(b, c);
+  ty_ocl_grid1(c, (uint64_t)N, TY_OCL_WG);
+  c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_scan");
+  ty_ocl_arg_buf(b, c, counts);
+  ty_ocl_arg_buf(b, c, offsets);
+  ty_ocl_arg_i64(b, c, V);
+  ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
+  c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_place");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ids));
+  ty_ocl_arg_i64(b, c, N);
+  ty_ocl_arg_i64(b, c, V);
+  ty_ocl_arg_buf(b, c, offsets);
+  ty_ocl_arg_buf(b, c, list);
+  ty_ocl_grid1(c, (uint64_t)N, TY_OCL_WG);
+  c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_sum");
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(dout));
+  ty_ocl_arg_buf(b, c, counts);
+  ty_ocl_arg_buf(b, c, offsets);
+  ty_ocl_arg_buf(b, c, list);
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(dt));
+  ty_ocl_arg_i64(b, c, V);
+  ty_ocl_arg_i64(b, c, D);
+  ty_ocl_grid1(c, (uint64_t)(V * D), TY_OCL_WG);
+}
+
+/* ---- optimizers and clipping ---- */
+
+void ty_ocl_build_adamw(ty_ocl_build_t *b) {
+  const int64_t n = ty_ocl_numel(ty_ocl_vin(b, 0));
+  ty_ocl_ref_t hp = ty_ocl_scratch(b, 8 * sizeof(float));
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw_prep");
+  for (uint32_t i = 4; i < 10; ++i) {
+    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+  }
+  ty_ocl_arg_buf(b, c, hp);
+  ty_ocl_arg_err(b, c);
+  ty_ocl_grid1(c, 1, 1);
+  if (n == 0) return;
+  c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw");
+  for (uint32_t i = 0; i < 4; ++i) {
+    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+  }
+  for (uint32_t o = 0; o < 3; ++o) {
+    ty_ocl_arg_buf(b, c, ty_ocl_out(b, o));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, o)));
+  }
+  ty_ocl_arg_i64(b, c, n);
+  ty_ocl_arg_buf(b, c, hp);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+void ty_ocl_build_sgd(ty_ocl_build_t *b) {
+  const int64_t n = ty_ocl_numel(ty_ocl_vin(b, 0));
+  if (n == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_sgd");
+  for (uint32_t i = 0; i < 3; ++i) {
+    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+  }
+  for (uint32_t o = 0; o < 2; ++o) {
+    ty_ocl_arg_buf(b, c, ty_ocl_out(b, o));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, o)));
+  }
+  ty_ocl_arg_i64(b, c, n);
+  for (uint32_t i = 3; i < 6; ++i) {
+    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+  }
+  ty_ocl_arg_i32(b, c, ty_abi_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_ocl_arg_err(b, c);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+void ty_ocl_build_clip(ty_ocl_build_t *b) {
+  const uint32_t count = b->node->input_count - 1;
+  const uint64_t block = (uint64_t)TY_OCL_WG * 16;
+  uint64_t slots = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    slots += ((uint64_t)ty_ocl_numel(ty_ocl_vin(b, i + 1)) + block - 1) / block;
+  }
+  ty_ocl_ref_t partial = ty_ocl_scratch(b, (slots ? slots : 1) * sizeof(float));
+  ty_ocl_ref_t coef = ty_ocl_scratch(b, sizeof(float));
+  uint64_t slot = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_ocl_vin(b, i + 1);
+    const int64_t n = ty_ocl_numel(g);
+    if (n == 0) continue;
+    const uint64_t blocks = ((uint64_t)n + block - 1) / block;
+    ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_sumsq_blocks");
+    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i + 1));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(g));
+    ty_ocl_arg_i64(b, c, n);
+    ty_ocl_arg_buf(b, c, partial);
+    ty_ocl_arg_i64(b, c, (int64_t)slot);
+    ty_ocl_grid1(c, blocks * TY_OCL_WG, TY_OCL_WG);
+    slot += blocks;
+  }
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_clip_finish");
+  ty_ocl_arg_buf(b, c, partial);
+  ty_ocl_arg_i64(b, c, (int64_t)slots);
+  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, 0)));
+  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, 0)));
+  ty_ocl_arg_buf(b, c, coef);
+  ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_ocl_vin(b, i + 1), *o = ty_ocl_vout(b, i + 1);
+    const int64_t n = ty_ocl_numel(g);
+    if (n == 0) continue;
+    c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_scale_by");
+    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i + 1));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(g));
+    ty_ocl_arg_buf(b, c, ty_ocl_out(b, i + 1));
+    ty_ocl_arg_i32(b, c, ty_ocl_dt(o));
+    ty_ocl_arg_i64(b, c, n);
+    ty_ocl_arg_buf(b, c, coef);
+    ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+  }
+}
