@@ -15,7 +15,9 @@
  * session's compile), then until at least --min-time seconds and 5 runs
  * have passed; the table shows the median and best run. Usage:
  *   matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR]
- *                [--no-onednn-dir DIR]
+ *                [--no-onednn-dir DIR] [--device URI]...
+ * --device URI adds a row for the same session on another device of the
+ * plugin folder (e.g. opencl:0); its run includes the device's completion.
  * --threads N (default: every core) sets the plugin device's threads=N and
  * oneDNN's OpenMP thread count, and the peak counts N cores.
  */
@@ -347,6 +349,8 @@ int main(int argc, char **argv) {
   int threads = 0;
   const char *plugin_dir = TY_BENCH_PLUGIN_DIR;
   const char *blocked_dir = TY_BENCH_NO_ONEDNN_DIR;
+  const char *devices[8];
+  int device_count = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = atoi(argv[++i]);
@@ -356,10 +360,12 @@ int main(int argc, char **argv) {
       plugin_dir = argv[++i];
     } else if (!strcmp(argv[i], "--no-onednn-dir") && i + 1 < argc) {
       blocked_dir = argv[++i];
+    } else if (!strcmp(argv[i], "--device") && i + 1 < argc && device_count < 8) {
+      devices[device_count++] = argv[++i];
     } else {
       fprintf(stderr,
               "usage: matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR] "
-              "[--no-onednn-dir DIR]\n");
+              "[--no-onednn-dir DIR] [--device URI]...\n");
       return 2;
     }
   }
@@ -435,6 +441,12 @@ int main(int argc, char **argv) {
       timing_t tb = time_plugin(blocked_dir, uri, m, k, n, a, b, c, min_time);
       print_row(shape, "plugin, blocked (no oneDNN)", tb, flop, peak,
                 have_ref ? sample_error(c, ref, m * n) : NAN);
+    }
+    for (int d = 0; d < device_count; ++d) {
+      char via[64];
+      snprintf(via, sizeof(via), "matmul (session) on %s", devices[d]);
+      timing_t to = time_plugin(plugin_dir, devices[d], m, k, n, a, b, c, min_time);
+      print_row(shape, via, to, flop, peak, have_ref ? sample_error(c, ref, m * n) : NAN);
     }
     free(a);
     free(b);

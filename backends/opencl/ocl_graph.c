@@ -65,12 +65,19 @@ static bool ty_ocl_is_float(ty_dtype_t d) {
 
 ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *g,
                                       ty_abi_node_support_t *out) {
-  (void)device;
+  /* The kernels are built for work-groups of TY_OCL_WG work-items. */
+  const bool small_groups = device->slot->max_work_group < TY_OCL_WG;
   for (uint32_t n = 0; n < g->node_count; ++n) {
     const ty_abi_node_t *node = &g->nodes[n];
     ty_abi_node_support_t *r = &out[n];
     const ty_ocl_op_t *op = ty_ocl_op_find(node->op);
     r->supported = 0;
+    if (small_groups) {
+      snprintf(r->reason, sizeof(r->reason),
+               "the opencl kernels need work-groups of %u; %s allows %zu", TY_OCL_WG,
+               device->label, device->slot->max_work_group);
+      continue;
+    }
     if (!op) {
       snprintf(r->reason, sizeof(r->reason), "opencl has no kernel for op '%s'", node->op);
       continue;

@@ -341,9 +341,10 @@ void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   ty_ocl_arg_l8(b, c, bdims);
   ty_ocl_arg_l8(b, c, bsa);
   ty_ocl_arg_l8(b, c, bsb);
-  const size_t global[3] = {(size_t)((N + 63) / 64) * 16, (size_t)((M + 63) / 64) * 16,
+  /* 64 x 64 tiles of c, 8 x 8 work-items each (kernels/matmul.cl). */
+  const size_t global[3] = {(size_t)((N + 63) / 64) * 8, (size_t)((M + 63) / 64) * 8,
                             (size_t)batches};
-  const size_t local[3] = {16, 16, 1};
+  const size_t local[3] = {8, 8, 1};
   ty_ocl_grid(c, 3, global, local);
 }
 

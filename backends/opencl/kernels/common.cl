@@ -142,30 +142,43 @@ void ty_move(__global const uchar *src, long si, __global uchar *dst, long di, i
 }
 
 /* ---- work-group reductions (local size a power of two; every work-item
- * of the group must call them) ---- */
+ * of the group must call them). Two levels — n/w partial sums of w values
+ * each, then every work-item adds the n/w partials — so a reduction costs
+ * four barriers instead of a tree's 2 + log2(n). The order of the additions
+ * is fixed: results are deterministic. ---- */
+
+int ty_group_width(int n) { return n >= 256 ? 16 : n >= 64 ? 8 : n >= 16 ? 4 : 1; }
 
 float ty_group_sum(float v, __local float *scratch) {
-  int lid = get_local_id(0), n = get_local_size(0);
+  const int lid = get_local_id(0), n = get_local_size(0), w = ty_group_width(n);
   scratch[lid] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = n / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] += scratch[lid + s];
-    barrier(CLK_LOCAL_MEM_FENCE);
+  float part = 0.0f;
+  if (lid < n / w) {
+    for (int i = 0; i < w; ++i) part += scratch[lid * w + i];
   }
-  float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < n / w) scratch[lid] = part;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float r = 0.0f;
+  for (int i = 0; i < n / w; ++i) r += scratch[i];
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
 
 float ty_group_max(float v, __local float *scratch) {
-  int lid = get_local_id(0), n = get_local_size(0);
+  const int lid = get_local_id(0), n = get_local_size(0), w = ty_group_width(n);
   scratch[lid] = v;
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int s = n / 2; s > 0; s >>= 1) {
-    if (lid < s) scratch[lid] = fmax(scratch[lid], scratch[lid + s]);
-    barrier(CLK_LOCAL_MEM_FENCE);
+  float part = -INFINITY;
+  if (lid < n / w) {
+    for (int i = 0; i < w; ++i) part = fmax(part, scratch[lid * w + i]);
   }
-  float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid < n / w) scratch[lid] = part;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float r = -INFINITY;
+  for (int i = 0; i < n / w; ++i) r = fmax(r, scratch[i]);
   barrier(CLK_LOCAL_MEM_FENCE);
   return r;
 }
