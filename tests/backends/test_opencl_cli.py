@@ -22,6 +22,7 @@ standard library only; safetensors files are read with `struct`).
 Exit code 77 (skipped, with the reason) when no OpenCL device is usable.
 """
 import argparse
+import csv
 import json
 import math
 import os
@@ -279,6 +280,29 @@ class TrainTest(unittest.TestCase):
         print("20 steps: worst loss rel %.3g, worst grad-norm rel %.3g; final loss cpu %.6f "
               "opencl %.6f" % (worst_loss, worst_norm, cpu[-1]["loss"], ocl[-1]["loss"]),
               file=sys.stderr)
+
+    def test_compare_twenty_steps_with_cpu(self):
+        """`trainyard compare --backends cpu,opencl:0`: every step's loss within
+        1e-4 relative, CSV and plot written."""
+        data = self.make_dataset()
+        out = os.path.join(self.tmp, "compare")
+        r = run(["compare", "--backends", "cpu,opencl:0", "--steps", "20", "--tolerance",
+                 "1e-4", "--model", os.path.join(CFG.models, "gpt2"), "--data", data,
+                 "--batch-size", "8", "--lr", "3e-3", "--warmup-steps", "2", "--dropout",
+                 "0.1", "--out", out])
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertIn("max relative loss difference", r.stdout)
+        self.assertTrue(os.path.getsize(os.path.join(out, "compare.svg")) > 0)
+        with open(os.path.join(out, "compare.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([int(x["step"]) for x in rows], list(range(1, 21)))
+        worst = 0.0
+        for x in rows:
+            loss_cpu, loss_ocl = float(x["loss_cpu"]), float(x["loss_opencl_0"])
+            rel = abs(loss_cpu - loss_ocl) / abs(loss_cpu)
+            self.assertLessEqual(rel, 1e-4, "step %s: %r vs %r" % (x["step"], loss_cpu, loss_ocl))
+            worst = max(worst, rel)
+        print("compare cpu,opencl:0: worst loss rel %.3g over 20 steps" % worst, file=sys.stderr)
 
 
 def main():
