@@ -27,6 +27,13 @@
 
 #include <stdint.h>
 
+/* nvcc compiles these for the device too (the cuda backend's kernels). */
+#ifdef __CUDACC__
+#define TY_PHILOX_FN static inline __host__ __device__
+#else
+#define TY_PHILOX_FN static inline
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,7 +45,7 @@ extern "C" {
 
 /* One round: two 32x32->64 multiplies, the high halves xored with the other
  * words and the key, the words permuted (Random123's _philox4x32round). */
-static inline void ty_philox4x32_round_(uint32_t x[4], const uint32_t k[2]) {
+TY_PHILOX_FN void ty_philox4x32_round_(uint32_t x[4], const uint32_t k[2]) {
   uint64_t p0 = (uint64_t)TY_PHILOX_M0 * x[0];
   uint64_t p1 = (uint64_t)TY_PHILOX_M1 * x[2];
   uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
@@ -53,7 +60,7 @@ static inline void ty_philox4x32_round_(uint32_t x[4], const uint32_t k[2]) {
 
 /* Philox4x32 with 10 rounds: the key is bumped by (W0, W1) before every
  * round after the first. `out` may alias `ctr`. */
-static inline void ty_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+TY_PHILOX_FN void ty_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
                                     uint32_t out[4]) {
   uint32_t x[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
   uint32_t k[2] = {key[0], key[1]};
@@ -71,7 +78,7 @@ static inline void ty_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2]
 }
 
 /* The 32-bit draw for element `index` of the stream (seed, offset). */
-static inline uint32_t ty_philox_u32(uint64_t seed, uint64_t offset, uint64_t index) {
+TY_PHILOX_FN uint32_t ty_philox_u32(uint64_t seed, uint64_t offset, uint64_t index) {
   uint64_t g = index / 4u;
   uint32_t ctr[4] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)offset,
                      (uint32_t)(offset >> 32)};
@@ -82,7 +89,7 @@ static inline uint32_t ty_philox_u32(uint64_t seed, uint64_t offset, uint64_t in
 }
 
 /* The 24-bit draw (top 24 bits of the 32-bit draw) that decides dropout. */
-static inline uint32_t ty_philox_u24(uint64_t seed, uint64_t offset, uint64_t index) {
+TY_PHILOX_FN uint32_t ty_philox_u24(uint64_t seed, uint64_t offset, uint64_t index) {
   return ty_philox_u32(seed, offset, index) >> 8;
 }
 
@@ -91,14 +98,14 @@ static inline uint32_t ty_philox_u24(uint64_t seed, uint64_t offset, uint64_t in
  * gives 2^24 (keep nothing). Callers validate p before relying on this.
  * p * 2^24 is exact (a power-of-two scaling) and positive here, so the
  * truncating conversion is floor() without needing libm in device code. */
-static inline uint32_t ty_dropout_threshold(double p) {
+TY_PHILOX_FN uint32_t ty_dropout_threshold(double p) {
   if (!(p > 0.0)) return 0u;
   if (p >= 1.0) return 16777216u;
   return (uint32_t)(p * 16777216.0);
 }
 
 /* Whether dropout keeps element `index` for the given threshold. */
-static inline int ty_dropout_keep(uint64_t seed, uint64_t offset, uint64_t index,
+TY_PHILOX_FN int ty_dropout_keep(uint64_t seed, uint64_t offset, uint64_t index,
                                   uint32_t threshold) {
   return ty_philox_u24(seed, offset, index) >= threshold;
 }

@@ -1,0 +1,192 @@
+/* The cuda executor's insides, shared by cuda_graph.c (compile, execute),
+ * cuda_gemm.c (matmuls through cuBLASLt) and the per-op launch builders
+ * (cuda_ops*.c, cuda_attention.c).
+ *
+ * Compiling a graph turns every node into a few commands: kernel launches
+ * (a CUfunction, its grid, and its parameters packed once into a byte
+ * block), memsets, device copies and cuBLASLt matmuls. Tensor operands are
+ * references — a graph value, the executable's scratch or aux memory, or
+ * the error flag — plus a byte offset; they are resolved to device
+ * addresses at every execute (bound buffers may change between runs) and
+ * patched into the parameter blocks. When nothing changed since the last
+ * run, the CUDA graph captured then is replayed as it is.
+ *
+ * Kernel parameters follow the CUDA ABI: each at its natural alignment
+ * (pointers and 64-bit values 8, 32-bit values 4, ty_dims8 8) in
+ * declaration order; the ty_cu_arg_* helpers append in that order, so a
+ * builder's calls must list the kernel's parameters exactly. */
+#ifndef TY_BACKENDS_CUDA_CUDA_EXEC_H_
+#define TY_BACKENDS_CUDA_CUDA_EXEC_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/common/abi_graph.h"
+#include "backends/common/memory_plan.h"
+#include "backends/cuda/cuda_internal.h"
+
+/* Threads per block of 1-D kernels and row reductions. */
+#define TY_CU_BLOCK 256u
+/* Bytes of one command's packed parameters, and pointer parameters. */
+#define TY_CU_MAX_PARAM_BYTES 512u
+#define TY_CU_MAX_PTRS 24u
+
+typedef enum ty_cu_ref_kind_e {
+  TY_CU_REF_NONE = 0, /* an absent optional operand: a NULL pointer */
+  TY_CU_REF_VALUE,    /* graph value `value` */
+  TY_CU_REF_SCRATCH,  /* the executable's scratch memory */
+  TY_CU_REF_AUX,      /* the executable's read-only aux memory (tables) */
+  TY_CU_REF_ERR,      /* the error flag (a kernel's `err` argument) */
+} ty_cu_ref_kind_t;
+
+typedef struct ty_cu_ref_t {
+  ty_cu_ref_kind_t kind;
+  uint32_t value;
+  uint64_t offset; /* bytes, added to the value's own address */
+} ty_cu_ref_t;
+
+/* A pointer parameter: where it sits in the parameter block, and what it
+ * points at. */
+typedef struct ty_cu_ptrarg_t {
+  uint32_t at;
+  ty_cu_ref_t ref;
+} ty_cu_ptrarg_t;
+
+typedef enum ty_cu_cmd_kind_e {
+  TY_CU_CMD_KERNEL = 0,
+  TY_CU_CMD_FILL, /* zero `size` bytes at dst */
+  TY_CU_CMD_COPY, /* `size` bytes src -> dst; skipped when they coincide */
+  TY_CU_CMD_GEMM, /* a cuBLASLt matmul (cuda_gemm.c) */
+} ty_cu_cmd_kind_t;
+
+typedef struct ty_cu_gemm_t ty_cu_gemm_t;
+
+typedef struct ty_cu_cmd_t {
+  ty_cu_cmd_kind_t kind;
+  uint32_t node;
+  const char *name; /* the kernel's (static storage), for messages and profiles */
+  CUfunction function;
+  uint32_t grid[3], block[3], shared_bytes;
+  uint32_t param_bytes;
+  unsigned char params[TY_CU_MAX_PARAM_BYTES] __attribute__((aligned(8)));
+  uint32_t ptr_count;
+  ty_cu_ptrarg_t ptrs[TY_CU_MAX_PTRS];
+  ty_cu_ref_t dst, src; /* FILL, COPY */
+  uint64_t size;
+  ty_cu_gemm_t *gemm; /* GEMM: owned */
+} ty_cu_cmd_t;
+
+typedef struct ty_abi_executable_s ty_cu_exec_t;
+
+/* What an op builder works with: the node, and a sticky status (the first
+ * error wins; later calls are no-ops). */
+typedef struct ty_cu_build_t {
+  ty_abi_device_t *device;
+  ty_cu_exec_t *exec;
+  const ty_abi_graph_t *g;
+  const ty_abi_node_t *node;
+  uint32_t n;
+  ty_abi_status_t status;
+  uint64_t scratch_used; /* this node's scratch (nodes run one at a time) */
+} ty_cu_build_t;
+
+/* ---- for op builders ---- */
+
+const ty_abi_value_t *ty_cu_vin(const ty_cu_build_t *b, uint32_t i); /* NULL when absent */
+const ty_abi_value_t *ty_cu_vout(const ty_cu_build_t *b, uint32_t o);
+ty_cu_ref_t ty_cu_in(const ty_cu_build_t *b, uint32_t i); /* NONE when absent */
+ty_cu_ref_t ty_cu_out(const ty_cu_build_t *b, uint32_t o);
+ty_cu_ref_t ty_cu_none(void);
+ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset);
+/* `bytes` of this node's scratch (aligned to 256; contents undefined at
+ * the node's start). */
+ty_cu_ref_t ty_cu_scratch(ty_cu_build_t *b, uint64_t bytes);
+/* Read-only data uploaded with the executable (e.g. RoPE frequencies). */
+ty_cu_ref_t ty_cu_aux(ty_cu_build_t *b, const void *data, uint64_t bytes);
+int ty_cu_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent */
+int64_t ty_cu_numel(const ty_abi_value_t *v);
+/* The streaming multiprocessors of the device (for grid sizing). */
+uint32_t ty_cu_sm_count(const ty_cu_build_t *b);
+
+/* A launch of `kernel` (static storage) from `family`; parameters follow in
+ * order. NULL after an error (the helpers below accept NULL). */
+ty_cu_cmd_t *ty_cu_launch(ty_cu_build_t *b, ty_cu_family_t family, const char *kernel);
+void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_cu_ref_t ref);
+void ty_cu_arg_err(ty_cu_build_t *b, ty_cu_cmd_t *c); /* int *err, int node */
+void ty_cu_arg_i32(ty_cu_build_t *b, ty_cu_cmd_t *c, int32_t v);
+void ty_cu_arg_u32(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t v);
+void ty_cu_arg_i64(ty_cu_build_t *b, ty_cu_cmd_t *c, int64_t v);
+void ty_cu_arg_u64(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t v);
+void ty_cu_arg_f32(ty_cu_build_t *b, ty_cu_cmd_t *c, float v);
+void ty_cu_arg_f64(ty_cu_build_t *b, ty_cu_cmd_t *c, double v);
+/* A struct ty_dims8 (8 x int64) by value; unused entries should be 0/1. */
+void ty_cu_arg_dims8(ty_cu_build_t *b, ty_cu_cmd_t *c, const int64_t v[8]);
+/* 1-D grid-stride launch over `items` with `block` threads per block (the
+ * grid is capped; kernels loop with TY_FOR_EACH). */
+void ty_cu_grid1(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t items, uint32_t block);
+/* Explicit grid; shared_bytes of dynamic shared memory (above 48 KiB the
+ * kernel's limit is raised, up to the card's opt-in maximum). */
+void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint32_t gz,
+                uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes);
+void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size);
+void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t size);
+void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A cuBLASLt command (cuda_gemm.c adds these). */
+ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name);
+
+/* ---- the op table (cuda_ops.c) ---- */
+
+typedef void (*ty_cu_op_build_fn)(ty_cu_build_t *b);
+
+typedef enum ty_cu_accept_e {
+  TY_CU_ACCEPT_COMPUTE, /* float operands f32/bf16/f16, ints i32/i64 */
+  TY_CU_ACCEPT_MOVE,    /* moves bytes: every dtype */
+  TY_CU_ACCEPT_CAST,    /* float <-> float (f64 included), i32 <-> i64 */
+} ty_cu_accept_t;
+
+typedef struct ty_cu_op_t {
+  const char *op;
+  ty_cu_op_build_fn build;
+  ty_cu_accept_t accept;
+} ty_cu_op_t;
+
+const ty_cu_op_t *ty_cu_op_find(const char *op);
+/* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
+ * writes a reason and returns false when the node cannot run. */
+bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                    size_t capacity);
+bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                           size_t capacity);
+
+/* Builders, by file. cuda_ops.c: */
+void ty_cu_build_binary(ty_cu_build_t *b);
+void ty_cu_build_scale(ty_cu_build_t *b);
+void ty_cu_build_broadcast_to(ty_cu_build_t *b);
+void ty_cu_build_reduce(ty_cu_build_t *b);
+void ty_cu_build_cast(ty_cu_build_t *b);
+void ty_cu_build_reshape(ty_cu_build_t *b);
+void ty_cu_build_transpose(ty_cu_build_t *b);
+void ty_cu_build_slice(ty_cu_build_t *b);
+void ty_cu_build_slice_backward(ty_cu_build_t *b);
+void ty_cu_build_concat(ty_cu_build_t *b);
+void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
+void ty_cu_build_embedding(ty_cu_build_t *b);
+void ty_cu_build_embedding_backward(ty_cu_build_t *b);
+void ty_cu_build_adamw(ty_cu_build_t *b);
+void ty_cu_build_sgd(ty_cu_build_t *b);
+void ty_cu_build_clip(ty_cu_build_t *b);
+/* cuda_ops_nn.c */
+void ty_cu_build_map(ty_cu_build_t *b);
+void ty_cu_build_dropout(ty_cu_build_t *b);
+void ty_cu_build_norm(ty_cu_build_t *b);
+void ty_cu_build_norm_backward(ty_cu_build_t *b);
+void ty_cu_build_softmax(ty_cu_build_t *b);
+void ty_cu_build_cross_entropy(ty_cu_build_t *b);
+void ty_cu_build_rope(ty_cu_build_t *b);
+/* cuda_attention.c */
+void ty_cu_build_attention(ty_cu_build_t *b);
+/* cuda_gemm.c */
+void ty_cu_build_matmul(ty_cu_build_t *b);
+
+#endif /* TY_BACKENDS_CUDA_CUDA_EXEC_H_ */

@@ -1,0 +1,338 @@
+/* The matmul op on cuBLASLt.
+ *
+ * Row-major to cuBLASLt's column-major: a row-major [R, C] matrix is a
+ * column-major [C, R] one, so C = op(A) op(B) (row-major, M x N) is computed
+ * as the column-major product C^T = op(B)^T op(A)^T of shape N x M: cuBLASLt's
+ * "A" operand is our b and its "B" operand our a, with m = N, n = M and the
+ * transposes carried over. A bias [N] is cuBLASLt's bias epilogue (one value
+ * per row of the column-major result = per column of ours).
+ *
+ * Batches: the batch dimensions of a and b broadcast. Adjacent batch
+ * dimensions whose strides chain are merged; the innermost merged group is
+ * one strided-batched call (a broadcast operand has stride 0), and the outer
+ * groups, if any, become one call each. A linear layer — b a plain matrix
+ * under an untransposed, unbroadcast a — folds its batch into M: one GEMM.
+ *
+ * Precision: f32 runs with CUBLAS_COMPUTE_32F (exact f32 products, matching
+ * the cpu backend to the conformance bounds) unless the device was opened
+ * with tf32=1; bf16 and f16 accumulate in f32. Checked at the "reduction"
+ * conform bound. */
+#include "backends/cuda/cuda_gemm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ty_cu_gemm_t {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our b), B (our a), C = D */
+  cublasLtMatmulAlgo_t algo;
+  ty_cu_ref_t a, b, c, bias; /* ours */
+  CUdeviceptr pa, pb, pc, pbias;
+  uint32_t align; /* bytes every pointer must be aligned to */
+  bool has_bias;
+  char shape[96]; /* for messages */
+};
+
+void ty_cu_gemm_free(ty_cu_api_t *api, ty_cu_gemm_t *g) {
+  if (!g) return;
+  if (g->la) api->cublasLtMatrixLayoutDestroy(g->la);
+  if (g->lb) api->cublasLtMatrixLayoutDestroy(g->lb);
+  if (g->lc) api->cublasLtMatrixLayoutDestroy(g->lc);
+  if (g->desc) api->cublasLtMatmulDescDestroy(g->desc);
+  free(g);
+}
+
+static cudaDataType_t ty_cu_blas_type(ty_dtype_t d) {
+  switch (d) {
+    case TY_DTYPE_BF16: return CUDA_R_16BF;
+    case TY_DTYPE_F16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+/* The largest power of two up to 16 dividing x (x = 0 counts as aligned). */
+static uint32_t ty_cu_pow2_align(uint64_t x) {
+  uint32_t a = 16;
+  while (a > 1 && x % a) a /= 2;
+  return a;
+}
+
+static cublasLtMatrixLayout_t ty_cu_layout(ty_cu_build_t *b, cudaDataType_t t, uint64_t rows,
+                                           uint64_t cols, int64_t ld, int32_t batch,
+                                           int64_t stride) {
+  ty_cu_api_t *api = b->device->api;
+  cublasLtMatrixLayout_t l = NULL;
+  cublasStatus_t s = api->cublasLtMatrixLayoutCreate(&l, t, rows, cols, ld);
+  if (s == CUBLAS_STATUS_SUCCESS && batch > 1) {
+    s = api->cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                              sizeof(batch));
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = api->cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                &stride, sizeof(stride));
+    }
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    if (l) api->cublasLtMatrixLayoutDestroy(l);
+    ty_cu_fail(b, TY_CODE_INTERNAL, "cublasLtMatrixLayoutCreate failed: %s",
+               ty_cu_blas_status_name(api, s));
+    return NULL;
+  }
+  return l;
+}
+
+/* One GEMM command: `count` strided batches starting at the given byte
+ * offsets of a, b and c. */
+static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N, int64_t K,
+                           bool ta, bool tb, int32_t count, int64_t sa, int64_t sb, int64_t sc,
+                           uint64_t off_a, uint64_t off_b, uint64_t off_c, bool bias) {
+  if (b->status) return;
+  ty_abi_device_t *d = b->device;
+  ty_cu_api_t *api = d->api;
+  const size_t es = ty_abi_dtype_size(dt);
+  ty_cu_gemm_t *g = calloc(1, sizeof(*g));
+  if (!g) {
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ty_cu_cmd_t *c = ty_cu_gemm_cmd(b, "cublasLt matmul");
+  if (!c) {
+    free(g);
+    return;
+  }
+  c->gemm = g;
+  g->a = ty_cu_ref_at(ty_cu_in(b, 0), off_a);
+  g->b = ty_cu_ref_at(ty_cu_in(b, 1), off_b);
+  g->c = ty_cu_ref_at(ty_cu_out(b, 0), off_c);
+  g->has_bias = bias;
+  if (bias) g->bias = ty_cu_in(b, 2);
+  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s", (long long)M, (long long)K,
+           (long long)N, ta ? " ta" : "", tb ? " tb" : "", (int)count,
+           dt == TY_DTYPE_BF16 ? "bf16" : dt == TY_DTYPE_F16 ? "f16" : "f32");
+  /* Every pointer this command will see is a 256-aligned base (allocations,
+   * arena offsets) plus the binding offset plus these offsets and strides. */
+  g->align = ty_cu_pow2_align(off_a | off_b | off_c);
+  if (count > 1) g->align = ty_cu_pow2_align(g->align | (uint64_t)(sa * (int64_t)es) |
+                                             (uint64_t)(sb * (int64_t)es) |
+                                             (uint64_t)(sc * (int64_t)es));
+  if (g->align < es) g->align = (uint32_t)es;
+  const cudaDataType_t t = ty_cu_blas_type(dt);
+  const cublasComputeType_t compute = dt == TY_DTYPE_F32 && d->options.tf32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
+  cublasStatus_t s = api->cublasLtMatmulDescCreate(&g->desc, compute, CUDA_R_32F);
+  cublasOperation_t op_x = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt A = our b */
+  cublasOperation_t op_y = ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt B = our a */
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_x,
+                                            sizeof(op_x));
+  }
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_y,
+                                            sizeof(op_y));
+  }
+  if (s == CUBLAS_STATUS_SUCCESS && bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                            sizeof(epi));
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    ty_cu_fail(b, TY_CODE_INTERNAL, "cublasLtMatmulDesc setup failed: %s",
+               ty_cu_blas_status_name(api, s));
+    return;
+  }
+  /* Column-major shapes as stored (see the top of the file). */
+  g->la = tb ? ty_cu_layout(b, t, (uint64_t)K, (uint64_t)N, K, count, sb)
+             : ty_cu_layout(b, t, (uint64_t)N, (uint64_t)K, N, count, sb);
+  g->lb = ta ? ty_cu_layout(b, t, (uint64_t)M, (uint64_t)K, M, count, sa)
+             : ty_cu_layout(b, t, (uint64_t)K, (uint64_t)M, K, count, sa);
+  g->lc = ty_cu_layout(b, t, (uint64_t)N, (uint64_t)M, N, count, sc);
+  if (b->status) return;
+  cublasLtMatmulPreference_t pref = NULL;
+  s = api->cublasLtMatmulPreferenceCreate(&pref);
+  uint64_t ws = d->workspace_bytes;
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = api->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof(ws));
+  }
+  const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i) {
+    s = api->cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &g->align, sizeof(g->align));
+  }
+  cublasLtMatmulHeuristicResult_t result;
+  memset(&result, 0, sizeof(result));
+  int found = 0;
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = api->cublasLtMatmulAlgoGetHeuristic(d->blaslt, g->desc, g->la, g->lb, g->lc, g->lc, pref,
+                                            1, &result, &found);
+  }
+  if (pref) api->cublasLtMatmulPreferenceDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "cuBLASLt has no algorithm for the %s matmul (%s)",
+               g->shape, s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s)
+                                                    : "no heuristic result");
+    return;
+  }
+  g->algo = result.algo;
+}
+
+/* Row-major strides (elements) of a value's dims, right-aligned to `rank`
+ * batch dims of the output (0 for broadcast or absent dims). */
+static void ty_cu_batch_strides(const ty_abi_value_t *v, int64_t matrix, uint32_t out_batch,
+                                const int64_t *out_dims, int64_t *strides) {
+  uint32_t vb = v->rank - 2;
+  int64_t stride = matrix;
+  for (int32_t i = (int32_t)out_batch - 1; i >= 0; --i) {
+    int32_t vi = (int32_t)vb - ((int32_t)out_batch - i);
+    if (vi < 0 || v->dims[vi] == 1 || out_dims[i] == 1) {
+      strides[i] = 0;
+    } else {
+      strides[i] = stride;
+    }
+    if (vi >= 0) stride *= v->dims[vi];
+  }
+}
+
+void ty_cu_build_matmul(ty_cu_build_t *b) {
+  const ty_abi_value_t *a = ty_cu_vin(b, 0), *bm = ty_cu_vin(b, 1), *bias = ty_cu_vin(b, 2);
+  const ty_abi_value_t *c = ty_cu_vout(b, 0);
+  const bool ta = ty_abi_node_attr_int(b->node, "trans_a", 0) != 0;
+  const bool tb = ty_abi_node_attr_int(b->node, "trans_b", 0) != 0;
+  const int64_t M = c->dims[c->rank - 2], N = c->dims[c->rank - 1];
+  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  const ty_dtype_t dt = c->dtype;
+  const size_t es = ty_abi_dtype_size(dt);
+  if (ty_cu_numel(c) == 0) return;
+  if (K == 0) { /* an empty sum: zeros (plus the bias) */
+    if (bias) {
+      /* Broadcast the bias over every row with a one-element-K product is
+       * not possible; a plain kernel does it. */
+      ty_cu_cmd_t *k = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_bias_rows");
+      ty_cu_arg_ptr(b, k, ty_cu_in(b, 2));
+      ty_cu_arg_ptr(b, k, ty_cu_out(b, 0));
+      ty_cu_arg_i32(b, k, ty_cu_dt(c));
+      ty_cu_arg_i64(b, k, ty_cu_numel(c));
+      ty_cu_arg_i64(b, k, N);
+      ty_cu_grid1(b, k, (uint64_t)ty_cu_numel(c), TY_CU_BLOCK);
+    } else {
+      ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)ty_cu_numel(c) * es);
+    }
+    return;
+  }
+  const uint32_t nb = c->rank - 2;
+  int64_t sa[8] = {0}, sb[8] = {0}, sc[8] = {0};
+  ty_cu_batch_strides(a, M * K, nb, c->dims, sa);
+  ty_cu_batch_strides(bm, K * N, nb, c->dims, sb);
+  {
+    int64_t stride = M * N;
+    for (int32_t i = (int32_t)nb - 1; i >= 0; --i) {
+      sc[i] = stride;
+      stride *= c->dims[i];
+    }
+  }
+  /* Linear layer: b unbatched, a untransposed and not broadcast. */
+  bool b_plain = bm->rank == 2, a_full = !ta;
+  int64_t batch = 1;
+  for (uint32_t i = 0; i < nb; ++i) {
+    batch *= c->dims[i];
+    if (c->dims[i] > 1 && sa[i] == 0) a_full = false;
+  }
+  if (nb == 0 || (b_plain && a_full)) {
+    ty_cu_gemm_add(b, dt, M * batch, N, K, ta, tb, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
+    return;
+  }
+  /* Merge chained batch dims from the inside out. */
+  int64_t dims[8], ga[8], gb[8], gc[8];
+  int groups = 0;
+  for (int32_t i = (int32_t)nb - 1; i >= 0; --i) {
+    if (c->dims[i] == 1) continue;
+    if (groups > 0) {
+      int j = groups - 1;
+      bool chain = sa[i] == ga[j] * dims[j] && sb[i] == gb[j] * dims[j] &&
+                   sc[i] == gc[j] * dims[j];
+      if (chain) {
+        dims[j] *= c->dims[i];
+        continue;
+      }
+    }
+    dims[groups] = c->dims[i];
+    ga[groups] = sa[i];
+    gb[groups] = sb[i];
+    gc[groups] = sc[i];
+    groups++;
+  }
+  if (groups == 0) {
+    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
+    return;
+  }
+  /* groups[0] is the innermost: strided batch; the others loop. */
+  int64_t outer = 1;
+  for (int j = 1; j < groups; ++j) outer *= dims[j];
+  if (dims[0] > INT32_MAX) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "a batch of %lld matrices is above cuBLASLt's limit",
+               (long long)dims[0]);
+    return;
+  }
+  if (outer > 4096) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+               "a matmul whose broadcast batch needs %lld separate calls (at most 4096)",
+               (long long)outer);
+    return;
+  }
+  for (int64_t o = 0; o < outer && !b->status; ++o) {
+    int64_t rem = o, oa = 0, ob = 0, oc = 0;
+    for (int j = 1; j < groups; ++j) {
+      int64_t idx = rem % dims[j];
+      rem /= dims[j];
+      oa += idx * ga[j];
+      ob += idx * gb[j];
+      oc += idx * gc[j];
+    }
+    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, (int32_t)dims[0], ga[0], gb[0], gc[0],
+                   (uint64_t)oa * es, (uint64_t)ob * es, (uint64_t)oc * es, bias != NULL);
+  }
+}
+
+bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *g) {
+  CUdeviceptr pa = ty_cu_ref_address(e, g->a), pb = ty_cu_ref_address(e, g->b);
+  CUdeviceptr pc = ty_cu_ref_address(e, g->c);
+  CUdeviceptr pbias = g->has_bias ? ty_cu_ref_address(e, g->bias) : 0;
+  bool changed = pa != g->pa || pb != g->pb || pc != g->pc || pbias != g->pbias;
+  if (pbias != g->pbias) {
+    ty_cu_api_t *api = ty_cu_exec_device(e)->api;
+    void *p = (void *)(uintptr_t)pbias;
+    api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p,
+                                        sizeof(p));
+  }
+  g->pa = pa;
+  g->pb = pb;
+  g->pc = pc;
+  g->pbias = pbias;
+  return changed;
+}
+
+ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
+  ty_cu_gemm_t *g = c->gemm;
+  ty_abi_device_t *d = ty_cu_exec_device(e);
+  ty_cu_api_t *api = d->api;
+  if ((g->pa | g->pb | g->pc | g->pbias) % g->align) {
+    return ty_cu_error(TY_CODE_INTERNAL,
+                       "%s: node %u (matmul %s): an operand is not aligned to the %u bytes the "
+                       "compiled matmul assumed (a=%#llx b=%#llx c=%#llx)",
+                       d->label, c->node, g->shape, g->align, (unsigned long long)g->pa,
+                       (unsigned long long)g->pb, (unsigned long long)g->pc);
+  }
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t s = api->cublasLtMatmul(
+      d->blaslt, g->desc, &one, (const void *)(uintptr_t)g->pb, g->la,
+      (const void *)(uintptr_t)g->pa, g->lb, &zero, (const void *)(uintptr_t)g->pc, g->lc,
+      (void *)(uintptr_t)g->pc, g->lc, &g->algo, (void *)(uintptr_t)d->workspace,
+      (size_t)d->workspace_bytes, d->stream);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    return ty_cu_error(TY_CODE_INTERNAL, "%s: node %u (matmul %s): cublasLtMatmul failed: %s",
+                       d->label, c->node, g->shape, ty_cu_blas_status_name(api, s));
+  }
+  return NULL;
+}

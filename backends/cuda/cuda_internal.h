@@ -1,0 +1,146 @@
+/* Shared state of the cuda plugin's files: the objects behind the ABI's
+ * opaque handles, the kernel families, and the entry points each file gives
+ * to the table in cuda_backend.c.
+ *
+ * Ownership: the backend owns one ty_cu_slot_t per CUDA device found at
+ * create. A slot retains the device's primary context at the first
+ * device_open and loads kernel modules lazily into it; both are released at
+ * backend_destroy, so reopening a device costs a stream, not a module load.
+ * A device handle owns its stream, its cuBLASLt handle and workspace, and a
+ * pinned staging buffer for host transfers; a buffer owns its allocation.
+ *
+ * Every entry point makes the slot's context current on the calling thread
+ * first (ty_cu_enter), so the host may call from any thread. */
+#ifndef TY_BACKENDS_CUDA_CUDA_INTERNAL_H_
+#define TY_BACKENDS_CUDA_CUDA_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/cuda/cuda_api.h"
+#include "hal/backend_abi.h"
+
+/* One module per kernel family (kernels/<file>.cu, compiled by nvcc at
+ * build time into a fatbin embedded in the plugin). Keep in step with
+ * ty_cu_family_names in cuda_modules.c and the list in CMakeLists.txt. */
+typedef enum ty_cu_family_e {
+  TY_CU_FAM_ELEMENTWISE = 0, /* binary ops, scale, activations, dropout */
+  TY_CU_FAM_REDUCE,          /* reduce_*, clip_by_global_norm */
+  TY_CU_FAM_NORM,            /* layernorm, rmsnorm (+ backward) */
+  TY_CU_FAM_SOFTMAX,         /* softmax, cross-entropy (+ backward) */
+  TY_CU_FAM_ROPE,            /* rope (+ backward) */
+  TY_CU_FAM_ATTENTION,       /* flash attention (+ backward) */
+  TY_CU_FAM_EMBEDDING,       /* gather, deterministic scatter-add */
+  TY_CU_FAM_VIEWS,           /* strided copies, casts, kv-cache writes */
+  TY_CU_FAM_OPTIM,           /* adamw, sgd */
+  TY_CU_FAM_TEST,            /* fault injection for tests (test hooks only) */
+  TY_CU_FAM_COUNT_
+} ty_cu_family_t;
+
+typedef struct ty_cu_slot_t {
+  CUdevice device;
+  ty_abi_device_info_t info;
+  int cc_major, cc_minor;
+  int sm_count;
+  int max_shared_optin; /* bytes of shared memory a block may opt in to */
+  /* Created at the first device_open, kept until backend_destroy. */
+  pthread_mutex_t lock;
+  CUcontext context; /* the primary context, retained */
+  CUmodule modules[TY_CU_FAM_COUNT_];
+} ty_cu_slot_t;
+
+struct ty_abi_backend_s {
+  const ty_host_api_t *host;
+  ty_cu_api_t api;
+  uint32_t slot_count;
+  ty_cu_slot_t *slots;
+};
+
+/* Device URI options (cuda:0?graphs=0&tf32=1&memory_limit=24GiB). */
+typedef struct ty_cu_options_t {
+  bool graphs;           /* capture each executable once as a CUDA graph */
+  bool tf32;             /* f32 matmuls on TF32 tensor cores (off: exact f32) */
+  uint64_t memory_limit; /* 0: the card's memory; else a cap on what this
+                            device handle allocates (a smaller card) */
+} ty_cu_options_t;
+
+struct ty_abi_device_s {
+  ty_abi_backend_t *backend;
+  ty_cu_slot_t *slot;
+  ty_cu_api_t *api; /* == &backend->api */
+  uint32_t index;
+  char label[32]; /* "cuda:0", for messages */
+  ty_cu_options_t options;
+  CUstream stream;
+  cublasLtHandle_t blaslt;
+  CUdeviceptr workspace; /* cuBLASLt's, shared by the executables */
+  uint64_t workspace_bytes;
+  /* Pinned host memory for buffer_read/write: transfers go through it in
+   * chunks on the stream (pageable copies would block other work). */
+  pthread_mutex_t staging_lock;
+  void *staging;
+  uint64_t staging_bytes;
+  /* Bytes this handle holds on the device (buffers, arenas). */
+  pthread_mutex_t alloc_lock;
+  uint64_t allocated;
+  uint64_t peak_allocated;
+};
+
+struct ty_abi_buffer_s {
+  CUdeviceptr ptr; /* 0 for a zero-size buffer */
+  uint64_t size;
+};
+
+/* ---- cuda_backend.c ---- */
+
+/* Formats a host status (never NULL). */
+ty_abi_status_t ty_cu_error(ty_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A failed driver call: RESOURCE_EXHAUSTED for out-of-memory, UNAVAILABLE
+ * for a lost device, INTERNAL otherwise; the message names the device, what
+ * failed and the driver's error name and text. */
+ty_abi_status_t ty_cu_driver_error(const ty_abi_device_t *device, const char *what, CUresult r);
+/* Makes the device's context current on this thread. */
+ty_abi_status_t ty_cu_enter(ty_abi_device_t *device);
+/* Device memory through the handle's accounting and memory_limit; `what`
+ * names the allocation in an out-of-memory error (which also gives the
+ * bytes free and the limit). */
+ty_abi_status_t ty_cu_alloc(ty_abi_device_t *device, uint64_t bytes, const char *what,
+                            CUdeviceptr *out);
+void ty_cu_free(ty_abi_device_t *device, CUdeviceptr ptr, uint64_t bytes);
+
+/* ---- cuda_modules.c ---- */
+
+/* The module of `family`, loaded on first use from the embedded fatbin.
+ * FAILED_PRECONDITION naming the card's architecture and the ones the
+ * fatbin holds when it has none for this card. Thread-safe per slot. */
+ty_abi_status_t ty_cu_module_get(ty_abi_device_t *device, ty_cu_family_t family,
+                                 CUmodule *out_module);
+void ty_cu_modules_unload(ty_cu_api_t *api, ty_cu_slot_t *slot);
+const char *ty_cu_family_file(ty_cu_family_t family);
+/* "sm_80 sm_90 compute_90": what the embedded fatbins were built for. */
+const char *ty_cu_fatbin_targets(void);
+
+/* ---- cuda_graph.c: the graph entries ---- */
+
+ty_abi_status_t ty_cu_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph,
+                                     ty_abi_node_support_t *out_support);
+ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
+                                    ty_abi_executable_t **out_executable);
+void ty_cu_executable_destroy(ty_abi_executable_t *executable);
+ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *executable,
+                                         const ty_abi_execute_args_t *args);
+ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *executable, char *dst,
+                                        uint64_t capacity, uint64_t *out_size);
+const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *executable);
+
+/* ---- cuda_artifact.c: executables as artifacts ---- */
+
+ty_abi_status_t ty_cu_executable_serialize(ty_abi_executable_t *executable, void *dst,
+                                           uint64_t capacity, uint64_t *out_size);
+ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *device,
+                                             const ty_abi_deserialize_args_t *args,
+                                             ty_abi_executable_t **out_executable);
+
+#endif /* TY_BACKENDS_CUDA_CUDA_INTERNAL_H_ */

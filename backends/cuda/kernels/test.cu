@@ -1,0 +1,16 @@
+/* Fault injection for the cuda backend's tests (TRAINYARD_CUDA_FAULT in
+ * cuda_graph.c): kernels that fail the way real bugs do, so the error paths
+ * — a sticky illegal-address fault, a device-side trap — can be exercised
+ * on purpose. Never launched otherwise. */
+#include "common.cuh"
+
+/* Writes through `wild`, an address no allocation has. */
+extern "C" __global__ void ty_test_wild_write(float *wild) {
+  if (threadIdx.x == 0) wild[0] = 1.0f;
+}
+
+/* A device-side trap, as a failed device assert would raise. */
+extern "C" __global__ void ty_test_trap(float *unused) {
+  (void)unused;
+  if (threadIdx.x == 0) __trap();
+}
