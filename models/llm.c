@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hal/dtype.h"
+
 
 typedef struct {
   ty_graph_t *g;
@@ -70,11 +72,34 @@ static ty_status_t ty_b_reshape(ty_builder_t *b, ty_value_id_t x, uint32_t rank,
   return ty_b_node(b, "reshape", &x, 1, &a, out);
 }
 
-/* y = x @ W (+ bias). GPT-2 Conv1D stores W as [in, out]; Linear as [out, in]. */
+/* The dtype matmuls and attention run in (== dtype unless mixed). */
+static ty_dtype_t ty_b_compute(const ty_builder_t *b) {
+  ty_dtype_t c = b->o->compute_dtype;
+  return c == TY_DTYPE_INVALID ? b->o->dtype : c;
+}
+
+/* x in dtype `to` (a cast node when it is not already). */
+static ty_status_t ty_b_cast(ty_builder_t *b, ty_value_id_t x, ty_dtype_t to,
+                             ty_value_id_t *out) {
+  if (x == TY_VALUE_NONE || ty_graph_value(b->g, x)->desc.dtype == to) {
+    *out = x;
+    return TY_OK;
+  }
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_string(&a, "dtype", ty_dtype_name(to)));
+  return ty_b_node(b, "cast", &x, 1, &a, out);
+}
+
+/* y = x @ W (+ bias) in the compute dtype. GPT-2 Conv1D stores W as
+ * [in, out]; Linear as [out, in]. */
 static ty_status_t ty_b_linear(ty_builder_t *b, ty_value_id_t x, ty_value_id_t w,
                                ty_value_id_t bias, bool w_is_out_in, ty_value_id_t *out) {
   ty_attrs_t a = TY_ATTRS_EMPTY;
   if (w_is_out_in) TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "trans_b", 1));
+  const ty_dtype_t ct = ty_b_compute(b);
+  TY_RETURN_IF_ERROR(ty_b_cast(b, x, ct, &x));
+  TY_RETURN_IF_ERROR(ty_b_cast(b, w, ct, &w));
+  TY_RETURN_IF_ERROR(ty_b_cast(b, bias, ct, &bias));
   ty_value_id_t in[3] = {x, w, bias};
   return ty_b_node(b, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, &a, out);
 }
@@ -135,7 +160,7 @@ static ty_status_t ty_b_cache(ty_builder_t *b, int layer, const char *which,
   snprintf(name, sizeof(name), "cache.%d.%s", layer, which);
   int64_t dims[4] = {b->o->batch, b->o->cache_len, c->num_kv_heads, c->head_dim};
   ty_value_id_t cache;
-  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, name, b->o->dtype, 4, dims, &cache));
+  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, name, ty_b_compute(b), 4, dims, &cache));
   ty_value_id_t in[3] = {cache, fresh, b->cache_position};
   TY_RETURN_IF_ERROR(ty_b_node(b, "kv_cache_write", in, 3, NULL, out));
   return ty_graph_set_state_update(b->g, cache, *out);
@@ -309,6 +334,14 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
                           "(config.json n_positions / max_position_embeddings)",
                           (long long)o->seq, (long long)c->max_positions);
   }
+  if (o->compute_dtype != TY_DTYPE_INVALID && o->compute_dtype != o->dtype &&
+      !(o->dtype == TY_DTYPE_F32 &&
+        (o->compute_dtype == TY_DTYPE_BF16 || o->compute_dtype == TY_DTYPE_F16))) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "mixed precision computes in bf16 or f16 over f32 parameters; "
+                          "%s compute over %s parameters is not a mode",
+                          ty_dtype_name(o->compute_dtype), ty_dtype_name(o->dtype));
+  }
   if (o->dropout < 0 || o->dropout >= 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "dropout %g must be in [0, 1)", o->dropout);
   }
@@ -342,11 +375,13 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     s = ty_b_norm(&b, h, prefix, &a);
     if (!s) s = gpt2 ? ty_b_attention_gpt2(&b, layer, a, &y) : ty_b_attention_llama(&b, layer, a, &y);
     if (!s) s = ty_b_dropout(&b, y, &y);
+    if (!s) s = ty_b_cast(&b, y, o->dtype, &y);
     if (!s) s = ty_b_binary(&b, "add", h, y, &h);
     snprintf(prefix, sizeof(prefix), gpt2 ? "transformer.h.%d.ln_2" : "model.layers.%d.post_attention_layernorm", layer);
     if (!s) s = ty_b_norm(&b, h, prefix, &a);
     if (!s) s = ty_b_mlp(&b, layer, a, &y);
     if (!s) s = ty_b_dropout(&b, y, &y);
+    if (!s) s = ty_b_cast(&b, y, o->dtype, &y);
     if (!s) s = ty_b_binary(&b, "add", h, y, &h);
   }
   if (!s) s = ty_b_norm(&b, h, gpt2 ? "transformer.ln_f" : "model.norm", &h);
@@ -377,4 +412,22 @@ const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *m, const char *name) {
     if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
   }
   return NULL;
+}
+
+ty_status_t ty_llm_precision_parse(const char *text, ty_dtype_t *out_param_dtype,
+                                   ty_dtype_t *out_compute_dtype) {
+  *out_param_dtype = *out_compute_dtype = TY_DTYPE_INVALID;
+  if (!strcmp(text, "bf16-mixed") || !strcmp(text, "f16-mixed")) {
+    *out_param_dtype = TY_DTYPE_F32;
+    *out_compute_dtype = text[0] == 'b' ? TY_DTYPE_BF16 : TY_DTYPE_F16;
+    return TY_OK;
+  }
+  ty_dtype_t d = TY_DTYPE_INVALID;
+  if (ty_dtype_parse(text, &d) != TY_OK || !ty_dtype_is_float(d)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "dtype '%s': expected f32, bf16, f16, f64, bf16-mixed or f16-mixed",
+                          text);
+  }
+  *out_param_dtype = *out_compute_dtype = d;
+  return TY_OK;
 }

@@ -30,6 +30,16 @@ typedef struct ty_llm_options_t {
   int64_t batch;       /* B */
   int64_t seq;         /* T: tokens per row in this graph */
   ty_dtype_t dtype;    /* parameters and activations: f32, bf16, f16 or f64 */
+  /* Mixed precision ("bf16-mixed"): TY_DTYPE_INVALID (or == dtype) computes
+   * everything in `dtype`. bf16 or f16 with f32 parameters runs matmuls,
+   * attention and what lies between them (bias, GELU/SwiGLU, RoPE, the
+   * head's logits) in that dtype with f32 accumulation, as PyTorch's
+   * autocast does: each weight is cast from its f32 parameter where it is
+   * used, norm outputs are cast on their way into a matmul, and each block's
+   * output is cast back to f32 before it joins the residual stream, which
+   * stays f32 with the norms, the loss and the gradients that reach the
+   * parameters (the casts' gradients are casts back). */
+  ty_dtype_t compute_dtype;
   bool with_loss;      /* inputs "targets" (i64 [B,T], negative = ignored) and
                           "loss_weights" ([B,T], f32 or f64 like the loss;
                           the graph's loss-gradient seed: ones if unbound);
@@ -68,6 +78,13 @@ typedef struct ty_llm_t {
 ty_status_t ty_llm_build(ty_graph_t *graph, const ty_model_config_t *config,
                          const ty_llm_options_t *options, ty_llm_t *out_model);
 void ty_llm_deinit(ty_llm_t *model);
+
+/* Parses a --dtype value: f32, bf16, f16, f64 (parameters and compute in
+ * that dtype), or bf16-mixed / f16-mixed (f32 parameters, compute in bf16 /
+ * f16; see ty_llm_options_t.compute_dtype). INVALID_ARGUMENT naming the
+ * accepted values otherwise. */
+ty_status_t ty_llm_precision_parse(const char *text, ty_dtype_t *out_param_dtype,
+                                   ty_dtype_t *out_compute_dtype);
 
 /* The parameter named `name`, or NULL. */
 const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *model, const char *name);

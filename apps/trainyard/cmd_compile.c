@@ -196,7 +196,8 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   void *bytes = NULL;
   size_t size = 0;
   char *report = NULL;
-  ty_status_t s = ty_dtype_parse(a->cfg.dtype, &dtype);
+  ty_dtype_t compute_dtype;
+  ty_status_t s = ty_llm_precision_parse(a->cfg.dtype, &dtype, &compute_dtype);
   if (!s) s = ty_compile_model(a, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);

@@ -19,7 +19,7 @@
 
 static const char *const ty_forward_usage =
     "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"
-    "                         [--backend URI] [--dtype f32|bf16|f16|f64] [--grads]\n"
+    "                         [--backend URI] [--dtype D] [--grads]\n"
     "\n"
     "Runs the model in DIR (Hugging Face config.json + safetensors) on a batch\n"
     "of token ids and writes OUT with:\n"
@@ -33,7 +33,8 @@ static const char *const ty_forward_usage =
     "  --tokens FILE    JSON: a list of equal-length lists of token ids\n"
     "  --out FILE       output .safetensors (written atomically)\n"
     "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
-    "  --dtype D        compute and parameter dtype (default f32)\n"
+    "  --dtype D        compute and parameter dtype (default f32); bf16-mixed / f16-mixed\n"
+    "                   keep f32 weights and run matmuls and attention in bf16/f16\n"
     "  --grads          also compute parameter gradients\n"
     "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
     "                   dot (P.dot), e.g. for 'dot -Tsvg P.dot > P.svg'\n"
@@ -94,7 +95,8 @@ done:
 
 typedef struct {
   const char *model_dir, *tokens_path, *out_path, *backend, *dump_graph;
-  ty_dtype_t dtype;
+  ty_dtype_t dtype;         /* parameters */
+  ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   bool grads;
 } ty_forward_args_t;
 
@@ -163,7 +165,8 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   if (!s) s = ty_device_open(registry, a->backend, &device);
   if (!s) s = ty_graph_create(&graph);
   ty_llm_options_t options = {
-      .batch = B, .seq = T, .dtype = a->dtype, .with_loss = true, .logits_output = true};
+      .batch = B, .seq = T, .dtype = a->dtype, .compute_dtype = a->compute_dtype,
+      .with_loss = true, .logits_output = true};
   if (!s) s = ty_llm_build(graph, &config, &options, &model);
   if (!s && a->grads) {
     grad_values = calloc(model.param_count, sizeof(ty_value_id_t));
@@ -261,7 +264,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"dump-graph", required_argument, NULL, 'G'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
-  ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32};
+  ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32, .compute_dtype = TY_DTYPE_F32};
   opterr = 0;
   optind = 1;
   int c;
@@ -274,10 +277,11 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 'g': a.grads = true; break;
       case 'G': a.dump_graph = optarg; break;
       case 'd': {
-        ty_status_t s = ty_dtype_parse(optarg, &a.dtype);
-        if (s || !ty_dtype_is_float(a.dtype)) {
+        ty_status_t s = ty_llm_precision_parse(optarg, &a.dtype, &a.compute_dtype);
+        if (s) {
           ty_status_free(s);
-          return ty_app_usage_error("forward", "--dtype must be f32, bf16, f16 or f64, not '%s'",
+          return ty_app_usage_error("forward", "--dtype must be f32, bf16, f16, f64, bf16-mixed "
+                                    "or f16-mixed, not '%s'",
                                     optarg);
         }
         break;

@@ -39,7 +39,8 @@ static const char *const ty_generate_usage =
     "  --seed S             sampling seed (default 0)\n"
     "  --stop-at-eos        stop at the model's eos_token_id\n"
     "  --backend URI        device (default cpu)\n"
-    "  --dtype D            f32, bf16, f16 or f64 (default f32)\n"
+    "  --dtype D            f32, bf16, f16 or f64, or bf16-mixed / f16-mixed (f32\n"
+    "                       weights, matmuls and attention in bf16/f16); default f32\n"
     "  --json               print JSON\n"
     "  -h, --help           this help\n";
 
@@ -50,7 +51,8 @@ typedef struct {
   double temperature, top_p;
   int64_t top_k;
   uint64_t seed;
-  ty_dtype_t dtype;
+  ty_dtype_t dtype;         /* parameters */
+  ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
 } ty_generate_args_t;
 
 /* splitmix64: the sampler's random numbers (host side, reproducible). */
@@ -153,6 +155,7 @@ static ty_status_t ty_open_step(ty_device_t *device, const ty_model_config_t *co
                                 ty_llm_t *out_model, ty_session_t **out_session) {
   TY_RETURN_IF_ERROR(ty_graph_create(out_graph));
   ty_llm_options_t options = {.batch = 1, .seq = seq, .dtype = a->dtype,
+                              .compute_dtype = a->compute_dtype,
                               .logits_output = true, .cache_len = cache_len};
   TY_RETURN_IF_ERROR(ty_llm_build(*out_graph, config, &options, out_model));
   ty_session_options_t so = {.share_state_with = share};
@@ -263,14 +266,14 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   uint64_t rng = a->seed;
   int64_t produced = 0;
   double t0 = ty_now(), t_first = t0;
-  if (!s) s = ty_step(s_prefill, prompt, P, 0, V, a->dtype, raw, last);
+  if (!s) s = ty_step(s_prefill, prompt, P, 0, V, a->compute_dtype, raw, last);
   while (!s && produced < a->max_new) {
     int64_t next = ty_pick(last, V, a, &rng, scratch);
     generated[produced++] = next;
     if (produced == 1) t_first = ty_now();
     if (a->stop_at_eos && next == config.eos_token_id) break;
     if (produced == a->max_new) break;
-    s = ty_step(s_decode, &next, 1, P + produced - 1, V, a->dtype, raw, last);
+    s = ty_step(s_decode, &next, 1, P + produced - 1, V, a->compute_dtype, raw, last);
   }
   double t1 = ty_now();
   char *text = NULL;
@@ -345,7 +348,8 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
       {NULL, 0, NULL, 0},
   };
   ty_generate_args_t a = {.backend = "cpu", .greedy = true, .temperature = 1.0, .top_p = 1.0,
-                          .dtype = TY_DTYPE_F32, .max_new = -1};
+                          .dtype = TY_DTYPE_F32, .compute_dtype = TY_DTYPE_F32,
+                          .max_new = -1};
   bool sampling_flag = false, greedy_flag = false;
   opterr = 0;
   optind = 1;
@@ -391,10 +395,11 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
       case O_EOS: a.stop_at_eos = true; break;
       case O_BACKEND: a.backend = optarg; break;
       case O_DTYPE: {
-        ty_status_t st = ty_dtype_parse(optarg, &a.dtype);
-        if (st || !ty_dtype_is_float(a.dtype)) {
+        ty_status_t st = ty_llm_precision_parse(optarg, &a.dtype, &a.compute_dtype);
+        if (st) {
           ty_status_free(st);
-          return ty_app_usage_error("generate", "--dtype must be f32, bf16, f16 or f64");
+          return ty_app_usage_error("generate", "--dtype must be f32, bf16, f16, f64, "
+                                    "bf16-mixed or f16-mixed, not '%s'", optarg);
         }
         break;
       }

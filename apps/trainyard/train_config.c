@@ -35,7 +35,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
     TY_S(out, "output folder: checkpoints, metrics.jsonl, TensorBoard events, summary.txt"),
     TY_S(backend, "device URI, e.g. cpu, cpu?threads=2"),
-    TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64"),
+    TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64; or bf16-mixed / f16-mixed "
+                "(f32 parameters and optimizer state, matmuls and attention in bf16/f16)"),
     TY_I(batch_size, "sequences per micro-batch"),
     TY_I(seq_len, "tokens per sequence (0: the dataset's)"),
     TY_I(grad_accum, "micro-batches per optimizer step"),

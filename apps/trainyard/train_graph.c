@@ -1,6 +1,8 @@
 /* The graphs of `trainyard train` and `trainyard compile` (train_graph.h). */
 #include "train_graph.h"
 
+#include "hal/dtype.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +34,13 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
                                  ty_llm_t *out_model) {
   memset(out_model, 0, sizeof(*out_model));
   *out_graph = NULL;
-  ty_llm_options_t opts = {.batch = B, .seq = T, .dtype = dtype};
+  ty_dtype_t param_dtype, compute_dtype;
+  TY_RETURN_IF_ERROR(ty_llm_precision_parse(c->dtype, &param_dtype, &compute_dtype));
+  if (param_dtype != dtype) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype %s keeps parameters in %s, not %s",
+                          c->dtype, ty_dtype_name(param_dtype), ty_dtype_name(dtype));
+  }
+  ty_llm_options_t opts = {.batch = B, .seq = T, .dtype = dtype, .compute_dtype = compute_dtype};
   if (kind == TY_TRAIN_GRAPH_STEP) {
     opts.with_loss = true;
     opts.dropout = c->dropout;

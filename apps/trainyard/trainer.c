@@ -378,10 +378,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.live_line = isatty(fileno(stderr));
-  ty_status_t s = ty_dtype_parse(config->dtype, &t.dtype);
-  if (!s && !ty_dtype_is_float(t.dtype)) {
-    s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype must be a float dtype");
-  }
+  ty_dtype_t compute_dtype;
+  ty_status_t s = ty_llm_precision_parse(config->dtype, &t.dtype, &compute_dtype);
   char resume_dir[TY_CFG_PATH_MAX] = "";
   if (!s) s = ty_metrics_dir_create(config->out); /* with its parents */
   if (!s) {
