@@ -457,6 +457,8 @@ enum {
   TY_CU_FAULT_ILLEGAL_ADDRESS, /* a kernel writes through a wild pointer */
   TY_CU_FAULT_LAUNCH,          /* a launch with an impossible shape */
   TY_CU_FAULT_TRAP,            /* a kernel executes a trap (device assert) */
+  TY_CU_FAULT_DEVICE_LOST,     /* the run reports the driver's "device
+                                  unavailable" (simulated: nothing is lost) */
 };
 
 static void ty_cu_fault_parse(ty_abi_executable_t *e) {
@@ -468,6 +470,7 @@ static void ty_cu_fault_parse(ty_abi_executable_t *e) {
   if (!strcmp(kind, "illegal-address")) e->fault_kind = TY_CU_FAULT_ILLEGAL_ADDRESS;
   else if (!strcmp(kind, "launch")) e->fault_kind = TY_CU_FAULT_LAUNCH;
   else if (!strcmp(kind, "trap")) e->fault_kind = TY_CU_FAULT_TRAP;
+  else if (!strcmp(kind, "device-lost")) e->fault_kind = TY_CU_FAULT_DEVICE_LOST;
   e->fault_run = run ? run : 1;
 }
 
@@ -748,6 +751,10 @@ static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
 /* The test hook's fault, queued before the commands of the chosen run. */
 static ty_abi_status_t ty_cu_fault_inject(ty_abi_executable_t *e) {
   ty_abi_device_t *d = e->device;
+  if (e->fault_kind == TY_CU_FAULT_DEVICE_LOST) {
+    return ty_cu_driver_error(d, "running (test hook TRAINYARD_CUDA_FAULT: a lost device)",
+                              CUDA_ERROR_DEVICE_UNAVAILABLE);
+  }
   CUmodule m = NULL;
   ty_abi_status_t st = ty_cu_module_get(d, TY_CU_FAM_TEST, &m);
   if (st) return st;

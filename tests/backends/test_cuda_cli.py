@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""The cuda backend end to end, through the `trainyard` command (Python
+standard library only). The checks every device backend passes live in
+backend_cli.py (conform, forward against transformers, greedy generation
+against cpu, 20 training steps and `compare` against cpu on the GPT-2 and
+Llama fixtures, bf16-mixed); this file adds the cuda-specific ones:
+
+- DevicesTest (runs everywhere, with or without a GPU): with a driver and a
+  GPU, cuda:N is listed with its name, CUDA version, compute capability and
+  memory; without one (CI), the plugin still loads and is listed as
+  rejected with the reason ("no CUDA driver (libcuda.so.1: ...)") while the
+  other backends work; a driver path that does not exist says so.
+- ResumeTest: 40 steps straight equal 20 steps + --resume + 20 steps on
+  cuda:0 bit for bit (metrics and final weights), with dropout.
+- FaultTest: an illegal address inside a kernel, an impossible launch, a
+  device-side trap, a (simulated) lost device, out-of-memory at compile and
+  at run (memory_limit), and a fatbin without the card's architecture: each
+  is a clear error naming the device and the cause, nothing hangs, the
+  process exits non-zero, and the last checkpoint stays loadable.
+
+Every suite but DevicesTest exits 77 (skipped, with the reason) when no
+CUDA device is usable, which is the case in CI.
+"""
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+from backend_cli import (CFG, ConformTest, ForwardTest, GenerateTest, MixedPrecisionTest,  # noqa: F401
+                         TrainTest, devices_json, make_id_dataset, parse_common, read_safetensors,
+                         run, skip_unless_usable)
+
+FATBIN_SM80 = None  # a folder with elementwise.fatbin built for sm_80 only
+
+
+def cuda_usable():
+    return "cuda" in [b["name"] for b in devices_json()["backends"]]
+
+
+class DevicesTest(unittest.TestCase):
+    def test_listed_or_rejected_with_reason(self):
+        data = devices_json()
+        self.assertIn("cpu", [b["name"] for b in data["backends"]])
+        backends = [b for b in data["backends"] if b["name"] == "cuda"]
+        if backends:
+            devices = backends[0]["devices"]
+            self.assertGreaterEqual(len(devices), 1)
+            for i, d in enumerate(devices):
+                self.assertEqual(d["uri"], "cuda:%d" % i)
+                self.assertTrue(d["name"].startswith("NVIDIA"), d["name"])
+                self.assertTrue(d["api_version"].startswith("CUDA "), d["api_version"])
+                self.assertIn("compute capability", d["api_version"])
+                self.assertGreater(d["memory_bytes"], 1 << 30)
+            print("cuda devices: %s" % ", ".join("%s %s (%s)" % (d["uri"], d["name"],
+                                                             d["api_version"])
+                                                 for d in devices), file=sys.stderr)
+        else:
+            rejected = [r for r in data["rejected"] if r["name"] == "cuda"]
+            self.assertEqual(len(rejected), 1, data["rejected"])
+            self.assertEqual(rejected[0]["kind"], "unavailable")
+            self.assertRegex(rejected[0]["reason"], r"no CUDA (driver|device)")
+            print("cuda plugin loaded; rejected as unavailable: %s" % rejected[0]["reason"],
+                  file=sys.stderr)
+        r = run(["devices"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("cuda", r.stdout)
+
+    def test_missing_driver_named(self):
+        env = {"TRAINYARD_CUDA_DRIVER": "/nonexistent/libcuda.so.1"}
+        data = devices_json(env)
+        self.assertNotIn("cuda", [b["name"] for b in data["backends"]])
+        self.assertIn("cpu", [b["name"] for b in data["backends"]])
+        rejected = [r for r in data["rejected"] if r["name"] == "cuda"]
+        self.assertEqual(len(rejected), 1, data["rejected"])
+        self.assertIn("no CUDA driver (/nonexistent/libcuda.so.1", rejected[0]["reason"])
+        with tempfile.TemporaryDirectory() as tmp:
+            tokens = os.path.join(tmp, "tokens.json")
+            with open(tokens, "w") as f:
+                f.write("[[1, 2, 3]]")
+            r = run(["forward", "--model", os.path.join(CFG.models, "gpt2"), "--tokens", tokens,
+                     "--out", os.path.join(tmp, "out.safetensors"), "--backend", "cuda:0"],
+                    env=env)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("UNAVAILABLE", r.stderr)
+        self.assertIn("no CUDA driver", r.stderr)
+
+
+class ResumeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_cuda_resume_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def train(self, data, out, steps, extra=()):
+        r = run(["train", "--model", os.path.join(CFG.models, "gpt2"), "--data", data, "--out",
+                 out, "--max-steps", str(steps), "--batch-size", "8", "--lr", "3e-3",
+                 "--warmup-steps", "2", "--dropout", "0.1", "--backend", CFG.backend,
+                 "--save-every", "20", "--keep", "0"] + list(extra))
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+
+    def test_resume_is_bit_exact(self):
+        data = make_id_dataset(self.tmp)
+        straight, split = os.path.join(self.tmp, "straight"), os.path.join(self.tmp, "split")
+        self.train(data, straight, 40)
+        self.train(data, split, 20)
+        # Continue the split run: same total, from its step-20 checkpoint.
+        self.train(data, split, 40, ("--resume", "latest"))
+        a = read_safetensors(os.path.join(straight, "checkpoint-40", "model.safetensors"))
+        b = read_safetensors(os.path.join(split, "checkpoint-40", "model.safetensors"))
+        self.assertEqual(sorted(a), sorted(b))
+        for name in a:
+            self.assertEqual(a[name][1], b[name][1], "weights differ in %s" % name)
+
+        def losses(out):
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                rows = [json.loads(line) for line in f if '"loss"' in line]
+            return {r["step"]: r["loss"] for r in rows}
+        la, lb = losses(straight), losses(split)
+        for step in range(21, 41):
+            self.assertEqual(la[step], lb[step], "step %d" % step)
+        print("resume on %s: steps 21-40 and every weight bit-identical" % CFG.backend,
+              file=sys.stderr)
+
+
+class FaultTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_cuda_fault_")
+        self.tokens = os.path.join(self.tmp, "tokens.json")
+        with open(self.tokens, "w") as f:
+            f.write("[[1, 5, 9, 20], [3, 3, 7, 0]]")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def forward(self, env=None, backend=None, timeout=120):
+        return run(["forward", "--model", os.path.join(CFG.models, "gpt2"), "--tokens",
+                    self.tokens, "--out", os.path.join(self.tmp, "out.safetensors"),
+                    "--backend", backend or CFG.backend], env=env, timeout=timeout)
+
+    def check(self, r, *needles):
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        for n in needles:
+            self.assertIn(n, r.stderr)
+        print("  -> %s" % r.stderr.strip().splitlines()[-1][:300], file=sys.stderr)
+
+    def test_illegal_address(self):
+        r = self.forward({"TRAINYARD_CUDA_FAULT": "illegal-address@1"})
+        self.check(r, "cuda:0", "CUDA_ERROR_ILLEGAL_ADDRESS", "TRAINYARD_CUDA_SYNC=1")
+        r = self.forward({"TRAINYARD_CUDA_FAULT": "illegal-address@1", "TRAINYARD_CUDA_SYNC": "1"})
+        self.check(r, "cuda:0", "CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    def test_launch_failure_and_trap(self):
+        r = self.forward({"TRAINYARD_CUDA_FAULT": "launch@1"})
+        self.check(r, "cuda:0", "ty_test_wild_write", "CUDA_ERROR_INVALID_VALUE")
+        r = self.forward({"TRAINYARD_CUDA_FAULT": "trap@1"})
+        self.check(r, "cuda:0", "CUDA_ERROR_")
+
+    def test_device_lost(self):
+        r = self.forward({"TRAINYARD_CUDA_FAULT": "device-lost@1"})
+        self.check(r, "cuda:0", "UNAVAILABLE", "lost")
+
+    def test_out_of_memory(self):
+        # Below the 64 MiB cuBLASLt workspace: opening the device fails.
+        r = self.forward(backend=CFG.backend + "?memory_limit=1MiB")
+        self.check(r, "RESOURCE_EXHAUSTED", "cuda:0", "cuBLASLt workspace", "memory_limit")
+        # The workspace fits, a long batch's activations and buffers do not:
+        # compiling (the arena) or the session's buffers fail, named.
+        with open(self.tokens, "w") as f:
+            json.dump([[1] * 64] * 64, f)
+        r = self.forward(backend=CFG.backend + "?memory_limit=65MiB")
+        self.check(r, "RESOURCE_EXHAUSTED", "cuda:0", "memory_limit")
+        self.assertRegex(r.stderr, "activation arena|buffer")
+
+    def test_fatbin_without_the_card_architecture(self):
+        if not FATBIN_SM80 or not glob.glob(os.path.join(FATBIN_SM80, "*.fatbin")):
+            self.skipTest("no sm_80-only fatbin was built")
+        r = self.forward({"TRAINYARD_CUDA_FATBIN_DIR": FATBIN_SM80})
+        if r.returncode == 0:
+            self.skipTest("this card runs sm_80 code (an sm_80 card)")
+        self.check(r, "FAILED_PRECONDITION", "cuda:0", "cannot run on this card",
+                   "TY_CUDA_ARCHS")
+
+    def test_checkpoint_intact_after_a_fault(self):
+        data = make_id_dataset(self.tmp)
+        out = os.path.join(self.tmp, "run")
+        # Runs: 1 per step plus evaluations; fault well after the step-5 save.
+        r = run(["train", "--model", os.path.join(CFG.models, "gpt2"), "--data", data, "--out",
+                 out, "--max-steps", "20", "--batch-size", "8", "--save-every", "5",
+                 "--eval-every", "0", "--backend", CFG.backend],
+                env={"TRAINYARD_CUDA_FAULT": "illegal-address@8"}, timeout=300)
+        self.check(r, "CUDA_ERROR_ILLEGAL_ADDRESS")
+        ckpts = sorted(glob.glob(os.path.join(out, "checkpoint-*")))
+        self.assertTrue(ckpts, "no checkpoint left")
+        r = run(["forward", "--model", ckpts[-1], "--tokens", self.tokens, "--out",
+                 os.path.join(self.tmp, "after.safetensors"), "--backend", "cpu"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+def main():
+    global FATBIN_SM80
+    argv = sys.argv[1:]
+    if "--fatbin-sm80" in argv:
+        i = argv.index("--fatbin-sm80")
+        FATBIN_SM80 = argv[i + 1]
+        del argv[i:i + 2]
+    rest = parse_common(argv + ["--backend", "cuda:0"])
+    suites = [a for a in rest if not a.startswith("-")]
+    if suites != ["DevicesTest"]:
+        skip_unless_usable()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
