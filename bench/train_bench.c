@@ -1,15 +1,23 @@
-/* train_bench: time one GPT-2 124M training step (forward, backward,
- * global-norm clipping at 1.0 and AdamW in one graph, as `trainyard train`
- * runs it) on a backend, in f32, and print ms/step and tokens/s.
+/* train_bench: time one training step (forward, backward, global-norm
+ * clipping at 1.0 and AdamW in one graph, as `trainyard train` runs it) on
+ * a backend, and print ms/step, tokens/s and MFU.
  *
- * The model is the gpt2-124m preset (vocab 50257, 12 layers, 12 heads, 768
- * wide, 1024 positions, tied embeddings), initialized as transformers does;
+ * The model is a preset (default gpt2-124m: vocab 50257, 12 layers, 12
+ * heads, 768 wide, 1024 positions, tied embeddings; also gpt2-350m,
+ * llama-1b with vocab 128256, llama-7b with vocab 32000), in f32 or
+ * --dtype bf16-mixed, initialized as transformers does;
  * tokens and targets are random ids, fixed for the whole run. Weight decay
  * 0.1 applies to the matrices (not to biases, norms or embeddings), lr 6e-4,
  * betas (0.9, 0.95), eps 1e-8. A timed step is: bind `step`, run, read the
  * loss (which waits for the run). Usage:
  *   train_bench [--batch B] [--seq T] [--steps N] [--warmup W] [--threads N]
- *               [--backend URI] [--plugin-dir DIR]
+ *               [--backend URI] [--plugin-dir DIR] [--model PRESET]
+ *               [--dtype f32|bf16-mixed] [--peak-tflops P]
+ * MFU counts 6 FLOPs per parameter and token plus causal attention's
+ * 6·L·T·C per token (forward and backward: 12·L·T·C halved by the mask),
+ * over --peak-tflops (the card's dense peak for the compute dtype; 0
+ * prints none). The backend's executable report (device memory, CUDA graph
+ * replays, ...) is printed at the end when it gives one.
  * --threads N (default: every core) makes the default backend "cpu?threads=N"
  * and sets OpenMP's thread count. For a per-op time split, run with
  * TRAINYARD_PROFILE=1 (the host executor prints a table to stderr when the
@@ -88,13 +96,15 @@ static ty_status_t bind_f32(ty_session_t *s, const char *name, float v) {
 typedef struct {
   int64_t batch, seq;
   int steps, warmup, threads;
-  const char *uri, *plugin_dir;
+  const char *uri, *plugin_dir, *model, *dtype;
+  double peak_tflops;
 } options_t;
 
 static int usage(void) {
   fprintf(stderr,
           "usage: train_bench [--batch B] [--seq T] [--steps N] [--warmup W] [--threads N]\n"
-          "                   [--backend URI] [--plugin-dir DIR]\n");
+          "                   [--backend URI] [--plugin-dir DIR] [--model PRESET]\n"
+          "                   [--dtype f32|bf16-mixed] [--peak-tflops P]\n");
   return 2;
 }
 
@@ -113,12 +123,18 @@ static ty_status_t run_bench(const options_t *o) {
   double *times = NULL, *clean = NULL;
   const int64_t n_tok = o->batch * o->seq;
   ty_model_config_t cfg;
-  ty_status_t s = ty_model_preset("gpt2-124m", 50257, 50256, 50256, &cfg);
+  const int64_t vocab = !strncmp(o->model, "gpt2", 4)         ? 50257
+                        : !strcmp(o->model, "llama-1b")       ? 128256
+                        : !strcmp(o->model, "llama-7b")       ? 32000
+                                                              : 32000;
+  ty_dtype_t param_dtype = TY_DTYPE_F32, compute_dtype = TY_DTYPE_F32;
+  ty_status_t s = ty_model_preset(o->model, vocab, vocab - 1, vocab - 1, &cfg);
+  if (!s) s = ty_llm_precision_parse(o->dtype, &param_dtype, &compute_dtype);
   if (!s) s = ty_registry_create(&ro, &reg);
   if (!s) s = ty_device_open(reg, o->uri, &dev);
   if (!s) s = ty_graph_create(&g);
-  ty_llm_options_t lo = {.batch = o->batch, .seq = o->seq, .dtype = TY_DTYPE_F32,
-                         .with_loss = true};
+  ty_llm_options_t lo = {.batch = o->batch, .seq = o->seq, .dtype = param_dtype,
+                         .compute_dtype = compute_dtype, .with_loss = true};
   const double t_build = now_s();
   if (!s) s = ty_llm_build(g, &cfg, &lo, &model);
   if (!s) {
@@ -150,12 +166,13 @@ static ty_status_t run_bench(const options_t *o) {
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int64_t i = 0; i < n_tok; ++i) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
-      tokens[i] = (int64_t)((x >> 33) % 50257);
+      tokens[i] = (int64_t)((x >> 33) % (uint64_t)vocab);
     }
     for (int64_t i = 0; i < n_tok; ++i) {
       /* next-token targets of the same random stream */
       x = x * 6364136223846793005ull + 1442695040888963407ull;
-      targets[i] = i + 1 < n_tok && (i + 1) % o->seq ? tokens[i + 1] : (int64_t)((x >> 33) % 50257);
+      targets[i] = i + 1 < n_tok && (i + 1) % o->seq ? tokens[i + 1]
+                                                     : (int64_t)((x >> 33) % (uint64_t)vocab);
       weights[i] = 1.0f / (float)n_tok;
     }
     int64_t bt[2] = {o->batch, o->seq};
@@ -169,8 +186,9 @@ static ty_status_t run_bench(const options_t *o) {
     if (!s) s = bind_f32(sess, "beta2", 0.95f);
     if (!s) s = bind_f32(sess, "eps", 1e-8f);
   }
-  printf("model:      gpt2-124m (%lld parameters), f32, AdamW + clip 1.0, one fused graph\n",
-         (long long)ty_llm_parameter_count(&model));
+  const int64_t n_params = ty_llm_parameter_count(&model);
+  printf("model:      %s (%lld parameters), %s, AdamW + clip 1.0, one fused graph\n", o->model,
+         (long long)n_params, o->dtype);
   printf("shape:      B=%lld T=%lld (%lld tokens/step); backend %s\n", (long long)o->batch,
          (long long)o->seq, (long long)n_tok, o->uri);
   printf("build:      graph + session + init %.2f s\n", t_ready - t_build);
@@ -210,7 +228,7 @@ static ty_status_t run_bench(const options_t *o) {
     const double median = median_of(times, o->steps);
     const double clean_median = n_clean ? median_of(clean, n_clean) : NAN;
     printf("loss:       %.4f at step 1, %.4f at step %d (ln V = %.4f)\n", first_loss, loss,
-           o->warmup + o->steps, log(50257.0));
+           o->warmup + o->steps, log((double)vocab));
     printf("load avg:   %.2f (1 min, after the steps)\n", load_avg());
     printf("steps:      %d warm-up, %d timed; %d undisturbed (other processes <= 5%% of the "
            "CPUs; worst step %.0f%%)\n",
@@ -220,11 +238,27 @@ static ty_status_t run_bench(const options_t *o) {
            clean_median * 1e3);
     printf("tokens/s:   %.0f (median)  %.0f (mean)\n", (double)n_tok / median,
            (double)n_tok / mean);
+    /* Training FLOPs per token: 6 per parameter, plus attention's scores
+     * and values (4·T·C forward per layer, x3 with the backward, halved by
+     * the causal mask). */
+    const double flops_token = 6.0 * (double)n_params +
+                               6.0 * (double)cfg.num_layers * (double)o->seq *
+                                   (double)cfg.hidden_size;
+    const double tflops = flops_token * (double)n_tok / median * 1e-12;
+    printf("compute:    %.1f TFLOP/s", tflops);
+    if (o->peak_tflops > 0) printf(", MFU %.1f%% of %.0f TFLOP/s", 100.0 * tflops / o->peak_tflops,
+                                   o->peak_tflops);
+    printf("\n");
     /* one machine-readable line for bench/train_bench.sh */
-    printf("RESULT trainyard B=%lld T=%lld median_ms=%.2f mean_ms=%.2f tok_s=%.1f "
-           "clean_steps=%d clean_median_ms=%.2f\n",
-           (long long)o->batch, (long long)o->seq, median * 1e3, mean * 1e3,
-           (double)n_tok / median, n_clean, clean_median * 1e3);
+    printf("RESULT trainyard model=%s dtype=%s B=%lld T=%lld median_ms=%.2f mean_ms=%.2f "
+           "tok_s=%.1f clean_steps=%d clean_median_ms=%.2f tflops=%.1f\n",
+           o->model, o->dtype, (long long)o->batch, (long long)o->seq, median * 1e3, mean * 1e3,
+           (double)n_tok / median, n_clean, clean_median * 1e3, tflops);
+    char *report = NULL;
+    ty_status_t rs = ty_session_report(sess, &report);
+    if (!rs && report) printf("report:\n%s", report);
+    ty_status_free(rs);
+    free(report);
   }
   ty_session_destroy(sess);
   ty_llm_deinit(&model);
@@ -243,7 +277,8 @@ static ty_status_t run_bench(const options_t *o) {
 
 int main(int argc, char **argv) {
   options_t o = {.batch = 4, .seq = 64, .steps = 10, .warmup = 2, .threads = 0,
-                 .uri = NULL, .plugin_dir = TY_BENCH_PLUGIN_DIR};
+                 .uri = NULL, .plugin_dir = TY_BENCH_PLUGIN_DIR, .model = "gpt2-124m",
+                 .dtype = "f32", .peak_tflops = 0};
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     if (i + 1 >= argc) return usage();
@@ -254,6 +289,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--threads")) o.threads = atoi(argv[++i]);
     else if (!strcmp(a, "--backend")) o.uri = argv[++i];
     else if (!strcmp(a, "--plugin-dir")) o.plugin_dir = argv[++i];
+    else if (!strcmp(a, "--model")) o.model = argv[++i];
+    else if (!strcmp(a, "--dtype")) o.dtype = argv[++i];
+    else if (!strcmp(a, "--peak-tflops")) o.peak_tflops = atof(argv[++i]);
     else return usage();
   }
   if (o.batch < 1 || o.seq < 1 || o.steps < 1 || o.warmup < 0) return usage();

@@ -10,7 +10,6 @@
 
 /* The device of an executable, and the address a reference resolves to in
  * the current run (cuda_graph.c). */
-ty_abi_device_t *ty_cu_exec_device(const ty_cu_exec_t *e);
 CUdeviceptr ty_cu_ref_address(const ty_cu_exec_t *e, ty_cu_ref_t r);
 
 /* Re-resolves the command's pointers; true when any changed since the last

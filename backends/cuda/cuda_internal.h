@@ -134,6 +134,7 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *executable,
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *executable, char *dst,
                                         uint64_t capacity, uint64_t *out_size);
 const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *executable);
+ty_abi_device_t *ty_cu_exec_device(const ty_abi_executable_t *executable);
 
 /* ---- cuda_artifact.c: executables as artifacts ---- */
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench/train_bench.c on a GPU: one training step of the same
+model (forward, backward, clip_grad_norm_(1.0), AdamW) timed the same way, so
+bench/cuda_bench.sh can put both in one table from one device call.
+
+Models are transformers' own (GPT2LMHeadModel, LlamaForCausalLM) with
+attn_implementation="sdpa" (flash attention through
+F.scaled_dot_product_attention), built from configs equal to Trainyard's
+presets (gpt2-124m, gpt2-350m: vocab 50257, tied; llama-1b: Llama-3.2-1B's
+shape, vocab 128256, GQA 32/8, tied), dropout 0. Precision: bf16 autocast
+over f32 parameters (--dtype bf16-mixed, Trainyard's same-named mode) or f32
+(TF32 off). AdamW(fused=True), lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight
+decay 0.1 on matrices only. --compile wraps the model in torch.compile
+(inductor; the warm-up steps pay for compiling). Random token ids, fixed for
+the run. Timing: CUDA-synchronized wall time per step (the loss is read back
+each step, as Trainyard's trainer does); median over the timed steps. Peak
+memory: torch.cuda.max_memory_allocated over the timed steps.
+
+Prints the figures and one "RESULT pytorch..." line.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+PRESETS = {
+    "gpt2-124m": dict(arch="gpt2", vocab=50257, layers=12, hidden=768, heads=12, kv=12,
+                      ffn=3072, positions=1024),
+    "gpt2-350m": dict(arch="gpt2", vocab=50257, layers=24, hidden=1024, heads=16, kv=16,
+                      ffn=4096, positions=1024),
+    "llama-1b": dict(arch="llama", vocab=128256, layers=16, hidden=2048, heads=32, kv=8,
+                     ffn=8192, positions=131072),
+    "llama-7b": dict(arch="llama", vocab=32000, layers=32, hidden=4096, heads=32, kv=32,
+                     ffn=11008, positions=4096),
+}
+
+
+def build(name, attn):
+    p = PRESETS[name]
+    if p["arch"] == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        cfg = GPT2Config(n_layer=p["layers"], n_head=p["heads"], n_embd=p["hidden"],
+                         n_inner=p["ffn"], n_positions=p["positions"], vocab_size=p["vocab"],
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         activation_function="gelu_new")
+        cfg._attn_implementation = attn
+        model = GPT2LMHeadModel(cfg)
+    else:
+        from transformers import LlamaConfig, LlamaForCausalLM
+        rope = None
+        if name == "llama-1b":
+            rope = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        cfg = LlamaConfig(vocab_size=p["vocab"], hidden_size=p["hidden"],
+                          intermediate_size=p["ffn"], num_hidden_layers=p["layers"],
+                          num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
+                          max_position_embeddings=p["positions"],
+                          rope_theta=500000.0 if name == "llama-1b" else 10000.0,
+                          rope_scaling=rope, tie_word_embeddings=name == "llama-1b",
+                          rms_norm_eps=1e-5 if name == "llama-1b" else 1e-6,
+                          attention_dropout=0.0)
+        cfg._attn_implementation = attn
+        model = LlamaForCausalLM(cfg)
+    return model, p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--dtype", default="bf16-mixed", choices=("bf16-mixed", "f32"))
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--checkpointing", action="store_true",
+                    help="gradient checkpointing (transformers' own)")
+    a = ap.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(1234)
+    dev = torch.device("cuda")
+    model, p = build(a.model, "sdpa")
+    model.to(dev).train()
+    if a.checkpointing:
+        model.gradient_checkpointing_enable()
+    decay = [q for n, q in model.named_parameters() if q.dim() == 2 and "wte" not in n
+             and "wpe" not in n and "embed_tokens" not in n]
+    ids = {id(q) for q in decay}
+    no_decay = [q for q in model.parameters() if id(q) not in ids]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    fwd = torch.compile(model) if a.compile else model
+    V = p["vocab"]
+    g = torch.Generator(device=dev).manual_seed(1)
+    idx = torch.randint(0, V, (a.batch, a.seq), generator=g, device=dev)
+    targets = torch.randint(0, V, (a.batch, a.seq), generator=g, device=dev)
+    n_tok = a.batch * a.seq
+    nparams = sum(q.numel() for q in model.parameters())
+    autocast = a.dtype == "bf16-mixed"
+    tag = "pytorch-" + ("compile" if a.compile else "eager")
+    print(f"device:     {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}, "
+          f"{a.dtype}, fused AdamW, SDPA")
+    print(f"model:      {a.model} ({nparams} parameters) B={a.batch} T={a.seq}", flush=True)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            logits = fwd(input_ids=idx).logits
+            loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.item(), float(gnorm)
+
+    times, losses = [], []
+    t_start = time.perf_counter()
+    for i in range(a.warmup + a.steps):
+        if i == a.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        lv, gn = step()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        losses.append(lv)
+        if i >= a.warmup:
+            times.append(dt)
+        print(f"step {i + 1:3d}{' (warm-up)' if i < a.warmup else ''}: {dt * 1e3:8.1f} ms  "
+              f"loss {lv:.4f}  grad_norm {gn:.3f}", file=sys.stderr)
+    med = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    flops_token = 6.0 * nparams + 6.0 * p["layers"] * a.seq * p["hidden"]
+    tflops = flops_token * n_tok / med * 1e-12
+    mfu = f", MFU {100 * tflops / a.peak_tflops:.1f}%" if a.peak_tflops else ""
+    print(f"loss:       {losses[0]:.4f} -> {losses[-1]:.4f}; warm-up + steps took "
+          f"{time.perf_counter() - t_start:.1f} s")
+    print(f"ms/step:    median {med * 1e3:.2f}  min {min(times) * 1e3:.2f}  max "
+          f"{max(times) * 1e3:.2f}")
+    print(f"tokens/s:   {n_tok / med:.0f}; {tflops:.1f} TFLOP/s{mfu}; peak memory {peak:.0f} MiB")
+    print(f"RESULT {tag} model={a.model} dtype={a.dtype} B={a.batch} T={a.seq} "
+          f"median_ms={med * 1e3:.2f} tok_s={n_tok / med:.1f} tflops={tflops:.1f} "
+          f"peak_mib={peak:.0f}")
+
+
+if __name__ == "__main__":
+    main()

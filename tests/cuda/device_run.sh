@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Everything the cuda backend must show on a GPU machine, in one call of the
+# device tool (see docs/cuda.md, "Testing on a GPU"): the build is made on
+# the development machine (scripts/build-device.sh) and carried; this script
+# runs from the repository root there and writes logs under $OUT.
+#
+#   tests/cuda/device_run.sh BUILD_DIR PHASE...
+#
+# Phases (each bounded by its own timeout, logs in $OUT/<phase>.log):
+#   info       nvidia-smi, trainyard devices
+#   conform    trainyard conform --backend cuda:0 (every op, f32/bf16/f16,
+#              forward and backward, op and whole-graph tiers) -> conform.json
+#   suites     tests/backends/test_cuda_cli.py: forward vs transformers,
+#              generate vs cpu, train/compare vs cpu, bf16-mixed, exact
+#              resume, faults
+#   sanitizer  compute-sanitizer memcheck and racecheck on conform and on
+#              training steps
+#   opencl     issue 12's check: gpt2-124m on opencl:0 (NVIDIA's OpenCL)
+#              against cpu
+# Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
+set -uo pipefail
+build=${1:?usage: device_run.sh BUILD_DIR PHASE...}
+shift
+out=${OUT:-/tmp/ty-device-out}
+mkdir -p "$out"
+ty=$build/bin/trainyard
+export PYTHONUNBUFFERED=1
+models=tests/fixtures/models
+
+phase_info() {
+  nvidia-smi || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
+  "$ty" --version
+  "$ty" devices
+}
+
+phase_conform() {
+  local ops=()
+  [[ -n ${CONFORM_OPS:-} ]] && ops=(--ops "$CONFORM_OPS")
+  "$ty" conform --backend cuda:0 --tier all "${ops[@]}" --json >"$out/conform.json"
+  local rc=$?
+  python3 - "$out/conform.json" <<'PY'
+import json, sys, collections
+rows = json.load(open(sys.argv[1]))
+bad = [r for r in rows if r["status"] != "pass"]
+by = collections.Counter((r["status"]) for r in rows)
+print("conform cuda:0: %d cases, %s" % (len(rows), dict(by)))
+for r in bad[:80]:
+    print("  %-22s %-20s %-5s %-8s %-11s %s %s" % (r["op"], r["case"], r["dtype"], r["direction"],
+          r["status"], r.get("nmse", ""), r.get("reason", "")[:150]))
+PY
+  return $rc
+}
+
+phase_suites() {
+  local suites=${SUITES:-"DevicesTest ForwardTest GenerateTest TrainTest MixedPrecisionTest ResumeTest FaultTest"}
+  local rc=0
+  for s in $suites; do
+    echo "== $s"
+    timeout 600 python3 tests/backends/test_cuda_cli.py --trainyard "$ty" --models "$models" \
+      --fatbin-sm80 "$build/tests/cuda-fatbin-sm80" "$s" 2>&1 | tail -60
+    ((PIPESTATUS[0] != 0)) && rc=1
+  done
+  return $rc
+}
+
+phase_sanitizer() {
+  local cs=compute-sanitizer
+  command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
+  for tool in memcheck racecheck; do
+    echo "== $tool: conform"
+    timeout 400 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+      "$ty" conform --backend 'cuda:0?graphs=0' ${CONFORM_OPS:+--ops "$CONFORM_OPS"} 2>&1 | tail -15
+    echo "== $tool: 2 training steps (gpt2 fixture)"
+    timeout 300 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+      "$ty" train --model $models/gpt2 --data "$out/ids" --out "$out/san-$tool" --max-steps 2 \
+      --batch-size 4 --dropout 0.1 --backend 'cuda:0?graphs=0' --cache-dir none 2>&1 | tail -8
+  done
+}
+
+prepare_ids() {
+  python3 - "$out/ids.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(1)
+with open(sys.argv[1], "w") as f:
+    for _ in range(300):
+        s, st, n = r.randrange(90), r.choice([1, 2, 3]), r.randrange(8, 40)
+        f.write(json.dumps([(s + i * st) % 90 for i in range(n)]) + "\n")
+PY
+  "$ty" data prepare --format ids --vocab-size 96 --eos-id 95 --input "$out/ids.jsonl" \
+    --seq-len 16 --val-fraction 0.15 --out "$out/ids" >/dev/null
+}
+
+phase_opencl() {
+  mkdir -p /tmp/icd && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/tmp/icd/nvidia.icd
+  export OCL_ICD_VENDORS=/tmp/icd
+  if [[ -x bench/opencl_large_check.sh ]]; then
+    timeout 500 bench/opencl_large_check.sh "$build" "$out/opencl"
+  else
+    echo "bench/opencl_large_check.sh is missing"
+    return 1
+  fi
+}
+
+status=0
+prepare_ids
+for p in "$@"; do
+  echo "######## $p ($(date +%T))"
+  start=$SECONDS
+  "phase_$p" >"$out/$p.log" 2>&1
+  rc=$?
+  ((rc != 0)) && status=1
+  echo "######## $p: exit $rc in $((SECONDS - start)) s"
+  tail -40 "$out/$p.log"
+done
+exit $status
