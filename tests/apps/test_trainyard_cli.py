@@ -41,7 +41,16 @@ KNOWN_DTYPES = {"f32", "bf16", "f16", "f64", "i32", "i64", "u8"}
 # machine may lack (then they are rejected as "unavailable"). The checks of
 # the plugin folder below are about cpu and template and leave these out;
 # tests/backends checks them.
-OPTIONAL_BACKENDS = {"opencl"}
+OPTIONAL_BACKENDS = {"opencl", "cuda"}
+
+
+def rejected_name(r):
+    """A rejected candidate's backend name: the JSON's, or (the text form
+    lists only paths) the one its file name gives."""
+    if "name" in r:
+        return r["name"]
+    m = re.match(r"^libty_backend_(\w+)\.so$", os.path.basename(r["path"]))
+    return m.group(1) if m else ""
 
 
 def core_only(data):
@@ -49,7 +58,8 @@ def core_only(data):
     out = dict(data)
     out["backends"] = [b for b in data["backends"] if b["name"] not in OPTIONAL_BACKENDS]
     out["rejected"] = [r for r in data["rejected"]
-                       if not (r["kind"] == "unavailable" and r["name"] in OPTIONAL_BACKENDS)]
+                       if not (r["kind"] == "unavailable" and
+                               rejected_name(r) in OPTIONAL_BACKENDS)]
     return out
 
 

@@ -76,7 +76,9 @@ void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n) {
   if (n && !any_nonzero) p[0] = 1; /* a zero buffer proves nothing */
 }
 
-static bool ty_test_optional_plugin(const char *name) { return strcmp(name, "opencl") == 0; }
+static bool ty_test_optional_plugin(const char *name) {
+  return strcmp(name, "opencl") == 0 || strcmp(name, "cuda") == 0;
+}
 
 size_t ty_test_intree_plugins(const char *csv, const ty_registry_t *registry,
                               char (*names)[32], size_t max) {

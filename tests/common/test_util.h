@@ -44,8 +44,9 @@ void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n);
 
 /* The in-tree plugins a registry should have loaded from the build tree:
  * the names in `csv` (TY_TEST_INTREE_PLUGINS, sorted), less the optional
- * ones (opencl: built where its headers are, rejected as unavailable on a
- * machine without an OpenCL runtime) that `registry` did not load. Writes
+ * ones (opencl and cuda: built where their headers are, rejected as
+ * unavailable on a machine without their runtime) that `registry` did not
+ * load. Writes
  * up to `max` names (each < 32 bytes) and returns how many there are. */
 struct ty_registry_t;
 size_t ty_test_intree_plugins(const char *csv, const struct ty_registry_t *registry,
