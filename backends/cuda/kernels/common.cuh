@@ -1,4 +1,4 @@
-/* Helpers every CUDA kernel family shares (included by each kernels/*.cu).
+/* Helpers every CUDA kernel family shares (included by every kernels/<family>.cu).
  *
  * Storage and compute: a tensor operand is a device pointer plus its storage
  * dtype code (the values of ty_dtype_t); arithmetic is f32 (f64 data is only

@@ -1,0 +1,857 @@
+/* The op table of the cuda executor and the launch builders of the
+ * element-moving, elementwise, reduction, embedding and optimizer ops. Each
+ * builder reads its node's shapes and attributes (as
+ * ops/reference/ref_interp.c does), then appends the kernel launches, fills
+ * and copies that compute it (cuda_exec.h). The comment above every launch
+ * names the kernel and its parameter list: the ty_cu_arg_* calls under it
+ * must follow that list exactly. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_ops.h"
+
+static const ty_cu_op_t ty_cu_ops[] = {
+    {"embedding", ty_cu_build_embedding, TY_CU_ACCEPT_COMPUTE},
+    {"embedding_backward", ty_cu_build_embedding_backward, TY_CU_ACCEPT_COMPUTE},
+    {"matmul", ty_cu_build_matmul, TY_CU_ACCEPT_COMPUTE},
+    {"add", ty_cu_build_binary, TY_CU_ACCEPT_COMPUTE},
+    {"sub", ty_cu_build_binary, TY_CU_ACCEPT_COMPUTE},
+    {"mul", ty_cu_build_binary, TY_CU_ACCEPT_COMPUTE},
+    {"div", ty_cu_build_binary, TY_CU_ACCEPT_COMPUTE},
+    {"scale", ty_cu_build_scale, TY_CU_ACCEPT_COMPUTE},
+    {"broadcast_to", ty_cu_build_broadcast_to, TY_CU_ACCEPT_MOVE},
+    {"reduce_sum", ty_cu_build_reduce, TY_CU_ACCEPT_COMPUTE},
+    {"reduce_mean", ty_cu_build_reduce, TY_CU_ACCEPT_COMPUTE},
+    {"reduce_sumsq", ty_cu_build_reduce, TY_CU_ACCEPT_COMPUTE},
+    {"layernorm", ty_cu_build_norm, TY_CU_ACCEPT_COMPUTE},
+    {"layernorm_backward", ty_cu_build_norm_backward, TY_CU_ACCEPT_COMPUTE},
+    {"rmsnorm", ty_cu_build_norm, TY_CU_ACCEPT_COMPUTE},
+    {"rmsnorm_backward", ty_cu_build_norm_backward, TY_CU_ACCEPT_COMPUTE},
+    {"gelu", ty_cu_build_map, TY_CU_ACCEPT_COMPUTE},
+    {"gelu_backward", ty_cu_build_map, TY_CU_ACCEPT_COMPUTE},
+    {"silu", ty_cu_build_map, TY_CU_ACCEPT_COMPUTE},
+    {"silu_backward", ty_cu_build_map, TY_CU_ACCEPT_COMPUTE},
+    {"swiglu", ty_cu_build_map, TY_CU_ACCEPT_COMPUTE},
+    {"swiglu_backward", ty_cu_build_map, TY_CU_ACCEPT_COMPUTE},
+    {"softmax", ty_cu_build_softmax, TY_CU_ACCEPT_COMPUTE},
+    {"softmax_backward", ty_cu_build_softmax, TY_CU_ACCEPT_COMPUTE},
+    {"rope", ty_cu_build_rope, TY_CU_ACCEPT_COMPUTE},
+    {"rope_backward", ty_cu_build_rope, TY_CU_ACCEPT_COMPUTE},
+    {"attention", ty_cu_build_attention, TY_CU_ACCEPT_COMPUTE},
+    {"attention_backward", ty_cu_build_attention, TY_CU_ACCEPT_COMPUTE},
+    {"cross_entropy", ty_cu_build_cross_entropy, TY_CU_ACCEPT_COMPUTE},
+    {"cross_entropy_backward", ty_cu_build_cross_entropy, TY_CU_ACCEPT_COMPUTE},
+    {"dropout", ty_cu_build_dropout, TY_CU_ACCEPT_COMPUTE},
+    {"dropout_backward", ty_cu_build_dropout, TY_CU_ACCEPT_COMPUTE},
+    {"cast", ty_cu_build_cast, TY_CU_ACCEPT_CAST},
+    {"reshape", ty_cu_build_reshape, TY_CU_ACCEPT_MOVE},
+    {"transpose", ty_cu_build_transpose, TY_CU_ACCEPT_MOVE},
+    {"slice", ty_cu_build_slice, TY_CU_ACCEPT_MOVE},
+    {"slice_backward", ty_cu_build_slice_backward, TY_CU_ACCEPT_MOVE},
+    {"concat", ty_cu_build_concat, TY_CU_ACCEPT_MOVE},
+    {"adamw_update", ty_cu_build_adamw, TY_CU_ACCEPT_COMPUTE},
+    {"sgd_update", ty_cu_build_sgd, TY_CU_ACCEPT_COMPUTE},
+    {"clip_by_global_norm", ty_cu_build_clip, TY_CU_ACCEPT_COMPUTE},
+    {"kv_cache_write", ty_cu_build_kv_cache_write, TY_CU_ACCEPT_MOVE},
+    {NULL, NULL, TY_CU_ACCEPT_MOVE},
+};
+
+const ty_cu_op_t *ty_cu_op_find(const char *op) {
+  for (const ty_cu_op_t *o = ty_cu_ops; o->op; ++o) {
+    if (strcmp(o->op, op) == 0) return o;
+  }
+  return NULL;
+}
+
+bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                    size_t capacity) {
+  if (strncmp(node->op, "attention", 9) == 0) {
+    return ty_cu_attention_check(g, node, reason, capacity);
+  }
+  if (strcmp(node->op, "embedding_backward") == 0) {
+    /* The scatter-add sorts row numbers and counts as 32-bit integers. */
+    const int64_t ids = ty_abi_value_elements(&g->values[node->inputs[1]]);
+    const ty_abi_value_t *dt = &g->values[node->outputs[0]];
+    if (ids > INT32_MAX || (dt->rank > 0 && dt->dims[0] > INT32_MAX)) {
+      snprintf(reason, capacity,
+               "embedding_backward with %lld ids and a vocabulary of %lld: the cuda kernel "
+               "takes fewer than 2^31 of each",
+               (long long)ids, dt->rank > 0 ? (long long)dt->dims[0] : 0LL);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- shared helpers (cuda_ops.h) ---- */
+
+const char *ty_cu_typed(const char *const names[3], int dt) {
+  switch (dt) {
+    case TY_DTYPE_F32: return names[0];
+    case TY_DTYPE_BF16: return names[1];
+    case TY_DTYPE_F16: return names[2];
+    default: return NULL;
+  }
+}
+
+bool ty_cu_all_dtype(const ty_abi_value_t *const *values, int count, int dt) {
+  for (int i = 0; i < count; ++i) {
+    if (values[i] && (int)values[i]->dtype != dt) return false;
+  }
+  return true;
+}
+
+void ty_cu_grid_blocks(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t blocks, uint32_t threads) {
+  if (blocks > 0x7fffffffu) blocks = 0x7fffffffu;
+  if (blocks == 0) blocks = 1;
+  ty_cu_grid(b, c, (uint32_t)blocks, 1, 1, threads, 1, 1, 0);
+}
+
+uint32_t ty_cu_row_threads(int64_t n, uint32_t max) {
+  uint32_t t = 32;
+  while (t < max && (int64_t)t * 8 < n) t *= 2;
+  return t;
+}
+
+uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk) {
+  /* ~1024 blocks fill an H100 (132 SMs) several times over. */
+  int64_t want = (1024 + col_blocks - 1) / (col_blocks > 0 ? col_blocks : 1);
+  int64_t most = (rows + 63) / 64;
+  int64_t split = want < most ? want : most;
+  if (split > 65535) split = 65535;
+  if (split < 1) split = 1;
+  int64_t rchunk = rows > 0 ? (rows + split - 1) / split : 1;
+  *out_rchunk = rchunk;
+  return rows > 0 ? (uint32_t)((rows + rchunk - 1) / rchunk) : 1u;
+}
+
+static size_t ty_cu_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
+
+/* Row-major strides (in elements) of a shape. */
+static void ty_cu_strides(uint32_t rank, const int64_t *dims, int64_t *out) {
+  int64_t s = 1;
+  for (uint32_t d = rank; d-- > 0;) {
+    out[d] = s;
+    s *= dims[d];
+  }
+}
+
+/* ---- broadcasting (numpy rules): size-1 output axes dropped, neighbours
+ * merged where every input walks them contiguously ---- */
+
+typedef struct {
+  int rank;
+  int64_t dims[8];
+  int64_t stride[2][8];
+} ty_cu_bcast_t;
+
+static void ty_cu_bcast_plan(const ty_abi_value_t *out, const ty_abi_value_t *const *ins,
+                             int n_in, ty_cu_bcast_t *p) {
+  int r = (int)out->rank;
+  int64_t st[2][8];
+  for (int k = 0; k < n_in; ++k) {
+    const ty_abi_value_t *x = ins[k];
+    int pad = r - (int)x->rank;
+    int64_t s = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      int xd = d - pad;
+      int64_t size = xd >= 0 ? x->dims[xd] : 1;
+      st[k][d] = size == 1 ? 0 : s;
+      s *= size;
+    }
+  }
+  memset(p, 0, sizeof(*p));
+  for (int d = 0; d < r; ++d) {
+    if (out->dims[d] == 1) continue;
+    int q = p->rank;
+    bool merge = q > 0;
+    for (int k = 0; k < n_in && merge; ++k) merge = p->stride[k][q - 1] == st[k][d] * out->dims[d];
+    if (merge) {
+      p->dims[q - 1] *= out->dims[d];
+      for (int k = 0; k < n_in; ++k) p->stride[k][q - 1] = st[k][d];
+    } else {
+      p->dims[q] = out->dims[d];
+      for (int k = 0; k < n_in; ++k) p->stride[k][q] = st[k][d];
+      p->rank = q + 1;
+    }
+  }
+  if (p->rank == 0) {
+    p->rank = 1;
+    p->dims[0] = 1;
+  }
+}
+
+/* ---- elementwise ---- */
+
+void ty_cu_build_binary(ty_cu_build_t *b) {
+  static const char *const names[] = {"add", "sub", "mul", "div"};
+  int op = 0;
+  while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
+  const ty_abi_value_t *ins[2] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1)};
+  const ty_abi_value_t *out = ty_cu_vout(b, 0);
+  const int64_t n = ty_cu_numel(out);
+  if (n == 0) return;
+  ty_cu_bcast_t p;
+  ty_cu_bcast_plan(out, ins, 2, &p);
+  const bool same_shape = p.rank == 1 && p.stride[0][0] == 1 && p.stride[1][0] == 1;
+  const char *typed = same_shape && ty_cu_all_dtype(ins, 2, (int)out->dtype)
+                          ? ty_cu_typed(TY_CU_TYPED("ty_binary_same"), (int)out->dtype)
+                          : NULL;
+  if (typed) {
+    /* ty_binary_same_<T>(a, b, c, int op, i64 n) */
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, typed);
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_i32(b, c, op);
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+    return;
+  }
+  /* ty_binary(a, int dta, b, int dtb, c, int dtc, int op, i64 n, int rank,
+   *           dims8 dims, dims8 sa, dims8 sb) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_binary");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ins[0]));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ins[1]));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(out));
+  ty_cu_arg_i32(b, c, op);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_i32(b, c, p.rank);
+  ty_cu_arg_dims8(b, c, p.dims);
+  ty_cu_arg_dims8(b, c, p.stride[0]);
+  ty_cu_arg_dims8(b, c, p.stride[1]);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+void ty_cu_build_scale(ty_cu_build_t *b) {
+  ty_cu_emit_map(b, 0 /* TY_MAP_SCALE */, (float)ty_abi_node_attr_float(b->node, "alpha", 1.0));
+}
+
+/* ---- element movers ---- */
+
+/* y[i] = x[...] over `rank` dims with strides in elements: size-1 axes
+ * dropped, axes both sides walk contiguously merged, and a contiguous
+ * innermost axis moved in units of up to 16 bytes. A plain contiguous copy
+ * becomes a device copy. */
+static void ty_cu_strided_copy(ty_cu_build_t *b, ty_cu_ref_t x, ty_cu_ref_t y, size_t esize,
+                               int rank, const int64_t *dims, const int64_t *xs,
+                               const int64_t *ys) {
+  int64_t n = 1, d8[8], x8[8], y8[8];
+  int r = 0;
+  for (int d = 0; d < rank; ++d) n *= dims[d];
+  if (n == 0) return;
+  for (int d = 0; d < rank; ++d) {
+    if (dims[d] == 1) continue;
+    if (r > 0 && x8[r - 1] == xs[d] * dims[d] && y8[r - 1] == ys[d] * dims[d]) {
+      d8[r - 1] *= dims[d];
+      x8[r - 1] = xs[d];
+      y8[r - 1] = ys[d];
+    } else {
+      d8[r] = dims[d];
+      x8[r] = xs[d];
+      y8[r] = ys[d];
+      r++;
+    }
+  }
+  if (r == 0) { /* one element */
+    d8[0] = 1;
+    x8[0] = y8[0] = 1;
+    r = 1;
+  }
+  if (r == 1 && x8[0] == 1 && y8[0] == 1) {
+    ty_cu_copy(b, x, y, (uint64_t)n * esize);
+    return;
+  }
+  int vec = 1;
+  if (x8[r - 1] == 1 && y8[r - 1] == 1) {
+    for (int v = (int)(16 / esize); v > 1 && vec == 1; v /= 2) {
+      bool ok = d8[r - 1] % v == 0 && (x.offset | y.offset) % ((uint64_t)v * esize) == 0;
+      for (int d = 0; d < r - 1 && ok; ++d) ok = x8[d] % v == 0 && y8[d] % v == 0;
+      if (ok) vec = v;
+    }
+  }
+  for (int d = r; d < 8; ++d) {
+    d8[d] = 1;
+    x8[d] = y8[d] = 0;
+  }
+  /* ty_strided_copy(x, y, int esize, int vec, i64 n, int rank, dims8 dims,
+   *                 dims8 xs, dims8 ys) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_strided_copy");
+  ty_cu_arg_ptr(b, c, x);
+  ty_cu_arg_ptr(b, c, y);
+  ty_cu_arg_i32(b, c, (int32_t)esize);
+  ty_cu_arg_i32(b, c, vec);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_i32(b, c, r);
+  ty_cu_arg_dims8(b, c, d8);
+  ty_cu_arg_dims8(b, c, x8);
+  ty_cu_arg_dims8(b, c, y8);
+  ty_cu_grid1(b, c, (uint64_t)(n / vec), TY_CU_BLOCK);
+}
+
+void ty_cu_build_broadcast_to(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
+  if (ty_cu_numel(y) == 0) return;
+  ty_cu_bcast_t p;
+  ty_cu_bcast_plan(y, &x, 1, &p);
+  int64_t ys[8];
+  ty_cu_strides((uint32_t)p.rank, p.dims, ys);
+  ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), ty_cu_esize(y), p.rank, p.dims,
+                     p.stride[0], ys);
+}
+
+void ty_cu_build_cast(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
+  const int64_t n = ty_cu_numel(y);
+  if (n == 0) return;
+  if (x->dtype == y->dtype) {
+    ty_cu_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)n * ty_cu_esize(y));
+    return;
+  }
+  /* The casts of mixed precision, 4 elements a thread:
+   * ty_cast_<from>_<to>(x, y, i64 n) */
+  static const struct {
+    ty_dtype_t from, to;
+    const char *kernel;
+  } fast[] = {
+      {TY_DTYPE_F32, TY_DTYPE_BF16, "ty_cast_f32_bf16"},
+      {TY_DTYPE_F32, TY_DTYPE_F16, "ty_cast_f32_f16"},
+      {TY_DTYPE_BF16, TY_DTYPE_F32, "ty_cast_bf16_f32"},
+      {TY_DTYPE_F16, TY_DTYPE_F32, "ty_cast_f16_f32"},
+  };
+  for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); ++i) {
+    if (fast[i].from == x->dtype && fast[i].to == y->dtype) {
+      ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, fast[i].kernel);
+      ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+      ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+      ty_cu_arg_i64(b, c, n);
+      ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+      return;
+    }
+  }
+  /* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_cast");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(x));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(y));
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+void ty_cu_build_reshape(ty_cu_build_t *b) {
+  const ty_abi_value_t *y = ty_cu_vout(b, 0);
+  ty_cu_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(y) * ty_cu_esize(y));
+}
+
+void ty_cu_build_transpose(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
+  const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
+  int64_t xs[8], ys[8], ps[8];
+  if (!perm || perm->kind != TY_ATTR_INTS || perm->count != y->rank) {
+    ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'perm' must list %u axes", y->rank);
+    return;
+  }
+  ty_cu_strides(x->rank, x->dims, xs);
+  ty_cu_strides(y->rank, y->dims, ys);
+  for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
+  ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), ty_cu_esize(y), (int)y->rank, y->dims,
+                     ps, ys);
+}
+
+/* The element offset of `starts` (attribute) in a row-major shape. */
+static int64_t ty_cu_start_offset(ty_cu_build_t *b, const ty_abi_value_t *v) {
+  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
+  if (!starts || starts->kind != TY_ATTR_INTS || starts->count != v->rank) {
+    ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'starts' must list %u axes", v->rank);
+    return 0;
+  }
+  int64_t s[8], at = 0;
+  ty_cu_strides(v->rank, v->dims, s);
+  for (uint32_t d = 0; d < v->rank; ++d) at += starts->ints[d] * s[d];
+  return at;
+}
+
+void ty_cu_build_slice(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
+  int64_t xs[8], ys[8];
+  const int64_t start = ty_cu_start_offset(b, x);
+  ty_cu_strides(x->rank, x->dims, xs);
+  ty_cu_strides(y->rank, y->dims, ys);
+  ty_cu_strided_copy(b, ty_cu_ref_at(ty_cu_in(b, 0), (uint64_t)start * ty_cu_esize(y)),
+                     ty_cu_out(b, 0), ty_cu_esize(y), (int)y->rank, y->dims, xs, ys);
+}
+
+void ty_cu_build_slice_backward(ty_cu_build_t *b) {
+  const ty_abi_value_t *dy = ty_cu_vin(b, 0), *dx = ty_cu_vout(b, 0);
+  const size_t es = ty_cu_esize(dx);
+  int64_t ds[8], xs[8];
+  const int64_t start = ty_cu_start_offset(b, dx);
+  ty_cu_strides(dy->rank, dy->dims, ds);
+  ty_cu_strides(dx->rank, dx->dims, xs);
+  ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)ty_cu_numel(dx) * es);
+  ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_ref_at(ty_cu_out(b, 0), (uint64_t)start * es), es,
+                     (int)dy->rank, dy->dims, ds, xs);
+}
+
+void ty_cu_build_concat(ty_cu_build_t *b) {
+  const ty_abi_value_t *y = ty_cu_vout(b, 0);
+  int64_t axis = ty_abi_node_attr_int(b->node, "axis", 0);
+  if (axis < 0) axis += y->rank;
+  const size_t es = ty_cu_esize(y);
+  int64_t ys[8], at = 0;
+  ty_cu_strides(y->rank, y->dims, ys);
+  for (uint32_t i = 0; i < b->node->input_count; ++i) {
+    const ty_abi_value_t *x = ty_cu_vin(b, i);
+    int64_t xs[8];
+    ty_cu_strides(x->rank, x->dims, xs);
+    ty_cu_strided_copy(b, ty_cu_in(b, i),
+                       ty_cu_ref_at(ty_cu_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
+                       (int)x->rank, x->dims, xs, ys);
+    at += x->dims[axis];
+  }
+}
+
+void ty_cu_build_kv_cache_write(ty_cu_build_t *b) {
+  const ty_abi_value_t *cache = ty_cu_vin(b, 0), *fresh = ty_cu_vin(b, 1);
+  const ty_abi_value_t *pos = ty_cu_vin(b, 2), *out = ty_cu_vout(b, 0);
+  const size_t es = ty_cu_esize(out);
+  /* cache' = cache first, unless the plan put cache' in cache's storage
+   * (the copy is skipped when the addresses coincide). */
+  ty_cu_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(cache) * es);
+  const int64_t n = ty_cu_numel(fresh);
+  if (n == 0) return;
+  /* ty_kv_write(fresh, cache, pos, int dtpos, int esize, i64 Smax, i64 T,
+   *             i64 row, i64 n, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_kv_write");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
+  ty_cu_arg_i32(b, c, ty_cu_dt(pos));
+  ty_cu_arg_i32(b, c, (int32_t)es);
+  ty_cu_arg_i64(b, c, cache->dims[1]);
+  ty_cu_arg_i64(b, c, fresh->dims[1]);
+  ty_cu_arg_i64(b, c, fresh->dims[2] * fresh->dims[3]);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+/* ---- reductions ---- */
+
+#define TY_CU_RED_CHUNK 16384 /* elements of a row one block sums (kernels/reduce.cu) */
+
+/* Row sums: x as [O, R] reduced over R (kernels/reduce.cu, ty_reduce_rows_*). */
+static void ty_cu_reduce_rows(ty_cu_build_t *b, const char *kernel, int dty, int kind,
+                              int64_t O, int64_t R, float scale) {
+  const int64_t chunks = (R + TY_CU_RED_CHUNK - 1) / TY_CU_RED_CHUNK;
+  const int64_t chunk = chunks > 1 ? TY_CU_RED_CHUNK : R;
+  ty_cu_ref_t dst = ty_cu_out(b, 0);
+  if (chunks > 1) dst = ty_cu_scratch(b, (uint64_t)(O * chunks) * sizeof(float));
+  /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
+   *                    i64 total, f32 scale) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, dst);
+  ty_cu_arg_i32(b, c, chunks > 1 ? TY_DTYPE_F32 : dty);
+  ty_cu_arg_i32(b, c, kind);
+  ty_cu_arg_i64(b, c, R);
+  ty_cu_arg_i64(b, c, chunks);
+  ty_cu_arg_i64(b, c, chunk);
+  ty_cu_arg_i64(b, c, O * chunks);
+  ty_cu_arg_f32(b, c, chunks > 1 ? 1.0f : scale);
+  ty_cu_grid_blocks(b, c, (uint64_t)(O * chunks), ty_cu_row_threads(chunk, TY_CU_BLOCK));
+  if (chunks == 1) return;
+  /* The chunk sums of each row, in order: the f32 instance, one chunk. */
+  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_rows_f32");
+  ty_cu_arg_ptr(b, c, dst);
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, dty);
+  ty_cu_arg_i32(b, c, 0 /* sum */);
+  ty_cu_arg_i64(b, c, chunks);
+  ty_cu_arg_i64(b, c, 1);
+  ty_cu_arg_i64(b, c, chunks);
+  ty_cu_arg_i64(b, c, O);
+  ty_cu_arg_f32(b, c, scale);
+  ty_cu_grid_blocks(b, c, (uint64_t)O, ty_cu_row_threads(chunks, TY_CU_BLOCK));
+}
+
+/* Column sums: x as [O, R, I] reduced over R (ty_reduce_cols_*). */
+static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int kind,
+                              int64_t O, int64_t R, int64_t I, float scale) {
+  const int64_t cb = (I + 31) / 32;
+  int64_t rchunk;
+  const uint32_t split = ty_cu_col_split(cb * O, R, &rchunk);
+  ty_cu_ref_t part = ty_cu_none();
+  if (split > 1) part = ty_cu_scratch(b, (uint64_t)split * (uint64_t)(O * I) * sizeof(float));
+  /* ty_reduce_cols_<T>(x, y, int dty, f32 *part, int kind, i64 O, i64 R, i64 I,
+   *                    i64 rchunk, f32 scale) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, dty);
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_i32(b, c, kind);
+  ty_cu_arg_i64(b, c, O);
+  ty_cu_arg_i64(b, c, R);
+  ty_cu_arg_i64(b, c, I);
+  ty_cu_arg_i64(b, c, rchunk);
+  ty_cu_arg_f32(b, c, scale);
+  const uint64_t gx = (uint64_t)(cb * O) > 0x7fffffffu ? 0x7fffffffu : (uint64_t)(cb * O);
+  ty_cu_grid(b, c, (uint32_t)gx, split, 1, 32, 8, 1, 0);
+  if (split == 1) return;
+  /* The chunk partials [split, O*I] summed in order: the f32 instance with
+   * O = 1, R = split, one chunk. */
+  const int64_t oi = O * I, cb2 = (oi + 31) / 32;
+  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_cols_f32");
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, dty);
+  ty_cu_arg_ptr(b, c, ty_cu_none());
+  ty_cu_arg_i32(b, c, 0 /* sum */);
+  ty_cu_arg_i64(b, c, 1);
+  ty_cu_arg_i64(b, c, split);
+  ty_cu_arg_i64(b, c, oi);
+  ty_cu_arg_i64(b, c, split);
+  ty_cu_arg_f32(b, c, scale);
+  ty_cu_grid(b, c, (uint32_t)(cb2 > 0x7fffffff ? 0x7fffffff : cb2), 1, 1, 32, 8, 1, 0);
+}
+
+void ty_cu_build_reduce(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
+  bool red[8] = {false};
+  const ty_abi_attr_t *a = ty_abi_node_attr(b->node, "axes");
+  const uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
+  if (count == 0) {
+    for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;
+  } else {
+    for (uint32_t k = 0; k < count; ++k) {
+      int64_t ax = a->ints[k] < 0 ? a->ints[k] + (int64_t)x->rank : a->ints[k];
+      if (ax >= 0 && ax < (int64_t)x->rank) red[ax] = true;
+    }
+  }
+  const int64_t outs = ty_cu_numel(y);
+  if (outs == 0) return;
+  int64_t terms = 1;
+  for (uint32_t d = 0; d < x->rank; ++d) {
+    if (red[d]) terms *= x->dims[d];
+  }
+  if (terms == 0) {
+    ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)outs * ty_cu_esize(y));
+    return;
+  }
+  const int kind = strcmp(b->node->op, "reduce_sumsq") == 0 ? 1 : 0;
+  const float scale =
+      strcmp(b->node->op, "reduce_mean") == 0 ? (float)(1.0 / (double)terms) : 1.0f;
+  /* Runs of kept and reduced axes in x's order (size-1 axes dropped; axes
+   * of one kind next to each other are contiguous, so they merge). */
+  int64_t seg[8];
+  bool seg_red[8];
+  int segs = 0;
+  for (uint32_t d = 0; d < x->rank; ++d) {
+    if (x->dims[d] == 1) continue;
+    if (segs > 0 && seg_red[segs - 1] == red[d]) {
+      seg[segs - 1] *= x->dims[d];
+    } else {
+      seg[segs] = x->dims[d];
+      seg_red[segs++] = red[d];
+    }
+  }
+  const char *const *names_rows = TY_CU_TYPED("ty_reduce_rows");
+  const char *const *names_cols = TY_CU_TYPED("ty_reduce_cols");
+  const char *rows = ty_cu_typed(names_rows, (int)x->dtype);
+  const char *cols = ty_cu_typed(names_cols, (int)x->dtype);
+  const int dty = ty_cu_dt(y);
+  if (rows) {
+    /* [R], [O, R]: rows; [], [I], [R, I], [O, R, I]: columns. */
+    if (segs == 1 && seg_red[0]) {
+      ty_cu_reduce_rows(b, rows, dty, kind, 1, seg[0], scale);
+      return;
+    }
+    if (segs == 2 && !seg_red[0] && seg_red[1]) {
+      ty_cu_reduce_rows(b, rows, dty, kind, seg[0], seg[1], scale);
+      return;
+    }
+    if (segs == 0 || (segs == 1 && !seg_red[0])) {
+      ty_cu_reduce_cols(b, cols, dty, kind, 1, 1, segs ? seg[0] : 1, scale);
+      return;
+    }
+    if (segs == 2 && seg_red[0]) {
+      ty_cu_reduce_cols(b, cols, dty, kind, 1, seg[0], seg[1], scale);
+      return;
+    }
+    if (segs == 3 && seg_red[1]) {
+      ty_cu_reduce_cols(b, cols, dty, kind, seg[0], seg[1], seg[2], scale);
+      return;
+    }
+  }
+  /* The general case (as the opencl backend): kept and reduced axes with
+   * their strides in x. */
+  int64_t xs[8];
+  ty_cu_strides(x->rank, x->dims, xs);
+  int64_t kd[8], ks[8], rd[8], rs[8];
+  int kr = 0, rr = 0;
+  for (int d = 0; d < 8; ++d) {
+    kd[d] = rd[d] = 1;
+    ks[d] = rs[d] = 0;
+  }
+  for (uint32_t d = 0; d < x->rank; ++d) {
+    if (x->dims[d] == 1) continue;
+    int64_t *dims = red[d] ? rd : kd, *str = red[d] ? rs : ks;
+    int *r = red[d] ? &rr : &kr;
+    if (*r > 0 && str[*r - 1] == xs[d] * x->dims[d]) {
+      dims[*r - 1] *= x->dims[d];
+      str[*r - 1] = xs[d];
+    } else {
+      dims[*r] = x->dims[d];
+      str[(*r)++] = xs[d];
+    }
+  }
+  /* ty_reduce(x, int dtx, y, int dty, int kind, i64 outs, i64 terms, f32 scale,
+   *           int krank, dims8 kdims, dims8 kstr, int rrank, dims8 rdims,
+   *           dims8 rstr) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(x));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, dty);
+  ty_cu_arg_i32(b, c, kind);
+  ty_cu_arg_i64(b, c, outs);
+  ty_cu_arg_i64(b, c, terms);
+  ty_cu_arg_f32(b, c, scale);
+  ty_cu_arg_i32(b, c, kr);
+  ty_cu_arg_dims8(b, c, kd);
+  ty_cu_arg_dims8(b, c, ks);
+  ty_cu_arg_i32(b, c, rr);
+  ty_cu_arg_dims8(b, c, rd);
+  ty_cu_arg_dims8(b, c, rs);
+  ty_cu_grid_blocks(b, c, (uint64_t)outs, ty_cu_row_threads(terms, TY_CU_BLOCK));
+}
+
+/* ---- embeddings ---- */
+
+void ty_cu_build_embedding(ty_cu_build_t *b) {
+  const ty_abi_value_t *table = ty_cu_vin(b, 0), *ids = ty_cu_vin(b, 1);
+  const ty_abi_value_t *out = ty_cu_vout(b, 0);
+  const int64_t N = ty_cu_numel(ids), V = table->dims[0], D = table->dims[1];
+  if (N * D == 0) return;
+  /* ty_embedding(table, int dtt, ids, int dti, out, int dto, i64 N, i64 V,
+   *              i64 D, err, int node): one warp per row */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_embedding");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(table));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(out));
+  ty_cu_arg_i64(b, c, N);
+  ty_cu_arg_i64(b, c, V);
+  ty_cu_arg_i64(b, c, D);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid_blocks(b, c, ((uint64_t)N + 7) / 8, TY_CU_BLOCK);
+}
+
+void ty_cu_build_embedding_backward(ty_cu_build_t *b) {
+  const ty_abi_value_t *dout = ty_cu_vin(b, 0), *ids = ty_cu_vin(b, 1);
+  const ty_abi_value_t *dt = ty_cu_vout(b, 0);
+  const int64_t N = ty_cu_numel(ids), V = dt->dims[0], D = dt->dims[1];
+  if (V * D == 0) return;
+  if (N == 0) {
+    ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)(V * D) * ty_cu_esize(dt));
+    return;
+  }
+  const char *sum = dout->dtype == dt->dtype
+                        ? ty_cu_typed(TY_CU_TYPED("ty_emb_sum"), (int)dt->dtype)
+                        : NULL;
+  if (!sum) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+               "the scatter-add takes dout and dtable of one float dtype (f32, bf16, f16)");
+    return;
+  }
+  if (N > INT32_MAX || V > INT32_MAX) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "more than 2^31 ids or vocabulary rows");
+    return;
+  }
+  ty_cu_ref_t counts = ty_cu_scratch(b, (uint64_t)V * 4);
+  ty_cu_ref_t offsets = ty_cu_scratch(b, (uint64_t)V * 4);
+  ty_cu_ref_t cursor = ty_cu_scratch(b, (uint64_t)V * 4);
+  ty_cu_ref_t list = ty_cu_scratch(b, (uint64_t)N * 4);
+  ty_cu_fill(b, counts, (uint64_t)V * 4);
+  /* ty_emb_count(ids, int dti, i64 N, i64 V, int *counts, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_emb_count");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
+  ty_cu_arg_i64(b, c, N);
+  ty_cu_arg_i64(b, c, V);
+  ty_cu_arg_ptr(b, c, counts);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid1(b, c, (uint64_t)N, TY_CU_BLOCK);
+  /* ty_emb_scan(const int *counts, int *offsets, int *cursor, i64 V): one block */
+  c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_emb_scan");
+  ty_cu_arg_ptr(b, c, counts);
+  ty_cu_arg_ptr(b, c, offsets);
+  ty_cu_arg_ptr(b, c, cursor);
+  ty_cu_arg_i64(b, c, V);
+  ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
+  /* ty_emb_place(ids, int dti, i64 N, i64 V, int *cursor, int *list) */
+  c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_emb_place");
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
+  ty_cu_arg_i64(b, c, N);
+  ty_cu_arg_i64(b, c, V);
+  ty_cu_arg_ptr(b, c, cursor);
+  ty_cu_arg_ptr(b, c, list);
+  ty_cu_grid1(b, c, (uint64_t)N, TY_CU_BLOCK);
+  /* ty_emb_sum_<T>(dout, ids, int dti, const int *counts, const int *offsets,
+   *                const int *list, dtable, i64 N, i64 V, i64 D): one block
+   * per vocabulary row; 256 threads (they must divide TY_EMB_CAP = 2048) */
+  c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, sum);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
+  ty_cu_arg_ptr(b, c, counts);
+  ty_cu_arg_ptr(b, c, offsets);
+  ty_cu_arg_ptr(b, c, list);
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i64(b, c, N);
+  ty_cu_arg_i64(b, c, V);
+  ty_cu_arg_i64(b, c, D);
+  ty_cu_grid_blocks(b, c, (uint64_t)V, 256);
+}
+
+/* ---- optimizers and clipping ---- */
+
+static void ty_cu_arg_in(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t i) {
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, i)));
+}
+
+static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, o)));
+}
+
+void ty_cu_build_adamw(ty_cu_build_t *b) {
+  /* param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step -> param', m', v' */
+  const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
+  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(float));
+  /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
+   *               wd, int dtwd, step, int dtstep, f32 *hp, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_prep");
+  for (uint32_t i = 4; i < 10; ++i) ty_cu_arg_in(b, c, i);
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
+  if (n == 0) return;
+  const ty_abi_value_t *pg[3] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1), ty_cu_vout(b, 0)};
+  const ty_abi_value_t *mv[4] = {ty_cu_vin(b, 2), ty_cu_vin(b, 3), ty_cu_vout(b, 1),
+                                 ty_cu_vout(b, 2)};
+  const char *typed = ty_cu_all_dtype(pg, 3, (int)pg[0]->dtype) &&
+                              ty_cu_all_dtype(mv, 4, TY_DTYPE_F32)
+                          ? ty_cu_typed(TY_CU_TYPED("ty_adamw_t"), (int)pg[0]->dtype)
+                          : NULL;
+  if (typed) {
+    /* ty_adamw_t_<T>(p, g, f32 *m, f32 *v, po, f32 *mo, f32 *vo, i64 n,
+     *                const f32 *hp) */
+    c = ty_cu_launch(b, TY_CU_FAM_OPTIM, typed);
+    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+    for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_arg_ptr(b, c, hp);
+    ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+    return;
+  }
+  /* ty_adamw(p, int dtp, g, int dtg, m, int dtm, v, int dtv, po, int dtpo,
+   *          mo, int dtmo, vo, int dtvo, i64 n, const f32 *hp) */
+  c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw");
+  for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_in(b, c, i);
+  for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_out(b, c, o);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+void ty_cu_build_sgd(ty_cu_build_t *b) {
+  /* param, grad, buf, lr, momentum, weight_decay -> param', buf' */
+  const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
+  if (n == 0) return;
+  /* ty_sgd(p, int dtp, g, int dtg, buf, int dtbuf, po, int dtpo, bo, int dtbo,
+   *        i64 n, lr, int dtlr, mu, int dtmu, wd, int dtwd, int nesterov, err,
+   *        int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_sgd");
+  for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_in(b, c, i);
+  for (uint32_t o = 0; o < 2; ++o) ty_cu_arg_out(b, c, o);
+  ty_cu_arg_i64(b, c, n);
+  for (uint32_t i = 3; i < 6; ++i) ty_cu_arg_in(b, c, i);
+  ty_cu_arg_i32(b, c, ty_abi_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+#define TY_CU_CLIP_CHUNK 8192 /* elements per partial sum of squares */
+
+void ty_cu_build_clip(ty_cu_build_t *b) {
+  /* max_norm, g_1..g_n -> norm, g_1'..g_n' */
+  const uint32_t count = b->node->input_count - 1;
+  uint64_t slots = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_cu_vin(b, i + 1), *o = ty_cu_vout(b, i + 1);
+    if (g->dtype != o->dtype || !ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype)) {
+      ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+                 "gradient %u: clipping takes f32, bf16 or f16 gradients of one dtype in and "
+                 "out", i + 1);
+      return;
+    }
+    slots += ((uint64_t)ty_cu_numel(g) + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
+  }
+  ty_cu_ref_t partial = ty_cu_scratch(b, (slots ? slots : 1) * sizeof(float));
+  ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(float));
+  uint64_t slot = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
+    const int64_t n = ty_cu_numel(g);
+    if (n == 0) continue;
+    const int64_t blocks = (n + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
+    /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
+     *                    i64 total, f32 scale): sums of squares of fixed chunks
+     * of g_i into partial[slot ...] */
+    ty_cu_cmd_t *c =
+        ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), (int)g->dtype));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
+    ty_cu_arg_ptr(b, c, ty_cu_ref_at(partial, slot * sizeof(float)));
+    ty_cu_arg_i32(b, c, TY_DTYPE_F32);
+    ty_cu_arg_i32(b, c, 1 /* sumsq */);
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_arg_i64(b, c, blocks);
+    ty_cu_arg_i64(b, c, TY_CU_CLIP_CHUNK);
+    ty_cu_arg_i64(b, c, blocks);
+    ty_cu_arg_f32(b, c, 1.0f);
+    ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
+    slot += (uint64_t)blocks;
+  }
+  /* ty_clip_finish(const f32 *part, i64 count, max_norm, int dtm, norm, int dtn,
+   *                f32 *coef): one block */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
+  ty_cu_arg_ptr(b, c, partial);
+  ty_cu_arg_i64(b, c, (int64_t)slots);
+  ty_cu_arg_in(b, c, 0);
+  ty_cu_arg_out(b, c, 0);
+  ty_cu_arg_ptr(b, c, coef);
+  ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
+    const int64_t n = ty_cu_numel(g);
+    if (n == 0) continue;
+    /* ty_scale_by_<T>(x, y, i64 n, const f32 *coef) */
+    c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, i + 1));
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_arg_ptr(b, c, coef);
+    ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+  }
+}

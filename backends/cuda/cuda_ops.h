@@ -1,0 +1,44 @@
+/* What the op builders of cuda_ops.c and cuda_ops_nn.c share: picking the
+ * dtype instance of a templated kernel (kernels/vec.cuh's TY_KERNEL3),
+ * launch shapes of the row and column kernels, and the map launch that
+ * scale and the activations both use. */
+#ifndef TY_BACKENDS_CUDA_CUDA_OPS_H_
+#define TY_BACKENDS_CUDA_CUDA_OPS_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/cuda/cuda_exec.h"
+
+/* The three instances NAME_f32, NAME_bf16, NAME_f16 of a templated kernel
+ * (string literals: static storage, as ty_cu_launch needs). */
+#define TY_CU_TYPED(name) ((const char *const[3]){name "_f32", name "_bf16", name "_f16"})
+
+/* The instance of `names` for storage dtype dt, or NULL when dt is not
+ * f32, bf16 or f16. */
+const char *ty_cu_typed(const char *const names[3], int dt);
+
+/* Whether every present value among `values` (NULL entries are absent
+ * operands) has dtype dt. */
+bool ty_cu_all_dtype(const ty_abi_value_t *const *values, int count, int dt);
+
+/* A 1-D grid of `blocks` blocks of `threads` (capped at the grid limit;
+ * the kernels loop over what remains). */
+void ty_cu_grid_blocks(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t blocks, uint32_t threads);
+
+/* Threads of a one-block-per-row kernel for rows of n elements: a power of
+ * two from 32 to `max` giving each thread about 8 elements (a function of
+ * the shape only, so the summation order is too). */
+uint32_t ty_cu_row_threads(int64_t n, uint32_t max);
+
+/* Row chunks of a column reduction over `rows` rows whose columns make
+ * `col_blocks` blocks of 32: enough blocks to fill a large card, each chunk
+ * at least 64 rows; a function of the shape only. Writes the rows per
+ * chunk; returns the number of chunks (>= 1, <= 65535). */
+uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk);
+
+/* The map kernel (kernels/elementwise.cu, ty_map_t_* or ty_map): op is
+ * TY_MAP_* of that file, alpha scale's factor. */
+void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha);
+
+#endif /* TY_BACKENDS_CUDA_CUDA_OPS_H_ */

@@ -1,0 +1,331 @@
+/* Launch builders of the neural-network ops: activations, dropout, norms,
+ * softmax, cross-entropy and RoPE (kernels in kernels/elementwise.cu,
+ * norm.cu, softmax.cu, rope.cu). As in cuda_ops.c, the comment above every
+ * launch names the kernel and its parameter list, which the ty_cu_arg_*
+ * calls under it follow exactly. These ops take float operands of one
+ * dtype (inference checks it), so they launch the kernel instance of that
+ * dtype. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "hal/philox.h"
+
+#define TY_CU_PI 3.14159265358979323846
+#define TY_CU_NORM_THREADS 128u /* 4 warps: 4 rows per block (kernels/norm.cu) */
+
+/* The instance of a templated kernel for value v's dtype; fails the build
+ * when v is not f32, bf16 or f16. */
+static const char *ty_cu_typed_for(ty_cu_build_t *b, const char *const names[3],
+                                   const ty_abi_value_t *v) {
+  const char *k = ty_cu_typed(names, (int)v->dtype);
+  if (!k) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s runs on f32, bf16 or f16 operands (dtype code %d)",
+               b->node->op, (int)v->dtype);
+  }
+  return k;
+}
+
+/* ---- activations ---- */
+
+void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha) {
+  const ty_abi_value_t *y = ty_cu_vout(b, 0);
+  const int64_t n = ty_cu_numel(y);
+  if (n == 0) return;
+  const bool two = b->node->output_count > 1;
+  const ty_abi_value_t *vals[5] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1), ty_cu_vin(b, 2), y,
+                                   two ? ty_cu_vout(b, 1) : NULL};
+  const char *typed = ty_cu_all_dtype(vals, 5, (int)y->dtype)
+                          ? ty_cu_typed(TY_CU_TYPED("ty_map_t"), (int)y->dtype)
+                          : NULL;
+  if (typed) {
+    /* ty_map_t_<T>(a, b, c, y, z, int op, i64 n, f32 alpha) */
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, typed);
+    for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, two ? ty_cu_out(b, 1) : ty_cu_none());
+    ty_cu_arg_i32(b, c, op);
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_arg_f32(b, c, alpha);
+    ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+    return;
+  }
+  /* ty_map(a, int dta, b, int dtb, c, int dtc, y, int dty, z, int dtz, int op,
+   *        i64 n, f32 alpha) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_map");
+  for (uint32_t i = 0; i < 3; ++i) {
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, i)));
+  }
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_cu_dt(y));
+  ty_cu_arg_ptr(b, c, two ? ty_cu_out(b, 1) : ty_cu_none());
+  ty_cu_arg_i32(b, c, two ? ty_cu_dt(ty_cu_vout(b, 1)) : 0);
+  ty_cu_arg_i32(b, c, op);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_f32(b, c, alpha);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+void ty_cu_build_map(ty_cu_build_t *b) {
+  /* TY_MAP_* of kernels/elementwise.cu, in order. */
+  static const char *const names[] = {"scale", "gelu", "gelu_backward", "silu", "silu_backward",
+                                      "swiglu", "swiglu_backward"};
+  int op = 0;
+  while (op < 6 && strcmp(names[op], b->node->op) != 0) ++op;
+  ty_cu_emit_map(b, op, 1.0f);
+}
+
+void ty_cu_build_dropout(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *rng = ty_cu_vin(b, 1), *y = ty_cu_vout(b, 0);
+  const int64_t n = ty_cu_numel(y);
+  const double p = ty_abi_node_attr_float(b->node, "p", 0.0);
+  if (!(p >= 0.0 && p < 1.0)) {
+    ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
+    return;
+  }
+  if (n == 0) return;
+  const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_dropout"), y);
+  if (kernel && x->dtype != y->dtype) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "x and y of different dtypes");
+    return;
+  }
+  /* ty_dropout_<T>(x, rng, int dtrng, y, i64 n, u32 threshold, u32 stream,
+   *                f64 keep): a thread per group of 4 (one Philox call) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, kernel);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(rng));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_u32(b, c, ty_dropout_threshold(p));
+  ty_cu_arg_u32(b, c, (uint32_t)ty_abi_node_attr_int(b->node, "stream", 0));
+  ty_cu_arg_f64(b, c, 1.0 - p);
+  ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+}
+
+/* ---- norms ---- */
+
+void ty_cu_build_norm(ty_cu_build_t *b) {
+  /* layernorm: x, gamma?, beta? -> y, mean, rstd;  rmsnorm: x, gamma? -> y, rstd */
+  const bool rms = strcmp(b->node->op, "rmsnorm") == 0;
+  const ty_abi_value_t *x = ty_cu_vin(b, 0);
+  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
+  const int64_t rows = C ? ty_cu_numel(x) / C : 0;
+  if (rows == 0) return;
+  const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm"), x);
+  const ty_cu_ref_t none = ty_cu_none();
+  const uint32_t r = rms ? 1 : 2; /* rstd's output */
+  /* ty_layernorm_<T>(x, gamma, beta, y, mean, int dtm, rstd, int dtr, i64 rows,
+   *                  i64 C, f32 eps, int rms): a warp per row */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM, kernel);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_ptr(b, c, rms ? none : ty_cu_in(b, 2));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, rms ? none : ty_cu_out(b, 1));
+  ty_cu_arg_i32(b, c, rms ? 0 : ty_cu_dt(ty_cu_vout(b, 1)));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, r));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, r)));
+  ty_cu_arg_i64(b, c, rows);
+  ty_cu_arg_i64(b, c, C);
+  ty_cu_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
+  ty_cu_arg_i32(b, c, rms);
+  ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
+}
+
+void ty_cu_build_norm_backward(ty_cu_build_t *b) {
+  /* layernorm_backward: dy, x, gamma?, mean, rstd -> dx, dgamma, dbeta
+   * rmsnorm_backward:   dy, x, gamma?, rstd       -> dx, dgamma */
+  const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
+  const ty_abi_value_t *x = ty_cu_vin(b, 1);
+  const ty_abi_value_t *mean = rms ? NULL : ty_cu_vin(b, 3), *rstd = ty_cu_vin(b, rms ? 3 : 4);
+  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
+  const int64_t rows = C ? ty_cu_numel(x) / C : 0;
+  const ty_cu_ref_t none = ty_cu_none();
+  const ty_cu_ref_t mean_ref = rms ? none : ty_cu_in(b, 3), rstd_ref = ty_cu_in(b, rms ? 3 : 4);
+  if (rows > 0) {
+    /* ty_norm_bwd_dx_<T>(dy, x, gamma, mean, int dtm, rstd, int dtr, dx, i64 rows,
+     *                    i64 C, int rms): a warp per row */
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
+                                  ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_bwd_dx"), x));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
+    ty_cu_arg_ptr(b, c, mean_ref);
+    ty_cu_arg_i32(b, c, ty_cu_dt(mean));
+    ty_cu_arg_ptr(b, c, rstd_ref);
+    ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_i64(b, c, rows);
+    ty_cu_arg_i64(b, c, C);
+    ty_cu_arg_i32(b, c, rms);
+    ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
+  }
+  if (C == 0) return;
+  const bool has_dbeta = !rms && b->node->output_count > 2;
+  const ty_cu_ref_t dbeta = has_dbeta ? ty_cu_out(b, 2) : none;
+  const int dtdb = has_dbeta ? ty_cu_dt(ty_cu_vout(b, 2)) : 0;
+  const int64_t cb = (C + 31) / 32;
+  int64_t rchunk;
+  const uint32_t split = ty_cu_col_split(cb, rows, &rchunk);
+  ty_cu_ref_t part = none;
+  if (split > 1) part = ty_cu_scratch(b, 2 * (uint64_t)split * (uint64_t)C * sizeof(float));
+  /* ty_norm_params_<T>(dy, x, mean, int dtm, rstd, int dtr, dgamma, int dtdg,
+   *                    dbeta, int dtdb, f32 *part, i64 rows, i64 C, i64 rchunk,
+   *                    int rms): 32 columns x 8 row lanes per block, `split`
+   * row chunks */
+  ty_cu_cmd_t *c =
+      ty_cu_launch(b, TY_CU_FAM_NORM, ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_params"), x));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_ptr(b, c, mean_ref);
+  ty_cu_arg_i32(b, c, ty_cu_dt(mean));
+  ty_cu_arg_ptr(b, c, rstd_ref);
+  ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
+  ty_cu_arg_ptr(b, c, dbeta);
+  ty_cu_arg_i32(b, c, dtdb);
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_i64(b, c, rows);
+  ty_cu_arg_i64(b, c, C);
+  ty_cu_arg_i64(b, c, rchunk);
+  ty_cu_arg_i32(b, c, rms);
+  ty_cu_grid(b, c, (uint32_t)(cb > 0x7fffffff ? 0x7fffffff : cb), split, 1, 32, 8, 1, 0);
+  if (split == 1) return;
+  /* ty_norm_params_finish(const f32 *part, i64 chunks, i64 C, dgamma, int dtdg,
+   *                       dbeta, int dtdb) */
+  c = ty_cu_launch(b, TY_CU_FAM_NORM, "ty_norm_params_finish");
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_i64(b, c, split);
+  ty_cu_arg_i64(b, c, C);
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
+  ty_cu_arg_ptr(b, c, dbeta);
+  ty_cu_arg_i32(b, c, dtdb);
+  ty_cu_grid1(b, c, (uint64_t)C, TY_CU_BLOCK);
+}
+
+/* ---- softmax and cross-entropy: a block per row ---- */
+
+void ty_cu_build_softmax(ty_cu_build_t *b) {
+  const bool backward = strcmp(b->node->op, "softmax_backward") == 0;
+  const ty_abi_value_t *y = ty_cu_vout(b, 0);
+  const int64_t C = y->rank ? y->dims[y->rank - 1] : 1;
+  const int64_t rows = C ? ty_cu_numel(y) / C : 0;
+  if (rows == 0) return;
+  const char *kernel =
+      ty_cu_typed_for(b, backward ? TY_CU_TYPED("ty_softmax_bwd") : TY_CU_TYPED("ty_softmax"), y);
+  /* ty_softmax_<T>(x, y, i64 rows, i64 C)
+   * ty_softmax_bwd_<T>(dy, y, dx, i64 rows, i64 C) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, kernel);
+  for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_i64(b, c, rows);
+  ty_cu_arg_i64(b, c, C);
+  ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(C, 1024));
+}
+
+void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
+  /* forward: logits, targets -> loss;  backward: dloss, logits, targets -> dlogits */
+  const bool backward = strcmp(b->node->op, "cross_entropy_backward") == 0;
+  const uint32_t zi = backward ? 1 : 0;
+  const ty_abi_value_t *logits = ty_cu_vin(b, zi), *targets = ty_cu_vin(b, zi + 1);
+  const int64_t V = logits->rank ? logits->dims[logits->rank - 1] : 1;
+  const int64_t rows = ty_cu_numel(targets);
+  if (rows == 0) return;
+  const char *kernel = ty_cu_typed_for(
+      b, backward ? TY_CU_TYPED("ty_xent_bwd") : TY_CU_TYPED("ty_xent"), logits);
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, kernel);
+  if (backward) {
+    /* ty_xent_bwd_<T>(dloss, int dtdl, logits, targets, int dtt, dz, i64 rows,
+     *                 i64 V, err, int node) */
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 0)));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
+    ty_cu_arg_i32(b, c, ty_cu_dt(targets));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  } else {
+    /* ty_xent_<T>(logits, targets, int dtt, loss, int dtl, i64 rows, i64 V, err,
+     *             int node) */
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+    ty_cu_arg_i32(b, c, ty_cu_dt(targets));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 0)));
+  }
+  ty_cu_arg_i64(b, c, rows);
+  ty_cu_arg_i64(b, c, V);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(V, 1024));
+}
+
+/* ---- rotary embeddings ---- */
+
+/* inv_freq exactly as ops/reference/ref_rope.c computes it, in f64. */
+static void ty_cu_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double *inv_freq) {
+  const double theta = ty_abi_node_attr_float(node, "theta", 10000.0);
+  const bool llama3 = strcmp(ty_abi_node_attr_string(node, "scaling", "default"), "llama3") == 0;
+  const double factor = ty_abi_node_attr_float(node, "factor", 1.0);
+  const double low = ty_abi_node_attr_float(node, "low_freq_factor", 1.0);
+  const double high = ty_abi_node_attr_float(node, "high_freq_factor", 4.0);
+  const double old_len = ty_abi_node_attr_float(node, "original_max_position", 8192.0);
+  for (int64_t j = 0; j < dim / 2; ++j) {
+    double inv = 1.0 / pow(theta, (double)(2 * j) / (double)dim);
+    if (llama3) {
+      const double low_wavelen = old_len / low, high_wavelen = old_len / high;
+      const double wavelen = 2.0 * TY_CU_PI / inv;
+      if (wavelen > low_wavelen) inv = inv / factor;
+      const double smooth = (old_len / wavelen - low) / (high - low);
+      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+        inv = (1.0 - smooth) * inv / factor + smooth * inv;
+      }
+    }
+    inv_freq[j] = inv;
+  }
+}
+
+void ty_cu_build_rope(ty_cu_build_t *b) {
+  const bool backward = strcmp(b->node->op, "rope_backward") == 0;
+  const ty_abi_value_t *x = ty_cu_vin(b, 0), *pos = ty_cu_vin(b, 1);
+  const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
+  const int64_t pairs = ty_cu_numel(x) / 2;
+  if (pairs == 0) return;
+  const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_rope"), x);
+  if (!kernel) return;
+  /* (hi, lo) f32 pairs with hi + lo = inv_freq to ~2^-48 relative. */
+  double *inv = malloc((size_t)(D / 2 + 1) * sizeof(double));
+  float *table = malloc((size_t)(D + 1) * sizeof(float));
+  if (!inv || !table) {
+    free(inv);
+    free(table);
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ty_cu_rope_inv_freq(b->node, D, inv);
+  for (int64_t j = 0; j < D / 2; ++j) {
+    const float hi = (float)inv[j];
+    table[2 * j] = hi;
+    table[2 * j + 1] = (float)(inv[j] - (double)hi);
+  }
+  ty_cu_ref_t freq = ty_cu_aux(b, table, (uint64_t)(D / 2) * 2 * sizeof(float));
+  free(inv);
+  free(table);
+  /* ty_rope_<T>(x, y, pos, int dtpos, const f32 *freq, i64 T, i64 H, i64 D,
+   *             f32 sign, i64 pairs): a thread per rotated pair */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ROPE, kernel);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_cu_dt(pos));
+  ty_cu_arg_ptr(b, c, freq);
+  ty_cu_arg_i64(b, c, T);
+  ty_cu_arg_i64(b, c, H);
+  ty_cu_arg_i64(b, c, D);
+  ty_cu_arg_f32(b, c, backward ? -1.0f : 1.0f);
+  ty_cu_arg_i64(b, c, pairs);
+  ty_cu_grid1(b, c, (uint64_t)pairs, TY_CU_BLOCK);
+}

@@ -1,0 +1,322 @@
+/* layernorm and rmsnorm, forward and backward (rmsnorm is layernorm with the
+ * mean pinned to 0 and no beta: one kernel serves both, `rms` telling).
+ * One warp per row; rows up to 1024 wide that are 4-element aligned stay in
+ * registers between the passes, longer ones are read again (from L1/L2). */
+#include "vec.cuh"
+
+/* Rows of at most TY_NORM_K * 128 elements are cached in registers. */
+#define TY_NORM_K 8
+#define TY_NORM_WARPS 8 /* rows per block of the row kernels */
+
+/* ---- forward ----
+ *
+ *   layernorm: mu = mean(x), var = mean((x - mu)^2), rstd = 1/sqrt(var + eps),
+ *              y = (x - mu) rstd gamma + beta
+ *   rmsnorm:   rstd = 1/sqrt(mean(x^2) + eps), y = x rstd gamma
+ *
+ * The variance is a second pass over the row (one-pass E[x^2] - E[x]^2
+ * cancels when the mean is large: conform's "offset-mean" case). gamma and
+ * beta are optional (NULL). mean and rstd are f32 (any float dtype is
+ * accepted). Checked at the "reduction" conform bound. */
+template <typename T>
+__device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_,
+                                                  const void *b_, void *y_, void *mean, int dtm,
+                                                  void *rstd, int dtr, long long rows,
+                                                  long long C, float eps, int rms) {
+  const T *xall = (const T *)x_, *g = (const T *)g_, *beta = (const T *)b_;
+  T *yall = (T *)y_;
+  const int lane = threadIdx.x & 31;
+  const int wpb = blockDim.x >> 5;
+  const bool cached = C % 4 == 0 && C <= 128 * TY_NORM_K && ty_al4<T>(xall) &&
+                      ty_al4<T>(yall) && (!g || ty_al4<T>(g)) && (!beta || ty_al4<T>(beta));
+  for (long long row = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;
+       row += (long long)gridDim.x * wpb) {
+    const T *x = xall + row * C;
+    T *y = yall + row * C;
+    float mu = 0.0f, r;
+    if (cached) {
+      float v[TY_NORM_K][4];
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        const long long c = (long long)(k * 32 + lane) * 4;
+        if (c < C) {
+          ty_ld4(x + c, v[k]);
+          s += (v[k][0] + v[k][1]) + (v[k][2] + v[k][3]);
+        }
+      }
+      if (!rms) mu = ty_warp_sum(s) / (float)C;
+      float s2 = 0.0f;
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        if ((long long)(k * 32 + lane) * 4 < C) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float d = v[k][j] - mu;
+            s2 += d * d;
+          }
+        }
+      }
+      r = 1.0f / sqrtf(ty_warp_sum(s2) / (float)C + eps);
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        const long long c = (long long)(k * 32 + lane) * 4;
+        if (c < C) {
+          float gv[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o[4];
+          if (g) ty_ld4(g + c, gv);
+          if (beta) ty_ld4(beta + c, bv);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) o[j] = (v[k][j] - mu) * r * gv[j] + bv[j];
+          ty_st4(y + c, o);
+        }
+      }
+    } else {
+      const int head = ty_head4_of<T>(x, y, g, beta);
+      if (!rms) {
+        float s = 0.0f;
+        ty_row_loop(
+            C, head, lane, 32, [&](long long c) { s += ty_get(x, c); },
+            [&](long long c) {
+              float v[4];
+              ty_ld4(x + c, v);
+              s += (v[0] + v[1]) + (v[2] + v[3]);
+            });
+        mu = ty_warp_sum(s) / (float)C;
+      }
+      float s2 = 0.0f;
+      ty_row_loop(
+          C, head, lane, 32,
+          [&](long long c) {
+            const float d = ty_get(x, c) - mu;
+            s2 += d * d;
+          },
+          [&](long long c) {
+            float v[4];
+            ty_ld4(x + c, v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) s2 += (v[j] - mu) * (v[j] - mu);
+          });
+      r = 1.0f / sqrtf(ty_warp_sum(s2) / (float)C + eps);
+      ty_row_loop(
+          C, head, lane, 32,
+          [&](long long c) {
+            float o = (ty_get(x, c) - mu) * r;
+            if (g) o *= ty_get(g, c);
+            if (beta) o += ty_get(beta, c);
+            ty_put(y, c, o);
+          },
+          [&](long long c) {
+            float v[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            ty_ld4(x + c, v);
+            if (g) ty_ld4(g + c, gv);
+            if (beta) ty_ld4(beta + c, bv);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = (v[j] - mu) * r * gv[j] + bv[j];
+            ty_st4(y + c, v);
+          });
+    }
+    if (lane == 0) {
+      if (!rms) ty_st(mean, row, dtm, mu);
+      ty_st(rstd, row, dtr, r);
+    }
+  }
+}
+#define TY_LAYERNORM_PARAMS                                                                \
+  const void *x, const void *g, const void *b, void *y, void *mean, int dtm, void *rstd, \
+      int dtr, long long rows, long long C, float eps, int rms
+#define TY_LAYERNORM_ARGS x, g, b, y, mean, dtm, rstd, dtr, rows, C, eps, rms
+TY_KERNEL3(ty_layernorm, TY_LAYERNORM_PARAMS, TY_LAYERNORM_ARGS)
+
+/* ---- backward, dx ----
+ *
+ *   xhat = (x - mu) rstd (rmsnorm: x rstd), g = dy gamma (gamma absent: dy)
+ *   layernorm dx = rstd (g - mean(g) - xhat mean(g xhat))
+ *   rmsnorm   dx = rstd (g - xhat mean(g xhat))
+ *
+ * One warp per row, like the forward. Checked at the "reduction" conform
+ * bound. */
+template <typename T>
+__device__ __forceinline__ void ty_norm_bwd_dx_impl(const void *dy_, const void *x_,
+                                                    const void *g_, const void *mean, int dtm,
+                                                    const void *rstd, int dtr, void *dx_,
+                                                    long long rows, long long C, int rms) {
+  const T *dyall = (const T *)dy_, *xall = (const T *)x_, *g = (const T *)g_;
+  T *dxall = (T *)dx_;
+  const int lane = threadIdx.x & 31;
+  const int wpb = blockDim.x >> 5;
+  const bool cached = C % 4 == 0 && C <= 128 * TY_NORM_K && ty_al4<T>(dyall) &&
+                      ty_al4<T>(xall) && ty_al4<T>(dxall) && (!g || ty_al4<T>(g));
+  const float inv_c = 1.0f / (float)C;
+  for (long long row = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;
+       row += (long long)gridDim.x * wpb) {
+    const T *dy = dyall + row * C, *x = xall + row * C;
+    T *dx = dxall + row * C;
+    const float mu = rms ? 0.0f : ty_ld(mean, row, dtm);
+    const float r = ty_ld(rstd, row, dtr);
+    float sg = 0.0f, sgx = 0.0f;
+    if (cached) {
+      float dv[TY_NORM_K][4], xv[TY_NORM_K][4];
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        const long long c = (long long)(k * 32 + lane) * 4;
+        if (c < C) {
+          float gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+          ty_ld4(dy + c, dv[k]);
+          ty_ld4(x + c, xv[k]);
+          if (g) ty_ld4(g + c, gv);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float gj = dv[k][j] * gv[j];
+            sg += gj;
+            sgx += gj * ((xv[k][j] - mu) * r);
+          }
+        }
+      }
+      const float mean_g = rms ? 0.0f : ty_warp_sum(sg) * inv_c;
+      const float mean_gx = ty_warp_sum(sgx) * inv_c;
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        const long long c = (long long)(k * 32 + lane) * 4;
+        if (c < C) {
+          float gv[4] = {1.0f, 1.0f, 1.0f, 1.0f}, o[4];
+          if (g) ty_ld4(g + c, gv);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float xhat = (xv[k][j] - mu) * r;
+            o[j] = r * (dv[k][j] * gv[j] - mean_g - xhat * mean_gx);
+          }
+          ty_st4(dx + c, o);
+        }
+      }
+    } else {
+      const int head = ty_head4_of<T>(dy, x, dx, g);
+      ty_row_loop(
+          C, head, lane, 32,
+          [&](long long c) {
+            const float gj = ty_get(dy, c) * (g ? ty_get(g, c) : 1.0f);
+            sg += gj;
+            sgx += gj * ((ty_get(x, c) - mu) * r);
+          },
+          [&](long long c) {
+            float dv[4], xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            ty_ld4(dy + c, dv);
+            ty_ld4(x + c, xv);
+            if (g) ty_ld4(g + c, gv);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float gj = dv[j] * gv[j];
+              sg += gj;
+              sgx += gj * ((xv[j] - mu) * r);
+            }
+          });
+      const float mean_g = rms ? 0.0f : ty_warp_sum(sg) * inv_c;
+      const float mean_gx = ty_warp_sum(sgx) * inv_c;
+      ty_row_loop(
+          C, head, lane, 32,
+          [&](long long c) {
+            const float gj = ty_get(dy, c) * (g ? ty_get(g, c) : 1.0f);
+            const float xhat = (ty_get(x, c) - mu) * r;
+            ty_put(dx, c, r * (gj - mean_g - xhat * mean_gx));
+          },
+          [&](long long c) {
+            float dv[4], xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            ty_ld4(dy + c, dv);
+            ty_ld4(x + c, xv);
+            if (g) ty_ld4(g + c, gv);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float xhat = (xv[j] - mu) * r;
+              dv[j] = r * (dv[j] * gv[j] - mean_g - xhat * mean_gx);
+            }
+            ty_st4(dx + c, dv);
+          });
+    }
+  }
+}
+#define TY_NORM_BWD_DX_PARAMS                                                           \
+  const void *dy, const void *x, const void *g, const void *mean, int dtm, const void *rstd, \
+      int dtr, void *dx, long long rows, long long C, int rms
+#define TY_NORM_BWD_DX_ARGS dy, x, g, mean, dtm, rstd, dtr, dx, rows, C, rms
+TY_KERNEL3(ty_norm_bwd_dx, TY_NORM_BWD_DX_PARAMS, TY_NORM_BWD_DX_ARGS)
+
+/* ---- backward, dgamma and dbeta ----
+ *
+ *   dgamma[c] = sum_rows dy xhat,  dbeta[c] = sum_rows dy  (dbeta may be NULL)
+ *
+ * A column reduction in two deterministic levels, as ty_reduce_cols_* of
+ * reduce.cu: blocks of 32 columns x 8 row lanes over a chunk of the rows
+ * (gridDim.y chunks, chosen from the shape), added in a fixed tree; with
+ * one chunk the block writes the outputs, else f32 partials go to `part`
+ * ([2][chunks][C]: dgamma's, then dbeta's) and ty_norm_params_finish adds
+ * them in chunk order. Checked at the "reduction" conform bound. */
+template <typename T>
+__device__ __forceinline__ void ty_norm_params_impl(const void *dy_, const void *x_,
+                                                    const void *mean, int dtm,
+                                                    const void *rstd, int dtr, void *dgamma,
+                                                    int dtdg, void *dbeta, int dtdb,
+                                                    float *part, long long rows, long long C,
+                                                    long long rchunk, int rms) {
+  __shared__ float sg[8][32], sb[8][32];
+  const T *dy = (const T *)dy_, *x = (const T *)x_;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const long long r0 = (long long)blockIdx.y * rchunk;
+  const long long r1 = rows - r0 < rchunk ? rows : r0 + rchunk;
+  const long long cb = (C + 31) / 32;
+  for (long long bx = blockIdx.x; bx < cb; bx += gridDim.x) {
+    const long long c = bx * 32 + tx;
+    float accg = 0.0f, accb = 0.0f;
+    if (c < C) {
+      for (long long r = r0 + ty; r < r1; r += 8) {
+        const float mu = rms ? 0.0f : ty_ld(mean, r, dtm);
+        const float xhat = (ty_get(x, r * C + c) - mu) * ty_ld(rstd, r, dtr);
+        const float d = ty_get(dy, r * C + c);
+        accg += d * xhat;
+        accb += d;
+      }
+    }
+    sg[ty][tx] = accg;
+    sb[ty][tx] = accb;
+    __syncthreads();
+#pragma unroll
+    for (int s = 4; s > 0; s >>= 1) {
+      if (ty < s) {
+        sg[ty][tx] += sg[ty + s][tx];
+        sb[ty][tx] += sb[ty + s][tx];
+      }
+      __syncthreads();
+    }
+    if (ty == 0 && c < C) {
+      if (gridDim.y == 1) {
+        ty_st(dgamma, c, dtdg, sg[0][tx]);
+        if (dbeta) ty_st(dbeta, c, dtdb, sb[0][tx]);
+      } else {
+        part[(long long)blockIdx.y * C + c] = sg[0][tx];
+        part[((long long)gridDim.y + blockIdx.y) * C + c] = sb[0][tx];
+      }
+    }
+    __syncthreads();
+  }
+}
+#define TY_NORM_PARAMS_PARAMS                                                              \
+  const void *dy, const void *x, const void *mean, int dtm, const void *rstd, int dtr,    \
+      void *dgamma, int dtdg, void *dbeta, int dtdb, float *part, long long rows, long long C, \
+      long long rchunk, int rms
+#define TY_NORM_PARAMS_ARGS \
+  dy, x, mean, dtm, rstd, dtr, dgamma, dtdg, dbeta, dtdb, part, rows, C, rchunk, rms
+TY_KERNEL3(ty_norm_params, TY_NORM_PARAMS_PARAMS, TY_NORM_PARAMS_ARGS)
+
+/* dgamma[c] = sum_s part[s][c], dbeta[c] = sum_s part[chunks + s][c], in
+ * chunk order. */
+extern "C" __global__ void ty_norm_params_finish(const float *part, long long chunks,
+                                                 long long C, void *dgamma, int dtdg,
+                                                 void *dbeta, int dtdb) {
+  TY_FOR_EACH(c, C) {
+    float accg = 0.0f, accb = 0.0f;
+    for (long long s = 0; s < chunks; ++s) {
+      accg += part[s * C + c];
+      accb += part[(chunks + s) * C + c];
+    }
+    ty_st(dgamma, c, dtdg, accg);
+    if (dbeta) ty_st(dbeta, c, dtdb, accb);
+  }
+}

@@ -1,0 +1,134 @@
+/* Optimizer updates (PyTorch semantics; ops/reference/ref_optim.c): AdamW
+ * with 4 elements per thread on the typed path, SGD through the generic
+ * loads. Outputs may share storage with the state they replace (the memory
+ * plan's in-place updates): each thread reads its elements before writing
+ * them, so no pointer here is __restrict__. */
+#include "vec.cuh"
+
+/* ---- AdamW ----
+ *
+ *   p <- p (1 - lr wd);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+ *   p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *
+ * The hyperparameters are device scalars (inputs, so changing them per step
+ * never recompiles); ty_adamw_prep forms hp = {lr, b1, b2, eps, 1 - lr wd,
+ * 1 - b1^t, 1 - b2^t} once per step, the last three in f64. A step below 1
+ * is a data error (TY_ERR_ADAMW_STEP with the step). Per-element math is
+ * f32 ("elementwise" conform bound). */
+extern "C" __global__ void ty_adamw_prep(const void *lr, int dtlr, const void *b1, int dtb1,
+                                         const void *b2, int dtb2, const void *eps, int dteps,
+                                         const void *wd, int dtwd, const void *step,
+                                         int dtstep, float *hp, ERR_ARGS) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const long long t = ty_ldi(step, 0, dtstep);
+  if (t < 1) ty_fail(err, node, TY_ERR_ADAMW_STEP, t, 0, 0);
+  const float l = ty_ld(lr, 0, dtlr), beta1 = ty_ld(b1, 0, dtb1);
+  const float beta2 = ty_ld(b2, 0, dtb2), w = ty_ld(wd, 0, dtwd);
+  hp[0] = l;
+  hp[1] = beta1;
+  hp[2] = beta2;
+  hp[3] = ty_ld(eps, 0, dteps);
+  hp[4] = (float)(1.0 - (double)l * (double)w);
+  hp[5] = (float)(1.0 - pow((double)beta1, (double)t));
+  hp[6] = (float)(1.0 - pow((double)beta2, (double)t));
+}
+
+__device__ inline void ty_adamw1(const float *h, float p, float g, float &m, float &v,
+                                 float &po) {
+  m = h[1] * m + (1.0f - h[1]) * g;
+  v = h[2] * v + (1.0f - h[2]) * g * g;
+  po = p * h[4] - h[0] * (m / h[5]) / (sqrtf(v / h[6]) + h[3]);
+}
+
+/* Any storage dtypes (the generic path). */
+extern "C" __global__ void ty_adamw(const void *p, int dtp, const void *g, int dtg,
+                                    const void *m, int dtm, const void *v, int dtv, void *po,
+                                    int dtpo, void *mo, int dtmo, void *vo, int dtvo,
+                                    long long n, const float *hp) {
+  float h[7];
+#pragma unroll
+  for (int k = 0; k < 7; ++k) h[k] = hp[k];
+  TY_FOR_EACH(i, n) {
+    float mi = ty_ld(m, i, dtm), vi = ty_ld(v, i, dtv), pi;
+    ty_adamw1(h, ty_ld(p, i, dtp), ty_ld(g, i, dtg), mi, vi, pi);
+    ty_st(mo, i, dtmo, mi);
+    ty_st(vo, i, dtvo, vi);
+    ty_st(po, i, dtpo, pi);
+  }
+}
+
+/* param and grad of dtype T, m and v f32. */
+template <typename T>
+__device__ __forceinline__ void ty_adamw_t_impl(const void *p_, const void *g_, const float *m,
+                                                const float *v, void *po_, float *mo,
+                                                float *vo, long long n, const float *hp) {
+  const T *p = (const T *)p_, *g = (const T *)g_;
+  T *po = (T *)po_;
+  float h[7];
+#pragma unroll
+  for (int k = 0; k < 7; ++k) h[k] = hp[k];
+  long long done = 0;
+  if (ty_al4<T>(p) && ty_al4<T>(g) && ty_al4<T>(po) && ty_al4<float>(m) && ty_al4<float>(v) &&
+      ty_al4<float>(mo) && ty_al4<float>(vo)) {
+    const long long groups = n / 4;
+    TY_FOR_EACH(k, groups) {
+      float pv[4], gv[4], mv[4], vv[4], out[4];
+      ty_ld4(p + 4 * k, pv);
+      ty_ld4(g + 4 * k, gv);
+      ty_ld4(m + 4 * k, mv);
+      ty_ld4(v + 4 * k, vv);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ty_adamw1(h, pv[j], gv[j], mv[j], vv[j], out[j]);
+      ty_st4(mo + 4 * k, mv);
+      ty_st4(vo + 4 * k, vv);
+      ty_st4(po + 4 * k, out);
+    }
+    done = 4 * groups;
+  }
+  TY_FOR_EACH(k, n - done) {
+    const long long i = done + k;
+    float mi = m[i], vi = v[i], pi;
+    ty_adamw1(h, ty_get(p, i), ty_get(g, i), mi, vi, pi);
+    mo[i] = mi;
+    vo[i] = vi;
+    ty_put(po, i, pi);
+  }
+}
+#define TY_ADAMW_T_PARAMS                                                                 \
+  const void *p, const void *g, const float *m, const float *v, void *po, float *mo, \
+      float *vo, long long n, const float *hp
+#define TY_ADAMW_T_ARGS p, g, m, v, po, mo, vo, n, hp
+TY_KERNEL3(ty_adamw_t, TY_ADAMW_T_PARAMS, TY_ADAMW_T_ARGS)
+
+/* ---- SGD (dampening 0) ----
+ *
+ *   d = g + wd p;  buf <- mu buf + d (when mu != 0)
+ *   p <- p - lr (nesterov ? d + mu buf : (mu != 0 ? buf : d))
+ *
+ * nesterov without momentum > 0 is a data error (TY_ERR_SGD_NESTEROV with
+ * the momentum's f32 bits), and nothing is written. Per-element math is f32
+ * ("elementwise" conform bound). */
+extern "C" __global__ void ty_sgd(const void *p, int dtp, const void *g, int dtg,
+                                  const void *buf, int dtbuf, void *po, int dtpo, void *bo,
+                                  int dtbo, long long n, const void *lr, int dtlr,
+                                  const void *mu, int dtmu, const void *wd, int dtwd,
+                                  int nesterov, ERR_ARGS) {
+  const float l = ty_ld(lr, 0, dtlr), m = ty_ld(mu, 0, dtmu), w = ty_ld(wd, 0, dtwd);
+  if (nesterov && !(m > 0.0f)) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      ty_fail(err, node, TY_ERR_SGD_NESTEROV, (long long)__float_as_uint(m), 0, 0);
+    }
+    return;
+  }
+  TY_FOR_EACH(i, n) {
+    const float pi = ty_ld(p, i, dtp);
+    float d = ty_ld(g, i, dtg) + w * pi;
+    float b = ty_ld(buf, i, dtbuf);
+    if (m != 0.0f) {
+      b = m * b + d;
+      d = nesterov ? d + m * b : b;
+    }
+    ty_st(bo, i, dtbo, b);
+    ty_st(po, i, dtpo, pi - l * d);
+  }
+}

@@ -1,0 +1,186 @@
+/* softmax over the last axis and per-token cross-entropy, forward and
+ * backward. One block per row (up to 1024 threads for a 50257-wide vocab
+ * row); the max and the sum of exponentials come from one pass (an online
+ * softmax per thread, then combined across the block), so a row is read
+ * twice in all, not three times. */
+#include "vec.cuh"
+
+/* A thread's running (max, sum of exp(x - max)) takes value v. */
+__device__ inline void ty_online_add(float v, float &m, float &s) {
+  if (v > m) {
+    s = s * expf(m - v) + 1.0f; /* m = -inf: s is 0, and 0 * 0 stays 0 */
+    m = v;
+  } else if (v != -INFINITY) { /* a masked -inf adds 0, also while m is still -inf */
+    s += expf(v - m);
+  }
+}
+
+/* The block's max M and sum of exp(x - M) from the threads' (m, s). */
+__device__ inline void ty_online_combine(float m, float s, float *scratch, float *out_m,
+                                         float *out_s) {
+  const float mx = ty_block_max(m, scratch);
+  const float part = m == -INFINITY ? 0.0f : s * expf(m - mx);
+  *out_s = ty_block_sum(part, scratch);
+  *out_m = mx;
+}
+
+/* Online (max, sum) over a row of n elements of T, by the whole block. */
+template <typename T>
+__device__ inline void ty_row_online(const T *row, long long n, int head, float *scratch,
+                                     float *out_m, float *out_s) {
+  float m = -INFINITY, s = 0.0f;
+  ty_row_loop(
+      n, head, threadIdx.x, blockDim.x, [&](long long i) { ty_online_add(ty_get(row, i), m, s); },
+      [&](long long i) {
+        float v[4];
+        ty_ld4(row + i, v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ty_online_add(v[j], m, s);
+      });
+  ty_online_combine(m, s, scratch, out_m, out_s);
+}
+
+/* ---- softmax ----
+ *
+ *   y = exp(x - max) / sum exp(x - max);  dx = y (dy - sum(dy y))
+ *
+ * Checked at the "reduction" conform bound. */
+template <typename T>
+__device__ __forceinline__ void ty_softmax_impl(const void *x_, void *y_, long long rows,
+                                                long long C) {
+  __shared__ float scratch[32];
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *x = (const T *)x_ + row * C;
+    T *y = (T *)y_ + row * C;
+    const int head = ty_head4_of<T>(x, y);
+    float m, s;
+    ty_row_online(x, C, head, scratch, &m, &s);
+    const float inv = 1.0f / s;
+    ty_row_loop(
+        C, head, threadIdx.x, blockDim.x,
+        [&](long long i) { ty_put(y, i, expf(ty_get(x, i) - m) * inv); },
+        [&](long long i) {
+          float v[4];
+          ty_ld4(x + i, v);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = expf(v[j] - m) * inv;
+          ty_st4(y + i, v);
+        });
+  }
+}
+#define TY_SOFTMAX_PARAMS const void *x, void *y, long long rows, long long C
+#define TY_SOFTMAX_ARGS x, y, rows, C
+TY_KERNEL3(ty_softmax, TY_SOFTMAX_PARAMS, TY_SOFTMAX_ARGS)
+
+template <typename T>
+__device__ __forceinline__ void ty_softmax_bwd_impl(const void *dy_, const void *y_, void *dx_,
+                                                    long long rows, long long C) {
+  __shared__ float scratch[32];
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *dy = (const T *)dy_ + row * C, *y = (const T *)y_ + row * C;
+    T *dx = (T *)dx_ + row * C;
+    const int head = ty_head4_of<T>(dy, y, dx);
+    float acc = 0.0f;
+    ty_row_loop(
+        C, head, threadIdx.x, blockDim.x, [&](long long i) { acc += ty_get(dy, i) * ty_get(y, i); },
+        [&](long long i) {
+          float a[4], b[4];
+          ty_ld4(dy + i, a);
+          ty_ld4(y + i, b);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc += a[j] * b[j];
+        });
+    const float dot = ty_block_sum(acc, scratch);
+    ty_row_loop(
+        C, head, threadIdx.x, blockDim.x,
+        [&](long long i) { ty_put(dx, i, ty_get(y, i) * (ty_get(dy, i) - dot)); },
+        [&](long long i) {
+          float a[4], b[4];
+          ty_ld4(dy + i, a);
+          ty_ld4(y + i, b);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) a[j] = b[j] * (a[j] - dot);
+          ty_st4(dx + i, a);
+        });
+  }
+}
+#define TY_SOFTMAX_BWD_PARAMS const void *dy, const void *y, void *dx, long long rows, long long C
+#define TY_SOFTMAX_BWD_ARGS dy, y, dx, rows, C
+TY_KERNEL3(ty_softmax_bwd, TY_SOFTMAX_BWD_PARAMS, TY_SOFTMAX_BWD_ARGS)
+
+/* ---- cross-entropy ----
+ *
+ *   loss = logsumexp(z) - z[t]           (t < 0: ignored, loss 0)
+ *   dz   = dloss (softmax(z) - onehot(t))  (t < 0: 0)
+ *
+ * A target >= V is a data error (TY_ERR_TARGET with the row, the target and
+ * V), as in the reference; its row gets loss 0 / dz 0. loss and dloss are
+ * f32 (any float dtype is accepted). Checked at the "reduction" conform
+ * bound. */
+template <typename T>
+__device__ __forceinline__ void ty_xent_impl(const void *logits, const void *targets, int dtt,
+                                             void *loss, int dtl, long long rows, long long V,
+                                             ERR_ARGS) {
+  __shared__ float scratch[32];
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *z = (const T *)logits + row * V;
+    const long long t = ty_ldi(targets, row, dtt);
+    if (t < 0 || t >= V) { /* uniform over the block */
+      if (threadIdx.x == 0) {
+        if (t >= V) ty_fail(err, node, TY_ERR_TARGET, row, t, V);
+        ty_st(loss, row, dtl, 0.0f);
+      }
+      continue;
+    }
+    float m, s;
+    ty_row_online(z, V, ty_head4<T>(z), scratch, &m, &s);
+    if (threadIdx.x == 0) ty_st(loss, row, dtl, m + logf(s) - ty_get(z, t));
+  }
+}
+#define TY_XENT_PARAMS                                                                   \
+  const void *logits, const void *targets, int dtt, void *loss, int dtl, long long rows, \
+      long long V, ERR_ARGS
+#define TY_XENT_ARGS logits, targets, dtt, loss, dtl, rows, V, err, node
+TY_KERNEL3(ty_xent, TY_XENT_PARAMS, TY_XENT_ARGS)
+
+template <typename T>
+__device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, const void *logits,
+                                                 const void *targets, int dtt, void *dz_,
+                                                 long long rows, long long V, ERR_ARGS) {
+  __shared__ float scratch[32];
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *z = (const T *)logits + row * V;
+    T *dz = (T *)dz_ + row * V;
+    const int head = ty_head4_of<T>(z, dz);
+    const long long t = ty_ldi(targets, row, dtt);
+    if (t < 0 || t >= V) { /* uniform over the block */
+      if (t >= V && threadIdx.x == 0) ty_fail(err, node, TY_ERR_TARGET, row, t, V);
+      ty_row_loop(
+          V, head, threadIdx.x, blockDim.x, [&](long long i) { ty_put(dz, i, 0.0f); },
+          [&](long long i) {
+            const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            ty_st4(dz + i, zero);
+          });
+      continue;
+    }
+    float m, s;
+    ty_row_online(z, V, head, scratch, &m, &s);
+    const float lse = m + logf(s);
+    const float d = ty_ld(dloss, row, dtdl);
+    ty_row_loop(
+        V, head, threadIdx.x, blockDim.x,
+        [&](long long i) { ty_put(dz, i, d * (expf(ty_get(z, i) - lse) - (i == t ? 1.0f : 0.0f))); },
+        [&](long long i) {
+          float v[4];
+          ty_ld4(z + i, v);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = d * (expf(v[j] - lse) - (i + j == t ? 1.0f : 0.0f));
+          ty_st4(dz + i, v);
+        });
+  }
+}
+#define TY_XENT_BWD_PARAMS                                                                  \
+  const void *dloss, int dtdl, const void *logits, const void *targets, int dtt, void *dz, \
+      long long rows, long long V, ERR_ARGS
+#define TY_XENT_BWD_ARGS dloss, dtdl, logits, targets, dtt, dz, rows, V, err, node
+TY_KERNEL3(ty_xent_bwd, TY_XENT_BWD_PARAMS, TY_XENT_BWD_ARGS)

@@ -1,0 +1,173 @@
+/* Element movers and casts: strided copies (transpose, slice,
+ * slice_backward, concat, broadcast_to), dtype casts and KV-cache writes.
+ * All exact: elements move as raw bytes; float casts round to nearest even
+ * through f32 bit for bit as hal/half.h does, NaN payloads included. */
+#include "vec.cuh"
+
+/* Moves `bytes` (1, 2, 4, 8 or 16, the addresses aligned to it). */
+__device__ inline void ty_move_bytes(const char *src, char *dst, int bytes) {
+  switch (bytes) {
+    case 1: *dst = *src; break;
+    case 2: *(uint16_t *)dst = *(const uint16_t *)src; break;
+    case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
+    case 8: *(uint2 *)dst = *(const uint2 *)src; break;
+    default: *(uint4 *)dst = *(const uint4 *)src; break;
+  }
+}
+
+/* ---- strided copy ----
+ *
+ *   y[ystart + ys(i)] = x[xstart + xs(i)] for every index i of `dims`
+ *
+ * (both starts folded into the pointers). The host drops size-1 axes and
+ * merges axes both sides walk contiguously; when the innermost axis is
+ * contiguous on both sides, `vec` > 1 elements (vec * esize <= 16 bytes,
+ * dividing the innermost size and every stride) move as one unit — if the
+ * two addresses allow it at run time, else element by element. Exact. */
+extern "C" __global__ void ty_strided_copy(const void *x, void *y, int esize, int vec,
+                                           long long n, int rank, ty_dims8 dims, ty_dims8 xs,
+                                           ty_dims8 ys) {
+  const int ubytes = esize * vec;
+  const bool units = vec > 1 && ((uintptr_t)x | (uintptr_t)y) % ubytes == 0;
+  const int step = units ? vec : 1, bytes = units ? ubytes : esize;
+  const long long count = n / step;
+  TY_FOR_EACH(u, count) {
+    long long xi, yi;
+    ty_offsets2_fast(u * step, rank, dims, xs, ys, &xi, &yi);
+    ty_move_bytes((const char *)x + xi * esize, (char *)y + yi * esize, bytes);
+  }
+}
+
+/* ---- casts ----
+ *
+ * float <-> float (f64 included) and i32 <-> i64. Narrowing float casts
+ * round to nearest even through f32 (f64 -> bf16/f16 too, as PyTorch does);
+ * NaNs keep their sign and top payload bits, quiet (hal/half.h). An i64 that
+ * does not fit i32 is a data error (TY_ERR_CAST_RANGE with the element and
+ * the value), never a silent wrap. Exact ("exact" conform bound). */
+
+__device__ inline float ty_cast_f16_to_f32(uint16_t h) {
+  if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) { /* NaN: the payload kept */
+    return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7f800000u |
+                           ((uint32_t)(h & 0x3ffu) << 13));
+  }
+  return __half2float(__ushort_as_half(h));
+}
+
+__device__ inline uint16_t ty_cast_f32_to_f16(float f) {
+  const uint32_t u = __float_as_uint(f), a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu));
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+__device__ inline bool ty_is_float(int dt) {
+  return dt == TY_F32 || dt == TY_BF16 || dt == TY_F16 || dt == TY_F64;
+}
+
+/* Any float element as f32, rounded to nearest even. */
+__device__ inline float ty_cast_ld(const void *p, long long i, int dt) {
+  if (dt == TY_F16) return ty_cast_f16_to_f32(((const uint16_t *)p)[i]);
+  return ty_ld(p, i, dt);
+}
+
+__device__ inline void ty_cast_st(void *p, long long i, int dt, float v) {
+  if (dt == TY_F16) ((uint16_t *)p)[i] = ty_cast_f32_to_f16(v);
+  else ty_st(p, i, dt, v); /* bf16 by hal/half.h's rounding; f64 exact */
+}
+
+extern "C" __global__ void ty_cast(const void *x, int dtx, void *y, int dty, long long n,
+                                   ERR_ARGS) {
+  TY_FOR_EACH(i, n) {
+    if (ty_is_float(dtx)) {
+      if (dtx == TY_F64 && dty == TY_F32) {
+        ((float *)y)[i] = __double2float_rn(((const double *)x)[i]);
+      } else {
+        ty_cast_st(y, i, dty, ty_cast_ld(x, i, dtx));
+      }
+      continue;
+    }
+    const long long v = ty_ldi(x, i, dtx);
+    if (dty == TY_I32) {
+      if (v < INT_MIN || v > INT_MAX) ty_fail(err, node, TY_ERR_CAST_RANGE, i, v, 0);
+      ((int32_t *)y)[i] = (int32_t)v;
+    } else {
+      ((long long *)y)[i] = v;
+    }
+  }
+}
+
+/* The hot casts of mixed precision (f32 <-> bf16 / f16), 4 elements per
+ * thread: the same conversions as ty_cast. */
+template <typename T> __device__ inline float ty_cast_in(T v);
+template <> __device__ inline float ty_cast_in<float>(float v) { return v; }
+template <> __device__ inline float ty_cast_in<__nv_bfloat16>(__nv_bfloat16 v) {
+  return ty_bf16_to_f32(__bfloat16_as_ushort(v));
+}
+template <> __device__ inline float ty_cast_in<__half>(__half v) {
+  return ty_cast_f16_to_f32(__half_as_ushort(v));
+}
+template <typename T> __device__ inline T ty_cast_out(float v);
+template <> __device__ inline float ty_cast_out<float>(float v) { return v; }
+template <> __device__ inline __nv_bfloat16 ty_cast_out<__nv_bfloat16>(float v) {
+  return __ushort_as_bfloat16(ty_f32_to_bf16(v));
+}
+template <> __device__ inline __half ty_cast_out<__half>(float v) {
+  return __ushort_as_half(ty_cast_f32_to_f16(v));
+}
+
+/* Four elements of T as raw 16 or 8 bytes. */
+template <typename T> struct ty_raw4 { T v[4]; };
+
+template <typename TI, typename TO>
+__device__ __forceinline__ void ty_cast4(const void *x_, void *y_, long long n) {
+  const TI *x = (const TI *)x_;
+  TO *y = (TO *)y_;
+  long long done = 0;
+  if (ty_al4<TI>(x) && ty_al4<TO>(y)) {
+    const long long groups = n / 4;
+    TY_FOR_EACH(k, groups) {
+      ty_raw4<TI> in;
+      ty_raw4<TO> out;
+      if (sizeof(TI) == 4) *(uint4 *)&in = *(const uint4 *)(x + 4 * k);
+      else *(uint2 *)&in = *(const uint2 *)(x + 4 * k);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out.v[j] = ty_cast_out<TO>(ty_cast_in<TI>(in.v[j]));
+      if (sizeof(TO) == 4) *(uint4 *)(y + 4 * k) = *(const uint4 *)&out;
+      else *(uint2 *)(y + 4 * k) = *(const uint2 *)&out;
+    }
+    done = 4 * groups;
+  }
+  TY_FOR_EACH(k, n - done) y[done + k] = ty_cast_out<TO>(ty_cast_in<TI>(x[done + k]));
+}
+
+#define TY_CAST4(name, TI, TO)                                                          \
+  extern "C" __global__ void name(const void *x, void *y, long long n) {               \
+    ty_cast4<TI, TO>(x, y, n);                                                           \
+  }
+TY_CAST4(ty_cast_f32_bf16, float, __nv_bfloat16)
+TY_CAST4(ty_cast_f32_f16, float, __half)
+TY_CAST4(ty_cast_bf16_f32, __nv_bfloat16, float)
+TY_CAST4(ty_cast_f16_f32, __half, float)
+
+/* ---- KV-cache writes ----
+ *
+ *   cache[b, pos + t, :] = new[b, t, :]   for rows of `row` elements
+ *
+ * The host first copies cache into cache' unless they share storage (the
+ * memory plan's in-place update). pos < 0 or pos + T > Smax is a data error
+ * (TY_ERR_KV_POSITION with pos, T and Smax), and nothing is written. */
+extern "C" __global__ void ty_kv_write(const void *fresh, void *cache, const void *pos,
+                                       int dtpos, int esize, long long Smax, long long T,
+                                       long long row, long long n, ERR_ARGS) {
+  const long long p = ty_ldi(pos, 0, dtpos);
+  if (p < 0 || T > Smax || p > Smax - T) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) ty_fail(err, node, TY_ERR_KV_POSITION, p, T, Smax);
+    return;
+  }
+  TY_FOR_EACH(i, n) {
+    const long long q = ty_div(i, row), r = i - q * row; /* q = b T + t */
+    const long long b = ty_div(q, T), t = q - b * T;
+    ty_move_bytes((const char *)fresh + i * esize,
+                  (char *)cache + ((b * Smax + p + t) * row + r) * esize, esize);
+  }
+}
