@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/common/op_shapes.h"
 #include "backends/opencl/ocl_exec.h"
 
 static const ty_ocl_op_t ty_ocl_ops[] = {
@@ -83,61 +84,6 @@ bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *r
 
 static size_t ty_ocl_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
 
-/* Row-major strides (in elements) of a shape. */
-static void ty_ocl_strides(uint32_t rank, const int64_t *dims, int64_t *out) {
-  int64_t s = 1;
-  for (uint32_t d = rank; d-- > 0;) {
-    out[d] = s;
-    s *= dims[d];
-  }
-}
-
-/* ---- broadcasting (numpy rules), simplified as the cpu backend does: size-1
- * output axes dropped, neighbours merged where every input walks them
- * contiguously ---- */
-
-typedef struct {
-  int rank;
-  int64_t dims[8];
-  int64_t stride[2][8];
-} ty_ocl_bcast_t;
-
-static void ty_ocl_bcast_plan(const ty_abi_value_t *out, const ty_abi_value_t *const *ins,
-                              int n_in, ty_ocl_bcast_t *p) {
-  int r = (int)out->rank;
-  int64_t st[2][8];
-  for (int k = 0; k < n_in; ++k) {
-    const ty_abi_value_t *x = ins[k];
-    int pad = r - (int)x->rank;
-    int64_t s = 1;
-    for (int d = r - 1; d >= 0; --d) {
-      int xd = d - pad;
-      int64_t size = xd >= 0 ? x->dims[xd] : 1;
-      st[k][d] = size == 1 ? 0 : s;
-      s *= size;
-    }
-  }
-  memset(p, 0, sizeof(*p));
-  for (int d = 0; d < r; ++d) {
-    if (out->dims[d] == 1) continue;
-    int q = p->rank;
-    bool merge = q > 0;
-    for (int k = 0; k < n_in && merge; ++k) merge = p->stride[k][q - 1] == st[k][d] * out->dims[d];
-    if (merge) {
-      p->dims[q - 1] *= out->dims[d];
-      for (int k = 0; k < n_in; ++k) p->stride[k][q - 1] = st[k][d];
-    } else {
-      p->dims[q] = out->dims[d];
-      for (int k = 0; k < n_in; ++k) p->stride[k][q] = st[k][d];
-      p->rank = q + 1;
-    }
-  }
-  if (p->rank == 0) {
-    p->rank = 1;
-    p->dims[0] = 1;
-  }
-}
-
 void ty_ocl_build_binary(ty_ocl_build_t *b) {
   static const char *const names[] = {"add", "sub", "mul", "div"};
   int op = 0;
@@ -146,8 +92,8 @@ void ty_ocl_build_binary(ty_ocl_build_t *b) {
   const ty_abi_value_t *out = ty_ocl_vout(b, 0);
   int64_t n = ty_ocl_numel(out);
   if (n == 0) return;
-  ty_ocl_bcast_t p;
-  ty_ocl_bcast_plan(out, ins, 2, &p);
+  ty_op_bcast_t p;
+  ty_op_bcast_plan(out, ins, 2, &p);
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_binary");
   ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
   ty_ocl_arg_i32(b, c, ty_ocl_dt(ins[0]));
@@ -213,10 +159,10 @@ static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_ocl_ref_t x, ty_ocl_ref_t 
 void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
   if (ty_ocl_numel(y) == 0) return;
-  ty_ocl_bcast_t p;
-  ty_ocl_bcast_plan(y, &x, 1, &p);
+  ty_op_bcast_t p;
+  ty_op_bcast_plan(y, &x, 1, &p);
   int64_t ys[8];
-  ty_ocl_strides((uint32_t)p.rank, p.dims, ys);
+  ty_op_strides((uint32_t)p.rank, p.dims, ys);
   ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), ty_ocl_esize(y), p.rank, p.dims,
                       p.stride[0], ys);
 }
@@ -237,7 +183,7 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
     }
   }
   int64_t xs[8];
-  ty_ocl_strides(x->rank, x->dims, xs);
+  ty_op_strides(x->rank, x->dims, xs);
   int64_t kd[8] = {0}, ks[8] = {0}, rd[8] = {0}, rs[8] = {0}, terms = 1;
   int kr = 0, rr = 0;
   for (uint32_t d = 0; d < x->rank; ++d) {
@@ -378,8 +324,8 @@ void ty_ocl_build_transpose(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
   const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
   int64_t xs[8], ys[8], ps[8];
-  ty_ocl_strides(x->rank, x->dims, xs);
-  ty_ocl_strides(y->rank, y->dims, ys);
+  ty_op_strides(x->rank, x->dims, xs);
+  ty_op_strides(y->rank, y->dims, ys);
   for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
   ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), ty_ocl_esize(y), (int)y->rank,
                       y->dims, ps, ys);
@@ -389,8 +335,8 @@ void ty_ocl_build_slice(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
   const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
   int64_t xs[8], ys[8], start = 0;
-  ty_ocl_strides(x->rank, x->dims, xs);
-  ty_ocl_strides(y->rank, y->dims, ys);
+  ty_op_strides(x->rank, x->dims, xs);
+  ty_op_strides(y->rank, y->dims, ys);
   for (uint32_t d = 0; d < x->rank; ++d) start += starts->ints[d] * xs[d];
   ty_ocl_strided_copy(b, ty_ocl_ref_at(ty_ocl_in(b, 0), (uint64_t)start * ty_ocl_esize(y)),
                       ty_ocl_out(b, 0), ty_ocl_esize(y), (int)y->rank, y->dims, xs, ys);
@@ -401,8 +347,8 @@ void ty_ocl_build_slice_backward(ty_ocl_build_t *b) {
   const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
   size_t es = ty_ocl_esize(dx);
   int64_t ds[8], xs[8], start = 0;
-  ty_ocl_strides(dy->rank, dy->dims, ds);
-  ty_ocl_strides(dx->rank, dx->dims, xs);
+  ty_op_strides(dy->rank, dy->dims, ds);
+  ty_op_strides(dx->rank, dx->dims, xs);
   for (uint32_t d = 0; d < dx->rank; ++d) start += starts->ints[d] * xs[d];
   ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)ty_ocl_numel(dx) * es);
   ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_ref_at(ty_ocl_out(b, 0), (uint64_t)start * es),
@@ -415,11 +361,11 @@ void ty_ocl_build_concat(ty_ocl_build_t *b) {
   if (axis < 0) axis += y->rank;
   size_t es = ty_ocl_esize(y);
   int64_t ys[8], at = 0;
-  ty_ocl_strides(y->rank, y->dims, ys);
+  ty_op_strides(y->rank, y->dims, ys);
   for (uint32_t i = 0; i < b->node->input_count; ++i) {
     const ty_abi_value_t *x = ty_ocl_vin(b, i);
     int64_t xs[8];
-    ty_ocl_strides(x->rank, x->dims, xs);
+    ty_op_strides(x->rank, x->dims, xs);
     ty_ocl_strided_copy(b, ty_ocl_in(b, i),
                         ty_ocl_ref_at(ty_ocl_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
                         (int)x->rank, x->dims, xs, ys);
