@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/common/op_shapes.h"
 #include "backends/cuda/cuda_ops.h"
+#include "hal/dtype.h"
 
 static const ty_cu_op_t ty_cu_ops[] = {
     {"embedding", ty_cu_build_embedding, TY_CU_ACCEPT_COMPUTE},
@@ -63,10 +65,40 @@ const ty_cu_op_t *ty_cu_op_find(const char *op) {
   return NULL;
 }
 
+/* Ops whose kernels exist for f32, bf16 and f16 only (templated), and the
+ * value whose dtype picks the instance: an output, or input 0 when the
+ * output is f32 whatever the input (cross_entropy's loss). ACCEPT_COMPUTE
+ * also lets integers through, which these ops never take in op set v1;
+ * saying so here keeps graph_supports honest. */
+static const struct {
+  const char *op;
+  bool input;
+} ty_cu_float_ops[] = {
+    {"embedding_backward", false}, {"layernorm", false},     {"layernorm_backward", false},
+    {"rmsnorm", false},            {"rmsnorm_backward", false}, {"softmax", false},
+    {"softmax_backward", false},   {"cross_entropy", true},  {"cross_entropy_backward", false},
+    {"rope", false},               {"rope_backward", false}, {"dropout", false},
+    {"dropout_backward", false},   {"clip_by_global_norm", true},
+};
+
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                     size_t capacity) {
   if (strncmp(node->op, "attention", 9) == 0) {
     return ty_cu_attention_check(g, node, reason, capacity);
+  }
+  for (size_t i = 0; i < sizeof(ty_cu_float_ops) / sizeof(ty_cu_float_ops[0]); ++i) {
+    if (strcmp(node->op, ty_cu_float_ops[i].op) != 0) continue;
+    /* clip_by_global_norm: every gradient (inputs 1..n). */
+    const bool clip = strcmp(node->op, "clip_by_global_norm") == 0;
+    for (uint32_t k = clip ? 1 : 0; k < (clip ? node->input_count : 1); ++k) {
+      const uint32_t v = ty_cu_float_ops[i].input ? node->inputs[k] : node->outputs[k];
+      const ty_dtype_t d = g->values[v].dtype;
+      if (d != TY_DTYPE_F32 && d != TY_DTYPE_BF16 && d != TY_DTYPE_F16) {
+        snprintf(reason, capacity, "the cuda kernels of %s take f32, bf16 or f16 data, not %s",
+                 node->op, ty_dtype_name(d));
+        return false;
+      }
+    }
   }
   if (strcmp(node->op, "embedding_backward") == 0) {
     /* The scatter-add sorts row numbers and counts as 32-bit integers. */
@@ -127,60 +159,6 @@ uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk) 
 
 static size_t ty_cu_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
 
-/* Row-major strides (in elements) of a shape. */
-static void ty_cu_strides(uint32_t rank, const int64_t *dims, int64_t *out) {
-  int64_t s = 1;
-  for (uint32_t d = rank; d-- > 0;) {
-    out[d] = s;
-    s *= dims[d];
-  }
-}
-
-/* ---- broadcasting (numpy rules): size-1 output axes dropped, neighbours
- * merged where every input walks them contiguously ---- */
-
-typedef struct {
-  int rank;
-  int64_t dims[8];
-  int64_t stride[2][8];
-} ty_cu_bcast_t;
-
-static void ty_cu_bcast_plan(const ty_abi_value_t *out, const ty_abi_value_t *const *ins,
-                             int n_in, ty_cu_bcast_t *p) {
-  int r = (int)out->rank;
-  int64_t st[2][8];
-  for (int k = 0; k < n_in; ++k) {
-    const ty_abi_value_t *x = ins[k];
-    int pad = r - (int)x->rank;
-    int64_t s = 1;
-    for (int d = r - 1; d >= 0; --d) {
-      int xd = d - pad;
-      int64_t size = xd >= 0 ? x->dims[xd] : 1;
-      st[k][d] = size == 1 ? 0 : s;
-      s *= size;
-    }
-  }
-  memset(p, 0, sizeof(*p));
-  for (int d = 0; d < r; ++d) {
-    if (out->dims[d] == 1) continue;
-    int q = p->rank;
-    bool merge = q > 0;
-    for (int k = 0; k < n_in && merge; ++k) merge = p->stride[k][q - 1] == st[k][d] * out->dims[d];
-    if (merge) {
-      p->dims[q - 1] *= out->dims[d];
-      for (int k = 0; k < n_in; ++k) p->stride[k][q - 1] = st[k][d];
-    } else {
-      p->dims[q] = out->dims[d];
-      for (int k = 0; k < n_in; ++k) p->stride[k][q] = st[k][d];
-      p->rank = q + 1;
-    }
-  }
-  if (p->rank == 0) {
-    p->rank = 1;
-    p->dims[0] = 1;
-  }
-}
-
 /* ---- elementwise ---- */
 
 void ty_cu_build_binary(ty_cu_build_t *b) {
@@ -191,8 +169,8 @@ void ty_cu_build_binary(ty_cu_build_t *b) {
   const ty_abi_value_t *out = ty_cu_vout(b, 0);
   const int64_t n = ty_cu_numel(out);
   if (n == 0) return;
-  ty_cu_bcast_t p;
-  ty_cu_bcast_plan(out, ins, 2, &p);
+  ty_op_bcast_t p;
+  ty_op_bcast_plan(out, ins, 2, &p);
   const bool same_shape = p.rank == 1 && p.stride[0][0] == 1 && p.stride[1][0] == 1;
   const char *typed = same_shape && ty_cu_all_dtype(ins, 2, (int)out->dtype)
                           ? ty_cu_typed(TY_CU_TYPED("ty_binary_same"), (int)out->dtype)
@@ -295,10 +273,10 @@ static void ty_cu_strided_copy(ty_cu_build_t *b, ty_cu_ref_t x, ty_cu_ref_t y, s
 void ty_cu_build_broadcast_to(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
   if (ty_cu_numel(y) == 0) return;
-  ty_cu_bcast_t p;
-  ty_cu_bcast_plan(y, &x, 1, &p);
+  ty_op_bcast_t p;
+  ty_op_bcast_plan(y, &x, 1, &p);
   int64_t ys[8];
-  ty_cu_strides((uint32_t)p.rank, p.dims, ys);
+  ty_op_strides((uint32_t)p.rank, p.dims, ys);
   ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), ty_cu_esize(y), p.rank, p.dims,
                      p.stride[0], ys);
 }
@@ -356,8 +334,8 @@ void ty_cu_build_transpose(ty_cu_build_t *b) {
     ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'perm' must list %u axes", y->rank);
     return;
   }
-  ty_cu_strides(x->rank, x->dims, xs);
-  ty_cu_strides(y->rank, y->dims, ys);
+  ty_op_strides(x->rank, x->dims, xs);
+  ty_op_strides(y->rank, y->dims, ys);
   for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
   ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), ty_cu_esize(y), (int)y->rank, y->dims,
                      ps, ys);
@@ -371,7 +349,7 @@ static int64_t ty_cu_start_offset(ty_cu_build_t *b, const ty_abi_value_t *v) {
     return 0;
   }
   int64_t s[8], at = 0;
-  ty_cu_strides(v->rank, v->dims, s);
+  ty_op_strides(v->rank, v->dims, s);
   for (uint32_t d = 0; d < v->rank; ++d) at += starts->ints[d] * s[d];
   return at;
 }
@@ -380,8 +358,8 @@ void ty_cu_build_slice(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
   int64_t xs[8], ys[8];
   const int64_t start = ty_cu_start_offset(b, x);
-  ty_cu_strides(x->rank, x->dims, xs);
-  ty_cu_strides(y->rank, y->dims, ys);
+  ty_op_strides(x->rank, x->dims, xs);
+  ty_op_strides(y->rank, y->dims, ys);
   ty_cu_strided_copy(b, ty_cu_ref_at(ty_cu_in(b, 0), (uint64_t)start * ty_cu_esize(y)),
                      ty_cu_out(b, 0), ty_cu_esize(y), (int)y->rank, y->dims, xs, ys);
 }
@@ -391,8 +369,8 @@ void ty_cu_build_slice_backward(ty_cu_build_t *b) {
   const size_t es = ty_cu_esize(dx);
   int64_t ds[8], xs[8];
   const int64_t start = ty_cu_start_offset(b, dx);
-  ty_cu_strides(dy->rank, dy->dims, ds);
-  ty_cu_strides(dx->rank, dx->dims, xs);
+  ty_op_strides(dy->rank, dy->dims, ds);
+  ty_op_strides(dx->rank, dx->dims, xs);
   ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)ty_cu_numel(dx) * es);
   ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_ref_at(ty_cu_out(b, 0), (uint64_t)start * es), es,
                      (int)dy->rank, dy->dims, ds, xs);
@@ -404,11 +382,11 @@ void ty_cu_build_concat(ty_cu_build_t *b) {
   if (axis < 0) axis += y->rank;
   const size_t es = ty_cu_esize(y);
   int64_t ys[8], at = 0;
-  ty_cu_strides(y->rank, y->dims, ys);
+  ty_op_strides(y->rank, y->dims, ys);
   for (uint32_t i = 0; i < b->node->input_count; ++i) {
     const ty_abi_value_t *x = ty_cu_vin(b, i);
     int64_t xs[8];
-    ty_cu_strides(x->rank, x->dims, xs);
+    ty_op_strides(x->rank, x->dims, xs);
     ty_cu_strided_copy(b, ty_cu_in(b, i),
                        ty_cu_ref_at(ty_cu_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
                        (int)x->rank, x->dims, xs, ys);
@@ -592,7 +570,7 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
   /* The general case (as the opencl backend): kept and reduced axes with
    * their strides in x. */
   int64_t xs[8];
-  ty_cu_strides(x->rank, x->dims, xs);
+  ty_op_strides(x->rank, x->dims, xs);
   int64_t kd[8], ks[8], rd[8], rs[8];
   int kr = 0, rr = 0;
   for (int d = 0; d < 8; ++d) {

@@ -5,14 +5,14 @@
  * calls under it follow exactly. These ops take float operands of one
  * dtype (inference checks it), so they launch the kernel instance of that
  * dtype. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cuda/cuda_ops.h"
+#include "hal/dtype.h"
 #include "hal/philox.h"
+#include "ops/reference/ref_rope.h"
 
-#define TY_CU_PI 3.14159265358979323846
 #define TY_CU_NORM_THREADS 128u /* 4 warps: 4 rows per block (kernels/norm.cu) */
 
 /* The instance of a templated kernel for value v's dtype; fails the build
@@ -21,8 +21,8 @@ static const char *ty_cu_typed_for(ty_cu_build_t *b, const char *const names[3],
                                    const ty_abi_value_t *v) {
   const char *k = ty_cu_typed(names, (int)v->dtype);
   if (!k) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s runs on f32, bf16 or f16 operands (dtype code %d)",
-               b->node->op, (int)v->dtype);
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s runs on f32, bf16 or f16 operands, not %s",
+               b->node->op, ty_dtype_name(v->dtype));
   }
   return k;
 }
@@ -265,27 +265,27 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
 
 /* ---- rotary embeddings ---- */
 
-/* inv_freq exactly as ops/reference/ref_rope.c computes it, in f64. */
-static void ty_cu_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double *inv_freq) {
-  const double theta = ty_abi_node_attr_float(node, "theta", 10000.0);
-  const bool llama3 = strcmp(ty_abi_node_attr_string(node, "scaling", "default"), "llama3") == 0;
-  const double factor = ty_abi_node_attr_float(node, "factor", 1.0);
-  const double low = ty_abi_node_attr_float(node, "low_freq_factor", 1.0);
-  const double high = ty_abi_node_attr_float(node, "high_freq_factor", 4.0);
-  const double old_len = ty_abi_node_attr_float(node, "original_max_position", 8192.0);
-  for (int64_t j = 0; j < dim / 2; ++j) {
-    double inv = 1.0 / pow(theta, (double)(2 * j) / (double)dim);
-    if (llama3) {
-      const double low_wavelen = old_len / low, high_wavelen = old_len / high;
-      const double wavelen = 2.0 * TY_CU_PI / inv;
-      if (wavelen > low_wavelen) inv = inv / factor;
-      const double smooth = (old_len / wavelen - low) / (high - low);
-      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
-        inv = (1.0 - smooth) * inv / factor + smooth * inv;
-      }
-    }
-    inv_freq[j] = inv;
+/* inv_freq[D/2] in f64 by the reference itself (ops/reference/ref_rope.c,
+ * llama3 scaling included), so the table is the oracle's to the bit. */
+static bool ty_cu_rope_inv_freq(ty_cu_build_t *b, int64_t dim, double *inv_freq) {
+  const ty_abi_node_t *node = b->node;
+  const char *kind = ty_abi_node_attr_string(node, "scaling", "default");
+  const ty_ref_rope_scaling_t scaling = {
+      .kind = strcmp(kind, "llama3") == 0 ? TY_REF_ROPE_LLAMA3 : TY_REF_ROPE_DEFAULT,
+      .factor = ty_abi_node_attr_float(node, "factor", 1.0),
+      .low_freq_factor = ty_abi_node_attr_float(node, "low_freq_factor", 1.0),
+      .high_freq_factor = ty_abi_node_attr_float(node, "high_freq_factor", 4.0),
+      .original_max_position_embeddings =
+          ty_abi_node_attr_float(node, "original_max_position", 8192.0),
+  };
+  ty_status_t s = ty_ref_rope_inv_freq(dim, ty_abi_node_attr_float(node, "theta", 10000.0),
+                                       &scaling, inv_freq);
+  if (s) {
+    ty_cu_fail(b, ty_status_code(s), "%s", ty_status_message(s));
+    ty_status_free(s);
+    return false;
   }
+  return true;
 }
 
 void ty_cu_build_rope(ty_cu_build_t *b) {
@@ -305,7 +305,11 @@ void ty_cu_build_rope(ty_cu_build_t *b) {
     ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  ty_cu_rope_inv_freq(b->node, D, inv);
+  if (!ty_cu_rope_inv_freq(b, D, inv)) {
+    free(inv);
+    free(table);
+    return;
+  }
   for (int64_t j = 0; j < D / 2; ++j) {
     const float hi = (float)inv[j];
     table[2 * j] = hi;

@@ -190,23 +190,37 @@ __device__ __forceinline__ void ty_norm_bwd_dx_impl(const void *dy_, const void 
       }
     } else {
       const int head = ty_head4_of<T>(dy, x, dx, g);
+      /* g = dy gamma and xhat of element c, or of the 4 from c. */
+      auto load1 = [&](long long c, float *gj, float *xh) {
+        *gj = ty_get(dy, c) * (g ? ty_get(g, c) : 1.0f);
+        *xh = (ty_get(x, c) - mu) * r;
+      };
+      auto load4 = [&](long long c, float *gj, float *xh) {
+        float dv[4], xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        ty_ld4(dy + c, dv);
+        ty_ld4(x + c, xv);
+        if (g) ty_ld4(g + c, gv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          gj[j] = dv[j] * gv[j];
+          xh[j] = (xv[j] - mu) * r;
+        }
+      };
       ty_row_loop(
           C, head, lane, 32,
           [&](long long c) {
-            const float gj = ty_get(dy, c) * (g ? ty_get(g, c) : 1.0f);
+            float gj, xh;
+            load1(c, &gj, &xh);
             sg += gj;
-            sgx += gj * ((ty_get(x, c) - mu) * r);
+            sgx += gj * xh;
           },
           [&](long long c) {
-            float dv[4], xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-            ty_ld4(dy + c, dv);
-            ty_ld4(x + c, xv);
-            if (g) ty_ld4(g + c, gv);
+            float gj[4], xh[4];
+            load4(c, gj, xh);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const float gj = dv[j] * gv[j];
-              sg += gj;
-              sgx += gj * ((xv[j] - mu) * r);
+              sg += gj[j];
+              sgx += gj[j] * xh[j];
             }
           });
       const float mean_g = rms ? 0.0f : ty_warp_sum(sg) * inv_c;
@@ -214,21 +228,16 @@ __device__ __forceinline__ void ty_norm_bwd_dx_impl(const void *dy_, const void 
       ty_row_loop(
           C, head, lane, 32,
           [&](long long c) {
-            const float gj = ty_get(dy, c) * (g ? ty_get(g, c) : 1.0f);
-            const float xhat = (ty_get(x, c) - mu) * r;
-            ty_put(dx, c, r * (gj - mean_g - xhat * mean_gx));
+            float gj, xh;
+            load1(c, &gj, &xh);
+            ty_put(dx, c, r * (gj - mean_g - xh * mean_gx));
           },
           [&](long long c) {
-            float dv[4], xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-            ty_ld4(dy + c, dv);
-            ty_ld4(x + c, xv);
-            if (g) ty_ld4(g + c, gv);
+            float gj[4], xh[4];
+            load4(c, gj, xh);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float xhat = (xv[j] - mu) * r;
-              dv[j] = r * (dv[j] * gv[j] - mean_g - xhat * mean_gx);
-            }
-            ty_st4(dx + c, dv);
+            for (int j = 0; j < 4; ++j) gj[j] = r * (gj[j] - mean_g - xh[j] * mean_gx);
+            ty_st4(dx + c, gj);
           });
     }
   }
