@@ -24,8 +24,14 @@ void ty_cu_api_unload(ty_cu_api_t *api) {
   memset(api, 0, sizeof(*api));
 }
 
+/* Copies src (NULL: "") into dst of cap > 0 bytes, cut to fit. Not
+ * snprintf: gcc's -Wformat-truncation cannot tell which row of a 2-D
+ * buffer src is and warns (an error under -Werror). */
 static void ty_cu_copy(char *dst, size_t cap, const char *src) {
-  snprintf(dst, cap, "%s", src ? src : "");
+  if (!src) src = "";
+  size_t n = strnlen(src, cap - 1);
+  memcpy(dst, src, n);
+  dst[n] = '\0';
 }
 
 static void *ty_cu_blaslt_open(ty_cu_api_t *api, char *why, size_t cap) {
