@@ -1,0 +1,177 @@
+/* The attention family on cuda: `attention` (out, lse) and
+ * `attention_backward` (dq, dk, dv) as launches of kernels/attention.cu.
+ * Which kernels run (tensor cores or the generic f32 ones) and their launch
+ * shapes come from cuda_attention_plan.c, the same rule the CPU emulation
+ * harness (tests/cuda/attention_emu.cc) checks. The backward is three
+ * launches: delta = rowsum(dout * out) into this node's scratch, then dq,
+ * then dk and dv; none uses atomics, so results are bit-identical run to
+ * run.
+ *
+ * TRAINYARD_CUDA_ATTENTION=generic forces the generic kernels (to compare the
+ * paths or rule out the fast one); "auto" or unset picks by the plan's rule.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_attention_plan.h"
+#include "backends/cuda/cuda_exec.h"
+
+#define TY_CU_ATT_LOG2E 1.4426950408889634
+
+static const char *ty_cu_att_dtype_name(ty_dtype_t d) {
+  switch (d) {
+    case TY_DTYPE_F32: return "f32";
+    case TY_DTYPE_BF16: return "bf16";
+    case TY_DTYPE_F16: return "f16";
+    case TY_DTYPE_F64: return "f64";
+    case TY_DTYPE_I32: return "i32";
+    case TY_DTYPE_I64: return "i64";
+    default: return "u8";
+  }
+}
+
+bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                           size_t capacity) {
+  const bool backward = strcmp(node->op, "attention_backward") == 0;
+  if (ty_abi_node_attr_int(node, "causal", 1) != 1) {
+    snprintf(reason, capacity,
+             "%s with causal=0 is not implemented (the reference, the conformance oracle, has "
+             "no causal=0 either)",
+             node->op);
+    return false;
+  }
+  const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
+  const ty_abi_value_t *q = &g->values[node->inputs[qi]], *k = &g->values[node->inputs[qi + 1]];
+  const ty_abi_value_t *lse =
+      &g->values[backward ? node->inputs[5] : node->outputs[1]];
+  if (q->rank != 4 || k->rank != 4) {
+    snprintf(reason, capacity, "%s needs q [B, T, Hq, D] and k, v [B, S, Hkv, D] (rank 4)",
+             node->op);
+    return false;
+  }
+  if (lse->dtype != TY_DTYPE_F32) {
+    snprintf(reason, capacity, "%s: lse is %s; the cuda kernels keep it in f32", node->op,
+             ty_cu_att_dtype_name(lse->dtype));
+    return false;
+  }
+  if (kl < node->input_count && node->inputs[kl] != UINT32_MAX &&
+      g->values[node->inputs[kl]].dtype != TY_DTYPE_I64) {
+    snprintf(reason, capacity, "%s: kv_len is %s; it must be an i64 scalar", node->op,
+             ty_cu_att_dtype_name(g->values[node->inputs[kl]].dtype));
+    return false;
+  }
+  const int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], D = q->dims[3];
+  const int64_t S = k->dims[1], Hkv = k->dims[2];
+  if (B * T * Hq * D == 0) return true; /* nothing to compute; the builder fills zeros */
+  ty_cu_att_plan_t plan;
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, true, &plan);
+  if (why) {
+    snprintf(reason, capacity, "%s with q [%lld, %lld, %lld, %lld] %s: %s", node->op,
+             (long long)B, (long long)T, (long long)Hq, (long long)D,
+             ty_cu_att_dtype_name(q->dtype), why);
+    return false;
+  }
+  return true;
+}
+
+/* The parameters every forward, dq and dk/dv kernel ends with:
+ * int Tq, int S, int Hq, int Hkv, int D, float scale, float sl2, int window,
+ * int *err, int node. */
+static void ty_cu_att_tail(ty_cu_build_t *b, ty_cu_cmd_t *c, const int64_t shape[5],
+                           float scale, float sl2, int32_t window) {
+  for (int i = 0; i < 5; ++i) ty_cu_arg_i32(b, c, (int32_t)shape[i]);
+  ty_cu_arg_f32(b, c, scale);
+  ty_cu_arg_f32(b, c, sl2);
+  ty_cu_arg_i32(b, c, window);
+  ty_cu_arg_err(b, c);
+}
+
+static void ty_cu_att_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, const ty_cu_att_launch_t *l) {
+  ty_cu_grid(b, c, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem);
+}
+
+/* Whether TRAINYARD_CUDA_ATTENTION lets the tensor-core kernels run. */
+static bool ty_cu_att_allow_fast(ty_cu_build_t *b) {
+  const char *mode = getenv("TRAINYARD_CUDA_ATTENTION");
+  if (!mode || !mode[0] || strcmp(mode, "auto") == 0) return true;
+  if (strcmp(mode, "generic") == 0) return false;
+  ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT,
+             "TRAINYARD_CUDA_ATTENTION='%s' is not 'auto' or 'generic'", mode);
+  return false;
+}
+
+void ty_cu_build_attention(ty_cu_build_t *b) {
+  const bool backward = strcmp(b->node->op, "attention_backward") == 0;
+  /* forward: q, k, v, kv_len? -> out, lse
+   * backward: dout, q, k, v, out, lse, kv_len? -> dq, dk, dv */
+  const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
+  const ty_abi_value_t *q = ty_cu_vin(b, qi), *k = ty_cu_vin(b, qi + 1);
+  const int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], D = q->dims[3];
+  const int64_t S = k->dims[1], Hkv = k->dims[2];
+  if (B * T * Hq * D == 0) {
+    if (backward) { /* no query sees any key: dk = dv = 0 */
+      const uint64_t bytes = (uint64_t)ty_cu_numel(ty_cu_vout(b, 1)) * ty_abi_dtype_size(k->dtype);
+      ty_cu_fill(b, ty_cu_out(b, 1), bytes);
+      ty_cu_fill(b, ty_cu_out(b, 2), bytes);
+    }
+    return;
+  }
+  const bool allow_fast = ty_cu_att_allow_fast(b);
+  ty_cu_att_plan_t plan;
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, allow_fast, &plan);
+  if (why) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
+    return;
+  }
+  const double scale = ty_abi_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D));
+  int64_t window = ty_abi_node_attr_int(b->node, "window", 0);
+  if (window >= S) window = 0; /* no position is that far from key 0 */
+  const int64_t shape[5] = {T, S, Hq, Hkv, D};
+  const float scale_f = (float)scale, sl2 = (float)(scale * TY_CU_ATT_LOG2E);
+  if (!backward) {
+    const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_FWD];
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));  /* q */
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));  /* k */
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));  /* v */
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0)); /* out */
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 1)); /* lse */
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, kl)); /* kvlen: NULL when absent */
+    ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
+    ty_cu_att_grid(b, c, l);
+    return;
+  }
+  const int64_t rows = B * Hq * T;
+  const ty_cu_ref_t delta = ty_cu_scratch(b, (uint64_t)rows * sizeof(float));
+  /* delta(dout, out, delta, long long rows, int Tq, int Hq, int D) */
+  const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_DELTA];
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0)); /* dout */
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, 4)); /* out */
+  ty_cu_arg_ptr(b, c, delta);
+  ty_cu_arg_i64(b, c, rows);
+  ty_cu_arg_i32(b, c, (int32_t)T);
+  ty_cu_arg_i32(b, c, (int32_t)Hq);
+  ty_cu_arg_i32(b, c, (int32_t)D);
+  ty_cu_att_grid(b, c, l);
+  /* dq(dout, q, k, v, lse, delta, kvlen, dq, <tail>) and
+   * dkv(dout, q, k, v, lse, delta, kvlen, dk, dv, <tail>) */
+  for (int kernel = TY_CU_ATT_DQ; kernel <= TY_CU_ATT_DKV; ++kernel) {
+    l = &plan.launch[kernel];
+    c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
+    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i)); /* dout q k v */
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 5));                                /* lse */
+    ty_cu_arg_ptr(b, c, delta);
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, kl)); /* kvlen */
+    if (kernel == TY_CU_ATT_DQ) {
+      ty_cu_arg_ptr(b, c, ty_cu_out(b, 0)); /* dq */
+    } else {
+      ty_cu_arg_ptr(b, c, ty_cu_out(b, 1)); /* dk */
+      ty_cu_arg_ptr(b, c, ty_cu_out(b, 2)); /* dv */
+    }
+    ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
+    ty_cu_att_grid(b, c, l);
+  }
+}

@@ -1,0 +1,65 @@
+/* Tile shapes of the attention kernels (kernels/attention*.cu*), shared by
+ * the kernels and their builder (cuda_attention.c) so launch geometry and
+ * shared-memory sizes cannot drift apart. Plain C macros: nvcc and the C
+ * compiler both read this file. Sizes are in bytes. */
+#ifndef TY_CUDA_KERNELS_ATTENTION_SHAPES_H_
+#define TY_CUDA_KERNELS_ATTENTION_SHAPES_H_
+
+/* ---- the generic (SIMT, f32 math) kernels ----
+ * 128 threads as 16 row groups x 8 column lanes. DC is the head-dim bucket
+ * (64, 128 or 256; the head dim is zero-padded up to it in shared memory).
+ * A thread owns RM rows and KC keys of a tile, so a block holds
+ * BQ = 16 RM query rows (dK/dV kernel: 16 RM keys) and streams tiles of
+ * BK = 8 KC keys (dK/dV kernel: 8 KC query rows). Shared rows are padded to
+ * DC + 1 floats so the column lanes hit distinct banks. */
+#define TY_ATT_SIMT_THREADS 128
+#define TY_ATT_MAX_HEAD_DIM 256
+#define TY_ATT_SIMT_DC(d) ((d) <= 64 ? 64 : (d) <= 128 ? 128 : 256)
+#define TY_ATT_SIMT_RM(dc) ((dc) <= 64 ? 4 : (dc) <= 128 ? 2 : 1)
+#define TY_ATT_SIMT_KC(dc) ((dc) <= 128 ? 8 : 4)
+#define TY_ATT_SIMT_BQ(dc) (16 * TY_ATT_SIMT_RM(dc))
+#define TY_ATT_SIMT_BK(dc) (8 * TY_ATT_SIMT_KC(dc))
+/* forward: Q [BQ][DC+1], K and V [BK][DC+1], P [BQ][BK+1] floats, then the
+ * rows' positions (BQ ints). */
+#define TY_ATT_SIMT_FWD_SMEM(dc)                                                    \
+  (4 * (TY_ATT_SIMT_BQ(dc) * ((dc) + 1) + 2 * TY_ATT_SIMT_BK(dc) * ((dc) + 1) +      \
+        TY_ATT_SIMT_BQ(dc) * (TY_ATT_SIMT_BK(dc) + 1) + TY_ATT_SIMT_BQ(dc)))
+/* dQ: Q and dO [BQ][DC+1], K and V [BK][DC+1], dS [BQ][BK+1], then per row
+ * position, lse*log2(e) and delta. */
+#define TY_ATT_SIMT_DQ_SMEM(dc)                                                     \
+  (4 * (2 * TY_ATT_SIMT_BQ(dc) * ((dc) + 1) + 2 * TY_ATT_SIMT_BK(dc) * ((dc) + 1) +  \
+        TY_ATT_SIMT_BQ(dc) * (TY_ATT_SIMT_BK(dc) + 1) + 3 * TY_ATT_SIMT_BQ(dc)))
+/* dK/dV: K and V [BQ][DC+1] (here BQ counts keys), Q and dO [BK][DC+1]
+ * (BK counts query rows), P^T and dS^T [BQ][BK+1], then per query row
+ * position, lse*log2(e) and delta. */
+#define TY_ATT_SIMT_DKV_SMEM(dc)                                                    \
+  (4 * (2 * TY_ATT_SIMT_BQ(dc) * ((dc) + 1) + 2 * TY_ATT_SIMT_BK(dc) * ((dc) + 1) +  \
+        2 * TY_ATT_SIMT_BQ(dc) * (TY_ATT_SIMT_BK(dc) + 1) + 3 * TY_ATT_SIMT_BK(dc)))
+
+/* ---- the tensor-core kernels (bf16/f16, head dim 64 or 128) ----
+ * Warps of 16 rows each; tiles of 64 keys; every shared tile is [rows][D]
+ * 16-bit elements, 16-byte chunks XOR-swizzled by row. */
+#define TY_ATT_TC_BK 64
+/* forward: 8 warps = 128 query rows; Q, then K and V double-buffered. */
+#define TY_ATT_TC_FWD_WARPS 8
+#define TY_ATT_TC_FWD_BQ (16 * TY_ATT_TC_FWD_WARPS)
+#define TY_ATT_TC_FWD_SMEM(d) (2 * ((d) * TY_ATT_TC_FWD_BQ + 4 * (d) * TY_ATT_TC_BK))
+/* dQ: 4 warps = 64 query rows; Q and dO, then K and V double-buffered. */
+#define TY_ATT_TC_DQ_WARPS 4
+#define TY_ATT_TC_DQ_BQ (16 * TY_ATT_TC_DQ_WARPS)
+#define TY_ATT_TC_DQ_SMEM(d) (2 * (2 * (d) * TY_ATT_TC_DQ_BQ + 4 * (d) * TY_ATT_TC_BK))
+/* dK/dV: 4 warps = 64 keys; K and V, then query tiles of BQ2 rows (Q, dO
+ * and their lse and delta) double-buffered. BQ2 is smaller at D = 128 so
+ * the dK and dV accumulators (2 x 16 x D f32 per warp) fit in registers. */
+#define TY_ATT_TC_DKV_WARPS 4
+#define TY_ATT_TC_DKV_BKV (16 * TY_ATT_TC_DKV_WARPS)
+#define TY_ATT_TC_DKV_BQ(d) ((d) <= 64 ? 64 : 32)
+#define TY_ATT_TC_DKV_SMEM(d)                                                       \
+  (2 * (2 * (d) * TY_ATT_TC_DKV_BKV + 4 * (d) * TY_ATT_TC_DKV_BQ(d)) +              \
+   4 * 4 * TY_ATT_TC_DKV_BQ(d))
+
+/* Rows of the delta = rowsum(dout * out) kernel per 256-thread block (one
+ * warp per row). */
+#define TY_ATT_DELTA_ROWS 8
+
+#endif /* TY_CUDA_KERNELS_ATTENTION_SHAPES_H_ */
