@@ -15,6 +15,10 @@
 #              resume, faults
 #   sanitizer  compute-sanitizer memcheck and racecheck on conform and on
 #              training steps
+#   attention  tests/cuda/attention_cuda_test (both paths against the f64
+#              reference, bit equality run to run), then its --bench
+#   profile    train_bench GPT-2 124M bf16-mixed B16 T1024 with
+#              TRAINYARD_PROFILE=1 (per-op times), and f32 B4 T1024
 #   opencl     issue 12's check: gpt2-124m on opencl:0 (NVIDIA's OpenCL)
 #              against cpu
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
@@ -25,6 +29,7 @@ out=${OUT:-/tmp/ty-device-out}
 mkdir -p "$out"
 ty=$build/bin/trainyard
 export PYTHONUNBUFFERED=1
+export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
 models=tests/fixtures/models
 
 phase_info() {
@@ -73,13 +78,13 @@ phase_sanitizer() {
       "$ty" conform --backend 'cuda:0?graphs=0' ${CONFORM_OPS:+--ops "$CONFORM_OPS"} 2>&1 | tail -15
     echo "== $tool: 2 training steps (gpt2 fixture)"
     timeout 300 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
-      "$ty" train --model $models/gpt2 --data "$out/ids" --out "$out/san-$tool" --max-steps 2 \
+      "$ty" train --model $models/gpt2 --data /tmp/ty-ids --out /tmp/ty-san-$tool --max-steps 2 \
       --batch-size 4 --dropout 0.1 --backend 'cuda:0?graphs=0' --cache-dir none 2>&1 | tail -8
   done
 }
 
 prepare_ids() {
-  python3 - "$out/ids.jsonl" <<'PY'
+  python3 - /tmp/ty-ids.jsonl <<'PY'
 import json, random, sys
 r = random.Random(1)
 with open(sys.argv[1], "w") as f:
@@ -87,8 +92,24 @@ with open(sys.argv[1], "w") as f:
         s, st, n = r.randrange(90), r.choice([1, 2, 3]), r.randrange(8, 40)
         f.write(json.dumps([(s + i * st) % 90 for i in range(n)]) + "\n")
 PY
-  "$ty" data prepare --format ids --vocab-size 96 --eos-id 95 --input "$out/ids.jsonl" \
-    --seq-len 16 --val-fraction 0.15 --out "$out/ids" >/dev/null
+  "$ty" data prepare --format ids --vocab-size 96 --eos-id 95 --input /tmp/ty-ids.jsonl \
+    --seq-len 16 --val-fraction 0.15 --out /tmp/ty-ids >/dev/null
+}
+
+phase_attention() {
+  timeout 300 "$build/tests/attention_cuda_test" 2>&1 | tail -60
+  local rc=${PIPESTATUS[0]}
+  timeout 200 "$build/tests/attention_cuda_test" --bench 2>&1 | tail -40
+  return $rc
+}
+
+phase_profile() {
+  TRAINYARD_PROFILE=1 timeout 300 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m \
+    --dtype bf16-mixed --batch 16 --seq 1024 --steps 5 --warmup 2 --peak-tflops 989 2>&1 | tail -75
+  timeout 200 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m --dtype bf16-mixed \
+    --batch 16 --seq 1024 --steps 10 --warmup 3 --peak-tflops 989 2>&1 | tail -12
+  timeout 200 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m --dtype f32 \
+    --batch 4 --seq 1024 --steps 5 --warmup 2 2>&1 | tail -6
 }
 
 phase_opencl() {
