@@ -70,41 +70,15 @@ int ty_cu_api_load(ty_cu_api_t *api, char *why, size_t why_capacity) {
     snprintf(why, why_capacity, "no CUDA driver (%s)", dlerror());
     return -1;
   }
-  typedef CUresult (*proc_fn)(const char *, void **, int, cuuint64_t,
-                              CUdriverProcAddressQueryResult *);
-  proc_fn get_proc = NULL;
-  *(void **)&get_proc = dlsym(api->driver_handle, "cuGetProcAddress_v2");
-  if (!get_proc) {
-    snprintf(why, why_capacity,
-             "the CUDA driver %s is too old: it has no cuGetProcAddress_v2 (CUDA 12.0 or "
-             "newer is needed)",
-             path);
-    ty_cu_api_unload(api);
-    return -1;
-  }
-  /* The driver's own version first: entry points are asked for at the
-   * version this plugin was compiled against. */
-  CUresult (*get_version)(int *) = NULL;
-  *(void **)&get_version = dlsym(api->driver_handle, "cuDriverGetVersion");
-  if (get_version) get_version(&api->driver_version);
-  if (api->driver_version < CUDA_VERSION) {
-    snprintf(why, why_capacity,
-             "the CUDA driver %s supports CUDA %d.%d; this plugin was built with CUDA %d.%d "
-             "and needs a driver at least that new",
-             path, api->driver_version / 1000, api->driver_version % 1000 / 10,
-             CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
-    ty_cu_api_unload(api);
-    return -1;
-  }
+  /* Each entry by the exact symbol cuda.h's macros name (cuMemAlloc ->
+   * cuMemAlloc_v2, cuGraphInstantiate -> cuGraphInstantiateWithFlags), so
+   * its signature is the one the header declares. (cuGetProcAddress with a
+   * base name may return an older signature for some entries.) */
 #define TY_CU_RESOLVE(name)                                                                \
   {                                                                                       \
-    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;           \
-    void *fn = NULL;                                                                      \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=        \
-            CUDA_SUCCESS ||                                                               \
-        !fn) {                                                                            \
-      snprintf(why, why_capacity, "the CUDA driver %s has no %s for CUDA %d", path, #name, \
-               CUDA_VERSION);                                                             \
+    void *fn = dlsym(api->driver_handle, TY_CU_STR(name));                                \
+    if (!fn) {                                                                            \
+      snprintf(why, why_capacity, "the CUDA driver %s has no %s", path, TY_CU_STR(name)); \
       ty_cu_api_unload(api);                                                              \
       return -1;                                                                          \
     }                                                                                     \
@@ -122,6 +96,18 @@ int ty_cu_api_load(ty_cu_api_t *api, char *why, size_t why_capacity) {
       snprintf(why, why_capacity, "the CUDA driver %s failed to initialize (cuInit: %s)", path,
                text);
     }
+    ty_cu_api_unload(api);
+    return -1;
+  }
+  /* The plugin needs a driver at least as new as the CUDA it was built
+   * with. */
+  api->cuDriverGetVersion(&api->driver_version);
+  if (api->driver_version < CUDA_VERSION) {
+    snprintf(why, why_capacity,
+             "the CUDA driver %s supports CUDA %d.%d; this plugin was built with CUDA %d.%d "
+             "and needs a driver at least that new",
+             path, api->driver_version / 1000, api->driver_version % 1000 / 10,
+             CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
     ty_cu_api_unload(api);
     return -1;
   }
@@ -149,8 +135,18 @@ void ty_cu_error_text(const ty_cu_api_t *api, CUresult r, char *out, size_t capa
   const char *name = NULL, *text = NULL;
   if (api->cuGetErrorName) api->cuGetErrorName(r, &name);
   if (api->cuGetErrorString) api->cuGetErrorString(r, &text);
-  if (name && text) snprintf(out, capacity, "%s: %s", name, text);
-  else snprintf(out, capacity, "CUresult %d", (int)r);
+  if (name && text) {
+    snprintf(out, capacity, "%s: %s", name, text);
+    return;
+  }
+  /* A driver that cannot name its errors (the toolkit's stub library). */
+  switch (r) {
+    case CUDA_ERROR_STUB_LIBRARY:
+      snprintf(out, capacity, "CUDA_ERROR_STUB_LIBRARY: the CUDA driver is a stub library");
+      break;
+    case CUDA_ERROR_NO_DEVICE: snprintf(out, capacity, "CUDA_ERROR_NO_DEVICE"); break;
+    default: snprintf(out, capacity, "CUresult %d", (int)r); break;
+  }
 }
 
 const char *ty_cu_blas_status_name(const ty_cu_api_t *api, cublasStatus_t s) {

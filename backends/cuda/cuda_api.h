@@ -1,7 +1,8 @@
 /* The CUDA driver and cuBLASLt as the cuda plugin sees them: ONE table of
- * entry points, resolved at backend_create with dlopen — libcuda.so.1
- * through cuGetProcAddress (so every entry is the version this plugin's
- * cuda.h declares), libcublasLt.so.<major> through dlsym — so that a machine
+ * entry points, resolved at backend_create with dlopen and dlsym —
+ * libcuda.so.1 by the versioned names cuda.h's macros expand to (so every
+ * entry has the signature this plugin's cuda.h declares),
+ * libcublasLt.so.<major> by name — so that a machine
  * without a driver or without cuBLASLt loads the plugin and reports
  * UNAVAILABLE with the reason instead of failing to dlopen it. The plugin
  * links neither library and never calls the CUDA runtime API: cuda.h and
@@ -17,7 +18,7 @@
 
 /* Every driver entry point the plugin uses (names as cuda.h spells them:
  * macros such as cuMemAlloc -> cuMemAlloc_v2 pick the versioned entry, and
- * cuGetProcAddress is asked for the same version). */
+ * the loader looks up the expanded name). */
 #define TY_CU_DRIVER_FUNCTIONS(X)                                                          \
   X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                    \
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem)                 \

@@ -107,6 +107,13 @@ int ty_cu_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent 
 int64_t ty_cu_numel(const ty_abi_value_t *v);
 /* The streaming multiprocessors of the device (for grid sizing). */
 uint32_t ty_cu_sm_count(const ty_cu_build_t *b);
+/* Elements between the starts of two rows (last-dimension slices) of
+ * value v: its last dimension, or more when the executor padded the rows
+ * (logits over an odd vocabulary: rows of 50257 bf16 are not 16-byte
+ * aligned, which keeps cuBLASLt off its fast kernels; see cuda_graph.c).
+ * Only matmul, cross_entropy and cross_entropy_backward (and reshapes that
+ * keep the last dimension) ever see a padded value. */
+int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value);
 
 /* A launch of `kernel` (static storage) from `family`; parameters follow in
  * order. NULL after an error (the helpers below accept NULL). */

@@ -81,11 +81,18 @@ static cublasLtMatrixLayout_t ty_cu_layout(ty_cu_build_t *b, cudaDataType_t t, u
   return l;
 }
 
+/* Row lengths in memory (elements) of a, b and c: their last dimensions, or
+ * the executor's padded rows (cuda_exec.h, ty_cu_row_stride). */
+typedef struct {
+  int64_t a, b, c;
+} ty_cu_lds_t;
+
 /* One GEMM command: `count` strided batches starting at the given byte
  * offsets of a, b and c. */
 static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N, int64_t K,
-                           bool ta, bool tb, int32_t count, int64_t sa, int64_t sb, int64_t sc,
-                           uint64_t off_a, uint64_t off_b, uint64_t off_c, bool bias) {
+                           bool ta, bool tb, ty_cu_lds_t ld, int32_t count, int64_t sa,
+                           int64_t sb, int64_t sc, uint64_t off_a, uint64_t off_b,
+                           uint64_t off_c, bool bias) {
   if (b->status) return;
   ty_abi_device_t *d = b->device;
   ty_cu_api_t *api = d->api;
@@ -111,7 +118,8 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
            dt == TY_DTYPE_BF16 ? "bf16" : dt == TY_DTYPE_F16 ? "f16" : "f32");
   /* Every pointer this command will see is a 256-aligned base (allocations,
    * arena offsets) plus the binding offset plus these offsets and strides. */
-  g->align = ty_cu_pow2_align(off_a | off_b | off_c);
+  g->align = ty_cu_pow2_align(off_a | off_b | off_c | (uint64_t)(ld.a * (int64_t)es) |
+                              (uint64_t)(ld.b * (int64_t)es) | (uint64_t)(ld.c * (int64_t)es));
   if (count > 1) g->align = ty_cu_pow2_align(g->align | (uint64_t)(sa * (int64_t)es) |
                                              (uint64_t)(sb * (int64_t)es) |
                                              (uint64_t)(sc * (int64_t)es));
@@ -142,11 +150,11 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
     return;
   }
   /* Column-major shapes as stored (see the top of the file). */
-  g->la = tb ? ty_cu_layout(b, t, (uint64_t)K, (uint64_t)N, K, count, sb)
-             : ty_cu_layout(b, t, (uint64_t)N, (uint64_t)K, N, count, sb);
-  g->lb = ta ? ty_cu_layout(b, t, (uint64_t)M, (uint64_t)K, M, count, sa)
-             : ty_cu_layout(b, t, (uint64_t)K, (uint64_t)M, K, count, sa);
-  g->lc = ty_cu_layout(b, t, (uint64_t)N, (uint64_t)M, N, count, sc);
+  g->la = tb ? ty_cu_layout(b, t, (uint64_t)K, (uint64_t)N, ld.b, count, sb)
+             : ty_cu_layout(b, t, (uint64_t)N, (uint64_t)K, ld.b, count, sb);
+  g->lb = ta ? ty_cu_layout(b, t, (uint64_t)M, (uint64_t)K, ld.a, count, sa)
+             : ty_cu_layout(b, t, (uint64_t)K, (uint64_t)M, ld.a, count, sa);
+  g->lc = ty_cu_layout(b, t, (uint64_t)N, (uint64_t)M, ld.c, count, sc);
   if (b->status) return;
   cublasLtMatmulPreference_t pref = NULL;
   s = api->cublasLtMatmulPreferenceCreate(&pref);
@@ -222,11 +230,15 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
     return;
   }
   const uint32_t nb = c->rank - 2;
+  const ty_cu_lds_t ld = {ty_cu_row_stride(b, b->node->inputs[0]),
+                          ty_cu_row_stride(b, b->node->inputs[1]),
+                          ty_cu_row_stride(b, b->node->outputs[0])};
   int64_t sa[8] = {0}, sb[8] = {0}, sc[8] = {0};
-  ty_cu_batch_strides(a, M * K, nb, c->dims, sa);
-  ty_cu_batch_strides(bm, K * N, nb, c->dims, sb);
+  /* Elements of one matrix in memory: its rows times its row length. */
+  ty_cu_batch_strides(a, (ta ? K : M) * ld.a, nb, c->dims, sa);
+  ty_cu_batch_strides(bm, (tb ? N : K) * ld.b, nb, c->dims, sb);
   {
-    int64_t stride = M * N;
+    int64_t stride = M * ld.c;
     for (int32_t i = (int32_t)nb - 1; i >= 0; --i) {
       sc[i] = stride;
       stride *= c->dims[i];
@@ -240,7 +252,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
     if (c->dims[i] > 1 && sa[i] == 0) a_full = false;
   }
   if (nb == 0 || (b_plain && a_full)) {
-    ty_cu_gemm_add(b, dt, M * batch, N, K, ta, tb, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
+    ty_cu_gemm_add(b, dt, M * batch, N, K, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
     return;
   }
   /* Merge chained batch dims from the inside out. */
@@ -264,7 +276,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
     groups++;
   }
   if (groups == 0) {
-    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
+    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
     return;
   }
   /* groups[0] is the innermost: strided batch; the others loop. */
@@ -290,7 +302,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
       ob += idx * gb[j];
       oc += idx * gc[j];
     }
-    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, (int32_t)dims[0], ga[0], gb[0], gc[0],
+    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, ld, (int32_t)dims[0], ga[0], gb[0], gc[0],
                    (uint64_t)oa * es, (uint64_t)ob * es, (uint64_t)oc * es, bias != NULL);
   }
 }
@@ -331,6 +343,18 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
       (void *)(uintptr_t)g->pc, g->lc, &g->algo, (void *)(uintptr_t)d->workspace,
       (size_t)d->workspace_bytes, d->stream);
   if (s != CUBLAS_STATUS_SUCCESS) {
+    /* cuBLASLt reports a context broken by an earlier asynchronous fault
+     * (an illegal address in a kernel before this one) as an internal
+     * failure of its own: the driver's sticky error is the real cause. */
+    CUresult r = api->cuStreamSynchronize(d->stream);
+    if (r != CUDA_SUCCESS) {
+      char what[200];
+      snprintf(what, sizeof(what),
+               "the work queued before node %u (matmul %s; cuBLASLt: %s; "
+               "TRAINYARD_CUDA_SYNC=1 names the kernel)",
+               c->node, g->shape, ty_cu_blas_status_name(api, s));
+      return ty_cu_driver_error(d, what, r);
+    }
     return ty_cu_error(TY_CODE_INTERNAL, "%s: node %u (matmul %s): cublasLtMatmul failed: %s",
                        d->label, c->node, g->shape, ty_cu_blas_status_name(api, s));
   }

@@ -68,6 +68,7 @@ struct ty_abi_executable_s {
   ty_host_profile_t *profile;
   CUevent *events;
   uint32_t *first_cmd; /* per node: its first command (cmd_count when none) */
+  int64_t *row_stride; /* per value: padded row length in elements, 0 = dense */
   /* Test hooks (TRAINYARD_CUDA_FAULT). */
   int fault_kind;
   uint64_t fault_run;
@@ -187,6 +188,12 @@ ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset) {
 }
 
 int ty_cu_dt(const ty_abi_value_t *v) { return v ? (int)v->dtype : 0; }
+
+int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value) {
+  const ty_abi_value_t *v = &b->g->values[value];
+  const int64_t padded = b->exec->row_stride ? b->exec->row_stride[value] : 0;
+  return padded ? padded : (v->rank ? v->dims[v->rank - 1] : 1);
+}
 
 uint32_t ty_cu_sm_count(const ty_cu_build_t *b) {
   return b->device->slot->sm_count > 0 ? (uint32_t)b->device->slot->sm_count : 1u;
@@ -420,6 +427,7 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e->addr);
   free(e->sorted_named);
   free(e->first_cmd);
+  free(e->row_stride);
   free(e);
 }
 
@@ -448,6 +456,82 @@ static ty_abi_status_t ty_cu_upload(ty_abi_executable_t *e, uint64_t bytes, cons
   }
   pthread_mutex_unlock(&d->staging_lock);
   return st;
+}
+
+/* ---- padded rows ----
+ *
+ * A matmul whose output rows are not a multiple of 16 bytes (GPT-2's logits:
+ * 50257 columns) runs on cuBLASLt's slow unaligned kernels, at a fifth of
+ * the speed of its aligned ones, and so do the matmuls and the loss that
+ * read it. Such an intermediate value is laid out with its rows padded to a
+ * multiple of 64 elements when every node that touches it can take a row
+ * stride: matmul (as an operand or result), cross_entropy(+_backward) on the
+ * logits, and reshapes that keep the last dimension (views of the same
+ * rows). The padding is never read, so it is never written either. Values
+ * bound by name stay dense: the caller sees their plain layout. */
+
+static bool ty_cu_pad_consumers_ok(const ty_abi_graph_t *g, uint32_t v, uint32_t depth,
+                                   uint32_t *views, uint32_t *view_count) {
+  const int64_t last = g->values[v].dims[g->values[v].rank - 1];
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    for (uint32_t i = 0; i < node->input_count; ++i) {
+      if (node->inputs[i] != v) continue;
+      const char *op = node->op;
+      if (!strcmp(op, "matmul") && i < 2) continue;
+      if (!strcmp(op, "cross_entropy") && i == 0) continue;
+      if (!strcmp(op, "cross_entropy_backward") && i == 1) continue;
+      if (!strcmp(op, "reshape") && depth < 4 && *view_count < 8) {
+        const ty_abi_value_t *y = &g->values[node->outputs[0]];
+        if (y->rank >= 2 && y->dims[y->rank - 1] == last && y->role == TY_VALUE_INTERMEDIATE &&
+            !(y->flags & TY_VALUE_FLAG_OUTPUT)) {
+          views[(*view_count)++] = node->outputs[0];
+          if (ty_cu_pad_consumers_ok(g, node->outputs[0], depth + 1, views, view_count)) continue;
+        }
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
+  ty_owned_graph_t *og = e->graph;
+  const ty_abi_graph_t *g = &og->graph;
+  e->row_stride = calloc(g->value_count ? g->value_count : 1, sizeof(int64_t));
+  if (!e->row_stride) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  const char *env = getenv("TRAINYARD_CUDA_PAD_ROWS");
+  if (env && !strcmp(env, "0")) return NULL;
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    const ty_abi_value_t *val = &g->values[v];
+    const size_t es = ty_abi_dtype_size(val->dtype);
+    if (val->role != TY_VALUE_INTERMEDIATE || (val->flags & TY_VALUE_FLAG_OUTPUT) ||
+        val->rank < 2 || es == 0 || e->row_stride[v]) {
+      continue;
+    }
+    const int64_t n = val->dims[val->rank - 1];
+    if (n < 256 || ((uint64_t)n * es) % 16 == 0) continue;
+    const uint32_t p = og->producer[v];
+    if (p == UINT32_MAX) continue;
+    const char *op = g->nodes[p].op;
+    if (!(!strcmp(op, "matmul") || !strcmp(op, "cross_entropy_backward")) ||
+        g->nodes[p].outputs[0] != v) {
+      continue;
+    }
+    uint32_t views[8], view_count = 0;
+    if (!ty_cu_pad_consumers_ok(g, v, 0, views, &view_count)) continue;
+    const int64_t padded = (n + 63) / 64 * 64;
+    const uint64_t rows = (uint64_t)(ty_abi_value_elements(val) / n);
+    e->row_stride[v] = padded;
+    og->value_bytes[v] = rows * (uint64_t)padded * es;
+    for (uint32_t k = 0; k < view_count; ++k) {
+      const ty_abi_value_t *y = &g->values[views[k]];
+      e->row_stride[views[k]] = padded;
+      og->value_bytes[views[k]] =
+          (uint64_t)(ty_abi_value_elements(y) / n) * (uint64_t)padded * es;
+    }
+  }
+  return NULL;
 }
 
 /* TRAINYARD_CUDA_FAULT=<kind>@<run>: a test hook that makes run number
@@ -490,6 +574,11 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   e->device = device;
   e->api = device->api;
   e->graph = ty_owned_graph_copy(args->graph);
+  s = e->graph ? ty_cu_plan_padding(e) : NULL;
+  if (s) {
+    ty_cu_executable_destroy(e);
+    return s;
+  }
   if (!e->graph || ty_memory_plan_build(e->graph, TY_CU_ALIGN, &e->plan) != TY_CODE_OK) {
     ty_cu_executable_destroy(e);
     return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
@@ -929,9 +1018,10 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   if (r == CUDA_SUCCESS) r = sync;
   if (r != CUDA_SUCCESS) {
     char what[160];
-    snprintf(what, sizeof(what), "running graph %.12s (%u nodes, %u commands%s)",
+    snprintf(what, sizeof(what), "running graph %.12s (%u nodes, %u commands%s%s)",
              e->graph->hash_hex, e->graph->graph.node_count, e->cmd_count,
-             use_graph ? ", as a CUDA graph; TRAINYARD_CUDA_SYNC=1 names the kernel" : "");
+             use_graph ? ", as a CUDA graph" : "",
+             e->sync_each ? "" : "; TRAINYARD_CUDA_SYNC=1 names the kernel");
     return ty_cu_driver_error(d, what, r);
   }
   if (e->profile) ty_cu_profile_collect(e);

@@ -241,7 +241,7 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, kernel);
   if (backward) {
     /* ty_xent_bwd_<T>(dloss, int dtdl, logits, targets, int dtt, dz, i64 rows,
-     *                 i64 V, err, int node) */
+     *                 i64 V, i64 ld, i64 ldz, err, int node) */
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
     ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 0)));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
@@ -249,8 +249,8 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
     ty_cu_arg_i32(b, c, ty_cu_dt(targets));
     ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
   } else {
-    /* ty_xent_<T>(logits, targets, int dtt, loss, int dtl, i64 rows, i64 V, err,
-     *             int node) */
+    /* ty_xent_<T>(logits, targets, int dtt, loss, int dtl, i64 rows, i64 V, i64 ld,
+     *             err, int node) */
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
     ty_cu_arg_i32(b, c, ty_cu_dt(targets));
@@ -259,6 +259,8 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
   }
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, V);
+  ty_cu_arg_i64(b, c, ty_cu_row_stride(b, b->node->inputs[zi]));
+  if (backward) ty_cu_arg_i64(b, c, ty_cu_row_stride(b, b->node->outputs[0]));
   ty_cu_arg_err(b, c);
   ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(V, 1024));
 }

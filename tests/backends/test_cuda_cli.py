@@ -34,6 +34,7 @@ from backend_cli import (CFG, ConformTest, ForwardTest, GenerateTest, MixedPreci
                          run, skip_unless_usable)
 
 FATBIN_SM80 = None  # a folder with elementwise.fatbin built for sm_80 only
+CUDA_STUB = None    # the toolkit's stub libcuda.so (every symbol, no driver)
 
 
 def cuda_usable():
@@ -67,6 +68,18 @@ class DevicesTest(unittest.TestCase):
         r = run(["devices"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("cuda", r.stdout)
+
+    def test_every_driver_entry_resolves(self):
+        """The toolkit's stub libcuda.so exports every driver entry point but
+        refuses cuInit: loading it proves the plugin finds each symbol it
+        needs by the name cuda.h declares (on machines without a GPU too)."""
+        if not CUDA_STUB or not os.path.exists(CUDA_STUB):
+            self.skipTest("no stub libcuda.so in the CUDA toolkit")
+        data = devices_json({"TRAINYARD_CUDA_DRIVER": CUDA_STUB})
+        rejected = [r for r in data["rejected"] if r["name"] == "cuda"]
+        self.assertEqual(len(rejected), 1, data["rejected"])
+        self.assertIn("failed to initialize (cuInit: CUDA_ERROR_STUB_LIBRARY",
+                      rejected[0]["reason"])
 
     def test_missing_driver_named(self):
         env = {"TRAINYARD_CUDA_DRIVER": "/nonexistent/libcuda.so.1"}
@@ -201,12 +214,16 @@ class FaultTest(unittest.TestCase):
 
 
 def main():
-    global FATBIN_SM80
+    global FATBIN_SM80, CUDA_STUB
     argv = sys.argv[1:]
-    if "--fatbin-sm80" in argv:
-        i = argv.index("--fatbin-sm80")
-        FATBIN_SM80 = argv[i + 1]
-        del argv[i:i + 2]
+    for flag in ("--fatbin-sm80", "--cuda-stub"):
+        if flag in argv:
+            i = argv.index(flag)
+            if flag == "--fatbin-sm80":
+                FATBIN_SM80 = argv[i + 1]
+            else:
+                CUDA_STUB = argv[i + 1]
+            del argv[i:i + 2]
     rest = parse_common(argv + ["--backend", "cuda:0"])
     suites = [a for a in rest if not a.startswith("-")]
     if suites != ["DevicesTest"]:

@@ -114,16 +114,17 @@ TY_KERNEL3(ty_softmax_bwd, TY_SOFTMAX_BWD_PARAMS, TY_SOFTMAX_BWD_ARGS)
  *   dz   = dloss (softmax(z) - onehot(t))  (t < 0: 0)
  *
  * A target >= V is a data error (TY_ERR_TARGET with the row, the target and
- * V), as in the reference; its row gets loss 0 / dz 0. loss and dloss are
+ * V), as in the reference; its row gets loss 0 / dz 0. Rows of z and dz lie
+ * ld and ldz elements apart (>= V: the executor may pad them). loss and dloss are
  * f32 (any float dtype is accepted). Checked at the "reduction" conform
  * bound. */
 template <typename T>
 __device__ __forceinline__ void ty_xent_impl(const void *logits, const void *targets, int dtt,
                                              void *loss, int dtl, long long rows, long long V,
-                                             ERR_ARGS) {
+                                             long long ld, ERR_ARGS) {
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T *z = (const T *)logits + row * V;
+    const T *z = (const T *)logits + row * ld;
     const long long t = ty_ldi(targets, row, dtt);
     if (t < 0 || t >= V) { /* uniform over the block */
       if (threadIdx.x == 0) {
@@ -139,18 +140,19 @@ __device__ __forceinline__ void ty_xent_impl(const void *logits, const void *tar
 }
 #define TY_XENT_PARAMS                                                                   \
   const void *logits, const void *targets, int dtt, void *loss, int dtl, long long rows, \
-      long long V, ERR_ARGS
-#define TY_XENT_ARGS logits, targets, dtt, loss, dtl, rows, V, err, node
+      long long V, long long ld, ERR_ARGS
+#define TY_XENT_ARGS logits, targets, dtt, loss, dtl, rows, V, ld, err, node
 TY_KERNEL3(ty_xent, TY_XENT_PARAMS, TY_XENT_ARGS)
 
 template <typename T>
 __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, const void *logits,
                                                  const void *targets, int dtt, void *dz_,
-                                                 long long rows, long long V, ERR_ARGS) {
+                                                 long long rows, long long V, long long ld,
+                                                 long long ldz, ERR_ARGS) {
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T *z = (const T *)logits + row * V;
-    T *dz = (T *)dz_ + row * V;
+    const T *z = (const T *)logits + row * ld;
+    T *dz = (T *)dz_ + row * ldz;
     const int head = ty_head4_of<T>(z, dz);
     const long long t = ty_ldi(targets, row, dtt);
     if (t < 0 || t >= V) { /* uniform over the block */
@@ -181,6 +183,6 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
 }
 #define TY_XENT_BWD_PARAMS                                                                  \
   const void *dloss, int dtdl, const void *logits, const void *targets, int dtt, void *dz, \
-      long long rows, long long V, ERR_ARGS
-#define TY_XENT_BWD_ARGS dloss, dtdl, logits, targets, dtt, dz, rows, V, err, node
+      long long rows, long long V, long long ld, long long ldz, ERR_ARGS
+#define TY_XENT_BWD_ARGS dloss, dtdl, logits, targets, dtt, dz, rows, V, ld, ldz, err, node
 TY_KERNEL3(ty_xent_bwd, TY_XENT_BWD_PARAMS, TY_XENT_BWD_ARGS)
