@@ -114,6 +114,11 @@ uint32_t ty_cu_sm_count(const ty_cu_build_t *b);
  * Only matmul, cross_entropy and cross_entropy_backward (and reshapes that
  * keep the last dimension) ever see a padded value. */
 int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value);
+/* For the padded LM head (cuda_graph.c, ty_cu_plan_padded_head): rows of
+ * value v that exist, zero beyond its first dimension (0: none), and
+ * whether the padding of its rows holds zeros. */
+int64_t ty_cu_zero_rows(const ty_cu_build_t *b, uint32_t value);
+bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value);
 
 /* A launch of `kernel` (static storage) from `family`; parameters follow in
  * order. NULL after an error (the helpers below accept NULL). */

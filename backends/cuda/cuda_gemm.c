@@ -244,6 +244,16 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
       stride *= c->dims[i];
     }
   }
+  /* The padded LM head (cuda_graph.c): compute over the zero padding so
+   * cuBLASLt sees aligned m and k. */
+  int64_t N_run = N, K_run = K;
+  if (!ta && tb && !bias && ld.c > N && ty_cu_zero_rows(b, b->node->inputs[1]) >= ld.c) {
+    N_run = ld.c;
+  }
+  if (!ta && !tb && ld.a > K && ty_cu_zero_cols(b, b->node->inputs[0]) &&
+      ty_cu_zero_rows(b, b->node->inputs[1]) >= ld.a) {
+    K_run = ld.a;
+  }
   /* Linear layer: b unbatched, a untransposed and not broadcast. */
   bool b_plain = bm->rank == 2, a_full = !ta;
   int64_t batch = 1;
@@ -252,7 +262,8 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
     if (c->dims[i] > 1 && sa[i] == 0) a_full = false;
   }
   if (nb == 0 || (b_plain && a_full)) {
-    ty_cu_gemm_add(b, dt, M * batch, N, K, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
+    ty_cu_gemm_add(b, dt, M * batch, N_run, K_run, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0,
+                   bias != NULL);
     return;
   }
   /* Merge chained batch dims from the inside out. */

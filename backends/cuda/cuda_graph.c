@@ -69,6 +69,9 @@ struct ty_abi_executable_s {
   CUevent *events;
   uint32_t *first_cmd; /* per node: its first command (cmd_count when none) */
   int64_t *row_stride; /* per value: padded row length in elements, 0 = dense */
+  int64_t *zero_rows;  /* per value: rows allocated (>= dims[0]) whose extra rows
+                          are zeros, 0 = none */
+  bool *zero_cols;     /* per value: the padding of its rows holds zeros */
   /* Test hooks (TRAINYARD_CUDA_FAULT). */
   int fault_kind;
   uint64_t fault_run;
@@ -193,6 +196,14 @@ int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value) {
   const ty_abi_value_t *v = &b->g->values[value];
   const int64_t padded = b->exec->row_stride ? b->exec->row_stride[value] : 0;
   return padded ? padded : (v->rank ? v->dims[v->rank - 1] : 1);
+}
+
+int64_t ty_cu_zero_rows(const ty_cu_build_t *b, uint32_t value) {
+  return b->exec->zero_rows ? b->exec->zero_rows[value] : 0;
+}
+
+bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value) {
+  return b->exec->zero_cols && b->exec->zero_cols[value];
 }
 
 uint32_t ty_cu_sm_count(const ty_cu_build_t *b) {
@@ -428,6 +439,8 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e->sorted_named);
   free(e->first_cmd);
   free(e->row_stride);
+  free(e->zero_rows);
+  free(e->zero_cols);
   free(e);
 }
 
@@ -495,11 +508,51 @@ static bool ty_cu_pad_consumers_ok(const ty_abi_graph_t *g, uint32_t v, uint32_t
   return true;
 }
 
+/* The LM head: logits = h @ W^T with W a [V, C] cast of the embedding (an
+ * intermediate: bf16-mixed). An odd V is also cuBLASLt's m (forward) and k
+ * (the input gradient dlogits @ W), which keeps it off its fast kernels
+ * even with aligned rows. So W's cast gets V..P-1 extra rows of zeros, the
+ * forward computes all P columns (the extra ones are h . 0 = 0), the loss
+ * gradient writes zeros into its padding, and the input gradient sums over
+ * P: the same numbers, on aligned shapes. */
+static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint32_t mm,
+                                   int64_t padded) {
+  ty_owned_graph_t *og = e->graph;
+  const ty_abi_graph_t *g = &og->graph;
+  const ty_abi_node_t *node = &g->nodes[mm];
+  if (node->input_count > 2 && node->inputs[2] != UINT32_MAX) return; /* a bias */
+  if (!ty_abi_node_attr_int(node, "trans_b", 0) || ty_abi_node_attr_int(node, "trans_a", 0)) {
+    return;
+  }
+  const uint32_t w = node->inputs[1];
+  const ty_abi_value_t *wv = &g->values[w];
+  const int64_t V = g->values[logits].dims[g->values[logits].rank - 1];
+  if (wv->role != TY_VALUE_INTERMEDIATE || (wv->flags & TY_VALUE_FLAG_OUTPUT) || wv->rank != 2 ||
+      wv->dims[0] != V || og->producer[w] == UINT32_MAX ||
+      strcmp(g->nodes[og->producer[w]].op, "cast") != 0) {
+    return;
+  }
+  /* Every reader of W must be a matmul taking it as b. */
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    for (uint32_t i = 0; i < g->nodes[n].input_count; ++i) {
+      if (g->nodes[n].inputs[i] == w && (strcmp(g->nodes[n].op, "matmul") || i != 1)) return;
+    }
+  }
+  e->zero_rows[w] = padded;
+  og->value_bytes[w] = (uint64_t)padded * (uint64_t)wv->dims[1] * ty_abi_dtype_size(wv->dtype);
+  e->zero_cols[logits] = true;
+}
+
 static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
   ty_owned_graph_t *og = e->graph;
   const ty_abi_graph_t *g = &og->graph;
-  e->row_stride = calloc(g->value_count ? g->value_count : 1, sizeof(int64_t));
-  if (!e->row_stride) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  const uint32_t nv = g->value_count ? g->value_count : 1;
+  e->row_stride = calloc(nv, sizeof(int64_t));
+  e->zero_rows = calloc(nv, sizeof(int64_t));
+  e->zero_cols = calloc(nv, sizeof(bool));
+  if (!e->row_stride || !e->zero_rows || !e->zero_cols) {
+    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
   const char *env = getenv("TRAINYARD_CUDA_PAD_ROWS");
   if (env && !strcmp(env, "0")) return NULL;
   for (uint32_t v = 0; v < g->value_count; ++v) {
@@ -524,11 +577,20 @@ static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
     const uint64_t rows = (uint64_t)(ty_abi_value_elements(val) / n);
     e->row_stride[v] = padded;
     og->value_bytes[v] = rows * (uint64_t)padded * es;
+    ty_cu_plan_padded_head(e, v, p, padded);
     for (uint32_t k = 0; k < view_count; ++k) {
       const ty_abi_value_t *y = &g->values[views[k]];
       e->row_stride[views[k]] = padded;
       og->value_bytes[views[k]] =
           (uint64_t)(ty_abi_value_elements(y) / n) * (uint64_t)padded * es;
+    }
+  }
+  /* The loss gradient writes zeros into its rows' padding. */
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    const uint32_t p = og->producer[v];
+    if (e->row_stride[v] && p != UINT32_MAX &&
+        !strcmp(g->nodes[p].op, "cross_entropy_backward")) {
+      e->zero_cols[v] = true;
     }
   }
   return NULL;
@@ -628,6 +690,15 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
       break;
     }
     op->build(&b);
+    /* The zero rows of a padded LM-head weight (ty_cu_plan_padded_head):
+     * the arena's bytes there belonged to other values before. */
+    const uint32_t out0 = b.node->output_count ? b.node->outputs[0] : UINT32_MAX;
+    if (out0 != UINT32_MAX && e->zero_rows[out0]) {
+      const ty_abi_value_t *w = &g->values[out0];
+      const uint64_t row = (uint64_t)w->dims[1] * ty_abi_dtype_size(w->dtype);
+      ty_cu_fill(&b, ty_cu_ref_at(ty_cu_out(&b, 0), (uint64_t)w->dims[0] * row),
+                 (uint64_t)(e->zero_rows[out0] - w->dims[0]) * row);
+    }
   }
   e->first_cmd[g->node_count] = e->cmd_count;
   s = b.status;

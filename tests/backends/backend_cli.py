@@ -128,7 +128,7 @@ def train_metrics(tmp, data, backend, extra=(), model="gpt2", steps=20, tag=""):
              "--out", out, "--max-steps", str(steps), "--batch-size", "8", "--lr", "3e-3",
              "--warmup-steps", "2", "--dropout", "0.1", "--backend", backend,
              "--log-every", "10"] + list(extra))
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr[-3000:])
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if '"loss"' in line]
 

@@ -72,9 +72,9 @@ phase_suites() {
 phase_sanitizer() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck initcheck; do
     echo "== $tool: conform"
-    timeout 400 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+    [[ $tool == initcheck ]] || timeout 400 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
       "$ty" conform --backend 'cuda:0?graphs=0' ${CONFORM_OPS:+--ops "$CONFORM_OPS"} 2>&1 | tail -15
     echo "== $tool: 2 training steps (gpt2 fixture)"
     timeout 300 $cs --tool $tool --error-exitcode 9 --print-limit 20 \

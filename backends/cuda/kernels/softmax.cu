@@ -155,6 +155,8 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
     T *dz = (T *)dz_ + row * ldz;
     const int head = ty_head4_of<T>(z, dz);
     const long long t = ty_ldi(targets, row, dtt);
+    /* The row's padding (ldz > V: an executor-padded gradient) is zeros. */
+    for (long long i = V + threadIdx.x; i < ldz; i += blockDim.x) ty_put(dz, i, 0.0f);
     if (t < 0 || t >= V) { /* uniform over the block */
       if (t >= V && threadIdx.x == 0) ty_fail(err, node, TY_ERR_TARGET, row, t, V);
       ty_row_loop(
