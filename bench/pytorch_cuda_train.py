@@ -49,19 +49,26 @@ def build(name, attn):
         cfg._attn_implementation = attn
         model = GPT2LMHeadModel(cfg)
     else:
+        import transformers
         from transformers import LlamaConfig, LlamaForCausalLM
-        rope = None
+        theta = 500000.0 if name == "llama-1b" else 10000.0
+        rope = {"rope_type": "default", "rope_theta": theta}
         if name == "llama-1b":
-            rope = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-        cfg = LlamaConfig(vocab_size=p["vocab"], hidden_size=p["hidden"],
-                          intermediate_size=p["ffn"], num_hidden_layers=p["layers"],
-                          num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
-                          max_position_embeddings=p["positions"],
-                          rope_theta=500000.0 if name == "llama-1b" else 10000.0,
-                          rope_scaling=rope, tie_word_embeddings=name == "llama-1b",
-                          rms_norm_eps=1e-5 if name == "llama-1b" else 1e-6,
-                          attention_dropout=0.0)
+            rope.update({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+        common = dict(vocab_size=p["vocab"], hidden_size=p["hidden"],
+                      intermediate_size=p["ffn"], num_hidden_layers=p["layers"],
+                      num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
+                      max_position_embeddings=p["positions"],
+                      tie_word_embeddings=name == "llama-1b",
+                      rms_norm_eps=1e-5 if name == "llama-1b" else 1e-6, attention_dropout=0.0)
+        if int(transformers.__version__.split(".")[0]) >= 5:
+            cfg = LlamaConfig(rope_parameters=rope, **common)
+        else:  # the legacy form
+            legacy = dict(rope)
+            legacy.pop("rope_theta")
+            cfg = LlamaConfig(rope_theta=theta, rope_scaling=None if name != "llama-1b" else legacy,
+                              **common)
         cfg._attn_implementation = attn
         model = LlamaForCausalLM(cfg)
     return model, p

@@ -339,6 +339,13 @@ static ty_status_t ty_registry_consider(ty_registry_t *r, const char *path) {
     dlclose(dl);
     return ty_oom("loading a plugin");
   }
+  /* An accepted plugin stays mapped for the life of the process (the
+   * registry's dlclose then only drops a reference): backends start threads
+   * that outlive their backend object — OpenMP pools, CUDA and OpenCL driver
+   * threads — and unmapping code those threads may still run crashes the
+   * process at exit (seen with a cpu plugin's 16 spinning OpenMP threads). */
+  void *pinned = dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  if (pinned) dlclose(pinned);
   b->dl = dl;
   b->api = api;
   b->instance = instance;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Trainyard's cuda backend against PyTorch on the same GPU, in one run: one
+# training step (forward, backward, clip 1.0, AdamW) of the same model,
+# batch, sequence and optimizer, bf16-mixed (PyTorch: bf16 autocast, fused
+# AdamW, SDPA flash attention; eager and torch.compile), then one table
+# (docs/performance.md records it with the card, driver and date).
+#
+#   bench/cuda_bench.sh BUILD_DIR [OUT_DIR]
+#
+# Environment: CONFIGS (default "gpt2-124m:16:1024 gpt2-124m:32:1024
+# gpt2-350m:8:1024 llama-1b:4:2048", model:batch:seq), PEERS ("eager
+# compile"), STEPS (20 timed), WARMUP (5; torch.compile compiles in the
+# warm-up), PEAK (the card's dense bf16 TFLOP/s for MFU; default 989, the
+# H100/H200 SXM datasheet figure), PYTHON (python3 with torch and
+# transformers).
+set -uo pipefail
+build=${1:?usage: cuda_bench.sh BUILD_DIR [OUT_DIR]}
+out=${2:-${OUT:-/tmp/ty-cuda-bench}}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+configs=${CONFIGS:-"gpt2-124m:16:1024 gpt2-124m:32:1024 gpt2-350m:8:1024 llama-1b:4:2048"}
+peers=${PEERS:-"eager compile"}
+steps=${STEPS:-20}
+warmup=${WARMUP:-5}
+peak=${PEAK:-989}
+py=${PYTHON:-python3}
+export TRAINYARD_BACKEND_PATH=${TRAINYARD_BACKEND_PATH:-$build/lib/trainyard/backends}
+results="$out/results.txt"
+: >"$results"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/card.txt" 2>&1
+echo "card: $(cat "$out/card.txt"); date $(date -u +%FT%TZ)"
+
+for cfg in $configs; do
+  IFS=: read -r model batch seq <<<"$cfg"
+  echo "== $model B=$batch T=$seq"
+  log="$out/trainyard-$model-$batch-$seq.log"
+  timeout 400 "$build/bin/train_bench" --backend cuda:0 --model "$model" --dtype bf16-mixed \
+    --batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup" --peak-tflops "$peak" \
+    >"$log" 2>&1
+  peak_mib=$(grep -o 'peak [0-9.]* MiB' "$log" | tail -1 | grep -o '[0-9.]*')
+  line=$(grep '^RESULT' "$log" | tail -1)
+  [[ -n $line ]] && echo "$line peak_mib=${peak_mib:-?}" | tee -a "$results" ||
+    { echo "trainyard failed:"; tail -5 "$log"; }
+  for peer in $peers; do
+    plog="$out/pytorch-$peer-$model-$batch-$seq.log"
+    flag=""
+    [[ $peer == compile ]] && flag=--compile
+    timeout 600 "$py" "$here/pytorch_cuda_train.py" --model "$model" --batch "$batch" \
+      --seq "$seq" --steps "$steps" --warmup "$warmup" --dtype bf16-mixed --peak-tflops "$peak" \
+      $flag >"$plog" 2>&1
+    line=$(grep '^RESULT' "$plog" | tail -1)
+    [[ -n $line ]] && echo "$line" | tee -a "$results" ||
+      { echo "pytorch $peer failed:"; tail -5 "$plog"; }
+  done
+done
+
+echo
+printf '%-22s %-10s %4s %5s %12s %10s %8s %10s\n' runner model B T "tokens/s" "ms/step" "MFU%" "peak MiB"
+while read -r _ tag rest; do
+  declare -A kv=()
+  for f in $rest; do kv[${f%%=*}]=${f#*=}; done
+  ms=${kv[median_ms]:-?}
+  tok=${kv[tok_s]:-?}
+  tf=${kv[tflops]:-0}
+  mfu=$(awk -v t="$tf" -v p="$peak" 'BEGIN { printf "%.1f", 100 * t / p }')
+  printf '%-22s %-10s %4s %5s %12.0f %10s %8s %10s\n' "$tag" "${kv[model]}" "${kv[B]}" \
+    "${kv[T]}" "$tok" "$ms" "$mfu" "${kv[peak_mib]:-?}"
+  unset kv
+done <"$results"
