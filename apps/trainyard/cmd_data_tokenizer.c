@@ -307,12 +307,10 @@ int ty_cmd_data_info(ty_app_t *app, int argc, char **argv) {
   ty_dataset_t *splits[TY_DATASET_SPLIT_COUNT] = {NULL};
   ty_status_t s = TY_OK;
   for (int i = 0; i < TY_DATASET_SPLIT_COUNT && !s; ++i) {
-    s = ty_dataset_open(dir, ty_dataset_split_name((ty_dataset_split_t)i),
-                        verify ? TY_DATASET_OPEN_VERIFY : 0, &splits[i]);
-    if (s && i > 0 && ty_status_code(s) == TY_CODE_NOT_FOUND) {
-      ty_status_free(s); /* a dataset without a val split */
-      s = TY_OK;
-    }
+    /* The val split is optional only where dataset.json declares none. */
+    uint32_t flags = (verify ? TY_DATASET_OPEN_VERIFY : 0) |
+                     (i > 0 ? TY_DATASET_OPEN_IF_DECLARED : 0);
+    s = ty_dataset_open(dir, ty_dataset_split_name((ty_dataset_split_t)i), flags, &splits[i]);
   }
   if (!s) {
     const ty_dataset_t *d = splits[0];

@@ -244,13 +244,9 @@ static ty_status_t ty_trainer_open_data(ty_trainer_t *t) {
   if (ty_dataset_row_count(t->train_data) == 0) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s: the train split has no rows", c->data);
   }
-  ty_status_t s = ty_dataset_open(c->data, "val", 0, &t->val_data);
-  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
-    ty_status_free(s);
-    t->val_data = NULL;
-  } else if (s) {
-    return s;
-  }
+  /* No val split only where dataset.json declares none; a declared split
+   * whose shard is missing is an error, never "no validation". */
+  TY_RETURN_IF_ERROR(ty_dataset_open(c->data, "val", TY_DATASET_OPEN_IF_DECLARED, &t->val_data));
   t->T = ty_dataset_seq_len(t->train_data);
   if (c->seq_len && c->seq_len != t->T) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,

