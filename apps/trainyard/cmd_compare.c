@@ -141,7 +141,7 @@ static ty_status_t ty_compare_read(ty_compare_run_t *run, int64_t steps) {
   char path[TY_CFG_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/metrics.jsonl", run->dir);
   FILE *f = fopen(path, "r");
-  if (!f) return ty_status_make(TY_CODE_NOT_FOUND, "cannot read %s: %s", path, strerror(errno));
+  if (!f) return ty_status_from_errno(errno, "cannot read %s", path);
   char line[4096];
   while (fgets(line, sizeof(line), f)) {
     json_t *j = json_loads(line, 0, NULL);

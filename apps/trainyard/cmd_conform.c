@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "graph/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
@@ -207,20 +208,16 @@ static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backen
   ty_conform_xfail_t *file_list = NULL;
   uint32_t file_count = 0;
   if (a->xfail_path) {
-    FILE *f = fopen(a->xfail_path, "rb");
-    char *text = NULL;
+    void *text = NULL;
     size_t size = 0;
-    if (f) {
-      text = calloc(1, 1 << 20);
-      size = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-      fclose(f);
+    /* The whole file (it was cut at 1 MiB), and a folder is an error, not
+     * an empty list. */
+    ty_status_t read = ty_file_read_named(a->xfail_path, "--xfail file", &text, &size);
+    if (read) {
+      int rc = ty_app_usage_error("conform", "%s", ty_status_message(read));
+      ty_status_free(read);
+      return rc;
     }
-    if (!f || !text) {
-      free(text);
-      return ty_app_usage_error("conform", "cannot read the expected-failure list '%s'",
-                                a->xfail_path);
-    }
-    text[size] = '\0';
     ty_status_t s = ty_conform_xfails_parse(text, &file_list, &file_count);
     free(text);
     if (s) {

@@ -211,43 +211,6 @@ static ty_status_t ty_prepare_eos(const ty_tokenizer_t *tok, const char *name, u
                         "name the document separator with --eos TOKEN");
 }
 
-/* Reads the tokenizer file once: its SHA-256 and the tokenizer itself. */
-static ty_status_t ty_prepare_tokenizer(const char *path, ty_tokenizer_t **out_tok,
-                                        char out_sha[65]) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    return ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                          "cannot read tokenizer %s: %s", path, strerror(errno));
-  }
-  char *data = NULL;
-  size_t size = 0, capacity = 0;
-  ty_status_t status = TY_OK;
-  for (;;) {
-    if (size == capacity) {
-      capacity = capacity ? capacity * 2 : 1 << 20;
-      char *grown = realloc(data, capacity);
-      if (!grown) {
-        status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
-        break;
-      }
-      data = grown;
-    }
-    size_t n = fread(data + size, 1, capacity - size, f);
-    size += n;
-    if (n == 0) break;
-  }
-  if (!status && ferror(f)) {
-    status = ty_status_make(TY_CODE_DATA_LOSS, "cannot read tokenizer %s", path);
-  }
-  fclose(f);
-  if (!status) {
-    ty_sha256_hex(data, size, out_sha);
-    status = ty_tokenizer_load_json(data, size, path, out_tok);
-  }
-  free(data);
-  return status;
-}
-
 static char *ty_prepare_json(const char *tokenizer, const char *eos, ty_data_format_t format,
                              const char *text_field, double val_fraction, uint64_t seed,
                              char **files, const uint64_t *sizes, size_t count) {
@@ -437,7 +400,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   char eos_label[32];
   uint32_t vocab = 0;
   if (!s && a.tokenizer) {
-    s = ty_prepare_tokenizer(a.tokenizer, &tok, sha);
+    s = ty_tokenizer_load_file_sha256(a.tokenizer, &tok, sha);
     if (!s) s = ty_prepare_eos(tok, a.eos, &eos, &eos_name);
     if (!s) vocab = ty_tokenizer_vocab_size(tok);
   } else if (!s) {

@@ -13,6 +13,7 @@
 
 #include "cmd_data.h"
 #include "data_inputs.h"
+#include "hal/file.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_trainer.h"
@@ -31,7 +32,8 @@ static const char *const ty_train_tokenizer_usage =
     "\n"
     "  --input PATH...    input files or folders (also as plain arguments)\n"
     "  --vocab-size N     the whole vocabulary: 256 bytes, merges, special tokens\n"
-    "  --out FILE         the tokenizer.json to write (atomically)\n"
+    "  --out FILE         the tokenizer.json to write (atomically; missing folders\n"
+    "                     are made)\n"
     "  --min-frequency K  never merge a pair seen fewer than K times (default 2)\n"
     "  --special TOKEN    an extra special token (repeatable); <|endoftext|> is\n"
     "                     always the first (the EOS), after the merges\n"
@@ -77,56 +79,6 @@ static void ty_tt_on_merges(void *user, uint32_t merges, uint32_t target) {
   ty_tt_t *t = user;
   t->progress.total = target;
   ty_live_bar_update(&t->progress, merges, UINT64_MAX);
-}
-
-/* temp file, fsync, rename, fsync of the folder. */
-static ty_status_t ty_tt_write_atomic(const char *path, const char *data, size_t size) {
-  size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-  ty_status_t status = TY_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    status = ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                            "cannot create %s: %s", tmp, strerror(errno));
-    free(tmp);
-    return status;
-  }
-  for (size_t done = 0; done < size && !status;) {
-    ssize_t w = write(fd, data + done, size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      status = ty_status_make(errno == ENOSPC ? TY_CODE_RESOURCE_EXHAUSTED : TY_CODE_UNAVAILABLE,
-                              "cannot write %s: %s", tmp, strerror(errno));
-    } else {
-      done += (size_t)w;
-    }
-  }
-  if (!status && fsync(fd) != 0) {
-    status = ty_status_make(TY_CODE_UNAVAILABLE, "cannot sync %s: %s", tmp, strerror(errno));
-  }
-  if (close(fd) != 0 && !status) {
-    status = ty_status_make(TY_CODE_UNAVAILABLE, "cannot close %s: %s", tmp, strerror(errno));
-  }
-  if (!status && rename(tmp, path) != 0) {
-    status = ty_status_make(TY_CODE_UNAVAILABLE, "cannot rename %s to %s: %s", tmp, path,
-                            strerror(errno));
-  }
-  if (status) unlink(tmp);
-  free(tmp);
-  if (!status) {
-    char *dir = strdup(path);
-    char *slash = dir ? strrchr(dir, '/') : NULL;
-    const char *folder = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
-    int dfd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)fsync(dfd);
-      close(dfd);
-    }
-    free(dir);
-  }
-  return status;
 }
 
 int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
@@ -254,7 +206,7 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
     if (s) s = ty_status_annotate(s, "the trained tokenizer does not load (a bug)");
     ty_tokenizer_destroy(check);
   }
-  if (!s) s = ty_tt_write_atomic(out, json, json_size);
+  if (!s) s = ty_file_write_atomic(out, json, json_size);
   if (!s) {
     ty_tokenizer_trainer_stats_t st2;
     ty_tokenizer_trainer_stats(t.trainer, &st2);

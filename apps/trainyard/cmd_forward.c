@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "graph/autodiff.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -42,11 +43,15 @@ static const char *const ty_forward_usage =
 /* Reads the token file: [[ids...], ...], all rows the same length. */
 static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out_ids,
                                   int64_t *out_b, int64_t *out_t) {
+  void *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read_named(path, "--tokens file", &text, &size));
   json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
+  json_t *root = json_loadb(text, size, 0, &err);
+  free(text);
   if (!root) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: not valid JSON (line %d: %s)", path,
-                          err.line, err.text);
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--tokens %s: not valid JSON (line %d: %s)",
+                          path, err.line, err.text);
   }
   ty_status_t s = TY_OK;
   size_t b = json_is_array(root) ? json_array_size(root) : 0;
@@ -99,11 +104,7 @@ typedef struct {
 } ty_forward_args_t;
 
 static ty_status_t ty_write_text_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", path);
-  bool ok = fputs(text, f) >= 0;
-  ok = fclose(f) == 0 && ok;
-  return ok ? TY_OK : ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+  return ty_file_write_atomic(path, text, strlen(text));
 }
 
 /* --dump-graph P: P.txt (canonical text) and P.dot (Graphviz). */

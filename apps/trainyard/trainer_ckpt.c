@@ -15,6 +15,7 @@
 
 #include "build_info.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "models/safetensors.h"
@@ -154,8 +155,12 @@ ty_status_t ty_trainer_find_resume(const ty_train_config_t *cfg, char *out_dir, 
 ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved) {
   char path[TY_CFG_PATH_MAX + 64];
   TY_RETURN_IF_ERROR(ty_path_join(path, sizeof(path), dir, "trainer_state.json"));
+  void *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read_named(path, "trainer state", &text, &size));
   json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
+  json_t *j = json_loadb(text, size, 0, &err);
+  free(text);
   if (!j) {
     return ty_status_make(TY_CODE_DATA_LOSS, "%s: unreadable trainer state (line %d: %s)", path,
                           err.line, err.text);

@@ -139,6 +139,92 @@ class DatasetTest(Base):
                     "Not a directory")
 
 
+class FileErrorTest(Base):
+    """Each case: the command, its exit code, the code and the words the
+    error must hold; none may say DATA_LOSS, UNKNOWN or a temporary name."""
+
+    def check(self, args, rc, code, *needles):
+        r = self.expect(args, rc, *needles)
+        if code:
+            self.assertIn(code, r.stderr)
+        for bad in ("DATA_LOSS", "UNKNOWN", ".tmp", "No such device"):
+            self.assertNotIn(bad, r.stderr, "trainyard %s" % " ".join(args))
+        return r
+
+    def test_wrong_kind_of_file_and_missing_folders(self):
+        gpt2 = os.path.join(CFG.models, "gpt2")
+        afile = write(self.path("afile"), "x")
+        folder = self.path("folder")
+        os.mkdir(folder)
+        tokens = write(self.path("tokens.json"), "[[1, 2, 3]]")
+        data = make_ids_dataset(self.path("data"))
+        tok = self.path("tok.json")
+        corpus = write(self.path("corpus.txt"), "the cat sat on the mat. " * 200)
+        self.expect(["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300",
+                     "--out", tok], 0)
+        broken_model = self.path("model_cfg_folder")
+        os.makedirs(os.path.join(broken_model, "config.json"))
+        weights_folder = self.path("model_weights_folder")
+        os.mkdir(weights_folder)
+        shutil.copy(os.path.join(gpt2, "config.json"), weights_folder)
+        os.mkdir(os.path.join(weights_folder, "model.safetensors"))
+        fwd = ["forward", "--model", gpt2, "--tokens", tokens, "--out"]
+        cases = [
+            (["forward", "--model", gpt2, "--tokens", self.path("none.json"), "--out",
+              self.path("o.st")], "NOT_FOUND", "cannot read --tokens file"),
+            (["forward", "--model", gpt2, "--tokens", folder, "--out", self.path("o.st")],
+             "FAILED_PRECONDITION", "--tokens file %s is a folder, not a file" % folder),
+            (fwd + [self.path("nodir", "o.st")], "NOT_FOUND",
+             "cannot write safetensors file %s: its folder %s does not exist" % (
+                 self.path("nodir", "o.st"), self.path("nodir"))),
+            (fwd + [folder], "FAILED_PRECONDITION", "a folder of that name is in the way"),
+            (fwd + [os.path.join(afile, "o.st")], "FAILED_PRECONDITION",
+             "%s is not a folder" % afile),
+            (["forward", "--model", afile, "--tokens", tokens, "--out", self.path("o.st")],
+             "FAILED_PRECONDITION", "%s is a file, not a model folder" % afile),
+            (["forward", "--model", broken_model, "--tokens", tokens, "--out",
+              self.path("o.st")], "FAILED_PRECONDITION", "config.json is a folder, not a file"),
+            (["forward", "--model", weights_folder, "--tokens", tokens, "--out",
+              self.path("o.st")], "FAILED_PRECONDITION",
+             "model.safetensors is a folder, not a file"),
+            (["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "8",
+              "--out", self.path("nodir", "sub", "ds")], "NOT_FOUND",
+             "cannot write dataset folder %s: its folder %s does not exist" % (
+                 self.path("nodir", "sub", "ds"), self.path("nodir", "sub"))),
+            (["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "8",
+              "--out", os.path.join(afile, "ds")], "FAILED_PRECONDITION",
+             "%s is not a folder" % afile),
+            (["data", "prepare", "--tokenizer", os.path.join(afile, "t.json"), "--input",
+              corpus, "--seq-len", "8", "--out", self.path("ds2")], "FAILED_PRECONDITION",
+             "Not a directory"),
+            (["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300", "--out",
+              os.path.join(afile, "t.json")], "FAILED_PRECONDITION", "afile"),
+            (["train", "--preset", "gpt2-tiny", "--data", data, "--backend", "dataflow",
+              "--artifact", os.path.join(afile, "x.tyart"), "--out", self.path("r1"),
+              "--max-steps", "1", "--batch-size", "2"], "FAILED_PRECONDITION",
+             "Not a directory"),
+        ]
+        for args, code, needle in cases:
+            with self.subTest(args=" ".join(args)):
+                self.check(args, 1, code, needle)
+        # conform: a folder as --xfail was read as an empty list
+        self.check(["conform", "--backend", "cpu", "--ops", "add", "--xfail", folder], 2, None,
+                   "--xfail file %s is a folder, not a file" % folder)
+
+    def test_run_folder_files_of_the_wrong_kind(self):
+        data = make_ids_dataset(self.path("data"))
+        out = self.path("run")
+        os.makedirs(os.path.join(out, "summary.txt"))
+        self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", out,
+                    "--max-steps", "1", "--batch-size", "2"], 1, "FAILED_PRECONDITION",
+                   "summary.txt: a folder of that name is in the way")
+        ckpt = self.path("ckpt")
+        os.makedirs(os.path.join(ckpt, "trainer_state.json"))
+        self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", self.path("r2"),
+                    "--max-steps", "1", "--batch-size", "2", "--resume", ckpt], 1,
+                   "FAILED_PRECONDITION", "trainer_state.json is a folder, not a file")
+
+
 def main():
     global CFG
     parser = argparse.ArgumentParser()
