@@ -343,17 +343,26 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   ty_compare_run_t runs[TY_COMPARE_MAX];
   memset(runs, 0, sizeof(runs));
   uint32_t count = 0;
-  for (char *save = NULL, *tok = strtok_r(backends, ",", &save); tok;
-       tok = strtok_r(NULL, ",", &save)) {
-    if (count == TY_COMPARE_MAX) {
-      return ty_app_usage_error("compare", "at most %d backends", TY_COMPARE_MAX);
+  ty_app_list_t list;
+  rc = ty_app_list_parse("compare", "--backends", backends, &list);
+  if (rc != TY_EXIT_OK) return rc;
+  if (list.count > TY_COMPARE_MAX) {
+    ty_app_list_free(&list);
+    return ty_app_usage_error("compare", "at most %d backends", TY_COMPARE_MAX);
+  }
+  for (size_t i = 0; i < list.count; ++i) {
+    const char *uri = list.items[i];
+    if (strlen(uri) >= sizeof(runs[count].uri)) {
+      ty_app_list_free(&list);
+      return ty_app_usage_error("compare", "--backends: URI %zu is too long", i + 1);
     }
-    snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", tok);
+    snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", uri);
     char slug[TY_CFG_WORD_MAX];
-    ty_compare_slug(tok, slug, sizeof(slug));
+    ty_compare_slug(uri, slug, sizeof(slug));
     snprintf(runs[count].dir, sizeof(runs[count].dir), "%s/%u-%s", out, count + 1, slug);
     count++;
   }
+  ty_app_list_free(&list);
   if (count < 2) return ty_app_usage_error("compare", "--backends needs two or more URIs");
   s = ty_mkdir_parents(out);
   printf("trainyard compare: %lld steps of %s on %u backends; the first, %s, is the reference\n",
