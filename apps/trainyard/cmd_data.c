@@ -188,8 +188,7 @@ static ty_status_t ty_prepare_document(void *user, const ty_data_doc_t *doc) {
   return TY_OK;
 }
 
-/* The EOS id: --eos, else the first conventional end-of-text token. */
-static ty_status_t ty_prepare_eos(const ty_tokenizer_t *tok, const char *name, uint32_t *out_id,
+ty_status_t ty_data_tokenizer_eos(const ty_tokenizer_t *tok, const char *name, uint32_t *out_id,
                                   const char **out_name) {
   static const char *const candidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
   if (name) {
@@ -401,7 +400,7 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   uint32_t vocab = 0;
   if (!s && a.tokenizer) {
     s = ty_tokenizer_load_file_sha256(a.tokenizer, &tok, sha);
-    if (!s) s = ty_prepare_eos(tok, a.eos, &eos, &eos_name);
+    if (!s) s = ty_data_tokenizer_eos(tok, a.eos, &eos, &eos_name);
     if (!s) vocab = ty_tokenizer_vocab_size(tok);
   } else if (!s) {
     /* Pre-tokenized ids without a tokenizer: no tokenizer hash to record. */

@@ -191,6 +191,16 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   }
   ty_live_bar_finish(&t.progress);
   double t1 = ty_live_bar_now();
+  ty_tokenizer_trainer_stats_t read_stats;
+  ty_tokenizer_trainer_stats(t.trainer, &read_stats);
+  if (!s && read_stats.bytes == 0) {
+    /* A tokenizer of bytes alone learned from nothing is not what was
+     * asked for; say so instead of writing it. */
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "the input (%zu file%s, %llu documents) holds no text to learn a "
+                       "tokenizer from",
+                       file_count, file_count == 1 ? "" : "s", (unsigned long long)t.documents);
+  }
   if (!s) {
     ty_live_bar_start(&t.progress, "train-tokenizer: merging", false, "merges",
                       vocab - 256 - special_count, true);
@@ -198,12 +208,30 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
     ty_live_bar_finish(&t.progress);
   }
   double t2 = ty_live_bar_now();
+  ty_tokenizer_trainer_stats_t trained;
+  ty_tokenizer_trainer_stats(t.trainer, &trained);
+  uint64_t wanted = vocab - 256 - special_count;
+  if (!s && wanted > 0 && trained.merges == 0) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "the input is too small to learn any merge: %llu bytes in %llu words "
+                       "(%llu distinct), and no pair of tokens occurs %llu times; give more "
+                       "text or a lower --min-frequency (--vocab-size %llu asks for %llu "
+                       "merges)",
+                       (unsigned long long)trained.bytes, (unsigned long long)trained.words,
+                       (unsigned long long)trained.distinct_words,
+                       (unsigned long long)min_frequency, (unsigned long long)vocab,
+                       (unsigned long long)wanted);
+  }
   if (!s) s = ty_tokenizer_trainer_to_json(t.trainer, &json, &json_size);
   if (!s) {
-    /* What was written must load. */
+    /* What is written must be usable as 'data prepare' uses it: it loads
+     * and has the end-of-text token data prepare looks for. */
     ty_tokenizer_t *check = NULL;
+    uint32_t eos = 0;
+    const char *eos_name = NULL;
     s = ty_tokenizer_load_json(json, json_size, out, &check);
-    if (s) s = ty_status_annotate(s, "the trained tokenizer does not load (a bug)");
+    if (!s) s = ty_data_tokenizer_eos(check, NULL, &eos, &eos_name);
+    if (s) s = ty_status_annotate(s, "the trained tokenizer would not load in 'data prepare' (a bug)");
     ty_tokenizer_destroy(check);
   }
   if (!s) s = ty_file_write_atomic(out, json, json_size);

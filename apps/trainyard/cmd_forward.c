@@ -26,7 +26,9 @@ static const char *const ty_forward_usage =
     "of token ids and writes OUT with:\n"
     "  logits       F32 [B,T,V]\n"
     "  loss         F32 []: mean next-token cross-entropy over the B*(T-1)\n"
-    "               predicted positions\n"
+    "               predicted positions (none when T = 1: one token per\n"
+    "               row predicts nothing, so there is no loss, and --grads\n"
+    "               is refused)\n"
     "  grad.<name>  F32, for every parameter, named and shaped as in the\n"
     "               checkpoint (with --grads)\n"
     "\n"
@@ -146,6 +148,16 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
   int64_t *ids = NULL, B = 0, T = 0;
   TY_RETURN_IF_ERROR(ty_read_tokens(a->tokens_path, config.vocab_size, &ids, &B, &T));
+  /* A row of one token predicts nothing: its mean loss is 0/0, not 0. */
+  bool has_loss = T >= 2;
+  if (!has_loss && a->grads) {
+    free(ids);
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--grads: the rows of %s hold one token each, so no position is "
+                          "predicted and there is no loss to differentiate; give rows of 2 or "
+                          "more tokens",
+                          a->tokens_path);
+  }
   ty_registry_t *registry = NULL;
   ty_device_t *device = NULL;
   ty_graph_t *graph = NULL;
@@ -214,12 +226,12 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   if (!s) s = ty_session_run(session);
   uint64_t count = 0;
   if (!s) s = ty_read_f32(session, "logits", &logits, &count);
-  if (!s) s = ty_read_f32(session, "loss", &loss, &count);
+  if (!s && has_loss) s = ty_read_f32(session, "loss", &loss, &count);
   if (!s) s = ty_safetensors_writer_create(&writer);
   int64_t ld[3] = {B, T, config.vocab_size};
   if (!s) s = ty_safetensors_writer_add(writer, "logits", TY_DTYPE_F32, 3, ld, logits,
                                         (uint64_t)(B * T * config.vocab_size) * 4);
-  if (!s) s = ty_safetensors_writer_add(writer, "loss", TY_DTYPE_F32, 0, NULL, loss, 4);
+  if (!s && has_loss) s = ty_safetensors_writer_add(writer, "loss", TY_DTYPE_F32, 0, NULL, loss, 4);
   if (!s && a->grads) {
     grads = calloc(model.param_count, sizeof(float *));
     if (!grads) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -233,9 +245,17 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
     }
   }
   if (!s) s = ty_safetensors_writer_write_file(writer, a->out_path);
+  if (!s && !has_loss) {
+    fprintf(stderr,
+            "trainyard forward: note: the rows hold one token each, so no position is "
+            "predicted: %s holds the logits and no loss\n",
+            a->out_path);
+  }
   if (!s && app->verbosity) {
-    fprintf(stderr, "trainyard forward: %s on %s: loss %.6f, wrote %s\n", config.model_type,
-            ty_device_label(device), (double)loss[0], a->out_path);
+    char text[48] = "no loss (rows of one token)";
+    if (has_loss) snprintf(text, sizeof(text), "loss %.6f", (double)loss[0]);
+    fprintf(stderr, "trainyard forward: %s on %s: %s, wrote %s\n", config.model_type,
+            ty_device_label(device), text, a->out_path);
   }
   ty_safetensors_writer_destroy(writer);
   for (uint32_t i = 0; grads && i < model.param_count; ++i) free(grads[i]);

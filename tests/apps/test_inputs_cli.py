@@ -14,9 +14,9 @@ usage: test_inputs_cli.py --trainyard EXE --models DIR [unittest args]
   belongs and a missing folder are reported with the user's path (never a
   temporary name) and the code of the cause (never DATA_LOSS or UNKNOWN).
 - TokenizerTest: `train --tokenizer` refuses a tokenizer other than the
-  data's (both hashes named) or one that does not load; `data
-  train-tokenizer` refuses empty or too-small input, and what it writes
-  always loads in `data prepare`.
+  data's (both hashes named) or one that does not load.
+- TrainTokenizerInputTest: `data train-tokenizer` refuses empty or
+  too-small input, and what it writes always loads in `data prepare`.
 - ForwardTest: rows of one token report no loss instead of 0.
 - ListTest: an empty item of a comma-separated option is a usage error.
 """
@@ -223,6 +223,93 @@ class FileErrorTest(Base):
         self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", self.path("r2"),
                     "--max-steps", "1", "--batch-size", "2", "--resume", ckpt], 1,
                    "FAILED_PRECONDITION", "trainer_state.json is a folder, not a file")
+
+
+class TrainTokenizerInputTest(Base):
+    def test_empty_or_too_small_input_is_refused(self):
+        empty = write(self.path("empty.txt"), "")
+        blank = write(self.path("blank.txt"), "  \n\n")
+        tiny = write(self.path("tiny.txt"), "hello")
+        out = self.path("tok.json")
+        for inputs, needle in (([empty], "holds no text"), ([blank], "holds no text"),
+                               ([empty, blank], "(2 files, 0 documents) holds no text"),
+                               ([tiny], "too small to learn any merge")):
+            args = ["data", "train-tokenizer", "--vocab-size", "300", "--out", out]
+            for i in inputs:
+                args += ["--input", i]
+            self.expect(args, 1, "INVALID_ARGUMENT", needle)
+            self.assertFalse(os.path.exists(out))
+        # asking for no merges at all is not "too small"
+        self.expect(["data", "train-tokenizer", "--input", tiny, "--vocab-size", "257", "--out",
+                     out], 0)
+        self.expect(["data", "prepare", "--tokenizer", out, "--input", tiny, "--seq-len", "4",
+                     "--out", self.path("ds")], 0)
+
+    def test_what_it_writes_loads_in_data_prepare(self):
+        rng = random.Random(3)
+        words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+        for n, vocab, special in ((3, "260", []), (40, "300", ["<|im_start|>", "<|im_end|>"]),
+                                  (400, "400", ["<pad>"])):
+            with self.subTest(words=n, vocab=vocab):
+                corpus = write(self.path("c%d.txt" % n),
+                               " ".join(rng.choice(words) for _ in range(n)))
+                out = self.path("tok%d.json" % n)
+                args = ["data", "train-tokenizer", "--input", corpus, "--vocab-size", vocab,
+                        "--min-frequency", "1", "--out", out]
+                for sp in special:
+                    args += ["--special", sp]
+                self.expect(args, 0)
+                self.expect(["data", "prepare", "--tokenizer", out, "--input", corpus,
+                             "--seq-len", "4", "--out", self.path("ds%d" % n)], 0)
+
+
+class ForwardTest(Base):
+    def test_one_token_rows_report_no_loss(self):
+        gpt2 = os.path.join(CFG.models, "gpt2")
+        tokens = write(self.path("one.json"), "[[5], [7]]")
+        out = self.path("one.safetensors")
+        r = self.expect(["-v", "forward", "--model", gpt2, "--tokens", tokens, "--out", out], 0,
+                        "no position is predicted", "no loss")
+        self.assertNotIn("loss 0.0", r.stderr)
+        with open(out, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        self.assertIn("logits", header)
+        self.assertNotIn("loss", header)  # no made-up 0
+        self.expect(["forward", "--model", gpt2, "--tokens", tokens, "--out", out, "--grads"], 1,
+                    "INVALID_ARGUMENT", "no loss to differentiate")
+        # two tokens: a loss, and a real one
+        two = write(self.path("two.json"), "[[5, 6]]")
+        r = self.expect(["-v", "forward", "--model", gpt2, "--tokens", two, "--out", out], 0)
+        loss = float(r.stderr.split("loss ")[1].split(",")[0])
+        self.assertGreater(loss, 0.5)
+
+
+class ListTest(Base):
+    def test_empty_items_are_usage_errors(self):
+        gpt2 = os.path.join(CFG.models, "gpt2")
+        data = make_ids_dataset(self.path("data"))
+        for value, item in (("1,,2", "item 2 of 3 is empty"), ("1,2,", "item 3 of 3 is empty"),
+                            (",1", "item 1 of 2 is empty"), ("1, ,2", "item 2 of 3 is empty"),
+                            ("", "--prompt-ids is empty")):
+            with self.subTest(value=value):
+                self.expect(["generate", "--model", gpt2, "--prompt-ids", value,
+                             "--max-new-tokens", "2"], 2, "--prompt-ids", item)
+        self.expect(["generate", "--model", gpt2, "--prompt-ids", "1,x", "--max-new-tokens", "2"],
+                    2, "item 2, 'x', is not a token id")
+        self.expect(["generate", "--model", gpt2, "--prompt-ids", "1,-3", "--max-new-tokens",
+                     "2"], 2, "is not a token id")
+        for value, item in (("cpu,,dataflow", "item 2 of 3 is empty"),
+                            ("cpu,dataflow,", "item 3 of 3 is empty")):
+            with self.subTest(value=value):
+                self.expect(["compare", "--backends", value, "--steps", "1", "--preset",
+                             "gpt2-tiny", "--data", data, "--out", self.path("cmp")], 2,
+                            "--backends", item)
+        self.assertFalse(os.path.exists(self.path("cmp")))
+        # spaces around items are fine; the items are what was asked for
+        r = self.expect(["generate", "--model", gpt2, "--prompt-ids", "1, 2,3", "--max-new-tokens",
+                         "2", "--json"], 0, "3 prompt + 2 new tokens")
+        self.assertEqual(len(json.loads(r.stdout)["ids"]), 2)
 
 
 def main():
