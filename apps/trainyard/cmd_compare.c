@@ -46,7 +46,8 @@ static void ty_compare_usage(FILE *out) {
         "  --config FILE     train options from a file, as 'trainyard train'\n"
         "  TRAIN OPTIONS     any 'trainyard train' option (--model or --preset,\n"
         "                    --data, --batch-size, --lr, --dropout, ...); --backend,\n"
-        "                    --max-steps, --out and --resume are set by compare\n"
+        "                    --max-steps, --epochs, --out and --resume are set by\n"
+        "                    compare\n"
         "  -h, --help        this help\n",
         out);
 }
@@ -301,7 +302,7 @@ static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char 
       }
       *tolerance = v;
     } else if (!strcmp(key, "backend") || !strcmp(key, "max-steps") ||
-               !strcmp(key, "max_steps") || !strcmp(key, "resume")) {
+               !strcmp(key, "max_steps") || !strcmp(key, "resume") || !strcmp(key, "epochs")) {
       return ty_app_usage_error("compare", "--%s is set by compare (use --backends and --steps)",
                                 key);
     } else {
@@ -328,7 +329,10 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   int rc = ty_compare_parse(argc, argv, &cfg, backends, sizeof(backends), &steps, out, &tolerance);
   if (rc < 0) return TY_EXIT_OK;
   if (rc) return rc;
-  cfg.max_steps = steps;
+  /* As if given on the command line: it overrides a --config file's epochs. */
+  char steps_text[32];
+  snprintf(steps_text, sizeof(steps_text), "%lld", (long long)steps);
+  ty_status_free(ty_train_config_set(&cfg, "max_steps", steps_text)); /* a valid integer */
   snprintf(cfg.out, sizeof(cfg.out), "%s", out);
   ty_status_t s = ty_train_config_validate(&cfg);
   if (s) {

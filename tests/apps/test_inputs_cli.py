@@ -225,6 +225,83 @@ class FileErrorTest(Base):
                    "FAILED_PRECONDITION", "trainer_state.json is a folder, not a file")
 
 
+WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
+
+
+def make_text_dataset(base, tokenizer_vocab="320", seed=1, words=WORDS, val_fraction="0.1"):
+    """A trained tokenizer and a dataset prepared with it: (tokenizer, data)."""
+    rng = random.Random(seed)
+    corpus = write(base + ".txt", "\n".join(
+        " ".join(rng.choice(words) for _ in range(rng.randint(5, 15))) + "."
+        for _ in range(400)))
+    tok = base + ".tokenizer.json"
+    r = run(["data", "train-tokenizer", "--input", corpus, "--format", "lines", "--vocab-size",
+             tokenizer_vocab, "--out", tok])
+    assert r.returncode == 0, r.stderr
+    data = base + ".data"
+    r = run(["data", "prepare", "--tokenizer", tok, "--input", corpus, "--format", "lines",
+             "--seq-len", "16", "--val-fraction", val_fraction, "--out", data])
+    assert r.returncode == 0, r.stderr
+    return tok, data
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class TokenizerTest(Base):
+    def train(self, *args, rc=0, needles=()):
+        return self.expect(["train", "--preset", "gpt2-tiny", "--max-steps", "2", "--batch-size",
+                            "2"] + list(args), rc, *needles)
+
+    def test_tokenizer_other_than_the_datas_is_refused(self):
+        tok_a, data_a = make_text_dataset(self.path("a"))
+        other_words = "zebra quartz jumps over lazy wolves and foxes near rivers".split()
+        tok_b, _ = make_text_dataset(self.path("b"), tokenizer_vocab="320", seed=2,
+                                     words=other_words)
+        tok_c, _ = make_text_dataset(self.path("c"), tokenizer_vocab="290", seed=3)
+        for tok in (tok_b, tok_c):
+            with self.subTest(tokenizer=os.path.basename(tok)):
+                out = self.path("run_" + os.path.basename(tok))
+                r = self.train("--data", data_a, "--tokenizer", tok, "--out", out, rc=1,
+                               needles=("INVALID_ARGUMENT", "is not the tokenizer the data was "
+                                        "prepared with", sha256(tok), sha256(tok_a)))
+                self.assertIn("vocabulary", r.stderr)
+                self.assertFalse(any(n.startswith("checkpoint-") for n in os.listdir(out))
+                                 if os.path.isdir(out) else False)
+        # the same check for a tokenizer.json found in the data folder
+        data_copy = self.copy_dataset(data_a, "data_with_tok")
+        shutil.copy(tok_b, os.path.join(data_copy, "tokenizer.json"))
+        self.train("--data", data_copy, "--out", self.path("run_implicit"), rc=1,
+                   needles=("the data folder's tokenizer", sha256(tok_b)))
+        # the right one: its exact bytes in every checkpoint
+        out = self.path("run_ok")
+        self.train("--data", data_a, "--tokenizer", tok_a, "--out", out)
+        self.assertEqual(sha256(os.path.join(out, "checkpoint-2", "tokenizer.json")),
+                         sha256(tok_a))
+
+    def test_tokenizer_that_does_not_load_is_refused(self):
+        tok_a, data_a = make_text_dataset(self.path("a"))
+        bad = write(self.path("bad.json"), '{"model": {"type": "BPE"}}')
+        out = self.path("run")
+        self.train("--data", data_a, "--tokenizer", bad, "--out", out, rc=1,
+                   needles=("--tokenizer %s does not load" % bad,))
+        self.assertFalse(os.path.exists(os.path.join(out, "checkpoint-2")))
+        self.train("--data", data_a, "--tokenizer", self.path("none.json"), "--out", out, rc=1,
+                   needles=("NOT_FOUND", "none.json"))
+
+    def test_ids_data_needs_a_tokenizer_of_its_vocabulary(self):
+        tok_a, _ = make_text_dataset(self.path("a"))
+        with open(tok_a) as f:
+            meta = json.load(f)
+        vocab = 1 + max(list(meta["model"]["vocab"].values()) +
+                        [t["id"] for t in meta["added_tokens"]])
+        ids = make_ids_dataset(self.path("ids"), vocab=96)
+        self.train("--data", ids, "--tokenizer", tok_a, "--out", self.path("run"), rc=1,
+                   needles=("has a vocabulary of %d tokens, but the data in" % vocab, "has 96"))
+
+
 class TrainTokenizerInputTest(Base):
     def test_empty_or_too_small_input_is_refused(self):
         empty = write(self.path("empty.txt"), "")
@@ -318,7 +395,13 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--models", required=True)
     CFG, rest = parser.parse_known_args()
-    result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+    # Never the user's ~/.cache: compile caches of these runs go to a folder of their own.
+    cache = tempfile.mkdtemp(prefix="ty_test_xdg_")
+    os.environ["XDG_CACHE_HOME"] = cache
+    try:
+        result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     return 0 if result.wasSuccessful() else 1
 
 
