@@ -28,10 +28,18 @@ typedef struct ty_app_t {
 
 typedef int (*ty_command_fn_t)(ty_app_t *app, int argc, char **argv);
 
+/* What of the global options a command uses (ty_command_t.uses): a global
+ * option given to a command that would ignore it is refused. */
+enum {
+  TY_COMMAND_USES_PLUGINS = 1u << 0, /* --plugin-path: it opens devices */
+  TY_COMMAND_USES_VERBOSE = 1u << 1, /* -v: it has more detail to print */
+};
+
 typedef struct ty_command_t {
   const char *name;
   ty_command_fn_t run;
   const char *summary;
+  unsigned uses; /* TY_COMMAND_USES_* */
 } ty_command_t;
 
 /* Loads plugins with the app's search order. */

@@ -67,12 +67,16 @@ static const char *const ty_prepare_usage =
     "                               line may be {\"ids\": [...], \"weights\":\n"
     "                               [0|1, ...]}: 0 masks the target that is\n"
     "                               that id (a prompt), as chat data does\n"
+    "  --vocab-size N      ids without --tokenizer: the vocabulary (ids below N)\n"
+    "  --eos-id ID         ids without --tokenizer: the document separator's id\n"
+    "  --loss-weights      ids: lines may carry per-target \"weights\" (see above)\n"
     "  --text-field NAME   jsonl: the field holding the text (default text)\n"
     "  --chat-template T   chat: the template (chatml, the default and only one)\n"
     "  --val-fraction F    share of documents for the val split, in [0, 1)\n"
     "                      (default 0); chosen by a hash of each document's text\n"
-    "  --seed S            seed of that hash (default 0)\n"
-    "  --eos TOKEN         the document separator (default: the first of\n"
+    "  --seed S            seed of that hash (default 0; needs --val-fraction)\n"
+    "  --eos TOKEN         the document separator, a token of --tokenizer\n"
+    "                      (default: the first of\n"
     "                      <|endoftext|>, <|end_of_text|>, </s>, <eos> it has)\n"
     "  --shard-rows N      rows per shard file (default: about 128 MiB)\n"
     "  --force             replace DIR if it holds an older dataset\n"
@@ -254,6 +258,7 @@ typedef struct ty_prepare_args_t {
   uint64_t seq_len, seed, shard_rows;
   double val_fraction;
   bool force, has_seq_len, loss_weights;
+  bool has_text_field, has_seed; /* given on the command line */
 } ty_prepare_args_t;
 
 static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
@@ -288,7 +293,10 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
         break;
       case 'o': a->out = optarg; break;
       case 'f': a->format = optarg; break;
-      case 'x': a->text_field = optarg; break;
+      case 'x':
+        a->text_field = optarg;
+        a->has_text_field = true;
+        break;
       case 'c': a->chat_template = optarg; break;
       case 'v': {
         char *end = NULL;
@@ -305,6 +313,7 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
           return ty_app_usage_error(cmd, "--seed must be a non-negative integer, not '%s'",
                                     optarg);
         }
+        a->has_seed = true;
         break;
       case 'e': a->eos = optarg; break;
       case 'r':
@@ -373,6 +382,18 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
     return ty_app_usage_error(cmd, "--chat-template needs --format chat");
   }
   if (!*a->text_field) return ty_app_usage_error(cmd, "--text-field must not be empty");
+  /* Options this run would ignore are refused, not dropped. */
+  if (a->has_text_field && format != TY_DATA_FORMAT_JSONL) {
+    return ty_app_usage_error(cmd, "--text-field is for --format jsonl");
+  }
+  if (a->has_seed && a->val_fraction == 0) {
+    return ty_app_usage_error(cmd, "--seed only chooses the val split: it has no effect without "
+                                   "--val-fraction");
+  }
+  if (a->eos && !a->tokenizer) {
+    return ty_app_usage_error(cmd, "--eos names a token of --tokenizer; without one, give the "
+                                   "separator's id with --eos-id");
+  }
   return TY_EXIT_OK;
 }
 

@@ -39,7 +39,7 @@ static const char *const ty_train_tokenizer_usage =
     "                     always the first (the EOS), after the merges\n"
     "  --format F         how inputs split into documents, as in 'data prepare'\n"
     "                     (text, lines, jsonl, chat: message contents, fortune)\n"
-    "  --text-field NAME  jsonl: the text field (default text)\n"
+    "  --text-field NAME  --format jsonl: the text field (default text)\n"
     "  --force            replace FILE if it exists\n"
     "  -h, --help         this help\n";
 
@@ -47,8 +47,13 @@ static const char *const ty_info_usage =
     "usage: trainyard data info DIR [--verify]\n"
     "\n"
     "Prints what dataset.json says about a dataset and checks every shard's\n"
-    "header and size against it. With --verify, also reads every byte: each\n"
-    "shard's SHA-256 and each row's CRC-32, tokens and weights.\n"
+    "header and size against it. A split that dataset.json lists but whose\n"
+    "shards are missing is an error, never \"no such split\".\n"
+    "\n"
+    "  --verify    also read every byte: each shard's SHA-256 and each row's\n"
+    "              CRC-32, tokens and weights\n"
+    "  -h, --help  this help\n"
+    "\n"
     "Exit codes: 0 the dataset is sound, 1 it is not (the message names the\n"
     "file and row), 2 usage error.\n";
 
@@ -94,6 +99,7 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   const char **inputs = NULL, **specials = NULL;
   size_t input_count = 0, special_count = 0;
   const char *out = NULL, *format_name = "text", *text_field = "text";
+  bool has_text_field = false;
   uint64_t vocab = 0, min_frequency = 2;
   bool force = false, oom = false;
   int rc = -1;
@@ -124,7 +130,10 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
         break;
       }
       case 'f': format_name = optarg; break;
-      case 'x': text_field = optarg; break;
+      case 'x':
+        text_field = optarg;
+        has_text_field = true;
+        break;
       case 'F': force = true; break;
       case 'h': fputs(ty_train_tokenizer_usage, stdout); rc = TY_EXIT_OK; break;
       case ':': rc = ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]); break;
@@ -145,9 +154,13 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
                             (unsigned long long)vocab, special_count);
   } else if (!out || !*out) {
     rc = ty_app_usage_error(cmd, "--out FILE is required");
-  } else if (!ty_data_format_parse(format_name, &format)) {
-    rc = ty_app_usage_error(cmd, "--format must be text, lines, jsonl, chat or fortune, not '%s'",
-                            format_name);
+  } else if (!ty_data_format_parse(format_name, &format) || format == TY_DATA_FORMAT_IDS) {
+    rc = ty_app_usage_error(cmd, "--format must be text, lines, jsonl, chat or fortune, not '%s'%s",
+                            format_name,
+                            format == TY_DATA_FORMAT_IDS ? " (ids are not text to learn from)"
+                                                         : "");
+  } else if (has_text_field && format != TY_DATA_FORMAT_JSONL) {
+    rc = ty_app_usage_error(cmd, "--text-field is for --format jsonl");
   }
   if (rc >= 0 || oom) {
     free(inputs);
@@ -191,8 +204,8 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   }
   ty_live_bar_finish(&t.progress);
   double t1 = ty_live_bar_now();
-  ty_tokenizer_trainer_stats_t read_stats;
-  ty_tokenizer_trainer_stats(t.trainer, &read_stats);
+  ty_tokenizer_trainer_stats_t read_stats = {0};
+  if (!s) ty_tokenizer_trainer_stats(t.trainer, &read_stats);
   if (!s && read_stats.bytes == 0) {
     /* A tokenizer of bytes alone learned from nothing is not what was
      * asked for; say so instead of writing it. */
@@ -208,8 +221,8 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
     ty_live_bar_finish(&t.progress);
   }
   double t2 = ty_live_bar_now();
-  ty_tokenizer_trainer_stats_t trained;
-  ty_tokenizer_trainer_stats(t.trainer, &trained);
+  ty_tokenizer_trainer_stats_t trained = {0};
+  if (!s) ty_tokenizer_trainer_stats(t.trainer, &trained);
   uint64_t wanted = vocab - 256 - special_count;
   if (!s && wanted > 0 && trained.merges == 0) {
     s = ty_status_make(TY_CODE_INVALID_ARGUMENT,

@@ -173,9 +173,10 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   if (!s) s = ty_generate_print(a, tok, &out);
   if (!s) {
     fprintf(stderr,
-            "trainyard generate: %lld prompt + %lld new tokens on %s; prefill %.1f ms, "
-            "decode %.1f tok/s\n",
+            "trainyard generate: %lld prompt + %lld new tokens on %s (%s, %s); prefill %.1f "
+            "ms, decode %.1f tok/s\n",
             (long long)P, (long long)out.count, ty_device_label(device),
+            ty_dtype_name(a->dtype), a->sampling.greedy ? "greedy" : "sampled",
             out.prefill_seconds * 1e3,
             out.count > 1 && out.decode_seconds > 0 ? (out.count - 1) / out.decode_seconds : 0.0);
   }
