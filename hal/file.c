@@ -35,6 +35,17 @@ ty_status_t ty_file_open_read(const char *path, const char *what, int *out_fd,
   return TY_OK;
 }
 
+ty_status_t ty_file_probe(const char *path, bool *out_exists) {
+  struct stat st;
+  *out_exists = false;
+  if (lstat(path, &st) == 0) { /* a dangling link is there, and broken */
+    *out_exists = true;
+    return TY_OK;
+  }
+  if (errno == ENOENT) return TY_OK;
+  return ty_status_from_errno(errno, "cannot look at %s", path);
+}
+
 ty_status_t ty_file_read_named(const char *path, const char *what, void **out_data,
                                size_t *out_size) {
   *out_data = NULL;

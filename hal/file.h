@@ -9,6 +9,7 @@
 #ifndef TY_HAL_FILE_H_
 #define TY_HAL_FILE_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,11 @@ extern "C" {
  * for anything else (a pipe, a device). out_size may be NULL. */
 ty_status_t ty_file_open_read(const char *path, const char *what, int *out_fd,
                               uint64_t *out_size) TY_MUST_USE;
+
+/* Whether something exists at `path`, for optional inputs (a model
+ * folder's tokenizer.json): *out_exists is false only when it is absent
+ * (ENOENT); any other failure to look is an error, never "absent". */
+ty_status_t ty_file_probe(const char *path, bool *out_exists) TY_MUST_USE;
 
 /* Reads a whole file (a regular file or a pipe) with the errors of
  * ty_file_open_read. The caller frees *out_data, which is NUL-terminated

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "models/generator.h"
@@ -66,11 +67,10 @@ static ty_status_t ty_generate_tokenizer(const ty_generate_args_t *a, ty_tokeniz
   *out = NULL;
   char path[4096];
   snprintf(path, sizeof(path), "%s/tokenizer.json", a->model_dir);
-  FILE *probe = fopen(path, "rb");
-  if (probe) {
-    fclose(probe);
-    return ty_tokenizer_load_file(path, out);
-  }
+  bool exists = false;
+  TY_RETURN_IF_ERROR(ty_file_probe(path, &exists));
+  /* One that is there but cannot be read is an error, not "no tokenizer". */
+  if (exists) return ty_tokenizer_load_file(path, out);
   if (a->prompt) {
     return ty_status_make(TY_CODE_NOT_FOUND,
                           "--prompt needs %s; pass --prompt-ids instead, or add the model's "

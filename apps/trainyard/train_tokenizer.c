@@ -5,19 +5,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "graph/lower.h" /* ty_sha256_hex */
 #include "hal/file.h"
 #include "models/tokenizer.h"
 #include "trainer.h"
 
-/* A regular file at dir/tokenizer.json, into out. */
-static bool ty_tt_candidate(const char *dir, char *out, size_t capacity) {
-  if (!dir[0]) return false;
+/* dir/tokenizer.json into out, and whether it is there: anything at that
+ * path is the candidate (a folder or an unreadable file is an error when it
+ * is read, never skipped as "no tokenizer"). */
+static ty_status_t ty_tt_candidate(const char *dir, char *out, size_t capacity, bool *found) {
+  *found = false;
+  if (!dir[0]) return TY_OK;
   snprintf(out, capacity, "%s/tokenizer.json", dir);
-  struct stat st;
-  return stat(out, &st) == 0 && S_ISREG(st.st_mode);
+  return ty_file_probe(out, found);
 }
 
 static bool ty_tt_no_tokenizer_recorded(const char *sha) {
@@ -30,17 +31,20 @@ static bool ty_tt_no_tokenizer_recorded(const char *sha) {
 ty_status_t ty_train_tokenizer_open(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   char path[sizeof(t->tokenizer_path)];
-  const char *origin;
+  const char *origin = NULL;
+  bool found = false;
   if (c->tokenizer[0]) {
     snprintf(path, sizeof(path), "%s", c->tokenizer);
     origin = "--tokenizer";
-  } else if (ty_tt_candidate(c->data, path, sizeof(path))) {
-    origin = "the data folder's tokenizer";
-  } else if (c->model[0] && ty_tt_candidate(c->model, path, sizeof(path))) {
-    origin = "the model folder's tokenizer";
   } else {
-    return TY_OK; /* none: checkpoints load by ids */
+    TY_RETURN_IF_ERROR(ty_tt_candidate(c->data, path, sizeof(path), &found));
+    if (found) origin = "the data folder's tokenizer";
+    if (!found && c->model[0]) {
+      TY_RETURN_IF_ERROR(ty_tt_candidate(c->model, path, sizeof(path), &found));
+      if (found) origin = "the model folder's tokenizer";
+    }
   }
+  if (!origin) return TY_OK; /* none: checkpoints load by ids */
   void *bytes = NULL;
   size_t size = 0;
   TY_RETURN_IF_ERROR(ty_file_read_named(path, "tokenizer", &bytes, &size));

@@ -211,6 +211,21 @@ class FileErrorTest(Base):
         self.check(["conform", "--backend", "cpu", "--ops", "add", "--xfail", folder], 2, None,
                    "--xfail file %s is a folder, not a file" % folder)
 
+    def test_optional_files_that_are_there_but_broken(self):
+        """A tokenizer.json that is there but cannot be read is an error, not
+        "no tokenizer" (generate and train skipped it silently)."""
+        model = self.path("model")
+        shutil.copytree(os.path.join(CFG.models, "gpt2"), model)
+        os.symlink(self.path("gone.json"), os.path.join(model, "tokenizer.json"))
+        self.check(["generate", "--model", model, "--prompt-ids", "1,2", "--max-new-tokens", "2"],
+                   1, "NOT_FOUND", os.path.join(model, "tokenizer.json"))
+        data = make_ids_dataset(self.path("data"))
+        os.symlink(self.path("gone.json"), os.path.join(data, "tokenizer.json"))
+        self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", self.path("run"),
+                    "--max-steps", "1", "--batch-size", "2"], 1, "NOT_FOUND",
+                   os.path.join(data, "tokenizer.json"))
+        self.assertFalse(os.path.exists(self.path("run", "checkpoint-1")))
+
     def test_run_folder_files_of_the_wrong_kind(self):
         data = make_ids_dataset(self.path("data"))
         out = self.path("run")

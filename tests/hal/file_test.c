@@ -65,6 +65,27 @@ static void test_open_read_names_folder_device_and_missing(void **state) {
   close(fd);
 }
 
+static void test_probe_absent_only_for_enoent(void **state) {
+  (void)state;
+  char file[300], link[300], missing[300], under_file[320];
+  path_in(file, sizeof(file), "probe.txt");
+  path_in(link, sizeof(link), "dangling");
+  path_in(missing, sizeof(missing), "nothing");
+  snprintf(under_file, sizeof(under_file), "%s/x", file);
+  write_text(file, "x");
+  assert_int_equal(symlink("/nonexistent/target", link), 0);
+  bool exists = true;
+  TY_EXPECT_OK(ty_file_probe(missing, &exists));
+  assert_false(exists);
+  TY_EXPECT_OK(ty_file_probe(file, &exists));
+  assert_true(exists);
+  exists = false;
+  TY_EXPECT_OK(ty_file_probe(link, &exists)); /* there, and broken: read it and fail */
+  assert_true(exists);
+  TY_EXPECT_STATUS(ty_file_probe(under_file, &exists), TY_CODE_FAILED_PRECONDITION,
+                   "cannot look at");
+}
+
 static void test_read_named_reads_files_and_pipes(void **state) {
   (void)state;
   char file[300];
@@ -157,6 +178,7 @@ static void test_write_atomic_errors_name_the_target(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_open_read_names_folder_device_and_missing),
+      cmocka_unit_test(test_probe_absent_only_for_enoent),
       cmocka_unit_test(test_read_named_reads_files_and_pipes),
       cmocka_unit_test(test_create_error_names_the_target_not_the_temp),
       cmocka_unit_test(test_write_atomic_errors_name_the_target),
