@@ -5,6 +5,7 @@ accepted silently or refused with an error in the wrong terms. Python
 standard library only.
 
 usage: test_inputs_cli.py --trainyard EXE --models DIR [unittest args]
+(helpers shared with test_options_cli.py: cli_util.py)
 
 - DatasetTest: a val split declared in dataset.json whose shard is missing
   or a folder is an error naming the shard, in `data info`, `data info
@@ -20,42 +21,23 @@ usage: test_inputs_cli.py --trainyard EXE --models DIR [unittest args]
 - ForwardTest: rows of one token report no loss instead of 0.
 - ListTest: an empty item of a comma-separated option is a usage error.
 """
-import argparse
 import hashlib
 import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
-CFG = None
+import cli_util  # noqa: E402  (beside this file)
+from cli_util import WORDS, make_corpus, make_ids_dataset, run, write  # noqa: E402,F401
 
 
-def run(args, stdin=None):
-    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True,
-                          input=stdin, timeout=300)
 
 
-def make_ids_dataset(path, docs=120, seed=1, vocab=96, val_fraction="0.2"):
-    rng = random.Random(seed)
-    with open(path + ".jsonl", "w") as f:
-        for _ in range(docs):
-            start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 30)
-            f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
-    r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
-             str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16", "--val-fraction",
-             val_fraction, "--out", path])
-    assert r.returncode == 0, r.stderr
-    return path
 
 
-def write(path, text):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
 
 
 class Base(unittest.TestCase):
@@ -152,7 +134,7 @@ class FileErrorTest(Base):
         return r
 
     def test_wrong_kind_of_file_and_missing_folders(self):
-        gpt2 = os.path.join(CFG.models, "gpt2")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
         afile = write(self.path("afile"), "x")
         folder = self.path("folder")
         os.mkdir(folder)
@@ -215,7 +197,7 @@ class FileErrorTest(Base):
         """A tokenizer.json that is there but cannot be read is an error, not
         "no tokenizer" (generate and train skipped it silently)."""
         model = self.path("model")
-        shutil.copytree(os.path.join(CFG.models, "gpt2"), model)
+        shutil.copytree(os.path.join(cli_util.CFG.models, "gpt2"), model)
         os.symlink(self.path("gone.json"), os.path.join(model, "tokenizer.json"))
         self.check(["generate", "--model", model, "--prompt-ids", "1,2", "--max-new-tokens", "2"],
                    1, "NOT_FOUND", os.path.join(model, "tokenizer.json"))
@@ -240,15 +222,11 @@ class FileErrorTest(Base):
                    "FAILED_PRECONDITION", "trainer_state.json is a folder, not a file")
 
 
-WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
 
 
 def make_text_dataset(base, tokenizer_vocab="320", seed=1, words=WORDS, val_fraction="0.1"):
     """A trained tokenizer and a dataset prepared with it: (tokenizer, data)."""
-    rng = random.Random(seed)
-    corpus = write(base + ".txt", "\n".join(
-        " ".join(rng.choice(words) for _ in range(rng.randint(5, 15))) + "."
-        for _ in range(400)))
+    corpus = make_corpus(base + ".txt", lines=400, seed=seed, words=words)
     tok = base + ".tokenizer.json"
     r = run(["data", "train-tokenizer", "--input", corpus, "--format", "lines", "--vocab-size",
              tokenizer_vocab, "--out", tok])
@@ -357,7 +335,7 @@ class TrainTokenizerInputTest(Base):
 
 class ForwardTest(Base):
     def test_one_token_rows_report_no_loss(self):
-        gpt2 = os.path.join(CFG.models, "gpt2")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
         tokens = write(self.path("one.json"), "[[5], [7]]")
         out = self.path("one.safetensors")
         r = self.expect(["-v", "forward", "--model", gpt2, "--tokens", tokens, "--out", out], 0,
@@ -379,7 +357,7 @@ class ForwardTest(Base):
 
 class ListTest(Base):
     def test_empty_items_are_usage_errors(self):
-        gpt2 = os.path.join(CFG.models, "gpt2")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
         data = make_ids_dataset(self.path("data"))
         for value, item in (("1,,2", "item 2 of 3 is empty"), ("1,2,", "item 3 of 3 is empty"),
                             (",1", "item 1 of 2 is empty"), ("1, ,2", "item 2 of 3 is empty"),
@@ -404,21 +382,7 @@ class ListTest(Base):
         self.assertEqual(len(json.loads(r.stdout)["ids"]), 2)
 
 
-def main():
-    global CFG
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trainyard", required=True)
-    parser.add_argument("--models", required=True)
-    CFG, rest = parser.parse_known_args()
-    # Never the user's ~/.cache: compile caches of these runs go to a folder of their own.
-    cache = tempfile.mkdtemp(prefix="ty_test_xdg_")
-    os.environ["XDG_CACHE_HOME"] = cache
-    try:
-        result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    return 0 if result.wasSuccessful() else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_util.main("--models"))

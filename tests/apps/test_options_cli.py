@@ -15,18 +15,16 @@ The other classes drive the options, each run against a baseline run
 without it, and check the difference the option makes (or its refusal
 where another option makes it ineffective).
 """
-import argparse
 import json
 import os
-import random
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
 
-CFG = None
+import cli_util  # noqa: E402  (beside this file)
+from cli_util import WORDS, make_corpus, make_ids_dataset, run, write  # noqa: E402,F401
 
 # command -> option -> "Class.test_method" (this file) or "file.py:Class.test_method"
 # (another test of tests/apps or tests/conform), or "mention:<command>" for another
@@ -88,17 +86,8 @@ AUDIT = {
 HELP_ARGS = {"(global)": ["--help"]}
 
 
-def run(args, stdin=None, env=None):
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, input=stdin,
-                          timeout=300, env=full_env)
 
 
-def write(path, text):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
 
 
 def read_bytes(path):
@@ -117,28 +106,10 @@ def metrics(out):
         return [json.loads(line) for line in f]
 
 
-def make_ids_dataset(path, docs=150, vocab=96, val_fraction="0.2"):
-    rng = random.Random(1)
-    with open(path + ".jsonl", "w") as f:
-        for _ in range(docs):
-            start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 30)
-            f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
-    args = ["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
-            str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16", "--out", path]
-    if val_fraction:
-        args += ["--val-fraction", val_fraction]
-    r = run(args)
-    assert r.returncode == 0, r.stderr
-    return path
 
 
-WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
 
 
-def make_corpus(path, lines=300, seed=1):
-    rng = random.Random(seed)
-    return write(path, "\n".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 15)))
-                                 + "." for _ in range(lines)) + "\n")
 
 
 class Base(unittest.TestCase):
@@ -184,7 +155,7 @@ def help_options(command):
 
 
 def source(*parts):
-    with open(os.path.join(CFG.source, *parts), encoding="utf-8") as f:
+    with open(os.path.join(cli_util.CFG.source, *parts), encoding="utf-8") as f:
         return f.read()
 
 
@@ -279,14 +250,14 @@ class GlobalOptionsTest(Base):
                      "--plugin-path has no effect on 'tokenize'")
         self.refused(["--plugin-path", self.tmp, "data", "info", self.tmp],
                      "--plugin-path has no effect on 'data'")
-        gpt2 = os.path.join(CFG.models, "gpt2")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
         tokens = write(self.path("t.json"), "[[1, 2, 3]]")
         out = self.path("o.st")
         quiet = self.ok(["forward", "--model", gpt2, "--tokens", tokens, "--out", out])
         loud = self.ok(["-v", "forward", "--model", gpt2, "--tokens", tokens, "--out", out])
         self.assertNotIn("loss", quiet.stderr)
         self.assertRegex(loud.stderr, r"loss \d+\.\d+")
-        tok = os.path.join(CFG.source, "tests", "fixtures", "tokenizers", "gpt2", "tokenizer.json")
+        tok = os.path.join(cli_util.CFG.source, "tests", "fixtures", "tokenizers", "gpt2", "tokenizer.json")
         r = self.ok(["-v", "tokenize", "--tokenizer", tok], stdin="hello world")
         self.assertIn("bytes ->", r.stderr)
         r = self.ok(["-v", "tokenize", "--tokenizer", tok, "--decode"], stdin=r.stdout)
@@ -507,7 +478,7 @@ class TrainOptionsTest(TrainBase):
         out, _ = self.train("bf16", "--dtype", "bf16")                       # --dtype
         header = safetensors_header(os.path.join(out, "checkpoint-3", "model.safetensors"))
         self.assertEqual({v["dtype"] for k, v in header.items() if k != "__metadata__"}, {"BF16"})
-        gpt2 = os.path.join(CFG.models, "gpt2")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
         out, r = self.train("model", "--model", gpt2)                        # --model
         self.assertIn(gpt2, r.stderr)
         self.assertEqual(read_bytes(os.path.join(out, "checkpoint-3", "config.json")),
@@ -599,7 +570,7 @@ class TrainSampleTest(TrainBase):
                      "--sample-prompt needs a tokenizer", rc=1)
         self.refused(["train", "--preset", "gpt2-tiny", "--data", self.data, "--sample-prompt",
                       "hi"], "--sample-prompt needs --sample-tokens")
-        self.refused(["train", "--model", os.path.join(CFG.models, "gpt2"), "--data", self.data,
+        self.refused(["train", "--model", os.path.join(cli_util.CFG.models, "gpt2"), "--data", self.data,
                       "--out", self.path("y"), "--sample-tokens", "64"],
                      "--sample-tokens 64", "exceeds the model's 64 positions", rc=1)
 
@@ -614,7 +585,7 @@ class CompileOptionsTest(Base):
         return read_bytes(out), r
 
     def test_each_option(self):
-        gpt2 = os.path.join(CFG.models, "gpt2")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
         base = ["--backend", "dataflow", "--model", gpt2, "--seq-len", "8", "--batch-size", "2"]
         ref, r = self.compile("ref", *base)                                  # --backend, --out
         self.assertIn("train step on dataflow", r.stdout)
@@ -680,8 +651,8 @@ class GenerateOptionsTest(Base):
         return json.loads(r.stdout), r.stderr
 
     def test_each_option(self):
-        gpt2 = os.path.join(CFG.models, "gpt2")
-        llama = os.path.join(CFG.models, "llama")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
+        llama = os.path.join(cli_util.CFG.models, "llama")
         base = ["--model", gpt2, "--prompt-ids", "1,2,3", "--max-new-tokens", "8"]
         greedy, err = self.gen(*base)
         self.assertEqual(len(greedy["ids"]), 8)                              # --max-new-tokens
@@ -744,8 +715,8 @@ class GenerateOptionsTest(Base):
 
 class ForwardOptionsTest(Base):
     def test_each_option(self):
-        gpt2 = os.path.join(CFG.models, "gpt2")
-        llama = os.path.join(CFG.models, "llama")
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
+        llama = os.path.join(cli_util.CFG.models, "llama")
         tokens = write(self.path("t.json"), "[[1, 2, 3, 4], [5, 6, 7, 8]]")
         out = self.path("o.st")
 
@@ -770,7 +741,7 @@ class ForwardOptionsTest(Base):
 
 class TokenizeOptionsTest(Base):
     def test_each_option(self):
-        fixtures = os.path.join(CFG.source, "tests", "fixtures", "tokenizers")
+        fixtures = os.path.join(cli_util.CFG.source, "tests", "fixtures", "tokenizers")
         gpt2 = os.path.join(fixtures, "gpt2", "tokenizer.json")
         llama = os.path.join(fixtures, "llama2_legacy", "tokenizer.json")
         text = "Hello world"
@@ -825,7 +796,7 @@ class CompareOptionsTest(Base):
         with open(os.path.join(self.path("cf"), "1-cpu", "train_config.json")) as f:
             saved = json.load(f)
         self.assertEqual((saved["dropout"], saved["batch_size"]), (0.1, 2))
-        self.ok(base[:1] + ["--model", os.path.join(CFG.models, "gpt2")] + base[3:] +
+        self.ok(base[:1] + ["--model", os.path.join(cli_util.CFG.models, "gpt2")] + base[3:] +
                 ["--backends", "cpu,dataflow", "--steps", "1", "--out", self.path("m")])
         for option in ("--backend", "--max-steps", "--epochs", "--resume"):
             self.refused(base + ["--backends", "cpu,dataflow", "--steps", "2", "--out",
@@ -875,22 +846,7 @@ class ConformOptionsTest(Base):
                          option[0] + " has no effect with --list")
 
 
-def main():
-    global CFG
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trainyard", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--source", required=True)
-    CFG, rest = parser.parse_known_args()
-    # Never the user's ~/.cache: compile caches of these runs go to a folder of their own.
-    cache = tempfile.mkdtemp(prefix="ty_test_xdg_")
-    os.environ["XDG_CACHE_HOME"] = cache
-    try:
-        result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    return 0 if result.wasSuccessful() else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_util.main("--models", "--source"))
