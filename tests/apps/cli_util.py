@@ -54,6 +54,19 @@ def make_corpus(path, lines=300, seed=1, words=WORDS):
                                  + "." for _ in range(lines)) + "\n")
 
 
+class TempDirTest(unittest.TestCase):
+    """A test with a temporary folder of its own, removed afterwards."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_cli_test_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+
 def main(*options):
     """Parses --trainyard and `options` (each required) into CFG and runs the
     unittest classes named on the command line."""

@@ -27,8 +27,6 @@ import os
 import random
 import shutil
 import sys
-import tempfile
-import unittest
 
 import cli_util  # noqa: E402  (beside this file)
 from cli_util import WORDS, make_corpus, make_ids_dataset, run, write  # noqa: E402,F401
@@ -40,16 +38,7 @@ from cli_util import WORDS, make_corpus, make_ids_dataset, run, write  # noqa: E
 
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ty_inputs_test_")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.tmp, *parts)
-
+class Base(cli_util.TempDirTest):
     def expect(self, args, rc, *needles, stdin=None):
         r = run(args, stdin)
         self.assertEqual(r.returncode, rc, "trainyard %s\nstdout: %s\nstderr: %s" % (

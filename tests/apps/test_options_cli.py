@@ -18,9 +18,7 @@ where another option makes it ineffective).
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import unittest
 
 import cli_util  # noqa: E402  (beside this file)
@@ -112,16 +110,7 @@ def metrics(out):
 
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ty_options_test_")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def path(self, *parts):
-        return os.path.join(self.tmp, *parts)
-
+class Base(cli_util.TempDirTest):
     def ok(self, args, stdin=None, env=None):
         r = run(args, stdin, env)
         self.assertEqual(r.returncode, 0, "trainyard %s\n%s" % (" ".join(args), r.stderr[-3000:]))
