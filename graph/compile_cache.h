@@ -1,5 +1,5 @@
-/* The on-disk compile cache of sessions, and the small file helpers it
- * shares with the apps (whole-file reads, atomic writes).
+/* The on-disk compile cache of sessions (its file helpers, whole-file reads
+ * and atomic writes, are hal/file.h's).
  *
  * An entry is keyed by the graph hash, the backend name and version, the
  * device URI (for a compile-then-run device it names the target) and the
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/file.h" /* the file helpers the cache and the apps share */
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -30,19 +31,6 @@ extern "C" {
 /* The default cache folder: $XDG_CACHE_HOME/trainyard, else
  * $HOME/.cache/trainyard; "" when neither variable is set. */
 void ty_compile_cache_default_dir(char *out, size_t capacity);
-
-/* Reads a whole file. NOT_FOUND when it does not exist, PERMISSION_DENIED
- * or DATA_LOSS for other failures, each naming the path. The caller frees
- * *out_data (NUL-terminated, the NUL not counted in *out_size). */
-ty_status_t ty_file_read_all(const char *path, void **out_data, size_t *out_size);
-
-/* Writes `data` to `path` atomically: a temporary file beside it (unique per
- * process and call), fsync, rename over `path`, fsync of the folder. Creates
- * missing parent folders. RESOURCE_EXHAUSTED for a full disk. */
-ty_status_t ty_file_write_atomic(const char *path, const void *data, size_t size);
-
-/* Creates `dir` and its missing parents (mode 0777 & umask). */
-ty_status_t ty_mkdir_parents(const char *dir);
 
 /* Paths of an entry: <dir>/compile-v1/<backend>/<sha256(key)><suffix>. The
  * caller frees *out_path. */

@@ -556,7 +556,7 @@ ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_
   double start = ty_session_now();
   ty_status_t st = graph ? ty_graph_lower(graph, &s->lowered) : TY_OK;
   if (!st) st = ty_compile_cache_get(device, &cache);
-  if (!st) st = ty_file_read_all(path, &bytes, &size);
+  if (!st) st = ty_file_read_named(path, "artifact", &bytes, &size);
   if (!st) {
     st = ty_session_deserialize(device, bytes, size,
                                 s->lowered ? ty_lowered_graph_abi(s->lowered) : NULL, &executable);

@@ -37,10 +37,13 @@ ty_status_t ty_status_makev(ty_code_t code, const char *fmt, va_list args)
     TY_MUST_USE;
 
 /* A status for a failed system call: the code from errno value `err`
- * (ENOENT NOT_FOUND, EACCES/EPERM/EROFS PERMISSION_DENIED, ENOSPC/EDQUOT/
- * EFBIG/ENOMEM/EMFILE/ENFILE RESOURCE_EXHAUSTED, EEXIST/ENOTEMPTY
- * ALREADY_EXISTS, EIO DATA_LOSS, EISDIR/ENOTDIR FAILED_PRECONDITION, else
- * UNKNOWN) and the message
+ * (ENOENT NOT_FOUND; EACCES/EPERM/EROFS PERMISSION_DENIED; ENOSPC/EDQUOT/
+ * EFBIG/ENOMEM/EMFILE/ENFILE RESOURCE_EXHAUSTED; EEXIST/ENOTEMPTY
+ * ALREADY_EXISTS; EIO DATA_LOSS; EISDIR/ENOTDIR/ENODEV/ENXIO/ESPIPE/ETXTBSY
+ * FAILED_PRECONDITION (the path names the wrong kind of file, nothing is
+ * damaged); EINVAL/ENAMETOOLONG/ELOOP INVALID_ARGUMENT; EOVERFLOW
+ * OUT_OF_RANGE; EAGAIN/EBUSY/EINTR UNAVAILABLE; ENOSYS/EOPNOTSUPP
+ * UNIMPLEMENTED; else UNKNOWN) and the message
  * "<formatted context>: <strerror(err)>". Never returns OK. */
 ty_status_t ty_status_from_errno(int err, const char *fmt, ...) TY_PRINTF_ATTR(2, 3) TY_MUST_USE;
 

@@ -22,9 +22,9 @@
  * reading is immutable, so ty_dataset_read_row and the getters may be called
  * from several threads at once; a writer must be used by one thread at a
  * time. Errors: every fallible call returns a status naming the folder, the
- * file and the row at fault (DATA_LOSS for damaged data, INVALID_ARGUMENT for
- * bad arguments, NOT_FOUND for a missing dataset or split) and leaves its
- * outputs untouched. */
+ * file and the row at fault (DATA_LOSS for damaged or incomplete data,
+ * INVALID_ARGUMENT for bad arguments, NOT_FOUND for a missing dataset or an
+ * undeclared split) and leaves its outputs untouched. */
 #ifndef TY_MODELS_DATASET_H_
 #define TY_MODELS_DATASET_H_
 
@@ -71,14 +71,23 @@ enum {
   /* Also reads every byte of the split at open: the SHA-256 of each shard
    * against dataset.json and every row's CRC and tokens. */
   TY_DATASET_OPEN_VERIFY = 1u << 0,
+  /* An optional split: when dataset.json declares no such split, open
+   * succeeds with *out_dataset = NULL. Only that: a declared split whose
+   * shard is missing or unreadable is still an error. This is how a caller
+   * asks "is there a val split?"; never infer it from an error code. */
+  TY_DATASET_OPEN_IF_DECLARED = 1u << 1,
 };
 
 /* Opens split `split` ("train", "val") of the dataset folder `dir`: reads
  * dataset.json, maps every shard of the split and checks its size and header
  * against dataset.json. A split listed with no rows opens with a row count
- * of 0. Errors: NOT_FOUND (no folder, no dataset.json, no such split, a
- * missing shard), DATA_LOSS naming the file (and row) for anything damaged
- * or inconsistent, UNIMPLEMENTED for a newer format version. */
+ * of 0. Errors: NOT_FOUND (no folder, no dataset.json, a split dataset.json
+ * does not declare, unless TY_DATASET_OPEN_IF_DECLARED); DATA_LOSS naming the
+ * file (and row) for anything damaged or inconsistent, a shard listed in
+ * dataset.json that is missing included (the dataset is incomplete);
+ * FAILED_PRECONDITION for a shard or dataset.json that is a folder;
+ * PERMISSION_DENIED for one that cannot be read; UNIMPLEMENTED for a newer
+ * format version. */
 ty_status_t ty_dataset_open(const char *dir, const char *split, uint32_t flags,
                             ty_dataset_t **out_dataset);
 /* Unmaps and releases. NULL is a no-op. Must not race with other calls. */

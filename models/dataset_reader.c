@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hal/file.h"
 #include "models/dataset_internal.h"
 
 typedef struct ty_ds_shard_t {
@@ -40,6 +41,12 @@ struct ty_dataset_t {
 
 static ty_status_t ty_ds_bad_json(const ty_dataset_t *ds, const char *field, const char *what) {
   return ty_status_make(TY_CODE_DATA_LOSS, "%s: field \"%s\" %s", ds->json_path, field, what);
+}
+
+static ty_status_t ty_bad_json_split(const ty_dataset_t *ds, const char *split) {
+  char field[32];
+  snprintf(field, sizeof(field), "splits.%s", split);
+  return ty_ds_bad_json(ds, field, "is not an object");
 }
 
 /* An integer field in [min, max]. */
@@ -77,17 +84,22 @@ static ty_status_t ty_ds_json_sha(const ty_dataset_t *ds, const json_t *object, 
 static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
                                    uint64_t json_rows, uint64_t json_bytes) {
   ty_ds_shard_t *sh = &ds->shards[index];
-  int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return ty_status_from_errno(errno, "cannot open shard %s listed in %s", sh->path, ds->json_path);
+  int fd = -1;
+  uint64_t size = 0;
+  ty_status_t opened = ty_file_open_read(sh->path, "shard", &fd, &size);
+  if (opened && ty_status_code(opened) == TY_CODE_NOT_FOUND) {
+    /* dataset.json promises the shard: its absence is lost data, never
+     * "no such split". */
+    ty_status_free(opened);
+    return ty_status_make(TY_CODE_DATA_LOSS,
+                          "the dataset %s is incomplete: shard %s of the %s split, listed in "
+                          "%s, is missing",
+                          ds->dir, sh->path, ds->split, ds->json_path);
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    ty_status_t status = ty_status_from_errno(errno, "cannot stat %s", sh->path);
-    close(fd);
-    return status;
+  if (opened) {
+    return ty_status_annotate(opened, "the %s split of the dataset %s (listed in %s)", ds->split,
+                              ds->dir, ds->json_path);
   }
-  uint64_t size = (uint64_t)st.st_size;
   if (size < TY_DATASET_SHARD_HEADER_SIZE) {
     close(fd);
     return ty_status_make(TY_CODE_DATA_LOSS,
@@ -162,14 +174,33 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
   return TY_OK;
 }
 
-static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
+/* *out_declared is false when dataset.json parses but lists no `split`. */
+static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split, bool *out_declared) {
+  *out_declared = true;
+  struct stat st;
+  if (stat(ds->dir, &st) != 0) {
+    return ty_status_from_errno(errno, "cannot open the dataset folder %s", ds->dir);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "%s is a file, not a dataset folder (one made by 'trainyard data "
+                          "prepare')",
+                          ds->dir);
+  }
+  void *text = NULL;
+  size_t text_size = 0;
+  ty_status_t read = ty_file_read_named(ds->json_path, "dataset description", &text, &text_size);
+  if (read && ty_status_code(read) == TY_CODE_NOT_FOUND) {
+    ty_status_free(read);
+    return ty_status_make(TY_CODE_NOT_FOUND, "%s is not a trainyard dataset (no " TY_DATASET_JSON
+                                             ")",
+                          ds->dir);
+  }
+  if (read) return read;
   json_error_t error;
-  json_t *root = json_load_file(ds->json_path, 0, &error);
+  json_t *root = json_loadb(text, text_size, 0, &error);
+  free(text);
   if (!root) {
-    if (access(ds->json_path, F_OK) != 0) {
-      return ty_status_from_errno(errno, "%s is not a trainyard dataset (no " TY_DATASET_JSON ")",
-                                ds->dir);
-    }
     return ty_status_make(TY_CODE_DATA_LOSS, "%s: not valid JSON (line %d: %s)", ds->json_path,
                           error.line, error.text);
   }
@@ -203,8 +234,12 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
   }
   if (!status && !input_format) status = ty_ds_bad_json(ds, "input_format", "is not a string");
   if (!status && !json_is_object(splits)) status = ty_ds_bad_json(ds, "splits", "is missing");
-  if (!status && !json_is_object(sp)) {
-    status = ty_status_make(TY_CODE_NOT_FOUND, "%s has no split \"%s\"", ds->json_path, split);
+  if (!status && !sp) {
+    *out_declared = false;
+    status = ty_status_make(TY_CODE_NOT_FOUND, "%s declares no split \"%s\"", ds->json_path,
+                            split);
+  } else if (!status && !json_is_object(sp)) {
+    status = ty_bad_json_split(ds, split);
   }
   if (!status) {
     ds->loss_weights = json_is_true(weights);
@@ -283,9 +318,16 @@ ty_status_t ty_dataset_open(const char *dir, const char *split, uint32_t flags,
   ds->split_code = code;
   ds->dir = strdup(dir);
   ds->json_path = ty_ds_path_join(dir, TY_DATASET_JSON);
+  bool declared = true;
   ty_status_t status = ds->dir && ds->json_path
-                           ? ty_ds_load(ds, split)
+                           ? ty_ds_load(ds, split, &declared)
                            : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  if (status && !declared && (flags & TY_DATASET_OPEN_IF_DECLARED)) {
+    ty_status_free(status);
+    ty_dataset_close(ds);
+    *out_dataset = NULL;
+    return TY_OK;
+  }
   if (!status && (flags & TY_DATASET_OPEN_VERIFY)) status = ty_dataset_verify(ds);
   if (status) {
     ty_dataset_close(ds);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hal/file.h"
 #include "models/dataset_internal.h"
 
 typedef struct ty_ds_shard_info_t {
@@ -80,7 +81,7 @@ static ty_status_t ty_ds_check_target(const char *dir, bool overwrite, bool *out
   struct stat st;
   if (lstat(dir, &st) != 0) {
     if (errno == ENOENT) return TY_OK;
-    return ty_status_from_errno(errno, "cannot inspect %s", dir);
+    return ty_file_create_error(errno, dir, "dataset folder");
   }
   if (!S_ISDIR(st.st_mode)) {
     return ty_status_make(TY_CODE_ALREADY_EXISTS,
@@ -178,7 +179,8 @@ ty_status_t ty_dataset_writer_create(const ty_dataset_writer_options_t *o,
   snprintf(w->tmp_dir, dir_len + 32, "%s.tmp.%ld", w->dir, (long)getpid());
   ty_ds_remove_folder(w->tmp_dir); /* a leftover of an earlier process with our pid */
   if (mkdir(w->tmp_dir, 0777) != 0) {
-    ty_status_t status = ty_status_from_errno(errno, "cannot create folder %s", w->tmp_dir);
+    /* Name the user's folder (and its missing parent), not the temporary one. */
+    ty_status_t status = ty_file_create_error(errno, w->dir, "dataset folder");
     free(w->tmp_dir);
     w->tmp_dir = NULL;
     ty_dataset_writer_destroy(w);
@@ -457,7 +459,9 @@ static ty_status_t ty_ds_install(ty_dataset_writer_t *w) {
   /* rename(2) replaces an empty folder. */
   if (rename(w->tmp_dir, w->dir) != 0) {
     ty_status_t status =
-        ty_status_from_errno(errno, "cannot rename %s to %s", w->tmp_dir, w->dir);
+        ty_status_from_errno(errno, "cannot put the new dataset in place at %s (it was made in "
+                                    "%s)",
+                             w->dir, w->tmp_dir);
     if (old && rename(old, w->dir) != 0) {
       status = ty_status_annotate(status, "the previous dataset is left at %s", old);
     }

@@ -1,6 +1,8 @@
 /* Presets, config.json writing and weight initialization. */
 #include "models/presets.h"
 
+#include "hal/file.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -147,20 +149,13 @@ ty_status_t ty_model_config_write(const ty_model_config_t *c, const char *path) 
   char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
   json_decref(j);
   if (!text) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing %s", path);
-  char tmp[4200];
-  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  ty_status_t s = TY_OK;
-  if (!f) {
-    s = ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", tmp);
-  } else {
-    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
-              fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-      unlink(tmp);
-      s = ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed (disk full?)", path);
-    }
+  size_t n = strlen(text);
+  char *line = realloc(text, n + 2);
+  ty_status_t s = line ? TY_OK : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  if (line) {
+    text = line;
+    memcpy(text + n, "\n", 2);
+    s = ty_file_write_atomic(path, text, n + 1);
   }
   free(text);
   return s;

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hal/file.h"
 #include "models/safetensors_internal.h"
 
 /* Heap copies are aligned to a cache line, more than any element needs. */
@@ -476,8 +477,7 @@ static ty_status_t ty_st_open_fd(ty_safetensors_file_t *f, int fd, uint32_t flag
   if (fstat(fd, &st) != 0) return ty_status_from_errno(errno, "cannot stat %s", f->path);
   if (!S_ISREG(st.st_mode)) {
     return ty_st_fail(f, NULL, TY_CODE_FAILED_PRECONDITION,
-                      "not a regular file (for a model folder, use "
-                      "ty_safetensors_open_dir)");
+                      "not a regular file: safetensors are read from a file on disk");
   }
   uint64_t size = (uint64_t)st.st_size;
   uint8_t head[16] = {0};
@@ -516,11 +516,9 @@ ty_status_t ty_safetensors_open_flags(const char *path, uint32_t flags,
   if (!path) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "safetensors path is NULL");
   ty_safetensors_file_t *f = ty_st_file_new(path);
   if (!f) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  ty_status_t status;
-  if (fd < 0) {
-    status = ty_status_from_errno(errno, "cannot open %s", path);
-  } else {
+  int fd = -1;
+  ty_status_t status = ty_file_open_read(path, "safetensors file", &fd, NULL);
+  if (!status) {
     status = ty_st_open_fd(f, fd, flags);
     close(fd);
   }

@@ -12,6 +12,7 @@
 
 #include "hal/half.h"
 #include "models/safetensors.h"
+#include "hal/file.h"
 #include "models/safetensors_internal.h"
 
 /* `order` follows the reference implementation's Dtype enum (BOOL < U8 <
@@ -92,8 +93,8 @@ ty_status_t ty_st_read_small_file(const char *path, size_t limit,
                                   char **out_data, size_t *out_size) {
   *out_data = NULL;
   *out_size = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_status_from_errno(errno, "cannot open " TY_ST_MSG_NAME, path);
+  int fd = -1;
+  TY_RETURN_IF_ERROR(ty_file_open_read(path, "file", &fd, NULL));
   struct stat st;
   ty_status_t status = TY_OK;
   char *data = NULL;
@@ -188,8 +189,8 @@ ty_status_t ty_st_pickle_status(const char *path, ty_st_format_t format) {
 }
 
 ty_status_t ty_checkpoint_check_format(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_status_from_errno(errno, "cannot open " TY_ST_MSG_NAME, path);
+  int fd = -1;
+  TY_RETURN_IF_ERROR(ty_file_open_read(path, "checkpoint", &fd, NULL));
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int err = errno;
@@ -199,8 +200,8 @@ ty_status_t ty_checkpoint_check_format(const char *path) {
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          TY_ST_MSG_NAME ": not a regular file (for a model "
-                          "folder, use ty_safetensors_open_dir)", path);
+                          TY_ST_MSG_NAME ": not a regular file: checkpoints are read from a "
+                          "file on disk", path);
   }
   uint8_t head[16] = {0};
   uint64_t n = (uint64_t)st.st_size < sizeof(head) ? (uint64_t)st.st_size : sizeof(head);

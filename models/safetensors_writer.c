@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "models/safetensors.h"
+#include "hal/file.h"
 #include "models/safetensors_internal.h"
 
 #define TY_ST_INDEX_NAME "model.safetensors.index.json"
@@ -274,7 +275,8 @@ static ty_status_t ty_st_atomic_begin(const char *path, ty_st_atomic_t *a) {
   snprintf(a->tmp, n, "%s.tmp.%ld", path, (long)getpid());
   a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (a->fd < 0) {
-    ty_status_t status = ty_status_from_errno(errno, "cannot create %s", a->tmp);
+    /* Name the user's file (and a missing folder), not the temporary one. */
+    ty_status_t status = ty_file_create_error(errno, path, "safetensors file");
     free(a->tmp);
     a->tmp = NULL;
     return status;
@@ -289,7 +291,7 @@ static ty_status_t ty_st_atomic_write(ty_st_atomic_t *a, const void *data, uint6
     ssize_t n = write(a->fd, p, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ty_status_from_errno(errno, "cannot write %s", a->tmp);
+      return ty_status_from_errno(errno, "cannot write %s", a->path);
     }
     p += n;
     size -= (uint64_t)n;
@@ -333,14 +335,14 @@ static ty_status_t ty_st_fsync_dir_of(const char *path) {
 static ty_status_t ty_st_atomic_commit(ty_st_atomic_t *a) {
   ty_status_t status = TY_OK;
   if (fsync(a->fd) != 0) {
-    status = ty_status_from_errno(errno, "cannot sync %s", a->tmp);
+    status = ty_status_from_errno(errno, "cannot write %s (fsync)", a->path);
   } else {
     int rc = close(a->fd);
     a->fd = -1;
     if (rc != 0) {
-      status = ty_status_from_errno(errno, "cannot close %s", a->tmp);
+      status = ty_status_from_errno(errno, "cannot write %s (close)", a->path);
     } else if (rename(a->tmp, a->path) != 0) {
-      status = ty_status_from_errno(errno, "cannot rename %s to %s", a->tmp, a->path);
+      status = ty_file_create_error(errno, a->path, "safetensors file");
     }
   }
   if (status) {

@@ -45,12 +45,20 @@ enum {
   TY_TOKENIZER_DECODE_SKIP_SPECIAL = 1u << 0,
 };
 
-/* Reads and loads a tokenizer.json file. Errors: NOT_FOUND or
- * PERMISSION_DENIED when the file cannot be read, DATA_LOSS when it is not
+/* Reads and loads a tokenizer.json file. Errors: INVALID_ARGUMENT for a
+ * folder; ty_status_from_errno's code (NOT_FOUND, PERMISSION_DENIED,
+ * FAILED_PRECONDITION for a path through a file, ...) when the file cannot
+ * be read, DATA_LOSS when it is not
  * JSON, INVALID_ARGUMENT naming the field when a field is missing or wrong,
  * UNIMPLEMENTED naming the component (model type, pre-tokenizer, ...) that
  * this loader does not support. */
 ty_status_t ty_tokenizer_load_file(const char *path, ty_tokenizer_t **out_tokenizer);
+
+/* ty_tokenizer_load_file that also writes the lower-case hex SHA-256 of the
+ * file's bytes (what dataset.json records as the data's tokenizer) into
+ * out_sha256 (may be NULL), from the same read. */
+ty_status_t ty_tokenizer_load_file_sha256(const char *path, ty_tokenizer_t **out_tokenizer,
+                                          char out_sha256[65]);
 
 /* Loads tokenizer.json text held in memory (`size` bytes, need not be
  * NUL-terminated). `name` (may be NULL) is used in error messages. The

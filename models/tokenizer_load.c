@@ -3,6 +3,7 @@
  * components around the model are parsed in tokenizer_pipeline.c. Also the
  * public lookups and destroy. */
 #include <errno.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,11 +57,7 @@ ty_status_t ty_tok_json_type(const json_t *object, const char *path, const char 
 /* ---- the file ---- */
 
 static ty_status_t ty_tok_errno_status(int error, const char *what, const char *path) {
-  ty_code_t code = error == ENOENT || error == ENOTDIR ? TY_CODE_NOT_FOUND
-                   : error == EACCES || error == EPERM ? TY_CODE_PERMISSION_DENIED
-                   : error == ENOMEM                   ? TY_CODE_RESOURCE_EXHAUSTED
-                                                       : TY_CODE_UNAVAILABLE;
-  return ty_status_make(code, "cannot %s tokenizer file '%s': %s", what, path, strerror(error));
+  return ty_status_from_errno(error, "cannot %s tokenizer file '%s'", what, path);
 }
 
 static ty_status_t ty_tok_read_file(const char *path, ty_tok_buf_t *out) {
@@ -521,7 +518,8 @@ ty_status_t ty_tokenizer_load_json(const char *json, size_t size, const char *na
   return TY_OK;
 }
 
-ty_status_t ty_tokenizer_load_file(const char *path, ty_tokenizer_t **out_tokenizer) {
+ty_status_t ty_tokenizer_load_file_sha256(const char *path, ty_tokenizer_t **out_tokenizer,
+                                          char out_sha256[65]) {
   if (!path || !out_tokenizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "ty_tokenizer_load_file: NULL argument");
   }
@@ -532,9 +530,21 @@ ty_status_t ty_tokenizer_load_file(const char *path, ty_tokenizer_t **out_tokeni
   }
   ty_tok_buf_t text = {0};
   ty_status_t status = ty_tok_read_file(path, &text);
+  if (!status && out_sha256) {
+    unsigned char digest[32];
+    unsigned int n = 0;
+    if (EVP_Digest(text.data, text.size, digest, &n, EVP_sha256(), NULL) != 1) {
+      status = ty_status_make(TY_CODE_INTERNAL, "SHA-256 of %s failed", path);
+    }
+    for (int i = 0; i < 32 && !status; ++i) snprintf(out_sha256 + 2 * i, 3, "%02x", digest[i]);
+  }
   if (!status) status = ty_tokenizer_load_json(text.data, text.size, path, out_tokenizer);
   ty_tok_buf_free(&text);
   return status;
+}
+
+ty_status_t ty_tokenizer_load_file(const char *path, ty_tokenizer_t **out_tokenizer) {
+  return ty_tokenizer_load_file_sha256(path, out_tokenizer, NULL);
 }
 
 uint32_t ty_tokenizer_vocab_size(const ty_tokenizer_t *tok) {

@@ -1,8 +1,11 @@
 /* Shared pieces of the `trainyard` command. */
 #include "app.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out) {
   ty_registry_options_t options = {
@@ -30,4 +33,75 @@ int ty_app_usage_error(const char *command, const char *fmt, ...) {
   fprintf(stderr, "; see 'trainyard %s --help'\n", command);
   va_end(args);
   return TY_EXIT_USAGE;
+}
+
+void ty_app_list_free(ty_app_list_t *list) {
+  if (!list) return;
+  free(list->items);
+  free(list->storage);
+  memset(list, 0, sizeof(*list));
+}
+
+int ty_app_list_parse(const char *command, const char *option, const char *value,
+                      ty_app_list_t *out) {
+  memset(out, 0, sizeof(*out));
+  size_t commas = 0;
+  for (const char *p = value; *p; ++p) commas += *p == ',';
+  out->storage = strdup(value);
+  out->items = calloc(commas + 1, sizeof(char *));
+  if (!out->storage || !out->items) {
+    ty_app_list_free(out);
+    return ty_app_fail(command, ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory"));
+  }
+  char *item = out->storage;
+  for (size_t i = 0; i <= commas; ++i) {
+    char *comma = strchr(item, ',');
+    if (comma) *comma = '\0';
+    while (*item == ' ' || *item == '\t') ++item;
+    char *end = item + strlen(item);
+    while (end > item && (end[-1] == ' ' || end[-1] == '\t')) *--end = '\0';
+    if (!*item) {
+      /* Dropping it would run something other than what was asked. */
+      ty_app_list_free(out);
+      if (commas == 0) return ty_app_usage_error(command, "%s is empty", option);
+      return ty_app_usage_error(command, "%s '%s': item %zu of %zu is empty", option, value,
+                                i + 1, commas + 1);
+    }
+    out->items[out->count++] = item;
+    item = comma ? comma + 1 : end;
+  }
+  return TY_EXIT_OK;
+}
+
+int ty_app_list_parse_ids(const char *command, const char *option, const char *value,
+                          int64_t **out_ids, size_t *out_count) {
+  *out_ids = NULL;
+  *out_count = 0;
+  ty_app_list_t list;
+  int rc = ty_app_list_parse(command, option, value, &list);
+  if (rc != TY_EXIT_OK) return rc;
+  int64_t *ids = malloc(list.count * sizeof(int64_t));
+  if (!ids) {
+    ty_app_list_free(&list);
+    return ty_app_fail(command, ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory"));
+  }
+  for (size_t i = 0; i < list.count; ++i) {
+    const char *text = list.items[i];
+    char *end = NULL;
+    errno = 0;
+    long long v = text[0] >= '0' && text[0] <= '9' ? strtoll(text, &end, 10) : -1;
+    if (v < 0 || errno || *end || v > INT32_MAX) {
+      rc = ty_app_usage_error(command, "%s '%s': item %zu, '%s', is not a token id (an integer "
+                                       "from 0 to %d)",
+                              option, value, i + 1, text, INT32_MAX);
+      free(ids);
+      ty_app_list_free(&list);
+      return rc;
+    }
+    ids[i] = v;
+  }
+  *out_count = list.count;
+  *out_ids = ids;
+  ty_app_list_free(&list);
+  return TY_EXIT_OK;
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hal/registry.h"
 #include "hal/status.h"
@@ -27,10 +28,18 @@ typedef struct ty_app_t {
 
 typedef int (*ty_command_fn_t)(ty_app_t *app, int argc, char **argv);
 
+/* What of the global options a command uses (ty_command_t.uses): a global
+ * option given to a command that would ignore it is refused. */
+enum {
+  TY_COMMAND_USES_PLUGINS = 1u << 0, /* --plugin-path: it opens devices */
+  TY_COMMAND_USES_VERBOSE = 1u << 1, /* -v: it has more detail to print */
+};
+
 typedef struct ty_command_t {
   const char *name;
   ty_command_fn_t run;
   const char *summary;
+  unsigned uses; /* TY_COMMAND_USES_* */
 } ty_command_t;
 
 /* Loads plugins with the app's search order. */
@@ -44,6 +53,29 @@ int ty_app_fail(const char *command, ty_status_t status);
  * to stderr and returns TY_EXIT_USAGE. */
 int ty_app_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* A comma-separated option value ("cpu,dataflow", "1,2,3"), split. The
+ * one parser of every list option, so they all refuse the same things. */
+typedef struct ty_app_list_t {
+  char **items;  /* `count` items, each trimmed of spaces; NUL-terminated */
+  size_t count;  /* >= 1 */
+  char *storage; /* owns the items */
+} ty_app_list_t;
+
+/* Splits `value` of option `option` (e.g. "--backends") at commas. An empty
+ * value or an empty item ("1,,2", "a,", ",a", "a, ,b") is a usage error that
+ * names the option and the item's position: printed as ty_app_usage_error
+ * does, returning TY_EXIT_USAGE. TY_EXIT_OK fills *out (free it with
+ * ty_app_list_free); TY_EXIT_RUNTIME when memory runs out. */
+int ty_app_list_parse(const char *command, const char *option, const char *value,
+                      ty_app_list_t *out);
+void ty_app_list_free(ty_app_list_t *list);
+
+/* ty_app_list_parse for a list of token ids: every item a decimal integer
+ * in [0, 2^31). *out_ids (malloc'ed, `*out_count` >= 1 entries) belongs to
+ * the caller. Same return values. */
+int ty_app_list_parse_ids(const char *command, const char *option, const char *value,
+                          int64_t **out_ids, size_t *out_count);
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);

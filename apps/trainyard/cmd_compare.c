@@ -46,7 +46,8 @@ static void ty_compare_usage(FILE *out) {
         "  --config FILE     train options from a file, as 'trainyard train'\n"
         "  TRAIN OPTIONS     any 'trainyard train' option (--model or --preset,\n"
         "                    --data, --batch-size, --lr, --dropout, ...); --backend,\n"
-        "                    --max-steps, --out and --resume are set by compare\n"
+        "                    --max-steps, --epochs, --out and --resume are set by\n"
+        "                    compare\n"
         "  -h, --help        this help\n",
         out);
 }
@@ -141,7 +142,7 @@ static ty_status_t ty_compare_read(ty_compare_run_t *run, int64_t steps) {
   char path[TY_CFG_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/metrics.jsonl", run->dir);
   FILE *f = fopen(path, "r");
-  if (!f) return ty_status_make(TY_CODE_NOT_FOUND, "cannot read %s: %s", path, strerror(errno));
+  if (!f) return ty_status_from_errno(errno, "cannot read %s", path);
   char line[4096];
   while (fgets(line, sizeof(line), f)) {
     json_t *j = json_loads(line, 0, NULL);
@@ -301,7 +302,7 @@ static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char 
       }
       *tolerance = v;
     } else if (!strcmp(key, "backend") || !strcmp(key, "max-steps") ||
-               !strcmp(key, "max_steps") || !strcmp(key, "resume")) {
+               !strcmp(key, "max_steps") || !strcmp(key, "resume") || !strcmp(key, "epochs")) {
       return ty_app_usage_error("compare", "--%s is set by compare (use --backends and --steps)",
                                 key);
     } else {
@@ -328,7 +329,10 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   int rc = ty_compare_parse(argc, argv, &cfg, backends, sizeof(backends), &steps, out, &tolerance);
   if (rc < 0) return TY_EXIT_OK;
   if (rc) return rc;
-  cfg.max_steps = steps;
+  /* As if given on the command line: it overrides a --config file's epochs. */
+  char steps_text[32];
+  snprintf(steps_text, sizeof(steps_text), "%lld", (long long)steps);
+  ty_status_free(ty_train_config_set(&cfg, "max_steps", steps_text)); /* a valid integer */
   snprintf(cfg.out, sizeof(cfg.out), "%s", out);
   ty_status_t s = ty_train_config_validate(&cfg);
   if (s) {
@@ -343,17 +347,26 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   ty_compare_run_t runs[TY_COMPARE_MAX];
   memset(runs, 0, sizeof(runs));
   uint32_t count = 0;
-  for (char *save = NULL, *tok = strtok_r(backends, ",", &save); tok;
-       tok = strtok_r(NULL, ",", &save)) {
-    if (count == TY_COMPARE_MAX) {
-      return ty_app_usage_error("compare", "at most %d backends", TY_COMPARE_MAX);
+  ty_app_list_t list;
+  rc = ty_app_list_parse("compare", "--backends", backends, &list);
+  if (rc != TY_EXIT_OK) return rc;
+  if (list.count > TY_COMPARE_MAX) {
+    ty_app_list_free(&list);
+    return ty_app_usage_error("compare", "at most %d backends", TY_COMPARE_MAX);
+  }
+  for (size_t i = 0; i < list.count; ++i) {
+    const char *uri = list.items[i];
+    if (strlen(uri) >= sizeof(runs[count].uri)) {
+      ty_app_list_free(&list);
+      return ty_app_usage_error("compare", "--backends: URI %zu is too long", i + 1);
     }
-    snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", tok);
+    snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", uri);
     char slug[TY_CFG_WORD_MAX];
-    ty_compare_slug(tok, slug, sizeof(slug));
+    ty_compare_slug(uri, slug, sizeof(slug));
     snprintf(runs[count].dir, sizeof(runs[count].dir), "%s/%u-%s", out, count + 1, slug);
     count++;
   }
+  ty_app_list_free(&list);
   if (count < 2) return ty_app_usage_error("compare", "--backends needs two or more URIs");
   s = ty_mkdir_parents(out);
   printf("trainyard compare: %lld steps of %s on %u backends; the first, %s, is the reference\n",

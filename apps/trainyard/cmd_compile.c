@@ -39,7 +39,6 @@ static const char *const ty_compile_usage =
     "  --model DIR        Hugging Face model folder (config.json)\n"
     "  --preset NAME      a model preset, with --vocab-size N (or --data DIR)\n"
     "  --vocab-size N     vocabulary of a preset\n"
-    "  --eos-id ID        end-of-text id of a preset (default: vocab size - 1)\n"
     "  --data DIR         take vocabulary, end-of-text id and sequence length from\n"
     "                     a dataset made by 'trainyard data prepare'\n"
     "  --batch-size B     sequences per step [8]\n"
@@ -124,11 +123,10 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
       a->out = value;
     } else if (!strcmp(key, "inference")) {
       a->inference = true;
-    } else if (!strcmp(key, "vocab-size") || !strcmp(key, "eos-id") ||
-               !strcmp(key, "batch-size") || !strcmp(key, "seq-len")) {
-      int64_t *dst = key[0] == 'v' ? &a->vocab : key[0] == 'e' ? &a->eos
-                                               : key[0] == 'b' ? &a->B
-                                                               : &a->T;
+    } else if (!strcmp(key, "vocab-size") || !strcmp(key, "batch-size") ||
+               !strcmp(key, "seq-len")) {
+      /* (no --eos-id: the end-of-text id is not part of any compiled graph) */
+      int64_t *dst = key[0] == 'v' ? &a->vocab : key[0] == 'b' ? &a->B : &a->T;
       if (!ty_compile_int(value, dst)) {
         return ty_app_usage_error("compile", "--%s '%s' is not a positive integer", key, value);
       }
@@ -151,6 +149,29 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
     }
   }
   if (!a->backend) return ty_app_usage_error("compile", "--backend URI is required");
+  /* Options the chosen graph would ignore are refused, not dropped. */
+  if (a->model && a->vocab) {
+    return ty_app_usage_error("compile", "--vocab-size is for --preset (the model's config.json "
+                                         "has its own)");
+  }
+  if (a->inference) {
+    static const char *const train_only[] = {"optimizer", "dropout", "decay_all", "grad_accum"};
+    for (size_t i = 0; i < sizeof(train_only) / sizeof(train_only[0]); ++i) {
+      if (ty_train_config_layer(&a->cfg, train_only[i]) != TY_TRAIN_LAYER_DEFAULT) {
+        char flag[32];
+        snprintf(flag, sizeof(flag), "%s", train_only[i]);
+        for (char *p = flag; *p; ++p) *p = *p == '_' ? '-' : *p;
+        return ty_app_usage_error("compile",
+                                  "--%s has no effect with --inference (an inference graph "
+                                  "has no optimizer, dropout or accumulation)",
+                                  flag);
+      }
+    }
+  }
+  if (a->cfg.retry_failed && !a->cfg.cache_dir[0]) {
+    return ty_app_usage_error("compile", "--retry-failed has no effect without a compile cache "
+                                         "(--cache-dir)");
+  }
   if (!a->out || !a->out[0]) return ty_app_usage_error("compile", "--out FILE is required");
   if (!a->model == !a->preset) {
     return ty_app_usage_error("compile", "give exactly one of --model and --preset");
@@ -171,15 +192,41 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
 
 /* The model configuration and the shapes, from --model/--preset and --data. */
 static ty_status_t ty_compile_model(ty_compile_args_t *a, ty_model_config_t *mc) {
+  int64_t data_vocab = 0;
   if (a->data) {
     ty_dataset_t *d = NULL;
     TY_RETURN_IF_ERROR(ty_dataset_open(a->data, "train", 0, &d));
+    /* Given with --data, the sizes must be the data's: a train run on it
+     * would need exactly those, and the artifact would not match it. */
+    const char *flag = NULL;
+    int64_t given = 0, have = 0;
+    if (a->T && a->T != (int64_t)ty_dataset_seq_len(d)) {
+      flag = "seq-len", given = a->T, have = ty_dataset_seq_len(d);
+    } else if (a->vocab && a->vocab != (int64_t)ty_dataset_vocab_size(d)) {
+      flag = "vocab-size", given = a->vocab, have = ty_dataset_vocab_size(d);
+    }
+    data_vocab = ty_dataset_vocab_size(d);
     if (!a->vocab) a->vocab = ty_dataset_vocab_size(d);
     if (!a->eos) a->eos = ty_dataset_eos_id(d);
     if (!a->T) a->T = ty_dataset_seq_len(d);
     ty_dataset_close(d);
+    if (flag) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--%s %lld differs from the data's %lld in %s (a train run on it "
+                            "could not use this artifact); leave --%s out",
+                            flag, (long long)given, (long long)have, a->data, flag);
+    }
   }
-  if (a->model) return ty_model_config_load(a->model, mc);
+  if (a->model) {
+    TY_RETURN_IF_ERROR(ty_model_config_load(a->model, mc));
+    if (data_vocab > mc->vocab_size) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "the data's vocabulary (%lld) is larger than the model's (%lld)",
+                            (long long)data_vocab, (long long)mc->vocab_size);
+    }
+    return TY_OK;
+  }
+  /* The graph does not depend on it; the preset's config needs one. */
   int64_t eos = a->eos ? a->eos : a->vocab - 1;
   return ty_model_preset(a->preset, a->vocab, eos, eos, mc);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "graph/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
@@ -24,7 +25,7 @@ static const char *const ty_conform_usage =
     "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
     "                         [--direction forward|backward] [--seed N]\n"
     "                         [--tier op|graph|all] [--xfail FILE] [--json]\n"
-    "   or: trainyard conform --list [--ops PATTERN] [--dtype D]\n"
+    "   or: trainyard conform --list [--ops PATTERN] [--dtype D] [--direction DIR]\n"
     "\n"
     "Runs every op of the op set on a backend and on the reference kernels\n"
     "in f64 (the oracle, run in process), with the same random inputs\n"
@@ -105,6 +106,14 @@ static int ty_conform_list(const ty_conform_args_t *a) {
     const ty_conform_case_t *c = ty_conform_case_at(i);
     if (!ty_conform_selected(a, c)) continue;
     if (a->dtype != TY_DTYPE_INVALID && !(c->dtypes & TY_DTYPE_BIT(a->dtype))) continue;
+    if (a->direction >= 0) {
+      bool has = false;
+      for (size_t d = 0; d < TY_CONFORM_DTYPE_COUNT && !has; ++d) {
+        has = ty_conform_case_has_direction(c, ty_conform_dtypes[d],
+                                            (ty_conform_direction_t)a->direction);
+      }
+      if (!has) continue;
+    }
     char dtypes[64];
     ty_dtype_mask_format(c->dtypes, dtypes, sizeof(dtypes));
     bool bwd = ty_conform_case_has_direction(c, ty_conform_dtypes[0], TY_CONFORM_BACKWARD) ||
@@ -207,20 +216,16 @@ static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backen
   ty_conform_xfail_t *file_list = NULL;
   uint32_t file_count = 0;
   if (a->xfail_path) {
-    FILE *f = fopen(a->xfail_path, "rb");
-    char *text = NULL;
+    void *text = NULL;
     size_t size = 0;
-    if (f) {
-      text = calloc(1, 1 << 20);
-      size = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-      fclose(f);
+    /* The whole file (it was cut at 1 MiB), and a folder is an error, not
+     * an empty list. */
+    ty_status_t read = ty_file_read_named(a->xfail_path, "--xfail file", &text, &size);
+    if (read) {
+      int rc = ty_app_usage_error("conform", "%s", ty_status_message(read));
+      ty_status_free(read);
+      return rc;
     }
-    if (!f || !text) {
-      free(text);
-      return ty_app_usage_error("conform", "cannot read the expected-failure list '%s'",
-                                a->xfail_path);
-    }
-    text[size] = '\0';
     ty_status_t s = ty_conform_xfails_parse(text, &file_list, &file_count);
     free(text);
     if (s) {
@@ -461,7 +466,17 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
                                 a.ops);
     }
   }
-  if (a.list) return ty_conform_list(&a);
+  if (a.list) {
+    /* --list runs nothing: the options of a run would do nothing. */
+    const char *unused = a.backend ? "--backend" : have_seed ? "--seed" : a.xfail_path ? "--xfail"
+                         : a.tier >= 0 ? "--tier" : a.json ? "--json" : NULL;
+    if (unused) {
+      return ty_app_usage_error("conform", "%s has no effect with --list (it runs nothing; "
+                                           "--list takes --ops, --dtype and --direction)",
+                                unused);
+    }
+    return ty_conform_list(&a);
+  }
   if (!a.backend) return ty_app_usage_error("conform", "--backend URI is required");
   if (ty_conform_each(&a, NULL, NULL) == 0) {
     return ty_app_usage_error("conform", "no case matches --ops, --dtype and --direction");

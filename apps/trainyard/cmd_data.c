@@ -67,12 +67,16 @@ static const char *const ty_prepare_usage =
     "                               line may be {\"ids\": [...], \"weights\":\n"
     "                               [0|1, ...]}: 0 masks the target that is\n"
     "                               that id (a prompt), as chat data does\n"
+    "  --vocab-size N      ids without --tokenizer: the vocabulary (ids below N)\n"
+    "  --eos-id ID         ids without --tokenizer: the document separator's id\n"
+    "  --loss-weights      ids: lines may carry per-target \"weights\" (see above)\n"
     "  --text-field NAME   jsonl: the field holding the text (default text)\n"
     "  --chat-template T   chat: the template (chatml, the default and only one)\n"
     "  --val-fraction F    share of documents for the val split, in [0, 1)\n"
     "                      (default 0); chosen by a hash of each document's text\n"
-    "  --seed S            seed of that hash (default 0)\n"
-    "  --eos TOKEN         the document separator (default: the first of\n"
+    "  --seed S            seed of that hash (default 0; needs --val-fraction)\n"
+    "  --eos TOKEN         the document separator, a token of --tokenizer\n"
+    "                      (default: the first of\n"
     "                      <|endoftext|>, <|end_of_text|>, </s>, <eos> it has)\n"
     "  --shard-rows N      rows per shard file (default: about 128 MiB)\n"
     "  --force             replace DIR if it holds an older dataset\n"
@@ -188,8 +192,7 @@ static ty_status_t ty_prepare_document(void *user, const ty_data_doc_t *doc) {
   return TY_OK;
 }
 
-/* The EOS id: --eos, else the first conventional end-of-text token. */
-static ty_status_t ty_prepare_eos(const ty_tokenizer_t *tok, const char *name, uint32_t *out_id,
+ty_status_t ty_data_tokenizer_eos(const ty_tokenizer_t *tok, const char *name, uint32_t *out_id,
                                   const char **out_name) {
   static const char *const candidates[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
   if (name) {
@@ -209,43 +212,6 @@ static ty_status_t ty_prepare_eos(const ty_tokenizer_t *tok, const char *name, u
   return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                         "the tokenizer has none of <|endoftext|>, <|end_of_text|>, </s>, <eos>; "
                         "name the document separator with --eos TOKEN");
-}
-
-/* Reads the tokenizer file once: its SHA-256 and the tokenizer itself. */
-static ty_status_t ty_prepare_tokenizer(const char *path, ty_tokenizer_t **out_tok,
-                                        char out_sha[65]) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    return ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                          "cannot read tokenizer %s: %s", path, strerror(errno));
-  }
-  char *data = NULL;
-  size_t size = 0, capacity = 0;
-  ty_status_t status = TY_OK;
-  for (;;) {
-    if (size == capacity) {
-      capacity = capacity ? capacity * 2 : 1 << 20;
-      char *grown = realloc(data, capacity);
-      if (!grown) {
-        status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
-        break;
-      }
-      data = grown;
-    }
-    size_t n = fread(data + size, 1, capacity - size, f);
-    size += n;
-    if (n == 0) break;
-  }
-  if (!status && ferror(f)) {
-    status = ty_status_make(TY_CODE_DATA_LOSS, "cannot read tokenizer %s", path);
-  }
-  fclose(f);
-  if (!status) {
-    ty_sha256_hex(data, size, out_sha);
-    status = ty_tokenizer_load_json(data, size, path, out_tok);
-  }
-  free(data);
-  return status;
 }
 
 static char *ty_prepare_json(const char *tokenizer, const char *eos, ty_data_format_t format,
@@ -292,6 +258,7 @@ typedef struct ty_prepare_args_t {
   uint64_t seq_len, seed, shard_rows;
   double val_fraction;
   bool force, has_seq_len, loss_weights;
+  bool has_text_field, has_seed; /* given on the command line */
 } ty_prepare_args_t;
 
 static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
@@ -326,7 +293,10 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
         break;
       case 'o': a->out = optarg; break;
       case 'f': a->format = optarg; break;
-      case 'x': a->text_field = optarg; break;
+      case 'x':
+        a->text_field = optarg;
+        a->has_text_field = true;
+        break;
       case 'c': a->chat_template = optarg; break;
       case 'v': {
         char *end = NULL;
@@ -343,6 +313,7 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
           return ty_app_usage_error(cmd, "--seed must be a non-negative integer, not '%s'",
                                     optarg);
         }
+        a->has_seed = true;
         break;
       case 'e': a->eos = optarg; break;
       case 'r':
@@ -411,6 +382,18 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
     return ty_app_usage_error(cmd, "--chat-template needs --format chat");
   }
   if (!*a->text_field) return ty_app_usage_error(cmd, "--text-field must not be empty");
+  /* Options this run would ignore are refused, not dropped. */
+  if (a->has_text_field && format != TY_DATA_FORMAT_JSONL) {
+    return ty_app_usage_error(cmd, "--text-field is for --format jsonl");
+  }
+  if (a->has_seed && a->val_fraction == 0) {
+    return ty_app_usage_error(cmd, "--seed only chooses the val split: it has no effect without "
+                                   "--val-fraction");
+  }
+  if (a->eos && !a->tokenizer) {
+    return ty_app_usage_error(cmd, "--eos names a token of --tokenizer; without one, give the "
+                                   "separator's id with --eos-id");
+  }
   return TY_EXIT_OK;
 }
 
@@ -437,8 +420,8 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   char eos_label[32];
   uint32_t vocab = 0;
   if (!s && a.tokenizer) {
-    s = ty_prepare_tokenizer(a.tokenizer, &tok, sha);
-    if (!s) s = ty_prepare_eos(tok, a.eos, &eos, &eos_name);
+    s = ty_tokenizer_load_file_sha256(a.tokenizer, &tok, sha);
+    if (!s) s = ty_data_tokenizer_eos(tok, a.eos, &eos, &eos_name);
     if (!s) vocab = ty_tokenizer_vocab_size(tok);
   } else if (!s) {
     /* Pre-tokenized ids without a tokenizer: no tokenizer hash to record. */

@@ -21,6 +21,14 @@ bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path);
 /* Decimal unsigned integer in [min, max]; false otherwise. */
 bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out);
 
+/* The document separator of `tok`: the token `name` (--eos), or with NULL
+ * the first of <|endoftext|>, <|end_of_text|>, </s>, <eos> it has.
+ * INVALID_ARGUMENT naming what is missing. *out_name is `name` or a
+ * static string. */
+struct ty_tokenizer_t;
+ty_status_t ty_data_tokenizer_eos(const struct ty_tokenizer_t *tok, const char *name,
+                                  uint32_t *out_id, const char **out_name);
+
 int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv);
 int ty_cmd_data_info(ty_app_t *app, int argc, char **argv);

@@ -13,6 +13,7 @@
 
 #include "cmd_data.h"
 #include "data_inputs.h"
+#include "hal/file.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_trainer.h"
@@ -31,13 +32,14 @@ static const char *const ty_train_tokenizer_usage =
     "\n"
     "  --input PATH...    input files or folders (also as plain arguments)\n"
     "  --vocab-size N     the whole vocabulary: 256 bytes, merges, special tokens\n"
-    "  --out FILE         the tokenizer.json to write (atomically)\n"
+    "  --out FILE         the tokenizer.json to write (atomically; missing folders\n"
+    "                     are made)\n"
     "  --min-frequency K  never merge a pair seen fewer than K times (default 2)\n"
     "  --special TOKEN    an extra special token (repeatable); <|endoftext|> is\n"
     "                     always the first (the EOS), after the merges\n"
     "  --format F         how inputs split into documents, as in 'data prepare'\n"
     "                     (text, lines, jsonl, chat: message contents, fortune)\n"
-    "  --text-field NAME  jsonl: the text field (default text)\n"
+    "  --text-field NAME  --format jsonl: the text field (default text)\n"
     "  --force            replace FILE if it exists\n"
     "  -h, --help         this help\n";
 
@@ -45,8 +47,13 @@ static const char *const ty_info_usage =
     "usage: trainyard data info DIR [--verify]\n"
     "\n"
     "Prints what dataset.json says about a dataset and checks every shard's\n"
-    "header and size against it. With --verify, also reads every byte: each\n"
-    "shard's SHA-256 and each row's CRC-32, tokens and weights.\n"
+    "header and size against it. A split that dataset.json lists but whose\n"
+    "shards are missing is an error, never \"no such split\".\n"
+    "\n"
+    "  --verify    also read every byte: each shard's SHA-256 and each row's\n"
+    "              CRC-32, tokens and weights\n"
+    "  -h, --help  this help\n"
+    "\n"
     "Exit codes: 0 the dataset is sound, 1 it is not (the message names the\n"
     "file and row), 2 usage error.\n";
 
@@ -79,56 +86,6 @@ static void ty_tt_on_merges(void *user, uint32_t merges, uint32_t target) {
   ty_live_bar_update(&t->progress, merges, UINT64_MAX);
 }
 
-/* temp file, fsync, rename, fsync of the folder. */
-static ty_status_t ty_tt_write_atomic(const char *path, const char *data, size_t size) {
-  size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
-  if (!tmp) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-  ty_status_t status = TY_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    status = ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                            "cannot create %s: %s", tmp, strerror(errno));
-    free(tmp);
-    return status;
-  }
-  for (size_t done = 0; done < size && !status;) {
-    ssize_t w = write(fd, data + done, size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      status = ty_status_make(errno == ENOSPC ? TY_CODE_RESOURCE_EXHAUSTED : TY_CODE_UNAVAILABLE,
-                              "cannot write %s: %s", tmp, strerror(errno));
-    } else {
-      done += (size_t)w;
-    }
-  }
-  if (!status && fsync(fd) != 0) {
-    status = ty_status_make(TY_CODE_UNAVAILABLE, "cannot sync %s: %s", tmp, strerror(errno));
-  }
-  if (close(fd) != 0 && !status) {
-    status = ty_status_make(TY_CODE_UNAVAILABLE, "cannot close %s: %s", tmp, strerror(errno));
-  }
-  if (!status && rename(tmp, path) != 0) {
-    status = ty_status_make(TY_CODE_UNAVAILABLE, "cannot rename %s to %s: %s", tmp, path,
-                            strerror(errno));
-  }
-  if (status) unlink(tmp);
-  free(tmp);
-  if (!status) {
-    char *dir = strdup(path);
-    char *slash = dir ? strrchr(dir, '/') : NULL;
-    const char *folder = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
-    int dfd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      (void)fsync(dfd);
-      close(dfd);
-    }
-    free(dir);
-  }
-  return status;
-}
-
 int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   (void)app;
   static const struct option long_options[] = {
@@ -142,6 +99,7 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   const char **inputs = NULL, **specials = NULL;
   size_t input_count = 0, special_count = 0;
   const char *out = NULL, *format_name = "text", *text_field = "text";
+  bool has_text_field = false;
   uint64_t vocab = 0, min_frequency = 2;
   bool force = false, oom = false;
   int rc = -1;
@@ -172,7 +130,10 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
         break;
       }
       case 'f': format_name = optarg; break;
-      case 'x': text_field = optarg; break;
+      case 'x':
+        text_field = optarg;
+        has_text_field = true;
+        break;
       case 'F': force = true; break;
       case 'h': fputs(ty_train_tokenizer_usage, stdout); rc = TY_EXIT_OK; break;
       case ':': rc = ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]); break;
@@ -193,9 +154,13 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
                             (unsigned long long)vocab, special_count);
   } else if (!out || !*out) {
     rc = ty_app_usage_error(cmd, "--out FILE is required");
-  } else if (!ty_data_format_parse(format_name, &format)) {
-    rc = ty_app_usage_error(cmd, "--format must be text, lines, jsonl, chat or fortune, not '%s'",
-                            format_name);
+  } else if (!ty_data_format_parse(format_name, &format) || format == TY_DATA_FORMAT_IDS) {
+    rc = ty_app_usage_error(cmd, "--format must be text, lines, jsonl, chat or fortune, not '%s'%s",
+                            format_name,
+                            format == TY_DATA_FORMAT_IDS ? " (ids are not text to learn from)"
+                                                         : "");
+  } else if (has_text_field && format != TY_DATA_FORMAT_JSONL) {
+    rc = ty_app_usage_error(cmd, "--text-field is for --format jsonl");
   }
   if (rc >= 0 || oom) {
     free(inputs);
@@ -239,6 +204,16 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   }
   ty_live_bar_finish(&t.progress);
   double t1 = ty_live_bar_now();
+  ty_tokenizer_trainer_stats_t read_stats = {0};
+  if (!s) ty_tokenizer_trainer_stats(t.trainer, &read_stats);
+  if (!s && read_stats.bytes == 0) {
+    /* A tokenizer of bytes alone learned from nothing is not what was
+     * asked for; say so instead of writing it. */
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "the input (%zu file%s, %llu documents) holds no text to learn a "
+                       "tokenizer from",
+                       file_count, file_count == 1 ? "" : "s", (unsigned long long)t.documents);
+  }
   if (!s) {
     ty_live_bar_start(&t.progress, "train-tokenizer: merging", false, "merges",
                       vocab - 256 - special_count, true);
@@ -246,15 +221,33 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
     ty_live_bar_finish(&t.progress);
   }
   double t2 = ty_live_bar_now();
+  ty_tokenizer_trainer_stats_t trained = {0};
+  if (!s) ty_tokenizer_trainer_stats(t.trainer, &trained);
+  uint64_t wanted = vocab - 256 - special_count;
+  if (!s && wanted > 0 && trained.merges == 0) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "the input is too small to learn any merge: %llu bytes in %llu words "
+                       "(%llu distinct), and no pair of tokens occurs %llu times; give more "
+                       "text or a lower --min-frequency (--vocab-size %llu asks for %llu "
+                       "merges)",
+                       (unsigned long long)trained.bytes, (unsigned long long)trained.words,
+                       (unsigned long long)trained.distinct_words,
+                       (unsigned long long)min_frequency, (unsigned long long)vocab,
+                       (unsigned long long)wanted);
+  }
   if (!s) s = ty_tokenizer_trainer_to_json(t.trainer, &json, &json_size);
   if (!s) {
-    /* What was written must load. */
+    /* What is written must be usable as 'data prepare' uses it: it loads
+     * and has the end-of-text token data prepare looks for. */
     ty_tokenizer_t *check = NULL;
+    uint32_t eos = 0;
+    const char *eos_name = NULL;
     s = ty_tokenizer_load_json(json, json_size, out, &check);
-    if (s) s = ty_status_annotate(s, "the trained tokenizer does not load (a bug)");
+    if (!s) s = ty_data_tokenizer_eos(check, NULL, &eos, &eos_name);
+    if (s) s = ty_status_annotate(s, "the trained tokenizer would not load in 'data prepare' (a bug)");
     ty_tokenizer_destroy(check);
   }
-  if (!s) s = ty_tt_write_atomic(out, json, json_size);
+  if (!s) s = ty_file_write_atomic(out, json, json_size);
   if (!s) {
     ty_tokenizer_trainer_stats_t st2;
     ty_tokenizer_trainer_stats(t.trainer, &st2);
@@ -307,12 +300,10 @@ int ty_cmd_data_info(ty_app_t *app, int argc, char **argv) {
   ty_dataset_t *splits[TY_DATASET_SPLIT_COUNT] = {NULL};
   ty_status_t s = TY_OK;
   for (int i = 0; i < TY_DATASET_SPLIT_COUNT && !s; ++i) {
-    s = ty_dataset_open(dir, ty_dataset_split_name((ty_dataset_split_t)i),
-                        verify ? TY_DATASET_OPEN_VERIFY : 0, &splits[i]);
-    if (s && i > 0 && ty_status_code(s) == TY_CODE_NOT_FOUND) {
-      ty_status_free(s); /* a dataset without a val split */
-      s = TY_OK;
-    }
+    /* The val split is optional only where dataset.json declares none. */
+    uint32_t flags = (verify ? TY_DATASET_OPEN_VERIFY : 0) |
+                     (i > 0 ? TY_DATASET_OPEN_IF_DECLARED : 0);
+    s = ty_dataset_open(dir, ty_dataset_split_name((ty_dataset_split_t)i), flags, &splits[i]);
   }
   if (!s) {
     const ty_dataset_t *d = splits[0];

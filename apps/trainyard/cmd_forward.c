@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "graph/autodiff.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -25,7 +26,9 @@ static const char *const ty_forward_usage =
     "of token ids and writes OUT with:\n"
     "  logits       F32 [B,T,V]\n"
     "  loss         F32 []: mean next-token cross-entropy over the B*(T-1)\n"
-    "               predicted positions\n"
+    "               predicted positions (none when T = 1: one token per\n"
+    "               row predicts nothing, so there is no loss, and --grads\n"
+    "               is refused)\n"
     "  grad.<name>  F32, for every parameter, named and shaped as in the\n"
     "               checkpoint (with --grads)\n"
     "\n"
@@ -43,11 +46,15 @@ static const char *const ty_forward_usage =
 /* Reads the token file: [[ids...], ...], all rows the same length. */
 static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out_ids,
                                   int64_t *out_b, int64_t *out_t) {
+  void *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read_named(path, "--tokens file", &text, &size));
   json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
+  json_t *root = json_loadb(text, size, 0, &err);
+  free(text);
   if (!root) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: not valid JSON (line %d: %s)", path,
-                          err.line, err.text);
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--tokens %s: not valid JSON (line %d: %s)",
+                          path, err.line, err.text);
   }
   ty_status_t s = TY_OK;
   size_t b = json_is_array(root) ? json_array_size(root) : 0;
@@ -101,11 +108,7 @@ typedef struct {
 } ty_forward_args_t;
 
 static ty_status_t ty_write_text_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "w");
-  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", path);
-  bool ok = fputs(text, f) >= 0;
-  ok = fclose(f) == 0 && ok;
-  return ok ? TY_OK : ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+  return ty_file_write_atomic(path, text, strlen(text));
 }
 
 /* --dump-graph P: P.txt (canonical text) and P.dot (Graphviz). */
@@ -147,6 +150,16 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
   int64_t *ids = NULL, B = 0, T = 0;
   TY_RETURN_IF_ERROR(ty_read_tokens(a->tokens_path, config.vocab_size, &ids, &B, &T));
+  /* A row of one token predicts nothing: its mean loss is 0/0, not 0. */
+  bool has_loss = T >= 2;
+  if (!has_loss && a->grads) {
+    free(ids);
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--grads: the rows of %s hold one token each, so no position is "
+                          "predicted and there is no loss to differentiate; give rows of 2 or "
+                          "more tokens",
+                          a->tokens_path);
+  }
   ty_registry_t *registry = NULL;
   ty_device_t *device = NULL;
   ty_graph_t *graph = NULL;
@@ -216,12 +229,12 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   if (!s) s = ty_session_run(session);
   uint64_t count = 0;
   if (!s) s = ty_read_f32(session, "logits", &logits, &count);
-  if (!s) s = ty_read_f32(session, "loss", &loss, &count);
+  if (!s && has_loss) s = ty_read_f32(session, "loss", &loss, &count);
   if (!s) s = ty_safetensors_writer_create(&writer);
   int64_t ld[3] = {B, T, config.vocab_size};
   if (!s) s = ty_safetensors_writer_add(writer, "logits", TY_DTYPE_F32, 3, ld, logits,
                                         (uint64_t)(B * T * config.vocab_size) * 4);
-  if (!s) s = ty_safetensors_writer_add(writer, "loss", TY_DTYPE_F32, 0, NULL, loss, 4);
+  if (!s && has_loss) s = ty_safetensors_writer_add(writer, "loss", TY_DTYPE_F32, 0, NULL, loss, 4);
   if (!s && a->grads) {
     grads = calloc(model.param_count, sizeof(float *));
     if (!grads) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -235,9 +248,17 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
     }
   }
   if (!s) s = ty_safetensors_writer_write_file(writer, a->out_path);
+  if (!s && !has_loss) {
+    fprintf(stderr,
+            "trainyard forward: note: the rows hold one token each, so no position is "
+            "predicted: %s holds the logits and no loss\n",
+            a->out_path);
+  }
   if (!s && app->verbosity) {
-    fprintf(stderr, "trainyard forward: %s on %s: loss %.6f, wrote %s\n", config.model_type,
-            ty_device_label(device), (double)loss[0], a->out_path);
+    char text[48] = "no loss (rows of one token)";
+    if (has_loss) snprintf(text, sizeof(text), "loss %.6f", (double)loss[0]);
+    fprintf(stderr, "trainyard forward: %s on %s: %s, wrote %s\n", config.model_type,
+            ty_device_label(device), text, a->out_path);
   }
   ty_safetensors_writer_destroy(writer);
   for (uint32_t i = 0; grads && i < model.param_count; ++i) free(grads[i]);

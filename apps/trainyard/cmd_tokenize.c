@@ -176,6 +176,10 @@ static char *ty_lossy_utf8(const char *text, size_t size, size_t *out_size) {
   return out;
 }
 
+static double ty_tokenize_seconds(const struct timespec *t0, const struct timespec *t1) {
+  return (double)(t1->tv_sec - t0->tv_sec) + 1e-9 * (double)(t1->tv_nsec - t0->tv_nsec);
+}
+
 static int ty_tokenize_encode(const ty_app_t *app, const ty_tokenizer_t *tok, bool as_json,
                               bool no_special) {
   char *text = NULL;
@@ -192,9 +196,8 @@ static int ty_tokenize_encode(const ty_app_t *app, const ty_tokenizer_t *tok, bo
   free(text);
   if (s) return ty_app_fail("tokenize", ty_status_annotate(s, "encoding stdin"));
   if (app->verbosity > 0) {
-    double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     fprintf(stderr, "trainyard tokenize: %zu bytes -> %zu ids in %.3f ms\n", size, count,
-            seconds * 1e3);
+            ty_tokenize_seconds(&t0, &t1) * 1e3);
   }
   fputs(as_json ? "{\"ids\": [" : "", stdout);
   for (size_t i = 0; i < count; ++i) {
@@ -205,7 +208,8 @@ static int ty_tokenize_encode(const ty_app_t *app, const ty_tokenizer_t *tok, bo
   return TY_EXIT_OK;
 }
 
-static int ty_tokenize_decode(const ty_tokenizer_t *tok, bool as_json, bool no_special) {
+static int ty_tokenize_decode(const ty_app_t *app, const ty_tokenizer_t *tok, bool as_json,
+                              bool no_special) {
   char *input = NULL;
   size_t size = 0;
   ty_status_t s = ty_read_stdin(&input, &size);
@@ -216,12 +220,19 @@ static int ty_tokenize_decode(const ty_tokenizer_t *tok, bool as_json, bool no_s
   free(input);
   char *text = NULL;
   size_t text_size = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (!s) {
     s = ty_tokenizer_decode(tok, ids, count, no_special ? TY_TOKENIZER_DECODE_SKIP_SPECIAL : 0,
                             &text, &text_size);
   }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   free(ids);
   if (s) return ty_app_fail("tokenize", ty_status_annotate(s, "decoding stdin"));
+  if (app->verbosity > 0) {
+    fprintf(stderr, "trainyard tokenize: %zu ids -> %zu bytes in %.3f ms\n", count, text_size,
+            ty_tokenize_seconds(&t0, &t1) * 1e3);
+  }
   int rc = TY_EXIT_OK;
   if (as_json) {
     size_t clean_size = 0;
@@ -285,7 +296,7 @@ int ty_cmd_tokenize(ty_app_t *app, int argc, char **argv) {
   ty_tokenizer_t *tok = NULL;
   ty_status_t s = ty_tokenizer_load_file(path, &tok);
   if (s) return ty_app_fail("tokenize", s);
-  int rc = decode ? ty_tokenize_decode(tok, as_json, no_special)
+  int rc = decode ? ty_tokenize_decode(app, tok, as_json, no_special)
                   : ty_tokenize_encode(app, tok, as_json, no_special);
   ty_tokenizer_destroy(tok);
   return rc;

@@ -27,7 +27,8 @@ bool ty_data_format_parse(const char *name, ty_data_format_t *out) {
 }
 
 const char *ty_data_format_name(ty_data_format_t format) {
-  return (unsigned)format <= TY_DATA_FORMAT_FORTUNE ? ty_data_format_names[format] : "?";
+  size_t count = sizeof(ty_data_format_names) / sizeof(ty_data_format_names[0]);
+  return (unsigned)format < count ? ty_data_format_names[format] : "?";
 }
 
 static ty_status_t ty_data_oom(void) {

@@ -10,26 +10,30 @@
 #include "build_info.h"
 #include "hal/backend_abi.h"
 
+#define TY_P TY_COMMAND_USES_PLUGINS
+#define TY_V TY_COMMAND_USES_VERBOSE
 static const ty_command_t ty_commands[] = {
     {"devices", ty_cmd_devices,
-     "list backends, their devices, and plugins that were rejected"},
+     "list backends, their devices, and plugins that were rejected", TY_P},
     {"data", ty_cmd_data,
-     "prepare token datasets, train a BPE tokenizer, check a dataset"},
+     "prepare token datasets, train a BPE tokenizer, check a dataset", 0},
     {"compare", ty_cmd_compare,
-     "the same training run on several backends: per-step loss, speed, plot"},
+     "the same training run on several backends: per-step loss, speed, plot", TY_P},
     {"compile", ty_cmd_compile,
-     "compile a train step or inference graph into a device artifact"},
+     "compile a train step or inference graph into a device artifact", TY_P},
     {"conform", ty_cmd_conform,
-     "check a backend's ops and gradients against the f64 reference"},
+     "check a backend's ops and gradients against the f64 reference", TY_P},
     {"forward", ty_cmd_forward,
-     "logits, loss and gradients of a Hugging Face model for given tokens"},
+     "logits, loss and gradients of a Hugging Face model for given tokens", TY_P | TY_V},
     {"generate", ty_cmd_generate,
-     "continue a prompt with KV-cache decoding (greedy or sampled)"},
+     "continue a prompt with KV-cache decoding (greedy or sampled)", TY_P},
     {"train", ty_cmd_train,
-     "train or fine-tune a model: checkpoints, metrics, exact resume"},
+     "train or fine-tune a model: checkpoints, metrics, exact resume", TY_P},
     {"tokenize", ty_cmd_tokenize,
-     "text to token ids, or ids to text, with a Hugging Face tokenizer.json"},
+     "text to token ids, or ids to text, with a Hugging Face tokenizer.json", TY_V},
 };
+#undef TY_P
+#undef TY_V
 #define TY_COMMAND_COUNT (sizeof(ty_commands) / sizeof(ty_commands[0]))
 
 static void ty_print_help(FILE *out) {
@@ -50,8 +54,10 @@ static void ty_print_help(FILE *out) {
           "  --plugin-path PATH  search this plugin file or folder first\n"
           "                      (repeatable; then TRAINYARD_BACKEND_PATH, the\n"
           "                      install folder %s,\n"
-          "                      and <exe dir>/../lib/trainyard/backends)\n"
-          "  -v, --verbose       more detail\n"
+          "                      and <exe dir>/../lib/trainyard/backends; for the\n"
+          "                      commands that open devices)\n"
+          "  -v, --verbose       more detail: forward prints the loss, tokenize the\n"
+          "                      time it took\n"
           "  --version           print version, ABI and build features\n"
           "  -h, --help          this help\n"
           "\n"
@@ -131,9 +137,20 @@ int main(int argc, char **argv) {
     }
   } else {
     for (size_t c = 0; c < TY_COMMAND_COUNT; ++c) {
-      if (strcmp(ty_commands[c].name, name) == 0) {
-        return ty_commands[c].run(&app, argc - i, argv + i);
+      const ty_command_t *cmd = &ty_commands[c];
+      if (strcmp(cmd->name, name) != 0) continue;
+      /* A global option the command would ignore is refused, not dropped. */
+      if (app.plugin_path_count && !(cmd->uses & TY_COMMAND_USES_PLUGINS)) {
+        fprintf(stderr, "trainyard: --plugin-path has no effect on '%s' (it opens no "
+                        "device); see 'trainyard --help'\n", name);
+        return TY_EXIT_USAGE;
       }
+      if (app.verbosity && !(cmd->uses & TY_COMMAND_USES_VERBOSE)) {
+        fprintf(stderr, "trainyard: -v has no effect on '%s' (it adds detail to forward and "
+                        "tokenize); see 'trainyard --help'\n", name);
+        return TY_EXIT_USAGE;
+      }
+      return cmd->run(&app, argc - i, argv + i);
     }
   }
   fprintf(stderr, "trainyard: '%s' is not a trainyard command; see 'trainyard --help'\n",

@@ -39,32 +39,35 @@ static const ty_opt_t ty_opts[] = {
     TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64; or bf16-mixed / f16-mixed "
                 "(f32 parameters and optimizer state, matmuls and attention in bf16/f16)"),
     TY_I(batch_size, "sequences per micro-batch"),
-    TY_I(seq_len, "tokens per sequence (0: the dataset's)"),
+    TY_I(seq_len, "tokens per sequence: must be the dataset's (a check; 0: take the "
+                  "dataset's)"),
     TY_I(grad_accum, "micro-batches per optimizer step"),
     TY_I(epochs, "passes over the training data (when --max-steps is 0)"),
     TY_I(max_steps, "optimizer steps (0: --epochs decides)"),
     TY_S(optimizer, "adamw or sgd"),
     TY_F(lr, "peak learning rate"),
-    TY_F(min_lr, "learning-rate floor of the decay"),
+    TY_F(min_lr, "learning-rate floor of the decay (not with --schedule constant)"),
     TY_I(warmup_steps, "linear warmup steps"),
     TY_S(schedule, "decay after warmup: cosine, linear or constant"),
     TY_F(weight_decay, "decoupled weight decay (matrices only unless --decay-all)"),
-    TY_F(beta1, "AdamW beta1"),
-    TY_F(beta2, "AdamW beta2"),
-    TY_F(eps, "AdamW epsilon"),
-    TY_F(momentum, "SGD momentum"),
+    TY_F(beta1, "AdamW beta1 (--optimizer adamw only)"),
+    TY_F(beta2, "AdamW beta2 (--optimizer adamw only)"),
+    TY_F(eps, "AdamW epsilon (--optimizer adamw only)"),
+    TY_F(momentum, "SGD momentum (--optimizer sgd only)"),
     TY_F(clip, "global gradient-norm clipping (0: off)"),
     TY_F(dropout, "dropout probability on embeddings and residual branches"),
     TY_B(decay_all, "apply weight decay to norms, biases and embeddings too"),
     TY_U(seed, "seed of initialization, data order and dropout"),
-    TY_I(eval_every, "validation loss every N steps (0: only at the end)"),
-    TY_I(eval_batches, "validation batches per evaluation (0: all)"),
+    TY_I(eval_every, "validation loss every N steps (0: only at the end; needs val rows)"),
+    TY_I(eval_batches, "validation batches per evaluation (0: all; needs val rows)"),
     TY_I(save_every, "checkpoint every N steps (0: only at the end)"),
     TY_I(keep, "keep the last K checkpoints (0: all)"),
     TY_I(log_every, "print a step line every N steps"),
     TY_S(resume, "resume: 'latest' in --out, or a checkpoint folder"),
-    TY_I(sample_tokens, "generate this many tokens from the trained model at the end"),
-    TY_S(sample_prompt, "prompt of the final sample"),
+    TY_I(sample_tokens, "print a greedy sample of N tokens at every evaluation and "
+                        "checkpoint and at the end (also in metrics.jsonl; 0: none)"),
+    TY_S(sample_prompt, "the samples' prompt (needs a tokenizer; default: the end-of-text "
+                        "token)"),
     TY_S(artifact, "run the train step from this artifact ('trainyard compile') instead of "
                    "compiling"),
     TY_S(cache_dir, "on-disk compile cache ('none' for none; default $XDG_CACHE_HOME/trainyard "
@@ -72,6 +75,8 @@ static const ty_opt_t ty_opts[] = {
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
+_Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
+               "one layer entry per option");
 
 void ty_train_config_defaults(ty_train_config_t *c) {
   memset(c, 0, sizeof(*c));
@@ -97,6 +102,7 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   c->keep = 3;
   c->log_every = 1;
   ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
+  c->setting_layer = TY_TRAIN_LAYER_COMMAND;
 }
 
 static const ty_opt_t *ty_opt_find(const char *key) {
@@ -108,6 +114,11 @@ static const ty_opt_t *ty_opt_find(const char *key) {
     if (strcmp(ty_opts[i].name, norm) == 0) return &ty_opts[i];
   }
   return NULL;
+}
+
+int ty_train_config_layer(const ty_train_config_t *c, const char *name) {
+  const ty_opt_t *o = ty_opt_find(name);
+  return o ? c->layer[o - ty_opts] : TY_TRAIN_LAYER_DEFAULT;
 }
 
 bool ty_train_config_is_flag(const char *name) {
@@ -124,6 +135,7 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
   char *field = (char *)c + o->offset;
   char *end = NULL;
   errno = 0;
+  c->layer[o - ty_opts] = c->setting_layer;
   switch (o->kind) {
     case TY_OPT_STRING:
       if (strlen(value) >= o->size) {
@@ -184,6 +196,8 @@ ty_status_t ty_train_config_load_file(ty_train_config_t *c, const char *path) {
   char line[2048];
   int number = 0;
   ty_status_t s = TY_OK;
+  uint8_t outer = c->setting_layer;
+  c->setting_layer = TY_TRAIN_LAYER_FILE;
   while (!s && fgets(line, sizeof(line), f)) {
     ++number;
     char *p = line;
@@ -206,7 +220,51 @@ ty_status_t ty_train_config_load_file(ty_train_config_t *c, const char *path) {
     s = ty_status_annotate(ty_train_config_set(c, p, value), "%s:%d", path, number);
   }
   fclose(f);
+  c->setting_layer = outer;
   return s;
+}
+
+/* Options given on purpose (from a file or the command line) that other
+ * options make ineffective: refused, naming both, so that no option is
+ * accepted and ignored. `given` is the option's layer; an option only
+ * overrides what a lower layer set (a --max-steps on the command line over
+ * a file's epochs is how one shortens a configured run). */
+static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
+#define TY_GIVEN(name) (ty_train_config_layer(c, name) != TY_TRAIN_LAYER_DEFAULT)
+#define TY_NO_EFFECT(...) return ty_status_make(TY_CODE_INVALID_ARGUMENT, __VA_ARGS__)
+  bool sgd = !strcmp(c->optimizer, "sgd");
+  if (!sgd && TY_GIVEN("momentum")) {
+    TY_NO_EFFECT("--momentum has no effect with --optimizer adamw (it is SGD's)");
+  }
+  static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
+  for (size_t i = 0; sgd && i < 3; ++i) {
+    if (TY_GIVEN(adamw_only[i])) {
+      TY_NO_EFFECT("--%s has no effect with --optimizer sgd (it is AdamW's)", adamw_only[i]);
+    }
+  }
+  if (!strcmp(c->schedule, "constant") && TY_GIVEN("min_lr")) {
+    TY_NO_EFFECT("--min-lr has no effect with --schedule constant (nothing decays)");
+  }
+  if (c->max_steps > 0 && TY_GIVEN("epochs") &&
+      ty_train_config_layer(c, "epochs") >= ty_train_config_layer(c, "max_steps")) {
+    TY_NO_EFFECT("--epochs has no effect with --max-steps %lld (which sets the run's length); "
+                 "give one of them",
+                 (long long)c->max_steps);
+  }
+  if (c->decay_all && c->weight_decay == 0 && TY_GIVEN("decay_all")) {
+    TY_NO_EFFECT("--decay-all has no effect with --weight-decay 0");
+  }
+  if (c->artifact[0] && TY_GIVEN("cache_dir")) {
+    TY_NO_EFFECT("--cache-dir has no effect with --artifact (nothing is compiled)");
+  }
+  if (c->retry_failed && TY_GIVEN("retry_failed") && (c->artifact[0] || !c->cache_dir[0])) {
+    TY_NO_EFFECT("--retry-failed has no effect %s", c->artifact[0]
+                                                        ? "with --artifact (nothing is compiled)"
+                                                        : "without a compile cache (--cache-dir)");
+  }
+#undef TY_NO_EFFECT
+#undef TY_GIVEN
+  return TY_OK;
 }
 
 ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
@@ -241,8 +299,11 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   }
   if (c->log_every < 1) TY_BAD("--log-every must be >= 1");
   if (c->sample_tokens < 0) TY_BAD("--sample-tokens must be >= 0");
+  if (c->sample_prompt[0] && c->sample_tokens == 0) {
+    TY_BAD("--sample-prompt needs --sample-tokens N (the length of the samples)");
+  }
 #undef TY_BAD
-  return TY_OK;
+  return ty_train_config_check_effects(c);
 }
 
 static void ty_opt_format(const ty_train_config_t *c, const ty_opt_t *o, char *buf, size_t cap) {

@@ -38,13 +38,30 @@ typedef struct ty_train_config_t {
   /* evaluation, checkpoints, logging */
   int64_t eval_every, eval_batches, save_every, keep, log_every;
   char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", or a checkpoint folder */
-  int64_t sample_tokens;        /* generate this many tokens at the end */
+  int64_t sample_tokens;        /* a greedy sample of this many tokens at every
+                                   evaluation and checkpoint (0: none) */
   char sample_prompt[TY_CFG_WORD_MAX];
   /* compiling */
   char artifact[TY_CFG_PATH_MAX];  /* load the train step from this artifact, or "" */
   char cache_dir[TY_CFG_PATH_MAX]; /* on-disk compile cache; "" for none */
   bool retry_failed;               /* compile again over a cached failure */
+  /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
+   * cross-option checks of ty_train_config_validate refuse an option given
+   * on purpose that another option makes ineffective (--momentum with
+   * adamw, --epochs under --max-steps, ...): an option must do what it says
+   * or be refused. Not part of the JSON form. */
+  uint8_t layer[64];
+  uint8_t setting_layer; /* what ty_train_config_set records (command line) */
 } ty_train_config_t;
+
+enum {
+  TY_TRAIN_LAYER_DEFAULT = 0,
+  TY_TRAIN_LAYER_FILE = 1,    /* a --config file */
+  TY_TRAIN_LAYER_COMMAND = 2, /* the command line */
+};
+
+/* The layer option `name` (no dashes, '-' or '_' alike) was last set from. */
+int ty_train_config_layer(const ty_train_config_t *config, const char *name);
 
 /* The defaults. */
 void ty_train_config_defaults(ty_train_config_t *config);
@@ -58,7 +75,8 @@ ty_status_t ty_train_config_set(ty_train_config_t *config, const char *key, cons
  * the file and line. */
 ty_status_t ty_train_config_load_file(ty_train_config_t *config, const char *path);
 
-/* Cross-field checks (exactly one of model/preset, positive sizes, ...). */
+/* Cross-field checks (exactly one of model/preset, positive sizes, ...), and
+ * options given on purpose that other options make ineffective. */
 ty_status_t ty_train_config_validate(const ty_train_config_t *config);
 
 /* Prints "  key  value" lines of every option. */

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "hal/file.h"
 #include "metrics/jsonl.h"
 #include "metrics/progress.h"
 #include "metrics/tensorboard.h"
@@ -144,10 +145,12 @@ void ty_train_metrics_eval(ty_trainer_t *t) {
 ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   char path[TY_CFG_PATH_MAX + 64];
   snprintf(path, sizeof(path), "%s/summary.txt", t->cfg.out);
-  char tmp[TY_CFG_PATH_MAX + 96];
-  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", tmp);
+  /* Built in memory, then written atomically: errors name summary.txt and
+   * the cause (a folder in the way, a full disk), never a temporary file. */
+  char *text = NULL;
+  size_t text_size = 0;
+  FILE *f = open_memstream(&text, &text_size);
+  if (!f) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing %s", path);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const ty_abi_device_info_t *info = ty_device_info(t->device);
@@ -172,25 +175,28 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   /* A backend's own account of the step (the dataflow device's placement
    * and simulated figures), beside the summary. */
   char *report = NULL;
-  ty_status_t rs = ty_session_report(t->s_train, &report);
+  ty_status_t rs = ty_session_report(t->s_train, &report); /* a backend may give none */
+  ty_status_t report_written = TY_OK;
   if (!rs) {
     char report_path[TY_CFG_PATH_MAX + 64];
     snprintf(report_path, sizeof(report_path), "%s/device_report.txt", t->cfg.out);
-    FILE *r = fopen(report_path, "w");
-    if (r) {
-      fputs(report, r);
-      fclose(r);
-      fprintf(f, "device report: %s\n", report_path);
-    }
+    report_written = ty_file_write_atomic(report_path, report, strlen(report));
+    if (!report_written) fprintf(f, "device report: %s\n", report_path);
   }
   ty_status_free(rs);
   free(report);
-  bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    remove(tmp);
-    return ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+  bool ok = fclose(f) == 0;
+  ty_status_t s = ok ? TY_OK
+                     : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing %s",
+                                      path);
+  if (!s) s = ty_file_write_atomic(path, text, text_size);
+  free(text);
+  if (!s) {
+    s = report_written;
+  } else {
+    ty_status_free(report_written);
   }
+  TY_RETURN_IF_ERROR(s);
   char val[48] = "";
   if (!isnan(t->last_val_loss)) snprintf(val, sizeof(val), ", val loss %.4f", t->last_val_loss);
   fprintf(stderr, "trainyard train: %lld steps, final loss %.4f%s, %.1f tok/s; wrote %s\n",

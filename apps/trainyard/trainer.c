@@ -20,6 +20,8 @@
 #include "metrics/io.h"
 #include "train_graph.h"
 #include "train_metrics.h"
+#include "train_sample.h"
+#include "train_tokenizer.h"
 
 volatile sig_atomic_t ty_trainer_stop_signal = 0;
 
@@ -244,12 +246,20 @@ static ty_status_t ty_trainer_open_data(ty_trainer_t *t) {
   if (ty_dataset_row_count(t->train_data) == 0) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s: the train split has no rows", c->data);
   }
-  ty_status_t s = ty_dataset_open(c->data, "val", 0, &t->val_data);
-  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
-    ty_status_free(s);
-    t->val_data = NULL;
-  } else if (s) {
-    return s;
+  /* No val split only where dataset.json declares none; a declared split
+   * whose shard is missing is an error, never "no validation". */
+  TY_RETURN_IF_ERROR(ty_dataset_open(c->data, "val", TY_DATASET_OPEN_IF_DECLARED, &t->val_data));
+  if (!t->val_data || ty_dataset_row_count(t->val_data) == 0) {
+    /* Without validation rows the evaluation options would do nothing. */
+    const char *given = ty_train_config_layer(c, "eval_every") ? "--eval-every"
+                        : ty_train_config_layer(c, "eval_batches") ? "--eval-batches"
+                                                                   : NULL;
+    if (given) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "%s has no effect: the data in %s has no validation rows (prepare "
+                            "it with --val-fraction > 0)",
+                            given, c->data);
+    }
   }
   t->T = ty_dataset_seq_len(t->train_data);
   if (c->seq_len && c->seq_len != t->T) {
@@ -317,6 +327,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
 }
 
 static void ty_trainer_destroy(ty_trainer_t *t) {
+  ty_train_sample_close(t); /* its sessions share s_train's parameters */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
   ty_session_destroy(t->s_train);
@@ -330,6 +341,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_dataset_close(t->train_data);
   ty_dataset_close(t->val_data);
   ty_train_metrics_close(t);
+  ty_train_tokenizer_close(t);
   free(t->order);
   free(t->tokens);
   free(t->targets);
@@ -378,8 +390,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.live_line = isatty(fileno(stderr));
-  ty_dtype_t compute_dtype;
-  ty_status_t s = ty_llm_precision_parse(config->dtype, &t.dtype, &compute_dtype);
+  ty_status_t s = ty_llm_precision_parse(config->dtype, &t.dtype, &t.compute_dtype);
   char resume_dir[TY_CFG_PATH_MAX] = "";
   if (!s) s = ty_metrics_dir_create(config->out); /* with its parents */
   if (!s) {
@@ -393,6 +404,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   if (!s) s = ty_trainer_open_data(&t);
   if (!s) s = ty_trainer_model_config(&t);
+  if (!s) s = ty_train_tokenizer_open(&t); /* before anything is written */
   if (!s) s = ty_app_registry_create(app, &t.registry);
   if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
   if (!s) {
@@ -412,6 +424,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   if (!s) s = ty_trainer_build(&t);
   if (!s) s = ty_trainer_weights(&t, resume_dir);
+  if (!s) s = ty_train_sample_open(&t);
   if (!s) {
     ty_trainer_shuffle(&t, t.epoch);
     snprintf(t.model_source, sizeof(t.model_source), "%s", config->model);
@@ -450,14 +463,18 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     double tok_s = dt > 0 ? (double)(t.tokens_seen - tokens_before) / dt : 0;
     ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
                           (ty_now() - started) / (double)steps_this_run);
-    bool last = t.step == t.total_steps;
+    bool last = t.step == t.total_steps, evaluated = false, saved = false;
     if (t.val_data && ((config->eval_every && t.step % config->eval_every == 0) || last)) {
       s = ty_trainer_eval(&t, &t.last_val_loss);
       if (!s) ty_train_metrics_eval(&t);
+      evaluated = true;
     }
     if (!s && ((config->save_every && t.step % config->save_every == 0) || last)) {
       s = ty_trainer_save(&t);
+      saved = true;
     }
+    /* --sample-tokens: one sample at every evaluation and checkpoint. */
+    if (!s && (evaluated || saved)) s = ty_train_sample_run(&t);
   }
   if (!s && ty_trainer_stop_signal) {
     ty_train_metrics_line_end(&t);

@@ -24,6 +24,7 @@ typedef struct ty_trainer_t {
   ty_device_t *device;
   ty_dataset_t *train_data, *val_data;
   ty_dtype_t dtype, loss_dtype;
+  ty_dtype_t compute_dtype; /* matmuls and attention (bf16 in bf16-mixed) */
   int64_t B, T, accum;
   int64_t rows_per_step, steps_per_epoch, total_steps;
   /* graphs and sessions; the optimizer graph only with grad_accum > 1 */
@@ -43,6 +44,13 @@ typedef struct ty_trainer_t {
   void *weights;
   uint32_t *row_tokens;
   uint8_t *row_weights;
+  /* the run's tokenizer (train_tokenizer.c): loaded and checked against
+   * the data; its exact bytes go into every checkpoint. NULL when none. */
+  struct ty_tokenizer_t *tokenizer;
+  void *tokenizer_json;
+  size_t tokenizer_json_size;
+  char tokenizer_path[TY_CFG_PATH_MAX + 64];
+  struct ty_train_sample_t *sample;             /* --sample-tokens (train_sample.c) */
   struct ty_jsonl_writer_t *metrics;            /* metrics.jsonl */
   struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
   bool live_line;    /* stderr is a terminal */

@@ -15,6 +15,7 @@
 
 #include "build_info.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "models/safetensors.h"
@@ -154,8 +155,12 @@ ty_status_t ty_trainer_find_resume(const ty_train_config_t *cfg, char *out_dir, 
 ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved) {
   char path[TY_CFG_PATH_MAX + 64];
   TY_RETURN_IF_ERROR(ty_path_join(path, sizeof(path), dir, "trainer_state.json"));
+  void *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read_named(path, "trainer state", &text, &size));
   json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
+  json_t *j = json_loadb(text, size, 0, &err);
+  free(text);
   if (!j) {
     return ty_status_make(TY_CODE_DATA_LOSS, "%s: unreadable trainer state (line %d: %s)", path,
                           err.line, err.text);
@@ -296,19 +301,13 @@ static ty_status_t ty_write_model_config(const ty_trainer_t *t, const char *dir)
   return ty_model_config_write(&t->model_config, dst);
 }
 
-/* tokenizer.json from --tokenizer, the data folder or the model folder. */
+/* tokenizer.json: the exact bytes train_tokenizer.c loaded and checked at
+ * the start (from --tokenizer, the data folder or the model folder). */
 static ty_status_t ty_write_tokenizer(const ty_trainer_t *t, const char *dir) {
-  char candidates[3][TY_CFG_PATH_MAX + 64];
-  snprintf(candidates[0], sizeof(candidates[0]), "%s", t->cfg.tokenizer);
-  TY_RETURN_IF_ERROR(ty_path_join(candidates[1], sizeof(candidates[1]), t->cfg.data, "tokenizer.json"));
-  TY_RETURN_IF_ERROR(ty_path_join(candidates[2], sizeof(candidates[2]), t->cfg.model, "tokenizer.json"));
+  if (!t->tokenizer_json) return TY_OK; /* no tokenizer: the checkpoint loads by ids */
   char dst[TY_CFG_PATH_MAX + 64];
   TY_RETURN_IF_ERROR(ty_path_join(dst, sizeof(dst), dir, "tokenizer.json"));
-  for (int i = 0; i < 3; ++i) {
-    if (!candidates[i][0] || (i == 2 && !t->cfg.model[0])) continue;
-    if (access(candidates[i], R_OK) == 0) return ty_copy_file(candidates[i], dst);
-  }
-  return TY_OK; /* no tokenizer known: the checkpoint still loads by ids */
+  return ty_file_write_atomic(dst, t->tokenizer_json, t->tokenizer_json_size);
 }
 
 static void ty_prune(const ty_trainer_t *t) {

@@ -3,8 +3,11 @@
  *
  * Compiling a graph turns every node into a few commands: kernel launches
  * (with a cl_kernel of their own, whose constant arguments are set once),
- * buffer fills and buffer copies. Tensor operands are references — a graph
- * value, the executable's scratch or aux buffer, or the error buffer — plus
+ * and fills and copies (kernels too, never the driver's: kernels/views.cl
+ * says why; their arguments are all set at execute). The state updates not
+ * done in place are copies after the last node. Tensor operands are
+ * references — a graph value, the executable's scratch or aux buffer, or
+ * the error buffer — plus
  * a byte offset; they are resolved to (cl_mem, offset) at every execute,
  * since bound buffers may change between runs, and a kernel argument is
  * only set again when its resolution changed. */
@@ -44,14 +47,15 @@ typedef struct ty_ocl_bufarg_t {
 
 typedef enum ty_ocl_cmd_kind_e {
   TY_OCL_CMD_KERNEL = 0,
-  TY_OCL_CMD_FILL,  /* zero `size` bytes at dst */
-  TY_OCL_CMD_COPY,  /* `size` bytes src -> dst; skipped when they coincide */
+  TY_OCL_CMD_FILL,  /* zero `size` bytes at dst (kernel ty_fill_zero) */
+  TY_OCL_CMD_COPY,  /* `size` bytes src -> dst (ty_copy_units); skipped when
+                       they coincide */
 } ty_ocl_cmd_kind_t;
 
 typedef struct ty_ocl_cmd_t {
   ty_ocl_cmd_kind_t kind;
-  uint32_t node;
-  const char *name; /* the kernel's, for messages */
+  uint32_t node;    /* UINT32_MAX: a state update's copy */
+  const char *name; /* the kernel's (a state update's copy: the state's), for messages */
   cl_kernel kernel;
   uint32_t next_arg;
   uint32_t work_dim;

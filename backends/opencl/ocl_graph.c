@@ -8,13 +8,20 @@
  * device's slot (built once per family, binary-cached).
  *
  * Execute resolves the named bindings to (cl_mem, offset), enqueues every
- * command on the device's in-order queue, copies state updates that were
- * not done in place, then reads the small error buffer (a non-blocking read
- * waited on through its event): data errors the reference reports (ids or
- * targets out of range, KV positions, kv_len, i64 -> i32 overflow, AdamW
- * step < 1, SGD nesterov without momentum) are found on the device and
- * returned here as INVALID_ARGUMENT naming the node. That wait makes
- * execute synchronous; its cost is one round trip per step. */
+ * command on the device's in-order queue (the last ones copy the state
+ * updates that were not done in place), then reads the small error buffer
+ * (a non-blocking read waited on through its event): data errors the
+ * reference reports (ids or targets out of range, KV positions, kv_len,
+ * i64 -> i32 overflow, AdamW step < 1, SGD nesterov without momentum) are
+ * found on the device and returned here as INVALID_ARGUMENT naming the
+ * node. That wait makes execute synchronous; its cost is one round trip
+ * per step.
+ *
+ * Large steps (issue 12): every fill and copy of the executor is a kernel
+ * with 64-bit indices (kernels/views.cl says why not the driver's), and the
+ * error flag is read into the executable, never the stack, and the queue is
+ * finished before an error returns: a faulting device may fail the wait at
+ * once and land the read later. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +50,7 @@ struct ty_abi_executable_s {
   uint64_t *off;
   uint32_t *sorted_named;
   uint32_t named_count;
+  int32_t flag[TY_OCL_ERR_BYTES / 4]; /* the error buffer's host copy */
 };
 
 static uint64_t ty_ocl_round_up(uint64_t x) {
@@ -128,8 +136,12 @@ void ty_ocl_fail(ty_ocl_build_t *b, ty_code_t code, const char *fmt, ...) {
   va_start(args, fmt);
   vsnprintf(message, sizeof(message), fmt, args);
   va_end(args);
-  b->status = ty_ocl_error(code, "%s: node %u (%s): %s", b->device->label, b->n, b->node->op,
-                           message);
+  if (b->node) {
+    b->status = ty_ocl_error(code, "%s: node %u (%s): %s", b->device->label, b->n,
+                             b->node->op, message);
+  } else {
+    b->status = ty_ocl_error(code, "%s: %s", b->device->label, message);
+  }
 }
 
 const ty_abi_value_t *ty_ocl_vin(const ty_ocl_build_t *b, uint32_t i) {
@@ -313,20 +325,22 @@ void ty_ocl_grid(ty_ocl_cmd_t *c, uint32_t dims, const size_t global[3], const s
   }
 }
 
+/* Fills and copies are kernels whose arguments are set at execute, where
+ * the operands' offsets (and so the widest unit they allow) are known. */
 void ty_ocl_fill(ty_ocl_build_t *b, ty_ocl_ref_t dst, uint64_t size) {
   if (size == 0) return;
-  ty_ocl_cmd_t *c = ty_ocl_cmd_add(b, TY_OCL_CMD_FILL);
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_fill_zero");
   if (!c) return;
-  c->name = "fill";
+  c->kind = TY_OCL_CMD_FILL;
   c->dst = dst;
   c->size = size;
 }
 
 void ty_ocl_copy(ty_ocl_build_t *b, ty_ocl_ref_t src, ty_ocl_ref_t dst, uint64_t size) {
   if (size == 0) return;
-  ty_ocl_cmd_t *c = ty_ocl_cmd_add(b, TY_OCL_CMD_COPY);
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_copy_units");
   if (!c) return;
-  c->name = "copy";
+  c->kind = TY_OCL_CMD_COPY;
   c->src = src;
   c->dst = dst;
   c->size = size;
@@ -366,6 +380,17 @@ static int ty_ocl_name_compare(const void *a, const void *b, void *ctx) {
 static ty_abi_status_t ty_ocl_upload(ty_abi_executable_t *e, uint64_t bytes, const void *data,
                                      const char *what, cl_mem *out) {
   ty_abi_device_t *d = e->device;
+  const uint64_t limit = d->slot->max_alloc;
+  if ((limit && bytes > limit) || bytes > SIZE_MAX) {
+    return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED,
+                        "%s: the %llu-byte %s does not fit in one buffer of this device "
+                        "(CL_DEVICE_MAX_MEM_ALLOC_SIZE is %llu bytes)%s",
+                        d->label, (unsigned long long)bytes, what, (unsigned long long)limit,
+                        strcmp(what, "activation arena") == 0
+                            ? "; activations grow with batch x sequence length: use fewer "
+                              "tokens per step"
+                            : "");
+  }
   cl_int err = CL_SUCCESS;
   *out = ty_ocl_mem_create(e->api, d->slot->context, (size_t)(bytes ? bytes : 1), &err);
   if (!*out) {
@@ -440,6 +465,17 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
       break;
     }
     op->build(&b);
+  }
+  /* State updates the plan could not do in place: copies after every node. */
+  b.node = NULL;
+  b.n = UINT32_MAX;
+  b.scratch_used = 0;
+  for (uint32_t u = 0; u < e->plan.copy_count && !b.status; ++u) {
+    const ty_abi_state_update_t *up = &e->plan.copies[u];
+    ty_ocl_ref_t src = {TY_OCL_REF_VALUE, up->value, 0}, dst = {TY_OCL_REF_VALUE, up->state, 0};
+    uint32_t before = e->cmd_count;
+    ty_ocl_copy(&b, src, dst, e->graph->value_bytes[up->state]);
+    if (e->cmd_count > before) e->cmds[before].name = g->values[up->state].name;
   }
   s = b.status;
   /* Buffers. */
@@ -574,20 +610,72 @@ static void ty_ocl_ref_resolve(const ty_abi_executable_t *e, ty_ocl_ref_t r, cl_
 
 static ty_abi_status_t ty_ocl_cmd_error(const ty_abi_executable_t *e, const ty_ocl_cmd_t *c,
                                         const char *what, cl_int err) {
-  return ty_ocl_error(err == CL_OUT_OF_RESOURCES || err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
-                              err == CL_OUT_OF_HOST_MEMORY
-                          ? TY_CODE_RESOURCE_EXHAUSTED
-                          : TY_CODE_INTERNAL,
-                      "%s: node %u (%s): %s of %s failed: %s (%d)", e->device->label, c->node,
-                      e->graph->graph.nodes[c->node].op, what, c->name, ty_ocl_error_name(err),
-                      (int)err);
+  const ty_code_t code = err == CL_OUT_OF_RESOURCES ||
+                                 err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+                                 err == CL_OUT_OF_HOST_MEMORY
+                             ? TY_CODE_RESOURCE_EXHAUSTED
+                             : TY_CODE_INTERNAL;
+  if (c->node == UINT32_MAX) { /* a state update's copy: named after the state */
+    return ty_ocl_error(code, "%s: copying the update of state '%s' failed: %s of "
+                        "ty_copy_units: %s (%d)", e->device->label, c->name, what,
+                        ty_ocl_error_name(err), (int)err);
+  }
+  return ty_ocl_error(code, "%s: node %u (%s): %s of %s failed: %s (%d)", e->device->label,
+                      c->node, e->graph->graph.nodes[c->node].op, what, c->name,
+                      ty_ocl_error_name(err), (int)err);
+}
+
+/* The widest unit (16 bytes down to 1) that every one of `x` is a multiple
+ * of: cl_mem bases are aligned far beyond 16 bytes
+ * (CL_DEVICE_MEM_BASE_ADDR_ALIGN), so aligned offsets mean aligned
+ * addresses. */
+static uint32_t ty_ocl_unit(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t bits = a | b | c;
+  uint32_t unit = 16;
+  while (unit > 1 && (bits & (unit - 1))) unit /= 2;
+  return unit;
+}
+
+/* The arguments and work size of a fill or copy, from its operands as they
+ * resolve in this run; false when there is nothing to do. */
+static bool ty_ocl_move_prepare(ty_abi_executable_t *e, ty_ocl_cmd_t *c, cl_int *err) {
+  ty_ocl_api_t *api = e->api;
+  cl_mem dst, src = NULL;
+  uint64_t dst_off, src_off = 0;
+  ty_ocl_ref_resolve(e, c->dst, &dst, &dst_off);
+  if (!dst) return false;
+  if (c->kind == TY_OCL_CMD_COPY) {
+    ty_ocl_ref_resolve(e, c->src, &src, &src_off);
+    if (!src || (src == dst && src_off == dst_off)) return false; /* in place */
+  }
+  const uint32_t unit = ty_ocl_unit(dst_off, src_off, c->size);
+  const cl_long n = (cl_long)(c->size / unit);
+  const cl_int unit_arg = (cl_int)unit;
+  cl_uint arg = 0;
+  cl_ulong off;
+  if (c->kind == TY_OCL_CMD_COPY) {
+    off = src_off;
+    *err = api->clSetKernelArg(c->kernel, arg++, sizeof(cl_mem), &src);
+    if (*err == CL_SUCCESS) *err = api->clSetKernelArg(c->kernel, arg++, sizeof(off), &off);
+  }
+  off = dst_off;
+  if (*err == CL_SUCCESS) *err = api->clSetKernelArg(c->kernel, arg++, sizeof(cl_mem), &dst);
+  if (*err == CL_SUCCESS) *err = api->clSetKernelArg(c->kernel, arg++, sizeof(off), &off);
+  if (*err == CL_SUCCESS) *err = api->clSetKernelArg(c->kernel, arg++, sizeof(unit_arg), &unit_arg);
+  if (*err == CL_SUCCESS) *err = api->clSetKernelArg(c->kernel, arg++, sizeof(n), &n);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+  return true;
 }
 
 static ty_abi_status_t ty_ocl_cmd_run(ty_abi_executable_t *e, ty_ocl_cmd_t *c) {
   ty_ocl_api_t *api = e->api;
   cl_command_queue q = e->device->queue;
   cl_int err = CL_SUCCESS;
-  if (c->kind == TY_OCL_CMD_KERNEL) {
+  if (c->kind != TY_OCL_CMD_KERNEL) {
+    if (!ty_ocl_move_prepare(e, c, &err)) {
+      return err == CL_SUCCESS ? NULL : ty_ocl_cmd_error(e, c, "clSetKernelArg", err);
+    }
+  } else {
     for (uint32_t i = 0; i < c->bufarg_count; ++i) {
       ty_ocl_bufarg_t *a = &c->bufargs[i];
       cl_mem mem;
@@ -604,25 +692,10 @@ static ty_abi_status_t ty_ocl_cmd_run(ty_abi_executable_t *e, ty_ocl_cmd_t *c) {
       a->set_mem = mem;
       a->set_offset = off;
     }
-    err = api->clEnqueueNDRangeKernel(q, c->kernel, c->work_dim, NULL, c->global, c->local, 0,
-                                      NULL, NULL);
-    return err == CL_SUCCESS ? NULL : ty_ocl_cmd_error(e, c, "clEnqueueNDRangeKernel", err);
   }
-  cl_mem dst, src = NULL;
-  uint64_t dst_off, src_off = 0;
-  ty_ocl_ref_resolve(e, c->dst, &dst, &dst_off);
-  if (!dst) return NULL;
-  if (c->kind == TY_OCL_CMD_FILL) {
-    cl_uchar zero = 0;
-    err = api->clEnqueueFillBuffer(q, dst, &zero, 1, (size_t)dst_off, (size_t)c->size, 0, NULL,
-                                   NULL);
-    return err == CL_SUCCESS ? NULL : ty_ocl_cmd_error(e, c, "clEnqueueFillBuffer", err);
-  }
-  ty_ocl_ref_resolve(e, c->src, &src, &src_off);
-  if (!src || (src == dst && src_off == dst_off)) return NULL; /* in place */
-  err = api->clEnqueueCopyBuffer(q, src, dst, (size_t)src_off, (size_t)dst_off, (size_t)c->size,
-                                 0, NULL, NULL);
-  return err == CL_SUCCESS ? NULL : ty_ocl_cmd_error(e, c, "clEnqueueCopyBuffer", err);
+  err = api->clEnqueueNDRangeKernel(q, c->kernel, c->work_dim, NULL, c->global, c->local, 0,
+                                    NULL, NULL);
+  return err == CL_SUCCESS ? NULL : ty_ocl_cmd_error(e, c, "clEnqueueNDRangeKernel", err);
 }
 
 /* The message of a data error a kernel recorded. */
@@ -681,41 +754,29 @@ ty_abi_status_t ty_ocl_executable_execute(ty_abi_executable_t *e,
   for (uint32_t i = 0; i < e->cmd_count && !s; ++i) s = ty_ocl_cmd_run(e, &e->cmds[i]);
   ty_ocl_api_t *api = e->api;
   cl_command_queue q = e->device->queue;
-  for (uint32_t u = 0; u < e->plan.copy_count && !s; ++u) {
-    const ty_abi_state_update_t *up = &e->plan.copies[u];
-    uint64_t bytes = e->graph->value_bytes[up->state];
-    if (!bytes || (e->mem[up->state] == e->mem[up->value] && e->off[up->state] == e->off[up->value])) {
-      continue;
-    }
-    cl_int err = api->clEnqueueCopyBuffer(q, e->mem[up->value], e->mem[up->state],
-                                          (size_t)e->off[up->value], (size_t)e->off[up->state],
-                                          (size_t)bytes, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-      s = ty_ocl_error(TY_CODE_INTERNAL, "%s: copying the update of state '%s' failed: %s (%d)",
-                       e->device->label, e->graph->graph.values[up->state].name,
-                       ty_ocl_error_name(err), (int)err);
-    }
-  }
   if (s) {
     api->clFinish(q); /* leave nothing half-queued behind an error */
     return s;
   }
-  /* The error flag: read after everything above (in-order queue). */
-  int32_t flag[TY_OCL_ERR_BYTES / 4];
+  /* The error flag: read after everything above (in-order queue), into the
+   * executable, which outlives any late landing of the read. */
   cl_event done = NULL;
-  cl_int err = api->clEnqueueReadBuffer(q, e->err, CL_FALSE, 0, TY_OCL_ERR_BYTES, flag, 0, NULL,
-                                        &done);
+  cl_int err = api->clEnqueueReadBuffer(q, e->err, CL_FALSE, 0, TY_OCL_ERR_BYTES, e->flag, 0,
+                                        NULL, &done);
   if (err == CL_SUCCESS) {
     ty_ocl_event_created(api);
     err = api->clWaitForEvents(1, &done);
     ty_ocl_event_release(api, done);
   }
   if (err != CL_SUCCESS) {
+    /* A faulted device may fail the wait before the read has landed: let
+     * it finish (or die) before the caller goes on. */
+    api->clFinish(q);
     return ty_ocl_error(TY_CODE_INTERNAL, "%s: running the graph failed: %s (%d)",
                         e->device->label, ty_ocl_error_name(err), (int)err);
   }
-  if (flag[0] == 0) return NULL;
-  s = ty_ocl_data_error(e, flag);
+  if (e->flag[0] == 0) return NULL;
+  s = ty_ocl_data_error(e, e->flag);
   unsigned char zeros[TY_OCL_ERR_BYTES] = {0};
   api->clEnqueueWriteBuffer(q, e->err, CL_TRUE, 0, TY_OCL_ERR_BYTES, zeros, 0, NULL, NULL);
   return s;

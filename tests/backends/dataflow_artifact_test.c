@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/test_util.h"
 
@@ -171,7 +172,13 @@ static void test_corruption_is_data_loss(void **state) {
   snprintf(path, sizeof(path), "%s/art", f->tmp);
   remove(path);
   TY_EXPECT_STATUS(load(f, "dataflow", DF_TEST_TRAIN, true, NULL), TY_CODE_NOT_FOUND,
-                   "cannot open");
+                   "cannot read artifact");
+  /* A folder where the artifact should be: the wrong kind of file, not a
+   * damaged one (issue 12: it was DATA_LOSS). */
+  assert_int_equal(mkdir(path, 0777), 0);
+  TY_EXPECT_STATUS(load(f, "dataflow", DF_TEST_TRAIN, true, NULL), TY_CODE_FAILED_PRECONDITION,
+                   "is a folder, not a file");
+  rmdir(path);
   free(bad);
   free(good);
 }

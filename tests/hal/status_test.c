@@ -127,9 +127,19 @@ static void test_from_errno_maps_codes_and_names_the_cause(void **state) {
     int err;
     ty_code_t code;
   } cases[] = {{ENOENT, TY_CODE_NOT_FOUND},          {EACCES, TY_CODE_PERMISSION_DENIED},
-               {ENOSPC, TY_CODE_RESOURCE_EXHAUSTED}, {EEXIST, TY_CODE_ALREADY_EXISTS},
-               {EIO, TY_CODE_DATA_LOSS},             {ENOTDIR, TY_CODE_FAILED_PRECONDITION},
-               {EINVAL, TY_CODE_UNKNOWN}};
+               {EPERM, TY_CODE_PERMISSION_DENIED},   {EROFS, TY_CODE_PERMISSION_DENIED},
+               {ENOSPC, TY_CODE_RESOURCE_EXHAUSTED}, {EDQUOT, TY_CODE_RESOURCE_EXHAUSTED},
+               {EMFILE, TY_CODE_RESOURCE_EXHAUSTED}, {EEXIST, TY_CODE_ALREADY_EXISTS},
+               {ENOTEMPTY, TY_CODE_ALREADY_EXISTS},  {EIO, TY_CODE_DATA_LOSS},
+               /* the wrong kind of file is never damage (issue 12): mmap of
+                * a folder gives ENODEV, which once surfaced as UNKNOWN */
+               {ENOTDIR, TY_CODE_FAILED_PRECONDITION}, {EISDIR, TY_CODE_FAILED_PRECONDITION},
+               {ENODEV, TY_CODE_FAILED_PRECONDITION},  {ENXIO, TY_CODE_FAILED_PRECONDITION},
+               {ESPIPE, TY_CODE_FAILED_PRECONDITION},  {EINVAL, TY_CODE_INVALID_ARGUMENT},
+               {ENAMETOOLONG, TY_CODE_INVALID_ARGUMENT}, {ELOOP, TY_CODE_INVALID_ARGUMENT},
+               {EOVERFLOW, TY_CODE_OUT_OF_RANGE},    {EAGAIN, TY_CODE_UNAVAILABLE},
+               {EBUSY, TY_CODE_UNAVAILABLE},         {ENOSYS, TY_CODE_UNIMPLEMENTED},
+               {ECHILD, TY_CODE_UNKNOWN}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
     ty_status_t s = ty_status_from_errno(cases[i].err, "cannot open %s", "/x/y");
     assert_int_equal(ty_status_code(s), cases[i].code);

@@ -534,10 +534,20 @@ static void test_bad_json_mismatch(void **state) {
                    "made with another tokenizer");
   ty_bad_teardown(&b);
 
+  /* A shard dataset.json lists but the folder lacks: lost data (it was
+   * NOT_FOUND, which callers took for "no such split"; issue 12). */
   ty_bad_setup(&b);
   ty_edit_json(b.dir, "train-00000.tyds", "train-00001.tyds");
-  TY_EXPECT_STATUS(ty_open_read_all(b.dir, 0), TY_CODE_NOT_FOUND,
-                   "cannot open shard");
+  TY_EXPECT_STATUS(ty_open_read_all(b.dir, 0), TY_CODE_DATA_LOSS,
+                   "is incomplete: shard");
+  ty_bad_teardown(&b);
+
+  /* A shard that is a folder (was UNKNOWN "cannot map ...: No such device"). */
+  ty_bad_setup(&b);
+  assert_int_equal(unlink(b.shard), 0);
+  assert_int_equal(mkdir(b.shard, 0777), 0);
+  TY_EXPECT_STATUS(ty_open_read_all(b.dir, 0), TY_CODE_FAILED_PRECONDITION,
+                   "train-00000.tyds is a folder, not a file");
   ty_bad_teardown(&b);
 
   ty_bad_setup(&b);
@@ -561,6 +571,55 @@ static void test_bad_json_mismatch(void **state) {
   TY_EXPECT_STATUS(ty_open_read_all(b.dir, TY_DATASET_OPEN_VERIFY), TY_CODE_DATA_LOSS,
                    "differs from");
   ty_bad_teardown(&b);
+}
+
+/* A split is optional only where dataset.json declares none: the val
+ * split of a dataset whose val shard is gone is an error, not "no val". */
+static void test_optional_split_is_declared_or_an_error(void **state) {
+  (void)state;
+  char *root = ty_tmpdir();
+  char dir[1100], shard[1200];
+  snprintf(dir, sizeof(dir), "%s/ds", root);
+  ty_dataset_writer_options_t o = {.dir = dir, .seq_len = 8, .vocab_size = 100, .eos_id = 0,
+                                   .tokenizer_sha256 = ty_sha, .created_by = "trainyard test",
+                                   .input_format = "text"};
+  ty_dataset_writer_t *w = NULL;
+  TY_EXPECT_OK(ty_dataset_writer_create(&o, &w));
+  uint32_t tokens[20];
+  for (size_t i = 0; i < 20; ++i) tokens[i] = (uint32_t)(i + 1);
+  for (int d = 0; d < 4; ++d) {
+    TY_EXPECT_OK(ty_dataset_writer_add_document(
+        w, d == 3 ? TY_DATASET_SPLIT_VAL : TY_DATASET_SPLIT_TRAIN, tokens, NULL, 20));
+  }
+  TY_EXPECT_OK(ty_dataset_writer_finish(w));
+  ty_dataset_writer_destroy(w);
+
+  ty_dataset_t *ds = NULL;
+  TY_EXPECT_OK(ty_dataset_open(dir, "val", TY_DATASET_OPEN_IF_DECLARED, &ds));
+  assert_non_null(ds);
+  assert_true(ty_dataset_row_count(ds) > 0);
+  ty_dataset_close(ds);
+
+  snprintf(shard, sizeof(shard), "%s/val-00000.tyds", dir);
+  assert_int_equal(unlink(shard), 0);
+  ds = NULL;
+  for (uint32_t flags = 0; flags <= TY_DATASET_OPEN_VERIFY; ++flags) {
+    TY_EXPECT_STATUS(ty_dataset_open(dir, "val", flags | TY_DATASET_OPEN_IF_DECLARED, &ds),
+                     TY_CODE_DATA_LOSS, "val-00000.tyds of the val split");
+    assert_null(ds);
+  }
+
+  /* Only a dataset.json without the split means "none". */
+  ty_edit_json(dir, "\"val\":", "\"other\":");
+  TY_EXPECT_OK(ty_dataset_open(dir, "val", TY_DATASET_OPEN_IF_DECLARED, &ds));
+  assert_null(ds);
+  TY_EXPECT_STATUS(ty_dataset_open(dir, "val", 0, &ds), TY_CODE_NOT_FOUND,
+                   "declares no split \"val\"");
+  TY_EXPECT_OK(ty_dataset_open(dir, "train", TY_DATASET_OPEN_IF_DECLARED, &ds));
+  assert_non_null(ds);
+  ty_dataset_close(ds);
+  ty_rm_tree(root);
+  free(root);
 }
 
 static void test_writer_refusals(void **state) {
@@ -633,6 +692,7 @@ int main(void) {
       cmocka_unit_test(test_bad_token_and_weight),
       cmocka_unit_test(test_bad_magic_and_version),
       cmocka_unit_test(test_bad_json_mismatch),
+      cmocka_unit_test(test_optional_split_is_declared_or_an_error),
       cmocka_unit_test(test_writer_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -110,6 +110,20 @@ static ty_status_t ty_jsonl_append_value(ty_jsonl_text_t *t, const ty_jsonl_fiel
       if (!ty_jsonl_text_append_json(t, s, 0)) break;
       return TY_OK;
     }
+    case TY_JSONL_INTS: {
+      if (!f->value.ints.data && f->value.ints.count) {
+        return ty_status_make(TY_CODE_INVALID_ARGUMENT, "metrics field '%s' has a NULL list",
+                              f->key);
+      }
+      bool ok = ty_jsonl_text_append(t, "[", 1);
+      for (size_t i = 0; ok && i < f->value.ints.count; ++i) {
+        snprintf(number, sizeof(number), "%s%lld", i ? ", " : "",
+                 (long long)f->value.ints.data[i]);
+        ok = ty_jsonl_text_append(t, number, strlen(number));
+      }
+      if (!ok || !ty_jsonl_text_append(t, "]", 1)) break;
+      return TY_OK;
+    }
     default:
       return ty_status_make(TY_CODE_INVALID_ARGUMENT, "metrics field '%s' has unknown kind %d",
                             f->key, (int)f->kind);

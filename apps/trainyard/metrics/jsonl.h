@@ -5,7 +5,8 @@
  *
  * Reals are written in the fewest digits that read back as the same double
  * (or float, for TY_JSONL_REAL32 fields), so a reader gets exactly the value
- * the trainer had. JSON has no NaN or infinity: such values are written as
+ * the trainer had. Lists of integers (a sample's token ids) are written as
+ * JSON arrays. JSON has no NaN or infinity: such values are written as
  * null. Each line is appended with one write(2), so `tail -f` and readers of
  * a running job see whole lines. On resume, ty_jsonl_truncate_to_step drops
  * the lines of steps past the checkpoint. Format: docs/formats.md.
@@ -32,6 +33,7 @@ typedef enum ty_jsonl_kind_t {
                           shortest digits that round-trip the float */
   TY_JSONL_STRING = 3, /* UTF-8 text */
   TY_JSONL_BOOL = 4,
+  TY_JSONL_INTS = 5,   /* a list of int64 (token ids): [1, 2, 3] */
 } ty_jsonl_kind_t;
 
 /* One "key": value of a line. Strings are borrowed for the call. */
@@ -42,6 +44,10 @@ typedef struct ty_jsonl_field_t {
     int64_t i;     /* TY_JSONL_INT, TY_JSONL_BOOL (0 or not) */
     double d;      /* TY_JSONL_REAL, TY_JSONL_REAL32 */
     const char *s; /* TY_JSONL_STRING */
+    struct {
+      const int64_t *data;
+      size_t count;
+    } ints; /* TY_JSONL_INTS */
   } value;
 } ty_jsonl_field_t;
 
@@ -59,6 +65,12 @@ static inline ty_jsonl_field_t ty_jsonl_real32(const char *key, float value) {
 }
 static inline ty_jsonl_field_t ty_jsonl_string(const char *key, const char *value) {
   ty_jsonl_field_t f = {.key = key, .kind = TY_JSONL_STRING, .value.s = value};
+  return f;
+}
+static inline ty_jsonl_field_t ty_jsonl_ints(const char *key, const int64_t *data,
+                                             size_t count) {
+  ty_jsonl_field_t f = {.key = key, .kind = TY_JSONL_INTS,
+                        .value.ints = {.data = data, .count = count}};
   return f;
 }
 static inline ty_jsonl_field_t ty_jsonl_bool(const char *key, int value) {

@@ -1,5 +1,6 @@
 /* Element movers and casts: strided copies (transpose, slice,
- * slice_backward, concat, broadcast_to), dtype casts and KV-cache writes.
+ * slice_backward, concat, broadcast_to), dtype casts, KV-cache writes, and
+ * the executor's plain fills and copies.
  * All are exact: elements are moved as raw bytes; float casts round to
  * nearest even through f32 exactly as hal/half.h does (f64 -> bf16/f16 goes
  * through f32, as PyTorch and the reference do). */
@@ -55,4 +56,35 @@ __kernel void ty_kv_write(IN(fresh), OUT(cache), IN(pos), int dtpos, int esize, 
   }
   const long r = i % row, t = (i / row) % T, b = i / (row * T);
   ty_move(P(fresh), i, P(cache), (b * Smax + p + t) * row + r, esize);
+}
+
+/* The executor's fills and copies (slice_backward's zeros, reshapes that
+ * are not views, state updates not done in place): n units of `unit`
+ * bytes (16, 8, 4, 2 or 1: the widest that the host found the offsets and
+ * the size aligned to), with 64-bit indices. The driver's
+ * clEnqueueFillBuffer is not used: NVIDIA's faults the device (-9999) once
+ * its range ends past 2^31 bytes (inducer/pyopencl#395), which the arena of
+ * a GPT-2 124M step of 4096 tokens reaches; its copy is left alone for the
+ * same reason. */
+__kernel void ty_fill_zero(OUT(y), int unit, long n) {
+  const long i = get_global_id(0);
+  if (i >= n) return;
+  __global uchar *p = P(y);
+  switch (unit) {
+    case 16: ((__global uint4 *)p)[i] = (uint4)(0u); break;
+    case 8: ((__global ulong *)p)[i] = 0UL; break;
+    case 4: ((__global uint *)p)[i] = 0u; break;
+    case 2: ((__global ushort *)p)[i] = (ushort)0; break;
+    default: p[i] = (uchar)0; break;
+  }
+}
+
+__kernel void ty_copy_units(IN(x), OUT(y), int unit, long n) {
+  const long i = get_global_id(0);
+  if (i >= n) return;
+  if (unit == 16) {
+    ((__global uint4 *)P(y))[i] = ((__global const uint4 *)P(x))[i];
+  } else {
+    ty_move(P(x), i, P(y), i, unit);
+  }
 }

@@ -44,6 +44,14 @@ static void test_line_text(void **state) {
   line = format(NULL, 0);
   assert_string_equal(line, "{}\n");
   free(line);
+  /* token ids of a training sample */
+  const int64_t ids[] = {95, 0, -1, INT64_MAX};
+  ty_jsonl_field_t g[] = {ty_jsonl_int("step", 3), ty_jsonl_ints("sample_ids", ids, 4),
+                          ty_jsonl_ints("none", NULL, 0)};
+  line = format(g, 3);
+  assert_string_equal(line, "{\"step\": 3, \"sample_ids\": [95, 0, -1, 9223372036854775807], "
+                            "\"none\": []}\n");
+  free(line);
 }
 
 static void test_line_refusals(void **state) {

@@ -1,0 +1,97 @@
+/* The tokenizer of a training run, checked before the first step (see
+ * train_tokenizer.h). */
+#include "train_tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/lower.h" /* ty_sha256_hex */
+#include "hal/file.h"
+#include "models/tokenizer.h"
+#include "trainer.h"
+
+/* dir/tokenizer.json into out, and whether it is there: anything at that
+ * path is the candidate (a folder or an unreadable file is an error when it
+ * is read, never skipped as "no tokenizer"). */
+static ty_status_t ty_tt_candidate(const char *dir, char *out, size_t capacity, bool *found) {
+  *found = false;
+  if (!dir[0]) return TY_OK;
+  snprintf(out, capacity, "%s/tokenizer.json", dir);
+  return ty_file_probe(out, found);
+}
+
+static bool ty_tt_no_tokenizer_recorded(const char *sha) {
+  for (const char *p = sha; *p; ++p) {
+    if (*p != '0') return false;
+  }
+  return true;
+}
+
+ty_status_t ty_train_tokenizer_open(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  char path[sizeof(t->tokenizer_path)];
+  const char *origin = NULL;
+  bool found = false;
+  if (c->tokenizer[0]) {
+    snprintf(path, sizeof(path), "%s", c->tokenizer);
+    origin = "--tokenizer";
+  } else {
+    TY_RETURN_IF_ERROR(ty_tt_candidate(c->data, path, sizeof(path), &found));
+    if (found) origin = "the data folder's tokenizer";
+    if (!found && c->model[0]) {
+      TY_RETURN_IF_ERROR(ty_tt_candidate(c->model, path, sizeof(path), &found));
+      if (found) origin = "the model folder's tokenizer";
+    }
+  }
+  if (!origin) return TY_OK; /* none: checkpoints load by ids */
+  void *bytes = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read_named(path, "tokenizer", &bytes, &size));
+  ty_tokenizer_t *tok = NULL;
+  ty_status_t s = ty_tokenizer_load_json(bytes, size, path, &tok);
+  if (s) {
+    free(bytes);
+    return ty_status_annotate(s, "%s %s does not load, so it cannot go into checkpoints", origin,
+                              path);
+  }
+  char sha[65];
+  ty_sha256_hex(bytes, size, sha);
+  const char *data_sha = ty_dataset_tokenizer_sha256(t->train_data);
+  uint32_t vocab = ty_tokenizer_vocab_size(tok), data_vocab = ty_dataset_vocab_size(t->train_data);
+  if (!ty_tt_no_tokenizer_recorded(data_sha) && strcmp(sha, data_sha) != 0) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "%s %s is not the tokenizer the data was prepared with: its SHA-256 is "
+                       "%s (vocabulary %u), and %s/dataset.json records %s (vocabulary %u); "
+                       "pass --tokenizer with the file given to 'trainyard data prepare'",
+                       origin, path, sha, vocab, c->data, data_sha, data_vocab);
+  } else if (vocab != data_vocab) {
+    /* Data of pre-tokenized ids records no tokenizer, only its id range. */
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "%s %s has a vocabulary of %u tokens, but the data in %s has %u (its "
+                       "ids would decode to other tokens)",
+                       origin, path, vocab, c->data, data_vocab);
+  } else if ((int64_t)vocab > t->model_config.vocab_size) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "%s %s has a vocabulary of %u tokens, more than the model's %lld",
+                       origin, path, vocab, (long long)t->model_config.vocab_size);
+  }
+  if (s) {
+    ty_tokenizer_destroy(tok);
+    free(bytes);
+    return s;
+  }
+  t->tokenizer = tok;
+  t->tokenizer_json = bytes;
+  t->tokenizer_json_size = size;
+  snprintf(t->tokenizer_path, sizeof(t->tokenizer_path), "%s", path);
+  return TY_OK;
+}
+
+void ty_train_tokenizer_close(ty_trainer_t *t) {
+  ty_tokenizer_destroy(t->tokenizer);
+  free(t->tokenizer_json);
+  t->tokenizer = NULL;
+  t->tokenizer_json = NULL;
+  t->tokenizer_json_size = 0;
+}

@@ -1,0 +1,85 @@
+/* The generation engine: KV-cache decoding of a GPT-2 or Llama-family model
+ * on one device, greedy or sampled. It serves `trainyard generate` and the
+ * samples `trainyard train --sample-tokens` prints while training.
+ *
+ * Two graphs share the weights and the per-layer KV caches on the device: a
+ * prefill graph for the whole prompt and a one-token decode graph run once
+ * per new token, both with a cache of prompt + max_new rows, so every step
+ * reuses one compiled graph. The weights come from a model folder
+ * (ty_generator_load_weights) or from a session that already holds them on
+ * the same device (options.weights_from: a training session, whose
+ * parameters the generator then reads as they are, without a copy).
+ *
+ * Ownership: the generator owns its graphs and sessions; destroy it before
+ * the device and before the weights_from session's device. Not thread-safe.
+ * Errors: statuses naming the model, the device or the option at fault. */
+#ifndef TY_MODELS_GENERATOR_H_
+#define TY_MODELS_GENERATOR_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph/session.h"
+#include "hal/device.h"
+#include "models/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the next token is picked from a row of logits. */
+typedef struct ty_sampling_t {
+  bool greedy;        /* the most likely token (ties: the lower id, like torch.argmax) */
+  double temperature; /* > 0: sample from softmax(logits / temperature) */
+  int64_t top_k;      /* among the K most likely tokens (0: all) */
+  double top_p;       /* among the smallest set with mass >= top_p (1: all) */
+  uint64_t seed;      /* the sampler's splitmix64 seed (host side, reproducible) */
+} ty_sampling_t;
+
+typedef struct ty_generator_options_t {
+  ty_dtype_t dtype;   /* parameters and activations */
+  /* matmuls and attention: TY_DTYPE_INVALID or == dtype unless mixed
+   * precision (ty_llm_options_t.compute_dtype) */
+  ty_dtype_t compute_dtype;
+  int64_t prompt_len; /* P >= 1 tokens, fixed: the prefill graph's length */
+  int64_t max_new;    /* new tokens at most, >= 1; P + max_new <= max_positions */
+  /* A session on the same device whose STATE values hold the parameters
+   * under their Hugging Face names, dtype and shapes (the training step's):
+   * the generator shares them. NULL: load them with
+   * ty_generator_load_weights. */
+  const ty_session_t *weights_from;
+  const char *cache_dir; /* on-disk compile cache, or NULL */
+} ty_generator_options_t;
+
+typedef struct ty_generator_t ty_generator_t;
+
+/* Builds and compiles the prefill and decode graphs. INVALID_ARGUMENT when
+ * prompt_len + max_new exceeds the model's positions (naming both); the
+ * session's errors when the device cannot run the graphs. */
+ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *config,
+                                const ty_generator_options_t *options,
+                                ty_generator_t **out_generator);
+void ty_generator_destroy(ty_generator_t *generator);
+
+/* Loads the weights of the model folder `dir` (safetensors). */
+ty_status_t ty_generator_load_weights(ty_generator_t *generator, const char *dir);
+
+typedef struct ty_generation_t {
+  int64_t *ids;           /* the new tokens (caller-owned buffer of max_new) */
+  int64_t count;          /* how many were made */
+  double prefill_seconds; /* host wall time until the first new token */
+  double decode_seconds;  /* host wall time of the rest */
+} ty_generation_t;
+
+/* Continues `prompt` (prompt_len ids, each below the vocabulary size) by up
+ * to max_new tokens into out->ids; with stop_eos >= 0 it stops after that
+ * token. INVALID_ARGUMENT for an id outside the vocabulary. */
+ty_status_t ty_generator_run(ty_generator_t *generator, const int64_t *prompt,
+                             const ty_sampling_t *sampling, int64_t stop_eos,
+                             ty_generation_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_MODELS_GENERATOR_H_ */

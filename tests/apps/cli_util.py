@@ -1,0 +1,85 @@
+"""What the end-to-end tests of issue 12 (test_inputs_cli.py, every input
+validated; test_options_cli.py, every option does what it says) share:
+running trainyard, small datasets and corpora, and the test runner (which
+keeps compile caches out of the user's ~/.cache). Standard library only."""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CFG = None  # --trainyard, --models, ... (main)
+
+WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
+
+
+def run(args, stdin=None, env=None):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, input=stdin,
+                          timeout=300, env=full_env)
+
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def make_ids_dataset(path, docs=150, vocab=96, val_fraction="0.2"):
+    """Pre-tokenized documents (arithmetic progressions of ids), prepared with
+    seq_len 16; no val split declared rows with val_fraction None."""
+    rng = random.Random(1)
+    with open(path + ".jsonl", "w") as f:
+        for _ in range(docs):
+            start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 30)
+            f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
+    args = ["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
+            str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16", "--out", path]
+    if val_fraction:
+        args += ["--val-fraction", val_fraction]
+    r = run(args)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def make_corpus(path, lines=300, seed=1, words=WORDS):
+    """Lines of 5 to 15 random words, one sentence each."""
+    rng = random.Random(seed)
+    return write(path, "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(5, 15)))
+                                 + "." for _ in range(lines)) + "\n")
+
+
+class TempDirTest(unittest.TestCase):
+    """A test with a temporary folder of its own, removed afterwards."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_cli_test_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+
+def main(*options):
+    """Parses --trainyard and `options` (each required) into CFG and runs the
+    unittest classes named on the command line."""
+    global CFG
+    parser = argparse.ArgumentParser()
+    for option in ("--trainyard",) + options:
+        parser.add_argument(option, required=True)
+    CFG, rest = parser.parse_known_args()
+    cache = tempfile.mkdtemp(prefix="ty_test_xdg_")
+    os.environ["XDG_CACHE_HOME"] = cache
+    try:
+        result = unittest.main(module="__main__", argv=[sys.argv[0]] + rest, exit=False,
+                               verbosity=2).result
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return 0 if result.wasSuccessful() else 1
