@@ -19,6 +19,9 @@
 #              reference, bit equality run to run), then its --bench
 #   profile    train_bench GPT-2 124M bf16-mixed B16 T1024 with
 #              TRAINYARD_PROFILE=1 (per-op times), and f32 B4 T1024
+#   mixed      bf16-mixed forward errors next to PyTorch autocast's
+#              (tests/cuda/mixed_vs_autocast.py)
+#   bench      bench/cuda_bench.sh (Trainyard vs PyTorch eager/compile)
 #   opencl     issue 12's check: gpt2-124m on opencl:0 (NVIDIA's OpenCL)
 #              against cpu
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
@@ -110,6 +113,14 @@ phase_profile() {
     --batch 16 --seq 1024 --steps 10 --warmup 3 --peak-tflops 989 2>&1 | tail -12
   timeout 200 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m --dtype f32 \
     --batch 4 --seq 1024 --steps 5 --warmup 2 2>&1 | tail -6
+}
+
+phase_mixed() {
+  timeout 300 python3 tests/cuda/mixed_vs_autocast.py --trainyard "$ty" --models "$models"
+}
+
+phase_bench() {
+  timeout 560 bench/cuda_bench.sh "$build" "$out/bench"
 }
 
 phase_opencl() {
