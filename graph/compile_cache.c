@@ -35,36 +35,21 @@ void ty_compile_cache_default_dir(char *out, size_t capacity) {
   }
 }
 
-ty_status_t ty_file_read_all(const char *path, void **out_data, size_t *out_size) {
-  *out_data = NULL;
-  *out_size = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ty_file_errno("cannot open", path);
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s is not a regular file", path);
-  }
-  size_t size = (size_t)st.st_size;
-  char *data = malloc(size + 1);
-  if (!data) {
-    fclose(f);
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s (%zu bytes)",
-                          path, size);
-  }
-  size_t got = size ? fread(data, 1, size, f) : 0;
-  bool bad = got != size || ferror(f);
-  fclose(f);
-  if (bad) {
-    free(data);
-    return ty_status_make(TY_CODE_DATA_LOSS, "cannot read %s: short read (%zu of %zu bytes)",
-                          path, got, size);
-  }
-  data[size] = '\0';
-  *out_data = data;
-  *out_size = size;
-  return TY_OK;
-}
+const ty_file_kind_t ty_artifact_file_kind = {
+    .what = "compiled artifact",
+    .max_bytes = TY_GIB,
+    .limit_env = "TRAINYARD_MAX_ARTIFACT_BYTES",
+    .text = false,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
+
+/* Failure records are a few lines that Trainyard wrote. */
+static const ty_file_kind_t ty_failure_record_kind = {
+    .what = "compile failure record",
+    .max_bytes = TY_MIB,
+    .text = true,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
 
 ty_status_t ty_mkdir_parents(const char *dir) {
   char *path = strdup(dir);
@@ -180,9 +165,9 @@ void ty_compile_cache_write_failure(const char *path, const char *key, ty_status
 }
 
 ty_status_t ty_compile_cache_read_failure(const char *path) {
-  void *data = NULL;
+  char *data = NULL;
   size_t size = 0;
-  ty_status_t s = ty_file_read_all(path, &data, &size);
+  ty_status_t s = ty_file_read(path, &ty_failure_record_kind, &data, &size);
   if (s) {
     ty_status_free(s); /* no record (or an unreadable one): compile */
     return TY_OK;

@@ -1,5 +1,5 @@
 /* The on-disk compile cache of sessions, and the small file helpers it
- * shares with the apps (whole-file reads, atomic writes).
+ * shares with the apps (atomic writes).
  *
  * An entry is keyed by the graph hash, the backend name and version, the
  * device URI (for a compile-then-run device it names the target) and the
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/file.h"
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -31,10 +32,10 @@ extern "C" {
  * $HOME/.cache/trainyard; "" when neither variable is set. */
 void ty_compile_cache_default_dir(char *out, size_t capacity);
 
-/* Reads a whole file. NOT_FOUND when it does not exist, PERMISSION_DENIED
- * or DATA_LOSS for other failures, each naming the path. The caller frees
- * *out_data (NUL-terminated, the NUL not counted in *out_size). */
-ty_status_t ty_file_read_all(const char *path, void **out_data, size_t *out_size);
+/* Compiled artifacts (cache entries and `--artifact` files), read with
+ * ty_file_read (hal/file.h): binary, capped at 1 GiB unless
+ * TRAINYARD_MAX_ARTIFACT_BYTES says otherwise. */
+extern const ty_file_kind_t ty_artifact_file_kind;
 
 /* Writes `data` to `path` atomically: a temporary file beside it (unique per
  * process and call), fsync, rename over `path`, fsync of the folder. Creates

@@ -63,25 +63,7 @@ ty_status_t ty_status_make(ty_code_t code, const char *fmt, ...) {
 }
 
 ty_status_t ty_status_from_errno(int err, const char *fmt, ...) {
-  ty_code_t code;
-  switch (err) {
-    case ENOENT: code = TY_CODE_NOT_FOUND; break;
-    case EACCES:
-    case EPERM:
-    case EROFS: code = TY_CODE_PERMISSION_DENIED; break;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE: code = TY_CODE_RESOURCE_EXHAUSTED; break;
-    case EEXIST:
-    case ENOTEMPTY: code = TY_CODE_ALREADY_EXISTS; break;
-    case EIO: code = TY_CODE_DATA_LOSS; break;
-    case EISDIR:
-    case ENOTDIR: code = TY_CODE_FAILED_PRECONDITION; break;
-    default: code = TY_CODE_UNKNOWN; break;
-  }
+  ty_code_t code = ty_code_from_errno(err);
   va_list args;
   va_start(args, fmt);
   char *context = ty_format_alloc(fmt, args);

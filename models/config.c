@@ -4,11 +4,17 @@
  * name. */
 #include "models/config.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const ty_file_kind_t ty_model_config_file_kind = {
+    .what = "model config",
+    .max_bytes = 16 * TY_MIB,
+    .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT,
+};
 
 typedef struct {
   json_t *root;
@@ -275,41 +281,19 @@ ty_status_t ty_model_config_load(const char *dir, ty_model_config_t *out) {
   if (n < 0 || (size_t)n >= sizeof(path)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "model folder path too long: %s", dir);
   }
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    return ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                          "cannot open %s: %s (a Hugging Face model folder holds "
-                          "config.json and model.safetensors)",
-                          path, strerror(errno));
-  }
   char *text = NULL;
-  size_t size = 0, cap = 0;
-  char chunk[65536];
-  size_t got;
-  ty_status_t s = TY_OK;
-  while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-    if (size + got + 1 > cap) {
-      cap = (size + got + 1) * 2;
-      char *p = realloc(text, cap);
-      if (!p) {
-        s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
-        break;
-      }
-      text = p;
-    }
-    memcpy(text + size, chunk, got);
-    size += got;
+  size_t size = 0;
+  ty_status_t s = ty_file_read(path, &ty_model_config_file_kind, &text, &size);
+  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
+    ty_status_t found = ty_status_make(TY_CODE_NOT_FOUND,
+                                       "%s (a Hugging Face model folder holds config.json and "
+                                       "model.safetensors)",
+                                       ty_status_message(s));
+    ty_status_free(s);
+    s = found;
   }
-  if (!s && ferror(f)) s = ty_status_make(TY_CODE_DATA_LOSS, "error reading %s", path);
-  fclose(f);
-  if (!s) {
-    if (!text) {
-      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s is empty", path);
-    } else {
-      text[size] = '\0';
-      s = ty_model_config_parse(text, path, out);
-    }
-  }
+  if (!s && size == 0) s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s is empty", path);
+  if (!s) s = ty_model_config_parse(text, path, out);
   free(text);
   return s;
 }

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hal/file.h"
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -58,7 +59,11 @@ typedef struct ty_model_config_t {
 ty_status_t ty_model_config_parse(const char *json_text, const char *origin,
                                   ty_model_config_t *out_config);
 
-/* Reads <dir>/config.json. NOT_FOUND when it is missing. */
+/* config.json files (hal/file.h): text of at most 16 MiB. */
+extern const ty_file_kind_t ty_model_config_file_kind;
+
+/* Reads <dir>/config.json (capped, see ty_model_config_file_kind). NOT_FOUND
+ * when it is missing. */
 ty_status_t ty_model_config_load(const char *dir, ty_model_config_t *out_config);
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hal/file.h"
 #include "models/dataset_internal.h"
 
 typedef struct ty_ds_shard_t {
@@ -162,14 +163,23 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
   return TY_OK;
 }
 
+/* dataset.json lists every shard with its hash: a few hundred bytes each. */
+static const ty_file_kind_t ty_ds_json_kind = {
+    .what = "dataset description", .max_bytes = 64 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_DATA_LOSS};
+
 static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split) {
-  json_error_t error;
-  json_t *root = json_load_file(ds->json_path, 0, &error);
-  if (!root) {
-    if (access(ds->json_path, F_OK) != 0) {
-      return ty_status_from_errno(errno, "%s is not a trainyard dataset (no " TY_DATASET_JSON ")",
+  if (access(ds->json_path, F_OK) != 0) {
+    return ty_status_from_errno(errno, "%s is not a trainyard dataset (no " TY_DATASET_JSON ")",
                                 ds->dir);
-    }
+  }
+  char *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read(ds->json_path, &ty_ds_json_kind, &text, &size));
+  json_error_t error;
+  json_t *root = json_loadb(text, size, 0, &error);
+  free(text);
+  if (!root) {
     return ty_status_make(TY_CODE_DATA_LOSS, "%s: not valid JSON (line %d: %s)", ds->json_path,
                           error.line, error.text);
   }

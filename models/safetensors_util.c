@@ -88,42 +88,6 @@ ty_status_t ty_st_pread_all(int fd, void *dst, uint64_t size, uint64_t offset,
   return TY_OK;
 }
 
-ty_status_t ty_st_read_small_file(const char *path, size_t limit,
-                                  char **out_data, size_t *out_size) {
-  *out_data = NULL;
-  *out_size = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ty_status_from_errno(errno, "cannot open " TY_ST_MSG_NAME, path);
-  struct stat st;
-  ty_status_t status = TY_OK;
-  char *data = NULL;
-  if (fstat(fd, &st) != 0) {
-    status = ty_status_from_errno(errno, "cannot stat " TY_ST_MSG_NAME, path);
-  } else if (!S_ISREG(st.st_mode)) {
-    status = ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                            TY_ST_MSG_NAME ": not a regular file", path);
-  } else if ((uint64_t)st.st_size > limit) {
-    status = ty_status_make(TY_CODE_DATA_LOSS,
-                            TY_ST_MSG_NAME ": %llu bytes, more than the %zu "
-                            "bytes such a file may have",
-                            path, (unsigned long long)st.st_size, limit);
-  } else if (!(data = malloc((size_t)st.st_size + 1))) {
-    status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                            "out of memory reading " TY_ST_MSG_NAME, path);
-  } else {
-    status = ty_st_pread_all(fd, data, (uint64_t)st.st_size, 0, path);
-  }
-  close(fd);
-  if (status) {
-    free(data);
-    return status;
-  }
-  data[st.st_size] = '\0';
-  *out_data = data;
-  *out_size = (size_t)st.st_size;
-  return TY_OK;
-}
-
 char *ty_st_path_join(const char *dir, const char *name) {
   size_t a = strlen(dir), b = strlen(name);
   bool slash = a > 0 && dir[a - 1] != '/';

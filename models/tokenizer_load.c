@@ -2,7 +2,6 @@
  * options), added tokens, the id table and the added-token tries. The
  * components around the model are parsed in tokenizer_pipeline.c. Also the
  * public lookups and destroy. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,31 +54,13 @@ ty_status_t ty_tok_json_type(const json_t *object, const char *path, const char 
 
 /* ---- the file ---- */
 
-static ty_status_t ty_tok_errno_status(int error, const char *what, const char *path) {
-  ty_code_t code = error == ENOENT || error == ENOTDIR ? TY_CODE_NOT_FOUND
-                   : error == EACCES || error == EPERM ? TY_CODE_PERMISSION_DENIED
-                   : error == ENOMEM                   ? TY_CODE_RESOURCE_EXHAUSTED
-                                                       : TY_CODE_UNAVAILABLE;
-  return ty_status_make(code, "cannot %s tokenizer file '%s': %s", what, path, strerror(error));
-}
-
-static ty_status_t ty_tok_read_file(const char *path, ty_tok_buf_t *out) {
-  FILE *file = fopen(path, "rb");
-  if (!file) return ty_tok_errno_status(errno, "open", path);
-  ty_status_t status = TY_OK;
-  for (;;) {
-    status = ty_tok_buf_reserve(out, 1 << 16);
-    if (status) break;
-    size_t n = fread(out->data + out->size, 1, out->capacity - out->size - 1, file);
-    out->size += n;
-    if (n == 0) {
-      if (ferror(file)) status = ty_tok_errno_status(errno ? errno : EIO, "read", path);
-      break;
-    }
-  }
-  fclose(file);
-  return status;
-}
+const ty_file_kind_t ty_tokenizer_file_kind = {
+    .what = "tokenizer file",
+    .max_bytes = 256 * TY_MIB,
+    .limit_env = "TRAINYARD_MAX_TOKENIZER_BYTES",
+    .text = true,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
 
 /* ---- the model ---- */
 
@@ -499,6 +480,8 @@ ty_status_t ty_tokenizer_load_json(const char *json, size_t size, const char *na
                           "ty_tokenizer_load_json: NULL output or NULL text");
   }
   if (!name) name = "tokenizer.json";
+  /* jansson would stop at a raw NUL and report a puzzling "end of file". */
+  TY_RETURN_IF_ERROR(ty_file_check_text(json, size, name, &ty_tokenizer_file_kind));
   json_error_t error;
   json_t *root = json_loadb(json ? json : "", size, JSON_ALLOW_NUL, &error);
   if (!root) {
@@ -530,10 +513,11 @@ ty_status_t ty_tokenizer_load_file(const char *path, ty_tokenizer_t **out_tokeni
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "'%s' is a folder; pass the tokenizer.json file inside it", path);
   }
-  ty_tok_buf_t text = {0};
-  ty_status_t status = ty_tok_read_file(path, &text);
-  if (!status) status = ty_tokenizer_load_json(text.data, text.size, path, out_tokenizer);
-  ty_tok_buf_free(&text);
+  char *text = NULL;
+  size_t size = 0;
+  ty_status_t status = ty_file_read(path, &ty_tokenizer_file_kind, &text, &size);
+  if (!status) status = ty_tokenizer_load_json(text, size, path, out_tokenizer);
+  free(text);
   return status;
 }
 

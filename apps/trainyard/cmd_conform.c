@@ -19,6 +19,7 @@
 #include "hal/device.h"
 #include "hal/device_uri.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 
 static const char *const ty_conform_usage =
     "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
@@ -199,6 +200,11 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
   return array;
 }
 
+/* --xfail: one "op case dtype direction reason" line per expected failure. */
+static const ty_file_kind_t ty_xfail_file_kind = {
+    .what = "expected-failure list", .max_bytes = TY_MIB, .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT};
+
 /* Reads the --xfail file and appends the backend's built-in list. */
 static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backend,
                                   ty_conform_xfail_t **out, uint32_t *out_count) {
@@ -207,20 +213,14 @@ static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backen
   ty_conform_xfail_t *file_list = NULL;
   uint32_t file_count = 0;
   if (a->xfail_path) {
-    FILE *f = fopen(a->xfail_path, "rb");
     char *text = NULL;
     size_t size = 0;
-    if (f) {
-      text = calloc(1, 1 << 20);
-      size = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-      fclose(f);
+    ty_status_t r = ty_file_read(a->xfail_path, &ty_xfail_file_kind, &text, &size);
+    if (r) {
+      int rc = ty_app_usage_error("conform", "%s", ty_status_message(r));
+      ty_status_free(r);
+      return rc;
     }
-    if (!f || !text) {
-      free(text);
-      return ty_app_usage_error("conform", "cannot read the expected-failure list '%s'",
-                                a->xfail_path);
-    }
-    text[size] = '\0';
     ty_status_t s = ty_conform_xfails_parse(text, &file_list, &file_count);
     free(text);
     if (s) {

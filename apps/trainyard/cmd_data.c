@@ -214,32 +214,9 @@ static ty_status_t ty_prepare_eos(const ty_tokenizer_t *tok, const char *name, u
 /* Reads the tokenizer file once: its SHA-256 and the tokenizer itself. */
 static ty_status_t ty_prepare_tokenizer(const char *path, ty_tokenizer_t **out_tok,
                                         char out_sha[65]) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    return ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                          "cannot read tokenizer %s: %s", path, strerror(errno));
-  }
   char *data = NULL;
-  size_t size = 0, capacity = 0;
-  ty_status_t status = TY_OK;
-  for (;;) {
-    if (size == capacity) {
-      capacity = capacity ? capacity * 2 : 1 << 20;
-      char *grown = realloc(data, capacity);
-      if (!grown) {
-        status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
-        break;
-      }
-      data = grown;
-    }
-    size_t n = fread(data + size, 1, capacity - size, f);
-    size += n;
-    if (n == 0) break;
-  }
-  if (!status && ferror(f)) {
-    status = ty_status_make(TY_CODE_DATA_LOSS, "cannot read tokenizer %s", path);
-  }
-  fclose(f);
+  size_t size = 0;
+  ty_status_t status = ty_file_read(path, &ty_tokenizer_file_kind, &data, &size);
   if (!status) {
     ty_sha256_hex(data, size, out_sha);
     status = ty_tokenizer_load_json(data, size, path, out_tok);

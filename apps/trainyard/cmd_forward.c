@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "graph/autodiff.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -39,11 +40,21 @@ static const char *const ty_forward_usage =
     "                   dot (P.dot), e.g. for 'dot -Tsvg P.dot > P.svg'\n"
     "  -h, --help       this help\n";
 
+/* --tokens: a batch of ids as JSON. Its logits alone are B*T*V floats, so
+ * 64 MiB of ids is far past any batch that could run. */
+static const ty_file_kind_t ty_tokens_file_kind = {
+    .what = "token file", .max_bytes = 64 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT};
+
 /* Reads the token file: [[ids...], ...], all rows the same length. */
 static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out_ids,
                                   int64_t *out_b, int64_t *out_t) {
+  char *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_tokens_file_kind, &text, &size));
   json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
+  json_t *root = json_loadb(text, size, 0, &err);
+  free(text);
   if (!root) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: not valid JSON (line %d: %s)", path,
                           err.line, err.text);

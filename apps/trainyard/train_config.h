@@ -54,9 +54,14 @@ void ty_train_config_defaults(ty_train_config_t *config);
  * bad value. */
 ty_status_t ty_train_config_set(ty_train_config_t *config, const char *key, const char *value);
 
-/* Reads key=value lines ('#' comments, blank lines) from `path`; errors name
- * the file and line. */
+/* Reads key=value lines ('#' comments, blank lines) from `path` (a file or
+ * pipe of at most 1 MiB of text); errors name the file and line. */
 ty_status_t ty_train_config_load_file(ty_train_config_t *config, const char *path);
+
+/* The same from `size` bytes held in memory; `origin` names them in
+ * messages. A NUL byte is an error, not the end of a line. */
+ty_status_t ty_train_config_load_text(ty_train_config_t *config, const char *text, size_t size,
+                                      const char *origin);
 
 /* Cross-field checks (exactly one of model/preset, positive sizes, ...). */
 ty_status_t ty_train_config_validate(const ty_train_config_t *config);

@@ -90,9 +90,9 @@ static ty_status_t load(fixture_t *f, const char *uri, df_test_kind_t kind, bool
 static unsigned char *read_art(fixture_t *f, size_t *size) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/art", f->tmp);
-  void *data = NULL;
-  TY_EXPECT_OK(ty_file_read_all(path, &data, size));
-  return data;
+  char *data = NULL;
+  TY_EXPECT_OK(ty_file_read(path, &ty_artifact_file_kind, &data, size));
+  return (unsigned char *)data;
 }
 
 static void write_art(fixture_t *f, const unsigned char *data, size_t size) {

@@ -151,7 +151,7 @@ class UsageTest(unittest.TestCase):
 
     def test_xfail_file_errors(self):
         self.assert_usage_error(["conform", "--backend", "cpu", "--xfail", "/nonexistent/x"],
-                                "cannot read the expected-failure list '/nonexistent/x'")
+                                "cannot open expected-failure list '/nonexistent/x'")
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("# ok\ngelu f32 forward\n")
         try:

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""End-to-end tests of "every input validated" (Python standard library only).
+
+usage: test_inputs_cli.py --trainyard EXE --models DIR --tokenizers DIR [unittest args]
+
+- ReadTest: every file Trainyard reads whole has a cap and refuses NUL bytes
+  in text: /dev/zero as a tokenizer, a config.json, a --config file or a
+  data input fails at once (it used to read until the kernel killed the
+  host's memory, or spin forever); an endless pipe stops at the cap named in
+  the message; a finite pipe works; a NUL byte is an error at its offset,
+  never an end of line or file.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+CFG = None
+FAST = 10  # seconds: every refusal here is immediate; the old behaviour never ended
+
+
+def run(args, data=None, env=None, timeout=FAST):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([CFG.trainyard] + args, input=data, capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), 8 + n, bytearray(raw)
+
+
+def poke_f32(path, tensor, index, value):
+    """Writes float32 `value` at element `index` of `tensor` in a safetensors file."""
+    header, base, raw = read_safetensors(path)
+    entry = header[tensor]
+    assert entry["dtype"] == "F32", entry
+    at = base + entry["data_offsets"][0] + 4 * index
+    raw[at:at + 4] = struct.pack("<f", value)
+    with open(path, "wb") as f:
+        f.write(raw)
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_inputs_test_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def model(self, family="gpt2", edit=None):
+        """A copy of a fixture model; `edit(config_dict)` changes its config.json."""
+        dst = self.path("model-" + family)
+        shutil.copytree(os.path.join(CFG.models, family), dst)
+        if edit:
+            cfg_path = os.path.join(dst, "config.json")
+            with open(cfg_path) as f:
+                cfg = json.load(f)
+            edit(cfg)
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f)
+        return dst
+
+    def tokens(self, ids=((1, 5, 9, 20),)):
+        p = self.path("tokens.json")
+        with open(p, "w") as f:
+            json.dump([list(r) for r in ids], f)
+        return p
+
+    def forward(self, model, *extra):
+        return run(["forward", "--model", model, "--tokens", self.tokens(), "--out",
+                    self.path("out.safetensors")] + list(extra))
+
+    def fails(self, r, rc, *needles):
+        self.assertEqual(r.returncode, rc, r.stderr)
+        for n in needles:
+            self.assertIn(n, r.stderr)
+
+    def ids_dataset(self, vocab=96):
+        src = self.path("ids.jsonl")
+        with open(src, "w") as f:
+            for i in range(40):
+                f.write(json.dumps([(i + k) % (vocab - 1) for k in range(12)]) + "\n")
+        out = self.path("data")
+        r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
+                 str(vocab - 1), "--input", src, "--seq-len", "8", "--out", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out
+
+
+class ReadTest(Base):
+    def test_dev_zero_tokenizer_fails_at_once(self):
+        r = run(["tokenize", "--tokenizer", "/dev/zero"], data="hi")
+        self.fails(r, 1, "tokenizer file '/dev/zero' holds a NUL byte at offset 0")
+
+    def test_dev_zero_config_json_fails_at_once(self):
+        model = self.model()
+        cfg = os.path.join(model, "config.json")
+        os.remove(cfg)
+        os.symlink("/dev/zero", cfg)
+        self.fails(self.forward(model), 1, "config.json' holds a NUL byte at offset 0")
+
+    def test_dev_zero_train_config_fails_at_once(self):
+        data = self.ids_dataset()
+        r = run(["train", "--config", "/dev/zero", "--preset", "gpt2-tiny", "--data", data,
+                 "--out", self.path("run")])
+        self.fails(r, 2, "config file '/dev/zero' holds a NUL byte at offset 0")
+
+    def test_nul_in_train_config_is_not_an_end_of_line(self):
+        cfg = self.path("run.cfg")
+        with open(cfg, "wb") as f:
+            f.write(b"preset = gpt2-tiny\nmax_steps = 1\x00\nlr = 1e-3\n")
+        r = run(["train", "--config", cfg, "--data", self.ids_dataset(), "--out",
+                 self.path("run")])
+        self.fails(r, 2, "holds a NUL byte at offset 32")
+
+    def test_long_line_in_train_config_is_one_line(self):
+        # fgets(2048) cut long lines in two; the tail became a line of its own.
+        cfg = self.path("run.cfg")
+        with open(cfg, "w") as f:
+            f.write("# " + "x" * 3000 + "\nbogus_option = 1\n")
+        r = run(["train", "--config", cfg, "--preset", "gpt2-tiny", "--data", self.ids_dataset(),
+                 "--out", self.path("run")])
+        self.fails(r, 2, "run.cfg:2: unknown option 'bogus_option'")
+
+    def test_endless_pipe_stops_at_the_cap(self):
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        stop = threading.Event()
+
+        def writer():
+            try:
+                with open(fifo, "wb") as f:
+                    chunk = b"{" * 65536
+                    while not stop.is_set():
+                        f.write(chunk)
+            except (BrokenPipeError, OSError):
+                pass
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        try:
+            r = run(["tokenize", "--tokenizer", fifo], data="hi",
+                    env={"TRAINYARD_MAX_TOKENIZER_BYTES": "1M"})
+        finally:
+            stop.set()
+        self.fails(r, 1, "RESOURCE_EXHAUSTED", "larger than 1 MiB",
+                   "TRAINYARD_MAX_TOKENIZER_BYTES")
+
+    def test_tokenizer_through_a_pipe_works(self):
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        src = os.path.join(CFG.tokenizers, "gpt2", "tokenizer.json")
+
+        def writer():
+            with open(fifo, "wb") as out, open(src, "rb") as f:
+                shutil.copyfileobj(f, out)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        r = run(["tokenize", "--tokenizer", fifo], data="Hello world")
+        t.join()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ref = run(["tokenize", "--tokenizer", src], data="Hello world")
+        self.assertEqual(r.stdout, ref.stdout)
+
+    def test_bad_cap_setting_is_named(self):
+        r = run(["tokenize", "--tokenizer", os.path.join(CFG.tokenizers, "gpt2",
+                                                          "tokenizer.json")],
+                data="x", env={"TRAINYARD_MAX_TOKENIZER_BYTES": "lots"})
+        self.fails(r, 1, "TRAINYARD_MAX_TOKENIZER_BYTES='lots' is not a size")
+
+    def test_nul_on_stdin(self):
+        tok = os.path.join(CFG.tokenizers, "gpt2", "tokenizer.json")
+        r = run(["tokenize", "--tokenizer", tok], data="ab\0cd")
+        self.fails(r, 1, "input 'stdin' holds a NUL byte at offset 2")
+
+    def test_data_inputs_devices_pipes_and_nul(self):
+        tok = os.path.join(CFG.tokenizers, "gpt2", "tokenizer.json")
+        base = ["data", "prepare", "--tokenizer", tok, "--format", "lines", "--seq-len", "8"]
+        # /dev/zero used to look like an empty file (st_size 0).
+        r = run(base + ["--input", "/dev/zero", "--out", self.path("d0")])
+        self.fails(r, 1, "input '/dev/zero' holds a NUL byte at offset 0")
+        text = self.path("nul.txt")
+        with open(text, "wb") as f:
+            f.write(b"one line\nanother\x00line\n")
+        r = run(base + ["--input", text, "--out", self.path("d1")])
+        self.fails(r, 1, "holds a NUL byte at offset 16")
+        fifo = self.path("lines.fifo")
+        os.mkfifo(fifo)
+
+        def writer():
+            with open(fifo, "w") as f:
+                for i in range(50):
+                    f.write("line number %d of a piped corpus\n" % i)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        r = run(base + ["--input", fifo, "--out", self.path("d2")])
+        t.join()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        info = run(["data", "info", self.path("d2")])
+        self.assertEqual(info.returncode, 0, info.stderr)
+
+    def test_xfail_list_is_not_cut_at_1_mib(self):
+        big = self.path("xfail.txt")
+        with open(big, "w") as f:
+            f.write("# padding\n" * 110000)  # 1.1 MB of comments
+            f.write("gelu f32 forward\n")    # no reason: an error past the first MiB
+        r = run(["conform", "--backend", "cpu", "--ops", "gelu", "--xfail", big])
+        self.fails(r, 2, "expected-failure list", "larger than 1 MiB")
+
+
+def main():
+    global CFG
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--tokenizers", required=True)
+    CFG, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
