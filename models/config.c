@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/llm.h"
+
 const ty_file_kind_t ty_model_config_file_kind = {
     .what = "model config",
     .max_bytes = 16 * TY_MIB,
@@ -109,8 +111,11 @@ static ty_status_t ty_cfg_gpt2(const ty_cfg_t *c, ty_model_config_t *m) {
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_layer", true, 0, 1, &m->num_layers));
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_head", true, 0, 1, &m->num_heads));
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_positions", true, 0, 1, &m->max_positions));
-  TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_inner", false, 4 * m->hidden_size, 1,
-                                &m->intermediate_size));
+  int64_t inner = 0;
+  if (__builtin_mul_overflow(m->hidden_size, (int64_t)4, &inner)) {
+    return ty_cfg_error(c, "n_embd", "is too large (4 * n_embd, the MLP width, overflows)");
+  }
+  TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_inner", false, inner, 1, &m->intermediate_size));
   if (m->hidden_size % m->num_heads != 0) {
     return ty_cfg_error(c, "n_head", "must divide n_embd");
   }
@@ -270,6 +275,8 @@ ty_status_t ty_model_config_parse(const char *json_text, const char *origin,
   }
   if (!s) s = ty_cfg_token_id(&c, "bos_token_id", &out->bos_token_id);
   if (!s) s = ty_cfg_token_id(&c, "eos_token_id", &out->eos_token_id);
+  /* Sizes no model could have are refused here, before anything walks them. */
+  if (!s) s = ty_status_annotate(ty_llm_param_count(out, NULL, NULL), "%s", origin);
 done:
   json_decref(root);
   return s;

@@ -201,6 +201,16 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
   if (!s) {
+    /* As `trainyard train` would hold it: gradients and optimizer state too. */
+    uint64_t extra = 0;
+    if (!a->inference) {
+      extra = ty_dtype_size(dtype) + (strcmp(a->cfg.optimizer, "sgd") == 0 ? 4 : 8) +
+              (a->cfg.grad_accum > 1 ? 4 : 0);
+    }
+    s = ty_llm_check_memory(&mc, dtype, extra, ty_device_info(device)->memory_bytes,
+                            ty_device_label(device));
+  }
+  if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
     s = ty_train_graph_build(&a->cfg, &mc, a->B, a->T, dtype, kind, &graph, &model);
   }

@@ -154,6 +154,7 @@ static ty_status_t ty_read_f32(ty_session_t *s, const char *name, float **out, u
 static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   ty_model_config_t config;
   TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
+  TY_RETURN_IF_ERROR(ty_llm_check_weights(&config, a->model_dir));
   int64_t *ids = NULL, B = 0, T = 0;
   TY_RETURN_IF_ERROR(ty_read_tokens(a->tokens_path, config.vocab_size, &ids, &B, &T));
   ty_registry_t *registry = NULL;
@@ -172,6 +173,10 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                       : TY_OK;
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) {
+    s = ty_llm_check_memory(&config, a->dtype, a->grads ? ty_dtype_size(a->dtype) : 0,
+                            ty_device_info(device)->memory_bytes, ty_device_label(device));
+  }
   if (!s) s = ty_graph_create(&graph);
   ty_llm_options_t options = {
       .batch = B, .seq = T, .dtype = a->dtype, .with_loss = true, .logits_output = true};

@@ -206,6 +206,7 @@ static double ty_now(void) {
 static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   ty_model_config_t config;
   TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
+  TY_RETURN_IF_ERROR(ty_llm_check_weights(&config, a->model_dir));
   ty_tokenizer_t *tok = NULL;
   char tok_path[4096];
   snprintf(tok_path, sizeof(tok_path), "%s/tokenizer.json", a->model_dir);
@@ -257,6 +258,10 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   }
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) {
+    s = ty_llm_check_memory(&config, a->dtype, 0, ty_device_info(device)->memory_bytes,
+                            ty_device_label(device));
+  }
   if (!s) s = ty_open_step(device, &config, a, P, cache_len, NULL, &g_prefill, &m_prefill, &s_prefill);
   if (!s) s = ty_llm_load_weights(&m_prefill, s_prefill, a->model_dir);
   if (!s) s = ty_open_step(device, &config, a, 1, cache_len, s_prefill, &g_decode, &m_decode, &s_decode);

@@ -278,6 +278,17 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
   return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
 }
 
+/* Weights, gradients and optimizer state against the device's memory,
+ * before a graph of an impossible size is built. */
+static ty_status_t ty_trainer_check_memory(const ty_trainer_t *t) {
+  uint64_t extra = ty_dtype_size(t->dtype);               /* gradients */
+  extra += strcmp(t->cfg.optimizer, "sgd") == 0 ? 4 : 8;  /* f32 moments */
+  if (t->accum > 1) extra += 4;                           /* f32 accumulators */
+  return ty_llm_check_memory(&t->model_config, t->dtype, extra,
+                             ty_device_info(t->device)->memory_bytes,
+                             ty_device_label(t->device));
+}
+
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
@@ -395,8 +406,13 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   if (!s) s = ty_trainer_open_data(&t);
   if (!s) s = ty_trainer_model_config(&t);
+  /* The weights against config.json before any graph is built. */
+  if (!s && (resume_dir[0] || config->model[0])) {
+    s = ty_llm_check_weights(&t.model_config, resume_dir[0] ? resume_dir : config->model);
+  }
   if (!s) s = ty_app_registry_create(app, &t.registry);
   if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
+  if (!s) s = ty_trainer_check_memory(&t);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;

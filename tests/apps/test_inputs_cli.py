@@ -9,6 +9,10 @@ usage: test_inputs_cli.py --trainyard EXE --models DIR --tokenizers DIR [unittes
   host's memory, or spin forever); an endless pipe stops at the cap named in
   the message; a finite pipe works; a NUL byte is an error at its offset,
   never an end of line or file.
+- ModelTest: config.json is checked against the checkpoint before any graph
+  is built (n_layer = 100000 or 2^63-1 against a 2-layer checkpoint fails in
+  well under a second, naming the tensor); sizes past 64-bit arithmetic or
+  the device's memory are refused.
 """
 import argparse
 import json
@@ -222,6 +226,47 @@ class ReadTest(Base):
             f.write("gelu f32 forward\n")    # no reason: an error past the first MiB
         r = run(["conform", "--backend", "cpu", "--ops", "gelu", "--xfail", big])
         self.fails(r, 2, "expected-failure list", "larger than 1 MiB")
+
+
+class ModelTest(Base):
+    def test_many_more_layers_than_the_checkpoint(self):
+        for family, key, value in (("gpt2", "n_layer", 100000),
+                                   ("llama", "num_hidden_layers", 100000)):
+            model = self.model(family, lambda c: c.__setitem__(key, value))
+            start = time.monotonic()
+            r = self.forward(model)
+            self.assertLess(time.monotonic() - start, 5)
+            layer = "transformer.h.2.ln_1.weight" if family == "gpt2" else \
+                "model.layers.2.input_layernorm.weight"
+            self.fails(r, 1, "NOT_FOUND", "has no tensor '%s'" % layer, "100000 layers")
+            r = run(["generate", "--model", model, "--prompt-ids", "1,2", "--max-new-tokens", "2"])
+            self.fails(r, 1, "has no tensor '%s'" % layer)
+
+    def test_layer_count_past_64_bits(self):
+        for family, key in (("gpt2", "n_layer"), ("llama", "num_hidden_layers")):
+            model = self.model(family, lambda c: c.__setitem__(key, 2**63 - 1))
+            r = self.forward(model)
+            self.fails(r, 1, "INVALID_ARGUMENT", "9223372036854775807 layers", "64-bit")
+
+    def test_fewer_layers_and_wrong_shapes_are_named(self):
+        model = self.model("gpt2", lambda c: c.__setitem__("n_layer", 1))
+        self.fails(self.forward(model), 1, "checkpoint tensor 'transformer.h.1.",
+                   "not a parameter")
+        model = self.model("llama", lambda c: c.__setitem__("intermediate_size", 48))
+        self.fails(self.forward(model), 1, "model.layers.0.mlp.gate_proj.weight",
+                   "[64,32]", "[48,32]")
+
+    def test_sizes_past_the_device_memory(self):
+        # A config alone (compile needs no weights): 64-bit arithmetic copes,
+        # no device does.
+        model = self.model("llama", lambda c: c.update(hidden_size=65536, intermediate_size=262144,
+                                                       num_hidden_layers=4096, head_dim=64,
+                                                       num_attention_heads=1024,
+                                                       num_key_value_heads=1024))
+        os.remove(os.path.join(model, "model.safetensors"))
+        r = run(["compile", "--backend", "dataflow", "--model", model, "--batch-size", "1",
+                 "--seq-len", "8", "--out", self.path("step.tyart")])
+        self.fails(r, 1, "RESOURCE_EXHAUSTED", "parameters", "GiB of device dataflow")
 
 
 def main():

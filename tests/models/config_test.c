@@ -134,6 +134,30 @@ static void test_bad_configs(void **state) {
              "not valid JSON", "duplicate");
 }
 
+/* Sizes no model could have are refused at parse time, by arithmetic, not
+ * by walking them. */
+static void test_impossible_sizes(void **state) {
+  (void)state;
+  expect_bad("{\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":32,"
+             "\"intermediate_size\":64,\"num_hidden_layers\":9223372036854775807,"
+             "\"num_attention_heads\":4}",
+             TY_CODE_INVALID_ARGUMENT, "9223372036854775807 layers", "64-bit");
+  expect_bad("{\"model_type\":\"gpt2\",\"vocab_size\":96,\"n_embd\":32,"
+             "\"n_layer\":9223372036854775807,\"n_head\":2,\"n_positions\":64}",
+             TY_CODE_INVALID_ARGUMENT, "64-bit", NULL);
+  expect_bad("{\"model_type\":\"gpt2\",\"vocab_size\":96,\"n_embd\":4611686018427387904,"
+             "\"n_layer\":2,\"n_head\":2,\"n_positions\":64}",
+             TY_CODE_INVALID_ARGUMENT, "'n_embd'", "overflows");
+  expect_bad("{\"model_type\":\"llama\",\"vocab_size\":1099511627776,\"hidden_size\":"
+             "1073741824,\"intermediate_size\":64,\"num_hidden_layers\":1,"
+             "\"num_attention_heads\":4}",
+             TY_CODE_INVALID_ARGUMENT, "64-bit", NULL);
+  expect_bad("{\"model_type\":\"llama\",\"vocab_size\":2,\"hidden_size\":2,"
+             "\"intermediate_size\":1,\"num_hidden_layers\":2147483648,"
+             "\"num_attention_heads\":1}",
+             TY_CODE_INVALID_ARGUMENT, "more than Trainyard indexes", NULL);
+}
+
 static void test_load_missing_folder(void **state) {
   (void)state;
   ty_model_config_t c;
@@ -149,6 +173,7 @@ int main(void) {
       cmocka_unit_test(test_qwen2_and_mistral),
       cmocka_unit_test(test_bad_configs),
       cmocka_unit_test(test_load_missing_folder),
+      cmocka_unit_test(test_impossible_sizes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
