@@ -1,8 +1,10 @@
 /* Checkpoint <-> session state: name aliasing, strict accounting of every
  * tensor in the checkpoint against the parameter set config.json implies
- * (before any graph is built), and float conversion to the graph's dtype. */
+ * (before any graph is built), float conversion to the graph's dtype, and
+ * the refusal of NaN and infinite weights. */
 #include "models/checkpoint.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,8 +131,42 @@ ty_status_t ty_llm_check_weights(const ty_model_config_t *config, const char *di
   return s;
 }
 
-ty_status_t ty_llm_load_weights(const ty_llm_t *model, ty_session_t *session,
-                                const char *dir) {
+ty_status_t ty_llm_check_finite(const char *origin, const char *name, ty_dtype_t dtype,
+                                const void *data, uint64_t count, const ty_dtype_t *source_dtype,
+                                const void *source, const char *override_hint) {
+  uint64_t index = 0;
+  double value = 0;
+  if (!ty_dtype_find_nonfinite(dtype, data, count, &index, &value)) return TY_OK;
+  const char *what = isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf";
+  char hint[256] = "";
+  if (override_hint) snprintf(hint, sizeof(hint), "; %s", override_hint);
+  /* Finite in the file but not in the graph's dtype: an overflow in the
+   * conversion (f32 70000 in f16), which another --dtype avoids. */
+  double original = value;
+  if (source && source_dtype && *source_dtype != dtype &&
+      !ty_safetensors_convert(*source_dtype, (const char *)source +
+                                                 index * ty_dtype_size(*source_dtype),
+                              TY_DTYPE_F64, &original, 1) &&
+      isfinite(original)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "%s: tensor '%s' holds %.9g at element %llu, which overflows %s; "
+                          "load it in a wider dtype (--dtype f32 or bf16)%s",
+                          origin, name, original, (unsigned long long)index,
+                          ty_dtype_name(dtype), hint);
+  }
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "%s: tensor '%s' holds %s at element %llu (of %llu): the weights are "
+                        "damaged or come from a diverged run%s",
+                        origin, name, what, (unsigned long long)index,
+                        (unsigned long long)count, hint);
+}
+
+ty_status_t ty_llm_load_weights_with(const ty_llm_t *model, ty_session_t *session,
+                                     const char *dir, const ty_llm_load_options_t *options,
+                                     ty_llm_load_report_t *out_report) {
+  ty_llm_load_options_t defaults = {0};
+  if (!options) options = &defaults;
+  if (out_report) memset(out_report, 0, sizeof(*out_report));
   ty_safetensors_set_t *set = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_open_dir(dir, &set));
   ty_status_t s = ty_check_set(&model->config, set, dir);
@@ -145,11 +181,27 @@ ty_status_t ty_llm_load_weights(const ty_llm_t *model, ty_session_t *session,
       break;
     }
     s = ty_safetensors_tensor_read(t, dtype, buf, bytes);
+    if (!s) {
+      s = ty_llm_check_finite(dir, t->name, dtype, buf, t->element_count, &t->dtype, t->data,
+                              options->allow_nonfinite ? NULL : options->nonfinite_hint);
+      if (s && options->allow_nonfinite) {
+        if (out_report && out_report->nonfinite_tensors++ == 0) {
+          snprintf(out_report->first_nonfinite, sizeof(out_report->first_nonfinite), "%s",
+                   ty_status_message(s));
+        }
+        ty_status_free(s);
+        s = TY_OK;
+      }
+    }
     if (!s) s = ty_session_bind(session, p->name, dtype, p->rank, p->dims, buf, bytes);
     free(buf);
   }
   ty_safetensors_set_close(set);
   return s;
+}
+
+ty_status_t ty_llm_load_weights(const ty_llm_t *model, ty_session_t *session, const char *dir) {
+  return ty_llm_load_weights_with(model, session, dir, NULL, NULL);
 }
 
 ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,

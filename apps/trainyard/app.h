@@ -45,6 +45,15 @@ int ty_app_fail(const char *command, ty_status_t status);
 int ty_app_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+struct ty_llm_t;
+struct ty_session_t;
+
+/* ty_llm_load_weights_with for a command with --allow-nonfinite: refuses
+ * NaN/Inf weights naming the option, or, when `allow_nonfinite`, loads
+ * them and prints a loud warning on stderr. */
+ty_status_t ty_app_load_weights(const struct ty_llm_t *model, struct ty_session_t *session,
+                                const char *dir, bool allow_nonfinite, const char *command);
+
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv);

@@ -36,6 +36,8 @@ static const char *const ty_forward_usage =
     "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
     "  --dtype D        compute and parameter dtype (default f32)\n"
     "  --grads          also compute parameter gradients\n"
+    "  --allow-nonfinite  load weights that hold NaN or infinity (a loud warning\n"
+    "                   instead of an error)\n"
     "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
     "                   dot (P.dot), e.g. for 'dot -Tsvg P.dot > P.svg'\n"
     "  -h, --help       this help\n";
@@ -106,7 +108,7 @@ done:
 typedef struct {
   const char *model_dir, *tokens_path, *out_path, *backend, *dump_graph;
   ty_dtype_t dtype;
-  bool grads;
+  bool grads, allow_nonfinite;
 } ty_forward_args_t;
 
 static ty_status_t ty_write_text_file(const char *path, const char *text) {
@@ -197,7 +199,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   }
   if (!s) s = ty_session_create(device, graph, NULL, &session);
   if (!s && a->dump_graph) s = ty_write_graph_dump(session, a->dump_graph);
-  if (!s) s = ty_llm_load_weights(&model, session, a->model_dir);
+  if (!s) s = ty_app_load_weights(&model, session, a->model_dir, a->allow_nonfinite, "forward");
   ty_dtype_t loss_dtype = TY_DTYPE_F32;
   if (!s) {
     ty_tensor_desc_t d;
@@ -275,6 +277,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"out", required_argument, NULL, 'o'},    {"backend", required_argument, NULL, 'b'},
       {"dtype", required_argument, NULL, 'd'},  {"grads", no_argument, NULL, 'g'},
       {"dump-graph", required_argument, NULL, 'G'},
+      {"allow-nonfinite", no_argument, NULL, 'N'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
   ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32};
@@ -289,6 +292,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 'b': a.backend = optarg; break;
       case 'g': a.grads = true; break;
       case 'G': a.dump_graph = optarg; break;
+      case 'N': a.allow_nonfinite = true; break;
       case 'd': {
         ty_status_t s = ty_dtype_parse(optarg, &a.dtype);
         if (s || !ty_dtype_is_float(a.dtype)) {

@@ -38,6 +38,8 @@ static const char *const ty_generate_usage =
     "  --top-p P            sample among the smallest set with mass >= P\n"
     "  --seed S             sampling seed (default 0)\n"
     "  --stop-at-eos        stop at the model's eos_token_id\n"
+    "  --allow-nonfinite    load weights that hold NaN or infinity (a loud warning\n"
+    "                       instead of an error)\n"
     "  --backend URI        device (default cpu)\n"
     "  --dtype D            f32, bf16, f16 or f64 (default f32)\n"
     "  --json               print JSON\n"
@@ -46,7 +48,7 @@ static const char *const ty_generate_usage =
 typedef struct {
   const char *model_dir, *prompt, *prompt_ids, *backend;
   int64_t max_new;
-  bool greedy, json, stop_at_eos;
+  bool greedy, json, stop_at_eos, allow_nonfinite;
   double temperature, top_p;
   int64_t top_k;
   uint64_t seed;
@@ -263,7 +265,9 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
                             ty_device_label(device));
   }
   if (!s) s = ty_open_step(device, &config, a, P, cache_len, NULL, &g_prefill, &m_prefill, &s_prefill);
-  if (!s) s = ty_llm_load_weights(&m_prefill, s_prefill, a->model_dir);
+  if (!s) {
+    s = ty_app_load_weights(&m_prefill, s_prefill, a->model_dir, a->allow_nonfinite, "generate");
+  }
   if (!s) s = ty_open_step(device, &config, a, 1, cache_len, s_prefill, &g_decode, &m_decode, &s_decode);
   uint64_t rng = a->seed;
   int64_t produced = 0;
@@ -331,7 +335,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
 
 int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
-         O_DTYPE, O_JSON, O_EOS };
+         O_DTYPE, O_JSON, O_EOS, O_NONFINITE };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"prompt", required_argument, NULL, O_PROMPT},
@@ -346,6 +350,7 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
       {"backend", required_argument, NULL, O_BACKEND},
       {"dtype", required_argument, NULL, O_DTYPE},
       {"json", no_argument, NULL, O_JSON},
+      {"allow-nonfinite", no_argument, NULL, O_NONFINITE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -404,6 +409,7 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
         break;
       }
       case O_JSON: a.json = true; break;
+      case O_NONFINITE: a.allow_nonfinite = true; break;
       case 'h': fputs(ty_generate_usage, stdout); return TY_EXIT_OK;
       default:
         return ty_app_usage_error("generate", "unknown option or missing value '%s'",

@@ -69,6 +69,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(cache_dir, "on-disk compile cache ('none' for none; default $XDG_CACHE_HOME/trainyard "
                     "or ~/.cache/trainyard)"),
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
+    TY_B(allow_nonfinite, "load weights holding NaN or infinity (a loud warning instead of an "
+                          "error; the first step then stops on a non-finite loss)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 

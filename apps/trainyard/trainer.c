@@ -351,11 +351,14 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
 
 /* Initial weights: a resumed checkpoint, the model to fine-tune, or fresh. */
 static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
+  bool allow = t->cfg.allow_nonfinite;
   if (resume_dir[0]) {
-    TY_RETURN_IF_ERROR(ty_llm_load_weights(&t->m_train, t->s_train, resume_dir));
+    TY_RETURN_IF_ERROR(ty_app_load_weights(&t->m_train, t->s_train, resume_dir, allow, "train"));
     return ty_trainer_load_optimizer(t, resume_dir);
   }
-  if (t->cfg.model[0]) return ty_llm_load_weights(&t->m_train, t->s_train, t->cfg.model);
+  if (t->cfg.model[0]) {
+    return ty_app_load_weights(&t->m_train, t->s_train, t->cfg.model, allow, "train");
+  }
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 

@@ -248,6 +248,7 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
   TY_RETURN_IF_ERROR(ty_safetensors_open(path, &f));
   const char *const *kinds = ty_optimizer_states(t);
   ty_status_t s = TY_OK;
+  unsigned warned = 0;
   for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
     const ty_llm_param_t *p = &t->m_train.params[i];
     for (size_t k = 0; kinds[k] && !s; ++k) {
@@ -259,6 +260,21 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
                  memcmp(tensor->dims, p->dims, p->rank * sizeof(int64_t)) != 0)) {
         s = ty_status_make(TY_CODE_DATA_LOSS, "%s: tensor %s has the wrong dtype or shape",
                            path, name);
+      }
+      if (!s) {
+        /* Moments are weights too: NaN in them is NaN in the next update. */
+        ty_status_t bad = ty_llm_check_finite(
+            path, name, TY_DTYPE_F32, tensor->data, tensor->element_count, NULL, NULL,
+            t->cfg.allow_nonfinite ? NULL : "pass --allow-nonfinite to load it anyway");
+        if (bad && t->cfg.allow_nonfinite) {
+          if (!warned++) {
+            fprintf(stderr, "trainyard train: WARNING: %s (loaded because of "
+                    "--allow-nonfinite)\n", ty_status_message(bad));
+          }
+          ty_status_free(bad);
+          bad = TY_OK;
+        }
+        s = bad;
       }
       if (!s) {
         s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, p->rank,

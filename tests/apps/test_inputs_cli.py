@@ -12,7 +12,9 @@ usage: test_inputs_cli.py --trainyard EXE --models DIR --tokenizers DIR [unittes
 - ModelTest: config.json is checked against the checkpoint before any graph
   is built (n_layer = 100000 or 2^63-1 against a 2-layer checkpoint fails in
   well under a second, naming the tensor); sizes past 64-bit arithmetic or
-  the device's memory are refused.
+  the device's memory are refused; NaN/Inf weights are refused by forward,
+  generate and train (naming tensor and element) unless --allow-nonfinite,
+  which loads them with a loud warning.
 """
 import argparse
 import json
@@ -267,6 +269,52 @@ class ModelTest(Base):
         r = run(["compile", "--backend", "dataflow", "--model", model, "--batch-size", "1",
                  "--seq-len", "8", "--out", self.path("step.tyart")])
         self.fails(r, 1, "RESOURCE_EXHAUSTED", "parameters", "GiB of device dataflow")
+
+
+    def nan_model(self, family="gpt2", value=float("nan"), index=7):
+        model = self.model(family)
+        tensor = "transformer.h.1.mlp.c_fc.weight" if family == "gpt2" else \
+            "model.layers.1.mlp.up_proj.weight"
+        poke_f32(os.path.join(model, "model.safetensors"), tensor, index, value)
+        return model, tensor
+
+    def test_nonfinite_weights_forward(self):
+        for value, word in ((float("nan"), "NaN"), (float("inf"), "+inf"),
+                            (float("-inf"), "-inf")):
+            model, tensor = self.nan_model(value=value)
+            r = self.forward(model)
+            self.fails(r, 1, "tensor '%s' holds %s at element 7" % (tensor, word),
+                       "--allow-nonfinite")
+            shutil.rmtree(model)
+        model, tensor = self.nan_model("llama")
+        r = self.forward(model, "--allow-nonfinite")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("WARNING: 1 tensor(s)", r.stderr)
+        self.assertIn(tensor, r.stderr)
+
+    def test_conversion_overflow_is_named(self):
+        model, tensor = self.nan_model(value=70000.0)
+        self.assertEqual(self.forward(model).returncode, 0)  # finite in f32
+        r = self.forward(model, "--dtype", "f16")
+        self.fails(r, 1, "tensor '%s' holds 70000 at element 7, which overflows f16" % tensor)
+
+    def test_nonfinite_weights_generate(self):
+        model, tensor = self.nan_model()
+        args = ["generate", "--model", model, "--prompt-ids", "1,2,3", "--max-new-tokens", "4"]
+        self.fails(run(args), 1, "tensor '%s' holds NaN" % tensor)
+        r = run(args + ["--allow-nonfinite"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("WARNING", r.stderr)
+
+    def test_nonfinite_weights_train(self):
+        model, tensor = self.nan_model()
+        data = self.ids_dataset()
+        base = ["train", "--model", model, "--data", data, "--max-steps", "2", "--batch-size", "2"]
+        # Refused at load, naming the tensor (it used to fail later on a NaN loss).
+        r = run(base + ["--out", self.path("run1")], timeout=120)
+        self.fails(r, 1, "tensor '%s' holds NaN at element 7" % tensor)
+        r = run(base + ["--out", self.path("run2"), "--allow-nonfinite"], timeout=120)
+        self.assertIn("WARNING: 1 tensor(s)", r.stderr)
 
 
 def main():
