@@ -124,11 +124,18 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
       a->out = value;
     } else if (!strcmp(key, "inference")) {
       a->inference = true;
-    } else if (!strcmp(key, "vocab-size") || !strcmp(key, "eos-id") ||
-               !strcmp(key, "batch-size") || !strcmp(key, "seq-len")) {
-      int64_t *dst = key[0] == 'v' ? &a->vocab : key[0] == 'e' ? &a->eos
-                                               : key[0] == 'b' ? &a->B
-                                                               : &a->T;
+    } else if (!strcmp(key, "eos-id")) {
+      /* 0 is a valid id: parsed apart from the sizes. */
+      char *end = NULL;
+      long long v = strtoll(value, &end, 10);
+      if (!*value || *end || v < 0) {
+        return ty_app_usage_error("compile", "--eos-id '%s' is not a token id (an integer >= 0)",
+                                  value);
+      }
+      a->eos = v;
+    } else if (!strcmp(key, "vocab-size") || !strcmp(key, "batch-size") ||
+               !strcmp(key, "seq-len")) {
+      int64_t *dst = key[0] == 'v' ? &a->vocab : key[0] == 'b' ? &a->B : &a->T;
       if (!ty_compile_int(value, dst)) {
         return ty_app_usage_error("compile", "--%s '%s' is not a positive integer", key, value);
       }
@@ -158,6 +165,15 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
   if (a->preset && !a->vocab && !a->data) {
     return ty_app_usage_error("compile", "--preset needs --vocab-size N (or --data DIR)");
   }
+  if (a->model && (a->vocab || a->eos >= 0)) {
+    return ty_app_usage_error("compile", "--vocab-size and --eos-id describe a --preset; a "
+                                         "--model's come from its config.json");
+  }
+  if (a->vocab && a->eos >= a->vocab) {
+    return ty_app_usage_error("compile", "--eos-id %lld is outside the vocabulary of "
+                                         "--vocab-size %lld tokens (ids 0 to %lld)",
+                              (long long)a->eos, (long long)a->vocab, (long long)a->vocab - 1);
+  }
   if (!a->T && !a->data) return ty_app_usage_error("compile", "--seq-len T is required");
   if (!(a->cfg.dropout >= 0 && a->cfg.dropout < 1)) {
     return ty_app_usage_error("compile", "--dropout must lie in [0, 1)");
@@ -175,12 +191,12 @@ static ty_status_t ty_compile_model(ty_compile_args_t *a, ty_model_config_t *mc)
     ty_dataset_t *d = NULL;
     TY_RETURN_IF_ERROR(ty_dataset_open(a->data, "train", 0, &d));
     if (!a->vocab) a->vocab = ty_dataset_vocab_size(d);
-    if (!a->eos) a->eos = ty_dataset_eos_id(d);
+    if (a->eos < 0) a->eos = ty_dataset_eos_id(d);
     if (!a->T) a->T = ty_dataset_seq_len(d);
     ty_dataset_close(d);
   }
   if (a->model) return ty_model_config_load(a->model, mc);
-  int64_t eos = a->eos ? a->eos : a->vocab - 1;
+  int64_t eos = a->eos >= 0 ? a->eos : a->vocab - 1;
   return ty_model_preset(a->preset, a->vocab, eos, eos, mc);
 }
 
@@ -281,6 +297,7 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   ty_compile_args_t a;
   memset(&a, 0, sizeof(a));
   a.B = 8;
+  a.eos = -1;
   ty_train_config_defaults(&a.cfg);
   int rc = ty_compile_parse(argc, argv, &a);
   if (rc < 0) return TY_EXIT_OK;

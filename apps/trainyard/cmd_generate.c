@@ -208,6 +208,10 @@ static double ty_now(void) {
 static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   ty_model_config_t config;
   TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
+  if (a->stop_at_eos && config.eos_token_id < 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--stop-at-eos: %s/config.json has no eos_token_id", a->model_dir);
+  }
   TY_RETURN_IF_ERROR(ty_llm_check_weights(&config, a->model_dir));
   ty_tokenizer_t *tok = NULL;
   char tok_path[4096];

@@ -15,6 +15,8 @@ usage: test_inputs_cli.py --trainyard EXE --models DIR --tokenizers DIR [unittes
   the device's memory are refused; NaN/Inf weights are refused by forward,
   generate and train (naming tensor and element) unless --allow-nonfinite,
   which loads them with a loud warning.
+- ConfigTest: conflicting RoPE forms, unknown enum values and token ids
+  outside the vocabulary (config.json, compile --eos-id) are refused.
 """
 import argparse
 import json
@@ -315,6 +317,49 @@ class ModelTest(Base):
         self.fails(r, 1, "tensor '%s' holds NaN at element 7" % tensor)
         r = run(base + ["--out", self.path("run2"), "--allow-nonfinite"], timeout=120)
         self.assertIn("WARNING: 1 tensor(s)", r.stderr)
+
+
+class ConfigTest(Base):
+    def test_conflicting_rope_forms(self):
+        def edit(c):
+            c["rope_scaling"] = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+        model = self.model("llama3", edit)  # its rope_parameters say factor 8
+        self.fails(self.forward(model), 1, "rope_scaling and rope_parameters disagree on factor")
+
+        def bad_legacy(c):
+            c["rope_scaling"] = {"rope_type": "llama3", "factor": -1}
+        model = self.model("llama", bad_legacy)
+        shutil.rmtree(self.path("model-llama3"))
+        self.fails(self.forward(model), 1, "'rope_scaling.factor' must be a positive number")
+
+    def test_unknown_enum_values(self):
+        for key, value, code in (("hidden_act", "silly", "INVALID_ARGUMENT"),
+                                 ("hidden_act", 3, "INVALID_ARGUMENT"),
+                                 ("dtype", "float99", "INVALID_ARGUMENT"),
+                                 ("architectures", ["LlamaForTokenClassification"],
+                                  "UNIMPLEMENTED")):
+            model = self.model("llama", lambda c: c.__setitem__(key, value))
+            self.fails(self.forward(model), 1, code, "'%s'" % key)
+            shutil.rmtree(model)
+
+    def test_eos_outside_the_vocabulary(self):
+        model = self.model("gpt2", lambda c: c.__setitem__("eos_token_id", 96))
+        self.fails(self.forward(model), 1, "'eos_token_id' holds id 96", "96 tokens")
+        base = ["compile", "--backend", "dataflow", "--preset", "gpt2-tiny", "--vocab-size", "96",
+                "--seq-len", "8", "--batch-size", "2", "--out", self.path("a.tyart")]
+        self.fails(run(base + ["--eos-id", "96"]), 2, "--eos-id 96 is outside the vocabulary")
+        r = run(base + ["--eos-id", "0"], timeout=120)  # 0 is an id, not "unset"
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.fails(run(["compile", "--backend", "dataflow", "--model",
+                        os.path.join(CFG.models, "gpt2"), "--eos-id", "3", "--seq-len", "8",
+                        "--out", self.path("b.tyart")]), 2, "--eos-id describe a --preset")
+
+    def test_stop_at_eos_needs_an_eos(self):
+        model = self.model("gpt2", lambda c: c.pop("eos_token_id"))
+        r = run(["generate", "--model", model, "--prompt-ids", "1", "--max-new-tokens", "2",
+                 "--stop-at-eos"])
+        self.fails(r, 1, "--stop-at-eos", "has no eos_token_id")
 
 
 def main():
