@@ -470,6 +470,12 @@ static ty_status_t ty_tok_load_root(ty_tokenizer_t *tok, const json_t *root) {
       }
     }
   }
+  /* Checked last, so that the other parts of a file are still named first.
+   * Without a vocabulary the model can encode nothing at all. */
+  if (tok->vocab.count == 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "model.vocab is empty: a tokenizer needs at least one token");
+  }
   return TY_OK;
 }
 

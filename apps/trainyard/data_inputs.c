@@ -30,7 +30,8 @@ bool ty_data_format_parse(const char *name, ty_data_format_t *out) {
 }
 
 const char *ty_data_format_name(ty_data_format_t format) {
-  return (unsigned)format <= TY_DATA_FORMAT_FORTUNE ? ty_data_format_names[format] : "?";
+  size_t count = sizeof(ty_data_format_names) / sizeof(ty_data_format_names[0]);
+  return (size_t)format < count ? ty_data_format_names[format] : "?";
 }
 
 /* Inputs are text in every format. Files are mapped, so only pipes and

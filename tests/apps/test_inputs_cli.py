@@ -17,6 +17,8 @@ usage: test_inputs_cli.py --trainyard EXE --models DIR --tokenizers DIR [unittes
   which loads them with a loud warning.
 - ConfigTest: conflicting RoPE forms, unknown enum values and token ids
   outside the vocabulary (config.json, compile --eos-id) are refused.
+- TokenizerTest: an empty vocabulary and merges whose result is not in the
+  vocabulary are refused; `data prepare --format ids` records its format.
 """
 import argparse
 import json
@@ -272,7 +274,6 @@ class ModelTest(Base):
                  "--seq-len", "8", "--out", self.path("step.tyart")])
         self.fails(r, 1, "RESOURCE_EXHAUSTED", "parameters", "GiB of device dataflow")
 
-
     def nan_model(self, family="gpt2", value=float("nan"), index=7):
         model = self.model(family)
         tensor = "transformer.h.1.mlp.c_fc.weight" if family == "gpt2" else \
@@ -360,6 +361,29 @@ class ConfigTest(Base):
         r = run(["generate", "--model", model, "--prompt-ids", "1", "--max-new-tokens", "2",
                  "--stop-at-eos"])
         self.fails(r, 1, "--stop-at-eos", "has no eos_token_id")
+
+
+class TokenizerTest(Base):
+    def write(self, name, obj):
+        p = self.path(name)
+        with open(p, "w") as f:
+            json.dump(obj, f)
+        return p
+
+    def test_empty_vocabulary(self):
+        tok = self.write("empty.json", {"model": {"type": "BPE", "vocab": {}, "merges": []}})
+        self.fails(run(["tokenize", "--tokenizer", tok], data="hi"), 1, "model.vocab is empty")
+
+    def test_merge_result_outside_the_vocabulary(self):
+        tok = self.write("m.json", {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1},
+                                              "merges": ["a b"]}})
+        self.fails(run(["tokenize", "--tokenizer", tok], data="ab"), 1,
+                   "merged token \"ab\" is not in model.vocab")
+
+    def test_ids_dataset_records_its_format(self):
+        data = self.ids_dataset()
+        with open(os.path.join(data, "dataset.json")) as f:
+            self.assertEqual(json.load(f)["input_format"], "ids")
 
 
 def main():

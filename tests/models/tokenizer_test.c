@@ -388,6 +388,11 @@ static void test_bad_files(void **state) {
        "\"Sequence\", \"decoders\": [{\"type\": \"Sequence\", \"decoders\": []}]}]}]}]}]}]}]}]}]}}",
        TY_CODE_INVALID_ARGUMENT, "nested deeper"},
       {"{\"model\": {\"vocab\": {}}}", TY_CODE_INVALID_ARGUMENT, "model.type: missing"},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}",
+       TY_CODE_INVALID_ARGUMENT, "model.vocab is empty"},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"added_tokens\": "
+       "[{\"id\": 0, \"content\": \"<s>\", \"special\": true}]}",
+       TY_CODE_INVALID_ARGUMENT, "model.vocab is empty"},
       {"{\"model\": 3}", TY_CODE_INVALID_ARGUMENT, "model: missing or not an object"},
       {"[1, 2]", TY_CODE_INVALID_ARGUMENT, "top level is not a JSON object"},
       {"{\"model\": {\"type\": \"BPE\", ", TY_CODE_DATA_LOSS, "is not valid JSON"},
