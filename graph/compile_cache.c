@@ -25,6 +25,22 @@ void ty_compile_cache_default_dir(char *out, size_t capacity) {
   }
 }
 
+const ty_file_kind_t ty_artifact_file_kind = {
+    .what = "compiled artifact",
+    .max_bytes = TY_GIB,
+    .limit_env = "TRAINYARD_MAX_ARTIFACT_BYTES",
+    .text = false,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
+
+/* Failure records are a few lines that Trainyard wrote. */
+static const ty_file_kind_t ty_failure_record_kind = {
+    .what = "compile failure record",
+    .max_bytes = TY_MIB,
+    .text = true,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
+
 ty_status_t ty_compile_cache_path(const char *dir, const char *backend, const char *key,
                                   const char *suffix, char **out_path) {
   *out_path = NULL;
@@ -55,9 +71,9 @@ void ty_compile_cache_write_failure(const char *path, const char *key, ty_status
 }
 
 ty_status_t ty_compile_cache_read_failure(const char *path) {
-  void *data = NULL;
+  char *data = NULL;
   size_t size = 0;
-  ty_status_t s = ty_file_read_all(path, &data, &size);
+  ty_status_t s = ty_file_read(path, &ty_failure_record_kind, &data, &size);
   if (s) {
     ty_status_free(s); /* no record (or an unreadable one): compile */
     return TY_OK;

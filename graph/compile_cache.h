@@ -32,6 +32,11 @@ extern "C" {
  * $HOME/.cache/trainyard; "" when neither variable is set. */
 void ty_compile_cache_default_dir(char *out, size_t capacity);
 
+/* Compiled artifacts (cache entries and `--artifact` files), read with
+ * ty_file_read (hal/file.h): binary, capped at 1 GiB unless
+ * TRAINYARD_MAX_ARTIFACT_BYTES says otherwise. */
+extern const ty_file_kind_t ty_artifact_file_kind;
+
 /* Paths of an entry: <dir>/compile-v1/<backend>/<sha256(key)><suffix>. The
  * caller frees *out_path. */
 ty_status_t ty_compile_cache_path(const char *dir, const char *backend, const char *key,

@@ -342,9 +342,9 @@ static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_opt
   if (!st && options->retry_failed) remove(fail);
   bool done = false;
   if (!st && serializable) {
-    void *bytes = NULL;
+    char *bytes = NULL;
     size_t size = 0;
-    ty_status_t r = ty_file_read_all(entry, &bytes, &size);
+    ty_status_t r = ty_file_read(entry, &ty_artifact_file_kind, &bytes, &size);
     if (!r) {
       r = ty_session_deserialize(device, bytes, size, graph, out);
       /* A corrupt or stale entry is a miss: compile and replace it. */
@@ -549,14 +549,14 @@ ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_
   ty_session_t *s = NULL;
   TY_RETURN_IF_ERROR(ty_session_new(device, options, &s));
   ty_backend_t *backend = ty_device_backend(device);
-  void *bytes = NULL;
+  char *bytes = NULL;
   size_t size = 0;
   ty_abi_executable_t *executable = NULL;
   ty_compile_cache_t *cache = NULL;
   double start = ty_session_now();
   ty_status_t st = graph ? ty_graph_lower(graph, &s->lowered) : TY_OK;
   if (!st) st = ty_compile_cache_get(device, &cache);
-  if (!st) st = ty_file_read_named(path, "artifact", &bytes, &size);
+  if (!st) st = ty_file_read(path, &ty_artifact_file_kind, &bytes, &size);
   if (!st) {
     st = ty_session_deserialize(device, bytes, size,
                                 s->lowered ? ty_lowered_graph_abi(s->lowered) : NULL, &executable);

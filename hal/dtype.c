@@ -1,8 +1,11 @@
 /* Element types: names, sizes and parsing. */
 #include "hal/dtype.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "hal/half.h"
 
 typedef struct {
   const char *name;
@@ -70,4 +73,44 @@ char *ty_dtype_mask_format(uint32_t mask, char *buf, size_t capacity) {
     used += need;
   }
   return buf;
+}
+
+bool ty_dtype_find_nonfinite(ty_dtype_t dtype, const void *data, uint64_t count,
+                             uint64_t *out_index, double *out_value) {
+  /* Bit tests (exponent all ones) rather than conversions: one pass over
+   * a checkpoint's worth of memory should cost no more than reading it. */
+  const unsigned char *p = data;
+  for (uint64_t i = 0; i < count; ++i) {
+    double v = 0;
+    bool bad = false;
+    switch (dtype) {
+      case TY_DTYPE_F32: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        bad = !isfinite(f);
+        v = f;
+        break;
+      }
+      case TY_DTYPE_F64:
+        memcpy(&v, p + 8 * i, 8);
+        bad = !isfinite(v);
+        break;
+      case TY_DTYPE_BF16:
+      case TY_DTYPE_F16: {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        uint16_t exponent = dtype == TY_DTYPE_BF16 ? 0x7F80 : 0x7C00;
+        bad = (h & exponent) == exponent;
+        if (bad) v = dtype == TY_DTYPE_BF16 ? ty_bf16_to_f64(h) : ty_f16_to_f64(h);
+        break;
+      }
+      default: return false;
+    }
+    if (bad) {
+      if (out_index) *out_index = i;
+      if (out_value) *out_value = v;
+      return true;
+    }
+  }
+  return false;
 }

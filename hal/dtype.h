@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hal/backend_abi.h"
 #include "hal/status.h"
@@ -26,6 +27,13 @@ ty_status_t ty_dtype_parse(const char *name, ty_dtype_t *out_dtype);
 
 bool ty_dtype_is_valid(ty_dtype_t dtype);
 bool ty_dtype_is_float(ty_dtype_t dtype);
+
+/* Looks for NaN or infinity in `count` elements of float data of `dtype`
+ * (f32, f64, bf16, f16). True for the first one found, with its index and
+ * its value as a double; false when every element is finite or the dtype
+ * is not a float type. Pure and thread-safe. */
+bool ty_dtype_find_nonfinite(ty_dtype_t dtype, const void *data, uint64_t count,
+                             uint64_t *out_index, double *out_value);
 
 /* Writes "f32,bf16,..." for the bits set in `mask` into buf (truncating,
  * always NUL-terminated when capacity > 0). Returns buf. */

@@ -1,15 +1,176 @@
-/* File helpers (see file.h). */
+/* File helpers (hal/file.h): capped whole-file reads, opening files to map,
+ * atomic writes and the errors of failed creates, in the user's terms. */
 #include "hal/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* open(2) succeeds on a folder and reads fail later with EISDIR, which
+ * callers used to report as damage. Say what it is. */
+static ty_status_t ty_file_is_folder(const char *what, const char *path) {
+  return ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s %s is a folder, not a file", what, path);
+}
+
+static ty_code_t ty_file_bad_code(const ty_file_kind_t *kind) {
+  return kind->bad_code != TY_CODE_OK ? kind->bad_code : TY_CODE_INVALID_ARGUMENT;
+}
+
+void ty_format_bytes(uint64_t bytes, char *out, size_t capacity) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  if (u == 0 || v == floor(v)) {
+    snprintf(out, capacity, "%.0f %s", v, units[u]);
+  } else {
+    snprintf(out, capacity, "%.2f %s", v, units[u]);
+  }
+}
+
+ty_status_t ty_file_kind_limit(const ty_file_kind_t *kind, uint64_t *out_limit) {
+  *out_limit = kind->max_bytes;
+  const char *text = kind->limit_env ? getenv(kind->limit_env) : NULL;
+  if (!text || !*text) return TY_OK;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  uint64_t scale = 1;
+  if (end && (*end == 'K' || *end == 'k')) scale = TY_KIB, ++end;
+  else if (end && (*end == 'M' || *end == 'm')) scale = TY_MIB, ++end;
+  else if (end && (*end == 'G' || *end == 'g')) scale = TY_GIB, ++end;
+  if (errno || end == text || *end || text[0] == '-' || v == 0 || v > UINT64_MAX / scale) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "%s='%s' is not a size in bytes (e.g. 536870912 or 512M)",
+                          kind->limit_env, text);
+  }
+  *out_limit = (uint64_t)v * scale;
+  return TY_OK;
+}
+
+static ty_status_t ty_file_too_large(const char *name, const ty_file_kind_t *kind,
+                                     uint64_t limit) {
+  char cap[32];
+  ty_format_bytes(limit, cap, sizeof(cap));
+  if (kind->limit_env) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "%s %s is larger than %s, the limit for this kind of file; set %s "
+                          "to a larger byte count (e.g. %s=2G) to read it",
+                          kind->what, name, cap, kind->limit_env, kind->limit_env);
+  }
+  return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                        "%s %s is larger than %s, far more than any real one holds: is it "
+                        "the right file?",
+                        kind->what, name, cap);
+}
+
+static ty_status_t ty_file_nul(const char *name, const ty_file_kind_t *kind, uint64_t offset) {
+  return ty_status_make(ty_file_bad_code(kind),
+                        "%s %s holds a NUL byte at offset %llu: it is not a text file (is "
+                        "it the right file?)",
+                        kind->what, name, (unsigned long long)offset);
+}
+
+ty_status_t ty_file_check_text(const char *data, size_t size, const char *name,
+                               const ty_file_kind_t *kind) {
+  const char *nul = size ? memchr(data, '\0', size) : NULL;
+  return nul ? ty_file_nul(name, kind, (uint64_t)(nul - data)) : TY_OK;
+}
+
+ty_status_t ty_file_read_fd(int fd, const char *name, const ty_file_kind_t *kind,
+                            char **out_data, size_t *out_size) {
+  *out_data = NULL;
+  *out_size = 0;
+  uint64_t limit = 0;
+  TY_RETURN_IF_ERROR(ty_file_kind_limit(kind, &limit));
+  if (limit > SIZE_MAX / 4) limit = SIZE_MAX / 4; /* capacity arithmetic below stays exact */
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return ty_status_from_errno(errno, "cannot read %s %s", kind->what, name);
+  }
+  if (S_ISDIR(st.st_mode)) return ty_file_is_folder(kind->what, name);
+  /* st_size is a hint for regular files only; pipes and devices say 0. The
+   * read goes one byte past the cap so that "exactly the cap" still fits. */
+  size_t capacity = 1 << 16;
+  if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= limit) {
+    capacity = (size_t)st.st_size + 1;
+  }
+  if (capacity > limit + 1) capacity = (size_t)limit + 1;
+  char *data = malloc(capacity + 1);
+  if (!data) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s %s",
+                          kind->what, name);
+  }
+  size_t size = 0;
+  ty_status_t status = TY_OK;
+  for (;;) {
+    if (size == capacity) {
+      if ((uint64_t)size > limit) {
+        status = ty_file_too_large(name, kind, limit);
+        break;
+      }
+      size_t grown_capacity = capacity < ((size_t)limit + 1) / 2 ? capacity * 2 : (size_t)limit + 1;
+      char *grown = realloc(data, grown_capacity + 1);
+      if (!grown) {
+        status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s %s",
+                                kind->what, name);
+        break;
+      }
+      data = grown;
+      capacity = grown_capacity;
+    }
+    ssize_t n = read(fd, data + size, capacity - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = errno == EISDIR ? ty_file_is_folder(kind->what, name)
+                               : ty_status_from_errno(errno, "cannot read %s %s", kind->what, name);
+      break;
+    }
+    if (n == 0) break;
+    /* Checked as it comes, so /dev/zero fails on its first byte. */
+    const char *nul = kind->text ? memchr(data + size, '\0', (size_t)n) : NULL;
+    if (nul) {
+      status = ty_file_nul(name, kind, (uint64_t)(nul - data));
+      break;
+    }
+    size += (size_t)n;
+    if ((uint64_t)size > limit) {
+      status = ty_file_too_large(name, kind, limit);
+      break;
+    }
+  }
+  if (status) {
+    free(data);
+    return status;
+  }
+  data[size] = '\0';
+  *out_data = data;
+  *out_size = size;
+  return TY_OK;
+}
+
+ty_status_t ty_file_read(const char *path, const ty_file_kind_t *kind, char **out_data,
+                         size_t *out_size) {
+  *out_data = NULL;
+  *out_size = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EISDIR) return ty_file_is_folder(kind->what, path);
+    return ty_status_from_errno(errno, "cannot read %s %s", kind->what, path);
+  }
+  ty_status_t status = ty_file_read_fd(fd, path, kind, out_data, out_size);
+  close(fd);
+  return status;
+}
 
 ty_status_t ty_file_open_read(const char *path, const char *what, int *out_fd,
                               uint64_t *out_size) {
@@ -23,12 +184,16 @@ ty_status_t ty_file_open_read(const char *path, const char *what, int *out_fd,
     close(fd);
     return ty_status_from_errno(err, "cannot read %s %s", what, path);
   }
-  /* open(2) succeeds on a folder and reads fail later with EISDIR, which
-   * callers used to report as damage; a device never ends. Say what it is. */
-  if (S_ISDIR(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+  if (S_ISDIR(st.st_mode)) {
     close(fd);
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s %s is a %s, not a file", what, path,
-                          S_ISDIR(st.st_mode) ? "folder" : "device");
+    return ty_file_is_folder(what, path);
+  }
+  /* A device cannot be mapped and may never end (ty_file_read, which copies
+   * under a cap, reads them). */
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+    close(fd);
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s %s is a device, not a file", what,
+                          path);
   }
   *out_fd = fd;
   if (out_size && S_ISREG(st.st_mode)) *out_size = (uint64_t)st.st_size;
@@ -44,55 +209,6 @@ ty_status_t ty_file_probe(const char *path, bool *out_exists) {
   }
   if (errno == ENOENT) return TY_OK;
   return ty_status_from_errno(errno, "cannot look at %s", path);
-}
-
-ty_status_t ty_file_read_named(const char *path, const char *what, void **out_data,
-                               size_t *out_size) {
-  *out_data = NULL;
-  *out_size = 0;
-  int fd = -1;
-  uint64_t hint = 0;
-  TY_RETURN_IF_ERROR(ty_file_open_read(path, what, &fd, &hint));
-  size_t capacity = (size_t)hint + 1, size = 0;
-  char *data = malloc(capacity);
-  ty_status_t s = data ? TY_OK
-                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                                        "out of memory reading %s %s (%llu bytes)", what, path,
-                                        (unsigned long long)hint);
-  while (!s) {
-    if (size + 1 == capacity) { /* a pipe, or a file that grew */
-      char *grown = capacity < SIZE_MAX / 2 ? realloc(data, capacity * 2) : NULL;
-      if (!grown) {
-        s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s %s", what,
-                           path);
-        break;
-      }
-      data = grown;
-      capacity *= 2;
-    }
-    ssize_t n = read(fd, data + size, capacity - 1 - size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      s = ty_status_from_errno(errno, "cannot read %s %s", what, path);
-    } else if (n == 0) {
-      break;
-    } else {
-      size += (size_t)n;
-    }
-  }
-  close(fd);
-  if (s) {
-    free(data);
-    return s;
-  }
-  data[size] = '\0';
-  *out_data = data;
-  *out_size = size;
-  return TY_OK;
-}
-
-ty_status_t ty_file_read_all(const char *path, void **out_data, size_t *out_size) {
-  return ty_file_read_named(path, "file", out_data, out_size);
 }
 
 ty_status_t ty_file_create_error(int err, const char *path, const char *what) {

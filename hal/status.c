@@ -63,42 +63,7 @@ ty_status_t ty_status_make(ty_code_t code, const char *fmt, ...) {
 }
 
 ty_status_t ty_status_from_errno(int err, const char *fmt, ...) {
-  ty_code_t code;
-  switch (err) {
-    case ENOENT: code = TY_CODE_NOT_FOUND; break;
-    case EACCES:
-    case EPERM:
-    case EROFS: code = TY_CODE_PERMISSION_DENIED; break;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-    case ENOMEM:
-    case EMFILE:
-    case ENFILE: code = TY_CODE_RESOURCE_EXHAUSTED; break;
-    case EEXIST:
-    case ENOTEMPTY: code = TY_CODE_ALREADY_EXISTS; break;
-    /* A read that the device could not do: the bytes are lost to us. */
-    case EIO: code = TY_CODE_DATA_LOSS; break;
-    /* The path names the wrong kind of thing: a folder where a file was
-     * wanted (or the reverse), a device or pipe that cannot be mapped or
-     * sought. Nothing is damaged; the user must point elsewhere. */
-    case EISDIR:
-    case ENOTDIR:
-    case ENODEV:
-    case ENXIO:
-    case ESPIPE:
-    case ETXTBSY: code = TY_CODE_FAILED_PRECONDITION; break;
-    case EINVAL:
-    case ENAMETOOLONG:
-    case ELOOP: code = TY_CODE_INVALID_ARGUMENT; break;
-    case EOVERFLOW: code = TY_CODE_OUT_OF_RANGE; break;
-    case EAGAIN:
-    case EBUSY:
-    case EINTR: code = TY_CODE_UNAVAILABLE; break;
-    case ENOSYS:
-    case EOPNOTSUPP: code = TY_CODE_UNIMPLEMENTED; break;
-    default: code = TY_CODE_UNKNOWN; break;
-  }
+  ty_code_t code = ty_code_from_errno(err);
   va_list args;
   va_start(args, fmt);
   char *context = ty_format_alloc(fmt, args);

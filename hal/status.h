@@ -66,6 +66,9 @@ static inline bool ty_status_is_ok(ty_status_t status) { return status == NULL; 
  * codes map to "UNKNOWN". Static storage. */
 const char *ty_code_name(ty_code_t code);
 
+/* The code ty_status_from_errno gives errno value `err`. */
+ty_code_t ty_code_from_errno(int err);
+
 /* Convenience for tests and apps: frees `status` and returns its code. */
 ty_code_t ty_status_consume_code(ty_status_t status);
 

@@ -3,6 +3,7 @@
 #ifndef TY_MODELS_CHECKPOINT_H_
 #define TY_MODELS_CHECKPOINT_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "graph/session.h"
@@ -12,15 +13,52 @@
 extern "C" {
 #endif
 
-/* Loads every parameter of `model` from the model folder (model.safetensors
- * or a sharded index) into `session`, converting floats to the graph's dtype.
- * Accepts what transformers accepts: GPT-2 names without the "transformer."
- * prefix, a tied lm_head that is absent (or present, then ignored), and the
- * non-parameter buffers attn.bias / attn.masked_bias / rotary_emb.inv_freq,
- * which are skipped. Errors name the folder and tensor: NOT_FOUND for a
- * missing parameter, INVALID_ARGUMENT for a shape mismatch (both shapes) or
- * a tensor the graph does not use, DATA_LOSS / FAILED_PRECONDITION from the
- * reader (corrupt file, pickle checkpoint). */
+/* Checks the checkpoint in `model_dir` (model.safetensors or a sharded
+ * index) against the parameter set `config` implies, before any graph is
+ * built: every parameter present with its shape and a float dtype, and no
+ * tensor the model does not use. Accepts what transformers accepts: GPT-2
+ * names without the "transformer." prefix, a tied lm_head that is absent
+ * (or present, then ignored), and the non-parameter buffers attn.bias /
+ * attn.masked_bias / rotary_emb.inv_freq. Stops at the first missing tensor,
+ * so a config with far more layers than the checkpoint costs nothing.
+ * Errors name the folder and tensor: NOT_FOUND for a missing parameter,
+ * INVALID_ARGUMENT for a shape or dtype mismatch (both shapes) or a tensor
+ * the model does not use, DATA_LOSS / FAILED_PRECONDITION from the reader
+ * (corrupt file, pickle checkpoint). */
+ty_status_t ty_llm_check_weights(const ty_model_config_t *config, const char *model_dir);
+
+/* INVALID_ARGUMENT when `count` elements of float `data` (in `dtype`) hold
+ * a NaN or an infinity, naming `origin`, tensor `name`, the value and its
+ * element index. With the tensor's original bytes (`source` in
+ * *source_dtype; both may be NULL), an element that was finite there is
+ * reported as an overflow of the conversion. `override_hint` (may be NULL)
+ * ends the message, e.g. how to load such weights anyway. */
+ty_status_t ty_llm_check_finite(const char *origin, const char *name, ty_dtype_t dtype,
+                                const void *data, uint64_t count, const ty_dtype_t *source_dtype,
+                                const void *source, const char *override_hint);
+
+typedef struct ty_llm_load_options_t {
+  bool allow_nonfinite;      /* load NaN/Inf weights, counting them in the report */
+  const char *nonfinite_hint; /* ends the refusal's message (e.g. the option that allows it) */
+} ty_llm_load_options_t;
+
+typedef struct ty_llm_load_report_t {
+  uint32_t nonfinite_tensors;  /* tensors holding NaN or Inf (with allow_nonfinite) */
+  char first_nonfinite[512];   /* the refusal the first of them would have given */
+} ty_llm_load_report_t;
+
+/* Loads every parameter of `model` from the model folder into `session`,
+ * converting floats to the graph's dtype, after the checks of
+ * ty_llm_check_weights against the model's config. A tensor holding NaN or
+ * an infinity (in the file, or after the conversion) is refused with
+ * ty_llm_check_finite's error unless options->allow_nonfinite, when it is
+ * loaded and counted in *out_report (may be NULL). `options` NULL: refuse. */
+ty_status_t ty_llm_load_weights_with(const ty_llm_t *model, ty_session_t *session,
+                                     const char *model_dir,
+                                     const ty_llm_load_options_t *options,
+                                     ty_llm_load_report_t *out_report);
+
+/* ty_llm_load_weights_with, refusing non-finite weights. */
 ty_status_t ty_llm_load_weights(const ty_llm_t *model, ty_session_t *session,
                                 const char *model_dir);
 

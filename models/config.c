@@ -1,24 +1,29 @@
 /* config.json parsing. Defaults follow transformers' config classes
  * (GPT2Config, LlamaConfig, MistralConfig, Qwen2Config) for fields that
  * save_pretrained may omit; anything Trainyard cannot honour is refused by
- * name. */
+ * name, and so is any enum-like field whose value is unknown or of the
+ * wrong type: such a field never falls back to a default. RoPE and sliding
+ * windows are in config_attention.c. */
 #include "models/config.h"
 
-#include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "hal/file.h"
+#include "models/config_internal.h"
+#include "models/llm.h"
 
-typedef struct {
-  json_t *root;
-  const char *origin;
-} ty_cfg_t;
+const ty_file_kind_t ty_model_config_file_kind = {
+    .what = "model config",
+    .max_bytes = 16 * TY_MIB,
+    .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT,
+};
 
-static ty_status_t ty_cfg_error(const ty_cfg_t *c, const char *field, const char *what) {
+ty_status_t ty_cfg_error(const ty_cfg_t *c, const char *field, const char *what) {
   return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: field '%s' %s", c->origin, field, what);
 }
 
@@ -40,9 +45,9 @@ static ty_status_t ty_cfg_int(const ty_cfg_t *c, const char *field, bool require
   return TY_OK;
 }
 
-static ty_status_t ty_cfg_number_in(const ty_cfg_t *c, json_t *obj, const char *field,
-                                    bool required, double dflt, double *out) {
-  json_t *v = json_object_get(obj, field);
+ty_status_t ty_cfg_positive(const ty_cfg_t *c, json_t *obj, const char *key, const char *field,
+                            bool required, double dflt, double *out) {
+  json_t *v = json_object_get(obj, key);
   if (!v || json_is_null(v)) {
     if (required) return ty_cfg_error(c, field, "is missing");
     *out = dflt;
@@ -50,7 +55,7 @@ static ty_status_t ty_cfg_number_in(const ty_cfg_t *c, json_t *obj, const char *
   }
   if (!json_is_number(v)) return ty_cfg_error(c, field, "must be a number");
   *out = json_number_value(v);
-  if (!(*out > 0)) return ty_cfg_error(c, field, "must be positive");
+  if (!(*out > 0) || !(*out < 1e300)) return ty_cfg_error(c, field, "must be a positive number");
   return TY_OK;
 }
 
@@ -65,39 +70,162 @@ static ty_status_t ty_cfg_bool(const ty_cfg_t *c, const char *field, bool dflt, 
   return TY_OK;
 }
 
-static ty_status_t ty_cfg_string(const ty_cfg_t *c, const char *field, const char *dflt,
-                                 char *out, size_t capacity) {
-  json_t *v = json_object_get(c->root, field);
-  const char *s = dflt;
-  if (v && !json_is_null(v)) {
-    if (!json_is_string(v)) return ty_cfg_error(c, field, "must be a string");
-    s = json_string_value(v);
+/* "a, b, c" of a NULL-terminated list, into `out`. */
+static void ty_cfg_join(const char *const *list, char *out, size_t capacity) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (size_t i = 0; list && list[i] && n < capacity; ++i) {
+    int w = snprintf(out + n, capacity - n, "%s%s", i ? ", " : "", list[i]);
+    if (w < 0) break;
+    n += (size_t)w;
   }
-  if (!s) return ty_cfg_error(c, field, "is missing");
-  if (strlen(s) >= capacity) return ty_cfg_error(c, field, "is too long");
-  memcpy(out, s, strlen(s) + 1);
+}
+
+static bool ty_cfg_in(const char *const *list, const char *s) {
+  for (size_t i = 0; list && list[i]; ++i) {
+    if (!strcmp(list[i], s)) return true;
+  }
+  return false;
+}
+
+ty_status_t ty_cfg_enum_value(const ty_cfg_t *c, json_t *v, const char *field, const char *dflt,
+                              const char *const *supported, const char *const *known,
+                              const char **out) {
+  *out = dflt;
+  if (!v || json_is_null(v)) {
+    return dflt ? TY_OK : ty_cfg_error(c, field, "is missing");
+  }
+  if (!json_is_string(v)) return ty_cfg_error(c, field, "must be a string");
+  const char *s = json_string_value(v);
+  if (strlen(s) != json_string_length(v)) return ty_cfg_error(c, field, "holds a NUL character");
+  char names[256];
+  ty_cfg_join(supported, names, sizeof(names));
+  if (ty_cfg_in(supported, s)) {
+    *out = s;
+    return TY_OK;
+  }
+  if (ty_cfg_in(known, s)) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED, "%s: field '%s' is '%.100s'; implemented: %s",
+                          c->origin, field, s, names);
+  }
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "%s: field '%s' is '%.100s', which transformers does not know "
+                        "(implemented: %s)",
+                        c->origin, field, s, names);
+}
+
+ty_status_t ty_cfg_enum(const ty_cfg_t *c, json_t *obj, const char *key, const char *field,
+                        const char *dflt, const char *const *supported,
+                        const char *const *known, const char **out) {
+  return ty_cfg_enum_value(c, json_object_get(obj, key), field, dflt, supported, known, out);
+}
+
+static ty_status_t ty_cfg_copy(const ty_cfg_t *c, const char *field, const char *value, char *out,
+                               size_t capacity) {
+  if (strlen(value) >= capacity) return ty_cfg_error(c, field, "is too long");
+  memcpy(out, value, strlen(value) + 1);
   return TY_OK;
 }
 
 /* Fields that change the computation in ways Trainyard does not implement:
  * refusing them beats computing something else. */
 static ty_status_t ty_cfg_refuse_true(const ty_cfg_t *c, const char *field, const char *why) {
-  json_t *v = json_object_get(c->root, field);
-  if (v && json_is_true(v)) {
+  bool on = false;
+  TY_RETURN_IF_ERROR(ty_cfg_bool(c, field, false, &on));
+  if (on) {
     return ty_status_make(TY_CODE_UNIMPLEMENTED, "%s: field '%s' is true: %s", c->origin,
                           field, why);
   }
   return TY_OK;
 }
 
-static ty_status_t ty_cfg_token_id(const ty_cfg_t *c, const char *field, int64_t *out) {
+/* bos_token_id / eos_token_id: an id or a list of ids (the first is kept),
+ * each inside the vocabulary; -1 when absent. */
+static ty_status_t ty_cfg_token_id(const ty_cfg_t *c, const char *field, int64_t vocab,
+                                   int64_t *out) {
   json_t *v = json_object_get(c->root, field);
   *out = -1;
   if (!v || json_is_null(v)) return TY_OK;
-  if (json_is_array(v)) v = json_array_size(v) ? json_array_get(v, 0) : NULL;
-  if (v && json_is_integer(v)) *out = (int64_t)json_integer_value(v);
+  bool list = json_is_array(v);
+  size_t count = list ? json_array_size(v) : 1;
+  for (size_t i = 0; i < count; ++i) {
+    json_t *id = list ? json_array_get(v, i) : v;
+    if (!json_is_integer(id)) {
+      return ty_cfg_error(c, field, "must be a token id or a list of token ids");
+    }
+    json_int_t value = json_integer_value(id);
+    if (value < 0 || value >= vocab) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "%s: field '%s' holds id %lld, outside the vocabulary of %lld tokens "
+                            "(vocab_size)",
+                            c->origin, field, (long long)value, (long long)vocab);
+    }
+    if (i == 0) *out = (int64_t)value;
+  }
   return TY_OK;
 }
+
+/* torch_dtype (dtype since transformers 4.56): the dtype the weights were
+ * saved in. Only read to refuse what cannot be a float model. */
+static ty_status_t ty_cfg_dtype(const ty_cfg_t *c) {
+  static const char *const floats[] = {"float32", "float16", "bfloat16", "float64",
+                                       "float",   "half",    "double",   NULL};
+  static const char *const others[] = {
+      "int8",          "uint8",         "int16",           "int32",           "int64",
+      "uint16",        "uint32",        "uint64",          "bool",            "complex64",
+      "complex128",    "float8_e4m3fn", "float8_e5m2",     "float8_e4m3fnuz", "float8_e5m2fnuz",
+      "float8_e8m0fnu", "float4_e2m1fn_x2", NULL};
+  const char *a = NULL, *b = NULL;
+  TY_RETURN_IF_ERROR(ty_cfg_enum(c, c->root, "torch_dtype", "torch_dtype", "", floats, others, &a));
+  TY_RETURN_IF_ERROR(ty_cfg_enum(c, c->root, "dtype", "dtype", "", floats, others, &b));
+  if (*a && *b && strcmp(a, b) != 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: fields 'torch_dtype' ('%s') and "
+                          "'dtype' ('%s') disagree", c->origin, a, b);
+  }
+  return TY_OK;
+}
+
+/* architectures: the model classes the checkpoint was saved from. A causal
+ * LM (or its bare base model) of the config's own family. */
+static ty_status_t ty_cfg_architectures(const ty_cfg_t *c, const char *model_type) {
+  json_t *v = json_object_get(c->root, "architectures");
+  if (!v || json_is_null(v)) return TY_OK;
+  if (!json_is_array(v)) return ty_cfg_error(c, "architectures", "must be a list of strings");
+  const char *family = !strcmp(model_type, "gpt2")      ? "GPT2"
+                       : !strcmp(model_type, "mistral") ? "Mistral"
+                       : !strcmp(model_type, "qwen2")   ? "Qwen2"
+                                                        : "Llama";
+  size_t i;
+  json_t *entry;
+  json_array_foreach(v, i, entry) {
+    if (!json_is_string(entry)) return ty_cfg_error(c, "architectures", "must be a list of strings");
+    const char *name = json_string_value(entry);
+    size_t n = strlen(family);
+    if (strncasecmp(name, family, n) != 0) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "%s: field 'architectures' lists '%.100s', which is not a %s model "
+                            "(model_type)",
+                            c->origin, name, model_type);
+    }
+    const char *rest = name + n;
+    if (strcasecmp(rest, "ForCausalLM") != 0 && strcasecmp(rest, "LMHeadModel") != 0 &&
+        strcasecmp(rest, "Model") != 0) {
+      return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                            "%s: field 'architectures' lists '%.100s'; Trainyard runs causal "
+                            "language models (%s%s)",
+                            c->origin, name, family,
+                            !strcmp(family, "GPT2") ? "LMHeadModel" : "ForCausalLM");
+    }
+  }
+  return TY_OK;
+}
+
+/* transformers' activations (ACT2CLS) that Trainyard does not implement. */
+static const char *const ty_other_activations[] = {
+    "gelu",       "gelu_10", "gelu_fast", "gelu_python", "gelu_accurate", "laplace",
+    "leaky_relu", "linear",  "mish",      "quick_gelu",  "relu",          "relu2",
+    "relu6",      "sigmoid", "tanh",      "prelu",       "xielu",         "silu",
+    "swish",      "gelu_new", "gelu_pytorch_tanh", NULL};
 
 static ty_status_t ty_cfg_gpt2(const ty_cfg_t *c, ty_model_config_t *m) {
   m->arch = TY_ARCH_GPT2;
@@ -106,23 +234,24 @@ static ty_status_t ty_cfg_gpt2(const ty_cfg_t *c, ty_model_config_t *m) {
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_layer", true, 0, 1, &m->num_layers));
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_head", true, 0, 1, &m->num_heads));
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_positions", true, 0, 1, &m->max_positions));
-  TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_inner", false, 4 * m->hidden_size, 1,
-                                &m->intermediate_size));
+  int64_t inner = 0;
+  if (__builtin_mul_overflow(m->hidden_size, (int64_t)4, &inner)) {
+    return ty_cfg_error(c, "n_embd", "is too large (4 * n_embd, the MLP width, overflows)");
+  }
+  TY_RETURN_IF_ERROR(ty_cfg_int(c, "n_inner", false, inner, 1, &m->intermediate_size));
   if (m->hidden_size % m->num_heads != 0) {
     return ty_cfg_error(c, "n_head", "must divide n_embd");
   }
   m->num_kv_heads = m->num_heads;
   m->head_dim = m->hidden_size / m->num_heads;
-  TY_RETURN_IF_ERROR(ty_cfg_number_in(c, c->root, "layer_norm_epsilon", false, 1e-5,
-                                      &m->norm_eps));
-  TY_RETURN_IF_ERROR(ty_cfg_string(c, "activation_function", "gelu_new", m->activation,
-                                   sizeof(m->activation)));
-  if (strcmp(m->activation, "gelu_new") != 0 && strcmp(m->activation, "gelu_pytorch_tanh") != 0) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "%s: field 'activation_function' is '%s'; only the tanh "
-                          "approximation (gelu_new, gelu_pytorch_tanh) is implemented",
-                          c->origin, m->activation);
-  }
+  TY_RETURN_IF_ERROR(ty_cfg_positive(c, c->root, "layer_norm_epsilon", "layer_norm_epsilon",
+                                     false, 1e-5, &m->norm_eps));
+  static const char *const tanh_gelu[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
+  const char *act = NULL;
+  TY_RETURN_IF_ERROR(ty_cfg_enum(c, c->root, "activation_function", "activation_function",
+                                 "gelu_new", tanh_gelu, ty_other_activations, &act));
+  TY_RETURN_IF_ERROR(ty_cfg_copy(c, "activation_function", act, m->activation,
+                                 sizeof(m->activation)));
   bool scale = true;
   TY_RETURN_IF_ERROR(ty_cfg_bool(c, "scale_attn_weights", true, &scale));
   if (!scale) {
@@ -139,49 +268,6 @@ static ty_status_t ty_cfg_gpt2(const ty_cfg_t *c, ty_model_config_t *m) {
   return TY_OK;
 }
 
-/* rope_theta + rope_scaling (older form) or rope_parameters (newer form). */
-static ty_status_t ty_cfg_rope(const ty_cfg_t *c, ty_model_config_t *m) {
-  json_t *params = json_object_get(c->root, "rope_parameters");
-  json_t *scaling = NULL;
-  const char *field = "rope_scaling";
-  if (params && !json_is_null(params)) {
-    if (!json_is_object(params)) return ty_cfg_error(c, "rope_parameters", "must be an object");
-    field = "rope_parameters";
-    scaling = params;
-    TY_RETURN_IF_ERROR(ty_cfg_number_in(c, params, "rope_theta", false, 10000.0, &m->rope_theta));
-  } else {
-    TY_RETURN_IF_ERROR(ty_cfg_number_in(c, c->root, "rope_theta", false, 10000.0, &m->rope_theta));
-    scaling = json_object_get(c->root, "rope_scaling");
-    if (scaling && json_is_null(scaling)) scaling = NULL;
-    if (scaling && !json_is_object(scaling)) return ty_cfg_error(c, "rope_scaling", "must be an object or null");
-  }
-  m->rope_type = TY_ROPE_DEFAULT;
-  if (!scaling) return TY_OK;
-  json_t *type = json_object_get(scaling, "rope_type");
-  if (!type) type = json_object_get(scaling, "type");
-  const char *t = type && json_is_string(type) ? json_string_value(type) : "default";
-  if (strcmp(t, "default") == 0) return TY_OK;
-  if (strcmp(t, "llama3") != 0) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "%s: field '%s' has rope_type '%s'; implemented: default, llama3",
-                          c->origin, field, t);
-  }
-  m->rope_type = TY_ROPE_LLAMA3;
-  double orig = 0;
-  TY_RETURN_IF_ERROR(ty_cfg_number_in(c, scaling, "factor", true, 0, &m->rope_factor));
-  TY_RETURN_IF_ERROR(ty_cfg_number_in(c, scaling, "low_freq_factor", true, 0,
-                                      &m->rope_low_freq_factor));
-  TY_RETURN_IF_ERROR(ty_cfg_number_in(c, scaling, "high_freq_factor", true, 0,
-                                      &m->rope_high_freq_factor));
-  TY_RETURN_IF_ERROR(ty_cfg_number_in(c, scaling, "original_max_position_embeddings", true, 0,
-                                      &orig));
-  m->rope_original_max_positions = (int64_t)orig;
-  if (!(m->rope_high_freq_factor > m->rope_low_freq_factor)) {
-    return ty_cfg_error(c, field, "needs high_freq_factor > low_freq_factor");
-  }
-  return TY_OK;
-}
-
 static ty_status_t ty_cfg_llama(const ty_cfg_t *c, ty_model_config_t *m) {
   m->arch = TY_ARCH_LLAMA;
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "vocab_size", true, 0, 1, &m->vocab_size));
@@ -194,7 +280,8 @@ static ty_status_t ty_cfg_llama(const ty_cfg_t *c, ty_model_config_t *m) {
   if (m->num_heads % m->num_kv_heads != 0) {
     return ty_cfg_error(c, "num_key_value_heads", "must divide num_attention_heads");
   }
-  if (m->hidden_size % m->num_heads != 0 && !json_object_get(c->root, "head_dim")) {
+  json_t *head_dim = json_object_get(c->root, "head_dim");
+  if (m->hidden_size % m->num_heads != 0 && (!head_dim || json_is_null(head_dim))) {
     return ty_cfg_error(c, "num_attention_heads", "must divide hidden_size (or give head_dim)");
   }
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "head_dim", false, m->hidden_size / m->num_heads, 2,
@@ -202,13 +289,14 @@ static ty_status_t ty_cfg_llama(const ty_cfg_t *c, ty_model_config_t *m) {
   if (m->head_dim % 2 != 0) return ty_cfg_error(c, "head_dim", "must be even for RoPE");
   TY_RETURN_IF_ERROR(ty_cfg_int(c, "max_position_embeddings", false, 2048, 1,
                                 &m->max_positions));
-  TY_RETURN_IF_ERROR(ty_cfg_number_in(c, c->root, "rms_norm_eps", false, 1e-6, &m->norm_eps));
-  TY_RETURN_IF_ERROR(ty_cfg_string(c, "hidden_act", "silu", m->activation, sizeof(m->activation)));
-  if (strcmp(m->activation, "silu") != 0) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "%s: field 'hidden_act' is '%s'; only silu is implemented",
-                          c->origin, m->activation);
-  }
+  TY_RETURN_IF_ERROR(ty_cfg_positive(c, c->root, "rms_norm_eps", "rms_norm_eps", false, 1e-6,
+                                     &m->norm_eps));
+  /* transformers maps "swish" to the same SiLU. */
+  static const char *const silu[] = {"silu", "swish", NULL};
+  const char *act = NULL;
+  TY_RETURN_IF_ERROR(ty_cfg_enum(c, c->root, "hidden_act", "hidden_act", "silu", silu,
+                                 ty_other_activations, &act));
+  TY_RETURN_IF_ERROR(ty_cfg_copy(c, "hidden_act", act, m->activation, sizeof(m->activation)));
   bool qwen2 = strcmp(m->model_type, "qwen2") == 0;
   TY_RETURN_IF_ERROR(ty_cfg_bool(c, "tie_word_embeddings", false, &m->tie_word_embeddings));
   if (qwen2) {
@@ -222,54 +310,58 @@ static ty_status_t ty_cfg_llama(const ty_cfg_t *c, ty_model_config_t *m) {
     TY_RETURN_IF_ERROR(ty_cfg_bool(c, "mlp_bias", false, &m->mlp_bias));
   }
   TY_RETURN_IF_ERROR(ty_cfg_rope(c, m));
-  /* Sliding windows: mistral always, qwen2 only with use_sliding_window. */
-  m->sliding_window = 0;
-  bool use_window = !qwen2;
-  if (qwen2) TY_RETURN_IF_ERROR(ty_cfg_bool(c, "use_sliding_window", false, &use_window));
-  if (use_window) {
-    TY_RETURN_IF_ERROR(ty_cfg_int(c, "sliding_window", false, 0, 0, &m->sliding_window));
-  }
-  return TY_OK;
+  return ty_cfg_sliding_window(c, m);
 }
 
-ty_status_t ty_model_config_parse(const char *json_text, const char *origin,
-                                  ty_model_config_t *out) {
+ty_status_t ty_model_config_parse_text(const char *text, size_t size, const char *origin,
+                                       ty_model_config_t *out) {
   memset(out, 0, sizeof(*out));
+  TY_RETURN_IF_ERROR(ty_file_check_text(text, size, origin, &ty_model_config_file_kind));
   json_error_t err;
-  json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &err);
+  json_t *root = json_loadb(text, size, JSON_REJECT_DUPLICATES, &err);
   if (!root) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: not valid JSON (line %d: %s)", origin,
                           err.line, err.text);
   }
   ty_cfg_t c = {root, origin};
   ty_status_t s = TY_OK;
+  static const char *const families[] = {"gpt2", "llama", "mistral", "qwen2", NULL};
+  json_t *type = json_object_get(root, "model_type");
   if (!json_is_object(root)) {
     s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: the top level must be an object", origin);
-    goto done;
-  }
-  json_t *type = json_object_get(root, "model_type");
-  if (!type || !json_is_string(type)) {
+  } else if (!type || !json_is_string(type)) {
     s = ty_cfg_error(&c, "model_type", "is missing or not a string");
-    goto done;
-  }
-  s = ty_cfg_string(&c, "model_type", NULL, out->model_type, sizeof(out->model_type));
-  if (s) goto done;
-  if (strcmp(out->model_type, "gpt2") == 0) {
-    s = ty_cfg_gpt2(&c, out);
-  } else if (strcmp(out->model_type, "llama") == 0 || strcmp(out->model_type, "mistral") == 0 ||
-             strcmp(out->model_type, "qwen2") == 0) {
-    s = ty_cfg_llama(&c, out);
-  } else {
+  } else if (!ty_cfg_in(families, json_string_value(type))) {
+    /* transformers knows hundreds of model types: any other is one
+     * Trainyard does not implement. */
     s = ty_status_make(TY_CODE_UNIMPLEMENTED,
-                       "%s: model_type '%s' is not supported (supported: gpt2, llama, "
+                       "%s: model_type '%.100s' is not supported (supported: gpt2, llama, "
                        "mistral, qwen2)",
-                       origin, out->model_type);
+                       origin, json_string_value(type));
+  } else {
+    s = ty_cfg_copy(&c, "model_type", json_string_value(type), out->model_type,
+                    sizeof(out->model_type));
   }
-  if (!s) s = ty_cfg_token_id(&c, "bos_token_id", &out->bos_token_id);
-  if (!s) s = ty_cfg_token_id(&c, "eos_token_id", &out->eos_token_id);
-done:
+  if (!s) s = strcmp(out->model_type, "gpt2") == 0 ? ty_cfg_gpt2(&c, out) : ty_cfg_llama(&c, out);
+  if (!s) s = ty_cfg_architectures(&c, out->model_type);
+  if (!s) s = ty_cfg_dtype(&c);
+  if (!s) s = ty_cfg_token_id(&c, "bos_token_id", out->vocab_size, &out->bos_token_id);
+  if (!s) s = ty_cfg_token_id(&c, "eos_token_id", out->vocab_size, &out->eos_token_id);
+  if (!s) {
+    json_t *pad = json_object_get(root, "pad_token_id");
+    if (pad && !json_is_null(pad) && !json_is_integer(pad)) {
+      s = ty_cfg_error(&c, "pad_token_id", "must be a token id or null");
+    }
+  }
+  /* Sizes no model could have are refused here, before anything walks them. */
+  if (!s) s = ty_status_annotate(ty_llm_param_count(out, NULL, NULL), "%s", origin);
   json_decref(root);
   return s;
+}
+
+ty_status_t ty_model_config_parse(const char *json_text, const char *origin,
+                                  ty_model_config_t *out) {
+  return ty_model_config_parse_text(json_text, strlen(json_text), origin, out);
 }
 
 ty_status_t ty_model_config_load(const char *dir, ty_model_config_t *out) {
@@ -287,19 +379,14 @@ ty_status_t ty_model_config_load(const char *dir, ty_model_config_t *out) {
   }
   char *text = NULL;
   size_t size = 0;
-  ty_status_t s = ty_file_read_named(path, "model config", (void **)&text, &size);
+  ty_status_t s = ty_file_read(path, &ty_model_config_file_kind, &text, &size);
   if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
     return ty_status_annotate(s, "%s is not a model folder (a Hugging Face model folder holds "
                                  "config.json and model.safetensors)",
                               dir);
   }
-  if (!s) {
-    if (size == 0) {
-      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s is empty", path);
-    } else {
-      s = ty_model_config_parse(text, path, out);
-    }
-  }
+  if (!s && size == 0) s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s is empty", path);
+  if (!s) s = ty_model_config_parse_text(text, size, path, out);
   free(text);
   return s;
 }

@@ -1,13 +1,16 @@
 /* Model configuration from a Hugging Face config.json: GPT-2 and the Llama
  * family (llama, mistral, qwen2). Every setting the graphs depend on is read
  * or defaulted as transformers does; a setting Trainyard cannot honour is an
- * error naming the field, never silently ignored. */
+ * error naming the field, never silently ignored, and so is an enum-like
+ * field (model_type, activations, RoPE type, dtype, architectures,
+ * layer_types) that is unknown or of the wrong type. */
 #ifndef TY_MODELS_CONFIG_H_
 #define TY_MODELS_CONFIG_H_
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hal/file.h"
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -47,18 +50,29 @@ typedef struct ty_model_config_t {
   double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
   int64_t rope_original_max_positions;
   int64_t sliding_window;    /* 0: none */
-  int64_t bos_token_id;      /* -1 when absent */
-  int64_t eos_token_id;      /* -1 when absent (first of a list) */
+  int64_t bos_token_id;      /* -1 when absent; else inside the vocabulary */
+  int64_t eos_token_id;      /* -1 when absent (first of a list); else inside it */
 } ty_model_config_t;
 
-/* Parses config.json text. `origin` names the file in messages. Errors:
- * INVALID_ARGUMENT naming the field (missing, wrong type, out of range),
- * UNIMPLEMENTED naming an unsupported model_type or setting (e.g.
- * rope_scaling type "yarn"). */
+/* config.json files (hal/file.h): text of at most 16 MiB. */
+extern const ty_file_kind_t ty_model_config_file_kind;
+
+/* Parses config.json text (`size` bytes; a NUL byte is an error). `origin`
+ * names the file in messages. Errors: INVALID_ARGUMENT naming the field
+ * (missing, wrong type, out of range, an enum-like value transformers does
+ * not know, bos/eos ids outside the vocabulary, rope_scaling and
+ * rope_parameters that disagree, sizes past 64-bit arithmetic),
+ * UNIMPLEMENTED naming an unsupported model_type or setting (e.g. rope type
+ * "yarn", a mix of sliding-window and full-attention layers). */
+ty_status_t ty_model_config_parse_text(const char *text, size_t size, const char *origin,
+                                       ty_model_config_t *out_config);
+
+/* The same for NUL-terminated text. */
 ty_status_t ty_model_config_parse(const char *json_text, const char *origin,
                                   ty_model_config_t *out_config);
 
-/* Reads <dir>/config.json. NOT_FOUND when it is missing. */
+/* Reads <dir>/config.json (capped, see ty_model_config_file_kind). NOT_FOUND
+ * when it is missing. */
 ty_status_t ty_model_config_load(const char *dir, ty_model_config_t *out_config);
 
 #ifdef __cplusplus

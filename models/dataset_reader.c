@@ -174,6 +174,11 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
   return TY_OK;
 }
 
+/* dataset.json lists every shard with its hash: a few hundred bytes each. */
+static const ty_file_kind_t ty_ds_json_kind = {
+    .what = "dataset description", .max_bytes = 64 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_DATA_LOSS};
+
 /* *out_declared is false when dataset.json parses but lists no `split`. */
 static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split, bool *out_declared) {
   *out_declared = true;
@@ -187,9 +192,9 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split, bool *out_dec
                           "prepare')",
                           ds->dir);
   }
-  void *text = NULL;
+  char *text = NULL;
   size_t text_size = 0;
-  ty_status_t read = ty_file_read_named(ds->json_path, "dataset description", &text, &text_size);
+  ty_status_t read = ty_file_read(ds->json_path, &ty_ds_json_kind, &text, &text_size);
   if (read && ty_status_code(read) == TY_CODE_NOT_FOUND) {
     ty_status_free(read);
     return ty_status_make(TY_CODE_NOT_FOUND, "%s is not a trainyard dataset (no " TY_DATASET_JSON

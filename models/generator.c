@@ -183,8 +183,10 @@ void ty_generator_destroy(ty_generator_t *g) {
   free(g);
 }
 
-ty_status_t ty_generator_load_weights(ty_generator_t *g, const char *dir) {
-  return ty_llm_load_weights(&g->m_prefill, g->s_prefill, dir);
+ty_status_t ty_generator_load_weights(ty_generator_t *g, const char *dir,
+                                      const ty_llm_load_options_t *options,
+                                      ty_llm_load_report_t *out_report) {
+  return ty_llm_load_weights_with(&g->m_prefill, g->s_prefill, dir, options, out_report);
 }
 
 ty_status_t ty_generator_run(ty_generator_t *g, const int64_t *prompt,

@@ -21,6 +21,7 @@
 
 #include "graph/session.h"
 #include "hal/device.h"
+#include "models/checkpoint.h"
 #include "models/config.h"
 
 #ifdef __cplusplus
@@ -61,8 +62,13 @@ ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *co
                                 ty_generator_t **out_generator);
 void ty_generator_destroy(ty_generator_t *generator);
 
-/* Loads the weights of the model folder `dir` (safetensors). */
-ty_status_t ty_generator_load_weights(ty_generator_t *generator, const char *dir);
+/* Loads the weights of the model folder `dir` (safetensors) as
+ * ty_llm_load_weights_with does (models/checkpoint.h): NaN/Inf weights are
+ * refused unless options->allow_nonfinite (options may be NULL: refuse),
+ * and counted in *out_report (may be NULL). */
+ty_status_t ty_generator_load_weights(ty_generator_t *generator, const char *dir,
+                                      const ty_llm_load_options_t *options,
+                                      ty_llm_load_report_t *out_report);
 
 typedef struct ty_generation_t {
   int64_t *ids;           /* the new tokens (caller-owned buffer of max_new) */

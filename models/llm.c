@@ -18,38 +18,39 @@ typedef struct {
   ty_llm_t *m;
   const ty_model_config_t *c;
   const ty_llm_options_t *o;
-  uint32_t param_capacity;
+  uint32_t next_param;      /* where the next parameter usually is in m->params */
   ty_value_id_t positions; /* i64 [T] */
   ty_value_id_t cache_position, kv_len; /* i64 [] (cache mode) */
   ty_value_id_t rng;       /* i64 [2] or NONE */
   int64_t dropout_stream;
 } ty_builder_t;
 
-static ty_status_t ty_b_param(ty_builder_t *b, bool decay, uint32_t rank, int64_t d0,
-                              int64_t d1, ty_value_id_t *out, const char *fmt, ...)
-    TY_PRINTF_ATTR(7, 8);
+static ty_status_t ty_b_param(ty_builder_t *b, ty_value_id_t *out, const char *fmt, ...)
+    TY_PRINTF_ATTR(3, 4);
 
-static ty_status_t ty_b_param(ty_builder_t *b, bool decay, uint32_t rank, int64_t d0,
-                              int64_t d1, ty_value_id_t *out, const char *fmt, ...) {
-  if (b->m->param_count == b->param_capacity) {
-    uint32_t cap = b->param_capacity ? b->param_capacity * 2 : 64;
-    ty_llm_param_t *p = realloc(b->m->params, cap * sizeof(*p));
-    if (!p) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory building a model");
-    b->m->params = p;
-    b->param_capacity = cap;
-  }
-  ty_llm_param_t *p = &b->m->params[b->m->param_count];
-  memset(p, 0, sizeof(*p));
+/* Creates the STATE value of the parameter named by fmt. Its shape comes
+ * from the parameter set (llm_params.c), which m->params already holds in
+ * the order the builder asks, so the lookup is one comparison. */
+static ty_status_t ty_b_param(ty_builder_t *b, ty_value_id_t *out, const char *fmt, ...) {
+  char name[TY_LLM_NAME_MAX];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(p->name, sizeof(p->name), fmt, args);
+  vsnprintf(name, sizeof(name), fmt, args);
   va_end(args);
-  p->rank = rank;
-  p->dims[0] = d0;
-  p->dims[1] = d1;
-  p->decay = decay;
-  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, p->name, b->o->dtype, rank, p->dims, &p->value));
-  b->m->param_count++;
+  ty_llm_param_t *p = NULL;
+  if (b->next_param < b->m->param_count && !strcmp(b->m->params[b->next_param].name, name)) {
+    p = &b->m->params[b->next_param];
+  } else {
+    for (uint32_t i = 0; i < b->m->param_count && !p; ++i) {
+      if (!strcmp(b->m->params[i].name, name)) p = &b->m->params[i];
+    }
+  }
+  if (!p || p->value != TY_VALUE_NONE) {
+    return ty_status_make(TY_CODE_INTERNAL, "parameter '%s' is %s the parameter set", name,
+                          p ? "twice in" : "not in");
+  }
+  b->next_param = (uint32_t)(p - b->m->params) + 1;
+  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, p->name, b->o->dtype, p->rank, p->dims, &p->value));
   *out = p->value;
   return TY_OK;
 }
@@ -122,9 +123,9 @@ static ty_status_t ty_b_norm(ty_builder_t *b, ty_value_id_t x, const char *prefi
   ty_attrs_t a = TY_ATTRS_EMPTY;
   TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "eps", c->norm_eps));
   ty_value_id_t w, bias, outs[3];
-  TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, c->hidden_size, 0, &w, "%s.weight", prefix));
+  TY_RETURN_IF_ERROR(ty_b_param(b, &w, "%s.weight", prefix));
   if (c->arch == TY_ARCH_GPT2) {
-    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, c->hidden_size, 0, &bias, "%s.bias", prefix));
+    TY_RETURN_IF_ERROR(ty_b_param(b, &bias, "%s.bias", prefix));
     ty_value_id_t in[3] = {x, w, bias};
     TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "layernorm", in, 3, &a, outs, 3));
   } else {
@@ -193,8 +194,8 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
   int64_t B = b->o->batch, T = b->o->seq, C = c->hidden_size, H = c->num_heads,
           D = c->head_dim;
   ty_value_id_t w, bias, qkv, split, parts[3], y;
-  TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, C, 3 * C, &w, "transformer.h.%d.attn.c_attn.weight", layer));
-  TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, 3 * C, 0, &bias, "transformer.h.%d.attn.c_attn.bias", layer));
+  TY_RETURN_IF_ERROR(ty_b_param(b, &w, "transformer.h.%d.attn.c_attn.weight", layer));
+  TY_RETURN_IF_ERROR(ty_b_param(b, &bias, "transformer.h.%d.attn.c_attn.bias", layer));
   TY_RETURN_IF_ERROR(ty_b_linear(b, x, w, bias, false, &qkv));
   int64_t five[5] = {B, T, 3, H, D}, four[4] = {B, T, H, D};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, qkv, 5, five, &split));
@@ -211,32 +212,28 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
   int64_t three[3] = {B, T, C};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, three, &y));
   ty_value_id_t pw, pb;
-  TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, C, C, &pw, "transformer.h.%d.attn.c_proj.weight", layer));
-  TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, C, 0, &pb, "transformer.h.%d.attn.c_proj.bias", layer));
+  TY_RETURN_IF_ERROR(ty_b_param(b, &pw, "transformer.h.%d.attn.c_proj.weight", layer));
+  TY_RETURN_IF_ERROR(ty_b_param(b, &pb, "transformer.h.%d.attn.c_proj.bias", layer));
   return ty_b_linear(b, y, pw, pb, false, out);
 }
 
-static ty_status_t ty_b_proj(ty_builder_t *b, int layer, const char *name, int64_t out_dim,
-                             int64_t in_dim, bool bias, ty_value_id_t x, ty_value_id_t *out) {
+static ty_status_t ty_b_proj(ty_builder_t *b, int layer, const char *name, bool bias,
+                             ty_value_id_t x, ty_value_id_t *out) {
   ty_value_id_t w, bv = TY_VALUE_NONE;
-  TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, out_dim, in_dim, &w, "model.layers.%d.%s.weight",
-                                layer, name));
-  if (bias) {
-    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, out_dim, 0, &bv, "model.layers.%d.%s.bias",
-                                  layer, name));
-  }
+  TY_RETURN_IF_ERROR(ty_b_param(b, &w, "model.layers.%d.%s.weight", layer, name));
+  if (bias) TY_RETURN_IF_ERROR(ty_b_param(b, &bv, "model.layers.%d.%s.bias", layer, name));
   return ty_b_linear(b, x, w, bv, true, out);
 }
 
 static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_t x,
                                         ty_value_id_t *out) {
   const ty_model_config_t *c = b->c;
-  int64_t B = b->o->batch, T = b->o->seq, C = c->hidden_size, H = c->num_heads,
-          K = c->num_kv_heads, D = c->head_dim;
+  int64_t B = b->o->batch, T = b->o->seq, H = c->num_heads, K = c->num_kv_heads,
+          D = c->head_dim;
   ty_value_id_t q, k, v, y;
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.q_proj", H * D, C, c->qkv_bias, x, &q));
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.k_proj", K * D, C, c->qkv_bias, x, &k));
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.v_proj", K * D, C, c->qkv_bias, x, &v));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.q_proj", c->qkv_bias, x, &q));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.k_proj", c->qkv_bias, x, &k));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.v_proj", c->qkv_bias, x, &v));
   int64_t qd[4] = {B, T, H, D}, kd[4] = {B, T, K, D};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, q, 4, qd, &q));
   TY_RETURN_IF_ERROR(ty_b_reshape(b, k, 4, kd, &k));
@@ -246,41 +243,39 @@ static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_
   TY_RETURN_IF_ERROR(ty_b_attention_core(b, layer, q, k, v, &y));
   int64_t yd[3] = {B, T, H * D};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, yd, &y));
-  return ty_b_proj(b, layer, "self_attn.o_proj", C, H * D, c->o_bias, y, out);
+  return ty_b_proj(b, layer, "self_attn.o_proj", c->o_bias, y, out);
 }
 
 static ty_status_t ty_b_mlp(ty_builder_t *b, int layer, ty_value_id_t x, ty_value_id_t *out) {
   const ty_model_config_t *c = b->c;
-  int64_t C = c->hidden_size, F = c->intermediate_size;
   if (c->arch == TY_ARCH_GPT2) {
     ty_value_id_t w1, b1, w2, b2, h;
-    TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, C, F, &w1, "transformer.h.%d.mlp.c_fc.weight", layer));
-    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, F, 0, &b1, "transformer.h.%d.mlp.c_fc.bias", layer));
+    TY_RETURN_IF_ERROR(ty_b_param(b, &w1, "transformer.h.%d.mlp.c_fc.weight", layer));
+    TY_RETURN_IF_ERROR(ty_b_param(b, &b1, "transformer.h.%d.mlp.c_fc.bias", layer));
     TY_RETURN_IF_ERROR(ty_b_linear(b, x, w1, b1, false, &h));
     TY_RETURN_IF_ERROR(ty_b_node(b, "gelu", &h, 1, NULL, &h));
-    TY_RETURN_IF_ERROR(ty_b_param(b, true, 2, F, C, &w2, "transformer.h.%d.mlp.c_proj.weight", layer));
-    TY_RETURN_IF_ERROR(ty_b_param(b, false, 1, C, 0, &b2, "transformer.h.%d.mlp.c_proj.bias", layer));
+    TY_RETURN_IF_ERROR(ty_b_param(b, &w2, "transformer.h.%d.mlp.c_proj.weight", layer));
+    TY_RETURN_IF_ERROR(ty_b_param(b, &b2, "transformer.h.%d.mlp.c_proj.bias", layer));
     return ty_b_linear(b, h, w2, b2, false, out);
   }
   ty_value_id_t gate, up, h;
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.gate_proj", F, C, c->mlp_bias, x, &gate));
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.up_proj", F, C, c->mlp_bias, x, &up));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.gate_proj", c->mlp_bias, x, &gate));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.up_proj", c->mlp_bias, x, &up));
   TY_RETURN_IF_ERROR(ty_b_binary(b, "swiglu", gate, up, &h));
-  return ty_b_proj(b, layer, "mlp.down_proj", C, F, c->mlp_bias, h, out);
+  return ty_b_proj(b, layer, "mlp.down_proj", c->mlp_bias, h, out);
 }
 
 static ty_status_t ty_b_embed(ty_builder_t *b, ty_value_id_t *out_h, ty_value_id_t *out_wte) {
   const ty_model_config_t *c = b->c;
   ty_value_id_t wte, h;
   bool gpt2 = c->arch == TY_ARCH_GPT2;
-  TY_RETURN_IF_ERROR(ty_b_param(b, false, 2, c->vocab_size, c->hidden_size, &wte,
-                                gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight"));
+  TY_RETURN_IF_ERROR(
+      ty_b_param(b, &wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight"));
   ty_value_id_t in[2] = {wte, b->m->tokens};
   TY_RETURN_IF_ERROR(ty_b_node(b, "embedding", in, 2, NULL, &h));
   if (gpt2) {
     ty_value_id_t wpe, pos;
-    TY_RETURN_IF_ERROR(ty_b_param(b, false, 2, c->max_positions, c->hidden_size, &wpe,
-                                  "transformer.wpe.weight"));
+    TY_RETURN_IF_ERROR(ty_b_param(b, &wpe, "transformer.wpe.weight"));
     ty_value_id_t pin[2] = {wpe, b->positions};
     TY_RETURN_IF_ERROR(ty_b_node(b, "embedding", pin, 2, NULL, &pos));
     TY_RETURN_IF_ERROR(ty_b_binary(b, "add", h, pos, &h));
@@ -345,6 +340,16 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   if (o->dropout < 0 || o->dropout >= 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "dropout %g must be in [0, 1)", o->dropout);
   }
+  /* The parameter set first: its count is checked arithmetically before a
+   * single node is built, and it holds every shape the builder uses. */
+  uint32_t count = 0;
+  TY_RETURN_IF_ERROR(ty_llm_param_count(c, &count, NULL));
+  m->params = calloc(count ? count : 1, sizeof(*m->params));
+  if (!m->params) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for %u parameters", count);
+  }
+  m->param_count = count;
+  for (uint32_t i = 0; i < count; ++i) ty_llm_param_spec(c, i, &m->params[i]);
   ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE,
                    .cache_position = TY_VALUE_NONE, .kv_len = TY_VALUE_NONE};
   int64_t bt[2] = {o->batch, o->seq};
@@ -356,9 +361,9 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     if (!s) s = ty_graph_add_input(g, "kv_len", TY_DTYPE_I64, 0, NULL, &b.kv_len);
   } else if (!s) {
     int64_t *pos = malloc((size_t)o->seq * sizeof(int64_t));
-    if (!pos) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    for (int64_t t = 0; t < o->seq; ++t) pos[t] = t;
-    s = ty_graph_add_constant(g, "positions", TY_DTYPE_I64, 1, tdim, pos, &b.positions);
+    for (int64_t t = 0; pos && t < o->seq; ++t) pos[t] = t;
+    s = pos ? ty_graph_add_constant(g, "positions", TY_DTYPE_I64, 1, tdim, pos, &b.positions)
+            : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     free(pos);
   }
   if (!s && o->dropout > 0) {
@@ -388,9 +393,14 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   if (!s) {
     ty_value_id_t head = wte;
     if (!c->tie_word_embeddings) {
-      s = ty_b_param(&b, true, 2, c->vocab_size, c->hidden_size, &head, "lm_head.weight");
+      s = ty_b_param(&b, &head, "lm_head.weight");
     }
     if (!s) s = ty_b_linear(&b, h, head, TY_VALUE_NONE, true, &m->logits);
+  }
+  for (uint32_t i = 0; i < m->param_count && !s; ++i) {
+    if (m->params[i].value == TY_VALUE_NONE) {
+      s = ty_status_make(TY_CODE_INTERNAL, "parameter '%s' was never built", m->params[i].name);
+    }
   }
   if (!s && o->logits_output) s = ty_graph_set_output(g, m->logits, "logits");
   if (!s && o->with_loss) s = ty_b_loss(&b);

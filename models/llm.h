@@ -86,6 +86,27 @@ void ty_llm_deinit(ty_llm_t *model);
 ty_status_t ty_llm_precision_parse(const char *text, ty_dtype_t *out_param_dtype,
                                    ty_dtype_t *out_compute_dtype);
 
+/* The parameter set `config` implies (models/llm_params.c), without building
+ * anything: the number of tensors and of elements, computed with overflow
+ * checks. INVALID_ARGUMENT naming the sizes when they exceed 64-bit
+ * arithmetic (with room for f64 bytes) or Trainyard's 32-bit tensor index. */
+ty_status_t ty_llm_param_count(const ty_model_config_t *config, uint32_t *out_tensors,
+                               int64_t *out_elements);
+
+/* Parameter `index` (< the count) in the order ty_llm_build creates them:
+ * name, rank, dims and decay; value is TY_VALUE_NONE. Call only after
+ * ty_llm_param_count succeeded for `config`. */
+void ty_llm_param_spec(const ty_model_config_t *config, uint32_t index, ty_llm_param_t *out);
+
+/* RESOURCE_EXHAUSTED naming `device` when the parameters of `config` in
+ * `dtype`, plus `extra_bytes_per_param` for each (gradients and optimizer
+ * state when training), cannot fit in its `memory_bytes` (0: unknown, no
+ * check). A lower bound (activations come on top), checked before any graph
+ * is built. */
+ty_status_t ty_llm_check_memory(const ty_model_config_t *config, ty_dtype_t dtype,
+                                uint64_t extra_bytes_per_param, uint64_t memory_bytes,
+                                const char *device);
+
 /* The parameter named `name`, or NULL. */
 const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *model, const char *name);
 

@@ -53,6 +53,15 @@ ty_status_t ty_model_preset(const char *name, int64_t vocab, int64_t bos, int64_
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "preset %s: vocabulary size %lld < 2", name,
                           (long long)vocab);
   }
+  const int64_t ids[2] = {bos, eos};
+  for (int i = 0; i < 2; ++i) {
+    if (ids[i] < -1 || ids[i] >= vocab) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "preset %s: %s id %lld is outside the vocabulary of %lld tokens",
+                            name, i ? "end-of-text" : "beginning-of-text", (long long)ids[i],
+                            (long long)vocab);
+    }
+  }
   bool gpt2 = p->arch == TY_ARCH_GPT2;
   snprintf(c->model_type, sizeof(c->model_type), "%s", gpt2 ? "gpt2" : "llama");
   c->arch = p->arch;
@@ -138,16 +147,27 @@ static json_t *ty_config_json(const ty_model_config_t *c) {
     json_object_set_new(j, "rope_parameters", params);
     if (c->sliding_window > 0) {
       json_object_set_new(j, "sliding_window", json_integer(c->sliding_window));
+      if (strcmp(c->model_type, "qwen2") == 0) {
+        /* Qwen2 windows no layer unless told so, and then only from
+         * max_window_layers on. */
+        json_object_set_new(j, "use_sliding_window", json_true());
+        json_object_set_new(j, "max_window_layers", json_integer(0));
+      }
     }
   }
   json_object_set_new(j, "torch_dtype", json_string("float32"));
   return j;
 }
 
-ty_status_t ty_model_config_write(const ty_model_config_t *c, const char *path) {
+char *ty_model_config_dumps(const ty_model_config_t *c) {
   json_t *j = ty_config_json(c);
   char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
   json_decref(j);
+  return text;
+}
+
+ty_status_t ty_model_config_write(const ty_model_config_t *c, const char *path) {
+  char *text = ty_model_config_dumps(c);
   if (!text) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing %s", path);
   size_t n = strlen(text);
   char *line = realloc(text, n + 2);

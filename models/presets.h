@@ -27,6 +27,11 @@ const char *ty_model_preset_names(void);
  * (temporary file, fsync, rename). */
 ty_status_t ty_model_config_write(const ty_model_config_t *config, const char *path);
 
+/* The text ty_model_config_write writes, as a heap string the caller frees;
+ * NULL when memory runs out. ty_model_config_parse of it gives `config`
+ * back, field for field. */
+char *ty_model_config_dumps(const ty_model_config_t *config);
+
 /* Binds freshly initialized weights to every parameter of `model` in
  * `session`, as transformers initializes the family: normal(0, 0.02) for
  * matrices and embeddings (GPT-2's residual projections scaled by

@@ -7,13 +7,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "hal/file.h"
 #include "models/safetensors.h"
 #include "models/safetensors_internal.h"
 
 #define TY_ST_INDEX_NAME "model.safetensors.index.json"
 #define TY_ST_SINGLE_NAME "model.safetensors"
 /* Indexes of the largest models are a few hundred kilobytes. */
-#define TY_ST_INDEX_MAX_BYTES (64u << 20)
+static const ty_file_kind_t ty_st_index_kind = {
+    .what = "safetensors index", .max_bytes = 64 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_DATA_LOSS};
 
 struct ty_safetensors_set_t {
   char *dir;
@@ -97,7 +100,7 @@ static ty_status_t ty_st_open_index(ty_safetensors_set_t *set, uint32_t flags) {
   const char *index = set->index_path;
   char *text = NULL;
   size_t size = 0;
-  TY_RETURN_IF_ERROR(ty_st_read_small_file(index, TY_ST_INDEX_MAX_BYTES, &text, &size));
+  TY_RETURN_IF_ERROR(ty_file_read(index, &ty_st_index_kind, &text, &size));
   json_error_t err;
   json_t *root = json_loadb(text, size, JSON_REJECT_DUPLICATES, &err);
   free(text);

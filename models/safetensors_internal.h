@@ -35,11 +35,6 @@ const ty_st_dtype_row_t *ty_st_dtype_find(const char *name);
 const ty_st_dtype_row_t *ty_st_dtype_row(ty_dtype_t dtype, bool is_bool);
 
 
-/* Reads the whole (small) file `path` into a NUL-terminated heap buffer of
- * at most `limit` bytes (DATA_LOSS naming the file above that). */
-ty_status_t ty_st_read_small_file(const char *path, size_t limit,
-                                  char **out_data, size_t *out_size);
-
 /* Full read at `offset` (retrying EINTR and short reads). DATA_LOSS when
  * the file ends first. */
 ty_status_t ty_st_pread_all(int fd, void *dst, uint64_t size, uint64_t offset,

@@ -1,5 +1,5 @@
-/* safetensors support code: the dtype table, errno statuses, small file
- * helpers, pickle sniffing (ty_checkpoint_check_format) and the dtype
+/* safetensors support code: the dtype table, errno statuses, whole-range
+ * preads, pickle sniffing (ty_checkpoint_check_format) and the dtype
  * conversions used to load checkpoints into other dtypes. */
 #include <errno.h>
 #include <fcntl.h>
@@ -86,42 +86,6 @@ ty_status_t ty_st_pread_all(int fd, void *dst, uint64_t size, uint64_t offset,
     size -= (uint64_t)n;
     offset += (uint64_t)n;
   }
-  return TY_OK;
-}
-
-ty_status_t ty_st_read_small_file(const char *path, size_t limit,
-                                  char **out_data, size_t *out_size) {
-  *out_data = NULL;
-  *out_size = 0;
-  int fd = -1;
-  TY_RETURN_IF_ERROR(ty_file_open_read(path, "file", &fd, NULL));
-  struct stat st;
-  ty_status_t status = TY_OK;
-  char *data = NULL;
-  if (fstat(fd, &st) != 0) {
-    status = ty_status_from_errno(errno, "cannot stat " TY_ST_MSG_NAME, path);
-  } else if (!S_ISREG(st.st_mode)) {
-    status = ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                            TY_ST_MSG_NAME ": not a regular file", path);
-  } else if ((uint64_t)st.st_size > limit) {
-    status = ty_status_make(TY_CODE_DATA_LOSS,
-                            TY_ST_MSG_NAME ": %llu bytes, more than the %zu "
-                            "bytes such a file may have",
-                            path, (unsigned long long)st.st_size, limit);
-  } else if (!(data = malloc((size_t)st.st_size + 1))) {
-    status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                            "out of memory reading " TY_ST_MSG_NAME, path);
-  } else {
-    status = ty_st_pread_all(fd, data, (uint64_t)st.st_size, 0, path);
-  }
-  close(fd);
-  if (status) {
-    free(data);
-    return status;
-  }
-  data[st.st_size] = '\0';
-  *out_data = data;
-  *out_size = (size_t)st.st_size;
   return TY_OK;
 }
 

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/file.h"
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -45,11 +46,18 @@ enum {
   TY_TOKENIZER_DECODE_SKIP_SPECIAL = 1u << 0,
 };
 
+/* tokenizer.json files as read by ty_tokenizer_load_file and by anything
+ * else that reads one (hal/file.h): text, capped at 256 MiB (ten times the
+ * largest published tokenizer.json) unless TRAINYARD_MAX_TOKENIZER_BYTES
+ * says otherwise. */
+extern const ty_file_kind_t ty_tokenizer_file_kind;
+
 /* Reads and loads a tokenizer.json file. Errors: INVALID_ARGUMENT for a
  * folder; ty_status_from_errno's code (NOT_FOUND, PERMISSION_DENIED,
  * FAILED_PRECONDITION for a path through a file, ...) when the file cannot
- * be read, DATA_LOSS when it is not
- * JSON, INVALID_ARGUMENT naming the field when a field is missing or wrong,
+ * be read; RESOURCE_EXHAUSTED past the size cap; DATA_LOSS when it is not
+ * JSON (or holds a NUL byte); INVALID_ARGUMENT naming the field when a
+ * field is missing or wrong;
  * UNIMPLEMENTED naming the component (model type, pre-tokenizer, ...) that
  * this loader does not support. */
 ty_status_t ty_tokenizer_load_file(const char *path, ty_tokenizer_t **out_tokenizer);

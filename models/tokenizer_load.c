@@ -2,7 +2,6 @@
  * options), added tokens, the id table and the added-token tries. The
  * components around the model are parsed in tokenizer_pipeline.c. Also the
  * public lookups and destroy. */
-#include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,27 +55,13 @@ ty_status_t ty_tok_json_type(const json_t *object, const char *path, const char 
 
 /* ---- the file ---- */
 
-static ty_status_t ty_tok_errno_status(int error, const char *what, const char *path) {
-  return ty_status_from_errno(error, "cannot %s tokenizer file '%s'", what, path);
-}
-
-static ty_status_t ty_tok_read_file(const char *path, ty_tok_buf_t *out) {
-  FILE *file = fopen(path, "rb");
-  if (!file) return ty_tok_errno_status(errno, "open", path);
-  ty_status_t status = TY_OK;
-  for (;;) {
-    status = ty_tok_buf_reserve(out, 1 << 16);
-    if (status) break;
-    size_t n = fread(out->data + out->size, 1, out->capacity - out->size - 1, file);
-    out->size += n;
-    if (n == 0) {
-      if (ferror(file)) status = ty_tok_errno_status(errno ? errno : EIO, "read", path);
-      break;
-    }
-  }
-  fclose(file);
-  return status;
-}
+const ty_file_kind_t ty_tokenizer_file_kind = {
+    .what = "tokenizer file",
+    .max_bytes = 256 * TY_MIB,
+    .limit_env = "TRAINYARD_MAX_TOKENIZER_BYTES",
+    .text = true,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
 
 /* ---- the model ---- */
 
@@ -486,6 +471,12 @@ static ty_status_t ty_tok_load_root(ty_tokenizer_t *tok, const json_t *root) {
       }
     }
   }
+  /* Checked last, so that the other parts of a file are still named first.
+   * Without a vocabulary the model can encode nothing at all. */
+  if (tok->vocab.count == 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "model.vocab is empty: a tokenizer needs at least one token");
+  }
   return TY_OK;
 }
 
@@ -496,6 +487,8 @@ ty_status_t ty_tokenizer_load_json(const char *json, size_t size, const char *na
                           "ty_tokenizer_load_json: NULL output or NULL text");
   }
   if (!name) name = "tokenizer.json";
+  /* jansson would stop at a raw NUL and report a puzzling "end of file". */
+  TY_RETURN_IF_ERROR(ty_file_check_text(json, size, name, &ty_tokenizer_file_kind));
   json_error_t error;
   json_t *root = json_loadb(json ? json : "", size, JSON_ALLOW_NUL, &error);
   if (!root) {
@@ -528,18 +521,19 @@ ty_status_t ty_tokenizer_load_file_sha256(const char *path, ty_tokenizer_t **out
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "'%s' is a folder; pass the tokenizer.json file inside it", path);
   }
-  ty_tok_buf_t text = {0};
-  ty_status_t status = ty_tok_read_file(path, &text);
+  char *text = NULL;
+  size_t size = 0;
+  ty_status_t status = ty_file_read(path, &ty_tokenizer_file_kind, &text, &size);
   if (!status && out_sha256) {
     unsigned char digest[32];
     unsigned int n = 0;
-    if (EVP_Digest(text.data, text.size, digest, &n, EVP_sha256(), NULL) != 1) {
+    if (EVP_Digest(text, size, digest, &n, EVP_sha256(), NULL) != 1) {
       status = ty_status_make(TY_CODE_INTERNAL, "SHA-256 of %s failed", path);
     }
     for (int i = 0; i < 32 && !status; ++i) snprintf(out_sha256 + 2 * i, 3, "%02x", digest[i]);
   }
-  if (!status) status = ty_tokenizer_load_json(text.data, text.size, path, out_tokenizer);
-  ty_tok_buf_free(&text);
+  if (!status) status = ty_tokenizer_load_json(text, size, path, out_tokenizer);
+  free(text);
   return status;
 }
 

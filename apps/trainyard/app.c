@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+
 ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out) {
   ty_registry_options_t options = {
       .explicit_paths = app->plugin_paths,
@@ -104,4 +105,28 @@ int ty_app_list_parse_ids(const char *command, const char *option, const char *v
   *out_ids = ids;
   ty_app_list_free(&list);
   return TY_EXIT_OK;
+}
+
+ty_llm_load_options_t ty_app_load_options(bool allow_nonfinite) {
+  return (ty_llm_load_options_t){
+      .allow_nonfinite = allow_nonfinite,
+      .nonfinite_hint = "pass --allow-nonfinite to load such weights anyway"};
+}
+
+void ty_app_warn_nonfinite(const char *command, const char *dir,
+                           const ty_llm_load_report_t *report) {
+  if (!report->nonfinite_tensors) return;
+  fprintf(stderr,
+          "trainyard %s: WARNING: %u tensor(s) of %s hold NaN or infinity, loaded because "
+          "of --allow-nonfinite; results computed from them are not meaningful. First: %s\n",
+          command, report->nonfinite_tensors, dir, report->first_nonfinite);
+}
+
+ty_status_t ty_app_load_weights(const ty_llm_t *model, ty_session_t *session, const char *dir,
+                                bool allow_nonfinite, const char *command) {
+  ty_llm_load_options_t options = ty_app_load_options(allow_nonfinite);
+  ty_llm_load_report_t report;
+  TY_RETURN_IF_ERROR(ty_llm_load_weights_with(model, session, dir, &options, &report));
+  ty_app_warn_nonfinite(command, dir, &report);
+  return TY_OK;
 }

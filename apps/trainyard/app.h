@@ -9,6 +9,7 @@
 
 #include "hal/registry.h"
 #include "hal/status.h"
+#include "models/checkpoint.h"
 
 /* Exit codes (git-style). */
 enum {
@@ -76,6 +77,21 @@ void ty_app_list_free(ty_app_list_t *list);
  * the caller. Same return values. */
 int ty_app_list_parse_ids(const char *command, const char *option, const char *value,
                           int64_t **out_ids, size_t *out_count);
+
+/* The weight-loading options of a command with --allow-nonfinite (for
+ * ty_llm_load_weights_with and ty_generator_load_weights): refuse NaN/Inf
+ * weights naming the option, or load them when `allow_nonfinite`. */
+ty_llm_load_options_t ty_app_load_options(bool allow_nonfinite);
+
+/* The loud warning on stderr when `report` counts tensors holding NaN or
+ * infinity that were loaded from `dir` (with --allow-nonfinite). */
+void ty_app_warn_nonfinite(const char *command, const char *dir,
+                           const ty_llm_load_report_t *report);
+
+/* ty_llm_load_weights_with with ty_app_load_options, then
+ * ty_app_warn_nonfinite. */
+ty_status_t ty_app_load_weights(const ty_llm_t *model, ty_session_t *session, const char *dir,
+                                bool allow_nonfinite, const char *command);
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);

@@ -21,10 +21,16 @@
 #include "app.h"
 #include "compare_plot.h"
 #include "graph/compile_cache.h"
+#include "metrics/jsonl.h"
 #include "train_config.h"
 #include "trainer.h"
 
 #define TY_COMPARE_MAX 8
+
+/* A child's device_report.txt: a page of text the plugin wrote. */
+static const ty_file_kind_t ty_device_report_kind = {
+    .what = "device report", .max_bytes = 16 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_DATA_LOSS};
 
 static void ty_compare_usage(FILE *out) {
   fputs("usage: trainyard compare --backends URI,URI[,...] --steps N --out DIR\n"
@@ -77,6 +83,28 @@ static void ty_compare_slug(const char *uri, char *out, size_t capacity) {
   out[n] = '\0';
 }
 
+/* The last capacity-1 bytes of a child's log (however long the log grew),
+ * NUL-terminated; "" when it cannot be read. */
+static void ty_compare_log_tail(const char *path, char *out, size_t capacity) {
+  out[0] = '\0';
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  size_t got = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    off_t want = (off_t)(capacity - 1);
+    off_t from = st.st_size > want ? st.st_size - want : 0;
+    while (got < capacity - 1) {
+      ssize_t n = pread(fd, out + got, capacity - 1 - got, from + (off_t)got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+  }
+  close(fd);
+  out[got] = '\0';
+}
+
 /* One backend's training run, in a child process. */
 static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base,
                                     ty_compare_run_t *run) {
@@ -116,18 +144,11 @@ static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base
   run->peak_rss_mib = (double)ru.ru_maxrss / 1024.0;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return TY_OK;
   /* Show the end of its log: the error is there. */
-  void *text = NULL;
-  size_t size = 0;
-  ty_status_t r = ty_file_read_all(log, &text, &size);
-  const char *tail = r ? "" : (const char *)text;
-  if (size > 1500) tail += size - 1500;
-  ty_status_t s = ty_status_make(TY_CODE_ABORTED, "the run on %s failed (%s %d); the end of %s:\n%s",
-                                 run->uri, WIFEXITED(status) ? "exit code" : "signal",
-                                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log,
-                                 tail);
-  ty_status_free(r);
-  free(text);
-  return s;
+  char tail[1501] = "";
+  ty_compare_log_tail(log, tail, sizeof(tail));
+  return ty_status_make(TY_CODE_ABORTED, "the run on %s failed (%s %d); the end of %s:\n%s",
+                        run->uri, WIFEXITED(status) ? "exit code" : "signal",
+                        WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log, tail);
 }
 
 /* Step losses, throughput and cumulative tokens from metrics.jsonl. */
@@ -141,22 +162,33 @@ static ty_status_t ty_compare_read(ty_compare_run_t *run, int64_t steps) {
   for (int64_t i = 0; i < steps; ++i) run->loss[i] = NAN;
   char path[TY_CFG_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/metrics.jsonl", run->dir);
-  FILE *f = fopen(path, "r");
-  if (!f) return ty_status_from_errno(errno, "cannot read %s", path);
-  char line[4096];
-  while (fgets(line, sizeof(line), f)) {
-    json_t *j = json_loads(line, 0, NULL);
+  char *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_metrics_jsonl_kind, &text, &size));
+  size_t line_no = 0;
+  ty_status_t s = TY_OK;
+  for (char *line = text; line < text + size && !s; ++line_no) {
+    char *nl = memchr(line, '\n', (size_t)(text + size - line));
+    size_t len = nl ? (size_t)(nl - line) : (size_t)(text + size - line);
+    json_error_t error;
+    json_t *j = json_loadb(line, len, 0, &error);
+    if (!json_is_object(j)) {
+      s = ty_status_make(TY_CODE_DATA_LOSS, "%s:%zu: not a JSON object (%s)", path, line_no + 1,
+                         j ? "another JSON value" : error.text);
+    }
     json_t *loss = json_object_get(j, "loss");
     int64_t step = (int64_t)json_integer_value(json_object_get(j, "step"));
-    if (loss && step >= 1 && step <= steps) {
+    if (!s && loss && step >= 1 && step <= steps) {
       run->loss[step - 1] = json_number_value(loss);
       run->tok_s[step - 1] = json_number_value(json_object_get(j, "tokens_per_s"));
       run->tokens[step - 1] = json_number_value(json_object_get(j, "tokens"));
       run->rows++;
     }
     json_decref(j);
+    line += len + (nl ? 1 : 0);
   }
-  fclose(f);
+  free(text);
+  TY_RETURN_IF_ERROR(s);
   if (run->rows != steps) {
     return ty_status_make(TY_CODE_DATA_LOSS, "%s holds %lld of the %lld steps", path,
                           (long long)run->rows, (long long)steps);
@@ -173,9 +205,8 @@ static ty_status_t ty_compare_read(ty_compare_run_t *run, int64_t steps) {
   run->mean_tok_s = seconds > 0 ? tokens / seconds : 0;
   /* A device report (the dataflow device's) gives simulated figures. */
   snprintf(path, sizeof(path), "%s/device_report.txt", run->dir);
-  void *text = NULL;
-  size_t size = 0;
-  ty_status_t r = ty_file_read_all(path, &text, &size);
+  text = NULL;
+  ty_status_t r = ty_file_read(path, &ty_device_report_kind, &text, &size);
   if (!r) {
     const char *c = strstr(text, "estimated cycles per step: ");
     if (c) snprintf(run->cycles, sizeof(run->cycles), "%.*s", (int)strcspn(c, "\n"), c);

@@ -63,7 +63,7 @@ static double ty_now(void) {
 
 typedef struct {
   const char *backend, *model, *preset, *data, *out;
-  int64_t vocab, eos, B, T;
+  int64_t vocab, eos, B, T; /* eos: the data's end-of-text id, -1 without --data */
   bool inference;
   ty_train_config_t cfg; /* optimizer, dtype, dropout, decay_all, cache */
 } ty_compile_args_t;
@@ -207,7 +207,7 @@ static ty_status_t ty_compile_model(ty_compile_args_t *a, ty_model_config_t *mc)
     }
     data_vocab = ty_dataset_vocab_size(d);
     if (!a->vocab) a->vocab = ty_dataset_vocab_size(d);
-    if (!a->eos) a->eos = ty_dataset_eos_id(d);
+    if (a->eos < 0) a->eos = ty_dataset_eos_id(d);
     if (!a->T) a->T = ty_dataset_seq_len(d);
     ty_dataset_close(d);
     if (flag) {
@@ -227,7 +227,7 @@ static ty_status_t ty_compile_model(ty_compile_args_t *a, ty_model_config_t *mc)
     return TY_OK;
   }
   /* The graph does not depend on it; the preset's config needs one. */
-  int64_t eos = a->eos ? a->eos : a->vocab - 1;
+  int64_t eos = a->eos >= 0 ? a->eos : a->vocab - 1;
   return ty_model_preset(a->preset, a->vocab, eos, eos, mc);
 }
 
@@ -248,6 +248,16 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   if (!s) s = ty_compile_model(a, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) {
+    /* As `trainyard train` would hold it: gradients and optimizer state too. */
+    uint64_t extra = 0;
+    if (!a->inference) {
+      extra = ty_dtype_size(dtype) + (strcmp(a->cfg.optimizer, "sgd") == 0 ? 4 : 8) +
+              (a->cfg.grad_accum > 1 ? 4 : 0);
+    }
+    s = ty_llm_check_memory(&mc, dtype, extra, ty_device_info(device)->memory_bytes,
+                            ty_device_label(device));
+  }
   if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
     s = ty_train_graph_build(&a->cfg, &mc, a->B, a->T, dtype, kind, &graph, &model);
@@ -319,6 +329,7 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   ty_compile_args_t a;
   memset(&a, 0, sizeof(a));
   a.B = 8;
+  a.eos = -1;
   ty_train_config_defaults(&a.cfg);
   int rc = ty_compile_parse(argc, argv, &a);
   if (rc < 0) return TY_EXIT_OK;

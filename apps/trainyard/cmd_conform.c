@@ -20,6 +20,7 @@
 #include "hal/device.h"
 #include "hal/device_uri.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 
 static const char *const ty_conform_usage =
     "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
@@ -208,6 +209,11 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
   return array;
 }
 
+/* --xfail: one "op case dtype direction reason" line per expected failure. */
+static const ty_file_kind_t ty_xfail_file_kind = {
+    .what = "--xfail file", .max_bytes = TY_MIB, .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT};
+
 /* Reads the --xfail file and appends the backend's built-in list. */
 static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backend,
                                   ty_conform_xfail_t **out, uint32_t *out_count) {
@@ -216,11 +222,11 @@ static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backen
   ty_conform_xfail_t *file_list = NULL;
   uint32_t file_count = 0;
   if (a->xfail_path) {
-    void *text = NULL;
+    char *text = NULL;
     size_t size = 0;
-    /* The whole file (it was cut at 1 MiB), and a folder is an error, not
-     * an empty list. */
-    ty_status_t read = ty_file_read_named(a->xfail_path, "--xfail file", &text, &size);
+    /* Past its cap an error (it used to be cut silently at 1 MiB), and a
+     * folder is an error, not an empty list. */
+    ty_status_t read = ty_file_read(a->xfail_path, &ty_xfail_file_kind, &text, &size);
     if (read) {
       int rc = ty_app_usage_error("conform", "%s", ty_status_message(read));
       ty_status_free(read);

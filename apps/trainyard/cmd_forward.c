@@ -39,16 +39,24 @@ static const char *const ty_forward_usage =
     "  --dtype D        compute and parameter dtype (default f32); bf16-mixed / f16-mixed\n"
     "                   keep f32 weights and run matmuls and attention in bf16/f16\n"
     "  --grads          also compute parameter gradients\n"
+    "  --allow-nonfinite  load weights that hold NaN or infinity (a loud warning\n"
+    "                   instead of an error)\n"
     "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
     "                   dot (P.dot), e.g. for 'dot -Tsvg P.dot > P.svg'\n"
     "  -h, --help       this help\n";
 
+/* --tokens: a batch of ids as JSON. Its logits alone are B*T*V floats, so
+ * 64 MiB of ids is far past any batch that could run. */
+static const ty_file_kind_t ty_tokens_file_kind = {
+    .what = "--tokens file", .max_bytes = 64 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT};
+
 /* Reads the token file: [[ids...], ...], all rows the same length. */
 static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out_ids,
                                   int64_t *out_b, int64_t *out_t) {
-  void *text = NULL;
+  char *text = NULL;
   size_t size = 0;
-  TY_RETURN_IF_ERROR(ty_file_read_named(path, "--tokens file", &text, &size));
+  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_tokens_file_kind, &text, &size));
   json_error_t err;
   json_t *root = json_loadb(text, size, 0, &err);
   free(text);
@@ -104,7 +112,7 @@ typedef struct {
   const char *model_dir, *tokens_path, *out_path, *backend, *dump_graph;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
-  bool grads;
+  bool grads, allow_nonfinite;
 } ty_forward_args_t;
 
 static ty_status_t ty_write_text_file(const char *path, const char *text) {
@@ -148,6 +156,7 @@ static ty_status_t ty_read_f32(ty_session_t *s, const char *name, float **out, u
 static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   ty_model_config_t config;
   TY_RETURN_IF_ERROR(ty_model_config_load(a->model_dir, &config));
+  TY_RETURN_IF_ERROR(ty_llm_check_weights(&config, a->model_dir));
   int64_t *ids = NULL, B = 0, T = 0;
   TY_RETURN_IF_ERROR(ty_read_tokens(a->tokens_path, config.vocab_size, &ids, &B, &T));
   /* A row of one token predicts nothing: its mean loss is 0/0, not 0. */
@@ -176,6 +185,10 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                       : TY_OK;
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) {
+    s = ty_llm_check_memory(&config, a->dtype, a->grads ? ty_dtype_size(a->dtype) : 0,
+                            ty_device_info(device)->memory_bytes, ty_device_label(device));
+  }
   if (!s) s = ty_graph_create(&graph);
   ty_llm_options_t options = {
       .batch = B, .seq = T, .dtype = a->dtype, .compute_dtype = a->compute_dtype,
@@ -197,7 +210,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   }
   if (!s) s = ty_session_create(device, graph, NULL, &session);
   if (!s && a->dump_graph) s = ty_write_graph_dump(session, a->dump_graph);
-  if (!s) s = ty_llm_load_weights(&model, session, a->model_dir);
+  if (!s) s = ty_app_load_weights(&model, session, a->model_dir, a->allow_nonfinite, "forward");
   ty_dtype_t loss_dtype = TY_DTYPE_F32;
   if (!s) {
     ty_tensor_desc_t d;
@@ -283,6 +296,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"out", required_argument, NULL, 'o'},    {"backend", required_argument, NULL, 'b'},
       {"dtype", required_argument, NULL, 'd'},  {"grads", no_argument, NULL, 'g'},
       {"dump-graph", required_argument, NULL, 'G'},
+      {"allow-nonfinite", no_argument, NULL, 'N'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
   ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32, .compute_dtype = TY_DTYPE_F32};
@@ -297,6 +311,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 'b': a.backend = optarg; break;
       case 'g': a.grads = true; break;
       case 'G': a.dump_graph = optarg; break;
+      case 'N': a.allow_nonfinite = true; break;
       case 'd': {
         ty_status_t s = ty_llm_precision_parse(optarg, &a.dtype, &a.compute_dtype);
         if (s) {

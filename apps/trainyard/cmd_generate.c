@@ -11,6 +11,7 @@
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "models/generator.h"
+#include "models/llm.h"
 #include "models/tokenizer.h"
 
 static const char *const ty_generate_usage =
@@ -33,6 +34,8 @@ static const char *const ty_generate_usage =
     "  --top-p P            sample among the smallest set with mass >= P\n"
     "  --seed S             sampling seed (default 0)\n"
     "  --stop-at-eos        stop at the model's eos_token_id\n"
+    "  --allow-nonfinite    load weights that hold NaN or infinity (a loud warning\n"
+    "                       instead of an error)\n"
     "  --backend URI        device (default cpu)\n"
     "  --dtype D            f32, bf16, f16 or f64, or bf16-mixed / f16-mixed (f32\n"
     "                       weights, matmuls and attention in bf16/f16); default f32\n"
@@ -44,7 +47,7 @@ typedef struct {
   int64_t *prompt_ids; /* --prompt-ids, parsed */
   size_t prompt_id_count;
   int64_t max_new;
-  bool json, stop_at_eos;
+  bool json, stop_at_eos, allow_nonfinite;
   ty_sampling_t sampling;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
@@ -148,6 +151,8 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
                           "token to stop at",
                           a->model_dir);
   }
+  /* The checkpoint against the config before any graph is built. */
+  TY_RETURN_IF_ERROR(ty_llm_check_weights(&config, a->model_dir));
   ty_tokenizer_t *tok = NULL;
   int64_t *prompt = NULL, P = 0;
   ty_registry_t *registry = NULL;
@@ -160,6 +165,10 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
   if (!s) {
+    s = ty_llm_check_memory(&config, a->dtype, 0, ty_device_info(device)->memory_bytes,
+                            ty_device_label(device));
+  }
+  if (!s) {
     ty_generator_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                                 .prompt_len = P, .max_new = a->max_new};
     s = ty_generator_create(device, &config, &o, &gen);
@@ -167,7 +176,12 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
       s = ty_status_annotate(s, "--max-new-tokens %lld", (long long)a->max_new);
     }
   }
-  if (!s) s = ty_generator_load_weights(gen, a->model_dir);
+  if (!s) {
+    ty_llm_load_options_t load = ty_app_load_options(a->allow_nonfinite);
+    ty_llm_load_report_t report;
+    s = ty_generator_load_weights(gen, a->model_dir, &load, &report);
+    if (!s) ty_app_warn_nonfinite("generate", a->model_dir, &report);
+  }
   if (!s) {
     s = ty_generator_run(gen, prompt, &a->sampling, a->stop_at_eos ? config.eos_token_id : -1,
                          &out);
@@ -196,7 +210,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
  * or -1 after --help. */
 static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
-         O_DTYPE, O_JSON, O_EOS };
+         O_DTYPE, O_JSON, O_EOS, O_NONFINITE };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"prompt", required_argument, NULL, O_PROMPT},
@@ -211,6 +225,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       {"backend", required_argument, NULL, O_BACKEND},
       {"dtype", required_argument, NULL, O_DTYPE},
       {"json", no_argument, NULL, O_JSON},
+      {"allow-nonfinite", no_argument, NULL, O_NONFINITE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -280,6 +295,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
         break;
       }
       case O_JSON: a->json = true; break;
+      case O_NONFINITE: a->allow_nonfinite = true; break;
       case 'h': fputs(ty_generate_usage, stdout); return -1;
       case ':': return ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       default: return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);

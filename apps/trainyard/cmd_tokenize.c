@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app.h"
+#include "hal/file.h"
 #include "models/tokenizer.h"
 
 static const char *const ty_tokenize_usage =
@@ -33,31 +35,17 @@ static const char *const ty_tokenize_usage =
     "Exit codes: 0 success, 1 unreadable tokenizer or input, ids outside the\n"
     "vocabulary, 2 usage error.\n";
 
+/* The text (or ids) on stdin is held whole, with its ids: capped. */
+static const ty_file_kind_t ty_stdin_kind = {
+    .what = "input",
+    .max_bytes = TY_GIB,
+    .limit_env = "TRAINYARD_MAX_INPUT_BYTES",
+    .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT,
+};
+
 static ty_status_t ty_read_stdin(char **out_data, size_t *out_size) {
-  size_t size = 0, capacity = 1 << 16;
-  char *data = malloc(capacity);
-  if (!data) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading stdin");
-  for (;;) {
-    if (size == capacity) {
-      char *grown = capacity < SIZE_MAX / 2 ? realloc(data, capacity * 2) : NULL;
-      if (!grown) {
-        free(data);
-        return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading stdin");
-      }
-      data = grown;
-      capacity *= 2;
-    }
-    size_t n = fread(data + size, 1, capacity - size, stdin);
-    size += n;
-    if (n == 0) break;
-  }
-  if (ferror(stdin)) {
-    free(data);
-    return ty_status_make(TY_CODE_DATA_LOSS, "cannot read stdin: %s", strerror(errno));
-  }
-  *out_data = data;
-  *out_size = size;
-  return TY_OK;
+  return ty_file_read_fd(STDIN_FILENO, "stdin", &ty_stdin_kind, out_data, out_size);
 }
 
 static ty_status_t ty_push_id(uint32_t **ids, size_t *count, size_t *capacity, uint32_t id) {

@@ -1,5 +1,6 @@
 /* Input readers of `trainyard data` (data_inputs.h): each file is mapped
- * read-only and cut into documents by its format. */
+ * read-only (a pipe or device is read, up to a cap) and cut into documents
+ * by its format. */
 #include "data_inputs.h"
 
 #include <dirent.h>
@@ -12,6 +13,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "hal/file.h"
 
 static const char *const ty_data_format_names[] = {"text", "lines", "jsonl", "chat", "fortune",
                                                    "ids"};
@@ -28,8 +31,18 @@ bool ty_data_format_parse(const char *name, ty_data_format_t *out) {
 
 const char *ty_data_format_name(ty_data_format_t format) {
   size_t count = sizeof(ty_data_format_names) / sizeof(ty_data_format_names[0]);
-  return (unsigned)format < count ? ty_data_format_names[format] : "?";
+  return (size_t)format < count ? ty_data_format_names[format] : "?";
 }
+
+/* Inputs are text in every format. Files are mapped, so only pipes and
+ * devices, which are read into memory, meet the cap. */
+static const ty_file_kind_t ty_data_input_kind = {
+    .what = "input",
+    .max_bytes = 4 * TY_GIB,
+    .limit_env = "TRAINYARD_MAX_INPUT_BYTES",
+    .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT,
+};
 
 static ty_status_t ty_data_oom(void) {
   return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading the inputs");
@@ -368,19 +381,30 @@ ty_status_t ty_data_read_file(const char *path, ty_data_format_t format, const c
     close(fd);
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "input %s is a folder", path);
   }
-  size_t size = (size_t)st.st_size;
+  /* A file is mapped (its size bounds the work); a pipe or device has no
+   * size to trust and is read, up to the input cap. */
+  size_t size = 0;
   void *map = NULL;
-  if (size) {
+  char *owned = NULL;
+  ty_status_t status = TY_OK;
+  if (!S_ISREG(st.st_mode)) {
+    status = ty_file_read_fd(fd, path, &ty_data_input_kind, &owned, &size);
+  } else if ((size = (size_t)st.st_size) > 0) {
     map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      ty_status_t status = ty_data_errno(errno, "map input", path);
-      close(fd);
-      return status;
+      map = NULL;
+      status = ty_data_errno(errno, "map input", path);
     }
   }
   close(fd);
-  ty_data_reader_t r = {path, map ? map : "", size, format, text_field, fn, user};
-  ty_status_t status = TY_OK;
+  const char *data = map ? (const char *)map : owned ? owned : "";
+  if (!status) status = ty_file_check_text(data, size, path, &ty_data_input_kind);
+  if (status) {
+    if (map) munmap(map, size);
+    free(owned);
+    return status;
+  }
+  ty_data_reader_t r = {path, data, size, format, text_field, fn, user};
   switch (format) {
     case TY_DATA_FORMAT_TEXT: {
       ty_data_doc_t doc = {.text = r.data, .size = size, .line = 0, .offset = size};
@@ -391,5 +415,6 @@ ty_status_t ty_data_read_file(const char *path, ty_data_format_t format, const c
     default: status = ty_data_read_lines(&r); break;
   }
   if (map) munmap(map, size);
+  free(owned);
   return status;
 }

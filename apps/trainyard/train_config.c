@@ -3,6 +3,7 @@
 #include "train_config.h"
 
 #include "graph/compile_cache.h"
+#include "hal/file.h"
 
 #include <errno.h>
 #include <math.h>
@@ -73,6 +74,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(cache_dir, "on-disk compile cache ('none' for none; default $XDG_CACHE_HOME/trainyard "
                     "or ~/.cache/trainyard)"),
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
+    TY_B(allow_nonfinite, "load weights holding NaN or infinity (a loud warning instead of an "
+                          "error; the first step then stops on a non-finite loss)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -108,7 +111,10 @@ void ty_train_config_defaults(ty_train_config_t *c) {
 static const ty_opt_t *ty_opt_find(const char *key) {
   char norm[64];
   size_t n = 0;
-  for (const char *p = key; *p && n + 1 < sizeof(norm); ++p) norm[n++] = *p == '-' ? '_' : *p;
+  for (const char *p = key; *p; ++p) {
+    if (n + 1 == sizeof(norm)) return NULL; /* longer than any option: not one cut short */
+    norm[n++] = *p == '-' ? '_' : *p;
+  }
   norm[n] = '\0';
   for (size_t i = 0; i < TY_OPT_COUNT; ++i) {
     if (strcmp(ty_opts[i].name, norm) == 0) return &ty_opts[i];
@@ -130,7 +136,7 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
   const ty_opt_t *o = ty_opt_find(key);
   if (!o) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "unknown option '%s'; see 'trainyard train --help'", key);
+                          "unknown option '%.200s'; see 'trainyard train --help'", key);
   }
   char *field = (char *)c + o->offset;
   char *end = NULL;
@@ -140,6 +146,16 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
     case TY_OPT_STRING:
       if (strlen(value) >= o->size) {
         return ty_status_make(TY_CODE_INVALID_ARGUMENT, "option %s: value too long", o->name);
+      }
+      {
+        /* The configuration is saved as JSON beside every checkpoint; a
+         * value JSON cannot hold would vanish from the copy. */
+        json_t *probe = json_string(value);
+        if (!probe) {
+          return ty_status_make(TY_CODE_INVALID_ARGUMENT, "option %s: the value is not UTF-8 "
+                                "text", o->name);
+        }
+        json_decref(probe);
       }
       if (o->offset == offsetof(ty_train_config_t, cache_dir) && !strcmp(value, "none")) {
         value = ""; /* no on-disk cache */
@@ -187,40 +203,66 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
   return TY_OK;
 }
 
-ty_status_t ty_train_config_load_file(ty_train_config_t *c, const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    return ty_status_make(TY_CODE_NOT_FOUND, "cannot open config file %s: %s", path,
-                          strerror(errno));
-  }
-  char line[2048];
-  int number = 0;
+/* An options file is a page of key = value lines. */
+static const ty_file_kind_t ty_options_file_kind = {
+    .what = "config file", .max_bytes = TY_MIB, .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT};
+
+static bool ty_cfg_is_blank(char c) { return c == ' ' || c == '\t'; }
+
+ty_status_t ty_train_config_load_text(ty_train_config_t *c, const char *text, size_t size,
+                                      const char *origin) {
+  TY_RETURN_IF_ERROR(ty_file_check_text(text, size, origin, &ty_options_file_kind));
+  /* One line at a time in a scratch copy, cut at '=' and trimmed in place. */
+  char *line = malloc(size + 1);
+  if (!line) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", origin);
   ty_status_t s = TY_OK;
+  /* What the file sets is the file's layer, under the command line's. */
   uint8_t outer = c->setting_layer;
   c->setting_layer = TY_TRAIN_LAYER_FILE;
-  while (!s && fgets(line, sizeof(line), f)) {
+  size_t number = 0;
+  for (size_t at = 0; at < size && !s;) {
+    const char *nl = memchr(text + at, '\n', size - at);
+    size_t len = nl ? (size_t)(nl - (text + at)) : size - at;
+    memcpy(line, text + at, len);
+    line[len] = '\0';
+    at += len + (nl ? 1 : 0);
     ++number;
+    if (len && line[len - 1] == '\r') line[--len] = '\0';
     char *p = line;
-    while (*p == ' ' || *p == '\t') ++p;
-    p[strcspn(p, "\r\n")] = '\0';
+    while (ty_cfg_is_blank(*p)) ++p;
     if (!*p || *p == '#') continue;
     char *eq = strchr(p, '=');
     if (!eq) {
-      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s:%d: expected key=value, got '%s'", path,
-                         number, p);
+      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s:%zu: expected key = value, got '%.200s'",
+                         origin, number, p);
       break;
     }
     char *key_end = eq;
-    while (key_end > p && (key_end[-1] == ' ' || key_end[-1] == '\t')) --key_end;
+    while (key_end > p && ty_cfg_is_blank(key_end[-1])) --key_end;
     *key_end = '\0';
+    if (!*p) {
+      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s:%zu: no option name before '='", origin,
+                         number);
+      break;
+    }
     char *value = eq + 1;
-    while (*value == ' ' || *value == '\t') ++value;
+    while (ty_cfg_is_blank(*value)) ++value;
     char *vend = value + strlen(value);
-    while (vend > value && (vend[-1] == ' ' || vend[-1] == '\t')) *--vend = '\0';
-    s = ty_status_annotate(ty_train_config_set(c, p, value), "%s:%d", path, number);
+    while (vend > value && ty_cfg_is_blank(vend[-1])) *--vend = '\0';
+    s = ty_status_annotate(ty_train_config_set(c, p, value), "%s:%zu", origin, number);
   }
-  fclose(f);
   c->setting_layer = outer;
+  free(line);
+  return s;
+}
+
+ty_status_t ty_train_config_load_file(ty_train_config_t *c, const char *path) {
+  char *text = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_options_file_kind, &text, &size));
+  ty_status_t s = ty_train_config_load_text(c, text, size, path);
+  free(text);
   return s;
 }
 
@@ -261,6 +303,10 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
     TY_NO_EFFECT("--retry-failed has no effect %s", c->artifact[0]
                                                         ? "with --artifact (nothing is compiled)"
                                                         : "without a compile cache (--cache-dir)");
+  }
+  if (c->allow_nonfinite && TY_GIVEN("allow_nonfinite") && !c->model[0] && !c->resume[0]) {
+    TY_NO_EFFECT("--allow-nonfinite has no effect without --model or --resume (a --preset "
+                 "starts from random weights; nothing is loaded)");
   }
 #undef TY_NO_EFFECT
 #undef TY_GIVEN
@@ -352,23 +398,53 @@ json_t *ty_train_config_to_json(const ty_train_config_t *c) {
 }
 
 ty_status_t ty_train_config_from_json(ty_train_config_t *c, const json_t *object) {
+  if (!json_is_object(object)) {
+    return ty_status_make(TY_CODE_DATA_LOSS, "the saved configuration is not a JSON object");
+  }
+  /* Keys this version does not know are left alone: a checkpoint may come
+   * from a version with more options. A known key of the wrong type is
+   * damage, never a default. */
   for (size_t i = 0; i < TY_OPT_COUNT; ++i) {
     const ty_opt_t *o = &ty_opts[i];
     json_t *v = json_object_get(object, o->name);
     if (!v) continue;
     char *field = (char *)c + o->offset;
+    const char *want = NULL;
     switch (o->kind) {
       case TY_OPT_STRING:
-        if (json_is_string(v) && strlen(json_string_value(v)) < o->size) {
-          memcpy(field, json_string_value(v), strlen(json_string_value(v)) + 1);
+        if (!json_is_string(v) || json_string_length(v) >= o->size ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
+          want = "a string of the option's length";
+        } else {
+          memcpy(field, json_string_value(v), json_string_length(v) + 1);
         }
         break;
-      case TY_OPT_INT: *(int64_t *)field = (int64_t)json_integer_value(v); break;
-      case TY_OPT_U64:
-        if (json_is_string(v)) *(uint64_t *)field = strtoull(json_string_value(v), NULL, 10);
+      case TY_OPT_INT:
+        if (!json_is_integer(v)) want = "an integer";
+        else *(int64_t *)field = (int64_t)json_integer_value(v);
         break;
-      case TY_OPT_FLOAT: *(double *)field = json_number_value(v); break;
-      case TY_OPT_BOOL: *(bool *)field = json_is_true(v); break;
+      case TY_OPT_U64: {
+        /* Written as a string: jansson's integers are signed 64-bit. */
+        const char *text = json_string_value(v);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long u = text ? strtoull(text, &end, 10) : 0;
+        if (!text || !*text || *end || errno || text[0] == '-') want = "a decimal string";
+        else *(uint64_t *)field = u;
+        break;
+      }
+      case TY_OPT_FLOAT:
+        if (!json_is_number(v) || !isfinite(json_number_value(v))) want = "a number";
+        else *(double *)field = json_number_value(v);
+        break;
+      case TY_OPT_BOOL:
+        if (!json_is_boolean(v)) want = "true or false";
+        else *(bool *)field = json_is_true(v);
+        break;
+    }
+    if (want) {
+      return ty_status_make(TY_CODE_DATA_LOSS, "the saved configuration's option '%s' is not %s",
+                            o->name, want);
     }
   }
   return TY_OK;

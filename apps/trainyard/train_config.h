@@ -45,6 +45,8 @@ typedef struct ty_train_config_t {
   char artifact[TY_CFG_PATH_MAX];  /* load the train step from this artifact, or "" */
   char cache_dir[TY_CFG_PATH_MAX]; /* on-disk compile cache; "" for none */
   bool retry_failed;               /* compile again over a cached failure */
+  /* loading */
+  bool allow_nonfinite;            /* load NaN/Inf weights with a warning */
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
    * cross-option checks of ty_train_config_validate refuse an option given
    * on purpose that another option makes ineffective (--momentum with
@@ -71,9 +73,14 @@ void ty_train_config_defaults(ty_train_config_t *config);
  * bad value. */
 ty_status_t ty_train_config_set(ty_train_config_t *config, const char *key, const char *value);
 
-/* Reads key=value lines ('#' comments, blank lines) from `path`; errors name
- * the file and line. */
+/* Reads key=value lines ('#' comments, blank lines) from `path` (a file or
+ * pipe of at most 1 MiB of text); errors name the file and line. */
 ty_status_t ty_train_config_load_file(ty_train_config_t *config, const char *path);
+
+/* The same from `size` bytes held in memory; `origin` names them in
+ * messages. A NUL byte is an error, not the end of a line. */
+ty_status_t ty_train_config_load_text(ty_train_config_t *config, const char *text, size_t size,
+                                      const char *origin);
 
 /* Cross-field checks (exactly one of model/preset, positive sizes, ...), and
  * options given on purpose that other options make ineffective. */

@@ -45,9 +45,9 @@ ty_status_t ty_train_tokenizer_open(ty_trainer_t *t) {
     }
   }
   if (!origin) return TY_OK; /* none: checkpoints load by ids */
-  void *bytes = NULL;
+  char *bytes = NULL;
   size_t size = 0;
-  TY_RETURN_IF_ERROR(ty_file_read_named(path, "tokenizer", &bytes, &size));
+  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_tokenizer_file_kind, &bytes, &size));
   ty_tokenizer_t *tok = NULL;
   ty_status_t s = ty_tokenizer_load_json(bytes, size, path, &tok);
   if (s) {

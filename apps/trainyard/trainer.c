@@ -288,6 +288,17 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
   return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
 }
 
+/* Weights, gradients and optimizer state against the device's memory,
+ * before a graph of an impossible size is built. */
+static ty_status_t ty_trainer_check_memory(const ty_trainer_t *t) {
+  uint64_t extra = ty_dtype_size(t->dtype);               /* gradients */
+  extra += strcmp(t->cfg.optimizer, "sgd") == 0 ? 4 : 8;  /* f32 moments */
+  if (t->accum > 1) extra += 4;                           /* f32 accumulators */
+  return ty_llm_check_memory(&t->model_config, t->dtype, extra,
+                             ty_device_info(t->device)->memory_bytes,
+                             ty_device_label(t->device));
+}
+
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
@@ -352,11 +363,14 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
 
 /* Initial weights: a resumed checkpoint, the model to fine-tune, or fresh. */
 static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
+  bool allow = t->cfg.allow_nonfinite;
   if (resume_dir[0]) {
-    TY_RETURN_IF_ERROR(ty_llm_load_weights(&t->m_train, t->s_train, resume_dir));
+    TY_RETURN_IF_ERROR(ty_app_load_weights(&t->m_train, t->s_train, resume_dir, allow, "train"));
     return ty_trainer_load_optimizer(t, resume_dir);
   }
-  if (t->cfg.model[0]) return ty_llm_load_weights(&t->m_train, t->s_train, t->cfg.model);
+  if (t->cfg.model[0]) {
+    return ty_app_load_weights(&t->m_train, t->s_train, t->cfg.model, allow, "train");
+  }
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
@@ -405,8 +419,13 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (!s) s = ty_trainer_open_data(&t);
   if (!s) s = ty_trainer_model_config(&t);
   if (!s) s = ty_train_tokenizer_open(&t); /* before anything is written */
+  /* The weights against config.json before any graph is built. */
+  if (!s && (resume_dir[0] || config->model[0])) {
+    s = ty_llm_check_weights(&t.model_config, resume_dir[0] ? resume_dir : config->model);
+  }
   if (!s) s = ty_app_registry_create(app, &t.registry);
   if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
+  if (!s) s = ty_trainer_check_memory(&t);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;

@@ -19,7 +19,13 @@
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "models/safetensors.h"
+#include "models/tokenizer.h"
 #include "trainer.h"
+
+/* trainer_state.json: progress and the configuration, a few kilobytes. */
+static const ty_file_kind_t ty_trainer_state_kind = {
+    .what = "trainer state", .max_bytes = 16 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_DATA_LOSS};
 
 #define TY_CKPT_PREFIX "checkpoint-"
 #define TY_CKPT_TMP_PREFIX ".checkpoint-"
@@ -48,22 +54,19 @@ static ty_status_t ty_fsync_path(const char *path) {
   return rc == 0 ? TY_OK : ty_errno_status("cannot fsync", path);
 }
 
-/* Copies src to dst (fsync'ed). */
-static ty_status_t ty_copy_file(const char *src, const char *dst) {
-  FILE *in = fopen(src, "rb");
-  if (!in) return ty_errno_status("cannot read", src);
+/* Copies src, a file of `kind` read whole under its cap, to dst (fsync'ed). */
+static ty_status_t ty_copy_file(const char *src, const ty_file_kind_t *kind, const char *dst) {
+  char *data = NULL;
+  size_t size = 0;
+  TY_RETURN_IF_ERROR(ty_file_read(src, kind, &data, &size));
   FILE *out = fopen(dst, "wb");
   if (!out) {
-    fclose(in);
+    free(data);
     return ty_errno_status("cannot write", dst);
   }
-  char buf[65536];
-  size_t n;
-  bool ok = true;
-  while ((n = fread(buf, 1, sizeof(buf), in)) > 0) ok = ok && fwrite(buf, 1, n, out) == n;
-  ok = ok && !ferror(in) && fflush(out) == 0 && fsync(fileno(out)) == 0;
-  fclose(in);
+  bool ok = fwrite(data, 1, size, out) == size && fflush(out) == 0 && fsync(fileno(out)) == 0;
   ok = fclose(out) == 0 && ok;
+  free(data);
   return ok ? TY_OK : ty_errno_status("cannot copy to", dst);
 }
 
@@ -155,9 +158,9 @@ ty_status_t ty_trainer_find_resume(const ty_train_config_t *cfg, char *out_dir, 
 ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved) {
   char path[TY_CFG_PATH_MAX + 64];
   TY_RETURN_IF_ERROR(ty_path_join(path, sizeof(path), dir, "trainer_state.json"));
-  void *text = NULL;
+  char *text = NULL;
   size_t size = 0;
-  TY_RETURN_IF_ERROR(ty_file_read_named(path, "trainer state", &text, &size));
+  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_trainer_state_kind, &text, &size));
   json_error_t err;
   json_t *j = json_loadb(text, size, 0, &err);
   free(text);
@@ -179,6 +182,7 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_con
     t->last_loss = json_number_value(json_object_get(j, "loss"));
     ty_train_config_defaults(saved);
     s = ty_train_config_from_json(saved, json_object_get(j, "config"));
+    if (s) s = ty_status_annotate(s, "%s", path);
   }
   json_decref(j);
   return s;
@@ -244,6 +248,7 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
   TY_RETURN_IF_ERROR(ty_safetensors_open(path, &f));
   const char *const *kinds = ty_optimizer_states(t);
   ty_status_t s = TY_OK;
+  unsigned warned = 0;
   for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
     const ty_llm_param_t *p = &t->m_train.params[i];
     for (size_t k = 0; kinds[k] && !s; ++k) {
@@ -255,6 +260,21 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
                  memcmp(tensor->dims, p->dims, p->rank * sizeof(int64_t)) != 0)) {
         s = ty_status_make(TY_CODE_DATA_LOSS, "%s: tensor %s has the wrong dtype or shape",
                            path, name);
+      }
+      if (!s) {
+        /* Moments are weights too: NaN in them is NaN in the next update. */
+        ty_status_t bad = ty_llm_check_finite(
+            path, name, TY_DTYPE_F32, tensor->data, tensor->element_count, NULL, NULL,
+            t->cfg.allow_nonfinite ? NULL : "pass --allow-nonfinite to load it anyway");
+        if (bad && t->cfg.allow_nonfinite) {
+          if (!warned++) {
+            fprintf(stderr, "trainyard train: WARNING: %s (loaded because of "
+                    "--allow-nonfinite)\n", ty_status_message(bad));
+          }
+          ty_status_free(bad);
+          bad = TY_OK;
+        }
+        s = bad;
       }
       if (!s) {
         s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, p->rank,
@@ -296,7 +316,7 @@ static ty_status_t ty_write_model_config(const ty_trainer_t *t, const char *dir)
   if (t->cfg.model[0]) {
     char src[TY_CFG_PATH_MAX + 64];
     TY_RETURN_IF_ERROR(ty_path_join(src, sizeof(src), t->cfg.model, "config.json"));
-    return ty_copy_file(src, dst);
+    return ty_copy_file(src, &ty_model_config_file_kind, dst);
   }
   return ty_model_config_write(&t->model_config, dst);
 }

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "hal/status.h"
 
@@ -53,6 +54,15 @@ ty_code_t ty_status_consume_code(ty_status_t status) {
   ty_code_t code = ty_status_code(status);
   ty_status_free(status);
   return code;
+}
+
+ty_status_t ty_status_from_errno(int err, const char *fmt, ...) {
+  char context[512];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(context, sizeof(context), fmt, args);
+  va_end(args);
+  return ty_status_make(ty_code_from_errno(err), "%s: %s", context, strerror(err));
 }
 
 ty_status_t ty_status_annotate(ty_status_t status, const char *fmt, ...) {

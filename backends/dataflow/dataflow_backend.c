@@ -42,7 +42,7 @@ static void df_fill_info(ty_abi_device_info_t *info, const df_target_t *t) {
   memset(info, 0, sizeof(*info));
   info->struct_size = sizeof(*info);
   char mem[32];
-  df_format_bytes(t->mem_per_tile, mem, sizeof(mem));
+  ty_format_bytes(t->mem_per_tile, mem, sizeof(mem));
   snprintf(info->name, sizeof(info->name),
            "emulated dataflow chip (%u tiles x %s on-chip, %u MHz)", t->tiles, mem,
            t->clock_mhz);
@@ -220,8 +220,8 @@ ty_abi_status_t df_device_charge(ty_abi_device_t *d, uint64_t bytes, const char 
   if (now > d->target.dram_bytes || now < bytes) {
     __atomic_sub_fetch(&d->allocated, bytes, __ATOMIC_SEQ_CST);
     char want[32], have[32];
-    df_format_bytes(bytes, want, sizeof(want));
-    df_format_bytes(d->target.dram_bytes, have, sizeof(have));
+    ty_format_bytes(bytes, want, sizeof(want));
+    ty_format_bytes(d->target.dram_bytes, have, sizeof(have));
     return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
                            "dataflow: %s needs %s of device DRAM, more than is left of its %s "
                            "(open the device with a larger dram=SIZE)",

@@ -452,23 +452,23 @@ static void df_report_text(const ty_abi_executable_t *e, df_text_t *t) {
             "DRAM cyc");
   for (uint32_t s = 0; s < DF_SECTION_COUNT; ++s) {
     const df_section_stats_t *sec = &p->sections[s];
-    df_format_bytes(sec->dram_bytes, b1, sizeof(b1));
+    ty_format_bytes(sec->dram_bytes, b1, sizeof(b1));
     df_printf(t, "  %-9s %6u %14.6f %12s %14llu %12llu\n", df_section_name((df_section_t)s),
               sec->nodes, sec->flops * 1e-9, b1, (unsigned long long)sec->compute_cycles,
               (unsigned long long)sec->dram_cycles);
   }
   uint32_t used_tiles = 0;
   for (uint32_t k = 0; k < p->target.tiles; ++k) used_tiles += p->tiles[k].nodes > 0;
-  df_format_bytes(p->target.mem_per_tile, b3, sizeof(b3));
+  ty_format_bytes(p->target.mem_per_tile, b3, sizeof(b3));
   df_printf(t, "\ntiles used: %u of %u\n", used_tiles, p->target.tiles);
   uint64_t spill = 0;
   for (uint32_t k = 0; k < p->target.tiles; ++k) {
     const df_tile_stats_t *tile = &p->tiles[k];
-    df_format_bytes(tile->state_bytes + tile->peak_activation_bytes, b1, sizeof(b1));
-    df_format_bytes(tile->spill_bytes, b2, sizeof(b2));
+    ty_format_bytes(tile->state_bytes + tile->peak_activation_bytes, b1, sizeof(b1));
+    ty_format_bytes(tile->spill_bytes, b2, sizeof(b2));
     char states[32], acts[32];
-    df_format_bytes(tile->state_bytes, states, sizeof(states));
-    df_format_bytes(tile->peak_activation_bytes, acts, sizeof(acts));
+    ty_format_bytes(tile->state_bytes, states, sizeof(states));
+    ty_format_bytes(tile->peak_activation_bytes, acts, sizeof(acts));
     df_printf(t, "  tile %u: %5u nodes, %10.6f GFLOP, on-chip %s of %s (state %s, activations "
                  "peak %s)%s%s\n",
               k, tile->nodes, tile->flops * 1e-9, b1, b3, states, acts,
@@ -476,7 +476,7 @@ static void df_report_text(const ty_abi_executable_t *e, df_text_t *t) {
     spill += tile->spill_bytes;
   }
   if (spill) {
-    df_format_bytes(spill, b1, sizeof(b1));
+    ty_format_bytes(spill, b1, sizeof(b1));
     df_printf(t, "  the working set does not fit on chip: %s spills to device DRAM (charged as "
                  "DRAM traffic above)\n",
               b1);
@@ -520,12 +520,12 @@ static void df_report_text(const ty_abi_executable_t *e, df_text_t *t) {
               shape, (unsigned long long)slot->bytes);
     totals[slot->role] += slot->bytes;
   }
-  df_format_bytes(totals[DF_ROLE_PARAMETER], b1, sizeof(b1));
-  df_format_bytes(totals[DF_ROLE_OPTIMIZER_STATE], b2, sizeof(b2));
+  ty_format_bytes(totals[DF_ROLE_PARAMETER], b1, sizeof(b1));
+  ty_format_bytes(totals[DF_ROLE_OPTIMIZER_STATE], b2, sizeof(b2));
   df_printf(t, "  parameters %s, optimizer state %s (resident on the device between calls)\n",
             b1, b2);
-  df_format_bytes(e->device->peak_allocated, b1, sizeof(b1));
-  df_format_bytes(e->device_bytes, b2, sizeof(b2));
+  ty_format_bytes(e->device->peak_allocated, b1, sizeof(b1));
+  ty_format_bytes(e->device_bytes, b2, sizeof(b2));
   df_printf(t, "\ndevice DRAM: this executable's activations %s; the device's peak so far %s\n",
             b2, b1);
   if (e->runs) {

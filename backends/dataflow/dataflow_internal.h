@@ -13,6 +13,7 @@
 
 #include "backends/common/host_executor.h"
 #include "hal/backend_abi.h"
+#include "hal/file.h"
 
 #define DF_NAME "dataflow"
 /* The cost model's fixed per-tile throughput: f32 multiply-accumulates per
@@ -147,8 +148,6 @@ const char *df_dtype_name(ty_dtype_t dtype);
 /* "i64[8,16]" */
 void df_format_shape(ty_dtype_t dtype, uint32_t rank, const int64_t *dims, char *out,
                      size_t capacity);
-/* "64 MiB" */
-void df_format_bytes(uint64_t bytes, char *out, size_t capacity);
 /* "tiles=4 mem_per_tile=64 MiB clock_mhz=1000 bandwidth_gbs=200" */
 void df_format_target(const df_target_t *target, char *out, size_t capacity);
 /* Whether an executable for `a` runs on `b` (tiles, on-chip memory, clock

@@ -40,24 +40,9 @@ void df_format_shape(ty_dtype_t dtype, uint32_t rank, const int64_t *dims, char 
   if (used < capacity) snprintf(out + used, capacity - used, "]");
 }
 
-void df_format_bytes(uint64_t bytes, char *out, size_t capacity) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  if (u == 0 || v == floor(v)) {
-    snprintf(out, capacity, "%.0f %s", v, units[u]);
-  } else {
-    snprintf(out, capacity, "%.2f %s", v, units[u]);
-  }
-}
-
 void df_format_target(const df_target_t *t, char *out, size_t capacity) {
   char mem[32];
-  df_format_bytes(t->mem_per_tile, mem, sizeof(mem));
+  ty_format_bytes(t->mem_per_tile, mem, sizeof(mem));
   snprintf(out, capacity, "tiles=%u mem_per_tile=%s clock_mhz=%u bandwidth_gbs=%g", t->tiles,
            mem, t->clock_mhz, t->bandwidth_gbs);
 }

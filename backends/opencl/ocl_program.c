@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "backends/opencl/ocl_internal.h"
+#include "hal/file.h"
 #include "backends/opencl/ocl_sha256.h"
 #include "backends/opencl/ocl_sources.h"
 
@@ -73,37 +74,13 @@ static void ty_text_add(ty_ocl_text_t *t, const char *s, size_t n) {
 
 static void ty_text_str(ty_ocl_text_t *t, const char *s) { ty_text_add(t, s, strlen(s)); }
 
-/* Reads a whole file; NULL on failure. */
-static char *ty_ocl_read_file(const char *path, size_t *out_size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *data = NULL;
-  size_t size = 0, cap = 0;
-  for (;;) {
-    if (size + 65536 > cap) {
-      cap = cap ? cap * 2 : 131072;
-      char *grown = realloc(data, cap + 1);
-      if (!grown) {
-        free(data);
-        fclose(f);
-        return NULL;
-      }
-      data = grown;
-    }
-    size_t got = fread(data + size, 1, cap - size, f);
-    size += got;
-    if (got == 0) break;
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(data);
-    return NULL;
-  }
-  data[size] = '\0';
-  *out_size = size;
-  return data;
-}
+/* Kernel overrides are OpenCL C text; cache entries are what a driver built
+ * (hal/file.h caps both reads). */
+static const ty_file_kind_t ty_ocl_source_kind = {
+    .what = "OpenCL C source", .max_bytes = 16 * TY_MIB, .text = true,
+    .bad_code = TY_CODE_INVALID_ARGUMENT};
+static const ty_file_kind_t ty_ocl_binary_kind = {
+    .what = "OpenCL binary cache entry", .max_bytes = TY_GIB, .bad_code = TY_CODE_DATA_LOSS};
 
 /* The text of embedded file `name`, or of its override. *out_owned is the
  * allocation to free (NULL for embedded text). */
@@ -118,12 +95,15 @@ static ty_abi_status_t ty_ocl_source_text(const char *name, const char **out_tex
     if (len > name_len + 1 && strncmp(p, name, name_len) == 0 && p[name_len] == '=') {
       char path[1024];
       snprintf(path, sizeof(path), "%.*s", (int)(len - name_len - 1), p + name_len + 1);
-      char *data = ty_ocl_read_file(path, out_size);
-      if (!data) {
-        return ty_ocl_error(TY_CODE_NOT_FOUND,
-                            "opencl: TRAINYARD_OPENCL_KERNEL_OVERRIDE names %s for %s, "
-                            "which cannot be read: %s",
-                            path, name, strerror(errno));
+      char *data = NULL;
+      ty_status_t s = ty_file_read(path, &ty_ocl_source_kind, &data, out_size);
+      if (s) {
+        ty_abi_status_t e = ty_ocl_error(ty_status_code(s),
+                                         "opencl: TRAINYARD_OPENCL_KERNEL_OVERRIDE names %s for "
+                                         "%s, which cannot be read: %s",
+                                         path, name, ty_status_message(s));
+        ty_status_free(s);
+        return e;
       }
       *out_owned = data;
       *out_text = data;
@@ -201,8 +181,12 @@ static void ty_ocl_cache_dir(char *out, size_t capacity) {
 /* Loads a cached binary whose stored key equals `key`. */
 static unsigned char *ty_ocl_cache_load(const char *path, const char *key, size_t *out_size) {
   size_t size = 0;
-  char *data = ty_ocl_read_file(path, &size);
-  if (!data) return NULL;
+  char *data = NULL;
+  ty_status_t s = ty_file_read(path, &ty_ocl_binary_kind, &data, &size);
+  if (s) {
+    ty_status_free(s); /* unreadable or too large: a miss, built again */
+    return NULL;
+  }
   size_t magic = strlen(TY_OCL_CACHE_MAGIC), key_len = strlen(key);
   if (size < magic + key_len + 1 || memcmp(data, TY_OCL_CACHE_MAGIC, magic) != 0 ||
       memcmp(data + magic, key, key_len) != 0 || data[magic + key_len] != '\0') {

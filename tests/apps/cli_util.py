@@ -17,11 +17,11 @@ CFG = None  # --trainyard, --models, ... (main)
 WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
 
 
-def run(args, stdin=None, env=None):
+def run(args, stdin=None, env=None, timeout=300):
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, input=stdin,
-                          timeout=300, env=full_env)
+                          timeout=timeout, env=full_env)
 
 
 def write(path, text):

@@ -59,17 +59,20 @@ AUDIT = {
         **{"--tokenizer":
                "test_inputs_cli.py:TokenizerTest.test_tokenizer_other_than_the_datas_is_refused",
            "--resume": "test_train_cli.py:ResumeTest.test_resume_is_bit_identical",
+           "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
            "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
         "--grad-accum", "--out", "--cache-dir", "--retry-failed", "--lr")},
         **{"--artifact": "mention:train"}),
-    "generate": {o: "GenerateOptionsTest.test_each_option" for o in (
+    "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
-    "forward": {o: "ForwardOptionsTest.test_each_option" for o in (
+        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate"}),
+    "forward": dict({o: "ForwardOptionsTest.test_each_option" for o in (
         "--model", "--tokens", "--out", "--backend", "--dtype", "--grads", "--dump-graph")},
+        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward"}),
     "tokenize": {o: "TokenizeOptionsTest.test_each_option" for o in (
         "--tokenizer", "--decode", "--json", "--no-special")},
     "compare": {o: "CompareOptionsTest.test_each_option" for o in (

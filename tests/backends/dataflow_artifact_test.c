@@ -91,9 +91,9 @@ static ty_status_t load(fixture_t *f, const char *uri, df_test_kind_t kind, bool
 static unsigned char *read_art(fixture_t *f, size_t *size) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/art", f->tmp);
-  void *data = NULL;
-  TY_EXPECT_OK(ty_file_read_all(path, &data, size));
-  return data;
+  char *data = NULL;
+  TY_EXPECT_OK(ty_file_read(path, &ty_artifact_file_kind, &data, size));
+  return (unsigned char *)data;
 }
 
 static void write_art(fixture_t *f, const unsigned char *data, size_t size) {
@@ -172,7 +172,7 @@ static void test_corruption_is_data_loss(void **state) {
   snprintf(path, sizeof(path), "%s/art", f->tmp);
   remove(path);
   TY_EXPECT_STATUS(load(f, "dataflow", DF_TEST_TRAIN, true, NULL), TY_CODE_NOT_FOUND,
-                   "cannot read artifact");
+                   "cannot read compiled artifact");
   /* A folder where the artifact should be: the wrong kind of file, not a
    * damaged one (issue 12: it was DATA_LOSS). */
   assert_int_equal(mkdir(path, 0777), 0);

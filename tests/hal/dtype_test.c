@@ -1,10 +1,12 @@
 /* Unit tests of hal/dtype: sizes, names, parsing and mask formatting. */
 #include "common/test_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "hal/dtype.h"
+#include "hal/half.h"
 
 static const struct {
   ty_dtype_t dtype;
@@ -115,6 +117,42 @@ static void test_mask_format_truncates_without_overflow(void **state) {
   assert_int_equal(one, 0x5a);
 }
 
+/* NaN and both infinities are found at their index in every float dtype;
+ * finite data (the largest finite values included) and integers are not. */
+static void test_find_nonfinite(void **state) {
+  (void)state;
+  const double bad[3] = {NAN, INFINITY, -INFINITY};
+  for (int b = 0; b < 3; ++b) {
+    float f32[5] = {1, -2, 3.4e38f, 0, 5};
+    double f64[5] = {1, -2, 1.7e308, 0, 5};
+    uint16_t bf16[5], f16[5];
+    for (int i = 0; i < 5; ++i) {
+      bf16[i] = ty_f32_to_bf16(f32[i] > 1e30f ? 3e38f : f32[i]);
+      f16[i] = ty_f32_to_f16(f32[i] > 1e30f ? 65504.0f : f32[i]);
+    }
+    const void *data[4] = {f32, f64, bf16, f16};
+    const ty_dtype_t dtypes[4] = {TY_DTYPE_F32, TY_DTYPE_F64, TY_DTYPE_BF16, TY_DTYPE_F16};
+    uint64_t index = 99;
+    double value = 0;
+    for (int d = 0; d < 4; ++d) {
+      assert_false(ty_dtype_find_nonfinite(dtypes[d], data[d], 5, &index, &value));
+    }
+    f32[3] = (float)bad[b];
+    f64[3] = bad[b];
+    bf16[3] = ty_f32_to_bf16((float)bad[b]);
+    f16[3] = ty_f32_to_f16((float)bad[b]);
+    for (int d = 0; d < 4; ++d) {
+      assert_true(ty_dtype_find_nonfinite(dtypes[d], data[d], 5, &index, &value));
+      assert_int_equal(index, 3);
+      assert_true(isnan(bad[b]) ? isnan(value) : value == bad[b]);
+      /* Only the elements it is given. */
+      assert_false(ty_dtype_find_nonfinite(dtypes[d], data[d], 3, &index, &value));
+    }
+  }
+  int64_t ints[2] = {-1, 0x7FF0000000000000};
+  assert_false(ty_dtype_find_nonfinite(TY_DTYPE_I64, ints, 2, NULL, NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_dtype_is_in_the_table),
@@ -124,6 +162,7 @@ int main(void) {
       cmocka_unit_test(test_parse_rejects_bad_names),
       cmocka_unit_test(test_mask_format),
       cmocka_unit_test(test_mask_format_truncates_without_overflow),
+      cmocka_unit_test(test_find_nonfinite),
   };
   return cmocka_run_group_tests_name("dtype", tests, NULL, NULL);
 }

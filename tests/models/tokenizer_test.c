@@ -388,6 +388,11 @@ static void test_bad_files(void **state) {
        "\"Sequence\", \"decoders\": [{\"type\": \"Sequence\", \"decoders\": []}]}]}]}]}]}]}]}]}]}}",
        TY_CODE_INVALID_ARGUMENT, "nested deeper"},
       {"{\"model\": {\"vocab\": {}}}", TY_CODE_INVALID_ARGUMENT, "model.type: missing"},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}",
+       TY_CODE_INVALID_ARGUMENT, "model.vocab is empty"},
+      {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"added_tokens\": "
+       "[{\"id\": 0, \"content\": \"<s>\", \"special\": true}]}",
+       TY_CODE_INVALID_ARGUMENT, "model.vocab is empty"},
       {"{\"model\": 3}", TY_CODE_INVALID_ARGUMENT, "model: missing or not an object"},
       {"[1, 2]", TY_CODE_INVALID_ARGUMENT, "top level is not a JSON object"},
       {"{\"model\": {\"type\": \"BPE\", ", TY_CODE_DATA_LOSS, "is not valid JSON"},
@@ -408,7 +413,7 @@ static void test_missing_file_and_folder(void **state) {
   (void)state;
   ty_tokenizer_t *tok = NULL;
   TY_EXPECT_STATUS(ty_tokenizer_load_file("/nonexistent/tokenizer.json", &tok), TY_CODE_NOT_FOUND,
-                   "cannot open tokenizer file '/nonexistent/tokenizer.json'");
+                   "cannot read tokenizer file /nonexistent/tokenizer.json");
   TY_EXPECT_STATUS(ty_tokenizer_load_file(TY_TEST_TOKENIZER_DIR "/gpt2", &tok),
                    TY_CODE_INVALID_ARGUMENT, "is a folder; pass the tokenizer.json");
   assert_null(tok);

@@ -265,6 +265,14 @@ ty_status_t ty_jsonl_writer_close(ty_jsonl_writer_t *writer) {
 
 /* ---- truncation on resume ------------------------------------------------ */
 
+const ty_file_kind_t ty_metrics_jsonl_kind = {
+    .what = "metrics file",
+    .max_bytes = 2 * TY_GIB,
+    .limit_env = "TRAINYARD_MAX_METRICS_BYTES",
+    .text = true,
+    .bad_code = TY_CODE_DATA_LOSS,
+};
+
 static ty_status_t ty_jsonl_read_file(const char *path, char **out_data, size_t *out_size,
                                       struct stat *out_st) {
   *out_data = NULL;
@@ -272,34 +280,16 @@ static ty_status_t ty_jsonl_read_file(const char *path, char **out_data, size_t 
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ty_status_from_errno(errno, "cannot open metrics file %s", path);
   ty_status_t status = TY_OK;
-  char *data = NULL;
   if (fstat(fd, out_st) != 0) {
     status = ty_status_from_errno(errno, "cannot stat %s", path);
   } else if (!S_ISREG(out_st->st_mode)) {
+    /* It is rewritten in place of itself on resume: only a file can be. */
     status = ty_status_make(TY_CODE_FAILED_PRECONDITION, "%s is not a regular file", path);
-  } else if (!(data = malloc((size_t)out_st->st_size + 1))) {
-    status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
   } else {
-    size_t size = 0, want = (size_t)out_st->st_size;
-    while (size < want) {
-      ssize_t n = read(fd, data + size, want - size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        status = ty_status_from_errno(errno, "cannot read %s", path);
-        break;
-      }
-      if (n == 0) break; /* shrank while read: take what is there */
-      size += (size_t)n;
-    }
-    *out_size = size;
+    status = ty_file_read_fd(fd, path, &ty_metrics_jsonl_kind, out_data, out_size);
   }
   close(fd);
-  if (status) {
-    free(data);
-    return status;
-  }
-  *out_data = data;
-  return TY_OK;
+  return status;
 }
 
 /* The "step" of one line; DATA_LOSS naming the line when there is none. */

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/file.h"
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -77,6 +78,10 @@ static inline ty_jsonl_field_t ty_jsonl_bool(const char *key, int value) {
   ty_jsonl_field_t f = {.key = key, .kind = TY_JSONL_BOOL, .value.i = value != 0};
   return f;
 }
+
+/* metrics.jsonl as read on resume and by `trainyard compare` (hal/file.h):
+ * text, capped at 2 GiB unless TRAINYARD_MAX_METRICS_BYTES says otherwise. */
+extern const ty_file_kind_t ty_metrics_jsonl_kind;
 
 typedef struct ty_jsonl_writer_t ty_jsonl_writer_t;
 
