@@ -99,7 +99,8 @@ TY_ATT_SIMT_DTYPE(bf16, __nv_bfloat16)
 TY_ATT_SIMT_DTYPE(f16, __half)
 
 #define TY_ATT_TC(name, T, DIM)                                                            \
-  extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_FWD_WARPS)                   \
+  extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_FWD_WARPS,                   \
+                                               TY_ATT_TC_FWD_BLOCKS(DIM))                  \
       ty_att_fwd_tc_##name##_d##DIM(TY_ATT_FWD_PARAMS(T)) {                                \
     ty_att_fwd_tc<T, DIM>(TY_ATT_FWD_ARGS);                                                \
   }                                                                                        \

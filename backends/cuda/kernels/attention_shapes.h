@@ -44,6 +44,8 @@
 #define TY_ATT_TC_FWD_WARPS 8
 #define TY_ATT_TC_FWD_BQ (16 * TY_ATT_TC_FWD_WARPS)
 #define TY_ATT_TC_FWD_SMEM(d) (2 * ((d) * TY_ATT_TC_FWD_BQ + 4 * (d) * TY_ATT_TC_BK))
+/* Blocks per SM the forward is register-limited to (__launch_bounds__). */
+#define TY_ATT_TC_FWD_BLOCKS(d) ((d) <= 64 ? 2 : 1)
 /* dQ: 4 warps = 64 query rows; Q and dO, then K and V double-buffered. */
 #define TY_ATT_TC_DQ_WARPS 4
 #define TY_ATT_TC_DQ_BQ (16 * TY_ATT_TC_DQ_WARPS)
