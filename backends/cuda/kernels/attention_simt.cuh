@@ -102,7 +102,7 @@ __device__ void ty_att_fwd_simt(const T *q, const T *k, const T *v, T *out, floa
                                 const long long *kvlen, int Tq, int S, int Hq, int Hkv, int D,
                                 float scale, float sl2, int window, ERR_ARGS) {
   (void)scale;
-  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC(DC);
+  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC_FWD(DC);
   constexpr int BQ = 16 * RM, BK = 8 * KC, LD = DC + 1, LP = BK + 1;
   float *sQ = (float *)ty_att_smem, *sK = sQ + BQ * LD, *sV = sK + BK * LD, *sP = sV + BK * LD;
   int *sPos = (int *)(sP + BQ * LP);
@@ -233,7 +233,7 @@ __device__ void ty_att_dq_simt(const T *dout, const T *q, const T *k, const T *v
                                const float *lse, const float *delta, const long long *kvlen,
                                T *dq, int Tq, int S, int Hq, int Hkv, int D, float scale,
                                float sl2, int window, ERR_ARGS) {
-  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC(DC);
+  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC_DQ(DC);
   constexpr int BQ = 16 * RM, BK = 8 * KC, LD = DC + 1, LP = BK + 1;
   float *sQ = (float *)ty_att_smem, *sO = sQ + BQ * LD, *sK = sO + BQ * LD, *sV = sK + BK * LD;
   float *sS = sV + BK * LD, *sL = sS + BQ * LP, *sD = sL + BQ;
@@ -332,7 +332,7 @@ __device__ void ty_att_dkv_simt(const T *dout, const T *q, const T *k, const T *
                                 const float *lse, const float *delta, const long long *kvlen,
                                 T *dk, T *dv, int Tq, int S, int Hq, int Hkv, int D, float scale,
                                 float sl2, int window, ERR_ARGS) {
-  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC(DC);
+  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC_DKV(DC);
   constexpr int BKK = 16 * RM, BR = 8 * KC, LD = DC + 1, LP = BR + 1;
   float *sK = (float *)ty_att_smem, *sV = sK + BKK * LD, *sQ = sV + BKK * LD, *sO = sQ + BR * LD;
   float *sP = sO + BR * LD, *sS = sP + BKK * LP, *sL = sS + BKK * LP, *sD = sL + BR;
