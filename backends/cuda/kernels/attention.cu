@@ -41,10 +41,12 @@
  *    16 keys), Q K^T accumulates in registers, P (dS) is rounded to the
  *    input dtype in registers and fed straight back as the A operand; K/V
  *    (Q/dO) tiles of 64 rows are double-buffered through swizzled shared
- *    memory by cp.async. Forward: 8 warps = 128 query rows per block; dQ: 4
- *    warps = 64 rows; dK/dV: 4 warps = 64 keys, query tiles of 64 (32 at
- *    D = 128). Tiles that straddle the causal diagonal, the window edge or
- *    the end of T/S are masked element by element; the others are not.
+ *    memory by cp.async. Forward: 8 warps = 128 query rows per block, key
+ *    tiles of 64; dQ: 4 warps = 64 rows, key tiles of 64 (32 at D = 128);
+ *    dK/dV: 4 warps = 64 keys, query tiles of 64 (32 at D = 128). Tiles
+ *    that straddle the causal diagonal, the window edge or the end of T/S
+ *    are masked element by element; the others are not, and a warp skips
+ *    a tile in which it sees no key.
  *    Checked against the generic path at bf16 tolerance (NMSE <= ~1e-5,
  *    P and dS rounded to 16 bits are the extra error) by the CPU emulation
  *    harness tests/cuda/attention_emu.cc and on a GPU by tests/cuda/.

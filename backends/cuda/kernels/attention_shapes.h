@@ -51,10 +51,13 @@
 #define TY_ATT_TC_FWD_SMEM(d) (2 * ((d) * TY_ATT_TC_FWD_BQ + 4 * (d) * TY_ATT_TC_BK))
 /* Blocks per SM the forward is register-limited to (__launch_bounds__). */
 #define TY_ATT_TC_FWD_BLOCKS(d) ((d) <= 64 ? 2 : 1)
-/* dQ: 4 warps = 64 query rows; Q and dO, then K and V double-buffered. */
+/* dQ: 4 warps = 64 query rows; Q and dO, then K and V double-buffered in
+ * tiles of 64 keys (32 at D = 128, where the dQ accumulators take 64
+ * registers and S and dP of 64 keys would push the kernel to 255). */
 #define TY_ATT_TC_DQ_WARPS 4
 #define TY_ATT_TC_DQ_BQ (16 * TY_ATT_TC_DQ_WARPS)
-#define TY_ATT_TC_DQ_SMEM(d) (2 * (2 * (d) * TY_ATT_TC_DQ_BQ + 4 * (d) * TY_ATT_TC_BK))
+#define TY_ATT_TC_DQ_BK(d) ((d) <= 64 ? 64 : 32)
+#define TY_ATT_TC_DQ_SMEM(d) (2 * (2 * (d) * TY_ATT_TC_DQ_BQ + 4 * (d) * TY_ATT_TC_DQ_BK(d)))
 /* dK/dV: 4 warps = 64 keys; K and V, then query tiles of BQ2 rows (Q, dO
  * and their lse and delta) double-buffered. BQ2 is smaller at D = 128 so
  * the dK and dV accumulators (2 x 16 x D f32 per warp) fit in registers. */

@@ -259,7 +259,8 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
                              int Tq, int S, int Hq, int Hkv, int D_, float scale, float sl2,
                              int window, ERR_ARGS) {
   (void)D_;
-  constexpr int NW = TY_ATT_TC_DQ_WARPS, BQ = TY_ATT_TC_DQ_BQ, BK = TY_ATT_TC_BK, NT = 32 * NW;
+  constexpr int NW = TY_ATT_TC_DQ_WARPS, BQ = TY_ATT_TC_DQ_BQ, BK = TY_ATT_TC_DQ_BK(D);
+  constexpr int NT = 32 * NW;
   uint16_t *sQ = (uint16_t *)ty_att_smem, *sO = sQ + BQ * D, *sK = sO + BQ * D;
   uint16_t *sV = sK + 2 * BK * D;
   const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
