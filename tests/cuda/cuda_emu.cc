@@ -390,7 +390,9 @@ void ty_emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes) {
   const int me = self_id(), epoch = self().epoch;
   for (int i = 0; i < bytes; i += 4) {
     Shadow *s = shadow_of((char *)smem + i);
-    if (s->writer >= 0 && s->landed < 0) race("cp.async onto a word with a copy still pending", smem, s->writer);
+    if (s->writer >= 0 && s->landed < 0) {
+      race("cp.async onto a word with a copy still pending", smem, s->writer);
+    }
     if (s->read_epoch >= epoch && s->reader != me)
       race("cp.async issued in the epoch another thread reads the word", smem, s->reader);
     s->writer = me;

@@ -121,7 +121,8 @@ __device__ void ty_att_fwd_simt(const T *q, const T *k, const T *v, T *out, floa
   long long lo = 0;
   if (window > 0) lo = max(0LL, R0 / G + off - window + 1);
   const long long kv_stride = (long long)Hkv * D;
-  const T *kb = k + ((long long)b * S * Hkv + kvh) * D, *vb = v + ((long long)b * S * Hkv + kvh) * D;
+  const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
+  const T *kb = k + kv_base, *vb = v + kv_base;
   float o[RM][DC / 8], m[RM], l[RM];
 #pragma unroll
   for (int i = 0; i < RM; ++i) {
@@ -250,7 +251,8 @@ __device__ void ty_att_dq_simt(const T *dout, const T *q, const T *k, const T *v
   long long lo = 0;
   if (window > 0) lo = max(0LL, R0 / G + off - window + 1);
   const long long kv_stride = (long long)Hkv * D;
-  const T *kb = k + ((long long)b * S * Hkv + kvh) * D, *vb = v + ((long long)b * S * Hkv + kvh) * D;
+  const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
+  const T *kb = k + kv_base, *vb = v + kv_base;
   float acc[RM][DC / 8];
 #pragma unroll
   for (int i = 0; i < RM; ++i)
@@ -448,7 +450,9 @@ __device__ void ty_att_delta(const T *dout, const T *out, float *delta, long lon
   const long long t = row % Tq, h = (row / Tq) % Hq, b = row / ((long long)Tq * Hq);
   const long long base = ((b * Tq + t) * Hq + h) * D;
   float acc = 0.0f;
-  for (int d = lane; d < D; d += 32) acc = fmaf(ty_to_f<T>(dout[base + d]), ty_to_f<T>(out[base + d]), acc);
+  for (int d = lane; d < D; d += 32) {
+    acc = fmaf(ty_to_f<T>(dout[base + d]), ty_to_f<T>(out[base + d]), acc);
+  }
   acc = ty_warp_sum(acc);
   if (lane == 0) delta[row] = acc;
 }

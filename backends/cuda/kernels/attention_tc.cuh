@@ -415,8 +415,9 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
     const int h = kvh * G + it / nqt;
     const int q0 = (qt_lo + it % nqt) * BQ;
     const long long base = ((long long)b * Tq * Hq + h) * D;
-    ty_tc_load<D, BQ, NT>(sQ + buf * BQ * D, (const uint16_t *)q + base, q_stride, q0, Tq, aligned);
-    ty_tc_load<D, BQ, NT>(sO + buf * BQ * D, (const uint16_t *)dout + base, q_stride, q0, Tq, aligned);
+    const uint16_t *qb = (const uint16_t *)q + base, *ob = (const uint16_t *)dout + base;
+    ty_tc_load<D, BQ, NT>(sQ + buf * BQ * D, qb, q_stride, q0, Tq, aligned);
+    ty_tc_load<D, BQ, NT>(sO + buf * BQ * D, ob, q_stride, q0, Tq, aligned);
     const long long row = ((long long)b * Hq + h) * Tq;
     for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
       const int r = i % BQ;
@@ -523,7 +524,8 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   for (int r = 0; r < 2; ++r) {
     const int key = r ? key1 : key0;
     if (key >= S) continue;
-    T *krow = dk + kv_base + (long long)key * kv_stride, *vrow = dv + kv_base + (long long)key * kv_stride;
+    const long long o = kv_base + (long long)key * kv_stride;
+    T *krow = dk + o, *vrow = dv + o;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       ty_tc_store2<T>(krow + j * 8 + tq * 2, ak[j][2 * r] * scale, ak[j][2 * r + 1] * scale,
