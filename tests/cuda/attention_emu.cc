@@ -11,7 +11,7 @@
  * Usage: attention_emu [--quick | --big] [--only SUBSTRING] [--seed N]
  *   --quick runs the conformance shapes in one dtype each and a few
  *   tensor-core cases (what ctest runs: seconds); the default runs every
- *   case (a minute; several under AddressSanitizer); --big adds
+ *   case (about 30 s); --big adds
  *   T = S = 1024, D = 64 cases.
  * Exit 0 when every check passes; 1 otherwise (each failure is printed). */
 #include "cuda_emu.h"
