@@ -5,7 +5,10 @@
  * each other (TRAINYARD_CUDA_ATTENTION=generic forces the generic one),
  * run-to-run bit equality, and the kv_len data error. With --bench it times
  * the training shapes instead (GPT-2 124M, a Llama-style ~1B with GQA,
- * Llama-7B, decode) and prints ms and TFLOP/s per path.
+ * Llama-7B, decode) and prints, per path, the mean of 20 runs (after a
+ * warm-up) in ms, TFLOP/s in FlashAttention's convention, and GB/s of the
+ * tensors each kernel must read or write. A run is one session run: the
+ * replayed CUDA graph plus the error-flag read and a wait (~10-20 us).
  *
  * Exit 77 (skipped, with the reason) when no CUDA device can be opened.
  * Usage: attention_cuda_test [--bench] [--device URI] */
@@ -385,6 +388,11 @@ static void bench_case(ty_registry_t *reg, const att_case_t *c) {
   /* FlashAttention's convention: forward 4 D flops per visible pair (two
    * matmuls), backward 2.5x that (five matmuls; these kernels do seven). */
   const double fwd_flops = 4.0 * (double)c->D * visible_pairs(c);
+  /* Bytes every kernel must move at least once (decode is bound by these):
+   * forward q, k, v, out; backward dout, q, k, v, out, dq, dk, dv. */
+  const double es = (double)esize(c->dtype);
+  const double fwd_bytes = es * (2.0 * (double)qn + 2.0 * (double)kn);
+  const double bwd_bytes = es * (4.0 * (double)qn + 4.0 * (double)kn);
   for (int p = fast_applies(c) ? 1 : 0; p >= 0; --p) {
     for (int backward = 0; backward < 2; ++backward) {
       double sec = 0;
@@ -396,9 +404,9 @@ static void bench_case(ty_registry_t *reg, const att_case_t *c) {
                ty_status_message(r.status));
         g_failures++;
       } else {
-        printf("%-14s %-5s %-8s %-8s %9.3f ms %8.1f TFLOP/s\n", c->name, dtname(c->dtype),
-               p ? "tc" : "generic", backward ? "backward" : "forward", sec * 1e3,
-               flops / sec * 1e-12);
+        printf("%-14s %-5s %-8s %-8s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", c->name,
+               dtname(c->dtype), p ? "tc" : "generic", backward ? "backward" : "forward",
+               sec * 1e3, flops / sec * 1e-12, (backward ? bwd_bytes : fwd_bytes) / sec * 1e-9);
       }
       run_free(&r);
     }
