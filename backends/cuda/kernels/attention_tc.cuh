@@ -200,7 +200,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
       for (int j = 0; j < BK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
       const float mnew = fmaxf(m[r], ty_tc_max4(mx) * sl2);
       const float muse = mnew == -INFINITY ? 0.0f : mnew;
-      const float corr = exp2f(m[r] - muse);
+      const float corr = ty_exp2_ftz(m[r] - muse);
       m[r] = mnew;
       l[r] *= corr;
 #pragma unroll
@@ -212,7 +212,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
       for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[j][e] = exp2f(fmaf(s[j][e], sl2, -muse));
+          s[j][e] = ty_exp2_ftz(fmaf(s[j][e], sl2, -muse));
           l[r] += s[j][e];
         }
       }
@@ -342,7 +342,7 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const int key = k0 + j * 8 + tq * 2 + (e & 1);
-        float p = exp2f(fmaf(s[j][e], sl2, -l2[r]));
+        float p = ty_exp2_ftz(fmaf(s[j][e], sl2, -l2[r]));
         if (mask && !ty_tc_visible((r ? t1 : t0) + off, key, window)) p = 0.0f;
         s[j][e] = p * (dp[j][e] - dl[r]); /* dS */
       }
@@ -487,7 +487,7 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = j * 8 + tq * 2 + (e & 1);
-        float p = exp2f(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
+        float p = ty_exp2_ftz(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
         if (mask && (q0 + c >= Tq || !ty_tc_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
           p = 0.0f;
         }
