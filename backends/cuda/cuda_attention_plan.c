@@ -38,7 +38,10 @@ static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, in
 
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
                            int64_t Hkv, int64_t D, bool allow_fast, ty_cu_att_plan_t *out) {
-  const int dt = dtype == TY_DTYPE_F32 ? 0 : dtype == TY_DTYPE_BF16 ? 1 : dtype == TY_DTYPE_F16 ? 2 : -1;
+  const int dt = dtype == TY_DTYPE_F32    ? 0
+                 : dtype == TY_DTYPE_BF16 ? 1
+                 : dtype == TY_DTYPE_F16  ? 2
+                                          : -1;
   if (dt < 0) return "the cuda attention kernels take f32, bf16 or f16 q, k and v";
   if (D > TY_ATT_MAX_HEAD_DIM) return "head_dim is above the cuda attention kernels' 256";
   if (T > INT32_MAX || S > INT32_MAX || Hq * D > INT32_MAX) {

@@ -5,7 +5,10 @@
  * each other (TRAINYARD_CUDA_ATTENTION=generic forces the generic one),
  * run-to-run bit equality, and the kv_len data error. With --bench it times
  * the training shapes instead (GPT-2 124M, a Llama-style ~1B with GQA,
- * Llama-7B, decode) and prints ms and TFLOP/s per path.
+ * Llama-7B, decode) and prints, per path, the mean of 20 runs (after a
+ * warm-up) in ms, TFLOP/s in FlashAttention's convention, and GB/s of the
+ * tensors each kernel must read or write. A run is one session run: the
+ * replayed CUDA graph plus the error-flag read and a wait (~10-20 us).
  *
  * Exit 77 (skipped, with the reason) when no CUDA device can be opened.
  * Usage: attention_cuda_test [--bench] [--device URI] */
@@ -192,7 +195,8 @@ static run_t run_once(ty_registry_t *reg, const att_case_t *c, int backward, con
   OK(ty_session_create(d, g, NULL, &s));
   const int64_t qd[4] = {c->B, c->T, c->Hq, c->D}, kd[4] = {c->B, c->S, c->Hkv, c->D};
   const int64_t ld[3] = {c->B, c->Hq, c->T};
-  const size_t qn = (size_t)(c->B * c->T * c->Hq * c->D), kn = (size_t)(c->B * c->S * c->Hkv * c->D);
+  const size_t qn = (size_t)(c->B * c->T * c->Hq * c->D);
+  const size_t kn = (size_t)(c->B * c->S * c->Hkv * c->D);
   const size_t es = esize(c->dtype);
   if (backward) {
     OK(ty_session_bind(s, "dout", c->dtype, 4, qd, ins[3]->raw, qn * es));
@@ -244,16 +248,23 @@ static int fast_applies(const att_case_t *c) {
   return c->dtype != TY_DTYPE_F32 && (c->D == 64 || c->D == 128);
 }
 
+/* The conformance "reduction" bounds against the f64 oracle; between the
+ * paths (each output rounded once, P and dS rounded to 16 bits on the
+ * tensor cores) about 3x the spread the CPU emulation shows (bf16 4e-6 to
+ * 8e-6, f16 ~1e-7); tests/cuda/attention_emu.cc uses the same. */
 static double oracle_bound(ty_dtype_t d) {
   return d == TY_DTYPE_F32 ? 1e-9 : d == TY_DTYPE_BF16 ? 1e-4 : 1e-6;
 }
+
+static double paths_bound(ty_dtype_t d) { return d == TY_DTYPE_BF16 ? 2e-5 : 5e-7; }
 
 static void test_case(ty_registry_t *reg, const att_case_t *c) {
   printf("%s %s: B=%lld T=%lld S=%lld Hq=%lld Hkv=%lld D=%lld window=%lld kv_len=%lld\n",
          c->name, dtname(c->dtype), (long long)c->B, (long long)c->T, (long long)c->S,
          (long long)c->Hq, (long long)c->Hkv, (long long)c->D, (long long)c->window,
          (long long)c->kv_len);
-  const size_t qn = (size_t)(c->B * c->T * c->Hq * c->D), kn = (size_t)(c->B * c->S * c->Hkv * c->D);
+  const size_t qn = (size_t)(c->B * c->T * c->Hq * c->D);
+  const size_t kn = (size_t)(c->B * c->S * c->Hkv * c->D);
   const size_t ln = (size_t)(c->B * c->Hq * c->T);
   host_t q = host_make(qn, c->dtype), k = host_make(kn, c->dtype), v = host_make(kn, c->dtype);
   host_t dout = host_make(qn, c->dtype), out = host_make(qn, c->dtype);
@@ -295,8 +306,9 @@ static void test_case(ty_registry_t *reg, const att_case_t *c) {
         double worst = 0;
         for (size_t i = 0; i < ln; ++i) worst = fmax(worst, fabs(r->out[1][i] - ref_lse[i]));
         printf("  %-28s max |err| %.2e\n", "lse vs f64", worst);
-        snprintf(what, sizeof(what), "%s lse within %.0e", label, c->dtype == TY_DTYPE_F32 ? 1e-5 : 2e-3);
-        check(worst <= (c->dtype == TY_DTYPE_F32 ? 1e-5 : 2e-3), what);
+        const double lse_bound = c->dtype == TY_DTYPE_F32 ? 1e-5 : 2e-3;
+        snprintf(what, sizeof(what), "%s lse within %.0e", label, lse_bound);
+        check(worst <= lse_bound, what);
       } else {
         const double *refs[3] = {ref_dq, ref_dk, ref_dv};
         static const char *const names[3] = {"dq", "dk", "dv"};
@@ -322,7 +334,7 @@ static void test_case(ty_registry_t *reg, const att_case_t *c) {
         char what[64];
         static const char *const names[4] = {"out", "dq", "dk", "dv"};
         snprintf(what, sizeof(what), "tc %s vs generic", names[backward ? i + 1 : 0]);
-        check_nmse(what, paths[1].out[i], paths[0].out[i], paths[0].n[i], 1e-5);
+        check_nmse(what, paths[1].out[i], paths[0].out[i], paths[0].n[i], paths_bound(c->dtype));
       }
     }
     for (int p = 0; p < npaths; ++p) run_free(&paths[p]);
@@ -361,7 +373,8 @@ static double visible_pairs(const att_case_t *c) {
 }
 
 static void bench_case(ty_registry_t *reg, const att_case_t *c) {
-  const size_t qn = (size_t)(c->B * c->T * c->Hq * c->D), kn = (size_t)(c->B * c->S * c->Hkv * c->D);
+  const size_t qn = (size_t)(c->B * c->T * c->Hq * c->D);
+  const size_t kn = (size_t)(c->B * c->S * c->Hkv * c->D);
   host_t q = host_make(qn, c->dtype), k = host_make(kn, c->dtype), v = host_make(kn, c->dtype);
   host_t dout = host_make(qn, c->dtype), out = host_make(qn, c->dtype);
   host_t lse = host_make((size_t)(c->B * c->Hq * c->T), TY_DTYPE_F32);
@@ -375,6 +388,11 @@ static void bench_case(ty_registry_t *reg, const att_case_t *c) {
   /* FlashAttention's convention: forward 4 D flops per visible pair (two
    * matmuls), backward 2.5x that (five matmuls; these kernels do seven). */
   const double fwd_flops = 4.0 * (double)c->D * visible_pairs(c);
+  /* Bytes every kernel must move at least once (decode is bound by these):
+   * forward q, k, v, out; backward dout, q, k, v, out, dq, dk, dv. */
+  const double es = (double)esize(c->dtype);
+  const double fwd_bytes = es * (2.0 * (double)qn + 2.0 * (double)kn);
+  const double bwd_bytes = es * (4.0 * (double)qn + 4.0 * (double)kn);
   for (int p = fast_applies(c) ? 1 : 0; p >= 0; --p) {
     for (int backward = 0; backward < 2; ++backward) {
       double sec = 0;
@@ -386,9 +404,9 @@ static void bench_case(ty_registry_t *reg, const att_case_t *c) {
                ty_status_message(r.status));
         g_failures++;
       } else {
-        printf("%-14s %-5s %-8s %-8s %9.3f ms %8.1f TFLOP/s\n", c->name, dtname(c->dtype),
-               p ? "tc" : "generic", backward ? "backward" : "forward", sec * 1e3,
-               flops / sec * 1e-12);
+        printf("%-14s %-5s %-8s %-8s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", c->name,
+               dtname(c->dtype), p ? "tc" : "generic", backward ? "backward" : "forward",
+               sec * 1e3, flops / sec * 1e-12, (backward ? bwd_bytes : fwd_bytes) / sec * 1e-9);
       }
       run_free(&r);
     }

@@ -11,7 +11,7 @@
  * Usage: attention_emu [--quick | --big] [--only SUBSTRING] [--seed N]
  *   --quick runs the conformance shapes in one dtype each and a few
  *   tensor-core cases (what ctest runs: seconds); the default runs every
- *   case (a minute; several under AddressSanitizer); --big adds
+ *   case (about 30 s); --big adds
  *   T = S = 1024, D = 64 cases.
  * Exit 0 when every check passes; 1 otherwise (each failure is printed). */
 #include "cuda_emu.h"
@@ -167,7 +167,8 @@ void ref_backward(const Shape &s, const std::vector<double> &q, const std::vecto
         double delta = 0.0;
         for (int j = 0; j < s.S; ++j) {
           if (!s.visible(t, j)) continue;
-          const double p = exp(s.scale * dot(q, s.qi(b, t, h, 0), k, s.ki(b, j, h / G, 0), s.D) - l);
+          const size_t qo = s.qi(b, t, h, 0), ko = s.ki(b, j, h / G, 0);
+          const double p = exp(s.scale * dot(q, qo, k, ko, s.D) - l);
           delta += p * dot(dout, s.qi(b, t, h, 0), v, s.ki(b, j, h / G, 0), s.D);
         }
         for (int j = 0; j < s.S; ++j) {
@@ -217,10 +218,14 @@ void expect_nmse(const std::string &what, const std::vector<double> &x,
 }
 
 /* Output rounding of the storage dtype sets the bounds: the conformance
- * "reduction" bounds versus the f64 oracle, and 1e-5 between the paths. */
+ * "reduction" bounds versus the f64 oracle; between the two paths, whose
+ * outputs are each rounded once (bf16 ~3e-6, f16 ~4e-8) and differ further
+ * by P and dS rounded to 16 bits in the tensor-core path, about 3x their
+ * observed spread (bf16 4e-6..8e-6, f16 ~1e-7). */
 double oracle_bound(ty_dtype_t dt) {
   return dt == TY_DTYPE_F32 ? 1e-9 : dt == TY_DTYPE_BF16 ? 1e-4 : 1e-6;
 }
+double paths_bound(ty_dtype_t dt) { return dt == TY_DTYPE_BF16 ? 2e-5 : 5e-7; }
 
 template <typename F> F lookup(const char *name) {
   void *p = dlsym(RTLD_DEFAULT, name);
@@ -375,11 +380,11 @@ void run_case(const Case &c) {
   }
   if (have_fast) {
     if (!c.backward) {
-      expect_nmse("tc out vs generic", fast.out, gen.out, 1e-5);
+      expect_nmse("tc out vs generic", fast.out, gen.out, paths_bound(c.dtype));
     } else {
-      expect_nmse("tc dq vs generic", fast.dq, gen.dq, 1e-5);
-      expect_nmse("tc dk vs generic", fast.dk, gen.dk, 1e-5);
-      expect_nmse("tc dv vs generic", fast.dv, gen.dv, 1e-5);
+      expect_nmse("tc dq vs generic", fast.dq, gen.dq, paths_bound(c.dtype));
+      expect_nmse("tc dk vs generic", fast.dk, gen.dk, paths_bound(c.dtype));
+      expect_nmse("tc dv vs generic", fast.dv, gen.dv, paths_bound(c.dtype));
     }
     /* Another scheduling order gives the same bits. */
     Outputs again;
@@ -498,7 +503,8 @@ int main(int argc, char **argv) {
       if (conform && (i++ % 3) == (int)(c.dtype - 1)) picked.push_back(c);
     }
     for (bool bw : {false, true}) {
-      picked.push_back({"tc-odd-T-window-kvlen", 1, 70, 140, 2, 1, 64, 40, 130, 0, BF16, bw, false});
+      picked.push_back({"tc-odd-T-window-kvlen", 1, 70, 140, 2, 1, 64, 40, 130, 0, BF16, bw,
+                        false});
       picked.push_back({"tc-d128-decode", 1, 1, 77, 2, 1, 128, 0, 0, 0, F16, bw, false});
       picked.push_back({"tc-misaligned", 1, 20, 33, 1, 1, 64, 0, 0, 0, BF16, bw, true});
       picked.push_back({"d100-f32", 1, 9, 13, 2, 1, 100, 0, 0, 0, F32, bw, false});
@@ -506,8 +512,8 @@ int main(int argc, char **argv) {
     cases = picked;
   }
   for (const Case &c : cases) {
-    if (only && !strstr((c.name + " " + dtname(c.dtype) + (c.backward ? " bwd" : " fwd")).c_str(), only))
-      continue;
+    const std::string label = c.name + " " + dtname(c.dtype) + (c.backward ? " bwd" : " fwd");
+    if (only && !strstr(label.c_str(), only)) continue;
     run_case(c);
   }
   if (!only) {

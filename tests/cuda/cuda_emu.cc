@@ -26,6 +26,52 @@ namespace {
 
 constexpr size_t kStack = 512 * 1024;
 
+/* Switching fibers: on x86-64 a few instructions that swap the callee-saved
+ * registers and the stack pointer (glibc's swapcontext also saves the signal
+ * mask, a system call per switch, which made the emulation mostly kernel
+ * time); elsewhere ucontext. */
+#if defined(__x86_64__)
+extern "C" void ty_emu_switch(void **save_sp, void *load_sp);
+__asm__(
+    ".text\n"
+    ".globl ty_emu_switch\n"
+    ".type ty_emu_switch, @function\n"
+    "ty_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size ty_emu_switch, .-ty_emu_switch\n");
+
+struct Context {
+  void *sp = nullptr;
+};
+
+/* A context that starts `entry` on [stack, stack + size) (entry never
+ * returns). */
+void context_make(Context *c, char *stack, size_t size, void (*entry)()) {
+  uintptr_t *sp = (uintptr_t *)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+  *--sp = 0;                  /* entry's return address: as after a call */
+  *--sp = (uintptr_t)entry;   /* where ty_emu_switch returns to */
+  for (int i = 0; i < 6; ++i) *--sp = 0; /* rbp rbx r12 r13 r14 r15 */
+  c->sp = sp;
+}
+void context_swap(Context *from, Context *to) { ty_emu_switch(&from->sp, to->sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+void context_make(Context *c, char *stack, size_t size, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+void context_swap(Context *from, Context *to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
 struct Copy {
   unsigned char *dst;
   const unsigned char *src;
@@ -55,7 +101,7 @@ struct Warp {
 };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   char *stack = nullptr;
   bool done = false, waiting = false;
   int epoch = 0; /* block barriers passed */
@@ -68,7 +114,7 @@ struct Block {
   unsigned threads = 0;
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
-  ucontext_t sched;
+  Context sched;
   int arrived = 0, expected = 0;
   unsigned gen = 0;
   int current = -1;
@@ -104,7 +150,7 @@ void yield() {
 #ifdef TY_EMU_ASAN
   __sanitizer_start_switch_fiber(&f.fake, g_main_bottom, g_main_size);
 #endif
-  swapcontext(&f.ctx, &g_block->sched);
+  context_swap(&f.ctx, &g_block->sched);
 #ifdef TY_EMU_ASAN
   __sanitizer_finish_switch_fiber(f.fake, nullptr, nullptr);
 #endif
@@ -215,7 +261,8 @@ void trampoline() {
 #ifdef TY_EMU_ASAN
   __sanitizer_start_switch_fiber(nullptr, g_main_bottom, g_main_size);
 #endif
-  setcontext(&b.sched);
+  Context dead; /* never resumed */
+  context_swap(&dead, &b.sched);
 }
 
 void run_block(Block &b) {
@@ -232,11 +279,7 @@ void run_block(Block &b) {
     Fiber &f = b.fibers[t];
     f.stack = (char *)malloc(kStack);
     if (!f.stack) die("out of memory");
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = kStack;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, trampoline, 0);
+    context_make(&f.ctx, f.stack, kStack, trampoline);
   }
   std::vector<unsigned> order(n);
   for (unsigned t = 0; t < n; ++t) order[t] = t;
@@ -253,7 +296,7 @@ void run_block(Block &b) {
 #ifdef TY_EMU_ASAN
       __sanitizer_start_switch_fiber(&b.fake_stack, f.stack, kStack);
 #endif
-      swapcontext(&b.sched, &f.ctx);
+      context_swap(&b.sched, &f.ctx);
 #ifdef TY_EMU_ASAN
       __sanitizer_finish_switch_fiber(b.fake_stack, nullptr, nullptr);
 #endif
@@ -390,7 +433,9 @@ void ty_emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes) {
   const int me = self_id(), epoch = self().epoch;
   for (int i = 0; i < bytes; i += 4) {
     Shadow *s = shadow_of((char *)smem + i);
-    if (s->writer >= 0 && s->landed < 0) race("cp.async onto a word with a copy still pending", smem, s->writer);
+    if (s->writer >= 0 && s->landed < 0) {
+      race("cp.async onto a word with a copy still pending", smem, s->writer);
+    }
     if (s->read_epoch >= epoch && s->reader != me)
       race("cp.async issued in the epoch another thread reads the word", smem, s->reader);
     s->writer = me;

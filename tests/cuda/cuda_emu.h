@@ -2,7 +2,7 @@
  * plugin's kernel sources (compiled as host C++ with TY_CU_EMULATE) and check
  * their index arithmetic without a GPU.
  *
- * Every thread of a block is a fiber (ucontext) on one OS thread; a block's
+ * Every thread of a block is a fiber on one OS thread; a block's
  * fibers run until they reach a barrier (__syncthreads, a warp collective)
  * and the scheduler picks the next one in a seeded random order, so orders
  * a GPU could produce get exercised. Warp collectives (shuffles, ldmatrix,

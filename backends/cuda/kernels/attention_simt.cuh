@@ -102,7 +102,7 @@ __device__ void ty_att_fwd_simt(const T *q, const T *k, const T *v, T *out, floa
                                 const long long *kvlen, int Tq, int S, int Hq, int Hkv, int D,
                                 float scale, float sl2, int window, ERR_ARGS) {
   (void)scale;
-  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC(DC);
+  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC_FWD(DC);
   constexpr int BQ = 16 * RM, BK = 8 * KC, LD = DC + 1, LP = BK + 1;
   float *sQ = (float *)ty_att_smem, *sK = sQ + BQ * LD, *sV = sK + BK * LD, *sP = sV + BK * LD;
   int *sPos = (int *)(sP + BQ * LP);
@@ -121,7 +121,8 @@ __device__ void ty_att_fwd_simt(const T *q, const T *k, const T *v, T *out, floa
   long long lo = 0;
   if (window > 0) lo = max(0LL, R0 / G + off - window + 1);
   const long long kv_stride = (long long)Hkv * D;
-  const T *kb = k + ((long long)b * S * Hkv + kvh) * D, *vb = v + ((long long)b * S * Hkv + kvh) * D;
+  const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
+  const T *kb = k + kv_base, *vb = v + kv_base;
   float o[RM][DC / 8], m[RM], l[RM];
 #pragma unroll
   for (int i = 0; i < RM; ++i) {
@@ -233,7 +234,7 @@ __device__ void ty_att_dq_simt(const T *dout, const T *q, const T *k, const T *v
                                const float *lse, const float *delta, const long long *kvlen,
                                T *dq, int Tq, int S, int Hq, int Hkv, int D, float scale,
                                float sl2, int window, ERR_ARGS) {
-  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC(DC);
+  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC_DQ(DC);
   constexpr int BQ = 16 * RM, BK = 8 * KC, LD = DC + 1, LP = BK + 1;
   float *sQ = (float *)ty_att_smem, *sO = sQ + BQ * LD, *sK = sO + BQ * LD, *sV = sK + BK * LD;
   float *sS = sV + BK * LD, *sL = sS + BQ * LP, *sD = sL + BQ;
@@ -250,7 +251,8 @@ __device__ void ty_att_dq_simt(const T *dout, const T *q, const T *k, const T *v
   long long lo = 0;
   if (window > 0) lo = max(0LL, R0 / G + off - window + 1);
   const long long kv_stride = (long long)Hkv * D;
-  const T *kb = k + ((long long)b * S * Hkv + kvh) * D, *vb = v + ((long long)b * S * Hkv + kvh) * D;
+  const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
+  const T *kb = k + kv_base, *vb = v + kv_base;
   float acc[RM][DC / 8];
 #pragma unroll
   for (int i = 0; i < RM; ++i)
@@ -332,7 +334,7 @@ __device__ void ty_att_dkv_simt(const T *dout, const T *q, const T *k, const T *
                                 const float *lse, const float *delta, const long long *kvlen,
                                 T *dk, T *dv, int Tq, int S, int Hq, int Hkv, int D, float scale,
                                 float sl2, int window, ERR_ARGS) {
-  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC(DC);
+  constexpr int RM = TY_ATT_SIMT_RM(DC), KC = TY_ATT_SIMT_KC_DKV(DC);
   constexpr int BKK = 16 * RM, BR = 8 * KC, LD = DC + 1, LP = BR + 1;
   float *sK = (float *)ty_att_smem, *sV = sK + BKK * LD, *sQ = sV + BKK * LD, *sO = sQ + BR * LD;
   float *sP = sO + BR * LD, *sS = sP + BKK * LP, *sL = sS + BKK * LP, *sD = sL + BR;
@@ -448,7 +450,9 @@ __device__ void ty_att_delta(const T *dout, const T *out, float *delta, long lon
   const long long t = row % Tq, h = (row / Tq) % Hq, b = row / ((long long)Tq * Hq);
   const long long base = ((b * Tq + t) * Hq + h) * D;
   float acc = 0.0f;
-  for (int d = lane; d < D; d += 32) acc = fmaf(ty_to_f<T>(dout[base + d]), ty_to_f<T>(out[base + d]), acc);
+  for (int d = lane; d < D; d += 32) {
+    acc = fmaf(ty_to_f<T>(dout[base + d]), ty_to_f<T>(out[base + d]), acc);
+  }
   acc = ty_warp_sum(acc);
   if (lane == 0) delta[row] = acc;
 }

@@ -27,7 +27,7 @@ __device__ __forceinline__ uint16_t *ty_tc_at(uint16_t *s, int r, int c) {
  * copies go through registers instead of cp.async. */
 template <int D, int ROWS, int THREADS>
 __device__ __forceinline__ void ty_tc_load(uint16_t *s, const uint16_t *base, long long stride,
-                                           long long row0, long long valid, bool aligned) {
+                                           int row0, int valid, bool aligned) {
   constexpr int CH = D / 8;
 #pragma unroll
   for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
@@ -81,13 +81,27 @@ __device__ __forceinline__ float ty_tc_sum4(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* ty_att_visible in 32 bits: positions are below 2^31 (the plan checks T and
+ * S), and 64-bit compares cost registers the forward does not have. */
+__device__ __forceinline__ bool ty_tc_visible(int pos, int key, int window) {
+  return key <= pos && (window == 0 || pos - key < window);
+}
+
 /* Whether a 16 x 64 (rows x keys) piece needs the per-element mask: some
  * key past the first row's position, or (window) before the last row's
  * window start. Rows past T are masked by the caller or harmless. */
-__device__ __forceinline__ bool ty_tc_needs_mask(long long row0, int nrows, long long key0,
-                                                 int nkeys, long long off, int window) {
+__device__ __forceinline__ bool ty_tc_needs_mask(int row0, int nrows, int key0, int nkeys,
+                                                 int off, int window) {
   return key0 + nkeys - 1 > row0 + off ||
          (window > 0 && row0 + nrows - 1 + off - key0 >= window);
+}
+
+/* Whether 16 rows from row0 see none of the keys [key0, key0 + nkeys): the
+ * keys all come after the last row's position or (window) end before the
+ * first row's window start. */
+__device__ __forceinline__ bool ty_tc_sees_none(int row0, int key0, int nkeys, int off,
+                                                int window) {
+  return key0 > row0 + 15 + off || (window > 0 && key0 + nkeys - 1 < row0 + off - window + 1);
 }
 
 /* out, lse = attention(q, k, v): grid (ceil(T / 128), Hq, B), 256 threads;
@@ -105,27 +119,30 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
   if (L < 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
-  const long long q0 = (long long)(gridDim.x - 1 - blockIdx.x) * BQ, off = L - Tq;
+  const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BQ, off = (int)L - Tq;
   const bool aligned = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) & 15) == 0;
   const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
   const uint16_t *qb = (const uint16_t *)q + ((long long)b * Tq * Hq + h) * D;
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
   /* Key tiles [kt_lo, kt_hi) hold every key a row of the block sees. */
-  const long long hi = min(q0 + BQ, (long long)Tq) - 1 + off + 1;
-  long long lo = 0;
-  if (window > 0) lo = max(0LL, q0 + off - window + 1);
-  const int kt_lo = (int)(lo / BK), kt_hi = (int)((hi + BK - 1) / BK);
+  const int hi = min(q0 + BQ, Tq) + off; /* one past the last row's position */
+  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
+  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
 
   ty_tc_load<D, BQ, NT>(sQ, qb, q_stride, q0, Tq, aligned);
-  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, (long long)kt_lo * BK, hi, aligned);
-  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, (long long)kt_lo * BK, hi, aligned);
+  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
+  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
   ty_cp_commit();
 
-  const long long w0 = q0 + warp * 16;           /* the warp's first row */
-  const bool active = w0 < Tq;                   /* rows past T: load, never compute */
-  const long long t0 = w0 + g, t1 = w0 + g + 8; /* this thread's rows */
-  uint32_t qf[D / 16][4];
+  const int w0 = q0 + warp * 16;           /* the warp's first row */
+  const bool active = w0 < Tq;             /* rows past T: load, never compute */
+  const int t0 = w0 + g, t1 = w0 + g + 8; /* this thread's rows */
+  /* Q's A fragments stay in registers at D = 128; at D = 64 they are read
+   * from shared memory per tile, which keeps the kernel within 128
+   * registers (two blocks, 16 warps per SM). */
+  constexpr bool kQRegs = D > 64;
+  uint32_t qf[kQRegs ? D / 16 : 1][4];
   float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -135,37 +152,43 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
     ty_cp_wait<0>();
     __syncthreads(); /* tile kt landed; every warp is done with tile kt - 1 */
     if (kt + 1 < kt_hi) {
-      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (long long)(kt + 1) * BK, hi, aligned);
-      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (long long)(kt + 1) * BK, hi, aligned);
+      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
+      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
     }
     ty_cp_commit();
     if (!active) continue;
-    if (kt == kt_lo) {
+    if (kQRegs && kt == kt_lo) {
 #pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) ty_ldsm_x4(qf[kc], ty_tc_a_addr<D>(sQ, warp * 16, kc, lane));
+      for (int kc = 0; kc < D / 16; ++kc) {
+        ty_ldsm_x4(qf[kQRegs ? kc : 0], ty_tc_a_addr<D>(sQ, warp * 16, kc, lane));
+      }
     }
+    const int k0 = kt * BK;
+    if (ty_tc_sees_none(w0, k0, BK, off, window)) continue;
     uint16_t *tK = sK + buf * BK * D, *tV = sV + buf * BK * D;
     float s[BK / 8][4];
 #pragma unroll
     for (int j = 0; j < BK / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) {
+      uint32_t qs[4];
+      if (!kQRegs) ty_ldsm_x4(qs, ty_tc_a_addr<D>(sQ, warp * 16, kc, lane));
+      const uint32_t *qa = kQRegs ? qf[kQRegs ? kc : 0] : qs;
 #pragma unroll
       for (int np = 0; np < BK / 16; ++np) {
         uint32_t kf[4];
         ty_ldsm_x4(kf, ty_tc_bn_addr<D>(tK, np * 16, kc, lane));
-        ty_mma16816<T>(s[2 * np], qf[kc], kf[0], kf[1]);
-        ty_mma16816<T>(s[2 * np + 1], qf[kc], kf[2], kf[3]);
+        ty_mma16816<T>(s[2 * np], qa, kf[0], kf[1]);
+        ty_mma16816<T>(s[2 * np + 1], qa, kf[2], kf[3]);
       }
     }
-    const long long k0 = (long long)kt * BK;
     if (ty_tc_needs_mask(w0, 16, k0, BK, off, window)) {
 #pragma unroll
       for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const long long key = k0 + j * 8 + tq * 2 + (e & 1);
-          if (!ty_att_visible((e < 2 ? t0 : t1) + off, key, window)) s[j][e] = -INFINITY;
+          const int key = k0 + j * 8 + tq * 2 + (e & 1);
+          if (!ty_tc_visible((e < 2 ? t0 : t1) + off, key, window)) s[j][e] = -INFINITY;
         }
       }
     }
@@ -177,7 +200,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
       for (int j = 0; j < BK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
       const float mnew = fmaxf(m[r], ty_tc_max4(mx) * sl2);
       const float muse = mnew == -INFINITY ? 0.0f : mnew;
-      const float corr = exp2f(m[r] - muse);
+      const float corr = ty_exp2_ftz(m[r] - muse);
       m[r] = mnew;
       l[r] *= corr;
 #pragma unroll
@@ -189,7 +212,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
       for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[j][e] = exp2f(fmaf(s[j][e], sl2, -muse));
+          s[j][e] = ty_exp2_ftz(fmaf(s[j][e], sl2, -muse));
           l[r] += s[j][e];
         }
       }
@@ -214,7 +237,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
   if (!active) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long t = r ? t1 : t0;
+    const int t = r ? t1 : t0;
     const float lt = ty_tc_sum4(l[r]);
     if (t >= Tq) continue;
     const float inv = 1.0f / lt;
@@ -236,34 +259,34 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
                              int Tq, int S, int Hq, int Hkv, int D_, float scale, float sl2,
                              int window, ERR_ARGS) {
   (void)D_;
-  constexpr int NW = TY_ATT_TC_DQ_WARPS, BQ = TY_ATT_TC_DQ_BQ, BK = TY_ATT_TC_BK, NT = 32 * NW;
+  constexpr int NW = TY_ATT_TC_DQ_WARPS, BQ = TY_ATT_TC_DQ_BQ, BK = TY_ATT_TC_DQ_BK(D);
+  constexpr int NT = 32 * NW;
   uint16_t *sQ = (uint16_t *)ty_att_smem, *sO = sQ + BQ * D, *sK = sO + BQ * D;
   uint16_t *sV = sK + 2 * BK * D;
   const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
   if (L < 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
-  const long long q0 = (long long)(gridDim.x - 1 - blockIdx.x) * BQ, off = L - Tq;
+  const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BQ, off = (int)L - Tq;
   const bool aligned = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)dout |
                          (uintptr_t)dq) & 15) == 0;
   const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
   const long long q_base = ((long long)b * Tq * Hq + h) * D;
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
-  const long long hi = min(q0 + BQ, (long long)Tq) - 1 + off + 1;
-  long long lo = 0;
-  if (window > 0) lo = max(0LL, q0 + off - window + 1);
-  const int kt_lo = (int)(lo / BK), kt_hi = (int)((hi + BK - 1) / BK);
+  const int hi = min(q0 + BQ, Tq) + off; /* one past the last row's position */
+  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
+  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
 
   ty_tc_load<D, BQ, NT>(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
   ty_tc_load<D, BQ, NT>(sO, (const uint16_t *)dout + q_base, q_stride, q0, Tq, aligned);
-  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, (long long)kt_lo * BK, hi, aligned);
-  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, (long long)kt_lo * BK, hi, aligned);
+  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
+  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
   ty_cp_commit();
 
-  const long long w0 = q0 + warp * 16;
+  const int w0 = q0 + warp * 16;
   const bool active = w0 < Tq;
-  const long long t0 = w0 + g, t1 = w0 + g + 8;
+  const int t0 = w0 + g, t1 = w0 + g + 8;
   /* lse (log2 units) and delta of this thread's two rows; 0 past T. */
   float l2[2] = {0.0f, 0.0f}, dl[2] = {0.0f, 0.0f};
   if (t0 < Tq) {
@@ -283,11 +306,12 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
     ty_cp_wait<0>();
     __syncthreads();
     if (kt + 1 < kt_hi) {
-      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (long long)(kt + 1) * BK, hi, aligned);
-      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (long long)(kt + 1) * BK, hi, aligned);
+      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
+      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
     }
     ty_cp_commit();
-    if (!active) continue;
+    const int k0 = kt * BK;
+    if (!active || ty_tc_sees_none(w0, k0, BK, off, window)) continue;
     uint16_t *tK = sK + buf * BK * D, *tV = sV + buf * BK * D;
     float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
@@ -311,16 +335,15 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
         ty_mma16816<T>(dp[2 * np + 1], oa, f[2], f[3]);
       }
     }
-    const long long k0 = (long long)kt * BK;
     const bool mask = ty_tc_needs_mask(w0, 16, k0, BK, off, window);
 #pragma unroll
     for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        const long long key = k0 + j * 8 + tq * 2 + (e & 1);
-        float p = exp2f(fmaf(s[j][e], sl2, -l2[r]));
-        if (mask && !ty_att_visible((r ? t1 : t0) + off, key, window)) p = 0.0f;
+        const int key = k0 + j * 8 + tq * 2 + (e & 1);
+        float p = ty_exp2_ftz(fmaf(s[j][e], sl2, -l2[r]));
+        if (mask && !ty_tc_visible((r ? t1 : t0) + off, key, window)) p = 0.0f;
         s[j][e] = p * (dp[j][e] - dl[r]); /* dS */
       }
     }
@@ -344,9 +367,9 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
   if (!active) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long t = r ? t1 : t0;
+    const int t = r ? t1 : t0;
     if (t >= Tq) continue;
-    T *row = dq + q_base + t * q_stride;
+    T *row = dq + q_base + (long long)t * q_stride;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       ty_tc_store2<T>(row + j * 8 + tq * 2, acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale,
@@ -374,26 +397,27 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   if (L < 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int kvh = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
-  const long long k0 = (long long)blockIdx.x * BKV, off = L - Tq;
+  const int k0 = (int)blockIdx.x * BKV, off = (int)L - Tq;
   const bool aligned = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)dout |
                          (uintptr_t)dk | (uintptr_t)dv) & 15) == 0;
   const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
   const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
   /* Query tiles [qt_lo, qt_hi] of each head of the group see the block. */
-  const long long t_lo = max(0LL, k0 - off);
-  long long t_hi = Tq - 1;
-  if (window > 0) t_hi = min(t_hi, k0 + BKV - 1 + window - 1 - off);
-  const int qt_lo = (int)(t_lo / BQ);
-  const int nqt = t_lo <= t_hi ? (int)(t_hi / BQ) - qt_lo + 1 : 0;
+  const int t_lo = max(0, k0 - off);
+  int t_hi = Tq - 1;
+  if (window > 0) t_hi = (int)min((long long)t_hi, (long long)k0 + BKV - 1 + window - 1 - off);
+  const int qt_lo = t_lo / BQ;
+  const int nqt = t_lo <= t_hi ? t_hi / BQ - qt_lo + 1 : 0;
   const int iters = G * nqt;
 
   /* Iteration it: head kvh G + it / nqt, query tile qt_lo + it % nqt. */
   auto load_tile = [&](int it, int buf) {
     const int h = kvh * G + it / nqt;
-    const long long q0 = (long long)(qt_lo + it % nqt) * BQ;
+    const int q0 = (qt_lo + it % nqt) * BQ;
     const long long base = ((long long)b * Tq * Hq + h) * D;
-    ty_tc_load<D, BQ, NT>(sQ + buf * BQ * D, (const uint16_t *)q + base, q_stride, q0, Tq, aligned);
-    ty_tc_load<D, BQ, NT>(sO + buf * BQ * D, (const uint16_t *)dout + base, q_stride, q0, Tq, aligned);
+    const uint16_t *qb = (const uint16_t *)q + base, *ob = (const uint16_t *)dout + base;
+    ty_tc_load<D, BQ, NT>(sQ + buf * BQ * D, qb, q_stride, q0, Tq, aligned);
+    ty_tc_load<D, BQ, NT>(sO + buf * BQ * D, ob, q_stride, q0, Tq, aligned);
     const long long row = ((long long)b * Hq + h) * Tq;
     for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
       const int r = i % BQ;
@@ -409,9 +433,9 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   }
   ty_cp_commit();
 
-  const long long kw0 = k0 + warp * 16; /* the warp's first key */
-  const bool active = kw0 < L;          /* keys past L are never seen: dK = dV = 0 */
-  const long long key0 = kw0 + g, key1 = kw0 + g + 8;
+  const int kw0 = k0 + warp * 16; /* the warp's first key */
+  const bool active = kw0 < L;    /* keys past L are never seen: dK = dV = 0 */
+  const int key0 = kw0 + g, key1 = kw0 + g + 8;
   float ak[D / 8][4], av[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) {
@@ -424,8 +448,13 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
     __syncthreads();
     if (it + 1 < iters) load_tile(it + 1, buf ^ 1);
     ty_cp_commit();
-    if (!active) continue;
-    const long long q0 = (long long)(qt_lo + it % nqt) * BQ;
+    const int q0 = (qt_lo + it % nqt) * BQ;
+    /* No query of the tile sees the warp's keys: all positions before them,
+     * or (window) all window starts after them. */
+    if (!active || min(q0 + BQ, Tq) - 1 + off < kw0 ||
+        (window > 0 && q0 + off - window + 1 > kw0 + 15)) {
+      continue;
+    }
     uint16_t *tQ = sQ + buf * BQ * D, *tO = sO + buf * BQ * D;
     const float *tL = sL + buf * BQ, *tD = sD + buf * BQ;
     float st[BQ / 8][4], dpt[BQ / 8][4];
@@ -458,8 +487,8 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = j * 8 + tq * 2 + (e & 1);
-        float p = exp2f(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
-        if (mask && (q0 + c >= Tq || !ty_att_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
+        float p = ty_exp2_ftz(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
+        if (mask && (q0 + c >= Tq || !ty_tc_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
           p = 0.0f;
         }
         st[j][e] = p;
@@ -493,9 +522,10 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   /* Every warp stores its keys (zeros where nothing saw them). */
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const long long key = r ? key1 : key0;
+    const int key = r ? key1 : key0;
     if (key >= S) continue;
-    T *krow = dk + kv_base + key * kv_stride, *vrow = dv + kv_base + key * kv_stride;
+    const long long o = kv_base + (long long)key * kv_stride;
+    T *krow = dk + o, *vrow = dv + o;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       ty_tc_store2<T>(krow + j * 8 + tq * 2, ak[j][2 * r] * scale, ak[j][2 * r + 1] * scale,

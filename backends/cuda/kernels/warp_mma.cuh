@@ -144,6 +144,20 @@ template <int N> __device__ __forceinline__ void ty_cp_wait() {
 #endif
 }
 
+/* 2^x on the MUFU with subnormal results flushed to zero (plain exp2f adds
+ * range fixes around every MUFU op); softmax probabilities below 2^-126
+ * are zero at any output precision. 2^-inf = 0. */
+__device__ __forceinline__ float ty_exp2_ftz(float x) {
+#ifdef TY_CU_EMULATE
+  const float r = exp2f(x);
+  return r < 1.17549435e-38f ? 0.0f : r;
+#else
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+#endif
+}
+
 /* A plain shared-memory load, visible to the emulation's race checker. */
 __device__ __forceinline__ float ty_lds_f32(const float *p) {
 #ifdef TY_CU_EMULATE
