@@ -716,9 +716,9 @@ static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
 void ty_cu_build_adamw(ty_cu_build_t *b) {
   /* param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step -> param', m', v' */
   const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
-  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(float));
+  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
   /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
-   *               wd, int dtwd, step, int dtstep, f32 *hp, err, int node) */
+   *               wd, int dtwd, step, int dtstep, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_prep");
   for (uint32_t i = 4; i < 10; ++i) ty_cu_arg_in(b, c, i);
   ty_cu_arg_ptr(b, c, hp);
@@ -734,7 +734,7 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
                           : NULL;
   if (typed) {
     /* ty_adamw_t_<T>(p, g, f32 *m, f32 *v, po, f32 *mo, f32 *vo, i64 n,
-     *                const f32 *hp) */
+     *                const f64 *hp) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, typed);
     for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
     for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
@@ -744,7 +744,7 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
     return;
   }
   /* ty_adamw(p, int dtp, g, int dtg, m, int dtm, v, int dtv, po, int dtpo,
-   *          mo, int dtmo, vo, int dtvo, i64 n, const f32 *hp) */
+   *          mo, int dtmo, vo, int dtvo, i64 n, const f64 *hp) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw");
   for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_in(b, c, i);
   for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_out(b, c, o);
