@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "emu_driver.h"
@@ -219,10 +220,14 @@ static CUresult emu_cuModuleUnload(CUmodule m) {
   return CUDA_SUCCESS;
 }
 static CUresult emu_cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) {
-  /* Functions live as long as the process (a module unload keeps them). */
+  /* One handle per kernel for the life of the process (the driver library
+   * stays loaded), whichever module asks. */
+  static std::map<const ty_emu_kernel *, CUfunc_st> functions;
   const ty_emu_kernel *k = ty_emu_find(name);
   if (!k) return CUDA_ERROR_NOT_FOUND;
-  *f = new CUfunc_st{k};
+  CUfunc_st &fn = functions[k];
+  fn.kernel = k;
+  *f = &fn;
   return CUDA_SUCCESS;
 }
 static CUresult emu_cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
