@@ -180,6 +180,32 @@ __device__ inline void ty_row_loop(long long n, int head, int t, int nt, FS fs, 
   for (long long i = h + 4 * groups + t; i < n; i += nt) fs(i);
 }
 
+/* ---- f64 block sums (the standalone reductions accumulate in f64, as the
+ * cpu backend's do; see reduce.cu): every thread of the block calls it,
+ * blockDim.x a multiple of 32; `scratch` holds 32 doubles of shared
+ * memory. Fixed order: deterministic. ---- */
+__device__ inline double ty_warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline double ty_block_sum_d(double v, double *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = ty_warp_sum_d(v);
+  __syncthreads(); /* scratch may still be read by a previous reduction */
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  return ty_warp_sum_d(lane < warps ? scratch[lane] : 0.0);
+}
+
+/* Stores an f64 result: exactly into f64 storage, else rounded through f32
+ * as every float output is. */
+__device__ inline void ty_st_d(void *p, long long i, int dt, double v) {
+  if (dt == TY_F64) ((double *)p)[i] = v;
+  else ty_st(p, i, dt, (float)v);
+}
+
 /* ---- block-wide exclusive scan of one int per thread (blockDim.x a
  * multiple of 32, at most 1024); `scratch` holds 32 ints of shared memory.
  * Returns the sum of the values of the threads before this one; *total
