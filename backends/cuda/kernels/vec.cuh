@@ -84,10 +84,12 @@ template <> __device__ inline void ty_st4<float>(float *p, const float *v) {
   *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
 }
 template <> __device__ inline void ty_st4<__nv_bfloat16>(__nv_bfloat16 *p, const float *v) {
-  *reinterpret_cast<uint2 *>(p) = make_uint2(ty_f_to_bf16x2(v[0], v[1]), ty_f_to_bf16x2(v[2], v[3]));
+  *reinterpret_cast<uint2 *>(p) =
+      make_uint2(ty_f_to_bf16x2(v[0], v[1]), ty_f_to_bf16x2(v[2], v[3]));
 }
 template <> __device__ inline void ty_st4<__half>(__half *p, const float *v) {
-  *reinterpret_cast<uint2 *>(p) = make_uint2(ty_f_to_f16x2(v[0], v[1]), ty_f_to_f16x2(v[2], v[3]));
+  *reinterpret_cast<uint2 *>(p) =
+      make_uint2(ty_f_to_f16x2(v[0], v[1]), ty_f_to_f16x2(v[2], v[3]));
 }
 
 /* Bytes of an element of storage dtype dt. */

@@ -60,22 +60,26 @@ inline int ty_emu_pick_up(int lane, int arg) { return lane >= arg ? lane - arg :
 inline int ty_emu_pick_down(int lane, int arg) { return lane + arg < 32 ? lane + arg : lane; }
 inline int ty_emu_pick_idx(int lane, int arg) { (void)lane; return arg & 31; }
 
-template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   (void)mask;
   (void)width;
   return ty_emu_shfl(v, ty_emu_pick_xor, lane_mask);
 }
-template <typename T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   (void)mask;
   (void)width;
   return ty_emu_shfl(v, ty_emu_pick_up, (int)delta);
 }
-template <typename T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   (void)mask;
   (void)width;
   return ty_emu_shfl(v, ty_emu_pick_down, (int)delta);
 }
-template <typename T> inline T __shfl_sync(unsigned mask, T v, int lane, int width = 32) {
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int lane, int width = 32) {
   (void)mask;
   (void)width;
   return ty_emu_shfl(v, ty_emu_pick_idx, lane);
