@@ -12,9 +12,9 @@
  * 4 or 2 bytes) that the row size and both addresses allow. Exact. */
 template <typename U>
 __device__ inline void ty_move_row(const void *src, void *dst, long long units, int lane) {
-  const U *s = (const U *)src;
-  U *d = (U *)dst;
-  for (long long k = lane; k < units; k += 32) d[k] = s[k];
+  for (long long k = lane; k < units; k += 32) {
+    ty_vstore((U *)dst + k, ty_vload<U>((const U *)src + k));
+  }
 }
 
 extern "C" __global__ void ty_embedding(const void *table, int dtt, const void *ids, int dti,

@@ -8,10 +8,10 @@
 __device__ inline void ty_move_bytes(const char *src, char *dst, int bytes) {
   switch (bytes) {
     case 1: *dst = *src; break;
-    case 2: *(uint16_t *)dst = *(const uint16_t *)src; break;
-    case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
-    case 8: *(uint2 *)dst = *(const uint2 *)src; break;
-    default: *(uint4 *)dst = *(const uint4 *)src; break;
+    case 2: ty_vstore(dst, ty_vload<uint16_t>(src)); break;
+    case 4: ty_vstore(dst, ty_vload<uint32_t>(src)); break;
+    case 8: ty_vstore(dst, ty_vload<uint2>(src)); break;
+    default: ty_vstore(dst, ty_vload<uint4>(src)); break;
   }
 }
 
@@ -119,21 +119,21 @@ template <> __device__ inline __half ty_cast_out<__half>(float v) {
  * back, with the conversions above (bit operations, no type punning). */
 template <typename T> __device__ inline void ty_cast_ld4(const T *p, float *v);
 template <> __device__ inline void ty_cast_ld4<float>(const float *p, float *v) {
-  const float4 r = *(const float4 *)p;
+  const float4 r = ty_vload<float4>(p);
   v[0] = r.x;
   v[1] = r.y;
   v[2] = r.z;
   v[3] = r.w;
 }
 template <> __device__ inline void ty_cast_ld4<__nv_bfloat16>(const __nv_bfloat16 *p, float *v) {
-  const uint2 r = *(const uint2 *)p;
+  const uint2 r = ty_vload<uint2>(p);
   v[0] = ty_bf16_to_f32((uint16_t)(r.x & 0xffffu));
   v[1] = ty_bf16_to_f32((uint16_t)(r.x >> 16));
   v[2] = ty_bf16_to_f32((uint16_t)(r.y & 0xffffu));
   v[3] = ty_bf16_to_f32((uint16_t)(r.y >> 16));
 }
 template <> __device__ inline void ty_cast_ld4<__half>(const __half *p, float *v) {
-  const uint2 r = *(const uint2 *)p;
+  const uint2 r = ty_vload<uint2>(p);
   v[0] = ty_cast_f16_to_f32((uint16_t)(r.x & 0xffffu));
   v[1] = ty_cast_f16_to_f32((uint16_t)(r.x >> 16));
   v[2] = ty_cast_f16_to_f32((uint16_t)(r.y & 0xffffu));
@@ -141,16 +141,16 @@ template <> __device__ inline void ty_cast_ld4<__half>(const __half *p, float *v
 }
 template <typename T> __device__ inline void ty_cast_st4(T *p, const float *v);
 template <> __device__ inline void ty_cast_st4<float>(float *p, const float *v) {
-  *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+  ty_vstore(p, make_float4(v[0], v[1], v[2], v[3]));
 }
 template <> __device__ inline void ty_cast_st4<__nv_bfloat16>(__nv_bfloat16 *p, const float *v) {
-  *(uint2 *)p = make_uint2((uint32_t)ty_f32_to_bf16(v[0]) | (uint32_t)ty_f32_to_bf16(v[1]) << 16,
-                           (uint32_t)ty_f32_to_bf16(v[2]) | (uint32_t)ty_f32_to_bf16(v[3]) << 16);
+  ty_vstore(p, make_uint2((uint32_t)ty_f32_to_bf16(v[0]) | (uint32_t)ty_f32_to_bf16(v[1]) << 16,
+                          (uint32_t)ty_f32_to_bf16(v[2]) | (uint32_t)ty_f32_to_bf16(v[3]) << 16));
 }
 template <> __device__ inline void ty_cast_st4<__half>(__half *p, const float *v) {
-  *(uint2 *)p =
-      make_uint2((uint32_t)ty_cast_f32_to_f16(v[0]) | (uint32_t)ty_cast_f32_to_f16(v[1]) << 16,
-                 (uint32_t)ty_cast_f32_to_f16(v[2]) | (uint32_t)ty_cast_f32_to_f16(v[3]) << 16);
+  ty_vstore(p, make_uint2(
+                   (uint32_t)ty_cast_f32_to_f16(v[0]) | (uint32_t)ty_cast_f32_to_f16(v[1]) << 16,
+                   (uint32_t)ty_cast_f32_to_f16(v[2]) | (uint32_t)ty_cast_f32_to_f16(v[3]) << 16));
 }
 
 template <typename TI, typename TO>

@@ -22,6 +22,10 @@
 
 #include "emu_runtime.h"
 
+/* A vector access (kernels/vec.cuh's ty_vload / ty_vstore) must be aligned
+ * to its size on a GPU; the host would forgive it, the emulator does not. */
+#define TY_CHECK_ALIGNED(p, bytes) ty_emu_check_aligned((const void *)(p), (bytes))
+
 /* The CUDA headers define these for the host compiler as attributes it
  * does not know; kernels are plain functions here. */
 #undef __global__

@@ -38,6 +38,9 @@ void ty_emu_sync_block();
  * of lane pick(lane, arg). */
 uint64_t ty_emu_shuffle(uint64_t v, int (*pick)(int lane, int arg), int arg);
 [[noreturn]] void ty_emu_trap();
+/* Aborts, naming the kernel, block and thread, when p is not a multiple of
+ * `bytes` (a misaligned vector access, which faults on a GPU). */
+void ty_emu_check_aligned(const void *p, size_t bytes);
 
 /* A kernel: calls the function with its parameters unpacked from a CUDA
  * parameter block (each at its natural alignment, in order) or from an

@@ -7,6 +7,7 @@
  * the launch then fails with the reason. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
@@ -103,11 +104,34 @@ void ty_emu_trap() {
   abort();
 }
 
+void ty_emu_check_aligned(const void *p, size_t bytes) {
+  if ((uintptr_t)p % bytes == 0) return;
+  const ty_emu_dim3 b = ty_emu_cur_block.bid, t = g_cur->info.tid;
+  fprintf(stderr,
+          "cuda emulator: kernel %s, block (%u, %u, %u), thread (%u, %u, %u): a %zu-byte "
+          "vector access at %p is misaligned (a fault on a GPU)\n",
+          g_launch->kernel->name, b.x, b.y, b.z, t.x, t.y, t.z, bytes, p);
+  abort();
+}
+
 void ty_emu_register(const ty_emu_kernel &k) { registry()[k.name] = k; }
 
 const ty_emu_kernel *ty_emu_find(const char *name) {
   auto it = registry().find(name);
   return it == registry().end() ? nullptr : &it->second;
+}
+
+/* TRAINYARD_CUDA_EMU_ORDER=reverse runs a block's threads (between
+ * barriers) and a grid's blocks from the last to the first: a kernel that
+ * reads what another thread writes without a barrier in between, or what
+ * another block writes in the same launch, then sees different data, as it
+ * may on a GPU. */
+static bool reverse_order() {
+  static const int reverse = [] {
+    const char *env = getenv("TRAINYARD_CUDA_EMU_ORDER");
+    return env && strcmp(env, "reverse") == 0 ? 1 : 0;
+  }();
+  return reverse != 0;
 }
 
 /* Runs the threads of the current block to completion; false with `why`
@@ -126,8 +150,8 @@ static bool run_block(Launch *l, char *why, size_t cap) {
   }
   std::vector<size_t> live(warps), waiting(warps);
   for (;;) {
-    for (size_t i = 0; i < n; ++i) {
-      Thread &t = l->threads[i];
+    for (size_t k = 0; k < n; ++k) {
+      Thread &t = l->threads[reverse_order() ? n - 1 - k : k];
       if (t.state != State::kRun) continue;
       g_cur = &t;
       ty_emu_cur_thread = &t.info;
@@ -204,13 +228,12 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
   ty_emu_cur_block.bdim = {block[0], block[1], block[2]};
   ty_emu_cur_block.gdim = {grid[0], grid[1], grid[2]};
   bool ok = true;
-  for (unsigned z = 0; z < grid[2] && ok; ++z) {
-    for (unsigned y = 0; y < grid[1] && ok; ++y) {
-      for (unsigned x = 0; x < grid[0] && ok; ++x) {
-        ty_emu_cur_block.bid = {x, y, z};
-        ok = run_block(&l, why, cap);
-      }
-    }
+  const uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+  for (uint64_t q = 0; q < blocks && ok; ++q) {
+    const uint64_t b = reverse_order() ? blocks - 1 - q : q;
+    ty_emu_cur_block.bid = {(unsigned)(b % grid[0]), (unsigned)(b / grid[0] % grid[1]),
+                            (unsigned)(b / ((uint64_t)grid[0] * grid[1]))};
+    ok = run_block(&l, why, cap);
   }
   g_launch = outer;
   return ok;
