@@ -106,9 +106,10 @@ class ResumeTest(unittest.TestCase):
         data = make_id_dataset(self.tmp)
         straight, split = os.path.join(self.tmp, "straight"), os.path.join(self.tmp, "split")
         self.train(data, straight, 40)
-        self.train(data, split, 20)
-        # Continue the split run: same total, from its step-20 checkpoint.
-        self.train(data, split, 40, ("--resume", "latest"))
+        # The same 40-step run (so the same learning-rate schedule: a run of
+        # --max-steps 20 decays it sooner), resumed from the straight run's
+        # step-20 checkpoint.
+        self.train(data, split, 40, ("--resume", os.path.join(straight, "checkpoint-20")))
         a = read_safetensors(os.path.join(straight, "checkpoint-40", "model.safetensors"))
         b = read_safetensors(os.path.join(split, "checkpoint-40", "model.safetensors"))
         self.assertEqual(sorted(a), sorted(b))
