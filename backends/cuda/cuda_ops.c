@@ -423,51 +423,51 @@ void ty_cu_build_kv_cache_write(ty_cu_build_t *b) {
 
 #define TY_CU_RED_CHUNK 16384 /* elements of a row one block sums (kernels/reduce.cu) */
 
-/* Row sums: x as [O, R] reduced over R (kernels/reduce.cu, ty_reduce_rows_*). */
-static void ty_cu_reduce_rows(ty_cu_build_t *b, const char *kernel, int dty, int kind,
-                              int64_t O, int64_t R, float scale) {
+/* Row sums: x as [O, R] reduced over R (kernels/reduce.cu, ty_reduce_rows_*),
+ * into y (dtype dty) or, for dty f64, any f64 array. */
+static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_cu_ref_t x,
+                                   ty_cu_ref_t y, int dty, int kind, int64_t O, int64_t R,
+                                   double scale) {
   const int64_t chunks = (R + TY_CU_RED_CHUNK - 1) / TY_CU_RED_CHUNK;
   const int64_t chunk = chunks > 1 ? TY_CU_RED_CHUNK : R;
-  ty_cu_ref_t dst = ty_cu_out(b, 0);
-  if (chunks > 1) dst = ty_cu_scratch(b, (uint64_t)(O * chunks) * sizeof(float));
+  ty_cu_ref_t dst = y;
+  if (chunks > 1) dst = ty_cu_scratch(b, (uint64_t)(O * chunks) * sizeof(double));
   /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
-   *                    i64 total, f32 scale) */
+   *                    i64 total, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, x);
   ty_cu_arg_ptr(b, c, dst);
-  ty_cu_arg_i32(b, c, chunks > 1 ? TY_DTYPE_F32 : dty);
+  ty_cu_arg_i32(b, c, chunks > 1 ? TY_DTYPE_F64 : dty);
   ty_cu_arg_i32(b, c, kind);
   ty_cu_arg_i64(b, c, R);
   ty_cu_arg_i64(b, c, chunks);
   ty_cu_arg_i64(b, c, chunk);
   ty_cu_arg_i64(b, c, O * chunks);
-  ty_cu_arg_f32(b, c, chunks > 1 ? 1.0f : scale);
+  ty_cu_arg_f64(b, c, chunks > 1 ? 1.0 : scale);
   ty_cu_grid_blocks(b, c, (uint64_t)(O * chunks), ty_cu_row_threads(chunk, TY_CU_BLOCK));
   if (chunks == 1) return;
-  /* The chunk sums of each row, in order: the f32 instance, one chunk. */
-  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_rows_f32");
+  /* ty_reduce_partials(const f64 *part, y, int dty, i64 per_row, i64 rows,
+   *                    f64 scale): each row's chunk sums, in order */
+  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_partials");
   ty_cu_arg_ptr(b, c, dst);
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, y);
   ty_cu_arg_i32(b, c, dty);
-  ty_cu_arg_i32(b, c, 0 /* sum */);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_i64(b, c, 1);
   ty_cu_arg_i64(b, c, chunks);
   ty_cu_arg_i64(b, c, O);
-  ty_cu_arg_f32(b, c, scale);
+  ty_cu_arg_f64(b, c, scale);
   ty_cu_grid_blocks(b, c, (uint64_t)O, ty_cu_row_threads(chunks, TY_CU_BLOCK));
 }
 
 /* Column sums: x as [O, R, I] reduced over R (ty_reduce_cols_*). */
 static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int kind,
-                              int64_t O, int64_t R, int64_t I, float scale) {
+                              int64_t O, int64_t R, int64_t I, double scale) {
   const int64_t cb = (I + 31) / 32;
   int64_t rchunk;
   const uint32_t split = ty_cu_col_split(cb * O, R, &rchunk);
   ty_cu_ref_t part = ty_cu_none();
-  if (split > 1) part = ty_cu_scratch(b, (uint64_t)split * (uint64_t)(O * I) * sizeof(float));
-  /* ty_reduce_cols_<T>(x, y, int dty, f32 *part, int kind, i64 O, i64 R, i64 I,
-   *                    i64 rchunk, f32 scale) */
+  if (split > 1) part = ty_cu_scratch(b, (uint64_t)split * (uint64_t)(O * I) * sizeof(double));
+  /* ty_reduce_cols_<T>(x, y, int dty, f64 *part, int kind, i64 O, i64 R, i64 I,
+   *                    i64 rchunk, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
   ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
   ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
@@ -478,25 +478,20 @@ static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int
   ty_cu_arg_i64(b, c, R);
   ty_cu_arg_i64(b, c, I);
   ty_cu_arg_i64(b, c, rchunk);
-  ty_cu_arg_f32(b, c, scale);
+  ty_cu_arg_f64(b, c, scale);
   const uint64_t gx = (uint64_t)(cb * O) > 0x7fffffffu ? 0x7fffffffu : (uint64_t)(cb * O);
   ty_cu_grid(b, c, (uint32_t)gx, split, 1, 32, 8, 1, 0);
   if (split == 1) return;
-  /* The chunk partials [split, O*I] summed in order: the f32 instance with
-   * O = 1, R = split, one chunk. */
-  const int64_t oi = O * I, cb2 = (oi + 31) / 32;
-  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_cols_f32");
+  /* ty_reduce_cols_finish(const f64 *part, y, int dty, i64 chunks, i64 n,
+   *                       f64 scale): the chunk partials [split, O*I], in order */
+  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_cols_finish");
   ty_cu_arg_ptr(b, c, part);
   ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
   ty_cu_arg_i32(b, c, dty);
-  ty_cu_arg_ptr(b, c, ty_cu_none());
-  ty_cu_arg_i32(b, c, 0 /* sum */);
-  ty_cu_arg_i64(b, c, 1);
   ty_cu_arg_i64(b, c, split);
-  ty_cu_arg_i64(b, c, oi);
-  ty_cu_arg_i64(b, c, split);
-  ty_cu_arg_f32(b, c, scale);
-  ty_cu_grid(b, c, (uint32_t)(cb2 > 0x7fffffff ? 0x7fffffff : cb2), 1, 1, 32, 8, 1, 0);
+  ty_cu_arg_i64(b, c, O * I);
+  ty_cu_arg_f64(b, c, scale);
+  ty_cu_grid1(b, c, (uint64_t)(O * I), TY_CU_BLOCK);
 }
 
 void ty_cu_build_reduce(ty_cu_build_t *b) {
@@ -523,8 +518,7 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
     return;
   }
   const int kind = strcmp(b->node->op, "reduce_sumsq") == 0 ? 1 : 0;
-  const float scale =
-      strcmp(b->node->op, "reduce_mean") == 0 ? (float)(1.0 / (double)terms) : 1.0f;
+  const double scale = strcmp(b->node->op, "reduce_mean") == 0 ? 1.0 / (double)terms : 1.0;
   /* Runs of kept and reduced axes in x's order (size-1 axes dropped; axes
    * of one kind next to each other are contiguous, so they merge). */
   int64_t seg[8];
@@ -547,11 +541,13 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
   if (rows) {
     /* [R], [O, R]: rows; [], [I], [R, I], [O, R, I]: columns. */
     if (segs == 1 && seg_red[0]) {
-      ty_cu_reduce_rows(b, rows, dty, kind, 1, seg[0], scale);
+      ty_cu_reduce_rows_into(b, rows, ty_cu_in(b, 0), ty_cu_out(b, 0), dty, kind, 1, seg[0],
+                             scale);
       return;
     }
     if (segs == 2 && !seg_red[0] && seg_red[1]) {
-      ty_cu_reduce_rows(b, rows, dty, kind, seg[0], seg[1], scale);
+      ty_cu_reduce_rows_into(b, rows, ty_cu_in(b, 0), ty_cu_out(b, 0), dty, kind, seg[0],
+                             seg[1], scale);
       return;
     }
     if (segs == 0 || (segs == 1 && !seg_red[0])) {
@@ -589,7 +585,7 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
       str[(*r)++] = xs[d];
     }
   }
-  /* ty_reduce(x, int dtx, y, int dty, int kind, i64 outs, i64 terms, f32 scale,
+  /* ty_reduce(x, int dtx, y, int dty, int kind, i64 outs, i64 terms, f64 scale,
    *           int krank, dims8 kdims, dims8 kstr, int rrank, dims8 rdims,
    *           dims8 rstr) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce");
@@ -600,7 +596,7 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
   ty_cu_arg_i32(b, c, kind);
   ty_cu_arg_i64(b, c, outs);
   ty_cu_arg_i64(b, c, terms);
-  ty_cu_arg_f32(b, c, scale);
+  ty_cu_arg_f64(b, c, scale);
   ty_cu_arg_i32(b, c, kr);
   ty_cu_arg_dims8(b, c, kd);
   ty_cu_arg_dims8(b, c, ks);
@@ -716,9 +712,9 @@ static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
 void ty_cu_build_adamw(ty_cu_build_t *b) {
   /* param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step -> param', m', v' */
   const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
-  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(float));
+  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
   /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
-   *               wd, int dtwd, step, int dtstep, f32 *hp, err, int node) */
+   *               wd, int dtwd, step, int dtstep, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_prep");
   for (uint32_t i = 4; i < 10; ++i) ty_cu_arg_in(b, c, i);
   ty_cu_arg_ptr(b, c, hp);
@@ -734,7 +730,7 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
                           : NULL;
   if (typed) {
     /* ty_adamw_t_<T>(p, g, f32 *m, f32 *v, po, f32 *mo, f32 *vo, i64 n,
-     *                const f32 *hp) */
+     *                const f64 *hp) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, typed);
     for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
     for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
@@ -744,7 +740,7 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
     return;
   }
   /* ty_adamw(p, int dtp, g, int dtg, m, int dtm, v, int dtv, po, int dtpo,
-   *          mo, int dtmo, vo, int dtvo, i64 n, const f32 *hp) */
+   *          mo, int dtmo, vo, int dtvo, i64 n, const f64 *hp) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw");
   for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_in(b, c, i);
   for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_out(b, c, o);
@@ -786,33 +782,32 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
     }
     slots += ((uint64_t)ty_cu_numel(g) + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
   }
-  ty_cu_ref_t partial = ty_cu_scratch(b, (slots ? slots : 1) * sizeof(float));
-  ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(float));
+  ty_cu_ref_t partial = ty_cu_scratch(b, (slots ? slots : 1) * sizeof(double));
+  ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(double));
   uint64_t slot = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
     const int64_t n = ty_cu_numel(g);
     if (n == 0) continue;
+    /* The sums of squares of fixed chunks of g_i into partial[slot ...]
+     * (f64): ty_reduce_rows_<T> on one row of n, one block per chunk. */
     const int64_t blocks = (n + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
-    /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
-     *                    i64 total, f32 scale): sums of squares of fixed chunks
-     * of g_i into partial[slot ...] */
-    ty_cu_cmd_t *c =
-        ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), (int)g->dtype));
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE,
+                                  ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), (int)g->dtype));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
-    ty_cu_arg_ptr(b, c, ty_cu_ref_at(partial, slot * sizeof(float)));
-    ty_cu_arg_i32(b, c, TY_DTYPE_F32);
+    ty_cu_arg_ptr(b, c, ty_cu_ref_at(partial, slot * sizeof(double)));
+    ty_cu_arg_i32(b, c, TY_DTYPE_F64);
     ty_cu_arg_i32(b, c, 1 /* sumsq */);
     ty_cu_arg_i64(b, c, n);
     ty_cu_arg_i64(b, c, blocks);
     ty_cu_arg_i64(b, c, TY_CU_CLIP_CHUNK);
     ty_cu_arg_i64(b, c, blocks);
-    ty_cu_arg_f32(b, c, 1.0f);
+    ty_cu_arg_f64(b, c, 1.0);
     ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
     slot += (uint64_t)blocks;
   }
-  /* ty_clip_finish(const f32 *part, i64 count, max_norm, int dtm, norm, int dtn,
-   *                f32 *coef): one block */
+  /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
+   *                f64 *coef): one block */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
   ty_cu_arg_ptr(b, c, partial);
   ty_cu_arg_i64(b, c, (int64_t)slots);
@@ -824,7 +819,7 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
     const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
     const int64_t n = ty_cu_numel(g);
     if (n == 0) continue;
-    /* ty_scale_by_<T>(x, y, i64 n, const f32 *coef) */
+    /* ty_scale_by_<T>(x, y, i64 n, const f64 *coef) */
     c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
     ty_cu_arg_ptr(b, c, ty_cu_out(b, i + 1));

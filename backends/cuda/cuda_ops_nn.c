@@ -171,9 +171,9 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   int64_t rchunk;
   const uint32_t split = ty_cu_col_split(cb, rows, &rchunk);
   ty_cu_ref_t part = none;
-  if (split > 1) part = ty_cu_scratch(b, 2 * (uint64_t)split * (uint64_t)C * sizeof(float));
+  if (split > 1) part = ty_cu_scratch(b, 2 * (uint64_t)split * (uint64_t)C * sizeof(double));
   /* ty_norm_params_<T>(dy, x, mean, int dtm, rstd, int dtr, dgamma, int dtdg,
-   *                    dbeta, int dtdb, f32 *part, i64 rows, i64 C, i64 rchunk,
+   *                    dbeta, int dtdb, f64 *part, i64 rows, i64 C, i64 rchunk,
    *                    int rms): 32 columns x 8 row lanes per block, `split`
    * row chunks */
   ty_cu_cmd_t *c =
@@ -195,7 +195,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   ty_cu_arg_i32(b, c, rms);
   ty_cu_grid(b, c, (uint32_t)(cb > 0x7fffffff ? 0x7fffffff : cb), split, 1, 32, 8, 1, 0);
   if (split == 1) return;
-  /* ty_norm_params_finish(const f32 *part, i64 chunks, i64 C, dgamma, int dtdg,
+  /* ty_norm_params_finish(const f64 *part, i64 chunks, i64 C, dgamma, int dtdg,
    *                       dbeta, int dtdb) */
   c = ty_cu_launch(b, TY_CU_FAM_NORM, "ty_norm_params_finish");
   ty_cu_arg_ptr(b, c, part);

@@ -495,6 +495,37 @@ static void cases_optim_kv(void) {
   c->exact = true;
 }
 
+/* Shapes that reach the long paths of device kernels (the cuda backend's,
+ * run here through its CPU emulator): norm parameter gradients summed in
+ * row chunks, rows too wide to stay in registers, a token frequent enough
+ * that its gradient rows are found by scanning the ids, 50257-wide rows. */
+static void cases_long_paths(void) {
+  for (int rms = 0; rms < 2; ++rms) {
+    tcase_t *c = add_case(rms ? "rmsnorm_backward" : "layernorm_backward", "[300,48]",
+                          rms ? 2 : 3);
+    FLT(c, 300, 48);
+    FLT(c, 300, 48);
+    FLT(c, 48);
+    if (!rms) add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300), -0.5, 0.5);
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300), 0.5, 2.0);
+  }
+  tcase_t *c = add_case("layernorm", "[6,2052]", 3);
+  FLT(c, 6, 2052);
+  FLT(c, 2052);
+  FLT(c, 2052);
+  c = add_case("embedding_backward", "6000 ids of 2 tokens", 1);
+  FLT(c, 6000, 40);
+  add_in(c, K_IDS, TY_DTYPE_I32, DIMS(6000), 2, 0);
+  set_int(c, "vocab_size", 3);
+  c = add_case("cross_entropy", "[2,50257]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(2, 50257), -4.0, 4.0);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(2), 50257, 0);
+  c = add_case("cross_entropy_backward", "[2,50257]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(2, 50257), -4.0, 4.0);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(2), 50257, 0);
+}
+
 const tcase_t *cpu_test_cases(int *out_count) {
   if (g_case_count) {
     *out_count = g_case_count;
@@ -506,6 +537,7 @@ const tcase_t *cpu_test_cases(int *out_count) {
   cases_rope_attention();
   cases_loss_dropout_views();
   cases_optim_kv();
+  cases_long_paths();
   *out_count = g_case_count;
   return g_cases;
 }

@@ -116,7 +116,8 @@ __device__ inline float ty_map1(int op, float x, float v, float w, float alpha, 
 }
 
 __device__ inline int ty_map_inputs(int op) {
-  return op == TY_MAP_SWIGLU_BWD ? 3 : (op == TY_MAP_SCALE || op == TY_MAP_GELU || op == TY_MAP_SILU) ? 1 : 2;
+  if (op == TY_MAP_SWIGLU_BWD) return 3;
+  return op == TY_MAP_SCALE || op == TY_MAP_GELU || op == TY_MAP_SILU ? 1 : 2;
 }
 
 /* Any storage dtypes (absent operands are NULL with dtype 0). */
@@ -204,7 +205,9 @@ __device__ __forceinline__ void ty_dropout_impl(const void *x_, const void *rng,
       float v[4];
       ty_ld4(x + i0, v);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = (r[j] >> 8) >= threshold ? (float)((double)v[j] / keep) : 0.0f;
+      for (int j = 0; j < 4; ++j) {
+        v[j] = (r[j] >> 8) >= threshold ? (float)((double)v[j] / keep) : 0.0f;
+      }
       ty_st4(y + i0, v);
     } else {
 #pragma unroll

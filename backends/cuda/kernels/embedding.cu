@@ -12,9 +12,9 @@
  * 4 or 2 bytes) that the row size and both addresses allow. Exact. */
 template <typename U>
 __device__ inline void ty_move_row(const void *src, void *dst, long long units, int lane) {
-  const U *s = (const U *)src;
-  U *d = (U *)dst;
-  for (long long k = lane; k < units; k += 32) d[k] = s[k];
+  for (long long k = lane; k < units; k += 32) {
+    ty_vstore((U *)dst + k, ty_vload<U>((const U *)src + k));
+  }
 }
 
 extern "C" __global__ void ty_embedding(const void *table, int dtt, const void *ids, int dti,
@@ -64,7 +64,7 @@ extern "C" __global__ void ty_embedding(const void *table, int dtt, const void *
  * row numbers: the sorted order is unique) before adding the rows in that
  * order. A bucket larger than TY_EMB_CAP (a very frequent token) is not
  * sorted but found by scanning all ids in order, tile by tile. The sums are
- * f32 ("reduction" conform bound). */
+ * f64, rounded once, as the cpu backend's ("reduction" conform bound). */
 
 #define TY_EMB_CAP 2048 /* bucket entries sorted in shared memory */
 
@@ -148,9 +148,9 @@ __device__ __forceinline__ void ty_emb_sum_impl(const void *dout_, const void *i
         }
       }
       for (long long d = t; d < D; d += nt) {
-        float acc = 0.0f;
+        double acc = 0.0;
         for (int r = 0; r < k; ++r) acc += ty_get(dout, (long long)rows[r] * D + d);
-        ty_put(out, d, acc);
+        ty_put(out, d, (float)acc);
       }
       __syncthreads(); /* rows is reused by the next vocabulary row */
       continue;
@@ -162,7 +162,7 @@ __device__ __forceinline__ void ty_emb_sum_impl(const void *dout_, const void *i
     const int per = TY_EMB_CAP / nt; /* nt divides TY_EMB_CAP (the host's choice) */
     for (long long d0 = 0; d0 < D; d0 += nt) {
       const long long d = d0 + t;
-      float acc = 0.0f;
+      double acc = 0.0;
       for (long long base = 0; base < N; base += TY_EMB_CAP) {
         unsigned mask = 0;
         for (int j = 0; j < per; ++j) {
@@ -180,7 +180,7 @@ __device__ __forceinline__ void ty_emb_sum_impl(const void *dout_, const void *i
         }
         __syncthreads();
       }
-      if (d < D) ty_put(out, d, acc);
+      if (d < D) ty_put(out, d, (float)acc);
     }
   }
 }

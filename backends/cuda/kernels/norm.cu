@@ -253,19 +253,20 @@ TY_KERNEL3(ty_norm_bwd_dx, TY_NORM_BWD_DX_PARAMS, TY_NORM_BWD_DX_ARGS)
  *   dgamma[c] = sum_rows dy xhat,  dbeta[c] = sum_rows dy  (dbeta may be NULL)
  *
  * A column reduction in two deterministic levels, as ty_reduce_cols_* of
- * reduce.cu: blocks of 32 columns x 8 row lanes over a chunk of the rows
- * (gridDim.y chunks, chosen from the shape), added in a fixed tree; with
- * one chunk the block writes the outputs, else f32 partials go to `part`
- * ([2][chunks][C]: dgamma's, then dbeta's) and ty_norm_params_finish adds
- * them in chunk order. Checked at the "reduction" conform bound. */
+ * reduce.cu (and like it accumulated in f64): blocks of 32 columns x 8 row
+ * lanes over a chunk of the rows (gridDim.y chunks, chosen from the shape),
+ * added in a fixed tree; with one chunk the block writes the outputs, else
+ * f64 partials go to `part` ([2][chunks][C]: dgamma's, then dbeta's) and
+ * ty_norm_params_finish adds them in chunk order. Checked at the
+ * "reduction" conform bound. */
 template <typename T>
 __device__ __forceinline__ void ty_norm_params_impl(const void *dy_, const void *x_,
                                                     const void *mean, int dtm,
                                                     const void *rstd, int dtr, void *dgamma,
                                                     int dtdg, void *dbeta, int dtdb,
-                                                    float *part, long long rows, long long C,
+                                                    double *part, long long rows, long long C,
                                                     long long rchunk, int rms) {
-  __shared__ float sg[8][32], sb[8][32];
+  __shared__ double sg[8][32], sb[8][32];
   const T *dy = (const T *)dy_, *x = (const T *)x_;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const long long r0 = (long long)blockIdx.y * rchunk;
@@ -273,13 +274,13 @@ __device__ __forceinline__ void ty_norm_params_impl(const void *dy_, const void 
   const long long cb = (C + 31) / 32;
   for (long long bx = blockIdx.x; bx < cb; bx += gridDim.x) {
     const long long c = bx * 32 + tx;
-    float accg = 0.0f, accb = 0.0f;
+    double accg = 0.0, accb = 0.0;
     if (c < C) {
       for (long long r = r0 + ty; r < r1; r += 8) {
         const float mu = rms ? 0.0f : ty_ld(mean, r, dtm);
         const float xhat = (ty_get(x, r * C + c) - mu) * ty_ld(rstd, r, dtr);
         const float d = ty_get(dy, r * C + c);
-        accg += d * xhat;
+        accg += (double)d * xhat;
         accb += d;
       }
     }
@@ -296,8 +297,8 @@ __device__ __forceinline__ void ty_norm_params_impl(const void *dy_, const void 
     }
     if (ty == 0 && c < C) {
       if (gridDim.y == 1) {
-        ty_st(dgamma, c, dtdg, sg[0][tx]);
-        if (dbeta) ty_st(dbeta, c, dtdb, sb[0][tx]);
+        ty_st_d(dgamma, c, dtdg, sg[0][tx]);
+        if (dbeta) ty_st_d(dbeta, c, dtdb, sb[0][tx]);
       } else {
         part[(long long)blockIdx.y * C + c] = sg[0][tx];
         part[((long long)gridDim.y + blockIdx.y) * C + c] = sb[0][tx];
@@ -308,7 +309,7 @@ __device__ __forceinline__ void ty_norm_params_impl(const void *dy_, const void 
 }
 #define TY_NORM_PARAMS_PARAMS                                                              \
   const void *dy, const void *x, const void *mean, int dtm, const void *rstd, int dtr,    \
-      void *dgamma, int dtdg, void *dbeta, int dtdb, float *part, long long rows, long long C, \
+      void *dgamma, int dtdg, void *dbeta, int dtdb, double *part, long long rows, long long C, \
       long long rchunk, int rms
 #define TY_NORM_PARAMS_ARGS \
   dy, x, mean, dtm, rstd, dtr, dgamma, dtdg, dbeta, dtdb, part, rows, C, rchunk, rms
@@ -316,16 +317,16 @@ TY_KERNEL3(ty_norm_params, TY_NORM_PARAMS_PARAMS, TY_NORM_PARAMS_ARGS)
 
 /* dgamma[c] = sum_s part[s][c], dbeta[c] = sum_s part[chunks + s][c], in
  * chunk order. */
-extern "C" __global__ void ty_norm_params_finish(const float *part, long long chunks,
+extern "C" __global__ void ty_norm_params_finish(const double *part, long long chunks,
                                                  long long C, void *dgamma, int dtdg,
                                                  void *dbeta, int dtdb) {
   TY_FOR_EACH(c, C) {
-    float accg = 0.0f, accb = 0.0f;
+    double accg = 0.0, accb = 0.0;
     for (long long s = 0; s < chunks; ++s) {
       accg += part[s * C + c];
       accb += part[(chunks + s) * C + c];
     }
-    ty_st(dgamma, c, dtdg, accg);
-    if (dbeta) ty_st(dbeta, c, dtdb, accb);
+    ty_st_d(dgamma, c, dtdg, accg);
+    if (dbeta) ty_st_d(dbeta, c, dtdb, accb);
   }
 }

@@ -9,45 +9,55 @@
  *
  *   p <- p (1 - lr wd);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
  *   p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *      = p (1 - lr wd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
  *
  * The hyperparameters are device scalars (inputs, so changing them per step
- * never recompiles); ty_adamw_prep forms hp = {lr, b1, b2, eps, 1 - lr wd,
- * 1 - b1^t, 1 - b2^t} once per step, the last three in f64. A step below 1
- * is a data error (TY_ERR_ADAMW_STEP with the step). Per-element math is
- * f32 ("elementwise" conform bound). */
+ * never recompiles); ty_adamw_prep forms hp = {b1, 1 - b1, b2, 1 - b2,
+ * 1 - lr wd, lr / bc1, 1 / sqrt(bc2), eps} in f64 once per step. A step
+ * below 1 is a data error (TY_ERR_ADAMW_STEP with the step). The
+ * per-element arithmetic is f64 over f32 moments, as the cpu backend's
+ * (backends/cpu/cpu_kernels_optim.c): an update stays within one f32
+ * rounding of the f64 reference, so a bf16 parameter rounds as the
+ * reference's does, and cuda agrees with cpu step after step. The kernel is
+ * bound by memory traffic either way ("elementwise" conform bound). */
 extern "C" __global__ void ty_adamw_prep(const void *lr, int dtlr, const void *b1, int dtb1,
                                          const void *b2, int dtb2, const void *eps, int dteps,
                                          const void *wd, int dtwd, const void *step,
-                                         int dtstep, float *hp, ERR_ARGS) {
+                                         int dtstep, double *hp, ERR_ARGS) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const long long t = ty_ldi(step, 0, dtstep);
   if (t < 1) ty_fail(err, node, TY_ERR_ADAMW_STEP, t, 0, 0);
-  const float l = ty_ld(lr, 0, dtlr), beta1 = ty_ld(b1, 0, dtb1);
-  const float beta2 = ty_ld(b2, 0, dtb2), w = ty_ld(wd, 0, dtwd);
-  hp[0] = l;
-  hp[1] = beta1;
+  const double l = ty_ld(lr, 0, dtlr), beta1 = ty_ld(b1, 0, dtb1);
+  const double beta2 = ty_ld(b2, 0, dtb2), w = ty_ld(wd, 0, dtwd);
+  const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+  hp[0] = beta1;
+  hp[1] = 1.0 - beta1;
   hp[2] = beta2;
-  hp[3] = ty_ld(eps, 0, dteps);
-  hp[4] = (float)(1.0 - (double)l * (double)w);
-  hp[5] = (float)(1.0 - pow((double)beta1, (double)t));
-  hp[6] = (float)(1.0 - pow((double)beta2, (double)t));
+  hp[3] = 1.0 - beta2;
+  hp[4] = 1.0 - l * w;
+  hp[5] = l / bc1;
+  hp[6] = 1.0 / sqrt(bc2);
+  hp[7] = ty_ld(eps, 0, dteps);
 }
 
-__device__ inline void ty_adamw1(const float *h, float p, float g, float &m, float &v,
+__device__ inline void ty_adamw1(const double *h, float p, float g, float &m, float &v,
                                  float &po) {
-  m = h[1] * m + (1.0f - h[1]) * g;
-  v = h[2] * v + (1.0f - h[2]) * g * g;
-  po = p * h[4] - h[0] * (m / h[5]) / (sqrtf(v / h[6]) + h[3]);
+  const double gj = g;
+  const double mj = h[0] * m + h[1] * gj;
+  const double vj = h[2] * v + h[3] * gj * gj;
+  po = (float)((double)p * h[4] - h[5] * mj / (sqrt(vj) * h[6] + h[7]));
+  m = (float)mj;
+  v = (float)vj;
 }
 
 /* Any storage dtypes (the generic path). */
 extern "C" __global__ void ty_adamw(const void *p, int dtp, const void *g, int dtg,
                                     const void *m, int dtm, const void *v, int dtv, void *po,
                                     int dtpo, void *mo, int dtmo, void *vo, int dtvo,
-                                    long long n, const float *hp) {
-  float h[7];
+                                    long long n, const double *hp) {
+  double h[8];
 #pragma unroll
-  for (int k = 0; k < 7; ++k) h[k] = hp[k];
+  for (int k = 0; k < 8; ++k) h[k] = hp[k];
   TY_FOR_EACH(i, n) {
     float mi = ty_ld(m, i, dtm), vi = ty_ld(v, i, dtv), pi;
     ty_adamw1(h, ty_ld(p, i, dtp), ty_ld(g, i, dtg), mi, vi, pi);
@@ -61,12 +71,12 @@ extern "C" __global__ void ty_adamw(const void *p, int dtp, const void *g, int d
 template <typename T>
 __device__ __forceinline__ void ty_adamw_t_impl(const void *p_, const void *g_, const float *m,
                                                 const float *v, void *po_, float *mo,
-                                                float *vo, long long n, const float *hp) {
+                                                float *vo, long long n, const double *hp) {
   const T *p = (const T *)p_, *g = (const T *)g_;
   T *po = (T *)po_;
-  float h[7];
+  double h[8];
 #pragma unroll
-  for (int k = 0; k < 7; ++k) h[k] = hp[k];
+  for (int k = 0; k < 8; ++k) h[k] = hp[k];
   long long done = 0;
   if (ty_al4<T>(p) && ty_al4<T>(g) && ty_al4<T>(po) && ty_al4<float>(m) && ty_al4<float>(v) &&
       ty_al4<float>(mo) && ty_al4<float>(vo)) {
@@ -96,7 +106,7 @@ __device__ __forceinline__ void ty_adamw_t_impl(const void *p_, const void *g_, 
 }
 #define TY_ADAMW_T_PARAMS                                                                 \
   const void *p, const void *g, const float *m, const float *v, void *po, float *mo, \
-      float *vo, long long n, const float *hp
+      float *vo, long long n, const double *hp
 #define TY_ADAMW_T_ARGS p, g, m, v, po, mo, vo, n, hp
 TY_KERNEL3(ty_adamw_t, TY_ADAMW_T_PARAMS, TY_ADAMW_T_ARGS)
 
@@ -106,29 +116,30 @@ TY_KERNEL3(ty_adamw_t, TY_ADAMW_T_PARAMS, TY_ADAMW_T_ARGS)
  *   p <- p - lr (nesterov ? d + mu buf : (mu != 0 ? buf : d))
  *
  * nesterov without momentum > 0 is a data error (TY_ERR_SGD_NESTEROV with
- * the momentum's f32 bits), and nothing is written. Per-element math is f32
- * ("elementwise" conform bound). */
+ * the momentum's f32 bits), and nothing is written. Per-element arithmetic
+ * in f64, as AdamW's ("elementwise" conform bound). */
 extern "C" __global__ void ty_sgd(const void *p, int dtp, const void *g, int dtg,
                                   const void *buf, int dtbuf, void *po, int dtpo, void *bo,
                                   int dtbo, long long n, const void *lr, int dtlr,
                                   const void *mu, int dtmu, const void *wd, int dtwd,
                                   int nesterov, ERR_ARGS) {
-  const float l = ty_ld(lr, 0, dtlr), m = ty_ld(mu, 0, dtmu), w = ty_ld(wd, 0, dtwd);
-  if (nesterov && !(m > 0.0f)) {
+  const float mf = ty_ld(mu, 0, dtmu);
+  const double l = ty_ld(lr, 0, dtlr), m = mf, w = ty_ld(wd, 0, dtwd);
+  if (nesterov && !(mf > 0.0f)) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
-      ty_fail(err, node, TY_ERR_SGD_NESTEROV, (long long)__float_as_uint(m), 0, 0);
+      ty_fail(err, node, TY_ERR_SGD_NESTEROV, (long long)__float_as_uint(mf), 0, 0);
     }
     return;
   }
   TY_FOR_EACH(i, n) {
-    const float pi = ty_ld(p, i, dtp);
-    float d = ty_ld(g, i, dtg) + w * pi;
-    float b = ty_ld(buf, i, dtbuf);
-    if (m != 0.0f) {
+    const double pi = ty_ld(p, i, dtp);
+    double d = (double)ty_ld(g, i, dtg) + w * pi;
+    double b = ty_ld(buf, i, dtbuf);
+    if (m != 0.0) {
       b = m * b + d;
       d = nesterov ? d + m * b : b;
     }
-    ty_st(bo, i, dtbo, b);
-    ty_st(po, i, dtpo, pi - l * d);
+    ty_st(bo, i, dtbo, (float)b);
+    ty_st(po, i, dtpo, (float)(pi - l * d));
   }
 }

@@ -2,13 +2,19 @@
  * and global-norm clipping. Every sum is deterministic: fixed shares per
  * thread, warp shuffles and block trees in a fixed order, and two-level
  * schemes whose partial sums land in scratch and are added in order — no
- * float atomics. Accumulation is f32. */
+ * float atomics. Terms are f32; accumulation is f64, as the cpu backend's:
+ * these kernels are bound by memory traffic, one add per element read, so
+ * f64 costs nothing here and keeps sums of many terms of both signs (a
+ * [B*T, C] bias gradient) within one f32 rounding of the reference. */
 #include "vec.cuh"
 
 #define TY_RED_SUM 0
 #define TY_RED_SUMSQ 1
 
-__device__ inline float ty_red_term(int kind, float v) { return kind == TY_RED_SUMSQ ? v * v : v; }
+__device__ inline double ty_red_term(int kind, float v) {
+  const double d = v;
+  return kind == TY_RED_SUMSQ ? d * d : d;
+}
 
 /* ---- the general case ----
  *
@@ -20,21 +26,21 @@ __device__ inline float ty_red_term(int kind, float v) { return kind == TY_RED_S
  * kernels below do not (reduced axes on both sides of a kept one, integer
  * operands). Checked at the "reduction" conform bound. */
 extern "C" __global__ void ty_reduce(const void *x, int dtx, void *y, int dty, int kind,
-                                     long long outs, long long terms, float scale, int krank,
+                                     long long outs, long long terms, double scale, int krank,
                                      ty_dims8 kdims, ty_dims8 kstr, int rrank, ty_dims8 rdims,
                                      ty_dims8 rstr) {
-  __shared__ float scratch[32];
+  __shared__ double scratch[32];
   for (long long k = blockIdx.x; k < outs; k += gridDim.x) {
     long long base, unused;
     ty_offsets2_fast(k, krank, kdims, kstr, kstr, &base, &unused);
-    float acc = 0.0f;
+    double acc = 0.0;
     for (long long r = threadIdx.x; r < terms; r += blockDim.x) {
       long long off;
       ty_offsets2_fast(r, rrank, rdims, rstr, rstr, &off, &unused);
       acc += ty_red_term(kind, ty_ld(x, base + off, dtx));
     }
-    const float total = ty_block_sum(acc, scratch);
-    if (threadIdx.x == 0) ty_st(y, k, dty, total * scale);
+    const double total = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) ty_st_d(y, k, dty, total * scale);
   }
 }
 
@@ -43,23 +49,23 @@ extern "C" __global__ void ty_reduce(const void *x, int dtx, void *y, int dty, i
  *   y[o * chunks + c] = scale * sum_{r in chunk c of row o} f(x[o, r])
  *
  * One block per (row, chunk); with chunks = 1 that is y itself, else the
- * chunk sums go to scratch and a second launch (this kernel on f32, one
- * chunk per row, kind sum) adds them in order. A long row is so spread over
- * the card instead of one block. Also the first level of the clipping norm.
- * Checked at the "reduction" conform bound. */
+ * chunk sums go to scratch as f64 (dty = f64) and ty_reduce_partials adds
+ * each row's in order. A long row is so spread over the card instead of
+ * one block. Also the first level of the clipping norm. Checked at the
+ * "reduction" conform bound. */
 template <typename T>
 __device__ __forceinline__ void ty_reduce_rows_impl(const void *x_, void *y, int dty, int kind,
                                                     long long R, long long chunks,
                                                     long long chunk, long long total,
-                                                    float scale) {
-  __shared__ float scratch[32];
+                                                    double scale) {
+  __shared__ double scratch[32];
   const T *x = (const T *)x_;
   for (long long blk = blockIdx.x; blk < total; blk += gridDim.x) {
     const long long o = ty_div(blk, chunks), c = blk - o * chunks;
     const long long start = c * chunk;
     const long long len = R - start < chunk ? R - start : chunk;
     const T *row = x + o * R + start;
-    float acc = 0.0f;
+    double acc = 0.0;
     ty_row_loop(
         len, ty_head4<T>(row), threadIdx.x, blockDim.x,
         [&](long long i) { acc += ty_red_term(kind, ty_get(row, i)); },
@@ -69,15 +75,27 @@ __device__ __forceinline__ void ty_reduce_rows_impl(const void *x_, void *y, int
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc += ty_red_term(kind, v[j]);
         });
-    const float sum = ty_block_sum(acc, scratch);
-    if (threadIdx.x == 0) ty_st(y, blk, dty, sum * scale);
+    const double sum = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) ty_st_d(y, blk, dty, sum * scale);
   }
 }
 #define TY_REDUCE_ROWS_PARAMS                                                        \
   const void *x, void *y, int dty, int kind, long long R, long long chunks, long long chunk, \
-      long long total, float scale
+      long long total, double scale
 #define TY_REDUCE_ROWS_ARGS x, y, dty, kind, R, chunks, chunk, total, scale
 TY_KERNEL3(ty_reduce_rows, TY_REDUCE_ROWS_PARAMS, TY_REDUCE_ROWS_ARGS)
+
+/* y[r] = scale * sum_c part[r * per_row + c], in order: one block per row. */
+extern "C" __global__ void ty_reduce_partials(const double *part, void *y, int dty,
+                                              long long per_row, long long rows, double scale) {
+  __shared__ double scratch[32];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    double acc = 0.0;
+    for (long long c = threadIdx.x; c < per_row; c += blockDim.x) acc += part[r * per_row + c];
+    const double sum = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) ty_st_d(y, r, dty, sum * scale);
+  }
+}
 
 /* ---- columns: x viewed as [O, R, I], reduced over R ----
  *
@@ -88,15 +106,15 @@ TY_KERNEL3(ty_reduce_rows, TY_REDUCE_ROWS_PARAMS, TY_REDUCE_ROWS_ARGS)
  * Blocks of 32 x 8 threads: 32 neighbouring columns (coalesced reads), 8
  * lanes over interleaved rows of a chunk of R, added in a fixed tree. The
  * chunks (gridDim.y of them, chosen from the shape alone) spread a long R
- * over the card; with more than one, each writes f32 partial sums to
- * `part` [chunks, O, I] and this kernel on f32 (O = 1, R = chunks, one
- * chunk) adds them in order. Checked at the "reduction" conform bound. */
+ * over the card; with more than one, each writes f64 partial sums to
+ * `part` [chunks, O * I] and ty_reduce_cols_finish adds them in chunk
+ * order. Checked at the "reduction" conform bound. */
 template <typename T>
 __device__ __forceinline__ void ty_reduce_cols_impl(const void *x_, void *y, int dty,
-                                                    float *part, int kind, long long O,
+                                                    double *part, int kind, long long O,
                                                     long long R, long long I,
-                                                    long long rchunk, float scale) {
-  __shared__ float sh[8][32];
+                                                    long long rchunk, double scale) {
+  __shared__ double sh[8][32];
   const T *x = (const T *)x_;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const long long cb = (I + 31) / 32;
@@ -105,7 +123,7 @@ __device__ __forceinline__ void ty_reduce_cols_impl(const void *x_, void *y, int
   for (long long bx = blockIdx.x; bx < cb * O; bx += gridDim.x) {
     const long long o = ty_div(bx, cb);
     const long long i = (bx - o * cb) * 32 + tx;
-    float acc = 0.0f;
+    double acc = 0.0;
     if (i < I) {
       const T *col = x + o * R * I + i;
       for (long long r = r0 + ty; r < r1; r += 8) acc += ty_red_term(kind, ty_get(col, r * I));
@@ -118,44 +136,55 @@ __device__ __forceinline__ void ty_reduce_cols_impl(const void *x_, void *y, int
       __syncthreads();
     }
     if (ty == 0 && i < I) {
-      const float sum = sh[0][tx];
-      if (gridDim.y == 1) ty_st(y, o * I + i, dty, sum * scale);
+      const double sum = sh[0][tx];
+      if (gridDim.y == 1) ty_st_d(y, o * I + i, dty, sum * scale);
       else part[((long long)blockIdx.y * O + o) * I + i] = sum;
     }
     __syncthreads(); /* sh is reused by the next column block */
   }
 }
-#define TY_REDUCE_COLS_PARAMS                                                          \
-  const void *x, void *y, int dty, float *part, int kind, long long O, long long R, \
-      long long I, long long rchunk, float scale
+#define TY_REDUCE_COLS_PARAMS                                                           \
+  const void *x, void *y, int dty, double *part, int kind, long long O, long long R, \
+      long long I, long long rchunk, double scale
 #define TY_REDUCE_COLS_ARGS x, y, dty, part, kind, O, R, I, rchunk, scale
 TY_KERNEL3(ty_reduce_cols, TY_REDUCE_COLS_PARAMS, TY_REDUCE_COLS_ARGS)
+
+/* y[i] = scale * sum_s part[s * n + i], in chunk order. */
+extern "C" __global__ void ty_reduce_cols_finish(const double *part, void *y, int dty,
+                                                 long long chunks, long long n, double scale) {
+  TY_FOR_EACH(i, n) {
+    double acc = 0.0;
+    for (long long s = 0; s < chunks; ++s) acc += part[s * n + i];
+    ty_st_d(y, i, dty, acc * scale);
+  }
+}
 
 /* ---- clip_by_global_norm ----
  *
  *   norm = sqrt(sum_i sum g_i^2);  coef = min(1, max_norm / (norm + 1e-6))
  *   when max_norm > 0 (else 1);  g_i' = g_i coef
  *
- * The sums of squares come from ty_reduce_rows_* (kind sumsq) over fixed
- * chunks of every g_i into one array of partials; ty_clip_finish (one
- * block) adds them in order and forms coef; ty_scale_by_* applies it.
- * Checked at the "reduction" conform bound. */
-extern "C" __global__ void ty_clip_finish(const float *part, long long count,
+ * The sums of squares come from ty_reduce_rows_* (kind sumsq, f64) over
+ * fixed chunks of every g_i into one array of partials; ty_clip_finish (one
+ * block) adds them in order and forms coef in f64; ty_scale_by_* applies
+ * it, each product in f64 and rounded once (as the cpu backend). Checked
+ * at the "reduction" conform bound. */
+extern "C" __global__ void ty_clip_finish(const double *part, long long count,
                                           const void *max_norm, int dtm, void *norm, int dtn,
-                                          float *coef) {
-  __shared__ float scratch[32];
-  float acc = 0.0f;
+                                          double *coef) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
   for (long long i = threadIdx.x; i < count; i += blockDim.x) acc += part[i];
-  const float total = ty_block_sum(acc, scratch);
+  const double total = ty_block_sum_d(acc, scratch);
   if (threadIdx.x == 0) {
-    const float nrm = sqrtf(total);
-    const float limit = ty_ld(max_norm, 0, dtm);
-    float c = 1.0f;
-    if (limit > 0.0f) {
-      c = limit / (nrm + 1e-6f);
-      if (c > 1.0f) c = 1.0f; /* like torch.clamp(max=1): NaN stays NaN */
+    const double nrm = sqrt(total);
+    const double limit = ty_ld(max_norm, 0, dtm);
+    double c = 1.0;
+    if (limit > 0.0) {
+      c = limit / (nrm + 1e-6);
+      if (c > 1.0) c = 1.0; /* like torch.clamp(max=1): NaN stays NaN */
     }
-    ty_st(norm, 0, dtn, nrm);
+    ty_st_d(norm, 0, dtn, nrm);
     coef[0] = c;
   }
 }
@@ -163,10 +192,10 @@ extern "C" __global__ void ty_clip_finish(const float *part, long long count,
 /* y = x coef[0]; y may be x (in place). */
 template <typename T>
 __device__ __forceinline__ void ty_scale_by_impl(const void *x_, void *y_, long long n,
-                                                 const float *coef) {
+                                                 const double *coef) {
   const T *x = (const T *)x_;
   T *y = (T *)y_;
-  const float c = coef[0];
+  const double c = coef[0];
   long long done = 0;
   if (ty_al4<T>(x) && ty_al4<T>(y)) {
     const long long groups = n / 4;
@@ -174,13 +203,13 @@ __device__ __forceinline__ void ty_scale_by_impl(const void *x_, void *y_, long 
       float v[4];
       ty_ld4(x + 4 * k, v);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] *= c;
+      for (int j = 0; j < 4; ++j) v[j] = (float)(v[j] * c);
       ty_st4(y + 4 * k, v);
     }
     done = 4 * groups;
   }
-  TY_FOR_EACH(k, n - done) ty_put(y, done + k, ty_get(x, done + k) * c);
+  TY_FOR_EACH(k, n - done) ty_put(y, done + k, (float)(ty_get(x, done + k) * c));
 }
-#define TY_SCALE_BY_PARAMS const void *x, void *y, long long n, const float *coef
+#define TY_SCALE_BY_PARAMS const void *x, void *y, long long n, const double *coef
 #define TY_SCALE_BY_ARGS x, y, n, coef
 TY_KERNEL3(ty_scale_by, TY_SCALE_BY_PARAMS, TY_SCALE_BY_ARGS)

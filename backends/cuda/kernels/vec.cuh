@@ -26,6 +26,24 @@
   extern "C" __global__ void ATTR name##_bf16(PARAMS) { name##_impl<__nv_bfloat16>(ARGS); } \
   extern "C" __global__ void ATTR name##_f16(PARAMS) { name##_impl<__half>(ARGS); }
 
+/* ---- vector accesses: every load or store wider than an element goes
+ * through these, so the CPU emulator of tests/cuda/emu can check its
+ * alignment (a misaligned vector access faults on a GPU; a CPU forgives
+ * it). ---- */
+#ifndef TY_CHECK_ALIGNED
+#define TY_CHECK_ALIGNED(p, bytes) ((void)0)
+#endif
+
+template <typename V> __device__ inline V ty_vload(const void *p) {
+  TY_CHECK_ALIGNED(p, sizeof(V));
+  return *reinterpret_cast<const V *>(p);
+}
+
+template <typename V> __device__ inline void ty_vstore(void *p, V v) {
+  TY_CHECK_ALIGNED(p, sizeof(V));
+  *reinterpret_cast<V *>(p) = v;
+}
+
 /* ---- 4-element groups: f32 moves 16 bytes, bf16/f16 8 bytes; the group
  * must be aligned to 4 elements (ty_al4). ---- */
 
@@ -62,32 +80,32 @@ __device__ inline uint32_t ty_f_to_f16x2(float a, float b) {
 
 template <typename T> __device__ inline void ty_ld4(const T *p, float *v);
 template <> __device__ inline void ty_ld4<float>(const float *p, float *v) {
-  float4 r = *reinterpret_cast<const float4 *>(p);
+  const float4 r = ty_vload<float4>(p);
   v[0] = r.x;
   v[1] = r.y;
   v[2] = r.z;
   v[3] = r.w;
 }
 template <> __device__ inline void ty_ld4<__nv_bfloat16>(const __nv_bfloat16 *p, float *v) {
-  uint2 r = *reinterpret_cast<const uint2 *>(p);
+  const uint2 r = ty_vload<uint2>(p);
   ty_bf16x2_to_f(r.x, v);
   ty_bf16x2_to_f(r.y, v + 2);
 }
 template <> __device__ inline void ty_ld4<__half>(const __half *p, float *v) {
-  uint2 r = *reinterpret_cast<const uint2 *>(p);
+  const uint2 r = ty_vload<uint2>(p);
   ty_f16x2_to_f(r.x, v);
   ty_f16x2_to_f(r.y, v + 2);
 }
 
 template <typename T> __device__ inline void ty_st4(T *p, const float *v);
 template <> __device__ inline void ty_st4<float>(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  ty_vstore(p, make_float4(v[0], v[1], v[2], v[3]));
 }
 template <> __device__ inline void ty_st4<__nv_bfloat16>(__nv_bfloat16 *p, const float *v) {
-  *reinterpret_cast<uint2 *>(p) = make_uint2(ty_f_to_bf16x2(v[0], v[1]), ty_f_to_bf16x2(v[2], v[3]));
+  ty_vstore(p, make_uint2(ty_f_to_bf16x2(v[0], v[1]), ty_f_to_bf16x2(v[2], v[3])));
 }
 template <> __device__ inline void ty_st4<__half>(__half *p, const float *v) {
-  *reinterpret_cast<uint2 *>(p) = make_uint2(ty_f_to_f16x2(v[0], v[1]), ty_f_to_f16x2(v[2], v[3]));
+  ty_vstore(p, make_uint2(ty_f_to_f16x2(v[0], v[1]), ty_f_to_f16x2(v[2], v[3])));
 }
 
 /* Bytes of an element of storage dtype dt. */
@@ -178,6 +196,32 @@ __device__ inline void ty_row_loop(long long n, int head, int t, int nt, FS fs, 
   const long long groups = (n - h) / 4;
   for (long long k = t; k < groups; k += nt) fv(h + 4 * k);
   for (long long i = h + 4 * groups + t; i < n; i += nt) fs(i);
+}
+
+/* ---- f64 block sums (the standalone reductions accumulate in f64, as the
+ * cpu backend's do; see reduce.cu): every thread of the block calls it,
+ * blockDim.x a multiple of 32; `scratch` holds 32 doubles of shared
+ * memory. Fixed order: deterministic. ---- */
+__device__ inline double ty_warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline double ty_block_sum_d(double v, double *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = ty_warp_sum_d(v);
+  __syncthreads(); /* scratch may still be read by a previous reduction */
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  return ty_warp_sum_d(lane < warps ? scratch[lane] : 0.0);
+}
+
+/* Stores an f64 result: exactly into f64 storage, else rounded through f32
+ * as every float output is. */
+__device__ inline void ty_st_d(void *p, long long i, int dt, double v) {
+  if (dt == TY_F64) ((double *)p)[i] = v;
+  else ty_st(p, i, dt, (float)v);
 }
 
 /* ---- block-wide exclusive scan of one int per thread (blockDim.x a

@@ -8,10 +8,10 @@
 __device__ inline void ty_move_bytes(const char *src, char *dst, int bytes) {
   switch (bytes) {
     case 1: *dst = *src; break;
-    case 2: *(uint16_t *)dst = *(const uint16_t *)src; break;
-    case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
-    case 8: *(uint2 *)dst = *(const uint2 *)src; break;
-    default: *(uint4 *)dst = *(const uint4 *)src; break;
+    case 2: ty_vstore(dst, ty_vload<uint16_t>(src)); break;
+    case 4: ty_vstore(dst, ty_vload<uint32_t>(src)); break;
+    case 8: ty_vstore(dst, ty_vload<uint2>(src)); break;
+    default: ty_vstore(dst, ty_vload<uint4>(src)); break;
   }
 }
 
@@ -115,8 +115,43 @@ template <> __device__ inline __half ty_cast_out<__half>(float v) {
   return __ushort_as_half(ty_cast_f32_to_f16(v));
 }
 
-/* Four elements of T as raw 16 or 8 bytes. */
-template <typename T> struct ty_raw4 { T v[4]; };
+/* Four elements as f32 from 16 (f32) or 8 (bf16, f16) aligned bytes, and
+ * back, with the conversions above (bit operations, no type punning). */
+template <typename T> __device__ inline void ty_cast_ld4(const T *p, float *v);
+template <> __device__ inline void ty_cast_ld4<float>(const float *p, float *v) {
+  const float4 r = ty_vload<float4>(p);
+  v[0] = r.x;
+  v[1] = r.y;
+  v[2] = r.z;
+  v[3] = r.w;
+}
+template <> __device__ inline void ty_cast_ld4<__nv_bfloat16>(const __nv_bfloat16 *p, float *v) {
+  const uint2 r = ty_vload<uint2>(p);
+  v[0] = ty_bf16_to_f32((uint16_t)(r.x & 0xffffu));
+  v[1] = ty_bf16_to_f32((uint16_t)(r.x >> 16));
+  v[2] = ty_bf16_to_f32((uint16_t)(r.y & 0xffffu));
+  v[3] = ty_bf16_to_f32((uint16_t)(r.y >> 16));
+}
+template <> __device__ inline void ty_cast_ld4<__half>(const __half *p, float *v) {
+  const uint2 r = ty_vload<uint2>(p);
+  v[0] = ty_cast_f16_to_f32((uint16_t)(r.x & 0xffffu));
+  v[1] = ty_cast_f16_to_f32((uint16_t)(r.x >> 16));
+  v[2] = ty_cast_f16_to_f32((uint16_t)(r.y & 0xffffu));
+  v[3] = ty_cast_f16_to_f32((uint16_t)(r.y >> 16));
+}
+template <typename T> __device__ inline void ty_cast_st4(T *p, const float *v);
+template <> __device__ inline void ty_cast_st4<float>(float *p, const float *v) {
+  ty_vstore(p, make_float4(v[0], v[1], v[2], v[3]));
+}
+template <> __device__ inline void ty_cast_st4<__nv_bfloat16>(__nv_bfloat16 *p, const float *v) {
+  ty_vstore(p, make_uint2((uint32_t)ty_f32_to_bf16(v[0]) | (uint32_t)ty_f32_to_bf16(v[1]) << 16,
+                          (uint32_t)ty_f32_to_bf16(v[2]) | (uint32_t)ty_f32_to_bf16(v[3]) << 16));
+}
+template <> __device__ inline void ty_cast_st4<__half>(__half *p, const float *v) {
+  ty_vstore(p, make_uint2(
+                   (uint32_t)ty_cast_f32_to_f16(v[0]) | (uint32_t)ty_cast_f32_to_f16(v[1]) << 16,
+                   (uint32_t)ty_cast_f32_to_f16(v[2]) | (uint32_t)ty_cast_f32_to_f16(v[3]) << 16));
+}
 
 template <typename TI, typename TO>
 __device__ __forceinline__ void ty_cast4(const void *x_, void *y_, long long n) {
@@ -126,14 +161,9 @@ __device__ __forceinline__ void ty_cast4(const void *x_, void *y_, long long n) 
   if (ty_al4<TI>(x) && ty_al4<TO>(y)) {
     const long long groups = n / 4;
     TY_FOR_EACH(k, groups) {
-      ty_raw4<TI> in;
-      ty_raw4<TO> out;
-      if (sizeof(TI) == 4) *(uint4 *)&in = *(const uint4 *)(x + 4 * k);
-      else *(uint2 *)&in = *(const uint2 *)(x + 4 * k);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) out.v[j] = ty_cast_out<TO>(ty_cast_in<TI>(in.v[j]));
-      if (sizeof(TO) == 4) *(uint4 *)(y + 4 * k) = *(const uint4 *)&out;
-      else *(uint2 *)(y + 4 * k) = *(const uint2 *)&out;
+      float v[4];
+      ty_cast_ld4(x + 4 * k, v);
+      ty_cast_st4(y + 4 * k, v);
     }
     done = 4 * groups;
   }

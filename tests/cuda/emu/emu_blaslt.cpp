@@ -1,0 +1,210 @@
+/* A fake cuBLASLt for the CPU emulator (TRAINYARD_CUDA_BLASLT names it):
+ * the entry points the cuda plugin uses, with cublasLtMatmul a plain
+ * column-major GEMM on host memory — f32, bf16 or f16 storage, f32
+ * accumulation, strided batches, transposes and the bias epilogue — so the
+ * plugin's matmul builder (cuda_gemm.c) runs end to end without a GPU. */
+#include <cublasLt.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <functional>
+
+/* emu_driver.cpp: runs the matmul on the stream (recorded when captured). */
+extern "C" CUresult ty_emu_stream_submit(CUstream s, std::function<CUresult()> *op);
+
+namespace {
+
+struct Layout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+  int32_t batch;
+  int64_t stride;
+};
+static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fits");
+
+struct Desc {
+  cublasOperation_t ta, tb;
+  cublasLtEpilogue_t epilogue;
+  const void *bias;
+};
+static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
+
+Layout *lay(cublasLtMatrixLayout_t l) { return reinterpret_cast<Layout *>(l); }
+Desc *dsc(cublasLtMatmulDesc_t d) { return reinterpret_cast<Desc *>(d); }
+
+float load(cudaDataType_t t, const void *p, int64_t i) {
+  switch (t) {
+    case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    case CUDA_R_16F: return __half2float(((const __half *)p)[i]);
+    default: return ((const float *)p)[i];
+  }
+}
+
+void store(cudaDataType_t t, void *p, int64_t i, float v) {
+  switch (t) {
+    case CUDA_R_16BF: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
+    case CUDA_R_16F: ((__half *)p)[i] = __float2half_rn(v); break;
+    default: ((float *)p)[i] = v; break;
+  }
+}
+
+size_t type_size(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 4; }
+
+/* D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per row), column-major. */
+void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, const Layout &d,
+          float al, float be, const void *A, const void *B, const void *C, void *D) {
+  const int64_t m = (int64_t)d.rows, n = (int64_t)d.cols;
+  const bool ta = x->ta != CUBLAS_OP_N, tb = x->tb != CUBLAS_OP_N;
+  const int64_t k = ta ? (int64_t)a.rows : (int64_t)a.cols;
+  const bool bias = x->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const int32_t batches = d.batch;
+  for (int32_t q = 0; q < batches; ++q) {
+    const char *pa = (const char *)A + (a.batch > 1 ? q * a.stride : 0) * type_size(a.type);
+    const char *pb = (const char *)B + (b.batch > 1 ? q * b.stride : 0) * type_size(b.type);
+    const char *pc = (const char *)C + (c.batch > 1 ? q * c.stride : 0) * type_size(c.type);
+    char *pd = (char *)D + (d.batch > 1 ? q * d.stride : 0) * type_size(d.type);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t l = 0; l < k; ++l) {
+          const float av = load(a.type, pa, ta ? l + i * a.ld : i + l * a.ld);
+          const float bv = load(b.type, pb, tb ? j + l * b.ld : l + j * b.ld);
+          acc += av * bv;
+        }
+        float v = al * acc;
+        if (be != 0.0f) v += be * load(c.type, pc, i + j * c.ld);
+        if (bias) v += load(d.type, x->bias, i);
+        store(d.type, pd, i + j * d.ld, v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#define TY_EMU_API __attribute__((visibility("default")))
+
+extern "C" {
+
+TY_EMU_API cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  static int handle;
+  *h = reinterpret_cast<cublasLtHandle_t>(&handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+TY_EMU_API size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
+TY_EMU_API const char *cublasLtGetStatusString(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : "CUBLAS_STATUS_NOT_SUPPORTED";
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t,
+                                                   cudaDataType_t) {
+  *d = new cublasLtMatmulDescOpaque_t();
+  Desc *x = dsc(*d);
+  x->ta = x->tb = CUBLAS_OP_N;
+  x->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  x->bias = nullptr;
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                                         cublasLtMatmulDescAttributes_t a,
+                                                         const void *buf, size_t size) {
+  Desc *x = dsc(d);
+  switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: memcpy(&x->ta, buf, sizeof(x->ta)); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: memcpy(&x->tb, buf, sizeof(x->tb)); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: memcpy(&x->epilogue, buf, sizeof(x->epilogue)); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, sizeof(x->bias)); break;
+    default: break;
+  }
+  (void)size;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l,
+                                                     cudaDataType type, uint64_t rows,
+                                                     uint64_t cols, int64_t ld) {
+  *l = new cublasLtMatrixLayoutOpaque_t();
+  *lay(*l) = Layout{type, rows, cols, ld, 1, 0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                           cublasLtMatrixLayoutAttribute_t a,
+                                                           const void *buf, size_t) {
+  if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) memcpy(&lay(l)->batch, buf, 4);
+  else if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) memcpy(&lay(l)->stride, buf, 8);
+  else if (a == CUBLASLT_MATRIX_LAYOUT_ORDER) {
+    int32_t order;
+    memcpy(&order, buf, 4);
+    if (order != CUBLASLT_ORDER_COL) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  *p = new cublasLtMatmulPreferenceOpaque_t();
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+TY_EMU_API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
+    cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
+    cublasLtMatmulHeuristicResult_t results[], int *count) {
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  memset(&results[0], 0, sizeof(results[0]));
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *count = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
+                                         const void *alpha, const void *A,
+                                         cublasLtMatrixLayout_t Adesc, const void *B,
+                                         cublasLtMatrixLayout_t Bdesc, const void *beta,
+                                         const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                                         cublasLtMatrixLayout_t Ddesc,
+                                         const cublasLtMatmulAlgo_t *, void *, size_t,
+                                         cudaStream_t stream) {
+  const Desc x = *dsc(desc);
+  const Layout a = *lay(Adesc), b = *lay(Bdesc), c = *lay(Cdesc), d = *lay(Ddesc);
+  const float al = *(const float *)alpha, be = *(const float *)beta;
+  const int64_t m = (int64_t)d.rows, n = (int64_t)d.cols;
+  const bool ta = x.ta != CUBLAS_OP_N, tb = x.tb != CUBLAS_OP_N;
+  const int64_t k = ta ? (int64_t)a.rows : (int64_t)a.cols;
+  if ((ta ? a.cols : a.rows) != (uint64_t)m || (tb ? b.rows : b.cols) != (uint64_t)n ||
+      (tb ? b.cols : b.rows) != (uint64_t)k || c.rows != d.rows || c.cols != d.cols) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (x.epilogue == CUBLASLT_EPILOGUE_BIAS && !x.bias) return CUBLAS_STATUS_INVALID_VALUE;
+  std::function<CUresult()> op = [=] {
+    gemm(&x, a, b, c, d, al, be, A, B, C, D);
+    return CUDA_SUCCESS;
+  };
+  return ty_emu_stream_submit((CUstream)stream, &op) == CUDA_SUCCESS
+             ? CUBLAS_STATUS_SUCCESS
+             : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+}  // extern "C"

@@ -1,0 +1,240 @@
+/* The CPU emulator's scheduler: a launch runs its blocks one after another,
+ * and a block's threads as coroutines (ucontext) on the calling OS thread.
+ * A thread runs until it reaches a barrier (__syncthreads, or the two warp
+ * barriers around a shuffle) or returns; when every live thread of the
+ * block (of the warp) waits at the block (warp) barrier, they are released.
+ * Threads that diverge around a barrier deadlock, as they may on a GPU:
+ * the launch then fails with the reason. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emu_driver.h"
+#include "emu_runtime.h"
+
+ty_emu_thread_info *ty_emu_cur_thread;
+ty_emu_block_info ty_emu_cur_block;
+
+namespace {
+
+enum class State { kRun, kAtBlock, kAtWarp, kDone };
+
+struct Thread {
+  ucontext_t ctx;
+  ty_emu_thread_info info;
+  int warp, lane;
+  State state;
+};
+
+struct Launch {
+  const ty_emu_kernel *kernel;
+  const unsigned char *block_params;
+  void **array_params;
+  ucontext_t sched;
+  std::vector<Thread> threads;
+  std::vector<uint64_t> slots; /* a value per lane, for shuffles */
+};
+
+Launch *g_launch;
+Thread *g_cur;
+
+/* Stacks of the coroutines, reserved once and reused: pages a thread never
+ * touches are never backed. */
+constexpr size_t kStack = 256 * 1024;
+char *g_stacks;
+size_t g_stack_count;
+
+bool reserve_stacks(size_t n) {
+  if (n <= g_stack_count) return true;
+  if (g_stacks) munmap(g_stacks, g_stack_count * kStack);
+  void *p = mmap(nullptr, n * kStack, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    g_stacks = nullptr;
+    g_stack_count = 0;
+    return false;
+  }
+  g_stacks = (char *)p;
+  g_stack_count = n;
+  return true;
+}
+
+void thread_entry() {
+  Launch *l = g_launch;
+  if (l->block_params) l->kernel->from_block(l->block_params);
+  else l->kernel->from_array(l->array_params);
+  g_cur->state = State::kDone; /* uc_link returns to the scheduler */
+}
+
+void wait_at(State s) {
+  Thread *t = g_cur;
+  t->state = s;
+  swapcontext(&t->ctx, &g_launch->sched);
+}
+
+std::map<std::string, ty_emu_kernel> &registry() {
+  static std::map<std::string, ty_emu_kernel> kernels;
+  return kernels;
+}
+
+}  // namespace
+
+void ty_emu_sync_block() { wait_at(State::kAtBlock); }
+
+uint64_t ty_emu_shuffle(uint64_t v, int (*pick)(int lane, int arg), int arg) {
+  Thread *t = g_cur;
+  std::vector<uint64_t> &slots = g_launch->slots;
+  const size_t base = (size_t)t->warp * 32;
+  slots[base + t->lane] = v;
+  wait_at(State::kAtWarp); /* every lane has offered its value */
+  const size_t from = base + (size_t)pick(t->lane, arg);
+  const uint64_t r = from < g_launch->threads.size() ? slots[from] : v;
+  wait_at(State::kAtWarp); /* every lane has read before any writes again */
+  return r;
+}
+
+void ty_emu_trap() {
+  fprintf(stderr, "cuda emulator: a kernel executed __trap()\n");
+  abort();
+}
+
+void ty_emu_check_aligned(const void *p, size_t bytes) {
+  if ((uintptr_t)p % bytes == 0) return;
+  const ty_emu_dim3 b = ty_emu_cur_block.bid, t = g_cur->info.tid;
+  fprintf(stderr,
+          "cuda emulator: kernel %s, block (%u, %u, %u), thread (%u, %u, %u): a %zu-byte "
+          "vector access at %p is misaligned (a fault on a GPU)\n",
+          g_launch->kernel->name, b.x, b.y, b.z, t.x, t.y, t.z, bytes, p);
+  abort();
+}
+
+void ty_emu_register(const ty_emu_kernel &k) { registry()[k.name] = k; }
+
+const ty_emu_kernel *ty_emu_find(const char *name) {
+  auto it = registry().find(name);
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+/* TRAINYARD_CUDA_EMU_ORDER=reverse runs a block's threads (between
+ * barriers) and a grid's blocks from the last to the first: a kernel that
+ * reads what another thread writes without a barrier in between, or what
+ * another block writes in the same launch, then sees different data, as it
+ * may on a GPU. */
+static bool reverse_order() {
+  static const int reverse = [] {
+    const char *env = getenv("TRAINYARD_CUDA_EMU_ORDER");
+    return env && strcmp(env, "reverse") == 0 ? 1 : 0;
+  }();
+  return reverse != 0;
+}
+
+/* Runs the threads of the current block to completion; false with `why`
+ * on a deadlock. */
+static bool run_block(Launch *l, char *why, size_t cap) {
+  const size_t n = l->threads.size();
+  const size_t warps = (n + 31) / 32;
+  for (size_t i = 0; i < n; ++i) {
+    Thread &t = l->threads[i];
+    t.state = State::kRun;
+    getcontext(&t.ctx);
+    t.ctx.uc_stack.ss_sp = g_stacks + i * kStack;
+    t.ctx.uc_stack.ss_size = kStack;
+    t.ctx.uc_link = &l->sched;
+    makecontext(&t.ctx, thread_entry, 0);
+  }
+  std::vector<size_t> live(warps), waiting(warps);
+  for (;;) {
+    for (size_t k = 0; k < n; ++k) {
+      Thread &t = l->threads[reverse_order() ? n - 1 - k : k];
+      if (t.state != State::kRun) continue;
+      g_cur = &t;
+      ty_emu_cur_thread = &t.info;
+      swapcontext(&l->sched, &t.ctx);
+    }
+    size_t done = 0, at_block = 0;
+    for (size_t w = 0; w < warps; ++w) live[w] = waiting[w] = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Thread &t = l->threads[i];
+      if (t.state == State::kDone) {
+        ++done;
+        continue;
+      }
+      ++live[t.warp];
+      if (t.state == State::kAtWarp) ++waiting[t.warp];
+      if (t.state == State::kAtBlock) ++at_block;
+    }
+    if (done == n) return true;
+    bool released = false;
+    for (size_t i = 0; i < n; ++i) {
+      Thread &t = l->threads[i];
+      if (t.state == State::kAtWarp && waiting[t.warp] == live[t.warp]) {
+        t.state = State::kRun;
+        released = true;
+      }
+    }
+    if (!released && at_block == n - done) {
+      for (Thread &t : l->threads) {
+        if (t.state == State::kAtBlock) t.state = State::kRun;
+      }
+      released = true;
+    }
+    if (!released) {
+      snprintf(why, cap,
+               "kernel %s, block (%u, %u, %u): threads wait at different barriers (%zu at "
+               "__syncthreads, %zu returned, the rest at a warp shuffle): a divergent "
+               "barrier",
+               l->kernel->name, ty_emu_cur_block.bid.x, ty_emu_cur_block.bid.y,
+               ty_emu_cur_block.bid.z, at_block, done);
+      return false;
+    }
+  }
+}
+
+bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigned block[3],
+                   const unsigned char *block_params, void **array_params, char *why,
+                   size_t cap) {
+  const size_t n = (size_t)block[0] * block[1] * block[2];
+  if (n == 0 || n > 1024 || !grid[0] || !grid[1] || !grid[2]) {
+    snprintf(why, cap, "kernel %s: launch of %u x %u x %u blocks of %u x %u x %u threads",
+             k->name, grid[0], grid[1], grid[2], block[0], block[1], block[2]);
+    return false;
+  }
+  if (!reserve_stacks(n)) {
+    snprintf(why, cap, "kernel %s: no memory for %zu thread stacks", k->name, n);
+    return false;
+  }
+  Launch l;
+  l.kernel = k;
+  l.block_params = block_params;
+  l.array_params = array_params;
+  l.threads.resize(n);
+  l.slots.assign(((n + 31) / 32) * 32, 0);
+  for (size_t i = 0; i < n; ++i) {
+    Thread &t = l.threads[i];
+    t.info.tid.x = (unsigned)(i % block[0]);
+    t.info.tid.y = (unsigned)(i / block[0] % block[1]);
+    t.info.tid.z = (unsigned)(i / ((size_t)block[0] * block[1]));
+    t.warp = (int)(i / 32);
+    t.lane = (int)(i % 32);
+  }
+  Launch *outer = g_launch;
+  g_launch = &l;
+  ty_emu_cur_block.bdim = {block[0], block[1], block[2]};
+  ty_emu_cur_block.gdim = {grid[0], grid[1], grid[2]};
+  bool ok = true;
+  const uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+  for (uint64_t q = 0; q < blocks && ok; ++q) {
+    const uint64_t b = reverse_order() ? blocks - 1 - q : q;
+    ty_emu_cur_block.bid = {(unsigned)(b % grid[0]), (unsigned)(b / grid[0] % grid[1]),
+                            (unsigned)(b / ((uint64_t)grid[0] * grid[1]))};
+    ok = run_block(&l, why, cap);
+  }
+  g_launch = outer;
+  return ok;
+}
