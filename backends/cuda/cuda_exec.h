@@ -37,6 +37,7 @@ typedef enum ty_cu_ref_kind_e {
   TY_CU_REF_SCRATCH,  /* the executable's scratch memory */
   TY_CU_REF_AUX,      /* the executable's read-only aux memory (tables) */
   TY_CU_REF_ERR,      /* the error flag (a kernel's `err` argument) */
+  TY_CU_REF_TABLE,    /* the executable's address tables (ty_cu_ptr_table) */
 } ty_cu_ref_kind_t;
 
 typedef struct ty_cu_ref_t {
@@ -103,6 +104,14 @@ ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset);
 ty_cu_ref_t ty_cu_scratch(ty_cu_build_t *b, uint64_t bytes);
 /* Read-only data uploaded with the executable (e.g. RoPE frequencies). */
 ty_cu_ref_t ty_cu_aux(ty_cu_build_t *b, const void *data, uint64_t bytes);
+/* A device array of `count` u64 addresses, those of `refs`, kept current:
+ * execute rewrites it (before capturing) whenever a binding moved one. For
+ * multi-tensor kernels, which take one pointer per tensor. */
+ty_cu_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_cu_ref_t *refs, uint32_t count);
+/* Marks node `node` (after the current one) as done by the current node's
+ * commands (a multi-tensor launch over several nodes): compile builds
+ * nothing for it. */
+void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node);
 int ty_cu_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent */
 int64_t ty_cu_numel(const ty_abi_value_t *v);
 /* The streaming multiprocessors of the device (for grid sizing). */

@@ -72,6 +72,14 @@ struct ty_abi_executable_s {
   int64_t *zero_rows;  /* per value: rows allocated (>= dims[0]) whose extra rows
                           are zeros, 0 = none */
   bool *zero_cols;     /* per value: the padding of its rows holds zeros */
+  /* Address tables (ty_cu_ptr_table): one device array of u64, its
+   * references, and the addresses last uploaded. */
+  ty_cu_ref_t *table_refs;
+  uint64_t *table_host;
+  uint32_t table_count, table_cap;
+  CUdeviceptr tables;
+  bool tables_uploaded;
+  bool *fused; /* per node: its work is done by an earlier node's commands */
   /* Test hooks (TRAINYARD_CUDA_FAULT). */
   int fault_kind;
   uint64_t fault_run;
@@ -215,6 +223,30 @@ ty_cu_ref_t ty_cu_scratch(ty_cu_build_t *b, uint64_t bytes) {
   b->scratch_used += ty_cu_round_up(bytes ? bytes : 1);
   if (b->scratch_used > b->exec->scratch_bytes) b->exec->scratch_bytes = b->scratch_used;
   return r;
+}
+
+ty_cu_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_cu_ref_t *refs, uint32_t count) {
+  ty_cu_exec_t *e = b->exec;
+  ty_cu_ref_t r = {TY_CU_REF_TABLE, 0, (uint64_t)e->table_count * 8u};
+  if (b->status) return r;
+  if (e->table_count + count > e->table_cap) {
+    uint32_t cap = e->table_cap ? e->table_cap : 256;
+    while (cap < e->table_count + count) cap *= 2;
+    ty_cu_ref_t *grown = realloc(e->table_refs, (size_t)cap * sizeof(*grown));
+    if (!grown) {
+      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return r;
+    }
+    e->table_refs = grown;
+    e->table_cap = cap;
+  }
+  memcpy(e->table_refs + e->table_count, refs, (size_t)count * sizeof(*refs));
+  e->table_count += count;
+  return r;
+}
+
+void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node) {
+  if (node < b->g->node_count) b->exec->fused[node] = true;
 }
 
 ty_cu_ref_t ty_cu_aux(ty_cu_build_t *b, const void *data, uint64_t bytes) {
@@ -441,6 +473,10 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e->row_stride);
   free(e->zero_rows);
   free(e->zero_cols);
+  ty_cu_free(d, e->tables, (uint64_t)e->table_count * 8u);
+  free(e->table_refs);
+  free(e->table_host);
+  free(e->fused);
   free(e);
 }
 
@@ -652,8 +688,9 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   e->addr = calloc(nv, sizeof(CUdeviceptr));
   e->sorted_named = calloc(nv, sizeof(uint32_t));
   e->first_cmd = calloc((size_t)g->node_count + 1, sizeof(uint32_t));
+  e->fused = calloc((size_t)g->node_count + 1, sizeof(bool));
   if (!e->const_offset || !e->fallback_offset || !e->addr || !e->sorted_named ||
-      !e->first_cmd) {
+      !e->first_cmd || !e->fused) {
     ty_cu_executable_destroy(e);
     return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
   }
@@ -681,6 +718,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     e->first_cmd[n] = e->cmd_count;
     if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
+    if (e->fused[n]) continue;     /* done by an earlier node's multi-tensor launch */
     b.node = &g->nodes[n];
     b.n = n;
     b.scratch_used = 0;
@@ -725,6 +763,14 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   if (!s && e->aux_bytes) {
     s = ty_cu_upload(e, e->aux_bytes, e->aux_host, "tables", &e->aux);
     if (!s) e->aux_bytes_dev = e->aux_bytes;
+  }
+  if (!s && e->table_count) {
+    e->table_host = calloc(e->table_count, sizeof(uint64_t));
+    if (!e->table_host) {
+      s = ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
+    } else {
+      s = ty_cu_upload(e, (uint64_t)e->table_count * 8u, NULL, "address tables", &e->tables);
+    }
   }
   if (!s && e->scratch_bytes) {
     s = ty_cu_upload(e, e->scratch_bytes, NULL, "scratch", &e->scratch);
@@ -844,8 +890,40 @@ CUdeviceptr ty_cu_ref_address(const ty_abi_executable_t *e, ty_cu_ref_t r) {
     case TY_CU_REF_SCRATCH: return e->scratch + r.offset;
     case TY_CU_REF_AUX: return e->aux + r.offset;
     case TY_CU_REF_ERR: return e->err;
+    case TY_CU_REF_TABLE: return e->tables + r.offset;
     default: return 0;
   }
+}
+
+/* Resolves the address tables; uploads them when any entry moved. */
+static ty_abi_status_t ty_cu_patch_tables(ty_abi_executable_t *e, bool *changed) {
+  bool moved = !e->tables_uploaded;
+  for (uint32_t i = 0; i < e->table_count; ++i) {
+    const uint64_t a = ty_cu_ref_address(e, e->table_refs[i]);
+    if (a != e->table_host[i]) {
+      e->table_host[i] = a;
+      moved = true;
+    }
+  }
+  if (!moved || !e->table_count) return NULL;
+  ty_abi_device_t *d = e->device;
+  const uint64_t bytes = (uint64_t)e->table_count * 8u;
+  ty_abi_status_t st = NULL;
+  pthread_mutex_lock(&d->staging_lock);
+  for (uint64_t done = 0; done < bytes && !st;) {
+    const uint64_t n = bytes - done < d->staging_bytes ? bytes - done : d->staging_bytes;
+    memcpy(d->staging, (const unsigned char *)e->table_host + done, (size_t)n);
+    CUresult r = e->api->cuMemcpyHtoDAsync(e->tables + done, d->staging, (size_t)n, d->stream);
+    if (r == CUDA_SUCCESS) r = e->api->cuStreamSynchronize(d->stream);
+    if (r != CUDA_SUCCESS) st = ty_cu_driver_error(d, "uploading the address tables", r);
+    done += n;
+  }
+  pthread_mutex_unlock(&d->staging_lock);
+  if (!st) {
+    e->tables_uploaded = true;
+    *changed = true;
+  }
+  return st;
 }
 
 /* Writes every command's resolved pointers; true when any changed. */
@@ -1048,7 +1126,9 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   if (!s) s = ty_cu_resolve(e, args);
   if (s) return s;
   e->runs++;
-  const bool changed = ty_cu_patch(e);
+  bool changed = ty_cu_patch(e);
+  s = ty_cu_patch_tables(e, &changed);
+  if (s) return s;
   const bool fault = e->fault_kind && e->runs == e->fault_run;
   const bool use_graph = d->options.graphs && !e->profile && !e->sync_each && !fault;
   if (fault) s = ty_cu_fault_inject(e);

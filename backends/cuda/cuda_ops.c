@@ -6,6 +6,7 @@
  * names the kernel and its parameter list: the ty_cu_arg_* calls under it
  * must follow that list exactly. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/common/op_shapes.h"
@@ -461,7 +462,12 @@ static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_cu_r
 /* Column sums: x as [O, R, I] reduced over R (ty_reduce_cols_*). */
 static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int kind,
                               int64_t O, int64_t R, int64_t I, double scale) {
-  const int64_t cb = (I + 31) / 32;
+  /* 4 columns per thread when the rows allow (ty_reduce_cols4_*). */
+  const bool vec4 = I % 4 == 0 && I >= 128;
+  if (vec4) {
+    kernel = ty_cu_typed(TY_CU_TYPED("ty_reduce_cols4"), (int)ty_cu_vin(b, 0)->dtype);
+  }
+  const int64_t cb = vec4 ? (I + 127) / 128 : (I + 31) / 32;
   int64_t rchunk;
   const uint32_t split = ty_cu_col_split(cb * O, R, &rchunk);
   ty_cu_ref_t part = ty_cu_none();
@@ -709,8 +715,124 @@ static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
   ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, o)));
 }
 
+/* Elements per chunk of the multi-tensor kernels (a multiple of 4). */
+#define TY_CU_MT_CHUNK 16384
+
+/* Whether adamw node `n` has typed operands of one float dtype T (param,
+ * grad, param') and f32 moments: the multi-tensor kernel's case. */
+static bool ty_cu_adamw_typed(const ty_abi_graph_t *g, const ty_abi_node_t *node, int *dt) {
+  const ty_abi_value_t *p = &g->values[node->inputs[0]];
+  const int t = (int)p->dtype;
+  if (!ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), t)) return false;
+  if ((int)g->values[node->inputs[1]].dtype != t || (int)g->values[node->outputs[0]].dtype != t) {
+    return false;
+  }
+  for (uint32_t i = 2; i < 4; ++i) {
+    if (g->values[node->inputs[i]].dtype != TY_DTYPE_F32) return false;
+  }
+  for (uint32_t o = 1; o < 3; ++o) {
+    if (g->values[node->outputs[o]].dtype != TY_DTYPE_F32) return false;
+  }
+  *dt = t;
+  return true;
+}
+
+/* The run of adamw_update nodes from the current one that one multi-tensor
+ * launch can do: consecutive, typed alike, sharing lr, betas, eps and step
+ * (each keeps its weight decay). Returns how many (>= 1). */
+static uint32_t ty_cu_adamw_run(const ty_cu_build_t *b, int dt) {
+  const ty_abi_graph_t *g = b->g;
+  const ty_abi_node_t *first = b->node;
+  uint32_t count = 1;
+  for (uint32_t n = b->n + 1; n < g->node_count; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    int t;
+    if (strcmp(node->op, "adamw_update") != 0 || !ty_cu_adamw_typed(g, node, &t) || t != dt) break;
+    bool same = true;
+    for (uint32_t i = 4; i < 10 && same; ++i) {
+      if (i != 8) same = node->inputs[i] == first->inputs[i];
+    }
+    if (!same) break;
+    count++;
+  }
+  return count;
+}
+
+/* One launch for `count` adamw_update nodes from the current one (kernels/
+ * optim.cu, ty_adamw_multi): tables of their operands, chunk starts. */
+static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
+  const ty_abi_graph_t *g = b->g;
+  ty_cu_ref_t *refs = calloc((size_t)count, sizeof(ty_cu_ref_t));
+  int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
+  int64_t *sizes = calloc((size_t)count, sizeof(int64_t));
+  if (!refs || !starts || !sizes) {
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    free(refs);
+    free(starts);
+    free(sizes);
+    return;
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    sizes[k] = ty_abi_value_elements(&g->values[g->nodes[b->n + k].inputs[0]]);
+    starts[k + 1] = starts[k] + (sizes[k] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
+  }
+  /* Tables: p, g, m, v (inputs 0-3), p', m', v' (outputs 0-2), wd (input 8). */
+  ty_cu_ref_t tables[8];
+  for (int t = 0; t < 8; ++t) {
+    for (uint32_t k = 0; k < count; ++k) {
+      const ty_abi_node_t *node = &g->nodes[b->n + k];
+      const uint32_t v = t < 4 ? node->inputs[t] : t < 7 ? node->outputs[t - 4] : node->inputs[8];
+      refs[k] = (ty_cu_ref_t){TY_CU_REF_VALUE, v, 0};
+    }
+    tables[t] = ty_cu_ptr_table(b, refs, count);
+  }
+  const ty_cu_ref_t starts_ref = ty_cu_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
+  const ty_cu_ref_t sizes_ref = ty_cu_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
+  const int64_t chunks = starts[count];
+  free(refs);
+  free(starts);
+  free(sizes);
+  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
+  /* ty_adamw_multi_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
+   *                     step, int dtstep, f64 *hp, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_multi_prep");
+  for (uint32_t i = 4; i < 10; ++i) {
+    if (i != 8) ty_cu_arg_in(b, c, i);
+  }
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
+  if (chunks == 0) return;
+  /* ty_adamw_multi_<T>(p[], g[], m[], v[], po[], mo[], vo[], wd[], int dtwd,
+   *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp) */
+  c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), dt));
+  for (int t = 0; t < 8; ++t) ty_cu_arg_ptr(b, c, tables[t]);
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 8)));
+  ty_cu_arg_ptr(b, c, starts_ref);
+  ty_cu_arg_ptr(b, c, sizes_ref);
+  ty_cu_arg_i32(b, c, (int32_t)count);
+  ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_grid_blocks(b, c, (uint64_t)chunks, TY_CU_BLOCK);
+  for (uint32_t k = 1; k < count; ++k) ty_cu_mark_fused(b, b->n + k);
+}
+
 void ty_cu_build_adamw(ty_cu_build_t *b) {
   /* param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step -> param', m', v' */
+  int mt_dt;
+  if (ty_cu_adamw_typed(b->g, b->node, &mt_dt)) {
+    /* Weight decays must all be of one dtype (the kernel takes one code). */
+    const uint32_t run = ty_cu_adamw_run(b, mt_dt);
+    bool one_wd_dtype = true;
+    for (uint32_t k = 1; k < run; ++k) {
+      one_wd_dtype &= b->g->values[b->g->nodes[b->n + k].inputs[8]].dtype ==
+                      b->g->values[b->node->inputs[8]].dtype;
+    }
+    if (run > 1 && one_wd_dtype && ty_cu_numel(ty_cu_vin(b, 0)) > 0) {
+      ty_cu_build_adamw_multi(b, mt_dt, run);
+      return;
+    }
+  }
   const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
   ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
   /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
@@ -768,9 +890,77 @@ void ty_cu_build_sgd(ty_cu_build_t *b) {
 
 #define TY_CU_CLIP_CHUNK 8192 /* elements per partial sum of squares */
 
+/* clip_by_global_norm over gradients of one typed dtype: three launches
+ * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi). */
+static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
+  const uint32_t count = b->node->input_count - 1;
+  const int dt = (int)ty_cu_vin(b, 1)->dtype;
+  if (count < 2 || !ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt)) return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    if ((int)ty_cu_vin(b, i + 1)->dtype != dt || (int)ty_cu_vout(b, i + 1)->dtype != dt) {
+      return false;
+    }
+  }
+  ty_cu_ref_t *in = calloc(count, sizeof(ty_cu_ref_t)), *out = calloc(count, sizeof(ty_cu_ref_t));
+  int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
+  int64_t *sizes = calloc(count, sizeof(int64_t));
+  bool ok = in && out && starts && sizes;
+  for (uint32_t i = 0; ok && i < count; ++i) {
+    in[i] = ty_cu_in(b, i + 1);
+    out[i] = ty_cu_out(b, i + 1);
+    sizes[i] = ty_cu_numel(ty_cu_vin(b, i + 1));
+    starts[i + 1] = starts[i] + (sizes[i] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
+  }
+  if (!ok) {
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    const int64_t chunks = starts[count];
+    const ty_cu_ref_t xt = ty_cu_ptr_table(b, in, count), yt = ty_cu_ptr_table(b, out, count);
+    const ty_cu_ref_t st = ty_cu_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
+    const ty_cu_ref_t sz = ty_cu_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
+    const ty_cu_ref_t part = ty_cu_scratch(b, (uint64_t)(chunks ? chunks : 1) * sizeof(double));
+    const ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(double));
+    /* ty_sumsq_multi_<T>(x[], i64 *starts, i64 *sizes, int count, i64 chunk, f64 *part) */
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt));
+    ty_cu_arg_ptr(b, c, xt);
+    ty_cu_arg_ptr(b, c, st);
+    ty_cu_arg_ptr(b, c, sz);
+    ty_cu_arg_i32(b, c, (int32_t)count);
+    ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
+    ty_cu_arg_ptr(b, c, part);
+    ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
+    /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
+     *                f64 *coef): one block */
+    c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
+    ty_cu_arg_ptr(b, c, part);
+    ty_cu_arg_i64(b, c, chunks);
+    ty_cu_arg_in(b, c, 0);
+    ty_cu_arg_out(b, c, 0);
+    ty_cu_arg_ptr(b, c, coef);
+    ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
+    /* ty_scale_multi_<T>(x[], y[], i64 *starts, i64 *sizes, int count, i64 chunk,
+     *                    const f64 *coef) */
+    c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_multi"), dt));
+    ty_cu_arg_ptr(b, c, xt);
+    ty_cu_arg_ptr(b, c, yt);
+    ty_cu_arg_ptr(b, c, st);
+    ty_cu_arg_ptr(b, c, sz);
+    ty_cu_arg_i32(b, c, (int32_t)count);
+    ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
+    ty_cu_arg_ptr(b, c, coef);
+    ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
+  }
+  free(in);
+  free(out);
+  free(starts);
+  free(sizes);
+  return true;
+}
+
 void ty_cu_build_clip(ty_cu_build_t *b) {
   /* max_norm, g_1..g_n -> norm, g_1'..g_n' */
   const uint32_t count = b->node->input_count - 1;
+  if (ty_cu_build_clip_multi(b)) return;
   uint64_t slots = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_cu_vin(b, i + 1), *o = ty_cu_vout(b, i + 1);

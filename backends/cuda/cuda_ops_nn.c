@@ -14,6 +14,7 @@
 #include "ops/reference/ref_rope.h"
 
 #define TY_CU_NORM_THREADS 128u /* 4 warps: 4 rows per block (kernels/norm.cu) */
+#define TY_CU_NORM_K 8          /* kernels/norm.cu's TY_NORM_K: rows <= 1024 cached */
 
 /* The instance of a templated kernel for value v's dtype; fails the build
  * when v is not f32, bf16 or f16. */
@@ -145,6 +146,45 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   const int64_t rows = C ? ty_cu_numel(x) / C : 0;
   const ty_cu_ref_t none = ty_cu_none();
   const ty_cu_ref_t mean_ref = rms ? none : ty_cu_in(b, 3), rstd_ref = ty_cu_in(b, rms ? 3 : 4);
+  const bool has_dbeta_out = !rms && b->node->output_count > 2;
+  if (rows >= 1024 && C % 4 == 0 && C <= 128 * TY_CU_NORM_K &&
+      ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype) &&
+      ty_cu_vin(b, 0)->dtype == x->dtype && ty_cu_vout(b, 0)->dtype == x->dtype &&
+      (!ty_cu_vin(b, 2) || ty_cu_vin(b, 2)->dtype == x->dtype)) {
+    /* One pass (kernels/norm.cu, ty_norm_bwd_fused): 3 blocks per SM (166 registers) of 4
+     * warps, each leaving f64 partials of dgamma and dbeta. */
+    const uint32_t blocks = 3 * ty_cu_sm_count(b);
+    ty_cu_ref_t part = ty_cu_scratch(b, 2 * (uint64_t)blocks * (uint64_t)C * sizeof(double));
+    /* ty_norm_bwd_fused_<T>(dy, x, gamma, mean, int dtm, rstd, int dtr, dx, f64 *part,
+     *                       i64 rows, i64 C, int rms) */
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
+                                  ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
+    ty_cu_arg_ptr(b, c, mean_ref);
+    ty_cu_arg_i32(b, c, ty_cu_dt(mean));
+    ty_cu_arg_ptr(b, c, rstd_ref);
+    ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, part);
+    ty_cu_arg_i64(b, c, rows);
+    ty_cu_arg_i64(b, c, C);
+    ty_cu_arg_i32(b, c, rms);
+    ty_cu_grid(b, c, blocks, 1, 1, TY_CU_NORM_THREADS, 1, 1, 0);
+    /* ty_norm_params_finish(const f64 *part, i64 chunks, i64 C, dgamma, int dtdg,
+     *                       dbeta, int dtdb) */
+    c = ty_cu_launch(b, TY_CU_FAM_NORM, "ty_norm_params_finish");
+    ty_cu_arg_ptr(b, c, part);
+    ty_cu_arg_i64(b, c, blocks);
+    ty_cu_arg_i64(b, c, C);
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
+    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
+    ty_cu_arg_ptr(b, c, has_dbeta_out ? ty_cu_out(b, 2) : none);
+    ty_cu_arg_i32(b, c, has_dbeta_out ? ty_cu_dt(ty_cu_vout(b, 2)) : 0);
+    ty_cu_grid1(b, c, (uint64_t)C, TY_CU_BLOCK);
+    return;
+  }
   if (rows > 0) {
     /* ty_norm_bwd_dx_<T>(dy, x, gamma, mean, int dtm, rstd, int dtr, dx, i64 rows,
      *                    i64 C, int rms): a warp per row */

@@ -248,6 +248,124 @@ __device__ __forceinline__ void ty_norm_bwd_dx_impl(const void *dy_, const void 
 #define TY_NORM_BWD_DX_ARGS dy, x, g, mean, dtm, rstd, dtr, dx, rows, C, rms
 TY_KERNEL3(ty_norm_bwd_dx, TY_NORM_BWD_DX_PARAMS, TY_NORM_BWD_DX_ARGS)
 
+/* ---- backward, fused: dx and the parameter gradients in one pass ----
+ *
+ * The same dx as ty_norm_bwd_dx (a warp per row, the row cached in
+ * registers), and while the row is there each lane also adds dy xhat and dy
+ * for its columns: lane l of every warp owns columns (32 k + l) 4 + j, so
+ * the warps' running sums line up and are added in warp order in shared
+ * memory, and block b writes its f64 partials to part[b][C] (dgamma) and
+ * part[gridDim.x + b][C] (dbeta); ty_norm_params_finish adds the blocks in
+ * order. dy and x are read once instead of twice. Rows go to warps by the
+ * grid-stride rule of a grid sized from the shape only, so the summation
+ * order, and the result, never change between runs. Needs C % 4 == 0 and
+ * C <= 128 TY_NORM_K; unaligned rows load element by element. */
+template <typename T>
+__device__ inline void ty_norm_ld4(const T *p, bool aligned, float v[4]) {
+  if (aligned) {
+    ty_ld4(p, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = ty_get(p, j);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, const void *x_,
+                                                       const void *g_, const void *mean,
+                                                       int dtm, const void *rstd, int dtr,
+                                                       void *dx_, double *part, long long rows,
+                                                       long long C, int rms) {
+  __shared__ float sh[2][128 * TY_NORM_K];
+  const T *dyall = (const T *)dy_, *xall = (const T *)x_, *g = (const T *)g_;
+  T *dxall = (T *)dx_;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wpb = blockDim.x >> 5;
+  const bool aligned = ty_al4<T>(dyall) && ty_al4<T>(xall) && ty_al4<T>(dxall) &&
+                       (!g || ty_al4<T>(g));
+  const float inv_c = 1.0f / (float)C;
+  float accg[TY_NORM_K][4], accb[TY_NORM_K][4];
+#pragma unroll
+  for (int k = 0; k < TY_NORM_K; ++k) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) accg[k][j] = accb[k][j] = 0.0f;
+  }
+  for (long long row = (long long)blockIdx.x * wpb + warp; row < rows;
+       row += (long long)gridDim.x * wpb) {
+    const T *dy = dyall + row * C, *x = xall + row * C;
+    T *dx = dxall + row * C;
+    const float mu = rms ? 0.0f : ty_ld(mean, row, dtm);
+    const float r = ty_ld(rstd, row, dtr);
+    /* gamma is loaded again in the second loop (from L1) rather than kept:
+     * registers are what limits this kernel's occupancy. */
+    float dv[TY_NORM_K][4], xh[TY_NORM_K][4];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < TY_NORM_K; ++k) {
+      const long long c = (long long)(k * 32 + lane) * 4;
+      if (c < C) {
+        float xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        ty_norm_ld4(dy + c, aligned, dv[k]);
+        ty_norm_ld4(x + c, aligned, xv);
+        if (g) ty_norm_ld4(g + c, aligned, gv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          xh[k][j] = (xv[j] - mu) * r;
+          const float gj = dv[k][j] * gv[j];
+          sg += gj;
+          sgx += gj * xh[k][j];
+          accg[k][j] += dv[k][j] * xh[k][j];
+          accb[k][j] += dv[k][j];
+        }
+      }
+    }
+    const float mean_g = rms ? 0.0f : ty_warp_sum(sg) * inv_c;
+    const float mean_gx = ty_warp_sum(sgx) * inv_c;
+#pragma unroll
+    for (int k = 0; k < TY_NORM_K; ++k) {
+      const long long c = (long long)(k * 32 + lane) * 4;
+      if (c < C) {
+        float o[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        if (g) ty_norm_ld4(g + c, aligned, gv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[j] = r * (dv[k][j] * gv[j] - mean_g - xh[k][j] * mean_gx);
+        if (aligned) {
+          ty_st4(dx + c, o);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) ty_put(dx, c + j, o[j]);
+        }
+      }
+    }
+  }
+  /* The warps' sums, added in warp order. */
+  for (int w = 0; w < wpb; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        const int c = (k * 32 + lane) * 4;
+        if (c < C) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            sh[0][c + j] = (w ? sh[0][c + j] : 0.0f) + accg[k][j];
+            sh[1][c + j] = (w ? sh[1][c + j] : 0.0f) + accb[k][j];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (long long c = threadIdx.x; c < C; c += blockDim.x) {
+    part[(long long)blockIdx.x * C + c] = sh[0][c];
+    part[((long long)gridDim.x + blockIdx.x) * C + c] = sh[1][c];
+  }
+}
+#define TY_NORM_BWD_FUSED_PARAMS                                                          \
+  const void *dy, const void *x, const void *g, const void *mean, int dtm, const void *rstd, \
+      int dtr, void *dx, double *part, long long rows, long long C, int rms
+#define TY_NORM_BWD_FUSED_ARGS dy, x, g, mean, dtm, rstd, dtr, dx, part, rows, C, rms
+TY_KERNEL3(ty_norm_bwd_fused, TY_NORM_BWD_FUSED_PARAMS, TY_NORM_BWD_FUSED_ARGS)
+
 /* ---- backward, dgamma and dbeta ----
  *
  *   dgamma[c] = sum_rows dy xhat,  dbeta[c] = sum_rows dy  (dbeta may be NULL)

@@ -143,3 +143,100 @@ extern "C" __global__ void ty_sgd(const void *p, int dtp, const void *g, int dtg
     ty_st(po, i, dtpo, (float)(pi - l * d));
   }
 }
+
+/* ---- multi-tensor AdamW ----
+ *
+ * One launch for a run of adamw_update nodes that share lr, the betas, eps
+ * and the step (cuda_ops.c groups them; each tensor keeps its own weight
+ * decay): the tensors' elements are cut into chunks of `chunk` (a multiple
+ * of 4), starts[k] is tensor k's first chunk (starts[count] the total), and
+ * block j updates chunk j. ty_adamw_multi_prep forms hp as ty_adamw_prep
+ * does but with hp[4] = lr; each chunk forms 1 - lr wd_k exactly as
+ * ty_adamw_prep would, so every element gets the per-node kernel's bits.
+ * Tables hold one device pointer per tensor (param, grad, m, v, their
+ * outputs, and the weight decay scalar). */
+extern "C" __global__ void ty_adamw_multi_prep(const void *lr, int dtlr, const void *b1,
+                                               int dtb1, const void *b2, int dtb2,
+                                               const void *eps, int dteps, const void *step,
+                                               int dtstep, double *hp, ERR_ARGS) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const long long t = ty_ldi(step, 0, dtstep);
+  if (t < 1) ty_fail(err, node, TY_ERR_ADAMW_STEP, t, 0, 0);
+  const double l = ty_ld(lr, 0, dtlr), beta1 = ty_ld(b1, 0, dtb1);
+  const double beta2 = ty_ld(b2, 0, dtb2);
+  const double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+  hp[0] = beta1;
+  hp[1] = 1.0 - beta1;
+  hp[2] = beta2;
+  hp[3] = 1.0 - beta2;
+  hp[4] = l;
+  hp[5] = l / bc1;
+  hp[6] = 1.0 / sqrt(bc2);
+  hp[7] = ty_ld(eps, 0, dteps);
+}
+
+/* The tensor of chunk j: the last k with starts[k] <= j. */
+__device__ inline int ty_chunk_tensor(const long long *starts, int count, long long j) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (starts[mid] <= j) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <typename T>
+__device__ __forceinline__ void ty_adamw_multi_impl(
+    const void *const *pt, const void *const *gt, const float *const *mt, const float *const *vt,
+    void *const *pot, float *const *mot, float *const *vot, const void *const *wdt, int dtwd,
+    const long long *starts, const long long *sizes, int count, long long chunk,
+    const double *hp) {
+  double h[8];
+#pragma unroll
+  for (int q = 0; q < 8; ++q) h[q] = hp[q];
+  const double lr = h[4];
+  for (long long j = blockIdx.x; j < starts[count]; j += gridDim.x) {
+    const int k = ty_chunk_tensor(starts, count, j);
+    const long long begin = (j - starts[k]) * chunk;
+    const long long n = sizes[k] - begin < chunk ? sizes[k] - begin : chunk;
+    h[4] = 1.0 - lr * (double)ty_ld(wdt[k], 0, dtwd);
+    const T *p = (const T *)pt[k] + begin, *g = (const T *)gt[k] + begin;
+    const float *m = mt[k] + begin, *v = vt[k] + begin;
+    T *po = (T *)pot[k] + begin;
+    float *mo = mot[k] + begin, *vo = vot[k] + begin;
+    long long done = 0;
+    if (ty_al4<T>(p) && ty_al4<T>(g) && ty_al4<T>(po) && ty_al4<float>(m) &&
+        ty_al4<float>(v) && ty_al4<float>(mo) && ty_al4<float>(vo)) {
+      const long long groups = n / 4;
+      for (long long q = threadIdx.x; q < groups; q += blockDim.x) {
+        float pv[4], gv[4], mv[4], vv[4], out[4];
+        ty_ld4(p + 4 * q, pv);
+        ty_ld4(g + 4 * q, gv);
+        ty_ld4(m + 4 * q, mv);
+        ty_ld4(v + 4 * q, vv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ty_adamw1(h, pv[i], gv[i], mv[i], vv[i], out[i]);
+        ty_st4(mo + 4 * q, mv);
+        ty_st4(vo + 4 * q, vv);
+        ty_st4(po + 4 * q, out);
+      }
+      done = 4 * groups;
+    }
+    for (long long i = done + threadIdx.x; i < n; i += blockDim.x) {
+      float mi = m[i], vi = v[i], pi;
+      ty_adamw1(h, ty_get(p, i), ty_get(g, i), mi, vi, pi);
+      mo[i] = mi;
+      vo[i] = vi;
+      ty_put(po, i, pi);
+    }
+    __syncthreads(); /* h[4] is per chunk; every thread moves on together */
+  }
+}
+#define TY_ADAMW_MULTI_PARAMS                                                                  \
+  const void *const *p, const void *const *g, const float *const *m, const float *const *v,   \
+      void *const *po, float *const *mo, float *const *vo, const void *const *wd, int dtwd,    \
+      const long long *starts, const long long *sizes, int count, long long chunk,             \
+      const double *hp
+#define TY_ADAMW_MULTI_ARGS p, g, m, v, po, mo, vo, wd, dtwd, starts, sizes, count, chunk, hp
+TY_KERNEL3(ty_adamw_multi, TY_ADAMW_MULTI_PARAMS, TY_ADAMW_MULTI_ARGS)

@@ -149,6 +149,64 @@ __device__ __forceinline__ void ty_reduce_cols_impl(const void *x_, void *y, int
 #define TY_REDUCE_COLS_ARGS x, y, dty, part, kind, O, R, I, rchunk, scale
 TY_KERNEL3(ty_reduce_cols, TY_REDUCE_COLS_PARAMS, TY_REDUCE_COLS_ARGS)
 
+/* The same over I % 4 == 0 columns, 4 per thread: a block covers 128
+ * columns x 8 row lanes, each lane reading 4 adjacent elements at once (a
+ * warp reads 4 x 32 contiguous elements of a row, not 32), with the
+ * per-column sums kept in f64 and the same fixed tree and partials. */
+template <typename T>
+__device__ __forceinline__ void ty_reduce_cols4_impl(const void *x_, void *y, int dty,
+                                                     double *part, int kind, long long O,
+                                                     long long R, long long I,
+                                                     long long rchunk, double scale) {
+  __shared__ double sh[8][128];
+  const T *x = (const T *)x_;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const long long cb = (I + 127) / 128;
+  const long long r0 = (long long)blockIdx.y * rchunk;
+  const long long r1 = R - r0 < rchunk ? R : r0 + rchunk;
+  const bool aligned = ty_al4<T>(x);
+  for (long long bx = blockIdx.x; bx < cb * O; bx += gridDim.x) {
+    const long long o = ty_div(bx, cb);
+    const long long i = (bx - o * cb) * 128 + 4 * tx;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    if (i < I) {
+      const T *col = x + o * R * I + i;
+      for (long long r = r0 + ty; r < r1; r += 8) {
+        float v[4];
+        if (aligned) {
+          ty_ld4(col + r * I, v);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = ty_get(col, r * I + j);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[j] += ty_red_term(kind, v[j]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sh[ty][4 * tx + j] = acc[j];
+    __syncthreads();
+#pragma unroll
+    for (int s = 4; s > 0; s >>= 1) {
+      if (ty < s) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sh[ty][4 * tx + j] += sh[ty + s][4 * tx + j];
+      }
+      __syncthreads();
+    }
+    if (ty == 0 && i < I) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const double sum = sh[0][4 * tx + j];
+        if (gridDim.y == 1) ty_st_d(y, o * I + i + j, dty, sum * scale);
+        else part[((long long)blockIdx.y * O + o) * I + i + j] = sum;
+      }
+    }
+    __syncthreads(); /* sh is reused by the next column block */
+  }
+}
+TY_KERNEL3(ty_reduce_cols4, TY_REDUCE_COLS_PARAMS, TY_REDUCE_COLS_ARGS)
+
 /* y[i] = scale * sum_s part[s * n + i], in chunk order. */
 extern "C" __global__ void ty_reduce_cols_finish(const double *part, void *y, int dty,
                                                  long long chunks, long long n, double scale) {
@@ -213,3 +271,78 @@ __device__ __forceinline__ void ty_scale_by_impl(const void *x_, void *y_, long 
 #define TY_SCALE_BY_PARAMS const void *x, void *y, long long n, const double *coef
 #define TY_SCALE_BY_ARGS x, y, n, coef
 TY_KERNEL3(ty_scale_by, TY_SCALE_BY_PARAMS, TY_SCALE_BY_ARGS)
+
+/* ---- multi-tensor clipping ----
+ *
+ * clip_by_global_norm over many gradients in three launches instead of two
+ * per gradient: ty_sumsq_multi_* leaves the f64 sum of squares of each
+ * chunk of each tensor in part[] (chunks as in ty_adamw_multi: starts[k] is
+ * tensor k's first chunk), ty_clip_finish adds them in order, and
+ * ty_scale_multi_* multiplies every tensor by coef in f64, rounded once
+ * (as ty_scale_by). Deterministic: fixed chunks, fixed order. */
+__device__ inline int ty_red_chunk_tensor(const long long *starts, int count, long long j) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (starts[mid] <= j) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <typename T>
+__device__ __forceinline__ void ty_sumsq_multi_impl(const void *const *xt,
+                                                    const long long *starts,
+                                                    const long long *sizes, int count,
+                                                    long long chunk, double *part) {
+  __shared__ double scratch[32];
+  for (long long j = blockIdx.x; j < starts[count]; j += gridDim.x) {
+    const int k = ty_red_chunk_tensor(starts, count, j);
+    const long long begin = (j - starts[k]) * chunk;
+    const long long n = sizes[k] - begin < chunk ? sizes[k] - begin : chunk;
+    const T *x = (const T *)xt[k] + begin;
+    double acc = 0.0;
+    ty_row_loop(
+        n, ty_head4<T>(x), threadIdx.x, blockDim.x,
+        [&](long long i) {
+          const double v = ty_get(x, i);
+          acc += v * v;
+        },
+        [&](long long i) {
+          float v[4];
+          ty_ld4(x + i, v);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc += (double)v[q] * (double)v[q];
+        });
+    const double sum = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) part[j] = sum;
+  }
+}
+#define TY_SUMSQ_MULTI_PARAMS \
+  const void *const *x, const long long *starts, const long long *sizes, int count, \
+      long long chunk, double *part
+#define TY_SUMSQ_MULTI_ARGS x, starts, sizes, count, chunk, part
+TY_KERNEL3(ty_sumsq_multi, TY_SUMSQ_MULTI_PARAMS, TY_SUMSQ_MULTI_ARGS)
+
+template <typename T>
+__device__ __forceinline__ void ty_scale_multi_impl(const void *const *xt, void *const *yt,
+                                                    const long long *starts,
+                                                    const long long *sizes, int count,
+                                                    long long chunk, const double *coef) {
+  const double c = coef[0];
+  for (long long j = blockIdx.x; j < starts[count]; j += gridDim.x) {
+    const int k = ty_red_chunk_tensor(starts, count, j);
+    const long long begin = (j - starts[k]) * chunk;
+    const long long n = sizes[k] - begin < chunk ? sizes[k] - begin : chunk;
+    const T *x = (const T *)xt[k] + begin;
+    T *y = (T *)yt[k] + begin;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+      ty_put(y, i, (float)((double)ty_get(x, i) * c));
+    }
+  }
+}
+#define TY_SCALE_MULTI_PARAMS \
+  const void *const *x, void *const *y, const long long *starts, const long long *sizes, \
+      int count, long long chunk, const double *coef
+#define TY_SCALE_MULTI_ARGS x, y, starts, sizes, count, chunk, coef
+TY_KERNEL3(ty_scale_multi, TY_SCALE_MULTI_PARAMS, TY_SCALE_MULTI_ARGS)
