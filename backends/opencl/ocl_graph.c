@@ -381,18 +381,26 @@ static ty_abi_status_t ty_ocl_upload(ty_abi_executable_t *e, uint64_t bytes, con
                                      const char *what, cl_mem *out) {
   ty_abi_device_t *d = e->device;
   const uint64_t limit = d->slot->max_alloc;
-  if ((limit && bytes > limit) || bytes > SIZE_MAX) {
+  /* CL_DEVICE_MAX_MEM_ALLOC_SIZE is the size every driver must accept, not
+   * always the most it accepts: NVIDIA's reports 2 GiB on an H200 and
+   * allocates 8 GiB arenas. So the buffer is asked for; a refusal of one
+   * past the limit is named as such. */
+  cl_int err = CL_SUCCESS;
+  *out = bytes > SIZE_MAX ? NULL
+                          : ty_ocl_mem_create(e->api, d->slot->context,
+                                              (size_t)(bytes ? bytes : 1), &err);
+  if (!*out && limit && bytes > limit) {
     return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED,
                         "%s: the %llu-byte %s does not fit in one buffer of this device "
-                        "(CL_DEVICE_MAX_MEM_ALLOC_SIZE is %llu bytes)%s",
+                        "(CL_DEVICE_MAX_MEM_ALLOC_SIZE is %llu bytes; the driver refused it: "
+                        "%s)%s",
                         d->label, (unsigned long long)bytes, what, (unsigned long long)limit,
+                        ty_ocl_error_name(err),
                         strcmp(what, "activation arena") == 0
                             ? "; activations grow with batch x sequence length: use fewer "
                               "tokens per step"
                             : "");
   }
-  cl_int err = CL_SUCCESS;
-  *out = ty_ocl_mem_create(e->api, d->slot->context, (size_t)(bytes ? bytes : 1), &err);
   if (!*out) {
     char text[128];
     snprintf(text, sizeof(text), "clCreateBuffer for the %llu-byte %s",
