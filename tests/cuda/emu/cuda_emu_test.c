@@ -4,7 +4,8 @@
  * vocabulary, KV positions past the cache, an i64 that does not fit i32,
  * AdamW's step 0, SGD's nesterov without momentum — comes back from the
  * run as INVALID_ARGUMENT naming the node and the values, and the next run
- * with good data succeeds (the flag is cleared). */
+ * with good data succeeds (the flag is cleared); and empty inputs, whose
+ * empty sums must come out as zeros. */
 #include <stdio.h>
 #include <string.h>
 
@@ -30,43 +31,63 @@ static int64_t count_of(const input_t *in) {
   return n;
 }
 
+/* A one-node graph of `op` on cuda:0 with output `out` bound as "out". */
+typedef struct {
+  ty_registry_t *r;
+  ty_device_t *dev;
+  ty_graph_t *g;
+  ty_session_t *s;
+  char names[12][8];
+} one_node_t;
+
+static void one_node_open(one_node_t *t, const char *op, uint32_t n_out,
+                          const ty_attrs_t *attrs, uint32_t n_in, const input_t *in,
+                          uint32_t out) {
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_value_id_t ids[12], outs[4];
+  assert_true(n_in <= 12 && out < n_out && n_out <= 4);
+  TY_EXPECT_OK(ty_registry_create(&options, &t->r));
+  TY_EXPECT_OK(ty_device_open(t->r, "cuda:0", &t->dev));
+  TY_EXPECT_OK(ty_graph_create(&t->g));
+  for (uint32_t i = 0; i < n_in; ++i) {
+    snprintf(t->names[i], sizeof(t->names[i]), "in%u", i);
+    TY_EXPECT_OK(
+        ty_graph_add_input(t->g, t->names[i], in[i].dtype, in[i].rank, in[i].dims, &ids[i]));
+  }
+  TY_EXPECT_OK(ty_graph_add_node(t->g, op, ids, n_in, attrs, outs, n_out));
+  TY_EXPECT_OK(ty_graph_set_output(t->g, outs[out], "out"));
+  TY_EXPECT_OK(ty_session_create(t->dev, t->g, NULL, &t->s));
+}
+
+/* Binds the inputs: their bad data, or their good data where they have. */
+static void one_node_bind(one_node_t *t, uint32_t n_in, const input_t *in, bool good) {
+  for (uint32_t i = 0; i < n_in; ++i) {
+    const void *data = good && in[i].good ? in[i].good : in[i].bad;
+    const size_t bytes = (size_t)count_of(&in[i]) * ty_dtype_size(in[i].dtype);
+    TY_EXPECT_OK(
+        ty_session_bind(t->s, t->names[i], in[i].dtype, in[i].rank, in[i].dims, data, bytes));
+  }
+}
+
+static void one_node_close(one_node_t *t) {
+  ty_session_destroy(t->s);
+  ty_graph_destroy(t->g);
+  ty_device_close(t->dev);
+  ty_registry_destroy(t->r);
+}
+
 /* One node of `op` on cuda:0: fails with `want` on the bad inputs, then
  * runs on the good ones. */
 static void expect_data_error(const char *op, uint32_t n_out, const ty_attrs_t *attrs,
                               uint32_t n_in, const input_t *in, const char *want) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  ty_device_t *dev;
-  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
-  ty_graph_t *g;
-  TY_EXPECT_OK(ty_graph_create(&g));
-  ty_value_id_t ids[12], outs[4];
-  char names[12][8];
-  assert_true(n_in <= 12);
-  for (uint32_t i = 0; i < n_in; ++i) {
-    snprintf(names[i], sizeof(names[i]), "in%u", i);
-    TY_EXPECT_OK(ty_graph_add_input(g, names[i], in[i].dtype, in[i].rank, in[i].dims, &ids[i]));
-  }
-  TY_EXPECT_OK(ty_graph_add_node(g, op, ids, n_in, attrs, outs, n_out));
-  TY_EXPECT_OK(ty_graph_set_output(g, outs[0], "out"));
-  ty_session_t *s;
-  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
-  for (int pass = 0; pass < 2; ++pass) {
-    for (uint32_t i = 0; i < n_in; ++i) {
-      const void *data = pass == 1 && in[i].good ? in[i].good : in[i].bad;
-      const size_t bytes = (size_t)count_of(&in[i]) * ty_dtype_size(in[i].dtype);
-      TY_EXPECT_OK(ty_session_bind(s, names[i], in[i].dtype, in[i].rank, in[i].dims, data,
-                                   bytes));
-    }
-    if (pass == 0) TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT, want);
-    else TY_EXPECT_OK(ty_session_run(s));
-  }
-  ty_session_destroy(s);
-  ty_graph_destroy(g);
-  ty_device_close(dev);
-  ty_registry_destroy(r);
+  one_node_t t;
+  one_node_open(&t, op, n_out, attrs, n_in, in, 0);
+  one_node_bind(&t, n_in, in, false);
+  TY_EXPECT_STATUS(ty_session_run(t.s), TY_CODE_INVALID_ARGUMENT, want);
+  one_node_bind(&t, n_in, in, true);
+  TY_EXPECT_OK(ty_session_run(t.s));
+  one_node_close(&t);
 }
 
 static float g_table[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
@@ -148,6 +169,60 @@ static void test_optimizer_hyperparameters(void **state) {
                     "node 0 (sgd_update): sgd: nesterov needs momentum > 0 (got 0)");
 }
 
+/* One node on cuda:0 whose output must be `want` (n floats) although an
+ * input is empty: the kernels skip empty work, and what the op defines as
+ * zeros (an empty sum) is written, not left as the device's garbage. */
+static void expect_output(const char *op, uint32_t n_out, const ty_attrs_t *attrs,
+                          uint32_t n_in, const input_t *in, uint32_t out, const float *want,
+                          int64_t n) {
+  one_node_t t;
+  one_node_open(&t, op, n_out, attrs, n_in, in, out);
+  one_node_bind(&t, n_in, in, false);
+  TY_EXPECT_OK(ty_session_run(t.s));
+  float got[16];
+  assert_true(n <= 16);
+  TY_EXPECT_OK(ty_session_read(t.s, "out", got, (size_t)n * sizeof(float)));
+  for (int64_t i = 0; i < n; ++i) {
+    if (got[i] != want[i]) {
+      fail_msg("%s: output %lld is %g, want %g", op, (long long)i, got[i], want[i]);
+    }
+  }
+  one_node_close(&t);
+}
+
+static void test_empty_inputs(void **state) {
+  (void)state;
+  static const float zeros[16] = {0};
+  float none[1] = {0}, gamma[3] = {1, 2, 3}, stats[1] = {0};
+  /* layernorm_backward over 0 rows: dgamma and dbeta are empty sums. */
+  input_t ln[5] = {{TY_DTYPE_F32, 2, {0, 3}, none, NULL},
+                   {TY_DTYPE_F32, 2, {0, 3}, none, NULL},
+                   {TY_DTYPE_F32, 1, {3}, gamma, NULL},
+                   {TY_DTYPE_F32, 1, {0}, stats, NULL},
+                   {TY_DTYPE_F32, 1, {0}, stats, NULL}};
+  expect_output("layernorm_backward", 3, NULL, 5, ln, 1, zeros, 3);
+  expect_output("layernorm_backward", 3, NULL, 5, ln, 2, zeros, 3);
+  /* embedding_backward of no ids: every vocabulary row is 0. */
+  int32_t no_ids[1] = {0};
+  input_t emb[2] = {{TY_DTYPE_F32, 2, {0, 4}, none, NULL}, {TY_DTYPE_I32, 1, {0}, no_ids, NULL}};
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "vocab_size", 3));
+  expect_output("embedding_backward", 1, &attrs, 2, emb, 0, zeros, 12);
+  /* reduce_sum over an empty axis: zeros of the kept shape. */
+  input_t red[1] = {{TY_DTYPE_F32, 2, {0, 5}, none, NULL}};
+  ty_attrs_t axes = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_ints(&axes, "axes", (int64_t[]){0}, 1));
+  expect_output("reduce_sum", 1, &axes, 1, red, 0, zeros, 5);
+  /* clip_by_global_norm with an empty gradient: norm 0, the other scaled by 1. */
+  float max_norm = 1.0f, g[2] = {0.25f, -0.5f};
+  input_t clip[3] = {{TY_DTYPE_F32, 0, {0}, &max_norm, NULL},
+                     {TY_DTYPE_F32, 1, {0}, none, NULL},
+                     {TY_DTYPE_F32, 1, {2}, g, NULL}};
+  const float norm[1] = {0.5590169943749474f};
+  expect_output("clip_by_global_norm", 3, NULL, 3, clip, 0, norm, 1);
+  expect_output("clip_by_global_norm", 3, NULL, 3, clip, 2, g, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_embedding_ids),
@@ -155,6 +230,7 @@ int main(void) {
       cmocka_unit_test(test_kv_cache_position),
       cmocka_unit_test(test_cast_range),
       cmocka_unit_test(test_optimizer_hyperparameters),
+      cmocka_unit_test(test_empty_inputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
