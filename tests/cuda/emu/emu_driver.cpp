@@ -66,23 +66,28 @@ CUresult submit(CUstream s, std::function<CUresult()> op) {
 
 }  // namespace
 
+/* Every entry is exported under the name cuda.h's macros give it
+ * (cuMemAlloc -> cuMemAlloc_v2, cuGraphInstantiate ->
+ * cuGraphInstantiateWithFlags): defining `cuMemAlloc` here defines that
+ * symbol with the header's signature. The plugin finds them with dlsym;
+ * cuGetProcAddress_v2 below serves base names too. */
+#define TY_EMU_API __attribute__((visibility("default")))
+
 extern "C" {
 
 /* For the fake cuBLASLt (linked against this library): queues a matmul on
  * a stream like any other work, so stream capture records it. */
-__attribute__((visibility("default"))) CUresult ty_emu_stream_submit(
+TY_EMU_API CUresult ty_emu_stream_submit(
     CUstream s, std::function<CUresult()> *op) {
   return submit(s, std::move(*op));
 }
 
-static CUresult emu_cuInit(unsigned int) { return CUDA_SUCCESS; }
+TY_EMU_API CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
 
-/* Exported: the plugin reads it with dlsym before cuGetProcAddress. */
-__attribute__((visibility("default"))) CUresult cuDriverGetVersion(int *v) {
+TY_EMU_API CUresult cuDriverGetVersion(int *v) {
   *v = CUDA_VERSION;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDriverGetVersion(int *v) { return cuDriverGetVersion(v); }
 
 static const char *error_name(CUresult r) {
   switch (r) {
@@ -95,34 +100,34 @@ static const char *error_name(CUresult r) {
     default: return "CUDA_ERROR_UNKNOWN";
   }
 }
-static CUresult emu_cuGetErrorName(CUresult r, const char **s) {
+TY_EMU_API CUresult cuGetErrorName(CUresult r, const char **s) {
   *s = error_name(r);
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuGetErrorString(CUresult r, const char **s) {
+TY_EMU_API CUresult cuGetErrorString(CUresult r, const char **s) {
   *s = r == CUDA_ERROR_LAUNCH_FAILED ? "a kernel failed in the CPU emulator (see stderr)"
                                      : "error in the CPU emulator";
   return CUDA_SUCCESS;
 }
 
-static CUresult emu_cuDeviceGetCount(int *n) {
+TY_EMU_API CUresult cuDeviceGetCount(int *n) {
   *n = 1;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDeviceGet(CUdevice *d, int ordinal) {
+TY_EMU_API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
   *d = 0;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDeviceGetName(char *name, int len, CUdevice) {
+TY_EMU_API CUresult cuDeviceGetName(char *name, int len, CUdevice) {
   snprintf(name, (size_t)len, "NVIDIA Trainyard CPU emulator");
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDeviceTotalMem(size_t *bytes, CUdevice) {
+TY_EMU_API CUresult cuDeviceTotalMem(size_t *bytes, CUdevice) {
   *bytes = kMemory;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
+TY_EMU_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
   switch (a) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
@@ -135,24 +140,24 @@ static CUresult emu_cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice)
   }
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice) {
+TY_EMU_API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice) {
   *c = &g_context;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
-static CUresult emu_cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
-static CUresult emu_cuCtxGetCurrent(CUcontext *c) {
+TY_EMU_API CUresult cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
+TY_EMU_API CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+TY_EMU_API CUresult cuCtxGetCurrent(CUcontext *c) {
   *c = &g_context;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuCtxSynchronize(void) { return g_sticky; }
+TY_EMU_API CUresult cuCtxSynchronize(void) { return g_sticky; }
 
-static CUresult emu_cuMemGetInfo(size_t *free_bytes, size_t *total) {
+TY_EMU_API CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
   *total = kMemory;
   *free_bytes = kMemory - g_allocated;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
+TY_EMU_API CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   void *q = NULL;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (bytes > kMemory - g_allocated || posix_memalign(&q, 256, bytes) != 0) {
@@ -164,62 +169,62 @@ static CUresult emu_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   *p = (CUdeviceptr)(uintptr_t)q;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuMemFree(CUdeviceptr p) {
+TY_EMU_API CUresult cuMemFree(CUdeviceptr p) {
   free((void *)(uintptr_t)p); /* the accounting keeps the peak: fine for tests */
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuMemAllocHost(void **p, size_t bytes) {
+TY_EMU_API CUresult cuMemAllocHost(void **p, size_t bytes) {
   *p = malloc(bytes ? bytes : 1);
   return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
-static CUresult emu_cuMemFreeHost(void *p) {
+TY_EMU_API CUresult cuMemFreeHost(void *p) {
   free(p);
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+TY_EMU_API CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
   return submit(s, [=] {
     memcpy((void *)(uintptr_t)dst, src, n);
     return CUDA_SUCCESS;
   });
 }
-static CUresult emu_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+TY_EMU_API CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) {
   return submit(s, [=] {
     memcpy(dst, (const void *)(uintptr_t)src, n);
     return CUDA_SUCCESS;
   });
 }
-static CUresult emu_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+TY_EMU_API CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   return submit(s, [=] {
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     return CUDA_SUCCESS;
   });
 }
-static CUresult emu_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+TY_EMU_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
   return submit(s, [=] {
     memset((void *)(uintptr_t)dst, v, n);
     return CUDA_SUCCESS;
   });
 }
 
-static CUresult emu_cuStreamCreate(CUstream *s, unsigned int) {
+TY_EMU_API CUresult cuStreamCreate(CUstream *s, unsigned int) {
   *s = new CUstream_st{false, nullptr};
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuStreamDestroy(CUstream s) {
+TY_EMU_API CUresult cuStreamDestroy(CUstream s) {
   if (s && s != &g_default_stream) delete s;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuStreamSynchronize(CUstream) { return g_sticky; }
+TY_EMU_API CUresult cuStreamSynchronize(CUstream) { return g_sticky; }
 
-static CUresult emu_cuModuleLoadData(CUmodule *m, const void *) {
+TY_EMU_API CUresult cuModuleLoadData(CUmodule *m, const void *) {
   *m = new CUmod_st{0};
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuModuleUnload(CUmodule m) {
+TY_EMU_API CUresult cuModuleUnload(CUmodule m) {
   delete m;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) {
+TY_EMU_API CUresult cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) {
   /* One handle per kernel for the life of the process (the driver library
    * stays loaded), whichever module asks. */
   static std::map<const ty_emu_kernel *, CUfunc_st> functions;
@@ -230,11 +235,11 @@ static CUresult emu_cuModuleGetFunction(CUfunction *f, CUmodule, const char *nam
   *f = &fn;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
+TY_EMU_API CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
   return CUDA_SUCCESS;
 }
 
-static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+TY_EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                    unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                    CUstream s, void **params, void **extra) {
   (void)shared;
@@ -268,34 +273,34 @@ static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
   });
 }
 
-static CUresult emu_cuEventCreate(CUevent *e, unsigned int) {
+TY_EMU_API CUresult cuEventCreate(CUevent *e, unsigned int) {
   *e = new CUevent_st{std::chrono::steady_clock::now()};
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuEventDestroy(CUevent e) {
+TY_EMU_API CUresult cuEventDestroy(CUevent e) {
   delete e;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuEventRecord(CUevent e, CUstream s) {
+TY_EMU_API CUresult cuEventRecord(CUevent e, CUstream s) {
   return submit(s, [=] {
     e->at = std::chrono::steady_clock::now();
     return CUDA_SUCCESS;
   });
 }
-static CUresult emu_cuEventSynchronize(CUevent) { return g_sticky; }
-static CUresult emu_cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+TY_EMU_API CUresult cuEventSynchronize(CUevent) { return g_sticky; }
+TY_EMU_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
   *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
   return CUDA_SUCCESS;
 }
 
-static CUresult emu_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
+TY_EMU_API CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode) {
   CUstream_st *st = stream_of(s);
   if (st->capturing) return CUDA_ERROR_ILLEGAL_STATE;
   st->capturing = true;
   st->capture = new std::vector<std::function<CUresult()>>();
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuStreamEndCapture(CUstream s, CUgraph *g) {
+TY_EMU_API CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
   CUstream_st *st = stream_of(s);
   if (!st->capturing) return CUDA_ERROR_ILLEGAL_STATE;
   *g = new CUgraph_st{std::move(*st->capture)};
@@ -304,28 +309,28 @@ static CUresult emu_cuStreamEndCapture(CUstream s, CUgraph *g) {
   st->capturing = false;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuGraphInstantiate(CUgraphExec *x, CUgraph g, unsigned long long) {
+TY_EMU_API CUresult cuGraphInstantiate(CUgraphExec *x, CUgraph g, unsigned long long) {
   *x = new CUgraphExec_st{g->work};
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuGraphLaunch(CUgraphExec x, CUstream s) {
+TY_EMU_API CUresult cuGraphLaunch(CUgraphExec x, CUstream s) {
   for (auto &op : x->work) {
     CUresult r = submit(s, op);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuGraphExecDestroy(CUgraphExec x) {
+TY_EMU_API CUresult cuGraphExecDestroy(CUgraphExec x) {
   delete x;
   return CUDA_SUCCESS;
 }
-static CUresult emu_cuGraphDestroy(CUgraph g) {
+TY_EMU_API CUresult cuGraphDestroy(CUgraph g) {
   delete g;
   return CUDA_SUCCESS;
 }
 
-/* name -> entry, each checked against cuda.h's declaration of `name`. */
-#define TY_EMU_ENTRY(name) {#name, (void *)(decltype(&name))emu_##name},
+/* cuGetProcAddress's table: base name -> the entry cuda.h's macro names. */
+#define TY_EMU_ENTRY(name) {#name, (void *)&name},
 static const struct {
   const char *name;
   void *fn;
@@ -348,7 +353,7 @@ static const struct {
     TY_EMU_ENTRY(cuStreamEndCapture) TY_EMU_ENTRY(cuGraphInstantiate)
     TY_EMU_ENTRY(cuGraphLaunch) TY_EMU_ENTRY(cuGraphExecDestroy) TY_EMU_ENTRY(cuGraphDestroy)};
 
-__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
+TY_EMU_API CUresult cuGetProcAddress_v2(
     const char *symbol, void **fn, int version, cuuint64_t flags,
     CUdriverProcAddressQueryResult *status) {
   (void)version;
