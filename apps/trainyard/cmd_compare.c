@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "compare_plot.h"
+#include "stop_signals.h"
 #include "graph/compile_cache.h"
 #include "train_config.h"
 #include "trainer.h"
@@ -94,6 +95,7 @@ static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base
   pid_t pid = fork();
   if (pid < 0) return ty_status_make(TY_CODE_UNAVAILABLE, "fork failed: %s", strerror(errno));
   if (pid == 0) {
+    ty_stop_signals_restart_in_child(); /* fork keeps only this thread */
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "models/tokenizer.h"
 #include "live_bar.h"
 #include "metrics/progress.h"
+#include "stop_signals.h"
 
 static const char *const ty_data_usage =
     "usage: trainyard data <subcommand> [<args>]\n"
@@ -82,23 +82,12 @@ static const char *const ty_prepare_usage =
     "in DIR.tmp.<pid> and renamed). Exit codes: 0 success, 1 unreadable or\n"
     "invalid input, no data, DIR in the way, 2 usage error.\n";
 
-static volatile sig_atomic_t ty_data_interrupt_flag = 0;
-
-static void ty_data_on_signal(int sig) {
-  (void)sig;
-  ty_data_interrupt_flag = 1;
-}
-
 void ty_data_catch_interrupts(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = ty_data_on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  ty_stop_signals_clear();
+  ty_stop_signals_arm();
 }
 
-bool ty_data_interrupted(void) { return ty_data_interrupt_flag != 0; }
+bool ty_data_interrupted(void) { return ty_stop_signals_received() != 0; }
 
 bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path) {
   const char **grown = realloc(*paths, (*count + 1) * sizeof(char *));

@@ -9,8 +9,9 @@
 
 #include "app.h"
 
-/* SIGINT/SIGTERM set a flag instead of killing the process, so that the
- * command can stop between documents and remove what it was writing. */
+/* From the call on, SIGINT/SIGTERM are recorded (stop_signals.h) instead of
+ * killing the process, so that the command can stop between documents and
+ * remove what it was writing. */
 void ty_data_catch_interrupts(void);
 bool ty_data_interrupted(void);
 

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -18,12 +19,9 @@
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "metrics/io.h"
+#include "stop_signals.h"
 #include "train_graph.h"
 #include "train_metrics.h"
-
-volatile sig_atomic_t ty_trainer_stop_signal = 0;
-
-static void ty_trainer_on_signal(int sig) { ty_trainer_stop_signal = sig; }
 
 /* Test hooks (docs/design-notes.md): TRAINYARD_DEBUG_STEP_SLEEP_MS slows
  * every step so that tests can signal a run mid-way deterministically. */
@@ -378,6 +376,9 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.live_line = isatty(fileno(stderr));
+  /* A console that went away (`train | tee log`, tee killed) must not stop
+   * the run or its final save: console writes just fail from then on. */
+  ty_stop_signals_ignore_sigpipe();
   ty_status_t s = ty_dtype_parse(config->dtype, &t.dtype);
   if (!s && !ty_dtype_is_float(t.dtype)) {
     s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype must be a float dtype");
@@ -421,15 +422,13 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   if (!s) ty_train_metrics_banner(&t, resume_dir);
 
-  struct sigaction sa, old_int, old_term;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = ty_trainer_on_signal;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  ty_trainer_stop_signal = 0;
+  /* From here SIGINT/SIGTERM finish the step and save (stop_signals.h:
+   * recorded by the waiter thread, never by a handler). */
+  ty_stop_signals_clear();
+  ty_stop_signals_arm();
   double started = ty_now();
   int64_t steps_this_run = 0;
-  while (!s && t.step < t.total_steps && !ty_trainer_stop_signal) {
+  while (!s && t.step < t.total_steps && !ty_stop_signals_received()) {
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
     s = ty_trainer_step(&t, &loss, &norm);
@@ -461,14 +460,14 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
       s = ty_trainer_save(&t);
     }
   }
-  if (!s && ty_trainer_stop_signal) {
+  int stop = ty_stop_signals_received();
+  if (!s && stop) {
     ty_train_metrics_line_end(&t);
     fprintf(stderr, "trainyard train: %s received after step %lld: saving and stopping\n",
-            ty_trainer_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step);
+            stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step);
     s = ty_trainer_save(&t);
   }
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  ty_stop_signals_disarm();
   if (t.metrics || t.tensorboard) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);

@@ -4,7 +4,6 @@
 #ifndef TY_APPS_TRAINYARD_TRAINER_H_
 #define TY_APPS_TRAINYARD_TRAINER_H_
 
-#include <signal.h>
 #include <stdio.h>
 
 #include "app.h"
@@ -47,9 +46,6 @@ typedef struct ty_trainer_t {
   struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
   bool live_line;    /* stderr is a terminal */
 } ty_trainer_t;
-
-/* Set by SIGINT/SIGTERM; the loop saves and stops after the current step. */
-extern volatile sig_atomic_t ty_trainer_stop_signal;
 
 /* Runs `trainyard train` with a validated configuration. */
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
