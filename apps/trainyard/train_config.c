@@ -60,7 +60,11 @@ static const ty_opt_t ty_opts[] = {
     TY_I(save_every, "checkpoint every N steps (0: only at the end)"),
     TY_I(keep, "keep the last K checkpoints (0: all)"),
     TY_I(log_every, "print a step line every N steps"),
-    TY_S(resume, "resume: 'latest' in --out, or a checkpoint folder"),
+    TY_S(resume, "resume: 'latest' checkpoint in --out (an error when there is none), 'auto' "
+                 "(latest if there is one, else start fresh), or a checkpoint folder"),
+    TY_B(overwrite, "start over in an --out that holds a run: delete that run's checkpoints "
+                    "and logs first (only files a run writes; refused if others are inside "
+                    "them)"),
     TY_I(sample_tokens, "generate this many tokens from the trained model at the end"),
     TY_S(sample_prompt, "prompt of the final sample"),
     TY_S(artifact, "run the train step from this artifact ('trainyard compile') instead of "
@@ -238,6 +242,9 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     TY_BAD("--eval-every, --eval-batches, --save-every and --keep must be >= 0");
   }
   if (c->log_every < 1) TY_BAD("--log-every must be >= 1");
+  if (c->overwrite && (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto"))) {
+    TY_BAD("--overwrite starts over and --resume %s continues: give one of them", c->resume);
+  }
   if (c->sample_tokens < 0) TY_BAD("--sample-tokens must be >= 0");
 #undef TY_BAD
   return TY_OK;

@@ -37,7 +37,8 @@ typedef struct ty_train_config_t {
   uint64_t seed;
   /* evaluation, checkpoints, logging */
   int64_t eval_every, eval_batches, save_every, keep, log_every;
-  char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", or a checkpoint folder */
+  char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", "auto", or a checkpoint folder */
+  bool overwrite;               /* a fresh run may delete the run that --out holds */
   int64_t sample_tokens;        /* generate this many tokens at the end */
   char sample_prompt[TY_CFG_WORD_MAX];
   /* compiling */

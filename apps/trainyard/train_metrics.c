@@ -3,6 +3,7 @@
  * file decides what is reported and where. */
 #include "train_metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +25,7 @@ ty_status_t ty_train_metrics_open(ty_trainer_t *t, bool resuming) {
     ty_status_t s = ty_jsonl_truncate_to_step(path, t->step, &kept, &dropped);
     if (s && ty_status_code(s) != TY_CODE_NOT_FOUND) return s;
     ty_status_free(s);
-  } else {
-    remove(path); /* a fresh run starts a fresh log */
-  }
+  } /* else the run folder holds no metrics.jsonl (ty_trainer_open_run) */
   ty_jsonl_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_jsonl_writer_open(path, &w));
   t->metrics = w;
@@ -147,7 +146,7 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   char tmp[TY_CFG_PATH_MAX + 96];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
-  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", tmp);
+  if (!f) return ty_status_from_errno(errno, "cannot write %s (as %s)", path, tmp);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const ty_abi_device_info_t *info = ty_device_info(t->device);
@@ -186,10 +185,18 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   ty_status_free(rs);
   free(report);
   bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
+  int err = errno;
+  if (fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
     remove(tmp);
-    return ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+    return ty_status_from_errno(err, "cannot write %s", path);
   }
   char val[48] = "";
   if (!isnan(t->last_val_loss)) snprintf(val, sizeof(val), ", val loss %.4f", t->last_val_loss);

@@ -18,7 +18,8 @@
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
-#include "metrics/io.h"
+#include "files/out_paths.h"
+#include "files/run_folder.h"
 #include "stop_signals.h"
 #include "train_graph.h"
 #include "train_metrics.h"
@@ -334,6 +335,17 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   free(t->weights);
   free(t->row_tokens);
   free(t->row_weights);
+  ty_run_folder_close(t->run); /* last: the lock lasts as long as the run */
+}
+
+/* The run folder may not be, or lie inside, what the run reads. */
+static ty_status_t ty_trainer_check_out(const ty_train_config_t *c) {
+  const ty_path_arg_t inputs[] = {{"--data", c->data},
+                                  {"--model", c->model},
+                                  {"--tokenizer", c->tokenizer},
+                                  {"--artifact", c->artifact}};
+  ty_out_path_t out = {.option = "--out", .path = c->out, .creates_parents = true};
+  return ty_out_path_check(&out, inputs, sizeof(inputs) / sizeof(inputs[0]));
 }
 
 /* Initial weights: a resumed checkpoint, the model to fine-tune, or fresh. */
@@ -384,11 +396,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype must be a float dtype");
   }
   char resume_dir[TY_CFG_PATH_MAX] = "";
-  if (!s) s = ty_metrics_dir_create(config->out); /* with its parents */
-  if (!s) {
-    ty_trainer_clean_partial(config);
-    if (config->resume[0]) s = ty_trainer_find_resume(config, resume_dir, sizeof(resume_dir));
-  }
+  if (!s) s = ty_trainer_check_out(config);
+  if (!s) s = ty_trainer_open_run(&t, resume_dir, sizeof(resume_dir));
   if (!s && resume_dir[0]) {
     ty_train_config_t saved;
     s = ty_trainer_read_state(resume_dir, &t, &saved);
@@ -427,7 +436,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_stop_signals_clear();
   ty_stop_signals_arm();
   double started = ty_now();
-  int64_t steps_this_run = 0;
+  int64_t steps_this_run = 0, saved_step = -1;
   while (!s && t.step < t.total_steps && !ty_stop_signals_received()) {
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
@@ -458,20 +467,24 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     }
     if (!s && ((config->save_every && t.step % config->save_every == 0) || last)) {
       s = ty_trainer_save(&t);
+      if (!s) saved_step = t.step;
     }
   }
   int stop = ty_stop_signals_received();
   if (!s && stop) {
     ty_train_metrics_line_end(&t);
-    fprintf(stderr, "trainyard train: %s received after step %lld: saving and stopping\n",
-            stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step);
-    s = ty_trainer_save(&t);
+    fprintf(stderr, "trainyard train: %s received after step %lld: %s\n",
+            stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
+            saved_step == t.step ? "saved, stopping" : "saving and stopping");
+    if (saved_step != t.step) s = ty_trainer_save(&t);
   }
-  ty_stop_signals_disarm();
   if (t.metrics || t.tensorboard) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
   ty_trainer_destroy(&t);
+  /* Only now: more signals during the save and the summary must not cut
+   * the wrap-up short (it ends soon; SIGKILL still ends it at once). */
+  ty_stop_signals_disarm();
   return s;
 }

@@ -45,6 +45,7 @@ typedef struct ty_trainer_t {
   struct ty_jsonl_writer_t *metrics;            /* metrics.jsonl */
   struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
   bool live_line;    /* stderr is a terminal */
+  struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
 } ty_trainer_t;
 
 /* Runs `trainyard train` with a validated configuration. */
@@ -54,14 +55,16 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
 
 /* Writes checkpoint-<step> atomically into cfg.out and prunes old ones. */
 ty_status_t ty_trainer_save(ty_trainer_t *t);
-/* Finds the checkpoint to resume from ("latest" or a folder); "" when none
- * exists with "latest". */
-ty_status_t ty_trainer_find_resume(const ty_train_config_t *cfg, char *out_dir, size_t capacity);
+/* Opens and locks the run folder cfg.out for the run's life (t->run),
+ * removes what interrupted saves left, and finds the checkpoint to resume
+ * (into out_dir; "" for a fresh start): --resume latest needs one, auto
+ * takes one if there is one. A fresh run (or one resumed from another
+ * folder) refuses a folder that holds a run unless --overwrite; a run
+ * continued in its own folder refuses later checkpoints there. */
+ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity);
 /* Reads trainer_state.json of `dir`: progress and the saved configuration. */
 ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved);
 /* Loads the optimizer states of `dir` into the sessions. */
 ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir);
-/* Removes leftovers of interrupted saves in cfg.out. */
-void ty_trainer_clean_partial(const ty_train_config_t *cfg);
 
 #endif /* TY_APPS_TRAINYARD_TRAINER_H_ */

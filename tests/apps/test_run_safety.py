@@ -7,6 +7,12 @@ real processes (Python standard library only):
   turned a signal frame into heap corruption) and always ends in a whole
   checkpoint; SIGTERM while the console is a pipe whose reader is gone
   still saves (SIGPIPE no longer kills the run).
+- RunFolderTest: a fresh run refuses a folder that holds a run (naming it)
+  unless --overwrite, which deletes only the files a run writes; two runs
+  on one folder at once: the second is refused naming the first's pid, and
+  never deletes the first's save in progress; --resume latest needs a
+  checkpoint (--resume auto does not); a resumed run refuses later
+  checkpoints; compare keeps an earlier comparison unless --overwrite.
 """
 import argparse
 import glob
@@ -132,6 +138,201 @@ class SignalTest(Base):
         self.assert_whole_checkpoint(out)
         with open(os.path.join(out, "summary.txt")) as f:
             self.assertIn("steps:", f.read())
+
+
+def tree(path):
+    """{relative path: bytes} of every file under path."""
+    out = {}
+    for root, _, files in os.walk(path):
+        for name in files:
+            if name == ".trainyard.lock":
+                continue  # who held the folder last
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    return out
+
+
+def wait_for(predicate, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+class RunFolderTest(Base):
+    def setUp(self):
+        super().setUp()
+        self.data = make_ids_dataset(os.path.join(self.tmp, "data"), 60)
+        self.out = os.path.join(self.tmp, "run")
+
+    def args(self, *extra, steps=4, out=None):
+        return ["--preset", "gpt2-tiny", "--data", self.data, "--out", out or self.out,
+                "--batch-size", "4", "--max-steps", str(steps), "--log-every", "100",
+                "--eval-batches", "1"] + list(extra)
+
+    def test_fresh_run_refuses_a_folder_that_holds_a_run(self):
+        self.train(*self.args("--save-every", "2", steps=4))
+        before = tree(self.out)
+        # A second, shorter run without --resume used to replace
+        # metrics.jsonl and checkpoint-2 and leave checkpoint-4 behind.
+        r = self.train(*self.args(steps=2), rc=1)
+        self.assertIn("FAILED_PRECONDITION", r.stderr)
+        self.assertIn(self.out + " already holds a training run", r.stderr)
+        self.assertIn("checkpoint-4/", r.stderr)
+        self.assertIn("metrics.jsonl", r.stderr)
+        self.assertIn("--resume latest", r.stderr)
+        self.assertEqual(before, tree(self.out))
+        # A folder that holds only the user's files is not a run.
+        other = os.path.join(self.tmp, "mine")
+        os.makedirs(os.path.join(other, "notes"))
+        with open(os.path.join(other, "README"), "w") as f:
+            f.write("mine")
+        self.train(*self.args(steps=1, out=other))
+        with open(os.path.join(other, "README")) as f:
+            self.assertEqual(f.read(), "mine")
+
+    def test_overwrite_deletes_only_the_run(self):
+        self.train(*self.args("--save-every", "2", steps=4))
+        with open(os.path.join(self.out, "notes.txt"), "w") as f:
+            f.write("the user's")
+        os.makedirs(os.path.join(self.out, "eval"))
+        with open(os.path.join(self.out, "eval", "scores.json"), "w") as f:
+            f.write("{}")
+        # Something of the user's inside a checkpoint: nothing is deleted.
+        extra = os.path.join(self.out, "checkpoint-2", "my-eval.txt")
+        with open(extra, "w") as f:
+            f.write("mine")
+        before = tree(self.out)
+        r = self.train(*self.args("--overwrite", steps=1), rc=1)
+        self.assertIn("FAILED_PRECONDITION", r.stderr)
+        self.assertIn(extra + " is not a file a training run writes; nothing was deleted",
+                      r.stderr)
+        self.assertEqual(before, tree(self.out))
+        os.remove(extra)
+        # An input of the new run inside the old run: refused too.
+        ckpt = os.path.join(self.out, "checkpoint-4")
+        r = self.train("--model", ckpt, "--data", self.data, "--out", self.out,
+                       "--max-steps", "1", "--batch-size", "4", "--overwrite", rc=1)
+        self.assertIn("--overwrite would delete " + ckpt + ", which holds --model", r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(ckpt, "model.safetensors")))
+        # --overwrite deletes the run, keeps the rest, and the new run is whole.
+        r = self.train(*self.args("--overwrite", steps=1))
+        self.assertIn("--overwrite: deleted the run in " + self.out, r.stderr)
+        self.assertEqual(sorted(glob.glob(os.path.join(self.out, "checkpoint-*"))),
+                         [os.path.join(self.out, "checkpoint-1")])
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            self.assertEqual([json.loads(l)["step"] for l in f if '"loss"' in l], [1])
+        with open(os.path.join(self.out, "notes.txt")) as f:
+            self.assertEqual(f.read(), "the user's")
+        self.assertTrue(os.path.exists(os.path.join(self.out, "eval", "scores.json")))
+        # --overwrite with --resume latest is a contradiction.
+        r = self.train(*self.args("--overwrite", "--resume", "latest"), rc=2)
+        self.assertIn("give one of them", r.stderr)
+
+    def test_two_runs_at_once_the_second_is_refused(self):
+        first = self.start_train(self.args(steps=100000), stderr=subprocess.PIPE,
+                                 env=dict(os.environ, TRAINYARD_DEBUG_STEP_SLEEP_MS="20"))
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.out, "metrics.jsonl"))))
+        r = self.train(*self.args(steps=3), rc=1)
+        self.assertIn("FAILED_PRECONDITION", r.stderr)
+        self.assertIn("in use by another trainyard run (pid %d" % first.pid, r.stderr)
+        self.assertIsNone(first.poll())
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=120)
+        self.assertEqual(first.returncode, 0, err)
+        # The first run alone wrote the folder: one unbroken series of steps.
+        with open(os.path.join(self.out, "metrics.jsonl")) as f:
+            steps = [json.loads(l)["step"] for l in f if '"loss"' in l]
+        self.assertEqual(steps, list(range(1, len(steps) + 1)))
+        saved = self.assert_whole_checkpoint(self.out)
+        self.assertEqual(saved, os.path.join(self.out, "checkpoint-%d" % len(steps)))
+
+    def test_a_second_run_never_deletes_a_save_in_progress(self):
+        first = self.start_train(self.args(steps=1), stderr=subprocess.PIPE,
+                                 env=dict(os.environ, TRAINYARD_DEBUG_SAVE_SLEEP_MS="3000"))
+        pattern = os.path.join(self.out, ".checkpoint-1.tmp-%d" % first.pid)
+        self.assertTrue(wait_for(lambda: os.path.exists(pattern)))
+        # The second run's start-up clean-up used to delete this folder.
+        r = self.train(*self.args(steps=1), rc=1)
+        self.assertIn("in use by another trainyard run (pid %d" % first.pid, r.stderr)
+        self.assertTrue(os.path.exists(pattern))
+        _, err = first.communicate(timeout=120)
+        self.assertEqual(first.returncode, 0, err)
+        self.assert_whole_checkpoint(self.out)
+        # Once the first run is gone, the folder is free again: a partial
+        # save of a killed run is cleaned up by the next one.
+        leftover = os.path.join(self.out, ".checkpoint-9.tmp-1")
+        os.makedirs(leftover)
+        self.train(*self.args(steps=2), "--resume", "latest")
+        self.assertFalse(os.path.exists(leftover))
+
+    def test_resume_latest_needs_a_checkpoint(self):
+        r = self.train(*self.args("--resume", "latest"), rc=1)
+        self.assertIn("NOT_FOUND: --resume latest: %s holds no complete checkpoint" % self.out,
+                      r.stderr)
+        self.assertFalse(glob.glob(os.path.join(self.out, "checkpoint-*")))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "metrics.jsonl")))
+        # auto: resume if there is a checkpoint, else start fresh.
+        r = self.train(*self.args("--resume", "auto", steps=2))
+        self.assertNotIn("resuming from", r.stderr)
+        r = self.train(*self.args("--resume", "auto", steps=4))
+        self.assertIn("resuming from %s/checkpoint-2" % self.out, r.stderr)
+
+    def test_resume_from_an_earlier_checkpoint_refuses_later_ones(self):
+        self.train(*self.args("--save-every", "2", "--keep", "0", steps=4))
+        r = self.train(*self.args("--resume", os.path.join(self.out, "checkpoint-2"), steps=6),
+                       rc=1)
+        self.assertIn("also holds checkpoint-4, past step 2", r.stderr)
+        # Into another, empty folder it is fine; into one holding a run not.
+        other = os.path.join(self.tmp, "other")
+        r = self.train(*self.args("--resume", os.path.join(self.out, "checkpoint-2"), steps=3,
+                                  out=other))
+        self.assertIn("resuming from", r.stderr)
+        r = self.train(*self.args("--resume", os.path.join(other, "checkpoint-3"), steps=5),
+                       rc=1)
+        self.assertIn("already holds a training run", r.stderr)
+        self.assertIn("choose an empty --out", r.stderr)
+
+    def test_misplaced_names_and_a_summary_that_is_a_folder(self):
+        os.makedirs(os.path.join(self.out, "summary.txt"))
+        r = self.train(*self.args(steps=1), rc=1)
+        self.assertIn("FAILED_PRECONDITION: %s/summary.txt is a folder, not the file a training "
+                      "run writes there" % self.out, r.stderr)
+        os.rmdir(os.path.join(self.out, "summary.txt"))
+        # Appearing during the run: the checkpoint is saved, and the error
+        # gives the system's reason with the right code.
+        p = self.start_train(self.args(steps=1000), stderr=subprocess.PIPE,
+                             env=dict(os.environ, TRAINYARD_DEBUG_STEP_SLEEP_MS="20"))
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.out, "metrics.jsonl"))))
+        os.makedirs(os.path.join(self.out, "summary.txt"))
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("FAILED_PRECONDITION", err)
+        self.assertIn("summary.txt", err)
+        self.assertIn("Is a directory", err)
+        self.assert_whole_checkpoint(self.out)
+
+    def test_compare_keeps_an_earlier_comparison(self):
+        out = os.path.join(self.tmp, "cmp")
+        args = ["compare", "--backends", "cpu,cpu?threads=1", "--steps", "2", "--out", out,
+                "--preset", "gpt2-tiny", "--data", self.data, "--batch-size", "4",
+                "--eval-batches", "1"]
+        r = run(args)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        log = os.path.join(out, "1-cpu", "train.log")
+        with open(log) as f:
+            first_log = f.read()
+        r = run(args)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("already holds the run of an earlier comparison", r.stderr)
+        with open(log) as f:
+            self.assertEqual(f.read(), first_log)
+        r = run(args + ["--overwrite"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 def main():
