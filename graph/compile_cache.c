@@ -126,7 +126,7 @@ ty_status_t ty_file_write_atomic(const char *path, const void *data, size_t size
   ty_status_t s = TY_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
   if (fd < 0) {
-    s = ty_file_errno("cannot create", tmp);
+    s = ty_status_from_errno(errno, "cannot write %s (creating %s)", path, tmp);
   } else {
     const unsigned char *p = data;
     size_t left = size;

@@ -178,7 +178,7 @@ ty_status_t ty_dataset_writer_create(const ty_dataset_writer_options_t *o,
   snprintf(w->tmp_dir, dir_len + 32, "%s.tmp.%ld", w->dir, (long)getpid());
   ty_ds_remove_folder(w->tmp_dir); /* a leftover of an earlier process with our pid */
   if (mkdir(w->tmp_dir, 0777) != 0) {
-    ty_status_t status = ty_status_from_errno(errno, "cannot create folder %s", w->tmp_dir);
+    ty_status_t status = ty_status_from_errno(errno, "cannot create the dataset folder %s (as %s)", w->dir, w->tmp_dir);
     free(w->tmp_dir);
     w->tmp_dir = NULL;
     ty_dataset_writer_destroy(w);

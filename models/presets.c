@@ -1,6 +1,7 @@
 /* Presets, config.json writing and weight initialization. */
 #include "models/presets.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -132,14 +133,22 @@ ty_status_t ty_model_config_write(const ty_model_config_t *c, const char *path) 
   FILE *f = fopen(tmp, "wb");
   ty_status_t s = TY_OK;
   if (!f) {
-    s = ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", tmp);
+    s = ty_status_from_errno(errno, "cannot write %s (creating %s)", path, tmp);
   } else {
     bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
               fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
+    if (fclose(f) != 0 && ok) {
+      ok = false;
+      err = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+      ok = false;
+      err = errno;
+    }
+    if (!ok) {
       unlink(tmp);
-      s = ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed (disk full?)", path);
+      s = ty_status_from_errno(err, "cannot write %s", path);
     }
   }
   free(text);

@@ -274,7 +274,7 @@ static ty_status_t ty_st_atomic_begin(const char *path, ty_st_atomic_t *a) {
   snprintf(a->tmp, n, "%s.tmp.%ld", path, (long)getpid());
   a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (a->fd < 0) {
-    ty_status_t status = ty_status_from_errno(errno, "cannot create %s", a->tmp);
+    ty_status_t status = ty_status_from_errno(errno, "cannot write %s (creating %s)", path, a->tmp);
     free(a->tmp);
     a->tmp = NULL;
     return status;

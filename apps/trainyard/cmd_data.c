@@ -13,6 +13,7 @@
 
 #include "build_info.h"
 #include "data_inputs.h"
+#include "files/out_paths.h"
 #include "graph/lower.h"
 #include "models/chat.h"
 #include "models/dataset.h"
@@ -95,6 +96,18 @@ bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path) {
   grown[(*count)++] = path;
   *paths = grown;
   return true;
+}
+
+ty_status_t ty_data_check_out(const char *out, bool replaces_folder, const char *const *inputs,
+                              size_t input_count, const char *tokenizer) {
+  ty_path_arg_t *args = calloc(input_count + 1, sizeof(ty_path_arg_t));
+  if (!args) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < input_count; ++i) args[i] = (ty_path_arg_t){"--input", inputs[i]};
+  args[input_count] = (ty_path_arg_t){"--tokenizer", tokenizer};
+  ty_out_path_t o = {.option = "--out", .path = out, .replaces_folder = replaces_folder};
+  ty_status_t s = ty_out_path_check(&o, args, input_count + 1);
+  free(args);
+  return s;
 }
 
 bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -422,7 +435,9 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   char sha[65] = "", *prepare_json = NULL;
   uint32_t eos = 0;
   const char *eos_name = NULL;
-  ty_status_t s = ty_data_files_expand(a.inputs, a.input_count, &files, &sizes, &file_count);
+  /* The dataset folder is replaced whole: no input may live in it. */
+  ty_status_t s = ty_data_check_out(a.out, true, a.inputs, a.input_count, a.tokenizer);
+  if (!s) s = ty_data_files_expand(a.inputs, a.input_count, &files, &sizes, &file_count);
   char eos_label[32];
   uint32_t vocab = 0;
   if (!s && a.tokenizer) {

@@ -19,6 +19,12 @@ bool ty_data_interrupted(void);
  * out. */
 bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path);
 
+/* The output of a data command against its --input paths and --tokenizer
+ * (files/out_paths.h); `replaces_folder` for an output folder replaced
+ * whole. */
+ty_status_t ty_data_check_out(const char *out, bool replaces_folder, const char *const *inputs,
+                              size_t input_count, const char *tokenizer);
+
 /* Decimal unsigned integer in [min, max]; false otherwise. */
 bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out);
 

@@ -88,8 +88,7 @@ static ty_status_t ty_tt_write_atomic(const char *path, const char *data, size_t
   ty_status_t status = TY_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
-    status = ty_status_make(errno == ENOENT ? TY_CODE_NOT_FOUND : TY_CODE_PERMISSION_DENIED,
-                            "cannot create %s: %s", tmp, strerror(errno));
+    status = ty_status_from_errno(errno, "cannot write %s (creating %s)", path, tmp);
     free(tmp);
     return status;
   }
@@ -212,8 +211,8 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   char *json = NULL;
   size_t json_size = 0;
   struct stat st;
-  ty_status_t s = TY_OK;
-  if (!force && stat(out, &st) == 0) {
+  ty_status_t s = ty_data_check_out(out, false, inputs, input_count, NULL);
+  if (!s && !force && stat(out, &st) == 0) {
     s = ty_status_make(TY_CODE_ALREADY_EXISTS, "%s exists; pass --force to replace it", out);
   }
   if (!s) s = ty_data_files_expand(inputs, input_count, &files, &sizes, &file_count);

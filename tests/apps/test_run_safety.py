@@ -13,6 +13,11 @@ real processes (Python standard library only):
   never deletes the first's save in progress; --resume latest needs a
   checkpoint (--resume auto does not); a resumed run refuses later
   checkpoints; compare keeps an earlier comparison unless --overwrite.
+- OutputGuardTest: no command writes over one of its inputs (forward,
+  data prepare, data train-tokenizer, compile, train, compare): an output
+  that is an input (also through a symbolic or hard link), lies inside an
+  input folder, or (data prepare) holds an input is refused and the input
+  is left as it was; a missing output folder is named as the user gave it.
 """
 import argparse
 import glob
@@ -333,6 +338,119 @@ class RunFolderTest(Base):
             self.assertEqual(f.read(), first_log)
         r = run(args + ["--overwrite"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class OutputGuardTest(Base):
+    def setUp(self):
+        super().setUp()
+        self.model = os.path.join(self.tmp, "model")
+        shutil.copytree(os.path.join(CFG.models, "gpt2"), self.model)
+        self.tokens = os.path.join(self.tmp, "tokens.json")
+        with open(self.tokens, "w") as f:
+            json.dump([[1, 2, 3, 4]], f)
+        self.before = tree(self.tmp)
+
+    def refused(self, args, needle, code="INVALID_ARGUMENT"):
+        r = run(args)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(code, r.stderr)
+        self.assertIn(needle, r.stderr)
+        return r
+
+    def assert_inputs_untouched(self):
+        now = tree(self.tmp)
+        for name, data in self.before.items():
+            self.assertEqual(now.get(name), data, name)
+
+    def test_forward(self):
+        weights = os.path.join(self.model, "model.safetensors")
+        fwd = ["forward", "--model", self.model, "--tokens", self.tokens]
+        self.refused(fwd + ["--out", weights],
+                     "--out %s lies inside the --model folder %s" % (weights, self.model))
+        self.refused(fwd + ["--out", os.path.join(self.model, "logits.safetensors")],
+                     "lies inside the --model folder")
+        self.refused(fwd + ["--out", self.tokens],
+                     "--out %s is the --tokens %s itself" % (self.tokens, self.tokens))
+        link = os.path.join(self.tmp, "link.safetensors")
+        os.symlink(weights, link)
+        self.refused(fwd + ["--out", link], "lies inside the --model folder")
+        hard = os.path.join(self.tmp, "hard.json")
+        os.link(self.tokens, hard)
+        self.refused(fwd + ["--out", hard], "is the --tokens")
+        self.refused(fwd + ["--out", os.path.join(self.tmp, "o.safetensors"), "--dump-graph",
+                            os.path.join(self.model, "graph")],
+                     "--dump-graph %s/graph.txt lies inside the --model folder" % self.model)
+        missing = os.path.join(self.tmp, "no", "such", "o.safetensors")
+        r = self.refused(fwd + ["--out", missing], "--out %s: its folder %s" % (
+            missing, os.path.dirname(missing)), code="NOT_FOUND")
+        self.assertNotIn(".tmp", r.stderr)
+        os.remove(link)
+        os.remove(hard)
+        self.assert_inputs_untouched()
+        r = run(fwd + ["--out", os.path.join(self.tmp, "o.safetensors")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_data_prepare_and_train_tokenizer(self):
+        corpus = os.path.join(self.tmp, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog. " * 50)
+        tok = os.path.join(self.tmp, "tok.json")
+        r = run(["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300",
+                 "--out", tok])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        data = os.path.join(self.tmp, "data")
+        prep = ["data", "prepare", "--tokenizer", tok, "--seq-len", "16"]
+        r = run(prep + ["--input", corpus, "--out", data])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # An input kept inside the dataset folder that --force replaces whole.
+        inside = os.path.join(data, "more.txt")
+        shutil.copy(corpus, inside)
+        self.before = tree(self.tmp)
+        self.refused(prep + ["--input", inside, "--out", data, "--force"],
+                     "--input %s lies inside --out %s, which this command replaces whole" % (
+                         inside, data))
+        self.refused(prep + ["--input", corpus, "--out", corpus, "--force"],
+                     "--out %s is the --input %s itself" % (corpus, corpus))
+        self.refused(prep + ["--input", corpus, "--out", tok, "--force"],
+                     "is the --tokenizer")
+        missing = os.path.join(self.tmp, "no", "data")
+        r = self.refused(prep + ["--input", corpus, "--out", missing],
+                         "--out %s: its folder" % missing, code="NOT_FOUND")
+        self.assertNotIn(".tmp", r.stderr)
+        tt = ["data", "train-tokenizer", "--vocab-size", "300", "--force"]
+        self.refused(tt + ["--input", corpus, "--out", corpus], "is the --input")
+        folder = os.path.join(self.tmp, "texts")
+        os.makedirs(folder)
+        shutil.copy(corpus, os.path.join(folder, "a.txt"))
+        self.before = tree(self.tmp)
+        self.refused(tt + ["--input", folder, "--out", os.path.join(folder, "tok.json")],
+                     "lies inside the --input folder %s" % folder)
+        missing = os.path.join(self.tmp, "no", "tok.json")
+        r = self.refused(tt + ["--input", corpus, "--out", missing], "--out %s: its folder" % missing,
+                         code="NOT_FOUND")
+        self.assertNotIn(".tmp", r.stderr)
+        self.assert_inputs_untouched()
+
+    def test_compile_train_and_compare(self):
+        data = make_ids_dataset(os.path.join(self.tmp, "data"), 30)
+        self.before = tree(self.tmp)
+        comp = ["compile", "--backend", "dataflow", "--model", self.model, "--batch-size", "2",
+                "--seq-len", "8"]
+        self.refused(comp + ["--out", os.path.join(self.model, "model.safetensors")],
+                     "lies inside the --model folder")
+        self.refused(["compile", "--backend", "dataflow", "--preset", "gpt2-tiny", "--data", data,
+                      "--batch-size", "2", "--out", os.path.join(data, "a.tyart")],
+                     "--out %s/a.tyart lies inside the --data folder %s" % (data, data))
+        train = ["train", "--preset", "gpt2-tiny", "--data", data, "--max-steps", "1",
+                 "--batch-size", "2"]
+        self.refused(train + ["--out", data], "--out %s is the --data %s itself" % (data, data))
+        self.refused(["train", "--model", self.model, "--data", data, "--max-steps", "1",
+                      "--out", os.path.join(self.model, "run")],
+                     "lies inside the --model folder %s" % self.model)
+        self.refused(["compare", "--backends", "cpu,cpu", "--steps", "1", "--preset", "gpt2-tiny",
+                      "--data", data, "--out", os.path.join(data, "cmp")],
+                     "lies inside the --data folder")
+        self.assert_inputs_untouched()
 
 
 def main():

@@ -319,7 +319,7 @@ static ty_status_t ty_jsonl_write_atomic(const char *path, const char *data, siz
   ty_status_t status = TY_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    status = ty_status_from_errno(errno, "cannot create %s", tmp);
+    status = ty_status_from_errno(errno, "cannot rewrite %s (creating %s)", path, tmp);
     free(tmp);
     return status;
   }
