@@ -301,21 +301,64 @@ ty_status_t ty_train_config_from_json(ty_train_config_t *c, const json_t *object
     json_t *v = json_object_get(object, o->name);
     if (!v) continue;
     char *field = (char *)c + o->offset;
+    bool ok = false;
     switch (o->kind) {
       case TY_OPT_STRING:
-        if (json_is_string(v) && strlen(json_string_value(v)) < o->size) {
-          memcpy(field, json_string_value(v), strlen(json_string_value(v)) + 1);
-        }
+        ok = json_is_string(v) && strlen(json_string_value(v)) < o->size;
+        if (ok) memcpy(field, json_string_value(v), strlen(json_string_value(v)) + 1);
         break;
-      case TY_OPT_INT: *(int64_t *)field = (int64_t)json_integer_value(v); break;
-      case TY_OPT_U64:
-        if (json_is_string(v)) *(uint64_t *)field = strtoull(json_string_value(v), NULL, 10);
+      case TY_OPT_INT:
+        ok = json_is_integer(v);
+        if (ok) *(int64_t *)field = (int64_t)json_integer_value(v);
         break;
-      case TY_OPT_FLOAT: *(double *)field = json_number_value(v); break;
-      case TY_OPT_BOOL: *(bool *)field = json_is_true(v); break;
+      case TY_OPT_U64: {
+        char *end = NULL;
+        const char *text = json_is_string(v) ? json_string_value(v) : "";
+        errno = 0;
+        unsigned long long u = strtoull(text, &end, 10);
+        ok = *text >= '0' && *text <= '9' && !*end && !errno;
+        if (ok) *(uint64_t *)field = u;
+        break;
+      }
+      case TY_OPT_FLOAT:
+        ok = json_is_number(v) && isfinite(json_number_value(v));
+        if (ok) *(double *)field = json_number_value(v);
+        break;
+      case TY_OPT_BOOL:
+        ok = json_is_boolean(v);
+        if (ok) *(bool *)field = json_is_true(v);
+        break;
+    }
+    if (!ok) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT, "config option \"%s\" has a value of the "
+                                                      "wrong type or size", o->name);
     }
   }
   return TY_OK;
+}
+
+void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t *now,
+                          const char *const *names,
+                          void (*fn)(void *user, const char *name, const char *was,
+                                     const char *now),
+                          void *user) {
+  for (size_t n = 0; names[n]; ++n) {
+    const ty_opt_t *o = ty_opt_find(names[n]);
+    if (!o) continue;
+    char was[TY_CFG_PATH_MAX], is[TY_CFG_PATH_MAX];
+    ty_opt_format(old, o, was, sizeof(was));
+    ty_opt_format(now, o, is, sizeof(is));
+    if (strcmp(was, is) != 0) {
+      if (o->kind == TY_OPT_FLOAT) { /* %.17g compares exactly; %g reads better */
+        snprintf(was, sizeof(was), "%g", *(const double *)((const char *)old + o->offset));
+        snprintf(is, sizeof(is), "%g", *(const double *)((const char *)now + o->offset));
+      }
+      char flag[64];
+      snprintf(flag, sizeof(flag), "%s", o->name);
+      for (char *p = flag; *p; ++p) *p = *p == '_' ? '-' : *p;
+      fn(user, flag, was[0] ? was : "-", is[0] ? is : "-");
+    }
+  }
 }
 
 void ty_train_config_help(FILE *out) {

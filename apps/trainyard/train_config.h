@@ -65,9 +65,19 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *config);
 /* Prints "  key  value" lines of every option. */
 void ty_train_config_print(const ty_train_config_t *config, FILE *out);
 
-/* The whole configuration as a JSON object (new reference) and back. */
+/* The whole configuration as a JSON object (new reference) and back;
+ * from_json leaves keys that are absent as they are and refuses
+ * (INVALID_ARGUMENT naming the key) a value of the wrong type. */
 json_t *ty_train_config_to_json(const ty_train_config_t *config);
 ty_status_t ty_train_config_from_json(ty_train_config_t *config, const json_t *object);
+
+/* Calls fn(user, option, old value, new value) for each option of `names`
+ * (NULL-terminated, as in the config table) whose value differs. */
+void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t *now,
+                          const char *const *names,
+                          void (*fn)(void *user, const char *name, const char *was,
+                                     const char *now),
+                          void *user);
 
 /* Writes the --help text for every option. */
 void ty_train_config_help(FILE *out);

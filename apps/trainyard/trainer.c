@@ -358,27 +358,6 @@ static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
-static ty_status_t ty_trainer_check_resume(const ty_train_config_t *now,
-                                           const ty_train_config_t *saved) {
-  /* What decides the sequence of updates must not change across a resume. */
-#define TY_SAME_S(f)                                                                         \
-  if (strcmp(now->f, saved->f)) {                                                            \
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION,                                       \
-                          "cannot resume: --" #f " was '%s' and is now '%s'", saved->f, now->f); \
-  }
-#define TY_SAME_I(f)                                                                          \
-  if (now->f != saved->f) {                                                                   \
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION,                                        \
-                          "cannot resume: --" #f " was %lld and is now %lld",                  \
-                          (long long)saved->f, (long long)now->f);                             \
-  }
-  TY_SAME_S(preset) TY_SAME_S(dtype) TY_SAME_S(optimizer)
-  TY_SAME_I(batch_size) TY_SAME_I(grad_accum) TY_SAME_I(seed)
-#undef TY_SAME_S
-#undef TY_SAME_I
-  return TY_OK;
-}
-
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_trainer_t t;
   memset(&t, 0, sizeof(t));
@@ -398,12 +377,10 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   char resume_dir[TY_CFG_PATH_MAX] = "";
   if (!s) s = ty_trainer_check_out(config);
   if (!s) s = ty_trainer_open_run(&t, resume_dir, sizeof(resume_dir));
-  if (!s && resume_dir[0]) {
-    ty_train_config_t saved;
-    s = ty_trainer_read_state(resume_dir, &t, &saved);
-    if (!s) s = ty_trainer_check_resume(config, &saved);
-  }
+  ty_trainer_saved_t saved;
+  if (!s && resume_dir[0]) s = ty_trainer_read_state(resume_dir, &t, &saved);
   if (!s) s = ty_trainer_open_data(&t);
+  if (!s && resume_dir[0]) s = ty_trainer_check_resume(&t, &saved, resume_dir);
   if (!s) s = ty_trainer_model_config(&t);
   if (!s) s = ty_app_registry_create(app, &t.registry);
   if (!s) s = ty_device_open(t.registry, config->backend, &t.device);

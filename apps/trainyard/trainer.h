@@ -62,8 +62,25 @@ ty_status_t ty_trainer_save(ty_trainer_t *t);
  * folder) refuses a folder that holds a run unless --overwrite; a run
  * continued in its own folder refuses later checkpoints there. */
 ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity);
-/* Reads trainer_state.json of `dir`: progress and the saved configuration. */
-ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved);
+/* ---- trainer_state.c ---- */
+
+/* What a checkpoint's trainer_state.json says about the run that saved it. */
+typedef struct ty_trainer_saved_t {
+  ty_train_config_t config;
+  int64_t seq_len;    /* tokens per row; 0 when not recorded (older states) */
+  int64_t train_rows; /* rows of the train split; 0 when not recorded */
+} ty_trainer_saved_t;
+
+/* Reads trainer_state.json of `dir` into t's progress and *saved. DATA_LOSS
+ * naming the file and the field for a field missing, of the wrong type or
+ * out of range. */
+ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_saved_t *saved);
+/* After the data is open: FAILED_PRECONDITION when the run changes what
+ * decides its updates (preset, dtype, optimizer, batch, accumulation,
+ * seed); DATA_LOSS naming the file when the progress cannot follow from
+ * its step; a note on stderr for each changed hyperparameter. */
+ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_saved_t *saved,
+                                    const char *resume_dir);
 /* Loads the optimizer states of `dir` into the sessions. */
 ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir);
 

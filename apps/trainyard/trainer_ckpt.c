@@ -166,34 +166,6 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
   return s;
 }
 
-ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved) {
-  char path[TY_CFG_PATH_MAX + 64];
-  TY_RETURN_IF_ERROR(ty_path_join(path, sizeof(path), dir, "trainer_state.json"));
-  json_error_t err;
-  json_t *j = json_load_file(path, 0, &err);
-  if (!j) {
-    return ty_status_make(TY_CODE_DATA_LOSS, "%s: unreadable trainer state (line %d: %s)", path,
-                          err.line, err.text);
-  }
-  ty_status_t s = TY_OK;
-  json_t *format = json_object_get(j, "format");
-  if (!json_is_string(format) || strcmp(json_string_value(format), "trainyard-trainer-state") ||
-      json_integer_value(json_object_get(j, "version")) != 1) {
-    s = ty_status_make(TY_CODE_DATA_LOSS, "%s: not a trainyard trainer state (version 1)", path);
-  } else {
-    t->step = json_integer_value(json_object_get(j, "step"));
-    t->epoch = json_integer_value(json_object_get(j, "epoch"));
-    t->cursor = json_integer_value(json_object_get(j, "cursor"));
-    t->tokens_seen = json_integer_value(json_object_get(j, "tokens_seen"));
-    t->train_seconds = json_number_value(json_object_get(j, "train_seconds"));
-    t->last_loss = json_number_value(json_object_get(j, "loss"));
-    ty_train_config_defaults(saved);
-    s = ty_train_config_from_json(saved, json_object_get(j, "config"));
-  }
-  json_decref(j);
-  return s;
-}
-
 /* The session that holds the optimizer states: the optimizer-step graph's
  * with gradient accumulation, else the fused train step's. */
 static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
@@ -285,6 +257,9 @@ static ty_status_t ty_write_state(const ty_trainer_t *t, const char *dir) {
   json_object_set_new(j, "epoch", json_integer(t->epoch));
   json_object_set_new(j, "cursor", json_integer(t->cursor));
   json_object_set_new(j, "tokens_seen", json_integer(t->tokens_seen));
+  /* What the progress fields are counted in, for the checks on resume. */
+  json_object_set_new(j, "seq_len", json_integer(t->T));
+  json_object_set_new(j, "train_rows", json_integer((json_int_t)ty_dataset_row_count(t->train_data)));
   json_object_set_new(j, "train_seconds", json_real(t->train_seconds));
   json_object_set_new(j, "loss", json_real(t->last_loss));
   /* The data order is rebuilt from (seed, epoch); dropout masks from

@@ -13,6 +13,11 @@ real processes (Python standard library only):
   never deletes the first's save in progress; --resume latest needs a
   checkpoint (--resume auto does not); a resumed run refuses later
   checkpoints; compare keeps an earlier comparison unless --overwrite.
+- ResumeStateTest: a resume notes each changed hyperparameter with its old
+  and new value; a trainer_state.json with a field out of range or of the
+  wrong type, or whose progress cannot follow from its step, is refused
+  naming the file (DATA_LOSS); a metrics.jsonl ending in binary data is
+  refused naming file and offset, as one with a bad line is.
 - OutputGuardTest: no command writes over one of its inputs (forward,
   data prepare, data train-tokenizer, compile, train, compare): an output
   that is an input (also through a symbolic or hard link), lies inside an
@@ -338,6 +343,91 @@ class RunFolderTest(Base):
             self.assertEqual(f.read(), first_log)
         r = run(args + ["--overwrite"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class ResumeStateTest(Base):
+    def setUp(self):
+        super().setUp()
+        self.data = make_ids_dataset(os.path.join(self.tmp, "data"), 60)
+        self.out = os.path.join(self.tmp, "run")
+
+    def args(self, *extra, steps=4):
+        return ["--preset", "gpt2-tiny", "--data", self.data, "--out", self.out,
+                "--batch-size", "4", "--max-steps", str(steps), "--log-every", "100",
+                "--eval-batches", "1"] + list(extra)
+
+    def test_changed_hyperparameters_are_noted(self):
+        self.train(*self.args(steps=2))
+        r = self.train(*self.args("--resume", "latest", "--lr", "1e-3", "--schedule", "linear",
+                                  "--warmup-steps", "1", steps=4))
+        for needle in ("note: --lr is 0.001; the run being resumed used 0.0003 (from step 3 on",
+                       "note: --schedule is linear; the run being resumed used cosine",
+                       "note: --warmup-steps is 1; the run being resumed used 0",
+                       "note: --max-steps is 4; the run being resumed used 2"):
+            self.assertIn(needle, r.stderr)
+        r = self.train(*self.args("--resume", "latest", "--lr", "1e-3", "--schedule", "linear",
+                                  "--warmup-steps", "1", steps=5))
+        self.assertNotIn("note: --lr", r.stderr)  # the same as the checkpoint's run
+
+    def edit_state(self, ckpt, **fields):
+        path = os.path.join(self.out, ckpt, "trainer_state.json")
+        with open(path) as f:
+            state = json.load(f)
+        state.update(fields)
+        with open(path, "w") as f:
+            json.dump(state, f)
+        return path, state
+
+    def test_trainer_state_is_checked(self):
+        self.train(*self.args("--save-every", "2", "--keep", "0", steps=6))
+        with open(os.path.join(self.out, "checkpoint-6", "trainer_state.json")) as f:
+            good = json.load(f)
+        for fields, needle in (
+            ({"step": -2}, '"step" is -2; it must be >= 0'),
+            ({"cursor": "12"}, '"cursor" is of another type, not an integer'),
+            ({"tokens_seen": None}, '"tokens_seen" is of another type, not an integer'),
+            ({"train_seconds": -1.0}, '"train_seconds" is -1; it must be a number >= 0'),
+            ({"config": {"lr": "fast"}}, 'config option "lr" has a value of the wrong type'),
+            ({"tokens_seen": good["tokens_seen"] * 10},
+             "tokens_seen %d cannot follow from step 6" % (good["tokens_seen"] * 10)),
+            ({"tokens_seen": good["tokens_seen"] // 2},
+             "tokens_seen %d cannot follow from step 6" % (good["tokens_seen"] // 2)),
+            ({"step": 60}, "step 60 puts the data at epoch"),
+            ({"step": 0}, "step 0 with epoch"),
+        ):
+            path, _ = self.edit_state("checkpoint-6", **dict(good, **fields))
+            r = self.train(*self.args("--resume", "latest", steps=8), rc=1)
+            self.assertIn("DATA_LOSS: " + path + ": " + needle, r.stderr)
+            self.assertNotIn("node ", r.stderr)
+        self.edit_state("checkpoint-6", **good)
+        self.train(*self.args("--resume", "latest", steps=8))
+
+    def test_binary_metrics_are_refused_like_bad_lines(self):
+        self.train(*self.args(steps=2))
+        metrics = os.path.join(self.out, "metrics.jsonl")
+        with open(metrics, "rb") as f:
+            text = f.read()
+        n = text.count(b"\n") + 1
+        for tail, needle in ((b"\x7fELF\x02\x01\x01\x00" * 8,
+                              ":%d: the 64 bytes at offset %d" % (n, len(text))),
+                             (b"not json\n", ":%d: not JSON" % n)):
+            with open(metrics, "wb") as f:
+                f.write(text + tail)
+            r = self.train(*self.args("--resume", "latest", steps=4), rc=1)
+            self.assertIn("DATA_LOSS: " + metrics + needle, r.stderr)
+            with open(metrics, "rb") as f:
+                self.assertEqual(f.read(), text + tail)
+        # A whole file of binary data (no newline at all) too.
+        with open(metrics, "wb") as f:
+            f.write(b"\x00\x01\x02" * 100)
+        r = self.train(*self.args("--resume", "latest", steps=4), rc=1)
+        self.assertIn("DATA_LOSS: " + metrics + ":1: the 300 bytes at offset 0", r.stderr)
+        # A line cut off mid-write is what a crash leaves: dropped.
+        with open(metrics, "wb") as f:
+            f.write(text + b'{"step": 3, "lo')
+        self.train(*self.args("--resume", "latest", steps=3))
+        with open(metrics) as f:
+            self.assertEqual([json.loads(l)["step"] for l in f if '"loss"' in l], [1, 2, 3])
 
 
 class OutputGuardTest(Base):
