@@ -1,7 +1,6 @@
 /* Presets, config.json writing and weight initialization. */
 #include "models/presets.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "graph/compile_cache.h"
 #include "hal/dtype.h"
 #include "hal/half.h"
 
@@ -127,31 +127,16 @@ ty_status_t ty_model_config_write(const ty_model_config_t *c, const char *path) 
   json_t *j = ty_config_json(c);
   char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
   json_decref(j);
-  if (!text) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing %s", path);
-  char tmp[4200];
-  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  ty_status_t s = TY_OK;
-  if (!f) {
-    s = ty_status_from_errno(errno, "cannot write %s (creating %s)", path, tmp);
-  } else {
-    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
-              fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-      ok = false;
-      err = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-      ok = false;
-      err = errno;
-    }
-    if (!ok) {
-      unlink(tmp);
-      s = ty_status_from_errno(err, "cannot write %s", path);
-    }
+  size_t n = text ? strlen(text) : 0;
+  char *line = text ? realloc(text, n + 2) : NULL;
+  if (!line) {
+    free(text);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing %s", path);
   }
-  free(text);
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  ty_status_t s = ty_file_write_atomic(path, line, n + 1); /* temp file, fsync, rename */
+  free(line);
   return s;
 }
 

@@ -12,7 +12,8 @@ real processes (Python standard library only):
   on one folder at once: the second is refused naming the first's pid, and
   never deletes the first's save in progress; --resume latest needs a
   checkpoint (--resume auto does not); a resumed run refuses later
-  checkpoints; compare keeps an earlier comparison unless --overwrite.
+  checkpoints; compare keeps an earlier comparison unless --overwrite; a save
+  that fails for want of space keeps the previous checkpoint whole.
 - ResumeStateTest: a resume notes each changed hyperparameter with its old
   and new value; a trainer_state.json with a field out of range or of the
   wrong type, or whose progress cannot follow from its step, is refused
@@ -24,7 +25,6 @@ real processes (Python standard library only):
   input folder, or (data prepare) holds an input is refused and the input
   is left as it was; a missing output folder is named as the user gave it.
 """
-import argparse
 import glob
 import json
 import os
@@ -37,28 +37,9 @@ import tempfile
 import time
 import unittest
 
-CFG = None
-
-
-def run(args, env=None, **kw):
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, env=full_env,
-                          timeout=300, **kw)
-
-
-def make_ids_dataset(path, docs, seed=1, vocab=96, seq_len=16, val_fraction=0.15):
-    """Learnable pre-tokenized documents: arithmetic progressions of ids."""
-    rng = random.Random(seed)
-    with open(path + ".jsonl", "w") as f:
-        for _ in range(docs):
-            start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 40)
-            f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
-    r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
-             str(vocab - 1), "--input", path + ".jsonl", "--seq-len", str(seq_len),
-             "--val-fraction", str(val_fraction), "--out", path])
-    assert r.returncode == 0, r.stderr
-    return path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_train_cli as common  # noqa: E402  (run(), the datasets, main())
+from test_train_cli import make_ids_dataset, run  # noqa: E402
 
 
 class Base(unittest.TestCase):
@@ -74,7 +55,7 @@ class Base(unittest.TestCase):
         return r
 
     def start_train(self, args, **kw):
-        return subprocess.Popen([CFG.trainyard, "train"] + list(args), text=True, **kw)
+        return subprocess.Popen([common.CFG.trainyard, "train"] + list(args), text=True, **kw)
 
     def assert_whole_checkpoint(self, out):
         saved = glob.glob(os.path.join(out, "checkpoint-*"))
@@ -163,6 +144,15 @@ def tree(path):
     return out
 
 
+def steps_logged(out):
+    """Lines in out/metrics.jsonl: a run logs its first once SIGTERM saves."""
+    try:
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
 def wait_for(predicate, timeout=60):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -245,7 +235,7 @@ class RunFolderTest(Base):
     def test_two_runs_at_once_the_second_is_refused(self):
         first = self.start_train(self.args(steps=100000), stderr=subprocess.PIPE,
                                  env=dict(os.environ, TRAINYARD_DEBUG_STEP_SLEEP_MS="20"))
-        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.out, "metrics.jsonl"))))
+        self.assertTrue(wait_for(lambda: steps_logged(self.out) >= 1))  # training, not starting
         r = self.train(*self.args(steps=3), rc=1)
         self.assertIn("FAILED_PRECONDITION", r.stderr)
         self.assertIn("in use by another trainyard run (pid %d" % first.pid, r.stderr)
@@ -316,7 +306,7 @@ class RunFolderTest(Base):
         # gives the system's reason with the right code.
         p = self.start_train(self.args(steps=1000), stderr=subprocess.PIPE,
                              env=dict(os.environ, TRAINYARD_DEBUG_STEP_SLEEP_MS="20"))
-        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(self.out, "metrics.jsonl"))))
+        self.assertTrue(wait_for(lambda: steps_logged(self.out) >= 1))  # training, not starting
         os.makedirs(os.path.join(self.out, "summary.txt"))
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=120)
@@ -325,6 +315,29 @@ class RunFolderTest(Base):
         self.assertIn("summary.txt", err)
         self.assertIn("Is a directory", err)
         self.assert_whole_checkpoint(self.out)
+
+    def test_full_disk_during_a_save_keeps_the_previous_checkpoint(self):
+        self.train(*self.args("--keep", "0", steps=2))
+        before = tree(os.path.join(self.out, "checkpoint-2"))
+
+        def small_files():  # every file may grow to 64 KiB: the weights cannot
+            import resource
+            resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as ENOSPC: no signal
+
+        p = self.start_train(self.args("--resume", "latest", "--keep", "0", steps=4),
+                             stderr=subprocess.PIPE, preexec_fn=small_files)
+        _, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("RESOURCE_EXHAUSTED", err)
+        self.assertIn("saving checkpoint 4", err)
+        self.assertEqual(tree(os.path.join(self.out, "checkpoint-2")), before)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "checkpoint-4")))
+        self.assertFalse(glob.glob(os.path.join(self.out, ".checkpoint-*")))
+        # With room again the run resumes from the checkpoint it kept.
+        r = self.train(*self.args("--resume", "latest", "--keep", "0", steps=4))
+        self.assertIn("resuming from %s/checkpoint-2" % self.out, r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(self.out, "checkpoint-4", "trainer_state.json")))
 
     def test_compare_keeps_an_earlier_comparison(self):
         out = os.path.join(self.tmp, "cmp")
@@ -434,7 +447,7 @@ class OutputGuardTest(Base):
     def setUp(self):
         super().setUp()
         self.model = os.path.join(self.tmp, "model")
-        shutil.copytree(os.path.join(CFG.models, "gpt2"), self.model)
+        shutil.copytree(os.path.join(common.CFG.models, "gpt2"), self.model)
         self.tokens = os.path.join(self.tmp, "tokens.json")
         with open(self.tokens, "w") as f:
             json.dump([[1, 2, 3, 4]], f)
@@ -543,15 +556,5 @@ class OutputGuardTest(Base):
         self.assert_inputs_untouched()
 
 
-def main():
-    global CFG
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trainyard", required=True)
-    parser.add_argument("--models", required=True, help="tests/fixtures/models")
-    CFG, rest = parser.parse_known_args()
-    program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.main())

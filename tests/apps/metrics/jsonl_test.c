@@ -264,7 +264,7 @@ static void test_torn_and_malformed_lines(void **state) {
       /* Binary data where the cut-off line would be: refused, as a bad line
        * is (it used to be dropped as a torn line, the whole file with it
        * when it held no newline at all). */
-      "{\"step\": 1}\n{\"step\": 2}\n\x7f" "ELF\x02\x01",
+      "{\"step\": 1}\n{\"step\": 2}\n\177ELF\002\001",
       "{\"step\": 1}\n{\"step\": 2}\n{\"step\": 3, \"lo\x01ss",
   };
   char where[600];
