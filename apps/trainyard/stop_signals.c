@@ -76,8 +76,6 @@ bool ty_stop_signals_restart_in_child(void) { return !ty_stop_any || ty_stop_spa
 
 void ty_stop_signals_arm(void) { atomic_store(&ty_stop_armed, 1); }
 
-void ty_stop_signals_disarm(void) { atomic_store(&ty_stop_armed, 0); }
-
 int ty_stop_signals_received(void) { return atomic_load(&ty_stop_received); }
 
 void ty_stop_signals_clear(void) { atomic_store(&ty_stop_received, 0); }

@@ -14,10 +14,10 @@
  * (threads inherit the mask, so OpenMP, oneDNN and plugin threads block
  * them too) and one waiter thread takes them with sigwait().
  *
- * While a command has armed a graceful stop (the training loop, data
+ * Once a command has armed a graceful stop (the training loop, data
  * preparation), the waiter only records the signal; the command polls
- * ty_stop_signals_received() at safe points. Otherwise the signal ends the
- * process the default way, as if nothing had caught it. A signal that was
+ * ty_stop_signals_received() at safe points. Before that the signal ends
+ * the process the default way, as if nothing had caught it. A signal that was
  * ignored when the process started (nohup, `cmd &` in sh) stays ignored.
  *
  * Threading: every function may be called from any thread. */
@@ -35,9 +35,9 @@ bool ty_stop_signals_start(void);
  * the child starts a waiter of its own. */
 bool ty_stop_signals_restart_in_child(void);
 
-/* Graceful stop on (the signal is recorded) or off (it ends the process). */
+/* Graceful stop from now until the process exits: a signal is recorded
+ * instead of ending the process. */
 void ty_stop_signals_arm(void);
-void ty_stop_signals_disarm(void);
 
 /* The signal received while armed (SIGINT or SIGTERM), or 0. */
 int ty_stop_signals_received(void);

@@ -408,8 +408,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   if (!s) ty_train_metrics_banner(&t, resume_dir);
 
-  /* From here SIGINT/SIGTERM finish the step and save (stop_signals.h:
-   * recorded by the waiter thread, never by a handler). */
+  /* From here to the exit SIGINT/SIGTERM finish the step and save
+   * (stop_signals.h: recorded by the waiter thread, never by a handler). */
   ty_stop_signals_clear();
   ty_stop_signals_arm();
   double started = ty_now();
@@ -460,8 +460,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
   ty_trainer_destroy(&t);
-  /* Only now: more signals during the save and the summary must not cut
-   * the wrap-up short (it ends soon; SIGKILL still ends it at once). */
-  ty_stop_signals_disarm();
+  /* Still armed: more signals during the save, the summary and the exit
+   * that follows must not cut the wrap-up short or turn a clean stop into
+   * a death by SIGTERM (SIGKILL still ends it at once). */
   return s;
 }
