@@ -33,27 +33,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_train_cli as common  # noqa: E402  (run(), the datasets, main())
 from test_train_cli import make_ids_dataset, run  # noqa: E402
 
 
-class Base(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ty_safety_test_")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def train(self, *args, rc=0, env=None):
-        r = run(["train"] + list(args), env=env)
-        self.assertEqual(r.returncode, rc, r.stderr[-3000:])
-        return r
-
+class Base(common.Base):
     def start_train(self, args, **kw):
         return subprocess.Popen([common.CFG.trainyard, "train"] + list(args), text=True, **kw)
 
