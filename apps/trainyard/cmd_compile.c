@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "files/out_paths.h"
 #include "graph/compile_cache.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -333,5 +334,15 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   int rc = ty_compile_parse(argc, argv, &a);
   if (rc < 0) return TY_EXIT_OK;
   if (rc != TY_EXIT_OK) return rc;
+  /* The artifact and its report may not overwrite --model or --data. */
+  const ty_path_arg_t inputs[] = {{"--model", a.model}, {"--data", a.data}};
+  char report[4200];
+  snprintf(report, sizeof(report), "%s.report.txt", a.out);
+  ty_out_path_t outs[] = {{.option = "--out", .path = a.out, .creates_parents = true},
+                          {.option = "--out", .path = report, .creates_parents = true}};
+  for (size_t i = 0; i < 2; ++i) {
+    ty_status_t s = ty_out_path_check(&outs[i], inputs, sizeof(inputs) / sizeof(inputs[0]));
+    if (s) return ty_app_fail("compile", s);
+  }
   return ty_compile_run(app, &a);
 }

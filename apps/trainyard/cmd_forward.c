@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "files/out_paths.h"
 #include "hal/file.h"
 #include "graph/autodiff.h"
 #include "graph/session.h"
@@ -287,6 +288,21 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   return s;
 }
 
+/* --out and the --dump-graph files may not overwrite --model or --tokens. */
+static ty_status_t ty_forward_check_out(const ty_forward_args_t *a) {
+  const ty_path_arg_t inputs[] = {{"--model", a->model_dir}, {"--tokens", a->tokens_path}};
+  const size_t n = sizeof(inputs) / sizeof(inputs[0]);
+  ty_out_path_t out = {.option = "--out", .path = a->out_path, .what = "safetensors file"};
+  TY_RETURN_IF_ERROR(ty_out_path_check(&out, inputs, n));
+  for (int k = 0; a->dump_graph && k < 2; ++k) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s%s", a->dump_graph, k ? ".dot" : ".txt");
+    ty_out_path_t dump = {.option = "--dump-graph", .path = path, .what = "graph dump"};
+    TY_RETURN_IF_ERROR(ty_out_path_check(&dump, inputs, n));
+  }
+  return TY_OK;
+}
+
 int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},  {"tokens", required_argument, NULL, 't'},
@@ -328,6 +344,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
   if (!a.model_dir || !a.tokens_path || !a.out_path) {
     return ty_app_usage_error("forward", "--model, --tokens and --out are required");
   }
-  ty_status_t s = ty_forward_run(app, &a);
+  ty_status_t s = ty_forward_check_out(&a);
+  if (!s) s = ty_forward_run(app, &a);
   return s ? ty_app_fail("forward", s) : TY_EXIT_OK;
 }

@@ -9,6 +9,7 @@
 #include "app.h"
 #include "build_info.h"
 #include "hal/backend_abi.h"
+#include "stop_signals.h"
 
 #define TY_P TY_COMMAND_USES_PLUGINS
 #define TY_V TY_COMMAND_USES_VERBOSE
@@ -84,6 +85,12 @@ static void ty_find_exe_dir(char *out, size_t capacity) {
 }
 
 int main(int argc, char **argv) {
+  /* Before anything can start a thread: every thread must inherit the
+   * blocked SIGINT/SIGTERM (stop_signals.h). */
+  if (!ty_stop_signals_start()) {
+    fprintf(stderr, "trainyard: warning: cannot start the signal thread; SIGINT and SIGTERM "
+                    "will end the process without a graceful stop\n");
+  }
   ty_app_t app;
   memset(&app, 0, sizeof(app));
   ty_find_exe_dir(app.exe_dir, sizeof(app.exe_dir));

@@ -25,9 +25,7 @@ ty_status_t ty_train_metrics_open(ty_trainer_t *t, bool resuming) {
     ty_status_t s = ty_jsonl_truncate_to_step(path, t->step, &kept, &dropped);
     if (s && ty_status_code(s) != TY_CODE_NOT_FOUND) return s;
     ty_status_free(s);
-  } else {
-    remove(path); /* a fresh run starts a fresh log */
-  }
+  } /* else the run folder holds no metrics.jsonl (ty_trainer_open_run) */
   ty_jsonl_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_jsonl_writer_open(path, &w));
   t->metrics = w;

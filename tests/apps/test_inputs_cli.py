@@ -267,7 +267,7 @@ class FileErrorTest(Base):
         os.makedirs(os.path.join(out, "summary.txt"))
         self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", out,
                     "--max-steps", "1", "--batch-size", "2"], 1, "FAILED_PRECONDITION",
-                   "summary.txt: a folder of that name is in the way")
+                   "summary.txt is a folder, not the file a training run writes there")
         ckpt = self.path("ckpt")
         os.makedirs(os.path.join(ckpt, "trainer_state.json"))
         self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", self.path("r2"),

@@ -26,7 +26,8 @@ from cli_util import WORDS, make_corpus, make_ids_dataset, run, write  # noqa: E
 
 # command -> option -> "Class.test_method" (this file) or "file.py:Class.test_method"
 # (another test of tests/apps or tests/conform), or "mention:<command>" for another
-# command's option that a --help names in its text. Options a --help mentions only
+# command's option that a --help names in its text; a tuple of these where one
+# option's values are held by several tests. Options a --help mentions only
 # to refuse them ("set by compare") are tested for the refusal.
 AUDIT = {
     "(global)": {
@@ -58,7 +59,10 @@ AUDIT = {
             "--sample-tokens", "--sample-prompt")},
         **{"--tokenizer":
                "test_inputs_cli.py:TokenizerTest.test_tokenizer_other_than_the_datas_is_refused",
-           "--resume": "test_train_cli.py:ResumeTest.test_resume_is_bit_identical",
+           "--resume": ("test_train_cli.py:ResumeTest.test_resume_is_bit_identical",
+                        # latest without a checkpoint, auto
+                        "test_run_safety.py:RunFolderTest.test_resume_latest_needs_a_checkpoint"),
+           "--overwrite": "test_run_safety.py:RunFolderTest.test_overwrite_deletes_only_the_run",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
            "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
@@ -75,10 +79,11 @@ AUDIT = {
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward"}),
     "tokenize": {o: "TokenizeOptionsTest.test_each_option" for o in (
         "--tokenizer", "--decode", "--json", "--no-special")},
-    "compare": {o: "CompareOptionsTest.test_each_option" for o in (
+    "compare": dict({o: "CompareOptionsTest.test_each_option" for o in (
         "--backends", "--steps", "--out", "--tolerance", "--config", "--model", "--preset",
         "--data", "--batch-size", "--lr", "--dropout", "--backend", "--max-steps", "--epochs",
         "--resume")},
+        **{"--overwrite": "test_run_safety.py:RunFolderTest.test_compare_keeps_an_earlier_comparison"}),
     "conform": {o: "ConformOptionsTest.test_each_option" for o in (
         "--backend", "--ops", "--dtype", "--direction", "--seed", "--tier", "--xfail", "--json",
         "--list")},
@@ -206,23 +211,25 @@ class AuditTableTest(unittest.TestCase):
                                  "--help mentions options the audit does not list, or back")
 
     def test_every_named_test_exists(self):
-        here = sys.modules[__name__]
         for command, table in AUDIT.items():
-            for option, holder in table.items():
-                with self.subTest(command=command, option=option):
-                    if holder.startswith("mention:"):
-                        self.assertIn(option, AUDIT[holder.split(":")[1]])
-                    elif ":" in holder:
-                        path, name = holder.split(":")
-                        klass, method = name.split(".")
-                        folder = "conform" if path.startswith("test_conform") else "apps"
-                        text = source("tests", folder, path)
-                        self.assertTrue("class %s(" % klass in text, "%s: no class %s" % (
-                            path, klass))
-                        self.assertTrue("def %s(" % method in text, "%s: no %s" % (path, method))
-                    else:
-                        klass, method = holder.split(".")
-                        self.assertTrue(hasattr(getattr(here, klass), method), holder)
+            for option, holders in table.items():
+                for holder in holders if isinstance(holders, tuple) else (holders,):
+                    with self.subTest(command=command, option=option, holder=holder):
+                        self.check_holder(option, holder)
+
+    def check_holder(self, option, holder):
+        if holder.startswith("mention:"):
+            self.assertIn(option, AUDIT[holder.split(":")[1]])
+        elif ":" in holder:
+            path, name = holder.split(":")
+            klass, method = name.split(".")
+            folder = "conform" if path.startswith("test_conform") else "apps"
+            text = source("tests", folder, path)
+            self.assertTrue("class %s(" % klass in text, "%s: no class %s" % (path, klass))
+            self.assertTrue("def %s(" % method in text, "%s: no %s" % (path, method))
+        else:
+            klass, method = holder.split(".")
+            self.assertTrue(hasattr(getattr(sys.modules[__name__], klass), method), holder)
 
     def test_every_train_option_is_audited(self):
         parsed = parsed_options("train")
