@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "hal/device.h"
 #include "hal/registry.h"
 #include "hal/status.h"
 
@@ -35,6 +36,16 @@ typedef struct ty_command_t {
 
 /* Loads plugins with the app's search order. */
 ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out);
+
+/* Opens the device `uri` for `command`, first printing to stderr a warning
+ * for every half-set entry pair of its plugin (ty_backend_warning_at).
+ * A URI option `fallback=URI2` (bring-up: nodes the device refuses run on
+ * URI2, explicitly; graph/session.h) is taken off before the plugin sees the
+ * URI, and URI2 is opened into *out_fallback; a command that cannot run
+ * mixed passes out_fallback NULL and gets INVALID_ARGUMENT for it. Without
+ * the option *out_fallback is NULL. The caller closes both devices. */
+ty_status_t ty_app_device_open(const char *command, ty_registry_t *registry, const char *uri,
+                               ty_device_t **out_device, ty_device_t **out_fallback);
 
 /* Prints "trainyard <command>: <CODE>: <message>" to stderr, frees status,
  * and returns TY_EXIT_RUNTIME. */

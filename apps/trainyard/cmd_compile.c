@@ -199,7 +199,7 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   ty_status_t s = ty_dtype_parse(a->cfg.dtype, &dtype);
   if (!s) s = ty_compile_model(a, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("compile", registry, a->backend, &device, NULL);
   if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
     s = ty_train_graph_build(&a->cfg, &mc, a->B, a->T, dtype, kind, &graph, &model);

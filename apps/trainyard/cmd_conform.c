@@ -309,7 +309,7 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
   ty_registry_t *registry = NULL;
   ty_device_t *device = NULL;
   ty_status_t s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("conform", registry, a->backend, &device, NULL);
   if (s) {
     ty_registry_destroy(registry);
     return ty_app_fail("conform", s);

@@ -160,7 +160,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                       ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
                       : TY_OK;
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("forward", registry, a->backend, &device, NULL);
   if (!s) s = ty_graph_create(&graph);
   ty_llm_options_t options = {
       .batch = B, .seq = T, .dtype = a->dtype, .with_loss = true, .logits_output = true};

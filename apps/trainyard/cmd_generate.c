@@ -256,7 +256,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
     s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("generate", registry, a->backend, &device, NULL);
   if (!s) s = ty_open_step(device, &config, a, P, cache_len, NULL, &g_prefill, &m_prefill, &s_prefill);
   if (!s) s = ty_llm_load_weights(&m_prefill, s_prefill, a->model_dir);
   if (!s) s = ty_open_step(device, &config, a, 1, cache_len, s_prefill, &g_decode, &m_decode, &s_decode);

@@ -396,7 +396,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (!s) s = ty_trainer_open_data(&t);
   if (!s) s = ty_trainer_model_config(&t);
   if (!s) s = ty_app_registry_create(app, &t.registry);
-  if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
+  if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device, NULL);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;
