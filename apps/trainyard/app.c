@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/lower.h"
 #include "hal/device_uri.h"
 
 ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out) {
@@ -96,6 +97,29 @@ ty_status_t ty_app_device_open(const char *command, ty_registry_t *registry, con
   }
   free(primary);
   ty_device_uri_deinit(&parsed);
+  return s;
+}
+
+static ty_status_t ty_write_text_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return ty_status_make(TY_CODE_PERMISSION_DENIED, "cannot write %s", path);
+  bool ok = fputs(text, f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  return ok ? TY_OK : ty_status_make(TY_CODE_DATA_LOSS, "writing %s failed", path);
+}
+
+ty_status_t ty_app_write_graph_dump(const ty_graph_t *graph, const char *prefix) {
+  ty_lowered_graph_t *lowered = NULL;
+  TY_RETURN_IF_ERROR(ty_graph_lower(graph, &lowered));
+  char path[4096];
+  char *dot = NULL;
+  snprintf(path, sizeof(path), "%s.txt", prefix);
+  ty_status_t s = ty_write_text_file(path, ty_lowered_graph_text(lowered));
+  if (!s) s = ty_lowered_graph_format_dot(lowered, &dot);
+  snprintf(path, sizeof(path), "%s.dot", prefix);
+  if (!s) s = ty_write_text_file(path, dot);
+  free(dot);
+  ty_lowered_graph_destroy(lowered);
   return s;
 }
 

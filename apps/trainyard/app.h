@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "graph/graph.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 #include "hal/status.h"
@@ -47,6 +48,11 @@ ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out);
 ty_status_t ty_app_device_open(const char *command, ty_registry_t *registry, const char *uri,
                                ty_device_t **out_device, ty_device_t **out_fallback);
 
+/* --dump-graph P: the graph as lowered for a backend (what a session
+ * compiles), as canonical text (P.txt) and Graphviz dot (P.dot). Written
+ * before compiling, so a graph a backend refuses can be looked at too. */
+ty_status_t ty_app_write_graph_dump(const ty_graph_t *graph, const char *prefix);
+
 /* Prints "trainyard <command>: <CODE>: <message>" to stderr, frees status,
  * and returns TY_EXIT_RUNTIME. */
 int ty_app_fail(const char *command, ty_status_t status);
@@ -57,6 +63,7 @@ int ty_app_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+int ty_cmd_check(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv);
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv);

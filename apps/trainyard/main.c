@@ -15,6 +15,8 @@ static const ty_command_t ty_commands[] = {
      "list backends, their devices, and plugins that were rejected"},
     {"data", ty_cmd_data,
      "prepare token datasets, train a BPE tokenizer, check a dataset"},
+    {"check", ty_cmd_check,
+     "list what a model's graphs need from a backend, op by op, with its verdicts"},
     {"compare", ty_cmd_compare,
      "the same training run on several backends: per-step loss, speed, plot"},
     {"compile", ty_cmd_compile,

@@ -68,6 +68,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(cache_dir, "on-disk compile cache ('none' for none; default $XDG_CACHE_HOME/trainyard "
                     "or ~/.cache/trainyard)"),
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
+    TY_S(dump_graph, "write the train step's graph as canonical text (P.txt) and Graphviz "
+                     "dot (P.dot)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 

@@ -30,6 +30,15 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *config,
                                  ty_dtype_t dtype, ty_train_graph_kind_t kind,
                                  ty_graph_t **out_graph, ty_llm_t *out_model);
 
+/* The graph of `trainyard forward`: logits and the loss for B rows of T
+ * tokens (inputs tokens, targets, loss_weights), and with `grads` every
+ * parameter's gradient as an output named "grad.<parameter name>". Built here
+ * so that `trainyard check` checks exactly that graph. The caller destroys
+ * *out_graph and deinits *out_model (also on error). */
+ty_status_t ty_forward_graph_build(const ty_model_config_t *model_config, int64_t B, int64_t T,
+                                   ty_dtype_t dtype, bool grads, ty_graph_t **out_graph,
+                                   ty_llm_t *out_model);
+
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */
 ty_status_t ty_train_graph_param_descs(const ty_train_config_t *config, const ty_graph_t *graph,

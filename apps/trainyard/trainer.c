@@ -283,6 +283,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
+  if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
   ty_status_t s;
   if (c->artifact[0]) {

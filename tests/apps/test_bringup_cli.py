@@ -113,6 +113,103 @@ class CacheTest(Base):
         self.assertTrue(os.path.isdir(os.path.join(self.tmp, "c", "checkpoint-2")))
 
 
+def ops_of_dump(path):
+    """The ops of a --dump-graph text file: '%3 = embedding(%2, %0) : ...'."""
+    ops = set()
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^%[\d, %]+ = ([a-z_0-9]+)\(", line)
+            if m:
+                ops.add(m.group(1))
+    return ops
+
+
+class CheckTest(Base):
+    def check(self, backend, *extra, rc, plugin=None):
+        args = ["--plugin-path", plugin or os.path.join(CFG.bringup_dir, "partial"), "check",
+                "--backend", backend, "--model", self.fixture()] + list(extra)
+        return self.ty(*args, rc=rc)
+
+    def test_partial_plugin_lists_every_missing_op(self):
+        dump = os.path.join(self.tmp, "g")
+        r = self.check("partial", "--dump-graph", dump, rc=1)
+        self.assertIn("missing on partial:0: gelu (f32), gelu_backward (f32)\n", r.stdout)
+        self.assertRegex(r.stdout, r"\ngelu +f32 +8  MISSING +forward,forward-grads,"
+                                   r"generate-prefill,generate-decode\n +partial: gelu is not "
+                                   r"implemented yet \(e\.g\. \[8,64,128\] -> \[8,64,128\]\)")
+        data = json.loads(self.check("partial", "--json", rc=1).stdout)
+        self.assertEqual(data["missing"], 2)
+        missing = {(o["op"], o["dtype"]) for o in data["ops"] if o["status"] == "MISSING"}
+        self.assertEqual(missing, {("gelu", "f32"), ("gelu_backward", "f32")})
+        # Every op of every graph is listed: the same ops as the dumped graphs.
+        names = [g["name"] for g in data["graphs"]]
+        self.assertEqual(names, ["forward", "forward-grads", "generate-prefill",
+                                 "generate-decode"])
+        for g in names:
+            listed = {o["op"] for o in data["ops"] if g in o["graphs"]}
+            self.assertEqual(listed, ops_of_dump("%s-%s.txt" % (dump, g)), g)
+            self.assertTrue(os.path.isfile("%s-%s.dot" % (dump, g)))
+        self.assertIn("kv_cache_write", {o["op"] for o in data["ops"]})
+        # The train step of the same model, with the train options.
+        data = json.loads(self.check("partial", "--train", "--grad-accum", "2", "--dropout",
+                                     "0.1", "--json", rc=1).stdout)
+        self.assertEqual([g["name"] for g in data["graphs"]],
+                         ["train-step", "optimizer-step", "validation"])
+        ops = {o["op"]: o for o in data["ops"]}
+        self.assertIn("adamw_update", ops)
+        self.assertIn("dropout_backward", ops)
+        self.assertEqual(ops["gelu_backward"]["status"], "MISSING")
+        self.assertEqual(ops["gelu_backward"]["graphs"], ["train-step"])
+
+    def test_complete_plugin_misses_nothing(self):
+        for extra in ([], ["--train"]):
+            r = self.check("template", *extra, rc=0)
+            self.assertIn("template:0 can run every op these graphs need", r.stdout)
+            self.assertNotIn("MISSING", r.stdout)
+
+    def test_fallback_covers_the_missing_ops(self):
+        r = self.check("partial?fallback=cpu", "--train", rc=0)
+        self.assertIn("runs on the fallback cpu:0 in a mixed run", r.stdout)
+        self.assertIn("partial:0 can run these graphs mixed with cpu:0", r.stdout)
+        self.assertRegex(r.stdout, r"graph train-step +\d+ nodes, 4 refused \(4 of them run "
+                                   r"on cpu:0\)")
+
+    def test_usage(self):
+        r = self.ty("check", "--model", self.fixture(), rc=2)
+        self.assertIn("--backend URI is required", r.stderr)
+        r = self.ty("check", "--backend", "cpu", "--model", self.fixture(), "--lr", "1", rc=2)
+        self.assertIn("runtime hyperparameter", r.stderr)
+        r = self.ty("check", "--backend", "cpu", "--model", self.fixture(), "--cache-dir",
+                    "x", rc=2)
+        self.assertIn("compiles nothing", r.stderr)
+        r = self.ty("check", "--backend", "cpu", "--model", self.fixture(), "--bogus", rc=2)
+        self.assertIn("unknown option '--bogus'", r.stderr)
+        r = self.ty("generate", "--backend", "cpu?fallback=template", "--model",
+                    self.fixture(), "--prompt-ids", "1,2", "--max-new-tokens", "2", rc=1)
+        self.assertIn("'fallback=template' (running refused nodes on another device, for "
+                      "bring-up) is taken by", r.stderr)
+
+    def test_dump_graph_on_train_and_compile(self):
+        """--dump-graph writes the graph before compiling, so even a graph the
+        backend refuses can be looked at."""
+        dump = os.path.join(self.tmp, "train-graph")
+        self.ty("--plugin-path", os.path.join(CFG.bringup_dir, "partial"), "train",
+                "--backend", "partial", "--model", self.fixture(), "--data", self.data(),
+                "--batch-size", "2", "--max-steps", "1", "--out", os.path.join(self.tmp, "o"),
+                "--cache-dir", "none", "--dump-graph", dump, rc=1)
+        ops = ops_of_dump(dump + ".txt")
+        self.assertIn("gelu_backward", ops)
+        self.assertIn("adamw_update", ops)
+        with open(dump + ".dot") as f:
+            self.assertTrue(f.read().startswith("digraph"))
+        dump = os.path.join(self.tmp, "compile-graph")
+        r = self.ty("compile", "--backend", "dataflow", "--model", self.fixture(),
+                    "--batch-size", "2", "--seq-len", "16", "--out",
+                    os.path.join(self.tmp, "step.tyart"), "--cache-dir", "none",
+                    "--dump-graph", dump)
+        self.assertEqual(ops_of_dump(dump + ".txt"), ops)
+
+
 def main():
     global CFG
     parser = argparse.ArgumentParser()
