@@ -253,6 +253,15 @@ typedef struct ty_conform_result_t {
   double bound;
   double ref_nmse;
   char worst[TY_CONFORM_NAME_MAX]; /* the value with the worst NMSE */
+  /* In that value: the largest |backend - oracle| (INFINITY at a NaN or
+   * Inf, NAN when nothing was compared), its flat row-major index (-1 when
+   * none), and the two values there. */
+  double max_abs;
+  int64_t max_abs_index;
+  double max_abs_got, max_abs_want;
+  /* The op's operand shapes, "[8,32] [32,16] -> [8,16]" ("-" for an absent
+   * optional input); the attributes are the case's (test_case->attrs). */
+  char shapes[192];
   uint64_t seed;                   /* the case's own seed */
   char reason[512];                /* why fail / unsupported / xfail */
 } ty_conform_result_t;

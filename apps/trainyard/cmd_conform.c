@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "conform/coverage.h"
 #include "graph/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
@@ -24,6 +25,7 @@ static const char *const ty_conform_usage =
     "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
     "                         [--direction forward|backward] [--seed N]\n"
     "                         [--tier op|graph|all] [--xfail FILE] [--json]\n"
+    "                         [--summary] [--only-failures]\n"
     "   or: trainyard conform --list [--ops PATTERN] [--dtype D]\n"
     "\n"
     "Runs every op of the op set on a backend and on the reference kernels\n"
@@ -52,11 +54,17 @@ static const char *const ty_conform_usage =
     "                    PATTERN globs 'op' or 'op/case'; an expected failure\n"
     "                    that passes (xpass) counts as a failure\n"
     "  --json            print one JSON array, an object per case\n"
+    "  --summary         after the cases, a coverage table: a line per op, a\n"
+    "                    cell per dtype and direction (pass, FAIL, unsup, part)\n"
+    "  --only-failures   list only the runs that failed (fail, xpass)\n"
     "  --list            list the cases and bound classes; run nothing\n"
     "  -h, --help        this help\n"
     "\n"
-    "Statuses: pass, fail, unsupported (the backend's graph_supports said\n"
-    "no; not a failure unless nothing could run), xfail, xpass.\n";
+    "Every line gives the worst NMSE and its bound, the largest absolute error\n"
+    "and the element where it is (value[flat index]), the op's shapes and the\n"
+    "case's attributes; the reason is printed under every run that did not\n"
+    "pass. Statuses: pass, fail, unsupported (the backend's graph_supports\n"
+    "said no; not a failure unless nothing could run), xfail, xpass.\n";
 
 static const ty_dtype_t ty_conform_dtypes[] = {TY_DTYPE_F32, TY_DTYPE_BF16, TY_DTYPE_F16,
                                                TY_DTYPE_I32, TY_DTYPE_I64};
@@ -70,7 +78,7 @@ typedef struct {
   int tier;         /* -1: by the device; 0 op, 1 graph, 2 all */
   uint64_t seed;
   const char *xfail_path;
-  bool json, list;
+  bool json, list, summary, only_failures;
 } ty_conform_args_t;
 
 static bool ty_conform_selected(const ty_conform_args_t *a, const ty_conform_case_t *c) {
@@ -133,23 +141,27 @@ typedef struct {
   uint32_t tally[5];
   uint32_t tier_tally[2][5];
   ty_status_t error; /* a failure of the kit itself */
-  char last_reason[512];
 } ty_conform_run_t;
 
-static void ty_conform_print_row(ty_conform_run_t *run, const ty_conform_result_t *r) {
-  char nmse[32] = "-";
+static bool ty_conform_is_failure(const ty_conform_result_t *r) {
+  return r->status == TY_CONFORM_FAIL || r->status == TY_CONFORM_XPASS;
+}
+
+/* One line per run: its identity, verdict, worst NMSE and bound, the largest
+ * absolute error and where, the op's shapes and the case's attributes; the
+ * reason under every run that did not pass. */
+static void ty_conform_print_row(const ty_conform_result_t *r) {
+  char nmse[32] = "-", max_abs[32] = "-", at[40] = "-";
   if (!isnan(r->nmse)) snprintf(nmse, sizeof(nmse), "%.2e", r->nmse);
-  printf("%-22s %-20s %-5s %-9s %-12s %10s %8.0e\n", r->test_case->op, r->test_case->name,
-         ty_dtype_name(r->dtype), ty_conform_direction_name(r->direction),
-         ty_conform_status_name(r->status), nmse, r->bound);
-  /* Reasons for unsupported cases repeat; print each new one once. */
-  if (r->status != TY_CONFORM_PASS &&
-      (r->status != TY_CONFORM_UNSUPPORTED || strcmp(r->reason, run->last_reason) != 0)) {
-    printf("    %s\n", r->reason);
+  if (!isnan(r->max_abs)) snprintf(max_abs, sizeof(max_abs), "%.2e", r->max_abs);
+  if (r->max_abs_index >= 0) {
+    snprintf(at, sizeof(at), "%s[%lld]", r->worst, (long long)r->max_abs_index);
   }
-  if (r->status == TY_CONFORM_UNSUPPORTED) {
-    snprintf(run->last_reason, sizeof(run->last_reason), "%s", r->reason);
-  }
+  printf("%-22s %-20s %-5s %-9s %-12s %10s %8.0e %9s %-10s %s%s%s\n", r->test_case->op,
+         r->test_case->name, ty_dtype_name(r->dtype), ty_conform_direction_name(r->direction),
+         ty_conform_status_name(r->status), nmse, r->bound, max_abs, at, r->shapes,
+         r->test_case->attrs[0] ? " " : "", r->test_case->attrs);
+  if (r->status != TY_CONFORM_PASS) printf("    %s\n", r->reason);
   fflush(stdout);
 }
 
@@ -172,7 +184,9 @@ static bool ty_conform_visit(void *ctx, const ty_conform_case_t *c, ty_dtype_t d
   run->count++;
   run->tally[r->status]++;
   run->tier_tally[r->tier][r->status]++;
-  if (!run->args->json) ty_conform_print_row(run, r);
+  if (!run->args->json && (!run->args->only_failures || ty_conform_is_failure(r))) {
+    ty_conform_print_row(r);
+  }
   return true;
 }
 
@@ -180,6 +194,7 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
   json_t *array = json_array();
   for (uint32_t i = 0; i < run->count; ++i) {
     const ty_conform_result_t *r = &run->results[i];
+    if (run->args->only_failures && !ty_conform_is_failure(r)) continue;
     json_t *o = json_object();
     json_object_set_new(o, "tier", json_string(ty_conform_tier_name(r->tier)));
     json_object_set_new(o, "op", json_string(r->test_case->op));
@@ -192,6 +207,17 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
     json_object_set_new(o, "ref_nmse",
                         isfinite(r->ref_nmse) ? json_real(r->ref_nmse) : json_null());
     json_object_set_new(o, "worst", json_string(r->worst));
+    json_object_set_new(o, "max_abs", isfinite(r->max_abs) ? json_real(r->max_abs) : json_null());
+    json_object_set_new(o, "worst_index",
+                        r->max_abs_index >= 0 ? json_integer(r->max_abs_index) : json_null());
+    json_object_set_new(o, "worst_got",
+                        isfinite(r->max_abs_got) && r->max_abs_index >= 0
+                            ? json_real(r->max_abs_got) : json_null());
+    json_object_set_new(o, "worst_want",
+                        isfinite(r->max_abs_want) && r->max_abs_index >= 0
+                            ? json_real(r->max_abs_want) : json_null());
+    json_object_set_new(o, "shapes", json_string(r->shapes));
+    json_object_set_new(o, "attrs", json_string(r->test_case->attrs));
     json_object_set_new(o, "seed", json_integer((json_int_t)run->options.seed));
     json_object_set_new(o, "reason", json_string(r->reason));
     json_array_append_new(array, o);
@@ -266,6 +292,9 @@ static double ty_now(void) {
 static int ty_conform_finish(ty_conform_run_t *run, double seconds) {
   const ty_conform_args_t *a = run->args;
   FILE *info = a->json ? stderr : stdout;
+  for (int t = a->tier == 1 ? 1 : 0; a->summary && t <= (a->tier == 0 ? 0 : 1); ++t) {
+    ty_conform_print_coverage(info, run->results, run->count, (ty_conform_tier_t)t);
+  }
   fprintf(info,
           "summary: %u runs on %s: %u pass, %u fail, %u unsupported, %u xfail, %u xpass "
           "(seed %" PRIu64 ", %.1f s)\n",
@@ -352,8 +381,8 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
       run.options.tier = (ty_conform_tier_t)t;
       if (!a->json) {
         if (a->tier == 2) printf("\n-- %s tier --\n", ty_conform_tier_name((ty_conform_tier_t)t));
-        printf("%-22s %-20s %-5s %-9s %-12s %10s %8s\n", "op", "case", "dtype", "direction",
-               "status", "nmse", "bound");
+        printf("%-22s %-20s %-5s %-9s %-12s %10s %8s %9s %-10s %s\n", "op", "case", "dtype",
+               "direction", "status", "nmse", "bound", "max_abs", "at", "shapes/attrs");
       }
       ty_conform_each(a, ty_conform_visit, &run);
     }
@@ -389,6 +418,7 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
       {"seed", required_argument, NULL, 's'},    {"xfail", required_argument, NULL, 'x'},
       {"tier", required_argument, NULL, 'T'},
       {"json", no_argument, NULL, 'j'},          {"list", no_argument, NULL, 'l'},
+      {"summary", no_argument, NULL, 'S'},       {"only-failures", no_argument, NULL, 'F'},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
   };
   ty_conform_args_t a = {.dtype = TY_DTYPE_INVALID, .direction = -1, .tier = -1};
@@ -438,6 +468,8 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
         else return ty_app_usage_error("conform", "--tier '%s' is not op, graph or all", optarg);
         break;
       case 'j': a.json = true; break;
+      case 'S': a.summary = true; break;
+      case 'F': a.only_failures = true; break;
       case 'l': a.list = true; break;
       case 'h': fputs(ty_conform_usage, stdout); return TY_EXIT_OK;
       case ':':

@@ -17,6 +17,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,8 @@ import unittest
 
 CFG = None
 FIELDS = {"tier", "op", "case", "dtype", "direction", "status", "nmse", "bound", "ref_nmse",
-          "worst", "seed", "reason"}
+          "worst", "max_abs", "worst_index", "worst_got", "worst_want", "shapes", "attrs",
+          "seed", "reason"}
 STATUSES = {"pass", "fail", "unsupported", "xfail", "xpass"}
 
 
@@ -97,14 +99,66 @@ class ReferenceTest(unittest.TestCase):
         self.assertRegex(lines[0], r"seed \d+")
         self.assertTrue(any(l.startswith("notice: ") and "IS the oracle" in l for l in lines))
         header = [l for l in lines if l.startswith("op ")][0].split()
-        self.assertEqual(header, ["op", "case", "dtype", "direction", "status", "nmse", "bound"])
+        self.assertEqual(header, ["op", "case", "dtype", "direction", "status", "nmse", "bound",
+                                  "max_abs", "at", "shapes/attrs"])
         rows = [l.split() for l in lines if l.startswith("rope")]
         self.assertEqual(len(rows), 3 * 2 + 2)  # rope: 3 cases x 2 directions; rope_backward 2
         for row in rows:
             self.assertEqual(row[2], "bf16")
             self.assertEqual(row[4], "pass")
+            self.assertRegex(row[8], r"^(y|dx|x)\d+\[\d+\]$")  # where the largest error is
+            self.assertIn("->", row[9:])
+        llama3 = [l for l in lines if l.startswith("rope ") and " llama3 " in l]
+        self.assertTrue(llama3)
+        self.assertIn("scaling='llama3' factor=8.0", llama3[0])  # the case's attributes end the line
         self.assertRegex(lines[-1], r"^summary: 8 runs on cpu\?kernels=reference: 8 pass, "
                                     r"0 fail, 0 unsupported, 0 xfail, 0 xpass \(seed \d+, ")
+
+    def test_shapes_attrs_and_largest_error_in_json(self):
+        data, _ = conform_json(self, "--backend", "cpu?kernels=reference", "--ops", "matmul",
+                               "--dtype", "f32", "--seed", "9")
+        rows = {(r["case"], r["direction"]): r for r in data}
+        row = rows[("trans-a", "forward")]
+        self.assertEqual(row["shapes"], "[32,8] [32,16] -> [8,16]")
+        self.assertEqual(row["attrs"], "trans_a=1")
+        for row in data:
+            self.assertIsInstance(row["max_abs"], float)
+            self.assertGreaterEqual(row["max_abs"], 0.0)
+            self.assertIsInstance(row["worst_index"], int)
+            self.assertAlmostEqual(abs(row["worst_got"] - row["worst_want"]), row["max_abs"],
+                                   delta=1e-12)
+
+    def test_summary_and_only_failures(self):
+        # The template refuses nothing, but an ABI 1.0 build of it runs no graph:
+        # every case unsupported, each with its reason, and a coverage table.
+        r = run(["--plugin-path", CFG.template_abi10_dir, "conform", "--backend", "template",
+                 "--ops", "gelu*", "--summary"])
+        self.assertEqual(r.returncode, 1)
+        rows = [l for l in r.stdout.splitlines() if l.startswith("gelu")]
+        reasons = [l for l in r.stdout.splitlines() if "cannot run graphs" in l]
+        # No reason is dropped, however often it repeats.
+        self.assertEqual(len(rows) - 2, len(reasons))  # minus the two coverage rows
+        self.assertIn("coverage (per-op tier; F forward, B backward):", r.stdout)
+        self.assertRegex(r.stdout, r"\ngelu +unsup +unsup +unsup +unsup +unsup +unsup\n")
+        self.assertIn("0 of 2 ops pass in at least one dtype", r.stdout)
+        # A wrong kernel: --only-failures keeps only the failing runs.
+        r = conform("--backend", "faulty?fault=perturb:gelu", "--ops", "gelu*",
+                    "--only-failures", "--summary")
+        self.assertEqual(r.returncode, 1)
+        case_rows = [l for l in r.stdout.splitlines()
+                     if re.match(r"^gelu\S* +\S+ +(f32|bf16|f16) ", l)]
+        self.assertTrue(case_rows)
+        self.assertTrue(all(" fail " in l for l in case_rows), case_rows)
+        self.assertRegex(r.stdout, r"\ngelu +FAIL +pass +FAIL +pass +FAIL +pass\n")
+        self.assertRegex(r.stdout, r"largest error \S+ at y0\[\d+\]: \S+ where the oracle "
+                                   r"has \S+")
+        data, _ = conform_json(self, "--backend", "faulty?fault=perturb:gelu", "--ops", "gelu*",
+                               "--only-failures", rc=1)
+        self.assertTrue(data)
+        self.assertEqual({row["status"] for row in data}, {"fail"})
+        for row in data:  # perturb scales the output by 1.05
+            self.assertAlmostEqual(row["worst_got"], 1.05 * row["worst_want"],
+                                   delta=1e-2 * abs(row["worst_want"]) + 1e-6)
 
     def test_list(self):
         r = run(["conform", "--list", "--ops", "attention*"])
