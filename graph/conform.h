@@ -284,6 +284,12 @@ ty_status_t ty_conform_run_case(ty_device_t *device, const ty_conform_case_t *te
                                 const ty_conform_options_t *options,
                                 ty_conform_result_t *out);
 
+/* Dense storage of `count` values of `dtype` from f64 (rounding to nearest
+ * even for floats; ints are converted exactly within their range), and the
+ * reverse: storage bytes widened to f64. Thread-safe. */
+void ty_conform_pack(ty_dtype_t dtype, const double *values, int64_t count, void *out);
+void ty_conform_unpack(ty_dtype_t dtype, const void *data, int64_t count, double *out);
+
 /* NMSE = Σ(a-b)² / max(Σb², DBL_MIN) of backend values `a` against oracle
  * values `b`. Sets *out_bad to the first index where `a` is NaN or infinite
  * while `b` is finite (or where `b` is not finite), or -1. */

@@ -16,6 +16,7 @@
 
 #include "app.h"
 #include "conform/coverage.h"
+#include "conform/tiers.h"
 #include "graph/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
@@ -26,6 +27,9 @@ static const char *const ty_conform_usage =
     "                         [--direction forward|backward] [--seed N]\n"
     "                         [--tier op|graph|all] [--xfail FILE] [--json]\n"
     "                         [--summary] [--only-failures]\n"
+    "   or: trainyard conform --backend URI (--tier model|step | --bisect)\n"
+    "                         [--against URI|reference] [--model NAME|DIR]...\n"
+    "                         [--dtype D] [--steps N] [--tolerance X] [--seed N] [--json]\n"
     "   or: trainyard conform --list [--ops PATTERN] [--dtype D]\n"
     "\n"
     "Runs every op of the op set on a backend and on the reference kernels\n"
@@ -49,6 +53,22 @@ static const char *const ty_conform_usage =
     "                    train step with an SGD update (backward), for devices\n"
     "                    that run whole graphs only; all: both. Default: all\n"
     "                    for such devices (dataflow), op for the others\n"
+    "                    model: each fixture model's logits, loss and parameter\n"
+    "                    gradients, tensor by tensor (default --against\n"
+    "                    reference); step: --steps AdamW steps from the same\n"
+    "                    weights and batches, the loss gap per step (default\n"
+    "                    --against cpu)\n"
+    "  --bisect          run a fixture model's forward and backward graph on both\n"
+    "                    sides, read every intermediate value, and name the first\n"
+    "                    node whose output diverges (default --against cpu)\n"
+    "  --against URI     the other side of the model tiers: a device, or\n"
+    "                    'reference' (the f64 reference kernels, in process)\n"
+    "  --model NAME|DIR  a fixture model (gpt2, llama, llama3, mistral, qwen2) or\n"
+    "                    a folder's config.json, repeatable; default: every fixture\n"
+    "                    (weights and tokens are drawn from --seed)\n"
+    "  --steps N         training steps of the step tier [5]\n"
+    "  --tolerance X     the model tiers' bound instead of the default (see\n"
+    "                    docs/plugin-abi.md)\n"
     "  --xfail FILE      expected failures, one a line:\n"
     "                      PATTERN DTYPE|* forward|backward|* REASON...\n"
     "                    PATTERN globs 'op' or 'op/case'; an expected failure\n"
@@ -79,6 +99,10 @@ typedef struct {
   uint64_t seed;
   const char *xfail_path;
   bool json, list, summary, only_failures;
+  /* the model tiers: --tier model|step (tier 3, 4), --bisect */
+  bool bisect;
+  const char *against; /* a device URI or "reference"; NULL: the tier's default */
+  ty_tier_args_t model_args;
 } ty_conform_args_t;
 
 static bool ty_conform_selected(const ty_conform_args_t *a, const ty_conform_case_t *c) {
@@ -411,6 +435,58 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
   return rc;
 }
 
+/* The model, step and bisect tiers (conform/tiers.h): the device, the other
+ * side (a device, or NULL for the f64 reference), and the tier. */
+static int ty_conform_models(ty_app_t *app, ty_conform_args_t *a) {
+  ty_registry_t *registry = NULL;
+  ty_device_t *device = NULL, *against = NULL;
+  const char *other = a->against ? a->against : a->tier == 3 ? "reference" : "cpu";
+  ty_status_t s = ty_app_registry_create(app, &registry);
+  if (!s) s = ty_app_device_open("conform", registry, a->backend, &device, NULL);
+  if (!s && strcmp(other, "reference") != 0) {
+    s = ty_app_device_open("conform", registry, other, &against, NULL);
+    if (s) s = ty_status_annotate(s, "--against %s", other);
+  }
+  int rc;
+  if (s) {
+    rc = ty_app_fail("conform", s);
+  } else {
+    a->model_args.seed = a->seed;
+    a->model_args.json = a->json;
+    a->model_args.only_failures = a->only_failures;
+    rc = a->bisect     ? ty_conform_bisect(device, against, &a->model_args)
+         : a->tier == 3 ? ty_conform_tier_model(device, against, &a->model_args)
+                        : ty_conform_tier_step(device, against, &a->model_args);
+  }
+  ty_device_close(against);
+  ty_device_close(device);
+  ty_registry_destroy(registry);
+  return rc;
+}
+
+/* Usage checks of the model tiers, then the run. */
+static int ty_conform_models_checked(ty_app_t *app, ty_conform_args_t *a) {
+  if (a->bisect && a->tier >= 0 && a->tier != 3) {
+    return ty_app_usage_error("conform", "--bisect runs a model graph of its own; drop --tier");
+  }
+  if (a->ops || a->direction >= 0 || a->xfail_path || a->summary) {
+    return ty_app_usage_error("conform",
+                              "--ops, --direction, --xfail and --summary belong to the op and "
+                              "graph tiers, not to --tier model, --tier step or --bisect");
+  }
+  if (a->model_args.steps && a->tier != 4) {
+    return ty_app_usage_error("conform", "--steps goes with --tier step");
+  }
+  ty_dtype_t dtype = a->dtype == TY_DTYPE_INVALID ? TY_DTYPE_F32 : a->dtype;
+  if (!ty_dtype_is_float(dtype) || dtype == TY_DTYPE_F64) {
+    return ty_app_usage_error("conform", "the model tiers run f32, bf16 or f16, not %s",
+                              ty_dtype_name(dtype));
+  }
+  a->model_args.dtype = dtype;
+  if (!a->model_args.steps) a->model_args.steps = 5;
+  return ty_conform_models(app, a);
+}
+
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
   static const struct option long_options[] = {
       {"backend", required_argument, NULL, 'b'}, {"ops", required_argument, NULL, 'o'},
@@ -419,6 +495,9 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
       {"tier", required_argument, NULL, 'T'},
       {"json", no_argument, NULL, 'j'},          {"list", no_argument, NULL, 'l'},
       {"summary", no_argument, NULL, 'S'},       {"only-failures", no_argument, NULL, 'F'},
+      {"bisect", no_argument, NULL, 'B'},        {"against", required_argument, NULL, 'A'},
+      {"model", required_argument, NULL, 'M'},   {"steps", required_argument, NULL, 'N'},
+      {"tolerance", required_argument, NULL, 'E'},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
   };
   ty_conform_args_t a = {.dtype = TY_DTYPE_INVALID, .direction = -1, .tier = -1};
@@ -465,10 +544,39 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
         if (strcmp(optarg, "op") == 0) a.tier = 0;
         else if (strcmp(optarg, "graph") == 0) a.tier = 1;
         else if (strcmp(optarg, "all") == 0) a.tier = 2;
-        else return ty_app_usage_error("conform", "--tier '%s' is not op, graph or all", optarg);
+        else if (strcmp(optarg, "model") == 0) a.tier = 3;
+        else if (strcmp(optarg, "step") == 0) a.tier = 4;
+        else return ty_app_usage_error("conform", "--tier '%s' is not op, graph, all, model or step", optarg);
         break;
       case 'j': a.json = true; break;
       case 'S': a.summary = true; break;
+      case 'B': a.bisect = true; break;
+      case 'A': a.against = optarg; break;
+      case 'M':
+        if (a.model_args.model_count == TY_TIER_MAX_MODELS) {
+          return ty_app_usage_error("conform", "more than %d --model options", TY_TIER_MAX_MODELS);
+        }
+        a.model_args.models[a.model_args.model_count++] = optarg;
+        break;
+      case 'N': {
+        char *end = NULL;
+        long long v = strtoll(optarg, &end, 10);
+        if (!*optarg || *end || v < 1 || v > 100000) {
+          return ty_app_usage_error("conform", "--steps '%s' is not an integer in [1, 100000]",
+                                    optarg);
+        }
+        a.model_args.steps = v;
+        break;
+      }
+      case 'E': {
+        char *end = NULL;
+        a.model_args.tolerance = strtod(optarg, &end);
+        if (!*optarg || *end || !(a.model_args.tolerance > 0)) {
+          return ty_app_usage_error("conform", "--tolerance '%s' is not a positive number",
+                                    optarg);
+        }
+        break;
+      }
       case 'F': a.only_failures = true; break;
       case 'l': a.list = true; break;
       case 'h': fputs(ty_conform_usage, stdout); return TY_EXIT_OK;
@@ -495,9 +603,16 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
   }
   if (a.list) return ty_conform_list(&a);
   if (!a.backend) return ty_app_usage_error("conform", "--backend URI is required");
+  if (!have_seed) a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
+  bool model_tiers = a.tier >= 3 || a.bisect;
+  if (model_tiers) return ty_conform_models_checked(app, &a);
+  if (a.against || a.model_args.model_count || a.model_args.steps || a.model_args.tolerance > 0) {
+    return ty_app_usage_error("conform",
+                              "--against, --model, --steps and --tolerance go with --tier "
+                              "model, --tier step or --bisect");
+  }
   if (ty_conform_each(&a, NULL, NULL) == 0) {
     return ty_app_usage_error("conform", "no case matches --ops, --dtype and --direction");
   }
-  if (!have_seed) a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
   return ty_conform_execute(app, &a);
 }
