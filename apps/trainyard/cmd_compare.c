@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "hal/device_uri.h"
 #include "compare_plot.h"
 #include "graph/compile_cache.h"
 #include "train_config.h"
@@ -347,6 +348,13 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
        tok = strtok_r(NULL, ",", &save)) {
     if (count == TY_COMPARE_MAX) {
       return ty_app_usage_error("compare", "at most %d backends", TY_COMPARE_MAX);
+    }
+    if (ty_device_uri_has_option(tok, "fallback")) {
+      return ty_app_usage_error("compare",
+                                "'%s' asks for a mixed run (fallback=): compare measures each "
+                                "backend's speed and memory, and refuses mixed runs; train it "
+                                "with 'trainyard train' and compare the losses in metrics.jsonl",
+                                tok);
     }
     snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", tok);
     char slug[TY_CFG_WORD_MAX];

@@ -32,7 +32,9 @@ static const char *const ty_forward_usage =
     "  --model DIR      model folder\n"
     "  --tokens FILE    JSON: a list of equal-length lists of token ids\n"
     "  --out FILE       output .safetensors (written atomically)\n"
-    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
+    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu);\n"
+    "                   URI?fallback=cpu runs what the device refuses on cpu\n"
+    "                   (a mixed run for bring-up; its partition goes to stderr)\n"
     "  --dtype D        compute and parameter dtype (default f32)\n"
     "  --grads          also compute parameter gradients\n"
     "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
@@ -125,7 +127,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   int64_t *ids = NULL, B = 0, T = 0;
   TY_RETURN_IF_ERROR(ty_read_tokens(a->tokens_path, config.vocab_size, &ids, &B, &T));
   ty_registry_t *registry = NULL;
-  ty_device_t *device = NULL;
+  ty_device_t *device = NULL, *fallback = NULL;
   ty_graph_t *graph = NULL;
   ty_session_t *session = NULL;
   ty_llm_t model = {0};
@@ -138,10 +140,12 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                       ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
                       : TY_OK;
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_app_device_open("forward", registry, a->backend, &device, NULL);
+  if (!s) s = ty_app_device_open("forward", registry, a->backend, &device, &fallback);
   if (!s) s = ty_forward_graph_build(&config, B, T, a->dtype, a->grads, &graph, &model);
   if (!s && a->dump_graph) s = ty_app_write_graph_dump(graph, a->dump_graph);
-  if (!s) s = ty_session_create(device, graph, NULL, &session);
+  ty_session_options_t so = {.fallback_device = fallback};
+  if (!s) s = ty_session_create(device, graph, &so, &session);
+  if (!s && ty_session_partition(session)) fputs(ty_session_partition(session), stderr);
   if (!s) s = ty_llm_load_weights(&model, session, a->model_dir);
   ty_dtype_t loss_dtype = TY_DTYPE_F32;
   if (!s) {
@@ -205,6 +209,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   ty_session_destroy(session);
   ty_llm_deinit(&model);
   ty_graph_destroy(graph);
+  ty_device_close(fallback);
   ty_device_close(device);
   ty_registry_destroy(registry);
   free(targets);

@@ -34,7 +34,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(data, "dataset folder made by 'trainyard data prepare'"),
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
     TY_S(out, "output folder: checkpoints, metrics.jsonl, TensorBoard events, summary.txt"),
-    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2"),
+    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2; URI?fallback=cpu runs the nodes the "
+                  "device refuses on cpu (a mixed run, for bring-up; never a benchmark)"),
     TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64"),
     TY_I(batch_size, "sequences per micro-batch"),
     TY_I(seq_len, "tokens per sequence (0: the dataset's)"),

@@ -158,6 +158,13 @@ static ty_status_t ty_trainer_bind_batch(ty_trainer_t *t, ty_session_t *s) {
                          n * ty_dtype_size(t->loss_dtype));
 }
 
+/* Bytes a mixed run has copied between its devices so far (0 otherwise). */
+static uint64_t ty_trainer_transfer_bytes(const ty_trainer_t *t) {
+  uint64_t n = ty_session_stats(t->s_train).transfer_bytes;
+  if (t->s_opt) n += ty_session_stats(t->s_opt).transfer_bytes;
+  return n;
+}
+
 /* One optimizer step: grad_accum micro-batches, then the update. */
 static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *out_norm) {
   int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data);
@@ -179,6 +186,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   double loss = 0;
   ty_session_t *opt = t->accum > 1 ? t->s_opt : t->s_train;
+  uint64_t transfer_before = ty_trainer_transfer_bytes(t);
   for (int64_t m = 0; m < t->accum; ++m) {
     int64_t first = t->cursor + m * t->B;
     int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
@@ -205,6 +213,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   double norm = 0;
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
+  t->step_transfer_bytes = ty_trainer_transfer_bytes(t) - transfer_before;
   t->cursor += t->rows_per_step;
   *out_loss = loss;
   *out_norm = norm;
@@ -284,7 +293,8 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
-  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
+  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
+                             .fallback_device = t->fallback};
   ty_status_t s;
   if (c->artifact[0]) {
     s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
@@ -326,6 +336,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_graph_destroy(t->g_eval);
   ty_graph_destroy(t->g_opt);
   ty_graph_destroy(t->g_train);
+  ty_device_close(t->fallback);
   ty_device_close(t->device);
   ty_registry_destroy(t->registry);
   ty_dataset_close(t->train_data);
@@ -397,7 +408,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (!s) s = ty_trainer_open_data(&t);
   if (!s) s = ty_trainer_model_config(&t);
   if (!s) s = ty_app_registry_create(app, &t.registry);
-  if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device, NULL);
+  if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device,
+                                        &t.fallback);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;

@@ -24,6 +24,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,7 @@ class Base(unittest.TestCase):
                 f.write(json.dumps({"ids": ids}) + "\n")
         self.ty("data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
                 str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16",
-                "--val-fraction", "0", "--out", path)
+                "--val-fraction", "0.1", "--out", path)
         return path
 
     def plugin_copy(self, variant):
@@ -210,12 +211,139 @@ class CheckTest(Base):
         self.assertEqual(ops_of_dump(dump + ".txt"), ops)
 
 
+def read_safetensors_f32(path):
+    """{name: [floats]} of the F32 tensors of a .safetensors file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        a, b = info["data_offsets"]
+        raw = blob[8 + n + a:8 + n + b]
+        out[name] = struct.unpack("<%df" % (len(raw) // 4), raw)
+    return out
+
+
+def losses(run_dir, key="loss"):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [(r["step"], r[key]) for r in rows if key in r]
+
+
+class FallbackTest(Base):
+    def train(self, backend, out, *extra, plugin="partial", rc=0):
+        return self.ty("--plugin-path", os.path.join(CFG.bringup_dir, plugin), "train",
+                       "--backend", backend, "--model", self.fixture(), "--data", self.data(),
+                       "--batch-size", "2", "--max-steps", "8", "--dropout", "0.1", "--lr",
+                       "2e-3", "--eval-every", "4", "--out", os.path.join(self.tmp, out),
+                       "--cache-dir", "none", *extra, rc=rc)
+
+    def assert_same_losses(self, a, b, key="loss"):
+        la, lb = losses(os.path.join(self.tmp, a), key), losses(os.path.join(self.tmp, b), key)
+        self.assertEqual([s for s, _ in la], [s for s, _ in lb])
+        self.assertTrue(la)
+        for (step, x), (_, y) in zip(la, lb):
+            self.assertLessEqual(abs(x - y), 1e-6 * abs(y), (key, step, x, y))
+
+    def test_partial_plugin_trains_like_cpu(self):
+        self.train("cpu", "cpu")
+        r = self.train("partial?fallback=cpu", "mixed")
+        self.assert_same_losses("mixed", "cpu")
+        self.assert_same_losses("mixed", "cpu", "val_loss")
+        # The partition, before the first step: gelu and its backward on cpu.
+        self.assertIn("train step partition: mixed run (bring-up only, never a benchmark)",
+                      r.stderr)
+        self.assertRegex(r.stderr, r"segment 2 on cpu:0 +nodes \d+-\d+ \(1\): gelu; 1 values "
+                                   r"\(\d+ bytes\) copied in")
+        self.assertIn("validation partition: mixed run", r.stderr)
+        # Every step says what it copied; metrics.jsonl marks every step.
+        steps = [l for l in r.stderr.splitlines() if l.startswith("Epoch [")]
+        self.assertEqual(len(steps), 8)
+        self.assertTrue(all(re.search(r"\| mixed: [\d.]+ KiB copied$", l) for l in steps), steps)
+        moved = losses(os.path.join(self.tmp, "mixed"), "mixed_transfer_bytes")
+        self.assertEqual(len(moved), 8)
+        self.assertTrue(all(b > 0 for _, b in moved))
+        self.assertEqual(losses(os.path.join(self.tmp, "cpu"), "mixed_transfer_bytes"), [])
+        with open(os.path.join(self.tmp, "mixed", "summary.txt")) as f:
+            summary = f.read()
+        self.assertIn("MIXED RUN: nodes partial:0 refuses ran on cpu:0", summary)
+        self.assertIn("host copies between the devices:", summary)
+        with open(os.path.join(self.tmp, "mixed", "train_config.json")) as f:
+            self.assertEqual(json.load(f)["backend"], "partial?fallback=cpu")
+
+    def test_states_on_the_fallback_and_accumulation(self):
+        """The optimizer and layernorm refused too: weights and moments live on
+        the fallback, the partial plugin reads them through copies; with
+        gradient accumulation a second (optimizer) graph shares them."""
+        self.train("cpu", "cpu", "--grad-accum", "2")
+        r = self.train("partial?fallback=cpu", "mixed", "--grad-accum", "2",
+                       plugin="partial-opt")
+        self.assertIn("optimizer step partition: mixed run", r.stderr)
+        self.assert_same_losses("mixed", "cpu")
+        self.assert_same_losses("mixed", "cpu", "val_loss")
+        a = read_safetensors_f32(os.path.join(self.tmp, "mixed", "checkpoint-8",
+                                              "model.safetensors"))
+        b = read_safetensors_f32(os.path.join(self.tmp, "cpu", "checkpoint-8",
+                                              "model.safetensors"))
+        self.assertEqual(sorted(a), sorted(b))
+        for name in a:
+            pairs = list(zip(a[name], b[name]))
+            if name.endswith("attn.c_attn.bias"):
+                # The key third of the bias has a zero gradient (softmax
+                # ignores a shift shared by all keys): AdamW moves it by the
+                # sign of rounding noise, which differs between kernels.
+                third = len(pairs) // 3
+                pairs = pairs[:third] + pairs[2 * third:]
+            worst = max(abs(x - y) for x, y in pairs)
+            self.assertLessEqual(worst, 1e-6, name)
+
+    def test_forward_mixed(self):
+        tokens = os.path.join(self.tmp, "tokens.json")
+        with open(tokens, "w") as f:
+            json.dump([[1, 5, 9, 20, 3], [3, 3, 7, 0, 11]], f)
+        outs = {}
+        for backend in ("cpu", "partial?fallback=cpu"):
+            out = os.path.join(self.tmp, "%d.safetensors" % len(outs))
+            r = self.ty("--plugin-path", os.path.join(CFG.bringup_dir, "partial"), "forward",
+                        "--backend", backend, "--model", self.fixture(), "--tokens", tokens,
+                        "--grads", "--out", out)
+            outs[backend] = read_safetensors_f32(out)
+        self.assertIn("mixed run", r.stderr)
+        for name, want in outs["cpu"].items():
+            got = outs["partial?fallback=cpu"][name]
+            scale = max(abs(y) for y in want)
+            self.assertLessEqual(max(abs(x - y) for x, y in zip(got, want)), 1e-6 * scale, name)
+
+    def test_never_implicit_and_no_benchmarks(self):
+        r = self.train("partial", "plain", rc=1)
+        self.assertIn("does not support", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "plain", "checkpoint-8")))
+        r = self.ty("--plugin-path", os.path.join(CFG.bringup_dir, "partial"), "compare",
+                    "--backends", "cpu,partial?fallback=cpu", "--model", self.fixture(),
+                    "--data", self.data(), "--steps", "2", "--out",
+                    os.path.join(self.tmp, "cmp"), rc=2)
+        self.assertIn("refuses mixed runs", r.stderr)
+        r = subprocess.run([os.path.join(CFG.bench_dir, "train_bench"), "--backend",
+                            "cpu?fallback=template", "--steps", "1"], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("benchmarks refuse mixed runs", r.stderr)
+        r = self.ty("--plugin-path", os.path.join(CFG.bringup_dir, "partial"), "train",
+                    "--backend", "partial?fallback=nosuch", "--model", self.fixture(), "--data",
+                    self.data(), "--out", os.path.join(self.tmp, "x"), rc=1)
+        self.assertIn("opening the fallback device of 'partial?fallback=nosuch'", r.stderr)
+
+
 def main():
     global CFG
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--bringup-dir", required=True)
+    parser.add_argument("--bench-dir", required=True)
     CFG, rest = parser.parse_known_args()
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
     return 0 if program.result.wasSuccessful() else 1
