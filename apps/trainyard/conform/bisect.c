@@ -68,13 +68,6 @@ typedef struct {
   bool compared;
 } ty_bisect_value_t;
 
-typedef struct {
-  const ty_tier_args_t *args;
-  json_t *rows;
-  uint32_t diverged, agreed, unsupported;
-  char kernels[512]; /* "gelu (f32), ..." of every divergent first node */
-} ty_bisect_t;
-
 /* Errors of every value the graph exposes (errors[v] for ABI value v). */
 static ty_status_t ty_bisect_compare_all(const ty_abi_graph_t *abi, ty_tier_runner_t *dev,
                                          ty_tier_runner_t *ref, ty_bisect_value_t *errors) {
@@ -100,7 +93,7 @@ static ty_status_t ty_bisect_compare_all(const ty_abi_graph_t *abi, ty_tier_runn
 }
 
 /* Reports the first node whose output is beyond `bound`. */
-static void ty_bisect_report(ty_bisect_t *t, const char *model, const ty_abi_graph_t *abi,
+static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_graph_t *abi,
                              const ty_bisect_value_t *errors, double bound, const char *against) {
   const ty_tier_args_t *a = t->args;
   uint32_t first = UINT32_MAX, later = 0, worst_node = 0;
@@ -124,7 +117,7 @@ static void ty_bisect_report(ty_bisect_t *t, const char *model, const ty_abi_gra
                                     (json_int_t)abi->node_count)
                         : NULL;
   if (first == UINT32_MAX) {
-    t->agreed++;
+    t->pass++;
     if (row) {
       json_object_set_new(row, "status", json_string("agrees"));
       json_object_set_new(row, "worst_nmse", json_real(worst));
@@ -135,16 +128,17 @@ static void ty_bisect_report(ty_bisect_t *t, const char *model, const ty_abi_gra
     }
     return;
   }
-  t->diverged++;
+  t->fail++;
   const ty_abi_node_t *node = &abi->nodes[first];
   ty_dtype_t dtype = ty_support_node_dtype(abi, node);
   char shapes[256], attrs[256];
   ty_support_node_shapes(abi, node, shapes, sizeof(shapes));
   ty_bisect_attrs(node, attrs, sizeof(attrs));
-  size_t used = strlen(t->kernels);
-  if (used < sizeof(t->kernels) && !strstr(t->kernels, node->op)) {
-    snprintf(t->kernels + used, sizeof(t->kernels) - used, "%s%s (%s)", used ? ", " : "",
-             node->op, ty_dtype_name(dtype));
+  /* The summary names every first-divergent kernel. */
+  size_t used = strlen(t->note);
+  if (used < sizeof(t->note) && !strstr(t->note, node->op)) {
+    snprintf(t->note + used, sizeof(t->note) - used, "%s%s (%s)",
+             used ? ", " : "; first divergent kernels: ", node->op, ty_dtype_name(dtype));
   }
   if (row) {
     json_object_set_new(row, "status", json_string("diverges"));
@@ -235,40 +229,32 @@ static ty_status_t ty_bisect_same_structure(const ty_lowered_graph_t *dev, const
                                "(casts); bisect against a device instead (--against cpu)");
 }
 
-static ty_status_t ty_bisect_one(ty_bisect_t *t, const ty_tier_model_t *model,
-                                 ty_device_t *device, ty_device_t *against, double bound) {
+static ty_status_t ty_bisect_build(const ty_model_config_t *config, ty_dtype_t dtype,
+                                   ty_graph_t **out_graph, ty_llm_t *out_model) {
+  TY_RETURN_IF_ERROR(ty_forward_graph_build(config, TY_TIER_BATCH, TY_TIER_SEQ, dtype, true,
+                                            out_graph, out_model));
+  return ty_bisect_expose(*out_graph);
+}
+
+static ty_status_t ty_bisect_one(ty_tier_run_t *t, const ty_tier_model_t *model) {
   const ty_tier_args_t *a = t->args;
-  ty_graph_t *g_dev = NULL, *g_ref = NULL;
-  ty_llm_t m_dev, m_ref;
+  ty_tier_pair_t p;
   ty_lowered_graph_t *lowered = NULL;
-  ty_tier_runner_t dev, ref;
-  memset(&dev, 0, sizeof(dev));
-  memset(&ref, 0, sizeof(ref));
   ty_bisect_value_t *errors = NULL;
-  ty_status_t s = ty_forward_graph_build(&model->config, TY_TIER_BATCH, TY_TIER_SEQ, a->dtype,
-                                         true, &g_dev, &m_dev);
-  if (!s) {
-    s = ty_forward_graph_build(&model->config, TY_TIER_BATCH, TY_TIER_SEQ,
-                               against ? a->dtype : TY_DTYPE_F64, true, &g_ref, &m_ref);
-  }
-  if (!s) s = ty_bisect_expose(g_dev);
-  if (!s) s = ty_bisect_expose(g_ref);
-  if (!s) s = ty_graph_lower(g_dev, &lowered);
-  if (!s && !against) s = ty_bisect_same_structure(lowered, g_ref);
-  if (!s) s = ty_tier_runner_create(against, g_ref, &ref);
-  ty_status_t d = s ? TY_OK : ty_tier_runner_create(device, g_dev, &dev);
-  ty_tier_runner_t *both[2] = {&dev, &ref};
-  if (!s && !d) s = ty_tier_bind_weights(&m_dev, a->dtype, a->seed, both, 2);
-  if (!s && !d) s = ty_tier_bind_batch(&model->config, a->seed, 0, both, 2);
-  if (!s && !d) s = ty_tier_runner_run(&ref);
-  if (!s && !d) d = ty_tier_runner_run(&dev);
+  ty_status_t d = TY_OK;
+  ty_status_t s = ty_tier_pair_create(t, model, ty_bisect_build, &p, &d);
+  if (!s) s = ty_graph_lower(p.g_dev, &lowered);
+  if (!s && !t->against) s = ty_bisect_same_structure(lowered, p.g_ref);
+  if (!s && !d) s = ty_tier_bind_batch(&model->config, a->seed, 0, p.both, 2);
+  if (!s && !d) s = ty_tier_runner_run(&p.ref);
+  if (!s && !d) d = ty_tier_runner_run(&p.dev);
   const ty_abi_graph_t *abi = lowered ? ty_lowered_graph_abi(lowered) : NULL;
   if (!s && !d) {
     errors = calloc(abi->value_count ? abi->value_count : 1, sizeof(*errors));
     if (!errors) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (!s && !d) s = ty_bisect_compare_all(abi, &dev, &ref, errors);
-  if (!s && !d) ty_bisect_report(t, model->name, abi, errors, bound, ref.label);
+  if (!s && !d) s = ty_bisect_compare_all(abi, &p.dev, &p.ref, errors);
+  if (!s && !d) ty_bisect_report(t, model->name, abi, errors, t->bound, p.ref.label);
   if (d) {
     t->unsupported++;
     if (a->json) {
@@ -276,59 +262,24 @@ static ty_status_t ty_bisect_one(ty_bisect_t *t, const ty_tier_model_t *model,
                                                model->name, "status", "unsupported", "reason",
                                                ty_status_message(d)));
     } else {
-      printf("%s: cannot run on %s: %s\n", model->name, ty_device_label(device),
+      printf("%s: cannot run on %s: %s\n", model->name, ty_device_label(t->device),
              ty_status_message(d));
     }
     ty_status_free(d);
   }
   free(errors);
-  ty_tier_runner_destroy(&dev);
-  ty_tier_runner_destroy(&ref);
   ty_lowered_graph_destroy(lowered);
-  ty_llm_deinit(&m_dev);
-  ty_llm_deinit(&m_ref);
-  ty_graph_destroy(g_dev);
-  ty_graph_destroy(g_ref);
-  return s ? ty_status_annotate(s, "bisect, %s", model->name) : TY_OK;
+  ty_tier_pair_destroy(&p);
+  return s;
 }
 
 int ty_conform_bisect(ty_device_t *device, ty_device_t *against, const ty_tier_args_t *a) {
-  ty_tier_model_t *models = NULL;
-  uint32_t count = 0;
-  ty_status_t s = ty_tier_models(a, &models, &count);
-  if (s) {
-    int rc = ty_app_usage_error("conform", "%s", ty_status_message(s));
-    ty_status_free(s);
-    return rc;
-  }
   double bound = a->tolerance > 0 ? a->tolerance : ty_bisect_bound(a->dtype);
-  ty_bisect_t t = {.args = a, .rows = a->json ? json_array() : NULL};
-  if (!a->json) {
-    printf("conform --bisect: %s against %s, %u models (forward and backward, every "
-           "intermediate), %s, batch %d x %d, seed %" PRIu64 ", divergence: NMSE > %.0e\n",
-           ty_device_label(device), ty_tier_against_label(against), count,
-           ty_dtype_name(a->dtype), TY_TIER_BATCH, TY_TIER_SEQ, a->seed, bound);
-  }
-  for (uint32_t i = 0; i < count && !s; ++i) s = ty_bisect_one(&t, &models[i], device, against, bound);
-  free(models);
-  if (!s && a->json) {
-    char *text = json_dumps(t.rows, JSON_INDENT(1));
-    if (text) puts(text);
-    else s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing JSON");
-    free(text);
-  }
-  json_decref(t.rows);
-  if (s) return ty_app_fail("conform", s);
-  fprintf(a->json ? stderr : stdout,
-          "summary: bisect on %s against %s: %u models diverge, %u agree, %u unsupported%s%s "
-          "(seed %" PRIu64 ")\n",
-          ty_device_label(device), ty_tier_against_label(against), t.diverged, t.agreed,
-          t.unsupported, t.diverged ? "; first divergent kernels: " : "", t.kernels, a->seed);
-  if (t.diverged) return TY_EXIT_RUNTIME;
-  if (!t.agreed) {
-    fprintf(stderr, "trainyard conform: %s ran none of the models; nothing was compared\n",
-            ty_device_label(device));
-    return TY_EXIT_RUNTIME;
-  }
-  return TY_EXIT_OK;
+  char header[256];
+  snprintf(header, sizeof(header),
+           "conform --bisect: %%s against %%s, %%u models (forward and backward, every "
+           "intermediate), %%s, batch %%d x %%d, seed %%" PRIu64 ", divergence: NMSE > %.0e\n",
+           bound);
+  return ty_tier_drive(device, against, a, bound, header, "", "bisect", "models agree",
+                       "diverge", ty_bisect_one);
 }

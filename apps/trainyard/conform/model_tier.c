@@ -23,13 +23,7 @@ static double ty_model_tier_bound(ty_dtype_t dtype) {
   return dtype == TY_DTYPE_BF16 ? 1e-2 : dtype == TY_DTYPE_F16 ? 3e-4 : 1e-9;
 }
 
-typedef struct {
-  const ty_tier_args_t *args;
-  json_t *rows;
-  uint32_t pass, fail, unsupported;
-} ty_model_tier_t;
-
-static void ty_model_tier_row(ty_model_tier_t *t, const char *model, const char *tensor,
+static void ty_model_tier_row(ty_tier_run_t *t, const char *model, const char *tensor,
                               const char *status, const ty_tier_error_t *e, double bound,
                               const char *reason) {
   if (!strcmp(status, "pass")) t->pass++;
@@ -59,7 +53,7 @@ static void ty_model_tier_row(ty_model_tier_t *t, const char *model, const char 
 }
 
 /* Compares one tensor of both runners. */
-static ty_status_t ty_model_tier_tensor(ty_model_tier_t *t, const char *model, const char *name,
+static ty_status_t ty_model_tier_tensor(ty_tier_run_t *t, const char *model, const char *name,
                                         ty_tier_runner_t *dev, ty_tier_runner_t *ref,
                                         double bound) {
   double *got = NULL, *want = NULL;
@@ -88,104 +82,43 @@ static ty_status_t ty_model_tier_tensor(ty_model_tier_t *t, const char *model, c
 
 /* One model: forward and gradients on both sides. Backend errors become
  * rows (unsupported / fail); only kit errors are returned. */
-static ty_status_t ty_model_tier_one(ty_model_tier_t *t, const ty_tier_model_t *model,
-                                     ty_device_t *device, ty_device_t *against, double bound) {
-  const ty_tier_args_t *a = t->args;
-  ty_graph_t *g_dev = NULL, *g_ref = NULL;
-  ty_llm_t m_dev, m_ref;
-  ty_tier_runner_t dev, ref;
-  memset(&dev, 0, sizeof(dev));
-  memset(&ref, 0, sizeof(ref));
-  ty_status_t s = ty_forward_graph_build(&model->config, TY_TIER_BATCH, TY_TIER_SEQ, a->dtype,
-                                         true, &g_dev, &m_dev);
-  if (!s) {
-    s = ty_forward_graph_build(&model->config, TY_TIER_BATCH, TY_TIER_SEQ,
-                               against ? a->dtype : TY_DTYPE_F64, true, &g_ref, &m_ref);
-  }
-  if (!s) s = ty_tier_runner_create(against, g_ref, &ref);
-  if (!s) {
-    ty_status_t d = ty_tier_runner_create(device, g_dev, &dev);
-    ty_code_t code = ty_status_code(d);
-    if (d) {
-      ty_model_tier_row(t, model->name, "(forward and gradients)",
-                        code == TY_CODE_FAILED_PRECONDITION || code == TY_CODE_UNIMPLEMENTED
-                            ? "unsupported"
-                            : "fail",
-                        NULL, bound, ty_status_message(d));
-      ty_status_free(d);
-      goto done;
-    }
-  }
-  ty_tier_runner_t *both[2] = {&dev, &ref};
-  if (!s) s = ty_tier_bind_weights(&m_dev, a->dtype, a->seed, both, 2);
-  if (!s) s = ty_tier_bind_batch(&model->config, a->seed, 0, both, 2);
-  if (!s) s = ty_tier_runner_run(&ref);
-  if (!s) {
-    ty_status_t d = ty_tier_runner_run(&dev);
-    if (d) {
-      ty_model_tier_row(t, model->name, "(run)", "fail", NULL, bound, ty_status_message(d));
-      ty_status_free(d);
-      goto done;
-    }
-  }
-  if (!s) s = ty_model_tier_tensor(t, model->name, "logits", &dev, &ref, bound);
-  if (!s) s = ty_model_tier_tensor(t, model->name, "loss", &dev, &ref, bound);
-  for (uint32_t p = 0; p < m_dev.param_count && !s; ++p) {
+static ty_status_t ty_model_tier_build(const ty_model_config_t *config, ty_dtype_t dtype,
+                                       ty_graph_t **out_graph, ty_llm_t *out_model) {
+  return ty_forward_graph_build(config, TY_TIER_BATCH, TY_TIER_SEQ, dtype, true, out_graph,
+                                out_model);
+}
+
+static ty_status_t ty_model_tier_one(ty_tier_run_t *t, const ty_tier_model_t *model) {
+  ty_tier_pair_t p;
+  ty_status_t d = TY_OK;
+  ty_status_t s = ty_tier_pair_create(t, model, ty_model_tier_build, &p, &d);
+  if (!s && !d) s = ty_tier_bind_batch(&model->config, t->args->seed, 0, p.both, 2);
+  if (!s && !d) s = ty_tier_runner_run(&p.ref);
+  if (!s && !d) d = ty_tier_runner_run(&p.dev);
+  if (!s && !d) s = ty_model_tier_tensor(t, model->name, "logits", &p.dev, &p.ref, t->bound);
+  if (!s && !d) s = ty_model_tier_tensor(t, model->name, "loss", &p.dev, &p.ref, t->bound);
+  for (uint32_t i = 0; i < p.m_dev.param_count && !s && !d; ++i) {
     char name[TY_LLM_NAME_MAX + 8];
-    snprintf(name, sizeof(name), "grad.%s", m_dev.params[p].name);
-    s = ty_model_tier_tensor(t, model->name, name, &dev, &ref, bound);
+    snprintf(name, sizeof(name), "grad.%s", p.m_dev.params[i].name);
+    s = ty_model_tier_tensor(t, model->name, name, &p.dev, &p.ref, t->bound);
   }
-done:
-  ty_tier_runner_destroy(&dev);
-  ty_tier_runner_destroy(&ref);
-  ty_llm_deinit(&m_dev);
-  ty_llm_deinit(&m_ref);
-  ty_graph_destroy(g_dev);
-  ty_graph_destroy(g_ref);
-  return s ? ty_status_annotate(s, "model tier, %s", model->name) : TY_OK;
+  if (d) {
+    ty_model_tier_row(t, model->name, "(forward and gradients)",
+                      ty_tier_is_unsupported(d) ? "unsupported" : "fail", NULL, t->bound,
+                      ty_status_message(d));
+    ty_status_free(d);
+  }
+  ty_tier_pair_destroy(&p);
+  return s;
 }
 
 int ty_conform_tier_model(ty_device_t *device, ty_device_t *against, const ty_tier_args_t *a) {
-  ty_tier_model_t *models = NULL;
-  uint32_t count = 0;
-  ty_status_t s = ty_tier_models(a, &models, &count);
-  if (s) {
-    int rc = ty_app_usage_error("conform", "%s", ty_status_message(s));
-    ty_status_free(s);
-    return rc;
-  }
-  double bound = a->tolerance > 0 ? a->tolerance : ty_model_tier_bound(a->dtype);
-  ty_model_tier_t t = {.args = a, .rows = a->json ? json_array() : NULL};
-  if (!a->json) {
-    printf("conform --tier model: %s against %s, %u models, %s, batch %d x %d, seed %" PRIu64
-           "\n",
-           ty_device_label(device), ty_tier_against_label(against), count,
-           ty_dtype_name(a->dtype), TY_TIER_BATCH, TY_TIER_SEQ, a->seed);
-    printf("%-10s %-44s %-11s %10s %8s %9s %s\n", "model", "tensor", "status", "nmse", "bound",
-           "max_abs", "at");
-  }
-  for (uint32_t i = 0; i < count && !s; ++i) {
-    s = ty_model_tier_one(&t, &models[i], device, against, bound);
-  }
-  free(models);
-  if (!s && a->json) {
-    char *text = json_dumps(t.rows, JSON_INDENT(1));
-    if (text) puts(text);
-    else s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing JSON");
-    free(text);
-  }
-  json_decref(t.rows);
-  if (s) return ty_app_fail("conform", s);
-  fprintf(a->json ? stderr : stdout,
-          "summary: model tier on %s against %s: %u tensors pass, %u fail, %u models "
-          "unsupported (seed %" PRIu64 ")\n",
-          ty_device_label(device), ty_tier_against_label(against), t.pass, t.fail,
-          t.unsupported, a->seed);
-  if (t.fail) return TY_EXIT_RUNTIME;
-  if (!t.pass) {
-    fprintf(stderr, "trainyard conform: %s ran none of the models; nothing was checked\n",
-            ty_device_label(device));
-    return TY_EXIT_RUNTIME;
-  }
-  return TY_EXIT_OK;
+  char columns[128];
+  snprintf(columns, sizeof(columns), "%-10s %-44s %-11s %10s %8s %9s %s\n", "model", "tensor",
+           "status", "nmse", "bound", "max_abs", "at");
+  return ty_tier_drive(device, against, a,
+                       a->tolerance > 0 ? a->tolerance : ty_model_tier_bound(a->dtype),
+                       "conform --tier model: %s against %s, %u models, %s, batch %d x %d, "
+                       "seed %" PRIu64 "\n",
+                       columns, "model tier", "tensors pass", "fail", ty_model_tier_one);
 }

@@ -49,40 +49,28 @@ static ty_status_t ty_step_tier_scalar(ty_tier_runner_t *r, const char *name, do
   return TY_OK;
 }
 
-typedef struct {
-  const ty_tier_args_t *args;
-  json_t *rows;
-  uint32_t pass, fail, unsupported;
-} ty_step_tier_t;
-
-static ty_status_t ty_step_tier_one(ty_step_tier_t *t, const ty_tier_model_t *model,
-                                    ty_device_t *device, ty_device_t *against, double bound) {
-  const ty_tier_args_t *a = t->args;
+static ty_status_t ty_step_tier_build(const ty_model_config_t *config, ty_dtype_t dtype,
+                                      ty_graph_t **out_graph, ty_llm_t *out_model) {
   ty_train_config_t cfg;
   ty_train_config_defaults(&cfg);
-  ty_graph_t *g_dev = NULL, *g_ref = NULL;
-  ty_llm_t m_dev, m_ref;
-  ty_tier_runner_t dev, ref;
-  memset(&dev, 0, sizeof(dev));
-  memset(&ref, 0, sizeof(ref));
-  ty_status_t s = ty_train_graph_build(&cfg, &model->config, TY_TIER_BATCH, TY_TIER_SEQ, a->dtype,
-                                       TY_TRAIN_GRAPH_STEP, &g_dev, &m_dev);
-  if (!s) {
-    s = ty_train_graph_build(&cfg, &model->config, TY_TIER_BATCH, TY_TIER_SEQ,
-                             against ? a->dtype : TY_DTYPE_F64, TY_TRAIN_GRAPH_STEP, &g_ref,
-                             &m_ref);
-  }
-  if (!s) s = ty_tier_runner_create(against, g_ref, &ref);
-  ty_status_t d = s ? TY_OK : ty_tier_runner_create(device, g_dev, &dev);
-  ty_tier_runner_t *both[2] = {&dev, &ref};
-  if (!s && !d) s = ty_tier_bind_weights(&m_dev, a->dtype, a->seed, both, 2);
+  return ty_train_graph_build(&cfg, config, TY_TIER_BATCH, TY_TIER_SEQ, dtype,
+                              TY_TRAIN_GRAPH_STEP, out_graph, out_model);
+}
+
+static ty_status_t ty_step_tier_one(ty_tier_run_t *t, const ty_tier_model_t *model) {
+  const ty_tier_args_t *a = t->args;
+  double bound = t->bound;
+  ty_tier_pair_t p;
+  ty_status_t d = TY_OK;
+  ty_status_t s = ty_tier_pair_create(t, model, ty_step_tier_build, &p, &d);
+  ty_tier_runner_t *const *both = p.both;
   double worst = 0.0;
   for (int64_t step = 0; step < a->steps && !s && !d; ++step) {
     double loss[2], norm[2];
     s = ty_tier_bind_batch(&model->config, a->seed, (uint64_t)step, both, 2);
     if (!s) s = ty_step_tier_hparams(both, step);
-    if (!s) s = ty_tier_runner_run(&ref);
-    if (!s) d = ty_tier_runner_run(&dev);
+    if (!s) s = ty_tier_runner_run(&p.ref);
+    if (!s) d = ty_tier_runner_run(&p.dev);
     for (int r = 0; r < 2 && !s && !d; ++r) {
       s = ty_step_tier_scalar(both[r], "loss", &loss[r]);
       if (!s) s = ty_step_tier_scalar(both[r], "grad_norm", &norm[r]);
@@ -112,8 +100,7 @@ static ty_status_t ty_step_tier_one(ty_step_tier_t *t, const ty_tier_model_t *mo
     }
   }
   if (d) {
-    ty_code_t code = ty_status_code(d);
-    bool unsupported = code == TY_CODE_FAILED_PRECONDITION || code == TY_CODE_UNIMPLEMENTED;
+    bool unsupported = ty_tier_is_unsupported(d);
     if (unsupported) {
       t->unsupported++;
     } else {
@@ -133,56 +120,19 @@ static ty_status_t ty_step_tier_one(ty_step_tier_t *t, const ty_tier_model_t *mo
     printf("%-10s worst relative loss gap %.2e over %" PRId64 " steps\n", model->name, worst,
            a->steps);
   }
-  ty_tier_runner_destroy(&dev);
-  ty_tier_runner_destroy(&ref);
-  ty_llm_deinit(&m_dev);
-  ty_llm_deinit(&m_ref);
-  ty_graph_destroy(g_dev);
-  ty_graph_destroy(g_ref);
-  return s ? ty_status_annotate(s, "step tier, %s", model->name) : TY_OK;
+  ty_tier_pair_destroy(&p);
+  return s;
 }
 
 int ty_conform_tier_step(ty_device_t *device, ty_device_t *against, const ty_tier_args_t *a) {
-  ty_tier_model_t *models = NULL;
-  uint32_t count = 0;
-  ty_status_t s = ty_tier_models(a, &models, &count);
-  if (s) {
-    int rc = ty_app_usage_error("conform", "%s", ty_status_message(s));
-    ty_status_free(s);
-    return rc;
-  }
-  double bound = a->tolerance > 0 ? a->tolerance : ty_step_tier_bound(a->dtype);
-  ty_step_tier_t t = {.args = a, .rows = a->json ? json_array() : NULL};
-  if (!a->json) {
-    printf("conform --tier step: %s against %s, %u models x %" PRId64 " AdamW steps (lr 1e-2, "
-           "clip 1), %s, batch %d x %d, seed %" PRIu64 "\n",
-           ty_device_label(device), ty_tier_against_label(against), count, a->steps,
-           ty_dtype_name(a->dtype), TY_TIER_BATCH, TY_TIER_SEQ, a->seed);
-    printf("%-10s %4s %-5s %14s %14s %10s %8s %12s %12s\n", "model", "step", "", "loss",
-           "against", "rel_gap", "bound", "grad_norm", "against");
-  }
-  for (uint32_t i = 0; i < count && !s; ++i) {
-    s = ty_step_tier_one(&t, &models[i], device, against, bound);
-  }
-  free(models);
-  if (!s && a->json) {
-    char *text = json_dumps(t.rows, JSON_INDENT(1));
-    if (text) puts(text);
-    else s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing JSON");
-    free(text);
-  }
-  json_decref(t.rows);
-  if (s) return ty_app_fail("conform", s);
-  fprintf(a->json ? stderr : stdout,
-          "summary: step tier on %s against %s: %u steps pass, %u fail, %u models unsupported "
-          "(seed %" PRIu64 ")\n",
-          ty_device_label(device), ty_tier_against_label(against), t.pass, t.fail,
-          t.unsupported, a->seed);
-  if (t.fail) return TY_EXIT_RUNTIME;
-  if (!t.pass) {
-    fprintf(stderr, "trainyard conform: %s ran none of the models; nothing was checked\n",
-            ty_device_label(device));
-    return TY_EXIT_RUNTIME;
-  }
-  return TY_EXIT_OK;
+  char header[256], columns[160];
+  snprintf(header, sizeof(header),
+           "conform --tier step: %%s against %%s, %%u models x %" PRId64 " AdamW steps (lr "
+           "1e-2, clip 1), %%s, batch %%d x %%d, seed %%" PRIu64 "\n",
+           a->steps);
+  snprintf(columns, sizeof(columns), "%-10s %4s %-5s %14s %14s %10s %8s %12s %12s\n", "model",
+           "step", "", "loss", "against", "rel_gap", "bound", "grad_norm", "against");
+  return ty_tier_drive(device, against, a,
+                       a->tolerance > 0 ? a->tolerance : ty_step_tier_bound(a->dtype), header,
+                       columns, "step tier", "steps pass", "fail", ty_step_tier_one);
 }

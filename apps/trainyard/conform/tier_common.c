@@ -2,11 +2,13 @@
  * and bisect tiers (tier_common.h). */
 #include "conform/tier_common.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "app.h"
 #include "hal/dtype.h"
 
 /* Tiny configs of every family the models/ folder builds, as Hugging Face
@@ -270,4 +272,79 @@ ty_tier_error_t ty_tier_compare(const double *got, const double *want, int64_t n
 
 const char *ty_tier_against_label(ty_device_t *against) {
   return against ? ty_device_label(against) : "reference (f64)";
+}
+
+int ty_tier_drive(ty_device_t *device, ty_device_t *against, const ty_tier_args_t *a,
+                  double bound, const char *header, const char *columns, const char *what,
+                  const char *agree, const char *disagree, ty_tier_model_fn_t fn) {
+  ty_tier_model_t *models = NULL;
+  uint32_t count = 0;
+  ty_status_t s = ty_tier_models(a, &models, &count);
+  if (s) {
+    int rc = ty_app_usage_error("conform", "%s", ty_status_message(s));
+    ty_status_free(s);
+    return rc;
+  }
+  ty_tier_run_t run = {.args = a, .device = device, .against = against, .bound = bound,
+                       .rows = a->json ? json_array() : NULL};
+  if (!a->json) {
+    printf(header, ty_device_label(device), ty_tier_against_label(against), count,
+           ty_dtype_name(a->dtype), TY_TIER_BATCH, TY_TIER_SEQ, a->seed);
+    fputs(columns, stdout);
+  }
+  for (uint32_t i = 0; i < count && !s; ++i) {
+    s = ty_status_annotate(fn(&run, &models[i]), "%s, %s", what, models[i].name);
+  }
+  free(models);
+  if (!s && a->json) {
+    char *text = json_dumps(run.rows, JSON_INDENT(1));
+    if (text) puts(text);
+    else s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory writing JSON");
+    free(text);
+  }
+  json_decref(run.rows);
+  if (s) return ty_app_fail("conform", s);
+  fprintf(a->json ? stderr : stdout,
+          "summary: %s on %s against %s: %u %s, %u %s, %u models unsupported (seed %" PRIu64
+          ")%s\n",
+          what, ty_device_label(device), ty_tier_against_label(against), run.pass, agree,
+          run.fail, disagree, run.unsupported, a->seed, run.note);
+  if (run.fail) return TY_EXIT_RUNTIME;
+  if (!run.pass) {
+    fprintf(stderr, "trainyard conform: %s ran none of the models; nothing was checked\n",
+            ty_device_label(device));
+    return TY_EXIT_RUNTIME;
+  }
+  return TY_EXIT_OK;
+}
+
+ty_status_t ty_tier_pair_create(const ty_tier_run_t *run, const ty_tier_model_t *model,
+                                ty_tier_build_fn_t build, ty_tier_pair_t *p,
+                                ty_status_t *out_device_error) {
+  memset(p, 0, sizeof(*p));
+  p->both[0] = &p->dev;
+  p->both[1] = &p->ref;
+  *out_device_error = TY_OK;
+  ty_dtype_t dtype = run->args->dtype;
+  TY_RETURN_IF_ERROR(build(&model->config, dtype, &p->g_dev, &p->m_dev));
+  TY_RETURN_IF_ERROR(build(&model->config, run->against ? dtype : TY_DTYPE_F64, &p->g_ref,
+                           &p->m_ref));
+  TY_RETURN_IF_ERROR(ty_tier_runner_create(run->against, p->g_ref, &p->ref));
+  *out_device_error = ty_tier_runner_create(run->device, p->g_dev, &p->dev);
+  if (*out_device_error) return TY_OK;
+  return ty_tier_bind_weights(&p->m_dev, dtype, run->args->seed, p->both, 2);
+}
+
+void ty_tier_pair_destroy(ty_tier_pair_t *p) {
+  ty_tier_runner_destroy(&p->dev);
+  ty_tier_runner_destroy(&p->ref);
+  ty_llm_deinit(&p->m_dev);
+  ty_llm_deinit(&p->m_ref);
+  ty_graph_destroy(p->g_dev);
+  ty_graph_destroy(p->g_ref);
+}
+
+bool ty_tier_is_unsupported(ty_status_t device_error) {
+  ty_code_t code = ty_status_code(device_error);
+  return code == TY_CODE_FAILED_PRECONDITION || code == TY_CODE_UNIMPLEMENTED;
 }

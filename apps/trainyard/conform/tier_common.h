@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "conform/tiers.h"
 #include "graph/conform.h"
 #include "graph/session.h"
@@ -70,5 +72,59 @@ ty_tier_error_t ty_tier_compare(const double *got, const double *want, int64_t n
 
 /* "reference (f64)" or the device's label. */
 const char *ty_tier_against_label(ty_device_t *against);
+
+/* One run of a tier over the models: its rows (with --json) and counts.
+ * `pass` counts what agreed (tensors, steps, models), `fail` what did not,
+ * `unsupported` the models the backend could not run; `note` ends the
+ * summary line. */
+typedef struct ty_tier_run_t {
+  const ty_tier_args_t *args;
+  ty_device_t *device, *against;
+  double bound;
+  json_t *rows;
+  uint32_t pass, fail, unsupported;
+  char note[512];
+} ty_tier_run_t;
+
+/* A model's graph on both sides, with weights bound. */
+typedef struct ty_tier_pair_t {
+  ty_graph_t *g_dev, *g_ref;
+  ty_llm_t m_dev, m_ref;
+  ty_tier_runner_t dev, ref;
+  ty_tier_runner_t *both[2]; /* {&dev, &ref} */
+} ty_tier_pair_t;
+
+/* Builds a tier's graph of a model in a dtype. */
+typedef ty_status_t (*ty_tier_build_fn_t)(const ty_model_config_t *config, ty_dtype_t dtype,
+                                          ty_graph_t **out_graph, ty_llm_t *out_model);
+
+/* Builds the graph for the device (the run's dtype) and for the other side
+ * (the same dtype, or f64 for the reference), makes the other side's runner,
+ * then the device's, and binds the run's weights to both. The device's own
+ * error (it refuses or fails to compile the graph) goes to
+ * *out_device_error; only kit errors are returned. Destroy *out either way. */
+ty_status_t ty_tier_pair_create(const ty_tier_run_t *run, const ty_tier_model_t *model,
+                                ty_tier_build_fn_t build, ty_tier_pair_t *out,
+                                ty_status_t *out_device_error);
+void ty_tier_pair_destroy(ty_tier_pair_t *pair);
+
+/* Whether a device error means the backend refused the graph (unsupported)
+ * rather than failed it. */
+bool ty_tier_is_unsupported(ty_status_t device_error);
+
+/* What a tier does for one model; backend errors are rows, only kit
+ * errors are returned. */
+typedef ty_status_t (*ty_tier_model_fn_t)(ty_tier_run_t *run, const ty_tier_model_t *model);
+
+/* Runs a tier: resolves the models (a usage error for a bad --model),
+ * prints `header` (a printf format taking the device, the other side, the
+ * model count, the dtype, B, T and the seed) and `columns` unless --json,
+ * calls `fn` per model, prints the JSON rows and the summary line
+ * "summary: <what> on D against A: P <agree>, F <disagree>, U models
+ * unsupported (seed S)<note>", and returns the exit code: 1 on a failure or
+ * when no model ran, else 0. */
+int ty_tier_drive(ty_device_t *device, ty_device_t *against, const ty_tier_args_t *a,
+                  double bound, const char *header, const char *columns, const char *what,
+                  const char *agree, const char *disagree, ty_tier_model_fn_t fn);
 
 #endif /* TY_APPS_TRAINYARD_CONFORM_TIER_COMMON_H_ */
