@@ -47,5 +47,6 @@ install(FILES "${CMAKE_BINARY_DIR}/sdk/trainyard-plugin.pc" DESTINATION "${TY_PC
 install(FILES "${CMAKE_SOURCE_DIR}/docs/plugin-abi.md" "${CMAKE_SOURCE_DIR}/docs/ops.md"
         DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 install(DIRECTORY "${CMAKE_SOURCE_DIR}/examples/out-of-tree-plugin"
-        DESTINATION "${CMAKE_INSTALL_DOCDIR}/examples")
+        DESTINATION "${CMAKE_INSTALL_DOCDIR}/examples"
+        PATTERN "build*" EXCLUDE PATTERN "*.so" EXCLUDE)
 install(FILES "${TY_TEMPLATE_SOURCE}" DESTINATION "${CMAKE_INSTALL_DOCDIR}/examples/template")
