@@ -22,9 +22,10 @@
 #include "compare_plot.h"
 #include "files/out_paths.h"
 #include "files/run_folder.h"
-#include "stop_signals.h"
 #include "graph/compile_cache.h"
+#include "hal/device_uri.h"
 #include "metrics/jsonl.h"
+#include "stop_signals.h"
 #include "train_config.h"
 #include "trainer.h"
 
@@ -424,6 +425,15 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
     if (strlen(uri) >= sizeof(runs[count].uri)) {
       ty_app_list_free(&list);
       return ty_app_usage_error("compare", "--backends: URI %zu is too long", i + 1);
+    }
+    if (ty_device_uri_has_option(uri, "fallback")) {
+      rc = ty_app_usage_error("compare",
+                              "'%s' asks for a mixed run (fallback=): compare measures each "
+                              "backend's speed and memory, and refuses mixed runs; train it "
+                              "with 'trainyard train' and compare the losses in metrics.jsonl",
+                              uri);
+      ty_app_list_free(&list); /* after the message: it names an item */
+      return rc;
     }
     snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", uri);
     char slug[TY_CFG_WORD_MAX];

@@ -35,7 +35,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(data, "dataset folder made by 'trainyard data prepare'"),
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
     TY_S(out, "output folder: checkpoints, metrics.jsonl, TensorBoard events, summary.txt"),
-    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2"),
+    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2; URI?fallback=cpu runs the nodes the "
+                  "device refuses on cpu (a mixed run, for bring-up; never a benchmark)"),
     TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64"),
     TY_I(batch_size, "sequences per micro-batch"),
     TY_I(seq_len, "tokens per sequence: must be the dataset's (a check; 0: take the "
@@ -78,6 +79,8 @@ static const ty_opt_t ty_opts[] = {
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
     TY_B(allow_nonfinite, "load weights holding NaN or infinity (a loud warning instead of an "
                           "error; the first step then stops on a non-finite loss)"),
+    TY_S(dump_graph, "write the train step's graph as canonical text (P.txt) and Graphviz "
+                     "dot (P.dot)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),

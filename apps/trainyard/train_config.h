@@ -46,6 +46,7 @@ typedef struct ty_train_config_t {
   char artifact[TY_CFG_PATH_MAX];  /* load the train step from this artifact, or "" */
   char cache_dir[TY_CFG_PATH_MAX]; /* on-disk compile cache; "" for none */
   bool retry_failed;               /* compile again over a cached failure */
+  char dump_graph[TY_CFG_PATH_MAX]; /* write the step's graph to P.txt and P.dot, or "" */
   /* loading */
   bool allow_nonfinite;            /* load NaN/Inf weights with a warning */
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The

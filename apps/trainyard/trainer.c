@@ -159,6 +159,13 @@ static ty_status_t ty_trainer_bind_batch(ty_trainer_t *t, ty_session_t *s) {
                          n * ty_dtype_size(t->loss_dtype));
 }
 
+/* Bytes a mixed run has copied between its devices so far (0 otherwise). */
+static uint64_t ty_trainer_transfer_bytes(const ty_trainer_t *t) {
+  uint64_t n = ty_session_stats(t->s_train).transfer_bytes;
+  if (t->s_opt) n += ty_session_stats(t->s_opt).transfer_bytes;
+  return n;
+}
+
 /* One optimizer step: grad_accum micro-batches, then the update. */
 static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *out_norm) {
   int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data);
@@ -180,6 +187,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   double loss = 0;
   ty_session_t *opt = t->accum > 1 ? t->s_opt : t->s_train;
+  uint64_t transfer_before = ty_trainer_transfer_bytes(t);
   for (int64_t m = 0; m < t->accum; ++m) {
     int64_t first = t->cursor + m * t->B;
     int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
@@ -206,6 +214,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   double norm = 0;
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
+  t->step_transfer_bytes = ty_trainer_transfer_bytes(t) - transfer_before;
   t->cursor += t->rows_per_step;
   *out_loss = loss;
   *out_norm = norm;
@@ -287,23 +296,14 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
   return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
 }
 
-/* Weights, gradients and optimizer state against the device's memory,
- * before a graph of an impossible size is built. */
-static ty_status_t ty_trainer_check_memory(const ty_trainer_t *t) {
-  uint64_t extra = ty_dtype_size(t->dtype);               /* gradients */
-  extra += strcmp(t->cfg.optimizer, "sgd") == 0 ? 4 : 8;  /* f32 moments */
-  if (t->accum > 1) extra += 4;                           /* f32 accumulators */
-  return ty_llm_check_memory(&t->model_config, t->dtype, extra,
-                             ty_device_info(t->device)->memory_bytes,
-                             ty_device_label(t->device));
-}
-
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
-  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
+  if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
+  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
+                             .fallback_device = t->fallback};
   ty_status_t s;
   if (c->artifact[0]) {
     s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
@@ -346,6 +346,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_graph_destroy(t->g_eval);
   ty_graph_destroy(t->g_opt);
   ty_graph_destroy(t->g_train);
+  ty_device_close(t->fallback);
   ty_device_close(t->device);
   ty_registry_destroy(t->registry);
   ty_dataset_close(t->train_data);
@@ -361,14 +362,26 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_run_folder_close(t->run); /* last: the lock lasts as long as the run */
 }
 
-/* The run folder may not be, or lie inside, what the run reads. */
+/* The run folder and the --dump-graph files may not be, or lie inside,
+ * what the run reads. */
 static ty_status_t ty_trainer_check_out(const ty_train_config_t *c) {
+  bool resume_path = c->resume[0] && strcmp(c->resume, "latest") && strcmp(c->resume, "auto");
   const ty_path_arg_t inputs[] = {{"--data", c->data},
                                   {"--model", c->model},
                                   {"--tokenizer", c->tokenizer},
-                                  {"--artifact", c->artifact}};
+                                  {"--artifact", c->artifact},
+                                  {"--resume", resume_path ? c->resume : NULL}};
+  const size_t n = sizeof(inputs) / sizeof(inputs[0]);
   ty_out_path_t out = {.option = "--out", .path = c->out, .creates_parents = true};
-  return ty_out_path_check(&out, inputs, sizeof(inputs) / sizeof(inputs[0]));
+  TY_RETURN_IF_ERROR(ty_out_path_check(&out, inputs, n));
+  for (int k = 0; c->dump_graph[0] && k < 2; ++k) {
+    char path[TY_CFG_PATH_MAX + 8];
+    snprintf(path, sizeof(path), "%s%s", c->dump_graph, k ? ".dot" : ".txt");
+    ty_out_path_t dump = {.option = "--dump-graph", .path = path, .what = "graph dump",
+                          .creates_parents = true};
+    TY_RETURN_IF_ERROR(ty_out_path_check(&dump, inputs, n));
+  }
+  return TY_OK;
 }
 
 /* Initial weights: a resumed checkpoint, the model to fine-tune, or fresh. */
@@ -414,8 +427,11 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     s = ty_llm_check_weights(&t.model_config, resume_dir[0] ? resume_dir : config->model);
   }
   if (!s) s = ty_app_registry_create(app, &t.registry);
-  if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
-  if (!s) s = ty_trainer_check_memory(&t);
+  if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device,
+                                        &t.fallback);
+  /* Weights, gradients and optimizer state against the device's memory,
+   * before a graph of an impossible size is built. */
+  if (!s) s = ty_train_graph_check_memory(config, &t.model_config, t.dtype, true, t.device);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;

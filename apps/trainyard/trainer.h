@@ -21,6 +21,8 @@ typedef struct ty_trainer_t {
   char model_source[TY_CFG_PATH_MAX]; /* folder the weights came from, or "" */
   ty_registry_t *registry;
   ty_device_t *device;
+  ty_device_t *fallback; /* `--backend URI?fallback=URI2`: a mixed run, or NULL */
+  uint64_t step_transfer_bytes; /* a mixed run's host copies in the last step */
   ty_dataset_t *train_data, *val_data;
   ty_dtype_t dtype, loss_dtype;
   int64_t B, T, accum;

@@ -558,6 +558,16 @@ class OutputGuardTest(Base):
         self.refused(["compare", "--backends", "cpu,cpu", "--steps", "1", "--preset", "gpt2-tiny",
                       "--data", data, "--out", os.path.join(data, "cmp")],
                      "lies inside the --data folder")
+        # --dump-graph (train, compile, check) writes P.txt and P.dot: not into an input.
+        graph = os.path.join(self.model, "graph")
+        self.refused(["train", "--model", self.model, "--data", data, "--max-steps", "1",
+                      "--out", os.path.join(self.tmp, "run"), "--dump-graph", graph],
+                     "--dump-graph %s.txt lies inside the --model folder" % graph)
+        self.refused(comp + ["--out", os.path.join(self.tmp, "a.tyart"), "--dump-graph", graph],
+                     "--dump-graph %s.txt lies inside the --model folder" % graph)
+        self.refused(["check", "--backend", "cpu", "--model", self.model, "--dump-graph",
+                      os.path.join(self.model, "g")],
+                     "--dump-graph %s/g-forward.txt lies inside the --model folder" % self.model)
         self.assert_inputs_untouched()
 
 
