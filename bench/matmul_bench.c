@@ -40,6 +40,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
+#include "bench_mixed.h"
 #include "graph/graph.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -362,6 +363,7 @@ int main(int argc, char **argv) {
       blocked_dir = argv[++i];
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc && device_count < 8) {
       devices[device_count++] = argv[++i];
+      if (ty_bench_refuses_mixed("matmul_bench", devices[device_count - 1])) return 2;
     } else {
       fprintf(stderr,
               "usage: matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR] "

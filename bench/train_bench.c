@@ -34,6 +34,7 @@
 #include <omp.h>
 #endif
 
+#include "bench_mixed.h"
 #include "graph/graph.h"
 #include "graph/session.h"
 #include "graph/train_step.h"
@@ -305,6 +306,7 @@ int main(int argc, char **argv) {
     snprintf(uri, sizeof(uri), "cpu?threads=%d", o.threads);
     o.uri = uri;
   }
+  if (ty_bench_refuses_mixed("train_bench", o.uri)) return 2;
   printf("threads:    %d (of %d cores)\n", o.threads, cores);
   ty_status_t s = run_bench(&o);
   if (s) {

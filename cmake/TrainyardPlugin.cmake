@@ -1,35 +1,92 @@
-# ty_add_backend_plugin(NAME SOURCES...)
+# The plugin SDK inside the Trainyard build: the SDK headers, generated into
+# <build>/include/trainyard/ exactly as they are installed, and
+# ty_add_backend_plugin(), the in-tree wrapper of the installed
+# trainyard_add_backend_plugin() (cmake/TrainyardPluginHelpers.cmake).
 #
-# Builds libty_backend_<NAME>.so as a MODULE library in the build tree's
-# plugin folder and installs it to <prefix>/lib/trainyard/backends. The plugin
-# sees one include folder holding only hal/backend_abi.h, exports only
-# ty_backend_query (hidden visibility), and must not leave symbols undefined
-# (so it cannot quietly depend on the Trainyard core).
-set(TY_PLUGIN_INCLUDE_DIR "${CMAKE_BINARY_DIR}/plugin-include")
-configure_file("${CMAKE_SOURCE_DIR}/hal/backend_abi.h"
-               "${TY_PLUGIN_INCLUDE_DIR}/hal/backend_abi.h" COPYONLY)
+# In-tree plugins are built the way an out-of-tree plugin is: the template
+# sees only <build>/include (trainyard/*.h) through Trainyard::plugin, so a
+# header it needs that the SDK lacks fails here, not for a plugin author.
 
+# <build>/include mirrors <prefix>/include, and <build>/bin mirrors
+# <prefix>/bin, so `trainyard --version` finds the headers beside itself in
+# either tree.
+set(TY_PLUGIN_INCLUDE_DIR "${CMAKE_BINARY_DIR}/include")
+
+# SDK header -> its source. Each is copied to include/trainyard/<name> with
+# its own includes of other SDK headers ("hal/x.h", "backends/common/x.h")
+# rewritten to "trainyard/x.h"; an include of anything else is a configure
+# error, so the SDK stays self-contained.
+set(TY_SDK_HEADERS
+  "backend_abi.h=hal/backend_abi.h"
+  "half.h=hal/half.h"
+  "philox.h=hal/philox.h"
+  "abi_graph.h=backends/common/abi_graph.h"
+  "host_buffers.h=backends/common/host_buffers.h"
+  "host_executor.h=backends/common/host_executor.h"
+  "host_profile.h=backends/common/host_profile.h"
+  "memory_plan.h=backends/common/memory_plan.h"
+  "plugin_status.h=backends/common/plugin_status.h"
+  "sha256.h=backends/common/sha256.h")
+
+set(TY_SDK_HEADER_FILES "")
+file(MAKE_DIRECTORY "${TY_PLUGIN_INCLUDE_DIR}/trainyard")
+set(_ty_sdk_names "")
+foreach(entry IN LISTS TY_SDK_HEADERS)
+  string(REPLACE "=" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(APPEND _ty_sdk_names "${name}")
+endforeach()
+foreach(entry IN LISTS TY_SDK_HEADERS)
+  string(REPLACE "=" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 source)
+  set(src "${CMAKE_SOURCE_DIR}/${source}")
+  set_property(DIRECTORY "${CMAKE_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${src}")
+  file(READ "${src}" text)
+  string(REGEX REPLACE "#include \"(hal|backends/common)/([a-z0-9_]+\\.h)\""
+         "#include \"trainyard/\\2\"" text "${text}")
+  string(REGEX MATCHALL "#include \"[^\"]*\"" includes "${text}")
+  foreach(inc IN LISTS includes)
+    string(REGEX REPLACE "#include \"trainyard/([^\"]*)\"" "\\1" included "${inc}")
+    if(included STREQUAL inc OR NOT included IN_LIST _ty_sdk_names)
+      message(FATAL_ERROR "SDK header ${source} has ${inc}, which is not an SDK header: "
+                          "an installed plugin could not compile it (cmake/TrainyardPlugin.cmake)")
+    endif()
+  endforeach()
+  set(dst "${TY_PLUGIN_INCLUDE_DIR}/trainyard/${name}")
+  file(WRITE "${CMAKE_BINARY_DIR}/CMakeFiles/ty_sdk_${name}.tmp" "${text}")
+  file(COPY_FILE "${CMAKE_BINARY_DIR}/CMakeFiles/ty_sdk_${name}.tmp" "${dst}" ONLY_IF_DIFFERENT)
+  list(APPEND TY_SDK_HEADER_FILES "${dst}")
+endforeach()
+
+# The plugin ABI version, read from the one header that defines it.
+file(STRINGS "${CMAKE_SOURCE_DIR}/hal/backend_abi.h" _ty_abi_lines
+     REGEX "^#define TY_ABI_M(AJOR|INOR) ")
+string(REGEX MATCH "TY_ABI_MAJOR ([0-9]+)" _ "${_ty_abi_lines}")
+set(TY_ABI_MAJOR_VALUE ${CMAKE_MATCH_1})
+string(REGEX MATCH "TY_ABI_MINOR ([0-9]+)" _ "${_ty_abi_lines}")
+set(TY_ABI_MINOR_VALUE ${CMAKE_MATCH_1})
+
+set(TRAINYARD_PLUGIN_SUBDIR "${TY_PLUGIN_SUBDIR}")
+set(TRAINYARD_SANITIZE "${TY_SANITIZE}")
+include("${CMAKE_CURRENT_LIST_DIR}/TrainyardPluginHelpers.cmake")
+
+# ty_add_backend_plugin(NAME SOURCES... [OUTPUT_DIR DIR] [NO_INSTALL]):
+# trainyard_add_backend_plugin with the build tree's plugin folder as the
+# default OUTPUT_DIR. Installed in-tree plugins are recorded in a global
+# property that becomes TY_TEST_INTREE_PLUGINS (tests expect exactly these).
 function(ty_add_backend_plugin NAME)
   cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIR" "SOURCES" ${ARGN})
-  set(target ty_backend_${NAME})
-  add_library(${target} MODULE ${ARG_SOURCES} ${ARG_UNPARSED_ARGUMENTS})
   if(NOT ARG_OUTPUT_DIR)
     set(ARG_OUTPUT_DIR "${TY_PLUGIN_OUTPUT_DIR}")
   endif()
-  set_target_properties(${target} PROPERTIES
-    PREFIX "lib"
-    OUTPUT_NAME "ty_backend_${NAME}"
-    LIBRARY_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIR}"
-    C_VISIBILITY_PRESET hidden
-    VISIBILITY_INLINES_HIDDEN ON)
-  target_include_directories(${target} PRIVATE "${TY_PLUGIN_INCLUDE_DIR}")
-  # Sanitizer runtimes leave symbols undefined in shared objects by design.
-  if(NOT TY_SANITIZE)
-    target_link_options(${target} PRIVATE "LINKER:-z,defs")
+  set(install_arg "")
+  if(ARG_NO_INSTALL)
+    set(install_arg NO_INSTALL)
   endif()
+  trainyard_add_backend_plugin(${NAME} SOURCES ${ARG_SOURCES} ${ARG_UNPARSED_ARGUMENTS}
+                               OUTPUT_DIR "${ARG_OUTPUT_DIR}" ${install_arg})
   if(NOT ARG_NO_INSTALL)
-    install(TARGETS ${target} LIBRARY DESTINATION "${TY_PLUGIN_SUBDIR}")
-    # The in-tree plugins of the normal plugin folder (tests expect exactly these).
     set_property(GLOBAL APPEND PROPERTY TY_INTREE_PLUGINS ${NAME})
   endif()
 endfunction()

@@ -253,6 +253,15 @@ typedef struct ty_conform_result_t {
   double bound;
   double ref_nmse;
   char worst[TY_CONFORM_NAME_MAX]; /* the value with the worst NMSE */
+  /* In that value: the largest |backend - oracle| (INFINITY at a NaN or
+   * Inf, NAN when nothing was compared), its flat row-major index (-1 when
+   * none), and the two values there. */
+  double max_abs;
+  int64_t max_abs_index;
+  double max_abs_got, max_abs_want;
+  /* The op's operand shapes, "[8,32] [32,16] -> [8,16]" ("-" for an absent
+   * optional input); the attributes are the case's (test_case->attrs). */
+  char shapes[192];
   uint64_t seed;                   /* the case's own seed */
   char reason[512];                /* why fail / unsupported / xfail */
 } ty_conform_result_t;
@@ -274,6 +283,12 @@ ty_status_t ty_conform_run_case(ty_device_t *device, const ty_conform_case_t *te
                                 ty_dtype_t dtype, ty_conform_direction_t direction,
                                 const ty_conform_options_t *options,
                                 ty_conform_result_t *out);
+
+/* Dense storage of `count` values of `dtype` from f64 (rounding to nearest
+ * even for floats; ints are converted exactly within their range), and the
+ * reverse: storage bytes widened to f64. Thread-safe. */
+void ty_conform_pack(ty_dtype_t dtype, const double *values, int64_t count, void *out);
+void ty_conform_unpack(ty_dtype_t dtype, const void *data, int64_t count, double *out);
 
 /* NMSE = Σ(a-b)² / max(Σb², DBL_MIN) of backend values `a` against oracle
  * values `b`. Sets *out_bad to the first index where `a` is NaN or infinite

@@ -1,17 +1,11 @@
-/* Pieces shared by the conformance kit's files: value conversion between f64
- * arrays and storage bytes, and the seeded generator. Internal to graph/. */
+/* Pieces shared by the conformance kit's files: the seeded generator and
+ * graph-building helpers. Internal to graph/. */
 #ifndef TY_GRAPH_CONFORM_INTERNAL_H_
 #define TY_GRAPH_CONFORM_INTERNAL_H_
 
 #include <stdint.h>
 
 #include "graph/conform.h"
-
-/* Dense storage of `count` values of `dtype` from f64 (rounding to nearest
- * even for floats; ints are converted exactly within their range). */
-void ty_conform_pack(ty_dtype_t dtype, const double *values, int64_t count, void *out);
-/* The reverse: storage bytes widened to f64. */
-void ty_conform_unpack(ty_dtype_t dtype, const void *data, int64_t count, double *out);
 
 /* splitmix64 */
 static inline uint64_t ty_conform_mix(uint64_t *state) {

@@ -12,6 +12,7 @@
 #include "graph/conform_internal.h"
 #include "graph/lower.h"
 #include "graph/session.h"
+#include "graph/support_report.h"
 #include "hal/dtype.h"
 #include "ops/reference/ref_interp.h"
 
@@ -421,6 +422,23 @@ static bool ty_conform_backend(ty_session_t *session, const ty_conform_instance_
 /* Compares every value of the backend (got) with the oracle (want), each
  * held to max(class bound, 10 x the reference's NMSE in the storage dtypes);
  * sets status, nmse, bound, ref_nmse, worst and reason. */
+/* The largest |a - b| of a value, and where (-1: none). */
+static void ty_conform_max_abs(const double *a, const double *b, int64_t n,
+                               ty_conform_result_t *r) {
+  r->max_abs = n ? 0.0 : NAN;
+  r->max_abs_index = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = isfinite(a[i]) && isfinite(b[i]) ? fabs(a[i] - b[i]) : INFINITY;
+    if (r->max_abs_index < 0 || d > r->max_abs) {
+      r->max_abs = d;
+      r->max_abs_index = i;
+      r->max_abs_got = a[i];
+      r->max_abs_want = b[i];
+      if (isinf(d)) break; /* the first non-finite element is the one to name */
+    }
+  }
+}
+
 static void ty_conform_compare(const ty_conform_values_t *got, const ty_conform_values_t *want,
                                const ty_conform_values_t *ref, ty_conform_result_t *r) {
   const double class_bound = r->bound;
@@ -436,6 +454,7 @@ static void ty_conform_compare(const ty_conform_values_t *got, const ty_conform_
       r->nmse = INFINITY;
       r->ref_nmse = re;
       snprintf(r->worst, sizeof(r->worst), "%s", got->names[k]);
+      ty_conform_max_abs(got->values[k], want->values[k], got->counts[k], r);
       double a = got->values[k][bad], b = want->values[k][bad];
       if (!isfinite(b)) {
         snprintf(r->reason, sizeof(r->reason),
@@ -457,14 +476,17 @@ static void ty_conform_compare(const ty_conform_values_t *got, const ty_conform_
       r->bound = b;
       r->ref_nmse = re;
       snprintf(r->worst, sizeof(r->worst), "%s", got->names[k]);
+      ty_conform_max_abs(got->values[k], want->values[k], got->counts[k], r);
     }
     over += !(e <= b);
   }
   if (over) {
     r->status = TY_CONFORM_FAIL;
     snprintf(r->reason, sizeof(r->reason),
-             "%s: NMSE %.3e > bound %.1e (the reference in the same dtypes: %.1e)%s",
-             r->worst, r->nmse, r->bound, r->ref_nmse,
+             "%s: NMSE %.3e > bound %.1e (the reference in the same dtypes: %.1e); largest "
+             "error %.3g at %s[%lld]: %.9g where the oracle has %.9g%s",
+             r->worst, r->nmse, r->bound, r->ref_nmse, r->max_abs, r->worst,
+             (long long)r->max_abs_index, r->max_abs_got, r->max_abs_want,
              over > 1 ? "; other outputs too" : "");
   }
 }
@@ -487,6 +509,63 @@ static void ty_conform_apply_xfail(const ty_conform_options_t *o, ty_conform_res
   }
 }
 
+/* The op's operand shapes, from its node in the forward graph. */
+static ty_status_t ty_conform_op_shapes(const ty_conform_instance_t *inst,
+                                        ty_conform_result_t *r) {
+  ty_graph_t *g = NULL;
+  ty_lowered_graph_t *lowered = NULL;
+  ty_status_t s = ty_conform_instance_graph(inst, TY_CONFORM_FORWARD, false, &g);
+  if (!s) s = ty_graph_lower(g, &lowered);
+  if (!s) {
+    const ty_abi_graph_t *abi = ty_lowered_graph_abi(lowered);
+    for (uint32_t n = 0; n < abi->node_count; ++n) {
+      if (strcmp(abi->nodes[n].op, inst->test_case->op) != 0) continue;
+      ty_support_node_shapes(abi, &abi->nodes[n], r->shapes, sizeof(r->shapes));
+      break;
+    }
+  }
+  ty_lowered_graph_destroy(lowered);
+  ty_graph_destroy(g);
+  return s;
+}
+
+/* Asks the backend about the case's graph first, so an unsupported case's
+ * reason is the plugin's own verdict for each node it refuses ("op (dtype):
+ * reason"), not a session error. *out_refused when it refused any; a backend
+ * without graph entries is left to the session, which says so. */
+static ty_status_t ty_conform_refusal(ty_device_t *device, const ty_graph_t *g,
+                                      ty_conform_result_t *r, bool *out_refused) {
+  *out_refused = false;
+  ty_lowered_graph_t *lowered = NULL;
+  TY_RETURN_IF_ERROR(ty_graph_lower(g, &lowered));
+  ty_support_report_t *report = NULL;
+  ty_status_t s = ty_support_report_create(device, ty_lowered_graph_abi(lowered), &report);
+  if (s && ty_status_code(s) == TY_CODE_UNIMPLEMENTED) {
+    ty_status_free(s); /* no graph entries: the session's error says it */
+    s = TY_OK;
+  } else if (!s && report->unsupported_nodes) {
+    *out_refused = true;
+    r->status = TY_CONFORM_UNSUPPORTED;
+    size_t used = 0;
+    for (uint32_t k = 0; k < report->group_count; ++k) {
+      const ty_support_group_t *grp = &report->groups[k];
+      if (grp->supported || used >= sizeof(r->reason)) continue;
+      int n = snprintf(r->reason + used, sizeof(r->reason) - used, "%s%s (%s)%s%s",
+                       used ? "; " : "", grp->op, ty_dtype_name(grp->dtype),
+                       grp->reason[0] ? ": " : "", grp->reason[0] ? grp->reason : "");
+      if (n > 0) used += (size_t)n;
+    }
+  } else if (s) {
+    /* The check itself failed: a backend error, reported as the case's. */
+    ty_conform_fail(r, TY_CONFORM_FAIL, "graph_supports", s);
+    *out_refused = true;
+    s = TY_OK;
+  }
+  ty_support_report_destroy(report);
+  ty_lowered_graph_destroy(lowered);
+  return s;
+}
+
 ty_status_t ty_conform_run_case(ty_device_t *device, const ty_conform_case_t *c,
                                 ty_dtype_t dtype, ty_conform_direction_t direction,
                                 const ty_conform_options_t *options,
@@ -498,6 +577,8 @@ ty_status_t ty_conform_run_case(ty_device_t *device, const ty_conform_case_t *c,
   r->direction = direction;
   r->nmse = NAN;
   r->ref_nmse = NAN;
+  r->max_abs = NAN;
+  r->max_abs_index = -1;
   r->bound = ty_conform_bound_value(
       direction == TY_CONFORM_BACKWARD ? c->bwd_bound : c->bound, dtype);
   r->seed = ty_conform_case_seed(options->seed, c, dtype, direction);
@@ -531,8 +612,11 @@ ty_status_t ty_conform_run_case(ty_device_t *device, const ty_conform_case_t *c,
       }
     }
     kit = ty_conform_tier_graph(&inst, options->tier, direction, false, &g);
+    if (!kit) kit = ty_conform_op_shapes(&inst, r);
   }
-  if (!kit) {
+  bool refused = false;
+  if (!kit) kit = ty_conform_refusal(device, g, r, &refused);
+  if (!kit && !refused) {
     ty_session_options_t so = {.guard_bytes = options->guard_bytes ? options->guard_bytes : 256};
     ty_status_t s = ty_session_create(device, g, &so, &session);
     ty_code_t code = ty_status_code(s);

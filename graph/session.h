@@ -16,6 +16,9 @@
  * create_from_artifact loads an executable a backend serialized earlier
  * (`trainyard compile`) instead of compiling.
  *
+ * With options.fallback_device, a graph the device refuses in part runs
+ * mixed (graph/session_mixed.h); the API is the same.
+ *
  * A session must be destroyed before its device is closed. Not thread-safe. */
 #ifndef TY_GRAPH_SESSION_H_
 #define TY_GRAPH_SESSION_H_
@@ -61,6 +64,12 @@ typedef struct ty_session_options_t {
   /* Compile (or load) only: no device buffers are made, and bind, run and
    * read fail. For `trainyard compile`, which only writes the artifact. */
   bool compile_only;
+  /* Bring-up only: run the nodes the device refuses on this device instead
+   * (a mixed session, graph/session_mixed.h): the graph is cut into segments
+   * that run on one device or the other, with every value that crosses
+   * copied through the host, explicitly and counted in the stats. NULL (the
+   * default) never mixes: a refused node is an error. */
+  ty_device_t *fallback_device;
 } ty_session_options_t;
 
 /* Where create found its executable. */
@@ -73,6 +82,7 @@ typedef enum ty_session_source_e {
                                          executables, so the folder keeps only
                                          failure records for it */
   TY_SESSION_ARTIFACT = 5,       /* loaded from an artifact file */
+  TY_SESSION_MIXED = 6,          /* segments on a device and its fallback */
 } ty_session_source_t;
 
 /* "compiled", "memory hit", "disk hit", "disk miss", ... */
@@ -89,6 +99,14 @@ typedef struct ty_session_stats_t {
   uint64_t host_to_device_bytes;
   uint64_t device_to_host_count; /* buffer reads since create */
   uint64_t device_to_host_bytes;
+  /* A mixed session (a fallback device runs some nodes): its segments, and
+   * the bytes copied between them through the host (also counted above). */
+  bool mixed;
+  uint32_t mixed_segments;
+  uint64_t transfer_bytes;             /* since create */
+  uint64_t last_run_transfer_bytes;    /* in the last run */
+  uint64_t last_run_bytes_to_primary;  /* ... of which into the device */
+  uint64_t last_run_bytes_to_fallback; /* ... and into the fallback */
 } ty_session_stats_t;
 
 /* `options` may be NULL. The session does not keep `graph`. Errors:
@@ -153,6 +171,9 @@ ty_status_t ty_session_value_desc(const ty_session_t *session, const char *name,
 ty_status_t ty_session_check_guards(ty_session_t *session);
 
 ty_session_stats_t ty_session_stats(const ty_session_t *session);
+/* A mixed session's partition as text (segments, devices, ops, bytes copied
+ * per run), owned by the session; NULL for a session on one device. */
+const char *ty_session_partition(const ty_session_t *session);
 /* The canonical graph hash the session was compiled for (64 hex digits). */
 const char *ty_session_graph_hash(const ty_session_t *session);
 /* The lowered graph the session runs, as canonical text (owned by the

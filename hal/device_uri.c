@@ -97,3 +97,15 @@ ty_status_t ty_device_uri_parse(const char *uri, ty_device_uri_t *out_uri) {
   }
   return TY_OK;
 }
+
+bool ty_device_uri_has_option(const char *uri, const char *key) {
+  ty_device_uri_t parsed;
+  ty_status_t s = ty_device_uri_parse(uri, &parsed);
+  if (s) {
+    ty_status_free(s);
+    return false;
+  }
+  bool has = ty_device_uri_option(&parsed, key) != NULL;
+  ty_device_uri_deinit(&parsed);
+  return has;
+}

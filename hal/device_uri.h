@@ -36,6 +36,10 @@ void ty_device_uri_deinit(ty_device_uri_t *uri);
 /* Value of `key`, or NULL. */
 const char *ty_device_uri_option(const ty_device_uri_t *uri, const char *key);
 
+/* Whether the URI text parses and has option `key` (false when malformed:
+ * opening the device says why). E.g. "fallback", which asks for a mixed run. */
+bool ty_device_uri_has_option(const char *uri, const char *key);
+
 #ifdef __cplusplus
 }
 #endif

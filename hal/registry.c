@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "hal/plugin_check.h"
+
 #ifndef TY_INSTALL_PLUGIN_DIR
 #define TY_INSTALL_PLUGIN_DIR "/usr/local/lib/trainyard/backends"
 #endif
@@ -27,6 +29,9 @@ struct ty_backend_t {
   void *dl;
   const ty_backend_api_t *api;
   ty_abi_backend_t *instance;
+  char identity[TY_PLUGIN_IDENTITY_MAX]; /* build-id or file hash */
+  char **warnings;                       /* half-set entry pairs */
+  size_t warning_count;
 };
 
 struct ty_registry_t {
@@ -223,7 +228,29 @@ static int ty_validate_table(const ty_backend_api_t *api, const char *file_name,
   return -1;
 }
 
-/* Considers one candidate file. Only out-of-memory is an error. */
+static void ty_backend_free(ty_backend_t *b) {
+  if (!b) return;
+  for (size_t i = 0; i < b->warning_count; ++i) free(b->warnings[i]);
+  free(b->warnings);
+  free(b->name);
+  free(b->path);
+  free(b->real_path);
+  free(b);
+}
+
+/* ty_plugin_warn_fn_t: keeps a copy of the warning; false on out-of-memory. */
+static bool ty_backend_add_warning(void *user, const char *message) {
+  ty_backend_t *b = user;
+  char **grown = realloc(b->warnings, (b->warning_count + 1) * sizeof(*grown));
+  if (!grown) return false;
+  b->warnings = grown;
+  if (!(b->warnings[b->warning_count] = strdup(message))) return false;
+  b->warning_count++;
+  return true;
+}
+
+/* Considers one candidate file. Only out-of-memory (and an unreadable file
+ * that dlopen could read moments ago) is an error. */
 static ty_status_t ty_registry_consider(ty_registry_t *r, const char *path) {
   char real_path[PATH_MAX];
   if (!realpath(path, real_path)) {
@@ -321,23 +348,26 @@ static ty_status_t ty_registry_consider(ty_registry_t *r, const char *path) {
   }
 
   ty_backend_t *b = calloc(1, sizeof(*b));
-  if (b) {
+  ty_status_t s = b ? TY_OK : ty_oom("loading a plugin");
+  if (!s) {
     b->name = strdup(api->name);
     b->path = strdup(path);
     b->real_path = strdup(real_path);
-  }
-  if (!b || !b->name || !b->path || !b->real_path ||
-      !ty_grow((void **)&r->backends, &r->backend_capacity, r->backend_count,
-               sizeof(*r->backends))) {
-    if (b) {
-      free(b->name);
-      free(b->path);
-      free(b->real_path);
-      free(b);
+    if (!b->name || !b->path || !b->real_path ||
+        !ty_grow((void **)&r->backends, &r->backend_capacity, r->backend_count,
+                 sizeof(*r->backends))) {
+      s = ty_oom("loading a plugin");
     }
+  }
+  if (!s) s = ty_plugin_identity(dl, real_path, b->identity);
+  if (!s && !ty_plugin_check_pairs(api, ty_backend_add_warning, b)) {
+    s = ty_oom("checking a plugin's table");
+  }
+  if (s) {
+    ty_backend_free(b);
     api->backend_destroy(instance);
     dlclose(dl);
-    return ty_oom("loading a plugin");
+    return s;
   }
   /* An accepted plugin stays mapped for the life of the process (the
    * registry's dlclose then only drops a reference): backends start threads
@@ -497,10 +527,7 @@ void ty_registry_destroy(ty_registry_t *r) {
     ty_backend_t *b = r->backends[i];
     b->api->backend_destroy(b->instance);
     dlclose(b->dl);
-    free(b->name);
-    free(b->path);
-    free(b->real_path);
-    free(b);
+    ty_backend_free(b);
   }
   free(r->backends);
   for (size_t i = 0; i < r->rejected_count; ++i) {
@@ -579,11 +606,16 @@ void ty_backend_abi_version(const ty_backend_t *b, uint32_t *out_major,
 const ty_backend_api_t *ty_backend_api(const ty_backend_t *b) { return b->api; }
 ty_abi_backend_t *ty_backend_instance(const ty_backend_t *b) { return b->instance; }
 
+const char *ty_backend_identity(const ty_backend_t *b) { return b->identity; }
+
+size_t ty_backend_warning_count(const ty_backend_t *b) { return b->warning_count; }
+
+const char *ty_backend_warning_at(const ty_backend_t *b, size_t i) {
+  return i < b->warning_count ? b->warnings[i] : NULL;
+}
+
 bool ty_backend_has_entry(const ty_backend_t *b, size_t offset) {
-  if (b->api->struct_size < offset + sizeof(void *)) return false;
-  void *entry;
-  memcpy(&entry, (const char *)b->api + offset, sizeof(entry));
-  return entry != NULL;
+  return ty_backend_api_has_entry(b->api, offset);
 }
 
 ty_status_t ty_backend_device_count(ty_backend_t *b, uint32_t *out_count) {

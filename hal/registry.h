@@ -89,6 +89,18 @@ const char *ty_backend_version(const ty_backend_t *backend);
 const char *ty_backend_path(const ty_backend_t *backend);
 void ty_backend_abi_version(const ty_backend_t *backend, uint32_t *out_major,
                             uint32_t *out_minor);
+/* The identity of the loaded file: "build-id:<hex>" (its GNU build-id note)
+ * or "sha256:<hex>" (its bytes, for a file without one). Unlike the version
+ * string, which an author rarely bumps while writing kernels, it changes
+ * with every rebuild that changes the code, so caches keyed on it never
+ * serve a rebuilt plugin the results of its previous build. */
+const char *ty_backend_identity(const ty_backend_t *backend);
+/* Warnings about the plugin's table that did not stop it from loading: one
+ * per pair of entries of which only one is set (device_open without
+ * device_close leaks every device, graph_compile without executable_destroy
+ * every executable, ...). `trainyard devices` and device opens print them. */
+size_t ty_backend_warning_count(const ty_backend_t *backend);
+const char *ty_backend_warning_at(const ty_backend_t *backend, size_t i);
 /* The plugin's table and instance, for the rest of hal. */
 const ty_backend_api_t *ty_backend_api(const ty_backend_t *backend);
 ty_abi_backend_t *ty_backend_instance(const ty_backend_t *backend);

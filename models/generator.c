@@ -96,7 +96,8 @@ static ty_status_t ty_open_step(ty_device_t *device, ty_generator_t *g, int64_t 
                               .logits_output = true,
                               .cache_len = g->options.prompt_len + g->options.max_new};
   TY_RETURN_IF_ERROR(ty_llm_build(*out_graph, &g->config, &options, out_model));
-  ty_session_options_t so = {.share_state_with = share, .cache_dir = g->options.cache_dir};
+  ty_session_options_t so = {.share_state_with = share, .cache_dir = g->options.cache_dir,
+                             .fallback_device = g->options.fallback_device};
   return ty_session_create(device, *out_graph, &so, out_session);
 }
 

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph/graph.h"
+#include "hal/device.h"
 #include "hal/registry.h"
 #include "hal/status.h"
 #include "models/checkpoint.h"
@@ -45,6 +47,21 @@ typedef struct ty_command_t {
 
 /* Loads plugins with the app's search order. */
 ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out);
+
+/* Opens the device `uri` for `command`, first printing to stderr a warning
+ * for every half-set entry pair of its plugin (ty_backend_warning_at).
+ * A URI option `fallback=URI2` (bring-up: nodes the device refuses run on
+ * URI2, explicitly; graph/session.h) is taken off before the plugin sees the
+ * URI, and URI2 is opened into *out_fallback; a command that cannot run
+ * mixed passes out_fallback NULL and gets INVALID_ARGUMENT for it. Without
+ * the option *out_fallback is NULL. The caller closes both devices. */
+ty_status_t ty_app_device_open(const char *command, ty_registry_t *registry, const char *uri,
+                               ty_device_t **out_device, ty_device_t **out_fallback);
+
+/* --dump-graph P: the graph as lowered for a backend (what a session
+ * compiles), as canonical text (P.txt) and Graphviz dot (P.dot). Written
+ * before compiling, so a graph a backend refuses can be looked at too. */
+ty_status_t ty_app_write_graph_dump(const ty_graph_t *graph, const char *prefix);
 
 /* Prints "trainyard <command>: <CODE>: <message>" to stderr, frees status,
  * and returns TY_EXIT_RUNTIME. */
@@ -94,6 +111,7 @@ ty_status_t ty_app_load_weights(const ty_llm_t *model, ty_session_t *session, co
                                 bool allow_nonfinite, const char *command);
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+int ty_cmd_check(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv);
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv);

@@ -20,8 +20,12 @@
 
 #include "app.h"
 #include "compare_plot.h"
+#include "files/out_paths.h"
+#include "files/run_folder.h"
 #include "graph/compile_cache.h"
+#include "hal/device_uri.h"
 #include "metrics/jsonl.h"
+#include "stop_signals.h"
 #include "train_config.h"
 #include "trainer.h"
 
@@ -53,7 +57,8 @@ static void ty_compare_usage(FILE *out) {
         "  TRAIN OPTIONS     any 'trainyard train' option (--model or --preset,\n"
         "                    --data, --batch-size, --lr, --dropout, ...); --backend,\n"
         "                    --max-steps, --epochs, --out and --resume are set by\n"
-        "                    compare\n"
+        "                    compare; --overwrite replaces the runs of an earlier\n"
+        "                    comparison in DIR (refused without it)\n"
         "  -h, --help        this help\n",
         out);
 }
@@ -123,6 +128,7 @@ static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base
   pid_t pid = fork();
   if (pid < 0) return ty_status_make(TY_CODE_UNAVAILABLE, "fork failed: %s", strerror(errno));
   if (pid == 0) {
+    ty_stop_signals_restart_in_child(); /* fork keeps only this thread */
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -263,6 +269,35 @@ static ty_status_t ty_compare_write_csv(const char *dir, const ty_compare_run_t 
   return s;
 }
 
+/* Before anything runs: --out may not be, or lie inside, an input, and a
+ * backend's run folder that holds a run from an earlier comparison is kept
+ * (its train.log too) unless --overwrite. */
+static ty_status_t ty_compare_check_out(const ty_train_config_t *cfg, const char *out,
+                                        const ty_compare_run_t *runs, uint32_t count) {
+  const ty_path_arg_t inputs[] = {{"--data", cfg->data},
+                                  {"--model", cfg->model},
+                                  {"--tokenizer", cfg->tokenizer}};
+  ty_out_path_t o = {.option = "--out", .path = out, .creates_parents = true};
+  TY_RETURN_IF_ERROR(ty_out_path_check(&o, inputs, sizeof(inputs) / sizeof(inputs[0])));
+  for (uint32_t k = 0; k < count; ++k) {
+    struct stat st;
+    if (stat(runs[k].dir, &st) != 0) continue;
+    ty_run_folder_t *folder = NULL;
+    TY_RETURN_IF_ERROR(ty_run_folder_open(runs[k].dir, &folder));
+    char what[512];
+    ty_status_t s = ty_run_folder_describe(folder, what, sizeof(what));
+    ty_run_folder_close(folder); /* the run takes the lock itself */
+    TY_RETURN_IF_ERROR(s);
+    if (what[0] && !cfg->overwrite) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "%s already holds the run of an earlier comparison (%s); choose "
+                            "another --out, or pass --overwrite to replace it",
+                            runs[k].dir, what);
+    }
+  }
+  return TY_OK;
+}
+
 /* Reads --config files into cfg first, then every other option; sets the
  * compare options. */
 static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char *backends,
@@ -391,6 +426,15 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
       ty_app_list_free(&list);
       return ty_app_usage_error("compare", "--backends: URI %zu is too long", i + 1);
     }
+    if (ty_device_uri_has_option(uri, "fallback")) {
+      rc = ty_app_usage_error("compare",
+                              "'%s' asks for a mixed run (fallback=): compare measures each "
+                              "backend's speed and memory, and refuses mixed runs; train it "
+                              "with 'trainyard train' and compare the losses in metrics.jsonl",
+                              uri);
+      ty_app_list_free(&list); /* after the message: it names an item */
+      return rc;
+    }
     snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", uri);
     char slug[TY_CFG_WORD_MAX];
     ty_compare_slug(uri, slug, sizeof(slug));
@@ -399,7 +443,8 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   }
   ty_app_list_free(&list);
   if (count < 2) return ty_app_usage_error("compare", "--backends needs two or more URIs");
-  s = ty_mkdir_parents(out);
+  s = ty_compare_check_out(&cfg, out, runs, count);
+  if (!s) s = ty_mkdir_parents(out);
   printf("trainyard compare: %lld steps of %s on %u backends; the first, %s, is the reference\n",
          (long long)steps, cfg.model[0] ? cfg.model : cfg.preset, count, runs[0].uri);
   for (uint32_t k = 0; k < count && !s; ++k) {

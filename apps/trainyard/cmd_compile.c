@@ -8,14 +8,13 @@
 #include <time.h>
 
 #include "app.h"
+#include "files/out_paths.h"
 #include "graph/compile_cache.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "models/config.h"
-#include "models/dataset.h"
-#include "models/presets.h"
-#include "train_config.h"
+#include "graph_args.h"
 #include "train_graph.h"
 
 static const char *const ty_compile_usage =
@@ -24,6 +23,7 @@ static const char *const ty_compile_usage =
     "                         (--seq-len T | --data DIR) [--inference]\n"
     "                         [--optimizer adamw|sgd] [--dtype D] [--dropout P]\n"
     "                         [--decay-all] --out FILE [--cache-dir DIR] [--retry-failed]\n"
+    "                         [--dump-graph P]\n"
     "\n"
     "Compiles the train step that 'trainyard train' runs with the same options\n"
     "(forward, backward, clipping and optimizer as one graph; with --inference,\n"
@@ -53,6 +53,8 @@ static const char *const ty_compile_usage =
     "  --cache-dir DIR    on-disk compile cache ('none' for none; default\n"
     "                     $XDG_CACHE_HOME/trainyard or ~/.cache/trainyard)\n"
     "  --retry-failed     compile again even if the cache holds a failure\n"
+    "  --dump-graph P     write the compiled graph as canonical text (P.txt) and\n"
+    "                     Graphviz dot (P.dot), also when the compile fails\n"
     "  -h, --help         this help\n";
 
 static double ty_now(void) {
@@ -62,173 +64,19 @@ static double ty_now(void) {
 }
 
 typedef struct {
-  const char *backend, *model, *preset, *data, *out;
-  int64_t vocab, eos, B, T; /* eos: the data's end-of-text id, -1 without --data */
+  ty_graph_args_t g; /* model, shapes, optimizer, dtype, dropout, cache */
+  const char *out;
   bool inference;
-  ty_train_config_t cfg; /* optimizer, dtype, dropout, decay_all, cache */
 } ty_compile_args_t;
 
-static bool ty_compile_int(const char *text, int64_t *out) {
-  char *end = NULL;
-  long long v = strtoll(text, &end, 10);
-  if (!*text || *end || v <= 0) return false;
-  *out = v;
-  return true;
-}
-
-/* Options that are per-step inputs, not part of a compiled graph. */
-static bool ty_compile_is_runtime(const char *key) {
-  static const char *const keys[] = {"lr",    "min-lr", "warmup-steps", "schedule", "weight-decay",
-                                     "beta1", "beta2",  "eps",          "momentum", "clip",
-                                     NULL};
-  for (int i = 0; keys[i]; ++i) {
-    if (!strcmp(keys[i], key)) return true;
-  }
-  return false;
-}
-
-static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
-  for (int i = 1; i < argc; ++i) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-      fputs(ty_compile_usage, stdout);
-      return -1;
-    }
-    if (strncmp(arg, "--", 2) != 0) {
-      return ty_app_usage_error("compile", "unexpected argument '%s'", arg);
-    }
-    char key[64];
-    const char *eq = strchr(arg, '='), *value = NULL;
-    size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-    if (n == 0 || n >= sizeof(key)) return ty_app_usage_error("compile", "bad option '%s'", arg);
-    memcpy(key, arg + 2, n);
-    key[n] = '\0';
-    bool flag = !strcmp(key, "inference") || !strcmp(key, "retry-failed") ||
-                !strcmp(key, "decay-all");
-    if (eq) {
-      value = eq + 1;
-    } else if (!flag) {
-      if (i + 1 == argc) return ty_app_usage_error("compile", "option '%s' needs a value", arg);
-      value = argv[++i];
-    }
-    if (!strcmp(key, "backend")) {
-      a->backend = value;
-    } else if (!strcmp(key, "model")) {
-      a->model = value;
-    } else if (!strcmp(key, "preset")) {
-      a->preset = value;
-    } else if (!strcmp(key, "data")) {
-      a->data = value;
-    } else if (!strcmp(key, "out")) {
-      a->out = value;
-    } else if (!strcmp(key, "inference")) {
-      a->inference = true;
-    } else if (!strcmp(key, "vocab-size") || !strcmp(key, "batch-size") ||
-               !strcmp(key, "seq-len")) {
-      /* (no --eos-id: the end-of-text id is not part of any compiled graph) */
-      int64_t *dst = key[0] == 'v' ? &a->vocab : key[0] == 'b' ? &a->B : &a->T;
-      if (!ty_compile_int(value, dst)) {
-        return ty_app_usage_error("compile", "--%s '%s' is not a positive integer", key, value);
-      }
-    } else if (!strcmp(key, "optimizer") || !strcmp(key, "dtype") || !strcmp(key, "dropout") ||
-               !strcmp(key, "decay-all") || !strcmp(key, "grad-accum") ||
-               !strcmp(key, "cache-dir") || !strcmp(key, "retry-failed")) {
-      ty_status_t s = ty_train_config_set(&a->cfg, key, value ? value : "true");
-      if (s) {
-        int rc = ty_app_usage_error("compile", "%s", ty_status_message(s));
-        ty_status_free(s);
-        return rc;
-      }
-    } else if (ty_compile_is_runtime(key)) {
-      return ty_app_usage_error("compile",
-                                "--%s is a runtime hyperparameter (an input bound at every "
-                                "step, never compiled): give it to 'trainyard train'",
-                                key);
-    } else {
-      return ty_app_usage_error("compile", "unknown option '%s'", arg);
-    }
-  }
-  if (!a->backend) return ty_app_usage_error("compile", "--backend URI is required");
-  /* Options the chosen graph would ignore are refused, not dropped. */
-  if (a->model && a->vocab) {
-    return ty_app_usage_error("compile", "--vocab-size is for --preset (the model's config.json "
-                                         "has its own)");
-  }
-  if (a->inference) {
-    static const char *const train_only[] = {"optimizer", "dropout", "decay_all", "grad_accum"};
-    for (size_t i = 0; i < sizeof(train_only) / sizeof(train_only[0]); ++i) {
-      if (ty_train_config_layer(&a->cfg, train_only[i]) != TY_TRAIN_LAYER_DEFAULT) {
-        char flag[32];
-        snprintf(flag, sizeof(flag), "%s", train_only[i]);
-        for (char *p = flag; *p; ++p) *p = *p == '_' ? '-' : *p;
-        return ty_app_usage_error("compile",
-                                  "--%s has no effect with --inference (an inference graph "
-                                  "has no optimizer, dropout or accumulation)",
-                                  flag);
-      }
-    }
-  }
-  if (a->cfg.retry_failed && !a->cfg.cache_dir[0]) {
-    return ty_app_usage_error("compile", "--retry-failed has no effect without a compile cache "
-                                         "(--cache-dir)");
-  }
-  if (!a->out || !a->out[0]) return ty_app_usage_error("compile", "--out FILE is required");
-  if (!a->model == !a->preset) {
-    return ty_app_usage_error("compile", "give exactly one of --model and --preset");
-  }
-  if (a->preset && !a->vocab && !a->data) {
-    return ty_app_usage_error("compile", "--preset needs --vocab-size N (or --data DIR)");
-  }
-  if (!a->T && !a->data) return ty_app_usage_error("compile", "--seq-len T is required");
-  if (!(a->cfg.dropout >= 0 && a->cfg.dropout < 1)) {
-    return ty_app_usage_error("compile", "--dropout must lie in [0, 1)");
-  }
-  if (strcmp(a->cfg.optimizer, "adamw") && strcmp(a->cfg.optimizer, "sgd")) {
-    return ty_app_usage_error("compile", "--optimizer must be adamw or sgd, not '%s'",
-                              a->cfg.optimizer);
+static int ty_compile_own(void *user, const char *key, const char *value) {
+  ty_compile_args_t *a = user;
+  if (!strcmp(key, "inference")) {
+    a->inference = true;
+  } else {
+    a->out = value; /* "out" */
   }
   return TY_EXIT_OK;
-}
-
-/* The model configuration and the shapes, from --model/--preset and --data. */
-static ty_status_t ty_compile_model(ty_compile_args_t *a, ty_model_config_t *mc) {
-  int64_t data_vocab = 0;
-  if (a->data) {
-    ty_dataset_t *d = NULL;
-    TY_RETURN_IF_ERROR(ty_dataset_open(a->data, "train", 0, &d));
-    /* Given with --data, the sizes must be the data's: a train run on it
-     * would need exactly those, and the artifact would not match it. */
-    const char *flag = NULL;
-    int64_t given = 0, have = 0;
-    if (a->T && a->T != (int64_t)ty_dataset_seq_len(d)) {
-      flag = "seq-len", given = a->T, have = ty_dataset_seq_len(d);
-    } else if (a->vocab && a->vocab != (int64_t)ty_dataset_vocab_size(d)) {
-      flag = "vocab-size", given = a->vocab, have = ty_dataset_vocab_size(d);
-    }
-    data_vocab = ty_dataset_vocab_size(d);
-    if (!a->vocab) a->vocab = ty_dataset_vocab_size(d);
-    if (a->eos < 0) a->eos = ty_dataset_eos_id(d);
-    if (!a->T) a->T = ty_dataset_seq_len(d);
-    ty_dataset_close(d);
-    if (flag) {
-      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                            "--%s %lld differs from the data's %lld in %s (a train run on it "
-                            "could not use this artifact); leave --%s out",
-                            flag, (long long)given, (long long)have, a->data, flag);
-    }
-  }
-  if (a->model) {
-    TY_RETURN_IF_ERROR(ty_model_config_load(a->model, mc));
-    if (data_vocab > mc->vocab_size) {
-      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                            "the data's vocabulary (%lld) is larger than the model's (%lld)",
-                            (long long)data_vocab, (long long)mc->vocab_size);
-    }
-    return TY_OK;
-  }
-  /* The graph does not depend on it; the preset's config needs one. */
-  int64_t eos = a->eos >= 0 ? a->eos : a->vocab - 1;
-  return ty_model_preset(a->preset, a->vocab, eos, eos, mc);
 }
 
 static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
@@ -244,28 +92,21 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   size_t size = 0;
   char *report = NULL;
   ty_dtype_t compute_dtype;
-  ty_status_t s = ty_llm_precision_parse(a->cfg.dtype, &dtype, &compute_dtype);
-  if (!s) s = ty_compile_model(a, &mc);
+  ty_status_t s = ty_llm_precision_parse(a->g.cfg.dtype, &dtype, &compute_dtype);
+  if (!s) s = ty_graph_args_model(&a->g, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
-  if (!s) {
-    /* As `trainyard train` would hold it: gradients and optimizer state too. */
-    uint64_t extra = 0;
-    if (!a->inference) {
-      extra = ty_dtype_size(dtype) + (strcmp(a->cfg.optimizer, "sgd") == 0 ? 4 : 8) +
-              (a->cfg.grad_accum > 1 ? 4 : 0);
-    }
-    s = ty_llm_check_memory(&mc, dtype, extra, ty_device_info(device)->memory_bytes,
-                            ty_device_label(device));
-  }
+  if (!s) s = ty_app_device_open("compile", registry, a->g.backend, &device, NULL);
+  /* As `trainyard train` would hold it: gradients and optimizer state too. */
+  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, dtype, !a->inference, device);
   if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
-    s = ty_train_graph_build(&a->cfg, &mc, a->B, a->T, dtype, kind, &graph, &model);
+    s = ty_train_graph_build(&a->g.cfg, &mc, a->g.B, a->g.T, dtype, kind, &graph, &model);
   }
+  if (!s && a->g.cfg.dump_graph[0]) s = ty_app_write_graph_dump(graph, a->g.cfg.dump_graph);
   double start = ty_now();
   if (!s) {
-    ty_session_options_t so = {.cache_dir = a->cfg.cache_dir,
-                               .retry_failed = a->cfg.retry_failed,
+    ty_session_options_t so = {.cache_dir = a->g.cfg.cache_dir,
+                               .retry_failed = a->g.cfg.retry_failed,
                                .compile_only = true};
     s = ty_session_create(device, graph, &so, &session);
   }
@@ -299,10 +140,10 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
                           info->emulated ? " -- an EMULATED device: simulated figures are "
                                            "estimates of a cost model"
                                          : "",
-                          mc.model_type, a->model ? a->model : a->preset, (long long)a->B,
-                          (long long)a->T, a->cfg.dtype,
-                          a->inference ? "no optimizer" : a->cfg.optimizer,
-                          a->cfg.dropout > 0 ? ", dropout" : "",
+                          mc.model_type, a->g.model ? a->g.model : a->g.preset, (long long)a->g.B,
+                          (long long)a->g.T, a->g.cfg.dtype,
+                          a->inference ? "no optimizer" : a->g.cfg.optimizer,
+                          a->g.cfg.dropout > 0 ? ", dropout" : "",
                           report ? report : "(the backend gives no report)\n",
                           ty_session_source_name(stats.source),
                           stats.cache_entry[0] ? ": " : "", stats.cache_entry, seconds, a->out,
@@ -328,11 +169,32 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   ty_compile_args_t a;
   memset(&a, 0, sizeof(a));
-  a.B = 8;
-  a.eos = -1;
-  ty_train_config_defaults(&a.cfg);
-  int rc = ty_compile_parse(argc, argv, &a);
-  if (rc < 0) return TY_EXIT_OK;
+  ty_graph_args_init(&a.g);
+  static const char *const flags[] = {"inference", NULL}, *const own[] = {"out", NULL};
+  int rc = ty_graph_args_parse("compile", argc, argv, &a.g, flags, own, ty_compile_own, &a);
+  if (rc < 0) {
+    fputs(ty_compile_usage, stdout);
+    return TY_EXIT_OK;
+  }
+  if (rc == TY_EXIT_OK) {
+    rc = ty_graph_args_validate("compile", &a.g,
+                                a.inference ? "with --inference (an inference graph has no "
+                                              "optimizer, dropout or accumulation)"
+                                            : NULL);
+  }
   if (rc != TY_EXIT_OK) return rc;
+  if (!a.out || !a.out[0]) return ty_app_usage_error("compile", "--out FILE is required");
+  if (!a.g.T && !a.g.data) return ty_app_usage_error("compile", "--seq-len T is required");
+  /* The artifact, its report and the graph dump may not overwrite --model
+   * or --data. */
+  char report[4200];
+  snprintf(report, sizeof(report), "%s.report.txt", a.out);
+  const ty_out_path_t outs[] = {
+      {.option = "--out", .path = a.out, .what = "artifact", .creates_parents = true},
+      {.option = "--out", .path = report, .what = "report", .creates_parents = true}};
+  ty_status_t s = TY_OK;
+  for (size_t i = 0; i < 2 && !s; ++i) s = ty_graph_args_check_out(&a.g, &outs[i]);
+  if (!s) s = ty_graph_args_check_dump(&a.g, a.g.cfg.dump_graph);
+  if (s) return ty_app_fail("compile", s);
   return ty_compile_run(app, &a);
 }

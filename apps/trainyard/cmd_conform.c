@@ -15,7 +15,8 @@
 #include <unistd.h>
 
 #include "app.h"
-#include "hal/file.h"
+#include "conform/coverage.h"
+#include "conform/tiers.h"
 #include "graph/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
@@ -26,6 +27,10 @@ static const char *const ty_conform_usage =
     "usage: trainyard conform --backend URI [--ops PATTERN] [--dtype D]\n"
     "                         [--direction forward|backward] [--seed N]\n"
     "                         [--tier op|graph|all] [--xfail FILE] [--json]\n"
+    "                         [--summary] [--only-failures]\n"
+    "   or: trainyard conform --backend URI (--tier model|step | --bisect)\n"
+    "                         [--against URI|reference] [--model NAME|DIR]...\n"
+    "                         [--dtype D] [--steps N] [--tolerance X] [--seed N] [--json]\n"
     "   or: trainyard conform --list [--ops PATTERN] [--dtype D] [--direction DIR]\n"
     "\n"
     "Runs every op of the op set on a backend and on the reference kernels\n"
@@ -49,16 +54,38 @@ static const char *const ty_conform_usage =
     "                    train step with an SGD update (backward), for devices\n"
     "                    that run whole graphs only; all: both. Default: all\n"
     "                    for such devices (dataflow), op for the others\n"
+    "                    model: each fixture model's logits, loss and parameter\n"
+    "                    gradients, tensor by tensor (default --against\n"
+    "                    reference); step: --steps AdamW steps from the same\n"
+    "                    weights and batches, the loss gap per step (default\n"
+    "                    --against cpu)\n"
+    "  --bisect          run a fixture model's forward and backward graph on both\n"
+    "                    sides, read every intermediate value, and name the first\n"
+    "                    node whose output diverges (default --against cpu)\n"
+    "  --against URI     the other side of the model tiers: a device, or\n"
+    "                    'reference' (the f64 reference kernels, in process)\n"
+    "  --model NAME|DIR  a fixture model (gpt2, llama, llama3, mistral, qwen2) or\n"
+    "                    a folder's config.json, repeatable; default: every fixture\n"
+    "                    (weights and tokens are drawn from --seed)\n"
+    "  --steps N         training steps of the step tier [5]\n"
+    "  --tolerance X     the model tiers' bound instead of the default (see\n"
+    "                    docs/plugin-abi.md)\n"
     "  --xfail FILE      expected failures, one a line:\n"
     "                      PATTERN DTYPE|* forward|backward|* REASON...\n"
     "                    PATTERN globs 'op' or 'op/case'; an expected failure\n"
     "                    that passes (xpass) counts as a failure\n"
     "  --json            print one JSON array, an object per case\n"
+    "  --summary         after the cases, a coverage table: a line per op, a\n"
+    "                    cell per dtype and direction (pass, FAIL, unsup, part)\n"
+    "  --only-failures   list only the runs that failed (fail, xpass)\n"
     "  --list            list the cases and bound classes; run nothing\n"
     "  -h, --help        this help\n"
     "\n"
-    "Statuses: pass, fail, unsupported (the backend's graph_supports said\n"
-    "no; not a failure unless nothing could run), xfail, xpass.\n";
+    "Every line gives the worst NMSE and its bound, the largest absolute error\n"
+    "and the element where it is (value[flat index]), the op's shapes and the\n"
+    "case's attributes; the reason is printed under every run that did not\n"
+    "pass. Statuses: pass, fail, unsupported (the backend's graph_supports\n"
+    "said no; not a failure unless nothing could run), xfail, xpass.\n";
 
 static const ty_dtype_t ty_conform_dtypes[] = {TY_DTYPE_F32, TY_DTYPE_BF16, TY_DTYPE_F16,
                                                TY_DTYPE_I32, TY_DTYPE_I64};
@@ -72,7 +99,11 @@ typedef struct {
   int tier;         /* -1: by the device; 0 op, 1 graph, 2 all */
   uint64_t seed;
   const char *xfail_path;
-  bool json, list;
+  bool json, list, summary, only_failures;
+  /* the model tiers: --tier model|step (tier 3, 4), --bisect */
+  bool bisect;
+  const char *against; /* a device URI or "reference"; NULL: the tier's default */
+  ty_tier_args_t model_args;
 } ty_conform_args_t;
 
 static bool ty_conform_selected(const ty_conform_args_t *a, const ty_conform_case_t *c) {
@@ -143,23 +174,27 @@ typedef struct {
   uint32_t tally[5];
   uint32_t tier_tally[2][5];
   ty_status_t error; /* a failure of the kit itself */
-  char last_reason[512];
 } ty_conform_run_t;
 
-static void ty_conform_print_row(ty_conform_run_t *run, const ty_conform_result_t *r) {
-  char nmse[32] = "-";
+static bool ty_conform_is_failure(const ty_conform_result_t *r) {
+  return r->status == TY_CONFORM_FAIL || r->status == TY_CONFORM_XPASS;
+}
+
+/* One line per run: its identity, verdict, worst NMSE and bound, the largest
+ * absolute error and where, the op's shapes and the case's attributes; the
+ * reason under every run that did not pass. */
+static void ty_conform_print_row(const ty_conform_result_t *r) {
+  char nmse[32] = "-", max_abs[32] = "-", at[40] = "-";
   if (!isnan(r->nmse)) snprintf(nmse, sizeof(nmse), "%.2e", r->nmse);
-  printf("%-22s %-20s %-5s %-9s %-12s %10s %8.0e\n", r->test_case->op, r->test_case->name,
-         ty_dtype_name(r->dtype), ty_conform_direction_name(r->direction),
-         ty_conform_status_name(r->status), nmse, r->bound);
-  /* Reasons for unsupported cases repeat; print each new one once. */
-  if (r->status != TY_CONFORM_PASS &&
-      (r->status != TY_CONFORM_UNSUPPORTED || strcmp(r->reason, run->last_reason) != 0)) {
-    printf("    %s\n", r->reason);
+  if (!isnan(r->max_abs)) snprintf(max_abs, sizeof(max_abs), "%.2e", r->max_abs);
+  if (r->max_abs_index >= 0) {
+    snprintf(at, sizeof(at), "%s[%lld]", r->worst, (long long)r->max_abs_index);
   }
-  if (r->status == TY_CONFORM_UNSUPPORTED) {
-    snprintf(run->last_reason, sizeof(run->last_reason), "%s", r->reason);
-  }
+  printf("%-22s %-20s %-5s %-9s %-12s %10s %8.0e %9s %-10s %s%s%s\n", r->test_case->op,
+         r->test_case->name, ty_dtype_name(r->dtype), ty_conform_direction_name(r->direction),
+         ty_conform_status_name(r->status), nmse, r->bound, max_abs, at, r->shapes,
+         r->test_case->attrs[0] ? " " : "", r->test_case->attrs);
+  if (r->status != TY_CONFORM_PASS) printf("    %s\n", r->reason);
   fflush(stdout);
 }
 
@@ -182,7 +217,9 @@ static bool ty_conform_visit(void *ctx, const ty_conform_case_t *c, ty_dtype_t d
   run->count++;
   run->tally[r->status]++;
   run->tier_tally[r->tier][r->status]++;
-  if (!run->args->json) ty_conform_print_row(run, r);
+  if (!run->args->json && (!run->args->only_failures || ty_conform_is_failure(r))) {
+    ty_conform_print_row(r);
+  }
   return true;
 }
 
@@ -190,6 +227,7 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
   json_t *array = json_array();
   for (uint32_t i = 0; i < run->count; ++i) {
     const ty_conform_result_t *r = &run->results[i];
+    if (run->args->only_failures && !ty_conform_is_failure(r)) continue;
     json_t *o = json_object();
     json_object_set_new(o, "tier", json_string(ty_conform_tier_name(r->tier)));
     json_object_set_new(o, "op", json_string(r->test_case->op));
@@ -202,6 +240,17 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
     json_object_set_new(o, "ref_nmse",
                         isfinite(r->ref_nmse) ? json_real(r->ref_nmse) : json_null());
     json_object_set_new(o, "worst", json_string(r->worst));
+    json_object_set_new(o, "max_abs", isfinite(r->max_abs) ? json_real(r->max_abs) : json_null());
+    json_object_set_new(o, "worst_index",
+                        r->max_abs_index >= 0 ? json_integer(r->max_abs_index) : json_null());
+    json_object_set_new(o, "worst_got",
+                        isfinite(r->max_abs_got) && r->max_abs_index >= 0
+                            ? json_real(r->max_abs_got) : json_null());
+    json_object_set_new(o, "worst_want",
+                        isfinite(r->max_abs_want) && r->max_abs_index >= 0
+                            ? json_real(r->max_abs_want) : json_null());
+    json_object_set_new(o, "shapes", json_string(r->shapes));
+    json_object_set_new(o, "attrs", json_string(r->test_case->attrs));
     json_object_set_new(o, "seed", json_integer((json_int_t)run->options.seed));
     json_object_set_new(o, "reason", json_string(r->reason));
     json_array_append_new(array, o);
@@ -277,6 +326,9 @@ static double ty_now(void) {
 static int ty_conform_finish(ty_conform_run_t *run, double seconds) {
   const ty_conform_args_t *a = run->args;
   FILE *info = a->json ? stderr : stdout;
+  for (int t = a->tier == 1 ? 1 : 0; a->summary && t <= (a->tier == 0 ? 0 : 1); ++t) {
+    ty_conform_print_coverage(info, run->results, run->count, (ty_conform_tier_t)t);
+  }
   fprintf(info,
           "summary: %u runs on %s: %u pass, %u fail, %u unsupported, %u xfail, %u xpass "
           "(seed %" PRIu64 ", %.1f s)\n",
@@ -320,7 +372,7 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
   ty_registry_t *registry = NULL;
   ty_device_t *device = NULL;
   ty_status_t s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("conform", registry, a->backend, &device, NULL);
   if (s) {
     ty_registry_destroy(registry);
     return ty_app_fail("conform", s);
@@ -363,8 +415,8 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
       run.options.tier = (ty_conform_tier_t)t;
       if (!a->json) {
         if (a->tier == 2) printf("\n-- %s tier --\n", ty_conform_tier_name((ty_conform_tier_t)t));
-        printf("%-22s %-20s %-5s %-9s %-12s %10s %8s\n", "op", "case", "dtype", "direction",
-               "status", "nmse", "bound");
+        printf("%-22s %-20s %-5s %-9s %-12s %10s %8s %9s %-10s %s\n", "op", "case", "dtype",
+               "direction", "status", "nmse", "bound", "max_abs", "at", "shapes/attrs");
       }
       ty_conform_each(a, ty_conform_visit, &run);
     }
@@ -393,6 +445,58 @@ static int ty_conform_execute(ty_app_t *app, const ty_conform_args_t *a) {
   return rc;
 }
 
+/* The model, step and bisect tiers (conform/tiers.h): the device, the other
+ * side (a device, or NULL for the f64 reference), and the tier. */
+static int ty_conform_models(ty_app_t *app, ty_conform_args_t *a) {
+  ty_registry_t *registry = NULL;
+  ty_device_t *device = NULL, *against = NULL;
+  const char *other = a->against ? a->against : a->tier == 3 ? "reference" : "cpu";
+  ty_status_t s = ty_app_registry_create(app, &registry);
+  if (!s) s = ty_app_device_open("conform", registry, a->backend, &device, NULL);
+  if (!s && strcmp(other, "reference") != 0) {
+    s = ty_app_device_open("conform", registry, other, &against, NULL);
+    if (s) s = ty_status_annotate(s, "--against %s", other);
+  }
+  int rc;
+  if (s) {
+    rc = ty_app_fail("conform", s);
+  } else {
+    a->model_args.seed = a->seed;
+    a->model_args.json = a->json;
+    a->model_args.only_failures = a->only_failures;
+    rc = a->bisect     ? ty_conform_bisect(device, against, &a->model_args)
+         : a->tier == 3 ? ty_conform_tier_model(device, against, &a->model_args)
+                        : ty_conform_tier_step(device, against, &a->model_args);
+  }
+  ty_device_close(against);
+  ty_device_close(device);
+  ty_registry_destroy(registry);
+  return rc;
+}
+
+/* Usage checks of the model tiers, then the run. */
+static int ty_conform_models_checked(ty_app_t *app, ty_conform_args_t *a) {
+  if (a->bisect && a->tier >= 0 && a->tier != 3) {
+    return ty_app_usage_error("conform", "--bisect runs a model graph of its own; drop --tier");
+  }
+  if (a->ops || a->direction >= 0 || a->xfail_path || a->summary) {
+    return ty_app_usage_error("conform",
+                              "--ops, --direction, --xfail and --summary belong to the op and "
+                              "graph tiers, not to --tier model, --tier step or --bisect");
+  }
+  if (a->model_args.steps && a->tier != 4) {
+    return ty_app_usage_error("conform", "--steps goes with --tier step");
+  }
+  ty_dtype_t dtype = a->dtype == TY_DTYPE_INVALID ? TY_DTYPE_F32 : a->dtype;
+  if (!ty_dtype_is_float(dtype) || dtype == TY_DTYPE_F64) {
+    return ty_app_usage_error("conform", "the model tiers run f32, bf16 or f16, not %s",
+                              ty_dtype_name(dtype));
+  }
+  a->model_args.dtype = dtype;
+  if (!a->model_args.steps) a->model_args.steps = 5;
+  return ty_conform_models(app, a);
+}
+
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
   static const struct option long_options[] = {
       {"backend", required_argument, NULL, 'b'}, {"ops", required_argument, NULL, 'o'},
@@ -400,6 +504,10 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
       {"seed", required_argument, NULL, 's'},    {"xfail", required_argument, NULL, 'x'},
       {"tier", required_argument, NULL, 'T'},
       {"json", no_argument, NULL, 'j'},          {"list", no_argument, NULL, 'l'},
+      {"summary", no_argument, NULL, 'S'},       {"only-failures", no_argument, NULL, 'F'},
+      {"bisect", no_argument, NULL, 'B'},        {"against", required_argument, NULL, 'A'},
+      {"model", required_argument, NULL, 'M'},   {"steps", required_argument, NULL, 'N'},
+      {"tolerance", required_argument, NULL, 'E'},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
   };
   ty_conform_args_t a = {.dtype = TY_DTYPE_INVALID, .direction = -1, .tier = -1};
@@ -446,9 +554,40 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
         if (strcmp(optarg, "op") == 0) a.tier = 0;
         else if (strcmp(optarg, "graph") == 0) a.tier = 1;
         else if (strcmp(optarg, "all") == 0) a.tier = 2;
-        else return ty_app_usage_error("conform", "--tier '%s' is not op, graph or all", optarg);
+        else if (strcmp(optarg, "model") == 0) a.tier = 3;
+        else if (strcmp(optarg, "step") == 0) a.tier = 4;
+        else return ty_app_usage_error("conform", "--tier '%s' is not op, graph, all, model or step", optarg);
         break;
       case 'j': a.json = true; break;
+      case 'S': a.summary = true; break;
+      case 'B': a.bisect = true; break;
+      case 'A': a.against = optarg; break;
+      case 'M':
+        if (a.model_args.model_count == TY_TIER_MAX_MODELS) {
+          return ty_app_usage_error("conform", "more than %d --model options", TY_TIER_MAX_MODELS);
+        }
+        a.model_args.models[a.model_args.model_count++] = optarg;
+        break;
+      case 'N': {
+        char *end = NULL;
+        long long v = strtoll(optarg, &end, 10);
+        if (!*optarg || *end || v < 1 || v > 100000) {
+          return ty_app_usage_error("conform", "--steps '%s' is not an integer in [1, 100000]",
+                                    optarg);
+        }
+        a.model_args.steps = v;
+        break;
+      }
+      case 'E': {
+        char *end = NULL;
+        a.model_args.tolerance = strtod(optarg, &end);
+        if (!*optarg || *end || !(a.model_args.tolerance > 0)) {
+          return ty_app_usage_error("conform", "--tolerance '%s' is not a positive number",
+                                    optarg);
+        }
+        break;
+      }
+      case 'F': a.only_failures = true; break;
       case 'l': a.list = true; break;
       case 'h': fputs(ty_conform_usage, stdout); return TY_EXIT_OK;
       case ':':
@@ -475,7 +614,11 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
   if (a.list) {
     /* --list runs nothing: the options of a run would do nothing. */
     const char *unused = a.backend ? "--backend" : have_seed ? "--seed" : a.xfail_path ? "--xfail"
-                         : a.tier >= 0 ? "--tier" : a.json ? "--json" : NULL;
+                         : a.tier >= 0 ? "--tier" : a.json ? "--json" : a.summary ? "--summary"
+                         : a.only_failures ? "--only-failures" : a.bisect ? "--bisect"
+                         : a.against ? "--against" : a.model_args.model_count ? "--model"
+                         : a.model_args.steps ? "--steps"
+                         : a.model_args.tolerance > 0 ? "--tolerance" : NULL;
     if (unused) {
       return ty_app_usage_error("conform", "%s has no effect with --list (it runs nothing; "
                                            "--list takes --ops, --dtype and --direction)",
@@ -484,9 +627,16 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
     return ty_conform_list(&a);
   }
   if (!a.backend) return ty_app_usage_error("conform", "--backend URI is required");
+  if (!have_seed) a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
+  bool model_tiers = a.tier >= 3 || a.bisect;
+  if (model_tiers) return ty_conform_models_checked(app, &a);
+  if (a.against || a.model_args.model_count || a.model_args.steps || a.model_args.tolerance > 0) {
+    return ty_app_usage_error("conform",
+                              "--against, --model, --steps and --tolerance go with --tier "
+                              "model, --tier step or --bisect");
+  }
   if (ty_conform_each(&a, NULL, NULL) == 0) {
     return ty_app_usage_error("conform", "no case matches --ops, --dtype and --direction");
   }
-  if (!have_seed) a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
   return ty_conform_execute(app, &a);
 }

@@ -7,19 +7,20 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "build_info.h"
 #include "data_inputs.h"
+#include "files/out_paths.h"
 #include "graph/lower.h"
 #include "models/chat.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
 #include "live_bar.h"
 #include "metrics/progress.h"
+#include "stop_signals.h"
 
 static const char *const ty_data_usage =
     "usage: trainyard data <subcommand> [<args>]\n"
@@ -86,23 +87,12 @@ static const char *const ty_prepare_usage =
     "in DIR.tmp.<pid> and renamed). Exit codes: 0 success, 1 unreadable or\n"
     "invalid input, no data, DIR in the way, 2 usage error.\n";
 
-static volatile sig_atomic_t ty_data_interrupt_flag = 0;
-
-static void ty_data_on_signal(int sig) {
-  (void)sig;
-  ty_data_interrupt_flag = 1;
-}
-
 void ty_data_catch_interrupts(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = ty_data_on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  ty_stop_signals_clear();
+  ty_stop_signals_arm();
 }
 
-bool ty_data_interrupted(void) { return ty_data_interrupt_flag != 0; }
+bool ty_data_interrupted(void) { return ty_stop_signals_received() != 0; }
 
 bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path) {
   const char **grown = realloc(*paths, (*count + 1) * sizeof(char *));
@@ -110,6 +100,20 @@ bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path) {
   grown[(*count)++] = path;
   *paths = grown;
   return true;
+}
+
+ty_status_t ty_data_check_out(const char *out, const char *what, bool replaces_folder,
+                              const char *const *inputs, size_t input_count,
+                              const char *tokenizer) {
+  ty_path_arg_t *args = calloc(input_count + 1, sizeof(ty_path_arg_t));
+  if (!args) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < input_count; ++i) args[i] = (ty_path_arg_t){"--input", inputs[i]};
+  args[input_count] = (ty_path_arg_t){"--tokenizer", tokenizer};
+  ty_out_path_t o = {
+      .option = "--out", .path = out, .what = what, .replaces_folder = replaces_folder};
+  ty_status_t s = ty_out_path_check(&o, args, input_count + 1);
+  free(args);
+  return s;
 }
 
 bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -416,7 +420,9 @@ int ty_cmd_data_prepare(ty_app_t *app, int argc, char **argv) {
   char sha[65] = "", *prepare_json = NULL;
   uint32_t eos = 0;
   const char *eos_name = NULL;
-  ty_status_t s = ty_data_files_expand(a.inputs, a.input_count, &files, &sizes, &file_count);
+  /* The dataset folder is replaced whole: no input may live in it. */
+  ty_status_t s = ty_data_check_out(a.out, "dataset folder", true, a.inputs, a.input_count, a.tokenizer);
+  if (!s) s = ty_data_files_expand(a.inputs, a.input_count, &files, &sizes, &file_count);
   char eos_label[32];
   uint32_t vocab = 0;
   if (!s && a.tokenizer) {

@@ -9,14 +9,22 @@
 
 #include "app.h"
 
-/* SIGINT/SIGTERM set a flag instead of killing the process, so that the
- * command can stop between documents and remove what it was writing. */
+/* From the call on, SIGINT/SIGTERM are recorded (stop_signals.h) instead of
+ * killing the process, so that the command can stop between documents and
+ * remove what it was writing. */
 void ty_data_catch_interrupts(void);
 bool ty_data_interrupted(void);
 
 /* Appends `path` to a growable list of input paths. False when memory runs
  * out. */
 bool ty_data_inputs_push(const char ***paths, size_t *count, const char *path);
+
+/* The output of a data command against its --input paths and --tokenizer
+ * (files/out_paths.h); `what` names the output in errors ("dataset
+ * folder"), `replaces_folder` for an output folder replaced whole. */
+ty_status_t ty_data_check_out(const char *out, const char *what, bool replaces_folder,
+                              const char *const *inputs, size_t input_count,
+                              const char *tokenizer);
 
 /* Decimal unsigned integer in [min, max]; false otherwise. */
 bool ty_data_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out);

@@ -177,8 +177,8 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   char *json = NULL;
   size_t json_size = 0;
   struct stat st;
-  ty_status_t s = TY_OK;
-  if (!force && stat(out, &st) == 0) {
+  ty_status_t s = ty_data_check_out(out, "tokenizer", false, inputs, input_count, NULL);
+  if (!s && !force && stat(out, &st) == 0) {
     s = ty_status_make(TY_CODE_ALREADY_EXISTS, "%s exists; pass --force to replace it", out);
   }
   if (!s) s = ty_data_files_expand(inputs, input_count, &files, &sizes, &file_count);

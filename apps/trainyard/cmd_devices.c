@@ -20,7 +20,11 @@ static const char *const ty_devices_usage =
     "Lists every backend plugin that loaded, with its devices (URI, name,\n"
     "vendor, kind, compute units, memory, dtypes, and the API version and\n"
     "extensions where the runtime reports them), plugin path and ABI\n"
-    "version; then every candidate that was rejected, and why.\n"
+    "version, and a warning for each pair of ABI entries the plugin sets\n"
+    "only half of (device_open without device_close, ...); then every\n"
+    "candidate that was rejected, and why. --json adds each plugin's\n"
+    "identity (its build-id, or the SHA-256 of its file), which keys the\n"
+    "compile cache.\n"
     "\n"
     "  --json      print one JSON object instead of text\n"
     "  -h, --help  this help\n";
@@ -87,6 +91,12 @@ static json_t *ty_backend_json(ty_backend_t *backend) {
   json_object_set_new(b, "abi", json_pack("{s:i,s:i}", "major", (int)major,
                                           "minor", (int)minor));
   json_object_set_new(b, "path", json_string(ty_backend_path(backend)));
+  json_object_set_new(b, "identity", json_string(ty_backend_identity(backend)));
+  json_t *warnings = json_array();
+  for (size_t i = 0; i < ty_backend_warning_count(backend); ++i) {
+    json_array_append_new(warnings, json_string(ty_backend_warning_at(backend, i)));
+  }
+  json_object_set_new(b, "warnings", warnings);
   json_t *devices = json_array();
   uint32_t count = 0;
   ty_status_t s = ty_backend_device_count(backend, &count);
@@ -152,6 +162,10 @@ static void ty_print_devices_text(const json_t *root) {
            ty_json_str(b, "path"));
     if (json_object_get(b, "error")) {
       printf("    error: %s\n", ty_json_str(b, "error"));
+    }
+    const json_t *w;
+    json_array_foreach(json_object_get(b, "warnings"), j, w) {
+      printf("    warning: %s\n", json_string_value(w));
     }
     json_array_foreach(json_object_get(b, "devices"), j, d) {
       if (json_object_get(d, "error")) {

@@ -9,14 +9,15 @@
 #include <string.h>
 
 #include "app.h"
-#include "hal/file.h"
-#include "graph/autodiff.h"
+#include "files/out_paths.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "models/checkpoint.h"
 #include "models/llm.h"
 #include "models/safetensors.h"
+#include "train_graph.h"
 
 static const char *const ty_forward_usage =
     "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"
@@ -35,7 +36,9 @@ static const char *const ty_forward_usage =
     "  --model DIR      model folder\n"
     "  --tokens FILE    JSON: a list of equal-length lists of token ids\n"
     "  --out FILE       output .safetensors (written atomically)\n"
-    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
+    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu);\n"
+    "                   URI?fallback=cpu runs what the device refuses on cpu\n"
+    "                   (a mixed run for bring-up; its partition goes to stderr)\n"
     "  --dtype D        compute and parameter dtype (default f32); bf16-mixed / f16-mixed\n"
     "                   keep f32 weights and run matmuls and attention in bf16/f16\n"
     "  --grads          also compute parameter gradients\n"
@@ -115,23 +118,6 @@ typedef struct {
   bool grads, allow_nonfinite;
 } ty_forward_args_t;
 
-static ty_status_t ty_write_text_file(const char *path, const char *text) {
-  return ty_file_write_atomic(path, text, strlen(text));
-}
-
-/* --dump-graph P: P.txt (canonical text) and P.dot (Graphviz). */
-static ty_status_t ty_write_graph_dump(const ty_session_t *session, const char *prefix) {
-  char path[4096];
-  snprintf(path, sizeof(path), "%s.txt", prefix);
-  TY_RETURN_IF_ERROR(ty_write_text_file(path, ty_session_graph_text(session)));
-  char *dot = NULL;
-  TY_RETURN_IF_ERROR(ty_session_graph_dot(session, &dot));
-  snprintf(path, sizeof(path), "%s.dot", prefix);
-  ty_status_t s = ty_write_text_file(path, dot);
-  free(dot);
-  return s;
-}
-
 /* Reads value `name` from the session as f32 into a new buffer. */
 static ty_status_t ty_read_f32(ty_session_t *s, const char *name, float **out, uint64_t *count) {
   ty_tensor_desc_t d;
@@ -170,7 +156,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                           a->tokens_path);
   }
   ty_registry_t *registry = NULL;
-  ty_device_t *device = NULL;
+  ty_device_t *device = NULL, *fallback = NULL;
   ty_graph_t *graph = NULL;
   ty_session_t *session = NULL;
   ty_llm_t model = {0};
@@ -179,37 +165,21 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   void *weights = malloc((size_t)(B * T) * 8);
   float *logits = NULL, *loss = NULL;
   float **grads = NULL;
-  ty_value_id_t *grad_values = NULL;
   ty_status_t s = (!targets || !weights)
                       ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
                       : TY_OK;
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("forward", registry, a->backend, &device, &fallback);
   if (!s) {
     s = ty_llm_check_memory(&config, a->dtype, a->grads ? ty_dtype_size(a->dtype) : 0,
                             ty_device_info(device)->memory_bytes, ty_device_label(device));
   }
-  if (!s) s = ty_graph_create(&graph);
-  ty_llm_options_t options = {
-      .batch = B, .seq = T, .dtype = a->dtype, .compute_dtype = a->compute_dtype,
-      .with_loss = true, .logits_output = true};
-  if (!s) s = ty_llm_build(graph, &config, &options, &model);
-  if (!s && a->grads) {
-    grad_values = calloc(model.param_count, sizeof(ty_value_id_t));
-    ty_value_id_t *wrt = calloc(model.param_count, sizeof(ty_value_id_t));
-    if (!grad_values || !wrt) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    for (uint32_t i = 0; i < model.param_count && !s; ++i) wrt[i] = model.params[i].value;
-    if (!s) s = ty_graph_autodiff(graph, model.loss, TY_VALUE_NONE, wrt, model.param_count,
-                                  grad_values);
-    free(wrt);
-    for (uint32_t i = 0; i < model.param_count && !s; ++i) {
-      char name[TY_LLM_NAME_MAX + 8];
-      snprintf(name, sizeof(name), "grad.%s", model.params[i].name);
-      s = ty_graph_set_output(graph, grad_values[i], name);
-    }
-  }
-  if (!s) s = ty_session_create(device, graph, NULL, &session);
-  if (!s && a->dump_graph) s = ty_write_graph_dump(session, a->dump_graph);
+  if (!s) s = ty_forward_graph_build(&config, B, T, a->dtype, a->compute_dtype, a->grads, &graph,
+                                          &model);
+  if (!s && a->dump_graph) s = ty_app_write_graph_dump(graph, a->dump_graph);
+  ty_session_options_t so = {.fallback_device = fallback};
+  if (!s) s = ty_session_create(device, graph, &so, &session);
+  if (!s && ty_session_partition(session)) fputs(ty_session_partition(session), stderr);
   if (!s) s = ty_app_load_weights(&model, session, a->model_dir, a->allow_nonfinite, "forward");
   ty_dtype_t loss_dtype = TY_DTYPE_F32;
   if (!s) {
@@ -276,18 +246,33 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   ty_safetensors_writer_destroy(writer);
   for (uint32_t i = 0; grads && i < model.param_count; ++i) free(grads[i]);
   free(grads);
-  free(grad_values);
   free(logits);
   free(loss);
   ty_session_destroy(session);
   ty_llm_deinit(&model);
   ty_graph_destroy(graph);
+  ty_device_close(fallback);
   ty_device_close(device);
   ty_registry_destroy(registry);
   free(targets);
   free(weights);
   free(ids);
   return s;
+}
+
+/* --out and the --dump-graph files may not overwrite --model or --tokens. */
+static ty_status_t ty_forward_check_out(const ty_forward_args_t *a) {
+  const ty_path_arg_t inputs[] = {{"--model", a->model_dir}, {"--tokens", a->tokens_path}};
+  const size_t n = sizeof(inputs) / sizeof(inputs[0]);
+  ty_out_path_t out = {.option = "--out", .path = a->out_path, .what = "safetensors file"};
+  TY_RETURN_IF_ERROR(ty_out_path_check(&out, inputs, n));
+  for (int k = 0; a->dump_graph && k < 2; ++k) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s%s", a->dump_graph, k ? ".dot" : ".txt");
+    ty_out_path_t dump = {.option = "--dump-graph", .path = path, .what = "graph dump"};
+    TY_RETURN_IF_ERROR(ty_out_path_check(&dump, inputs, n));
+  }
+  return TY_OK;
 }
 
 int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
@@ -332,6 +317,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
   if (!a.model_dir || !a.tokens_path || !a.out_path) {
     return ty_app_usage_error("forward", "--model, --tokens and --out are required");
   }
-  ty_status_t s = ty_forward_run(app, &a);
+  ty_status_t s = ty_forward_check_out(&a);
+  if (!s) s = ty_forward_run(app, &a);
   return s ? ty_app_fail("forward", s) : TY_EXIT_OK;
 }

@@ -163,7 +163,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   if (!s) s = ty_generate_tokenizer(a, &tok);
   if (!s) s = ty_generate_prompt(a, tok, &prompt, &P);
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_device_open(registry, a->backend, &device);
+  if (!s) s = ty_app_device_open("generate", registry, a->backend, &device, NULL);
   if (!s) {
     s = ty_llm_check_memory(&config, a->dtype, 0, ty_device_info(device)->memory_bytes,
                             ty_device_label(device));

@@ -9,6 +9,7 @@
 #include "app.h"
 #include "build_info.h"
 #include "hal/backend_abi.h"
+#include "stop_signals.h"
 
 #define TY_P TY_COMMAND_USES_PLUGINS
 #define TY_V TY_COMMAND_USES_VERBOSE
@@ -17,6 +18,8 @@ static const ty_command_t ty_commands[] = {
      "list backends, their devices, and plugins that were rejected", TY_P},
     {"data", ty_cmd_data,
      "prepare token datasets, train a BPE tokenizer, check a dataset", 0},
+    {"check", ty_cmd_check,
+     "list what a model's graphs need from a backend, op by op, with its verdicts", TY_P},
     {"compare", ty_cmd_compare,
      "the same training run on several backends: per-step loss, speed, plot", TY_P},
     {"compile", ty_cmd_compile,
@@ -66,12 +69,39 @@ static void ty_print_help(FILE *out) {
           ty_registry_install_dir());
 }
 
-static void ty_print_version(void) {
+/* `dir`/`rel` when it exists (as a real path), else NULL: the tree the
+ * executable sits in (a build tree and an install tree share the layout). */
+static const char *ty_beside_exe(const char *exe_dir, const char *rel, char *out,
+                                 size_t capacity) {
+  char path[8192];
+  if (!exe_dir[0]) return NULL;
+  snprintf(path, sizeof(path), "%s/../%s", exe_dir, rel);
+  char *real = realpath(path, NULL);
+  if (!real) return NULL;
+  snprintf(out, capacity, "%s", real);
+  free(real);
+  return out;
+}
+
+/* The plugin SDK's folders, found beside the executable first (where a
+ * relocated install or the build tree has them), then as configured. */
+static void ty_print_version(const char *exe_dir) {
   printf("trainyard %s\n", TY_VERSION_STRING);
   printf("plugin ABI %u.%u\n", TY_ABI_MAJOR, TY_ABI_MINOR);
   printf("build: %s, %s%s%s\n", TY_BUILD_TYPE, TY_BUILD_COMPILER,
          TY_BUILD_SANITIZE[0] ? ", sanitize=" : "", TY_BUILD_SANITIZE);
   printf("optional parts detected at build time: %s\n", TY_BUILD_FEATURES);
+  char include[4096], plugins[4096];
+  const char *inc = ty_beside_exe(exe_dir, TY_SDK_INCLUDE_REL "/trainyard", include,
+                                  sizeof(include));
+  if (inc) *strrchr(include, '/') = '\0'; /* the folder -I names holds trainyard/ */
+  const char *dir = ty_beside_exe(exe_dir, TY_PLUGIN_SUBDIR_REL, plugins, sizeof(plugins));
+  if (!inc) inc = TY_SDK_INCLUDE_DIR;
+  if (!dir) dir = ty_registry_install_dir();
+  printf("plugin include: -I%s (<trainyard/backend_abi.h>; pkg-config trainyard-plugin, "
+         "CMake find_package(Trainyard))\n",
+         inc);
+  printf("plugin folder: %s\n", dir);
 }
 
 static void ty_find_exe_dir(char *out, size_t capacity) {
@@ -84,6 +114,12 @@ static void ty_find_exe_dir(char *out, size_t capacity) {
 }
 
 int main(int argc, char **argv) {
+  /* Before anything can start a thread: every thread must inherit the
+   * blocked SIGINT/SIGTERM (stop_signals.h). */
+  if (!ty_stop_signals_start()) {
+    fprintf(stderr, "trainyard: warning: cannot start the signal thread; SIGINT and SIGTERM "
+                    "will end the process without a graceful stop\n");
+  }
   ty_app_t app;
   memset(&app, 0, sizeof(app));
   ty_find_exe_dir(app.exe_dir, sizeof(app.exe_dir));
@@ -95,7 +131,7 @@ int main(int argc, char **argv) {
       ty_print_help(stdout);
       return TY_EXIT_OK;
     } else if (strcmp(a, "--version") == 0) {
-      ty_print_version();
+      ty_print_version(app.exe_dir);
       return TY_EXIT_OK;
     } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
       app.verbosity++;

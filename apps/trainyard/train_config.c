@@ -36,7 +36,8 @@ static const ty_opt_t ty_opts[] = {
     TY_S(data, "dataset folder made by 'trainyard data prepare'"),
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
     TY_S(out, "output folder: checkpoints, metrics.jsonl, TensorBoard events, summary.txt"),
-    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2"),
+    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2; URI?fallback=cpu runs the nodes the "
+                  "device refuses on cpu (a mixed run, for bring-up; never a benchmark)"),
     TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64; or bf16-mixed / f16-mixed "
                 "(f32 parameters and optimizer state, matmuls and attention in bf16/f16)"),
     TY_I(batch_size, "sequences per micro-batch"),
@@ -64,7 +65,11 @@ static const ty_opt_t ty_opts[] = {
     TY_I(save_every, "checkpoint every N steps (0: only at the end)"),
     TY_I(keep, "keep the last K checkpoints (0: all)"),
     TY_I(log_every, "print a step line every N steps"),
-    TY_S(resume, "resume: 'latest' in --out, or a checkpoint folder"),
+    TY_S(resume, "resume: 'latest' checkpoint in --out (an error when there is none), 'auto' "
+                 "(latest if there is one, else start fresh), or a checkpoint folder"),
+    TY_B(overwrite, "start over in an --out that holds a run: delete that run's checkpoints "
+                    "and logs first (only files a run writes; refused if others are inside "
+                    "them)"),
     TY_I(sample_tokens, "print a greedy sample of N tokens at every evaluation and "
                         "checkpoint and at the end (also in metrics.jsonl; 0: none)"),
     TY_S(sample_prompt, "the samples' prompt (needs a tokenizer; default: the end-of-text "
@@ -76,6 +81,8 @@ static const ty_opt_t ty_opts[] = {
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
     TY_B(allow_nonfinite, "load weights holding NaN or infinity (a loud warning instead of an "
                           "error; the first step then stops on a non-finite loss)"),
+    TY_S(dump_graph, "write the train step's graph as canonical text (P.txt) and Graphviz "
+                     "dot (P.dot)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -344,6 +351,9 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     TY_BAD("--eval-every, --eval-batches, --save-every and --keep must be >= 0");
   }
   if (c->log_every < 1) TY_BAD("--log-every must be >= 1");
+  if (c->overwrite && (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto"))) {
+    TY_BAD("--overwrite starts over and --resume %s continues: give one of them", c->resume);
+  }
   if (c->sample_tokens < 0) TY_BAD("--sample-tokens must be >= 0");
   if (c->sample_prompt[0] && c->sample_tokens == 0) {
     TY_BAD("--sample-prompt needs --sample-tokens N (the length of the samples)");
@@ -429,7 +439,7 @@ ty_status_t ty_train_config_from_json(ty_train_config_t *c, const json_t *object
         char *end = NULL;
         errno = 0;
         unsigned long long u = text ? strtoull(text, &end, 10) : 0;
-        if (!text || !*text || *end || errno || text[0] == '-') want = "a decimal string";
+        if (!text || text[0] < '0' || text[0] > '9' || *end || errno) want = "a decimal string";
         else *(uint64_t *)field = u;
         break;
       }
@@ -448,6 +458,30 @@ ty_status_t ty_train_config_from_json(ty_train_config_t *c, const json_t *object
     }
   }
   return TY_OK;
+}
+
+void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t *now,
+                          const char *const *names,
+                          void (*fn)(void *user, const char *name, const char *was,
+                                     const char *now),
+                          void *user) {
+  for (size_t n = 0; names[n]; ++n) {
+    const ty_opt_t *o = ty_opt_find(names[n]);
+    if (!o) continue;
+    char was[TY_CFG_PATH_MAX], is[TY_CFG_PATH_MAX];
+    ty_opt_format(old, o, was, sizeof(was));
+    ty_opt_format(now, o, is, sizeof(is));
+    if (strcmp(was, is) != 0) {
+      if (o->kind == TY_OPT_FLOAT) { /* %.17g compares exactly; %g reads better */
+        snprintf(was, sizeof(was), "%g", *(const double *)((const char *)old + o->offset));
+        snprintf(is, sizeof(is), "%g", *(const double *)((const char *)now + o->offset));
+      }
+      char flag[64];
+      snprintf(flag, sizeof(flag), "%s", o->name);
+      for (char *p = flag; *p; ++p) *p = *p == '_' ? '-' : *p;
+      fn(user, flag, was[0] ? was : "-", is[0] ? is : "-");
+    }
+  }
 }
 
 void ty_train_config_help(FILE *out) {

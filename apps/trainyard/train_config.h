@@ -37,7 +37,8 @@ typedef struct ty_train_config_t {
   uint64_t seed;
   /* evaluation, checkpoints, logging */
   int64_t eval_every, eval_batches, save_every, keep, log_every;
-  char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", or a checkpoint folder */
+  char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", "auto", or a checkpoint folder */
+  bool overwrite;               /* a fresh run may delete the run that --out holds */
   int64_t sample_tokens;        /* a greedy sample of this many tokens at every
                                    evaluation and checkpoint (0: none) */
   char sample_prompt[TY_CFG_WORD_MAX];
@@ -45,6 +46,7 @@ typedef struct ty_train_config_t {
   char artifact[TY_CFG_PATH_MAX];  /* load the train step from this artifact, or "" */
   char cache_dir[TY_CFG_PATH_MAX]; /* on-disk compile cache; "" for none */
   bool retry_failed;               /* compile again over a cached failure */
+  char dump_graph[TY_CFG_PATH_MAX]; /* write the step's graph to P.txt and P.dot, or "" */
   /* loading */
   bool allow_nonfinite;            /* load NaN/Inf weights with a warning */
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
@@ -89,9 +91,20 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *config);
 /* Prints "  key  value" lines of every option. */
 void ty_train_config_print(const ty_train_config_t *config, FILE *out);
 
-/* The whole configuration as a JSON object (new reference) and back. */
+/* The whole configuration as a JSON object (new reference) and back;
+ * from_json leaves keys that are absent as they are and refuses
+ * (DATA_LOSS naming the key: the object is a saved configuration) a value of
+ * the wrong type. */
 json_t *ty_train_config_to_json(const ty_train_config_t *config);
 ty_status_t ty_train_config_from_json(ty_train_config_t *config, const json_t *object);
+
+/* Calls fn(user, option, old value, new value) for each option of `names`
+ * (NULL-terminated, as in the config table) whose value differs. */
+void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t *now,
+                          const char *const *names,
+                          void (*fn)(void *user, const char *name, const char *was,
+                                     const char *now),
+                          void *user);
 
 /* Writes the --help text for every option. */
 void ty_train_config_help(FILE *out);

@@ -1,12 +1,25 @@
 /* The graphs of `trainyard train` and `trainyard compile` (train_graph.h). */
 #include "train_graph.h"
 
-#include "hal/dtype.h"
-
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/autodiff.h"
+#include "hal/dtype.h"
 #include "graph/train_step.h"
+
+ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_model_config_t *mc,
+                                        ty_dtype_t dtype, bool trains, ty_device_t *device) {
+  uint64_t extra = 0;
+  if (trains) {
+    extra = ty_dtype_size(dtype);                       /* gradients */
+    extra += strcmp(c->optimizer, "sgd") == 0 ? 4 : 8;  /* f32 moments */
+    if (c->grad_accum > 1) extra += 4;                  /* f32 accumulators */
+  }
+  return ty_llm_check_memory(mc, dtype, extra, ty_device_info(device)->memory_bytes,
+                             ty_device_label(device));
+}
 
 ty_status_t ty_train_graph_param_descs(const ty_train_config_t *c, const ty_graph_t *g,
                                        const ty_llm_t *m, ty_tensor_desc_t **out_descs,
@@ -68,5 +81,34 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
   free(params);
   free(descs);
   free(decay);
+  return s;
+}
+
+ty_status_t ty_forward_graph_build(const ty_model_config_t *mc, int64_t B, int64_t T,
+                                   ty_dtype_t dtype, ty_dtype_t compute_dtype, bool grads,
+                                   ty_graph_t **out_graph, ty_llm_t *out_model) {
+  memset(out_model, 0, sizeof(*out_model));
+  *out_graph = NULL;
+  ty_llm_options_t options = {.batch = B, .seq = T, .dtype = dtype,
+                              .compute_dtype = compute_dtype, .with_loss = true,
+                              .logits_output = true};
+  TY_RETURN_IF_ERROR(ty_graph_create(out_graph));
+  TY_RETURN_IF_ERROR(ty_llm_build(*out_graph, mc, &options, out_model));
+  if (!grads) return TY_OK;
+  uint32_t n = out_model->param_count;
+  ty_value_id_t *wrt = calloc(n ? n : 1, sizeof(ty_value_id_t));
+  ty_value_id_t *grad_values = calloc(n ? n : 1, sizeof(ty_value_id_t));
+  ty_status_t s = wrt && grad_values
+                      ? TY_OK
+                      : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n && !s; ++i) wrt[i] = out_model->params[i].value;
+  if (!s) s = ty_graph_autodiff(*out_graph, out_model->loss, TY_VALUE_NONE, wrt, n, grad_values);
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    char name[TY_LLM_NAME_MAX + 8];
+    snprintf(name, sizeof(name), "grad.%s", out_model->params[i].name);
+    s = ty_graph_set_output(*out_graph, grad_values[i], name);
+  }
+  free(wrt);
+  free(grad_values);
   return s;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "hal/device.h"
 #include "models/config.h"
 #include "models/llm.h"
 #include "train_config.h"
@@ -29,6 +30,26 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *config,
                                  const ty_model_config_t *model_config, int64_t B, int64_t T,
                                  ty_dtype_t dtype, ty_train_graph_kind_t kind,
                                  ty_graph_t **out_graph, ty_llm_t *out_model);
+
+/* The graph of `trainyard forward`: logits and the loss for B rows of T
+ * tokens (inputs tokens, targets, loss_weights) with parameters in `dtype`
+ * and matmuls/attention in `compute_dtype` (TY_DTYPE_INVALID: the same;
+ * bf16 over f32: bf16-mixed), and with `grads` every
+ * parameter's gradient as an output named "grad.<parameter name>". Built here
+ * so that `trainyard check` checks exactly that graph. The caller destroys
+ * *out_graph and deinits *out_model (also on error). */
+ty_status_t ty_forward_graph_build(const ty_model_config_t *model_config, int64_t B, int64_t T,
+                                   ty_dtype_t dtype, ty_dtype_t compute_dtype, bool grads,
+                                   ty_graph_t **out_graph, ty_llm_t *out_model);
+
+/* The parameters of `model_config` in `dtype` against the memory of
+ * `device` (ty_llm_check_memory), before any graph is built, so that sizes
+ * no device could hold are refused at once; with `trains`, each parameter's
+ * gradient, optimizer state (config->optimizer) and, with grad_accum > 1,
+ * accumulator count too. */
+ty_status_t ty_train_graph_check_memory(const ty_train_config_t *config,
+                                        const ty_model_config_t *model_config, ty_dtype_t dtype,
+                                        bool trains, ty_device_t *device);
 
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */

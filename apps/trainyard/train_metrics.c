@@ -25,9 +25,7 @@ ty_status_t ty_train_metrics_open(ty_trainer_t *t, bool resuming) {
     ty_status_t s = ty_jsonl_truncate_to_step(path, t->step, &kept, &dropped);
     if (s && ty_status_code(s) != TY_CODE_NOT_FOUND) return s;
     ty_status_free(s);
-  } else {
-    remove(path); /* a fresh run starts a fresh log */
-  }
+  } /* else the run folder holds no metrics.jsonl (ty_trainer_open_run) */
   ty_jsonl_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_jsonl_writer_open(path, &w));
   t->metrics = w;
@@ -74,6 +72,20 @@ void ty_train_metrics_banner(ty_trainer_t *t, const char *resume_dir) {
   ty_session_stats_t stats = ty_session_stats(t->s_train);
   fprintf(e, "train step: %s%s%s (host wall time %.3f s)\n", ty_session_source_name(stats.source),
           stats.cache_entry[0] ? ": " : "", stats.cache_entry, stats.compile_seconds);
+  if (t->fallback) {
+    const char *partition = ty_session_partition(t->s_train);
+    if (partition) {
+      fprintf(e, "train step partition: %s", partition);
+    } else {
+      fprintf(e, "fallback %s unused: %s runs every node of the train step\n",
+              ty_device_label(t->fallback), ty_device_label(t->device));
+    }
+    for (int k = 0; k < 2; ++k) {
+      ty_session_t *other = k ? t->s_eval : t->s_opt;
+      const char *p = other ? ty_session_partition(other) : NULL;
+      if (p) fprintf(e, "%s partition: %s", k ? "validation" : "optimizer step", p);
+    }
+  }
   if (resume_dir && resume_dir[0]) {
     fprintf(e, "resuming from %s at step %lld (epoch %lld, row %lld)\n", resume_dir,
             (long long)t->step, (long long)t->epoch + 1, (long long)t->cursor);
@@ -106,8 +118,15 @@ void ty_train_metrics_step(ty_trainer_t *t, double loss, double grad_norm, doubl
                 TY_PROGRESS_TOKENS_PER_S | TY_PROGRESS_ETA | (mfu > 0 ? TY_PROGRESS_MFU : 0),
       .loss = loss, .lr = lr, .grad_norm = grad_norm, .tokens_per_s = tokens_per_s, .mfu = mfu,
       .eta_s = seconds_per_step * (double)(t->total_steps - t->step)};
-  char text[256];
+  char text[320];
   ty_progress_step_format(&line, text, sizeof(text));
+  bool mixed = t->fallback && ty_session_partition(t->s_train);
+  if (mixed) {
+    /* A mixed run says what it moved between its devices, every step. */
+    size_t n = strlen(text);
+    snprintf(text + n, sizeof(text) - n, " | mixed: %.1f KiB copied",
+             (double)t->step_transfer_bytes / 1024.0);
+  }
   bool show = t->step % t->cfg.log_every == 0 || t->step == t->total_steps;
   if (show) {
     char rendered[512];
@@ -121,9 +140,11 @@ void ty_train_metrics_step(ty_trainer_t *t, double loss, double grad_norm, doubl
       ty_jsonl_real("loss", loss),           ty_jsonl_real("lr", lr),
       ty_jsonl_real("grad_norm", grad_norm), ty_jsonl_real("tokens_per_s", tokens_per_s),
       ty_jsonl_int("tokens", t->tokens_seen), ty_jsonl_real("mfu", mfu),
+      /* only in mixed runs (counted out below otherwise) */
+      ty_jsonl_int("mixed_transfer_bytes", (int64_t)t->step_transfer_bytes),
   };
-  ty_status_free(ty_jsonl_writer_write(t->metrics, fields,
-                                       sizeof(fields) / sizeof(fields[0])));
+  size_t field_count = sizeof(fields) / sizeof(fields[0]) - !mixed;
+  ty_status_free(ty_jsonl_writer_write(t->metrics, fields, field_count));
   ty_tensorboard_scalar_t scalars[] = {
       {"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", grad_norm},
       {"train/tokens_per_s", tokens_per_s}};
@@ -161,6 +182,15 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
           (long long)ty_llm_parameter_count(&t->m_train));
   fprintf(f, "backend: %s, device %s (%s)%s\n", ty_backend_name(ty_device_backend(t->device)),
           ty_device_uri(t->device), info->name, info->emulated ? " [emulated]" : "");
+  const char *partition = t->fallback ? ty_session_partition(t->s_train) : NULL;
+  if (partition) {
+    ty_session_stats_t st = ty_session_stats(t->s_train);
+    fprintf(f, "MIXED RUN: nodes %s refuses ran on %s; the speed below is not %s's\n%s",
+            ty_device_label(t->device), ty_device_label(t->fallback), ty_device_label(t->device),
+            partition);
+    fprintf(f, "host copies between the devices: %llu bytes in all, %llu in the last step\n",
+            (unsigned long long)st.transfer_bytes, (unsigned long long)t->step_transfer_bytes);
+  }
   fprintf(f, "steps: %lld of %lld\n", (long long)t->step, (long long)t->total_steps);
   fprintf(f, "tokens trained: %lld\n", (long long)t->tokens_seen);
   fprintf(f, "time: %.1f s training, %.1f s wall this run\n", t->train_seconds, wall_seconds);

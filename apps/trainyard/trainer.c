@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -17,15 +18,13 @@
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
-#include "metrics/io.h"
+#include "files/out_paths.h"
+#include "files/run_folder.h"
+#include "stop_signals.h"
 #include "train_graph.h"
 #include "train_metrics.h"
 #include "train_sample.h"
 #include "train_tokenizer.h"
-
-volatile sig_atomic_t ty_trainer_stop_signal = 0;
-
-static void ty_trainer_on_signal(int sig) { ty_trainer_stop_signal = sig; }
 
 /* Test hooks (docs/design-notes.md): TRAINYARD_DEBUG_STEP_SLEEP_MS slows
  * every step so that tests can signal a run mid-way deterministically. */
@@ -160,6 +159,13 @@ static ty_status_t ty_trainer_bind_batch(ty_trainer_t *t, ty_session_t *s) {
                          n * ty_dtype_size(t->loss_dtype));
 }
 
+/* Bytes a mixed run has copied between its devices so far (0 otherwise). */
+static uint64_t ty_trainer_transfer_bytes(const ty_trainer_t *t) {
+  uint64_t n = ty_session_stats(t->s_train).transfer_bytes;
+  if (t->s_opt) n += ty_session_stats(t->s_opt).transfer_bytes;
+  return n;
+}
+
 /* One optimizer step: grad_accum micro-batches, then the update. */
 static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *out_norm) {
   int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data);
@@ -181,6 +187,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   double loss = 0;
   ty_session_t *opt = t->accum > 1 ? t->s_opt : t->s_train;
+  uint64_t transfer_before = ty_trainer_transfer_bytes(t);
   for (int64_t m = 0; m < t->accum; ++m) {
     int64_t first = t->cursor + m * t->B;
     int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
@@ -207,6 +214,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   double norm = 0;
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
+  t->step_transfer_bytes = ty_trainer_transfer_bytes(t) - transfer_before;
   t->cursor += t->rows_per_step;
   *out_loss = loss;
   *out_norm = norm;
@@ -288,23 +296,14 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
   return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
 }
 
-/* Weights, gradients and optimizer state against the device's memory,
- * before a graph of an impossible size is built. */
-static ty_status_t ty_trainer_check_memory(const ty_trainer_t *t) {
-  uint64_t extra = ty_dtype_size(t->dtype);               /* gradients */
-  extra += strcmp(t->cfg.optimizer, "sgd") == 0 ? 4 : 8;  /* f32 moments */
-  if (t->accum > 1) extra += 4;                           /* f32 accumulators */
-  return ty_llm_check_memory(&t->model_config, t->dtype, extra,
-                             ty_device_info(t->device)->memory_bytes,
-                             ty_device_label(t->device));
-}
-
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
-  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
+  if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
+  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
+                             .fallback_device = t->fallback};
   ty_status_t s;
   if (c->artifact[0]) {
     s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
@@ -347,6 +346,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_graph_destroy(t->g_eval);
   ty_graph_destroy(t->g_opt);
   ty_graph_destroy(t->g_train);
+  ty_device_close(t->fallback);
   ty_device_close(t->device);
   ty_registry_destroy(t->registry);
   ty_dataset_close(t->train_data);
@@ -359,6 +359,29 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   free(t->weights);
   free(t->row_tokens);
   free(t->row_weights);
+  ty_run_folder_close(t->run); /* last: the lock lasts as long as the run */
+}
+
+/* The run folder and the --dump-graph files may not be, or lie inside,
+ * what the run reads. */
+static ty_status_t ty_trainer_check_out(const ty_train_config_t *c) {
+  bool resume_path = c->resume[0] && strcmp(c->resume, "latest") && strcmp(c->resume, "auto");
+  const ty_path_arg_t inputs[] = {{"--data", c->data},
+                                  {"--model", c->model},
+                                  {"--tokenizer", c->tokenizer},
+                                  {"--artifact", c->artifact},
+                                  {"--resume", resume_path ? c->resume : NULL}};
+  const size_t n = sizeof(inputs) / sizeof(inputs[0]);
+  ty_out_path_t out = {.option = "--out", .path = c->out, .creates_parents = true};
+  TY_RETURN_IF_ERROR(ty_out_path_check(&out, inputs, n));
+  for (int k = 0; c->dump_graph[0] && k < 2; ++k) {
+    char path[TY_CFG_PATH_MAX + 8];
+    snprintf(path, sizeof(path), "%s%s", c->dump_graph, k ? ".dot" : ".txt");
+    ty_out_path_t dump = {.option = "--dump-graph", .path = path, .what = "graph dump",
+                          .creates_parents = true};
+    TY_RETURN_IF_ERROR(ty_out_path_check(&dump, inputs, n));
+  }
+  return TY_OK;
 }
 
 /* Initial weights: a resumed checkpoint, the model to fine-tune, or fresh. */
@@ -374,27 +397,6 @@ static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
-static ty_status_t ty_trainer_check_resume(const ty_train_config_t *now,
-                                           const ty_train_config_t *saved) {
-  /* What decides the sequence of updates must not change across a resume. */
-#define TY_SAME_S(f)                                                                         \
-  if (strcmp(now->f, saved->f)) {                                                            \
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION,                                       \
-                          "cannot resume: --" #f " was '%s' and is now '%s'", saved->f, now->f); \
-  }
-#define TY_SAME_I(f)                                                                          \
-  if (now->f != saved->f) {                                                                   \
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION,                                        \
-                          "cannot resume: --" #f " was %lld and is now %lld",                  \
-                          (long long)saved->f, (long long)now->f);                             \
-  }
-  TY_SAME_S(preset) TY_SAME_S(dtype) TY_SAME_S(optimizer)
-  TY_SAME_I(batch_size) TY_SAME_I(grad_accum) TY_SAME_I(seed)
-#undef TY_SAME_S
-#undef TY_SAME_I
-  return TY_OK;
-}
-
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_trainer_t t;
   memset(&t, 0, sizeof(t));
@@ -404,19 +406,17 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.live_line = isatty(fileno(stderr));
+  /* A console that went away (`train | tee log`, tee killed) must not stop
+   * the run or its final save: console writes just fail from then on. */
+  ty_stop_signals_ignore_sigpipe();
   ty_status_t s = ty_llm_precision_parse(config->dtype, &t.dtype, &t.compute_dtype);
   char resume_dir[TY_CFG_PATH_MAX] = "";
-  if (!s) s = ty_metrics_dir_create(config->out); /* with its parents */
-  if (!s) {
-    ty_trainer_clean_partial(config);
-    if (config->resume[0]) s = ty_trainer_find_resume(config, resume_dir, sizeof(resume_dir));
-  }
-  if (!s && resume_dir[0]) {
-    ty_train_config_t saved;
-    s = ty_trainer_read_state(resume_dir, &t, &saved);
-    if (!s) s = ty_trainer_check_resume(config, &saved);
-  }
+  if (!s) s = ty_trainer_check_out(config);
+  if (!s) s = ty_trainer_open_run(&t, resume_dir, sizeof(resume_dir));
+  ty_trainer_saved_t saved;
+  if (!s && resume_dir[0]) s = ty_trainer_read_state(resume_dir, &t, &saved);
   if (!s) s = ty_trainer_open_data(&t);
+  if (!s && resume_dir[0]) s = ty_trainer_check_resume(&t, &saved, resume_dir);
   if (!s) s = ty_trainer_model_config(&t);
   if (!s) s = ty_train_tokenizer_open(&t); /* before anything is written */
   /* The weights against config.json before any graph is built. */
@@ -424,8 +424,11 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     s = ty_llm_check_weights(&t.model_config, resume_dir[0] ? resume_dir : config->model);
   }
   if (!s) s = ty_app_registry_create(app, &t.registry);
-  if (!s) s = ty_device_open(t.registry, config->backend, &t.device);
-  if (!s) s = ty_trainer_check_memory(&t);
+  if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device,
+                                        &t.fallback);
+  /* Weights, gradients and optimizer state against the device's memory,
+   * before a graph of an impossible size is built. */
+  if (!s) s = ty_train_graph_check_memory(config, &t.model_config, t.dtype, true, t.device);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;
@@ -451,15 +454,13 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   if (!s) ty_train_metrics_banner(&t, resume_dir);
 
-  struct sigaction sa, old_int, old_term;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = ty_trainer_on_signal;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  ty_trainer_stop_signal = 0;
+  /* From here to the exit SIGINT/SIGTERM finish the step and save
+   * (stop_signals.h: recorded by the waiter thread, never by a handler). */
+  ty_stop_signals_clear();
+  ty_stop_signals_arm();
   double started = ty_now();
-  int64_t steps_this_run = 0;
-  while (!s && t.step < t.total_steps && !ty_trainer_stop_signal) {
+  int64_t steps_this_run = 0, saved_step = -1;
+  while (!s && t.step < t.total_steps && !ty_stop_signals_received()) {
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
     s = ty_trainer_step(&t, &loss, &norm);
@@ -482,7 +483,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     double tok_s = dt > 0 ? (double)(t.tokens_seen - tokens_before) / dt : 0;
     ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
                           (ty_now() - started) / (double)steps_this_run);
-    bool last = t.step == t.total_steps, evaluated = false, saved = false;
+    bool last = t.step == t.total_steps, evaluated = false, checkpointed = false;
     if (t.val_data && ((config->eval_every && t.step % config->eval_every == 0) || last)) {
       s = ty_trainer_eval(&t, &t.last_val_loss);
       if (!s) ty_train_metrics_eval(&t);
@@ -490,23 +491,27 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     }
     if (!s && ((config->save_every && t.step % config->save_every == 0) || last)) {
       s = ty_trainer_save(&t);
-      saved = true;
+      if (!s) saved_step = t.step;
+      checkpointed = true;
     }
     /* --sample-tokens: one sample at every evaluation and checkpoint. */
-    if (!s && (evaluated || saved)) s = ty_train_sample_run(&t);
+    if (!s && (evaluated || checkpointed)) s = ty_train_sample_run(&t);
   }
-  if (!s && ty_trainer_stop_signal) {
+  int stop = ty_stop_signals_received();
+  if (!s && stop) {
     ty_train_metrics_line_end(&t);
-    fprintf(stderr, "trainyard train: %s received after step %lld: saving and stopping\n",
-            ty_trainer_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step);
-    s = ty_trainer_save(&t);
+    fprintf(stderr, "trainyard train: %s received after step %lld: %s\n",
+            stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
+            saved_step == t.step ? "saved, stopping" : "saving and stopping");
+    if (saved_step != t.step) s = ty_trainer_save(&t);
   }
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
   if (t.metrics || t.tensorboard) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
   ty_trainer_destroy(&t);
+  /* Still armed: more signals during the save, the summary and the exit
+   * that follows must not cut the wrap-up short or turn a clean stop into
+   * a death by SIGTERM (SIGKILL still ends it at once). */
   return s;
 }

@@ -4,7 +4,6 @@
 #ifndef TY_APPS_TRAINYARD_TRAINER_H_
 #define TY_APPS_TRAINYARD_TRAINER_H_
 
-#include <signal.h>
 #include <stdio.h>
 
 #include "app.h"
@@ -22,6 +21,8 @@ typedef struct ty_trainer_t {
   char model_source[TY_CFG_PATH_MAX]; /* folder the weights came from, or "" */
   ty_registry_t *registry;
   ty_device_t *device;
+  ty_device_t *fallback; /* `--backend URI?fallback=URI2`: a mixed run, or NULL */
+  uint64_t step_transfer_bytes; /* a mixed run's host copies in the last step */
   ty_dataset_t *train_data, *val_data;
   ty_dtype_t dtype, loss_dtype;
   ty_dtype_t compute_dtype; /* matmuls and attention (bf16 in bf16-mixed) */
@@ -54,10 +55,8 @@ typedef struct ty_trainer_t {
   struct ty_jsonl_writer_t *metrics;            /* metrics.jsonl */
   struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
   bool live_line;    /* stderr is a terminal */
+  struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
 } ty_trainer_t;
-
-/* Set by SIGINT/SIGTERM; the loop saves and stops after the current step. */
-extern volatile sig_atomic_t ty_trainer_stop_signal;
 
 /* Runs `trainyard train` with a validated configuration. */
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
@@ -66,14 +65,33 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
 
 /* Writes checkpoint-<step> atomically into cfg.out and prunes old ones. */
 ty_status_t ty_trainer_save(ty_trainer_t *t);
-/* Finds the checkpoint to resume from ("latest" or a folder); "" when none
- * exists with "latest". */
-ty_status_t ty_trainer_find_resume(const ty_train_config_t *cfg, char *out_dir, size_t capacity);
-/* Reads trainer_state.json of `dir`: progress and the saved configuration. */
-ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved);
+/* Opens and locks the run folder cfg.out for the run's life (t->run),
+ * removes what interrupted saves left, and finds the checkpoint to resume
+ * (into out_dir; "" for a fresh start): --resume latest needs one, auto
+ * takes one if there is one. A fresh run (or one resumed from another
+ * folder) refuses a folder that holds a run unless --overwrite; a run
+ * continued in its own folder refuses later checkpoints there. */
+ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity);
+/* ---- trainer_state.c ---- */
+
+/* What a checkpoint's trainer_state.json says about the run that saved it. */
+typedef struct ty_trainer_saved_t {
+  ty_train_config_t config;
+  int64_t seq_len;    /* tokens per row; 0 when not recorded (older states) */
+  int64_t train_rows; /* rows of the train split; 0 when not recorded */
+} ty_trainer_saved_t;
+
+/* Reads trainer_state.json of `dir` into t's progress and *saved. DATA_LOSS
+ * naming the file and the field for a field missing, of the wrong type or
+ * out of range. */
+ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_saved_t *saved);
+/* After the data is open: FAILED_PRECONDITION when the run changes what
+ * decides its updates (preset, dtype, optimizer, batch, accumulation,
+ * seed); DATA_LOSS naming the file when the progress cannot follow from
+ * its step; a note on stderr for each changed hyperparameter. */
+ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_saved_t *saved,
+                                    const char *resume_dir);
 /* Loads the optimizer states of `dir` into the sessions. */
 ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir);
-/* Removes leftovers of interrupted saves in cfg.out. */
-void ty_trainer_clean_partial(const ty_train_config_t *cfg);
 
 #endif /* TY_APPS_TRAINYARD_TRAINER_H_ */

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "build_info.h"
+#include "files/out_paths.h"
+#include "files/run_folder.h"
 #include "hal/dtype.h"
 #include "hal/file.h"
 #include "models/checkpoint.h"
@@ -22,13 +24,6 @@
 #include "models/tokenizer.h"
 #include "trainer.h"
 
-/* trainer_state.json: progress and the configuration, a few kilobytes. */
-static const ty_file_kind_t ty_trainer_state_kind = {
-    .what = "trainer state", .max_bytes = 16 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_DATA_LOSS};
-
-#define TY_CKPT_PREFIX "checkpoint-"
-#define TY_CKPT_TMP_PREFIX ".checkpoint-"
 
 static ty_status_t ty_errno_status(const char *what, const char *path) {
   return ty_status_from_errno(errno, "%s %s", what, path);
@@ -70,121 +65,103 @@ static ty_status_t ty_copy_file(const char *src, const ty_file_kind_t *kind, con
   return ok ? TY_OK : ty_errno_status("cannot copy to", dst);
 }
 
-static void ty_remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char path[TY_CFG_PATH_MAX + 300];
-    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-      ty_remove_tree(path);
-    } else {
-      unlink(path);
-    }
-  }
-  closedir(d);
-  rmdir(dir);
+/* The checkpoint folder `dir` of a run folder: its step, or -1 when it is
+ * not <run folder>/checkpoint-<step>. */
+static int64_t ty_checkpoint_step_in(const char *path, const char *run_folder) {
+  char dir[TY_CFG_PATH_MAX];
+  snprintf(dir, sizeof(dir), "%s", path);
+  for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/';) dir[--n] = '\0';
+  const char *base = strrchr(dir, '/');
+  base = base ? base + 1 : dir;
+  char *end = NULL;
+  if (strncmp(base, TY_RUN_CKPT_PREFIX, strlen(TY_RUN_CKPT_PREFIX)) != 0) return -1;
+  const char *digits = base + strlen(TY_RUN_CKPT_PREFIX);
+  if (*digits < '0' || *digits > '9') return -1;
+  long long step = strtoll(digits, &end, 10);
+  if (*end) return -1;
+  char parent[TY_CFG_PATH_MAX + 8];
+  snprintf(parent, sizeof(parent), "%.*s", base == dir ? 1 : (int)(base - dir - 1),
+           base == dir ? "." : dir);
+  return ty_path_same(parent, run_folder) ? step : -1;
 }
 
-/* Steps of the complete checkpoints in cfg.out, ascending. */
-static int ty_step_compare(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? -1 : x > y;
+/* A fresh run (or one resumed from another folder) into a folder that holds
+ * a run: refused, or with --overwrite that run is deleted first. */
+static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_dir) {
+  const ty_train_config_t *c = &t->cfg;
+  char what[512];
+  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->run, what, sizeof(what)));
+  if (!what[0]) return TY_OK;
+  if (!c->overwrite) {
+    return ty_status_make(
+        TY_CODE_FAILED_PRECONDITION,
+        "--out %s already holds a training run (%s); %s, or start over with --overwrite, "
+        "which deletes only the files a run writes",
+        c->out, what,
+        !strcmp(c->resume, "auto") ? "it has no checkpoint to resume"
+        : resume_dir[0]            ? "choose an empty --out for the resumed run"
+                                   : "continue it with --resume latest");
+  }
+  const ty_run_folder_input_t inputs[] = {
+      {"--data", c->data},         {"--model", c->model},
+      {"--tokenizer", c->tokenizer}, {"--artifact", c->artifact},
+      {"--resume", resume_dir},    {"--cache-dir", c->cache_dir},
+  };
+  ty_status_t s = ty_run_folder_clear(t->run, inputs, sizeof(inputs) / sizeof(inputs[0]));
+  if (!s) fprintf(stderr, "trainyard train: --overwrite: deleted the run in %s (%s)\n", c->out, what);
+  return s;
 }
 
-static size_t ty_list_checkpoints(const char *out, int64_t **steps) {
-  *steps = NULL;
-  DIR *d = opendir(out);
-  if (!d) return 0;
-  size_t count = 0, cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, TY_CKPT_PREFIX, strlen(TY_CKPT_PREFIX)) != 0) continue;
-    char *end;
-    long long step = strtoll(e->d_name + strlen(TY_CKPT_PREFIX), &end, 10);
-    if (*end || step < 0) continue;
-    char state[TY_CFG_PATH_MAX + 300];
-    snprintf(state, sizeof(state), "%s/%s/trainer_state.json", out, e->d_name);
-    if (access(state, R_OK) != 0) continue; /* not a complete checkpoint */
-    if (count == cap) {
-      cap = cap ? cap * 2 : 16;
-      int64_t *p = realloc(*steps, cap * sizeof(int64_t));
-      if (!p) break;
-      *steps = p;
-    }
-    (*steps)[count++] = step;
+ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
+  const ty_train_config_t *c = &t->cfg;
+  resume_dir[0] = '\0';
+  TY_RETURN_IF_ERROR(ty_run_folder_open(c->out, &t->run));
+  if (!ty_run_folder_locked(t->run)) {
+    fprintf(stderr, "trainyard train: warning: the file system of %s cannot lock it (flock); "
+                    "another run into it would not be detected\n", c->out);
   }
-  closedir(d);
-  if (count) qsort(*steps, count, sizeof(int64_t), ty_step_compare);
-  return count;
-}
-
-void ty_trainer_clean_partial(const ty_train_config_t *cfg) {
-  DIR *d = opendir(cfg->out);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, TY_CKPT_TMP_PREFIX, strlen(TY_CKPT_TMP_PREFIX)) != 0) continue;
-    char path[TY_CFG_PATH_MAX + 300];
-    snprintf(path, sizeof(path), "%s/%s", cfg->out, e->d_name);
-    ty_remove_tree(path);
-  }
-  closedir(d);
-}
-
-ty_status_t ty_trainer_find_resume(const ty_train_config_t *cfg, char *out_dir, size_t cap) {
-  out_dir[0] = '\0';
-  if (strcmp(cfg->resume, "latest") != 0) {
-    char state[TY_CFG_PATH_MAX + 64];
-    TY_RETURN_IF_ERROR(ty_path_join(state, sizeof(state), cfg->resume, "trainer_state.json"));
-    if (access(state, R_OK) != 0) {
-      return ty_status_make(TY_CODE_NOT_FOUND,
-                            "--resume %s: not a complete checkpoint (no trainer_state.json)",
-                            cfg->resume);
-    }
-    snprintf(out_dir, cap, "%s", cfg->resume);
-    return TY_OK;
-  }
+  /* Under the lock no live run saves here: what a save left is garbage. */
+  TY_RETURN_IF_ERROR(ty_run_folder_clean_partial(t->run));
   int64_t *steps = NULL;
-  size_t n = ty_list_checkpoints(cfg->out, &steps);
-  if (n) snprintf(out_dir, cap, "%s/" TY_CKPT_PREFIX "%lld", cfg->out, (long long)steps[n - 1]);
-  free(steps);
-  return TY_OK; /* nothing to resume: a fresh start */
-}
-
-ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_train_config_t *saved) {
-  char path[TY_CFG_PATH_MAX + 64];
-  TY_RETURN_IF_ERROR(ty_path_join(path, sizeof(path), dir, "trainer_state.json"));
-  char *text = NULL;
-  size_t size = 0;
-  TY_RETURN_IF_ERROR(ty_file_read(path, &ty_trainer_state_kind, &text, &size));
-  json_error_t err;
-  json_t *j = json_loadb(text, size, 0, &err);
-  free(text);
-  if (!j) {
-    return ty_status_make(TY_CODE_DATA_LOSS, "%s: unreadable trainer state (line %d: %s)", path,
-                          err.line, err.text);
-  }
+  size_t n = 0;
+  TY_RETURN_IF_ERROR(ty_run_folder_checkpoints(t->run, &steps, &n));
+  bool latest = !strcmp(c->resume, "latest"), automatic = !strcmp(c->resume, "auto");
   ty_status_t s = TY_OK;
-  json_t *format = json_object_get(j, "format");
-  if (!json_is_string(format) || strcmp(json_string_value(format), "trainyard-trainer-state") ||
-      json_integer_value(json_object_get(j, "version")) != 1) {
-    s = ty_status_make(TY_CODE_DATA_LOSS, "%s: not a trainyard trainer state (version 1)", path);
-  } else {
-    t->step = json_integer_value(json_object_get(j, "step"));
-    t->epoch = json_integer_value(json_object_get(j, "epoch"));
-    t->cursor = json_integer_value(json_object_get(j, "cursor"));
-    t->tokens_seen = json_integer_value(json_object_get(j, "tokens_seen"));
-    t->train_seconds = json_number_value(json_object_get(j, "train_seconds"));
-    t->last_loss = json_number_value(json_object_get(j, "loss"));
-    ty_train_config_defaults(saved);
-    s = ty_train_config_from_json(saved, json_object_get(j, "config"));
-    if (s) s = ty_status_annotate(s, "%s", path);
+  if ((latest || automatic) && n) {
+    snprintf(resume_dir, cap, "%s/" TY_RUN_CKPT_PREFIX "%lld", c->out, (long long)steps[n - 1]);
+  } else if (latest) {
+    s = ty_status_make(TY_CODE_NOT_FOUND,
+                       "--resume latest: %s holds no complete checkpoint (a checkpoint-<step> "
+                       "folder with trainer_state.json); start without --resume, or use "
+                       "--resume auto to resume only when there is one",
+                       c->out);
+  } else if (c->resume[0] && !automatic) {
+    char state[TY_CFG_PATH_MAX + 64];
+    s = ty_path_join(state, sizeof(state), c->resume, "trainer_state.json");
+    if (!s && access(state, R_OK) != 0) {
+      s = ty_status_make(TY_CODE_NOT_FOUND,
+                         "--resume %s: not a complete checkpoint (no trainer_state.json)",
+                         c->resume);
+    }
+    if (!s) snprintf(resume_dir, cap, "%s", c->resume);
   }
-  json_decref(j);
+  int64_t from = s || !resume_dir[0] ? -1 : ty_checkpoint_step_in(resume_dir, c->out);
+  if (!s && from >= 0) {
+    /* Continuing this folder's run: a later checkpoint would belong to the
+     * abandoned future and mix with the continued one. */
+    char what[512];
+    s = ty_run_folder_describe(t->run, what, sizeof(what)); /* misplaced names */
+    if (!s && n && steps[n - 1] > from) {
+      s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                         "--resume %s: %s also holds checkpoint-%lld, past step %lld; a run "
+                         "continued from there would mix with it (and --resume latest would "
+                         "pick it): move the later checkpoints away first",
+                         resume_dir, c->out, (long long)steps[n - 1], (long long)from);
+    }
+  } else if (!s) {
+    s = ty_trainer_claim_folder(t, resume_dir);
+  }
+  free(steps);
   return s;
 }
 
@@ -295,6 +272,9 @@ static ty_status_t ty_write_state(const ty_trainer_t *t, const char *dir) {
   json_object_set_new(j, "epoch", json_integer(t->epoch));
   json_object_set_new(j, "cursor", json_integer(t->cursor));
   json_object_set_new(j, "tokens_seen", json_integer(t->tokens_seen));
+  /* What the progress fields are counted in, for the checks on resume. */
+  json_object_set_new(j, "seq_len", json_integer(t->T));
+  json_object_set_new(j, "train_rows", json_integer((json_int_t)ty_dataset_row_count(t->train_data)));
   json_object_set_new(j, "train_seconds", json_real(t->train_seconds));
   json_object_set_new(j, "loss", json_real(t->last_loss));
   /* The data order is rebuilt from (seed, epoch); dropout masks from
@@ -330,26 +310,44 @@ static ty_status_t ty_write_tokenizer(const ty_trainer_t *t, const char *dir) {
   return ty_file_write_atomic(dst, t->tokenizer_json, t->tokenizer_json_size);
 }
 
-static void ty_prune(const ty_trainer_t *t) {
-  if (t->cfg.keep <= 0) return;
+static ty_status_t ty_prune(ty_trainer_t *t) {
+  if (t->cfg.keep <= 0) return TY_OK;
   int64_t *steps = NULL;
-  size_t n = ty_list_checkpoints(t->cfg.out, &steps);
-  for (size_t i = 0; i + (size_t)t->cfg.keep < n; ++i) {
-    char path[TY_CFG_PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/" TY_CKPT_PREFIX "%lld", t->cfg.out, (long long)steps[i]);
-    ty_remove_tree(path);
+  size_t n = 0;
+  ty_status_t s = ty_run_folder_checkpoints(t->run, &steps, &n);
+  for (size_t i = 0; !s && i + (size_t)t->cfg.keep < n; ++i) {
+    s = ty_run_folder_remove_checkpoint(t->run, steps[i]);
   }
   free(steps);
+  return s;
+}
+
+/* Puts the whole checkpoint folder `tmp` in place as `final`. When `final`
+ * exists (the checkpoint a run resumed from, saved again by a stop before
+ * any step), the two are swapped atomically, so that a crash at any moment
+ * leaves one whole checkpoint of that step. */
+static ty_status_t ty_publish(const char *tmp, const char *final) {
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+    return ty_run_folder_remove_tree(tmp); /* now the old one */
+  }
+  if (errno != ENOENT && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+    return ty_errno_status("cannot exchange into", final);
+  }
+  /* No checkpoint of that step yet, or a file system without exchange. */
+  if (errno != ENOENT) TY_RETURN_IF_ERROR(ty_run_folder_remove_tree(final));
+  if (rename(tmp, final) != 0) return ty_errno_status("cannot rename into", final);
+  return TY_OK;
 }
 
 ty_status_t ty_trainer_save(ty_trainer_t *t) {
   char tmp[TY_CFG_PATH_MAX + 64], final[TY_CFG_PATH_MAX + 64];
-  snprintf(tmp, sizeof(tmp), "%s/" TY_CKPT_TMP_PREFIX "%lld.tmp-%ld", t->cfg.out,
+  snprintf(tmp, sizeof(tmp), "%s/" TY_RUN_CKPT_TMP_PREFIX "%lld.tmp-%ld", t->cfg.out,
            (long long)t->step, (long)getpid());
-  snprintf(final, sizeof(final), "%s/" TY_CKPT_PREFIX "%lld", t->cfg.out, (long long)t->step);
-  ty_remove_tree(tmp);
-  if (mkdir(tmp, 0777) != 0) return ty_errno_status("cannot create", tmp);
-  ty_status_t s = ty_write_model_config(t, tmp);
+  snprintf(final, sizeof(final), "%s/" TY_RUN_CKPT_PREFIX "%lld", t->cfg.out, (long long)t->step);
+  ty_status_t s = ty_run_folder_remove_tree(tmp);
+  if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
+  if (s) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+  s = ty_write_model_config(t, tmp);
   if (!s) s = ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
   /* Test hook: a pause mid-save, for the crash-during-save test. */
   const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");
@@ -358,15 +356,17 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
   if (!s) s = ty_save_optimizer(t, tmp);
   if (!s) s = ty_write_state(t, tmp); /* last: its presence marks a whole checkpoint */
   if (!s) s = ty_fsync_path(tmp);
-  if (!s) {
-    ty_remove_tree(final); /* a checkpoint of this step from an earlier run */
-    if (rename(tmp, final) != 0) s = ty_errno_status("cannot rename into", final);
-  }
+  if (!s) s = ty_publish(tmp, final);
   if (!s) s = ty_fsync_path(t->cfg.out);
   if (s) {
-    ty_remove_tree(tmp);
+    ty_status_free(ty_run_folder_remove_tree(tmp));
     return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
   }
-  ty_prune(t);
+  /* The new checkpoint is safe; a failed prune only leaves an old one. */
+  ty_status_t pruned = ty_prune(t);
+  if (pruned) {
+    fprintf(stderr, "trainyard train: warning: %s\n", ty_status_message(pruned));
+    ty_status_free(pruned);
+  }
   return TY_OK;
 }

@@ -6,11 +6,13 @@
  * reasons. docs/plugin-abi.md is the reference; this file is the walk-through.
  *
  * Rules worth repeating before you start:
- *  1. Include hal/backend_abi.h and, if you want them, the backend support
- *     library's headers (backends/common/); never include or link the core.
+ *  1. Include only the SDK's headers: <trainyard/backend_abi.h> and, if you
+ *     want them, the backend support library's (<trainyard/host_executor.h>,
+ *     ...). Never include or link the Trainyard core.
  *  2. Export only ty_backend_query (TY_BACKEND_EXPORT); build with
  *     -fvisibility=hidden so nothing else leaks (CMake does this for you via
- *     ty_add_backend_plugin()).
+ *     trainyard_add_backend_plugin(); pkg-config trainyard-plugin's cflags
+ *     include it).
  *  3. Report every failure as a status from host->status_make() whose message
  *     names the thing that failed. Never print, never abort, never exit.
  *  4. Vendor runtimes (libcuda.so.1, libOpenCL.so.1, ...) are dlopen'ed in
@@ -21,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/host_executor.h"
-#include "backends/common/plugin_status.h"
-#include "hal/backend_abi.h"
+#include <trainyard/backend_abi.h>
+#include <trainyard/host_executor.h>
+#include <trainyard/plugin_status.h>
 
 /* Step 1: your backend's state. The host treats these as opaque handles:
  * it stores the pointers and hands them back, nothing more. */

@@ -230,8 +230,10 @@ class CompileTest(Base):
         data = os.path.join(self.tmp, "data")
         if not os.path.exists(data):
             make_chat_ids(data, 20)
+        # A fresh run folder each time: a fresh run refuses one that holds a run.
+        out = tempfile.mkdtemp(prefix="t", dir=self.tmp)
         return self.ty("train", "--model", self.model("gpt2"), "--data", data, "--out",
-                       os.path.join(self.tmp, "t"), "--backend", "dataflow", "--max-steps", "1",
+                       out, "--backend", "dataflow", "--max-steps", "1",
                        "--batch-size", "8", "--artifact", art, *extra, rc=rc)
 
     def test_corrupt_truncated_or_retargeted_artifacts(self):

@@ -267,7 +267,7 @@ class FileErrorTest(Base):
         os.makedirs(os.path.join(out, "summary.txt"))
         self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", out,
                     "--max-steps", "1", "--batch-size", "2"], 1, "FAILED_PRECONDITION",
-                   "summary.txt: a folder of that name is in the way")
+                   "summary.txt is a folder, not the file a training run writes there")
         ckpt = self.path("ckpt")
         os.makedirs(os.path.join(ckpt, "trainer_state.json"))
         self.check(["train", "--preset", "gpt2-tiny", "--data", data, "--out", self.path("r2"),
@@ -570,6 +570,12 @@ class ModelTest(Base):
             r = run_fast(["generate", "--model", model, "--prompt-ids", "1,2", "--max-new-tokens",
                           "2"])
             self.fails(r, 1, "has no tensor '%s'" % layer)
+            # check and compile build graphs from a config alone; weights beside
+            # it are checked first (cpu's memory would let the graph be built)
+            for args in (["check", "--backend", "cpu"],
+                         ["compile", "--backend", "cpu", "--out", self.path("a.tyart")]):
+                r = run_fast(args + ["--model", model, "--batch-size", "1", "--seq-len", "4"])
+                self.fails(r, 1, "has no tensor '%s'" % layer)
 
     def test_layer_count_past_64_bits(self):
         for family, key in (("gpt2", "n_layer"), ("llama", "num_hidden_layers")):
@@ -595,6 +601,9 @@ class ModelTest(Base):
         os.remove(os.path.join(model, "model.safetensors"))
         r = run_fast(["compile", "--backend", "dataflow", "--model", model, "--batch-size", "1",
                       "--seq-len", "8", "--out", self.path("step.tyart")])
+        self.fails(r, 1, "RESOURCE_EXHAUSTED", "parameters", "GiB of device dataflow")
+        r = run_fast(["check", "--backend", "dataflow", "--model", model, "--batch-size", "1",
+                      "--seq-len", "8"])
         self.fails(r, 1, "RESOURCE_EXHAUSTED", "parameters", "GiB of device dataflow")
 
     def nan_model(self, family="gpt2", value=float("nan"), index=7):

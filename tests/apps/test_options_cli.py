@@ -26,7 +26,8 @@ from cli_util import WORDS, make_corpus, make_ids_dataset, run, write  # noqa: E
 
 # command -> option -> "Class.test_method" (this file) or "file.py:Class.test_method"
 # (another test of tests/apps or tests/conform), or "mention:<command>" for another
-# command's option that a --help names in its text. Options a --help mentions only
+# command's option that a --help names in its text; a tuple of these where one
+# option's values are held by several tests. Options a --help mentions only
 # to refuse them ("set by compare") are tested for the refusal.
 AUDIT = {
     "(global)": {
@@ -58,14 +59,26 @@ AUDIT = {
             "--sample-tokens", "--sample-prompt")},
         **{"--tokenizer":
                "test_inputs_cli.py:TokenizerTest.test_tokenizer_other_than_the_datas_is_refused",
-           "--resume": "test_train_cli.py:ResumeTest.test_resume_is_bit_identical",
+           "--resume": ("test_train_cli.py:ResumeTest.test_resume_is_bit_identical",
+                        # latest without a checkpoint, auto
+                        "test_run_safety.py:RunFolderTest.test_resume_latest_needs_a_checkpoint"),
+           "--overwrite": "test_run_safety.py:RunFolderTest.test_overwrite_deletes_only_the_run",
+           "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
            "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
         "--grad-accum", "--out", "--cache-dir", "--retry-failed", "--lr")},
-        **{"--artifact": "mention:train"}),
+        **{"--artifact": "mention:train",
+           "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile"}),
+    "check": dict({o: "CheckOptionsTest.test_each_option" for o in (
+        "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size", "--seq-len",
+        "--train", "--dtype", "--optimizer", "--dropout", "--grad-accum", "--decay-all",
+        "--json")},
+        **{"--dump-graph":
+               "test_bringup_cli.py:CheckTest.test_partial_plugin_lists_every_missing_op",
+           "--grads": "mention:forward"}),
     "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
@@ -75,13 +88,22 @@ AUDIT = {
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward"}),
     "tokenize": {o: "TokenizeOptionsTest.test_each_option" for o in (
         "--tokenizer", "--decode", "--json", "--no-special")},
-    "compare": {o: "CompareOptionsTest.test_each_option" for o in (
+    "compare": dict({o: "CompareOptionsTest.test_each_option" for o in (
         "--backends", "--steps", "--out", "--tolerance", "--config", "--model", "--preset",
         "--data", "--batch-size", "--lr", "--dropout", "--backend", "--max-steps", "--epochs",
         "--resume")},
-    "conform": {o: "ConformOptionsTest.test_each_option" for o in (
+        **{"--overwrite":
+               "test_run_safety.py:RunFolderTest.test_compare_keeps_an_earlier_comparison"}),
+    "conform": dict({o: "ConformOptionsTest.test_each_option" for o in (
         "--backend", "--ops", "--dtype", "--direction", "--seed", "--tier", "--xfail", "--json",
         "--list")},
+        **{o: "test_conform_cli.py:ReferenceTest.test_summary_and_only_failures" for o in (
+            "--summary", "--only-failures")},
+        **{o: "test_conform_cli.py:ModelTiersTest.test_bisect_names_the_planted_kernel"
+           for o in ("--bisect", "--against")},
+        **{"--model": "test_conform_cli.py:ModelTiersTest.test_tiers_catch_wrong_kernels",
+           "--steps": "test_conform_cli.py:ModelTiersTest.test_step_tier_passes",
+           "--tolerance": "ConformOptionsTest.test_model_tier_options"}),
 }
 
 HELP_ARGS = {"(global)": ["--help"]}
@@ -183,10 +205,18 @@ def parsed_options(command):
             names |= {"--" + k for k in re.findall(r'!strcmp\(key, "([a-z-]+)"\)',
                                                     source(*app, "cmd_compare.c"))}
         return names
-    if command == "compile":
-        # (and the runtime hyperparameters it refuses: CompileOptionsTest)
-        return {"--" + k for k in re.findall(r'!strcmp\(key, "([a-z-]+)"\)',
-                                             source(*app, "cmd_compile.c"))}
+    if command in ("compile", "check"):
+        # graph_args.c's options (not the runtime hyperparameters both refuse:
+        # CompileOptionsTest), and the command's own flags and valued options
+        text = source(*app, "graph_args.c")
+        table = text[text.index("ty_graph_args_keys[] = {"):]
+        names = set(re.findall(r'"([a-z][a-z-]*)"', table[:table.index("};")]))
+        own = source(*app, "cmd_%s.c" % command)
+        for m in re.finditer(r'(?:flags|own)\[\] = \{([^}]*)\}', own):
+            names |= set(re.findall(r'"([a-z][a-z-]*)"', m.group(1)))
+        if command == "check":  # refused: check compiles nothing (CheckOptionsTest)
+            names -= {"cache-dir", "retry-failed"}
+        return {"--" + n for n in names}
     function = {"generate": "static int ty_generate_parse", "forward": "int ty_cmd_forward",
                 "tokenize": "int ty_cmd_tokenize", "conform": "int ty_cmd_conform"}[command]
     return getopt_names(source(*app, "cmd_%s.c" % command), function)
@@ -206,23 +236,25 @@ class AuditTableTest(unittest.TestCase):
                                  "--help mentions options the audit does not list, or back")
 
     def test_every_named_test_exists(self):
-        here = sys.modules[__name__]
         for command, table in AUDIT.items():
-            for option, holder in table.items():
-                with self.subTest(command=command, option=option):
-                    if holder.startswith("mention:"):
-                        self.assertIn(option, AUDIT[holder.split(":")[1]])
-                    elif ":" in holder:
-                        path, name = holder.split(":")
-                        klass, method = name.split(".")
-                        folder = "conform" if path.startswith("test_conform") else "apps"
-                        text = source("tests", folder, path)
-                        self.assertTrue("class %s(" % klass in text, "%s: no class %s" % (
-                            path, klass))
-                        self.assertTrue("def %s(" % method in text, "%s: no %s" % (path, method))
-                    else:
-                        klass, method = holder.split(".")
-                        self.assertTrue(hasattr(getattr(here, klass), method), holder)
+            for option, holders in table.items():
+                for holder in holders if isinstance(holders, tuple) else (holders,):
+                    with self.subTest(command=command, option=option, holder=holder):
+                        self.check_holder(option, holder)
+
+    def check_holder(self, option, holder):
+        if holder.startswith("mention:"):
+            self.assertIn(option, AUDIT[holder.split(":")[1]])
+        elif ":" in holder:
+            path, name = holder.split(":")
+            klass, method = name.split(".")
+            folder = "conform" if path.startswith("test_conform") else "apps"
+            text = source("tests", folder, path)
+            self.assertTrue("class %s(" % klass in text, "%s: no class %s" % (path, klass))
+            self.assertTrue("def %s(" % method in text, "%s: no %s" % (path, method))
+        else:
+            klass, method = holder.split(".")
+            self.assertTrue(hasattr(getattr(sys.modules[__name__], klass), method), holder)
 
     def test_every_train_option_is_audited(self):
         parsed = parsed_options("train")
@@ -833,9 +865,82 @@ class ConformOptionsTest(Base):
         fwd_only = run(["conform", "--list", "--direction", "backward"]).stdout
         self.assertLess(len(fwd_only), len(run(["conform", "--list"]).stdout))
         for option in (["--backend", "cpu"], ["--seed", "1"], ["--xfail", xfail],
-                       ["--tier", "op"], ["--json"]):
+                       ["--tier", "op"], ["--json"], ["--summary"], ["--only-failures"],
+                       ["--bisect"], ["--against", "cpu"], ["--model", "gpt2"],
+                       ["--steps", "2"], ["--tolerance", "0.5"]):
             self.refused(["conform", "--list"] + option,
                          option[0] + " has no effect with --list")
+
+    def test_model_tier_options(self):
+        base = ["--backend", "cpu", "--tier", "model", "--model", "gpt2", "--seed", "1"]
+        rows = self.results(*base)
+        self.assertEqual({r["model"] for r in rows}, {"gpt2"})              # --model
+        self.assertEqual({r["bound"] for r in rows}, {1e-9})
+        loose = self.results(*(base + ["--tolerance", "0.5"]))               # --tolerance
+        self.assertEqual({r["bound"] for r in loose}, {0.5})
+        self.refused(["conform", "--backend", "cpu", "--ops", "add", "--tolerance", "0.5"],
+                     "--tolerance go with --tier model")
+
+
+class CheckOptionsTest(Base):
+    """`trainyard check`: each option changes the graphs it checks (their
+    shapes, ops and dtypes in the JSON), or is refused where it would not."""
+
+    def check(self, *args):
+        r = self.ok(["check", "--json"] + list(args))
+        return json.loads(r.stdout)
+
+    @staticmethod
+    def op(data, name):
+        return next(o for o in data["ops"] if o["op"] == name)
+
+    def test_each_option(self):
+        preset = ["--backend", "cpu", "--preset", "gpt2-tiny", "--vocab-size", "96",
+                  "--batch-size", "2", "--seq-len", "16"]
+        data = self.check(*preset)                                           # --backend, --json
+        self.assertEqual(data["backend"], "cpu")
+        # --preset, --vocab-size, --batch-size, --seq-len
+        self.assertEqual(self.op(data, "embedding")["example"], "[96,128] [2,16] -> [2,16,128]")
+        self.assertEqual([g["name"] for g in data["graphs"]],
+                         ["forward", "forward-grads", "generate-prefill", "generate-decode"])
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
+        model = self.check("--backend", "cpu", "--model", gpt2, "--batch-size", "2",
+                           "--seq-len", "16")                                # --model
+        self.assertNotEqual(self.op(model, "embedding")["example"],
+                            self.op(data, "embedding")["example"])
+        self.assertEqual({o["dtype"] for o in self.check(*(preset + ["--dtype", "bf16"]))["ops"]
+                          if o["op"] == "matmul"}, {"bf16"})                 # --dtype
+        train = self.check(*(preset + ["--train"]))                          # --train
+        self.assertEqual([g["name"] for g in train["graphs"]], ["train-step", "validation"])
+        self.assertIn("adamw_update", {o["op"] for o in train["ops"]})
+        sgd = {o["op"] for o in self.check(*(preset + ["--train", "--optimizer", "sgd"]))["ops"]}
+        self.assertIn("sgd_update", sgd)                                     # --optimizer
+        self.assertNotIn("adamw_update", sgd)
+        drop = {o["op"] for o in self.check(*(preset + ["--train", "--dropout", "0.1"]))["ops"]}
+        self.assertIn("dropout", drop - {o["op"] for o in train["ops"]})     # --dropout
+        accum = self.check(*(preset + ["--train", "--grad-accum", "2"]))     # --grad-accum
+        self.assertIn("optimizer-step", [g["name"] for g in accum["graphs"]])
+        dump = self.path("g")
+        self.ok(["check"] + preset + ["--train", "--dump-graph", dump])
+        self.ok(["check"] + preset + ["--train", "--decay-all", "--dump-graph", dump + "d"])
+        self.differ(read_bytes(dump + "-train-step.txt"),                    # --decay-all
+                    read_bytes(dump + "d-train-step.txt"), "--decay-all")
+        ids = make_ids_dataset(self.path("data"))
+        from_data = self.check("--backend", "cpu", "--preset", "gpt2-tiny", "--data", ids,
+                               "--batch-size", "2")                          # --data
+        self.assertEqual(self.op(from_data, "embedding")["example"],
+                         "[96,128] [2,16] -> [2,16,128]")
+        self.refused(["check", "--backend", "cpu", "--preset", "gpt2-tiny", "--data", ids,
+                      "--seq-len", "8"], "--seq-len 8 differs from the data's 16", rc=1)
+        # refused where they would change nothing
+        self.refused(["check", "--backend", "cpu", "--model", gpt2, "--vocab-size", "50"],
+                     "--vocab-size is for --preset")
+        for option in (["--optimizer", "sgd"], ["--dropout", "0.1"], ["--decay-all"],
+                       ["--grad-accum", "2"]):
+            self.refused(["check"] + preset + option,
+                         option[0] + " has no effect without --train")
+        for option in (["--cache-dir", "x"], ["--retry-failed"]):
+            self.refused(["check"] + preset + option, "compiles nothing")
 
 
 

@@ -38,7 +38,7 @@ def run(args, env=None, **kw):
                           timeout=300, **kw)
 
 
-def make_ids_dataset(path, docs, seed=1, vocab=96):
+def make_ids_dataset(path, docs, seed=1, vocab=96, seq_len=16, val_fraction=0.15):
     """Learnable pre-tokenized documents: arithmetic progressions of ids."""
     rng = random.Random(seed)
     with open(path + ".jsonl", "w") as f:
@@ -46,8 +46,8 @@ def make_ids_dataset(path, docs, seed=1, vocab=96):
             start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 40)
             f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
     r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
-             str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16", "--val-fraction",
-             "0.15", "--out", path])
+             str(vocab - 1), "--input", path + ".jsonl", "--seq-len", str(seq_len),
+             "--val-fraction", str(val_fraction), "--out", path])
     assert r.returncode == 0, r.stderr
     return path
 

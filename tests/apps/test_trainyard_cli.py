@@ -113,7 +113,11 @@ def parse_devices_text(text):
                 out["backends"].append({
                     "name": m.group(1), "version": m.group(2),
                     "abi": {"major": int(m.group(3)), "minor": int(m.group(4))},
-                    "path": m.group(5), "devices": []})
+                    "path": m.group(5), "devices": [], "warnings": []})
+                i += 1
+                continue
+            if line.startswith("    warning: ") and out["backends"]:
+                out["backends"][-1]["warnings"].append(line[len("    warning: "):])
                 i += 1
                 continue
             m = re.match(r"^    (\S+)\s+(.*?)( \[emulated\])?$", line)
@@ -181,7 +185,7 @@ def assert_text_matches_json(test, text, data):
     test.assertEqual([b["name"] for b in text["backends"]],
                      [b["name"] for b in data["backends"]])
     for tb, jb in zip(text["backends"], data["backends"]):
-        for key in ("version", "abi", "path"):
+        for key in ("version", "abi", "path", "warnings"):
             test.assertEqual(tb[key], jb[key], "backend %s: %s" % (jb["name"], key))
         test.assertEqual([d["uri"] for d in tb["devices"]],
                          [d["uri"] for d in jb["devices"]])
@@ -295,6 +299,26 @@ class DevicesTest(unittest.TestCase):
         self.assertEqual(rejected[0]["path"], missing)
         self.assertEqual(rejected[0]["kind"], "missing-path")
 
+    def test_half_set_entry_pairs_warn(self):
+        data = devices_both(self, args_before=["--plugin-path", CFG.unpaired_dir])
+        by_name = {b["name"]: b for b in data["backends"]}
+        warnings = by_name["unpaired"]["warnings"]
+        self.assertEqual(len(warnings), 5, warnings)
+        self.assertIn("device_open is set but device_close is not", warnings[0])
+        self.assertIn("graph_compile is set but executable_destroy is not", warnings[3])
+        for b in data["backends"]:
+            self.assertRegex(b["identity"], r"^(build-id:[0-9a-f]{16,}|sha256:[0-9a-f]{64})$")
+            if b["name"] != "unpaired":
+                self.assertEqual(b["warnings"], [], b["name"])
+        # Opening a device prints them too, before anything else happens.
+        r = run(["--plugin-path", CFG.unpaired_dir, "conform", "--backend", "unpaired",
+                 "--ops", "add"])
+        self.assertIn("trainyard conform: warning: plugin 'unpaired' (", r.stderr)
+        self.assertIn("device_open is set but device_close is not", r.stderr)
+        r = run(["conform", "--backend", "cpu", "--ops", "add", "--dtype", "f32"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("warning", r.stderr)
+
     def test_text_parser_rejects_drift(self):
         # The comparisons above rely on this parser noticing unknown lines.
         with self.assertRaises(TextFormatError):
@@ -386,6 +410,7 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--plugin-dir", required=True)
     parser.add_argument("--rogue-dir", required=True)
+    parser.add_argument("--unpaired-dir", required=True)
     parser.add_argument("--install-dir", required=True)
     parser.add_argument("--version", required=True)
     parser.add_argument("--abi", required=True, help="host plugin ABI, MAJOR.MINOR")

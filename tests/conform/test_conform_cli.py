@@ -17,6 +17,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,8 @@ import unittest
 
 CFG = None
 FIELDS = {"tier", "op", "case", "dtype", "direction", "status", "nmse", "bound", "ref_nmse",
-          "worst", "seed", "reason"}
+          "worst", "max_abs", "worst_index", "worst_got", "worst_want", "shapes", "attrs",
+          "seed", "reason"}
 STATUSES = {"pass", "fail", "unsupported", "xfail", "xpass"}
 
 
@@ -97,14 +99,66 @@ class ReferenceTest(unittest.TestCase):
         self.assertRegex(lines[0], r"seed \d+")
         self.assertTrue(any(l.startswith("notice: ") and "IS the oracle" in l for l in lines))
         header = [l for l in lines if l.startswith("op ")][0].split()
-        self.assertEqual(header, ["op", "case", "dtype", "direction", "status", "nmse", "bound"])
+        self.assertEqual(header, ["op", "case", "dtype", "direction", "status", "nmse", "bound",
+                                  "max_abs", "at", "shapes/attrs"])
         rows = [l.split() for l in lines if l.startswith("rope")]
         self.assertEqual(len(rows), 3 * 2 + 2)  # rope: 3 cases x 2 directions; rope_backward 2
         for row in rows:
             self.assertEqual(row[2], "bf16")
             self.assertEqual(row[4], "pass")
+            self.assertRegex(row[8], r"^(y|dx|x)\d+\[\d+\]$")  # where the largest error is
+            self.assertIn("->", row[9:])
+        llama3 = [l for l in lines if l.startswith("rope ") and " llama3 " in l]
+        self.assertTrue(llama3)
+        self.assertIn("scaling='llama3' factor=8.0", llama3[0])  # the case's attributes end the line
         self.assertRegex(lines[-1], r"^summary: 8 runs on cpu\?kernels=reference: 8 pass, "
                                     r"0 fail, 0 unsupported, 0 xfail, 0 xpass \(seed \d+, ")
+
+    def test_shapes_attrs_and_largest_error_in_json(self):
+        data, _ = conform_json(self, "--backend", "cpu?kernels=reference", "--ops", "matmul",
+                               "--dtype", "f32", "--seed", "9")
+        rows = {(r["case"], r["direction"]): r for r in data}
+        row = rows[("trans-a", "forward")]
+        self.assertEqual(row["shapes"], "[32,8] [32,16] -> [8,16]")
+        self.assertEqual(row["attrs"], "trans_a=1")
+        for row in data:
+            self.assertIsInstance(row["max_abs"], float)
+            self.assertGreaterEqual(row["max_abs"], 0.0)
+            self.assertIsInstance(row["worst_index"], int)
+            self.assertAlmostEqual(abs(row["worst_got"] - row["worst_want"]), row["max_abs"],
+                                   delta=1e-12)
+
+    def test_summary_and_only_failures(self):
+        # The template refuses nothing, but an ABI 1.0 build of it runs no graph:
+        # every case unsupported, each with its reason, and a coverage table.
+        r = run(["--plugin-path", CFG.template_abi10_dir, "conform", "--backend", "template",
+                 "--ops", "gelu*", "--summary"])
+        self.assertEqual(r.returncode, 1)
+        rows = [l for l in r.stdout.splitlines() if l.startswith("gelu")]
+        reasons = [l for l in r.stdout.splitlines() if "cannot run graphs" in l]
+        # No reason is dropped, however often it repeats.
+        self.assertEqual(len(rows) - 2, len(reasons))  # minus the two coverage rows
+        self.assertIn("coverage (per-op tier; F forward, B backward):", r.stdout)
+        self.assertRegex(r.stdout, r"\ngelu +unsup +unsup +unsup +unsup +unsup +unsup\n")
+        self.assertIn("0 of 2 ops pass in at least one dtype", r.stdout)
+        # A wrong kernel: --only-failures keeps only the failing runs.
+        r = conform("--backend", "faulty?fault=perturb:gelu", "--ops", "gelu*",
+                    "--only-failures", "--summary")
+        self.assertEqual(r.returncode, 1)
+        case_rows = [l for l in r.stdout.splitlines()
+                     if re.match(r"^gelu\S* +\S+ +(f32|bf16|f16) ", l)]
+        self.assertTrue(case_rows)
+        self.assertTrue(all(" fail " in l for l in case_rows), case_rows)
+        self.assertRegex(r.stdout, r"\ngelu +FAIL +pass +FAIL +pass +FAIL +pass\n")
+        self.assertRegex(r.stdout, r"largest error \S+ at y0\[\d+\]: \S+ where the oracle "
+                                   r"has \S+")
+        data, _ = conform_json(self, "--backend", "faulty?fault=perturb:gelu", "--ops", "gelu*",
+                               "--only-failures", rc=1)
+        self.assertTrue(data)
+        self.assertEqual({row["status"] for row in data}, {"fail"})
+        for row in data:  # perturb scales the output by 1.05
+            self.assertAlmostEqual(row["worst_got"], 1.05 * row["worst_want"],
+                                   delta=1e-2 * abs(row["worst_want"]) + 1e-6)
 
     def test_list(self):
         r = run(["conform", "--list", "--ops", "attention*"])
@@ -296,7 +350,107 @@ class DataflowTest(unittest.TestCase):
             self.assertEqual(row["status"], "fail", row)
         r = conform("--backend", "cpu", "--tier", "bogus")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--tier 'bogus' is not op, graph or all", r.stderr)
+        self.assertIn("--tier 'bogus' is not op, graph, all, model or step", r.stderr)
+
+
+class ModelTiersTest(unittest.TestCase):
+    """--tier model, --tier step and --bisect: whole fixture models against
+    the f64 reference or another device."""
+
+    FIXTURES = {"gpt2", "llama", "llama3", "mistral", "qwen2"}
+
+    def tier(self, backend, *args, rc=0, plugin=None):
+        r = run((["--plugin-path", plugin] if plugin else []) +
+                ["conform", "--backend", backend, "--seed", "11", "--json"] + list(args),
+                timeout=600)
+        self.assertEqual(r.returncode, rc, r.stderr[-3000:])
+        return json.loads(r.stdout), r
+
+    def test_model_tier_passes_on_cpu_dataflow_and_template(self):
+        for backend in ("cpu", "dataflow", "template"):
+            with self.subTest(backend=backend):
+                rows, r = self.tier(backend, "--tier", "model")
+                self.assertEqual({x["model"] for x in rows}, self.FIXTURES)
+                self.assertEqual({x["status"] for x in rows}, {"pass"})
+                tensors = {x["tensor"] for x in rows if x["model"] == "gpt2"}
+                self.assertLessEqual({"logits", "loss", "grad.transformer.wte.weight",
+                                      "grad.transformer.h.1.mlp.c_fc.bias"}, tensors)
+                for x in rows:
+                    self.assertLessEqual(x["nmse"], x["bound"])
+                    self.assertEqual(x["bound"], 1e-9)
+                    self.assertIsInstance(x["worst_index"], int)
+                self.assertIn("against reference (f64)", r.stderr)
+
+    def test_step_tier_passes(self):
+        for backend in ("cpu", "dataflow", "template"):
+            with self.subTest(backend=backend):
+                rows, r = self.tier(backend, "--tier", "step", "--steps", "3")
+                self.assertEqual(len(rows), 3 * len(self.FIXTURES))
+                self.assertEqual({x["status"] for x in rows}, {"pass"})
+                self.assertIn("against cpu:0", r.stderr)
+                for x in rows:
+                    self.assertLessEqual(x["rel_gap"], 1e-4)
+                    self.assertGreater(x["loss"], 1.0)
+
+    def test_tiers_catch_wrong_kernels(self):
+        # A gelu 5 % off fails gpt2's tensors (it has no effect on llama).
+        rows, r = self.tier("faulty?fault=perturb:gelu", "--tier", "model", "--model", "gpt2",
+                            "--model", "llama", rc=1, plugin=CFG.faulty_dir)
+        failed = {(x["model"], x["tensor"]) for x in rows if x["status"] == "fail"}
+        self.assertIn(("gpt2", "logits"), failed)
+        self.assertFalse([m for m, _ in failed if m == "llama"])
+        # An optimizer 5 % off: the loss drifts from the second step on.
+        rows, _ = self.tier("faulty?fault=perturb:adamw_update", "--tier", "step", "--model",
+                            "llama", rc=1, plugin=CFG.faulty_dir)
+        self.assertEqual([x["status"] for x in rows][:2], ["pass", "fail"])
+
+    def test_bisect_names_the_planted_kernel(self):
+        rows, r = self.tier("buggy", "--bisect", "--against", "cpu", rc=1,
+                            plugin=os.path.join(CFG.bringup_dir, "buggy"))
+        by_model = {x["model"]: x for x in rows}
+        self.assertEqual(by_model["gpt2"]["status"], "diverges")
+        self.assertEqual(by_model["gpt2"]["op"], "gelu")
+        self.assertEqual(by_model["gpt2"]["dtype"], "f32")
+        self.assertEqual(by_model["gpt2"]["shapes"], "[2,16,128] -> [2,16,128]")
+        out = by_model["gpt2"]["outputs"][0]
+        self.assertGreater(out["nmse"], 1e-9)
+        for x in by_model["gpt2"]["inputs"]:
+            self.assertLessEqual(x["nmse"], 1e-9)  # its inputs agree: the kernel is wrong
+            self.assertIn("from node", x["from"])
+        # The llama family has no gelu: nothing diverges there.
+        for m in ("llama", "llama3", "mistral", "qwen2"):
+            self.assertEqual(by_model[m]["status"], "agrees", by_model[m])
+        self.assertIn("first divergent kernels: gelu (f32)", r.stderr)
+        # The text names the node, its output's error and its inputs'.
+        r = run(["--plugin-path", os.path.join(CFG.bringup_dir, "buggy"), "conform",
+                 "--backend", "buggy", "--bisect", "--model", "gpt2", "--seed", "3"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stdout, r"gpt2: first divergence at node \d+ of \d+: gelu \(f32\) "
+                                   r"\[2,16,128\] -> \[2,16,128\]\n +output \S+: NMSE \S+ > 1e-09;"
+                                   r" largest error \S+ at \[\d+\]: \S+ where cpu:0 has \S+\n"
+                                   r" +input 0 \S+ \(from node \d+, matmul\): NMSE ")
+        self.assertIn("the gelu kernel is the first to diverge", r.stdout)
+        # A correct backend: no divergence, against a device or the reference.
+        for against in ("cpu", "reference"):
+            rows, _ = self.tier("template", "--bisect", "--against", against)
+            self.assertEqual({x["status"] for x in rows}, {"agrees"})
+
+    def test_usage(self):
+        for args, needle in ((["--tier", "model", "--ops", "gelu"], "--ops, --direction"),
+                             (["--tier", "model", "--dtype", "i32"], "f32, bf16 or f16"),
+                             (["--bisect", "--tier", "graph"], "drop --tier"),
+                             (["--tier", "model", "--steps", "2"], "--steps goes with"),
+                             (["--against", "cpu"], "go with --tier model"),
+                             (["--tier", "model", "--model", "nosuch"], "fixture model"),
+                             (["--tier", "step", "--steps", "0"], "--steps '0'"),
+                             (["--tier", "model", "--tolerance", "-1"], "--tolerance '-1'")):
+            with self.subTest(args=args):
+                r = run(["conform", "--backend", "cpu"] + args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(needle, r.stderr)
+        r = run(["conform", "--backend", "cpu", "--tier", "step", "--against", "nosuch"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--against nosuch", r.stderr)
 
 
 def main():
@@ -306,6 +460,7 @@ def main():
     parser.add_argument("--faulty-dir", required=True)
     parser.add_argument("--template-abi10-dir", required=True)
     parser.add_argument("--install-dir", required=True)
+    parser.add_argument("--bringup-dir", required=True)
     CFG, rest = parser.parse_known_args()
     found = sorted(glob.glob(os.path.join(CFG.install_dir, "libty_backend_*.so")))
     if found:

@@ -571,6 +571,43 @@ static void test_minimal_table_is_read_within_struct_size(void **state) {
   ty_registry_destroy(r);
 }
 
+/* A plugin that sets one entry of a pair and not the other loads, with one
+ * warning per pair naming both entries (rogue_plugin.c sets device_open,
+ * graph_compile and executable_serialize alone); the in-tree plugins have
+ * none. Every
+ * loaded plugin has an identity: its build-id (or, without one, the SHA-256
+ * of its bytes). */
+static void test_unpaired_entries_warn(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_UNPAIRED_DIR, TY_TEST_PLUGIN_DIR};
+  ty_registry_t *r = registry_from(paths, 2, false);
+  ty_backend_t *b = NULL;
+  TY_EXPECT_OK(ty_registry_find(r, "unpaired", &b));
+  static const char *const expect[][2] = {
+      {"device_open is set but device_close is not", "every opened device leaks"},
+      {"graph_compile is set but graph_supports is not", "only with both"},
+      {"graph_compile is set but executable_execute is not", "can never run"},
+      {"graph_compile is set but executable_destroy is not", "executable leaks"},
+      {"executable_serialize is set but executable_deserialize is not", "set both or neither"},
+  };
+  assert_int_equal(ty_backend_warning_count(b), 5);
+  for (size_t i = 0; i < 5; ++i) {
+    const char *w = ty_backend_warning_at(b, i);
+    assert_non_null(w);
+    assert_non_null(strstr(w, expect[i][0]));
+    assert_non_null(strstr(w, expect[i][1]));
+  }
+  assert_null(ty_backend_warning_at(b, 5));
+  for (size_t i = 0; i < ty_registry_backend_count(r); ++i) {
+    ty_backend_t *other = ty_registry_backend_at(r, i);
+    const char *id = ty_backend_identity(other);
+    assert_true(strncmp(id, "build-id:", 9) == 0 || strncmp(id, "sha256:", 7) == 0);
+    assert_true(strlen(id) > 20);
+    if (other != b) assert_int_equal(ty_backend_warning_count(other), 0);
+  }
+  ty_registry_destroy(r);
+}
+
 static void test_reject_kind_names(void **state) {
   (void)state;
   static const struct {
@@ -610,6 +647,7 @@ int main(void) {
       cmocka_unit_test(test_device_open_on_rejected_backend),
       cmocka_unit_test(test_backend_accessors),
       cmocka_unit_test(test_minimal_table_is_read_within_struct_size),
+      cmocka_unit_test(test_unpaired_entries_warn),
       cmocka_unit_test(test_reject_kind_names),
   };
   return cmocka_run_group_tests_name("loader", tests, setup_facts, NULL);

@@ -5,7 +5,11 @@
  *
  * ROGUE_MINIMAL is the exception: a valid plugin (built into its own folder)
  * whose struct_size covers only the required entries while the memory after
- * it holds a poisoned device_open, so the host must never call it. */
+ * it holds a poisoned device_open, so the host must never call it.
+ * ROGUE_UNPAIRED is another valid one (in a folder of its own) that sets one
+ * entry of three pairs and not the other (device_open without device_close,
+ * graph_compile without executable_destroy, executable_serialize without
+ * executable_deserialize): it loads, and the loader warns about each pair. */
 #include <stdlib.h>
 
 #include "hal/backend_abi.h"
@@ -39,7 +43,7 @@ static void rogue_backend_destroy(ty_abi_backend_t *backend) { free(backend); }
 
 static ty_abi_status_t rogue_device_count(ty_abi_backend_t *backend, uint32_t *out_count) {
   (void)backend;
-#if defined(ROGUE_MINIMAL)
+#if defined(ROGUE_MINIMAL) || defined(ROGUE_UNPAIRED)
   *out_count = 1;
 #else
   *out_count = 0;
@@ -47,7 +51,7 @@ static ty_abi_status_t rogue_device_count(ty_abi_backend_t *backend, uint32_t *o
   return NULL;
 }
 
-#if defined(ROGUE_MINIMAL)
+#if defined(ROGUE_MINIMAL) || defined(ROGUE_UNPAIRED)
 static ty_abi_status_t rogue_device_info(ty_abi_backend_t *backend, uint32_t index,
                                          ty_abi_device_info_t *out_info) {
   (void)backend;
@@ -67,7 +71,30 @@ static ty_abi_status_t rogue_poisoned_device_open(ty_abi_backend_t *backend,
   *out_device = NULL;
   return backend->host->status_make(TY_CODE_INTERNAL, ROGUE_POISON_MESSAGE);
 }
-#elif !defined(ROGUE_MISSING_ENTRY)
+#endif
+
+#if defined(ROGUE_UNPAIRED)
+/* ROGUE_UNPAIRED's halves of pairs: never called by the loader test. */
+static ty_abi_status_t rogue_graph_compile(ty_abi_device_t *device,
+                                           const ty_abi_compile_args_t *args,
+                                           ty_abi_executable_t **out_executable) {
+  (void)device;
+  (void)args;
+  *out_executable = NULL;
+  return NULL;
+}
+
+static ty_abi_status_t rogue_serialize(ty_abi_executable_t *executable, void *dst,
+                                       uint64_t capacity, uint64_t *out_size) {
+  (void)executable;
+  (void)dst;
+  (void)capacity;
+  *out_size = 0;
+  return NULL;
+}
+#endif
+
+#if !defined(ROGUE_MINIMAL) && !defined(ROGUE_UNPAIRED) && !defined(ROGUE_MISSING_ENTRY)
 static ty_abi_status_t rogue_device_info(ty_abi_backend_t *backend, uint32_t index,
                                          ty_abi_device_info_t *out_info) {
   (void)index;
@@ -106,8 +133,12 @@ static const ty_backend_api_t rogue_api = {
 #else
     .device_info = rogue_device_info,
 #endif
-#if defined(ROGUE_MINIMAL)
+#if defined(ROGUE_MINIMAL) || defined(ROGUE_UNPAIRED)
     .device_open = rogue_poisoned_device_open,
+#endif
+#if defined(ROGUE_UNPAIRED)
+    .graph_compile = rogue_graph_compile,
+    .executable_serialize = rogue_serialize,
 #endif
 };
 

@@ -298,7 +298,8 @@ static ty_status_t ty_jsonl_line_step(const char *path, size_t line_no, const ch
   json_error_t error;
   json_t *obj = json_loadb(line, len, 0, &error);
   if (!obj) {
-    return ty_status_make(TY_CODE_DATA_LOSS, "%s:%zu: not JSON (%s)", path, line_no, error.text);
+    return ty_status_make(TY_CODE_DATA_LOSS, "%s:%zu: not JSON (%s at byte %d of the line)",
+                          path, line_no, error.text, error.position);
   }
   json_t *step = json_object_get(obj, "step");
   ty_status_t status = TY_OK;
@@ -323,7 +324,7 @@ static ty_status_t ty_jsonl_write_atomic(const char *path, const char *data, siz
   ty_status_t status = TY_OK;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    status = ty_status_from_errno(errno, "cannot create %s", tmp);
+    status = ty_status_from_errno(errno, "cannot rewrite %s (creating %s)", path, tmp);
     free(tmp);
     return status;
   }
@@ -351,6 +352,21 @@ static ty_status_t ty_jsonl_write_atomic(const char *path, const char *data, siz
   return status;
 }
 
+/* Longest line the writer makes (a few fields; strings are short). */
+#define TY_JSONL_TORN_MAX 65536
+
+/* Whether `n` bytes after the last newline can be the start of a line the
+ * writer was cutting off mid-write: '{' then text (JSON escapes control
+ * characters, so none appear), short. Anything else (binary data, another
+ * file's bytes) is not ours to drop. */
+static bool ty_jsonl_is_torn_line(const char *p, size_t n) {
+  if (n == 0 || n > TY_JSONL_TORN_MAX || p[0] != '{') return false;
+  for (size_t i = 0; i < n; ++i) {
+    if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f) return false;
+  }
+  return true;
+}
+
 ty_status_t ty_jsonl_truncate_to_step(const char *path, int64_t step, size_t *out_kept,
                                       size_t *out_removed) {
   if (out_kept) *out_kept = 0;
@@ -370,7 +386,15 @@ ty_status_t ty_jsonl_truncate_to_step(const char *path, int64_t step, size_t *ou
   for (size_t in = 0; in < size;) {
     const char *nl = memchr(data + in, '\n', size - in);
     ++line_no;
-    if (!nl) { /* incomplete last line: a run stopped mid-write */
+    if (!nl) { /* incomplete last line: a run stopped mid-write? */
+      if (!ty_jsonl_is_torn_line(data + in, size - in)) {
+        status = ty_status_make(TY_CODE_DATA_LOSS,
+                                "%s:%zu: the %zu bytes at offset %zu after the last "
+                                "complete line are not a metrics line cut off mid-write "
+                                "(binary data?); move the file away to resume",
+                                path, line_no, size - in, in);
+        break;
+      }
       ++removed;
       break;
     }

@@ -114,7 +114,9 @@ ty_status_t ty_jsonl_writer_close(ty_jsonl_writer_t *writer);
  * incomplete line, atomically (temp file, fsync, rename, so a crash leaves
  * the old file or the new one). A missing file is OK (nothing to keep).
  * DATA_LOSS naming the line when a complete line is not a JSON object with
- * an integer "step"; the file is then left as it is. out_kept and
+ * an integer "step", or naming the offset when the bytes after the last
+ * newline cannot be a line cut off mid-write (binary data: not '{' and
+ * printable text); the file is then left as it is. out_kept and
  * out_removed (each may be NULL) receive the counts of lines. The file is
  * only rewritten when a line goes. */
 ty_status_t ty_jsonl_truncate_to_step(const char *path, int64_t step, size_t *out_kept,

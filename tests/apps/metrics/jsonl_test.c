@@ -269,6 +269,11 @@ static void test_torn_and_malformed_lines(void **state) {
       "{\"step\": 1}\n{\"step\": 2}\n{\"loss\": 3.0}\n",
       "{\"step\": 1}\n{\"step\": 2}\n{\"step\": 3.5}\n",
       "{\"step\": 1}\n{\"step\": 2}\n\n",
+      /* Binary data where the cut-off line would be: refused, as a bad line
+       * is (it used to be dropped as a torn line, the whole file with it
+       * when it held no newline at all). */
+      "{\"step\": 1}\n{\"step\": 2}\n\177ELF\002\001",
+      "{\"step\": 1}\n{\"step\": 2}\n{\"step\": 3, \"lo\x01ss",
   };
   char where[600];
   snprintf(where, sizeof(where), "%s:3", path);

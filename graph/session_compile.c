@@ -1,0 +1,409 @@
+/* Sessions' executables: the per-device in-process compile cache, the
+ * on-disk cache (graph/compile_cache.h), artifacts, serialization and
+ * reports. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graph/compile_cache.h"
+#include "graph/session_internal.h"
+#include "graph/support_report.h"
+
+/* ---- the per-device compile cache ---- */
+
+#define TY_COMPILE_CACHE_KEY "trainyard.compile_cache"
+
+typedef struct ty_cache_entry_t {
+  char *key;
+  ty_abi_executable_t *executable;
+  struct ty_cache_entry_t *next;
+} ty_cache_entry_t;
+
+typedef struct ty_compile_cache_t {
+  ty_backend_t *backend;
+  ty_cache_entry_t *entries;
+} ty_compile_cache_t;
+
+static void ty_compile_cache_destroy(void *object) {
+  ty_compile_cache_t *cache = object;
+  void (*destroy)(ty_abi_executable_t *) =
+      TY_BACKEND_ENTRY(cache->backend, executable_destroy);
+  for (ty_cache_entry_t *e = cache->entries, *next; e; e = next) {
+    next = e->next;
+    if (destroy) destroy(e->executable);
+    free(e->key);
+    free(e);
+  }
+  free(cache);
+}
+
+static ty_status_t ty_compile_cache_get(ty_device_t *device,
+                                        ty_compile_cache_t **out) {
+  *out = ty_device_attachment(device, TY_COMPILE_CACHE_KEY);
+  if (*out) return TY_OK;
+  ty_compile_cache_t *cache = calloc(1, sizeof(*cache));
+  if (!cache) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for a compile cache");
+  }
+  cache->backend = ty_device_backend(device);
+  ty_status_t s = ty_device_attach(device, TY_COMPILE_CACHE_KEY, cache,
+                                   ty_compile_cache_destroy);
+  if (s) {
+    free(cache);
+    return s;
+  }
+  *out = cache;
+  return TY_OK;
+}
+
+static ty_status_t ty_session_check_support(ty_device_t *device,
+                                            const ty_abi_graph_t *graph) {
+  ty_support_report_t *report = NULL;
+  TY_RETURN_IF_ERROR(ty_support_report_create(device, graph, &report));
+  ty_status_t s = ty_support_report_error(report, device);
+  ty_support_report_destroy(report);
+  return s;
+}
+
+static double ty_session_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *ty_session_source_name(ty_session_source_t source) {
+  switch (source) {
+    case TY_SESSION_COMPILED: return "compiled (no cache folder)";
+    case TY_SESSION_MEMORY_HIT: return "hit (in-process cache)";
+    case TY_SESSION_DISK_HIT: return "hit";
+    case TY_SESSION_DISK_MISS: return "miss (compiled and stored)";
+    case TY_SESSION_DISK_UNSERIALIZABLE:
+      return "compiled (the backend cannot serialize executables; only failures are cached)";
+    case TY_SESSION_ARTIFACT: return "loaded from an artifact";
+    case TY_SESSION_MIXED: return "mixed (each segment compiled on its device)";
+  }
+  return "unknown";
+}
+
+/* key = graph hash | backend | backend version | plugin identity | device
+ * URI | options. The identity (build-id or file hash) changes with every
+ * rebuild of the plugin, so a rebuilt plugin never gets the executable or the
+ * refusal of its previous build (authors rarely bump the version string
+ * while writing kernels). The in-process cache is per device, so the URI
+ * only matters on disk, where it names the target of a compile-then-run
+ * device. */
+static ty_status_t ty_session_cache_key(ty_device_t *device, const char *hash,
+                                        const ty_session_options_t *options, bool with_uri,
+                                        char **out_key) {
+  ty_backend_t *backend = ty_device_backend(device);
+  size_t key_len = 64 + strlen(ty_backend_name(backend)) + strlen(ty_backend_version(backend)) +
+                   strlen(ty_backend_identity(backend)) + strlen(ty_device_uri(device)) + 16;
+  uint32_t option_count = options ? options->option_count : 0;
+  for (uint32_t i = 0; i < option_count; ++i) {
+    key_len += strlen(options->options[i].key) + strlen(options->options[i].value) + 2;
+  }
+  char *key = malloc(key_len + 1);
+  if (!key) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  int used = snprintf(key, key_len + 1, "%s|%s|%s|%s", hash, ty_backend_name(backend),
+                      ty_backend_version(backend), ty_backend_identity(backend));
+  if (with_uri) used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s", ty_device_uri(device));
+  for (uint32_t i = 0; i < option_count; ++i) {
+    used += snprintf(key + used, key_len + 1 - (size_t)used, "|%s=%s",
+                     options->options[i].key, options->options[i].value);
+  }
+  *out_key = key;
+  return TY_OK;
+}
+
+static void ty_session_destroy_executable(ty_backend_t *backend, ty_abi_executable_t *e) {
+  void (*destroy)(ty_abi_executable_t *) = TY_BACKEND_ENTRY(backend, executable_destroy);
+  if (destroy && e) destroy(e);
+}
+
+/* Hands `executable` to the device's cache under `key` (taking both). */
+static ty_status_t ty_compile_cache_add(ty_compile_cache_t *cache, char *key,
+                                        ty_abi_executable_t *executable) {
+  ty_cache_entry_t *entry = calloc(1, sizeof(*entry));
+  if (!entry) {
+    ty_session_destroy_executable(cache->backend, executable);
+    free(key);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  entry->key = key;
+  entry->executable = executable;
+  entry->next = cache->entries;
+  cache->entries = entry;
+  return TY_OK;
+}
+
+/* Deserializes `bytes` for `device` (checked against `expected` if given). */
+static ty_status_t ty_session_deserialize(ty_device_t *device, const void *bytes, size_t size,
+                                          const ty_abi_graph_t *expected,
+                                          ty_abi_executable_t **out) {
+  *out = NULL;
+  ty_backend_t *backend = ty_device_backend(device);
+  ty_abi_status_t (*load)(ty_abi_device_t *, const ty_abi_deserialize_args_t *,
+                          ty_abi_executable_t **) =
+      TY_BACKEND_ENTRY(backend, executable_deserialize);
+  if (!load) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' cannot load artifacts (it has no ABI 1.2 "
+                          "executable_deserialize)",
+                          ty_backend_name(backend));
+  }
+  ty_abi_deserialize_args_t args = {
+      .struct_size = sizeof(args), .bytes = bytes, .size = size, .expected = expected};
+  return ty_status_from_abi(load(ty_device_handle(device), &args, out));
+}
+
+/* The executable's artifact bytes (malloc'ed). */
+static ty_status_t ty_session_serialize_executable(ty_backend_t *backend,
+                                                   ty_abi_executable_t *executable,
+                                                   void **out_bytes, size_t *out_size) {
+  *out_bytes = NULL;
+  *out_size = 0;
+  ty_abi_status_t (*serialize)(ty_abi_executable_t *, void *, uint64_t, uint64_t *) =
+      TY_BACKEND_ENTRY(backend, executable_serialize);
+  if (!serialize) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' cannot serialize executables (it has no ABI 1.2 "
+                          "executable_serialize)",
+                          ty_backend_name(backend));
+  }
+  uint64_t size = 0;
+  TY_RETURN_IF_ERROR(ty_status_from_abi(serialize(executable, NULL, 0, &size)));
+  void *bytes = malloc(size ? (size_t)size : 1);
+  if (!bytes) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory serializing");
+  uint64_t written = 0;
+  ty_status_t s = ty_status_from_abi(serialize(executable, bytes, size, &written));
+  if (!s && written != size) {
+    s = ty_status_make(TY_CODE_INTERNAL, "backend '%s' serialized %llu bytes after announcing %llu",
+                       ty_backend_name(backend), (unsigned long long)written,
+                       (unsigned long long)size);
+  }
+  if (s) {
+    free(bytes);
+    return s;
+  }
+  *out_bytes = bytes;
+  *out_size = (size_t)size;
+  return TY_OK;
+}
+
+/* Compile failures worth remembering: the same key fails the same way. */
+static bool ty_session_failure_is_cacheable(ty_status_t s) {
+  ty_code_t c = ty_status_code(s);
+  return c == TY_CODE_FAILED_PRECONDITION || c == TY_CODE_INVALID_ARGUMENT ||
+         c == TY_CODE_UNIMPLEMENTED;
+}
+
+static ty_status_t ty_session_compile_now(ty_device_t *device, const ty_abi_graph_t *graph,
+                                          const ty_session_options_t *options,
+                                          ty_abi_executable_t **out) {
+  ty_backend_t *backend = ty_device_backend(device);
+  ty_abi_compile_args_t args = {
+      .struct_size = sizeof(args),
+      .graph = graph,
+      .option_count = options ? options->option_count : 0,
+      .options = options ? options->options : NULL,
+  };
+  ty_abi_status_t (*compile)(ty_abi_device_t *, const ty_abi_compile_args_t *,
+                             ty_abi_executable_t **) =
+      TY_BACKEND_ENTRY(backend, graph_compile);
+  ty_status_t s = ty_status_from_abi(compile(ty_device_handle(device), &args, out));
+  return s ? ty_status_annotate(s, "compiling graph %.12s for %s", graph->hash_hex,
+                                ty_device_label(device))
+           : TY_OK;
+}
+
+/* The on-disk cache around a compile: a stored failure, a stored executable,
+ * or a compile whose result (executable or failure) is stored. */
+static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_options_t *options,
+                                           ty_abi_executable_t **out) {
+  ty_device_t *device = s->device;
+  ty_backend_t *backend = ty_device_backend(device);
+  const ty_abi_graph_t *graph = s->abi;
+  char *key = NULL, *entry = NULL, *fail = NULL;
+  ty_status_t st = ty_session_cache_key(device, s->hash, options, true, &key);
+  if (!st) {
+    st = ty_compile_cache_path(options->cache_dir, ty_backend_name(backend), key, ".art", &entry);
+  }
+  if (!st) {
+    st = ty_compile_cache_path(options->cache_dir, ty_backend_name(backend), key, ".fail", &fail);
+  }
+  bool serializable = TY_BACKEND_ENTRY(backend, executable_serialize) &&
+                      TY_BACKEND_ENTRY(backend, executable_deserialize);
+  if (!st && !options->retry_failed) st = ty_compile_cache_read_failure(fail);
+  if (!st && options->retry_failed) remove(fail);
+  bool done = false;
+  if (!st && serializable) {
+    char *bytes = NULL;
+    size_t size = 0;
+    ty_status_t r = ty_file_read(entry, &ty_artifact_file_kind, &bytes, &size);
+    if (!r) {
+      r = ty_session_deserialize(device, bytes, size, graph, out);
+      /* A corrupt or stale entry is a miss: compile and replace it. */
+      done = !r;
+    }
+    ty_status_free(r);
+    free(bytes);
+    if (done) s->stats.source = TY_SESSION_DISK_HIT;
+  }
+  if (!st && !done) {
+    st = ty_session_check_support(device, graph);
+    if (!st) st = ty_session_compile_now(device, graph, options, out);
+    if (st && ty_session_failure_is_cacheable(st)) ty_compile_cache_write_failure(fail, key, st);
+    if (!st && serializable) {
+      void *bytes = NULL;
+      size_t size = 0;
+      st = ty_session_serialize_executable(backend, *out, &bytes, &size);
+      if (!st) st = ty_file_write_atomic(entry, bytes, size);
+      free(bytes);
+      if (st) {
+        st = ty_status_annotate(st, "storing the compiled graph in the cache %s (pass "
+                                    "--cache-dir '' to run without a cache)",
+                                options->cache_dir);
+        ty_session_destroy_executable(backend, *out);
+        *out = NULL;
+      }
+    }
+    if (!st) s->stats.source = serializable ? TY_SESSION_DISK_MISS : TY_SESSION_DISK_UNSERIALIZABLE;
+  }
+  if (!st) {
+    s->cache_entry = serializable ? entry : NULL;
+    if (serializable) entry = NULL;
+  }
+  free(key);
+  free(entry);
+  free(fail);
+  return st;
+}
+
+ty_status_t ty_session_compile(ty_session_t *s, const ty_session_options_t *options) {
+  ty_device_t *device = s->device;
+  ty_compile_cache_t *cache;
+  TY_RETURN_IF_ERROR(ty_compile_cache_get(device, &cache));
+  char *key = NULL;
+  TY_RETURN_IF_ERROR(ty_session_cache_key(device, s->hash, options, false, &key));
+  for (ty_cache_entry_t *e = cache->entries; e; e = e->next) {
+    if (strcmp(e->key, key) == 0) {
+      free(key);
+      s->executable = e->executable;
+      s->stats.cache_hit = true;
+      s->stats.source = TY_SESSION_MEMORY_HIT;
+      return TY_OK;
+    }
+  }
+  double start = ty_session_now();
+  ty_abi_executable_t *executable = NULL;
+  ty_status_t st;
+  if (options && options->cache_dir && options->cache_dir[0]) {
+    st = ty_session_compile_disk(s, options, &executable);
+  } else {
+    st = ty_session_check_support(device, s->abi);
+    if (!st) st = ty_session_compile_now(device, s->abi, options, &executable);
+    s->stats.source = TY_SESSION_COMPILED;
+  }
+  s->stats.compile_seconds = ty_session_now() - start;
+  if (st) {
+    free(key);
+    return st;
+  }
+  TY_RETURN_IF_ERROR(ty_compile_cache_add(cache, key, executable));
+  s->executable = executable;
+  return TY_OK;
+}
+
+ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_t *graph,
+                                            const char *path,
+                                            const ty_session_options_t *options,
+                                            ty_session_t **out_session) {
+  *out_session = NULL;
+  ty_session_t *s = NULL;
+  TY_RETURN_IF_ERROR(ty_session_new(device, options, &s));
+  ty_backend_t *backend = ty_device_backend(device);
+  char *bytes = NULL;
+  size_t size = 0;
+  ty_abi_executable_t *executable = NULL;
+  ty_compile_cache_t *cache = NULL;
+  double start = ty_session_now();
+  ty_status_t st = graph ? ty_graph_lower(graph, &s->lowered) : TY_OK;
+  if (!st) st = ty_compile_cache_get(device, &cache);
+  if (!st) st = ty_file_read(path, &ty_artifact_file_kind, &bytes, &size);
+  if (!st) {
+    st = ty_session_deserialize(device, bytes, size,
+                                s->lowered ? ty_lowered_graph_abi(s->lowered) : NULL, &executable);
+  }
+  free(bytes);
+  if (!st && s->lowered) {
+    ty_session_set_graph(s, ty_lowered_graph_abi(s->lowered));
+  } else if (!st) {
+    const ty_abi_graph_t *(*graph_of)(ty_abi_executable_t *) =
+        TY_BACKEND_ENTRY(backend, executable_graph);
+    const ty_abi_graph_t *abi = graph_of ? graph_of(executable) : NULL;
+    if (!abi) {
+      st = ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' does not describe the graph of a loaded artifact; "
+                          "create the session with the graph it was compiled from",
+                          ty_backend_name(backend));
+      ty_session_destroy_executable(backend, executable);
+    } else {
+      ty_session_set_graph(s, abi);
+    }
+  }
+  if (!st) {
+    /* The device's cache owns loaded executables too (under a key no
+     * compile looks up), so they live until the device closes. */
+    size_t cap = strlen(path) + 96;
+    char *key = malloc(cap);
+    if (key) snprintf(key, cap, "artifact|%s|%s", s->hash, path);
+    st = key ? ty_compile_cache_add(cache, key, executable)
+             : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    if (!key) ty_session_destroy_executable(backend, executable);
+  }
+  if (!st) {
+    s->executable = executable;
+    s->stats.source = TY_SESSION_ARTIFACT;
+    s->stats.compile_seconds = ty_session_now() - start;
+    s->cache_entry = strdup(path);
+    st = ty_session_finish(s, options);
+  }
+  if (st) {
+    ty_session_destroy(s);
+    return ty_status_annotate(st, "loading artifact %s on %s", path, ty_device_label(device));
+  }
+  *out_session = s;
+  return TY_OK;
+}
+
+ty_status_t ty_session_serialize(const ty_session_t *s, void **out_bytes, size_t *out_size) {
+  if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
+  return ty_session_serialize_executable(ty_device_backend(s->device), s->executable, out_bytes,
+                                         out_size);
+}
+
+ty_status_t ty_session_report(const ty_session_t *s, char **out_text) {
+  *out_text = NULL;
+  if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
+  ty_backend_t *backend = ty_device_backend(s->device);
+  ty_abi_status_t (*report)(ty_abi_executable_t *, char *, uint64_t, uint64_t *) =
+      TY_BACKEND_ENTRY(backend, executable_report);
+  if (!report) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED, "backend '%s' gives no executable report",
+                          ty_backend_name(backend));
+  }
+  uint64_t size = 0;
+  TY_RETURN_IF_ERROR(ty_status_from_abi(report(s->executable, NULL, 0, &size)));
+  char *text = calloc(1, size + 1);
+  if (!text) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  uint64_t written = 0;
+  ty_status_t st = ty_status_from_abi(report(s->executable, text, size, &written));
+  if (st) {
+    free(text);
+    return st;
+  }
+  text[size] = '\0';
+  *out_text = text;
+  return TY_OK;
+}

@@ -1,0 +1,194 @@
+/* Test backends of a plugin author's bring-up, built from this one source
+ * against the plugin SDK (never installed):
+ *
+ *   BRINGUP_REFUSE "op,op,..."  graph_supports refuses these ops ("not
+ *                               implemented yet"): a partial backend, for
+ *                               `trainyard check`, refusals, the compile
+ *                               cache's plugin identity and the fallback;
+ *   BRINGUP_BUG_OP "op"         a planted bug in that op's f32 kernel (gelu:
+ *                               the cubic coefficient 0.05 instead of
+ *                               0.044715), for `trainyard conform --bisect`.
+ *
+ * Every other node runs the SDK's reference kernels on host memory, so apart
+ * from what is planted the backend is correct. The version string is the same
+ * in every build, as an author's is while writing kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <trainyard/backend_abi.h>
+#include <trainyard/host_buffers.h>
+#include <trainyard/host_executor.h>
+#include <trainyard/plugin_status.h>
+
+#ifndef BRINGUP_NAME
+#error "BRINGUP_NAME (the name in the file name) must be defined"
+#endif
+#ifndef BRINGUP_REFUSE
+#define BRINGUP_REFUSE ""
+#endif
+#ifndef BRINGUP_BUG_OP
+#define BRINGUP_BUG_OP ""
+#endif
+
+struct ty_abi_backend_s {
+  int unused;
+};
+struct ty_abi_device_s {
+  int unused;
+};
+struct ty_abi_executable_s {
+  ty_host_executor_t *executor;
+};
+
+/* Whether `op` is an element of the comma-separated `list`. */
+static int bringup_listed(const char *list, const char *op) {
+  size_t n = strlen(op);
+  for (const char *p = list; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, op, n) == 0) return 1;
+    p += len + (comma ? 1 : 0);
+  }
+  return 0;
+}
+
+/* The planted bug: gelu with 0.05 where the tanh form has 0.044715. */
+static ty_abi_status_t bringup_buggy_gelu(const ty_host_node_ctx_t *ctx) {
+  const float *x = ctx->data[ctx->node->inputs[0]];
+  float *y = ctx->data[ctx->node->outputs[0]];
+  int64_t n = ty_abi_value_elements(&ctx->graph->values[ctx->node->outputs[0]]);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.05f * v * v * v)));
+  }
+  return NULL;
+}
+
+static ty_host_kernel_fn_t bringup_finder(void *user, const ty_abi_graph_t *graph, uint32_t n,
+                                          ty_abi_status_t *out_error) {
+  (void)user;
+  (void)out_error;
+  const ty_abi_node_t *node = &graph->nodes[n];
+  if (strcmp(node->op, BRINGUP_BUG_OP) == 0 && strcmp(node->op, "gelu") == 0 &&
+      graph->values[node->outputs[0]].dtype == TY_DTYPE_F32) {
+    return bringup_buggy_gelu;
+  }
+  return NULL; /* the reference kernel */
+}
+
+static const uint32_t bringup_dtypes =
+    TY_DTYPE_BIT(TY_DTYPE_F32) | TY_DTYPE_BIT(TY_DTYPE_BF16) | TY_DTYPE_BIT(TY_DTYPE_F16) |
+    TY_DTYPE_BIT(TY_DTYPE_F64) | TY_DTYPE_BIT(TY_DTYPE_I32) | TY_DTYPE_BIT(TY_DTYPE_I64) |
+    TY_DTYPE_BIT(TY_DTYPE_U8);
+
+static ty_abi_status_t bringup_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph,
+                                              ty_abi_node_support_t *out_support) {
+  (void)device;
+  ty_abi_status_t s = ty_host_supports(graph, bringup_dtypes, out_support);
+  for (uint32_t n = 0; n < graph->node_count && !s; ++n) {
+    if (!bringup_listed(BRINGUP_REFUSE, graph->nodes[n].op)) continue;
+    out_support[n].supported = 0;
+    snprintf(out_support[n].reason, sizeof(out_support[n].reason),
+             "%s: %s is not implemented yet", BRINGUP_NAME, graph->nodes[n].op);
+  }
+  return s;
+}
+
+static ty_abi_status_t bringup_graph_compile(ty_abi_device_t *device,
+                                             const ty_abi_compile_args_t *args,
+                                             ty_abi_executable_t **out) {
+  (void)device;
+  *out = NULL;
+  ty_abi_executable_t *e = calloc(1, sizeof(*e));
+  if (!e) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", BRINGUP_NAME);
+  ty_abi_status_t s =
+      ty_host_executor_create(args->graph, BRINGUP_NAME, bringup_finder, NULL, &e->executor);
+  if (s) {
+    free(e);
+    return s;
+  }
+  *out = e;
+  return NULL;
+}
+
+static void bringup_executable_destroy(ty_abi_executable_t *e) {
+  if (!e) return;
+  ty_host_executor_destroy(e->executor);
+  free(e);
+}
+
+static ty_abi_status_t bringup_execute(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
+  return ty_host_executor_run(e->executor, args, ty_host_buffer_view, 1);
+}
+
+static ty_abi_status_t bringup_backend_create(const ty_abi_backend_create_args_t *args,
+                                              ty_abi_backend_t **out) {
+  ty_plugin_status_init(args->host);
+  *out = calloc(1, sizeof(**out));
+  return *out ? NULL : ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void bringup_backend_destroy(ty_abi_backend_t *b) { free(b); }
+
+static ty_abi_status_t bringup_device_count(ty_abi_backend_t *b, uint32_t *out) {
+  (void)b;
+  *out = 1;
+  return NULL;
+}
+
+static ty_abi_status_t bringup_device_info(ty_abi_backend_t *b, uint32_t index,
+                                           ty_abi_device_info_t *info) {
+  (void)b;
+  (void)index;
+  snprintf(info->name, sizeof(info->name), "%s test device (host memory)", BRINGUP_NAME);
+  info->kind = TY_DEVICE_KIND_OTHER;
+  info->compute_units = 1;
+  info->memory_bytes = ty_host_memory_bytes();
+  info->dtype_mask = bringup_dtypes;
+  info->emulated = 1;
+  return NULL;
+}
+
+static ty_abi_status_t bringup_device_open(ty_abi_backend_t *b, const ty_abi_device_open_args_t *args,
+                                           ty_abi_device_t **out) {
+  (void)b;
+  *out = NULL;
+  if (args->option_count) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: unknown device option '%s'",
+                           BRINGUP_NAME, args->options[0].key);
+  }
+  *out = calloc(1, sizeof(**out));
+  return *out ? NULL : ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void bringup_device_close(ty_abi_device_t *d) { free(d); }
+
+static const ty_backend_api_t bringup_api = {
+    .struct_size = sizeof(ty_backend_api_t),
+    .abi_major = TY_ABI_MAJOR,
+    .abi_minor = TY_ABI_MINOR,
+    .name = BRINGUP_NAME,
+    .version = "0.1.0",
+    .backend_create = bringup_backend_create,
+    .backend_destroy = bringup_backend_destroy,
+    .device_count = bringup_device_count,
+    .device_info = bringup_device_info,
+    .device_open = bringup_device_open,
+    .device_close = bringup_device_close,
+    .buffer_alloc = ty_host_buffer_alloc,
+    .buffer_free = ty_host_buffer_free,
+    .buffer_write = ty_host_buffer_write,
+    .buffer_read = ty_host_buffer_read,
+    .buffer_copy = ty_host_buffer_copy,
+    .graph_supports = bringup_graph_supports,
+    .graph_compile = bringup_graph_compile,
+    .executable_destroy = bringup_executable_destroy,
+    .executable_execute = bringup_execute,
+};
+
+TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(uint32_t major, uint32_t minor) {
+  (void)minor;
+  return major == TY_ABI_MAJOR ? &bringup_api : NULL;
+}
