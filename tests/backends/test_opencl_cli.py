@@ -32,21 +32,6 @@ from backend_cli import (CFG, ConformTest, ForwardTest, GenerateTest, MixedPreci
                          TrainTest, devices_json, parse_common, run, skip_unless_usable)
 
 
-    def test_model_and_step_tiers_pass(self):
-        """Every fixture model's tensors against the f64 reference, and 5
-        training steps against cpu."""
-        for tier, against, per_model in (("model", "reference (f64)", None), ("step", "cpu:0", 5)):
-            r = run(["conform", "--backend", "opencl:0", "--tier", tier, "--seed", "5", "--json"])
-            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-            rows = json.loads(r.stdout)
-            self.assertEqual({x["model"] for x in rows},
-                             {"gpt2", "llama", "llama3", "mistral", "qwen2"})
-            self.assertEqual({x["status"] for x in rows}, {"pass"})
-            if per_model:
-                self.assertEqual(len(rows), 5 * per_model)
-            self.assertIn("against " + against, r.stderr)
-
-
 class DevicesTest(unittest.TestCase):
     def test_listed_with_version_and_extensions(self):
         data = devices_json()
