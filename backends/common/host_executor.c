@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/host_meter.h"
 #include "backends/common/host_profile.h"
 #include "backends/common/memory_plan.h"
 #include "backends/common/plugin_status.h"
@@ -87,13 +88,13 @@ void ty_host_executor_destroy(ty_host_executor_t *e) {
   }
   ty_memory_plan_free(&e->plan);
   ty_owned_graph_free(e->graph);
-  free(e->arena);
+  ty_host_mem_free(e->arena);
   free(e->kernels);
   free(e->data);
-  free(e->fallback);
+  ty_host_mem_free(e->fallback);
   free(e->fallback_offset);
   free(e->sorted_named);
-  free(e->ones);
+  ty_host_mem_free(e->ones);
   free(e);
 }
 
@@ -103,7 +104,7 @@ uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) { return e->p
 
 /* Ones in a float dtype, for an unbound loss-gradient seed. */
 static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
-  unsigned char *p = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
+  unsigned char *p = ty_host_mem_alloc(bytes);
   if (!p) return NULL;
   size_t size = ty_abi_dtype_size(dtype), n = size ? (size_t)(bytes / size) : 0;
   for (size_t i = 0; i < n; ++i) {
@@ -130,9 +131,8 @@ ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char 
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   if (ty_memory_plan_build(e->graph, TY_HOST_ARENA_ALIGNMENT, &e->plan) != TY_CODE_OK) goto oom;
   if (e->plan.arena_bytes) {
-    e->arena = aligned_alloc(TY_HOST_ARENA_ALIGNMENT,
-                             (e->plan.arena_bytes + TY_HOST_ARENA_ALIGNMENT - 1) &
-                                 ~(uint64_t)(TY_HOST_ARENA_ALIGNMENT - 1));
+    /* Counted as device memory (host_meter.h). */
+    e->arena = ty_host_mem_alloc_aligned(e->plan.arena_bytes, TY_HOST_ARENA_ALIGNMENT);
     if (!e->arena) {
       unsigned long long bytes = (unsigned long long)e->plan.arena_bytes;
       ty_abi_status_t s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
@@ -238,7 +238,7 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
                                  val->name);
         }
         if (!e->fallback && e->fallback_bytes) {
-          e->fallback = aligned_alloc(64, e->fallback_bytes);
+          e->fallback = ty_host_mem_alloc(e->fallback_bytes);
           if (!e->fallback) return ty_host_oom(e, "for unbound outputs");
         }
         e->data[v] = e->fallback + e->fallback_offset[v];

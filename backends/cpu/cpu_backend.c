@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/common/host_meter.h"
 #include "backends/common/plugin_status.h"
 #include "backends/cpu/cpu_internal.h"
 #include "hal/backend_abi.h"
@@ -214,9 +215,11 @@ static ty_abi_status_t cpu_buffer_alloc(ty_abi_device_t *d,
   }
   buf->size = args->size_bytes;
   if (buf->size) {
-    void *p = NULL;
-    if (buf->size > SIZE_MAX - alignment ||
-        posix_memalign(&p, (size_t)alignment, (size_t)buf->size) != 0) {
+    /* Counted by the host meter: buffers are device memory (ABI 1.3
+     * device_memory reports them with the arenas and kernel scratch). */
+    void *p = buf->size > SIZE_MAX - alignment ? NULL
+                                               : ty_host_mem_alloc_aligned(buf->size, alignment);
+    if (!p) {
       free(buf);
       return cpu_error(host, TY_CODE_RESOURCE_EXHAUSTED,
                        "cpu: out of memory allocating %llu bytes",
@@ -231,7 +234,7 @@ static ty_abi_status_t cpu_buffer_alloc(ty_abi_device_t *d,
 static void cpu_buffer_free(ty_abi_device_t *d, ty_abi_buffer_t *buf) {
   (void)d;
   if (!buf) return;
-  free(buf->data);
+  ty_host_mem_free(buf->data);
   free(buf);
 }
 

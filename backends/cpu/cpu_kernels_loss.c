@@ -61,6 +61,12 @@ CPU_MULTIVERSION(cpu_ce_backward_row, (const float *restrict z, int64_t vocab, i
                   float *restrict dz),
                  (z, vocab, t, g, dz))
 
+/* The row function, for the fused linear + cross-entropy kernel
+ * (cpu_kernels_linear_ce.c), whose loss must be computed exactly as here. */
+void cpu_ce_row_exp(const float *z, int64_t vocab, float *e, float *out_max, double *out_sum) {
+  cpu_row_exp(z, vocab, e, out_max, out_sum);
+}
+
 ty_abi_status_t cpu_kernel_cross_entropy(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *lv = cpu_in(c, 0), *tv = cpu_in(c, 1);
   const void *pl = cpu_in_data(c, 0), *pt = cpu_in_data(c, 1);
