@@ -313,6 +313,11 @@ static const ty_conform_case_t ty_cases[] = {
        NULL, RED),
     CX("clip_by_global_norm", "max-norm-0", "P[]:val=0 F[10]", "", NULL, NULL, RED),
 
+    CX("global_norm_scale", "clips", "P[]:val=0.5 P[]:u=0,2 P[]:u=0,2 P[]:u=0,2", "", NULL, NULL,
+       RED),
+    CX("global_norm_scale", "no-clip", "P[]:val=1000 P[]:u=0,2", "", NULL, NULL, RED),
+    CX("global_norm_scale", "max-norm-0", "P[]:val=0 P[]:u=0,2 P[]:u=0,2", "", NULL, NULL, RED),
+
     /* ---- KV cache ---- */
     CX("kv_cache_write", "prefill", "F[2,16,2,8] F[2,5,2,8] i64[]:val=0", "", NULL, NULL,
        EXACT),

@@ -469,8 +469,11 @@ static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *sha
     slot->storage->refs = 1;
     s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name, .offset = s->guard};
     s->slot_count++; /* counted now so that destroy releases it on error */
-    TY_RETURN_IF_ERROR(
-        ty_buffer_alloc(s->device, slot->bytes + 2 * s->guard, &slot->storage->buffer));
+    /* Offloaded state (TY_VALUE_FLAG_HOST_RESIDENT) goes to pinned host
+     * memory; the plugin accepted the flag at compile. */
+    uint32_t alloc_flags = (v->flags & TY_VALUE_FLAG_HOST_RESIDENT) ? TY_ABI_BUFFER_HOST : 0;
+    TY_RETURN_IF_ERROR(ty_buffer_alloc_flags(s->device, slot->bytes + 2 * s->guard, alloc_flags,
+                                             &slot->storage->buffer));
     slot->buffer = slot->storage->buffer;
     if (s->guard) TY_RETURN_IF_ERROR(ty_session_fill_guards(s, slot));
     if (v->role == TY_VALUE_STATE && slot->bytes) {
@@ -616,6 +619,22 @@ void ty_session_destroy(ty_session_t *s) {
 ty_status_t ty_session_serialize(const ty_session_t *s, void **out_bytes, size_t *out_size) {
   return ty_session_serialize_executable(ty_device_backend(s->device), s->executable, out_bytes,
                                          out_size);
+}
+
+ty_status_t ty_session_executable_memory(const ty_session_t *s,
+                                         ty_abi_executable_memory_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->struct_size = sizeof(*out);
+  ty_backend_t *backend = ty_device_backend(s->device);
+  ty_abi_status_t (*memory)(ty_abi_executable_t *, ty_abi_executable_memory_t *) =
+      TY_BACKEND_ENTRY(backend, executable_memory);
+  if (!memory) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' does not report an executable's memory (no ABI 1.3 "
+                          "executable_memory)",
+                          ty_backend_name(backend));
+  }
+  return ty_status_from_abi(memory(s->executable, out));
 }
 
 ty_status_t ty_session_report(const ty_session_t *s, char **out_text) {

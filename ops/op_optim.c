@@ -197,3 +197,23 @@ const ty_op_def_t ty_op_def_clip_by_global_norm = {
     .max_inputs = TY_OP_VARIADIC, .attr_names = ty_op_no_attrs,
     .infer = ty_clip_infer, .grad = NULL,
     .summary = "norm = sqrt(sum of all gi^2); gi scaled by min(1, max_norm/(norm+1e-6))"};
+
+/* global_norm_scale(max_norm, s1 ... sn) -> norm, scale: the global norm
+ * from per-gradient sums of squares, and clip_by_global_norm's factor. */
+static ty_status_t ty_global_norm_scale_infer(const ty_op_infer_ctx_t *ctx) {
+  for (uint32_t i = 0; i < ctx->input_count; ++i) {
+    char role[24];
+    snprintf(role, sizeof(role), i ? "s%u" : "max_norm", i);
+    const ty_tensor_desc_t *d;
+    TY_RETURN_IF_ERROR(ty_op_need(ctx, i, role, &d));
+    TY_RETURN_IF_ERROR(ty_op_check_scalar(ctx->op, role, d, TY_DTYPE_F32));
+  }
+  TY_RETURN_IF_ERROR(ty_op_output(ctx, TY_DTYPE_F32, 0, NULL));
+  return ty_op_output(ctx, TY_DTYPE_F32, 0, NULL);
+}
+
+const ty_op_def_t ty_op_def_global_norm_scale = {
+    .name = "global_norm_scale", .min_inputs = 2, .max_inputs = TY_OP_VARIADIC,
+    .attr_names = ty_op_no_attrs, .infer = ty_global_norm_scale_infer, .grad = NULL,
+    .summary = "norm = sqrt(sum of si); scale = min(1, max_norm/(norm+1e-6)) (1 when "
+               "max_norm <= 0)"};

@@ -102,6 +102,43 @@ bool ty_host_executor_seed_defaulted(const ty_host_executor_t *e) { return e->se
 
 uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) { return e->plan.arena_bytes; }
 
+void ty_host_executor_memory(const ty_host_executor_t *e, ty_abi_executable_memory_t *out) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  uint64_t scratch = 0;
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    uint64_t w = ty_abi_node_workspace_bytes(g, &g->nodes[n]);
+    if (w > scratch) scratch = w;
+  }
+  out->arena_bytes = e->plan.arena_bytes;
+  if (TY_ABI_HAS_FIELD(out, ty_abi_executable_memory_t, scratch_bytes)) out->scratch_bytes = scratch;
+  if (TY_ABI_HAS_FIELD(out, ty_abi_executable_memory_t, host_bytes)) out->host_bytes = 0;
+}
+
+void ty_host_device_memory(uint32_t reset_peak, ty_abi_device_memory_t *out) {
+  uint64_t in_use = 0, peak = 0;
+  ty_host_meter_read(&in_use, &peak);
+  out->in_use_bytes = in_use;
+  out->peak_bytes = peak;
+  if (TY_ABI_HAS_FIELD(out, ty_abi_device_memory_t, how)) {
+    snprintf(out->how, sizeof(out->how),
+             "allocator counter: buffers, activation arenas and the large kernel scratch, "
+             "at every allocation (not the process RSS)");
+  }
+  if (reset_peak) ty_host_meter_reset_peak();
+}
+
+ty_abi_status_t ty_host_refuse_offload(const ty_abi_graph_t *g, const char *plugin) {
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (!(g->values[v].flags & TY_VALUE_FLAG_HOST_RESIDENT)) continue;
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "%s: state '%s' is flagged to live in host memory (--offload "
+                           "optimizer), but this device's memory is host memory already: "
+                           "offload would move nothing; run without --offload",
+                           plugin, g->values[v].name);
+  }
+  return NULL;
+}
+
 /* Ones in a float dtype, for an unbound loss-gradient seed. */
 static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
   unsigned char *p = ty_host_mem_alloc(bytes);

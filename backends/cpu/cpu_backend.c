@@ -198,6 +198,11 @@ static ty_abi_status_t cpu_buffer_alloc(ty_abi_device_t *d,
                      (unsigned long long)alignment);
   }
   if (alignment < sizeof(void *)) alignment = sizeof(void *);
+  if (TY_ABI_HAS_FIELD(args, ty_abi_buffer_alloc_args_t, flags) &&
+      (args->flags & TY_ABI_BUFFER_HOST)) {
+    return cpu_error(host, TY_CODE_UNIMPLEMENTED,
+                     "cpu: no pinned host buffers: the cpu device's memory is host memory");
+  }
   uint64_t memory = d->backend->info.memory_bytes;
   /* Refuse what can never fit instead of counting on the kernel's
    * overcommit policy (which would let it through and kill us later). */
@@ -283,6 +288,8 @@ static const ty_backend_api_t cpu_api = {
     .graph_compile = cpu_graph_compile,
     .executable_destroy = cpu_executable_destroy,
     .executable_execute = cpu_executable_execute,
+    .executable_memory = cpu_executable_memory,
+    .device_memory = cpu_device_memory,
 };
 
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(

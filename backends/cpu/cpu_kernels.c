@@ -81,6 +81,7 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     {"sgd_update", cpu_kernel_sgd_update, CPU_ACCEPT_FLOAT},
     {"adafactor_update", cpu_kernel_adafactor_update, CPU_ACCEPT_FLOAT},
     {"clip_by_global_norm", cpu_kernel_clip_by_global_norm, CPU_ACCEPT_FLOAT},
+    {"global_norm_scale", cpu_kernel_global_norm_scale, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_kv_cache.c */
     {"kv_cache_write", cpu_kernel_kv_cache_write, CPU_ACCEPT_ANY},
     {NULL, NULL, CPU_ACCEPT_ANY},

@@ -345,6 +345,7 @@ ty_abi_status_t cpu_kernel_adamw_update(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_sgd_update(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_clip_by_global_norm(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_adafactor_update(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_global_norm_scale(const cpu_node_ctx_t *c);
 
 /* cpu_kernels_kv_cache.c */
 ty_abi_status_t cpu_kernel_kv_cache_write(const cpu_node_ctx_t *c);

@@ -335,3 +335,18 @@ ty_abi_status_t cpu_kernel_adafactor_update(const cpu_node_ctx_t *c) {
   free(g_owned);
   return NULL;
 }
+
+ty_abi_status_t cpu_kernel_global_norm_scale(const cpu_node_ctx_t *c) {
+  /* max_norm, s_1..s_n -> norm, scale; the sums in f64, in input order */
+  double sum = 0.0;
+  for (uint32_t i = 1; i < c->node->input_count; ++i) sum += cpu_scalar_f32(c, i);
+  const double norm = sqrt(sum), max_norm = cpu_scalar_f32(c, 0);
+  double coef = 1.0;
+  if (max_norm > 0.0) {
+    coef = max_norm / (norm + 1e-6);
+    if (coef > 1.0) coef = 1.0;
+  }
+  *(float *)cpu_out_data(c, 0) = (float)norm;
+  *(float *)cpu_out_data(c, 1) = (float)coef;
+  return NULL;
+}

@@ -605,6 +605,17 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
   if (!strcmp(op, "adamw_update") || !strcmp(op, "sgd_update")) return ty_run_optim(c, op);
   if (!strcmp(op, "clip_by_global_norm")) return ty_run_clip(c);
   if (!strcmp(op, "adafactor_update")) return ty_run_adafactor(c);
+  if (!strcmp(op, "global_norm_scale")) {
+    ty_status_t s = TY_OK;
+    int count = (int)c->node->input_count - 1;
+    double sums[TY_INTERP_MAX_IO], *norm, *scale;
+    for (int i = 0; i < count; ++i) sums[i] = ty_fscalar(c, (uint32_t)i + 1, &s);
+    TY_RETURN_IF_ERROR(s);
+    TY_RETURN_IF_ERROR(ty_fout(c, 0, &norm));
+    TY_RETURN_IF_ERROR(ty_fout(c, 1, &scale));
+    scale[0] = ty_ref_global_norm_scale(count, sums, ty_fscalar(c, 0, &s), norm);
+    return s;
+  }
   if (!strcmp(op, "linear_cross_entropy")) return ty_run_linear_cross_entropy(c, false);
   if (!strcmp(op, "linear_cross_entropy_backward")) return ty_run_linear_cross_entropy(c, true);
 
@@ -710,7 +721,8 @@ int ty_ref_supports_op(const char *op) {
       "cross_entropy", "cross_entropy_backward", "linear_cross_entropy",
       "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
-      "sgd_update", "adafactor_update", "clip_by_global_norm", "kv_cache_write", NULL,
+      "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
+      "kv_cache_write", NULL,
   };
   for (const char *const *p = ops; *p; ++p) {
     if (strcmp(*p, op) == 0) return 1;

@@ -139,3 +139,14 @@ ty_status_t ty_ref_adafactor_step(const ty_ref_adafactor_params_t *p, double *pa
   free(u);
   return TY_OK;
 }
+
+double ty_ref_global_norm_scale(int count, const double *sumsq, double max_norm,
+                                double *out_norm) {
+  double sum = 0.0;
+  for (int i = 0; i < count; ++i) sum += sumsq[i];
+  const double norm = sqrt(sum);
+  *out_norm = norm;
+  if (!(max_norm > 0.0)) return 1.0;
+  double coef = max_norm / (norm + 1e-6);
+  return coef > 1.0 ? 1.0 : coef; /* torch.clamp(max=1): NaN stays NaN */
+}

@@ -98,6 +98,12 @@ ty_status_t ty_ref_adafactor_step(const ty_ref_adafactor_params_t *params, doubl
 double ty_ref_clip_grad_norm(int count, double *const *grads,
                              const int64_t *sizes, double max_norm);
 
+/* global_norm_scale: norm = sqrt(sum of the `count` sums of squares); the
+ * returned factor is clip_grad_norm_'s, min(1, max_norm / (norm + 1e-6)),
+ * or 1 when max_norm <= 0 (NaN stays NaN). */
+double ty_ref_global_norm_scale(int count, const double *sumsq, double max_norm,
+                                double *out_norm);
+
 #ifdef __cplusplus
 }
 #endif

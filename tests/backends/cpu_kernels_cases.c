@@ -519,6 +519,13 @@ static void cases_optim_kv(void) {
       set_int(c, "relative_step", 1);
     }
   }
+  {
+    tcase_t *c = add_case("global_norm_scale", "3 sums", 2);
+    SCALAR(c, 0.5);
+    SCALAR(c, 0.25);
+    SCALAR(c, 1.5);
+    SCALAR(c, 0.125);
+  }
   for (int v = 0; v < 2; ++v) {
     tcase_t *c = add_case("clip_by_global_norm",
                           v ? "max_norm 0 (norm only)" : "clips, mixed dtypes", 4);

@@ -89,8 +89,10 @@ def devices_json(env=None):
 
 
 # Ops opencl refuses in graph_supports ("opencl has no kernel for op ..."):
-# `train --loss-chunk` and `--optimizer adafactor` are refused on it.
-REFUSED_OPS = {"linear_cross_entropy", "linear_cross_entropy_backward", "adafactor_update"}
+# `train --loss-chunk`, `--optimizer adafactor` and `--fused-optimizer`
+# (global_norm_scale) are refused on it.
+REFUSED_OPS = {"linear_cross_entropy", "linear_cross_entropy_backward", "adafactor_update",
+               "global_norm_scale"}
 
 
 class ConformTest(unittest.TestCase):

@@ -362,6 +362,9 @@ const tyt_infer_case_t tyt_infer_cases[] = {
     N("concat", "f32[2,3] f32[2,3]", "", "!concat: attribute 'axis' is required"),
 
     /* ---- optimizers and clipping ---- */
+    N("global_norm_scale", "f32[] f32[] f32[]", "", "f32[] f32[]"),
+    N("global_norm_scale", "f32[] f32[2]", "", "!global_norm_scale: s1 is f32[2]: expected a "
+      "scalar f32[]"),
     N("adafactor_update", "bf16[4,3] bf16[4,3] f32[4] f32[3] - - f32[] f32[] i64[]", "",
       "bf16[4,3] f32[4] f32[3]"),
     N("adafactor_update",
