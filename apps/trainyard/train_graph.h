@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "graph/train_step.h"
 #include "models/config.h"
 #include "models/llm.h"
 #include "train_config.h"
@@ -29,6 +30,16 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *config,
                                  const ty_model_config_t *model_config, int64_t B, int64_t T,
                                  ty_dtype_t dtype, ty_train_graph_kind_t kind,
                                  ty_graph_t **out_graph, ty_llm_t *out_model);
+
+/* The train-step options of the configuration: optimizer, Adafactor's
+ * arguments and the memory levers (the fields of ty_train_step_params_t
+ * that do not depend on a built model). */
+ty_status_t ty_train_graph_step_options(const ty_train_config_t *config,
+                                        ty_train_step_params_t *out);
+
+/* The memory levers of the configuration as ty_abi_graph_t.levers words
+ * ("recompute=layer loss_chunk=256 ..."; "" for none). */
+void ty_train_graph_levers(const ty_train_config_t *config, char *out, size_t capacity);
 
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */
