@@ -184,7 +184,8 @@ static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *param
   }
   if (!s) s = ty_graph_set_output(g, clip_out[0], "grad_norm");
   for (uint32_t i = 0; i < n && !s; ++i) {
-    s = ty_optim_update(g, &o, params[i], clip_out[1 + i], decay ? decay[i] : true);
+    s = ty_graph_set_memory_class(g, clip_out[1 + i], TY_MEMORY_GRADIENT);
+    if (!s) s = ty_optim_update(g, &o, params[i], clip_out[1 + i], decay ? decay[i] : true);
   }
   free(clip_in);
   free(clip_out);

@@ -13,8 +13,8 @@
 extern "C" {
 #endif
 
-/* Fills `out` for preset `name` ("gpt2-tiny", "gpt2-124m", "llama-tiny",
- * "llama-60m") with the vocabulary size taken from the data. NOT_FOUND
+/* Fills `out` for preset `name` (see ty_model_preset_names(): gpt2-tiny up
+ * to llama-7b) with the vocabulary size taken from the data. NOT_FOUND
  * listing the presets for an unknown name. */
 ty_status_t ty_model_preset(const char *name, int64_t vocab_size, int64_t bos_id,
                             int64_t eos_id, ty_model_config_t *out_config);
