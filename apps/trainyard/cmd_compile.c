@@ -9,9 +9,11 @@
 
 #include "app.h"
 #include "graph/compile_cache.h"
+#include "graph/preflight.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "models/config.h"
 #include "models/dataset.h"
 #include "models/presets.h"
@@ -22,8 +24,9 @@ static const char *const ty_compile_usage =
     "usage: trainyard compile --backend URI (--model HF_DIR | --preset NAME\n"
     "                         (--vocab-size N | --data DIR)) --batch-size B\n"
     "                         (--seq-len T | --data DIR) [--inference]\n"
-    "                         [--optimizer adamw|sgd] [--dtype D] [--dropout P]\n"
-    "                         [--decay-all] --out FILE [--cache-dir DIR] [--retry-failed]\n"
+    "                         [--optimizer adamw|sgd|adafactor] [--dtype D] [--dropout P]\n"
+    "                         [--decay-all] [memory levers] [--memory-limit SIZE]\n"
+    "                         (--out FILE | --plan-only) [--cache-dir DIR] [--retry-failed]\n"
     "\n"
     "Compiles the train step that 'trainyard train' runs with the same options\n"
     "(forward, backward, clipping and optimizer as one graph; with --inference,\n"
@@ -44,11 +47,27 @@ static const char *const ty_compile_usage =
     "  --batch-size B     sequences per step [8]\n"
     "  --seq-len T        tokens per sequence\n"
     "  --inference        compile the forward pass (logits) instead of a train step\n"
-    "  --optimizer O      adamw or sgd [adamw]\n"
+    "  --optimizer O      adamw, sgd or adafactor [adamw]; adafactor takes\n"
+    "                     --relative-step, --scale-parameter, --warmup-init,\n"
+    "                     --clip-threshold, --decay-rate, --adafactor-eps1/2 and\n"
+    "                     --beta1 (its first moment) as 'trainyard train' does\n"
     "  --dtype D          parameter and compute dtype [f32]\n"
     "  --dropout P        dropout probability (fixed at compile time) [0]\n"
     "  --decay-all        weight decay on norms, biases and embeddings too\n"
     "  --grad-accum N     as 'trainyard train' (the dataflow device needs 1) [1]\n"
+    "  --recompute R      none, attention or layer (activation checkpointing)\n"
+    "  --loss-chunk N     fused LM head + loss over N tokens at a time\n"
+    "  --fused-optimizer  updates in the backward pass; --clip 0 leaves out its norm\n"
+    "                     pass (a graph property only with this lever)\n"
+    "  --offload O        none or optimizer (devices with their own memory)\n"
+    "                     The levers are recorded in the graph (its hash and the\n"
+    "                     artifact's report); a backend that cannot honour one\n"
+    "                     refuses it by name.\n"
+    "  --memory-limit S   refuse unless the memory plan fits in S (e.g. 24GiB;\n"
+    "                     default: the device's memory)\n"
+    "  --plan-only        print the memory plan of the graph and check it; compile\n"
+    "                     nothing (no --out): the plan of a llama-7b step at any\n"
+    "                     length takes a second on the host\n"
     "  --out FILE         the artifact; the report goes to FILE.report.txt\n"
     "  --cache-dir DIR    on-disk compile cache ('none' for none; default\n"
     "                     $XDG_CACHE_HOME/trainyard or ~/.cache/trainyard)\n"
@@ -64,8 +83,8 @@ static double ty_now(void) {
 typedef struct {
   const char *backend, *model, *preset, *data, *out;
   int64_t vocab, eos, B, T; /* eos: the data's end-of-text id, -1 without --data */
-  bool inference;
-  ty_train_config_t cfg; /* optimizer, dtype, dropout, decay_all, cache */
+  bool inference, plan_only;
+  ty_train_config_t cfg; /* optimizer, dtype, dropout, decay_all, cache, levers */
 } ty_compile_args_t;
 
 static bool ty_compile_int(const char *text, int64_t *out) {
@@ -104,7 +123,9 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
     memcpy(key, arg + 2, n);
     key[n] = '\0';
     bool flag = !strcmp(key, "inference") || !strcmp(key, "retry-failed") ||
-                !strcmp(key, "decay-all");
+                !strcmp(key, "decay-all") || !strcmp(key, "plan-only") ||
+                !strcmp(key, "fused-optimizer") || !strcmp(key, "relative-step") ||
+                !strcmp(key, "scale-parameter") || !strcmp(key, "warmup-init");
     if (eq) {
       value = eq + 1;
     } else if (!flag) {
@@ -123,6 +144,8 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
       a->out = value;
     } else if (!strcmp(key, "inference")) {
       a->inference = true;
+    } else if (!strcmp(key, "plan-only")) {
+      a->plan_only = true;
     } else if (!strcmp(key, "vocab-size") || !strcmp(key, "batch-size") ||
                !strcmp(key, "seq-len")) {
       /* (no --eos-id: the end-of-text id is not part of any compiled graph) */
@@ -132,7 +155,15 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
       }
     } else if (!strcmp(key, "optimizer") || !strcmp(key, "dtype") || !strcmp(key, "dropout") ||
                !strcmp(key, "decay-all") || !strcmp(key, "grad-accum") ||
-               !strcmp(key, "cache-dir") || !strcmp(key, "retry-failed")) {
+               !strcmp(key, "cache-dir") || !strcmp(key, "retry-failed") ||
+               !strcmp(key, "recompute") || !strcmp(key, "loss-chunk") ||
+               !strcmp(key, "fused-optimizer") || !strcmp(key, "offload") ||
+               !strcmp(key, "memory-limit") || !strcmp(key, "relative-step") ||
+               !strcmp(key, "scale-parameter") || !strcmp(key, "warmup-init") ||
+               !strcmp(key, "clip-threshold") || !strcmp(key, "decay-rate") ||
+               !strcmp(key, "adafactor-eps1") || !strcmp(key, "adafactor-eps2") ||
+               !strcmp(key, "beta1") ||
+               (!strcmp(key, "clip") && a->cfg.fused_optimizer)) {
       ty_status_t s = ty_train_config_set(&a->cfg, key, value ? value : "true");
       if (s) {
         int rc = ty_app_usage_error("compile", "%s", ty_status_message(s));
@@ -172,7 +203,13 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
     return ty_app_usage_error("compile", "--retry-failed has no effect without a compile cache "
                                          "(--cache-dir)");
   }
-  if (!a->out || !a->out[0]) return ty_app_usage_error("compile", "--out FILE is required");
+  if (a->plan_only && a->out) {
+    return ty_app_usage_error("compile", "--out has no effect with --plan-only (nothing is "
+                                         "compiled)");
+  }
+  if (!a->plan_only && (!a->out || !a->out[0])) {
+    return ty_app_usage_error("compile", "--out FILE is required (or --plan-only)");
+  }
   if (!a->model == !a->preset) {
     return ty_app_usage_error("compile", "give exactly one of --model and --preset");
   }
@@ -183,9 +220,16 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
   if (!(a->cfg.dropout >= 0 && a->cfg.dropout < 1)) {
     return ty_app_usage_error("compile", "--dropout must lie in [0, 1)");
   }
-  if (strcmp(a->cfg.optimizer, "adamw") && strcmp(a->cfg.optimizer, "sgd")) {
-    return ty_app_usage_error("compile", "--optimizer must be adamw or sgd, not '%s'",
-                              a->cfg.optimizer);
+  /* The train options' own checks (choices, combinations, levers). */
+  ty_train_config_t check = a->cfg;
+  snprintf(check.preset, sizeof(check.preset), "%s", "x");
+  snprintf(check.data, sizeof(check.data), "%s", "x");
+  check.model[0] = '\0';
+  ty_status_t vs = ty_train_config_validate(&check);
+  if (vs) {
+    int rc = ty_app_usage_error("compile", "%s", ty_status_message(vs));
+    ty_status_free(vs);
+    return rc;
   }
   return TY_EXIT_OK;
 }
@@ -231,6 +275,45 @@ static ty_status_t ty_compile_model(ty_compile_args_t *a, ty_model_config_t *mc)
   return ty_model_preset(a->preset, a->vocab, eos, eos, mc);
 }
 
+/* The pre-flight memory plan of the graph, as text, checked against
+ * --memory-limit or the device's memory. */
+static ty_status_t ty_compile_plan(const ty_compile_args_t *a, ty_device_t *device,
+                                   const ty_graph_t *graph, char **out_text) {
+  *out_text = NULL;
+  ty_preflight_t plan;
+  ty_preflight_init(&plan);
+  uint64_t limit = 0;
+  char what[96] = "", size[32], *lines = NULL;
+  ty_status_t s = ty_train_config_memory_limit(&a->cfg, &limit);
+  if (!s && limit) {
+    snprintf(what, sizeof(what), "--memory-limit %s", a->cfg.memory_limit);
+  } else if (!s && ty_device_info(device)->memory_bytes) {
+    limit = ty_device_info(device)->memory_bytes;
+    snprintf(what, sizeof(what), "the memory of %s", ty_device_label(device));
+  }
+  if (!s) s = ty_preflight_add(&plan, graph, a->inference ? "inference" : "train step");
+  if (!s) s = ty_preflight_format(&plan, "  ", &lines);
+  if (!s) {
+    ty_format_bytes(limit, size, sizeof(size));
+    size_t cap = strlen(lines) + 256;
+    *out_text = malloc(cap);
+    if (!*out_text) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      snprintf(*out_text, cap, "memory plan (device bytes; limit %s%s%s):\n%s",
+               limit ? size : "none", limit ? ", " : "", what, lines);
+    }
+  }
+  free(lines);
+  if (!s) s = ty_preflight_check(&plan, limit, what);
+  if (s) {
+    free(*out_text);
+    *out_text = NULL;
+  }
+  ty_preflight_deinit(&plan);
+  return s;
+}
+
 static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   ty_model_config_t mc;
   ty_dtype_t dtype;
@@ -248,18 +331,20 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
   if (!s) {
-    /* As `trainyard train` would hold it: gradients and optimizer state too. */
-    uint64_t extra = 0;
-    if (!a->inference) {
-      extra = ty_dtype_size(dtype) + (strcmp(a->cfg.optimizer, "sgd") == 0 ? 4 : 8) +
-              (a->cfg.grad_accum > 1 ? 4 : 0);
-    }
-    s = ty_llm_check_memory(&mc, dtype, extra, ty_device_info(device)->memory_bytes,
-                            ty_device_label(device));
-  }
-  if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
     s = ty_train_graph_build(&a->cfg, &mc, a->B, a->T, dtype, kind, &graph, &model);
+  }
+  /* The memory plan before anything is compiled or allocated. */
+  char *plan_text = NULL;
+  if (!s) s = ty_compile_plan(a, device, graph, &plan_text);
+  if (!s && a->plan_only) {
+    fputs(plan_text, stdout);
+    free(plan_text);
+    ty_llm_deinit(&model);
+    ty_graph_destroy(graph);
+    ty_device_close(device);
+    ty_registry_destroy(registry);
+    return TY_EXIT_OK;
   }
   double start = ty_now();
   if (!s) {
@@ -288,7 +373,8 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
     } else {
       int used = snprintf(text, cap,
                           "trainyard compile: %s on %s (%s)%s\n"
-                          "graph: %s, %s, batch %lld x %lld tokens, %s, %s%s\n\n%s\n"
+                          "graph: %s, %s, batch %lld x %lld tokens, %s, %s%s\n"
+                          "memory levers: %s\n%s\n%s\n"
                           "compile cache: %s%s%s\n"
                           "host wall time of the compile: %.3f s (measured on this host; not "
                           "a simulated figure)\n"
@@ -302,6 +388,8 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
                           (long long)a->T, a->cfg.dtype,
                           a->inference ? "no optimizer" : a->cfg.optimizer,
                           a->cfg.dropout > 0 ? ", dropout" : "",
+                          ty_graph_levers(graph)[0] ? ty_graph_levers(graph) : "none",
+                          plan_text ? plan_text : "",
                           report ? report : "(the backend gives no report)\n",
                           ty_session_source_name(stats.source),
                           stats.cache_entry[0] ? ": " : "", stats.cache_entry, seconds, a->out,
@@ -315,6 +403,7 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
     }
   }
   free(report);
+  free(plan_text);
   free(bytes);
   ty_session_destroy(session);
   ty_llm_deinit(&model);
