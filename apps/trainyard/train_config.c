@@ -314,18 +314,22 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
                                                "adafactor_eps2"};
   for (size_t i = 0; !adafactor && i < sizeof(adafactor_only) / sizeof(*adafactor_only); ++i) {
     if (TY_GIVEN(adafactor_only[i])) {
-      TY_NO_EFFECT("--%s has no effect with --optimizer %s (it is Adafactor's)",
-                   adafactor_only[i], c->optimizer);
+      char flag[32];
+      snprintf(flag, sizeof(flag), "%s", adafactor_only[i]);
+      for (char *q = flag; *q; ++q) *q = *q == '_' ? '-' : *q;
+      TY_NO_EFFECT("--%s has no effect with --optimizer %s (it is Adafactor's)", flag,
+                   c->optimizer);
     }
   }
   /* The relative step replaces the learning rate and its schedule, as
    * transformers.Adafactor refuses lr with relative_step. */
   static const char *const schedule_opts[] = {"lr", "min_lr", "warmup_steps", "schedule"};
+  static const char *const schedule_flags[] = {"lr", "min-lr", "warmup-steps", "schedule"};
   for (size_t i = 0; c->relative_step && i < 4; ++i) {
     if (TY_GIVEN(schedule_opts[i])) {
       TY_NO_EFFECT("--%s has no effect with --relative-step (Adafactor's step size is then "
                    "min(1e-2, 1/sqrt(t)) times the parameter scale)",
-                   schedule_opts[i]);
+                   schedule_flags[i]);
     }
   }
   if (!strcmp(c->schedule, "constant") && TY_GIVEN("min_lr")) {
