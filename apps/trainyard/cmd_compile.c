@@ -49,16 +49,17 @@ static const char *const ty_compile_usage =
     "  --inference        compile the forward pass (logits) instead of a train step\n"
     "  --optimizer O      adamw, sgd or adafactor [adamw]; adafactor takes\n"
     "                     --relative-step, --scale-parameter, --warmup-init,\n"
-    "                     --clip-threshold, --decay-rate, --adafactor-eps1/2 and\n"
-    "                     --beta1 (its first moment) as 'trainyard train' does\n"
+    "                     --clip-threshold, --decay-rate, --adafactor-eps1,\n"
+    "                     --adafactor-eps2 and --beta1 (after --optimizer: its\n"
+    "                     first moment) as 'trainyard train' does\n"
     "  --dtype D          parameter and compute dtype [f32]\n"
     "  --dropout P        dropout probability (fixed at compile time) [0]\n"
     "  --decay-all        weight decay on norms, biases and embeddings too\n"
     "  --grad-accum N     as 'trainyard train' (the dataflow device needs 1) [1]\n"
     "  --recompute R      none, attention or layer (activation checkpointing)\n"
     "  --loss-chunk N     fused LM head + loss over N tokens at a time\n"
-    "  --fused-optimizer  updates in the backward pass; --clip 0 leaves out its norm\n"
-    "                     pass (a graph property only with this lever)\n"
+    "  --fused-optimizer  updates in the backward pass; --clip 0 after it leaves out\n"
+    "                     its norm pass (a graph property only with this lever)\n"
     "  --offload O        none or optimizer (devices with their own memory)\n"
     "                     The levers are recorded in the graph (its hash and the\n"
     "                     artifact's report); a backend that cannot honour one\n"
@@ -162,7 +163,10 @@ static int ty_compile_parse(int argc, char **argv, ty_compile_args_t *a) {
                !strcmp(key, "scale-parameter") || !strcmp(key, "warmup-init") ||
                !strcmp(key, "clip-threshold") || !strcmp(key, "decay-rate") ||
                !strcmp(key, "adafactor-eps1") || !strcmp(key, "adafactor-eps2") ||
-               !strcmp(key, "beta1") ||
+               /* graph properties only after the option that makes them so: beta1
+                * turns Adafactor's first moment on; clip 0 leaves out the fused
+                * optimizer's norm pass */
+               (!strcmp(key, "beta1") && !strcmp(a->cfg.optimizer, "adafactor")) ||
                (!strcmp(key, "clip") && a->cfg.fused_optimizer)) {
       ty_status_t s = ty_train_config_set(&a->cfg, key, value ? value : "true");
       if (s) {

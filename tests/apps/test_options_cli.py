@@ -60,12 +60,27 @@ AUDIT = {
                "test_inputs_cli.py:TokenizerTest.test_tokenizer_other_than_the_datas_is_refused",
            "--resume": "test_train_cli.py:ResumeTest.test_resume_is_bit_identical",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
-           "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"}),
+           "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"},
+        **{o: "test_memory_cli.py:LeverTest.test_llama" for o in (
+            "--recompute", "--loss-chunk", "--fused-optimizer")},
+        **{"--offload": "test_memory_cli.py:BackendTest.test_cpu_refuses_offload",
+           "--memory-limit": "test_memory_cli.py:RefuseTest.test_7b_without_levers_is_refused_on_24_gib"},
+        **{o: "test_memory_cli.py:OptionsTest.test_refusals" for o in (
+            "--relative-step", "--warmup-init", "--clip-threshold", "--decay-rate")},
+        **{o: "test_memory_cli.py:AdafactorTest.test_resume_is_bit_identical" for o in (
+            "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
         "--grad-accum", "--out", "--cache-dir", "--retry-failed", "--lr")},
-        **{"--artifact": "mention:train"}),
+        **{"--artifact": "mention:train"},
+        **{o: "test_memory_cli.py:PlanTest.test_levers_shrink_the_plan" for o in (
+            "--recompute", "--loss-chunk", "--fused-optimizer", "--plan-only",
+            "--memory-limit", "--clip")},
+        **{o: "test_memory_cli.py:BackendTest.test_dataflow" for o in (
+            "--offload", "--relative-step", "--scale-parameter", "--warmup-init",
+            "--clip-threshold", "--decay-rate", "--adafactor-eps1", "--adafactor-eps2",
+            "--beta1")}),
     "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
