@@ -335,6 +335,18 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_device_open(registry, a->backend, &device);
   if (!s) {
+    /* Weights that cannot fit even in bf16 need no graph to be refused. */
+    uint64_t limit = 0;
+    s = ty_train_config_memory_limit(&a->cfg, &limit);
+    char where[160];
+    snprintf(where, sizeof(where), "%s%s%s", ty_device_label(device),
+             limit ? " under --memory-limit " : "", limit ? a->cfg.memory_limit : "");
+    if (!s) {
+      s = ty_llm_check_memory(&mc, TY_DTYPE_BF16, 0,
+                              limit ? limit : ty_device_info(device)->memory_bytes, where);
+    }
+  }
+  if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
     s = ty_train_graph_build(&a->cfg, &mc, a->B, a->T, dtype, kind, &graph, &model);
   }

@@ -332,6 +332,16 @@ static ty_status_t ty_trainer_preflight(ty_trainer_t *t) {
 /* The graphs first (host memory only), then the plan, then the sessions. */
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
+  /* Weights that cannot fit even in bf16 need no graph to be refused (and a
+   * config of thousands of huge layers would take long to plan). */
+  uint64_t limit = 0;
+  TY_RETURN_IF_ERROR(ty_train_config_memory_limit(c, &limit));
+  char where[160];
+  snprintf(where, sizeof(where), "%s%s%s", ty_device_label(t->device),
+           limit ? " under --memory-limit " : "", limit ? c->memory_limit : "");
+  TY_RETURN_IF_ERROR(ty_llm_check_memory(&t->model_config, TY_DTYPE_BF16, 0,
+                                         limit ? limit : ty_device_info(t->device)->memory_bytes,
+                                         where));
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
