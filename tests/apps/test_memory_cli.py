@@ -304,10 +304,13 @@ class AdafactorTest(Base):
         self.assertIn("model.norm.weight.exp_avg", header)
 
     def test_bf16_parameters_keep_f32_state(self):
-        for opt in ("adamw", "adafactor"):
-            with self.subTest(optimizer=opt):
+        """--dtype bf16 keeps f32 optimizer state (no stochastic rounding), alone and
+        with every other lever."""
+        levers = ["--recompute", "layer", "--loss-chunk", "5", "--fused-optimizer"]
+        for opt, extra in (("adamw", []), ("adafactor", []), ("adafactor", levers)):
+            with self.subTest(optimizer=opt, levers=bool(extra)):
                 self.train("llama", "bf16-" + opt, "--dtype", "bf16", "--optimizer", opt,
-                           steps_=10)
+                           *extra, steps_=10)
                 losses = [x[0] for x in steps(self.path("bf16-" + opt))]
                 self.assertLess(losses[-1], losses[0])
                 with open(os.path.join(self.path("bf16-" + opt), "checkpoint-10",
@@ -315,6 +318,11 @@ class AdafactorTest(Base):
                     header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
                 self.assertEqual({v["dtype"] for k, v in header.items() if k != "__metadata__"},
                                  {"F32"})
+                self.rm(self.path("bf16-" + opt))
+
+    def rm(self, path):
+        import shutil
+        shutil.rmtree(path)
 
 
 if __name__ == "__main__":
