@@ -23,6 +23,7 @@ set(TY_SDK_HEADERS
   "abi_graph.h=backends/common/abi_graph.h"
   "host_buffers.h=backends/common/host_buffers.h"
   "host_executor.h=backends/common/host_executor.h"
+  "host_meter.h=backends/common/host_meter.h"
   "host_profile.h=backends/common/host_profile.h"
   "memory_plan.h=backends/common/memory_plan.h"
   "plugin_status.h=backends/common/plugin_status.h"

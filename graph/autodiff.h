@@ -22,6 +22,51 @@ ty_status_t ty_graph_autodiff(ty_graph_t *graph, ty_value_id_t loss,
                               ty_value_id_t seed, const ty_value_id_t *wrt,
                               uint32_t wrt_count, ty_value_id_t *out_grads);
 
+/* Activation checkpointing: which forward nodes the backward re-runs
+ * instead of keeping their outputs, by the regions models tag blocks with
+ * (graph.h, TY_REGION). */
+typedef enum ty_recompute_e {
+  TY_RECOMPUTE_NONE = 0,
+  /* each block's attention half (norm, projections, RoPE, attention, output
+   * projection, residual add) is re-run in its backward from the block's
+   * input; the MLP half's activations are kept */
+  TY_RECOMPUTE_ATTENTION = 1,
+  /* each whole block is re-run in its backward from its input: only the
+   * residual stream at block boundaries is kept */
+  TY_RECOMPUTE_LAYER = 2,
+} ty_recompute_t;
+
+/* "none", "attention", "layer"; ty_recompute_parse takes them back
+ * (INVALID_ARGUMENT naming the value otherwise). */
+const char *ty_recompute_name(ty_recompute_t recompute);
+ty_status_t ty_recompute_parse(const char *text, ty_recompute_t *out);
+
+typedef struct ty_autodiff_options_t {
+  /* The recompute pass: when the backward sweep reaches the first node of
+   * a region to recompute, it appends copies of that region's forward nodes
+   * (same ops and attributes, inputs from outside the region unchanged: the
+   * checkpoint), and the region's gradient rules read the copies. The
+   * forward values of the region then die in the forward, which is what the
+   * memory planner sees. The copies compute exactly what the forward did
+   * (dropout masks are functions of the node's stream), so gradients are
+   * bit-identical. */
+  ty_recompute_t recompute;
+  /* Called once for each wrt[i] as soon as no node left in the sweep can
+   * add to its gradient (after the node that reads wrt[i] first in the
+   * forward), with the gradient value, which it may consume by emitting
+   * nodes (the fused optimizer's update). wrt values no node reads are
+   * reported at the end with zeros. NULL: no calls. */
+  ty_status_t (*on_grad_complete)(void *user, uint32_t index, ty_value_id_t grad);
+  void *user;
+} ty_autodiff_options_t;
+
+/* ty_graph_autodiff with options (NULL: none). Errors from the callback are
+ * returned, annotated. */
+ty_status_t ty_graph_autodiff_ex(ty_graph_t *graph, ty_value_id_t loss, ty_value_id_t seed,
+                                 const ty_value_id_t *wrt, uint32_t wrt_count,
+                                 const ty_autodiff_options_t *options,
+                                 ty_value_id_t *out_grads);
+
 /* A value of `shape`/`dtype` filled with `fill`, as broadcast_to of a scalar
  * constant (so no large constant is stored). */
 ty_status_t ty_graph_add_filled(ty_graph_t *graph, ty_dtype_t dtype,

@@ -222,6 +222,17 @@ static const ty_conform_case_t ty_cases[] = {
       "S[4,6] F[4,6,50]:u=-3,3 i64[4,6]:tgt=50", "", RED, NULL),
     C("cross_entropy_backward", "i32-wide-vocab", "S[8] F[8,300]:u=-3,3 i32[8]:tgt=300", "",
       RED, NULL),
+    /* Chunks that do not divide the rows (the last one is short), one
+     * chunk for all, and a vocabulary off every power of two. */
+    C("linear_cross_entropy", "chunked", "F[3,5,16] F[40,16] i64[3,5]:tgt=40", "chunk=4", RED,
+      CHAIN),
+    C("linear_cross_entropy", "one-chunk", "F[6,24]:u=-2,2 F[33,24] i32[6]:tgt=33", "chunk=0",
+      RED, CHAIN),
+    C("linear_cross_entropy", "odd-vocab", "F[2,7,32] F[1001,32]:u=-0.3,0.3 i64[2,7]:tgt=1001",
+      "chunk=5", RED, CHAIN),
+    CX("linear_cross_entropy_backward", "chunked",
+       "S[3,5] F[3,5,16] F[40,16] i64[3,5]:tgt=40 S[3,5]", "chunk=4",
+       "linear_cross_entropy 1,2,3 | 1>4", NULL, RED),
 
     /* ---- dropout (masks are Philox, bit for bit) ---- */
     C("dropout", "p0.1", "F[16,64] i64[2]:rng", "p=0.1 stream=3", ELEM, ELEM),
@@ -279,10 +290,33 @@ static const ty_conform_case_t ty_cases[] = {
     CX("sgd_update", "nesterov-in-place",
        "F[8,16] F[8,16] P[8,16] P[]:val=0.05 P[]:val=0.8 P[]:val=0.0", "nesterov=1", NULL,
        "0>0 1>2", ELEM),
+    /* Adafactor (transformers semantics): factored matrices with and without
+     * a first moment, relative step with warmup, a clipped update (a large
+     * gradient against a small state), and an unfactored vector. */
+    CX("adafactor_update", "factored-lr",
+       "F[8,16] F[8,16] P[8]:u=0.001,0.1 P[16]:u=0.001,0.1 - - P[]:val=0.01 P[]:val=0.0 "
+       "i64[]:val=3",
+       "relative_step=0 scale_parameter=0", NULL, NULL, ELEM),
+    CX("adafactor_update", "factored-momentum-in-place",
+       "F[2,6,10] F[2,6,10] P[2,6]:u=0.001,0.1 P[2,10]:u=0.001,0.1 - P[2,6,10]:u=-0.01,0.01 "
+       "P[]:val=0.003 P[]:val=0.1 i64[]:val=5 P[]:val=0.9",
+       "relative_step=0", NULL, "0>0 1>2 2>3 3>5", ELEM),
+    CX("adafactor_update", "relative-warmup",
+       "F[12,7] F[12,7] P[12] P[7] - - P[]:val=0.0 P[]:val=0.0 i64[]:val=1", 
+       "relative_step=1 warmup_init=1", NULL, NULL, ELEM),
+    CX("adafactor_update", "vector-clipped",
+       "F[1003] F[1003]:u=-50,50 - - P[1003]:u=0.001,0.01 - P[]:val=0.0 P[]:val=0.0 "
+       "i64[]:val=2",
+       "relative_step=1 clip_threshold=0.5", NULL, "0>0 1>4", ELEM),
     CX("clip_by_global_norm", "clips", "P[]:val=0.5 F[4,8] F[16]", "", NULL, NULL, RED),
     CX("clip_by_global_norm", "mixed-no-clip", "P[]:val=1000 F[4,8] f32[16] F[3]", "", NULL,
        NULL, RED),
     CX("clip_by_global_norm", "max-norm-0", "P[]:val=0 F[10]", "", NULL, NULL, RED),
+
+    CX("global_norm_scale", "clips", "P[]:val=0.5 P[]:u=0,2 P[]:u=0,2 P[]:u=0,2", "", NULL, NULL,
+       RED),
+    CX("global_norm_scale", "no-clip", "P[]:val=1000 P[]:u=0,2", "", NULL, NULL, RED),
+    CX("global_norm_scale", "max-norm-0", "P[]:val=0 P[]:u=0,2 P[]:u=0,2", "", NULL, NULL, RED),
 
     /* ---- KV cache ---- */
     CX("kv_cache_write", "prefill", "F[2,16,2,8] F[2,5,2,8] i64[]:val=0", "", NULL, NULL,

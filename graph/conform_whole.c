@@ -21,7 +21,8 @@
 #define TY_WHOLE_LR 0.5
 
 static bool ty_whole_is_optimizer(const char *op) {
-  return strcmp(op, "adamw_update") == 0 || strcmp(op, "sgd_update") == 0;
+  return strcmp(op, "adamw_update") == 0 || strcmp(op, "sgd_update") == 0 ||
+         strcmp(op, "adafactor_update") == 0;
 }
 
 /* Outputs y<j>, or the state updates of in-place cases. */
@@ -115,7 +116,7 @@ static ty_status_t ty_whole_gradients(const ty_conform_instance_t *inst, ty_grap
   }
   ty_value_id_t node_in[TY_CONFORM_MAX_INPUTS];
   memcpy(node_in, in_ids, sizeof(node_in));
-  /* adamw/sgd: the gradient is input 1, the parameter input 0; clipping:
+  /* adamw/sgd/adafactor: the gradient is input 1, the parameter input 0; clipping:
    * every input after max_norm is a gradient, with a parameter t<i> of its
    * own (its values do not matter: d(t * c)/dt = c exactly). */
   for (uint32_t i = 1; i < inst->input_count; ++i) {

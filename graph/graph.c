@@ -16,6 +16,8 @@ struct ty_graph_t {
   ty_abi_state_update_t *updates;
   uint32_t update_count, update_capacity;
   ty_tensor_desc_t *infer_scratch; /* TY_OP_MAX_OUTPUTS descriptors, reused */
+  uint32_t region;                  /* what new nodes are tagged with */
+  char levers[256];                 /* ty_graph_set_levers */
 };
 
 static bool ty_graph_grow(void **items, uint32_t *capacity, uint32_t count,
@@ -227,6 +229,7 @@ ty_status_t ty_graph_add_node(ty_graph_t *g, const char *op,
     return ty_status_annotate(s, "adding node %u (%s)", g->node_count, op);
   }
   memcpy(node.op, op, strlen(op) + 1);
+  node.region = g->region;
   if (attrs) node.attrs = *attrs;
   node.input_count = input_count;
   node.output_count = output_count;
@@ -235,6 +238,43 @@ ty_status_t ty_graph_add_node(ty_graph_t *g, const char *op,
   for (uint32_t i = 0; i < output_count; ++i) out_outputs[i] = node.outputs[i];
   return TY_OK;
 }
+
+uint32_t ty_graph_set_region(ty_graph_t *g, uint32_t region) {
+  uint32_t previous = g->region;
+  g->region = region;
+  return previous;
+}
+
+ty_status_t ty_graph_set_memory_class(ty_graph_t *g, ty_value_id_t value,
+                                      ty_memory_class_t memory_class) {
+  if (value >= g->value_count) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "value %u does not exist (graph has %u values)", value,
+                          g->value_count);
+  }
+  g->values[value].memory_class = (uint8_t)memory_class;
+  return TY_OK;
+}
+
+ty_status_t ty_graph_mark_host_resident(ty_graph_t *g, ty_value_id_t value) {
+  if (value >= g->value_count || g->values[value].role != TY_VALUE_STATE) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "only a state value can live in host memory (value %u)", value);
+  }
+  g->values[value].flags |= TY_VALUE_FLAG_HOST_RESIDENT;
+  return TY_OK;
+}
+
+ty_status_t ty_graph_set_levers(ty_graph_t *g, const char *levers) {
+  if (!levers || strlen(levers) >= sizeof(g->levers) || strchr(levers, '\n')) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "graph levers must be one line under %zu bytes", sizeof(g->levers));
+  }
+  memcpy(g->levers, levers, strlen(levers) + 1);
+  return TY_OK;
+}
+
+const char *ty_graph_levers(const ty_graph_t *g) { return g->levers; }
 
 ty_status_t ty_graph_add_node1(ty_graph_t *g, const char *op,
                                const ty_value_id_t *inputs, uint32_t input_count,

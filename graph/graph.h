@@ -25,6 +25,26 @@ extern "C" {
 
 typedef struct ty_graph_t ty_graph_t;
 
+/* What a value's bytes are for, in memory plans (graph/memory_plan.h). Set
+ * by whoever builds the value (the train step marks parameters, optimizer
+ * state and gradients); core-only, not part of the lowered graph or its
+ * hash. */
+typedef enum ty_memory_class_e {
+  TY_MEMORY_OTHER = 0,      /* activations, inputs, outputs, ... */
+  TY_MEMORY_PARAMETER = 1,  /* a trained parameter (STATE) */
+  TY_MEMORY_OPTIMIZER = 2,  /* optimizer state (STATE) */
+  TY_MEMORY_GRADIENT = 3,   /* a parameter's gradient or its accumulator */
+} ty_memory_class_t;
+
+/* Checkpointing regions (ty_graph_node_t.region): models tag the nodes of
+ * each transformer block's two halves, so that the recompute pass (graph/
+ * autodiff.h) knows what a layer is. 0 is "no region". */
+#define TY_REGION_ATTENTION 0u
+#define TY_REGION_MLP 1u
+#define TY_REGION(layer, part) (1u + 2u * (uint32_t)(layer) + (part))
+#define TY_REGION_LAYER(region) (((region) - 1u) / 2u)
+#define TY_REGION_PART(region) (((region) - 1u) % 2u)
+
 typedef struct ty_graph_value_t {
   ty_tensor_desc_t desc; /* desc.name is the value's name ("" if none) */
   ty_value_role_t role;
@@ -33,6 +53,7 @@ typedef struct ty_graph_value_t {
   uint32_t producer_output;  /* which output of the producer */
   void *const_data;          /* owned; constants only */
   size_t const_bytes;
+  uint8_t memory_class;      /* ty_memory_class_t */
 } ty_graph_value_t;
 
 typedef struct ty_graph_node_t {
@@ -42,6 +63,7 @@ typedef struct ty_graph_node_t {
   uint32_t output_count;
   ty_value_id_t *inputs; /* owned; TY_VALUE_NONE for an absent optional */
   ty_value_id_t *outputs; /* owned */
+  uint32_t region;        /* TY_REGION(layer, part), or 0 */
 } ty_graph_node_t;
 
 ty_status_t ty_graph_create(ty_graph_t **out_graph);
@@ -77,6 +99,26 @@ ty_status_t ty_graph_add_node1(ty_graph_t *graph, const char *op,
                                const ty_value_id_t *inputs,
                                uint32_t input_count, const ty_attrs_t *attrs,
                                ty_value_id_t *out_output);
+
+/* Nodes added from now on carry `region` (0: none); returns the previous
+ * one. Regions change no computation and no hash: they tell the recompute
+ * pass where a block begins and ends. */
+uint32_t ty_graph_set_region(ty_graph_t *graph, uint32_t region);
+
+/* Records what `value`'s bytes are for (memory plans only). */
+ty_status_t ty_graph_set_memory_class(ty_graph_t *graph, ty_value_id_t value,
+                                      ty_memory_class_t memory_class);
+
+/* Flags STATE value `value` TY_VALUE_FLAG_HOST_RESIDENT (ABI 1.3): the
+ * device keeps it in pinned host memory (optimizer offload).
+ * INVALID_ARGUMENT for a value that is not a state. */
+ty_status_t ty_graph_mark_host_resident(ty_graph_t *graph, ty_value_id_t value);
+
+/* Records the memory levers the graph was built with ("recompute=layer
+ * loss_chunk=256 ..."; ty_abi_graph_t.levers): one line of at most 255
+ * bytes, part of the canonical text and hash when not empty. */
+ty_status_t ty_graph_set_levers(ty_graph_t *graph, const char *levers);
+const char *ty_graph_levers(const ty_graph_t *graph);
 
 /* Names a value (unique) and marks it readable after a run. */
 ty_status_t ty_graph_set_output(ty_graph_t *graph, ty_value_id_t value,

@@ -27,6 +27,7 @@ struct ty_lowered_graph_t {
   char hash[65];
   uint32_t *producer; /* lowered value -> lowered node, UINT32_MAX if none */
   char *text;
+  char levers[256];
 };
 
 void ty_sha256_hex(const void *data, size_t size, char out_hex[65]) {
@@ -223,7 +224,11 @@ static void ty_lowered_render_text(const ty_lowered_graph_t *l, ty_sbuf_t *text)
     if (v->flags & TY_VALUE_FLAG_LOSS_SEED) {
       ty_sbuf_printf(text, "loss_seed %%%u \"%s\"\n", i, v->name);
     }
+    if (v->flags & TY_VALUE_FLAG_HOST_RESIDENT) {
+      ty_sbuf_printf(text, "host_resident %%%u \"%s\"\n", i, v->name);
+    }
   }
+  if (l->levers[0]) ty_sbuf_printf(text, "levers %s\n", l->levers);
   for (uint32_t u = 0; u < l->abi.update_count; ++u) {
     ty_sbuf_printf(text, "update %%%u <- %%%u\n", l->updates[u].state,
                    l->updates[u].value);
@@ -337,6 +342,8 @@ ty_status_t ty_graph_lower(const ty_graph_t *g, ty_lowered_graph_t **out) {
     goto oom;
   }
   l->abi.struct_size = sizeof(l->abi);
+  snprintf(l->levers, sizeof(l->levers), "%s", ty_graph_levers(g));
+  l->abi.levers = l->levers;
   l->abi.values = l->values;
   l->abi.nodes = l->nodes;
   l->abi.updates = l->updates;

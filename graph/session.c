@@ -111,8 +111,11 @@ static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *sha
     slot->storage->refs = 1;
     s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name, .offset = s->guard};
     s->slot_count++; /* counted now so that destroy releases it on error */
-    TY_RETURN_IF_ERROR(
-        ty_buffer_alloc(s->device, slot->bytes + 2 * s->guard, &slot->storage->buffer));
+    /* Offloaded state (TY_VALUE_FLAG_HOST_RESIDENT) goes to pinned host
+     * memory; the plugin accepted the flag at compile. */
+    uint32_t alloc_flags = (v->flags & TY_VALUE_FLAG_HOST_RESIDENT) ? TY_ABI_BUFFER_HOST : 0;
+    TY_RETURN_IF_ERROR(ty_buffer_alloc_flags(s->device, slot->bytes + 2 * s->guard, alloc_flags,
+                                             &slot->storage->buffer));
     slot->buffer = slot->storage->buffer;
     if (s->guard) TY_RETURN_IF_ERROR(ty_session_fill_guards(s, slot));
     if (v->role == TY_VALUE_STATE && slot->bytes) {

@@ -140,6 +140,12 @@ ty_status_t ty_session_serialize(const ty_session_t *session, void **out_bytes,
  * runs did); UNIMPLEMENTED when the backend gives none. Caller frees. */
 ty_status_t ty_session_report(const ty_session_t *session, char **out_text);
 
+/* The device memory the compiled executable holds (its arena) and uses per
+ * run (scratch), as the backend plans it (ABI 1.3 executable_memory);
+ * UNIMPLEMENTED when the backend does not say. */
+ty_status_t ty_session_executable_memory(const ty_session_t *session,
+                                         ty_abi_executable_memory_t *out);
+
 /* Copies host data into the INPUT or STATE value `name` (for a state: sets
  * its value, e.g. initial weights). `dtype` and the shape must match the
  * value's exactly; `bytes` must equal its size. INVALID_ARGUMENT naming the

@@ -383,6 +383,23 @@ ty_status_t ty_session_serialize(const ty_session_t *s, void **out_bytes, size_t
                                          out_size);
 }
 
+ty_status_t ty_session_executable_memory(const ty_session_t *s,
+                                         ty_abi_executable_memory_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->struct_size = sizeof(*out);
+  if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
+  ty_backend_t *backend = ty_device_backend(s->device);
+  ty_abi_status_t (*memory)(ty_abi_executable_t *, ty_abi_executable_memory_t *) =
+      TY_BACKEND_ENTRY(backend, executable_memory);
+  if (!memory) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' does not report an executable's memory (no ABI 1.3 "
+                          "executable_memory)",
+                          ty_backend_name(backend));
+  }
+  return ty_status_from_abi(memory(s->executable, out));
+}
+
 ty_status_t ty_session_report(const ty_session_t *s, char **out_text) {
   *out_text = NULL;
   if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));

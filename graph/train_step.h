@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 
+#include "graph/autodiff.h"
 #include "graph/graph.h"
 #include "hal/tensor.h"
 
@@ -17,7 +18,21 @@ extern "C" {
 typedef enum ty_optimizer_e {
   TY_OPTIMIZER_ADAMW = 0,
   TY_OPTIMIZER_SGD = 1,
+  TY_OPTIMIZER_ADAFACTOR = 2,
 } ty_optimizer_t;
+
+/* transformers.Adafactor's constructor arguments that are fixed for a run
+ * (adafactor_update attributes; lr, weight_decay and beta1 are inputs).
+ * Zero-initialized means transformers' defaults except relative_step,
+ * which is off here: set `set` and the fields to choose. */
+typedef struct ty_adafactor_config_t {
+  bool set;              /* false: eps1 1e-30, eps2 1e-3, clip 1, decay -0.8,
+                            scale_parameter on, relative_step and warmup off */
+  double eps1, eps2, clip_threshold, decay_rate;
+  bool relative_step, scale_parameter, warmup_init;
+  bool momentum;         /* first moment (transformers' beta1 not None):
+                            states "<param>.exp_avg" and input beta1 */
+} ty_adafactor_config_t;
 
 /* What the graph does with the gradients. */
 typedef enum ty_train_step_mode_e {
@@ -39,13 +54,35 @@ typedef struct ty_train_step_params_t {
   ty_optimizer_t optimizer;
   bool nesterov;               /* SGD only */
   ty_train_step_mode_t mode;
+  /* Memory levers (docs/design-notes.md, "Fitting bigger models"). */
+  ty_recompute_t recompute;    /* activation checkpointing (autodiff.h) */
+  ty_adafactor_config_t adafactor; /* TY_OPTIMIZER_ADAFACTOR only */
+  /* FUSED mode only: each parameter's update is emitted right after the
+   * backward node that completes its gradient, so the gradient's bytes are
+   * free again before the next one is made and no full set of gradients
+   * ever exists. The global gradient norm ("grad_norm") then comes from
+   * per-gradient sums of squares (global_norm_scale). With fused_clip, a
+   * first backward pass computes only that norm (each gradient reduced to
+   * its sum of squares as it completes) and the second scales every
+   * gradient by min(1, max_norm / (norm + 1e-6)) before its update: clipping
+   * as clip_by_global_norm does, for one extra backward. */
+  bool fused_optimizer;
+  bool fused_clip;
+  /* Marks every optimizer state TY_VALUE_FLAG_HOST_RESIDENT (ABI 1.3): a
+   * device backend keeps it in pinned host memory (backends without their
+   * own memory refuse the flag). */
+  bool offload_optimizer;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:
  *  inputs  lr, weight_decay, max_norm (f32 []), and for AdamW beta1, beta2,
  *          eps (f32 []) and step (i64 [], 1-based); for SGD momentum (f32 []);
+ *          for Adafactor step, and beta1 with its momentum;
  *  states  "<param>.exp_avg" and "<param>.exp_avg_sq" (AdamW) or
- *          "<param>.momentum_buffer" (SGD), f32 like the param;
+ *          "<param>.momentum_buffer" (SGD), f32 like the param; Adafactor:
+ *          "<param>.exp_avg_sq_row" and "<param>.exp_avg_sq_col" for
+ *          matrices, "<param>.exp_avg_sq" for vectors, "<param>.exp_avg"
+ *          with momentum (transformers' state names);
  *  outputs "loss" (the loss value, if it has no name yet) and "grad_norm"
  *          (the global norm before clipping);
  *  updates every param and moment.
@@ -64,6 +101,16 @@ ty_status_t ty_graph_build_optimizer_step(ty_graph_t *graph,
                                           const ty_tensor_desc_t *params,
                                           const bool *decay, uint32_t param_count,
                                           ty_optimizer_t optimizer, bool nesterov);
+/* The same with Adafactor's configuration and optimizer offload (the
+ * other fields of `step` are not read). */
+ty_status_t ty_graph_build_optimizer_step_ex(ty_graph_t *graph, const ty_tensor_desc_t *params,
+                                             const bool *decay, uint32_t param_count,
+                                             const ty_train_step_params_t *step);
+
+/* The names of the optimizer's per-parameter states ("exp_avg", ...), NULL
+ * terminated; a parameter has those of them its shape gives it (Adafactor:
+ * row/col for matrices, exp_avg_sq for vectors). */
+const char *const *ty_optimizer_state_kinds(ty_optimizer_t optimizer);
 
 #ifdef __cplusplus
 }

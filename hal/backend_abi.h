@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 2u
+#define TY_ABI_MINOR 3u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -178,10 +178,17 @@ typedef struct ty_abi_device_open_args_t {
   const ty_abi_option_t *options; /* unknown keys must be INVALID_ARGUMENT */
 } ty_abi_device_open_args_t;
 
+/* ty_abi_buffer_alloc_args_t.flags (ABI 1.3). */
+#define TY_ABI_BUFFER_HOST 1u /* pinned host memory the device reaches (a
+                                 TY_VALUE_FLAG_HOST_RESIDENT state); a plugin
+                                 without it returns UNIMPLEMENTED */
+
 typedef struct ty_abi_buffer_alloc_args_t {
   size_t struct_size;
   uint64_t size_bytes; /* may be 0: a valid, empty buffer */
   uint64_t alignment;  /* power of two; 0 means the device default */
+  /* ---- v1.3 ---- */
+  uint32_t flags;      /* TY_ABI_BUFFER_*; 0: device memory */
 } ty_abi_buffer_alloc_args_t;
 
 /* ------------------------------------------------------------------------ */
@@ -209,6 +216,14 @@ typedef enum ty_value_role_e {
  * its executable report. The host leaves it unbound only for plugins built
  * against ABI >= 1.2. */
 #define TY_VALUE_FLAG_LOSS_SEED 2u
+/* ABI 1.3: a STATE value the host asks the device to keep in pinned host
+ * memory instead of its own (optimizer offload, `train --offload
+ * optimizer`): the host allocates its buffer with TY_ABI_BUFFER_HOST and
+ * the executable updates it on the host or streams it in. A plugin that
+ * cannot (one whose device memory is host memory already: offload would
+ * move nothing) refuses the graph in graph_compile with FAILED_PRECONDITION
+ * naming the value; the host sets the flag only for plugins of ABI >= 1.3. */
+#define TY_VALUE_FLAG_HOST_RESIDENT 4u
 
 typedef struct ty_abi_value_t {
   const char *name;   /* unique among named values; "" for anonymous */
@@ -264,6 +279,17 @@ typedef struct ty_abi_graph_t {
   uint32_t update_count;
   const ty_abi_state_update_t *updates;
   const char *hash_hex; /* canonical graph hash (64 hex digits) */
+  /* ---- v1.3 ---- */
+  /* The memory levers the host applied when it built the graph, as
+   * space-separated key=value words ("recompute=layer loss_chunk=1024
+   * optimizer=adafactor fused_optimizer=1 offload=optimizer"); "" for
+   * none. They are already in the nodes (recomputed copies, fused ops, the
+   * order of the updates) and in the hash; a plugin that executes nodes in
+   * graph order needs nothing from it. A plugin that reorders or places the
+   * whole graph, and so would undo a lever (the dataflow device's sections
+   * run every optimizer update after the backward), refuses it here by name
+   * (FAILED_PRECONDITION in graph_compile). Never NULL for 1.3 hosts. */
+  const char *levers;
 } ty_abi_graph_t;
 
 /* Per-node verdict from graph_supports. The host zeroes the array. */
@@ -316,6 +342,33 @@ typedef struct ty_abi_binding_check_t {
   uint32_t rank;
   const int64_t *dims;
 } ty_abi_binding_check_t;
+
+/* executable_memory's result (ABI 1.3): the device memory an executable
+ * itself holds or uses, besides the buffers the host binds (parameters,
+ * optimizer state, inputs, outputs). Zero where unknown. */
+typedef struct ty_abi_executable_memory_t {
+  size_t struct_size;
+  uint64_t arena_bytes;   /* held for the executable's life: intermediates
+                             (activations, gradients) as its plan places them */
+  uint64_t scratch_bytes; /* the most a run allocates beyond the arena and
+                             frees again (kernel workspace) */
+  uint64_t host_bytes;    /* pinned host memory it holds (offload staging) */
+} ty_abi_executable_memory_t;
+
+/* device_memory's result (ABI 1.3): what the device's memory held, as the
+ * plugin measures it. */
+typedef struct ty_abi_device_memory_t {
+  size_t struct_size;
+  uint64_t in_use_bytes;      /* device memory allocated now: buffers,
+                                 executables' arenas, workspace in flight */
+  uint64_t peak_bytes;        /* its high-water mark since device_open or the
+                                 last reset */
+  uint64_t host_in_use_bytes; /* pinned host memory (TY_ABI_BUFFER_HOST) */
+  uint64_t host_peak_bytes;
+  char how[160];              /* how it is measured, for reports, e.g.
+                                 "allocator counter: buffers, arenas and kernel
+                                 scratch" or "cudaMemGetInfo, sampled" */
+} ty_abi_device_memory_t;
 
 /* ------------------------------------------------------------------------ */
 /* The backend table.                                                        */
@@ -428,6 +481,22 @@ typedef struct ty_backend_api_t {
    * binding would need a recompile). NULL (OK) when the binding is fine. */
   ty_abi_status_t (*executable_check_binding)(ty_abi_executable_t *executable,
                                               const ty_abi_binding_check_t *check);
+
+  /* ---- v1.3, optional: memory accounting ---- */
+
+  /* The device memory the executable holds and uses per run (its plan:
+   * arena, scratch). Called right after compile, before the host allocates
+   * the graph's buffers, and compared with the run's memory limit: a plugin
+   * that allocates its arena lazily (at the first execute) lets the host
+   * refuse a graph that cannot fit before anything is allocated. */
+  ty_abi_status_t (*executable_memory)(ty_abi_executable_t *executable,
+                                       ty_abi_executable_memory_t *out);
+  /* The device's measured memory: bytes in use and their high-water mark;
+   * with reset_peak nonzero the mark restarts at the bytes in use (after
+   * filling *out). The host reads it after a run and reports it beside its
+   * plan (`trainyard train` writes both into summary.txt). */
+  ty_abi_status_t (*device_memory)(ty_abi_device_t *device, uint32_t reset_peak,
+                                   ty_abi_device_memory_t *out);
 
   /* New entries are appended below this line; bump TY_ABI_MINOR. */
 } ty_backend_api_t;

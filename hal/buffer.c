@@ -29,6 +29,11 @@ struct ty_buffer_t {
 
 ty_status_t ty_buffer_alloc(ty_device_t *device, uint64_t size_bytes,
                             ty_buffer_t **out_buffer) {
+  return ty_buffer_alloc_flags(device, size_bytes, 0, out_buffer);
+}
+
+ty_status_t ty_buffer_alloc_flags(ty_device_t *device, uint64_t size_bytes, uint32_t flags,
+                                  ty_buffer_t **out_buffer) {
   *out_buffer = NULL;
   ty_backend_t *backend = ty_device_backend(device);
   ty_abi_status_t (*alloc)(ty_abi_device_t *, const ty_abi_buffer_alloc_args_t *,
@@ -45,10 +50,19 @@ ty_status_t ty_buffer_alloc(ty_device_t *device, uint64_t size_bytes,
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
                           "out of host memory for a buffer record");
   }
+  uint32_t major = 0, minor = 0;
+  ty_backend_abi_version(backend, &major, &minor);
+  if (flags && minor < 3) {
+    free(b);
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' (ABI %u.%u) has no pinned host buffers (ABI 1.3)",
+                          ty_backend_name(backend), major, minor);
+  }
   ty_abi_buffer_alloc_args_t args = {
       .struct_size = sizeof(args),
       .size_bytes = size_bytes,
       .alignment = 0,
+      .flags = flags,
   };
   ty_status_t s =
       ty_status_from_abi(alloc(ty_device_handle(device), &args, &b->handle));

@@ -19,6 +19,11 @@ typedef struct ty_buffer_t ty_buffer_t;
  * frees it before closing the device. */
 ty_status_t ty_buffer_alloc(ty_device_t *device, uint64_t size_bytes,
                             ty_buffer_t **out_buffer);
+/* The same with TY_ABI_BUFFER_* flags (ABI 1.3; TY_ABI_BUFFER_HOST: pinned
+ * host memory the device reaches). UNIMPLEMENTED for a plugin older than
+ * 1.3 or one without such memory. */
+ty_status_t ty_buffer_alloc_flags(ty_device_t *device, uint64_t size_bytes, uint32_t flags,
+                                  ty_buffer_t **out_buffer);
 void ty_buffer_free(ty_buffer_t *buffer);
 
 uint64_t ty_buffer_size(const ty_buffer_t *buffer);

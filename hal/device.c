@@ -102,6 +102,21 @@ ty_status_t ty_device_synchronize(ty_device_t *d) {
                             "synchronizing %s", d->label);
 }
 
+ty_status_t ty_device_memory(ty_device_t *d, bool reset_peak, ty_abi_device_memory_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->struct_size = sizeof(*out);
+  ty_abi_status_t (*memory)(ty_abi_device_t *, uint32_t, ty_abi_device_memory_t *) =
+      TY_BACKEND_ENTRY(d->backend, device_memory);
+  if (!memory) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "backend '%s' does not measure its memory (no ABI 1.3 device_memory)",
+                          ty_backend_name(d->backend));
+  }
+  ty_status_t s = ty_status_from_abi(memory(d->handle, reset_peak ? 1u : 0u, out));
+  out->how[sizeof(out->how) - 1] = '\0';
+  return ty_status_annotate(s, "measuring the memory of %s", d->label);
+}
+
 ty_status_t ty_device_attach(ty_device_t *d, const char *key, void *object,
                              void (*destroy)(void *object)) {
   if (ty_device_attachment(d, key)) {

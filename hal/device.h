@@ -2,6 +2,8 @@
 #ifndef TY_HAL_DEVICE_H_
 #define TY_HAL_DEVICE_H_
 
+#include <stdbool.h>
+
 #include "hal/backend_abi.h"
 #include "hal/registry.h"
 #include "hal/status.h"
@@ -44,6 +46,12 @@ void *ty_device_attachment(const ty_device_t *device, const char *key);
 /* Blocks until queued work is done. OK for plugins without the entry
  * (they are synchronous by definition). */
 ty_status_t ty_device_synchronize(ty_device_t *device);
+
+/* The device's measured memory (ABI 1.3 device_memory): bytes in use, their
+ * high-water mark (restarted at the bytes in use when reset_peak), and how
+ * the plugin measures them. UNIMPLEMENTED when the plugin does not say. */
+ty_status_t ty_device_memory(ty_device_t *device, bool reset_peak,
+                             ty_abi_device_memory_t *out);
 
 #ifdef __cplusplus
 }

@@ -290,12 +290,26 @@ static ty_status_t ty_b_embed(ty_builder_t *b, ty_value_id_t *out_h, ty_value_id
  * weights (1/N over the N counted targets for a mean; split over the
  * micro-batches of one optimizer step with gradient accumulation), so the
  * weights are exactly the per-token loss-gradient seed. */
-static ty_status_t ty_b_loss(ty_builder_t *b) {
+static ty_status_t ty_b_loss(ty_builder_t *b, ty_value_id_t h, ty_value_id_t head) {
   int64_t bt[2] = {b->o->batch, b->o->seq};
   ty_value_id_t targets, weights, per_token, weighted;
   TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "targets", TY_DTYPE_I64, 2, bt, &targets));
-  ty_value_id_t in[2] = {b->m->logits, targets};
-  TY_RETURN_IF_ERROR(ty_b_node(b, "cross_entropy", in, 2, NULL, &per_token));
+  if (b->o->loss_chunk > 0) {
+    /* The head's weight is [V, C] in both families (GPT-2's tied wte too).
+     * Mixed precision: the head runs in the compute dtype as ty_b_linear
+     * would run it (the per-token loss and logsumexp stay f32). */
+    const ty_dtype_t ct = ty_b_compute(b);
+    TY_RETURN_IF_ERROR(ty_b_cast(b, h, ct, &h));
+    TY_RETURN_IF_ERROR(ty_b_cast(b, head, ct, &head));
+    ty_attrs_t a = TY_ATTRS_EMPTY;
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "chunk", b->o->loss_chunk));
+    ty_value_id_t in[3] = {h, head, targets}, outs[2];
+    TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "linear_cross_entropy", in, 3, &a, outs, 2));
+    per_token = outs[0];
+  } else {
+    ty_value_id_t in[2] = {b->m->logits, targets};
+    TY_RETURN_IF_ERROR(ty_b_node(b, "cross_entropy", in, 2, NULL, &per_token));
+  }
   ty_dtype_t loss_dtype = ty_graph_value(b->g, per_token)->desc.dtype;
   TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "loss_weights", loss_dtype, 2, bt, &weights));
   /* Unbound, it is ones: the loss is then the sum over every target. */
@@ -340,6 +354,12 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   if (o->dropout < 0 || o->dropout >= 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "dropout %g must be in [0, 1)", o->dropout);
   }
+  if (o->loss_chunk < 0 || (o->loss_chunk > 0 && (!o->with_loss || o->logits_output))) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "loss chunk %lld: the fused LM head and loss needs a loss and no "
+                          "logits output (the logits never exist whole)",
+                          (long long)o->loss_chunk);
+  }
   /* The parameter set first: its count is checked arithmetically before a
    * single node is built, and it holds every shape the builder uses. */
   uint32_t count = 0;
@@ -376,12 +396,16 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   for (int layer = 0; layer < c->num_layers && !s; ++layer) {
     char prefix[TY_LLM_NAME_MAX];
     ty_value_id_t a, y;
+    /* Each half of the block is a checkpointing region (graph.h): from the
+     * residual stream in to the residual add out. */
+    ty_graph_set_region(g, TY_REGION(layer, TY_REGION_ATTENTION));
     snprintf(prefix, sizeof(prefix), gpt2 ? "transformer.h.%d.ln_1" : "model.layers.%d.input_layernorm", layer);
     s = ty_b_norm(&b, h, prefix, &a);
     if (!s) s = gpt2 ? ty_b_attention_gpt2(&b, layer, a, &y) : ty_b_attention_llama(&b, layer, a, &y);
     if (!s) s = ty_b_dropout(&b, y, &y);
     if (!s) s = ty_b_cast(&b, y, o->dtype, &y);
     if (!s) s = ty_b_binary(&b, "add", h, y, &h);
+    ty_graph_set_region(g, TY_REGION(layer, TY_REGION_MLP));
     snprintf(prefix, sizeof(prefix), gpt2 ? "transformer.h.%d.ln_2" : "model.layers.%d.post_attention_layernorm", layer);
     if (!s) s = ty_b_norm(&b, h, prefix, &a);
     if (!s) s = ty_b_mlp(&b, layer, a, &y);
@@ -389,21 +413,19 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     if (!s) s = ty_b_cast(&b, y, o->dtype, &y);
     if (!s) s = ty_b_binary(&b, "add", h, y, &h);
   }
+  ty_graph_set_region(g, 0);
   if (!s) s = ty_b_norm(&b, h, gpt2 ? "transformer.ln_f" : "model.norm", &h);
-  if (!s) {
-    ty_value_id_t head = wte;
-    if (!c->tie_word_embeddings) {
-      s = ty_b_param(&b, &head, "lm_head.weight");
-    }
-    if (!s) s = ty_b_linear(&b, h, head, TY_VALUE_NONE, true, &m->logits);
-  }
+  ty_value_id_t head = wte;
+  if (!s && !c->tie_word_embeddings) s = ty_b_param(&b, &head, "lm_head.weight");
+  m->logits = TY_VALUE_NONE;
+  if (!s && o->loss_chunk <= 0) s = ty_b_linear(&b, h, head, TY_VALUE_NONE, true, &m->logits);
   for (uint32_t i = 0; i < m->param_count && !s; ++i) {
     if (m->params[i].value == TY_VALUE_NONE) {
       s = ty_status_make(TY_CODE_INTERNAL, "parameter '%s' was never built", m->params[i].name);
     }
   }
   if (!s && o->logits_output) s = ty_graph_set_output(g, m->logits, "logits");
-  if (!s && o->with_loss) s = ty_b_loss(&b);
+  if (!s && o->with_loss) s = ty_b_loss(&b, h, head);
   if (s) {
     ty_llm_deinit(m);
     return ty_status_annotate(s, "building the %s graph", c->model_type);

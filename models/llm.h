@@ -47,6 +47,11 @@ typedef struct ty_llm_options_t {
                           and "loss_per_token". Weights summing to 1 over the
                           counted targets make "loss" their mean. */
   bool logits_output;  /* output "logits" [B,T,V] */
+  int64_t loss_chunk;  /* > 0 (with_loss, not logits_output): the LM head and
+                          the loss are one linear_cross_entropy op that forms
+                          the logits this many tokens at a time, so [B,T,V]
+                          never exists (`train --loss-chunk`); the model's
+                          `logits` is then TY_VALUE_NONE */
   double dropout;      /* > 0: dropout on embeddings and residual branches,
                           input "rng" (i64 [2] = seed, step) */
   int64_t cache_len;   /* > 0: KV-cache decoding graph. States
@@ -67,7 +72,7 @@ typedef struct ty_llm_t {
   ty_llm_param_t *params; /* owned; free with ty_llm_deinit */
   uint32_t param_count;
   ty_value_id_t tokens;        /* input "tokens" i64 [B,T] */
-  ty_value_id_t logits;        /* [B,T,V] */
+  ty_value_id_t logits;        /* [B,T,V]; TY_VALUE_NONE with loss_chunk */
   ty_value_id_t loss;          /* scalar, TY_VALUE_NONE without with_loss */
   ty_value_id_t loss_per_token;
 } ty_llm_t;

@@ -29,13 +29,14 @@ extern const ty_op_def_t ty_op_def_gelu, ty_op_def_gelu_backward,
 extern const ty_op_def_t ty_op_def_rope, ty_op_def_rope_backward;
 extern const ty_op_def_t ty_op_def_attention, ty_op_def_attention_backward;
 extern const ty_op_def_t ty_op_def_cross_entropy,
-    ty_op_def_cross_entropy_backward;
+    ty_op_def_cross_entropy_backward, ty_op_def_linear_cross_entropy,
+    ty_op_def_linear_cross_entropy_backward;
 extern const ty_op_def_t ty_op_def_dropout, ty_op_def_dropout_backward;
 extern const ty_op_def_t ty_op_def_cast, ty_op_def_reshape,
     ty_op_def_transpose, ty_op_def_slice, ty_op_def_slice_backward,
     ty_op_def_concat;
 extern const ty_op_def_t ty_op_def_adamw_update, ty_op_def_sgd_update,
-    ty_op_def_clip_by_global_norm;
+    ty_op_def_adafactor_update, ty_op_def_clip_by_global_norm, ty_op_def_global_norm_scale;
 extern const ty_op_def_t ty_op_def_kv_cache_write;
 
 /* The attribute list of ops that take none. */

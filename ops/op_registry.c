@@ -26,14 +26,15 @@ static const ty_op_def_t *const ty_op_table[] = {
     &ty_op_def_attention, &ty_op_def_attention_backward,
     /* Loss */
     &ty_op_def_cross_entropy, &ty_op_def_cross_entropy_backward,
+    &ty_op_def_linear_cross_entropy, &ty_op_def_linear_cross_entropy_backward,
     /* Dropout */
     &ty_op_def_dropout, &ty_op_def_dropout_backward,
     /* Types and views */
     &ty_op_def_cast, &ty_op_def_reshape, &ty_op_def_transpose,
     &ty_op_def_slice, &ty_op_def_slice_backward, &ty_op_def_concat,
     /* Optimizers and clipping */
-    &ty_op_def_adamw_update, &ty_op_def_sgd_update,
-    &ty_op_def_clip_by_global_norm,
+    &ty_op_def_adamw_update, &ty_op_def_sgd_update, &ty_op_def_adafactor_update,
+    &ty_op_def_clip_by_global_norm, &ty_op_def_global_norm_scale,
     /* KV cache */
     &ty_op_def_kv_cache_write,
 };

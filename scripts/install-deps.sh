@@ -53,6 +53,12 @@ fi
 #   tensorboard: reads our event files (tests/apps/metrics); binary wheels
 #     only (grpcio, protobuf, werkzeug, markdown, pillow, absl-py,
 #     tensorboard-data-server), about 80 MB beyond numpy, seconds to install
+#   torch transformers: transformers.Adafactor, the reference of
+#     `--optimizer adafactor` (tests/apps/test_adafactor_hf.py), run on the
+#     CPU. PyPI has no CPU-only torch wheel for x86-64 Linux (those live on
+#     PyTorch's own index, which this machine does not reach): its wheel
+#     brings NVIDIA's CUDA libraries along (about 3 GB, a minute or two to
+#     install), which nothing here loads.
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 pip_ready=0
 pip_install_group() { # MODULES PACKAGES...: imports to check, then what to install
@@ -86,3 +92,4 @@ pip_install_group() { # MODULES PACKAGES...: imports to check, then what to inst
 pip_install_group "safetensors, numpy" safetensors numpy
 pip_install_group "tensorboard.backend.event_processing.event_accumulator" tensorboard
 pip_install_group "tokenizers" tokenizers
+pip_install_group "torch, transformers.optimization" torch transformers

@@ -357,7 +357,7 @@ static int ty_check_run(ty_app_t *app, ty_check_args_t *a) {
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_app_device_open("check", registry, a->g.backend, &c.device, &c.fallback);
   /* Sizes no device could hold are refused before any graph is built. */
-  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, dtype, a->train, c.device);
+  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, c.device);
   if (!s) s = ty_check_build(&c, a, &mc, dtype, compute_dtype);
   int rc = TY_EXIT_OK;
   if (!s && a->json) {

@@ -10,9 +10,11 @@
 #include "app.h"
 #include "files/out_paths.h"
 #include "graph/compile_cache.h"
+#include "graph/preflight.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "models/config.h"
 #include "graph_args.h"
 #include "train_graph.h"
@@ -21,8 +23,9 @@ static const char *const ty_compile_usage =
     "usage: trainyard compile --backend URI (--model HF_DIR | --preset NAME\n"
     "                         (--vocab-size N | --data DIR)) --batch-size B\n"
     "                         (--seq-len T | --data DIR) [--inference]\n"
-    "                         [--optimizer adamw|sgd] [--dtype D] [--dropout P]\n"
-    "                         [--decay-all] --out FILE [--cache-dir DIR] [--retry-failed]\n"
+    "                         [--optimizer adamw|sgd|adafactor] [--dtype D] [--dropout P]\n"
+    "                         [--decay-all] [memory levers] [--memory-limit SIZE]\n"
+    "                         (--out FILE | --plan-only) [--cache-dir DIR] [--retry-failed]\n"
     "                         [--dump-graph P]\n"
     "\n"
     "Compiles the train step that 'trainyard train' runs with the same options\n"
@@ -44,11 +47,28 @@ static const char *const ty_compile_usage =
     "  --batch-size B     sequences per step [8]\n"
     "  --seq-len T        tokens per sequence\n"
     "  --inference        compile the forward pass (logits) instead of a train step\n"
-    "  --optimizer O      adamw or sgd [adamw]\n"
+    "  --optimizer O      adamw, sgd or adafactor [adamw]; adafactor takes\n"
+    "                     --relative-step, --scale-parameter, --warmup-init,\n"
+    "                     --clip-threshold, --decay-rate, --adafactor-eps1,\n"
+    "                     --adafactor-eps2 and --beta1 (after --optimizer: its\n"
+    "                     first moment) as 'trainyard train' does\n"
     "  --dtype D          parameter and compute dtype [f32]\n"
     "  --dropout P        dropout probability (fixed at compile time) [0]\n"
     "  --decay-all        weight decay on norms, biases and embeddings too\n"
     "  --grad-accum N     as 'trainyard train' (the dataflow device needs 1) [1]\n"
+    "  --recompute R      none, attention or layer (activation checkpointing)\n"
+    "  --loss-chunk N     fused LM head + loss over N tokens at a time\n"
+    "  --fused-optimizer  updates in the backward pass; --clip 0 after it leaves out\n"
+    "                     its norm pass (a graph property only with this lever)\n"
+    "  --offload O        none or optimizer (devices with their own memory)\n"
+    "                     The levers are recorded in the graph (its hash and the\n"
+    "                     artifact's report); a backend that cannot honour one\n"
+    "                     refuses it by name.\n"
+    "  --memory-limit S   refuse unless the memory plan fits in S (e.g. 24GiB;\n"
+    "                     default: the device's memory)\n"
+    "  --plan-only        print the memory plan of the graph and check it; compile\n"
+    "                     nothing (no --out): the plan of a llama-7b step at any\n"
+    "                     length takes a second on the host\n"
     "  --out FILE         the artifact; the report goes to FILE.report.txt\n"
     "  --cache-dir DIR    on-disk compile cache ('none' for none; default\n"
     "                     $XDG_CACHE_HOME/trainyard or ~/.cache/trainyard)\n"
@@ -64,19 +84,75 @@ static double ty_now(void) {
 }
 
 typedef struct {
-  ty_graph_args_t g; /* model, shapes, optimizer, dtype, dropout, cache */
+  ty_graph_args_t g; /* model, shapes, optimizer, dtype, dropout, cache, levers */
   const char *out;
-  bool inference;
+  bool inference, plan_only;
 } ty_compile_args_t;
 
+/* compile's own options: --inference, --out, --plan-only and the memory
+ * levers of `trainyard train` (train_config.h), which only compile takes. */
 static int ty_compile_own(void *user, const char *key, const char *value) {
   ty_compile_args_t *a = user;
   if (!strcmp(key, "inference")) {
     a->inference = true;
+  } else if (!strcmp(key, "plan-only")) {
+    a->plan_only = true;
+  } else if (!strcmp(key, "out")) {
+    a->out = value;
+  } else if ((!strcmp(key, "beta1") && strcmp(a->g.cfg.optimizer, "adafactor")) ||
+             (!strcmp(key, "clip") && !a->g.cfg.fused_optimizer)) {
+    /* graph properties only after the option that makes them so: beta1
+     * turns Adafactor's first moment on; clip 0 leaves out the fused
+     * optimizer's norm pass */
+    return ty_graph_args_refuse_runtime("compile", key);
   } else {
-    a->out = value; /* "out" */
+    ty_status_t s = ty_train_config_set(&a->g.cfg, key, value ? value : "true");
+    if (s) {
+      int rc = ty_app_usage_error("compile", "%s", ty_status_message(s));
+      ty_status_free(s);
+      return rc;
+    }
   }
   return TY_EXIT_OK;
+}
+
+/* The pre-flight memory plan of the graph, as text, checked against
+ * --memory-limit or the device's memory. */
+static ty_status_t ty_compile_plan(const ty_compile_args_t *a, ty_device_t *device,
+                                   const ty_graph_t *graph, char **out_text) {
+  *out_text = NULL;
+  ty_preflight_t plan;
+  ty_preflight_init(&plan);
+  uint64_t limit = 0;
+  char what[96] = "", size[32], *lines = NULL;
+  ty_status_t s = ty_train_config_memory_limit(&a->g.cfg, &limit);
+  if (!s && limit) {
+    snprintf(what, sizeof(what), "--memory-limit %s", a->g.cfg.memory_limit);
+  } else if (!s && ty_device_info(device)->memory_bytes) {
+    limit = ty_device_info(device)->memory_bytes;
+    snprintf(what, sizeof(what), "the memory of %s", ty_device_label(device));
+  }
+  if (!s) s = ty_preflight_add(&plan, graph, a->inference ? "inference" : "train step");
+  if (!s) s = ty_preflight_format(&plan, "  ", &lines);
+  if (!s) {
+    ty_format_bytes(limit, size, sizeof(size));
+    size_t cap = strlen(lines) + 256;
+    *out_text = malloc(cap);
+    if (!*out_text) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      snprintf(*out_text, cap, "memory plan (device bytes; limit %s%s%s):\n%s",
+               limit ? size : "none", limit ? ", " : "", what, lines);
+    }
+  }
+  free(lines);
+  if (!s) s = ty_preflight_check(&plan, limit, what);
+  if (s) {
+    free(*out_text);
+    *out_text = NULL;
+  }
+  ty_preflight_deinit(&plan);
+  return s;
 }
 
 static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
@@ -96,13 +172,25 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   if (!s) s = ty_graph_args_model(&a->g, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_app_device_open("compile", registry, a->g.backend, &device, NULL);
-  /* As `trainyard train` would hold it: gradients and optimizer state too. */
-  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, dtype, !a->inference, device);
+  /* Weights no lever could fit need no graph to be refused. */
+  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, device);
   if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
     s = ty_train_graph_build(&a->g.cfg, &mc, a->g.B, a->g.T, dtype, kind, &graph, &model);
   }
   if (!s && a->g.cfg.dump_graph[0]) s = ty_app_write_graph_dump(graph, a->g.cfg.dump_graph);
+  /* The memory plan before anything is compiled or allocated. */
+  char *plan_text = NULL;
+  if (!s) s = ty_compile_plan(a, device, graph, &plan_text);
+  if (!s && a->plan_only) {
+    fputs(plan_text, stdout);
+    free(plan_text);
+    ty_llm_deinit(&model);
+    ty_graph_destroy(graph);
+    ty_device_close(device);
+    ty_registry_destroy(registry);
+    return TY_EXIT_OK;
+  }
   double start = ty_now();
   if (!s) {
     ty_session_options_t so = {.cache_dir = a->g.cfg.cache_dir,
@@ -130,7 +218,8 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
     } else {
       int used = snprintf(text, cap,
                           "trainyard compile: %s on %s (%s)%s\n"
-                          "graph: %s, %s, batch %lld x %lld tokens, %s, %s%s\n\n%s\n"
+                          "graph: %s, %s, batch %lld x %lld tokens, %s, %s%s\n"
+                          "memory levers: %s\n%s\n%s\n"
                           "compile cache: %s%s%s\n"
                           "host wall time of the compile: %.3f s (measured on this host; not "
                           "a simulated figure)\n"
@@ -144,6 +233,8 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
                           (long long)a->g.T, a->g.cfg.dtype,
                           a->inference ? "no optimizer" : a->g.cfg.optimizer,
                           a->g.cfg.dropout > 0 ? ", dropout" : "",
+                          ty_graph_levers(graph)[0] ? ty_graph_levers(graph) : "none",
+                          plan_text ? plan_text : "",
                           report ? report : "(the backend gives no report)\n",
                           ty_session_source_name(stats.source),
                           stats.cache_entry[0] ? ": " : "", stats.cache_entry, seconds, a->out,
@@ -157,6 +248,7 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
     }
   }
   free(report);
+  free(plan_text);
   free(bytes);
   ty_session_destroy(session);
   ty_llm_deinit(&model);
@@ -170,7 +262,13 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   ty_compile_args_t a;
   memset(&a, 0, sizeof(a));
   ty_graph_args_init(&a.g);
-  static const char *const flags[] = {"inference", NULL}, *const own[] = {"out", NULL};
+  static const char *const flags[] = {"inference",       "plan-only",       "fused-optimizer",
+                                      "relative-step",   "scale-parameter", "warmup-init",
+                                      NULL};
+  static const char *const own[] = {"out",            "recompute",      "loss-chunk",
+                                    "offload",        "memory-limit",   "clip-threshold",
+                                    "decay-rate",     "adafactor-eps1", "adafactor-eps2",
+                                    "beta1",          "clip",           NULL};
   int rc = ty_graph_args_parse("compile", argc, argv, &a.g, flags, own, ty_compile_own, &a);
   if (rc < 0) {
     fputs(ty_compile_usage, stdout);
@@ -183,17 +281,23 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
                                             : NULL);
   }
   if (rc != TY_EXIT_OK) return rc;
-  if (!a.out || !a.out[0]) return ty_app_usage_error("compile", "--out FILE is required");
+  if (a.plan_only && a.out) {
+    return ty_app_usage_error("compile", "--out has no effect with --plan-only (nothing is "
+                                         "compiled)");
+  }
+  if (!a.plan_only && (!a.out || !a.out[0])) {
+    return ty_app_usage_error("compile", "--out FILE is required (or --plan-only)");
+  }
   if (!a.g.T && !a.g.data) return ty_app_usage_error("compile", "--seq-len T is required");
   /* The artifact, its report and the graph dump may not overwrite --model
    * or --data. */
   char report[4200];
-  snprintf(report, sizeof(report), "%s.report.txt", a.out);
+  snprintf(report, sizeof(report), "%s.report.txt", a.out ? a.out : "");
   const ty_out_path_t outs[] = {
       {.option = "--out", .path = a.out, .what = "artifact", .creates_parents = true},
       {.option = "--out", .path = report, .what = "report", .creates_parents = true}};
   ty_status_t s = TY_OK;
-  for (size_t i = 0; i < 2 && !s; ++i) s = ty_graph_args_check_out(&a.g, &outs[i]);
+  for (size_t i = 0; i < 2 && !s && a.out; ++i) s = ty_graph_args_check_out(&a.g, &outs[i]);
   if (!s) s = ty_graph_args_check_dump(&a.g, a.g.cfg.dump_graph);
   if (s) return ty_app_fail("compile", s);
   return ty_compile_run(app, &a);

@@ -54,6 +54,13 @@ static const char *const ty_graph_args_keys[] = {
     "seq-len",    "optimizer", "dtype",     "dropout",      "decay-all",  "grad-accum",
     "cache-dir",  "retry-failed", "dump-graph", NULL};
 
+int ty_graph_args_refuse_runtime(const char *command, const char *key) {
+  return ty_app_usage_error(command,
+                            "--%s is a runtime hyperparameter (an input bound at every "
+                            "step, never compiled): give it to 'trainyard train'",
+                            key);
+}
+
 /* One model/shape/train option; -1 when `key` is none of them. */
 static int ty_graph_args_option(const char *command, ty_graph_args_t *a, const char *key,
                                 const char *value) {
@@ -84,10 +91,7 @@ static int ty_graph_args_option(const char *command, ty_graph_args_t *a, const c
       return rc;
     }
   } else if (ty_graph_args_is_runtime(key)) {
-    return ty_app_usage_error(command,
-                              "--%s is a runtime hyperparameter (an input bound at every "
-                              "step, never compiled): give it to 'trainyard train'",
-                              key);
+    return ty_graph_args_refuse_runtime(command, key);
   } else {
     return -1;
   }
@@ -164,9 +168,17 @@ int ty_graph_args_validate(const char *command, const ty_graph_args_t *a,
   if (!(a->cfg.dropout >= 0 && a->cfg.dropout < 1)) {
     return ty_app_usage_error(command, "--dropout must lie in [0, 1)");
   }
-  if (strcmp(a->cfg.optimizer, "adamw") && strcmp(a->cfg.optimizer, "sgd")) {
-    return ty_app_usage_error(command, "--optimizer must be adamw or sgd, not '%s'",
-                              a->cfg.optimizer);
+  /* The train options' own checks (choices, combinations, memory levers),
+   * on a copy that names a model and data as a train run would. */
+  ty_train_config_t check = a->cfg;
+  snprintf(check.preset, sizeof(check.preset), "%s", "x");
+  snprintf(check.data, sizeof(check.data), "%s", "x");
+  check.model[0] = '\0';
+  ty_status_t vs = ty_train_config_validate(&check);
+  if (vs) {
+    int rc = ty_app_usage_error(command, "%s", ty_status_message(vs));
+    ty_status_free(vs);
+    return rc;
   }
   return TY_EXIT_OK;
 }

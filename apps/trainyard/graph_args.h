@@ -37,9 +37,14 @@ int ty_graph_args_parse(const char *command, int argc, char **argv, ty_graph_arg
                         const char *const *flags, const char *const *own,
                         ty_graph_args_own_fn own_fn, void *user);
 
+/* The usage error for --`key`, a per-step input that no graph holds;
+ * returns TY_EXIT_USAGE having printed it. */
+int ty_graph_args_refuse_runtime(const char *command, const char *key);
+
 /* The checks every such command shares (exactly one of --model/--preset, a
- * vocabulary for a preset and none for a model, dropout and optimizer
- * values, --retry-failed only with a cache); TY_EXIT_USAGE having printed
+ * vocabulary for a preset and none for a model, dropout, --retry-failed
+ * only with a cache, and ty_train_config_validate's checks of the train
+ * options: optimizer, memory levers); TY_EXIT_USAGE having printed
  * why. When the command builds no train graph this time, `untrained` says
  * why ("with --inference (...)") and the train-only options (--optimizer,
  * --dropout, --decay-all, --grad-accum) are refused as having no effect;

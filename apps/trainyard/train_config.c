@@ -46,13 +46,14 @@ static const ty_opt_t ty_opts[] = {
     TY_I(grad_accum, "micro-batches per optimizer step"),
     TY_I(epochs, "passes over the training data (when --max-steps is 0)"),
     TY_I(max_steps, "optimizer steps (0: --epochs decides)"),
-    TY_S(optimizer, "adamw or sgd"),
+    TY_S(optimizer, "adamw, sgd or adafactor (transformers.Adafactor: factored second "
+                    "moments; --beta1 turns its first moment on)"),
     TY_F(lr, "peak learning rate"),
     TY_F(min_lr, "learning-rate floor of the decay (not with --schedule constant)"),
     TY_I(warmup_steps, "linear warmup steps"),
     TY_S(schedule, "decay after warmup: cosine, linear or constant"),
     TY_F(weight_decay, "decoupled weight decay (matrices only unless --decay-all)"),
-    TY_F(beta1, "AdamW beta1 (--optimizer adamw only)"),
+    TY_F(beta1, "AdamW beta1; with adafactor, given on purpose, its first moment's beta1"),
     TY_F(beta2, "AdamW beta2 (--optimizer adamw only)"),
     TY_F(eps, "AdamW epsilon (--optimizer adamw only)"),
     TY_F(momentum, "SGD momentum (--optimizer sgd only)"),
@@ -83,6 +84,24 @@ static const ty_opt_t ty_opts[] = {
                           "error; the first step then stops on a non-finite loss)"),
     TY_S(dump_graph, "write the train step's graph as canonical text (P.txt) and Graphviz "
                      "dot (P.dot)"),
+    TY_S(recompute, "activation checkpointing: none, attention (re-run each block's attention "
+                    "half in the backward) or layer (the whole block)"),
+    TY_I(loss_chunk, "fused LM head + cross-entropy over N tokens at a time: the [B,T,V] "
+                     "logits never exist (0: off)"),
+    TY_B(fused_optimizer, "update each parameter as soon as its gradient is complete, in the "
+                          "backward pass (with --clip > 0: one extra backward for the norm)"),
+    TY_S(offload, "none, or optimizer: optimizer state in pinned host memory (devices with "
+                  "their own memory; refused on host backends)"),
+    TY_S(memory_limit, "refuse the run before step 0 unless its memory plan fits in this size "
+                       "(e.g. 24GiB; default: the device's memory)"),
+    TY_B(relative_step, "adafactor: the relative step size min(1e-2, 1/sqrt(t)) instead of "
+                        "--lr and its schedule"),
+    TY_B(scale_parameter, "adafactor: scale the step by the parameter's RMS"),
+    TY_B(warmup_init, "adafactor: relative step 1e-6 t at first (needs --relative-step)"),
+    TY_F(clip_threshold, "adafactor: update clipping threshold"),
+    TY_F(decay_rate, "adafactor: second-moment decay exponent"),
+    TY_F(adafactor_eps1, "adafactor: regularization added to squared gradients"),
+    TY_F(adafactor_eps2, "adafactor: floor of the parameter scale"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -111,6 +130,13 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   c->eval_batches = 0;
   c->keep = 3;
   c->log_every = 1;
+  snprintf(c->recompute, sizeof(c->recompute), "none");
+  snprintf(c->offload, sizeof(c->offload), "none");
+  c->scale_parameter = true;
+  c->clip_threshold = 1.0;
+  c->decay_rate = -0.8;
+  c->adafactor_eps1 = 1e-30;
+  c->adafactor_eps2 = 1e-3;
   ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
   c->setting_layer = TY_TRAIN_LAYER_COMMAND;
 }
@@ -281,14 +307,38 @@ ty_status_t ty_train_config_load_file(ty_train_config_t *c, const char *path) {
 static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
 #define TY_GIVEN(name) (ty_train_config_layer(c, name) != TY_TRAIN_LAYER_DEFAULT)
 #define TY_NO_EFFECT(...) return ty_status_make(TY_CODE_INVALID_ARGUMENT, __VA_ARGS__)
-  bool sgd = !strcmp(c->optimizer, "sgd");
+  bool sgd = !strcmp(c->optimizer, "sgd"), adafactor = !strcmp(c->optimizer, "adafactor");
   if (!sgd && TY_GIVEN("momentum")) {
-    TY_NO_EFFECT("--momentum has no effect with --optimizer adamw (it is SGD's)");
+    TY_NO_EFFECT("--momentum has no effect with --optimizer %s (it is SGD's)", c->optimizer);
   }
   static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
-  for (size_t i = 0; sgd && i < 3; ++i) {
-    if (TY_GIVEN(adamw_only[i])) {
-      TY_NO_EFFECT("--%s has no effect with --optimizer sgd (it is AdamW's)", adamw_only[i]);
+  for (size_t i = 0; (sgd || adafactor) && i < 3; ++i) {
+    if (TY_GIVEN(adamw_only[i]) && !(adafactor && i == 0)) {
+      TY_NO_EFFECT("--%s has no effect with --optimizer %s (it is AdamW's)", adamw_only[i],
+                   c->optimizer);
+    }
+  }
+  static const char *const adafactor_only[] = {"relative_step", "scale_parameter", "warmup_init",
+                                               "clip_threshold", "decay_rate", "adafactor_eps1",
+                                               "adafactor_eps2"};
+  for (size_t i = 0; !adafactor && i < sizeof(adafactor_only) / sizeof(*adafactor_only); ++i) {
+    if (TY_GIVEN(adafactor_only[i])) {
+      char flag[32];
+      snprintf(flag, sizeof(flag), "%s", adafactor_only[i]);
+      for (char *q = flag; *q; ++q) *q = *q == '_' ? '-' : *q;
+      TY_NO_EFFECT("--%s has no effect with --optimizer %s (it is Adafactor's)", flag,
+                   c->optimizer);
+    }
+  }
+  /* The relative step replaces the learning rate and its schedule, as
+   * transformers.Adafactor refuses lr with relative_step. */
+  static const char *const schedule_opts[] = {"lr", "min_lr", "warmup_steps", "schedule"};
+  static const char *const schedule_flags[] = {"lr", "min-lr", "warmup-steps", "schedule"};
+  for (size_t i = 0; c->relative_step && i < 4; ++i) {
+    if (TY_GIVEN(schedule_opts[i])) {
+      TY_NO_EFFECT("--%s has no effect with --relative-step (Adafactor's step size is then "
+                   "min(1e-2, 1/sqrt(t)) times the parameter scale)",
+                   schedule_flags[i]);
     }
   }
   if (!strcmp(c->schedule, "constant") && TY_GIVEN("min_lr")) {
@@ -337,8 +387,33 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
       strcmp(c->schedule, "constant")) {
     TY_BAD("--schedule must be cosine, linear or constant, not '%s'", c->schedule);
   }
-  if (strcmp(c->optimizer, "adamw") && strcmp(c->optimizer, "sgd")) {
-    TY_BAD("--optimizer must be adamw or sgd, not '%s'", c->optimizer);
+  if (strcmp(c->optimizer, "adamw") && strcmp(c->optimizer, "sgd") &&
+      strcmp(c->optimizer, "adafactor")) {
+    TY_BAD("--optimizer must be adamw, sgd or adafactor, not '%s'", c->optimizer);
+  }
+  if (strcmp(c->recompute, "none") && strcmp(c->recompute, "attention") &&
+      strcmp(c->recompute, "layer")) {
+    TY_BAD("--recompute must be none, attention or layer, not '%s'", c->recompute);
+  }
+  if (strcmp(c->offload, "none") && strcmp(c->offload, "optimizer")) {
+    TY_BAD("--offload must be none or optimizer, not '%s'", c->offload);
+  }
+  if (c->loss_chunk < 0) TY_BAD("--loss-chunk must be >= 0 (0: off)");
+  if (c->fused_optimizer && c->grad_accum > 1) {
+    TY_BAD("--fused-optimizer needs --grad-accum 1: gradient accumulation keeps every "
+           "gradient in an f32 accumulator until the optimizer step, which is what the fused "
+           "optimizer avoids; use a larger --batch-size");
+  }
+  uint64_t limit;
+  {
+    ty_status_t ls = ty_train_config_memory_limit(c, &limit);
+    if (ls) return ls;
+  }
+  if (c->warmup_init && !c->relative_step) TY_BAD("--warmup-init needs --relative-step");
+  if (!(c->clip_threshold > 0)) TY_BAD("--clip-threshold must be > 0");
+  if (!(c->decay_rate < 0)) TY_BAD("--decay-rate must be < 0");
+  if (c->adafactor_eps1 < 0 || c->adafactor_eps2 < 0) {
+    TY_BAD("--adafactor-eps1 and --adafactor-eps2 must be >= 0");
   }
   if (c->weight_decay < 0) TY_BAD("--weight-decay must be >= 0");
   if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) {
@@ -360,6 +435,32 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   }
 #undef TY_BAD
   return ty_train_config_check_effects(c);
+}
+
+ty_status_t ty_train_config_memory_limit(const ty_train_config_t *c, uint64_t *out) {
+  *out = 0;
+  const char *text = c->memory_limit;
+  if (!text[0]) return TY_OK;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  uint64_t unit = 1;
+  switch (end && end != text ? *end : '\0') {
+    case 'K': case 'k': unit = 1ull << 10; ++end; break;
+    case 'M': case 'm': unit = 1ull << 20; ++end; break;
+    case 'G': case 'g': unit = 1ull << 30; ++end; break;
+    case 'T': case 't': unit = 1ull << 40; ++end; break;
+    default: break;
+  }
+  if (end && unit > 1 && *end == 'i') ++end;
+  if (end && (unit > 1 || *end == 'B') && *end == 'B') ++end;
+  if (errno || !end || end == text || *end || !(v > 0) || v * (double)unit >= 1.8e19) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--memory-limit '%s' is not a size (e.g. 24GiB, 512M, 1073741824)",
+                          text);
+  }
+  *out = (uint64_t)(v * (double)unit);
+  return TY_OK;
 }
 
 static void ty_opt_format(const ty_train_config_t *c, const ty_opt_t *o, char *buf, size_t cap) {

@@ -49,6 +49,15 @@ typedef struct ty_train_config_t {
   char dump_graph[TY_CFG_PATH_MAX]; /* write the step's graph to P.txt and P.dot, or "" */
   /* loading */
   bool allow_nonfinite;            /* load NaN/Inf weights with a warning */
+  /* memory levers (README, "Fitting bigger models") */
+  char recompute[16];              /* none, attention or layer */
+  int64_t loss_chunk;              /* > 0: fused LM head + loss, N tokens at a time */
+  bool fused_optimizer;            /* updates in the backward pass */
+  char offload[16];                /* none or optimizer */
+  char memory_limit[32];           /* "" (the device's memory) or a size: 24GiB */
+  /* Adafactor (transformers.Adafactor's arguments) */
+  bool relative_step, scale_parameter, warmup_init;
+  double clip_threshold, decay_rate, adafactor_eps1, adafactor_eps2;
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
    * cross-option checks of ty_train_config_validate refuse an option given
    * on purpose that another option makes ineffective (--momentum with
@@ -105,6 +114,10 @@ void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t 
                           void (*fn)(void *user, const char *name, const char *was,
                                      const char *now),
                           void *user);
+/* --memory-limit as bytes (0 when not given). INVALID_ARGUMENT for text that
+ * is not a size: digits with an optional K, M, G or T (binary; "iB" or "B"
+ * may follow) or a plain byte count. */
+ty_status_t ty_train_config_memory_limit(const ty_train_config_t *config, uint64_t *out_bytes);
 
 /* Writes the --help text for every option. */
 void ty_train_config_help(FILE *out);

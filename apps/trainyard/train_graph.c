@@ -7,18 +7,16 @@
 
 #include "graph/autodiff.h"
 #include "hal/dtype.h"
-#include "graph/train_step.h"
 
 ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_model_config_t *mc,
-                                        ty_dtype_t dtype, bool trains, ty_device_t *device) {
-  uint64_t extra = 0;
-  if (trains) {
-    extra = ty_dtype_size(dtype);                       /* gradients */
-    extra += strcmp(c->optimizer, "sgd") == 0 ? 4 : 8;  /* f32 moments */
-    if (c->grad_accum > 1) extra += 4;                  /* f32 accumulators */
-  }
-  return ty_llm_check_memory(mc, dtype, extra, ty_device_info(device)->memory_bytes,
-                             ty_device_label(device));
+                                        ty_device_t *device) {
+  uint64_t limit = 0;
+  TY_RETURN_IF_ERROR(ty_train_config_memory_limit(c, &limit));
+  char where[160];
+  snprintf(where, sizeof(where), "%s%s%s", ty_device_label(device),
+           limit ? " under --memory-limit " : "", limit ? c->memory_limit : "");
+  return ty_llm_check_memory(mc, TY_DTYPE_BF16, 0,
+                             limit ? limit : ty_device_info(device)->memory_bytes, where);
 }
 
 ty_status_t ty_train_graph_param_descs(const ty_train_config_t *c, const ty_graph_t *g,
@@ -41,6 +39,45 @@ ty_status_t ty_train_graph_param_descs(const ty_train_config_t *c, const ty_grap
   return TY_OK;
 }
 
+ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_step_params_t *p) {
+  memset(p, 0, sizeof(*p));
+  p->optimizer = !strcmp(c->optimizer, "sgd")         ? TY_OPTIMIZER_SGD
+                 : !strcmp(c->optimizer, "adafactor") ? TY_OPTIMIZER_ADAFACTOR
+                                                      : TY_OPTIMIZER_ADAMW;
+  p->mode = c->grad_accum > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED;
+  TY_RETURN_IF_ERROR(ty_recompute_parse(c->recompute, &p->recompute));
+  p->fused_optimizer = c->fused_optimizer;
+  p->fused_clip = c->fused_optimizer && c->clip > 0;
+  p->offload_optimizer = !strcmp(c->offload, "optimizer");
+  p->adafactor = (ty_adafactor_config_t){
+      .set = true, .eps1 = c->adafactor_eps1, .eps2 = c->adafactor_eps2,
+      .clip_threshold = c->clip_threshold, .decay_rate = c->decay_rate,
+      .relative_step = c->relative_step, .scale_parameter = c->scale_parameter,
+      .warmup_init = c->warmup_init,
+      /* transformers' beta1=None unless given: --beta1 on purpose turns it on */
+      .momentum = ty_train_config_layer(c, "beta1") != TY_TRAIN_LAYER_DEFAULT};
+  return TY_OK;
+}
+
+void ty_train_graph_levers(const ty_train_config_t *c, char *out, size_t capacity) {
+  size_t used = 0;
+  out[0] = '\0';
+#define TY_LEVER(...)                                                              \
+  do {                                                                             \
+    int n_ = snprintf(out + used, capacity - used, "%s", used ? " " : "");         \
+    if (n_ > 0 && (size_t)n_ < capacity - used) used += (size_t)n_;                \
+    n_ = snprintf(out + used, capacity - used, __VA_ARGS__);                       \
+    if (n_ > 0 && (size_t)n_ < capacity - used) used += (size_t)n_;                \
+  } while (0)
+  if (strcmp(c->recompute, "none")) TY_LEVER("recompute=%s", c->recompute);
+  if (c->loss_chunk > 0) TY_LEVER("loss_chunk=%lld", (long long)c->loss_chunk);
+  if (!strcmp(c->optimizer, "adafactor")) TY_LEVER("optimizer=adafactor");
+  if (c->fused_optimizer) TY_LEVER("fused_optimizer=1");
+  if (strcmp(c->offload, "none")) TY_LEVER("offload=%s", c->offload);
+  if (!strcmp(c->dtype, "bf16")) TY_LEVER("dtype=bf16");
+#undef TY_LEVER
+}
+
 ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_config_t *mc,
                                  int64_t B, int64_t T, ty_dtype_t dtype,
                                  ty_train_graph_kind_t kind, ty_graph_t **out_graph,
@@ -57,12 +94,17 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
   if (kind == TY_TRAIN_GRAPH_STEP) {
     opts.with_loss = true;
     opts.dropout = c->dropout;
+    opts.loss_chunk = c->loss_chunk;
   } else if (kind == TY_TRAIN_GRAPH_EVAL) {
     opts.with_loss = true;
+    opts.loss_chunk = c->loss_chunk;
   } else {
     opts.logits_output = true;
   }
   TY_RETURN_IF_ERROR(ty_graph_create(out_graph));
+  char levers[256];
+  ty_train_graph_levers(c, levers, sizeof(levers));
+  if (kind == TY_TRAIN_GRAPH_STEP) TY_RETURN_IF_ERROR(ty_graph_set_levers(*out_graph, levers));
   TY_RETURN_IF_ERROR(ty_llm_build(*out_graph, mc, &opts, out_model));
   if (kind != TY_TRAIN_GRAPH_STEP) return TY_OK;
   uint32_t n = out_model->param_count;
@@ -72,11 +114,13 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
   ty_status_t s = params ? TY_OK : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = ty_train_graph_param_descs(c, *out_graph, out_model, &descs, &decay);
   for (uint32_t i = 0; i < n && !s; ++i) params[i] = out_model->params[i].value;
-  ty_train_step_params_t tp = {
-      .loss = out_model->loss, .loss_seed = TY_VALUE_NONE, .params = params, .decay = decay,
-      .param_count = n,
-      .optimizer = !strcmp(c->optimizer, "sgd") ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW,
-      .mode = c->grad_accum > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED};
+  ty_train_step_params_t tp;
+  if (!s) s = ty_train_graph_step_options(c, &tp);
+  tp.loss = out_model->loss;
+  tp.loss_seed = TY_VALUE_NONE;
+  tp.params = params;
+  tp.decay = decay;
+  tp.param_count = n;
   if (!s) s = ty_graph_build_train_step(*out_graph, &tp);
   free(params);
   free(descs);

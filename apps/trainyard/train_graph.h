@@ -8,6 +8,7 @@
 
 #include "graph/graph.h"
 #include "hal/device.h"
+#include "graph/train_step.h"
 #include "models/config.h"
 #include "models/llm.h"
 #include "train_config.h"
@@ -42,14 +43,26 @@ ty_status_t ty_forward_graph_build(const ty_model_config_t *model_config, int64_
                                    ty_dtype_t dtype, ty_dtype_t compute_dtype, bool grads,
                                    ty_graph_t **out_graph, ty_llm_t *out_model);
 
-/* The parameters of `model_config` in `dtype` against the memory of
- * `device` (ty_llm_check_memory), before any graph is built, so that sizes
- * no device could hold are refused at once; with `trains`, each parameter's
- * gradient, optimizer state (config->optimizer) and, with grad_accum > 1,
- * accumulator count too. */
+/* The parameters of `model_config` against --memory-limit (config->memory_limit)
+ * or else the memory of `device`, before any graph is built: weights that
+ * cannot fit even in bf16 (2 bytes each) are refused at once
+ * (RESOURCE_EXHAUSTED, ty_llm_check_memory), since no lever could help and
+ * a config of thousands of huge layers would take long to build and plan.
+ * Gradients, optimizer state and activations depend on the levers: the
+ * pre-flight memory plan (graph/preflight.h) checks them on the built graph. */
 ty_status_t ty_train_graph_check_memory(const ty_train_config_t *config,
-                                        const ty_model_config_t *model_config, ty_dtype_t dtype,
-                                        bool trains, ty_device_t *device);
+                                        const ty_model_config_t *model_config,
+                                        ty_device_t *device);
+
+/* The train-step options of the configuration: optimizer, Adafactor's
+ * arguments and the memory levers (the fields of ty_train_step_params_t
+ * that do not depend on a built model). */
+ty_status_t ty_train_graph_step_options(const ty_train_config_t *config,
+                                        ty_train_step_params_t *out);
+
+/* The memory levers of the configuration as ty_abi_graph_t.levers words
+ * ("recompute=layer loss_chunk=256 ..."; "" for none). */
+void ty_train_graph_levers(const ty_train_config_t *config, char *out, size_t capacity);
 
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "graph/preflight.h"
 #include "hal/file.h"
 #include "metrics/jsonl.h"
 #include "metrics/progress.h"
@@ -163,6 +164,39 @@ void ty_train_metrics_eval(ty_trainer_t *t) {
                                                   t->last_val_loss, ty_tensorboard_now()));
 }
 
+/* The pre-flight plan beside what the device measured (ABI 1.3). */
+static void ty_train_metrics_memory(ty_trainer_t *t, FILE *f) {
+  if (!t->plan) return;
+  char *plan = NULL, b[32];
+  if (ty_preflight_format(t->plan, "  ", &plan) == TY_OK) {
+    fprintf(f, "\nmemory plan (device bytes, computed before step 0):\n%s", plan);
+  }
+  free(plan);
+  ty_abi_executable_memory_t em;
+  ty_status_t es = ty_session_executable_memory(t->s_train, &em);
+  if (!es) {
+    char arena[32], scratch[32];
+    ty_format_bytes(em.arena_bytes, arena, sizeof(arena));
+    ty_format_bytes(em.scratch_bytes, scratch, sizeof(scratch));
+    fprintf(f, "backend's plan of the train step: arena %s, scratch %s\n", arena, scratch);
+  }
+  ty_status_free(es);
+  ty_abi_device_memory_t dm;
+  ty_status_t ms = ty_device_memory(t->device, false, &dm);
+  if (ms) {
+    fprintf(f, "measured peak device memory: n/a (%s)\n", ty_status_message(ms));
+  } else {
+    ty_format_bytes(dm.peak_bytes, b, sizeof(b));
+    double gap = dm.peak_bytes ? ((double)t->plan->peak - (double)dm.peak_bytes) /
+                                     (double)dm.peak_bytes * 100.0
+                               : 0.0;
+    fprintf(f, "measured peak device memory: %s (%llu bytes; plan %+.1f%%); measured by the "
+            "backend: %s\n",
+            b, (unsigned long long)dm.peak_bytes, gap, dm.how);
+  }
+  ty_status_free(ms);
+}
+
 ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   char path[TY_CFG_PATH_MAX + 64];
   snprintf(path, sizeof(path), "%s/summary.txt", t->cfg.out);
@@ -202,6 +236,7 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   }
   fprintf(f, "throughput: %.1f tokens/s\n", tok_s);
   fprintf(f, "peak host memory (max RSS): %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
+  ty_train_metrics_memory(t, f);
   /* A backend's own account of the step (the dataflow device's placement
    * and simulated figures), beside the summary. */
   char *report = NULL;

@@ -14,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "graph/preflight.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "models/checkpoint.h"
 #include "models/presets.h"
 #include "files/out_paths.h"
@@ -90,11 +92,17 @@ static ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int
   TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "lr", ty_trainer_lr(t, step)));
   TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "weight_decay", c->weight_decay));
   TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "max_norm", c->clip));
+  int64_t t1 = step + 1;
   if (!strcmp(c->optimizer, "adamw")) {
-    int64_t t1 = step + 1;
     TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "beta1", c->beta1));
     TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "beta2", c->beta2));
     TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "eps", c->eps));
+    return ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &t1, sizeof(t1));
+  }
+  if (!strcmp(c->optimizer, "adafactor")) {
+    if (ty_train_config_layer(c, "beta1") != TY_TRAIN_LAYER_DEFAULT) {
+      TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "beta1", c->beta1));
+    }
     return ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &t1, sizeof(t1));
   }
   return ty_bind_scalar_f32(s, "momentum", c->momentum);
@@ -296,43 +304,77 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
   return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
 }
 
+/* The pre-flight memory plan of every graph the run compiles, printed and
+ * checked against --memory-limit (or the device's memory) before any
+ * session allocates a byte on the device. */
+static ty_status_t ty_trainer_preflight(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  t->plan = calloc(1, sizeof(*t->plan));
+  if (!t->plan) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  ty_preflight_init(t->plan);
+  TY_RETURN_IF_ERROR(ty_preflight_add(t->plan, t->g_train, "train step"));
+  if (t->g_opt) TY_RETURN_IF_ERROR(ty_preflight_add(t->plan, t->g_opt, "optimizer step"));
+  if (t->g_eval) TY_RETURN_IF_ERROR(ty_preflight_add(t->plan, t->g_eval, "evaluation"));
+  uint64_t device_bytes = ty_device_info(t->device)->memory_bytes;
+  TY_RETURN_IF_ERROR(ty_train_config_memory_limit(c, &t->memory_limit));
+  char size[32];
+  if (t->memory_limit) {
+    snprintf(t->memory_limit_what, sizeof(t->memory_limit_what), "--memory-limit %s",
+             c->memory_limit);
+  } else if (device_bytes) {
+    t->memory_limit = device_bytes;
+    ty_format_bytes(device_bytes, size, sizeof(size));
+    snprintf(t->memory_limit_what, sizeof(t->memory_limit_what), "the memory of %s",
+             ty_device_label(t->device));
+  }
+  char *text = NULL;
+  TY_RETURN_IF_ERROR(ty_preflight_format(t->plan, "  ", &text));
+  ty_format_bytes(t->memory_limit, size, sizeof(size));
+  fprintf(stderr, "memory plan (device bytes, before step 0; limit %s%s%s):\n%s",
+          t->memory_limit ? size : "none", t->memory_limit ? ", " : "", t->memory_limit_what,
+          text);
+  free(text);
+  return ty_preflight_check(t->plan, t->memory_limit, t->memory_limit_what);
+}
+
+/* The graphs first (host memory only), then the plan, then the sessions. */
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
+  ty_status_t s = TY_OK;
+  if (t->accum > 1) {
+    ty_tensor_desc_t *descs = NULL;
+    bool *decay = NULL;
+    ty_train_step_params_t step;
+    s = ty_train_graph_step_options(c, &step);
+    if (!s) s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
+    if (!s) s = ty_graph_create(&t->g_opt);
+    if (!s) {
+      s = ty_graph_build_optimizer_step_ex(t->g_opt, descs, decay, t->m_train.param_count, &step);
+    }
+    free(descs);
+    free(decay);
+  }
+  if (!s && t->val_data) {
+    s = ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype, TY_TRAIN_GRAPH_EVAL,
+                             &t->g_eval, &t->m_eval);
+  }
+  if (!s) s = ty_trainer_preflight(t);
+  if (s) return s;
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
                              .fallback_device = t->fallback};
-  ty_status_t s;
   if (c->artifact[0]) {
     s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
   } else {
     s = ty_session_create(t->device, t->g_train, &so, &t->s_train);
   }
-  if (!s && t->accum > 1) {
-    ty_tensor_desc_t *descs = NULL;
-    bool *decay = NULL;
-    ty_optimizer_t opt = !strcmp(c->optimizer, "sgd") ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW;
-    s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
-    if (!s) s = ty_graph_create(&t->g_opt);
-    if (!s) {
-      s = ty_graph_build_optimizer_step(t->g_opt, descs, decay, t->m_train.param_count, opt,
-                                        false);
-    }
-    ty_session_options_t share = so;
-    share.share_state_with = t->s_train;
-    if (!s) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
-    free(descs);
-    free(decay);
-  }
-  if (!s && t->val_data) {
-    ty_session_options_t share = so;
-    share.share_state_with = t->s_train;
-    s = ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype, TY_TRAIN_GRAPH_EVAL,
-                             &t->g_eval, &t->m_eval);
-    if (!s) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
-  }
+  ty_session_options_t share = so;
+  share.share_state_with = t->s_train;
+  if (!s && t->g_opt) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
+  if (!s && t->g_eval) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
   return s;
 }
 
@@ -353,6 +395,8 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_dataset_close(t->val_data);
   ty_train_metrics_close(t);
   ty_train_tokenizer_close(t);
+  if (t->plan) ty_preflight_deinit(t->plan);
+  free(t->plan);
   free(t->order);
   free(t->tokens);
   free(t->targets);
@@ -426,9 +470,9 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (!s) s = ty_app_registry_create(app, &t.registry);
   if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device,
                                         &t.fallback);
-  /* Weights, gradients and optimizer state against the device's memory,
-   * before a graph of an impossible size is built. */
-  if (!s) s = ty_train_graph_check_memory(config, &t.model_config, t.dtype, true, t.device);
+  /* Weights no lever could fit are refused before any graph is built; the
+   * memory plan checks the rest (ty_trainer_preflight). */
+  if (!s) s = ty_train_graph_check_memory(config, &t.model_config, t.device);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t.train_data);
     t.rows_per_step = t.B * t.accum;

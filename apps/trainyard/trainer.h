@@ -32,6 +32,11 @@ typedef struct ty_trainer_t {
   ty_graph_t *g_train, *g_opt, *g_eval;
   ty_llm_t m_train, m_eval;
   ty_session_t *s_train, *s_opt, *s_eval;
+  /* the pre-flight memory plan of those graphs (graph/preflight.h), the
+   * limit it was checked against, and what the device measured */
+  struct ty_preflight_t *plan;
+  uint64_t memory_limit;
+  char memory_limit_what[96];
   /* progress (the trainer state saved in checkpoints) */
   int64_t step;   /* optimizer steps done */
   int64_t epoch;  /* 0-based epoch of the next step */

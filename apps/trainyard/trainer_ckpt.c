@@ -22,6 +22,7 @@
 #include "models/presets.h"
 #include "models/safetensors.h"
 #include "models/tokenizer.h"
+#include "train_graph.h"
 #include "trainer.h"
 
 
@@ -171,12 +172,29 @@ static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
   return t->accum > 1 ? t->s_opt : t->s_train;
 }
 
-/* The optimizer states of every parameter: "<param>.exp_avg", ... */
-static const char *const ty_adamw_states[] = {"exp_avg", "exp_avg_sq", NULL};
-static const char *const ty_sgd_states[] = {"momentum_buffer", NULL};
-
+/* The optimizer states of every parameter: "<param>.exp_avg", ... A
+ * parameter has those its shape gives it (Adafactor: row and column
+ * moments for matrices, a full one for vectors): the ones its session has. */
 static const char *const *ty_optimizer_states(const ty_trainer_t *t) {
-  return strcmp(t->cfg.optimizer, "sgd") == 0 ? ty_sgd_states : ty_adamw_states;
+  ty_train_step_params_t step;
+  ty_status_free(ty_train_graph_step_options(&t->cfg, &step));
+  return ty_optimizer_state_kinds(step.optimizer);
+}
+
+/* The state `kind` of parameter `p`: its name "<param>.<kind>" (in `name`)
+ * and descriptor; *out_present false (and OK) when the parameter has none of
+ * that kind. */
+static ty_status_t ty_optimizer_state_find(const ty_trainer_t *t, const ty_llm_param_t *p,
+                                           const char *kind, char *name, size_t capacity,
+                                           ty_tensor_desc_t *out, bool *out_present) {
+  snprintf(name, capacity, "%s.%s", p->name, kind);
+  ty_status_t s = ty_session_value_desc(ty_trainer_optimizer_session(t), name, out);
+  *out_present = !s;
+  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
+    ty_status_free(s);
+    return TY_OK;
+  }
+  return s;
 }
 
 static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
@@ -190,11 +208,14 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
   ty_status_t s = data ? TY_OK : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
     const ty_llm_param_t *p = &t->m_train.params[i];
-    int64_t count = 1;
-    for (uint32_t d = 0; d < p->rank; ++d) count *= p->dims[d];
     for (size_t k = 0; k < kind_count && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
-      snprintf(name, sizeof(name), "%s.%s", p->name, kinds[k]);
+      ty_tensor_desc_t desc;
+      bool present = false;
+      s = ty_optimizer_state_find(t, p, kinds[k], name, sizeof(name), &desc, &present);
+      if (s || !present) continue;
+      int64_t count = 1;
+      for (uint32_t d = 0; d < desc.rank; ++d) count *= desc.dims[d];
       float **slot = &data[i * kind_count + k];
       *slot = malloc((size_t)count * sizeof(float) + 1);
       if (!*slot) {
@@ -204,7 +225,7 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
       s = ty_session_read(ty_trainer_optimizer_session(t), name, *slot,
                           (size_t)count * sizeof(float));
       if (!s) {
-        s = ty_safetensors_writer_add(w, name, TY_DTYPE_F32, p->rank, p->dims, *slot,
+        s = ty_safetensors_writer_add(w, name, TY_DTYPE_F32, desc.rank, desc.dims, *slot,
                                       (uint64_t)count * sizeof(float));
       }
     }
@@ -230,11 +251,14 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
     const ty_llm_param_t *p = &t->m_train.params[i];
     for (size_t k = 0; kinds[k] && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
-      snprintf(name, sizeof(name), "%s.%s", p->name, kinds[k]);
+      ty_tensor_desc_t desc;
+      bool present = false;
+      s = ty_optimizer_state_find(t, p, kinds[k], name, sizeof(name), &desc, &present);
+      if (s || !present) continue;
       const ty_safetensors_tensor_t *tensor = NULL;
       s = ty_safetensors_file_lookup(f, name, &tensor);
-      if (!s && (tensor->dtype != TY_DTYPE_F32 || tensor->rank != p->rank ||
-                 memcmp(tensor->dims, p->dims, p->rank * sizeof(int64_t)) != 0)) {
+      if (!s && (tensor->dtype != TY_DTYPE_F32 || tensor->rank != desc.rank ||
+                 memcmp(tensor->dims, desc.dims, desc.rank * sizeof(int64_t)) != 0)) {
         s = ty_status_make(TY_CODE_DATA_LOSS, "%s: tensor %s has the wrong dtype or shape",
                            path, name);
       }
@@ -254,8 +278,8 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
         s = bad;
       }
       if (!s) {
-        s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, p->rank,
-                            p->dims, tensor->data, (size_t)tensor->byte_size);
+        s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, desc.rank,
+                            desc.dims, tensor->data, (size_t)tensor->byte_size);
       }
     }
   }

@@ -202,7 +202,10 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
    * length follows --max-steps/--epochs) and the update's other knobs. */
   static const char *const changeable[] = {
       "lr",    "min_lr", "warmup_steps", "schedule", "max_steps", "epochs",  "weight_decay",
-      "beta1", "beta2",  "eps",          "momentum", "clip",      "dropout", "decay_all", NULL};
+      "beta1", "beta2",  "eps",          "momentum", "clip",      "dropout", "decay_all",
+      /* Adafactor's (the memory levers change no update: not noted) */
+      "relative_step", "scale_parameter", "warmup_init", "clip_threshold", "decay_rate",
+      "adafactor_eps1", "adafactor_eps2", NULL};
   ty_train_config_diff(saved, now, changeable, ty_trainer_note_change, (void *)t);
   return TY_OK;
 }

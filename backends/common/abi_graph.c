@@ -3,6 +3,7 @@
 #include "backends/common/abi_graph.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,8 +146,13 @@ ty_owned_graph_t *ty_owned_graph_copy(const ty_abi_graph_t *src) {
     nodes[n].attrs = attrs;
   }
   if (src->update_count) memcpy(updates, src->updates, src->update_count * sizeof(*updates));
-  o->graph = *src;
+  /* A host of an older minor wrote a shorter struct: copy what it wrote. */
+  memcpy(&o->graph, src, src->struct_size < sizeof(o->graph) ? src->struct_size
+                                                             : sizeof(o->graph));
   o->graph.struct_size = sizeof(o->graph);
+  const char *levers = TY_ABI_HAS_FIELD(src, ty_abi_graph_t, levers) ? src->levers : NULL;
+  snprintf(o->levers, sizeof(o->levers), "%s", levers ? levers : "");
+  o->graph.levers = o->levers;
   o->graph.values = values;
   o->graph.nodes = nodes;
   o->graph.updates = updates;
@@ -200,4 +206,39 @@ const char *ty_abi_node_attr_string(const ty_abi_node_t *node, const char *name,
                                     const char *default_value) {
   const ty_abi_attr_t *a = ty_abi_node_attr(node, name);
   return a && a->kind == TY_ATTR_STRING ? a->s : default_value;
+}
+
+bool ty_abi_graph_lever(const ty_abi_graph_t *g, const char *key, const char *off,
+                        char *out_value, size_t capacity) {
+  const char *levers = TY_ABI_HAS_FIELD(g, ty_abi_graph_t, levers) ? g->levers : NULL;
+  size_t klen = strlen(key);
+  for (const char *p = levers ? levers : ""; *p;) {
+    while (*p == ' ') ++p;
+    const char *end = strchr(p, ' ');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len > klen && strncmp(p, key, klen) == 0 && p[klen] == '=' &&
+        !(off && strlen(off) == len - klen - 1 && strncmp(p + klen + 1, off, len - klen - 1) == 0)) {
+      if (out_value && capacity) snprintf(out_value, capacity, "%.*s", (int)len, p);
+      return true;
+    }
+    p += len;
+  }
+  return false;
+}
+
+uint64_t ty_abi_node_workspace_bytes(const ty_abi_graph_t *g, const ty_abi_node_t *node) {
+  bool forward = strcmp(node->op, "linear_cross_entropy") == 0;
+  if (!forward && strcmp(node->op, "linear_cross_entropy_backward") != 0) return 0;
+  uint32_t at = forward ? 0 : 1;
+  if (node->input_count < at + 2) return 0;
+  const ty_abi_value_t *h = &g->values[node->inputs[at]], *w = &g->values[node->inputs[at + 1]];
+  if (h->rank < 1 || w->rank != 2) return 0;
+  uint64_t channels = (uint64_t)w->dims[1], vocab = (uint64_t)w->dims[0];
+  uint64_t rows = channels ? (uint64_t)ty_abi_value_elements(h) / channels : 0;
+  uint64_t chunk = (uint64_t)ty_abi_node_attr_int(node, "chunk", 0);
+  if (chunk == 0 || chunk > rows) chunk = rows ? rows : 1;
+  uint64_t floats = chunk * vocab;
+  if (h->dtype != TY_DTYPE_F32) floats += rows * channels + (forward ? 0 : chunk * channels);
+  if (w->dtype != TY_DTYPE_F32) floats += vocab * channels * (forward ? 1 : 2);
+  return floats * sizeof(float);
 }

@@ -5,6 +5,7 @@
 #define TY_BACKENDS_COMMON_ABI_GRAPH_H_
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "hal/backend_abi.h"
@@ -18,6 +19,7 @@ typedef struct ty_owned_graph_t {
   uint64_t *value_bytes;    /* per value: dense byte size */
   uint32_t *producer;       /* per value: node index or UINT32_MAX */
   char hash_hex[65];
+  char levers[256];         /* graph.levers points here ("" for older hosts) */
   void *pool_base_; /* private: the block everything above points into */
 } ty_owned_graph_t;
 
@@ -31,6 +33,20 @@ size_t ty_abi_dtype_size(ty_dtype_t dtype);
 
 /* Element count of a value. */
 int64_t ty_abi_value_elements(const ty_abi_value_t *value);
+
+/* Whether the space-separated `levers` word list (ty_abi_graph_t.levers)
+ * has a word starting with `key=` other than `key=<off>`; *out_value (may be
+ * NULL) receives the word. */
+bool ty_abi_graph_lever(const ty_abi_graph_t *graph, const char *key, const char *off,
+                        char *out_value, size_t capacity);
+
+/* Bytes of scratch (workspace) a node's kernel allocates beyond its
+ * operands, as the host plans it: the chunk of logits of
+ * linear_cross_entropy (with f32 copies of bf16/f16 h and w, and the f32
+ * staging of its backward); 0 for every other op (their scratch is a few
+ * rows per thread). One estimate shared by the host's pre-flight plan and
+ * the host executor's executable_memory, so both report the same figure. */
+uint64_t ty_abi_node_workspace_bytes(const ty_abi_graph_t *graph, const ty_abi_node_t *node);
 
 /* Attribute lookup on a node; NULL when absent. */
 const ty_abi_attr_t *ty_abi_node_attr(const ty_abi_node_t *node, const char *name);

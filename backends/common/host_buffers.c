@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/common/host_meter.h"
 #include "backends/common/plugin_status.h"
 
 struct ty_abi_buffer_s {
@@ -24,6 +25,12 @@ ty_abi_status_t ty_host_buffer_alloc(ty_abi_device_t *device,
                                      ty_abi_buffer_t **out_buffer) {
   (void)device;
   *out_buffer = NULL;
+  if (TY_ABI_HAS_FIELD(args, ty_abi_buffer_alloc_args_t, flags) &&
+      (args->flags & TY_ABI_BUFFER_HOST)) {
+    return ty_plugin_error(TY_CODE_UNIMPLEMENTED,
+                           "no pinned host buffers: this device's memory is host memory "
+                           "already, so an offload (--offload optimizer) would move nothing");
+  }
   uint64_t limit = ty_host_memory_bytes();
   if ((limit && args->size_bytes > limit) || args->size_bytes > SIZE_MAX) {
     return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
@@ -33,7 +40,9 @@ ty_abi_status_t ty_host_buffer_alloc(ty_abi_device_t *device,
   ty_abi_buffer_t *b = calloc(1, sizeof(*b));
   if (!b) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for a buffer record");
   b->size = args->size_bytes;
-  if (b->size && !(b->data = malloc((size_t)b->size))) {
+  /* Counted by the plugin's host meter (host_meter.h): buffers are device
+   * memory, for ABI 1.3 device_memory. */
+  if (b->size && !(b->data = ty_host_mem_alloc(b->size))) {
     free(b);
     return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory allocating %llu bytes",
                            (unsigned long long)args->size_bytes);
@@ -45,7 +54,7 @@ ty_abi_status_t ty_host_buffer_alloc(ty_abi_device_t *device,
 void ty_host_buffer_free(ty_abi_device_t *device, ty_abi_buffer_t *buffer) {
   (void)device;
   if (!buffer) return;
-  free(buffer->data);
+  ty_host_mem_free(buffer->data);
   free(buffer);
 }
 

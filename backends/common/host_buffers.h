@@ -11,7 +11,9 @@
  * that uses them must not define its own. Allocations larger than the
  * host's physical memory fail with RESOURCE_EXHAUSTED up front (Linux
  * overcommit would otherwise let them succeed and kill the process on first
- * touch). Errors are made with ty_plugin_error: call ty_plugin_status_init
+ * touch); pinned host buffers (ABI 1.3 TY_ABI_BUFFER_HOST, optimizer offload)
+ * are refused as UNIMPLEMENTED, since they would move nothing. The bytes
+ * are counted by the plugin's host meter (host_meter.h). Errors are made with ty_plugin_error: call ty_plugin_status_init
  * in backend_create. Buffer calls on different buffers are thread-safe.
  * Part of the backend support library; depends only on the SDK headers. */
 #ifndef TY_BACKENDS_COMMON_HOST_BUFFERS_H_

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/host_meter.h"
 #include "backends/common/host_profile.h"
 #include "backends/common/memory_plan.h"
 #include "backends/common/plugin_status.h"
@@ -87,13 +88,13 @@ void ty_host_executor_destroy(ty_host_executor_t *e) {
   }
   ty_memory_plan_free(&e->plan);
   ty_owned_graph_free(e->graph);
-  free(e->arena);
+  ty_host_mem_free(e->arena);
   free(e->kernels);
   free(e->data);
-  free(e->fallback);
+  ty_host_mem_free(e->fallback);
   free(e->fallback_offset);
   free(e->sorted_named);
-  free(e->ones);
+  ty_host_mem_free(e->ones);
   free(e);
 }
 
@@ -101,9 +102,46 @@ bool ty_host_executor_seed_defaulted(const ty_host_executor_t *e) { return e->se
 
 uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) { return e->plan.arena_bytes; }
 
+void ty_host_executor_memory(const ty_host_executor_t *e, ty_abi_executable_memory_t *out) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  uint64_t scratch = 0;
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    uint64_t w = ty_abi_node_workspace_bytes(g, &g->nodes[n]);
+    if (w > scratch) scratch = w;
+  }
+  out->arena_bytes = e->plan.arena_bytes;
+  if (TY_ABI_HAS_FIELD(out, ty_abi_executable_memory_t, scratch_bytes)) out->scratch_bytes = scratch;
+  if (TY_ABI_HAS_FIELD(out, ty_abi_executable_memory_t, host_bytes)) out->host_bytes = 0;
+}
+
+void ty_host_device_memory(uint32_t reset_peak, ty_abi_device_memory_t *out) {
+  uint64_t in_use = 0, peak = 0;
+  ty_host_meter_read(&in_use, &peak);
+  out->in_use_bytes = in_use;
+  out->peak_bytes = peak;
+  if (TY_ABI_HAS_FIELD(out, ty_abi_device_memory_t, how)) {
+    snprintf(out->how, sizeof(out->how),
+             "allocator counter: buffers, activation arenas and the large kernel scratch, "
+             "at every allocation (not the process RSS)");
+  }
+  if (reset_peak) ty_host_meter_reset_peak();
+}
+
+ty_abi_status_t ty_host_refuse_offload(const ty_abi_graph_t *g, const char *plugin) {
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (!(g->values[v].flags & TY_VALUE_FLAG_HOST_RESIDENT)) continue;
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "%s: state '%s' is flagged to live in host memory (--offload "
+                           "optimizer), but this device's memory is host memory already: "
+                           "offload would move nothing; run without --offload",
+                           plugin, g->values[v].name);
+  }
+  return NULL;
+}
+
 /* Ones in a float dtype, for an unbound loss-gradient seed. */
 static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
-  unsigned char *p = aligned_alloc(64, (bytes + 63) & ~(uint64_t)63);
+  unsigned char *p = ty_host_mem_alloc(bytes);
   if (!p) return NULL;
   size_t size = ty_abi_dtype_size(dtype), n = size ? (size_t)(bytes / size) : 0;
   for (size_t i = 0; i < n; ++i) {
@@ -130,9 +168,8 @@ ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char 
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   if (ty_memory_plan_build(e->graph, TY_HOST_ARENA_ALIGNMENT, &e->plan) != TY_CODE_OK) goto oom;
   if (e->plan.arena_bytes) {
-    e->arena = aligned_alloc(TY_HOST_ARENA_ALIGNMENT,
-                             (e->plan.arena_bytes + TY_HOST_ARENA_ALIGNMENT - 1) &
-                                 ~(uint64_t)(TY_HOST_ARENA_ALIGNMENT - 1));
+    /* Counted as device memory (host_meter.h). */
+    e->arena = ty_host_mem_alloc_aligned(e->plan.arena_bytes, TY_HOST_ARENA_ALIGNMENT);
     if (!e->arena) {
       unsigned long long bytes = (unsigned long long)e->plan.arena_bytes;
       ty_abi_status_t s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
@@ -238,7 +275,7 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
                                  val->name);
         }
         if (!e->fallback && e->fallback_bytes) {
-          e->fallback = aligned_alloc(64, e->fallback_bytes);
+          e->fallback = ty_host_mem_alloc(e->fallback_bytes);
           if (!e->fallback) return ty_host_oom(e, "for unbound outputs");
         }
         e->data[v] = e->fallback + e->fallback_offset[v];

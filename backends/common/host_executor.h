@@ -71,6 +71,15 @@ uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *executor);
 bool ty_host_executor_seed_defaulted(const ty_host_executor_t *executor);
 /* Bytes of the activation arena the executor allocated at create. */
 uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *executor);
+/* executable_memory (ABI 1.3) for a host-executor plugin: the arena, and
+ * the largest kernel workspace of one node (ty_abi_node_workspace_bytes). */
+void ty_host_executor_memory(const ty_host_executor_t *executor,
+                             ty_abi_executable_memory_t *out);
+/* device_memory (ABI 1.3) from the plugin's host meter (host_meter.h). */
+void ty_host_device_memory(uint32_t reset_peak, ty_abi_device_memory_t *out);
+/* FAILED_PRECONDITION naming the first TY_VALUE_FLAG_HOST_RESIDENT value of
+ * `graph`: a device whose memory is host memory has nothing to offload to. */
+ty_abi_status_t ty_host_refuse_offload(const ty_abi_graph_t *graph, const char *plugin);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* (op, output index) -> input index it may overwrite in place. */
-static int ty_inplace_input(const char *op, uint32_t output) {
+/* (node, output index) -> input index it may overwrite in place. */
+static int ty_inplace_input(const ty_abi_node_t *node, uint32_t output) {
+  const char *op = node->op;
+  if (strcmp(op, "adafactor_update") == 0) {
+    /* param', then one output per present state input 2..5, in order */
+    if (output == 0) return 0;
+    uint32_t seen = 0;
+    for (uint32_t i = 2; i < 6 && i < node->input_count; ++i) {
+      if (node->inputs[i] != UINT32_MAX && ++seen == output) return (int)i;
+    }
+    return -1;
+  }
   if (strcmp(op, "adamw_update") == 0) {
     return output == 0 ? 0 : output == 1 ? 2 : output == 2 ? 3 : -1;
   }
@@ -89,7 +99,7 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
       const ty_abi_node_t *node = &g->nodes[p];
       for (uint32_t o = 0; o < node->output_count && !alias; ++o) {
         if (node->outputs[o] != value) continue;
-        int in = ty_inplace_input(node->op, o);
+        int in = ty_inplace_input(node, o);
         alias = in >= 0 && (uint32_t)in < node->input_count &&
                 node->inputs[in] == state && last_use[state] <= p &&
                 last_use[value] <= p; /* nobody reads the new value either */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/common/host_meter.h"
 #include "backends/common/plugin_status.h"
 #include "backends/cpu/cpu_internal.h"
 #include "hal/backend_abi.h"
@@ -197,6 +198,11 @@ static ty_abi_status_t cpu_buffer_alloc(ty_abi_device_t *d,
                      (unsigned long long)alignment);
   }
   if (alignment < sizeof(void *)) alignment = sizeof(void *);
+  if (TY_ABI_HAS_FIELD(args, ty_abi_buffer_alloc_args_t, flags) &&
+      (args->flags & TY_ABI_BUFFER_HOST)) {
+    return cpu_error(host, TY_CODE_UNIMPLEMENTED,
+                     "cpu: no pinned host buffers: the cpu device's memory is host memory");
+  }
   uint64_t memory = d->backend->info.memory_bytes;
   /* Refuse what can never fit instead of counting on the kernel's
    * overcommit policy (which would let it through and kill us later). */
@@ -214,9 +220,11 @@ static ty_abi_status_t cpu_buffer_alloc(ty_abi_device_t *d,
   }
   buf->size = args->size_bytes;
   if (buf->size) {
-    void *p = NULL;
-    if (buf->size > SIZE_MAX - alignment ||
-        posix_memalign(&p, (size_t)alignment, (size_t)buf->size) != 0) {
+    /* Counted by the host meter: buffers are device memory (ABI 1.3
+     * device_memory reports them with the arenas and kernel scratch). */
+    void *p = buf->size > SIZE_MAX - alignment ? NULL
+                                               : ty_host_mem_alloc_aligned(buf->size, alignment);
+    if (!p) {
       free(buf);
       return cpu_error(host, TY_CODE_RESOURCE_EXHAUSTED,
                        "cpu: out of memory allocating %llu bytes",
@@ -231,7 +239,7 @@ static ty_abi_status_t cpu_buffer_alloc(ty_abi_device_t *d,
 static void cpu_buffer_free(ty_abi_device_t *d, ty_abi_buffer_t *buf) {
   (void)d;
   if (!buf) return;
-  free(buf->data);
+  ty_host_mem_free(buf->data);
   free(buf);
 }
 
@@ -280,6 +288,8 @@ static const ty_backend_api_t cpu_api = {
     .graph_compile = cpu_graph_compile,
     .executable_destroy = cpu_executable_destroy,
     .executable_execute = cpu_executable_execute,
+    .executable_memory = cpu_executable_memory,
+    .device_memory = cpu_device_memory,
 };
 
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(

@@ -68,6 +68,8 @@ ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_
                            "takes none; use device options such as cpu?threads=N)",
                            args->options[0].key);
   }
+  ty_abi_status_t refused = ty_host_refuse_offload(args->graph, "cpu");
+  if (refused) return refused;
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cpu: out of memory compiling");
   e->device = device;
@@ -87,4 +89,16 @@ static void cpu_buffer_view(ty_abi_buffer_t *buffer, unsigned char **out_data, u
 
 ty_abi_status_t cpu_executable_execute(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
   return ty_host_executor_run(e->executor, args, cpu_buffer_view, e->device->threads);
+}
+
+ty_abi_status_t cpu_executable_memory(ty_abi_executable_t *e, ty_abi_executable_memory_t *out) {
+  ty_host_executor_memory(e->executor, out);
+  return NULL;
+}
+
+ty_abi_status_t cpu_device_memory(ty_abi_device_t *device, uint32_t reset_peak,
+                                  ty_abi_device_memory_t *out) {
+  (void)device;
+  ty_host_device_memory(reset_peak, out);
+  return NULL;
 }

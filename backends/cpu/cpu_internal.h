@@ -42,5 +42,9 @@ ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device,
 void cpu_executable_destroy(ty_abi_executable_t *executable);
 ty_abi_status_t cpu_executable_execute(ty_abi_executable_t *executable,
                                        const ty_abi_execute_args_t *args);
+ty_abi_status_t cpu_executable_memory(ty_abi_executable_t *executable,
+                                      ty_abi_executable_memory_t *out);
+ty_abi_status_t cpu_device_memory(ty_abi_device_t *device, uint32_t reset_peak,
+                                  ty_abi_device_memory_t *out);
 
 #endif /* TY_BACKENDS_CPU_CPU_INTERNAL_H_ */

@@ -62,6 +62,10 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     /* cpu_kernels_loss.c */
     {"cross_entropy", cpu_kernel_cross_entropy, CPU_ACCEPT_FLOAT},
     {"cross_entropy_backward", cpu_kernel_cross_entropy_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_linear_ce.c */
+    {"linear_cross_entropy", cpu_kernel_linear_cross_entropy, CPU_ACCEPT_FLOAT},
+    {"linear_cross_entropy_backward", cpu_kernel_linear_cross_entropy_backward,
+     CPU_ACCEPT_FLOAT},
     /* cpu_kernels_dropout.c */
     {"dropout", cpu_kernel_dropout, CPU_ACCEPT_FLOAT},
     {"dropout_backward", cpu_kernel_dropout_backward, CPU_ACCEPT_FLOAT},
@@ -75,7 +79,9 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     /* cpu_kernels_optim.c */
     {"adamw_update", cpu_kernel_adamw_update, CPU_ACCEPT_FLOAT},
     {"sgd_update", cpu_kernel_sgd_update, CPU_ACCEPT_FLOAT},
+    {"adafactor_update", cpu_kernel_adafactor_update, CPU_ACCEPT_FLOAT},
     {"clip_by_global_norm", cpu_kernel_clip_by_global_norm, CPU_ACCEPT_FLOAT},
+    {"global_norm_scale", cpu_kernel_global_norm_scale, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_kv_cache.c */
     {"kv_cache_write", cpu_kernel_kv_cache_write, CPU_ACCEPT_ANY},
     {NULL, NULL, CPU_ACCEPT_ANY},

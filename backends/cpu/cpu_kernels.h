@@ -315,6 +315,17 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c);
 /* cpu_kernels_loss.c */
 ty_abi_status_t cpu_kernel_cross_entropy(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_cross_entropy_backward(const cpu_node_ctx_t *c);
+/* One row of logits: e = exp(z - max) (e must not be z), *out_sum = sum(e)
+ * in f64. */
+void cpu_ce_row_exp(const float *z, int64_t vocab, float *e, float *out_max, double *out_sum);
+/* INVALID_ARGUMENT naming the node unless each of the `rows` targets of
+ * input `targets_in` is below `vocab` (a negative target is ignored). */
+ty_abi_status_t cpu_ce_check_targets(const cpu_node_ctx_t *c, uint32_t targets_in, int64_t rows,
+                                     int64_t vocab);
+
+/* cpu_kernels_linear_ce.c */
+ty_abi_status_t cpu_kernel_linear_cross_entropy(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_linear_cross_entropy_backward(const cpu_node_ctx_t *c);
 
 /* cpu_kernels_embedding.c */
 ty_abi_status_t cpu_kernel_embedding(const cpu_node_ctx_t *c);
@@ -337,6 +348,8 @@ ty_abi_status_t cpu_kernel_concat(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_adamw_update(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_sgd_update(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_clip_by_global_norm(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_adafactor_update(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_global_norm_scale(const cpu_node_ctx_t *c);
 
 /* cpu_kernels_kv_cache.c */
 ty_abi_status_t cpu_kernel_kv_cache_write(const cpu_node_ctx_t *c);

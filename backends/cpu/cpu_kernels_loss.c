@@ -16,8 +16,8 @@
 
 #include "backends/cpu/cpu_kernels.h"
 
-static ty_abi_status_t cpu_ce_check(const cpu_node_ctx_t *c, uint32_t targets_in,
-                                    int64_t rows, int64_t vocab) {
+ty_abi_status_t cpu_ce_check_targets(const cpu_node_ctx_t *c, uint32_t targets_in, int64_t rows,
+                                     int64_t vocab) {
   const ty_abi_value_t *tv = cpu_in(c, targets_in);
   const void *pt = cpu_in_data(c, targets_in);
   for (int64_t n = 0; n < rows; ++n) {
@@ -61,12 +61,18 @@ CPU_MULTIVERSION(cpu_ce_backward_row, (const float *restrict z, int64_t vocab, i
                   float *restrict dz),
                  (z, vocab, t, g, dz))
 
+/* The row function, for the fused linear + cross-entropy kernel
+ * (cpu_kernels_linear_ce.c), whose loss must be computed exactly as here. */
+void cpu_ce_row_exp(const float *z, int64_t vocab, float *e, float *out_max, double *out_sum) {
+  cpu_row_exp(z, vocab, e, out_max, out_sum);
+}
+
 ty_abi_status_t cpu_kernel_cross_entropy(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *lv = cpu_in(c, 0), *tv = cpu_in(c, 1);
   const void *pl = cpu_in_data(c, 0), *pt = cpu_in_data(c, 1);
   float *loss = cpu_out_data(c, 0);
   const int64_t rows = cpu_rows(lv), vocab = cpu_last_dim(lv);
-  ty_abi_status_t st = cpu_ce_check(c, 1, rows, vocab);
+  ty_abi_status_t st = cpu_ce_check_targets(c, 1, rows, vocab);
   if (st) return st;
   if (rows == 0) return NULL;
   const int nt = cpu_threads(c, rows * vocab, 16384);
@@ -99,7 +105,7 @@ ty_abi_status_t cpu_kernel_cross_entropy_backward(const cpu_node_ctx_t *c) {
   const void *pl = cpu_in_data(c, 1), *pt = cpu_in_data(c, 2);
   void *pd = cpu_out_data(c, 0);
   const int64_t rows = cpu_rows(lv), vocab = cpu_last_dim(lv);
-  ty_abi_status_t st = cpu_ce_check(c, 2, rows, vocab);
+  ty_abi_status_t st = cpu_ce_check_targets(c, 2, rows, vocab);
   if (st) return st;
   if (rows == 0 || vocab == 0) return NULL;
   const int nt = cpu_threads(c, rows * vocab, 16384);

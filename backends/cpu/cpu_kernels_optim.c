@@ -197,3 +197,156 @@ ty_abi_status_t cpu_kernel_clip_by_global_norm(const cpu_node_ctx_t *c) {
   }
   return NULL;
 }
+
+/* ---- adafactor_update (transformers.Adafactor; ops/reference/ref_optim.h
+ * states the rule) ----
+ *
+ * Two passes over the parameter: the first updates the second-moment state
+ * (row and column means of g^2 + eps1 for a factored matrix, v otherwise)
+ * and sums u^2 for the update's RMS; the second forms u again, scales it by
+ * alpha / max(1, rms(u) / clip_threshold), runs the first moment and writes
+ * the parameter. u is never stored. Arithmetic is f64 over f32 states (as
+ * adamw's), sums are taken per CPU_CHUNK block and added in block order, so
+ * the result does not depend on the thread count. Outputs may alias their
+ * state inputs: every element is read before it is written, and the second
+ * pass reads the new states from the outputs. */
+
+/* Sum over blocks of CPU_CHUNK elements of `expr` (of i), added in block
+ * order; parts_ holds one double per block. */
+#define CPU_BLOCK_SUM(nt, n, parts_, expr, out)                                  \
+  do {                                                                           \
+    const int64_t blocks_ = ((n) + CPU_CHUNK - 1) / CPU_CHUNK;                   \
+    _Pragma("omp parallel for num_threads(nt) schedule(static)")                 \
+    for (int64_t b_ = 0; b_ < blocks_; ++b_) {                                   \
+      double acc_ = 0.0;                                                         \
+      const int64_t end_ = (b_ + 1) * CPU_CHUNK < (n) ? (b_ + 1) * CPU_CHUNK : (n); \
+      for (int64_t i = b_ * CPU_CHUNK; i < end_; ++i) acc_ += (expr);            \
+      parts_[b_] = acc_;                                                         \
+    }                                                                            \
+    double sum_ = 0.0;                                                           \
+    for (int64_t b_ = 0; b_ < blocks_; ++b_) sum_ += parts_[b_];                 \
+    (out) = sum_;                                                                \
+  } while (0)
+
+ty_abi_status_t cpu_kernel_adafactor_update(const cpu_node_ctx_t *c) {
+  /* param, grad, row, col, v, m, lr, weight_decay, step, beta1 */
+  const ty_abi_value_t *pv = cpu_in(c, 0), *gv = cpu_in(c, 1);
+  const int64_t n = cpu_numel(pv), step = *(const int64_t *)cpu_in_data(c, 8);
+  const float *row = cpu_in_data(c, 2), *col = cpu_in_data(c, 3), *v = cpu_in_data(c, 4);
+  const float *m = cpu_in_data(c, 5);
+  uint32_t o = 1;
+  float *row_o = row ? cpu_out_data(c, o++) : NULL, *col_o = col ? cpu_out_data(c, o++) : NULL;
+  float *v_o = v ? cpu_out_data(c, o++) : NULL, *m_o = m ? cpu_out_data(c, o++) : NULL;
+  const double lr = cpu_scalar_f32(c, 6), wd = cpu_scalar_f32(c, 7);
+  const double beta1 = m ? cpu_scalar_f32(c, 9) : 0.0;
+  const double eps1 = ty_abi_node_attr_float(c->node, "eps1", 1e-30);
+  const double eps2 = ty_abi_node_attr_float(c->node, "eps2", 1e-3);
+  const double clip = ty_abi_node_attr_float(c->node, "clip_threshold", 1.0);
+  const double decay = ty_abi_node_attr_float(c->node, "decay_rate", -0.8);
+  const bool relative = ty_abi_node_attr_int(c->node, "relative_step", 0) != 0;
+  const bool scale_param = ty_abi_node_attr_int(c->node, "scale_parameter", 1) != 0;
+  const bool warmup = ty_abi_node_attr_int(c->node, "warmup_init", 0) != 0;
+  if (step < 1 || (m && !(beta1 >= 0.0 && beta1 < 1.0))) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                           "cpu: " CPU_NODE_FMT ": step %lld must be >= 1 and beta1 %g in "
+                           "[0, 1)", CPU_NODE_ARGS(c), (long long)step, beta1);
+  }
+  const float *p = NULL, *g = NULL;
+  float *p_owned = NULL, *g_owned = NULL;
+  const int64_t cols = pv->rank >= 2 ? pv->dims[pv->rank - 1] : n;
+  const int64_t rows = pv->rank >= 2 ? pv->dims[pv->rank - 2] : 1;
+  const int64_t batches = rows * cols > 0 ? n / (rows * cols) : 0;
+  double *parts = calloc((size_t)((n + CPU_CHUNK - 1) / CPU_CHUNK + batches + 1), sizeof(double));
+  double *row_mean = parts ? parts + (n + CPU_CHUNK - 1) / CPU_CHUNK : NULL;
+  if (!parts || !cpu_f32_whole(cpu_in_data(c, 0), pv->dtype, n, c->threads, &p, &p_owned) ||
+      !cpu_f32_whole(cpu_in_data(c, 1), gv->dtype, n, c->threads, &g, &g_owned)) {
+    free(parts);
+    free(p_owned);
+    return cpu_oom(c);
+  }
+  const int nt = cpu_threads(c, n, 16384);
+  const double t = (double)step;
+  double sumsq_p;
+  CPU_BLOCK_SUM(nt, n, parts, (double)p[i] * p[i], sumsq_p);
+  const double rms_p = n ? sqrt(sumsq_p / (double)n) : 0.0;
+  const double rel = relative ? fmin(warmup ? 1e-6 * t : 1e-2, 1.0 / sqrt(t)) : lr;
+  const double alpha = rel * (scale_param ? fmax(eps2, rms_p) : 1.0);
+  const double beta2t = 1.0 - pow(t, decay);
+  if (row) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < batches * rows; ++r) {
+      const float *gr = g + r * cols;
+      double acc = 0.0;
+      for (int64_t j = 0; j < cols; ++j) acc += (double)gr[j] * gr[j] + eps1;
+      row_o[r] = (float)(beta2t * row[r] + (1.0 - beta2t) * (acc / (double)cols));
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t bj = 0; bj < batches * cols; ++bj) {
+      const int64_t b = bj / cols, j = bj % cols;
+      const float *gb = g + b * rows * cols;
+      double acc = 0.0;
+      for (int64_t i = 0; i < rows; ++i) acc += (double)gb[i * cols + j] * gb[i * cols + j] + eps1;
+      col_o[bj] = (float)(beta2t * col[bj] + (1.0 - beta2t) * (acc / (double)rows));
+    }
+    for (int64_t b = 0; b < batches; ++b) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < rows; ++i) acc += row_o[b * rows + i];
+      row_mean[b] = acc / (double)rows;
+    }
+  } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      v_o[i] = (float)(beta2t * v[i] + (1.0 - beta2t) * ((double)g[i] * g[i] + eps1));
+    }
+  }
+  /* u_i before clipping, from the new states. */
+#define CPU_ADAFACTOR_U(i)                                                              \
+  (row ? (double)g[i] /                                                                 \
+             sqrt((double)row_o[(i) / cols] / row_mean[(i) / (rows * cols)]) /          \
+             sqrt((double)col_o[((i) / (rows * cols)) * cols + (i) % cols])             \
+       : (double)g[i] / sqrt((double)v_o[i]))
+  double sumsq_u;
+  CPU_BLOCK_SUM(nt, n, parts, CPU_ADAFACTOR_U(i) * CPU_ADAFACTOR_U(i), sumsq_u);
+  const double rms_u = n ? sqrt(sumsq_u / (double)n) : 0.0;
+  const double scale = alpha / fmax(1.0, rms_u / clip), decay_factor = wd * alpha;
+  void *po = cpu_out_data(c, 0);
+  const ty_dtype_t pod = cpu_out(c, 0)->dtype;
+  const int64_t chunks = (n + CPU_CHUNK - 1) / CPU_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    float so[CPU_CHUNK];
+    const int64_t off = ch * CPU_CHUNK, len = n - off < CPU_CHUNK ? n - off : CPU_CHUNK;
+    float *out = cpu_span_out(po, pod, off, so);
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = off + j;
+      double u = CPU_ADAFACTOR_U(i) * scale;
+      if (m) {
+        const double mi = beta1 * m[i] + (1.0 - beta1) * u;
+        m_o[i] = (float)mi;
+        u = m_o[i]; /* the stored moment is the update, as in transformers */
+      }
+      out[j] = (float)((double)p[i] - decay_factor * p[i] - u);
+    }
+    cpu_span_out_done(po, pod, off, len, out);
+  }
+#undef CPU_ADAFACTOR_U
+  free(parts);
+  free(p_owned);
+  free(g_owned);
+  return NULL;
+}
+
+ty_abi_status_t cpu_kernel_global_norm_scale(const cpu_node_ctx_t *c) {
+  /* max_norm, s_1..s_n -> norm, scale; the sums in f64, in input order */
+  double sum = 0.0;
+  for (uint32_t i = 1; i < c->node->input_count; ++i) sum += cpu_scalar_f32(c, i);
+  const double norm = sqrt(sum), max_norm = cpu_scalar_f32(c, 0);
+  double coef = 1.0;
+  if (max_norm > 0.0) {
+    coef = max_norm / (norm + 1e-6);
+    if (coef > 1.0) coef = 1.0;
+  }
+  *(float *)cpu_out_data(c, 0) = (float)norm;
+  *(float *)cpu_out_data(c, 1) = (float)coef;
+  return NULL;
+}

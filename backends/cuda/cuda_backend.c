@@ -495,7 +495,10 @@ static ty_abi_status_t ty_cu_buffer_copy(ty_abi_device_t *d, ty_abi_buffer_t *sr
 static const ty_backend_api_t ty_cu_api_table = {
     .struct_size = sizeof(ty_backend_api_t),
     .abi_major = TY_ABI_MAJOR,
-    .abi_minor = TY_ABI_MINOR,
+    /* 1.2: ABI 1.3's pinned host buffers (TY_ABI_BUFFER_HOST, optimizer
+     * offload) are not implemented here yet, so the host refuses them for
+     * this plugin instead of handing it flags it would ignore. */
+    .abi_minor = 2,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,

@@ -68,6 +68,41 @@ ty_abi_status_t df_graph_compile(ty_abi_device_t *device, const ty_abi_compile_a
                            args->options[0].key);
   }
   const ty_abi_graph_t *g = args->graph;
+  /* Memory levers its static schedule would undo: sections run every
+   * forward node (a recomputed copy reads only checkpoints and weights, so
+   * it lands in FWD) before any backward one, and every optimizer update in
+   * OPT after the whole backward. Loss chunking, Adafactor and bf16 are ops
+   * and dtypes: accepted. */
+  static const struct {
+    const char *key, *off, *why;
+  } df_levers[] = {
+      {"recompute", "none",
+       "the static schedule runs every forward node, recomputed copies included, in the FWD "
+       "section before the backward, so nothing would be freed"},
+      {"fused_optimizer", "0",
+       "the static schedule runs every optimizer update in the OPT section after the whole "
+       "backward, so every gradient would exist at once anyway"},
+      {"offload", "none",
+       "its state lives in the emulated device DRAM, which has no host memory to offload to"},
+  };
+  for (size_t i = 0; i < sizeof(df_levers) / sizeof(df_levers[0]); ++i) {
+    char word[96];
+    if (!ty_abi_graph_lever(g, df_levers[i].key, df_levers[i].off, word, sizeof(word))) {
+      continue;
+    }
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "dataflow: memory lever %s is refused: %s; run without it", word,
+                           df_levers[i].why);
+  }
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (g->values[v].flags & TY_VALUE_FLAG_HOST_RESIDENT) {
+      return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                             "dataflow: state '%s' is flagged to live in host memory: the "
+                             "emulated device keeps all state in its DRAM; run without "
+                             "--offload",
+                             g->values[v].name);
+    }
+  }
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   uint32_t *order = malloc((g->node_count ? g->node_count : 1) * sizeof(uint32_t));
   ty_abi_node_t *nodes = malloc((g->node_count ? g->node_count : 1) * sizeof(ty_abi_node_t));

@@ -53,7 +53,8 @@ bool df_same_target(const df_target_t *a, const df_target_t *b) {
 }
 
 static bool df_is_optimizer(const char *op) {
-  return strcmp(op, "adamw_update") == 0 || strcmp(op, "sgd_update") == 0;
+  return strcmp(op, "adamw_update") == 0 || strcmp(op, "sgd_update") == 0 ||
+         strcmp(op, "adafactor_update") == 0;
 }
 
 static bool df_ends_with(const char *s, const char *suffix) {
@@ -291,6 +292,13 @@ static double df_node_flops(const ty_abi_graph_t *g, const ty_abi_node_t *node) 
                              : 1;
     return 2.0 * out * (double)k + (df_in(node, 2) != UINT32_MAX ? out : 0.0);
   }
+  if (strncmp(op, "linear_cross_entropy", 20) == 0 && node->input_count >= 3) {
+    bool bwd = op[20] == '_';
+    const ty_abi_value_t *w = &g->values[node->inputs[bwd ? 2 : 1]];
+    double rows = w->dims[1] ? (double)df_numel(g, node->inputs[bwd ? 1 : 0]) / (double)w->dims[1]
+                             : 0.0;
+    return (bwd ? 6.0 : 2.0) * rows * (double)w->dims[0] * (double)w->dims[1];
+  }
   bool attention = strcmp(op, "attention") == 0, attention_bwd = strcmp(op, "attention_backward") == 0;
   if (attention || attention_bwd) {
     uint32_t qi = df_in(node, attention ? 0 : 1), ki = df_in(node, attention ? 1 : 2);
@@ -316,6 +324,7 @@ static double df_node_flops(const ty_abi_graph_t *g, const ty_abi_node_t *node) 
       {"rope", 6, true},            {"rope_backward", 6, true},
       {"dropout", 3, true},         {"dropout_backward", 3, true},
       {"adamw_update", 14, true},   {"sgd_update", 4, true},
+      {"adafactor_update", 16, true},
       {"reduce_sum", 1, true},      {"reduce_mean", 1, true},
       {"reduce_sumsq", 2, true},    {"embedding_backward", 1, true},
       {"add", 1, false},            {"sub", 1, false},

@@ -423,6 +423,17 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
                         "%s: unknown compile option '%s' (the opencl backend takes none)",
                         device->label, args->options[0].key);
   }
+  /* Optimizer offload needs pinned host buffers and host-side updates,
+   * which this executor does not have yet (ABI 1.3, docs/plugin-abi.md). */
+  for (uint32_t v = 0; v < args->graph->value_count; ++v) {
+    if (args->graph->values[v].flags & TY_VALUE_FLAG_HOST_RESIDENT) {
+      return ty_ocl_error(TY_CODE_FAILED_PRECONDITION,
+                          "%s: state '%s' is flagged to live in host memory (--offload "
+                          "optimizer), which the opencl backend does not implement yet; run "
+                          "without --offload",
+                          device->label, args->graph->values[v].name);
+    }
+  }
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
   e->device = device;

@@ -245,6 +245,11 @@ static ty_abi_status_t template_graph_compile(ty_abi_device_t *device,
     return template_error(device->backend->host, TY_CODE_INVALID_ARGUMENT,
                           "template: unknown compile option '%s'", args->options[0].key);
   }
+  /* ABI 1.3: a state the host wants in pinned host memory (optimizer
+   * offload) means nothing here, where device memory is host memory. A
+   * device with memory of its own would honour it instead. */
+  ty_abi_status_t refused = ty_host_refuse_offload(args->graph, "template");
+  if (refused) return refused;
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) {
     return device->backend->host->status_make(TY_CODE_RESOURCE_EXHAUSTED,

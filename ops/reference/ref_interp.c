@@ -502,6 +502,67 @@ static ty_status_t ty_run_optim(ty_interp_t *c, const char *op) {
   return ty_ref_sgd_step(&p, param, grad, m, n);
 }
 
+/* adafactor_update: outputs follow the present states (see op_optim.c). */
+static ty_status_t ty_run_adafactor(ty_interp_t *c) {
+  ty_status_t s = TY_OK;
+  const ty_abi_value_t *pv = ty_in_value(c, 0);
+  double *param, *grad, *state[4] = {NULL, NULL, NULL, NULL};
+  TY_RETURN_IF_ERROR(ty_fout_copy(c, 0, 0, &param));
+  TY_RETURN_IF_ERROR(ty_fin(c, 1, &grad));
+  uint32_t o = 1;
+  for (uint32_t k = 0; k < 4; ++k) {
+    if (ty_in_value(c, 2 + k)) TY_RETURN_IF_ERROR(ty_fout_copy(c, o++, 2 + k, &state[k]));
+  }
+  int64_t *step;
+  TY_RETURN_IF_ERROR(ty_iin(c, 8, &step));
+  ty_ref_adafactor_params_t p = {
+      .lr = ty_fscalar(c, 6, &s), .weight_decay = ty_fscalar(c, 7, &s),
+      .beta1 = state[3] ? ty_fscalar(c, 9, &s) : 0.0, .step = step[0],
+      .eps1 = ty_attr_float(c, "eps1", 1e-30), .eps2 = ty_attr_float(c, "eps2", 1e-3),
+      .clip_threshold = ty_attr_float(c, "clip_threshold", 1.0),
+      .decay_rate = ty_attr_float(c, "decay_rate", -0.8),
+      .relative_step = ty_attr_int(c, "relative_step", 0) != 0,
+      .scale_parameter = ty_attr_int(c, "scale_parameter", 1) != 0,
+      .warmup_init = ty_attr_int(c, "warmup_init", 0) != 0,
+  };
+  TY_RETURN_IF_ERROR(s);
+  int64_t rows = 1, cols = 1, batches = 1;
+  if (pv->rank >= 2) {
+    rows = pv->dims[pv->rank - 2];
+    cols = pv->dims[pv->rank - 1];
+    batches = rows > 0 && cols > 0 ? ty_elems(pv) / (rows * cols) : 0;
+  } else {
+    cols = ty_elems(pv);
+  }
+  return ty_ref_adafactor_step(&p, param, grad, state[0], state[1], state[2], state[3], batches,
+                               rows, cols);
+}
+
+/* linear_cross_entropy and its backward: h [..., C], w [V, C]. */
+static ty_status_t ty_run_linear_cross_entropy(ty_interp_t *c, bool backward) {
+  uint32_t at = backward ? 1 : 0;
+  const ty_abi_value_t *hv = ty_in_value(c, at), *wv = ty_in_value(c, at + 1);
+  double *h, *w;
+  int64_t *targets;
+  TY_RETURN_IF_ERROR(ty_fin(c, at, &h));
+  TY_RETURN_IF_ERROR(ty_fin(c, at + 1, &w));
+  TY_RETURN_IF_ERROR(ty_iin(c, at + 2, &targets));
+  int64_t rows = ty_rows(hv), channels = ty_last(hv), vocab = wv->dims[0];
+  int64_t chunk = ty_attr_int(c, "chunk", 0);
+  double *o0, *o1;
+  TY_RETURN_IF_ERROR(ty_fout(c, 0, &o0));
+  TY_RETURN_IF_ERROR(ty_fout(c, 1, &o1));
+  if (!backward) {
+    return ty_ref_linear_cross_entropy_forward(h, w, targets, rows, channels, vocab, chunk, o0,
+                                               o1);
+  }
+  double *dloss, *lse;
+  TY_RETURN_IF_ERROR(ty_fin(c, 0, &dloss));
+  TY_RETURN_IF_ERROR(ty_fin(c, 4, &lse));
+  return ty_ref_linear_cross_entropy_backward(h, w, targets, lse, dloss, rows, channels, vocab,
+                                              chunk, o0, o1);
+}
+
 static ty_status_t ty_run_clip(ty_interp_t *c) {
   ty_status_t s = TY_OK;
   double max_norm = ty_fscalar(c, 0, &s);
@@ -543,6 +604,20 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
   }
   if (!strcmp(op, "adamw_update") || !strcmp(op, "sgd_update")) return ty_run_optim(c, op);
   if (!strcmp(op, "clip_by_global_norm")) return ty_run_clip(c);
+  if (!strcmp(op, "adafactor_update")) return ty_run_adafactor(c);
+  if (!strcmp(op, "global_norm_scale")) {
+    ty_status_t s = TY_OK;
+    int count = (int)c->node->input_count - 1;
+    double sums[TY_INTERP_MAX_IO], *norm, *scale;
+    for (int i = 0; i < count; ++i) sums[i] = ty_fscalar(c, (uint32_t)i + 1, &s);
+    TY_RETURN_IF_ERROR(s);
+    TY_RETURN_IF_ERROR(ty_fout(c, 0, &norm));
+    TY_RETURN_IF_ERROR(ty_fout(c, 1, &scale));
+    scale[0] = ty_ref_global_norm_scale(count, sums, ty_fscalar(c, 0, &s), norm);
+    return s;
+  }
+  if (!strcmp(op, "linear_cross_entropy")) return ty_run_linear_cross_entropy(c, false);
+  if (!strcmp(op, "linear_cross_entropy_backward")) return ty_run_linear_cross_entropy(c, true);
 
   const ty_abi_value_t *out = ty_out_value(c, 0);
   int64_t n = ty_elems(out);
@@ -643,9 +718,11 @@ int ty_ref_supports_op(const char *op) {
       "layernorm_backward", "rmsnorm", "rmsnorm_backward", "gelu", "gelu_backward",
       "silu", "silu_backward", "swiglu", "swiglu_backward", "softmax",
       "softmax_backward", "rope", "rope_backward", "attention", "attention_backward",
-      "cross_entropy", "cross_entropy_backward", "dropout", "dropout_backward", "cast",
+      "cross_entropy", "cross_entropy_backward", "linear_cross_entropy",
+      "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
-      "sgd_update", "clip_by_global_norm", "kv_cache_write", NULL,
+      "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
+      "kv_cache_write", NULL,
   };
   for (const char *const *p = ops; *p; ++p) {
     if (strcmp(*p, op) == 0) return 1;

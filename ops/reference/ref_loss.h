@@ -32,6 +32,25 @@ ty_status_t ty_ref_cross_entropy_backward(const double *logits,
                                           const double *dloss, int64_t rows,
                                           int64_t vocab, double *dlogits);
 
+/* linear_cross_entropy: loss[n] and lse[n] of the logits z[n, v] = sum_c
+ * h[n, c] w[v, c] (h [rows, C], w [vocab, C]), formed `chunk` rows at a time
+ * (0: all rows at once; the result does not depend on it, only the scratch
+ * of chunk x vocab doubles does). lse[n] is logsumexp_v z[n, v] (0 for an
+ * ignored row). RESOURCE_EXHAUSTED when the scratch cannot be allocated. */
+ty_status_t ty_ref_linear_cross_entropy_forward(const double *h, const double *w,
+                                                const int64_t *targets, int64_t rows,
+                                                int64_t channels, int64_t vocab, int64_t chunk,
+                                                double *loss, double *lse);
+
+/* Its backward from the saved lse: with dz[n, v] = dloss[n] (exp(z[n, v] -
+ * lse[n]) - [v == targets[n]]) (0 for an ignored row), dh = dz w and dw =
+ * dz^T h, recomputing z chunk by chunk. dh and dw are overwritten. */
+ty_status_t ty_ref_linear_cross_entropy_backward(const double *h, const double *w,
+                                                 const int64_t *targets, const double *lse,
+                                                 const double *dloss, int64_t rows,
+                                                 int64_t channels, int64_t vocab, int64_t chunk,
+                                                 double *dh, double *dw);
+
 #ifdef __cplusplus
 }
 #endif

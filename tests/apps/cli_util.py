@@ -47,6 +47,26 @@ def make_ids_dataset(path, docs=150, vocab=96, val_fraction="0.2"):
     return path
 
 
+def make_chat_ids(path, docs=60, seed=3, vocab=96):
+    """Chat-like documents of fixture ids: a masked prompt (weights 0) between
+    two markers, then a learnable answer (weights 1), prepared with seq_len 16
+    and a val split."""
+    rng = random.Random(seed)
+    with open(path + ".jsonl", "w") as f:
+        for _ in range(docs):
+            prompt = [rng.randrange(vocab - 6) for _ in range(rng.randrange(3, 10))]
+            start, step = rng.randrange(vocab - 6), rng.choice([1, 2, 3])
+            answer = [(start + i * step) % (vocab - 6) for i in range(rng.randrange(5, 20))]
+            ids = [vocab - 3] + prompt + [vocab - 2] + answer
+            weights = [0] * (len(prompt) + 2) + [1] * len(answer)
+            f.write(json.dumps({"ids": ids, "weights": weights}) + "\n")
+    r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
+             str(vocab - 1), "--loss-weights", "--input", path + ".jsonl", "--seq-len", "16",
+             "--val-fraction", "0.1", "--out", path])
+    assert r.returncode == 0, r.stderr
+    return path
+
+
 def make_corpus(path, lines=300, seed=1, words=WORDS):
     """Lines of 5 to 15 random words, one sentence each."""
     rng = random.Random(seed)

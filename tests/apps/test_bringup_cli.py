@@ -11,7 +11,8 @@ both implemented (same name and version), and `template` (complete).
 - CheckTest: `trainyard check` lists every op a model's graphs need, with
   the plugin's verdict and reason: every missing op of the partial plugin,
   none of the template's; exit 1 / 0; --json; --dump-graph on train and
-  compile.
+  compile. A plugin on the SDK's host buffers refuses `--offload optimizer`
+  (pinned host buffers would move nothing on host memory).
 - FallbackTest: `--backend partial?fallback=cpu` trains the tiny GPT-2
   fixture to the same losses as cpu (1e-6), printing its partition and the
   bytes it moves per step, marked as a mixed run in metrics and summary;
@@ -123,6 +124,17 @@ class CheckTest(Base):
         args = ["--plugin-path", plugin or plugin_dir("partial"), "check",
                 "--backend", backend, "--model", self.fixture()] + list(extra)
         return self.ty(*args, rc=rc)
+
+    def test_sdk_buffers_refuse_offload(self):
+        plugin = self.plugin_copy("partial-rebuilt")  # every op: nothing else refuses
+        r = self.ty("--plugin-path", plugin, "train", "--backend", "partial", "--model",
+                    self.fixture(), "--data", self.data(), "--batch-size", "2", "--max-steps",
+                    "2", "--out", os.path.join(self.tmp, "run"), "--cache-dir", "none",
+                    "--offload", "optimizer", rc=1)
+        self.assertIn("UNIMPLEMENTED", r.stderr)
+        self.assertIn("no pinned host buffers: this device's memory is host memory already",
+                      r.stderr)
+        self.assertIn("on partial:0", r.stderr)
 
     def test_partial_plugin_lists_every_missing_op(self):
         dump = os.path.join(self.tmp, "g")

@@ -24,7 +24,6 @@ import glob
 import hashlib
 import json
 import os
-import random
 import shutil
 import struct
 import subprocess
@@ -32,6 +31,9 @@ import sys
 import tempfile
 import unittest
 import xml.etree.ElementTree as ET
+
+import cli_util  # noqa: E402  (beside this file)
+from cli_util import make_chat_ids  # noqa: E402
 
 CFG = None
 
@@ -41,25 +43,6 @@ def run(args, env=None, **kw):
     full_env.update(env or {})
     return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, env=full_env,
                           timeout=300, **kw)
-
-
-def make_chat_ids(path, docs, seed=3, vocab=96):
-    """Chat-like documents of fixture ids: a masked prompt (weights 0) between
-    two markers, then a learnable answer (weights 1)."""
-    rng = random.Random(seed)
-    with open(path + ".jsonl", "w") as f:
-        for _ in range(docs):
-            prompt = [rng.randrange(vocab - 6) for _ in range(rng.randrange(3, 10))]
-            start, step = rng.randrange(vocab - 6), rng.choice([1, 2, 3])
-            answer = [(start + i * step) % (vocab - 6) for i in range(rng.randrange(5, 20))]
-            ids = [vocab - 3] + prompt + [vocab - 2] + answer
-            weights = [0] * (len(prompt) + 2) + [1] * len(answer)
-            f.write(json.dumps({"ids": ids, "weights": weights}) + "\n")
-    r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
-             str(vocab - 1), "--loss-weights", "--input", path + ".jsonl", "--seq-len", "16",
-             "--val-fraction", "0.1", "--out", path])
-    assert r.returncode == 0, r.stderr
-    return path
 
 
 class Base(unittest.TestCase):
@@ -331,6 +314,7 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--models", required=True, help="tests/fixtures/models")
     CFG, rest = parser.parse_known_args()
+    cli_util.CFG = CFG  # cli_util.make_chat_ids runs trainyard through it
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
     return 0 if program.result.wasSuccessful() else 1
 

@@ -65,13 +65,28 @@ AUDIT = {
            "--overwrite": "test_run_safety.py:RunFolderTest.test_overwrite_deletes_only_the_run",
            "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
-           "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"}),
+           "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"},
+        **{o: "test_memory_cli.py:LeverTest.test_llama" for o in (
+            "--recompute", "--loss-chunk", "--fused-optimizer")},
+        **{"--offload": "test_memory_cli.py:BackendTest.test_cpu_refuses_offload",
+           "--memory-limit": "test_memory_cli.py:RefuseTest.test_7b_without_levers_is_refused_on_24_gib"},
+        **{o: "test_memory_cli.py:OptionsTest.test_refusals" for o in (
+            "--relative-step", "--warmup-init", "--clip-threshold", "--decay-rate")},
+        **{o: "test_memory_cli.py:AdafactorTest.test_resume_is_bit_identical" for o in (
+            "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
         "--grad-accum", "--out", "--cache-dir", "--retry-failed", "--lr")},
         **{"--artifact": "mention:train",
-           "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile"}),
+           "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile"},
+        **{o: "test_memory_cli.py:PlanTest.test_levers_shrink_the_plan" for o in (
+            "--recompute", "--loss-chunk", "--fused-optimizer", "--plan-only",
+            "--memory-limit", "--clip")},
+        **{o: "test_memory_cli.py:BackendTest.test_dataflow" for o in (
+            "--offload", "--relative-step", "--scale-parameter", "--warmup-init",
+            "--clip-threshold", "--decay-rate", "--adafactor-eps1", "--adafactor-eps2",
+            "--beta1")}),
     "check": dict({o: "CheckOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size", "--seq-len",
         "--train", "--dtype", "--optimizer", "--dropout", "--grad-accum", "--decay-all",

@@ -5,7 +5,9 @@ command (Python standard library only; safetensors files are read with
 
 - ConformTest: `trainyard conform --backend B` passes every case of every op
   of op set v1, forward and backward, in f32, bf16 and f16 (and the integer
-  cases): nothing fails, nothing is unsupported.
+  cases): nothing fails, and nothing is unsupported except the ops the
+  backend refuses by design (CFG.refused_ops, set by its test file), each
+  with its graph_supports reason "<backend> has no kernel for op '<op>'".
 - ForwardTest: `trainyard forward --backend B` on every model fixture matches
   transformers' float64 logits, loss and parameter gradients with relative
   error <= 1e-4 (and the bf16 checkpoints as the cpu test holds them).
@@ -37,9 +39,18 @@ class Config:
     trainyard = None
     models = None
     backend = None  # the device under test, e.g. "cuda:0"
+    # Ops the backend refuses by design (graph_supports: "<name> has no
+    # kernel for op ..."), set by the backend's test file.
+    refused_ops = frozenset()
 
 
 CFG = Config()
+
+# The memory levers' ops (issue 13) that only cpu (and the reference) run so
+# far: `train --loss-chunk`, `--optimizer adafactor` and `--fused-optimizer`
+# (its norm pass, global_norm_scale) are refused by name on the others.
+MEMORY_LEVER_OPS = frozenset({"linear_cross_entropy", "linear_cross_entropy_backward",
+                              "adafactor_update", "global_norm_scale"})
 
 
 def run(args, env=None, timeout=900):
@@ -137,6 +148,13 @@ class ConformTest(unittest.TestCase):
     def test_every_op_passes(self):
         r = run(["conform", "--backend", CFG.backend, "--json"])
         results = json.loads(r.stdout)
+        refused = set(CFG.refused_ops)
+        for x in results:
+            if x["op"] in refused:
+                self.assertEqual(x["status"], "unsupported", x)
+                self.assertIn("%s has no kernel for op '%s'" % (backend_name(), x["op"]),
+                              x["reason"])
+        results = [x for x in results if x["op"] not in refused]
         failed = [x for x in results if x["status"] != "pass"]
         self.assertEqual(failed, [], "\n".join("%s/%s %s %s: %s %s" % (
             x["op"], x["case"], x["dtype"], x["direction"], x["status"], x["reason"])
@@ -146,7 +164,7 @@ class ConformTest(unittest.TestCase):
         listing = run(["conform", "--list"]).stdout.split("\nBound classes")[0]
         ops = {line.split()[0] for line in listing.splitlines()[1:]
                if line and not line.startswith(" ")}
-        self.assertEqual({x["op"] for x in results}, ops)
+        self.assertEqual({x["op"] for x in results} | refused, ops)
         counts = {}
         for x in results:
             key = (x["dtype"], x["direction"])

@@ -340,6 +340,20 @@ static void cases_loss_dropout_views(void) {
   FLT(c, 5, 11);
   add_in(c, K_TARGETS, TY_DTYPE_I32, DIMS(5), 11, 0);
 
+  /* Chunks that leave a short last one; bf16 goes through f32 copies. */
+  c = add_case("linear_cross_entropy", "[3,50,64] x [300,64], chunk 16", 2);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 64), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 64), -0.5, 0.5);
+  add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(3, 50), 300, 0);
+  set_int(c, "chunk", 16);
+  c = add_case("linear_cross_entropy_backward", "[3,50,64] x [300,64], chunk 16", 2);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 64), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 64), -0.5, 0.5);
+  add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(3, 50), 300, 0);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), 5.0, 6.0); /* lse */
+  set_int(c, "chunk", 16);
+
   c = add_case("dropout", "p 0.3, 50K", 1);
   FLT(c, 50000);
   add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
@@ -471,6 +485,46 @@ static void cases_optim_kv(void) {
       c->update[1] = 2;
       c->runs = 3;
     }
+  }
+  /* Adafactor: factored with momentum in place, and an unfactored vector. */
+  for (int v = 0; v < 2; ++v) {
+    tcase_t *c = add_case("adafactor_update", v ? "vector, relative step" :
+                                                  "factored + momentum in place, 3 steps", v ? 2 : 4);
+    if (v == 0) {
+      FLT(c, 300, 200)->state = true;
+      add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(300, 200), -0.1, 0.1);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300), 1e-4, 1e-3)->state = true;
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(200), 1e-4, 1e-3)->state = true;
+      add_in(c, K_ABSENT, TY_DTYPE_F32, 0, NULL, 0, 0);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(300, 200), -0.01, 0.01)->state = true;
+      SCALAR(c, 1e-2); /* lr */
+      SCALAR(c, 0.1);  /* weight_decay */
+      add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, 4, 0);
+      SCALAR(c, 0.9);  /* beta1 */
+      c->update[0] = 0;
+      c->update[1] = 2;
+      c->update[2] = 3;
+      c->update[3] = 5;
+      c->runs = 3;
+    } else {
+      FLT(c, 5001);
+      add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(5001), -1.0, 1.0);
+      add_in(c, K_ABSENT, TY_DTYPE_F32, 0, NULL, 0, 0);
+      add_in(c, K_ABSENT, TY_DTYPE_F32, 0, NULL, 0, 0);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(5001), 1e-4, 1e-3);
+      add_in(c, K_ABSENT, TY_DTYPE_F32, 0, NULL, 0, 0);
+      SCALAR(c, 0.0);
+      SCALAR(c, 0.0);
+      add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, 2, 0);
+      set_int(c, "relative_step", 1);
+    }
+  }
+  {
+    tcase_t *c = add_case("global_norm_scale", "3 sums", 2);
+    SCALAR(c, 0.5);
+    SCALAR(c, 0.25);
+    SCALAR(c, 1.5);
+    SCALAR(c, 0.125);
   }
   for (int v = 0; v < 2; ++v) {
     tcase_t *c = add_case("clip_by_global_norm",

@@ -283,6 +283,8 @@ static const grad_case_t grad_cases[] = {
      "attention_backward"},
     {"cross_entropy", "f32[2,3,50] i64[2,3]", "", "cross_entropy_backward"},
     {"cross_entropy", "f64[4,7] i32[4]", "", "cross_entropy_backward"},
+    {"linear_cross_entropy", "f32[2,3,8] f32[20,8] i64[2,3]", "chunk=4",
+     "linear_cross_entropy_backward"},
     {"dropout", "f32[2,3] i64[2]", "p=0.1 stream=1", "dropout_backward"},
 
     {"cast", "f32[2,3]", "dtype='bf16'", "cast"},

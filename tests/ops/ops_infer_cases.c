@@ -261,6 +261,18 @@ const tyt_infer_case_t tyt_infer_cases[] = {
       "", "!attention_backward: dout is f32[2,5,8,8] but q is f32[2,5,8,16]"),
 
     /* ---- loss ---- */
+    N("linear_cross_entropy", "f32[2,3,16] f32[50,16] i64[2,3]", "chunk=4", "f32[2,3] f32[2,3]"),
+    N("linear_cross_entropy", "bf16[4,8] bf16[10,8] i32[4]", "", "f32[4] f32[4]"),
+    N("linear_cross_entropy", "f32[2,3,16] f32[50,8] i64[2,3]", "",
+      "!linear_cross_entropy: w is f32[50,8] but h is f32[2,3,16]: w must be [V, C] with "
+      "C = 16, h's last dimension"),
+    N("linear_cross_entropy", "f32[4,8] f32[10,8] i64[4]", "chunk=-1",
+      "!linear_cross_entropy: attribute 'chunk' = -1 must be >= 0"),
+    N("linear_cross_entropy_backward", "f32[2,3] f32[2,3,16] f32[50,16] i64[2,3] f32[2,3]",
+      "chunk=2", "f32[2,3,16] f32[50,16]"),
+    N("linear_cross_entropy_backward", "f32[2,3] f32[2,3,16] f32[50,16] i64[2,3] f32[3]", "",
+      "!linear_cross_entropy_backward: lse is f32[3]: expected shape [2,3] (the shape of "
+      "targets)"),
     N("cross_entropy", "f32[2,3,50] i64[2,3]", "", "f32[2,3]"),
     N("cross_entropy", "bf16[4,50] i32[4]", "", "f32[4]"),
     N("cross_entropy", "f64[7] i64[]", "", "f64[]"),
@@ -350,6 +362,24 @@ const tyt_infer_case_t tyt_infer_cases[] = {
     N("concat", "f32[2,3] f32[2,3]", "", "!concat: attribute 'axis' is required"),
 
     /* ---- optimizers and clipping ---- */
+    N("global_norm_scale", "f32[] f32[] f32[]", "", "f32[] f32[]"),
+    N("global_norm_scale", "f32[] f32[2]", "", "!global_norm_scale: s1 is f32[2]: expected a "
+      "scalar f32[]"),
+    N("adafactor_update", "bf16[4,3] bf16[4,3] f32[4] f32[3] - - f32[] f32[] i64[]", "",
+      "bf16[4,3] f32[4] f32[3]"),
+    N("adafactor_update",
+      "f32[2,4,3] f32[2,4,3] f32[2,4] f32[2,3] - f32[2,4,3] f32[] f32[] i64[] f32[]",
+      "relative_step=1", "f32[2,4,3] f32[2,4] f32[2,3] f32[2,4,3]"),
+    N("adafactor_update", "f32[7] f32[7] - - f32[7] - f32[] f32[] i64[]", "", "f32[7] f32[7]"),
+    N("adafactor_update", "f32[4,3] f32[4,3] - - f32[4,3] - f32[] f32[] i64[]", "",
+      "!adafactor_update: param f32[4,3] is factored: give row and col, not v"),
+    N("adafactor_update", "f32[4,3] f32[4,3] f32[4] f32[4] - - f32[] f32[] i64[]", "",
+      "!adafactor_update: col is f32[4]: expected shape [3] (param's shape without its "
+      "second-to-last dimension)"),
+    N("adafactor_update", "f32[7] f32[7] - - f32[7] f32[7] f32[] f32[] i64[]", "",
+      "!adafactor_update: the first moment m and beta1 come together (m without beta1)"),
+    N("adafactor_update", "f32[7] f32[7] - - f32[7] - f32[] f32[] i64[]",
+      "warmup_init=1", "!adafactor_update: warmup_init needs relative_step"),
     N("adamw_update",
       "bf16[4,3] bf16[4,3] f32[4,3] f32[4,3] f32[] f32[] f32[] f32[] f32[] i64[]",
       "", "bf16[4,3] f32[4,3] f32[4,3]"),

@@ -50,8 +50,9 @@ static void test_registry_gradient_rules(void **state) {
       "gelu_backward",      "silu_backward",      "swiglu_backward",
       "softmax_backward",   "rope_backward",      "attention_backward",
       "cross_entropy_backward", "dropout_backward", "slice_backward",
-      "adamw_update",       "sgd_update",         "clip_by_global_norm",
-      "kv_cache_write"};
+      "linear_cross_entropy_backward",
+      "adamw_update",       "sgd_update",         "adafactor_update",
+      "clip_by_global_norm", "global_norm_scale", "kv_cache_write"};
   for (uint32_t i = 0; i < ty_op_count(); ++i) {
     const ty_op_def_t *def = ty_op_at(i);
     bool listed = false;

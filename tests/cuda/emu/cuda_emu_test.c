@@ -5,7 +5,9 @@
  * AdamW's step 0, SGD's nesterov without momentum — comes back from the
  * run as INVALID_ARGUMENT naming the node and the values, and the next run
  * with good data succeeds (the flag is cleared); and empty inputs, whose
- * empty sums must come out as zeros. */
+ * empty sums must come out as zeros. Also the memory levers the plugin
+ * does not implement yet (issue 13): their ops and pinned host buffers
+ * (optimizer offload) are refused by name, never run or ignored. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +15,7 @@
 
 #include "graph/graph.h"
 #include "graph/session.h"
+#include "hal/buffer.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"
@@ -223,6 +226,38 @@ static void test_empty_inputs(void **state) {
   expect_output("clip_by_global_norm", 3, NULL, 3, clip, 2, g, 2);
 }
 
+/* The plugin is at ABI 1.2: the host refuses pinned host buffers for it
+ * (TY_ABI_BUFFER_HOST would otherwise be ignored and the "offloaded" state
+ * land in device memory), and graph_supports refuses the levers' ops. */
+static void test_memory_levers_refused(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  ty_device_t *dev = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  ty_buffer_t *b = NULL;
+  TY_EXPECT_STATUS(ty_buffer_alloc_flags(dev, 64, TY_ABI_BUFFER_HOST, &b), TY_CODE_UNIMPLEMENTED,
+                   "(ABI 1.2) has no pinned host buffers");
+  assert_null(b);
+  ty_graph_t *g = NULL;
+  ty_session_t *s = NULL;
+  ty_value_id_t in[3], out[2];
+  TY_EXPECT_OK(ty_graph_create(&g));
+  TY_EXPECT_OK(ty_graph_add_input(g, "h", TY_DTYPE_F32, 2, (int64_t[]){4, 8}, &in[0]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "w", TY_DTYPE_F32, 2, (int64_t[]){16, 8}, &in[1]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "t", TY_DTYPE_I64, 1, (int64_t[]){4}, &in[2]));
+  TY_EXPECT_OK(ty_graph_add_node(g, "linear_cross_entropy", in, 3, NULL, out, 2));
+  TY_EXPECT_OK(ty_graph_set_output(g, out[0], "loss"));
+  TY_EXPECT_STATUS(ty_session_create(dev, g, NULL, &s), TY_CODE_FAILED_PRECONDITION,
+                   "cuda has no kernel for op 'linear_cross_entropy'");
+  assert_null(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_embedding_ids),
@@ -231,6 +266,7 @@ int main(void) {
       cmocka_unit_test(test_cast_range),
       cmocka_unit_test(test_optimizer_hyperparameters),
       cmocka_unit_test(test_empty_inputs),
+      cmocka_unit_test(test_memory_levers_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
