@@ -274,6 +274,15 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_slot_t *slot, const void *r
   int64_t V = e->config.vocab_size;
   TY_RETURN_IF_ERROR(ty_safetensors_convert(e->options.dtype, raw_row, TY_DTYPE_F32, e->row,
                                             (size_t)V));
+  for (int64_t v = 0; v < V; ++v) {
+    if (!isfinite(e->row[v])) {
+      return ty_status_make(TY_CODE_DATA_LOSS,
+                            "the model's logits for sequence %llu hold %g at token %lld (after "
+                            "%lld new tokens): the device computed garbage",
+                            (unsigned long long)slot->sequence, (double)e->row[v], (long long)v,
+                            (long long)slot->generated);
+    }
+  }
   const ty_engine_request_t *r = &slot->request;
   ty_engine_token_t t = {.sequence = slot->sequence, .user = r->user, .index = slot->generated};
   t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &slot->rng);

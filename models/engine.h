@@ -123,9 +123,11 @@ ty_status_t ty_engine_add(ty_engine_t *engine, const ty_engine_request_t *reques
 void ty_engine_cancel(ty_engine_t *engine, uint64_t sequence);
 
 /* One engine step: prefill chunks, then one decode step of every decoding
- * sequence; `emit` gets each new token, in slot order. OK with nothing to
- * do. On error (the device failed), no tokens of the failed run are
- * emitted and the sequences stay as they were. */
+ * sequence; `emit` gets each new token, in slot order, and must not call
+ * the engine (cancel after the step). OK with nothing to do. Errors: the
+ * device's, and DATA_LOSS when logits hold NaN or infinity; tokens emitted
+ * before the error stand, and the sequences keep their slots (the caller
+ * cancels them or steps again). */
 ty_status_t ty_engine_step(ty_engine_t *engine, ty_engine_emit_fn_t emit, void *context);
 
 typedef struct ty_engine_stats_t {

@@ -391,8 +391,9 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
   if (o->batch < 1 || o->seq < 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "batch and sequence length must be >= 1");
   }
-  /* Slot caches may hold up to T - 1 rows of padding past the positions. */
-  int64_t cache_max = c->max_positions + (o->slot_caches ? o->seq - 1 : 0);
+  /* Slot caches may hold rows of padding past the positions (a padded
+   * last prefill chunk, of at most the positions, starting at the last). */
+  int64_t cache_max = c->max_positions * (o->slot_caches ? 2 : 1) - (o->slot_caches ? 1 : 0);
   if (o->cache_len > 0 && (o->cache_len < o->seq || o->cache_len > cache_max)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "KV cache length %lld must lie between the sequence length %lld "

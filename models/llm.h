@@ -63,8 +63,8 @@ typedef struct ty_llm_options_t {
                           padding's keys, written past the real ones, stay
                           invisible to them (causal) until real tokens
                           overwrite them. So cache_len may exceed the
-                          model's positions by up to T - 1 rows of such
-                          scratch. Attention and the cache write run per row
+                          model's positions by the rows of such scratch
+                          a padded chunk needs (up to positions - 1). Attention and the cache write run per row
                           (one node each per row and layer); the matmuls,
                           norms and MLPs run on the whole batch. */
   int64_t first_slot;  /* slot of row 0 (slot_caches) */

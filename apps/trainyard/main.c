@@ -27,6 +27,8 @@ static const ty_command_t ty_commands[] = {
      "logits, loss and gradients of a Hugging Face model for given tokens", TY_P | TY_V},
     {"generate", ty_cmd_generate,
      "continue a prompt with KV-cache decoding (greedy or sampled)", TY_P},
+    {"serve", ty_cmd_serve,
+     "an OpenAI-compatible HTTP server with continuous batching", TY_P | TY_V},
     {"train", ty_cmd_train,
      "train or fine-tune a model: checkpoints, metrics, exact resume", TY_P},
     {"tokenize", ty_cmd_tokenize,
