@@ -326,6 +326,19 @@ static ty_status_t ty_engine_bind_run(ty_step_graph_t *g, bool with_index, int64
   return ty_session_run(s);
 }
 
+static ty_status_t ty_engine_open_prefill(ty_engine_t *e, int64_t slot_index) {
+  ty_step_graph_t *g = &e->prefill[slot_index];
+  if (g->session) return TY_OK;
+  ty_status_t s = ty_engine_open(e, 1, e->options.prefill_chunk, slot_index,
+                                 e->decode[e->decode_count - 1].session, g);
+  if (s) {
+    ty_engine_close(g);
+    return ty_status_annotate(s, "compiling the prefill graph of slot %lld",
+                              (long long)slot_index);
+  }
+  return TY_OK;
+}
+
 /* Runs the next prompt chunk of the slot; after the last one, takes its
  * first new token. */
 static ty_status_t ty_engine_prefill(ty_engine_t *e, int64_t slot_index,
@@ -333,14 +346,7 @@ static ty_status_t ty_engine_prefill(ty_engine_t *e, int64_t slot_index,
   ty_slot_t *slot = &e->slots[slot_index];
   ty_step_graph_t *g = &e->prefill[slot_index];
   int64_t C = e->options.prefill_chunk;
-  if (!g->session) {
-    ty_status_t s = ty_engine_open(e, 1, C, slot_index, e->decode[e->decode_count - 1].session, g);
-    if (s) {
-      ty_engine_close(g);
-      return ty_status_annotate(s, "compiling the prefill graph of slot %lld",
-                                (long long)slot_index);
-    }
-  }
+  TY_RETURN_IF_ERROR(ty_engine_open_prefill(e, slot_index));
   int64_t start = slot->prefilled, P = slot->request.prompt_len;
   int64_t n = P - start < C ? P - start : C;
   for (int64_t t = 0; t < C; ++t) {
@@ -436,6 +442,37 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
   if (ran) {
     e->stats.steps++;
     e->stats.last_step_seconds = ty_engine_now() - t0;
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_engine_warm_up(ty_engine_t *e) {
+  if (e->stats.busy) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "the engine warms up before it takes sequences");
+  }
+  int64_t C = e->options.prefill_chunk;
+  /* Every row at position 0 of its (free) slot: what they write there is
+   * overwritten by the slot's first prefill. */
+  for (int64_t t = 0; t < C || t < e->options.max_batch; ++t) {
+    e->tokens[t] = 0;
+    e->positions[t] = t < C ? ty_engine_clamp(e, t) : 0;
+  }
+  for (int64_t r = 0; r < e->options.max_batch; ++r) {
+    e->cache_position[r] = 0;
+    e->kv_len[r] = 1;
+    e->index[r] = 0;
+  }
+  for (int i = 0; i < e->decode_count; ++i) {
+    TY_RETURN_IF_ERROR(ty_engine_bind_run(&e->decode[i], false, e->tokens, e->positions,
+                                          e->cache_position, e->kv_len, NULL));
+  }
+  for (int64_t t = 0; t < C; ++t) e->positions[t] = ty_engine_clamp(e, t);
+  e->kv_len[0] = C;
+  for (int64_t slot = 0; slot < e->options.max_batch; ++slot) {
+    TY_RETURN_IF_ERROR(ty_engine_open_prefill(e, slot));
+    TY_RETURN_IF_ERROR(ty_engine_bind_run(&e->prefill[slot], C > 1, e->tokens, e->positions,
+                                          e->cache_position, e->kv_len, e->index));
   }
   return TY_OK;
 }

@@ -75,6 +75,12 @@ void ty_engine_destroy(ty_engine_t *engine);
 /* Loads the weights of the model folder `dir` (safetensors). */
 ty_status_t ty_engine_load_weights(ty_engine_t *engine, const char *dir);
 
+/* Compiles every slot's prefill graph and runs every graph once, so that
+ * no request pays for a first run (kernel selection and JIT, first-touch
+ * memory): a server calls it before it listens. FAILED_PRECONDITION once
+ * sequences were added. */
+ty_status_t ty_engine_warm_up(ty_engine_t *engine);
+
 typedef struct ty_engine_request_t {
   const int64_t *prompt;     /* prompt_len ids, copied by ty_engine_add */
   int64_t prompt_len;        /* >= 1 */

@@ -268,6 +268,12 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
     st = ty_engine_create(device, &s->config, &o, &s->engine);
   }
   if (!st) st = ty_engine_load_weights(s->engine, a->model_dir);
+  double warm = ty_srv_now();
+  if (!st) st = ty_engine_warm_up(s->engine);
+  if (!st && app->verbosity) {
+    fprintf(stderr, "trainyard serve: ready after %.2f s (warm-up %.2f s)\n",
+            ty_srv_now() - s->started, ty_srv_now() - warm);
+  }
   /* Signals go to the main thread only: block them before any thread starts. */
   sigset_t signals;
   sigemptyset(&signals);
