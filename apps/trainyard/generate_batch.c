@@ -373,10 +373,12 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
   }
   if (!s) s = ty_file_write_atomic(a->output, out ? out : "", out_size);
   if (!s) {
+    int64_t chunk = a->chunk ? a->chunk : 64;
     fprintf(stderr, "trainyard generate: %zu prompts, %lld new tokens in %.2f s (%.1f tok/s, "
-            "%lld slots of %lld tokens on %s) -> %s\n", b.count, (long long)b.tokens, seconds,
-            seconds > 0 ? (double)b.tokens / seconds : 0.0, (long long)a->max_batch,
-            (long long)ctx, ty_device_label(device), a->output);
+            "%lld slots of %lld tokens, prefill chunk %lld, on %s) -> %s\n", b.count,
+            (long long)b.tokens, seconds, seconds > 0 ? (double)b.tokens / seconds : 0.0,
+            (long long)a->max_batch, (long long)ctx, (long long)(chunk < ctx ? chunk : ctx),
+            ty_device_label(device), a->output);
   }
   free(out);
   for (size_t i = 0; b.lines && i < b.count; ++i) {

@@ -59,7 +59,7 @@ static void ty_print_help(FILE *out) {
           "                      and <exe dir>/../lib/trainyard/backends; for the\n"
           "                      commands that open devices)\n"
           "  -v, --verbose       more detail: forward prints the loss, tokenize the\n"
-          "                      time it took\n"
+          "                      time it took, serve a line per request\n"
           "  --version           print version, ABI and build features\n"
           "  -h, --help          this help\n"
           "\n"
@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
         return TY_EXIT_USAGE;
       }
       if (app.verbosity && !(cmd->uses & TY_COMMAND_USES_VERBOSE)) {
-        fprintf(stderr, "trainyard: -v has no effect on '%s' (it adds detail to forward and "
-                        "tokenize); see 'trainyard --help'\n", name);
+        fprintf(stderr, "trainyard: -v has no effect on '%s' (it adds detail to forward, serve "
+                        "and tokenize); see 'trainyard --help'\n", name);
         return TY_EXIT_USAGE;
       }
       return cmd->run(&app, argc - i, argv + i);

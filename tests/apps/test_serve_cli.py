@@ -510,6 +510,103 @@ class ShutdownTest(cli_util.TempDirTest):
         self.assertIn("cancelled at the deadline", s.stderr())
 
 
+class OptionsTest(cli_util.TempDirTest):
+    """The options LimitsTest and ShutdownTest do not show (the option audit
+    of test_options_cli.py points here)."""
+
+    def start(self, *args, **kw):
+        server = Server(*args, **kw)
+        self.addCleanup(server.close)
+        return server
+
+    def test_each_option(self):
+        model = serve_util.make_model()
+        # --port: that port; --host: loopback names; --model-name; -v.
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        cmd = [cli_util.CFG.trainyard, "-v", "serve", "--model", model, "--port", str(port),
+               "--host", "localhost", "--model-name", "tiny", "--dtype", "bf16", "--max-batch",
+               "2", "--ctx", "64", "--prefill-chunk", "4"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = proc.stdout.readline()
+        self.assertIn(f"listening on http://localhost:{port}/v1 (model 'tiny', 2 slots of 64 "
+                      f"tokens", line)
+        import openai as oa
+        client = oa.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        self.assertEqual([m.id for m in client.models.list().data], ["tiny"])
+        r = client.completions.create(model="tiny", prompt="the cat", max_tokens=3, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 3)
+        with self.assertRaises(oa.BadRequestError) as cm:  # --ctx 64
+            client.completions.create(model="tiny", prompt="the cat", max_tokens=64)
+        self.assertIn("maximum context length is 64 tokens", str(cm.exception))
+        metrics = {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in subprocess.run(
+            ["curl", "-s", f"http://127.0.0.1:{port}/metrics"], capture_output=True,
+            text=True).stdout.splitlines() if l and l[0] != "#"}
+        self.assertEqual(metrics["trainyard_batch_slots"], 2)              # --max-batch
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0)
+        self.assertIn("ready after", err)                                   # -v
+        self.assertIn(": 3 prompt tokens, 1 choices", err)
+        # --dtype: bf16 logits differ from f32 ones.
+        lps = []
+        for dtype in ("f32", "bf16"):
+            s = self.start("--dtype", dtype, "--ctx", "64")
+            r = s.client().completions.create(model=s.name, prompt="the cat", max_tokens=2,
+                                             temperature=0, logprobs=0)
+            lps.append(r.choices[0].logprobs.token_logprobs[0])
+            self.assertEqual(s.stop(), 0)
+        self.assertNotEqual(lps[0], lps[1])
+        self.assertLess(abs(lps[0] - lps[1]), 0.1)
+        # --prefill-chunk: prompts longer than a chunk give what one chunk gives.
+        prompt = list(range(20, 60))
+        outs = []
+        for chunk in ("3", "64"):
+            s = self.start("--prefill-chunk", chunk, "--ctx", "64")
+            r = s.client().completions.create(model=s.name, prompt=prompt, max_tokens=6,
+                                             temperature=0, extra_body={"return_token_ids": True})
+            outs.append(r.choices[0].model_extra["token_ids"])
+            self.assertEqual(s.stop(), 0)
+        self.assertEqual(outs[0], outs[1])
+        r = run(["serve", "--model", model, "--ctx", "8", "--prefill-chunk", "9"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--prefill-chunk 9 is larger than --ctx 8", r.stderr)
+        r = run(["serve", "--model", model, "--ctx", "9999"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--ctx 9999 exceeds the model's 512 positions", r.stderr)
+        # --chat-template: the JSON form on a model without a template; an
+        # unknown template in tokenizer_config.json stops the start.
+        bare = os.path.join(self.tmp, "bare")
+        shutil.copytree(model, bare)
+        os.remove(os.path.join(bare, "tokenizer_config.json"))
+        s = self.start(model=bare)
+        status, data = s.post("/v1/chat/completions", {"model": s.name, "messages": [
+            {"role": "user", "content": "hi"}]})
+        self.assertEqual(status, 400)
+        self.assertIn("--chat-template FILE", data["error"]["message"])
+        self.assertEqual(s.stop(), 0)
+        form = os.path.join(self.tmp, "form.json")
+        with open(form, "w") as f:
+            json.dump({"user": "U: {content}\n", "assistant": "A: {content}\n",
+                       "generation_prompt": "A:", "stop": ["\nU:"]}, f)
+        s = self.start("--chat-template", form, model=bare)
+        r = s.client().chat.completions.create(model=s.name, max_tokens=4, temperature=0,
+                                               messages=[{"role": "user", "content": "hi"}])
+        tokens = run(["tokenize", "--tokenizer", os.path.join(bare, "tokenizer.json")],
+                     stdin="U: hi\nA:").stdout.split()
+        self.assertEqual(r.usage.prompt_tokens, len(tokens))
+        self.assertEqual(s.stop(), 0)
+        with open(os.path.join(bare, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": "{% for m in messages %}<start_of_turn>{{ m.content }}"
+                                        "{% endfor %}"}, f)
+        r = run(["serve", "--model", bare])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("belongs to no family Trainyard recognizes", r.stderr)
+        self.assertIn("--chat-template FILE", r.stderr)
+
+
 def main():
     if openai is None:
         print("SKIP: the openai package is missing (scripts/install-deps.sh installs it)")
