@@ -98,7 +98,7 @@ def mutations(rng, seeds):
                 b'{"model": "M", "prompt": "x", "n": 1e3}',
                 b'{"model": "M", "prompt": "x", "stop": ["", "a"]}',
                 bytes(range(256))]
-    for body in specials:
+    for body in specials + seeds:  # the seeds themselves: valid requests among them
         yield body
     for _ in range(300):
         body = bytearray(rng.choice(seeds))
