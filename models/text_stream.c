@@ -225,6 +225,12 @@ ty_status_t ty_text_stream_push(ty_text_stream_t *t, uint32_t id, const char **o
   *out_size = 0;
   *out_stopped = t->stopped;
   if (t->stopped) return TY_OK;
+  /* A model's vocabulary may be larger than its tokenizer's (padded
+   * embeddings): ids without a token make no text, as Hugging Face's
+   * decode skips them. */
+  const char *token;
+  size_t token_size;
+  if (!ty_tokenizer_id_to_token(t->tokenizer, id, &token, &token_size)) return TY_OK;
   if (t->count == t->capacity) {
     size_t cap = t->capacity ? t->capacity * 2 : 64;
     uint32_t *ids = realloc(t->ids, cap * sizeof(uint32_t));

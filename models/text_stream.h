@@ -19,11 +19,14 @@
  * first token specially (SentencePiece's leading-space strip) are decoded
  * with context and each step decodes only a few ids.
  *
+ * Ids the tokenizer has no token for (a model vocabulary padded past the
+ * tokenizer's) make no text, as Hugging Face's decode skips them.
+ *
  * Ownership: the stream keeps a pointer to the tokenizer (which must outlive
  * it) and copies the stop strings. The text a call returns belongs to the
  * stream and stays valid until the next call. Threads: one thread per
- * stream; several streams may share a tokenizer. Errors: the tokenizer's
- * (an id outside the vocabulary) and RESOURCE_EXHAUSTED. */
+ * stream; several streams may share a tokenizer. Errors:
+ * RESOURCE_EXHAUSTED. */
 #ifndef TY_MODELS_TEXT_STREAM_H_
 #define TY_MODELS_TEXT_STREAM_H_
 

@@ -206,6 +206,18 @@ static void test_stop_never_leaks(void **state) {
   }
   assert_true(stopped);
   assert_string_equal(got, "the cat sat ");
+  /* Ids past the tokenizer's vocabulary make no text (and no error). */
+  ty_text_stream_t *padded = NULL;
+  TY_EXPECT_OK(ty_text_stream_create(tok, 0, NULL, 0, &padded));
+  const char *none;
+  size_t none_size;
+  bool none_stopped;
+  TY_EXPECT_OK(ty_text_stream_push(padded, ty_tokenizer_vocab_size(tok) + 5, &none, &none_size,
+                                   &none_stopped));
+  assert_int_equal(none_size, 0);
+  TY_EXPECT_OK(ty_text_stream_push(padded, ids[0], &none, &none_size, &none_stopped));
+  assert_true(none_size > 0 && strncmp(none, "the", none_size) == 0);
+  ty_text_stream_destroy(padded);
   const char *piece;
   size_t size;
   TY_EXPECT_OK(ty_text_stream_finish(ts, &piece, &size));
