@@ -13,7 +13,6 @@ import tempfile
 import time
 
 import cli_util
-from cli_util import make_corpus, run
 
 QWEN2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -31,18 +30,8 @@ def make_model():
     if MODEL_DIR:
         return MODEL_DIR
     _WORK = tempfile.mkdtemp(prefix="ty_serve_model_")
-    corpus = make_corpus(os.path.join(_WORK, "c.txt"), lines=300)
-    tok = os.path.join(_WORK, "tok.json")
-    for args in (["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300",
-                  "--special", "<|im_start|>", "--special", "<|im_end|>", "--out", tok],
-                 ["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "16",
-                  "--out", os.path.join(_WORK, "data")],
-                 ["train", "--preset", "gpt2-tiny", "--data", os.path.join(_WORK, "data"),
-                  "--tokenizer", tok, "--out", os.path.join(_WORK, "run"), "--max-steps", "2",
-                  "--cache-dir", "none"]):
-        r = run(args)
-        assert r.returncode == 0, r.stderr
-    MODEL_DIR = os.path.join(_WORK, "run", "checkpoint-2")
+    MODEL_DIR = cli_util.train_tiny_model(_WORK, steps=2,
+                                          specials=("<|im_start|>", "<|im_end|>"))
     with open(os.path.join(MODEL_DIR, "tokenizer_config.json"), "w") as f:
         json.dump({"chat_template": QWEN2_TEMPLATE, "eos_token": "<|endoftext|>"}, f)
     return MODEL_DIR

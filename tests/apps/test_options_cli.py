@@ -695,15 +695,8 @@ class GenerateOptionsTest(Base):
         self.assertEqual(len(stopped["ids"]), cut)                           # --stop-at-eos
         self.assertEqual(stopped["ids"][-1], 95)
         # --prompt: text through the model folder's tokenizer (a checkpoint has one)
-        corpus = make_corpus(self.path("c.txt"))
+        model = cli_util.train_tiny_model(self.tmp)
         tok = self.path("tok.json")
-        self.ok(["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300", "--out",
-                 tok])
-        self.ok(["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "16",
-                 "--out", self.path("data")])
-        self.ok(["train", "--preset", "gpt2-tiny", "--data", self.path("data"), "--tokenizer",
-                 tok, "--out", self.path("run"), "--max-steps", "1", "--cache-dir", "none"])
-        model = self.path("run", "checkpoint-1")
         text, _ = self.gen("--model", model, "--prompt", "the cat", "--max-new-tokens", "4")
         self.assertEqual(len(text["ids"]), 4)                                # --prompt
         self.assertIsInstance(text["text"], str)
@@ -763,15 +756,7 @@ class GenerateOptionsTest(Base):
         self.refused(["generate", "--model", gpt2, "--input", bad, "--output", out,
                       "--max-new-tokens", "2"], 'bad.jsonl:2: unknown key "colour"', rc=1)
         # Text prompts and stop strings need the model's tokenizer.
-        corpus = make_corpus(self.path("c.txt"))
-        tok = self.path("tok.json")
-        self.ok(["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300", "--out",
-                 tok])
-        self.ok(["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "16",
-                 "--out", self.path("data")])
-        self.ok(["train", "--preset", "gpt2-tiny", "--data", self.path("data"), "--tokenizer",
-                 tok, "--out", self.path("run"), "--max-steps", "1", "--cache-dir", "none"])
-        model = self.path("run", "checkpoint-1")
+        model = cli_util.train_tiny_model(self.tmp)
         whole = self.ok(["generate", "--model", model, "--prompt", "the cat", "--json",
                          "--max-new-tokens", "30"])
         text = json.loads(whole.stdout)["text"]

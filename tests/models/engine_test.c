@@ -74,6 +74,20 @@ static void model_dir(const char *name, char *out, size_t size) {
   snprintf(out, size, "%s/%s", TY_TEST_MODEL_DIR, name);
 }
 
+/* An engine on fixture `name` with its weights loaded. */
+static ty_engine_t *open_engine(const char *name, int64_t slots, int64_t context, int64_t chunk,
+                                ty_model_config_t *config) {
+  char dir[512];
+  model_dir(name, dir, sizeof(dir));
+  TY_EXPECT_OK(ty_model_config_load(dir, config));
+  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = slots, .context = context,
+                           .prefill_chunk = chunk};
+  ty_engine_t *e = NULL;
+  TY_EXPECT_OK(ty_engine_create(device, config, &o, &e));
+  TY_EXPECT_OK(ty_engine_load_weights(e, dir));
+  return e;
+}
+
 /* Six prompts of 1..11 tokens and 4..12 new tokens each. */
 static const int64_t prompt_len[6] = {5, 1, 11, 3, 8, 2};
 static const int64_t new_len[6] = {7, 12, 4, 9, 6, 10};
@@ -215,15 +229,8 @@ static void test_batched_equals_alone(void **state) {
 /* Sequence 0 sampled with a seed, alone and then beside three others. */
 static void test_seeded_sampling_ignores_neighbours(void **state) {
   (void)state;
-  char dir[512];
-  model_dir("llama", dir, sizeof(dir));
   ty_model_config_t config;
-  TY_EXPECT_OK(ty_model_config_load(dir, &config));
-  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 4, .context = 32,
-                           .prefill_chunk = 4};
-  ty_engine_t *e = NULL;
-  TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
-  TY_EXPECT_OK(ty_engine_load_weights(e, dir));
+  ty_engine_t *e = open_engine("llama", 4, 32, 4, &config);
   int64_t runs[2][MAX_NEW];
   for (int run = 0; run < 2; ++run) {
     collected_t c;
@@ -248,15 +255,10 @@ static void test_seeded_sampling_ignores_neighbours(void **state) {
 
 static void test_slots_cancel_and_stop(void **state) {
   (void)state;
-  char dir[512];
-  model_dir("gpt2", dir, sizeof(dir));
   ty_model_config_t config;
-  TY_EXPECT_OK(ty_model_config_load(dir, &config));
+  ty_engine_t *e = open_engine("gpt2", 2, 24, 8, &config);
   ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 2, .context = 24,
                            .prefill_chunk = 8};
-  ty_engine_t *e = NULL;
-  TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
-  TY_EXPECT_OK(ty_engine_load_weights(e, dir));
   int64_t prompt[4] = {1, 2, 3, 4};
   ty_engine_request_t r = {.prompt = prompt, .prompt_len = 4, .max_new = 10,
                            .sampling = {.greedy = true}, .user = (void *)(intptr_t)0};

@@ -98,27 +98,33 @@ static char *expected(const ty_tokenizer_t *tok, const uint32_t *ids, size_t n,
   return clean;
 }
 
+/* Pushes ids[0..n) (until a stop) and finishes: the pieces, joined, into
+ * got (NUL-terminated); each piece must be valid UTF-8. */
+static size_t stream_all(ty_text_stream_t *ts, const uint32_t *ids, size_t n, char *got) {
+  size_t got_size = 0;
+  bool stopped = false;
+  const char *piece;
+  size_t size;
+  for (size_t i = 0; i < n && !stopped; ++i) {
+    TY_EXPECT_OK(ty_text_stream_push(ts, ids[i], &piece, &size, &stopped));
+    assert_true(valid_utf8(piece, size));
+    memcpy(got + got_size, piece, size);
+    got_size += size;
+  }
+  TY_EXPECT_OK(ty_text_stream_finish(ts, &piece, &size));
+  memcpy(got + got_size, piece, size);
+  got_size += size;
+  got[got_size] = '\0';
+  return got_size;
+}
+
 static void stream_case(const ty_tokenizer_t *tok, const uint32_t *ids, size_t n,
                         const char *const *stops, size_t stop_count) {
   ty_text_stream_t *ts = NULL;
   TY_EXPECT_OK(ty_text_stream_create(tok, TY_TOKENIZER_DECODE_SKIP_SPECIAL, stops, stop_count,
                                      &ts));
   char *got = malloc(16 * n + 16);
-  size_t got_size = 0;
-  bool stopped = false;
-  for (size_t i = 0; i < n && !stopped; ++i) {
-    const char *piece;
-    size_t size;
-    TY_EXPECT_OK(ty_text_stream_push(ts, ids[i], &piece, &size, &stopped));
-    assert_true(valid_utf8(piece, size));
-    memcpy(got + got_size, piece, size);
-    got_size += size;
-  }
-  const char *piece;
-  size_t size;
-  TY_EXPECT_OK(ty_text_stream_finish(ts, &piece, &size));
-  memcpy(got + got_size, piece, size);
-  got_size += size;
+  size_t got_size = stream_all(ts, ids, n, got);
   assert_int_equal(ty_text_stream_offset(ts), got_size);
   size_t want_size;
   bool want_stopped;
@@ -242,20 +248,7 @@ static void test_byte_fallback_run(void **state) {
   ty_text_stream_t *ts = NULL;
   TY_EXPECT_OK(ty_text_stream_create(tok, 0, NULL, 0, &ts));
   char got[64];
-  size_t got_size = 0;
-  for (int i = 0; i < 3; ++i) {
-    const char *piece;
-    size_t size;
-    bool stopped;
-    TY_EXPECT_OK(ty_text_stream_push(ts, ids[i], &piece, &size, &stopped));
-    memcpy(got + got_size, piece, size);
-    got_size += size;
-  }
-  const char *piece;
-  size_t size;
-  TY_EXPECT_OK(ty_text_stream_finish(ts, &piece, &size));
-  memcpy(got + got_size, piece, size);
-  got_size += size;
+  size_t got_size = stream_all(ts, ids, 3, got);
   assert_int_equal(got_size, 7);
   assert_memory_equal(got, "\n\xef\xbf\xbd\xef\xbf\xbd", 7);
   ty_text_stream_destroy(ts);
