@@ -61,7 +61,9 @@ static ty_status_t ty_gen_number(ty_gen_batch_t *b, ty_gen_line_t *l, json_t *v,
 /* The prompt of a line: "prompt" text or "prompt_ids". */
 static ty_status_t ty_gen_prompt(ty_gen_batch_t *b, ty_gen_line_t *l, json_t *text,
                                  json_t *ids) {
-  if (!text == !ids) return TY_LINE_ERROR(b, l, "give exactly one of \"prompt\" and \"prompt_ids\"");
+  if (!text == !ids) {
+    return TY_LINE_ERROR(b, l, "give exactly one of \"prompt\" and \"prompt_ids\"");
+  }
   size_t n = 0;
   uint32_t *encoded = NULL;
   if (text) {
@@ -119,11 +121,13 @@ static ty_status_t ty_gen_parse_line(ty_gen_batch_t *b, ty_gen_line_t *l, const 
                         "max_new_tokens, temperature, top_k, top_p, seed and stop)", key);
     }
   }
-  if (!s) s = ty_gen_prompt(b, l, json_object_get(root, "prompt"), json_object_get(root, "prompt_ids"));
+  if (!s) {
+    s = ty_gen_prompt(b, l, json_object_get(root, "prompt"), json_object_get(root, "prompt_ids"));
+  }
   l->id = json_incref(json_object_get(root, "id"));
   l->max_new = b->a->max_new;
   l->sampling = b->a->sampling;
-  l->sampling.seed = b->a->sampling.seed + (l->number - 1);
+  l->sampling.seed = b->a->sampling.seed + (uint64_t)(l - b->lines); /* --seed + index */
   json_object_foreach(root, key, v) {
     double x = 0;
     if (s) break;

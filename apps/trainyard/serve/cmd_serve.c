@@ -258,6 +258,9 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
     size_t n = strlen(name);
     while (n > 1 && name[n - 1] == '/') name[--n] = '\0';
     s->options.model_name = strdup(basename(name));
+    if (!s->options.model_name && !st) {
+      st = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
   }
   if (!st) st = ty_app_registry_create(app, &registry);
   if (!st) st = ty_device_open(registry, a->backend, &device);

@@ -114,8 +114,8 @@ static void ty_api_add_logprob(const ty_server_t *s, const ty_srv_request_t *r,
     json_object_set_new(entry, "bytes", bytes);
     for (int32_t i = 0; i < t->top_count; ++i) {
       json_t *alt_bytes;
-      json_t *alt = json_pack("{s:o, s:f}", "token", ty_api_token_text(s, t->top_ids[i], &alt_bytes),
-                              "logprob", t->top_logprobs[i]);
+      json_t *alt_text = ty_api_token_text(s, t->top_ids[i], &alt_bytes);
+      json_t *alt = json_pack("{s:o, s:f}", "token", alt_text, "logprob", t->top_logprobs[i]);
       json_object_set_new(alt, "bytes", alt_bytes);
       json_array_append_new(top, alt);
     }
@@ -131,7 +131,8 @@ static void ty_api_add_logprob(const ty_server_t *s, const ty_srv_request_t *r,
   size_t length = json_string_length(text);
   json_array_append_new(json_object_get(*lp, "tokens"), text);
   json_array_append_new(json_object_get(*lp, "token_logprobs"), json_real(t->logprob));
-  json_array_append_new(json_object_get(*lp, "text_offset"), json_integer((json_int_t)c->text_offset));
+  json_array_append_new(json_object_get(*lp, "text_offset"),
+                        json_integer((json_int_t)c->text_offset));
   c->text_offset += length;
   if (r->engine.top_logprobs > 0) {
     json_t *top = json_object();

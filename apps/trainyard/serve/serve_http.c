@@ -223,8 +223,10 @@ static bool ty_srv_generation(ty_server_t *s, const ty_api_request_t *q, ty_srv_
   size_t stop_count = 0;
   for (size_t i = 0; i < q->stop_count; ++i) stops[stop_count++] = q->stop[i];
   if (q->kind == TY_API_CHAT) {
-    for (uint32_t i = 0; i < s->chat_stop_id_count && g->stop_id_count < TY_ENGINE_MAX_STOP_IDS; ++i) {
-      g->stop_ids[g->stop_id_count++] = s->chat_stop_ids[i];
+    for (uint32_t i = 0; i < s->chat_stop_id_count; ++i) {
+      if (g->stop_id_count < TY_ENGINE_MAX_STOP_IDS) {
+        g->stop_ids[g->stop_id_count++] = s->chat_stop_ids[i];
+      }
     }
     for (size_t i = 0; i < s->chat_stop_text_count; ++i) stops[stop_count++] = s->chat_stop_text[i];
   }

@@ -59,7 +59,8 @@ static bool ty_put(ty_srv_buf_t *out, const char *fmt, ...) {
   va_start(args, fmt);
   int n = vsnprintf(line, sizeof(line), fmt, args);
   va_end(args);
-  return n >= 0 && ty_srv_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+  size_t size = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+  return n >= 0 && ty_srv_buf_append(out, line, size);
 }
 
 static bool ty_metric(ty_srv_buf_t *out, const char *name, const char *type, const char *help) {
@@ -95,7 +96,8 @@ bool ty_srv_metrics_text(ty_server_t *s, ty_srv_buf_t *out) {
   ok = ok && ty_metric(out, "trainyard_requests_in_flight", "gauge",
                        "Requests queued or running.") &&
        ty_put(out, "trainyard_requests_in_flight %lld\n", (long long)s->in_flight);
-  ok = ok && ty_metric(out, "trainyard_batch_slots", "gauge", "Slots of the engine (--max-batch).") &&
+  ok = ok &&
+       ty_metric(out, "trainyard_batch_slots", "gauge", "Slots of the engine (--max-batch).") &&
        ty_put(out, "trainyard_batch_slots %lld\n", (long long)s->slots);
   ok = ok && ty_metric(out, "trainyard_batch_slots_busy", "gauge",
                        "Slots holding a sequence after the last engine step.") &&

@@ -218,7 +218,9 @@ static ty_status_t ty_srv_token_output(ty_server_t *s, ty_srv_choice_t *c,
   const char *text = "";
   size_t size = 0;
   bool stopped = false;
-  if (!stop_id) TY_RETURN_IF_ERROR(ty_text_stream_push(c->text, (uint32_t)t->id, &text, &size, &stopped));
+  if (!stop_id) {
+    TY_RETURN_IF_ERROR(ty_text_stream_push(c->text, (uint32_t)t->id, &text, &size, &stopped));
+  }
   bool ok = ty_srv_api_token(s, c, text, size, t, out);
   if (t->finish) c->live = false;
   if (stopped || t->finish) {
