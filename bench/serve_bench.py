@@ -124,7 +124,7 @@ class Server:
             cmd += ["--plugin-path", args.plugin_path]
         cmd += ["serve", "--model", model, "--backend", args.backend, "--port", "0",
                 "--max-batch", str(slots), "--ctx", str(ctx), "--dtype", args.dtype,
-                "--prefill-chunk", str(args.chunk), "--max-queue", "4096"]
+                "--prefill-chunk", str(min(args.chunk, ctx)), "--max-queue", "4096"]
         started = time.time()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
