@@ -470,10 +470,28 @@ class ShutdownTest(cli_util.TempDirTest):
         return results, threads
 
     def test_streams_finish(self):
-        s = Server("--max-batch", "4", "--shutdown-timeout", "60")
+        s = Server("--backend", "faulty", "--max-batch", "4", "--shutdown-timeout", "60",
+                   plugin_path=cli_util.CFG.faulty_dir)
         self.addCleanup(s.close)
-        results, threads = self.streams(s, 3, 200)
+        kept = s.connection()  # opened before the signal: it stays served
+        kept.request("GET", "/health")
+        self.assertEqual(kept.getresponse().read(), b'{"status":"ok"}')
+        results, threads = self.streams(s, 3, 300)
         s.proc.send_signal(signal.SIGTERM)
+
+        def health():
+            kept.request("GET", "/health")
+            r = kept.getresponse()
+            r.read()
+            return r.status == 503
+        # While the streams finish: unhealthy, and no new requests.
+        self.assertTrue(wait_for(health, timeout=30))
+        kept.request("POST", "/v1/completions", body=json.dumps(
+            {"model": s.name, "prompt": "the", "max_tokens": 2}))
+        r = kept.getresponse()
+        self.assertEqual(r.status, 503)
+        self.assertEqual(json.loads(r.read())["error"]["code"], "shutting_down")
+        kept.close()
         for t in threads:
             t.join(timeout=120)
         self.assertEqual(s.proc.wait(timeout=60), 0)
