@@ -476,7 +476,7 @@ class ShutdownTest(cli_util.TempDirTest):
         kept = s.connection()  # opened before the signal: it stays served
         kept.request("GET", "/health")
         self.assertEqual(kept.getresponse().read(), b'{"status":"ok"}')
-        results, threads = self.streams(s, 3, 300)
+        results, threads = self.streams(s, 3, 120)
         s.proc.send_signal(signal.SIGTERM)
 
         def health():
