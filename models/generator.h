@@ -1,17 +1,17 @@
-/* The generation engine: KV-cache decoding of a GPT-2 or Llama-family model
- * on one device, greedy or sampled. It serves `trainyard generate` and the
- * samples `trainyard train --sample-tokens` prints while training.
+/* One sequence at a time on the generation engine (models/engine.h): KV-cache
+ * decoding of a GPT-2 or Llama-family model on one device, greedy or
+ * sampled, for `trainyard generate --prompt` and the samples `trainyard
+ * train --sample-tokens` prints.
  *
- * Two graphs share the weights and the per-layer KV caches on the device: a
- * prefill graph for the whole prompt and a one-token decode graph run once
- * per new token, both with a cache of prompt + max_new rows, so every step
- * reuses one compiled graph. The weights come from a model folder
- * (ty_generator_load_weights) or from a session that already holds them on
- * the same device (options.weights_from: a training session, whose
- * parameters the generator then reads as they are, without a copy).
+ * It is an engine of one slot whose prefill chunk is the whole prompt, so
+ * the prompt runs in one graph and every new token in the decode graph. The
+ * weights come from a model folder (ty_generator_load_weights) or from a
+ * session that already holds them on the same device (options.weights_from:
+ * a training session, whose parameters the generator then reads as they
+ * are, without a copy).
  *
- * Ownership: the generator owns its graphs and sessions; destroy it before
- * the device and before the weights_from session's device. Not thread-safe.
+ * Ownership: the generator owns its engine; destroy it before the device
+ * and before the weights_from session's device. Not thread-safe.
  * Errors: statuses naming the model, the device or the option at fault. */
 #ifndef TY_MODELS_GENERATOR_H_
 #define TY_MODELS_GENERATOR_H_
@@ -23,19 +23,11 @@
 #include "hal/device.h"
 #include "models/checkpoint.h"
 #include "models/config.h"
+#include "models/sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* How the next token is picked from a row of logits. */
-typedef struct ty_sampling_t {
-  bool greedy;        /* the most likely token (ties: the lower id, like torch.argmax) */
-  double temperature; /* > 0: sample from softmax(logits / temperature) */
-  int64_t top_k;      /* among the K most likely tokens (0: all) */
-  double top_p;       /* among the smallest set with mass >= top_p (1: all) */
-  uint64_t seed;      /* the sampler's splitmix64 seed (host side, reproducible) */
-} ty_sampling_t;
 
 typedef struct ty_generator_options_t {
   ty_dtype_t dtype;   /* parameters and activations */
@@ -57,7 +49,7 @@ typedef struct ty_generator_options_t {
 
 typedef struct ty_generator_t ty_generator_t;
 
-/* Builds and compiles the prefill and decode graphs. INVALID_ARGUMENT when
+/* Builds and compiles the engine's graphs. INVALID_ARGUMENT when
  * prompt_len + max_new exceeds the model's positions (naming both); the
  * session's errors when the device cannot run the graphs. */
 ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *config,

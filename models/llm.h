@@ -64,6 +64,31 @@ typedef struct ty_llm_options_t {
                           prefill graph (T = prompt) and a decode graph
                           (T = 1) share the caches through
                           ty_session_options_t.share_state_with. */
+  bool slot_caches;    /* with cache_len > 0: every row keeps KV caches and
+                          positions of its own, so that sequences of
+                          different lengths share one step (the generation
+                          engine's continuous batching, models/engine.h).
+                          Row b reads and writes the states
+                          "slot.<first_slot + b>.cache.<layer>.k" / ".v"
+                          [1, cache_len, Hkv, D]; the inputs are
+                          "positions" (i64 [B, T]), "cache_position" and
+                          "kv_len" (i64 [B], one per row, with the meanings
+                          above). Rows are left-aligned: a row with fewer
+                          than T real tokens is padded after them, and the
+                          padding's keys, written past the real ones, stay
+                          invisible to them (causal) until real tokens
+                          overwrite them. So cache_len may exceed the
+                          model's positions by the rows of such scratch
+                          a padded chunk needs (up to positions - 1). Attention and the cache write run per row
+                          (one node each per row and layer); the matmuls,
+                          norms and MLPs run on the whole batch. */
+  int64_t first_slot;  /* slot of row 0 (slot_caches) */
+  bool logits_at_index; /* output "logits" is [B, V]: for each row b, the
+                           logits of token logits_index[b] only (input
+                           "logits_index", i64 [B], an index into the flat
+                           [B * T] tokens). The LM head then runs on B rows
+                           instead of B * T: a chunked prefill needs the last
+                           real token's logits only. */
 } ty_llm_options_t;
 
 typedef struct ty_llm_t {

@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git python3
   clang libclang-rt-14-dev   # clang build and its ASan/UBSan runtimes
   libjansson-dev             # JSON
+  libmicrohttpd-dev          # HTTP server of `trainyard serve`
+  curl                       # the serve tests drive the server with curl too
   libpcre2-dev               # tokenizer.json pre-tokenizer patterns (UTF, UCP, JIT)
   libcmocka-dev              # C unit tests
   libssl-dev                 # SHA-256 (graph hashes, artifacts)
@@ -50,6 +52,10 @@ fi
 #   safetensors numpy: the reference safetensors implementation (tests/models)
 #   tokenizers: Hugging Face tokenizers; our trained tokenizer.json files must
 #     encode alike there (tests/apps)
+#   jinja2: renders Hugging Face chat templates as transformers does, the
+#     reference of models/chat_template (tests/models)
+#   openai: the official OpenAI client (and its dependencies: httpx, pydantic,
+#     anyio, ...), which the `trainyard serve` tests drive the server with
 #   tensorboard: reads our event files (tests/apps/metrics); binary wheels
 #     only (grpcio, protobuf, werkzeug, markdown, pillow, absl-py,
 #     tensorboard-data-server), about 80 MB beyond numpy, seconds to install
@@ -93,3 +99,5 @@ pip_install_group "safetensors, numpy" safetensors numpy
 pip_install_group "tensorboard.backend.event_processing.event_accumulator" tensorboard
 pip_install_group "tokenizers" tokenizers
 pip_install_group "torch, transformers.optimization" torch transformers
+pip_install_group "jinja2" jinja2
+pip_install_group "openai" openai

@@ -118,6 +118,7 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv);
 int ty_cmd_data(ty_app_t *app, int argc, char **argv);
 int ty_cmd_forward(ty_app_t *app, int argc, char **argv);
 int ty_cmd_generate(ty_app_t *app, int argc, char **argv);
+int ty_cmd_serve(ty_app_t *app, int argc, char **argv);
 int ty_cmd_train(ty_app_t *app, int argc, char **argv);
 int ty_cmd_tokenize(ty_app_t *app, int argc, char **argv);
 

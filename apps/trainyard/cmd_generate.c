@@ -1,17 +1,21 @@
 /* `trainyard generate`: continues a prompt with the generation engine
  * (models/generator.h: KV-cache decoding, greedy or sampled) and prints the
- * new tokens, as text when the model folder has a tokenizer.json. */
+ * new tokens, as text when the model folder has a tokenizer.json; or, with
+ * --input, a JSONL file of prompts through the batching engine
+ * (generate_batch.c). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
+#include "generate.h"
 #include "hal/file.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "models/generator.h"
 #include "models/llm.h"
+#include "models/text_stream.h"
 #include "models/tokenizer.h"
 
 static const char *const ty_generate_usage =
@@ -19,15 +23,32 @@ static const char *const ty_generate_usage =
     "                          --max-new-tokens N [--greedy | --temperature T\n"
     "                          --top-k K --top-p P --seed S] [--backend URI]\n"
     "                          [--dtype D] [--json]\n"
+    "       trainyard generate --model DIR --input PROMPTS.jsonl --output OUT.jsonl\n"
+    "                          [--max-new-tokens N] [--max-batch N] [--ctx N]\n"
+    "                          [--prefill-chunk N] [sampling, --backend, --dtype]\n"
     "\n"
     "Continues a prompt with the model in DIR. Greedy unless --temperature is\n"
     "given. Prints the text (when DIR holds tokenizer.json) and the speed; with\n"
     "--json prints one object {\"ids\": [new token ids], \"text\": \"...\"}.\n"
     "\n"
+    "With --input, every line of PROMPTS.jsonl is a prompt, {\"prompt\": TEXT} or\n"
+    "{\"prompt_ids\": [...]}, optionally with \"id\", \"max_new_tokens\",\n"
+    "\"temperature\" (0: greedy), \"top_k\", \"top_p\", \"seed\" and \"stop\" (strings);\n"
+    "they run through the batching engine of `trainyard serve`, up to --max-batch\n"
+    "at once, and OUT.jsonl gets one line per prompt, in order: {\"index\", \"id\",\n"
+    "\"prompt_tokens\", \"ids\", \"text\", \"finish_reason\"}. A line without a seed\n"
+    "uses --seed + its index.\n"
+    "\n"
     "  --model DIR          Hugging Face model folder\n"
     "  --prompt TEXT        prompt text (needs DIR/tokenizer.json)\n"
     "  --prompt-ids LIST    prompt token ids, comma-separated\n"
-    "  --max-new-tokens N   tokens to generate (>= 1)\n"
+    "  --input FILE         JSONL prompts (instead of --prompt/--prompt-ids)\n"
+    "  --output FILE        JSONL results of --input (written atomically)\n"
+    "  --max-batch N        --input: sequences generated together (default 8)\n"
+    "  --ctx N              --input: tokens per sequence (default: the longest line's)\n"
+    "  --prefill-chunk N    --input: prompt tokens per prefill run (default 64)\n"
+    "  --max-new-tokens N   tokens to generate (>= 1; with --input, the default of\n"
+    "                       lines without max_new_tokens)\n"
     "  --greedy             pick the most likely token (the default)\n"
     "  --temperature T      sample from softmax(logits / T), T > 0\n"
     "  --top-k K            sample among the K most likely tokens (0: all)\n"
@@ -43,7 +64,8 @@ static const char *const ty_generate_usage =
     "  -h, --help           this help\n";
 
 typedef struct {
-  const char *model_dir, *prompt, *backend;
+  const char *model_dir, *prompt, *backend, *input, *output;
+  int64_t max_batch, ctx, chunk;
   int64_t *prompt_ids; /* --prompt-ids, parsed */
   size_t prompt_id_count;
   int64_t max_new;
@@ -119,6 +141,19 @@ static ty_status_t ty_generate_print(const ty_generate_args_t *a, const ty_token
     ty_status_t s = ty_tokenizer_decode(tok, ids, (size_t)gen->count, 0, &text, &text_size);
     free(ids);
     TY_RETURN_IF_ERROR(s);
+  }
+  if (a->json && text) {
+    /* JSON text is UTF-8: bytes that form no character become U+FFFD. */
+    char *clean = NULL;
+    size_t clean_size = 0;
+    ty_status_t s = ty_utf8_sanitize(text, text_size, false, &clean, &clean_size, NULL);
+    if (s) {
+      free(text);
+      return s;
+    }
+    free(text);
+    text = clean;
+    text_size = clean_size;
   }
   if (a->json) {
     printf("{\"ids\": [");
@@ -210,7 +245,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
  * or -1 after --help. */
 static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
-         O_DTYPE, O_JSON, O_EOS, O_NONFINITE };
+         O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"prompt", required_argument, NULL, O_PROMPT},
@@ -226,6 +261,11 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       {"dtype", required_argument, NULL, O_DTYPE},
       {"json", no_argument, NULL, O_JSON},
       {"allow-nonfinite", no_argument, NULL, O_NONFINITE},
+      {"input", required_argument, NULL, O_INPUT},
+      {"output", required_argument, NULL, O_OUTPUT},
+      {"max-batch", required_argument, NULL, O_BATCH},
+      {"ctx", required_argument, NULL, O_CTX},
+      {"prefill-chunk", required_argument, NULL, O_CHUNK},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -296,6 +336,21 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       }
       case O_JSON: a->json = true; break;
       case O_NONFINITE: a->allow_nonfinite = true; break;
+      case O_INPUT: a->input = optarg; break;
+      case O_OUTPUT: a->output = optarg; break;
+      case O_BATCH:
+      case O_CTX:
+      case O_CHUNK: {
+        int64_t v = strtoll(optarg, &end, 10);
+        int64_t hi = c == O_BATCH ? 1024 : INT32_MAX, lo = c == O_CTX ? 2 : 1;
+        const char *name = c == O_BATCH ? "--max-batch" : c == O_CTX ? "--ctx" : "--prefill-chunk";
+        if (*end || end == optarg || v < lo || v > hi) {
+          return ty_app_usage_error(cmd, "%s must be an integer in %lld..%lld", name,
+                                    (long long)lo, (long long)hi);
+        }
+        *(c == O_BATCH ? &a->max_batch : c == O_CTX ? &a->ctx : &a->chunk) = v;
+        break;
+      }
       case 'h': fputs(ty_generate_usage, stdout); return -1;
       case ':': return ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       default: return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -303,15 +358,31 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   }
   if (optind < argc) return ty_app_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if (!a->model_dir) return ty_app_usage_error(cmd, "--model is required");
-  if (!a->prompt == !a->prompt_ids) {
-    return ty_app_usage_error(cmd, "give exactly one of --prompt and --prompt-ids");
+  if (a->input || a->output) {
+    if (!a->input || !a->output) {
+      return ty_app_usage_error(cmd, "--input and --output go together");
+    }
+    if (a->prompt || a->prompt_ids || a->json) {
+      return ty_app_usage_error(cmd, "--input takes its prompts from the file: --prompt, "
+                                     "--prompt-ids and --json do not apply");
+    }
+  } else {
+    if (a->max_batch || a->ctx || a->chunk) {
+      return ty_app_usage_error(cmd, "--max-batch, --ctx and --prefill-chunk apply to --input "
+                                     "only (one prompt runs alone)");
+    }
+    if (!a->prompt == !a->prompt_ids) {
+      return ty_app_usage_error(cmd, "give exactly one of --prompt and --prompt-ids (or "
+                                     "--input)");
+    }
+    if (a->max_new < 1) return ty_app_usage_error(cmd, "--max-new-tokens is required");
   }
-  if (a->max_new < 1) return ty_app_usage_error(cmd, "--max-new-tokens is required");
   if (greedy_flag && sampling_flag) {
     return ty_app_usage_error(cmd, "--greedy cannot be combined with sampling options");
   }
-  /* Greedy decoding draws no random numbers: a seed would change nothing. */
-  if (seed_flag && !sampling_flag) {
+  /* Greedy decoding draws no random numbers: a seed would change nothing
+   * (with --input, lines may sample on their own). */
+  if (seed_flag && !sampling_flag && !a->input) {
     return ty_app_usage_error(cmd, "--seed only matters when sampling (--temperature, --top-k "
                                    "or --top-p)");
   }
@@ -324,7 +395,17 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
                           .compute_dtype = TY_DTYPE_F32, .max_new = -1,
                           .sampling = {.greedy = true, .temperature = 1.0, .top_p = 1.0}};
   int rc = ty_generate_parse(argc, argv, &a);
-  if (rc == TY_EXIT_OK) {
+  if (rc == TY_EXIT_OK && a.input) {
+    ty_generate_batch_args_t b = {.model_dir = a.model_dir, .backend = a.backend,
+                                  .input = a.input, .output = a.output, .dtype = a.dtype,
+                                  .compute_dtype = a.compute_dtype, .max_new = a.max_new,
+                                  .max_batch = a.max_batch ? a.max_batch : 8,
+                                  .ctx = a.ctx, .chunk = a.chunk, .sampling = a.sampling,
+                                  .stop_at_eos = a.stop_at_eos,
+                                  .allow_nonfinite = a.allow_nonfinite};
+    ty_status_t s = ty_generate_batch(app, &b);
+    rc = s ? ty_app_fail("generate", s) : TY_EXIT_OK;
+  } else if (rc == TY_EXIT_OK) {
     ty_status_t s = ty_generate_run(app, &a);
     rc = s ? ty_app_fail("generate", s) : TY_EXIT_OK;
   }

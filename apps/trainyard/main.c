@@ -30,6 +30,8 @@ static const ty_command_t ty_commands[] = {
      "logits, loss and gradients of a Hugging Face model for given tokens", TY_P | TY_V},
     {"generate", ty_cmd_generate,
      "continue a prompt with KV-cache decoding (greedy or sampled)", TY_P},
+    {"serve", ty_cmd_serve,
+     "an OpenAI-compatible HTTP server with continuous batching", TY_P | TY_V},
     {"train", ty_cmd_train,
      "train or fine-tune a model: checkpoints, metrics, exact resume", TY_P},
     {"tokenize", ty_cmd_tokenize,
@@ -60,7 +62,7 @@ static void ty_print_help(FILE *out) {
           "                      and <exe dir>/../lib/trainyard/backends; for the\n"
           "                      commands that open devices)\n"
           "  -v, --verbose       more detail: forward prints the loss, tokenize the\n"
-          "                      time it took\n"
+          "                      time it took, serve a line per request\n"
           "  --version           print version, ABI and build features\n"
           "  -h, --help          this help\n"
           "\n"
@@ -182,8 +184,8 @@ int main(int argc, char **argv) {
         return TY_EXIT_USAGE;
       }
       if (app.verbosity && !(cmd->uses & TY_COMMAND_USES_VERBOSE)) {
-        fprintf(stderr, "trainyard: -v has no effect on '%s' (it adds detail to forward and "
-                        "tokenize); see 'trainyard --help'\n", name);
+        fprintf(stderr, "trainyard: -v has no effect on '%s' (it adds detail to forward, serve "
+                        "and tokenize); see 'trainyard --help'\n", name);
         return TY_EXIT_USAGE;
       }
       return cmd->run(&app, argc - i, argv + i);

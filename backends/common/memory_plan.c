@@ -100,9 +100,11 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
       for (uint32_t o = 0; o < node->output_count && !alias; ++o) {
         if (node->outputs[o] != value) continue;
         int in = ty_inplace_input(node, o);
+        /* Safe when nobody reads the old state after the update; readers
+         * of the new value then read the state's buffer, which holds it (a
+         * KV cache that attention reads right after the write). */
         alias = in >= 0 && (uint32_t)in < node->input_count &&
-                node->inputs[in] == state && last_use[state] <= p &&
-                last_use[value] <= p; /* nobody reads the new value either */
+                node->inputs[in] == state && last_use[state] <= p;
       }
     }
     if (alias) {

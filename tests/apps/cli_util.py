@@ -74,6 +74,26 @@ def make_corpus(path, lines=300, seed=1, words=WORDS):
                                  + "." for _ in range(lines)) + "\n")
 
 
+def train_tiny_model(folder, steps=1, specials=()):
+    """A gpt2-tiny checkpoint with a tokenizer: a 300-token byte-level
+    tokenizer (plus `specials`) trained on a small corpus, `steps` training
+    steps. Returns the checkpoint folder (config.json, model.safetensors,
+    tokenizer.json)."""
+    corpus = make_corpus(os.path.join(folder, "c.txt"))
+    tok = os.path.join(folder, "tok.json")
+    special_args = [a for s in specials for a in ("--special", s)]
+    for args in (["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300",
+                  "--out", tok] + special_args,
+                 ["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "16",
+                  "--out", os.path.join(folder, "data")],
+                 ["train", "--preset", "gpt2-tiny", "--data", os.path.join(folder, "data"),
+                  "--tokenizer", tok, "--out", os.path.join(folder, "run"), "--max-steps",
+                  str(steps), "--cache-dir", "none"]):
+        r = run(args)
+        assert r.returncode == 0, r.stderr
+    return os.path.join(folder, "run", "checkpoint-%d" % steps)
+
+
 class TempDirTest(unittest.TestCase):
     """A test with a temporary folder of its own, removed afterwards."""
 

@@ -97,7 +97,18 @@ AUDIT = {
     "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
-        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate"}),
+        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate"},
+        **{o: "GenerateOptionsTest.test_input_options" for o in (
+            "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
+    "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
+        "--model", "--dtype", "--host", "--port", "--model-name", "--chat-template",
+        "--prefill-chunk", "--ctx", "--max-batch")},
+        **{"--backend": "test_serve_cli.py:LimitsTest.test_internal_error",
+           "--api-key": "test_serve_cli.py:LimitsTest.test_api_key",
+           "--max-body": "test_serve_cli.py:LimitsTest.test_body_too_large",
+           "--max-queue": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
+           "--request-timeout": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
+           "--shutdown-timeout": "test_serve_cli.py:ShutdownTest.test_deadline_cancels"}),
     "forward": dict({o: "ForwardOptionsTest.test_each_option" for o in (
         "--model", "--tokens", "--out", "--backend", "--dtype", "--grads", "--dump-graph")},
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward"}),
@@ -232,6 +243,8 @@ def parsed_options(command):
         if command == "check":  # refused: check compiles nothing (CheckOptionsTest)
             names -= {"cache-dir", "retry-failed"}
         return {"--" + n for n in names}
+    if command == "serve":
+        return getopt_names(source(*app, "serve", "cmd_serve.c"), "static int ty_serve_parse")
     function = {"generate": "static int ty_generate_parse", "forward": "int ty_cmd_forward",
                 "tokenize": "int ty_cmd_tokenize", "conform": "int ty_cmd_conform"}[command]
     return getopt_names(source(*app, "cmd_%s.c" % command), function)
@@ -732,15 +745,8 @@ class GenerateOptionsTest(Base):
         self.assertEqual(len(stopped["ids"]), cut)                           # --stop-at-eos
         self.assertEqual(stopped["ids"][-1], 95)
         # --prompt: text through the model folder's tokenizer (a checkpoint has one)
-        corpus = make_corpus(self.path("c.txt"))
+        model = cli_util.train_tiny_model(self.tmp)
         tok = self.path("tok.json")
-        self.ok(["data", "train-tokenizer", "--input", corpus, "--vocab-size", "300", "--out",
-                 tok])
-        self.ok(["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "16",
-                 "--out", self.path("data")])
-        self.ok(["train", "--preset", "gpt2-tiny", "--data", self.path("data"), "--tokenizer",
-                 tok, "--out", self.path("run"), "--max-steps", "1", "--cache-dir", "none"])
-        model = self.path("run", "checkpoint-1")
         text, _ = self.gen("--model", model, "--prompt", "the cat", "--max-new-tokens", "4")
         self.assertEqual(len(text["ids"]), 4)                                # --prompt
         self.assertIsInstance(text["text"], str)
@@ -750,6 +756,68 @@ class GenerateOptionsTest(Base):
         self.assertEqual(by_ids["ids"], text["ids"])
         self.refused(["generate", "--model", gpt2, "--prompt", "the cat", "--max-new-tokens",
                       "2"], "--prompt needs", rc=1)
+
+    def test_input_options(self):
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
+        lines = [{"prompt_ids": [1, 2, 3], "max_new_tokens": 8, "id": "first"},
+                 {"prompt_ids": [4, 5, 6, 7, 8, 9, 10], "max_new_tokens": 5},
+                 {"prompt_ids": [11]},
+                 {"prompt_ids": [12, 13], "max_new_tokens": 6, "temperature": 1.5, "seed": 4},
+                 {"prompt_ids": [14, 15, 16, 17], "max_new_tokens": 12}]
+        prompts = write(self.path("p.jsonl"), "".join(json.dumps(l) + "\n" for l in lines))
+        out = self.path("o.jsonl")
+        base = ["generate", "--model", gpt2, "--input", prompts, "--output", out,
+                "--max-new-tokens", "4"]
+
+        def results(*extra):
+            r = self.ok(base + list(extra))
+            with open(out) as f:
+                return [json.loads(l) for l in f], r.stderr
+
+        got, err = results("--max-batch", "3")                              # --input, --output
+        self.assertEqual([g["index"] for g in got], [0, 1, 2, 3, 4])
+        self.assertEqual(got[0]["id"], "first")
+        self.assertEqual([len(g["ids"]) for g in got], [8, 5, 4, 6, 12])  # --max-new-tokens
+        self.assertIn("5 prompts", err)
+        self.assertIn("3 slots of 16 tokens", err)                     # --max-batch; ctx: 4 + 12
+        # Greedy lines give what one prompt alone gives.
+        for line, result in zip(lines, got):
+            if "temperature" in line:
+                continue
+            alone = self.ok(["generate", "--model", gpt2, "--json", "--prompt-ids",
+                             ",".join(map(str, line["prompt_ids"])), "--max-new-tokens",
+                             str(line.get("max_new_tokens", 4))])
+            self.assertEqual(json.loads(alone.stdout)["ids"], result["ids"])
+        chunked, err = results("--max-batch", "2", "--prefill-chunk", "2")  # --prefill-chunk
+        self.assertIn("prefill chunk 2", err)
+        self.assertEqual(chunked, got)
+        _, err = results("--ctx", "40")                                      # --ctx
+        self.assertIn("of 40 tokens", err)
+        self.refused(base + ["--ctx", "12"], "p.jsonl:5: a prompt of 4 tokens + 12 new tokens "
+                     "exceeds --ctx 12", rc=1)
+        self.refused(base[:-2], "p.jsonl:3: no \"max_new_tokens\" and no --max-new-tokens",
+                     rc=1)
+        self.refused(base + ["--prompt-ids", "1"], "--input takes its prompts from the file")
+        self.refused(["generate", "--model", gpt2, "--input", prompts], "--input and --output")
+        self.refused(["generate", "--model", gpt2, "--prompt-ids", "1", "--max-new-tokens", "2",
+                      "--max-batch", "2"], "apply to --input only")
+        bad = write(self.path("bad.jsonl"), '{"prompt_ids": [1]}\n{"prompt_ids": [1], '
+                    '"colour": 1}\n')
+        self.refused(["generate", "--model", gpt2, "--input", bad, "--output", out,
+                      "--max-new-tokens", "2"], 'bad.jsonl:2: unknown key "colour"', rc=1)
+        # Text prompts and stop strings need the model's tokenizer.
+        model = cli_util.train_tiny_model(self.tmp)
+        whole = self.ok(["generate", "--model", model, "--prompt", "the cat", "--json",
+                         "--max-new-tokens", "30"])
+        text = json.loads(whole.stdout)["text"]
+        stop = text[5:8]
+        texts = write(self.path("t.jsonl"), json.dumps(
+            {"prompt": "the cat", "max_new_tokens": 30, "stop": [stop]}) + "\n")
+        self.ok(["generate", "--model", model, "--input", texts, "--output", out])
+        with open(out) as f:
+            result = json.loads(f.readline())
+        self.assertEqual(result["text"], text[:text.index(stop)])
+        self.assertEqual(result["finish_reason"], "stop")
 
 
 class ForwardOptionsTest(Base):

@@ -263,8 +263,42 @@ static void test_optimizer_updates_in_place_only_when_safe(void **state) {
   }
 }
 
+/* A KV-cache write whose new cache is read afterwards (attention reads it
+ * right after the write): still in place, with no copy of the cache. */
+static void test_cache_write_in_place_when_the_new_cache_is_read(void **state) {
+  (void)state;
+  int64_t cache_dims[4] = {1, 16, 2, 4}, new_dims[4] = {1, 1, 2, 4};
+  ty_value_id_t cache, fresh, pos, written, read, old_read;
+  for (int old_read_after = 0; old_read_after < 2; ++old_read_after) {
+    ty_graph_t *h;
+    TY_EXPECT_OK(ty_graph_create(&h));
+    TY_EXPECT_OK(ty_graph_add_state(h, "cache", TY_DTYPE_F32, 4, cache_dims, &cache));
+    TY_EXPECT_OK(ty_graph_add_input(h, "new", TY_DTYPE_F32, 4, new_dims, &fresh));
+    TY_EXPECT_OK(ty_graph_add_input(h, "pos", TY_DTYPE_I64, 0, NULL, &pos));
+    ty_value_id_t in[3] = {cache, fresh, pos};
+    TY_EXPECT_OK(ty_graph_add_node1(h, "kv_cache_write", in, 3, NULL, &written));
+    TY_EXPECT_OK(ty_graph_set_state_update(h, cache, written));
+    ty_value_id_t wr = reshape(h, written, 8, 16); /* read through a view too */
+    TY_EXPECT_OK(ty_graph_add_node1(h, "gelu", &wr, 1, NULL, &read));
+    TY_EXPECT_OK(ty_graph_set_output(h, read, "after"));
+    if (old_read_after) {
+      TY_EXPECT_OK(ty_graph_add_node1(h, "gelu", &cache, 1, NULL, &old_read));
+      TY_EXPECT_OK(ty_graph_set_output(h, old_read, "before"));
+    }
+    planned_t p;
+    plan_graph(h, &p);
+    check_no_overlap(&p);
+    assert_int_equal(p.plan.storage[written].kind,
+                     old_read_after ? TY_STORAGE_ARENA : TY_STORAGE_STATE_ALIAS);
+    assert_int_equal(p.plan.copy_count, old_read_after ? 1 : 0);
+    planned_free(&p);
+    ty_graph_destroy(h);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cache_write_in_place_when_the_new_cache_is_read),
       cmocka_unit_test(test_random_graphs),
       cmocka_unit_test(test_chain_reuses_memory),
       cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),

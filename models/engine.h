@@ -1,0 +1,177 @@
+/* The generation engine: continuous batching of many sequences over one
+ * model on one device. It serves `trainyard generate` (one prompt, or a
+ * JSONL file of them), `trainyard serve` and the samples `trainyard train`
+ * prints; a future `eval` uses it the same way.
+ *
+ * The engine has max_batch slots. Each slot holds one sequence and KV caches
+ * of its own (`slot.<s>.cache.<layer>.k/v`, context + chunk - 1 rows; see
+ * ty_llm_options_t.slot_caches), so sequences of any lengths share a step:
+ *
+ *   - decode: every decoding slot feeds its last token to one batched graph
+ *     (rows at positions of their own; attention and cache writes run per
+ *     row, the matmuls on the whole batch). Graphs exist for batches of 1,
+ *     2, 4, ... max_batch rows covering slots [0, rows); a step runs the
+ *     smallest that covers the highest busy slot, and new sequences take the
+ *     lowest free slot, so a light load runs a small graph.
+ *   - prefill: a prompt goes through its slot's own [1, chunk] graph, one
+ *     chunk per step while other slots decode (so a long prompt delays
+ *     running streams by one chunk per step, never by its whole length), as
+ *     many as it takes while none decode. The last chunk is padded; only the
+ *     last real token's logits are computed.
+ *
+ * Sequences join (ty_engine_add) and leave (finishing, ty_engine_cancel)
+ * between steps. Sampling happens on the host (models/sampler.h) with one
+ * random stream per sequence, so a seed gives the same tokens whatever else
+ * shares the batch; greedy decoding gives the same tokens as a batch of one
+ * up to the rounding of batched matmuls.
+ *
+ * Ownership: the engine owns its graphs, sessions and sequences; destroy it
+ * before the device (and before the weights_from session's device). Threads:
+ * not thread-safe; one thread drives it (the server's scheduler thread).
+ * Errors: statuses naming the model, the device, the option or the request
+ * at fault. A failed step leaves the engine usable: the caller decides
+ * whether to cancel the sequences. */
+#ifndef TY_MODELS_ENGINE_H_
+#define TY_MODELS_ENGINE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/session.h"
+#include "hal/device.h"
+#include "models/checkpoint.h"
+#include "models/config.h"
+#include "models/sampler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TY_ENGINE_MAX_TOP_LOGPROBS 20
+#define TY_ENGINE_MAX_STOP_IDS 8
+
+typedef struct ty_engine_options_t {
+  ty_dtype_t dtype;      /* parameters and activations */
+  /* matmuls and attention (and so the logits and KV caches):
+   * TY_DTYPE_INVALID or == dtype unless mixed precision
+   * (ty_llm_options_t.compute_dtype, e.g. bf16 over f32 parameters) */
+  ty_dtype_t compute_dtype;
+  int64_t max_batch;     /* slots, >= 1 */
+  int64_t context;       /* prompt + new tokens per sequence, <= the model's positions */
+  int64_t prefill_chunk; /* prompt tokens per prefill run, 1..context */
+  /* A session on the same device whose STATE values hold the parameters
+   * under their Hugging Face names, dtype and shapes (a training step's):
+   * the engine shares them without a copy. NULL: ty_engine_load_weights. */
+  const ty_session_t *weights_from;
+  const char *cache_dir; /* on-disk compile cache, or NULL */
+  /* The fallback device of a mixed run (ty_session_options_t), with which
+   * weights_from was created; NULL: none. */
+  ty_device_t *fallback_device;
+} ty_engine_options_t;
+
+typedef struct ty_engine_t ty_engine_t;
+
+/* Builds and compiles the decode graphs (prefill graphs are compiled when a
+ * slot first prefills). INVALID_ARGUMENT naming the option for a context
+ * beyond the model's positions, a batch < 1 or a chunk outside 1..context;
+ * the session's errors when the device cannot run the graphs. */
+ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *config,
+                             const ty_engine_options_t *options, ty_engine_t **out_engine);
+void ty_engine_destroy(ty_engine_t *engine);
+
+/* Loads the weights of the model folder `dir` (safetensors) as
+ * ty_llm_load_weights_with does (models/checkpoint.h): NaN/Inf weights are
+ * refused unless options->allow_nonfinite (options may be NULL: refuse),
+ * and counted in *out_report (may be NULL). With allow_nonfinite the
+ * engine also samples from logits that are not finite instead of failing
+ * the step with DATA_LOSS: the user asked to run such weights. */
+ty_status_t ty_engine_load_weights(ty_engine_t *engine, const char *dir,
+                                   const ty_llm_load_options_t *options,
+                                   ty_llm_load_report_t *out_report);
+
+/* Compiles every slot's prefill graph and runs every graph once, so that
+ * no request pays for a first run (kernel selection and JIT, first-touch
+ * memory): a server calls it before it listens. FAILED_PRECONDITION once
+ * sequences were added. */
+ty_status_t ty_engine_warm_up(ty_engine_t *engine);
+
+typedef struct ty_engine_request_t {
+  const int64_t *prompt;     /* prompt_len ids, copied by ty_engine_add */
+  int64_t prompt_len;        /* >= 1 */
+  int64_t max_new;           /* >= 1; prompt_len + max_new <= context */
+  ty_sampling_t sampling;
+  int64_t stop_ids[TY_ENGINE_MAX_STOP_IDS]; /* end after one of these (kept in the output) */
+  uint32_t stop_id_count;
+  bool logprobs;             /* report each new token's log-probability */
+  int32_t top_logprobs;      /* and the N most likely alternatives, 0..20 */
+  void *user;                /* handed back with every token */
+} ty_engine_request_t;
+
+typedef enum ty_engine_finish_e {
+  TY_ENGINE_RUNNING = 0, /* more tokens follow */
+  TY_ENGINE_STOP = 1,    /* it made one of stop_ids */
+  TY_ENGINE_LENGTH = 2,  /* it made max_new tokens */
+} ty_engine_finish_t;
+
+/* One new token of one sequence, handed to the step's callback. The arrays
+ * belong to the engine and live until the callback returns. */
+typedef struct ty_engine_token_t {
+  uint64_t sequence;      /* ty_engine_add's id */
+  void *user;
+  int64_t id;             /* the token */
+  int64_t index;          /* among the sequence's new tokens, from 0 */
+  double logprob;         /* with request.logprobs, else 0 */
+  int32_t top_count;      /* request.top_logprobs */
+  const int64_t *top_ids;
+  const double *top_logprobs;
+  ty_engine_finish_t finish; /* != RUNNING: the sequence has ended and left its slot */
+} ty_engine_token_t;
+
+typedef void (*ty_engine_emit_fn_t)(void *context, const ty_engine_token_t *token);
+
+/* Starts a sequence in the lowest free slot; its tokens come from the next
+ * steps. *out_sequence (may be NULL) identifies it for ty_engine_cancel.
+ * RESOURCE_EXHAUSTED when every slot is busy (add again after a step);
+ * INVALID_ARGUMENT for a prompt id outside the vocabulary (naming it and
+ * its position), an empty prompt, max_new < 1, prompt + max_new beyond the
+ * context, or a bad sampling setting. */
+ty_status_t ty_engine_add(ty_engine_t *engine, const ty_engine_request_t *request,
+                          uint64_t *out_sequence);
+
+/* Ends a sequence now and frees its slot (no more tokens come). Unknown or
+ * finished ids are ignored, so a late cancel is harmless. */
+void ty_engine_cancel(ty_engine_t *engine, uint64_t sequence);
+
+/* One engine step: prefill chunks, then one decode step of every decoding
+ * sequence; `emit` gets each new token, in slot order, and must not call
+ * the engine (cancel after the step). OK with nothing to do. Errors: the
+ * device's, and DATA_LOSS when logits hold NaN or infinity (unless the
+ * weights were loaded with allow_nonfinite); tokens emitted
+ * before the error stand, and the sequences keep their slots (the caller
+ * cancels them or steps again). */
+ty_status_t ty_engine_step(ty_engine_t *engine, ty_engine_emit_fn_t emit, void *context);
+
+typedef struct ty_engine_stats_t {
+  int64_t slots;            /* max_batch */
+  int64_t busy;             /* slots holding a sequence */
+  int64_t prefilling;       /* of which still reading their prompt */
+  uint64_t steps;           /* ty_engine_step calls that ran a graph */
+  uint64_t prefill_tokens;  /* prompt tokens processed */
+  uint64_t decode_tokens;   /* tokens made by decode steps */
+  uint64_t decode_rows;     /* rows of the decode graphs run (padding included) */
+  uint64_t decode_runs;     /* decode graph runs */
+  double last_step_seconds; /* host wall time of the last step */
+} ty_engine_stats_t;
+
+ty_engine_stats_t ty_engine_stats(const ty_engine_t *engine);
+
+/* The context, the slots and the vocabulary size. */
+int64_t ty_engine_context(const ty_engine_t *engine);
+int64_t ty_engine_free_slots(const ty_engine_t *engine);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_MODELS_ENGINE_H_ */

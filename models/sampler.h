@@ -1,0 +1,54 @@
+/* The token sampler of the generation engine: picks the next token from a
+ * row of logits (greedy, or temperature / top-k / top-p sampling with a
+ * reproducible host-side random stream) and reports log-probabilities.
+ *
+ * Ownership: a sampler owns its scratch (one candidate per vocabulary
+ * entry); destroy it once. Threads: one sampler per thread (the scratch is
+ * shared by calls). Errors: create fails only when memory runs out. */
+#ifndef TY_MODELS_SAMPLER_H_
+#define TY_MODELS_SAMPLER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hal/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the next token is picked from a row of logits. */
+typedef struct ty_sampling_t {
+  bool greedy;        /* the most likely token (ties: the lower id, like torch.argmax) */
+  double temperature; /* > 0: sample from softmax(logits / temperature) */
+  int64_t top_k;      /* among the K most likely tokens (0: all) */
+  double top_p;       /* then among the smallest set of those with mass >= top_p
+                         (the mass renormalized over the top-k; 1: all) */
+  uint64_t seed;      /* the sampler's splitmix64 seed (host side, reproducible) */
+} ty_sampling_t;
+
+typedef struct ty_sampler_t ty_sampler_t;
+
+ty_status_t ty_sampler_create(int64_t vocab_size, ty_sampler_t **out_sampler);
+void ty_sampler_destroy(ty_sampler_t *sampler);
+
+/* The next token from `logits` (vocab_size floats). `rng` is the sequence's
+ * random state: start it at sampling->seed; each sampled (not greedy) token
+ * advances it by one draw, so a seed gives the same tokens on every run and
+ * whatever else shares the batch. */
+int64_t ty_sampler_pick(ty_sampler_t *sampler, const float *logits,
+                        const ty_sampling_t *sampling, uint64_t *rng);
+
+/* log softmax(logits)[chosen] into *out_logprob (the model's distribution,
+ * before temperature or truncation, as OpenAI reports it) and, when top > 0,
+ * the `top` most likely tokens (ties: the lower id) with theirs, most likely
+ * first, into top_ids / top_logprobs (`top` entries each, top <= vocab). */
+void ty_sampler_logprobs(ty_sampler_t *sampler, const float *logits, int64_t chosen,
+                         int32_t top, double *out_logprob, int64_t *top_ids,
+                         double *top_logprobs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_MODELS_SAMPLER_H_ */
