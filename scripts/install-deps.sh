@@ -9,6 +9,7 @@ packages=(
   libjansson-dev             # JSON
   libmicrohttpd-dev          # HTTP server of `trainyard serve`
   curl                       # the serve tests drive the server with curl too
+  gdb                        # the tests print the stacks of a command that hangs
   libpcre2-dev               # tokenizer.json pre-tokenizer patterns (UTF, UCP, JIT)
   libcmocka-dev              # C unit tests
   libssl-dev                 # SHA-256 (graph hashes, artifacts)

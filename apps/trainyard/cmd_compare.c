@@ -125,10 +125,12 @@ static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base
   fflush(stdout);
   fflush(stderr);
   double start = ty_now();
+  ty_stop_signals_pause(); /* fork from a single-threaded process */
   pid_t pid = fork();
-  if (pid < 0) return ty_status_make(TY_CODE_UNAVAILABLE, "fork failed: %s", strerror(errno));
+  int fork_errno = errno;
+  ty_stop_signals_resume();
+  if (pid < 0) return ty_status_make(TY_CODE_UNAVAILABLE, "fork failed: %s", strerror(fork_errno));
   if (pid == 0) {
-    ty_stop_signals_restart_in_child(); /* fork keeps only this thread */
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);

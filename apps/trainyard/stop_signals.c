@@ -11,6 +11,8 @@ static sigset_t ty_stop_set; /* the signals the waiter takes */
 static bool ty_stop_any;     /* false: both were ignored at start, no waiter */
 static atomic_int ty_stop_armed;
 static atomic_int ty_stop_received;
+static pthread_t ty_stop_thread;
+static bool ty_stop_running; /* ty_stop_thread is alive (main thread's view) */
 
 /* The default action of `sig` (SIGINT, SIGTERM: end the process), taken on
  * this thread, the one thread that unblocks it for the moment. */
@@ -31,9 +33,15 @@ static void ty_stop_default_action(int sig) {
 
 static void *ty_stop_waiter(void *unused) {
   (void)unused;
+  /* Cancelled only in sigwait (ty_stop_signals_pause), a cancellation
+   * point: never while it acts on a signal. */
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
   for (;;) {
+    pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
     int sig = 0;
-    if (sigwait(&ty_stop_set, &sig) != 0) continue;
+    int rc = sigwait(&ty_stop_set, &sig);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    if (rc != 0) continue;
     if (atomic_load(&ty_stop_armed)) {
       atomic_store(&ty_stop_received, sig);
     } else {
@@ -44,13 +52,8 @@ static void *ty_stop_waiter(void *unused) {
 }
 
 static bool ty_stop_spawn(void) {
-  pthread_attr_t attr;
-  if (pthread_attr_init(&attr) != 0) return false;
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t thread;
-  bool ok = pthread_create(&thread, &attr, ty_stop_waiter, NULL) == 0;
-  pthread_attr_destroy(&attr);
-  return ok;
+  ty_stop_running = pthread_create(&ty_stop_thread, NULL, ty_stop_waiter, NULL) == 0;
+  return ty_stop_running;
 }
 
 bool ty_stop_signals_start(void) {
@@ -72,7 +75,16 @@ bool ty_stop_signals_start(void) {
   return true;
 }
 
-bool ty_stop_signals_restart_in_child(void) { return !ty_stop_any || ty_stop_spawn(); }
+void ty_stop_signals_pause(void) {
+  if (!ty_stop_running) return;
+  pthread_cancel(ty_stop_thread);
+  pthread_join(ty_stop_thread, NULL);
+  ty_stop_running = false;
+}
+
+bool ty_stop_signals_resume(void) {
+  return !ty_stop_any || ty_stop_running || ty_stop_spawn();
+}
 
 void ty_stop_signals_arm(void) { atomic_store(&ty_stop_armed, 1); }
 

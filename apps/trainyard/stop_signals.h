@@ -31,9 +31,16 @@
  * started; the process then runs without graceful stops. */
 bool ty_stop_signals_start(void);
 
-/* In a child made by fork(): only the forking thread survives a fork, so
- * the child starts a waiter of its own. */
-bool ty_stop_signals_restart_in_child(void);
+/* Around fork(): POSIX lets the child of a multi-threaded process call only
+ * async-signal-safe functions, and a child that runs a whole command (as
+ * `compare` does) must come from a single-threaded parent. pause() ends the
+ * waiter thread (the signals stay blocked: one that comes meanwhile waits,
+ * pending, for the next waiter); resume() starts a waiter again, in the
+ * parent and in the child (fork keeps only the calling thread). resume()
+ * returns false when the thread cannot be started (no graceful stop then).
+ * Call both from the thread that called ty_stop_signals_start(). */
+void ty_stop_signals_pause(void);
+bool ty_stop_signals_resume(void);
 
 /* Graceful stop from now until the process exits: a signal is recorded
  * instead of ending the process. */

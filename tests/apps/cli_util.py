@@ -17,11 +17,54 @@ CFG = None  # --trainyard, --models, ... (main)
 WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
 
 
+def stacks_of(pid):
+    """The threads' stacks of process `pid` and its descendants (gdb), for
+    the message of a command that hung; '' when gdb is not there."""
+    gdb = shutil.which("gdb")
+    if not gdb:
+        return ""
+    out = []
+    for p in [pid] + _descendants(pid):
+        r = subprocess.run([gdb, "-p", str(p), "-batch", "-nx", "-ex", "thread apply all bt"],
+                           capture_output=True, text=True, timeout=120)
+        out.append(f"--- pid {p}\n{r.stdout[-6000:]}")
+    return "\n".join(out)
+
+
 def run(args, stdin=None, env=None, timeout=300):
+    """Runs trainyard; a run that outlives `timeout` fails the test with the
+    stacks of every thread of it and of its children (a hang is a bug, and
+    one seen once in CI must say where it hung)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([CFG.trainyard] + args, capture_output=True, text=True, input=stdin,
-                          timeout=timeout, env=full_env)
+    with subprocess.Popen([CFG.trainyard] + args, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=full_env) as proc:
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = stacks_of(proc.pid)
+            for p in [proc.pid] + _descendants(proc.pid):
+                try:
+                    os.kill(p, 9)
+                except OSError:
+                    pass
+            proc.communicate()
+            raise AssertionError(f"trainyard {' '.join(args)} hung for {timeout} s; "
+                                 f"stacks:\n{stacks}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _descendants(pid):
+    found, i = [pid], 0
+    while i < len(found):
+        try:
+            with open(f"/proc/{found[i]}/task/{found[i]}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+        i += 1
+    return found[1:]
 
 
 def write(path, text):
