@@ -9,7 +9,8 @@
 #
 # Environment: CONFIGS (default "gpt2-124m:16:1024 gpt2-124m:32:1024
 # gpt2-350m:8:1024 llama-1b:4:2048", model:batch:seq), PEERS ("eager
-# compile"), STEPS (20 timed), WARMUP (5; torch.compile compiles in the
+# compile"; also eager-minimal and compile-minimal: the compact GPT-2 of
+# pytorch_cuda_train.py --impl minimal, skipped for llama rows), STEPS (20 timed), WARMUP (5; torch.compile compiles in the
 # warm-up), PEAK (the card's dense bf16 TFLOP/s for MFU; default 989, the
 # H100/H200 SXM datasheet figure), PYTHON (python3 with torch and
 # transformers).
@@ -45,7 +46,11 @@ for cfg in $configs; do
   for peer in $peers; do
     plog="$out/pytorch-$peer-$model-$batch-$seq.log"
     flag=""
-    [[ $peer == compile ]] && flag=--compile
+    [[ $peer == compile* ]] && flag=--compile
+    if [[ $peer == *-minimal ]]; then
+      [[ $model == gpt2-* ]] || continue # a GPT-2 only
+      flag="$flag --impl minimal"
+    fi
     timeout 600 "$py" "$here/pytorch_cuda_train.py" --model "$model" --batch "$batch" \
       --seq "$seq" --steps "$steps" --warmup "$warmup" --dtype bf16-mixed --peak-tflops "$peak" \
       $flag >"$plog" 2>&1

@@ -16,6 +16,12 @@ the run. Timing: CUDA-synchronized wall time per step (the loss is read back
 each step, as Trainyard's trainer does); median over the timed steps. Peak
 memory: torch.cuda.max_memory_allocated over the timed steps.
 
+--impl minimal swaps transformers' GPT2LMHeadModel for a compact GPT-2 of
+the same shape and math written below (one fused qkv projection, SDPA with
+is_causal, tanh GELU, tied head, no attention-mask or cache plumbing), the
+kind of model nanoGPT and llm.c's PyTorch reference train: torch.compile
+makes it faster than transformers' module, so it is the stronger peer.
+
 Prints the figures and one "RESULT pytorch..." line.
 """
 import argparse
@@ -38,8 +44,49 @@ PRESETS = {
 }
 
 
-def build(name, attn):
+class MinimalGPT2(torch.nn.Module):
+    """GPT-2 (pre-LN, learned positions, tied head) in the fewest modules."""
+
+    def __init__(self, p):
+        super().__init__()
+        nn = torch.nn
+        C, L = p["hidden"], p["layers"]
+        self.heads = p["heads"]
+        self.wte = nn.Embedding(p["vocab"], C)
+        self.wpe = nn.Embedding(p["positions"], C)
+        self.ln1 = nn.ModuleList(nn.LayerNorm(C) for _ in range(L))
+        self.qkv = nn.ModuleList(nn.Linear(C, 3 * C) for _ in range(L))
+        self.proj = nn.ModuleList(nn.Linear(C, C) for _ in range(L))
+        self.ln2 = nn.ModuleList(nn.LayerNorm(C) for _ in range(L))
+        self.fc = nn.ModuleList(nn.Linear(C, p["ffn"]) for _ in range(L))
+        self.fc_out = nn.ModuleList(nn.Linear(p["ffn"], C) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                torch.nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                torch.nn.init.zeros_(m.bias)
+
+    def forward(self, input_ids):
+        B, T = input_ids.shape
+        pos = torch.arange(T, device=input_ids.device)
+        x = self.wte(input_ids) + self.wpe(pos)
+        H = self.heads
+        for i in range(len(self.qkv)):
+            q, k, v = self.qkv[i](self.ln1[i](x)).split(x.shape[-1], dim=2)
+            q, k, v = (t.view(B, T, H, -1).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj[i](y.transpose(1, 2).reshape(B, T, -1))
+            x = x + self.fc_out[i](F.gelu(self.fc[i](self.ln2[i](x)), approximate="tanh"))
+        return torch.nn.functional.linear(self.ln_f(x), self.wte.weight)
+
+
+def build(name, attn, impl="transformers"):
     p = PRESETS[name]
+    if impl == "minimal":
+        if p["arch"] != "gpt2":
+            raise SystemExit("--impl minimal is a GPT-2; use --impl transformers for " + name)
+        return MinimalGPT2(p), p
     if p["arch"] == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(n_layer=p["layers"], n_head=p["heads"], n_embd=p["hidden"],
@@ -84,6 +131,7 @@ def main():
     ap.add_argument("--dtype", default="bf16-mixed", choices=("bf16-mixed", "f32"))
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--impl", default="transformers", choices=("transformers", "minimal"))
     ap.add_argument("--checkpointing", action="store_true",
                     help="gradient checkpointing (transformers' own)")
     a = ap.parse_args()
@@ -92,9 +140,11 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(1234)
     dev = torch.device("cuda")
-    model, p = build(a.model, "sdpa")
+    model, p = build(a.model, "sdpa", a.impl)
     model.to(dev).train()
     if a.checkpointing:
+        if a.impl == "minimal":
+            raise SystemExit("--checkpointing is transformers' own: use --impl transformers")
         model.gradient_checkpointing_enable()
     decay = [q for n, q in model.named_parameters() if q.dim() == 2 and "wte" not in n
              and "wpe" not in n and "embed_tokens" not in n]
@@ -111,15 +161,17 @@ def main():
     n_tok = a.batch * a.seq
     nparams = sum(q.numel() for q in model.parameters())
     autocast = a.dtype == "bf16-mixed"
-    tag = "pytorch-" + ("compile" if a.compile else "eager")
+    tag = "pytorch-" + ("compile" if a.compile else "eager") + \
+        ("-minimal" if a.impl == "minimal" else "")
     print(f"device:     {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}, "
-          f"{a.dtype}, fused AdamW, SDPA")
+          f"{a.dtype}, fused AdamW, SDPA, {a.impl} model")
     print(f"model:      {a.model} ({nparams} parameters) B={a.batch} T={a.seq}", flush=True)
 
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = fwd(input_ids=idx).logits
+            logits = fwd(input_ids=idx)
+            logits = logits if a.impl == "minimal" else logits.logits
             loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -24,6 +24,10 @@
 #   bench      bench/cuda_bench.sh (Trainyard vs PyTorch eager/compile)
 #   opencl     issue 12's check: gpt2-124m on opencl:0 (NVIDIA's OpenCL)
 #              against cpu
+#   serve      bench/serve_bench.py on cuda:0 (GPT-2 124M and a ~1B Llama
+#              shape, random weights, bf16): concurrency 1, 8, 32 against
+#              sequential requests, time to first token, and transformers'
+#              generate on the same card for the same batch
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
 set -uo pipefail
 build=${1:?usage: device_run.sh BUILD_DIR PHASE...}
@@ -34,6 +38,11 @@ ty=$build/bin/trainyard
 export PYTHONUNBUFFERED=1
 export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
 models=tests/fixtures/models
+# Libraries the GPU machine lacks (libmicrohttpd), carried in BUILD/lib/deps
+# by scripts/build-device.sh: used only where the system has none.
+if ldd "$ty" 2>/dev/null | grep -q "not found"; then
+  export LD_LIBRARY_PATH=$build/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 
 phase_info() {
   nvidia-smi || true
@@ -126,12 +135,37 @@ phase_bench() {
 phase_opencl() {
   mkdir -p /tmp/icd && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/tmp/icd/nvidia.icd
   export OCL_ICD_VENDORS=/tmp/icd
+  # The NVIDIA device: the machines may list PoCL's CPU device first.
+  local dev
+  dev=$("$ty" devices 2>/dev/null | awk '$1 ~ /^opencl:/ && /NVIDIA/ {print $1; exit}')
+  if [[ -z $dev ]]; then
+    echo "no NVIDIA OpenCL device in 'trainyard devices'"
+    "$ty" devices
+    return 1
+  fi
+  echo "NVIDIA OpenCL device: $dev"
   if [[ -x bench/opencl_large_check.sh ]]; then
-    timeout 500 bench/opencl_large_check.sh "$build" "$out/opencl"
+    BACKEND=$dev timeout 500 bench/opencl_large_check.sh "$build" "$out/opencl"
   else
     echo "bench/opencl_large_check.sh is missing"
     return 1
   fi
+}
+
+phase_serve() {
+  local rc=0
+  for shape in gpt2-124m llama-1b; do
+    echo "== $shape"
+    timeout 280 python3 bench/serve_bench.py --trainyard "$ty" --random "$shape" \
+      --backend cuda:0 --dtype bf16 --transformers --device cuda:0 --concurrency 1,8,32 \
+      --work "/tmp/serve-bench-$shape" --json-out "$out/serve-$shape.json" || rc=1
+  done
+  # The engine alone (no HTTP): what the server adds to the first token.
+  echo "== engine_bench gpt2-124m"
+  timeout 120 "$build/bin/engine_bench" --preset gpt2-124m --random-weights --backend cuda:0 \
+    --plugin-dir "$build/lib/trainyard/backends" \
+    --dtype bf16 --concurrency 1,8,32 --prompt-len 32 --new-tokens 32 --chunk 64 || rc=1
+  return $rc
 }
 
 status=0
