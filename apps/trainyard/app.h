@@ -65,6 +65,10 @@ ty_status_t ty_app_write_graph_dump(const ty_graph_t *graph, const char *prefix)
 
 /* Prints "trainyard <command>: <CODE>: <message>" to stderr, frees status,
  * and returns TY_EXIT_RUNTIME. */
+/* Text before every error line of ty_app_fail and ty_app_usage_error:
+ * "rank 1: " in a distributed run, "" (the default) otherwise. */
+void ty_app_set_error_prefix(const char *prefix);
+const char *ty_app_error_prefix(void);
 int ty_app_fail(const char *command, ty_status_t status);
 
 /* Prints "trainyard <command>: <message>; see 'trainyard <command> --help'"

@@ -58,6 +58,12 @@ typedef struct ty_train_config_t {
   /* Adafactor (transformers.Adafactor's arguments) */
   bool relative_step, scale_parameter, warmup_init;
   double clip_threshold, decay_rate, adafactor_eps1, adafactor_eps2;
+  /* many devices (README, "Many devices") */
+  char distributed[16];            /* auto (MPI under a launcher), mpi or none */
+  double dist_timeout;             /* seconds a collective may wait for a rank */
+  /* The run's world size: set by the trainer (or by `compile
+   * --data-parallel`), not an option; the train step's graph depends on it. */
+  int64_t world;
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
    * cross-option checks of ty_train_config_validate refuse an option given
    * on purpose that another option makes ineffective (--momentum with

@@ -169,7 +169,7 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
 /* The session that holds the optimizer states: the optimizer-step graph's
  * with gradient accumulation, else the fused train step's. */
 static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
-  return t->accum > 1 ? t->s_opt : t->s_train;
+  return t->s_opt ? t->s_opt : t->s_train;
 }
 
 /* The optimizer states of every parameter: "<param>.exp_avg", ... A
@@ -299,6 +299,9 @@ static ty_status_t ty_write_state(const ty_trainer_t *t, const char *dir) {
   /* What the progress fields are counted in, for the checks on resume. */
   json_object_set_new(j, "seq_len", json_integer(t->T));
   json_object_set_new(j, "train_rows", json_integer((json_int_t)ty_dataset_row_count(t->train_data)));
+  /* The ranks that made it: a resume on another count keeps the global
+   * batch (world_size x batch_size x grad_accum). */
+  json_object_set_new(j, "world_size", json_integer(t->world));
   json_object_set_new(j, "train_seconds", json_real(t->train_seconds));
   json_object_set_new(j, "loss", json_real(t->last_loss));
   /* The data order is rebuilt from (seed, epoch); dropout masks from

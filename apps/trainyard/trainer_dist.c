@@ -1,0 +1,174 @@
+/* Data-parallel training (README "Many devices"): the world, the device of
+ * each rank, and the host path of the gradient all-reduce for backends
+ * without collectives of their own. Each rank runs the gradient graph on
+ * its slice of the global batch into the "<param>.grad_accum" states; the
+ * host path reads them, sums them over the ranks with MPI and writes them
+ * back before the optimizer graph runs. Every rank then applies the same
+ * update to the same weights, so the replicas never drift. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist.h"
+#include "graph/preflight.h"
+#include "hal/dtype.h"
+#include "hal/device_uri.h"
+#include "hal/file.h"
+#include "trainer.h"
+
+ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
+  ty_dist_mode_t mode;
+  TY_RETURN_IF_ERROR(ty_dist_mode_parse(t->cfg.distributed, &mode));
+  char shim_dir[sizeof(t->app->exe_dir) + 32];
+  snprintf(shim_dir, sizeof(shim_dir), "%s%s", t->app->exe_dir,
+           t->app->exe_dir[0] ? "/../lib/trainyard" : "");
+  ty_status_t s = ty_dist_open(mode, shim_dir, t->cfg.dist_timeout, &t->dist);
+  if (s) {
+    char which[64];
+    bool launched = ty_dist_launched(which, sizeof(which));
+    return ty_status_annotate(s, "%s asks for a distributed run",
+                              mode == TY_DIST_MPI ? "--distributed mpi"
+                              : launched          ? which
+                                                  : "the environment");
+  }
+  t->rank = ty_dist_rank(t->dist);
+  t->world = ty_dist_size(t->dist);
+  t->cfg.world = t->world;
+  if (t->world > 1 && t->cfg.fused_optimizer) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--fused-optimizer updates each parameter inside the backward pass, "
+                          "before the gradients of the other %d ranks are summed; it cannot "
+                          "run data parallel (drop it, or use --recompute to save memory)",
+                          t->world - 1);
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
+  if (t->world == 1) {
+    return ty_app_device_open("train", t->registry, t->cfg.backend, &t->device, &t->fallback);
+  }
+  if (ty_device_uri_has_option(t->cfg.backend, "fallback")) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--backend %s: a mixed run (fallback=) is for bring-up on one "
+                          "process, not data parallel",
+                          t->cfg.backend);
+  }
+  char *uri = NULL;
+  ty_status_t s = ty_device_uri_for_rank(t->registry, t->cfg.backend,
+                                         (uint32_t)ty_dist_local_rank(t->dist), &uri);
+  if (!s) s = ty_app_device_open("train", t->registry, uri, &t->device, NULL);
+  free(uri);
+  return s;
+}
+
+void ty_trainer_dist_close(ty_trainer_t *t) {
+  free(t->grad_host);
+  t->grad_host = NULL;
+  ty_dist_close(t->dist);
+  t->dist = NULL;
+}
+
+/* The gradient accumulators' total f32 element count, once. */
+static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
+  if (t->grad_host) return TY_OK;
+  size_t total = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    if (desc.dtype != TY_DTYPE_F32) {
+      return ty_status_make(TY_CODE_INTERNAL, "%s is %s; the host all-reduce sums f32", name,
+                            ty_dtype_name(desc.dtype));
+    }
+    total += (size_t)ty_tensor_desc_element_count(&desc);
+  }
+  t->grad_host = malloc((total ? total : 1) * sizeof(float));
+  if (!t->grad_host) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "out of host memory for the %zu gradients of the all-reduce", total);
+  }
+  t->grad_count = total;
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
+  if (t->world == 1) return TY_OK;
+  TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
+  size_t offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, t->grad_host + offset, n * 4));
+    offset += n;
+  }
+  char what[96];
+  snprintf(what, sizeof(what), "the gradient all-reduce of step %lld", (long long)t->step + 1);
+  TY_RETURN_IF_ERROR(ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F32, t->grad_host, t->grad_count,
+                                            what));
+  offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
+                                       t->grad_host + offset, n * 4));
+    offset += n;
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
+                                const char *what) {
+  if (t->world == 1) return TY_OK;
+  char text[96];
+  snprintf(text, sizeof(text), "%s of step %lld", what, (long long)t->step + 1);
+  return ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, values, count, text);
+}
+
+/* Test hook: TRAINYARD_DEBUG_DIST_FAULT=RANK:STEP:MODE makes rank RANK, at
+ * the start of step STEP (1-based), exit (status 3, no MPI goodbye), kill
+ * itself (SIGKILL) or hang (sleep forever): the failures --dist-timeout and
+ * the launcher must turn into a clear error on the other ranks. */
+void ty_trainer_dist_fault(const ty_trainer_t *t) {
+  const char *v = getenv("TRAINYARD_DEBUG_DIST_FAULT");
+  if (!v || t->world == 1) return;
+  int rank = -1;
+  long long step = -1;
+  char mode[16] = "";
+  if (sscanf(v, "%d:%lld:%15s", &rank, &step, mode) != 3) return;
+  if (rank != t->rank || step != t->step + 1) return;
+  fprintf(stderr, "rank %d: TRAINYARD_DEBUG_DIST_FAULT: %s at step %lld\n", rank, mode, step);
+  if (!strcmp(mode, "exit")) _exit(3);
+  if (!strcmp(mode, "kill")) raise(SIGKILL);
+  if (!strcmp(mode, "hang")) {
+    for (;;) pause();
+  }
+}
+
+void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
+  if (t->world == 1) return;
+  char p[32], g[32], o[32], h[32];
+  ty_format_bytes(t->plan->bytes[TY_PLAN_PARAMETERS], p, sizeof(p));
+  ty_format_bytes(t->plan->bytes[TY_PLAN_GRADIENTS], g, sizeof(g));
+  ty_format_bytes(t->plan->bytes[TY_PLAN_OPTIMIZER], o, sizeof(o));
+  uint64_t staging = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+    staging += (uint64_t)ty_tensor_desc_element_count(d) * 4;
+  }
+  ty_format_bytes(staging, h, sizeof(h));
+  fprintf(out,
+          "per rank (%d ranks, data parallel; every rank holds all of these): parameters %s, "
+          "gradients %s, optimizer state %s; host staging of the gradient all-reduce %s\n",
+          t->world, p, g, o, h);
+}
