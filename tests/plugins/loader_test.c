@@ -573,7 +573,8 @@ static void test_minimal_table_is_read_within_struct_size(void **state) {
 
 /* A plugin that sets one entry of a pair and not the other loads, with one
  * warning per pair naming both entries (rogue_plugin.c sets device_open,
- * graph_compile and executable_serialize alone); the in-tree plugins have
+ * graph_compile and executable_serialize alone, and every collective of ABI
+ * 1.4 but comm_broadcast); the in-tree plugins have
  * none. Every
  * loaded plugin has an identity: its build-id (or, without one, the SHA-256
  * of its bytes). */
@@ -589,15 +590,17 @@ static void test_unpaired_entries_warn(void **state) {
       {"graph_compile is set but executable_execute is not", "can never run"},
       {"graph_compile is set but executable_destroy is not", "executable leaks"},
       {"executable_serialize is set but executable_deserialize is not", "set both or neither"},
+      {"comm_create is set but comm_broadcast is not", "broadcasting rank 0's weights"},
   };
-  assert_int_equal(ty_backend_warning_count(b), 5);
-  for (size_t i = 0; i < 5; ++i) {
+  assert_int_equal(ty_backend_warning_count(b), 6);
+  assert_false(ty_backend_has_collectives(b));
+  for (size_t i = 0; i < 6; ++i) {
     const char *w = ty_backend_warning_at(b, i);
     assert_non_null(w);
     assert_non_null(strstr(w, expect[i][0]));
     assert_non_null(strstr(w, expect[i][1]));
   }
-  assert_null(ty_backend_warning_at(b, 5));
+  assert_null(ty_backend_warning_at(b, 6));
   for (size_t i = 0; i < ty_registry_backend_count(r); ++i) {
     ty_backend_t *other = ty_registry_backend_at(r, i);
     const char *id = ty_backend_identity(other);
