@@ -391,6 +391,13 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   } else {
     s = ty_session_create(t->device, t->g_train, &so, &t->s_train);
   }
+  if (s && t->world > 1) {
+    /* The device may refuse the split step (the dataflow device runs whole
+     * steps only): say why the step was split. */
+    s = ty_status_annotate(s, "data parallel on %d ranks runs the step as a gradient graph and "
+                              "an optimizer graph with the gradient all-reduce between them",
+                           t->world);
+  }
   ty_session_options_t share = so;
   share.share_state_with = t->s_train;
   if (!s && t->g_opt) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);

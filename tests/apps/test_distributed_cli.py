@@ -14,9 +14,9 @@ mpirun on the cpu backend (issue 11; Python standard library only).
   an error naming it within --dist-timeout; a rank killed by SIGKILL ends
   the run; in both the previous checkpoint stays whole and resumable.
 - RefuseTest: bad inputs: MPI that cannot load, --dist-timeout 0, an unknown
-  --distributed, --dist-timeout without distribution, --fused-optimizer and
-  a fallback device with several ranks, a resume that changes the global
-  batch.
+  --distributed, --dist-timeout without distribution, --fused-optimizer, a
+  fallback device and the dataflow device (whole steps only) with several
+  ranks, a resume that changes the global batch.
 
 mpirun runs as root in CI: --allow-run-as-root, and --oversubscribe for 2
 ranks on small machines. Without mpirun or the MPI shim (a build without
@@ -251,6 +251,10 @@ class RefuseTest(Base):
         self.assertIn("rank 1: trainyard train: INVALID_ARGUMENT", r.stderr)
         self.refused(None, ["--out", self.path("o2"), "--max-steps", "2", "--backend",
                             "cpu?fallback=dataflow"], "not data parallel", ranks=2)
+        # a device that runs whole steps only cannot take the split step yet
+        self.refused(None, ["--out", self.path("o3"), "--max-steps", "2", "--backend",
+                            "dataflow"], "data parallel on 2 ranks runs the step as a gradient "
+                     "graph and an optimizer graph", ranks=2)
         # one process under mpirun that opts out is an ordinary run
         self.train_mpi(1, *out, "--distributed", "none")
         # a resume must keep ranks x batch x accumulation
