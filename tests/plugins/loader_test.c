@@ -611,6 +611,41 @@ static void test_unpaired_entries_warn(void **state) {
   ty_registry_destroy(r);
 }
 
+/* The device of each rank of a data-parallel run (hal/device.h): a URI
+ * without an index on a backend of several devices (the unpaired rogue has
+ * 4) takes the local rank's, keeping its options; a named index stays; a
+ * backend of one device (cpu) is shared; a rank beyond the devices is an
+ * error naming both counts. */
+static void test_device_uri_for_rank(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_UNPAIRED_DIR, TY_TEST_PLUGIN_DIR};
+  ty_registry_t *r = registry_from(paths, 2, false);
+  static const struct {
+    const char *uri;
+    uint32_t local_rank;
+    const char *want;
+  } cases[] = {
+      {"unpaired", 0, "unpaired:0"},       {"unpaired", 3, "unpaired:3"},
+      {"unpaired?a=1", 2, "unpaired:2?a=1"}, {"unpaired:3", 1, "unpaired:3"},
+      {"unpaired:0?a=1", 2, "unpaired:0?a=1"}, {"cpu", 3, "cpu"},
+      {"cpu?threads=2", 1, "cpu?threads=2"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char *uri = NULL;
+    TY_EXPECT_OK(ty_device_uri_for_rank(r, cases[i].uri, cases[i].local_rank, &uri));
+    assert_string_equal(uri, cases[i].want);
+    free(uri);
+  }
+  char *uri = (char *)(uintptr_t)1;
+  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "unpaired", 4, &uri), TY_CODE_FAILED_PRECONDITION,
+                   "local rank 4 has no device: backend 'unpaired' has 4 devices");
+  assert_null(uri);
+  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "nosuch", 0, &uri), TY_CODE_NOT_FOUND, "nosuch");
+  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "bad uri", 0, &uri), TY_CODE_INVALID_ARGUMENT,
+                   "bad uri");
+  ty_registry_destroy(r);
+}
+
 static void test_reject_kind_names(void **state) {
   (void)state;
   static const struct {
@@ -651,6 +686,7 @@ int main(void) {
       cmocka_unit_test(test_backend_accessors),
       cmocka_unit_test(test_minimal_table_is_read_within_struct_size),
       cmocka_unit_test(test_unpaired_entries_warn),
+      cmocka_unit_test(test_device_uri_for_rank),
       cmocka_unit_test(test_reject_kind_names),
   };
   return cmocka_run_group_tests_name("loader", tests, setup_facts, NULL);

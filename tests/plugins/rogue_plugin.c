@@ -43,8 +43,10 @@ static void rogue_backend_destroy(ty_abi_backend_t *backend) { free(backend); }
 
 static ty_abi_status_t rogue_device_count(ty_abi_backend_t *backend, uint32_t *out_count) {
   (void)backend;
-#if defined(ROGUE_MINIMAL) || defined(ROGUE_UNPAIRED)
+#if defined(ROGUE_MINIMAL)
   *out_count = 1;
+#elif defined(ROGUE_UNPAIRED)
+  *out_count = 4; /* a host of several devices: the rank-to-device mapping */
 #else
   *out_count = 0;
 #endif
