@@ -175,11 +175,12 @@ ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf,
   return ty_dist_result(dist, rc, missing, err, what);
 }
 
-ty_status_t ty_dist_broadcast(ty_dist_t *dist, void *buf, size_t bytes, const char *what) {
+ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
+                              const char *what) {
   if (!dist || dist->size == 1) return TY_OK;
   char err[512] = "";
   int missing = -1;
-  int rc = dist->shim->broadcast(buf, bytes, 0, dist->timeout_s, &missing, err, sizeof(err));
+  int rc = dist->shim->broadcast(buf, bytes, root, dist->timeout_s, &missing, err, sizeof(err));
   return ty_dist_result(dist, rc, missing, err, what);
 }
 

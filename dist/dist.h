@@ -68,8 +68,9 @@ const char *ty_dist_library(const ty_dist_t *dist);
  * collective in errors ("the gradient all-reduce of step 5"). */
 ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf, size_t count,
                                    const char *what);
-/* Rank 0's `bytes` to every rank. */
-ty_status_t ty_dist_broadcast(ty_dist_t *dist, void *buf, size_t bytes, const char *what);
+/* Rank `root`'s `bytes` to every rank. */
+ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
+                              const char *what);
 /* Each rank's `bytes` into out[rank * bytes]. */
 ty_status_t ty_dist_all_gather(ty_dist_t *dist, const void *in, void *out, size_t bytes,
                                const char *what);

@@ -106,6 +106,8 @@ static const ty_opt_t ty_opts[] = {
                       "process), mpi (an MPI job; an error without MPI) or none"),
     TY_F(dist_timeout, "seconds a rank waits for the others at a collective before the run "
                        "ends with an error naming the missing rank"),
+    TY_I(zero, "1: ZeRO-1, each rank keeps and updates the optimizer state of its share of "
+               "the parameters (data parallel only); 0: every rank keeps all of it"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -318,8 +320,9 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
   if (!sgd && TY_GIVEN("momentum")) {
     TY_NO_EFFECT("--momentum has no effect with --optimizer %s (it is SGD's)", c->optimizer);
   }
-  if (!strcmp(c->distributed, "none") && TY_GIVEN("dist_timeout")) {
-    TY_NO_EFFECT("--dist-timeout has no effect with --distributed none (one process)");
+  if (!strcmp(c->distributed, "none") && (TY_GIVEN("dist_timeout") || c->zero)) {
+    TY_NO_EFFECT("--%s has no effect with --distributed none (one process)",
+                 c->zero ? "zero 1" : "dist-timeout");
   }
   static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
   for (size_t i = 0; (sgd || adafactor) && i < 3; ++i) {
@@ -447,6 +450,7 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
       strcmp(c->distributed, "none")) {
     TY_BAD("--distributed must be auto, mpi or none, not '%s'", c->distributed);
   }
+  if (c->zero != 0 && c->zero != 1) TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);
   if (!(c->dist_timeout > 0) || !(c->dist_timeout <= 86400 * 7)) {
     TY_BAD("--dist-timeout must lie in (0, 604800] seconds, not %g: a rank that dies or "
            "hangs must end the run in bounded time", c->dist_timeout);

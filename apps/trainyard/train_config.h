@@ -61,6 +61,7 @@ typedef struct ty_train_config_t {
   /* many devices (README, "Many devices") */
   char distributed[16];            /* auto (MPI under a launcher), mpi or none */
   double dist_timeout;             /* seconds a collective may wait for a rank */
+  int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1) */
   /* The run's world size: set by the trainer (or by `compile
    * --data-parallel`), not an option; the train step's graph depends on it. */
   int64_t world;

@@ -227,6 +227,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     TY_RETURN_IF_ERROR(ty_trainer_dist_reduce_grads(t));
     TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
     TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
+    TY_RETURN_IF_ERROR(ty_trainer_dist_gather_params(t));
   }
   double norm = 0;
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
@@ -370,6 +371,9 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
     bool *decay = NULL;
     ty_train_step_params_t step;
     s = ty_train_graph_step_options(c, &step);
+    /* ZeRO-1: this rank's optimizer graph updates its share alone */
+    if (!s && c->zero) s = ty_trainer_dist_owners(t);
+    step.update = t->updates;
     if (!s) s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
     if (!s) s = ty_graph_create(&t->g_opt);
     if (!s) {
@@ -487,7 +491,7 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) s = ty_trainer_check_out(config);
   if (!s && t->rank == 0) s = ty_trainer_open_run(t, resume_dir, capacity);
   TY_RETURN_IF_ERROR(ty_dist_agree(t->dist, s, "opening the run folder"));
-  TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, resume_dir, capacity, "the resume checkpoint"));
+  TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, resume_dir, capacity, "the resume checkpoint"));
   ty_trainer_saved_t saved;
   if (resume_dir[0]) s = ty_trainer_read_state(resume_dir, t, &saved);
   if (!s) s = ty_trainer_open_data(t);
@@ -541,10 +545,12 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
   if (t->val_data && ((config->eval_every && t->step % config->eval_every == 0) || last)) {
     if (t->rank == 0) s = ty_trainer_eval(t, &t->last_val_loss);
     if (!s && t->rank == 0) ty_train_metrics_eval(t);
+    if (t->owner) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
     evaluated = true;
   }
   if (!s && ((config->save_every && t->step % config->save_every == 0) || last)) {
-    if (t->rank == 0) s = ty_trainer_save(t);
+    /* ZeRO-1: every rank writes its share of the optimizer state */
+    if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
     if (!s) *saved_step = t->step;
     checkpointed = true;
   }
@@ -624,8 +630,9 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
       fprintf(stderr, "trainyard train: %s received after step %lld: %s\n",
               stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
               saved_step == t.step ? "saved, stopping" : "saving and stopping");
-      if (saved_step != t.step) s = ty_trainer_save(&t);
+      if (saved_step != t.step && !t.owner) s = ty_trainer_save(&t);
     }
+    if (t.owner && saved_step != t.step) s = ty_trainer_save(&t);
     if (t.world > 1 && saved_step != t.step) {
       s = ty_dist_agree(t.dist, s, "the checkpoint of the stop");
     }

@@ -66,6 +66,10 @@ typedef struct ty_trainer_t {
   int rank, world;
   float *grad_host;
   size_t grad_count;
+  /* ZeRO-1 (--zero 1): the rank that updates each parameter, and whether
+   * this rank does (the optimizer graph's update mask); NULL otherwise */
+  int *owner;
+  bool *updates;
   int stop_signal;
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
@@ -101,6 +105,11 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t);
 /* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
+/* ZeRO-1: shares the parameters among the ranks (owner, updates), by size. */
+ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
+/* ZeRO-1, after the optimizer step: every rank's updated parameters to
+ * every rank. A no-op without ZeRO. */
+ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
 /* TRAINYARD_DEBUG_DIST_FAULT (a test hook): may end or hang this rank. */
 void ty_trainer_dist_fault(const ty_trainer_t *t);
 /* The per-rank memory line of the pre-flight plan (nothing for one rank). */

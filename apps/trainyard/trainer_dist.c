@@ -37,6 +37,12 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   t->rank = ty_dist_rank(t->dist);
   t->world = ty_dist_size(t->dist);
   t->cfg.world = t->world;
+  if (t->cfg.zero && t->world == 1) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--zero 1 shards the optimizer state over the ranks of a distributed "
+                          "run, and this run is one process: start it with mpirun -np N (or "
+                          "drop --zero)");
+  }
   if (t->world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--fused-optimizer updates each parameter inside the backward pass, "
@@ -68,6 +74,10 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
 void ty_trainer_dist_close(ty_trainer_t *t) {
   free(t->grad_host);
   t->grad_host = NULL;
+  free(t->owner);
+  free(t->updates);
+  t->owner = NULL;
+  t->updates = NULL;
   ty_dist_close(t->dist);
   t->dist = NULL;
 }
@@ -135,6 +145,91 @@ ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
   return ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, values, count, text);
 }
 
+static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
+  return ty_tensor_desc_element_count(&ty_graph_value(t->g_train, t->m_train.params[i].value)->desc);
+}
+
+ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
+  uint32_t n = t->m_train.param_count;
+  t->owner = calloc(n ? n : 1, sizeof(int));
+  t->updates = calloc(n ? n : 1, sizeof(bool));
+  int64_t *load = calloc((size_t)t->world, sizeof(int64_t));
+  bool *done = calloc(n ? n : 1, sizeof(bool));
+  if (!t->owner || !t->updates || !load || !done) {
+    free(load);
+    free(done);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  /* Largest first, each to the least-loaded rank (the lowest on a tie):
+   * the same shares on every rank, and optimizer state within one
+   * parameter of an even split. Whole tensors: each update stays one op. */
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t best = 0;
+    int64_t best_size = -1;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!done[i] && ty_param_elements(t, i) > best_size) {
+        best = i;
+        best_size = ty_param_elements(t, i);
+      }
+    }
+    int r = 0;
+    for (int q = 1; q < t->world; ++q) r = load[q] < load[r] ? q : r;
+    done[best] = true;
+    t->owner[best] = r;
+    t->updates[best] = r == t->rank;
+    load[r] += best_size;
+  }
+  free(load);
+  free(done);
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
+  if (!t->owner) return TY_OK;
+  /* One broadcast per rank of the parameters it updated, packed in
+   * parameter order; the weights stay in their own dtype. */
+  size_t largest = 0;
+  for (int r = 0; r < t->world; ++r) {
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+      if (t->owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+      bytes += (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
+    }
+    largest = bytes > largest ? bytes : largest;
+  }
+  char *buf = malloc(largest ? largest : 1);
+  if (!buf) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  ty_status_t s = TY_OK;
+  for (int r = 0; r < t->world && !s; ++r) {
+    size_t offset = 0;
+    for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
+      if (t->owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+      size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
+      if (r == t->rank) s = ty_session_read(t->s_train, t->m_train.params[i].name, buf + offset, bytes);
+      offset += bytes;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "the parameter all-gather (rank %d's share) of step %lld", r,
+             (long long)t->step + 1);
+    if (!s) s = ty_dist_broadcast(t->dist, r, buf, offset, what);
+    offset = 0;
+    for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
+      if (t->owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+      size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
+      if (r != t->rank) {
+        s = ty_session_bind(t->s_train, t->m_train.params[i].name, d->dtype, d->rank, d->dims,
+                            buf + offset, bytes);
+      }
+      offset += bytes;
+    }
+  }
+  free(buf);
+  return s;
+}
+
 /* Test hook: TRAINYARD_DEBUG_DIST_FAULT=RANK:STEP:MODE makes rank RANK, at
  * the start of step STEP (1-based), exit (status 3, no MPI goodbye), kill
  * itself (SIGKILL) or hang (sleep forever): the failures --dist-timeout and
@@ -168,7 +263,8 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   }
   ty_format_bytes(staging, h, sizeof(h));
   fprintf(out,
-          "per rank (%d ranks, data parallel; every rank holds all of these): parameters %s, "
-          "gradients %s, optimizer state %s; host staging of the gradient all-reduce %s\n",
-          t->world, p, g, o, h);
+          "per rank (%d ranks, data parallel%s): parameters %s, gradients %s, optimizer state "
+          "%s%s; host staging of the gradient all-reduce %s\n",
+          t->world, t->owner ? ", ZeRO-1" : "; every rank holds all of these", p, g, o,
+          t->owner ? " (rank 0's share)" : "", h);
 }

@@ -10,6 +10,10 @@ mpirun on the cpu backend (issue 11; Python standard library only).
   line is printed before step 0.
 - ResumeTest: a 2-rank checkpoint resumed on 1 rank, and a 1-rank one on 2
   ranks, continue the uninterrupted curve.
+- ZeroTest: --zero 1 equals plain data parallel (losses, weights, and its
+  per-rank optimizer shards together equal plain's optimizer state, within
+  1e-6); a sharded checkpoint resumes on 1 rank and a 1-rank one on 2 ranks
+  with ZeRO-1, continuing the one-process curve.
 - FailureTest: a rank that hangs (a fault-injection hook) ends the run with
   an error naming it within --dist-timeout; a rank killed by SIGKILL ends
   the run; in both the previous checkpoint stays whole and resumable.
@@ -197,6 +201,57 @@ class ResumeTest(Base):
                                   os.path.join(b, "checkpoint-20"))
 
 
+class ZeroTest(Base):
+    def test_zero_matches_plain_data_parallel(self):
+        args = ["--max-steps", "20", "--batch-size", "2", "--save-every", "10", "--keep", "0"]
+        plain, zero = self.path("plain"), self.path("zero")
+        self.train_mpi(2, *args, "--out", plain)
+        r = self.train_mpi(2, *args, "--out", zero, "--zero", "1")
+        # the plan counts rank 0's share of the optimizer state: about half
+        self.assertIn("per rank (2 ranks, data parallel, ZeRO-1)", r.stderr)
+        self.assert_curves_match(losses(plain), losses(zero), range(1, 21))
+        ckpt = os.path.join(zero, "checkpoint-20")
+        self.assert_weights_match(os.path.join(plain, "checkpoint-20"), ckpt)
+        # one shard per rank and an index naming, for every state, its shard
+        with open(os.path.join(ckpt, "optimizer.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(index["metadata"]["world_size"], 2)
+        shards = sorted(set(index["weight_map"].values()))
+        self.assertEqual(shards, ["optimizer-00001-of-00002.safetensors",
+                                  "optimizer-00002-of-00002.safetensors"])
+        self.assertFalse(os.path.exists(os.path.join(ckpt, "optimizer.safetensors")))
+        merged = {}
+        for shard in shards:
+            part = read_f32_safetensors(os.path.join(ckpt, shard))
+            self.assertTrue(part, shard)  # both ranks hold a share
+            self.assertFalse(set(part) & set(merged))
+            self.assertEqual({n for n, f in index["weight_map"].items() if f == shard}, set(part))
+            merged.update(part)
+        # together they are plain data parallel's optimizer state
+        want = read_f32_safetensors(os.path.join(plain, "checkpoint-20", "optimizer.safetensors"))
+        self.assertEqual(sorted(merged), sorted(want))
+        for name in want:
+            self.assertLessEqual(max(abs(x - y) for x, y in zip(merged[name], want[name])), 1e-6)
+
+    def test_resume_reshards(self):
+        args = ["--schedule", "constant", "--save-every", "10", "--keep", "0"]
+        one = ["--batch-size", "2", "--grad-accum", "2"]
+        ref = self.path("ref")
+        self.train(*args, "--max-steps", "20", "--out", ref, *one)
+        want = losses(ref)
+        # sharded on 2 ranks, resumed on 1 (plain), and back on 2 (ZeRO-1)
+        a = self.path("a")
+        self.train_mpi(2, *args, "--max-steps", "10", "--out", a, "--batch-size", "2",
+                       "--zero", "1")
+        self.train(*args, "--max-steps", "15", "--out", a, *one, "--resume", "latest",
+                   "--save-every", "5")
+        self.train_mpi(2, *args, "--max-steps", "20", "--out", a, "--batch-size", "2",
+                       "--zero", "1", "--resume", "latest")
+        self.assert_curves_match(want, losses(a), range(1, 21))
+        self.assert_weights_match(os.path.join(ref, "checkpoint-20"),
+                                  os.path.join(a, "checkpoint-20"))
+
+
 class FailureTest(Base):
     def check_previous_checkpoint(self, out):
         names = sorted(os.listdir(out))
@@ -251,6 +306,12 @@ class RefuseTest(Base):
         self.assertIn("rank 1: trainyard train: INVALID_ARGUMENT", r.stderr)
         self.refused(None, ["--out", self.path("o2"), "--max-steps", "2", "--backend",
                             "cpu?fallback=dataflow"], "not data parallel", ranks=2)
+        # ZeRO-1 shards over ranks: one process has none to shard over
+        self.refused(1, out + ["--zero", "1"], "--zero 1 shards the optimizer state over the "
+                     "ranks of a distributed run, and this run is one process")
+        self.refused(2, out + ["--zero", "2"], "--zero must be 0 or 1, not 2")
+        self.refused(2, out + ["--distributed", "none", "--zero", "1"],
+                     "--zero 1 has no effect with --distributed none")
         # a device that runs whole steps only cannot take the split step yet
         self.refused(None, ["--out", self.path("o3"), "--max-steps", "2", "--backend",
                             "dataflow"], "data parallel on 2 ranks runs the step as a gradient "

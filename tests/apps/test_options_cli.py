@@ -75,7 +75,8 @@ AUDIT = {
         **{o: "test_memory_cli.py:AdafactorTest.test_resume_is_bit_identical" for o in (
             "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")},
         **{"--distributed": "test_distributed_cli.py:RefuseTest.test_bad_inputs",
-           "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named"}),
+           "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named",
+           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
