@@ -255,7 +255,8 @@ static ty_status_t ty_st_missing(const char *dir) {
 }
 
 /* <dir>/<base>.safetensors.index.json when present, else
- * <dir>/<base>.safetensors; `missing` says what to report when neither is. */
+ * <dir>/<base>.safetensors; `model`: a model folder (the messages, and the
+ * conversion hints when neither exists). */
 static char *ty_st_path_named(const char *dir, const char *base, const char *suffix) {
   size_t n = strlen(dir) + strlen(base) + strlen(suffix) + 2;
   char *path = malloc(n);
@@ -271,7 +272,8 @@ static ty_status_t ty_st_open_named(const char *model_dir, const char *base, uin
   }
   struct stat st;
   if (stat(model_dir, &st) != 0) {
-    return ty_status_from_errno(errno, "cannot open model folder %s", model_dir);
+    return ty_status_from_errno(errno, "cannot open %s folder %s",
+                                model ? "model" : "checkpoint", model_dir);
   }
   if (!S_ISDIR(st.st_mode)) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,

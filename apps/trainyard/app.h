@@ -115,6 +115,7 @@ ty_status_t ty_app_load_weights(const ty_llm_t *model, ty_session_t *session, co
                                 bool allow_nonfinite, const char *command);
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+int ty_cmd_ckpt(ty_app_t *app, int argc, char **argv);
 int ty_cmd_check(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv);

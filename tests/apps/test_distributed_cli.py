@@ -14,6 +14,9 @@ mpirun on the cpu backend (issue 11; Python standard library only).
   per-rank optimizer shards together equal plain's optimizer state, within
   1e-6); a sharded checkpoint resumes on 1 rank and a 1-rank one on 2 ranks
   with ZeRO-1, continuing the one-process curve.
+- CkptTest: `ckpt split` and `ckpt merge` convert the optimizer state
+  both ways exactly; a split checkpoint resumes the uninterrupted curve; bad
+  uses.
 - FailureTest: a rank that hangs (a fault-injection hook) ends the run with
   an error naming it within --dist-timeout; a rank killed by SIGKILL ends
   the run; in both the previous checkpoint stays whole and resumable.
@@ -232,6 +235,13 @@ class ZeroTest(Base):
         self.assertEqual(sorted(merged), sorted(want))
         for name in want:
             self.assertLessEqual(max(abs(x - y) for x, y in zip(merged[name], want[name])), 1e-6)
+        # `ckpt merge` makes the one file of plain data parallel
+        r = run(["ckpt", "merge", ckpt])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sorted(os.listdir(ckpt)), ["config.json", "model.safetensors",
+                                                    "optimizer.safetensors",
+                                                    "trainer_state.json"])
+        self.assertEqual(read_f32_safetensors(os.path.join(ckpt, "optimizer.safetensors")), merged)
 
     def test_resume_reshards(self):
         args = ["--schedule", "constant", "--save-every", "10", "--keep", "0"]
@@ -250,6 +260,47 @@ class ZeroTest(Base):
         self.assert_curves_match(want, losses(a), range(1, 21))
         self.assert_weights_match(os.path.join(ref, "checkpoint-20"),
                                   os.path.join(a, "checkpoint-20"))
+
+
+class CkptTest(Base):
+    def test_split_and_merge(self):
+        args = ["--schedule", "constant", "--save-every", "10", "--keep", "0",
+                "--batch-size", "2", "--grad-accum", "2"]
+        ref, a = self.path("ref"), self.path("a")
+        self.train(*args, "--max-steps", "20", "--out", ref)
+        self.train(*args, "--max-steps", "10", "--out", a)
+        ckpt = os.path.join(a, "checkpoint-10")
+        whole = read_f32_safetensors(os.path.join(ckpt, "optimizer.safetensors"))
+        r = run(["ckpt", "split", ckpt, "--ranks", "3"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("into 3 shards", r.stdout)
+        self.assertFalse(os.path.exists(os.path.join(ckpt, "optimizer.safetensors")))
+        parts = {}
+        for k in range(1, 4):
+            part = read_f32_safetensors(
+                os.path.join(ckpt, "optimizer-%05d-of-00003.safetensors" % k))
+            self.assertTrue(part)
+            parts.update(part)
+        self.assertEqual(parts, whole)
+        # a split checkpoint resumes as the whole one would
+        self.train(*args, "--max-steps", "20", "--out", a, "--resume", "latest")
+        self.assert_curves_match(losses(ref), losses(a), range(1, 21))
+        self.assert_weights_match(os.path.join(ref, "checkpoint-20"),
+                                  os.path.join(a, "checkpoint-20"))
+        r = run(["ckpt", "merge", ckpt])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(read_f32_safetensors(os.path.join(ckpt, "optimizer.safetensors")), whole)
+        for args, rc, text in (
+                (["merge", ckpt], 1, "the optimizer state is one file already"),
+                (["split", ckpt], 2, "split needs --ranks N"),
+                (["split", ckpt, "--ranks", "1"], 2, "--ranks must be a number from 2"),
+                (["merge", ckpt, "--ranks", "2"], 2, "--ranks is for 'ckpt split'"),
+                (["merge"], 2, "give one checkpoint folder"),
+                (["squash", ckpt], 2, "expected 'merge' or 'split'"),
+                (["merge", self.path("nowhere")], 1, "cannot open checkpoint folder")):
+            r = run(["ckpt"] + args)
+            self.assertEqual(r.returncode, rc, (args, r.stderr))
+            self.assertIn(text, r.stderr)
 
 
 class FailureTest(Base):

@@ -44,6 +44,7 @@ AUDIT = {
         "--input", "--vocab-size", "--out", "--min-frequency", "--special", "--format",
         "--text-field", "--force")},
     "data info": {"--verify": "test_data_cli.py:PrepareTest.test_info_finds_damage"},
+    "ckpt split": {"--ranks": "test_distributed_cli.py:CkptTest.test_split_and_merge"},
     "train": dict(
         {o: "TrainOptionsTest.test_schedule_and_optimizer_options" for o in (
             "--lr", "--min-lr", "--warmup-steps", "--schedule", "--optimizer", "--weight-decay",
@@ -246,6 +247,8 @@ def parsed_options(command):
         if command == "check":  # refused: check compiles nothing (CheckOptionsTest)
             names -= {"cache-dir", "retry-failed"}
         return {"--" + n for n in names}
+    if command == "ckpt split":
+        return getopt_names(source(*app, "cmd_ckpt.c"), "int ty_cmd_ckpt")
     if command == "serve":
         return getopt_names(source(*app, "serve", "cmd_serve.c"), "static int ty_serve_parse")
     function = {"generate": "static int ty_generate_parse", "forward": "int ty_cmd_forward",
