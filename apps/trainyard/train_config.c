@@ -507,6 +507,28 @@ void ty_train_config_print(const ty_train_config_t *c, FILE *out) {
   }
 }
 
+void ty_train_config_write_given(const ty_train_config_t *c, const char *const *force,
+                                 FILE *out) {
+  json_t *j = ty_train_config_to_json(c);
+  for (size_t i = 0; i < TY_OPT_COUNT && j; ++i) {
+    const char *name = ty_opts[i].name;
+    bool forced = false;
+    for (size_t k = 0; force && force[k] && !forced; ++k) forced = !strcmp(force[k], name);
+    if (!forced && ty_train_config_layer(c, name) == TY_TRAIN_LAYER_DEFAULT) continue;
+    const json_t *v = json_object_get(j, name);
+    if (json_is_string(v)) {
+      fprintf(out, "%s = %s\n", name, json_string_value(v));
+    } else if (json_is_integer(v)) {
+      fprintf(out, "%s = %lld\n", name, (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+      fprintf(out, "%s = %.17g\n", name, json_real_value(v));
+    } else if (json_is_boolean(v)) {
+      fprintf(out, "%s = %s\n", name, json_is_true(v) ? "true" : "false");
+    }
+  }
+  json_decref(j);
+}
+
 json_t *ty_train_config_to_json(const ty_train_config_t *c) {
   json_t *j = json_object();
   for (size_t i = 0; i < TY_OPT_COUNT && j; ++i) {

@@ -114,6 +114,13 @@ void ty_train_config_print(const ty_train_config_t *config, FILE *out);
 json_t *ty_train_config_to_json(const ty_train_config_t *config);
 ty_status_t ty_train_config_from_json(ty_train_config_t *config, const json_t *object);
 
+/* key = value lines (a --config file) of every option given on purpose
+ * (from a file or the command line) and of those named in `force`
+ * (NULL-terminated, may be NULL): what reproduces this configuration in
+ * another process, e.g. a `compare` run started under mpirun. */
+void ty_train_config_write_given(const ty_train_config_t *config, const char *const *force,
+                                 FILE *out);
+
 /* Calls fn(user, option, old value, new value) for each option of `names`
  * (NULL-terminated, as in the config table) whose value differs. */
 void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t *now,

@@ -17,6 +17,9 @@ mpirun on the cpu backend (issue 11; Python standard library only).
 - CkptTest: `ckpt split` and `ckpt merge` convert the optimizer state
   both ways exactly; a split checkpoint resumes the uninterrupted curve; bad
   uses.
+- CompareTest: `compare --backends cpu,cpu*2` runs the second item as 2
+  ranks under mpirun with half of every batch, within 1e-6 of one process;
+  bad URI*N items.
 - FailureTest: a rank that hangs (a fault-injection hook) ends the run with
   an error naming it within --dist-timeout; a rank killed by SIGKILL ends
   the run; in both the previous checkpoint stays whole and resumable.
@@ -54,7 +57,8 @@ def run(args, env=None, timeout=300):
                           timeout=timeout)
 
 
-def mpirun(n, args, env=None, timeout=300):
+def rank_env(env=None):
+    """The environment of a process that starts ranks (mpirun, compare)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     # Open MPI's own settings for a container: no shared-memory warnings.
@@ -68,6 +72,11 @@ def mpirun(n, args, env=None, timeout=300):
     if "ASAN_OPTIONS" in full_env:
         full_env["ASAN_OPTIONS"] = full_env["ASAN_OPTIONS"].replace("detect_leaks=1",
                                                                     "detect_leaks=0")
+    return full_env
+
+
+def mpirun(n, args, env=None, timeout=300):
+    full_env = rank_env(env)
     return subprocess.run(MPIRUN + ["-np", str(n), CFG.trainyard] + args, capture_output=True,
                           text=True, env=full_env, timeout=timeout)
 
@@ -309,6 +318,33 @@ class CkptTest(Base):
                 (["merge", self.path("nowhere")], 1, "cannot open checkpoint folder")):
             r = run(["ckpt"] + args)
             self.assertEqual(r.returncode, rc, (args, r.stderr))
+            self.assertIn(text, r.stderr)
+
+
+class CompareTest(Base):
+    def test_one_rank_against_two(self):
+        out = self.path("cmp")
+        args = ["compare", "--model", self.gpt2, "--data", self.data, "--lr", "2e-3",
+                "--steps", "5", "--out", out, "--tolerance", "1e-6", "--batch-size", "4"]
+        r = subprocess.run([CFG.trainyard] + args + ["--backends", BACKEND + "," + BACKEND + "*2"],
+                           capture_output=True, text=True, env=rank_env(), timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("cpu?threads=1*2", r.stdout)
+        with open(os.path.join(out, "compare.csv")) as f:
+            header = f.readline().strip().split(",")
+        self.assertIn("loss_cpu_threads_1_2", header)
+        # each rank took half of every batch: the same global batch of 4
+        with open(os.path.join(out, "2-cpu_threads_1_2", "train.cfg")) as f:
+            self.assertIn("batch_size = 2\n", f.read())
+        with open(os.path.join(out, "2-cpu_threads_1_2", "train.log")) as f:
+            self.assertIn("per rank (2 ranks, data parallel", f.read())
+        for item, text in (("cpu*1", "URI*N needs a number of ranks N from 2"),
+                           ("cpu*x", "URI*N needs a number of ranks N from 2"),
+                           ("cpu*3", "--batch-size 4 is not a multiple of 3")):
+            r = subprocess.run([CFG.trainyard] + args + ["--overwrite", "--backends",
+                                                         "cpu," + item],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(text, r.stderr)
 
 
