@@ -167,6 +167,7 @@ static ty_status_t ty_trainer_check_progress(const ty_trainer_t *t, const char *
 static void ty_trainer_note_change(void *user, const char *name, const char *was,
                                    const char *now) {
   const ty_trainer_t *t = user;
+  if (t->rank != 0) return; /* one note per run, not per rank */
   fprintf(stderr,
           "trainyard train: note: --%s is %s; the run being resumed used %s (from step %" PRId64
           " on, updates follow the new value)\n",
@@ -203,7 +204,7 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
                           (long long)t->rows_per_step, t->world, (long long)t->B,
                           (long long)t->accum);
   }
-  if (state->world_size != t->world || saved->batch_size != t->B) {
+  if (t->rank == 0 && (state->world_size != t->world || saved->batch_size != t->B)) {
     fprintf(stderr,
             "trainyard train: note: the global batch of %lld rows is now split as %d ranks x "
             "%lld x %lld (was %lld x %lld x %lld): the same updates up to rounding\n",
@@ -217,7 +218,7 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   snprintf(path, sizeof(path), "%s/" TY_STATE_FILE, resume_dir);
   TY_RETURN_IF_ERROR(ty_trainer_check_progress(t, path, state));
   const int64_t rows = (int64_t)ty_dataset_row_count(t->train_data);
-  if (state->train_rows && state->train_rows != rows) {
+  if (t->rank == 0 && state->train_rows && state->train_rows != rows) {
     fprintf(stderr,
             "trainyard train: note: the data has %" PRId64 " train rows; the run being resumed "
             "had %" PRId64 ": from here its order differs from an uninterrupted run's\n",

@@ -20,7 +20,8 @@ mpirun on the cpu backend (issue 11; Python standard library only).
 - CompareTest: `compare --backends cpu,cpu*2` runs the second item as 2
   ranks under mpirun with half of every batch, within 1e-6 of one process;
   bad URI*N items.
-- FailureTest: a rank that hangs (a fault-injection hook) ends the run with
+- FailureTest: SIGTERM to one rank stops every rank after the same step
+  with one checkpoint; a rank that hangs (a fault-injection hook) ends the run with
   an error naming it within --dist-timeout; a rank killed by SIGKILL ends
   the run; in both the previous checkpoint stays whole and resumable.
 - RefuseTest: bad inputs: MPI that cannot load, --dist-timeout 0, an unknown
@@ -36,7 +37,9 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -117,6 +120,24 @@ def read_f32_safetensors(path):
         lo, hi = entry["data_offsets"]
         out[name] = struct.unpack("<%df" % ((hi - lo) // 4), data[lo:hi])
     return out
+
+
+def find_rank(launcher, rank):
+    """The pid of MPI rank `rank` among the launcher's children, or None."""
+    try:
+        with open("/proc/%d/task/%d/children" % (launcher, launcher)) as f:
+            children = [int(x) for x in f.read().split()]
+    except OSError:
+        return None
+    for pid in children:
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ("OMPI_COMM_WORLD_RANK=%d" % rank).encode() in env:
+            return pid
+    return None
 
 
 class Base(unittest.TestCase):
@@ -356,6 +377,33 @@ class FailureTest(Base):
         # whole and resumable: one more step on one process
         self.train("--max-steps", "3", "--out", self.path("again"), "--batch-size", "4",
                    "--resume", os.path.join(out, "checkpoint-2"))
+
+    def test_sigterm_to_one_rank_stops_every_rank(self):
+        out = self.path("out")
+        args = (MPIRUN + ["-np", "2", CFG.trainyard, "train"] + self.common +
+                ["--max-steps", "200", "--batch-size", "2", "--out", out])
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=rank_env({"TRAINYARD_DEBUG_STEP_SLEEP_MS": "100"}))
+        rank1 = None
+        deadline = time.monotonic() + 60
+        while rank1 is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            rank1 = find_rank(p.pid, 1)
+        self.assertIsNotNone(rank1, "rank 1 never started")
+        while not os.path.exists(os.path.join(out, "metrics.jsonl")):
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(rank1, signal.SIGTERM)  # rank 1 alone
+        stdout, stderr = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, stderr[-3000:])
+        m = re.search(r"SIGTERM received after step (\d+): saving and stopping", stderr)
+        self.assertIsNotNone(m, stderr[-3000:])
+        step = int(m.group(1))
+        self.assertLess(step, 200)
+        # one checkpoint of that step, whole, from the step both ranks agreed on
+        with open(os.path.join(out, "checkpoint-%d" % step, "trainer_state.json")) as f:
+            self.assertEqual(json.load(f)["step"], step)
+        self.assertEqual(sorted(losses(out)), list(range(1, step + 1)))
 
     def test_hung_rank_is_named(self):
         out = self.path("out")
