@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
+#include "hal/comm.h"
 #include "graph/preflight.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
@@ -413,6 +414,8 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_train_sample_close(t); /* its sessions share s_train's parameters */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
+  ty_comm_destroy(t->comm); /* before its device closes */
+  t->comm = NULL;
   ty_session_destroy(t->s_train);
   ty_llm_deinit(&t->m_eval);
   ty_llm_deinit(&t->m_train);
@@ -532,6 +535,9 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
     if (t->rank == 0) s = ty_train_metrics_open(t, resume_dir[0] != '\0');
   }
   s = ty_dist_agree(t->dist, s, "setting up the run");
+  /* Only once every rank is ready: creating a communicator blocks until
+   * all ranks have joined. */
+  if (!s) s = ty_dist_agree(t->dist, ty_trainer_dist_comm_open(t), "creating the communicator");
   if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
   return s;
 }

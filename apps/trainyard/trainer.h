@@ -63,6 +63,8 @@ typedef struct ty_trainer_t {
    * this rank, the world size, the host staging of the gradient all-reduce
    * and the stop a signal on any rank asks of every rank */
   struct ty_dist_t *dist;
+  struct ty_comm_t *comm; /* the device's own collectives (ABI 1.4), or NULL:
+                             the host path */
   int rank, world;
   float *grad_host;
   size_t grad_count;
@@ -99,6 +101,10 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t);
  * of several devices (ty_device_uri_for_rank). */
 ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t);
 void ty_trainer_dist_close(ty_trainer_t *t);
+/* After every rank's sessions exist: the device communicator when the
+ * backend has collectives of its own (rank 0's unique id sent over MPI),
+ * and a line on rank 0 saying which path the gradients take. */
+ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t);
 /* The host path of the gradient all-reduce: sums the "<param>.grad_accum"
  * states of s_train over the ranks in place. A no-op for one process. */
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
+#include "hal/comm.h"
 #include "graph/preflight.h"
 #include "hal/dtype.h"
 #include "hal/device_uri.h"
@@ -71,6 +72,51 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
   return s;
 }
 
+ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
+  if (t->world == 1) return TY_OK;
+  ty_backend_t *backend = ty_device_backend(t->device);
+  if (!ty_backend_has_collectives(backend)) {
+    if (t->rank == 0) {
+      fprintf(stderr, "data parallel: %d ranks; gradients all-reduced through host memory over "
+                      "MPI (%s has no collectives of its own)\n",
+              t->world, ty_backend_name(backend));
+    }
+    return TY_OK;
+  }
+  ty_abi_comm_id_t id;
+  memset(&id, 0, sizeof(id));
+  ty_status_t s = t->rank == 0 ? ty_comm_unique_id(t->device, &id) : TY_OK;
+  s = ty_dist_agree(t->dist, s, "making the communicator's id");
+  if (!s) s = ty_dist_broadcast(t->dist, 0, &id, sizeof(id), "the communicator's id");
+  if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
+  if (!s && t->rank == 0) {
+    fprintf(stderr, "data parallel: %d ranks; gradients all-reduced on the devices by %s's "
+                    "collectives (ABI 1.4)\n",
+            t->world, ty_backend_name(backend));
+  }
+  return s;
+}
+
+/* The device path: every accumulator summed in place by the backend's
+ * collective, ordered after the gradient graph; the device is synchronized
+ * before the optimizer graph (another executable) reads them. */
+static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
+    ty_tensor_desc_t desc;
+    ty_buffer_t *buffer = NULL;
+    uint64_t offset = 0;
+    ty_abi_executable_t *exec = NULL;
+    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    TY_RETURN_IF_ERROR(ty_session_device_tensor(t->s_train, name, &buffer, &offset, &exec));
+    TY_RETURN_IF_ERROR(ty_comm_all_reduce(t->comm, buffer, offset,
+                                          (uint64_t)ty_tensor_desc_element_count(&desc),
+                                          desc.dtype, TY_ABI_REDUCE_SUM, exec));
+  }
+  return ty_device_synchronize(t->device);
+}
+
 void ty_trainer_dist_close(ty_trainer_t *t) {
   free(t->grad_host);
   t->grad_host = NULL;
@@ -108,6 +154,7 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
 
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   if (t->world == 1) return TY_OK;
+  if (t->comm) return ty_trainer_device_reduce(t);
   TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
   size_t offset = 0;
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
@@ -262,9 +309,10 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
     staging += (uint64_t)ty_tensor_desc_element_count(d) * 4;
   }
   ty_format_bytes(staging, h, sizeof(h));
+  bool device = ty_backend_has_collectives(ty_device_backend(t->device));
   fprintf(out,
           "per rank (%d ranks, data parallel%s): parameters %s, gradients %s, optimizer state "
           "%s%s; host staging of the gradient all-reduce %s\n",
           t->world, t->owner ? ", ZeRO-1" : "; every rank holds all of these", p, g, o,
-          t->owner ? " (rank 0's share)" : "", h);
+          t->owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
 }

@@ -8,6 +8,9 @@ mpirun on the cpu backend (issue 11; Python standard library only).
   within 1e-6 of batch 2 x accumulation 2 (the same sum of the same
   half-batch gradients); metrics come from rank 0 alone; the per-rank memory
   line is printed before step 0.
+- DeviceCollectivesTest: a backend with the ABI 1.4 collectives (a test
+  plugin doing them with MPI on its buffers) reduces the gradients itself:
+  the same losses and weights as one process; `check` says so.
 - ResumeTest: a 2-rank checkpoint resumed on 1 rank, and a 1-rank one on 2
   ranks, continue the uninterrupted curve.
 - ZeroTest: --zero 1 equals plain data parallel (losses, weights, and its
@@ -194,6 +197,8 @@ class DataParallelTest(Base):
         # the pre-flight plan says what each rank holds, once (rank 0)
         self.assertEqual(r.stderr.count("per rank (2 ranks, data parallel"), 1, r.stderr)
         self.assertIn("20 steps of 4 rows", r.stderr)
+        self.assertIn("gradients all-reduced through host memory over MPI (cpu has no "
+                      "collectives of its own)", r.stderr)
         la, lb, l2 = losses(accum), losses(big), losses(two)
         self.assertEqual(sorted(l2), list(range(1, 21)))  # rank 0 alone wrote metrics
         self.assert_curves_match(la, l2, range(1, 21))
@@ -215,6 +220,30 @@ class DataParallelTest(Base):
         self.train(*steps, "--out", big, "--batch-size", "4")
         self.train_mpi(2, *steps, "--out", two, "--batch-size", "1", "--grad-accum", "2")
         self.assert_curves_match(losses(big), losses(two), range(1, 7))
+
+
+class DeviceCollectivesTest(Base):
+    """The core's device path: a backend with the ABI 1.4 collectives (the
+    commfake test plugin does them with MPI on its buffers, as cuda does
+    with NCCL) sums the gradients itself, in place on its buffers."""
+
+    def test_backend_collectives_reduce_the_gradients(self):
+        plugin = ["--plugin-path", CFG.commfake_dir]
+        args = ["train"] + self.common + ["--backend", "commfake", "--max-steps", "6",
+                                          "--batch-size", "2"]
+        one, two = self.path("one"), self.path("two")
+        r = run(plugin + args + ["--out", one, "--grad-accum", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        r = mpirun(2, plugin + args + ["--out", two])
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+        self.assertIn("gradients all-reduced on the devices by commfake's collectives (ABI 1.4)",
+                      r.stderr)
+        self.assertIn("host staging of the gradient all-reduce none (on the device)", r.stderr)
+        self.assert_curves_match(losses(one), losses(two), range(1, 7))
+        self.assert_weights_match(os.path.join(one, "checkpoint-6"),
+                                  os.path.join(two, "checkpoint-6"))
+        r = run(plugin + ["check", "--backend", "commfake", "--model", self.gpt2, "--train"])
+        self.assertIn("collectives: commfake has its own (ABI 1.4 comm_* entries)", r.stdout)
 
 
 class ResumeTest(Base):
@@ -474,6 +503,8 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--models", required=True, help="tests/fixtures/models")
     parser.add_argument("--mpi-shim", required=True, help="the build's libty_mpi.so")
+    parser.add_argument("--commfake-dir", required=True,
+                        help="the commfake test plugin's folder (tests/plugins)")
     CFG, rest = parser.parse_known_args()
     if not shutil.which("mpirun"):
         print("SKIPPED: mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
