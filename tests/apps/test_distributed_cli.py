@@ -489,6 +489,16 @@ class RefuseTest(Base):
         self.refused(None, ["--out", self.path("o3"), "--max-steps", "2", "--backend",
                             "dataflow"], "data parallel on 2 ranks runs the step as a gradient "
                      "graph and an optimizer graph", ranks=2)
+        # an artifact is one device's whole step
+        art = self.path("step.tyart")
+        r = run(["compile", "--backend", "dataflow", "--model", self.gpt2, "--data", self.data,
+                 "--batch-size", "2", "--out", art])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = mpirun(2, ["train", "--model", self.gpt2, "--data", self.data, "--out",
+                       self.path("o4"), "--max-steps", "2", "--backend", "dataflow",
+                       "--artifact", art, "--batch-size", "2"])  # no --cache-dir with it
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("an artifact runs the whole step on one device", r.stderr)
         # one process under mpirun that opts out is an ordinary run
         self.train_mpi(1, *out, "--distributed", "none")
         # a resume must keep ranks x batch x accumulation
