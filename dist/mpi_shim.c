@@ -50,6 +50,17 @@ static int ty_wait(MPI_Request *req, double deadline, const char *what, char *er
   }
 }
 
+/* A non-blocking collective just issued (its return code `rc`), waited for
+ * until the deadline. */
+static int ty_issued(int rc, MPI_Request *req, double deadline, const char *what, char *err,
+                     size_t capacity) {
+  if (rc != MPI_SUCCESS) {
+    ty_mpi_error(rc, what, err, capacity);
+    return TY_MPI_SHIM_ERROR;
+  }
+  return ty_wait(req, deadline, what, err, capacity);
+}
+
 /* Rank 0 learns that every rank reached this collective, or which one did
  * not within the deadline. Other ranks only announce themselves. */
 static int ty_arrive(double timeout_s, int *out_missing, char *err, size_t capacity) {
@@ -65,12 +76,8 @@ static int ty_arrive(double timeout_s, int *out_missing, char *err, size_t capac
   int64_t got = 0;
   for (int r = 1; r < ty_size; ++r) {
     MPI_Request req;
-    int rc = MPI_Irecv(&got, 1, MPI_INT64_T, r, TY_ARRIVE_TAG, ty_world, &req);
-    if (rc != MPI_SUCCESS) {
-      ty_mpi_error(rc, "MPI_Irecv", err, capacity);
-      return TY_MPI_SHIM_ERROR;
-    }
-    int w = ty_wait(&req, deadline, "MPI_Irecv", err, capacity);
+    int w = ty_issued(MPI_Irecv(&got, 1, MPI_INT64_T, r, TY_ARRIVE_TAG, ty_world, &req), &req,
+                      deadline, "MPI_Irecv", err, capacity);
     if (w == TY_MPI_SHIM_TIMEOUT) *out_missing = r;
     if (w != TY_MPI_SHIM_OK) return w;
     if (got != seq) {
@@ -153,13 +160,9 @@ static int ty_allreduce_sum(void *buf, size_t count, int type, double timeout_s,
   for (size_t done = 0; done < count;) {
     size_t n = count - done < (size_t)INT_MAX ? count - done : (size_t)INT_MAX;
     MPI_Request req;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem, (int)n, dt, MPI_SUM,
-                            ty_world, &req);
-    if (rc != MPI_SUCCESS) {
-      ty_mpi_error(rc, "MPI_Iallreduce", err, capacity);
-      return TY_MPI_SHIM_ERROR;
-    }
-    int w = ty_wait(&req, deadline, "MPI_Iallreduce", err, capacity);
+    int w = ty_issued(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem, (int)n, dt,
+                                     MPI_SUM, ty_world, &req),
+                      &req, deadline, "MPI_Iallreduce", err, capacity);
     if (w != TY_MPI_SHIM_OK) return w;
     done += n;
   }
@@ -174,12 +177,8 @@ static int ty_broadcast(void *buf, size_t bytes, int root, double timeout_s, int
   for (size_t done = 0; done < bytes;) {
     size_t n = bytes - done < (size_t)INT_MAX ? bytes - done : (size_t)INT_MAX;
     MPI_Request req;
-    int rc = MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, root, ty_world, &req);
-    if (rc != MPI_SUCCESS) {
-      ty_mpi_error(rc, "MPI_Ibcast", err, capacity);
-      return TY_MPI_SHIM_ERROR;
-    }
-    int w = ty_wait(&req, deadline, "MPI_Ibcast", err, capacity);
+    int w = ty_issued(MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, root, ty_world, &req),
+                      &req, deadline, "MPI_Ibcast", err, capacity);
     if (w != TY_MPI_SHIM_OK) return w;
     done += n;
   }
@@ -195,15 +194,14 @@ static int ty_all_gather(const void *in, void *out, size_t bytes, double timeout
   int a = ty_arrive(timeout_s, out_missing, err, capacity);
   if (a != TY_MPI_SHIM_OK) return a;
   MPI_Request req;
-  int rc = MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, ty_world, &req);
-  if (rc != MPI_SUCCESS) {
-    ty_mpi_error(rc, "MPI_Iallgather", err, capacity);
-    return TY_MPI_SHIM_ERROR;
-  }
-  return ty_wait(&req, ty_deadline(timeout_s), "MPI_Iallgather", err, capacity);
+  return ty_issued(
+      MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, ty_world, &req), &req,
+      ty_deadline(timeout_s), "MPI_Iallgather", err, capacity);
 }
 
-static void ty_abort(int code) { MPI_Abort(ty_world != MPI_COMM_NULL ? ty_world : MPI_COMM_WORLD, code); }
+static void ty_abort(int code) {
+  MPI_Abort(ty_world != MPI_COMM_NULL ? ty_world : MPI_COMM_WORLD, code);
+}
 
 static const ty_mpi_shim_t ty_shim = {
     .struct_size = sizeof(ty_mpi_shim_t),

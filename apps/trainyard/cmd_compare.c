@@ -565,7 +565,9 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   }
   if (!s) {
     ty_compare_series_t series[TY_COMPARE_MAX];
-    for (uint32_t k = 0; k < count; ++k) series[k] = (ty_compare_series_t){runs[k].label, runs[k].loss};
+    for (uint32_t k = 0; k < count; ++k) {
+      series[k] = (ty_compare_series_t){runs[k].label, runs[k].loss};
+    }
     char title[2048], path[TY_CFG_PATH_MAX + 32];
     const char *model = cfg.model[0] ? cfg.model : cfg.preset;
     const char *base = strrchr(model, '/');

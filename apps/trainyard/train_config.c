@@ -450,7 +450,9 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
       strcmp(c->distributed, "none")) {
     TY_BAD("--distributed must be auto, mpi or none, not '%s'", c->distributed);
   }
-  if (c->zero != 0 && c->zero != 1) TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);
+  if (c->zero != 0 && c->zero != 1) {
+    TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);
+  }
   if (!(c->dist_timeout > 0) || !(c->dist_timeout <= 86400 * 7)) {
     TY_BAD("--dist-timeout must lie in (0, 604800] seconds, not %g: a rank that dies or "
            "hangs must end the run in bounded time", c->dist_timeout);

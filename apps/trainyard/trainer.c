@@ -513,8 +513,10 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t->train_data);
     t->rows_per_step = (int64_t)t->world * t->B * t->accum;
-    t->steps_per_epoch = (int64_t)((rows + (uint64_t)t->rows_per_step - 1) / (uint64_t)t->rows_per_step);
-    t->total_steps = config->max_steps > 0 ? config->max_steps : config->epochs * t->steps_per_epoch;
+    const uint64_t rps = (uint64_t)t->rows_per_step;
+    t->steps_per_epoch = (int64_t)((rows + rps - 1) / rps);
+    t->total_steps =
+        config->max_steps > 0 ? config->max_steps : config->epochs * t->steps_per_epoch;
     t->order = malloc((size_t)rows * sizeof(uint64_t));
     t->tokens = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
     t->targets = malloc((size_t)(t->B * t->T) * sizeof(int64_t));

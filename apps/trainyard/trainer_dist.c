@@ -80,6 +80,14 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
   return s;
 }
 
+/* Parameter i's gradient accumulator: its name (into name[capacity]) and
+ * descriptor. */
+static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, size_t capacity,
+                                 ty_tensor_desc_t *out_desc) {
+  snprintf(name, capacity, "%s.grad_accum", t->m_train.params[i].name);
+  return ty_session_value_desc(t->s_train, name, out_desc);
+}
+
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (t->world == 1) return TY_OK;
   ty_backend_t *backend = ty_device_backend(t->device);
@@ -111,12 +119,11 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
 static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
-    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
     ty_tensor_desc_t desc;
     ty_buffer_t *buffer = NULL;
     uint64_t offset = 0;
     ty_abi_executable_t *exec = NULL;
-    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
     TY_RETURN_IF_ERROR(ty_session_device_tensor(t->s_train, name, &buffer, &offset, &exec));
     TY_RETURN_IF_ERROR(ty_comm_all_reduce(t->comm, buffer, offset,
                                           (uint64_t)ty_tensor_desc_element_count(&desc),
@@ -142,9 +149,8 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
   size_t total = 0;
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
-    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
     if (desc.dtype != TY_DTYPE_F32) {
       return ty_status_make(TY_CODE_INTERNAL, "%s is %s; the host all-reduce sums f32", name,
                             ty_dtype_name(desc.dtype));
@@ -167,9 +173,8 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   size_t offset = 0;
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
-    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
     TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, t->grad_host + offset, n * 4));
     offset += n;
@@ -181,9 +186,8 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   offset = 0;
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
-    snprintf(name, sizeof(name), "%s.grad_accum", t->m_train.params[i].name);
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_session_value_desc(t->s_train, name, &desc));
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
     TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
                                        t->grad_host + offset, n * 4));
@@ -201,7 +205,8 @@ ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
 }
 
 static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
-  return ty_tensor_desc_element_count(&ty_graph_value(t->g_train, t->m_train.params[i].value)->desc);
+  const ty_graph_value_t *v = ty_graph_value(t->g_train, t->m_train.params[i].value);
+  return ty_tensor_desc_element_count(&v->desc);
 }
 
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
@@ -262,7 +267,9 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
       if (t->owner[i] != r) continue;
       const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
-      if (r == t->rank) s = ty_session_read(t->s_train, t->m_train.params[i].name, buf + offset, bytes);
+      if (r == t->rank) {
+        s = ty_session_read(t->s_train, t->m_train.params[i].name, buf + offset, bytes);
+      }
       offset += bytes;
     }
     char what[96];

@@ -39,7 +39,6 @@ MPI) the suite exits 77 (skipped) and says why.
 import argparse
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -49,6 +48,8 @@ import sys
 import tempfile
 import time
 import unittest
+
+import cli_util
 
 CFG = None
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
@@ -85,20 +86,6 @@ def mpirun(n, args, env=None, timeout=300):
     full_env = rank_env(env)
     return subprocess.run(MPIRUN + ["-np", str(n), CFG.trainyard] + args, capture_output=True,
                           text=True, env=full_env, timeout=timeout)
-
-
-def make_ids_dataset(path, docs=80, seed=1, vocab=96):
-    """Learnable pre-tokenized documents: arithmetic progressions of ids."""
-    rng = random.Random(seed)
-    with open(path + ".jsonl", "w") as f:
-        for _ in range(docs):
-            start, step, n = rng.randrange(vocab - 6), rng.choice([1, 2, 3]), rng.randrange(8, 40)
-            f.write(json.dumps([(start + i * step) % (vocab - 6) for i in range(n)]) + "\n")
-    r = run(["data", "prepare", "--format", "ids", "--vocab-size", str(vocab), "--eos-id",
-             str(vocab - 1), "--input", path + ".jsonl", "--seq-len", "16",
-             "--val-fraction", "0.1", "--out", path])
-    assert r.returncode == 0, r.stderr
-    return path
 
 
 def losses(out):
@@ -146,7 +133,7 @@ def find_rank(launcher, rank):
 class Base(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ty_dist_test_")
-        self.data = make_ids_dataset(os.path.join(self.tmp, "data"))
+        self.data = cli_util.make_ids_dataset(os.path.join(self.tmp, "data"), docs=80)
         self.gpt2 = os.path.join(CFG.models, "gpt2")
         self.common = ["--model", self.gpt2, "--data", self.data, "--lr", "2e-3",
                        "--backend", BACKEND, "--log-every", "100",
@@ -170,6 +157,17 @@ class Base(unittest.TestCase):
         else:
             self.assertEqual(r.returncode, rc, (r.stdout + r.stderr)[-4000:])
         return r
+
+    def reference(self):
+        """The uninterrupted one-process run that resumed runs must follow:
+        20 steps, batch 2 x accumulation 2 (it sums the two half-batches as 2
+        ranks do), a constant learning rate; (common options, its batch
+        options, its folder, its losses)."""
+        args = ["--schedule", "constant", "--save-every", "10", "--keep", "0"]
+        one = ["--batch-size", "2", "--grad-accum", "2"]
+        ref = self.path("ref")
+        self.train(*args, "--max-steps", "20", "--out", ref, *one)
+        return args, one, ref, losses(ref)
 
     def assert_curves_match(self, a, b, steps, rel=1e-6):
         for s in steps:
@@ -248,12 +246,7 @@ class DeviceCollectivesTest(Base):
 
 class ResumeTest(Base):
     def test_resume_across_world_sizes(self):
-        # one process sums the two half-batches as 2 ranks do (accumulation)
-        args = ["--schedule", "constant", "--save-every", "10", "--keep", "0"]
-        one = ["--batch-size", "2", "--grad-accum", "2"]
-        ref = self.path("ref")
-        self.train(*args, "--max-steps", "20", "--out", ref, *one)
-        want = losses(ref)
+        args, one, ref, want = self.reference()
         # 2 ranks for 10 steps, then 1 rank for 10 more
         a = self.path("a")
         self.train_mpi(2, *args, "--max-steps", "10", "--out", a, "--batch-size", "2")
@@ -312,11 +305,7 @@ class ZeroTest(Base):
         self.assertEqual(read_f32_safetensors(os.path.join(ckpt, "optimizer.safetensors")), merged)
 
     def test_resume_reshards(self):
-        args = ["--schedule", "constant", "--save-every", "10", "--keep", "0"]
-        one = ["--batch-size", "2", "--grad-accum", "2"]
-        ref = self.path("ref")
-        self.train(*args, "--max-steps", "20", "--out", ref, *one)
-        want = losses(ref)
+        args, one, ref, want = self.reference()
         # sharded on 2 ranks, resumed on 1 (plain), and back on 2 (ZeRO-1)
         a = self.path("a")
         self.train_mpi(2, *args, "--max-steps", "10", "--out", a, "--batch-size", "2",
@@ -434,13 +423,18 @@ class FailureTest(Base):
             self.assertEqual(json.load(f)["step"], step)
         self.assertEqual(sorted(losses(out)), list(range(1, step + 1)))
 
-    def test_hung_rank_is_named(self):
-        out = self.path("out")
+    def run_with_fault(self, out, mode, timeout):
+        """2 ranks, a checkpoint every 2 steps, rank 1 failing at step 3;
+        (the result, its seconds)."""
         began = time.monotonic()
         r = self.train_mpi(2, "--max-steps", "8", "--save-every", "2", "--out", out,
-                           "--batch-size", "2", "--dist-timeout", "4", rc="fail",
-                           env={"TRAINYARD_DEBUG_DIST_FAULT": "1:3:hang"})
-        elapsed = time.monotonic() - began
+                           "--batch-size", "2", "--dist-timeout", str(timeout), rc="fail",
+                           env={"TRAINYARD_DEBUG_DIST_FAULT": "1:3:" + mode})
+        return r, time.monotonic() - began
+
+    def test_hung_rank_is_named(self):
+        out = self.path("out")
+        r, elapsed = self.run_with_fault(out, "hang", 4)
         self.assertIn("rank 1 did not reach", r.stderr)
         self.assertIn("within 4 s (--dist-timeout)", r.stderr)
         self.assertLess(elapsed, 60)
@@ -448,11 +442,8 @@ class FailureTest(Base):
 
     def test_killed_rank_ends_the_run(self):
         out = self.path("out")
-        began = time.monotonic()
-        r = self.train_mpi(2, "--max-steps", "8", "--save-every", "2", "--out", out,
-                           "--batch-size", "2", "--dist-timeout", "20", rc="fail",
-                           env={"TRAINYARD_DEBUG_DIST_FAULT": "1:3:kill"})
-        self.assertLess(time.monotonic() - began, 60)
+        r, elapsed = self.run_with_fault(out, "kill", 20)
+        self.assertLess(elapsed, 60)
         # Open MPI's launcher names the rank that died and ends the others
         self.assertRegex(r.stdout + r.stderr, r"rank 1 .*signal 9")
         self.check_previous_checkpoint(out)
@@ -516,6 +507,7 @@ def main():
     parser.add_argument("--commfake-dir", required=True,
                         help="the commfake test plugin's folder (tests/plugins)")
     CFG, rest = parser.parse_known_args()
+    cli_util.CFG = CFG  # its dataset maker runs CFG.trainyard
     if not shutil.which("mpirun"):
         print("SKIPPED: mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
         return 77
