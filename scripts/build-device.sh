@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DTY_WITH_CUDA=ON \
   -DTY_WITH_ONEDNN=OFF -DTY_WITH_OPENCL=ON "$@" >/dev/null
 cmake --build build-device -j "$(nproc)" --target trainyard train_bench ty_backend_cpu \
-  ty_backend_cuda ty_backend_opencl ty_backend_dataflow ty_backend_template ty_cuda_test_fatbin
+  ty_backend_cuda ty_backend_opencl ty_backend_dataflow ty_backend_template ty_cuda_test_fatbin ty_mpi
 du -sh build-device/bin build-device/lib build-device/tests/cuda-fatbin-sm80

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Issue 11 on a multi-GPU machine: data parallel on cuda through NCCL.
+#
+#   tests/cuda/dist_check.sh BUILD_DIR OUT_DIR [NGPUS...]
+#
+# 1. Equality: the tiny GPT-2 fixture, f32, 20 steps, global batch 4: one
+#    process on cuda:0 with --batch-size 4, then mpirun -np 2 with
+#    --batch-size 2 (rank k on cuda:k, gradients summed by NCCL on the
+#    device). PASS when every step's loss is within 1e-6 (relative).
+# 2. Scaling: GPT-2 124M, bf16-mixed, T=1024, 16 rows per GPU, STEPS steps
+#    on 1 GPU and on each N of NGPUS (default "2"): tokens/s of the whole run
+#    and per GPU (median of the logged steps after the first 5), and the
+#    loss of each step next to the 1-GPU run with the same global batch
+#    (1 GPU with --grad-accum N).
+set -uo pipefail
+build=${1:?usage: dist_check.sh BUILD_DIR OUT_DIR [NGPUS...]}
+out=${2:?usage: dist_check.sh BUILD_DIR OUT_DIR [NGPUS...]}
+shift 2
+ngpus=("${@:-2}")
+ty=$build/bin/trainyard
+steps=${STEPS:-30}
+export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
+export NCCL_NVLS_ENABLE=0
+mkdir -p "$out"
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE
+     -x TRAINYARD_BACKEND_PATH -x LD_LIBRARY_PATH)
+status=0
+
+losses() { sed -n 's/.*"step": \([0-9]*\),.*"loss": \([-+0-9.eE]*\),.*/\1 \2/p' "$1"; }
+median_tok() { # metrics.jsonl, skip -> median tokens_per_s after `skip` steps
+  sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s": \([0-9.eE+]*\).*/\1 \2/p' "$1" |
+    awk -v skip="$2" '$1 > skip {print $2}' | sort -g |
+    awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'
+}
+
+# ---- 1. equality on the tiny fixture ----
+python3 - "$out/ids.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(1)
+with open(sys.argv[1], "w") as f:
+    for _ in range(400):
+        s, st, n = r.randrange(90), r.choice([1, 2, 3]), r.randrange(8, 40)
+        f.write(json.dumps([(s + i * st) % 90 for i in range(n)]) + "\n")
+PY
+"$ty" data prepare --format ids --vocab-size 96 --eos-id 95 --input "$out/ids.jsonl" \
+  --seq-len 16 --out "$out/tiny" --force >/dev/null || exit 1
+common=(train --model tests/fixtures/models/gpt2 --data "$out/tiny" --max-steps 20 --lr 2e-3
+        --dropout 0 --log-every 1 --cache-dir none)
+echo "== equality: 1 x B4 on cuda:0 vs 2 ranks x B2 (NCCL)"
+"$ty" "${common[@]}" --backend cuda:0 --batch-size 4 --out "$out/eq-1" >"$out/eq-1.log" 2>&1 ||
+  { echo "one process failed:"; tail -5 "$out/eq-1.log"; status=1; }
+"${mpi[@]}" -np 2 "$ty" "${common[@]}" --backend cuda --batch-size 2 --out "$out/eq-2" \
+  >"$out/eq-2.log" 2>&1 || { echo "2 ranks failed:"; tail -15 "$out/eq-2.log"; status=1; }
+grep -i "nccl\|collective\|reduc" "$out/eq-2.log" | head -5
+losses "$out/eq-1/metrics.jsonl" >"$out/eq-1.losses"
+losses "$out/eq-2/metrics.jsonl" >"$out/eq-2.losses"
+awk 'FNR == NR {a[$1] = $2; next} ($1 in a) {d = $2 - a[$1]; if (d < 0) d = -d;
+     r = d / (a[$1] < 0 ? -a[$1] : a[$1]); n++; if (r > w) {w = r; at = $1}}
+     END {printf "compared %d steps; worst relative loss gap %.3g at step %d: %s\n", n, w, at,
+          (n == 20 && w <= 1e-6) ? "PASS" : "FAIL"; exit !(n == 20 && w <= 1e-6)}' \
+  "$out/eq-1.losses" "$out/eq-2.losses" || status=1
+
+# ---- 2. scaling on GPT-2 124M ----
+tokens=$(( (steps + 2) * 16 * 1025 * 4 * 5 / 4 ))
+awk -v tokens="$tokens" 'BEGIN { srand(12); m = 50256; done = 0
+  while (done < tokens) { n = 16 + int(rand() * 240); s = int(rand() * m); st = 1 + int(rand() * 3)
+    line = "["; for (i = 0; i < n; ++i) line = line (i ? "," : "") ((s + i * st) % m)
+    print line "]"; done += n + 1 } }' >"$out/big.jsonl"
+"$ty" data prepare --format ids --vocab-size 50257 --eos-id 50256 --input "$out/big.jsonl" \
+  --seq-len 1024 --out "$out/big" --force >/dev/null || exit 1
+rm -f "$out/big.jsonl"
+big=(train --preset gpt2-124m --data "$out/big" --seq-len 1024 --batch-size 16
+     --dtype bf16-mixed --max-steps "$steps" --log-every 1 --cache-dir "$out/cache" --dropout 0)
+echo "== scaling: GPT-2 124M bf16-mixed T=1024, 16 rows per GPU, $steps steps"
+"$ty" "${big[@]}" --backend cuda:0 --out "$out/s-1" >"$out/s-1.log" 2>&1 ||
+  { echo "1 GPU failed:"; tail -5 "$out/s-1.log"; status=1; }
+one=$(median_tok "$out/s-1/metrics.jsonl" 5)
+printf '%-8s %14s %14s %10s\n' GPUs "tokens/s" "per GPU" "scaling"
+printf '%-8s %14.0f %14.0f %10s\n' 1 "$one" "$one" "1.00"
+for n in "${ngpus[@]}"; do
+  "${mpi[@]}" -np "$n" "$ty" "${big[@]}" --backend cuda --out "$out/s-$n" >"$out/s-$n.log" 2>&1 ||
+    { echo "$n GPUs failed:"; tail -15 "$out/s-$n.log"; status=1; continue; }
+  tok=$(median_tok "$out/s-$n/metrics.jsonl" 5)
+  awk -v n="$n" -v t="$tok" -v o="$one" 'BEGIN {printf "%-8s %14.0f %14.0f %10.2f\n", n, t,
+      t / n, (o > 0 ? t / n / o : 0)}'
+  # the same global batch on one GPU (grad-accum n): the loss curve to follow
+  "$ty" "${big[@]}" --backend cuda:0 --grad-accum "$n" --max-steps 10 --out "$out/s-1x$n" \
+    >"$out/s-1x$n.log" 2>&1 || { echo "1 GPU x accum $n failed"; status=1; continue; }
+  losses "$out/s-1x$n/metrics.jsonl" >"$out/a.losses"
+  losses "$out/s-$n/metrics.jsonl" >"$out/b.losses"
+  awk -v n="$n" 'FNR == NR {a[$1] = $2; next} ($1 in a) {d = $2 - a[$1]; if (d < 0) d = -d;
+       r = d / a[$1]; c++; if (r > w) w = r} END {printf "  %d GPUs vs 1 GPU x accum %d: %d steps, worst relative loss gap %.3g\n", n, n, c, w}' \
+    "$out/a.losses" "$out/b.losses"
+done
+exit $status
