@@ -427,7 +427,14 @@ typedef struct ty_abi_collective_args_t {
   /* The stream to order on: the executable whose results it reads or whose
    * next run reads it; NULL orders after all work queued on the device. */
   ty_abi_executable_t *executable;
+  /* TY_ABI_COLLECTIVE_MORE: more collectives follow, and nothing else is
+   * asked of the device until one without the flag: the backend may hold
+   * them back and launch the batch together (NCCL's group calls) when the
+   * last one comes. A backend may also run each at once. */
+  uint32_t flags;
 } ty_abi_collective_args_t;
+
+#define TY_ABI_COLLECTIVE_MORE 1u
 
 /* ------------------------------------------------------------------------ */
 /* The backend table.                                                        */

@@ -66,20 +66,40 @@ void ty_comm_destroy(ty_comm_t *comm) {
   free(comm);
 }
 
-ty_status_t ty_comm_all_reduce(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
-                               uint64_t count, ty_dtype_t dtype, ty_abi_reduce_op_t op,
-                               ty_abi_executable_t *executable) {
+/* An in-place collective on `count` elements at `offset` of `buffer`. */
+static ty_status_t ty_comm_in_place(ty_comm_t *comm, bool broadcast, ty_buffer_t *buffer,
+                                    uint64_t offset, uint64_t count, ty_dtype_t dtype,
+                                    uint32_t op_or_root, ty_abi_executable_t *executable,
+                                    bool more) {
+  const char *what = broadcast ? "broadcast" : "all-reduce";
   if (offset + count * ty_dtype_size(dtype) > ty_buffer_size(buffer)) {
-    return ty_status_make(TY_CODE_OUT_OF_RANGE, "%s: all-reduce of %llu elements at byte %llu "
+    return ty_status_make(TY_CODE_OUT_OF_RANGE, "%s: %s of %llu elements at byte %llu "
                           "past the end of a %llu-byte buffer",
-                          comm->label, (unsigned long long)count, (unsigned long long)offset,
-                          (unsigned long long)ty_buffer_size(buffer));
+                          comm->label, what, (unsigned long long)count,
+                          (unsigned long long)offset, (unsigned long long)ty_buffer_size(buffer));
   }
   ty_abi_collective_args_t args = {
-      .struct_size = sizeof(args), .dtype = dtype, .count = count, .op = (uint32_t)op,
+      .struct_size = sizeof(args), .dtype = dtype, .count = count,
+      .op = broadcast ? 0 : op_or_root, .root = broadcast ? op_or_root : 0,
       .send = ty_buffer_handle(buffer), .send_offset = offset,
-      .recv = ty_buffer_handle(buffer), .recv_offset = offset, .executable = executable};
-  ty_status_t s =
-      ty_status_from_abi(ty_backend_api(comm->backend)->comm_all_reduce(comm->handle, &args));
-  return ty_status_annotate(s, "%s: comm_all_reduce", comm->label);
+      .recv = ty_buffer_handle(buffer), .recv_offset = offset, .executable = executable,
+      .flags = more ? TY_ABI_COLLECTIVE_MORE : 0};
+  const ty_backend_api_t *api = ty_backend_api(comm->backend);
+  ty_status_t s = ty_status_from_abi(broadcast ? api->comm_broadcast(comm->handle, &args)
+                                               : api->comm_all_reduce(comm->handle, &args));
+  return ty_status_annotate(s, "%s: comm_%s", comm->label,
+                            broadcast ? "broadcast" : "all_reduce");
+}
+
+ty_status_t ty_comm_all_reduce(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
+                               uint64_t count, ty_dtype_t dtype, ty_abi_reduce_op_t op,
+                               ty_abi_executable_t *executable, bool more) {
+  return ty_comm_in_place(comm, false, buffer, offset, count, dtype, (uint32_t)op, executable,
+                          more);
+}
+
+ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
+                              uint64_t count, ty_dtype_t dtype, uint32_t root,
+                              ty_abi_executable_t *executable, bool more) {
+  return ty_comm_in_place(comm, true, buffer, offset, count, dtype, root, executable, more);
 }

@@ -10,6 +10,7 @@
 #ifndef TY_HAL_COMM_H_
 #define TY_HAL_COMM_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "hal/backend_abi.h"
@@ -35,10 +36,19 @@ void ty_comm_destroy(ty_comm_t *comm);
 /* In place: `count` elements of `dtype` at `offset` of `buffer`, summed (or
  * averaged) over the ranks, queued after the work `executable` has queued
  * (NULL: after all work on the device). Synchronize the device before
- * reading the result through another executable or the host. */
+ * reading the result through another executable or the host. `more`:
+ * more collectives follow before anything else is asked of the device (the
+ * backend may launch them as one batch when the last comes; a batch must
+ * end with a call without `more`). */
 ty_status_t ty_comm_all_reduce(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
                                uint64_t count, ty_dtype_t dtype, ty_abi_reduce_op_t op,
-                               ty_abi_executable_t *executable);
+                               ty_abi_executable_t *executable, bool more);
+
+/* In place: `count` elements of `dtype` at `offset` of `buffer` on rank
+ * `root` copied to the same place on every rank, ordered as all_reduce. */
+ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
+                              uint64_t count, ty_dtype_t dtype, uint32_t root,
+                              ty_abi_executable_t *executable, bool more);
 
 #ifdef __cplusplus
 }

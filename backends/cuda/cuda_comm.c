@@ -19,11 +19,14 @@
  * or hang; the host's --dist-timeout watchdog covers hangs). */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cuda/cuda_internal.h"
+#include "hal/dtype.h"
 
 #if defined(__has_include)
 #if __has_include(<nccl.h>)
@@ -37,39 +40,48 @@
 #define TY_NCCL_FUNCTIONS(X)                                                               \
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy)              \
   X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclGetLastError)      \
-  X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclBroadcast)
+  X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclBroadcast) X(ncclGroupStart)  \
+  X(ncclGroupEnd)
 
 #define TY_NCCL_MEMBER(name) __typeof__(&name) name;
 typedef struct ty_nccl_api_t {
   void *handle;
-  char path[512];
+  char path[1100];
   int version;
   TY_NCCL_FUNCTIONS(TY_NCCL_MEMBER)
 } ty_nccl_api_t;
 
 static ty_nccl_api_t ty_nccl;
 static pthread_once_t ty_nccl_once = PTHREAD_ONCE_INIT;
-static char ty_nccl_why[640]; /* why NCCL could not be loaded ("" if it was) */
+static char ty_nccl_why[2048]; /* why NCCL could not be loaded ("" if it was) */
+
+/* Copies at most capacity - 1 bytes of `text` and a NUL. */
+static void ty_nccl_copy(char *out, size_t capacity, const char *text) {
+  size_t n = strnlen(text, capacity - 1);
+  memcpy(out, text, n);
+  out[n] = '\0';
+}
 
 static void ty_nccl_load(void) {
   const char *env = getenv("TRAINYARD_CUDA_NCCL");
-  char candidates[2][512];
+  char candidates[2][1100];
   int count = 0;
   if (env && env[0]) {
-    snprintf(candidates[count++], sizeof(candidates[0]), "%s", env);
+    ty_nccl_copy(candidates[count++], sizeof(candidates[0]), env);
   } else {
-    snprintf(candidates[count++], sizeof(candidates[0]), "libnccl.so.2");
-    if (TY_CUDA_LIBDIR[0]) {
-      snprintf(candidates[count++], sizeof(candidates[0]), "%s/libnccl.so.2", TY_CUDA_LIBDIR);
+    ty_nccl_copy(candidates[count++], sizeof(candidates[0]), "libnccl.so.2");
+    if (TY_CUDA_LIBDIR[0] && strlen(TY_CUDA_LIBDIR) < sizeof(candidates[0]) - 16) {
+      snprintf(candidates[count++], sizeof(candidates[0]), "%.1080s/libnccl.so.2",
+               TY_CUDA_LIBDIR);
     }
   }
   char first_error[256] = "";
   for (int i = 0; i < count && !ty_nccl.handle; ++i) {
     ty_nccl.handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
     if (ty_nccl.handle) {
-      snprintf(ty_nccl.path, sizeof(ty_nccl.path), "%s", candidates[i]);
+      ty_nccl_copy(ty_nccl.path, sizeof(ty_nccl.path), candidates[i]);
     } else if (!first_error[0]) {
-      snprintf(first_error, sizeof(first_error), "%s", dlerror());
+      ty_nccl_copy(first_error, sizeof(first_error), dlerror());
     }
   }
   if (!ty_nccl.handle) {
@@ -111,6 +123,10 @@ struct ty_abi_comm_s {
   ty_abi_device_t *device;
   ncclComm_t comm;
   uint32_t rank, size;
+  /* A batch of collectives (TY_ABI_COLLECTIVE_MORE) is one NCCL group:
+   * ncclGroupStart before its first, ncclGroupEnd after its last, which
+   * launches them together (one fused launch where NCCL can). */
+  bool group_open;
 };
 
 static ty_abi_status_t ty_nccl_error(const ty_abi_comm_t *c, const char *what, ncclResult_t r) {
@@ -168,6 +184,7 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
 
 void ty_cu_comm_destroy(ty_abi_comm_t *c) {
   if (!c) return;
+  if (c->group_open) ty_nccl.ncclGroupEnd(); /* a batch an error cut short */
   ty_abi_status_t st = ty_cu_enter(c->device);
   if (st) c->device->backend->host->status_free(st); /* a lost device: abort below */
   /* A communicator whose peers failed cannot be destroyed collectively:
@@ -203,7 +220,7 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
                                    const ty_abi_collective_args_t *a) {
   static const char *const names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
                                       "ncclBroadcast"};
-  ncclDataType_t dt;
+  ncclDataType_t dt = ncclFloat32;
   ty_abi_status_t st = ty_nccl_dtype(c, a->dtype, &dt);
   if (st) return st;
   if (a->op != TY_ABI_REDUCE_SUM && a->op != TY_ABI_REDUCE_AVG) {
@@ -216,7 +233,14 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
   /* One stream per device handle: every executable's work is on it. */
   cudaStream_t stream = (cudaStream_t)c->device->stream;
   size_t n = (size_t)a->count;
+  bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) + sizeof(a->flags) &&
+              (a->flags & TY_ABI_COLLECTIVE_MORE);
   ncclResult_t r;
+  if (!c->group_open) {
+    r = ty_nccl.ncclGroupStart();
+    if (r != ncclSuccess) return ty_nccl_error(c, "ncclGroupStart", r);
+    c->group_open = true;
+  }
   switch (kind) {
     case TY_NCCL_ALL_REDUCE:
       r = ty_nccl.ncclAllReduce(send, recv, n, dt, op, c->comm, stream);
@@ -234,6 +258,13 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
       }
       r = ty_nccl.ncclBroadcast(send, recv, n, dt, (int)a->root, c->comm, stream);
       break;
+  }
+  if (r != ncclSuccess || !more) {
+    c->group_open = false;
+    ncclResult_t end = ty_nccl.ncclGroupEnd();
+    if (r == ncclSuccess && end != ncclSuccess) {
+      return ty_nccl_error(c, "ncclGroupEnd (launching a batch of collectives)", end);
+    }
   }
   if (r != ncclSuccess) {
     char what[96];

@@ -242,6 +242,14 @@ class DeviceCollectivesTest(Base):
                                   os.path.join(two, "checkpoint-6"))
         r = run(plugin + ["check", "--backend", "commfake", "--model", self.gpt2, "--train"])
         self.assertIn("collectives: commfake has its own (ABI 1.4 comm_* entries)", r.stdout)
+        # ZeRO-1 on the device path: each rank's updated share broadcast by
+        # the backend's collective from its owner (cuda: ncclBroadcast).
+        zero = self.path("zero")
+        r = mpirun(2, plugin + args + ["--out", zero, "--zero", "1"])
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+        self.assert_curves_match(losses(two), losses(zero), range(1, 7))
+        self.assert_weights_match(os.path.join(two, "checkpoint-6"),
+                                  os.path.join(zero, "checkpoint-6"))
 
 
 class ResumeTest(Base):

@@ -11,7 +11,12 @@
 #    on 1 GPU and on each N of NGPUS (default "2"): tokens/s of the whole run
 #    and per GPU (median of the logged steps after the first 5), and the
 #    loss of each step next to the 1-GPU run with the same global batch
-#    (1 GPU with --grad-accum N).
+#    (1 GPU with --grad-accum N); then the same N-GPU run with --zero 1
+#    (tokens/s, and the plan's per-rank optimizer state next to plain DP's).
+# 3. Bandwidth: PyTorch's NCCL all_reduce of the model's gradient bytes (124M
+#    f32) on the same GPUs (bus bandwidth as nccl-tests count it), next to
+#    what our step pays for its all-reduce (N-GPU step time - 1-GPU step
+#    time, the whole gradient exchange, nothing overlapped).
 set -uo pipefail
 build=${1:?usage: dist_check.sh BUILD_DIR OUT_DIR [NGPUS...]}
 out=${2:?usage: dist_check.sh BUILD_DIR OUT_DIR [NGPUS...]}
@@ -91,5 +96,42 @@ for n in "${ngpus[@]}"; do
   awk -v n="$n" 'FNR == NR {a[$1] = $2; next} ($1 in a) {d = $2 - a[$1]; if (d < 0) d = -d;
        r = d / a[$1]; c++; if (r > w) w = r} END {printf "  %d GPUs vs 1 GPU x accum %d: %d steps, worst relative loss gap %.3g\n", n, n, c, w}' \
     "$out/a.losses" "$out/b.losses"
+  awk -v n="$n" -v t="$tok" -v o="$one" 'BEGIN {if (t > 0 && o > 0) printf "  our all-reduce costs %.2f ms per step (%.2f ms at %d GPUs - %.2f ms at 1)\n", 16384 * n / t * 1e3 - 16384 / o * 1e3, 16384 * n / t * 1e3, n, 16384 / o * 1e3}'
+  # ZeRO-1: the same run with the optimizer state sharded
+  "${mpi[@]}" -np "$n" "$ty" "${big[@]}" --backend cuda --zero 1 --out "$out/z-$n" \
+    >"$out/z-$n.log" 2>&1 || { echo "$n GPUs ZeRO-1 failed:"; tail -15 "$out/z-$n.log"; status=1; continue; }
+  ztok=$(median_tok "$out/z-$n/metrics.jsonl" 5)
+  awk -v n="$n" -v t="$ztok" -v p="$tok" 'BEGIN {printf "  ZeRO-1 on %d GPUs: %.0f tokens/s (%.3f of plain data parallel)\n", n, t, (p > 0 ? t / p : 0)}'
+  grep -h "^per rank" "$out/s-$n.log" | head -1 | sed 's/^/  plain:  /'
+  grep -h "^per rank" "$out/z-$n.log" | head -1 | sed 's/^/  ZeRO-1: /'
+  losses "$out/z-$n/metrics.jsonl" >"$out/z.losses"
+  awk 'FNR == NR {a[$1] = $2; next} ($1 in a) {d = $2 - a[$1]; if (d < 0) d = -d; r = d / a[$1];
+       c++; if (r > w) w = r} END {printf "  ZeRO-1 vs plain: %d steps, worst relative loss gap %.3g\n", c, w}' \
+    "$out/b.losses" "$out/z.losses"
+  # PyTorch's NCCL all-reduce of the same bytes on the same GPUs
+  cat >"$out/all_reduce.py" <<'PY'
+
+import os, sys, time
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+def work(rank, n):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+    dist.init_process_group("nccl", rank=rank, world_size=n, device_id=torch.device("cuda", rank))
+    torch.cuda.set_device(rank)
+    x = torch.ones(124439808, dtype=torch.float32, device="cuda")
+    for _ in range(5): dist.all_reduce(x)
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    for _ in range(20): dist.all_reduce(x)
+    torch.cuda.synchronize(); t = (time.perf_counter() - t0) / 20
+    if rank == 0:
+        b = x.numel() * 4
+        print(f"  PyTorch {torch.__version__} all_reduce of {b / 1e6:.0f} MB on {n} GPUs: "
+              f"{t * 1e3:.2f} ms, algbw {b / t / 1e9:.1f} GB/s, busbw "
+              f"{b / t / 1e9 * 2 * (n - 1) / n:.1f} GB/s", flush=True)
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    n = int(sys.argv[1]); mp.spawn(work, args=(n,), nprocs=n)
+PY
+  timeout 120 python3 "$out/all_reduce.py" "$n" 2>"$out/all_reduce-$n.log" ||
+    { echo "  (PyTorch all_reduce failed)"; tail -3 "$out/all_reduce-$n.log"; }
 done
 exit $status

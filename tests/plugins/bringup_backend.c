@@ -17,11 +17,13 @@
  * Every other node runs the SDK's reference kernels on host memory, so apart
  * from what is planted the backend is correct. The version string is the same
  * in every build, as an author's is while writing kernels. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <trainyard/abi_graph.h>
 #include <trainyard/backend_abi.h>
 #include <trainyard/host_buffers.h>
 #include <trainyard/host_executor.h>
@@ -236,12 +238,30 @@ static ty_abi_status_t bringup_all_reduce(ty_abi_comm_t *c, const ty_abi_collect
   return NULL;
 }
 
-/* The core uses all-reduce alone so far; the others refuse by name. */
+/* In place, bytes as they are (any dtype): ZeRO-1's parameter all-gather. */
+static ty_abi_status_t bringup_broadcast(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  if (a->send != a->recv || a->send_offset != a->recv_offset) {
+    return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: broadcast in place only", BRINGUP_NAME);
+  }
+  unsigned char *data = NULL;
+  uint64_t size = 0;
+  ty_host_buffer_view(a->recv, &data, &size);
+  uint64_t bytes = a->count * ty_abi_dtype_size(a->dtype);
+  if (bytes > (uint64_t)INT_MAX ||
+      MPI_Bcast(data + a->recv_offset, (int)bytes, MPI_BYTE, (int)a->root, c->comm) !=
+          MPI_SUCCESS) {
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI_Bcast failed", BRINGUP_NAME);
+  }
+  return NULL;
+}
+
+/* The core uses all-reduce and broadcast so far; the others refuse by name. */
 static ty_abi_status_t bringup_collective_unimplemented(ty_abi_comm_t *c,
                                                         const ty_abi_collective_args_t *a) {
   (void)c;
   (void)a;
-  return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: only all-reduce", BRINGUP_NAME);
+  return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: only all-reduce and broadcast",
+                         BRINGUP_NAME);
 }
 #endif
 
@@ -273,7 +293,7 @@ static const ty_backend_api_t bringup_api = {
     .comm_all_reduce = bringup_all_reduce,
     .comm_reduce_scatter = bringup_collective_unimplemented,
     .comm_all_gather = bringup_collective_unimplemented,
-    .comm_broadcast = bringup_collective_unimplemented,
+    .comm_broadcast = bringup_broadcast,
 #endif
 };
 
