@@ -234,6 +234,25 @@ static ty_status_t ty_session_slot(const ty_session_t *s, const char *name,
                         "the graph has no input, state or output named '%s'", name);
 }
 
+ty_status_t ty_session_device_tensor(ty_session_t *s, const char *name,
+                                     ty_buffer_t **out_buffer, uint64_t *out_offset,
+                                     ty_abi_executable_t **out_executable) {
+  *out_buffer = NULL;
+  *out_offset = 0;
+  *out_executable = NULL;
+  if (s->mixed) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "'%s': a mixed session's tensors live on two devices", name);
+  }
+  TY_RETURN_IF_ERROR(ty_session_usable(s));
+  ty_session_slot_t *slot;
+  TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
+  *out_buffer = slot->buffer;
+  *out_offset = s->guard; /* where every tensor is bound in its buffer */
+  *out_executable = s->executable;
+  return TY_OK;
+}
+
 ty_status_t ty_session_value_desc(const ty_session_t *s, const char *name,
                                   ty_tensor_desc_t *out_desc) {
   for (uint32_t v = 0; s->mixed && v < s->abi->value_count; ++v) {

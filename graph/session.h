@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "graph/graph.h"
+#include "hal/buffer.h"
 #include "hal/device.h"
 
 #ifdef __cplusplus
@@ -164,6 +165,15 @@ ty_status_t ty_session_run(ty_session_t *session);
  * size). Blocks until the last run has finished. */
 ty_status_t ty_session_read(ty_session_t *session, const char *name, void *dst,
                             size_t bytes);
+
+/* The device buffer of INPUT, STATE or OUTPUT value `name`, the byte offset
+ * of the tensor in it, and the executable whose stream orders the work on
+ * it (owned by the session): what a device collective (hal/comm.h) works
+ * on. NOT_FOUND for an unknown name; FAILED_PRECONDITION for a mixed or
+ * compile-only session. */
+ty_status_t ty_session_device_tensor(ty_session_t *session, const char *name,
+                                     ty_buffer_t **out_buffer, uint64_t *out_offset,
+                                     ty_abi_executable_t **out_executable);
 
 /* The value's descriptor (dtype, shape, name); NOT_FOUND for unknown names. */
 ty_status_t ty_session_value_desc(const ty_session_t *session, const char *name,

@@ -182,6 +182,9 @@ static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *param
   if (!s) s = ty_graph_set_output(g, clip_out[0], "grad_norm");
   for (uint32_t i = 0; i < n && !s; ++i) {
     s = ty_graph_set_memory_class(g, clip_out[1 + i], TY_MEMORY_GRADIENT);
+    /* ZeRO-1: another rank updates it; its gradient still counts in the
+     * norm, so every rank clips by the same global norm. */
+    if (p->update && !p->update[i]) continue;
     if (!s) s = ty_optim_update(g, &o, params[i], clip_out[1 + i], decay ? decay[i] : true);
   }
   free(clip_in);

@@ -72,6 +72,12 @@ typedef struct ty_train_step_params_t {
    * device backend keeps it in pinned host memory (backends without their
    * own memory refuse the flag). */
   bool offload_optimizer;
+  /* Optimizer step graphs only (ZeRO-1, docs/design-notes.md "Many
+   * devices"): per parameter, false leaves it as it is and gives it no
+   * optimizer state, while its gradient still counts in the global norm and
+   * its accumulator is still reset; another rank updates it. NULL: update
+   * every parameter. */
+  const bool *update;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:
@@ -101,8 +107,8 @@ ty_status_t ty_graph_build_optimizer_step(ty_graph_t *graph,
                                           const ty_tensor_desc_t *params,
                                           const bool *decay, uint32_t param_count,
                                           ty_optimizer_t optimizer, bool nesterov);
-/* The same with Adafactor's configuration and optimizer offload (the
- * other fields of `step` are not read). */
+/* The same with Adafactor's configuration, optimizer offload and the
+ * ZeRO-1 update mask (the other fields of `step` are not read). */
 ty_status_t ty_graph_build_optimizer_step_ex(ty_graph_t *graph, const ty_tensor_desc_t *params,
                                              const bool *decay, uint32_t param_count,
                                              const ty_train_step_params_t *step);

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 3u
+#define TY_ABI_MINOR 4u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -371,6 +371,72 @@ typedef struct ty_abi_device_memory_t {
 } ty_abi_device_memory_t;
 
 /* ------------------------------------------------------------------------ */
+/* Collectives (ABI 1.4, optional; docs/plugin-abi.md "Collectives").        */
+/*                                                                           */
+/* A communicator joins one device of each of `size` processes (ranks). The  */
+/* host (rank 0) asks its plugin for a unique id, sends the bytes to every   */
+/* rank over its own bootstrap (MPI), and every rank creates its             */
+/* communicator from them with its rank. Collectives work on device buffers  */
+/* and are queued on the stream of `args->executable` (after what its last   */
+/* execute queued, before what the next one queues), like an execute: the    */
+/* host synchronizes before reading results on the host. A backend without   */
+/* these entries is still run data parallel: the host stages the gradients   */
+/* through host memory and reduces them over MPI (the host path).            */
+/* ------------------------------------------------------------------------ */
+#define TY_ABI_COMM_ID_MAX 128 /* bytes; NCCL's ncclUniqueId is 128 */
+
+typedef struct ty_abi_comm_id_t {
+  size_t struct_size;
+  uint32_t size;                      /* bytes of `bytes` used */
+  uint8_t bytes[TY_ABI_COMM_ID_MAX];  /* opaque to the host */
+} ty_abi_comm_id_t;
+
+typedef struct ty_abi_comm_s ty_abi_comm_t;
+
+typedef struct ty_abi_comm_create_args_t {
+  size_t struct_size;
+  const ty_abi_comm_id_t *id; /* from rank 0's comm_unique_id, same bytes on every rank */
+  uint32_t rank;              /* 0 <= rank < size */
+  uint32_t size;              /* ranks in the communicator */
+} ty_abi_comm_create_args_t;
+
+typedef enum ty_abi_reduce_op_e {
+  TY_ABI_REDUCE_SUM = 0,
+  TY_ABI_REDUCE_AVG = 1, /* the sum divided by size, in the element dtype */
+} ty_abi_reduce_op_t;
+
+/* One collective. Counts are elements of `dtype` (f32 or bf16; others may
+ * be refused with UNIMPLEMENTED naming the dtype):
+ *  all_reduce      send[count] -> recv[count] on every rank (send == recv at
+ *                  the same offset: in place)
+ *  reduce_scatter  send[size * count] -> recv[count], rank r gets block r
+ *  all_gather      send[count] -> recv[size * count], block r from rank r
+ *  broadcast       root's send[count] -> recv[count] on every rank
+ * Every rank calls the same collectives in the same order with the same
+ * count, dtype and op; a mismatch is undefined, as in NCCL and MPI. */
+typedef struct ty_abi_collective_args_t {
+  size_t struct_size;
+  ty_dtype_t dtype;
+  uint64_t count;
+  uint32_t op;   /* ty_abi_reduce_op_t; all_reduce and reduce_scatter */
+  uint32_t root; /* broadcast */
+  ty_abi_buffer_t *send;
+  uint64_t send_offset; /* bytes */
+  ty_abi_buffer_t *recv;
+  uint64_t recv_offset;
+  /* The stream to order on: the executable whose results it reads or whose
+   * next run reads it; NULL orders after all work queued on the device. */
+  ty_abi_executable_t *executable;
+  /* TY_ABI_COLLECTIVE_MORE: more collectives follow, and nothing else is
+   * asked of the device until one without the flag: the backend may hold
+   * them back and launch the batch together (NCCL's group calls) when the
+   * last one comes. A backend may also run each at once. */
+  uint32_t flags;
+} ty_abi_collective_args_t;
+
+#define TY_ABI_COLLECTIVE_MORE 1u
+
+/* ------------------------------------------------------------------------ */
 /* The backend table.                                                        */
 /*                                                                           */
 /* Threading: backend_create/destroy and device_open/close are called by one */
@@ -497,6 +563,23 @@ typedef struct ty_backend_api_t {
    * plan (`trainyard train` writes both into summary.txt). */
   ty_abi_status_t (*device_memory)(ty_abi_device_t *device, uint32_t reset_peak,
                                    ty_abi_device_memory_t *out);
+
+  /* ---- v1.4, optional: collectives (all of them or none) ---- */
+
+  /* A new unique id for a communicator (called on rank 0 only). The bytes
+   * are opaque and must work in every process that receives them. */
+  ty_abi_status_t (*comm_unique_id)(ty_abi_backend_t *backend, ty_abi_comm_id_t *out_id);
+  /* Joins `device` to the communicator (blocks until every rank has joined
+   * or fails: UNAVAILABLE naming the missing runtime, e.g. libnccl.so.2). */
+  ty_abi_status_t (*comm_create)(ty_abi_device_t *device,
+                                 const ty_abi_comm_create_args_t *args,
+                                 ty_abi_comm_t **out_comm);
+  void (*comm_destroy)(ty_abi_comm_t *comm);
+  ty_abi_status_t (*comm_all_reduce)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+  ty_abi_status_t (*comm_reduce_scatter)(ty_abi_comm_t *comm,
+                                         const ty_abi_collective_args_t *args);
+  ty_abi_status_t (*comm_all_gather)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+  ty_abi_status_t (*comm_broadcast)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
 
   /* New entries are appended below this line; bump TY_ABI_MINOR. */
 } ty_backend_api_t;

@@ -26,6 +26,40 @@ struct ty_device_t {
   char label[80];
 };
 
+ty_status_t ty_device_uri_for_rank(ty_registry_t *registry, const char *uri,
+                                   uint32_t local_rank, char **out_uri) {
+  *out_uri = NULL;
+  ty_device_uri_t parsed;
+  TY_RETURN_IF_ERROR(ty_device_uri_parse(uri, &parsed));
+  ty_backend_t *backend = NULL;
+  uint32_t count = 0;
+  ty_status_t s = TY_OK;
+  bool keep = parsed.has_index;
+  if (!keep) s = ty_registry_find(registry, parsed.backend, &backend);
+  if (!keep && !s) s = ty_backend_device_count(backend, &count);
+  if (!keep && !s && count <= 1) keep = true;
+  if (!keep && !s && local_rank >= count) {
+    s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                       "local rank %u has no device: backend '%s' has %u devices on this host "
+                       "(start at most %u ranks per host, or name the device in the URI)",
+                       local_rank, parsed.backend, count, count);
+  }
+  size_t name_len = strlen(parsed.backend);
+  ty_device_uri_deinit(&parsed);
+  if (s) return ty_status_annotate(s, "choosing the device of '%s'", uri);
+  size_t n = strlen(uri) + 16;
+  char *out = malloc(n);
+  if (!out) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  if (keep) {
+    snprintf(out, n, "%s", uri);
+  } else {
+    /* backend[?query] -> backend:L[?query] */
+    snprintf(out, n, "%.*s:%u%s", (int)name_len, uri, local_rank, uri + name_len);
+  }
+  *out_uri = out;
+  return TY_OK;
+}
+
 ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
                            ty_device_t **out_device) {
   *out_device = NULL;

@@ -20,6 +20,16 @@ typedef struct ty_device_t ty_device_t;
  * backend was found but its runtime is missing; UNIMPLEMENTED when the plugin
  * has no device_open. The caller owns the device (ty_device_close) and must
  * close it before destroying the registry. */
+/* The device URI rank `local_rank` of a distributed run uses (one rank per
+ * device on each host): `uri` itself when it names an index or when its
+ * backend has one device (all ranks share it, as cpu does); else `uri` with
+ * index `local_rank` (`cuda` -> `cuda:1` for local rank 1). The caller
+ * frees *out_uri. FAILED_PRECONDITION naming the backend and its device
+ * count when local_rank has no device; the errors of a bad URI or an
+ * unknown backend as ty_device_open gives them. */
+ty_status_t ty_device_uri_for_rank(ty_registry_t *registry, const char *uri,
+                                   uint32_t local_rank, char **out_uri);
+
 ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
                            ty_device_t **out_device);
 void ty_device_close(ty_device_t *device);

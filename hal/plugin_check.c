@@ -101,6 +101,13 @@ static const struct {
     TY_PAIR(graph_compile, executable_destroy, "every compiled executable leaks"),
     TY_PAIR(executable_serialize, executable_deserialize,
             "artifacts can be written but not loaded, or the reverse"),
+    /* ABI 1.4: collectives are all or none (docs/plugin-abi.md) */
+    TY_PAIR(comm_create, comm_unique_id, "no communicator can be made without an id"),
+    TY_PAIR(comm_create, comm_destroy, "every communicator leaks"),
+    TY_PAIR(comm_create, comm_all_reduce, "data parallel needs the gradient all-reduce"),
+    TY_PAIR(comm_create, comm_reduce_scatter, "ZeRO-1 needs reduce-scatter"),
+    TY_PAIR(comm_create, comm_all_gather, "ZeRO-1 needs all-gather"),
+    TY_PAIR(comm_create, comm_broadcast, "a run starts by broadcasting rank 0's weights"),
 #undef TY_PAIR
 };
 

@@ -618,6 +618,18 @@ bool ty_backend_has_entry(const ty_backend_t *b, size_t offset) {
   return ty_backend_api_has_entry(b->api, offset);
 }
 
+bool ty_backend_has_collectives(const ty_backend_t *b) {
+  static const size_t entries[] = {
+      offsetof(ty_backend_api_t, comm_unique_id),      offsetof(ty_backend_api_t, comm_create),
+      offsetof(ty_backend_api_t, comm_destroy),        offsetof(ty_backend_api_t, comm_all_reduce),
+      offsetof(ty_backend_api_t, comm_reduce_scatter), offsetof(ty_backend_api_t, comm_all_gather),
+      offsetof(ty_backend_api_t, comm_broadcast)};
+  for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); ++i) {
+    if (!ty_backend_api_has_entry(b->api, entries[i])) return false;
+  }
+  return true;
+}
+
 ty_status_t ty_backend_device_count(ty_backend_t *b, uint32_t *out_count) {
   *out_count = 0;
   ty_status_t s = ty_status_from_abi(b->api->device_count(b->instance, out_count));

@@ -114,6 +114,11 @@ ty_status_t ty_backend_device_info(ty_backend_t *backend, uint32_t index,
  * `offset` and the entry is non-NULL. */
 bool ty_backend_has_entry(const ty_backend_t *backend, size_t offset);
 
+/* True when the plugin sets every collective entry of ABI 1.4 (comm_*):
+ * its devices reduce gradients themselves; otherwise a data-parallel run
+ * takes the host path (dist/dist.h). The entries are optional. */
+bool ty_backend_has_collectives(const ty_backend_t *backend);
+
 #define TY_BACKEND_ENTRY(backend, field)                            \
   (ty_backend_has_entry((backend), offsetof(ty_backend_api_t, field)) \
        ? ty_backend_api(backend)->field                             \

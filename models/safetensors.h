@@ -163,6 +163,12 @@ ty_status_t ty_safetensors_open_dir(const char *model_dir,
                                     ty_safetensors_set_t **out_set);
 ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
                                           ty_safetensors_set_t **out_set);
+/* The same for another file stem: <dir>/<base>.safetensors.index.json (and
+ * its shards) or <dir>/<base>.safetensors, e.g. "optimizer" for a
+ * checkpoint's optimizer state (docs/formats.md); NOT_FOUND naming both
+ * when neither exists. */
+ty_status_t ty_safetensors_open_set(const char *dir, const char *base, uint32_t flags,
+                                    ty_safetensors_set_t **out_set);
 void ty_safetensors_set_close(ty_safetensors_set_t *set);
 
 /* Tensors of all shards: shards in index order (shard file names sorted),

@@ -254,15 +254,26 @@ static ty_status_t ty_st_missing(const char *dir) {
                         " (is it a Hugging Face model folder?)", dir);
 }
 
-ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
-                                          ty_safetensors_set_t **out_set) {
+/* <dir>/<base>.safetensors.index.json when present, else
+ * <dir>/<base>.safetensors; `model`: a model folder (the messages, and the
+ * conversion hints when neither exists). */
+static char *ty_st_path_named(const char *dir, const char *base, const char *suffix) {
+  size_t n = strlen(dir) + strlen(base) + strlen(suffix) + 2;
+  char *path = malloc(n);
+  if (path) snprintf(path, n, "%s/%s%s", dir, base, suffix);
+  return path;
+}
+
+static ty_status_t ty_st_open_named(const char *model_dir, const char *base, uint32_t flags,
+                                    bool model, ty_safetensors_set_t **out_set) {
   *out_set = NULL;
   if (!model_dir) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "model folder path is NULL");
   }
   struct stat st;
   if (stat(model_dir, &st) != 0) {
-    return ty_status_from_errno(errno, "cannot open model folder %s", model_dir);
+    return ty_status_from_errno(errno, "cannot open %s folder %s",
+                                model ? "model" : "checkpoint", model_dir);
   }
   if (!S_ISDIR(st.st_mode)) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
@@ -273,8 +284,8 @@ ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
   char *single = NULL;
   ty_status_t status = TY_OK;
   if (!set || !(set->dir = strdup(model_dir)) ||
-      !(set->index_path = ty_st_path_join(model_dir, TY_ST_INDEX_NAME)) ||
-      !(single = ty_st_path_join(model_dir, TY_ST_SINGLE_NAME))) {
+      !(set->index_path = ty_st_path_named(model_dir, base, ".safetensors.index.json")) ||
+      !(single = ty_st_path_named(model_dir, base, ".safetensors"))) {
     status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   } else if (ty_st_exists(set->index_path)) {
     status = ty_st_open_index(set, flags);
@@ -283,7 +294,11 @@ ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
     set->index_path = NULL;
     set->total_size = -1;
     status = ty_st_exists(single) ? ty_st_open_single(set, single, flags)
-                                  : ty_st_missing(model_dir);
+             : model              ? ty_st_missing(model_dir)
+                                  : ty_status_make(TY_CODE_NOT_FOUND,
+                                                   "%s holds neither %s.safetensors nor "
+                                                   "%s.safetensors.index.json",
+                                                   model_dir, base, base);
   }
   free(single);
   if (status) {
@@ -292,6 +307,16 @@ ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
   }
   *out_set = set;
   return TY_OK;
+}
+
+ty_status_t ty_safetensors_open_dir_flags(const char *model_dir, uint32_t flags,
+                                          ty_safetensors_set_t **out_set) {
+  return ty_st_open_named(model_dir, "model", flags, true, out_set);
+}
+
+ty_status_t ty_safetensors_open_set(const char *dir, const char *base, uint32_t flags,
+                                    ty_safetensors_set_t **out_set) {
+  return ty_st_open_named(dir, base, flags, false, out_set);
 }
 
 ty_status_t ty_safetensors_open_dir(const char *model_dir,

@@ -17,6 +17,7 @@ packages=(
   libomp-dev                 # OpenMP for clang builds (the cpu backend's kernels)
   opencl-c-headers ocl-icd-opencl-dev  # the opencl backend: Khronos headers, ICD loader
   pocl-opencl-icd            # PoCL, the CPU OpenCL driver its tests run on
+  libopenmpi-dev openmpi-bin # data parallel: Open MPI (the shim libty_mpi.so links it; mpirun)
   fortunes fortunes-min      # the default training corpus (scripts/corpus.sh)
 )
 

@@ -122,8 +122,16 @@ ty_status_t ty_app_write_graph_dump(const ty_graph_t *graph, const char *prefix)
   return s;
 }
 
+static char ty_error_prefix[32];
+
+void ty_app_set_error_prefix(const char *prefix) {
+  snprintf(ty_error_prefix, sizeof(ty_error_prefix), "%s", prefix);
+}
+
+const char *ty_app_error_prefix(void) { return ty_error_prefix; }
+
 int ty_app_fail(const char *command, ty_status_t status) {
-  fprintf(stderr, "trainyard %s: %s: %s\n", command,
+  fprintf(stderr, "%strainyard %s: %s: %s\n", ty_error_prefix, command,
           ty_code_name(ty_status_code(status)), ty_status_message(status));
   ty_status_free(status);
   return TY_EXIT_RUNTIME;
@@ -132,7 +140,7 @@ int ty_app_fail(const char *command, ty_status_t status) {
 int ty_app_usage_error(const char *command, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  fprintf(stderr, "trainyard %s: ", command);
+  fprintf(stderr, "%strainyard %s: ", ty_error_prefix, command);
   vfprintf(stderr, fmt, args);
   fprintf(stderr, "; see 'trainyard %s --help'\n", command);
   va_end(args);

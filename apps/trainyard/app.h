@@ -65,6 +65,10 @@ ty_status_t ty_app_write_graph_dump(const ty_graph_t *graph, const char *prefix)
 
 /* Prints "trainyard <command>: <CODE>: <message>" to stderr, frees status,
  * and returns TY_EXIT_RUNTIME. */
+/* Text before every error line of ty_app_fail and ty_app_usage_error:
+ * "rank 1: " in a distributed run, "" (the default) otherwise. */
+void ty_app_set_error_prefix(const char *prefix);
+const char *ty_app_error_prefix(void);
 int ty_app_fail(const char *command, ty_status_t status);
 
 /* Prints "trainyard <command>: <message>; see 'trainyard <command> --help'"
@@ -111,6 +115,7 @@ ty_status_t ty_app_load_weights(const ty_llm_t *model, ty_session_t *session, co
                                 bool allow_nonfinite, const char *command);
 
 int ty_cmd_devices(ty_app_t *app, int argc, char **argv);
+int ty_cmd_ckpt(ty_app_t *app, int argc, char **argv);
 int ty_cmd_check(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv);

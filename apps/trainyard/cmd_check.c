@@ -288,6 +288,15 @@ static void ty_check_print(const ty_check_t *c, const ty_check_args_t *a,
       printf("%u refused\n", cg->refused);
     }
   }
+  /* ABI 1.4's collectives are optional: say which path a data-parallel
+   * run of this backend takes. */
+  if (ty_backend_has_collectives(ty_device_backend(c->device))) {
+    printf("collectives: %s has its own (ABI 1.4 comm_* entries)\n",
+           ty_backend_name(ty_device_backend(c->device)));
+  } else {
+    printf("collectives: none (optional, ABI 1.4 comm_*); data parallel stages gradients "
+           "through host memory over MPI\n");
+  }
   uint32_t missing = ty_check_missing(c), refused = 0;
   for (uint32_t i = 0; i < c->row_count; ++i) refused += c->rows[i].refused;
   if (!missing) {
@@ -341,6 +350,8 @@ static json_t *ty_check_json(const ty_check_t *c) {
     json_array_append_new(ops, o);
   }
   json_object_set_new(root, "ops", ops);
+  json_object_set_new(root, "collectives",
+                      json_boolean(ty_backend_has_collectives(ty_device_backend(c->device))));
   json_object_set_new(root, "missing", json_integer(ty_check_missing(c)));
   return root;
 }

@@ -49,7 +49,10 @@ static void ty_compare_usage(FILE *out) {
         "DIR/compare.svg (loss curves, and the relative difference on a log scale).\n"
         "Exits 1 when a relative difference exceeds --tolerance.\n"
         "\n"
-        "  --backends LIST   device URIs, comma-separated; the first is the reference\n"
+        "  --backends LIST   device URIs, comma-separated; the first is the reference;\n"
+        "                    URI*N (cpu*2, cuda*4) is a data-parallel run of N ranks\n"
+        "                    under mpirun, each with 1/N of every batch (the same\n"
+        "                    global batch as the others)\n"
         "  --steps N         optimizer steps on each backend\n"
         "  --out DIR         output folder\n"
         "  --tolerance X     largest relative loss difference accepted [1e-05]\n"
@@ -64,7 +67,9 @@ static void ty_compare_usage(FILE *out) {
 }
 
 typedef struct {
-  char uri[TY_CFG_WORD_MAX];
+  char uri[TY_CFG_WORD_MAX];  /* the device URI, without "*N" */
+  char label[TY_CFG_WORD_MAX]; /* as given: "cpu", "cuda*2" */
+  int ranks;                   /* URI*N: N ranks under mpirun (1: this process) */
   char dir[TY_CFG_PATH_MAX];
   double *loss, *tok_s, *tokens;
   int64_t rows;
@@ -110,6 +115,42 @@ static void ty_compare_log_tail(const char *path, char *out, size_t capacity) {
   out[got] = '\0';
 }
 
+/* The child of a URI*N item: the run's options as a --config file, then
+ * mpirun -np N <this trainyard> train --config FILE, each rank taking
+ * batch_size / N rows so the global batch is the reference's. */
+static void ty_compare_exec_mpirun(ty_app_t *app, ty_train_config_t *cfg, int ranks,
+                                   const char *dir) {
+  char path[TY_CFG_PATH_MAX + 32], np[16], exe[sizeof(app->exe_dir) + 16];
+  snprintf(path, sizeof(path), "%s/train.cfg", dir);
+  cfg->batch_size /= ranks;
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "trainyard compare: cannot write %s: %s\n", path, strerror(errno));
+    _exit(1);
+  }
+  static const char *const force[] = {"backend", "out", "max_steps", "batch_size", NULL};
+  ty_train_config_write_given(cfg, force, f);
+  if (fclose(f) != 0) _exit(1);
+  snprintf(np, sizeof(np), "%d", ranks);
+  snprintf(exe, sizeof(exe), "%s/trainyard", app->exe_dir);
+  /* --oversubscribe: compare runs on one host, which may have fewer cores
+   * than ranks; as root (containers, CI) Open MPI also wants consent. */
+  char *args[] = {"mpirun", "-np", np, "--oversubscribe", NULL, NULL, NULL, NULL, NULL, NULL};
+  int n = 4;
+  if (geteuid() == 0) args[n++] = "--allow-run-as-root";
+  args[n++] = exe;
+  args[n++] = "train";
+  args[n++] = "--config";
+  args[n++] = path;
+  fprintf(stderr, "trainyard compare: mpirun -np %s ... %s train --config %s\n", np, exe, path);
+  fflush(stderr);
+  execvp("mpirun", args);
+  fprintf(stderr, "trainyard compare: cannot run mpirun (%s): install Open MPI "
+                  "(scripts/install-deps.sh) for the URI*N items of --backends\n",
+          strerror(errno));
+  _exit(127);
+}
+
 /* One backend's training run, in a child process. */
 static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base,
                                     ty_compare_run_t *run) {
@@ -137,6 +178,7 @@ static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
+    if (run->ranks > 1) ty_compare_exec_mpirun(app, &cfg, run->ranks, run->dir);
     ty_status_t s = ty_trainer_run(app, &cfg);
     int rc = s ? ty_app_fail("train", s) : 0;
     fflush(stdout);
@@ -155,7 +197,7 @@ static ty_status_t ty_compare_train(ty_app_t *app, const ty_train_config_t *base
   char tail[1501] = "";
   ty_compare_log_tail(log, tail, sizeof(tail));
   return ty_status_make(TY_CODE_ABORTED, "the run on %s failed (%s %d); the end of %s:\n%s",
-                        run->uri, WIFEXITED(status) ? "exit code" : "signal",
+                        run->label, WIFEXITED(status) ? "exit code" : "signal",
                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), log, tail);
 }
 
@@ -238,15 +280,15 @@ static ty_status_t ty_compare_write_csv(const char *dir, const ty_compare_run_t 
   char slug[TY_CFG_WORD_MAX];
   n += (size_t)snprintf(csv + n, cap - n, "step");
   for (uint32_t k = 0; k < count; ++k) {
-    ty_compare_slug(runs[k].uri, slug, sizeof(slug));
+    ty_compare_slug(runs[k].label, slug, sizeof(slug));
     n += (size_t)snprintf(csv + n, cap - n, ",loss_%s", slug);
   }
   for (uint32_t k = 1; k < count; ++k) {
-    ty_compare_slug(runs[k].uri, slug, sizeof(slug));
+    ty_compare_slug(runs[k].label, slug, sizeof(slug));
     n += (size_t)snprintf(csv + n, cap - n, ",abs_diff_%s,rel_diff_%s", slug, slug);
   }
   for (uint32_t k = 0; k < count; ++k) {
-    ty_compare_slug(runs[k].uri, slug, sizeof(slug));
+    ty_compare_slug(runs[k].label, slug, sizeof(slug));
     n += (size_t)snprintf(csv + n, cap - n, ",tokens_per_s_%s", slug);
   }
   n += (size_t)snprintf(csv + n, cap - n, "\n");
@@ -424,7 +466,7 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   }
   for (size_t i = 0; i < list.count; ++i) {
     const char *uri = list.items[i];
-    if (strlen(uri) >= sizeof(runs[count].uri)) {
+    if (strlen(uri) >= sizeof(runs[count].label)) {
       ty_app_list_free(&list);
       return ty_app_usage_error("compare", "--backends: URI %zu is too long", i + 1);
     }
@@ -437,7 +479,29 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
       ty_app_list_free(&list); /* after the message: it names an item */
       return rc;
     }
+    snprintf(runs[count].label, sizeof(runs[count].label), "%s", uri);
     snprintf(runs[count].uri, sizeof(runs[count].uri), "%s", uri);
+    runs[count].ranks = 1;
+    char *star = strrchr(runs[count].uri, '*');
+    if (star) {
+      char *end = NULL;
+      long n = strtol(star + 1, &end, 10);
+      if (star == runs[count].uri || !star[1] || *end || n < 2 || n > 1024) {
+        rc = ty_app_usage_error("compare", "--backends: '%s': URI*N needs a number of ranks N "
+                                           "from 2 to 1024 (e.g. cpu*2)", uri);
+        ty_app_list_free(&list);
+        return rc;
+      }
+      if (cfg.batch_size % n) {
+        rc = ty_app_usage_error("compare", "--backends: '%s' splits each batch over %ld ranks, "
+                                           "and --batch-size %lld is not a multiple of %ld",
+                                uri, n, (long long)cfg.batch_size, n);
+        ty_app_list_free(&list);
+        return rc;
+      }
+      *star = '\0';
+      runs[count].ranks = (int)n;
+    }
     char slug[TY_CFG_WORD_MAX];
     ty_compare_slug(uri, slug, sizeof(slug));
     snprintf(runs[count].dir, sizeof(runs[count].dir), "%s/%u-%s", out, count + 1, slug);
@@ -448,9 +512,9 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   s = ty_compare_check_out(&cfg, out, runs, count);
   if (!s) s = ty_mkdir_parents(out);
   printf("trainyard compare: %lld steps of %s on %u backends; the first, %s, is the reference\n",
-         (long long)steps, cfg.model[0] ? cfg.model : cfg.preset, count, runs[0].uri);
+         (long long)steps, cfg.model[0] ? cfg.model : cfg.preset, count, runs[0].label);
   for (uint32_t k = 0; k < count && !s; ++k) {
-    printf("  running on %-24s -> %s/train.log ... ", runs[k].uri, runs[k].dir);
+    printf("  running on %-24s -> %s/train.log ... ", runs[k].label, runs[k].dir);
     fflush(stdout);
     s = ty_compare_train(app, &cfg, &runs[k]);
     if (!s) s = ty_compare_read(&runs[k], steps);
@@ -462,7 +526,7 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   uint32_t worst_k = 1;
   if (!s) {
     printf("\n%6s", "step");
-    for (uint32_t k = 0; k < count; ++k) printf("  %16.16s", runs[k].uri);
+    for (uint32_t k = 0; k < count; ++k) printf("  %16.16s", runs[k].label);
     for (uint32_t k = 1; k < count; ++k) printf("  %12s  %12s", "abs diff", "rel diff");
     printf("\n");
     for (int64_t i = 0; i < steps; ++i) {
@@ -483,13 +547,13 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
            "device");
     for (uint32_t k = 0; k < count; ++k) {
       double ratio = runs[0].mean_tok_s > 0 ? runs[k].mean_tok_s / runs[0].mean_tok_s : 0;
-      printf("%-24s %14.1f %9.2fx %16.1f %s%s\n", runs[k].uri, runs[k].mean_tok_s, ratio,
+      printf("%-24s %14.1f %9.2fx %16.1f %s%s\n", runs[k].label, runs[k].mean_tok_s, ratio,
              runs[k].peak_rss_mib, runs[k].dram_peak[0] ? "emulated DRAM peak " : "",
              runs[k].dram_peak);
     }
     for (uint32_t k = 0; k < count; ++k) {
       if (runs[k].cycles[0]) {
-        printf("%s (cost model, not host time): %s\n", runs[k].uri, runs[k].cycles);
+        printf("%s (cost model, not host time): %s\n", runs[k].label, runs[k].cycles);
       }
     }
     printf("tokens/s is host wall-clock throughput (an emulated device runs on this host)\n");
@@ -497,18 +561,20 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
       printf("max relative loss difference: 0 (every step bit-identical)\n");
     } else {
       printf("max relative loss difference: %.3e (step %lld, %s)\n", worst, (long long)worst_step,
-             runs[worst_k].uri);
+             runs[worst_k].label);
     }
     s = ty_compare_write_csv(out, runs, count, steps);
   }
   if (!s) {
     ty_compare_series_t series[TY_COMPARE_MAX];
-    for (uint32_t k = 0; k < count; ++k) series[k] = (ty_compare_series_t){runs[k].uri, runs[k].loss};
+    for (uint32_t k = 0; k < count; ++k) {
+      series[k] = (ty_compare_series_t){runs[k].label, runs[k].loss};
+    }
     char title[2048], path[TY_CFG_PATH_MAX + 32];
     const char *model = cfg.model[0] ? cfg.model : cfg.preset;
     const char *base = strrchr(model, '/');
     char sub[1536];
-    snprintf(title, sizeof(title), "Training loss: %s vs %s%s", runs[0].uri, runs[1].uri,
+    snprintf(title, sizeof(title), "Training loss: %s vs %s%s", runs[0].label, runs[1].label,
              count > 2 ? " and more" : "");
     if (worst == 0) {
       snprintf(sub, sizeof(sub), "%s, %lld steps, batch %lld: every step's loss bit-identical",
@@ -533,7 +599,7 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
     fprintf(stderr,
             "trainyard compare: the relative loss difference %.3e at step %lld (%s vs %s) "
             "exceeds the tolerance %g\n",
-            worst, (long long)worst_step, runs[worst_k].uri, runs[0].uri, tolerance);
+            worst, (long long)worst_step, runs[worst_k].label, runs[0].label, tolerance);
     return TY_EXIT_RUNTIME;
   }
   return TY_EXIT_OK;

@@ -18,6 +18,8 @@ static const ty_command_t ty_commands[] = {
      "list backends, their devices, and plugins that were rejected", TY_P},
     {"data", ty_cmd_data,
      "prepare token datasets, train a BPE tokenizer, check a dataset", 0},
+    {"ckpt", ty_cmd_ckpt,
+     "convert a checkpoint's optimizer state between one file and per-rank shards", 0},
     {"check", ty_cmd_check,
      "list what a model's graphs need from a backend, op by op, with its verdicts", TY_P},
     {"compare", ty_cmd_compare,

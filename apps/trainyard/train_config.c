@@ -102,6 +102,12 @@ static const ty_opt_t ty_opts[] = {
     TY_F(decay_rate, "adafactor: second-moment decay exponent"),
     TY_F(adafactor_eps1, "adafactor: regularization added to squared gradients"),
     TY_F(adafactor_eps2, "adafactor: floor of the parameter scale"),
+    TY_S(distributed, "auto (one rank of an MPI job when started by mpirun, else one "
+                      "process), mpi (an MPI job; an error without MPI) or none"),
+    TY_F(dist_timeout, "seconds a rank waits for the others at a collective before the run "
+                       "ends with an error naming the missing rank"),
+    TY_I(zero, "1: ZeRO-1, each rank keeps and updates the optimizer state of its share of "
+               "the parameters (data parallel only); 0: every rank keeps all of it"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -137,6 +143,9 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   c->decay_rate = -0.8;
   c->adafactor_eps1 = 1e-30;
   c->adafactor_eps2 = 1e-3;
+  snprintf(c->distributed, sizeof(c->distributed), "auto");
+  c->dist_timeout = 300;
+  c->world = 1;
   ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
   c->setting_layer = TY_TRAIN_LAYER_COMMAND;
 }
@@ -311,6 +320,10 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
   if (!sgd && TY_GIVEN("momentum")) {
     TY_NO_EFFECT("--momentum has no effect with --optimizer %s (it is SGD's)", c->optimizer);
   }
+  if (!strcmp(c->distributed, "none") && (TY_GIVEN("dist_timeout") || c->zero)) {
+    TY_NO_EFFECT("--%s has no effect with --distributed none (one process)",
+                 c->zero ? "zero 1" : "dist-timeout");
+  }
   static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
   for (size_t i = 0; (sgd || adafactor) && i < 3; ++i) {
     if (TY_GIVEN(adamw_only[i]) && !(adafactor && i == 0)) {
@@ -433,6 +446,17 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (c->sample_prompt[0] && c->sample_tokens == 0) {
     TY_BAD("--sample-prompt needs --sample-tokens N (the length of the samples)");
   }
+  if (strcmp(c->distributed, "auto") && strcmp(c->distributed, "mpi") &&
+      strcmp(c->distributed, "none")) {
+    TY_BAD("--distributed must be auto, mpi or none, not '%s'", c->distributed);
+  }
+  if (c->zero != 0 && c->zero != 1) {
+    TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);
+  }
+  if (!(c->dist_timeout > 0) || !(c->dist_timeout <= 86400 * 7)) {
+    TY_BAD("--dist-timeout must lie in (0, 604800] seconds, not %g: a rank that dies or "
+           "hangs must end the run in bounded time", c->dist_timeout);
+  }
 #undef TY_BAD
   return ty_train_config_check_effects(c);
 }
@@ -483,6 +507,28 @@ void ty_train_config_print(const ty_train_config_t *c, FILE *out) {
     }
     fprintf(out, "  %-14s %s\n", ty_opts[i].name, value[0] ? value : "-");
   }
+}
+
+void ty_train_config_write_given(const ty_train_config_t *c, const char *const *force,
+                                 FILE *out) {
+  json_t *j = ty_train_config_to_json(c);
+  for (size_t i = 0; i < TY_OPT_COUNT && j; ++i) {
+    const char *name = ty_opts[i].name;
+    bool forced = false;
+    for (size_t k = 0; force && force[k] && !forced; ++k) forced = !strcmp(force[k], name);
+    if (!forced && ty_train_config_layer(c, name) == TY_TRAIN_LAYER_DEFAULT) continue;
+    const json_t *v = json_object_get(j, name);
+    if (json_is_string(v)) {
+      fprintf(out, "%s = %s\n", name, json_string_value(v));
+    } else if (json_is_integer(v)) {
+      fprintf(out, "%s = %lld\n", name, (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+      fprintf(out, "%s = %.17g\n", name, json_real_value(v));
+    } else if (json_is_boolean(v)) {
+      fprintf(out, "%s = %s\n", name, json_is_true(v) ? "true" : "false");
+    }
+  }
+  json_decref(j);
 }
 
 json_t *ty_train_config_to_json(const ty_train_config_t *c) {

@@ -58,6 +58,13 @@ typedef struct ty_train_config_t {
   /* Adafactor (transformers.Adafactor's arguments) */
   bool relative_step, scale_parameter, warmup_init;
   double clip_threshold, decay_rate, adafactor_eps1, adafactor_eps2;
+  /* many devices (README, "Many devices") */
+  char distributed[16];            /* auto (MPI under a launcher), mpi or none */
+  double dist_timeout;             /* seconds a collective may wait for a rank */
+  int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1) */
+  /* The run's world size: set by the trainer (or by `compile
+   * --data-parallel`), not an option; the train step's graph depends on it. */
+  int64_t world;
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
    * cross-option checks of ty_train_config_validate refuse an option given
    * on purpose that another option makes ineffective (--momentum with
@@ -106,6 +113,13 @@ void ty_train_config_print(const ty_train_config_t *config, FILE *out);
  * the wrong type. */
 json_t *ty_train_config_to_json(const ty_train_config_t *config);
 ty_status_t ty_train_config_from_json(ty_train_config_t *config, const json_t *object);
+
+/* key = value lines (a --config file) of every option given on purpose
+ * (from a file or the command line) and of those named in `force`
+ * (NULL-terminated, may be NULL): what reproduces this configuration in
+ * another process, e.g. a `compare` run started under mpirun. */
+void ty_train_config_write_given(const ty_train_config_t *config, const char *const *force,
+                                 FILE *out);
 
 /* Calls fn(user, option, old value, new value) for each option of `names`
  * (NULL-terminated, as in the config table) whose value differs. */

@@ -44,7 +44,10 @@ ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_ste
   p->optimizer = !strcmp(c->optimizer, "sgd")         ? TY_OPTIMIZER_SGD
                  : !strcmp(c->optimizer, "adafactor") ? TY_OPTIMIZER_ADAFACTOR
                                                       : TY_OPTIMIZER_ADAMW;
-  p->mode = c->grad_accum > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED;
+  /* Accumulation and data parallelism both split the step where the
+   * gradients are complete: the host path reduces them over the ranks
+   * between the gradient graph and the optimizer graph. */
+  p->mode = c->grad_accum > 1 || c->world > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED;
   TY_RETURN_IF_ERROR(ty_recompute_parse(c->recompute, &p->recompute));
   p->fused_optimizer = c->fused_optimizer;
   p->fused_clip = c->fused_optimizer && c->clip > 0;

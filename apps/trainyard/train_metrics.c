@@ -106,8 +106,16 @@ void ty_train_metrics_line_end(ty_trainer_t *t) {
 void ty_train_metrics_step(ty_trainer_t *t, double loss, double grad_norm, double lr,
                            double tokens_per_s, double seconds_per_step) {
   const ty_abi_device_info_t *info = ty_device_info(t->device);
-  double mfu = info->peak_f32_gflops > 0
-                   ? ty_flops_per_token(t) * tokens_per_s / (info->peak_f32_gflops * 1e9)
+  /* MFU per device against the one peak a device reports, f32's: with
+   * matmuls in bf16 or f16 (mixed, or such weights) that peak is not the
+   * one the run is bound by (an H100's bf16 tensor cores are ~15x its f32),
+   * so no MFU is printed rather than a figure of several hundred percent. */
+  int world = t->world > 1 ? t->world : 1;
+  bool f32_compute = t->compute_dtype == TY_DTYPE_F32 ||
+                     (t->compute_dtype == TY_DTYPE_INVALID && t->dtype == TY_DTYPE_F32);
+  double mfu = info->peak_f32_gflops > 0 && f32_compute
+                   ? ty_flops_per_token(t) * tokens_per_s / world /
+                         (info->peak_f32_gflops * 1e9)
                    : 0;
   int64_t epochs = t->cfg.max_steps > 0
                        ? (t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist/dist.h"
+#include "hal/comm.h"
 #include "graph/preflight.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
@@ -182,22 +184,27 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     t->cursor = 0;
     ty_trainer_shuffle(t, t->epoch);
   }
-  /* The counted targets of the whole step normalize every micro-batch, so
-   * the accumulated gradient is that of the step's mean loss. */
+  /* The counted targets of the whole global step (every rank's) normalize
+   * every micro-batch, so the summed gradient is that of the step's mean
+   * loss. Rank r reads rows [r B accum, (r+1) B accum) of the global batch
+   * of world x B x accum rows: the data order depends on the seed and the
+   * global batch only, never on how it is split. */
+  const int64_t base = t->cursor + (int64_t)t->rank * t->B * t->accum;
   double counted_total = 0;
   for (int64_t m = 0; m < t->accum; ++m) {
-    int64_t first = t->cursor + m * t->B;
+    int64_t first = base + m * t->B;
     int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
     double counted = 0;
     TY_RETURN_IF_ERROR(ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0),
                                         count, &counted));
     counted_total += counted;
   }
+  TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
   double loss = 0;
-  ty_session_t *opt = t->accum > 1 ? t->s_opt : t->s_train;
+  ty_session_t *opt = t->s_opt ? t->s_opt : t->s_train;
   uint64_t transfer_before = ty_trainer_transfer_bytes(t);
   for (int64_t m = 0; m < t->accum; ++m) {
-    int64_t first = t->cursor + m * t->B;
+    int64_t first = base + m * t->B;
     int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
     double counted = 0;
     TY_RETURN_IF_ERROR(ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0),
@@ -205,25 +212,37 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
     TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, t->s_train));
     if (t->cfg.dropout > 0) {
-      int64_t rng[2] = {(int64_t)t->cfg.seed, t->step * t->accum + m};
+      /* the micro-batch's index in the global step: masks follow the rows */
+      int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->world + t->rank) * t->accum + m};
       int64_t two[1] = {2};
       TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
     }
-    if (t->accum == 1) TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_train, t->step));
+    if (!t->s_opt) TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_train, t->step));
     TY_RETURN_IF_ERROR(ty_session_run(t->s_train));
     double micro = 0;
     TY_RETURN_IF_ERROR(ty_read_scalar(t->s_train, "loss", t->loss_dtype, &micro));
     loss += micro;
-    t->tokens_seen += (int64_t)counted;
   }
-  if (t->accum > 1) {
+  t->tokens_seen += (int64_t)counted_total;
+  if (t->s_opt) {
+    TY_RETURN_IF_ERROR(ty_trainer_dist_reduce_grads(t));
     TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
     TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
+    TY_RETURN_IF_ERROR(ty_trainer_dist_gather_params(t));
   }
   double norm = 0;
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
   t->step_transfer_bytes = ty_trainer_transfer_bytes(t) - transfer_before;
   t->cursor += t->rows_per_step;
+  /* The step's loss over every rank, and whether any rank was asked to
+   * stop: every rank stops after the same step. */
+  double sums[2] = {loss, (double)ty_stop_signals_received()};
+  TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, sums, 2, "the loss"));
+  loss = sums[0];
+  if (t->world > 1 && sums[1] > 0) {
+    int local = ty_stop_signals_received();
+    t->stop_signal = local ? local : SIGTERM;
+  }
   *out_loss = loss;
   *out_norm = norm;
   return TY_OK;
@@ -330,9 +349,12 @@ static ty_status_t ty_trainer_preflight(ty_trainer_t *t) {
   char *text = NULL;
   TY_RETURN_IF_ERROR(ty_preflight_format(t->plan, "  ", &text));
   ty_format_bytes(t->memory_limit, size, sizeof(size));
-  fprintf(stderr, "memory plan (device bytes, before step 0; limit %s%s%s):\n%s",
-          t->memory_limit ? size : "none", t->memory_limit ? ", " : "", t->memory_limit_what,
-          text);
+  if (t->rank == 0) {
+    fprintf(stderr, "memory plan (device bytes, before step 0; limit %s%s%s):\n%s",
+            t->memory_limit ? size : "none", t->memory_limit ? ", " : "", t->memory_limit_what,
+            text);
+    ty_trainer_dist_plan(t, stderr);
+  }
   free(text);
   return ty_preflight_check(t->plan, t->memory_limit, t->memory_limit_what);
 }
@@ -345,11 +367,14 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
   ty_status_t s = TY_OK;
-  if (t->accum > 1) {
+  if (t->accum > 1 || t->world > 1) {
     ty_tensor_desc_t *descs = NULL;
     bool *decay = NULL;
     ty_train_step_params_t step;
     s = ty_train_graph_step_options(c, &step);
+    /* ZeRO-1: this rank's optimizer graph updates its share alone */
+    if (!s && c->zero) s = ty_trainer_dist_owners(t);
+    step.update = t->updates;
     if (!s) s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
     if (!s) s = ty_graph_create(&t->g_opt);
     if (!s) {
@@ -371,6 +396,13 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   } else {
     s = ty_session_create(t->device, t->g_train, &so, &t->s_train);
   }
+  if (s && t->world > 1) {
+    /* The device may refuse the split step (the dataflow device runs whole
+     * steps only): say why the step was split. */
+    s = ty_status_annotate(s, "data parallel on %d ranks runs the step as a gradient graph and "
+                              "an optimizer graph with the gradient all-reduce between them",
+                           t->world);
+  }
   ty_session_options_t share = so;
   share.share_state_with = t->s_train;
   if (!s && t->g_opt) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
@@ -382,6 +414,8 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_train_sample_close(t); /* its sessions share s_train's parameters */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
+  ty_comm_destroy(t->comm); /* before its device closes */
+  t->comm = NULL;
   ty_session_destroy(t->s_train);
   ty_llm_deinit(&t->m_eval);
   ty_llm_deinit(&t->m_train);
@@ -403,7 +437,8 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   free(t->weights);
   free(t->row_tokens);
   free(t->row_weights);
-  ty_run_folder_close(t->run); /* last: the lock lasts as long as the run */
+  ty_run_folder_close(t->run); /* the lock lasts as long as the run */
+  ty_trainer_dist_close(t);     /* last: MPI_Finalize */
 }
 
 /* The run folder and the --dump-graph files may not be, or lie inside,
@@ -441,6 +476,100 @@ static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
+/* Whether a stop signal ends the run after this step: this process's own
+ * for one process; in a distributed run, any rank's (agreed in the step's
+ * loss all-reduce), so that every rank stops after the same step. */
+static int ty_trainer_stopping(const ty_trainer_t *t) {
+  return t->world > 1 ? t->stop_signal : ty_stop_signals_received();
+}
+
+/* Everything before the first step. In a distributed run rank 0 alone owns
+ * the run folder (lock, clean-up, which checkpoint to resume), metrics and
+ * TensorBoard; the other ranks learn the checkpoint from it, and every
+ * phase ends with the ranks agreeing that it succeeded everywhere, so a
+ * rank that fails alone never leaves the others waiting. */
+static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t capacity) {
+  const ty_train_config_t *config = &t->cfg;
+  ty_status_t s = ty_llm_precision_parse(config->dtype, &t->dtype, &t->compute_dtype);
+  if (!s) s = ty_trainer_check_out(config);
+  if (!s && t->rank == 0) s = ty_trainer_open_run(t, resume_dir, capacity);
+  TY_RETURN_IF_ERROR(ty_dist_agree(t->dist, s, "opening the run folder"));
+  TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, resume_dir, capacity, "the resume checkpoint"));
+  ty_trainer_saved_t saved;
+  if (resume_dir[0]) s = ty_trainer_read_state(resume_dir, t, &saved);
+  if (!s) s = ty_trainer_open_data(t);
+  if (!s && resume_dir[0]) s = ty_trainer_check_resume(t, &saved, resume_dir);
+  if (!s) s = ty_trainer_model_config(t);
+  if (!s) s = ty_train_tokenizer_open(t); /* before anything is written */
+  /* The weights against config.json before any graph is built. */
+  if (!s && (resume_dir[0] || config->model[0])) {
+    s = ty_llm_check_weights(&t->model_config, resume_dir[0] ? resume_dir : config->model);
+  }
+  if (!s) s = ty_app_registry_create(t->app, &t->registry);
+  if (!s) s = ty_trainer_dist_device_open(t);
+  /* Weights no lever could fit are refused before any graph is built; the
+   * memory plan checks the rest (ty_trainer_preflight). */
+  if (!s) s = ty_train_graph_check_memory(config, &t->model_config, t->device);
+  if (!s) {
+    uint64_t rows = ty_dataset_row_count(t->train_data);
+    t->rows_per_step = (int64_t)t->world * t->B * t->accum;
+    const uint64_t rps = (uint64_t)t->rows_per_step;
+    t->steps_per_epoch = (int64_t)((rows + rps - 1) / rps);
+    t->total_steps =
+        config->max_steps > 0 ? config->max_steps : config->epochs * t->steps_per_epoch;
+    t->order = malloc((size_t)rows * sizeof(uint64_t));
+    t->tokens = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
+    t->targets = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
+    t->weights = malloc((size_t)(t->B * t->T) * sizeof(double));
+    t->row_tokens = malloc((size_t)(t->T + 1) * sizeof(uint32_t));
+    t->row_weights = malloc((size_t)t->T);
+    if (!t->order || !t->tokens || !t->targets || !t->weights || !t->row_tokens ||
+        !t->row_weights) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (!s) s = ty_trainer_build(t);
+  if (!s) s = ty_trainer_weights(t, resume_dir);
+  if (!s && t->rank == 0) s = ty_train_sample_open(t);
+  if (!s) {
+    ty_trainer_shuffle(t, t->epoch);
+    snprintf(t->model_source, sizeof(t->model_source), "%s", config->model);
+    if (t->rank == 0) s = ty_train_metrics_open(t, resume_dir[0] != '\0');
+  }
+  s = ty_dist_agree(t->dist, s, "setting up the run");
+  /* Only once every rank is ready: creating a communicator blocks until
+   * all ranks have joined. */
+  if (!s) s = ty_dist_agree(t->dist, ty_trainer_dist_comm_open(t), "creating the communicator");
+  if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
+  return s;
+}
+
+/* After a step: evaluation, checkpoint and sample on rank 0 (the others
+ * hold the same weights), then every rank learns whether they worked. */
+static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
+  const ty_train_config_t *config = &t->cfg;
+  bool last = t->step == t->total_steps, evaluated = false, checkpointed = false;
+  ty_status_t s = TY_OK;
+  if (t->val_data && ((config->eval_every && t->step % config->eval_every == 0) || last)) {
+    if (t->rank == 0) s = ty_trainer_eval(t, &t->last_val_loss);
+    if (!s && t->rank == 0) ty_train_metrics_eval(t);
+    if (t->owner) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
+    evaluated = true;
+  }
+  if (!s && ((config->save_every && t->step % config->save_every == 0) || last)) {
+    /* ZeRO-1: every rank writes its share of the optimizer state */
+    if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
+    if (!s) *saved_step = t->step;
+    checkpointed = true;
+  }
+  /* --sample-tokens: one sample at every evaluation and checkpoint. */
+  if (!s && (evaluated || checkpointed) && t->rank == 0) s = ty_train_sample_run(t);
+  if (t->world == 1 || !(evaluated || checkpointed)) return s;
+  char what[64];
+  snprintf(what, sizeof(what), "the evaluation and checkpoint of step %lld", (long long)t->step);
+  return ty_dist_agree(t->dist, s, what);
+}
+
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_trainer_t t;
   memset(&t, 0, sizeof(t));
@@ -449,54 +578,22 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.last_val_loss = NAN;
   t.B = config->batch_size;
   t.accum = config->grad_accum;
+  t.world = 1;
   t.live_line = isatty(fileno(stderr));
   /* A console that went away (`train | tee log`, tee killed) must not stop
    * the run or its final save: console writes just fail from then on. */
   ty_stop_signals_ignore_sigpipe();
-  ty_status_t s = ty_llm_precision_parse(config->dtype, &t.dtype, &t.compute_dtype);
   char resume_dir[TY_CFG_PATH_MAX] = "";
-  if (!s) s = ty_trainer_check_out(config);
-  if (!s) s = ty_trainer_open_run(&t, resume_dir, sizeof(resume_dir));
-  ty_trainer_saved_t saved;
-  if (!s && resume_dir[0]) s = ty_trainer_read_state(resume_dir, &t, &saved);
-  if (!s) s = ty_trainer_open_data(&t);
-  if (!s && resume_dir[0]) s = ty_trainer_check_resume(&t, &saved, resume_dir);
-  if (!s) s = ty_trainer_model_config(&t);
-  if (!s) s = ty_train_tokenizer_open(&t); /* before anything is written */
-  /* The weights against config.json before any graph is built. */
-  if (!s && (resume_dir[0] || config->model[0])) {
-    s = ty_llm_check_weights(&t.model_config, resume_dir[0] ? resume_dir : config->model);
+  ty_status_t s = ty_trainer_dist_open(&t);
+  if (t.world > 1) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "rank %d: ", t.rank);
+    ty_app_set_error_prefix(prefix);
+    /* Several ranks on one terminal: plain lines, from rank 0 only. */
+    t.live_line = false;
   }
-  if (!s) s = ty_app_registry_create(app, &t.registry);
-  if (!s) s = ty_app_device_open("train", t.registry, config->backend, &t.device,
-                                        &t.fallback);
-  /* Weights no lever could fit are refused before any graph is built; the
-   * memory plan checks the rest (ty_trainer_preflight). */
-  if (!s) s = ty_train_graph_check_memory(config, &t.model_config, t.device);
-  if (!s) {
-    uint64_t rows = ty_dataset_row_count(t.train_data);
-    t.rows_per_step = t.B * t.accum;
-    t.steps_per_epoch = (int64_t)((rows + (uint64_t)t.rows_per_step - 1) / (uint64_t)t.rows_per_step);
-    t.total_steps = config->max_steps > 0 ? config->max_steps : config->epochs * t.steps_per_epoch;
-    t.order = malloc((size_t)rows * sizeof(uint64_t));
-    t.tokens = malloc((size_t)(t.B * t.T) * sizeof(int64_t));
-    t.targets = malloc((size_t)(t.B * t.T) * sizeof(int64_t));
-    t.weights = malloc((size_t)(t.B * t.T) * sizeof(double));
-    t.row_tokens = malloc((size_t)(t.T + 1) * sizeof(uint32_t));
-    t.row_weights = malloc((size_t)t.T);
-    if (!t.order || !t.tokens || !t.targets || !t.weights || !t.row_tokens || !t.row_weights) {
-      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    }
-  }
-  if (!s) s = ty_trainer_build(&t);
-  if (!s) s = ty_trainer_weights(&t, resume_dir);
-  if (!s) s = ty_train_sample_open(&t);
-  if (!s) {
-    ty_trainer_shuffle(&t, t.epoch);
-    snprintf(t.model_source, sizeof(t.model_source), "%s", config->model);
-    s = ty_train_metrics_open(&t, resume_dir[0] != '\0');
-  }
-  if (!s) ty_train_metrics_banner(&t, resume_dir);
+  t.rows_per_step = (int64_t)t.world * t.B * t.accum; /* the global batch */
+  if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
 
   /* From here to the exit SIGINT/SIGTERM finish the step and save
    * (stop_signals.h: recorded by the waiter thread, never by a handler). */
@@ -504,7 +601,9 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_stop_signals_arm();
   double started = ty_now();
   int64_t steps_this_run = 0, saved_step = -1;
-  while (!s && t.step < t.total_steps && !ty_stop_signals_received()) {
+  bool in_loop = !s;
+  while (!s && t.step < t.total_steps && !ty_trainer_stopping(&t)) {
+    ty_trainer_dist_fault(&t);
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
     s = ty_trainer_step(&t, &loss, &norm);
@@ -520,38 +619,42 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
                          "saving a checkpoint (lower --lr, raise --warmup-steps, or check the "
                          "data); the last good checkpoint is kept",
                          (long long)t.step, loss, norm);
+      in_loop = false; /* every rank saw the same summed loss and norm */
       break;
     }
     t.last_loss = loss;
     t.last_grad_norm = norm;
     double tok_s = dt > 0 ? (double)(t.tokens_seen - tokens_before) / dt : 0;
-    ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
-                          (ty_now() - started) / (double)steps_this_run);
-    bool last = t.step == t.total_steps, evaluated = false, checkpointed = false;
-    if (t.val_data && ((config->eval_every && t.step % config->eval_every == 0) || last)) {
-      s = ty_trainer_eval(&t, &t.last_val_loss);
-      if (!s) ty_train_metrics_eval(&t);
-      evaluated = true;
+    if (t.rank == 0) {
+      ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
+                            (ty_now() - started) / (double)steps_this_run);
     }
-    if (!s && ((config->save_every && t.step % config->save_every == 0) || last)) {
-      s = ty_trainer_save(&t);
-      if (!s) saved_step = t.step;
-      checkpointed = true;
-    }
-    /* --sample-tokens: one sample at every evaluation and checkpoint. */
-    if (!s && (evaluated || checkpointed)) s = ty_train_sample_run(&t);
+    s = ty_trainer_after_step(&t, &saved_step);
   }
-  int stop = ty_stop_signals_received();
+  int stop = ty_trainer_stopping(&t);
   if (!s && stop) {
-    ty_train_metrics_line_end(&t);
-    fprintf(stderr, "trainyard train: %s received after step %lld: %s\n",
-            stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
-            saved_step == t.step ? "saved, stopping" : "saving and stopping");
-    if (saved_step != t.step) s = ty_trainer_save(&t);
+    if (t.rank == 0) {
+      ty_train_metrics_line_end(&t);
+      fprintf(stderr, "trainyard train: %s received after step %lld: %s\n",
+              stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
+              saved_step == t.step ? "saved, stopping" : "saving and stopping");
+      if (saved_step != t.step && !t.owner) s = ty_trainer_save(&t);
+    }
+    if (t.owner && saved_step != t.step) s = ty_trainer_save(&t);
+    if (t.world > 1 && saved_step != t.step) {
+      s = ty_dist_agree(t.dist, s, "the checkpoint of the stop");
+    }
   }
   if (t.metrics || t.tensorboard) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
+  }
+  if (s && in_loop && t.world > 1) {
+    /* A rank that failed mid-run (or learned that another did) cannot leave
+     * the others in a collective: say why, then end every rank. */
+    fprintf(stderr, "%strainyard train: %s: %s\n", ty_app_error_prefix(),
+            ty_code_name(ty_status_code(s)), ty_status_message(s));
+    ty_dist_abort(t.dist, 1);
   }
   ty_trainer_destroy(&t);
   /* Still armed: more signals during the save, the summary and the exit

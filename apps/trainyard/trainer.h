@@ -59,6 +59,20 @@ typedef struct ty_trainer_t {
   struct ty_train_sample_t *sample;             /* --sample-tokens (train_sample.c) */
   struct ty_jsonl_writer_t *metrics;            /* metrics.jsonl */
   struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
+  /* data parallel (trainer_dist.c): the world (NULL for one process),
+   * this rank, the world size, the host staging of the gradient all-reduce
+   * and the stop a signal on any rank asks of every rank */
+  struct ty_dist_t *dist;
+  struct ty_comm_t *comm; /* the device's own collectives (ABI 1.4), or NULL:
+                             the host path */
+  int rank, world;
+  float *grad_host;
+  size_t grad_count;
+  /* ZeRO-1 (--zero 1): the rank that updates each parameter, and whether
+   * this rank does (the optimizer graph's update mask); NULL otherwise */
+  int *owner;
+  bool *updates;
+  int stop_signal;
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
 } ty_trainer_t;
@@ -77,6 +91,36 @@ ty_status_t ty_trainer_save(ty_trainer_t *t);
  * folder) refuses a folder that holds a run unless --overwrite; a run
  * continued in its own folder refuses later checkpoints there. */
 ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity);
+/* ---- trainer_dist.c ---- */
+
+/* Opens the world (--distributed, the launcher's environment): sets dist,
+ * rank, world and cfg.world. INVALID_ARGUMENT for options data parallel
+ * cannot honour; UNAVAILABLE saying why MPI cannot start. */
+ty_status_t ty_trainer_dist_open(ty_trainer_t *t);
+/* Opens this rank's device: --backend, with the rank's index on a backend
+ * of several devices (ty_device_uri_for_rank). */
+ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t);
+void ty_trainer_dist_close(ty_trainer_t *t);
+/* After every rank's sessions exist: the device communicator when the
+ * backend has collectives of its own (rank 0's unique id sent over MPI),
+ * and a line on rank 0 saying which path the gradients take. */
+ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t);
+/* The host path of the gradient all-reduce: sums the "<param>.grad_accum"
+ * states of s_train over the ranks in place. A no-op for one process. */
+ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t);
+/* Sums `count` doubles over the ranks in place ("the loss of step N"). */
+ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
+                                const char *what);
+/* ZeRO-1: shares the parameters among the ranks (owner, updates), by size. */
+ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
+/* ZeRO-1, after the optimizer step: every rank's updated parameters to
+ * every rank. A no-op without ZeRO. */
+ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
+/* TRAINYARD_DEBUG_DIST_FAULT (a test hook): may end or hang this rank. */
+void ty_trainer_dist_fault(const ty_trainer_t *t);
+/* The per-rank memory line of the pre-flight plan (nothing for one rank). */
+void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out);
+
 /* ---- trainer_state.c ---- */
 
 /* What a checkpoint's trainer_state.json says about the run that saved it. */
@@ -84,6 +128,7 @@ typedef struct ty_trainer_saved_t {
   ty_train_config_t config;
   int64_t seq_len;    /* tokens per row; 0 when not recorded (older states) */
   int64_t train_rows; /* rows of the train split; 0 when not recorded */
+  int64_t world_size; /* ranks of the run; 1 when not recorded */
 } ty_trainer_saved_t;
 
 /* Reads trainer_state.json of `dir` into t's progress and *saved. DATA_LOSS

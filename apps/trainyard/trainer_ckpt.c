@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "build_info.h"
+#include "dist/dist.h"
 #include "files/out_paths.h"
 #include "files/run_folder.h"
 #include "hal/dtype.h"
@@ -169,7 +170,7 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
 /* The session that holds the optimizer states: the optimizer-step graph's
  * with gradient accumulation, else the fused train step's. */
 static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
-  return t->accum > 1 ? t->s_opt : t->s_train;
+  return t->s_opt ? t->s_opt : t->s_train;
 }
 
 /* The optimizer states of every parameter: "<param>.exp_avg", ... A
@@ -197,7 +198,9 @@ static ty_status_t ty_optimizer_state_find(const ty_trainer_t *t, const ty_llm_p
   return s;
 }
 
-static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
+/* The optimizer states this rank's optimizer session holds (all of them,
+ * or under ZeRO-1 those of its share) into <dir>/<file>. */
+static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const char *file) {
   ty_safetensors_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_writer_create(&w));
   const char *const *kinds = ty_optimizer_states(t);
@@ -231,7 +234,7 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
     }
   }
   char path[TY_CFG_PATH_MAX + 64];
-  if (!s) s = ty_path_join(path, sizeof(path), dir, "optimizer.safetensors");
+  if (!s) s = ty_path_join(path, sizeof(path), dir, file);
   if (!s) s = ty_safetensors_writer_write_file(w, path);
   ty_safetensors_writer_destroy(w);
   for (size_t i = 0; data && i < n; ++i) free(data[i]);
@@ -239,11 +242,55 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir) {
   return s;
 }
 
-ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
+/* ZeRO-1: rank 0 indexes the shards every rank wrote (the Hugging Face
+ * sharded layout, docs/formats.md), so any number of ranks can load them. */
+static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *dir) {
+  json_t *map = json_object(), *root = json_object(), *meta = json_object();
+  ty_status_t s = map && root && meta
+                      ? TY_OK
+                      : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  json_int_t total = 0;
+  for (int r = 0; r < t->world && !s; ++r) {
+    char name[64], path[TY_CFG_PATH_MAX + 128];
+    snprintf(name, sizeof(name), "optimizer-%05d-of-%05d.safetensors", r + 1, t->world);
+    s = ty_path_join(path, sizeof(path), dir, name);
+    ty_safetensors_file_t *f = NULL;
+    if (!s) s = ty_safetensors_open(path, &f);
+    for (size_t i = 0; !s && i < ty_safetensors_file_tensor_count(f); ++i) {
+      const ty_safetensors_tensor_t *tensor = ty_safetensors_file_tensor_at(f, i);
+      json_object_set_new(map, tensor->name, json_string(name));
+      total += (json_int_t)tensor->byte_size;
+    }
+    ty_safetensors_close(f);
+  }
+  char *text = NULL;
+  if (!s) {
+    json_object_set_new(meta, "total_size", json_integer(total));
+    json_object_set_new(meta, "world_size", json_integer(t->world));
+    json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));
+    json_object_set(root, "metadata", meta);
+    json_object_set(root, "weight_map", map);
+    text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
   char path[TY_CFG_PATH_MAX + 64];
-  TY_RETURN_IF_ERROR(ty_path_join(path, sizeof(path), dir, "optimizer.safetensors"));
-  ty_safetensors_file_t *f = NULL;
-  TY_RETURN_IF_ERROR(ty_safetensors_open(path, &f));
+  if (!s) s = ty_path_join(path, sizeof(path), dir, "optimizer.safetensors.index.json");
+  if (!s) s = ty_file_write_atomic(path, text, strlen(text));
+  free(text);
+  json_decref(map);
+  json_decref(meta);
+  json_decref(root);
+  return s;
+}
+
+ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
+  /* optimizer.safetensors, or the shards of a ZeRO-1 run: either loads into
+   * any number of ranks, each taking the states of its share. */
+  ty_safetensors_set_t *f = NULL;
+  TY_RETURN_IF_ERROR(ty_safetensors_open_set(dir, "optimizer", TY_SAFETENSORS_OPEN_DEFAULT, &f));
+  char path[TY_CFG_PATH_MAX + 64];
+  snprintf(path, sizeof(path), "%s/optimizer%s", dir,
+           ty_safetensors_set_is_sharded(f) ? ".safetensors.index.json" : ".safetensors");
   const char *const *kinds = ty_optimizer_states(t);
   ty_status_t s = TY_OK;
   unsigned warned = 0;
@@ -256,7 +303,7 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
       s = ty_optimizer_state_find(t, p, kinds[k], name, sizeof(name), &desc, &present);
       if (s || !present) continue;
       const ty_safetensors_tensor_t *tensor = NULL;
-      s = ty_safetensors_file_lookup(f, name, &tensor);
+      s = ty_safetensors_set_lookup(f, name, &tensor);
       if (!s && (tensor->dtype != TY_DTYPE_F32 || tensor->rank != desc.rank ||
                  memcmp(tensor->dims, desc.dims, desc.rank * sizeof(int64_t)) != 0)) {
         s = ty_status_make(TY_CODE_DATA_LOSS, "%s: tensor %s has the wrong dtype or shape",
@@ -283,7 +330,7 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
       }
     }
   }
-  ty_safetensors_close(f);
+  ty_safetensors_set_close(f);
   return s;
 }
 
@@ -299,6 +346,9 @@ static ty_status_t ty_write_state(const ty_trainer_t *t, const char *dir) {
   /* What the progress fields are counted in, for the checks on resume. */
   json_object_set_new(j, "seq_len", json_integer(t->T));
   json_object_set_new(j, "train_rows", json_integer((json_int_t)ty_dataset_row_count(t->train_data)));
+  /* The ranks that made it: a resume on another count keeps the global
+   * batch (world_size x batch_size x grad_accum). */
+  json_object_set_new(j, "world_size", json_integer(t->world));
   json_object_set_new(j, "train_seconds", json_real(t->train_seconds));
   json_object_set_new(j, "loss", json_real(t->last_loss));
   /* The data order is rebuilt from (seed, epoch); dropout masks from
@@ -368,16 +418,32 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
   snprintf(tmp, sizeof(tmp), "%s/" TY_RUN_CKPT_TMP_PREFIX "%lld.tmp-%ld", t->cfg.out,
            (long long)t->step, (long)getpid());
   snprintf(final, sizeof(final), "%s/" TY_RUN_CKPT_PREFIX "%lld", t->cfg.out, (long long)t->step);
-  ty_status_t s = ty_run_folder_remove_tree(tmp);
-  if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
-  if (s) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
-  s = ty_write_model_config(t, tmp);
-  if (!s) s = ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
-  /* Test hook: a pause mid-save, for the crash-during-save test. */
-  const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");
-  if (!s && pause && atol(pause) > 0) usleep((useconds_t)atol(pause) * 1000u);
-  if (!s) s = ty_write_tokenizer(t, tmp);
-  if (!s) s = ty_save_optimizer(t, tmp);
+  ty_status_t s = TY_OK;
+  if (t->rank == 0) {
+    s = ty_run_folder_remove_tree(tmp);
+    if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
+    if (s && !t->owner) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+    if (!s) s = ty_write_model_config(t, tmp);
+    if (!s) s = ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
+    /* Test hook: a pause mid-save, for the crash-during-save test. */
+    const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");
+    if (!s && pause && atol(pause) > 0) usleep((useconds_t)atol(pause) * 1000u);
+    if (!s) s = ty_write_tokenizer(t, tmp);
+    if (!s && !t->owner) s = ty_save_optimizer(t, tmp, "optimizer.safetensors");
+  }
+  if (t->owner) {
+    /* ZeRO-1: every rank writes its share of the optimizer state into rank
+     * 0's hidden folder; rank 0 indexes the shards and renames the folder
+     * only once every rank has written its part. */
+    s = ty_dist_agree(t->dist, s, "preparing the checkpoint");
+    if (!s) s = ty_dist_broadcast(t->dist, 0, tmp, sizeof(tmp), "the checkpoint folder");
+    char shard[64];
+    snprintf(shard, sizeof(shard), "optimizer-%05d-of-%05d.safetensors", t->rank + 1, t->world);
+    if (!s) s = ty_save_optimizer(t, tmp, shard);
+    s = ty_dist_agree(t->dist, s, "writing the optimizer shards");
+    if (!s && t->rank == 0) s = ty_write_optimizer_index(t, tmp);
+    if (t->rank != 0) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+  }
   if (!s) s = ty_write_state(t, tmp); /* last: its presence marks a whole checkpoint */
   if (!s) s = ty_fsync_path(tmp);
   if (!s) s = ty_publish(tmp, final);

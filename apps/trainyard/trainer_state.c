@@ -88,6 +88,10 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_s
   if (!s && json_object_get(j, "train_rows")) {
     s = ty_state_int(path, j, "train_rows", 1, &saved->train_rows);
   }
+  saved->world_size = 1;
+  if (!s && json_object_get(j, "world_size")) {
+    s = ty_state_int(path, j, "world_size", 1, &saved->world_size);
+  }
   if (!s && !json_is_object(json_object_get(j, "config"))) {
     s = ty_status_make(TY_CODE_DATA_LOSS, "%s: \"config\" is missing or not an object", path);
   }
@@ -112,7 +116,7 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_s
  * rows read times T. */
 static ty_status_t ty_trainer_check_progress(const ty_trainer_t *t, const char *path,
                                              const ty_trainer_saved_t *saved) {
-  const int64_t step = t->step, rps = t->B * t->accum;
+  const int64_t step = t->step, rps = t->rows_per_step;
   const int64_t T = saved->seq_len > t->T ? saved->seq_len : t->T;
   if (step == 0) {
     if (t->epoch || t->cursor || t->tokens_seen) {
@@ -163,6 +167,7 @@ static ty_status_t ty_trainer_check_progress(const ty_trainer_t *t, const char *
 static void ty_trainer_note_change(void *user, const char *name, const char *was,
                                    const char *now) {
   const ty_trainer_t *t = user;
+  if (t->rank != 0) return; /* one note per run, not per rank */
   fprintf(stderr,
           "trainyard train: note: --%s is %s; the run being resumed used %s (from step %" PRId64
           " on, updates follow the new value)\n",
@@ -185,14 +190,35 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
                           (long long)saved->f, (long long)now->f);                             \
   }
   TY_SAME_S(preset) TY_SAME_S(dtype) TY_SAME_S(optimizer)
-  TY_SAME_I(batch_size) TY_SAME_I(grad_accum) TY_SAME_I(seed)
+  TY_SAME_I(seed)
+  /* The global batch decides the updates; how the ranks and micro-batches
+   * split it does not (the rows and their order stay the same). */
+  const int64_t was = saved->batch_size * saved->grad_accum * state->world_size;
+  if (was != t->rows_per_step) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "cannot resume: the global batch was %lld rows (%lld ranks x "
+                          "--batch-size %lld x --grad-accum %lld) and is now %lld (%d x %lld x "
+                          "%lld); keep ranks x batch size x accumulation the same",
+                          (long long)was, (long long)state->world_size,
+                          (long long)saved->batch_size, (long long)saved->grad_accum,
+                          (long long)t->rows_per_step, t->world, (long long)t->B,
+                          (long long)t->accum);
+  }
+  if (t->rank == 0 && (state->world_size != t->world || saved->batch_size != t->B)) {
+    fprintf(stderr,
+            "trainyard train: note: the global batch of %lld rows is now split as %d ranks x "
+            "%lld x %lld (was %lld x %lld x %lld): the same updates up to rounding\n",
+            (long long)was, t->world, (long long)t->B, (long long)t->accum,
+            (long long)state->world_size, (long long)saved->batch_size,
+            (long long)saved->grad_accum);
+  }
 #undef TY_SAME_S
 #undef TY_SAME_I
   char path[TY_CFG_PATH_MAX + 64];
   snprintf(path, sizeof(path), "%s/" TY_STATE_FILE, resume_dir);
   TY_RETURN_IF_ERROR(ty_trainer_check_progress(t, path, state));
   const int64_t rows = (int64_t)ty_dataset_row_count(t->train_data);
-  if (state->train_rows && state->train_rows != rows) {
+  if (t->rank == 0 && state->train_rows && state->train_rows != rows) {
     fprintf(stderr,
             "trainyard train: note: the data has %" PRId64 " train rows; the run being resumed "
             "had %" PRId64 ": from here its order differs from an uninterrupted run's\n",

@@ -522,6 +522,15 @@ static const ty_backend_api_t ty_cu_api_table = {
     .executable_report = ty_cu_executable_report,
     .executable_graph = ty_cu_executable_graph,
     .executable_check_binding = NULL,
+    /* ABI 1.4's collectives, on NCCL (cuda_comm.c). The host finds them by
+     * their entries; abi_minor stays 2 until 1.3's host buffers exist. */
+    .comm_unique_id = ty_cu_comm_unique_id,
+    .comm_create = ty_cu_comm_create,
+    .comm_destroy = ty_cu_comm_destroy,
+    .comm_all_reduce = ty_cu_comm_all_reduce,
+    .comm_reduce_scatter = ty_cu_comm_reduce_scatter,
+    .comm_all_gather = ty_cu_comm_all_gather,
+    .comm_broadcast = ty_cu_comm_broadcast,
 };
 
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(uint32_t host_abi_major,

@@ -110,6 +110,18 @@ ty_abi_status_t ty_cu_alloc(ty_abi_device_t *device, uint64_t bytes, const char 
                             CUdeviceptr *out);
 void ty_cu_free(ty_abi_device_t *device, CUdeviceptr ptr, uint64_t bytes);
 
+/* ---- cuda_comm.c: ABI 1.4 collectives on NCCL (dlopen'ed on first use) ---- */
+
+ty_abi_status_t ty_cu_comm_unique_id(ty_abi_backend_t *backend, ty_abi_comm_id_t *out_id);
+ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_create_args_t *args,
+                                  ty_abi_comm_t **out_comm);
+void ty_cu_comm_destroy(ty_abi_comm_t *comm);
+ty_abi_status_t ty_cu_comm_all_reduce(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+ty_abi_status_t ty_cu_comm_reduce_scatter(ty_abi_comm_t *comm,
+                                          const ty_abi_collective_args_t *args);
+ty_abi_status_t ty_cu_comm_all_gather(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+ty_abi_status_t ty_cu_comm_broadcast(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+
 /* ---- cuda_modules.c ---- */
 
 /* The module of `family`, loaded on first use from the embedded fatbin.

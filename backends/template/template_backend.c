@@ -319,6 +319,13 @@ static const ty_backend_api_t template_api = {
     .executable_destroy = template_executable_destroy,
     .executable_execute = template_executable_execute,
 #endif
+    /* Optional entries stay NULL: the host reports UNIMPLEMENTED for them
+     * and works around them. E.g. the collectives of ABI 1.4 (comm_unique_id,
+     * comm_create, comm_destroy, comm_all_reduce, comm_reduce_scatter,
+     * comm_all_gather, comm_broadcast): without them a data-parallel run
+     * stages the gradients through host memory and reduces them over MPI. A
+     * device with its own collective library (NCCL, ...) sets all seven or
+     * none; `trainyard check` says which path its runs take. */
 };
 
 /* Step 8: the one exported symbol. Return NULL for a major you were not

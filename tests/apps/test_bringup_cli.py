@@ -166,12 +166,17 @@ class CheckTest(Base):
         self.assertIn("dropout_backward", ops)
         self.assertEqual(ops["gelu_backward"]["status"], "MISSING")
         self.assertEqual(ops["gelu_backward"]["graphs"], ["train-step"])
+        self.assertIs(data["collectives"], False)
 
     def test_complete_plugin_misses_nothing(self):
         for extra in ([], ["--train"]):
             r = self.check("template", *extra, rc=0)
             self.assertIn("template:0 can run every op these graphs need", r.stdout)
             self.assertNotIn("MISSING", r.stdout)
+            # ABI 1.4's collectives are optional: check says which path
+            # data parallel takes
+            self.assertIn("collectives: none (optional, ABI 1.4 comm_*); data parallel stages "
+                          "gradients through host memory over MPI", r.stdout)
 
     def test_fallback_covers_the_missing_ops(self):
         r = self.check("partial?fallback=cpu", "--train", rc=0)

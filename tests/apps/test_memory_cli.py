@@ -43,6 +43,11 @@ def steps(out):
     return [(x["loss"], x["grad_norm"]) for x in rows if "loss" in x]
 
 
+def mfus(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [x["mfu"] for x in map(json.loads, f) if "mfu" in x]
+
+
 def summary(out):
     with open(os.path.join(out, "summary.txt")) as f:
         return f.read()
@@ -105,6 +110,11 @@ class LeverTest(Base):
         self.train("llama", "mixed", *mixed)
         plain = steps(self.path("mixed"))
         self.assertLess(plain[-1][0], plain[0][0])
+        # No MFU against the f32 peak for bf16 matmuls (an H100 read 418%);
+        # f32 runs have one.
+        self.assertEqual(set(mfus(self.path("mixed"))), {0})
+        self.train("llama", "f32", steps_=2)
+        self.assertTrue(all(m > 0 for m in mfus(self.path("f32"))), mfus(self.path("f32")))
         self.train("llama", "mixed-recompute", *mixed, "--recompute", "layer")
         self.assertEqual(steps(self.path("mixed-recompute")), plain)
         dump = self.path("graph")

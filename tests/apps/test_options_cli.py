@@ -44,6 +44,7 @@ AUDIT = {
         "--input", "--vocab-size", "--out", "--min-frequency", "--special", "--format",
         "--text-field", "--force")},
     "data info": {"--verify": "test_data_cli.py:PrepareTest.test_info_finds_damage"},
+    "ckpt split": {"--ranks": "test_distributed_cli.py:CkptTest.test_split_and_merge"},
     "train": dict(
         {o: "TrainOptionsTest.test_schedule_and_optimizer_options" for o in (
             "--lr", "--min-lr", "--warmup-steps", "--schedule", "--optimizer", "--weight-decay",
@@ -73,7 +74,10 @@ AUDIT = {
         **{o: "test_memory_cli.py:OptionsTest.test_refusals" for o in (
             "--relative-step", "--warmup-init", "--clip-threshold", "--decay-rate")},
         **{o: "test_memory_cli.py:AdafactorTest.test_resume_is_bit_identical" for o in (
-            "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")}),
+            "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")},
+        **{"--distributed": "test_distributed_cli.py:RefuseTest.test_bad_inputs",
+           "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named",
+           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
@@ -243,6 +247,8 @@ def parsed_options(command):
         if command == "check":  # refused: check compiles nothing (CheckOptionsTest)
             names -= {"cache-dir", "retry-failed"}
         return {"--" + n for n in names}
+    if command == "ckpt split":
+        return getopt_names(source(*app, "cmd_ckpt.c"), "int ty_cmd_ckpt")
     if command == "serve":
         return getopt_names(source(*app, "serve", "cmd_serve.c"), "static int ty_serve_parse")
     function = {"generate": "static int ty_generate_parse", "forward": "int ty_cmd_forward",

@@ -303,7 +303,8 @@ class DevicesTest(unittest.TestCase):
         data = devices_both(self, args_before=["--plugin-path", CFG.unpaired_dir])
         by_name = {b["name"]: b for b in data["backends"]}
         warnings = by_name["unpaired"]["warnings"]
-        self.assertEqual(len(warnings), 5, warnings)
+        self.assertEqual(len(warnings), 6, warnings)
+        self.assertIn("comm_create is set but comm_broadcast is not", warnings[5])
         self.assertIn("device_open is set but device_close is not", warnings[0])
         self.assertIn("graph_compile is set but executable_destroy is not", warnings[3])
         for b in data["backends"]:

@@ -7,16 +7,23 @@
  *                               cache's plugin identity and the fallback;
  *   BRINGUP_BUG_OP "op"         a planted bug in that op's f32 kernel (gelu:
  *                               the cubic coefficient 0.05 instead of
- *                               0.044715), for `trainyard conform --bisect`.
+ *                               0.044715), for `trainyard conform --bisect`;
+ *   BRINGUP_MPI_COMM            the collectives of ABI 1.4, done with MPI on
+ *                               its host-memory buffers: a device with a
+ *                               collective library of its own (as cuda has
+ *                               NCCL), for the core's device path of data
+ *                               parallel (tests/apps/test_distributed_cli.py).
  *
  * Every other node runs the SDK's reference kernels on host memory, so apart
  * from what is planted the backend is correct. The version string is the same
  * in every build, as an author's is while writing kernels. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <trainyard/abi_graph.h>
 #include <trainyard/backend_abi.h>
 #include <trainyard/host_buffers.h>
 #include <trainyard/host_executor.h>
@@ -165,6 +172,99 @@ static ty_abi_status_t bringup_device_open(ty_abi_backend_t *b, const ty_abi_dev
 
 static void bringup_device_close(ty_abi_device_t *d) { free(d); }
 
+#ifdef BRINGUP_MPI_COMM
+#include <mpi.h>
+
+/* The communicator is MPI's world, already started by the host's MPI shim
+ * (the same libmpi in this process); the id only proves the bootstrap. */
+struct ty_abi_comm_s {
+  MPI_Comm comm;
+};
+
+static const char bringup_comm_magic[] = "bringup-comm-id";
+
+static ty_abi_status_t bringup_comm_unique_id(ty_abi_backend_t *b, ty_abi_comm_id_t *out) {
+  (void)b;
+  out->size = sizeof(bringup_comm_magic);
+  memcpy(out->bytes, bringup_comm_magic, sizeof(bringup_comm_magic));
+  return NULL;
+}
+
+static ty_abi_status_t bringup_comm_create(ty_abi_device_t *d, const ty_abi_comm_create_args_t *a,
+                                           ty_abi_comm_t **out) {
+  (void)d;
+  *out = NULL;
+  int up = 0, rank = -1, size = 0;
+  MPI_Initialized(&up);
+  if (!up) return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI is not running", BRINGUP_NAME);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (a->id->size != sizeof(bringup_comm_magic) ||
+      memcmp(a->id->bytes, bringup_comm_magic, sizeof(bringup_comm_magic)) != 0 ||
+      (int)a->rank != rank || (int)a->size != size) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: comm_create got rank %u of %u and "
+                           "an id of %u bytes; MPI says rank %d of %d",
+                           BRINGUP_NAME, a->rank, a->size, a->id->size, rank, size);
+  }
+  ty_abi_comm_t *c = calloc(1, sizeof(*c));
+  if (!c) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
+    free(c);
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI_Comm_dup failed", BRINGUP_NAME);
+  }
+  *out = c;
+  return NULL;
+}
+
+static void bringup_comm_destroy(ty_abi_comm_t *c) {
+  if (!c) return;
+  MPI_Comm_free(&c->comm);
+  free(c);
+}
+
+static ty_abi_status_t bringup_all_reduce(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  if (a->dtype != TY_DTYPE_F32 || a->op != TY_ABI_REDUCE_SUM || a->send != a->recv ||
+      a->send_offset != a->recv_offset) {
+    return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: all-reduce of f32 sums in place only",
+                           BRINGUP_NAME);
+  }
+  unsigned char *data = NULL;
+  uint64_t size = 0;
+  ty_host_buffer_view(a->recv, &data, &size);
+  if (MPI_Allreduce(MPI_IN_PLACE, data + a->recv_offset, (int)a->count, MPI_FLOAT, MPI_SUM,
+                    c->comm) != MPI_SUCCESS) {
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI_Allreduce failed", BRINGUP_NAME);
+  }
+  return NULL;
+}
+
+/* In place, bytes as they are (any dtype): ZeRO-1's parameter all-gather. */
+static ty_abi_status_t bringup_broadcast(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  if (a->send != a->recv || a->send_offset != a->recv_offset) {
+    return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: broadcast in place only", BRINGUP_NAME);
+  }
+  unsigned char *data = NULL;
+  uint64_t size = 0;
+  ty_host_buffer_view(a->recv, &data, &size);
+  uint64_t bytes = a->count * ty_abi_dtype_size(a->dtype);
+  if (bytes > (uint64_t)INT_MAX ||
+      MPI_Bcast(data + a->recv_offset, (int)bytes, MPI_BYTE, (int)a->root, c->comm) !=
+          MPI_SUCCESS) {
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI_Bcast failed", BRINGUP_NAME);
+  }
+  return NULL;
+}
+
+/* The core uses all-reduce and broadcast so far; the others refuse by name. */
+static ty_abi_status_t bringup_collective_unimplemented(ty_abi_comm_t *c,
+                                                        const ty_abi_collective_args_t *a) {
+  (void)c;
+  (void)a;
+  return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: only all-reduce and broadcast",
+                         BRINGUP_NAME);
+}
+#endif
+
 static const ty_backend_api_t bringup_api = {
     .struct_size = sizeof(ty_backend_api_t),
     .abi_major = TY_ABI_MAJOR,
@@ -186,6 +286,15 @@ static const ty_backend_api_t bringup_api = {
     .graph_compile = bringup_graph_compile,
     .executable_destroy = bringup_executable_destroy,
     .executable_execute = bringup_execute,
+#ifdef BRINGUP_MPI_COMM
+    .comm_unique_id = bringup_comm_unique_id,
+    .comm_create = bringup_comm_create,
+    .comm_destroy = bringup_comm_destroy,
+    .comm_all_reduce = bringup_all_reduce,
+    .comm_reduce_scatter = bringup_collective_unimplemented,
+    .comm_all_gather = bringup_collective_unimplemented,
+    .comm_broadcast = bringup_broadcast,
+#endif
 };
 
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(uint32_t major, uint32_t minor) {

@@ -573,7 +573,8 @@ static void test_minimal_table_is_read_within_struct_size(void **state) {
 
 /* A plugin that sets one entry of a pair and not the other loads, with one
  * warning per pair naming both entries (rogue_plugin.c sets device_open,
- * graph_compile and executable_serialize alone); the in-tree plugins have
+ * graph_compile and executable_serialize alone, and every collective of ABI
+ * 1.4 but comm_broadcast); the in-tree plugins have
  * none. Every
  * loaded plugin has an identity: its build-id (or, without one, the SHA-256
  * of its bytes). */
@@ -589,15 +590,17 @@ static void test_unpaired_entries_warn(void **state) {
       {"graph_compile is set but executable_execute is not", "can never run"},
       {"graph_compile is set but executable_destroy is not", "executable leaks"},
       {"executable_serialize is set but executable_deserialize is not", "set both or neither"},
+      {"comm_create is set but comm_broadcast is not", "broadcasting rank 0's weights"},
   };
-  assert_int_equal(ty_backend_warning_count(b), 5);
-  for (size_t i = 0; i < 5; ++i) {
+  assert_int_equal(ty_backend_warning_count(b), 6);
+  assert_false(ty_backend_has_collectives(b));
+  for (size_t i = 0; i < 6; ++i) {
     const char *w = ty_backend_warning_at(b, i);
     assert_non_null(w);
     assert_non_null(strstr(w, expect[i][0]));
     assert_non_null(strstr(w, expect[i][1]));
   }
-  assert_null(ty_backend_warning_at(b, 5));
+  assert_null(ty_backend_warning_at(b, 6));
   for (size_t i = 0; i < ty_registry_backend_count(r); ++i) {
     ty_backend_t *other = ty_registry_backend_at(r, i);
     const char *id = ty_backend_identity(other);
@@ -605,6 +608,41 @@ static void test_unpaired_entries_warn(void **state) {
     assert_true(strlen(id) > 20);
     if (other != b) assert_int_equal(ty_backend_warning_count(other), 0);
   }
+  ty_registry_destroy(r);
+}
+
+/* The device of each rank of a data-parallel run (hal/device.h): a URI
+ * without an index on a backend of several devices (the unpaired rogue has
+ * 4) takes the local rank's, keeping its options; a named index stays; a
+ * backend of one device (cpu) is shared; a rank beyond the devices is an
+ * error naming both counts. */
+static void test_device_uri_for_rank(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_UNPAIRED_DIR, TY_TEST_PLUGIN_DIR};
+  ty_registry_t *r = registry_from(paths, 2, false);
+  static const struct {
+    const char *uri;
+    uint32_t local_rank;
+    const char *want;
+  } cases[] = {
+      {"unpaired", 0, "unpaired:0"},       {"unpaired", 3, "unpaired:3"},
+      {"unpaired?a=1", 2, "unpaired:2?a=1"}, {"unpaired:3", 1, "unpaired:3"},
+      {"unpaired:0?a=1", 2, "unpaired:0?a=1"}, {"cpu", 3, "cpu"},
+      {"cpu?threads=2", 1, "cpu?threads=2"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char *uri = NULL;
+    TY_EXPECT_OK(ty_device_uri_for_rank(r, cases[i].uri, cases[i].local_rank, &uri));
+    assert_string_equal(uri, cases[i].want);
+    free(uri);
+  }
+  char *uri = (char *)(uintptr_t)1;
+  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "unpaired", 4, &uri), TY_CODE_FAILED_PRECONDITION,
+                   "local rank 4 has no device: backend 'unpaired' has 4 devices");
+  assert_null(uri);
+  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "nosuch", 0, &uri), TY_CODE_NOT_FOUND, "nosuch");
+  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "bad uri", 0, &uri), TY_CODE_INVALID_ARGUMENT,
+                   "bad uri");
   ty_registry_destroy(r);
 }
 
@@ -648,6 +686,7 @@ int main(void) {
       cmocka_unit_test(test_backend_accessors),
       cmocka_unit_test(test_minimal_table_is_read_within_struct_size),
       cmocka_unit_test(test_unpaired_entries_warn),
+      cmocka_unit_test(test_device_uri_for_rank),
       cmocka_unit_test(test_reject_kind_names),
   };
   return cmocka_run_group_tests_name("loader", tests, setup_facts, NULL);

@@ -43,8 +43,10 @@ static void rogue_backend_destroy(ty_abi_backend_t *backend) { free(backend); }
 
 static ty_abi_status_t rogue_device_count(ty_abi_backend_t *backend, uint32_t *out_count) {
   (void)backend;
-#if defined(ROGUE_MINIMAL) || defined(ROGUE_UNPAIRED)
+#if defined(ROGUE_MINIMAL)
   *out_count = 1;
+#elif defined(ROGUE_UNPAIRED)
+  *out_count = 4; /* a host of several devices: the rank-to-device mapping */
 #else
   *out_count = 0;
 #endif
@@ -90,6 +92,31 @@ static ty_abi_status_t rogue_serialize(ty_abi_executable_t *executable, void *ds
   (void)dst;
   (void)capacity;
   *out_size = 0;
+  return NULL;
+}
+
+/* ABI 1.4's collectives without comm_broadcast: all of them or none. */
+static ty_abi_status_t rogue_comm_id(ty_abi_backend_t *backend, ty_abi_comm_id_t *out_id) {
+  (void)backend;
+  out_id->size = 0;
+  return NULL;
+}
+
+static ty_abi_status_t rogue_comm_create(ty_abi_device_t *device,
+                                         const ty_abi_comm_create_args_t *args,
+                                         ty_abi_comm_t **out_comm) {
+  (void)device;
+  (void)args;
+  *out_comm = NULL;
+  return NULL;
+}
+
+static void rogue_comm_destroy(ty_abi_comm_t *comm) { (void)comm; }
+
+static ty_abi_status_t rogue_collective(ty_abi_comm_t *comm,
+                                        const ty_abi_collective_args_t *args) {
+  (void)comm;
+  (void)args;
   return NULL;
 }
 #endif
@@ -139,6 +166,12 @@ static const ty_backend_api_t rogue_api = {
 #if defined(ROGUE_UNPAIRED)
     .graph_compile = rogue_graph_compile,
     .executable_serialize = rogue_serialize,
+    .comm_unique_id = rogue_comm_id,
+    .comm_create = rogue_comm_create,
+    .comm_destroy = rogue_comm_destroy,
+    .comm_all_reduce = rogue_collective,
+    .comm_reduce_scatter = rogue_collective,
+    .comm_all_gather = rogue_collective,
 #endif
 };
 

@@ -1,0 +1,356 @@
+/* Data-parallel training (README "Many devices"): the world, the device of
+ * each rank, and the host path of the gradient all-reduce for backends
+ * without collectives of their own. Each rank runs the gradient graph on
+ * its slice of the global batch into the "<param>.grad_accum" states; the
+ * host path reads them, sums them over the ranks with MPI and writes them
+ * back before the optimizer graph runs. Every rank then applies the same
+ * update to the same weights, so the replicas never drift. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist.h"
+#include "hal/comm.h"
+#include "graph/preflight.h"
+#include "hal/dtype.h"
+#include "hal/device_uri.h"
+#include "hal/file.h"
+#include "trainer.h"
+
+ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
+  ty_dist_mode_t mode;
+  TY_RETURN_IF_ERROR(ty_dist_mode_parse(t->cfg.distributed, &mode));
+  char shim_dir[sizeof(t->app->exe_dir) + 32];
+  snprintf(shim_dir, sizeof(shim_dir), "%s%s", t->app->exe_dir,
+           t->app->exe_dir[0] ? "/../lib/trainyard" : "");
+  ty_status_t s = ty_dist_open(mode, shim_dir, t->cfg.dist_timeout, &t->dist);
+  if (s) {
+    char which[64];
+    bool launched = ty_dist_launched(which, sizeof(which));
+    return ty_status_annotate(s, "%s asks for a distributed run",
+                              mode == TY_DIST_MPI ? "--distributed mpi"
+                              : launched          ? which
+                                                  : "the environment");
+  }
+  t->rank = ty_dist_rank(t->dist);
+  t->world = ty_dist_size(t->dist);
+  t->cfg.world = t->world;
+  if (t->cfg.zero && t->world == 1) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--zero 1 shards the optimizer state over the ranks of a distributed "
+                          "run, and this run is one process: start it with mpirun -np N (or "
+                          "drop --zero)");
+  }
+  if (t->world > 1 && t->cfg.artifact[0]) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--artifact %s: an artifact runs the whole step on one device, and a "
+                          "data-parallel run of %d ranks splits the step at the gradient "
+                          "all-reduce (artifacts for several ranks are not supported yet): run "
+                          "it as one process, or drop --artifact",
+                          t->cfg.artifact, t->world);
+  }
+  if (t->world > 1 && t->cfg.fused_optimizer) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--fused-optimizer updates each parameter inside the backward pass, "
+                          "before the gradients of the other %d ranks are summed; it cannot "
+                          "run data parallel (drop it, or use --recompute to save memory)",
+                          t->world - 1);
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
+  if (t->world == 1) {
+    return ty_app_device_open("train", t->registry, t->cfg.backend, &t->device, &t->fallback);
+  }
+  if (ty_device_uri_has_option(t->cfg.backend, "fallback")) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--backend %s: a mixed run (fallback=) is for bring-up on one "
+                          "process, not data parallel",
+                          t->cfg.backend);
+  }
+  char *uri = NULL;
+  ty_status_t s = ty_device_uri_for_rank(t->registry, t->cfg.backend,
+                                         (uint32_t)ty_dist_local_rank(t->dist), &uri);
+  if (!s) s = ty_app_device_open("train", t->registry, uri, &t->device, NULL);
+  free(uri);
+  return s;
+}
+
+/* Parameter i's gradient accumulator: its name (into name[capacity]) and
+ * descriptor. */
+static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, size_t capacity,
+                                 ty_tensor_desc_t *out_desc) {
+  snprintf(name, capacity, "%s.grad_accum", t->m_train.params[i].name);
+  return ty_session_value_desc(t->s_train, name, out_desc);
+}
+
+ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
+  if (t->world == 1) return TY_OK;
+  ty_backend_t *backend = ty_device_backend(t->device);
+  if (!ty_backend_has_collectives(backend)) {
+    if (t->rank == 0) {
+      fprintf(stderr, "data parallel: %d ranks; gradients all-reduced through host memory over "
+                      "MPI (%s has no collectives of its own)\n",
+              t->world, ty_backend_name(backend));
+    }
+    return TY_OK;
+  }
+  ty_abi_comm_id_t id;
+  memset(&id, 0, sizeof(id));
+  ty_status_t s = t->rank == 0 ? ty_comm_unique_id(t->device, &id) : TY_OK;
+  s = ty_dist_agree(t->dist, s, "making the communicator's id");
+  if (!s) s = ty_dist_broadcast(t->dist, 0, &id, sizeof(id), "the communicator's id");
+  if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
+  if (!s && t->rank == 0) {
+    fprintf(stderr, "data parallel: %d ranks; gradients all-reduced on the devices by %s's "
+                    "collectives (ABI 1.4)\n",
+            t->world, ty_backend_name(backend));
+  }
+  return s;
+}
+
+/* The device path: every accumulator summed in place by the backend's
+ * collective, ordered after the gradient graph; the device is synchronized
+ * before the optimizer graph (another executable) reads them. */
+static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    ty_buffer_t *buffer = NULL;
+    uint64_t offset = 0;
+    ty_abi_executable_t *exec = NULL;
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    TY_RETURN_IF_ERROR(ty_session_device_tensor(t->s_train, name, &buffer, &offset, &exec));
+    /* One batch (an NCCL group on cuda): ~150 tensors, most of them small,
+     * cost ~5 ms per step on 4 H100s one by one. */
+    TY_RETURN_IF_ERROR(ty_comm_all_reduce(t->comm, buffer, offset,
+                                          (uint64_t)ty_tensor_desc_element_count(&desc),
+                                          desc.dtype, TY_ABI_REDUCE_SUM, exec,
+                                          i + 1 < t->m_train.param_count));
+  }
+  return ty_device_synchronize(t->device);
+}
+
+void ty_trainer_dist_close(ty_trainer_t *t) {
+  free(t->grad_host);
+  t->grad_host = NULL;
+  free(t->owner);
+  free(t->updates);
+  t->owner = NULL;
+  t->updates = NULL;
+  ty_dist_close(t->dist);
+  t->dist = NULL;
+}
+
+/* The gradient accumulators' total f32 element count, once. */
+static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
+  if (t->grad_host) return TY_OK;
+  size_t total = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    if (desc.dtype != TY_DTYPE_F32) {
+      return ty_status_make(TY_CODE_INTERNAL, "%s is %s; the host all-reduce sums f32", name,
+                            ty_dtype_name(desc.dtype));
+    }
+    total += (size_t)ty_tensor_desc_element_count(&desc);
+  }
+  t->grad_host = malloc((total ? total : 1) * sizeof(float));
+  if (!t->grad_host) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "out of host memory for the %zu gradients of the all-reduce", total);
+  }
+  t->grad_count = total;
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
+  if (t->world == 1) return TY_OK;
+  if (t->comm) return ty_trainer_device_reduce(t);
+  TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
+  size_t offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, t->grad_host + offset, n * 4));
+    offset += n;
+  }
+  char what[96];
+  snprintf(what, sizeof(what), "the gradient all-reduce of step %lld", (long long)t->step + 1);
+  TY_RETURN_IF_ERROR(ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F32, t->grad_host, t->grad_count,
+                                            what));
+  offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
+                                       t->grad_host + offset, n * 4));
+    offset += n;
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
+                                const char *what) {
+  if (t->world == 1) return TY_OK;
+  char text[96];
+  snprintf(text, sizeof(text), "%s of step %lld", what, (long long)t->step + 1);
+  return ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, values, count, text);
+}
+
+static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
+  const ty_graph_value_t *v = ty_graph_value(t->g_train, t->m_train.params[i].value);
+  return ty_tensor_desc_element_count(&v->desc);
+}
+
+ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
+  uint32_t n = t->m_train.param_count;
+  t->owner = calloc(n ? n : 1, sizeof(int));
+  t->updates = calloc(n ? n : 1, sizeof(bool));
+  int64_t *load = calloc((size_t)t->world, sizeof(int64_t));
+  bool *done = calloc(n ? n : 1, sizeof(bool));
+  if (!t->owner || !t->updates || !load || !done) {
+    free(load);
+    free(done);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  /* Largest first, each to the least-loaded rank (the lowest on a tie):
+   * the same shares on every rank, and optimizer state within one
+   * parameter of an even split. Whole tensors: each update stays one op. */
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t best = 0;
+    int64_t best_size = -1;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!done[i] && ty_param_elements(t, i) > best_size) {
+        best = i;
+        best_size = ty_param_elements(t, i);
+      }
+    }
+    int r = 0;
+    for (int q = 1; q < t->world; ++q) r = load[q] < load[r] ? q : r;
+    done[best] = true;
+    t->owner[best] = r;
+    t->updates[best] = r == t->rank;
+    load[r] += best_size;
+  }
+  free(load);
+  free(done);
+  return TY_OK;
+}
+
+/* The device path of the parameter all-gather: each parameter broadcast
+ * in place from its owner by the backend's collective, then the device
+ * synchronized (the next step's graphs are other executables). */
+static ty_status_t ty_trainer_device_gather(ty_trainer_t *t) {
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+    ty_buffer_t *buffer = NULL;
+    uint64_t offset = 0;
+    ty_abi_executable_t *exec = NULL;
+    TY_RETURN_IF_ERROR(
+        ty_session_device_tensor(t->s_train, t->m_train.params[i].name, &buffer, &offset, &exec));
+    TY_RETURN_IF_ERROR(ty_comm_broadcast(t->comm, buffer, offset,
+                                         (uint64_t)ty_tensor_desc_element_count(d), d->dtype,
+                                         (uint32_t)t->owner[i], exec,
+                                         i + 1 < t->m_train.param_count));
+  }
+  return ty_device_synchronize(t->device);
+}
+
+ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
+  if (!t->owner) return TY_OK;
+  if (t->comm) return ty_trainer_device_gather(t);
+  /* One broadcast per rank of the parameters it updated, packed in
+   * parameter order; the weights stay in their own dtype. */
+  size_t largest = 0;
+  for (int r = 0; r < t->world; ++r) {
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+      if (t->owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+      bytes += (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
+    }
+    largest = bytes > largest ? bytes : largest;
+  }
+  char *buf = malloc(largest ? largest : 1);
+  if (!buf) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  ty_status_t s = TY_OK;
+  for (int r = 0; r < t->world && !s; ++r) {
+    size_t offset = 0;
+    for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
+      if (t->owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+      size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
+      if (r == t->rank) {
+        s = ty_session_read(t->s_train, t->m_train.params[i].name, buf + offset, bytes);
+      }
+      offset += bytes;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "the parameter all-gather (rank %d's share) of step %lld", r,
+             (long long)t->step + 1);
+    if (!s) s = ty_dist_broadcast(t->dist, r, buf, offset, what);
+    offset = 0;
+    for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
+      if (t->owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+      size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
+      if (r != t->rank) {
+        s = ty_session_bind(t->s_train, t->m_train.params[i].name, d->dtype, d->rank, d->dims,
+                            buf + offset, bytes);
+      }
+      offset += bytes;
+    }
+  }
+  free(buf);
+  return s;
+}
+
+/* Test hook: TRAINYARD_DEBUG_DIST_FAULT=RANK:STEP:MODE makes rank RANK, at
+ * the start of step STEP (1-based), exit (status 3, no MPI goodbye), kill
+ * itself (SIGKILL) or hang (sleep forever): the failures --dist-timeout and
+ * the launcher must turn into a clear error on the other ranks. */
+void ty_trainer_dist_fault(const ty_trainer_t *t) {
+  const char *v = getenv("TRAINYARD_DEBUG_DIST_FAULT");
+  if (!v || t->world == 1) return;
+  int rank = -1;
+  long long step = -1;
+  char mode[16] = "";
+  if (sscanf(v, "%d:%lld:%15s", &rank, &step, mode) != 3) return;
+  if (rank != t->rank || step != t->step + 1) return;
+  fprintf(stderr, "rank %d: TRAINYARD_DEBUG_DIST_FAULT: %s at step %lld\n", rank, mode, step);
+  if (!strcmp(mode, "exit")) _exit(3);
+  if (!strcmp(mode, "kill")) raise(SIGKILL);
+  if (!strcmp(mode, "hang")) {
+    for (;;) pause();
+  }
+}
+
+void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
+  if (t->world == 1) return;
+  char p[32], g[32], o[32], h[32];
+  ty_format_bytes(t->plan->bytes[TY_PLAN_PARAMETERS], p, sizeof(p));
+  ty_format_bytes(t->plan->bytes[TY_PLAN_GRADIENTS], g, sizeof(g));
+  ty_format_bytes(t->plan->bytes[TY_PLAN_OPTIMIZER], o, sizeof(o));
+  uint64_t staging = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+    staging += (uint64_t)ty_tensor_desc_element_count(d) * 4;
+  }
+  ty_format_bytes(staging, h, sizeof(h));
+  bool device = ty_backend_has_collectives(ty_device_backend(t->device));
+  fprintf(out,
+          "per rank (%d ranks, data parallel%s): parameters %s, gradients %s, optimizer state "
+          "%s%s; host staging of the gradient all-reduce %s\n",
+          t->world, t->owner ? ", ZeRO-1" : "; every rank holds all of these", p, g, o,
+          t->owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
+}

@@ -1,0 +1,225 @@
+/* The distributed world (dist.h): finds and loads libty_mpi.so only when a
+ * run is distributed, and turns the shim's timed collectives into statuses
+ * that name the rank at fault. */
+#include "dist/dist.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/mpi_shim.h"
+
+#define TY_MPI_SHIM_FILE "libty_mpi.so"
+
+struct ty_dist_t {
+  void *library;
+  const ty_mpi_shim_t *shim;
+  int rank, size, local_rank;
+  double timeout_s;
+  char library_version[256];
+};
+
+ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode) {
+  if (!strcmp(text, "auto")) {
+    *out_mode = TY_DIST_AUTO;
+  } else if (!strcmp(text, "mpi")) {
+    *out_mode = TY_DIST_MPI;
+  } else if (!strcmp(text, "none")) {
+    *out_mode = TY_DIST_NONE;
+  } else {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--distributed '%s': expected auto, mpi or none", text);
+  }
+  return TY_OK;
+}
+
+bool ty_dist_launched(char *which, size_t capacity) {
+  /* Open MPI's own, then PMIx (Open MPI 5, Slurm), then PMI-1/2 (MPICH,
+   * Intel MPI, Slurm's srun). */
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE",
+                                     "PMI_RANK", NULL};
+  for (int i = 0; vars[i]; ++i) {
+    if (getenv(vars[i])) {
+      if (which) snprintf(which, capacity, "%s", vars[i]);
+      return true;
+    }
+  }
+  if (which && capacity) which[0] = '\0';
+  return false;
+}
+
+/* dlopens the shim: TRAINYARD_MPI_SHIM, else <shim_dir>/libty_mpi.so, else
+ * the dynamic linker's search (an installed tree's lib folder). */
+static ty_status_t ty_dist_load(ty_dist_t *d, const char *shim_dir) {
+  const char *forced = getenv("TRAINYARD_MPI_SHIM");
+  char path[4096];
+  char tried[2 * sizeof(path) + 64] = "";
+  if (forced && forced[0]) {
+    snprintf(path, sizeof(path), "%s", forced);
+    d->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!d->library) {
+      return ty_status_make(TY_CODE_UNAVAILABLE,
+                            "cannot load the MPI shim TRAINYARD_MPI_SHIM=%s: %s", forced,
+                            dlerror());
+    }
+  } else {
+    if (shim_dir && shim_dir[0]) {
+      snprintf(path, sizeof(path), "%s/" TY_MPI_SHIM_FILE, shim_dir);
+      d->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (!d->library) snprintf(tried, sizeof(tried), "%s", dlerror());
+    }
+    if (!d->library) {
+      snprintf(path, sizeof(path), "%s", TY_MPI_SHIM_FILE);
+      d->library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!d->library) {
+      return ty_status_make(
+          TY_CODE_UNAVAILABLE,
+          "cannot load the MPI shim %s (%s%s%s): this build has no MPI support or MPI is not "
+          "installed; install Open MPI (scripts/install-deps.sh: libopenmpi-dev openmpi-bin) "
+          "and build again",
+          TY_MPI_SHIM_FILE, tried, tried[0] ? "; " : "", dlerror());
+    }
+  }
+  ty_mpi_shim_query_fn query = (ty_mpi_shim_query_fn)dlsym(d->library, TY_MPI_SHIM_SYMBOL);
+  d->shim = query ? query(TY_MPI_SHIM_VERSION) : NULL;
+  if (!d->shim || d->shim->struct_size < sizeof(ty_mpi_shim_t)) {
+    return ty_status_make(TY_CODE_UNAVAILABLE,
+                          "%s is not an MPI shim of this build (version %d): rebuild it", path,
+                          TY_MPI_SHIM_VERSION);
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeout_s,
+                         ty_dist_t **out_dist) {
+  *out_dist = NULL;
+  if (mode == TY_DIST_NONE || (mode == TY_DIST_AUTO && !ty_dist_launched(NULL, 0))) {
+    return TY_OK;
+  }
+  if (!(timeout_s > 0)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--dist-timeout %g: must be a positive number of seconds", timeout_s);
+  }
+  ty_dist_t *d = calloc(1, sizeof(*d));
+  if (!d) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  d->timeout_s = timeout_s;
+  ty_status_t s = ty_dist_load(d, shim_dir);
+  char err[512] = "";
+  if (!s && d->shim->init(&d->rank, &d->size, &d->local_rank, err, sizeof(err))) {
+    s = ty_status_make(TY_CODE_UNAVAILABLE, "cannot start MPI: %s", err);
+  }
+  if (s) {
+    if (d->library) dlclose(d->library);
+    free(d);
+    return s;
+  }
+  d->shim->library_version(d->library_version, sizeof(d->library_version));
+  *out_dist = d;
+  return TY_OK;
+}
+
+void ty_dist_close(ty_dist_t *dist) {
+  if (!dist) return;
+  dist->shim->finalize();
+  /* MPI libraries keep threads and handlers that outlive MPI_Finalize:
+   * the shim stays loaded until the process exits. */
+  free(dist);
+}
+
+void ty_dist_abort(ty_dist_t *dist, int code) {
+  if (dist) dist->shim->abort(code);
+}
+
+int ty_dist_rank(const ty_dist_t *dist) { return dist ? dist->rank : 0; }
+int ty_dist_size(const ty_dist_t *dist) { return dist ? dist->size : 1; }
+int ty_dist_local_rank(const ty_dist_t *dist) { return dist ? dist->local_rank : 0; }
+double ty_dist_timeout(const ty_dist_t *dist) { return dist ? dist->timeout_s : 0; }
+const char *ty_dist_library(const ty_dist_t *dist) { return dist ? dist->library_version : ""; }
+
+/* The status of a shim call. */
+static ty_status_t ty_dist_result(const ty_dist_t *d, int rc, int missing, const char *err,
+                                  const char *what) {
+  if (rc == TY_MPI_SHIM_OK) return TY_OK;
+  if (rc == TY_MPI_SHIM_TIMEOUT && missing >= 0) {
+    return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
+                          "rank %d did not reach %s within %g s (--dist-timeout): it died or "
+                          "hangs",
+                          missing, what, d->timeout_s);
+  }
+  if (rc == TY_MPI_SHIM_TIMEOUT) {
+    return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
+                          "%s did not complete within %g s (--dist-timeout): another rank died "
+                          "or hangs",
+                          what, d->timeout_s);
+  }
+  return ty_status_make(TY_CODE_UNAVAILABLE, "%s: %s", what, err);
+}
+
+ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf, size_t count,
+                                   const char *what) {
+  if (!dist || dist->size == 1) return TY_OK;
+  int type = dtype == TY_DTYPE_F32   ? TY_MPI_SHIM_F32
+             : dtype == TY_DTYPE_F64 ? TY_MPI_SHIM_F64
+             : dtype == TY_DTYPE_I64 ? TY_MPI_SHIM_I64
+                                     : -1;
+  if (type < 0) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED, "%s: host all-reduce of %s (f32, f64, i64 only)",
+                          what, ty_dtype_name(dtype));
+  }
+  char err[512] = "";
+  int missing = -1;
+  int rc = dist->shim->allreduce_sum(buf, count, type, dist->timeout_s, &missing, err,
+                                     sizeof(err));
+  return ty_dist_result(dist, rc, missing, err, what);
+}
+
+ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
+                              const char *what) {
+  if (!dist || dist->size == 1) return TY_OK;
+  char err[512] = "";
+  int missing = -1;
+  int rc = dist->shim->broadcast(buf, bytes, root, dist->timeout_s, &missing, err, sizeof(err));
+  return ty_dist_result(dist, rc, missing, err, what);
+}
+
+ty_status_t ty_dist_all_gather(ty_dist_t *dist, const void *in, void *out, size_t bytes,
+                               const char *what) {
+  if (!dist || dist->size == 1) {
+    if (bytes) memmove(out, in, bytes);
+    return TY_OK;
+  }
+  char err[512] = "";
+  int missing = -1;
+  int rc = dist->shim->all_gather(in, out, bytes, dist->timeout_s, &missing, err, sizeof(err));
+  return ty_dist_result(dist, rc, missing, err, what);
+}
+
+ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what) {
+  if (!dist || dist->size == 1) return local;
+  /* One flag per rank: gathered, so every rank can name the first failure. */
+  int64_t *flags = calloc((size_t)dist->size, sizeof(int64_t));
+  if (!flags) {
+    ty_status_free(local);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  flags[dist->rank] = local ? 1 : 0;
+  ty_status_t s = ty_dist_all_reduce_sum(dist, TY_DTYPE_I64, flags, (size_t)dist->size, what);
+  if (s || local) {
+    free(flags);
+    if (local) {
+      ty_status_free(s);
+      return local;
+    }
+    return s;
+  }
+  int failed = -1;
+  for (int r = 0; r < dist->size && failed < 0; ++r) {
+    if (flags[r]) failed = r;
+  }
+  free(flags);
+  if (failed < 0) return TY_OK;
+  return ty_status_make(TY_CODE_FAILED_PRECONDITION, "rank %d failed %s (its error is above)",
+                        failed, what);
+}

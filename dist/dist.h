@@ -1,0 +1,87 @@
+/* The distributed world of a run: whether this process is one rank of an
+ * MPI job, its rank, the world size, its local rank (which device it
+ * takes), and the host collectives over MPI that backends without their
+ * own communicator use (the host path, docs/design-notes.md "Many
+ * devices").
+ *
+ * MPI is never linked: ty_dist_open dlopens libty_mpi.so (dist/mpi_shim.h)
+ * only when the process was started by an MPI launcher or the caller asks
+ * for MPI, so a single-process run needs no MPI at all. A NULL ty_dist_t*
+ * is the single-process world (rank 0 of 1): every function takes it and
+ * its collectives are no-ops, so callers need no special case.
+ *
+ * Every collective is bounded by the world's timeout; on expiry it returns
+ * DEADLINE_EXCEEDED naming the rank that did not arrive, when this rank can
+ * tell. After any collective error the world is unusable: call
+ * ty_dist_abort. Not thread-safe: one thread calls these. */
+#ifndef TY_DIST_DIST_H_
+#define TY_DIST_DIST_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal/dtype.h"
+#include "hal/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_dist_t ty_dist_t;
+
+typedef enum ty_dist_mode_e {
+  TY_DIST_AUTO = 0, /* MPI when an MPI launcher started the process */
+  TY_DIST_MPI = 1,  /* MPI, or an error saying why it cannot start */
+  TY_DIST_NONE = 2, /* one process, even under a launcher */
+} ty_dist_mode_t;
+
+/* "auto", "mpi" or "none"; INVALID_ARGUMENT otherwise. */
+ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode);
+
+/* Whether the environment says an MPI launcher started this process
+ * (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE or PMI_RANK); into `which`
+ * (may be NULL) the variable that said so. */
+bool ty_dist_launched(char *which, size_t capacity);
+
+/* Opens the world: NULL in *out_dist for a single process (mode NONE, or
+ * AUTO without a launcher). `shim_dir` is where libty_mpi.so is looked for
+ * first (the folder beside the executable; TRAINYARD_MPI_SHIM, a file
+ * path, overrides it). UNAVAILABLE saying why when MPI cannot start (shim
+ * not built or not loadable, MPI_Init failed); INVALID_ARGUMENT for a
+ * timeout <= 0. The caller owns the world: ty_dist_close. */
+ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeout_s,
+                         ty_dist_t **out_dist);
+/* MPI_Finalize and unload. NULL is a no-op. */
+void ty_dist_close(ty_dist_t *dist);
+/* Ends every rank now (MPI_Abort); for a rank that knows another failed. */
+void ty_dist_abort(ty_dist_t *dist, int code);
+
+int ty_dist_rank(const ty_dist_t *dist);
+int ty_dist_size(const ty_dist_t *dist);
+int ty_dist_local_rank(const ty_dist_t *dist);
+double ty_dist_timeout(const ty_dist_t *dist);
+/* The MPI library's version line ("" for a single process). */
+const char *ty_dist_library(const ty_dist_t *dist);
+
+/* In place, over every rank: f32, f64 or i64 elements. `what` names the
+ * collective in errors ("the gradient all-reduce of step 5"). */
+ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf, size_t count,
+                                   const char *what);
+/* Rank `root`'s `bytes` to every rank. */
+ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
+                              const char *what);
+/* Each rank's `bytes` into out[rank * bytes]. */
+ty_status_t ty_dist_all_gather(ty_dist_t *dist, const void *in, void *out, size_t bytes,
+                               const char *what);
+/* Every rank learns whether every rank succeeded: returns `local` when it
+ * failed here (taking it), else FAILED_PRECONDITION naming the first rank
+ * that failed ("rank 1 failed <what>; its error is above"). For the setup
+ * phases, where one rank alone failing would leave the others waiting. */
+ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_DIST_DIST_H_ */

@@ -1,0 +1,221 @@
+/* libty_mpi.so: the only code that links MPI (mpi_shim.h says why). Every
+ * collective is non-blocking under a deadline: MPI's blocking calls wait
+ * forever for a rank that hangs, and the run must end with an error that
+ * names the rank instead (--dist-timeout). */
+#include "dist/mpi_shim.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <mpi.h>
+
+#define TY_ARRIVE_TAG 7101
+
+static MPI_Comm ty_world = MPI_COMM_NULL;
+static int ty_rank, ty_size;
+static int64_t ty_sequence; /* collectives so far: what an arrival carries */
+
+static double ty_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void ty_mpi_error(int rc, const char *what, char *err, size_t capacity) {
+  char text[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(rc, text, &n) != MPI_SUCCESS) snprintf(text, sizeof(text), "code %d", rc);
+  snprintf(err, capacity, "%s failed: %s", what, text);
+}
+
+/* Polls `req` until it completes or `deadline`; backs off from 20 us to
+ * 1 ms so a waiting rank leaves the cores to the ranks still computing. */
+static int ty_wait(MPI_Request *req, double deadline, const char *what, char *err,
+                   size_t capacity) {
+  long sleep_ns = 20000;
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      ty_mpi_error(rc, what, err, capacity);
+      return TY_MPI_SHIM_ERROR;
+    }
+    if (done) return TY_MPI_SHIM_OK;
+    if (ty_now() > deadline) return TY_MPI_SHIM_TIMEOUT;
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < 1000000) sleep_ns *= 2;
+  }
+}
+
+/* A non-blocking collective just issued (its return code `rc`), waited for
+ * until the deadline. */
+static int ty_issued(int rc, MPI_Request *req, double deadline, const char *what, char *err,
+                     size_t capacity) {
+  if (rc != MPI_SUCCESS) {
+    ty_mpi_error(rc, what, err, capacity);
+    return TY_MPI_SHIM_ERROR;
+  }
+  return ty_wait(req, deadline, what, err, capacity);
+}
+
+/* Rank 0 learns that every rank reached this collective, or which one did
+ * not within the deadline. Other ranks only announce themselves. */
+static int ty_arrive(double timeout_s, int *out_missing, char *err, size_t capacity) {
+  int64_t seq = ty_sequence++;
+  *out_missing = -1;
+  if (ty_size == 1) return TY_MPI_SHIM_OK;
+  if (ty_rank != 0) {
+    int rc = MPI_Send(&seq, 1, MPI_INT64_T, 0, TY_ARRIVE_TAG, ty_world);
+    if (rc != MPI_SUCCESS) ty_mpi_error(rc, "MPI_Send", err, capacity);
+    return rc == MPI_SUCCESS ? TY_MPI_SHIM_OK : TY_MPI_SHIM_ERROR;
+  }
+  double deadline = ty_now() + timeout_s;
+  int64_t got = 0;
+  for (int r = 1; r < ty_size; ++r) {
+    MPI_Request req;
+    int w = ty_issued(MPI_Irecv(&got, 1, MPI_INT64_T, r, TY_ARRIVE_TAG, ty_world, &req), &req,
+                      deadline, "MPI_Irecv", err, capacity);
+    if (w == TY_MPI_SHIM_TIMEOUT) *out_missing = r;
+    if (w != TY_MPI_SHIM_OK) return w;
+    if (got != seq) {
+      snprintf(err, capacity, "rank %d is at collective %lld, rank 0 at %lld (the ranks run "
+               "different steps)", r, (long long)got, (long long)seq);
+      return TY_MPI_SHIM_ERROR;
+    }
+  }
+  return TY_MPI_SHIM_OK;
+}
+
+/* Other ranks wait longer than rank 0, so that rank 0, which can tell who
+ * is missing, reports first. */
+static double ty_deadline(double timeout_s) {
+  double grace = ty_rank == 0 ? 0 : (timeout_s < 5 ? timeout_s : 5);
+  return ty_now() + timeout_s + grace;
+}
+
+static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
+                   size_t capacity) {
+  int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) {
+    ty_mpi_error(rc, "MPI_Init_thread", err, capacity);
+    return TY_MPI_SHIM_ERROR;
+  }
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &ty_world);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(ty_world, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(ty_world, &ty_rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(ty_world, &ty_size);
+  MPI_Comm local = MPI_COMM_NULL;
+  int local_rank = 0;
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Comm_split_type(ty_world, MPI_COMM_TYPE_SHARED, ty_rank, MPI_INFO_NULL, &local);
+  }
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(local, &local_rank);
+  if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  if (rc != MPI_SUCCESS) {
+    ty_mpi_error(rc, "setting up the MPI world", err, capacity);
+    return TY_MPI_SHIM_ERROR;
+  }
+  *out_rank = ty_rank;
+  *out_size = ty_size;
+  *out_local_rank = local_rank;
+  return TY_MPI_SHIM_OK;
+}
+
+static void ty_finalize(void) {
+  if (ty_world != MPI_COMM_NULL) MPI_Comm_free(&ty_world);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+static void ty_library_version(char *out, size_t capacity) {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int n = 0;
+  if (MPI_Get_library_version(text, &n) != MPI_SUCCESS) n = 0;
+  text[n < (int)sizeof(text) ? n : (int)sizeof(text) - 1] = '\0';
+  char *nl = strchr(text, '\n');
+  if (nl) *nl = '\0';
+  snprintf(out, capacity, "%s", text);
+}
+
+static MPI_Datatype ty_type(int type, size_t *elem) {
+  switch (type) {
+    case TY_MPI_SHIM_F32: *elem = 4; return MPI_FLOAT;
+    case TY_MPI_SHIM_F64: *elem = 8; return MPI_DOUBLE;
+    default: *elem = 8; return MPI_INT64_T;
+  }
+}
+
+static int ty_allreduce_sum(void *buf, size_t count, int type, double timeout_s,
+                            int *out_missing, char *err, size_t capacity) {
+  int a = ty_arrive(timeout_s, out_missing, err, capacity);
+  if (a != TY_MPI_SHIM_OK) return a;
+  size_t elem = 0;
+  MPI_Datatype dt = ty_type(type, &elem);
+  double deadline = ty_deadline(timeout_s);
+  /* MPI counts are int: large buffers go in chunks. */
+  for (size_t done = 0; done < count;) {
+    size_t n = count - done < (size_t)INT_MAX ? count - done : (size_t)INT_MAX;
+    MPI_Request req;
+    int w = ty_issued(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem, (int)n, dt,
+                                     MPI_SUM, ty_world, &req),
+                      &req, deadline, "MPI_Iallreduce", err, capacity);
+    if (w != TY_MPI_SHIM_OK) return w;
+    done += n;
+  }
+  return TY_MPI_SHIM_OK;
+}
+
+static int ty_broadcast(void *buf, size_t bytes, int root, double timeout_s, int *out_missing,
+                        char *err, size_t capacity) {
+  int a = ty_arrive(timeout_s, out_missing, err, capacity);
+  if (a != TY_MPI_SHIM_OK) return a;
+  double deadline = ty_deadline(timeout_s);
+  for (size_t done = 0; done < bytes;) {
+    size_t n = bytes - done < (size_t)INT_MAX ? bytes - done : (size_t)INT_MAX;
+    MPI_Request req;
+    int w = ty_issued(MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, root, ty_world, &req),
+                      &req, deadline, "MPI_Ibcast", err, capacity);
+    if (w != TY_MPI_SHIM_OK) return w;
+    done += n;
+  }
+  return TY_MPI_SHIM_OK;
+}
+
+static int ty_all_gather(const void *in, void *out, size_t bytes, double timeout_s,
+                         int *out_missing, char *err, size_t capacity) {
+  if (bytes > (size_t)INT_MAX) {
+    snprintf(err, capacity, "all_gather of %zu bytes per rank (at most %d)", bytes, INT_MAX);
+    return TY_MPI_SHIM_ERROR;
+  }
+  int a = ty_arrive(timeout_s, out_missing, err, capacity);
+  if (a != TY_MPI_SHIM_OK) return a;
+  MPI_Request req;
+  return ty_issued(
+      MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, ty_world, &req), &req,
+      ty_deadline(timeout_s), "MPI_Iallgather", err, capacity);
+}
+
+static void ty_abort(int code) {
+  MPI_Abort(ty_world != MPI_COMM_NULL ? ty_world : MPI_COMM_WORLD, code);
+}
+
+static const ty_mpi_shim_t ty_shim = {
+    .struct_size = sizeof(ty_mpi_shim_t),
+    .version = TY_MPI_SHIM_VERSION,
+    .init = ty_init,
+    .finalize = ty_finalize,
+    .library_version = ty_library_version,
+    .allreduce_sum = ty_allreduce_sum,
+    .broadcast = ty_broadcast,
+    .all_gather = ty_all_gather,
+    .abort = ty_abort,
+};
+
+__attribute__((visibility("default"))) const ty_mpi_shim_t *ty_mpi_shim_query(uint32_t version);
+const ty_mpi_shim_t *ty_mpi_shim_query(uint32_t version) {
+  return version == TY_MPI_SHIM_VERSION ? &ty_shim : NULL;
+}

@@ -1,0 +1,50 @@
+/* The table between the core and libty_mpi.so, the one library that links
+ * MPI. The core never links MPI: it dlopens the shim only for a distributed
+ * run (dist/dist.h), so a single-process run needs no MPI installed. The
+ * shim is built with the core, so this is a private interface, not a
+ * plugin ABI; the version still guards against a stale shim on the path.
+ *
+ * Every timed call takes a deadline in seconds and returns TY_MPI_SHIM_OK,
+ * TY_MPI_SHIM_TIMEOUT (with *out_missing_rank set to a rank that did not
+ * arrive, or -1 when this rank cannot tell) or TY_MPI_SHIM_ERROR, with
+ * text in err. None of them prints. */
+#ifndef TY_DIST_MPI_SHIM_H_
+#define TY_DIST_MPI_SHIM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TY_MPI_SHIM_VERSION 1
+#define TY_MPI_SHIM_SYMBOL "ty_mpi_shim_query"
+
+enum { TY_MPI_SHIM_OK = 0, TY_MPI_SHIM_TIMEOUT = 1, TY_MPI_SHIM_ERROR = 2 };
+/* Element types of the reductions. */
+enum { TY_MPI_SHIM_F32 = 0, TY_MPI_SHIM_F64 = 1, TY_MPI_SHIM_I64 = 2 };
+
+typedef struct ty_mpi_shim_t {
+  size_t struct_size;
+  uint32_t version;
+  /* MPI_Init_thread (funneled: only the main thread calls MPI) and the
+   * world's layout; local_rank is the rank among the processes of this
+   * host (MPI_Comm_split_type shared). */
+  int (*init)(int *out_rank, int *out_size, int *out_local_rank, char *err, size_t capacity);
+  void (*finalize)(void);
+  /* The MPI library's own version text (MPI_Get_library_version). */
+  void (*library_version)(char *out, size_t capacity);
+  /* Sum over ranks in place. Rank 0 first waits for every other rank to
+   * arrive (a small message each), so a rank that never comes is named. */
+  int (*allreduce_sum)(void *buf, size_t count, int type, double timeout_s,
+                       int *out_missing_rank, char *err, size_t capacity);
+  /* Rank `root`'s bytes to every rank. */
+  int (*broadcast)(void *buf, size_t bytes, int root, double timeout_s, int *out_missing_rank,
+                   char *err, size_t capacity);
+  /* Every rank's `bytes` into out (size x bytes, by rank). */
+  int (*all_gather)(const void *in, void *out, size_t bytes, double timeout_s,
+                    int *out_missing_rank, char *err, size_t capacity);
+  /* MPI_Abort on the world: ends every rank. */
+  void (*abort)(int code);
+} ty_mpi_shim_t;
+
+typedef const ty_mpi_shim_t *(*ty_mpi_shim_query_fn)(uint32_t version);
+
+#endif /* TY_DIST_MPI_SHIM_H_ */

@@ -1,0 +1,57 @@
+/* A device communicator: the collectives of a backend that has its own
+ * (ABI 1.4 comm_* entries, e.g. NCCL on cuda), on device buffers. The host
+ * bootstraps it: rank 0 asks for a unique id, sends the bytes to every rank
+ * (over MPI: dist/dist.h) and every rank creates its communicator from
+ * them. Backends without the entries get UNIMPLEMENTED here and their
+ * data-parallel runs reduce through host memory instead.
+ *
+ * The caller owns a communicator and destroys it before closing its device.
+ * Not thread-safe. */
+#ifndef TY_HAL_COMM_H_
+#define TY_HAL_COMM_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hal/backend_abi.h"
+#include "hal/buffer.h"
+#include "hal/device.h"
+#include "hal/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ty_comm_t ty_comm_t;
+
+/* A new unique id from `device`'s backend (rank 0 only). */
+ty_status_t ty_comm_unique_id(ty_device_t *device, ty_abi_comm_id_t *out_id);
+
+/* Joins `device` to the communicator of `id` as `rank` of `size`; blocks
+ * until every rank has joined (or the backend fails). */
+ty_status_t ty_comm_create(ty_device_t *device, const ty_abi_comm_id_t *id, uint32_t rank,
+                           uint32_t size, ty_comm_t **out_comm);
+void ty_comm_destroy(ty_comm_t *comm);
+
+/* In place: `count` elements of `dtype` at `offset` of `buffer`, summed (or
+ * averaged) over the ranks, queued after the work `executable` has queued
+ * (NULL: after all work on the device). Synchronize the device before
+ * reading the result through another executable or the host. `more`:
+ * more collectives follow before anything else is asked of the device (the
+ * backend may launch them as one batch when the last comes; a batch must
+ * end with a call without `more`). */
+ty_status_t ty_comm_all_reduce(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
+                               uint64_t count, ty_dtype_t dtype, ty_abi_reduce_op_t op,
+                               ty_abi_executable_t *executable, bool more);
+
+/* In place: `count` elements of `dtype` at `offset` of `buffer` on rank
+ * `root` copied to the same place on every rank, ordered as all_reduce. */
+ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
+                              uint64_t count, ty_dtype_t dtype, uint32_t root,
+                              ty_abi_executable_t *executable, bool more);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_HAL_COMM_H_ */
