@@ -1098,6 +1098,14 @@ static ty_abi_status_t ty_cu_data_error(const ty_abi_executable_t *e, const int3
       snprintf(what, sizeof(what), "sgd: nesterov needs momentum > 0 (got %g)", (double)m);
       break;
     }
+    case 8: {
+      uint32_t bits = (uint32_t)b;
+      float beta1;
+      memcpy(&beta1, &bits, sizeof(beta1));
+      snprintf(what, sizeof(what), "adafactor: step %lld must be >= 1 and beta1 %g in [0, 1)", x,
+               (double)beta1);
+      break;
+    }
     default:
       snprintf(what, sizeof(what), "unknown device error code %d", (int)flag[0]);
       break;

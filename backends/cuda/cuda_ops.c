@@ -55,6 +55,10 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"adamw_update", ty_cu_build_adamw, TY_CU_ACCEPT_COMPUTE},
     {"sgd_update", ty_cu_build_sgd, TY_CU_ACCEPT_COMPUTE},
     {"clip_by_global_norm", ty_cu_build_clip, TY_CU_ACCEPT_COMPUTE},
+    {"linear_cross_entropy", ty_cu_build_linear_ce, TY_CU_ACCEPT_COMPUTE},
+    {"linear_cross_entropy_backward", ty_cu_build_linear_ce, TY_CU_ACCEPT_COMPUTE},
+    {"adafactor_update", ty_cu_build_adafactor, TY_CU_ACCEPT_COMPUTE},
+    {"global_norm_scale", ty_cu_build_global_norm_scale, TY_CU_ACCEPT_COMPUTE},
     {"kv_cache_write", ty_cu_build_kv_cache_write, TY_CU_ACCEPT_MOVE},
     {NULL, NULL, TY_CU_ACCEPT_MOVE},
 };
@@ -80,6 +84,8 @@ static const struct {
     {"softmax_backward", false},   {"cross_entropy", true},  {"cross_entropy_backward", false},
     {"rope", false},               {"rope_backward", false}, {"dropout", false},
     {"dropout_backward", false},   {"clip_by_global_norm", true},
+    {"linear_cross_entropy", true}, {"linear_cross_entropy_backward", false},
+    {"adafactor_update", true},
 };
 
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
