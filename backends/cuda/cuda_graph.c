@@ -806,6 +806,17 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
 
 const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *e) { return &e->graph->graph; }
 
+/* What compile allocated for the executable's life: the activation arena
+ * (its plan), and beside it the per-node kernel scratch (the chunked loss's
+ * logits, reduction partials), constants and tables. */
+ty_abi_status_t ty_cu_executable_memory(ty_abi_executable_t *e, ty_abi_executable_memory_t *out) {
+  out->arena_bytes = e->arena_bytes + e->const_bytes + e->aux_bytes_dev +
+                     (uint64_t)e->table_count * 8u;
+  out->scratch_bytes = e->scratch_alloc;
+  out->host_bytes = 0;
+  return NULL;
+}
+
 ty_abi_device_t *ty_cu_exec_device(const ty_cu_exec_t *e) { return e->device; }
 
 /* ---- execute ---- */

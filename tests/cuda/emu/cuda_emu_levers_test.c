@@ -7,7 +7,8 @@
  * (--recompute layer: recomputed copies of the blocks in the backward;
  * --loss-chunk: linear_cross_entropy; --fused-optimizer with clipping:
  * updates interleaved with the backward, global_norm_scale and a norm
- * pass; Adafactor with momentum), each run for STEPS steps on cuda:0 and on
+ * pass; Adafactor with momentum; --offload optimizer on cuda: the states in
+ * mapped pinned host memory), each run for STEPS steps on cuda:0 and on
  * cpu with the same initial weights and data. The losses and gradient
  * norms must agree across the backends (1e-5 relative: the same arithmetic
  * in another summation order) and each lever must leave the plain run's
@@ -26,6 +27,7 @@
 #include "graph/graph.h"
 #include "graph/session.h"
 #include "graph/train_step.h"
+#include "hal/backend_abi.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 
@@ -37,6 +39,7 @@ typedef struct {
   int64_t loss_chunk;
   bool fused;
   ty_optimizer_t optimizer;
+  bool offload; /* cuda only: the cpu refuses it (its memory is host memory) */
 } levers_t;
 
 typedef struct {
@@ -71,7 +74,7 @@ static ty_value_id_t rmsnorm(ty_graph_t *g, ty_value_id_t x, ty_value_id_t gamma
   return out[0];
 }
 
-static ty_graph_t *build(const levers_t *lv, params_t *p) {
+static ty_graph_t *build(const levers_t *lv, bool offload, params_t *p) {
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
   memset(p, 0, sizeof(*p));
@@ -128,6 +131,7 @@ static ty_graph_t *build(const levers_t *lv, params_t *p) {
       .recompute = lv->recompute,
       .fused_optimizer = lv->fused,
       .fused_clip = lv->fused,
+      .offload_optimizer = offload,
   };
   if (lv->optimizer == TY_OPTIMIZER_ADAFACTOR) {
     tp.adafactor = (ty_adafactor_config_t){.set = true, .eps1 = 1e-30, .eps2 = 1e-3,
@@ -158,7 +162,8 @@ static void train(ty_registry_t *r, const char *uri, const levers_t *lv, double 
   ty_session_t *s = NULL;
   params_t p;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
-  ty_graph_t *g = build(lv, &p);
+  const bool offload = lv->offload && strcmp(uri, "cpu") != 0;
+  ty_graph_t *g = build(lv, offload, &p);
   TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
   /* Initial weights: the same pseudo-random values on every backend. */
   uint32_t seed = 12345;
@@ -185,6 +190,13 @@ static void train(ty_registry_t *r, const char *uri, const levers_t *lv, double 
     }
   }
   free(buf);
+  ty_abi_device_memory_t mem;
+  TY_EXPECT_OK(ty_device_memory(dev, false, &mem));
+  if (offload) { /* the optimizer states live in pinned host memory */
+    assert_true(mem.host_in_use_bytes > 0);
+  } else if (strcmp(uri, "cpu") != 0) {
+    assert_int_equal(mem.host_in_use_bytes, 0);
+  }
   bind_scalar(s, "lr", 0.02f);
   bind_scalar(s, "weight_decay", 0.01f);
   bind_scalar(s, "max_norm", 0.5f); /* clips: the norms are near 1 */
@@ -225,11 +237,12 @@ static void check_levers(ty_optimizer_t optimizer) {
   ty_registry_t *r = NULL;
   TY_EXPECT_OK(ty_registry_create(&options, &r));
   const levers_t runs[] = {
-      {"plain", TY_RECOMPUTE_NONE, 0, false, optimizer},
-      {"recompute-layer", TY_RECOMPUTE_LAYER, 0, false, optimizer},
-      {"loss-chunk", TY_RECOMPUTE_NONE, 5, false, optimizer},
-      {"fused-optimizer", TY_RECOMPUTE_NONE, 0, true, optimizer},
-      {"all", TY_RECOMPUTE_LAYER, 5, true, optimizer},
+      {"plain", TY_RECOMPUTE_NONE, 0, false, optimizer, false},
+      {"recompute-layer", TY_RECOMPUTE_LAYER, 0, false, optimizer, false},
+      {"loss-chunk", TY_RECOMPUTE_NONE, 5, false, optimizer, false},
+      {"fused-optimizer", TY_RECOMPUTE_NONE, 0, true, optimizer, false},
+      {"offload", TY_RECOMPUTE_NONE, 0, false, optimizer, true},
+      {"all", TY_RECOMPUTE_LAYER, 5, true, optimizer, true},
   };
   double plain[STEPS] = {0};
   for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); ++k) {

@@ -7,9 +7,8 @@
  * backward) outside the vocabulary — comes back from the run as
  * INVALID_ARGUMENT naming the node and the values, and the next run with
  * good data succeeds (the flag is cleared); and empty inputs, whose empty
- * sums must come out as zeros. Also the memory lever the plugin does not
- * implement yet (issue 13): pinned host buffers (optimizer offload) are
- * refused by name, never ignored. */
+ * sums must come out as zeros. Also ABI 1.3's pinned host buffers
+ * (optimizer offload) and the measured device memory. */
 #include <stdio.h>
 #include <string.h>
 
@@ -262,10 +261,11 @@ static void test_empty_inputs(void **state) {
   expect_output("clip_by_global_norm", 3, NULL, 3, clip, 2, g, 2);
 }
 
-/* The plugin is at ABI 1.2: the host refuses pinned host buffers for it
- * (TY_ABI_BUFFER_HOST would otherwise be ignored and the "offloaded" state
- * land in device memory). */
-static void test_offload_refused(void **state) {
+/* ABI 1.3 memory: pinned host buffers (optimizer offload) hold what is
+ * written to them, copy to and from device buffers, and are counted apart
+ * from device memory; device_memory reports the cuMemAlloc counter and its
+ * peak, which a reset brings down to what is in use. */
+static void test_host_buffers_and_memory(void **state) {
   (void)state;
   const char *paths[] = {TY_TEST_PLUGIN_DIR};
   ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
@@ -273,10 +273,32 @@ static void test_offload_refused(void **state) {
   ty_device_t *dev = NULL;
   TY_EXPECT_OK(ty_registry_create(&options, &r));
   TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
-  ty_buffer_t *b = NULL;
-  TY_EXPECT_STATUS(ty_buffer_alloc_flags(dev, 64, TY_ABI_BUFFER_HOST, &b), TY_CODE_UNIMPLEMENTED,
-                   "(ABI 1.2) has no pinned host buffers");
-  assert_null(b);
+  ty_abi_device_memory_t before, after;
+  TY_EXPECT_OK(ty_device_memory(dev, true, &before));
+  ty_buffer_t *host = NULL, *device = NULL;
+  TY_EXPECT_OK(ty_buffer_alloc_flags(dev, 64, TY_ABI_BUFFER_HOST, &host));
+  TY_EXPECT_OK(ty_buffer_alloc(dev, 1 << 20, &device));
+  float data[16], back[16];
+  for (int i = 0; i < 16; ++i) data[i] = (float)i * 0.5f;
+  TY_EXPECT_OK(ty_buffer_write(host, 0, data, sizeof(data)));
+  TY_EXPECT_OK(ty_buffer_copy(host, 0, device, 128, sizeof(data)));
+  memset(back, 0, sizeof(back));
+  TY_EXPECT_OK(ty_buffer_read(device, 128, back, sizeof(back)));
+  assert_memory_equal(back, data, sizeof(data));
+  TY_EXPECT_OK(ty_buffer_copy(device, 128, host, 0, sizeof(data) / 2));
+  TY_EXPECT_OK(ty_buffer_read(host, 0, back, sizeof(back)));
+  assert_memory_equal(back, data, sizeof(data));
+  TY_EXPECT_OK(ty_device_memory(dev, false, &after));
+  assert_int_equal(after.host_in_use_bytes, before.host_in_use_bytes + 64);
+  assert_int_equal(after.in_use_bytes, before.in_use_bytes + (1 << 20));
+  assert_true(after.peak_bytes >= after.in_use_bytes);
+  assert_non_null(strstr(after.how, "cuMemAlloc counter"));
+  ty_buffer_free(device);
+  TY_EXPECT_OK(ty_device_memory(dev, true, &after));
+  assert_int_equal(after.peak_bytes, before.in_use_bytes + (1 << 20));
+  TY_EXPECT_OK(ty_device_memory(dev, false, &after));
+  assert_int_equal(after.peak_bytes, before.in_use_bytes); /* reset to what is in use */
+  ty_buffer_free(host);
   ty_device_close(dev);
   ty_registry_destroy(r);
 }
@@ -289,7 +311,7 @@ int main(void) {
       cmocka_unit_test(test_cast_range),
       cmocka_unit_test(test_optimizer_hyperparameters),
       cmocka_unit_test(test_empty_inputs),
-      cmocka_unit_test(test_offload_refused),
+      cmocka_unit_test(test_host_buffers_and_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
