@@ -294,17 +294,33 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
     ty_cu_arg_f64(b, c, eps1);
     ty_cu_arg_ptr(b, c, hp);
     ty_cu_grid_blocks(b, c, (uint64_t)(batches * rows), ty_cu_row_threads(cols, TY_CU_BLOCK));
-    /* ty_adaf_cols_<T>(g, const f32 *col, f32 *col_o, i64 rows, i64 cols, f64 eps1,
-     *                  const f64 *hp): 32 x 8 threads, a block per 32 columns of a matrix */
+    /* Column sums in row splits that fill the card (a function of the shape). */
+    const int64_t col_blocks = (cols + 31) / 32;
+    int64_t rchunk;
+    const uint32_t splits = ty_cu_col_split(col_blocks * batches, rows, &rchunk);
+    const ty_cu_ref_t col_part =
+        ty_cu_scratch(b, (uint64_t)splits * (uint64_t)(batches * cols) * sizeof(double));
+    /* ty_adaf_cols_<T>(g, i64 rows, i64 cols, i64 rchunk, f64 eps1, f64 *part):
+     * 32 x 8 threads; grid (column groups, splits, matrices) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adaf_cols"), dt));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 3));
-    ty_cu_arg_ptr(b, c, col_o);
     ty_cu_arg_i64(b, c, rows);
     ty_cu_arg_i64(b, c, cols);
+    ty_cu_arg_i64(b, c, rchunk);
     ty_cu_arg_f64(b, c, eps1);
+    ty_cu_arg_ptr(b, c, col_part);
+    ty_cu_grid(b, c, (uint32_t)col_blocks, splits, (uint32_t)batches, 32, 8, 1, 0);
+    /* ty_adaf_cols_finish(const f64 *part, i64 splits, i64 n, i64 rows,
+     *                     const f32 *col, f32 *col_o, const f64 *hp) */
+    c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_cols_finish");
+    ty_cu_arg_ptr(b, c, col_part);
+    ty_cu_arg_i64(b, c, splits);
+    ty_cu_arg_i64(b, c, batches * cols);
+    ty_cu_arg_i64(b, c, rows);
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, 3));
+    ty_cu_arg_ptr(b, c, col_o);
     ty_cu_arg_ptr(b, c, hp);
-    ty_cu_grid(b, c, (uint32_t)((cols + 31) / 32), (uint32_t)batches, 1, 32, 8, 1, 0);
+    ty_cu_grid1(b, c, (uint64_t)(batches * cols), TY_CU_BLOCK);
     /* ty_adaf_rowmean(const f32 *row_o, i64 B, i64 rows, f64 *rmean) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_rowmean");
     ty_cu_arg_ptr(b, c, row_o);

@@ -255,8 +255,8 @@ TY_KERNEL3(ty_adamw_multi, TY_ADAMW_MULTI_PARAMS, TY_ADAMW_MULTI_ARGS)
  * The host (cuda_ops_memory.c) queues: ty_adaf_prep (hyperparameters into
  * hp, step and beta1 checked), the sum of p^2 in fixed chunks (reduce.cu's
  * ty_reduce_rows), ty_adaf_alpha (one block adds the chunk sums in order:
- * rms(p), alpha), the new states (ty_adaf_rows, ty_adaf_cols and
- * ty_adaf_rowmean, or ty_adaf_v), the sum of u^2 in fixed chunks
+ * rms(p), alpha), the new states (ty_adaf_rows, ty_adaf_cols with
+ * ty_adaf_cols_finish, and ty_adaf_rowmean; or ty_adaf_v), the sum of u^2 in fixed chunks
  * (ty_adaf_usq), ty_adaf_scale (rms(u) and the clipped scale), and
  * ty_adaf_apply. u is never stored: the last two passes form it again from
  * the new states. Arithmetic is f64 over f32 states and sums are two-level
@@ -324,39 +324,53 @@ __device__ __forceinline__ void ty_adaf_rows_impl(const void *g_, const float *r
 #define TY_ADAF_ROWS_ARGS g, row, row_o, R, cols, eps1, hp
 TY_KERNEL3(ty_adaf_rows, TY_ADAF_ROWS_PARAMS, TY_ADAF_ROWS_ARGS)
 
-/* col' = b2t col + (1 - b2t) mean over the rows of g^2 + eps1: blocks of
- * 32 x 8 threads, blockIdx.x a group of 32 columns, blockIdx.y the matrix
- * of the batch; thread row y sums rows y, y + 8, ..., then the 8 partial
- * sums are added in order. */
+/* col' = b2t col + (1 - b2t) mean over the rows of g^2 + eps1, in two
+ * levels: ty_adaf_cols_* sums rows [split rchunk, (split + 1) rchunk) of 32
+ * columns per block (32 x 8 threads; blockIdx.x the group of columns,
+ * blockIdx.y the split, blockIdx.z the matrix of the batch; thread row y
+ * takes rows y, y + 8, ..., and the 8 partial sums are added in order) into
+ * part[split][b * cols + j]; ty_adaf_cols_finish adds the splits in order
+ * and updates col. The splits fill the card however few the columns. */
 template <typename T>
-__device__ __forceinline__ void ty_adaf_cols_impl(const void *g_, const float *col, float *col_o,
-                                                  long long rows, long long cols, double eps1,
-                                                  const double *hp) {
-  __shared__ double part[8][33];
+__device__ __forceinline__ void ty_adaf_cols_impl(const void *g_, long long rows, long long cols,
+                                                  long long rchunk, double eps1, double *part) {
+  __shared__ double acc8[8][33];
   const long long j = (long long)blockIdx.x * 32 + threadIdx.x;
-  const long long b = blockIdx.y;
+  const long long b = blockIdx.z, B = gridDim.z;
   const T *g = (const T *)g_ + b * rows * cols;
+  const long long r0 = (long long)blockIdx.y * rchunk;
+  const long long r1 = r0 + rchunk < rows ? r0 + rchunk : rows;
   double acc = 0.0;
   if (j < cols) {
-    for (long long i = threadIdx.y; i < rows; i += 8) {
+    for (long long i = r0 + threadIdx.y; i < r1; i += 8) {
       const double x = ty_get(g, i * cols + j);
       acc += x * x + eps1;
     }
   }
-  part[threadIdx.y][threadIdx.x] = acc;
+  acc8[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && j < cols) {
     double total = 0.0;
-    for (int y = 0; y < 8; ++y) total += part[y][threadIdx.x];
-    const double b2t = hp[1];
-    col_o[b * cols + j] = (float)(b2t * col[b * cols + j] + (1.0 - b2t) * (total / (double)rows));
+    for (int y = 0; y < 8; ++y) total += acc8[y][threadIdx.x];
+    part[((long long)blockIdx.y * B + b) * cols + j] = total;
   }
 }
-#define TY_ADAF_COLS_PARAMS                                                                  \
-  const void *g, const float *col, float *col_o, long long rows, long long cols, double eps1, \
-      const double *hp
-#define TY_ADAF_COLS_ARGS g, col, col_o, rows, cols, eps1, hp
+#define TY_ADAF_COLS_PARAMS \
+  const void *g, long long rows, long long cols, long long rchunk, double eps1, double *part
+#define TY_ADAF_COLS_ARGS g, rows, cols, rchunk, eps1, part
 TY_KERNEL3(ty_adaf_cols, TY_ADAF_COLS_PARAMS, TY_ADAF_COLS_ARGS)
+
+/* col'[k] from the `splits` partial sums of column k (n = B cols of them). */
+extern "C" __global__ void ty_adaf_cols_finish(const double *part, long long splits, long long n,
+                                               long long rows, const float *col, float *col_o,
+                                               const double *hp) {
+  const double b2t = hp[1];
+  TY_FOR_EACH(k, n) {
+    double total = 0.0;
+    for (long long s = 0; s < splits; ++s) total += part[s * n + k];
+    col_o[k] = (float)(b2t * col[k] + (1.0 - b2t) * (total / (double)rows));
+  }
+}
 
 /* rmean[b] = mean of the new row state of matrix b: one block per matrix. */
 extern "C" __global__ void ty_adaf_rowmean(const float *row_o, long long B, long long rows,
