@@ -107,6 +107,15 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
       }
     }
   }
+  if (strncmp(node->op, "linear_cross_entropy", 20) == 0) {
+    /* w is [V, C] (input 1 forward, 2 backward): its GEMMs need both. */
+    const ty_abi_value_t *w = &g->values[node->inputs[node->op[20] ? 2 : 1]];
+    if (w->rank == 2 && (w->dims[0] == 0 || w->dims[1] == 0)) {
+      snprintf(reason, capacity, "%s with an empty vocabulary or hidden size ([%lld, %lld])",
+               node->op, (long long)w->dims[0], (long long)w->dims[1]);
+      return false;
+    }
+  }
   if (strcmp(node->op, "embedding_backward") == 0) {
     /* The scatter-add sorts row numbers and counts as 32-bit integers. */
     const int64_t ids = ty_abi_value_elements(&g->values[node->inputs[1]]);

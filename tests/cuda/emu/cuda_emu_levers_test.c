@@ -149,9 +149,16 @@ static void bind_f32(ty_session_t *s, const char *name, uint32_t rank, const int
   TY_EXPECT_OK(ty_session_bind(s, name, TY_DTYPE_F32, rank, dims, data, (size_t)n * 4));
 }
 
+/* Whether the graph has a value `name` (its descriptor into *d). */
+static bool has_value(ty_session_t *s, const char *name, ty_tensor_desc_t *d) {
+  ty_status_t st = ty_session_value_desc(s, name, d);
+  ty_status_free(st);
+  return st == TY_OK;
+}
+
 static void bind_scalar(ty_session_t *s, const char *name, float v) {
   ty_tensor_desc_t d;
-  if (ty_session_value_desc(s, name, &d) != TY_OK) return; /* this optimizer's inputs only */
+  if (!has_value(s, name, &d)) return; /* this optimizer's inputs only */
   bind_f32(s, name, 0, NULL, &v);
 }
 
@@ -182,7 +189,7 @@ static void train(ty_registry_t *r, const char *uri, const levers_t *lv, double 
       char name[64];
       ty_tensor_desc_t d;
       snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
-      if (ty_session_value_desc(s, name, &d) != TY_OK) continue;
+      if (!has_value(s, name, &d)) continue;
       int64_t count = 1;
       for (uint32_t k = 0; k < d.rank; ++k) count *= d.dims[k];
       memset(buf, 0, (size_t)count * sizeof(float));
