@@ -905,6 +905,25 @@ void ty_cu_build_sgd(ty_cu_build_t *b) {
 
 #define TY_CU_CLIP_CHUNK 8192 /* elements per partial sum of squares */
 
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_cu_ref_t part) {
+  const int64_t blocks = (n + chunk - 1) / chunk;
+  /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
+   *                    i64 total, f64 scale): one row of n, one block per chunk */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), dt));
+  ty_cu_arg_ptr(b, c, x);
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_i32(b, c, TY_DTYPE_F64);
+  ty_cu_arg_i32(b, c, 1 /* sumsq */);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_i64(b, c, blocks);
+  ty_cu_arg_i64(b, c, chunk);
+  ty_cu_arg_i64(b, c, blocks);
+  ty_cu_arg_f64(b, c, 1.0);
+  ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
+  return blocks;
+}
+
 /* clip_by_global_norm over gradients of one typed dtype: three launches
  * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi). */
 static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
@@ -994,22 +1013,9 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
     const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
     const int64_t n = ty_cu_numel(g);
     if (n == 0) continue;
-    /* The sums of squares of fixed chunks of g_i into partial[slot ...]
-     * (f64): ty_reduce_rows_<T> on one row of n, one block per chunk. */
-    const int64_t blocks = (n + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
-    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE,
-                                  ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), (int)g->dtype));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
-    ty_cu_arg_ptr(b, c, ty_cu_ref_at(partial, slot * sizeof(double)));
-    ty_cu_arg_i32(b, c, TY_DTYPE_F64);
-    ty_cu_arg_i32(b, c, 1 /* sumsq */);
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_i64(b, c, blocks);
-    ty_cu_arg_i64(b, c, TY_CU_CLIP_CHUNK);
-    ty_cu_arg_i64(b, c, blocks);
-    ty_cu_arg_f64(b, c, 1.0);
-    ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
-    slot += (uint64_t)blocks;
+    slot += (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_cu_in(b, i + 1), (int)g->dtype, n,
+                                             TY_CU_CLIP_CHUNK,
+                                             ty_cu_ref_at(partial, slot * sizeof(double)));
   }
   /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
    *                f64 *coef): one block */

@@ -256,19 +256,7 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
   /* rms(p): sums of p^2 over fixed chunks (reduce.cu), then alpha. */
   const int64_t chunks = (n + TY_CU_ADAF_CHUNK - 1) / TY_CU_ADAF_CHUNK;
   const ty_cu_ref_t part = ty_cu_scratch(b, (uint64_t)chunks * sizeof(double));
-  /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
-   *                    i64 total, f64 scale) */
-  c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), dt));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i32(b, c, TY_DTYPE_F64);
-  ty_cu_arg_i32(b, c, 1 /* sumsq */);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_i64(b, c, TY_CU_ADAF_CHUNK);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_f64(b, c, 1.0);
-  ty_cu_grid_blocks(b, c, (uint64_t)chunks, TY_CU_BLOCK);
+  ty_cu_emit_chunk_sumsq(b, ty_cu_in(b, 0), dt, n, TY_CU_ADAF_CHUNK, part);
   /* ty_adaf_alpha(const f64 *part, i64 count, i64 n, f64 eps2, int scale_parameter,
    *               f64 *hp): one block */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_alpha");

@@ -285,17 +285,21 @@ extern "C" __global__ void ty_adaf_prep(const void *lr, int dtlr, const void *wd
   hp[3] = ty_ld(wd, 0, dtwd);
 }
 
-/* alpha from the chunk sums of p^2 (count of them, n elements): one block. */
-extern "C" __global__ void ty_adaf_alpha(const double *part, long long count, long long n,
-                                         double eps2, int scale_parameter, double *hp) {
+/* The root mean square of n elements from `count` chunk sums of their
+ * squares, added in order by the whole block (thread 0 gets it). */
+__device__ inline double ty_adaf_rms(const double *part, long long count, long long n) {
   __shared__ double scratch[32];
   double acc = 0.0;
   for (long long i = threadIdx.x; i < count; i += blockDim.x) acc += part[i];
   const double total = ty_block_sum_d(acc, scratch);
-  if (threadIdx.x == 0) {
-    const double rms = n ? sqrt(total / (double)n) : 0.0;
-    hp[4] = hp[0] * (scale_parameter ? fmax(eps2, rms) : 1.0);
-  }
+  return n ? sqrt(total / (double)n) : 0.0;
+}
+
+/* alpha from the chunk sums of p^2: one block. */
+extern "C" __global__ void ty_adaf_alpha(const double *part, long long count, long long n,
+                                         double eps2, int scale_parameter, double *hp) {
+  const double rms = ty_adaf_rms(part, count, n);
+  if (threadIdx.x == 0) hp[4] = hp[0] * (scale_parameter ? fmax(eps2, rms) : 1.0);
 }
 
 /* row' = b2t row + (1 - b2t) mean over the row of g^2 + eps1: one block per
@@ -441,12 +445,8 @@ TY_KERNEL3(ty_adaf_usq, TY_ADAF_USQ_PARAMS, TY_ADAF_USQ_ARGS)
 /* The clipped scale from the chunk sums of u^2: one block. */
 extern "C" __global__ void ty_adaf_scale(const double *part, long long count, long long n,
                                          double clip, double *hp) {
-  __shared__ double scratch[32];
-  double acc = 0.0;
-  for (long long i = threadIdx.x; i < count; i += blockDim.x) acc += part[i];
-  const double total = ty_block_sum_d(acc, scratch);
+  const double rms = ty_adaf_rms(part, count, n);
   if (threadIdx.x == 0) {
-    const double rms = n ? sqrt(total / (double)n) : 0.0;
     hp[5] = hp[4] / fmax(1.0, rms / clip);
     hp[6] = hp[3] * hp[4];
   }

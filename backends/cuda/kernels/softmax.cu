@@ -151,6 +151,26 @@ __device__ __forceinline__ void ty_xent_impl(const void *logits, const void *tar
 #define TY_XENT_ARGS logits, targets, dtt, loss, dtl, rows, V, ld, err, node
 TY_KERNEL3(ty_xent, TY_XENT_PARAMS, TY_XENT_ARGS)
 
+/* A row's dz = d (exp(z - lse) - onehot(t)) over V elements, z of TZ and dz
+ * of TD (dz may be z when both are f32: each element is read, then written,
+ * by one thread). */
+template <typename TZ, typename TD>
+__device__ inline void ty_xent_grad_row(const TZ *z, TD *dz, long long V, int head, long long t,
+                                        float d, float lse) {
+  ty_row_loop(
+      V, head, threadIdx.x, blockDim.x,
+      [&](long long i) {
+        ty_put(dz, i, d * (ty_exp(ty_get(z, i) - lse) - (i == t ? 1.0f : 0.0f)));
+      },
+      [&](long long i) {
+        float v[4];
+        ty_ld4(z + i, v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = d * (ty_exp(v[j] - lse) - (i + j == t ? 1.0f : 0.0f));
+        ty_st4(dz + i, v);
+      });
+}
+
 template <typename T>
 __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, const void *logits,
                                                  const void *targets, int dtt, void *dz_,
@@ -176,20 +196,7 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
     }
     float m, s;
     ty_row_online(z, V, head, scratch, &m, &s);
-    const float lse = m + logf(s);
-    const float d = ty_ld(dloss, row, dtdl);
-    ty_row_loop(
-        V, head, threadIdx.x, blockDim.x,
-        [&](long long i) {
-          ty_put(dz, i, d * (ty_exp(ty_get(z, i) - lse) - (i == t ? 1.0f : 0.0f)));
-        },
-        [&](long long i) {
-          float v[4];
-          ty_ld4(z + i, v);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = d * (ty_exp(v[j] - lse) - (i + j == t ? 1.0f : 0.0f));
-          ty_st4(dz + i, v);
-        });
+    ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), m + logf(s));
   }
 }
 #define TY_XENT_BWD_PARAMS                                                                  \
@@ -255,17 +262,7 @@ __device__ __forceinline__ void ty_lce_bwd_rows_impl(const float *dloss, const f
       for (long long i = threadIdx.x; i < V; i += blockDim.x) ty_put(dz, i, 0.0f);
       continue;
     }
-    const float d = dloss[first + row], l = lse[first + row];
-    ty_row_loop(
-        V, head, threadIdx.x, blockDim.x,
-        [&](long long i) { ty_put(dz, i, d * (ty_exp(z[i] - l) - (i == t ? 1.0f : 0.0f))); },
-        [&](long long i) {
-          float v[4];
-          ty_ld4(z + i, v);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = d * (ty_exp(v[j] - l) - (i + j == t ? 1.0f : 0.0f));
-          ty_st4(dz + i, v);
-        });
+    ty_xent_grad_row(z, dz, V, head, t, dloss[first + row], lse[first + row]);
   }
 }
 #define TY_LCE_BWD_PARAMS                                                                 \
