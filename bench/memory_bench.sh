@@ -13,7 +13,8 @@
 # memory), STEPS (20), BATCH (1), BUILD (build), WORK (a temporary folder),
 # TEXT and TOKENIZER (a text file and its tokenizer.json: train on real text,
 # whose loss must fall; without them the data are synthetic id sequences
-# with a learnable pattern of the preset's vocabulary), VOCAB (the
+# with a learnable pattern of the preset's vocabulary), DATA (a dataset
+# folder already prepared for this sequence length: used as it is), VOCAB (the
 # vocabulary without TOKENIZER: 32000 for llama-7b, 128256 for llama-1b,
 # else 50257), PLAN_ONLY=1 (print the plan and stop: no device needed).
 #
@@ -54,7 +55,7 @@ echo "== memory plan: $preset, $batch x $seq tokens, $backend, levers: ${*:-none
   --seq-len "$seq" --batch-size "$batch" "${limit_args[@]}" "$@"
 [ "${PLAN_ONLY:-0}" = 1 ] && exit 0
 
-data=$work/data-$seq
+data=${DATA:-$work/data-$seq}
 if [ ! -d "$data" ]; then
   if [ -n "${TEXT:-}" ]; then
     "$ty" data prepare --tokenizer "$TOKENIZER" --input "$TEXT" --format text \

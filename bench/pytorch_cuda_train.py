@@ -8,9 +8,12 @@ attn_implementation="sdpa" (flash attention through
 F.scaled_dot_product_attention), built from configs equal to Trainyard's
 presets (gpt2-124m, gpt2-350m: vocab 50257, tied; llama-1b: Llama-3.2-1B's
 shape, vocab 128256, GQA 32/8, tied), dropout 0. Precision: bf16 autocast
-over f32 parameters (--dtype bf16-mixed, Trainyard's same-named mode) or f32
+over f32 parameters (--dtype bf16-mixed, Trainyard's same-named mode), bf16
+parameters and compute (--dtype bf16, as Trainyard's --dtype bf16) or f32
 (TF32 off). AdamW(fused=True), lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight
-decay 0.1 on matrices only. --compile wraps the model in torch.compile
+decay 0.1 on matrices only; or --optimizer adafactor (transformers.Adafactor,
+factored, no momentum). --checkpointing turns on transformers' gradient
+checkpointing (each decoder layer recomputed in the backward). --compile wraps the model in torch.compile
 (inductor; the warm-up steps pay for compiling). Random token ids, fixed for
 the run. Timing: CUDA-synchronized wall time per step (the loss is read back
 each step, as Trainyard's trainer does); median over the timed steps. Peak
@@ -128,7 +131,13 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--dtype", default="bf16-mixed", choices=("bf16-mixed", "f32"))
+    ap.add_argument("--dtype", default="bf16-mixed", choices=("bf16-mixed", "bf16", "f32"),
+                    help="bf16: bf16 parameters and compute (no autocast), as Trainyard's "
+                         "--dtype bf16")
+    ap.add_argument("--optimizer", default="adamw", choices=("adamw", "adafactor"),
+                    help="adafactor: transformers.Adafactor (factored, no momentum, "
+                         "relative_step off, scale_parameter on, lr 1e-3), as Trainyard's "
+                         "--optimizer adafactor")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--impl", default="transformers", choices=("transformers", "minimal"))
@@ -141,6 +150,8 @@ def main():
     torch.manual_seed(1234)
     dev = torch.device("cuda")
     model, p = build(a.model, "sdpa", a.impl)
+    if a.dtype == "bf16":
+        model.to(torch.bfloat16)
     model.to(dev).train()
     if a.checkpointing:
         if a.impl == "minimal":
@@ -150,9 +161,14 @@ def main():
              and "wpe" not in n and "embed_tokens" not in n]
     ids = {id(q) for q in decay}
     no_decay = [q for q in model.parameters() if id(q) not in ids]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    if a.optimizer == "adafactor":
+        from transformers.optimization import Adafactor
+        opt = Adafactor(model.parameters(), lr=1e-3, relative_step=False, scale_parameter=True,
+                        warmup_init=False)
+    else:
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     fwd = torch.compile(model) if a.compile else model
     V = p["vocab"]
     g = torch.Generator(device=dev).manual_seed(1)
@@ -164,7 +180,8 @@ def main():
     tag = "pytorch-" + ("compile" if a.compile else "eager") + \
         ("-minimal" if a.impl == "minimal" else "")
     print(f"device:     {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}, "
-          f"{a.dtype}, fused AdamW, SDPA, {a.impl} model")
+          f"{a.dtype}, {'Adafactor' if a.optimizer == 'adafactor' else 'fused AdamW'}, SDPA, "
+          f"{a.impl} model{', gradient checkpointing' if a.checkpointing else ''}")
     print(f"model:      {a.model} ({nparams} parameters) B={a.batch} T={a.seq}", flush=True)
 
     def step():
@@ -203,7 +220,8 @@ def main():
     print(f"ms/step:    median {med * 1e3:.2f}  min {min(times) * 1e3:.2f}  max "
           f"{max(times) * 1e3:.2f}")
     print(f"tokens/s:   {n_tok / med:.0f}; {tflops:.1f} TFLOP/s{mfu}; peak memory {peak:.0f} MiB")
-    print(f"RESULT {tag} model={a.model} dtype={a.dtype} B={a.batch} T={a.seq} "
+    print(f"RESULT {tag} model={a.model} dtype={a.dtype} optimizer={a.optimizer} "
+          f"checkpointing={int(a.checkpointing)} B={a.batch} T={a.seq} "
           f"median_ms={med * 1e3:.2f} tok_s={n_tok / med:.1f} tflops={tflops:.1f} "
           f"peak_mib={peak:.0f}")
 

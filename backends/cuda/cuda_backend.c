@@ -398,6 +398,30 @@ static ty_abi_status_t ty_cu_device_synchronize(ty_abi_device_t *d) {
 
 /* ---- buffers ---- */
 
+/* A TY_ABI_BUFFER_HOST buffer (optimizer offload): pinned host memory mapped
+ * into the device's address space, so kernels read and write it in place
+ * over the bus and the state never takes device memory. */
+static ty_abi_status_t ty_cu_host_alloc(ty_abi_device_t *d, uint64_t bytes,
+                                        ty_abi_buffer_t *buf) {
+  if (bytes == 0) return NULL;
+  CUresult r = d->api->cuMemHostAlloc(&buf->host, (size_t)bytes,
+                                      CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+  if (r == CUDA_SUCCESS) r = d->api->cuMemHostGetDevicePointer(&buf->ptr, buf->host, 0);
+  if (r != CUDA_SUCCESS) {
+    if (buf->host) d->api->cuMemFreeHost(buf->host);
+    buf->host = NULL;
+    char what[96];
+    snprintf(what, sizeof(what), "cuMemHostAlloc of %llu bytes of mapped pinned host memory",
+             (unsigned long long)bytes);
+    return ty_cu_driver_error(d, what, r);
+  }
+  pthread_mutex_lock(&d->alloc_lock);
+  d->host_allocated += bytes;
+  if (d->host_allocated > d->host_peak_allocated) d->host_peak_allocated = d->host_allocated;
+  pthread_mutex_unlock(&d->alloc_lock);
+  return NULL;
+}
+
 static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
                                           const ty_abi_buffer_alloc_args_t *args,
                                           ty_abi_buffer_t **out_buffer) {
@@ -413,6 +437,23 @@ static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
                        "%s: buffer alignment %llu is above the 256 bytes cuMemAlloc gives",
                        d->label, (unsigned long long)args->alignment);
   }
+  const uint32_t flags = TY_ABI_HAS_FIELD(args, ty_abi_buffer_alloc_args_t, flags) ? args->flags
+                                                                                 : 0u;
+  if (flags & ~TY_ABI_BUFFER_HOST) {
+    free(buf);
+    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: unknown buffer flags %#x", d->label,
+                       flags);
+  }
+  if (flags & TY_ABI_BUFFER_HOST) {
+    st = ty_cu_host_alloc(d, args->size_bytes, buf);
+    if (st) {
+      free(buf);
+      return st;
+    }
+    buf->size = args->size_bytes;
+    *out_buffer = buf;
+    return NULL;
+  }
   char what[64];
   snprintf(what, sizeof(what), "a %llu-byte buffer", (unsigned long long)args->size_bytes);
   st = ty_cu_alloc(d, args->size_bytes, what, &buf->ptr);
@@ -427,7 +468,14 @@ static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
 
 static void ty_cu_buffer_free(ty_abi_device_t *d, ty_abi_buffer_t *buf) {
   if (!buf) return;
-  if (buf->ptr) {
+  if (buf->host) {
+    ty_cu_enter(d);
+    d->api->cuStreamSynchronize(d->stream);
+    d->api->cuMemFreeHost(buf->host);
+    pthread_mutex_lock(&d->alloc_lock);
+    d->host_allocated -= buf->size <= d->host_allocated ? buf->size : d->host_allocated;
+    pthread_mutex_unlock(&d->alloc_lock);
+  } else if (buf->ptr) {
     ty_cu_enter(d);
     /* Work queued on the stream may still read it. */
     d->api->cuStreamSynchronize(d->stream);
@@ -442,6 +490,14 @@ static ty_abi_status_t ty_cu_transfer(ty_abi_device_t *d, ty_abi_buffer_t *buf, 
   ty_abi_status_t st = ty_cu_enter(d);
   if (st || size == 0) return st;
   ty_cu_api_t *api = d->api;
+  if (buf->host) { /* pinned host memory: once the queued work is done, a memcpy */
+    CUresult r = api->cuStreamSynchronize(d->stream);
+    if (r != CUDA_SUCCESS) return ty_cu_driver_error(d, "waiting for the device", r);
+    unsigned char *at = (unsigned char *)buf->host + offset;
+    if (to_device) memcpy(at, host, (size_t)size);
+    else memcpy(host, at, (size_t)size);
+    return NULL;
+  }
   pthread_mutex_lock(&d->staging_lock);
   for (uint64_t done = 0; done < size && !st;) {
     uint64_t n = size - done < d->staging_bytes ? size - done : d->staging_bytes;
@@ -486,6 +542,35 @@ static ty_abi_status_t ty_cu_buffer_copy(ty_abi_device_t *d, ty_abi_buffer_t *sr
   return r == CUDA_SUCCESS ? NULL : ty_cu_driver_error(d, "copying between buffers", r);
 }
 
+/* ---- memory accounting (ABI 1.3) ---- */
+
+static ty_abi_status_t ty_cu_device_memory(ty_abi_device_t *d, uint32_t reset_peak,
+                                           ty_abi_device_memory_t *out) {
+  size_t free_bytes = 0, total = 0;
+  ty_abi_status_t st = ty_cu_enter(d);
+  if (st) return st;
+  d->api->cuMemGetInfo(&free_bytes, &total);
+  pthread_mutex_lock(&d->alloc_lock);
+  out->in_use_bytes = d->allocated;
+  out->peak_bytes = d->peak_allocated;
+  out->host_in_use_bytes = d->host_allocated;
+  out->host_peak_bytes = d->host_peak_allocated;
+  if (reset_peak) {
+    d->peak_allocated = d->allocated;
+    d->host_peak_allocated = d->host_allocated;
+  }
+  pthread_mutex_unlock(&d->alloc_lock);
+  if (TY_ABI_HAS_FIELD(out, ty_abi_device_memory_t, how)) {
+    char used[32], tot[32];
+    ty_cu_format_bytes((uint64_t)(total - free_bytes), used, sizeof(used));
+    ty_cu_format_bytes((uint64_t)total, tot, sizeof(tot));
+    snprintf(out->how, sizeof(out->how),
+             "cuMemAlloc counter (buffers, arenas, scratch, workspace; not the context); "
+             "card: %.15s used of %.15s", used, tot);
+  }
+  return NULL;
+}
+
 /* ---- the table ---- */
 
 #ifndef TY_CUDA_BACKEND_VERSION
@@ -495,10 +580,9 @@ static ty_abi_status_t ty_cu_buffer_copy(ty_abi_device_t *d, ty_abi_buffer_t *sr
 static const ty_backend_api_t ty_cu_api_table = {
     .struct_size = sizeof(ty_backend_api_t),
     .abi_major = TY_ABI_MAJOR,
-    /* 1.2: ABI 1.3's pinned host buffers (TY_ABI_BUFFER_HOST, optimizer
-     * offload) are not implemented here yet, so the host refuses them for
-     * this plugin instead of handing it flags it would ignore. */
-    .abi_minor = 2,
+    /* 1.3: pinned host buffers (TY_ABI_BUFFER_HOST: optimizer offload) and
+     * the memory accounting entries; 1.4: collectives on NCCL. */
+    .abi_minor = 4,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,
@@ -522,8 +606,9 @@ static const ty_backend_api_t ty_cu_api_table = {
     .executable_report = ty_cu_executable_report,
     .executable_graph = ty_cu_executable_graph,
     .executable_check_binding = NULL,
-    /* ABI 1.4's collectives, on NCCL (cuda_comm.c). The host finds them by
-     * their entries; abi_minor stays 2 until 1.3's host buffers exist. */
+    .executable_memory = ty_cu_executable_memory,
+    .device_memory = ty_cu_device_memory,
+    /* 1.4: the collectives, on NCCL (cuda_comm.c). */
     .comm_unique_id = ty_cu_comm_unique_id,
     .comm_create = ty_cu_comm_create,
     .comm_destroy = ty_cu_comm_destroy,

@@ -205,6 +205,10 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b);
 void ty_cu_build_softmax(ty_cu_build_t *b);
 void ty_cu_build_cross_entropy(ty_cu_build_t *b);
 void ty_cu_build_rope(ty_cu_build_t *b);
+/* cuda_ops_memory.c */
+void ty_cu_build_linear_ce(ty_cu_build_t *b);
+void ty_cu_build_adafactor(ty_cu_build_t *b);
+void ty_cu_build_global_norm_scale(ty_cu_build_t *b);
 /* cuda_attention.c */
 void ty_cu_build_attention(ty_cu_build_t *b);
 /* cuda_gemm.c */

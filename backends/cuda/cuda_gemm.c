@@ -31,7 +31,8 @@ struct ty_cu_gemm_t {
   CUdeviceptr pa, pb, pc, pbias;
   uint32_t align; /* bytes every pointer must be aligned to */
   bool has_bias;
-  char shape[96]; /* for messages */
+  float beta; /* 1: accumulate into c */
+  char shape[112]; /* for messages */
 };
 
 void ty_cu_gemm_free(ty_cu_api_t *api, ty_cu_gemm_t *g) {
@@ -87,16 +88,13 @@ typedef struct {
   int64_t a, b, c;
 } ty_cu_lds_t;
 
-/* One GEMM command: `count` strided batches starting at the given byte
- * offsets of a, b and c. */
-static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N, int64_t K,
-                           bool ta, bool tb, ty_cu_lds_t ld, int32_t count, int64_t sa,
-                           int64_t sb, int64_t sc, uint64_t off_a, uint64_t off_b,
-                           uint64_t off_c, bool bias) {
+void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   if (b->status) return;
   ty_abi_device_t *d = b->device;
   ty_cu_api_t *api = d->api;
-  const size_t es = ty_abi_dtype_size(dt);
+  const size_t es = ty_abi_dtype_size(sp->ab_dtype), esc = ty_abi_dtype_size(sp->c_dtype);
+  const int64_t M = sp->M, N = sp->N, K = sp->K;
+  const bool ta = sp->ta, tb = sp->tb;
   ty_cu_gemm_t *g = calloc(1, sizeof(*g));
   if (!g) {
     ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -108,24 +106,29 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
     return;
   }
   c->gemm = g;
-  g->a = ty_cu_ref_at(ty_cu_in(b, 0), off_a);
-  g->b = ty_cu_ref_at(ty_cu_in(b, 1), off_b);
-  g->c = ty_cu_ref_at(ty_cu_out(b, 0), off_c);
-  g->has_bias = bias;
-  if (bias) g->bias = ty_cu_in(b, 2);
-  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s", (long long)M, (long long)K,
-           (long long)N, ta ? " ta" : "", tb ? " tb" : "", (int)count,
-           dt == TY_DTYPE_BF16 ? "bf16" : dt == TY_DTYPE_F16 ? "f16" : "f32");
+  g->a = sp->a;
+  g->b = sp->b;
+  g->c = sp->c;
+  g->has_bias = sp->has_bias;
+  g->beta = sp->accumulate ? 1.0f : 0.0f;
+  if (sp->has_bias) g->bias = sp->bias;
+  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s%s%s", (long long)M,
+           (long long)K, (long long)N, ta ? " ta" : "", tb ? " tb" : "", (int)sp->count,
+           sp->ab_dtype == TY_DTYPE_BF16 ? "bf16" : sp->ab_dtype == TY_DTYPE_F16 ? "f16" : "f32",
+           sp->c_dtype != sp->ab_dtype ? "->f32" : "", sp->accumulate ? " +=" : "");
   /* Every pointer this command will see is a 256-aligned base (allocations,
    * arena offsets) plus the binding offset plus these offsets and strides. */
-  g->align = ty_cu_pow2_align(off_a | off_b | off_c | (uint64_t)(ld.a * (int64_t)es) |
-                              (uint64_t)(ld.b * (int64_t)es) | (uint64_t)(ld.c * (int64_t)es));
-  if (count > 1) g->align = ty_cu_pow2_align(g->align | (uint64_t)(sa * (int64_t)es) |
-                                             (uint64_t)(sb * (int64_t)es) |
-                                             (uint64_t)(sc * (int64_t)es));
+  g->align = ty_cu_pow2_align(sp->a.offset | sp->b.offset | sp->c.offset |
+                              (uint64_t)(sp->lda * (int64_t)es) |
+                              (uint64_t)(sp->ldb * (int64_t)es) |
+                              (uint64_t)(sp->ldc * (int64_t)esc));
+  if (sp->count > 1) g->align = ty_cu_pow2_align(g->align | (uint64_t)(sp->sa * (int64_t)es) |
+                                                 (uint64_t)(sp->sb * (int64_t)es) |
+                                                 (uint64_t)(sp->sc * (int64_t)esc));
   if (g->align < es) g->align = (uint32_t)es;
-  const cudaDataType_t t = ty_cu_blas_type(dt);
-  const cublasComputeType_t compute = dt == TY_DTYPE_F32 && d->options.tf32
+  if (g->align < esc) g->align = (uint32_t)esc;
+  const cudaDataType_t t = ty_cu_blas_type(sp->ab_dtype), tc = ty_cu_blas_type(sp->c_dtype);
+  const cublasComputeType_t compute = sp->ab_dtype == TY_DTYPE_F32 && d->options.tf32
                                           ? CUBLAS_COMPUTE_32F_FAST_TF32
                                           : CUBLAS_COMPUTE_32F;
   cublasStatus_t s = api->cublasLtMatmulDescCreate(&g->desc, compute, CUDA_R_32F);
@@ -139,7 +142,7 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
     s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_y,
                                             sizeof(op_y));
   }
-  if (s == CUBLAS_STATUS_SUCCESS && bias) {
+  if (s == CUBLAS_STATUS_SUCCESS && sp->has_bias) {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                             sizeof(epi));
@@ -150,11 +153,11 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
     return;
   }
   /* Column-major shapes as stored (see the top of the file). */
-  g->la = tb ? ty_cu_layout(b, t, (uint64_t)K, (uint64_t)N, ld.b, count, sb)
-             : ty_cu_layout(b, t, (uint64_t)N, (uint64_t)K, ld.b, count, sb);
-  g->lb = ta ? ty_cu_layout(b, t, (uint64_t)M, (uint64_t)K, ld.a, count, sa)
-             : ty_cu_layout(b, t, (uint64_t)K, (uint64_t)M, ld.a, count, sa);
-  g->lc = ty_cu_layout(b, t, (uint64_t)N, (uint64_t)M, ld.c, count, sc);
+  g->la = tb ? ty_cu_layout(b, t, (uint64_t)K, (uint64_t)N, sp->ldb, sp->count, sp->sb)
+             : ty_cu_layout(b, t, (uint64_t)N, (uint64_t)K, sp->ldb, sp->count, sp->sb);
+  g->lb = ta ? ty_cu_layout(b, t, (uint64_t)M, (uint64_t)K, sp->lda, sp->count, sp->sa)
+             : ty_cu_layout(b, t, (uint64_t)K, (uint64_t)M, sp->lda, sp->count, sp->sa);
+  g->lc = ty_cu_layout(b, tc, (uint64_t)N, (uint64_t)M, sp->ldc, sp->count, sp->sc);
   if (b->status) return;
   cublasLtMatmulPreference_t pref = NULL;
   s = api->cublasLtMatmulPreferenceCreate(&pref);
@@ -184,6 +187,36 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
     return;
   }
   g->algo = result.algo;
+}
+
+/* One GEMM command of the matmul op: `count` strided batches starting at
+ * the given byte offsets of a, b and c (the node's operands). */
+static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N, int64_t K,
+                           bool ta, bool tb, ty_cu_lds_t ld, int32_t count, int64_t sa,
+                           int64_t sb, int64_t sc, uint64_t off_a, uint64_t off_b,
+                           uint64_t off_c, bool bias) {
+  const ty_cu_gemm_spec_t spec = {
+      .a = ty_cu_ref_at(ty_cu_in(b, 0), off_a),
+      .b = ty_cu_ref_at(ty_cu_in(b, 1), off_b),
+      .c = ty_cu_ref_at(ty_cu_out(b, 0), off_c),
+      .bias = bias ? ty_cu_in(b, 2) : ty_cu_none(),
+      .ab_dtype = dt,
+      .c_dtype = dt,
+      .M = M,
+      .N = N,
+      .K = K,
+      .ta = ta,
+      .tb = tb,
+      .has_bias = bias,
+      .lda = ld.a,
+      .ldb = ld.b,
+      .ldc = ld.c,
+      .count = count,
+      .sa = sa,
+      .sb = sb,
+      .sc = sc,
+  };
+  ty_cu_gemm_emit(b, &spec);
 }
 
 /* Row-major strides (elements) of a value's dims, right-aligned to `rank`
@@ -347,10 +380,10 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
                        d->label, c->node, g->shape, g->align, (unsigned long long)g->pa,
                        (unsigned long long)g->pb, (unsigned long long)g->pc);
   }
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f;
   cublasStatus_t s = api->cublasLtMatmul(
       d->blaslt, g->desc, &one, (const void *)(uintptr_t)g->pb, g->la,
-      (const void *)(uintptr_t)g->pa, g->lb, &zero, (const void *)(uintptr_t)g->pc, g->lc,
+      (const void *)(uintptr_t)g->pa, g->lb, &g->beta, (const void *)(uintptr_t)g->pc, g->lc,
       (void *)(uintptr_t)g->pc, g->lc, &g->algo, (void *)(uintptr_t)d->workspace,
       (size_t)d->workspace_bytes, d->stream);
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -359,7 +392,7 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
      * failure of its own: the driver's sticky error is the real cause. */
     CUresult r = api->cuStreamSynchronize(d->stream);
     if (r != CUDA_SUCCESS) {
-      char what[200];
+      char what[320];
       snprintf(what, sizeof(what),
                "the work queued before node %u (matmul %s; cuBLASLt: %s; "
                "TRAINYARD_CUDA_SYNC=1 names the kernel)",

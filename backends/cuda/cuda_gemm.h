@@ -19,4 +19,20 @@ bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *gemm);
 ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c);
 void ty_cu_gemm_free(ty_cu_api_t *api, ty_cu_gemm_t *gemm);
 
+/* A GEMM on any operands (the fused ops' chunks: linear_cross_entropy):
+ * row-major c[M, N] (+)= op(a) op(b), a and b of ab_dtype, c of c_dtype
+ * (ab_dtype, or f32 from bf16/f16 products), leading dimensions in
+ * elements, `count` strided batches (sa, sb, sc elements apart; count 1
+ * for one). f32 accumulation; `accumulate` adds to c (beta = 1). */
+typedef struct ty_cu_gemm_spec_t {
+  ty_cu_ref_t a, b, c, bias;
+  ty_dtype_t ab_dtype, c_dtype;
+  int64_t M, N, K;
+  bool ta, tb, has_bias, accumulate;
+  int64_t lda, ldb, ldc;
+  int32_t count;
+  int64_t sa, sb, sc;
+} ty_cu_gemm_spec_t;
+void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *spec);
+
 #endif /* TY_BACKENDS_CUDA_CUDA_GEMM_H_ */

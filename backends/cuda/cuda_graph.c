@@ -806,6 +806,17 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
 
 const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *e) { return &e->graph->graph; }
 
+/* What compile allocated for the executable's life: the activation arena
+ * (its plan), and beside it the per-node kernel scratch (the chunked loss's
+ * logits, reduction partials), constants and tables. */
+ty_abi_status_t ty_cu_executable_memory(ty_abi_executable_t *e, ty_abi_executable_memory_t *out) {
+  out->arena_bytes = e->arena_bytes + e->const_bytes + e->aux_bytes_dev +
+                     (uint64_t)e->table_count * 8u;
+  out->scratch_bytes = e->scratch_alloc;
+  out->host_bytes = 0;
+  return NULL;
+}
+
 ty_abi_device_t *ty_cu_exec_device(const ty_cu_exec_t *e) { return e->device; }
 
 /* ---- execute ---- */
@@ -1096,6 +1107,14 @@ static ty_abi_status_t ty_cu_data_error(const ty_abi_executable_t *e, const int3
       float m;
       memcpy(&m, &bits, sizeof(m));
       snprintf(what, sizeof(what), "sgd: nesterov needs momentum > 0 (got %g)", (double)m);
+      break;
+    }
+    case 8: {
+      uint32_t bits = (uint32_t)b;
+      float beta1;
+      memcpy(&beta1, &bits, sizeof(beta1));
+      snprintf(what, sizeof(what), "adafactor: step %lld must be >= 1 and beta1 %g in [0, 1)", x,
+               (double)beta1);
       break;
     }
     default:

@@ -85,11 +85,14 @@ struct ty_abi_device_s {
   pthread_mutex_t alloc_lock;
   uint64_t allocated;
   uint64_t peak_allocated;
+  uint64_t host_allocated; /* pinned host buffers (TY_ABI_BUFFER_HOST) */
+  uint64_t host_peak_allocated;
 };
 
 struct ty_abi_buffer_s {
   CUdeviceptr ptr; /* 0 for a zero-size buffer */
   uint64_t size;
+  void *host; /* TY_ABI_BUFFER_HOST: the mapped pinned memory ptr points at */
 };
 
 /* ---- cuda_backend.c ---- */
@@ -146,6 +149,8 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *executable,
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *executable, char *dst,
                                         uint64_t capacity, uint64_t *out_size);
 const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *executable);
+ty_abi_status_t ty_cu_executable_memory(ty_abi_executable_t *executable,
+                                        ty_abi_executable_memory_t *out);
 ty_abi_device_t *ty_cu_exec_device(const ty_abi_executable_t *executable);
 
 /* ---- cuda_artifact.c: executables as artifacts ---- */

@@ -55,6 +55,10 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"adamw_update", ty_cu_build_adamw, TY_CU_ACCEPT_COMPUTE},
     {"sgd_update", ty_cu_build_sgd, TY_CU_ACCEPT_COMPUTE},
     {"clip_by_global_norm", ty_cu_build_clip, TY_CU_ACCEPT_COMPUTE},
+    {"linear_cross_entropy", ty_cu_build_linear_ce, TY_CU_ACCEPT_COMPUTE},
+    {"linear_cross_entropy_backward", ty_cu_build_linear_ce, TY_CU_ACCEPT_COMPUTE},
+    {"adafactor_update", ty_cu_build_adafactor, TY_CU_ACCEPT_COMPUTE},
+    {"global_norm_scale", ty_cu_build_global_norm_scale, TY_CU_ACCEPT_COMPUTE},
     {"kv_cache_write", ty_cu_build_kv_cache_write, TY_CU_ACCEPT_MOVE},
     {NULL, NULL, TY_CU_ACCEPT_MOVE},
 };
@@ -80,6 +84,8 @@ static const struct {
     {"softmax_backward", false},   {"cross_entropy", true},  {"cross_entropy_backward", false},
     {"rope", false},               {"rope_backward", false}, {"dropout", false},
     {"dropout_backward", false},   {"clip_by_global_norm", true},
+    {"linear_cross_entropy", true}, {"linear_cross_entropy_backward", false},
+    {"adafactor_update", true},
 };
 
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
@@ -99,6 +105,15 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
                  node->op, ty_dtype_name(d));
         return false;
       }
+    }
+  }
+  if (strncmp(node->op, "linear_cross_entropy", 20) == 0) {
+    /* w is [V, C] (input 1 forward, 2 backward): its GEMMs need both. */
+    const ty_abi_value_t *w = &g->values[node->inputs[node->op[20] ? 2 : 1]];
+    if (w->rank == 2 && (w->dims[0] == 0 || w->dims[1] == 0)) {
+      snprintf(reason, capacity, "%s with an empty vocabulary or hidden size ([%lld, %lld])",
+               node->op, (long long)w->dims[0], (long long)w->dims[1]);
+      return false;
     }
   }
   if (strcmp(node->op, "embedding_backward") == 0) {
@@ -890,6 +905,25 @@ void ty_cu_build_sgd(ty_cu_build_t *b) {
 
 #define TY_CU_CLIP_CHUNK 8192 /* elements per partial sum of squares */
 
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_cu_ref_t part) {
+  const int64_t blocks = (n + chunk - 1) / chunk;
+  /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
+   *                    i64 total, f64 scale): one row of n, one block per chunk */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), dt));
+  ty_cu_arg_ptr(b, c, x);
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_i32(b, c, TY_DTYPE_F64);
+  ty_cu_arg_i32(b, c, 1 /* sumsq */);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_i64(b, c, blocks);
+  ty_cu_arg_i64(b, c, chunk);
+  ty_cu_arg_i64(b, c, blocks);
+  ty_cu_arg_f64(b, c, 1.0);
+  ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
+  return blocks;
+}
+
 /* clip_by_global_norm over gradients of one typed dtype: three launches
  * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi). */
 static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
@@ -979,22 +1013,9 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
     const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
     const int64_t n = ty_cu_numel(g);
     if (n == 0) continue;
-    /* The sums of squares of fixed chunks of g_i into partial[slot ...]
-     * (f64): ty_reduce_rows_<T> on one row of n, one block per chunk. */
-    const int64_t blocks = (n + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
-    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE,
-                                  ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), (int)g->dtype));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
-    ty_cu_arg_ptr(b, c, ty_cu_ref_at(partial, slot * sizeof(double)));
-    ty_cu_arg_i32(b, c, TY_DTYPE_F64);
-    ty_cu_arg_i32(b, c, 1 /* sumsq */);
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_i64(b, c, blocks);
-    ty_cu_arg_i64(b, c, TY_CU_CLIP_CHUNK);
-    ty_cu_arg_i64(b, c, blocks);
-    ty_cu_arg_f64(b, c, 1.0);
-    ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
-    slot += (uint64_t)blocks;
+    slot += (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_cu_in(b, i + 1), (int)g->dtype, n,
+                                             TY_CU_CLIP_CHUNK,
+                                             ty_cu_ref_at(partial, slot * sizeof(double)));
   }
   /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
    *                f64 *coef): one block */

@@ -37,6 +37,13 @@ uint32_t ty_cu_row_threads(int64_t n, uint32_t max);
  * chunk; returns the number of chunks (>= 1, <= 65535). */
 uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk);
 
+/* The sums of squares of x (n elements of dtype dt, f32/bf16/f16) over
+ * fixed chunks of `chunk` elements into part[0 ..) (f64, in order; reduce.cu's
+ * ty_reduce_rows_*): the first level of a deterministic norm. Returns the
+ * number of chunks. */
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_cu_ref_t part);
+
 /* The map kernel (kernels/elementwise.cu, ty_map_t_* or ty_map): op is
  * TY_MAP_* of that file, alpha scale's factor. */
 void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha);

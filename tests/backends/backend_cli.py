@@ -46,9 +46,9 @@ class Config:
 
 CFG = Config()
 
-# The memory levers' ops (issue 13) that only cpu (and the reference) run so
-# far: `train --loss-chunk`, `--optimizer adafactor` and `--fused-optimizer`
-# (its norm pass, global_norm_scale) are refused by name on the others.
+# The memory levers' ops (issue 13) that opencl has no kernels for yet:
+# `train --loss-chunk`, `--optimizer adafactor` and `--fused-optimizer` (its
+# norm pass, global_norm_scale) are refused there by name.
 MEMORY_LEVER_OPS = frozenset({"linear_cross_entropy", "linear_cross_entropy_backward",
                               "adafactor_update", "global_norm_scale"})
 

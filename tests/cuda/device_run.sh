@@ -28,6 +28,15 @@
 #              shape, random weights, bf16): concurrency 1, 8, 32 against
 #              sequential requests, time to first token, and transformers'
 #              generate on the same card for the same batch
+#   memory     issue 13 (logs in $OUT/memory/): the levers' ops' conformance
+#              (f32/bf16/f16), the tiny fixtures with each lever against cpu
+#              (tests/cuda/levers_vs_cpu.py), llama-7b T=2048 B=1 on real
+#              text under memory_limit=24GiB (bf16, Adafactor, fused
+#              optimizer, recompute layer, loss chunk; 20 steps), llama-1b
+#              at T = 32K, 64K, 128K (3 steps each, up to the first that
+#              does not fit), and PyTorch's longest T for llama-1b
+#              (transformers + SDPA + gradient checkpointing, bf16 +
+#              Adafactor). MEMORY_TIME scales every timeout (default 1).
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
 set -uo pipefail
 build=${1:?usage: device_run.sh BUILD_DIR PHASE...}
@@ -165,6 +174,94 @@ phase_serve() {
   timeout 120 "$build/bin/engine_bench" --preset gpt2-124m --random-weights --backend cuda:0 \
     --plugin-dir "$build/lib/trainyard/backends" \
     --dtype bf16 --concurrency 1,8,32 --prompt-len 32 --new-tokens 32 --chunk 64 || rc=1
+  return $rc
+}
+
+# A time limit for one piece of phase_memory: seconds times MEMORY_TIME.
+mem_timeout() {
+  python3 -c "import sys; print(int(float(sys.argv[1]) * float(sys.argv[2])))" "$1" \
+    "${MEMORY_TIME:-1}"
+}
+
+# Real text for the 7B run: the repository's docs and C sources (a few MB),
+# a byte-level BPE trained on them (as large as the text allows: ~14K), and
+# the text tokenized into an ids dataset of the 7B shape's vocabulary, 32000
+# (ids above the tokenizer's never occur: the LM head is still 32000 wide).
+memory_text_data() {
+  local dir=$1
+  mkdir -p "$dir"
+  cat docs/*.md README.md $(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]') \
+    >"$dir/text.txt" 2>/dev/null
+  "$ty" data train-tokenizer --input "$dir/text.txt" --vocab-size 32000 --format text \
+    --out "$dir/tokenizer.json" --force || return 1
+  python3 - "$ty" "$dir" <<'PY' || return 1
+import json, subprocess, sys
+ty, d = sys.argv[1], sys.argv[2]
+text = open(d + "/text.txt", "rb").read()
+piece = len(text) // 64 + 1
+with open(d + "/ids.jsonl", "w") as f:
+    for i in range(0, len(text), piece):
+        r = subprocess.run([ty, "tokenize", "--tokenizer", d + "/tokenizer.json", "--json",
+                            "--no-special"], input=text[i:i + piece], capture_output=True,
+                           check=True)
+        f.write(json.dumps({"ids": json.loads(r.stdout)["ids"]}) + "\n")
+vocab = json.load(open(d + "/tokenizer.json"))["model"]["vocab"]
+print(vocab["<|endoftext|>"], file=open(d + "/eos", "w"))
+PY
+  "$ty" data prepare --format ids --vocab-size 32000 --eos-id "$(cat "$dir/eos")" \
+    --input "$dir/ids.jsonl" --seq-len 2048 --out "$dir/data-2048"
+}
+
+phase_memory() {
+  local m=$out/memory rc=0
+  mkdir -p "$m"
+  local levers=(--recompute layer --optimizer adafactor --fused-optimizer --dtype bf16)
+  echo "== (a) conformance of the levers' ops on cuda:0 (f32, bf16, f16)"
+  for ops in 'linear_cross_entropy*' adafactor_update global_norm_scale; do
+    timeout "$(mem_timeout 60)" "$ty" conform --backend cuda:0 --ops "$ops" --summary \
+      >"$m/conform-${ops%\*}.log" 2>&1 || rc=1
+    tail -2 "$m/conform-${ops%\*}.log"
+  done
+  echo "== (e) the tiny fixtures with each lever, cuda:0 against cpu"
+  timeout "$(mem_timeout 180)" python3 tests/cuda/levers_vs_cpu.py --trainyard "$ty" \
+    --models "$models" --data /tmp/ty-ids >"$m/levers_vs_cpu.log" 2>&1 || rc=1
+  cat "$m/levers_vs_cpu.log"
+  echo "== (b) llama-7b, T=2048, B=1, real text, memory_limit=24GiB, 20 steps"
+  if memory_text_data /tmp/ty-text >"$m/text-data.log" 2>&1; then
+    BUILD=$build BACKEND='cuda:0?memory_limit=24GiB' MEMORY_LIMIT=24GiB STEPS=20 \
+      DATA=/tmp/ty-text/data-2048 WORK=/tmp/ty-mem-7b \
+      timeout "$(mem_timeout 240)" bench/memory_bench.sh llama-7b 2048 "${levers[@]}" \
+      --loss-chunk 1024 >"$m/llama-7b-2048.log" 2>&1 || rc=1
+    tail -8 "$m/llama-7b-2048.log"
+  else
+    echo "making the text dataset failed:"; tail -5 "$m/text-data.log"; rc=1
+  fi
+  echo "== (c) llama-1b at 32K, 64K, 128K tokens (3 steps each; --clip 0: one backward)"
+  local seq limit
+  for seq in 32768 65536 131072; do
+    limit=$(mem_timeout $((seq / 1024 + 30)))
+    BUILD=$build MEMORY_LIMIT= STEPS=3 WORK=/tmp/ty-mem-1b \
+      timeout "$limit" bench/memory_bench.sh llama-1b $seq "${levers[@]}" --loss-chunk 4096 \
+      --clip 0 >"$m/llama-1b-$seq.log" 2>&1
+    local r=$?
+    tail -6 "$m/llama-1b-$seq.log"
+    if ((r != 0)); then
+      echo "llama-1b T=$seq: exit $r (124: over its ${limit} s) -- the longest that fits is below"
+      break
+    fi
+  done
+  echo "== (d) PyTorch llama-1b: transformers + SDPA + gradient checkpointing, bf16, Adafactor"
+  for seq in 32768 65536 131072; do
+    timeout "$(mem_timeout 80)" python3 bench/pytorch_cuda_train.py --model llama-1b --batch 1 \
+      --seq $seq --steps 2 --warmup 1 --dtype bf16 --optimizer adafactor --checkpointing \
+      >"$m/pytorch-1b-$seq.log" 2>&1
+    local r=$?
+    grep -E "RESULT|OutOfMemory|Error" "$m/pytorch-1b-$seq.log" | tail -2
+    if ((r != 0)); then
+      echo "pytorch llama-1b T=$seq: exit $r -- the longest that fits is below"
+      break
+    fi
+  done
   return $rc
 }
 

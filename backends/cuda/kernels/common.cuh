@@ -44,6 +44,7 @@
 #define TY_ERR_CAST_RANGE 5
 #define TY_ERR_ADAMW_STEP 6
 #define TY_ERR_SGD_NESTEROV 7
+#define TY_ERR_ADAFACTOR 8
 
 #define ERR_ARGS int *err, int node
 

@@ -240,3 +240,243 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
       const double *hp
 #define TY_ADAMW_MULTI_ARGS p, g, m, v, po, mo, vo, wd, dtwd, starts, sizes, count, chunk, hp
 TY_KERNEL3(ty_adamw_multi, TY_ADAMW_MULTI_PARAMS, TY_ADAMW_MULTI_ARGS)
+
+/* ---- Adafactor (transformers.Adafactor; ops/reference/ref_optim.c) ----
+ *
+ *   rho = relative_step ? min(warmup_init ? 1e-6 t : 1e-2, 1/sqrt(t)) : lr
+ *   alpha = rho (scale_parameter ? max(eps2, rms(p)) : 1);  b2t = 1 - t^decay
+ *   factored (rank >= 2, per matrix of the batch dims; s = g^2 + eps1):
+ *     row <- b2t row + (1 - b2t) mean_last(s);  col <- b2t col + (1 - b2t) mean_rows(s)
+ *     u = g / sqrt(row / mean(row)) / sqrt(col)
+ *   else: v <- b2t v + (1 - b2t) s;  u = g / sqrt(v)
+ *   u <- alpha u / max(1, rms(u) / clip);  m <- b1 m + (1 - b1) u, u = m (optional)
+ *   p <- p - wd alpha p - u
+ *
+ * The host (cuda_ops_memory.c) queues: ty_adaf_prep (hyperparameters into
+ * hp, step and beta1 checked), the sum of p^2 in fixed chunks (reduce.cu's
+ * ty_reduce_rows), ty_adaf_alpha (one block adds the chunk sums in order:
+ * rms(p), alpha), the new states (ty_adaf_rows, ty_adaf_cols with
+ * ty_adaf_cols_finish, and ty_adaf_rowmean; or ty_adaf_v), the sum of u^2 in fixed chunks
+ * (ty_adaf_usq), ty_adaf_scale (rms(u) and the clipped scale), and
+ * ty_adaf_apply. u is never stored: the last two passes form it again from
+ * the new states. Arithmetic is f64 over f32 states and sums are two-level
+ * in a fixed order, as the cpu backend's, so the result does not depend on
+ * the launch shape. Outputs may alias their state inputs: every element is
+ * read by the thread that writes it, before it does. A step below 1 or a
+ * beta1 outside [0, 1) is a data error (TY_ERR_ADAFACTOR with the step and
+ * beta1's bits).
+ *
+ * hp: [0] rho, [1] b2t, [2] beta1, [3] wd, [4] alpha, [5] the update's
+ * scale alpha / max(1, rms(u) / clip), [6] wd alpha. */
+extern "C" __global__ void ty_adaf_prep(const void *lr, int dtlr, const void *wd, int dtwd,
+                                        const void *step, int dtstep, const void *b1, int dtb1,
+                                        int relative, int warmup, double decay, double *hp,
+                                        ERR_ARGS) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const long long t = ty_ldi(step, 0, dtstep);
+  const float beta1 = b1 ? ty_ld(b1, 0, dtb1) : 0.0f;
+  if (t < 1 || !(beta1 >= 0.0f && beta1 < 1.0f)) {
+    ty_fail(err, node, TY_ERR_ADAFACTOR, t, (long long)__float_as_uint(beta1), 0);
+  }
+  const double td = (double)(t < 1 ? 1 : t);
+  hp[0] = relative ? fmin(warmup ? 1e-6 * td : 1e-2, 1.0 / sqrt(td)) : (double)ty_ld(lr, 0, dtlr);
+  hp[1] = 1.0 - pow(td, decay);
+  hp[2] = beta1;
+  hp[3] = ty_ld(wd, 0, dtwd);
+}
+
+/* The root mean square of n elements from `count` chunk sums of their
+ * squares, added in order by the whole block (thread 0 gets it). */
+__device__ inline double ty_adaf_rms(const double *part, long long count, long long n) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (long long i = threadIdx.x; i < count; i += blockDim.x) acc += part[i];
+  const double total = ty_block_sum_d(acc, scratch);
+  return n ? sqrt(total / (double)n) : 0.0;
+}
+
+/* alpha from the chunk sums of p^2: one block. */
+extern "C" __global__ void ty_adaf_alpha(const double *part, long long count, long long n,
+                                         double eps2, int scale_parameter, double *hp) {
+  const double rms = ty_adaf_rms(part, count, n);
+  if (threadIdx.x == 0) hp[4] = hp[0] * (scale_parameter ? fmax(eps2, rms) : 1.0);
+}
+
+/* row' = b2t row + (1 - b2t) mean over the row of g^2 + eps1: one block per
+ * row of cols elements (R rows: the batch dims times the rows). */
+template <typename T>
+__device__ __forceinline__ void ty_adaf_rows_impl(const void *g_, const float *row, float *row_o,
+                                                  long long R, long long cols, double eps1,
+                                                  const double *hp) {
+  __shared__ double scratch[32];
+  const T *g = (const T *)g_;
+  const double b2t = hp[1];
+  for (long long r = blockIdx.x; r < R; r += gridDim.x) {
+    const T *gr = g + r * cols;
+    double acc = 0.0;
+    for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+      const double x = ty_get(gr, j);
+      acc += x * x + eps1;
+    }
+    const double total = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) row_o[r] = (float)(b2t * row[r] + (1.0 - b2t) * (total / (double)cols));
+  }
+}
+#define TY_ADAF_ROWS_PARAMS                                                             \
+  const void *g, const float *row, float *row_o, long long R, long long cols, double eps1, \
+      const double *hp
+#define TY_ADAF_ROWS_ARGS g, row, row_o, R, cols, eps1, hp
+TY_KERNEL3(ty_adaf_rows, TY_ADAF_ROWS_PARAMS, TY_ADAF_ROWS_ARGS)
+
+/* col' = b2t col + (1 - b2t) mean over the rows of g^2 + eps1, in two
+ * levels: ty_adaf_cols_* sums rows [split rchunk, (split + 1) rchunk) of 32
+ * columns per block (32 x 8 threads; blockIdx.x the group of columns,
+ * blockIdx.y the split, blockIdx.z the matrix of the batch; thread row y
+ * takes rows y, y + 8, ..., and the 8 partial sums are added in order) into
+ * part[split][b * cols + j]; ty_adaf_cols_finish adds the splits in order
+ * and updates col. The splits fill the card however few the columns. */
+template <typename T>
+__device__ __forceinline__ void ty_adaf_cols_impl(const void *g_, long long rows, long long cols,
+                                                  long long rchunk, double eps1, double *part) {
+  __shared__ double acc8[8][33];
+  const long long j = (long long)blockIdx.x * 32 + threadIdx.x;
+  const long long b = blockIdx.z, B = gridDim.z;
+  const T *g = (const T *)g_ + b * rows * cols;
+  const long long r0 = (long long)blockIdx.y * rchunk;
+  const long long r1 = r0 + rchunk < rows ? r0 + rchunk : rows;
+  double acc = 0.0;
+  if (j < cols) {
+    for (long long i = r0 + threadIdx.y; i < r1; i += 8) {
+      const double x = ty_get(g, i * cols + j);
+      acc += x * x + eps1;
+    }
+  }
+  acc8[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    double total = 0.0;
+    for (int y = 0; y < 8; ++y) total += acc8[y][threadIdx.x];
+    part[((long long)blockIdx.y * B + b) * cols + j] = total;
+  }
+}
+#define TY_ADAF_COLS_PARAMS \
+  const void *g, long long rows, long long cols, long long rchunk, double eps1, double *part
+#define TY_ADAF_COLS_ARGS g, rows, cols, rchunk, eps1, part
+TY_KERNEL3(ty_adaf_cols, TY_ADAF_COLS_PARAMS, TY_ADAF_COLS_ARGS)
+
+/* col'[k] from the `splits` partial sums of column k (n = B cols of them). */
+extern "C" __global__ void ty_adaf_cols_finish(const double *part, long long splits, long long n,
+                                               long long rows, const float *col, float *col_o,
+                                               const double *hp) {
+  const double b2t = hp[1];
+  TY_FOR_EACH(k, n) {
+    double total = 0.0;
+    for (long long s = 0; s < splits; ++s) total += part[s * n + k];
+    col_o[k] = (float)(b2t * col[k] + (1.0 - b2t) * (total / (double)rows));
+  }
+}
+
+/* rmean[b] = mean of the new row state of matrix b: one block per matrix. */
+extern "C" __global__ void ty_adaf_rowmean(const float *row_o, long long B, long long rows,
+                                           double *rmean) {
+  __shared__ double scratch[32];
+  for (long long b = blockIdx.x; b < B; b += gridDim.x) {
+    double acc = 0.0;
+    for (long long i = threadIdx.x; i < rows; i += blockDim.x) acc += row_o[b * rows + i];
+    const double total = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) rmean[b] = total / (double)rows;
+  }
+}
+
+/* v' = b2t v + (1 - b2t) (g^2 + eps1), elementwise (vectors and scalars). */
+template <typename T>
+__device__ __forceinline__ void ty_adaf_v_impl(const void *g_, const float *v, float *v_o,
+                                               long long n, double eps1, const double *hp) {
+  const T *g = (const T *)g_;
+  const double b2t = hp[1];
+  TY_FOR_EACH(i, n) {
+    const double x = ty_get(g, i);
+    v_o[i] = (float)(b2t * v[i] + (1.0 - b2t) * (x * x + eps1));
+  }
+}
+#define TY_ADAF_V_PARAMS \
+  const void *g, const float *v, float *v_o, long long n, double eps1, const double *hp
+#define TY_ADAF_V_ARGS g, v, v_o, n, eps1, hp
+TY_KERNEL3(ty_adaf_v, TY_ADAF_V_PARAMS, TY_ADAF_V_ARGS)
+
+/* The unclipped update u_i from the new states (row_o NULL: unfactored). */
+template <typename T>
+__device__ inline double ty_adaf_u(const T *g, const float *row_o, const float *col_o,
+                                   const double *rmean, const float *v_o, long long i,
+                                   long long rows, long long cols) {
+  const double gi = ty_get(g, i);
+  if (!row_o) return gi / sqrt((double)v_o[i]);
+  const long long r = ty_div(i, cols), j = i - r * cols, b = ty_div(r, rows);
+  return gi / sqrt((double)row_o[r] / rmean[b]) / sqrt((double)col_o[b * cols + j]);
+}
+
+/* part[k] = sum of u^2 over chunk k of `chunk` elements: one block each. */
+template <typename T>
+__device__ __forceinline__ void ty_adaf_usq_impl(const void *g_, const float *row_o,
+                                                 const float *col_o, const double *rmean,
+                                                 const float *v_o, long long n, long long rows,
+                                                 long long cols, long long chunk, double *part) {
+  __shared__ double scratch[32];
+  const T *g = (const T *)g_;
+  const long long chunks = (n + chunk - 1) / chunk;
+  for (long long k = blockIdx.x; k < chunks; k += gridDim.x) {
+    const long long end = (k + 1) * chunk < n ? (k + 1) * chunk : n;
+    double acc = 0.0;
+    for (long long i = k * chunk + threadIdx.x; i < end; i += blockDim.x) {
+      const double u = ty_adaf_u(g, row_o, col_o, rmean, v_o, i, rows, cols);
+      acc += u * u;
+    }
+    const double total = ty_block_sum_d(acc, scratch);
+    if (threadIdx.x == 0) part[k] = total;
+  }
+}
+#define TY_ADAF_USQ_PARAMS                                                                 \
+  const void *g, const float *row_o, const float *col_o, const double *rmean,              \
+      const float *v_o, long long n, long long rows, long long cols, long long chunk,     \
+      double *part
+#define TY_ADAF_USQ_ARGS g, row_o, col_o, rmean, v_o, n, rows, cols, chunk, part
+TY_KERNEL3(ty_adaf_usq, TY_ADAF_USQ_PARAMS, TY_ADAF_USQ_ARGS)
+
+/* The clipped scale from the chunk sums of u^2: one block. */
+extern "C" __global__ void ty_adaf_scale(const double *part, long long count, long long n,
+                                         double clip, double *hp) {
+  const double rms = ty_adaf_rms(part, count, n);
+  if (threadIdx.x == 0) {
+    hp[5] = hp[4] / fmax(1.0, rms / clip);
+    hp[6] = hp[3] * hp[4];
+  }
+}
+
+/* p' = p - wd alpha p - u (u through the first moment when m is given). */
+template <typename T>
+__device__ __forceinline__ void ty_adaf_apply_impl(const void *p_, const void *g_,
+                                                   const float *row_o, const float *col_o,
+                                                   const double *rmean, const float *v_o,
+                                                   const float *m, float *m_o, void *po_,
+                                                   long long n, long long rows, long long cols,
+                                                   const double *hp) {
+  const T *p = (const T *)p_, *g = (const T *)g_;
+  T *po = (T *)po_;
+  const double scale = hp[5], decay = hp[6], beta1 = hp[2];
+  TY_FOR_EACH(i, n) {
+    double u = ty_adaf_u(g, row_o, col_o, rmean, v_o, i, rows, cols) * scale;
+    if (m) {
+      const float mi = (float)(beta1 * m[i] + (1.0 - beta1) * u);
+      m_o[i] = mi;
+      u = mi; /* the stored moment is the update, as in transformers */
+    }
+    const double pi = ty_get(p, i);
+    ty_put(po, i, (float)(pi - decay * pi - u));
+  }
+}
+#define TY_ADAF_APPLY_PARAMS                                                                \
+  const void *p, const void *g, const float *row_o, const float *col_o, const double *rmean, \
+      const float *v_o, const float *m, float *m_o, void *po, long long n, long long rows,   \
+      long long cols, const double *hp
+#define TY_ADAF_APPLY_ARGS p, g, row_o, col_o, rmean, v_o, m, m_o, po, n, rows, cols, hp
+TY_KERNEL3(ty_adaf_apply, TY_ADAF_APPLY_PARAMS, TY_ADAF_APPLY_ARGS)

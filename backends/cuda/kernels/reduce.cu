@@ -346,3 +346,28 @@ __device__ __forceinline__ void ty_scale_multi_impl(const void *const *xt, void 
       int count, long long chunk, const double *coef
 #define TY_SCALE_MULTI_ARGS x, y, starts, sizes, count, chunk, coef
 TY_KERNEL3(ty_scale_multi, TY_SCALE_MULTI_PARAMS, TY_SCALE_MULTI_ARGS)
+
+/* ---- global_norm_scale (clipping when the gradients never exist together:
+ * train --fused-optimizer) ----
+ *
+ *   norm = sqrt(sum_i s_i),  scale = min(1, max_norm / (norm + 1e-6))  (1 when max_norm <= 0)
+ *
+ * from the per-gradient sums of squares s_i (f32 scalars, through an
+ * address table), added in f64 in input order by one thread, as the cpu
+ * backend does. */
+extern "C" __global__ void ty_global_norm_scale(const void *max_norm, int dtm,
+                                                const void *const *sums, int dts,
+                                                int count, void *norm, int dtn, void *scale,
+                                                int dtsc) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double sum = 0.0;
+  for (int i = 0; i < count; ++i) sum += (double)ty_ld(sums[i], 0, dts);
+  const double nrm = sqrt(sum), limit = ty_ld(max_norm, 0, dtm);
+  double c = 1.0;
+  if (limit > 0.0) {
+    c = limit / (nrm + 1e-6);
+    if (c > 1.0) c = 1.0; /* like torch.clamp(max=1): NaN stays NaN */
+  }
+  ty_st_d(norm, 0, dtn, nrm);
+  ty_st_d(scale, 0, dtsc, c);
+}

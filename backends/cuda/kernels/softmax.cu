@@ -151,6 +151,26 @@ __device__ __forceinline__ void ty_xent_impl(const void *logits, const void *tar
 #define TY_XENT_ARGS logits, targets, dtt, loss, dtl, rows, V, ld, err, node
 TY_KERNEL3(ty_xent, TY_XENT_PARAMS, TY_XENT_ARGS)
 
+/* A row's dz = d (exp(z - lse) - onehot(t)) over V elements, z of TZ and dz
+ * of TD (dz may be z when both are f32: each element is read, then written,
+ * by one thread). */
+template <typename TZ, typename TD>
+__device__ inline void ty_xent_grad_row(const TZ *z, TD *dz, long long V, int head, long long t,
+                                        float d, float lse) {
+  ty_row_loop(
+      V, head, threadIdx.x, blockDim.x,
+      [&](long long i) {
+        ty_put(dz, i, d * (ty_exp(ty_get(z, i) - lse) - (i == t ? 1.0f : 0.0f)));
+      },
+      [&](long long i) {
+        float v[4];
+        ty_ld4(z + i, v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = d * (ty_exp(v[j] - lse) - (i + j == t ? 1.0f : 0.0f));
+        ty_st4(dz + i, v);
+      });
+}
+
 template <typename T>
 __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, const void *logits,
                                                  const void *targets, int dtt, void *dz_,
@@ -176,20 +196,7 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
     }
     float m, s;
     ty_row_online(z, V, head, scratch, &m, &s);
-    const float lse = m + logf(s);
-    const float d = ty_ld(dloss, row, dtdl);
-    ty_row_loop(
-        V, head, threadIdx.x, blockDim.x,
-        [&](long long i) {
-          ty_put(dz, i, d * (ty_exp(ty_get(z, i) - lse) - (i == t ? 1.0f : 0.0f)));
-        },
-        [&](long long i) {
-          float v[4];
-          ty_ld4(z + i, v);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = d * (ty_exp(v[j] - lse) - (i + j == t ? 1.0f : 0.0f));
-          ty_st4(dz + i, v);
-        });
+    ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), m + logf(s));
   }
 }
 #define TY_XENT_BWD_PARAMS                                                                  \
@@ -197,3 +204,69 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
       long long rows, long long V, long long ld, long long ldz, ERR_ARGS
 #define TY_XENT_BWD_ARGS dloss, dtdl, logits, targets, dtt, dz, rows, V, ld, ldz, err, node
 TY_KERNEL3(ty_xent_bwd, TY_XENT_BWD_PARAMS, TY_XENT_BWD_ARGS)
+
+/* ---- linear_cross_entropy (the LM head and the loss in one op) ----
+ *
+ * The host (cuda_ops_memory.c) walks the rows `chunk` at a time: per chunk
+ * of n rows from row `first`, one cuBLASLt GEMM forms the f32 logits
+ * z = h W^T (n x V, rows ldz apart) in scratch; these kernels take each row:
+ *
+ *   forward:  lse = log sum_v exp(z_v) = m + log sum_v exp(z_v - m),
+ *             loss = lse - z_t                      (t < 0: both 0)
+ *   backward: dz_v = dloss (exp(z_v - lse) - [v = t])   (t < 0: 0)
+ *
+ * with the lse the forward saved (the backward never sums a row again).
+ * The backward stores dz in h's dtype T for the GEMMs dh = dz W and
+ * dW += dz^T h; for f32 it overwrites z in place (each element is read
+ * before the same thread writes it). A target >= V is a data error
+ * (TY_ERR_TARGET), as cross_entropy's. loss, lse and dloss are f32. */
+extern "C" __global__ void ty_lce_rows(const float *z_, long long ldz, const void *targets,
+                                       int dtt, float *loss, float *lse, long long first,
+                                       long long n, long long V, ERR_ARGS) {
+  __shared__ float scratch[32];
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *z = z_ + row * ldz;
+    const long long t = ty_ldi(targets, first + row, dtt);
+    if (t < 0 || t >= V) { /* uniform over the block */
+      if (threadIdx.x == 0) {
+        if (t >= V) ty_fail(err, node, TY_ERR_TARGET, first + row, t, V);
+        loss[first + row] = 0.0f;
+        lse[first + row] = 0.0f;
+      }
+      continue;
+    }
+    float m, s;
+    ty_row_online(z, V, ty_head4<float>(z), scratch, &m, &s);
+    if (threadIdx.x == 0) {
+      const float l = m + logf(s);
+      lse[first + row] = l;
+      loss[first + row] = l - z[t];
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void ty_lce_bwd_rows_impl(const float *dloss, const float *z_,
+                                                     long long ldz, const void *targets,
+                                                     int dtt, const float *lse, void *dz_,
+                                                     long long first, long long n,
+                                                     long long V, ERR_ARGS) {
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    const float *z = z_ + row * ldz;
+    T *dz = (T *)dz_ + row * ldz;
+    const int hz = ty_head4<float>(z), hd = ty_head4<T>(dz);
+    const int head = hz == hd ? hz : -1;
+    const long long t = ty_ldi(targets, first + row, dtt);
+    if (t < 0 || t >= V) { /* uniform over the block */
+      if (t >= V && threadIdx.x == 0) ty_fail(err, node, TY_ERR_TARGET, first + row, t, V);
+      for (long long i = threadIdx.x; i < V; i += blockDim.x) ty_put(dz, i, 0.0f);
+      continue;
+    }
+    ty_xent_grad_row(z, dz, V, head, t, dloss[first + row], lse[first + row]);
+  }
+}
+#define TY_LCE_BWD_PARAMS                                                                 \
+  const float *dloss, const float *z, long long ldz, const void *targets, int dtt,        \
+      const float *lse, void *dz, long long first, long long n, long long V, ERR_ARGS
+#define TY_LCE_BWD_ARGS dloss, z, ldz, targets, dtt, lse, dz, first, n, V, err, node
+TY_KERNEL3(ty_lce_bwd_rows, TY_LCE_BWD_PARAMS, TY_LCE_BWD_ARGS)

@@ -2,12 +2,13 @@
  * (TRAINYARD_CUDA_DRIVER and TRAINYARD_CUDA_BLASLT name it): every error a
  * kernel reports through the error flag — an id or target outside the
  * vocabulary, KV positions past the cache, an i64 that does not fit i32,
- * AdamW's step 0, SGD's nesterov without momentum — comes back from the
- * run as INVALID_ARGUMENT naming the node and the values, and the next run
- * with good data succeeds (the flag is cleared); and empty inputs, whose
- * empty sums must come out as zeros. Also the memory levers the plugin
- * does not implement yet (issue 13): their ops and pinned host buffers
- * (optimizer offload) are refused by name, never run or ignored. */
+ * AdamW's and Adafactor's step 0, SGD's nesterov without momentum, a target
+ * of the fused LM head and loss (linear_cross_entropy, forward and
+ * backward) outside the vocabulary — comes back from the run as
+ * INVALID_ARGUMENT naming the node and the values, and the next run with
+ * good data succeeds (the flag is cleared); and empty inputs, whose empty
+ * sums must come out as zeros. Also ABI 1.3's pinned host buffers
+ * (optimizer offload) and the measured device memory. */
 #include <stdio.h>
 #include <string.h>
 
@@ -24,7 +25,8 @@ typedef struct {
   ty_dtype_t dtype;
   uint32_t rank;
   int64_t dims[4];
-  void *bad;        /* the data that makes the run fail */
+  void *bad;        /* the data that makes the run fail; dtype INVALID: an absent
+                       optional input */
   const void *good; /* NULL: the same as bad (the error is elsewhere) */
 } input_t;
 
@@ -55,6 +57,10 @@ static void one_node_open(one_node_t *t, const char *op, uint32_t n_out,
   TY_EXPECT_OK(ty_graph_create(&t->g));
   for (uint32_t i = 0; i < n_in; ++i) {
     snprintf(t->names[i], sizeof(t->names[i]), "in%u", i);
+    if (in[i].dtype == TY_DTYPE_INVALID) {
+      ids[i] = TY_VALUE_NONE;
+      continue;
+    }
     TY_EXPECT_OK(
         ty_graph_add_input(t->g, t->names[i], in[i].dtype, in[i].rank, in[i].dims, &ids[i]));
   }
@@ -66,6 +72,7 @@ static void one_node_open(one_node_t *t, const char *op, uint32_t n_out,
 /* Binds the inputs: their bad data, or their good data where they have. */
 static void one_node_bind(one_node_t *t, uint32_t n_in, const input_t *in, bool good) {
   for (uint32_t i = 0; i < n_in; ++i) {
+    if (in[i].dtype == TY_DTYPE_INVALID) continue;
     const void *data = good && in[i].good ? in[i].good : in[i].bad;
     const size_t bytes = (size_t)count_of(&in[i]) * ty_dtype_size(in[i].dtype);
     TY_EXPECT_OK(
@@ -123,6 +130,24 @@ static void test_cross_entropy_targets(void **state) {
                     {TY_DTYPE_I64, 1, {3}, bad, good}};
   expect_data_error("cross_entropy_backward", 1, NULL, 3, bwd,
                     "node 0 (cross_entropy_backward): cross_entropy: targets[2] = 4");
+  /* The fused head: h [3, 2] times w [4, 2]^T, in chunks of 2 rows (the bad
+   * target is in the second chunk). */
+  float h[6] = {1, 0, 0, 1, 1, 1}, lse[3] = {2, 2, 2};
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "chunk", 2));
+  input_t lce[3] = {{TY_DTYPE_F32, 2, {3, 2}, h, NULL},
+                    {TY_DTYPE_F32, 2, {4, 2}, g_table, NULL},
+                    {TY_DTYPE_I64, 1, {3}, bad, good}};
+  expect_data_error("linear_cross_entropy", 2, &attrs, 3, lce,
+                    "node 0 (linear_cross_entropy): cross_entropy: targets[2] = 4 is outside "
+                    "the vocabulary [0, 4)");
+  input_t lce_bwd[5] = {{TY_DTYPE_F32, 1, {3}, dloss, NULL},
+                        {TY_DTYPE_F32, 2, {3, 2}, h, NULL},
+                        {TY_DTYPE_F32, 2, {4, 2}, g_table, NULL},
+                        {TY_DTYPE_I64, 1, {3}, bad, good},
+                        {TY_DTYPE_F32, 1, {3}, lse, NULL}};
+  expect_data_error("linear_cross_entropy_backward", 2, &attrs, 5, lce_bwd,
+                    "node 0 (linear_cross_entropy_backward): cross_entropy: targets[2] = 4");
 }
 
 static void test_kv_cache_position(void **state) {
@@ -170,6 +195,16 @@ static void test_optimizer_hyperparameters(void **state) {
   TY_EXPECT_OK(ty_attrs_set_int(&attrs, "nesterov", 1));
   expect_data_error("sgd_update", 2, &attrs, 6, sgd,
                     "node 0 (sgd_update): sgd: nesterov needs momentum > 0 (got 0)");
+  /* Adafactor of a vector (v, no row/col/m): step 0. */
+  input_t adafactor[9] = {{TY_DTYPE_F32, 1, {5}, p, NULL},   {TY_DTYPE_F32, 1, {5}, grad, NULL},
+                          {TY_DTYPE_INVALID, 0, {0}, NULL, NULL},
+                          {TY_DTYPE_INVALID, 0, {0}, NULL, NULL},
+                          {TY_DTYPE_F32, 1, {5}, v, NULL},   {TY_DTYPE_INVALID, 0, {0}, NULL, NULL},
+                          {TY_DTYPE_F32, 0, {0}, &lr, NULL}, {TY_DTYPE_F32, 0, {0}, &wd, NULL},
+                          {TY_DTYPE_I64, 0, {0}, &bad_step, &good_step}};
+  expect_data_error("adafactor_update", 2, NULL, 9, adafactor,
+                    "node 0 (adafactor_update): adafactor: step 0 must be >= 1 and beta1 0 in "
+                    "[0, 1)");
 }
 
 /* One node on cuda:0 whose output must be `want` (n floats) although an
@@ -226,10 +261,11 @@ static void test_empty_inputs(void **state) {
   expect_output("clip_by_global_norm", 3, NULL, 3, clip, 2, g, 2);
 }
 
-/* The plugin is at ABI 1.2: the host refuses pinned host buffers for it
- * (TY_ABI_BUFFER_HOST would otherwise be ignored and the "offloaded" state
- * land in device memory), and graph_supports refuses the levers' ops. */
-static void test_memory_levers_refused(void **state) {
+/* ABI 1.3 memory: pinned host buffers (optimizer offload) hold what is
+ * written to them, copy to and from device buffers, and are counted apart
+ * from device memory; device_memory reports the cuMemAlloc counter and its
+ * peak, which a reset brings down to what is in use. */
+static void test_host_buffers_and_memory(void **state) {
   (void)state;
   const char *paths[] = {TY_TEST_PLUGIN_DIR};
   ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
@@ -237,23 +273,32 @@ static void test_memory_levers_refused(void **state) {
   ty_device_t *dev = NULL;
   TY_EXPECT_OK(ty_registry_create(&options, &r));
   TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
-  ty_buffer_t *b = NULL;
-  TY_EXPECT_STATUS(ty_buffer_alloc_flags(dev, 64, TY_ABI_BUFFER_HOST, &b), TY_CODE_UNIMPLEMENTED,
-                   "(ABI 1.2) has no pinned host buffers");
-  assert_null(b);
-  ty_graph_t *g = NULL;
-  ty_session_t *s = NULL;
-  ty_value_id_t in[3], out[2];
-  TY_EXPECT_OK(ty_graph_create(&g));
-  TY_EXPECT_OK(ty_graph_add_input(g, "h", TY_DTYPE_F32, 2, (int64_t[]){4, 8}, &in[0]));
-  TY_EXPECT_OK(ty_graph_add_input(g, "w", TY_DTYPE_F32, 2, (int64_t[]){16, 8}, &in[1]));
-  TY_EXPECT_OK(ty_graph_add_input(g, "t", TY_DTYPE_I64, 1, (int64_t[]){4}, &in[2]));
-  TY_EXPECT_OK(ty_graph_add_node(g, "linear_cross_entropy", in, 3, NULL, out, 2));
-  TY_EXPECT_OK(ty_graph_set_output(g, out[0], "loss"));
-  TY_EXPECT_STATUS(ty_session_create(dev, g, NULL, &s), TY_CODE_FAILED_PRECONDITION,
-                   "cuda has no kernel for op 'linear_cross_entropy'");
-  assert_null(s);
-  ty_graph_destroy(g);
+  ty_abi_device_memory_t before, after;
+  TY_EXPECT_OK(ty_device_memory(dev, true, &before));
+  ty_buffer_t *host = NULL, *device = NULL;
+  TY_EXPECT_OK(ty_buffer_alloc_flags(dev, 64, TY_ABI_BUFFER_HOST, &host));
+  TY_EXPECT_OK(ty_buffer_alloc(dev, 1 << 20, &device));
+  float data[16], back[16];
+  for (int i = 0; i < 16; ++i) data[i] = (float)i * 0.5f;
+  TY_EXPECT_OK(ty_buffer_write(host, 0, data, sizeof(data)));
+  TY_EXPECT_OK(ty_buffer_copy(host, 0, device, 128, sizeof(data)));
+  memset(back, 0, sizeof(back));
+  TY_EXPECT_OK(ty_buffer_read(device, 128, back, sizeof(back)));
+  assert_memory_equal(back, data, sizeof(data));
+  TY_EXPECT_OK(ty_buffer_copy(device, 128, host, 0, sizeof(data) / 2));
+  TY_EXPECT_OK(ty_buffer_read(host, 0, back, sizeof(back)));
+  assert_memory_equal(back, data, sizeof(data));
+  TY_EXPECT_OK(ty_device_memory(dev, false, &after));
+  assert_int_equal(after.host_in_use_bytes, before.host_in_use_bytes + 64);
+  assert_int_equal(after.in_use_bytes, before.in_use_bytes + (1 << 20));
+  assert_true(after.peak_bytes >= after.in_use_bytes);
+  assert_non_null(strstr(after.how, "cuMemAlloc counter"));
+  ty_buffer_free(device);
+  TY_EXPECT_OK(ty_device_memory(dev, true, &after));
+  assert_int_equal(after.peak_bytes, before.in_use_bytes + (1 << 20));
+  TY_EXPECT_OK(ty_device_memory(dev, false, &after));
+  assert_int_equal(after.peak_bytes, before.in_use_bytes); /* reset to what is in use */
+  ty_buffer_free(host);
   ty_device_close(dev);
   ty_registry_destroy(r);
 }
@@ -266,7 +311,7 @@ int main(void) {
       cmocka_unit_test(test_cast_range),
       cmocka_unit_test(test_optimizer_hyperparameters),
       cmocka_unit_test(test_empty_inputs),
-      cmocka_unit_test(test_memory_levers_refused),
+      cmocka_unit_test(test_host_buffers_and_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

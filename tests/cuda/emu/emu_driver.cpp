@@ -181,6 +181,18 @@ TY_EMU_API CUresult cuMemFreeHost(void *p) {
   free(p);
   return CUDA_SUCCESS;
 }
+/* Mapped pinned memory: host memory is all there is, so the device address
+ * is the host one (as unified addressing makes it on a GPU). */
+TY_EMU_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
+  (void)flags;
+  *p = malloc(bytes ? bytes : 1);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+TY_EMU_API CUresult cuMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned int flags) {
+  (void)flags;
+  *d = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
 TY_EMU_API CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
   return submit(s, [=] {
     memcpy((void *)(uintptr_t)dst, src, n);
@@ -342,7 +354,8 @@ static const struct {
     TY_EMU_ENTRY(cuDevicePrimaryCtxRelease) TY_EMU_ENTRY(cuCtxSetCurrent)
     TY_EMU_ENTRY(cuCtxGetCurrent) TY_EMU_ENTRY(cuCtxSynchronize) TY_EMU_ENTRY(cuMemGetInfo)
     TY_EMU_ENTRY(cuMemAlloc) TY_EMU_ENTRY(cuMemFree) TY_EMU_ENTRY(cuMemAllocHost)
-    TY_EMU_ENTRY(cuMemFreeHost) TY_EMU_ENTRY(cuMemcpyHtoDAsync) TY_EMU_ENTRY(cuMemcpyDtoHAsync)
+    TY_EMU_ENTRY(cuMemFreeHost) TY_EMU_ENTRY(cuMemHostAlloc)
+    TY_EMU_ENTRY(cuMemHostGetDevicePointer) TY_EMU_ENTRY(cuMemcpyHtoDAsync) TY_EMU_ENTRY(cuMemcpyDtoHAsync)
     TY_EMU_ENTRY(cuMemcpyDtoDAsync) TY_EMU_ENTRY(cuMemsetD8Async) TY_EMU_ENTRY(cuStreamCreate)
     TY_EMU_ENTRY(cuStreamDestroy) TY_EMU_ENTRY(cuStreamSynchronize)
     TY_EMU_ENTRY(cuModuleLoadData) TY_EMU_ENTRY(cuModuleUnload)
