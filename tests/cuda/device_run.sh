@@ -36,7 +36,8 @@
 #              at T = 32K, 64K, 128K (3 steps each, up to the first that
 #              does not fit), and PyTorch's longest T for llama-1b
 #              (transformers + SDPA + gradient checkpointing, bf16 +
-#              Adafactor). MEMORY_TIME scales every timeout (default 1).
+#              Adafactor). MEMORY_TIME scales every timeout (default 1);
+#              MEMORY_PARTS picks parts (default "a e b c d").
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
 set -uo pipefail
 build=${1:?usage: device_run.sh BUILD_DIR PHASE...}
@@ -216,16 +217,20 @@ phase_memory() {
   local m=$out/memory rc=0
   mkdir -p "$m"
   local levers=(--recompute layer --optimizer adafactor --fused-optimizer --dtype bf16)
-  echo "== (a) conformance of the levers' ops on cuda:0 (f32, bf16, f16)"
-  for ops in 'linear_cross_entropy*' adafactor_update global_norm_scale; do
+  local parts=" ${MEMORY_PARTS:-a e b c d} "
+  [[ $parts == *" a "* ]] && echo "== (a) conformance of the levers' ops on cuda:0 (f32, bf16, f16)"
+  [[ $parts == *" a "* ]] && for ops in 'linear_cross_entropy*' adafactor_update global_norm_scale; do
     timeout "$(mem_timeout 60)" "$ty" conform --backend cuda:0 --ops "$ops" --summary \
       >"$m/conform-${ops%\*}.log" 2>&1 || rc=1
     tail -2 "$m/conform-${ops%\*}.log"
   done
+  if [[ $parts == *" e "* ]]; then
   echo "== (e) the tiny fixtures with each lever, cuda:0 against cpu"
   timeout "$(mem_timeout 180)" python3 tests/cuda/levers_vs_cpu.py --trainyard "$ty" \
     --models "$models" --data /tmp/ty-ids >"$m/levers_vs_cpu.log" 2>&1 || rc=1
   cat "$m/levers_vs_cpu.log"
+  fi
+  if [[ $parts == *" b "* ]]; then
   echo "== (b) llama-7b, T=2048, B=1, real text, memory_limit=24GiB, 20 steps"
   if memory_text_data /tmp/ty-text >"$m/text-data.log" 2>&1; then
     BUILD=$build BACKEND='cuda:0?memory_limit=24GiB' MEMORY_LIMIT=24GiB STEPS=20 \
@@ -236,9 +241,10 @@ phase_memory() {
   else
     echo "making the text dataset failed:"; tail -5 "$m/text-data.log"; rc=1
   fi
-  echo "== (c) llama-1b at 32K, 64K, 128K tokens (3 steps each; --clip 0: one backward)"
+  fi
+  [[ $parts == *" c "* ]] && echo "== (c) llama-1b at 32K, 64K, 128K tokens (3 steps each; --clip 0: one backward)"
   local seq limit
-  for seq in 32768 65536 131072; do
+  [[ $parts == *" c "* ]] && for seq in 32768 65536 131072; do
     limit=$(mem_timeout $((seq / 1024 + 30)))
     BUILD=$build MEMORY_LIMIT= STEPS=3 WORK=/tmp/ty-mem-1b \
       timeout "$limit" bench/memory_bench.sh llama-1b $seq "${levers[@]}" --loss-chunk 4096 \
@@ -250,8 +256,8 @@ phase_memory() {
       break
     fi
   done
-  echo "== (d) PyTorch llama-1b: transformers + SDPA + gradient checkpointing, bf16, Adafactor"
-  for seq in 32768 65536 131072; do
+  [[ $parts == *" d "* ]] && echo "== (d) PyTorch llama-1b: transformers + SDPA + gradient checkpointing, bf16, Adafactor"
+  [[ $parts == *" d "* ]] && for seq in 32768 65536 131072; do
     timeout "$(mem_timeout 80)" python3 bench/pytorch_cuda_train.py --model llama-1b --batch 1 \
       --seq $seq --steps 2 --warmup 1 --dtype bf16 --optimizer adafactor --checkpointing \
       >"$m/pytorch-1b-$seq.log" 2>&1
