@@ -490,6 +490,12 @@ class RefuseTest(Base):
                        "--artifact", art, "--batch-size", "2"])  # no --cache-dir with it
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("an artifact runs the whole step on one device", r.stderr)
+        # a single process never loads MPI (the dynamic linker's log)
+        r = self.train("--out", self.path("single"), "--max-steps", "1",
+                       env={"LD_DEBUG": "files"})
+        self.assertIn("libty_backend_cpu", r.stderr)  # the log is there
+        self.assertNotIn("libmpi", r.stderr)
+        self.assertNotIn("libty_mpi", r.stderr)
         # one process under mpirun that opts out is an ordinary run
         self.train_mpi(1, *out, "--distributed", "none")
         # a resume must keep ranks x batch x accumulation
