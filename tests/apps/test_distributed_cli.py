@@ -195,8 +195,9 @@ class DataParallelTest(Base):
         # the pre-flight plan says what each rank holds, once (rank 0)
         self.assertEqual(r.stderr.count("per rank (2 ranks, data parallel"), 1, r.stderr)
         self.assertIn("20 steps of 4 rows", r.stderr)
-        self.assertIn("gradients all-reduced through host memory over MPI (cpu has no "
-                      "collectives of its own)", r.stderr)
+        self.assertRegex(r.stderr, r"data parallel: 2 ranks \(.*MPI.*; --dist-timeout 300 s\); "
+                                   r"gradients all-reduced through host memory over MPI \(cpu "
+                                   r"has no collectives of its own\)")
         la, lb, l2 = losses(accum), losses(big), losses(two)
         self.assertEqual(sorted(l2), list(range(1, 21)))  # rank 0 alone wrote metrics
         self.assert_curves_match(la, l2, range(1, 21))
