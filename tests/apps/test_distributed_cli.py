@@ -200,6 +200,7 @@ class DataParallelTest(Base):
                                    r"has no collectives of its own\)")
         la, lb, l2 = losses(accum), losses(big), losses(two)
         self.assertEqual(sorted(l2), list(range(1, 21)))  # rank 0 alone wrote metrics
+        self.assertEqual(len(os.listdir(os.path.join(two, "tensorboard"))), 1)  # and events
         self.assert_curves_match(la, l2, range(1, 21))
         self.assert_curves_match(lb, l2, range(1, 21))
         # Weights against the process that sums the same two half-batch
