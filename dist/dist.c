@@ -116,6 +116,9 @@ ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeo
     return s;
   }
   d->shim->library_version(d->library_version, sizeof(d->library_version));
+  /* "Open MPI v4.1.4, package: ..., repo rev: ...": the name and version */
+  char *comma = strchr(d->library_version, ',');
+  if (comma) *comma = '\0';
   *out_dist = d;
   return TY_OK;
 }
@@ -181,18 +184,6 @@ ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes
   char err[512] = "";
   int missing = -1;
   int rc = dist->shim->broadcast(buf, bytes, root, dist->timeout_s, &missing, err, sizeof(err));
-  return ty_dist_result(dist, rc, missing, err, what);
-}
-
-ty_status_t ty_dist_all_gather(ty_dist_t *dist, const void *in, void *out, size_t bytes,
-                               const char *what) {
-  if (!dist || dist->size == 1) {
-    if (bytes) memmove(out, in, bytes);
-    return TY_OK;
-  }
-  char err[512] = "";
-  int missing = -1;
-  int rc = dist->shim->all_gather(in, out, bytes, dist->timeout_s, &missing, err, sizeof(err));
   return ty_dist_result(dist, rc, missing, err, what);
 }
 

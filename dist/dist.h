@@ -61,7 +61,8 @@ int ty_dist_rank(const ty_dist_t *dist);
 int ty_dist_size(const ty_dist_t *dist);
 int ty_dist_local_rank(const ty_dist_t *dist);
 double ty_dist_timeout(const ty_dist_t *dist);
-/* The MPI library's version line ("" for a single process). */
+/* The MPI library's name and version, e.g. "Open MPI v4.1.4" ("" for a
+ * single process). */
 const char *ty_dist_library(const ty_dist_t *dist);
 
 /* In place, over every rank: f32, f64 or i64 elements. `what` names the
@@ -71,9 +72,6 @@ ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf,
 /* Rank `root`'s `bytes` to every rank. */
 ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
                               const char *what);
-/* Each rank's `bytes` into out[rank * bytes]. */
-ty_status_t ty_dist_all_gather(ty_dist_t *dist, const void *in, void *out, size_t bytes,
-                               const char *what);
 /* Every rank learns whether every rank succeeded: returns `local` when it
  * failed here (taking it), else FAILED_PRECONDITION naming the first rank
  * that failed ("rank 1 failed <what>; its error is above"). For the setup

@@ -185,20 +185,6 @@ static int ty_broadcast(void *buf, size_t bytes, int root, double timeout_s, int
   return TY_MPI_SHIM_OK;
 }
 
-static int ty_all_gather(const void *in, void *out, size_t bytes, double timeout_s,
-                         int *out_missing, char *err, size_t capacity) {
-  if (bytes > (size_t)INT_MAX) {
-    snprintf(err, capacity, "all_gather of %zu bytes per rank (at most %d)", bytes, INT_MAX);
-    return TY_MPI_SHIM_ERROR;
-  }
-  int a = ty_arrive(timeout_s, out_missing, err, capacity);
-  if (a != TY_MPI_SHIM_OK) return a;
-  MPI_Request req;
-  return ty_issued(
-      MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, ty_world, &req), &req,
-      ty_deadline(timeout_s), "MPI_Iallgather", err, capacity);
-}
-
 static void ty_abort(int code) {
   MPI_Abort(ty_world != MPI_COMM_NULL ? ty_world : MPI_COMM_WORLD, code);
 }
@@ -211,7 +197,6 @@ static const ty_mpi_shim_t ty_shim = {
     .library_version = ty_library_version,
     .allreduce_sum = ty_allreduce_sum,
     .broadcast = ty_broadcast,
-    .all_gather = ty_all_gather,
     .abort = ty_abort,
 };
 

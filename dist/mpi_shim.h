@@ -38,9 +38,6 @@ typedef struct ty_mpi_shim_t {
   /* Rank `root`'s bytes to every rank. */
   int (*broadcast)(void *buf, size_t bytes, int root, double timeout_s, int *out_missing_rank,
                    char *err, size_t capacity);
-  /* Every rank's `bytes` into out (size x bytes, by rank). */
-  int (*all_gather)(const void *in, void *out, size_t bytes, double timeout_s,
-                    int *out_missing_rank, char *err, size_t capacity);
   /* MPI_Abort on the world: ends every rank. */
   void (*abort)(int code);
 } ty_mpi_shim_t;

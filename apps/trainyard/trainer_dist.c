@@ -93,9 +93,10 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   ty_backend_t *backend = ty_device_backend(t->device);
   if (!ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
-      fprintf(stderr, "data parallel: %d ranks; gradients all-reduced through host memory over "
-                      "MPI (%s has no collectives of its own)\n",
-              t->world, ty_backend_name(backend));
+      fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
+                      "through host memory over MPI (%s has no collectives of its own)\n",
+              t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
+              ty_backend_name(backend));
     }
     return TY_OK;
   }
@@ -106,9 +107,10 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (!s) s = ty_dist_broadcast(t->dist, 0, &id, sizeof(id), "the communicator's id");
   if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
   if (!s && t->rank == 0) {
-    fprintf(stderr, "data parallel: %d ranks; gradients all-reduced on the devices by %s's "
-                    "collectives (ABI 1.4)\n",
-            t->world, ty_backend_name(backend));
+    fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
+                    "on the devices by %s's collectives (ABI 1.4)\n",
+            t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
+            ty_backend_name(backend));
   }
   return s;
 }

@@ -195,10 +195,12 @@ class DataParallelTest(Base):
         # the pre-flight plan says what each rank holds, once (rank 0)
         self.assertEqual(r.stderr.count("per rank (2 ranks, data parallel"), 1, r.stderr)
         self.assertIn("20 steps of 4 rows", r.stderr)
-        self.assertIn("gradients all-reduced through host memory over MPI (cpu has no "
-                      "collectives of its own)", r.stderr)
+        self.assertRegex(r.stderr, r"data parallel: 2 ranks \(.*MPI.*; --dist-timeout 300 s\); "
+                                   r"gradients all-reduced through host memory over MPI \(cpu "
+                                   r"has no collectives of its own\)")
         la, lb, l2 = losses(accum), losses(big), losses(two)
         self.assertEqual(sorted(l2), list(range(1, 21)))  # rank 0 alone wrote metrics
+        self.assertEqual(len(os.listdir(os.path.join(two, "tensorboard"))), 1)  # and events
         self.assert_curves_match(la, l2, range(1, 21))
         self.assert_curves_match(lb, l2, range(1, 21))
         # Weights against the process that sums the same two half-batch
@@ -498,6 +500,12 @@ class RefuseTest(Base):
                        "--artifact", art, "--batch-size", "2"])  # no --cache-dir with it
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("an artifact runs the whole step on one device", r.stderr)
+        # a single process never loads MPI (the dynamic linker's log)
+        r = self.train("--out", self.path("single"), "--max-steps", "1",
+                       env={"LD_DEBUG": "files"})
+        self.assertIn("libty_backend_cpu", r.stderr)  # the log is there
+        self.assertNotIn("libmpi", r.stderr)
+        self.assertNotIn("libty_mpi", r.stderr)
         # one process under mpirun that opts out is an ordinary run
         self.train_mpi(1, *out, "--distributed", "none")
         # a resume must keep ranks x batch x accumulation
