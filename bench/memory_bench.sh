@@ -3,9 +3,10 @@
 # memory levers on one device, the pre-flight memory plan beside the peak the
 # backend measured, and tokens/s.
 #
-#   bench/memory_bench.sh PRESET T [LEVER...]
+#   bench/memory_bench.sh PRESET T [LEVER...] [-- TRAIN_OPTION...]
 #   bench/memory_bench.sh llama-7b 2048 --recompute layer --loss-chunk 1024 \
 #       --optimizer adafactor --fused-optimizer --dtype bf16
+#   (options after `--` go to `trainyard train` only: --lr 1e-2, ...)
 #   bench/memory_bench.sh llama-1b 131072 --recompute layer --loss-chunk 4096 \
 #       --optimizer adafactor --fused-optimizer --dtype bf16
 #
@@ -33,6 +34,15 @@ fi
 preset=$1
 seq=$2
 shift 2
+# LEVER... (compile and train) and, after `--`, options for train alone.
+levers=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  levers+=("$1")
+  shift
+done
+[ $# -gt 0 ] && shift
+train_only=("$@")
+set -- "${levers[@]}"
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-$here/../build}
 ty=$build/bin/trainyard
@@ -84,7 +94,7 @@ rm -rf "$out"
 echo "== training: $steps steps"
 "$ty" train --preset "$preset" --data "$data" --backend "$backend" --batch-size "$batch" \
   --max-steps "$steps" --log-every 1 --save-every 0 --cache-dir none --out "$out" \
-  "${limit_args[@]}" "$@"
+  "${limit_args[@]}" "$@" "${train_only[@]}"
 echo "== $out/summary.txt"
 grep -E "^  peak|measured peak|throughput|final train loss|backend's plan" "$out/summary.txt"
 python3 - "$out/metrics.jsonl" <<'PY'
