@@ -26,6 +26,8 @@ static const ty_command_t ty_commands[] = {
      "compile a train step or inference graph into a device artifact", TY_P},
     {"conform", ty_cmd_conform,
      "check a backend's ops and gradients against the f64 reference", TY_P},
+    {"eval", ty_cmd_eval,
+     "score a model on prompt -> completion or multiple-choice lines; perplexity", TY_P},
     {"forward", ty_cmd_forward,
      "logits, loss and gradients of a Hugging Face model for given tokens", TY_P | TY_V},
     {"generate", ty_cmd_generate,
