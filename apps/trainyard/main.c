@@ -24,6 +24,8 @@ static const ty_command_t ty_commands[] = {
      "the same training run on several backends: per-step loss, speed, plot", TY_P},
     {"compile", ty_cmd_compile,
      "compile a train step or inference graph into a device artifact", TY_P},
+    {"control", ty_cmd_control,
+     "list running trainings; status, save, stop or abort one", 0},
     {"conform", ty_cmd_conform,
      "check a backend's ops and gradients against the f64 reference", TY_P},
     {"eval", ty_cmd_eval,

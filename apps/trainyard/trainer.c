@@ -23,6 +23,8 @@
 #include "files/out_paths.h"
 #include "files/run_folder.h"
 #include "stop_signals.h"
+#include "train_control.h"
+#include "train_eval.h"
 #include "train_graph.h"
 #include "train_metrics.h"
 #include "train_sample.h"
@@ -267,7 +269,8 @@ static ty_status_t ty_trainer_open_data(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_dataset_open(c->data, "val", TY_DATASET_OPEN_IF_DECLARED, &t->val_data));
   if (!t->val_data || ty_dataset_row_count(t->val_data) == 0) {
     /* Without validation rows the evaluation options would do nothing. */
-    const char *given = ty_train_config_layer(c, "eval_every") ? "--eval-every"
+    const char *given = c->eval_data[0]                           ? NULL
+                        : ty_train_config_layer(c, "eval_every") ? "--eval-every"
                         : ty_train_config_layer(c, "eval_batches") ? "--eval-batches"
                                                                    : NULL;
     if (given) {
@@ -379,7 +382,9 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
 }
 
 static void ty_trainer_destroy(ty_trainer_t *t) {
+  ty_train_control_close(t); /* first: no request is taken from here on */
   ty_train_sample_close(t); /* its sessions share s_train's parameters */
+  ty_train_eval_close(t);   /* so do these */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
   ty_session_destroy(t->s_train);
@@ -414,6 +419,7 @@ static ty_status_t ty_trainer_check_out(const ty_train_config_t *c) {
                                   {"--model", c->model},
                                   {"--tokenizer", c->tokenizer},
                                   {"--artifact", c->artifact},
+                                  {"--eval-data", c->eval_data},
                                   {"--resume", resume_path ? c->resume : NULL}};
   const size_t n = sizeof(inputs) / sizeof(inputs[0]);
   ty_out_path_t out = {.option = "--out", .path = c->out, .creates_parents = true};
@@ -447,6 +453,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.cfg = *config;
   t.app = app;
   t.last_val_loss = NAN;
+  t.last_eval_acc = NAN;
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.live_line = isatty(fileno(stderr));
@@ -491,12 +498,14 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (!s) s = ty_trainer_build(&t);
   if (!s) s = ty_trainer_weights(&t, resume_dir);
   if (!s) s = ty_train_sample_open(&t);
+  if (!s) s = ty_train_eval_open(&t);
   if (!s) {
     ty_trainer_shuffle(&t, t.epoch);
     snprintf(t.model_source, sizeof(t.model_source), "%s", config->model);
     s = ty_train_metrics_open(&t, resume_dir[0] != '\0');
   }
   if (!s) ty_train_metrics_banner(&t, resume_dir);
+  if (!s) s = ty_train_control_open(&t);
 
   /* From here to the exit SIGINT/SIGTERM finish the step and save
    * (stop_signals.h: recorded by the waiter thread, never by a handler). */
@@ -504,7 +513,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_stop_signals_arm();
   double started = ty_now();
   int64_t steps_this_run = 0, saved_step = -1;
-  while (!s && t.step < t.total_steps && !ty_stop_signals_received()) {
+  bool control_stop = false;
+  while (!s && !control_stop && t.step < t.total_steps && !ty_stop_signals_received()) {
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
     s = ty_trainer_step(&t, &loss, &norm);
@@ -525,12 +535,14 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     t.last_loss = loss;
     t.last_grad_norm = norm;
     double tok_s = dt > 0 ? (double)(t.tokens_seen - tokens_before) / dt : 0;
-    ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
-                          (ty_now() - started) / (double)steps_this_run);
+    double per_step = (ty_now() - started) / (double)steps_this_run;
+    ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s, per_step);
     bool last = t.step == t.total_steps, evaluated = false, checkpointed = false;
-    if (t.val_data && ((config->eval_every && t.step % config->eval_every == 0) || last)) {
+    if ((t.val_data || t.task_eval) &&
+        ((config->eval_every && t.step % config->eval_every == 0) || last)) {
       s = ty_trainer_eval(&t, &t.last_val_loss);
       if (!s) ty_train_metrics_eval(&t);
+      if (!s) s = ty_train_eval_run(&t);
       evaluated = true;
     }
     if (!s && ((config->save_every && t.step % config->save_every == 0) || last)) {
@@ -540,6 +552,18 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     }
     /* --sample-tokens: one sample at every evaluation and checkpoint. */
     if (!s && (evaluated || checkpointed)) s = ty_train_sample_run(&t);
+    ty_train_control_update(&t, tok_s, per_step);
+    /* `trainyard control` requests, taken between steps. */
+    if (!s) s = ty_train_control_poll(&t, &saved_step, &control_stop);
+  }
+  if (!s && control_stop) {
+    ty_train_metrics_line_end(&t);
+    fprintf(stderr, "trainyard train: stop requested by 'trainyard control' after step %lld: "
+            "%s\n", (long long)t.step, saved_step == t.step ? "saved, stopping"
+                                                           : "saving and stopping");
+    if (saved_step != t.step) s = ty_trainer_save(&t);
+    if (!s) saved_step = t.step;
+    ty_train_control_stopped(&t, s);
   }
   int stop = ty_stop_signals_received();
   if (!s && stop) {
@@ -553,6 +577,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
+  /* --min-eval-acc: judged after the checkpoint and the summary are written. */
+  if (!s) s = ty_train_eval_check(&t);
   ty_trainer_destroy(&t);
   /* Still armed: more signals during the save, the summary and the exit
    * that follows must not cut the wrap-up short or turn a clean stop into
