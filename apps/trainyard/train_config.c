@@ -65,7 +65,8 @@ static const ty_opt_t ty_opts[] = {
     TY_I(eval_batches, "validation batches per evaluation (0: all; needs val rows)"),
     TY_S(eval_data, "task evaluation set, JSON lines as for 'trainyard eval': its accuracy at "
                     "every evaluation and at the end (metrics.jsonl, TensorBoard eval/*)"),
-    TY_B(eval_choices, "score --eval-data as multiple choice, as 'trainyard eval --choices'"),
+    TY_B(eval_choices, "score --eval-data as multiple choice (the choices of 'trainyard "
+                       "eval')"),
     TY_F(min_eval_acc, "the final --eval-data accuracy must reach this (0..1), else the run "
                        "exits 1 after saving its checkpoint (0: no bar)"),
     TY_S(control_registry, "where 'trainyard control' finds this run (default "

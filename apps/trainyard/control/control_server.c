@@ -64,21 +64,26 @@ static void ty_control_answer(int fd, bool ok, const char *error) {
   json_decref(r);
 }
 
-/* One connection: the peer's uid first, then one request. */
+/* One connection: one request, acted on only when the peer is the run's
+ * own user. */
 static void ty_control_serve(ty_control_server_t *srv, int fd) {
   struct ucred cred;
   socklen_t len = sizeof(cred);
   char text[256];
+  json_t *request = NULL;
+  /* The request is read (and ignored) before a refusal, so that the client
+   * reads the refusal instead of a broken pipe. A client that connects and
+   * says nothing must not hold the server: 2 s. */
+  ty_status_t s = ty_control_read_line(fd, 2000, TY_CONTROL_MAX_REQUEST, &request);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
     snprintf(text, sizeof(text), "refused: this run belongs to uid %u, and only its owner "
              "controls it", (unsigned)geteuid());
     ty_control_answer(fd, false, text);
     close(fd);
+    json_decref(request);
+    ty_status_free(s);
     return;
   }
-  json_t *request = NULL;
-  /* A client that connects and says nothing must not hold the server. */
-  ty_status_t s = ty_control_read_line(fd, 2000, TY_CONTROL_MAX_REQUEST, &request);
   const char *command = s ? NULL : json_string_value(json_object_get(request, "command"));
   if (s || !command) {
     snprintf(text, sizeof(text), "bad request: %s",
