@@ -179,6 +179,33 @@ class EvalTest(Base):
         for it in report["items"]:
             self.assertEqual(it["chosen"], max(range(2), key=lambda k: it["choice_logprobs"][k]))
 
+    def test_chat_messages(self):
+        """A "messages" line scores as the prompt line the ChatML template
+        renders: same prompt tokens, same log-likelihood."""
+        model = cli_util.train_tiny_model(self.tmp, steps=1, specials=("<|im_start|>",
+                                                                       "<|im_end|>"))
+        with open(os.path.join(cli_util.CFG.source, "tests", "fixtures", "chat_templates",
+                               "templates.json")) as f:
+            template = json.load(f)["chatml"]
+        if isinstance(template, dict):
+            template = template.get("template", template.get("source"))
+        write(os.path.join(model, "tokenizer_config.json"),
+              json.dumps({"chat_template": template}))
+        messages = [{"role": "user", "content": "the cat sat"},
+                    {"role": "assistant", "content": "on a mat"}]
+        rendered = "<|im_start|>user\nthe cat sat<|im_end|>\n<|im_start|>assistant\n"
+        data = write(self.path("m.jsonl"), json.dumps({"messages": messages}) + "\n" +
+                     json.dumps({"prompt": rendered, "completion": "on a mat"}) + "\n")
+        report, _ = self.eval_report(["--model", model, "--data", data])
+        a, b = report["items"]
+        self.assertEqual(a["prompt_tokens"], b["prompt_tokens"])
+        self.assertEqual(a["expected"], "on a mat")
+        self.assertAlmostEqual(a["logprob"], b["logprob"], delta=1e-9)
+        bad = write(self.path("b.jsonl"), json.dumps({"messages": messages[:1] * 2}) + "\n")
+        r = self.fails(["eval", "--model", model, "--data", bad], 1, "b.jsonl:1: ",
+                       "must be the assistant's")
+        self.assertIn("the \"user\"'s", r.stderr)
+
     def test_dataset_perplexity(self):
         sys.path.insert(0, HERE)
         import test_data_cli  # the independent reader of the shard format
