@@ -133,9 +133,11 @@ class ControlTest(Base):
         self.assertNotIn(str(p.pid), self.control("list").stdout)
 
     def test_abort_keeps_the_previous_checkpoint(self):
-        # an explicit registry folder on both sides
+        # an explicit registry folder on both sides, and a run folder whose
+        # socket path is longer than sun_path's 108 bytes
         registry = self.path("reg")
-        out = self.path("run")
+        out = self.path("a" * 60, "b" * 60, "run")
+        self.assertGreater(len(out + "/.trainyard.control.sock"), 108)
         p = self.start(out, "--control-registry", registry)
         self.wait_live(p, "--registry", registry)
         self.assertEqual(os.listdir(self.registry) if os.path.isdir(self.registry) else [], [])
