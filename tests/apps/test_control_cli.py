@@ -259,12 +259,28 @@ class ControlTest(Base):
         self.assertEqual(self.control_json("list")["runs"], [])
         r = self.control("status", str(p.pid), rc=1)
         self.assertIn("no running trainyard train with pid %d" % p.pid, r.stderr)
-        # the next run in that folder replaces the socket the killed one left
+        # the next run in that folder replaces the socket the killed one left,
+        # and RUN given as the folder finds it, not a killed run's entry
         self.assertTrue(os.path.exists(os.path.join(out, ".trainyard.control.sock")))
         q = self.start(out, "--overwrite")
         self.assertEqual(self.wait_live(q)["out"], os.path.realpath(out))
-        self.control("abort", str(q.pid))
-        self.assertEqual(q.wait(timeout=60), 1)
+        r = self.kill_and_restart(out, q)
+        self.control("abort", out)
+        self.assertEqual(r.wait(timeout=60), 1)
+        self.assertFalse(os.path.exists(os.path.join(self.registry, "%d.json" % q.pid)))
+
+    def kill_and_restart(self, out, q):
+        """Kills run q, leaving its entry, and starts another in `out`."""
+        q.send_signal(signal.SIGKILL)
+        q.wait()
+        self.assertTrue(os.path.exists(os.path.join(self.registry, "%d.json" % q.pid)))
+        r = self.start(out, "--overwrite")
+        self.wait_live(r)
+        write(os.path.join(self.registry, "%d.json" % q.pid), json.dumps(
+            {"pid": q.pid, "out": os.path.realpath(out),
+             "socket": os.path.join(os.path.realpath(out), ".trainyard.control.sock"),
+             "backend": "cpu:0"}))
+        return r
 
     def test_bad_commands_and_registries(self):
         for args, needle in [([], "give list"), (["bogus"], "unknown command 'bogus'"),

@@ -185,6 +185,11 @@ static ty_status_t ty_control_find(const char *registry, const char *run, ty_con
     if (n < 6 || strcmp(de->d_name + n - 5, ".json") || !ty_control_read_entry(path, out)) {
       continue;
     }
+    if (kill(out->pid, 0) != 0 && errno == ESRCH) {
+      /* A killed run's entry: a live run may have taken its folder since. */
+      unlink(path);
+      continue;
+    }
     found = by_pid ? out->pid == pid : !strcmp(out->out, real);
   }
   closedir(d);
