@@ -104,7 +104,8 @@ static ty_status_t ty_eval_run(ty_app_t *app, const ty_eval_args_t *a) {
     s = ty_eval_dataset(device, &config, ty_eval_scorer_weights(scorer), &o, a->dataset,
                         &dataset);
   }
-  ty_eval_report_meta_t meta = {a->model, ty_device_label(device), a->dtype_text, a->dataset};
+  ty_eval_report_meta_t meta = {a->model, device ? ty_device_label(device) : a->backend,
+                                a->dtype_text, a->dataset};
   if (!s) ty_eval_print_table(stdout, &meta, set, a->dataset ? &dataset : NULL);
   if (!s && a->out) {
     json_t *root = ty_eval_report_json(&meta, set, a->dataset ? &dataset : NULL);
