@@ -267,7 +267,8 @@ class ControlTest(Base):
         r = self.kill_and_restart(out, q)
         self.control("abort", out)
         self.assertEqual(r.wait(timeout=60), 1)
-        self.assertFalse(os.path.exists(os.path.join(self.registry, "%d.json" % q.pid)))
+        self.control("list")
+        self.assertEqual(os.listdir(self.registry), [])
 
     def kill_and_restart(self, out, q):
         """Kills run q, leaving its entry, and starts another in `out`."""
