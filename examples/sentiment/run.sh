@@ -2,7 +2,7 @@
 # The use case of SambaNova's GPT-2 tutorial (fine-tune on SST-2-style
 # prompt -> label completions, then require a minimum accuracy on held-out
 # prompts), end to end with a tiny GPT-2 and data made here (make_data.py:
-# word lists of this repository, nothing downloaded). About 5 s on an idle
+# word lists of this repository, nothing downloaded). About 2 s on an idle
 # 2-core machine.
 #
 #   examples/sentiment/run.sh [TRAINYARD] [WORKDIR]
