@@ -577,7 +577,10 @@ ty_status_t ty_llm_precision_parse(const char *text, ty_dtype_t *out_param_dtype
     return TY_OK;
   }
   ty_dtype_t d = TY_DTYPE_INVALID;
-  if (ty_dtype_parse(text, &d) != TY_OK || !ty_dtype_is_float(d)) {
+  ty_status_t parsed = ty_dtype_parse(text, &d);
+  bool bad = parsed != TY_OK || !ty_dtype_is_float(d);
+  ty_status_free(parsed); /* replaced by the message below, which names the choices */
+  if (bad) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "dtype '%s': expected f32, bf16, f16, f64, bf16-mixed or f16-mixed",
                           text);

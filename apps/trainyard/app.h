@@ -121,6 +121,8 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv);
 int ty_cmd_compile(ty_app_t *app, int argc, char **argv);
 int ty_cmd_conform(ty_app_t *app, int argc, char **argv);
 int ty_cmd_data(ty_app_t *app, int argc, char **argv);
+int ty_cmd_control(ty_app_t *app, int argc, char **argv);
+int ty_cmd_eval(ty_app_t *app, int argc, char **argv);
 int ty_cmd_forward(ty_app_t *app, int argc, char **argv);
 int ty_cmd_generate(ty_app_t *app, int argc, char **argv);
 int ty_cmd_serve(ty_app_t *app, int argc, char **argv);

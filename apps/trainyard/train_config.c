@@ -63,6 +63,14 @@ static const ty_opt_t ty_opts[] = {
     TY_U(seed, "seed of initialization, data order and dropout"),
     TY_I(eval_every, "validation loss every N steps (0: only at the end; needs val rows)"),
     TY_I(eval_batches, "validation batches per evaluation (0: all; needs val rows)"),
+    TY_S(eval_data, "task evaluation set, JSON lines as for 'trainyard eval': its accuracy at "
+                    "every evaluation and at the end (metrics.jsonl, TensorBoard eval/*)"),
+    TY_B(eval_choices, "score --eval-data as multiple choice (the choices of 'trainyard "
+                       "eval')"),
+    TY_F(min_eval_acc, "the final --eval-data accuracy must reach this (0..1), else the run "
+                       "exits 1 after saving its checkpoint (0: no bar)"),
+    TY_S(control_registry, "where 'trainyard control' finds this run (default "
+                           "$XDG_RUNTIME_DIR/trainyard, else /tmp/trainyard-<uid>)"),
     TY_I(save_every, "checkpoint every N steps (0: only at the end)"),
     TY_I(keep, "keep the last K checkpoints (0: all)"),
     TY_I(log_every, "print a step line every N steps"),
@@ -441,6 +449,13 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (c->log_every < 1) TY_BAD("--log-every must be >= 1");
   if (c->overwrite && (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto"))) {
     TY_BAD("--overwrite starts over and --resume %s continues: give one of them", c->resume);
+  }
+  if (c->eval_choices && !c->eval_data[0]) TY_BAD("--eval-choices needs --eval-data FILE");
+  if (ty_train_config_layer(c, "min_eval_acc") != TY_TRAIN_LAYER_DEFAULT && !c->eval_data[0]) {
+    TY_BAD("--min-eval-acc needs --eval-data FILE (the set whose accuracy it bars)");
+  }
+  if (!(c->min_eval_acc >= 0 && c->min_eval_acc <= 1)) {
+    TY_BAD("--min-eval-acc must lie in [0, 1] (an accuracy)");
   }
   if (c->sample_tokens < 0) TY_BAD("--sample-tokens must be >= 0");
   if (c->sample_prompt[0] && c->sample_tokens == 0) {

@@ -37,6 +37,10 @@ typedef struct ty_train_config_t {
   uint64_t seed;
   /* evaluation, checkpoints, logging */
   int64_t eval_every, eval_batches, save_every, keep, log_every;
+  char eval_data[TY_CFG_PATH_MAX]; /* task evaluation set (JSONL), or "" */
+  bool eval_choices;               /* score it as multiple choice */
+  double min_eval_acc;             /* the final accuracy's bar (0: none) */
+  char control_registry[TY_CFG_PATH_MAX]; /* `trainyard control`'s registry, "" default */
   char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", "auto", or a checkpoint folder */
   bool overwrite;               /* a fresh run may delete the run that --out holds */
   int64_t sample_tokens;        /* a greedy sample of this many tokens at every

@@ -16,6 +16,7 @@
 #include "metrics/progress.h"
 #include "metrics/tensorboard.h"
 #include "models/presets.h"
+#include "train_eval.h"
 #include "trainer.h"
 
 ty_status_t ty_train_metrics_open(ty_trainer_t *t, bool resuming) {
@@ -242,6 +243,7 @@ ty_status_t ty_train_metrics_summary(ty_trainer_t *t, double wall_seconds) {
   } else {
     fprintf(f, "final val loss: %.6f\n", t->last_val_loss);
   }
+  ty_train_eval_summary(t, f);
   fprintf(f, "throughput: %.1f tokens/s\n", tok_s);
   fprintf(f, "peak host memory (max RSS): %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
   ty_train_metrics_memory(t, f);

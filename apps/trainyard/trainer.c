@@ -25,6 +25,8 @@
 #include "files/out_paths.h"
 #include "files/run_folder.h"
 #include "stop_signals.h"
+#include "train_control.h"
+#include "train_eval.h"
 #include "train_graph.h"
 #include "train_metrics.h"
 #include "train_sample.h"
@@ -286,7 +288,8 @@ static ty_status_t ty_trainer_open_data(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_dataset_open(c->data, "val", TY_DATASET_OPEN_IF_DECLARED, &t->val_data));
   if (!t->val_data || ty_dataset_row_count(t->val_data) == 0) {
     /* Without validation rows the evaluation options would do nothing. */
-    const char *given = ty_train_config_layer(c, "eval_every") ? "--eval-every"
+    const char *given = c->eval_data[0]                           ? NULL
+                        : ty_train_config_layer(c, "eval_every") ? "--eval-every"
                         : ty_train_config_layer(c, "eval_batches") ? "--eval-batches"
                                                                    : NULL;
     if (given) {
@@ -411,7 +414,9 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
 }
 
 static void ty_trainer_destroy(ty_trainer_t *t) {
+  ty_train_control_close(t); /* first: no request is taken from here on */
   ty_train_sample_close(t); /* its sessions share s_train's parameters */
+  ty_train_eval_close(t);   /* so do these */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
   ty_comm_destroy(t->comm); /* before its device closes */
@@ -449,6 +454,7 @@ static ty_status_t ty_trainer_check_out(const ty_train_config_t *c) {
                                   {"--model", c->model},
                                   {"--tokenizer", c->tokenizer},
                                   {"--artifact", c->artifact},
+                                  {"--eval-data", c->eval_data},
                                   {"--resume", resume_path ? c->resume : NULL}};
   const size_t n = sizeof(inputs) / sizeof(inputs[0]);
   ty_out_path_t out = {.option = "--out", .path = c->out, .creates_parents = true};
@@ -531,6 +537,7 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) s = ty_trainer_build(t);
   if (!s) s = ty_trainer_weights(t, resume_dir);
   if (!s && t->rank == 0) s = ty_train_sample_open(t);
+  if (!s && t->rank == 0) s = ty_train_eval_open(t);
   if (!s) {
     ty_trainer_shuffle(t, t->epoch);
     snprintf(t->model_source, sizeof(t->model_source), "%s", config->model);
@@ -541,6 +548,14 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
    * all ranks have joined. */
   if (!s) s = ty_dist_agree(t->dist, ty_trainer_dist_comm_open(t), "creating the communicator");
   if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
+  /* `trainyard control` serves one-process runs: under mpirun its requests
+   * would have to reach every rank at the same step (train_control.h). */
+  if (!s && t->world == 1) s = ty_train_control_open(t);
+  else if (!s && t->rank == 0) {
+    fprintf(stderr, "trainyard train: 'trainyard control' does not reach runs of several "
+                    "ranks yet; SIGTERM or SIGINT to any rank stops them all with a "
+                    "checkpoint\n");
+  }
   return s;
 }
 
@@ -550,9 +565,11 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
   const ty_train_config_t *config = &t->cfg;
   bool last = t->step == t->total_steps, evaluated = false, checkpointed = false;
   ty_status_t s = TY_OK;
-  if (t->val_data && ((config->eval_every && t->step % config->eval_every == 0) || last)) {
+  if ((t->val_data || t->task_eval) &&
+      ((config->eval_every && t->step % config->eval_every == 0) || last)) {
     if (t->rank == 0) s = ty_trainer_eval(t, &t->last_val_loss);
     if (!s && t->rank == 0) ty_train_metrics_eval(t);
+    if (!s && t->rank == 0) s = ty_train_eval_run(t); /* --eval-data: task accuracy */
     if (t->owner) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
     evaluated = true;
   }
@@ -576,6 +593,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.cfg = *config;
   t.app = app;
   t.last_val_loss = NAN;
+  t.last_eval_acc = NAN;
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.world = 1;
@@ -601,8 +619,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_stop_signals_arm();
   double started = ty_now();
   int64_t steps_this_run = 0, saved_step = -1;
-  bool in_loop = !s;
-  while (!s && t.step < t.total_steps && !ty_trainer_stopping(&t)) {
+  bool in_loop = !s, control_stop = false;
+  while (!s && !control_stop && t.step < t.total_steps && !ty_trainer_stopping(&t)) {
     ty_trainer_dist_fault(&t);
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
@@ -625,11 +643,23 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     t.last_loss = loss;
     t.last_grad_norm = norm;
     double tok_s = dt > 0 ? (double)(t.tokens_seen - tokens_before) / dt : 0;
+    double per_step = (ty_now() - started) / (double)steps_this_run;
     if (t.rank == 0) {
-      ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s,
-                            (ty_now() - started) / (double)steps_this_run);
+      ty_train_metrics_step(&t, loss, norm, ty_trainer_lr(&t, t.step - 1), tok_s, per_step);
     }
     s = ty_trainer_after_step(&t, &saved_step);
+    ty_train_control_update(&t, tok_s, per_step);
+    /* `trainyard control` requests, taken between steps (one process). */
+    if (!s) s = ty_train_control_poll(&t, &saved_step, &control_stop);
+  }
+  if (!s && control_stop) {
+    ty_train_metrics_line_end(&t);
+    fprintf(stderr, "trainyard train: stop requested by 'trainyard control' after step %lld: "
+            "%s\n", (long long)t.step, saved_step == t.step ? "saved, stopping"
+                                                           : "saving and stopping");
+    if (saved_step != t.step) s = ty_trainer_save(&t);
+    if (!s) saved_step = t.step;
+    ty_train_control_stopped(&t, s);
   }
   int stop = ty_trainer_stopping(&t);
   if (!s && stop) {
@@ -656,6 +686,9 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
             ty_code_name(ty_status_code(s)), ty_status_message(s));
     ty_dist_abort(t.dist, 1);
   }
+  /* --min-eval-acc: judged after the checkpoint and the summary are written
+   * (on rank 0, which evaluates). */
+  if (!s && t.rank == 0) s = ty_train_eval_check(&t);
   ty_trainer_destroy(&t);
   /* Still armed: more signals during the save, the summary and the exit
    * that follows must not cut the wrap-up short or turn a clean stop into

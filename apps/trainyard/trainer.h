@@ -57,6 +57,9 @@ typedef struct ty_trainer_t {
   size_t tokenizer_json_size;
   char tokenizer_path[TY_CFG_PATH_MAX + 64];
   struct ty_train_sample_t *sample;             /* --sample-tokens (train_sample.c) */
+  struct ty_train_eval_t *task_eval;            /* --eval-data (train_eval.c) */
+  double last_eval_acc;                         /* its last accuracy, NAN before */
+  struct ty_control_server_t *control;          /* `trainyard control` (train_control.c) */
   struct ty_jsonl_writer_t *metrics;            /* metrics.jsonl */
   struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
   /* data parallel (trainer_dist.c): the world (NULL for one process),

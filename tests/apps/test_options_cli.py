@@ -66,7 +66,11 @@ AUDIT = {
            "--overwrite": "test_run_safety.py:RunFolderTest.test_overwrite_deletes_only_the_run",
            "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
-           "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical"},
+           "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical",
+           "--control-registry":
+               "test_control_cli.py:ControlTest.test_abort_keeps_the_previous_checkpoint"},
+        **{o: "test_eval_cli.py:TrainEvalTest.test_accuracy_logged_and_min_eval_acc" for o in (
+            "--eval-data", "--eval-choices", "--min-eval-acc")},
         **{o: "test_memory_cli.py:LeverTest.test_llama" for o in (
             "--recompute", "--loss-chunk", "--fused-optimizer")},
         **{"--offload": "test_memory_cli.py:BackendTest.test_cpu_refuses_offload",
@@ -113,6 +117,14 @@ AUDIT = {
            "--max-queue": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
            "--request-timeout": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
            "--shutdown-timeout": "test_serve_cli.py:ShutdownTest.test_deadline_cancels"}),
+    "eval": dict({o: "test_eval_cli.py:EvalTest.test_hand_checked_accuracy" for o in (
+        "--model", "--data", "--choices", "--out")},
+        **{o: "test_eval_cli.py:EvalTest.test_bad_inputs" for o in ("--backend", "--dtype")},
+        **{"--batch-size": "test_eval_cli.py:EvalTest.test_loglik_equals_forward",
+           "--dataset": "test_eval_cli.py:EvalTest.test_dataset_perplexity"}),
+    "control": {"--json": "test_control_cli.py:ControlTest.test_list_status_save_stop",
+                "--registry": "test_control_cli.py:ControlTest.test_abort_keeps_the_previous_checkpoint",
+                "--control-registry": "mention:train", "--out": "mention:train"},
     "forward": dict({o: "ForwardOptionsTest.test_each_option" for o in (
         "--model", "--tokens", "--out", "--backend", "--dtype", "--grads", "--dump-graph")},
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward"}),
@@ -249,6 +261,10 @@ def parsed_options(command):
         return {"--" + n for n in names}
     if command == "ckpt split":
         return getopt_names(source(*app, "cmd_ckpt.c"), "int ty_cmd_ckpt")
+    if command == "eval":
+        return getopt_names(source(*app, "eval", "cmd_eval.c"), "int ty_cmd_eval")
+    if command == "control":
+        return getopt_names(source(*app, "control", "cmd_control.c"), "int ty_cmd_control")
     if command == "serve":
         return getopt_names(source(*app, "serve", "cmd_serve.c"), "static int ty_serve_parse")
     function = {"generate": "static int ty_generate_parse", "forward": "int ty_cmd_forward",

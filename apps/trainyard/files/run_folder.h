@@ -17,6 +17,9 @@
  *   tensorboard/           events.out.tfevents.* files
  *   metrics.jsonl, summary.txt, train_config.json, device_report.txt
  *   while saving:          .checkpoint-<step>.tmp-<pid>/, <name>.tmp.<pid>
+ *   while running:         .trainyard.control.sock (control/control.h), which
+ *                          the next run replaces under the lock when a killed
+ *                          run left it; --overwrite leaves it to that
  * Anything else in the folder is the user's: it never makes the folder "hold
  * a run" and is never deleted; a checkpoint or tensorboard folder holding
  * anything else makes --overwrite refuse, deleting nothing.

@@ -1,0 +1,86 @@
+/* The training loop's side of `trainyard control` (train_control.h). */
+#include "train_control.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "control/control.h"
+#include "train_metrics.h"
+#include "trainer.h"
+
+ty_status_t ty_train_control_open(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  json_t *config = ty_train_config_to_json(c);
+  ty_control_server_options_t o = {.out_dir = c->out, .registry = c->control_registry,
+                                   .backend = ty_device_label(t->device), .config = config};
+  ty_status_t s = ty_control_server_start(&o, &t->control);
+  json_decref(config);
+  if (s && !c->control_registry[0]) {
+    /* Control is a convenience: a default folder we may not use does not
+     * stop a run, but says so. */
+    fprintf(stderr, "trainyard train: warning: 'trainyard control' cannot reach this run: %s\n",
+            ty_status_message(s));
+    ty_status_free(s);
+    return TY_OK;
+  }
+  return ty_status_annotate(s, "--control-registry %s", c->control_registry);
+}
+
+void ty_train_control_close(ty_trainer_t *t) {
+  ty_control_server_stop(t->control);
+  t->control = NULL;
+}
+
+void ty_train_control_update(ty_trainer_t *t, double tokens_per_s, double seconds_per_step) {
+  if (!t->control) return;
+  ty_control_progress_t p = {.step = t->step, .total_steps = t->total_steps, .epoch = t->epoch,
+                             .loss = t->last_loss, .val_loss = t->last_val_loss,
+                             .eval_acc = t->last_eval_acc, .tokens_per_s = tokens_per_s,
+                             .eta_s = (double)(t->total_steps - t->step) * seconds_per_step};
+  ty_control_server_update(t->control, &p);
+}
+
+static json_t *ty_train_control_reply(const ty_trainer_t *t, const char *message) {
+  char path[TY_CFG_PATH_MAX + 64];
+  snprintf(path, sizeof(path), "%s/checkpoint-%lld", t->cfg.out, (long long)t->step);
+  return json_pack("{s:I, s:s, s:s}", "step", (json_int_t)t->step, "checkpoint", path,
+                   "message", message);
+}
+
+ty_status_t ty_train_control_poll(ty_trainer_t *t, int64_t *saved_step, bool *out_stop) {
+  /* Data parallel: broadcast these bits from rank 0 here (train_control.h). */
+  unsigned bits = ty_control_server_take(t->control);
+  if (!bits) return TY_OK;
+  ty_train_metrics_line_end(t);
+  if (bits & TY_CONTROL_ABORT) {
+    fprintf(stderr, "trainyard train: abort requested by 'trainyard control' after step %lld: "
+            "exiting without saving\n", (long long)t->step);
+    json_t *r = json_pack("{s:I, s:s}", "step", (json_int_t)t->step, "message",
+                          "aborting without a checkpoint");
+    ty_control_server_reply(t->control, TY_CONTROL_ABORT, true, r);
+    json_decref(r);
+    return ty_status_make(TY_CODE_ABORTED, "aborted by 'trainyard control abort' after step "
+                          "%lld: no checkpoint saved; the earlier checkpoints in %s are intact",
+                          (long long)t->step, t->cfg.out);
+  }
+  ty_status_t s = TY_OK;
+  if (bits & TY_CONTROL_SAVE) {
+    fprintf(stderr, "trainyard train: save requested by 'trainyard control' after step %lld\n",
+            (long long)t->step);
+    if (*saved_step != t->step) s = ty_trainer_save(t);
+    if (!s) *saved_step = t->step;
+    json_t *r = ty_train_control_reply(t, s ? ty_status_message(s) : "saved; the run goes on");
+    ty_control_server_reply(t->control, TY_CONTROL_SAVE, !s, r);
+    json_decref(r);
+  }
+  if (!s && (bits & TY_CONTROL_STOP)) *out_stop = true;
+  return s;
+}
+
+void ty_train_control_stopped(ty_trainer_t *t, ty_status_t save_status) {
+  json_t *r = ty_train_control_reply(t, save_status ? ty_status_message(save_status)
+                                                    : "saved; stopping");
+  ty_control_server_reply(t->control, TY_CONTROL_STOP, !save_status, r);
+  json_decref(r);
+}

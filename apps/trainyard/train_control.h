@@ -1,0 +1,40 @@
+/* `trainyard control` on the training side: the run's control server
+ * (control/control.h) started beside the loop, its snapshot updated after
+ * every step, and the requests it posted acted on at step boundaries:
+ * save (a checkpoint, the run goes on), stop (a checkpoint, exit 0), abort
+ * (exit 1 without saving; the previous checkpoint stays as it was).
+ *
+ * Under mpirun, rank 0 alone opens the server; the requests it takes must
+ * reach every rank before any acts (one broadcast of the request bits at
+ * the step boundary, where ty_train_control_poll reads them), so that all
+ * ranks save, stop or abort at the same step. The data-parallel trainer
+ * adds that broadcast there; this branch runs one process. */
+#ifndef TY_APPS_TRAINYARD_TRAIN_CONTROL_H_
+#define TY_APPS_TRAINYARD_TRAIN_CONTROL_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hal/status.h"
+
+struct ty_trainer_t;
+
+/* Starts the server. An unusable default registry (no $XDG_RUNTIME_DIR
+ * and a /tmp/trainyard-<uid> of someone else's) is a warning on stderr and
+ * the run goes on uncontrolled; a --control-registry that cannot be used is
+ * an error. */
+ty_status_t ty_train_control_open(struct ty_trainer_t *t);
+void ty_train_control_close(struct ty_trainer_t *t);
+
+/* After each step: what list and status show. */
+void ty_train_control_update(struct ty_trainer_t *t, double tokens_per_s, double seconds_per_step);
+
+/* At a step boundary: saves for `save` (unless *saved_step is this step
+ * already) and answers; sets *out_stop for `stop` (the caller saves, then
+ * calls ty_train_control_stopped); ABORTED for `abort`, answered first. */
+ty_status_t ty_train_control_poll(struct ty_trainer_t *t, int64_t *saved_step, bool *out_stop);
+
+/* Answers the `stop` requests once the run has saved (or failed to). */
+void ty_train_control_stopped(struct ty_trainer_t *t, ty_status_t save_status);
+
+#endif /* TY_APPS_TRAINYARD_TRAIN_CONTROL_H_ */
