@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "control/control.h"
+#include "dist/dist.h"
 #include "train_metrics.h"
 #include "trainer.h"
 
@@ -49,26 +50,37 @@ static json_t *ty_train_control_reply(const ty_trainer_t *t, const char *message
 }
 
 ty_status_t ty_train_control_poll(ty_trainer_t *t, int64_t *saved_step, bool *out_stop) {
-  /* Data parallel: broadcast these bits from rank 0 here (train_control.h). */
-  unsigned bits = ty_control_server_take(t->control);
+  /* Rank 0 serves the socket; under mpirun its requests reach every rank
+   * here, at the same step boundary, before any rank acts. */
+  uint32_t bits = t->rank == 0 ? ty_control_server_take(t->control) : 0;
+  if (t->world > 1) {
+    char what[64];
+    snprintf(what, sizeof(what), "the control requests after step %lld", (long long)t->step);
+    TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, &bits, sizeof(bits), what));
+  }
   if (!bits) return TY_OK;
-  ty_train_metrics_line_end(t);
+  if (t->rank == 0) ty_train_metrics_line_end(t);
   if (bits & TY_CONTROL_ABORT) {
-    fprintf(stderr, "trainyard train: abort requested by 'trainyard control' after step %lld: "
-            "exiting without saving\n", (long long)t->step);
+    if (t->rank == 0) {
+      fprintf(stderr, "trainyard train: abort requested by 'trainyard control' after step "
+              "%lld: exiting without saving\n", (long long)t->step);
+    }
     json_t *r = json_pack("{s:I, s:s}", "step", (json_int_t)t->step, "message",
                           "aborting without a checkpoint");
     ty_control_server_reply(t->control, TY_CONTROL_ABORT, true, r);
     json_decref(r);
+    t->control_abort = true; /* every rank ends here: no MPI_Abort needed */
     return ty_status_make(TY_CODE_ABORTED, "aborted by 'trainyard control abort' after step "
                           "%lld: no checkpoint saved; the earlier checkpoints in %s are intact",
                           (long long)t->step, t->cfg.out);
   }
   ty_status_t s = TY_OK;
   if (bits & TY_CONTROL_SAVE) {
-    fprintf(stderr, "trainyard train: save requested by 'trainyard control' after step %lld\n",
-            (long long)t->step);
-    if (*saved_step != t->step) s = ty_trainer_save(t);
+    if (t->rank == 0) {
+      fprintf(stderr, "trainyard train: save requested by 'trainyard control' after step "
+              "%lld\n", (long long)t->step);
+    }
+    if (*saved_step != t->step) s = ty_trainer_save_all(t, "the checkpoint 'control save' asked");
     if (!s) *saved_step = t->step;
     json_t *r = ty_train_control_reply(t, s ? ty_status_message(s) : "saved; the run goes on");
     ty_control_server_reply(t->control, TY_CONTROL_SAVE, !s, r);

@@ -4,11 +4,10 @@
  * save (a checkpoint, the run goes on), stop (a checkpoint, exit 0), abort
  * (exit 1 without saving; the previous checkpoint stays as it was).
  *
- * Under mpirun, rank 0 alone opens the server; the requests it takes must
- * reach every rank before any acts (one broadcast of the request bits at
- * the step boundary, where ty_train_control_poll reads them), so that all
- * ranks save, stop or abort at the same step. The data-parallel trainer
- * adds that broadcast there; this branch runs one process. */
+ * Under mpirun, rank 0 alone opens the server; the requests it takes reach
+ * every rank before any acts (one broadcast of the request bits at each
+ * step boundary, in ty_train_control_poll, which every rank calls), so all
+ * ranks save, stop or abort after the same step. */
 #ifndef TY_APPS_TRAINYARD_TRAIN_CONTROL_H_
 #define TY_APPS_TRAINYARD_TRAIN_CONTROL_H_
 

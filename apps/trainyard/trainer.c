@@ -548,14 +548,10 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
    * all ranks have joined. */
   if (!s) s = ty_dist_agree(t->dist, ty_trainer_dist_comm_open(t), "creating the communicator");
   if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
-  /* `trainyard control` serves one-process runs: under mpirun its requests
-   * would have to reach every rank at the same step (train_control.h). */
-  if (!s && t->world == 1) s = ty_train_control_open(t);
-  else if (!s && t->rank == 0) {
-    fprintf(stderr, "trainyard train: 'trainyard control' does not reach runs of several "
-                    "ranks yet; SIGTERM or SIGINT to any rank stops them all with a "
-                    "checkpoint\n");
-  }
+  /* `trainyard control`: rank 0 serves it; ty_train_control_poll passes
+   * its requests to every rank. */
+  if (!s && t->rank == 0) s = ty_train_control_open(t);
+  if (t->world > 1) s = ty_dist_agree(t->dist, s, "starting the control socket");
   return s;
 }
 
@@ -649,15 +645,17 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     }
     s = ty_trainer_after_step(&t, &saved_step);
     ty_train_control_update(&t, tok_s, per_step);
-    /* `trainyard control` requests, taken between steps (one process). */
+    /* `trainyard control` requests, taken between steps (on every rank). */
     if (!s) s = ty_train_control_poll(&t, &saved_step, &control_stop);
   }
   if (!s && control_stop) {
-    ty_train_metrics_line_end(&t);
-    fprintf(stderr, "trainyard train: stop requested by 'trainyard control' after step %lld: "
-            "%s\n", (long long)t.step, saved_step == t.step ? "saved, stopping"
-                                                           : "saving and stopping");
-    if (saved_step != t.step) s = ty_trainer_save(&t);
+    if (t.rank == 0) {
+      ty_train_metrics_line_end(&t);
+      fprintf(stderr, "trainyard train: stop requested by 'trainyard control' after step "
+              "%lld: %s\n", (long long)t.step, saved_step == t.step ? "saved, stopping"
+                                                                    : "saving and stopping");
+    }
+    if (saved_step != t.step) s = ty_trainer_save_all(&t, "the checkpoint of the stop");
     if (!s) saved_step = t.step;
     ty_train_control_stopped(&t, s);
   }
@@ -679,7 +677,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
-  if (s && in_loop && t.world > 1) {
+  if (s && in_loop && t.world > 1 && !t.control_abort) {
     /* A rank that failed mid-run (or learned that another did) cannot leave
      * the others in a collective: say why, then end every rank. */
     fprintf(stderr, "%strainyard train: %s: %s\n", ty_app_error_prefix(),

@@ -76,6 +76,7 @@ typedef struct ty_trainer_t {
   int *owner;
   bool *updates;
   int stop_signal;
+  bool control_abort; /* `trainyard control abort` ended the loop on every rank */
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
 } ty_trainer_t;
@@ -87,6 +88,11 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
 
 /* Writes checkpoint-<step> atomically into cfg.out and prunes old ones. */
 ty_status_t ty_trainer_save(ty_trainer_t *t);
+/* The checkpoint of this step by every rank that writes a part of it (rank
+ * 0; under ZeRO-1 every rank its optimizer share), then, with several ranks,
+ * their agreement that it is whole (`what` names it in errors). Call on
+ * every rank. */
+ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what);
 /* Opens and locks the run folder cfg.out for the run's life (t->run),
  * removes what interrupted saves left, and finds the checkpoint to resume
  * (into out_dir; "" for a fresh start): --resume latest needs one, auto

@@ -356,3 +356,9 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
           t->world, t->owner ? ", ZeRO-1" : "; every rank holds all of these", p, g, o,
           t->owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
 }
+
+ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {
+  ty_status_t s = TY_OK;
+  if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
+  return t->world > 1 ? ty_dist_agree(t->dist, s, what) : s;
+}

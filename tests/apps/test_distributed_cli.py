@@ -254,6 +254,87 @@ class DeviceCollectivesTest(Base):
                                   os.path.join(zero, "checkpoint-6"))
 
 
+class ControlTest(Base):
+    """`trainyard control` reaches every rank: rank 0 serves the socket and
+    its requests are broadcast at the step boundary, so every rank saves,
+    stops or aborts after the same step (the checkpoints of a ZeRO-1 run have
+    a part from each rank, so a save on rank 0 alone would not load)."""
+
+    def start(self, out, registry):
+        env = {"TRAINYARD_DEBUG_STEP_SLEEP_MS": "100"}
+        log = open(out + ".log", "w+")
+        p = subprocess.Popen(MPIRUN + ["-np", "2", CFG.trainyard, "train"] + self.common +
+                             ["--max-steps", "2000", "--batch-size", "2", "--zero", "1",
+                              "--out", out, "--control-registry", registry],
+                             stdout=log, stderr=log, text=True, env=rank_env(env))
+        p.log = log
+        self.addCleanup(self.stop, p)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            self.assertIsNone(p.poll(), self.output(p)[-3000:])
+            r = run(["control", "list", "--json", "--registry", registry])
+            live = json.loads(r.stdout or "{}").get("runs", []) if r.returncode == 0 else []
+            if live and live[0]["step"] >= 1:
+                return p
+            time.sleep(0.2)
+        self.fail("the run never showed up in control list:\n" + self.output(p)[-3000:])
+
+    @staticmethod
+    def output(p):
+        p.log.seek(0)
+        return p.log.read()
+
+    @staticmethod
+    def stop(p):
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.log.close()
+
+    def checkpoints(self, out):
+        return sorted(int(n.split("-")[1]) for n in os.listdir(out)
+                      if re.fullmatch(r"checkpoint-\d+", n))
+
+    def control(self, *args):
+        r = run(["control"] + list(args) + ["--json"])
+        self.assertEqual(r.returncode, 0, (args, r.stdout[-2000:], r.stderr[-2000:]))
+        return json.loads(r.stdout)
+
+    def test_save_and_stop_reach_every_rank(self):
+        registry, out = self.path("reg"), self.path("run")
+        p = self.start(out, registry)
+        saved = self.control("save", out, "--registry", registry)
+        self.assertTrue(saved["ok"], saved)
+        # a whole ZeRO-1 checkpoint: both ranks' optimizer shards and the index
+        ckpt = saved["checkpoint"]
+        self.assertEqual(ckpt, os.path.join(out, "checkpoint-%d" % saved["step"]))
+        names = set(os.listdir(ckpt))
+        self.assertLessEqual({"optimizer-00001-of-00002.safetensors",
+                              "optimizer-00002-of-00002.safetensors",
+                              "optimizer.safetensors.index.json", "model.safetensors"}, names)
+        stopped = self.control("stop", out, "--registry", registry)
+        self.assertTrue(stopped["ok"], stopped)
+        self.assertEqual(p.wait(timeout=120), 0, self.output(p)[-3000:])
+        log = self.output(p)
+        self.assertIn("stop requested by 'trainyard control'", log)
+        self.assertIn(stopped["step"], self.checkpoints(out))
+        self.assertGreaterEqual(stopped["step"], saved["step"])
+        self.assertEqual(os.listdir(registry), [])
+
+    def test_abort_ends_every_rank_without_a_checkpoint(self):
+        registry, out = self.path("reg"), self.path("run")
+        p = self.start(out, registry)
+        saved = self.control("save", out, "--registry", registry)
+        time.sleep(0.5)
+        aborted = self.control("abort", out, "--registry", registry)
+        self.assertTrue(aborted["ok"], aborted)
+        self.assertNotEqual(p.wait(timeout=120), 0)
+        log = self.output(p)
+        self.assertIn("aborted by 'trainyard control abort'", log)
+        self.assertNotIn("MPI_ABORT", log)  # every rank ended by itself
+        self.assertEqual(self.checkpoints(out), [saved["step"]])
+
+
 class ResumeTest(Base):
     def test_resume_across_world_sizes(self):
         args, one, ref, want = self.reference()
