@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #include "control/control.h"
-#include "dist/dist.h"
 #include "train_metrics.h"
 #include "trainer.h"
 
@@ -49,15 +48,15 @@ static json_t *ty_train_control_reply(const ty_trainer_t *t, const char *message
                    "message", message);
 }
 
+uint32_t ty_train_control_take(ty_trainer_t *t) {
+  return t->rank == 0 ? ty_control_server_take(t->control) : 0;
+}
+
 ty_status_t ty_train_control_poll(ty_trainer_t *t, int64_t *saved_step, bool *out_stop) {
-  /* Rank 0 serves the socket; under mpirun its requests reach every rank
-   * here, at the same step boundary, before any rank acts. */
-  uint32_t bits = t->rank == 0 ? ty_control_server_take(t->control) : 0;
-  if (t->world > 1) {
-    char what[64];
-    snprintf(what, sizeof(what), "the control requests after step %lld", (long long)t->step);
-    TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, &bits, sizeof(bits), what));
-  }
+  /* Rank 0 serves the socket; its requests came to every rank with the
+   * step's loss (ty_trainer_step), so every rank acts on them here. */
+  uint32_t bits = t->control_bits;
+  t->control_bits = 0;
   if (!bits) return TY_OK;
   if (t->rank == 0) ty_train_metrics_line_end(t);
   if (bits & TY_CONTROL_ABORT) {

@@ -5,9 +5,9 @@
  * (exit 1 without saving; the previous checkpoint stays as it was).
  *
  * Under mpirun, rank 0 alone opens the server; the requests it takes reach
- * every rank before any acts (one broadcast of the request bits at each
- * step boundary, in ty_train_control_poll, which every rank calls), so all
- * ranks save, stop or abort after the same step. */
+ * every rank before any acts (the request bits ride in the step's loss
+ * all-reduce, and every rank calls ty_train_control_poll after the step),
+ * so all ranks save, stop or abort after the same step. */
 #ifndef TY_APPS_TRAINYARD_TRAIN_CONTROL_H_
 #define TY_APPS_TRAINYARD_TRAIN_CONTROL_H_
 
@@ -28,7 +28,11 @@ void ty_train_control_close(struct ty_trainer_t *t);
 /* After each step: what list and status show. */
 void ty_train_control_update(struct ty_trainer_t *t, double tokens_per_s, double seconds_per_step);
 
-/* At a step boundary: saves for `save` (unless *saved_step is this step
+/* At the end of a step's work: the requests waiting on rank 0 (0 on the
+ * other ranks), which the step's loss all-reduce carries to every rank. */
+uint32_t ty_train_control_take(struct ty_trainer_t *t);
+
+/* At a step boundary (t->control_bits): saves for `save` (unless *saved_step is this step
  * already) and answers; sets *out_stop for `stop` (the caller saves, then
  * calls ty_train_control_stopped); ABORTED for `abort`, answered first. */
 ty_status_t ty_train_control_poll(struct ty_trainer_t *t, int64_t *saved_step, bool *out_stop);

@@ -236,11 +236,14 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
   t->step_transfer_bytes = ty_trainer_transfer_bytes(t) - transfer_before;
   t->cursor += t->rows_per_step;
-  /* The step's loss over every rank, and whether any rank was asked to
-   * stop: every rank stops after the same step. */
-  double sums[2] = {loss, (double)ty_stop_signals_received()};
-  TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, sums, 2, "the loss"));
+  /* The step's loss over every rank, whether any rank was asked to stop,
+   * and the `trainyard control` requests rank 0 took: every rank stops,
+   * saves or aborts after the same step. */
+  double sums[3] = {loss, (double)ty_stop_signals_received(),
+                    (double)ty_train_control_take(t)};
+  TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, sums, 3, "the loss"));
   loss = sums[0];
+  t->control_bits = (uint32_t)sums[2];
   if (t->world > 1 && sums[1] > 0) {
     int local = ty_stop_signals_received();
     t->stop_signal = local ? local : SIGTERM;

@@ -77,6 +77,7 @@ typedef struct ty_trainer_t {
   bool *updates;
   int stop_signal;
   bool control_abort; /* `trainyard control abort` ended the loop on every rank */
+  uint32_t control_bits; /* the requests rank 0 took at the end of the step */
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
 } ty_trainer_t;
