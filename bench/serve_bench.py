@@ -125,6 +125,8 @@ class Server:
         cmd += ["serve", "--model", model, "--backend", args.backend, "--port", "0",
                 "--max-batch", str(slots), "--ctx", str(ctx), "--dtype", args.dtype,
                 "--prefill-chunk", str(min(args.chunk, ctx)), "--max-queue", "4096"]
+        if args.prefill_budget:
+            cmd += ["--prefill-budget", str(args.prefill_budget)]
         started = time.time()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -222,6 +224,8 @@ def main():
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--chunk", type=int, default=64)
+    p.add_argument("--prefill-budget", type=int, default=0,
+                   help="serve --prefill-budget (0: the server's default, one chunk a step)")
     p.add_argument("--transformers", action="store_true")
     p.add_argument("--device", default="cpu", help="transformers' device (cpu, cuda:0)")
     p.add_argument("--json-out")

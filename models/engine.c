@@ -111,6 +111,11 @@ static ty_status_t ty_engine_check_options(const ty_model_config_t *c,
                           "prefill chunk %lld must be in 1..%lld (the context)",
                           (long long)o->prefill_chunk, (long long)o->context);
   }
+  if (o->prefill_budget < 0 || o->prefill_budget > o->context * o->max_batch) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "prefill budget %lld must be in 0..%lld (every slot's context)",
+                          (long long)o->prefill_budget, (long long)(o->context * o->max_batch));
+  }
   return TY_OK;
 }
 
@@ -442,13 +447,19 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
   double t0 = ty_engine_now();
   bool ran = false;
   /* While nothing decodes, prefill until a sequence has its first token
-   * (no stream waits on it); otherwise one chunk per step. */
+   * (no stream waits on it); otherwise up to the prefill budget per step
+   * (one chunk by default), so running streams wait at most that long. */
   bool decoding = e->stats.busy > e->stats.prefilling;
-  int64_t slot;
+  int64_t budget = e->options.prefill_budget > e->options.prefill_chunk
+                       ? e->options.prefill_budget
+                       : e->options.prefill_chunk;
+  int64_t slot, spent = 0;
   while ((slot = ty_engine_first_prefill(e)) >= 0) {
     TY_RETURN_IF_ERROR(ty_engine_prefill(e, slot, emit, context));
     ran = true;
-    if (decoding || e->stats.busy > e->stats.prefilling) break;
+    spent += e->options.prefill_chunk;
+    bool waiting = decoding || e->stats.busy > e->stats.prefilling;
+    if (waiting && spent + e->options.prefill_chunk > budget) break;
   }
   if (e->stats.busy > e->stats.prefilling) {
     TY_RETURN_IF_ERROR(ty_engine_decode(e, emit, context));

@@ -60,6 +60,11 @@ typedef struct ty_engine_options_t {
   int64_t max_batch;     /* slots, >= 1 */
   int64_t context;       /* prompt + new tokens per sequence, <= the model's positions */
   int64_t prefill_chunk; /* prompt tokens per prefill run, 1..context */
+  /* Prompt tokens a step may prefill while other sequences decode, in whole
+   * chunks (at least one): 0 is one chunk per step (running streams wait
+   * least); more lets a burst of new requests reach their first tokens in
+   * fewer steps. */
+  int64_t prefill_budget;
   /* A session on the same device whose STATE values hold the parameters
    * under their Hugging Face names, dtype and shapes (a training step's):
    * the engine shares them without a copy. NULL: ty_engine_load_weights. */

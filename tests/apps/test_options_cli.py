@@ -110,7 +110,7 @@ AUDIT = {
             "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
     "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
         "--model", "--dtype", "--host", "--port", "--model-name", "--chat-template",
-        "--prefill-chunk", "--ctx", "--max-batch")},
+        "--prefill-chunk", "--prefill-budget", "--ctx", "--max-batch")},
         **{"--backend": "test_serve_cli.py:LimitsTest.test_internal_error",
            "--api-key": "test_serve_cli.py:LimitsTest.test_api_key",
            "--max-body": "test_serve_cli.py:LimitsTest.test_body_too_large",

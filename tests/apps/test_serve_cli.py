@@ -603,16 +603,22 @@ class OptionsTest(cli_util.TempDirTest):
         r = run(["serve", "--model", model, "--dtype", "i32"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--dtype must be f32, bf16, f16, f64, bf16-mixed or f16-mixed", r.stderr)
-        # --prefill-chunk: prompts longer than a chunk give what one chunk gives.
+        # --prefill-chunk: prompts longer than a chunk give what one chunk gives;
+        # --prefill-budget (several chunks a step) gives the same tokens too.
         prompt = list(range(20, 60))
         outs = []
-        for chunk in ("3", "64"):
-            s = self.start("--prefill-chunk", chunk, "--ctx", "64")
+        for extra in (["--prefill-chunk", "3"], ["--prefill-chunk", "64"],
+                      ["--prefill-chunk", "3", "--prefill-budget", "12"]):
+            s = self.start(*extra, "--ctx", "64")
             r = s.client().completions.create(model=s.name, prompt=prompt, max_tokens=6,
                                              temperature=0, extra_body={"return_token_ids": True})
             outs.append(r.choices[0].model_extra["token_ids"])
             self.assertEqual(s.stop(), 0)
         self.assertEqual(outs[0], outs[1])
+        self.assertEqual(outs[0], outs[2])
+        r = run(["serve", "--model", model, "--prefill-budget", "0"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--prefill-budget must be an integer >= 1", r.stderr)
         r = run(["serve", "--model", model, "--ctx", "8", "--prefill-chunk", "9"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--prefill-chunk 9 is larger than --ctx 8", r.stderr)

@@ -115,12 +115,15 @@ static void alone(const char *dir, const ty_model_config_t *config, int k, int64
   ty_generator_destroy(g);
 }
 
-/* Runs the six prompts through an engine of `slots` slots and a prefill
- * chunk of `chunk`, adding each as soon as a slot is free. */
+/* Runs the six prompts through an engine of `slots` slots, a prefill
+ * chunk of `chunk` and a prefill budget of `budget` tokens per step (0: one
+ * chunk), adding each as soon as a slot is free. */
 static void batched_in(const char *dir, const ty_model_config_t *config, int64_t slots,
-                       int64_t chunk, ty_dtype_t compute_dtype, collected_t *c) {
+                       int64_t chunk, int64_t budget, ty_dtype_t compute_dtype,
+                       collected_t *c) {
   ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .compute_dtype = compute_dtype,
-                           .max_batch = slots, .context = 32, .prefill_chunk = chunk};
+                           .max_batch = slots, .context = 32, .prefill_chunk = chunk,
+                           .prefill_budget = budget};
   ty_engine_t *e = NULL;
   TY_EXPECT_OK(ty_engine_create(device, config, &o, &e));
   TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));
@@ -152,8 +155,8 @@ static void batched_in(const char *dir, const ty_model_config_t *config, int64_t
 }
 
 static void batched(const char *dir, const ty_model_config_t *config, int64_t slots,
-                    int64_t chunk, collected_t *c) {
-  batched_in(dir, config, slots, chunk, TY_DTYPE_INVALID, c);
+                    int64_t chunk, int64_t budget, collected_t *c) {
+  batched_in(dir, config, slots, chunk, budget, TY_DTYPE_INVALID, c);
 }
 
 /* log softmax of a plain forward pass over prompt + new tokens, computing
@@ -223,11 +226,12 @@ static void test_batched_equals_alone(void **state) {
     int64_t want[6][MAX_NEW];
     for (int k = 0; k < 6; ++k) alone(dir, &config, k, want[k]);
     /* 3 slots (graphs of 1, 2 and 3 rows) and chunks of 4 (padded last
-     * chunks); then 8 slots with chunks of 1 token (prefill one by one). */
-    const int64_t shapes[2][2] = {{3, 4}, {8, 1}};
-    for (int sh = 0; sh < 2; ++sh) {
+     * chunks); then 8 slots with chunks of 1 token (prefill one by one);
+     * then 8 slots prefilling up to 6 chunks of 2 per step (--prefill-budget). */
+    const int64_t shapes[3][3] = {{3, 4, 0}, {8, 1, 0}, {8, 2, 12}};
+    for (int sh = 0; sh < 3; ++sh) {
       collected_t c;
-      batched(dir, &config, shapes[sh][0], shapes[sh][1], &c);
+      batched(dir, &config, shapes[sh][0], shapes[sh][1], shapes[sh][2], &c);
       for (int k = 0; k < 6; ++k) {
         assert_int_equal(c.count[k], new_len[k]);
         assert_int_equal(c.finish[k], TY_ENGINE_LENGTH);
@@ -255,7 +259,7 @@ static void test_bf16_mixed(void **state) {
   ty_model_config_t config;
   TY_EXPECT_OK(ty_model_config_load(dir, &config));
   collected_t c;
-  batched_in(dir, &config, 3, 4, TY_DTYPE_BF16, &c);
+  batched_in(dir, &config, 3, 4, 0, TY_DTYPE_BF16, &c);
   for (int k = 0; k < 6; ++k) {
     assert_int_equal(c.count[k], new_len[k]);
     check_logprobs_in(dir, &config, k, &c, TY_DTYPE_BF16, 5e-2);
@@ -287,6 +291,43 @@ static void test_seeded_sampling_ignores_neighbours(void **state) {
   }
   assert_memory_equal(runs[0], runs[1], 12 * sizeof(int64_t));
   ty_engine_destroy(e);
+}
+
+/* --prefill-budget: with room for two chunks a step, two new requests both
+ * have their first token after one step (one chunk a step makes the second
+ * wait a step), and later steps decode both. */
+static void test_prefill_budget(void **state) {
+  (void)state;
+  char dir[512];
+  model_dir("gpt2", dir, sizeof(dir));
+  ty_model_config_t config;
+  TY_EXPECT_OK(ty_model_config_load(dir, &config));
+  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 2, .context = 24,
+                           .prefill_chunk = 8, .prefill_budget = 16};
+  ty_engine_t *e = NULL;
+  TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
+  TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));
+  int64_t prompt[4] = {1, 2, 3, 4};
+  ty_engine_request_t r = {.prompt = prompt, .prompt_len = 4, .max_new = 10,
+                           .sampling = {.greedy = true}, .user = (void *)(intptr_t)0};
+  TY_EXPECT_OK(ty_engine_add(e, &r, NULL));
+  r.user = (void *)(intptr_t)1;
+  TY_EXPECT_OK(ty_engine_add(e, &r, NULL));
+  collected_t c;
+  memset(&c, 0, sizeof(c));
+  TY_EXPECT_OK(ty_engine_step(e, collect, &c));
+  assert_int_equal(c.count[0], 2);
+  assert_int_equal(c.count[1], 2);
+  assert_int_equal(c.ids[0][0], c.ids[1][0]); /* the same prompt, greedy */
+  assert_int_equal(c.ids[0][1], c.ids[1][1]);
+  ty_engine_destroy(e);
+  /* Budgets past every slot's context are refused. */
+  o.prefill_budget = 49;
+  TY_EXPECT_STATUS(ty_engine_create(device, &config, &o, &e), TY_CODE_INVALID_ARGUMENT,
+                   "prefill budget 49 must be in 0..48");
+  o.prefill_budget = -1;
+  TY_EXPECT_STATUS(ty_engine_create(device, &config, &o, &e), TY_CODE_INVALID_ARGUMENT,
+                   "prefill budget -1");
 }
 
 static void test_slots_cancel_and_stop(void **state) {
@@ -370,6 +411,7 @@ int main(void) {
       cmocka_unit_test(test_bf16_mixed),
       cmocka_unit_test(test_seeded_sampling_ignores_neighbours),
       cmocka_unit_test(test_slots_cancel_and_stop),
+      cmocka_unit_test(test_prefill_budget),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

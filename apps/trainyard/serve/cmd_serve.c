@@ -48,6 +48,9 @@ static const char *const ty_serve_usage =
     "  --prefill-chunk N       prompt tokens per prefill run (default 64, at most\n"
     "                          --ctx): a long prompt delays running streams by one\n"
     "                          chunk per step\n"
+    "  --prefill-budget N      prompt tokens a step may prefill while streams run, in\n"
+    "                          whole chunks (default: one chunk): more reaches the\n"
+    "                          first tokens of a burst of requests in fewer steps\n"
     "  --chat-template FILE    a chat template for models without a recognized one:\n"
     "                          the JSON form of docs/formats.md, or a Jinja file of\n"
     "                          the chatml, llama2, llama3 or mistral family\n"
@@ -64,7 +67,7 @@ typedef struct {
   const char *model_dir, *backend, *chat_template;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
-  int64_t max_batch, ctx, chunk;
+  int64_t max_batch, ctx, chunk, prefill_budget;
   ty_server_options_t server;
 } ty_serve_args_t;
 
@@ -86,7 +89,7 @@ static bool ty_parse_seconds(const char *text, double *out) {
 
 static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
   enum { O_BACKEND = 1000, O_DTYPE, O_HOST, O_PORT, O_KEY, O_NAME, O_BATCH, O_CTX, O_CHUNK,
-         O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN };
+         O_BUDGET, O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"backend", required_argument, NULL, O_BACKEND},
@@ -98,6 +101,7 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
       {"max-batch", required_argument, NULL, O_BATCH},
       {"ctx", required_argument, NULL, O_CTX},
       {"prefill-chunk", required_argument, NULL, O_CHUNK},
+      {"prefill-budget", required_argument, NULL, O_BUDGET},
       {"chat-template", required_argument, NULL, O_TEMPLATE},
       {"max-body", required_argument, NULL, O_BODY},
       {"max-queue", required_argument, NULL, O_QUEUE},
@@ -155,6 +159,11 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
       case O_CHUNK:
         if (!ty_parse_i64(optarg, 1, INT32_MAX, &a->chunk)) {
           return ty_app_usage_error(cmd, "--prefill-chunk must be an integer >= 1");
+        }
+        break;
+      case O_BUDGET:
+        if (!ty_parse_i64(optarg, 1, INT32_MAX, &a->prefill_budget)) {
+          return ty_app_usage_error(cmd, "--prefill-budget must be an integer >= 1");
         }
         break;
       case O_TEMPLATE: a->chat_template = optarg; break;
@@ -290,6 +299,9 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
     ty_engine_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                              .max_batch = a->max_batch, .context = s->context,
                              .prefill_chunk = chunk < s->context ? chunk : s->context};
+    /* At most every slot's context: more could never be spent in a step. */
+    int64_t most = s->context * a->max_batch;
+    o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;
     st = ty_engine_create(device, &s->config, &o, &s->engine);
   }
   /* NaN or infinite weights are refused: a server has no use for them. */
