@@ -13,6 +13,7 @@
 
 #include "graph/graph.h"
 #include "graph/session.h"
+#include "graph/train_step.h"
 #include "hal/comm.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
@@ -225,6 +226,109 @@ static void test_service_refuses_bad_arguments(void **state) {
   assert_int_equal(w.calls, 0);
 }
 
+/* ---- the data-parallel train step in one graph ---- */
+
+/* A fake second rank with the same batch: the sum over two ranks doubles. */
+static ty_status_t twin_all_reduce_sum(void *user, ty_dtype_t dtype, void *data, size_t count) {
+  int *calls = user;
+  ++*calls;
+  if (dtype != TY_DTYPE_F32) return ty_status_make(TY_CODE_INTERNAL, "twin: not f32");
+  float *x = data;
+  for (size_t i = 0; i < count; ++i) x[i] += x[i];
+  return TY_OK;
+}
+
+/* loss = sum((x @ w)^2), one SGD step of w (no clipping, no momentum) with
+ * the gradient all-reduced in the step when `reduce`; returns w after the
+ * step and the number of all_reduce nodes the graph has. */
+static uint32_t sgd_step(const char *uri, bool reduce, const ty_host_comm_t *comm, double lr,
+                         float *w_out) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t dx[2] = {2, 4}, dw[2] = {4, 3};
+  ty_value_id_t x, w, a, sq, loss;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, dx, &x));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 2, dw, &w));
+  ty_value_id_t xw[2] = {x, w};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", xw, 2, NULL, &a));
+  ty_value_id_t aa[2] = {a, a};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "mul", aa, 2, NULL, &sq));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "reduce_sum", &sq, 1, NULL, &loss));
+  ty_train_step_params_t p = {.loss = loss, .loss_seed = TY_VALUE_NONE, .params = &w,
+                              .param_count = 1, .optimizer = TY_OPTIMIZER_SGD,
+                              .mode = TY_TRAIN_STEP_FUSED, .all_reduce_grads = reduce};
+  TY_EXPECT_OK(ty_graph_build_train_step(g, &p));
+  uint32_t collectives = 0;
+  for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
+    collectives += strcmp(ty_graph_node(g, n)->op, "all_reduce") == 0;
+  }
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  TY_EXPECT_OK(ty_session_set_host_comm(s, comm));
+  float xs[8], ws[12];
+  for (int i = 0; i < 8; ++i) xs[i] = 0.125f * (float)(i - 3);
+  for (int i = 0; i < 12; ++i) ws[i] = 0.0625f * (float)(5 - i);
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, dx, xs, sizeof(xs)));
+  TY_EXPECT_OK(ty_session_bind(s, "w", TY_DTYPE_F32, 2, dw, ws, sizeof(ws)));
+  const char *names[4] = {"lr", "weight_decay", "max_norm", "momentum"};
+  const float values[4] = {(float)lr, 0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < 4; ++k) {
+    TY_EXPECT_OK(ty_session_bind(s, names[k], TY_DTYPE_F32, 0, NULL, &values[k], sizeof(float)));
+  }
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "w", w_out, 12 * sizeof(float)));
+  ty_session_destroy(s);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+  ty_graph_destroy(g);
+  return collectives;
+}
+
+/* Two ranks with the same batch sum to twice the gradient: one fused step
+ * there equals one process's step at twice the learning rate, bit for bit
+ * (both scale by an exact 2); at world 1 the op changes nothing. */
+static void test_fused_step_reduces_gradients_in_the_step(void **state) {
+  (void)state;
+  const char *step_uris[] = {"cpu", "dataflow"};
+  for (size_t u = 0; u < 2; ++u) {
+    int calls = 0;
+    ty_host_comm_t twin = {.rank = 0, .size = 2, .user = &calls,
+                           .all_reduce_sum = twin_all_reduce_sum};
+    float two_ranks[12], doubled_lr[12], one[12], plain[12];
+    assert_int_equal(sgd_step(step_uris[u], true, &twin, 0.1, two_ranks), 1);
+    assert_int_equal(calls, 1);
+    assert_int_equal(sgd_step(step_uris[u], false, NULL, 0.2, doubled_lr), 0);
+    assert_int_equal(sgd_step(step_uris[u], true, NULL, 0.1, one), 1);
+    assert_int_equal(sgd_step(step_uris[u], false, NULL, 0.1, plain), 0);
+    for (int i = 0; i < 12; ++i) {
+      if (two_ranks[i] != doubled_lr[i] || one[i] != plain[i]) {
+        fail_msg("%s w[%d]: 2 ranks %.9g vs 2x lr %.9g; world 1 %.9g vs plain %.9g",
+                 step_uris[u], i, two_ranks[i], doubled_lr[i], one[i], plain[i]);
+      }
+      if (two_ranks[i] == plain[i]) fail_msg("%s w[%d] did not move", step_uris[u], i);
+    }
+  }
+}
+
+static void test_reduce_needs_the_plain_fused_step(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {3};
+  ty_value_id_t w, loss;
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 1, d, &w));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "reduce_sum", &w, 1, NULL, &loss));
+  ty_train_step_params_t p = {.loss = loss, .loss_seed = TY_VALUE_NONE, .params = &w,
+                              .param_count = 1, .mode = TY_TRAIN_STEP_ACCUMULATE,
+                              .all_reduce_grads = true};
+  TY_EXPECT_STATUS(ty_graph_build_train_step(g, &p), TY_CODE_INVALID_ARGUMENT,
+                   "gradient accumulation updates before the sum");
+  ty_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sum_and_avg_over_two_ranks),
@@ -232,6 +336,8 @@ int main(void) {
       cmocka_unit_test(test_world_of_one_is_identity),
       cmocka_unit_test(test_failing_rank_fails_the_run),
       cmocka_unit_test(test_service_refuses_bad_arguments),
+      cmocka_unit_test(test_fused_step_reduces_gradients_in_the_step),
+      cmocka_unit_test(test_reduce_needs_the_plain_fused_step),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
