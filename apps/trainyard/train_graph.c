@@ -46,8 +46,12 @@ ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_ste
                                                       : TY_OPTIMIZER_ADAMW;
   /* Accumulation and data parallelism both split the step where the
    * gradients are complete: the host path reduces them over the ranks
-   * between the gradient graph and the optimizer graph. */
-  p->mode = c->grad_accum > 1 || c->world > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED;
+   * between the gradient graph and the optimizer graph. A whole-step device
+   * keeps one graph with the all-reduce ops inside it instead. */
+  const bool in_graph = c->world > 1 && c->world_in_graph;
+  p->mode = c->grad_accum > 1 || (c->world > 1 && !in_graph) ? TY_TRAIN_STEP_ACCUMULATE
+                                                             : TY_TRAIN_STEP_FUSED;
+  p->all_reduce_grads = in_graph;
   TY_RETURN_IF_ERROR(ty_recompute_parse(c->recompute, &p->recompute));
   p->fused_optimizer = c->fused_optimizer;
   p->fused_clip = c->fused_optimizer && c->clip > 0;
