@@ -254,6 +254,17 @@ class DataflowTest(Base):
         self.assert_weights_match(os.path.join(one_sgd, "checkpoint-8"),
                                   os.path.join(two_sgd, "checkpoint-8"))
 
+    def test_compare_one_process_against_two_ranks(self):
+        out = self.path("cmp")
+        r = subprocess.run([CFG.trainyard, "compare", "--model", self.gpt2, "--data", self.data,
+                            "--lr", "2e-3", "--steps", "4", "--out", out, "--tolerance", "1e-6",
+                            "--batch-size", "4", "--backends", "cpu,dataflow,dataflow*2"],
+                           capture_output=True, text=True, env=rank_env(), timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("dataflow*2", r.stdout)
+        with open(os.path.join(out, "compare.csv")) as f:
+            self.assertIn("loss_dataflow_2", f.readline().strip().split(","))
+
     def test_refused(self):
         r = mpirun(2, ["train"] + self.common + ["--backend", "dataflow", "--out",
                                                  self.path("z"), "--max-steps", "2",
