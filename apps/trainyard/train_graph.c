@@ -82,6 +82,9 @@ void ty_train_graph_levers(const ty_train_config_t *c, char *out, size_t capacit
   if (c->fused_optimizer) TY_LEVER("fused_optimizer=1");
   if (strcmp(c->offload, "none")) TY_LEVER("offload=%s", c->offload);
   if (!strcmp(c->dtype, "bf16")) TY_LEVER("dtype=bf16");
+  /* The world a whole-step device's all_reduce ops sum over: recorded so an
+   * artifact for N ranks is refused in a run of another size. */
+  if (c->world > 1 && c->world_in_graph) TY_LEVER("data_parallel=%lld", (long long)c->world);
 #undef TY_LEVER
 }
 

@@ -44,14 +44,6 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
                           "run, and this run is one process: start it with mpirun -np N (or "
                           "drop --zero)");
   }
-  if (t->world > 1 && t->cfg.artifact[0]) {
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          "--artifact %s: an artifact runs the whole step on one device, and a "
-                          "data-parallel run of %d ranks splits the step at the gradient "
-                          "all-reduce (artifacts for several ranks are not supported yet): run "
-                          "it as one process, or drop --artifact",
-                          t->cfg.artifact, t->world);
-  }
   if (t->world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--fused-optimizer updates each parameter inside the backward pass, "
@@ -92,6 +84,14 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                             t->cfg.backend);
     }
     t->cfg.world_in_graph = true;
+  } else if (t->cfg.artifact[0]) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--artifact %s: an artifact runs the whole step on one device, and a "
+                          "data-parallel run of %d ranks on %s splits the step at the gradient "
+                          "all-reduce: run it as one process, or drop --artifact (artifacts "
+                          "for several ranks are for whole-step devices: trainyard compile "
+                          "--data-parallel N)",
+                          t->cfg.artifact, t->world, t->cfg.backend);
   }
   return TY_OK;
 }

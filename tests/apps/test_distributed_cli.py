@@ -265,6 +265,54 @@ class DataflowTest(Base):
         with open(os.path.join(out, "compare.csv")) as f:
             self.assertIn("loss_dataflow_2", f.readline().strip().split(","))
 
+    def test_artifact_for_two_ranks(self):
+        def compile_step(out, *extra):
+            return run(["compile", "--backend", "dataflow", "--model", self.gpt2, "--data",
+                        self.data, "--batch-size", "2", "--cache-dir", "none", "--out", out]
+                       + list(extra))
+
+        dp2, dp1 = self.path("dp2.tyart"), self.path("dp1.tyart")
+        r = compile_step(dp2, "--data-parallel", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("memory levers: data_parallel=2", r.stdout)
+        self.assertIn("data parallel: 2 ranks (--data-parallel); gradients all-reduced inside "
+                      "the step", r.stdout)
+        r = compile_step(dp1)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("data parallel: no (one process)", r.stdout)
+        # A 2-rank run from the artifact is the 2-rank run that compiles.
+        base = ["train", "--model", self.gpt2, "--data", self.data, "--lr", "2e-3",
+                "--backend", "dataflow", "--log-every", "100", "--max-steps", "4",
+                "--batch-size", "2"]
+        plain, art = self.path("plain"), self.path("art")
+        self.train_mpi(2, "--max-steps", "4", "--backend", "dataflow", "--out", plain,
+                       "--batch-size", "2")
+        r = mpirun(2, base + ["--out", art, "--artifact", dp2])
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+        self.assert_curves_match(losses(plain), losses(art), range(1, 5))
+        # A run of another size is refused naming both.
+        r = run(base + ["--out", self.path("one"), "--artifact", dp2])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("was compiled for 2 ranks (--data-parallel) and this run has 1 rank",
+                      r.stderr)
+        r = mpirun(2, base + ["--out", self.path("two"), "--artifact", dp1])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("was compiled for 1 rank (no --data-parallel) and this run has 2 ranks",
+                      r.stderr)
+        # Bad values.
+        for value in ("0", "x", "-2", "70000", ""):
+            r = compile_step(self.path("bad.tyart"), "--data-parallel", value)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("--data-parallel needs a number of ranks from 1 to 65536", r.stderr)
+        r = compile_step(self.path("bad.tyart"), "--data-parallel", "2", "--inference")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--data-parallel with --inference", r.stderr)
+        r = run(["compile", "--backend", "cpu", "--model", self.gpt2, "--data", self.data,
+                 "--batch-size", "2", "--cache-dir", "none", "--data-parallel", "2",
+                 "--out", self.path("cpu.tyart")])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--data-parallel 2: --backend cpu does not run whole steps", r.stderr)
+
     def test_refused(self):
         r = mpirun(2, ["train"] + self.common + ["--backend", "dataflow", "--out",
                                                  self.path("z"), "--max-steps", "2",
@@ -627,7 +675,8 @@ class RefuseTest(Base):
                        self.path("o4"), "--max-steps", "2", "--backend", "dataflow",
                        "--artifact", art, "--batch-size", "2"])  # no --cache-dir with it
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("an artifact runs the whole step on one device", r.stderr)
+        self.assertIn("was compiled for 1 rank (no --data-parallel) and this run has 2 ranks",
+                      r.stderr)
         # a single process never loads MPI (the dynamic linker's log)
         r = self.train("--out", self.path("single"), "--max-steps", "1",
                        env={"LD_DEBUG": "files"})
