@@ -187,6 +187,17 @@ ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes
   return ty_dist_result(dist, rc, missing, err, what);
 }
 
+static ty_status_t ty_dist_host_sum(void *user, ty_dtype_t dtype, void *data, size_t count) {
+  return ty_dist_all_reduce_sum(user, dtype, data, count, "an all_reduce op of the step");
+}
+
+void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out) {
+  *out = (ty_host_comm_t){.rank = (uint32_t)ty_dist_rank(dist),
+                          .size = (uint32_t)ty_dist_size(dist),
+                          .user = dist,
+                          .all_reduce_sum = ty_dist_host_sum};
+}
+
 ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what) {
   if (!dist || dist->size == 1) return local;
   /* One flag per rank: gathered, so every rank can name the first failure. */

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/comm.h"
 #include "hal/dtype.h"
 #include "hal/status.h"
 
@@ -72,6 +73,12 @@ ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf,
 /* Rank `root`'s `bytes` to every rank. */
 ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
                               const char *what);
+/* The world as a host communicator (hal/comm.h) for sessions whose graphs
+ * hold collective ops (ty_session_set_host_comm): its sums are
+ * ty_dist_all_reduce_sum, bounded by the world's timeout. NULL: rank 0 of
+ * 1. `dist` must outlive the sessions that use it. */
+void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out);
+
 /* Every rank learns whether every rank succeeded: returns `local` when it
  * failed here (taking it), else FAILED_PRECONDITION naming the first rank
  * that failed ("rank 1 failed <what>; its error is above"). For the setup

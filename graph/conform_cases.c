@@ -324,6 +324,13 @@ static const ty_conform_case_t ty_cases[] = {
     CX("kv_cache_write", "decode-in-place", "F[1,12,4,8] F[1,1,4,8] i64[]:val=7", "", NULL,
        "0>0", EXACT),
     CX("kv_cache_write", "tail", "F[2,8,1,4] F[2,3,1,4] i64[]:val=5", "", NULL, NULL, EXACT),
+
+    /* ---- collectives: one process is world 1, where both are the identity
+     * (ops/op_collective.c); the multi-rank results are checked by the
+     * distributed tests ---- */
+    C("all_reduce", "sum", "F[4,33]", "", EXACT, EXACT),
+    C("all_reduce", "avg", "F[3,2,16]", "reduce='avg'", EXACT, EXACT),
+    C("all_reduce", "scalar", "F[]", "reduce='sum'", EXACT, EXACT),
 };
 
 uint32_t ty_conform_case_count(void) {

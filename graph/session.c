@@ -319,6 +319,28 @@ static bool ty_session_seed_may_be_unbound(const ty_session_t *s) {
   return major == TY_ABI_MAJOR && minor >= 2;
 }
 
+ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm) {
+  if (comm && comm->size > 1) {
+    uint32_t major = 0, minor = 0;
+    ty_backend_t *backend = ty_device_backend(s->device);
+    ty_backend_abi_version(backend, &major, &minor);
+    if (s->mixed) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "a session split across devices (a fallback device runs some "
+                            "nodes) cannot run collective ops over %u ranks",
+                            comm->size);
+    }
+    if (major != TY_ABI_MAJOR || minor < 5) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "backend '%s' speaks ABI %u.%u: running collective ops over %u "
+                            "ranks needs the host collectives of ABI 1.5",
+                            ty_backend_name(backend), major, minor, comm->size);
+    }
+  }
+  s->host_comm = comm;
+  return TY_OK;
+}
+
 ty_status_t ty_session_run(ty_session_t *s) {
   if (s->mixed) return ty_mixed_run(s->mixed);
   TY_RETURN_IF_ERROR(ty_session_usable(s));
@@ -336,10 +358,13 @@ ty_status_t ty_session_run(ty_session_t *s) {
         .name = slot->name, .buffer = ty_buffer_handle(slot->buffer), .offset = s->guard};
     n++;
   }
+  const bool world = s->host_comm && s->host_comm->size > 1;
   ty_abi_execute_args_t args = {
       .struct_size = sizeof(args),
       .binding_count = n,
       .bindings = s->bindings,
+      .host_comm = world ? (void *)(uintptr_t)s->host_comm : NULL,
+      .world_size = world ? s->host_comm->size : 1,
   };
   ty_abi_status_t (*execute)(ty_abi_executable_t *, const ty_abi_execute_args_t *) =
       TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_execute);

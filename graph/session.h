@@ -29,6 +29,7 @@
 
 #include "graph/graph.h"
 #include "hal/buffer.h"
+#include "hal/comm.h"
 #include "hal/device.h"
 
 #ifdef __cplusplus
@@ -155,6 +156,14 @@ ty_status_t ty_session_executable_memory(const ty_session_t *session,
 ty_status_t ty_session_bind(ty_session_t *session, const char *name,
                             ty_dtype_t dtype, uint32_t rank, const int64_t *dims,
                             const void *data, size_t bytes);
+
+/* The run's world for the graph's collective ops (all_reduce), handed to
+ * the plugin at every run (ABI 1.5 host collectives); NULL or a world of
+ * one rank makes them the identity. The session keeps the pointer: `comm`
+ * must outlive it. FAILED_PRECONDITION for a world of more than one rank
+ * on a backend older than ABI 1.5 or a mixed session, which could not reach
+ * the other ranks. */
+ty_status_t ty_session_set_host_comm(ty_session_t *session, const ty_host_comm_t *comm);
 
 /* Runs once. FAILED_PRECONDITION naming the first INPUT never bound; the
  * graph's loss-gradient seed (TY_VALUE_FLAG_LOSS_SEED) may stay unbound on

@@ -46,6 +46,7 @@ struct ty_session_t {
    * follows the chain, so segments of a mixed session find every state). */
   const ty_session_t *share_parent;
   ty_mixed_t *mixed; /* a mixed session: everything goes through it */
+  const ty_host_comm_t *host_comm; /* the run's world for collective ops, or NULL */
 };
 
 /* session.c: a new empty session; its graph; buffers for its slots once it

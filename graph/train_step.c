@@ -295,6 +295,12 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
                           "backward pass, which gradient accumulation (the ACCUMULATE mode) "
                           "cannot do: it keeps every gradient in an accumulator");
   }
+  if (p->all_reduce_grads && (p->fused_optimizer || p->mode != TY_TRAIN_STEP_FUSED)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "train step: all-reducing the gradients inside the step needs the "
+                          "FUSED mode without the fused optimizer (%s updates before the sum)",
+                          p->fused_optimizer ? "the fused optimizer" : "gradient accumulation");
+  }
   ty_value_id_t *grads = calloc(n, sizeof(ty_value_id_t));
   if (!grads) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   ty_status_t s = TY_OK;
@@ -304,7 +310,15 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
     ty_autodiff_options_t ad = {.recompute = p->recompute};
     s = ty_graph_autodiff_ex(g, p->loss, p->loss_seed, p->params, n, &ad, grads);
     for (uint32_t i = 0; i < n && !s; ++i) {
-      s = ty_graph_set_memory_class(g, grads[i], TY_MEMORY_GRADIENT);
+      /* The sum over the ranks sits where the gradient is complete and
+       * before anything reads it (clipping's norm, the update). The loss
+       * is normalized by the global batch's count, so the sum is the
+       * gradient of the global mean. */
+      if (p->all_reduce_grads) {
+        ty_value_id_t local = grads[i];
+        s = ty_graph_add_node1(g, "all_reduce", &local, 1, NULL, &grads[i]);
+      }
+      if (!s) s = ty_graph_set_memory_class(g, grads[i], TY_MEMORY_GRADIENT);
     }
   }
   if (!s) {

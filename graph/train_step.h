@@ -78,6 +78,13 @@ typedef struct ty_train_step_params_t {
    * its accumulator is still reset; another rank updates it. NULL: update
    * every parameter. */
   const bool *update;
+  /* FUSED mode, data parallel in one graph (docs/design-notes.md "Many
+   * devices"): each gradient is summed over the run's ranks by an
+   * all_reduce op between backward and clipping, so a device that runs the
+   * whole step in one call (dataflow) reduces inside it, through the
+   * host's collective service (ABI 1.5). At world 1 the op is the identity.
+   * Not with fused_optimizer (the update would precede the sum). */
+  bool all_reduce_grads;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 4u
+#define TY_ABI_MINOR 5u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -92,6 +92,15 @@ typedef enum ty_dtype_e {
 /* ------------------------------------------------------------------------ */
 typedef struct ty_abi_status_s *ty_abi_status_t;
 
+/* host->collective's arguments (ABI 1.5). */
+typedef struct ty_abi_host_collective_args_t {
+  size_t struct_size;
+  uint32_t op;      /* ty_abi_reduce_op_t: 0 sum, 1 avg */
+  ty_dtype_t dtype; /* f32, bf16, f16 or f64 */
+  void *data;       /* `count` elements of `dtype` in host memory, in place */
+  uint64_t count;
+} ty_abi_host_collective_args_t;
+
 /* Services the host offers a plugin; handed over in backend_create(). The
  * pointed-to table lives at least as long as the backend instance. */
 typedef struct ty_host_api_t {
@@ -110,6 +119,15 @@ typedef struct ty_host_api_t {
    * message is owned by the status. Thread-safe. */
   ty_code_t (*status_code)(ty_abi_status_t status);
   const char *(*status_message)(ty_abi_status_t status);
+  /* ---- v1.5: host collectives (docs/plugin-abi.md "Host collectives") ---- */
+  /* Runs one collective of the run's communicator on host memory, in place,
+   * and returns when every rank has contributed: the way a plugin without
+   * its own transport executes a collective op (all_reduce) DURING
+   * executable_execute. `comm` is the execute args' host_comm (never NULL
+   * here: NULL there means world 1, where a collective is the identity).
+   * Errors name the rank that failed or did not arrive in time. Call it
+   * only from the thread that called executable_execute. */
+  ty_abi_status_t (*collective)(void *comm, const ty_abi_host_collective_args_t *args);
 } ty_host_api_t;
 
 /* ------------------------------------------------------------------------ */
@@ -317,6 +335,14 @@ typedef struct ty_abi_execute_args_t {
   size_t struct_size;
   uint32_t binding_count;
   const ty_abi_binding_t *bindings;
+  /* ---- v1.5 ---- */
+  /* The run's communicator for host->collective, or NULL for one process
+   * (world 1: collective ops are the identity). `world_size` is its size
+   * (1 when host_comm is NULL). A plugin that cannot execute a collective op
+   * in a run of more than one rank fails the run with FAILED_PRECONDITION
+   * rather than compute a one-rank result. */
+  void *host_comm;
+  uint32_t world_size;
 } ty_abi_execute_args_t;
 
 typedef struct ty_abi_executable_s ty_abi_executable_t;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hal/dtype.h"
+#include "hal/half.h"
 #include "hal/registry.h"
 
 struct ty_comm_t {
@@ -102,4 +103,82 @@ ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t off
                               uint64_t count, ty_dtype_t dtype, uint32_t root,
                               ty_abi_executable_t *executable, bool more) {
   return ty_comm_in_place(comm, true, buffer, offset, count, dtype, root, executable, more);
+}
+
+/* ---- host collectives (ABI 1.5) ---- */
+
+/* bf16/f16 travel as f32: MPI has no half types, and summing in f32 then
+ * rounding once is what a device reduction in half storage does too. */
+static ty_status_t ty_host_comm_staged(const ty_host_comm_t *c, ty_dtype_t dtype, void *data,
+                                       size_t count, bool avg) {
+  float *wide = malloc((count ? count : 1) * sizeof(float));
+  if (!wide) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "host collective: no memory to stage %zu %s elements as f32", count,
+                          ty_dtype_name(dtype));
+  }
+  uint16_t *h = data;
+  for (size_t i = 0; i < count; ++i) {
+    wide[i] = dtype == TY_DTYPE_BF16 ? ty_bf16_to_f32(h[i]) : ty_f16_to_f32(h[i]);
+  }
+  ty_status_t s = c->all_reduce_sum(c->user, TY_DTYPE_F32, wide, count);
+  if (!s) {
+    const float scale = avg ? 1.0f / (float)c->size : 1.0f;
+    for (size_t i = 0; i < count; ++i) {
+      float v = wide[i] * scale;
+      h[i] = dtype == TY_DTYPE_BF16 ? ty_f32_to_bf16(v) : ty_f32_to_f16(v);
+    }
+  }
+  free(wide);
+  return s;
+}
+
+static ty_status_t ty_host_comm_run(const ty_host_comm_t *c,
+                                    const ty_abi_host_collective_args_t *a) {
+  if (!c || !c->all_reduce_sum || c->size == 0 || c->rank >= c->size) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: the communicator is not set up (rank %u of %u)",
+                          c ? c->rank : 0, c ? c->size : 0);
+  }
+  if (!a || a->struct_size < sizeof(*a)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: arguments missing or shorter than ABI 1.5's");
+  }
+  if (a->op != TY_ABI_REDUCE_SUM && a->op != TY_ABI_REDUCE_AVG) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: reduce op %u is neither sum (0) nor avg (1)", a->op);
+  }
+  if (a->count && !a->data) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: %llu elements but no data",
+                          (unsigned long long)a->count);
+  }
+  const bool avg = a->op == TY_ABI_REDUCE_AVG;
+  const size_t count = (size_t)a->count;
+  switch (a->dtype) {
+    case TY_DTYPE_BF16:
+    case TY_DTYPE_F16:
+      return ty_host_comm_staged(c, a->dtype, a->data, count, avg);
+    case TY_DTYPE_F32:
+    case TY_DTYPE_F64: {
+      TY_RETURN_IF_ERROR(c->all_reduce_sum(c->user, a->dtype, a->data, count));
+      if (!avg) return TY_OK;
+      for (size_t i = 0; i < count; ++i) {
+        if (a->dtype == TY_DTYPE_F32) {
+          ((float *)a->data)[i] /= (float)c->size;
+        } else {
+          ((double *)a->data)[i] /= (double)c->size;
+        }
+      }
+      return TY_OK;
+    }
+    default:
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "host collective: dtype %s is not reduced (f32, bf16, f16, f64)",
+                            ty_dtype_name(a->dtype));
+  }
+}
+
+ty_abi_status_t ty_host_comm_collective(void *comm, const ty_abi_host_collective_args_t *args) {
+  return (ty_abi_status_t)(void *)ty_host_comm_run(comm, args);
 }

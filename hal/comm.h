@@ -11,6 +11,7 @@
 #define TY_HAL_COMM_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "hal/backend_abi.h"
@@ -49,6 +50,26 @@ ty_status_t ty_comm_all_reduce(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t of
 ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset,
                               uint64_t count, ty_dtype_t dtype, uint32_t root,
                               ty_abi_executable_t *executable, bool more);
+
+/* ---- The host communicator (ABI 1.5 host collectives) ----
+ *
+ * What a run hands a plugin as ty_abi_execute_args_t.host_comm, so that a
+ * plugin without a transport of its own executes collective ops (all_reduce)
+ * inside its step through host->collective. The core fills it from the
+ * run's world (dist/dist.h: ty_dist_host_comm); the HAL stays free of MPI.
+ * `all_reduce_sum` sums `count` elements of `dtype` (f32 or f64) in place
+ * over the ranks; the HAL's service stages bf16/f16 through f32 and divides
+ * for the average. */
+typedef struct ty_host_comm_t {
+  uint32_t rank;
+  uint32_t size;
+  void *user;
+  ty_status_t (*all_reduce_sum)(void *user, ty_dtype_t dtype, void *data, size_t count);
+} ty_host_comm_t;
+
+/* host->collective (ABI 1.5) over `comm` (a ty_host_comm_t*): validates
+ * the arguments (INVALID_ARGUMENT naming the bad one) and reduces. */
+ty_abi_status_t ty_host_comm_collective(void *comm, const ty_abi_host_collective_args_t *args);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,8 @@
  * plugins. See hal/status.h. */
 #include "hal/status.h"
 
+#include "hal/comm.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +144,7 @@ const ty_host_api_t *ty_hal_host_api(void) {
       .status_free = ty_host_status_free,
       .status_code = ty_host_status_code,
       .status_message = ty_host_status_message,
+      .collective = ty_host_comm_collective,
   };
   return &api;
 }

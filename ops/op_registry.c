@@ -37,6 +37,8 @@ static const ty_op_def_t *const ty_op_table[] = {
     &ty_op_def_clip_by_global_norm, &ty_op_def_global_norm_scale,
     /* KV cache */
     &ty_op_def_kv_cache_write,
+    /* Collectives */
+    &ty_op_def_all_reduce,
 };
 
 #define TY_OP_TABLE_SIZE ((uint32_t)(sizeof(ty_op_table) / sizeof(ty_op_table[0])))

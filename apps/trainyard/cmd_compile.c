@@ -26,7 +26,7 @@ static const char *const ty_compile_usage =
     "                         [--optimizer adamw|sgd|adafactor] [--dtype D] [--dropout P]\n"
     "                         [--decay-all] [memory levers] [--memory-limit SIZE]\n"
     "                         (--out FILE | --plan-only) [--cache-dir DIR] [--retry-failed]\n"
-    "                         [--dump-graph P]\n"
+    "                         [--dump-graph P] [--data-parallel N]\n"
     "\n"
     "Compiles the train step that 'trainyard train' runs with the same options\n"
     "(forward, backward, clipping and optimizer as one graph; with --inference,\n"
@@ -64,6 +64,11 @@ static const char *const ty_compile_usage =
     "                     The levers are recorded in the graph (its hash and the\n"
     "                     artifact's report); a backend that cannot honour one\n"
     "                     refuses it by name.\n"
+    "  --data-parallel N  the step of one rank of an N-rank run (mpirun -np N\n"
+    "                     trainyard train --artifact FILE; --batch-size is per\n"
+    "                     rank): its gradients all-reduced inside the step; a run\n"
+    "                     of another size is refused. Whole-step devices only\n"
+    "                     (dataflow) [1]\n"
     "  --memory-limit S   refuse unless the memory plan fits in S (e.g. 24GiB;\n"
     "                     default: the device's memory)\n"
     "  --plan-only        print the memory plan of the graph and check it; compile\n"
@@ -87,6 +92,7 @@ typedef struct {
   ty_graph_args_t g; /* model, shapes, optimizer, dtype, dropout, cache, levers */
   const char *out;
   bool inference, plan_only;
+  int64_t data_parallel; /* --data-parallel N: ranks of the run (0: not given) */
 } ty_compile_args_t;
 
 /* compile's own options: --inference, --out, --plan-only and the memory
@@ -99,6 +105,15 @@ static int ty_compile_own(void *user, const char *key, const char *value) {
     a->plan_only = true;
   } else if (!strcmp(key, "out")) {
     a->out = value;
+  } else if (!strcmp(key, "data-parallel")) {
+    char *end = NULL;
+    long long n = value ? strtoll(value, &end, 10) : 0;
+    if (!value || !*value || !end || *end || n < 1 || n > 65536) {
+      return ty_app_usage_error("compile", "--data-parallel needs a number of ranks from 1 to "
+                                           "65536, not '%s'",
+                                value ? value : "");
+    }
+    a->data_parallel = n;
   } else if ((!strcmp(key, "beta1") && strcmp(a->g.cfg.optimizer, "adafactor")) ||
              (!strcmp(key, "clip") && !a->g.cfg.fused_optimizer)) {
     /* graph properties only after the option that makes them so: beta1
@@ -172,6 +187,21 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   if (!s) s = ty_graph_args_model(&a->g, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
   if (!s) s = ty_app_device_open("compile", registry, a->g.backend, &device, NULL);
+  /* --data-parallel N: the fused step of a whole-step device with its
+   * gradient all_reduce ops, for a run of N ranks (the lever records N). */
+  if (!s && a->data_parallel > 1) {
+    uint32_t major = 0, minor = 0;
+    ty_backend_abi_version(ty_device_backend(device), &major, &minor);
+    if (!ty_device_info(device)->whole_graphs_only || major != TY_ABI_MAJOR || minor < 5) {
+      s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                         "--data-parallel %lld: --backend %s does not run whole steps (ABI 1.5), "
+                         "so its data-parallel runs split the step at the all-reduce and need "
+                         "no artifact for N ranks",
+                         (long long)a->data_parallel, a->g.backend);
+    }
+    a->g.cfg.world = a->data_parallel;
+    a->g.cfg.world_in_graph = true;
+  }
   /* Weights no lever could fit need no graph to be refused. */
   if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, device);
   if (!s) {
@@ -268,7 +298,8 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   static const char *const own[] = {"out",            "recompute",      "loss-chunk",
                                     "offload",        "memory-limit",   "clip-threshold",
                                     "decay-rate",     "adafactor-eps1", "adafactor-eps2",
-                                    "beta1",          "clip",           NULL};
+                                    "beta1",          "clip",           "data-parallel",
+                                    NULL};
   int rc = ty_graph_args_parse("compile", argc, argv, &a.g, flags, own, ty_compile_own, &a);
   if (rc < 0) {
     fputs(ty_compile_usage, stdout);
@@ -281,6 +312,10 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
                                             : NULL);
   }
   if (rc != TY_EXIT_OK) return rc;
+  if (a.data_parallel > 1 && a.inference) {
+    return ty_app_usage_error("compile", "--data-parallel with --inference: an inference graph "
+                                         "has no gradients to all-reduce");
+  }
   if (a.plan_only && a.out) {
     return ty_app_usage_error("compile", "--out has no effect with --plan-only (nothing is "
                                          "compiled)");

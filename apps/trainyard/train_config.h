@@ -69,6 +69,10 @@ typedef struct ty_train_config_t {
   /* The run's world size: set by the trainer (or by `compile
    * --data-parallel`), not an option; the train step's graph depends on it. */
   int64_t world;
+  /* Set by the trainer with world: the gradient all-reduce runs as ops
+   * inside the fused step (a device that runs whole steps only, dataflow)
+   * instead of between a gradient and an optimizer graph. */
+  bool world_in_graph;
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
    * cross-option checks of ty_train_config_validate refuse an option given
    * on purpose that another option makes ineffective (--momentum with

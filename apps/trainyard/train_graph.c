@@ -46,8 +46,12 @@ ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_ste
                                                       : TY_OPTIMIZER_ADAMW;
   /* Accumulation and data parallelism both split the step where the
    * gradients are complete: the host path reduces them over the ranks
-   * between the gradient graph and the optimizer graph. */
-  p->mode = c->grad_accum > 1 || c->world > 1 ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED;
+   * between the gradient graph and the optimizer graph. A whole-step device
+   * keeps one graph with the all-reduce ops inside it instead. */
+  const bool in_graph = c->world > 1 && c->world_in_graph;
+  p->mode = c->grad_accum > 1 || (c->world > 1 && !in_graph) ? TY_TRAIN_STEP_ACCUMULATE
+                                                             : TY_TRAIN_STEP_FUSED;
+  p->all_reduce_grads = in_graph;
   TY_RETURN_IF_ERROR(ty_recompute_parse(c->recompute, &p->recompute));
   p->fused_optimizer = c->fused_optimizer;
   p->fused_clip = c->fused_optimizer && c->clip > 0;
@@ -78,6 +82,9 @@ void ty_train_graph_levers(const ty_train_config_t *c, char *out, size_t capacit
   if (c->fused_optimizer) TY_LEVER("fused_optimizer=1");
   if (strcmp(c->offload, "none")) TY_LEVER("offload=%s", c->offload);
   if (!strcmp(c->dtype, "bf16")) TY_LEVER("dtype=bf16");
+  /* The world a whole-step device's all_reduce ops sum over: recorded so an
+   * artifact for N ranks is refused in a run of another size. */
+  if (c->world > 1 && c->world_in_graph) TY_LEVER("data_parallel=%lld", (long long)c->world);
 #undef TY_LEVER
 }
 

@@ -373,7 +373,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
   ty_status_t s = TY_OK;
-  if (t->accum > 1 || t->world > 1) {
+  if (t->accum > 1 || (t->world > 1 && !c->world_in_graph)) {
     ty_tensor_desc_t *descs = NULL;
     bool *decay = NULL;
     ty_train_step_params_t step;
@@ -402,7 +402,11 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   } else {
     s = ty_session_create(t->device, t->g_train, &so, &t->s_train);
   }
-  if (s && t->world > 1) {
+  if (!s && c->world_in_graph) {
+    ty_dist_host_comm(t->dist, &t->host_comm);
+    s = ty_session_set_host_comm(t->s_train, &t->host_comm);
+  }
+  if (s && t->world > 1 && !c->world_in_graph) {
     /* The device may refuse the split step (the dataflow device runs whole
      * steps only): say why the step was split. */
     s = ty_status_annotate(s, "data parallel on %d ranks runs the step as a gradient graph and "

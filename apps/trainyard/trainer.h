@@ -69,6 +69,9 @@ typedef struct ty_trainer_t {
   struct ty_comm_t *comm; /* the device's own collectives (ABI 1.4), or NULL:
                              the host path */
   int rank, world;
+  /* A whole-step device (cfg.world_in_graph): the world its fused step's
+   * all_reduce ops reach through the host (ABI 1.5) */
+  ty_host_comm_t host_comm;
   float *grad_host;
   size_t grad_count;
   /* ZeRO-1 (--zero 1): the rank that updates each parameter, and whether

@@ -44,14 +44,6 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
                           "run, and this run is one process: start it with mpirun -np N (or "
                           "drop --zero)");
   }
-  if (t->world > 1 && t->cfg.artifact[0]) {
-    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          "--artifact %s: an artifact runs the whole step on one device, and a "
-                          "data-parallel run of %d ranks splits the step at the gradient "
-                          "all-reduce (artifacts for several ranks are not supported yet): run "
-                          "it as one process, or drop --artifact",
-                          t->cfg.artifact, t->world);
-  }
   if (t->world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--fused-optimizer updates each parameter inside the backward pass, "
@@ -77,7 +69,31 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                                          (uint32_t)ty_dist_local_rank(t->dist), &uri);
   if (!s) s = ty_app_device_open("train", t->registry, uri, &t->device, NULL);
   free(uri);
-  return s;
+  if (s) return s;
+  /* A device that runs whole steps only cannot take the split step: its
+   * fused step all-reduces the gradients itself, with all_reduce ops it
+   * executes through the host's collectives (ABI 1.5). */
+  uint32_t major = 0, minor = 0;
+  ty_backend_abi_version(ty_device_backend(t->device), &major, &minor);
+  if (ty_device_info(t->device)->whole_graphs_only && major == TY_ABI_MAJOR && minor >= 5) {
+    if (t->cfg.zero) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--zero 1: --backend %s runs the whole step in one call, all_reduce "
+                            "ops included, so its optimizer state cannot be sharded over the "
+                            "ranks (drop --zero)",
+                            t->cfg.backend);
+    }
+    t->cfg.world_in_graph = true;
+  } else if (t->cfg.artifact[0]) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--artifact %s: an artifact runs the whole step on one device, and a "
+                          "data-parallel run of %d ranks on %s splits the step at the gradient "
+                          "all-reduce: run it as one process, or drop --artifact (artifacts "
+                          "for several ranks are for whole-step devices: trainyard compile "
+                          "--data-parallel N)",
+                          t->cfg.artifact, t->world, t->cfg.backend);
+  }
+  return TY_OK;
 }
 
 /* Parameter i's gradient accumulator: its name (into name[capacity]) and
@@ -91,6 +107,16 @@ static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (t->world == 1) return TY_OK;
   ty_backend_t *backend = ty_device_backend(t->device);
+  if (t->cfg.world_in_graph) {
+    if (t->rank == 0) {
+      fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
+                      "inside the fused step by all_reduce ops, which %s runs through the "
+                      "host's collectives (ABI 1.5)\n",
+              t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
+              ty_backend_name(backend));
+    }
+    return TY_OK;
+  }
   if (!ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
       fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "

@@ -293,6 +293,39 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
   return NULL;
 }
 
+/* ABI 1.5: a collective op (all_reduce) has put this rank's part in its
+ * output (the kernel's world-1 identity); in a run of several ranks the
+ * host's service now reduces it across them, in place, inside the step. */
+static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint32_t n,
+                                               const ty_abi_execute_args_t *args) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  const ty_abi_node_t *node = &g->nodes[n];
+  if (strcmp(node->op, "all_reduce") != 0) return NULL;
+  if (!TY_ABI_HAS_FIELD(args, ty_abi_execute_args_t, world_size) || !args->host_comm ||
+      args->world_size <= 1) {
+    return NULL; /* one process: the identity is the result */
+  }
+  const ty_host_api_t *host = ty_plugin_host_api();
+  if (!host || !TY_ABI_HAS_FIELD(host, ty_host_api_t, collective) || !host->collective) {
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "%s: node %u (all_reduce) runs over %u ranks but the host offers "
+                           "no collective service (ABI 1.5)",
+                           e->plugin, n, args->world_size);
+  }
+  const uint32_t y = node->outputs[0];
+  const size_t esize = ty_abi_dtype_size(g->values[y].dtype);
+  ty_abi_host_collective_args_t c = {
+      .struct_size = sizeof(c),
+      .op = strcmp(ty_abi_node_attr_string(node, "reduce", "sum"), "avg") == 0
+                ? TY_ABI_REDUCE_AVG
+                : TY_ABI_REDUCE_SUM,
+      .dtype = g->values[y].dtype,
+      .data = e->data[y],
+      .count = esize ? e->graph->value_bytes[y] / esize : 0,
+  };
+  return host->collective(args->host_comm, &c);
+}
+
 ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute_args_t *args,
                                      ty_host_buffer_view_t view, uint32_t threads) {
   ty_abi_status_t s = ty_host_resolve(e, args, view);
@@ -310,6 +343,7 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
     } else {
       s = (ty_abi_status_t)(void *)ty_ref_execute_node(g, n, e->data);
     }
+    if (!s) s = ty_host_collective_node(e, n, args);
     if (profile) ty_host_profile_add(e->profile, n, ty_host_profile_now() - t0);
     if (s) return s;
   }

@@ -14,6 +14,8 @@ static const ty_host_api_t *ty_plugin_host;
 
 void ty_plugin_status_init(const ty_host_api_t *host) { ty_plugin_host = host; }
 
+const ty_host_api_t *ty_plugin_host_api(void) { return ty_plugin_host; }
+
 static ty_status_t ty_plugin_wrap(ty_abi_status_t s) { return (ty_status_t)(void *)s; }
 
 ty_status_t ty_status_makev(ty_code_t code, const char *fmt, va_list args) {

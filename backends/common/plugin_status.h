@@ -16,6 +16,9 @@ extern "C" {
  * the support library is linked statically into each). Idempotent. */
 void ty_plugin_status_init(const ty_host_api_t *host);
 
+/* The host's services remembered by ty_plugin_status_init (NULL before). */
+const ty_host_api_t *ty_plugin_host_api(void);
+
 /* Formats a message and makes a host status (never NULL). */
 ty_abi_status_t ty_plugin_error(ty_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -6,6 +6,7 @@
  *   slice:          y[i] = x[starts + i]
  *   slice_backward: dx = 0; dx[starts + i] = dy[i]
  *   concat:         y along axis = x_1 | x_2 | ... | x_n
+ *   all_reduce:     y = x (one process is world 1)
  *   cast:           float <-> float rounds to nearest even (f64 -> half goes
  *                   through f32); i32 <-> i64, refusing i64 values that do
  *                   not fit in i32.
@@ -39,6 +40,14 @@ ty_abi_status_t cpu_kernel_reshape(const cpu_node_ctx_t *c) {
   cpu_copy(c, cpu_out_data(c, 0), cpu_in_data(c, 0),
            (size_t)cpu_numel(y) * ty_abi_dtype_size(y->dtype));
   return NULL;
+}
+
+/* ---- all_reduce ---------------------------------------------------------- */
+
+/* The executor runs one process, world 1, where the sum and the average over
+ * the ranks are both the identity (ops/op_collective.c): y = x, bit for bit. */
+ty_abi_status_t cpu_kernel_all_reduce(const cpu_node_ctx_t *c) {
+  return cpu_kernel_reshape(c);
 }
 
 /* ---- transpose ----------------------------------------------------------- */

@@ -2,15 +2,16 @@
  * (docs/dataflow.md, "Artifact format"; docs/formats.md). Little-endian:
  *
  *   0   magic "TYDFART\0"
- *   8   u32 format version (1)
+ *   8   u32 format version (2: 1 lacked the world size)
  *   12  u32 offset of the hashed content (48)
  *   16  SHA-256 of bytes [48, end)
  *   48  u64 total size
  *   56  target: u32 tiles, u32 clock_mhz, u64 mem_per_tile,
  *       f64 bandwidth_gbs, u64 dram
  *   88  u32 kind (1 train step, 2 inference)
- *   92  graph hash, 64 ASCII hex digits
- *   156 the rest: plugin version, cost-model constant, sections, tiles,
+ *   92  u32 world size (ranks the step's all_reduce ops were compiled for)
+ *   96  graph hash, 64 ASCII hex digits
+ *   160 the rest: plugin version, cost-model constant, sections, tiles,
  *       estimates, hyperparameter names, fixed dropout probabilities, the
  *       slot table, and the scheduled graph with its placement; then "END!"
  *
@@ -26,7 +27,7 @@
 #include "backends/dataflow/dataflow_internal.h"
 
 #define DF_MAGIC "TYDFART"
-#define DF_FORMAT_VERSION 1u
+#define DF_FORMAT_VERSION 2u
 #define DF_END_MARKER 0x21444E45u /* "END!" */
 
 /* ---- writing ---- */
@@ -52,6 +53,7 @@ ty_abi_status_t df_artifact_write(const ty_abi_executable_t *e, unsigned char **
   ty_art_put_f64(&w, plan->target.bandwidth_gbs);
   ty_art_put_u64(&w, plan->target.dram_bytes);
   ty_art_put_u32(&w, plan->kind);
+  ty_art_put_u32(&w, plan->world_size);
   char hash[64];
   memset(hash, '0', sizeof(hash));
   memcpy(hash, plan->graph_hash, strnlen(plan->graph_hash, 64));
@@ -151,11 +153,13 @@ ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size,
                            have, want);
   }
   plan->kind = (df_kind_t)ty_art_get_u32(&r, "kind");
+  plan->world_size = ty_art_get_u32(&r, "world size");
   ty_art_take(&r, plan->graph_hash, 64, "graph hash");
   plan->graph_hash[64] = '\0';
   if (plan->target.tiles < 1 || plan->target.tiles > DF_MAX_TILES ||
-      (plan->kind != DF_KIND_TRAIN && plan->kind != DF_KIND_INFERENCE)) {
-    return ty_art_malformed(&r, "target tiles or kind out of range");
+      (plan->kind != DF_KIND_TRAIN && plan->kind != DF_KIND_INFERENCE) ||
+      plan->world_size < 1 || plan->world_size > 65536) {
+    return ty_art_malformed(&r, "target tiles, kind or world size out of range");
   }
   char *writer = ty_art_get_str(&r, NULL, "plugin version");
   free(writer);

@@ -330,6 +330,17 @@ static ty_abi_status_t df_explain_mismatch(const ty_abi_executable_t *e,
                            "a train step; compile one without --inference",
                            have->graph_hash);
   }
+  if (!cs && have->world_size != want.world_size) {
+    const uint32_t h = have->world_size, w = want.world_size;
+    df_plan_free(&want);
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "dataflow: artifact %.12s was compiled for %u rank%s%s and this run "
+                           "has %u rank%s: its all_reduce ops sum over the ranks it was "
+                           "compiled for; compile it again for %u (trainyard compile%s)",
+                           have->graph_hash, h, h == 1 ? "" : "s",
+                           h > 1 ? " (--data-parallel)" : " (no --data-parallel)", w,
+                           w == 1 ? "" : "s", w, w > 1 ? " --data-parallel N" : "");
+  }
   if (!cs && have->kind == DF_KIND_TRAIN && want.kind == DF_KIND_INFERENCE) {
     used += (size_t)snprintf(detail, sizeof(detail),
                              "; the artifact is a train step and this run an inference graph");
@@ -533,6 +544,14 @@ static void df_report_text(const ty_abi_executable_t *e, df_text_t *t) {
   } else {
     df_printf(t, "fixed at compile time: no dropout\n");
   }
+  if (p->world_size > 1) {
+    df_printf(t, "data parallel: %u ranks (--data-parallel); gradients all-reduced inside the "
+                 "step through the host's collectives\n",
+              p->world_size);
+  } else {
+    df_printf(t, "data parallel: no (one process)\n");
+  }
+
   const df_slot_t *seed = NULL;
   for (uint32_t i = 0; i < p->slot_count; ++i) {
     if (p->slots[i].role == DF_ROLE_LOSS_SEED) seed = &p->slots[i];

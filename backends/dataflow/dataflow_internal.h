@@ -115,6 +115,9 @@ typedef struct df_plan_t {
   df_slot_t *slots;
   uint32_t dropout_count; /* distinct dropout probabilities, fixed at compile */
   double *dropout_p;
+  /* Ranks the step was compiled for: the graph's data_parallel lever
+   * (`trainyard compile --data-parallel N`), 1 without it. */
+  uint32_t world_size;
 } df_plan_t;
 
 struct ty_abi_executable_s {

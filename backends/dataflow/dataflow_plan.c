@@ -183,6 +183,22 @@ static ty_abi_status_t df_collect_dropout(const ty_abi_graph_t *g, df_plan_t *pl
   return NULL;
 }
 
+/* The world the step's all_reduce ops were compiled for (a lever, since
+ * the graph itself is the same for every world size above 1). */
+static ty_abi_status_t df_world_size(const ty_abi_graph_t *g, df_plan_t *plan) {
+  char word[64];
+  plan->world_size = 1;
+  if (!ty_abi_graph_lever(g, "data_parallel", "1", word, sizeof(word))) return NULL;
+  char *end = NULL;
+  unsigned long n = strtoul(word + strlen("data_parallel="), &end, 10);
+  if (!end || *end || n < 2 || n > 65536) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                           "dataflow: lever '%s' is not a number of ranks from 2 to 65536", word);
+  }
+  plan->world_size = (uint32_t)n;
+  return NULL;
+}
+
 ty_abi_status_t df_classify(const ty_abi_graph_t *g, df_plan_t *plan, uint32_t *out_order) {
   const char *hash = g->hash_hex ? g->hash_hex : "";
   uint32_t *producer = df_producers(g);
@@ -267,6 +283,7 @@ ty_abi_status_t df_classify(const ty_abi_graph_t *g, df_plan_t *plan, uint32_t *
     st = df_build_slots(g, section, plan);
   }
   if (!st) st = df_collect_dropout(g, plan);
+  if (!st) st = df_world_size(g, plan);
   free(producer);
   free(section);
   return st;

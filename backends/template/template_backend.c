@@ -277,6 +277,9 @@ static void template_buffer_view(ty_abi_buffer_t *buffer, unsigned char **out_da
   *out_size = buffer->size;
 }
 
+/* Pass `args` through whole: under mpirun its ABI 1.5 host_comm reaches
+ * the executor, which runs the graph's collective ops (all_reduce) through
+ * host->collective, so this plugin needs no transport of its own. */
 static ty_abi_status_t template_executable_execute(ty_abi_executable_t *e,
                                                    const ty_abi_execute_args_t *args) {
   return ty_host_executor_run(e->executor, args, template_buffer_view, 1);
@@ -325,7 +328,9 @@ static const ty_backend_api_t template_api = {
      * comm_all_gather, comm_broadcast): without them a data-parallel run
      * stages the gradients through host memory and reduces them over MPI. A
      * device with its own collective library (NCCL, ...) sets all seven or
-     * none; `trainyard check` says which path its runs take. */
+     * none; `trainyard check` says which path its runs take. Collective
+     * OPS in a graph (all_reduce, ABI 1.5) need none of them: the host
+     * executor reduces through the host's service (docs/plugin-abi.md). */
 };
 
 /* Step 8: the one exported symbol. Return NULL for a major you were not

@@ -87,7 +87,8 @@ AUDIT = {
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
         "--grad-accum", "--out", "--cache-dir", "--retry-failed", "--lr")},
         **{"--artifact": "mention:train",
-           "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile"},
+           "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
+           "--data-parallel": "test_distributed_cli.py:DataflowTest.test_artifact_for_two_ranks"},
         **{o: "test_memory_cli.py:PlanTest.test_levers_shrink_the_plan" for o in (
             "--recompute", "--loss-chunk", "--fused-optimizer", "--plan-only",
             "--memory-limit", "--clip")},

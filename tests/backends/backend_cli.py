@@ -51,6 +51,9 @@ CFG = Config()
 # norm pass, global_norm_scale) are refused there by name.
 MEMORY_LEVER_OPS = frozenset({"linear_cross_entropy", "linear_cross_entropy_backward",
                               "adafactor_update", "global_norm_scale"})
+# Collective ops (docs/ops.md "Collectives"): backends without a kernel for
+# them refuse them by name.
+COLLECTIVE_OPS = frozenset({"all_reduce"})
 
 
 def run(args, env=None, timeout=900):

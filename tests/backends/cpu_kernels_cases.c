@@ -547,6 +547,13 @@ static void cases_optim_kv(void) {
   FLT(c, 1, 2, 2, 4);
   add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, 4, 0);
   c->exact = true;
+  /* One process is world 1: all_reduce is the identity for both reductions. */
+  for (int avg = 0; avg < 2; ++avg) {
+    c = add_case("all_reduce", avg ? "avg, world 1" : "sum, world 1", 1);
+    FLT(c, 7, 33);
+    set_string(c, "reduce", avg ? "avg" : "sum");
+    c->exact = true;
+  }
 }
 
 /* Shapes that reach the long paths of device kernels (the cuda backend's,

@@ -254,6 +254,9 @@ static const grad_case_t grad_cases[] = {
     {"scale", "f32[2,3]", "alpha=0.5", "scale"},
     {"broadcast_to", "f32[3,1]", "shape=[2,3,4]", "reduce_sum"},
     {"broadcast_to", "f32[3]", "shape=[3]", NULL},
+    /* all_reduce's gradient is the same all_reduce of dy (ops/op_collective.c) */
+    {"all_reduce", "f32[2,3]", "", "all_reduce"},
+    {"all_reduce", "bf16[4]", "reduce='avg'", "all_reduce"},
 
     {"reduce_sum", "f32[2,3,4]", "axes=[1]", "reshape broadcast_to"},
     {"reduce_sum", "f32[2,3,4]", "axes=[0,2] keepdims=1", "broadcast_to"},

@@ -431,6 +431,15 @@ const tyt_infer_case_t tyt_infer_cases[] = {
       "!kv_cache_write: pos is i32[]: expected a scalar i64[]"),
     N("kv_cache_write", "f32[2,4,4,8] bf16[2,1,4,8] i64[]", "",
       "!kv_cache_write: new is bf16[2,1,4,8] but cache is f32[2,4,4,8]: dtypes must match"),
+
+    /* collectives */
+    N("all_reduce", "f32[4,33]", "", "f32[4,33]"),
+    N("all_reduce", "bf16[2,3,8]", "reduce='avg'", "bf16[2,3,8]"),
+    N("all_reduce", "f32[]", "reduce='sum'", "f32[]"),
+    N("all_reduce", "f32[4]", "reduce='max'",
+      "!all_reduce: attribute 'reduce' = 'max' must be 'sum' or 'avg'"),
+    N("all_reduce", "i64[4]", "", "!all_reduce: x is i64[4]: expected a float dtype"),
+    N("all_reduce", "f32[4]", "op=sum", "!all_reduce"),
 };
 
 const unsigned tyt_infer_case_count =

@@ -1,0 +1,343 @@
+/* ABI 1.5 host collectives: a graph's all_reduce runs inside the plugin's
+ * step through host->collective (hal/comm.h) on the cpu and dataflow
+ * plugins. The world here is a fake of two ranks whose other rank holds
+ * known values, so sum, avg, bf16 staging, world 1 and a failing rank are
+ * all checked in one process; tests/apps/test_distributed_cli.py runs the
+ * real thing under mpirun. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "graph/graph.h"
+#include "graph/session.h"
+#include "graph/train_step.h"
+#include "hal/comm.h"
+#include "hal/device.h"
+#include "hal/dtype.h"
+#include "hal/half.h"
+#include "hal/registry.h"
+
+#define N 12
+
+/* The other rank: its values, and what the fake saw. */
+typedef struct fake_world_t {
+  float other[N];
+  int calls;
+  ty_dtype_t last_dtype;
+  size_t last_count;
+  bool fail; /* the other rank never arrives */
+} fake_world_t;
+
+static ty_status_t fake_all_reduce_sum(void *user, ty_dtype_t dtype, void *data, size_t count) {
+  fake_world_t *w = user;
+  w->calls++;
+  w->last_dtype = dtype;
+  w->last_count = count;
+  if (w->fail) {
+    return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
+                          "rank 1 did not reach the all-reduce within 1 s");
+  }
+  if (dtype != TY_DTYPE_F32 || count != N) {
+    return ty_status_make(TY_CODE_INTERNAL, "fake world: unexpected %s[%zu]",
+                          ty_dtype_name(dtype), count);
+  }
+  float *x = data;
+  for (size_t i = 0; i < count; ++i) x[i] += w->other[i];
+  return TY_OK;
+}
+
+static ty_registry_t *open_registry(void) {
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  return r;
+}
+
+/* y = all_reduce(x * w) with `reduce`, w a parameter of ones: an inference
+ * graph (what the dataflow device runs) with all_reduce after another node,
+ * as in a train step. */
+static ty_graph_t *build(ty_dtype_t dtype, const char *reduce) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[2] = {3, 4};
+  ty_value_id_t x, w, a, y;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", dtype, 2, d, &x));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", dtype, 2, d, &w));
+  ty_attrs_t attrs = {0};
+  ty_value_id_t xw[2] = {x, w};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "mul", xw, 2, NULL, &a));
+  if (reduce) TY_EXPECT_OK(ty_attrs_set_string(&attrs, "reduce", reduce));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "all_reduce", &a, 1, &attrs, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  return g;
+}
+
+/* Runs the graph on `uri` with `comm` (may be NULL) and returns the run's
+ * status; y in f32. */
+static ty_status_t run_on(const char *uri, ty_dtype_t dtype, const char *reduce,
+                          const ty_host_comm_t *comm, const float *x, float *y) {
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  ty_graph_t *g = build(dtype, reduce);
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  TY_EXPECT_OK(ty_session_set_host_comm(s, comm));
+  int64_t d[2] = {3, 4};
+  uint16_t h[N];
+  ty_status_t status;
+  float ones[N];
+  for (int i = 0; i < N; ++i) ones[i] = 1.0f;
+  const float *src[2] = {x, ones};
+  const char *names[2] = {"x", "w"};
+  for (int k = 0; k < 2; ++k) {
+    if (dtype == TY_DTYPE_BF16) {
+      for (int i = 0; i < N; ++i) h[i] = ty_f32_to_bf16(src[k][i]);
+      TY_EXPECT_OK(ty_session_bind(s, names[k], dtype, 2, d, h, sizeof(h)));
+    } else {
+      TY_EXPECT_OK(ty_session_bind(s, names[k], dtype, 2, d, src[k], N * sizeof(float)));
+    }
+  }
+  status = ty_session_run(s);
+  if (!status && dtype == TY_DTYPE_BF16) {
+    TY_EXPECT_OK(ty_session_read(s, "y", h, sizeof(h)));
+    for (int i = 0; i < N; ++i) y[i] = ty_bf16_to_f32(h[i]);
+  } else if (!status) {
+    TY_EXPECT_OK(ty_session_read(s, "y", y, N * sizeof(float)));
+  }
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+  return status;
+}
+
+static const char *const uris[] = {"cpu", "cpu?kernels=reference", "dataflow"};
+
+static void fill(float *x, fake_world_t *w) {
+  for (int i = 0; i < N; ++i) {
+    x[i] = 0.25f * (float)(i - 5); /* exact in bf16 */
+    w->other[i] = 0.5f * (float)(3 - i);
+  }
+}
+
+static void test_sum_and_avg_over_two_ranks(void **state) {
+  (void)state;
+  for (size_t u = 0; u < sizeof(uris) / sizeof(uris[0]); ++u) {
+    for (int avg = 0; avg < 2; ++avg) {
+      fake_world_t w = {0};
+      float x[N], y[N];
+      fill(x, &w);
+      ty_host_comm_t comm = {.rank = 0, .size = 2, .user = &w,
+                             .all_reduce_sum = fake_all_reduce_sum};
+      TY_EXPECT_OK(run_on(uris[u], TY_DTYPE_F32, avg ? "avg" : NULL, &comm, x, y));
+      assert_int_equal(w.calls, 1);
+      for (int i = 0; i < N; ++i) {
+        float want = (x[i] + w.other[i]) / (avg ? 2.0f : 1.0f);
+        if (y[i] != want) fail_msg("%s %s y[%d] = %g, want %g", uris[u], avg ? "avg" : "sum",
+                                   i, y[i], want);
+      }
+    }
+  }
+}
+
+/* bf16 travels as f32 (MPI has no half type) and is rounded once. */
+static void test_bf16_is_staged_through_f32(void **state) {
+  (void)state;
+  for (size_t u = 0; u < sizeof(uris) / sizeof(uris[0]); ++u) {
+    fake_world_t w = {0};
+    float x[N], y[N];
+    fill(x, &w);
+    ty_host_comm_t comm = {.rank = 1, .size = 2, .user = &w,
+                           .all_reduce_sum = fake_all_reduce_sum};
+    TY_EXPECT_OK(run_on(uris[u], TY_DTYPE_BF16, "avg", &comm, x, y));
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.last_dtype, TY_DTYPE_F32);
+    assert_int_equal(w.last_count, N);
+    for (int i = 0; i < N; ++i) assert_true(y[i] == (x[i] + w.other[i]) / 2.0f);
+  }
+}
+
+/* One rank, or no communicator: the identity, and the world is not asked. */
+static void test_world_of_one_is_identity(void **state) {
+  (void)state;
+  for (size_t u = 0; u < sizeof(uris) / sizeof(uris[0]); ++u) {
+    fake_world_t w = {0};
+    float x[N], y[N];
+    fill(x, &w);
+    ty_host_comm_t one = {.rank = 0, .size = 1, .user = &w,
+                          .all_reduce_sum = fake_all_reduce_sum};
+    TY_EXPECT_OK(run_on(uris[u], TY_DTYPE_F32, "avg", &one, x, y));
+    for (int i = 0; i < N; ++i) assert_true(y[i] == x[i]);
+    TY_EXPECT_OK(run_on(uris[u], TY_DTYPE_F32, NULL, NULL, x, y));
+    for (int i = 0; i < N; ++i) assert_true(y[i] == x[i]);
+    assert_int_equal(w.calls, 0);
+  }
+}
+
+/* The other rank's failure comes back through the plugin, named. */
+static void test_failing_rank_fails_the_run(void **state) {
+  (void)state;
+  for (size_t u = 0; u < sizeof(uris) / sizeof(uris[0]); ++u) {
+    fake_world_t w = {.fail = true};
+    float x[N], y[N];
+    fill(x, &w);
+    ty_host_comm_t comm = {.rank = 0, .size = 2, .user = &w,
+                           .all_reduce_sum = fake_all_reduce_sum};
+    ty_status_t s = run_on(uris[u], TY_DTYPE_F32, NULL, &comm, x, y);
+    TY_EXPECT_STATUS(s, TY_CODE_DEADLINE_EXCEEDED, "rank 1 did not reach the all-reduce");
+  }
+}
+
+/* The service's own checks, called as a plugin would. */
+static void test_service_refuses_bad_arguments(void **state) {
+  (void)state;
+  const ty_host_api_t *host = ty_hal_host_api();
+  assert_non_null(host->collective);
+  fake_world_t w = {0};
+  ty_host_comm_t comm = {.rank = 0, .size = 2, .user = &w, .all_reduce_sum = fake_all_reduce_sum};
+  int64_t ints[N] = {0};
+  float f[N] = {0};
+  ty_abi_host_collective_args_t a = {
+      .struct_size = sizeof(a), .op = 0, .dtype = TY_DTYPE_I64, .data = ints, .count = N};
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
+                   TY_CODE_INVALID_ARGUMENT, "dtype i64 is not reduced");
+  a.dtype = TY_DTYPE_F32;
+  a.data = f;
+  a.op = 7;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
+                   TY_CODE_INVALID_ARGUMENT, "reduce op 7 is neither sum (0) nor avg (1)");
+  a.op = 0;
+  a.data = NULL;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
+                   TY_CODE_INVALID_ARGUMENT, "12 elements but no data");
+  a.data = f;
+  a.struct_size = 8;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
+                   TY_CODE_INVALID_ARGUMENT, "shorter than ABI 1.5's");
+  a.struct_size = sizeof(a);
+  ty_host_comm_t broken = {.rank = 2, .size = 2, .all_reduce_sum = fake_all_reduce_sum};
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&broken, &a)),
+                   TY_CODE_INVALID_ARGUMENT, "not set up (rank 2 of 2)");
+  assert_int_equal(w.calls, 0);
+}
+
+/* ---- the data-parallel train step in one graph ---- */
+
+/* A fake second rank with the same batch: the sum over two ranks doubles. */
+static ty_status_t twin_all_reduce_sum(void *user, ty_dtype_t dtype, void *data, size_t count) {
+  int *calls = user;
+  ++*calls;
+  if (dtype != TY_DTYPE_F32) return ty_status_make(TY_CODE_INTERNAL, "twin: not f32");
+  float *x = data;
+  for (size_t i = 0; i < count; ++i) x[i] += x[i];
+  return TY_OK;
+}
+
+/* loss = sum((x @ w)^2), one SGD step of w (no clipping, no momentum) with
+ * the gradient all-reduced in the step when `reduce`; returns w after the
+ * step and the number of all_reduce nodes the graph has. */
+static uint32_t sgd_step(const char *uri, bool reduce, const ty_host_comm_t *comm, double lr,
+                         float *w_out) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t dx[2] = {2, 4}, dw[2] = {4, 3};
+  ty_value_id_t x, w, a, sq, loss;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, dx, &x));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 2, dw, &w));
+  ty_value_id_t xw[2] = {x, w};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", xw, 2, NULL, &a));
+  ty_value_id_t aa[2] = {a, a};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "mul", aa, 2, NULL, &sq));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "reduce_sum", &sq, 1, NULL, &loss));
+  ty_train_step_params_t p = {.loss = loss, .loss_seed = TY_VALUE_NONE, .params = &w,
+                              .param_count = 1, .optimizer = TY_OPTIMIZER_SGD,
+                              .mode = TY_TRAIN_STEP_FUSED, .all_reduce_grads = reduce};
+  TY_EXPECT_OK(ty_graph_build_train_step(g, &p));
+  uint32_t collectives = 0;
+  for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
+    collectives += strcmp(ty_graph_node(g, n)->op, "all_reduce") == 0;
+  }
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  TY_EXPECT_OK(ty_session_set_host_comm(s, comm));
+  float xs[8], ws[12];
+  for (int i = 0; i < 8; ++i) xs[i] = 0.125f * (float)(i - 3);
+  for (int i = 0; i < 12; ++i) ws[i] = 0.0625f * (float)(5 - i);
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, dx, xs, sizeof(xs)));
+  TY_EXPECT_OK(ty_session_bind(s, "w", TY_DTYPE_F32, 2, dw, ws, sizeof(ws)));
+  const char *names[4] = {"lr", "weight_decay", "max_norm", "momentum"};
+  const float values[4] = {(float)lr, 0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < 4; ++k) {
+    TY_EXPECT_OK(ty_session_bind(s, names[k], TY_DTYPE_F32, 0, NULL, &values[k], sizeof(float)));
+  }
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "w", w_out, 12 * sizeof(float)));
+  ty_session_destroy(s);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+  ty_graph_destroy(g);
+  return collectives;
+}
+
+/* Two ranks with the same batch sum to twice the gradient: one fused step
+ * there equals one process's step at twice the learning rate, bit for bit
+ * (both scale by an exact 2); at world 1 the op changes nothing. */
+static void test_fused_step_reduces_gradients_in_the_step(void **state) {
+  (void)state;
+  const char *step_uris[] = {"cpu", "dataflow"};
+  for (size_t u = 0; u < 2; ++u) {
+    int calls = 0;
+    ty_host_comm_t twin = {.rank = 0, .size = 2, .user = &calls,
+                           .all_reduce_sum = twin_all_reduce_sum};
+    float two_ranks[12], doubled_lr[12], one[12], plain[12];
+    assert_int_equal(sgd_step(step_uris[u], true, &twin, 0.1, two_ranks), 1);
+    assert_int_equal(calls, 1);
+    assert_int_equal(sgd_step(step_uris[u], false, NULL, 0.2, doubled_lr), 0);
+    assert_int_equal(sgd_step(step_uris[u], true, NULL, 0.1, one), 1);
+    assert_int_equal(sgd_step(step_uris[u], false, NULL, 0.1, plain), 0);
+    for (int i = 0; i < 12; ++i) {
+      if (two_ranks[i] != doubled_lr[i] || one[i] != plain[i]) {
+        fail_msg("%s w[%d]: 2 ranks %.9g vs 2x lr %.9g; world 1 %.9g vs plain %.9g",
+                 step_uris[u], i, two_ranks[i], doubled_lr[i], one[i], plain[i]);
+      }
+      if (two_ranks[i] == plain[i]) fail_msg("%s w[%d] did not move", step_uris[u], i);
+    }
+  }
+}
+
+static void test_reduce_needs_the_plain_fused_step(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {3};
+  ty_value_id_t w, loss;
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 1, d, &w));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "reduce_sum", &w, 1, NULL, &loss));
+  ty_train_step_params_t p = {.loss = loss, .loss_seed = TY_VALUE_NONE, .params = &w,
+                              .param_count = 1, .mode = TY_TRAIN_STEP_ACCUMULATE,
+                              .all_reduce_grads = true};
+  TY_EXPECT_STATUS(ty_graph_build_train_step(g, &p), TY_CODE_INVALID_ARGUMENT,
+                   "gradient accumulation updates before the sum");
+  ty_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sum_and_avg_over_two_ranks),
+      cmocka_unit_test(test_bf16_is_staged_through_f32),
+      cmocka_unit_test(test_world_of_one_is_identity),
+      cmocka_unit_test(test_failing_rank_fails_the_run),
+      cmocka_unit_test(test_service_refuses_bad_arguments),
+      cmocka_unit_test(test_fused_step_reduces_gradients_in_the_step),
+      cmocka_unit_test(test_reduce_needs_the_plain_fused_step),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
