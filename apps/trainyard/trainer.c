@@ -655,30 +655,22 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     /* `trainyard control` requests, taken between steps (on every rank). */
     if (!s) s = ty_train_control_poll(&t, &saved_step, &control_stop);
   }
-  if (!s && control_stop) {
+  /* A stop asked by `trainyard control` or by SIGINT/SIGTERM (on any rank):
+   * the checkpoint of this step, then the exit. */
+  int stop = ty_trainer_stopping(&t);
+  if (!s && (control_stop || stop)) {
     if (t.rank == 0) {
       ty_train_metrics_line_end(&t);
-      fprintf(stderr, "trainyard train: stop requested by 'trainyard control' after step "
-              "%lld: %s\n", (long long)t.step, saved_step == t.step ? "saved, stopping"
-                                                                    : "saving and stopping");
+      fprintf(stderr, "trainyard train: %s after step %lld: %s\n",
+              control_stop      ? "stop requested by 'trainyard control'"
+              : stop == SIGINT ? "SIGINT received"
+                               : "SIGTERM received",
+              (long long)t.step,
+              saved_step == t.step ? "saved, stopping" : "saving and stopping");
     }
     if (saved_step != t.step) s = ty_trainer_save_all(&t, "the checkpoint of the stop");
     if (!s) saved_step = t.step;
-    ty_train_control_stopped(&t, s);
-  }
-  int stop = ty_trainer_stopping(&t);
-  if (!s && stop) {
-    if (t.rank == 0) {
-      ty_train_metrics_line_end(&t);
-      fprintf(stderr, "trainyard train: %s received after step %lld: %s\n",
-              stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step,
-              saved_step == t.step ? "saved, stopping" : "saving and stopping");
-      if (saved_step != t.step && !t.owner) s = ty_trainer_save(&t);
-    }
-    if (t.owner && saved_step != t.step) s = ty_trainer_save(&t);
-    if (t.world > 1 && saved_step != t.step) {
-      s = ty_dist_agree(t.dist, s, "the checkpoint of the stop");
-    }
+    if (control_stop) ty_train_control_stopped(&t, s);
   }
   if (t.metrics || t.tensorboard) {
     ty_train_metrics_line_end(&t);

@@ -34,6 +34,13 @@
 #endif
 #endif
 
+typedef enum {
+  TY_NCCL_ALL_REDUCE,
+  TY_NCCL_REDUCE_SCATTER,
+  TY_NCCL_ALL_GATHER,
+  TY_NCCL_BROADCAST
+} ty_nccl_kind_t;
+
 #ifdef TY_CU_HAVE_NCCL
 #include <nccl.h>
 
@@ -209,13 +216,6 @@ static ty_abi_status_t ty_nccl_dtype(const ty_abi_comm_t *c, ty_dtype_t dtype,
   }
 }
 
-typedef enum {
-  TY_NCCL_ALL_REDUCE,
-  TY_NCCL_REDUCE_SCATTER,
-  TY_NCCL_ALL_GATHER,
-  TY_NCCL_BROADCAST
-} ty_nccl_kind_t;
-
 static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
                                    const ty_abi_collective_args_t *a) {
   static const char *const names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
@@ -303,11 +303,6 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
 
 void ty_cu_comm_destroy(ty_abi_comm_t *c) { free(c); }
 
-typedef int ty_nccl_kind_t;
-#define TY_NCCL_ALL_REDUCE 0
-#define TY_NCCL_REDUCE_SCATTER 1
-#define TY_NCCL_ALL_GATHER 2
-#define TY_NCCL_BROADCAST 3
 static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
                                    const ty_abi_collective_args_t *a) {
   (void)c;
