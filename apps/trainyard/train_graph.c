@@ -126,16 +126,66 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
   for (uint32_t i = 0; i < n && !s; ++i) params[i] = out_model->params[i].value;
   ty_train_step_params_t tp;
   if (!s) s = ty_train_graph_step_options(c, &tp);
+  /* ZeRO-1 in the fused step: the gradients are summed by all_reduce ops,
+   * this rank updates the parameters it owns (and has optimizer state for
+   * those only), and the trainer broadcasts each from its owner after the
+   * run. */
+  bool *updates = NULL;
+  if (!s && c->zero && c->world > 1 && c->world_in_graph) {
+    int64_t *elements = calloc(n ? n : 1, sizeof(int64_t));
+    int *owner = calloc(n ? n : 1, sizeof(int));
+    updates = calloc(n ? n : 1, sizeof(bool));
+    if (!elements || !owner || !updates) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      for (uint32_t i = 0; i < n; ++i) elements[i] = ty_tensor_desc_element_count(&descs[i]);
+      s = ty_train_graph_zero_owners(elements, n, (int)c->world, owner);
+      for (uint32_t i = 0; i < n && !s; ++i) updates[i] = owner[i] == (int)c->rank;
+      tp.update = updates;
+    }
+    free(elements);
+    free(owner);
+  }
   tp.loss = out_model->loss;
   tp.loss_seed = TY_VALUE_NONE;
   tp.params = params;
   tp.decay = decay;
   tp.param_count = n;
   if (!s) s = ty_graph_build_train_step(*out_graph, &tp);
+  free(updates);
   free(params);
   free(descs);
   free(decay);
   return s;
+}
+
+ty_status_t ty_train_graph_zero_owners(const int64_t *elements, uint32_t n, int world,
+                                       int *owner) {
+  int64_t *load = calloc(world > 0 ? (size_t)world : 1, sizeof(int64_t));
+  bool *done = calloc(n ? n : 1, sizeof(bool));
+  if (!load || !done) {
+    free(load);
+    free(done);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t best = 0;
+    int64_t best_size = -1;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!done[i] && elements[i] > best_size) {
+        best = i;
+        best_size = elements[i];
+      }
+    }
+    int r = 0;
+    for (int q = 1; q < world; ++q) r = load[q] < load[r] ? q : r;
+    done[best] = true;
+    owner[best] = r;
+    load[r] += best_size;
+  }
+  free(load);
+  free(done);
+  return TY_OK;
 }
 
 ty_status_t ty_forward_graph_build(const ty_model_config_t *mc, int64_t B, int64_t T,

@@ -66,6 +66,14 @@ void ty_train_graph_levers(const ty_train_config_t *config, char *out, size_t ca
 
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */
+/* ZeRO-1's ownership of `n` parameters of `elements[i]` elements each over
+ * `world` ranks: largest first, each to the least-loaded rank (the lowest
+ * on a tie), so every rank computes the same shares and the optimizer
+ * state is within one parameter of an even split. Whole tensors: each
+ * update stays one op. Writes owner[i]. */
+ty_status_t ty_train_graph_zero_owners(const int64_t *elements, uint32_t n, int world,
+                                       int *owner);
+
 ty_status_t ty_train_graph_param_descs(const ty_train_config_t *config, const ty_graph_t *graph,
                                        const ty_llm_t *model, ty_tensor_desc_t **out_descs,
                                        bool **out_decay);

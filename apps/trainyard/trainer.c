@@ -231,6 +231,9 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
     TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
     TY_RETURN_IF_ERROR(ty_trainer_dist_gather_params(t));
+  } else if (t->owner) {
+    /* ZeRO-1 in the fused step: each rank updated its share */
+    TY_RETURN_IF_ERROR(ty_trainer_dist_gather_params(t));
   }
   double norm = 0;
   TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
@@ -389,6 +392,8 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
     free(descs);
     free(decay);
   }
+  /* ZeRO-1 in the fused step: the shares its graph was built with */
+  if (!s && c->zero && c->world_in_graph && t->world > 1) s = ty_trainer_dist_owners(t);
   if (!s && t->val_data) {
     s = ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype, TY_TRAIN_GRAPH_EVAL,
                              &t->g_eval, &t->m_eval);
@@ -426,9 +431,12 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_train_eval_close(t);   /* so do these */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
-  ty_comm_destroy(t->comm); /* before its device closes */
-  t->comm = NULL;
   ty_session_destroy(t->s_train);
+  /* After the executables (a CUDA graph that captured NCCL collectives
+   * holds a reference that ncclCommDestroy waits for), before its device
+   * closes. */
+  ty_comm_destroy(t->comm);
+  t->comm = NULL;
   ty_llm_deinit(&t->m_eval);
   ty_llm_deinit(&t->m_train);
   ty_graph_destroy(t->g_eval);

@@ -18,6 +18,7 @@
 #include "hal/dtype.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"
+#include "train_graph.h"
 #include "trainer.h"
 
 ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
@@ -38,6 +39,7 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   t->rank = ty_dist_rank(t->dist);
   t->world = ty_dist_size(t->dist);
   t->cfg.world = t->world;
+  t->cfg.rank = t->rank;
   if (t->cfg.zero && t->world == 1) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the ranks of a distributed "
@@ -84,6 +86,16 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                             t->cfg.backend);
     }
     t->cfg.world_in_graph = true;
+  } else if (ty_backend_has_collectives(ty_device_backend(t->device)) && major == TY_ABI_MAJOR &&
+             minor >= 5 && t->cfg.grad_accum <= 1 && !getenv("TRAINYARD_DEBUG_DIST_SPLIT")) {
+    /* A device with collectives of its own that runs all_reduce ops (cuda
+     * on NCCL): one fused step, the gradients summed inside it on the
+     * device's communicator, with no host round trip between backward and
+     * the optimizer; under ZeRO-1 the step updates this rank's share and
+     * the owners broadcast their parameters after it. Accumulation keeps
+     * the split step; TRAINYARD_DEBUG_DIST_SPLIT=1 forces it (to compare
+     * the two). */
+    t->cfg.world_in_graph = true;
   } else if (t->cfg.artifact[0]) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--artifact %s: an artifact runs the whole step on one device, and a "
@@ -107,7 +119,7 @@ static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (t->world == 1) return TY_OK;
   ty_backend_t *backend = ty_device_backend(t->device);
-  if (t->cfg.world_in_graph) {
+  if (t->cfg.world_in_graph && !ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
       fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
                       "inside the fused step by all_reduce ops, which %s runs through the "
@@ -134,9 +146,11 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
   if (!s && t->rank == 0) {
     fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
-                    "on the devices by %s's collectives (ABI 1.4)\n",
+                    "on the devices by %s's collectives%s\n",
             t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
-            ty_backend_name(backend));
+            ty_backend_name(backend),
+            t->cfg.world_in_graph ? ", as all_reduce ops inside the fused step (ABI 1.5)"
+                                  : " between the gradient and optimizer graphs (ABI 1.4)");
   }
   return s;
 }
@@ -244,35 +258,16 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
   uint32_t n = t->m_train.param_count;
   t->owner = calloc(n ? n : 1, sizeof(int));
   t->updates = calloc(n ? n : 1, sizeof(bool));
-  int64_t *load = calloc((size_t)t->world, sizeof(int64_t));
-  bool *done = calloc(n ? n : 1, sizeof(bool));
-  if (!t->owner || !t->updates || !load || !done) {
-    free(load);
-    free(done);
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  /* Largest first, each to the least-loaded rank (the lowest on a tie):
-   * the same shares on every rank, and optimizer state within one
-   * parameter of an even split. Whole tensors: each update stays one op. */
-  for (uint32_t k = 0; k < n; ++k) {
-    uint32_t best = 0;
-    int64_t best_size = -1;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!done[i] && ty_param_elements(t, i) > best_size) {
-        best = i;
-        best_size = ty_param_elements(t, i);
-      }
-    }
-    int r = 0;
-    for (int q = 1; q < t->world; ++q) r = load[q] < load[r] ? q : r;
-    done[best] = true;
-    t->owner[best] = r;
-    t->updates[best] = r == t->rank;
-    load[r] += best_size;
-  }
-  free(load);
-  free(done);
-  return TY_OK;
+  int64_t *elements = calloc(n ? n : 1, sizeof(int64_t));
+  ty_status_t s = t->owner && t->updates && elements
+                      ? TY_OK
+                      : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n && !s; ++i) elements[i] = ty_param_elements(t, i);
+  /* the same shares the fused step's graph was built with (train_graph.c) */
+  if (!s) s = ty_train_graph_zero_owners(elements, n, t->world, t->owner);
+  for (uint32_t i = 0; i < n && !s; ++i) t->updates[i] = t->owner[i] == t->rank;
+  free(elements);
+  return s;
 }
 
 /* The device path of the parameter all-gather: each parameter broadcast

@@ -581,8 +581,10 @@ static const ty_backend_api_t ty_cu_api_table = {
     .struct_size = sizeof(ty_backend_api_t),
     .abi_major = TY_ABI_MAJOR,
     /* 1.3: pinned host buffers (TY_ABI_BUFFER_HOST: optimizer offload) and
-     * the memory accounting entries; 1.4: collectives on NCCL. */
-    .abi_minor = 4,
+     * the memory accounting entries; 1.4: collectives on NCCL; 1.5: the
+     * execute args' world size, over which all_reduce ops run (on the NCCL
+     * communicator made on the device; cuda never needs host->collective). */
+    .abi_minor = 5,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,

@@ -185,12 +185,16 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
     free(c);
     return st;
   }
+  /* The device's communicator for its executables' collective ops: the
+   * first one made on it (a run makes one). */
+  if (!device->comm) device->comm = c;
   *out_comm = c;
   return NULL;
 }
 
 void ty_cu_comm_destroy(ty_abi_comm_t *c) {
   if (!c) return;
+  if (c->device->comm == c) c->device->comm = NULL;
   if (c->group_open) ty_nccl.ncclGroupEnd(); /* a batch an error cut short */
   ty_abi_status_t st = ty_cu_enter(c->device);
   if (st) c->device->backend->host->status_free(st); /* a lost device: abort below */
@@ -216,25 +220,27 @@ static ty_abi_status_t ty_nccl_dtype(const ty_abi_comm_t *c, ty_dtype_t dtype,
   }
 }
 
-static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
-                                   const ty_abi_collective_args_t *a) {
-  static const char *const names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
-                                      "ncclBroadcast"};
+/* Queues one collective of `kind` on the device's stream inside the
+ * communicator's open NCCL group (opened here if none is), and ends the
+ * group unless `more` (or on an error). `what` names it in errors. */
+static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_dtype_t dtype,
+                                     uint32_t reduce, uint32_t root, const void *send,
+                                     void *recv, uint64_t count, bool more, const char *what) {
   ncclDataType_t dt = ncclFloat32;
-  ty_abi_status_t st = ty_nccl_dtype(c, a->dtype, &dt);
+  ty_abi_status_t st = ty_nccl_dtype(c, dtype, &dt);
   if (st) return st;
-  if (a->op != TY_ABI_REDUCE_SUM && a->op != TY_ABI_REDUCE_AVG) {
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: reduce op %u", c->device->label, a->op);
+  if (reduce != TY_ABI_REDUCE_SUM && reduce != TY_ABI_REDUCE_AVG) {
+    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: reduce op %u", c->device->label, reduce);
+  }
+  if (kind == TY_NCCL_BROADCAST && root >= c->size) {
+    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: broadcast root %u of %u ranks",
+                       c->device->label, root, c->size);
   }
   if ((st = ty_cu_enter(c->device))) return st;
-  ncclRedOp_t op = a->op == TY_ABI_REDUCE_AVG ? ncclAvg : ncclSum;
-  const void *send = (const void *)(uintptr_t)(a->send->ptr + a->send_offset);
-  void *recv = (void *)(uintptr_t)(a->recv->ptr + a->recv_offset);
+  ncclRedOp_t op = reduce == TY_ABI_REDUCE_AVG ? ncclAvg : ncclSum;
   /* One stream per device handle: every executable's work is on it. */
   cudaStream_t stream = (cudaStream_t)c->device->stream;
-  size_t n = (size_t)a->count;
-  bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) + sizeof(a->flags) &&
-              (a->flags & TY_ABI_COLLECTIVE_MORE);
+  size_t n = (size_t)count;
   ncclResult_t r;
   if (!c->group_open) {
     r = ty_nccl.ncclGroupStart();
@@ -252,11 +258,7 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
       r = ty_nccl.ncclAllGather(send, recv, n, dt, c->comm, stream);
       break;
     default:
-      if (a->root >= c->size) {
-        return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: broadcast root %u of %u ranks",
-                           c->device->label, a->root, c->size);
-      }
-      r = ty_nccl.ncclBroadcast(send, recv, n, dt, (int)a->root, c->comm, stream);
+      r = ty_nccl.ncclBroadcast(send, recv, n, dt, (int)root, c->comm, stream);
       break;
   }
   if (r != ncclSuccess || !more) {
@@ -266,13 +268,28 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
       return ty_nccl_error(c, "ncclGroupEnd (launching a batch of collectives)", end);
     }
   }
-  if (r != ncclSuccess) {
-    char what[96];
-    snprintf(what, sizeof(what), "%s of %llu %s", names[kind], (unsigned long long)a->count,
-             ty_dtype_name(a->dtype));
-    return ty_nccl_error(c, what, r);
-  }
-  return NULL;
+  return r == ncclSuccess ? NULL : ty_nccl_error(c, what, r);
+}
+
+static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
+                                   const ty_abi_collective_args_t *a) {
+  static const char *const names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
+                                      "ncclBroadcast"};
+  bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) + sizeof(a->flags) &&
+              (a->flags & TY_ABI_COLLECTIVE_MORE);
+  char what[96];
+  snprintf(what, sizeof(what), "%s of %llu %s", names[kind], (unsigned long long)a->count,
+           ty_dtype_name(a->dtype));
+  return ty_nccl_queue(c, kind, a->dtype, a->op, a->root,
+                       (const void *)(uintptr_t)(a->send->ptr + a->send_offset),
+                       (void *)(uintptr_t)(a->recv->ptr + a->recv_offset), a->count, more, what);
+}
+
+ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype, uint32_t op,
+                                              CUdeviceptr send, CUdeviceptr recv, uint64_t count,
+                                              bool more, const char *what) {
+  return ty_nccl_queue(c, TY_NCCL_ALL_REDUCE, dtype, op, 0, (const void *)(uintptr_t)send,
+                       (void *)(uintptr_t)recv, count, more, what);
 }
 
 #else /* no nccl.h at build time */
@@ -310,7 +327,23 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
   (void)a;
   return ty_nccl_missing();
 }
+
+ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype, uint32_t op,
+                                              CUdeviceptr send, CUdeviceptr recv, uint64_t count,
+                                              bool more, const char *what) {
+  (void)c, (void)dtype, (void)op, (void)send, (void)recv, (void)count, (void)more, (void)what;
+  return ty_nccl_missing();
+}
 #endif
+
+uint32_t ty_cu_comm_size(const ty_abi_comm_t *c) {
+#ifdef TY_CU_HAVE_NCCL
+  return c ? c->size : 0;
+#else
+  (void)c;
+  return 0;
+#endif
+}
 
 ty_abi_status_t ty_cu_comm_all_reduce(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
   return ty_nccl_run(c, TY_NCCL_ALL_REDUCE, a);

@@ -58,6 +58,11 @@ typedef enum ty_cu_cmd_kind_e {
   TY_CU_CMD_FILL, /* zero `size` bytes at dst */
   TY_CU_CMD_COPY, /* `size` bytes src -> dst; skipped when they coincide */
   TY_CU_CMD_GEMM, /* a cuBLASLt matmul (cuda_gemm.c) */
+  /* An all_reduce op: `size` elements of `dtype` src -> dst, summed (or
+   * averaged: `reduce`) over the run's ranks by the device's NCCL
+   * communicator; at world 1 a copy (none when they coincide). Consecutive
+   * ones form one NCCL group. */
+  TY_CU_CMD_ALL_REDUCE,
 } ty_cu_cmd_kind_t;
 
 typedef struct ty_cu_gemm_t ty_cu_gemm_t;
@@ -72,8 +77,10 @@ typedef struct ty_cu_cmd_t {
   unsigned char params[TY_CU_MAX_PARAM_BYTES] __attribute__((aligned(8)));
   uint32_t ptr_count;
   ty_cu_ptrarg_t ptrs[TY_CU_MAX_PTRS];
-  ty_cu_ref_t dst, src; /* FILL, COPY */
-  uint64_t size;
+  ty_cu_ref_t dst, src; /* FILL, COPY, ALL_REDUCE */
+  uint64_t size;        /* bytes (FILL, COPY); elements (ALL_REDUCE) */
+  ty_dtype_t dtype;     /* ALL_REDUCE */
+  uint32_t reduce;      /* ALL_REDUCE: ty_abi_reduce_op_t */
   ty_cu_gemm_t *gemm; /* GEMM: owned */
 } ty_cu_cmd_t;
 
@@ -151,6 +158,9 @@ void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint
                 uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes);
 void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size);
 void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t size);
+/* An all-reduce of `count` elements of `dtype` from src into dst. */
+void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
+                      ty_dtype_t dtype, uint32_t reduce);
 void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A cuBLASLt command (cuda_gemm.c adds these). */
@@ -197,6 +207,7 @@ void ty_cu_build_embedding_backward(ty_cu_build_t *b);
 void ty_cu_build_adamw(ty_cu_build_t *b);
 void ty_cu_build_sgd(ty_cu_build_t *b);
 void ty_cu_build_clip(ty_cu_build_t *b);
+void ty_cu_build_all_reduce(ty_cu_build_t *b);
 /* cuda_ops_nn.c */
 void ty_cu_build_map(ty_cu_build_t *b);
 void ty_cu_build_dropout(ty_cu_build_t *b);

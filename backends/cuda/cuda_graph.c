@@ -28,6 +28,7 @@
  * TRAINYARD_PROFILE set, runs are not captured and every node is timed with
  * CUDA events (backends/common/host_profile.h prints the table). */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #include "backends/common/host_profile.h"
 #include "backends/cuda/cuda_exec.h"
 #include "backends/cuda/cuda_gemm.h"
+#include "hal/dtype.h"
 
 #define TY_CU_ALIGN 256u
 #define TY_CU_ERR_BYTES 32u
@@ -83,6 +85,20 @@ struct ty_abi_executable_s {
   /* Test hooks (TRAINYARD_CUDA_FAULT). */
   int fault_kind;
   uint64_t fault_run;
+  /* The ranks the all_reduce commands sum over in the current run (the
+   * execute args' world_size; 1: they are copies). A CUDA graph captured
+   * for one world is captured again for another. */
+  uint32_t world;
+  bool collectives_ran; /* a run over several ranks has completed */
+  /* Over several ranks the commands are captured in segments, the runs of
+   * commands between all_reduce commands, each its own CUDA graph; the
+   * all_reduce commands run eagerly between them. NCCL's collectives are
+   * kept out of the captured graphs: a graph holding them pins the
+   * communicator (ncclCommDestroy then waits for the graph), and NCCL
+   * connects peers on first use, host work a capture cannot hold. */
+  CUgraph *seg_graph;
+  CUgraphExec *seg_exec;
+  uint32_t seg_count;
 };
 
 static uint64_t ty_cu_round_up(uint64_t x) {
@@ -422,6 +438,19 @@ void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t siz
   c->size = size;
 }
 
+void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
+                      ty_dtype_t dtype, uint32_t reduce) {
+  if (count == 0) return;
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);
+  if (!c) return;
+  c->name = "ncclAllReduce";
+  c->src = src;
+  c->dst = dst;
+  c->size = count;
+  c->dtype = dtype;
+  c->reduce = reduce;
+}
+
 ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name) {
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_GEMM);
   if (c) c->name = name;
@@ -435,6 +464,15 @@ static void ty_cu_graph_release(ty_abi_executable_t *e) {
   if (e->cu_graph) e->api->cuGraphDestroy(e->cu_graph);
   e->cu_exec = NULL;
   e->cu_graph = NULL;
+  for (uint32_t i = 0; i < e->seg_count; ++i) {
+    if (e->seg_exec[i]) e->api->cuGraphExecDestroy(e->seg_exec[i]);
+    if (e->seg_graph[i]) e->api->cuGraphDestroy(e->seg_graph[i]);
+  }
+  free(e->seg_exec);
+  free(e->seg_graph);
+  e->seg_exec = NULL;
+  e->seg_graph = NULL;
+  e->seg_count = 0;
 }
 
 void ty_cu_executable_destroy(ty_abi_executable_t *e) {
@@ -966,6 +1004,35 @@ static ty_abi_status_t ty_cu_cmd_error(const ty_abi_executable_t *e, const ty_cu
   return ty_cu_driver_error(e->device, text, r);
 }
 
+/* An all_reduce command: a copy at world 1; else queued on the device's
+ * communicator, in one NCCL group with the all_reduce commands right after
+ * it (the gradients of a train step: one launch, not ~150). */
+static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
+  CUdeviceptr dst = ty_cu_ref_address(e, c->dst), src = ty_cu_ref_address(e, c->src);
+  uint64_t bytes = c->size * ty_dtype_size(c->dtype);
+  if (e->world <= 1) {
+    if (!dst || !src || dst == src) return NULL;
+    CUresult r = e->api->cuMemcpyDtoDAsync(dst, src, (size_t)bytes, e->device->stream);
+    return r == CUDA_SUCCESS ? NULL : ty_cu_cmd_error(e, c, "cuMemcpyDtoDAsync", r);
+  }
+  ty_abi_comm_t *comm = e->device->comm;
+  if (!comm || ty_cu_comm_size(comm) != e->world) {
+    return ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+                       "%s: node %u (all_reduce) runs over %u ranks, and %s: make the run's "
+                       "communicator on this device first (comm_create)",
+                       e->device->label, c->node, e->world,
+                       comm ? "this device's communicator has another size"
+                            : "no communicator was made on this device");
+  }
+  const ty_cu_cmd_t *next = c + 1 < e->cmds + e->cmd_count ? c + 1 : NULL;
+  bool more = next && next->kind == TY_CU_CMD_ALL_REDUCE && !e->sync_each && !e->events;
+  char what[160];
+  snprintf(what, sizeof(what), "all_reduce of node %u ('%s', %llu %s)", c->node,
+           e->graph->graph.values[e->graph->graph.nodes[c->node].outputs[0]].name,
+           (unsigned long long)c->size, ty_dtype_name(c->dtype));
+  return ty_cu_comm_enqueue_all_reduce(comm, c->dtype, c->reduce, src, dst, c->size, more, what);
+}
+
 static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
   ty_cu_api_t *api = e->api;
   CUstream stream = e->device->stream;
@@ -993,6 +1060,7 @@ static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
       r = api->cuMemcpyDtoDAsync(dst, src, (size_t)c->size, stream);
       return r == CUDA_SUCCESS ? NULL : ty_cu_cmd_error(e, c, "cuMemcpyDtoDAsync", r);
     }
+    case TY_CU_CMD_ALL_REDUCE: return ty_cu_all_reduce_run(e, c);
   }
   return NULL;
 }
@@ -1023,14 +1091,16 @@ static ty_abi_status_t ty_cu_fault_inject(ty_abi_executable_t *e) {
   return NULL;
 }
 
-/* Queues the whole run: every command, then the state-update copies. */
-static ty_abi_status_t ty_cu_enqueue(ty_abi_executable_t *e) {
+/* Queues commands [from, to), then, with `copies`, the state-update
+ * copies. Profiling events (the whole run only) mark every node's start. */
+static ty_abi_status_t ty_cu_enqueue_range(ty_abi_executable_t *e, uint32_t from, uint32_t to,
+                                           bool copies) {
   ty_abi_status_t s = NULL;
   const ty_abi_graph_t *g = &e->graph->graph;
   ty_cu_api_t *api = e->api;
   CUstream stream = e->device->stream;
   uint32_t node = 0;
-  for (uint32_t i = 0; i < e->cmd_count && !s; ++i) {
+  for (uint32_t i = from; i < to && !s; ++i) {
     if (e->events) {
       while (node < g->node_count && e->first_cmd[node] <= i) {
         if (!e->events[node]) api->cuEventCreate(&e->events[node], CU_EVENT_DEFAULT);
@@ -1051,7 +1121,7 @@ static ty_abi_status_t ty_cu_enqueue(ty_abi_executable_t *e) {
       ++node;
     }
   }
-  for (uint32_t u = 0; u < e->plan.copy_count && !s; ++u) {
+  for (uint32_t u = 0; copies && u < e->plan.copy_count && !s; ++u) {
     const ty_abi_state_update_t *up = &e->plan.copies[u];
     uint64_t bytes = e->graph->value_bytes[up->state];
     if (!bytes || e->addr[up->state] == e->addr[up->value]) continue;
@@ -1065,6 +1135,82 @@ static ty_abi_status_t ty_cu_enqueue(ty_abi_executable_t *e) {
     }
   }
   return s;
+}
+
+/* Queues the whole run: every command, then the state-update copies. */
+static ty_abi_status_t ty_cu_enqueue(ty_abi_executable_t *e) {
+  return ty_cu_enqueue_range(e, 0, e->cmd_count, true);
+}
+
+/* Captures commands [from, to) (and with `copies` the state updates) as
+ * one CUDA graph into *graph / *exec. */
+static ty_abi_status_t ty_cu_capture(ty_abi_executable_t *e, uint32_t from, uint32_t to,
+                                     bool copies, CUgraph *graph, CUgraphExec *exec) {
+  ty_abi_device_t *d = e->device;
+  ty_cu_api_t *api = e->api;
+  CUresult r = api->cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  if (r != CUDA_SUCCESS) return ty_cu_driver_error(d, "cuStreamBeginCapture", r);
+  ty_abi_status_t s = ty_cu_enqueue_range(e, from, to, copies);
+  CUgraph g = NULL;
+  r = api->cuStreamEndCapture(d->stream, &g);
+  if (!s && r != CUDA_SUCCESS) s = ty_cu_driver_error(d, "cuStreamEndCapture", r);
+  if (s) {
+    if (g) api->cuGraphDestroy(g);
+    return s;
+  }
+  r = api->cuGraphInstantiate(exec, g, 0);
+  if (r != CUDA_SUCCESS) {
+    *exec = NULL;
+    api->cuGraphDestroy(g);
+    return ty_cu_driver_error(d, "cuGraphInstantiate", r);
+  }
+  *graph = g;
+  return NULL;
+}
+
+/* A run over several ranks as CUDA graphs of the command runs between
+ * all_reduce commands (captured when `capture`, else replayed), with the
+ * all_reduce commands queued eagerly between them (see seg_graph). */
+static ty_abi_status_t ty_cu_run_segments(ty_abi_executable_t *e, bool capture) {
+  ty_cu_api_t *api = e->api;
+  if (capture) {
+    ty_cu_graph_release(e);
+    uint32_t most = e->cmd_count + 1;
+    e->seg_graph = calloc(most, sizeof(*e->seg_graph));
+    e->seg_exec = calloc(most, sizeof(*e->seg_exec));
+    if (!e->seg_graph || !e->seg_exec) {
+      ty_cu_graph_release(e);
+      return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of host memory",
+                         e->device->label);
+    }
+  }
+  uint32_t seg = 0, i = 0;
+  for (;;) {
+    uint32_t end = i;
+    while (end < e->cmd_count && e->cmds[end].kind != TY_CU_CMD_ALL_REDUCE) ++end;
+    const bool last = end == e->cmd_count;
+    const bool empty = end == i && !(last && e->plan.copy_count);
+    if (capture && !empty) {
+      ty_abi_status_t s =
+          ty_cu_capture(e, i, end, last, &e->seg_graph[seg], &e->seg_exec[seg]);
+      if (s) {
+        e->seg_count = seg + 1;
+        ty_cu_graph_release(e);
+        return s;
+      }
+      e->seg_count = seg + 1;
+    }
+    if (e->seg_exec[seg]) {
+      CUresult r = api->cuGraphLaunch(e->seg_exec[seg], e->device->stream);
+      if (r != CUDA_SUCCESS) return ty_cu_driver_error(e->device, "cuGraphLaunch", r);
+    }
+    ++seg;
+    if (last) return NULL;
+    for (i = end; i < e->cmd_count && e->cmds[i].kind == TY_CU_CMD_ALL_REDUCE; ++i) {
+      ty_abi_status_t s = ty_cu_cmd_run(e, &e->cmds[i]);
+      if (s) return s;
+    }
+  }
 }
 
 /* The message of a data error a kernel recorded. */
@@ -1146,12 +1292,32 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   if (s) return s;
   e->runs++;
   bool changed = ty_cu_patch(e);
+  uint32_t world = args->struct_size >= offsetof(ty_abi_execute_args_t, world_size) +
+                                             sizeof(args->world_size) && args->world_size > 1
+                       ? args->world_size
+                       : 1;
+  if (world != e->world) {
+    e->world = world;
+    changed = true;
+  }
   s = ty_cu_patch_tables(e, &changed);
   if (s) return s;
   const bool fault = e->fault_kind && e->runs == e->fault_run;
-  const bool use_graph = d->options.graphs && !e->profile && !e->sync_each && !fault;
+  /* Over several ranks, the first run is queued eagerly: NCCL connects its
+   * peers on a communicator's first collectives (host work that has no
+   * place in a stream capture); later runs capture it and replay. */
+  const bool nccl_first = e->world > 1 && !e->collectives_ran;
+  const bool use_graph = d->options.graphs && !e->profile && !e->sync_each && !fault &&
+                         !nccl_first;
   if (fault) s = ty_cu_fault_inject(e);
-  if (!s && use_graph) {
+  if (!s && use_graph && e->world > 1) {
+    bool capture = changed || !e->seg_exec;
+    s = ty_cu_run_segments(e, capture);
+    if (!s) {
+      if (capture) e->captures++;
+      else e->replays++;
+    }
+  } else if (!s && use_graph) {
     if (changed || !e->cu_exec) {
       ty_cu_graph_release(e);
       CUresult r = api->cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
@@ -1194,6 +1360,7 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
              e->sync_each ? "" : "; TRAINYARD_CUDA_SYNC=1 names the kernel");
     return ty_cu_driver_error(d, what, r);
   }
+  if (e->world > 1) e->collectives_ran = true;
   if (e->profile) ty_cu_profile_collect(e);
   if (e->err_host[0] == 0) return NULL;
   s = ty_cu_data_error(e, e->err_host);
@@ -1207,10 +1374,11 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
 
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint64_t capacity,
                                         uint64_t *out_size) {
-  uint32_t kernels = 0, gemms = 0, moves = 0;
+  uint32_t kernels = 0, gemms = 0, moves = 0, reduces = 0;
   for (uint32_t i = 0; i < e->cmd_count; ++i) {
     if (e->cmds[i].kind == TY_CU_CMD_KERNEL) kernels++;
     else if (e->cmds[i].kind == TY_CU_CMD_GEMM) gemms++;
+    else if (e->cmds[i].kind == TY_CU_CMD_ALL_REDUCE) reduces++;
     else moves++;
   }
   const ty_cu_slot_t *s = e->device->slot;
@@ -1219,13 +1387,13 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       text, sizeof(text),
       "cuda executable on %s (%s, sm_%d%d, %d SMs)\n"
       "  graph %.12s: %u nodes -> %u commands (%u kernels, %u cuBLASLt matmuls, %u "
-      "memsets/copies)\n"
+      "memsets/copies, %u NCCL all-reduces over %u rank(s))\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
       e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->graph->hash_hex,
-      e->graph->graph.node_count, e->cmd_count, kernels, gemms, moves,
-      (double)e->arena_bytes / 1048576.0, (double)e->plan.naive_bytes / 1048576.0,
+      e->graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
+      e->world ? e->world : 1, (double)e->arena_bytes / 1048576.0, (double)e->plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,
       (double)(e->const_bytes + e->aux_bytes_dev) / 1048576.0,
       (double)e->device->allocated / 1048576.0, (double)e->device->peak_allocated / 1048576.0,

@@ -87,6 +87,10 @@ struct ty_abi_device_s {
   uint64_t peak_allocated;
   uint64_t host_allocated; /* pinned host buffers (TY_ABI_BUFFER_HOST) */
   uint64_t host_peak_allocated;
+  /* The communicator made on this device (comm_create), which executables
+   * use for the collective ops of a run of more than one rank (ABI 1.5:
+   * the execute args' world_size); NULL when none is. */
+  ty_abi_comm_t *comm;
 };
 
 struct ty_abi_buffer_s {
@@ -124,6 +128,15 @@ ty_abi_status_t ty_cu_comm_reduce_scatter(ty_abi_comm_t *comm,
                                           const ty_abi_collective_args_t *args);
 ty_abi_status_t ty_cu_comm_all_gather(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
 ty_abi_status_t ty_cu_comm_broadcast(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+/* An all-reduce of `count` elements of `dtype` from device address `send`
+ * into `recv` (equal: in place) on the device's stream, for an executable's
+ * all_reduce op; `more` as TY_ABI_COLLECTIVE_MORE (one NCCL group until a
+ * call without it). `what` names the op in errors. */
+ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *comm, ty_dtype_t dtype, uint32_t op,
+                                              CUdeviceptr send, CUdeviceptr recv, uint64_t count,
+                                              bool more, const char *what);
+/* The communicator's size (ranks). */
+uint32_t ty_cu_comm_size(const ty_abi_comm_t *comm);
 
 /* ---- cuda_modules.c ---- */
 

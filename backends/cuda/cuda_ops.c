@@ -60,6 +60,7 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"adafactor_update", ty_cu_build_adafactor, TY_CU_ACCEPT_COMPUTE},
     {"global_norm_scale", ty_cu_build_global_norm_scale, TY_CU_ACCEPT_COMPUTE},
     {"kv_cache_write", ty_cu_build_kv_cache_write, TY_CU_ACCEPT_MOVE},
+    {"all_reduce", ty_cu_build_all_reduce, TY_CU_ACCEPT_COMPUTE},
     {NULL, NULL, TY_CU_ACCEPT_MOVE},
 };
 
@@ -1038,4 +1039,13 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
     ty_cu_arg_ptr(b, c, coef);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
   }
+}
+
+/* all_reduce(x) -> y over the run's ranks (ops/op_collective.c): NCCL on
+ * the device's communicator, a copy at world 1 (cuda_graph.c). */
+void ty_cu_build_all_reduce(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0);
+  const char *reduce = ty_abi_node_attr_string(b->node, "reduce", "sum");
+  ty_cu_all_reduce(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(x), x->dtype,
+                   strcmp(reduce, "avg") == 0 ? TY_ABI_REDUCE_AVG : TY_ABI_REDUCE_SUM);
 }

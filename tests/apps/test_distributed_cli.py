@@ -333,21 +333,37 @@ class DeviceCollectivesTest(Base):
         one, two = self.path("one"), self.path("two")
         r = run(plugin + args + ["--out", one, "--grad-accum", "2"])
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        # A backend with collectives and ABI 1.5 keeps one fused step, with
+        # the gradients' all_reduce ops inside it (cuda: NCCL on its stream).
         r = mpirun(2, plugin + args + ["--out", two])
         self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
-        self.assertIn("gradients all-reduced on the devices by commfake's collectives (ABI 1.4)",
-                      r.stderr)
+        self.assertIn("gradients all-reduced on the devices by commfake's collectives, as "
+                      "all_reduce ops inside the fused step (ABI 1.5)", r.stderr)
         self.assertIn("host staging of the gradient all-reduce none (on the device)", r.stderr)
         self.assert_curves_match(losses(one), losses(two), range(1, 7))
         self.assert_weights_match(os.path.join(one, "checkpoint-6"),
                                   os.path.join(two, "checkpoint-6"))
+        # The split step (gradient graph, the backend's comm_all_reduce on
+        # the accumulators, optimizer graph): what ZeRO-1 and accumulation
+        # use, forced here to compare.
+        split = self.path("split")
+        r = mpirun(2, plugin + args + ["--out", split], env={"TRAINYARD_DEBUG_DIST_SPLIT": "1"})
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+        self.assertIn("gradients all-reduced on the devices by commfake's collectives between "
+                      "the gradient and optimizer graphs (ABI 1.4)", r.stderr)
+        self.assert_curves_match(losses(one), losses(split), range(1, 7))
+        self.assert_weights_match(os.path.join(one, "checkpoint-6"),
+                                  os.path.join(split, "checkpoint-6"))
         r = run(plugin + ["check", "--backend", "commfake", "--model", self.gpt2, "--train"])
         self.assertIn("collectives: commfake has its own (ABI 1.4 comm_* entries)", r.stdout)
-        # ZeRO-1 on the device path: each rank's updated share broadcast by
-        # the backend's collective from its owner (cuda: ncclBroadcast).
+        # ZeRO-1 on the device path: the fused step updates this rank's share
+        # (optimizer state for it alone), then each share is broadcast by the
+        # backend's collective from its owner (cuda: ncclBroadcast).
         zero = self.path("zero")
         r = mpirun(2, plugin + args + ["--out", zero, "--zero", "1"])
         self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+        self.assertIn("as all_reduce ops inside the fused step (ABI 1.5)", r.stderr)
+        self.assertIn("data parallel, ZeRO-1): parameters 119.50 KiB", r.stderr)
         self.assert_curves_match(losses(two), losses(zero), range(1, 7))
         self.assert_weights_match(os.path.join(two, "checkpoint-6"),
                                   os.path.join(zero, "checkpoint-6"))

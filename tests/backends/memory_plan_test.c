@@ -119,6 +119,54 @@ static void test_chain_reuses_memory(void **state) {
   ty_graph_destroy(g);
 }
 
+/* g_i = gelu(x_i) then y_i = all_reduce(g_i) for i = 0..3, the all_reduce
+ * nodes consecutive (a train step's gradients): a backend launches them as
+ * one NCCL group, so every g_i must stay live until the last all_reduce
+ * (else y_1 could take g_0's bytes while the group still reads g_0). */
+static void test_all_reduce_run_is_one_group(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t x, gs[4], ys[4];
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  for (int i = 0; i < 4; ++i) TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &gs[i]));
+  for (int i = 0; i < 4; ++i) {
+    TY_EXPECT_OK(ty_graph_add_node1(g, "all_reduce", &gs[i], 1, NULL, &ys[i]));
+  }
+  ty_value_id_t sum = ys[0];
+  for (int i = 1; i < 4; ++i) {
+    ty_value_id_t in[2] = {sum, ys[i]};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &sum));
+  }
+  TY_EXPECT_OK(ty_graph_set_output(g, sum, "y"));
+  planned_t p;
+  plan_graph(g, &p);
+  check_no_overlap(&p);
+  const ty_abi_graph_t *ag = &p.owned->graph;
+  uint32_t first = UINT32_MAX, last = 0;
+  for (uint32_t n = 0; n < ag->node_count; ++n) {
+    if (strcmp(ag->nodes[n].op, "all_reduce")) continue;
+    first = n < first ? n : first;
+    last = n;
+  }
+  assert_int_equal(last - first, 3);
+  /* no output of the group shares bytes with any input of the group */
+  for (uint32_t a = first; a <= last; ++a) {
+    uint32_t out = ag->nodes[a].outputs[0];
+    if (p.plan.storage[out].kind != TY_STORAGE_ARENA) continue;
+    for (uint32_t b = first; b <= last; ++b) {
+      uint32_t in = ag->nodes[b].inputs[0];
+      if (p.plan.storage[in].kind != TY_STORAGE_ARENA) continue;
+      uint64_t a0 = p.plan.storage[out].offset, a1 = a0 + p.owned->value_bytes[out];
+      uint64_t b0 = p.plan.storage[in].offset, b1 = b0 + p.owned->value_bytes[in];
+      if (a0 < b1 && b0 < a1) fail_msg("all_reduce output %u overlaps group input %u", out, in);
+    }
+  }
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
 static ty_value_id_t reshape(ty_graph_t *g, ty_value_id_t x, int64_t d0, int64_t d1) {
   ty_attrs_t a = TY_ATTRS_EMPTY;
   int64_t shape[2] = {d0, d1};
@@ -301,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_cache_write_in_place_when_the_new_cache_is_read),
       cmocka_unit_test(test_random_graphs),
       cmocka_unit_test(test_chain_reuses_memory),
+      cmocka_unit_test(test_all_reduce_run_is_one_group),
       cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),
       cmocka_unit_test(test_reshape_is_a_view),
       cmocka_unit_test(test_update_not_in_place_when_a_view_reads_later),
