@@ -18,6 +18,7 @@
 #include "hal/dtype.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"
+#include "pipeline/trainer_pp.h"
 #include "trainer.h"
 
 ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
@@ -105,7 +106,7 @@ static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, 
 }
 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
-  if (t->world == 1) return TY_OK;
+  if (t->world == 1 || t->pp > 1) return TY_OK; /* --pp: its own path (trainer_pp.c) */
   ty_backend_t *backend = ty_device_backend(t->device);
   if (t->cfg.world_in_graph) {
     if (t->rank == 0) {
@@ -364,7 +365,7 @@ void ty_trainer_dist_fault(const ty_trainer_t *t) {
 }
 
 void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
-  if (t->world == 1) return;
+  if (t->world == 1 || t->pp > 1) return;
   char p[32], g[32], o[32], h[32];
   ty_format_bytes(t->plan->bytes[TY_PLAN_PARAMETERS], p, sizeof(p));
   ty_format_bytes(t->plan->bytes[TY_PLAN_GRADIENTS], g, sizeof(g));
@@ -384,7 +385,7 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
 }
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {
-  ty_status_t s = TY_OK;
-  if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
+  ty_status_t s = t->pp > 1 ? ty_trainer_pp_gather(t, true) : TY_OK;
+  if (!s && (t->rank == 0 || t->owner)) s = ty_trainer_save(t);
   return t->world > 1 ? ty_dist_agree(t->dist, s, what) : s;
 }
