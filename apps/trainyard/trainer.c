@@ -560,7 +560,8 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) s = t->pp > 1 ? ty_trainer_pp_build(t, ty_trainer_build) : ty_trainer_build(t);
   if (!s && t->s_train) s = ty_trainer_weights(t, resume_dir);
   if (t->pp > 1) {
-    s = ty_dist_agree(t->dist, s, "loading the weights");
+    s = ty_dist_agree(t->dist, s, "building the pipeline stages and loading the weights");
+    if (!s) s = ty_trainer_pp_describe(t);
     if (!s) s = ty_trainer_pp_scatter(t); /* split again, whatever layout saved them */
   }
   if (!s && t->rank == 0) s = ty_train_sample_open(t);

@@ -61,9 +61,7 @@ ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
   return TY_OK;
 }
 
-/* Prints the partition and the layout (rank 0); every rank's device label
- * travels to rank 0. */
-static ty_status_t ty_pp_print(ty_trainer_t *t) {
+ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
   struct ty_trainer_pp_t *p = t->pipe;
   char label[128];
   snprintf(label, sizeof(label), "%s", ty_device_label(t->device));
@@ -132,6 +130,13 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
   p->v = p->kind == TY_PP_1F1B ? 1 : (c->pp_virtual > 0 ? (int)c->pp_virtual : 2);
   p->chunks = t->pp * p->v;
   const int units = ty_llm_unit_count(mc);
+  if (ty_device_info(t->device)->whole_graphs_only) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp %d: --backend %s runs whole train steps only, and pipeline "
+                          "parallel runs each stage's forward, backward and optimizer as graphs "
+                          "of their own; use a backend that runs any graph (cpu)",
+                          t->pp, c->backend);
+  }
   if (t->pp > mc->num_layers) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--pp %d: the model has %lld layers, fewer than the stages (each stage "
@@ -185,8 +190,6 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
   /* The full model on rank 0: evaluation, samples and checkpoints run on
    * it as in a run of one process, after ty_trainer_pp_gather. */
   if (!s && t->rank == 0) s = build_mirror(t);
-  if (!s) s = ty_dist_agree(t->dist, s, "building the pipeline stages");
-  if (!s) s = ty_pp_print(t);
   return s;
 }
 

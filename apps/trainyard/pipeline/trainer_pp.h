@@ -21,10 +21,12 @@ ty_status_t ty_trainer_pp_layout(ty_trainer_t *t);
 /* After the device is open (pp > 1): the partition (checked against the
  * model: --pp and the chunks against its layers), the stage graphs and
  * sessions, the schedule; rank 0 also builds the full model's sessions
- * (build_mirror, the trainer's own build) for evaluation and checkpoints,
- * and prints the partition and the rank layout. Local except for the
- * layout lines (every rank's device to rank 0). */
+ * (build_mirror, the trainer's own build) for evaluation and checkpoints.
+ * Local: the caller agrees on the outcome. */
 ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_trainer_t *));
+/* Rank 0 prints the partition and the rank layout (every rank's device
+ * name travels to it). */
+ty_status_t ty_trainer_pp_describe(ty_trainer_t *t);
 /* Rank 0's weights and optimizer state (the mirror, loaded or initialized)
  * to every stage of every replica: how a checkpoint of any layout is split
  * again on load. */
