@@ -199,10 +199,10 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   const int64_t was = saved->batch_size * saved->grad_accum * saved_dp;
   if (was != t->rows_per_step) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          "cannot resume: the global batch was %lld rows (%lld replicas x "
+                          "cannot resume: the global batch was %lld rows (%lld ranks x "
                           "--batch-size %lld x --grad-accum %lld) and is now %lld (%d x %lld x "
-                          "%lld); keep replicas (ranks / --pp) x batch size x accumulation the "
-                          "same",
+                          "%lld); keep ranks x batch size x accumulation the same (ranks: "
+                          "those of one pipeline stage under --pp)",
                           (long long)was, (long long)saved_dp,
                           (long long)saved->batch_size, (long long)saved->grad_accum,
                           (long long)t->rows_per_step, t->dp, (long long)t->B,
@@ -210,8 +210,8 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   }
   if (t->rank == 0 && (saved_dp != t->dp || saved->batch_size != t->B)) {
     fprintf(stderr,
-            "trainyard train: note: the global batch of %lld rows is now split as %d replicas "
-            "x %lld x %lld (was %lld x %lld x %lld): the same updates up to rounding\n",
+            "trainyard train: note: the global batch of %lld rows is now split as %d ranks x "
+            "%lld x %lld (was %lld x %lld x %lld): the same updates up to rounding\n",
             (long long)was, t->dp, (long long)t->B, (long long)t->accum,
             (long long)saved_dp, (long long)saved->batch_size,
             (long long)saved->grad_accum);

@@ -185,11 +185,14 @@ class RefuseTest(Base):
         self.refused(1, "--pp", "2", want="this run is one process: start it with mpirun -np 2")
 
     def test_levers_and_backends(self):
-        self.refused(2, "--pp", "2", "--zero", "1", want="--zero 1 (ZeRO-1) does not combine "
-                                                         "with --pp")
+        out = self.path("bad")
+        for lever, name in ((["--zero", "1"], "--zero 1 (ZeRO-1)"),
+                            (["--fused-optimizer", "--grad-accum", "1"], "--fused-optimizer"),
+                            (["--dump-graph", self.path("g")], "--dump-graph")):
+            r = self.train_mpi(2, "llama", *self.base, "--out", out, "--pp", "2", *lever, rc=2)
+            self.assertIn("%s does not combine with --pp" % name, r.stderr)
         self.refused(2, "--pp", "2", "--backend", "dataflow",
                      want="--backend dataflow runs whole train steps only")
-        out = self.path("bad")
         r = self.train("llama", *self.base, "--out", out, "--pp-schedule", "interleaved", rc=2)
         self.assertIn("--pp-schedule has no effect without --pp N > 1", r.stderr)
         r = self.train("llama", *self.base, "--out", out, "--pp", "0", rc=2)

@@ -40,21 +40,6 @@ ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
                           "parallel x --pp, so run %lld x N ranks",
                           (long long)c->pp, t->world, (long long)c->pp);
   }
-  /* Levers whose step the pipeline cannot run (it splits every step into
-   * per-chunk backward and optimizer graphs on the host path). */
-  const char *lever = c->zero                     ? "--zero 1 (ZeRO-1)"
-                      : c->fused_optimizer        ? "--fused-optimizer"
-                      : c->artifact[0]            ? "--artifact"
-                      : strcmp(c->offload, "none") ? "--offload"
-                      : c->dump_graph[0]          ? "--dump-graph"
-                                                  : NULL;
-  if (lever) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "%s does not combine with --pp: pipeline parallel runs each stage's "
-                          "backward and optimizer as graphs of their own with the gradients "
-                          "on the host between them; drop it or run without --pp",
-                          lever);
-  }
   t->dp = t->world / (int)c->pp;
   t->pp_rank = t->rank % (int)c->pp;
   t->dp_rank = t->rank / (int)c->pp;
