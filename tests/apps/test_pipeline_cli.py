@@ -21,8 +21,6 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
 
 Without mpirun or the MPI shim the suite exits 77 (skipped) and says why.
 """
-import argparse
-import json
 import os
 import re
 import shutil
@@ -209,24 +207,7 @@ class RefuseTest(Base):
                                    r".* within 5 s \(--dist-timeout\)")
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trainyard", required=True)
-    parser.add_argument("--models", required=True, help="tests/fixtures/models")
-    parser.add_argument("--mpi-shim", required=True, help="the build's libty_mpi.so")
-    cfg, rest = parser.parse_known_args()
-    dist.CFG = cfg
-    cli_util.CFG = cfg  # its dataset maker runs CFG.trainyard
-    if not shutil.which("mpirun"):
-        print("SKIPPED: mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
-        return 77
-    if not os.path.exists(cfg.mpi_shim):
-        print("SKIPPED: %s was not built (this build found no MPI; install libopenmpi-dev)"
-              % cfg.mpi_shim)
-        return 77
-    program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # the data-parallel suite's entry: the same options, skips and runner
+    # (unittest runs this module's tests)
+    sys.exit(dist.main())
