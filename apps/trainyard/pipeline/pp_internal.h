@@ -4,6 +4,7 @@
 #define TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_
 
 #include "dist/dist.h"
+#include "graph/preflight.h"
 #include "pp_schedule.h"
 #include "pp_stage.h"
 #include "trainer_pp.h"
@@ -23,6 +24,7 @@ struct ty_trainer_pp_t {
   float *grads;               /* the chunks' gradient accumulators, staged */
   size_t grad_count;
   double idle_seconds, step_seconds; /* over the run: waiting for peers, all */
+  uint64_t plan_bytes[TY_PLAN_ITEM_COUNT]; /* this rank's stages' memory plan */
 };
 
 /* The world rank that holds global chunk `c` in this rank's replica. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/preflight.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
@@ -24,9 +25,9 @@ static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_conf
   return ty_llm_build(*out_g, mc, &o, out_m);
 }
 
-ty_status_t ty_pp_chunk_build(const ty_train_config_t *c, const ty_model_config_t *mc,
-                              int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
-                              ty_device_t *device, ty_pp_chunk_t *ch) {
+ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
+                               int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
+                               ty_pp_chunk_t *ch) {
   ch->hidden_bytes = (size_t)(B * T * mc->hidden_size) * ty_dtype_size(dtype);
   ch->stash = calloc((size_t)micro, ch->hidden_bytes ? ch->hidden_bytes : 1);
   if (!ch->stash) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -70,14 +71,26 @@ ty_status_t ty_pp_chunk_build(const ty_train_config_t *c, const ty_model_config_
   if (!s) s = ty_graph_build_optimizer_step_ex(ch->g_opt, descs, decay, n, &step);
   free(descs);
   free(decay);
-  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
-  if (!s) s = ty_session_create(device, ch->g_bwd, &so, &ch->s_bwd);
-  so.share_state_with = ch->s_bwd;
-  if (!s && ch->g_fwd) s = ty_session_create(device, ch->g_fwd, &so, &ch->s_fwd);
-  if (!s) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
+  if (!s) {
+    ty_preflight_init(&ch->plan);
+    ch->planned = true;
+    s = ty_preflight_add(&ch->plan, ch->g_bwd, "stage backward");
+    if (!s && ch->g_fwd) s = ty_preflight_add(&ch->plan, ch->g_fwd, "stage forward");
+    if (!s) s = ty_preflight_add(&ch->plan, ch->g_opt, "stage optimizer");
+  }
   return s ? ty_status_annotate(s, "pipeline chunk %d (units %d..%d)", ch->global,
                                 (int)ch->unit_begin, (int)ch->unit_end - 1)
            : TY_OK;
+}
+
+ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device,
+                                 ty_pp_chunk_t *ch) {
+  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
+  ty_status_t s = ty_session_create(device, ch->g_bwd, &so, &ch->s_bwd);
+  so.share_state_with = ch->s_bwd;
+  if (!s && ch->g_fwd) s = ty_session_create(device, ch->g_fwd, &so, &ch->s_fwd);
+  if (!s) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
+  return s ? ty_status_annotate(s, "pipeline chunk %d", ch->global) : TY_OK;
 }
 
 void ty_pp_chunk_deinit(ty_pp_chunk_t *ch) {
@@ -89,6 +102,7 @@ void ty_pp_chunk_deinit(ty_pp_chunk_t *ch) {
   ty_graph_destroy(ch->g_bwd);
   ty_llm_deinit(&ch->m_fwd);
   ty_llm_deinit(&ch->m_bwd);
+  if (ch->planned) ty_preflight_deinit(&ch->plan);
   free(ch->stash);
   memset(ch, 0, sizeof(*ch));
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph/preflight.h"
 #include "graph/session.h"
 #include "models/llm.h"
 #include "train_config.h"
@@ -26,13 +27,18 @@ typedef struct ty_pp_chunk_t {
   void *stash;                    /* each micro-batch's input activation, kept
                                      from its forward to its backward */
   size_t hidden_bytes;            /* B x T x C of the parameter dtype */
+  ty_preflight_t plan;            /* the memory of its three graphs */
+  bool planned;
 } ty_pp_chunk_t;
 
-/* Builds the chunk's graphs and sessions on `device` (ch->global and the
- * unit range set by the caller). */
-ty_status_t ty_pp_chunk_build(const ty_train_config_t *c, const ty_model_config_t *mc,
-                              int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
-                              ty_device_t *device, ty_pp_chunk_t *ch);
+/* Builds the chunk's graphs and their memory plan (ch->global and the unit
+ * range set by the caller), then (after the plan is checked) its sessions
+ * on `device`. */
+ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
+                               int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
+                               ty_pp_chunk_t *ch);
+ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device,
+                                 ty_pp_chunk_t *ch);
 void ty_pp_chunk_deinit(ty_pp_chunk_t *ch);
 
 /* One tensor that moves: "<param>" or "<param>.<optimizer state>". */

@@ -256,13 +256,13 @@ ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
   ty_status_t s = TY_OK;
   p->pending_count = 0;
   for (size_t i = 0; i < p->action_count && !s; ++i) s = ty_pp_act(t, p->actions[i], &loss);
+  /* After a failure the run ends (MPI_Abort): sends in flight stay so. */
   double t0 = ty_pp_now();
-  for (size_t i = 0; i < p->pending_count; ++i) {
-    ty_status_t w2 = ty_dist_send_wait(t->dist, p->pending[i]);
-    if (!s) s = w2;
-    else ty_status_free(w2);
+  for (size_t i = 0; i < p->pending_count && !s; ++i) {
+    s = ty_dist_send_wait(t->dist, p->pending[i]);
+    p->pending[i] = NULL;
   }
-  p->pending_count = 0;
+  if (!s) p->pending_count = 0;
   p->idle_seconds += ty_pp_now() - t0;
   double norm = 0;
   if (!s) s = ty_pp_reduce(t, &norm);
@@ -311,7 +311,6 @@ ty_status_t ty_trainer_pp_report(ty_trainer_t *t) {
 void ty_trainer_pp_destroy(ty_trainer_t *t) {
   struct ty_trainer_pp_t *p = t->pipe;
   if (!p) return;
-  for (size_t i = 0; i < p->pending_count; ++i) ty_status_free(ty_dist_send_wait(t->dist, p->pending[i]));
   for (int j = 0; p->chunk && j < p->v; ++j) ty_pp_chunk_deinit(&p->chunk[j]);
   free(p->chunk);
   free(p->first_unit);

@@ -15,6 +15,8 @@
 #include <time.h>
 
 #include "dist/dist.h"
+#include "graph/preflight.h"
+#include "hal/file.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
 #include "pp_internal.h"
@@ -46,15 +48,58 @@ ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
   return TY_OK;
 }
 
+/* Rank 0 prints each stage's memory plan (replica 0's ranks). */
+static ty_status_t ty_pp_print_memory(ty_trainer_t *t) {
+  const size_t items = TY_PLAN_ITEM_COUNT;
+  uint64_t *all = malloc((size_t)t->pp * items * sizeof(uint64_t));
+  if (!all) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(all, t->pipe->plan_bytes, items * sizeof(uint64_t));
+  ty_status_t s = TY_OK;
+  for (int r = 1; r < t->pp && !s; ++r) {
+    s = ty_dist_recv(t->dist, r, 3, all + (size_t)r * items, items * sizeof(uint64_t),
+                     "its memory plan");
+  }
+  for (int r = 0; r < t->pp && !s; ++r) {
+    char line[512];
+    size_t used = 0;
+    uint64_t peak = 0;
+    for (size_t i = 0; i < items; ++i) peak += all[(size_t)r * items + i];
+    char size[32];
+    ty_format_bytes(peak, size, sizeof(size));
+    used += (size_t)snprintf(line, sizeof(line), "  stage %d memory plan: peak %s (", r, size);
+    static const ty_plan_item_t shown[] = {TY_PLAN_PARAMETERS, TY_PLAN_GRADIENTS,
+                                           TY_PLAN_OPTIMIZER, TY_PLAN_ACTIVATIONS};
+    for (size_t k = 0; k < 4 && used < sizeof(line); ++k) {
+      ty_format_bytes(all[(size_t)r * items + shown[k]], size, sizeof(size));
+      used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %s", k ? ", " : "",
+                               ty_plan_item_name(shown[k]), size);
+    }
+    fprintf(stderr, "%s)%s\n", line, r == 0 ? "; rank 0 also holds the whole model" : "");
+  }
+  free(all);
+  return s;
+}
+
 ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
   struct ty_trainer_pp_t *p = t->pipe;
   char label[128];
   snprintf(label, sizeof(label), "%s", ty_device_label(t->device));
   if (t->rank != 0) {
-    ty_dist_send_t *send = NULL;
+    ty_dist_send_t *send = NULL, *plan = NULL;
     TY_RETURN_IF_ERROR(ty_dist_send_start(t->dist, 0, 1, label, sizeof(label),
                                           "its device name", &send));
-    return ty_dist_send_wait(t->dist, send);
+    ty_status_t s = TY_OK;
+    if (t->dp_rank == 0) {
+      s = ty_dist_send_start(t->dist, 0, 3, t->pipe->plan_bytes, sizeof(t->pipe->plan_bytes),
+                             "its memory plan", &plan);
+    }
+    ty_status_t w = ty_dist_send_wait(t->dist, send);
+    if (!s) s = w;
+    else ty_status_free(w);
+    w = ty_dist_send_wait(t->dist, plan);
+    if (!s) s = w;
+    else ty_status_free(w);
+    return s;
   }
   const int units = ty_llm_unit_count(&t->model_config);
   int64_t *costs = calloc((size_t)units, sizeof(int64_t));
@@ -97,11 +142,47 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
               r ? other : label);
     }
   }
+  if (!s) s = ty_pp_print_memory(t);
   if (!s) {
     fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
                     "host memory (%s; --dist-timeout %g s)\n",
             ty_dist_library(t->dist), ty_dist_timeout(t->dist));
   }
+  return s;
+}
+
+/* This rank's stages against --memory-limit (or the device's memory)
+ * before any session allocates: the chunks' plans added (their states are
+ * disjoint; the largest node scratch counts once). */
+static ty_status_t ty_pp_check_memory(ty_trainer_t *t) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  ty_preflight_t all;
+  ty_preflight_init(&all);
+  for (int j = 0; j < p->v; ++j) {
+    const ty_preflight_t *one = &p->chunk[j].plan;
+    for (int i = 0; i < TY_PLAN_ITEM_COUNT; ++i) {
+      if (i == TY_PLAN_WORKSPACE) {
+        if (one->bytes[i] > all.bytes[i]) all.bytes[i] = one->bytes[i];
+      } else {
+        all.bytes[i] += one->bytes[i];
+      }
+    }
+  }
+  for (int i = 0; i < TY_PLAN_ITEM_COUNT; ++i) all.peak += all.bytes[i];
+  memcpy(p->plan_bytes, all.bytes, sizeof(p->plan_bytes));
+  uint64_t limit = 0;
+  ty_status_t s = ty_train_config_memory_limit(&t->cfg, &limit);
+  char what[160];
+  if (limit) {
+    snprintf(what, sizeof(what), "--memory-limit %s (pipeline stage %d)", t->cfg.memory_limit,
+             t->pp_rank);
+  } else {
+    limit = ty_device_info(t->device)->memory_bytes;
+    snprintf(what, sizeof(what), "the memory of %s (pipeline stage %d)",
+             ty_device_label(t->device), t->pp_rank);
+  }
+  if (!s) s = ty_preflight_check(&all, limit, what);
+  ty_preflight_deinit(&all);
   return s;
 }
 
@@ -169,9 +250,11 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
     ch->unit_end = p->first_unit[ch->global + 1];
     ch->first = ch->global == 0;
     ch->last = ch->global == p->chunks - 1;
-    s = ty_pp_chunk_build(c, mc, t->B, t->T, t->dtype, t->accum, t->device, ch);
+    s = ty_pp_chunk_graphs(c, mc, t->B, t->T, t->dtype, t->accum, ch);
     if (!s && ch->last) t->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
   }
+  if (!s) s = ty_pp_check_memory(t);
+  for (int j = 0; j < p->v && !s; ++j) s = ty_pp_chunk_sessions(c, t->device, &p->chunk[j]);
   /* The full model on rank 0: evaluation, samples and checkpoints run on
    * it as in a run of one process, after ty_trainer_pp_gather. */
   if (!s && t->rank == 0) s = build_mirror(t);
