@@ -15,9 +15,10 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   checkpoint resumed at --pp 2 interleaved, continue the uninterrupted curve.
 - RefuseTest: --pp larger than the layer count, micro-batches not divisible
   for interleaved, too many virtual chunks, --pp with levers it does not
-  take (--zero 1, --fused-optimizer), a world not divisible by --pp, --pp on
-  one process, the dataflow backend (whole steps only), pipeline options
-  without --pp; a rank that hangs is named within --dist-timeout.
+  take (--zero 1, --fused-optimizer, --dump-graph), a world not divisible by
+  --pp, --pp on one process, the dataflow backend (whole steps only),
+  pipeline options without --pp, a stage over --memory-limit; a rank that
+  hangs is named within --dist-timeout.
 
 Without mpirun or the MPI shim the suite exits 77 (skipped) and says why.
 """
@@ -96,6 +97,7 @@ class PipelineTest(Base):
             self.assertEqual(len(re.findall(r"^  chunk \d on stage \d: ", err, re.M)), chunks, err)
             self.assertIn("rank layout (world 2 = dp 1 x pp 2 x tp 1):", err)
             self.assertIn("  rank 1: dp 0, pp 1, tp 0, device cpu", err)
+            self.assertRegex(err, r"  stage 1 memory plan: peak [\d.]+ KiB \(parameters ")
             self.assertRegex(err, r"pipeline bubble: ideal %s%%.*stage 0 [\d.]+%% stage 1 "
                                   r"[\d.]+%%" % ("33.3" if schedule == "1f1b" else "20.0"))
             self.assertEqual(sorted(dist.losses(out)), list(range(1, 21)))  # rank 0 alone
@@ -195,6 +197,12 @@ class RefuseTest(Base):
         self.assertIn("--pp-schedule has no effect without --pp N > 1", r.stderr)
         r = self.train("llama", *self.base, "--out", out, "--pp", "0", rc=2)
         self.assertIn("--pp must be >= 1", r.stderr)
+
+    def test_stage_memory_is_checked(self):
+        # each stage's plan (about 350 KiB here) against the limit, before
+        # any session allocates; the whole model's 25k parameters fit
+        self.refused(2, "--pp", "2", "--memory-limit", "300KiB",
+                     want="more than --memory-limit 300KiB (pipeline stage 1)")
 
     def test_hung_stage_is_named(self):
         out = self.path("hang")
