@@ -122,8 +122,10 @@ ty_status_t ty_trainer_read_scalar(ty_session_t *s, const char *name, ty_dtype_t
   return st;
 }
 
-ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const uint64_t *rows,
-                             int64_t count, double *out_counted) {
+/* Stages micro-batch rows into tokens/targets/weights (raw 0/1 weights);
+ * returns the number of counted targets. Rows past `count` are padding. */
+static ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const uint64_t *rows,
+                                    int64_t count, double *out_counted) {
   int64_t T = t->T;
   double counted = 0;
   uint32_t eos = ty_dataset_eos_id(data);

@@ -93,12 +93,9 @@ typedef struct ty_trainer_t {
 /* Runs `trainyard train` with a validated configuration. */
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
 
-/* Stages micro-batch rows into tokens/targets/weights (raw 0/1 weights)
- * and counts the targets; rows past `count` are padding. */
-ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const uint64_t *rows,
-                             int64_t count, double *out_counted);
-/* ty_trainer_stage of micro-batch m of the step whose rows start at `base`
- * in the epoch's order (rows past the epoch's end are padding). */
+/* Stages micro-batch m of the step whose rows start at `base` in the
+ * epoch's order into tokens/targets/weights (raw 0/1 weights; rows past the
+ * epoch's end are padding) and counts its targets. */
 ty_status_t ty_trainer_stage_micro(ty_trainer_t *t, int64_t base, int64_t m,
                                    double *out_counted);
 /* The hyperparameters of update `step` into the session that runs it. */
