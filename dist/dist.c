@@ -225,3 +225,117 @@ ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what) 
   return ty_status_make(TY_CODE_FAILED_PRECONDITION, "rank %d failed %s (its error is above)",
                         failed, what);
 }
+
+struct ty_dist_send_t {
+  void *request;
+  void *data;
+  int dest;
+  char what[128];
+};
+
+static ty_status_t ty_dist_p2p_check(const ty_dist_t *dist, int peer, int tag) {
+  if (!dist || dist->size == 1) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "point-to-point messages need a distributed run of several ranks");
+  }
+  if (peer < 0 || peer >= dist->size || peer == dist->rank || tag < 0 || tag >= 32000) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "a message between rank %d and rank %d (tag %d) of a world of %d",
+                          dist->rank, peer, tag, dist->size);
+  }
+  return TY_OK;
+}
+
+/* A point-to-point status: a timeout names the peer. */
+static ty_status_t ty_dist_p2p_result(const ty_dist_t *d, int rc, int peer, bool sending,
+                                      const char *err, const char *what) {
+  if (rc == TY_MPI_SHIM_TIMEOUT) {
+    return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
+                          "rank %d did not %s %s within %g s (--dist-timeout): it died or hangs",
+                          peer, sending ? "take" : "send", what, d->timeout_s);
+  }
+  return ty_dist_result(d, rc, peer, err, what);
+}
+
+ty_status_t ty_dist_send_start(ty_dist_t *dist, int dest, int tag, const void *buf, size_t bytes,
+                               const char *what, ty_dist_send_t **out_send) {
+  *out_send = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_p2p_check(dist, dest, tag));
+  ty_dist_send_t *send = calloc(1, sizeof(*send));
+  void *data = malloc(bytes ? bytes : 1);
+  if (!send || !data) {
+    free(send);
+    free(data);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory sending %s", what);
+  }
+  memcpy(data, buf, bytes);
+  send->data = data;
+  send->dest = dest;
+  snprintf(send->what, sizeof(send->what), "%s", what);
+  char err[512] = "";
+  int rc = dist->shim->send_start(data, bytes, dest, tag, &send->request, err, sizeof(err));
+  if (rc != TY_MPI_SHIM_OK) {
+    free(data);
+    free(send);
+    return ty_dist_p2p_result(dist, rc, dest, true, err, what);
+  }
+  *out_send = send;
+  return TY_OK;
+}
+
+ty_status_t ty_dist_send_wait(ty_dist_t *dist, ty_dist_send_t *send) {
+  if (!send) return TY_OK;
+  char err[512] = "";
+  int rc = dist->shim->send_wait(send->request, dist->timeout_s, err, sizeof(err));
+  ty_status_t s = ty_dist_p2p_result(dist, rc, send->dest, true, err, send->what);
+  free(send->data);
+  free(send);
+  return s;
+}
+
+ty_status_t ty_dist_recv(ty_dist_t *dist, int source, int tag, void *buf, size_t bytes,
+                         const char *what) {
+  TY_RETURN_IF_ERROR(ty_dist_p2p_check(dist, source, tag));
+  char err[512] = "";
+  int rc = dist->shim->recv(buf, bytes, source, tag, dist->timeout_s, err, sizeof(err));
+  return ty_dist_p2p_result(dist, rc, source, false, err, what);
+}
+
+#define TY_DIST_SUM_TAG 31999
+
+ty_status_t ty_dist_sum_over(ty_dist_t *dist, const int *ranks, int rank_count, ty_dtype_t dtype,
+                             void *buf, size_t count, const char *what) {
+  if (rank_count <= 1) return TY_OK;
+  if (dtype != TY_DTYPE_F32 && dtype != TY_DTYPE_F64) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED, "%s: a group sum of %s (f32, f64 only)", what,
+                          ty_dtype_name(dtype));
+  }
+  size_t elem = ty_dtype_size(dtype), bytes = count * elem;
+  if (ty_dist_rank(dist) != ranks[0]) {
+    ty_dist_send_t *send = NULL;
+    TY_RETURN_IF_ERROR(ty_dist_send_start(dist, ranks[0], TY_DIST_SUM_TAG, buf, bytes, what,
+                                          &send));
+    TY_RETURN_IF_ERROR(ty_dist_send_wait(dist, send));
+    return ty_dist_recv(dist, ranks[0], TY_DIST_SUM_TAG, buf, bytes, what);
+  }
+  void *other = malloc(bytes ? bytes : 1);
+  if (!other) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for %s", what);
+  ty_status_t s = TY_OK;
+  for (int k = 1; k < rank_count && !s; ++k) {
+    s = ty_dist_recv(dist, ranks[k], TY_DIST_SUM_TAG, other, bytes, what);
+    for (size_t i = 0; i < count && !s; ++i) {
+      if (dtype == TY_DTYPE_F32) {
+        ((float *)buf)[i] += ((const float *)other)[i];
+      } else {
+        ((double *)buf)[i] += ((const double *)other)[i];
+      }
+    }
+  }
+  free(other);
+  for (int k = 1; k < rank_count && !s; ++k) {
+    ty_dist_send_t *send = NULL;
+    s = ty_dist_send_start(dist, ranks[k], TY_DIST_SUM_TAG, buf, bytes, what, &send);
+    if (!s) s = ty_dist_send_wait(dist, send);
+  }
+  return s;
+}

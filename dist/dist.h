@@ -79,6 +79,28 @@ ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes
  * 1. `dist` must outlive the sessions that use it. */
 void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out);
 
+/* Point to point between world ranks (pipeline parallel's activations and
+ * gradients). A send copies `bytes` of `buf` and starts; the caller may
+ * reuse `buf` at once and must finish every send with ty_dist_send_wait
+ * (which frees it, on every outcome). A receive waits for rank `source`'s
+ * message of exactly `bytes` with `tag`. Both are bounded by the world's
+ * timeout: DEADLINE_EXCEEDED naming the peer rank ("rank 1 did not send
+ * <what> within 30 s"). Tags are < 32000. A single-process world has no
+ * peer: FAILED_PRECONDITION. */
+typedef struct ty_dist_send_t ty_dist_send_t;
+ty_status_t ty_dist_send_start(ty_dist_t *dist, int dest, int tag, const void *buf, size_t bytes,
+                               const char *what, ty_dist_send_t **out_send);
+ty_status_t ty_dist_send_wait(ty_dist_t *dist, ty_dist_send_t *send);
+ty_status_t ty_dist_recv(ty_dist_t *dist, int source, int tag, void *buf, size_t bytes,
+                         const char *what);
+/* Sums f32 or f64 `buf` in place over the world ranks `ranks` (this rank
+ * among them), point to point: ranks[0] adds the others' in list order and
+ * sends the sum back, so every member holds the same bits. For groups of a
+ * layout (the data-parallel replicas of one pipeline stage, a tied
+ * embedding's two stages). */
+ty_status_t ty_dist_sum_over(ty_dist_t *dist, const int *ranks, int rank_count, ty_dtype_t dtype,
+                             void *buf, size_t count, const char *what);
+
 /* Every rank learns whether every rank succeeded: returns `local` when it
  * failed here (taking it), else FAILED_PRECONDITION naming the first rank
  * that failed ("rank 1 failed <what>; its error is above"). For the setup

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -35,13 +36,13 @@ static void ty_mpi_error(int rc, const char *what, char *err, size_t capacity) {
  * us, and a 20 us sleep would add more than that per step), then backing
  * off from 20 us to 1 ms so a waiting rank leaves the cores to the ranks
  * still computing. */
-static int ty_wait(MPI_Request *req, double deadline, const char *what, char *err,
-                   size_t capacity) {
+static int ty_wait_status(MPI_Request *req, double deadline, const char *what,
+                          MPI_Status *status, char *err, size_t capacity) {
   long sleep_ns = 20000;
   double spin_until = ty_now() + 50e-6;
   for (;;) {
     int done = 0;
-    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    int rc = MPI_Test(req, &done, status);
     if (rc != MPI_SUCCESS) {
       ty_mpi_error(rc, what, err, capacity);
       return TY_MPI_SHIM_ERROR;
@@ -54,6 +55,11 @@ static int ty_wait(MPI_Request *req, double deadline, const char *what, char *er
     nanosleep(&ts, NULL);
     if (sleep_ns < 1000000) sleep_ns *= 2;
   }
+}
+
+static int ty_wait(MPI_Request *req, double deadline, const char *what, char *err,
+                   size_t capacity) {
+  return ty_wait_status(req, deadline, what, MPI_STATUS_IGNORE, err, capacity);
 }
 
 /* A non-blocking collective just issued (its return code `rc`), waited for
@@ -191,6 +197,72 @@ static int ty_broadcast(void *buf, size_t bytes, int root, double timeout_s, int
   return TY_MPI_SHIM_OK;
 }
 
+static int ty_send_start(const void *buf, size_t bytes, int dest, int tag, void **out_request,
+                         char *err, size_t capacity) {
+  *out_request = NULL;
+  if (bytes > (size_t)INT_MAX) {
+    snprintf(err, capacity, "a message of %zu bytes to rank %d exceeds MPI's int count", bytes,
+             dest);
+    return TY_MPI_SHIM_ERROR;
+  }
+  MPI_Request *req = malloc(sizeof(*req));
+  if (!req) {
+    snprintf(err, capacity, "out of memory");
+    return TY_MPI_SHIM_ERROR;
+  }
+  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, ty_world, req);
+  if (rc != MPI_SUCCESS) {
+    free(req);
+    ty_mpi_error(rc, "MPI_Isend", err, capacity);
+    return TY_MPI_SHIM_ERROR;
+  }
+  *out_request = req;
+  return TY_MPI_SHIM_OK;
+}
+
+static int ty_send_wait(void *request, double timeout_s, char *err, size_t capacity) {
+  MPI_Request *req = request;
+  int w = ty_wait(req, ty_now() + timeout_s, "MPI_Isend", err, capacity);
+  if (w != TY_MPI_SHIM_OK) {
+    /* The peer never took it: the request cannot complete; the run ends. */
+    MPI_Cancel(req);
+    MPI_Request_free(req);
+  }
+  free(req);
+  return w;
+}
+
+static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_s, char *err,
+                   size_t capacity) {
+  if (bytes > (size_t)INT_MAX) {
+    snprintf(err, capacity, "a message of %zu bytes from rank %d exceeds MPI's int count",
+             bytes, source);
+    return TY_MPI_SHIM_ERROR;
+  }
+  MPI_Request req;
+  MPI_Status status;
+  memset(&status, 0, sizeof(status));
+  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, source, tag, ty_world, &req);
+  if (rc != MPI_SUCCESS) {
+    ty_mpi_error(rc, "MPI_Irecv", err, capacity);
+    return TY_MPI_SHIM_ERROR;
+  }
+  int w = ty_wait_status(&req, ty_now() + timeout_s, "MPI_Irecv", &status, err, capacity);
+  if (w == TY_MPI_SHIM_TIMEOUT) {
+    MPI_Cancel(&req);
+    MPI_Request_free(&req);
+  }
+  if (w != TY_MPI_SHIM_OK) return w;
+  int got = 0;
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if ((size_t)got != bytes) {
+    snprintf(err, capacity, "rank %d sent %d bytes (tag %d) where %zu were expected", source,
+             got, tag, bytes);
+    return TY_MPI_SHIM_ERROR;
+  }
+  return TY_MPI_SHIM_OK;
+}
+
 static void ty_abort(int code) {
   MPI_Abort(ty_world != MPI_COMM_NULL ? ty_world : MPI_COMM_WORLD, code);
 }
@@ -204,6 +276,9 @@ static const ty_mpi_shim_t ty_shim = {
     .allreduce_sum = ty_allreduce_sum,
     .broadcast = ty_broadcast,
     .abort = ty_abort,
+    .send_start = ty_send_start,
+    .send_wait = ty_send_wait,
+    .recv = ty_recv,
 };
 
 __attribute__((visibility("default"))) const ty_mpi_shim_t *ty_mpi_shim_query(uint32_t version);

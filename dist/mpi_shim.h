@@ -40,6 +40,17 @@ typedef struct ty_mpi_shim_t {
                    char *err, size_t capacity);
   /* MPI_Abort on the world: ends every rank. */
   void (*abort)(int code);
+  /* Point to point between world ranks (pipeline parallel). send_start
+   * copies nothing: `buf` must stay valid until send_wait returns, which
+   * waits for the send under the deadline and frees the request (on every
+   * outcome). recv waits for the message from `source` with `tag` under
+   * the deadline; a message of another size is an error. On a timeout the
+   * missing rank is the peer. */
+  int (*send_start)(const void *buf, size_t bytes, int dest, int tag, void **out_request,
+                    char *err, size_t capacity);
+  int (*send_wait)(void *request, double timeout_s, char *err, size_t capacity);
+  int (*recv)(void *buf, size_t bytes, int source, int tag, double timeout_s, char *err,
+              size_t capacity);
 } ty_mpi_shim_t;
 
 typedef const ty_mpi_shim_t *(*ty_mpi_shim_query_fn)(uint32_t version);

@@ -301,14 +301,29 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
                           "FUSED mode without the fused optimizer (%s updates before the sum)",
                           p->fused_optimizer ? "the fused optimizer" : "gradient accumulation");
   }
-  ty_value_id_t *grads = calloc(n, sizeof(ty_value_id_t));
-  if (!grads) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  if (p->wrt_input_count && (p->mode != TY_TRAIN_STEP_ACCUMULATE || p->fused_optimizer)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "train step: input gradients are for the ACCUMULATE mode");
+  }
+  const uint32_t k = p->wrt_input_count;
+  ty_value_id_t *grads = calloc(n + k, sizeof(ty_value_id_t));
+  ty_value_id_t *wrt = calloc(n + k, sizeof(ty_value_id_t));
+  if (!grads || !wrt) {
+    free(grads);
+    free(wrt);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(wrt, p->params, n * sizeof(ty_value_id_t));
+  if (k) memcpy(wrt + n, p->wrt_inputs, k * sizeof(ty_value_id_t));
   ty_status_t s = TY_OK;
   if (p->fused_optimizer) {
     s = ty_build_fused(g, p, grads);
   } else {
     ty_autodiff_options_t ad = {.recompute = p->recompute};
-    s = ty_graph_autodiff_ex(g, p->loss, p->loss_seed, p->params, n, &ad, grads);
+    s = ty_graph_autodiff_ex(g, p->loss, p->loss_seed, wrt, n + k, &ad, grads);
+    for (uint32_t i = 0; i < k && !s; ++i) {
+      s = ty_graph_set_output(g, grads[n + i], p->wrt_input_names[i]);
+    }
     for (uint32_t i = 0; i < n && !s; ++i) {
       /* The sum over the ranks sits where the gradient is complete and
        * before anything reads it (clipping's norm, the update). The loss
@@ -341,6 +356,7 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
     }
   }
   free(grads);
+  free(wrt);
   return s ? ty_status_annotate(s, "building the train step") : TY_OK;
 }
 

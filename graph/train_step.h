@@ -85,6 +85,13 @@ typedef struct ty_train_step_params_t {
    * host's collective service (ABI 1.5). At world 1 the op is the identity.
    * Not with fused_optimizer (the update would precede the sum). */
   bool all_reduce_grads;
+  /* ACCUMULATE mode, pipeline stages (docs/design-notes.md "Pipeline
+   * parallel"): the gradients of these values too (a stage's input, the
+   * previous stage's activations), in the same backward pass, as outputs
+   * named wrt_input_names[i]. */
+  const ty_value_id_t *wrt_inputs;
+  const char *const *wrt_input_names;
+  uint32_t wrt_input_count;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:

@@ -475,10 +475,29 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
                           "logits output (the logits never exist whole)",
                           (long long)o->loss_chunk);
   }
+  if (o->unit_end > 0 &&
+      (o->unit_begin < 0 || o->unit_begin >= o->unit_end ||
+       o->unit_end > ty_llm_unit_count(c) || o->cache_len > 0 || o->logits_at_index)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "pipeline stage of units [%d, %d) of %d: a non-empty range of a "
+                          "training graph",
+                          (int)o->unit_begin, (int)o->unit_end, (int)ty_llm_unit_count(c));
+  }
   if (o->logits_at_index && o->with_loss) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "logits at one index per row leave no logits for a loss");
   }
+  return TY_OK;
+}
+
+/* A stage keeps the parameters it built, in the model's order. */
+static ty_status_t ty_llm_stage_params(ty_llm_t *m) {
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < m->param_count; ++i) {
+    if (m->params[i].value != TY_VALUE_NONE) m->params[kept++] = m->params[i];
+  }
+  m->param_count = kept;
+  if (kept == 0) return ty_status_make(TY_CODE_INTERNAL, "a pipeline stage without parameters");
   return TY_OK;
 }
 
@@ -487,7 +506,7 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   memset(m, 0, sizeof(*m));
   m->config = *c;
   m->options = *o;
-  m->loss = m->loss_per_token = TY_VALUE_NONE;
+  m->loss = m->loss_per_token = m->hidden_in = m->hidden_out = TY_VALUE_NONE;
   TY_RETURN_IF_ERROR(ty_llm_check_options(c, o));
   /* The parameter set first: its count is checked arithmetically before a
    * single node is built, and it holds every shape the builder uses. */
@@ -501,8 +520,15 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   for (uint32_t i = 0; i < count; ++i) ty_llm_param_spec(c, i, &m->params[i]);
   ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE,
                    .cache_position = TY_VALUE_NONE, .kv_len = TY_VALUE_NONE};
+  const int32_t units = ty_llm_unit_count(c);
+  const bool staged = o->unit_end > 0;
+  const bool has_embed = !staged || o->unit_begin == 0, has_head = !staged || o->unit_end == units;
+  const int layer_begin = staged && o->unit_begin > 0 ? o->unit_begin - 1 : 0;
+  const int layer_end = staged && o->unit_end - 1 < c->num_layers ? o->unit_end - 1 : c->num_layers;
   int64_t bt[2] = {o->batch, o->seq};
-  ty_status_t s = ty_graph_add_input(g, "tokens", TY_DTYPE_I64, 2, bt, &m->tokens);
+  m->tokens = TY_VALUE_NONE;
+  ty_status_t s = has_embed ? ty_graph_add_input(g, "tokens", TY_DTYPE_I64, 2, bt, &m->tokens)
+                            : TY_OK;
   int64_t tdim[1] = {o->seq};
   if (!s && o->slot_caches) {
     s = ty_b_slot_inputs(&b);
@@ -522,9 +548,18 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     s = ty_graph_add_input(g, "rng", TY_DTYPE_I64, 1, two, &b.rng);
   }
   ty_value_id_t h = TY_VALUE_NONE, wte = TY_VALUE_NONE;
-  if (!s) s = ty_b_embed(&b, &h, &wte);
   bool gpt2 = c->arch == TY_ARCH_GPT2;
-  for (int layer = 0; layer < c->num_layers && !s; ++layer) {
+  if (!s && has_embed) {
+    s = ty_b_embed(&b, &h, &wte);
+  } else if (!s) {
+    /* a later stage: the residual stream of the one before; dropout
+     * streams as the whole model numbers them (1 + 2 x layer) */
+    int64_t btc[3] = {o->batch, o->seq, c->hidden_size};
+    s = ty_graph_add_input(g, "hidden_in", o->dtype, 3, btc, &h);
+    m->hidden_in = h;
+    b.dropout_stream = 1 + 2 * (int64_t)layer_begin;
+  }
+  for (int layer = layer_begin; layer < layer_end && !s; ++layer) {
     char prefix[TY_LLM_NAME_MAX];
     ty_value_id_t a, y;
     /* Each half of the block is a checkpointing region (graph.h): from the
@@ -545,6 +580,19 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     if (!s) s = ty_b_binary(&b, "add", h, y, &h);
   }
   ty_graph_set_region(g, 0);
+  if (!has_head) {
+    if (!s) s = ty_graph_set_output(g, h, "hidden_out");
+    m->hidden_out = h;
+    if (!s) s = ty_llm_stage_params(m);
+    free(b.row_position);
+    free(b.row_kv_len);
+    if (s) ty_llm_deinit(m);
+    return s ? ty_status_annotate(s, "building the %s graph", c->model_type) : TY_OK;
+  }
+  if (!s && wte == TY_VALUE_NONE && c->tie_word_embeddings) {
+    s = ty_b_param(&b, &wte,
+                   gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
+  }
   /* The norm is per token, so picking rows before it gives the same logits. */
   if (!s && o->logits_at_index) s = ty_b_pick_rows(&b, h, &h);
   if (!s) s = ty_b_norm(&b, h, gpt2 ? "transformer.ln_f" : "model.norm", &h);
@@ -552,6 +600,7 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   if (!s && !c->tie_word_embeddings) s = ty_b_param(&b, &head, "lm_head.weight");
   m->logits = TY_VALUE_NONE;
   if (!s && o->loss_chunk <= 0) s = ty_b_linear(&b, h, head, TY_VALUE_NONE, true, &m->logits);
+  if (!s && staged) s = ty_llm_stage_params(m);
   for (uint32_t i = 0; i < m->param_count && !s; ++i) {
     if (m->params[i].value == TY_VALUE_NONE) {
       s = ty_status_make(TY_CODE_INTERNAL, "parameter '%s' was never built", m->params[i].name);

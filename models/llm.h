@@ -89,6 +89,16 @@ typedef struct ty_llm_options_t {
                            [B * T] tokens). The LM head then runs on B rows
                            instead of B * T: a chunked prefill needs the last
                            real token's logits only. */
+  /* Pipeline stages (0/0: the whole model). The model's units are the
+   * embedding (unit 0), the layers (units 1..L) and the final norm + LM
+   * head + loss (unit L + 1); a stage builds units [unit_begin, unit_end)
+   * with their parameters only (m->params then lists those; a tied head
+   * brings its embedding matrix into the last stage too). A stage without
+   * the embedding takes input "hidden_in" [B, T, C] (dtype) instead of
+   * tokens; one without the head has output "hidden_out" [B, T, C] instead
+   * of logits and loss. Dropout streams are numbered by layer, so masks
+   * do not depend on the split. Training graphs only (no KV cache). */
+  int32_t unit_begin, unit_end;
 } ty_llm_options_t;
 
 typedef struct ty_llm_t {
@@ -100,6 +110,8 @@ typedef struct ty_llm_t {
   ty_value_id_t logits;        /* [B,T,V]; TY_VALUE_NONE with loss_chunk */
   ty_value_id_t loss;          /* scalar, TY_VALUE_NONE without with_loss */
   ty_value_id_t loss_per_token;
+  ty_value_id_t hidden_in, hidden_out; /* a pipeline stage's input and output
+                                          ([B,T,C]), or TY_VALUE_NONE */
 } ty_llm_t;
 
 /* Adds the model to `graph` (inputs, parameters, forward, optional loss).
@@ -136,6 +148,20 @@ void ty_llm_param_spec(const ty_model_config_t *config, uint32_t index, ty_llm_p
 ty_status_t ty_llm_check_memory(const ty_model_config_t *config, ty_dtype_t dtype,
                                 uint64_t extra_bytes_per_param, uint64_t memory_bytes,
                                 const char *device);
+
+/* Pipeline units (models/llm_stage.c): num_layers + 2. */
+int32_t ty_llm_unit_count(const ty_model_config_t *config);
+/* The unit parameter `name` belongs to (the embedding 0, layer l is l + 1,
+ * the final norm and head L + 1), or -1 for a name outside the model. */
+int32_t ty_llm_param_unit(const ty_model_config_t *config, const char *name);
+/* The cost of each unit for the stage partition (ty_llm_unit_count
+ * entries): its parameter elements, the head counted as its V x C matrix
+ * even when it is tied to the embedding (the head's matmul is the work). */
+ty_status_t ty_llm_unit_costs(const ty_model_config_t *config, int64_t *out_costs);
+/* Whether the stage of units [unit_begin, unit_end) holds parameter `name`
+ * (a tied embedding is held by the first and the last unit). */
+bool ty_llm_stage_has_param(const ty_model_config_t *config, int32_t unit_begin,
+                            int32_t unit_end, const char *name);
 
 /* The parameter named `name`, or NULL. */
 const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *model, const char *name);

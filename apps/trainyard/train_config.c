@@ -116,6 +116,11 @@ static const ty_opt_t ty_opts[] = {
                        "ends with an error naming the missing rank"),
     TY_I(zero, "1: ZeRO-1, each rank keeps and updates the optimizer state of its share of "
                "the parameters (data parallel only); 0: every rank keeps all of it"),
+    TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks (world = data "
+             "parallel x N under mpirun; micro-batches = --grad-accum)"),
+    TY_S(pp_schedule, "pipeline schedule: 1f1b, or interleaved (--pp-virtual chunks per rank; "
+                      "--grad-accum a multiple of --pp)"),
+    TY_I(pp_virtual, "interleaved schedule: model chunks per rank (default 2)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -153,6 +158,8 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   c->adafactor_eps2 = 1e-3;
   snprintf(c->distributed, sizeof(c->distributed), "auto");
   c->dist_timeout = 300;
+  c->pp = 1;
+  snprintf(c->pp_schedule, sizeof(c->pp_schedule), "1f1b");
   c->world = 1;
   ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
   c->setting_layer = TY_TRAIN_LAYER_COMMAND;
@@ -332,6 +339,14 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
     TY_NO_EFFECT("--%s has no effect with --distributed none (one process)",
                  c->zero ? "zero 1" : "dist-timeout");
   }
+  if (c->pp == 1 && (TY_GIVEN("pp_schedule") || TY_GIVEN("pp_virtual"))) {
+    TY_NO_EFFECT("--pp-%s has no effect without --pp N > 1 (pipeline parallel)",
+                 TY_GIVEN("pp_schedule") ? "schedule" : "virtual");
+  }
+  if (TY_GIVEN("pp_virtual") && strcmp(c->pp_schedule, "interleaved")) {
+    TY_NO_EFFECT("--pp-virtual has no effect with --pp-schedule %s (one chunk per rank); use "
+                 "--pp-schedule interleaved", c->pp_schedule);
+  }
   static const char *const adamw_only[] = {"beta1", "beta2", "eps"};
   for (size_t i = 0; (sgd || adafactor) && i < 3; ++i) {
     if (TY_GIVEN(adamw_only[i]) && !(adafactor && i == 0)) {
@@ -471,6 +486,28 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (!(c->dist_timeout > 0) || !(c->dist_timeout <= 86400 * 7)) {
     TY_BAD("--dist-timeout must lie in (0, 604800] seconds, not %g: a rank that dies or "
            "hangs must end the run in bounded time", c->dist_timeout);
+  }
+  if (c->pp < 1) TY_BAD("--pp must be >= 1, not %lld", (long long)c->pp);
+  if (strcmp(c->pp_schedule, "1f1b") && strcmp(c->pp_schedule, "interleaved")) {
+    TY_BAD("--pp-schedule must be 1f1b or interleaved, not '%s'", c->pp_schedule);
+  }
+  /* Levers whose step the pipeline cannot run: it splits every step into
+   * per-chunk backward and optimizer graphs with the gradients on the host
+   * between them (docs/design-notes.md "Pipeline parallel"). */
+  const char *lever = c->zero                     ? "--zero 1 (ZeRO-1)"
+                      : c->fused_optimizer        ? "--fused-optimizer"
+                      : c->artifact[0]            ? "--artifact"
+                      : strcmp(c->offload, "none") ? "--offload"
+                      : c->dump_graph[0]          ? "--dump-graph"
+                                                  : NULL;
+  if (c->pp > 1 && lever) {
+    TY_BAD("%s does not combine with --pp: pipeline parallel runs each stage's backward and "
+           "optimizer as graphs of their own with the gradients on the host between them; "
+           "drop it or run without --pp", lever);
+  }
+  if (c->pp_virtual < 0 || c->pp_virtual == 1) {
+    TY_BAD("--pp-virtual must be >= 2 (model chunks per rank of the interleaved schedule), "
+           "not %lld", (long long)c->pp_virtual);
   }
 #undef TY_BAD
   return ty_train_config_check_effects(c);

@@ -66,6 +66,9 @@ typedef struct ty_train_config_t {
   char distributed[16];            /* auto (MPI under a launcher), mpi or none */
   double dist_timeout;             /* seconds a collective may wait for a rank */
   int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1) */
+  int64_t pp;                      /* pipeline stages (world = data parallel x pp) */
+  char pp_schedule[16];            /* 1f1b or interleaved */
+  int64_t pp_virtual;              /* interleaved: chunks per rank (0: 2) */
   /* The run's world size: set by the trainer (or by `compile
    * --data-parallel`), not an option; the train step's graph depends on it. */
   int64_t world;

@@ -24,6 +24,7 @@
 #include "models/presets.h"
 #include "files/out_paths.h"
 #include "files/run_folder.h"
+#include "pipeline/trainer_pp.h"
 #include "stop_signals.h"
 #include "train_control.h"
 #include "train_eval.h"
@@ -91,7 +92,7 @@ static ty_status_t ty_bind_scalar_f32(ty_session_t *s, const char *name, double 
 }
 
 /* Hyperparameters of update `s` on the session that runs the optimizer. */
-static ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int64_t step) {
+ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int64_t step) {
   const ty_train_config_t *c = &t->cfg;
   TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "lr", ty_trainer_lr(t, step)));
   TY_RETURN_IF_ERROR(ty_bind_scalar_f32(s, "weight_decay", c->weight_decay));
@@ -112,8 +113,8 @@ static ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int
   return ty_bind_scalar_f32(s, "momentum", c->momentum);
 }
 
-static ty_status_t ty_read_scalar(ty_session_t *s, const char *name, ty_dtype_t dtype,
-                                  double *out) {
+ty_status_t ty_trainer_read_scalar(ty_session_t *s, const char *name, ty_dtype_t dtype,
+                                   double *out) {
   if (dtype == TY_DTYPE_F64) return ty_session_read(s, name, out, sizeof(double));
   float f = 0;
   ty_status_t st = ty_session_read(s, name, &f, sizeof(f));
@@ -178,51 +179,42 @@ static uint64_t ty_trainer_transfer_bytes(const ty_trainer_t *t) {
   return n;
 }
 
-/* One optimizer step: grad_accum micro-batches, then the update. */
-static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *out_norm) {
-  int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data);
-  if (t->cursor >= rows_total) {
-    t->epoch++;
-    t->cursor = 0;
-    ty_trainer_shuffle(t, t->epoch);
-  }
-  /* The counted targets of the whole global step (every rank's) normalize
-   * every micro-batch, so the summed gradient is that of the step's mean
-   * loss. Rank r reads rows [r B accum, (r+1) B accum) of the global batch
-   * of world x B x accum rows: the data order depends on the seed and the
-   * global batch only, never on how it is split. */
-  const int64_t base = t->cursor + (int64_t)t->rank * t->B * t->accum;
+ty_status_t ty_trainer_stage_micro(ty_trainer_t *t, int64_t base, int64_t m,
+                                   double *out_counted) {
+  int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data), first = base + m * t->B;
+  int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
+  return ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0), count,
+                          out_counted);
+}
+
+/* The micro-batches of one step from row `base` of the epoch's order, then
+ * the update (one process, or data parallel). */
+static ty_status_t ty_trainer_micro_steps(ty_trainer_t *t, int64_t base, double *out_loss,
+                                          double *out_norm) {
   double counted_total = 0;
   for (int64_t m = 0; m < t->accum; ++m) {
-    int64_t first = base + m * t->B;
-    int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
     double counted = 0;
-    TY_RETURN_IF_ERROR(ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0),
-                                        count, &counted));
+    TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
     counted_total += counted;
   }
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
   double loss = 0;
   ty_session_t *opt = t->s_opt ? t->s_opt : t->s_train;
-  uint64_t transfer_before = ty_trainer_transfer_bytes(t);
   for (int64_t m = 0; m < t->accum; ++m) {
-    int64_t first = base + m * t->B;
-    int64_t count = first < rows_total ? (rows_total - first < t->B ? rows_total - first : t->B) : 0;
     double counted = 0;
-    TY_RETURN_IF_ERROR(ty_trainer_stage(t, t->train_data, t->order + (first < rows_total ? first : 0),
-                                        count, &counted));
+    TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
     ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
     TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, t->s_train));
     if (t->cfg.dropout > 0) {
       /* the micro-batch's index in the global step: masks follow the rows */
-      int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->world + t->rank) * t->accum + m};
+      int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->dp + t->dp_rank) * t->accum + m};
       int64_t two[1] = {2};
       TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
     }
     if (!t->s_opt) TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_train, t->step));
     TY_RETURN_IF_ERROR(ty_session_run(t->s_train));
     double micro = 0;
-    TY_RETURN_IF_ERROR(ty_read_scalar(t->s_train, "loss", t->loss_dtype, &micro));
+    TY_RETURN_IF_ERROR(ty_trainer_read_scalar(t->s_train, "loss", t->loss_dtype, &micro));
     loss += micro;
   }
   t->tokens_seen += (int64_t)counted_total;
@@ -235,9 +227,33 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     /* ZeRO-1 in the fused step: each rank updated its share */
     TY_RETURN_IF_ERROR(ty_trainer_dist_gather_params(t));
   }
-  double norm = 0;
-  TY_RETURN_IF_ERROR(ty_read_scalar(opt, "grad_norm", TY_DTYPE_F32, &norm));
-  t->step_transfer_bytes = ty_trainer_transfer_bytes(t) - transfer_before;
+  *out_loss = loss;
+  return ty_trainer_read_scalar(opt, "grad_norm", TY_DTYPE_F32, out_norm);
+}
+
+/* One optimizer step: grad_accum micro-batches, then the update. */
+static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *out_norm) {
+  int64_t rows_total = (int64_t)ty_dataset_row_count(t->train_data);
+  if (t->cursor >= rows_total) {
+    t->epoch++;
+    t->cursor = 0;
+    ty_trainer_shuffle(t, t->epoch);
+  }
+  /* The counted targets of the whole global step (every replica's)
+   * normalize every micro-batch, so the summed gradient is that of the
+   * step's mean loss. Replica d reads rows [d B accum, (d+1) B accum) of the
+   * global batch of dp x B x accum rows (every pipeline stage of it the
+   * same rows): the data order depends on the seed and the global batch
+   * only, never on how it is split. */
+  const int64_t base = t->cursor + (int64_t)t->dp_rank * t->B * t->accum;
+  double loss = 0, norm = 0;
+  uint64_t transfer_before = t->s_train ? ty_trainer_transfer_bytes(t) : 0;
+  if (t->pipe) {
+    TY_RETURN_IF_ERROR(ty_trainer_pp_step(t, base, &loss, &norm));
+  } else {
+    TY_RETURN_IF_ERROR(ty_trainer_micro_steps(t, base, &loss, &norm));
+  }
+  t->step_transfer_bytes = t->s_train ? ty_trainer_transfer_bytes(t) - transfer_before : 0;
   t->cursor += t->rows_per_step;
   /* The step's loss over every rank, whether any rank was asked to stop,
    * and the `trainyard control` requests rank 0 took: every rank stops,
@@ -274,7 +290,7 @@ static ty_status_t ty_trainer_eval(ty_trainer_t *t, double *out) {
     s = ty_trainer_stage(t, t->val_data, idx, count, &counted);
     if (!s) s = ty_trainer_bind_batch(t, t->s_eval);
     if (!s) s = ty_session_run(t->s_eval);
-    if (!s) s = ty_read_scalar(t->s_eval, "loss", t->loss_dtype, &sum);
+    if (!s) s = ty_trainer_read_scalar(t->s_eval, "loss", t->loss_dtype, &sum);
     total += sum; /* raw 0/1 weights: the sum of counted losses */
     counted_all += counted;
   }
@@ -432,6 +448,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
   ty_session_destroy(t->s_train);
+  ty_trainer_pp_destroy(t);
   /* After the executables (a CUDA graph that captured NCCL collectives
    * holds a reference that ncclCommDestroy waits for), before its device
    * closes. */
@@ -533,7 +550,7 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) s = ty_train_graph_check_memory(config, &t->model_config, t->device);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t->train_data);
-    t->rows_per_step = (int64_t)t->world * t->B * t->accum;
+    t->rows_per_step = (int64_t)t->dp * t->B * t->accum;
     const uint64_t rps = (uint64_t)t->rows_per_step;
     t->steps_per_epoch = (int64_t)((rows + rps - 1) / rps);
     t->total_steps =
@@ -549,8 +566,14 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     }
   }
-  if (!s) s = ty_trainer_build(t);
-  if (!s) s = ty_trainer_weights(t, resume_dir);
+  /* --pp: the stages; rank 0 also builds the full model (its mirror) */
+  if (!s) s = t->pp > 1 ? ty_trainer_pp_build(t, ty_trainer_build) : ty_trainer_build(t);
+  if (!s && t->s_train) s = ty_trainer_weights(t, resume_dir);
+  if (t->pp > 1) {
+    s = ty_dist_agree(t->dist, s, "building the pipeline stages and loading the weights");
+    if (!s) s = ty_trainer_pp_describe(t);
+    if (!s) s = ty_trainer_pp_scatter(t); /* split again, whatever layout saved them */
+  }
   if (!s && t->rank == 0) s = ty_train_sample_open(t);
   if (!s && t->rank == 0) s = ty_train_eval_open(t);
   if (!s) {
@@ -576,15 +599,19 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
   const ty_train_config_t *config = &t->cfg;
   bool last = t->step == t->total_steps, evaluated = false, checkpointed = false;
   ty_status_t s = TY_OK;
-  if ((t->val_data || t->task_eval) &&
-      ((config->eval_every && t->step % config->eval_every == 0) || last)) {
+  bool evaluate = (t->val_data || t->task_eval) &&
+                  ((config->eval_every && t->step % config->eval_every == 0) || last);
+  bool save = (config->save_every && t->step % config->save_every == 0) || last;
+  /* --pp: every stage's weights (and for a save their state) to rank 0 */
+  if (t->pp > 1 && (evaluate || save)) s = ty_trainer_pp_gather(t, save);
+  if (!s && evaluate) {
     if (t->rank == 0) s = ty_trainer_eval(t, &t->last_val_loss);
     if (!s && t->rank == 0) ty_train_metrics_eval(t);
     if (!s && t->rank == 0) s = ty_train_eval_run(t); /* --eval-data: task accuracy */
     if (t->owner) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
     evaluated = true;
   }
-  if (!s && ((config->save_every && t->step % config->save_every == 0) || last)) {
+  if (!s && save) {
     /* ZeRO-1: every rank writes its share of the optimizer state */
     if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
     if (!s) *saved_step = t->step;
@@ -608,12 +635,14 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.world = 1;
+  t.dp = 1;
   t.live_line = isatty(fileno(stderr));
   /* A console that went away (`train | tee log`, tee killed) must not stop
    * the run or its final save: console writes just fail from then on. */
   ty_stop_signals_ignore_sigpipe();
   char resume_dir[TY_CFG_PATH_MAX] = "";
   ty_status_t s = ty_trainer_dist_open(&t);
+  if (!s) s = ty_trainer_pp_layout(&t);
   if (t.world > 1) {
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "rank %d: ", t.rank);
@@ -621,7 +650,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     /* Several ranks on one terminal: plain lines, from rank 0 only. */
     t.live_line = false;
   }
-  t.rows_per_step = (int64_t)t.world * t.B * t.accum; /* the global batch */
+  t.rows_per_step = (int64_t)t.dp * t.B * t.accum; /* the global batch */
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
 
   /* From here to the exit SIGINT/SIGTERM finish the step and save
@@ -680,6 +709,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     if (!s) saved_step = t.step;
     if (control_stop) ty_train_control_stopped(&t, s);
   }
+  if (!s && t.pp > 1) s = ty_trainer_pp_report(&t);
   if (t.metrics || t.tensorboard) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);

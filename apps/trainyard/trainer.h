@@ -78,6 +78,11 @@ typedef struct ty_trainer_t {
    * this rank does (the optimizer graph's update mask); NULL otherwise */
   int *owner;
   bool *updates;
+  /* pipeline parallel (pipeline/trainer_pp.h): world = dp x pp, this rank
+   * stage pp_rank of replica dp_rank, and the stages (NULL without --pp);
+   * pp 1: dp = world, dp_rank = rank */
+  int pp, dp, pp_rank, dp_rank;
+  struct ty_trainer_pp_t *pipe;
   int stop_signal;
   bool control_abort; /* `trainyard control abort` ended the loop on every rank */
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
@@ -87,6 +92,17 @@ typedef struct ty_trainer_t {
 
 /* Runs `trainyard train` with a validated configuration. */
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
+
+/* Stages micro-batch m of the step whose rows start at `base` in the
+ * epoch's order into tokens/targets/weights (raw 0/1 weights; rows past the
+ * epoch's end are padding) and counts its targets. */
+ty_status_t ty_trainer_stage_micro(ty_trainer_t *t, int64_t base, int64_t m,
+                                   double *out_counted);
+/* The hyperparameters of update `step` into the session that runs it. */
+ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int64_t step);
+/* A scalar output of `dtype` (f32 or f64) as a double. */
+ty_status_t ty_trainer_read_scalar(ty_session_t *s, const char *name, ty_dtype_t dtype,
+                                   double *out);
 
 /* ---- trainer_ckpt.c ---- */
 

@@ -18,6 +18,7 @@
 #include "hal/dtype.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"
+#include "pipeline/trainer_pp.h"
 #include "train_graph.h"
 #include "trainer.h"
 
@@ -87,7 +88,8 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
     }
     t->cfg.world_in_graph = true;
   } else if (ty_backend_has_collectives(ty_device_backend(t->device)) && major == TY_ABI_MAJOR &&
-             minor >= 5 && t->cfg.grad_accum <= 1 && !getenv("TRAINYARD_DEBUG_DIST_SPLIT")) {
+             minor >= 5 && t->cfg.grad_accum <= 1 && t->cfg.pp <= 1 &&
+             !getenv("TRAINYARD_DEBUG_DIST_SPLIT")) {
     /* A device with collectives of its own that runs all_reduce ops (cuda
      * on NCCL): one fused step, the gradients summed inside it on the
      * device's communicator, with no host round trip between backward and
@@ -117,7 +119,7 @@ static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, 
 }
 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
-  if (t->world == 1) return TY_OK;
+  if (t->world == 1 || t->pp > 1) return TY_OK; /* --pp: its own path (trainer_pp.c) */
   ty_backend_t *backend = ty_device_backend(t->device);
   if (t->cfg.world_in_graph && !ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
@@ -359,7 +361,7 @@ void ty_trainer_dist_fault(const ty_trainer_t *t) {
 }
 
 void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
-  if (t->world == 1) return;
+  if (t->world == 1 || t->pp > 1) return;
   char p[32], g[32], o[32], h[32];
   ty_format_bytes(t->plan->bytes[TY_PLAN_PARAMETERS], p, sizeof(p));
   ty_format_bytes(t->plan->bytes[TY_PLAN_GRADIENTS], g, sizeof(g));
@@ -379,7 +381,7 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
 }
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {
-  ty_status_t s = TY_OK;
-  if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
+  ty_status_t s = t->pp > 1 ? ty_trainer_pp_gather(t, true) : TY_OK;
+  if (!s && (t->rank == 0 || t->owner)) s = ty_trainer_save(t);
   return t->world > 1 ? ty_dist_agree(t->dist, s, what) : s;
 }

@@ -81,7 +81,10 @@ AUDIT = {
             "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")},
         **{"--distributed": "test_distributed_cli.py:RefuseTest.test_bad_inputs",
            "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named",
-           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel"}),
+           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel"},
+        **{o: "test_pipeline_cli.py:PipelineTest.test_llama_adamw" for o in (
+            "--pp", "--pp-schedule")},
+        **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",

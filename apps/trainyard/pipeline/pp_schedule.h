@@ -1,0 +1,54 @@
+/* Pipeline parallel's pure parts: the balanced partition of a model's
+ * units (embedding, layers, head) into stages, and the order in which one
+ * rank runs the forwards and backwards of its micro-batches (1F1B and
+ * Megatron's interleaved 1F1B). No I/O, no state: unit-tested alone
+ * (tests/apps/pp_schedule_test.c). */
+#ifndef TY_APPS_TRAINYARD_PIPELINE_PP_SCHEDULE_H_
+#define TY_APPS_TRAINYARD_PIPELINE_PP_SCHEDULE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hal/status.h"
+
+typedef enum ty_pp_kind_e {
+  TY_PP_1F1B = 0,        /* one model chunk per rank */
+  TY_PP_INTERLEAVED = 1, /* v chunks per rank, chunk c on rank c % pp */
+} ty_pp_kind_t;
+
+/* "1f1b" or "interleaved"; INVALID_ARGUMENT naming the choices otherwise. */
+ty_status_t ty_pp_kind_parse(const char *text, ty_pp_kind_t *out);
+
+/* One entry of a rank's schedule: the forward or backward of micro-batch
+ * `micro` through the rank's local chunk `chunk` (0..v-1; its global chunk,
+ * the position in the model, is chunk * pp + rank). */
+typedef struct ty_pp_action_t {
+  bool backward;
+  int32_t micro;
+  int32_t chunk;
+} ty_pp_action_t;
+
+/* The ordered actions of `rank` of `pp` for `micro` micro-batches, v chunks
+ * per rank (v is 1 for 1F1B). 1F1B: pp - rank - 1 warm-up forwards, then
+ * one forward and one backward in turn, then the remaining backwards.
+ * Interleaved (Megatron-LM's schedule): forwards go round the chunks in
+ * groups of pp micro-batches, backwards the chunks in reverse; warm-up
+ * (pp - rank - 1) * 2 + (v - 1) * pp forwards (all of them when micro ==
+ * pp). INVALID_ARGUMENT for micro % pp != 0 with interleaving, or sizes
+ * < 1. The caller frees *out (2 * micro * v entries). */
+ty_status_t ty_pp_schedule(ty_pp_kind_t kind, int rank, int pp, int v, int micro,
+                           ty_pp_action_t **out, size_t *out_count);
+
+/* The schedule's ideal bubble: the fraction of a step a stage idles when
+ * every forward and backward takes the same time, (pp - 1) / (v * micro +
+ * pp - 1). */
+double ty_pp_ideal_bubble(int pp, int v, int micro);
+
+/* Splits `units` consecutive costs into `parts` non-empty contiguous
+ * ranges whose largest total is the smallest possible (ties: the earliest
+ * boundaries). out_first[p] is the first unit of part p; out_first[parts]
+ * = units. INVALID_ARGUMENT when parts > units or parts < 1. */
+ty_status_t ty_pp_partition(const int64_t *costs, int units, int parts, int *out_first);
+
+#endif /* TY_APPS_TRAINYARD_PIPELINE_PP_SCHEDULE_H_ */

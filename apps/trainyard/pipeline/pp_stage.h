@@ -1,0 +1,68 @@
+/* One pipeline chunk on one rank (pp_stage.c): its forward graph (to send
+ * activations on), its backward graph (forward again, then backward, adding
+ * into "<param>.grad_accum" and giving the input's gradient) and its
+ * optimizer graph, with their sessions sharing the chunk's state; and the
+ * list of a chunk's tensors, by name, that moves between a stage and rank
+ * 0's full model. */
+#ifndef TY_APPS_TRAINYARD_PIPELINE_PP_STAGE_H_
+#define TY_APPS_TRAINYARD_PIPELINE_PP_STAGE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/preflight.h"
+#include "graph/session.h"
+#include "models/llm.h"
+#include "train_config.h"
+
+typedef struct ty_pp_chunk_t {
+  int global;                     /* its place in the model, 0 .. chunks - 1 */
+  int32_t unit_begin, unit_end;   /* models/llm.h units */
+  bool first, last;               /* holds the embedding / the head and loss */
+  ty_graph_t *g_fwd, *g_bwd, *g_opt; /* no g_fwd on the last chunk: its
+                                        backward graph does the forward */
+  ty_llm_t m_fwd, m_bwd;          /* m_bwd.params: the chunk's parameters */
+  ty_session_t *s_fwd, *s_bwd, *s_opt; /* s_bwd owns the state */
+  void *stash;                    /* each micro-batch's input activation, kept
+                                     from its forward to its backward */
+  size_t hidden_bytes;            /* B x T x C of the parameter dtype */
+  ty_preflight_t plan;            /* the memory of its three graphs */
+  bool planned;
+} ty_pp_chunk_t;
+
+/* Builds the chunk's graphs and their memory plan (ch->global and the unit
+ * range set by the caller), then (after the plan is checked) its sessions
+ * on `device`. */
+ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
+                               int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
+                               ty_pp_chunk_t *ch);
+ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device,
+                                 ty_pp_chunk_t *ch);
+void ty_pp_chunk_deinit(ty_pp_chunk_t *ch);
+
+/* One tensor that moves: "<param>" or "<param>.<optimizer state>". */
+typedef struct ty_pp_tensor_t {
+  char name[TY_LLM_NAME_MAX + 32];
+  ty_session_t *session; /* where it lives */
+  ty_tensor_desc_t desc;
+  size_t bytes;
+} ty_pp_tensor_t;
+
+/* The tensors of the parameters of `params` (count) that the units
+ * [unit_begin, unit_end) hold, each followed by those of its optimizer
+ * states `opt_session` has (kinds: ty_optimizer_state_kinds; none without
+ * `optimizer`), in the model's order, so a stage and the full model list
+ * a chunk the same way. Parameters live in `param_session`. Caller frees
+ * *out. */
+ty_status_t ty_pp_tensors(const ty_model_config_t *mc, int32_t unit_begin, int32_t unit_end,
+                          const ty_llm_param_t *params, uint32_t count,
+                          ty_session_t *param_session, ty_session_t *opt_session,
+                          const char *const *kinds, bool optimizer, ty_pp_tensor_t **out,
+                          size_t *out_count, size_t *out_bytes);
+/* Reads the tensors into `buffer` (their bytes in order), or binds them
+ * from it. */
+ty_status_t ty_pp_tensors_read(const ty_pp_tensor_t *tensors, size_t count, char *buffer);
+ty_status_t ty_pp_tensors_bind(const ty_pp_tensor_t *tensors, size_t count, const char *buffer);
+
+#endif /* TY_APPS_TRAINYARD_PIPELINE_PP_STAGE_H_ */

@@ -1,0 +1,326 @@
+/* One pipeline-parallel optimizer step (trainer_pp.h): the schedule's
+ * forwards and backwards, then the gradients' sums (over the data-parallel
+ * replicas, and between the two stages that hold a tied embedding), the
+ * global norm and clipping on the host, and each chunk's optimizer graph;
+ * and the bubble report at the end of the run. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hal/dtype.h"
+#include "pp_internal.h"
+
+static double ty_pp_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Message tags: chunk c's activation (or gradient) of micro-batch m. */
+static int ty_pp_tag(const ty_trainer_t *t, int c, int64_t m, bool gradient) {
+  return 16 + (int)(((int64_t)c * t->accum + m) * 2 + (gradient ? 1 : 0)) % 31000;
+}
+
+static ty_status_t ty_pp_send(ty_trainer_t *t, int c_to, int tag, size_t bytes, const char *what) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  return ty_dist_send_start(t->dist, ty_pp_rank_of(t, c_to), tag, p->buffer, bytes, what,
+                            &p->pending[p->pending_count++]);
+}
+
+static ty_status_t ty_pp_recv(ty_trainer_t *t, int c_from, int tag, void *into, size_t bytes,
+                              const char *what) {
+  double t0 = ty_pp_now();
+  ty_status_t s = ty_dist_recv(t->dist, ty_pp_rank_of(t, c_from), tag, into, bytes, what);
+  t->pipe->idle_seconds += ty_pp_now() - t0;
+  return s;
+}
+
+/* The inputs of chunk `ch` for micro-batch m into `session`. */
+static ty_status_t ty_pp_bind(ty_trainer_t *t, const ty_pp_chunk_t *ch, ty_session_t *session,
+                              int64_t m, bool with_targets) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  const int64_t n = t->B * t->T;
+  int64_t bt[2] = {t->B, t->T}, btc[3] = {t->B, t->T, t->model_config.hidden_size};
+  if (ch->first) {
+    TY_RETURN_IF_ERROR(ty_session_bind(session, "tokens", TY_DTYPE_I64, 2, bt, p->tokens + m * n,
+                                       (size_t)n * 8));
+  } else {
+    TY_RETURN_IF_ERROR(ty_session_bind(session, "hidden_in", t->dtype, 3, btc,
+                                       (char *)ch->stash + m * ch->hidden_bytes,
+                                       ch->hidden_bytes));
+  }
+  if (with_targets) {
+    size_t w = ty_dtype_size(t->loss_dtype);
+    TY_RETURN_IF_ERROR(ty_session_bind(session, "targets", TY_DTYPE_I64, 2, bt,
+                                       p->targets + m * n, (size_t)n * 8));
+    TY_RETURN_IF_ERROR(ty_session_bind(session, "loss_weights", t->loss_dtype, 2, bt,
+                                       (char *)p->weights + (size_t)(m * n) * w, (size_t)n * w));
+  }
+  if (t->cfg.dropout > 0) {
+    /* the micro-batch's index in the global step, as in one process */
+    int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->dp + t->dp_rank) * t->accum + m};
+    int64_t two[1] = {2};
+    TY_RETURN_IF_ERROR(ty_session_bind(session, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
+  }
+  return TY_OK;
+}
+
+/* One entry of the schedule. */
+static ty_status_t ty_pp_act(ty_trainer_t *t, ty_pp_action_t a, double *loss) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  ty_pp_chunk_t *ch = &p->chunk[a.chunk];
+  const int c = ch->global;
+  const int64_t m = a.micro;
+  char what[96];
+  if (!a.backward) {
+    snprintf(what, sizeof(what), "the activations of micro-batch %lld into chunk %d",
+             (long long)m, c);
+    if (!ch->first) {
+      TY_RETURN_IF_ERROR(ty_pp_recv(t, c - 1, ty_pp_tag(t, c - 1, m, false),
+                                    (char *)ch->stash + m * ch->hidden_bytes, ch->hidden_bytes,
+                                    what));
+    }
+    if (ch->last) return TY_OK; /* its backward runs the forward with the loss */
+    TY_RETURN_IF_ERROR(ty_pp_bind(t, ch, ch->s_fwd, m, false));
+    TY_RETURN_IF_ERROR(ty_session_run(ch->s_fwd));
+    TY_RETURN_IF_ERROR(ty_session_read(ch->s_fwd, "hidden_out", p->buffer, ch->hidden_bytes));
+    snprintf(what, sizeof(what), "the activations of micro-batch %lld into chunk %d",
+             (long long)m, c + 1);
+    return ty_pp_send(t, c + 1, ty_pp_tag(t, c, m, false), ch->hidden_bytes, what);
+  }
+  int64_t btc[3] = {t->B, t->T, t->model_config.hidden_size};
+  if (!ch->last) {
+    snprintf(what, sizeof(what), "the gradient of micro-batch %lld out of chunk %d",
+             (long long)m, c);
+    TY_RETURN_IF_ERROR(ty_pp_recv(t, c + 1, ty_pp_tag(t, c + 1, m, true), p->buffer,
+                                  ch->hidden_bytes, what));
+    TY_RETURN_IF_ERROR(ty_session_bind(ch->s_bwd, "hidden_out.grad", t->dtype, 3, btc,
+                                       p->buffer, ch->hidden_bytes));
+  }
+  TY_RETURN_IF_ERROR(ty_pp_bind(t, ch, ch->s_bwd, m, ch->last));
+  TY_RETURN_IF_ERROR(ty_session_run(ch->s_bwd));
+  if (ch->last) {
+    double micro = 0;
+    TY_RETURN_IF_ERROR(ty_trainer_read_scalar(ch->s_bwd, "loss", t->loss_dtype, &micro));
+    *loss += micro;
+  }
+  if (ch->first) return TY_OK;
+  TY_RETURN_IF_ERROR(ty_session_read(ch->s_bwd, "hidden_in.grad", p->buffer, ch->hidden_bytes));
+  snprintf(what, sizeof(what), "the gradient of micro-batch %lld out of chunk %d", (long long)m,
+           c - 1);
+  return ty_pp_send(t, c - 1, ty_pp_tag(t, c, m, true), ch->hidden_bytes, what);
+}
+
+/* Every "<param>.grad_accum" of this rank's chunks, in chunk then parameter
+ * order: read into p->grads, or (write) bound back from it. */
+static ty_status_t ty_pp_grads(ty_trainer_t *t, bool write) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  size_t offset = 0;
+  for (int j = 0; j < p->v; ++j) {
+    ty_pp_chunk_t *ch = &p->chunk[j];
+    for (uint32_t i = 0; i < ch->m_bwd.param_count; ++i) {
+      char name[TY_LLM_NAME_MAX + 16];
+      snprintf(name, sizeof(name), "%s.grad_accum", ch->m_bwd.params[i].name);
+      ty_tensor_desc_t d;
+      TY_RETURN_IF_ERROR(ty_session_value_desc(ch->s_bwd, name, &d));
+      size_t n = (size_t)ty_tensor_desc_element_count(&d);
+      if (p->grads && write) {
+        TY_RETURN_IF_ERROR(ty_session_bind(ch->s_bwd, name, d.dtype, d.rank, d.dims,
+                                           p->grads + offset, n * 4));
+      } else if (p->grads) {
+        TY_RETURN_IF_ERROR(ty_session_read(ch->s_bwd, name, p->grads + offset, n * 4));
+      }
+      offset += n;
+    }
+  }
+  if (!p->grads) {
+    p->grads = malloc((offset ? offset : 1) * sizeof(float));
+    if (!p->grads) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    p->grad_count = offset;
+    return ty_pp_grads(t, write);
+  }
+  return TY_OK;
+}
+
+/* Where the tied embedding's gradient lies in p->grads ([*offset, +count)),
+ * if this rank holds the first or the last chunk of a tied model. */
+static bool ty_pp_tied_slice(const ty_trainer_t *t, size_t *offset, size_t *count) {
+  const struct ty_trainer_pp_t *p = t->pipe;
+  if (!t->model_config.tie_word_embeddings) return false;
+  size_t at = 0;
+  for (int j = 0; j < p->v; ++j) {
+    const ty_pp_chunk_t *ch = &p->chunk[j];
+    for (uint32_t i = 0; i < ch->m_bwd.param_count; ++i) {
+      const ty_llm_param_t *q = &ch->m_bwd.params[i];
+      size_t n = (size_t)(q->rank == 2 ? q->dims[0] * q->dims[1] : q->dims[0]);
+      if ((ch->first || ch->last) && (!strcmp(q->name, "transformer.wte.weight") ||
+                                      !strcmp(q->name, "model.embed_tokens.weight"))) {
+        *offset = at;
+        *count = n;
+        return true;
+      }
+      at += n;
+    }
+  }
+  return false;
+}
+
+/* Sums, norm and clipping of the step's gradients; *out_norm the global
+ * norm over every stage. */
+static ty_status_t ty_pp_reduce(ty_trainer_t *t, double *out_norm) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  TY_RETURN_IF_ERROR(ty_pp_grads(t, false));
+  char what[96];
+  snprintf(what, sizeof(what), "the gradient sum over the replicas of step %lld",
+           (long long)t->step + 1);
+  int *ranks = calloc((size_t)(t->dp > 2 ? t->dp : 2), sizeof(int));
+  if (!ranks) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (int d = 0; d < t->dp; ++d) ranks[d] = d * t->pp + t->pp_rank;
+  ty_status_t s = ty_dist_sum_over(t->dist, ranks, t->dp, TY_DTYPE_F32, p->grads, p->grad_count,
+                                   what);
+  /* The tied embedding (Megatron's embedding group): the first and the last
+   * stage each hold a copy; the sum of both gradients updates both. */
+  size_t tied_at = 0, tied_n = 0;
+  bool tied = ty_pp_tied_slice(t, &tied_at, &tied_n);
+  if (!s && tied) {
+    ranks[0] = ty_pp_rank_of(t, 0);
+    ranks[1] = ty_pp_rank_of(t, p->chunks - 1);
+    snprintf(what, sizeof(what), "the tied embedding's gradient of step %lld",
+             (long long)t->step + 1);
+    s = ty_dist_sum_over(t->dist, ranks, 2, TY_DTYPE_F32, p->grads + tied_at, tied_n, what);
+  }
+  free(ranks);
+  double *sums = s ? NULL : calloc((size_t)t->world, sizeof(double));
+  if (!s && !sums) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) {
+    /* The copy on the last stage counts once, on the first. */
+    bool skip = tied && t->pp_rank != 0;
+    double sum = 0;
+    for (size_t i = 0; i < p->grad_count; ++i) {
+      if (skip && i >= tied_at && i < tied_at + tied_n) continue;
+      sum += (double)p->grads[i] * p->grads[i];
+    }
+    sums[t->rank] = sum;
+    snprintf(what, sizeof(what), "the gradient norm of step %lld", (long long)t->step + 1);
+    s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, sums, (size_t)t->world, what);
+  }
+  double norm = 0;
+  if (!s) {
+    double total = 0; /* replica 0's stages, in order: the same bits on every rank */
+    for (int r = 0; r < t->pp; ++r) total += sums[r];
+    norm = sqrt(total);
+    if (t->cfg.clip > 0) {
+      /* as clip_by_global_norm does it: min(1, max_norm / (norm + 1e-6)) */
+      double coef = t->cfg.clip / (norm + 1e-6);
+      if (coef > 1.0) coef = 1.0;
+      for (size_t i = 0; i < p->grad_count; ++i) p->grads[i] = (float)((double)p->grads[i] * coef);
+    }
+  }
+  free(sums);
+  if (!s) s = ty_pp_grads(t, true);
+  *out_norm = norm;
+  return s;
+}
+
+ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
+                               double *out_norm) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  const double started = ty_pp_now();
+  const int64_t n = t->B * t->T;
+  const size_t w = ty_dtype_size(t->loss_dtype);
+  double counted_total = 0;
+  /* Every stage of a replica reads the same rows (the first needs the
+   * tokens, the last the targets): the rows of one process's step. */
+  for (int64_t m = 0; m < t->accum; ++m) {
+    double counted = 0;
+    TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
+    counted_total += counted;
+    memcpy(p->tokens + m * n, t->tokens, (size_t)n * 8);
+    memcpy(p->targets + m * n, t->targets, (size_t)n * 8);
+    memcpy((char *)p->weights + (size_t)(m * n) * w, t->weights, (size_t)n * w);
+  }
+  TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
+  counted_total /= t->pp; /* every stage of a replica counted the same rows */
+  const double scale = counted_total > 0 ? 1.0 / counted_total : 0.0;
+  for (int64_t i = 0; i < t->accum * n; ++i) {
+    if (t->loss_dtype == TY_DTYPE_F64) {
+      ((double *)p->weights)[i] *= scale;
+    } else {
+      ((float *)p->weights)[i] = (float)(((float *)p->weights)[i] * scale);
+    }
+  }
+  t->tokens_seen += (int64_t)counted_total;
+  double loss = 0;
+  ty_status_t s = TY_OK;
+  p->pending_count = 0;
+  for (size_t i = 0; i < p->action_count && !s; ++i) s = ty_pp_act(t, p->actions[i], &loss);
+  /* After a failure the run ends (MPI_Abort): sends in flight stay so. */
+  double t0 = ty_pp_now();
+  for (size_t i = 0; i < p->pending_count && !s; ++i) {
+    s = ty_dist_send_wait(t->dist, p->pending[i]);
+    p->pending[i] = NULL;
+  }
+  if (!s) p->pending_count = 0;
+  p->idle_seconds += ty_pp_now() - t0;
+  double norm = 0;
+  if (!s) s = ty_pp_reduce(t, &norm);
+  for (int j = 0; j < p->v && !s; ++j) {
+    ty_session_t *opt = p->chunk[j].s_opt;
+    s = ty_trainer_bind_hparams(t, opt, t->step);
+    /* clipped above, by the norm over every stage */
+    float off = 0;
+    if (!s) s = ty_session_bind(opt, "max_norm", TY_DTYPE_F32, 0, NULL, &off, sizeof(off));
+    if (!s) s = ty_session_run(opt);
+  }
+  p->step_seconds += ty_pp_now() - started;
+  *out_loss = loss;
+  *out_norm = norm;
+  return s;
+}
+
+ty_status_t ty_trainer_pp_report(ty_trainer_t *t) {
+  if (t->pp <= 1) return TY_OK;
+  struct ty_trainer_pp_t *p = t->pipe;
+  double *v = calloc((size_t)(2 * t->world), sizeof(double));
+  if (!v) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  v[2 * t->rank] = p->idle_seconds;
+  v[2 * t->rank + 1] = p->step_seconds;
+  ty_status_t s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, v, (size_t)(2 * t->world),
+                                         "the pipeline's idle times");
+  if (!s && t->rank == 0) {
+    fprintf(stderr, "pipeline bubble: ideal %.1f%% ((pp - 1) / (v x micro-batches + pp - 1) = "
+                    "%d / %lld); measured idle (waiting for other stages) per stage:",
+            100.0 * ty_pp_ideal_bubble(t->pp, p->v, (int)t->accum), t->pp - 1,
+            (long long)(p->v * t->accum + t->pp - 1));
+    for (int stage = 0; stage < t->pp; ++stage) {
+      double idle = 0, all = 0;
+      for (int d = 0; d < t->dp; ++d) {
+        idle += v[2 * (d * t->pp + stage)];
+        all += v[2 * (d * t->pp + stage) + 1];
+      }
+      fprintf(stderr, " stage %d %.1f%%", stage, all > 0 ? 100.0 * idle / all : 0.0);
+    }
+    fprintf(stderr, "\n");
+  }
+  free(v);
+  return s;
+}
+
+void ty_trainer_pp_destroy(ty_trainer_t *t) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  if (!p) return;
+  for (int j = 0; p->chunk && j < p->v; ++j) ty_pp_chunk_deinit(&p->chunk[j]);
+  free(p->chunk);
+  free(p->first_unit);
+  free(p->actions);
+  free(p->buffer);
+  free(p->pending);
+  free(p->tokens);
+  free(p->targets);
+  free(p->weights);
+  free(p->grads);
+  free(p);
+  t->pipe = NULL;
+}

@@ -1,0 +1,349 @@
+/* Pipeline parallel training (trainer_pp.h; docs/design-notes.md "Pipeline
+ * parallel"). Rank r of world = dp x pp is stage r % pp of replica r / pp.
+ * Each rank holds v chunks of the model (global chunk j * pp + stage); the
+ * schedule (pp_schedule.c) orders their forwards and backwards over the
+ * micro-batches; activations go forward and their gradients back through
+ * MPI point to point, from the session's outputs to the next session's
+ * inputs. Sends never block (each is a copy in flight until the step's
+ * end), receives do: the schedule test proves that order cannot deadlock. */
+#include "trainer_pp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dist/dist.h"
+#include "graph/preflight.h"
+#include "hal/file.h"
+#include "graph/train_step.h"
+#include "hal/dtype.h"
+#include "pp_internal.h"
+#include "train_graph.h"
+
+ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  t->pp = (int)c->pp;
+  t->dp = t->world;
+  t->pp_rank = 0;
+  t->dp_rank = t->rank;
+  if (c->pp <= 1) return TY_OK;
+  if (t->world == 1) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp %lld splits the model over %lld ranks and this run is one "
+                          "process: start it with mpirun -np %lld (or a multiple for data "
+                          "parallel on top)",
+                          (long long)c->pp, (long long)c->pp, (long long)c->pp);
+  }
+  if (t->world % c->pp != 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp %lld does not divide the world of %d ranks: world = data "
+                          "parallel x --pp, so run %lld x N ranks",
+                          (long long)c->pp, t->world, (long long)c->pp);
+  }
+  t->dp = t->world / (int)c->pp;
+  t->pp_rank = t->rank % (int)c->pp;
+  t->dp_rank = t->rank / (int)c->pp;
+  return TY_OK;
+}
+
+/* Rank 0 prints each stage's memory plan (replica 0's ranks). */
+static ty_status_t ty_pp_print_memory(ty_trainer_t *t) {
+  const size_t items = TY_PLAN_ITEM_COUNT;
+  uint64_t *all = malloc((size_t)t->pp * items * sizeof(uint64_t));
+  if (!all) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(all, t->pipe->plan_bytes, items * sizeof(uint64_t));
+  ty_status_t s = TY_OK;
+  for (int r = 1; r < t->pp && !s; ++r) {
+    s = ty_dist_recv(t->dist, r, 3, all + (size_t)r * items, items * sizeof(uint64_t),
+                     "its memory plan");
+  }
+  for (int r = 0; r < t->pp && !s; ++r) {
+    char line[512];
+    size_t used = 0;
+    uint64_t peak = 0;
+    for (size_t i = 0; i < items; ++i) peak += all[(size_t)r * items + i];
+    char size[32];
+    ty_format_bytes(peak, size, sizeof(size));
+    used += (size_t)snprintf(line, sizeof(line), "  stage %d memory plan: peak %s (", r, size);
+    static const ty_plan_item_t shown[] = {TY_PLAN_PARAMETERS, TY_PLAN_GRADIENTS,
+                                           TY_PLAN_OPTIMIZER, TY_PLAN_ACTIVATIONS};
+    for (size_t k = 0; k < 4 && used < sizeof(line); ++k) {
+      ty_format_bytes(all[(size_t)r * items + shown[k]], size, sizeof(size));
+      used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %s", k ? ", " : "",
+                               ty_plan_item_name(shown[k]), size);
+    }
+    fprintf(stderr, "%s)%s\n", line, r == 0 ? "; rank 0 also holds the whole model" : "");
+  }
+  free(all);
+  return s;
+}
+
+ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  char label[128];
+  snprintf(label, sizeof(label), "%s", ty_device_label(t->device));
+  if (t->rank != 0) {
+    ty_dist_send_t *send = NULL, *plan = NULL;
+    TY_RETURN_IF_ERROR(ty_dist_send_start(t->dist, 0, 1, label, sizeof(label),
+                                          "its device name", &send));
+    ty_status_t s = TY_OK;
+    if (t->dp_rank == 0) {
+      s = ty_dist_send_start(t->dist, 0, 3, t->pipe->plan_bytes, sizeof(t->pipe->plan_bytes),
+                             "its memory plan", &plan);
+    }
+    ty_status_t w = ty_dist_send_wait(t->dist, send);
+    if (!s) s = w;
+    else ty_status_free(w);
+    w = ty_dist_send_wait(t->dist, plan);
+    if (!s) s = w;
+    else ty_status_free(w);
+    return s;
+  }
+  const int units = ty_llm_unit_count(&t->model_config);
+  int64_t *costs = calloc((size_t)units, sizeof(int64_t));
+  if (!costs) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  ty_status_t s = ty_llm_unit_costs(&t->model_config, costs);
+  fprintf(stderr, "pipeline parallel: %d stages x %d chunk%s (%s), %lld micro-batches "
+                  "(--grad-accum); partition by parameters (units: embedding, layers 0..%d, "
+                  "norm + head + loss):\n",
+          t->pp, p->v, p->v > 1 ? "s" : "", p->kind == TY_PP_1F1B ? "1f1b" : "interleaved",
+          (long long)t->accum, units - 3);
+  for (int c = 0; !s && c < p->chunks; ++c) {
+    int64_t cost = 0;
+    for (int u = p->first_unit[c]; u < p->first_unit[c + 1]; ++u) cost += costs[u];
+    int a = p->first_unit[c], b = p->first_unit[c + 1]; /* units [a, b) */
+    int l0 = a > 0 ? a - 1 : 0, l1 = b - 1 < units - 2 ? b - 1 : units - 2;
+    char what[128] = "";
+    size_t used = 0;
+    if (a == 0) used += (size_t)snprintf(what + used, sizeof(what) - used, "embedding");
+    if (l1 - l0 == 1) {
+      used += (size_t)snprintf(what + used, sizeof(what) - used, "%slayer %d", used ? ", " : "",
+                               l0);
+    } else if (l1 - l0 > 1) {
+      used += (size_t)snprintf(what + used, sizeof(what) - used, "%slayers %d..%d",
+                               used ? ", " : "", l0, l1 - 1);
+    }
+    if (b == units) {
+      snprintf(what + used, sizeof(what) - used, "%snorm + head + loss", used ? ", " : "");
+    }
+    fprintf(stderr, "  chunk %d on stage %d: %s (cost %lld)\n", c, c % t->pp, what,
+            (long long)cost);
+  }
+  free(costs);
+  fprintf(stderr, "rank layout (world %d = dp %d x pp %d x tp 1):\n", t->world, t->dp, t->pp);
+  for (int r = 0; r < t->world && !s; ++r) {
+    char other[128];
+    if (r) s = ty_dist_recv(t->dist, r, 1, other, sizeof(other), "its device name");
+    if (!s) {
+      other[sizeof(other) - 1] = '\0';
+      fprintf(stderr, "  rank %d: dp %d, pp %d, tp 0, device %s\n", r, r / t->pp, r % t->pp,
+              r ? other : label);
+    }
+  }
+  if (!s) s = ty_pp_print_memory(t);
+  if (!s) {
+    fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
+                    "host memory (%s; --dist-timeout %g s)\n",
+            ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+  }
+  return s;
+}
+
+/* This rank's stages against --memory-limit (or the device's memory)
+ * before any session allocates: the chunks' plans added (their states are
+ * disjoint; the largest node scratch counts once). */
+static ty_status_t ty_pp_check_memory(ty_trainer_t *t) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  ty_preflight_t all;
+  ty_preflight_init(&all);
+  for (int j = 0; j < p->v; ++j) {
+    const ty_preflight_t *one = &p->chunk[j].plan;
+    for (int i = 0; i < TY_PLAN_ITEM_COUNT; ++i) {
+      if (i == TY_PLAN_WORKSPACE) {
+        if (one->bytes[i] > all.bytes[i]) all.bytes[i] = one->bytes[i];
+      } else {
+        all.bytes[i] += one->bytes[i];
+      }
+    }
+  }
+  for (int i = 0; i < TY_PLAN_ITEM_COUNT; ++i) all.peak += all.bytes[i];
+  memcpy(p->plan_bytes, all.bytes, sizeof(p->plan_bytes));
+  uint64_t limit = 0;
+  ty_status_t s = ty_train_config_memory_limit(&t->cfg, &limit);
+  char what[160];
+  if (limit) {
+    snprintf(what, sizeof(what), "--memory-limit %s (pipeline stage %d)", t->cfg.memory_limit,
+             t->pp_rank);
+  } else {
+    limit = ty_device_info(t->device)->memory_bytes;
+    snprintf(what, sizeof(what), "the memory of %s (pipeline stage %d)",
+             ty_device_label(t->device), t->pp_rank);
+  }
+  if (!s) s = ty_preflight_check(&all, limit, what);
+  ty_preflight_deinit(&all);
+  return s;
+}
+
+ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_trainer_t *)) {
+  const ty_train_config_t *c = &t->cfg;
+  const ty_model_config_t *mc = &t->model_config;
+  struct ty_trainer_pp_t *p = calloc(1, sizeof(*p));
+  if (!p) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  t->pipe = p;
+  TY_RETURN_IF_ERROR(ty_pp_kind_parse(c->pp_schedule, &p->kind));
+  p->v = p->kind == TY_PP_1F1B ? 1 : (c->pp_virtual > 0 ? (int)c->pp_virtual : 2);
+  p->chunks = t->pp * p->v;
+  const int units = ty_llm_unit_count(mc);
+  if (ty_device_info(t->device)->whole_graphs_only) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp %d: --backend %s runs whole train steps only, and pipeline "
+                          "parallel runs each stage's forward, backward and optimizer as graphs "
+                          "of their own; use a backend that runs any graph (cpu)",
+                          t->pp, c->backend);
+  }
+  if (t->pp > mc->num_layers) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp %d: the model has %lld layers, fewer than the stages (each stage "
+                          "needs a layer); use --pp %lld or less",
+                          t->pp, (long long)mc->num_layers, (long long)mc->num_layers);
+  }
+  if (p->chunks > units) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp %d x --pp-virtual %d = %d chunks, and the model has %d units "
+                          "to give them (the embedding, %lld layers, the head): lower "
+                          "--pp-virtual",
+                          t->pp, p->v, p->chunks, units, (long long)mc->num_layers);
+  }
+  if (p->kind == TY_PP_INTERLEAVED && t->accum % t->pp != 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--pp-schedule interleaved runs the micro-batches in groups of --pp: "
+                          "--grad-accum %lld is not a multiple of --pp %d",
+                          (long long)t->accum, t->pp);
+  }
+  int64_t *costs = calloc((size_t)units, sizeof(int64_t));
+  p->first_unit = calloc((size_t)p->chunks + 1, sizeof(int));
+  p->chunk = calloc((size_t)p->v, sizeof(ty_pp_chunk_t));
+  size_t bt = (size_t)(t->accum * t->B * t->T);
+  p->tokens = malloc(bt * sizeof(int64_t));
+  p->targets = malloc(bt * sizeof(int64_t));
+  p->weights = malloc(bt * sizeof(double));
+  p->pending = calloc((size_t)(2 * p->v * t->accum + 1), sizeof(*p->pending));
+  p->buffer = malloc((size_t)(t->B * t->T * mc->hidden_size) * ty_dtype_size(t->dtype));
+  if (!costs || !p->first_unit || !p->chunk || !p->tokens || !p->targets || !p->weights ||
+      !p->pending || !p->buffer) {
+    free(costs);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  ty_status_t s = ty_llm_unit_costs(mc, costs);
+  if (!s) s = ty_pp_partition(costs, units, p->chunks, p->first_unit);
+  free(costs);
+  if (!s) {
+    s = ty_pp_schedule(p->kind, t->pp_rank, t->pp, p->v, (int)t->accum, &p->actions,
+                       &p->action_count);
+  }
+  for (int j = 0; j < p->v && !s; ++j) {
+    ty_pp_chunk_t *ch = &p->chunk[j];
+    ch->global = j * t->pp + t->pp_rank;
+    ch->unit_begin = p->first_unit[ch->global];
+    ch->unit_end = p->first_unit[ch->global + 1];
+    ch->first = ch->global == 0;
+    ch->last = ch->global == p->chunks - 1;
+    s = ty_pp_chunk_graphs(c, mc, t->B, t->T, t->dtype, t->accum, ch);
+    if (!s && ch->last) t->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
+  }
+  if (!s) s = ty_pp_check_memory(t);
+  for (int j = 0; j < p->v && !s; ++j) s = ty_pp_chunk_sessions(c, t->device, &p->chunk[j]);
+  /* The full model on rank 0: evaluation, samples and checkpoints run on
+   * it as in a run of one process, after ty_trainer_pp_gather. */
+  if (!s && t->rank == 0) s = build_mirror(t);
+  return s;
+}
+
+/* The tensors of global chunk `c`, in rank 0's mirror (all of them) or in
+ * this rank's own chunk. */
+static ty_status_t ty_pp_chunk_tensors(ty_trainer_t *t, int c, bool mirror, bool optimizer,
+                                       ty_pp_tensor_t **out, size_t *n, size_t *bytes) {
+  struct ty_trainer_pp_t *p = t->pipe;
+  ty_train_step_params_t step;
+  TY_RETURN_IF_ERROR(ty_train_graph_step_options(&t->cfg, &step));
+  const char *const *kinds = ty_optimizer_state_kinds(step.optimizer);
+  if (mirror) {
+    return ty_pp_tensors(&t->model_config, p->first_unit[c], p->first_unit[c + 1],
+                         t->m_train.params, t->m_train.param_count, t->s_train, t->s_opt, kinds,
+                         optimizer, out, n, bytes);
+  }
+  const ty_pp_chunk_t *ch = &p->chunk[c / t->pp];
+  return ty_pp_tensors(&t->model_config, ch->unit_begin, ch->unit_end, ch->m_bwd.params,
+                       ch->m_bwd.param_count, ch->s_bwd, ch->s_opt, kinds, optimizer, out, n,
+                       bytes);
+}
+
+/* Moves chunk `c` of replica `replica` between rank 0's mirror and its
+ * owner: to_stage (scatter) or back (gather). */
+static ty_status_t ty_pp_move(ty_trainer_t *t, int c, int replica, bool to_stage,
+                              bool optimizer) {
+  const int owner = replica * t->pp + c % t->pp;
+  if (t->rank != 0 && t->rank != owner) return TY_OK;
+  ty_pp_tensor_t *mine = NULL, *theirs = NULL;
+  size_t n = 0, bytes = 0, n0 = 0, bytes0 = 0;
+  ty_status_t s = TY_OK;
+  if (t->rank == owner) s = ty_pp_chunk_tensors(t, c, false, optimizer, &mine, &n, &bytes);
+  if (!s && t->rank == 0) s = ty_pp_chunk_tensors(t, c, true, optimizer, &theirs, &n0, &bytes0);
+  if (!s && t->rank == 0 && owner == 0 && bytes != bytes0) {
+    s = ty_status_make(TY_CODE_INTERNAL, "pipeline chunk %d: %zu bytes here, %zu in the model",
+                       c, bytes, bytes0);
+  }
+  size_t size = t->rank == owner ? bytes : bytes0;
+  char *buf = s ? NULL : malloc(size ? size : 1);
+  if (!s && !buf) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  char what[96];
+  snprintf(what, sizeof(what), "the %s of pipeline chunk %d", optimizer ? "state" : "weights", c);
+  const int tag = 2;
+  if (!s && to_stage) {
+    if (t->rank == 0) s = ty_pp_tensors_read(theirs, n0, buf);
+    if (!s && owner != 0) {
+      if (t->rank == 0) {
+        ty_dist_send_t *send = NULL;
+        s = ty_dist_send_start(t->dist, owner, tag, buf, size, what, &send);
+        if (!s) s = ty_dist_send_wait(t->dist, send);
+      } else {
+        s = ty_dist_recv(t->dist, 0, tag, buf, size, what);
+      }
+    }
+    if (!s && t->rank == owner) s = ty_pp_tensors_bind(mine, n, buf);
+  } else if (!s) {
+    if (t->rank == owner) s = ty_pp_tensors_read(mine, n, buf);
+    if (!s && owner != 0) {
+      if (t->rank == owner) {
+        ty_dist_send_t *send = NULL;
+        s = ty_dist_send_start(t->dist, 0, tag, buf, size, what, &send);
+        if (!s) s = ty_dist_send_wait(t->dist, send);
+      } else {
+        s = ty_dist_recv(t->dist, owner, tag, buf, size, what);
+      }
+    }
+    if (!s && t->rank == 0) s = ty_pp_tensors_bind(theirs, n0, buf);
+  }
+  free(buf);
+  free(mine);
+  free(theirs);
+  return s;
+}
+
+ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t) {
+  if (t->pp <= 1) return TY_OK;
+  ty_status_t s = TY_OK;
+  for (int d = 0; d < t->dp && !s; ++d) {
+    for (int c = 0; c < t->pipe->chunks && !s; ++c) s = ty_pp_move(t, c, d, true, true);
+  }
+  return s;
+}
+
+ty_status_t ty_trainer_pp_gather(ty_trainer_t *t, bool optimizer) {
+  if (t->pp <= 1) return TY_OK;
+  ty_status_t s = TY_OK;
+  for (int c = 0; c < t->pipe->chunks && !s; ++c) s = ty_pp_move(t, c, 0, false, optimizer);
+  return s;
+}

@@ -1,0 +1,50 @@
+/* Pipeline parallel training (`trainyard train --pp N`, docs/design-notes.md
+ * "Pipeline parallel"): the rank layout world = dp x pp, the model split
+ * into pp x v chunks by a balanced partition, per-chunk forward and
+ * backward graphs, the 1F1B or interleaved schedule with activations and
+ * their gradients sent between ranks over MPI (the host path), the
+ * optimizer step per stage with a global gradient norm, and the full model
+ * mirrored on rank 0 for evaluation and checkpoints. Every function here is
+ * collective over the world unless it says otherwise. */
+#ifndef TY_APPS_TRAINYARD_PIPELINE_TRAINER_PP_H_
+#define TY_APPS_TRAINYARD_PIPELINE_TRAINER_PP_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trainer.h"
+
+/* After the world is open: t->pp, dp, pp_rank, dp_rank (pp 1: dp = world,
+ * nothing else). INVALID_ARGUMENT for a world not divisible by --pp, --pp
+ * on one process, and the levers pipeline parallel does not take. Local. */
+ty_status_t ty_trainer_pp_layout(ty_trainer_t *t);
+/* After the device is open (pp > 1): the partition (checked against the
+ * model: --pp and the chunks against its layers), the stage graphs and
+ * sessions, the schedule; rank 0 also builds the full model's sessions
+ * (build_mirror, the trainer's own build) for evaluation and checkpoints.
+ * Local: the caller agrees on the outcome. */
+ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_trainer_t *));
+/* Rank 0 prints the partition and the rank layout (every rank's device
+ * name travels to it). */
+ty_status_t ty_trainer_pp_describe(ty_trainer_t *t);
+/* Rank 0's weights and optimizer state (the mirror, loaded or initialized)
+ * to every stage of every replica: how a checkpoint of any layout is split
+ * again on load. */
+ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t);
+/* One optimizer step: the micro-batches of rows from `base` through the
+ * schedule, gradients summed over the data-parallel replicas and the tied
+ * embedding's two stages, clipped by the global norm, every stage's
+ * optimizer. *out_loss is this rank's share of the step's loss (the last
+ * stage's; 0 elsewhere), *out_norm the global gradient norm. */
+ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
+                               double *out_norm);
+/* Every stage's parameters (and with `optimizer` their optimizer state)
+ * of replica 0 into rank 0's mirror, before an evaluation or a save. */
+ty_status_t ty_trainer_pp_gather(ty_trainer_t *t, bool optimizer);
+/* The schedule's ideal bubble and each stage's measured idle fraction over
+ * the run, printed by rank 0. */
+ty_status_t ty_trainer_pp_report(ty_trainer_t *t);
+/* Local; safe on a partly built or absent pipeline. */
+void ty_trainer_pp_destroy(ty_trainer_t *t);
+
+#endif /* TY_APPS_TRAINYARD_PIPELINE_TRAINER_PP_H_ */
