@@ -265,8 +265,8 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
    * matmuls of the same FLOPs whose outputs are q, k and v already
    * contiguous: no copy of the activation in the forward, and in the
    * backward two adds of [B, T, C] for dx instead of three zero-padded
-   * [B, T, 3C] slice gradients and two adds of that size (~7% of a GPT-2
-   * 124M step on an H100). The slices' gradients land on the small weight. */
+   * [B, T, 3C] slice gradients and two adds of that size (4.5% of a GPT-2
+   * 124M step on an H100, docs/performance.md). The slices' gradients land on the small weight. */
   const ty_dtype_t ct = ty_b_compute(b);
   TY_RETURN_IF_ERROR(ty_b_cast(b, x, ct, &x));
   TY_RETURN_IF_ERROR(ty_b_cast(b, w, ct, &w));

@@ -66,6 +66,8 @@ static void ty_bisect_attrs(const ty_abi_node_t *node, char *out, size_t cap) {
 typedef struct {
   ty_tier_error_t error;
   bool compared;
+  int64_t count; /* elements */
+  double scale;  /* ty_bisect_scales */
 } ty_bisect_value_t;
 
 /* Errors of every value the graph exposes (errors[v] for ABI value v). */
@@ -84,12 +86,64 @@ static ty_status_t ty_bisect_compare_all(const ty_abi_graph_t *abi, ty_tier_runn
     } else if (!s && n == m) {
       errors[v].error = ty_tier_compare(got, want, n);
       errors[v].compared = true;
+      errors[v].count = n;
     }
     free(got);
     free(want);
     TY_RETURN_IF_ERROR(s);
   }
   return TY_OK;
+}
+
+/* Ops whose outputs only add up or move their inputs' values (same units
+ * in and out), where an output can cancel far below its inputs. */
+static bool ty_bisect_additive(const char *op) {
+  static const char *const ops[] = {"add", "sub", "reduce_sum", "reduce_mean", "slice",
+                                    "slice_backward", "reshape", "transpose", "concat",
+                                    "broadcast_to", NULL};
+  for (int i = 0; ops[i]; ++i) {
+    if (!strcmp(op, ops[i])) return true;
+  }
+  return false;
+}
+
+/* Every value's scale, in node order: its mean square, or for an output of
+ * an additive op the larger of that and each input's scale times the
+ * input's elements per output element. A sum of n terms of RMS r carries
+ * rounding of size ~sqrt(n) r whatever its result, and whatever is made
+ * from it by adding and moving carries that rounding on: GPT-2's key bias
+ * gradient is mathematically zero (softmax ignores a constant per row) and
+ * sums to pure rounding, ~1e-9 from terms of ~1e-4, in every backend's own
+ * order. Its NMSE against itself is meaningless; against its scale it is
+ * rounding. */
+static void ty_bisect_scales(const ty_abi_graph_t *abi, ty_bisect_value_t *errors) {
+  for (uint32_t v = 0; v < abi->value_count; ++v) {
+    ty_bisect_value_t *e = &errors[v];
+    e->scale = e->compared && e->count > 0 ? e->error.ref2 / (double)e->count : 0.0;
+  }
+  for (uint32_t n = 0; n < abi->node_count; ++n) {
+    const ty_abi_node_t *node = &abi->nodes[n];
+    if (!ty_bisect_additive(node->op)) continue;
+    for (uint32_t k = 0; k < node->output_count; ++k) {
+      ty_bisect_value_t *e = &errors[node->outputs[k]];
+      if (!e->compared || e->count <= 0) continue;
+      for (uint32_t i = 0; i < node->input_count; ++i) {
+        uint32_t x = node->inputs[i];
+        if (x == UINT32_MAX || !errors[x].compared || errors[x].count <= 0) continue;
+        double fan = (double)errors[x].count / (double)e->count;
+        double scale = errors[x].scale * (fan > 1.0 ? fan : 1.0);
+        if (scale > e->scale) e->scale = scale;
+      }
+    }
+  }
+}
+
+/* A value's error: squared error per element over its scale (plain NMSE
+ * for a value of ordinary size). */
+static double ty_bisect_error(const ty_bisect_value_t *e) {
+  if (!(e->error.nmse < INFINITY) || e->count <= 0 || !(e->scale > 1e-300)) return e->error.nmse;
+  double judged = e->error.err2 / (double)e->count / e->scale;
+  return judged < e->error.nmse ? judged : e->error.nmse;
 }
 
 /* Reports the first node whose output is beyond `bound`. */
@@ -104,9 +158,10 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
     for (uint32_t k = 0; k < node->output_count; ++k) {
       const ty_bisect_value_t *e = &errors[node->outputs[k]];
       if (!e->compared) continue;
-      if (!(e->error.nmse <= bound)) bad = true;
-      if (e->error.nmse > worst || isnan(e->error.nmse)) {
-        worst = e->error.nmse;
+      double err = ty_bisect_error(e);
+      if (!(err <= bound)) bad = true;
+      if (err > worst || isnan(err)) {
+        worst = err;
         worst_node = n;
       }
     }
@@ -159,13 +214,15 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
     if (!e->compared) continue;
     if (row) {
       json_array_append_new(outs, json_pack("{s:s,s:f,s:f,s:I,s:f,s:f}", "value", val->name,
-                                            "nmse", e->error.nmse, "max_abs", e->error.max_abs,
+                                            "nmse", ty_bisect_error(e),
+                                            "max_abs", e->error.max_abs,
                                             "index", (json_int_t)e->error.index, "got",
                                             e->error.got, "want", e->error.want));
     } else {
       printf("    output %s: NMSE %.2e > %.0e; largest error %.3g at [%" PRId64 "]: %.9g where "
              "%s has %.9g\n",
-             val->name, e->error.nmse, bound, e->error.max_abs, e->error.index, e->error.got,
+             val->name, ty_bisect_error(e), bound, e->error.max_abs,
+             e->error.index, e->error.got,
              against, e->error.want);
     }
   }
@@ -190,11 +247,11 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
     if (row) {
       json_t *o = json_pack("{s:i,s:s,s:s}", "input", (json_int_t)i, "value", val->name, "from",
                             from);
-      json_object_set_new(o, "nmse", e->compared ? json_real(e->error.nmse) : json_null());
+      json_object_set_new(o, "nmse", e->compared ? json_real(ty_bisect_error(e)) : json_null());
       json_array_append_new(ins, o);
     } else if (e->compared && producer != UINT32_MAX) {
       printf("    input %u %s (%s): NMSE %.2e\n", i, val->name[0] ? val->name : "-", from,
-             e->error.nmse);
+             ty_bisect_error(e));
     } else {
       printf("    input %u %s (%s)\n", i, val->name[0] ? val->name : "-", from);
     }
@@ -254,6 +311,7 @@ static ty_status_t ty_bisect_one(ty_tier_run_t *t, const ty_tier_model_t *model)
     if (!errors) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
   if (!s && !d) s = ty_bisect_compare_all(abi, &p.dev, &p.ref, errors);
+  if (!s && !d) ty_bisect_scales(abi, errors);
   if (!s && !d) ty_bisect_report(t, model->name, abi, errors, t->bound, p.ref.label);
   if (d) {
     t->unsupported++;

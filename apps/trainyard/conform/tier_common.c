@@ -267,6 +267,8 @@ ty_tier_error_t ty_tier_compare(const double *got, const double *want, int64_t n
     ref += want[i] * want[i];
   }
   e.nmse = err / (ref > 1e-300 ? ref : 1e-300);
+  e.err2 = err;
+  e.ref2 = ref;
   return e;
 }
 

@@ -67,6 +67,7 @@ typedef struct ty_tier_error_t {
   double max_abs;
   int64_t index;    /* of max_abs */
   double got, want; /* at index */
+  double err2, ref2; /* sums of squared errors and of squared references */
 } ty_tier_error_t;
 ty_tier_error_t ty_tier_compare(const double *got, const double *want, int64_t n);
 
