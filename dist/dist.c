@@ -176,11 +176,34 @@ static ty_status_t ty_dist_host_sum(void *user, ty_dtype_t dtype, void *data, si
   return ty_dist_all_reduce_sum(user, dtype, data, count, "an all_reduce op of the step");
 }
 
+static uint32_t ty_dist_host_group_size(void *user, const char *name) {
+  ty_dist_group_t *g = NULL;
+  ty_status_t s = ty_dist_group(user, name, &g);
+  if (s) {
+    ty_status_free(s);
+    return 0;
+  }
+  return (uint32_t)ty_dist_group_size(g);
+}
+
+static ty_status_t ty_dist_host_group_reduce(void *user, const char *name, bool max,
+                                             ty_dtype_t dtype, void *data, size_t count) {
+  ty_dist_group_t *g = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(user, name, &g));
+  char what[64];
+  snprintf(what, sizeof(what), "an all_reduce op (%s) over the %s group", max ? "max" : "sum",
+           name);
+  return ty_dist_group_all_reduce(g, max ? TY_DIST_REDUCE_MAX : TY_DIST_REDUCE_SUM, dtype, data,
+                                  count, what);
+}
+
 void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out) {
   *out = (ty_host_comm_t){.rank = (uint32_t)ty_dist_rank(dist),
                           .size = (uint32_t)ty_dist_size(dist),
                           .user = dist,
-                          .all_reduce_sum = ty_dist_host_sum};
+                          .all_reduce_sum = ty_dist_host_sum,
+                          .group_size = ty_dist_host_group_size,
+                          .group_reduce = ty_dist_host_group_reduce};
 }
 
 ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what) {

@@ -75,8 +75,8 @@ ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes
                               const char *what);
 /* The world as a host communicator (hal/comm.h) for sessions whose graphs
  * hold collective ops (ty_session_set_host_comm): its sums are
- * ty_dist_all_reduce_sum, bounded by the world's timeout. NULL: rank 0 of
- * 1. `dist` must outlive the
+ * ty_dist_all_reduce_sum, bounded by the world's timeout, and its named
+ * groups are ty_dist_group's. NULL: rank 0 of 1. `dist` must outlive the
  * sessions that use it. */
 void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out);
 
