@@ -85,6 +85,9 @@ ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp) {
   if (!dist) return TY_OK;
   ty_dist_groups_free(dist);
   dist->layout = l;
+  /* tp = pp = 1: the tp and pp groups are each rank alone (NULL) and dp is
+   * the world itself; nothing to split. */
+  if (tp == 1 && pp == 1) return TY_OK;
   /* Colors: the indices the group's members share, as one number. */
   ty_status_t s = ty_dist_group_split(dist, "tp", l.dp_index * l.pp + l.pp_index, &dist->tp);
   if (!s) s = ty_dist_group_split(dist, "pp", l.dp_index * l.tp + l.tp_index, &dist->pp);

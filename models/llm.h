@@ -179,6 +179,9 @@ void ty_llm_tp_take_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t el
  * untouched (rank 0 gathering a checkpoint puts every rank's part). */
 void ty_llm_tp_put_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
                         const void *part, void *full);
+/* Elements of p's whole tensor (full_dims) and of this rank's part (dims). */
+int64_t ty_llm_param_full_count(const ty_llm_param_t *p);
+int64_t ty_llm_param_part_count(const ty_llm_param_t *p);
 
 #ifdef __cplusplus
 }

@@ -129,3 +129,11 @@ void ty_llm_tp_put_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t ele
                         const void *part, void *full) {
   ty_llm_tp_move(p, tp, tp_rank, elem, full, (unsigned char *)(uintptr_t)part, true);
 }
+
+int64_t ty_llm_param_full_count(const ty_llm_param_t *p) {
+  return p->full_dims[0] * (p->rank == 2 ? p->full_dims[1] : 1);
+}
+
+int64_t ty_llm_param_part_count(const ty_llm_param_t *p) {
+  return p->dims[0] * (p->rank == 2 ? p->dims[1] : 1);
+}

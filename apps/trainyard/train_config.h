@@ -66,6 +66,10 @@ typedef struct ty_train_config_t {
   char distributed[16];            /* auto (MPI under a launcher), mpi or none */
   double dist_timeout;             /* seconds a collective may wait for a rank */
   int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1) */
+  int64_t tp;                      /* tensor parallel: the model split over this many ranks */
+  /* This rank's index in its tp group: set by the trainer with world, not
+   * an option (the graph holds this rank's part of the model). */
+  int64_t tp_rank;
   /* The run's world size: set by the trainer (or by `compile
    * --data-parallel`), not an option; the train step's graph depends on it. */
   int64_t world;

@@ -191,7 +191,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
    * loss. Rank r reads rows [r B accum, (r+1) B accum) of the global batch
    * of world x B x accum rows: the data order depends on the seed and the
    * global batch only, never on how it is split. */
-  const int64_t base = t->cursor + (int64_t)t->rank * t->B * t->accum;
+  const int64_t base = t->cursor + (int64_t)t->dp_index * t->B * t->accum;
   double counted_total = 0;
   for (int64_t m = 0; m < t->accum; ++m) {
     int64_t first = base + m * t->B;
@@ -202,6 +202,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     counted_total += counted;
   }
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
+  counted_total /= t->tp; /* every tp rank of a replica counted the same rows */
   double loss = 0;
   ty_session_t *opt = t->s_opt ? t->s_opt : t->s_train;
   uint64_t transfer_before = ty_trainer_transfer_bytes(t);
@@ -215,7 +216,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
     TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, t->s_train));
     if (t->cfg.dropout > 0) {
       /* the micro-batch's index in the global step: masks follow the rows */
-      int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->world + t->rank) * t->accum + m};
+      int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->dp + t->dp_index) * t->accum + m};
       int64_t two[1] = {2};
       TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
     }
@@ -242,7 +243,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   double sums[3] = {loss, (double)ty_stop_signals_received(),
                     (double)ty_train_control_take(t)};
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, sums, 3, "the loss"));
-  loss = sums[0];
+  loss = sums[0] / t->tp; /* the tp ranks of a replica hold the same loss */
   t->control_bits = (uint32_t)sums[2];
   if (t->world > 1 && sums[1] > 0) {
     int local = ty_stop_signals_received();
@@ -371,6 +372,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
+  TY_RETURN_IF_ERROR(ty_trainer_tp_sessions(t));
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
   ty_status_t s = TY_OK;
   if (t->accum > 1 || (t->world > 1 && !c->world_in_graph)) {
@@ -381,6 +383,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
     /* ZeRO-1: this rank's optimizer graph updates its share alone */
     if (!s && c->zero) s = ty_trainer_dist_owners(t);
     step.update = t->updates;
+    step.tp_split = t->tp_split; /* the whole model's norm (tensor parallel) */
     if (!s) s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
     if (!s) s = ty_graph_create(&t->g_opt);
     if (!s) {
@@ -417,6 +420,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   share.share_state_with = t->s_train;
   if (!s && t->g_opt) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
   if (!s && t->g_eval) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
+  if (!s) s = ty_trainer_tp_comm(t);
   return s;
 }
 
@@ -525,7 +529,7 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) s = ty_train_graph_check_memory(config, &t->model_config, t->device);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t->train_data);
-    t->rows_per_step = (int64_t)t->world * t->B * t->accum;
+    t->rows_per_step = (int64_t)t->dp * t->B * t->accum;
     const uint64_t rps = (uint64_t)t->rows_per_step;
     t->steps_per_epoch = (int64_t)((rows + rps - 1) / rps);
     t->total_steps =
@@ -570,15 +574,15 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
   ty_status_t s = TY_OK;
   if ((t->val_data || t->task_eval) &&
       ((config->eval_every && t->step % config->eval_every == 0) || last)) {
-    if (t->rank == 0) s = ty_trainer_eval(t, &t->last_val_loss);
+    if (ty_trainer_evaluates(t)) s = ty_trainer_eval(t, &t->last_val_loss);
     if (!s && t->rank == 0) ty_train_metrics_eval(t);
     if (!s && t->rank == 0) s = ty_train_eval_run(t); /* --eval-data: task accuracy */
-    if (t->owner) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
+    if (t->owner || t->tp > 1) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
     evaluated = true;
   }
   if (!s && ((config->save_every && t->step % config->save_every == 0) || last)) {
     /* ZeRO-1: every rank writes its share of the optimizer state */
-    if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
+    if (ty_trainer_saves(t)) s = ty_trainer_save(t);
     if (!s) *saved_step = t->step;
     checkpointed = true;
   }
@@ -600,6 +604,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.world = 1;
+  t.tp = t.dp = 1; /* until the world's layout says otherwise */
   t.live_line = isatty(fileno(stderr));
   /* A console that went away (`train | tee log`, tee killed) must not stop
    * the run or its final save: console writes just fail from then on. */
@@ -613,7 +618,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     /* Several ranks on one terminal: plain lines, from rank 0 only. */
     t.live_line = false;
   }
-  t.rows_per_step = (int64_t)t.world * t.B * t.accum; /* the global batch */
+  t.rows_per_step = (int64_t)t.dp * t.B * t.accum; /* the global batch */
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
 
   /* From here to the exit SIGINT/SIGTERM finish the step and save
