@@ -81,7 +81,8 @@ AUDIT = {
             "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")},
         **{"--distributed": "test_distributed_cli.py:RefuseTest.test_bad_inputs",
            "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named",
-           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel"}),
+           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel",
+           "--tp": "test_tensor_parallel_cli.py:MatchTest.test_llama_gqa"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
