@@ -188,9 +188,10 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   }
   /* The counted targets of the whole global step (every rank's) normalize
    * every micro-batch, so the summed gradient is that of the step's mean
-   * loss. Rank r reads rows [r B accum, (r+1) B accum) of the global batch
-   * of world x B x accum rows: the data order depends on the seed and the
-   * global batch only, never on how it is split. */
+   * loss. Replica r (data-parallel index r: every tensor-parallel rank of
+   * it reads the same rows) reads rows [r B accum, (r+1) B accum) of the
+   * global batch of dp x B x accum rows: the data order depends on the seed
+   * and the global batch only, never on how it is split. */
   const int64_t base = t->cursor + (int64_t)t->dp_index * t->B * t->accum;
   double counted_total = 0;
   for (int64_t m = 0; m < t->accum; ++m) {
@@ -577,7 +578,8 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
     if (ty_trainer_evaluates(t)) s = ty_trainer_eval(t, &t->last_val_loss);
     if (!s && t->rank == 0) ty_train_metrics_eval(t);
     if (!s && t->rank == 0) s = ty_train_eval_run(t); /* --eval-data: task accuracy */
-    if (t->owner || t->tp > 1) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
+    /* the save that follows is collective (ZeRO-1 shards, tensor-parallel gathers) */
+    if (t->owner || t->tp > 1) s = ty_dist_agree(t->dist, s, "the evaluation");
     evaluated = true;
   }
   if (!s && ((config->save_every && t->step % config->save_every == 0) || last)) {
