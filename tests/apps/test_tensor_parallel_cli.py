@@ -8,7 +8,8 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   (GPT-2's key bias, whose gradient is zero in exact arithmetic and so pure
   rounding that Adam scales up, is compared on its q and v thirds only);
   the rank layout is printed before step 0; the checkpoint is an unchanged
-  Hugging Face model (full shapes) that `trainyard forward` loads.
+  Hugging Face model (full shapes) that `trainyard forward` loads. The
+  template backend (the SDK's host executor) follows the same curve.
 - DataParallelTest: --tp 2 with 2 replicas (4 ranks) equals one process.
 - ResumeTest: a tp 2 checkpoint resumed at tp 1, and a tp 1 one resumed at
   tp 2, continue the uninterrupted curve (optimizer state re-split).
@@ -95,6 +96,17 @@ class MatchTest(Base):
         # with dropout: the masks (Philox, on replicated tensors) are the
         # same for any split
         self.check_model(self.gpt2, ("--batch-size", "4", "--dropout", "0.1"))
+
+
+    def test_template_backend(self):
+        # the plugin author's template runs the tp ops through the SDK's
+        # host executor and the host's collectives, as cpu does
+        self.use(self.llama)
+        steps = ["--max-steps", "3", "--schedule", "constant", "--batch-size", "4"]
+        one, two = self.path("one"), self.path("two")
+        self.train(*steps, "--out", one)
+        self.train_mpi(2, *steps, "--out", two, "--tp", "2", "--backend", "template")
+        self.assert_curves_match(dist.losses(one), dist.losses(two), range(1, 4), rel=1e-5)
 
 
 class DataParallelTest(Base):
