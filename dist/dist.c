@@ -8,17 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/dist_internal.h"
 #include "dist/mpi_shim.h"
 
 #define TY_MPI_SHIM_FILE "libty_mpi.so"
-
-struct ty_dist_t {
-  void *library;
-  const ty_mpi_shim_t *shim;
-  int rank, size, local_rank;
-  double timeout_s;
-  char library_version[256];
-};
 
 ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode) {
   if (!strcmp(text, "auto")) {
@@ -119,12 +112,19 @@ ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeo
   /* "Open MPI v4.1.4, package: ..., repo rev: ...": the name and version */
   char *comma = strchr(d->library_version, ',');
   if (comma) *comma = '\0';
+  d->world = (ty_dist_group_t){.dist = d, .name = "world", .rank = d->rank, .size = d->size};
+  s = ty_dist_layout_make(d->size, d->rank, 1, 1, &d->layout);
+  if (s) { /* cannot fail for tp = pp = 1 */
+    ty_dist_close(d);
+    return s;
+  }
   *out_dist = d;
   return TY_OK;
 }
 
 void ty_dist_close(ty_dist_t *dist) {
   if (!dist) return;
+  ty_dist_groups_free(dist);
   dist->shim->finalize();
   /* MPI libraries keep threads and handlers that outlive MPI_Finalize:
    * the shim stays loaded until the process exits. */
@@ -141,10 +141,11 @@ int ty_dist_local_rank(const ty_dist_t *dist) { return dist ? dist->local_rank :
 double ty_dist_timeout(const ty_dist_t *dist) { return dist ? dist->timeout_s : 0; }
 const char *ty_dist_library(const ty_dist_t *dist) { return dist ? dist->library_version : ""; }
 
-/* The status of a shim call. */
-static ty_status_t ty_dist_result(const ty_dist_t *d, int rc, int missing, const char *err,
-                                  const char *what) {
+ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, int missing,
+                                  const char *err, const char *what) {
+  const ty_dist_t *d = g->dist;
   if (rc == TY_MPI_SHIM_OK) return TY_OK;
+  if (missing >= 0) missing = ty_dist_group_world_rank(g, missing);
   if (rc == TY_MPI_SHIM_TIMEOUT && missing >= 0) {
     return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
                           "rank %d did not reach %s within %g s (--dist-timeout): it died or "
@@ -162,40 +163,47 @@ static ty_status_t ty_dist_result(const ty_dist_t *d, int rc, int missing, const
 
 ty_status_t ty_dist_all_reduce_sum(ty_dist_t *dist, ty_dtype_t dtype, void *buf, size_t count,
                                    const char *what) {
-  if (!dist || dist->size == 1) return TY_OK;
-  int type = dtype == TY_DTYPE_F32   ? TY_MPI_SHIM_F32
-             : dtype == TY_DTYPE_F64 ? TY_MPI_SHIM_F64
-             : dtype == TY_DTYPE_I64 ? TY_MPI_SHIM_I64
-                                     : -1;
-  if (type < 0) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED, "%s: host all-reduce of %s (f32, f64, i64 only)",
-                          what, ty_dtype_name(dtype));
-  }
-  char err[512] = "";
-  int missing = -1;
-  int rc = dist->shim->allreduce_sum(buf, count, type, dist->timeout_s, &missing, err,
-                                     sizeof(err));
-  return ty_dist_result(dist, rc, missing, err, what);
+  return ty_dist_group_all_reduce(dist ? &dist->world : NULL, TY_DIST_REDUCE_SUM, dtype, buf,
+                                  count, what);
 }
 
 ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes,
                               const char *what) {
-  if (!dist || dist->size == 1) return TY_OK;
-  char err[512] = "";
-  int missing = -1;
-  int rc = dist->shim->broadcast(buf, bytes, root, dist->timeout_s, &missing, err, sizeof(err));
-  return ty_dist_result(dist, rc, missing, err, what);
+  return ty_dist_group_broadcast(dist ? &dist->world : NULL, root, buf, bytes, what);
 }
 
 static ty_status_t ty_dist_host_sum(void *user, ty_dtype_t dtype, void *data, size_t count) {
   return ty_dist_all_reduce_sum(user, dtype, data, count, "an all_reduce op of the step");
 }
 
+static uint32_t ty_dist_host_group_size(void *user, const char *name) {
+  ty_dist_group_t *g = NULL;
+  ty_status_t s = ty_dist_group(user, name, &g);
+  if (s) {
+    ty_status_free(s);
+    return 0;
+  }
+  return (uint32_t)ty_dist_group_size(g);
+}
+
+static ty_status_t ty_dist_host_group_reduce(void *user, const char *name, bool max,
+                                             ty_dtype_t dtype, void *data, size_t count) {
+  ty_dist_group_t *g = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(user, name, &g));
+  char what[64];
+  snprintf(what, sizeof(what), "an all_reduce op (%s) over the %s group", max ? "max" : "sum",
+           name);
+  return ty_dist_group_all_reduce(g, max ? TY_DIST_REDUCE_MAX : TY_DIST_REDUCE_SUM, dtype, data,
+                                  count, what);
+}
+
 void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out) {
   *out = (ty_host_comm_t){.rank = (uint32_t)ty_dist_rank(dist),
                           .size = (uint32_t)ty_dist_size(dist),
                           .user = dist,
-                          .all_reduce_sum = ty_dist_host_sum};
+                          .all_reduce_sum = ty_dist_host_sum,
+                          .group_size = ty_dist_host_group_size,
+                          .group_reduce = ty_dist_host_group_reduce};
 }
 
 ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what) {
@@ -254,7 +262,7 @@ static ty_status_t ty_dist_p2p_result(const ty_dist_t *d, int rc, int peer, bool
                           "rank %d did not %s %s within %g s (--dist-timeout): it died or hangs",
                           peer, sending ? "take" : "send", what, d->timeout_s);
   }
-  return ty_dist_result(d, rc, peer, err, what);
+  return ty_dist_result(&d->world, rc, peer, err, what);
 }
 
 ty_status_t ty_dist_send_start(ty_dist_t *dist, int dest, int tag, const void *buf, size_t bytes,

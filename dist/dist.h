@@ -75,8 +75,9 @@ ty_status_t ty_dist_broadcast(ty_dist_t *dist, int root, void *buf, size_t bytes
                               const char *what);
 /* The world as a host communicator (hal/comm.h) for sessions whose graphs
  * hold collective ops (ty_session_set_host_comm): its sums are
- * ty_dist_all_reduce_sum, bounded by the world's timeout. NULL: rank 0 of
- * 1. `dist` must outlive the sessions that use it. */
+ * ty_dist_all_reduce_sum, bounded by the world's timeout, and its named
+ * groups are ty_dist_group's. NULL: rank 0 of 1. `dist` must outlive the
+ * sessions that use it. */
 void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out);
 
 /* Point to point between world ranks (pipeline parallel's activations and
@@ -100,6 +101,62 @@ ty_status_t ty_dist_recv(ty_dist_t *dist, int source, int tag, void *buf, size_t
  * embedding's two stages). */
 ty_status_t ty_dist_sum_over(ty_dist_t *dist, const int *ranks, int rank_count, ty_dtype_t dtype,
                              void *buf, size_t count, const char *what);
+/* ---- Groups and the rank layout (issue 17) ----
+ *
+ * A run of world = dp x pp x tp ranks places rank r at
+ *   r = dp_index * (pp * tp) + pp_index * tp + tp_index   (tp fastest)
+ * and splits the world into groups (MPI_Comm_split): "tp" holds the ranks
+ * of one (dp_index, pp_index), "pp" those of one (dp_index, tp_index), "dp"
+ * those of one (pp_index, tp_index); "world" is every rank. A group's rank
+ * is its ranks' order in the world. A NULL group is one rank alone: its
+ * collectives are no-ops, as for a NULL world. */
+typedef struct ty_dist_group_t ty_dist_group_t;
+
+typedef enum ty_dist_reduce_e {
+  TY_DIST_REDUCE_SUM = 0,
+  TY_DIST_REDUCE_MAX = 1,
+} ty_dist_reduce_t;
+
+typedef struct ty_dist_layout_t {
+  int world, rank;
+  int dp, pp, tp;                   /* sizes: world = dp * pp * tp */
+  int dp_index, pp_index, tp_index; /* this rank's place */
+} ty_dist_layout_t;
+
+/* The layout of rank `rank` of `world` for `tp` and `pp` (pure: no MPI).
+ * INVALID_ARGUMENT naming --tp/--pp when one is < 1 or world is not a
+ * multiple of tp * pp. */
+ty_status_t ty_dist_layout_make(int world, int rank, int tp, int pp, ty_dist_layout_t *out);
+/* The world rank at (dp_index, pp_index, tp_index) of `layout`. */
+int ty_dist_layout_rank(const ty_dist_layout_t *layout, int dp_index, int pp_index,
+                        int tp_index);
+
+/* Collective over the world (every rank calls it with the same tp and pp):
+ * makes the layout and its "tp", "pp" and "dp" groups, replacing any made
+ * before. Until it is called the layout is tp = pp = 1 (dp = world). A NULL
+ * world accepts tp = pp = 1 only (INVALID_ARGUMENT otherwise). */
+ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp);
+/* The run's layout; for a NULL world, rank 0 of 1. Owned by `dist`. */
+const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist);
+
+/* The group named "world", "tp", "pp" or "dp" into *out_group (owned by
+ * `dist`, valid until the next ty_dist_set_layout or ty_dist_close); NULL
+ * there for a NULL world. NOT_FOUND for any other name. */
+ty_status_t ty_dist_group(ty_dist_t *dist, const char *name, ty_dist_group_t **out_group);
+int ty_dist_group_rank(const ty_dist_group_t *group);
+int ty_dist_group_size(const ty_dist_group_t *group);
+/* The world rank of `group`'s rank `group_rank`. */
+int ty_dist_group_world_rank(const ty_dist_group_t *group, int group_rank);
+const char *ty_dist_group_name(const ty_dist_group_t *group);
+/* In place over the ranks of `group`: f32, f64 or i64 elements, summed or
+ * maxed. Errors (a rank that does not arrive is named by world rank) as
+ * the world's collectives. */
+ty_status_t ty_dist_group_all_reduce(ty_dist_group_t *group, ty_dist_reduce_t op,
+                                     ty_dtype_t dtype, void *buf, size_t count,
+                                     const char *what);
+/* Group rank `root`'s `bytes` to every rank of `group`. */
+ty_status_t ty_dist_group_broadcast(ty_dist_group_t *group, int root, void *buf, size_t bytes,
+                                    const char *what);
 
 /* Every rank learns whether every rank succeeded: returns `local` when it
  * failed here (taking it), else FAILED_PRECONDITION naming the first rank

@@ -14,9 +14,19 @@
 
 #define TY_ARRIVE_TAG 7101
 
-static MPI_Comm ty_world = MPI_COMM_NULL;
-static int ty_rank, ty_size;
-static int64_t ty_sequence; /* collectives so far: what an arrival carries */
+/* A communicator and what its arrival checks need: this rank's place in
+ * it and how many collectives it has run (what an arrival carries). */
+struct ty_mpi_shim_comm_s {
+  MPI_Comm comm;
+  int rank, size;
+  int64_t sequence;
+};
+
+static struct ty_mpi_shim_comm_s ty_world_comm = {MPI_COMM_NULL, 0, 1, 0};
+
+static struct ty_mpi_shim_comm_s *ty_comm_of(ty_mpi_shim_comm_t *c) {
+  return c ? c : &ty_world_comm;
+}
 
 static double ty_now(void) {
   struct timespec ts;
@@ -73,22 +83,23 @@ static int ty_issued(int rc, MPI_Request *req, double deadline, const char *what
   return ty_wait(req, deadline, what, err, capacity);
 }
 
-/* Rank 0 learns that every rank reached this collective, or which one did
- * not within the deadline. Other ranks only announce themselves. */
-static int ty_arrive(double timeout_s, int *out_missing, char *err, size_t capacity) {
-  int64_t seq = ty_sequence++;
+/* Rank 0 of `c` learns that every rank reached this collective, or which
+ * one did not within the deadline. Other ranks only announce themselves. */
+static int ty_arrive(struct ty_mpi_shim_comm_s *c, double timeout_s, int *out_missing,
+                     char *err, size_t capacity) {
+  int64_t seq = c->sequence++;
   *out_missing = -1;
-  if (ty_size == 1) return TY_MPI_SHIM_OK;
-  if (ty_rank != 0) {
-    int rc = MPI_Send(&seq, 1, MPI_INT64_T, 0, TY_ARRIVE_TAG, ty_world);
+  if (c->size == 1) return TY_MPI_SHIM_OK;
+  if (c->rank != 0) {
+    int rc = MPI_Send(&seq, 1, MPI_INT64_T, 0, TY_ARRIVE_TAG, c->comm);
     if (rc != MPI_SUCCESS) ty_mpi_error(rc, "MPI_Send", err, capacity);
     return rc == MPI_SUCCESS ? TY_MPI_SHIM_OK : TY_MPI_SHIM_ERROR;
   }
   double deadline = ty_now() + timeout_s;
   int64_t got = 0;
-  for (int r = 1; r < ty_size; ++r) {
+  for (int r = 1; r < c->size; ++r) {
     MPI_Request req;
-    int w = ty_issued(MPI_Irecv(&got, 1, MPI_INT64_T, r, TY_ARRIVE_TAG, ty_world, &req), &req,
+    int w = ty_issued(MPI_Irecv(&got, 1, MPI_INT64_T, r, TY_ARRIVE_TAG, c->comm, &req), &req,
                       deadline, "MPI_Irecv", err, capacity);
     if (w == TY_MPI_SHIM_TIMEOUT) *out_missing = r;
     if (w != TY_MPI_SHIM_OK) return w;
@@ -103,8 +114,8 @@ static int ty_arrive(double timeout_s, int *out_missing, char *err, size_t capac
 
 /* Other ranks wait longer than rank 0, so that rank 0, which can tell who
  * is missing, reports first. */
-static double ty_deadline(double timeout_s) {
-  double grace = ty_rank == 0 ? 0 : (timeout_s < 5 ? timeout_s : 5);
+static double ty_deadline(const struct ty_mpi_shim_comm_s *c, double timeout_s) {
+  double grace = c->rank == 0 ? 0 : (timeout_s < 5 ? timeout_s : 5);
   return ty_now() + timeout_s + grace;
 }
 
@@ -115,14 +126,15 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
     ty_mpi_error(rc, "MPI_Init_thread", err, capacity);
     return TY_MPI_SHIM_ERROR;
   }
-  rc = MPI_Comm_dup(MPI_COMM_WORLD, &ty_world);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(ty_world, MPI_ERRORS_RETURN);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(ty_world, &ty_rank);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(ty_world, &ty_size);
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &ty_world_comm.comm);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(ty_world_comm.comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(ty_world_comm.comm, &ty_world_comm.rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(ty_world_comm.comm, &ty_world_comm.size);
   MPI_Comm local = MPI_COMM_NULL;
   int local_rank = 0;
   if (rc == MPI_SUCCESS) {
-    rc = MPI_Comm_split_type(ty_world, MPI_COMM_TYPE_SHARED, ty_rank, MPI_INFO_NULL, &local);
+    rc = MPI_Comm_split_type(ty_world_comm.comm, MPI_COMM_TYPE_SHARED, ty_world_comm.rank,
+                             MPI_INFO_NULL, &local);
   }
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(local, &local_rank);
   if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
@@ -130,14 +142,14 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
     ty_mpi_error(rc, "setting up the MPI world", err, capacity);
     return TY_MPI_SHIM_ERROR;
   }
-  *out_rank = ty_rank;
-  *out_size = ty_size;
+  *out_rank = ty_world_comm.rank;
+  *out_size = ty_world_comm.size;
   *out_local_rank = local_rank;
   return TY_MPI_SHIM_OK;
 }
 
 static void ty_finalize(void) {
-  if (ty_world != MPI_COMM_NULL) MPI_Comm_free(&ty_world);
+  if (ty_world_comm.comm != MPI_COMM_NULL) MPI_Comm_free(&ty_world_comm.comm);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -161,19 +173,21 @@ static MPI_Datatype ty_type(int type, size_t *elem) {
   }
 }
 
-static int ty_allreduce_sum(void *buf, size_t count, int type, double timeout_s,
-                            int *out_missing, char *err, size_t capacity) {
-  int a = ty_arrive(timeout_s, out_missing, err, capacity);
+static int ty_allreduce(ty_mpi_shim_comm_t *comm, void *buf, size_t count, int type, int op,
+                        double timeout_s, int *out_missing, char *err, size_t capacity) {
+  struct ty_mpi_shim_comm_s *c = ty_comm_of(comm);
+  int a = ty_arrive(c, timeout_s, out_missing, err, capacity);
   if (a != TY_MPI_SHIM_OK) return a;
   size_t elem = 0;
   MPI_Datatype dt = ty_type(type, &elem);
-  double deadline = ty_deadline(timeout_s);
+  MPI_Op mop = op == TY_MPI_SHIM_MAX ? MPI_MAX : MPI_SUM;
+  double deadline = ty_deadline(c, timeout_s);
   /* MPI counts are int: large buffers go in chunks. */
   for (size_t done = 0; done < count;) {
     size_t n = count - done < (size_t)INT_MAX ? count - done : (size_t)INT_MAX;
     MPI_Request req;
     int w = ty_issued(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem, (int)n, dt,
-                                     MPI_SUM, ty_world, &req),
+                                     mop, c->comm, &req),
                       &req, deadline, "MPI_Iallreduce", err, capacity);
     if (w != TY_MPI_SHIM_OK) return w;
     done += n;
@@ -181,15 +195,16 @@ static int ty_allreduce_sum(void *buf, size_t count, int type, double timeout_s,
   return TY_MPI_SHIM_OK;
 }
 
-static int ty_broadcast(void *buf, size_t bytes, int root, double timeout_s, int *out_missing,
-                        char *err, size_t capacity) {
-  int a = ty_arrive(timeout_s, out_missing, err, capacity);
+static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int root,
+                        double timeout_s, int *out_missing, char *err, size_t capacity) {
+  struct ty_mpi_shim_comm_s *c = ty_comm_of(comm);
+  int a = ty_arrive(c, timeout_s, out_missing, err, capacity);
   if (a != TY_MPI_SHIM_OK) return a;
-  double deadline = ty_deadline(timeout_s);
+  double deadline = ty_deadline(c, timeout_s);
   for (size_t done = 0; done < bytes;) {
     size_t n = bytes - done < (size_t)INT_MAX ? bytes - done : (size_t)INT_MAX;
     MPI_Request req;
-    int w = ty_issued(MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, root, ty_world, &req),
+    int w = ty_issued(MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, root, c->comm, &req),
                       &req, deadline, "MPI_Ibcast", err, capacity);
     if (w != TY_MPI_SHIM_OK) return w;
     done += n;
@@ -210,7 +225,7 @@ static int ty_send_start(const void *buf, size_t bytes, int dest, int tag, void 
     snprintf(err, capacity, "out of memory");
     return TY_MPI_SHIM_ERROR;
   }
-  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, ty_world, req);
+  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, ty_world_comm.comm, req);
   if (rc != MPI_SUCCESS) {
     free(req);
     ty_mpi_error(rc, "MPI_Isend", err, capacity);
@@ -242,7 +257,7 @@ static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_
   MPI_Request req;
   MPI_Status status;
   memset(&status, 0, sizeof(status));
-  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, source, tag, ty_world, &req);
+  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, source, tag, ty_world_comm.comm, &req);
   if (rc != MPI_SUCCESS) {
     ty_mpi_error(rc, "MPI_Irecv", err, capacity);
     return TY_MPI_SHIM_ERROR;
@@ -264,7 +279,40 @@ static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_
 }
 
 static void ty_abort(int code) {
-  MPI_Abort(ty_world != MPI_COMM_NULL ? ty_world : MPI_COMM_WORLD, code);
+  MPI_Abort(ty_world_comm.comm != MPI_COMM_NULL ? ty_world_comm.comm : MPI_COMM_WORLD, code);
+}
+
+static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int *out_rank,
+                         int *out_size, char *err, size_t capacity) {
+  *out_comm = NULL;
+  struct ty_mpi_shim_comm_s *c = calloc(1, sizeof(*c));
+  if (!c) {
+    snprintf(err, capacity, "out of memory for a communicator");
+    return TY_MPI_SHIM_ERROR;
+  }
+  c->comm = MPI_COMM_NULL;
+  int rc = MPI_Comm_split(ty_world_comm.comm, color, key, &c->comm);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->comm, &c->rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->comm, &c->size);
+  if (rc != MPI_SUCCESS) {
+    ty_mpi_error(rc, "MPI_Comm_split", err, capacity);
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    free(c);
+    return TY_MPI_SHIM_ERROR;
+  }
+  *out_comm = c;
+  *out_rank = c->rank;
+  *out_size = c->size;
+  return TY_MPI_SHIM_OK;
+}
+
+static void ty_comm_free(ty_mpi_shim_comm_t *c) {
+  if (!c || c == &ty_world_comm) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+  free(c);
 }
 
 static const ty_mpi_shim_t ty_shim = {
@@ -273,12 +321,14 @@ static const ty_mpi_shim_t ty_shim = {
     .init = ty_init,
     .finalize = ty_finalize,
     .library_version = ty_library_version,
-    .allreduce_sum = ty_allreduce_sum,
+    .allreduce = ty_allreduce,
     .broadcast = ty_broadcast,
     .abort = ty_abort,
     .send_start = ty_send_start,
     .send_wait = ty_send_wait,
     .recv = ty_recv,
+    .comm_split = ty_comm_split,
+    .comm_free = ty_comm_free,
 };
 
 __attribute__((visibility("default"))) const ty_mpi_shim_t *ty_mpi_shim_query(uint32_t version);

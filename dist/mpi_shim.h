@@ -14,12 +14,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TY_MPI_SHIM_VERSION 1
+#define TY_MPI_SHIM_VERSION 2
 #define TY_MPI_SHIM_SYMBOL "ty_mpi_shim_query"
 
 enum { TY_MPI_SHIM_OK = 0, TY_MPI_SHIM_TIMEOUT = 1, TY_MPI_SHIM_ERROR = 2 };
 /* Element types of the reductions. */
 enum { TY_MPI_SHIM_F32 = 0, TY_MPI_SHIM_F64 = 1, TY_MPI_SHIM_I64 = 2 };
+/* Reductions (version 2). */
+enum { TY_MPI_SHIM_SUM = 0, TY_MPI_SHIM_MAX = 1 };
+
+/* A communicator of the shim (version 2): the world, or a group split from
+ * it. NULL in every call means the world. */
+typedef struct ty_mpi_shim_comm_s ty_mpi_shim_comm_t;
 
 typedef struct ty_mpi_shim_t {
   size_t struct_size;
@@ -31,13 +37,15 @@ typedef struct ty_mpi_shim_t {
   void (*finalize)(void);
   /* The MPI library's own version text (MPI_Get_library_version). */
   void (*library_version)(char *out, size_t capacity);
-  /* Sum over ranks in place. Rank 0 first waits for every other rank to
-   * arrive (a small message each), so a rank that never comes is named. */
-  int (*allreduce_sum)(void *buf, size_t count, int type, double timeout_s,
-                       int *out_missing_rank, char *err, size_t capacity);
-  /* Rank `root`'s bytes to every rank. */
-  int (*broadcast)(void *buf, size_t bytes, int root, double timeout_s, int *out_missing_rank,
-                   char *err, size_t capacity);
+  /* Reduces (`op`: TY_MPI_SHIM_SUM or _MAX) over the ranks of `comm` in
+   * place. Rank 0 of `comm` first waits for every other rank to arrive (a
+   * small message each), so a rank that never comes is named (its rank in
+   * `comm`). */
+  int (*allreduce)(ty_mpi_shim_comm_t *comm, void *buf, size_t count, int type, int op,
+                   double timeout_s, int *out_missing_rank, char *err, size_t capacity);
+  /* Rank `root`'s (of `comm`) bytes to every rank of `comm`. */
+  int (*broadcast)(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int root,
+                   double timeout_s, int *out_missing_rank, char *err, size_t capacity);
   /* MPI_Abort on the world: ends every rank. */
   void (*abort)(int code);
   /* Point to point between world ranks (pipeline parallel). send_start
@@ -51,6 +59,13 @@ typedef struct ty_mpi_shim_t {
   int (*send_wait)(void *request, double timeout_s, char *err, size_t capacity);
   int (*recv)(void *buf, size_t bytes, int source, int tag, double timeout_s, char *err,
               size_t capacity);
+  /* ---- version 2: groups ---- */
+  /* MPI_Comm_split of the world: every rank of the world calls it; ranks of
+   * one `color` form one new communicator, ordered by `key`. Blocking (a
+   * set-up step; MPI has no deadline for it). The caller frees it. */
+  int (*comm_split)(int color, int key, ty_mpi_shim_comm_t **out_comm, int *out_rank,
+                    int *out_size, char *err, size_t capacity);
+  void (*comm_free)(ty_mpi_shim_comm_t *comm);
 } ty_mpi_shim_t;
 
 typedef const ty_mpi_shim_t *(*ty_mpi_shim_query_fn)(uint32_t version);

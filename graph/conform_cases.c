@@ -331,6 +331,14 @@ static const ty_conform_case_t ty_cases[] = {
     C("all_reduce", "sum", "F[4,33]", "", EXACT, EXACT),
     C("all_reduce", "avg", "F[3,2,16]", "reduce='avg'", EXACT, EXACT),
     C("all_reduce", "scalar", "F[]", "reduce='sum'", EXACT, EXACT),
+    C("all_reduce", "group-dp", "F[5,9]", "group='dp' reduce='avg'", EXACT, EXACT),
+    /* the tensor-parallel region ops (issue 17): at world 1 f and g are the
+     * identity both ways; max's gradient is zero by definition (a constant
+     * shift) */
+    C("tp_copy", "tp", "F[4,33]", "", EXACT, EXACT),
+    C("tp_copy", "group-world", "F[2,3,8]", "group='world'", EXACT, EXACT),
+    C("tp_reduce", "sum", "F[4,33]", "", EXACT, EXACT),
+    C("tp_reduce", "max", "F[3,17]", "reduce='max'", EXACT, EXACT),
 };
 
 uint32_t ty_conform_case_count(void) {

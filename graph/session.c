@@ -319,6 +319,16 @@ static bool ty_session_seed_may_be_unbound(const ty_session_t *s) {
   return major == TY_ABI_MAJOR && minor >= 2;
 }
 
+/* A node's `group` attribute, or `fallback`. */
+static const char *ty_session_node_group(const ty_abi_node_t *node, const char *fallback) {
+  for (uint32_t a = 0; a < node->attr_count; ++a) {
+    if (!strcmp(node->attrs[a].name, "group") && node->attrs[a].kind == TY_ATTR_STRING) {
+      return node->attrs[a].s;
+    }
+  }
+  return fallback;
+}
+
 ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm) {
   if (comm && comm->size > 1) {
     uint32_t major = 0, minor = 0;
@@ -335,6 +345,20 @@ ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm
                             "backend '%s' speaks ABI %u.%u: running collective ops over %u "
                             "ranks needs the host collectives of ABI 1.5",
                             ty_backend_name(backend), major, minor, comm->size);
+    }
+    /* A 1.5 plugin reduces every collective over the world: refuse a graph
+     * whose collectives name a process group (or a maximum) rather than let
+     * it compute a wrong result. */
+    for (uint32_t n = 0; minor < 6 && s->abi && n < s->abi->node_count; ++n) {
+      const ty_abi_node_t *node = &s->abi->nodes[n];
+      const bool tp_op = !strcmp(node->op, "tp_copy") || !strcmp(node->op, "tp_reduce");
+      const char *group = ty_session_node_group(node, tp_op ? "tp" : "world");
+      if (tp_op || (!strcmp(node->op, "all_reduce") && strcmp(group, "world") != 0)) {
+        return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                              "backend '%s' speaks ABI %u.%u: node %u (%s over group %s) needs "
+                              "the process groups of ABI 1.6",
+                              ty_backend_name(backend), major, minor, n, node->op, group);
+      }
     }
   }
   s->host_comm = comm;

@@ -162,6 +162,46 @@ static ty_status_t ty_optim_update(ty_graph_t *g, const ty_optim_t *o, ty_value_
   return ty_graph_set_state_update(g, buf, out[1]);
 }
 
+static ty_status_t ty_fused_sumsq(ty_graph_t *g, ty_value_id_t grad, ty_value_id_t *out);
+
+/* Tensor parallel: clip_by_global_norm's result over the whole model
+ * (train_step.h tp_split): clip_out[0] the norm, clip_out[1 + i] grads[i]
+ * scaled by min(1, max_norm / (norm + 1e-6)). */
+static ty_status_t ty_tp_clip(ty_graph_t *g, const ty_value_id_t *grads, uint32_t n,
+                              const bool *split, ty_value_id_t max_norm,
+                              ty_value_id_t *clip_out) {
+  ty_value_id_t total[2] = {TY_VALUE_NONE, TY_VALUE_NONE}; /* replicated, split */
+  for (uint32_t i = 0; i < n; ++i) {
+    ty_value_id_t sq, *t = &total[split[i] ? 1 : 0];
+    TY_RETURN_IF_ERROR(ty_fused_sumsq(g, grads[i], &sq));
+    if (*t == TY_VALUE_NONE) {
+      *t = sq;
+    } else {
+      ty_value_id_t pair[2] = {*t, sq};
+      TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "add", pair, 2, NULL, t));
+    }
+  }
+  if (total[1] != TY_VALUE_NONE) {
+    ty_value_id_t part = total[1];
+    TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "tp_reduce", &part, 1, NULL, &total[1]));
+  }
+  ty_value_id_t in[3] = {max_norm}, out[2];
+  uint32_t k = 1;
+  for (int t = 0; t < 2; ++t) {
+    if (total[t] != TY_VALUE_NONE) in[k++] = total[t];
+  }
+  TY_RETURN_IF_ERROR(ty_graph_add_node(g, "global_norm_scale", in, k, NULL, out, 2));
+  clip_out[0] = out[0];
+  for (uint32_t i = 0; i < n; ++i) {
+    ty_value_id_t scale, pair[2];
+    TY_RETURN_IF_ERROR(ty_as_dtype(g, out[1], ty_graph_value(g, grads[i])->desc.dtype, &scale));
+    pair[0] = grads[i];
+    pair[1] = scale;
+    TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "mul", pair, 2, NULL, &clip_out[1 + i]));
+  }
+  return TY_OK;
+}
+
 /* Clipping and the optimizer for params[i] with gradients grads[i]; declares
  * the hyperparameter inputs and optimizer states, sets the state updates. */
 static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *params,
@@ -174,7 +214,9 @@ static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *param
                       : TY_OK;
   ty_optim_t o;
   if (!s) s = ty_optim_declare(g, p, &o);
-  if (!s) {
+  if (!s && p->tp_split) {
+    s = ty_tp_clip(g, grads, n, p->tp_split, o.max_norm, clip_out);
+  } else if (!s) {
     clip_in[0] = o.max_norm;
     memcpy(clip_in + 1, grads, n * sizeof(ty_value_id_t));
     s = ty_graph_add_node(g, "clip_by_global_norm", clip_in, n + 1, NULL, clip_out, n + 1);
@@ -294,6 +336,11 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
                           "train step: the fused optimizer updates each parameter in the "
                           "backward pass, which gradient accumulation (the ACCUMULATE mode) "
                           "cannot do: it keeps every gradient in an accumulator");
+  }
+  if (p->tp_split && p->fused_optimizer) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "train step: the fused optimizer's clipping has no tensor-parallel "
+                          "global norm");
   }
   if (p->all_reduce_grads && (p->fused_optimizer || p->mode != TY_TRAIN_STEP_FUSED)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,

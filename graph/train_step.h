@@ -92,6 +92,13 @@ typedef struct ty_train_step_params_t {
   const ty_value_id_t *wrt_inputs;
   const char *const *wrt_input_names;
   uint32_t wrt_input_count;
+  /* Tensor parallel (issue 17): per parameter, true when this rank holds a
+   * part of a tensor split over the "tp" group. Clipping's global norm is
+   * then the whole model's: the split gradients' sums of squares summed
+   * over the group (one tp_reduce), the replicated ones (the same on every
+   * tp rank) counted once, through global_norm_scale. NULL: no tensor
+   * parallel. Not with fused_optimizer. */
+  const bool *tp_split;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:

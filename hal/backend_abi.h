@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 5u
+#define TY_ABI_MINOR 6u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -95,10 +95,15 @@ typedef struct ty_abi_status_s *ty_abi_status_t;
 /* host->collective's arguments (ABI 1.5). */
 typedef struct ty_abi_host_collective_args_t {
   size_t struct_size;
-  uint32_t op;      /* ty_abi_reduce_op_t: 0 sum, 1 avg */
+  uint32_t op;      /* ty_abi_reduce_op_t: 0 sum, 1 avg, 2 max (1.6) */
   ty_dtype_t dtype; /* f32, bf16, f16 or f64 */
   void *data;       /* `count` elements of `dtype` in host memory, in place */
   uint64_t count;
+  /* ---- v1.6 ---- */
+  /* The process group to reduce over: the op's `group` attribute ("world",
+   * "tp", "dp", "pp"; docs/plugin-abi.md "Process groups"). NULL, or args
+   * from a 1.5 plugin, mean "world". */
+  const char *group;
 } ty_abi_host_collective_args_t;
 
 /* Services the host offers a plugin; handed over in backend_create(). The
@@ -429,6 +434,7 @@ typedef struct ty_abi_comm_create_args_t {
 typedef enum ty_abi_reduce_op_e {
   TY_ABI_REDUCE_SUM = 0,
   TY_ABI_REDUCE_AVG = 1, /* the sum divided by size, in the element dtype */
+  TY_ABI_REDUCE_MAX = 2, /* 1.6, host->collective only: the elementwise maximum */
 } ty_abi_reduce_op_t;
 
 /* One collective. Counts are elements of `dtype` (f32 or bf16; others may

@@ -1,6 +1,7 @@
 /* Device communicators (comm.h) over a plugin's ABI 1.4 comm_* entries. */
 #include "hal/comm.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,10 +108,26 @@ ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t off
 
 /* ---- host collectives (ABI 1.5) ---- */
 
-/* bf16/f16 travel as f32: MPI has no half types, and summing in f32 then
- * rounding once is what a device reduction in half storage does too. */
-static ty_status_t ty_host_comm_staged(const ty_host_comm_t *c, ty_dtype_t dtype, void *data,
-                                       size_t count, bool avg) {
+/* One reduction of f32/f64 elements over `group` (NULL: the world). */
+static ty_status_t ty_host_comm_reduce(const ty_host_comm_t *c, const char *group, bool max,
+                                       ty_dtype_t dtype, void *data, size_t count) {
+  const bool world = !group || !strcmp(group, "world");
+  if (world && !max) return c->all_reduce_sum(c->user, dtype, data, count);
+  if (!c->group_reduce) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "host collective: %s over %s, but the run's communicator has sums "
+                          "over the world only",
+                          max ? "a maximum" : "a sum", world ? "the world" : group);
+  }
+  return c->group_reduce(c->user, world ? "world" : group, max, dtype, data, count);
+}
+
+/* bf16/f16 travel as f32: MPI has no half types, and reducing in f32 then
+ * rounding once is what a device reduction in half storage does too (and
+ * a maximum is exact either way). */
+static ty_status_t ty_host_comm_staged(const ty_host_comm_t *c, const char *group, uint32_t op,
+                                       uint32_t size, ty_dtype_t dtype, void *data,
+                                       size_t count) {
   float *wide = malloc((count ? count : 1) * sizeof(float));
   if (!wide) {
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
@@ -121,9 +138,10 @@ static ty_status_t ty_host_comm_staged(const ty_host_comm_t *c, ty_dtype_t dtype
   for (size_t i = 0; i < count; ++i) {
     wide[i] = dtype == TY_DTYPE_BF16 ? ty_bf16_to_f32(h[i]) : ty_f16_to_f32(h[i]);
   }
-  ty_status_t s = c->all_reduce_sum(c->user, TY_DTYPE_F32, wide, count);
+  ty_status_t s =
+      ty_host_comm_reduce(c, group, op == TY_ABI_REDUCE_MAX, TY_DTYPE_F32, wide, count);
   if (!s) {
-    const float scale = avg ? 1.0f / (float)c->size : 1.0f;
+    const float scale = op == TY_ABI_REDUCE_AVG ? 1.0f / (float)size : 1.0f;
     for (size_t i = 0; i < count; ++i) {
       float v = wide[i] * scale;
       h[i] = dtype == TY_DTYPE_BF16 ? ty_f32_to_bf16(v) : ty_f32_to_f16(v);
@@ -140,34 +158,48 @@ static ty_status_t ty_host_comm_run(const ty_host_comm_t *c,
                           "host collective: the communicator is not set up (rank %u of %u)",
                           c ? c->rank : 0, c ? c->size : 0);
   }
-  if (!a || a->struct_size < sizeof(*a)) {
+  if (!a || a->struct_size < offsetof(ty_abi_host_collective_args_t, group)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "host collective: arguments missing or shorter than ABI 1.5's");
   }
-  if (a->op != TY_ABI_REDUCE_SUM && a->op != TY_ABI_REDUCE_AVG) {
+  if (a->op != TY_ABI_REDUCE_SUM && a->op != TY_ABI_REDUCE_AVG && a->op != TY_ABI_REDUCE_MAX) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "host collective: reduce op %u is neither sum (0) nor avg (1)", a->op);
+                          "host collective: reduce op %u is not sum (0), avg (1) or max (2)",
+                          a->op);
   }
   if (a->count && !a->data) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "host collective: %llu elements but no data",
                           (unsigned long long)a->count);
   }
-  const bool avg = a->op == TY_ABI_REDUCE_AVG;
+  /* A 1.5 plugin's args end before `group`: its collectives are the world's. */
+  const char *group = TY_ABI_HAS_FIELD(a, ty_abi_host_collective_args_t, group) ? a->group : NULL;
+  uint32_t size = c->size;
+  if (group && strcmp(group, "world") != 0) {
+    size = c->group_size ? c->group_size(c->user, group) : 0;
+    if (size == 0) {
+      return ty_status_make(TY_CODE_NOT_FOUND,
+                            "host collective: the run has no process group '%s' (its layout "
+                            "makes world, tp, pp and dp)",
+                            group);
+    }
+  }
+  if (size == 1) return TY_OK; /* this rank alone: every reduction is the identity */
   const size_t count = (size_t)a->count;
   switch (a->dtype) {
     case TY_DTYPE_BF16:
     case TY_DTYPE_F16:
-      return ty_host_comm_staged(c, a->dtype, a->data, count, avg);
+      return ty_host_comm_staged(c, group, a->op, size, a->dtype, a->data, count);
     case TY_DTYPE_F32:
     case TY_DTYPE_F64: {
-      TY_RETURN_IF_ERROR(c->all_reduce_sum(c->user, a->dtype, a->data, count));
-      if (!avg) return TY_OK;
+      TY_RETURN_IF_ERROR(
+          ty_host_comm_reduce(c, group, a->op == TY_ABI_REDUCE_MAX, a->dtype, a->data, count));
+      if (a->op != TY_ABI_REDUCE_AVG) return TY_OK;
       for (size_t i = 0; i < count; ++i) {
         if (a->dtype == TY_DTYPE_F32) {
-          ((float *)a->data)[i] /= (float)c->size;
+          ((float *)a->data)[i] /= (float)size;
         } else {
-          ((double *)a->data)[i] /= (double)c->size;
+          ((double *)a->data)[i] /= (double)size;
         }
       }
       return TY_OK;

@@ -65,10 +65,19 @@ typedef struct ty_host_comm_t {
   uint32_t size;
   void *user;
   ty_status_t (*all_reduce_sum)(void *user, ty_dtype_t dtype, void *data, size_t count);
+  /* Optional (ABI 1.6, process groups): the size of the group `group`
+   * ("world", "tp", "dp", "pp") this rank belongs to, 0 when the run has no
+   * such group; and a sum (max false) or maximum of `count` f32 or f64
+   * elements in place over it. NULL: the run has the world alone, reduced
+   * by sums. */
+  uint32_t (*group_size)(void *user, const char *group);
+  ty_status_t (*group_reduce)(void *user, const char *group, bool max, ty_dtype_t dtype,
+                              void *data, size_t count);
 } ty_host_comm_t;
 
-/* host->collective (ABI 1.5) over `comm` (a ty_host_comm_t*): validates
- * the arguments (INVALID_ARGUMENT naming the bad one) and reduces. */
+/* host->collective (ABI 1.5; groups and max 1.6) over `comm` (a
+ * ty_host_comm_t*): validates the arguments (INVALID_ARGUMENT naming the
+ * bad one, NOT_FOUND for a group the run does not have) and reduces. */
 ty_abi_status_t ty_host_comm_collective(void *comm, const ty_abi_host_collective_args_t *args);
 
 #ifdef __cplusplus

@@ -193,7 +193,7 @@ ty_status_t ty_llm_load_weights_with(const ty_llm_t *model, ty_session_t *sessio
         s = TY_OK;
       }
     }
-    if (!s) s = ty_session_bind(session, p->name, dtype, p->rank, p->dims, buf, bytes);
+    if (!s) s = ty_llm_bind_whole(model, session, p, dtype, buf);
     free(buf);
   }
   ty_safetensors_set_close(set);
@@ -204,29 +204,60 @@ ty_status_t ty_llm_load_weights(const ty_llm_t *model, ty_session_t *session, co
   return ty_llm_load_weights_with(model, session, dir, NULL, NULL);
 }
 
-ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
-                                const char *dir, uint64_t max_shard_bytes) {
+ty_status_t ty_llm_bind_whole(const ty_llm_t *model, ty_session_t *session,
+                              const ty_llm_param_t *p, ty_dtype_t dtype, const void *full) {
+  const size_t elem = ty_dtype_size(dtype),
+               bytes = (size_t)ty_llm_param_part_count(p) * elem;
+  if (model->options.tp_size <= 1 || p->tp_axis < 0) {
+    return ty_session_bind(session, p->name, dtype, p->rank, p->dims, full, bytes);
+  }
+  void *part = malloc(bytes ? bytes : 1);
+  if (!part) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for '%s'", p->name);
+  ty_llm_tp_take_part(p, model->options.tp_size, model->options.tp_rank, elem, full, part);
+  ty_status_t s = ty_session_bind(session, p->name, dtype, p->rank, p->dims, part, bytes);
+  free(part);
+  return s;
+}
+
+ty_status_t ty_llm_write_weights(const ty_llm_t *model, void *const *full, const char *dir,
+                                 uint64_t max_shard_bytes) {
   ty_safetensors_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_writer_create(&w));
+  ty_dtype_t dtype = model->options.dtype;
+  ty_status_t s = TY_OK;
+  for (uint32_t i = 0; i < model->param_count && !s; ++i) {
+    const ty_llm_param_t *p = &model->params[i];
+    const uint64_t bytes = (uint64_t)ty_llm_param_full_count(p) * ty_dtype_size(dtype);
+    s = ty_safetensors_writer_add(w, p->name, dtype, p->rank, p->full_dims, full[i], bytes);
+  }
+  if (!s) s = ty_safetensors_writer_write_dir(w, dir, max_shard_bytes);
+  ty_safetensors_writer_destroy(w);
+  return s;
+}
+
+ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
+                                const char *dir, uint64_t max_shard_bytes) {
+  if (model->options.tp_size > 1) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "saving a tensor-parallel model: its session holds rank %d's parts "
+                          "of %d; gather them into whole tensors first",
+                          model->options.tp_rank, model->options.tp_size);
+  }
   void **data = calloc(model->param_count ? model->param_count : 1, sizeof(void *));
   ty_status_t s = data ? TY_OK
                        : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory saving");
   ty_dtype_t dtype = model->options.dtype;
   for (uint32_t i = 0; i < model->param_count && !s; ++i) {
     const ty_llm_param_t *p = &model->params[i];
-    uint64_t count = 1;
-    for (uint32_t d = 0; d < p->rank; ++d) count *= (uint64_t)p->dims[d];
-    size_t bytes = (size_t)count * ty_dtype_size(dtype);
+    size_t bytes = (size_t)ty_llm_param_part_count(p) * ty_dtype_size(dtype);
     data[i] = malloc(bytes ? bytes : 1);
     if (!data[i]) {
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory saving '%s'", p->name);
       break;
     }
     s = ty_session_read(session, p->name, data[i], bytes);
-    if (!s) s = ty_safetensors_writer_add(w, p->name, dtype, p->rank, p->dims, data[i], bytes);
   }
-  if (!s) s = ty_safetensors_writer_write_dir(w, dir, max_shard_bytes);
-  ty_safetensors_writer_destroy(w);
+  if (!s) s = ty_llm_write_weights(model, data, dir, max_shard_bytes);
   for (uint32_t i = 0; data && i < model->param_count; ++i) free(data[i]);
   free(data);
   return s;

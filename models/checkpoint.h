@@ -65,9 +65,21 @@ ty_status_t ty_llm_load_weights(const ty_llm_t *model, ty_session_t *session,
 /* Reads every parameter from `session` and writes them to `model_dir` (which
  * must exist) as safetensors in the graph's dtype, sharded like
  * save_pretrained when larger than `max_shard_bytes` (0: one file). Tied
- * lm_head weights are not written, as transformers does. Atomic per file. */
+ * lm_head weights are not written, as transformers does. Atomic per file.
+ * FAILED_PRECONDITION for a tensor-parallel model, whose session holds
+ * parts: gather them and use ty_llm_write_weights. */
 ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
                                 const char *model_dir, uint64_t max_shard_bytes);
+/* ty_llm_save_weights from host memory: full[i] is parameter i's whole
+ * tensor (full_dims) in the model's dtype. */
+ty_status_t ty_llm_write_weights(const ty_llm_t *model, void *const *full,
+                                 const char *model_dir, uint64_t max_shard_bytes);
+/* Binds parameter `p` of `model` in `session` from its whole tensor `full`
+ * (full_dims, in `dtype`): this rank's part of it under tensor parallel
+ * (model->options.tp_size > 1), else all of it. How every rank loads or
+ * initializes the whole model and keeps its part. */
+ty_status_t ty_llm_bind_whole(const ty_llm_t *model, ty_session_t *session,
+                              const ty_llm_param_t *p, ty_dtype_t dtype, const void *full);
 
 #ifdef __cplusplus
 }

@@ -107,6 +107,37 @@ static ty_status_t ty_b_linear(ty_builder_t *b, ty_value_id_t x, ty_value_id_t w
   return ty_b_node(b, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, &a, out);
 }
 
+/* ---- tensor parallel (llm.h "Tensor parallel"; docs/design-notes.md) ---- */
+
+static int ty_b_tp(const ty_builder_t *b) { return b->o->tp_size > 1 ? b->o->tp_size : 1; }
+
+/* Entering a column-parallel region: Megatron's f (the identity forward,
+ * the gradient summed over the tp ranks), nothing without tp. */
+static ty_status_t ty_b_tp_enter(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *out) {
+  if (ty_b_tp(b) == 1) {
+    *out = x;
+    return TY_OK;
+  }
+  return ty_b_node(b, "tp_copy", &x, 1, NULL, out);
+}
+
+/* A row-parallel linear: each rank's part of the product, summed over the
+ * tp ranks by g (identity gradient), then the bias, added once. Without
+ * tp, the plain linear. */
+static ty_status_t ty_b_row_linear(ty_builder_t *b, ty_value_id_t x, ty_value_id_t w,
+                                   ty_value_id_t bias, bool w_is_out_in, ty_value_id_t *out) {
+  if (ty_b_tp(b) == 1) return ty_b_linear(b, x, w, bias, w_is_out_in, out);
+  ty_value_id_t partial, sum;
+  TY_RETURN_IF_ERROR(ty_b_linear(b, x, w, TY_VALUE_NONE, w_is_out_in, &partial));
+  TY_RETURN_IF_ERROR(ty_b_node(b, "tp_reduce", &partial, 1, NULL, &sum));
+  if (bias == TY_VALUE_NONE) {
+    *out = sum;
+    return TY_OK;
+  }
+  TY_RETURN_IF_ERROR(ty_b_cast(b, bias, ty_b_compute(b), &bias));
+  return ty_b_binary(b, "add", sum, bias, out);
+}
+
 static ty_status_t ty_b_dropout(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *out) {
   if (b->rng == TY_VALUE_NONE) {
     *out = x;
@@ -255,18 +286,21 @@ static ty_status_t ty_b_attention_core(ty_builder_t *b, int layer, ty_value_id_t
 static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t x,
                                        ty_value_id_t *out) {
   const ty_model_config_t *c = b->c;
-  int64_t B = b->o->batch, T = b->o->seq, C = c->hidden_size, H = c->num_heads,
-          D = c->head_dim;
+  /* Tensor parallel: this rank's heads (its part of each of q, k, v). */
+  int64_t B = b->o->batch, T = b->o->seq, H = c->num_heads / ty_b_tp(b), D = c->head_dim,
+          C = H * D, Cin = c->hidden_size;
   ty_value_id_t w, bias, parts[3], y;
+  TY_RETURN_IF_ERROR(ty_b_tp_enter(b, x, &x));
   TY_RETURN_IF_ERROR(ty_b_param(b, &w, "transformer.h.%d.attn.c_attn.weight", layer));
   TY_RETURN_IF_ERROR(ty_b_param(b, &bias, "transformer.h.%d.attn.c_attn.bias", layer));
-  /* c_attn's [C, 3C] weight holds q|k|v side by side. Slicing the weight
-   * (C x C each) rather than the activation (B x T x 3C) gives three
-   * matmuls of the same FLOPs whose outputs are q, k and v already
-   * contiguous: no copy of the activation in the forward, and in the
-   * backward two adds of [B, T, C] for dx instead of three zero-padded
-   * [B, T, 3C] slice gradients and two adds of that size (4.5% of a GPT-2
-   * 124M step on an H100, docs/performance.md). The slices' gradients land on the small weight. */
+  /* c_attn's [Cin, 3C] weight (this rank's heads under --tp) holds q|k|v
+   * side by side. Slicing the weight (Cin x C each) rather than the
+   * activation (B x T x 3C) gives three matmuls of the same FLOPs whose
+   * outputs are q, k and v already contiguous: no copy of the activation
+   * in the forward, and in the backward two adds of [B, T, Cin] for dx
+   * instead of three zero-padded [B, T, 3C] slice gradients and two adds of
+   * that size (4.5% of a GPT-2 124M step on an H100, docs/performance.md).
+   * The slices' gradients land on the small weight. */
   const ty_dtype_t ct = ty_b_compute(b);
   TY_RETURN_IF_ERROR(ty_b_cast(b, x, ct, &x));
   TY_RETURN_IF_ERROR(ty_b_cast(b, w, ct, &w));
@@ -274,7 +308,7 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
   int64_t four[4] = {B, T, H, D};
   for (int i = 0; i < 3; ++i) {
     ty_attrs_t wa = TY_ATTRS_EMPTY, ba = TY_ATTRS_EMPTY;
-    int64_t wstarts[2] = {0, i * C}, wsizes[2] = {C, C}, bstart[1] = {i * C}, bsize[1] = {C};
+    int64_t wstarts[2] = {0, i * C}, wsizes[2] = {Cin, C}, bstart[1] = {i * C}, bsize[1] = {C};
     TY_RETURN_IF_ERROR(ty_attrs_set_ints(&wa, "starts", wstarts, 2));
     TY_RETURN_IF_ERROR(ty_attrs_set_ints(&wa, "sizes", wsizes, 2));
     TY_RETURN_IF_ERROR(ty_attrs_set_ints(&ba, "starts", bstart, 1));
@@ -291,26 +325,71 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
   ty_value_id_t pw, pb;
   TY_RETURN_IF_ERROR(ty_b_param(b, &pw, "transformer.h.%d.attn.c_proj.weight", layer));
   TY_RETURN_IF_ERROR(ty_b_param(b, &pb, "transformer.h.%d.attn.c_proj.bias", layer));
-  return ty_b_linear(b, y, pw, pb, false, out);
+  return ty_b_row_linear(b, y, pw, pb, false, out);
 }
 
-static ty_status_t ty_b_proj(ty_builder_t *b, int layer, const char *name, bool bias,
+/* A Linear of layer `layer`; `rows`: row-parallel under tp (o_proj,
+ * down_proj), else column-parallel or whole. */
+static ty_status_t ty_b_proj(ty_builder_t *b, int layer, const char *name, bool bias, bool rows,
                              ty_value_id_t x, ty_value_id_t *out) {
   ty_value_id_t w, bv = TY_VALUE_NONE;
   TY_RETURN_IF_ERROR(ty_b_param(b, &w, "model.layers.%d.%s.weight", layer, name));
   if (bias) TY_RETURN_IF_ERROR(ty_b_param(b, &bv, "model.layers.%d.%s.bias", layer, name));
+  return rows ? ty_b_row_linear(b, x, w, bv, true, out) : ty_b_linear(b, x, w, bv, true, out);
+}
+
+/* Rows [first, first + count) of `x` (a weight [out, in] or a bias [out]). */
+static ty_status_t ty_b_rows(ty_builder_t *b, ty_value_id_t x, int64_t first, int64_t count,
+                             ty_value_id_t *out) {
+  const ty_tensor_desc_t *d = &ty_graph_value(b->g, x)->desc;
+  int64_t starts[2] = {first, 0}, sizes[2] = {count, d->rank == 2 ? d->dims[1] : 0};
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "starts", starts, d->rank));
+  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "sizes", sizes, d->rank));
+  return ty_b_node(b, "slice", &x, 1, &a, out);
+}
+
+/* k_proj or v_proj when tp exceeds the key/value heads: every rank holds
+ * them all (replicated) and uses the one head its query heads share. Its
+ * gradient on a rank covers that rank's query heads alone, so the weight
+ * enters through f: the sum over the tp ranks is the whole gradient, the
+ * same on every rank, as a replicated parameter's must be. */
+static ty_status_t ty_b_kv_replicated(ty_builder_t *b, int layer, const char *name,
+                                      ty_value_id_t x, ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  const int tp = ty_b_tp(b);
+  const int64_t D = c->head_dim, head = b->o->tp_rank / (tp / c->num_kv_heads);
+  ty_value_id_t w, bv = TY_VALUE_NONE;
+  TY_RETURN_IF_ERROR(ty_b_param(b, &w, "model.layers.%d.%s.weight", layer, name));
+  TY_RETURN_IF_ERROR(ty_b_tp_enter(b, w, &w));
+  TY_RETURN_IF_ERROR(ty_b_rows(b, w, head * D, D, &w));
+  if (c->qkv_bias) {
+    TY_RETURN_IF_ERROR(ty_b_param(b, &bv, "model.layers.%d.%s.bias", layer, name));
+    TY_RETURN_IF_ERROR(ty_b_tp_enter(b, bv, &bv));
+    TY_RETURN_IF_ERROR(ty_b_rows(b, bv, head * D, D, &bv));
+  }
   return ty_b_linear(b, x, w, bv, true, out);
 }
 
 static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_t x,
                                         ty_value_id_t *out) {
   const ty_model_config_t *c = b->c;
-  int64_t B = b->o->batch, T = b->o->seq, H = c->num_heads, K = c->num_kv_heads,
-          D = c->head_dim;
+  /* Tensor parallel: this rank's query heads and the key/value heads they
+   * use (its part of them, or the one they share). */
+  const int tp = ty_b_tp(b);
+  const bool kv_split = c->num_kv_heads % tp == 0;
+  int64_t B = b->o->batch, T = b->o->seq, H = c->num_heads / tp,
+          K = kv_split ? c->num_kv_heads / tp : 1, D = c->head_dim;
   ty_value_id_t q, k, v, y;
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.q_proj", c->qkv_bias, x, &q));
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.k_proj", c->qkv_bias, x, &k));
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.v_proj", c->qkv_bias, x, &v));
+  TY_RETURN_IF_ERROR(ty_b_tp_enter(b, x, &x));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.q_proj", c->qkv_bias, false, x, &q));
+  if (kv_split) {
+    TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.k_proj", c->qkv_bias, false, x, &k));
+    TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "self_attn.v_proj", c->qkv_bias, false, x, &v));
+  } else {
+    TY_RETURN_IF_ERROR(ty_b_kv_replicated(b, layer, "self_attn.k_proj", x, &k));
+    TY_RETURN_IF_ERROR(ty_b_kv_replicated(b, layer, "self_attn.v_proj", x, &v));
+  }
   int64_t qd[4] = {B, T, H, D}, kd[4] = {B, T, K, D};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, q, 4, qd, &q));
   TY_RETURN_IF_ERROR(ty_b_reshape(b, k, 4, kd, &k));
@@ -320,11 +399,12 @@ static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_
   TY_RETURN_IF_ERROR(ty_b_attention_core(b, layer, q, k, v, &y));
   int64_t yd[3] = {B, T, H * D};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, y, 3, yd, &y));
-  return ty_b_proj(b, layer, "self_attn.o_proj", c->o_bias, y, out);
+  return ty_b_proj(b, layer, "self_attn.o_proj", c->o_bias, true, y, out);
 }
 
 static ty_status_t ty_b_mlp(ty_builder_t *b, int layer, ty_value_id_t x, ty_value_id_t *out) {
   const ty_model_config_t *c = b->c;
+  TY_RETURN_IF_ERROR(ty_b_tp_enter(b, x, &x)); /* columns split, then rows */
   if (c->arch == TY_ARCH_GPT2) {
     ty_value_id_t w1, b1, w2, b2, h;
     TY_RETURN_IF_ERROR(ty_b_param(b, &w1, "transformer.h.%d.mlp.c_fc.weight", layer));
@@ -333,13 +413,13 @@ static ty_status_t ty_b_mlp(ty_builder_t *b, int layer, ty_value_id_t x, ty_valu
     TY_RETURN_IF_ERROR(ty_b_node(b, "gelu", &h, 1, NULL, &h));
     TY_RETURN_IF_ERROR(ty_b_param(b, &w2, "transformer.h.%d.mlp.c_proj.weight", layer));
     TY_RETURN_IF_ERROR(ty_b_param(b, &b2, "transformer.h.%d.mlp.c_proj.bias", layer));
-    return ty_b_linear(b, h, w2, b2, false, out);
+    return ty_b_row_linear(b, h, w2, b2, false, out);
   }
   ty_value_id_t gate, up, h;
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.gate_proj", c->mlp_bias, x, &gate));
-  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.up_proj", c->mlp_bias, x, &up));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.gate_proj", c->mlp_bias, false, x, &gate));
+  TY_RETURN_IF_ERROR(ty_b_proj(b, layer, "mlp.up_proj", c->mlp_bias, false, x, &up));
   TY_RETURN_IF_ERROR(ty_b_binary(b, "swiglu", gate, up, &h));
-  return ty_b_proj(b, layer, "mlp.down_proj", c->mlp_bias, h, out);
+  return ty_b_proj(b, layer, "mlp.down_proj", c->mlp_bias, true, h, out);
 }
 
 static ty_status_t ty_b_embed(ty_builder_t *b, ty_value_id_t *out_h, ty_value_id_t *out_wte) {
@@ -483,6 +563,16 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
                           "training graph",
                           (int)o->unit_begin, (int)o->unit_end, (int)ty_llm_unit_count(c));
   }
+  if (o->tp_size > 1 && o->cache_len > 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "tensor parallel builds training graphs; KV-cache decoding runs the "
+                          "whole model");
+  }
+  if (o->tp_size > 1 && (o->tp_rank < 0 || o->tp_rank >= o->tp_size)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "tensor-parallel rank %d is not in 0..%d",
+                          o->tp_rank, o->tp_size - 1);
+  }
+  if (o->tp_size > 1) TY_RETURN_IF_ERROR(ty_llm_tp_check(c, o->tp_size));
   if (o->logits_at_index && o->with_loss) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "logits at one index per row leave no logits for a loss");
@@ -517,7 +607,10 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for %u parameters", count);
   }
   m->param_count = count;
-  for (uint32_t i = 0; i < count; ++i) ty_llm_param_spec(c, i, &m->params[i]);
+  for (uint32_t i = 0; i < count; ++i) {
+    ty_llm_param_spec(c, i, &m->params[i]);
+    ty_llm_tp_shard(c, o->tp_size, &m->params[i]); /* whole (tp_axis -1) without tp */
+  }
   ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE,
                    .cache_position = TY_VALUE_NONE, .kv_len = TY_VALUE_NONE};
   const int32_t units = ty_llm_unit_count(c);

@@ -24,6 +24,15 @@ typedef struct ty_llm_param_t {
   uint32_t rank;
   int64_t dims[2];
   bool decay;                 /* weight decay applies (matrices, not norms/biases/embeddings) */
+  /* Tensor parallel (issue 17, models/llm_tp.c): this rank's tensor is
+   * the part of the whole one (full_dims) that tp_axis cuts; dims are the
+   * part's. tp_axis -1: replicated (dims == full_dims). tp_segments > 1:
+   * the axis holds that many equal segments (GPT-2's c_attn q|k|v), each
+   * cut into tp_size parts, and the rank's part is its part of every
+   * segment, in order. */
+  int8_t tp_axis;
+  uint8_t tp_segments;
+  int64_t full_dims[2];
 } ty_llm_param_t;
 
 typedef struct ty_llm_options_t {
@@ -83,6 +92,12 @@ typedef struct ty_llm_options_t {
                           (one node each per row and layer); the matmuls,
                           norms and MLPs run on the whole batch. */
   int64_t first_slot;  /* slot of row 0 (slot_caches) */
+  int tp_size;         /* tensor parallel (issue 17): > 1 builds this rank's
+                          part of the model split over tp_size ranks of the
+                          "tp" group (models/llm_tp.c has the split rule;
+                          training graphs only, not with KV caches); 0 or 1:
+                          the whole model */
+  int tp_rank;         /* 0 <= tp_rank < tp_size */
   bool logits_at_index; /* output "logits" is [B, V]: for each row b, the
                            logits of token logits_index[b] only (input
                            "logits_index", i64 [B], an index into the flat
@@ -165,6 +180,34 @@ bool ty_llm_stage_has_param(const ty_model_config_t *config, int32_t unit_begin,
 
 /* The parameter named `name`, or NULL. */
 const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *model, const char *name);
+
+/* ---- Tensor parallel (issue 17; models/llm_tp.c) ----
+ * Megatron's split: attention heads and MLP columns over the tp ranks
+ * (column-parallel q/k/v, gate/up, c_attn, c_fc; row-parallel o_proj,
+ * down_proj, c_proj with one all-reduce each, their biases added once after
+ * it), GQA key/value heads split when num_kv_heads % tp == 0 and
+ * replicated (every rank holding them all) when tp is a multiple of
+ * num_kv_heads; embeddings, norms and the LM head replicated. */
+
+/* INVALID_ARGUMENT naming --tp and the config's sizes when `tp` does not
+ * split the model (heads, kv heads, MLP width). tp 1 always does. */
+ty_status_t ty_llm_tp_check(const ty_model_config_t *config, int tp);
+/* Sets p's tp_axis, tp_segments and full_dims from its name (a whole
+ * tensor as ty_llm_param_spec gives it), and its dims to one of `tp` parts.
+ * Call only after ty_llm_tp_check accepted `tp`. */
+void ty_llm_tp_shard(const ty_model_config_t *config, int tp, ty_llm_param_t *p);
+/* Copies rank `tp_rank`'s part of the whole tensor `full` (full_dims, row
+ * major, `elem` bytes an element) to `part` (dims). A replicated tensor is
+ * copied whole. */
+void ty_llm_tp_take_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
+                         const void *full, void *part);
+/* The reverse: `part` written into its place in `full`, the rest of `full`
+ * untouched (rank 0 gathering a checkpoint puts every rank's part). */
+void ty_llm_tp_put_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
+                        const void *part, void *full);
+/* Elements of p's whole tensor (full_dims) and of this rank's part (dims). */
+int64_t ty_llm_param_full_count(const ty_llm_param_t *p);
+int64_t ty_llm_param_part_count(const ty_llm_param_t *p);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 
 #include "hal/dtype.h"
 #include "hal/half.h"
+#include "models/checkpoint.h"
 
 typedef struct {
   const char *name;
@@ -222,8 +223,9 @@ ty_status_t ty_llm_init_weights(const ty_llm_t *m, ty_session_t *session, uint64
   double std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)c->num_layers);
   for (uint32_t i = 0; i < m->param_count; ++i) {
     const ty_llm_param_t *p = &m->params[i];
-    int64_t n = 1;
-    for (uint32_t d = 0; d < p->rank; ++d) n *= p->dims[d];
+    /* The whole tensor, whatever part of it this rank keeps (tensor
+     * parallel): the same seed gives the same model for any split. */
+    int64_t n = ty_llm_param_full_count(p);
     size_t bytes = (size_t)n * ty_dtype_size(dtype);
     void *data = malloc(bytes ? bytes : 1);
     if (!data) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory initializing %s", p->name);
@@ -242,7 +244,7 @@ ty_status_t ty_llm_init_weights(const ty_llm_t *m, ty_session_t *session, uint64
         default: break;
       }
     }
-    ty_status_t s = ty_session_bind(session, p->name, dtype, p->rank, p->dims, data, bytes);
+    ty_status_t s = ty_llm_bind_whole(m, session, p, dtype, data);
     free(data);
     TY_RETURN_IF_ERROR(s);
   }

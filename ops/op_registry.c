@@ -38,7 +38,7 @@ static const ty_op_def_t *const ty_op_table[] = {
     /* KV cache */
     &ty_op_def_kv_cache_write,
     /* Collectives */
-    &ty_op_def_all_reduce,
+    &ty_op_def_all_reduce, &ty_op_def_tp_copy, &ty_op_def_tp_reduce,
 };
 
 #define TY_OP_TABLE_SIZE ((uint32_t)(sizeof(ty_op_table) / sizeof(ty_op_table[0])))

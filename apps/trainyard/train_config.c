@@ -114,6 +114,8 @@ static const ty_opt_t ty_opts[] = {
                       "process), mpi (an MPI job; an error without MPI) or none"),
     TY_F(dist_timeout, "seconds a rank waits for the others at a collective before the run "
                        "ends with an error naming the missing rank"),
+    TY_I(tp, "tensor parallel: split attention heads and MLP columns over this many ranks "
+             "of an MPI job (the rest data parallel: world = dp x tp)"),
     TY_I(zero, "1: ZeRO-1, each rank keeps and updates the optimizer state of its share of "
                "the parameters (data parallel only); 0: every rank keeps all of it"),
     TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks (world = data "
@@ -161,6 +163,7 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   c->pp = 1;
   snprintf(c->pp_schedule, sizeof(c->pp_schedule), "1f1b");
   c->world = 1;
+  c->tp = 1;
   ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
   c->setting_layer = TY_TRAIN_LAYER_COMMAND;
 }
@@ -482,6 +485,31 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   }
   if (c->zero != 0 && c->zero != 1) {
     TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);
+  }
+  if (c->tp < 1 || c->tp > 4096) TY_BAD("--tp must be 1 or more, not %lld", (long long)c->tp);
+  /* What tensor parallel does not do (yet): each named, none ignored. */
+  if (c->tp > 1) {
+#define TY_TP_BAD(what, reason) \
+  TY_BAD("tensor parallel (--tp %lld) does not run with %s: %s", (long long)c->tp, what, reason)
+    if (!strcmp(c->distributed, "none")) {
+      TY_TP_BAD("--distributed none", "it splits the model over ranks");
+    }
+    if (c->fused_optimizer) {
+      TY_TP_BAD("--fused-optimizer", "the update would precede the gradient sums over the ranks");
+    }
+    if (c->zero) TY_TP_BAD("--zero 1", "not implemented yet");
+    if (!strcmp(c->optimizer, "adafactor")) {
+      TY_TP_BAD("--optimizer adafactor",
+                "its factored moments of a split matrix are not the whole matrix's");
+    }
+    if (c->sample_tokens > 0 || c->eval_data[0]) {
+      TY_TP_BAD(c->sample_tokens > 0 ? "--sample-tokens" : "--eval-data",
+                "they run the whole model on rank 0");
+    }
+    if (c->artifact[0]) {
+      TY_TP_BAD("--artifact", "an artifact holds one whole model's step");
+    }
+#undef TY_TP_BAD
   }
   if (!(c->dist_timeout > 0) || !(c->dist_timeout <= 86400 * 7)) {
     TY_BAD("--dist-timeout must lie in (0, 604800] seconds, not %g: a rank that dies or "

@@ -69,6 +69,10 @@ typedef struct ty_train_config_t {
   int64_t pp;                      /* pipeline stages (world = data parallel x pp) */
   char pp_schedule[16];            /* 1f1b or interleaved */
   int64_t pp_virtual;              /* interleaved: chunks per rank (0: 2) */
+  int64_t tp;                      /* tensor parallel: the model split over this many ranks */
+  /* This rank's index in its tp group: set by the trainer with world, not
+   * an option (the graph holds this rank's part of the model). */
+  int64_t tp_rank;
   /* The run's world size: set by the trainer (or by `compile
    * --data-parallel`), not an option; the train step's graph depends on it. */
   int64_t world;

@@ -101,6 +101,10 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
                           c->dtype, ty_dtype_name(param_dtype), ty_dtype_name(dtype));
   }
   ty_llm_options_t opts = {.batch = B, .seq = T, .dtype = dtype, .compute_dtype = compute_dtype};
+  if (kind != TY_TRAIN_GRAPH_INFERENCE) { /* this rank's part of a tensor-parallel model */
+    opts.tp_size = (int)c->tp;
+    opts.tp_rank = (int)c->tp_rank;
+  }
   if (kind == TY_TRAIN_GRAPH_STEP) {
     opts.with_loss = true;
     opts.dropout = c->dropout;

@@ -198,6 +198,7 @@ static ty_status_t ty_trainer_micro_steps(ty_trainer_t *t, int64_t base, double 
     counted_total += counted;
   }
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
+  counted_total /= t->tp; /* every tp rank of a replica counted the same rows */
   double loss = 0;
   ty_session_t *opt = t->s_opt ? t->s_opt : t->s_train;
   for (int64_t m = 0; m < t->accum; ++m) {
@@ -261,7 +262,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   double sums[3] = {loss, (double)ty_stop_signals_received(),
                     (double)ty_train_control_take(t)};
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, sums, 3, "the loss"));
-  loss = sums[0];
+  loss = sums[0] / t->tp; /* the tp ranks of a replica hold the same loss */
   t->control_bits = (uint32_t)sums[2];
   if (t->world > 1 && sums[1] > 0) {
     int local = ty_stop_signals_received();
@@ -390,6 +391,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
                                           TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
+  TY_RETURN_IF_ERROR(ty_trainer_tp_sessions(t));
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
   ty_status_t s = TY_OK;
   if (t->accum > 1 || (t->world > 1 && !c->world_in_graph)) {
@@ -400,6 +402,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
     /* ZeRO-1: this rank's optimizer graph updates its share alone */
     if (!s && c->zero) s = ty_trainer_dist_owners(t);
     step.update = t->updates;
+    step.tp_split = t->tp_split; /* the whole model's norm (tensor parallel) */
     if (!s) s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
     if (!s) s = ty_graph_create(&t->g_opt);
     if (!s) {
@@ -438,6 +441,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   share.share_state_with = t->s_train;
   if (!s && t->g_opt) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
   if (!s && t->g_eval) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
+  if (!s) s = ty_trainer_tp_comm(t);
   return s;
 }
 
@@ -605,15 +609,16 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
   /* --pp: every stage's weights (and for a save their state) to rank 0 */
   if (t->pp > 1 && (evaluate || save)) s = ty_trainer_pp_gather(t, save);
   if (!s && evaluate) {
-    if (t->rank == 0) s = ty_trainer_eval(t, &t->last_val_loss);
+    if (ty_trainer_evaluates(t)) s = ty_trainer_eval(t, &t->last_val_loss);
     if (!s && t->rank == 0) ty_train_metrics_eval(t);
     if (!s && t->rank == 0) s = ty_train_eval_run(t); /* --eval-data: task accuracy */
-    if (t->owner) s = ty_dist_agree(t->dist, s, "the evaluation"); /* the save is collective */
+    /* the save that follows is collective (ZeRO-1 shards, tensor-parallel gathers) */
+    if (t->owner || t->tp > 1) s = ty_dist_agree(t->dist, s, "the evaluation");
     evaluated = true;
   }
   if (!s && save) {
     /* ZeRO-1: every rank writes its share of the optimizer state */
-    if (t->rank == 0 || t->owner) s = ty_trainer_save(t);
+    if (ty_trainer_saves(t)) s = ty_trainer_save(t);
     if (!s) *saved_step = t->step;
     checkpointed = true;
   }
@@ -635,7 +640,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.B = config->batch_size;
   t.accum = config->grad_accum;
   t.world = 1;
-  t.dp = 1;
+  t.tp = t.dp = 1; /* until the world's layout says otherwise */
   t.live_line = isatty(fileno(stderr));
   /* A console that went away (`train | tee log`, tee killed) must not stop
    * the run or its final save: console writes just fail from then on. */

@@ -78,11 +78,17 @@ typedef struct ty_trainer_t {
    * this rank does (the optimizer graph's update mask); NULL otherwise */
   int *owner;
   bool *updates;
-  /* pipeline parallel (pipeline/trainer_pp.h): world = dp x pp, this rank
-   * stage pp_rank of replica dp_rank, and the stages (NULL without --pp);
-   * pp 1: dp = world, dp_rank = rank */
+  /* The rank layout (docs/design-notes.md "Many devices"): world = dp x pp
+   * x tp. Pipeline parallel (pipeline/trainer_pp.h): this rank is stage
+   * pp_rank of replica dp_rank, with the stages in `pipe` (NULL without
+   * --pp). Tensor parallel (--tp, trainer_tp.c): dp_rank is the replica
+   * whose rows this rank reads; tp_split: per parameter, whether this rank
+   * holds a part of it (the optimizer graph's global norm). Without either:
+   * dp = world, dp_rank = rank. */
   int pp, dp, pp_rank, dp_rank;
   struct ty_trainer_pp_t *pipe;
+  int tp;
+  bool *tp_split;
   int stop_signal;
   bool control_abort; /* `trainyard control abort` ended the loop on every rank */
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
@@ -149,6 +155,34 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
 void ty_trainer_dist_fault(const ty_trainer_t *t);
 /* The per-rank memory line of the pre-flight plan (nothing for one rank). */
 void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out);
+
+/* ---- trainer_tp.c (tensor parallel, --tp) ---- */
+
+/* After the world opens: the layout (world = dp x tp, tp fastest) and its
+ * groups, tp, dp, dp_rank and cfg.tp_rank. INVALID_ARGUMENT for a --tp
+ * that does not divide the world, or one process. */
+ty_status_t ty_trainer_tp_open(ty_trainer_t *t);
+void ty_trainer_tp_close(ty_trainer_t *t);
+/* Whether this rank takes part in writing checkpoints: rank 0, every
+ * ZeRO-1 rank, and with tp the tp ranks of dp index 0 (rank 0 gathers
+ * their parts). */
+bool ty_trainer_saves(const ty_trainer_t *t);
+/* Whether this rank runs the validation: rank 0, and with tp its group. */
+bool ty_trainer_evaluates(const ty_trainer_t *t);
+/* After the train graph is built: tp_split from the model's split. */
+ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t);
+/* After the sessions exist: the host communicator on each (tp only). */
+ty_status_t ty_trainer_tp_comm(ty_trainer_t *t);
+/* Rank 0 prints the layout, one line per rank with its device (tp only);
+ * collective over the world. */
+ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t);
+/* The whole tensor of `name` in `session` (parameter `p`, or one of its
+ * states of p's shape, `elem` bytes an element) from every tp rank's part:
+ * into *out_full on tp rank 0 (the caller frees it), NULL on the others.
+ * Collective over the tp group. */
+ty_status_t ty_trainer_tp_gather(ty_trainer_t *t, ty_session_t *session,
+                                 const ty_llm_param_t *p, const char *name, size_t elem,
+                                 void **out_full);
 
 /* ---- trainer_state.c ---- */
 

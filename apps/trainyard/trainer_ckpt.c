@@ -198,9 +198,60 @@ static ty_status_t ty_optimizer_state_find(const ty_trainer_t *t, const ty_llm_p
   return s;
 }
 
+/* Tensor parallel: every parameter and optimizer state gathered whole on
+ * rank 0 (weights[i], states[i * kinds + k]; NULL elsewhere and where a
+ * parameter has no state of a kind) before anything is written, so that
+ * every tp rank of replica 0 runs the same gathers in the same order
+ * whatever rank 0's file system does. The states are the parameter's shape
+ * (AdamW, SGD; Adafactor is refused with --tp). */
+typedef struct ty_tp_collected_t {
+  void **weights;
+  float **states;
+  size_t kinds;
+} ty_tp_collected_t;
+
+static void ty_tp_collected_free(const ty_trainer_t *t, ty_tp_collected_t *c) {
+  for (uint32_t i = 0; c->weights && i < t->m_train.param_count; ++i) free(c->weights[i]);
+  for (size_t i = 0; c->states && i < t->m_train.param_count * c->kinds; ++i) free(c->states[i]);
+  free(c->weights);
+  free(c->states);
+  memset(c, 0, sizeof(*c));
+}
+
+static ty_status_t ty_tp_collect(ty_trainer_t *t, ty_tp_collected_t *c) {
+  memset(c, 0, sizeof(*c));
+  const char *const *kinds = ty_optimizer_states(t);
+  while (kinds[c->kinds]) ++c->kinds;
+  const uint32_t n = t->m_train.param_count;
+  c->weights = calloc(n ? n : 1, sizeof(void *));
+  c->states = calloc(n * c->kinds + 1, sizeof(float *));
+  ty_status_t s = c->weights && c->states
+                      ? TY_OK
+                      : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  const size_t elem = ty_dtype_size(t->m_train.options.dtype);
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    const ty_llm_param_t *p = &t->m_train.params[i];
+    s = ty_trainer_tp_gather(t, t->s_train, p, p->name, elem, &c->weights[i]);
+    for (size_t k = 0; k < c->kinds && !s; ++k) {
+      char name[TY_LLM_NAME_MAX + 32];
+      ty_tensor_desc_t desc;
+      bool present = false;
+      s = ty_optimizer_state_find(t, p, kinds[k], name, sizeof(name), &desc, &present);
+      if (!s && present) {
+        s = ty_trainer_tp_gather(t, ty_trainer_optimizer_session(t), p, name, sizeof(float),
+                                 (void **)&c->states[i * c->kinds + k]);
+      }
+    }
+  }
+  if (s) ty_tp_collected_free(t, c);
+  return s;
+}
+
 /* The optimizer states this rank's optimizer session holds (all of them,
- * or under ZeRO-1 those of its share) into <dir>/<file>. */
-static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const char *file) {
+ * or under ZeRO-1 those of its share) into <dir>/<file>; with tensor
+ * parallel, the gathered whole ones of `tp` (else NULL). */
+static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const char *file,
+                                     const ty_tp_collected_t *tp) {
   ty_safetensors_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_writer_create(&w));
   const char *const *kinds = ty_optimizer_states(t);
@@ -217,6 +268,12 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const cha
       bool present = false;
       s = ty_optimizer_state_find(t, p, kinds[k], name, sizeof(name), &desc, &present);
       if (s || !present) continue;
+      if (tp) { /* whole, gathered: the parameter's full shape */
+        s = ty_safetensors_writer_add(w, name, TY_DTYPE_F32, p->rank, p->full_dims,
+                                      tp->states[i * kind_count + k],
+                                      (uint64_t)ty_llm_param_full_count(p) * sizeof(float));
+        continue;
+      }
       int64_t count = 1;
       for (uint32_t d = 0; d < desc.rank; ++d) count *= desc.dims[d];
       float **slot = &data[i * kind_count + k];
@@ -304,8 +361,12 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
       if (s || !present) continue;
       const ty_safetensors_tensor_t *tensor = NULL;
       s = ty_safetensors_set_lookup(f, name, &tensor);
+      /* The file holds whole states (any --tp saves them so): with tensor
+       * parallel this rank takes its part of each. */
+      const bool part = t->tp > 1 && p->tp_axis >= 0;
+      const int64_t *want = part ? p->full_dims : desc.dims;
       if (!s && (tensor->dtype != TY_DTYPE_F32 || tensor->rank != desc.rank ||
-                 memcmp(tensor->dims, desc.dims, desc.rank * sizeof(int64_t)) != 0)) {
+                 memcmp(tensor->dims, want, desc.rank * sizeof(int64_t)) != 0)) {
         s = ty_status_make(TY_CODE_DATA_LOSS, "%s: tensor %s has the wrong dtype or shape",
                            path, name);
       }
@@ -324,7 +385,17 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
         }
         s = bad;
       }
-      if (!s) {
+      if (!s && part) {
+        const size_t bytes = (size_t)ty_llm_param_part_count(p) * sizeof(float);
+        float *mine = malloc(bytes ? bytes : 1);
+        if (!mine) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory loading %s", name);
+        if (!s) ty_llm_tp_take_part(p, t->tp, (int)t->cfg.tp_rank, sizeof(float), tensor->data, mine);
+        if (!s) {
+          s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, desc.rank,
+                              desc.dims, mine, bytes);
+        }
+        free(mine);
+      } else if (!s) {
         s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, desc.rank,
                             desc.dims, tensor->data, (size_t)tensor->byte_size);
       }
@@ -419,17 +490,37 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
            (long long)t->step, (long)getpid());
   snprintf(final, sizeof(final), "%s/" TY_RUN_CKPT_PREFIX "%lld", t->cfg.out, (long long)t->step);
   ty_status_t s = TY_OK;
+  /* Tensor parallel: the parts of replica 0's tp ranks, gathered whole on
+   * rank 0, which alone writes (one Hugging Face checkpoint and one
+   * single-process optimizer file, loadable with any --tp). */
+  ty_tp_collected_t tp = {0};
+  if (t->tp > 1) {
+    s = ty_tp_collect(t, &tp);
+    if (s || t->rank != 0) {
+      ty_tp_collected_free(t, &tp);
+      return s ? ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step) : TY_OK;
+    }
+  }
   if (t->rank == 0) {
     s = ty_run_folder_remove_tree(tmp);
     if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
-    if (s && !t->owner) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+    if (s && !t->owner) {
+      ty_tp_collected_free(t, &tp);
+      return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+    }
     if (!s) s = ty_write_model_config(t, tmp);
-    if (!s) s = ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
+    if (!s) {
+      s = tp.weights ? ty_llm_write_weights(&t->m_train, tp.weights, tmp, 0)
+                     : ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
+    }
     /* Test hook: a pause mid-save, for the crash-during-save test. */
     const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");
     if (!s && pause && atol(pause) > 0) usleep((useconds_t)atol(pause) * 1000u);
     if (!s) s = ty_write_tokenizer(t, tmp);
-    if (!s && !t->owner) s = ty_save_optimizer(t, tmp, "optimizer.safetensors");
+    if (!s && !t->owner) {
+      s = ty_save_optimizer(t, tmp, "optimizer.safetensors", tp.weights ? &tp : NULL);
+    }
+    ty_tp_collected_free(t, &tp);
   }
   if (t->owner) {
     /* ZeRO-1: every rank writes its share of the optimizer state into rank
@@ -439,7 +530,7 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
     if (!s) s = ty_dist_broadcast(t->dist, 0, tmp, sizeof(tmp), "the checkpoint folder");
     char shard[64];
     snprintf(shard, sizeof(shard), "optimizer-%05d-of-%05d.safetensors", t->rank + 1, t->world);
-    if (!s) s = ty_save_optimizer(t, tmp, shard);
+    if (!s) s = ty_save_optimizer(t, tmp, shard, NULL);
     s = ty_dist_agree(t->dist, s, "writing the optimizer shards");
     if (!s && t->rank == 0) s = ty_write_optimizer_index(t, tmp);
     if (t->rank != 0) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);

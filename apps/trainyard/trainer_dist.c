@@ -41,6 +41,7 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   t->world = ty_dist_size(t->dist);
   t->cfg.world = t->world;
   t->cfg.rank = t->rank;
+  TY_RETURN_IF_ERROR(ty_trainer_tp_open(t)); /* the layout: dp = world without --tp */
   if (t->cfg.zero && t->world == 1) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the ranks of a distributed "
@@ -86,9 +87,16 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                             "ranks (drop --zero)",
                             t->cfg.backend);
     }
+    if (t->tp > 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--tp %d: --backend %s runs the whole step in one call, and tensor "
+                            "parallel needs its step split where the gradients are summed over "
+                            "the replicas (not implemented for whole-step devices yet)",
+                            t->tp, t->cfg.backend);
+    }
     t->cfg.world_in_graph = true;
   } else if (ty_backend_has_collectives(ty_device_backend(t->device)) && major == TY_ABI_MAJOR &&
-             minor >= 5 && t->cfg.grad_accum <= 1 && t->cfg.pp <= 1 &&
+             minor >= 5 && t->cfg.grad_accum <= 1 && t->cfg.pp <= 1 && t->cfg.tp <= 1 &&
              !getenv("TRAINYARD_DEBUG_DIST_SPLIT")) {
     /* A device with collectives of its own that runs all_reduce ops (cuda
      * on NCCL): one fused step, the gradients summed inside it on the
@@ -120,6 +128,9 @@ static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, 
 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (t->world == 1 || t->pp > 1) return TY_OK; /* --pp: its own path (trainer_pp.c) */
+  /* Tensor parallel reduces through the host (the step's tp ops, the
+   * gradient sum over dp): no device communicator of the world. */
+  if (t->tp > 1) return ty_trainer_tp_print_layout(t);
   ty_backend_t *backend = ty_device_backend(t->device);
   if (t->cfg.world_in_graph && !ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
@@ -180,6 +191,7 @@ static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
 }
 
 void ty_trainer_dist_close(ty_trainer_t *t) {
+  ty_trainer_tp_close(t);
   free(t->grad_host);
   t->grad_host = NULL;
   free(t->owner);
@@ -214,7 +226,7 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
-  if (t->world == 1) return TY_OK;
+  if (t->dp == 1) return TY_OK; /* one replica (tensor parallel alone: no sum) */
   if (t->comm) return ty_trainer_device_reduce(t);
   TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
   size_t offset = 0;
@@ -228,8 +240,11 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   }
   char what[96];
   snprintf(what, sizeof(what), "the gradient all-reduce of step %lld", (long long)t->step + 1);
-  TY_RETURN_IF_ERROR(ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F32, t->grad_host, t->grad_count,
-                                            what));
+  /* Over the replicas: the dp group (the world without tensor parallel). */
+  ty_dist_group_t *dp = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group_all_reduce(dp, TY_DIST_REDUCE_SUM, TY_DTYPE_F32, t->grad_host,
+                                              t->grad_count, what));
   offset = 0;
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
@@ -372,7 +387,15 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
     staging += (uint64_t)ty_tensor_desc_element_count(d) * 4;
   }
   ty_format_bytes(staging, h, sizeof(h));
-  bool device = ty_backend_has_collectives(ty_device_backend(t->device));
+  bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->tp == 1;
+  if (t->tp > 1) { /* the plan is of this rank's part of the model */
+    fprintf(out,
+            "per rank (%d ranks, dp %d x tp %d; rank 0's part of the split tensors, all of "
+            "the replicated ones): parameters %s, gradients %s, optimizer state %s; host "
+            "staging of the gradient all-reduce %s\n",
+            t->world, t->dp, t->tp, p, g, o, t->dp > 1 ? h : "none (one replica)");
+    return;
+  }
   fprintf(out,
           "per rank (%d ranks, data parallel%s): parameters %s, gradients %s, optimizer state "
           "%s%s; host staging of the gradient all-reduce %s\n",
@@ -382,6 +405,6 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {
   ty_status_t s = t->pp > 1 ? ty_trainer_pp_gather(t, true) : TY_OK;
-  if (!s && (t->rank == 0 || t->owner)) s = ty_trainer_save(t);
+  if (!s && ty_trainer_saves(t)) s = ty_trainer_save(t);
   return t->world > 1 ? ty_dist_agree(t->dist, s, what) : s;
 }

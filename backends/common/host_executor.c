@@ -293,14 +293,17 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
   return NULL;
 }
 
-/* ABI 1.5: a collective op (all_reduce) has put this rank's part in its
- * output (the kernel's world-1 identity); in a run of several ranks the
- * host's service now reduces it across them, in place, inside the step. */
+/* ABI 1.5: a collective op (all_reduce; tp_reduce, 1.6) has put this
+ * rank's part in its output (the kernel's world-1 identity); in a run of
+ * several ranks the host's service now reduces it across the op's process
+ * group, in place, inside the step. tp_copy's forward is the identity on
+ * every rank: nothing to reduce. */
 static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint32_t n,
                                                const ty_abi_execute_args_t *args) {
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   const ty_abi_node_t *node = &g->nodes[n];
-  if (strcmp(node->op, "all_reduce") != 0) return NULL;
+  const bool tp_reduce = strcmp(node->op, "tp_reduce") == 0;
+  if (!tp_reduce && strcmp(node->op, "all_reduce") != 0) return NULL;
   if (!TY_ABI_HAS_FIELD(args, ty_abi_execute_args_t, world_size) || !args->host_comm ||
       args->world_size <= 1) {
     return NULL; /* one process: the identity is the result */
@@ -308,20 +311,29 @@ static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint
   const ty_host_api_t *host = ty_plugin_host_api();
   if (!host || !TY_ABI_HAS_FIELD(host, ty_host_api_t, collective) || !host->collective) {
     return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
-                           "%s: node %u (all_reduce) runs over %u ranks but the host offers "
-                           "no collective service (ABI 1.5)",
-                           e->plugin, n, args->world_size);
+                           "%s: node %u (%s) runs over %u ranks but the host offers no "
+                           "collective service (ABI 1.5)",
+                           e->plugin, n, node->op, args->world_size);
+  }
+  const char *reduce = ty_abi_node_attr_string(node, "reduce", "sum");
+  const char *group = ty_abi_node_attr_string(node, "group", tp_reduce ? "tp" : "world");
+  if (host->abi_minor < 6 && (strcmp(group, "world") != 0 || !strcmp(reduce, "max"))) {
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "%s: node %u (%s over group %s) needs the process groups of ABI "
+                           "1.6; the host speaks 1.%u",
+                           e->plugin, n, node->op, group, host->abi_minor);
   }
   const uint32_t y = node->outputs[0];
   const size_t esize = ty_abi_dtype_size(g->values[y].dtype);
   ty_abi_host_collective_args_t c = {
       .struct_size = sizeof(c),
-      .op = strcmp(ty_abi_node_attr_string(node, "reduce", "sum"), "avg") == 0
-                ? TY_ABI_REDUCE_AVG
-                : TY_ABI_REDUCE_SUM,
+      .op = !strcmp(reduce, "avg")   ? TY_ABI_REDUCE_AVG
+            : !strcmp(reduce, "max") ? TY_ABI_REDUCE_MAX
+                                     : TY_ABI_REDUCE_SUM,
       .dtype = g->values[y].dtype,
       .data = e->data[y],
       .count = esize ? e->graph->value_bytes[y] / esize : 0,
+      .group = group,
   };
   return host->collective(args->host_comm, &c);
 }

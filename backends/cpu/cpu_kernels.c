@@ -86,6 +86,8 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     {"kv_cache_write", cpu_kernel_kv_cache_write, CPU_ACCEPT_ANY},
     /* cpu_kernels_views.c: world 1 (ops/op_collective.c) */
     {"all_reduce", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
+    {"tp_copy", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
+    {"tp_reduce", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
     {NULL, NULL, CPU_ACCEPT_ANY},
 };
 

@@ -108,6 +108,16 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
       }
     }
   }
+  if (strcmp(node->op, "all_reduce") == 0) {
+    /* The device's communicator is the run's world; the tensor-parallel
+     * groups (ABI 1.6 `group`) have no NCCL communicator here yet. */
+    const char *group = ty_abi_node_attr_string(node, "group", "world");
+    if (strcmp(group, "world") != 0) {
+      snprintf(reason, capacity, "all_reduce over the '%s' group: cuda reduces over the run's "
+               "world only (its NCCL communicator)", group);
+      return false;
+    }
+  }
   if (strncmp(node->op, "linear_cross_entropy", 20) == 0) {
     /* w is [V, C] (input 1 forward, 2 backward): its GEMMs need both. */
     const ty_abi_value_t *w = &g->values[node->inputs[node->op[20] ? 2 : 1]];

@@ -699,10 +699,10 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
                ? ty_ref_dropout_forward(a, n, p, (uint64_t)rng[0], offset, y)
                : ty_ref_dropout_backward(a, n, p, (uint64_t)rng[0], offset, y);
   }
-  if (!strcmp(op, "all_reduce")) {
-    /* One process is world 1, where sum and avg over the ranks are both the
+  if (!strcmp(op, "all_reduce") || !strcmp(op, "tp_copy") || !strcmp(op, "tp_reduce")) {
+    /* One process is world 1, where every reduction over the ranks is the
      * identity (ops/op_collective.c); executors of a bigger world reduce
-     * through their communicator and never reach this kernel. */
+     * the result through their communicator afterwards. */
     TY_RETURN_IF_ERROR(ty_fin(c, 0, &a));
     TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
     memcpy(y, a, (size_t)n * sizeof(double));
@@ -731,7 +731,7 @@ int ty_ref_supports_op(const char *op) {
       "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
       "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
-      "kv_cache_write", "all_reduce", NULL,
+      "kv_cache_write", "all_reduce", "tp_copy", "tp_reduce", NULL,
   };
   for (const char *const *p = ops; *p; ++p) {
     if (strcmp(*p, op) == 0) return 1;

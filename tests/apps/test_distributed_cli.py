@@ -707,6 +707,28 @@ class RefuseTest(Base):
                          "--resume", "latest"], "cannot resume: the global batch was 4 rows")
 
 
+def mpi_missing(cfg):
+    """Why these suites cannot run here (mpirun or the MPI shim missing), or
+    None."""
+    if not shutil.which("mpirun"):
+        return "mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)"
+    if not os.path.exists(cfg.mpi_shim):
+        return "%s was not built (this build found no MPI; install libopenmpi-dev)" % \
+            cfg.mpi_shim
+    return None
+
+
+def run_suites(rest):
+    """unittest.main over `rest` (the suites): 77 (skipped, saying why)
+    without MPI, else 0 or 1."""
+    missing = mpi_missing(CFG)
+    if missing:
+        print("SKIPPED: " + missing)
+        return 77
+    program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
+    return 0 if program.result.wasSuccessful() else 1
+
+
 def main():
     global CFG
     parser = argparse.ArgumentParser()
@@ -717,15 +739,7 @@ def main():
                         help="the commfake test plugin's folder (tests/plugins)")
     CFG, rest = parser.parse_known_args()
     cli_util.CFG = CFG  # its dataset maker runs CFG.trainyard
-    if not shutil.which("mpirun"):
-        print("SKIPPED: mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
-        return 77
-    if not os.path.exists(CFG.mpi_shim):
-        print("SKIPPED: %s was not built (this build found no MPI; install libopenmpi-dev)"
-              % CFG.mpi_shim)
-        return 77
-    program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
+    return run_suites(rest)
 
 
 if __name__ == "__main__":

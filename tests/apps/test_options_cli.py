@@ -81,7 +81,8 @@ AUDIT = {
             "--scale-parameter", "--adafactor-eps1", "--adafactor-eps2")},
         **{"--distributed": "test_distributed_cli.py:RefuseTest.test_bad_inputs",
            "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named",
-           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel"},
+           "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel",
+           "--tp": "test_tensor_parallel_cli.py:MatchTest.test_llama_gqa"},
         **{o: "test_pipeline_cli.py:PipelineTest.test_llama_adamw" for o in (
             "--pp", "--pp-schedule")},
         **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"}),

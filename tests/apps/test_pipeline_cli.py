@@ -183,6 +183,10 @@ class RefuseTest(Base):
                      want="--pp 2 x --pp-virtual 3 = 6 chunks, and the model has 4 units")
         self.refused(3, "--pp", "2", want="--pp 2 does not divide the world of 3 ranks")
         self.refused(1, "--pp", "2", want="this run is one process: start it with mpirun -np 2")
+        # tp x pp is not composed yet: said, not run as something else
+        self.refused(4, "--pp", "2", "--tp", "2",
+                     want="--tp 2 with --pp 2: tensor parallel inside pipeline stages is not "
+                          "built yet")
 
     def test_levers_and_backends(self):
         out = self.path("bad")

@@ -554,6 +554,16 @@ static void cases_optim_kv(void) {
     set_string(c, "reduce", avg ? "avg" : "sum");
     c->exact = true;
   }
+  /* The tensor-parallel region ops (issue 17): the identity at world 1. */
+  c = add_case("tp_copy", "world 1", 1);
+  FLT(c, 5, 17);
+  c->exact = true;
+  for (int max = 0; max < 2; ++max) {
+    c = add_case("tp_reduce", max ? "max, world 1" : "sum, world 1", 1);
+    FLT(c, 3, 40);
+    set_string(c, "reduce", max ? "max" : "sum");
+    c->exact = true;
+  }
 }
 
 /* Shapes that reach the long paths of device kernels (the cuda backend's,

@@ -5,6 +5,7 @@
  * all checked in one process; tests/apps/test_distributed_cli.py runs the
  * real thing under mpirun. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,7 @@ static void test_service_refuses_bad_arguments(void **state) {
   a.data = f;
   a.op = 7;
   TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
-                   TY_CODE_INVALID_ARGUMENT, "reduce op 7 is neither sum (0) nor avg (1)");
+                   TY_CODE_INVALID_ARGUMENT, "reduce op 7 is not sum (0), avg (1) or max (2)");
   a.op = 0;
   a.data = NULL;
   TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
@@ -224,6 +225,182 @@ static void test_service_refuses_bad_arguments(void **state) {
   TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&broken, &a)),
                    TY_CODE_INVALID_ARGUMENT, "not set up (rank 2 of 2)");
   assert_int_equal(w.calls, 0);
+}
+
+/* ---- process groups (ABI 1.6) ---- */
+
+/* A world of 4 whose "tp" group is this rank and one other holding
+ * w->other; "dp" is this rank alone. Records the group it was asked for. */
+typedef struct fake_groups_t {
+  fake_world_t w;
+  char last_group[8];
+  bool last_max;
+} fake_groups_t;
+
+static uint32_t fake_group_size(void *user, const char *group) {
+  (void)user;
+  if (!strcmp(group, "world")) return 4;
+  if (!strcmp(group, "tp")) return 2;
+  if (!strcmp(group, "dp")) return 1;
+  return 0;
+}
+
+static ty_status_t fake_group_reduce(void *user, const char *group, bool max, ty_dtype_t dtype,
+                                     void *data, size_t count) {
+  fake_groups_t *f = user;
+  snprintf(f->last_group, sizeof(f->last_group), "%s", group);
+  f->last_max = max;
+  f->w.calls++;
+  if (dtype != TY_DTYPE_F32 || count != N) {
+    return ty_status_make(TY_CODE_INTERNAL, "fake group: unexpected %s[%zu]",
+                          ty_dtype_name(dtype), count);
+  }
+  float *x = data;
+  for (size_t i = 0; i < count; ++i) {
+    x[i] = max ? fmaxf(x[i], f->w.other[i]) : x[i] + f->w.other[i];
+  }
+  return TY_OK;
+}
+
+static void test_group_collectives_on(const char *uri) {
+  static const struct {
+    const char *op, *group, *reduce;
+    int calls;
+  } cases[] = {
+      {"tp_reduce", NULL, NULL, 1},  {"tp_reduce", "tp", "max", 1},
+      {"all_reduce", "tp", "avg", 1}, {"all_reduce", "dp", "sum", 0},
+      {"tp_copy", "tp", NULL, 0},
+  };
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
+    fake_groups_t f = {0};
+    float x[N], y[N], ones[N];
+    fill(x, &f.w);
+    for (int i = 0; i < N; ++i) ones[i] = 1.0f;
+    ty_host_comm_t comm = {.rank = 0, .size = 4, .user = &f,
+                           .all_reduce_sum = fake_all_reduce_sum,
+                           .group_size = fake_group_size, .group_reduce = fake_group_reduce};
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t d[2] = {3, 4};
+    ty_value_id_t xv, wv, a, yv;
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, d, &xv));
+    TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 2, d, &wv));
+    ty_value_id_t xw[2] = {xv, wv};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "mul", xw, 2, NULL, &a));
+    ty_attrs_t attrs = {0};
+    if (cases[k].group) TY_EXPECT_OK(ty_attrs_set_string(&attrs, "group", cases[k].group));
+    if (cases[k].reduce) TY_EXPECT_OK(ty_attrs_set_string(&attrs, "reduce", cases[k].reduce));
+    TY_EXPECT_OK(ty_graph_add_node1(g, cases[k].op, &a, 1, &attrs, &yv));
+    TY_EXPECT_OK(ty_graph_set_output(g, yv, "y"));
+    ty_session_t *s;
+    TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+    TY_EXPECT_OK(ty_session_set_host_comm(s, &comm));
+    TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, d, x, sizeof(x)));
+    TY_EXPECT_OK(ty_session_bind(s, "w", TY_DTYPE_F32, 2, d, ones, sizeof(ones)));
+    TY_EXPECT_OK(ty_session_run(s));
+    TY_EXPECT_OK(ty_session_read(s, "y", y, sizeof(y)));
+    assert_int_equal(f.w.calls, cases[k].calls);
+    const bool max = cases[k].reduce && !strcmp(cases[k].reduce, "max");
+    const bool avg = cases[k].reduce && !strcmp(cases[k].reduce, "avg");
+    for (int i = 0; i < N; ++i) {
+      float want = x[i];
+      if (cases[k].calls) want = max ? fmaxf(x[i], f.w.other[i]) : x[i] + f.w.other[i];
+      if (avg) want /= 2.0f; /* the tp group's size, not the world's 4 */
+      assert_float_equal(y[i], want, 0.0f);
+    }
+    if (cases[k].calls) {
+      assert_string_equal(f.last_group, "tp");
+      assert_int_equal(f.last_max, max);
+    }
+    ty_session_destroy(s);
+    ty_graph_destroy(g);
+  }
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+
+/* y = tp_reduce(x * w) (or all_reduce with a group) on cpu and dataflow
+ * (both on the host executor), through the comm's group service: sum, max,
+ * a one-rank group, and avg by the group's size, not the world's. */
+static void test_group_collectives(void **state) {
+  (void)state;
+  for (size_t u = 0; u < 2; ++u) test_group_collectives_on(u == 0 ? "cpu" : "dataflow");
+}
+
+/* A plugin of ABI 1.5 would reduce every collective over the world: the
+ * host refuses it a graph whose collectives name a group, and still runs
+ * its world-wide all_reduce. */
+static void test_old_plugin_refuses_groups(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_BRINGUP_DIR "/old15"};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "old15", &dev));
+  fake_groups_t f = {0};
+  ty_host_comm_t comm = {.rank = 0, .size = 4, .user = &f, .all_reduce_sum = fake_all_reduce_sum,
+                         .group_size = fake_group_size, .group_reduce = fake_group_reduce};
+  static const char *const ops[] = {"tp_reduce", "tp_copy", "all_reduce", "all_reduce"};
+  static const char *const groups[] = {NULL, NULL, "dp", "world"};
+  for (int k = 0; k < 4; ++k) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t d[1] = {N};
+    ty_value_id_t x, y;
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+    ty_attrs_t attrs = {0};
+    if (groups[k]) TY_EXPECT_OK(ty_attrs_set_string(&attrs, "group", groups[k]));
+    TY_EXPECT_OK(ty_graph_add_node1(g, ops[k], &x, 1, &attrs, &y));
+    TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+    ty_session_t *s;
+    TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+    if (k < 3) {
+      TY_EXPECT_STATUS(ty_session_set_host_comm(s, &comm), TY_CODE_FAILED_PRECONDITION,
+                       "needs the process groups of ABI 1.6");
+    } else {
+      TY_EXPECT_OK(ty_session_set_host_comm(s, &comm));
+    }
+    ty_session_destroy(s);
+    ty_graph_destroy(g);
+  }
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
+/* The service: a group the run lacks, a comm with the world alone. */
+static void test_group_service_errors(void **state) {
+  (void)state;
+  const ty_host_api_t *host = ty_hal_host_api();
+  fake_groups_t f = {0};
+  float x[N] = {1};
+  ty_host_comm_t comm = {.rank = 0, .size = 4, .user = &f, .all_reduce_sum = fake_all_reduce_sum,
+                         .group_size = fake_group_size, .group_reduce = fake_group_reduce};
+  ty_abi_host_collective_args_t a = {.struct_size = sizeof(a), .op = TY_ABI_REDUCE_SUM,
+                                     .dtype = TY_DTYPE_F32, .data = x, .count = N,
+                                     .group = "pp"};
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)), TY_CODE_NOT_FOUND,
+                   "no process group 'pp'");
+  ty_host_comm_t world_only = {.rank = 0, .size = 2, .user = &f.w,
+                               .all_reduce_sum = fake_all_reduce_sum};
+  a.group = "tp";
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&world_only, &a)), TY_CODE_NOT_FOUND,
+                   "no process group 'tp'");
+  a.group = NULL;
+  a.op = TY_ABI_REDUCE_MAX;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&world_only, &a)),
+                   TY_CODE_FAILED_PRECONDITION, "sums over the world only");
+  /* A 1.5 plugin's args (ending before `group`) reduce over the world. */
+  a.op = TY_ABI_REDUCE_SUM;
+  a.group = "tp";
+  a.struct_size = offsetof(ty_abi_host_collective_args_t, group);
+  fill(x, &f.w);
+  TY_EXPECT_OK(ty_status_from_abi(host->collective(&world_only, &a)));
+  assert_int_equal(f.w.calls, 1);
 }
 
 /* ---- the data-parallel train step in one graph ---- */
@@ -336,6 +513,9 @@ int main(void) {
       cmocka_unit_test(test_world_of_one_is_identity),
       cmocka_unit_test(test_failing_rank_fails_the_run),
       cmocka_unit_test(test_service_refuses_bad_arguments),
+      cmocka_unit_test(test_group_collectives),
+      cmocka_unit_test(test_group_service_errors),
+      cmocka_unit_test(test_old_plugin_refuses_groups),
       cmocka_unit_test(test_fused_step_reduces_gradients_in_the_step),
       cmocka_unit_test(test_reduce_needs_the_plain_fused_step),
   };

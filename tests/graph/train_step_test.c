@@ -254,6 +254,10 @@ typedef struct case_t {
   ty_value_id_t (*build)(model_t *m, const json_t *fx);
   void (*bind)(ty_session_t *s, ty_dtype_t dtype, const json_t *fx);
   tolerance_t tol;
+  /* The tensor-parallel global norm (train_step.h tp_split, every other
+   * parameter marked split): at world 1 its tp_reduce is the identity, so
+   * the norm, the clipping and the updates must be the plain step's. */
+  bool tp_split;
 } case_t;
 
 static ty_registry_t *open_registry(void) {
@@ -283,7 +287,7 @@ static void run_case(const case_t *c) {
   model_t m = {.dtype = c->dtype};
   TY_EXPECT_OK(ty_graph_create(&m.g));
   ty_value_id_t ids[MAX_PARAMS];
-  bool decay[MAX_PARAMS];
+  bool decay[MAX_PARAMS], split[MAX_PARAMS];
   for (uint32_t i = 0; i < np; ++i) {
     const json_t *p = json_array_get(params, i);
     int64_t d[TY_TENSOR_MAX_RANK];
@@ -291,6 +295,7 @@ static void run_case(const case_t *c) {
     TY_EXPECT_OK(ty_graph_add_state(m.g, json_string_value(field(p, "name")), c->dtype, r, d,
                                     &ids[i]));
     decay[i] = json_is_true(field(p, "decay"));
+    split[i] = i % 2 == 0;
   }
   ty_train_step_params_t tp = {
       .loss = c->build(&m, fx),
@@ -299,6 +304,7 @@ static void run_case(const case_t *c) {
       .decay = decay,
       .param_count = np,
       .optimizer = TY_OPTIMIZER_ADAMW,
+      .tp_split = c->tp_split ? split : NULL,
   };
   TY_EXPECT_OK(ty_graph_build_train_step(m.g, &tp));
 
@@ -451,26 +457,33 @@ static const tolerance_t kF32 = {.loss = 1e-4, .grad_norm = 1e-4, .params = 1e-4
 
 static void test_mlp_f64_reference(void **state) {
   (void)state;
-  case_t c = {"train_mlp.json", "cpu?kernels=reference", TY_DTYPE_F64, build_mlp, bind_mlp, kF64};
+  case_t c = {"train_mlp.json", "cpu?kernels=reference", TY_DTYPE_F64, build_mlp, bind_mlp, kF64,
+              false};
   run_case(&c);
 }
 
 static void test_mlp_f32_cpu(void **state) {
   (void)state;
-  case_t c = {"train_mlp.json", "cpu", TY_DTYPE_F32, build_mlp, bind_mlp, kF32};
+  case_t c = {"train_mlp.json", "cpu", TY_DTYPE_F32, build_mlp, bind_mlp, kF32, false};
   run_case(&c);
 }
 
 static void test_block_f64_reference(void **state) {
   (void)state;
   case_t c = {"train_block.json", "cpu?kernels=reference", TY_DTYPE_F64, build_block,
-              bind_block, kF64};
+              bind_block, kF64, false};
   run_case(&c);
 }
 
 static void test_block_f32_cpu(void **state) {
   (void)state;
-  case_t c = {"train_block.json", "cpu", TY_DTYPE_F32, build_block, bind_block, kF32};
+  case_t c = {"train_block.json", "cpu", TY_DTYPE_F32, build_block, bind_block, kF32, false};
+  run_case(&c);
+}
+
+static void test_block_f32_cpu_tp_norm(void **state) {
+  (void)state;
+  case_t c = {"train_block.json", "cpu", TY_DTYPE_F32, build_block, bind_block, kF32, true};
   run_case(&c);
 }
 
@@ -480,6 +493,7 @@ int main(void) {
       cmocka_unit_test(test_mlp_f32_cpu),
       cmocka_unit_test(test_block_f64_reference),
       cmocka_unit_test(test_block_f32_cpu),
+      cmocka_unit_test(test_block_f32_cpu_tp_norm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

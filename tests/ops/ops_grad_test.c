@@ -257,6 +257,13 @@ static const grad_case_t grad_cases[] = {
     /* all_reduce's gradient is the same all_reduce of dy (ops/op_collective.c) */
     {"all_reduce", "f32[2,3]", "", "all_reduce"},
     {"all_reduce", "bf16[4]", "reduce='avg'", "all_reduce"},
+    {"all_reduce", "f32[4]", "group='dp'", "all_reduce"},
+    /* Megatron's f and g (tensor parallel, loss replicated): f's gradient
+     * is an all_reduce over its group, g's the identity (no node), and g's
+     * max a zero (a constant shift) */
+    {"tp_copy", "f32[2,3]", "", "all_reduce"},
+    {"tp_reduce", "f32[2,3]", "", NULL},
+    {"tp_reduce", "f32[2,3]", "reduce='max'", "scale"},
 
     {"reduce_sum", "f32[2,3,4]", "axes=[1]", "reshape broadcast_to"},
     {"reduce_sum", "f32[2,3,4]", "axes=[0,2] keepdims=1", "broadcast_to"},

@@ -440,6 +440,19 @@ const tyt_infer_case_t tyt_infer_cases[] = {
       "!all_reduce: attribute 'reduce' = 'max' must be 'sum' or 'avg'"),
     N("all_reduce", "i64[4]", "", "!all_reduce: x is i64[4]: expected a float dtype"),
     N("all_reduce", "f32[4]", "op=sum", "!all_reduce"),
+    N("all_reduce", "f32[4,2]", "group='dp' reduce='avg'", "f32[4,2]"),
+    N("all_reduce", "f32[4]", "group='row'",
+      "!all_reduce: attribute 'group' = 'row' must be 'world', 'tp', 'dp' or 'pp'"),
+    N("tp_copy", "f32[4,33]", "", "f32[4,33]"),
+    N("tp_copy", "bf16[2,8]", "group='world'", "bf16[2,8]"),
+    N("tp_copy", "i32[4]", "", "!tp_copy: x is i32[4]: expected a float dtype"),
+    N("tp_copy", "f32[4]", "group='x'", "!tp_copy: attribute 'group' = 'x'"),
+    N("tp_copy", "f32[4]", "reduce='sum'", "!tp_copy"),
+    N("tp_reduce", "f32[4,33]", "", "f32[4,33]"),
+    N("tp_reduce", "f64[3]", "reduce='max'", "f64[3]"),
+    N("tp_reduce", "f32[3]", "reduce='avg'",
+      "!tp_reduce: attribute 'reduce' = 'avg' must be 'sum' or 'max'"),
+    N("tp_reduce", "i64[3]", "", "!tp_reduce: x is i64[3]: expected a float dtype"),
 };
 
 const unsigned tyt_infer_case_count =

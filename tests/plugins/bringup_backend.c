@@ -12,7 +12,10 @@
  *                               its host-memory buffers: a device with a
  *                               collective library of its own (as cuda has
  *                               NCCL), for the core's device path of data
- *                               parallel (tests/apps/test_distributed_cli.py).
+ *                               parallel (tests/apps/test_distributed_cli.py);
+ *   BRINGUP_ABI_MINOR n         declares ABI 1.n (a plugin built before
+ *                               1.6's process groups, for the host's
+ *                               refusal of group collectives).
  *
  * Every other node runs the SDK's reference kernels on host memory, so apart
  * from what is planted the backend is correct. The version string is the same
@@ -37,6 +40,9 @@
 #endif
 #ifndef BRINGUP_BUG_OP
 #define BRINGUP_BUG_OP ""
+#endif
+#ifndef BRINGUP_ABI_MINOR
+#define BRINGUP_ABI_MINOR TY_ABI_MINOR
 #endif
 
 struct ty_abi_backend_s {
@@ -268,7 +274,7 @@ static ty_abi_status_t bringup_collective_unimplemented(ty_abi_comm_t *c,
 static const ty_backend_api_t bringup_api = {
     .struct_size = sizeof(ty_backend_api_t),
     .abi_major = TY_ABI_MAJOR,
-    .abi_minor = TY_ABI_MINOR,
+    .abi_minor = BRINGUP_ABI_MINOR,
     .name = BRINGUP_NAME,
     .version = "0.1.0",
     .backend_create = bringup_backend_create,

@@ -25,10 +25,15 @@
 ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   t->pp = (int)c->pp;
-  t->dp = t->world;
   t->pp_rank = 0;
-  t->dp_rank = t->rank;
+  /* without --pp, dp and dp_rank are the layout's (ty_trainer_tp_open) */
   if (c->pp <= 1) return TY_OK;
+  if (c->tp > 1) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED,
+                          "--tp %lld with --pp %lld: tensor parallel inside pipeline stages is "
+                          "not built yet; use one of them (each composes with data parallel)",
+                          (long long)c->tp, (long long)c->pp);
+  }
   if (t->world == 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--pp %lld splits the model over %lld ranks and this run is one "

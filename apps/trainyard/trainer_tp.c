@@ -1,0 +1,131 @@
+/* Tensor parallel in `trainyard train` (--tp N, issue 17; README "Tensor
+ * parallel"): the rank layout world = dp x tp and its groups, this rank's
+ * part of the model (train_graph.c builds it with cfg.tp_rank), the host
+ * communicator the step's tp_copy / tp_reduce ops reduce through, and the
+ * gathers that put every rank's parts back into whole tensors for rank 0's
+ * Hugging Face checkpoint and single-process optimizer file. Every rank
+ * loads or initializes the whole model and keeps its part
+ * (models/checkpoint.h ty_llm_bind_whole), so the same seed gives the same
+ * model for any layout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "hal/dtype.h"
+#include "models/checkpoint.h"
+#include "trainer.h"
+
+ty_status_t ty_trainer_tp_open(ty_trainer_t *t) {
+  const int tp = (int)t->cfg.tp;
+  if (tp > 1 && t->world == 1) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--tp %d splits the model over %d ranks, and this run is one "
+                          "process: start it with mpirun -np %d (or a multiple)",
+                          tp, tp, tp);
+  }
+  TY_RETURN_IF_ERROR(ty_dist_set_layout(t->dist, tp, 1));
+  const ty_dist_layout_t *l = ty_dist_layout(t->dist);
+  t->tp = l->tp;
+  t->dp = l->dp;
+  t->dp_rank = l->dp_index;
+  t->cfg.tp_rank = l->tp_index;
+  return TY_OK;
+}
+
+void ty_trainer_tp_close(ty_trainer_t *t) {
+  free(t->tp_split);
+  t->tp_split = NULL;
+}
+
+bool ty_trainer_saves(const ty_trainer_t *t) {
+  return t->rank == 0 || t->owner || (t->tp > 1 && t->dp_rank == 0);
+}
+
+bool ty_trainer_evaluates(const ty_trainer_t *t) {
+  return t->rank == 0 || (t->tp > 1 && t->dp_rank == 0);
+}
+
+ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t) {
+  if (t->tp == 1) return TY_OK;
+  const uint32_t n = t->m_train.param_count;
+  t->tp_split = calloc(n ? n : 1, sizeof(bool));
+  if (!t->tp_split) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n; ++i) t->tp_split[i] = t->m_train.params[i].tp_axis >= 0;
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_tp_comm(ty_trainer_t *t) {
+  if (t->tp == 1) return TY_OK;
+  /* The step's tp ops reduce over the tp group, its gradient sum over dp
+   * goes through the host between the graphs: every session of the run
+   * reaches the groups through the world's host communicator. */
+  ty_dist_host_comm(t->dist, &t->host_comm);
+  ty_session_t *sessions[3] = {t->s_train, t->s_opt, t->s_eval};
+  for (int k = 0; k < 3; ++k) {
+    if (sessions[k]) TY_RETURN_IF_ERROR(ty_session_set_host_comm(sessions[k], &t->host_comm));
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
+  if (t->tp == 1) return TY_OK;
+  /* Each rank's device, so rank 0 can print one line per rank. */
+  char label[96];
+  for (int r = 0; r < t->world; ++r) {
+    if (r == t->rank) snprintf(label, sizeof(label), "%s", ty_device_label(t->device));
+    TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, r, label, sizeof(label), "the rank layout"));
+    label[sizeof(label) - 1] = '\0';
+    if (t->rank != 0) continue;
+    if (r == 0) {
+      fprintf(stderr, "tensor parallel: %d ranks = dp %d x pp 1 x tp %d (%s; --dist-timeout %g "
+                      "s); attention heads and MLP columns split over tp, gradients summed "
+                      "over dp through host memory\n",
+              t->world, t->dp, t->tp, ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+    }
+    ty_dist_layout_t l;
+    TY_RETURN_IF_ERROR(ty_dist_layout_make(t->world, r, t->tp, 1, &l));
+    fprintf(stderr, "rank %d: dp %d, pp %d, tp %d, device %s\n", r, l.dp_index, l.pp_index,
+            l.tp_index, label);
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_tp_gather(ty_trainer_t *t, ty_session_t *session,
+                                 const ty_llm_param_t *p, const char *name, size_t elem,
+                                 void **out_full) {
+  *out_full = NULL;
+  ty_dist_group_t *group = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "tp", &group));
+  const int me = ty_dist_group_rank(group);
+  const size_t part_bytes = (size_t)ty_llm_param_part_count(p) * elem,
+               full_bytes = (size_t)ty_llm_param_full_count(p) * elem;
+  void *part = malloc(part_bytes ? part_bytes : 1);
+  void *full = me == 0 ? malloc(full_bytes ? full_bytes : 1) : NULL;
+  ty_status_t s = part && (me != 0 || full)
+                      ? ty_session_read(session, name, part, part_bytes)
+                      : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory gathering %s",
+                                       name);
+  if (!s && p->tp_axis < 0) { /* replicated: rank 0's own copy is the whole */
+    if (me == 0) memcpy(full, part, full_bytes);
+  } else if (!s) {
+    /* Each rank's part in turn to the group; rank 0 puts it in place. */
+    void *mine = malloc(part_bytes ? part_bytes : 1);
+    if (!mine) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory gathering %s", name);
+    for (int r = 0; !s && r < t->tp; ++r) {
+      if (r == me) memcpy(mine, part, part_bytes);
+      char what[TY_LLM_NAME_MAX + 48];
+      snprintf(what, sizeof(what), "the tensor-parallel gather of %s", name);
+      s = ty_dist_group_broadcast(group, r, mine, part_bytes, what);
+      if (!s && me == 0) ty_llm_tp_put_part(p, t->tp, r, elem, mine, full);
+    }
+    free(mine);
+  }
+  free(part);
+  if (s) {
+    free(full);
+    return s;
+  }
+  *out_full = full;
+  return TY_OK;
+}

@@ -1,0 +1,161 @@
+/* The rank layout world = dp x pp x tp and its groups (dist.h "Groups"):
+ * communicators split from the world through the MPI shim, with the world
+ * ranks of their members so that a rank that does not arrive is named as
+ * the user knows it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist_internal.h"
+
+ty_status_t ty_dist_layout_make(int world, int rank, int tp, int pp, ty_dist_layout_t *out) {
+  if (tp < 1) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--tp %d: must be 1 or more", tp);
+  if (pp < 1) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--pp %d: must be 1 or more", pp);
+  if (world < 1 || rank < 0 || rank >= world) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "rank %d of a world of %d", rank, world);
+  }
+  if (world % (tp * pp) != 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--tp %d x --pp %d = %d does not divide the world of %d rank%s: run a "
+                          "multiple of %d ranks",
+                          tp, pp, tp * pp, world, world == 1 ? "" : "s", tp * pp);
+  }
+  *out = (ty_dist_layout_t){.world = world, .rank = rank, .dp = world / (tp * pp), .pp = pp,
+                            .tp = tp, .dp_index = rank / (pp * tp),
+                            .pp_index = rank / tp % pp, .tp_index = rank % tp};
+  return TY_OK;
+}
+
+int ty_dist_layout_rank(const ty_dist_layout_t *l, int dp_index, int pp_index, int tp_index) {
+  return dp_index * (l->pp * l->tp) + pp_index * l->tp + tp_index;
+}
+
+static void ty_dist_group_free(ty_dist_group_t *g) {
+  if (!g) return;
+  if (g->comm) g->dist->shim->comm_free(g->comm);
+  free(g->world_ranks);
+  free(g);
+}
+
+void ty_dist_groups_free(ty_dist_t *d) {
+  ty_dist_group_free(d->tp);
+  ty_dist_group_free(d->pp);
+  ty_dist_group_free(d->dp);
+  d->tp = d->pp = d->dp = NULL;
+}
+
+/* One group of the world: the ranks of this `color`, ordered by world rank.
+ * Collective over the world. */
+static ty_status_t ty_dist_group_split(ty_dist_t *d, const char *name, int color,
+                                       ty_dist_group_t **out) {
+  *out = NULL;
+  ty_dist_group_t *g = calloc(1, sizeof(*g));
+  if (!g) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for group %s", name);
+  g->dist = d;
+  snprintf(g->name, sizeof(g->name), "%s", name);
+  char err[512] = "";
+  if (d->shim->comm_split(color, d->rank, &g->comm, &g->rank, &g->size, err, sizeof(err))) {
+    free(g);
+    return ty_status_make(TY_CODE_UNAVAILABLE, "making the %s group: %s", name, err);
+  }
+  /* Its members' world ranks: each puts its own in its slot of a sum. */
+  int64_t *ranks = calloc((size_t)g->size, sizeof(int64_t));
+  g->world_ranks = calloc((size_t)g->size, sizeof(int));
+  ty_status_t s = TY_OK;
+  if (!ranks || !g->world_ranks) {
+    s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for group %s", name);
+  } else {
+    ranks[g->rank] = d->rank;
+    s = ty_dist_group_all_reduce(g, TY_DIST_REDUCE_SUM, TY_DTYPE_I64, ranks, (size_t)g->size,
+                                 "the rank exchange of a new group");
+    for (int r = 0; !s && r < g->size; ++r) g->world_ranks[r] = (int)ranks[r];
+  }
+  free(ranks);
+  if (s) {
+    ty_dist_group_free(g);
+    return s;
+  }
+  *out = g;
+  return TY_OK;
+}
+
+ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp) {
+  ty_dist_layout_t l;
+  TY_RETURN_IF_ERROR(ty_dist_layout_make(ty_dist_size(dist), ty_dist_rank(dist), tp, pp, &l));
+  if (!dist) return TY_OK;
+  ty_dist_groups_free(dist);
+  dist->layout = l;
+  /* tp = pp = 1: the tp and pp groups are each rank alone (NULL) and dp is
+   * the world itself; nothing to split. */
+  if (tp == 1 && pp == 1) return TY_OK;
+  /* Colors: the indices the group's members share, as one number. */
+  ty_status_t s = ty_dist_group_split(dist, "tp", l.dp_index * l.pp + l.pp_index, &dist->tp);
+  if (!s) s = ty_dist_group_split(dist, "pp", l.dp_index * l.tp + l.tp_index, &dist->pp);
+  if (!s) s = ty_dist_group_split(dist, "dp", l.pp_index * l.tp + l.tp_index, &dist->dp);
+  if (s) {
+    ty_dist_groups_free(dist);
+    ty_status_free(ty_dist_layout_make(dist->size, dist->rank, 1, 1, &dist->layout));
+  }
+  return s;
+}
+
+const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist) {
+  static const ty_dist_layout_t one = {.world = 1, .dp = 1, .pp = 1, .tp = 1};
+  return dist ? &dist->layout : &one;
+}
+
+ty_status_t ty_dist_group(ty_dist_t *dist, const char *name, ty_dist_group_t **out_group) {
+  *out_group = NULL;
+  const bool world = !strcmp(name, "world"), tp = !strcmp(name, "tp"),
+             pp = !strcmp(name, "pp"), dp = !strcmp(name, "dp");
+  if (!world && !tp && !pp && !dp) {
+    return ty_status_make(TY_CODE_NOT_FOUND,
+                          "no process group '%s' (world, tp, pp and dp are)", name);
+  }
+  if (!dist) return TY_OK;
+  if (world) *out_group = &dist->world;
+  if (tp) *out_group = dist->tp;
+  if (pp) *out_group = dist->pp;
+  if (dp) *out_group = dist->dp ? dist->dp : &dist->world;
+  return TY_OK;
+}
+
+int ty_dist_group_rank(const ty_dist_group_t *g) { return g ? g->rank : 0; }
+int ty_dist_group_size(const ty_dist_group_t *g) { return g ? g->size : 1; }
+const char *ty_dist_group_name(const ty_dist_group_t *g) { return g ? g->name : "self"; }
+
+int ty_dist_group_world_rank(const ty_dist_group_t *g, int group_rank) {
+  if (!g) return 0;
+  if (!g->comm) return group_rank; /* the world */
+  return g->world_ranks && group_rank >= 0 && group_rank < g->size ? g->world_ranks[group_rank]
+                                                                  : -1;
+}
+
+ty_status_t ty_dist_group_all_reduce(ty_dist_group_t *g, ty_dist_reduce_t op, ty_dtype_t dtype,
+                                     void *buf, size_t count, const char *what) {
+  if (!g || g->size == 1) return TY_OK;
+  int type = dtype == TY_DTYPE_F32   ? TY_MPI_SHIM_F32
+             : dtype == TY_DTYPE_F64 ? TY_MPI_SHIM_F64
+             : dtype == TY_DTYPE_I64 ? TY_MPI_SHIM_I64
+                                     : -1;
+  if (type < 0) {
+    return ty_status_make(TY_CODE_UNIMPLEMENTED, "%s: host all-reduce of %s (f32, f64, i64 only)",
+                          what, ty_dtype_name(dtype));
+  }
+  char err[512] = "";
+  int missing = -1;
+  int rc = g->dist->shim->allreduce(g->comm, buf, count, type,
+                                    op == TY_DIST_REDUCE_MAX ? TY_MPI_SHIM_MAX : TY_MPI_SHIM_SUM,
+                                    g->dist->timeout_s, &missing, err, sizeof(err));
+  return ty_dist_result(g, rc, missing, err, what);
+}
+
+ty_status_t ty_dist_group_broadcast(ty_dist_group_t *g, int root, void *buf, size_t bytes,
+                                    const char *what) {
+  if (!g || g->size == 1) return TY_OK;
+  char err[512] = "";
+  int missing = -1;
+  int rc = g->dist->shim->broadcast(g->comm, buf, bytes, root, g->dist->timeout_s, &missing, err,
+                                    sizeof(err));
+  return ty_dist_result(g, rc, missing, err, what);
+}

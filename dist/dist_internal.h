@@ -1,0 +1,37 @@
+/* The world's and the groups' insides, shared by dist.c (the world) and
+ * dist_group.c (the layout and its groups); private to dist/. */
+#ifndef TY_DIST_DIST_INTERNAL_H_
+#define TY_DIST_DIST_INTERNAL_H_
+
+#include "dist/dist.h"
+#include "dist/mpi_shim.h"
+
+struct ty_dist_group_t {
+  ty_dist_t *dist;
+  ty_mpi_shim_comm_t *comm; /* NULL: the world */
+  char name[8];
+  int rank, size;
+  int *world_ranks; /* per group rank */
+};
+
+struct ty_dist_t {
+  void *library;
+  const ty_mpi_shim_t *shim;
+  int rank, size, local_rank;
+  double timeout_s;
+  char library_version[256];
+  ty_dist_layout_t layout;
+  ty_dist_group_t world;
+  /* Split by ty_dist_set_layout; before it, NULL: tp and pp are this rank
+   * alone and dp is the world. */
+  ty_dist_group_t *tp, *pp, *dp;
+};
+
+/* The status of a shim call on `g` (rc, and `missing`, a rank of `g` that
+ * did not arrive or -1); `what` names the collective. */
+ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, int missing, const char *err,
+                           const char *what);
+/* Frees the tp, pp and dp groups (dist_group.c). */
+void ty_dist_groups_free(ty_dist_t *d);
+
+#endif /* TY_DIST_DIST_INTERNAL_H_ */

@@ -1,0 +1,138 @@
+/* The tensor-parallel split of the parameter set (models/llm_tp.c): which
+ * --tp a model takes (and the errors that name why not), which tensors are
+ * cut along which axis, and that every rank's part put back gives the
+ * whole tensor (GPT-2's fused q|k|v segments included). The split's
+ * numbers against one process are in tests/dist/tp_region_test.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "models/config.h"
+#include "models/llm.h"
+
+static ty_model_config_t load(const char *name) {
+  char dir[4096];
+  snprintf(dir, sizeof(dir), "%s/%s", TY_TEST_MODELS_DIR, name);
+  ty_model_config_t c;
+  TY_EXPECT_OK(ty_model_config_load(dir, &c));
+  return c;
+}
+
+static void test_which_tp_a_model_takes(void **state) {
+  (void)state;
+  ty_model_config_t llama = load("llama"); /* 4 q heads, 2 kv heads, MLP 64 */
+  TY_EXPECT_OK(ty_llm_tp_check(&llama, 1));
+  TY_EXPECT_OK(ty_llm_tp_check(&llama, 2)); /* kv split */
+  TY_EXPECT_OK(ty_llm_tp_check(&llama, 4)); /* kv replicated */
+  TY_EXPECT_STATUS(ty_llm_tp_check(&llama, 3), TY_CODE_INVALID_ARGUMENT,
+                   "--tp 3 does not divide the model's 4 attention heads");
+  TY_EXPECT_STATUS(ty_llm_tp_check(&llama, 0), TY_CODE_INVALID_ARGUMENT, "--tp 0");
+  llama.num_heads = 6;
+  llama.num_kv_heads = 3;
+  TY_EXPECT_STATUS(ty_llm_tp_check(&llama, 2), TY_CODE_INVALID_ARGUMENT,
+                   "neither divides nor is a multiple of the model's 3 key/value heads");
+  llama = load("llama");
+  llama.intermediate_size = 66;
+  TY_EXPECT_STATUS(ty_llm_tp_check(&llama, 4), TY_CODE_INVALID_ARGUMENT,
+                   "does not divide the model's MLP width 66");
+  ty_model_config_t gpt2 = load("gpt2"); /* 2 heads */
+  TY_EXPECT_OK(ty_llm_tp_check(&gpt2, 2));
+  TY_EXPECT_STATUS(ty_llm_tp_check(&gpt2, 4), TY_CODE_INVALID_ARGUMENT, "2 attention heads");
+}
+
+/* The spec of `name` split over `tp`. */
+static ty_llm_param_t find(const ty_model_config_t *c, int tp, const char *name) {
+  uint32_t n = 0;
+  TY_EXPECT_OK(ty_llm_param_count(c, &n, NULL));
+  for (uint32_t i = 0; i < n; ++i) {
+    ty_llm_param_t p;
+    ty_llm_param_spec(c, i, &p);
+    if (strcmp(p.name, name) != 0) continue;
+    ty_llm_tp_shard(c, tp, &p);
+    return p;
+  }
+  fail_msg("no parameter %s", name);
+  return (ty_llm_param_t){0};
+}
+
+static void test_split_rules(void **state) {
+  (void)state;
+  ty_model_config_t llama = load("llama");
+  static const struct {
+    const char *name;
+    int axis;
+  } llama2[] = {
+      {"model.layers.0.self_attn.q_proj.weight", 0}, {"model.layers.0.self_attn.k_proj.weight", 0},
+      {"model.layers.0.self_attn.o_proj.weight", 1}, {"model.layers.1.mlp.gate_proj.weight", 0},
+      {"model.layers.1.mlp.down_proj.weight", 1},    {"model.embed_tokens.weight", -1},
+      {"model.norm.weight", -1},                     {"lm_head.weight", -1},
+  };
+  for (size_t i = 0; i < sizeof(llama2) / sizeof(llama2[0]); ++i) {
+    ty_llm_param_t p = find(&llama, 2, llama2[i].name);
+    assert_int_equal(p.tp_axis, llama2[i].axis);
+    if (p.tp_axis >= 0) assert_int_equal(p.dims[p.tp_axis] * 2, p.full_dims[p.tp_axis]);
+  }
+  /* tp 4 > 2 kv heads: k and v replicated, q still split */
+  assert_int_equal(find(&llama, 4, "model.layers.0.self_attn.v_proj.weight").tp_axis, -1);
+  assert_int_equal(find(&llama, 4, "model.layers.0.self_attn.q_proj.weight").tp_axis, 0);
+  ty_model_config_t gpt2 = load("gpt2");
+  ty_llm_param_t attn = find(&gpt2, 2, "transformer.h.0.attn.c_attn.weight");
+  assert_int_equal(attn.tp_axis, 1);
+  assert_int_equal(attn.tp_segments, 3);
+  assert_int_equal(attn.dims[1], 48);
+  assert_int_equal(find(&gpt2, 2, "transformer.h.0.attn.c_attn.bias").tp_axis, 0);
+  assert_int_equal(find(&gpt2, 2, "transformer.h.0.attn.c_proj.weight").tp_axis, 0);
+  assert_int_equal(find(&gpt2, 2, "transformer.h.0.attn.c_proj.bias").tp_axis, -1);
+  assert_int_equal(find(&gpt2, 2, "transformer.h.1.mlp.c_fc.weight").tp_axis, 1);
+  assert_int_equal(find(&gpt2, 2, "transformer.h.1.mlp.c_proj.weight").tp_axis, 0);
+  assert_int_equal(find(&gpt2, 2, "transformer.wte.weight").tp_axis, -1);
+  assert_int_equal(find(&gpt2, 1, "transformer.h.0.attn.c_attn.weight").tp_axis, -1);
+}
+
+/* Every rank's part, put back, is the whole; the q part of c_attn's rank 1
+ * holds columns [16, 32) (its head of the q segment). */
+static void test_parts_round_trip(void **state) {
+  (void)state;
+  ty_model_config_t gpt2 = load("gpt2");
+  ty_model_config_t llama = load("llama");
+  const ty_llm_param_t ps[] = {find(&gpt2, 2, "transformer.h.0.attn.c_attn.weight"),
+                               find(&gpt2, 2, "transformer.h.0.attn.c_attn.bias"),
+                               find(&llama, 2, "model.layers.0.self_attn.o_proj.weight"),
+                               find(&llama, 2, "model.layers.0.mlp.up_proj.weight"),
+                               find(&llama, 2, "model.norm.weight")};
+  for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); ++i) {
+    const ty_llm_param_t *p = &ps[i];
+    const int64_t whole = p->full_dims[0] * (p->rank == 2 ? p->full_dims[1] : 1);
+    const int64_t part = p->dims[0] * (p->rank == 2 ? p->dims[1] : 1);
+    float *full = malloc((size_t)whole * sizeof(float)), *back = calloc((size_t)whole, 4),
+          *mine = malloc((size_t)part * sizeof(float));
+    assert_non_null(full);
+    assert_non_null(back);
+    assert_non_null(mine);
+    for (int64_t k = 0; k < whole; ++k) full[k] = (float)k + 0.5f;
+    for (int r = 0; r < 2; ++r) {
+      ty_llm_tp_take_part(p, 2, r, sizeof(float), full, mine);
+      if (i == 0 && r == 1) {
+        assert_float_equal(mine[0], 16.5f, 0);      /* row 0, q columns 16.. */
+        assert_float_equal(mine[16], 48.5f, 0);     /* row 0, k columns 48.. */
+        assert_float_equal(mine[48], 96 + 16.5f, 0); /* row 1 */
+      }
+      ty_llm_tp_put_part(p, 2, r, sizeof(float), mine, back);
+    }
+    assert_memory_equal(full, back, (size_t)whole * sizeof(float));
+    free(full);
+    free(back);
+    free(mine);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_which_tp_a_model_takes),
+      cmocka_unit_test(test_split_rules),
+      cmocka_unit_test(test_parts_round_trip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
