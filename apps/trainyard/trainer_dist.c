@@ -58,6 +58,20 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   return TY_OK;
 }
 
+/* The device communicator of a data-parallel run on a backend with
+ * collectives of its own (NCCL on cuda), made as soon as every rank has its
+ * device: a backend that cannot make one (no NCCL) stops the run before any
+ * graph is built or compiled. Rank 0's id reaches the others over MPI. */
+static ty_status_t ty_trainer_comm_create(ty_trainer_t *t) {
+  ty_abi_comm_id_t id;
+  memset(&id, 0, sizeof(id));
+  ty_status_t s = t->rank == 0 ? ty_comm_unique_id(t->device, &id) : TY_OK;
+  s = ty_dist_agree(t->dist, s, "making the communicator's id");
+  if (!s) s = ty_dist_broadcast(t->dist, 0, &id, sizeof(id), "the communicator's id");
+  if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
+  return ty_dist_agree(t->dist, s, "creating the communicator");
+}
+
 ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
   if (t->world == 1) {
     return ty_app_device_open("train", t->registry, t->cfg.backend, &t->device, &t->fallback);
@@ -115,6 +129,9 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                           "--data-parallel N)",
                           t->cfg.artifact, t->world, t->cfg.backend);
   }
+  if (t->tp <= 1 && t->pp <= 1 && ty_backend_has_collectives(ty_device_backend(t->device))) {
+    return ty_trainer_comm_create(t);
+  }
   return TY_OK;
 }
 
@@ -151,13 +168,8 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
     }
     return TY_OK;
   }
-  ty_abi_comm_id_t id;
-  memset(&id, 0, sizeof(id));
-  ty_status_t s = t->rank == 0 ? ty_comm_unique_id(t->device, &id) : TY_OK;
-  s = ty_dist_agree(t->dist, s, "making the communicator's id");
-  if (!s) s = ty_dist_broadcast(t->dist, 0, &id, sizeof(id), "the communicator's id");
-  if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
-  if (!s && t->rank == 0) {
+  /* the communicator was made with the device (ty_trainer_dist_device_open) */
+  if (t->rank == 0) {
     fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
                     "on the devices by %s's collectives%s\n",
             t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
@@ -165,7 +177,7 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
             t->cfg.world_in_graph ? ", as all_reduce ops inside the fused step (ABI 1.5)"
                                   : " between the gradient and optimizer graphs (ABI 1.4)");
   }
-  return s;
+  return TY_OK;
 }
 
 /* The device path: every accumulator summed in place by the backend's

@@ -369,6 +369,24 @@ class DeviceCollectivesTest(Base):
                                   os.path.join(zero, "checkpoint-6"))
 
 
+class CudaNcclTest(Base):
+    """The cuda plugin without NCCL (registered by tests/cuda/emu on the
+    CUDA CPU emulator, with TRAINYARD_CUDA_NCCL naming a missing file): a
+    data-parallel run stops with the reason as soon as the devices are open,
+    before any graph is built, on every rank."""
+
+    def test_no_nccl_is_a_clear_error(self):
+        if not os.environ.get("TRAINYARD_CUDA_DRIVER"):
+            self.skipTest("needs the CUDA emulator (tests/cuda/emu registers this suite)")
+        args = ["--backend", "cuda", "--max-steps", "2", "--batch-size", "2"]
+        r = self.train_mpi(2, *args, "--out", self.path("two"), rc="fail")
+        err = r.stdout + r.stderr
+        self.assertIn("no NCCL (", err)
+        self.assertIn("a multi-device run on cuda needs libnccl.so.2", err)
+        self.assertIn("TRAINYARD_CUDA_NCCL", err)
+        self.assertNotIn("memory plan", err)  # refused before the graphs are built
+
+
 class ControlTest(Base):
     """`trainyard control` reaches every rank: rank 0 serves the socket and
     its requests are broadcast at the step boundary, so every rank saves,
