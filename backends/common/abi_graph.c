@@ -242,3 +242,51 @@ uint64_t ty_abi_node_workspace_bytes(const ty_abi_graph_t *g, const ty_abi_node_
   if (w->dtype != TY_DTYPE_F32) floats += vocab * channels * (forward ? 1 : 2);
   return floats * sizeof(float);
 }
+
+static const char *ty_abi_dtype_label(ty_dtype_t d) {
+  static const char *const names[] = {"invalid", "f32", "bf16", "f16", "f64",
+                                      "i32",     "i64", "u8"};
+  return (uint32_t)d < TY_DTYPE_COUNT_ ? names[d] : "?";
+}
+
+static bool ty_abi_is_float(ty_dtype_t d) {
+  return d == TY_DTYPE_F32 || d == TY_DTYPE_BF16 || d == TY_DTYPE_F16 || d == TY_DTYPE_F64;
+}
+
+bool ty_abi_node_operands_ok(const ty_abi_graph_t *g, const ty_abi_node_t *node,
+                             ty_abi_accept_t accept, const char *backend, char *reason,
+                             size_t capacity) {
+  for (uint32_t i = 0; i < node->input_count + node->output_count; ++i) {
+    uint32_t v = i < node->input_count ? node->inputs[i] : node->outputs[i - node->input_count];
+    if (v == UINT32_MAX) continue;
+    ty_dtype_t d = g->values[v].dtype;
+    if (g->values[v].rank > 8) {
+      snprintf(reason, capacity, "rank %u > 8", g->values[v].rank);
+      return false;
+    }
+    if (accept == TY_ABI_ACCEPT_COMPUTE &&
+        !(d == TY_DTYPE_F32 || d == TY_DTYPE_BF16 || d == TY_DTYPE_F16 || d == TY_DTYPE_I32 ||
+          d == TY_DTYPE_I64)) {
+      snprintf(reason, capacity,
+               "%s operand %u is %s; %s computes in f32 from f32/bf16/f16 storage "
+               "(f64 only moves and casts)",
+               node->op, i, ty_abi_dtype_label(d), backend);
+      return false;
+    }
+    if (ty_abi_dtype_size(d) == 0) {
+      snprintf(reason, capacity, "invalid dtype of operand %u", i);
+      return false;
+    }
+  }
+  if (accept == TY_ABI_ACCEPT_CAST) {
+    ty_dtype_t from = g->values[node->inputs[0]].dtype, to = g->values[node->outputs[0]].dtype;
+    bool ints = (from == TY_DTYPE_I32 || from == TY_DTYPE_I64) &&
+                (to == TY_DTYPE_I32 || to == TY_DTYPE_I64);
+    if (from != to && !(ty_abi_is_float(from) && ty_abi_is_float(to)) && !ints) {
+      snprintf(reason, capacity, "cast %s -> %s is not in op set v1", ty_abi_dtype_label(from),
+               ty_abi_dtype_label(to));
+      return false;
+    }
+  }
+  return true;
+}

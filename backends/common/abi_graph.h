@@ -58,6 +58,22 @@ double ty_abi_node_attr_float(const ty_abi_node_t *node, const char *name,
 const char *ty_abi_node_attr_string(const ty_abi_node_t *node, const char *name,
                                     const char *default_value);
 
+/* The dtypes a kernel backend's op takes (cuda, opencl: kernels that compute
+ * in f32 from f32/bf16/f16 storage). */
+typedef enum ty_abi_accept_e {
+  TY_ABI_ACCEPT_COMPUTE, /* float operands f32/bf16/f16, ints i32/i64 */
+  TY_ABI_ACCEPT_MOVE,    /* moves bytes: every dtype */
+  TY_ABI_ACCEPT_CAST,    /* float <-> float (f64 included), i32 <-> i64 */
+} ty_abi_accept_t;
+
+/* The operand checks every node of such a backend passes before its
+ * op-specific ones: rank <= 8, valid dtypes, `accept`'s dtypes, and for a
+ * cast a pair of op set v1. False with the reason (naming `backend`, e.g.
+ * "cuda") in reason[capacity]. */
+bool ty_abi_node_operands_ok(const ty_abi_graph_t *graph, const ty_abi_node_t *node,
+                             ty_abi_accept_t accept, const char *backend, char *reason,
+                             size_t capacity);
+
 #ifdef __cplusplus
 }
 #endif

@@ -170,11 +170,7 @@ ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name);
 
 typedef void (*ty_cu_op_build_fn)(ty_cu_build_t *b);
 
-typedef enum ty_cu_accept_e {
-  TY_CU_ACCEPT_COMPUTE, /* float operands f32/bf16/f16, ints i32/i64 */
-  TY_CU_ACCEPT_MOVE,    /* moves bytes: every dtype */
-  TY_CU_ACCEPT_CAST,    /* float <-> float (f64 included), i32 <-> i64 */
-} ty_cu_accept_t;
+typedef ty_abi_accept_t ty_cu_accept_t; /* backends/common/abi_graph.h */
 
 typedef struct ty_cu_op_t {
   const char *op;

@@ -118,11 +118,7 @@ int64_t ty_ocl_numel(const ty_abi_value_t *v);
 
 typedef void (*ty_ocl_op_build_fn)(ty_ocl_build_t *b);
 
-typedef enum ty_ocl_accept_e {
-  TY_OCL_ACCEPT_COMPUTE, /* float operands f32/bf16/f16, ints i32/i64 */
-  TY_OCL_ACCEPT_MOVE,    /* moves bytes: every dtype */
-  TY_OCL_ACCEPT_CAST,    /* float <-> float (f64 included), i32 <-> i64 */
-} ty_ocl_accept_t;
+typedef ty_abi_accept_t ty_ocl_accept_t; /* backends/common/abi_graph.h */
 
 typedef struct ty_ocl_op_t {
   const char *op;

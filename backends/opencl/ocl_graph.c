@@ -61,16 +61,6 @@ int64_t ty_ocl_numel(const ty_abi_value_t *v) { return ty_abi_value_elements(v);
 
 /* ---- supports ---- */
 
-static const char *ty_ocl_dtype_name(ty_dtype_t d) {
-  static const char *const names[] = {"invalid", "f32", "bf16", "f16", "f64",
-                                      "i32",     "i64", "u8"};
-  return (uint32_t)d < TY_DTYPE_COUNT_ ? names[d] : "?";
-}
-
-static bool ty_ocl_is_float(ty_dtype_t d) {
-  return d == TY_DTYPE_F32 || d == TY_DTYPE_BF16 || d == TY_DTYPE_F16 || d == TY_DTYPE_F64;
-}
-
 ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *g,
                                       ty_abi_node_support_t *out) {
   /* The kernels are built for work-groups of TY_OCL_WG work-items. */
@@ -90,37 +80,8 @@ ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_grap
       snprintf(r->reason, sizeof(r->reason), "opencl has no kernel for op '%s'", node->op);
       continue;
     }
-    bool ok = true;
-    for (uint32_t i = 0; i < node->input_count + node->output_count && ok; ++i) {
-      uint32_t v = i < node->input_count ? node->inputs[i] : node->outputs[i - node->input_count];
-      if (v == UINT32_MAX) continue;
-      ty_dtype_t d = g->values[v].dtype;
-      if (g->values[v].rank > 8) {
-        snprintf(r->reason, sizeof(r->reason), "rank %u > 8", g->values[v].rank);
-        ok = false;
-      } else if (op->accept == TY_OCL_ACCEPT_COMPUTE &&
-                 !(d == TY_DTYPE_F32 || d == TY_DTYPE_BF16 || d == TY_DTYPE_F16 ||
-                   d == TY_DTYPE_I32 || d == TY_DTYPE_I64)) {
-        snprintf(r->reason, sizeof(r->reason),
-                 "%s operand %u is %s; opencl computes in f32 from f32/bf16/f16 storage "
-                 "(f64 only moves and casts)",
-                 node->op, i, ty_ocl_dtype_name(d));
-        ok = false;
-      } else if (ty_abi_dtype_size(d) == 0) {
-        snprintf(r->reason, sizeof(r->reason), "invalid dtype of operand %u", i);
-        ok = false;
-      }
-    }
-    if (ok && op->accept == TY_OCL_ACCEPT_CAST) {
-      ty_dtype_t from = g->values[node->inputs[0]].dtype, to = g->values[node->outputs[0]].dtype;
-      bool ints = (from == TY_DTYPE_I32 || from == TY_DTYPE_I64) &&
-                  (to == TY_DTYPE_I32 || to == TY_DTYPE_I64);
-      if (from != to && !(ty_ocl_is_float(from) && ty_ocl_is_float(to)) && !ints) {
-        snprintf(r->reason, sizeof(r->reason), "cast %s -> %s is not in op set v1",
-                 ty_ocl_dtype_name(from), ty_ocl_dtype_name(to));
-        ok = false;
-      }
-    }
+    bool ok = ty_abi_node_operands_ok(g, node, op->accept, "opencl", r->reason,
+                                      sizeof(r->reason));
     if (ok) ok = ty_ocl_op_check(g, node, r->reason, sizeof(r->reason));
     r->supported = ok;
   }
