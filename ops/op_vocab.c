@@ -10,7 +10,8 @@
  *     sum over the tp ranks (tp_reduce) is the whole lookup.
  *   vocab_max(logits [..., Vp]) -> m [...]: the max over the shard's real
  *     columns; after tp_reduce(max), the stability shift of the softmax.
- *     No gradient: the loss does not depend on the shift.
+ *     The loss does not depend on the shift: m's gradients cancel over the
+ *     ranks, and tp_reduce max passes none on (ops/op_collective.c).
  *   vocab_ce_sums(logits [..., Vp], targets [...], m [...]) -> sums [..., 2]:
  *     sum over the shard's real columns of exp(logit - m), and logit[t] - m
  *     where the target t is in the shard (0 elsewhere); tp_reduce(sum) gives
@@ -146,10 +147,27 @@ static ty_status_t ty_vocab_max_infer(const ty_op_infer_ctx_t *ctx) {
   return ty_op_output(ctx, ty_op_stat_dtype(logits->dtype), logits->rank - 1, logits->dims);
 }
 
-/* A shift the loss does not depend on: no gradient reaches the logits. */
+/* The max's own derivative: dy at the first column that attains it. In the
+ * model no gradient reaches it (tp_reduce max passes zero), but the op is
+ * differentiable on its own like any other. */
 static ty_status_t ty_vocab_max_grad(const ty_grad_ctx_t *ctx) {
   ty_grad_clear(ctx);
-  return TY_OK;
+  ty_value_id_t dy = ctx->output_grads[0];
+  if (dy == TY_VALUE_NONE || !ty_grad_wants(ctx, 0)) return TY_OK;
+  const ty_value_id_t ins[3] = {dy, ctx->inputs[0], ctx->outputs[0]};
+  return ty_grad_emit1(ctx, "vocab_max_backward", ins, 3, ctx->attrs, &ctx->input_grads[0]);
+}
+
+/* vocab_max_backward(dy, logits, m) -> dlogits */
+static ty_status_t ty_vocab_max_backward_infer(const ty_op_infer_ctx_t *ctx) {
+  const ty_tensor_desc_t *dy, *logits, *m;
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "dy", &dy));
+  TY_RETURN_IF_ERROR(ty_op_need(ctx, 2, "m", &m));
+  TY_RETURN_IF_ERROR(ty_vocab_logits(ctx, 1, &logits, NULL));
+  TY_RETURN_IF_ERROR(ty_vocab_stat(ctx->op, "dy", dy, logits, false));
+  TY_RETURN_IF_ERROR(ty_vocab_stat(ctx->op, "m", m, logits, false));
+  TY_RETURN_IF_ERROR(ty_vocab_range(ctx->op, ctx->attrs, false, logits->dims[logits->rank - 1]));
+  return ty_op_output_like(ctx, logits);
 }
 
 /* vocab_ce_sums(logits, targets, m) -> sums;
@@ -179,18 +197,25 @@ static ty_status_t ty_vocab_ce_sums_backward_infer(const ty_op_infer_ctx_t *ctx)
   TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "dsums", &dsums));
   TY_RETURN_IF_ERROR(ty_vocab_sums_check(ctx, 1, &logits));
   TY_RETURN_IF_ERROR(ty_vocab_stat(ctx->op, "dsums", dsums, logits, true));
-  return ty_op_output_like(ctx, logits);
+  TY_RETURN_IF_ERROR(ty_op_output_like(ctx, logits));
+  return ty_op_output(ctx, dsums->dtype, logits->rank - 1, logits->dims);
 }
 
-/* Only the logits get a gradient: m is a shift the loss does not depend on
- * (its gradient through log(sum exp) and through logit[t] - m cancels). */
+/* m's own derivative is -(dsums[0] sums[0] + dsums[1] [t in shard]); in
+ * the model it cancels over the ranks (the loss does not depend on the
+ * shift) and tp_reduce max passes zero on. */
 static ty_status_t ty_vocab_ce_sums_grad(const ty_grad_ctx_t *ctx) {
   ty_grad_clear(ctx);
   ty_value_id_t dsums = ctx->output_grads[0];
-  if (dsums == TY_VALUE_NONE || !ty_grad_wants(ctx, 0)) return TY_OK;
+  if (dsums == TY_VALUE_NONE || (!ty_grad_wants(ctx, 0) && !ty_grad_wants(ctx, 2))) {
+    return TY_OK;
+  }
   const ty_value_id_t ins[4] = {dsums, ctx->inputs[0], ctx->inputs[1], ctx->inputs[2]};
-  return ty_grad_emit1(ctx, "vocab_ce_sums_backward", ins, 4, ctx->attrs,
-                       &ctx->input_grads[0]);
+  ty_value_id_t outs[2];
+  TY_RETURN_IF_ERROR(ty_grad_emit(ctx, "vocab_ce_sums_backward", ins, 4, ctx->attrs, outs, 2));
+  if (ty_grad_wants(ctx, 0)) ctx->input_grads[0] = outs[0];
+  if (ty_grad_wants(ctx, 2)) ctx->input_grads[2] = outs[1];
+  return TY_OK;
 }
 
 /* vocab_ce_loss(sums, targets) -> loss;
@@ -256,7 +281,11 @@ const ty_op_def_t ty_op_def_vocab_embedding_backward = {
 const ty_op_def_t ty_op_def_vocab_max = {
     .name = "vocab_max", .min_inputs = 1, .max_inputs = 1,
     .attr_names = ty_vocab_attrs, .infer = ty_vocab_max_infer, .grad = ty_vocab_max_grad,
-    .summary = "max over the first vocab_valid entries of the last axis (no gradient)"};
+    .summary = "max over the first vocab_valid entries of the last axis"};
+const ty_op_def_t ty_op_def_vocab_max_backward = {
+    .name = "vocab_max_backward", .min_inputs = 3, .max_inputs = 3,
+    .attr_names = ty_vocab_attrs, .infer = ty_vocab_max_backward_infer, .grad = NULL,
+    .summary = "dlogits = dy at the first real column equal to m, 0 elsewhere"};
 const ty_op_def_t ty_op_def_vocab_ce_sums = {
     .name = "vocab_ce_sums", .min_inputs = 3, .max_inputs = 3,
     .attr_names = ty_vocab_attrs, .infer = ty_vocab_ce_sums_infer,
@@ -265,7 +294,7 @@ const ty_op_def_t ty_op_def_vocab_ce_sums = {
 const ty_op_def_t ty_op_def_vocab_ce_sums_backward = {
     .name = "vocab_ce_sums_backward", .min_inputs = 4, .max_inputs = 4,
     .attr_names = ty_vocab_attrs, .infer = ty_vocab_ce_sums_backward_infer, .grad = NULL,
-    .summary = "dlogits = dsums[0] exp(logits - m) + dsums[1] onehot(target)"};
+    .summary = "dlogits = dsums[0] exp(logits - m) + dsums[1] onehot(target); dm"};
 const ty_op_def_t ty_op_def_vocab_ce_loss = {
     .name = "vocab_ce_loss", .min_inputs = 2, .max_inputs = 2,
     .attr_names = ty_vocab_loss_attrs, .infer = ty_vocab_ce_loss_infer,

@@ -605,7 +605,8 @@ static ty_status_t ty_run_vocab(ty_interp_t *c, const char *op) {
   const int64_t start = ty_attr_int(c, "vocab_start", 0), valid = ty_attr_int(c, "vocab_valid", rows);
   ids = NULL;
   TY_RETURN_IF_ERROR(ty_fin(c, at, &a));
-  if (c->node->input_count > at + 1) TY_RETURN_IF_ERROR(ty_iin(c, at + 1, &ids));
+  const bool with_ids = strcmp(op, "vocab_max_backward") != 0;
+  if (with_ids && c->node->input_count > at + 1) TY_RETURN_IF_ERROR(ty_iin(c, at + 1, &ids));
   if (bwd) TY_RETURN_IF_ERROR(ty_fin(c, 0, &d));
   if (!strncmp(op, "vocab_ce_sums", 13)) TY_RETURN_IF_ERROR(ty_fin(c, at + 2, &m));
   TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
@@ -616,8 +617,13 @@ static ty_status_t ty_run_vocab(ty_interp_t *c, const char *op) {
     ty_ref_vocab_max(a, count, rows, valid, y);
   } else if (!strcmp(op, "vocab_ce_sums")) {
     ty_ref_vocab_ce_sums_forward(a, ids, m, count, rows, start, valid, y);
+  } else if (!strcmp(op, "vocab_max_backward")) {
+    TY_RETURN_IF_ERROR(ty_fin(c, 2, &m));
+    ty_ref_vocab_max_backward(d, a, m, count, rows, valid, y);
   } else if (!strcmp(op, "vocab_ce_sums_backward")) {
-    ty_ref_vocab_ce_sums_backward(d, a, ids, m, count, rows, start, valid, y);
+    double *dm;
+    TY_RETURN_IF_ERROR(ty_fout(c, 1, &dm));
+    ty_ref_vocab_ce_sums_backward(d, a, ids, m, count, rows, start, valid, y, dm);
   } else if (!bwd) {
     return ty_ref_vocab_ce_loss_forward(a, ids, count, ty_attr_int(c, "vocab_size", 0), y);
   } else {
@@ -779,7 +785,7 @@ int ty_ref_supports_op(const char *op) {
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
       "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
       "kv_cache_write", "all_reduce", "tp_copy", "tp_reduce", "vocab_embedding",
-      "vocab_embedding_backward", "vocab_max", "vocab_ce_sums", "vocab_ce_sums_backward",
+      "vocab_embedding_backward", "vocab_max", "vocab_max_backward", "vocab_ce_sums", "vocab_ce_sums_backward",
       "vocab_ce_loss", "vocab_ce_loss_backward", NULL,
   };
   for (const char *const *p = ops; *p; ++p) {

@@ -55,15 +55,34 @@ void ty_ref_vocab_ce_sums_forward(const double *logits, const int64_t *targets,
   }
 }
 
+void ty_ref_vocab_max_backward(const double *dy, const double *logits, const double *m,
+                               int64_t count, int64_t rows, int64_t valid, double *dlogits) {
+  for (int64_t n = 0; n < count; ++n) {
+    const double *z = logits + n * rows;
+    bool taken = false;
+    for (int64_t c = 0; c < rows; ++c) {
+      const bool at = !taken && c < valid && z[c] == m[n];
+      dlogits[n * rows + c] = at ? dy[n] : 0.0;
+      taken = taken || at;
+    }
+  }
+}
+
 void ty_ref_vocab_ce_sums_backward(const double *dsums, const double *logits,
                                    const int64_t *targets, const double *m, int64_t count,
                                    int64_t rows, int64_t start, int64_t valid,
-                                   double *dlogits) {
+                                   double *dlogits, double *dm) {
   for (int64_t n = 0; n < count; ++n) {
     const double *z = logits + n * rows;
-    double *dz = dlogits + n * rows;
-    for (int64_t c = 0; c < rows; ++c) dz[c] = c < valid ? dsums[2 * n] * exp(z[c] - m[n]) : 0.0;
-    if (ty_ref_vocab_in(targets[n], start, valid)) dz[targets[n] - start] += dsums[2 * n + 1];
+    double *dz = dlogits + n * rows, s = 0.0;
+    for (int64_t c = 0; c < rows; ++c) {
+      const double e = c < valid ? exp(z[c] - m[n]) : 0.0;
+      s += e;
+      dz[c] = dsums[2 * n] * e;
+    }
+    const bool mine = ty_ref_vocab_in(targets[n], start, valid);
+    if (mine) dz[targets[n] - start] += dsums[2 * n + 1];
+    dm[n] = -(dsums[2 * n] * s + (mine ? dsums[2 * n + 1] : 0.0));
   }
 }
 

@@ -38,12 +38,17 @@ void ty_ref_vocab_max(const double *logits, int64_t count, int64_t rows, int64_t
 void ty_ref_vocab_ce_sums_forward(const double *logits, const int64_t *targets,
                                   const double *m, int64_t count, int64_t rows,
                                   int64_t start, int64_t valid, double *sums);
+/* dlogits[n, c] = dy[n] for the first c < valid with logits[n, c] == m[n],
+ * 0 elsewhere (the padding too). */
+void ty_ref_vocab_max_backward(const double *dy, const double *logits, const double *m,
+                               int64_t count, int64_t rows, int64_t valid, double *dlogits);
 /* dlogits[n, c] = dsums[n, 0] exp(logits[n, c] - m[n]) + dsums[n, 1] [c == t - start]
- * for c < valid; 0 for the padding. */
+ * for c < valid, 0 for the padding; dm[n] = -(dsums[n, 0] sums[n, 0] +
+ * dsums[n, 1] [t in the shard]). */
 void ty_ref_vocab_ce_sums_backward(const double *dsums, const double *logits,
                                    const int64_t *targets, const double *m, int64_t count,
                                    int64_t rows, int64_t start, int64_t valid,
-                                   double *dlogits);
+                                   double *dlogits, double *dm);
 /* loss[n] = log(sums[n, 0]) - sums[n, 1], 0 for a negative target. */
 ty_status_t ty_ref_vocab_ce_loss_forward(const double *sums, const int64_t *targets,
                                          int64_t count, int64_t vocab, double *loss);
