@@ -339,6 +339,31 @@ static const ty_conform_case_t ty_cases[] = {
     C("tp_copy", "group-world", "F[2,3,8]", "group='world'", EXACT, EXACT),
     C("tp_reduce", "sum", "F[4,33]", "", EXACT, EXACT),
     C("tp_reduce", "max", "F[3,17]", "reduce='max'", EXACT, EXACT),
+
+    /* ---- vocabulary-parallel embedding and loss: a shard of rows [start,
+     * start + valid) of a vocabulary of 40 held in more rows (the rest
+     * padding), and the one shard that is the whole vocabulary (with
+     * tp_reduce the identity at world 1, the loss ops then compose to
+     * cross_entropy) ---- */
+    C("vocab_embedding", "shard", "F[14,8] i64[3,7]:ids=40", "vocab_start=14 vocab_valid=13",
+      EXACT, RED),
+    C("vocab_embedding", "whole", "F[40,8] i32[21]:ids=40", "vocab_start=0", EXACT, RED),
+    C("vocab_embedding_backward", "shard", "F[3,7,8] i64[3,7]:ids=40",
+      "vocab_start=14 vocab_valid=13 vocab_size=14", RED, NULL),
+    C("vocab_max", "shard", "F[4,6,14]:u=-3,3", "vocab_valid=13", EXACT, EXACT),
+    CX("vocab_max_backward", "shard", "S[4,6] F[4,6,14]:u=-3,3 S[4,6]", "vocab_valid=13",
+       "vocab_max 1 | 0>2", NULL, EXACT),
+    /* m from the logits as the model forms it (the shard's max) */
+    {"vocab_ce_sums", "shard", "F[4,6,14]:u=-3,3 i64[4,6]:tgt=40 S[4,6]",
+     "vocab_start=14 vocab_valid=13", "vocab_max 0 | 0>2", NULL, FLOATS, RED, RED},
+    {"vocab_ce_sums", "whole", "F[8,40]:u=-3,3 i32[8]:tgt=40 S[8]", "vocab_start=0",
+     "vocab_max 0 | 0>2", NULL, FLOATS, RED, RED},
+    CX("vocab_ce_sums_backward", "shard", "S[4,6,2] F[4,6,14]:u=-3,3 i64[4,6]:tgt=40 S[4,6]",
+       "vocab_start=14 vocab_valid=13", "vocab_max 1 | 0>3", NULL, RED),
+    C("vocab_ce_loss", "ignore-targets", "S[4,6,2]:u=0.5,3 i64[4,6]:tgt=40", "vocab_size=40",
+      ELEM, ELEM),
+    C("vocab_ce_loss_backward", "ignore-targets", "S[4,6] S[4,6,2]:u=0.5,3 i64[4,6]:tgt=40",
+      "vocab_size=40", ELEM, NULL),
 };
 
 uint32_t ty_conform_case_count(void) {

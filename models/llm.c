@@ -138,6 +138,37 @@ static ty_status_t ty_b_row_linear(ty_builder_t *b, ty_value_id_t x, ty_value_id
   return ty_b_binary(b, "add", sum, bias, out);
 }
 
+/* The vocabulary-parallel ops' attributes: this rank's rows of the
+ * vocabulary (models/llm_tp.c). */
+static ty_status_t ty_b_vocab_attrs(ty_builder_t *b, ty_attrs_t *a) {
+  int64_t start, valid;
+  ty_llm_tp_vocab_shard(b->c, ty_b_tp(b), b->o->tp_rank, &start, &valid);
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(a, "vocab_start", start));
+  return ty_attrs_set_int(a, "vocab_valid", valid);
+}
+
+/* The vocabulary-parallel cross-entropy of this rank's logits [B, T, Vp]
+ * (docs/design-notes.md "Tensor parallel"): the max over the whole
+ * vocabulary (a shift, no gradient), then the sum of exp and the target's
+ * logit, each a sum of the ranks' parts, then the per-token loss, the same
+ * on every rank. Two small reductions of [B, T] and [B, T, 2]; the padded
+ * columns count nowhere. */
+static ty_status_t ty_b_vocab_loss(ty_builder_t *b, ty_value_id_t targets,
+                                   ty_value_id_t *out) {
+  ty_attrs_t a = TY_ATTRS_EMPTY, mx = TY_ATTRS_EMPTY, lv = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_b_vocab_attrs(b, &a));
+  TY_RETURN_IF_ERROR(ty_attrs_set_string(&mx, "reduce", "max"));
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(&lv, "vocab_size", b->c->vocab_size));
+  ty_value_id_t m, sums;
+  TY_RETURN_IF_ERROR(ty_b_node(b, "vocab_max", &b->m->logits, 1, &a, &m));
+  TY_RETURN_IF_ERROR(ty_b_node(b, "tp_reduce", &m, 1, &mx, &m));
+  ty_value_id_t in[3] = {b->m->logits, targets, m};
+  TY_RETURN_IF_ERROR(ty_b_node(b, "vocab_ce_sums", in, 3, &a, &sums));
+  TY_RETURN_IF_ERROR(ty_b_node(b, "tp_reduce", &sums, 1, NULL, &sums));
+  ty_value_id_t lin[2] = {sums, targets};
+  return ty_b_node(b, "vocab_ce_loss", lin, 2, &lv, out);
+}
+
 static ty_status_t ty_b_dropout(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *out) {
   if (b->rng == TY_VALUE_NONE) {
     *out = x;
@@ -429,7 +460,14 @@ static ty_status_t ty_b_embed(ty_builder_t *b, ty_value_id_t *out_h, ty_value_id
   TY_RETURN_IF_ERROR(
       ty_b_param(b, &wte, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight"));
   ty_value_id_t in[2] = {wte, b->m->tokens};
-  TY_RETURN_IF_ERROR(ty_b_node(b, "embedding", in, 2, NULL, &h));
+  if (ty_b_tp(b) == 1) {
+    TY_RETURN_IF_ERROR(ty_b_node(b, "embedding", in, 2, NULL, &h));
+  } else { /* this rank's rows of the vocabulary (0 for the others'), summed over tp */
+    ty_attrs_t a = TY_ATTRS_EMPTY;
+    TY_RETURN_IF_ERROR(ty_b_vocab_attrs(b, &a));
+    TY_RETURN_IF_ERROR(ty_b_node(b, "vocab_embedding", in, 2, &a, &h));
+    TY_RETURN_IF_ERROR(ty_b_node(b, "tp_reduce", &h, 1, NULL, &h));
+  }
   if (gpt2) {
     ty_value_id_t wpe, pos;
     TY_RETURN_IF_ERROR(ty_b_param(b, &wpe, "transformer.wpe.weight"));
@@ -463,6 +501,8 @@ static ty_status_t ty_b_loss(ty_builder_t *b, ty_value_id_t h, ty_value_id_t hea
     ty_value_id_t in[3] = {h, head, targets}, outs[2];
     TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "linear_cross_entropy", in, 3, &a, outs, 2));
     per_token = outs[0];
+  } else if (ty_b_tp(b) > 1) {
+    TY_RETURN_IF_ERROR(ty_b_vocab_loss(b, targets, &per_token));
   } else {
     ty_value_id_t in[2] = {b->m->logits, targets};
     TY_RETURN_IF_ERROR(ty_b_node(b, "cross_entropy", in, 2, NULL, &per_token));
@@ -567,6 +607,13 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "tensor parallel builds training graphs; KV-cache decoding runs the "
                           "whole model");
+  }
+  if (o->tp_size > 1 && (o->loss_chunk > 0 || o->logits_output || o->logits_at_index)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "tensor parallel splits the vocabulary: %s",
+                          o->loss_chunk > 0 ? "the fused chunked LM head and loss "
+                                              "(loss chunk) runs on a whole vocabulary"
+                                            : "no rank holds whole logits to output");
   }
   if (o->tp_size > 1 && (o->tp_rank < 0 || o->tp_rank >= o->tp_size)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "tensor-parallel rank %d is not in 0..%d",
@@ -692,6 +739,9 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   ty_value_id_t head = wte;
   if (!s && !c->tie_word_embeddings) s = ty_b_param(&b, &head, "lm_head.weight");
   m->logits = TY_VALUE_NONE;
+  /* Tensor parallel: this rank's columns of the logits, h entering through
+   * f (its gradient, a part from each rank's columns, summed). */
+  if (!s && o->loss_chunk <= 0) s = ty_b_tp_enter(&b, h, &h);
   if (!s && o->loss_chunk <= 0) s = ty_b_linear(&b, h, head, TY_VALUE_NONE, true, &m->logits);
   if (!s && staged) s = ty_llm_stage_params(m);
   for (uint32_t i = 0; i < m->param_count && !s; ++i) {

@@ -122,7 +122,8 @@ typedef struct ty_llm_t {
   ty_llm_param_t *params; /* owned; free with ty_llm_deinit */
   uint32_t param_count;
   ty_value_id_t tokens;        /* input "tokens" i64 [B,T] */
-  ty_value_id_t logits;        /* [B,T,V]; TY_VALUE_NONE with loss_chunk */
+  ty_value_id_t logits;        /* [B,T,V]; TY_VALUE_NONE with loss_chunk;
+                                  tensor parallel: this rank's [B,T,Vp] */
   ty_value_id_t loss;          /* scalar, TY_VALUE_NONE without with_loss */
   ty_value_id_t loss_per_token;
   ty_value_id_t hidden_in, hidden_out; /* a pipeline stage's input and output
@@ -187,7 +188,10 @@ const ty_llm_param_t *ty_llm_find_param(const ty_llm_t *model, const char *name)
  * down_proj, c_proj with one all-reduce each, their biases added once after
  * it), GQA key/value heads split when num_kv_heads % tp == 0 and
  * replicated (every rank holding them all) when tp is a multiple of
- * num_kv_heads; embeddings, norms and the LM head replicated. */
+ * num_kv_heads; the embedding and the LM head vocabulary-parallel (rank r
+ * holds rows [r Vp, (r + 1) Vp) of the [V, C] matrix, Vp = ceil(V / tp),
+ * the last part padded with zero rows that no lookup or logit uses, so the
+ * [B, T, V] logits never exist on one rank); norms replicated. */
 
 /* INVALID_ARGUMENT naming --tp and the config's sizes when `tp` does not
  * split the model (heads, kv heads, MLP width). tp 1 always does. */
@@ -196,13 +200,18 @@ ty_status_t ty_llm_tp_check(const ty_model_config_t *config, int tp);
  * tensor as ty_llm_param_spec gives it), and its dims to one of `tp` parts.
  * Call only after ty_llm_tp_check accepted `tp`. */
 void ty_llm_tp_shard(const ty_model_config_t *config, int tp, ty_llm_param_t *p);
+/* The vocabulary rows rank `tp_rank` of `tp` holds: the first id and how
+ * many of its Vp rows are real (the rest padding). tp 1: all of them. */
+void ty_llm_tp_vocab_shard(const ty_model_config_t *config, int tp, int tp_rank,
+                           int64_t *out_start, int64_t *out_valid);
 /* Copies rank `tp_rank`'s part of the whole tensor `full` (full_dims, row
- * major, `elem` bytes an element) to `part` (dims). A replicated tensor is
- * copied whole. */
+ * major, `elem` bytes an element) to `part` (dims), zeros in the padding
+ * rows of a vocabulary part. A replicated tensor is copied whole. */
 void ty_llm_tp_take_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
                          const void *full, void *part);
-/* The reverse: `part` written into its place in `full`, the rest of `full`
- * untouched (rank 0 gathering a checkpoint puts every rank's part). */
+/* The reverse: `part` written into its place in `full` (without its
+ * padding), the rest of `full` untouched (rank 0 gathering a checkpoint
+ * puts every rank's part). */
 void ty_llm_tp_put_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
                         const void *part, void *full);
 /* Elements of p's whole tensor (full_dims) and of this rank's part (dims). */

@@ -3,7 +3,11 @@
  * between a whole tensor and one rank's part, so every rank can load or
  * initialize the whole model and keep its part, and rank 0 can put the
  * parts back together for a Hugging Face checkpoint. The graph side of the
- * split is in llm.c (ty_b_* with tp_size > 1). */
+ * split is in llm.c (ty_b_* with tp_size > 1).
+ *
+ * The vocabulary (the embedding and LM head rows) is the one axis that need
+ * not divide: each rank holds Vp = ceil(V / tp) rows, rank r the rows
+ * [r Vp, (r + 1) Vp) that exist and zeros past V (ty_llm_tp_vocab_shard). */
 #include <stdint.h>
 #include <string.h>
 
@@ -30,6 +34,13 @@ ty_status_t ty_llm_tp_check(const ty_model_config_t *c, int tp) {
                           "heads must share whole key/value heads",
                           tp, (long long)c->num_kv_heads);
   }
+  const int64_t vp = (c->vocab_size + tp - 1) / tp;
+  if (vp * (tp - 1) >= c->vocab_size) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--tp %d leaves the last rank no row of the model's %lld-token "
+                          "vocabulary (config.json vocab_size; each rank holds %lld)",
+                          tp, (long long)c->vocab_size, (long long)vp);
+  }
   if (c->intermediate_size % tp != 0) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--tp %d does not divide the model's MLP width %lld (config.json "
@@ -43,6 +54,10 @@ ty_status_t ty_llm_tp_check(const ty_model_config_t *c, int tp) {
 static int ty_llm_tp_axis(const ty_model_config_t *c, int tp, const char *name, int *segments) {
   *segments = 1;
   const bool weight = ty_ends(name, ".weight");
+  if (!strcmp(name, "transformer.wte.weight") || !strcmp(name, "model.embed_tokens.weight") ||
+      !strcmp(name, "lm_head.weight")) {
+    return 0; /* vocabulary-parallel: [V, C] by rows, padded to tp x Vp */
+  }
   if (c->arch == TY_ARCH_GPT2) {
     if (strstr(name, ".attn.c_attn.")) {
       *segments = 3; /* [C, 3C] columns q|k|v, each cut by heads */
@@ -72,12 +87,21 @@ void ty_llm_tp_shard(const ty_model_config_t *c, int tp, ty_llm_param_t *p) {
   int segments = 1;
   p->tp_axis = (int8_t)(tp > 1 ? ty_llm_tp_axis(c, tp, p->name, &segments) : -1);
   p->tp_segments = (uint8_t)segments;
-  if (p->tp_axis >= 0) p->dims[p->tp_axis] /= tp;
+  /* ceil: only the vocabulary does not divide (ty_llm_tp_check) */
+  if (p->tp_axis >= 0) p->dims[p->tp_axis] = (p->dims[p->tp_axis] + tp - 1) / tp;
+}
+
+void ty_llm_tp_vocab_shard(const ty_model_config_t *c, int tp, int tp_rank,
+                           int64_t *out_start, int64_t *out_valid) {
+  const int64_t vp = tp > 1 ? (c->vocab_size + tp - 1) / tp : c->vocab_size;
+  *out_start = vp * tp_rank;
+  const int64_t left = c->vocab_size - *out_start;
+  *out_valid = left < vp ? left : vp;
 }
 
 /* Moves the part between `whole` and `mine`: into mine (take) or into whole
  * (put). */
-static void ty_llm_tp_move(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
+static void ty_llm_tp_move(const ty_llm_param_t *p, int tp_rank, size_t elem,
                            unsigned char *whole, unsigned char *mine, bool to_full) {
   const int64_t rows = p->full_dims[0], cols = p->rank == 2 ? p->full_dims[1] : 1;
   if (p->tp_axis < 0) {
@@ -91,16 +115,22 @@ static void ty_llm_tp_move(const ty_llm_param_t *p, int tp, int tp_rank, size_t 
   /* One axis of `segments` segments, each cut in tp parts: the rank's part
    * of segment s starts at s * seg + tp_rank * piece along the axis. */
   const int64_t along = p->tp_axis == 0 ? rows : cols, seg = along / p->tp_segments,
-                piece = seg / tp;
+                piece = p->dims[p->tp_axis] / p->tp_segments;
   if (p->tp_axis == 0) { /* rows: contiguous blocks */
+    /* The vocabulary's last part may run past the whole tensor: the rows
+     * that exist move, the padding stays zero in the part and is never
+     * written to the whole. */
+    int64_t have = seg - tp_rank * piece;
+    have = have < 0 ? 0 : have > piece ? piece : have;
     for (int s = 0; s < p->tp_segments; ++s) {
       unsigned char *w = whole + (size_t)((s * seg + tp_rank * piece) * cols) * elem;
       unsigned char *m = mine + (size_t)(s * piece * cols) * elem;
-      const size_t bytes = (size_t)(piece * cols) * elem;
+      const size_t bytes = (size_t)(have * cols) * elem;
       if (to_full) {
         memcpy(w, m, bytes);
       } else {
         memcpy(m, w, bytes);
+        memset(m + bytes, 0, (size_t)((piece - have) * cols) * elem);
       }
     }
     return;
@@ -121,13 +151,15 @@ static void ty_llm_tp_move(const ty_llm_param_t *p, int tp, int tp_rank, size_t 
 
 void ty_llm_tp_take_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
                          const void *full, void *part) {
+  (void)tp; /* the part's size (p->dims) already says it */
   /* take only reads `full`: the one mover serves both directions */
-  ty_llm_tp_move(p, tp, tp_rank, elem, (unsigned char *)(uintptr_t)full, part, false);
+  ty_llm_tp_move(p, tp_rank, elem, (unsigned char *)(uintptr_t)full, part, false);
 }
 
 void ty_llm_tp_put_part(const ty_llm_param_t *p, int tp, int tp_rank, size_t elem,
                         const void *part, void *full) {
-  ty_llm_tp_move(p, tp, tp_rank, elem, full, (unsigned char *)(uintptr_t)part, true);
+  (void)tp;
+  ty_llm_tp_move(p, tp_rank, elem, full, (unsigned char *)(uintptr_t)part, true);
 }
 
 int64_t ty_llm_param_full_count(const ty_llm_param_t *p) {

@@ -41,6 +41,9 @@ extern const ty_op_def_t ty_op_def_kv_cache_write;
 extern const ty_op_def_t ty_op_def_all_reduce;
 extern const ty_op_def_t ty_op_def_tp_copy;
 extern const ty_op_def_t ty_op_def_tp_reduce;
+extern const ty_op_def_t ty_op_def_vocab_embedding, ty_op_def_vocab_embedding_backward,
+    ty_op_def_vocab_max, ty_op_def_vocab_max_backward, ty_op_def_vocab_ce_sums, ty_op_def_vocab_ce_sums_backward,
+    ty_op_def_vocab_ce_loss, ty_op_def_vocab_ce_loss_backward;
 
 /* The attribute list of ops that take none. */
 extern const char *const ty_op_no_attrs[];

@@ -39,6 +39,11 @@ static const ty_op_def_t *const ty_op_table[] = {
     &ty_op_def_kv_cache_write,
     /* Collectives */
     &ty_op_def_all_reduce, &ty_op_def_tp_copy, &ty_op_def_tp_reduce,
+    /* Vocabulary-parallel embedding and loss (the shard's parts; no communication) */
+    &ty_op_def_vocab_embedding, &ty_op_def_vocab_embedding_backward, &ty_op_def_vocab_max,
+    &ty_op_def_vocab_max_backward,
+    &ty_op_def_vocab_ce_sums, &ty_op_def_vocab_ce_sums_backward, &ty_op_def_vocab_ce_loss,
+    &ty_op_def_vocab_ce_loss_backward,
 };
 
 #define TY_OP_TABLE_SIZE ((uint32_t)(sizeof(ty_op_table) / sizeof(ty_op_table[0])))

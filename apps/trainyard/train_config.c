@@ -509,6 +509,11 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     if (c->artifact[0]) {
       TY_TP_BAD("--artifact", "an artifact holds one whole model's step");
     }
+    if (c->loss_chunk > 0) {
+      TY_TP_BAD("--loss-chunk", "the vocabulary is split over the tp ranks, and the fused "
+                                "LM head and loss needs the whole of it (the logits are "
+                                "never whole under --tp anyway)");
+    }
 #undef TY_TP_BAD
   }
   if (!(c->dist_timeout > 0) || !(c->dist_timeout <= 86400 * 7)) {

@@ -66,6 +66,15 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     {"linear_cross_entropy", cpu_kernel_linear_cross_entropy, CPU_ACCEPT_FLOAT},
     {"linear_cross_entropy_backward", cpu_kernel_linear_cross_entropy_backward,
      CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_vocab.c */
+    {"vocab_embedding", cpu_kernel_vocab_embedding, CPU_ACCEPT_FLOAT},
+    {"vocab_embedding_backward", cpu_kernel_vocab_embedding_backward, CPU_ACCEPT_FLOAT},
+    {"vocab_max", cpu_kernel_vocab_max, CPU_ACCEPT_FLOAT},
+    {"vocab_max_backward", cpu_kernel_vocab_max_backward, CPU_ACCEPT_FLOAT},
+    {"vocab_ce_sums", cpu_kernel_vocab_ce_sums, CPU_ACCEPT_FLOAT},
+    {"vocab_ce_sums_backward", cpu_kernel_vocab_ce_sums_backward, CPU_ACCEPT_FLOAT},
+    {"vocab_ce_loss", cpu_kernel_vocab_ce_loss, CPU_ACCEPT_FLOAT},
+    {"vocab_ce_loss_backward", cpu_kernel_vocab_ce_loss_backward, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_dropout.c */
     {"dropout", cpu_kernel_dropout, CPU_ACCEPT_FLOAT},
     {"dropout_backward", cpu_kernel_dropout_backward, CPU_ACCEPT_FLOAT},

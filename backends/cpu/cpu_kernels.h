@@ -327,6 +327,16 @@ ty_abi_status_t cpu_ce_check_targets(const cpu_node_ctx_t *c, uint32_t targets_i
 ty_abi_status_t cpu_kernel_linear_cross_entropy(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_linear_cross_entropy_backward(const cpu_node_ctx_t *c);
 
+/* cpu_kernels_vocab.c: the vocabulary-parallel embedding and loss */
+ty_abi_status_t cpu_kernel_vocab_embedding(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_embedding_backward(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_max(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_max_backward(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_ce_sums(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_ce_sums_backward(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_ce_loss(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_vocab_ce_loss_backward(const cpu_node_ctx_t *c);
+
 /* cpu_kernels_embedding.c */
 ty_abi_status_t cpu_kernel_embedding(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_embedding_backward(const cpu_node_ctx_t *c);

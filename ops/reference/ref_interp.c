@@ -580,8 +580,61 @@ static ty_status_t ty_run_clip(ty_interp_t *c) {
   return TY_OK;
 }
 
+/* The vocabulary-parallel ops (ops/op_vocab.c): a shard of `rows` rows
+ * (a table's first axis, a logits' last) of which `valid` are real. */
+static ty_status_t ty_run_vocab(ty_interp_t *c, const char *op) {
+  const bool bwd = strstr(op, "_backward") != NULL;
+  double *a, *y, *d = NULL, *m = NULL;
+  int64_t *ids;
+  if (!strcmp(op, "vocab_embedding_backward")) { /* (dout, ids) -> dtable */
+    const int64_t rows = ty_out_value(c, 0)->dims[0];
+    TY_RETURN_IF_ERROR(ty_fin(c, 0, &d));
+    TY_RETURN_IF_ERROR(ty_iin(c, 1, &ids));
+    TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
+    ty_ref_vocab_embedding_backward(d, ids, ty_elems(ty_in_value(c, 1)),
+                                    ty_attr_int(c, "vocab_start", 0),
+                                    ty_attr_int(c, "vocab_valid", rows),
+                                    ty_last(ty_in_value(c, 0)), y);
+    return TY_OK;
+  }
+  /* the rest: (d,) x (a table or logits or sums), ids (, m) */
+  const uint32_t at = bwd ? 1 : 0;
+  const ty_abi_value_t *x = ty_in_value(c, at);
+  const bool embed = !strcmp(op, "vocab_embedding");
+  const int64_t rows = embed ? x->dims[0] : ty_last(x), count = ty_rows(x);
+  const int64_t start = ty_attr_int(c, "vocab_start", 0), valid = ty_attr_int(c, "vocab_valid", rows);
+  ids = NULL;
+  TY_RETURN_IF_ERROR(ty_fin(c, at, &a));
+  const bool with_ids = strcmp(op, "vocab_max_backward") != 0;
+  if (with_ids && c->node->input_count > at + 1) TY_RETURN_IF_ERROR(ty_iin(c, at + 1, &ids));
+  if (bwd) TY_RETURN_IF_ERROR(ty_fin(c, 0, &d));
+  if (!strncmp(op, "vocab_ce_sums", 13)) TY_RETURN_IF_ERROR(ty_fin(c, at + 2, &m));
+  TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
+  if (embed) {
+    ty_ref_vocab_embedding_forward(a, x->dims[1], start, valid, ids,
+                                   ty_elems(ty_in_value(c, 1)), y);
+  } else if (!strcmp(op, "vocab_max")) {
+    ty_ref_vocab_max(a, count, rows, valid, y);
+  } else if (!strcmp(op, "vocab_ce_sums")) {
+    ty_ref_vocab_ce_sums_forward(a, ids, m, count, rows, start, valid, y);
+  } else if (!strcmp(op, "vocab_max_backward")) {
+    TY_RETURN_IF_ERROR(ty_fin(c, 2, &m));
+    ty_ref_vocab_max_backward(d, a, m, count, rows, valid, y);
+  } else if (!strcmp(op, "vocab_ce_sums_backward")) {
+    double *dm;
+    TY_RETURN_IF_ERROR(ty_fout(c, 1, &dm));
+    ty_ref_vocab_ce_sums_backward(d, a, ids, m, count, rows, start, valid, y, dm);
+  } else if (!bwd) {
+    return ty_ref_vocab_ce_loss_forward(a, ids, count, ty_attr_int(c, "vocab_size", 0), y);
+  } else {
+    ty_ref_vocab_ce_loss_backward(d, a, ids, count, y);
+  }
+  return TY_OK;
+}
+
 static ty_status_t ty_run_node(ty_interp_t *c) {
   const char *op = c->node->op;
+  if (!strncmp(op, "vocab_", 6)) return ty_run_vocab(c, op);
   if (!strcmp(op, "gelu") || !strcmp(op, "gelu_backward") || !strcmp(op, "silu") ||
       !strcmp(op, "silu_backward")) {
     return ty_run_unary(c, op);
@@ -731,7 +784,9 @@ int ty_ref_supports_op(const char *op) {
       "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
       "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
-      "kv_cache_write", "all_reduce", "tp_copy", "tp_reduce", NULL,
+      "kv_cache_write", "all_reduce", "tp_copy", "tp_reduce", "vocab_embedding",
+      "vocab_embedding_backward", "vocab_max", "vocab_max_backward", "vocab_ce_sums", "vocab_ce_sums_backward",
+      "vocab_ce_loss", "vocab_ce_loss_backward", NULL,
   };
   for (const char *const *p = ops; *p; ++p) {
     if (strcmp(*p, op) == 0) return 1;

@@ -33,5 +33,6 @@
 #include "ops/reference/ref_shape.h"
 #include "ops/reference/ref_softmax.h"
 #include "ops/reference/ref_view.h"
+#include "ops/reference/ref_vocab.h"
 
 #endif /* TY_OPS_REFERENCE_REFERENCE_H_ */

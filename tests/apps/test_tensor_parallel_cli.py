@@ -13,9 +13,12 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
 - DataParallelTest: --tp 2 with 2 replicas (4 ranks) equals one process.
 - ResumeTest: a tp 2 checkpoint resumed at tp 1, and a tp 1 one resumed at
   tp 2, continue the uninterrupted curve (optimizer state re-split).
+- VocabTest: a vocabulary of 97 over --tp 2 (the last rank's part padded)
+  trains like one process and resumes tp 2 -> 1 and 1 -> 2; the checkpoint
+  holds the 97 real rows.
 - RefuseTest: bad inputs: --tp not dividing the world, the heads or the
   MLP; --tp in one process; --tp with --fused-optimizer, --zero 1,
-  --optimizer adafactor, --sample-tokens, --distributed none; a backend
+  --optimizer adafactor, --sample-tokens, --distributed none, --loss-chunk; a backend
   without the tensor-parallel ops (opencl) and a whole-step device
   (dataflow).
 
@@ -24,6 +27,7 @@ Without mpirun or the MPI shim the suite exits 77 (skipped) and says why.
 import argparse
 import json
 import os
+import struct
 import sys
 
 import cli_util
@@ -149,6 +153,79 @@ class ResumeTest(Base):
                                   os.path.join(b, "checkpoint-20"))
 
 
+def write_f32_safetensors(path, tensors):
+    """Writes {name: (shape, [floats])} as an f32 safetensors file."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        shape, values = tensors[name]
+        blob = struct.pack("<%df" % len(values), *values)
+        header[name] = {"dtype": "F32", "shape": list(shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+class VocabTest(Base):
+    """A vocabulary --tp 2 does not divide: the tiny Llama with one more
+    token (97 rows of embed_tokens and lm_head: 49 a rank, rank 1's last
+    one padding). Trains like one process, and its checkpoints hold the 97
+    real rows (padding dropped) and resume across layouts."""
+
+    def make_model(self):
+        src, dst = self.llama, self.path("llama97")
+        os.makedirs(dst)
+        with open(os.path.join(src, "config.json")) as f:
+            config = json.load(f)
+        config["vocab_size"] = 97
+        with open(os.path.join(dst, "config.json"), "w") as f:
+            json.dump(config, f)
+        weights = dist.read_f32_safetensors(os.path.join(src, "model.safetensors"))
+        hidden = config["hidden_size"]
+        tensors = {}
+        for name, values in weights.items():
+            if name in ("model.embed_tokens.weight", "lm_head.weight"):
+                extra = [0.01 * ((k * 7) % 13 - 6) for k in range(hidden)]
+                tensors[name] = ((97, hidden), list(values) + extra)
+            else:
+                tensors[name] = (None, list(values))
+        with open(os.path.join(src, "model.safetensors"), "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        for name, (shape, values) in list(tensors.items()):
+            if shape is None:
+                tensors[name] = (header[name]["shape"], values)
+        write_f32_safetensors(os.path.join(dst, "model.safetensors"), tensors)
+        return dst
+
+    def test_padded_vocabulary(self):
+        self.use(self.make_model())
+        args = ["--schedule", "constant", "--save-every", "10", "--keep", "0",
+                "--batch-size", "4"]
+        ref = self.path("ref")
+        self.train(*args, "--max-steps", "20", "--out", ref)
+        want = dist.losses(ref)
+        a = self.path("a")  # tp 2 for 10 steps, then one process
+        self.train_mpi(2, *args, "--max-steps", "10", "--out", a, "--tp", "2")
+        saved = dist.read_f32_safetensors(os.path.join(a, "checkpoint-10", "model.safetensors"))
+        hidden = len(saved["model.norm.weight"])
+        self.assertEqual(len(saved["lm_head.weight"]), 97 * hidden)
+        self.assertEqual(len(saved["model.embed_tokens.weight"]), 97 * hidden)
+        self.train(*args, "--max-steps", "20", "--out", a, "--resume", "latest")
+        self.assert_curves_match(want, dist.losses(a), range(1, 21), rel=1e-5)
+        b = self.path("b")  # one process for 10 steps, then tp 2
+        self.train(*args, "--max-steps", "10", "--out", b)
+        self.train_mpi(2, *args, "--max-steps", "20", "--out", b, "--resume", "latest",
+                       "--tp", "2")
+        self.assert_curves_match(want, dist.losses(b), range(1, 21), rel=1e-5)
+        for run_dir in (a, b):
+            self.assert_weights_close(os.path.join(ref, "checkpoint-20"),
+                                      os.path.join(run_dir, "checkpoint-20"))
+
+
 class RefuseTest(Base):
     def refused(self, n, args, rc, text, model=None):
         """Runs a refused train (n ranks under mpirun, or 0: one process)
@@ -174,6 +251,8 @@ class RefuseTest(Base):
                      "does not run with --sample-tokens")
         self.refused(0, ["--tp", "2", "--distributed", "none"], 2,
                      "does not run with --distributed none")
+        # the vocabulary is split: the fused chunked head and loss would need all of it
+        self.refused(0, ["--tp", "2", "--loss-chunk", "4"], 2, "does not run with --loss-chunk")
         self.refused(0, ["--tp", "0"], 2, "--tp must be 1 or more")
         # runtime errors (exit 1): one process; the world, the heads
         self.refused(0, ["--tp", "2"], 1,
@@ -197,7 +276,7 @@ class RefuseTest(Base):
                 r.stderr:
             self.skipTest("no OpenCL device here: %s" % r.stderr[-300:])
         self.assertNotEqual(r.returncode, 0)
-        self.assertRegex(r.stderr, r"no kernel for op '(tp_copy|tp_reduce|all_reduce)'")
+        self.assertRegex(r.stderr, r"no kernel for op '(tp_copy|tp_reduce|all_reduce|vocab_[a-z_]+)'")
 
 
 def main():

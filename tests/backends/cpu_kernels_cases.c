@@ -8,7 +8,7 @@
 #include "cpu_kernels_cases.h"
 #include "hal/dtype.h"
 
-#define MAX_CASES 160
+#define MAX_CASES 192
 static tcase_t g_cases[MAX_CASES];
 static int g_case_count;
 
@@ -566,6 +566,52 @@ static void cases_optim_kv(void) {
   }
 }
 
+/* The vocabulary-parallel ops: rank 1's shard of a vocabulary of 300 over
+ * 2 ranks (rows [150, 300) of 150), and a padded one (rows [140, 279) held
+ * in 140, the last padding). Positive sums for the loss; m near the
+ * logits' scale. */
+static void cases_vocab(void) {
+  tcase_t *c = add_case("vocab_embedding", "padded shard of 279", 1);
+  FLT(c, 140, 40);
+  add_in(c, K_IDS, TY_DTYPE_I64, DIMS(3, 50), 279, 0);
+  set_int(c, "vocab_start", 140);
+  set_int(c, "vocab_valid", 139);
+  c->exact = true;
+  c = add_case("vocab_embedding_backward", "padded shard of 279", 1);
+  FLT(c, 3, 50, 40);
+  add_in(c, K_IDS, TY_DTYPE_I32, DIMS(3, 50), 279, 0);
+  set_int(c, "vocab_start", 140);
+  set_int(c, "vocab_valid", 139);
+  set_int(c, "vocab_size", 140);
+  c = add_case("vocab_max", "[3,50,140], 139 real", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 140), -4.0, 4.0);
+  set_int(c, "vocab_valid", 139);
+  c->exact = true;
+  c = add_case("vocab_max_backward", "[3,50,140]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 140), -4.0, 4.0);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), 3.9, 4.0);
+  set_int(c, "vocab_valid", 139);
+  for (int back = 0; back < 2; ++back) {
+    c = add_case(back ? "vocab_ce_sums_backward" : "vocab_ce_sums", "[3,50,150] of 300",
+                 back ? 2 : 1);
+    if (back) add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50, 2), -1.0, 1.0);
+    add_in(c, K_FLOAT, TY_DTYPE_INVALID, DIMS(3, 50, 150), -4.0, 4.0);
+    add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(3, 50), 300, 0);
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), 3.0, 4.0);
+    set_int(c, "vocab_start", 150);
+  }
+  c = add_case("vocab_ce_loss", "[3,50]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50, 2), 0.5, 3.0);
+  add_in(c, K_TARGETS, TY_DTYPE_I32, DIMS(3, 50), 300, 0);
+  set_int(c, "vocab_size", 300);
+  c = add_case("vocab_ce_loss_backward", "[3,50]", 1);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50), -1.0, 1.0);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(3, 50, 2), 0.5, 3.0);
+  add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(3, 50), 300, 0);
+  set_int(c, "vocab_size", 300);
+}
+
 /* Shapes that reach the long paths of device kernels (the cuda backend's,
  * run here through its CPU emulator): norm parameter gradients summed in
  * row chunks, rows too wide to stay in registers, a token frequent enough
@@ -603,6 +649,7 @@ const tcase_t *cpu_test_cases(int *out_count) {
     return g_cases;
   }
   cases_embedding_matmul();
+  cases_vocab();
   cases_elementwise();
   cases_norm_activation();
   cases_rope_attention();

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import unittest
 
-from backend_cli import (CFG, COLLECTIVE_OPS, ConformTest, ForwardTest, GenerateTest,  # noqa: F401
+from backend_cli import (CFG, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, ConformTest, ForwardTest, GenerateTest,  # noqa: F401
                          MixedPrecisionTest,
                          TrainTest, devices_json, make_id_dataset, parse_common, read_safetensors,
                          run, skip_unless_usable)
@@ -45,7 +45,7 @@ def cuda_usable():
 # cuda runs every op of the op set, the memory levers' ops included, but the
 # collective ops (which it refuses by name until it runs them on its NCCL
 # communicator).
-CFG.refused_ops = COLLECTIVE_OPS
+CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS
 
 
 class DevicesTest(unittest.TestCase):

@@ -14,7 +14,9 @@
  *   tied head, dropout): loss and every parameter's gradient (this rank's
  *   part of the whole model's) against one process on the whole model,
  *   within 1e-10 in f64 (the split is exact up to summation order) and
- *   5e-5 in f32 (relative; normwise per gradient).
+ *   5e-5 in f32 (relative; normwise per gradient); the vocabulary split
+ *   too (embedding and head by rows, the loss from the ranks' parts), also
+ *   with V = 97, which 2 ranks do not divide (the last row padding).
  * A plain program (no cmocka): each check names itself; exit 0, or 1 with
  * the first failure on stderr. */
 #include <math.h>
@@ -397,6 +399,14 @@ static void test_models(ty_dist_t *dist, const char *plugin_dir, const char *mod
   snprintf(dir, sizeof(dir), "%s/gpt2", models);
   ok(ty_model_config_load(dir, &c), dir);
   test_model_dtypes(dist, dev, &c, "gpt2 (dropout 0.1)", 0.1);
+  /* A vocabulary tp does not divide: 49 rows a rank, rank 1's last padding
+   * (tied head: GPT-2; a head of its own: Llama). */
+  c.vocab_size = 97;
+  test_model_dtypes(dist, dev, &c, "gpt2 (V 97: padded, tied head)", 0.1);
+  snprintf(dir, sizeof(dir), "%s/llama", models);
+  ok(ty_model_config_load(dir, &c), dir);
+  c.vocab_size = 97;
+  test_model_dtypes(dist, dev, &c, "llama (V 97: padded)", 0.0);
   ty_device_close(dev);
   ty_registry_destroy(r);
 }

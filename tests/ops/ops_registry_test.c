@@ -50,7 +50,8 @@ static void test_registry_gradient_rules(void **state) {
       "gelu_backward",      "silu_backward",      "swiglu_backward",
       "softmax_backward",   "rope_backward",      "attention_backward",
       "cross_entropy_backward", "dropout_backward", "slice_backward",
-      "linear_cross_entropy_backward",
+      "linear_cross_entropy_backward", "vocab_embedding_backward", "vocab_max_backward",
+      "vocab_ce_sums_backward", "vocab_ce_loss_backward",
       "adamw_update",       "sgd_update",         "adafactor_update",
       "clip_by_global_norm", "global_norm_scale", "kv_cache_write"};
   for (uint32_t i = 0; i < ty_op_count(); ++i) {
