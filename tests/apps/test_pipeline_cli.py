@@ -17,7 +17,8 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   third, pure rounding under AdamW, left out); the rank layout printed once
   before the steps; a tp2 x pp2 checkpoint (one model, one optimizer file)
   resumed by one process and a one-process one resumed at tp2 x pp2
-  continue the curve.
+  continue the curve; 8 ranks (dp 2 x pp 2 x tp 2, dropout) equal one
+  process with the replicas' micro-batches as accumulation.
 - ResumeTest: a --pp 2 checkpoint (one model.safetensors, one
   optimizer.safetensors) resumed by one process, and a one-process
   checkpoint resumed at --pp 2 interleaved, continue the uninterrupted curve.
@@ -167,13 +168,13 @@ class TensorPipelineTest(Base):
             worst = max(abs(u - v) for u, v in zip(x, y))
             self.assertLessEqual(worst, REL, key)
 
-    def check_model(self, model):
+    def check_model(self, model, *extra):
         one = self.path(model + "_one")
-        self.train(model, *self.steps, "--out", one)
+        self.train(model, *self.steps, *extra, "--out", one)
         for schedule in ("1f1b", "interleaved"):
             out = self.path("%s_%s" % (model, schedule))
-            r = self.train_mpi(4, model, *self.steps, "--out", out, "--tp", "2", "--pp", "2",
-                               "--pp-schedule", schedule)
+            r = self.train_mpi(4, model, *self.steps, *extra, "--out", out, "--tp", "2",
+                               "--pp", "2", "--pp-schedule", schedule)
             err = r.stderr
             # the layout, before step 0, once (rank 0): tp fastest
             self.assertEqual(err.count("rank layout (world 4 = dp 1 x pp 2 x tp 2):"), 1, err)
@@ -190,7 +191,23 @@ class TensorPipelineTest(Base):
         self.check_model("llama")
 
     def test_gpt2_tied_embeddings(self):
-        self.check_model("gpt2")
+        # with dropout: the masks follow the rows and layers, not the split
+        self.check_model("gpt2", "--dropout", "0.1")
+
+    def test_with_data_parallel(self):
+        # the issue's mpirun -np 8 --tp 2 --pp 2: 2 replicas of 2 stages of
+        # 2 tp ranks, with dropout, as one process with the replicas'
+        # micro-batches as accumulation
+        common = ["--max-steps", "10", "--batch-size", "2", "--dropout", "0.1"]
+        one, eight = self.path("one"), self.path("eight")
+        self.train("llama", *common, "--grad-accum", "4", "--out", one)
+        r = self.train_mpi(8, "llama", *common, "--grad-accum", "2", "--out", eight,
+                           "--tp", "2", "--pp", "2", "--pp-schedule", "interleaved")
+        self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 2):", r.stderr)
+        self.assertIn("  rank 5: dp 1, pp 0, tp 1, device cpu", r.stderr)
+        self.assertIn("10 steps of 8 rows", r.stderr)
+        self.assert_curves(one, eight, range(1, 11))
+        self.assert_files(one, eight, 10)
 
     def test_resume_across_layouts(self):
         common = ["--batch-size", "2", "--grad-accum", "2", "--save-every", "5", "--keep", "0"]
