@@ -79,6 +79,17 @@ class Base(unittest.TestCase):
             self.assertLessEqual(abs(la[s] - lb[s]), REL * abs(la[s]),
                                  "step %d: %r vs %r" % (s, la[s], lb[s]))
 
+    def check_replicas(self, n, one, out, steps, common, *layout):
+        """n ranks of 2 replicas (--grad-accum 2 each) against `one`, the
+        one-process run with --grad-accum 4 and the same `common`; the
+        run's stderr."""
+        r = self.train_mpi(n, "llama", *common, "--grad-accum", "2", "--out", out, *layout,
+                           "--overwrite")
+        self.assertIn("%d steps of 8 rows" % steps, r.stderr)
+        self.assert_curves(one, out, range(1, steps + 1))
+        self.assert_files(one, out, steps)
+        return r.stderr
+
     def assert_files(self, a, b, step, files=("model.safetensors", "optimizer.safetensors")):
         for name in files:
             wa = dist.read_f32_safetensors(os.path.join(a, "checkpoint-%d" % step, name))
@@ -139,13 +150,10 @@ class DataParallelPipelineTest(Base):
         one, four = self.path("one"), self.path("four")
         self.train("llama", *common, "--grad-accum", "4", "--out", one)
         for schedule in ("1f1b", "interleaved"):
-            r = self.train_mpi(4, "llama", *common, "--grad-accum", "2", "--out", four,
-                               "--pp", "2", "--pp-schedule", schedule, "--overwrite")
-            self.assertIn("rank layout (world 4 = dp 2 x pp 2 x tp 1):", r.stderr)
-            self.assertIn("  rank 2: dp 1, pp 0, tp 0", r.stderr)
-            self.assertIn("20 steps of 8 rows", r.stderr)
-            self.assert_curves(one, four, range(1, 21))
-            self.assert_files(one, four, 20)
+            err = self.check_replicas(4, one, four, 20, common, "--pp", "2", "--pp-schedule",
+                                      schedule)
+            self.assertIn("rank layout (world 4 = dp 2 x pp 2 x tp 1):", err)
+            self.assertIn("  rank 2: dp 1, pp 0, tp 0", err)
 
 
 class TensorPipelineTest(Base):
@@ -201,13 +209,10 @@ class TensorPipelineTest(Base):
         common = ["--max-steps", "10", "--batch-size", "2", "--dropout", "0.1"]
         one, eight = self.path("one"), self.path("eight")
         self.train("llama", *common, "--grad-accum", "4", "--out", one)
-        r = self.train_mpi(8, "llama", *common, "--grad-accum", "2", "--out", eight,
-                           "--tp", "2", "--pp", "2", "--pp-schedule", "interleaved")
-        self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 2):", r.stderr)
-        self.assertIn("  rank 5: dp 1, pp 0, tp 1, device cpu", r.stderr)
-        self.assertIn("10 steps of 8 rows", r.stderr)
-        self.assert_curves(one, eight, range(1, 11))
-        self.assert_files(one, eight, 10)
+        err = self.check_replicas(8, one, eight, 10, common, "--tp", "2", "--pp", "2",
+                                  "--pp-schedule", "interleaved")
+        self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 2):", err)
+        self.assertIn("  rank 5: dp 1, pp 0, tp 1, device cpu", err)
 
     def test_resume_across_layouts(self):
         common = ["--batch-size", "2", "--grad-accum", "2", "--save-every", "5", "--keep", "0"]
