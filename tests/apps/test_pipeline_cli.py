@@ -7,7 +7,7 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   process does with the same global batch (the same --grad-accum): per-step
   loss within 1e-5 relative, final weights within 1e-5 (GPT-2's under SGD:
   see weights_optimizer); the partition, the rank layout and the bubble are
-  printed by rank 0 alone.
+  printed by rank 0 alone; Adafactor's factored state moves whole.
 - DataParallelPipelineTest: --pp 2 x 2 replicas (4 ranks), with dropout,
   equals one process with the replicas' micro-batches as accumulation.
 - TensorPipelineTest: --tp 2 --pp 2 (4 ranks: each stage split over its 2
@@ -142,6 +142,17 @@ class PipelineTest(Base):
         self.train_mpi(2, "gpt2", *self.steps, "--out", out, "--pp", "2")
         self.assert_curves(one, out, range(1, 21))
         self.assert_files(one, out, 20, files=("optimizer.safetensors",))
+
+
+    def test_adafactor_factored_state(self):
+        # Adafactor's factored moments ([rows], [cols]) are not of their
+        # parameter's shape: they move between rank 0 and the stages whole
+        steps = self.steps[:1] + ["10"] + self.steps[2:] + ["--optimizer", "adafactor"]
+        one, out = self.path("ada_one"), self.path("ada_pp")
+        self.train("llama", *steps, "--out", one)
+        self.train_mpi(2, "llama", *steps, "--out", out, "--pp", "2")
+        self.assert_curves(one, out, range(1, 11))
+        self.assert_files(one, out, 10)
 
 
 class DataParallelPipelineTest(Base):

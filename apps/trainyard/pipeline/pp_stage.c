@@ -194,6 +194,18 @@ ty_status_t ty_pp_tensors_split(const ty_model_config_t *mc, const ty_pp_tensor_
     const ty_pp_tensor_t *x = &tensors[i];
     ty_llm_param_t split = x->param;
     ty_llm_tp_shard(mc, tp, &split);
+    if (split.tp_axis < 0) { /* replicated (all of them at tp 1): whole, any shape */
+      if (part && to_whole) {
+        memcpy(whole + w, part + q, x->bytes);
+      } else if (part) {
+        memcpy(part + q, whole + w, x->bytes);
+      }
+      w += x->bytes;
+      q += x->bytes;
+      continue;
+    }
+    /* split: only states of the parameter's shape (Adafactor's factored
+     * moments are refused with --tp) */
     const size_t elem = ty_dtype_size(x->desc.dtype);
     if ((size_t)ty_llm_param_full_count(&split) * elem != x->bytes) {
       return ty_status_make(TY_CODE_INTERNAL,

@@ -72,8 +72,10 @@ ty_status_t ty_pp_tensors_bind(const ty_pp_tensor_t *tensors, size_t count, cons
  * 0's full model) and tp rank `tp_rank`'s parts of them (`part`: a stage's
  * bytes), each cut as its parameter is over `tp` ranks (llm.h "Tensor
  * parallel"): to_whole puts the parts in place, else takes them. With
- * `part` NULL only *out_part_bytes, the parts' size. INTERNAL for a tensor
- * not of its parameter's shape. Call after ty_llm_tp_check accepted tp. */
+ * `part` NULL only *out_part_bytes, the parts' size. Replicated tensors
+ * (every one at tp 1) move whole, whatever their shape (Adafactor's
+ * factored moments); INTERNAL for a split one not of its parameter's
+ * shape. Call after ty_llm_tp_check accepted tp. */
 ty_status_t ty_pp_tensors_split(const ty_model_config_t *mc, const ty_pp_tensor_t *tensors,
                                 size_t count, int tp, int tp_rank, char *whole, char *part,
                                 bool to_whole, size_t *out_part_bytes);
