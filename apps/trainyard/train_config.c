@@ -115,11 +115,13 @@ static const ty_opt_t ty_opts[] = {
     TY_F(dist_timeout, "seconds a rank waits for the others at a collective before the run "
                        "ends with an error naming the missing rank"),
     TY_I(tp, "tensor parallel: split attention heads and MLP columns over this many ranks "
-             "of an MPI job (the rest data parallel: world = dp x tp)"),
+             "of an MPI job, inside each stage with --pp (the rest data parallel: world = dp x pp "
+             "x tp)"),
     TY_I(zero, "1: ZeRO-1, each rank keeps and updates the optimizer state of its share of "
                "the parameters (data parallel only); 0: every rank keeps all of it"),
-    TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks (world = data "
-             "parallel x N under mpirun; micro-batches = --grad-accum)"),
+    TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks, or N groups of "
+             "--tp ranks (world = data parallel x N x tp under mpirun; micro-batches = "
+             "--grad-accum)"),
     TY_S(pp_schedule, "pipeline schedule: 1f1b, or interleaved (--pp-virtual chunks per rank; "
                       "--grad-accum a multiple of --pp)"),
     TY_I(pp_virtual, "interleaved schedule: model chunks per rank (default 2)"),

@@ -159,15 +159,17 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out);
 /* ---- trainer_tp.c (tensor parallel, --tp) ---- */
 
 /* After the world opens: the layout (world = dp x tp, tp fastest) and its
- * groups, tp, dp, dp_rank and cfg.tp_rank. INVALID_ARGUMENT for a --tp
- * that does not divide the world, or one process. */
+ * groups, tp, dp, dp_rank and cfg.tp_rank; with --pp it checks --tp only
+ * and leaves the composed layout to ty_trainer_pp_layout. INVALID_ARGUMENT
+ * for a --tp that does not divide the world, or one process. */
 ty_status_t ty_trainer_tp_open(ty_trainer_t *t);
 void ty_trainer_tp_close(ty_trainer_t *t);
 /* Whether this rank takes part in writing checkpoints: rank 0, every
- * ZeRO-1 rank, and with tp the tp ranks of dp index 0 (rank 0 gathers
- * their parts). */
+ * ZeRO-1 rank, and with tp (without --pp) the tp ranks of dp index 0 (rank
+ * 0 gathers their parts). */
 bool ty_trainer_saves(const ty_trainer_t *t);
-/* Whether this rank runs the validation: rank 0, and with tp its group. */
+/* Whether this rank runs the validation: rank 0, and with tp (without
+ * --pp) its group. */
 bool ty_trainer_evaluates(const ty_trainer_t *t);
 /* After the train graph is built: tp_split from the model's split. */
 ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t);

@@ -494,7 +494,7 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
    * rank 0, which alone writes (one Hugging Face checkpoint and one
    * single-process optimizer file, loadable with any --tp). */
   ty_tp_collected_t tp = {0};
-  if (t->tp > 1) {
+  if (t->tp > 1 && !t->pipe) { /* --pp: rank 0's mirror is whole already */
     s = ty_tp_collect(t, &tp);
     if (s || t->rank != 0) {
       ty_tp_collected_free(t, &tp);

@@ -24,6 +24,8 @@ ty_status_t ty_trainer_tp_open(ty_trainer_t *t) {
                           "process: start it with mpirun -np %d (or a multiple)",
                           tp, tp, tp);
   }
+  /* with --pp the pipeline makes the composed layout (ty_trainer_pp_layout) */
+  if (t->cfg.pp > 1) return TY_OK;
   TY_RETURN_IF_ERROR(ty_dist_set_layout(t->dist, tp, 1));
   const ty_dist_layout_t *l = ty_dist_layout(t->dist);
   t->tp = l->tp;
@@ -38,12 +40,14 @@ void ty_trainer_tp_close(ty_trainer_t *t) {
   t->tp_split = NULL;
 }
 
+/* With --pp, rank 0's mirror is the whole model (ty_trainer_pp_build):
+ * it alone evaluates and saves. */
 bool ty_trainer_saves(const ty_trainer_t *t) {
-  return t->rank == 0 || t->owner || (t->tp > 1 && t->dp_rank == 0);
+  return t->rank == 0 || t->owner || (t->tp > 1 && !t->pipe && t->dp_rank == 0);
 }
 
 bool ty_trainer_evaluates(const ty_trainer_t *t) {
-  return t->rank == 0 || (t->tp > 1 && t->dp_rank == 0);
+  return t->rank == 0 || (t->tp > 1 && !t->pipe && t->dp_rank == 0);
 }
 
 ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t) {

@@ -27,9 +27,10 @@ struct ty_trainer_pp_t {
   uint64_t plan_bytes[TY_PLAN_ITEM_COUNT]; /* this rank's stages' memory plan */
 };
 
-/* The world rank that holds global chunk `c` in this rank's replica. */
+/* The world rank that holds global chunk `c` in this rank's replica, at
+ * this rank's tp index (activations go between the tp ranks of one index). */
 static inline int ty_pp_rank_of(const ty_trainer_t *t, int c) {
-  return t->dp_rank * t->pp + c % t->pp;
+  return ty_dist_layout_rank(ty_dist_layout(t->dist), t->dp_rank, c % t->pp, (int)t->cfg.tp_rank);
 }
 
 #endif /* TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_ */

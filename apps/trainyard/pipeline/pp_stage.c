@@ -20,7 +20,8 @@ static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_conf
   ty_llm_options_t o = {.batch = B, .seq = T, .dtype = dtype, .compute_dtype = compute_dtype,
                         .dropout = c->dropout, .with_loss = ch->last,
                         .loss_chunk = ch->last ? c->loss_chunk : 0,
-                        .unit_begin = ch->unit_begin, .unit_end = ch->unit_end};
+                        .unit_begin = ch->unit_begin, .unit_end = ch->unit_end,
+                        .tp_size = (int)c->tp, .tp_rank = (int)c->tp_rank};
   TY_RETURN_IF_ERROR(ty_graph_create(out_g));
   return ty_llm_build(*out_g, mc, &o, out_m);
 }
@@ -84,12 +85,15 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config
 }
 
 ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device,
-                                 ty_pp_chunk_t *ch) {
+                                 ty_host_comm_t *comm, ty_pp_chunk_t *ch) {
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed};
   ty_status_t s = ty_session_create(device, ch->g_bwd, &so, &ch->s_bwd);
   so.share_state_with = ch->s_bwd;
   if (!s && ch->g_fwd) s = ty_session_create(device, ch->g_fwd, &so, &ch->s_fwd);
   if (!s) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
+  /* tensor parallel: the forward and backward graphs' tp ops */
+  if (!s && comm) s = ty_session_set_host_comm(ch->s_bwd, comm);
+  if (!s && comm && ch->s_fwd) s = ty_session_set_host_comm(ch->s_fwd, comm);
   return s ? ty_status_annotate(s, "pipeline chunk %d", ch->global) : TY_OK;
 }
 
@@ -110,7 +114,8 @@ void ty_pp_chunk_deinit(ty_pp_chunk_t *ch) {
 /* Appends `name` as it lives in `session`; *out_present false when the
  * session has no such value (an optimizer state the shape does not get). */
 static ty_status_t ty_pp_tensor_add(ty_pp_tensor_t *list, size_t *n, ty_session_t *session,
-                                    const char *name, bool *out_present) {
+                                    const ty_llm_param_t *param, const char *name,
+                                    bool *out_present) {
   ty_pp_tensor_t *x = &list[*n];
   snprintf(x->name, sizeof(x->name), "%s", name);
   ty_status_t s = ty_session_value_desc(session, x->name, &x->desc);
@@ -121,6 +126,7 @@ static ty_status_t ty_pp_tensor_add(ty_pp_tensor_t *list, size_t *n, ty_session_
   }
   TY_RETURN_IF_ERROR(s);
   x->session = session;
+  x->param = *param;
   x->bytes = (size_t)ty_tensor_desc_element_count(&x->desc) * ty_dtype_size(x->desc.dtype);
   ++*n;
   return TY_OK;
@@ -140,14 +146,14 @@ ty_status_t ty_pp_tensors(const ty_model_config_t *mc, int32_t unit_begin, int32
   for (uint32_t i = 0; i < count && !s; ++i) {
     if (!ty_llm_stage_has_param(mc, unit_begin, unit_end, params[i].name)) continue;
     bool present = false;
-    s = ty_pp_tensor_add(list, &n, param_session, params[i].name, &present);
+    s = ty_pp_tensor_add(list, &n, param_session, &params[i], params[i].name, &present);
     if (!s && !present) {
       s = ty_status_make(TY_CODE_INTERNAL, "parameter %s is not in its session", params[i].name);
     }
     for (size_t k = 0; k < kind_count && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       snprintf(name, sizeof(name), "%s.%s", params[i].name, kinds[k]);
-      s = ty_pp_tensor_add(list, &n, opt_session, name, &present);
+      s = ty_pp_tensor_add(list, &n, opt_session, &params[i], name, &present);
     }
   }
   for (size_t i = 0; i < n; ++i) bytes += list[i].bytes;
@@ -177,5 +183,43 @@ ty_status_t ty_pp_tensors_bind(const ty_pp_tensor_t *tensors, size_t count, cons
                                        d->dims, buffer, tensors[i].bytes));
     buffer += tensors[i].bytes;
   }
+  return TY_OK;
+}
+
+ty_status_t ty_pp_tensors_split(const ty_model_config_t *mc, const ty_pp_tensor_t *tensors,
+                                size_t count, int tp, int tp_rank, char *whole, char *part,
+                                bool to_whole, size_t *out_part_bytes) {
+  size_t w = 0, q = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const ty_pp_tensor_t *x = &tensors[i];
+    ty_llm_param_t split = x->param;
+    ty_llm_tp_shard(mc, tp, &split);
+    if (split.tp_axis < 0) { /* replicated (all of them at tp 1): whole, any shape */
+      if (part && to_whole) {
+        memcpy(whole + w, part + q, x->bytes);
+      } else if (part) {
+        memcpy(part + q, whole + w, x->bytes);
+      }
+      w += x->bytes;
+      q += x->bytes;
+      continue;
+    }
+    /* split: only states of the parameter's shape (Adafactor's factored
+     * moments are refused with --tp) */
+    const size_t elem = ty_dtype_size(x->desc.dtype);
+    if ((size_t)ty_llm_param_full_count(&split) * elem != x->bytes) {
+      return ty_status_make(TY_CODE_INTERNAL,
+                            "%s: %zu bytes, and its parameter %s has %lld elements", x->name,
+                            x->bytes, split.name, (long long)ty_llm_param_full_count(&split));
+    }
+    if (part && to_whole) {
+      ty_llm_tp_put_part(&split, tp, tp_rank, elem, part + q, whole + w);
+    } else if (part) {
+      ty_llm_tp_take_part(&split, tp, tp_rank, elem, whole + w, part + q);
+    }
+    w += x->bytes;
+    q += (size_t)ty_llm_param_part_count(&split) * elem;
+  }
+  *out_part_bytes = q;
   return TY_OK;
 }

@@ -37,8 +37,10 @@ typedef struct ty_pp_chunk_t {
 ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
                                int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
                                ty_pp_chunk_t *ch);
+/* `comm`: the host communicator the graphs' tp ops reduce through (tensor
+ * parallel), or NULL. */
 ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device,
-                                 ty_pp_chunk_t *ch);
+                                 ty_host_comm_t *comm, ty_pp_chunk_t *ch);
 void ty_pp_chunk_deinit(ty_pp_chunk_t *ch);
 
 /* One tensor that moves: "<param>" or "<param>.<optimizer state>". */
@@ -47,6 +49,7 @@ typedef struct ty_pp_tensor_t {
   ty_session_t *session; /* where it lives */
   ty_tensor_desc_t desc;
   size_t bytes;
+  ty_llm_param_t param; /* the parameter it is (or is a state of): its tp split */
 } ty_pp_tensor_t;
 
 /* The tensors of the parameters of `params` (count) that the units
@@ -64,5 +67,17 @@ ty_status_t ty_pp_tensors(const ty_model_config_t *mc, int32_t unit_begin, int32
  * from it. */
 ty_status_t ty_pp_tensors_read(const ty_pp_tensor_t *tensors, size_t count, char *buffer);
 ty_status_t ty_pp_tensors_bind(const ty_pp_tensor_t *tensors, size_t count, const char *buffer);
+
+/* Between whole tensors (`whole`: the bytes of ty_pp_tensors_read of rank
+ * 0's full model) and tp rank `tp_rank`'s parts of them (`part`: a stage's
+ * bytes), each cut as its parameter is over `tp` ranks (llm.h "Tensor
+ * parallel"): to_whole puts the parts in place, else takes them. With
+ * `part` NULL only *out_part_bytes, the parts' size. Replicated tensors
+ * (every one at tp 1) move whole, whatever their shape (Adafactor's
+ * factored moments); INTERNAL for a split one not of its parameter's
+ * shape. Call after ty_llm_tp_check accepted tp. */
+ty_status_t ty_pp_tensors_split(const ty_model_config_t *mc, const ty_pp_tensor_t *tensors,
+                                size_t count, int tp, int tp_rank, char *whole, char *part,
+                                bool to_whole, size_t *out_part_bytes);
 
 #endif /* TY_APPS_TRAINYARD_PIPELINE_PP_STAGE_H_ */

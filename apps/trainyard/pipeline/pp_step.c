@@ -167,21 +167,47 @@ static bool ty_pp_tied_slice(const ty_trainer_t *t, size_t *offset, size_t *coun
   return false;
 }
 
+/* This rank's share of the squared global norm: split tensors' parts on
+ * every tp rank, replicated ones on tp rank 0 only, the tied embedding's
+ * copy on the last stage not at all (the first stage counts it). */
+static double ty_pp_norm_share(const ty_trainer_t *t, bool tied, size_t tied_at, size_t tied_n) {
+  const struct ty_trainer_pp_t *p = t->pipe;
+  const bool skip_tied = tied && t->pp_rank != 0;
+  double sum = 0;
+  size_t at = 0;
+  for (int j = 0; j < p->v; ++j) {
+    const ty_pp_chunk_t *ch = &p->chunk[j];
+    for (uint32_t i = 0; i < ch->m_bwd.param_count; ++i) {
+      const ty_llm_param_t *q = &ch->m_bwd.params[i];
+      const size_t n = (size_t)ty_llm_param_part_count(q);
+      const bool counted = (q->tp_axis >= 0 || t->cfg.tp_rank == 0) &&
+                           !(skip_tied && at == tied_at && n == tied_n);
+      for (size_t k = at; counted && k < at + n; ++k) sum += (double)p->grads[k] * p->grads[k];
+      at += n;
+    }
+  }
+  return sum;
+}
+
 /* Sums, norm and clipping of the step's gradients; *out_norm the global
- * norm over every stage. */
+ * norm over every stage and tp rank. */
 static ty_status_t ty_pp_reduce(ty_trainer_t *t, double *out_norm) {
   struct ty_trainer_pp_t *p = t->pipe;
   TY_RETURN_IF_ERROR(ty_pp_grads(t, false));
+  const ty_dist_layout_t *l = ty_dist_layout(t->dist);
+  const int tp_rank = (int)t->cfg.tp_rank;
   char what[96];
   snprintf(what, sizeof(what), "the gradient sum over the replicas of step %lld",
            (long long)t->step + 1);
   int *ranks = calloc((size_t)(t->dp > 2 ? t->dp : 2), sizeof(int));
   if (!ranks) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  for (int d = 0; d < t->dp; ++d) ranks[d] = d * t->pp + t->pp_rank;
+  /* the "dp" group: this stage and tp index in every replica */
+  for (int d = 0; d < t->dp; ++d) ranks[d] = ty_dist_layout_rank(l, d, t->pp_rank, tp_rank);
   ty_status_t s = ty_dist_sum_over(t->dist, ranks, t->dp, TY_DTYPE_F32, p->grads, p->grad_count,
                                    what);
   /* The tied embedding (Megatron's embedding group): the first and the last
-   * stage each hold a copy; the sum of both gradients updates both. */
+   * stage each hold a copy (at each tp index); the sum of both gradients
+   * updates both. */
   size_t tied_at = 0, tied_n = 0;
   bool tied = ty_pp_tied_slice(t, &tied_at, &tied_n);
   if (!s && tied) {
@@ -195,21 +221,17 @@ static ty_status_t ty_pp_reduce(ty_trainer_t *t, double *out_norm) {
   double *sums = s ? NULL : calloc((size_t)t->world, sizeof(double));
   if (!s && !sums) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   if (!s) {
-    /* The copy on the last stage counts once, on the first. */
-    bool skip = tied && t->pp_rank != 0;
-    double sum = 0;
-    for (size_t i = 0; i < p->grad_count; ++i) {
-      if (skip && i >= tied_at && i < tied_at + tied_n) continue;
-      sum += (double)p->grads[i] * p->grads[i];
-    }
-    sums[t->rank] = sum;
+    sums[t->rank] = ty_pp_norm_share(t, tied, tied_at, tied_n);
     snprintf(what, sizeof(what), "the gradient norm of step %lld", (long long)t->step + 1);
     s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, sums, (size_t)t->world, what);
   }
   double norm = 0;
   if (!s) {
-    double total = 0; /* replica 0's stages, in order: the same bits on every rank */
-    for (int r = 0; r < t->pp; ++r) total += sums[r];
+    /* replica 0's ranks, stage then tp index: the same bits on every rank */
+    double total = 0;
+    for (int r = 0; r < t->pp; ++r) {
+      for (int i = 0; i < t->tp; ++i) total += sums[ty_dist_layout_rank(l, 0, r, i)];
+    }
     norm = sqrt(total);
     if (t->cfg.clip > 0) {
       /* as clip_by_global_norm does it: min(1, max_norm / (norm + 1e-6)) */
@@ -242,7 +264,7 @@ ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
     memcpy((char *)p->weights + (size_t)(m * n) * w, t->weights, (size_t)n * w);
   }
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
-  counted_total /= t->pp; /* every stage of a replica counted the same rows */
+  counted_total /= t->pp * t->tp; /* every rank of a replica counted the same rows */
   const double scale = counted_total > 0 ? 1.0 / counted_total : 0.0;
   for (int64_t i = 0; i < t->accum * n; ++i) {
     if (t->loss_dtype == TY_DTYPE_F64) {
@@ -294,11 +316,15 @@ ty_status_t ty_trainer_pp_report(ty_trainer_t *t) {
                     "%d / %lld); measured idle (waiting for other stages) per stage:",
             100.0 * ty_pp_ideal_bubble(t->pp, p->v, (int)t->accum), t->pp - 1,
             (long long)(p->v * t->accum + t->pp - 1));
+    const ty_dist_layout_t *l = ty_dist_layout(t->dist);
     for (int stage = 0; stage < t->pp; ++stage) {
-      double idle = 0, all = 0;
+      double idle = 0, all = 0; /* over the stage's replicas and tp ranks */
       for (int d = 0; d < t->dp; ++d) {
-        idle += v[2 * (d * t->pp + stage)];
-        all += v[2 * (d * t->pp + stage) + 1];
+        for (int i = 0; i < t->tp; ++i) {
+          const int r = ty_dist_layout_rank(l, d, stage, i);
+          idle += v[2 * r];
+          all += v[2 * r + 1];
+        }
       }
       fprintf(stderr, " stage %d %.1f%%", stage, all > 0 ? 100.0 * idle / all : 0.0);
     }

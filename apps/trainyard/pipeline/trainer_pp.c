@@ -1,5 +1,7 @@
 /* Pipeline parallel training (trainer_pp.h; docs/design-notes.md "Pipeline
- * parallel"). Rank r of world = dp x pp is stage r % pp of replica r / pp.
+ * parallel"). World = dp x pp x tp in the layout of dist/dist.h (rank =
+ * dp (pp tp) + pp tp + tp index): a rank is stage pp_index of replica
+ * dp_index, and with --tp holds its tp index's part of that stage.
  * Each rank holds v chunks of the model (global chunk j * pp + stage); the
  * schedule (pp_schedule.c) orders their forwards and backwards over the
  * micro-batches; activations go forward and their gradients back through
@@ -28,28 +30,38 @@ ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
   t->pp_rank = 0;
   /* without --pp, dp and dp_rank are the layout's (ty_trainer_tp_open) */
   if (c->pp <= 1) return TY_OK;
-  if (c->tp > 1) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "--tp %lld with --pp %lld: tensor parallel inside pipeline stages is "
-                          "not built yet; use one of them (each composes with data parallel)",
-                          (long long)c->tp, (long long)c->pp);
-  }
+  const int tp = c->tp > 1 ? (int)c->tp : 1;
   if (t->world == 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--pp %lld splits the model over %lld ranks and this run is one "
                           "process: start it with mpirun -np %lld (or a multiple for data "
                           "parallel on top)",
-                          (long long)c->pp, (long long)c->pp, (long long)c->pp);
+                          (long long)c->pp, (long long)c->pp * tp, (long long)c->pp * tp);
   }
-  if (t->world % c->pp != 0) {
+  if (t->world % ((int)c->pp * tp) != 0) {
+    if (tp > 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--tp %d x --pp %lld = %lld ranks a replica, which does not divide "
+                            "the world of %d ranks: world = data parallel x --pp x --tp, so run "
+                            "%lld x N ranks",
+                            tp, (long long)c->pp, (long long)c->pp * tp, t->world,
+                            (long long)c->pp * tp);
+    }
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--pp %lld does not divide the world of %d ranks: world = data "
                           "parallel x --pp, so run %lld x N ranks",
                           (long long)c->pp, t->world, (long long)c->pp);
   }
-  t->dp = t->world / (int)c->pp;
-  t->pp_rank = t->rank % (int)c->pp;
-  t->dp_rank = t->rank / (int)c->pp;
+  /* The layout and its groups (dist/dist.h): rank = dp (pp tp) + pp tp +
+   * tp index. The stages' tp ops reduce over "tp", the gradients over
+   * "dp"; a stage's peers are the ranks of its "pp" group. */
+  TY_RETURN_IF_ERROR(ty_dist_set_layout(t->dist, tp, (int)c->pp));
+  const ty_dist_layout_t *l = ty_dist_layout(t->dist);
+  t->tp = l->tp;
+  t->dp = l->dp;
+  t->pp_rank = l->pp_index;
+  t->dp_rank = l->dp_index;
+  t->cfg.tp_rank = l->tp_index;
   return TY_OK;
 }
 
@@ -60,9 +72,10 @@ static ty_status_t ty_pp_print_memory(ty_trainer_t *t) {
   if (!all) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   memcpy(all, t->pipe->plan_bytes, items * sizeof(uint64_t));
   ty_status_t s = TY_OK;
+  const ty_dist_layout_t *l = ty_dist_layout(t->dist);
   for (int r = 1; r < t->pp && !s; ++r) {
-    s = ty_dist_recv(t->dist, r, 3, all + (size_t)r * items, items * sizeof(uint64_t),
-                     "its memory plan");
+    s = ty_dist_recv(t->dist, ty_dist_layout_rank(l, 0, r, 0), 3, all + (size_t)r * items,
+                     items * sizeof(uint64_t), "its memory plan");
   }
   for (int r = 0; r < t->pp && !s; ++r) {
     char line[512];
@@ -79,7 +92,8 @@ static ty_status_t ty_pp_print_memory(ty_trainer_t *t) {
       used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s %s", k ? ", " : "",
                                ty_plan_item_name(shown[k]), size);
     }
-    fprintf(stderr, "%s)%s\n", line, r == 0 ? "; rank 0 also holds the whole model" : "");
+    fprintf(stderr, "%s)%s%s\n", line, t->tp > 1 ? " (tp rank 0's part)" : "",
+            r == 0 ? "; rank 0 also holds the whole model" : "");
   }
   free(all);
   return s;
@@ -94,7 +108,7 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
     TY_RETURN_IF_ERROR(ty_dist_send_start(t->dist, 0, 1, label, sizeof(label),
                                           "its device name", &send));
     ty_status_t s = TY_OK;
-    if (t->dp_rank == 0) {
+    if (t->dp_rank == 0 && t->cfg.tp_rank == 0) { /* replica 0's tp rank 0 of each stage */
       s = ty_dist_send_start(t->dist, 0, 3, t->pipe->plan_bytes, sizeof(t->pipe->plan_bytes),
                              "its memory plan", &plan);
     }
@@ -137,21 +151,30 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
             (long long)cost);
   }
   free(costs);
-  fprintf(stderr, "rank layout (world %d = dp %d x pp %d x tp 1):\n", t->world, t->dp, t->pp);
+  fprintf(stderr, "rank layout (world %d = dp %d x pp %d x tp %d):\n", t->world, t->dp, t->pp,
+          t->tp);
   for (int r = 0; r < t->world && !s; ++r) {
     char other[128];
     if (r) s = ty_dist_recv(t->dist, r, 1, other, sizeof(other), "its device name");
+    ty_dist_layout_t l;
+    if (!s) s = ty_dist_layout_make(t->world, r, t->tp, t->pp, &l);
     if (!s) {
       other[sizeof(other) - 1] = '\0';
-      fprintf(stderr, "  rank %d: dp %d, pp %d, tp 0, device %s\n", r, r / t->pp, r % t->pp,
-              r ? other : label);
+      fprintf(stderr, "  rank %d: dp %d, pp %d, tp %d, device %s\n", r, l.dp_index, l.pp_index,
+              l.tp_index, r ? other : label);
     }
   }
   if (!s) s = ty_pp_print_memory(t);
   if (!s) {
     fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
-                    "host memory (%s; --dist-timeout %g s)\n",
+                    "host memory, tp rank i of a stage to tp rank i of the next (%s; "
+                    "--dist-timeout %g s)\n",
             ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+    if (t->tp > 1) {
+      fprintf(stderr, "  tensor parallel inside each stage: attention heads and MLP columns "
+                      "split over its %d tp ranks, reduced over their group through host "
+                      "memory\n", t->tp);
+    }
   }
   return s;
 }
@@ -259,10 +282,30 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
     if (!s && ch->last) t->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
   }
   if (!s) s = ty_pp_check_memory(t);
-  for (int j = 0; j < p->v && !s; ++j) s = ty_pp_chunk_sessions(c, t->device, &p->chunk[j]);
+  /* tensor parallel: each stage's tp ops reduce over its "tp" group */
+  ty_host_comm_t *comm = NULL;
+  if (t->tp > 1) {
+    ty_dist_host_comm(t->dist, &t->host_comm);
+    comm = &t->host_comm;
+  }
+  for (int j = 0; j < p->v && !s; ++j) {
+    s = ty_pp_chunk_sessions(c, t->device, comm, &p->chunk[j]);
+  }
   /* The full model on rank 0: evaluation, samples and checkpoints run on
-   * it as in a run of one process, after ty_trainer_pp_gather. */
-  if (!s && t->rank == 0) s = build_mirror(t);
+   * it as in a run of one process, after ty_trainer_pp_gather. It is whole
+   * under --tp too (built as tp 1): the stages' parts are cut from it and
+   * put back into it (ty_pp_move). */
+  if (!s && t->rank == 0) {
+    const int tp = t->tp;
+    const int64_t cfg_tp = t->cfg.tp, cfg_tp_rank = t->cfg.tp_rank;
+    t->tp = 1;
+    t->cfg.tp = 1;
+    t->cfg.tp_rank = 0;
+    s = build_mirror(t);
+    t->tp = tp;
+    t->cfg.tp = cfg_tp;
+    t->cfg.tp_rank = cfg_tp_rank;
+  }
   return s;
 }
 
@@ -285,53 +328,85 @@ static ty_status_t ty_pp_chunk_tensors(ty_trainer_t *t, int c, bool mirror, bool
                        bytes);
 }
 
-/* Moves chunk `c` of replica `replica` between rank 0's mirror and its
- * owner: to_stage (scatter) or back (gather). */
+/* Moves chunk `c` of replica `replica` between rank 0's mirror (whole
+ * tensors) and its owners, the stage's tp ranks (each its part):
+ * to_stage (scatter) or back (gather). */
 static ty_status_t ty_pp_move(ty_trainer_t *t, int c, int replica, bool to_stage,
                               bool optimizer) {
-  const int owner = replica * t->pp + c % t->pp;
-  if (t->rank != 0 && t->rank != owner) return TY_OK;
+  const ty_dist_layout_t *l = ty_dist_layout(t->dist);
+  int my_index = -1;
+  for (int i = 0; i < t->tp; ++i) {
+    if (ty_dist_layout_rank(l, replica, c % t->pp, i) == t->rank) my_index = i;
+  }
+  if (t->rank != 0 && my_index < 0) return TY_OK;
   ty_pp_tensor_t *mine = NULL, *theirs = NULL;
-  size_t n = 0, bytes = 0, n0 = 0, bytes0 = 0;
+  size_t n = 0, bytes = 0, n0 = 0, bytes0 = 0, part_bytes = 0;
+  char *whole = NULL, *part = NULL;
   ty_status_t s = TY_OK;
-  if (t->rank == owner) s = ty_pp_chunk_tensors(t, c, false, optimizer, &mine, &n, &bytes);
+  if (my_index >= 0) s = ty_pp_chunk_tensors(t, c, false, optimizer, &mine, &n, &bytes);
   if (!s && t->rank == 0) s = ty_pp_chunk_tensors(t, c, true, optimizer, &theirs, &n0, &bytes0);
-  if (!s && t->rank == 0 && owner == 0 && bytes != bytes0) {
+  if (!s && t->rank == 0) {
+    s = ty_pp_tensors_split(&t->model_config, theirs, n0, t->tp, 0, NULL, NULL, false,
+                            &part_bytes);
+  }
+  if (!s && t->rank == 0 && my_index >= 0 && bytes != part_bytes) {
     s = ty_status_make(TY_CODE_INTERNAL, "pipeline chunk %d: %zu bytes here, %zu in the model",
-                       c, bytes, bytes0);
+                       c, bytes, part_bytes);
   }
-  size_t size = t->rank == owner ? bytes : bytes0;
-  char *buf = s ? NULL : malloc(size ? size : 1);
-  if (!s && !buf) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  char what[96];
-  snprintf(what, sizeof(what), "the %s of pipeline chunk %d", optimizer ? "state" : "weights", c);
+  const size_t size = t->rank == 0 ? part_bytes : bytes;
+  if (!s) {
+    part = malloc(size ? size : 1);
+    if (t->rank == 0) whole = malloc(bytes0 ? bytes0 : 1);
+    if (!part || (t->rank == 0 && !whole)) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  char what[128];
   const int tag = 2;
-  if (!s && to_stage) {
-    if (t->rank == 0) s = ty_pp_tensors_read(theirs, n0, buf);
-    if (!s && owner != 0) {
+  if (!s && to_stage && t->rank == 0) s = ty_pp_tensors_read(theirs, n0, whole);
+  /* Gathered from the last tp index down: a replicated tensor (the same on
+   * every tp rank) keeps tp rank 0's copy. */
+  for (int k = 0; k < t->tp && !s; ++k) {
+    const int i = to_stage ? k : t->tp - 1 - k;
+    const int owner = ty_dist_layout_rank(l, replica, c % t->pp, i);
+    if (t->rank != 0 && t->rank != owner) continue;
+    snprintf(what, sizeof(what), "the %s of pipeline chunk %d (tp rank %d)",
+             optimizer ? "state" : "weights", c, i);
+    if (to_stage) {
       if (t->rank == 0) {
-        ty_dist_send_t *send = NULL;
-        s = ty_dist_send_start(t->dist, owner, tag, buf, size, what, &send);
-        if (!s) s = ty_dist_send_wait(t->dist, send);
-      } else {
-        s = ty_dist_recv(t->dist, 0, tag, buf, size, what);
+        s = ty_pp_tensors_split(&t->model_config, theirs, n0, t->tp, i, whole, part, false,
+                                &part_bytes);
+      }
+      if (!s && owner != 0) {
+        if (t->rank == 0) {
+          ty_dist_send_t *send = NULL;
+          s = ty_dist_send_start(t->dist, owner, tag, part, size, what, &send);
+          if (!s) s = ty_dist_send_wait(t->dist, send);
+        } else {
+          s = ty_dist_recv(t->dist, 0, tag, part, size, what);
+        }
+      }
+      if (!s && t->rank == owner) s = ty_pp_tensors_bind(mine, n, part);
+    } else {
+      if (t->rank == owner) s = ty_pp_tensors_read(mine, n, part);
+      if (!s && owner != 0) {
+        if (t->rank == owner) {
+          ty_dist_send_t *send = NULL;
+          s = ty_dist_send_start(t->dist, 0, tag, part, size, what, &send);
+          if (!s) s = ty_dist_send_wait(t->dist, send);
+        } else {
+          s = ty_dist_recv(t->dist, owner, tag, part, size, what);
+        }
+      }
+      if (!s && t->rank == 0) {
+        s = ty_pp_tensors_split(&t->model_config, theirs, n0, t->tp, i, whole, part, true,
+                                &part_bytes);
       }
     }
-    if (!s && t->rank == owner) s = ty_pp_tensors_bind(mine, n, buf);
-  } else if (!s) {
-    if (t->rank == owner) s = ty_pp_tensors_read(mine, n, buf);
-    if (!s && owner != 0) {
-      if (t->rank == owner) {
-        ty_dist_send_t *send = NULL;
-        s = ty_dist_send_start(t->dist, 0, tag, buf, size, what, &send);
-        if (!s) s = ty_dist_send_wait(t->dist, send);
-      } else {
-        s = ty_dist_recv(t->dist, owner, tag, buf, size, what);
-      }
-    }
-    if (!s && t->rank == 0) s = ty_pp_tensors_bind(theirs, n0, buf);
   }
-  free(buf);
+  if (!s && !to_stage && t->rank == 0) s = ty_pp_tensors_bind(theirs, n0, whole);
+  free(part);
+  free(whole);
   free(mine);
   free(theirs);
   return s;

@@ -1,5 +1,6 @@
 /* Pipeline parallel training (`trainyard train --pp N`, docs/design-notes.md
- * "Pipeline parallel"): the rank layout world = dp x pp, the model split
+ * "Pipeline parallel"): the rank layout world = dp x pp x tp (with --tp each
+ * stage is split over its tp ranks, trainer_pp.c), the model split
  * into pp x v chunks by a balanced partition, per-chunk forward and
  * backward graphs, the 1F1B or interleaved schedule with activations and
  * their gradients sent between ranks over MPI (the host path), the
@@ -14,9 +15,11 @@
 
 #include "trainer.h"
 
-/* After the world is open: t->pp, dp, pp_rank, dp_rank (pp 1: dp = world,
- * nothing else). INVALID_ARGUMENT for a world not divisible by --pp, --pp
- * on one process, and the levers pipeline parallel does not take. Local. */
+/* After the world is open: the layout of --tp x --pp and its groups
+ * (ty_dist_set_layout), t->pp, tp, dp, pp_rank, dp_rank and cfg.tp_rank
+ * (pp 1: nothing; ty_trainer_tp_open made the layout). INVALID_ARGUMENT for
+ * a world not divisible by --pp x --tp and --pp on one process. Collective
+ * over the world. */
 ty_status_t ty_trainer_pp_layout(ty_trainer_t *t);
 /* After the device is open (pp > 1): the partition (checked against the
  * model: --pp and the chunks against its layers), the stage graphs and
