@@ -83,8 +83,8 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
     if (t->rank != 0) continue;
     if (r == 0) {
       fprintf(stderr, "tensor parallel: %d ranks = dp %d x pp 1 x tp %d (%s; --dist-timeout %g "
-                      "s); attention heads and MLP columns split over tp, gradients summed "
-                      "over dp through host memory\n",
+                      "s); attention heads, MLP columns and the vocabulary split over tp, "
+                      "gradients summed over dp through host memory\n",
               t->world, t->dp, t->tp, ty_dist_library(t->dist), ty_dist_timeout(t->dist));
     }
     ty_dist_layout_t l;
