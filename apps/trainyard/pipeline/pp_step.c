@@ -195,29 +195,27 @@ static ty_status_t ty_pp_reduce(ty_trainer_t *t, double *out_norm) {
   struct ty_trainer_pp_t *p = t->pipe;
   TY_RETURN_IF_ERROR(ty_pp_grads(t, false));
   const ty_dist_layout_t *l = ty_dist_layout(t->dist);
-  const int tp_rank = (int)t->cfg.tp_rank;
   char what[96];
   snprintf(what, sizeof(what), "the gradient sum over the replicas of step %lld",
            (long long)t->step + 1);
-  int *ranks = calloc((size_t)(t->dp > 2 ? t->dp : 2), sizeof(int));
-  if (!ranks) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   /* the "dp" group: this stage and tp index in every replica */
-  for (int d = 0; d < t->dp; ++d) ranks[d] = ty_dist_layout_rank(l, d, t->pp_rank, tp_rank);
-  ty_status_t s = ty_dist_sum_over(t->dist, ranks, t->dp, TY_DTYPE_F32, p->grads, p->grad_count,
-                                   what);
+  ty_dist_group_t *dp = NULL;
+  ty_status_t s = ty_dist_group(t->dist, "dp", &dp);
+  if (!s) {
+    s = ty_dist_group_all_reduce(dp, TY_DIST_REDUCE_SUM, TY_DTYPE_F32, p->grads, p->grad_count,
+                                 what);
+  }
   /* The tied embedding (Megatron's embedding group): the first and the last
    * stage each hold a copy (at each tp index); the sum of both gradients
    * updates both. */
   size_t tied_at = 0, tied_n = 0;
   bool tied = ty_pp_tied_slice(t, &tied_at, &tied_n);
   if (!s && tied) {
-    ranks[0] = ty_pp_rank_of(t, 0);
-    ranks[1] = ty_pp_rank_of(t, p->chunks - 1);
+    const int pair[2] = {ty_pp_rank_of(t, 0), ty_pp_rank_of(t, p->chunks - 1)};
     snprintf(what, sizeof(what), "the tied embedding's gradient of step %lld",
              (long long)t->step + 1);
-    s = ty_dist_sum_over(t->dist, ranks, 2, TY_DTYPE_F32, p->grads + tied_at, tied_n, what);
+    s = ty_dist_sum_over(t->dist, pair, 2, TY_DTYPE_F32, p->grads + tied_at, tied_n, what);
   }
-  free(ranks);
   double *sums = s ? NULL : calloc((size_t)t->world, sizeof(double));
   if (!s && !sums) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   if (!s) {
