@@ -143,6 +143,9 @@ def main():
     ap.add_argument("--impl", default="transformers", choices=("transformers", "minimal"))
     ap.add_argument("--checkpointing", action="store_true",
                     help="gradient checkpointing (transformers' own)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timed steps, N more under torch.profiler: the kernels' "
+                         "CUDA time per step, largest first (to set beside TRAINYARD_PROFILE=1)")
     a = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -224,6 +227,19 @@ def main():
           f"checkpointing={int(a.checkpointing)} B={a.batch} T={a.seq} "
           f"median_ms={med * 1e3:.2f} tok_s={n_tok / med:.1f} tflops={tflops:.1f} "
           f"peak_mib={peak:.0f}")
+    if a.profile > 0:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(a.profile):
+                step()
+            torch.cuda.synchronize()
+        rows = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        rows.sort(key=lambda e: e.self_device_time_total, reverse=True)
+        total = sum(e.self_device_time_total for e in rows) / a.profile / 1e3
+        print(f"profile:    {total:.2f} ms of kernels per step over {a.profile} steps")
+        for e in rows[:30]:
+            print(f"  {e.self_device_time_total / a.profile / 1e3:8.3f} ms  "
+                  f"{e.count // a.profile:5d}x  {e.key[:110]}")
 
 
 if __name__ == "__main__":

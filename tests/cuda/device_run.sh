@@ -17,8 +17,10 @@
 #              training steps
 #   attention  tests/cuda/attention_cuda_test (both paths against the f64
 #              reference, bit equality run to run), then its --bench
-#   profile    train_bench GPT-2 124M bf16-mixed B16 T1024 with
-#              TRAINYARD_PROFILE=1 (per-op times), and f32 B4 T1024
+#   profile    train_bench bf16-mixed with TRAINYARD_PROFILE=1 (per-op
+#              times) on PROFILE="model:batch:seq" (gpt2-124m:16:1024),
+#              then PyTorch torch.compile's kernels for the same step
+#              (torch.profiler)
 #   mixed      bf16-mixed forward errors next to PyTorch autocast's
 #              (tests/cuda/mixed_vs_autocast.py)
 #   bench      bench/cuda_bench.sh (Trainyard vs PyTorch eager/compile)
@@ -126,12 +128,20 @@ phase_attention() {
 }
 
 phase_profile() {
-  TRAINYARD_PROFILE=1 timeout 300 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m \
-    --dtype bf16-mixed --batch 16 --seq 1024 --steps 5 --warmup 2 --peak-tflops 989 2>&1 | tail -75
-  timeout 200 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m --dtype bf16-mixed \
-    --batch 16 --seq 1024 --steps 10 --warmup 3 --peak-tflops 989 2>&1 | tail -12
-  timeout 200 "$build/bin/train_bench" --backend cuda:0 --model gpt2-124m --dtype f32 \
-    --batch 4 --seq 1024 --steps 5 --warmup 2 2>&1 | tail -6
+  # PROFILE="model:batch:seq" (default gpt2-124m:16:1024): our per-kernel table
+  # (TRAINYARD_PROFILE=1), then PyTorch's for the same step (torch.compile,
+  # the minimal GPT-2 for GPT-2 models) under torch.profiler.
+  local model batch seq impl=()
+  IFS=: read -r model batch seq <<<"${PROFILE:-gpt2-124m:16:1024}"
+  [[ $model == gpt2-* ]] && impl=(--impl minimal)
+  TRAINYARD_PROFILE=1 timeout 300 "$build/bin/train_bench" --backend cuda:0 --model "$model" \
+    --dtype bf16-mixed --batch "$batch" --seq "$seq" --steps 5 --warmup 2 --peak-tflops 989 \
+    2>&1 | tail -75
+  timeout 200 "$build/bin/train_bench" --backend cuda:0 --model "$model" --dtype bf16-mixed \
+    --batch "$batch" --seq "$seq" --steps 10 --warmup 3 --peak-tflops 989 2>&1 | tail -12
+  timeout 400 python3 bench/pytorch_cuda_train.py --model "$model" --batch "$batch" \
+    --seq "$seq" --steps 10 --warmup 5 --compile "${impl[@]}" --peak-tflops 989 --profile 3 \
+    2>/dev/null | tail -40
 }
 
 phase_mixed() {
