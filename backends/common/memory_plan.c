@@ -39,6 +39,11 @@ void ty_memory_plan_free(ty_memory_plan_t *plan) {
 
 ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
                                ty_memory_plan_t *plan) {
+  return ty_memory_plan_build_fused(og, alignment, NULL, plan);
+}
+
+ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignment,
+                                     const uint32_t *run_at, ty_memory_plan_t *plan) {
   const ty_abi_graph_t *g = &og->graph;
   uint32_t nv = g->value_count, nn = g->node_count;
   memset(plan, 0, sizeof(*plan));
@@ -48,9 +53,15 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
   plan->skip = calloc(nn ? nn : 1, sizeof(*plan->skip));
   uint32_t *last_use = malloc((nv ? nv : 1) * sizeof(uint32_t));
   ty_block_t *live = malloc((nv ? nv : 1) * sizeof(ty_block_t));
-  if (!plan->storage || !plan->copies || !plan->skip || !last_use || !live) {
+  /* Nodes whose outputs are placed at node k: first[k], then next[...]
+   * (in node order). */
+  uint32_t *first = malloc((nn ? nn : 1) * sizeof(uint32_t));
+  uint32_t *next = malloc((nn ? nn : 1) * sizeof(uint32_t));
+  if (!plan->storage || !plan->copies || !plan->skip || !last_use || !live || !first || !next) {
     free(last_use);
     free(live);
+    free(first);
+    free(next);
     ty_memory_plan_free(plan);
     return TY_CODE_RESOURCE_EXHAUSTED;
   }
@@ -133,6 +144,12 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
       if (plan->storage[value].kind == TY_STORAGE_VIEW) last_use[plan->storage[value].alias] = nn;
     }
   }
+  for (uint32_t n = 0; n < nn; ++n) first[n] = next[n] = UINT32_MAX;
+  for (uint32_t n = nn; n-- > 0;) {
+    const uint32_t at = run_at && run_at[n] <= n ? run_at[n] : n;
+    next[n] = first[at];
+    first[at] = n;
+  }
   /* Best-fit placement in definition order. */
   uint32_t live_count = 0;
   uint64_t peak = 0;
@@ -146,44 +163,47 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
         ++b;
       }
     }
-    const ty_abi_node_t *node = &g->nodes[n];
-    for (uint32_t o = 0; o < node->output_count; ++o) {
-      uint32_t v = node->outputs[o];
-      if (plan->storage[v].kind != TY_STORAGE_ARENA) continue;
-      uint64_t size = (og->value_bytes[v] + mask) & ~mask;
-      if (size == 0) size = alignment ? alignment : 1;
-      plan->naive_bytes += size;
-      /* Sort live blocks by offset (few blocks; insertion sort). */
-      for (uint32_t i = 1; i < live_count; ++i) {
-        ty_block_t key = live[i];
-        uint32_t j = i;
-        while (j > 0 && live[j - 1].offset > key.offset) {
-          live[j] = live[j - 1];
-          --j;
+    for (uint32_t m = first[n]; m != UINT32_MAX; m = next[m]) {
+      for (uint32_t o = 0; o < g->nodes[m].output_count; ++o) {
+        uint32_t v = g->nodes[m].outputs[o];
+        if (plan->storage[v].kind != TY_STORAGE_ARENA) continue;
+        uint64_t size = (og->value_bytes[v] + mask) & ~mask;
+        if (size == 0) size = alignment ? alignment : 1;
+        plan->naive_bytes += size;
+        /* Sort live blocks by offset (few blocks; insertion sort). */
+        for (uint32_t i = 1; i < live_count; ++i) {
+          ty_block_t key = live[i];
+          uint32_t j = i;
+          while (j > 0 && live[j - 1].offset > key.offset) {
+            live[j] = live[j - 1];
+            --j;
+          }
+          live[j] = key;
         }
-        live[j] = key;
+        /* Best fit among the gaps; the space after the last block always fits. */
+        uint64_t best = 0, best_gap = 0, cursor = 0;
+        bool found = false;
+        for (uint32_t i = 0; i <= live_count; ++i) {
+          uint64_t end = i < live_count ? live[i].offset : UINT64_MAX;
+          if (end >= cursor && end - cursor >= size && (!found || end - cursor < best_gap)) {
+            best = cursor;
+            best_gap = end - cursor;
+            found = true;
+          }
+          if (i < live_count && live[i].offset + live[i].size > cursor) {
+            cursor = live[i].offset + live[i].size;
+          }
+        }
+        plan->storage[v].offset = best;
+        live[live_count++] = (ty_block_t){best, size, last_use[v]};
+        if (best + size > peak) peak = best + size;
       }
-      /* Best fit among the gaps; the space after the last block always fits. */
-      uint64_t best = 0, best_gap = 0, cursor = 0;
-      bool found = false;
-      for (uint32_t i = 0; i <= live_count; ++i) {
-        uint64_t end = i < live_count ? live[i].offset : UINT64_MAX;
-        if (end >= cursor && end - cursor >= size && (!found || end - cursor < best_gap)) {
-          best = cursor;
-          best_gap = end - cursor;
-          found = true;
-        }
-        if (i < live_count && live[i].offset + live[i].size > cursor) {
-          cursor = live[i].offset + live[i].size;
-        }
-      }
-      plan->storage[v].offset = best;
-      live[live_count++] = (ty_block_t){best, size, last_use[v]};
-      if (best + size > peak) peak = best + size;
     }
   }
   plan->arena_bytes = peak;
   free(last_use);
   free(live);
+  free(first);
+  free(next);
   return TY_CODE_OK;
 }

@@ -49,6 +49,15 @@ typedef struct ty_memory_plan_t {
  * Returns 0 on success, or TY_CODE_RESOURCE_EXHAUSTED on out-of-memory. */
 ty_code_t ty_memory_plan_build(const ty_owned_graph_t *graph, uint64_t alignment,
                                ty_memory_plan_t *out_plan);
+
+/* The same for a backend that fuses nodes: run_at[n] is the node whose
+ * command does node n's work (n itself, or an earlier node whose kernel
+ * also writes n's outputs, e.g. a layernorm that writes its cast's bf16
+ * output). A fused node's outputs are placed when that command runs, so
+ * they never land on bytes a value still live there occupies. run_at NULL
+ * is ty_memory_plan_build. Every run_at[n] <= n. */
+ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *graph, uint64_t alignment,
+                                     const uint32_t *run_at, ty_memory_plan_t *out_plan);
 void ty_memory_plan_free(ty_memory_plan_t *plan);
 
 #ifdef __cplusplus

@@ -123,6 +123,46 @@ static void test_chain_reuses_memory(void **state) {
  * nodes consecutive (a train step's gradients): a backend launches them as
  * one NCCL group, so every g_i must stay live until the last all_reduce
  * (else y_1 could take g_0's bytes while the group still reads g_0). */
+/* A fused node's outputs are placed where its command runs: node 3 (gelu of
+ * c) fused into node 1 must not share bytes with b, which is read by node 2
+ * (between them) and dead by node 3, nor with anything live at node 1. The
+ * same graph without fusion does reuse b's bytes for node 3's output (the
+ * planner reuses what it may), so the test tells the two apart. */
+static void test_fused_outputs_placed_where_they_run(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t x, a, b, c, y, z;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &b)); /* node 0 */
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &a)); /* node 1 */
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &b, 1, NULL, &c)); /* node 2: b's last use */
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &a, 1, NULL, &y)); /* node 3: fused into 1 */
+  ty_value_id_t in[2] = {c, y};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &z)); /* node 4 */
+  TY_EXPECT_OK(ty_graph_set_output(g, z, "z"));
+  planned_t p;
+  plan_graph(g, &p);
+  const ty_abi_graph_t *ag = &p.owned->graph;
+  assert_int_equal(ag->node_count, 5);
+  const uint32_t vb = ag->nodes[0].outputs[0], vy = ag->nodes[3].outputs[0];
+  const uint32_t va = ag->nodes[1].outputs[0];
+  /* unfused: y may take b's bytes (b is dead after node 2) */
+  assert_int_equal(p.plan.storage[vy].offset, p.plan.storage[vb].offset);
+  ty_memory_plan_free(&p.plan);
+  const uint32_t run_at[5] = {0, 1, 2, 1, 4};
+  assert_int_equal(ty_memory_plan_build_fused(p.owned, 64, run_at, &p.plan), TY_CODE_OK);
+  uint32_t vals[3] = {vb, va, ag->nodes[2].outputs[0]};
+  for (int i = 0; i < 3; ++i) {
+    uint64_t a0 = p.plan.storage[vy].offset, a1 = a0 + p.owned->value_bytes[vy];
+    uint64_t b0 = p.plan.storage[vals[i]].offset, b1 = b0 + p.owned->value_bytes[vals[i]];
+    if (a0 < b1 && b0 < a1) fail_msg("fused output %u overlaps value %u", vy, vals[i]);
+  }
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
 static void test_all_reduce_run_is_one_group(void **state) {
   (void)state;
   ty_graph_t *g;
@@ -350,6 +390,7 @@ int main(void) {
       cmocka_unit_test(test_random_graphs),
       cmocka_unit_test(test_chain_reuses_memory),
       cmocka_unit_test(test_all_reduce_run_is_one_group),
+      cmocka_unit_test(test_fused_outputs_placed_where_they_run),
       cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),
       cmocka_unit_test(test_reshape_is_a_view),
       cmocka_unit_test(test_update_not_in_place_when_a_view_reads_later),
