@@ -82,6 +82,14 @@ ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignm
       if (node->inputs[i] != UINT32_MAX) last_use[node->inputs[i]] = n;
     }
   }
+  /* A node done later, by another node's command, reads its inputs then. */
+  for (uint32_t n = 0; run_at && n < nn; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    for (uint32_t i = 0; i < node->input_count && run_at[n] > n && run_at[n] < nn; ++i) {
+      uint32_t x = node->inputs[i];
+      if (x != UINT32_MAX && last_use[x] < run_at[n]) last_use[x] = run_at[n];
+    }
+  }
   /* A run of consecutive all_reduce nodes is one group that a backend may
    * launch together (NCCL's group calls): every input of the run stays live
    * until its last node, so no output of the run lands on an input that an
@@ -146,7 +154,7 @@ ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignm
   }
   for (uint32_t n = 0; n < nn; ++n) first[n] = next[n] = UINT32_MAX;
   for (uint32_t n = nn; n-- > 0;) {
-    const uint32_t at = run_at && run_at[n] <= n ? run_at[n] : n;
+    const uint32_t at = run_at && run_at[n] < nn ? run_at[n] : n;
     next[n] = first[at];
     first[at] = n;
   }

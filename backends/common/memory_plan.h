@@ -51,11 +51,13 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *graph, uint64_t alignment
                                ty_memory_plan_t *out_plan);
 
 /* The same for a backend that fuses nodes: run_at[n] is the node whose
- * command does node n's work (n itself, or an earlier node whose kernel
- * also writes n's outputs, e.g. a layernorm that writes its cast's bf16
- * output). A fused node's outputs are placed when that command runs, so
- * they never land on bytes a value still live there occupies. run_at NULL
- * is ty_memory_plan_build. Every run_at[n] <= n. */
+ * command does node n's work: n itself, an earlier node whose kernel also
+ * writes n's outputs (a matmul that writes the add after it), or a later
+ * one that reads n's inputs in n's stead (a cast folded into the norm
+ * backward that reads its input). A node's outputs are placed when the
+ * command that writes them runs, and its inputs stay live until then, so
+ * nothing the command touches lands on bytes another live value holds.
+ * run_at NULL is ty_memory_plan_build. */
 ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *graph, uint64_t alignment,
                                      const uint32_t *run_at, ty_memory_plan_t *out_plan);
 void ty_memory_plan_free(ty_memory_plan_t *plan);

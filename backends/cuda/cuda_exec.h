@@ -23,6 +23,7 @@
 
 #include "backends/common/abi_graph.h"
 #include "backends/common/memory_plan.h"
+#include "backends/cuda/cuda_fuse.h"
 #include "backends/cuda/cuda_internal.h"
 
 /* Threads per block of 1-D kernels and row reductions. */
@@ -94,6 +95,9 @@ typedef struct ty_cu_build_t {
   const ty_abi_graph_t *g;
   const ty_abi_node_t *node;
   uint32_t n;
+  /* The fusion this node heads (cuda_fuse.h), NULL when none: its builder
+   * then also does the work of the nodes folded into it. */
+  const ty_cu_fuse_t *fuse;
   ty_abi_status_t status;
   uint64_t scratch_used; /* this node's scratch (nodes run one at a time) */
 } ty_cu_build_t;
@@ -105,6 +109,7 @@ const ty_abi_value_t *ty_cu_vout(const ty_cu_build_t *b, uint32_t o);
 ty_cu_ref_t ty_cu_in(const ty_cu_build_t *b, uint32_t i); /* NONE when absent */
 ty_cu_ref_t ty_cu_out(const ty_cu_build_t *b, uint32_t o);
 ty_cu_ref_t ty_cu_none(void);
+ty_cu_ref_t ty_cu_value(uint32_t value); /* any graph value (a fusion's operands) */
 ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset);
 /* `bytes` of this node's scratch (aligned to 256; contents undefined at
  * the node's start). */

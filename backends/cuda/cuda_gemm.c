@@ -27,8 +27,9 @@ struct ty_cu_gemm_t {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our b), B (our a), C = D */
   cublasLtMatmulAlgo_t algo;
-  ty_cu_ref_t a, b, c, bias; /* ours */
-  CUdeviceptr pa, pb, pc, pbias;
+  ty_cu_ref_t a, b, c, bias, cin; /* ours; cin: cuBLASLt's C when it is not c */
+  CUdeviceptr pa, pb, pc, pbias, pcin;
+  bool has_cin;
   uint32_t align; /* bytes every pointer must be aligned to */
   bool has_bias;
   float beta; /* 1: accumulate into c */
@@ -110,15 +111,19 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   g->b = sp->b;
   g->c = sp->c;
   g->has_bias = sp->has_bias;
-  g->beta = sp->accumulate ? 1.0f : 0.0f;
+  g->has_cin = sp->has_cin;
+  g->cin = sp->cin;
+  g->beta = sp->accumulate || sp->has_cin ? 1.0f : 0.0f;
   if (sp->has_bias) g->bias = sp->bias;
   snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s%s%s", (long long)M,
            (long long)K, (long long)N, ta ? " ta" : "", tb ? " tb" : "", (int)sp->count,
            sp->ab_dtype == TY_DTYPE_BF16 ? "bf16" : sp->ab_dtype == TY_DTYPE_F16 ? "f16" : "f32",
-           sp->c_dtype != sp->ab_dtype ? "->f32" : "", sp->accumulate ? " +=" : "");
+           sp->c_dtype != sp->ab_dtype ? "->f32" : "",
+           sp->accumulate ? " +=" : sp->has_cin ? " +c" : "");
   /* Every pointer this command will see is a 256-aligned base (allocations,
    * arena offsets) plus the binding offset plus these offsets and strides. */
   g->align = ty_cu_pow2_align(sp->a.offset | sp->b.offset | sp->c.offset |
+                              (sp->has_cin ? sp->cin.offset : 0) |
                               (uint64_t)(sp->lda * (int64_t)es) |
                               (uint64_t)(sp->ldb * (int64_t)es) |
                               (uint64_t)(sp->ldc * (int64_t)esc));
@@ -195,13 +200,20 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
                            bool ta, bool tb, ty_cu_lds_t ld, int32_t count, int64_t sa,
                            int64_t sb, int64_t sc, uint64_t off_a, uint64_t off_b,
                            uint64_t off_c, bool bias) {
+  /* A fused matmul (cuda_fuse.h, one-GEMM path only) writes the cast's or
+   * the add's output, in its dtype, adding the add's other operand. */
+  const ty_cu_fuse_t *f = b->fuse && b->fuse->kind == TY_CU_FUSE_GEMM ? b->fuse : NULL;
   const ty_cu_gemm_spec_t spec = {
       .a = ty_cu_ref_at(ty_cu_in(b, 0), off_a),
       .b = ty_cu_ref_at(ty_cu_in(b, 1), off_b),
-      .c = ty_cu_ref_at(ty_cu_out(b, 0), off_c),
-      .bias = bias ? ty_cu_in(b, 2) : ty_cu_none(),
+      .c = f ? ty_cu_value(f->out) : ty_cu_ref_at(ty_cu_out(b, 0), off_c),
+      .bias = !bias                       ? ty_cu_none()
+              : f && f->bias != UINT32_MAX ? ty_cu_value(f->bias)
+                                           : ty_cu_in(b, 2),
+      .cin = f && f->addend != UINT32_MAX ? ty_cu_value(f->addend) : ty_cu_none(),
+      .has_cin = f && f->addend != UINT32_MAX,
       .ab_dtype = dt,
-      .c_dtype = dt,
+      .c_dtype = f ? b->g->values[f->out].dtype : dt,
       .M = M,
       .N = N,
       .K = K,
@@ -299,6 +311,10 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
                    bias != NULL);
     return;
   }
+  if (b->fuse) { /* cuda_fuse.c only fuses the one-GEMM shapes above */
+    ty_cu_fail(b, TY_CODE_INTERNAL, "a fused matmul on the batched path");
+    return;
+  }
   /* Merge chained batch dims from the inside out. */
   int64_t dims[8], ga[8], gb[8], gc[8];
   int groups = 0;
@@ -355,7 +371,9 @@ bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *g) {
   CUdeviceptr pa = ty_cu_ref_address(e, g->a), pb = ty_cu_ref_address(e, g->b);
   CUdeviceptr pc = ty_cu_ref_address(e, g->c);
   CUdeviceptr pbias = g->has_bias ? ty_cu_ref_address(e, g->bias) : 0;
-  bool changed = pa != g->pa || pb != g->pb || pc != g->pc || pbias != g->pbias;
+  CUdeviceptr pcin = g->has_cin ? ty_cu_ref_address(e, g->cin) : pc;
+  bool changed = pa != g->pa || pb != g->pb || pc != g->pc || pbias != g->pbias ||
+                 pcin != g->pcin;
   if (pbias != g->pbias) {
     ty_cu_api_t *api = ty_cu_exec_device(e)->api;
     void *p = (void *)(uintptr_t)pbias;
@@ -366,6 +384,7 @@ bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *g) {
   g->pb = pb;
   g->pc = pc;
   g->pbias = pbias;
+  g->pcin = pcin;
   return changed;
 }
 
@@ -373,7 +392,7 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
   ty_cu_gemm_t *g = c->gemm;
   ty_abi_device_t *d = ty_cu_exec_device(e);
   ty_cu_api_t *api = d->api;
-  if ((g->pa | g->pb | g->pc | g->pbias) % g->align) {
+  if ((g->pa | g->pb | g->pc | g->pbias | g->pcin) % g->align) {
     return ty_cu_error(TY_CODE_INTERNAL,
                        "%s: node %u (matmul %s): an operand is not aligned to the %u bytes the "
                        "compiled matmul assumed (a=%#llx b=%#llx c=%#llx)",
@@ -383,7 +402,7 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
   const float one = 1.0f;
   cublasStatus_t s = api->cublasLtMatmul(
       d->blaslt, g->desc, &one, (const void *)(uintptr_t)g->pb, g->la,
-      (const void *)(uintptr_t)g->pa, g->lb, &g->beta, (const void *)(uintptr_t)g->pc, g->lc,
+      (const void *)(uintptr_t)g->pa, g->lb, &g->beta, (const void *)(uintptr_t)g->pcin, g->lc,
       (void *)(uintptr_t)g->pc, g->lc, &g->algo, (void *)(uintptr_t)d->workspace,
       (size_t)d->workspace_bytes, d->stream);
   if (s != CUBLAS_STATUS_SUCCESS) {

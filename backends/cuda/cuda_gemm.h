@@ -23,9 +23,12 @@ void ty_cu_gemm_free(ty_cu_api_t *api, ty_cu_gemm_t *gemm);
  * row-major c[M, N] (+)= op(a) op(b), a and b of ab_dtype, c of c_dtype
  * (ab_dtype, or f32 from bf16/f16 products), leading dimensions in
  * elements, `count` strided batches (sa, sb, sc elements apart; count 1
- * for one). f32 accumulation; `accumulate` adds to c (beta = 1). */
+ * for one). f32 accumulation; `accumulate` adds to c (beta = 1); with
+ * has_cin, c = cin + op(a) op(b) instead (cin of c's dtype and layout, read
+ * as cuBLASLt's C while c is its D). */
 typedef struct ty_cu_gemm_spec_t {
-  ty_cu_ref_t a, b, c, bias;
+  ty_cu_ref_t a, b, c, bias, cin;
+  bool has_cin;
   ty_dtype_t ab_dtype, c_dtype;
   int64_t M, N, K;
   bool ta, tb, has_bias, accumulate;

@@ -81,7 +81,8 @@ struct ty_abi_executable_s {
   uint32_t table_count, table_cap;
   CUdeviceptr tables;
   bool tables_uploaded;
-  bool *fused; /* per node: its work is done by an earlier node's commands */
+  bool *fused; /* per node: its work is done by another node's commands */
+  ty_cu_fuse_t *fuse; /* per node: the fusion it heads (cuda_fuse.h) */
   /* Test hooks (TRAINYARD_CUDA_FAULT). */
   int fault_kind;
   uint64_t fault_run;
@@ -167,6 +168,11 @@ ty_cu_ref_t ty_cu_in(const ty_cu_build_t *b, uint32_t i) {
 
 ty_cu_ref_t ty_cu_out(const ty_cu_build_t *b, uint32_t o) {
   ty_cu_ref_t r = {TY_CU_REF_VALUE, b->node->outputs[o], 0};
+  return r;
+}
+
+ty_cu_ref_t ty_cu_value(uint32_t value) {
+  ty_cu_ref_t r = {TY_CU_REF_VALUE, value, 0};
   return r;
 }
 
@@ -476,6 +482,7 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e->table_refs);
   free(e->table_host);
   free(e->fused);
+  free(e->fuse);
   free(e);
 }
 
@@ -676,7 +683,17 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
     ty_cu_executable_destroy(e);
     return s;
   }
-  if (!e->graph || ty_memory_plan_build(e->graph, TY_CU_ALIGN, &e->plan) != TY_CODE_OK) {
+  /* Fusions first: the plan places a fused node's outputs where its
+   * command runs (cuda_fuse.h). */
+  const uint32_t nn = e->graph ? e->graph->graph.node_count : 0;
+  uint32_t *run_at = e->graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
+  e->fuse = e->graph ? calloc((size_t)nn + 1, sizeof(ty_cu_fuse_t)) : NULL;
+  if (run_at && e->fuse) {
+    ty_cu_fuse_plan(e->graph, e->row_stride, ty_cu_fuse_enabled(), e->fuse, run_at);
+  }
+  if (!e->graph || !run_at || !e->fuse ||
+      ty_memory_plan_build_fused(e->graph, TY_CU_ALIGN, run_at, &e->plan) != TY_CODE_OK) {
+    free(run_at);
     ty_cu_executable_destroy(e);
     return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
   }
@@ -688,6 +705,10 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   e->sorted_named = calloc(nv, sizeof(uint32_t));
   e->first_cmd = calloc((size_t)g->node_count + 1, sizeof(uint32_t));
   e->fused = calloc((size_t)g->node_count + 1, sizeof(bool));
+  if (e->fused) {
+    for (uint32_t n = 0; n < nn; ++n) e->fused[n] = run_at[n] != n;
+  }
+  free(run_at);
   if (!e->const_offset || !e->fallback_offset || !e->addr || !e->sorted_named ||
       !e->first_cmd || !e->fused) {
     ty_cu_executable_destroy(e);
@@ -717,9 +738,10 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     e->first_cmd[n] = e->cmd_count;
     if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
-    if (e->fused[n]) continue;     /* done by an earlier node's multi-tensor launch */
+    if (e->fused[n]) continue;     /* done by another node's commands (cuda_fuse.h) */
     b.node = &g->nodes[n];
     b.n = n;
+    b.fuse = e->fuse[n].kind != TY_CU_FUSE_NONE ? &e->fuse[n] : NULL;
     b.scratch_used = 0;
     const ty_cu_op_t *op = ty_cu_op_find(b.node->op);
     if (!op) {
@@ -1336,6 +1358,11 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint64_t capacity,
                                         uint64_t *out_size) {
   uint32_t kernels = 0, gemms = 0, moves = 0, reduces = 0;
+  uint32_t fz[4] = {0, 0, 0, 0}, folded = 0; /* heads per ty_cu_fuse_kind_t; nodes folded */
+  for (uint32_t n = 0; n < e->graph->graph.node_count; ++n) {
+    if (e->fuse && e->fuse[n].kind < 4) fz[e->fuse[n].kind]++;
+    if (e->fused && e->fused[n]) folded++;
+  }
   for (uint32_t i = 0; i < e->cmd_count; ++i) {
     if (e->cmds[i].kind == TY_CU_CMD_KERNEL) kernels++;
     else if (e->cmds[i].kind == TY_CU_CMD_GEMM) gemms++;
@@ -1349,12 +1376,15 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "cuda executable on %s (%s, sm_%d%d, %d SMs)\n"
       "  graph %.12s: %u nodes -> %u commands (%u kernels, %u cuBLASLt matmuls, %u "
       "memsets/copies, %u NCCL all-reduces over %u rank(s))\n"
+      "  fused: %u nodes done by others' commands (%u matmul+cast/add, %u norm+cast, %u "
+      "norm-backward chains, the rest multi-tensor optimizer launches)\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
       e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->graph->hash_hex,
       e->graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
-      e->world ? e->world : 1, (double)e->arena_bytes / 1048576.0, (double)e->plan.naive_bytes / 1048576.0,
+      e->world ? e->world : 1, folded, fz[TY_CU_FUSE_GEMM], fz[TY_CU_FUSE_NORM],
+      fz[TY_CU_FUSE_NORM_BWD], (double)e->arena_bytes / 1048576.0, (double)e->plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,
       (double)(e->const_bytes + e->aux_bytes_dev) / 1048576.0,
       (double)e->device->allocated / 1048576.0, (double)e->device->peak_allocated / 1048576.0,

@@ -118,13 +118,16 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm"), x);
   const ty_cu_ref_t none = ty_cu_none();
   const uint32_t r = rms ? 1 : 2; /* rstd's output */
-  /* ty_layernorm_<T>(x, gamma, beta, y, mean, int dtm, rstd, int dtr, i64 rows,
-   *                  i64 C, f32 eps, int rms): a warp per row */
+  /* Fused with the cast after it (cuda_fuse.h): y is the cast's output. */
+  const uint32_t y = b->fuse && b->fuse->kind == TY_CU_FUSE_NORM ? b->fuse->out : UINT32_MAX;
+  /* ty_layernorm_<T>(x, gamma, beta, y, int dty, mean, int dtm, rstd, int dtr,
+   *                  i64 rows, i64 C, f32 eps, int rms): a warp per row */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM, kernel);
   ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
   ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
   ty_cu_arg_ptr(b, c, rms ? none : ty_cu_in(b, 2));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, y != UINT32_MAX ? ty_cu_value(y) : ty_cu_out(b, 0));
+  ty_cu_arg_i32(b, c, y != UINT32_MAX ? (int)b->g->values[y].dtype : 0);
   ty_cu_arg_ptr(b, c, rms ? none : ty_cu_out(b, 1));
   ty_cu_arg_i32(b, c, rms ? 0 : ty_cu_dt(ty_cu_vout(b, 1)));
   ty_cu_arg_ptr(b, c, ty_cu_out(b, r));
@@ -147,26 +150,41 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   const ty_cu_ref_t none = ty_cu_none();
   const ty_cu_ref_t mean_ref = rms ? none : ty_cu_in(b, 3), rstd_ref = ty_cu_in(b, rms ? 3 : 4);
   const bool has_dbeta_out = !rms && b->node->output_count > 2;
-  if (rows >= 1024 && C % 4 == 0 && C <= 128 * TY_CU_NORM_K &&
-      ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype) &&
-      ty_cu_vin(b, 0)->dtype == x->dtype && ty_cu_vout(b, 0)->dtype == x->dtype &&
-      (!ty_cu_vin(b, 2) || ty_cu_vin(b, 2)->dtype == x->dtype)) {
+  /* Fused with the cast before it, the add after it and the cast of the
+   * sum (cuda_fuse.h): what the one-pass kernel reads and writes instead. */
+  const ty_cu_fuse_t *f = b->fuse && b->fuse->kind == TY_CU_FUSE_NORM_BWD ? b->fuse : NULL;
+  const uint32_t dy = f && f->dy != UINT32_MAX ? f->dy : b->node->inputs[0];
+  const bool one_pass = rows >= 1024 && C % 4 == 0 && C <= 128 * TY_CU_NORM_K &&
+                        ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype) &&
+                        (f || ty_cu_vin(b, 0)->dtype == x->dtype) &&
+                        ty_cu_vout(b, 0)->dtype == x->dtype &&
+                        (!ty_cu_vin(b, 2) || ty_cu_vin(b, 2)->dtype == x->dtype);
+  if (f && !one_pass) {
+    ty_cu_fail(b, TY_CODE_INTERNAL, "a fused norm backward outside the one-pass kernel's shapes");
+    return;
+  }
+  if (one_pass) {
     /* One pass (kernels/norm.cu, ty_norm_bwd_fused): 3 blocks per SM (166 registers) of 4
      * warps, each leaving f64 partials of dgamma and dbeta. */
     const uint32_t blocks = 3 * ty_cu_sm_count(b);
     ty_cu_ref_t part = ty_cu_scratch(b, 2 * (uint64_t)blocks * (uint64_t)C * sizeof(double));
-    /* ty_norm_bwd_fused_<T>(dy, x, gamma, mean, int dtm, rstd, int dtr, dx, f64 *part,
-     *                       i64 rows, i64 C, int rms) */
+    /* ty_norm_bwd_fused_<T>(dy, int dtdy, x, gamma, mean, int dtm, rstd, int dtr, resid,
+     *                       dx, dx2, int dtdx2, f64 *part, i64 rows, i64 C, int rms) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
                                   ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+    const bool has_out2 = f && f->out2 != UINT32_MAX;
+    ty_cu_arg_ptr(b, c, ty_cu_value(dy));
+    ty_cu_arg_i32(b, c, (int)b->g->values[dy].dtype);
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
     ty_cu_arg_ptr(b, c, mean_ref);
     ty_cu_arg_i32(b, c, ty_cu_dt(mean));
     ty_cu_arg_ptr(b, c, rstd_ref);
     ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, f && f->addend != UINT32_MAX ? ty_cu_value(f->addend) : none);
+    ty_cu_arg_ptr(b, c, f && f->out != UINT32_MAX ? ty_cu_value(f->out) : ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, has_out2 ? ty_cu_value(f->out2) : none);
+    ty_cu_arg_i32(b, c, has_out2 ? (int)b->g->values[f->out2].dtype : 0);
     ty_cu_arg_ptr(b, c, part);
     ty_cu_arg_i64(b, c, rows);
     ty_cu_arg_i64(b, c, C);
@@ -182,7 +200,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
     ty_cu_arg_ptr(b, c, has_dbeta_out ? ty_cu_out(b, 2) : none);
     ty_cu_arg_i32(b, c, has_dbeta_out ? ty_cu_dt(ty_cu_vout(b, 2)) : 0);
-    ty_cu_grid1(b, c, (uint64_t)C, TY_CU_BLOCK);
+    ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
     return;
   }
   if (rows > 0) {
@@ -245,7 +263,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
   ty_cu_arg_ptr(b, c, dbeta);
   ty_cu_arg_i32(b, c, dtdb);
-  ty_cu_grid1(b, c, (uint64_t)C, TY_CU_BLOCK);
+  ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
 }
 
 /* ---- softmax and cross-entropy: a block per row ---- */

@@ -163,6 +163,39 @@ static void test_fused_outputs_placed_where_they_run(void **state) {
   ty_graph_destroy(g);
 }
 
+/* A node deferred to a later command (run_at > n) keeps its inputs live
+ * until then: d (node 2) may take b's bytes when node 1 runs on its own,
+ * not when node 1's work (reading b) is done by node 3's command. */
+static void test_deferred_node_keeps_its_inputs(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t x, b, c, dv, e, z;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &b));  /* node 0 */
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &b, 1, NULL, &c));  /* node 1: deferred to 3 */
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &dv)); /* node 2 */
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &c, 1, NULL, &e));  /* node 3 */
+  ty_value_id_t in[2] = {dv, e};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &z)); /* node 4 */
+  TY_EXPECT_OK(ty_graph_set_output(g, z, "z"));
+  planned_t p;
+  plan_graph(g, &p);
+  const ty_abi_graph_t *ag = &p.owned->graph;
+  assert_int_equal(ag->node_count, 5);
+  const uint32_t vb = ag->nodes[0].outputs[0], vd = ag->nodes[2].outputs[0];
+  assert_int_equal(p.plan.storage[vd].offset, p.plan.storage[vb].offset);
+  ty_memory_plan_free(&p.plan);
+  const uint32_t run_at[5] = {0, 3, 2, 3, 4};
+  assert_int_equal(ty_memory_plan_build_fused(p.owned, 64, run_at, &p.plan), TY_CODE_OK);
+  uint64_t a0 = p.plan.storage[vd].offset, a1 = a0 + p.owned->value_bytes[vd];
+  uint64_t b0 = p.plan.storage[vb].offset, b1 = b0 + p.owned->value_bytes[vb];
+  if (a0 < b1 && b0 < a1) fail_msg("node 2's output overlaps the deferred node's input");
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
 static void test_all_reduce_run_is_one_group(void **state) {
   (void)state;
   ty_graph_t *g;
@@ -391,6 +424,7 @@ int main(void) {
       cmocka_unit_test(test_chain_reuses_memory),
       cmocka_unit_test(test_all_reduce_run_is_one_group),
       cmocka_unit_test(test_fused_outputs_placed_where_they_run),
+      cmocka_unit_test(test_deferred_node_keeps_its_inputs),
       cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),
       cmocka_unit_test(test_reshape_is_a_view),
       cmocka_unit_test(test_update_not_in_place_when_a_view_reads_later),

@@ -17,18 +17,21 @@
  * The variance is a second pass over the row (one-pass E[x^2] - E[x]^2
  * cancels when the mean is large: conform's "offset-mean" case). gamma and
  * beta are optional (NULL). mean and rstd are f32 (any float dtype is
- * accepted). Checked at the "reduction" conform bound. */
+ * accepted). y is T, or with dty != 0 that storage dtype: the norm and the
+ * cast after it in one pass (cuda_fuse.c), y rounded once from f32 as the
+ * cast would. Checked at the "reduction" conform bound. */
 template <typename T>
 __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_,
-                                                  const void *b_, void *y_, void *mean, int dtm,
-                                                  void *rstd, int dtr, long long rows,
+                                                  const void *b_, void *y_, int dty, void *mean,
+                                                  int dtm, void *rstd, int dtr, long long rows,
                                                   long long C, float eps, int rms) {
   const T *xall = (const T *)x_, *g = (const T *)g_, *beta = (const T *)b_;
   T *yall = (T *)y_;
   const int lane = threadIdx.x & 31;
   const int wpb = blockDim.x >> 5;
   const bool cached = C % 4 == 0 && C <= 128 * TY_NORM_K && ty_al4<T>(xall) &&
-                      ty_al4<T>(yall) && (!g || ty_al4<T>(g)) && (!beta || ty_al4<T>(beta));
+                      (dty ? ty_al4_dt(y_, dty) : ty_al4<T>(yall)) && (!g || ty_al4<T>(g)) &&
+                      (!beta || ty_al4<T>(beta));
   for (long long row = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); row < rows;
        row += (long long)gridDim.x * wpb) {
     const T *x = xall + row * C;
@@ -67,7 +70,11 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
           if (beta) ty_ld4(beta + c, bv);
 #pragma unroll
           for (int j = 0; j < 4; ++j) o[j] = (v[k][j] - mu) * r * gv[j] + bv[j];
-          ty_st4(y + c, o);
+          if (dty) {
+            ty_st4_dt(y_, row * C + c, dty, o);
+          } else {
+            ty_st4(y + c, o);
+          }
         }
       }
     } else {
@@ -103,7 +110,11 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
             float o = (ty_get(x, c) - mu) * r;
             if (g) o *= ty_get(g, c);
             if (beta) o += ty_get(beta, c);
-            ty_put(y, c, o);
+            if (dty) {
+              ty_st(y_, row * C + c, dty, o);
+            } else {
+              ty_put(y, c, o);
+            }
           },
           [&](long long c) {
             float v[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -112,7 +123,12 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
             if (beta) ty_ld4(beta + c, bv);
 #pragma unroll
             for (int j = 0; j < 4; ++j) v[j] = (v[j] - mu) * r * gv[j] + bv[j];
-            ty_st4(y + c, v);
+            if (dty) { /* y's alignment may differ from T's: element by element */
+#pragma unroll
+              for (int j = 0; j < 4; ++j) ty_st(y_, row * C + c + j, dty, v[j]);
+            } else {
+              ty_st4(y + c, v);
+            }
           });
     }
     if (lane == 0) {
@@ -121,10 +137,10 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
     }
   }
 }
-#define TY_LAYERNORM_PARAMS                                                                \
-  const void *x, const void *g, const void *b, void *y, void *mean, int dtm, void *rstd, \
-      int dtr, long long rows, long long C, float eps, int rms
-#define TY_LAYERNORM_ARGS x, g, b, y, mean, dtm, rstd, dtr, rows, C, eps, rms
+#define TY_LAYERNORM_PARAMS                                                          \
+  const void *x, const void *g, const void *b, void *y, int dty, void *mean, int dtm, \
+      void *rstd, int dtr, long long rows, long long C, float eps, int rms
+#define TY_LAYERNORM_ARGS x, g, b, y, dty, mean, dtm, rstd, dtr, rows, C, eps, rms
 TY_KERNEL3(ty_layernorm, TY_LAYERNORM_PARAMS, TY_LAYERNORM_ARGS)
 
 /* ---- backward, dx ----
@@ -259,7 +275,13 @@ TY_KERNEL3(ty_norm_bwd_dx, TY_NORM_BWD_DX_PARAMS, TY_NORM_BWD_DX_ARGS)
  * order. dy and x are read once instead of twice. Rows go to warps by the
  * grid-stride rule of a grid sized from the shape only, so the summation
  * order, and the result, never change between runs. Needs C % 4 == 0 and
- * C <= 128 TY_NORM_K; unaligned rows load element by element. */
+ * C <= 128 TY_NORM_K; unaligned rows load element by element.
+ *
+ * Fused with its neighbours (cuda_fuse.c): dy may be stored in another dtype
+ * (dtdy != 0: the cast before the norm, read as f32 as the cast would give
+ * it), the residual gradient `resid` (the add after the norm) is added to
+ * dx, and dx2 receives the same values in dtype dtdx2 (the cast after the
+ * add). NULL / 0 leave each out. */
 template <typename T>
 __device__ inline void ty_norm_ld4(const T *p, bool aligned, float v[4]) {
   if (aligned) {
@@ -271,18 +293,21 @@ __device__ inline void ty_norm_ld4(const T *p, bool aligned, float v[4]) {
 }
 
 template <typename T>
-__device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, const void *x_,
+__device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, int dtdy, const void *x_,
                                                        const void *g_, const void *mean,
                                                        int dtm, const void *rstd, int dtr,
-                                                       void *dx_, double *part, long long rows,
-                                                       long long C, int rms) {
+                                                       const void *resid_, void *dx_,
+                                                       void *dx2, int dtdx2, double *part,
+                                                       long long rows, long long C, int rms) {
   __shared__ float sh[2][128 * TY_NORM_K];
-  const T *dyall = (const T *)dy_, *xall = (const T *)x_, *g = (const T *)g_;
+  const T *xall = (const T *)x_, *g = (const T *)g_, *rall = (const T *)resid_;
   T *dxall = (T *)dx_;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wpb = blockDim.x >> 5;
-  const bool aligned = ty_al4<T>(dyall) && ty_al4<T>(xall) && ty_al4<T>(dxall) &&
-                       (!g || ty_al4<T>(g));
+  const int ddt = dtdy ? dtdy : (int)ty_dt_code<T>();
+  const bool aligned = ty_al4_dt(dy_, ddt) && ty_al4<T>(xall) && ty_al4<T>(dxall) &&
+                       (!g || ty_al4<T>(g)) && (!rall || ty_al4<T>(rall)) &&
+                       (!dx2 || ty_al4_dt(dx2, dtdx2));
   const float inv_c = 1.0f / (float)C;
   float accg[TY_NORM_K][4], accb[TY_NORM_K][4];
 #pragma unroll
@@ -292,7 +317,7 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, const vo
   }
   for (long long row = (long long)blockIdx.x * wpb + warp; row < rows;
        row += (long long)gridDim.x * wpb) {
-    const T *dy = dyall + row * C, *x = xall + row * C;
+    const T *x = xall + row * C;
     T *dx = dxall + row * C;
     const float mu = rms ? 0.0f : ty_ld(mean, row, dtm);
     const float r = ty_ld(rstd, row, dtr);
@@ -305,7 +330,12 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, const vo
       const long long c = (long long)(k * 32 + lane) * 4;
       if (c < C) {
         float xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        ty_norm_ld4(dy + c, aligned, dv[k]);
+        if (aligned) {
+          ty_ld4_dt(dy_, row * C + c, ddt, dv[k]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) dv[k][j] = ty_ld(dy_, row * C + c + j, ddt);
+        }
         ty_norm_ld4(x + c, aligned, xv);
         if (g) ty_norm_ld4(g + c, aligned, gv);
 #pragma unroll
@@ -329,11 +359,21 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, const vo
         if (g) ty_norm_ld4(g + c, aligned, gv);
 #pragma unroll
         for (int j = 0; j < 4; ++j) o[j] = r * (dv[k][j] * gv[j] - mean_g - xh[k][j] * mean_gx);
+        if (rall) { /* the residual gradient this dx joins (the add after the norm) */
+          float rv[4];
+          ty_norm_ld4(rall + row * C + c, aligned, rv);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) o[j] = rv[j] + o[j];
+        }
         if (aligned) {
           ty_st4(dx + c, o);
+          if (dx2) ty_st4_dt(dx2, row * C + c, dtdx2, o);
         } else {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) ty_put(dx, c + j, o[j]);
+          for (int j = 0; j < 4; ++j) {
+            ty_put(dx, c + j, o[j]);
+            if (dx2) ty_st(dx2, row * C + c + j, dtdx2, o[j]);
+          }
         }
       }
     }
@@ -360,10 +400,12 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, const vo
     part[((long long)gridDim.x + blockIdx.x) * C + c] = sh[1][c];
   }
 }
-#define TY_NORM_BWD_FUSED_PARAMS                                                          \
-  const void *dy, const void *x, const void *g, const void *mean, int dtm, const void *rstd, \
-      int dtr, void *dx, double *part, long long rows, long long C, int rms
-#define TY_NORM_BWD_FUSED_ARGS dy, x, g, mean, dtm, rstd, dtr, dx, part, rows, C, rms
+#define TY_NORM_BWD_FUSED_PARAMS                                                            \
+  const void *dy, int dtdy, const void *x, const void *g, const void *mean, int dtm,       \
+      const void *rstd, int dtr, const void *resid, void *dx, void *dx2, int dtdx2,          \
+      double *part, long long rows, long long C, int rms
+#define TY_NORM_BWD_FUSED_ARGS \
+  dy, dtdy, x, g, mean, dtm, rstd, dtr, resid, dx, dx2, dtdx2, part, rows, C, rms
 TY_KERNEL3(ty_norm_bwd_fused, TY_NORM_BWD_FUSED_PARAMS, TY_NORM_BWD_FUSED_ARGS)
 
 /* ---- backward, dgamma and dbeta ----
@@ -433,18 +475,38 @@ __device__ __forceinline__ void ty_norm_params_impl(const void *dy_, const void 
   dy, x, mean, dtm, rstd, dtr, dgamma, dtdg, dbeta, dtdb, part, rows, C, rchunk, rms
 TY_KERNEL3(ty_norm_params, TY_NORM_PARAMS_PARAMS, TY_NORM_PARAMS_ARGS)
 
-/* dgamma[c] = sum_s part[s][c], dbeta[c] = sum_s part[chunks + s][c], in
- * chunk order. */
+/* dgamma[c] = sum_s part[s][c], dbeta[c] = sum_s part[chunks + s][c]:
+ * blocks of 32 columns x 32 chunk lanes (threadIdx.y adds chunks y, y + 32,
+ * ..., reading 32 adjacent columns of a chunk together), then the 32 lane
+ * sums added by a fixed tree in shared memory: the order, and the result,
+ * depend only on the shape. */
 extern "C" __global__ void ty_norm_params_finish(const double *part, long long chunks,
                                                  long long C, void *dgamma, int dtdg,
                                                  void *dbeta, int dtdb) {
-  TY_FOR_EACH(c, C) {
-    double accg = 0.0, accb = 0.0;
-    for (long long s = 0; s < chunks; ++s) {
+  __shared__ double sg[32][33], sb[32][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const long long c = (long long)blockIdx.x * 32 + tx;
+  double accg = 0.0, accb = 0.0;
+  if (c < C) {
+#pragma unroll 4
+    for (long long s = ty; s < chunks; s += 32) {
       accg += part[s * C + c];
       accb += part[(chunks + s) * C + c];
     }
-    ty_st_d(dgamma, c, dtdg, accg);
-    if (dbeta) ty_st_d(dbeta, c, dtdb, accb);
+  }
+  sg[ty][tx] = accg;
+  sb[ty][tx] = accb;
+  __syncthreads();
+#pragma unroll
+  for (int h = 16; h > 0; h >>= 1) {
+    if (ty < h) {
+      sg[ty][tx] += sg[ty + h][tx];
+      sb[ty][tx] += sb[ty + h][tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && c < C) {
+    ty_st_d(dgamma, c, dtdg, sg[0][tx]);
+    if (dbeta) ty_st_d(dbeta, c, dtdb, sb[0][tx]);
   }
 }

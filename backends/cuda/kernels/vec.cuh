@@ -113,6 +113,38 @@ __device__ inline int ty_dt_size(int dt) {
   return dt == TY_F64 || dt == TY_I64 ? 8 : dt == TY_BF16 || dt == TY_F16 ? 2 : dt == TY_U8 ? 1 : 4;
 }
 
+/* The storage dtype code (TY_F32, ...) of a kernel's T. */
+template <typename T> __device__ constexpr int ty_dt_code();
+template <> __device__ constexpr int ty_dt_code<float>() { return TY_F32; }
+template <> __device__ constexpr int ty_dt_code<__nv_bfloat16>() { return TY_BF16; }
+template <> __device__ constexpr int ty_dt_code<__half>() { return TY_F16; }
+
+/* Four elements from p + i in storage dtype dt (f32, bf16 or f16): the
+ * operands of fused kernels whose dtype is not the kernel's T (a norm that
+ * writes its cast's bf16 output, reads a bf16 gradient). p + i must be
+ * aligned to 4 elements (ty_al4_dt). */
+__device__ inline void ty_ld4_dt(const void *p, long long i, int dt, float *v) {
+  if (dt == TY_BF16) {
+    ty_ld4((const __nv_bfloat16 *)p + i, v);
+  } else if (dt == TY_F16) {
+    ty_ld4((const __half *)p + i, v);
+  } else {
+    ty_ld4((const float *)p + i, v);
+  }
+}
+__device__ inline void ty_st4_dt(void *p, long long i, int dt, const float *v) {
+  if (dt == TY_BF16) {
+    ty_st4((__nv_bfloat16 *)p + i, v);
+  } else if (dt == TY_F16) {
+    ty_st4((__half *)p + i, v);
+  } else {
+    ty_st4((float *)p + i, v);
+  }
+}
+__device__ inline bool ty_al4_dt(const void *p, int dt) {
+  return ((uintptr_t)p & (uintptr_t)(4 * ty_dt_size(dt) - 1)) == 0;
+}
+
 /* Scalar element access of the typed kernels. */
 template <typename T> __device__ inline float ty_get(const T *p, long long i) {
   return ty_to_f<T>(p[i]);

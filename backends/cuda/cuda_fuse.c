@@ -1,0 +1,265 @@
+/* Finding the cuda executor's fusions (cuda_fuse.h). Every rule checks that
+ * the values it stops materialising have no other reader (one use, not a
+ * graph output or state update), that shapes match exactly (no
+ * broadcasting), and that every extra operand already exists when the head
+ * runs; anything else runs unfused. */
+#include "backends/cuda/cuda_fuse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  const ty_abi_graph_t *g;
+  const ty_owned_graph_t *og;
+  const int64_t *row_stride;
+  uint32_t *uses;     /* per value: node inputs reading it */
+  uint32_t *consumer; /* per value: the first node reading it */
+  bool *pinned;       /* per value: a graph output, bound, or a state update's value */
+  ty_cu_fuse_t *fuse;
+  uint32_t *run_at;
+} ty_fz_t;
+
+static const ty_abi_value_t *ty_fz_val(const ty_fz_t *z, uint32_t v) { return &z->g->values[v]; }
+
+static bool ty_fz_dense(const ty_fz_t *z, uint32_t v) {
+  return !z->row_stride || z->row_stride[v] == 0;
+}
+
+/* v is read by exactly one node and nothing else sees it: fusion may skip
+ * writing it. */
+static bool ty_fz_private(const ty_fz_t *z, uint32_t v) {
+  return v != UINT32_MAX && z->uses[v] == 1 && !z->pinned[v] && ty_fz_dense(z, v);
+}
+
+static bool ty_fz_same_shape(const ty_abi_value_t *a, const ty_abi_value_t *b) {
+  if (a->rank != b->rank) return false;
+  for (uint32_t i = 0; i < a->rank; ++i) {
+    if (a->dims[i] != b->dims[i]) return false;
+  }
+  return true;
+}
+
+static bool ty_fz_is(const ty_abi_node_t *node, const char *op) {
+  return strcmp(node->op, op) == 0;
+}
+
+static bool ty_fz_free(const ty_fz_t *z, uint32_t node) {
+  return z->run_at[node] == node && z->fuse[node].kind == TY_CU_FUSE_NONE;
+}
+
+static bool ty_fz_16bit(ty_dtype_t d) { return d == TY_DTYPE_BF16 || d == TY_DTYPE_F16; }
+
+/* The node that reads private value v, when it is a free `op` node. */
+static const ty_abi_node_t *ty_fz_next(const ty_fz_t *z, uint32_t v, const char *op,
+                                       uint32_t *out_index) {
+  if (!ty_fz_private(z, v)) return NULL;
+  const uint32_t m = z->consumer[v];
+  if (m == UINT32_MAX || !ty_fz_free(z, m) || !ty_fz_is(&z->g->nodes[m], op)) return NULL;
+  *out_index = m;
+  return &z->g->nodes[m];
+}
+
+/* An add node m = add(v, other) or add(other, v) of one shape and dtype,
+ * whose other operand exists before node `head`: that operand, else
+ * UINT32_MAX. */
+static uint32_t ty_fz_addend(const ty_fz_t *z, const ty_abi_node_t *add, uint32_t v,
+                             uint32_t head) {
+  if (add->input_count != 2 || add->output_count != 1) return UINT32_MAX;
+  const uint32_t other = add->inputs[0] == v ? add->inputs[1] : add->inputs[0];
+  if (other == UINT32_MAX || other == v || (add->inputs[0] != v && add->inputs[1] != v)) {
+    return UINT32_MAX;
+  }
+  const ty_abi_value_t *a = ty_fz_val(z, v), *o = ty_fz_val(z, other);
+  const ty_abi_value_t *y = ty_fz_val(z, add->outputs[0]);
+  const uint32_t p = z->og->producer[other];
+  if (!ty_fz_same_shape(a, o) || !ty_fz_same_shape(a, y) || o->dtype != y->dtype ||
+      !ty_fz_dense(z, other) || !ty_fz_dense(z, add->outputs[0]) ||
+      (p != UINT32_MAX && p >= head)) {
+    return UINT32_MAX;
+  }
+  return other;
+}
+
+static void ty_fz_member(ty_fz_t *z, uint32_t member, uint32_t head) { z->run_at[member] = head; }
+
+/* matmul -> cast(f32) [-> add] or matmul -> add, on the builder's one-GEMM
+ * path (cuda_gemm.c: an unbatched product, or a linear layer). */
+static void ty_fz_gemm(ty_fz_t *z, uint32_t n) {
+  const ty_abi_node_t *node = &z->g->nodes[n];
+  if (node->input_count < 2 || node->output_count != 1) return;
+  const uint32_t pv = node->outputs[0];
+  const ty_abi_value_t *a = ty_fz_val(z, node->inputs[0]), *bm = ty_fz_val(z, node->inputs[1]);
+  const ty_abi_value_t *c = ty_fz_val(z, pv);
+  const bool ta = ty_abi_node_attr_int(node, "trans_a", 0) != 0;
+  if (c->rank < 2 || a->rank < 2 || !ty_fz_dense(z, node->inputs[0]) ||
+      !ty_fz_dense(z, node->inputs[1]) || !ty_fz_dense(z, pv)) {
+    return;
+  }
+  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  if (K <= 0) return;
+  if (c->rank > 2) { /* a linear layer: b a plain matrix, a untransposed with c's batch */
+    if (bm->rank != 2 || ta || a->rank != c->rank) return;
+    for (uint32_t i = 0; i + 2 < c->rank; ++i) {
+      if (a->dims[i] != c->dims[i]) return;
+    }
+  } else if (bm->rank != 2 || a->rank != 2) {
+    return;
+  }
+  const uint32_t bias = node->input_count > 2 ? node->inputs[2] : UINT32_MAX;
+  ty_cu_fuse_t f = {TY_CU_FUSE_GEMM, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+  uint32_t m1 = UINT32_MAX, m2 = UINT32_MAX;
+  const ty_abi_node_t *next = ty_fz_next(z, pv, "cast", &m1);
+  if (next && ty_fz_16bit(c->dtype) && ty_fz_val(z, next->outputs[0])->dtype == TY_DTYPE_F32 &&
+      ty_fz_dense(z, next->outputs[0])) {
+    /* The bias joins an f32 result: the f32 bias the model cast to bf16. */
+    if (bias != UINT32_MAX) {
+      const uint32_t bp = z->og->producer[bias];
+      if (bp == UINT32_MAX || !ty_fz_is(&z->g->nodes[bp], "cast")) return;
+      const uint32_t src = z->g->nodes[bp].inputs[0];
+      if (src == UINT32_MAX || ty_fz_val(z, src)->dtype != TY_DTYPE_F32 ||
+          !ty_fz_same_shape(ty_fz_val(z, src), ty_fz_val(z, bias))) {
+        return;
+      }
+      f.bias = src;
+    }
+    const uint32_t q = next->outputs[0];
+    f.out = q;
+    const ty_abi_node_t *add = ty_fz_next(z, q, "add", &m2);
+    const uint32_t other = add ? ty_fz_addend(z, add, q, n) : UINT32_MAX;
+    if (other != UINT32_MAX) {
+      f.out = add->outputs[0];
+      f.addend = other;
+    } else {
+      m2 = UINT32_MAX;
+    }
+  } else {
+    const ty_abi_node_t *add = ty_fz_next(z, pv, "add", &m1);
+    const uint32_t other = add ? ty_fz_addend(z, add, pv, n) : UINT32_MAX;
+    if (other == UINT32_MAX) return;
+    f.out = add->outputs[0];
+    f.addend = other;
+  }
+  z->fuse[n] = f;
+  ty_fz_member(z, m1, n);
+  if (m2 != UINT32_MAX) ty_fz_member(z, m2, n);
+}
+
+/* layernorm/rmsnorm -> cast */
+static void ty_fz_norm(ty_fz_t *z, uint32_t n) {
+  const ty_abi_node_t *node = &z->g->nodes[n];
+  if (node->output_count < 1) return;
+  uint32_t m = UINT32_MAX;
+  const ty_abi_node_t *cast = ty_fz_next(z, node->outputs[0], "cast", &m);
+  if (!cast) return;
+  const ty_dtype_t to = ty_fz_val(z, cast->outputs[0])->dtype;
+  if ((to != TY_DTYPE_F32 && !ty_fz_16bit(to)) || !ty_fz_dense(z, cast->outputs[0])) return;
+  z->fuse[n] = (ty_cu_fuse_t){TY_CU_FUSE_NORM, cast->outputs[0], UINT32_MAX, UINT32_MAX,
+                              UINT32_MAX, UINT32_MAX};
+  ty_fz_member(z, m, n);
+}
+
+/* [cast] -> layernorm/rmsnorm backward -> [add [-> cast]], on the builder's
+ * one-pass kernel (cuda_ops_nn.c: rows >= 1024, C % 4 == 0, C <= 1024). */
+static void ty_fz_norm_bwd(ty_fz_t *z, uint32_t n) {
+  const ty_abi_node_t *node = &z->g->nodes[n];
+  if (node->input_count < 2 || node->output_count < 1) return;
+  const uint32_t dy = node->inputs[0], dx = node->outputs[0];
+  const ty_abi_value_t *x = ty_fz_val(z, node->inputs[1]);
+  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
+  int64_t rows = 1;
+  for (uint32_t i = 0; i + 1 < x->rank; ++i) rows *= x->dims[i];
+  const uint32_t gamma = node->inputs[2];
+  if (rows < 1024 || C % 4 || C > 1024 || ty_fz_val(z, dx)->dtype != x->dtype ||
+      (gamma != UINT32_MAX && ty_fz_val(z, gamma)->dtype != x->dtype) || !ty_fz_dense(z, dy) ||
+      !ty_fz_dense(z, node->inputs[1])) {
+    return;
+  }
+  ty_cu_fuse_t f = {TY_CU_FUSE_NORM_BWD, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
+                    UINT32_MAX};
+  uint32_t ci = UINT32_MAX, ai = UINT32_MAX, co = UINT32_MAX;
+  /* the cast that made dy, read through */
+  const uint32_t p = z->og->producer[dy];
+  if (p != UINT32_MAX && ty_fz_free(z, p) && ty_fz_is(&z->g->nodes[p], "cast") &&
+      ty_fz_private(z, dy) && ty_fz_val(z, dy)->dtype == x->dtype) {
+    const uint32_t src = z->g->nodes[p].inputs[0];
+    const ty_dtype_t sd = src != UINT32_MAX ? ty_fz_val(z, src)->dtype : TY_DTYPE_INVALID;
+    if ((ty_fz_16bit(sd) || sd == TY_DTYPE_F32) && ty_fz_dense(z, src)) {
+      f.dy = src;
+      ci = p;
+    }
+  }
+  /* the add of dx to the residual gradient, and a cast of the sum */
+  const ty_abi_node_t *add = ty_fz_next(z, dx, "add", &ai);
+  const uint32_t other = add ? ty_fz_addend(z, add, dx, n) : UINT32_MAX;
+  if (other != UINT32_MAX) {
+    f.out = add->outputs[0];
+    f.addend = other;
+    const uint32_t s = add->outputs[0];
+    for (uint32_t m = ai + 1; m < z->g->node_count && z->uses[s]; ++m) {
+      const ty_abi_node_t *c = &z->g->nodes[m];
+      if (!ty_fz_free(z, m) || !ty_fz_is(c, "cast") || c->inputs[0] != s) continue;
+      const ty_dtype_t to = ty_fz_val(z, c->outputs[0])->dtype;
+      if (ty_fz_16bit(to) && ty_fz_dense(z, c->outputs[0])) {
+        f.out2 = c->outputs[0];
+        co = m;
+      }
+      break;
+    }
+  } else {
+    ai = UINT32_MAX;
+  }
+  if (ci == UINT32_MAX && ai == UINT32_MAX) return;
+  z->fuse[n] = f;
+  if (ci != UINT32_MAX) ty_fz_member(z, ci, n);
+  if (ai != UINT32_MAX) ty_fz_member(z, ai, n);
+  if (co != UINT32_MAX) ty_fz_member(z, co, n);
+}
+
+bool ty_cu_fuse_enabled(void) {
+  const char *env = getenv("TRAINYARD_CUDA_FUSE");
+  return !env || strcmp(env, "0") != 0;
+}
+
+void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
+                     ty_cu_fuse_t *fuse, uint32_t *run_at) {
+  const ty_abi_graph_t *g = &og->graph;
+  const uint32_t nn = g->node_count, nv = g->value_count;
+  for (uint32_t n = 0; n < nn; ++n) {
+    run_at[n] = n;
+    fuse[n] = (ty_cu_fuse_t){TY_CU_FUSE_NONE, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
+                             UINT32_MAX};
+  }
+  if (!enabled || nv == 0) return;
+  ty_fz_t z = {g, og, row_stride, calloc(nv, sizeof(uint32_t)), malloc(nv * sizeof(uint32_t)),
+               calloc(nv, sizeof(bool)), fuse, run_at};
+  if (!z.uses || !z.consumer || !z.pinned) goto done; /* out of memory: no fusion */
+  for (uint32_t v = 0; v < nv; ++v) {
+    z.consumer[v] = UINT32_MAX;
+    const ty_abi_value_t *val = &g->values[v];
+    z.pinned[v] = val->role != TY_VALUE_INTERMEDIATE || (val->flags & TY_VALUE_FLAG_OUTPUT);
+  }
+  for (uint32_t u = 0; u < g->update_count; ++u) z.pinned[g->updates[u].value] = true;
+  for (uint32_t n = 0; n < nn; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    for (uint32_t i = 0; i < node->input_count; ++i) {
+      const uint32_t v = node->inputs[i];
+      if (v == UINT32_MAX) continue;
+      if (z.uses[v]++ == 0) z.consumer[v] = n;
+    }
+  }
+  for (uint32_t n = 0; n < nn; ++n) {
+    if (!ty_fz_free(&z, n)) continue;
+    const ty_abi_node_t *node = &g->nodes[n];
+    if (ty_fz_is(node, "matmul")) {
+      ty_fz_gemm(&z, n);
+    } else if (ty_fz_is(node, "layernorm") || ty_fz_is(node, "rmsnorm")) {
+      ty_fz_norm(&z, n);
+    } else if (ty_fz_is(node, "layernorm_backward") || ty_fz_is(node, "rmsnorm_backward")) {
+      ty_fz_norm_bwd(&z, n);
+    }
+  }
+done:
+  free(z.uses);
+  free(z.consumer);
+  free(z.pinned);
+}

@@ -1,0 +1,59 @@
+/* Node fusion in the cuda executor: a few neighbour patterns of the
+ * training graphs whose separate kernels would each read and write whole
+ * activations, done by one command instead (cuda_fuse.c finds them; the
+ * op builders of matmul and the norms emit them).
+ *
+ *   GEMM      matmul -> cast(f32) [-> add(r, .)]   cuBLASLt writes the f32
+ *             result, adding r (beta = 1): the residual stream's adds of a
+ *             bf16-mixed model; matmul -> add(r, .) in one dtype likewise
+ *             (the input gradient of q, k and v summed as it is made).
+ *   NORM      layernorm/rmsnorm -> cast           the norm writes the cast's
+ *             dtype (the bf16 input of the next matmul).
+ *   NORM_BWD  [cast(f32)] -> norm backward -> [add(r, .) [-> cast]]  one
+ *             pass reads the bf16 gradient, adds the residual gradient and
+ *             writes the sum in f32 and in bf16.
+ *
+ * A fused result is the unfused one up to rounding: the matmul's product
+ * is no longer rounded to bf16 before the f32 add (it is more exact), the
+ * rest is the same arithmetic. TRAINYARD_CUDA_FUSE=0 turns fusion off (to
+ * compare, or to bisect a suspected fusion bug). The memory planner is told
+ * where each fused node's work runs (ty_memory_plan_build_fused). */
+#ifndef TY_BACKENDS_CUDA_CUDA_FUSE_H_
+#define TY_BACKENDS_CUDA_CUDA_FUSE_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/common/abi_graph.h"
+
+typedef enum ty_cu_fuse_kind_e {
+  TY_CU_FUSE_NONE = 0,
+  TY_CU_FUSE_GEMM,
+  TY_CU_FUSE_NORM,
+  TY_CU_FUSE_NORM_BWD,
+} ty_cu_fuse_kind_t;
+
+/* What the head node of a fusion writes and reads beyond its own operands
+ * (values; UINT32_MAX = none / the node's own). */
+typedef struct ty_cu_fuse_t {
+  ty_cu_fuse_kind_t kind;
+  uint32_t out;    /* written instead of the head's output 0 (GEMM: the cast's or the
+                      add's output; NORM: the cast's; NORM_BWD: the add's) */
+  uint32_t addend; /* GEMM: C of beta = 1; NORM_BWD: the residual gradient */
+  uint32_t bias;   /* GEMM with a cast: the f32 bias (the bias cast's input) */
+  uint32_t dy;     /* NORM_BWD: the gradient as stored before the cast */
+  uint32_t out2;   /* NORM_BWD: the cast of the sum */
+} ty_cu_fuse_t;
+
+/* Finds the fusions of `g` (node order, each node in at most one): for the
+ * head n of each, fuse[n]; for every node m, run_at[m] = the node whose
+ * command does m's work (m itself when not fused). `row_stride` (per
+ * value, 0 = dense; may be NULL) keeps padded values out. With `enabled`
+ * false every node runs on its own. */
+void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
+                     ty_cu_fuse_t *fuse, uint32_t *run_at);
+
+/* Whether TRAINYARD_CUDA_FUSE leaves fusion on (unset, or not "0"). */
+bool ty_cu_fuse_enabled(void);
+
+#endif /* TY_BACKENDS_CUDA_CUDA_FUSE_H_ */

@@ -1,0 +1,286 @@
+/* The cuda executor's fusions (backends/cuda/cuda_fuse.h) on the CPU
+ * emulator of tests/cuda/emu: a bf16-mixed train step built the way
+ * models/llm.c builds one (f32 parameters and residual stream, norms in
+ * f32, their outputs cast to bf16 for the matmuls, the products cast back
+ * and added to the residual; GPT-2's layernorm with biases, Llama's
+ * rmsnorm without) over 1024 rows, so every pattern occurs: matmul ->
+ * cast -> add (forward residual), matmul -> add (bf16 gradient sums),
+ * matmul -> cast (weight gradients), norm -> cast, and cast -> norm
+ * backward -> add -> cast. Each model trains STEPS steps on cuda:0 with
+ * fusion on and with TRAINYARD_CUDA_FUSE=0, and on cpu: the executor's
+ * report must name the fusions (and none with fusion off), the fused run's
+ * losses and gradient norms must follow the unfused run's within bf16
+ * rounding (the products are no longer rounded to bf16 before the f32
+ * adds), and the unfused run must follow the cpu. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "graph/graph.h"
+#include "graph/session.h"
+#include "graph/train_step.h"
+#include "hal/device.h"
+#include "hal/registry.h"
+
+enum { B = 4, T = 256, C = 16, F = 64, V = 48, LAYERS = 2, STEPS = 3, MAX_PARAMS = 32 };
+
+typedef struct {
+  ty_value_id_t ids[MAX_PARAMS];
+  char names[MAX_PARAMS][32];
+  int64_t dims[MAX_PARAMS][2];
+  uint32_t rank[MAX_PARAMS];
+  uint32_t count;
+} params_t;
+
+static ty_value_id_t param(ty_graph_t *g, params_t *p, const char *name, uint32_t rank,
+                           int64_t d0, int64_t d1) {
+  const uint32_t i = p->count++;
+  assert_true(i < MAX_PARAMS);
+  snprintf(p->names[i], sizeof(p->names[i]), "%s", name);
+  p->rank[i] = rank;
+  p->dims[i][0] = d0;
+  p->dims[i][1] = d1;
+  TY_EXPECT_OK(ty_graph_add_state(g, name, TY_DTYPE_F32, rank, p->dims[i], &p->ids[i]));
+  return p->ids[i];
+}
+
+static ty_value_id_t op(ty_graph_t *g, const char *name, const ty_value_id_t *in, uint32_t n,
+                        const ty_attrs_t *attrs) {
+  ty_value_id_t out;
+  TY_EXPECT_OK(ty_graph_add_node1(g, name, in, n, attrs, &out));
+  return out;
+}
+
+static ty_value_id_t cast(ty_graph_t *g, ty_value_id_t x, const char *dtype) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_string(&a, "dtype", dtype));
+  return op(g, "cast", &x, 1, &a);
+}
+
+/* x16 @ cast_bf16(w) + cast_bf16(bias), x16 already bf16 */
+static ty_value_id_t linear(ty_graph_t *g, ty_value_id_t x16, ty_value_id_t w, ty_value_id_t bias) {
+  ty_value_id_t in[3] = {x16, cast(g, w, "bf16"),
+                         bias == TY_VALUE_NONE ? TY_VALUE_NONE : cast(g, bias, "bf16")};
+  return op(g, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, NULL);
+}
+
+static ty_value_id_t norm(ty_graph_t *g, params_t *p, ty_value_id_t x, const char *name,
+                          bool rms) {
+  char n[32];
+  snprintf(n, sizeof(n), "%s.w", name);
+  ty_value_id_t in[3] = {x, param(g, p, n, 1, C, 0), TY_VALUE_NONE}, out[3];
+  if (!rms) {
+    snprintf(n, sizeof(n), "%s.b", name);
+    in[2] = param(g, p, n, 1, C, 0);
+  }
+  TY_EXPECT_OK(ty_graph_add_node(g, rms ? "rmsnorm" : "layernorm", in, rms ? 2 : 3, NULL, out,
+                                 rms ? 2 : 3));
+  return out[0];
+}
+
+static ty_graph_t *build(bool rms, params_t *p) {
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  memset(p, 0, sizeof(*p));
+  const int64_t bt[2] = {B, T};
+  ty_value_id_t ids, targets, weights;
+  TY_EXPECT_OK(ty_graph_add_input(g, "ids", TY_DTYPE_I64, 2, bt, &ids));
+  TY_EXPECT_OK(ty_graph_add_input(g, "targets", TY_DTYPE_I64, 2, bt, &targets));
+  ty_value_id_t x = op(g, "embedding", (ty_value_id_t[]){param(g, p, "emb", 2, V, C), ids}, 2,
+                       NULL);
+  for (int l = 0; l < LAYERS; ++l) {
+    char name[32];
+    ty_value_id_t w[4], bias[4] = {TY_VALUE_NONE, TY_VALUE_NONE, TY_VALUE_NONE, TY_VALUE_NONE};
+    const int64_t shapes[4][2] = {{C, C}, {C, C}, {C, F}, {F, C}};
+    for (int k = 0; k < 4; ++k) {
+      snprintf(name, sizeof(name), "l%d.w%d", l, k);
+      w[k] = param(g, p, name, 2, shapes[k][0], shapes[k][1]);
+      if (!rms) {
+        snprintf(name, sizeof(name), "l%d.b%d", l, k);
+        bias[k] = param(g, p, name, 1, shapes[k][1], 0);
+      }
+    }
+    /* A token mixer stand-in (two projections summed, so the input's
+     * gradient is a sum of two matmuls), then an MLP, each residual. */
+    snprintf(name, sizeof(name), "l%d.n1", l);
+    const ty_value_id_t h = cast(g, norm(g, p, x, name, rms), "bf16");
+    ty_value_id_t a = linear(g, h, w[0], bias[0]);
+    a = op(g, "add", (ty_value_id_t[]){a, linear(g, h, w[1], bias[1])}, 2, NULL);
+    x = op(g, "add", (ty_value_id_t[]){x, cast(g, a, "f32")}, 2, NULL);
+    snprintf(name, sizeof(name), "l%d.n2", l);
+    ty_value_id_t m = linear(g, cast(g, norm(g, p, x, name, rms), "bf16"), w[2], bias[2]);
+    m = op(g, rms ? "silu" : "gelu", &m, 1, NULL);
+    m = cast(g, op(g, "matmul", (ty_value_id_t[]){m, cast(g, w[3], "bf16")}, 2, NULL), "f32");
+    x = op(g, "add", (ty_value_id_t[]){x, m}, 2, NULL);
+  }
+  const ty_value_id_t hf = cast(g, norm(g, p, x, "final", rms), "bf16");
+  ty_attrs_t tb = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&tb, "trans_b", 1));
+  const ty_value_id_t head = cast(g, param(g, p, "head", 2, V, C), "bf16");
+  const ty_value_id_t logits = cast(g, op(g, "matmul", (ty_value_id_t[]){hf, head}, 2, &tb), "f32");
+  ty_value_id_t loss = op(g, "cross_entropy", (ty_value_id_t[]){logits, targets}, 2, NULL);
+  TY_EXPECT_OK(ty_graph_add_input(g, "loss_weights", TY_DTYPE_F32, 2, bt, &weights));
+  TY_EXPECT_OK(ty_graph_mark_loss_seed(g, weights));
+  loss = op(g, "reduce_sum", (ty_value_id_t[]){op(g, "mul", (ty_value_id_t[]){loss, weights}, 2,
+                                                  NULL)},
+            1, NULL);
+  TY_EXPECT_OK(ty_graph_set_output(g, loss, "loss"));
+  ty_train_step_params_t tp = {.loss = loss,
+                               .loss_seed = TY_VALUE_NONE,
+                               .params = p->ids,
+                               .param_count = p->count,
+                               .optimizer = TY_OPTIMIZER_ADAMW};
+  TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
+  return g;
+}
+
+static void bind_f32(ty_session_t *s, const char *name, uint32_t rank, const int64_t *dims,
+                     const float *data) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < rank; ++i) n *= dims[i];
+  TY_EXPECT_OK(ty_session_bind(s, name, TY_DTYPE_F32, rank, dims, data, (size_t)n * 4));
+}
+
+/* STEPS steps on `uri` (fusion off with !fuse); losses and gradient norms
+ * into loss[] and norm[], the executor's report into report (cuda). */
+static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double *loss,
+                  double *norm, char *report, size_t capacity) {
+  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+  ty_device_t *dev = NULL;
+  ty_session_t *s = NULL;
+  params_t p;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  ty_graph_t *g = build(rms, &p);
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  uint32_t seed = 777;
+  static float buf[V * F];
+  for (uint32_t i = 0; i < p.count; ++i) {
+    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+    const bool is_bias = strstr(p.names[i], ".b") != NULL;
+    for (int64_t k = 0; k < n; ++k) {
+      seed = seed * 1664525u + 1013904223u;
+      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
+      buf[k] = p.rank[i] == 2 ? 0.7f * u : is_bias ? 0.1f * u : 1.0f + 0.2f * u;
+    }
+    bind_f32(s, p.names[i], p.rank[i], p.dims[i], buf);
+    for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_ADAMW); *kind; ++kind) {
+      char name[64];
+      snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
+      memset(buf, 0, sizeof(buf));
+      bind_f32(s, name, p.rank[i], p.dims[i], buf);
+    }
+  }
+  const char *names[] = {"lr", "weight_decay", "max_norm", "beta1", "beta2", "eps"};
+  const float values[] = {0.01f, 0.01f, 1.0f, 0.9f, 0.999f, 1e-8f};
+  for (int i = 0; i < 6; ++i) {
+    ty_tensor_desc_t d;
+    ty_status_t st = ty_session_value_desc(s, names[i], &d);
+    ty_status_free(st);
+    if (st == TY_OK) bind_f32(s, names[i], 0, NULL, &values[i]);
+  }
+  for (int step = 0; step < STEPS; ++step) {
+    static int64_t ids[B * T], targets[B * T];
+    static float weights[B * T];
+    for (int i = 0; i < B * T; ++i) {
+      ids[i] = (i * 7 + step * 3) % V;
+      targets[i] = (ids[i] * 5 + i / T) % V;
+      weights[i] = 1.0f / (float)(B * T);
+    }
+    const int64_t bt[2] = {B, T};
+    TY_EXPECT_OK(ty_session_bind(s, "ids", TY_DTYPE_I64, 2, bt, ids, sizeof(ids)));
+    TY_EXPECT_OK(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, bt, targets, sizeof(targets)));
+    bind_f32(s, "loss_weights", 2, bt, weights);
+    const int64_t t = step + 1;
+    TY_EXPECT_OK(ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &t, sizeof(t)));
+    TY_EXPECT_OK(ty_session_run(s));
+    float l = 0, n = 0;
+    TY_EXPECT_OK(ty_session_read(s, "loss", &l, sizeof(l)));
+    TY_EXPECT_OK(ty_session_read(s, "grad_norm", &n, sizeof(n)));
+    loss[step] = l;
+    norm[step] = n;
+  }
+  report[0] = '\0';
+  if (strcmp(uri, "cpu") != 0) {
+    char *text = NULL;
+    TY_EXPECT_OK(ty_session_report(s, &text));
+    snprintf(report, capacity, "%s", text ? text : "");
+    free(text);
+  }
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+}
+
+static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
+
+/* The counts of the report's "fused:" line. */
+static void fused_counts(const char *report, unsigned *nodes, unsigned *gemm, unsigned *nrm,
+                         unsigned *bwd) {
+  const char *line = strstr(report, "fused: ");
+  assert_non_null(line);
+  assert_int_equal(sscanf(line,
+                          "fused: %u nodes done by others' commands (%u matmul+cast/add, %u "
+                          "norm+cast, %u norm-backward",
+                          nodes, gemm, nrm, bwd),
+                   4);
+}
+
+static void check(bool rms) {
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  double fl[STEPS], fn[STEPS], ul[STEPS], un[STEPS], cl[STEPS], cn[STEPS];
+  char fused_report[4096], plain_report[4096], none[8];
+  train(r, "cuda:0", rms, true, fl, fn, fused_report, sizeof(fused_report));
+  train(r, "cuda:0", rms, false, ul, un, plain_report, sizeof(plain_report));
+  train(r, "cpu", rms, true, cl, cn, none, sizeof(none));
+  unsigned nodes, gemm, nrm, bwd;
+  fused_counts(fused_report, &nodes, &gemm, &nrm, &bwd);
+  fprintf(stderr, "%s: %u nodes fused (%u matmul, %u norm, %u norm-backward heads)\n",
+          rms ? "rmsnorm" : "layernorm", nodes, gemm, nrm, bwd);
+  /* Per layer: 2 norms -> cast; the forward's matmul -> cast -> add (2),
+   * the bf16 gradient sum of the two projections (1); every weight
+   * gradient's cast; both norm backwards' chains. */
+  assert_true(nrm >= 2 * LAYERS + 1);
+  assert_true(gemm >= 7 * LAYERS);
+  assert_true(bwd >= 2 * LAYERS);
+  unsigned n0, g0, r0, b0;
+  fused_counts(plain_report, &n0, &g0, &r0, &b0);
+  assert_int_equal(g0 + r0 + b0, 0);
+  double gap_fused = 0.0, gap_cpu = 0.0;
+  for (int i = 0; i < STEPS; ++i) {
+    gap_fused = fmax(gap_fused, fmax(rel(fl[i], ul[i]), rel(fn[i], un[i])));
+    gap_cpu = fmax(gap_cpu, fmax(rel(ul[i], cl[i]), rel(un[i], cn[i])));
+  }
+  fprintf(stderr, "%s: fused vs unfused %.2e, unfused vs cpu %.2e (losses %.5f .. %.5f)\n",
+          rms ? "rmsnorm" : "layernorm", gap_fused, gap_cpu, fl[0], fl[STEPS - 1]);
+  /* bf16 products rounded or not before an f32 add: ~2^-9 per element,
+   * averaged over the loss. */
+  if (!(gap_fused <= 5e-3)) fail_msg("fused vs unfused: %.3g (bound 5e-3)", gap_fused);
+  if (!(gap_cpu <= 1e-4)) fail_msg("unfused cuda vs cpu: %.3g (bound 1e-4)", gap_cpu);
+  assert_true(fabs(fl[STEPS - 1] - fl[0]) > 1e-3); /* it trained */
+  ty_registry_destroy(r);
+}
+
+static void test_fusion_layernorm(void **state) {
+  (void)state;
+  check(false);
+}
+
+static void test_fusion_rmsnorm(void **state) {
+  (void)state;
+  check(true);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fusion_layernorm),
+      cmocka_unit_test(test_fusion_rmsnorm),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
