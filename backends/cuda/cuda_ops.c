@@ -523,7 +523,8 @@ static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int
   ty_cu_arg_i64(b, c, split);
   ty_cu_arg_i64(b, c, O * I);
   ty_cu_arg_f64(b, c, scale);
-  ty_cu_grid1(b, c, (uint64_t)(O * I), TY_CU_BLOCK);
+  const uint64_t fx = ((uint64_t)(O * I) + 31) / 32; /* 32 columns x 32 chunk lanes */
+  ty_cu_grid(b, c, (uint32_t)(fx > 0x7fffffffu ? 0x7fffffffu : fx), 1, 1, 32, 32, 1, 0);
 }
 
 void ty_cu_build_reduce(ty_cu_build_t *b) {

@@ -292,6 +292,18 @@ __device__ inline void ty_norm_ld4(const T *p, bool aligned, float v[4]) {
   }
 }
 
+/* The lane's columns (32 k + lane) 4 .. + 3 of the row at `base` (elements)
+ * of an aligned U tensor, every load issued before any value is used. */
+template <typename U>
+__device__ __forceinline__ void ty_norm_row_ld4(const void *p, long long base, long long C,
+                                                int lane, float v[TY_NORM_K][4]) {
+#pragma unroll
+  for (int k = 0; k < TY_NORM_K; ++k) {
+    const long long c = (long long)(k * 32 + lane) * 4;
+    if (c < C) ty_ld4((const U *)p + base + c, v[k]);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, int dtdy, const void *x_,
                                                        const void *g_, const void *mean,
@@ -322,25 +334,41 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, int dtdy
     const float mu = rms ? 0.0f : ty_ld(mean, row, dtm);
     const float r = ty_ld(rstd, row, dtr);
     /* gamma is loaded again in the second loop (from L1) rather than kept:
-     * registers are what limits this kernel's occupancy. */
+     * registers are what limits this kernel's occupancy. The row's dy and x
+     * are all requested before any is used (one branch per dtype outside
+     * the unrolled loads): with few warps per SM, a load per use left the
+     * kernel waiting on memory latency at a third of the bandwidth. */
     float dv[TY_NORM_K][4], xh[TY_NORM_K][4];
     float sg = 0.0f, sgx = 0.0f;
+    if (aligned) {
+      if (ddt == TY_BF16) {
+        ty_norm_row_ld4<__nv_bfloat16>(dy_, row * C, C, lane, dv);
+      } else if (ddt == TY_F16) {
+        ty_norm_row_ld4<__half>(dy_, row * C, C, lane, dv);
+      } else {
+        ty_norm_row_ld4<float>(dy_, row * C, C, lane, dv);
+      }
+      ty_norm_row_ld4<T>(xall, row * C, C, lane, xh);
+    } else {
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        const long long c = (long long)(k * 32 + lane) * 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          dv[k][j] = c < C ? ty_ld(dy_, row * C + c + j, ddt) : 0.0f;
+          xh[k][j] = c < C ? ty_get(x, c + j) : 0.0f;
+        }
+      }
+    }
 #pragma unroll
     for (int k = 0; k < TY_NORM_K; ++k) {
       const long long c = (long long)(k * 32 + lane) * 4;
       if (c < C) {
-        float xv[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if (aligned) {
-          ty_ld4_dt(dy_, row * C + c, ddt, dv[k]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) dv[k][j] = ty_ld(dy_, row * C + c + j, ddt);
-        }
-        ty_norm_ld4(x + c, aligned, xv);
+        float gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
         if (g) ty_norm_ld4(g + c, aligned, gv);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          xh[k][j] = (xv[j] - mu) * r;
+          xh[k][j] = (xh[k][j] - mu) * r;
           const float gj = dv[k][j] * gv[j];
           sg += gj;
           sgx += gj * xh[k][j];
@@ -351,28 +379,51 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, int dtdy
     }
     const float mean_g = rms ? 0.0f : ty_warp_sum(sg) * inv_c;
     const float mean_gx = ty_warp_sum(sgx) * inv_c;
+    /* dx into dv (in place), then the residual gradient it joins (the add
+     * after the norm) into xh, all of it requested before the first store:
+     * a store to dx may alias rall as far as the compiler knows, so a load
+     * after one would wait for it. */
 #pragma unroll
     for (int k = 0; k < TY_NORM_K; ++k) {
       const long long c = (long long)(k * 32 + lane) * 4;
       if (c < C) {
-        float o[4], gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        float gv[4] = {1.0f, 1.0f, 1.0f, 1.0f};
         if (g) ty_norm_ld4(g + c, aligned, gv);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) o[j] = r * (dv[k][j] * gv[j] - mean_g - xh[k][j] * mean_gx);
-        if (rall) { /* the residual gradient this dx joins (the add after the norm) */
-          float rv[4];
-          ty_norm_ld4(rall + row * C + c, aligned, rv);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) o[j] = rv[j] + o[j];
+        for (int j = 0; j < 4; ++j) {
+          dv[k][j] = r * (dv[k][j] * gv[j] - mean_g - xh[k][j] * mean_gx);
         }
+      }
+    }
+    if (rall) {
+      if (aligned) {
+        ty_norm_row_ld4<T>(rall, row * C, C, lane, xh);
+      } else {
+#pragma unroll
+        for (int k = 0; k < TY_NORM_K; ++k) {
+          const long long c = (long long)(k * 32 + lane) * 4;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) xh[k][j] = c < C ? ty_get(rall, row * C + c + j) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) dv[k][j] = xh[k][j] + dv[k][j];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < TY_NORM_K; ++k) {
+      const long long c = (long long)(k * 32 + lane) * 4;
+      if (c < C) {
         if (aligned) {
-          ty_st4(dx + c, o);
-          if (dx2) ty_st4_dt(dx2, row * C + c, dtdx2, o);
+          ty_st4(dx + c, dv[k]);
+          if (dx2) ty_st4_dt(dx2, row * C + c, dtdx2, dv[k]);
         } else {
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            ty_put(dx, c + j, o[j]);
-            if (dx2) ty_st(dx2, row * C + c + j, dtdx2, o[j]);
+            ty_put(dx, c + j, dv[k][j]);
+            if (dx2) ty_st(dx2, row * C + c + j, dtdx2, dv[k][j]);
           }
         }
       }

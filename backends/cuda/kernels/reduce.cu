@@ -207,13 +207,33 @@ __device__ __forceinline__ void ty_reduce_cols4_impl(const void *x_, void *y, in
 }
 TY_KERNEL3(ty_reduce_cols4, TY_REDUCE_COLS_PARAMS, TY_REDUCE_COLS_ARGS)
 
-/* y[i] = scale * sum_s part[s * n + i], in chunk order. */
+/* y[i] = scale * sum_s part[s * n + i]: blocks of 32 columns x 32 chunk
+ * lanes (lane y adds chunks y, y + 32, ..., reading 32 adjacent columns of
+ * a chunk together), the lanes' sums then added by a fixed tree in shared
+ * memory, so the order (and the result) depends on the shape only. One
+ * thread per column adding every chunk in turn left a column's 100+ loads
+ * back to back, each waiting for the last: the finish cost more than the
+ * sums. */
 extern "C" __global__ void ty_reduce_cols_finish(const double *part, void *y, int dty,
                                                  long long chunks, long long n, double scale) {
-  TY_FOR_EACH(i, n) {
+  __shared__ double sh[32][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (long long bx = blockIdx.x; bx * 32 < n; bx += gridDim.x) {
+    const long long i = bx * 32 + tx;
     double acc = 0.0;
-    for (long long s = 0; s < chunks; ++s) acc += part[s * n + i];
-    ty_st_d(y, i, dty, acc * scale);
+    if (i < n) {
+#pragma unroll 4
+      for (long long s = ty; s < chunks; s += 32) acc += part[s * n + i];
+    }
+    sh[ty][tx] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int h = 16; h > 0; h >>= 1) {
+      if (ty < h) sh[ty][tx] += sh[ty + h][tx];
+      __syncthreads();
+    }
+    if (ty == 0 && i < n) ty_st_d(y, i, dty, sh[0][tx] * scale);
+    __syncthreads(); /* sh is reused by the next column block */
   }
 }
 
