@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cuda/cuda_gemm.h"
+
 typedef struct {
   const ty_abi_graph_t *g;
   const ty_owned_graph_t *og;
@@ -82,6 +84,11 @@ static uint32_t ty_fz_addend(const ty_fz_t *z, const ty_abi_node_t *add, uint32_
 
 static void ty_fz_member(ty_fz_t *z, uint32_t member, uint32_t head) { z->run_at[member] = head; }
 
+static ty_cu_fuse_t ty_fz_none(ty_cu_fuse_kind_t kind) {
+  return (ty_cu_fuse_t){kind,       UINT32_MAX, UINT32_MAX, UINT32_MAX,
+                        UINT32_MAX, UINT32_MAX, UINT32_MAX, TY_CU_EPI_NONE};
+}
+
 /* matmul -> cast(f32) [-> add] or matmul -> add, on the builder's one-GEMM
  * path (cuda_gemm.c: an unbatched product, or a linear layer). */
 static void ty_fz_gemm(ty_fz_t *z, uint32_t n) {
@@ -106,8 +113,41 @@ static void ty_fz_gemm(ty_fz_t *z, uint32_t n) {
     return;
   }
   const uint32_t bias = node->input_count > 2 ? node->inputs[2] : UINT32_MAX;
-  ty_cu_fuse_t f = {TY_CU_FUSE_GEMM, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+  ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_GEMM);
   uint32_t m1 = UINT32_MAX, m2 = UINT32_MAX;
+  /* GELU epilogues, 16-bit only (cuBLASLt's tanh need not match the cpu's
+   * to f32's bounds; bf16's rounding is coarser than any difference); its
+   * aux matrices need rows of a multiple of 8. */
+  const int64_t N = c->dims[c->rank - 1];
+  const bool gelu_ok = N % 8 == 0 && ty_fz_16bit(c->dtype);
+  const uint32_t first = z->consumer[pv];
+  if (gelu_ok && first != UINT32_MAX && ty_fz_free(z, first) &&
+      ty_fz_is(&z->g->nodes[first], "gelu") && ty_fz_dense(z, z->g->nodes[first].outputs[0])) {
+    /* The product stays (gelu_backward reads it): written as the aux. */
+    f.out = z->g->nodes[first].outputs[0];
+    f.aux = pv;
+    f.epilogue = TY_CU_EPI_GELU_AUX;
+    z->fuse[n] = f;
+    ty_fz_member(z, first, n);
+    return;
+  }
+  const ty_abi_node_t *gb = gelu_ok && bias == UINT32_MAX
+                                ? ty_fz_next(z, pv, "gelu_backward", &m1)
+                                : NULL;
+  if (gb && gb->input_count == 2 && gb->inputs[0] == pv && gb->inputs[1] != UINT32_MAX) {
+    const uint32_t x = gb->inputs[1];
+    const uint32_t xp = z->og->producer[x];
+    if (ty_fz_same_shape(ty_fz_val(z, x), c) && ty_fz_val(z, x)->dtype == c->dtype &&
+        ty_fz_dense(z, x) && ty_fz_dense(z, gb->outputs[0]) && (xp == UINT32_MAX || xp < n)) {
+      f.out = gb->outputs[0];
+      f.aux = x;
+      f.epilogue = TY_CU_EPI_DGELU;
+      z->fuse[n] = f;
+      ty_fz_member(z, m1, n);
+      return;
+    }
+  }
+  m1 = UINT32_MAX;
   const ty_abi_node_t *next = ty_fz_next(z, pv, "cast", &m1);
   if (next && ty_fz_16bit(c->dtype) && ty_fz_val(z, next->outputs[0])->dtype == TY_DTYPE_F32 &&
       ty_fz_dense(z, next->outputs[0])) {
@@ -153,8 +193,8 @@ static void ty_fz_norm(ty_fz_t *z, uint32_t n) {
   if (!cast) return;
   const ty_dtype_t to = ty_fz_val(z, cast->outputs[0])->dtype;
   if ((to != TY_DTYPE_F32 && !ty_fz_16bit(to)) || !ty_fz_dense(z, cast->outputs[0])) return;
-  z->fuse[n] = (ty_cu_fuse_t){TY_CU_FUSE_NORM, cast->outputs[0], UINT32_MAX, UINT32_MAX,
-                              UINT32_MAX, UINT32_MAX};
+  z->fuse[n] = ty_fz_none(TY_CU_FUSE_NORM);
+  z->fuse[n].out = cast->outputs[0];
   ty_fz_member(z, m, n);
 }
 
@@ -174,8 +214,7 @@ static void ty_fz_norm_bwd(ty_fz_t *z, uint32_t n) {
       !ty_fz_dense(z, node->inputs[1])) {
     return;
   }
-  ty_cu_fuse_t f = {TY_CU_FUSE_NORM_BWD, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
-                    UINT32_MAX};
+  ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_NORM_BWD);
   uint32_t ci = UINT32_MAX, ai = UINT32_MAX, co = UINT32_MAX;
   /* the cast that made dy, read through */
   const uint32_t p = z->og->producer[dy];
@@ -226,8 +265,7 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
   const uint32_t nn = g->node_count, nv = g->value_count;
   for (uint32_t n = 0; n < nn; ++n) {
     run_at[n] = n;
-    fuse[n] = (ty_cu_fuse_t){TY_CU_FUSE_NONE, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX,
-                             UINT32_MAX};
+    fuse[n] = ty_fz_none(TY_CU_FUSE_NONE);
   }
   if (!enabled || nv == 0) return;
   ty_fz_t z = {g, og, row_stride, calloc(nv, sizeof(uint32_t)), malloc(nv * sizeof(uint32_t)),

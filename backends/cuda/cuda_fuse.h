@@ -6,7 +6,10 @@
  *   GEMM      matmul -> cast(f32) [-> add(r, .)]   cuBLASLt writes the f32
  *             result, adding r (beta = 1): the residual stream's adds of a
  *             bf16-mixed model; matmul -> add(r, .) in one dtype likewise
- *             (the input gradient of q, k and v summed as it is made).
+ *             (the input gradient of q, k and v summed as it is made);
+ *             matmul -> gelu: cuBLASLt's GELU epilogue (the tanh form, the
+ *             op's) writes gelu's output and the product as its aux output;
+ *             matmul -> gelu_backward(., x): its DGELU epilogue.
  *   NORM      layernorm/rmsnorm -> cast           the norm writes the cast's
  *             dtype (the bf16 input of the next matmul).
  *   NORM_BWD  [cast(f32)] -> norm backward -> [add(r, .) [-> cast]]  one
@@ -43,6 +46,9 @@ typedef struct ty_cu_fuse_t {
   uint32_t bias;   /* GEMM with a cast: the f32 bias (the bias cast's input) */
   uint32_t dy;     /* NORM_BWD: the gradient as stored before the cast */
   uint32_t out2;   /* NORM_BWD: the cast of the sum */
+  uint32_t aux;    /* GEMM with gelu: the pre-activation (written: the head's own output;
+                      read by gelu_backward: its x) */
+  int epilogue;    /* GEMM: ty_cu_gemm_epi_t (cuda_gemm.h) */
 } ty_cu_fuse_t;
 
 /* Finds the fusions of `g` (node order, each node in at most one): for the

@@ -27,9 +27,10 @@ struct ty_cu_gemm_t {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our b), B (our a), C = D */
   cublasLtMatmulAlgo_t algo;
-  ty_cu_ref_t a, b, c, bias, cin; /* ours; cin: cuBLASLt's C when it is not c */
-  CUdeviceptr pa, pb, pc, pbias, pcin;
+  ty_cu_ref_t a, b, c, bias, cin, aux; /* ours; cin: cuBLASLt's C when it is not c */
+  CUdeviceptr pa, pb, pc, pbias, pcin, paux;
   bool has_cin;
+  ty_cu_gemm_epi_t epilogue;
   uint32_t align; /* bytes every pointer must be aligned to */
   bool has_bias;
   float beta; /* 1: accumulate into c */
@@ -113,17 +114,21 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   g->has_bias = sp->has_bias;
   g->has_cin = sp->has_cin;
   g->cin = sp->cin;
+  g->epilogue = sp->epilogue;
+  g->aux = sp->aux;
   g->beta = sp->accumulate || sp->has_cin ? 1.0f : 0.0f;
   if (sp->has_bias) g->bias = sp->bias;
-  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s%s%s", (long long)M,
+  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s%s%s%s", (long long)M,
            (long long)K, (long long)N, ta ? " ta" : "", tb ? " tb" : "", (int)sp->count,
            sp->ab_dtype == TY_DTYPE_BF16 ? "bf16" : sp->ab_dtype == TY_DTYPE_F16 ? "f16" : "f32",
            sp->c_dtype != sp->ab_dtype ? "->f32" : "",
-           sp->accumulate ? " +=" : sp->has_cin ? " +c" : "");
+           sp->accumulate ? " +=" : sp->has_cin ? " +c" : "",
+           sp->epilogue == TY_CU_EPI_GELU_AUX ? " gelu" : sp->epilogue == TY_CU_EPI_DGELU ? " dgelu" : "");
   /* Every pointer this command will see is a 256-aligned base (allocations,
    * arena offsets) plus the binding offset plus these offsets and strides. */
   g->align = ty_cu_pow2_align(sp->a.offset | sp->b.offset | sp->c.offset |
                               (sp->has_cin ? sp->cin.offset : 0) |
+                              (sp->epilogue ? sp->aux.offset : 0) |
                               (uint64_t)(sp->lda * (int64_t)es) |
                               (uint64_t)(sp->ldb * (int64_t)es) |
                               (uint64_t)(sp->ldc * (int64_t)esc));
@@ -147,10 +152,27 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
     s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_y,
                                             sizeof(op_y));
   }
-  if (s == CUBLAS_STATUS_SUCCESS && sp->has_bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtEpilogue_t epi = sp->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (sp->epilogue == TY_CU_EPI_GELU_AUX) {
+    epi = sp->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  } else if (sp->epilogue == TY_CU_EPI_DGELU) {
+    epi = CUBLASLT_EPILOGUE_DGELU;
+  }
+  if (s == CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT) {
     s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                             sizeof(epi));
+  }
+  if (s == CUBLAS_STATUS_SUCCESS && sp->epilogue != TY_CU_EPI_NONE) {
+    /* The aux matrix is laid out as c (its rows are c's ldc). The pointer
+     * is set at every patch; the heuristic below sees an aligned dummy. */
+    const int64_t aux_ld = sp->ldc;
+    void *dummy = (void *)(uintptr_t)256;
+    s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                            &aux_ld, sizeof(aux_ld));
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                              &dummy, sizeof(dummy));
+    }
   }
   if (s != CUBLAS_STATUS_SUCCESS) {
     ty_cu_fail(b, TY_CODE_INTERNAL, "cublasLtMatmulDesc setup failed: %s",
@@ -212,6 +234,8 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
                                            : ty_cu_in(b, 2),
       .cin = f && f->addend != UINT32_MAX ? ty_cu_value(f->addend) : ty_cu_none(),
       .has_cin = f && f->addend != UINT32_MAX,
+      .aux = f && f->epilogue ? ty_cu_value(f->aux) : ty_cu_none(),
+      .epilogue = f ? (ty_cu_gemm_epi_t)f->epilogue : TY_CU_EPI_NONE,
       .ab_dtype = dt,
       .c_dtype = f ? b->g->values[f->out].dtype : dt,
       .M = M,
@@ -372,8 +396,15 @@ bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *g) {
   CUdeviceptr pc = ty_cu_ref_address(e, g->c);
   CUdeviceptr pbias = g->has_bias ? ty_cu_ref_address(e, g->bias) : 0;
   CUdeviceptr pcin = g->has_cin ? ty_cu_ref_address(e, g->cin) : pc;
+  CUdeviceptr paux = g->epilogue ? ty_cu_ref_address(e, g->aux) : 0;
   bool changed = pa != g->pa || pb != g->pb || pc != g->pc || pbias != g->pbias ||
-                 pcin != g->pcin;
+                 pcin != g->pcin || paux != g->paux;
+  if (paux != g->paux) {
+    ty_cu_api_t *api = ty_cu_exec_device(e)->api;
+    void *p = (void *)(uintptr_t)paux;
+    api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p,
+                                        sizeof(p));
+  }
   if (pbias != g->pbias) {
     ty_cu_api_t *api = ty_cu_exec_device(e)->api;
     void *p = (void *)(uintptr_t)pbias;
@@ -385,6 +416,7 @@ bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *g) {
   g->pc = pc;
   g->pbias = pbias;
   g->pcin = pcin;
+  g->paux = paux;
   return changed;
 }
 
@@ -392,7 +424,7 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
   ty_cu_gemm_t *g = c->gemm;
   ty_abi_device_t *d = ty_cu_exec_device(e);
   ty_cu_api_t *api = d->api;
-  if ((g->pa | g->pb | g->pc | g->pbias | g->pcin) % g->align) {
+  if ((g->pa | g->pb | g->pc | g->pbias | g->pcin | g->paux) % g->align) {
     return ty_cu_error(TY_CODE_INTERNAL,
                        "%s: node %u (matmul %s): an operand is not aligned to the %u bytes the "
                        "compiled matmul assumed (a=%#llx b=%#llx c=%#llx)",

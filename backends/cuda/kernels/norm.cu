@@ -457,7 +457,11 @@ __device__ __forceinline__ void ty_norm_bwd_fused_impl(const void *dy_, int dtdy
       double *part, long long rows, long long C, int rms
 #define TY_NORM_BWD_FUSED_ARGS \
   dy, dtdy, x, g, mean, dtm, rstd, dtr, resid, dx, dx2, dtdx2, part, rows, C, rms
-TY_KERNEL3(ty_norm_bwd_fused, TY_NORM_BWD_FUSED_PARAMS, TY_NORM_BWD_FUSED_ARGS)
+/* 3 blocks of 4 warps per SM (cuda_ops_nn.c sizes the grid for that): at
+ * 174 registers only 2 fit, and the third block of every SM ran as a
+ * second, half-empty wave. */
+TY_KERNEL3_ATTR(ty_norm_bwd_fused, TY_NORM_BWD_FUSED_PARAMS, TY_NORM_BWD_FUSED_ARGS,
+                __launch_bounds__(128, 3))
 
 /* ---- backward, dgamma and dbeta ----
  *

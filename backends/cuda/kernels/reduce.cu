@@ -171,16 +171,19 @@ __device__ __forceinline__ void ty_reduce_cols4_impl(const void *x_, void *y, in
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
     if (i < I) {
       const T *col = x + o * R * I + i;
-      for (long long r = r0 + ty; r < r1; r += 8) {
-        float v[4];
-        if (aligned) {
+      if (aligned) { /* unrolled: several rows' loads in flight per thread */
+#pragma unroll 8
+        for (long long r = r0 + ty; r < r1; r += 8) {
+          float v[4];
           ty_ld4(col + r * I, v);
-        } else {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = ty_get(col, r * I + j);
+          for (int j = 0; j < 4; ++j) acc[j] += ty_red_term(kind, v[j]);
         }
+      } else {
+        for (long long r = r0 + ty; r < r1; r += 8) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[j] += ty_red_term(kind, v[j]);
+          for (int j = 0; j < 4; ++j) acc[j] += ty_red_term(kind, ty_get(col, r * I + j));
+        }
       }
     }
 #pragma unroll

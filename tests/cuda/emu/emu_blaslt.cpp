@@ -4,6 +4,7 @@
  * accumulation, strided batches, transposes and the bias epilogue — so the
  * plugin's matmul builder (cuda_gemm.c) runs end to end without a GPU. */
 #include <cublasLt.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ struct Desc {
   cublasOperation_t ta, tb;
   cublasLtEpilogue_t epilogue;
   const void *bias;
+  void *aux; /* GELU epilogues: the pre-activation, D's type, leading dimension aux_ld */
+  int64_t aux_ld;
 };
 static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
 
@@ -55,13 +58,29 @@ void store(cudaDataType_t t, void *p, int64_t i, float v) {
 
 size_t type_size(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 4; }
 
-/* D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per row), column-major. */
+/* GELU's tanh form (the op's, docs/ops.md) and its derivative. */
+float gelu(float x) {
+  const float k = 0.7978845608028654f, t = tanhf(k * (x + 0.044715f * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+float gelu_grad(float x) {
+  const float k = 0.7978845608028654f, t = tanhf(k * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per row), column-major;
+ * the GELU epilogues then store the pre-activation into aux and GELU of it
+ * into D (GELU_AUX[_BIAS]), or D = result * gelu'(aux) (DGELU). */
 void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, const Layout &d,
           float al, float be, const void *A, const void *B, const void *C, void *D) {
   const int64_t m = (int64_t)d.rows, n = (int64_t)d.cols;
   const bool ta = x->ta != CUBLAS_OP_N, tb = x->tb != CUBLAS_OP_N;
   const int64_t k = ta ? (int64_t)a.rows : (int64_t)a.cols;
-  const bool bias = x->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const bool bias = x->epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                    x->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool gelu_aux = x->epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                        x->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = x->epilogue == CUBLASLT_EPILOGUE_DGELU;
   const int32_t batches = d.batch;
   for (int32_t q = 0; q < batches; ++q) {
     const char *pa = (const char *)A + (a.batch > 1 ? q * a.stride : 0) * type_size(a.type);
@@ -79,6 +98,12 @@ void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, cons
         float v = al * acc;
         if (be != 0.0f) v += be * load(c.type, pc, i + j * c.ld);
         if (bias) v += load(d.type, x->bias, i);
+        if (gelu_aux) {
+          store(d.type, x->aux, i + j * x->aux_ld, v);
+          v = gelu(v);
+        } else if (dgelu) {
+          v *= gelu_grad(load(d.type, x->aux, i + j * x->aux_ld));
+        }
         store(d.type, pd, i + j * d.ld, v);
       }
     }
@@ -109,6 +134,8 @@ TY_EMU_API cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cubl
   x->ta = x->tb = CUBLAS_OP_N;
   x->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   x->bias = nullptr;
+  x->aux = nullptr;
+  x->aux_ld = 0;
   return CUBLAS_STATUS_SUCCESS;
 }
 TY_EMU_API cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -124,6 +151,8 @@ TY_EMU_API cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_TRANSB: memcpy(&x->tb, buf, sizeof(x->tb)); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE: memcpy(&x->epilogue, buf, sizeof(x->epilogue)); break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, sizeof(x->bias)); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: memcpy(&x->aux, buf, sizeof(x->aux)); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: memcpy(&x->aux_ld, buf, sizeof(x->aux_ld)); break;
     default: break;
   }
   (void)size;
@@ -197,7 +226,21 @@ TY_EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
       (tb ? b.cols : b.rows) != (uint64_t)k || c.rows != d.rows || c.cols != d.cols) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (x.epilogue == CUBLASLT_EPILOGUE_BIAS && !x.bias) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((x.epilogue == CUBLASLT_EPILOGUE_BIAS || x.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) &&
+      !x.bias) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const bool uses_aux = x.epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+                        x.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                        x.epilogue == CUBLASLT_EPILOGUE_DGELU;
+  /* As cuBLASLt: an aux leading dimension of a multiple of 8, at least m. */
+  if (uses_aux && (!x.aux || x.aux_ld % 8 != 0 || x.aux_ld < m)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (x.epilogue != CUBLASLT_EPILOGUE_DEFAULT && x.epilogue != CUBLASLT_EPILOGUE_BIAS &&
+      !uses_aux) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   std::function<CUresult()> op = [=] {
     gemm(&x, a, b, c, d, al, be, A, B, C, D);
     return CUDA_SUCCESS;
