@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 6u
+#define TY_ABI_MINOR 7u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -429,6 +429,13 @@ typedef struct ty_abi_comm_create_args_t {
   const ty_abi_comm_id_t *id; /* from rank 0's comm_unique_id, same bytes on every rank */
   uint32_t rank;              /* 0 <= rank < size */
   uint32_t size;              /* ranks in the communicator */
+  /* ---- v1.7 ---- */
+  /* The process group it joins ("world", "tp", "dp", "pp"; docs/plugin-abi.md
+   * "Group communicators"): a device may hold one communicator per group,
+   * and a collective op of a graph runs on the device's communicator of
+   * its `group` attribute. NULL, or args from a 1.6 host, mean "world".
+   * The string is valid for the call only. */
+  const char *group;
 } ty_abi_comm_create_args_t;
 
 typedef enum ty_abi_reduce_op_e {

@@ -38,6 +38,11 @@ ty_status_t ty_comm_unique_id(ty_device_t *device, ty_abi_comm_id_t *out_id) {
 
 ty_status_t ty_comm_create(ty_device_t *device, const ty_abi_comm_id_t *id, uint32_t rank,
                            uint32_t size, ty_comm_t **out_comm) {
+  return ty_comm_create_group(device, id, rank, size, NULL, out_comm);
+}
+
+ty_status_t ty_comm_create_group(ty_device_t *device, const ty_abi_comm_id_t *id, uint32_t rank,
+                                 uint32_t size, const char *group, ty_comm_t **out_comm) {
   *out_comm = NULL;
   ty_backend_t *b = ty_device_backend(device);
   if (!ty_backend_has_collectives(b)) return ty_comm_missing(device);
@@ -45,18 +50,27 @@ ty_status_t ty_comm_create(ty_device_t *device, const ty_abi_comm_id_t *id, uint
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "rank %u of a communicator of %u", rank,
                           size);
   }
+  if (group && strcmp(group, "world") == 0) group = NULL;
+  uint32_t major = 0, minor = 0;
+  ty_backend_abi_version(b, &major, &minor);
+  if (group && (major != TY_ABI_MAJOR || minor < 7)) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "%s: a communicator of process group '%s' needs a backend of ABI 1.7 "
+                          "(group communicators); backend '%s' speaks ABI %u.%u",
+                          ty_device_label(device), group, ty_backend_name(b), major, minor);
+  }
   ty_comm_t *c = calloc(1, sizeof(*c));
   if (!c) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   c->backend = b;
   snprintf(c->label, sizeof(c->label), "%s", ty_device_label(device));
   ty_abi_comm_create_args_t args = {.struct_size = sizeof(args), .id = id, .rank = rank,
-                                    .size = size};
+                                    .size = size, .group = group};
   ty_status_t s = ty_status_from_abi(
       ty_backend_api(b)->comm_create(ty_device_handle(device), &args, &c->handle));
   if (s) {
     free(c);
-    return ty_status_annotate(s, "%s: comm_create (rank %u of %u)", ty_device_label(device),
-                              rank, size);
+    return ty_status_annotate(s, "%s: comm_create (rank %u of %u of group %s)",
+                              ty_device_label(device), rank, size, group ? group : "world");
   }
   *out_comm = c;
   return TY_OK;

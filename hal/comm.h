@@ -32,6 +32,14 @@ ty_status_t ty_comm_unique_id(ty_device_t *device, ty_abi_comm_id_t *out_id);
  * until every rank has joined (or the backend fails). */
 ty_status_t ty_comm_create(ty_device_t *device, const ty_abi_comm_id_t *id, uint32_t rank,
                            uint32_t size, ty_comm_t **out_comm);
+/* The same for process group `group` ("tp", "dp", ...; NULL or "world":
+ * ty_comm_create): `rank` and `size` are the group's, and `id` came from
+ * the group's rank 0. The device's executables then run the collective ops
+ * whose `group` attribute names it on this communicator (ABI 1.7): a
+ * backend older than 1.7 cannot tell groups apart, so a group other than
+ * the world is FAILED_PRECONDITION naming the backend's ABI. */
+ty_status_t ty_comm_create_group(ty_device_t *device, const ty_abi_comm_id_t *id, uint32_t rank,
+                                 uint32_t size, const char *group, ty_comm_t **out_comm);
 void ty_comm_destroy(ty_comm_t *comm);
 
 /* In place: `count` elements of `dtype` at `offset` of `buffer`, summed (or

@@ -58,18 +58,42 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   return TY_OK;
 }
 
-/* The device communicator of a data-parallel run on a backend with
- * collectives of its own (NCCL on cuda), made as soon as every rank has its
- * device: a backend that cannot make one (no NCCL) stops the run before any
- * graph is built or compiled. Rank 0's id reaches the others over MPI. */
-static ty_status_t ty_trainer_comm_create(ty_trainer_t *t) {
+/* A device communicator of process group `name` ("world", "tp", "dp") on
+ * a backend with collectives of its own (NCCL on cuda), made as soon as
+ * every rank has its device: a backend that cannot make one (no NCCL)
+ * stops the run before any graph is built or compiled. The group's rank 0
+ * makes the id, which reaches the group's other ranks over the group's
+ * broadcast (MPI); every rank calls this for the same groups in the same
+ * order, since each creation blocks until its group's ranks have joined. */
+static ty_status_t ty_trainer_group_comm_create(ty_trainer_t *t, const char *name,
+                                                ty_comm_t **out_comm) {
+  ty_dist_group_t *group = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, name, &group));
+  const int rank = ty_dist_group_rank(group), size = ty_dist_group_size(group);
+  char what[96];
+  snprintf(what, sizeof(what), "the id of the '%s' group's communicator", name);
   ty_abi_comm_id_t id;
   memset(&id, 0, sizeof(id));
-  ty_status_t s = t->rank == 0 ? ty_comm_unique_id(t->device, &id) : TY_OK;
-  s = ty_dist_agree(t->dist, s, "making the communicator's id");
-  if (!s) s = ty_dist_broadcast(t->dist, 0, &id, sizeof(id), "the communicator's id");
-  if (!s) s = ty_comm_create(t->device, &id, (uint32_t)t->rank, (uint32_t)t->world, &t->comm);
-  return ty_dist_agree(t->dist, s, "creating the communicator");
+  ty_status_t s = rank == 0 ? ty_comm_unique_id(t->device, &id) : TY_OK;
+  s = ty_dist_agree(t->dist, s, what);
+  if (!s) s = ty_dist_group_broadcast(group, 0, &id, sizeof(id), what);
+  if (!s) {
+    s = ty_comm_create_group(t->device, &id, (uint32_t)rank, (uint32_t)size, name, out_comm);
+  }
+  snprintf(what, sizeof(what), "creating the '%s' group's communicator", name);
+  return ty_dist_agree(t->dist, s, what);
+}
+
+/* The device communicators of a tensor- or pipeline-parallel run (ABI 1.7
+ * group communicators): "tp" for the step's tp_copy / tp_reduce ops, and
+ * without --pp "dp" (t->comm) for the gradient sum over the replicas
+ * between the gradient and optimizer graphs. With --pp that sum stays on
+ * the host (pipeline/pp_step.c sums the stage's gradients in host memory,
+ * the tied embedding's pair with them). */
+static ty_status_t ty_trainer_group_comms(ty_trainer_t *t) {
+  if (t->tp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "tp", &t->tp_comm));
+  if (t->pp <= 1 && t->dp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "dp", &t->comm));
+  return TY_OK;
 }
 
 ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
@@ -129,9 +153,11 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                           "--data-parallel N)",
                           t->cfg.artifact, t->world, t->cfg.backend);
   }
-  if (t->tp <= 1 && t->pp <= 1 && ty_backend_has_collectives(ty_device_backend(t->device))) {
-    return ty_trainer_comm_create(t);
-  }
+  if (!ty_backend_has_collectives(ty_device_backend(t->device))) return TY_OK;
+  if (t->tp <= 1 && t->pp <= 1) return ty_trainer_group_comm_create(t, "world", &t->comm);
+  /* A backend before 1.7 has one communicator, the world's: its tp and pp
+   * runs reduce through the host (and it refuses group collectives). */
+  if (major == TY_ABI_MAJOR && minor >= 7) return ty_trainer_group_comms(t);
   return TY_OK;
 }
 
@@ -405,7 +431,8 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
             "per rank (%d ranks, dp %d x tp %d; rank 0's part of the split tensors, all of "
             "the replicated ones): parameters %s, gradients %s, optimizer state %s; host "
             "staging of the gradient all-reduce %s\n",
-            t->world, t->dp, t->tp, p, g, o, t->dp > 1 ? h : "none (one replica)");
+            t->world, t->dp, t->tp, p, g, o,
+            t->dp <= 1 ? "none (one replica)" : t->comm ? "none (on the device)" : h);
     return;
   }
   fprintf(out,

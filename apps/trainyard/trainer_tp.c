@@ -82,10 +82,17 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
     label[sizeof(label) - 1] = '\0';
     if (t->rank != 0) continue;
     if (r == 0) {
+      const char *backend = ty_backend_name(ty_device_backend(t->device));
       fprintf(stderr, "tensor parallel: %d ranks = dp %d x pp 1 x tp %d (%s; --dist-timeout %g "
-                      "s); attention heads, MLP columns and the vocabulary split over tp, "
-                      "gradients summed over dp through host memory\n",
+                      "s); attention heads, MLP columns and the vocabulary split over tp, ",
               t->world, t->dp, t->tp, ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+      if (t->tp_comm) {
+        fprintf(stderr, "the tp ops on %s's communicator of the tp group and the gradients "
+                        "summed over dp %s (device communicators per group, ABI 1.7)\n",
+                backend, t->comm ? "on its dp group's" : "(one replica: none)");
+      } else {
+        fprintf(stderr, "gradients summed over dp through host memory\n");
+      }
     }
     ty_dist_layout_t l;
     TY_RETURN_IF_ERROR(ty_dist_layout_make(t->world, r, t->tp, 1, &l));

@@ -90,13 +90,16 @@ ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignm
       if (x != UINT32_MAX && last_use[x] < run_at[n]) last_use[x] = run_at[n];
     }
   }
-  /* A run of consecutive all_reduce nodes is one group that a backend may
-   * launch together (NCCL's group calls): every input of the run stays live
-   * until its last node, so no output of the run lands on an input that an
-   * earlier member is still reading. */
+  /* A run of consecutive all_reduce (or tp_reduce) nodes is one group that
+   * a backend may launch together (NCCL's group calls): every input of the
+   * run stays live until its last node, so no output of the run lands on an
+   * input that an earlier member is still reading. */
   for (uint32_t n = 0; n < nn;) {
     uint32_t end = n;
-    while (end < nn && strcmp(g->nodes[end].op, "all_reduce") == 0) ++end;
+    while (end < nn && (strcmp(g->nodes[end].op, "all_reduce") == 0 ||
+                        strcmp(g->nodes[end].op, "tp_reduce") == 0)) {
+      ++end;
+    }
     for (uint32_t m = n; m < end; ++m) {
       const ty_abi_node_t *node = &g->nodes[m];
       for (uint32_t i = 0; i < node->input_count; ++i) {

@@ -583,8 +583,11 @@ static const ty_backend_api_t ty_cu_api_table = {
     /* 1.3: pinned host buffers (TY_ABI_BUFFER_HOST: optimizer offload) and
      * the memory accounting entries; 1.4: collectives on NCCL; 1.5: the
      * execute args' world size, over which all_reduce ops run (on the NCCL
-     * communicator made on the device; cuda never needs host->collective). */
-    .abi_minor = 5,
+     * communicator made on the device; cuda never needs host->collective);
+     * 1.6: tp_copy / tp_reduce and all_reduce's `group`; 1.7: one NCCL
+     * communicator per process group on a device (comm_create's `group`),
+     * which runs the collective ops naming that group. */
+    .abi_minor = 7,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,

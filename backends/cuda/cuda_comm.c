@@ -130,6 +130,7 @@ struct ty_abi_comm_s {
   ty_abi_device_t *device;
   ncclComm_t comm;
   uint32_t rank, size;
+  int slot; /* its group's slot in device->comms */
   /* A batch of collectives (TY_ABI_COLLECTIVE_MORE) is one NCCL group:
    * ncclGroupStart before its first, ncclGroupEnd after its last, which
    * launches them together (one fused launch where NCCL can). */
@@ -164,6 +165,16 @@ ty_abi_status_t ty_cu_comm_unique_id(ty_abi_backend_t *backend, ty_abi_comm_id_t
 ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_create_args_t *args,
                                   ty_abi_comm_t **out_comm) {
   *out_comm = NULL;
+  const char *group = TY_ABI_HAS_FIELD(args, ty_abi_comm_create_args_t, group) && args->group
+                          ? args->group
+                          : "world";
+  const int slot = ty_cu_comm_slot(group);
+  if (slot < 0) {
+    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+                       "%s: a communicator of process group '%s': the groups are 'world', "
+                       "'tp', 'dp' and 'pp'",
+                       device->label, group);
+  }
   ty_abi_status_t st = ty_nccl_ready();
   if (st) return st;
   if (args->id->size != sizeof(ncclUniqueId)) {
@@ -177,6 +188,7 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
   c->device = device;
   c->rank = args->rank;
   c->size = args->size;
+  c->slot = slot;
   ncclUniqueId id;
   memcpy(&id, args->id->bytes, sizeof(id));
   ncclResult_t r = ty_nccl.ncclCommInitRank(&c->comm, (int)args->size, id, (int)args->rank);
@@ -185,16 +197,16 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
     free(c);
     return st;
   }
-  /* The device's communicator for its executables' collective ops: the
-   * first one made on it (a run makes one). */
-  if (!device->comm) device->comm = c;
+  /* The device's communicator of its group for its executables'
+   * collective ops: the first one made on it (a run makes one per group). */
+  if (!device->comms[slot]) device->comms[slot] = c;
   *out_comm = c;
   return NULL;
 }
 
 void ty_cu_comm_destroy(ty_abi_comm_t *c) {
   if (!c) return;
-  if (c->device->comm == c) c->device->comm = NULL;
+  if (c->device->comms[c->slot] == c) c->device->comms[c->slot] = NULL;
   if (c->group_open) ty_nccl.ncclGroupEnd(); /* a batch an error cut short */
   ty_abi_status_t st = ty_cu_enter(c->device);
   if (st) c->device->backend->host->status_free(st); /* a lost device: abort below */
@@ -229,7 +241,8 @@ static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_d
   ncclDataType_t dt = ncclFloat32;
   ty_abi_status_t st = ty_nccl_dtype(c, dtype, &dt);
   if (st) return st;
-  if (reduce != TY_ABI_REDUCE_SUM && reduce != TY_ABI_REDUCE_AVG) {
+  if (reduce != TY_ABI_REDUCE_SUM && reduce != TY_ABI_REDUCE_AVG &&
+      reduce != TY_ABI_REDUCE_MAX) {
     return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: reduce op %u", c->device->label, reduce);
   }
   if (kind == TY_NCCL_BROADCAST && root >= c->size) {
@@ -237,7 +250,9 @@ static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_d
                        c->device->label, root, c->size);
   }
   if ((st = ty_cu_enter(c->device))) return st;
-  ncclRedOp_t op = reduce == TY_ABI_REDUCE_AVG ? ncclAvg : ncclSum;
+  ncclRedOp_t op = reduce == TY_ABI_REDUCE_AVG   ? ncclAvg
+                   : reduce == TY_ABI_REDUCE_MAX ? ncclMax
+                                                 : ncclSum;
   /* One stream per device handle: every executable's work is on it. */
   cudaStream_t stream = (cudaStream_t)c->device->stream;
   size_t n = (size_t)count;
@@ -335,6 +350,20 @@ ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype
   return ty_nccl_missing();
 }
 #endif
+
+int ty_cu_comm_slot(const char *group) {
+  static const char *const names[TY_CU_COMM_GROUPS] = {"world", "tp", "dp", "pp"};
+  if (!group) return 0;
+  for (int i = 0; i < TY_CU_COMM_GROUPS; ++i) {
+    if (strcmp(group, names[i]) == 0) return i;
+  }
+  return -1;
+}
+
+ty_abi_comm_t *ty_cu_device_comm(const ty_abi_device_t *device, const char *group) {
+  const int slot = ty_cu_comm_slot(group);
+  return slot < 0 ? NULL : device->comms[slot];
+}
 
 uint32_t ty_cu_comm_size(const ty_abi_comm_t *c) {
 #ifdef TY_CU_HAVE_NCCL

@@ -59,10 +59,11 @@ typedef enum ty_cu_cmd_kind_e {
   TY_CU_CMD_FILL, /* zero `size` bytes at dst */
   TY_CU_CMD_COPY, /* `size` bytes src -> dst; skipped when they coincide */
   TY_CU_CMD_GEMM, /* a cuBLASLt matmul (cuda_gemm.c) */
-  /* An all_reduce op: `size` elements of `dtype` src -> dst, summed (or
-   * averaged: `reduce`) over the run's ranks by the device's NCCL
-   * communicator; at world 1 a copy (none when they coincide). Consecutive
-   * ones form one NCCL group. */
+  /* An all_reduce or tp_reduce op: `size` elements of `dtype` src -> dst,
+   * summed, averaged or maxed (`reduce`) over the ranks of process group
+   * `group` by the device's NCCL communicator of that group; at world 1 a
+   * copy (none when they coincide). Consecutive ones on one communicator
+   * form one NCCL group. */
   TY_CU_CMD_ALL_REDUCE,
 } ty_cu_cmd_kind_t;
 
@@ -82,6 +83,7 @@ typedef struct ty_cu_cmd_t {
   uint64_t size;        /* bytes (FILL, COPY); elements (ALL_REDUCE) */
   ty_dtype_t dtype;     /* ALL_REDUCE */
   uint32_t reduce;      /* ALL_REDUCE: ty_abi_reduce_op_t */
+  const char *group;    /* ALL_REDUCE: the node's `group` (the graph's storage) */
   ty_cu_gemm_t *gemm; /* GEMM: owned */
 } ty_cu_cmd_t;
 
@@ -163,9 +165,10 @@ void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint
                 uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes);
 void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size);
 void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t size);
-/* An all-reduce of `count` elements of `dtype` from src into dst. */
+/* An all-reduce of `count` elements of `dtype` from src into dst over
+ * process group `group` (a string of the graph: it outlives the command). */
 void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
-                      ty_dtype_t dtype, uint32_t reduce);
+                      ty_dtype_t dtype, uint32_t reduce, const char *group);
 void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A cuBLASLt command (cuda_gemm.c adds these). */
@@ -221,6 +224,14 @@ void ty_cu_build_rope(ty_cu_build_t *b);
 void ty_cu_build_linear_ce(ty_cu_build_t *b);
 void ty_cu_build_adafactor(ty_cu_build_t *b);
 void ty_cu_build_global_norm_scale(ty_cu_build_t *b);
+/* cuda_ops_vocab.c */
+void ty_cu_build_vocab_embedding(ty_cu_build_t *b);
+void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b);
+void ty_cu_build_vocab_max(ty_cu_build_t *b);
+void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b);
+void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b);
+bool ty_cu_vocab_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                       size_t capacity);
 /* cuda_attention.c */
 void ty_cu_build_attention(ty_cu_build_t *b);
 /* cuda_gemm.c */

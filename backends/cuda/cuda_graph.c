@@ -406,11 +406,12 @@ void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t siz
 }
 
 void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
-                      ty_dtype_t dtype, uint32_t reduce) {
+                      ty_dtype_t dtype, uint32_t reduce, const char *group) {
   if (count == 0) return;
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);
   if (!c) return;
   c->name = "ncclAllReduce";
+  c->group = group;
   c->src = src;
   c->dst = dst;
   c->size = count;
@@ -988,8 +989,11 @@ static ty_abi_status_t ty_cu_cmd_error(const ty_abi_executable_t *e, const ty_cu
 }
 
 /* An all_reduce command: a copy at world 1; else queued on the device's
- * communicator, in one NCCL group with the all_reduce commands right after
- * it (the gradients of a train step: one launch, not ~150). */
+ * communicator of its group, in one NCCL group with the all_reduce
+ * commands right after it on the same communicator (the gradients of a
+ * train step: one launch, not ~150). Commands on different communicators
+ * are never in one NCCL group: each communicator's batch is closed before
+ * the next one's starts (ty_nccl_queue keeps one open group per comm). */
 static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
   CUdeviceptr dst = ty_cu_ref_address(e, c->dst), src = ty_cu_ref_address(e, c->src);
   uint64_t bytes = c->size * ty_dtype_size(c->dtype);
@@ -998,21 +1002,30 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
     CUresult r = e->api->cuMemcpyDtoDAsync(dst, src, (size_t)bytes, e->device->stream);
     return r == CUDA_SUCCESS ? NULL : ty_cu_cmd_error(e, c, "cuMemcpyDtoDAsync", r);
   }
-  ty_abi_comm_t *comm = e->device->comm;
-  if (!comm || ty_cu_comm_size(comm) != e->world) {
+  const char *group = c->group ? c->group : "world";
+  const char *op = e->graph->graph.nodes[c->node].op;
+  ty_abi_comm_t *comm = ty_cu_device_comm(e->device, group);
+  if (!comm) {
     return ty_cu_error(TY_CODE_FAILED_PRECONDITION,
-                       "%s: node %u (all_reduce) runs over %u ranks, and %s: make the run's "
-                       "communicator on this device first (comm_create)",
-                       e->device->label, c->node, e->world,
-                       comm ? "this device's communicator has another size"
-                            : "no communicator was made on this device");
+                       "%s: node %u (%s over group '%s') runs in a run of %u ranks, and no "
+                       "communicator of group '%s' was made on this device: make it first "
+                       "(comm_create with group '%s', ABI 1.7)",
+                       e->device->label, c->node, op, group, e->world, group, group);
+  }
+  if (!strcmp(group, "world") && ty_cu_comm_size(comm) != e->world) {
+    return ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+                       "%s: node %u (%s) runs over the world of %u ranks, and this device's "
+                       "world communicator has %u",
+                       e->device->label, c->node, op, e->world, ty_cu_comm_size(comm));
   }
   const ty_cu_cmd_t *next = c + 1 < e->cmds + e->cmd_count ? c + 1 : NULL;
-  bool more = next && next->kind == TY_CU_CMD_ALL_REDUCE && !e->sync_each && !e->events;
-  char what[160];
-  snprintf(what, sizeof(what), "all_reduce of node %u ('%s', %llu %s)", c->node,
+  bool more = next && next->kind == TY_CU_CMD_ALL_REDUCE &&
+              ty_cu_device_comm(e->device, next->group ? next->group : "world") == comm &&
+              !e->sync_each && !e->events;
+  char what[200];
+  snprintf(what, sizeof(what), "%s of node %u ('%s', %llu %s, group %s)", op, c->node,
            e->graph->graph.values[e->graph->graph.nodes[c->node].outputs[0]].name,
-           (unsigned long long)c->size, ty_dtype_name(c->dtype));
+           (unsigned long long)c->size, ty_dtype_name(c->dtype), group);
   return ty_cu_comm_enqueue_all_reduce(comm, c->dtype, c->reduce, src, dst, c->size, more, what);
 }
 
@@ -1212,8 +1225,9 @@ static ty_abi_status_t ty_cu_data_error(const ty_abi_executable_t *e, const int3
                "[0, %lld)", x, y, z);
       break;
     case 2:
-      snprintf(what, sizeof(what), "cross_entropy: targets[%lld] = %lld is outside the "
-               "vocabulary [0, %lld) (negative means ignored)", x, y, z);
+      snprintf(what, sizeof(what), "%s: targets[%lld] = %lld is outside the "
+               "vocabulary [0, %lld) (negative means ignored)",
+               strncmp(op, "vocab_", 6) == 0 ? op : "cross_entropy", x, y, z);
       break;
     case 3:
       snprintf(what, sizeof(what), "kv_cache_write: %lld new positions starting at position "

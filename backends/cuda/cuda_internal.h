@@ -34,6 +34,7 @@ typedef enum ty_cu_family_e {
   TY_CU_FAM_EMBEDDING,       /* gather, deterministic scatter-add */
   TY_CU_FAM_VIEWS,           /* strided copies, casts, kv-cache writes */
   TY_CU_FAM_OPTIM,           /* adamw, sgd */
+  TY_CU_FAM_VOCAB,           /* vocabulary-parallel embedding and loss */
   TY_CU_FAM_TEST,            /* fault injection for tests (test hooks only) */
   TY_CU_FAM_COUNT_
 } ty_cu_family_t;
@@ -65,6 +66,10 @@ typedef struct ty_cu_options_t {
                             device handle allocates (a smaller card) */
 } ty_cu_options_t;
 
+/* The process groups a device holds a communicator for (docs/ops.md
+ * "Collectives": world, tp, dp, pp). */
+#define TY_CU_COMM_GROUPS 4
+
 struct ty_abi_device_s {
   ty_abi_backend_t *backend;
   ty_cu_slot_t *slot;
@@ -87,10 +92,12 @@ struct ty_abi_device_s {
   uint64_t peak_allocated;
   uint64_t host_allocated; /* pinned host buffers (TY_ABI_BUFFER_HOST) */
   uint64_t host_peak_allocated;
-  /* The communicator made on this device (comm_create), which executables
-   * use for the collective ops of a run of more than one rank (ABI 1.5:
-   * the execute args' world_size); NULL when none is. */
-  ty_abi_comm_t *comm;
+  /* The communicators made on this device (comm_create), one per process
+   * group (ABI 1.7: "world", "tp", "dp", "pp"; the first made of each name),
+   * on which executables run the collective ops of a run of more than one
+   * rank (ABI 1.5: the execute args' world_size) by their `group`
+   * attribute; NULL slots are groups without one. */
+  ty_abi_comm_t *comms[TY_CU_COMM_GROUPS];
 };
 
 struct ty_abi_buffer_s {
@@ -128,15 +135,20 @@ ty_abi_status_t ty_cu_comm_reduce_scatter(ty_abi_comm_t *comm,
                                           const ty_abi_collective_args_t *args);
 ty_abi_status_t ty_cu_comm_all_gather(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
 ty_abi_status_t ty_cu_comm_broadcast(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
-/* An all-reduce of `count` elements of `dtype` from device address `send`
- * into `recv` (equal: in place) on the device's stream, for an executable's
- * all_reduce op; `more` as TY_ABI_COLLECTIVE_MORE (one NCCL group until a
+/* An all-reduce (sum, avg or max) of `count` elements of `dtype` from
+ * device address `send` into `recv` (equal: in place) on the device's
+ * stream, for an executable's all_reduce / tp_reduce op; `more` as TY_ABI_COLLECTIVE_MORE (one NCCL group until a
  * call without it). `what` names the op in errors. */
 ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *comm, ty_dtype_t dtype, uint32_t op,
                                               CUdeviceptr send, CUdeviceptr recv, uint64_t count,
                                               bool more, const char *what);
 /* The communicator's size (ranks). */
 uint32_t ty_cu_comm_size(const ty_abi_comm_t *comm);
+/* The slot of process group `group` in device->comms (NULL: "world"), or -1
+ * for a name that is not a group. */
+int ty_cu_comm_slot(const char *group);
+/* The device's communicator of `group` (NULL: "world"), or NULL. */
+ty_abi_comm_t *ty_cu_device_comm(const ty_abi_device_t *device, const char *group);
 
 /* ---- cuda_modules.c ---- */
 

@@ -61,6 +61,16 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"global_norm_scale", ty_cu_build_global_norm_scale, TY_ABI_ACCEPT_COMPUTE},
     {"kv_cache_write", ty_cu_build_kv_cache_write, TY_ABI_ACCEPT_MOVE},
     {"all_reduce", ty_cu_build_all_reduce, TY_ABI_ACCEPT_COMPUTE},
+    {"tp_reduce", ty_cu_build_all_reduce, TY_ABI_ACCEPT_COMPUTE},
+    {"tp_copy", ty_cu_build_reshape, TY_ABI_ACCEPT_COMPUTE}, /* the identity: a copy */
+    {"vocab_embedding", ty_cu_build_vocab_embedding, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_embedding_backward", ty_cu_build_vocab_embedding_backward, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_max", ty_cu_build_vocab_max, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_max_backward", ty_cu_build_vocab_max, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_ce_sums", ty_cu_build_vocab_ce_sums, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_ce_sums_backward", ty_cu_build_vocab_ce_sums, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_ce_loss", ty_cu_build_vocab_ce_loss, TY_ABI_ACCEPT_COMPUTE},
+    {"vocab_ce_loss_backward", ty_cu_build_vocab_ce_loss, TY_ABI_ACCEPT_COMPUTE},
     {NULL, NULL, TY_ABI_ACCEPT_MOVE},
 };
 
@@ -94,6 +104,7 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
   if (strncmp(node->op, "attention", 9) == 0) {
     return ty_cu_attention_check(g, node, reason, capacity);
   }
+  if (strncmp(node->op, "vocab_", 6) == 0) return ty_cu_vocab_check(g, node, reason, capacity);
   for (size_t i = 0; i < sizeof(ty_cu_float_ops) / sizeof(ty_cu_float_ops[0]); ++i) {
     if (strcmp(node->op, ty_cu_float_ops[i].op) != 0) continue;
     /* clip_by_global_norm: every gradient (inputs 1..n). */
@@ -106,16 +117,6 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
                  node->op, ty_dtype_name(d));
         return false;
       }
-    }
-  }
-  if (strcmp(node->op, "all_reduce") == 0) {
-    /* The device's communicator is the run's world; the tensor-parallel
-     * groups (ABI 1.6 `group`) have no NCCL communicator here yet. */
-    const char *group = ty_abi_node_attr_string(node, "group", "world");
-    if (strcmp(group, "world") != 0) {
-      snprintf(reason, capacity, "all_reduce over the '%s' group: cuda reduces over the run's "
-               "world only (its NCCL communicator)", group);
-      return false;
     }
   }
   if (strncmp(node->op, "linear_cross_entropy", 20) == 0) {
@@ -1052,11 +1053,18 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
   }
 }
 
-/* all_reduce(x) -> y over the run's ranks (ops/op_collective.c): NCCL on
- * the device's communicator, a copy at world 1 (cuda_graph.c). */
+/* all_reduce(x) -> y and tp_reduce(x) -> y over the ranks of the node's
+ * process group (ops/op_collective.c): NCCL on the device's communicator of
+ * that group, a copy at world 1 (cuda_graph.c). The group string is the
+ * graph's, which the executable owns. */
 void ty_cu_build_all_reduce(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_cu_vin(b, 0);
+  const bool tp = strcmp(b->node->op, "tp_reduce") == 0;
   const char *reduce = ty_abi_node_attr_string(b->node, "reduce", "sum");
-  ty_cu_all_reduce(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(x), x->dtype,
-                   strcmp(reduce, "avg") == 0 ? TY_ABI_REDUCE_AVG : TY_ABI_REDUCE_SUM);
+  const char *group = ty_abi_node_attr_string(b->node, "group", tp ? "tp" : "world");
+  const uint32_t op = strcmp(reduce, "avg") == 0   ? TY_ABI_REDUCE_AVG
+                      : strcmp(reduce, "max") == 0 ? TY_ABI_REDUCE_MAX
+                                                   : TY_ABI_REDUCE_SUM;
+  ty_cu_all_reduce(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(x), x->dtype, op,
+                   group);
 }

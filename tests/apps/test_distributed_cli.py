@@ -386,6 +386,22 @@ class CudaNcclTest(Base):
         self.assertIn("TRAINYARD_CUDA_NCCL", err)
         self.assertNotIn("memory plan", err)  # refused before the graphs are built
 
+    def test_tensor_parallel_without_nccl(self):
+        # --tp 2 (and --tp 2 --pp 2) on cuda make the tp group's device
+        # communicator (ABI 1.7) with the devices: the same refusal, before
+        # any graph is built
+        if not os.environ.get("TRAINYARD_CUDA_DRIVER"):
+            self.skipTest("needs the CUDA emulator (tests/cuda/emu registers this suite)")
+        self.common[1] = os.path.join(CFG.models, "llama")
+        args = ["--backend", "cuda", "--max-steps", "2", "--batch-size", "2"]
+        for n, layout in ((2, ["--tp", "2"]), (4, ["--tp", "2", "--pp", "2"])):
+            r = self.train_mpi(n, *args, *layout, "--out", self.path("tp%d" % n), rc="fail")
+            err = r.stdout + r.stderr
+            self.assertIn("the id of the 'tp' group's communicator", err)
+            self.assertIn("a multi-device run on cuda needs libnccl.so.2", err)
+            self.assertNotIn("memory plan", err)
+            self.assertNotIn("step 1", err)
+
 
 class ControlTest(Base):
     """`trainyard control` reaches every rank: rank 0 serves the socket and

@@ -11,6 +11,8 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   Hugging Face model (full shapes) that `trainyard forward` loads. The
   template backend (the SDK's host executor) follows the same curve.
 - DataParallelTest: --tp 2 with 2 replicas (4 ranks) equals one process.
+- DeviceGroupsTest: the same on a backend with collectives (commfake): the
+  device communicators of the tp and dp groups (ABI 1.7).
 - ResumeTest: a tp 2 checkpoint resumed at tp 1, and a tp 1 one resumed at
   tp 2, continue the uninterrupted curve (optimizer state re-split).
 - VocabTest: a vocabulary of 97 over --tp 2 (the last rank's part padded)
@@ -127,6 +129,35 @@ class DataParallelTest(Base):
         self.assert_curves_match(dist.losses(one), dist.losses(four), range(1, 21), rel=1e-5)
         self.assert_weights_close(os.path.join(one, "checkpoint-20"),
                                   os.path.join(four, "checkpoint-20"))
+
+
+class DeviceGroupsTest(Base):
+    """ABI 1.7 group communicators on a backend with collectives of its own
+    (the commfake test plugin: MPI on its buffers, as cuda has NCCL): under
+    --tp the host makes a device communicator for the "tp" group and one
+    for "dp" (each id from the group's rank 0 over the group's broadcast;
+    commfake checks the id's maker and the rank and size against
+    MPI_Comm_split), and sums the gradients over dp on the latter."""
+
+    def test_tp2_by_dp2_on_device_communicators(self):
+        if not CFG.commfake_dir or not os.path.isdir(CFG.commfake_dir):
+            self.skipTest("no commfake plugin (it is built with MPI only): %r" % CFG.commfake_dir)
+        self.use(self.llama)
+        steps = ["--max-steps", "6", "--schedule", "constant", "--batch-size", "2"]
+        plugin = ["--plugin-path", CFG.commfake_dir]
+        one, four = self.path("one"), self.path("four")
+        self.train(*steps, "--out", one, "--grad-accum", "2")
+        r = dist.mpirun(4, plugin + ["train"] + self.common + steps +
+                        ["--out", four, "--tp", "2", "--backend", "commfake"])
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+        self.assertIn("tensor parallel: 4 ranks = dp 2 x pp 1 x tp 2", r.stderr)
+        self.assertIn("the tp ops on commfake's communicator of the tp group and the gradients "
+                      "summed over dp on its dp group's (device communicators per group, "
+                      "ABI 1.7)", r.stderr)
+        self.assertIn("host staging of the gradient all-reduce none (on the device)", r.stderr)
+        self.assert_curves_match(dist.losses(one), dist.losses(four), range(1, 7), rel=1e-5)
+        self.assert_weights_close(os.path.join(one, "checkpoint-6"),
+                                  os.path.join(four, "checkpoint-6"))
 
 
 class ResumeTest(Base):
@@ -285,6 +316,8 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--models", required=True, help="tests/fixtures/models")
     parser.add_argument("--mpi-shim", required=True, help="the build's libty_mpi.so")
+    parser.add_argument("--commfake-dir", default="",
+                        help="the commfake test plugin's folder (DeviceGroupsTest)")
     CFG, rest = parser.parse_known_args()
     dist.CFG = CFG
     cli_util.CFG = CFG

@@ -8,7 +8,8 @@
  *   BRINGUP_BUG_OP "op"         a planted bug in that op's f32 kernel (gelu:
  *                               the cubic coefficient 0.05 instead of
  *                               0.044715), for `trainyard conform --bisect`;
- *   BRINGUP_MPI_COMM            the collectives of ABI 1.4, done with MPI on
+ *   BRINGUP_MPI_COMM            the collectives of ABI 1.4 (and 1.7's group
+ *                               communicators), done with MPI on
  *                               its host-memory buffers: a device with a
  *                               collective library of its own (as cuda has
  *                               NCCL), for the core's device path of data
@@ -182,7 +183,11 @@ static void bringup_device_close(ty_abi_device_t *d) { free(d); }
 #include <mpi.h>
 
 /* The communicator is MPI's world, already started by the host's MPI shim
- * (the same libmpi in this process); the id only proves the bootstrap. */
+ * (the same libmpi in this process), or under ABI 1.7 a process group's
+ * part of it; the id proves the bootstrap: the magic, then the world rank
+ * of the rank that made it (the group's rank 0), which picks the group's
+ * part (MPI_Comm_split: every world rank creates each group's communicator
+ * at the same time, as the host does). */
 struct ty_abi_comm_s {
   MPI_Comm comm;
 };
@@ -191,8 +196,11 @@ static const char bringup_comm_magic[] = "bringup-comm-id";
 
 static ty_abi_status_t bringup_comm_unique_id(ty_abi_backend_t *b, ty_abi_comm_id_t *out) {
   (void)b;
-  out->size = sizeof(bringup_comm_magic);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  out->size = sizeof(bringup_comm_magic) + sizeof(int);
   memcpy(out->bytes, bringup_comm_magic, sizeof(bringup_comm_magic));
+  memcpy(out->bytes + sizeof(bringup_comm_magic), &rank, sizeof(int));
   return NULL;
 }
 
@@ -200,24 +208,42 @@ static ty_abi_status_t bringup_comm_create(ty_abi_device_t *d, const ty_abi_comm
                                            ty_abi_comm_t **out) {
   (void)d;
   *out = NULL;
-  int up = 0, rank = -1, size = 0;
+  int up = 0, rank = -1, size = 0, maker = -1;
   MPI_Initialized(&up);
   if (!up) return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI is not running", BRINGUP_NAME);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (a->id->size != sizeof(bringup_comm_magic) ||
-      memcmp(a->id->bytes, bringup_comm_magic, sizeof(bringup_comm_magic)) != 0 ||
-      (int)a->rank != rank || (int)a->size != size) {
-    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: comm_create got rank %u of %u and "
-                           "an id of %u bytes; MPI says rank %d of %d",
-                           BRINGUP_NAME, a->rank, a->size, a->id->size, rank, size);
+  const char *group = TY_ABI_HAS_FIELD(a, ty_abi_comm_create_args_t, group) && a->group
+                          ? a->group
+                          : "world";
+  if (a->id->size == sizeof(bringup_comm_magic) + sizeof(int) &&
+      memcmp(a->id->bytes, bringup_comm_magic, sizeof(bringup_comm_magic)) == 0) {
+    memcpy(&maker, a->id->bytes + sizeof(bringup_comm_magic), sizeof(int));
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (maker < 0) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: comm_create of group %s got an id of "
+                           "%u bytes that comm_unique_id did not make", BRINGUP_NAME, group,
+                           a->id->size);
+  }
+  int split = strcmp(group, "world") == 0
+                  ? MPI_Comm_dup(MPI_COMM_WORLD, &comm)
+                  : MPI_Comm_split(MPI_COMM_WORLD, maker, (int)a->rank, &comm);
+  if (split != MPI_SUCCESS) {
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI_Comm_split/dup failed", BRINGUP_NAME);
+  }
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if ((int)a->rank != rank || (int)a->size != size) {
+    MPI_Comm_free(&comm);
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: comm_create of group %s got rank %u "
+                           "of %u; the ranks holding the id of world rank %d make rank %d of "
+                           "%d", BRINGUP_NAME, group, a->rank, a->size, maker, rank, size);
   }
   ty_abi_comm_t *c = calloc(1, sizeof(*c));
-  if (!c) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  if (MPI_Comm_dup(MPI_COMM_WORLD, &c->comm) != MPI_SUCCESS) {
-    free(c);
-    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI_Comm_dup failed", BRINGUP_NAME);
+  if (!c) {
+    MPI_Comm_free(&comm);
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
+  c->comm = comm;
   *out = c;
   return NULL;
 }

@@ -172,8 +172,9 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
             ty_dist_library(t->dist), ty_dist_timeout(t->dist));
     if (t->tp > 1) {
       fprintf(stderr, "  tensor parallel inside each stage: attention heads and MLP columns "
-                      "split over its %d tp ranks, reduced over their group through host "
-                      "memory\n", t->tp);
+                      "split over its %d tp ranks, reduced over their group %s\n",
+              t->tp, t->tp_comm ? "on the devices' tp communicators (ABI 1.7)"
+                                : "through host memory");
     }
   }
   return s;

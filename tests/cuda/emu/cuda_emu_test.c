@@ -8,7 +8,8 @@
  * INVALID_ARGUMENT naming the node and the values, and the next run with
  * good data succeeds (the flag is cleared); and empty inputs, whose empty
  * sums must come out as zeros. Also ABI 1.3's pinned host buffers
- * (optimizer offload) and the measured device memory. */
+ * (optimizer offload), the measured device memory, and ABI 1.7's refusal
+ * of a collective whose group has no communicator on the device. */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@
 #include "graph/graph.h"
 #include "graph/session.h"
 #include "hal/buffer.h"
+#include "hal/comm.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"
@@ -303,6 +305,59 @@ static void test_host_buffers_and_memory(void **state) {
   ty_registry_destroy(r);
 }
 
+/* ABI 1.7 group communicators: a collective op of a run of several ranks
+ * runs on the device's communicator of the op's group, and a group the
+ * device has none for fails the run with FAILED_PRECONDITION naming the
+ * group and the node (here no communicator at all: the emulator has no
+ * NCCL). comm_create of a name that is not a group is refused before NCCL
+ * is touched. At world 1 the same graphs are copies (conformance). */
+static ty_status_t fake_sum(void *user, ty_dtype_t dtype, void *data, size_t count) {
+  (void)user, (void)dtype, (void)data, (void)count;
+  return ty_status_make(TY_CODE_INTERNAL, "cuda must not reduce through the host");
+}
+
+static void test_group_without_communicator(void **state) {
+  (void)state;
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  const input_t in[1] = {{TY_DTYPE_F32, 2, {2, 3}, x, NULL}};
+  ty_host_comm_t world2 = {.rank = 0, .size = 2, .all_reduce_sum = fake_sum};
+  static const struct {
+    const char *op, *group, *want;
+  } cases[] = {
+      {"tp_reduce", NULL, "node 0 (tp_reduce over group 'tp') runs in a run of 2 ranks, and no "
+                          "communicator of group 'tp' was made on this device"},
+      {"all_reduce", "dp", "no communicator of group 'dp' was made on this device"},
+      {"all_reduce", NULL, "no communicator of group 'world' was made on this device"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    ty_attrs_t attrs = TY_ATTRS_EMPTY;
+    if (cases[i].group) TY_EXPECT_OK(ty_attrs_set_string(&attrs, "group", cases[i].group));
+    one_node_t t;
+    one_node_open(&t, cases[i].op, 1, &attrs, 1, in, 0);
+    one_node_bind(&t, 1, in, false);
+    TY_EXPECT_OK(ty_session_run(t.s)); /* one process: a copy */
+    float got[6];
+    TY_EXPECT_OK(ty_session_read(t.s, "out", got, sizeof(got)));
+    assert_memory_equal(got, x, sizeof(x));
+    TY_EXPECT_OK(ty_session_set_host_comm(t.s, &world2));
+    TY_EXPECT_STATUS(ty_session_run(t.s), TY_CODE_FAILED_PRECONDITION, cases[i].want);
+    one_node_close(&t);
+  }
+  /* a communicator of a group that does not exist */
+  one_node_t t;
+  one_node_open(&t, "tp_copy", 1, NULL, 1, in, 0);
+  ty_abi_comm_id_t id;
+  memset(&id, 0, sizeof(id));
+  id.struct_size = sizeof(id);
+  ty_comm_t *comm = NULL;
+  TY_EXPECT_STATUS(ty_comm_create_group(t.dev, &id, 0, 2, "replicas", &comm),
+                   TY_CODE_INVALID_ARGUMENT,
+                   "a communicator of process group 'replicas': the groups are 'world', 'tp', "
+                   "'dp' and 'pp'");
+  assert_null(comm);
+  one_node_close(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_embedding_ids),
@@ -312,6 +367,7 @@ int main(void) {
       cmocka_unit_test(test_optimizer_hyperparameters),
       cmocka_unit_test(test_empty_inputs),
       cmocka_unit_test(test_host_buffers_and_memory),
+      cmocka_unit_test(test_group_without_communicator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
