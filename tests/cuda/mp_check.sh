@@ -24,6 +24,10 @@
 #    config, bf16 autocast, fused AdamW, SDPA, torch.compile, 4 rows per GPU:
 #    DDP, FSDP2 FULL_SHARD and SHARD_GRAD_OP. One table at the end.
 #
+# NGPUS (4) sets the machine's size: with NGPUS=2, part a runs the 2-rank
+# layouts only and part b compares dp2, tp2 and pp2 (and PyTorch on 2 GPUs),
+# for hosts of two cards.
+#
 # Every launch is bounded (timeout -k 10 ${RUN_TIMEOUT:-180}; the speed runs
 # ${BIG_TIMEOUT:-420}, torch.compile compiles in them): a hang fails its row,
 # not the call. Environment: STEPS, RUN_TIMEOUT, BIG_TIMEOUT, PYTHON (python3
@@ -44,6 +48,7 @@ one_dev=${ONE_DEVICE:-cuda:0}
 big_preset=${BIG_PRESET:-llama-1b}
 big_seq=${BIG_SEQ:-2048}
 py=${PYTHON:-python3}
+ngpus=${NGPUS:-4}
 torchrun=${TORCHRUN:-torchrun}
 export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
 export NCCL_NVLS_ENABLE=0
@@ -81,7 +86,7 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,nohea
   >"$out/cards.txt" 2>&1
 echo "cards:"; sed 's/^/  /' "$out/cards.txt"
 gpus=$(grep -c . "$out/cards.txt" 2>/dev/null || echo 0)
-[[ $gpus -ge 4 ]] || echo "WARNING: $gpus GPUs listed; this check wants 4"
+[[ $gpus -ge $ngpus ]] || echo "WARNING: $gpus GPUs listed; this check wants $ngpus"
 
 # ---- a) equality on the fixtures ----
 "$py" - "$out/ids.jsonl" <<'PY'
@@ -127,6 +132,7 @@ for model in llama gpt2; do
   [[ $model == llama ]] && layouts+=("tp4:4:one:--tp 4 --batch-size 4")
   for l in "${layouts[@]}"; do
     IFS=: read -r name n ref flags <<<"$l"
+    ((n <= ngpus)) || continue
     run="$out/eq-$model-$name"
     # shellcheck disable=SC2086
     launch "$run.log" "$model $name" "${tmo[@]}" "${mpi[@]}" -np "$n" "$ty" "${common[@]}" \
@@ -156,11 +162,13 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
   big=(train --preset "$big_preset" --data "$out/big" --seq-len "$big_seq" --dtype bf16-mixed --dropout 0
        --max-steps "$steps" --log-every 1 --cache-dir "$out/cache" --save-every 0
        --backend "$backend")
-  # name:flags (world 4 each)
+  # name:flags (world NGPUS each)
   speeds=("dp4:--batch-size 4"
           "tp2xdp2:--tp 2 --batch-size 4"
           "pp2xdp2:--pp 2 --batch-size 1 --grad-accum 4"
           "tp4:--tp 4 --batch-size 4")
+  ((ngpus == 2)) && speeds=("dp2:--batch-size 4" "tp2:--tp 2 --batch-size 4"
+                            "pp2:--pp 2 --batch-size 1 --grad-accum 4")
   for s in "${speeds[@]}"; do
     IFS=: read -r name flags <<<"$s"
     run="$out/speed-$name"
@@ -168,7 +176,7 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
       >"$run.smi" 2>/dev/null &
     smi=$!
     # shellcheck disable=SC2086
-    launch "$run.log" "speed $name" "${big_tmo[@]}" "${mpi[@]}" -np 4 "$ty" "${big[@]}" $flags \
+    launch "$run.log" "speed $name" "${big_tmo[@]}" "${mpi[@]}" -np "$ngpus" "$ty" "${big[@]}" $flags \
       --out "$run"
     ok=$?
     kill "$smi" 2>/dev/null
@@ -181,7 +189,7 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
     bubble=$(grep -h "^pipeline bubble" "$run.log" | head -1)
     [[ $ok -eq 0 && $tok == 0 ]] && fail "speed $name: no tokens/s in $run/metrics.jsonl"
     speed_rows+=("$(printf '%-24s %12.0f %12.0f %14s %12s' "trainyard $name" "$tok" \
-      "$(awk -v t="$tok" 'BEGIN {print t / 4}')" "${mem:-?}" "${smi_mib:-?}")")
+      "$(awk -v t="$tok" -v n="$ngpus" 'BEGIN {print t / n}')" "${mem:-?}" "${smi_mib:-?}")")
     grep -h "tensor parallel:\|rank layout\|^  rank\|per rank\|tp ops" "$run.log" | head -8 |
       sed 's/^/    /'
     [[ -n $bubble ]] && { echo "    $bubble"; speed_rows+=("    $bubble"); }
@@ -194,7 +202,7 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
       >"$log.smi" 2>/dev/null &
     smi=$!
     # shellcheck disable=SC2086
-    launch "$log" "pytorch $name" "${big_tmo[@]}" "$torchrun" --standalone --nproc_per_node 4 \
+    launch "$log" "pytorch $name" "${big_tmo[@]}" "$torchrun" --standalone --nproc_per_node "$ngpus" \
       "$root/bench/pytorch_dist_train.py" --model "$big_preset" --batch 4 --seq "$big_seq" \
       --steps "$steps" --warmup 5 --compile $flags
     kill "$smi" 2>/dev/null
@@ -205,7 +213,7 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
     smi_mib=$(awk -F', *' '{if ($2 > m[$1]) m[$1] = $2} END {for (g in m) if (m[g] > x) x = m[g];
       print x + 0}' "$log.smi" 2>/dev/null)
     speed_rows+=("$(printf '%-24s %12.0f %12.0f %14s %12s' "pytorch $name+compile" "${tok:-0}" \
-      "$(awk -v t="${tok:-0}" 'BEGIN {print t / 4}')" "${peak:-?} MiB" "${smi_mib:-?}")")
+      "$(awk -v t="${tok:-0}" -v n="$ngpus" 'BEGIN {print t / n}')" "${peak:-?} MiB" "${smi_mib:-?}")")
   done
 fi
 
@@ -214,7 +222,7 @@ echo "== results"
 echo "a) equality (f32, $steps steps, per-step loss within 1e-5 relative)"
 for r in "${eq_rows[@]}"; do echo "  $r"; done
 if [[ ${#speed_rows[@]} -gt 0 ]]; then
-  echo "b) speed: $big_preset T=$big_seq bf16-mixed on 4 GPUs, 4 rows per replica"
+  echo "b) speed: $big_preset T=$big_seq bf16-mixed on $ngpus GPUs, 4 rows per replica"
   printf '  %-24s %12s %12s %14s %12s\n' run "tokens/s" "per GPU" "peak (run)" "smi MiB max"
   for r in "${speed_rows[@]}"; do echo "  $r"; done
 fi
