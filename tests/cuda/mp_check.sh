@@ -31,7 +31,8 @@
 # Every launch is bounded (timeout -k 10 ${RUN_TIMEOUT:-180}; the speed runs
 # ${BIG_TIMEOUT:-420}, torch.compile compiles in them): a hang fails its row,
 # not the call. Environment: STEPS, RUN_TIMEOUT, BIG_TIMEOUT, PYTHON (python3
-# with torch and transformers), TORCHRUN (torchrun), SKIP_SPEED=1 (a only),
+# with torch and transformers), TORCHRUN (torchrun), PEERS (the PyTorch rows:
+# "ddp fsdp-full fsdp-grad"), SKIP_SPEED=1 (a only),
 # BACKEND (cuda) and ONE_DEVICE (cuda:0): BACKEND=cpu ONE_DEVICE=cpu
 # SKIP_SPEED=1 runs part a on the cpu backend, to check the script itself;
 # BIG_PRESET and BIG_SEQ (llama-1b, 2048) shrink part b likewise.
@@ -197,6 +198,7 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
   peers=("ddp:--ddp" "fsdp-full:--fsdp --fsdp-strategy full" "fsdp-grad:--fsdp --fsdp-strategy grad")
   for p in "${peers[@]}"; do
     IFS=: read -r name flags <<<"$p"
+    [[ " ${PEERS:-ddp fsdp-full fsdp-grad} " == *" $name "* ]] || continue
     log="$out/pytorch-$name.log"
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
       >"$log.smi" 2>/dev/null &
