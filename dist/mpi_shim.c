@@ -212,69 +212,109 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
   return TY_MPI_SHIM_OK;
 }
 
+/* Point-to-point messages larger than MPI's int count (a pipeline stage's
+ * state of a 1B model is 9 GB) go as consecutive pieces of at most
+ * ty_piece_bytes() under the same tag: MPI keeps messages between two
+ * ranks on one tag in order, so piece i meets receive i. The piece size is
+ * 1 GiB; TRAINYARD_DEBUG_MPI_PIECE=BYTES makes it smaller, so tests can
+ * send pieces without gigabytes of memory. */
+static size_t ty_piece_bytes(void) {
+  const char *env = getenv("TRAINYARD_DEBUG_MPI_PIECE");
+  if (env && env[0]) {
+    char *end = NULL;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (end && *end == '\0' && v > 0 && v <= (unsigned long long)INT_MAX) return (size_t)v;
+  }
+  return (size_t)1 << 30;
+}
+
+typedef struct {
+  size_t count;
+  MPI_Request reqs[]; /* one per piece */
+} ty_send_t;
+
 static int ty_send_start(const void *buf, size_t bytes, int dest, int tag, void **out_request,
                          char *err, size_t capacity) {
   *out_request = NULL;
-  if (bytes > (size_t)INT_MAX) {
-    snprintf(err, capacity, "a message of %zu bytes to rank %d exceeds MPI's int count", bytes,
-             dest);
-    return TY_MPI_SHIM_ERROR;
-  }
-  MPI_Request *req = malloc(sizeof(*req));
-  if (!req) {
+  const size_t piece = ty_piece_bytes();
+  const size_t count = bytes ? (bytes + piece - 1) / piece : 1;
+  ty_send_t *send = malloc(sizeof(*send) + count * sizeof(MPI_Request));
+  if (!send) {
     snprintf(err, capacity, "out of memory");
     return TY_MPI_SHIM_ERROR;
   }
-  int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, ty_world_comm.comm, req);
-  if (rc != MPI_SUCCESS) {
-    free(req);
-    ty_mpi_error(rc, "MPI_Isend", err, capacity);
-    return TY_MPI_SHIM_ERROR;
+  send->count = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t off = i * piece, n = bytes - off < piece ? bytes - off : piece;
+    int rc = MPI_Isend((const char *)buf + off, (int)n, MPI_BYTE, dest, tag, ty_world_comm.comm,
+                       &send->reqs[i]);
+    if (rc != MPI_SUCCESS) {
+      for (size_t k = 0; k < send->count; ++k) {
+        MPI_Cancel(&send->reqs[k]);
+        MPI_Request_free(&send->reqs[k]);
+      }
+      free(send);
+      ty_mpi_error(rc, "MPI_Isend", err, capacity);
+      return TY_MPI_SHIM_ERROR;
+    }
+    send->count++;
   }
-  *out_request = req;
+  *out_request = send;
   return TY_MPI_SHIM_OK;
 }
 
 static int ty_send_wait(void *request, double timeout_s, char *err, size_t capacity) {
-  MPI_Request *req = request;
-  int w = ty_wait(req, ty_now() + timeout_s, "MPI_Isend", err, capacity);
-  if (w != TY_MPI_SHIM_OK) {
-    /* The peer never took it: the request cannot complete; the run ends. */
-    MPI_Cancel(req);
-    MPI_Request_free(req);
+  ty_send_t *send = request;
+  const double deadline = ty_now() + timeout_s;
+  int w = TY_MPI_SHIM_OK;
+  size_t i = 0;
+  while (i < send->count) {
+    w = ty_wait(&send->reqs[i], deadline, "MPI_Isend", err, capacity);
+    if (w != TY_MPI_SHIM_OK) break;
+    ++i;
   }
-  free(req);
+  /* The peer never took the rest: those requests cannot complete; the run ends. */
+  for (; w != TY_MPI_SHIM_OK && i < send->count; ++i) {
+    MPI_Cancel(&send->reqs[i]);
+    MPI_Request_free(&send->reqs[i]);
+  }
+  free(send);
   return w;
 }
 
 static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_s, char *err,
                    size_t capacity) {
-  if (bytes > (size_t)INT_MAX) {
-    snprintf(err, capacity, "a message of %zu bytes from rank %d exceeds MPI's int count",
-             bytes, source);
-    return TY_MPI_SHIM_ERROR;
-  }
-  MPI_Request req;
-  MPI_Status status;
-  memset(&status, 0, sizeof(status));
-  int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, source, tag, ty_world_comm.comm, &req);
-  if (rc != MPI_SUCCESS) {
-    ty_mpi_error(rc, "MPI_Irecv", err, capacity);
-    return TY_MPI_SHIM_ERROR;
-  }
-  int w = ty_wait_status(&req, ty_now() + timeout_s, "MPI_Irecv", &status, err, capacity);
-  if (w == TY_MPI_SHIM_TIMEOUT) {
-    MPI_Cancel(&req);
-    MPI_Request_free(&req);
-  }
-  if (w != TY_MPI_SHIM_OK) return w;
-  int got = 0;
-  MPI_Get_count(&status, MPI_BYTE, &got);
-  if ((size_t)got != bytes) {
-    snprintf(err, capacity, "rank %d sent %d bytes (tag %d) where %zu were expected", source,
-             got, tag, bytes);
-    return TY_MPI_SHIM_ERROR;
-  }
+  const size_t piece = ty_piece_bytes();
+  const double deadline = ty_now() + timeout_s;
+  size_t done = 0;
+  do {
+    const size_t n = bytes - done < piece ? bytes - done : piece;
+    MPI_Request req;
+    MPI_Status status;
+    memset(&status, 0, sizeof(status));
+    int rc = MPI_Irecv((char *)buf + done, (int)n, MPI_BYTE, source, tag, ty_world_comm.comm,
+                       &req);
+    if (rc != MPI_SUCCESS) {
+      ty_mpi_error(rc, "MPI_Irecv", err, capacity);
+      return TY_MPI_SHIM_ERROR;
+    }
+    int w = ty_wait_status(&req, deadline, "MPI_Irecv", &status, err, capacity);
+    if (w == TY_MPI_SHIM_TIMEOUT) {
+      MPI_Cancel(&req);
+      MPI_Request_free(&req);
+    }
+    if (w != TY_MPI_SHIM_OK) return w;
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if ((size_t)got != n) {
+      snprintf(err, capacity,
+               "rank %d sent %d bytes (tag %d) where %zu were expected (bytes %zu..%zu of "
+               "%zu)",
+               source, got, tag, n, done, done + n, bytes);
+      return TY_MPI_SHIM_ERROR;
+    }
+    done += n;
+  } while (done < bytes);
   return TY_MPI_SHIM_OK;
 }
 

@@ -144,6 +144,21 @@ class PipelineTest(Base):
         self.assert_files(one, out, 20, files=("optimizer.safetensors",))
 
 
+    def test_messages_in_pieces(self):
+        # A stage's state of a 1B model (9 GB) is more than one MPI message
+        # can count: point-to-point messages go in pieces of at most 1 GiB
+        # (dist/mpi_shim.c). Pieces of 1000 bytes here: the weights' scatter,
+        # the activations and gradients between the stages and the gather at
+        # the save all cross in several pieces, and the run equals one
+        # process's.
+        steps = self.steps[:1] + ["5"] + self.steps[2:]
+        one, out = self.path("piece_one"), self.path("piece_pp")
+        self.train("llama", *steps, "--out", one)
+        self.train_mpi(2, "llama", *steps, "--out", out, "--pp", "2",
+                       env={"TRAINYARD_DEBUG_MPI_PIECE": "1000"})
+        self.assert_curves(one, out, range(1, 6))
+        self.assert_files(one, out, 5)
+
     def test_adafactor_factored_state(self):
         # Adafactor's factored moments ([rows], [cols]) are not of their
         # parameter's shape: they move between rank 0 and the stages whole
