@@ -48,4 +48,19 @@ int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t 
  * TY_MAP_* of that file, alpha scale's factor. */
 void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha);
 
+/* The deterministic scatter-add of an embedding gradient (embedding.cu's
+ * ty_emb_*): dout's rows (input 0) summed into dtable[V, D] (output 0) by id,
+ * each row's in token order. begin checks the node and takes the scratch
+ * (false: nothing more to do, or a failed build); the caller then fills
+ * `counts` (ids per row), and end scans, places and sums over `ids` (dtype
+ * code dti; ids outside [0, V) are skipped). */
+typedef struct ty_cu_emb_scatter_t {
+  int64_t N, V, D;
+  const char *sum; /* ty_emb_sum_<T> */
+  ty_cu_ref_t counts, offsets, cursor, list;
+} ty_cu_emb_scatter_t;
+bool ty_cu_emb_scatter_begin(ty_cu_build_t *b, ty_cu_emb_scatter_t *sc);
+void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_cu_ref_t ids,
+                           int dti);
+
 #endif /* TY_BACKENDS_CUDA_CUDA_OPS_H_ */
