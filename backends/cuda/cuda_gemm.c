@@ -123,7 +123,9 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
            sp->ab_dtype == TY_DTYPE_BF16 ? "bf16" : sp->ab_dtype == TY_DTYPE_F16 ? "f16" : "f32",
            sp->c_dtype != sp->ab_dtype ? "->f32" : "",
            sp->accumulate ? " +=" : sp->has_cin ? " +c" : "",
-           sp->epilogue == TY_CU_EPI_GELU_AUX ? " gelu" : sp->epilogue == TY_CU_EPI_DGELU ? " dgelu" : "");
+           sp->epilogue == TY_CU_EPI_GELU_AUX ? " gelu"
+           : sp->epilogue == TY_CU_EPI_DGELU  ? " dgelu"
+                                              : "");
   /* Every pointer this command will see is a 256-aligned base (allocations,
    * arena offsets) plus the binding offset plus these offsets and strides. */
   g->align = ty_cu_pow2_align(sp->a.offset | sp->b.offset | sp->c.offset |

@@ -33,6 +33,13 @@ static void planned_free(planned_t *p) {
   ty_lowered_graph_destroy(p->lowered);
 }
 
+/* Whether values a and b share arena bytes. */
+static bool bytes_overlap(const planned_t *p, uint32_t a, uint32_t b) {
+  const uint64_t a0 = p->plan.storage[a].offset, a1 = a0 + p->owned->value_bytes[a];
+  const uint64_t b0 = p->plan.storage[b].offset, b1 = b0 + p->owned->value_bytes[b];
+  return a0 < b1 && b0 < a1;
+}
+
 /* Checks that live arena values never overlap. */
 static void check_no_overlap(const planned_t *p) {
   const ty_abi_graph_t *g = &p->owned->graph;
@@ -62,8 +69,8 @@ static void check_no_overlap(const planned_t *p) {
       uint64_t b0 = p->plan.storage[b].offset, b1 = b0 + p->owned->value_bytes[b];
       uint32_t pa = p->owned->producer[a], pb = p->owned->producer[b];
       bool live_together = !(last[a] < pb || last[b] < pa);
-      bool bytes_overlap = a0 < b1 && b0 < a1;
-      if (live_together && bytes_overlap) {
+      bool share = a0 < b1 && b0 < a1;
+      if (live_together && share) {
         fail_msg("values %u [%u,%u] and %u [%u,%u] overlap in the arena", a, pa, last[a], b,
                  pb, last[b]);
       }
@@ -155,9 +162,7 @@ static void test_fused_outputs_placed_where_they_run(void **state) {
   assert_int_equal(ty_memory_plan_build_fused(p.owned, 64, run_at, &p.plan), TY_CODE_OK);
   uint32_t vals[3] = {vb, va, ag->nodes[2].outputs[0]};
   for (int i = 0; i < 3; ++i) {
-    uint64_t a0 = p.plan.storage[vy].offset, a1 = a0 + p.owned->value_bytes[vy];
-    uint64_t b0 = p.plan.storage[vals[i]].offset, b1 = b0 + p.owned->value_bytes[vals[i]];
-    if (a0 < b1 && b0 < a1) fail_msg("fused output %u overlaps value %u", vy, vals[i]);
+    if (bytes_overlap(&p, vy, vals[i])) fail_msg("fused output %u overlaps value %u", vy, vals[i]);
   }
   planned_free(&p);
   ty_graph_destroy(g);
@@ -189,9 +194,7 @@ static void test_deferred_node_keeps_its_inputs(void **state) {
   ty_memory_plan_free(&p.plan);
   const uint32_t run_at[5] = {0, 3, 2, 3, 4};
   assert_int_equal(ty_memory_plan_build_fused(p.owned, 64, run_at, &p.plan), TY_CODE_OK);
-  uint64_t a0 = p.plan.storage[vd].offset, a1 = a0 + p.owned->value_bytes[vd];
-  uint64_t b0 = p.plan.storage[vb].offset, b1 = b0 + p.owned->value_bytes[vb];
-  if (a0 < b1 && b0 < a1) fail_msg("node 2's output overlaps the deferred node's input");
+  if (bytes_overlap(&p, vd, vb)) fail_msg("node 2's output overlaps the deferred node's input");
   planned_free(&p);
   ty_graph_destroy(g);
 }
@@ -231,9 +234,9 @@ static void test_all_reduce_run_is_one_group(void **state) {
     for (uint32_t b = first; b <= last; ++b) {
       uint32_t in = ag->nodes[b].inputs[0];
       if (p.plan.storage[in].kind != TY_STORAGE_ARENA) continue;
-      uint64_t a0 = p.plan.storage[out].offset, a1 = a0 + p.owned->value_bytes[out];
-      uint64_t b0 = p.plan.storage[in].offset, b1 = b0 + p.owned->value_bytes[in];
-      if (a0 < b1 && b0 < a1) fail_msg("all_reduce output %u overlaps group input %u", out, in);
+      if (bytes_overlap(&p, out, in)) {
+        fail_msg("all_reduce output %u overlaps group input %u", out, in);
+      }
     }
   }
   planned_free(&p);
