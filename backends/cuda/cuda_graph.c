@@ -1022,11 +1022,17 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
   bool more = next && next->kind == TY_CU_CMD_ALL_REDUCE &&
               ty_cu_device_comm(e->device, next->group ? next->group : "world") == comm &&
               !e->sync_each && !e->events;
-  char what[200];
-  snprintf(what, sizeof(what), "%s of node %u ('%s', %llu %s, group %s)", op, c->node,
-           e->graph->graph.values[e->graph->graph.nodes[c->node].outputs[0]].name,
-           (unsigned long long)c->size, ty_dtype_name(c->dtype), group);
-  return ty_cu_comm_enqueue_all_reduce(comm, c->dtype, c->reduce, src, dst, c->size, more, what);
+  ty_abi_status_t st =
+      ty_cu_comm_enqueue_all_reduce(comm, c->dtype, c->reduce, src, dst, c->size, more, op);
+  if (!st) return NULL;
+  /* The node's details only on the error path (this runs ~150 times a step). */
+  const ty_host_api_t *host = e->device->backend->host;
+  ty_abi_status_t named = ty_cu_error(
+      host->status_code(st), "%s (node %u, '%s', %llu %s, group %s)", host->status_message(st),
+      c->node, e->graph->graph.values[e->graph->graph.nodes[c->node].outputs[0]].name,
+      (unsigned long long)c->size, ty_dtype_name(c->dtype), group);
+  host->status_free(st);
+  return named;
 }
 
 static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
