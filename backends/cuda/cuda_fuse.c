@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_gemm.h"
-
 typedef struct {
   const ty_abi_graph_t *g;
   const ty_owned_graph_t *og;

@@ -29,6 +29,15 @@
 
 #include "backends/common/abi_graph.h"
 
+/* A GELU epilogue of a GEMM (cuda_gemm.c): GELU_AUX writes c = gelu(product
+ * + bias) and the pre-activation into aux; DGELU writes c = product *
+ * gelu'(aux). */
+typedef enum ty_cu_gemm_epi_e {
+  TY_CU_EPI_NONE = 0,
+  TY_CU_EPI_GELU_AUX = 1,
+  TY_CU_EPI_DGELU = 2,
+} ty_cu_gemm_epi_t;
+
 typedef enum ty_cu_fuse_kind_e {
   TY_CU_FUSE_NONE = 0,
   TY_CU_FUSE_GEMM,
@@ -48,7 +57,7 @@ typedef struct ty_cu_fuse_t {
   uint32_t out2;   /* NORM_BWD: the cast of the sum */
   uint32_t aux;    /* GEMM with gelu: the pre-activation (written: the head's own output;
                       read by gelu_backward: its x) */
-  int epilogue;    /* GEMM: ty_cu_gemm_epi_t (cuda_gemm.h) */
+  ty_cu_gemm_epi_t epilogue; /* GEMM */
 } ty_cu_fuse_t;
 
 /* Finds the fusions of `g` (node order, each node in at most one): for the

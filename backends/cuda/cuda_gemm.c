@@ -237,7 +237,7 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
       .cin = f && f->addend != UINT32_MAX ? ty_cu_value(f->addend) : ty_cu_none(),
       .has_cin = f && f->addend != UINT32_MAX,
       .aux = f && f->epilogue ? ty_cu_value(f->aux) : ty_cu_none(),
-      .epilogue = f ? (ty_cu_gemm_epi_t)f->epilogue : TY_CU_EPI_NONE,
+      .epilogue = f ? f->epilogue : TY_CU_EPI_NONE,
       .ab_dtype = dt,
       .c_dtype = f ? b->g->values[f->out].dtype : dt,
       .M = M,

@@ -26,18 +26,10 @@ void ty_cu_gemm_free(ty_cu_api_t *api, ty_cu_gemm_t *gemm);
  * for one). f32 accumulation; `accumulate` adds to c (beta = 1); with
  * has_cin, c = cin + op(a) op(b) instead (cin of c's dtype and layout, read
  * as cuBLASLt's C while c is its D). */
-/* A GELU epilogue: GELU_AUX writes c = gelu(product + bias) and the
- * pre-activation into aux; DGELU writes c = product * gelu'(aux). */
-typedef enum ty_cu_gemm_epi_e {
-  TY_CU_EPI_NONE = 0,
-  TY_CU_EPI_GELU_AUX = 1,
-  TY_CU_EPI_DGELU = 2,
-} ty_cu_gemm_epi_t;
-
 typedef struct ty_cu_gemm_spec_t {
   ty_cu_ref_t a, b, c, bias, cin, aux;
   bool has_cin;
-  ty_cu_gemm_epi_t epilogue; /* aux has c's dtype and layout */
+  ty_cu_gemm_epi_t epilogue; /* cuda_fuse.h; aux has c's dtype and layout */
   ty_dtype_t ab_dtype, c_dtype;
   int64_t M, N, K;
   bool ta, tb, has_bias, accumulate;

@@ -1,0 +1,238 @@
+/* The cuda executor's fusion rules (backends/cuda/cuda_fuse.c) on small
+ * graphs: what each pattern folds, and the cases that must stay unfused —
+ * a value another node also reads, a broadcasting add, an addend made after
+ * the head, GELU in f32, a norm backward below the one-pass kernel's rows,
+ * and fusion turned off. */
+#include <string.h>
+
+#include "common/test_util.h"
+
+#include "backends/common/abi_graph.h"
+#include "backends/cuda/cuda_fuse.h"
+#include "graph/graph.h"
+#include "graph/lower.h"
+
+typedef struct {
+  ty_lowered_graph_t *lowered;
+  ty_owned_graph_t *og;
+  ty_cu_fuse_t fuse[64];
+  uint32_t run_at[64];
+} planned_t;
+
+static void plan(ty_graph_t *g, bool enabled, planned_t *p) {
+  TY_EXPECT_OK(ty_graph_lower(g, &p->lowered));
+  p->og = ty_owned_graph_copy(ty_lowered_graph_abi(p->lowered));
+  assert_non_null(p->og);
+  assert_true(p->og->graph.node_count <= 64);
+  ty_cu_fuse_plan(p->og, NULL, enabled, p->fuse, p->run_at);
+}
+
+static void planned_free(planned_t *p, ty_graph_t *g) {
+  ty_owned_graph_free(p->og);
+  ty_lowered_graph_destroy(p->lowered);
+  ty_graph_destroy(g);
+}
+
+/* The index of the first node running `op` at or after `from`. */
+static uint32_t node_of(const planned_t *p, const char *op, uint32_t from) {
+  for (uint32_t n = from; n < p->og->graph.node_count; ++n) {
+    if (strcmp(p->og->graph.nodes[n].op, op) == 0) return n;
+  }
+  fail_msg("no %s node", op);
+  return UINT32_MAX;
+}
+
+static uint32_t out_of(const planned_t *p, uint32_t n) { return p->og->graph.nodes[n].outputs[0]; }
+
+static ty_value_id_t node1(ty_graph_t *g, const char *op, const ty_value_id_t *in, uint32_t n,
+                           const char *dtype) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  if (dtype) TY_EXPECT_OK(ty_attrs_set_string(&a, "dtype", dtype));
+  ty_value_id_t out;
+  TY_EXPECT_OK(ty_graph_add_node1(g, op, in, n, dtype ? &a : NULL, &out));
+  return out;
+}
+
+/* x [rows, C] f32 and w [C, C] f32 inputs; h = cast_bf16(x) @ cast_bf16(w). */
+static ty_value_id_t product(ty_graph_t *g, int64_t rows, int64_t C, ty_value_id_t *x) {
+  int64_t dx[2] = {rows, C}, dw[2] = {C, C};
+  ty_value_id_t w;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, dx, x));
+  TY_EXPECT_OK(ty_graph_add_input(g, "w", TY_DTYPE_F32, 2, dw, &w));
+  ty_value_id_t in[2] = {node1(g, "cast", x, 1, "bf16"), node1(g, "cast", &w, 1, "bf16")};
+  return node1(g, "matmul", in, 2, NULL);
+}
+
+static void test_matmul_cast_add(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t x;
+  ty_value_id_t h = node1(g, "cast", (ty_value_id_t[]){product(g, 8, 16, &x)}, 1, "f32");
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "add", (ty_value_id_t[]){x, h}, 2, NULL), "y"));
+  planned_t p;
+  plan(g, true, &p);
+  const uint32_t mm = node_of(&p, "matmul", 0), add = node_of(&p, "add", 0);
+  const uint32_t cast = node_of(&p, "cast", mm);
+  assert_int_equal(p.fuse[mm].kind, TY_CU_FUSE_GEMM);
+  assert_int_equal(p.fuse[mm].out, out_of(&p, add));   /* writes the sum */
+  assert_int_equal(p.fuse[mm].addend, p.og->graph.nodes[add].inputs[0]); /* x */
+  assert_int_equal(p.run_at[cast], mm);
+  assert_int_equal(p.run_at[add], mm);
+  planned_free(&p, g);
+  /* fusion off: every node on its own */
+  TY_EXPECT_OK(ty_graph_create(&g));
+  h = node1(g, "cast", (ty_value_id_t[]){product(g, 8, 16, &x)}, 1, "f32");
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "add", (ty_value_id_t[]){x, h}, 2, NULL), "y"));
+  plan(g, false, &p);
+  for (uint32_t n = 0; n < p.og->graph.node_count; ++n) {
+    assert_int_equal(p.fuse[n].kind, TY_CU_FUSE_NONE);
+    assert_int_equal(p.run_at[n], n);
+  }
+  planned_free(&p, g);
+}
+
+/* The product read twice: nothing skips writing it. */
+static void test_shared_value_stays(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t x;
+  const ty_value_id_t m = product(g, 8, 16, &x);
+  const ty_value_id_t h = node1(g, "cast", &m, 1, "f32");
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "add", (ty_value_id_t[]){x, h}, 2, NULL), "y"));
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "gelu", &m, 1, NULL), "z"));
+  planned_t p;
+  plan(g, true, &p);
+  const uint32_t mm = node_of(&p, "matmul", 0);
+  assert_int_equal(p.fuse[mm].kind, TY_CU_FUSE_NONE);
+  assert_int_equal(p.run_at[node_of(&p, "add", 0)], node_of(&p, "add", 0));
+  planned_free(&p, g);
+}
+
+/* An add that broadcasts (a bias row) is left alone; the cast is still
+ * folded (the f32 result is written). */
+static void test_broadcast_add_stays(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t x, r;
+  int64_t dr[1] = {16};
+  const ty_value_id_t h = node1(g, "cast", (ty_value_id_t[]){product(g, 8, 16, &x)}, 1, "f32");
+  TY_EXPECT_OK(ty_graph_add_input(g, "r", TY_DTYPE_F32, 1, dr, &r));
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "add", (ty_value_id_t[]){h, r}, 2, NULL), "y"));
+  planned_t p;
+  plan(g, true, &p);
+  const uint32_t mm = node_of(&p, "matmul", 0), add = node_of(&p, "add", 0);
+  assert_int_equal(p.fuse[mm].kind, TY_CU_FUSE_GEMM);
+  assert_int_equal(p.fuse[mm].addend, UINT32_MAX);
+  assert_int_equal(p.fuse[mm].out, out_of(&p, node_of(&p, "cast", mm)));
+  assert_int_equal(p.run_at[add], add);
+  planned_free(&p, g);
+}
+
+/* The add's other operand is made after the matmul: no beta = 1 on it. */
+static void test_late_addend_stays(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t x;
+  const ty_value_id_t m = product(g, 8, 16, &x);
+  const ty_value_id_t late = node1(g, "gelu", &x, 1, NULL);
+  const ty_value_id_t h = node1(g, "cast", &m, 1, "f32");
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "add", (ty_value_id_t[]){late, h}, 2, NULL), "y"));
+  planned_t p;
+  plan(g, true, &p);
+  const uint32_t mm = node_of(&p, "matmul", 0), add = node_of(&p, "add", 0);
+  assert_true(node_of(&p, "gelu", 0) > mm);
+  assert_int_equal(p.run_at[add], add);
+  assert_int_equal(p.fuse[mm].addend, UINT32_MAX);
+  planned_free(&p, g);
+}
+
+/* matmul -> gelu: the GELU epilogue in bf16, not in f32. */
+static void test_gelu_epilogue_16bit_only(void **state) {
+  (void)state;
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t dx[2] = {8, 16};
+    ty_value_id_t x, w;
+    const ty_dtype_t dt = bf16 ? TY_DTYPE_BF16 : TY_DTYPE_F32;
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", dt, 2, dx, &x));
+    TY_EXPECT_OK(ty_graph_add_input(g, "w", dt, 2, (int64_t[]){16, 16}, &w));
+    const ty_value_id_t m = node1(g, "matmul", (ty_value_id_t[]){x, w}, 2, NULL);
+    TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "gelu", &m, 1, NULL), "y"));
+    planned_t p;
+    plan(g, true, &p);
+    const uint32_t mm = node_of(&p, "matmul", 0), ge = node_of(&p, "gelu", 0);
+    if (bf16) {
+      assert_int_equal(p.fuse[mm].epilogue, TY_CU_EPI_GELU_AUX);
+      assert_int_equal(p.fuse[mm].out, out_of(&p, ge));
+      assert_int_equal(p.fuse[mm].aux, out_of(&p, mm));
+      assert_int_equal(p.run_at[ge], mm);
+    } else {
+      assert_int_equal(p.fuse[mm].kind, TY_CU_FUSE_NONE);
+      assert_int_equal(p.run_at[ge], ge);
+    }
+    planned_free(&p, g);
+  }
+}
+
+/* layernorm -> cast; the backward chain only from 1024 rows. */
+static void test_norms(void **state) {
+  (void)state;
+  for (int big = 0; big < 2; ++big) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    const int64_t rows = big ? 1024 : 64, C = 16;
+    int64_t dx[2] = {rows, C}, dc[1] = {C};
+    ty_value_id_t x, gam, bet, dy, r, outs[3], gouts[3];
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, dx, &x));
+    TY_EXPECT_OK(ty_graph_add_input(g, "g", TY_DTYPE_F32, 1, dc, &gam));
+    TY_EXPECT_OK(ty_graph_add_input(g, "b", TY_DTYPE_F32, 1, dc, &bet));
+    TY_EXPECT_OK(ty_graph_add_input(g, "dy", TY_DTYPE_BF16, 2, dx, &dy));
+    TY_EXPECT_OK(ty_graph_add_input(g, "r", TY_DTYPE_F32, 2, dx, &r));
+    TY_EXPECT_OK(ty_graph_add_node(g, "layernorm", (ty_value_id_t[]){x, gam, bet}, 3, NULL, outs,
+                                   3));
+    TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "cast", outs, 1, "bf16"), "y"));
+    const ty_value_id_t dy32 = node1(g, "cast", &dy, 1, "f32");
+    TY_EXPECT_OK(ty_graph_add_node(g, "layernorm_backward",
+                                   (ty_value_id_t[]){dy32, x, gam, outs[1], outs[2]}, 5, NULL,
+                                   gouts, 3));
+    const ty_value_id_t sum = node1(g, "add", (ty_value_id_t[]){r, gouts[0]}, 2, NULL);
+    TY_EXPECT_OK(ty_graph_set_output(g, sum, "dx"));
+    TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "cast", &sum, 1, "bf16"), "dx16"));
+    TY_EXPECT_OK(ty_graph_set_output(g, gouts[1], "dg"));
+    TY_EXPECT_OK(ty_graph_set_output(g, gouts[2], "db"));
+    planned_t p;
+    plan(g, true, &p);
+    const uint32_t ln = node_of(&p, "layernorm", 0), lb = node_of(&p, "layernorm_backward", 0);
+    assert_int_equal(p.fuse[ln].kind, TY_CU_FUSE_NORM);
+    if (big) {
+      const uint32_t ci = p.og->producer[p.og->graph.nodes[lb].inputs[0]]; /* cast(dy) */
+      assert_int_equal(p.fuse[lb].kind, TY_CU_FUSE_NORM_BWD);
+      assert_int_equal(p.fuse[lb].dy, p.og->graph.nodes[ci].inputs[0]);
+      assert_int_equal(p.fuse[lb].out, out_of(&p, node_of(&p, "add", 0)));
+      assert_int_equal(p.fuse[lb].out2, out_of(&p, node_of(&p, "cast", lb)));
+      /* the cast before it is deferred to it: run_at > its index */
+      assert_true(ci < lb);
+      assert_int_equal(p.run_at[ci], lb);
+    } else {
+      assert_int_equal(p.fuse[lb].kind, TY_CU_FUSE_NONE);
+    }
+    planned_free(&p, g);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul_cast_add),
+      cmocka_unit_test(test_shared_value_stays),
+      cmocka_unit_test(test_broadcast_add_stays),
+      cmocka_unit_test(test_late_addend_stays),
+      cmocka_unit_test(test_gelu_epilogue_16bit_only),
+      cmocka_unit_test(test_norms),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
