@@ -14,7 +14,8 @@
 #              generate vs cpu, train/compare vs cpu, bf16-mixed, exact
 #              resume, faults
 #   sanitizer  compute-sanitizer memcheck and racecheck on conform and on
-#              training steps
+#              training steps (f32, and bf16-mixed over 1024 rows: the
+#              executor's fused paths)
 #   attention  tests/cuda/attention_cuda_test (both paths against the f64
 #              reference, bit equality run to run), then its --bench
 #   profile    train_bench bf16-mixed with TRAINYARD_PROFILE=1 (per-op
@@ -104,6 +105,13 @@ phase_sanitizer() {
     timeout 300 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
       "$ty" train --model $models/gpt2 --data /tmp/ty-ids --out /tmp/ty-san-$tool --max-steps 2 \
       --batch-size 4 --dropout 0.1 --backend 'cuda:0?graphs=0' --cache-dir none 2>&1 | tail -8
+    # bf16-mixed over 1024 rows: every fusion of backends/cuda/cuda_fuse.c
+    # (GEMM epilogues, norm + cast, the one-pass norm backward chain) runs
+    echo "== $tool: 2 bf16-mixed training steps, 1024 rows (the fused paths)"
+    timeout 300 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+      "$ty" train --model $models/gpt2 --data /tmp/ty-ids --out /tmp/ty-san-mixed-$tool \
+      --max-steps 2 --batch-size 64 --dtype bf16-mixed --backend 'cuda:0?graphs=0' \
+      --cache-dir none 2>&1 | tail -8
   done
 }
 
