@@ -219,13 +219,16 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
  * 1 GiB; TRAINYARD_DEBUG_MPI_PIECE=BYTES makes it smaller, so tests can
  * send pieces without gigabytes of memory. */
 static size_t ty_piece_bytes(void) {
+  static size_t piece; /* read once: the shim is used from one thread */
+  if (piece) return piece;
+  piece = (size_t)1 << 30;
   const char *env = getenv("TRAINYARD_DEBUG_MPI_PIECE");
   if (env && env[0]) {
     char *end = NULL;
     unsigned long long v = strtoull(env, &end, 10);
-    if (end && *end == '\0' && v > 0 && v <= (unsigned long long)INT_MAX) return (size_t)v;
+    if (end && *end == '\0' && v > 0 && v <= (unsigned long long)INT_MAX) piece = (size_t)v;
   }
-  return (size_t)1 << 30;
+  return piece;
 }
 
 typedef struct {
