@@ -10,9 +10,11 @@
 # Environment: CONFIGS (default "gpt2-124m:16:1024 gpt2-124m:32:1024
 # gpt2-350m:8:1024 llama-1b:4:2048", model:batch:seq), PEERS ("eager
 # compile"; also eager-minimal and compile-minimal: the compact GPT-2 of
-# pytorch_cuda_train.py --impl minimal, skipped for llama rows; and llmc:
-# llm.c's train_gpt2cu, built by bench/llmc_peer.sh in LLMC (default
-# peers/llm.c), GPT-2 124M rows only), STEPS (20 timed), WARMUP (5;
+# pytorch_cuda_train.py --impl minimal, skipped for llama rows; a -cd
+# suffix adds inductor's coordinate-descent tuning; llmc: llm.c's
+# train_gpt2cu, built by bench/llmc_peer.sh in LLMC (default peers/llm.c),
+# and llmc-py: llm.c's own PyTorch script train_gpt2.py with torch.compile,
+# both GPT-2 124M rows only), STEPS (20 timed), WARMUP (5;
 # torch.compile compiles in the warm-up), PEAK (the card's dense bf16
 # TFLOP/s for MFU; default 989, the H100/H200 SXM datasheet figure), PYTHON
 # (python3 with torch and transformers).
@@ -47,18 +49,22 @@ for cfg in $configs; do
   [[ -n $line ]] && echo "$line peak_mib=${peak_mib:-?}" | tee -a "$results" ||
     { echo "trainyard failed:"; tail -5 "$log"; }
   for peer in $peers; do
-    if [[ $peer == llmc ]]; then # llm.c's train_gpt2cu (bench/llmc_peer.sh): GPT-2 124M only
+    if [[ $peer == llmc || $peer == llmc-py ]]; then # bench/llmc_peer.sh: GPT-2 124M only
       [[ $model == gpt2-124m && $seq == 1024 ]] || continue
-      line=$(STEPS=$((steps + 10)) "$here/llmc_peer.sh" run "$llmc" "$out/llmc" "$batch" |
-        grep '^RESULT' | tail -1)
+      mode=run
+      [[ $peer == llmc-py ]] && mode=run-py
+      STEPS=$((steps + 10)) "$here/llmc_peer.sh" $mode "$llmc" "$out/llmc" "$batch" \
+        >"$out/$peer-$batch.txt" 2>&1
+      line=$(grep '^RESULT' "$out/$peer-$batch.txt" | tail -1)
       [[ -n $line ]] && echo "$line" | tee -a "$results" ||
-        echo "llm.c failed: see $out/llmc/llmc-gpt2-124m-$batch-1024.log"
+        { echo "$peer failed:"; tail -8 "$out/$peer-$batch.txt"; }
       continue
     fi
     plog="$out/pytorch-$peer-$model-$batch-$seq.log"
     flag=""
     [[ $peer == compile* ]] && flag=--compile
-    if [[ $peer == *-minimal ]]; then
+    [[ $peer == *-cd ]] && flag="$flag --cd-tuning"
+    if [[ $peer == *-minimal* ]]; then
       [[ $model == gpt2-* ]] || continue # a GPT-2 only
       flag="$flag --impl minimal"
     fi

@@ -17,6 +17,13 @@
 #       steps per batch size (default "16 32"), no evaluation or sampling;
 #       one RESULT line per B with the median tokens/s of the steps after
 #       the first 10 (llm.c's own step lines), as cuda_bench.sh prints.
+#   bench/llmc_peer.sh run-py LLMC_DIR OUT_DIR [B ...]
+#       the same shards through llm.c's PyTorch reference, train_gpt2.py
+#       (-model d12, bf16 autocast, flash attention, TF32, fused AdamW,
+#       torch.compile with coordinate-descent tuning, loss inside the
+#       compiled model): the torch.compile figures the issue quotes. Its
+#       tokenizer import is stubbed (it only names the end-of-text token
+#       when it samples, which this run never does).
 set -uo pipefail
 mode=${1:?usage: llmc_peer.sh build|run LLMC_DIR [OUT_DIR B...]}
 dir=${2:?usage: llmc_peer.sh build|run LLMC_DIR [OUT_DIR B...]}
@@ -33,14 +40,14 @@ case $mode in
       "--generate-code=arch=compute_90,code=[compute_90,sm_90]" -DENABLE_BF16 train_gpt2.cu \
       -lcublas -lcublasLt -o train_gpt2cu
     ;;
-  run)
-    out=${3:?usage: llmc_peer.sh run LLMC_DIR OUT_DIR [B...]}
+  run | run-py)
+    out=${3:?usage: llmc_peer.sh run|run-py LLMC_DIR OUT_DIR [B...]}
     shift 3
     sizes=("${@:-16 32}")
     # shellcheck disable=SC2206
     sizes=(${sizes[*]})
     steps=${STEPS:-30}
-    mkdir -p "$out"
+    mkdir -p "$out" && out=$(cd "$out" && pwd)
     python3 - "$out" "$steps" "${sizes[@]}" <<'PY'
 import array, random, sys
 out, steps, sizes = sys.argv[1], int(sys.argv[2]), [int(b) for b in sys.argv[3:]]
@@ -54,27 +61,48 @@ for name, n in (("train", need), ("val", 64 * 1024 + 1)):
         tokens.tofile(f)
 PY
     status=0
+    tag=llmc
+    if [[ $mode == run-py ]]; then
+      tag=llmc-py-compile
+      mkdir -p "$out/stub"
+      printf '%s\n' '"""Stand-in for tiktoken: train_gpt2.py only asks for the GPT-2 encoding."""' \
+        'class _Gpt2:' '    eot_token = 50256' 'def get_encoding(name):' '    return _Gpt2()' \
+        >"$out/stub/tiktoken.py"
+    fi
     for b in "${sizes[@]}"; do
-      log="$out/llmc-gpt2-124m-$b-1024.log"
-      (cd "$dir" && timeout 300 ./train_gpt2cu -i "$out/llmc_train.bin" -j "$out/llmc_val.bin" \
-        -e d12 -b "$b" -t 1024 -x "$steps" -v 100000 -s 100000 -n 0 -l 6e-4 -c 0.1) >"$log" 2>&1
-      rc=$?
-      # step lines: "step   12/30 | loss ... | 33.21 ms | 45.1% bf16 MFU | 493012 tok/s"
-      med=$(sed -n 's/^step *\([0-9]*\)\/.*| \([0-9.]*\) ms |.*| \([0-9]*\) tok\/s$/\1 \2/p' "$log" |
+      log="$out/$tag-gpt2-124m-$b-1024.log"
+      if [[ $mode == run ]]; then
+        (cd "$dir" && timeout 300 ./train_gpt2cu -i "$out/llmc_train.bin" -j "$out/llmc_val.bin" \
+          -e d12 -b "$b" -t 1024 -x "$steps" -v 100000 -s 100000 -n 0 -l 6e-4 -c 0.1) >"$log" 2>&1
+        rc=$?
+        # step lines: "step   12/30 | loss ... | 33.21 ms | 45.1% bf16 MFU | 493012 tok/s"
+        pat='s/^step *\([0-9]*\)\/.*| \([0-9.]*\) ms |.*| \([0-9]*\) tok\/s$/\1 \2/p'
+      else
+        (cd "$dir" && PYTHONPATH="$out/stub${PYTHONPATH:+:$PYTHONPATH}" timeout 500 \
+          "${PYTHON:-python3}" train_gpt2.py --input_bin "$out/llmc_train.bin" --model d12 \
+          --batch_size "$b" --sequence_length 1024 --total_batch_size $((b * 1024)) \
+          --num_iterations "$steps" --learning_rate 6e-4 --weight_decay 0.1 --grad_clip 1.0 \
+          --overfit_single_batch 0 --tensorcores 1 --compile 1 --flash 1 --dtype bfloat16 \
+          --write_tensors 0) >"$log" 2>&1
+        rc=$?
+        # step lines: "step   12/30 | train loss ... | lr ... | (33.21 ms | 493012 tok/s)"
+        pat='s/^step *\([0-9]*\)\/.*| (\([0-9.]*\) ms | \([0-9]*\) tok\/s)$/\1 \2/p'
+      fi
+      med=$(sed -n "$pat" "$log" |
         awk '$1 > 10 {print $2}' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
       if [[ $rc -ne 0 || -z $med ]]; then
-        echo "llm.c B=$b failed (exit $rc):"
+        echo "$tag B=$b failed (exit $rc):"
         tail -5 "$log"
         status=1
         continue
       fi
       tok=$(awk -v ms="$med" -v b="$b" 'BEGIN {printf "%.1f", b * 1024 / (ms / 1000)}')
-      echo "RESULT llmc model=gpt2-124m dtype=bf16-mixed B=$b T=1024 median_ms=$med tok_s=$tok"
+      echo "RESULT $tag model=gpt2-124m dtype=bf16-mixed B=$b T=1024 median_ms=$med tok_s=$tok"
     done
     exit $status
     ;;
   *)
-    echo "usage: llmc_peer.sh build|run LLMC_DIR [OUT_DIR B...]" >&2
+    echo "usage: llmc_peer.sh build|run|run-py LLMC_DIR [OUT_DIR B...]" >&2
     exit 2
     ;;
 esac

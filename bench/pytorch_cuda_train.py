@@ -13,8 +13,10 @@ parameters and compute (--dtype bf16, as Trainyard's --dtype bf16) or f32
 (TF32 off). AdamW(fused=True), lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight
 decay 0.1 on matrices only; or --optimizer adafactor (transformers.Adafactor,
 factored, no momentum). --checkpointing turns on transformers' gradient
-checkpointing (each decoder layer recomputed in the backward). --compile wraps the model in torch.compile
-(inductor; the warm-up steps pay for compiling). Random token ids, fixed for
+checkpointing (each decoder layer recomputed in the backward). --compile wraps the model and the
+loss in one torch.compile (inductor; the warm-up steps pay for compiling;
+--cd-tuning adds inductor's coordinate-descent tuning, as llm.c's
+train_gpt2.py does). Random token ids, fixed for
 the run. Timing: CUDA-synchronized wall time per step (the loss is read back
 each step, as Trainyard's trainer does); median over the timed steps. Peak
 memory: torch.cuda.max_memory_allocated over the timed steps.
@@ -139,6 +141,9 @@ def main():
                          "relative_step off, scale_parameter on, lr 1e-3), as Trainyard's "
                          "--optimizer adafactor")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--cd-tuning", action="store_true",
+                    help="inductor's coordinate_descent_tuning (llm.c's train_gpt2.py sets it); "
+                         "longer compile")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--impl", default="transformers", choices=("transformers", "minimal"))
     ap.add_argument("--checkpointing", action="store_true",
@@ -172,8 +177,20 @@ def main():
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                  {"params": no_decay, "weight_decay": 0.0}],
                                 lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    fwd = torch.compile(model) if a.compile else model
     V = p["vocab"]
+
+    def loss_of(idx, targets):
+        logits = model(input_ids=idx)
+        logits = logits if a.impl == "minimal" else logits.logits
+        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    if a.compile and a.cd_tuning:
+        import torch._inductor.config as inductor_config
+        inductor_config.coordinate_descent_tuning = True
+    # compiled with the loss inside, as llm.c's train_gpt2.py and nanoGPT do:
+    # inductor then fuses the head's output with the cross-entropy instead of
+    # materializing f32 logits between two graphs
+    fwd_loss = torch.compile(loss_of) if a.compile else loss_of
     g = torch.Generator(device=dev).manual_seed(1)
     idx = torch.randint(0, V, (a.batch, a.seq), generator=g, device=dev)
     targets = torch.randint(0, V, (a.batch, a.seq), generator=g, device=dev)
@@ -181,7 +198,7 @@ def main():
     nparams = sum(q.numel() for q in model.parameters())
     autocast = a.dtype == "bf16-mixed"
     tag = "pytorch-" + ("compile" if a.compile else "eager") + \
-        ("-minimal" if a.impl == "minimal" else "")
+        ("-minimal" if a.impl == "minimal" else "") + ("-cd" if a.cd_tuning else "")
     print(f"device:     {torch.cuda.get_device_name()}; torch {torch.__version__}; {tag}, "
           f"{a.dtype}, {'Adafactor' if a.optimizer == 'adafactor' else 'fused AdamW'}, SDPA, "
           f"{a.impl} model{', gradient checkpointing' if a.checkpointing else ''}")
@@ -190,9 +207,7 @@ def main():
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = fwd(input_ids=idx)
-            logits = logits if a.impl == "minimal" else logits.logits
-            loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+            loss = fwd_loss(idx, targets)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
