@@ -41,7 +41,8 @@
 #              (transformers + SDPA + gradient checkpointing, bf16 +
 #              Adafactor). MEMORY_TIME scales every timeout (default 1);
 #              MEMORY_PARTS picks parts (default "a e b c d").
-# Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern).
+# Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern),
+# SANITIZER_TOOLS (default "memcheck racecheck initcheck").
 set -uo pipefail
 build=${1:?usage: device_run.sh BUILD_DIR PHASE...}
 shift
@@ -97,7 +98,7 @@ phase_suites() {
 phase_sanitizer() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
-  for tool in memcheck racecheck initcheck; do
+  for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck}; do
     echo "== $tool: conform"
     [[ $tool == initcheck ]] || timeout 400 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
       "$ty" conform --backend 'cuda:0?graphs=0' ${CONFORM_OPS:+--ops "$CONFORM_OPS"} 2>&1 | tail -15
