@@ -32,7 +32,8 @@
 # ${BIG_TIMEOUT:-420}, torch.compile compiles in them): a hang fails its row,
 # not the call. Environment: STEPS, RUN_TIMEOUT, BIG_TIMEOUT, PYTHON (python3
 # with torch and transformers), TORCHRUN (torchrun), PEERS (the PyTorch rows:
-# "ddp fsdp-full fsdp-grad"), SKIP_SPEED=1 (a only),
+# "ddp fsdp-full fsdp-grad"), SKIP_SPEED=1 (a only), SKIP_EQUAL=1 (b only),
+# SPEEDS (the part-b rows to run, by name: "pp2 tp2"),
 # BACKEND (cuda) and ONE_DEVICE (cuda:0): BACKEND=cpu ONE_DEVICE=cpu
 # SKIP_SPEED=1 runs part a on the cpu backend, to check the script itself;
 # BIG_PRESET and BIG_SEQ (llama-1b, 2048) shrink part b likewise.
@@ -109,7 +110,9 @@ compare_eq() { # reference losses, run losses, label
                    at, ok ? "PASS" : "FAIL"; exit !ok}' "$1" "$2"
 }
 eq_rows=()
-for model in llama gpt2; do
+models=(llama gpt2)
+[[ ${SKIP_EQUAL:-0} == 1 ]] && models=()
+for model in "${models[@]}"; do
   common=(train --model "$root/tests/fixtures/models/$model" --data "$out/tiny" --max-steps "$steps"
           --lr 2e-3 --dropout 0 --log-every 1 --cache-dir none --schedule constant)
   echo "== a) equality: $model, f32, $steps steps, on $backend (one process: $one_dev)"
@@ -172,7 +175,9 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
                             "pp2:--pp 2 --batch-size 1 --grad-accum 4")
   for s in "${speeds[@]}"; do
     IFS=: read -r name flags <<<"$s"
+    [[ -z ${SPEEDS:-} || " $SPEEDS " == *" $name "* ]] || continue
     run="$out/speed-$name"
+    t0=$SECONDS
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
       >"$run.smi" 2>/dev/null &
     smi=$!
@@ -180,6 +185,10 @@ if [[ ${SKIP_SPEED:-0} != 1 ]]; then
     launch "$run.log" "speed $name" "${big_tmo[@]}" "${mpi[@]}" -np "$ngpus" "$ty" "${big[@]}" $flags \
       --out "$run"
     ok=$?
+    # the launch's wall time against the trainer's own account of it: the
+    # difference is start-up, compile and the final save
+    echo "    speed $name: exit $ok after $((SECONDS - t0)) s; $(grep -h '^time:' \
+      "$run/summary.txt" 2>/dev/null | head -1)"
     kill "$smi" 2>/dev/null
     wait "$smi" 2>/dev/null
     tok=$(median_tok "$run/metrics.jsonl" 5)
