@@ -350,7 +350,7 @@ static double max_gap(const double *a, const double *b, const double *c, const d
 }
 
 /* GPT-2's loss in llm.c's bf16-mixed graph: bf16 logits over an odd
- * vocabulary the executor pads (1001 -> rows of 1024), straight into the
+ * vocabulary the executor pads (301 -> rows of 320), straight into the
  * loss. The loss gradient goes into the logits' bytes (the report says so)
  * and reads each row's logsumexp from the forward's loss. Against
  * TRAINYARD_CUDA_LOSS_IN_PLACE=0, whose peak is at the loss gradient (the
@@ -366,7 +366,7 @@ static void test_loss_gradient_in_place(void **state) {
   ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
   ty_registry_t *r = NULL;
   TY_EXPECT_OK(ty_registry_create(&options, &r));
-  const shape_t gpt = {.vocab = 1001, .bf16_logits = true};
+  const shape_t gpt = {.vocab = 301, .bf16_logits = true};
   double il[STEPS], in[STEPS], ol[STEPS], on[STEPS], cl[STEPS], cn[STEPS];
   char on_report[4096], off_report[4096], none[8];
   train_with(r, "cuda:0", false, &gpt, NULL, -1, il, in, on_report, sizeof(on_report));
@@ -378,7 +378,7 @@ static void test_loss_gradient_in_place(void **state) {
   double arena_on, held_on, arena_off, held_off;
   memory_mib(on_report, &arena_on, &held_on);
   memory_mib(off_report, &arena_off, &held_off);
-  const double logits_mib = (double)(B * T) * 1024.0 * 2.0 / 1048576.0; /* padded bf16 rows */
+  const double logits_mib = (double)(B * T) * 320.0 * 2.0 / 1048576.0; /* padded bf16 rows */
   fprintf(stderr, "loss in place: arena %.1f -> %.1f MiB, held %.1f -> %.1f MiB (logits %.1f)\n",
           arena_off, arena_on, held_off, held_on, logits_mib);
   const double drop = arena_off - arena_on, held_drop = held_off - held_on;
