@@ -34,6 +34,7 @@ void ty_memory_plan_free(ty_memory_plan_t *plan) {
   free(plan->storage);
   free(plan->copies);
   free(plan->skip);
+  free(plan->in_place);
   memset(plan, 0, sizeof(*plan));
 }
 
@@ -44,6 +45,61 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *og, uint64_t alignment,
 
 ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignment,
                                      const uint32_t *run_at, ty_memory_plan_t *plan) {
+  const ty_memory_plan_opts_t opts = {.run_at = run_at};
+  return ty_memory_plan_build_opts(og, alignment, &opts, plan);
+}
+
+/* The node whose command does node n's work. */
+static uint32_t ty_plan_at(const uint32_t *run_at, uint32_t nn, uint32_t n) {
+  return run_at && run_at[n] < nn ? run_at[n] : n;
+}
+
+/* The value whose bytes v reads (v itself unless it is a view). */
+static uint32_t ty_plan_root(const ty_memory_plan_t *plan, uint32_t v) {
+  return plan->storage[v].kind == TY_STORAGE_VIEW ? plan->storage[v].alias : v;
+}
+
+/* Whether node n's offer (opts->reuse_input[n]) is safe to take, given the
+ * final last uses (see memory_plan.h). */
+static bool ty_plan_reuse_ok(const ty_owned_graph_t *og, const ty_memory_plan_opts_t *opts,
+                             const ty_memory_plan_t *plan, const uint32_t *last_use,
+                             uint32_t n) {
+  const ty_abi_graph_t *g = &og->graph;
+  const uint32_t nn = g->node_count;
+  const ty_abi_node_t *node = &g->nodes[n];
+  const int32_t in = opts->reuse_input[n];
+  if (in < 0 || (uint32_t)in >= node->input_count || node->inputs[in] == UINT32_MAX ||
+      node->output_count < 1 || ty_plan_at(opts->run_at, nn, n) != n) {
+    return false;
+  }
+  const uint32_t root = ty_plan_root(plan, node->inputs[in]), y = node->outputs[0];
+  /* last_use covers later readers, views, state-update copies, deferred
+   * nodes and extra reads alike. */
+  if (plan->storage[root].kind != TY_STORAGE_ARENA || plan->storage[y].kind != TY_STORAGE_ARENA ||
+      og->value_bytes[root] != og->value_bytes[y] || last_use[root] > n) {
+    return false;
+  }
+  for (uint32_t u = 0; u < g->update_count; ++u) {
+    if (g->updates[u].value == y) return false;
+  }
+  /* Another node done by n's command may read the root while n writes. */
+  for (uint32_t m = 0; m < nn; ++m) {
+    if (m == n || ty_plan_at(opts->run_at, nn, m) != n) continue;
+    for (uint32_t i = 0; i < g->nodes[m].input_count; ++i) {
+      const uint32_t x = g->nodes[m].inputs[i];
+      if (x != UINT32_MAX && ty_plan_root(plan, x) == root) return false;
+    }
+    const uint32_t extra = opts->extra_read ? opts->extra_read[m] : UINT32_MAX;
+    if (extra < g->value_count && ty_plan_root(plan, extra) == root) return false;
+  }
+  return true;
+}
+
+ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignment,
+                                    const ty_memory_plan_opts_t *opts, ty_memory_plan_t *plan) {
+  static const ty_memory_plan_opts_t no_opts = {0};
+  if (!opts) opts = &no_opts;
+  const uint32_t *run_at = opts->run_at;
   const ty_abi_graph_t *g = &og->graph;
   uint32_t nv = g->value_count, nn = g->node_count;
   memset(plan, 0, sizeof(*plan));
@@ -51,13 +107,14 @@ ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignm
   plan->storage = calloc(nv ? nv : 1, sizeof(*plan->storage));
   plan->copies = calloc(g->update_count ? g->update_count : 1, sizeof(*plan->copies));
   plan->skip = calloc(nn ? nn : 1, sizeof(*plan->skip));
+  plan->in_place = calloc(nn ? nn : 1, sizeof(*plan->in_place));
   uint32_t *last_use = malloc((nv ? nv : 1) * sizeof(uint32_t));
   ty_block_t *live = malloc((nv ? nv : 1) * sizeof(ty_block_t));
   /* Nodes whose outputs are placed at node k: first[k], then next[...]
    * (in node order). */
   uint32_t *first = malloc((nn ? nn : 1) * sizeof(uint32_t));
   uint32_t *next = malloc((nn ? nn : 1) * sizeof(uint32_t));
-  if (!plan->storage || !plan->copies || !plan->skip || !last_use || !live || !first || !next) {
+  if (!plan->storage || !plan->copies || !plan->skip || !plan->in_place || !last_use || !live || !first || !next) {
     free(last_use);
     free(live);
     free(first);
@@ -89,6 +146,12 @@ ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignm
       uint32_t x = node->inputs[i];
       if (x != UINT32_MAX && last_use[x] < run_at[n]) last_use[x] = run_at[n];
     }
+  }
+  /* A value a command reads beyond its node's inputs (before the views
+   * below, so a view's extra reader keeps its root too). */
+  for (uint32_t n = 0; opts->extra_read && n < nn; ++n) {
+    const uint32_t x = opts->extra_read[n], at = ty_plan_at(run_at, nn, n);
+    if (x < nv && last_use[x] < at) last_use[x] = at;
   }
   /* A run of consecutive all_reduce (or tp_reduce) nodes is one group that
    * a backend may launch together (NCCL's group calls): every input of the
@@ -155,9 +218,27 @@ ty_code_t ty_memory_plan_build_fused(const ty_owned_graph_t *og, uint64_t alignm
       if (plan->storage[value].kind == TY_STORAGE_VIEW) last_use[plan->storage[value].alias] = nn;
     }
   }
+  /* Outputs that take their input's bytes (every last use is known now):
+   * the output becomes a view of the input's root, its own views follow,
+   * and the root lives as long as the output does. */
+  for (uint32_t n = 0; opts->reuse_input && n < nn; ++n) {
+    if (!ty_plan_reuse_ok(og, opts, plan, last_use, n)) continue;
+    const ty_abi_node_t *node = &g->nodes[n];
+    const uint32_t root = ty_plan_root(plan, node->inputs[opts->reuse_input[n]]);
+    const uint32_t y = node->outputs[0];
+    plan->storage[y].kind = TY_STORAGE_VIEW;
+    plan->storage[y].alias = root;
+    plan->in_place[n] = true;
+    if (last_use[y] > last_use[root]) last_use[root] = last_use[y];
+    for (uint32_t v = 0; v < nv; ++v) {
+      if (plan->storage[v].kind == TY_STORAGE_VIEW && plan->storage[v].alias == y) {
+        plan->storage[v].alias = root;
+      }
+    }
+  }
   for (uint32_t n = 0; n < nn; ++n) first[n] = next[n] = UINT32_MAX;
   for (uint32_t n = nn; n-- > 0;) {
-    const uint32_t at = run_at && run_at[n] < nn ? run_at[n] : n;
+    const uint32_t at = ty_plan_at(run_at, nn, n);
     next[n] = first[at];
     first[at] = n;
   }

@@ -128,6 +128,10 @@ ty_cu_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_cu_ref_t *refs, uint32_t 
 void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node);
 int ty_cu_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent */
 int64_t ty_cu_numel(const ty_abi_value_t *v);
+/* A value the current node's command reads beyond its inputs, which the
+ * memory plan keeps live until then (cuda_fuse.h ty_cu_xent_plan: the
+ * forward's per-row loss for cross_entropy_backward), or UINT32_MAX. */
+uint32_t ty_cu_extra_read(const ty_cu_build_t *b);
 /* The streaming multiprocessors of the device (for grid sizing). */
 uint32_t ty_cu_sm_count(const ty_cu_build_t *b);
 /* Elements between the starts of two rows (last-dimension slices) of

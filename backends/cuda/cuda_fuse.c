@@ -257,6 +257,51 @@ bool ty_cu_fuse_enabled(void) {
   return !env || strcmp(env, "0") != 0;
 }
 
+bool ty_cu_loss_in_place_enabled(void) {
+  const char *env = getenv("TRAINYARD_CUDA_LOSS_IN_PLACE");
+  return ty_cu_fuse_enabled() && (!env || strcmp(env, "0") != 0);
+}
+
+static int64_t ty_fz_row_stride(const ty_abi_graph_t *g, const int64_t *row_stride, uint32_t v) {
+  const ty_abi_value_t *val = &g->values[v];
+  if (row_stride && row_stride[v]) return row_stride[v];
+  return val->rank ? val->dims[val->rank - 1] : 1;
+}
+
+void ty_cu_xent_plan(const ty_owned_graph_t *og, const int64_t *row_stride,
+                     const uint32_t *run_at, bool enabled, int32_t *reuse_input,
+                     uint32_t *extra_read) {
+  const ty_abi_graph_t *g = &og->graph;
+  const uint32_t nn = g->node_count;
+  for (uint32_t n = 0; n < nn; ++n) {
+    reuse_input[n] = -1;
+    extra_read[n] = UINT32_MAX;
+  }
+  for (uint32_t n = 0; enabled && n < nn; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    if (!ty_fz_is(node, "cross_entropy_backward") || node->input_count < 3 ||
+        node->output_count < 1 || node->inputs[1] == UINT32_MAX) {
+      continue;
+    }
+    const uint32_t z = node->inputs[1], targets = node->inputs[2], dz = node->outputs[0];
+    if (g->values[z].dtype == g->values[dz].dtype &&
+        ty_fz_row_stride(g, row_stride, z) == ty_fz_row_stride(g, row_stride, dz)) {
+      reuse_input[n] = 1;
+    }
+    /* The forward: before n, its command run by itself (a loss written by
+     * then), on the very same logits and targets. */
+    for (uint32_t f = 0; f < n; ++f) {
+      const ty_abi_node_t *fw = &g->nodes[f];
+      if (ty_fz_is(fw, "cross_entropy") && fw->input_count >= 2 && fw->output_count >= 1 &&
+          fw->inputs[0] == z && fw->inputs[1] == targets && run_at[f] == f &&
+          g->values[fw->outputs[0]].dtype == TY_DTYPE_F32) {
+        extra_read[n] = fw->outputs[0];
+        break;
+      }
+    }
+  }
+}
+
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
                      ty_cu_fuse_t *fuse, uint32_t *run_at) {
   const ty_abi_graph_t *g = &og->graph;

@@ -71,4 +71,25 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
 /* Whether TRAINYARD_CUDA_FUSE leaves fusion on (unset, or not "0"). */
 bool ty_cu_fuse_enabled(void);
 
+/* The loss gradient in place. cross_entropy_backward (dloss, logits,
+ * targets -> dlogits) reads each logit once before writing its gradient,
+ * so dlogits may take the logits' bytes when nothing reads the logits
+ * afterwards (the memory planner decides that: ty_memory_plan_opts_t),
+ * and when a cross_entropy forward on the same logits and targets wrote
+ * its f32 per-row loss earlier, the backward takes each row's logsumexp
+ * from it (lse = loss + z_t: one read of the row instead of two). For each
+ * such node n: reuse_input[n] = 1 (the logits) when the logits and dlogits
+ * share dtype and row stride (`row_stride` per value, 0 = dense; may be
+ * NULL), and extra_read[n] = the forward's loss; every other entry is -1 /
+ * UINT32_MAX, as all are with `enabled` false. run_at: the fusions'
+ * (ty_cu_fuse_plan). */
+void ty_cu_xent_plan(const ty_owned_graph_t *og, const int64_t *row_stride,
+                     const uint32_t *run_at, bool enabled, int32_t *reuse_input,
+                     uint32_t *extra_read);
+
+/* Whether the loss gradient may go in place: fusion on, and
+ * TRAINYARD_CUDA_LOSS_IN_PLACE unset or not "0" (to compare memory and
+ * results with it off). */
+bool ty_cu_loss_in_place_enabled(void);
+
 #endif /* TY_BACKENDS_CUDA_CUDA_FUSE_H_ */

@@ -83,6 +83,8 @@ struct ty_abi_executable_s {
   bool tables_uploaded;
   bool *fused; /* per node: its work is done by another node's commands */
   ty_cu_fuse_t *fuse; /* per node: the fusion it heads (cuda_fuse.h) */
+  uint32_t *extra_read; /* per node: a value its command reads beyond its inputs
+                           (ty_cu_xent_plan: the forward's loss), UINT32_MAX = none */
   /* Test hooks (TRAINYARD_CUDA_FAULT). */
   int fault_kind;
   uint64_t fault_run;
@@ -195,6 +197,10 @@ int64_t ty_cu_zero_rows(const ty_cu_build_t *b, uint32_t value) {
 
 bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value) {
   return b->exec->zero_cols && b->exec->zero_cols[value];
+}
+
+uint32_t ty_cu_extra_read(const ty_cu_build_t *b) {
+  return b->exec->extra_read ? b->exec->extra_read[b->n] : UINT32_MAX;
 }
 
 uint32_t ty_cu_sm_count(const ty_cu_build_t *b) {
@@ -484,6 +490,7 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e->table_host);
   free(e->fused);
   free(e->fuse);
+  free(e->extra_read);
   free(e);
 }
 
@@ -688,13 +695,20 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
    * command runs (cuda_fuse.h). */
   const uint32_t nn = e->graph ? e->graph->graph.node_count : 0;
   uint32_t *run_at = e->graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
+  int32_t *reuse = e->graph ? malloc(((size_t)nn + 1) * sizeof(int32_t)) : NULL;
   e->fuse = e->graph ? calloc((size_t)nn + 1, sizeof(ty_cu_fuse_t)) : NULL;
-  if (run_at && e->fuse) {
+  e->extra_read = e->graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
+  if (run_at && reuse && e->fuse && e->extra_read) {
     ty_cu_fuse_plan(e->graph, e->row_stride, ty_cu_fuse_enabled(), e->fuse, run_at);
+    ty_cu_xent_plan(e->graph, e->row_stride, run_at, ty_cu_loss_in_place_enabled(), reuse,
+                    e->extra_read);
   }
-  if (!e->graph || !run_at || !e->fuse ||
-      ty_memory_plan_build_fused(e->graph, TY_CU_ALIGN, run_at, &e->plan) != TY_CODE_OK) {
+  const ty_memory_plan_opts_t plan_opts = {
+      .run_at = run_at, .reuse_input = reuse, .extra_read = e->extra_read};
+  if (!e->graph || !run_at || !reuse || !e->fuse || !e->extra_read ||
+      ty_memory_plan_build_opts(e->graph, TY_CU_ALIGN, &plan_opts, &e->plan) != TY_CODE_OK) {
     free(run_at);
+    free(reuse);
     ty_cu_executable_destroy(e);
     return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
   }
@@ -710,6 +724,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
     for (uint32_t n = 0; n < nn; ++n) e->fused[n] = run_at[n] != n;
   }
   free(run_at);
+  free(reuse);
   if (!e->const_offset || !e->fallback_offset || !e->addr || !e->sorted_named ||
       !e->first_cmd || !e->fused) {
     ty_cu_executable_destroy(e);
@@ -1379,9 +1394,11 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
                                         uint64_t *out_size) {
   uint32_t kernels = 0, gemms = 0, moves = 0, reduces = 0;
   uint32_t fz[4] = {0, 0, 0, 0}, folded = 0; /* heads per ty_cu_fuse_kind_t; nodes folded */
+  uint32_t in_place = 0;                      /* loss gradients in the logits' bytes */
   for (uint32_t n = 0; n < e->graph->graph.node_count; ++n) {
     if (e->fuse && e->fuse[n].kind < 4) fz[e->fuse[n].kind]++;
     if (e->fused && e->fused[n]) folded++;
+    if (e->plan.in_place && e->plan.in_place[n]) in_place++;
   }
   for (uint32_t i = 0; i < e->cmd_count; ++i) {
     if (e->cmds[i].kind == TY_CU_CMD_KERNEL) kernels++;
@@ -1397,14 +1414,16 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "  graph %.12s: %u nodes -> %u commands (%u kernels, %u cuBLASLt matmuls, %u "
       "memsets/copies, %u NCCL all-reduces over %u rank(s))\n"
       "  fused: %u nodes done by others' commands (%u matmul+cast/add, %u norm+cast, %u "
-      "norm-backward chains, the rest multi-tensor optimizer launches)\n"
+      "norm-backward chains, the rest multi-tensor optimizer launches); %u loss gradient%s in "
+      "place\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
       e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->graph->hash_hex,
       e->graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
       e->world ? e->world : 1, folded, fz[TY_CU_FUSE_GEMM], fz[TY_CU_FUSE_NORM],
-      fz[TY_CU_FUSE_NORM_BWD], (double)e->arena_bytes / 1048576.0,
+      fz[TY_CU_FUSE_NORM_BWD], in_place, in_place == 1 ? "" : "s",
+      (double)e->arena_bytes / 1048576.0,
       (double)e->plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,
       (double)(e->const_bytes + e->aux_bytes_dev) / 1048576.0,

@@ -294,17 +294,29 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
   const int64_t V = logits->rank ? logits->dims[logits->rank - 1] : 1;
   const int64_t rows = ty_cu_numel(targets);
   if (rows == 0) return;
-  const char *kernel = ty_cu_typed_for(
-      b, backward ? TY_CU_TYPED("ty_xent_bwd") : TY_CU_TYPED("ty_xent"), logits);
+  /* After a forward on the same logits and targets the backward takes
+   * each row's logsumexp from its f32 loss (ty_xent_bwd_lse; the memory
+   * plan keeps the loss until then). dlogits may be the logits' own bytes
+   * (the plan's in-place output): both kernels read each element before
+   * writing it. */
+  const uint32_t loss = backward ? ty_cu_extra_read(b) : UINT32_MAX;
+  const char *kernel = ty_cu_typed_for(b,
+                                       !backward              ? TY_CU_TYPED("ty_xent")
+                                       : loss != UINT32_MAX ? TY_CU_TYPED("ty_xent_bwd_lse")
+                                                            : TY_CU_TYPED("ty_xent_bwd"),
+                                       logits);
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, kernel);
   if (backward) {
     /* ty_xent_bwd_<T>(dloss, int dtdl, logits, targets, int dtt, dz, i64 rows,
-     *                 i64 V, i64 ld, i64 ldz, err, int node) */
+     *                 i64 V, i64 ld, i64 ldz, err, int node)
+     * ty_xent_bwd_lse_<T>(dloss, int dtdl, logits, targets, int dtt, f32 *loss, dz,
+     *                     i64 rows, i64 V, i64 ld, i64 ldz, err, int node) */
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
     ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 0)));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
     ty_cu_arg_i32(b, c, ty_cu_dt(targets));
+    if (loss != UINT32_MAX) ty_cu_arg_ptr(b, c, ty_cu_value(loss));
     ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
   } else {
     /* ty_xent_<T>(logits, targets, int dtt, loss, int dtl, i64 rows, i64 V, i64 ld,

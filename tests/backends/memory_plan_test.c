@@ -3,7 +3,9 @@
  * bytes, everything lies inside the arena, reuse actually happens, reshapes
  * are views that keep their input's bytes live, and optimizer updates are
  * planned in place only when that is safe (also when the old state is read
- * through a reshape). */
+ * through a reshape), and a backend's offer of an input's bytes to a node's
+ * output (ty_memory_plan_opts_t) is taken only when safe, as is its extra
+ * read's liveness. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,6 +254,14 @@ static ty_value_id_t reshape(ty_graph_t *g, ty_value_id_t x, int64_t d0, int64_t
   return y;
 }
 
+static ty_value_id_t cast(ty_graph_t *g, ty_value_id_t x, const char *dtype) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_string(&a, "dtype", dtype));
+  ty_value_id_t y;
+  TY_EXPECT_OK(ty_graph_add_node1(g, "cast", &x, 1, &a, &y));
+  return y;
+}
+
 /* a = gelu(x); b = reshape(a); c = reshape(b); while c waits, other values
  * come and go; d = c + f. a's bytes must outlive every reader of b and c. */
 static void test_reshape_is_a_view(void **state) {
@@ -302,6 +312,147 @@ static void test_reshape_is_a_view(void **state) {
   }
   assert_int_equal(views, 4); /* b, c, fr, xr */
   assert_int_equal(skipped, 4);
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
+/* The lowered index of builder value v (lowering drops unread values, so
+ * ids may shift). */
+static uint32_t lv(const planned_t *p, ty_value_id_t v) {
+  const uint32_t i = ty_lowered_graph_index(p->lowered, v);
+  assert_int_not_equal(i, TY_VALUE_NONE);
+  return i;
+}
+
+/* Plans p->owned again with reuse_input[node] = input and the given extra
+ * reads (per node, UINT32_MAX = none; NULL: none). */
+static void replan(planned_t *p, uint32_t node, int32_t input, const uint32_t *extra_read) {
+  const uint32_t nn = p->owned->graph.node_count;
+  int32_t *reuse = malloc(nn * sizeof(int32_t));
+  assert_non_null(reuse);
+  for (uint32_t n = 0; n < nn; ++n) reuse[n] = n == node ? input : -1;
+  ty_memory_plan_free(&p->plan);
+  const ty_memory_plan_opts_t opts = {.reuse_input = reuse, .extra_read = extra_read};
+  assert_int_equal(ty_memory_plan_build_opts(p->owned, 64, &opts, &p->plan), TY_CODE_OK);
+  free(reuse);
+  check_no_overlap(p);
+}
+
+/* a = gelu(x); b = gelu(a) offered a's bytes; c = gelu(reshape(b)): a is
+ * dead after b's node, so b takes its bytes as a view of a (the node still
+ * runs), the reshape of b follows to a, and a lives until c reads it. */
+static void test_reuse_taken_when_safe(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t x, a, b, c, e;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &a));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &a, 1, NULL, &b));
+  ty_value_id_t br = reshape(g, b, 32, 32);
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &e)); /* wants fresh bytes */
+  ty_value_id_t in[2] = {br, reshape(g, e, 32, 32)};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &c));
+  TY_EXPECT_OK(ty_graph_set_output(g, c, "c"));
+  planned_t p;
+  plan_graph(g, &p);
+  a = lv(&p, a), b = lv(&p, b), br = lv(&p, br), e = lv(&p, e);
+  assert_int_equal(p.plan.storage[b].kind, TY_STORAGE_ARENA);
+  const uint32_t nb = p.owned->producer[b];
+  replan(&p, nb, 0, NULL);
+  assert_true(p.plan.in_place[nb]);
+  assert_false(p.plan.skip[nb]);
+  assert_int_equal(p.plan.storage[b].kind, TY_STORAGE_VIEW);
+  assert_int_equal(p.plan.storage[b].alias, a);
+  assert_int_equal(p.plan.storage[br].kind, TY_STORAGE_VIEW);
+  assert_int_equal(p.plan.storage[br].alias, a);
+  /* e is placed while br (a's bytes) waits for the add */
+  if (bytes_overlap(&p, e, a)) fail_msg("e overlaps a, which b and its view still hold");
+  for (uint32_t n = 0; n < p.owned->graph.node_count; ++n) {
+    if (n != nb) assert_false(p.plan.in_place[n]);
+  }
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
+/* The offer refused: a read after the node (directly or through a view),
+ * an output of another size, an output the caller binds, a state update's
+ * value. Each case also plans without the offer's effect: b stays ARENA. */
+static void test_reuse_refused_when_unsafe(void **state) {
+  (void)state;
+  for (int kind = 0; kind < 5; ++kind) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t d[1] = {1024};
+    ty_value_id_t x, a, b, c, s = TY_VALUE_NONE;
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+    if (kind == 4) TY_EXPECT_OK(ty_graph_add_state(g, "s", TY_DTYPE_F32, 1, d, &s));
+    TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &a));
+    const ty_value_id_t ar = reshape(g, a, 32, 32);
+    if (kind == 2) {
+      b = cast(g, a, "f16");
+    } else {
+      TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &a, 1, NULL, &b));
+    }
+    ty_value_id_t in[2] = {b, a};
+    if (kind == 0) { /* a read after b's node */
+      TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &c));
+    } else if (kind == 1) { /* a read after it through a view */
+      TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &ar, 1, NULL, &c));
+      TY_EXPECT_OK(ty_graph_set_output(g, c, "c2"));
+      TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &b, 1, NULL, &c));
+    } else {
+      TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &b, 1, NULL, &c));
+    }
+    TY_EXPECT_OK(ty_graph_set_output(g, c, "c"));
+    if (kind == 3) TY_EXPECT_OK(ty_graph_set_output(g, b, "b")); /* bound by the caller */
+    if (kind == 4) TY_EXPECT_OK(ty_graph_set_state_update(g, s, b));
+    planned_t p;
+    plan_graph(g, &p);
+    b = lv(&p, b);
+    const uint32_t nb = p.owned->producer[b];
+    replan(&p, nb, 0, NULL);
+    assert_string_equal(p.owned->graph.nodes[nb].op, kind == 2 ? "cast" : "gelu");
+    if (p.plan.in_place[nb]) fail_msg("case %d: the offer was taken", kind);
+    assert_int_not_equal(p.plan.storage[b].kind, TY_STORAGE_VIEW);
+    planned_free(&p);
+    ty_graph_destroy(g);
+  }
+}
+
+/* b = gelu(x) is last read by node c = gelu(b), then d = gelu(x), then
+ * z = d + c: unplanned, d may take b's bytes. With z's command reading b
+ * as an extra value, b lives until z: d lands elsewhere, and an offer of
+ * b's bytes to c is refused (b is read after c's node). */
+static void test_extra_read_extends_liveness(void **state) {
+  (void)state;
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {1024};
+  ty_value_id_t x, b, c, dv, z;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 1, d, &x));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &b));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &b, 1, NULL, &c));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &x, 1, NULL, &dv));
+  ty_value_id_t in[2] = {dv, c};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &z));
+  TY_EXPECT_OK(ty_graph_set_output(g, z, "z"));
+  planned_t p;
+  plan_graph(g, &p);
+  b = lv(&p, b), c = lv(&p, c), dv = lv(&p, dv), z = lv(&p, z);
+  assert_true(bytes_overlap(&p, dv, b));
+  const uint32_t nn = p.owned->graph.node_count, nc = p.owned->producer[c];
+  uint32_t *extra = malloc(nn * sizeof(uint32_t));
+  assert_non_null(extra);
+  for (uint32_t n = 0; n < nn; ++n) extra[n] = UINT32_MAX;
+  replan(&p, nc, 0, extra); /* no extra read: c takes b's bytes */
+  assert_true(p.plan.in_place[nc]);
+  extra[p.owned->producer[z]] = b;
+  replan(&p, nc, 0, extra);
+  assert_false(p.plan.in_place[nc]);
+  if (bytes_overlap(&p, dv, b)) fail_msg("d took the bytes of b, which z's command still reads");
+  free(extra);
   planned_free(&p);
   ty_graph_destroy(g);
 }
@@ -431,6 +582,9 @@ int main(void) {
       cmocka_unit_test(test_optimizer_updates_in_place_only_when_safe),
       cmocka_unit_test(test_reshape_is_a_view),
       cmocka_unit_test(test_update_not_in_place_when_a_view_reads_later),
+      cmocka_unit_test(test_reuse_taken_when_safe),
+      cmocka_unit_test(test_reuse_refused_when_unsafe),
+      cmocka_unit_test(test_extra_read_extends_liveness),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

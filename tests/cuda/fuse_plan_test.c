@@ -2,12 +2,15 @@
  * graphs: what each pattern folds, and the cases that must stay unfused —
  * a value another node also reads, a broadcasting add, an addend made after
  * the head, GELU in f32, a norm backward below the one-pass kernel's rows,
- * and fusion turned off. */
+ * and fusion turned off; and the loss gradient in place (ty_cu_xent_plan
+ * with the memory planner): offered and taken, the forward's loss read,
+ * refused where the logits are a graph output or strides differ. */
 #include <string.h>
 
 #include "common/test_util.h"
 
 #include "backends/common/abi_graph.h"
+#include "backends/common/memory_plan.h"
 #include "backends/cuda/cuda_fuse.h"
 #include "graph/graph.h"
 #include "graph/lower.h"
@@ -225,6 +228,76 @@ static void test_norms(void **state) {
   }
 }
 
+/* logits = gelu(x) [rows, V] f32 (an intermediate); loss =
+ * cross_entropy(logits, targets) (a graph output when with_forward);
+ * dlogits = cross_entropy_backward(dloss, logits, targets_b) read by a
+ * gelu; the logits a graph output too when shown. */
+static void build_loss(ty_graph_t *g, bool with_forward, bool same_targets, bool shown) {
+  int64_t dz[2] = {64, 300}, dr[1] = {64};
+  ty_value_id_t x, targets, other, dloss;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, dz, &x));
+  TY_EXPECT_OK(ty_graph_add_input(g, "targets", TY_DTYPE_I64, 1, dr, &targets));
+  TY_EXPECT_OK(ty_graph_add_input(g, "targets2", TY_DTYPE_I64, 1, dr, &other));
+  TY_EXPECT_OK(ty_graph_add_input(g, "dloss", TY_DTYPE_F32, 1, dr, &dloss));
+  const ty_value_id_t logits = node1(g, "gelu", &x, 1, NULL);
+  if (with_forward) {
+    TY_EXPECT_OK(ty_graph_set_output(
+        g, node1(g, "cross_entropy", (ty_value_id_t[]){logits, targets}, 2, NULL), "loss"));
+  }
+  const ty_value_id_t dlogits = node1(
+      g, "cross_entropy_backward",
+      (ty_value_id_t[]){dloss, logits, same_targets ? targets : other}, 3, NULL);
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "gelu", &dlogits, 1, NULL), "y"));
+  if (shown) TY_EXPECT_OK(ty_graph_set_output(g, logits, "logits"));
+}
+
+static void test_loss_gradient_in_place(void **state) {
+  (void)state;
+  for (int k = 0; k < 6; ++k) {
+    /* 0: all; 1: no forward; 2: the forward on other targets; 3: the
+     * logits shown; 4: dlogits' rows padded, the logits' not; 5: off */
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    build_loss(g, k != 1, k != 2, k == 3);
+    planned_t p;
+    plan(g, k != 5, &p);
+    const uint32_t nn = p.og->graph.node_count, nv = p.og->graph.value_count;
+    const uint32_t bwd = node_of(&p, "cross_entropy_backward", 0);
+    const uint32_t logits = p.og->graph.nodes[bwd].inputs[1], dlogits = out_of(&p, bwd);
+    int64_t stride[64] = {0};
+    assert_true(nv <= 64);
+    if (k == 4) stride[dlogits] = 320;
+    int32_t reuse[64];
+    uint32_t extra[64];
+    ty_cu_xent_plan(p.og, stride, p.run_at, k != 5, reuse, extra);
+    for (uint32_t n = 0; n < nn; ++n) {
+      if (n == bwd) continue;
+      assert_int_equal(reuse[n], -1);
+      assert_int_equal(extra[n], UINT32_MAX);
+    }
+    assert_int_equal(reuse[bwd], k == 4 || k == 5 ? -1 : 1);
+    if (k == 0 || k == 3 || k == 4) {
+      assert_int_equal(extra[bwd], out_of(&p, node_of(&p, "cross_entropy", 0)));
+    } else {
+      assert_int_equal(extra[bwd], UINT32_MAX);
+    }
+    ty_memory_plan_t mp;
+    const ty_memory_plan_opts_t opts = {
+        .run_at = p.run_at, .reuse_input = reuse, .extra_read = extra};
+    assert_int_equal(ty_memory_plan_build_opts(p.og, 256, &opts, &mp), TY_CODE_OK);
+    const bool taken = k == 0 || k == 1 || k == 2;
+    if (mp.in_place[bwd] != taken) fail_msg("case %d: in place %d", k, mp.in_place[bwd]);
+    if (taken) {
+      assert_int_equal(mp.storage[dlogits].kind, TY_STORAGE_VIEW);
+      assert_int_equal(mp.storage[dlogits].alias, logits);
+    } else {
+      assert_int_equal(mp.storage[dlogits].kind, TY_STORAGE_ARENA);
+    }
+    ty_memory_plan_free(&mp);
+    planned_free(&p, g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_cast_add),
@@ -233,6 +306,7 @@ int main(void) {
       cmocka_unit_test(test_late_addend_stays),
       cmocka_unit_test(test_gelu_epilogue_16bit_only),
       cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_loss_gradient_in_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,8 @@
  * backward. One block per row (up to 1024 threads for a 50257-wide vocab
  * row); the max and the sum of exponentials come from one pass (an online
  * softmax per thread, then combined across the block), so a row is read
- * twice in all, not three times. */
+ * twice in all, not three times; the loss gradient after a forward reads it
+ * once (ty_xent_bwd_lse). */
 #include "vec.cuh"
 
 /* exp of an argument <= 0 (x - max, z - lse) on the fast hardware path
@@ -152,7 +153,7 @@ __device__ __forceinline__ void ty_xent_impl(const void *logits, const void *tar
 TY_KERNEL3(ty_xent, TY_XENT_PARAMS, TY_XENT_ARGS)
 
 /* A row's dz = d (exp(z - lse) - onehot(t)) over V elements, z of TZ and dz
- * of TD (dz may be z when both are f32: each element is read, then written,
+ * of TD (dz may be z when TZ is TD: each element is read, then written,
  * by one thread). */
 template <typename TZ, typename TD>
 __device__ inline void ty_xent_grad_row(const TZ *z, TD *dz, long long V, int head, long long t,
@@ -171,6 +172,30 @@ __device__ inline void ty_xent_grad_row(const TZ *z, TD *dz, long long V, int he
       });
 }
 
+/* The start of a row's gradient: zeros in the row's padding (ldz > V: an
+ * executor-padded gradient; only [V, ldz) is written, so z = dz stays
+ * intact), and for an ignored (t < 0) or out-of-range (t >= V, the data
+ * error) target zeros in the whole row and false: nothing more to do. t is
+ * uniform over the block, and so is the answer. */
+template <typename T>
+__device__ inline bool ty_xent_bwd_row_live(T *dz, long long V, long long ldz, int head,
+                                            long long t, long long row, ERR_ARGS) {
+  for (long long i = V + threadIdx.x; i < ldz; i += blockDim.x) ty_put(dz, i, 0.0f);
+  if (t >= 0 && t < V) return true;
+  if (t >= V && threadIdx.x == 0) ty_fail(err, node, TY_ERR_TARGET, row, t, V);
+  ty_row_loop(
+      V, head, threadIdx.x, blockDim.x, [&](long long i) { ty_put(dz, i, 0.0f); },
+      [&](long long i) {
+        const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        ty_st4(dz + i, zero);
+      });
+  return false;
+}
+
+/* dz may be z (the executor's in-place loss gradient, ld = ldz): the
+ * online pass reads the whole row and the block reductions after it wait
+ * for every thread, before the gradient pass reads each element and writes
+ * it back from the same thread (ty_row_loop gives each index one thread). */
 template <typename T>
 __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, const void *logits,
                                                  const void *targets, int dtt, void *dz_,
@@ -182,18 +207,7 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
     T *dz = (T *)dz_ + row * ldz;
     const int head = ty_head4_of<T>(z, dz);
     const long long t = ty_ldi(targets, row, dtt);
-    /* The row's padding (ldz > V: an executor-padded gradient) is zeros. */
-    for (long long i = V + threadIdx.x; i < ldz; i += blockDim.x) ty_put(dz, i, 0.0f);
-    if (t < 0 || t >= V) { /* uniform over the block */
-      if (t >= V && threadIdx.x == 0) ty_fail(err, node, TY_ERR_TARGET, row, t, V);
-      ty_row_loop(
-          V, head, threadIdx.x, blockDim.x, [&](long long i) { ty_put(dz, i, 0.0f); },
-          [&](long long i) {
-            const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            ty_st4(dz + i, zero);
-          });
-      continue;
-    }
+    if (!ty_xent_bwd_row_live(dz, V, ldz, head, t, row, err, node)) continue;
     float m, s;
     ty_row_online(z, V, head, scratch, &m, &s);
     ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), m + logf(s));
@@ -204,6 +218,39 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
       long long rows, long long V, long long ld, long long ldz, ERR_ARGS
 #define TY_XENT_BWD_ARGS dloss, dtdl, logits, targets, dtt, dz, rows, V, ld, ldz, err, node
 TY_KERNEL3(ty_xent_bwd, TY_XENT_BWD_PARAMS, TY_XENT_BWD_ARGS)
+
+/* The same gradient with the row's logsumexp taken from the forward's f32
+ * per-row loss (loss = lse - z_t, so lse = loss + z_t): one read of the row
+ * and one write, no online pass. The forward rounded lse - z_t to f32 and
+ * this adds z_t back, so lse differs from the forward's by about one f32
+ * ulp of the loss (~1e-7 relative to lse; exp(z - lse) then ~1e-6
+ * relative at worst), far below bf16's 2^-8 and inside the f32 conform and
+ * cpu-vs-cuda (1e-4) bounds. dz may be z: every thread reads z_t before the
+ * barrier, and no thread writes the row before it. */
+template <typename T>
+__device__ __forceinline__ void ty_xent_bwd_lse_impl(const void *dloss, int dtdl,
+                                                     const void *logits, const void *targets,
+                                                     int dtt, const float *loss, void *dz_,
+                                                     long long rows, long long V, long long ld,
+                                                     long long ldz, ERR_ARGS) {
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *z = (const T *)logits + row * ld;
+    T *dz = (T *)dz_ + row * ldz;
+    const int head = ty_head4_of<T>(z, dz);
+    const long long t = ty_ldi(targets, row, dtt);
+    if (!ty_xent_bwd_row_live(dz, V, ldz, head, t, row, err, node)) continue;
+    const float lse = loss[row] + ty_get(z, t);
+    __syncthreads();
+    ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), lse);
+  }
+}
+#define TY_XENT_BWD_LSE_PARAMS                                                              \
+  const void *dloss, int dtdl, const void *logits, const void *targets, int dtt,           \
+      const float *loss, void *dz, long long rows, long long V, long long ld, long long ldz, \
+      ERR_ARGS
+#define TY_XENT_BWD_LSE_ARGS \
+  dloss, dtdl, logits, targets, dtt, loss, dz, rows, V, ld, ldz, err, node
+TY_KERNEL3(ty_xent_bwd_lse, TY_XENT_BWD_LSE_PARAMS, TY_XENT_BWD_LSE_ARGS)
 
 /* ---- linear_cross_entropy (the LM head and the loss in one op) ----
  *

@@ -11,7 +11,10 @@
  * report must name the fusions (and none with fusion off), the fused run's
  * losses and gradient norms must follow the unfused run's within bf16
  * rounding (the products are no longer rounded to bf16 before the f32
- * adds), and the unfused run must follow the cpu. */
+ * adds), and the unfused run must follow the cpu. The loss gradient goes
+ * into the logits' bytes (cuda_fuse.h ty_cu_xent_plan): the report names
+ * it, the arena drops by the logits, and not where the logits are an
+ * output; a target out of range is still the data error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +28,18 @@
 #include "hal/device.h"
 #include "hal/registry.h"
 
-enum { B = 4, T = 256, C = 16, F = 64, V = 48, LAYERS = 2, STEPS = 3, MAX_PARAMS = 32 };
+enum { B = 4, T = 256, C = 16, F = 64, LAYERS = 2, STEPS = 3, MAX_PARAMS = 32 };
+
+/* The model's variations: the vocabulary, bf16 logits straight from the
+ * head's matmul into the loss (GPT-2 in llm.c's bf16-mixed graph; else
+ * the head's product is cast to f32 first), and the logits also a graph
+ * output (the caller reads them: they may not be overwritten). */
+typedef struct {
+  int64_t vocab;
+  bool bf16_logits, logits_output;
+} shape_t;
+
+static const shape_t base = {.vocab = 48};
 
 typedef struct {
   ty_value_id_t ids[MAX_PARAMS];
@@ -81,7 +95,8 @@ static ty_value_id_t norm(ty_graph_t *g, params_t *p, ty_value_id_t x, const cha
   return out[0];
 }
 
-static ty_graph_t *build(bool rms, params_t *p) {
+static ty_graph_t *build(bool rms, const shape_t *sh, params_t *p) {
+  const int64_t V = sh->vocab;
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
   memset(p, 0, sizeof(*p));
@@ -120,7 +135,9 @@ static ty_graph_t *build(bool rms, params_t *p) {
   ty_attrs_t tb = TY_ATTRS_EMPTY;
   TY_EXPECT_OK(ty_attrs_set_int(&tb, "trans_b", 1));
   const ty_value_id_t head = cast(g, param(g, p, "head", 2, V, C), "bf16");
-  const ty_value_id_t logits = cast(g, op(g, "matmul", (ty_value_id_t[]){hf, head}, 2, &tb), "f32");
+  ty_value_id_t logits = op(g, "matmul", (ty_value_id_t[]){hf, head}, 2, &tb);
+  if (!sh->bf16_logits) logits = cast(g, logits, "f32");
+  if (sh->logits_output) TY_EXPECT_OK(ty_graph_set_output(g, logits, "logits"));
   ty_value_id_t loss = op(g, "cross_entropy", (ty_value_id_t[]){logits, targets}, 2, NULL);
   TY_EXPECT_OK(ty_graph_add_input(g, "loss_weights", TY_DTYPE_F32, 2, bt, &weights));
   TY_EXPECT_OK(ty_graph_mark_loss_seed(g, weights));
@@ -144,20 +161,32 @@ static void bind_f32(ty_session_t *s, const char *name, uint32_t rank, const int
   TY_EXPECT_OK(ty_session_bind(s, name, TY_DTYPE_F32, rank, dims, data, (size_t)n * 4));
 }
 
-/* STEPS steps on `uri` (fusion off with !fuse); losses and gradient norms
- * into loss[] and norm[], the executor's report into report (cuda). */
-static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double *loss,
-                  double *norm, char *report, size_t capacity) {
-  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+/* STEPS steps on `uri` with `env` (NAME=VALUE or NULL) set while it
+ * compiles; losses and gradient norms into loss[] and norm[], the
+ * executor's report into report (cuda). A step whose targets include
+ * bad_target (>= 0: its row 5 gets the vocabulary size) must fail, naming
+ * the target. */
+static void train_with(ty_registry_t *r, const char *uri, bool rms, const shape_t *sh,
+                       const char *env, int bad_step, double *loss, double *norm, char *report,
+                       size_t capacity) {
+  const int64_t V = sh->vocab;
+  char name_value[64] = "";
+  if (env) snprintf(name_value, sizeof(name_value), "%s", env);
+  char *eq = strchr(name_value, '=');
+  if (eq) {
+    *eq = '\0';
+    setenv(name_value, eq + 1, 1);
+  }
   ty_device_t *dev = NULL;
   ty_session_t *s = NULL;
   params_t p;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
-  ty_graph_t *g = build(rms, &p);
+  ty_graph_t *g = build(rms, sh, &p);
   TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
-  unsetenv("TRAINYARD_CUDA_FUSE");
+  if (eq) unsetenv(name_value);
   uint32_t seed = 777;
-  static float buf[V * F];
+  float *buf = malloc((size_t)(V > F ? V : F) * F * sizeof(float));
+  assert_non_null(buf);
   for (uint32_t i = 0; i < p.count; ++i) {
     const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
     const bool is_bias = strstr(p.names[i], ".b") != NULL;
@@ -170,7 +199,7 @@ static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double
     for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_ADAMW); *kind; ++kind) {
       char name[64];
       snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
-      memset(buf, 0, sizeof(buf));
+      memset(buf, 0, (size_t)n * sizeof(float));
       bind_f32(s, name, p.rank[i], p.dims[i], buf);
     }
   }
@@ -190,12 +219,21 @@ static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double
       targets[i] = (ids[i] * 5 + i / T) % V;
       weights[i] = 1.0f / (float)(B * T);
     }
+    if (step == bad_step) targets[5] = V;
     const int64_t bt[2] = {B, T};
     TY_EXPECT_OK(ty_session_bind(s, "ids", TY_DTYPE_I64, 2, bt, ids, sizeof(ids)));
     TY_EXPECT_OK(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, bt, targets, sizeof(targets)));
     bind_f32(s, "loss_weights", 2, bt, weights);
     const int64_t t = step + 1;
     TY_EXPECT_OK(ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &t, sizeof(t)));
+    if (step == bad_step) {
+      char want[96];
+      snprintf(want, sizeof(want), "targets[5] = %lld is outside the vocabulary [0, %lld)",
+               (long long)V, (long long)V);
+      TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT, want);
+      loss[step] = norm[step] = NAN;
+      continue;
+    }
     TY_EXPECT_OK(ty_session_run(s));
     float l = 0, n = 0;
     TY_EXPECT_OK(ty_session_read(s, "loss", &l, sizeof(l)));
@@ -210,9 +248,16 @@ static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double
     snprintf(report, capacity, "%s", text ? text : "");
     free(text);
   }
+  free(buf);
   ty_session_destroy(s);
   ty_graph_destroy(g);
   ty_device_close(dev);
+}
+
+static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double *loss,
+                  double *norm, char *report, size_t capacity) {
+  train_with(r, uri, rms, &base, fuse ? NULL : "TRAINYARD_CUDA_FUSE=0", -1, loss, norm, report,
+             capacity);
 }
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
@@ -227,6 +272,24 @@ static void fused_counts(const char *report, unsigned *nodes, unsigned *gemm, un
                           "norm+cast, %u norm-backward",
                           nodes, gemm, nrm, bwd),
                    4);
+}
+
+/* The count on the "fused:" line's "N loss gradient(s) in place". */
+static unsigned in_place_count(const char *report) {
+  const char *at = strstr(report, "launches); ");
+  assert_non_null(at);
+  unsigned n = 0;
+  assert_int_equal(sscanf(at, "launches); %u loss gradient", &n), 1);
+  return n;
+}
+
+/* The report's activation arena and what the handle holds, in MiB. */
+static void memory_mib(const char *report, double *arena, double *held) {
+  const char *a = strstr(report, "activation arena "), *h = strstr(report, "this handle holds ");
+  assert_non_null(a);
+  assert_non_null(h);
+  assert_int_equal(sscanf(a, "activation arena %lf", arena), 1);
+  assert_int_equal(sscanf(h, "this handle holds %lf", held), 1);
 }
 
 static void check(bool rms) {
@@ -252,6 +315,9 @@ static void check(bool rms) {
   unsigned n0, g0, r0, b0;
   fused_counts(plain_report, &n0, &g0, &r0, &b0);
   assert_int_equal(g0 + r0 + b0, 0);
+  /* dlogits in the logits' bytes, only with fusion on */
+  assert_int_equal(in_place_count(fused_report), 1);
+  assert_int_equal(in_place_count(plain_report), 0);
   double gap_fused = 0.0, gap_cpu = 0.0;
   for (int i = 0; i < STEPS; ++i) {
     gap_fused = fmax(gap_fused, fmax(rel(fl[i], ul[i]), rel(fn[i], un[i])));
@@ -277,10 +343,106 @@ static void test_fusion_rmsnorm(void **state) {
   check(true);
 }
 
+static double max_gap(const double *a, const double *b, const double *c, const double *d) {
+  double gap = 0.0;
+  for (int i = 0; i < STEPS; ++i) gap = fmax(gap, fmax(rel(a[i], b[i]), rel(c[i], d[i])));
+  return gap;
+}
+
+/* GPT-2's loss in llm.c's bf16-mixed graph: bf16 logits over an odd
+ * vocabulary the executor pads (301 -> rows of 320), straight into the
+ * loss. The loss gradient goes into the logits' bytes (the report says so)
+ * and reads each row's logsumexp from the forward's loss. Against
+ * TRAINYARD_CUDA_LOSS_IN_PLACE=0, whose peak is at the loss gradient (the
+ * logits and their gradient both live), the arena and what the handle
+ * holds drop by the logits' size less what the head's gradient matmuls
+ * then add (dh and dW, ~5% of the logits here: C * 6 bytes per vocabulary
+ * entry against the logits' rows * 2), where the peak moves. The steps
+ * follow that run's within the lse's f32 rounding, and the cpu's within
+ * the fused-vs-unfused bound of check(). */
+static void test_loss_gradient_in_place(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  const shape_t gpt = {.vocab = 301, .bf16_logits = true};
+  double il[STEPS], in[STEPS], ol[STEPS], on[STEPS], cl[STEPS], cn[STEPS];
+  char on_report[4096], off_report[4096], none[8];
+  train_with(r, "cuda:0", false, &gpt, NULL, -1, il, in, on_report, sizeof(on_report));
+  train_with(r, "cuda:0", false, &gpt, "TRAINYARD_CUDA_LOSS_IN_PLACE=0", -1, ol, on, off_report,
+             sizeof(off_report));
+  train_with(r, "cpu", false, &gpt, NULL, -1, cl, cn, none, sizeof(none));
+  assert_int_equal(in_place_count(on_report), 1);
+  assert_int_equal(in_place_count(off_report), 0);
+  double arena_on, held_on, arena_off, held_off;
+  memory_mib(on_report, &arena_on, &held_on);
+  memory_mib(off_report, &arena_off, &held_off);
+  const double logits_mib = (double)(B * T) * 320.0 * 2.0 / 1048576.0; /* padded bf16 rows */
+  fprintf(stderr, "loss in place: arena %.1f -> %.1f MiB, held %.1f -> %.1f MiB (logits %.1f)\n",
+          arena_off, arena_on, held_off, held_on, logits_mib);
+  const double drop = arena_off - arena_on, held_drop = held_off - held_on;
+  /* the report prints 0.1 MiB */
+  if (!(drop >= 0.9 * logits_mib && drop <= logits_mib + 0.1 && fabs(held_drop - drop) <= 0.1)) {
+    fail_msg("the arena dropped by %.2f MiB and the handle by %.2f MiB, not by the logits' "
+             "%.2f MiB (less at most 10%%)",
+             drop, held_drop, logits_mib);
+  }
+  const double gap_off = max_gap(il, ol, in, on), gap_cpu = max_gap(il, cl, in, cn);
+  fprintf(stderr, "loss in place vs not %.2e, vs cpu %.2e (losses %.5f .. %.5f)\n", gap_off,
+          gap_cpu, il[0], il[STEPS - 1]);
+  if (!(gap_off <= 1e-4)) fail_msg("in place vs not: %.3g (bound 1e-4)", gap_off);
+  if (!(gap_cpu <= 5e-3)) fail_msg("in place vs cpu: %.3g (bound 5e-3)", gap_cpu);
+  assert_true(fabs(il[STEPS - 1] - il[0]) > 1e-3); /* it trained */
+  ty_registry_destroy(r);
+}
+
+/* The logits also a graph output: the caller reads them after the run, so
+ * the loss gradient must not overwrite them. The report says none went in
+ * place and the steps follow the same model's without that output. */
+static void test_logits_output_not_in_place(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  const shape_t shown = {.vocab = 48, .logits_output = true};
+  double xl[STEPS], xn[STEPS], bl[STEPS], bn[STEPS];
+  char report[4096], base_report[4096];
+  train_with(r, "cuda:0", false, &shown, NULL, -1, xl, xn, report, sizeof(report));
+  train_with(r, "cuda:0", false, &base, NULL, -1, bl, bn, base_report, sizeof(base_report));
+  assert_int_equal(in_place_count(report), 0);
+  assert_int_equal(in_place_count(base_report), 1);
+  const double gap = max_gap(xl, bl, xn, bn);
+  fprintf(stderr, "logits output vs not: %.2e\n", gap);
+  if (!(gap <= 1e-4)) fail_msg("logits output vs not: %.3g (bound 1e-4)", gap);
+  ty_registry_destroy(r);
+}
+
+/* A target == V in the middle step of an in-place run: that step fails
+ * with the reference's data error (row, target, vocabulary), the others
+ * run. */
+static void test_target_out_of_range_in_place(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  double l[STEPS], n[STEPS];
+  char report[4096];
+  train_with(r, "cuda:0", false, &base, NULL, 1, l, n, report, sizeof(report));
+  assert_int_equal(in_place_count(report), 1);
+  assert_true(isfinite(l[0]) && isfinite(l[2]));
+  ty_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fusion_layernorm),
       cmocka_unit_test(test_fusion_rmsnorm),
+      cmocka_unit_test(test_loss_gradient_in_place),
+      cmocka_unit_test(test_logits_output_not_in_place),
+      cmocka_unit_test(test_target_out_of_range_in_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
