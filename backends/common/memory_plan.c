@@ -114,7 +114,8 @@ ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignme
    * (in node order). */
   uint32_t *first = malloc((nn ? nn : 1) * sizeof(uint32_t));
   uint32_t *next = malloc((nn ? nn : 1) * sizeof(uint32_t));
-  if (!plan->storage || !plan->copies || !plan->skip || !plan->in_place || !last_use || !live || !first || !next) {
+  if (!plan->storage || !plan->copies || !plan->skip || !plan->in_place || !last_use || !live ||
+      !first || !next) {
     free(last_use);
     free(live);
     free(first);
