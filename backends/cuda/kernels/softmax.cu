@@ -192,15 +192,26 @@ __device__ inline bool ty_xent_bwd_row_live(T *dz, long long V, long long ldz, i
   return false;
 }
 
-/* dz may be z (the executor's in-place loss gradient, ld = ldz): the
- * online pass reads the whole row and the block reductions after it wait
- * for every thread, before the gradient pass reads each element and writes
- * it back from the same thread (ty_row_loop gives each index one thread). */
+/* A row's logsumexp: without `loss`, summed again (an online pass over the
+ * row); with the forward's f32 per-row loss (ty_xent_bwd_lse), taken from
+ * it: loss = lse - z_t, so lse = loss + z_t, and the row is read once, by
+ * the gradient. The forward rounded lse - z_t to f32 and this adds z_t
+ * back, so lse differs from the forward's by about one f32 ulp of the loss
+ * (~1e-7 relative to lse; exp(z - lse) then ~1e-6 relative at worst), far
+ * below bf16's 2^-8 and inside the f32 conform and cpu-vs-cuda (1e-4)
+ * bounds.
+ *
+ * dz may be z (the executor's in-place loss gradient, ld = ldz): every
+ * thread has read what it needs of the row before any thread writes it
+ * (the online pass ends in block reductions that wait for every thread;
+ * z_t is read before a barrier), and the gradient pass reads each element
+ * and writes it back from the same thread (ty_row_loop gives each index
+ * one thread). `loss` is uniform over the grid, so is the barrier. */
 template <typename T>
 __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, const void *logits,
-                                                 const void *targets, int dtt, void *dz_,
-                                                 long long rows, long long V, long long ld,
-                                                 long long ldz, ERR_ARGS) {
+                                                 const void *targets, int dtt, const float *loss,
+                                                 void *dz_, long long rows, long long V,
+                                                 long long ld, long long ldz, ERR_ARGS) {
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const T *z = (const T *)logits + row * ld;
@@ -208,48 +219,35 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
     const int head = ty_head4_of<T>(z, dz);
     const long long t = ty_ldi(targets, row, dtt);
     if (!ty_xent_bwd_row_live(dz, V, ldz, head, t, row, err, node)) continue;
-    float m, s;
-    ty_row_online(z, V, head, scratch, &m, &s);
-    ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), m + logf(s));
+    float lse;
+    if (loss) {
+      lse = loss[row] + ty_get(z, t);
+      __syncthreads();
+    } else {
+      float m, s;
+      ty_row_online(z, V, head, scratch, &m, &s);
+      lse = m + logf(s);
+    }
+    ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), lse);
   }
 }
 #define TY_XENT_BWD_PARAMS                                                                  \
   const void *dloss, int dtdl, const void *logits, const void *targets, int dtt, void *dz, \
       long long rows, long long V, long long ld, long long ldz, ERR_ARGS
-#define TY_XENT_BWD_ARGS dloss, dtdl, logits, targets, dtt, dz, rows, V, ld, ldz, err, node
+#define TY_XENT_BWD_ARGS \
+  dloss, dtdl, logits, targets, dtt, (const float *)nullptr, dz, rows, V, ld, ldz, err, node
 TY_KERNEL3(ty_xent_bwd, TY_XENT_BWD_PARAMS, TY_XENT_BWD_ARGS)
-
-/* The same gradient with the row's logsumexp taken from the forward's f32
- * per-row loss (loss = lse - z_t, so lse = loss + z_t): one read of the row
- * and one write, no online pass. The forward rounded lse - z_t to f32 and
- * this adds z_t back, so lse differs from the forward's by about one f32
- * ulp of the loss (~1e-7 relative to lse; exp(z - lse) then ~1e-6
- * relative at worst), far below bf16's 2^-8 and inside the f32 conform and
- * cpu-vs-cuda (1e-4) bounds. dz may be z: every thread reads z_t before the
- * barrier, and no thread writes the row before it. */
-template <typename T>
-__device__ __forceinline__ void ty_xent_bwd_lse_impl(const void *dloss, int dtdl,
-                                                     const void *logits, const void *targets,
-                                                     int dtt, const float *loss, void *dz_,
-                                                     long long rows, long long V, long long ld,
-                                                     long long ldz, ERR_ARGS) {
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T *z = (const T *)logits + row * ld;
-    T *dz = (T *)dz_ + row * ldz;
-    const int head = ty_head4_of<T>(z, dz);
-    const long long t = ty_ldi(targets, row, dtt);
-    if (!ty_xent_bwd_row_live(dz, V, ldz, head, t, row, err, node)) continue;
-    const float lse = loss[row] + ty_get(z, t);
-    __syncthreads();
-    ty_xent_grad_row(z, dz, V, head, t, ty_ld(dloss, row, dtdl), lse);
-  }
-}
+/* ty_xent_bwd with the forward's per-row loss (see ty_xent_bwd_impl). */
 #define TY_XENT_BWD_LSE_PARAMS                                                              \
   const void *dloss, int dtdl, const void *logits, const void *targets, int dtt,           \
       const float *loss, void *dz, long long rows, long long V, long long ld, long long ldz, \
       ERR_ARGS
 #define TY_XENT_BWD_LSE_ARGS \
   dloss, dtdl, logits, targets, dtt, loss, dz, rows, V, ld, ldz, err, node
+template <typename T>
+__device__ __forceinline__ void ty_xent_bwd_lse_impl(TY_XENT_BWD_LSE_PARAMS) {
+  ty_xent_bwd_impl<T>(TY_XENT_BWD_LSE_ARGS);
+}
 TY_KERNEL3(ty_xent_bwd_lse, TY_XENT_BWD_LSE_PARAMS, TY_XENT_BWD_LSE_ARGS)
 
 /* ---- linear_cross_entropy (the LM head and the loss in one op) ----
