@@ -23,6 +23,13 @@ static double ty_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A positive decimal count, the whole of `text`. */
+static bool ty_bench_count(const char *text, unsigned long long *out) {
+  char *end = NULL;
+  *out = strtoull(text, &end, 10);
+  return text[0] >= '0' && text[0] <= '9' && end && *end == '\0' && *out > 0;
+}
+
 /* Whether every byte of buf is `value` (rank 0 fills its buffer with 1s). */
 static bool ty_bench_holds(const char *buf, size_t bytes, char value) {
   for (size_t i = 0; i < bytes; ++i) {
@@ -41,14 +48,18 @@ int main(int argc, char **argv) {
   size_t bytes = (size_t)256 << 20;
   int repeat = 3;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--bytes") && i + 1 < argc) {
-      bytes = (size_t)strtoull(argv[++i], NULL, 10);
-    } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
-      repeat = atoi(argv[++i]);
+    unsigned long long v = 0;
+    const bool valued = i + 1 < argc && ty_bench_count(argv[i + 1], &v);
+    if (!strcmp(argv[i], "--bytes") && valued) {
+      bytes = (size_t)v;
+    } else if (!strcmp(argv[i], "--repeat") && valued && v <= 1000000) {
+      repeat = (int)v;
     } else {
-      fprintf(stderr, "usage: mpirun -np N %s [--bytes N] [--repeat R]\n", argv[0]);
+      fprintf(stderr, "mpi_bench: bad option '%s'\nusage: mpirun -np N %s [--bytes N >= 1] "
+              "[--repeat R >= 1]\n", argv[i], argv[0]);
       return 2;
     }
+    ++i;
   }
   ty_dist_t *dist = NULL;
   ty_status_t s = ty_dist_open(TY_DIST_MPI, TY_BENCH_SHIM_DIR, 300.0, &dist);
