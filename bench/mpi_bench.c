@@ -47,7 +47,7 @@ static int ty_bench_fail(ty_status_t s) {
 int main(int argc, char **argv) {
   size_t bytes = (size_t)256 << 20;
   int repeat = 3;
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc; i += 2) { /* option, value */
     unsigned long long v = 0;
     const bool valued = i + 1 < argc && ty_bench_count(argv[i + 1], &v);
     if (!strcmp(argv[i], "--bytes") && valued) {
@@ -59,7 +59,6 @@ int main(int argc, char **argv) {
               "[--repeat R >= 1]\n", argv[i], argv[0]);
       return 2;
     }
-    ++i;
   }
   ty_dist_t *dist = NULL;
   ty_status_t s = ty_dist_open(TY_DIST_MPI, TY_BENCH_SHIM_DIR, 300.0, &dist);
