@@ -94,20 +94,18 @@ ty_status_t ty_dist_send_start(ty_dist_t *dist, int dest, int tag, const void *b
 ty_status_t ty_dist_send_wait(ty_dist_t *dist, ty_dist_send_t *send);
 ty_status_t ty_dist_recv(ty_dist_t *dist, int source, int tag, void *buf, size_t bytes,
                          const char *what);
-/* Sums f32 or f64 `buf` in place over the world ranks `ranks` (this rank
- * among them), point to point: ranks[0] adds the others' in list order and
- * sends the sum back, so every member holds the same bits. For groups of a
- * layout (the data-parallel replicas of one pipeline stage, a tied
- * embedding's two stages). */
-ty_status_t ty_dist_sum_over(ty_dist_t *dist, const int *ranks, int rank_count, ty_dtype_t dtype,
-                             void *buf, size_t count, const char *what);
 /* ---- Groups and the rank layout (issue 17) ----
  *
  * A run of world = dp x pp x tp ranks places rank r at
  *   r = dp_index * (pp * tp) + pp_index * tp + tp_index   (tp fastest)
  * and splits the world into groups (MPI_Comm_split): "tp" holds the ranks
  * of one (dp_index, pp_index), "pp" those of one (dp_index, tp_index), "dp"
- * those of one (pp_index, tp_index); "world" is every rank. A group's rank
+ * those of one (pp_index, tp_index); "world" is every rank. With pp > 1,
+ * "mp" (model parallel) holds the pp x tp ranks of one replica (dp_index)
+ * and "embed" the first and the last stage of one (dp_index, tp_index),
+ * which both hold a tied embedding (Megatron's embedding group); a middle
+ * stage's "embed" is that rank alone. With pp = 1, "mp" is "tp" and
+ * "embed" one rank alone. A group's rank
  * is its ranks' order in the world. A NULL group is one rank alone: its
  * collectives are no-ops, as for a NULL world. */
 typedef struct ty_dist_group_t ty_dist_group_t;
@@ -132,16 +130,17 @@ int ty_dist_layout_rank(const ty_dist_layout_t *layout, int dp_index, int pp_ind
                         int tp_index);
 
 /* Collective over the world (every rank calls it with the same tp and pp):
- * makes the layout and its "tp", "pp" and "dp" groups, replacing any made
+ * makes the layout and its groups (above), replacing any made
  * before. Until it is called the layout is tp = pp = 1 (dp = world). A NULL
  * world accepts tp = pp = 1 only (INVALID_ARGUMENT otherwise). */
 ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp);
 /* The run's layout; for a NULL world, rank 0 of 1. Owned by `dist`. */
 const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist);
 
-/* The group named "world", "tp", "pp" or "dp" into *out_group (owned by
- * `dist`, valid until the next ty_dist_set_layout or ty_dist_close); NULL
- * there for a NULL world. NOT_FOUND for any other name. */
+/* The group named "world", "tp", "pp", "dp", "mp" or "embed" into
+ * *out_group (owned by `dist`, valid until the next ty_dist_set_layout or
+ * ty_dist_close); NULL there for a NULL world. NOT_FOUND for any other
+ * name. */
 ty_status_t ty_dist_group(ty_dist_t *dist, const char *name, ty_dist_group_t **out_group);
 int ty_dist_group_rank(const ty_dist_group_t *group);
 int ty_dist_group_size(const ty_dist_group_t *group);

@@ -23,15 +23,16 @@ struct ty_dist_t {
   ty_dist_layout_t layout;
   ty_dist_group_t world;
   /* Split by ty_dist_set_layout; before it, NULL: tp and pp are this rank
-   * alone and dp is the world. */
-  ty_dist_group_t *tp, *pp, *dp;
+   * alone and dp is the world. mp and embed exist with pp > 1 only (with
+   * pp = 1 mp is tp and embed is this rank alone). */
+  ty_dist_group_t *tp, *pp, *dp, *mp, *embed;
 };
 
 /* The status of a shim call on `g` (rc, and `missing`, a rank of `g` that
  * did not arrive or -1); `what` names the collective. */
 ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, int missing, const char *err,
                            const char *what);
-/* Frees the tp, pp and dp groups (dist_group.c). */
+/* Frees the groups of the layout (dist_group.c). */
 void ty_dist_groups_free(ty_dist_t *d);
 
 #endif /* TY_DIST_DIST_INTERNAL_H_ */

@@ -164,6 +164,26 @@ static ty_status_t ty_optim_update(ty_graph_t *g, const ty_optim_t *o, ty_value_
 
 static ty_status_t ty_fused_sumsq(ty_graph_t *g, ty_value_id_t grad, ty_value_id_t *out);
 
+/* clip_out[0] the norm from max_norm and the sums of squares sq[0 .. k)
+ * (global_norm_scale), clip_out[1 + i] grads[i] scaled by min(1, max_norm /
+ * (norm + 1e-6)). */
+static ty_status_t ty_clip_from_sumsq(ty_graph_t *g, const ty_value_id_t *grads, uint32_t n,
+                                      ty_value_id_t max_norm, const ty_value_id_t *sq,
+                                      uint32_t k, ty_value_id_t *clip_out) {
+  ty_value_id_t in[3] = {max_norm}, out[2];
+  for (uint32_t i = 0; i < k; ++i) in[1 + i] = sq[i];
+  TY_RETURN_IF_ERROR(ty_graph_add_node(g, "global_norm_scale", in, k + 1, NULL, out, 2));
+  clip_out[0] = out[0];
+  for (uint32_t i = 0; i < n; ++i) {
+    ty_value_id_t scale, pair[2];
+    TY_RETURN_IF_ERROR(ty_as_dtype(g, out[1], ty_graph_value(g, grads[i])->desc.dtype, &scale));
+    pair[0] = grads[i];
+    pair[1] = scale;
+    TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "mul", pair, 2, NULL, &clip_out[1 + i]));
+  }
+  return TY_OK;
+}
+
 /* Tensor parallel: clip_by_global_norm's result over the whole model
  * (train_step.h tp_split): clip_out[0] the norm, clip_out[1 + i] grads[i]
  * scaled by min(1, max_norm / (norm + 1e-6)). */
@@ -185,21 +205,12 @@ static ty_status_t ty_tp_clip(ty_graph_t *g, const ty_value_id_t *grads, uint32_
     ty_value_id_t part = total[1];
     TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "tp_reduce", &part, 1, NULL, &total[1]));
   }
-  ty_value_id_t in[3] = {max_norm}, out[2];
-  uint32_t k = 1;
+  ty_value_id_t sq[2];
+  uint32_t k = 0;
   for (int t = 0; t < 2; ++t) {
-    if (total[t] != TY_VALUE_NONE) in[k++] = total[t];
+    if (total[t] != TY_VALUE_NONE) sq[k++] = total[t];
   }
-  TY_RETURN_IF_ERROR(ty_graph_add_node(g, "global_norm_scale", in, k, NULL, out, 2));
-  clip_out[0] = out[0];
-  for (uint32_t i = 0; i < n; ++i) {
-    ty_value_id_t scale, pair[2];
-    TY_RETURN_IF_ERROR(ty_as_dtype(g, out[1], ty_graph_value(g, grads[i])->desc.dtype, &scale));
-    pair[0] = grads[i];
-    pair[1] = scale;
-    TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "mul", pair, 2, NULL, &clip_out[1 + i]));
-  }
-  return TY_OK;
+  return ty_clip_from_sumsq(g, grads, n, max_norm, sq, k, clip_out);
 }
 
 /* Clipping and the optimizer for params[i] with gradients grads[i]; declares
@@ -214,7 +225,12 @@ static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *param
                       : TY_OK;
   ty_optim_t o;
   if (!s) s = ty_optim_declare(g, p, &o);
-  if (!s && p->tp_split) {
+  if (!s && p->norm_sq_input) {
+    /* a pipeline stage: the norm is the whole model's, summed outside */
+    ty_value_id_t sq;
+    s = ty_scalar_input(g, "grad_norm_sq", TY_DTYPE_F32, &sq);
+    if (!s) s = ty_clip_from_sumsq(g, grads, n, o.max_norm, &sq, 1, clip_out);
+  } else if (!s && p->tp_split) {
     s = ty_tp_clip(g, grads, n, p->tp_split, o.max_norm, clip_out);
   } else if (!s) {
     clip_in[0] = o.max_norm;
@@ -441,4 +457,62 @@ ty_status_t ty_graph_build_optimizer_step_ex(ty_graph_t *g, const ty_tensor_desc
   free(ids);
   free(accs);
   return s ? ty_status_annotate(s, "building the optimizer step") : TY_OK;
+}
+
+/* `v` summed over `group` (an all_reduce op). */
+static ty_status_t ty_group_sum(ty_graph_t *g, ty_value_id_t v, const char *group,
+                                ty_value_id_t *out) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_string(&a, "group", group));
+  return ty_graph_add_node1(g, "all_reduce", &v, 1, &a, out);
+}
+
+ty_status_t ty_graph_build_grad_reduce(ty_graph_t *g, const ty_tensor_desc_t *params, uint32_t n,
+                                       const ty_grad_reduce_params_t *r, bool *out_empty,
+                                       bool *out_share) {
+  *out_empty = true;
+  *out_share = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    const bool tied = r->tied && r->tied[i] && r->tied_group;
+    if (r->sum_group || tied || (r->counted && r->counted[i])) *out_empty = false;
+  }
+  if (*out_empty) return TY_OK;
+  /* Every sum first, in parameter order (a device batches consecutive
+   * collectives of one group), then the squares. */
+  ty_value_id_t *accs = calloc(2 * (size_t)n, sizeof(ty_value_id_t)), *sums = accs + n;
+  if (!accs) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  ty_status_t s = TY_OK;
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    s = ty_param_state(g, &params[i], "grad_accum", &accs[i]);
+    if (!s) s = ty_graph_set_memory_class(g, accs[i], TY_MEMORY_GRADIENT);
+    sums[i] = accs[i];
+    if (!s && r->sum_group) s = ty_group_sum(g, accs[i], r->sum_group, &sums[i]);
+  }
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    if (r->tied && r->tied[i] && r->tied_group) {
+      ty_value_id_t once = sums[i];
+      s = ty_group_sum(g, once, r->tied_group, &sums[i]);
+    }
+  }
+  ty_value_id_t total = TY_VALUE_NONE;
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    if (sums[i] != accs[i]) s = ty_graph_set_state_update(g, accs[i], sums[i]);
+  }
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    if (!r->counted || !r->counted[i]) continue;
+    ty_value_id_t sq;
+    s = ty_fused_sumsq(g, sums[i], &sq);
+    if (!s && total == TY_VALUE_NONE) {
+      total = sq;
+    } else if (!s) {
+      ty_value_id_t pair[2] = {total, sq};
+      s = ty_graph_add_node1(g, "add", pair, 2, NULL, &total);
+    }
+  }
+  if (!s && total != TY_VALUE_NONE) {
+    s = ty_graph_set_output(g, total, "grad_norm_sq_share");
+    *out_share = !s;
+  }
+  free(accs);
+  return s ? ty_status_annotate(s, "building the gradient sums") : TY_OK;
 }

@@ -99,6 +99,13 @@ typedef struct ty_train_step_params_t {
    * tp rank) counted once, through global_norm_scale. NULL: no tensor
    * parallel. Not with fused_optimizer. */
   const bool *tp_split;
+  /* Optimizer step graphs of a pipeline stage (issue 17): clipping's global
+   * norm comes from outside the graph, whose other stages hold the rest of
+   * the model: input "grad_norm_sq" (f32 []), the squared norm over every
+   * stage and tp rank (ty_graph_build_grad_reduce gives each rank's
+   * share). The gradients are scaled by min(1, max_norm / (norm + 1e-6)) as
+   * clip_by_global_norm does; "grad_norm" is its square root. */
+  bool norm_sq_input;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:
@@ -133,6 +140,33 @@ ty_status_t ty_graph_build_optimizer_step(ty_graph_t *graph,
 ty_status_t ty_graph_build_optimizer_step_ex(ty_graph_t *graph, const ty_tensor_desc_t *params,
                                              const bool *decay, uint32_t param_count,
                                              const ty_train_step_params_t *step);
+
+/* What a pipeline stage's gradient accumulators need before the optimizer
+ * (issue 17, docs/design-notes.md "Pipeline parallel"), per parameter i:
+ * its accumulator summed over `sum_group` (the data-parallel replicas;
+ * NULL: none) and, where tied[i], over `tied_group` too (the two stages
+ * that hold a tied embedding); counted[i]: its sum of squares is part of
+ * this rank's share of the global norm (a tensor replicated over tp counts
+ * on one tp rank, a tied copy on one stage). */
+typedef struct ty_grad_reduce_params_t {
+  const char *sum_group;
+  const char *tied_group;
+  const bool *tied;    /* NULL: none */
+  const bool *counted; /* NULL: none */
+} ty_grad_reduce_params_t;
+
+/* The gradient sums of a pipeline stage in their own graph, run between
+ * the last backward and the optimizer step: declares each parameter's
+ * "<param>.grad_accum" state (f32, shaped as params[i]), replaces it by its
+ * sums (all_reduce ops over the groups named above) and outputs
+ * "grad_norm_sq_share" (f32 []), the sum of the counted accumulators'
+ * squares after the sums, when any is counted (*out_share true).
+ * *out_empty: nothing to do (no sum, nothing counted), and the graph is
+ * left empty. */
+ty_status_t ty_graph_build_grad_reduce(ty_graph_t *graph, const ty_tensor_desc_t *params,
+                                       uint32_t param_count,
+                                       const ty_grad_reduce_params_t *reduce, bool *out_empty,
+                                       bool *out_share);
 
 /* The names of the optimizer's per-parameter states ("exp_avg", ...), NULL
  * terminated; a parameter has those of them its shape gives it (Adafactor:

@@ -41,16 +41,17 @@
 
 static const char *const ty_all_reduce_attrs[] = {"group", "reduce", NULL};
 
-/* `group` names a process group the executor knows. */
+/* `group` names a process group the executor knows (dist/dist.h). */
 static ty_status_t ty_collective_group(const ty_op_infer_ctx_t *ctx, const char *fallback) {
+  static const char *const known[] = {"world", "tp", "dp", "pp", "mp", "embed"};
   const char *group;
   TY_RETURN_IF_ERROR(ty_op_attr_string(ctx->op, ctx->attrs, "group", fallback, &group));
-  if (strcmp(group, "world") != 0 && strcmp(group, "tp") != 0 && strcmp(group, "dp") != 0 &&
-      strcmp(group, "pp") != 0) {
-    return ty_op_error(ctx->op, "attribute 'group' = '%s' must be 'world', 'tp', 'dp' or 'pp'",
-                       group);
+  for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); ++i) {
+    if (strcmp(group, known[i]) == 0) return TY_OK;
   }
-  return TY_OK;
+  return ty_op_error(ctx->op,
+                     "attribute 'group' = '%s' must be 'world', 'tp', 'dp', 'pp', 'mp' or 'embed'",
+                     group);
 }
 
 /* x is float; reduce is one of `allowed` (NULL-terminated). */

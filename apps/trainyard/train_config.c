@@ -527,8 +527,8 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     TY_BAD("--pp-schedule must be 1f1b or interleaved, not '%s'", c->pp_schedule);
   }
   /* Levers whose step the pipeline cannot run: it splits every step into
-   * per-chunk backward and optimizer graphs with the gradients on the host
-   * between them (docs/design-notes.md "Pipeline parallel"). */
+   * per-chunk backward, gradient-sum and optimizer graphs (docs/design-notes.md
+   * "Pipeline parallel"). */
   const char *lever = c->zero                     ? "--zero 1 (ZeRO-1)"
                       : c->fused_optimizer        ? "--fused-optimizer"
                       : c->artifact[0]            ? "--artifact"
@@ -536,9 +536,9 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
                       : c->dump_graph[0]          ? "--dump-graph"
                                                   : NULL;
   if (c->pp > 1 && lever) {
-    TY_BAD("%s does not combine with --pp: pipeline parallel runs each stage's backward and "
-           "optimizer as graphs of their own with the gradients on the host between them; "
-           "drop it or run without --pp", lever);
+    TY_BAD("%s does not combine with --pp: pipeline parallel runs each stage's backward, "
+           "gradient sums and optimizer as graphs of their own, the gradients accumulated "
+           "over the micro-batches between them; drop it or run without --pp", lever);
   }
   if (c->pp_virtual < 0 || c->pp_virtual == 1) {
     TY_BAD("--pp-virtual must be >= 2 (model chunks per rank of the interleaved schedule), "

@@ -460,6 +460,8 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   t->comm = NULL;
   ty_comm_destroy(t->tp_comm);
   t->tp_comm = NULL;
+  ty_comm_destroy(t->embed_comm);
+  t->embed_comm = NULL;
   ty_llm_deinit(&t->m_eval);
   ty_llm_deinit(&t->m_train);
   ty_graph_destroy(t->g_eval);

@@ -67,11 +67,14 @@ typedef struct ty_trainer_t {
    * and the stop a signal on any rank asks of every rank */
   struct ty_dist_t *dist;
   struct ty_comm_t *comm; /* the device's own collectives (ABI 1.4), or NULL:
-                             the host path; under --tp (ABI 1.7) the "dp"
-                             group's, which sums the gradients */
+                             the host path; under --tp or --pp (ABI 1.7)
+                             the "dp" group's, which sums the gradients */
   struct ty_comm_t *tp_comm; /* --tp on a backend with collectives (ABI 1.7):
                                 the "tp" group's, which runs the step's tp
                                 ops on the device; NULL otherwise */
+  struct ty_comm_t *embed_comm; /* --pp of a tied model on such a backend,
+                                   on its first and last stage: the "embed"
+                                   group's (the tied embedding's sum) */
   int rank, world;
   /* A whole-step device (cfg.world_in_graph): the world its fused step's
    * all_reduce ops reach through the host (ABI 1.5) */

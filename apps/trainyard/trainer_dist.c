@@ -85,14 +85,18 @@ static ty_status_t ty_trainer_group_comm_create(ty_trainer_t *t, const char *nam
 }
 
 /* The device communicators of a tensor- or pipeline-parallel run (ABI 1.7
- * group communicators): "tp" for the step's tp_copy / tp_reduce ops, and
- * without --pp "dp" (t->comm) for the gradient sum over the replicas
- * between the gradient and optimizer graphs. With --pp that sum stays on
- * the host (pipeline/pp_step.c sums the stage's gradients in host memory,
- * the tied embedding's pair with them). */
+ * group communicators): "tp" for the step's tp_copy / tp_reduce ops, "dp"
+ * (t->comm) for the gradient sum over the replicas (without --pp between
+ * the gradient and optimizer graphs, with --pp in each chunk's reduce
+ * graph), and with --pp of a tied model "embed" on the first and the last
+ * stage for the sum of the embedding's two copies (pipeline/pp_stage.c). */
 static ty_status_t ty_trainer_group_comms(ty_trainer_t *t) {
   if (t->tp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "tp", &t->tp_comm));
-  if (t->pp <= 1 && t->dp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "dp", &t->comm));
+  if (t->dp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "dp", &t->comm));
+  if (t->pp > 1 && t->model_config.tie_word_embeddings &&
+      (t->pp_rank == 0 || t->pp_rank == t->pp - 1)) {
+    TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "embed", &t->embed_comm));
+  }
   return TY_OK;
 }
 

@@ -487,6 +487,100 @@ static void test_block_f32_cpu_tp_norm(void **state) {
   run_case(&c);
 }
 
+/* A pipeline stage's reduce graph (train_step.h ty_graph_build_grad_reduce)
+ * at world 1, where its all_reduce ops are the identity: the share is the
+ * counted accumulators' squares, and the optimizer graph fed that squared
+ * norm (norm_sq_input) clips by it: norm 5 (3-4-5 over two tensors, the
+ * uncounted third left out), max_norm 1, so SGD without momentum moves each
+ * weight by lr x g / 5. */
+static void test_pipeline_reduce_and_clip(void **state) {
+  (void)state;
+  int64_t two[1] = {2}, one[1] = {1};
+  ty_tensor_desc_t d[3] = {{.name = "a", .dtype = TY_DTYPE_F32, .rank = 1},
+                           {.name = "b", .dtype = TY_DTYPE_F32, .rank = 1},
+                           {.name = "c", .dtype = TY_DTYPE_F32, .rank = 1}};
+  d[0].dims[0] = two[0];
+  d[1].dims[0] = one[0];
+  d[2].dims[0] = one[0];
+  const bool tied[3] = {false, true, false}, counted[3] = {true, true, false};
+  ty_grad_reduce_params_t r = {.sum_group = "dp", .tied_group = "embed", .tied = tied,
+                               .counted = counted};
+  ty_graph_t *red, *opt;
+  bool empty = true, share = false;
+  TY_EXPECT_OK(ty_graph_create(&red));
+  TY_EXPECT_OK(ty_graph_build_grad_reduce(red, d, 3, &r, &empty, &share));
+  assert_false(empty);
+  assert_true(share);
+  uint32_t sums = 0, embed = 0;
+  for (uint32_t i = 0; i < ty_graph_node_count(red); ++i) {
+    const ty_graph_node_t *n = ty_graph_node(red, i);
+    if (strcmp(n->op, "all_reduce") != 0) continue;
+    const char *group = "";
+    TY_EXPECT_OK(ty_attrs_get_string(&n->attrs, "group", "", &group));
+    sums += !strcmp(group, "dp");
+    embed += !strcmp(group, "embed");
+  }
+  assert_int_equal(sums, 3);  /* every accumulator over the replicas */
+  assert_int_equal(embed, 1); /* the tied one over its two stages too */
+  assert_int_equal(ty_graph_update_count(red), 3);
+  /* nothing to sum or count: an empty graph, no share */
+  const bool none[3] = {false, false, false};
+  ty_grad_reduce_params_t idle = {.tied_group = "embed", .tied = none, .counted = none};
+  ty_graph_t *nothing;
+  TY_EXPECT_OK(ty_graph_create(&nothing));
+  TY_EXPECT_OK(ty_graph_build_grad_reduce(nothing, d, 3, &idle, &empty, &share));
+  assert_true(empty);
+  assert_false(share);
+  assert_int_equal(ty_graph_node_count(nothing), 0);
+  ty_graph_destroy(nothing);
+
+  ty_train_step_params_t step = {.optimizer = TY_OPTIMIZER_SGD, .norm_sq_input = true};
+  TY_EXPECT_OK(ty_graph_create(&opt));
+  TY_EXPECT_OK(ty_graph_build_optimizer_step_ex(opt, d, NULL, 3, &step));
+  ty_registry_t *reg = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(reg, "cpu", &dev));
+  ty_session_t *s_red, *s_opt;
+  TY_EXPECT_OK(ty_session_create(dev, red, NULL, &s_red));
+  ty_session_options_t so = {.share_state_with = s_red};
+  TY_EXPECT_OK(ty_session_create(dev, opt, &so, &s_opt));
+  const float ga[2] = {3.0f, 0.0f}, gb[1] = {4.0f}, gc[1] = {100.0f};
+  TY_EXPECT_OK(ty_session_bind(s_red, "a.grad_accum", TY_DTYPE_F32, 1, two, ga, sizeof(ga)));
+  TY_EXPECT_OK(ty_session_bind(s_red, "b.grad_accum", TY_DTYPE_F32, 1, one, gb, sizeof(gb)));
+  TY_EXPECT_OK(ty_session_bind(s_red, "c.grad_accum", TY_DTYPE_F32, 1, one, gc, sizeof(gc)));
+  TY_EXPECT_OK(ty_session_run(s_red));
+  float sq = 0;
+  TY_EXPECT_OK(ty_session_read(s_red, "grad_norm_sq_share", &sq, sizeof(sq)));
+  assert_float_equal(sq, 25.0f, 1e-5f);
+  const float wa[2] = {1.0f, 1.0f}, wb[1] = {1.0f}, wc[1] = {1.0f};
+  TY_EXPECT_OK(ty_session_bind(s_opt, "a", TY_DTYPE_F32, 1, two, wa, sizeof(wa)));
+  TY_EXPECT_OK(ty_session_bind(s_opt, "b", TY_DTYPE_F32, 1, one, wb, sizeof(wb)));
+  TY_EXPECT_OK(ty_session_bind(s_opt, "c", TY_DTYPE_F32, 1, one, wc, sizeof(wc)));
+  bind_scalar_f32(s_opt, "lr", 0.5);
+  bind_scalar_f32(s_opt, "weight_decay", 0.0);
+  bind_scalar_f32(s_opt, "momentum", 0.0);
+  bind_scalar_f32(s_opt, "max_norm", 1.0);
+  bind_scalar_f32(s_opt, "grad_norm_sq", sq);
+  TY_EXPECT_OK(ty_session_run(s_opt));
+  float norm = 0, a[2], b[1], c[1];
+  TY_EXPECT_OK(ty_session_read(s_opt, "grad_norm", &norm, sizeof(norm)));
+  TY_EXPECT_OK(ty_session_read(s_opt, "a", a, sizeof(a)));
+  TY_EXPECT_OK(ty_session_read(s_opt, "b", b, sizeof(b)));
+  TY_EXPECT_OK(ty_session_read(s_opt, "c", c, sizeof(c)));
+  const float k = 1.0f / (5.0f + 1e-6f); /* min(1, max_norm / (norm + 1e-6)) */
+  assert_float_equal(norm, 5.0f, 1e-5f);
+  assert_float_equal(a[0], 1.0f - 0.5f * 3.0f * k, 1e-5f);
+  assert_float_equal(a[1], 1.0f, 1e-6f);
+  assert_float_equal(b[0], 1.0f - 0.5f * 4.0f * k, 1e-5f);
+  assert_float_equal(c[0], 1.0f - 0.5f * 100.0f * k, 1e-4f);
+  ty_session_destroy(s_opt);
+  ty_session_destroy(s_red);
+  ty_device_close(dev);
+  ty_registry_destroy(reg);
+  ty_graph_destroy(opt);
+  ty_graph_destroy(red);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_f64_reference),
@@ -494,6 +588,7 @@ int main(void) {
       cmocka_unit_test(test_block_f64_reference),
       cmocka_unit_test(test_block_f32_cpu),
       cmocka_unit_test(test_block_f32_cpu_tp_norm),
+      cmocka_unit_test(test_pipeline_reduce_and_clip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

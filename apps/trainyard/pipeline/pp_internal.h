@@ -21,8 +21,6 @@ struct ty_trainer_pp_t {
   size_t pending_count;
   int64_t *tokens, *targets;  /* accum x B x T: the step's micro-batches */
   void *weights;              /* in the loss dtype, normalized */
-  float *grads;               /* the chunks' gradient accumulators, staged */
-  size_t grad_count;
   double idle_seconds, step_seconds; /* over the run: waiting for peers, all */
   uint64_t plan_bytes[TY_PLAN_ITEM_COUNT]; /* this rank's stages' memory plan */
 };

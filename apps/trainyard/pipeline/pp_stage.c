@@ -26,9 +26,40 @@ static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_conf
   return ty_llm_build(*out_g, mc, &o, out_m);
 }
 
+/* Whether `name` is a tied model's embedding (its head on the last chunk). */
+static bool ty_pp_is_embedding(const char *name) {
+  return !strcmp(name, "transformer.wte.weight") || !strcmp(name, "model.embed_tokens.weight");
+}
+
+/* The chunk's gradient sums and norm share (ty_pp_reduce_layout_t). */
+static ty_status_t ty_pp_reduce_graph(const ty_pp_reduce_layout_t *l,
+                                      const ty_tensor_desc_t *descs, ty_pp_chunk_t *ch) {
+  const uint32_t n = ch->m_bwd.param_count;
+  bool *tied = calloc(2 * (size_t)n + 1, sizeof(bool)), *counted = tied + n;
+  if (!tied) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n; ++i) {
+    const ty_llm_param_t *q = &ch->m_bwd.params[i];
+    tied[i] = l->tied && l->pp > 1 && (ch->first || ch->last) && ty_pp_is_embedding(q->name);
+    /* a tensor replicated over tp counts on tp rank 0, a tied copy on the
+     * first stage: the global norm counts each gradient once */
+    counted[i] = (q->tp_axis >= 0 || l->tp_rank == 0) && !(tied[i] && !ch->first);
+  }
+  ty_grad_reduce_params_t r = {.sum_group = l->dp > 1 ? "dp" : NULL, .tied_group = "embed",
+                               .tied = tied, .counted = counted};
+  bool empty = true;
+  ty_status_t s = ty_graph_create(&ch->g_red);
+  if (!s) s = ty_graph_build_grad_reduce(ch->g_red, descs, n, &r, &empty, &ch->red_share);
+  if (!s && empty) {
+    ty_graph_destroy(ch->g_red);
+    ch->g_red = NULL;
+  }
+  free(tied);
+  return s;
+}
+
 ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
                                int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
-                               ty_pp_chunk_t *ch) {
+                               const ty_pp_reduce_layout_t *layout, ty_pp_chunk_t *ch) {
   ch->hidden_bytes = (size_t)(B * T * mc->hidden_size) * ty_dtype_size(dtype);
   ch->stash = calloc((size_t)micro, ch->hidden_bytes ? ch->hidden_bytes : 1);
   if (!ch->stash) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -69,7 +100,9 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config
   bool *decay = NULL;
   if (!s) s = ty_train_graph_param_descs(c, ch->g_bwd, &ch->m_bwd, &descs, &decay);
   if (!s) s = ty_graph_create(&ch->g_opt);
+  step.norm_sq_input = true; /* the whole model's norm, from every stage */
   if (!s) s = ty_graph_build_optimizer_step_ex(ch->g_opt, descs, decay, n, &step);
+  if (!s) s = ty_pp_reduce_graph(layout, descs, ch);
   free(descs);
   free(decay);
   if (!s) {
@@ -78,6 +111,7 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config
     s = ty_preflight_add(&ch->plan, ch->g_bwd, "stage backward");
     if (!s && ch->g_fwd) s = ty_preflight_add(&ch->plan, ch->g_fwd, "stage forward");
     if (!s) s = ty_preflight_add(&ch->plan, ch->g_opt, "stage optimizer");
+    if (!s && ch->g_red) s = ty_preflight_add(&ch->plan, ch->g_red, "stage gradient sums");
   }
   return s ? ty_status_annotate(s, "pipeline chunk %d (units %d..%d)", ch->global,
                                 (int)ch->unit_begin, (int)ch->unit_end - 1)
@@ -91,16 +125,23 @@ ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device
   so.share_state_with = ch->s_bwd;
   if (!s && ch->g_fwd) s = ty_session_create(device, ch->g_fwd, &so, &ch->s_fwd);
   if (!s) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
-  /* tensor parallel: the forward and backward graphs' tp ops */
-  if (!s && comm) s = ty_session_set_host_comm(ch->s_bwd, comm);
-  if (!s && comm && ch->s_fwd) s = ty_session_set_host_comm(ch->s_fwd, comm);
+  if (!s && ch->g_red) s = ty_session_create(device, ch->g_red, &so, &ch->s_red);
+  /* the gradient sums, and with tensor parallel the forward and backward
+   * graphs' tp ops */
+  ty_session_t *with_ops[3] = {ch->s_red, c->tp > 1 ? ch->s_bwd : NULL,
+                               c->tp > 1 ? ch->s_fwd : NULL};
+  for (int i = 0; i < 3 && !s && comm; ++i) {
+    if (with_ops[i]) s = ty_session_set_host_comm(with_ops[i], comm);
+  }
   return s ? ty_status_annotate(s, "pipeline chunk %d", ch->global) : TY_OK;
 }
 
 void ty_pp_chunk_deinit(ty_pp_chunk_t *ch) {
+  ty_session_destroy(ch->s_red);
   ty_session_destroy(ch->s_opt);
   ty_session_destroy(ch->s_fwd);
   ty_session_destroy(ch->s_bwd);
+  ty_graph_destroy(ch->g_red);
   ty_graph_destroy(ch->g_opt);
   ty_graph_destroy(ch->g_fwd);
   ty_graph_destroy(ch->g_bwd);

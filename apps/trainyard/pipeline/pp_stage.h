@@ -22,8 +22,11 @@ typedef struct ty_pp_chunk_t {
   bool first, last;               /* holds the embedding / the head and loss */
   ty_graph_t *g_fwd, *g_bwd, *g_opt; /* no g_fwd on the last chunk: its
                                         backward graph does the forward */
+  ty_graph_t *g_red;              /* its gradient sums and norm share, or
+                                     NULL: none to make */
+  bool red_share;                 /* g_red outputs "grad_norm_sq_share" */
   ty_llm_t m_fwd, m_bwd;          /* m_bwd.params: the chunk's parameters */
-  ty_session_t *s_fwd, *s_bwd, *s_opt; /* s_bwd owns the state */
+  ty_session_t *s_fwd, *s_bwd, *s_opt, *s_red; /* s_bwd owns the state */
   void *stash;                    /* each micro-batch's input activation, kept
                                      from its forward to its backward */
   size_t hidden_bytes;            /* B x T x C of the parameter dtype */
@@ -31,14 +34,23 @@ typedef struct ty_pp_chunk_t {
   bool planned;
 } ty_pp_chunk_t;
 
+/* Where a chunk's gradients go before its optimizer step (its g_red):
+ * summed over the dp replicas, a tied embedding (first and last chunk)
+ * over the "embed" group, and the norm's share of this rank. */
+typedef struct ty_pp_reduce_layout_t {
+  int dp, pp, tp_rank;
+  bool tied; /* the model ties its embedding and head */
+} ty_pp_reduce_layout_t;
+
 /* Builds the chunk's graphs and their memory plan (ch->global and the unit
  * range set by the caller), then (after the plan is checked) its sessions
  * on `device`. */
 ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
                                int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
-                               ty_pp_chunk_t *ch);
-/* `comm`: the host communicator the graphs' tp ops reduce through (tensor
- * parallel), or NULL. */
+                               const ty_pp_reduce_layout_t *layout, ty_pp_chunk_t *ch);
+/* `comm`: the host communicator the graphs' collective ops reduce through
+ * (the tp ops of tensor parallel, the gradient sums), or NULL for a world
+ * of one rank. */
 ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device,
                                  ty_host_comm_t *comm, ty_pp_chunk_t *ch);
 void ty_pp_chunk_deinit(ty_pp_chunk_t *ch);

@@ -1,8 +1,9 @@
 /* One pipeline-parallel optimizer step (trainer_pp.h): the schedule's
  * forwards and backwards, then the gradients' sums (over the data-parallel
- * replicas, and between the two stages that hold a tied embedding), the
- * global norm and clipping on the host, and each chunk's optimizer graph;
- * and the bubble report at the end of the run. */
+ * replicas, and between the two stages that hold a tied embedding) and
+ * each rank's share of the global norm in each chunk's reduce graph, the
+ * shares summed on the host, and each chunk's optimizer graph clipping by
+ * the whole norm; and the bubble report at the end of the run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,134 +114,41 @@ static ty_status_t ty_pp_act(ty_trainer_t *t, ty_pp_action_t a, double *loss) {
   return ty_pp_send(t, c - 1, ty_pp_tag(t, c, m, true), ch->hidden_bytes, what);
 }
 
-/* Every "<param>.grad_accum" of this rank's chunks, in chunk then parameter
- * order: read into p->grads, or (write) bound back from it. */
-static ty_status_t ty_pp_grads(ty_trainer_t *t, bool write) {
+/* The step's gradient sums and global norm, on the device: each chunk's
+ * reduce graph sums its accumulators over the replicas (and a tied
+ * embedding over its two stages) in place and gives this rank's share of
+ * the squared norm; the shares are summed over the world on the host (one
+ * f64 per rank). *out_norm_sq the whole model's squared norm. */
+static ty_status_t ty_pp_reduce(ty_trainer_t *t, double *out_norm_sq) {
   struct ty_trainer_pp_t *p = t->pipe;
-  size_t offset = 0;
+  double share = 0;
   for (int j = 0; j < p->v; ++j) {
     ty_pp_chunk_t *ch = &p->chunk[j];
-    for (uint32_t i = 0; i < ch->m_bwd.param_count; ++i) {
-      char name[TY_LLM_NAME_MAX + 16];
-      snprintf(name, sizeof(name), "%s.grad_accum", ch->m_bwd.params[i].name);
-      ty_tensor_desc_t d;
-      TY_RETURN_IF_ERROR(ty_session_value_desc(ch->s_bwd, name, &d));
-      size_t n = (size_t)ty_tensor_desc_element_count(&d);
-      if (p->grads && write) {
-        TY_RETURN_IF_ERROR(ty_session_bind(ch->s_bwd, name, d.dtype, d.rank, d.dims,
-                                           p->grads + offset, n * 4));
-      } else if (p->grads) {
-        TY_RETURN_IF_ERROR(ty_session_read(ch->s_bwd, name, p->grads + offset, n * 4));
-      }
-      offset += n;
+    if (!ch->s_red) continue;
+    TY_RETURN_IF_ERROR(ty_session_run(ch->s_red));
+    double part = 0;
+    if (ch->red_share) {
+      TY_RETURN_IF_ERROR(
+          ty_trainer_read_scalar(ch->s_red, "grad_norm_sq_share", TY_DTYPE_F32, &part));
     }
+    share += part;
   }
-  if (!p->grads) {
-    p->grads = malloc((offset ? offset : 1) * sizeof(float));
-    if (!p->grads) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    p->grad_count = offset;
-    return ty_pp_grads(t, write);
-  }
-  return TY_OK;
-}
-
-/* Where the tied embedding's gradient lies in p->grads ([*offset, +count)),
- * if this rank holds the first or the last chunk of a tied model. */
-static bool ty_pp_tied_slice(const ty_trainer_t *t, size_t *offset, size_t *count) {
-  const struct ty_trainer_pp_t *p = t->pipe;
-  if (!t->model_config.tie_word_embeddings) return false;
-  size_t at = 0;
-  for (int j = 0; j < p->v; ++j) {
-    const ty_pp_chunk_t *ch = &p->chunk[j];
-    for (uint32_t i = 0; i < ch->m_bwd.param_count; ++i) {
-      const ty_llm_param_t *q = &ch->m_bwd.params[i];
-      size_t n = (size_t)(q->rank == 2 ? q->dims[0] * q->dims[1] : q->dims[0]);
-      if ((ch->first || ch->last) && (!strcmp(q->name, "transformer.wte.weight") ||
-                                      !strcmp(q->name, "model.embed_tokens.weight"))) {
-        *offset = at;
-        *count = n;
-        return true;
-      }
-      at += n;
-    }
-  }
-  return false;
-}
-
-/* This rank's share of the squared global norm: split tensors' parts on
- * every tp rank, replicated ones on tp rank 0 only, the tied embedding's
- * copy on the last stage not at all (the first stage counts it). */
-static double ty_pp_norm_share(const ty_trainer_t *t, bool tied, size_t tied_at, size_t tied_n) {
-  const struct ty_trainer_pp_t *p = t->pipe;
-  const bool skip_tied = tied && t->pp_rank != 0;
-  double sum = 0;
-  size_t at = 0;
-  for (int j = 0; j < p->v; ++j) {
-    const ty_pp_chunk_t *ch = &p->chunk[j];
-    for (uint32_t i = 0; i < ch->m_bwd.param_count; ++i) {
-      const ty_llm_param_t *q = &ch->m_bwd.params[i];
-      const size_t n = (size_t)ty_llm_param_part_count(q);
-      const bool counted = (q->tp_axis >= 0 || t->cfg.tp_rank == 0) &&
-                           !(skip_tied && at == tied_at && n == tied_n);
-      for (size_t k = at; counted && k < at + n; ++k) sum += (double)p->grads[k] * p->grads[k];
-      at += n;
-    }
-  }
-  return sum;
-}
-
-/* Sums, norm and clipping of the step's gradients; *out_norm the global
- * norm over every stage and tp rank. */
-static ty_status_t ty_pp_reduce(ty_trainer_t *t, double *out_norm) {
-  struct ty_trainer_pp_t *p = t->pipe;
-  TY_RETURN_IF_ERROR(ty_pp_grads(t, false));
-  const ty_dist_layout_t *l = ty_dist_layout(t->dist);
+  double *sums = calloc((size_t)t->world, sizeof(double));
+  if (!sums) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  sums[t->rank] = share;
   char what[96];
-  snprintf(what, sizeof(what), "the gradient sum over the replicas of step %lld",
-           (long long)t->step + 1);
-  /* the "dp" group: this stage and tp index in every replica */
-  ty_dist_group_t *dp = NULL;
-  ty_status_t s = ty_dist_group(t->dist, "dp", &dp);
-  if (!s) {
-    s = ty_dist_group_all_reduce(dp, TY_DIST_REDUCE_SUM, TY_DTYPE_F32, p->grads, p->grad_count,
-                                 what);
-  }
-  /* The tied embedding (Megatron's embedding group): the first and the last
-   * stage each hold a copy (at each tp index); the sum of both gradients
-   * updates both. */
-  size_t tied_at = 0, tied_n = 0;
-  bool tied = ty_pp_tied_slice(t, &tied_at, &tied_n);
-  if (!s && tied) {
-    const int pair[2] = {ty_pp_rank_of(t, 0), ty_pp_rank_of(t, p->chunks - 1)};
-    snprintf(what, sizeof(what), "the tied embedding's gradient of step %lld",
-             (long long)t->step + 1);
-    s = ty_dist_sum_over(t->dist, pair, 2, TY_DTYPE_F32, p->grads + tied_at, tied_n, what);
-  }
-  double *sums = s ? NULL : calloc((size_t)t->world, sizeof(double));
-  if (!s && !sums) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) {
-    sums[t->rank] = ty_pp_norm_share(t, tied, tied_at, tied_n);
-    snprintf(what, sizeof(what), "the gradient norm of step %lld", (long long)t->step + 1);
-    s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, sums, (size_t)t->world, what);
-  }
-  double norm = 0;
+  snprintf(what, sizeof(what), "the gradient norm of step %lld", (long long)t->step + 1);
+  ty_status_t s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, sums, (size_t)t->world, what);
   if (!s) {
     /* replica 0's ranks, stage then tp index: the same bits on every rank */
+    const ty_dist_layout_t *l = ty_dist_layout(t->dist);
     double total = 0;
     for (int r = 0; r < t->pp; ++r) {
       for (int i = 0; i < t->tp; ++i) total += sums[ty_dist_layout_rank(l, 0, r, i)];
     }
-    norm = sqrt(total);
-    if (t->cfg.clip > 0) {
-      /* as clip_by_global_norm does it: min(1, max_norm / (norm + 1e-6)) */
-      double coef = t->cfg.clip / (norm + 1e-6);
-      if (coef > 1.0) coef = 1.0;
-      for (size_t i = 0; i < p->grad_count; ++i) p->grads[i] = (float)((double)p->grads[i] * coef);
-    }
+    *out_norm_sq = total;
   }
   free(sums);
-  if (!s) s = ty_pp_grads(t, true);
-  *out_norm = norm;
   return s;
 }
 
@@ -284,16 +192,17 @@ ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
   }
   if (!s) p->pending_count = 0;
   p->idle_seconds += ty_pp_now() - t0;
-  double norm = 0;
-  if (!s) s = ty_pp_reduce(t, &norm);
+  double norm_sq = 0;
+  if (!s) s = ty_pp_reduce(t, &norm_sq);
+  const float sq = (float)norm_sq;
   for (int j = 0; j < p->v && !s; ++j) {
     ty_session_t *opt = p->chunk[j].s_opt;
     s = ty_trainer_bind_hparams(t, opt, t->step);
-    /* clipped above, by the norm over every stage */
-    float off = 0;
-    if (!s) s = ty_session_bind(opt, "max_norm", TY_DTYPE_F32, 0, NULL, &off, sizeof(off));
+    /* clipped by the norm over every stage */
+    if (!s) s = ty_session_bind(opt, "grad_norm_sq", TY_DTYPE_F32, 0, NULL, &sq, sizeof(sq));
     if (!s) s = ty_session_run(opt);
   }
+  const double norm = sqrt(norm_sq);
   p->step_seconds += ty_pp_now() - started;
   *out_loss = loss;
   *out_norm = norm;
@@ -344,7 +253,6 @@ void ty_trainer_pp_destroy(ty_trainer_t *t) {
   free(p->tokens);
   free(p->targets);
   free(p->weights);
-  free(p->grads);
   free(p);
   t->pipe = NULL;
 }

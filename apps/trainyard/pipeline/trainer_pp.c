@@ -170,6 +170,13 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
                     "host memory, tp rank i of a stage to tp rank i of the next (%s; "
                     "--dist-timeout %g s)\n",
             ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+    const bool tied = t->model_config.tie_word_embeddings;
+    fprintf(stderr, "  gradient sums before each optimizer step: %s%s, by all_reduce ops in "
+                    "each chunk's reduce graph %s; the global norm from every rank's share\n",
+            t->dp > 1 ? "over the dp replicas" : "none over replicas (dp 1)",
+            tied ? ", the tied embedding over its first and last stage" : "",
+            t->comm || t->embed_comm ? "on the devices' dp/embed communicators (ABI 1.7)"
+                                     : "through the host's collectives");
     if (t->tp > 1) {
       fprintf(stderr, "  tensor parallel inside each stage: attention heads and MLP columns "
                       "split over its %d tp ranks, reduced over their group %s\n",
@@ -272,6 +279,8 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
     s = ty_pp_schedule(p->kind, t->pp_rank, t->pp, p->v, (int)t->accum, &p->actions,
                        &p->action_count);
   }
+  const ty_pp_reduce_layout_t reduce = {.dp = t->dp, .pp = t->pp, .tp_rank = (int)c->tp_rank,
+                                        .tied = mc->tie_word_embeddings};
   for (int j = 0; j < p->v && !s; ++j) {
     ty_pp_chunk_t *ch = &p->chunk[j];
     ch->global = j * t->pp + t->pp_rank;
@@ -279,13 +288,14 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
     ch->unit_end = p->first_unit[ch->global + 1];
     ch->first = ch->global == 0;
     ch->last = ch->global == p->chunks - 1;
-    s = ty_pp_chunk_graphs(c, mc, t->B, t->T, t->dtype, t->accum, ch);
+    s = ty_pp_chunk_graphs(c, mc, t->B, t->T, t->dtype, t->accum, &reduce, ch);
     if (!s && ch->last) t->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
   }
   if (!s) s = ty_pp_check_memory(t);
-  /* tensor parallel: each stage's tp ops reduce over its "tp" group */
+  /* each chunk's gradient sums, and with tensor parallel each stage's tp
+   * ops, reduce over their groups */
   ty_host_comm_t *comm = NULL;
-  if (t->tp > 1) {
+  if (t->world > 1) {
     ty_dist_host_comm(t->dist, &t->host_comm);
     comm = &t->host_comm;
   }
