@@ -117,8 +117,9 @@ static const ty_opt_t ty_opts[] = {
     TY_I(tp, "tensor parallel: split attention heads and MLP columns over this many ranks "
              "of an MPI job, inside each stage with --pp (the rest data parallel: world = dp x pp "
              "x tp)"),
-    TY_I(zero, "1: ZeRO-1, each rank keeps and updates the optimizer state of its share of "
-               "the parameters (data parallel only); 0: every rank keeps all of it"),
+    TY_I(zero, "1: ZeRO-1, each data-parallel replica keeps and updates the optimizer state "
+               "of its share of the parameters (with --tp each tp rank its parts; not with "
+               "--pp); 0: every rank keeps all of it"),
     TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks, or N groups of "
              "--tp ranks (world = data parallel x N x tp under mpirun; micro-batches = "
              "--grad-accum)"),
@@ -499,7 +500,6 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     if (c->fused_optimizer) {
       TY_TP_BAD("--fused-optimizer", "the update would precede the gradient sums over the ranks");
     }
-    if (c->zero) TY_TP_BAD("--zero 1", "not implemented yet");
     if (!strcmp(c->optimizer, "adafactor")) {
       TY_TP_BAD("--optimizer adafactor",
                 "its factored moments of a split matrix are not the whole matrix's");

@@ -81,8 +81,9 @@ typedef struct ty_trainer_t {
   ty_host_comm_t host_comm;
   float *grad_host;
   size_t grad_count;
-  /* ZeRO-1 (--zero 1): the rank that updates each parameter, and whether
-   * this rank does (the optimizer graph's update mask); NULL otherwise */
+  /* ZeRO-1 (--zero 1): the replica (dp index; the rank without --tp) that
+   * updates each parameter, and whether this rank does (the optimizer
+   * graph's update mask); NULL otherwise */
   int *owner;
   bool *updates;
   /* The rank layout (docs/design-notes.md "Many devices"): world = dp x pp
@@ -122,7 +123,7 @@ ty_status_t ty_trainer_read_scalar(ty_session_t *s, const char *name, ty_dtype_t
 /* Writes checkpoint-<step> atomically into cfg.out and prunes old ones. */
 ty_status_t ty_trainer_save(ty_trainer_t *t);
 /* The checkpoint of this step by every rank that writes a part of it (rank
- * 0; under ZeRO-1 every rank its optimizer share), then, with several ranks,
+ * 0; under ZeRO-1 every replica its optimizer share), then, with several ranks,
  * their agreement that it is whole (`what` names it in errors). Call on
  * every rank. */
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what);
@@ -153,10 +154,12 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t);
 /* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
-/* ZeRO-1: shares the parameters among the ranks (owner, updates), by size. */
+/* ZeRO-1: shares the parameters among the replicas of the dp group (owner,
+ * updates), by size; the same table on every tp rank of a replica. */
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
-/* ZeRO-1, after the optimizer step: every rank's updated parameters to
- * every rank. A no-op without ZeRO. */
+/* ZeRO-1, after the optimizer step: every replica's updated parameters
+ * (under --tp each tp rank's parts) to the other replicas, broadcast over
+ * the dp group. A no-op without ZeRO. */
 ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
 /* TRAINYARD_DEBUG_DIST_FAULT (a test hook): may end or hang this rank. */
 void ty_trainer_dist_fault(const ty_trainer_t *t);

@@ -198,12 +198,14 @@ static ty_status_t ty_optimizer_state_find(const ty_trainer_t *t, const ty_llm_p
   return s;
 }
 
-/* Tensor parallel: every parameter and optimizer state gathered whole on
- * rank 0 (weights[i], states[i * kinds + k]; NULL elsewhere and where a
- * parameter has no state of a kind) before anything is written, so that
- * every tp rank of replica 0 runs the same gathers in the same order
- * whatever rank 0's file system does. The states are the parameter's shape
- * (AdamW, SGD; Adafactor is refused with --tp). */
+/* Tensor parallel: the parameters and/or the optimizer states this rank
+ * holds gathered whole on its tp group's rank 0 (weights[i], states[i *
+ * kinds + k]; NULL elsewhere and where a parameter has no state of a kind;
+ * each array NULL when not asked for) before anything is written, so that
+ * every tp rank runs the same gathers in the same order whatever the file
+ * system does. The states are the parameter's shape (AdamW, SGD; Adafactor
+ * is refused with --tp). Under ZeRO-1 a replica holds the states of its
+ * share only, the same parameters on each of its tp ranks. */
 typedef struct ty_tp_collected_t {
   void **weights;
   float **states;
@@ -218,21 +220,22 @@ static void ty_tp_collected_free(const ty_trainer_t *t, ty_tp_collected_t *c) {
   memset(c, 0, sizeof(*c));
 }
 
-static ty_status_t ty_tp_collect(ty_trainer_t *t, ty_tp_collected_t *c) {
+static ty_status_t ty_tp_collect(ty_trainer_t *t, bool weights, bool states,
+                                 ty_tp_collected_t *c) {
   memset(c, 0, sizeof(*c));
   const char *const *kinds = ty_optimizer_states(t);
   while (kinds[c->kinds]) ++c->kinds;
   const uint32_t n = t->m_train.param_count;
-  c->weights = calloc(n ? n : 1, sizeof(void *));
-  c->states = calloc(n * c->kinds + 1, sizeof(float *));
-  ty_status_t s = c->weights && c->states
+  if (weights) c->weights = calloc(n ? n : 1, sizeof(void *));
+  if (states) c->states = calloc(n * c->kinds + 1, sizeof(float *));
+  ty_status_t s = (!weights || c->weights) && (!states || c->states)
                       ? TY_OK
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   const size_t elem = ty_dtype_size(t->m_train.options.dtype);
   for (uint32_t i = 0; i < n && !s; ++i) {
     const ty_llm_param_t *p = &t->m_train.params[i];
-    s = ty_trainer_tp_gather(t, t->s_train, p, p->name, elem, &c->weights[i]);
-    for (size_t k = 0; k < c->kinds && !s; ++k) {
+    if (weights) s = ty_trainer_tp_gather(t, t->s_train, p, p->name, elem, &c->weights[i]);
+    for (size_t k = 0; states && k < c->kinds && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       ty_tensor_desc_t desc;
       bool present = false;
@@ -249,7 +252,7 @@ static ty_status_t ty_tp_collect(ty_trainer_t *t, ty_tp_collected_t *c) {
 
 /* The optimizer states this rank's optimizer session holds (all of them,
  * or under ZeRO-1 those of its share) into <dir>/<file>; with tensor
- * parallel, the gathered whole ones of `tp` (else NULL). */
+ * parallel, the gathered whole ones of `tp` (else NULL; tp->states set). */
 static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const char *file,
                                      const ty_tp_collected_t *tp) {
   ty_safetensors_writer_t *w = NULL;
@@ -299,7 +302,27 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const cha
   return s;
 }
 
-/* ZeRO-1: rank 0 indexes the shards every rank wrote (the Hugging Face
+/* ZeRO-1's shard file of replica `r` (a rank without --tp) into name[64]. */
+static void ty_optimizer_shard_name(const ty_trainer_t *t, int r, char name[64]) {
+  snprintf(name, 64, "optimizer-%05d-of-%05d.safetensors", r + 1, t->dp);
+}
+
+/* ZeRO-1: the states of this replica's share into its shard, gathered
+ * whole over the replica's tp ranks under --tp (its tp rank 0 writes it),
+ * so the shards hold whole tensors as without --tp. Collective over the tp
+ * group. */
+static ty_status_t ty_save_optimizer_share(ty_trainer_t *t, const char *dir) {
+  char shard[64];
+  ty_optimizer_shard_name(t, t->dp_rank, shard);
+  if (t->tp == 1) return ty_save_optimizer(t, dir, shard, NULL);
+  ty_tp_collected_t whole;
+  ty_status_t s = ty_tp_collect(t, false, true, &whole);
+  if (!s && t->cfg.tp_rank == 0) s = ty_save_optimizer(t, dir, shard, &whole);
+  ty_tp_collected_free(t, &whole);
+  return s;
+}
+
+/* ZeRO-1: rank 0 indexes the shards every replica wrote (the Hugging Face
  * sharded layout, docs/formats.md), so any number of ranks can load them. */
 static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *dir) {
   json_t *map = json_object(), *root = json_object(), *meta = json_object();
@@ -307,9 +330,9 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
                       ? TY_OK
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   json_int_t total = 0;
-  for (int r = 0; r < t->world && !s; ++r) {
+  for (int r = 0; r < t->dp && !s; ++r) {
     char name[64], path[TY_CFG_PATH_MAX + 128];
-    snprintf(name, sizeof(name), "optimizer-%05d-of-%05d.safetensors", r + 1, t->world);
+    ty_optimizer_shard_name(t, r, name);
     s = ty_path_join(path, sizeof(path), dir, name);
     ty_safetensors_file_t *f = NULL;
     if (!s) s = ty_safetensors_open(path, &f);
@@ -324,6 +347,8 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
   if (!s) {
     json_object_set_new(meta, "total_size", json_integer(total));
     json_object_set_new(meta, "world_size", json_integer(t->world));
+    /* one shard per replica: world_size / tp_size of them */
+    if (t->tp > 1) json_object_set_new(meta, "tp_size", json_integer(t->tp));
     json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));
     json_object_set(root, "metadata", meta);
     json_object_set(root, "weight_map", map);
@@ -491,23 +516,20 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
   snprintf(final, sizeof(final), "%s/" TY_RUN_CKPT_PREFIX "%lld", t->cfg.out, (long long)t->step);
   ty_status_t s = TY_OK;
   /* Tensor parallel: the parts of replica 0's tp ranks, gathered whole on
-   * rank 0, which alone writes (one Hugging Face checkpoint and one
-   * single-process optimizer file, loadable with any --tp). */
+   * rank 0, which alone writes the model (one Hugging Face checkpoint,
+   * loadable with any --tp) and without ZeRO-1 the one single-process
+   * optimizer file. */
   ty_tp_collected_t tp = {0};
-  if (t->tp > 1 && !t->pipe) { /* --pp: rank 0's mirror is whole already */
-    s = ty_tp_collect(t, &tp);
-    if (s || t->rank != 0) {
-      ty_tp_collected_free(t, &tp);
-      return s ? ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step) : TY_OK;
-    }
+  if (t->tp > 1 && !t->pipe && t->dp_rank == 0) { /* --pp: rank 0's mirror is whole already */
+    s = ty_tp_collect(t, true, !t->owner, &tp);
   }
-  if (t->rank == 0) {
+  if (!t->owner && (s || t->rank != 0)) {
+    ty_tp_collected_free(t, &tp);
+    return s ? ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step) : TY_OK;
+  }
+  if (t->rank == 0 && !s) {
     s = ty_run_folder_remove_tree(tmp);
     if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
-    if (s && !t->owner) {
-      ty_tp_collected_free(t, &tp);
-      return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
-    }
     if (!s) s = ty_write_model_config(t, tmp);
     if (!s) {
       s = tp.weights ? ty_llm_write_weights(&t->m_train, tp.weights, tmp, 0)
@@ -518,19 +540,17 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
     if (!s && pause && atol(pause) > 0) usleep((useconds_t)atol(pause) * 1000u);
     if (!s) s = ty_write_tokenizer(t, tmp);
     if (!s && !t->owner) {
-      s = ty_save_optimizer(t, tmp, "optimizer.safetensors", tp.weights ? &tp : NULL);
+      s = ty_save_optimizer(t, tmp, "optimizer.safetensors", tp.states ? &tp : NULL);
     }
-    ty_tp_collected_free(t, &tp);
   }
+  ty_tp_collected_free(t, &tp);
   if (t->owner) {
-    /* ZeRO-1: every rank writes its share of the optimizer state into rank
-     * 0's hidden folder; rank 0 indexes the shards and renames the folder
-     * only once every rank has written its part. */
+    /* ZeRO-1: every replica writes its share of the optimizer state into
+     * rank 0's hidden folder; rank 0 indexes the shards and renames the
+     * folder only once every rank has written its part. */
     s = ty_dist_agree(t->dist, s, "preparing the checkpoint");
     if (!s) s = ty_dist_broadcast(t->dist, 0, tmp, sizeof(tmp), "the checkpoint folder");
-    char shard[64];
-    snprintf(shard, sizeof(shard), "optimizer-%05d-of-%05d.safetensors", t->rank + 1, t->world);
-    if (!s) s = ty_save_optimizer(t, tmp, shard, NULL);
+    if (!s) s = ty_save_optimizer_share(t, tmp);
     s = ty_dist_agree(t->dist, s, "writing the optimizer shards");
     if (!s && t->rank == 0) s = ty_write_optimizer_index(t, tmp);
     if (t->rank != 0) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);

@@ -48,6 +48,14 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
                           "run, and this run is one process: start it with mpirun -np N (or "
                           "drop --zero)");
   }
+  if (t->cfg.zero && t->dp == 1) {
+    /* Under --tp the shares are the replicas' (ty_trainer_dist_owners). */
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--zero 1 shards the optimizer state over the data-parallel "
+                          "replicas, and --tp %d on %d ranks makes one replica (dp 1): start "
+                          "it with mpirun -np %d (2 replicas of tp %d) or more, or drop --zero",
+                          t->tp, t->world, 2 * t->tp, t->tp);
+  }
   if (t->world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--fused-optimizer updates each parameter inside the backward pass, "
@@ -313,6 +321,12 @@ static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
   return ty_tensor_desc_element_count(&v->desc);
 }
 
+/* The shares are the replicas' (the dp group; the world without --tp):
+ * owner[i] is a dp index. Under --tp every rank holds parts of the same
+ * shapes (the vocabulary is padded to tp x Vp rows), so the tp ranks of a
+ * replica compute the same table: each owned state's parts all sit in one
+ * replica, whose tp ranks gather them together for a checkpoint
+ * (trainer_ckpt.c). */
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
   uint32_t n = t->m_train.param_count;
   t->owner = calloc(n ? n : 1, sizeof(int));
@@ -323,15 +337,16 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < n && !s; ++i) elements[i] = ty_param_elements(t, i);
   /* the same shares the fused step's graph was built with (train_graph.c) */
-  if (!s) s = ty_train_graph_zero_owners(elements, n, t->world, t->owner);
-  for (uint32_t i = 0; i < n && !s; ++i) t->updates[i] = t->owner[i] == t->rank;
+  if (!s) s = ty_train_graph_zero_owners(elements, n, t->dp, t->owner);
+  for (uint32_t i = 0; i < n && !s; ++i) t->updates[i] = t->owner[i] == t->dp_rank;
   free(elements);
   return s;
 }
 
 /* The device path of the parameter all-gather: each parameter broadcast
  * in place from its owner by the backend's collective, then the device
- * synchronized (the next step's graphs are other executables). */
+ * synchronized (the next step's graphs are other executables). t->comm is
+ * the dp group's under --tp, whose ranks are the owners' dp indices. */
 static ty_status_t ty_trainer_device_gather(ty_trainer_t *t) {
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
@@ -351,10 +366,13 @@ static ty_status_t ty_trainer_device_gather(ty_trainer_t *t) {
 ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
   if (!t->owner) return TY_OK;
   if (t->comm) return ty_trainer_device_gather(t);
-  /* One broadcast per rank of the parameters it updated, packed in
-   * parameter order; the weights stay in their own dtype. */
+  /* One broadcast per replica of the parameters (under --tp: the parts)
+   * it updated, over the dp group, packed in parameter order; the weights
+   * stay in their own dtype. */
+  ty_dist_group_t *dp = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
   size_t largest = 0;
-  for (int r = 0; r < t->world; ++r) {
+  for (int r = 0; r < t->dp; ++r) {
     size_t bytes = 0;
     for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
       if (t->owner[i] != r) continue;
@@ -366,27 +384,27 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
   char *buf = malloc(largest ? largest : 1);
   if (!buf) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   ty_status_t s = TY_OK;
-  for (int r = 0; r < t->world && !s; ++r) {
+  for (int r = 0; r < t->dp && !s; ++r) {
     size_t offset = 0;
     for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
       if (t->owner[i] != r) continue;
       const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
-      if (r == t->rank) {
+      if (r == t->dp_rank) {
         s = ty_session_read(t->s_train, t->m_train.params[i].name, buf + offset, bytes);
       }
       offset += bytes;
     }
     char what[96];
-    snprintf(what, sizeof(what), "the parameter all-gather (rank %d's share) of step %lld", r,
-             (long long)t->step + 1);
-    if (!s) s = ty_dist_broadcast(t->dist, r, buf, offset, what);
+    snprintf(what, sizeof(what), "the parameter all-gather (%s %d's share) of step %lld",
+             t->tp > 1 ? "replica" : "rank", r, (long long)t->step + 1);
+    if (!s) s = ty_dist_group_broadcast(dp, r, buf, offset, what);
     offset = 0;
     for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
       if (t->owner[i] != r) continue;
       const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
-      if (r != t->rank) {
+      if (r != t->dp_rank) {
         s = ty_session_bind(t->s_train, t->m_train.params[i].name, d->dtype, d->rank, d->dims,
                             buf + offset, bytes);
       }
@@ -432,10 +450,11 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->tp == 1;
   if (t->tp > 1) { /* the plan is of this rank's part of the model */
     fprintf(out,
-            "per rank (%d ranks, dp %d x tp %d; rank 0's part of the split tensors, all of "
-            "the replicated ones): parameters %s, gradients %s, optimizer state %s; host "
+            "per rank (%d ranks, dp %d x tp %d%s; rank 0's part of the split tensors, all of "
+            "the replicated ones): parameters %s, gradients %s, optimizer state %s%s; host "
             "staging of the gradient all-reduce %s\n",
-            t->world, t->dp, t->tp, p, g, o,
+            t->world, t->dp, t->tp, t->owner ? ", ZeRO-1 over dp" : "", p, g, o,
+            t->owner ? " (replica 0's share)" : "",
             t->dp <= 1 ? "none (one replica)" : t->comm ? "none (on the device)" : h);
     return;
   }

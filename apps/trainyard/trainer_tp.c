@@ -3,7 +3,8 @@
  * part of the model (train_graph.c builds it with cfg.tp_rank), the host
  * communicator the step's tp_copy / tp_reduce ops reduce through, and the
  * gathers that put every rank's parts back into whole tensors for rank 0's
- * Hugging Face checkpoint and single-process optimizer file. Every rank
+ * Hugging Face checkpoint and single-process optimizer file (under ZeRO-1,
+ * each replica's shard of whole states). Every rank
  * loads or initializes the whole model and keeps its part
  * (models/checkpoint.h ty_llm_bind_whole), so the same seed gives the same
  * model for any layout. */
@@ -88,11 +89,16 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
               t->world, t->dp, t->tp, ty_dist_library(t->dist), ty_dist_timeout(t->dist));
       if (t->tp_comm) {
         fprintf(stderr, "the tp ops on %s's communicator of the tp group and the gradients "
-                        "summed over dp %s (device communicators per group, ABI 1.7)\n",
+                        "summed over dp %s (device communicators per group, ABI 1.7)",
                 backend, t->comm ? "on its dp group's" : "(one replica: none)");
       } else {
-        fprintf(stderr, "gradients summed over dp through host memory\n");
+        fprintf(stderr, "gradients summed over dp through host memory");
       }
+      /* ty_trainer_dist_owners: the shares are the replicas' */
+      fprintf(stderr, "%s\n", t->owner ? "; ZeRO-1 over dp: each replica keeps the optimizer "
+                                         "state of its share of the parameters (each tp rank "
+                                         "its parts) and broadcasts their update over dp"
+                                       : "");
     }
     ty_dist_layout_t l;
     TY_RETURN_IF_ERROR(ty_dist_layout_make(t->world, r, t->tp, 1, &l));

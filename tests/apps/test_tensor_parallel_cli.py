@@ -11,16 +11,24 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   Hugging Face model (full shapes) that `trainyard forward` loads. The
   template backend (the SDK's host executor) follows the same curve.
 - DataParallelTest: --tp 2 with 2 replicas (4 ranks) equals one process.
+- ZeroTest: --tp 2 --zero 1 on 4 ranks (dp 2 x tp 2; ZeRO-1 over each tp
+  index's dp group) on the tiny Llama and GPT-2: per-step loss and gradient
+  norm (clipping on) within 1e-5 of one process, the layout line says
+  ZeRO-1; the checkpoint holds one optimizer shard per replica of whole
+  tensors (one process's state), and resumes as one process without
+  --zero on the same curve.
 - DeviceGroupsTest: the same on a backend with collectives (commfake): the
-  device communicators of the tp and dp groups (ABI 1.7).
+  device communicators of the tp and dp groups (ABI 1.7), with and without
+  ZeRO-1 (its parameter broadcast on the dp group's communicator).
 - ResumeTest: a tp 2 checkpoint resumed at tp 1, and a tp 1 one resumed at
   tp 2, continue the uninterrupted curve (optimizer state re-split).
 - VocabTest: a vocabulary of 97 over --tp 2 (the last rank's part padded)
   trains like one process and resumes tp 2 -> 1 and 1 -> 2; the checkpoint
   holds the 97 real rows.
 - RefuseTest: bad inputs: --tp not dividing the world, the heads or the
-  MLP; --tp in one process; --tp with --fused-optimizer, --zero 1,
-  --optimizer adafactor, --sample-tokens, --distributed none, --loss-chunk; a backend
+  MLP; --tp in one process; --tp with --fused-optimizer, --optimizer
+  adafactor, --sample-tokens, --distributed none, --loss-chunk; --zero 1
+  with one replica or with --pp; a backend
   without the tensor-parallel ops (opencl) and a whole-step device
   (dataflow).
 
@@ -131,6 +139,84 @@ class DataParallelTest(Base):
                                   os.path.join(four, "checkpoint-20"))
 
 
+def norms(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return {m["step"]: m["grad_norm"] for m in rows if "grad_norm" in m}
+
+
+class ZeroTest(Base):
+    """ZeRO-1 inside the data-parallel group: each replica keeps and updates
+    the optimizer state of its share of the parameters (each tp rank its
+    parts of them), then broadcasts the update over its dp group."""
+
+    ARGS = ["--schedule", "constant", "--save-every", "10", "--keep", "0", "--max-steps", "20"]
+
+    def check_model(self, model, extra=()):
+        """One process (batch 2 x accumulation 2) against tp 2 x dp 2 with
+        ZeRO-1 (batch 2 a replica); returns both run folders."""
+        self.use(model)
+        args = self.ARGS + list(extra)
+        one, zero = self.path("one"), self.path("zero")
+        self.train(*args, "--out", one, "--batch-size", "2", "--grad-accum", "2")
+        r = self.train_mpi(4, *args, "--out", zero, "--batch-size", "2", "--tp", "2",
+                           "--zero", "1")
+        # the layout line before step 0 says ZeRO-1; the plan counts one share
+        self.assertIn("tensor parallel: 4 ranks = dp 2 x pp 1 x tp 2", r.stderr)
+        self.assertIn("; ZeRO-1 over dp: each replica keeps the optimizer state of its share",
+                      r.stderr)
+        self.assertIn("per rank (4 ranks, dp 2 x tp 2, ZeRO-1 over dp;", r.stderr)
+        self.assertIn("(replica 0's share)", r.stderr)
+        self.assert_curves_match(dist.losses(one), dist.losses(zero), range(1, 21), rel=1e-5)
+        # clipping acts (the norm passes --clip 1) by the whole model's norm:
+        # every gradient counted once, those another replica updates too
+        n1, n2 = norms(one), norms(zero)
+        self.assertGreater(max(n1.values()), 1.0)
+        self.assert_curves_match(n1, n2, range(1, 21), rel=1e-5)
+        ckpt = os.path.join(zero, "checkpoint-20")
+        self.assert_weights_close(os.path.join(one, "checkpoint-20"), ckpt)
+        # one shard per replica, of whole tensors: together one process's state
+        with open(os.path.join(ckpt, "optimizer.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(index["metadata"]["world_size"], 4)
+        self.assertEqual(index["metadata"]["tp_size"], 2)
+        shards = sorted(set(index["weight_map"].values()))
+        self.assertEqual(shards, ["optimizer-00001-of-00002.safetensors",
+                                  "optimizer-00002-of-00002.safetensors"])
+        self.assertFalse(os.path.exists(os.path.join(ckpt, "optimizer.safetensors")))
+        merged = {}
+        for shard in shards:
+            part = dist.read_f32_safetensors(os.path.join(ckpt, shard))
+            self.assertTrue(part, shard)  # both replicas hold a share
+            self.assertFalse(set(part) & set(merged))
+            merged.update(part)
+        want = dist.read_f32_safetensors(os.path.join(one, "checkpoint-20",
+                                                      "optimizer.safetensors"))
+        self.assertEqual(sorted(merged), sorted(want))
+        for name in want:
+            self.assertEqual(len(merged[name]), len(want[name]), name)  # whole, not a part
+            worst = max(abs(x - y) for x, y in zip(merged[name], want[name]))
+            self.assertLessEqual(worst, 1e-5, name)
+        return one, zero
+
+    def test_llama_gqa_and_resume_without_zero(self):
+        one, zero = self.check_model(self.llama)
+        # its step-10 checkpoint resumed as one process without ZeRO-1
+        # continues the uninterrupted curve (the moments were whole)
+        res = self.path("resumed")
+        r = self.train(*self.ARGS, "--out", res, "--batch-size", "2", "--grad-accum", "2",
+                       "--resume", os.path.join(zero, "checkpoint-10"))
+        self.assertIn("(--tp 1 --pp 1; was 2 x 2 x 1 over 4 ranks, --tp 2 --pp 1)", r.stderr)
+        self.assertEqual(sorted(dist.losses(res)), list(range(11, 21)))
+        self.assert_curves_match(dist.losses(one), dist.losses(res), range(11, 21), rel=1e-5)
+        self.assert_weights_close(os.path.join(one, "checkpoint-20"),
+                                  os.path.join(res, "checkpoint-20"))
+
+    def test_gpt2(self):
+        # with dropout: the masks follow the rows, whatever the layout
+        self.check_model(self.gpt2, ("--dropout", "0.1"))
+
+
 class DeviceGroupsTest(Base):
     """ABI 1.7 group communicators on a backend with collectives of its own
     (the commfake test plugin: MPI on its buffers, as cuda has NCCL): under
@@ -139,7 +225,9 @@ class DeviceGroupsTest(Base):
     commfake checks the id's maker and the rank and size against
     MPI_Comm_split), and sums the gradients over dp on the latter."""
 
-    def test_tp2_by_dp2_on_device_communicators(self):
+    def check(self, *extra):
+        """One process against tp 2 x dp 2 on commfake with `extra`; the
+        run's stderr."""
         if not CFG.commfake_dir or not os.path.isdir(CFG.commfake_dir):
             self.skipTest("no commfake plugin (it is built with MPI only): %r" % CFG.commfake_dir)
         self.use(self.llama)
@@ -148,7 +236,7 @@ class DeviceGroupsTest(Base):
         one, four = self.path("one"), self.path("four")
         self.train(*steps, "--out", one, "--grad-accum", "2")
         r = dist.mpirun(4, plugin + ["train"] + self.common + steps +
-                        ["--out", four, "--tp", "2", "--backend", "commfake"])
+                        ["--out", four, "--tp", "2", "--backend", "commfake"] + list(extra))
         self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
         self.assertIn("tensor parallel: 4 ranks = dp 2 x pp 1 x tp 2", r.stderr)
         self.assertIn("the tp ops on commfake's communicator of the tp group and the gradients "
@@ -158,6 +246,17 @@ class DeviceGroupsTest(Base):
         self.assert_curves_match(dist.losses(one), dist.losses(four), range(1, 7), rel=1e-5)
         self.assert_weights_close(os.path.join(one, "checkpoint-6"),
                                   os.path.join(four, "checkpoint-6"))
+        return r.stderr
+
+    def test_tp2_by_dp2_on_device_communicators(self):
+        self.check()
+
+    def test_zero_broadcasts_on_the_dp_communicator(self):
+        # the owners are dp-group ranks: the roots of MPI_Bcast on
+        # commfake's dp communicator of 2 ranks (a world rank would be out of
+        # its range or name the wrong replica)
+        err = self.check("--zero", "1")
+        self.assertIn("; ZeRO-1 over dp", err)
 
 
 class ResumeTest(Base):
@@ -275,7 +374,9 @@ class RefuseTest(Base):
         # usage errors (exit 2), whatever the world
         self.refused(0, ["--tp", "2", "--fused-optimizer"], 2,
                      "does not run with --fused-optimizer")
-        self.refused(0, ["--tp", "2", "--zero", "1"], 2, "does not run with --zero 1")
+        # ZeRO-1 runs inside the data-parallel group, never with --pp
+        self.refused(0, ["--tp", "2", "--pp", "2", "--zero", "1"], 2,
+                     "--zero 1 (ZeRO-1) does not combine with --pp")
         self.refused(0, ["--tp", "2", "--optimizer", "adafactor"], 2,
                      "does not run with --optimizer adafactor")
         self.refused(0, ["--tp", "2", "--sample-tokens", "4"], 2,
@@ -289,6 +390,10 @@ class RefuseTest(Base):
         self.refused(0, ["--tp", "2"], 1,
                      "--tp 2 splits the model over 2 ranks, and this run is one process")
         self.refused(3, ["--tp", "2"], 1, "--tp 2 x --pp 1 = 2 does not divide the world of 3")
+        # ZeRO-1 over a dp group of one rank would shard nothing
+        self.refused(2, ["--tp", "2", "--zero", "1"], 1,
+                     "--zero 1 shards the optimizer state over the data-parallel replicas, and "
+                     "--tp 2 on 2 ranks makes one replica (dp 1)")
         self.refused(3, ["--tp", "3"], 1, "--tp 3 does not divide the model's 4 attention heads")
         self.refused(4, ["--tp", "4"], 1, "--tp 4 does not divide the model's 2 attention heads",
                      model=self.gpt2)
