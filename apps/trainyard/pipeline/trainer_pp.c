@@ -423,11 +423,11 @@ static ty_status_t ty_pp_move(ty_trainer_t *t, int c, int replica, bool to_stage
   return s;
 }
 
-ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t) {
+ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t, bool optimizer) {
   if (t->pp <= 1) return TY_OK;
   ty_status_t s = TY_OK;
   for (int d = 0; d < t->dp && !s; ++d) {
-    for (int c = 0; c < t->pipe->chunks && !s; ++c) s = ty_pp_move(t, c, d, true, true);
+    for (int c = 0; c < t->pipe->chunks && !s; ++c) s = ty_pp_move(t, c, d, true, optimizer);
   }
   return s;
 }

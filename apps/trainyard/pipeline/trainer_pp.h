@@ -30,10 +30,11 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
 /* Rank 0 prints the partition and the rank layout (every rank's device
  * name travels to it). */
 ty_status_t ty_trainer_pp_describe(ty_trainer_t *t);
-/* Rank 0's weights and optimizer state (the mirror, loaded or initialized)
- * to every stage of every replica: how a checkpoint of any layout is split
- * again on load. */
-ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t);
+/* Rank 0's weights and with `optimizer` their optimizer state (the mirror,
+ * loaded or initialized) to every stage of every replica: how a checkpoint
+ * of any layout is split again on load. A fresh run's optimizer state is
+ * zeros on every rank already (states start as zeros): no need to move it. */
+ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t, bool optimizer);
 /* One optimizer step: the micro-batches of rows from `base` through the
  * schedule, gradients summed over the data-parallel replicas and the tied
  * embedding's two stages, clipped by the global norm, every stage's
