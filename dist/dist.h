@@ -101,11 +101,10 @@ ty_status_t ty_dist_recv(ty_dist_t *dist, int source, int tag, void *buf, size_t
  * and splits the world into groups (MPI_Comm_split): "tp" holds the ranks
  * of one (dp_index, pp_index), "pp" those of one (dp_index, tp_index), "dp"
  * those of one (pp_index, tp_index); "world" is every rank. With pp > 1,
- * "mp" (model parallel) holds the pp x tp ranks of one replica (dp_index)
- * and "embed" the first and the last stage of one (dp_index, tp_index),
+ * "embed" holds the first and the last stage of one (dp_index, tp_index),
  * which both hold a tied embedding (Megatron's embedding group); a middle
- * stage's "embed" is that rank alone. With pp = 1, "mp" is "tp" and
- * "embed" one rank alone. A group's rank
+ * stage's "embed" is that rank alone, as every rank's with pp = 1. A
+ * group's rank
  * is its ranks' order in the world. A NULL group is one rank alone: its
  * collectives are no-ops, as for a NULL world. */
 typedef struct ty_dist_group_t ty_dist_group_t;
@@ -137,7 +136,7 @@ ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp);
 /* The run's layout; for a NULL world, rank 0 of 1. Owned by `dist`. */
 const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist);
 
-/* The group named "world", "tp", "pp", "dp", "mp" or "embed" into
+/* The group named "world", "tp", "pp", "dp" or "embed" into
  * *out_group (owned by `dist`, valid until the next ty_dist_set_layout or
  * ty_dist_close); NULL there for a NULL world. NOT_FOUND for any other
  * name. */

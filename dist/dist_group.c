@@ -41,9 +41,8 @@ void ty_dist_groups_free(ty_dist_t *d) {
   ty_dist_group_free(d->tp);
   ty_dist_group_free(d->pp);
   ty_dist_group_free(d->dp);
-  ty_dist_group_free(d->mp);
   ty_dist_group_free(d->embed);
-  d->tp = d->pp = d->dp = d->mp = d->embed = NULL;
+  d->tp = d->pp = d->dp = d->embed = NULL;
 }
 
 /* One group of the world: the ranks of this `color`, ordered by world rank.
@@ -94,7 +93,6 @@ ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp) {
   ty_status_t s = ty_dist_group_split(dist, "tp", l.dp_index * l.pp + l.pp_index, &dist->tp);
   if (!s) s = ty_dist_group_split(dist, "pp", l.dp_index * l.tp + l.tp_index, &dist->pp);
   if (!s) s = ty_dist_group_split(dist, "dp", l.pp_index * l.tp + l.tp_index, &dist->dp);
-  if (!s && pp > 1) s = ty_dist_group_split(dist, "mp", l.dp_index, &dist->mp);
   if (!s && pp > 1) {
     /* The first and the last stage of one (dp_index, tp_index); a middle
      * stage's rank is a group of its own (a color past theirs). */
@@ -117,19 +115,17 @@ const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist) {
 ty_status_t ty_dist_group(ty_dist_t *dist, const char *name, ty_dist_group_t **out_group) {
   *out_group = NULL;
   const bool world = !strcmp(name, "world"), tp = !strcmp(name, "tp"),
-             pp = !strcmp(name, "pp"), dp = !strcmp(name, "dp"), mp = !strcmp(name, "mp"),
-             embed = !strcmp(name, "embed");
-  if (!world && !tp && !pp && !dp && !mp && !embed) {
+             pp = !strcmp(name, "pp"), dp = !strcmp(name, "dp"), embed = !strcmp(name, "embed");
+  if (!world && !tp && !pp && !dp && !embed) {
     return ty_status_make(TY_CODE_NOT_FOUND,
-                          "no process group '%s' (world, tp, pp, dp, mp and embed are)", name);
+                          "no process group '%s' (world, tp, pp, dp and embed are)", name);
   }
   if (!dist) return TY_OK;
   if (world) *out_group = &dist->world;
   if (tp) *out_group = dist->tp;
   if (pp) *out_group = dist->pp;
   if (dp) *out_group = dist->dp ? dist->dp : &dist->world;
-  if (mp) *out_group = dist->mp ? dist->mp : dist->tp; /* pp = 1: the tp group */
-  if (embed) *out_group = dist->embed;                 /* pp = 1: this rank alone */
+  if (embed) *out_group = dist->embed; /* pp = 1: this rank alone */
   return TY_OK;
 }
 

@@ -23,9 +23,9 @@ struct ty_dist_t {
   ty_dist_layout_t layout;
   ty_dist_group_t world;
   /* Split by ty_dist_set_layout; before it, NULL: tp and pp are this rank
-   * alone and dp is the world. mp and embed exist with pp > 1 only (with
-   * pp = 1 mp is tp and embed is this rank alone). */
-  ty_dist_group_t *tp, *pp, *dp, *mp, *embed;
+   * alone and dp is the world. embed exists with pp > 1 only (with pp = 1
+   * it is this rank alone). */
+  ty_dist_group_t *tp, *pp, *dp, *embed;
 };
 
 /* The status of a shim call on `g` (rc, and `missing`, a rank of `g` that

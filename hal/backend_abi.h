@@ -101,7 +101,7 @@ typedef struct ty_abi_host_collective_args_t {
   uint64_t count;
   /* ---- v1.6 ---- */
   /* The process group to reduce over: the op's `group` attribute ("world",
-   * "tp", "dp", "pp", "mp", "embed"; docs/plugin-abi.md "Process groups").
+   * "tp", "dp", "pp", "embed"; docs/plugin-abi.md "Process groups").
    * NULL, or args from a 1.5 plugin, mean "world". */
   const char *group;
 } ty_abi_host_collective_args_t;
@@ -430,7 +430,7 @@ typedef struct ty_abi_comm_create_args_t {
   uint32_t rank;              /* 0 <= rank < size */
   uint32_t size;              /* ranks in the communicator */
   /* ---- v1.7 ---- */
-  /* The process group it joins ("world", "tp", "dp", "pp", "mp", "embed";
+  /* The process group it joins ("world", "tp", "dp", "pp", "embed";
    * docs/plugin-abi.md "Group communicators"): a device may hold one communicator per group,
    * and a collective op of a graph runs on the device's communicator of
    * its `group` attribute. NULL, or args from a 1.6 host, mean "world".

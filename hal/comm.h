@@ -74,7 +74,7 @@ typedef struct ty_host_comm_t {
   void *user;
   ty_status_t (*all_reduce_sum)(void *user, ty_dtype_t dtype, void *data, size_t count);
   /* Optional (ABI 1.6, process groups): the size of the group `group`
-   * ("world", "tp", "dp", "pp", "mp", "embed") this rank belongs to, 0 when
+   * ("world", "tp", "dp", "pp", "embed") this rank belongs to, 0 when
    * the run has no such group; and a sum (max false) or maximum of `count` f32 or f64
    * elements in place over it. NULL: the run has the world alone, reduced
    * by sums. */

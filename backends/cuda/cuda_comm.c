@@ -172,7 +172,7 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
   if (slot < 0) {
     return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
                        "%s: a communicator of process group '%s': the groups are 'world', "
-                       "'tp', 'dp', 'pp', 'mp' and 'embed'",
+                       "'tp', 'dp', 'pp' and 'embed'",
                        device->label, group);
   }
   ty_abi_status_t st = ty_nccl_ready();
@@ -352,8 +352,7 @@ ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype
 #endif
 
 int ty_cu_comm_slot(const char *group) {
-  static const char *const names[TY_CU_COMM_GROUPS] = {"world", "tp",  "dp",
-                                                        "pp",    "mp",  "embed"};
+  static const char *const names[TY_CU_COMM_GROUPS] = {"world", "tp", "dp", "pp", "embed"};
   if (!group) return 0;
   for (int i = 0; i < TY_CU_COMM_GROUPS; ++i) {
     if (strcmp(group, names[i]) == 0) return i;

@@ -68,7 +68,7 @@ typedef struct ty_cu_options_t {
 
 /* The process groups a device holds a communicator for (docs/ops.md
  * "Collectives": world, tp, dp, pp). */
-#define TY_CU_COMM_GROUPS 6
+#define TY_CU_COMM_GROUPS 5
 
 struct ty_abi_device_s {
   ty_abi_backend_t *backend;
@@ -93,7 +93,7 @@ struct ty_abi_device_s {
   uint64_t host_allocated; /* pinned host buffers (TY_ABI_BUFFER_HOST) */
   uint64_t host_peak_allocated;
   /* The communicators made on this device (comm_create), one per process
-   * group (ABI 1.7: "world", "tp", "dp", "pp", "mp", "embed"; the first
+   * group (ABI 1.7: "world", "tp", "dp", "pp", "embed"; the first
    * made of each name), on which executables run the collective ops of a run of more than one
    * rank (ABI 1.5: the execute args' world_size) by their `group`
    * attribute; NULL slots are groups without one. */

@@ -94,29 +94,24 @@ static void test_layout(ty_dist_t *dist) {
   CHECK(b == (l->tp_index == 0 ? 77 : 0), "dp broadcast got %lld", (long long)b);
 }
 
-/* The pipeline's groups: "mp" (one replica's stages and tp ranks) and
- * "embed" (a replica's first and last stage, which share a tied
- * embedding; a middle stage alone). Leaves the tp 2 layout test_layout
- * made, which the tests after it use. */
+/* The pipeline's group "embed": a replica's first and last stage (which
+ * share a tied embedding), a middle stage alone, every rank alone without
+ * pp. Leaves the tp 2 layout test_layout made, which the tests after it
+ * use. */
 static void test_pipeline_groups(ty_dist_t *dist) {
   const int rank = ty_dist_rank(dist);
-  ty_dist_group_t *mp, *embed, *tp;
-  /* pp 2 x dp 2: mp is a replica's two stages, embed the same pair */
+  ty_dist_group_t *embed;
+  /* pp 2 x dp 2: embed is each replica's two stages */
   ok(ty_dist_set_layout(dist, 1, 2), "set_layout pp 2");
-  ok(ty_dist_group(dist, "mp", &mp), "mp group");
   ok(ty_dist_group(dist, "embed", &embed), "embed group");
-  CHECK(ty_dist_group_size(mp) == 2 && ty_dist_group_world_rank(mp, 0) == rank / 2 * 2,
-        "pp 2: mp size %d", ty_dist_group_size(mp));
   CHECK(ty_dist_group_size(embed) == 2 && ty_dist_group_world_rank(embed, 1) == rank / 2 * 2 + 1,
         "pp 2: embed size %d", ty_dist_group_size(embed));
   double v[1] = {(double)(rank + 1)};
-  ok(ty_dist_group_all_reduce(mp, TY_DIST_REDUCE_SUM, TY_DTYPE_F64, v, 1, "mp sum"), "mp sum");
-  CHECK(v[0] == (rank < 2 ? 3.0 : 7.0), "pp 2: mp sum %g", v[0]);
+  ok(ty_dist_group_all_reduce(embed, TY_DIST_REDUCE_SUM, TY_DTYPE_F64, v, 1, "embed"), "sum");
+  CHECK(v[0] == (rank < 2 ? 3.0 : 7.0), "pp 2: embed sum %g", v[0]);
   /* pp 4: one replica; embed holds stages 0 and 3, stages 1 and 2 alone */
   ok(ty_dist_set_layout(dist, 1, 4), "set_layout pp 4");
-  ok(ty_dist_group(dist, "mp", &mp), "mp group");
   ok(ty_dist_group(dist, "embed", &embed), "embed group");
-  CHECK(ty_dist_group_size(mp) == 4, "pp 4: mp size %d", ty_dist_group_size(mp));
   const bool end = rank == 0 || rank == 3;
   CHECK(ty_dist_group_size(embed) == (end ? 2 : 1), "pp 4: rank %d's embed size %d", rank,
         ty_dist_group_size(embed));
@@ -124,12 +119,10 @@ static void test_pipeline_groups(ty_dist_t *dist) {
   float e[1] = {(float)(rank + 1)};
   ok(ty_dist_group_all_reduce(embed, TY_DIST_REDUCE_SUM, TY_DTYPE_F32, e, 1, "embed"), "embed");
   CHECK(e[0] == (end ? 5.0f : (float)(rank + 1)), "pp 4: embed sum %g", e[0]);
-  /* pp 1 x tp 2: mp is the tp group, embed this rank alone */
+  /* pp 1 x tp 2: embed is this rank alone */
   ok(ty_dist_set_layout(dist, 2, 1), "set_layout tp 2");
-  ok(ty_dist_group(dist, "mp", &mp), "mp group");
-  ok(ty_dist_group(dist, "tp", &tp), "tp group");
   ok(ty_dist_group(dist, "embed", &embed), "embed group");
-  CHECK(mp == tp && ty_dist_group_size(embed) == 1, "pp 1: mp is tp, embed alone");
+  CHECK(ty_dist_group_size(embed) == 1, "pp 1: embed alone");
 }
 
 /* Deterministic values, the same on every rank. */

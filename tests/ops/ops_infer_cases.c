@@ -442,7 +442,7 @@ const tyt_infer_case_t tyt_infer_cases[] = {
     N("all_reduce", "f32[4]", "op=sum", "!all_reduce"),
     N("all_reduce", "f32[4,2]", "group='dp' reduce='avg'", "f32[4,2]"),
     N("all_reduce", "f32[4]", "group='row'",
-      "!all_reduce: attribute 'group' = 'row' must be 'world', 'tp', 'dp', 'pp', 'mp' or 'embed'"),
+      "!all_reduce: attribute 'group' = 'row' must be 'world', 'tp', 'dp', 'pp' or 'embed'"),
     N("tp_copy", "f32[4,33]", "", "f32[4,33]"),
     N("tp_copy", "bf16[2,8]", "group='world'", "bf16[2,8]"),
     N("tp_copy", "i32[4]", "", "!tp_copy: x is i32[4]: expected a float dtype"),

@@ -353,7 +353,7 @@ static void test_group_without_communicator(void **state) {
   TY_EXPECT_STATUS(ty_comm_create_group(t.dev, &id, 0, 2, "replicas", &comm),
                    TY_CODE_INVALID_ARGUMENT,
                    "a communicator of process group 'replicas': the groups are 'world', 'tp', "
-                   "'dp', 'pp', 'mp' and 'embed'");
+                   "'dp', 'pp' and 'embed'");
   assert_null(comm);
   one_node_close(&t);
 }
