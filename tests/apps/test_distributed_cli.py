@@ -112,6 +112,28 @@ def read_f32_safetensors(path):
     return out
 
 
+def read_zero_shards(test, ckpt, world, shard_count):
+    """ZeRO-1's optimizer state in checkpoint folder `ckpt`: the index names
+    `shard_count` shards (made by a world of `world` ranks) and no single
+    optimizer file is left; every shard holds a share, the shares are
+    disjoint and each holds what the index maps to it. Their union."""
+    with open(os.path.join(ckpt, "optimizer.safetensors.index.json")) as f:
+        index = json.load(f)
+    test.assertEqual(index["metadata"]["world_size"], world)
+    shards = sorted(set(index["weight_map"].values()))
+    test.assertEqual(shards, ["optimizer-%05d-of-%05d.safetensors" % (i + 1, shard_count)
+                              for i in range(shard_count)])
+    test.assertFalse(os.path.exists(os.path.join(ckpt, "optimizer.safetensors")))
+    merged = {}
+    for shard in shards:
+        part = read_f32_safetensors(os.path.join(ckpt, shard))
+        test.assertTrue(part, shard)  # every replica holds a share
+        test.assertFalse(set(part) & set(merged))
+        test.assertEqual({n for n, f in index["weight_map"].items() if f == shard}, set(part))
+        merged.update(part)
+    return index, merged
+
+
 def find_rank(launcher, rank):
     """The pid of MPI rank `rank` among the launcher's children, or None."""
     try:
@@ -517,20 +539,7 @@ class ZeroTest(Base):
         ckpt = os.path.join(zero, "checkpoint-20")
         self.assert_weights_match(os.path.join(plain, "checkpoint-20"), ckpt)
         # one shard per rank and an index naming, for every state, its shard
-        with open(os.path.join(ckpt, "optimizer.safetensors.index.json")) as f:
-            index = json.load(f)
-        self.assertEqual(index["metadata"]["world_size"], 2)
-        shards = sorted(set(index["weight_map"].values()))
-        self.assertEqual(shards, ["optimizer-00001-of-00002.safetensors",
-                                  "optimizer-00002-of-00002.safetensors"])
-        self.assertFalse(os.path.exists(os.path.join(ckpt, "optimizer.safetensors")))
-        merged = {}
-        for shard in shards:
-            part = read_f32_safetensors(os.path.join(ckpt, shard))
-            self.assertTrue(part, shard)  # both ranks hold a share
-            self.assertFalse(set(part) & set(merged))
-            self.assertEqual({n for n, f in index["weight_map"].items() if f == shard}, set(part))
-            merged.update(part)
+        _, merged = read_zero_shards(self, ckpt, 2, 2)
         # together they are plain data parallel's optimizer state
         want = read_f32_safetensors(os.path.join(plain, "checkpoint-20", "optimizer.safetensors"))
         self.assertEqual(sorted(merged), sorted(want))
