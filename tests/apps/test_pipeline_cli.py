@@ -231,6 +231,25 @@ class ZeroPipelineTest(Base):
         self.assert_model_close(one, four, 20)
         self.assert_files(one, four, 20, files=("optimizer.safetensors",))
 
+    def test_device_broadcasts(self):
+        # the device path on commfake (MPI on its buffers, as cuda has
+        # NCCL): the gradient sums and the owners' broadcasts on the dp
+        # group's device communicator, the roots its ranks (dp indices)
+        if not dist.CFG.commfake_dir or not os.path.isdir(dist.CFG.commfake_dir):
+            self.skipTest("no commfake plugin (it is built with MPI only): %r"
+                          % dist.CFG.commfake_dir)
+        one, four = self.path("one"), self.path("four")
+        steps = self.batch + ["--max-steps", "6"]
+        self.train("llama", *steps, "--grad-accum", "4", "--out", one)
+        r = dist.mpirun(4, ["--plugin-path", dist.CFG.commfake_dir, "train"] +
+                        self.common("llama") + steps +
+                        ["--grad-accum", "2", "--out", four, "--pp", "2", "--zero", "1",
+                         "--backend", "commfake"])
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+        self.assertIn("optimizer step on the devices' dp communicators", r.stderr)
+        self.assert_curves(one, four, range(1, 7))
+        self.assert_files(one, four, 6)
+
     def test_resume_across_layouts(self):
         common = self.batch + ["--save-every", "5", "--keep", "0"]
         ref = self.path("ref")
