@@ -118,8 +118,9 @@ static const ty_opt_t ty_opts[] = {
              "of an MPI job, inside each stage with --pp (the rest data parallel: world = dp x pp "
              "x tp)"),
     TY_I(zero, "1: ZeRO-1, each data-parallel replica keeps and updates the optimizer state "
-               "of its share of the parameters (with --tp each tp rank its parts; not with "
-               "--pp); 0: every rank keeps all of it"),
+               "of its share of the parameters (with --tp each tp rank its parts; with --pp "
+               "each chunk's parameters shared over the replicas); 0: every rank keeps all "
+               "of it"),
     TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks, or N groups of "
              "--tp ranks (world = data parallel x N x tp under mpirun; micro-batches = "
              "--grad-accum)"),
@@ -529,8 +530,7 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   /* Levers whose step the pipeline cannot run: it splits every step into
    * per-chunk backward, gradient-sum and optimizer graphs (docs/design-notes.md
    * "Pipeline parallel"). */
-  const char *lever = c->zero                     ? "--zero 1 (ZeRO-1)"
-                      : c->fused_optimizer        ? "--fused-optimizer"
+  const char *lever = c->fused_optimizer          ? "--fused-optimizer"
                       : c->artifact[0]            ? "--artifact"
                       : strcmp(c->offload, "none") ? "--offload"
                       : c->dump_graph[0]          ? "--dump-graph"

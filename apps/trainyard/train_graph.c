@@ -143,7 +143,7 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     } else {
       for (uint32_t i = 0; i < n; ++i) elements[i] = ty_tensor_desc_element_count(&descs[i]);
-      s = ty_train_graph_zero_owners(elements, n, (int)c->world, owner);
+      s = ty_train_graph_zero_owners(elements, n, (int)c->world, NULL, owner);
       for (uint32_t i = 0; i < n && !s; ++i) updates[i] = owner[i] == (int)c->rank;
       tp.update = updates;
     }
@@ -164,7 +164,7 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
 }
 
 ty_status_t ty_train_graph_zero_owners(const int64_t *elements, uint32_t n, int world,
-                                       int *owner) {
+                                       const int *pinned, int *owner) {
   int64_t *load = calloc(world > 0 ? (size_t)world : 1, sizeof(int64_t));
   bool *done = calloc(n ? n : 1, sizeof(bool));
   if (!load || !done) {
@@ -172,7 +172,15 @@ ty_status_t ty_train_graph_zero_owners(const int64_t *elements, uint32_t n, int 
     free(done);
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
-  for (uint32_t k = 0; k < n; ++k) {
+  uint32_t left = n;
+  for (uint32_t i = 0; pinned && i < n; ++i) {
+    if (pinned[i] < 0 || pinned[i] >= world) continue;
+    owner[i] = pinned[i];
+    load[pinned[i]] += elements[i];
+    done[i] = true;
+    --left;
+  }
+  for (uint32_t k = 0; k < left; ++k) {
     uint32_t best = 0;
     int64_t best_size = -1;
     for (uint32_t i = 0; i < n; ++i) {

@@ -161,6 +161,14 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
  * (under --tp each tp rank's parts) to the other replicas, broadcast over
  * the dp group. A no-op without ZeRO. */
 ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
+/* The same for any model's parameters living in `session` (`graph` gives
+ * their descriptors), owner[i] the dp index that updated parameter i: the
+ * host path broadcasts each replica's packed share over the dp group, the
+ * device path (t->comm, the dp group's) each tensor in place. Collective
+ * over the dp group. */
+ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
+                                      const ty_graph_t *graph, const ty_llm_t *model,
+                                      const int *owner);
 /* TRAINYARD_DEBUG_DIST_FAULT (a test hook): may end or hang this rank. */
 void ty_trainer_dist_fault(const ty_trainer_t *t);
 /* The per-rank memory line of the pre-flight plan (nothing for one rank). */

@@ -48,8 +48,9 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
                           "run, and this run is one process: start it with mpirun -np N (or "
                           "drop --zero)");
   }
-  if (t->cfg.zero && t->dp == 1) {
-    /* Under --tp the shares are the replicas' (ty_trainer_dist_owners). */
+  if (t->cfg.zero && t->dp == 1 && t->cfg.pp <= 1) {
+    /* Under --tp the shares are the replicas' (ty_trainer_dist_owners);
+     * --pp checks its own layout (ty_trainer_pp_layout). */
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the data-parallel "
                           "replicas, and --tp %d on %d ranks makes one replica (dp 1): start "
@@ -337,7 +338,7 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < n && !s; ++i) elements[i] = ty_param_elements(t, i);
   /* the same shares the fused step's graph was built with (train_graph.c) */
-  if (!s) s = ty_train_graph_zero_owners(elements, n, t->dp, t->owner);
+  if (!s) s = ty_train_graph_zero_owners(elements, n, t->dp, NULL, t->owner);
   for (uint32_t i = 0; i < n && !s; ++i) t->updates[i] = t->owner[i] == t->dp_rank;
   free(elements);
   return s;
@@ -346,37 +347,41 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
 /* The device path of the parameter all-gather: each parameter broadcast
  * in place from its owner by the backend's collective, then the device
  * synchronized (the next step's graphs are other executables). t->comm is
- * the dp group's under --tp, whose ranks are the owners' dp indices. */
-static ty_status_t ty_trainer_device_gather(ty_trainer_t *t) {
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+ * the dp group's under --tp and --pp, whose ranks are the owners' dp
+ * indices. */
+static ty_status_t ty_trainer_device_gather(ty_trainer_t *t, ty_session_t *session,
+                                            const ty_graph_t *graph, const ty_llm_t *model,
+                                            const int *owner) {
+  for (uint32_t i = 0; i < model->param_count; ++i) {
+    const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
     ty_buffer_t *buffer = NULL;
     uint64_t offset = 0;
     ty_abi_executable_t *exec = NULL;
     TY_RETURN_IF_ERROR(
-        ty_session_device_tensor(t->s_train, t->m_train.params[i].name, &buffer, &offset, &exec));
+        ty_session_device_tensor(session, model->params[i].name, &buffer, &offset, &exec));
     TY_RETURN_IF_ERROR(ty_comm_broadcast(t->comm, buffer, offset,
                                          (uint64_t)ty_tensor_desc_element_count(d), d->dtype,
-                                         (uint32_t)t->owner[i], exec,
-                                         i + 1 < t->m_train.param_count));
+                                         (uint32_t)owner[i], exec, i + 1 < model->param_count));
   }
   return ty_device_synchronize(t->device);
 }
 
-ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
-  if (!t->owner) return TY_OK;
-  if (t->comm) return ty_trainer_device_gather(t);
+ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
+                                      const ty_graph_t *graph, const ty_llm_t *model,
+                                      const int *owner) {
+  if (t->comm) return ty_trainer_device_gather(t, session, graph, model, owner);
   /* One broadcast per replica of the parameters (under --tp: the parts)
    * it updated, over the dp group, packed in parameter order; the weights
    * stay in their own dtype. */
   ty_dist_group_t *dp = NULL;
   TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
+  const uint32_t n = model->param_count;
   size_t largest = 0;
   for (int r = 0; r < t->dp; ++r) {
     size_t bytes = 0;
-    for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-      if (t->owner[i] != r) continue;
-      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
       bytes += (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
     }
     largest = bytes > largest ? bytes : largest;
@@ -386,26 +391,24 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
   ty_status_t s = TY_OK;
   for (int r = 0; r < t->dp && !s; ++r) {
     size_t offset = 0;
-    for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
-      if (t->owner[i] != r) continue;
-      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+    for (uint32_t i = 0; i < n && !s; ++i) {
+      if (owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
-      if (r == t->dp_rank) {
-        s = ty_session_read(t->s_train, t->m_train.params[i].name, buf + offset, bytes);
-      }
+      if (r == t->dp_rank) s = ty_session_read(session, model->params[i].name, buf + offset, bytes);
       offset += bytes;
     }
     char what[96];
     snprintf(what, sizeof(what), "the parameter all-gather (%s %d's share) of step %lld",
-             t->tp > 1 ? "replica" : "rank", r, (long long)t->step + 1);
+             t->tp > 1 || t->pp > 1 ? "replica" : "rank", r, (long long)t->step + 1);
     if (!s) s = ty_dist_group_broadcast(dp, r, buf, offset, what);
     offset = 0;
-    for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
-      if (t->owner[i] != r) continue;
-      const ty_tensor_desc_t *d = &ty_graph_value(t->g_train, t->m_train.params[i].value)->desc;
+    for (uint32_t i = 0; i < n && !s; ++i) {
+      if (owner[i] != r) continue;
+      const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
       if (r != t->dp_rank) {
-        s = ty_session_bind(t->s_train, t->m_train.params[i].name, d->dtype, d->rank, d->dims,
+        s = ty_session_bind(session, model->params[i].name, d->dtype, d->rank, d->dims,
                             buf + offset, bytes);
       }
       offset += bytes;
@@ -413,6 +416,11 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
   }
   free(buf);
   return s;
+}
+
+ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
+  if (!t->owner) return TY_OK;
+  return ty_trainer_zero_broadcast(t, t->s_train, t->g_train, &t->m_train, t->owner);
 }
 
 /* Test hook: TRAINYARD_DEBUG_DIST_FAULT=RANK:STEP:MODE makes rank RANK, at

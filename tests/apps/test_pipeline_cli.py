@@ -10,6 +10,13 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   printed by rank 0 alone; Adafactor's factored state moves whole.
 - DataParallelPipelineTest: --pp 2 x 2 replicas (4 ranks), with dropout,
   equals one process with the replicas' micro-batches as accumulation.
+- ZeroPipelineTest: --pp 2 --zero 1 x 2 replicas (4 ranks), the tiny Llama
+  (1F1B) and GPT-2 (tied, interleaved) for 20 steps against one process
+  with the same global batch: per-step loss within 1e-5 relative, final
+  weights and optimizer state within 1e-5 (GPT-2's key-bias third left
+  out); a pp2 x dp2 ZeRO-1 checkpoint (one whole optimizer file) resumed
+  by one process, and a one-process one resumed at pp2 x dp2 ZeRO-1,
+  continue the curve.
 - TensorPipelineTest: --tp 2 --pp 2 (4 ranks: each stage split over its 2
   tp ranks), 1F1B and interleaved, trains the tiny Llama (GQA) and GPT-2
   (tied) for 20 steps as one process does: per-step loss within 1e-5
@@ -24,7 +31,7 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   checkpoint resumed at --pp 2 interleaved, continue the uninterrupted curve.
 - RefuseTest: --pp larger than the layer count, micro-batches not divisible
   for interleaved, too many virtual chunks, --pp with levers it does not
-  take (--zero 1, --fused-optimizer, --dump-graph), a world not divisible by
+  take (--fused-optimizer, --dump-graph), --zero 1 with one replica, a world not divisible by
   --pp (or by --tp x --pp), --pp on one process, the dataflow backend (whole steps only),
   pipeline options without --pp, a stage over --memory-limit; a rank that
   hangs is named within --dist-timeout.
@@ -98,6 +105,22 @@ class Base(unittest.TestCase):
             for key in wa:
                 worst = max(abs(x - y) for x, y in zip(wa[key], wb[key]))
                 self.assertLessEqual(worst, REL, "%s: %s" % (name, key))
+
+    def assert_model_close(self, a, b, step):
+        # GPT-2's key bias gets a gradient of pure rounding that AdamW scales
+        # to lr-sized steps: compared on its q and v thirds (as
+        # test_tensor_parallel_cli does); every other tensor in full
+        wa = dist.read_f32_safetensors(os.path.join(a, "checkpoint-%d" % step, "model.safetensors"))
+        wb = dist.read_f32_safetensors(os.path.join(b, "checkpoint-%d" % step, "model.safetensors"))
+        self.assertEqual(sorted(wa), sorted(wb))
+        for key in wa:
+            x, y = wa[key], wb[key]
+            self.assertEqual(len(x), len(y), key)
+            if key.endswith("attn.c_attn.bias"):
+                third = len(x) // 3
+                x, y = x[:third] + x[2 * third:], y[:third] + y[2 * third:]
+            worst = max(abs(u - v) for u, v in zip(x, y))
+            self.assertLessEqual(worst, REL, key)
 
 
 class PipelineTest(Base):
@@ -182,25 +205,78 @@ class DataParallelPipelineTest(Base):
             self.assertIn("  rank 2: dp 1, pp 0, tp 0", err)
 
 
+class ZeroPipelineTest(Base):
+    """--pp 2 --zero 1 on 4 ranks (2 replicas of 2 stages): each chunk's
+    parameters shared over the replicas, each replica's optimizer updating
+    its share, the owners broadcasting after each step."""
+    batch = ["--batch-size", "2"]
+
+    def test_llama(self):
+        one, four = self.path("one"), self.path("four")
+        self.train("llama", *self.batch, "--max-steps", "20", "--grad-accum", "4", "--out", one)
+        err = self.check_replicas(4, one, four, 20, self.batch + ["--max-steps", "20"],
+                                  "--pp", "2", "--zero", "1")
+        self.assertIn("ZeRO-1 over the 2 dp replicas: each chunk's parameters shared", err)
+
+    def test_gpt2_tied_interleaved(self):
+        # the tied wte: one owner for its copies on chunk 0 (stage 0) and
+        # chunk 3 (stage 1); GPT-2's key bias compared on its q and v thirds
+        # under AdamW (assert_model_close)
+        one, four = self.path("one"), self.path("four")
+        steps = self.batch + ["--max-steps", "20"]
+        self.train("gpt2", *steps, "--grad-accum", "4", "--out", one)
+        self.train_mpi(4, "gpt2", *steps, "--grad-accum", "2", "--out", four, "--pp", "2",
+                       "--zero", "1", "--pp-schedule", "interleaved")
+        self.assert_curves(one, four, range(1, 21))
+        self.assert_model_close(one, four, 20)
+        self.assert_files(one, four, 20, files=("optimizer.safetensors",))
+
+    def test_device_broadcasts(self):
+        # the device path on commfake (MPI on its buffers, as cuda has
+        # NCCL): the gradient sums and the owners' broadcasts on the dp
+        # group's device communicator, the roots its ranks (dp indices)
+        if not dist.CFG.commfake_dir or not os.path.isdir(dist.CFG.commfake_dir):
+            self.skipTest("no commfake plugin (it is built with MPI only): %r"
+                          % dist.CFG.commfake_dir)
+        one, four = self.path("one"), self.path("four")
+        steps = self.batch + ["--max-steps", "6"]
+        self.train("llama", *steps, "--grad-accum", "4", "--out", one)
+        r = dist.mpirun(4, ["--plugin-path", dist.CFG.commfake_dir, "train"] +
+                        self.common("llama") + steps +
+                        ["--grad-accum", "2", "--out", four, "--pp", "2", "--zero", "1",
+                         "--backend", "commfake"])
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+        self.assertIn("optimizer step on the devices' dp communicators", r.stderr)
+        self.assert_curves(one, four, range(1, 7))
+        self.assert_files(one, four, 6)
+
+    def test_resume_across_layouts(self):
+        common = self.batch + ["--save-every", "5", "--keep", "0"]
+        ref = self.path("ref")
+        self.train("llama", *common, "--grad-accum", "4", "--max-steps", "10", "--out", ref)
+        # pp2 x dp2 ZeRO-1 -> one process: one model, one whole optimizer file
+        a1, a2 = self.path("a1"), self.path("a2")
+        self.train_mpi(4, "llama", *common, "--grad-accum", "2", "--max-steps", "5", "--out", a1,
+                       "--pp", "2", "--zero", "1")
+        names = sorted(os.listdir(os.path.join(a1, "checkpoint-5")))
+        self.assertIn("optimizer.safetensors", names)
+        self.assertFalse([n for n in names if n.startswith(("optimizer-", "model-"))], names)
+        self.assert_files(ref, a1, 5)
+        self.train("llama", *common, "--grad-accum", "4", "--max-steps", "10", "--out", a2,
+                   "--resume", os.path.join(a1, "checkpoint-5"))
+        self.assert_curves(ref, a2, range(6, 11))
+        # one process -> pp2 x dp2 ZeRO-1: each state to its owner replica
+        b2 = self.path("b2")
+        self.train_mpi(4, "llama", *common, "--grad-accum", "2", "--max-steps", "10", "--out",
+                       b2, "--pp", "2", "--zero", "1", "--resume",
+                       os.path.join(ref, "checkpoint-5"))
+        self.assert_curves(ref, b2, range(6, 11))
+        self.assert_files(ref, b2, 10)
+
+
 class TensorPipelineTest(Base):
     """--tp 2 --pp 2 on 4 ranks: each stage split over its 2 tp ranks."""
     steps = ["--max-steps", "20", "--batch-size", "2", "--grad-accum", "2"]
-
-    def assert_model_close(self, a, b, step):
-        # GPT-2's key bias gets a gradient of pure rounding that AdamW scales
-        # to lr-sized steps: compared on its q and v thirds (as
-        # test_tensor_parallel_cli does); every other tensor in full
-        wa = dist.read_f32_safetensors(os.path.join(a, "checkpoint-%d" % step, "model.safetensors"))
-        wb = dist.read_f32_safetensors(os.path.join(b, "checkpoint-%d" % step, "model.safetensors"))
-        self.assertEqual(sorted(wa), sorted(wb))
-        for key in wa:
-            x, y = wa[key], wb[key]
-            self.assertEqual(len(x), len(y), key)
-            if key.endswith("attn.c_attn.bias"):
-                third = len(x) // 3
-                x, y = x[:third] + x[2 * third:], y[:third] + y[2 * third:]
-            worst = max(abs(u - v) for u, v in zip(x, y))
-            self.assertLessEqual(worst, REL, key)
 
     def check_model(self, model, *extra):
         one = self.path(model + "_one")
@@ -315,11 +391,14 @@ class RefuseTest(Base):
 
     def test_levers_and_backends(self):
         out = self.path("bad")
-        for lever, name in ((["--zero", "1"], "--zero 1 (ZeRO-1)"),
-                            (["--fused-optimizer", "--grad-accum", "1"], "--fused-optimizer"),
+        for lever, name in ((["--fused-optimizer", "--grad-accum", "1"], "--fused-optimizer"),
                             (["--dump-graph", self.path("g")], "--dump-graph")):
             r = self.train_mpi(2, "llama", *self.base, "--out", out, "--pp", "2", *lever, rc=2)
             self.assertIn("%s does not combine with --pp" % name, r.stderr)
+        # ZeRO-1 shares over the replicas: --pp 2 on 2 ranks has one
+        self.refused(2, "--pp", "2", "--zero", "1",
+                     want="--pp 2 on 2 ranks makes one replica (dp 1): start it with mpirun "
+                          "-np 4")
         self.refused(2, "--pp", "2", "--backend", "dataflow",
                      want="--backend dataflow runs whole train steps only")
         r = self.train("llama", *self.base, "--out", out, "--pp-schedule", "interleaved", rc=2)

@@ -28,7 +28,7 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
 - RefuseTest: bad inputs: --tp not dividing the world, the heads or the
   MLP; --tp in one process; --tp with --fused-optimizer, --optimizer
   adafactor, --sample-tokens, --distributed none, --loss-chunk; --zero 1
-  with one replica or with --pp; a backend
+  with one replica (with or without --pp); a backend
   without the tensor-parallel ops (opencl) and a whole-step device
   (dataflow).
 
@@ -362,9 +362,6 @@ class RefuseTest(Base):
         # usage errors (exit 2), whatever the world
         self.refused(0, ["--tp", "2", "--fused-optimizer"], 2,
                      "does not run with --fused-optimizer")
-        # ZeRO-1 runs inside the data-parallel group, never with --pp
-        self.refused(0, ["--tp", "2", "--pp", "2", "--zero", "1"], 2,
-                     "--zero 1 (ZeRO-1) does not combine with --pp")
         self.refused(0, ["--tp", "2", "--optimizer", "adafactor"], 2,
                      "does not run with --optimizer adafactor")
         self.refused(0, ["--tp", "2", "--sample-tokens", "4"], 2,
@@ -378,7 +375,11 @@ class RefuseTest(Base):
         self.refused(0, ["--tp", "2"], 1,
                      "--tp 2 splits the model over 2 ranks, and this run is one process")
         self.refused(3, ["--tp", "2"], 1, "--tp 2 x --pp 1 = 2 does not divide the world of 3")
-        # ZeRO-1 over a dp group of one rank would shard nothing
+        # ZeRO-1 over a dp group of one rank would shard nothing (with
+        # --pp too: --tp 2 --pp 2 on 4 ranks is one replica)
+        self.refused(4, ["--tp", "2", "--pp", "2", "--zero", "1"], 1,
+                     "--pp 2 x --tp 2 on 4 ranks makes one replica (dp 1): start it with "
+                     "mpirun -np 8")
         self.refused(2, ["--tp", "2", "--zero", "1"], 1,
                      "--zero 1 shards the optimizer state over the data-parallel replicas, and "
                      "--tp 2 on 2 ranks makes one replica (dp 1)")

@@ -7,8 +7,9 @@
 # a) Equality, f32, 20 steps: the tiny Llama (GQA 4/2) and GPT-2 fixtures,
 #    one process on cuda:0 against --tp 2 (2 ranks), --tp 2 --pp 2 (4 ranks),
 #    --pp 2 (2 ranks), and also --tp 2 x dp 2, --pp 2 x dp 2 (4 ranks) and
-#    --tp 4 (Llama only: GPT-2's fixture has 2 heads) and --tp 2 --zero 1
-#    x dp 2 (ZeRO-1 over the replicas), each with the global
+#    --tp 4 (Llama only: GPT-2's fixture has 2 heads), --tp 2 --zero 1
+#    x dp 2 and --pp 2 --zero 1 x dp 2 (ZeRO-1 over the replicas), each
+#    with the global
 #    batch of its one-process reference (4 rows; the pipelines' 2
 #    micro-batches of 2 rows against one process with --grad-accum 2; pp 2 x
 #    dp 2: 8 rows against --grad-accum 4). PASS when every step's loss is
@@ -134,7 +135,8 @@ for model in "${models[@]}"; do
            "pp2:2:acc:--pp 2 --batch-size 2 --grad-accum 2"
            "pp2xdp2:4:acc4:--pp 2 --batch-size 2 --grad-accum 2"
            "tp2xpp2:4:acc:--tp 2 --pp 2 --batch-size 2 --grad-accum 2"
-           "tp2xdp2zero:4:acc:--tp 2 --zero 1 --batch-size 2")
+           "tp2xdp2zero:4:acc:--tp 2 --zero 1 --batch-size 2"
+           "pp2xdp2zero:4:acc4:--pp 2 --zero 1 --batch-size 2 --grad-accum 2")
   [[ $model == llama ]] && layouts+=("tp4:4:one:--tp 4 --batch-size 4")
   for l in "${layouts[@]}"; do
     IFS=: read -r name n ref flags <<<"$l"

@@ -57,6 +57,61 @@ static ty_status_t ty_pp_reduce_graph(const ty_pp_reduce_layout_t *l,
   return s;
 }
 
+ty_status_t ty_pp_zero_owners(const ty_model_config_t *mc, int32_t unit_begin,
+                              int32_t unit_end, const ty_llm_param_t *params,
+                              const int64_t *elements, uint32_t count, int dp, int *owner) {
+  uint32_t *held = calloc(count + 1, sizeof(uint32_t));
+  int64_t *size = calloc(count + 1, sizeof(int64_t));
+  int *pinned = calloc(count + 1, sizeof(int)), *shares = calloc(count + 1, sizeof(int));
+  ty_status_t s = held && size && pinned && shares
+                      ? TY_OK
+                      : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < count && !s; ++i) {
+    owner[i] = -1;
+    if (!ty_llm_stage_has_param(mc, unit_begin, unit_end, params[i].name)) continue;
+    held[n] = i;
+    size[n] = elements[i];
+    /* the first chunk's and the last chunk's copy: one owner for both */
+    pinned[n] = mc->tie_word_embeddings && ty_pp_is_embedding(params[i].name) ? dp - 1 : -1;
+    ++n;
+  }
+  if (!s) s = ty_train_graph_zero_owners(size, n, dp, pinned, shares);
+  for (uint32_t k = 0; k < n && !s; ++k) owner[held[k]] = shares[k];
+  free(held);
+  free(size);
+  free(pinned);
+  free(shares);
+  return s;
+}
+
+/* ZeRO-1: this chunk's shares (ch->owner) and the optimizer's update mask
+ * (ch->update), from the parameters' descriptors. */
+static ty_status_t ty_pp_chunk_owners(const ty_model_config_t *mc,
+                                      const ty_pp_reduce_layout_t *l,
+                                      const ty_tensor_desc_t *descs, ty_pp_chunk_t *ch) {
+  const uint32_t n = ch->m_bwd.param_count;
+  int64_t *elements = calloc(n + 1, sizeof(int64_t));
+  ch->owner = calloc(n + 1, sizeof(int));
+  ch->update = calloc(n + 1, sizeof(bool));
+  if (!elements || !ch->owner || !ch->update) {
+    free(elements);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (uint32_t i = 0; i < n; ++i) elements[i] = ty_tensor_desc_element_count(&descs[i]);
+  ty_status_t s = ty_pp_zero_owners(mc, ch->unit_begin, ch->unit_end, ch->m_bwd.params,
+                                    elements, n, l->dp, ch->owner);
+  for (uint32_t i = 0; i < n && !s; ++i) {
+    if (ch->owner[i] < 0) { /* every parameter a stage builds is the chunk's */
+      s = ty_status_make(TY_CODE_INTERNAL, "parameter %s is not in its chunk",
+                         ch->m_bwd.params[i].name);
+    }
+    ch->update[i] = ch->owner[i] == l->dp_rank;
+  }
+  free(elements);
+  return s;
+}
+
 ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
                                int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
                                const ty_pp_reduce_layout_t *layout, ty_pp_chunk_t *ch) {
@@ -101,6 +156,10 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config
   if (!s) s = ty_train_graph_param_descs(c, ch->g_bwd, &ch->m_bwd, &descs, &decay);
   if (!s) s = ty_graph_create(&ch->g_opt);
   step.norm_sq_input = true; /* the whole model's norm, from every stage */
+  /* ZeRO-1: the optimizer updates this replica's share alone, and keeps
+   * state for it alone */
+  if (!s && layout->zero) s = ty_pp_chunk_owners(mc, layout, descs, ch);
+  step.update = ch->update;
   if (!s) s = ty_graph_build_optimizer_step_ex(ch->g_opt, descs, decay, n, &step);
   if (!s) s = ty_pp_reduce_graph(layout, descs, ch);
   free(descs);
@@ -149,14 +208,16 @@ void ty_pp_chunk_deinit(ty_pp_chunk_t *ch) {
   ty_llm_deinit(&ch->m_bwd);
   if (ch->planned) ty_preflight_deinit(&ch->plan);
   free(ch->stash);
+  free(ch->owner);
+  free(ch->update);
   memset(ch, 0, sizeof(*ch));
 }
 
 /* Appends `name` as it lives in `session`; *out_present false when the
  * session has no such value (an optimizer state the shape does not get). */
 static ty_status_t ty_pp_tensor_add(ty_pp_tensor_t *list, size_t *n, ty_session_t *session,
-                                    const ty_llm_param_t *param, const char *name,
-                                    bool *out_present) {
+                                    const ty_llm_param_t *param, uint32_t index,
+                                    const char *name, bool *out_present) {
   ty_pp_tensor_t *x = &list[*n];
   snprintf(x->name, sizeof(x->name), "%s", name);
   ty_status_t s = ty_session_value_desc(session, x->name, &x->desc);
@@ -168,6 +229,8 @@ static ty_status_t ty_pp_tensor_add(ty_pp_tensor_t *list, size_t *n, ty_session_
   TY_RETURN_IF_ERROR(s);
   x->session = session;
   x->param = *param;
+  x->index = index;
+  x->state = strcmp(name, param->name) != 0;
   x->bytes = (size_t)ty_tensor_desc_element_count(&x->desc) * ty_dtype_size(x->desc.dtype);
   ++*n;
   return TY_OK;
@@ -187,14 +250,14 @@ ty_status_t ty_pp_tensors(const ty_model_config_t *mc, int32_t unit_begin, int32
   for (uint32_t i = 0; i < count && !s; ++i) {
     if (!ty_llm_stage_has_param(mc, unit_begin, unit_end, params[i].name)) continue;
     bool present = false;
-    s = ty_pp_tensor_add(list, &n, param_session, &params[i], params[i].name, &present);
+    s = ty_pp_tensor_add(list, &n, param_session, &params[i], i, params[i].name, &present);
     if (!s && !present) {
       s = ty_status_make(TY_CODE_INTERNAL, "parameter %s is not in its session", params[i].name);
     }
     for (size_t k = 0; k < kind_count && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       snprintf(name, sizeof(name), "%s.%s", params[i].name, kinds[k]);
-      s = ty_pp_tensor_add(list, &n, opt_session, &params[i], name, &present);
+      s = ty_pp_tensor_add(list, &n, opt_session, &params[i], i, name, &present);
     }
   }
   for (size_t i = 0; i < n; ++i) bytes += list[i].bytes;

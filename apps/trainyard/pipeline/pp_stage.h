@@ -32,6 +32,9 @@ typedef struct ty_pp_chunk_t {
   size_t hidden_bytes;            /* B x T x C of the parameter dtype */
   ty_preflight_t plan;            /* the memory of its three graphs */
   bool planned;
+  int *owner;                     /* ZeRO-1 (NULL without): the dp index that
+                                     updates each of m_bwd.params */
+  bool *update;                   /* owner[i] is this rank's dp index */
 } ty_pp_chunk_t;
 
 /* Where a chunk's gradients go before its optimizer step (its g_red):
@@ -40,7 +43,20 @@ typedef struct ty_pp_chunk_t {
 typedef struct ty_pp_reduce_layout_t {
   int dp, pp, tp_rank;
   bool tied; /* the model ties its embedding and head */
+  bool zero; /* ZeRO-1: the optimizer updates this replica's share */
+  int dp_rank;
 } ty_pp_reduce_layout_t;
+
+/* ZeRO-1's shares of one chunk (units [unit_begin, unit_end)) over `dp`
+ * replicas: the parameters of `params` (count) that the chunk holds, of
+ * elements[i] elements each (this tp rank's part), by size
+ * (ty_train_graph_zero_owners); a tied embedding goes to the last replica
+ * on both its chunks, so its two copies get the same update. owner[i] -1
+ * for a parameter the chunk does not hold. A stage (its m_bwd.params) and
+ * rank 0's full model list a chunk in the same order: the same table. */
+ty_status_t ty_pp_zero_owners(const ty_model_config_t *mc, int32_t unit_begin,
+                              int32_t unit_end, const ty_llm_param_t *params,
+                              const int64_t *elements, uint32_t count, int dp, int *owner);
 
 /* Builds the chunk's graphs and their memory plan (ch->global and the unit
  * range set by the caller), then (after the plan is checked) its sessions
@@ -62,6 +78,8 @@ typedef struct ty_pp_tensor_t {
   ty_tensor_desc_t desc;
   size_t bytes;
   ty_llm_param_t param; /* the parameter it is (or is a state of): its tp split */
+  uint32_t index;       /* the parameter's index in the list it came from */
+  bool state;           /* an optimizer state (else the parameter) */
 } ty_pp_tensor_t;
 
 /* The tensors of the parameters of `params` (count) that the units

@@ -196,11 +196,17 @@ ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
   if (!s) s = ty_pp_reduce(t, &norm_sq);
   const float sq = (float)norm_sq;
   for (int j = 0; j < p->v && !s; ++j) {
-    ty_session_t *opt = p->chunk[j].s_opt;
-    s = ty_trainer_bind_hparams(t, opt, t->step);
+    ty_pp_chunk_t *ch = &p->chunk[j];
+    s = ty_trainer_bind_hparams(t, ch->s_opt, t->step);
     /* clipped by the norm over every stage */
-    if (!s) s = ty_session_bind(opt, "grad_norm_sq", TY_DTYPE_F32, 0, NULL, &sq, sizeof(sq));
-    if (!s) s = ty_session_run(opt);
+    if (!s) {
+      s = ty_session_bind(ch->s_opt, "grad_norm_sq", TY_DTYPE_F32, 0, NULL, &sq, sizeof(sq));
+    }
+    if (!s) s = ty_session_run(ch->s_opt);
+    /* ZeRO-1: each replica updated its share; the others get it from it */
+    if (!s && ch->owner) {
+      s = ty_trainer_zero_broadcast(t, ch->s_bwd, ch->g_bwd, &ch->m_bwd, ch->owner);
+    }
   }
   const double norm = sqrt(norm_sq);
   p->step_seconds += ty_pp_now() - started;

@@ -62,6 +62,15 @@ ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
   t->pp_rank = l->pp_index;
   t->dp_rank = l->dp_index;
   t->cfg.tp_rank = l->tp_index;
+  if (c->zero && t->dp == 1) {
+    char tps[32] = "";
+    if (tp > 1) snprintf(tps, sizeof(tps), " x --tp %d", tp);
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--zero 1 shards the optimizer state over the data-parallel "
+                          "replicas, and --pp %lld%s on %d ranks makes one replica (dp 1): "
+                          "start it with mpirun -np %d (2 replicas) or more, or drop --zero",
+                          (long long)c->pp, tps, t->world, 2 * t->world);
+  }
   return TY_OK;
 }
 
@@ -177,6 +186,15 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
             tied ? ", the tied embedding over its first and last stage" : "",
             t->comm || t->embed_comm ? "on the devices' dp/embed communicators (ABI 1.7)"
                                      : "through the host's collectives");
+    if (t->cfg.zero) {
+      fprintf(stderr, "  ZeRO-1 over the %d dp replicas: each chunk's parameters shared among "
+                      "them by size (a tied embedding's two copies on one replica), each "
+                      "replica's optimizer updating and keeping state for its share, the "
+                      "updated parameters broadcast from their owners after each chunk's "
+                      "optimizer step %s\n",
+              t->dp, t->comm ? "on the devices' dp communicators" : "through the host's "
+                                                                    "collectives");
+    }
     if (t->tp > 1) {
       fprintf(stderr, "  tensor parallel inside each stage: attention heads and MLP columns "
                       "split over its %d tp ranks, reduced over their group %s\n",
@@ -280,7 +298,8 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
                        &p->action_count);
   }
   const ty_pp_reduce_layout_t reduce = {.dp = t->dp, .pp = t->pp, .tp_rank = (int)c->tp_rank,
-                                        .tied = mc->tie_word_embeddings};
+                                        .tied = mc->tie_word_embeddings,
+                                        .zero = c->zero != 0, .dp_rank = t->dp_rank};
   for (int j = 0; j < p->v && !s; ++j) {
     ty_pp_chunk_t *ch = &p->chunk[j];
     ch->global = j * t->pp + t->pp_rank;
@@ -305,17 +324,20 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
   /* The full model on rank 0: evaluation, samples and checkpoints run on
    * it as in a run of one process, after ty_trainer_pp_gather. It is whole
    * under --tp too (built as tp 1): the stages' parts are cut from it and
-   * put back into it (ty_pp_move). */
+   * put back into it (ty_pp_move); and under --zero 1 (built without): it
+   * holds every optimizer state, each from its owner replica. */
   if (!s && t->rank == 0) {
     const int tp = t->tp;
-    const int64_t cfg_tp = t->cfg.tp, cfg_tp_rank = t->cfg.tp_rank;
+    const int64_t cfg_tp = t->cfg.tp, cfg_tp_rank = t->cfg.tp_rank, zero = t->cfg.zero;
     t->tp = 1;
     t->cfg.tp = 1;
     t->cfg.tp_rank = 0;
+    t->cfg.zero = 0;
     s = build_mirror(t);
     t->tp = tp;
     t->cfg.tp = cfg_tp;
     t->cfg.tp_rank = cfg_tp_rank;
+    t->cfg.zero = zero;
   }
   return s;
 }
@@ -339,11 +361,49 @@ static ty_status_t ty_pp_chunk_tensors(ty_trainer_t *t, int c, bool mirror, bool
                        bytes);
 }
 
+/* ZeRO-1's table of chunk `c` over the mirror's parameters (-1: not in
+ * the chunk), as the chunk's stages computed theirs: sizes of a tp part. */
+static ty_status_t ty_pp_mirror_owners(ty_trainer_t *t, int c, int **out) {
+  const uint32_t n = t->m_train.param_count;
+  int64_t *elements = calloc(n + 1, sizeof(int64_t));
+  *out = calloc(n + 1, sizeof(int));
+  if (!elements || !*out) {
+    free(elements);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    ty_llm_param_t part = t->m_train.params[i];
+    ty_llm_tp_shard(&t->model_config, t->tp, &part);
+    elements[i] = ty_llm_param_part_count(&part);
+  }
+  ty_status_t s = ty_pp_zero_owners(&t->model_config, t->pipe->first_unit[c],
+                                    t->pipe->first_unit[c + 1], t->m_train.params, elements, n,
+                                    t->dp, *out);
+  free(elements);
+  return s;
+}
+
+/* Keeps the optimizer states in `list` whose parameter replica `replica`
+ * owns (owner: by the tensors' index). */
+static void ty_pp_keep_states_of(ty_pp_tensor_t *list, size_t *n, size_t *bytes,
+                                 const int *owner, int replica) {
+  size_t kept = 0;
+  *bytes = 0;
+  for (size_t i = 0; i < *n; ++i) {
+    if (!list[i].state || owner[list[i].index] != replica) continue;
+    list[kept++] = list[i];
+    *bytes += list[i].bytes;
+  }
+  *n = kept;
+}
+
 /* Moves chunk `c` of replica `replica` between rank 0's mirror (whole
  * tensors) and its owners, the stage's tp ranks (each its part):
- * to_stage (scatter) or back (gather). */
+ * to_stage (scatter) or back (gather). `states_of` >= 0 (ZeRO-1, with
+ * `optimizer`): only the optimizer states that replica owns (it has no
+ * others); -1: the parameters, and with `optimizer` all their states. */
 static ty_status_t ty_pp_move(ty_trainer_t *t, int c, int replica, bool to_stage,
-                              bool optimizer) {
+                              bool optimizer, int states_of) {
   const ty_dist_layout_t *l = ty_dist_layout(t->dist);
   int my_index = -1;
   for (int i = 0; i < t->tp; ++i) {
@@ -356,6 +416,15 @@ static ty_status_t ty_pp_move(ty_trainer_t *t, int c, int replica, bool to_stage
   ty_status_t s = TY_OK;
   if (my_index >= 0) s = ty_pp_chunk_tensors(t, c, false, optimizer, &mine, &n, &bytes);
   if (!s && t->rank == 0) s = ty_pp_chunk_tensors(t, c, true, optimizer, &theirs, &n0, &bytes0);
+  if (!s && states_of >= 0) {
+    int *owner = NULL;
+    if (my_index >= 0) {
+      ty_pp_keep_states_of(mine, &n, &bytes, t->pipe->chunk[c / t->pp].owner, states_of);
+    }
+    if (t->rank == 0) s = ty_pp_mirror_owners(t, c, &owner);
+    if (!s && t->rank == 0) ty_pp_keep_states_of(theirs, &n0, &bytes0, owner, states_of);
+    free(owner);
+  }
   if (!s && t->rank == 0) {
     s = ty_pp_tensors_split(&t->model_config, theirs, n0, t->tp, 0, NULL, NULL, false,
                             &part_bytes);
@@ -423,18 +492,29 @@ static ty_status_t ty_pp_move(ty_trainer_t *t, int c, int replica, bool to_stage
   return s;
 }
 
+/* ZeRO-1 (pp_stage.h ty_pp_zero_owners): the parameters move with replica
+ * 0 (every replica holds them all, the same), each optimizer state with the
+ * replica that owns it (the others have none). */
 ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t, bool optimizer) {
   if (t->pp <= 1) return TY_OK;
+  const bool shares = t->cfg.zero && optimizer;
   ty_status_t s = TY_OK;
   for (int d = 0; d < t->dp && !s; ++d) {
-    for (int c = 0; c < t->pipe->chunks && !s; ++c) s = ty_pp_move(t, c, d, true, optimizer);
+    for (int c = 0; c < t->pipe->chunks && !s; ++c) {
+      s = ty_pp_move(t, c, d, true, optimizer && !shares, -1);
+      if (!s && shares) s = ty_pp_move(t, c, d, true, true, d);
+    }
   }
   return s;
 }
 
 ty_status_t ty_trainer_pp_gather(ty_trainer_t *t, bool optimizer) {
   if (t->pp <= 1) return TY_OK;
+  const bool shares = t->cfg.zero && optimizer;
   ty_status_t s = TY_OK;
-  for (int c = 0; c < t->pipe->chunks && !s; ++c) s = ty_pp_move(t, c, 0, false, optimizer);
+  for (int c = 0; c < t->pipe->chunks && !s; ++c) {
+    s = ty_pp_move(t, c, 0, false, optimizer && !shares, -1);
+    for (int d = 0; shares && d < t->dp && !s; ++d) s = ty_pp_move(t, c, d, false, true, d);
+  }
   return s;
 }
