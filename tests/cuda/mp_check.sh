@@ -35,7 +35,8 @@
 # not the call. Environment: STEPS, RUN_TIMEOUT, BIG_TIMEOUT, PYTHON (python3
 # with torch and transformers), TORCHRUN (torchrun), PEERS (the PyTorch rows:
 # "ddp fsdp-full fsdp-grad"), SKIP_SPEED=1 (a only), SKIP_EQUAL=1 (b only),
-# SPEEDS (the part-b rows to run, by name: "pp2 tp2"),
+# SPEEDS (the part-b rows to run, by name: "pp2 tp2"), LAYOUTS and MODELS
+# (the part-a rows and fixtures to run: "pp2xdp2zero tp2", "gpt2"),
 # BACKEND (cuda) and ONE_DEVICE (cuda:0): BACKEND=cpu ONE_DEVICE=cpu
 # SKIP_SPEED=1 runs part a on the cpu backend, to check the script itself;
 # BIG_PRESET and BIG_SEQ (llama-1b, 2048) shrink part b likewise.
@@ -112,8 +113,9 @@ compare_eq() { # reference losses, run losses, label
                    at, ok ? "PASS" : "FAIL"; exit !ok}' "$1" "$2"
 }
 eq_rows=()
-models=(llama gpt2)
+read -ra models <<<"${MODELS:-llama gpt2}"
 [[ ${SKIP_EQUAL:-0} == 1 ]] && models=()
+picked() { [[ -z ${LAYOUTS:-} || " $LAYOUTS " == *" $1 "* ]]; }
 for model in "${models[@]}"; do
   common=(train --model "$root/tests/fixtures/models/$model" --data "$out/tiny" --max-steps "$steps"
           --lr 2e-3 --dropout 0 --log-every 1 --cache-dir none --schedule constant)
@@ -121,14 +123,6 @@ for model in "${models[@]}"; do
   # references on cuda:0: 4 rows at once (one), 2 micro-batches of 2 (acc:
   # the pipelines' schedule, and 2 replicas of 2 rows), 4 of 2 (acc4: 2
   # pipeline replicas of 2 micro-batches)
-  for ref in "one:--batch-size 4" "acc:--batch-size 2 --grad-accum 2" \
-             "acc4:--batch-size 2 --grad-accum 4"; do
-    IFS=: read -r name flags <<<"$ref"
-    # shellcheck disable=SC2086
-    launch "$out/eq-$model-$name.log" "$model: one process ($flags)" \
-      "${tmo[@]}" "$ty" "${common[@]}" --backend "$one_dev" $flags --out "$out/eq-$model-$name"
-    losses "$out/eq-$model-$name/metrics.jsonl" >"$out/eq-$model-$name.losses"
-  done
   # name:ranks:reference:flags
   layouts=("tp2:2:one:--tp 2 --batch-size 4"
            "tp2xdp2:4:acc:--tp 2 --batch-size 2"
@@ -138,9 +132,23 @@ for model in "${models[@]}"; do
            "tp2xdp2zero:4:acc:--tp 2 --zero 1 --batch-size 2"
            "pp2xdp2zero:4:acc4:--pp 2 --zero 1 --batch-size 2 --grad-accum 2")
   [[ $model == llama ]] && layouts+=("tp4:4:one:--tp 4 --batch-size 4")
+  refs=" "
   for l in "${layouts[@]}"; do
     IFS=: read -r name n ref flags <<<"$l"
-    ((n <= ngpus)) || continue
+    picked "$name" && refs+="$ref "
+  done
+  for ref in "one:--batch-size 4" "acc:--batch-size 2 --grad-accum 2" \
+             "acc4:--batch-size 2 --grad-accum 4"; do
+    IFS=: read -r name flags <<<"$ref"
+    [[ $refs == *" $name "* ]] || continue
+    # shellcheck disable=SC2086
+    launch "$out/eq-$model-$name.log" "$model: one process ($flags)" \
+      "${tmo[@]}" "$ty" "${common[@]}" --backend "$one_dev" $flags --out "$out/eq-$model-$name"
+    losses "$out/eq-$model-$name/metrics.jsonl" >"$out/eq-$model-$name.losses"
+  done
+  for l in "${layouts[@]}"; do
+    IFS=: read -r name n ref flags <<<"$l"
+    ((n <= ngpus)) && picked "$name" || continue
     run="$out/eq-$model-$name"
     # shellcheck disable=SC2086
     launch "$run.log" "$model $name" "${tmo[@]}" "${mpi[@]}" -np "$n" "$ty" "${common[@]}" \
