@@ -580,9 +580,14 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (t->pp > 1) {
     s = ty_dist_agree(t->dist, s, "building the pipeline stages and loading the weights");
     if (!s) s = ty_trainer_pp_describe(t);
-    /* split again, whatever layout saved them (a fresh run's optimizer
-     * state: zeros everywhere already) */
-    if (!s) s = ty_trainer_pp_scatter(t, resume_dir[0] != '\0');
+    /* Loaded weights are split again, whatever layout saved them (a
+     * fresh run's optimizer state: zeros everywhere already); a model
+     * trained from scratch is initialized by each stage itself. */
+    if (!s && !resume_dir[0] && !config->model[0]) {
+      s = ty_trainer_pp_init(t);
+    } else if (!s) {
+      s = ty_trainer_pp_scatter(t, resume_dir[0] != '\0');
+    }
   }
   if (!s && t->rank == 0) s = ty_train_sample_open(t);
   if (!s && t->rank == 0) s = ty_train_eval_open(t);

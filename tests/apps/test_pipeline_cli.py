@@ -205,6 +205,28 @@ class DataParallelPipelineTest(Base):
             self.assertIn("  rank 2: dp 1, pp 0, tp 0", err)
 
 
+class FromSeedTest(Base):
+    """A preset trained from scratch: each stage initializes its own chunks
+    from the seed (nothing travels from rank 0), and the run is the one
+    process's with the same seed."""
+
+    def test_presets(self):
+        for preset, schedule in (("llama-tiny", "1f1b"), ("gpt2-tiny", "interleaved")):
+            common = ["--preset", preset, "--data", self.data, "--max-steps", "6",
+                      "--batch-size", "2", "--grad-accum", "2", "--lr", "2e-3",
+                      "--backend", dist.BACKEND, "--log-every", "1", "--cache-dir", self.cache,
+                      "--schedule", "constant", "--seed", "7"]
+            one, two = self.path(preset + "_one"), self.path(preset + "_pp")
+            r = dist.run(["train"] + common + ["--out", one])
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            r = dist.mpirun(2, ["train"] + common + ["--out", two, "--pp", "2",
+                                                     "--pp-schedule", schedule])
+            self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+            self.assertIn("initialized from scratch", r.stderr)
+            self.assert_curves(one, two, range(1, 7))
+            self.assert_files(one, two, 6)
+
+
 class ZeroPipelineTest(Base):
     """--pp 2 --zero 1 on 4 ranks (2 replicas of 2 stages): each chunk's
     parameters shared over the replicas, each replica's optimizer updating

@@ -19,6 +19,7 @@
 #include "dist/dist.h"
 #include "graph/preflight.h"
 #include "hal/file.h"
+#include "models/presets.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
 #include "pp_internal.h"
@@ -506,6 +507,15 @@ ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t, bool optimizer) {
     }
   }
   return s;
+}
+
+ty_status_t ty_trainer_pp_init(ty_trainer_t *t) {
+  if (t->pp <= 1) return TY_OK;
+  for (int j = 0; j < t->pipe->v; ++j) {
+    ty_pp_chunk_t *ch = &t->pipe->chunk[j];
+    TY_RETURN_IF_ERROR(ty_llm_init_weights(&ch->m_bwd, ch->s_bwd, t->cfg.seed));
+  }
+  return TY_OK;
 }
 
 ty_status_t ty_trainer_pp_gather(ty_trainer_t *t, bool optimizer) {

@@ -35,6 +35,11 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t);
  * of any layout is split again on load. A fresh run's optimizer state is
  * zeros on every rank already (states start as zeros): no need to move it. */
 ty_status_t ty_trainer_pp_scatter(ty_trainer_t *t, bool optimizer);
+/* A model trained from scratch: each stage initializes its own chunks'
+ * parameters from the seed (each tensor's values come from the seed and
+ * its name, models/presets.c, so they equal the mirror's), and nothing
+ * travels. */
+ty_status_t ty_trainer_pp_init(ty_trainer_t *t);
 /* One optimizer step: the micro-batches of rows from `base` through the
  * schedule, gradients summed over the data-parallel replicas and the tied
  * embedding's two stages, clipped by the global norm, every stage's
