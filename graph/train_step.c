@@ -164,6 +164,16 @@ static ty_status_t ty_optim_update(ty_graph_t *g, const ty_optim_t *o, ty_value_
 
 static ty_status_t ty_fused_sumsq(ty_graph_t *g, ty_value_id_t grad, ty_value_id_t *out);
 
+/* *total += v (an add node), or *total = v while it is NONE. */
+static ty_status_t ty_add_into(ty_graph_t *g, ty_value_id_t *total, ty_value_id_t v) {
+  if (*total == TY_VALUE_NONE) {
+    *total = v;
+    return TY_OK;
+  }
+  ty_value_id_t pair[2] = {*total, v};
+  return ty_graph_add_node1(g, "add", pair, 2, NULL, total);
+}
+
 /* clip_out[0] the norm from max_norm and the sums of squares sq[0 .. k)
  * (global_norm_scale), clip_out[1 + i] grads[i] scaled by min(1, max_norm /
  * (norm + 1e-6)). */
@@ -192,14 +202,9 @@ static ty_status_t ty_tp_clip(ty_graph_t *g, const ty_value_id_t *grads, uint32_
                               ty_value_id_t *clip_out) {
   ty_value_id_t total[2] = {TY_VALUE_NONE, TY_VALUE_NONE}; /* replicated, split */
   for (uint32_t i = 0; i < n; ++i) {
-    ty_value_id_t sq, *t = &total[split[i] ? 1 : 0];
+    ty_value_id_t sq;
     TY_RETURN_IF_ERROR(ty_fused_sumsq(g, grads[i], &sq));
-    if (*t == TY_VALUE_NONE) {
-      *t = sq;
-    } else {
-      ty_value_id_t pair[2] = {*t, sq};
-      TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "add", pair, 2, NULL, t));
-    }
+    TY_RETURN_IF_ERROR(ty_add_into(g, &total[split[i] ? 1 : 0], sq));
   }
   if (total[1] != TY_VALUE_NONE) {
     ty_value_id_t part = total[1];
@@ -467,14 +472,18 @@ static ty_status_t ty_group_sum(ty_graph_t *g, ty_value_id_t v, const char *grou
   return ty_graph_add_node1(g, "all_reduce", &v, 1, &a, out);
 }
 
+/* Whether parameter i is summed over the tied group too. */
+static bool ty_reduce_tied(const ty_grad_reduce_params_t *r, uint32_t i) {
+  return r->tied && r->tied[i] && r->tied_group;
+}
+
 ty_status_t ty_graph_build_grad_reduce(ty_graph_t *g, const ty_tensor_desc_t *params, uint32_t n,
                                        const ty_grad_reduce_params_t *r, bool *out_empty,
                                        bool *out_share) {
   *out_empty = true;
   *out_share = false;
   for (uint32_t i = 0; i < n; ++i) {
-    const bool tied = r->tied && r->tied[i] && r->tied_group;
-    if (r->sum_group || tied || (r->counted && r->counted[i])) *out_empty = false;
+    if (r->sum_group || ty_reduce_tied(r, i) || (r->counted && r->counted[i])) *out_empty = false;
   }
   if (*out_empty) return TY_OK;
   /* Every sum first, in parameter order (a device batches consecutive
@@ -489,7 +498,7 @@ ty_status_t ty_graph_build_grad_reduce(ty_graph_t *g, const ty_tensor_desc_t *pa
     if (!s && r->sum_group) s = ty_group_sum(g, accs[i], r->sum_group, &sums[i]);
   }
   for (uint32_t i = 0; i < n && !s; ++i) {
-    if (r->tied && r->tied[i] && r->tied_group) {
+    if (ty_reduce_tied(r, i)) {
       ty_value_id_t once = sums[i];
       s = ty_group_sum(g, once, r->tied_group, &sums[i]);
     }
@@ -502,12 +511,7 @@ ty_status_t ty_graph_build_grad_reduce(ty_graph_t *g, const ty_tensor_desc_t *pa
     if (!r->counted || !r->counted[i]) continue;
     ty_value_id_t sq;
     s = ty_fused_sumsq(g, sums[i], &sq);
-    if (!s && total == TY_VALUE_NONE) {
-      total = sq;
-    } else if (!s) {
-      ty_value_id_t pair[2] = {total, sq};
-      s = ty_graph_add_node1(g, "add", pair, 2, NULL, &total);
-    }
+    if (!s) s = ty_add_into(g, &total, sq);
   }
   if (!s && total != TY_VALUE_NONE) {
     s = ty_graph_set_output(g, total, "grad_norm_sq_share");

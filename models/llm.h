@@ -174,6 +174,9 @@ int32_t ty_llm_param_unit(const ty_model_config_t *config, const char *name);
  * entries): its parameter elements, the head counted as its V x C matrix
  * even when it is tied to the embedding (the head's matmul is the work). */
 ty_status_t ty_llm_unit_costs(const ty_model_config_t *config, int64_t *out_costs);
+/* Whether `name` is the word embedding matrix (GPT-2's wte, Llama's
+ * embed_tokens), which a tied head shares. */
+bool ty_llm_is_word_embedding(const char *name);
 /* Whether the stage of units [unit_begin, unit_end) holds parameter `name`
  * (a tied embedding is held by the first and the last unit). */
 bool ty_llm_stage_has_param(const ty_model_config_t *config, int32_t unit_begin,

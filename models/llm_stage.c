@@ -52,12 +52,15 @@ ty_status_t ty_llm_unit_costs(const ty_model_config_t *c, int64_t *out_costs) {
   return TY_OK;
 }
 
+bool ty_llm_is_word_embedding(const char *name) {
+  return !strcmp(name, "transformer.wte.weight") || !strcmp(name, "model.embed_tokens.weight");
+}
+
 bool ty_llm_stage_has_param(const ty_model_config_t *c, int32_t unit_begin, int32_t unit_end,
                             const char *name) {
   int32_t u = ty_llm_param_unit(c, name);
   if (u >= unit_begin && u < unit_end) return true;
   /* the tied head reads the embedding matrix on the last stage */
-  bool word_embedding = !strcmp(name, "transformer.wte.weight") ||
-                        !strcmp(name, "model.embed_tokens.weight");
-  return c->tie_word_embeddings && word_embedding && unit_end == ty_llm_unit_count(c);
+  return c->tie_word_embeddings && ty_llm_is_word_embedding(name) &&
+         unit_end == ty_llm_unit_count(c);
 }

@@ -54,8 +54,7 @@ ty_status_t ty_llm_tp_check(const ty_model_config_t *c, int tp) {
 static int ty_llm_tp_axis(const ty_model_config_t *c, int tp, const char *name, int *segments) {
   *segments = 1;
   const bool weight = ty_ends(name, ".weight");
-  if (!strcmp(name, "transformer.wte.weight") || !strcmp(name, "model.embed_tokens.weight") ||
-      !strcmp(name, "lm_head.weight")) {
+  if (ty_llm_is_word_embedding(name) || !strcmp(name, "lm_head.weight")) {
     return 0; /* vocabulary-parallel: [V, C] by rows, padded to tp x Vp */
   }
   if (c->arch == TY_ARCH_GPT2) {

@@ -26,11 +26,6 @@ static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_conf
   return ty_llm_build(*out_g, mc, &o, out_m);
 }
 
-/* Whether `name` is a tied model's embedding (its head on the last chunk). */
-static bool ty_pp_is_embedding(const char *name) {
-  return !strcmp(name, "transformer.wte.weight") || !strcmp(name, "model.embed_tokens.weight");
-}
-
 /* The chunk's gradient sums and norm share (ty_pp_reduce_layout_t). */
 static ty_status_t ty_pp_reduce_graph(const ty_pp_reduce_layout_t *l,
                                       const ty_tensor_desc_t *descs, ty_pp_chunk_t *ch) {
@@ -39,7 +34,8 @@ static ty_status_t ty_pp_reduce_graph(const ty_pp_reduce_layout_t *l,
   if (!tied) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < n; ++i) {
     const ty_llm_param_t *q = &ch->m_bwd.params[i];
-    tied[i] = l->tied && l->pp > 1 && (ch->first || ch->last) && ty_pp_is_embedding(q->name);
+    tied[i] = l->tied && l->pp > 1 && (ch->first || ch->last) &&
+              ty_llm_is_word_embedding(q->name);
     /* a tensor replicated over tp counts on tp rank 0, a tied copy on the
      * first stage: the global norm counts each gradient once */
     counted[i] = (q->tp_axis >= 0 || l->tp_rank == 0) && !(tied[i] && !ch->first);
@@ -73,7 +69,8 @@ ty_status_t ty_pp_zero_owners(const ty_model_config_t *mc, int32_t unit_begin,
     held[n] = i;
     size[n] = elements[i];
     /* the first chunk's and the last chunk's copy: one owner for both */
-    pinned[n] = mc->tie_word_embeddings && ty_pp_is_embedding(params[i].name) ? dp - 1 : -1;
+    const bool tied = mc->tie_word_embeddings && ty_llm_is_word_embedding(params[i].name);
+    pinned[n] = tied ? dp - 1 : -1;
     ++n;
   }
   if (!s) s = ty_train_graph_zero_owners(size, n, dp, pinned, shares);
