@@ -182,11 +182,14 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
                     "sends batched with its receives by the plan of every stage's schedule "
                     "(TRAINYARD_PP_P2P=host: through host memory)\n",
             ty_backend_name(ty_device_backend(t->device)));
-  } else if (!s) {
-    fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
+  }
+  if (!s) {
+    if (!p->p2p) {
+      fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
                     "host memory, tp rank i of a stage to tp rank i of the next (%s; "
                     "--dist-timeout %g s)\n",
-            ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+              ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+    }
     const bool tied = t->model_config.tie_word_embeddings;
     fprintf(stderr, "  gradient sums before each optimizer step: %s%s, by all_reduce ops in "
                     "each chunk's reduce graph %s; the global norm from every rank's share\n",
