@@ -312,6 +312,47 @@ ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
   return TY_OK;
 }
 
+ty_status_t ty_session_bind_device(ty_session_t *s, const char *name, ty_buffer_t *src,
+                                   uint64_t offset, size_t bytes) {
+  if (s->mixed) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "binding '%s' from a device buffer: a mixed session's tensors live on "
+                          "two devices", name);
+  }
+  TY_RETURN_IF_ERROR(ty_session_usable(s));
+  ty_session_slot_t *slot;
+  TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
+  if (slot->role != TY_VALUE_INPUT && slot->role != TY_VALUE_STATE) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "'%s' is an output; only inputs and states can be bound", name);
+  }
+  if (bytes != slot->bytes) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "binding '%s' from a device buffer: %zu bytes given for a %" PRIu64
+                          "-byte tensor", name, bytes, slot->bytes);
+  }
+  if (ty_buffer_device(src) != s->device) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "binding '%s' from a buffer of %s: the session runs on %s", name,
+                          ty_device_label(ty_buffer_device(src)), ty_device_label(s->device));
+  }
+  TY_RETURN_IF_ERROR(ty_status_annotate(ty_buffer_copy(src, offset, slot->buffer, s->guard, bytes),
+                                        "binding '%s' from a device buffer", name));
+  if (s->guard && slot->role == TY_VALUE_INPUT) {
+    /* guards check that no run changes a bound input: hash what came */
+    void *copy = malloc(bytes ? bytes : 1);
+    if (!copy) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    ty_status_t st = ty_buffer_read(slot->buffer, s->guard, copy, bytes);
+    if (!st) slot->input_hash = ty_fnv1a(copy, bytes);
+    free(copy);
+    TY_RETURN_IF_ERROR(st);
+  }
+  s->stats.device_to_device_count++;
+  s->stats.device_to_device_bytes += bytes;
+  slot->bound = true;
+  return TY_OK;
+}
+
 /* Whether the backend may run with the loss-gradient seed unbound. */
 static bool ty_session_seed_may_be_unbound(const ty_session_t *s) {
   uint32_t major = 0, minor = 0;

@@ -101,6 +101,8 @@ typedef struct ty_session_stats_t {
   uint64_t host_to_device_bytes;
   uint64_t device_to_host_count; /* buffer reads since create */
   uint64_t device_to_host_bytes;
+  uint64_t device_to_device_count; /* ty_session_bind_device copies */
+  uint64_t device_to_device_bytes;
   /* A mixed session (a fallback device runs some nodes): its segments, and
    * the bytes copied between them through the host (also counted above). */
   bool mixed;
@@ -156,6 +158,16 @@ ty_status_t ty_session_executable_memory(const ty_session_t *session,
 ty_status_t ty_session_bind(ty_session_t *session, const char *name,
                             ty_dtype_t dtype, uint32_t rank, const int64_t *dims,
                             const void *data, size_t bytes);
+
+/* Fills the INPUT or STATE value `name` from `bytes` bytes at `offset` of
+ * `src`, a buffer of the session's device, by a device-side copy (no host
+ * round trip: how a pipeline stage binds an activation it received on the
+ * device). `bytes` must equal the value's size. INVALID_ARGUMENT for an
+ * output, a size mismatch, or a buffer of another device or a range past
+ * its end; NOT_FOUND for an unknown name; FAILED_PRECONDITION for a mixed
+ * session. The copy is ordered after the device's queued work, as a run. */
+ty_status_t ty_session_bind_device(ty_session_t *session, const char *name, ty_buffer_t *src,
+                                   uint64_t offset, size_t bytes);
 
 /* The run's world for the graph's collective ops (all_reduce), handed to
  * the plugin at every run (ABI 1.5 host collectives); NULL or a world of

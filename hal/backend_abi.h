@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 7u
+#define TY_ABI_MINOR 8u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -475,6 +475,24 @@ typedef struct ty_abi_collective_args_t {
 
 #define TY_ABI_COLLECTIVE_MORE 1u
 
+/* Point to point (ABI 1.8, comm_send / comm_recv; docs/plugin-abi.md
+ * "Point to point"): the same args, where
+ *  send  count elements of dtype at send + send_offset go to rank `root`
+ *        of the communicator (the peer); recv is unused
+ *  recv  count elements of dtype from rank `root` into recv + recv_offset;
+ *        send is unused
+ * Any dtype: the bytes travel as they are (count x the dtype's size). The
+ * peer is never the caller's own rank. Between two ranks, the n-th send of
+ * one to the other matches the other's n-th receive from it (no tags, as in
+ * NCCL): both must agree on the order and the size. A send completes only
+ * when its peer's receive has been posted (NCCL's semantics; a plugin may
+ * complete it earlier, a caller may not count on that): an unbatched send
+ * or receive blocks the stream (commfake: the host) until its peer's
+ * matching op comes. TY_ABI_COLLECTIVE_MORE batches sends and receives
+ * (and collectives) of one communicator with those that follow until one
+ * without the flag: the batch progresses as one (NCCL group), so a send
+ * and a receive of one batch cannot block each other. */
+
 /* ------------------------------------------------------------------------ */
 /* The backend table.                                                        */
 /*                                                                           */
@@ -619,6 +637,12 @@ typedef struct ty_backend_api_t {
                                          const ty_abi_collective_args_t *args);
   ty_abi_status_t (*comm_all_gather)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
   ty_abi_status_t (*comm_broadcast)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+
+  /* ---- v1.8, optional: point to point (both or none; needs the 1.4
+   * entries). The host uses them only for a plugin of ABI >= 1.8; a plugin
+   * without them moves pipeline activations through host memory (MPI). ---- */
+  ty_abi_status_t (*comm_send)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+  ty_abi_status_t (*comm_recv)(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
 
   /* New entries are appended below this line; bump TY_ABI_MINOR. */
 } ty_backend_api_t;

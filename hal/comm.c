@@ -14,6 +14,8 @@ struct ty_comm_t {
   ty_backend_t *backend;
   ty_abi_comm_t *handle;
   char label[80];
+  char group[16];
+  uint32_t rank, size;
 };
 
 static ty_status_t ty_comm_missing(const ty_device_t *device) {
@@ -63,6 +65,9 @@ ty_status_t ty_comm_create_group(ty_device_t *device, const ty_abi_comm_id_t *id
   if (!c) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   c->backend = b;
   snprintf(c->label, sizeof(c->label), "%s", ty_device_label(device));
+  snprintf(c->group, sizeof(c->group), "%s", group ? group : "world");
+  c->rank = rank;
+  c->size = size;
   ty_abi_comm_create_args_t args = {.struct_size = sizeof(args), .id = id, .rank = rank,
                                     .size = size, .group = group};
   ty_status_t s = ty_status_from_abi(
@@ -118,6 +123,79 @@ ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t off
                               uint64_t count, ty_dtype_t dtype, uint32_t root,
                               ty_abi_executable_t *executable, bool more) {
   return ty_comm_in_place(comm, true, buffer, offset, count, dtype, root, executable, more);
+}
+
+/* ---- point to point (ABI 1.8) ---- */
+
+bool ty_comm_has_p2p(const ty_comm_t *comm) {
+  return comm && ty_backend_has_p2p(comm->backend);
+}
+
+uint32_t ty_comm_rank(const ty_comm_t *comm) { return comm ? comm->rank : 0; }
+uint32_t ty_comm_size(const ty_comm_t *comm) { return comm ? comm->size : 1; }
+
+static ty_status_t ty_comm_p2p(ty_comm_t *comm, bool send, ty_buffer_t *buffer, uint64_t offset,
+                               uint64_t count, ty_dtype_t dtype, uint32_t peer,
+                               ty_abi_executable_t *executable, bool more) {
+  const char *what = send ? "send" : "receive";
+  const uint64_t bytes = count * ty_dtype_size(dtype);
+  if (!comm) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "a point-to-point %s of %llu bytes with rank %u: no device "
+                          "communicator of its group was made",
+                          what, (unsigned long long)bytes, peer);
+  }
+  char head[192];
+  snprintf(head, sizeof(head), "%s: %s of %llu bytes %s rank %u of group '%s' (rank %u of %u)",
+           comm->label, what, (unsigned long long)bytes, send ? "to" : "from", peer,
+           comm->group, comm->rank, comm->size);
+  if (!ty_backend_has_p2p(comm->backend)) {
+    uint32_t major = 0, minor = 0;
+    ty_backend_abi_version(comm->backend, &major, &minor);
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "%s: backend '%s' (ABI %u.%u) has no point to point (ABI 1.8 "
+                          "comm_send/comm_recv); move the bytes through the host",
+                          head, ty_backend_name(comm->backend), major, minor);
+  }
+  if (peer >= comm->size || peer == comm->rank) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: the peer must be another rank of the "
+                          "group (0..%u, not %u)", head, comm->size - 1, comm->rank);
+  }
+  if (count == 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: a count of 0 elements (%s)", head,
+                          ty_dtype_name(dtype));
+  }
+  if (offset > ty_buffer_size(buffer) || bytes > ty_buffer_size(buffer) - offset) {
+    return ty_status_make(TY_CODE_OUT_OF_RANGE, "%s: %llu bytes at byte %llu run past the end "
+                          "of a %llu-byte buffer", head, (unsigned long long)bytes,
+                          (unsigned long long)offset, (unsigned long long)ty_buffer_size(buffer));
+  }
+  ty_abi_collective_args_t args = {.struct_size = sizeof(args), .dtype = dtype, .count = count,
+                                   .root = peer, .executable = executable,
+                                   .flags = more ? TY_ABI_COLLECTIVE_MORE : 0};
+  if (send) {
+    args.send = ty_buffer_handle(buffer);
+    args.send_offset = offset;
+  } else {
+    args.recv = ty_buffer_handle(buffer);
+    args.recv_offset = offset;
+  }
+  const ty_backend_api_t *api = ty_backend_api(comm->backend);
+  ty_status_t s = ty_status_from_abi(send ? api->comm_send(comm->handle, &args)
+                                          : api->comm_recv(comm->handle, &args));
+  return ty_status_annotate(s, "%s%s", head, more ? " (in a batch)" : "");
+}
+
+ty_status_t ty_comm_send(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset, uint64_t count,
+                         ty_dtype_t dtype, uint32_t peer, ty_abi_executable_t *executable,
+                         bool more) {
+  return ty_comm_p2p(comm, true, buffer, offset, count, dtype, peer, executable, more);
+}
+
+ty_status_t ty_comm_recv(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset, uint64_t count,
+                         ty_dtype_t dtype, uint32_t peer, ty_abi_executable_t *executable,
+                         bool more) {
+  return ty_comm_p2p(comm, false, buffer, offset, count, dtype, peer, executable, more);
 }
 
 /* ---- host collectives (ABI 1.5) ---- */

@@ -59,6 +59,36 @@ ty_status_t ty_comm_broadcast(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t off
                               uint64_t count, ty_dtype_t dtype, uint32_t root,
                               ty_abi_executable_t *executable, bool more);
 
+/* ---- Point to point (ABI 1.8) ----
+ *
+ * `count` elements of `dtype` (any dtype: the bytes travel) at `offset` of
+ * `buffer` sent to rank `peer` of the communicator, or received from it
+ * into the same place, ordered as all_reduce on `executable`'s stream.
+ * Between two ranks the n-th send matches the n-th receive (no tags): the
+ * callers agree on order and sizes. A send completes only when the peer
+ * has posted its receive (NCCL), so an unbatched send or receive waits
+ * for its peer; `more` batches it with the sends, receives and collectives
+ * that follow on this communicator until a call without `more`: the batch
+ * progresses as one, and nothing else may be asked of the device before
+ * it ends. Errors: FAILED_PRECONDITION on a backend without point to point
+ * (ty_comm_has_p2p false: ABI < 1.8 or no comm_send/comm_recv) or a NULL
+ * `comm` (its group has no device communicator); INVALID_ARGUMENT for a
+ * peer that is not another rank of the communicator or a count of 0;
+ * OUT_OF_RANGE for a range past the buffer's end. Each names the peer, the
+ * bytes and the group. After an error inside a batch the batch is lost
+ * (the plugin may have ended it): end the run. */
+ty_status_t ty_comm_send(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset, uint64_t count,
+                         ty_dtype_t dtype, uint32_t peer, ty_abi_executable_t *executable,
+                         bool more);
+ty_status_t ty_comm_recv(ty_comm_t *comm, ty_buffer_t *buffer, uint64_t offset, uint64_t count,
+                         ty_dtype_t dtype, uint32_t peer, ty_abi_executable_t *executable,
+                         bool more);
+/* Whether `comm`'s backend has point to point (false for NULL). */
+bool ty_comm_has_p2p(const ty_comm_t *comm);
+/* This rank's rank and the size of the communicator. */
+uint32_t ty_comm_rank(const ty_comm_t *comm);
+uint32_t ty_comm_size(const ty_comm_t *comm);
+
 /* ---- The host communicator (ABI 1.5 host collectives) ----
  *
  * What a run hands a plugin as ty_abi_execute_args_t.host_comm, so that a

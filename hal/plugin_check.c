@@ -108,6 +108,8 @@ static const struct {
     TY_PAIR(comm_create, comm_reduce_scatter, "ZeRO-1 needs reduce-scatter"),
     TY_PAIR(comm_create, comm_all_gather, "ZeRO-1 needs all-gather"),
     TY_PAIR(comm_create, comm_broadcast, "a run starts by broadcasting rank 0's weights"),
+    /* ABI 1.8: point to point */
+    TY_PAIR(comm_send, comm_recv, "a pipeline's sends would never be received"),
 #undef TY_PAIR
 };
 

@@ -630,6 +630,13 @@ bool ty_backend_has_collectives(const ty_backend_t *b) {
   return true;
 }
 
+bool ty_backend_has_p2p(const ty_backend_t *b) {
+  if (!ty_backend_has_collectives(b)) return false;
+  if (b->api->abi_major != TY_ABI_MAJOR || b->api->abi_minor < 8) return false;
+  return ty_backend_api_has_entry(b->api, offsetof(ty_backend_api_t, comm_send)) &&
+         ty_backend_api_has_entry(b->api, offsetof(ty_backend_api_t, comm_recv));
+}
+
 ty_status_t ty_backend_device_count(ty_backend_t *b, uint32_t *out_count) {
   *out_count = 0;
   ty_status_t s = ty_status_from_abi(b->api->device_count(b->instance, out_count));

@@ -118,6 +118,10 @@ bool ty_backend_has_entry(const ty_backend_t *backend, size_t offset);
  * its devices reduce gradients themselves; otherwise a data-parallel run
  * takes the host path (dist/dist.h). The entries are optional. */
 bool ty_backend_has_collectives(const ty_backend_t *backend);
+/* True when it also has point to point (ABI 1.8 comm_send and comm_recv)
+ * and declares ABI 1.8 or newer: pipeline activations can travel between
+ * its devices without the host (hal/comm.h ty_comm_send). */
+bool ty_backend_has_p2p(const ty_backend_t *backend);
 
 #define TY_BACKEND_ENTRY(backend, field)                            \
   (ty_backend_has_entry((backend), offsetof(ty_backend_api_t, field)) \

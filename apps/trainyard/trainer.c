@@ -462,6 +462,8 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   t->tp_comm = NULL;
   ty_comm_destroy(t->embed_comm);
   t->embed_comm = NULL;
+  ty_comm_destroy(t->pp_comm);
+  t->pp_comm = NULL;
   ty_llm_deinit(&t->m_eval);
   ty_llm_deinit(&t->m_train);
   ty_graph_destroy(t->g_eval);

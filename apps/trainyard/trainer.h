@@ -72,6 +72,9 @@ typedef struct ty_trainer_t {
   struct ty_comm_t *tp_comm; /* --tp on a backend with collectives (ABI 1.7):
                                 the "tp" group's, which runs the step's tp
                                 ops on the device; NULL otherwise */
+  struct ty_comm_t *pp_comm; /* --pp on a backend with point to point (ABI
+                                1.8): the "pp" group's, on which the stages'
+                                activations travel; NULL: the host path */
   struct ty_comm_t *embed_comm; /* --pp of a tied model on such a backend,
                                    on its first and last stage: the "embed"
                                    group's (the tied embedding's sum) */

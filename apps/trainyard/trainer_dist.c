@@ -106,6 +106,19 @@ static ty_status_t ty_trainer_group_comms(ty_trainer_t *t) {
       (t->pp_rank == 0 || t->pp_rank == t->pp - 1)) {
     TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "embed", &t->embed_comm));
   }
+  /* the stages' activations on the device (ABI 1.8), unless
+   * TRAINYARD_PP_P2P=host keeps them on the host path (to compare) */
+  const char *p2p = getenv("TRAINYARD_PP_P2P");
+  if (p2p && p2p[0] && strcmp(p2p, "host") != 0 && strcmp(p2p, "device") != 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "TRAINYARD_PP_P2P=%s: expected 'host' (activations between pipeline "
+                          "stages through host memory) or 'device' (on the devices' "
+                          "communicator)", p2p);
+  }
+  const bool host = p2p && !strcmp(p2p, "host");
+  if (t->pp > 1 && !host && ty_backend_has_p2p(ty_device_backend(t->device))) {
+    TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "pp", &t->pp_comm));
+  }
   return TY_OK;
 }
 
@@ -165,6 +178,15 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                           "for several ranks are for whole-step devices: trainyard compile "
                           "--data-parallel N)",
                           t->cfg.artifact, t->world, t->cfg.backend);
+  }
+  const char *p2p = getenv("TRAINYARD_PP_P2P");
+  if (t->pp > 1 && p2p && !strcmp(p2p, "device") &&
+      !ty_backend_has_p2p(ty_device_backend(t->device))) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "TRAINYARD_PP_P2P=device: backend '%s' (ABI %u.%u) has no point to "
+                          "point on its devices (ABI 1.8 comm_send/comm_recv); unset it to move "
+                          "the activations through host memory",
+                          ty_backend_name(ty_device_backend(t->device)), major, minor);
   }
   if (!ty_backend_has_collectives(ty_device_backend(t->device))) return TY_OK;
   if (t->tp <= 1 && t->pp <= 1) return ty_trainer_group_comm_create(t, "world", &t->comm);

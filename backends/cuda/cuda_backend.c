@@ -586,8 +586,9 @@ static const ty_backend_api_t ty_cu_api_table = {
      * communicator made on the device; cuda never needs host->collective);
      * 1.6: tp_copy / tp_reduce and all_reduce's `group`; 1.7: one NCCL
      * communicator per process group on a device (comm_create's `group`),
-     * which runs the collective ops naming that group. */
-    .abi_minor = 7,
+     * which runs the collective ops naming that group; 1.8: point to point
+     * (comm_send / comm_recv on ncclSend / ncclRecv). */
+    .abi_minor = 8,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,
@@ -621,6 +622,9 @@ static const ty_backend_api_t ty_cu_api_table = {
     .comm_reduce_scatter = ty_cu_comm_reduce_scatter,
     .comm_all_gather = ty_cu_comm_all_gather,
     .comm_broadcast = ty_cu_comm_broadcast,
+    /* 1.8: point to point (ncclSend / ncclRecv, cuda_comm.c). */
+    .comm_send = ty_cu_comm_send,
+    .comm_recv = ty_cu_comm_recv,
 };
 
 TY_BACKEND_EXPORT const ty_backend_api_t *ty_backend_query(uint32_t host_abi_major,

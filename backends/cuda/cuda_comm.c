@@ -38,7 +38,9 @@ typedef enum {
   TY_NCCL_ALL_REDUCE,
   TY_NCCL_REDUCE_SCATTER,
   TY_NCCL_ALL_GATHER,
-  TY_NCCL_BROADCAST
+  TY_NCCL_BROADCAST,
+  TY_NCCL_SEND, /* ABI 1.8 point to point: bytes to / from rank `root` */
+  TY_NCCL_RECV
 } ty_nccl_kind_t;
 
 #ifdef TY_CU_HAVE_NCCL
@@ -48,7 +50,7 @@ typedef enum {
   X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy)              \
   X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclGetLastError)      \
   X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclBroadcast) X(ncclGroupStart)  \
-  X(ncclGroupEnd)
+  X(ncclGroupEnd) X(ncclSend) X(ncclRecv)
 
 #define TY_NCCL_MEMBER(name) __typeof__(&name) name;
 typedef struct ty_nccl_api_t {
@@ -234,12 +236,15 @@ static ty_abi_status_t ty_nccl_dtype(const ty_abi_comm_t *c, ty_dtype_t dtype,
 
 /* Queues one collective of `kind` on the device's stream inside the
  * communicator's open NCCL group (opened here if none is), and ends the
- * group unless `more` (or on an error). `what` names it in errors. */
+ * group unless `more` (or on an error). `what` names it in errors. A send
+ * or receive moves `count` bytes (ncclInt8) whatever the dtype: the bytes
+ * travel as they are. */
 static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_dtype_t dtype,
                                      uint32_t reduce, uint32_t root, const void *send,
                                      void *recv, uint64_t count, bool more, const char *what) {
-  ncclDataType_t dt = ncclFloat32;
-  ty_abi_status_t st = ty_nccl_dtype(c, dtype, &dt);
+  const bool p2p = kind == TY_NCCL_SEND || kind == TY_NCCL_RECV;
+  ncclDataType_t dt = ncclInt8;
+  ty_abi_status_t st = p2p ? NULL : ty_nccl_dtype(c, dtype, &dt);
   if (st) return st;
   if (reduce != TY_ABI_REDUCE_SUM && reduce != TY_ABI_REDUCE_AVG &&
       reduce != TY_ABI_REDUCE_MAX) {
@@ -272,6 +277,12 @@ static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_d
     case TY_NCCL_ALL_GATHER:
       r = ty_nccl.ncclAllGather(send, recv, n, dt, c->comm, stream);
       break;
+    case TY_NCCL_SEND:
+      r = ty_nccl.ncclSend(send, n, dt, (int)root, c->comm, stream);
+      break;
+    case TY_NCCL_RECV:
+      r = ty_nccl.ncclRecv(recv, n, dt, (int)root, c->comm, stream);
+      break;
     default:
       r = ty_nccl.ncclBroadcast(send, recv, n, dt, (int)root, c->comm, stream);
       break;
@@ -289,7 +300,7 @@ static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_d
 static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
                                    const ty_abi_collective_args_t *a) {
   static const char *const names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
-                                      "ncclBroadcast"};
+                                      "ncclBroadcast", "ncclSend", "ncclRecv"};
   bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) + sizeof(a->flags) &&
               (a->flags & TY_ABI_COLLECTIVE_MORE);
   char what[96];
@@ -298,6 +309,49 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
   return ty_nccl_queue(c, kind, a->dtype, a->op, a->root,
                        (const void *)(uintptr_t)(a->send->ptr + a->send_offset),
                        (void *)(uintptr_t)(a->recv->ptr + a->recv_offset), a->count, more, what);
+}
+
+/* ABI 1.8: one ncclSend or ncclRecv of count x the dtype's bytes with rank
+ * `root` of the communicator, in the communicator's batch like the
+ * collectives (an unbatched one is a group of its own). NCCL blocks the
+ * stream on it until the peer's matching op runs: the host batches a
+ * rank's sends with its next receive (docs/design-notes.md "Pipeline
+ * activations on the device"). Errors name the peer, the bytes and the
+ * group. */
+static ty_abi_status_t ty_nccl_p2p(ty_abi_comm_t *c, bool send,
+                                   const ty_abi_collective_args_t *a) {
+  static const char *const groups[TY_CU_COMM_GROUPS] = {"world", "tp", "dp", "pp", "embed"};
+  const char *group = c->slot >= 0 && c->slot < TY_CU_COMM_GROUPS ? groups[c->slot] : "?";
+  const bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) +
+                                          sizeof(a->flags) &&
+                    (a->flags & TY_ABI_COLLECTIVE_MORE);
+  const uint64_t bytes = a->count * ty_dtype_size(a->dtype);
+  char what[160];
+  snprintf(what, sizeof(what), "%s of %llu bytes %s rank %u of group '%s'%s",
+           send ? "ncclSend" : "ncclRecv", (unsigned long long)bytes, send ? "to" : "from",
+           a->root, group, c->group_open || more ? " (in a batch)" : "");
+  if (a->root >= c->size || a->root == c->rank || bytes == 0) {
+    if (c->group_open) { /* end the batch this call was part of */
+      c->group_open = false;
+      ty_nccl.ncclGroupEnd();
+    }
+    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: %s: the peer must be another of the %u "
+                       "ranks (this is rank %u) and the size nonzero", c->device->label, what,
+                       c->size, c->rank);
+  }
+  ty_abi_buffer_t *buffer = send ? a->send : a->recv;
+  const uint64_t offset = send ? a->send_offset : a->recv_offset;
+  void *ptr = (void *)(uintptr_t)(buffer->ptr + offset);
+  return ty_nccl_queue(c, send ? TY_NCCL_SEND : TY_NCCL_RECV, a->dtype, TY_ABI_REDUCE_SUM,
+                       a->root, send ? ptr : NULL, send ? NULL : ptr, bytes, more, what);
+}
+
+ty_abi_status_t ty_cu_comm_send(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  return ty_nccl_p2p(c, true, a);
+}
+
+ty_abi_status_t ty_cu_comm_recv(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  return ty_nccl_p2p(c, false, a);
 }
 
 ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype, uint32_t op,
@@ -340,6 +394,16 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
   (void)c;
   (void)kind;
   (void)a;
+  return ty_nccl_missing();
+}
+
+ty_abi_status_t ty_cu_comm_send(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  (void)c, (void)a;
+  return ty_nccl_missing();
+}
+
+ty_abi_status_t ty_cu_comm_recv(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  (void)c, (void)a;
   return ty_nccl_missing();
 }
 

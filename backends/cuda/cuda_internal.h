@@ -135,6 +135,9 @@ ty_abi_status_t ty_cu_comm_reduce_scatter(ty_abi_comm_t *comm,
                                           const ty_abi_collective_args_t *args);
 ty_abi_status_t ty_cu_comm_all_gather(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
 ty_abi_status_t ty_cu_comm_broadcast(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+/* ABI 1.8 point to point (ncclSend / ncclRecv, cuda_comm.c). */
+ty_abi_status_t ty_cu_comm_send(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
+ty_abi_status_t ty_cu_comm_recv(ty_abi_comm_t *comm, const ty_abi_collective_args_t *args);
 /* An all-reduce (sum, avg or max) of `count` elements of `dtype` from
  * device address `send` into `recv` (equal: in place) on the device's
  * stream, for an executable's all_reduce / tp_reduce op; `more` as TY_ABI_COLLECTIVE_MORE (one NCCL group until a

@@ -330,7 +330,10 @@ static const ty_backend_api_t template_api = {
      * device with its own collective library (NCCL, ...) sets all seven or
      * none; `trainyard check` says which path its runs take. Collective
      * OPS in a graph (all_reduce, ABI 1.5) need none of them: the host
-     * executor reduces through the host's service (docs/plugin-abi.md). */
+     * executor reduces through the host's service (docs/plugin-abi.md).
+     * ABI 1.8's point to point (comm_send, comm_recv; both or none, with
+     * the collectives) moves a pipeline's activations device to device;
+     * without them they go through host memory over MPI. */
 };
 
 /* Step 8: the one exported symbol. Return NULL for a major you were not

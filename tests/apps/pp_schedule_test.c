@@ -111,6 +111,53 @@ static void test_schedules_are_deadlock_free(void **state) {
   }
 }
 
+/* The device path's rule (TY_PP_P2P_GLOBAL) under NCCL's semantics: no
+ * deadlock and both ends of every pair agree on the messages' order, for
+ * every layout here; each send alone at once deadlocks at pp 2 1F1B, and
+ * each send batched with the rank's next receive deadlocks on interleaved
+ * pp 2 x 2 chunks x 4 micro-batches (fine for 1F1B), so the check can
+ * fail. */
+static void test_p2p_rule_is_deadlock_free(void **state) {
+  (void)state;
+  for (int pp = 2; pp <= 6; ++pp) {
+    for (int m = 1; m <= 12; ++m) {
+      for (int rule = TY_PP_P2P_GLOBAL; rule <= TY_PP_P2P_NEXT_RECV; ++rule) {
+        ty_status_t s = ty_pp_p2p_check(TY_PP_1F1B, pp, 1, m, (ty_pp_p2p_rule_t)rule);
+        if (s) fail_msg("rule %d: %s", rule, ty_status_message(s));
+      }
+    }
+    for (int v = 1; v <= 4; ++v) {
+      for (int m = pp; m <= 4 * pp; m += pp) {
+        ty_status_t s = ty_pp_p2p_check(TY_PP_INTERLEAVED, pp, v, m, TY_PP_P2P_GLOBAL);
+        if (s) fail_msg("%s", ty_status_message(s));
+      }
+    }
+  }
+  ty_status_t s = ty_pp_p2p_check(TY_PP_1F1B, 2, 1, 4, TY_PP_P2P_NAIVE);
+  assert_int_equal(ty_status_code(s), TY_CODE_FAILED_PRECONDITION);
+  assert_non_null(strstr(ty_status_message(s), "would deadlock"));
+  ty_status_free(s);
+  s = ty_pp_p2p_check(TY_PP_INTERLEAVED, 2, 2, 4, TY_PP_P2P_NEXT_RECV);
+  assert_int_equal(ty_status_code(s), TY_CODE_FAILED_PRECONDITION);
+  assert_non_null(strstr(ty_status_message(s), "would deadlock"));
+  ty_status_free(s);
+  /* the pp 2 1F1B plan of stage 0 at 2 micro-batches, in full: the first
+   * activation goes with the first gradient's receive, the second alone
+   * before it... as the global order has it */
+  ty_pp_p2p_op_t *ops = NULL;
+  size_t n = 0;
+  assert_int_equal(ty_pp_p2p_plan(TY_PP_1F1B, 0, 2, 1, 2, TY_PP_P2P_GLOBAL, &ops, &n), TY_OK);
+  assert_int_equal(n, 4);
+  assert_true(ops[0].send && !ops[0].msg.gradient && ops[0].msg.micro == 0 && ops[0].batch == 0);
+  assert_true(ops[1].send && !ops[1].msg.gradient && ops[1].msg.micro == 1 && ops[1].batch == 0);
+  assert_true(!ops[2].send && ops[2].msg.gradient && ops[2].msg.micro == 0 && ops[2].batch == 0);
+  assert_true(!ops[3].send && ops[3].msg.gradient && ops[3].msg.micro == 1 && ops[3].batch == 1);
+  free(ops);
+  s = ty_pp_p2p_plan(TY_PP_INTERLEAVED, 0, 2, 2, 3, TY_PP_P2P_GLOBAL, &ops, &n);
+  assert_int_equal(ty_status_code(s), TY_CODE_INVALID_ARGUMENT);
+  ty_status_free(s);
+}
+
 static void test_bad_schedules_are_refused(void **state) {
   (void)state;
   ty_pp_action_t *a = NULL;
@@ -168,6 +215,7 @@ int main(void) {
       cmocka_unit_test(test_1f1b_known_order),
       cmocka_unit_test(test_interleaved_known_order),
       cmocka_unit_test(test_schedules_are_deadlock_free),
+      cmocka_unit_test(test_p2p_rule_is_deadlock_free),
       cmocka_unit_test(test_bad_schedules_are_refused),
       cmocka_unit_test(test_ideal_bubble),
       cmocka_unit_test(test_partition_is_balanced),

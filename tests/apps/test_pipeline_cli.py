@@ -391,6 +391,89 @@ class ResumeTest(Base):
         self.assert_curves(ref, b2, range(11, 21))
 
 
+class DeviceP2PTest(Base):
+    """The device path (ABI 1.8 point to point) on commfake, whose sends
+    block as NCCL's do (an unbatched send waits for its receive): --pp 2
+    1F1B and interleaved on the tiny Llama and GPT-2 equal one process per
+    step, with the activations on the devices' pp communicator and nothing
+    through host memory; the same with TRAINYARD_PP_P2P=host on the host
+    path; a backend of ABI 1.7 (commfake17) keeps the host path; tp 2 x
+    pp 2 on 4 ranks; a bad TRAINYARD_PP_P2P is refused."""
+    batch = ["--batch-size", "2", "--max-steps", "4"]
+
+    def setUp(self):
+        super().setUp()
+        if not dist.CFG.commfake_dir or not os.path.isdir(dist.CFG.commfake_dir):
+            self.skipTest("no commfake plugin (it is built with MPI only): %r"
+                          % dist.CFG.commfake_dir)
+        # a deadlock fails in seconds, naming the op that waited
+        self.env = {"TRAINYARD_COMMFAKE_TIMEOUT": "30"}
+
+    def fake(self, n, model, out, *args, plugin="commfake", env=None):
+        full = dict(self.env)
+        full.update(env or {})
+        plugin_dir = os.path.join(os.path.dirname(dist.CFG.commfake_dir), plugin)
+        common = [a for a in self.common(model)]
+        common[common.index("--backend") + 1] = "commfake"
+        r = dist.mpirun(n, ["--plugin-path", plugin_dir, "train"] + common + self.batch +
+                        ["--out", out] + list(args), env=full)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+        return r.stderr
+
+    def check(self, model, schedule, n=2, tp=()):
+        one = self.path("%s_one" % model)
+        if not os.path.isdir(one):
+            self.train(model, *self.batch, "--grad-accum", "4", "--out", one)
+        out = self.path("%s_%s_%d_dev" % (model, schedule, n))
+        err = self.fake(n, model, out, "--grad-accum", "4", "--pp", "2", "--pp-schedule",
+                        schedule, *tp)
+        self.assertIn("activations and gradients between stages: on the devices' pp "
+                      "communicator (commfake's point to point, ABI 1.8)", err)
+        self.assertRegex(err, r"pipeline activations and gradients: [1-9][0-9.]* [KMG]?i?B "
+                              r"between the devices on the pp communicator, 0 B through host")
+        self.assert_curves(one, out, range(1, 5))
+        host = self.path("%s_%s_%d_host" % (model, schedule, n))
+        err = self.fake(n, model, host, "--grad-accum", "4", "--pp", "2", "--pp-schedule",
+                        schedule, *tp, env={"TRAINYARD_PP_P2P": "host"})
+        self.assertIn("between stages: MPI point to point through host memory", err)
+        self.assertRegex(err, r": 0 B between the devices on the pp communicator, "
+                              r"[1-9][0-9.]* [KMG]?i?B through host")
+        self.assert_curves(one, host, range(1, 5))
+
+    def test_llama(self):
+        for schedule in ("1f1b", "interleaved"):
+            self.check("llama", schedule)
+
+    def test_gpt2_tied(self):
+        for schedule in ("1f1b", "interleaved"):
+            self.check("gpt2", schedule)
+
+    def test_tp2_pp2(self):
+        self.check("llama", "1f1b", n=4, tp=("--tp", "2"))
+
+    def test_old_backend_keeps_host_path(self):
+        out = self.path("old")
+        err = self.fake(2, "llama", out, "--grad-accum", "2", "--pp", "2",
+                        plugin="commfake17")
+        self.assertIn("between stages: MPI point to point through host memory", err)
+        r = dist.mpirun(2, ["--plugin-path", os.path.join(os.path.dirname(
+                            dist.CFG.commfake_dir), "commfake17"), "train"] +
+                        [a if a != dist.BACKEND else "commfake" for a in self.common("llama")] +
+                        self.batch + ["--grad-accum", "2", "--pp", "2", "--out",
+                                      self.path("old_dev")],
+                        env={"TRAINYARD_PP_P2P": "device"})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("TRAINYARD_PP_P2P=device: backend 'commfake' (ABI 1.7) has no point to "
+                      "point", r.stderr)
+        r = dist.mpirun(2, ["--plugin-path", dist.CFG.commfake_dir, "train"] +
+                        [a if a != dist.BACKEND else "commfake" for a in self.common("llama")] +
+                        self.batch + ["--grad-accum", "2", "--pp", "2", "--out",
+                                      self.path("bad_env")],
+                        env={"TRAINYARD_PP_P2P": "nccl"})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("TRAINYARD_PP_P2P=nccl: expected 'host'", r.stderr)
+
+
 class RefuseTest(Base):
     base = ["--max-steps", "2", "--batch-size", "2", "--grad-accum", "2"]
 

@@ -166,6 +166,69 @@ static void run_linear_on(const char *uri) {
   ty_registry_destroy(r);
 }
 
+/* ty_session_bind_device: an input filled from a device buffer (at an
+ * offset) by one device copy, no host write; the same result as the host
+ * bind; an output, a wrong size, a range past the buffer, another device's
+ * buffer and an unknown name are refused by name. */
+static void test_session_bind_device(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev, *other;
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &other));
+  const int64_t m = 3, k = 4, n = 5;
+  ty_graph_t *g = build_linear(m, k, n);
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  ty_test_rng_t rng;
+  ty_test_rng_init(&rng, ty_test_seed());
+  float x[12], w[20], b[5], y_host[15], y_dev[15];
+  for (int i = 0; i < 12; ++i) x[i] = (float)((ty_test_rng_next(&rng) % 2001) / 1000.0 - 1.0);
+  for (int i = 0; i < 20; ++i) w[i] = (float)((ty_test_rng_next(&rng) % 2001) / 1000.0 - 1.0);
+  for (int i = 0; i < 5; ++i) b[i] = (float)(ty_test_rng_next(&rng) % 7);
+  int64_t xd[2] = {m, k}, wd[2] = {k, n}, bd[1] = {n};
+  TY_EXPECT_OK(ty_session_bind(s, "w", TY_DTYPE_F32, 2, wd, w, sizeof(w)));
+  TY_EXPECT_OK(ty_session_bind(s, "b", TY_DTYPE_F32, 1, bd, b, sizeof(b)));
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, x, sizeof(x)));
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "y", y_host, sizeof(y_host)));
+  /* x at byte 16 of a device buffer; the session's x overwritten first */
+  ty_buffer_t *src, *far;
+  TY_EXPECT_OK(ty_buffer_alloc(dev, 16 + sizeof(x), &src));
+  TY_EXPECT_OK(ty_buffer_alloc(other, sizeof(x), &far));
+  TY_EXPECT_OK(ty_buffer_write(src, 16, x, sizeof(x)));
+  float zeros[12] = {0};
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, zeros, sizeof(zeros)));
+  ty_transfer_stats_t before = ty_buffer_transfer_stats();
+  TY_EXPECT_OK(ty_session_bind_device(s, "x", src, 16, sizeof(x)));
+  ty_transfer_stats_t after = ty_buffer_transfer_stats();
+  assert_int_equal(after.writes, before.writes);
+  assert_int_equal(after.reads, before.reads);
+  assert_int_equal(after.copies, before.copies + 1);
+  assert_int_equal(after.copy_bytes, before.copy_bytes + sizeof(x));
+  assert_int_equal(ty_session_stats(s).device_to_device_bytes, sizeof(x));
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "y", y_dev, sizeof(y_dev)));
+  assert_memory_equal(y_host, y_dev, sizeof(y_dev));
+  TY_EXPECT_STATUS(ty_session_bind_device(s, "y", src, 0, sizeof(y_dev)),
+                   TY_CODE_INVALID_ARGUMENT, "'y' is an output");
+  TY_EXPECT_STATUS(ty_session_bind_device(s, "x", src, 0, sizeof(x) - 4),
+                   TY_CODE_INVALID_ARGUMENT, "44 bytes given for a 48-byte tensor");
+  TY_EXPECT_STATUS(ty_session_bind_device(s, "x", src, 20, sizeof(x)),
+                   TY_CODE_INVALID_ARGUMENT, "binding 'x' from a device buffer");
+  TY_EXPECT_STATUS(ty_session_bind_device(s, "x", far, 0, sizeof(x)),
+                   TY_CODE_INVALID_ARGUMENT, "the session runs on");
+  TY_EXPECT_STATUS(ty_session_bind_device(s, "nope", src, 0, sizeof(x)),
+                   TY_CODE_NOT_FOUND, "'nope'");
+  ty_buffer_free(far);
+  ty_buffer_free(src);
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(other);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 static void test_session_cpu(void **state) {
   (void)state;
   run_linear_on("cpu");
@@ -419,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_builder_errors),
       cmocka_unit_test(test_lowering_drops_dead_nodes_and_hash_is_stable),
       cmocka_unit_test(test_session_cpu),
+      cmocka_unit_test(test_session_bind_device),
       cmocka_unit_test(test_session_cpu_reference),
       cmocka_unit_test(test_session_intermediates),
       cmocka_unit_test(test_session_guards),

@@ -8,15 +8,20 @@
  *   BRINGUP_BUG_OP "op"         a planted bug in that op's f32 kernel (gelu:
  *                               the cubic coefficient 0.05 instead of
  *                               0.044715), for `trainyard conform --bisect`;
- *   BRINGUP_MPI_COMM            the collectives of ABI 1.4 (and 1.7's group
- *                               communicators), done with MPI on
+ *   BRINGUP_MPI_COMM            the collectives of ABI 1.4 (1.7's group
+ *                               communicators, 1.8's point to point
+ *                               with NCCL's blocking semantics), done
+ *                               with MPI on
  *                               its host-memory buffers: a device with a
  *                               collective library of its own (as cuda has
  *                               NCCL), for the core's device path of data
  *                               parallel (tests/apps/test_distributed_cli.py);
  *   BRINGUP_ABI_MINOR n         declares ABI 1.n (a plugin built before
  *                               1.6's process groups, for the host's
- *                               refusal of group collectives).
+ *                               refusal of group collectives; with
+ *                               BRINGUP_MPI_COMM and n = 7, a device
+ *                               without 1.8's point to point, whose
+ *                               pipeline runs keep the host path).
  *
  * Every other node runs the SDK's reference kernels on host memory, so apart
  * from what is planted the backend is correct. The version string is the same
@@ -190,6 +195,10 @@ static void bringup_device_close(ty_abi_device_t *d) { free(d); }
  * at the same time, as the host does). */
 struct ty_abi_comm_s {
   MPI_Comm comm;
+  /* ABI 1.8: the open batch of sends and receives (TY_ABI_COLLECTIVE_MORE),
+   * waited for together at the call without the flag, as an NCCL group. */
+  MPI_Request *batch;
+  uint32_t batch_count, batch_capacity;
 };
 
 static const char bringup_comm_magic[] = "bringup-comm-id";
@@ -250,11 +259,24 @@ static ty_abi_status_t bringup_comm_create(ty_abi_device_t *d, const ty_abi_comm
 
 static void bringup_comm_destroy(ty_abi_comm_t *c) {
   if (!c) return;
+  /* a batch an error cut short: its peers are gone, nothing to wait for */
+  for (uint32_t i = 0; i < c->batch_count; ++i) MPI_Request_free(&c->batch[i]);
+  free(c->batch);
   MPI_Comm_free(&c->comm);
   free(c);
 }
 
+/* A collective inside an open batch of sends and receives: NCCL would run
+ * them together; MPI cannot, and the core never asks. */
+static ty_abi_status_t bringup_no_open_batch(const ty_abi_comm_t *c, const char *what) {
+  return c->batch_count ? ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: %s inside a batch of "
+                                          "sends and receives", BRINGUP_NAME, what)
+                        : NULL;
+}
+
 static ty_abi_status_t bringup_all_reduce(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  ty_abi_status_t st = bringup_no_open_batch(c, "an all-reduce");
+  if (st) return st;
   if (a->dtype != TY_DTYPE_F32 || a->op != TY_ABI_REDUCE_SUM || a->send != a->recv ||
       a->send_offset != a->recv_offset) {
     return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: all-reduce of f32 sums in place only",
@@ -272,6 +294,8 @@ static ty_abi_status_t bringup_all_reduce(ty_abi_comm_t *c, const ty_abi_collect
 
 /* In place, bytes as they are (any dtype): ZeRO-1's parameter all-gather. */
 static ty_abi_status_t bringup_broadcast(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  ty_abi_status_t st = bringup_no_open_batch(c, "a broadcast");
+  if (st) return st;
   if (a->send != a->recv || a->send_offset != a->recv_offset) {
     return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: broadcast in place only", BRINGUP_NAME);
   }
@@ -286,6 +310,100 @@ static ty_abi_status_t bringup_broadcast(ty_abi_comm_t *c, const ty_abi_collecti
   }
   return NULL;
 }
+
+/* ---- ABI 1.8 point to point, with NCCL's blocking semantics ----
+ * An unbatched send is a synchronous send (MPI_Issend: complete only once
+ * the peer's receive matched it), as an ncclSend outside a group holds its
+ * stream until the peer's ncclRecv runs; an unbatched receive waits for its
+ * send. A batch (TY_ABI_COLLECTIVE_MORE) posts each op at once and waits
+ * for all of them at the op without the flag, as ncclGroupEnd launches a
+ * group whose ops progress together. One tag: between two ranks the n-th
+ * send matches the n-th receive, as in NCCL. So a schedule that would
+ * deadlock on NCCL deadlocks here too, and is reported after
+ * TRAINYARD_COMMFAKE_TIMEOUT seconds (default 60) instead of hanging. */
+#include <sched.h>
+#include <time.h>
+
+#if BRINGUP_ABI_MINOR >= 8
+static double bringup_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Waits for `n` requests, polling (MPI progresses inside its calls) until
+ * the timeout; DEADLINE_EXCEEDED naming `what` then. */
+static ty_abi_status_t bringup_wait(MPI_Request *requests, int n, const char *what) {
+  const char *env = getenv("TRAINYARD_COMMFAKE_TIMEOUT");
+  const double limit = env && atof(env) > 0 ? atof(env) : 60.0, start = bringup_now();
+  for (;;) {
+    int done = 0;
+    if (MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+      return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI failed in %s", BRINGUP_NAME, what);
+    }
+    if (done) return NULL;
+    if (bringup_now() - start > limit) {
+      /* the requests stay posted: the run ends on this error */
+      return ty_plugin_error(TY_CODE_DEADLINE_EXCEEDED,
+                             "%s: %s did not complete in %g s: its peer never posted the "
+                             "matching op (a deadlock under NCCL's blocking semantics; "
+                             "TRAINYARD_COMMFAKE_TIMEOUT sets the wait)",
+                             BRINGUP_NAME, what, limit);
+    }
+    sched_yield();
+  }
+}
+
+static ty_abi_status_t bringup_p2p(ty_abi_comm_t *c, const ty_abi_collective_args_t *a,
+                                   bool send) {
+  unsigned char *data = NULL;
+  uint64_t size = 0;
+  ty_host_buffer_view(send ? a->send : a->recv, &data, &size);
+  data += send ? a->send_offset : a->recv_offset;
+  const uint64_t bytes = a->count * ty_abi_dtype_size(a->dtype);
+  int me = 0, ranks = 0;
+  MPI_Comm_rank(c->comm, &me);
+  MPI_Comm_size(c->comm, &ranks);
+  const bool more = TY_ABI_HAS_FIELD(a, ty_abi_collective_args_t, flags) &&
+                    (a->flags & TY_ABI_COLLECTIVE_MORE);
+  const bool batched = more || c->batch_count > 0;
+  char what[128];
+  snprintf(what, sizeof(what), "the %s%s of %llu bytes %s rank %u", batched ? "batch ending in " : "",
+           send ? "send" : "receive", (unsigned long long)bytes, send ? "to" : "from", a->root);
+  if (a->root >= (uint32_t)ranks || (int)a->root == me || bytes == 0 || bytes > INT_MAX) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s: peer %u of %d ranks (this is %d), "
+                           "%llu bytes", BRINGUP_NAME, what, a->root, ranks, me,
+                           (unsigned long long)bytes);
+  }
+  if (c->batch_count == c->batch_capacity) {
+    uint32_t cap = c->batch_capacity ? 2 * c->batch_capacity : 8;
+    MPI_Request *grown = realloc(c->batch, cap * sizeof(*grown));
+    if (!grown) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    c->batch = grown;
+    c->batch_capacity = cap;
+  }
+  MPI_Request *r = &c->batch[c->batch_count];
+  int rc = send ? (batched ? MPI_Isend : MPI_Issend)(data, (int)bytes, MPI_BYTE, (int)a->root, 0,
+                                                     c->comm, r)
+                : MPI_Irecv(data, (int)bytes, MPI_BYTE, (int)a->root, 0, c->comm, r);
+  if (rc != MPI_SUCCESS) {
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "%s: MPI failed posting %s", BRINGUP_NAME, what);
+  }
+  c->batch_count++;
+  if (more) return NULL;
+  const int n = (int)c->batch_count;
+  c->batch_count = 0;
+  return bringup_wait(c->batch, n, what);
+}
+
+static ty_abi_status_t bringup_send(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  return bringup_p2p(c, a, true);
+}
+
+static ty_abi_status_t bringup_recv(ty_abi_comm_t *c, const ty_abi_collective_args_t *a) {
+  return bringup_p2p(c, a, false);
+}
+#endif
 
 /* The core uses all-reduce and broadcast so far; the others refuse by name. */
 static ty_abi_status_t bringup_collective_unimplemented(ty_abi_comm_t *c,
@@ -326,6 +444,10 @@ static const ty_backend_api_t bringup_api = {
     .comm_reduce_scatter = bringup_collective_unimplemented,
     .comm_all_gather = bringup_collective_unimplemented,
     .comm_broadcast = bringup_broadcast,
+#if BRINGUP_ABI_MINOR >= 8
+    .comm_send = bringup_send,
+    .comm_recv = bringup_recv,
+#endif
 #endif
 };
 

@@ -40,6 +40,55 @@ typedef struct ty_pp_action_t {
 ty_status_t ty_pp_schedule(ty_pp_kind_t kind, int rank, int pp, int v, int micro,
                            ty_pp_action_t **out, size_t *out_count);
 
+/* Activations and gradients on a device communicator (ABI 1.8 point to
+ * point, NCCL's semantics: a send completes only once its peer's receive
+ * is posted; between two ranks the n-th send matches the n-th receive; a
+ * batch's ops progress together), docs/design-notes.md "Pipeline
+ * activations on the device". One message: the activation (gradient
+ * false) or the gradient that global chunk `chunk` sends for micro-batch
+ * `micro`. */
+typedef struct ty_pp_message_t {
+  bool gradient;
+  int32_t chunk;
+  int32_t micro;
+} ty_pp_message_t;
+
+typedef struct ty_pp_p2p_op_t {
+  bool send;
+  int32_t peer;        /* the other stage (rank of the pp group) */
+  ty_pp_message_t msg;
+  uint32_t batch;      /* ops of one batch are consecutive */
+} ty_pp_p2p_op_t;
+
+/* When a rank issues its sends. */
+typedef enum ty_pp_p2p_rule_e {
+  /* The trainer's: every rank's schedule run at once as on the host path
+   * (sends never wait), each message's receive an event of one global
+   * order; each rank issues its sends and receives in that order, the
+   * sends before a receive in one batch with it, the sends after its last
+   * receive in one batch at the end. */
+  TY_PP_P2P_GLOBAL = 0,
+  /* Each send deferred into one batch with the rank's next receive, the
+   * rest at the end: deadlock-free for 1F1B, not for interleaved (tests). */
+  TY_PP_P2P_NEXT_RECV = 1,
+  /* Each send alone right after its action: deadlocks at pp 2 (tests). */
+  TY_PP_P2P_NAIVE = 2,
+} ty_pp_p2p_rule_t;
+
+/* The sends and receives of `rank` in the order it issues them under
+ * `rule`, for its schedule (ty_pp_schedule's arguments and errors); every
+ * receive ends its batch. Caller frees *out. */
+ty_status_t ty_pp_p2p_plan(ty_pp_kind_t kind, int rank, int pp, int v, int micro,
+                           ty_pp_p2p_rule_t rule, ty_pp_p2p_op_t **out, size_t *out_count);
+
+/* Every rank's plan run at once under NCCL's semantics: OK when every
+ * batch completes and each pair of ranks agrees on the order of their
+ * messages (both sides name the same message at each position);
+ * FAILED_PRECONDITION naming the first rank that would wait forever (and
+ * for what), or the first message out of order. */
+ty_status_t ty_pp_p2p_check(ty_pp_kind_t kind, int pp, int v, int micro,
+                            ty_pp_p2p_rule_t rule);
+
 /* The schedule's ideal bubble: the fraction of a step a stage idles when
  * every forward and backward takes the same time, (pp - 1) / (v * micro +
  * pp - 1). */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "hal/dtype.h"
+#include "hal/file.h"
 #include "pp_internal.h"
 
 static double ty_pp_now(void) {
@@ -26,6 +27,7 @@ static int ty_pp_tag(const ty_trainer_t *t, int c, int64_t m, bool gradient) {
 
 static ty_status_t ty_pp_send(ty_trainer_t *t, int c_to, int tag, size_t bytes, const char *what) {
   struct ty_trainer_pp_t *p = t->pipe;
+  p->host_bytes += bytes;
   return ty_dist_send_start(t->dist, ty_pp_rank_of(t, c_to), tag, p->buffer, bytes, what,
                             &p->pending[p->pending_count++]);
 }
@@ -33,6 +35,7 @@ static ty_status_t ty_pp_send(ty_trainer_t *t, int c_to, int tag, size_t bytes, 
 static ty_status_t ty_pp_recv(ty_trainer_t *t, int c_from, int tag, void *into, size_t bytes,
                               const char *what) {
   double t0 = ty_pp_now();
+  t->pipe->host_bytes += bytes;
   ty_status_t s = ty_dist_recv(t->dist, ty_pp_rank_of(t, c_from), tag, into, bytes, what);
   t->pipe->idle_seconds += ty_pp_now() - t0;
   return s;
@@ -47,6 +50,8 @@ static ty_status_t ty_pp_bind(ty_trainer_t *t, const ty_pp_chunk_t *ch, ty_sessi
   if (ch->first) {
     TY_RETURN_IF_ERROR(ty_session_bind(session, "tokens", TY_DTYPE_I64, 2, bt, p->tokens + m * n,
                                        (size_t)n * 8));
+  } else if (p->p2p) {
+    TY_RETURN_IF_ERROR(ty_pp_p2p_bind(t, (int)(ch - p->chunk), m, false, session));
   } else {
     TY_RETURN_IF_ERROR(ty_session_bind(session, "hidden_in", t->dtype, 3, btc,
                                        (char *)ch->stash + m * ch->hidden_bytes,
@@ -75,6 +80,26 @@ static ty_status_t ty_pp_act(ty_trainer_t *t, ty_pp_action_t a, double *loss) {
   const int c = ch->global;
   const int64_t m = a.micro;
   char what[96];
+  if (p->p2p) { /* the device path (pp_p2p.c) */
+    const int j = a.chunk;
+    const bool receives = a.backward ? !ch->last : !ch->first;
+    if (receives) TY_RETURN_IF_ERROR(ty_pp_p2p_recv(t, j, m, a.backward));
+    if (!a.backward && ch->last) return TY_OK; /* its backward runs the forward */
+    ty_session_t *session = a.backward ? ch->s_bwd : ch->s_fwd;
+    if (a.backward && !ch->last) TY_RETURN_IF_ERROR(ty_pp_p2p_bind(t, j, m, true, session));
+    TY_RETURN_IF_ERROR(ty_pp_bind(t, ch, session, m, a.backward && ch->last));
+    TY_RETURN_IF_ERROR(ty_pp_p2p_protect(t, session));
+    TY_RETURN_IF_ERROR(ty_session_run(session));
+    if (a.backward && ch->last) {
+      double micro = 0;
+      TY_RETURN_IF_ERROR(ty_trainer_read_scalar(session, "loss", t->loss_dtype, &micro));
+      *loss += micro;
+    }
+    const bool sends = a.backward ? !ch->first : !ch->last;
+    if (!sends) return TY_OK;
+    return ty_pp_p2p_send(t, j, m, a.backward, session,
+                          a.backward ? "hidden_in.grad" : "hidden_out");
+  }
   if (!a.backward) {
     snprintf(what, sizeof(what), "the activations of micro-batch %lld into chunk %d",
              (long long)m, c);
@@ -184,6 +209,7 @@ ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
   ty_status_t s = TY_OK;
   p->pending_count = 0;
   for (size_t i = 0; i < p->action_count && !s; ++i) s = ty_pp_act(t, p->actions[i], &loss);
+  if (!s && p->p2p) s = ty_pp_p2p_flush(t);
   /* After a failure the run ends (MPI_Abort): sends in flight stay so. */
   double t0 = ty_pp_now();
   for (size_t i = 0; i < p->pending_count && !s; ++i) {
@@ -218,12 +244,22 @@ ty_status_t ty_trainer_pp_step(ty_trainer_t *t, int64_t base, double *out_loss,
 ty_status_t ty_trainer_pp_report(ty_trainer_t *t) {
   if (t->pp <= 1) return TY_OK;
   struct ty_trainer_pp_t *p = t->pipe;
-  double *v = calloc((size_t)(2 * t->world), sizeof(double));
+  double *v = calloc((size_t)(2 * t->world + 2), sizeof(double));
   if (!v) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   v[2 * t->rank] = p->idle_seconds;
   v[2 * t->rank + 1] = p->step_seconds;
-  ty_status_t s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, v, (size_t)(2 * t->world),
+  v[2 * t->world] = (double)p->device_bytes;
+  v[2 * t->world + 1] = (double)p->host_bytes;
+  ty_status_t s = ty_dist_all_reduce_sum(t->dist, TY_DTYPE_F64, v, (size_t)(2 * t->world + 2),
                                          "the pipeline's idle times");
+  if (!s && t->rank == 0) {
+    /* sends and receives of every rank: each byte counted at both ends */
+    char device[32], host[32];
+    ty_format_bytes((uint64_t)(v[2 * t->world] / 2), device, sizeof(device));
+    ty_format_bytes((uint64_t)(v[2 * t->world + 1] / 2), host, sizeof(host));
+    fprintf(stderr, "pipeline activations and gradients: %s between the devices on the pp "
+                    "communicator, %s through host memory\n", device, host);
+  }
   if (!s && t->rank == 0) {
     fprintf(stderr, "pipeline bubble: ideal %.1f%% ((pp - 1) / (v x micro-batches + pp - 1) = "
                     "%d / %lld); measured idle (waiting for other stages) per stage:",
@@ -250,6 +286,7 @@ ty_status_t ty_trainer_pp_report(ty_trainer_t *t) {
 void ty_trainer_pp_destroy(ty_trainer_t *t) {
   struct ty_trainer_pp_t *p = t->pipe;
   if (!p) return;
+  ty_pp_p2p_close(t);
   for (int j = 0; p->chunk && j < p->v; ++j) ty_pp_chunk_deinit(&p->chunk[j]);
   free(p->chunk);
   free(p->first_unit);

@@ -175,11 +175,21 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
     }
   }
   if (!s) s = ty_pp_print_memory(t);
+  if (!s && p->p2p) {
+    fprintf(stderr, "  activations and gradients between stages: on the devices' pp "
+                    "communicator (%s's point to point, ABI 1.8), device to device with no "
+                    "host copy, tp rank i of a stage to tp rank i of the next; each rank's "
+                    "sends batched with its receives by the plan of every stage's schedule "
+                    "(TRAINYARD_PP_P2P=host: through host memory)\n",
+            ty_backend_name(ty_device_backend(t->device)));
+  }
   if (!s) {
-    fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
+    if (!p->p2p) {
+      fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
                     "host memory, tp rank i of a stage to tp rank i of the next (%s; "
                     "--dist-timeout %g s)\n",
-            ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+              ty_dist_library(t->dist), ty_dist_timeout(t->dist));
+    }
     const bool tied = t->model_config.tie_word_embeddings;
     fprintf(stderr, "  gradient sums before each optimizer step: %s%s, by all_reduce ops in "
                     "each chunk's reduce graph %s; the global norm from every rank's share\n",
@@ -322,6 +332,7 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
   for (int j = 0; j < p->v && !s; ++j) {
     s = ty_pp_chunk_sessions(c, t->device, comm, &p->chunk[j]);
   }
+  if (!s) s = ty_pp_p2p_open(t);
   /* The full model on rank 0: evaluation, samples and checkpoints run on
    * it as in a run of one process, after ty_trainer_pp_gather. It is whole
    * under --tp too (built as tp 1): the stages' parts are cut from it and
