@@ -130,7 +130,8 @@ for model in "${models[@]}"; do
            "pp2xdp2:4:acc4:--pp 2 --batch-size 2 --grad-accum 2"
            "tp2xpp2:4:acc:--tp 2 --pp 2 --batch-size 2 --grad-accum 2"
            "tp2xdp2zero:4:acc:--tp 2 --zero 1 --batch-size 2"
-           "pp2xdp2zero:4:acc4:--pp 2 --zero 1 --batch-size 2 --grad-accum 2")
+           "pp2xdp2zero:4:acc4:--pp 2 --zero 1 --batch-size 2 --grad-accum 2"
+           "pp2i:2:acc4:--pp 2 --pp-schedule interleaved --batch-size 2 --grad-accum 4")
   [[ $model == llama ]] && layouts+=("tp4:4:one:--tp 4 --batch-size 4")
   refs=" "
   for l in "${layouts[@]}"; do

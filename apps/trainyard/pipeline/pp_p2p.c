@@ -44,6 +44,29 @@ static double ty_pp_p2p_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Makes every connection the schedule will use, in one batch that is the
+ * same on both ends of each: a message's size each way with both ring
+ * neighbours (the interleaved schedule wraps from the last stage to the
+ * first). NCCL sets up a pair's point-to-point connections lazily, in the
+ * batch that first needs them, and fails ("Message truncated") when the
+ * two ends' batches ask for different directions, as the plan's first
+ * batches do (a stage's sends with a receive, its peer's receive alone):
+ * seen on NCCL 2.28, 4 x H100. After this batch no later one connects. */
+static ty_status_t ty_pp_p2p_connect(ty_trainer_t *t, struct ty_pp_p2p_t *d) {
+  ty_buffer_t *into = NULL;
+  TY_RETURN_IF_ERROR(ty_buffer_alloc(t->device, 2 * (uint64_t)d->hidden_bytes, &into));
+  const uint32_t next = (uint32_t)((t->pp_rank + 1) % t->pp);
+  const uint32_t prev = (uint32_t)((t->pp_rank + t->pp - 1) % t->pp);
+  const uint64_t count = d->hidden_bytes / ty_dtype_size(t->dtype);
+  ty_status_t s = ty_comm_send(d->comm, d->grad, 0, count, t->dtype, next, NULL, true);
+  if (!s) s = ty_comm_recv(d->comm, into, 0, count, t->dtype, prev, NULL, true);
+  if (!s) s = ty_comm_send(d->comm, d->grad, 0, count, t->dtype, prev, NULL, true);
+  if (!s) s = ty_comm_recv(d->comm, into, d->hidden_bytes, count, t->dtype, next, NULL, false);
+  if (!s) s = ty_device_synchronize(t->device);
+  ty_buffer_free(into);
+  return s;
+}
+
 ty_status_t ty_pp_p2p_open(ty_trainer_t *t) {
   struct ty_trainer_pp_t *p = t->pipe;
   if (!t->pp_comm) return TY_OK;
@@ -70,8 +93,11 @@ ty_status_t ty_pp_p2p_open(ty_trainer_t *t) {
         "the device stash of pipeline chunk %d (%lld micro-batches)", p->chunk[j].global,
         (long long)t->accum));
   }
-  return ty_status_annotate(ty_buffer_alloc(t->device, d->hidden_bytes, &d->grad),
-                            "the pipeline's device buffer of one received gradient");
+  TY_RETURN_IF_ERROR(
+      ty_status_annotate(ty_buffer_alloc(t->device, d->hidden_bytes, &d->grad),
+                         "the pipeline's device buffer of one received gradient"));
+  return ty_status_annotate(ty_pp_p2p_connect(t, d),
+                            "pipeline: connecting the stages on the devices' pp communicator");
 }
 
 void ty_pp_p2p_close(ty_trainer_t *t) {
