@@ -66,7 +66,7 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
   const int64_t S = k->dims[1], Hkv = k->dims[2];
   if (B * T * Hq * D == 0) return true; /* nothing to compute; the builder fills zeros */
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, TY_CU_ATT_AUTO, &plan);
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, true, &plan);
   if (why) {
     snprintf(reason, capacity, "%s with q [%lld, %lld, %lld, %lld] %s: %s", node->op,
              (long long)B, (long long)T, (long long)Hq, (long long)D,
@@ -92,15 +92,14 @@ static void ty_cu_att_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, const ty_cu_att_lau
   ty_cu_grid(b, c, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem);
 }
 
-/* The kernels TRAINYARD_CUDA_ATTENTION asks for. */
-static ty_cu_att_mode_t ty_cu_att_mode(ty_cu_build_t *b) {
+/* Whether TRAINYARD_CUDA_ATTENTION lets the tensor-core kernels run. */
+static bool ty_cu_att_allow_fast(ty_cu_build_t *b) {
   const char *mode = getenv("TRAINYARD_CUDA_ATTENTION");
-  if (!mode || !mode[0] || strcmp(mode, "auto") == 0) return TY_CU_ATT_AUTO;
-  if (strcmp(mode, "generic") == 0) return TY_CU_ATT_GENERIC;
-  if (strcmp(mode, "split") == 0) return TY_CU_ATT_SPLIT;
+  if (!mode || !mode[0] || strcmp(mode, "auto") == 0) return true;
+  if (strcmp(mode, "generic") == 0) return false;
   ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT,
-             "TRAINYARD_CUDA_ATTENTION='%s' is not 'auto', 'split' or 'generic'", mode);
-  return TY_CU_ATT_AUTO;
+             "TRAINYARD_CUDA_ATTENTION='%s' is not 'auto' or 'generic'", mode);
+  return false;
 }
 
 void ty_cu_build_attention(ty_cu_build_t *b) {
@@ -119,9 +118,9 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
     }
     return;
   }
-  const ty_cu_att_mode_t mode = ty_cu_att_mode(b);
+  const bool allow_fast = ty_cu_att_allow_fast(b);
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, mode, &plan);
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, allow_fast, &plan);
   if (why) {
     ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
     return;
@@ -157,28 +156,6 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   ty_cu_arg_i32(b, c, (int32_t)Hq);
   ty_cu_arg_i32(b, c, (int32_t)D);
   ty_cu_att_grid(b, c, l);
-  if (plan.launch[TY_CU_ATT_BWD].kernel) {
-    /* bwd(dout, q, k, v, lse, delta, kvlen, dq, dk, dv, dq_acc, sem, <tail>) */
-    const ty_cu_ref_t acc = ty_cu_scratch(b, plan.dq_acc_bytes);
-    const ty_cu_ref_t sem = ty_cu_scratch(b, plan.counters * sizeof(int32_t));
-    ty_cu_fill(b, sem, plan.counters * sizeof(int32_t)); /* the turn counters start at 0 */
-    l = &plan.launch[TY_CU_ATT_BWD];
-    c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
-    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i)); /* dout q k v */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 5));                                /* lse */
-    ty_cu_arg_ptr(b, c, delta);
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, kl)); /* kvlen */
-    for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_cu_out(b, o)); /* dq dk dv */
-    ty_cu_arg_ptr(b, c, acc);
-    ty_cu_arg_ptr(b, c, sem);
-    /* Longest key blocks first (no tail of long blocks at the end) where a
-     * (batch, kv head)'s blocks cannot fill the card: then every block a
-     * waiter waits for gets a slot (kernels/attention_tc.cuh). */
-    ty_cu_arg_i32(b, c, l->grid[0] <= ty_cu_sm_count(b) ? 1 : 0);
-    ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
-    ty_cu_att_grid(b, c, l);
-    return;
-  }
   /* dq(dout, q, k, v, lse, delta, kvlen, dq, <tail>) and
    * dkv(dout, q, k, v, lse, delta, kvlen, dk, dv, <tail>) */
   for (int kernel = TY_CU_ATT_DQ; kernel <= TY_CU_ATT_DKV; ++kernel) {

@@ -4,7 +4,6 @@
 #include "backends/cuda/cuda_attention_plan.h"
 
 #include <stddef.h>
-#include <string.h>
 
 #include "backends/cuda/kernels/attention_shapes.h"
 
@@ -18,12 +17,12 @@ static const char *const ty_att_simt_names[3][3][3] = {
     TY_ATT_NAMES("fwd"), TY_ATT_NAMES("dq"), TY_ATT_NAMES("dkv")};
 static const char *const ty_att_delta_names[3] = {"ty_att_delta_f32", "ty_att_delta_bf16",
                                                   "ty_att_delta_f16"};
-/* [kernel: fwd, bwd, dq, dkv][dtype: bf16, f16][head dim: 64, 128] */
+/* [kernel: fwd, dq, dkv][dtype: bf16, f16][head dim: 64, 128] */
 #define TY_ATT_TC_NAMES(kind)                                               \
   {{"ty_att_" kind "_tc_bf16_d64", "ty_att_" kind "_tc_bf16_d128"},           \
    {"ty_att_" kind "_tc_f16_d64", "ty_att_" kind "_tc_f16_d128"}}
-static const char *const ty_att_tc_names[4][2][2] = {
-    TY_ATT_TC_NAMES("fwd"), TY_ATT_TC_NAMES("bwd"), TY_ATT_TC_NAMES("dq"), TY_ATT_TC_NAMES("dkv")};
+static const char *const ty_att_tc_names[3][2][2] = {
+    TY_ATT_TC_NAMES("fwd"), TY_ATT_TC_NAMES("dq"), TY_ATT_TC_NAMES("dkv")};
 
 static uint32_t ty_att_ceil(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
 
@@ -38,7 +37,7 @@ static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, in
 }
 
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
-                           int64_t Hkv, int64_t D, ty_cu_att_mode_t mode, ty_cu_att_plan_t *out) {
+                           int64_t Hkv, int64_t D, bool allow_fast, ty_cu_att_plan_t *out) {
   const int dt = dtype == TY_DTYPE_F32    ? 0
                  : dtype == TY_DTYPE_BF16 ? 1
                  : dtype == TY_DTYPE_F16  ? 2
@@ -50,8 +49,7 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
   }
   if (B > 65535 || Hq > 65535) return "batch or heads above 65535 (the CUDA grid's y/z limit)";
   const int64_t G = Hq / Hkv;
-  const bool fast = mode != TY_CU_ATT_GENERIC && dt > 0 && (D == 64 || D == 128);
-  memset(out, 0, sizeof(*out));
+  const bool fast = allow_fast && dt > 0 && (D == 64 || D == 128);
   out->fast = fast;
   ty_att_set(&out->launch[TY_CU_ATT_DELTA], ty_att_delta_names[dt],
              ty_att_ceil(B * Hq * T, TY_ATT_DELTA_ROWS), 1, 1, 32 * TY_ATT_DELTA_ROWS, 0);
@@ -60,20 +58,12 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
     ty_att_set(&out->launch[TY_CU_ATT_FWD], ty_att_tc_names[0][dt - 1][d],
                ty_att_ceil(T, TY_ATT_TC_FWD_BQ), Hq, B, 32 * TY_ATT_TC_FWD_WARPS,
                (uint32_t)TY_ATT_TC_FWD_SMEM(D));
-    if (mode == TY_CU_ATT_SPLIT) {
-      ty_att_set(&out->launch[TY_CU_ATT_DQ], ty_att_tc_names[2][dt - 1][d],
-                 ty_att_ceil(T, TY_ATT_TC_DQ_BQ), Hq, B, 32 * TY_ATT_TC_DQ_WARPS,
-                 (uint32_t)TY_ATT_TC_DQ_SMEM(D));
-      ty_att_set(&out->launch[TY_CU_ATT_DKV], ty_att_tc_names[3][dt - 1][d],
-                 ty_att_ceil(S, TY_ATT_TC_DKV_BKV), Hkv, B, 32 * TY_ATT_TC_DKV_WARPS,
-                 (uint32_t)TY_ATT_TC_DKV_SMEM(D));
-      return NULL;
-    }
-    ty_att_set(&out->launch[TY_CU_ATT_BWD], ty_att_tc_names[1][dt - 1][d],
-               ty_att_ceil(S, TY_ATT_TC_BWD_BKV), Hkv, B, 32 * TY_ATT_TC_BWD_WARPS,
-               (uint32_t)TY_ATT_TC_BWD_SMEM(D));
-    out->dq_acc_bytes = (uint64_t)(B * Hq * T * D) * 4u;
-    out->counters = (uint64_t)TY_ATT_TC_BWD_COUNTERS(B, Hq, T, D);
+    ty_att_set(&out->launch[TY_CU_ATT_DQ], ty_att_tc_names[1][dt - 1][d],
+               ty_att_ceil(T, TY_ATT_TC_DQ_BQ), Hq, B, 32 * TY_ATT_TC_DQ_WARPS,
+               (uint32_t)TY_ATT_TC_DQ_SMEM(D));
+    ty_att_set(&out->launch[TY_CU_ATT_DKV], ty_att_tc_names[2][dt - 1][d],
+               ty_att_ceil(S, TY_ATT_TC_DKV_BKV), Hkv, B, 32 * TY_ATT_TC_DKV_WARPS,
+               (uint32_t)TY_ATT_TC_DKV_SMEM(D));
     return NULL;
   }
   const int dc = TY_ATT_SIMT_DC(D), bucket = dc == 64 ? 0 : dc == 128 ? 1 : 2;

@@ -1281,11 +1281,6 @@ static ty_abi_status_t ty_cu_data_error(const ty_abi_executable_t *e, const int3
                (double)beta1);
       break;
     }
-    case 9:
-      snprintf(what, sizeof(what), "attention_backward: key block %lld waited seconds for its "
-               "turn to add to dq (query tile %lld, head %lld); an internal error of the "
-               "kernel's ordered sum, please report it", z, x, y);
-      break;
     default:
       snprintf(what, sizeof(what), "unknown device error code %d", (int)flag[0]);
       break;

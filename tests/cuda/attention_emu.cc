@@ -40,9 +40,6 @@ typedef void (*dq_fn)(const void *, const void *, const void *, const void *, co
 typedef void (*dkv_fn)(const void *, const void *, const void *, const void *, const float *,
                        const float *, const long long *, void *, void *, int, int, int, int, int,
                        float, float, int, int *, int);
-typedef void (*bwd_fn)(const void *, const void *, const void *, const void *, const float *,
-                       const float *, const long long *, void *, void *, void *, float *, int *,
-                       int, int, int, int, int, int, float, float, int, int *, int);
 typedef void (*delta_fn)(const void *, const void *, float *, long long, int, int, int);
 
 struct Case {
@@ -251,17 +248,17 @@ struct Outputs {
 };
 
 /* Runs one path on the case; returns false when the plan refuses it. */
-bool run_path(const Case &c, const Shape &s, ty_cu_att_mode_t mode, Tensor &q, Tensor &k, Tensor &v,
+bool run_path(const Case &c, const Shape &s, bool fast, Tensor &q, Tensor &k, Tensor &v,
               Tensor &dout, Tensor &out_in, std::vector<float> &lse_in, Outputs *res,
               int *err_flag) {
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, mode, &plan);
+  const char *why = ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, fast, &plan);
   if (why) {
     printf("  FAIL plan refused: %s\n", why);
     g_failures++;
     return false;
   }
-  if (plan.fast != (mode != TY_CU_ATT_GENERIC)) return false;
+  if (plan.fast != fast) return false;
   const float scale = (float)s.scale, sl2 = (float)(s.scale * 1.4426950408889634);
   const long long kvlen = c.kvlen;
   const long long *kvp = c.kvlen ? &kvlen : nullptr;
@@ -295,40 +292,18 @@ bool run_path(const Case &c, const Shape &s, ty_cu_att_mode_t mode, Tensor &q, T
     launch(ld, [&] {
       fd(dout.data, out_in.data, delta.data(), (long long)delta.size(), c.T, c.Hq, c.D);
     });
-    if (plan.launch[TY_CU_ATT_BWD].kernel) {
-      /* scratch as the builder makes it: the sums' garbage, zeroed counters */
-      std::vector<float> acc(plan.dq_acc_bytes / 4);
-      memset(acc.data(), 0xff, acc.size() * 4);
-      std::vector<int> sem(plan.counters, 0);
-      const ty_cu_att_launch_t &lb = plan.launch[TY_CU_ATT_BWD];
-      bwd_fn fb = lookup<bwd_fn>(lb.kernel);
-      /* The emulation runs blocks one at a time in grid order: both grid
-       * maps, each run where the order of turns holds (long_first on a GPU
-       * relies on blocks running side by side). */
-      const int long_first = (int)(g_seed & 1);
-      ty_emu_dim3 grid = {lb.grid[0], lb.grid[1], lb.grid[2]};
-      auto body = [&] {
-        fb(dout.data, q.data, k.data, v.data, lse_in.data(), delta.data(), kvp, dq.data, dk.data,
-           dv.data, acc.data(), sem.data(), long_first, c.T, c.S, c.Hq, c.Hkv, c.D, scale, sl2,
-           c.window, err, 7);
-      };
-      ty_emu_reverse_x = long_first != 0;
-      ty_emu_launch(grid, lb.threads, lb.smem, g_seed++, body);
-      ty_emu_reverse_x = false;
-    } else {
-      const ty_cu_att_launch_t &lq = plan.launch[TY_CU_ATT_DQ];
-      dq_fn fq = lookup<dq_fn>(lq.kernel);
-      launch(lq, [&] {
-        fq(dout.data, q.data, k.data, v.data, lse_in.data(), delta.data(), kvp, dq.data, c.T,
-           c.S, c.Hq, c.Hkv, c.D, scale, sl2, c.window, err, 7);
-      });
-      const ty_cu_att_launch_t &lk = plan.launch[TY_CU_ATT_DKV];
-      dkv_fn fk = lookup<dkv_fn>(lk.kernel);
-      launch(lk, [&] {
-        fk(dout.data, q.data, k.data, v.data, lse_in.data(), delta.data(), kvp, dk.data,
-           dv.data, c.T, c.S, c.Hq, c.Hkv, c.D, scale, sl2, c.window, err, 7);
-      });
-    }
+    const ty_cu_att_launch_t &lq = plan.launch[TY_CU_ATT_DQ];
+    dq_fn fq = lookup<dq_fn>(lq.kernel);
+    launch(lq, [&] {
+      fq(dout.data, q.data, k.data, v.data, lse_in.data(), delta.data(), kvp, dq.data, c.T, c.S,
+         c.Hq, c.Hkv, c.D, scale, sl2, c.window, err, 7);
+    });
+    const ty_cu_att_launch_t &lk = plan.launch[TY_CU_ATT_DKV];
+    dkv_fn fk = lookup<dkv_fn>(lk.kernel);
+    launch(lk, [&] {
+      fk(dout.data, q.data, k.data, v.data, lse_in.data(), delta.data(), kvp, dk.data, dv.data,
+         c.T, c.S, c.Hq, c.Hkv, c.D, scale, sl2, c.window, err, 7);
+    });
     dq.read_back();
     dk.read_back();
     dv.read_back();
@@ -339,12 +314,7 @@ bool run_path(const Case &c, const Shape &s, ty_cu_att_mode_t mode, Tensor &q, T
     res->raw.insert(res->raw.end(), dk.data, dk.data + dk.n * dk.esize());
     res->raw.insert(res->raw.end(), dv.data, dv.data + dv.n * dv.esize());
   }
-  if (err_flag) {
-    memcpy(err_flag, err, sizeof(err));
-  } else if (err[0] != 0) { /* a valid case: no kernel may report anything */
-    printf("  FAIL %s: a kernel reported error code %d\n", c.name.c_str(), err[0]);
-    g_failures++;
-  }
+  if (err_flag) memcpy(err_flag, err, sizeof(err));
   return true;
 }
 
@@ -380,16 +350,13 @@ void run_case(const Case &c) {
     ref_backward(s, q.v, k.v, v.v, ref_lse, dout.v, ref_dq, ref_dk, ref_dv);
   }
   const double bound = oracle_bound(c.dtype);
-  /* generic, tc (the fused backward), split (the backward's two kernels) */
-  static const ty_cu_att_mode_t modes[3] = {TY_CU_ATT_GENERIC, TY_CU_ATT_AUTO, TY_CU_ATT_SPLIT};
-  static const char *const names[3] = {"generic", "tc", "split"};
-  Outputs gen, fast, split;
+  Outputs gen, fast;
   bool have_fast = false;
-  for (int path = 0; path < (c.backward ? 3 : 2); ++path) {
-    Outputs &o = path == 2 ? split : path ? fast : gen;
+  for (int path = 0; path < 2; ++path) {
+    Outputs &o = path ? fast : gen;
     ty_emu_reset_stats();
-    if (!run_path(c, s, modes[path], q, k, v, dout, out_in, lse_in, &o, nullptr)) continue;
-    const char *p = names[path];
+    if (!run_path(c, s, path == 1, q, k, v, dout, out_in, lse_in, &o, nullptr)) continue;
+    const char *p = path ? "tc" : "generic";
     if (path) have_fast = true;
     const ty_emu_stats_t st = ty_emu_stats();
     if (!c.backward) {
@@ -406,9 +373,9 @@ void run_case(const Case &c) {
     }
     expect(st.races == 0, std::string(p) + ": no shared-memory races");
     if (path) {
-      printf("  %s: %lld ldmatrix, %lld with bank conflicts; %lld cp.async\n", p, st.ldmatrix,
+      printf("  tc: %lld ldmatrix, %lld with bank conflicts; %lld cp.async\n", st.ldmatrix,
              st.ldmatrix_conflicted, st.cp_async);
-      expect(st.ldmatrix_conflicted == 0, std::string(p) + ": conflict-free ldmatrix");
+      expect(st.ldmatrix_conflicted == 0, "tc: conflict-free ldmatrix");
     }
   }
   if (have_fast) {
@@ -418,18 +385,14 @@ void run_case(const Case &c) {
       expect_nmse("tc dq vs generic", fast.dq, gen.dq, paths_bound(c.dtype));
       expect_nmse("tc dk vs generic", fast.dk, gen.dk, paths_bound(c.dtype));
       expect_nmse("tc dv vs generic", fast.dv, gen.dv, paths_bound(c.dtype));
-      expect_nmse("split dq vs generic", split.dq, gen.dq, paths_bound(c.dtype));
-      expect_nmse("split dk vs generic", split.dk, gen.dk, paths_bound(c.dtype));
-      expect_nmse("split dv vs generic", split.dv, gen.dv, paths_bound(c.dtype));
     }
-    /* Another scheduling order gives the same bits (the fused backward's
-     * second run also takes the other grid map). */
+    /* Another scheduling order gives the same bits. */
     Outputs again;
-    run_path(c, s, TY_CU_ATT_AUTO, q, k, v, dout, out_in, lse_in, &again, nullptr);
+    run_path(c, s, true, q, k, v, dout, out_in, lse_in, &again, nullptr);
     expect(again.raw == fast.raw, "tc: bit-identical on a second run");
   }
   Outputs again;
-  run_path(c, s, TY_CU_ATT_GENERIC, q, k, v, dout, out_in, lse_in, &again, nullptr);
+  run_path(c, s, false, q, k, v, dout, out_in, lse_in, &again, nullptr);
   expect(again.raw == gen.raw, "generic: bit-identical on a second run");
 }
 
@@ -454,10 +417,7 @@ void run_kvlen_error(ty_dtype_t dt, int D, bool backward) {
   for (int path = 0; path < 2; ++path) {
     Outputs o;
     int err[8];
-    if (!run_path(c, s, path == 1 ? TY_CU_ATT_AUTO : TY_CU_ATT_GENERIC, q, k, v, dout, out_in,
-                  lse_in, &o, err)) {
-      continue;
-    }
+    if (!run_path(c, s, path == 1, q, k, v, dout, out_in, lse_in, &o, err)) continue;
     long long detail[3];
     memcpy(detail, err + 2, sizeof(detail));
     expect(err[0] == TY_ERR_KV_LEN && err[1] == 7 && detail[0] == 12 && detail[1] == 4 &&

@@ -21,7 +21,6 @@
 #endif
 
 ty_emu_dim3 ty_emu_thread_idx, ty_emu_block_idx, ty_emu_block_dim, ty_emu_grid_dim;
-bool ty_emu_reverse_x = false;
 
 namespace {
 
@@ -471,8 +470,7 @@ void ty_emu_launch(ty_emu_dim3 grid, unsigned threads, size_t smem_bytes, unsign
   ty_emu_block_dim = {threads, 1, 1};
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned n = 0; n < grid.x; ++n) {
-        const unsigned x = ty_emu_reverse_x ? grid.x - 1 - n : n;
+      for (unsigned x = 0; x < grid.x; ++x) {
         ty_emu_block_idx = {x, y, z};
         b.smem_bytes = smem_bytes;
         b.smem = (unsigned char *)malloc(smem_bytes ? smem_bytes : 1);

@@ -44,9 +44,6 @@ struct ty_emu_dim3 {
   unsigned x, y, z;
 };
 extern ty_emu_dim3 ty_emu_thread_idx, ty_emu_block_idx, ty_emu_block_dim, ty_emu_grid_dim;
-/* Run a grid's blocks in descending x (within each y, z) instead of
- * ascending: how a test plays an order a GPU's concurrency would allow. */
-extern bool ty_emu_reverse_x;
 #define threadIdx ty_emu_thread_idx
 #define blockIdx ty_emu_block_idx
 #define blockDim ty_emu_block_dim

@@ -58,7 +58,6 @@
  * templates; their parameter lists are what cuda_attention.c packs. */
 #include "attention_simt.cuh"
 #include "attention_tc.cuh"
-#include "attention_split_tc.cuh"
 
 #define TY_ATT_FWD_PARAMS(T)                                                               \
   const T *q, const T *k, const T *v, T *out, float *lse, const long long *kvlen, int Tq,  \
@@ -104,24 +103,11 @@ TY_ATT_SIMT_DTYPE(f32, float)
 TY_ATT_SIMT_DTYPE(bf16, __nv_bfloat16)
 TY_ATT_SIMT_DTYPE(f16, __half)
 
-#define TY_ATT_BWD_PARAMS(T)                                                               \
-  const T *dout, const T *q, const T *k, const T *v, const float *lse, const float *delta, \
-      const long long *kvlen, T *dq, T *dk, T *dv, float *dq_acc, int *sem, int long_first,  \
-      int Tq, int S, int Hq, int Hkv, int D, float scale, float sl2, int window, ERR_ARGS
-#define TY_ATT_BWD_ARGS                                                                    \
-  dout, q, k, v, lse, delta, kvlen, dq, dk, dv, dq_acc, sem, long_first, Tq, S, Hq, Hkv, D, \
-      scale, sl2, window, err, node
-
 #define TY_ATT_TC(name, T, DIM)                                                            \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_FWD_WARPS,                   \
                                                TY_ATT_TC_FWD_BLOCKS(DIM))                  \
       ty_att_fwd_tc_##name##_d##DIM(TY_ATT_FWD_PARAMS(T)) {                                \
     ty_att_fwd_tc<T, DIM>(TY_ATT_FWD_ARGS);                                                \
-  }                                                                                        \
-  extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_BWD_WARPS,                   \
-                                               TY_ATT_TC_BWD_BLOCKS(DIM))                  \
-      ty_att_bwd_tc_##name##_d##DIM(TY_ATT_BWD_PARAMS(T)) {                                \
-    ty_att_bwd_tc<T, DIM, TY_ATT_TC_BWD_BQ(DIM)>(TY_ATT_BWD_ARGS);                         \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_DQ_WARPS)                    \
       ty_att_dq_tc_##name##_d##DIM(TY_ATT_DQ_PARAMS(T)) {                                  \

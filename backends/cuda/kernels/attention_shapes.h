@@ -51,30 +51,7 @@
 #define TY_ATT_TC_FWD_SMEM(d) (2 * ((d) * TY_ATT_TC_FWD_BQ + 4 * (d) * TY_ATT_TC_BK))
 /* Blocks per SM the forward is register-limited to (__launch_bounds__). */
 #define TY_ATT_TC_FWD_BLOCKS(d) ((d) <= 64 ? 2 : 1)
-/* Backward (one kernel, FlashAttention-2's structure): 4 warps = 64 keys
- * per block; K and V stay, query tiles of BQ rows (Q, dO and their lse and
- * delta) are double-buffered, and the block's dS^T tile [64 keys][BQ] goes
- * through shared memory for dQ = dS K. BQ is smaller at D = 128 so the dK
- * and dV accumulators (2 x 16 x D f32 per warp) fit in registers. */
-#define TY_ATT_TC_BWD_WARPS 4
-#define TY_ATT_TC_BWD_BKV (16 * TY_ATT_TC_BWD_WARPS)
-#define TY_ATT_TC_BWD_BQ(d) ((d) <= 64 ? 64 : 32)
-/* Blocks per SM the backward is register-limited to: 3 at D = 64 (168
- * registers, 16 bytes of spill; the dQ sums' L2 latency needs the third
- * block: 0.729 -> 0.644 ms at GPT-2's shape on an H200), 2 at D = 128
- * (forcing 3 spills 436 bytes and is slower). */
-#define TY_ATT_TC_BWD_BLOCKS(d) ((d) <= 64 ? 3 : 1)
-#define TY_ATT_TC_BWD_SMEM(d)                                                         \
-  (2 * (2 * (d) * TY_ATT_TC_BWD_BKV + 4 * (d) * TY_ATT_TC_BWD_BQ(d) +                 \
-        TY_ATT_TC_BWD_BKV * TY_ATT_TC_BWD_BQ(d)) +                                    \
-   16 * TY_ATT_TC_BWD_BQ(d))
-/* The dQ sum's device scratch: f32 partial sums [B, Hq, T, D], and one
- * turn counter per (batch, query head, query tile, warp), zeroed per run. */
-#define TY_ATT_TC_BWD_COUNTERS(B, Hq, T, d) \
-  ((B) * (Hq) * (((T) + TY_ATT_TC_BWD_BQ(d) - 1) / TY_ATT_TC_BWD_BQ(d)) * TY_ATT_TC_BWD_WARPS)
-
-/* The split backward (attention_split_tc.cuh, TRAINYARD_CUDA_ATTENTION=split).
- * dQ: 4 warps = 64 query rows; Q and dO, then K and V double-buffered in
+/* dQ: 4 warps = 64 query rows; Q and dO, then K and V double-buffered in
  * tiles of 64 keys (32 at D = 128, where the dQ accumulators take 64
  * registers and S and dP of 64 keys would push the kernel to 255). */
 #define TY_ATT_TC_DQ_WARPS 4

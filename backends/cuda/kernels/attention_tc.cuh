@@ -15,14 +15,10 @@
 #include "attention_simt.cuh"
 #include "warp_mma.cuh"
 
-/* The address of element (r, 8 c) of a swizzled [rows][D] tile. Rows of 32
- * elements (the backward's dS^T tile at D = 128) hold 4 chunks, two rows
- * per 128-byte line: chunk c of row r goes to c ^ ((r >> 1) & 3), which
- * keeps eight consecutive rows of one chunk in distinct bank groups too. */
+/* The address of element (r, 8 c) of a swizzled [rows][D] tile. */
 template <int D>
 __device__ __forceinline__ uint16_t *ty_tc_at(uint16_t *s, int r, int c) {
-  static_assert(D == 32 || D % 64 == 0, "tile rows of 32 or a multiple of 64 elements");
-  return s + r * D + ((c ^ (D == 32 ? (r >> 1) & 3 : r & 7)) << 3);
+  return s + r * D + ((c ^ (r & 7)) << 3);
 }
 
 /* Rows [row0, row0 + ROWS) of a tensor whose row r starts at base + r *
@@ -254,124 +250,165 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
   }
 }
 
-/* ---- the backward's ordered dQ sum ----
- * Blocks of one (batch, kv head) add their partial dQ of a query tile into
- * f32 scratch in a fixed order (the highest key block first), so the sum
- * is bit-identical run to run. A block waits for its turn on a counter per
- * (query tile, warp): loads that bypass L1 (the partial sums another SM
- * wrote), a gpu-scope release after the writes, an acquire before the
- * reads. A block visits its tiles in ascending order, so the next higher
- * key block (one tile fewer) reaches each tile a tile's time earlier: turns
- * come without waiting once both run. Blocks are dispatched in grid order.
- * With long_first the grid maps key blocks in ascending order (the longest
- * first: no tail of long blocks at the end of the grid); a waiter may then
- * wait for a block not yet dispatched, which is safe only while a (batch,
- * kv head)'s blocks cannot fill every slot of the card: the builder sets it
- * when there are at most as many key blocks as SMs. Otherwise the grid
- * maps the highest key block first, and a waiter's block is always
- * resident or done: no deadlock at any size. */
-#ifdef TY_CU_EMULATE
-/* Blocks run one after another in grid order: a turn is either already
- * given or never will be. */
-#define TY_ATT_TURN_SPINS 1
-__device__ __forceinline__ int ty_ld_acquire(const int *p) { return *p; }
-__device__ __forceinline__ void ty_st_release(int *p, int v) { *p = v; }
-__device__ __forceinline__ float2 ty_ld_l2(const float *p) { return *(const float2 *)p; }
-__device__ __forceinline__ void ty_red_add2(float *p, float x, float y) {
-  p[0] += x;
-  p[1] += y;
-}
-__device__ __forceinline__ void ty_spin_pause() {}
-#else
-/* About 4 s of polling before the kernel reports a stalled sum instead of
- * hanging (it cannot happen without a bug or a broken device). */
-#define TY_ATT_TURN_SPINS (1 << 25)
-__device__ __forceinline__ int ty_ld_acquire(const int *p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-/* After __syncwarp: the release covers the other lanes' writes too (the
- * barrier orders them before it), as CUTLASS's semaphores rely on. */
-__device__ __forceinline__ void ty_st_release(int *p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ float2 ty_ld_l2(const float *p) { return __ldcg((const float2 *)p); }
-/* p[0] += x, p[1] += y in L2 without waiting for a result (the order of
- * the visitors' adds is the turns'; one add per visitor and element). */
-__device__ __forceinline__ void ty_red_add2(float *p, float x, float y) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
-#else
-  atomicAdd(p, x);
-  atomicAdd(p + 1, y);
-#endif
-}
-__device__ __forceinline__ void ty_spin_pause() { __nanosleep(64); }
-#endif
-
-/* The key blocks that visit query tile qt (tiles of BQ rows, key blocks of
- * BKV keys), from the rule of ty_att_bwd_tc's loop: a block of keys
- * [k0, k0 + BKV) visits the tiles of rows max(0, k0 - off) .. min(T - 1,
- * k0 + BKV - 2 + window - off) (T - 1 without a window), and only when
- * k0 < L. *first and *last bound them (first <= last for every tile that
- * has a row). */
-template <int BQ, int BKV>
-__device__ __forceinline__ void ty_tc_visitors(int qt, int L, int off, int window, int *first,
-                                               int *last) {
-  *last = min((L - 1) / BKV, (qt * BQ + BQ - 1 + off) / BKV);
-  int f = 0;
-  if (window > 0) {
-    const int need = qt * BQ - BKV - window + 2 + off; /* k0 >= need */
-    f = need > 0 ? (need + BKV - 1) / BKV : 0;
-  }
-  *first = f;
-}
-
-/* dq = scale sum dS K, dk = scale sum dS^T Q, dv = sum P^T dO, with
- * P = exp(q.k scale - lse), dP = dout V^T, dS = P (dP - delta), for a
- * block of 64 keys over every (query head of the group, query tile) that
- * sees them: grid (ceil(S / 64), Hkv, B), 128 threads, block x owning key
- * block x (long_first) or ceil(S / 64) - 1 - x (above). Each warp owns
- * 16 keys and computes the transposed scores S^T = K Q^T, so P^T and dS^T
- * are A fragments in registers for dV and dK; the block's dS^T goes
- * through shared memory, and warp w then computes a 16-row x 64-column
- * slice of the tile's partial dQ over all 64 keys and adds it, in turn,
- * to dq_acc (the last visitor writes dq). sem: the turn counters, zero at
- * launch (TY_ATT_TC_BWD_COUNTERS). */
-template <typename T, int D, int BQ>
-__device__ void ty_att_bwd_tc(const T *dout, const T *q, const T *k, const T *v,
-                              const float *lse, const float *delta, const long long *kvlen,
-                              T *dq, T *dk, T *dv, float *dq_acc, int *sem, int long_first,
-                              int Tq, int S, int Hq, int Hkv, int D_, float scale, float sl2,
-                              int window, ERR_ARGS) {
+/* dq = scale sum_s dS K with dS = P (dP - delta), P = exp(s scale - lse),
+ * dP = dout V^T: grid (ceil(T / 64), Hq, B), 128 threads, query tiles in
+ * reverse order. */
+template <typename T, int D>
+__device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
+                             const float *lse, const float *delta, const long long *kvlen, T *dq,
+                             int Tq, int S, int Hq, int Hkv, int D_, float scale, float sl2,
+                             int window, ERR_ARGS) {
   (void)D_;
-  constexpr int NW = TY_ATT_TC_BWD_WARPS, BKV = TY_ATT_TC_BWD_BKV;
+  constexpr int NW = TY_ATT_TC_DQ_WARPS, BQ = TY_ATT_TC_DQ_BQ, BK = TY_ATT_TC_DQ_BK(D);
   constexpr int NT = 32 * NW;
-  /* dQ slices: RS of 16 rows x NW / RS of CW columns. */
-  constexpr int RS = BQ / 16, CW = D / (NW / RS);
-  static_assert(RS * (NW / RS) == NW && CW % 16 == 0, "the dQ slices cover the tile");
+  uint16_t *sQ = (uint16_t *)ty_att_smem, *sO = sQ + BQ * D, *sK = sO + BQ * D;
+  uint16_t *sV = sK + 2 * BK * D;
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  if (L < 0) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
+  const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BQ, off = (int)L - Tq;
+  const bool aligned = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)dout |
+                         (uintptr_t)dq) & 15) == 0;
+  const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
+  const long long q_base = ((long long)b * Tq * Hq + h) * D;
+  const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
+  const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
+  const int hi = min(q0 + BQ, Tq) + off; /* one past the last row's position */
+  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
+  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
+
+  ty_tc_load<D, BQ, NT>(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
+  ty_tc_load<D, BQ, NT>(sO, (const uint16_t *)dout + q_base, q_stride, q0, Tq, aligned);
+  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
+  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
+  ty_cp_commit();
+
+  const int w0 = q0 + warp * 16;
+  const bool active = w0 < Tq;
+  const int t0 = w0 + g, t1 = w0 + g + 8;
+  /* lse (log2 units) and delta of this thread's two rows; 0 past T. */
+  float l2[2] = {0.0f, 0.0f}, dl[2] = {0.0f, 0.0f};
+  if (t0 < Tq) {
+    l2[0] = lse[((long long)b * Hq + h) * Tq + t0] * TY_ATT_LOG2E;
+    dl[0] = delta[((long long)b * Hq + h) * Tq + t0];
+  }
+  if (t1 < Tq) {
+    l2[1] = lse[((long long)b * Hq + h) * Tq + t1] * TY_ATT_LOG2E;
+    dl[1] = delta[((long long)b * Hq + h) * Tq + t1];
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  for (int kt = kt_lo; kt < kt_hi; ++kt) {
+    const int buf = kt & 1;
+    ty_cp_wait<0>();
+    __syncthreads();
+    if (kt + 1 < kt_hi) {
+      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
+      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
+    }
+    ty_cp_commit();
+    const int k0 = kt * BK;
+    if (!active || ty_tc_sees_none(w0, k0, BK, off, window)) continue;
+    uint16_t *tK = sK + buf * BK * D, *tV = sV + buf * BK * D;
+    float s[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+    for (int j = 0; j < BK / 8; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      uint32_t qa[4], oa[4];
+      ty_ldsm_x4(qa, ty_tc_a_addr<D>(sQ, warp * 16, kc, lane));
+      ty_ldsm_x4(oa, ty_tc_a_addr<D>(sO, warp * 16, kc, lane));
+#pragma unroll
+      for (int np = 0; np < BK / 16; ++np) {
+        uint32_t f[4];
+        ty_ldsm_x4(f, ty_tc_bn_addr<D>(tK, np * 16, kc, lane));
+        ty_mma16816<T>(s[2 * np], qa, f[0], f[1]);
+        ty_mma16816<T>(s[2 * np + 1], qa, f[2], f[3]);
+        ty_ldsm_x4(f, ty_tc_bn_addr<D>(tV, np * 16, kc, lane));
+        ty_mma16816<T>(dp[2 * np], oa, f[0], f[1]);
+        ty_mma16816<T>(dp[2 * np + 1], oa, f[2], f[3]);
+      }
+    }
+    const bool mask = ty_tc_needs_mask(w0, 16, k0, BK, off, window);
+#pragma unroll
+    for (int j = 0; j < BK / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const int key = k0 + j * 8 + tq * 2 + (e & 1);
+        float p = ty_exp2_ftz(fmaf(s[j][e], sl2, -l2[r]));
+        if (mask && !ty_tc_visible((r ? t1 : t0) + off, key, window)) p = 0.0f;
+        s[j][e] = p * (dp[j][e] - dl[r]); /* dS */
+      }
+    }
+    /* dQ += dS K: dS from registers, K read transposed. */
+#pragma unroll
+    for (int kc = 0; kc < BK / 16; ++kc) {
+      uint32_t a[4];
+      a[0] = ty_pack2<T>(s[2 * kc][0], s[2 * kc][1]);
+      a[1] = ty_pack2<T>(s[2 * kc][2], s[2 * kc][3]);
+      a[2] = ty_pack2<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      a[3] = ty_pack2<T>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#pragma unroll
+      for (int dp2 = 0; dp2 < D / 16; ++dp2) {
+        uint32_t f[4];
+        ty_ldsm_x4_trans(f, ty_tc_a_addr<D>(tK, kc * 16, dp2, lane));
+        ty_mma16816<T>(acc[2 * dp2], a, f[0], f[1]);
+        ty_mma16816<T>(acc[2 * dp2 + 1], a, f[2], f[3]);
+      }
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = r ? t1 : t0;
+    if (t >= Tq) continue;
+    T *row = dq + q_base + (long long)t * q_stride;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      ty_tc_store2<T>(row + j * 8 + tq * 2, acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale,
+                      aligned);
+    }
+  }
+}
+
+/* dk = scale sum dS^T Q, dv = sum P^T dO for a block of 64 keys over every
+ * (query head of the group, query tile) that sees them: grid (ceil(S / 64),
+ * Hkv, B), 128 threads; each warp owns 16 keys and computes the transposed
+ * scores S^T = K Q^T so P^T and dS^T are A fragments in registers. */
+template <typename T, int D>
+__device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
+                              const float *lse, const float *delta, const long long *kvlen,
+                              T *dk, T *dv, int Tq, int S, int Hq, int Hkv, int D_, float scale,
+                              float sl2, int window, ERR_ARGS) {
+  (void)D_;
+  constexpr int NW = TY_ATT_TC_DKV_WARPS, BKV = TY_ATT_TC_DKV_BKV, BQ = TY_ATT_TC_DKV_BQ(D);
+  constexpr int NT = 32 * NW;
   uint16_t *sK = (uint16_t *)ty_att_smem, *sV = sK + BKV * D, *sQ = sV + BKV * D;
-  uint16_t *sO = sQ + 2 * BQ * D, *sS = sO + 2 * BQ * D;
-  float *sL = (float *)(sS + BKV * BQ), *sD = sL + 2 * BQ;
+  uint16_t *sO = sQ + 2 * BQ * D;
+  float *sL = (float *)(sO + 2 * BQ * D), *sD = sL + 2 * BQ;
   const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
   if (L < 0) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int kvh = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
-  const int kb = long_first ? (int)blockIdx.x : (int)(gridDim.x - 1 - blockIdx.x);
-  const int k0 = kb * BKV, off = (int)L - Tq;
+  const int k0 = (int)blockIdx.x * BKV, off = (int)L - Tq;
   const bool aligned = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)dout |
-                         (uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv) & 15) == 0;
+                         (uintptr_t)dk | (uintptr_t)dv) & 15) == 0;
   const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
   const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
-  /* Query tiles [qt_lo, qt_lo + nqt) of each head of the group see the block. */
+  /* Query tiles [qt_lo, qt_hi] of each head of the group see the block. */
   const int t_lo = max(0, k0 - off);
   int t_hi = Tq - 1;
   if (window > 0) t_hi = (int)min((long long)t_hi, (long long)k0 + BKV - 1 + window - 1 - off);
   const int qt_lo = t_lo / BQ;
-  const int nqt = k0 < L && t_lo <= t_hi ? t_hi / BQ - qt_lo + 1 : 0;
+  const int nqt = t_lo <= t_hi ? t_hi / BQ - qt_lo + 1 : 0;
   const int iters = G * nqt;
-  const int tiles = (Tq + BQ - 1) / BQ;
 
   /* Iteration it: head kvh G + it / nqt, query tile qt_lo + it % nqt. */
   auto load_tile = [&](int it, int buf) {
@@ -399,12 +436,6 @@ __device__ void ty_att_bwd_tc(const T *dout, const T *q, const T *k, const T *v,
   const int kw0 = k0 + warp * 16; /* the warp's first key */
   const bool active = kw0 < L;    /* keys past L are never seen: dK = dV = 0 */
   const int key0 = kw0 + g, key1 = kw0 + g + 8;
-  /* The warp's dQ slice: rows rs.., columns cs.. of the tile. */
-  const int rs = (warp % RS) * 16, cs = (warp / RS) * CW;
-  /* A counter whose release waits until after the next tile's products
-   * (the fence then finds the adds long done); the next visitor reaches
-   * that tile's sum a tile's time later. */
-  int *pending = nullptr, pending_turn = 0;
   float ak[D / 8][4], av[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) {
@@ -414,161 +445,79 @@ __device__ void ty_att_bwd_tc(const T *dout, const T *q, const T *k, const T *v,
   for (int it = 0; it < iters; ++it) {
     const int buf = it & 1;
     ty_cp_wait<0>();
-    __syncthreads(); /* tile it landed; every warp is done with sS of it - 1 */
+    __syncthreads();
     if (it + 1 < iters) load_tile(it + 1, buf ^ 1);
     ty_cp_commit();
-    const int h = kvh * G + it / nqt, qt = qt_lo + it % nqt, q0 = qt * BQ;
+    const int q0 = (qt_lo + it % nqt) * BQ;
     /* No query of the tile sees the warp's keys: all positions before them,
-     * or (window) all window starts after them. Its dS^T rows are zero. */
-    const bool sees = active && min(q0 + BQ, Tq) - 1 + off >= kw0 &&
-                      !(window > 0 && q0 + off - window + 1 > kw0 + 15);
+     * or (window) all window starts after them. */
+    if (!active || min(q0 + BQ, Tq) - 1 + off < kw0 ||
+        (window > 0 && q0 + off - window + 1 > kw0 + 15)) {
+      continue;
+    }
     uint16_t *tQ = sQ + buf * BQ * D, *tO = sO + buf * BQ * D;
-    float dpt[BQ / 8][4];
+    const float *tL = sL + buf * BQ, *tD = sD + buf * BQ;
+    float st[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
-    for (int j = 0; j < BQ / 8; ++j) dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
-    if (sees) {
-      const float *tL = sL + buf * BQ, *tD = sD + buf * BQ;
-      float st[BQ / 8][4];
+    for (int j = 0; j < BQ / 8; ++j) {
+      st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+      dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
+    }
 #pragma unroll
-      for (int j = 0; j < BQ / 8; ++j) st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+    for (int kc = 0; kc < D / 16; ++kc) {
+      uint32_t ka[4], va[4];
+      ty_ldsm_x4(ka, ty_tc_a_addr<D>(sK, warp * 16, kc, lane));
+      ty_ldsm_x4(va, ty_tc_a_addr<D>(sV, warp * 16, kc, lane));
 #pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) {
-        uint32_t ka[4], va[4];
-        ty_ldsm_x4(ka, ty_tc_a_addr<D>(sK, warp * 16, kc, lane));
-        ty_ldsm_x4(va, ty_tc_a_addr<D>(sV, warp * 16, kc, lane));
-#pragma unroll
-        for (int np = 0; np < BQ / 16; ++np) {
-          uint32_t f[4];
-          ty_ldsm_x4(f, ty_tc_bn_addr<D>(tQ, np * 16, kc, lane));
-          ty_mma16816<T>(st[2 * np], ka, f[0], f[1]);
-          ty_mma16816<T>(st[2 * np + 1], ka, f[2], f[3]);
-          ty_ldsm_x4(f, ty_tc_bn_addr<D>(tO, np * 16, kc, lane));
-          ty_mma16816<T>(dpt[2 * np], va, f[0], f[1]);
-          ty_mma16816<T>(dpt[2 * np + 1], va, f[2], f[3]);
-        }
-      }
-      /* Element (j, e): key (e < 2 ? key0 : key1), query q0 + 8 j + 2 tq + (e & 1). */
-      const bool mask = q0 + BQ > Tq || kw0 + 15 > q0 + off ||
-                        (window > 0 && q0 + BQ - 1 + off - kw0 >= window);
-#pragma unroll
-      for (int j = 0; j < BQ / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = j * 8 + tq * 2 + (e & 1);
-          float p = ty_exp2_ftz(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
-          if (mask &&
-              (q0 + c >= Tq || !ty_tc_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
-            p = 0.0f;
-          }
-          st[j][e] = p;
-          dpt[j][e] = p * (dpt[j][e] - ty_lds_f32(tD + c)); /* dS^T */
-        }
-      }
-      /* dV += P^T dO and dK += dS^T Q: A from registers, B read transposed. */
-#pragma unroll
-      for (int kc = 0; kc < BQ / 16; ++kc) {
-        uint32_t pa[4], da[4];
-        pa[0] = ty_pack2<T>(st[2 * kc][0], st[2 * kc][1]);
-        pa[1] = ty_pack2<T>(st[2 * kc][2], st[2 * kc][3]);
-        pa[2] = ty_pack2<T>(st[2 * kc + 1][0], st[2 * kc + 1][1]);
-        pa[3] = ty_pack2<T>(st[2 * kc + 1][2], st[2 * kc + 1][3]);
-        da[0] = ty_pack2<T>(dpt[2 * kc][0], dpt[2 * kc][1]);
-        da[1] = ty_pack2<T>(dpt[2 * kc][2], dpt[2 * kc][3]);
-        da[2] = ty_pack2<T>(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]);
-        da[3] = ty_pack2<T>(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3]);
-#pragma unroll
-        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
-          uint32_t f[4];
-          ty_ldsm_x4_trans(f, ty_tc_a_addr<D>(tO, kc * 16, dp2, lane));
-          ty_mma16816<T>(av[2 * dp2], pa, f[0], f[1]);
-          ty_mma16816<T>(av[2 * dp2 + 1], pa, f[2], f[3]);
-          ty_ldsm_x4_trans(f, ty_tc_a_addr<D>(tQ, kc * 16, dp2, lane));
-          ty_mma16816<T>(ak[2 * dp2], da, f[0], f[1]);
-          ty_mma16816<T>(ak[2 * dp2 + 1], da, f[2], f[3]);
-        }
+      for (int np = 0; np < BQ / 16; ++np) {
+        uint32_t f[4];
+        ty_ldsm_x4(f, ty_tc_bn_addr<D>(tQ, np * 16, kc, lane));
+        ty_mma16816<T>(st[2 * np], ka, f[0], f[1]);
+        ty_mma16816<T>(st[2 * np + 1], ka, f[2], f[3]);
+        ty_ldsm_x4(f, ty_tc_bn_addr<D>(tO, np * 16, kc, lane));
+        ty_mma16816<T>(dpt[2 * np], va, f[0], f[1]);
+        ty_mma16816<T>(dpt[2 * np + 1], va, f[2], f[3]);
       }
     }
-    if (pending) {
-      __syncwarp();
-      if (lane == 0) ty_st_release(pending, pending_turn);
-      pending = nullptr;
-    }
-    /* dS^T, rounded as dK used it, into sS [key][query] (zeros where the
-     * warp saw nothing). */
+    /* Element (j, e): key (e < 2 ? key0 : key1), query q0 + 8 j + 2 tq + (e & 1). */
+    const bool mask = q0 + BQ > Tq || kw0 + 15 > q0 + off ||
+                      (window > 0 && q0 + BQ - 1 + off - kw0 >= window);
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        *(uint32_t *)(ty_tc_at<BQ>(sS, warp * 16 + g + 8 * r, j) + tq * 2) =
-            ty_pack2<T>(dpt[j][2 * r], dpt[j][2 * r + 1]);
+      for (int e = 0; e < 4; ++e) {
+        const int c = j * 8 + tq * 2 + (e & 1);
+        float p = ty_exp2_ftz(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
+        if (mask && (q0 + c >= Tq || !ty_tc_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
+          p = 0.0f;
+        }
+        st[j][e] = p;
+        dpt[j][e] = p * (dpt[j][e] - ty_lds_f32(tD + c)); /* dS^T */
       }
     }
-    __syncthreads();
-    /* The warp's slice of dQ = dS K over the block's 64 keys: A = dS read
-     * transposed from sS, B = K read transposed. */
-    float aq[CW / 8][4];
+    /* dV += P^T dO and dK += dS^T Q: A from registers, B read transposed. */
 #pragma unroll
-    for (int j = 0; j < CW / 8; ++j) aq[j][0] = aq[j][1] = aq[j][2] = aq[j][3] = 0.0f;
+    for (int kc = 0; kc < BQ / 16; ++kc) {
+      uint32_t pa[4], da[4];
+      pa[0] = ty_pack2<T>(st[2 * kc][0], st[2 * kc][1]);
+      pa[1] = ty_pack2<T>(st[2 * kc][2], st[2 * kc][3]);
+      pa[2] = ty_pack2<T>(st[2 * kc + 1][0], st[2 * kc + 1][1]);
+      pa[3] = ty_pack2<T>(st[2 * kc + 1][2], st[2 * kc + 1][3]);
+      da[0] = ty_pack2<T>(dpt[2 * kc][0], dpt[2 * kc][1]);
+      da[1] = ty_pack2<T>(dpt[2 * kc][2], dpt[2 * kc][3]);
+      da[2] = ty_pack2<T>(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]);
+      da[3] = ty_pack2<T>(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3]);
 #pragma unroll
-    for (int kc = 0; kc < BKV / 16; ++kc) {
-      uint32_t a[4];
-      ty_ldsm_x4_trans(a, ty_tc_bn_addr<BQ>(sS, kc * 16, rs / 16, lane));
-#pragma unroll
-      for (int dp2 = 0; dp2 < CW / 16; ++dp2) {
+      for (int dp2 = 0; dp2 < D / 16; ++dp2) {
         uint32_t f[4];
-        ty_ldsm_x4_trans(f, ty_tc_a_addr<D>(sK, kc * 16, cs / 16 + dp2, lane));
-        ty_mma16816<T>(aq[2 * dp2], a, f[0], f[1]);
-        ty_mma16816<T>(aq[2 * dp2 + 1], a, f[2], f[3]);
+        ty_ldsm_x4_trans(f, ty_tc_a_addr<D>(tO, kc * 16, dp2, lane));
+        ty_mma16816<T>(av[2 * dp2], pa, f[0], f[1]);
+        ty_mma16816<T>(av[2 * dp2 + 1], pa, f[2], f[3]);
+        ty_ldsm_x4_trans(f, ty_tc_a_addr<D>(tQ, kc * 16, dp2, lane));
+        ty_mma16816<T>(ak[2 * dp2], da, f[0], f[1]);
+        ty_mma16816<T>(ak[2 * dp2 + 1], da, f[2], f[3]);
       }
     }
-    /* Add it in turn: visitors from the last key block down; the first
-     * writes the sum, the last (kb == first) writes dq. */
-    int first, last;
-    ty_tc_visitors<BQ, BKV>(qt, (int)L, off, window, &first, &last);
-    const int turn = last - kb;
-    int *counter = sem + (((long long)b * Hq + h) * tiles + qt) * NW + warp;
-    if (turn > 0) {
-      if (lane == 0) {
-        int spins = 0;
-        while (ty_ld_acquire(counter) != turn) {
-          if (++spins >= TY_ATT_TURN_SPINS) {
-            ty_fail(err, node, TY_ERR_ATT_TURN, qt, h, kb);
-            break;
-          }
-          ty_spin_pause();
-        }
-      }
-      __syncwarp();
-    }
-    float *acc = dq_acc + ((long long)b * Hq + h) * Tq * D;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int t = q0 + rs + g + 8 * r;
-      if (t >= Tq) continue;
-      T *row = dq + ((long long)b * Tq + t) * q_stride + (long long)h * D;
-      float *arow = acc + (long long)t * D + cs + tq * 2;
-#pragma unroll
-      for (int j = 0; j < CW / 8; ++j) {
-        const float x = aq[j][2 * r], y = aq[j][2 * r + 1];
-        if (kb == first) { /* the last visitor: dq = (sum + mine) scale */
-          const float2 prev = turn > 0 ? ty_ld_l2(arow + j * 8) : make_float2(0.0f, 0.0f);
-          ty_tc_store2<T>(row + cs + j * 8 + tq * 2, (prev.x + x) * scale, (prev.y + y) * scale,
-                          aligned);
-        } else if (turn > 0) {
-          ty_red_add2(arow + j * 8, x, y);
-        } else { /* the first visitor */
-          *(float2 *)(arow + j * 8) = make_float2(x, y);
-        }
-      }
-    }
-    if (kb != first) {
-      pending = counter;
-      pending_turn = turn + 1;
-    }
-  }
-  if (pending) {
-    __syncwarp();
-    if (lane == 0) ty_st_release(pending, pending_turn);
   }
   /* Every warp stores its keys (zeros where nothing saw them). */
 #pragma unroll

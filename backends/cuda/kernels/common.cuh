@@ -45,7 +45,6 @@
 #define TY_ERR_ADAMW_STEP 6
 #define TY_ERR_SGD_NESTEROV 7
 #define TY_ERR_ADAFACTOR 8
-#define TY_ERR_ATT_TURN 9 /* attention backward: a dQ turn never came (a bug) */
 
 #define ERR_ARGS int *err, int node
 
