@@ -19,17 +19,7 @@
 #include "hal/device.h"
 #include "hal/registry.h"
 
-static int g_rank;
-
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "rank %d: FAILED %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
+#include "rank_check.h"
 
 static void ok(ty_status_t s, const char *what) {
   CHECK(!s, "%s: %s", what, s ? ty_status_message(s) : "");

@@ -38,17 +38,7 @@
 #define D 8
 #define H 12
 
-static int g_rank;
-
-#define CHECK(cond, ...)                                             \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      fprintf(stderr, "rank %d: FAILED %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                  \
-      fprintf(stderr, "\n");                                         \
-      exit(1);                                                       \
-    }                                                                \
-  } while (0)
+#include "rank_check.h"
 
 static void ok(ty_status_t s, const char *what) {
   if (s) {
