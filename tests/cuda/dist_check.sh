@@ -37,12 +37,8 @@ status=0
 # Every run is bounded: a hang (a rank, NCCL at exit) fails its step, not the call.
 tmo=(timeout -k 10 "${RUN_TIMEOUT:-150}")
 
-losses() { sed -n 's/.*"step": \([0-9]*\),.*"loss": \([-+0-9.eE]*\),.*/\1 \2/p' "$1"; }
-median_tok() { # metrics.jsonl, skip -> median tokens_per_s after `skip` steps
-  sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s": \([0-9.eE+]*\).*/\1 \2/p' "$1" |
-    awk -v skip="$2" '$1 > skip {print $2}' | sort -g |
-    awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'
-}
+# shellcheck source=tests/cuda/dist_lib.sh
+source "$(dirname "$0")/dist_lib.sh"
 
 # ---- 1. equality on the tiny fixture ----
 python3 - "$out/ids.jsonl" <<'PY'
@@ -82,10 +78,7 @@ compare_eq "$out/eq-1.losses" "$out/eq-2s.losses" || status=1
 
 # ---- 2. scaling on GPT-2 124M ----
 tokens=$(( (steps + 2) * 16 * 1025 * 4 * 5 / 4 ))
-awk -v tokens="$tokens" 'BEGIN { srand(12); m = 50256; done = 0
-  while (done < tokens) { n = 16 + int(rand() * 240); s = int(rand() * m); st = 1 + int(rand() * 3)
-    line = "["; for (i = 0; i < n; ++i) line = line (i ? "," : "") ((s + i * st) % m)
-    print line "]"; done += n + 1 } }' >"$out/big.jsonl"
+synth_ids "$out/big.jsonl" "$tokens" 50256 16 240 3
 "$ty" data prepare --format ids --vocab-size 50257 --eos-id 50256 --input "$out/big.jsonl" \
   --seq-len 1024 --out "$out/big" --force >/dev/null || exit 1
 rm -f "$out/big.jsonl"

@@ -66,12 +66,8 @@ status=0
 failed=()
 fail() { failed+=("$1"); status=1; echo "FAIL: $1"; }
 
-losses() { sed -n 's/.*"step": \([0-9]*\),.*"loss": \([-+0-9.eE]*\),.*/\1 \2/p' "$1" 2>/dev/null; }
-median_tok() { # metrics.jsonl, skip -> median tokens_per_s after `skip` steps
-  sed -n 's/.*"step": \([0-9]*\),.*"tokens_per_s": \([0-9.eE+]*\).*/\1 \2/p' "$1" 2>/dev/null |
-    awk -v skip="$2" '$1 > skip {print $2}' | sort -g |
-    awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'
-}
+# shellcheck source=tests/cuda/dist_lib.sh
+source "$here/dist_lib.sh"
 # Runs "$@" (a launch) with its output in LOG; on failure prints the tail.
 launch() {
   local log=$1 what=$2
@@ -169,10 +165,7 @@ speed_rows=()
 if [[ ${SKIP_SPEED:-0} != 1 ]]; then
   echo "== b) speed: $big_preset (vocab 128256) bf16-mixed T=$big_seq, 4 rows per replica, $steps steps"
   tokens=$(( (steps + 2) * 16 * 2049 * 5 / 4 ))
-  awk -v tokens="$tokens" 'BEGIN { srand(12); m = 128000; done = 0
-    while (done < tokens) { n = 512 + int(rand() * 3000); s = int(rand() * m); st = 1 + int(rand() * 7)
-      line = "["; for (i = 0; i < n; ++i) line = line (i ? "," : "") ((s + i * st) % m)
-      print line "]"; done += n + 1 } }' >"$out/big.jsonl"
+  synth_ids "$out/big.jsonl" "$tokens" 128000 512 3000 7
   "$ty" data prepare --format ids --vocab-size 128256 --eos-id 128001 --input "$out/big.jsonl" \
     --seq-len "$big_seq" --out "$out/big" --force >/dev/null || { echo "data prepare failed"; exit 1; }
   rm -f "$out/big.jsonl"
