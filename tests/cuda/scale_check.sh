@@ -101,26 +101,29 @@ rm -f "$out/ids.jsonl"
 base=(train --data "$out/data" --seq-len "$seq" --dtype bf16-mixed --dropout 0 --max-steps "$steps"
       --log-every 1 --cache-dir "$out/cache" --save-every 0)
 
+# train_row LABEL DIR GPUS REF ARGS...: one training run (1 GPU: this
+# process on $one_dev; more: mpirun on $backend) and its row; its median
+# tokens/s in $last_tok (0 when it failed). REF: the model's 1-GPU tokens/s
+# for the efficiency (empty: this run's own).
+train_row() {
+  local label=$1 dir=$2 n=$3 ref=$4
+  shift 4
+  local cmd=("$ty") dev=$one_dev
+  if ((n > 1)); then cmd=("${mpi[@]}" -np "$n" "$ty"); dev=$backend; fi
+  last_tok=0
+  launch "$dir.log" "$label on $n GPU(s)" "${cmd[@]}" "${base[@]}" "$@" --backend "$dev" \
+    --out "$dir" || return 1
+  last_tok=$(median_tok "$dir/metrics.jsonl" 5)
+  row "$label" "$n" "$last_tok" "${ref:-$last_tok}" "$(peak_of "$dir")"
+}
+
 # ---- 1. scaling, 124M ----
 echo "== 1. $preset, bf16-mixed, T=$seq, $rows rows per GPU, $steps steps, on $backend"
 run124=(--preset "$preset" --batch-size "$rows")
-one=0
-if launch "$out/s-1.log" "$preset on 1 GPU" "$ty" "${base[@]}" "${run124[@]}" \
-     --backend "$one_dev" --out "$out/s-1"; then
-  one=$(median_tok "$out/s-1/metrics.jsonl" 5)
-fi
-row "trainyard $preset" 1 "$one" "$one" "$(peak_of "$out/s-1")"
-for n in "${ngpus[@]}"; do
-  launch "$out/s-$n.log" "$preset on $n GPUs" "${mpi[@]}" -np "$n" "$ty" "${base[@]}" \
-    "${run124[@]}" --backend "$backend" --out "$out/s-$n" || continue
-  row "trainyard $preset" "$n" "$(median_tok "$out/s-$n/metrics.jsonl" 5)" "$one" \
-    "$(peak_of "$out/s-$n")"
-done
-if launch "$out/z-$nmax.log" "$preset on $nmax GPUs, --zero 1" "${mpi[@]}" -np "$nmax" "$ty" \
-     "${base[@]}" "${run124[@]}" --backend "$backend" --zero 1 --out "$out/z-$nmax"; then
-  row "trainyard $preset --zero 1" "$nmax" "$(median_tok "$out/z-$nmax/metrics.jsonl" 5)" "$one" \
-    "$(peak_of "$out/z-$nmax")"
-fi
+train_row "trainyard $preset" "$out/s-1" 1 "" "${run124[@]}"
+one=$last_tok
+for n in "${ngpus[@]}"; do train_row "trainyard $preset" "$out/s-$n" "$n" "$one" "${run124[@]}"; done
+train_row "trainyard $preset --zero 1" "$out/z-$nmax" "$nmax" "$one" "${run124[@]}" --zero 1
 
 # ---- 2. the loss curve: N_max GPUs against 1 GPU with the same global batch ----
 echo "== 2. loss curve: $nmax GPUs against 1 GPU x --grad-accum $nmax, $steps steps"
@@ -144,17 +147,9 @@ fi
 # ---- 3. 350M ----
 echo "== 3. $preset2, $rows2 rows per GPU"
 run350=(--preset "$preset2" --batch-size "$rows2")
-one2=0
-if launch "$out/m-1.log" "$preset2 on 1 GPU" "$ty" "${base[@]}" "${run350[@]}" \
-     --backend "$one_dev" --out "$out/m-1"; then
-  one2=$(median_tok "$out/m-1/metrics.jsonl" 5)
-  row "trainyard $preset2" 1 "$one2" "$one2" "$(peak_of "$out/m-1")"
-fi
-if launch "$out/m-$nmax.log" "$preset2 on $nmax GPUs" "${mpi[@]}" -np "$nmax" "$ty" "${base[@]}" \
-     "${run350[@]}" --backend "$backend" --out "$out/m-$nmax"; then
-  row "trainyard $preset2" "$nmax" "$(median_tok "$out/m-$nmax/metrics.jsonl" 5)" "$one2" \
-    "$(peak_of "$out/m-$nmax")"
-fi
+train_row "trainyard $preset2" "$out/m-1" 1 "" "${run350[@]}"
+one2=$last_tok
+train_row "trainyard $preset2" "$out/m-$nmax" "$nmax" "$one2" "${run350[@]}"
 
 # ---- 4. PyTorch DDP + torch.compile on the same cards ----
 for peer in $peers; do

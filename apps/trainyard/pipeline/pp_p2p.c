@@ -115,11 +115,6 @@ void ty_pp_p2p_close(ty_trainer_t *t) {
   t->pipe->p2p = NULL;
 }
 
-static void ty_pp_p2p_text(const ty_pp_message_t *m, char *out, size_t capacity) {
-  snprintf(out, capacity, "the %s of micro-batch %d out of chunk %d",
-           m->gradient ? "gradient" : "activations", (int)m->micro, (int)m->chunk);
-}
-
 /* Issues the plan's next batch (its ops up to the end of its batch
  * number), with `into` the buffer of its receive (NULL: a batch of sends
  * alone), then waits for it: the wait is idle time. */
@@ -130,7 +125,7 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
   char what[128];
   if (d->at == d->plan_count) {
     if (!want) return TY_OK;
-    ty_pp_p2p_text(want, what, sizeof(what));
+    ty_pp_message_text(want, what, sizeof(what));
     return ty_status_make(TY_CODE_INTERNAL, "pipeline plan: no receive left for %s", what);
   }
   const uint32_t batch = d->plan[d->at].batch;
@@ -147,7 +142,7 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
     if (!op->send) {
       if (!want || op->msg.gradient != want->gradient || op->msg.chunk != want->chunk ||
           op->msg.micro != want->micro) {
-        ty_pp_p2p_text(&op->msg, what, sizeof(what));
+        ty_pp_message_text(&op->msg, what, sizeof(what));
         s = ty_status_make(TY_CODE_INTERNAL, "pipeline plan: receives %s out of turn", what);
         break;
       }
@@ -163,7 +158,7 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
       ++k;
     }
     if (k == d->pending_count) {
-      ty_pp_p2p_text(&op->msg, what, sizeof(what));
+      ty_pp_message_text(&op->msg, what, sizeof(what));
       s = ty_status_make(TY_CODE_INTERNAL, "pipeline plan: sends %s before computing it", what);
       break;
     }
@@ -184,11 +179,14 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
 ty_status_t ty_pp_p2p_recv(ty_trainer_t *t, int j, int64_t m, bool backward) {
   struct ty_trainer_pp_t *p = t->pipe;
   struct ty_pp_p2p_t *d = p->p2p;
-  const int c = p->chunk[j].global;
-  const ty_pp_message_t want = {.gradient = backward, .chunk = backward ? c + 1 : c - 1,
-                                .micro = (int32_t)m};
+  const ty_pp_action_t x = {.backward = backward, .micro = (int32_t)m, .chunk = j};
+  ty_pp_message_t want;
+  if (!ty_pp_p2p_message(x, p->chunk[j].global, t->pp * p->v, true, &want)) {
+    return ty_status_make(TY_CODE_INTERNAL, "pipeline: chunk %d receives nothing",
+                          p->chunk[j].global);
+  }
   char what[128];
-  ty_pp_p2p_text(&want, what, sizeof(what));
+  ty_pp_message_text(&want, what, sizeof(what));
   ty_status_t s = backward ? ty_pp_p2p_batch(t, d->grad, 0, &want)
                            : ty_pp_p2p_batch(t, d->stash[j], (uint64_t)m * d->hidden_bytes,
                                              &want);

@@ -135,6 +135,23 @@ ty_status_t ty_pp_partition(const int64_t *costs, int units, int parts, int *out
 
 /* ---- point to point on a device communicator ---- */
 
+void ty_pp_message_text(const ty_pp_message_t *m, char *out, size_t capacity) {
+  snprintf(out, capacity, "the %s of micro-batch %d out of chunk %d",
+           m->gradient ? "gradient" : "activations", (int)m->micro, (int)m->chunk);
+}
+
+bool ty_pp_p2p_message(ty_pp_action_t x, int c, int chunks, bool needs, ty_pp_message_t *out) {
+  const bool bwd = x.backward;
+  if (needs) {
+    if (bwd ? c == chunks - 1 : c == 0) return false;
+    *out = (ty_pp_message_t){.gradient = bwd, .chunk = bwd ? c + 1 : c - 1, .micro = x.micro};
+  } else {
+    if (bwd ? c == 0 : c == chunks - 1) return false;
+    *out = (ty_pp_message_t){.gradient = bwd, .chunk = c, .micro = x.micro};
+  }
+  return true;
+}
+
 /* The rules of one rank's own order (TY_PP_P2P_NAIVE, TY_PP_P2P_NEXT_RECV). */
 static ty_status_t ty_pp_p2p_local_plan(ty_pp_kind_t kind, int rank, int pp, int v, int micro,
                                         bool deferred, ty_pp_p2p_op_t **out,
@@ -156,28 +173,19 @@ static ty_status_t ty_pp_p2p_local_plan(ty_pp_kind_t kind, int rank, int pp, int
   uint32_t batch = 0;
   for (size_t i = 0; i < n; ++i) {
     const int c = a[i].chunk * pp + rank;
-    const bool bwd = a[i].backward;
-    /* a forward receives chunk c - 1's activation, a backward chunk c + 1's
-     * gradient; the first and the last chunk have no such neighbour */
-    const bool receives = bwd ? c < chunks - 1 : c > 0;
-    if (receives) {
-      const int from = bwd ? c + 1 : c - 1;
+    ty_pp_message_t m;
+    if (ty_pp_p2p_message(a[i], c, chunks, true, &m)) {
       for (size_t k = 0; k < waiting; ++k) {
         ops[count] = pending[k];
         ops[count++].batch = batch;
       }
       waiting = 0;
-      ops[count++] = (ty_pp_p2p_op_t){.send = false, .peer = from % pp,
-                                      .msg = {.gradient = bwd, .chunk = from,
-                                              .micro = a[i].micro},
+      ops[count++] = (ty_pp_p2p_op_t){.send = false, .peer = m.chunk % pp, .msg = m,
                                       .batch = batch++};
     }
-    const bool sends = bwd ? c > 0 : c < chunks - 1;
-    if (sends) {
-      const int to = bwd ? c - 1 : c + 1;
-      pending[waiting++] = (ty_pp_p2p_op_t){
-          .send = true, .peer = to % pp,
-          .msg = {.gradient = bwd, .chunk = c, .micro = a[i].micro}};
+    if (ty_pp_p2p_message(a[i], c, chunks, false, &m)) {
+      const int to = m.gradient ? c - 1 : c + 1;
+      pending[waiting++] = (ty_pp_p2p_op_t){.send = true, .peer = to % pp, .msg = m};
     }
     if (!deferred && waiting) { /* the naive order: each send alone, at once */
       ops[count] = pending[0];
@@ -194,26 +202,6 @@ static ty_status_t ty_pp_p2p_local_plan(ty_pp_kind_t kind, int rank, int pp, int
   *out = ops;
   *out_count = count;
   return TY_OK;
-}
-
-static void ty_pp_message_text(const ty_pp_message_t *m, char *out, size_t capacity) {
-  snprintf(out, capacity, "the %s of micro-batch %d from chunk %d",
-           m->gradient ? "gradient" : "activation", (int)m->micro, (int)m->chunk);
-}
-
-/* The message chunk c's action sends, or the one it needs (`needs`), in
- * *out; false when there is none (the first and the last chunk). */
-static bool ty_pp_p2p_message(ty_pp_action_t x, int c, int chunks, bool needs,
-                              ty_pp_message_t *out) {
-  const bool bwd = x.backward;
-  if (needs) {
-    if (bwd ? c == chunks - 1 : c == 0) return false;
-    *out = (ty_pp_message_t){.gradient = bwd, .chunk = bwd ? c + 1 : c - 1, .micro = x.micro};
-  } else {
-    if (bwd ? c == 0 : c == chunks - 1) return false;
-    *out = (ty_pp_message_t){.gradient = bwd, .chunk = c, .micro = x.micro};
-  }
-  return true;
 }
 
 /* Orders ops by round, then by message (both ends of a pair of ranks sort

@@ -60,6 +60,18 @@ typedef struct ty_pp_p2p_op_t {
   uint32_t batch;      /* ops of one batch are consecutive */
 } ty_pp_p2p_op_t;
 
+/* "the activations (gradient) of micro-batch m out of chunk c", for
+ * messages. */
+void ty_pp_message_text(const ty_pp_message_t *m, char *out, size_t capacity);
+
+/* The message global chunk c's action x sends (needs false), or the one it
+ * must receive first (needs true), in *out: a forward gets chunk c - 1's
+ * activations and sends its own to c + 1, a backward gets chunk c + 1's
+ * gradient and sends its own to c - 1. False when there is none (the
+ * first chunk receives no activations and sends no gradient, the last the
+ * reverse); `chunks` = pp x v. */
+bool ty_pp_p2p_message(ty_pp_action_t x, int c, int chunks, bool needs, ty_pp_message_t *out);
+
 /* When a rank issues its sends. */
 typedef enum ty_pp_p2p_rule_e {
   /* The trainer's: every rank's schedule run at once as on the host path
