@@ -7,9 +7,11 @@
  * then dk and dv; none uses atomics, so results are bit-identical run to
  * run.
  *
- * TRAINYARD_CUDA_ATTENTION=generic forces the generic kernels (to compare the
- * paths or rule out the fast one); "auto" or unset picks by the plan's rule.
- */
+ * TRAINYARD_CUDA_ATTENTION=generic forces the generic kernels and =mma the
+ * mma.sync ones (to compare the paths or rule out a fast one); "auto" or
+ * unset picks by the plan's rule, with the wgmma kernels on a compute
+ * capability 9.0 card (their fatbin is sm_90a SASS, which runs nowhere
+ * else). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +68,7 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
   const int64_t S = k->dims[1], Hkv = k->dims[2];
   if (B * T * Hq * D == 0) return true; /* nothing to compute; the builder fills zeros */
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, true, &plan);
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, TY_CU_ATT_WGMMA, &plan);
   if (why) {
     snprintf(reason, capacity, "%s with q [%lld, %lld, %lld, %lld] %s: %s", node->op,
              (long long)B, (long long)T, (long long)Hq, (long long)D,
@@ -92,14 +94,22 @@ static void ty_cu_att_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, const ty_cu_att_lau
   ty_cu_grid(b, c, l->grid[0], l->grid[1], l->grid[2], l->threads, 1, 1, l->smem);
 }
 
-/* Whether TRAINYARD_CUDA_ATTENTION lets the tensor-core kernels run. */
-static bool ty_cu_att_allow_fast(ty_cu_build_t *b) {
+/* The fastest path TRAINYARD_CUDA_ATTENTION and the card allow. */
+static ty_cu_att_path_t ty_cu_att_best(ty_cu_build_t *b) {
+  const ty_cu_slot_t *slot = b->device->slot;
+  const ty_cu_att_path_t card =
+      slot->cc_major == 9 && slot->cc_minor == 0 ? TY_CU_ATT_WGMMA : TY_CU_ATT_MMA;
   const char *mode = getenv("TRAINYARD_CUDA_ATTENTION");
-  if (!mode || !mode[0] || strcmp(mode, "auto") == 0) return true;
-  if (strcmp(mode, "generic") == 0) return false;
+  if (!mode || !mode[0] || strcmp(mode, "auto") == 0) return card;
+  if (strcmp(mode, "mma") == 0) return TY_CU_ATT_MMA;
+  if (strcmp(mode, "generic") == 0) return TY_CU_ATT_GENERIC;
   ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT,
-             "TRAINYARD_CUDA_ATTENTION='%s' is not 'auto' or 'generic'", mode);
-  return false;
+             "TRAINYARD_CUDA_ATTENTION='%s' is not 'auto', 'mma' or 'generic'", mode);
+  return TY_CU_ATT_GENERIC;
+}
+
+static ty_cu_family_t ty_cu_att_family(const ty_cu_att_launch_t *l) {
+  return l->sm90 ? TY_CU_FAM_ATTENTION_SM90 : TY_CU_FAM_ATTENTION;
 }
 
 void ty_cu_build_attention(ty_cu_build_t *b) {
@@ -118,9 +128,10 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
     }
     return;
   }
-  const bool allow_fast = ty_cu_att_allow_fast(b);
+  const ty_cu_att_path_t best = ty_cu_att_best(b);
+  if (b->status) return;
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, allow_fast, &plan);
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, best, &plan);
   if (why) {
     ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
     return;
@@ -132,7 +143,7 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   const float scale_f = (float)scale, sl2 = (float)(scale * TY_CU_ATT_LOG2E);
   if (!backward) {
     const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_FWD];
-    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
+    ty_cu_cmd_t *c = ty_cu_launch(b, ty_cu_att_family(l), l->kernel);
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));  /* q */
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));  /* k */
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));  /* v */
@@ -160,7 +171,7 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
    * dkv(dout, q, k, v, lse, delta, kvlen, dk, dv, <tail>) */
   for (int kernel = TY_CU_ATT_DQ; kernel <= TY_CU_ATT_DKV; ++kernel) {
     l = &plan.launch[kernel];
-    c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
+    c = ty_cu_launch(b, ty_cu_att_family(l), l->kernel);
     for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i)); /* dout q k v */
     ty_cu_arg_ptr(b, c, ty_cu_in(b, 5));                                /* lse */
     ty_cu_arg_ptr(b, c, delta);

@@ -24,11 +24,18 @@ static const char *const ty_att_delta_names[3] = {"ty_att_delta_f32", "ty_att_de
 static const char *const ty_att_tc_names[3][2][2] = {
     TY_ATT_TC_NAMES("fwd"), TY_ATT_TC_NAMES("dq"), TY_ATT_TC_NAMES("dkv")};
 
+/* [kernel: fwd, dq, dkv][dtype: bf16, f16], head dim 64 */
+static const char *const ty_att_wg_names[3][2] = {
+    {"ty_att_fwd_wg_bf16_d64", "ty_att_fwd_wg_f16_d64"},
+    {"ty_att_dq_wg_bf16_d64", "ty_att_dq_wg_f16_d64"},
+    {"ty_att_dkv_wg_bf16_d64", "ty_att_dkv_wg_f16_d64"}};
+
 static uint32_t ty_att_ceil(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
 
 static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, int64_t gy,
                        int64_t gz, uint32_t threads, uint32_t smem) {
   l->kernel = kernel;
+  l->sm90 = false;
   l->grid[0] = (uint32_t)gx;
   l->grid[1] = (uint32_t)gy;
   l->grid[2] = (uint32_t)gz;
@@ -37,7 +44,8 @@ static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, in
 }
 
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
-                           int64_t Hkv, int64_t D, bool allow_fast, ty_cu_att_plan_t *out) {
+                           int64_t Hkv, int64_t D, ty_cu_att_path_t best,
+                           ty_cu_att_plan_t *out) {
   const int dt = dtype == TY_DTYPE_F32    ? 0
                  : dtype == TY_DTYPE_BF16 ? 1
                  : dtype == TY_DTYPE_F16  ? 2
@@ -49,11 +57,24 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
   }
   if (B > 65535 || Hq > 65535) return "batch or heads above 65535 (the CUDA grid's y/z limit)";
   const int64_t G = Hq / Hkv;
-  const bool fast = allow_fast && dt > 0 && (D == 64 || D == 128);
-  out->fast = fast;
+  const bool tc = dt > 0 && (D == 64 || D == 128);
+  out->path = !tc || best == TY_CU_ATT_GENERIC       ? TY_CU_ATT_GENERIC
+              : D == 64 && best == TY_CU_ATT_WGMMA ? TY_CU_ATT_WGMMA
+                                                   : TY_CU_ATT_MMA;
   ty_att_set(&out->launch[TY_CU_ATT_DELTA], ty_att_delta_names[dt],
              ty_att_ceil(B * Hq * T, TY_ATT_DELTA_ROWS), 1, 1, 32 * TY_ATT_DELTA_ROWS, 0);
-  if (fast) {
+  if (out->path == TY_CU_ATT_WGMMA) {
+    ty_att_set(&out->launch[TY_CU_ATT_FWD], ty_att_wg_names[0][dt - 1],
+               ty_att_ceil(T, TY_ATT_WG_FWD_BQ), Hq, B, 128 * TY_ATT_WG_FWD_WGS,
+               TY_ATT_WG_FWD_SMEM);
+    ty_att_set(&out->launch[TY_CU_ATT_DQ], ty_att_wg_names[1][dt - 1], ty_att_ceil(T, 64), Hq,
+               B, 128, TY_ATT_WG_DQ_SMEM);
+    ty_att_set(&out->launch[TY_CU_ATT_DKV], ty_att_wg_names[2][dt - 1], ty_att_ceil(S, 64), Hkv,
+               B, 128, TY_ATT_WG_DKV_SMEM);
+    for (int i = 0; i < TY_CU_ATT_KERNELS_; ++i) out->launch[i].sm90 = i != TY_CU_ATT_DELTA;
+    return NULL;
+  }
+  if (out->path == TY_CU_ATT_MMA) {
     const int d = D == 64 ? 0 : 1;
     ty_att_set(&out->launch[TY_CU_ATT_FWD], ty_att_tc_names[0][dt - 1][d],
                ty_att_ceil(T, TY_ATT_TC_FWD_BQ), Hq, B, 32 * TY_ATT_TC_FWD_WARPS,

@@ -4,10 +4,13 @@
  * same kernels. Threading: pure; safe from any thread.
  *
  * The rule: the tensor-core kernels run for bf16 and f16 with head dim 64
- * or 128 (any T, S, window or kv_len; tiles at the edges are masked); every
- * other case — f32 (so f32 attention stays exact f32), other head dims up
- * to TY_ATT_MAX_HEAD_DIM — runs the generic kernels. allow_fast = false
- * forces the generic kernels (TRAINYARD_CUDA_ATTENTION=generic). */
+ * or 128 (any T, S, window or kv_len; tiles at the edges are masked) —
+ * the wgmma ones (kernels/attention_sm90.cu) for head dim 64 where the
+ * caller allows them (a compute capability 9.0 card), the mma.sync ones
+ * otherwise; every other case — f32 (so f32 attention stays exact f32),
+ * other head dims up to TY_ATT_MAX_HEAD_DIM — runs the generic kernels.
+ * `best` caps the choice (TRAINYARD_CUDA_ATTENTION=generic or mma, or a
+ * card without wgmma). */
 #ifndef TY_BACKENDS_CUDA_CUDA_ATTENTION_PLAN_H_
 #define TY_BACKENDS_CUDA_CUDA_ATTENTION_PLAN_H_
 
@@ -28,15 +31,23 @@ typedef enum ty_cu_att_kernel_e {
   TY_CU_ATT_KERNELS_
 } ty_cu_att_kernel_t;
 
+/* The kernel paths, slowest first. */
+typedef enum ty_cu_att_path_e {
+  TY_CU_ATT_GENERIC = 0, /* attention_simt.cuh: f32 FMA, any dtype */
+  TY_CU_ATT_MMA,         /* attention_tc.cuh: mma.sync, sm_80+ */
+  TY_CU_ATT_WGMMA,       /* attention_sm90.cu: wgmma, compute capability 9.0 */
+} ty_cu_att_path_t;
+
 typedef struct ty_cu_att_launch_t {
   const char *kernel; /* extern "C" name in kernels/attention.cu (static storage) */
+  bool sm90;          /* ... or in kernels/attention_sm90.cu */
   uint32_t grid[3];
   uint32_t threads;
   uint32_t smem; /* bytes of dynamic shared memory */
 } ty_cu_att_launch_t;
 
 typedef struct ty_cu_att_plan_t {
-  bool fast; /* the tensor-core kernels */
+  ty_cu_att_path_t path; /* of the forward, dQ and dK/dV kernels */
   ty_cu_att_launch_t launch[TY_CU_ATT_KERNELS_];
 } ty_cu_att_plan_t;
 
@@ -45,7 +56,8 @@ typedef struct ty_cu_att_plan_t {
  * the dtype, a head dim above TY_ATT_MAX_HEAD_DIM, a grid dimension out of
  * range. Sizes must be positive. */
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
-                           int64_t Hkv, int64_t D, bool allow_fast, ty_cu_att_plan_t *out);
+                           int64_t Hkv, int64_t D, ty_cu_att_path_t best,
+                           ty_cu_att_plan_t *out);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,7 @@ typedef enum ty_cu_family_e {
   TY_CU_FAM_OPTIM,           /* adamw, sgd */
   TY_CU_FAM_VOCAB,           /* vocabulary-parallel embedding and loss */
   TY_CU_FAM_TEST,            /* fault injection for tests (test hooks only) */
+  TY_CU_FAM_ATTENTION_SM90,  /* flash attention on wgmma (sm_90a only) */
   TY_CU_FAM_COUNT_
 } ty_cu_family_t;
 

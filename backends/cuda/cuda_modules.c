@@ -11,7 +11,7 @@
 
 static const char *const ty_cu_family_names[TY_CU_FAM_COUNT_] = {
     "elementwise", "reduce", "norm", "softmax", "rope", "attention",
-    "embedding",   "views",  "optim", "vocab", "test",
+    "embedding",   "views",  "optim", "vocab", "test", "attention_sm90",
 };
 
 const char *ty_cu_family_file(ty_cu_family_t family) {

@@ -1,8 +1,9 @@
 /* The cuda plugin's attention kernels on a GPU, through sessions: forward and
  * backward against the f64 reference (ops/reference/ref_attention.c) on the
  * conformance shapes and on the tensor-core path's shapes (GQA, odd T,
- * T != S, decode, kv_len, window, D = 64 and 128), both paths compared with
- * each other (TRAINYARD_CUDA_ATTENTION=generic forces the generic one),
+ * T != S, decode, kv_len, window, D = 64 and 128), the paths compared with
+ * each other (TRAINYARD_CUDA_ATTENTION=generic, =mma, and auto: wgmma on a
+ * compute capability 9.0 card at head dim 64),
  * run-to-run bit equality, and the kv_len data error. With --bench it times
  * the training shapes instead (GPT-2 124M, a Llama-style ~1B with GQA,
  * Llama-7B, decode) and prints, per path, the mean of 20 runs (after a
@@ -34,6 +35,9 @@ typedef struct att_case_t {
 } att_case_t;
 
 static int g_failures, g_checks;
+/* The paths, by TRAINYARD_CUDA_ATTENTION: "auto" is the wgmma kernels on a
+ * compute capability 9.0 card at head dim 64, the mma.sync ones elsewhere. */
+static const char *const g_modes[3] = {"generic", "mma", "auto"};
 static const char *g_uri = "cuda:0";
 
 static const char *dtname(ty_dtype_t d) {
@@ -287,12 +291,12 @@ static void test_case(ty_registry_t *reg, const att_case_t *c) {
   host_t *ins[6] = {&q, &k, &v, &dout, &out, &lse};
   const double bound = oracle_bound(c->dtype);
   for (int backward = 0; backward < 2; ++backward) {
-    run_t paths[2];
-    const int npaths = fast_applies(c) ? 2 : 1;
+    run_t paths[3];
+    const int npaths = fast_applies(c) ? 3 : 1;
     for (int p = 0; p < npaths; ++p) {
-      const char *label = p ? "tc" : "generic";
+      const char *label = g_modes[p];
       char what[96];
-      paths[p] = run_once(reg, c, backward, p ? "auto" : "generic", ins, 1, NULL);
+      paths[p] = run_once(reg, c, backward, g_modes[p], ins, 1, NULL);
       run_t *r = &paths[p];
       if (r->status) {
         printf("  FAIL %s %s: %s\n", label, backward ? "backward" : "forward",
@@ -318,7 +322,7 @@ static void test_case(ty_registry_t *reg, const att_case_t *c) {
         }
       }
       /* A second run of the same path gives the same bits. */
-      run_t again = run_once(reg, c, backward, p ? "auto" : "generic", ins, 2, NULL);
+      run_t again = run_once(reg, c, backward, g_modes[p], ins, 2, NULL);
       int same = !again.status;
       for (int i = 0; i < 3 && same; ++i) {
         same = r->bytes[i] == again.bytes[i] &&
@@ -329,12 +333,13 @@ static void test_case(ty_registry_t *reg, const att_case_t *c) {
       check(same, what);
       run_free(&again);
     }
-    if (npaths == 2 && !paths[0].status && !paths[1].status) {
+    for (int p = 1; p < npaths; ++p) {
+      if (paths[0].status || paths[p].status) continue;
       for (int i = 0; i < (backward ? 3 : 1); ++i) {
         char what[64];
         static const char *const names[4] = {"out", "dq", "dk", "dv"};
-        snprintf(what, sizeof(what), "tc %s vs generic", names[backward ? i + 1 : 0]);
-        check_nmse(what, paths[1].out[i], paths[0].out[i], paths[0].n[i], paths_bound(c->dtype));
+        snprintf(what, sizeof(what), "%s %s vs generic", g_modes[p], names[backward ? i + 1 : 0]);
+        check_nmse(what, paths[p].out[i], paths[0].out[i], paths[0].n[i], paths_bound(c->dtype));
       }
     }
     for (int p = 0; p < npaths; ++p) run_free(&paths[p]);
@@ -343,12 +348,14 @@ static void test_case(ty_registry_t *reg, const att_case_t *c) {
   if (c->kv_len) {
     att_case_t bad = *c;
     bad.kv_len = c->S + 3;
-    for (int p = 0; p < (fast_applies(c) ? 2 : 1); ++p) {
-      run_t r = run_once(reg, &bad, 0, p ? "auto" : "generic", ins, 1, NULL);
+    for (int p = 0; p < (fast_applies(c) ? 3 : 1); ++p) {
+      run_t r = run_once(reg, &bad, 0, g_modes[p], ins, 1, NULL);
+      char what[96];
+      snprintf(what, sizeof(what), "%s: kv_len > S is an INVALID_ARGUMENT naming kv_len",
+               g_modes[p]);
       check(r.status && ty_status_code(r.status) == TY_CODE_INVALID_ARGUMENT &&
                 strstr(ty_status_message(r.status), "kv_len input"),
-            p ? "tc: kv_len > S is an INVALID_ARGUMENT naming kv_len"
-              : "generic: kv_len > S is an INVALID_ARGUMENT naming kv_len");
+            what);
       run_free(&r);
     }
   }
@@ -393,19 +400,19 @@ static void bench_case(ty_registry_t *reg, const att_case_t *c) {
   const double es = (double)esize(c->dtype);
   const double fwd_bytes = es * (2.0 * (double)qn + 2.0 * (double)kn);
   const double bwd_bytes = es * (4.0 * (double)qn + 4.0 * (double)kn);
-  for (int p = fast_applies(c) ? 1 : 0; p >= 0; --p) {
+  for (int p = fast_applies(c) ? 2 : 0; p >= 0; --p) {
     for (int backward = 0; backward < 2; ++backward) {
       double sec = 0;
-      run_t r = run_once(reg, c, backward, p ? "auto" : "generic", ins, 21, &sec);
+      run_t r = run_once(reg, c, backward, g_modes[p], ins, 21, &sec);
       const double flops = backward ? 2.5 * fwd_flops : fwd_flops;
       if (r.status) {
-        printf("%-14s %-5s %-8s %-8s FAILED: %s\n", c->name, dtname(c->dtype),
-               p ? "tc" : "generic", backward ? "backward" : "forward",
+        printf("%-14s %-5s %-8s %-8s FAILED: %s\n", c->name, dtname(c->dtype), g_modes[p],
+               backward ? "backward" : "forward",
                ty_status_message(r.status));
         g_failures++;
       } else {
         printf("%-14s %-5s %-8s %-8s %9.3f ms %8.1f TFLOP/s %8.1f GB/s\n", c->name,
-               dtname(c->dtype), p ? "tc" : "generic", backward ? "backward" : "forward",
+               dtname(c->dtype), g_modes[p], backward ? "backward" : "forward",
                sec * 1e3, flops / sec * 1e-12, (backward ? bwd_bytes : fwd_bytes) / sec * 1e-9);
       }
       run_free(&r);

@@ -252,13 +252,14 @@ bool run_path(const Case &c, const Shape &s, bool fast, Tensor &q, Tensor &k, Te
               Tensor &dout, Tensor &out_in, std::vector<float> &lse_in, Outputs *res,
               int *err_flag) {
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, fast, &plan);
+  const ty_cu_att_path_t want = fast ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC;
+  const char *why = ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, want, &plan);
   if (why) {
     printf("  FAIL plan refused: %s\n", why);
     g_failures++;
     return false;
   }
-  if (plan.fast != fast) return false;
+  if (plan.path != want) return false;
   const float scale = (float)s.scale, sl2 = (float)(s.scale * 1.4426950408889634);
   const long long kvlen = c.kvlen;
   const long long *kvp = c.kvlen ? &kvlen : nullptr;

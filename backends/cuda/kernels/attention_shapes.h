@@ -68,6 +68,24 @@
   (2 * (2 * (d) * TY_ATT_TC_DKV_BKV + 4 * (d) * TY_ATT_TC_DKV_BQ(d)) +              \
    4 * 4 * TY_ATT_TC_DKV_BQ(d))
 
+/* ---- the warpgroup kernels (kernels/attention_sm90.cu: sm_90a wgmma,
+ * bf16/f16, head dim 64) ----
+ * A warpgroup (4 warps, 128 threads) owns 64 rows (dK/dV: 64 keys); every
+ * product is one m64n64k16 wgmma per 16 of K. Shared tiles are [64][64]
+ * 16-bit elements (8 KiB) in the tensor-core kernels' swizzled layout, at
+ * 1024-byte aligned addresses (the dynamic shared memory is padded by 1 KiB
+ * to align its base). forward: 2 warpgroups = 128 query rows; Q, then K and
+ * V double-buffered. dQ: one warpgroup; Q and dO, K and V double-buffered.
+ * dK/dV: one warpgroup; K and V, then Q and dO (and the tile's lse and
+ * delta) double-buffered. */
+#define TY_ATT_WG_BK 64
+#define TY_ATT_WG_FWD_WGS 2
+#define TY_ATT_WG_FWD_BQ (64 * TY_ATT_WG_FWD_WGS)
+#define TY_ATT_WG_TILE (64 * 64 * 2)
+#define TY_ATT_WG_FWD_SMEM (1024 + TY_ATT_WG_TILE * (TY_ATT_WG_FWD_WGS + 4))
+#define TY_ATT_WG_DQ_SMEM (1024 + TY_ATT_WG_TILE * 6)
+#define TY_ATT_WG_DKV_SMEM (1024 + TY_ATT_WG_TILE * 6 + 4 * 4 * 64)
+
 /* Rows of the delta = rowsum(dout * out) kernel per 256-thread block (one
  * warp per row). */
 #define TY_ATT_DELTA_ROWS 8
