@@ -64,6 +64,60 @@ __device__ __forceinline__ void ty_wg_zero(float d[32]) {
   for (int i = 0; i < 32; ++i) d[i] = 0.0f;
 }
 
+/* Rows [row0, row0 + ROWS) of a tensor whose row r starts at base + r *
+ * stride (elements) into the swizzled [ROWS][64] tile, rows at or past
+ * `valid` zero: ty_tc_load's job with the per-thread offsets worked out
+ * once. Thread i copies 16-byte chunk i % 8 of rows i / 8 + n NT / 8; NT / 8
+ * is a multiple of 8, so every row it copies has the same swizzle. A base
+ * not 16-byte aligned goes through ty_tc_load's register copies. */
+template <int ROWS, int NT> struct ty_wg_copy {
+  static_assert((NT / 8) % 8 == 0 && (ROWS * 8) % NT == 0, "tile copy shape");
+  int r, c;
+  uint32_t dst; /* byte offset of this thread's first chunk in a tile */
+  __device__ __forceinline__ ty_wg_copy() {
+    r = threadIdx.x >> 3;
+    c = threadIdx.x & 7;
+    dst = (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+  }
+  __device__ __forceinline__ void operator()(uint16_t *tile, const uint16_t *base,
+                                             long long stride, int row0, int valid,
+                                             bool aligned) const {
+    if (!aligned) {
+      ty_tc_load<64, ROWS, NT>(tile, base, stride, row0, valid, false);
+      return;
+    }
+    const uint16_t *src = base + (long long)(row0 + r) * stride + c * 8;
+#pragma unroll
+    for (int n = 0; n < ROWS * 8 / NT; ++n) {
+      const bool ok = row0 + r + n * (NT / 8) < valid;
+      ty_cp_async16((char *)tile + dst + n * (NT / 8) * 128,
+                    ok ? src + (long long)n * (NT / 8) * stride : base, ok ? 16 : 0);
+    }
+  }
+};
+
+/* Masks a row-major score tile (rows: queries, columns: 64 keys from k0)
+ * for this thread's two rows at positions pos[r]: key visible iff
+ * pos - window < key <= pos (no lower bound when window = 0). Column
+ * 8 j + 2 t + (e & 1) of accumulator element 4 j + e; the compares are
+ * against compile-time column numbers. */
+__device__ __forceinline__ void ty_wg_mask_rows(float s[32], const int pos[2], int k0, int tq,
+                                                int window) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int hi = pos[r] - k0 - 2 * tq; /* last visible column, less 2 t */
+    const int lo = window > 0 ? hi - window + 1 : -(1 << 30);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int cc = 8 * j + e;
+        if (cc > hi || cc < lo) s[4 * j + 2 * r + e] = -INFINITY;
+      }
+    }
+  }
+}
+
 /* out, lse = attention(q, k, v): grid (ceil(T / 128), Hq, B), 256 threads
  * (two warpgroups of 64 query rows); query tiles in reverse order so the
  * longest causal rows start first. */
@@ -89,15 +143,17 @@ __device__ void ty_att_fwd_wg(const T *q, const T *k, const T *v, T *out, float 
   const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
   const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
 
-  ty_tc_load<D, BQ, NT>(sQ, qb, q_stride, q0, Tq, aligned);
-  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
-  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
+  const ty_wg_copy<BK, NT> copy;
+  ty_wg_copy<BQ, NT>()(sQ, qb, q_stride, q0, Tq, aligned);
+  copy(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
+  copy(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
   ty_cp_commit();
 
   const int r0 = q0 + wg * 64;            /* the warpgroup's first row */
   const bool active = r0 < Tq;            /* rows past T: load, never compute */
   const int w0 = r0 + warp * 16;          /* the warp's first row */
   const int t0 = w0 + g, t1 = w0 + g + 8; /* this thread's rows */
+  const int pos[2] = {t0 + off, t1 + off};
   const uint16_t *wQ = sQ + wg * 64 * D;
   float o[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   ty_wg_zero(o);
@@ -108,8 +164,8 @@ __device__ void ty_att_fwd_wg(const T *q, const T *k, const T *v, T *out, float 
     ty_wg_fence_smem();
     __syncthreads(); /* tile kt landed; every warpgroup is done with tile kt - 1 */
     if (kt + 1 < kt_hi) {
-      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
-      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
+      copy(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
+      copy(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
     }
     ty_cp_commit();
     const int k0 = kt * BK;
@@ -129,16 +185,7 @@ __device__ void ty_att_fwd_wg(const T *q, const T *k, const T *v, T *out, float 
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(s);
-    if (ty_tc_needs_mask(w0, 16, k0, BK, off, window)) {
-#pragma unroll
-      for (int j = 0; j < BK / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = k0 + j * 8 + tq * 2 + (e & 1);
-          if (!ty_tc_visible((e < 2 ? t0 : t1) + off, key, window)) s[4 * j + e] = -INFINITY;
-        }
-      }
-    }
+    if (ty_tc_needs_mask(w0, 16, k0, BK, off, window)) ty_wg_mask_rows(s, pos, k0, tq, window);
     /* Online softmax, in log2 units (scores times scale log2(e)). */
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -219,14 +266,16 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
   const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
   const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
 
-  ty_tc_load<D, BQ, NT>(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
-  ty_tc_load<D, BQ, NT>(sO, (const uint16_t *)dout + q_base, q_stride, q0, Tq, aligned);
-  ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
-  ty_tc_load<D, BK, NT>(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
+  const ty_wg_copy<64, NT> copy;
+  copy(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
+  copy(sO, (const uint16_t *)dout + q_base, q_stride, q0, Tq, aligned);
+  copy(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
+  copy(sV + (kt_lo & 1) * BK * D, vb, kv_stride, kt_lo * BK, hi, aligned);
   ty_cp_commit();
 
   const int w0 = q0 + warp * 16;
   const int t0 = w0 + g, t1 = w0 + g + 8;
+  const int pos[2] = {t0 + off, t1 + off};
   /* lse (log2 units) and delta of this thread's two rows; 0 past T (those
    * rows have q = dout = 0, so dS = 0 there). */
   float l2[2] = {0.0f, 0.0f}, dl[2] = {0.0f, 0.0f};
@@ -247,8 +296,8 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
     ty_wg_fence_smem();
     __syncthreads();
     if (kt + 1 < kt_hi) {
-      ty_tc_load<D, BK, NT>(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
-      ty_tc_load<D, BK, NT>(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
+      copy(sK + (buf ^ 1) * BK * D, kb, kv_stride, (kt + 1) * BK, hi, aligned);
+      copy(sV + (buf ^ 1) * BK * D, vb, kv_stride, (kt + 1) * BK, hi, aligned);
     }
     ty_cp_commit();
     const int k0 = kt * BK;
@@ -272,15 +321,14 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
     ty_wg_wait<0>();
     ty_wg_keep(s);
     ty_wg_keep(dp);
-    const bool mask = ty_tc_needs_mask(w0, 16, k0, BK, off, window);
+    /* A masked score is -inf: P = 0 there, and dS = 0 (dP is finite). */
+    if (ty_tc_needs_mask(w0, 16, k0, BK, off, window)) ty_wg_mask_rows(s, pos, k0, tq, window);
 #pragma unroll
     for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        const int key = k0 + j * 8 + tq * 2 + (e & 1);
-        float p = ty_exp2_ftz(fmaf(s[4 * j + e], sl2, -l2[r]));
-        if (mask && !ty_tc_visible((r ? t1 : t0) + off, key, window)) p = 0.0f;
+        const float p = ty_exp2_ftz(fmaf(s[4 * j + e], sl2, -l2[r]));
         s[4 * j + e] = p * (dp[4 * j + e] - dl[r]); /* dS */
       }
     }
@@ -339,13 +387,14 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
   const int iters = G * nqt;
 
   /* Iteration it: head kvh G + it / nqt, query tile qt_lo + it % nqt. */
+  const ty_wg_copy<64, NT> copy;
   auto load_tile = [&](int it, int buf) {
     const int h = kvh * G + it / nqt;
     const int q0 = (qt_lo + it % nqt) * BQ;
     const long long base = ((long long)b * Tq * Hq + h) * D;
     const uint16_t *qb = (const uint16_t *)q + base, *ob = (const uint16_t *)dout + base;
-    ty_tc_load<D, BQ, NT>(sQ + buf * BQ * D, qb, q_stride, q0, Tq, aligned);
-    ty_tc_load<D, BQ, NT>(sO + buf * BQ * D, ob, q_stride, q0, Tq, aligned);
+    copy(sQ + buf * BQ * D, qb, q_stride, q0, Tq, aligned);
+    copy(sO + buf * BQ * D, ob, q_stride, q0, Tq, aligned);
     const long long row = ((long long)b * Hq + h) * Tq;
     for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
       const int r = i % BQ;
@@ -355,8 +404,8 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
     }
   };
   if (iters > 0) { /* else nothing sees these keys: store zeros */
-    ty_tc_load<D, BKV, NT>(sK, (const uint16_t *)k + kv_base, kv_stride, k0, S, aligned);
-    ty_tc_load<D, BKV, NT>(sV, (const uint16_t *)v + kv_base, kv_stride, k0, S, aligned);
+    copy(sK, (const uint16_t *)k + kv_base, kv_stride, k0, S, aligned);
+    copy(sV, (const uint16_t *)v + kv_base, kv_stride, k0, S, aligned);
     load_tile(0, 0);
   }
   ty_cp_commit();
@@ -398,20 +447,37 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
     ty_wg_wait<0>();
     ty_wg_keep(st);
     ty_wg_keep(dpt);
-    /* Element (j, e): key (e < 2 ? key0 : key1), query q0 + 8 j + 2 tq + (e & 1). */
-    const bool mask = q0 + BQ > Tq || kw0 + 15 > q0 + off ||
-                      (window > 0 && q0 + BQ - 1 + off - kw0 >= window);
+    /* Element 4 j + e: key (e < 2 ? key0 : key1), query q0 + c with column
+     * c = 8 j + 2 tq + (e & 1). Visible iff c >= key - off - q0 (causal),
+     * c < Tq - q0, and c < key - off - q0 + window; masked scores are -inf
+     * (P = 0, dS = 0). */
+    if (q0 + BQ > Tq || kw0 + 15 > q0 + off || (window > 0 && q0 + BQ - 1 + off - kw0 >= window)) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int lo = (r ? key1 : key0) - off - q0 - 2 * tq;
+        int hi = Tq - q0 - 2 * tq;
+        if (window > 0) hi = min(hi, lo + window);
+#pragma unroll
+        for (int j = 0; j < BQ / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int cc = 8 * j + e;
+            if (cc < lo || cc >= hi) st[4 * j + 2 * r + e] = -INFINITY;
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j) {
+      /* lse (log2 units) and delta of columns 8 j + 2 tq, + 1. */
+      const float2 lc = *(const float2 *)(tL + j * 8 + tq * 2);
+      const float2 dc = *(const float2 *)(tD + j * 8 + tq * 2);
+      const float l2c[2] = {lc.x * TY_ATT_LOG2E, lc.y * TY_ATT_LOG2E}, dlc[2] = {dc.x, dc.y};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int c = j * 8 + tq * 2 + (e & 1);
-        float p = ty_exp2_ftz(fmaf(st[4 * j + e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
-        if (mask && (q0 + c >= Tq || !ty_tc_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
-          p = 0.0f;
-        }
+        const float p = ty_exp2_ftz(fmaf(st[4 * j + e], sl2, -l2c[e & 1]));
         st[4 * j + e] = p;
-        dpt[4 * j + e] = p * (dpt[4 * j + e] - ty_lds_f32(tD + c)); /* dS^T */
+        dpt[4 * j + e] = p * (dpt[4 * j + e] - dlc[e & 1]); /* dS^T */
       }
     }
     /* dV += P^T dO and dK += dS^T Q: A from registers, B MN-major. */
