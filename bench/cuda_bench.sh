@@ -10,7 +10,8 @@
 # Environment: CONFIGS (default "gpt2-124m:16:1024 gpt2-124m:32:1024
 # gpt2-350m:8:1024 llama-1b:4:2048", model:batch:seq), PEERS ("eager
 # compile"; also eager-minimal and compile-minimal: the compact GPT-2 of
-# pytorch_cuda_train.py --impl minimal, skipped for llama rows; a -cd
+# pytorch_cuda_train.py --impl minimal, skipped for llama rows;
+# compile-auto: compile-minimal on GPT-2 rows, compile on the others; a -cd
 # suffix adds inductor's coordinate-descent tuning; llmc: llm.c's
 # train_gpt2cu, built by bench/llmc_peer.sh in LLMC (default peers/llm.c),
 # and llmc-py: llm.c's own PyTorch script train_gpt2.py with torch.compile,
@@ -59,6 +60,10 @@ for cfg in $configs; do
       [[ -n $line ]] && echo "$line" | tee -a "$results" ||
         { echo "$peer failed:"; tail -8 "$out/$peer-$batch.txt"; }
       continue
+    fi
+    if [[ $peer == compile-auto* ]]; then
+      [[ $model == gpt2-* ]] && peer=compile-minimal${peer#compile-auto} ||
+        peer=compile${peer#compile-auto}
     fi
     plog="$out/pytorch-$peer-$model-$batch-$seq.log"
     flag=""

@@ -119,6 +119,39 @@ static ty_status_t ty_sweep_recompute(ty_sweep_t *w, uint32_t seg) {
   return s;
 }
 
+/* Whether op's gradient rule reads its operand i (given which operands
+ * want gradients): the ops that take cast weights in bf16-mixed models.
+ * Only these are re-cast, so no copy is made that nothing reads. */
+static bool ty_sweep_rule_reads(const char *op, uint32_t i, const bool *wants) {
+  if (strcmp(op, "matmul") == 0) return i < 2 && wants[1 - i];
+  if (strcmp(op, "linear_cross_entropy") == 0) return i == 1;
+  return false;
+}
+
+/* With recast_states: when v is a cast of a STATE value to a narrower
+ * dtype and has no copy yet, emits one (see autodiff.h). */
+static ty_status_t ty_sweep_recast(ty_sweep_t *w, ty_value_id_t v) {
+  if (v == TY_VALUE_NONE || v >= w->nv || w->remap[v] != TY_VALUE_NONE) return TY_OK;
+  const ty_graph_value_t *val = ty_graph_value(w->g, v);
+  if (val->producer == UINT32_MAX) return TY_OK;
+  const ty_graph_node_t *p = ty_graph_node(w->g, val->producer);
+  if (strcmp(p->op, "cast") != 0 || p->input_count != 1 || p->output_count != 1) return TY_OK;
+  ty_value_id_t src = p->inputs[0];
+  const ty_graph_value_t *sv = ty_graph_value(w->g, src);
+  if (sv->role != TY_VALUE_STATE ||
+      ty_dtype_size(val->desc.dtype) >= ty_dtype_size(sv->desc.dtype)) {
+    return TY_OK;
+  }
+  ty_attrs_t attrs = p->attrs;
+  ty_value_id_t out = TY_VALUE_NONE;
+  uint32_t saved_region = ty_graph_set_region(w->g, 0);
+  ty_status_t s = ty_graph_add_node(w->g, "cast", &src, 1, &attrs, &out, 1);
+  ty_graph_set_region(w->g, saved_region);
+  if (s) return ty_status_annotate(s, "autodiff: re-casting value %u", v);
+  w->remap[v] = out;
+  return TY_OK;
+}
+
 /* The backward of original node n. */
 static ty_status_t ty_sweep_node(ty_sweep_t *w, uint32_t n) {
   ty_graph_t *g = w->g;
@@ -163,11 +196,15 @@ static ty_status_t ty_sweep_node(ty_sweep_t *w, uint32_t n) {
   }
   char op[32];
   memcpy(op, node->op, sizeof(op));
-  for (uint32_t i = 0; i < in_count && !s; ++i) {
-    orig_inputs[i] = node->inputs[i];
-    node_inputs[i] = ty_sweep_map(w, node->inputs[i]);
-  }
+  for (uint32_t i = 0; i < in_count && !s; ++i) orig_inputs[i] = node->inputs[i];
   for (uint32_t o = 0; o < out_count && !s; ++o) node_outputs[o] = ty_sweep_map(w, node->outputs[o]);
+  node = NULL; /* re-casting below may move the node array */
+  for (uint32_t i = 0; i < in_count && !s; ++i) {
+    if (w->opt->recast_states && ty_sweep_rule_reads(op, i, w->wants)) {
+      s = ty_sweep_recast(w, orig_inputs[i]);
+    }
+    node_inputs[i] = ty_sweep_map(w, orig_inputs[i]);
+  }
   if (!s) {
     ty_grad_ctx_t ctx = {
         .op = op,
@@ -253,20 +290,26 @@ ty_status_t ty_graph_autodiff_ex(ty_graph_t *g, ty_value_id_t loss, ty_value_id_
     s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
     goto done;
   }
+  if (opt->recompute != TY_RECOMPUTE_NONE || opt->recast_states) {
+    w.remap = malloc((nv ? nv : 1) * sizeof(ty_value_id_t));
+    if (!w.remap) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
+      goto done;
+    }
+    for (uint32_t v = 0; v < nv; ++v) w.remap[v] = TY_VALUE_NONE;
+  }
   if (opt->recompute != TY_RECOMPUTE_NONE) {
     w.segment = malloc((nn ? nn : 1) * sizeof(uint32_t));
-    w.remap = malloc((nv ? nv : 1) * sizeof(ty_value_id_t));
     uint32_t segments = 0;
     for (uint32_t n = 0; w.segment && n < nn; ++n) {
       w.segment[n] = ty_autodiff_segment(opt->recompute, ty_graph_node(g, n)->region);
       if (w.segment[n] != UINT32_MAX && w.segment[n] >= segments) segments = w.segment[n] + 1;
     }
     w.recomputed = calloc(segments ? segments : 1, sizeof(bool));
-    if (!w.segment || !w.remap || !w.recomputed) {
+    if (!w.segment || !w.recomputed) {
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
       goto done;
     }
-    for (uint32_t v = 0; v < nv; ++v) w.remap[v] = TY_VALUE_NONE;
   }
   for (uint32_t v = 0; v < nv; ++v) w.grads[v] = TY_VALUE_NONE;
   for (uint32_t i = 0; i < wrt_count; ++i) {

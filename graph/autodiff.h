@@ -51,6 +51,15 @@ typedef struct ty_autodiff_options_t {
    * (dropout masks are functions of the node's stream), so gradients are
    * bit-identical. */
   ty_recompute_t recompute;
+  /* Re-casts parameters in the backward: a gradient rule that reads the
+   * output of a `cast` of a STATE value to a narrower dtype (a bf16-mixed
+   * weight) reads a copy of that cast emitted at that point of the sweep
+   * instead, so the forward's cast dies after its last forward reader and
+   * no full set of 16-bit weight copies is live across forward and
+   * backward (for a 1B model, 2.3 GiB). The copy computes the same bits:
+   * gradients are unchanged; the price is one more read of each such
+   * weight per step. */
+  bool recast_states;
   /* Called once for each wrt[i] as soon as no node left in the sweep can
    * add to its gradient (after the node that reads wrt[i] first in the
    * forward), with the gradient value, which it may consume by emitting

@@ -316,7 +316,9 @@ static ty_status_t ty_build_fused(ty_graph_t *g, const ty_train_step_params_t *p
   f.sumsq = calloc(n, sizeof(ty_value_id_t));
   if (!f.sumsq) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   ty_status_t s = ty_optim_declare(g, p, &f.o);
-  ty_autodiff_options_t ad = {.recompute = p->recompute, .on_grad_complete = ty_fused_on_grad,
+  ty_autodiff_options_t ad = {.recompute = p->recompute,
+                              .recast_states = true,
+                              .on_grad_complete = ty_fused_on_grad,
                               .user = &f};
   ty_value_id_t norm = TY_VALUE_NONE, scale;
   if (!s && p->fused_clip) {
@@ -387,7 +389,7 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
   if (p->fused_optimizer) {
     s = ty_build_fused(g, p, grads);
   } else {
-    ty_autodiff_options_t ad = {.recompute = p->recompute};
+    ty_autodiff_options_t ad = {.recompute = p->recompute, .recast_states = true};
     s = ty_graph_autodiff_ex(g, p->loss, p->loss_seed, wrt, n + k, &ad, grads);
     for (uint32_t i = 0; i < k && !s; ++i) {
       s = ty_graph_set_output(g, grads[n + i], p->wrt_input_names[i]);

@@ -1,7 +1,9 @@
 /* The training step as one graph: forward (already built by the caller),
  * backward by autodiff, global-norm gradient clipping, and the optimizer
  * update, with parameters and optimizer moments as device-resident state.
- * Hyperparameters are per-run inputs, so schedules never recompile. */
+ * Hyperparameters are per-run inputs, so schedules never recompile. The
+ * backward re-casts mixed-precision weights where it reads them
+ * (autodiff.h, recast_states) rather than keeping the forward's casts. */
 #ifndef TY_GRAPH_TRAIN_STEP_H_
 #define TY_GRAPH_TRAIN_STEP_H_
 

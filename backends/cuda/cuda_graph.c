@@ -558,13 +558,35 @@ static bool ty_cu_pad_consumers_ok(const ty_abi_graph_t *g, uint32_t v, uint32_t
   return true;
 }
 
+/* Whether value w is a [V, C] cast (an intermediate, not an output) that
+ * only matmuls read, each as its b operand. */
+static bool ty_cu_head_weight_ok(const ty_owned_graph_t *og, uint32_t w, int64_t V) {
+  const ty_abi_graph_t *g = &og->graph;
+  const ty_abi_value_t *wv = &g->values[w];
+  if (wv->role != TY_VALUE_INTERMEDIATE || (wv->flags & TY_VALUE_FLAG_OUTPUT) || wv->rank != 2 ||
+      wv->dims[0] != V || og->producer[w] == UINT32_MAX ||
+      strcmp(g->nodes[og->producer[w]].op, "cast") != 0) {
+    return false;
+  }
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    for (uint32_t i = 0; i < g->nodes[n].input_count; ++i) {
+      if (g->nodes[n].inputs[i] == w && (strcmp(g->nodes[n].op, "matmul") || i != 1)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 /* The LM head: logits = h @ W^T with W a [V, C] cast of the embedding (an
  * intermediate: bf16-mixed). An odd V is also cuBLASLt's m (forward) and k
  * (the input gradient dlogits @ W), which keeps it off its fast kernels
  * even with aligned rows. So W's cast gets V..P-1 extra rows of zeros, the
  * forward computes all P columns (the extra ones are h . 0 = 0), the loss
  * gradient writes zeros into its padding, and the input gradient sums over
- * P: the same numbers, on aligned shapes. */
+ * P: the same numbers, on aligned shapes. The backward's own cast of the
+ * same weight (graph/autodiff.h, recast_states) is padded the same way, so
+ * the input gradient keeps the aligned k. */
 static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint32_t mm,
                                    int64_t padded) {
   ty_owned_graph_t *og = e->graph;
@@ -575,21 +597,21 @@ static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint
     return;
   }
   const uint32_t w = node->inputs[1];
-  const ty_abi_value_t *wv = &g->values[w];
   const int64_t V = g->values[logits].dims[g->values[logits].rank - 1];
-  if (wv->role != TY_VALUE_INTERMEDIATE || (wv->flags & TY_VALUE_FLAG_OUTPUT) || wv->rank != 2 ||
-      wv->dims[0] != V || og->producer[w] == UINT32_MAX ||
-      strcmp(g->nodes[og->producer[w]].op, "cast") != 0) {
-    return;
+  if (!ty_cu_head_weight_ok(og, w, V)) return;
+  const ty_abi_node_t *cast = &g->nodes[og->producer[w]];
+  const uint32_t src = cast->inputs[0];
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    const uint32_t p = og->producer[v];
+    const bool twin = v == w || (p != UINT32_MAX && !strcmp(g->nodes[p].op, "cast") &&
+                                 g->nodes[p].inputs[0] == src &&
+                                 g->values[v].dtype == g->values[w].dtype &&
+                                 ty_cu_head_weight_ok(og, v, V));
+    if (!twin) continue;
+    const ty_abi_value_t *wv = &g->values[v];
+    e->zero_rows[v] = padded;
+    og->value_bytes[v] = (uint64_t)padded * (uint64_t)wv->dims[1] * ty_abi_dtype_size(wv->dtype);
   }
-  /* Every reader of W must be a matmul taking it as b. */
-  for (uint32_t n = 0; n < g->node_count; ++n) {
-    for (uint32_t i = 0; i < g->nodes[n].input_count; ++i) {
-      if (g->nodes[n].inputs[i] == w && (strcmp(g->nodes[n].op, "matmul") || i != 1)) return;
-    }
-  }
-  e->zero_rows[w] = padded;
-  og->value_bytes[w] = (uint64_t)padded * (uint64_t)wv->dims[1] * ty_abi_dtype_size(wv->dtype);
   e->zero_cols[logits] = true;
 }
 
