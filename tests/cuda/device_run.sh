@@ -13,10 +13,12 @@
 #   suites     tests/backends/test_cuda_cli.py: forward vs transformers,
 #              generate vs cpu, train/compare vs cpu, bf16-mixed, exact
 #              resume, faults
-#   sanitizer  compute-sanitizer memcheck and racecheck on conform and on
+#   sanitizer  compute-sanitizer memcheck and racecheck on conform, on the
+#              attention kernels (attention_cuda_test: every path) and on
 #              training steps (f32, and bf16-mixed over 1024 rows: the
 #              executor's fused paths)
-#   attention  tests/cuda/attention_cuda_test (both paths against the f64
+#   attention  tests/cuda/attention_cuda_test (the generic, mma.sync and,
+#              on compute capability 9.0, wgmma paths against the f64
 #              reference, bit equality run to run), then its --bench
 #   profile    train_bench bf16-mixed with TRAINYARD_PROFILE=1 (per-op
 #              times) on PROFILE="model:batch:seq" (gpt2-124m:16:1024),
@@ -106,6 +108,11 @@ phase_sanitizer() {
     timeout 300 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
       "$ty" train --model $models/gpt2 --data /tmp/ty-ids --out /tmp/ty-san-$tool --max-steps 2 \
       --batch-size 4 --dropout 0.1 --backend 'cuda:0?graphs=0' --cache-dir none 2>&1 | tail -8
+    # The attention kernels of every path (the fixtures' head dims are below
+    # the tensor-core kernels' 64 and 128): attention_cuda_test's cases.
+    echo "== $tool: attention kernels (generic, mma.sync, wgmma)"
+    [[ $tool == initcheck ]] || timeout 400 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+      "$build/tests/attention_cuda_test" 2>&1 | tail -4
     # bf16-mixed over 1024 rows: every fusion of backends/cuda/cuda_fuse.c
     # (GEMM epilogues, norm + cast, the one-pass norm backward chain) runs
     echo "== $tool: 2 bf16-mixed training steps, 1024 rows (the fused paths)"
