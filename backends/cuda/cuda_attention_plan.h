@@ -5,9 +5,9 @@
  *
  * The rule: the tensor-core kernels run for bf16 and f16 with head dim 64
  * or 128 (any T, S, window or kv_len; tiles at the edges are masked) —
- * the wgmma ones (kernels/attention_sm90.cu) for head dim 64 where the
- * caller allows them (a compute capability 9.0 card), the mma.sync ones
- * otherwise; every other case — f32 (so f32 attention stays exact f32),
+ * the wgmma ones (kernels/attention_sm90.cu) for head dim 64 and at least
+ * 64 query rows (T) where the caller allows them (a compute capability 9.0
+ * card), the mma.sync ones otherwise; every other case — f32 (so f32 attention stays exact f32),
  * other head dims up to TY_ATT_MAX_HEAD_DIM — runs the generic kernels.
  * `best` caps the choice (TRAINYARD_CUDA_ATTENTION=generic or mma, or a
  * card without wgmma). */

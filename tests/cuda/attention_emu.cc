@@ -432,8 +432,56 @@ void run_kvlen_error(ty_dtype_t dt, int D, bool backward) {
 
 } // namespace
 
+/* The plan's path rule (cuda_attention_plan.h): the kernels a node gets
+ * for its dtype, head dim, T and the fastest path allowed. The wgmma
+ * kernels cannot run here; their choice and launch shapes are checked. */
+void check_plan_rule() {
+  struct Want {
+    ty_dtype_t dt;
+    int64_t T, D;
+    ty_cu_att_path_t best, path;
+  };
+  const ty_dtype_t F32 = TY_DTYPE_F32, BF16 = TY_DTYPE_BF16, F16 = TY_DTYPE_F16;
+  const Want wants[] = {
+      {BF16, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_WGMMA},
+      {F16, 64, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_WGMMA},
+      {BF16, 63, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA},  /* below one warpgroup tile */
+      {BF16, 1, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA},   /* decoding */
+      {BF16, 1024, 128, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA},
+      {BF16, 1024, 64, TY_CU_ATT_MMA, TY_CU_ATT_MMA},  /* TRAINYARD_CUDA_ATTENTION=mma */
+      {BF16, 1024, 64, TY_CU_ATT_GENERIC, TY_CU_ATT_GENERIC},
+      {F32, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC},
+      {BF16, 1024, 96, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC},
+  };
+  for (const Want &w : wants) {
+    ty_cu_att_plan_t plan;
+    const char *why = ty_cu_att_plan(w.dt, 2, w.T, w.T, 8, 2, w.D, w.best, &plan);
+    char what[160];
+    snprintf(what, sizeof(what), "plan: dtype %d T %lld D %lld best %d -> path %d", (int)w.dt,
+             (long long)w.T, (long long)w.D, (int)w.best, (int)w.path);
+    expect(why == nullptr && plan.path == w.path, what);
+    if (why) continue;
+    for (int k = 0; k < TY_CU_ATT_KERNELS_; ++k) {
+      const bool sm90 = w.path == TY_CU_ATT_WGMMA && k != TY_CU_ATT_DELTA;
+      expect(plan.launch[k].sm90 == sm90 &&
+                 (strstr(plan.launch[k].kernel, "_wg_") != nullptr) == sm90,
+             std::string(what) + ": kernel " + plan.launch[k].kernel);
+    }
+    if (w.path == TY_CU_ATT_WGMMA) {
+      expect(plan.launch[TY_CU_ATT_FWD].threads == 128 * TY_ATT_WG_FWD_WGS &&
+                 plan.launch[TY_CU_ATT_FWD].grid[0] == (w.T + TY_ATT_WG_FWD_BQ - 1) /
+                                                           TY_ATT_WG_FWD_BQ &&
+                 plan.launch[TY_CU_ATT_DQ].threads == 128 &&
+                 plan.launch[TY_CU_ATT_DKV].threads == 128 &&
+                 plan.launch[TY_CU_ATT_DKV].grid[1] == 2,
+             std::string(what) + ": launch shapes");
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0); /* in step with the emulator's stderr */
+  check_plan_rule();
   bool big = false, quick = false;
   const char *only = nullptr;
   for (int i = 1; i < argc; ++i) {

@@ -8,9 +8,11 @@
  * INVALID_ARGUMENT naming the node and the values, and the next run with
  * good data succeeds (the flag is cleared); and empty inputs, whose empty
  * sums must come out as zeros. Also ABI 1.3's pinned host buffers
- * (optimizer offload), the measured device memory, and ABI 1.7's refusal
- * of a collective whose group has no communicator on the device. */
+ * (optimizer offload), the measured device memory, ABI 1.7's refusal of a
+ * collective whose group has no communicator on the device, and a bad
+ * TRAINYARD_CUDA_ATTENTION value. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/test_util.h"
@@ -358,8 +360,48 @@ static void test_group_without_communicator(void **state) {
   one_node_close(&t);
 }
 
+/* TRAINYARD_CUDA_ATTENTION takes auto, mma or generic; any other value
+ * fails the compile of an attention node with a message naming the
+ * variable and its values (the check comes before any kernel is looked up,
+ * so the emulator, which has no attention kernels, shows it). */
+static void test_attention_mode_value(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  ty_device_t *dev = NULL;
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t dims[4] = {1, 8, 2, 64};
+  ty_value_id_t in[3], out[2];
+  static const char *const names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    TY_EXPECT_OK(ty_graph_add_input(g, names[i], TY_DTYPE_BF16, 4, dims, &in[i]));
+  }
+  TY_EXPECT_OK(ty_graph_add_node(g, "attention", in, 3, NULL, out, 2));
+  TY_EXPECT_OK(ty_graph_set_output(g, out[0], "out"));
+  setenv("TRAINYARD_CUDA_ATTENTION", "fast", 1);
+  ty_session_t *s = NULL;
+  ty_status_t st = ty_session_create(dev, g, NULL, &s);
+  unsetenv("TRAINYARD_CUDA_ATTENTION");
+  assert_non_null(st);
+  assert_int_equal(ty_status_code(st), TY_CODE_INVALID_ARGUMENT);
+  if (!strstr(ty_status_message(st), "TRAINYARD_CUDA_ATTENTION='fast' is not 'auto', 'mma' or "
+                                      "'generic'")) {
+    fail_msg("unexpected message: %s", ty_status_message(st));
+  }
+  ty_status_free(st);
+  assert_null(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_attention_mode_value),
       cmocka_unit_test(test_embedding_ids),
       cmocka_unit_test(test_cross_entropy_targets),
       cmocka_unit_test(test_kv_cache_position),
