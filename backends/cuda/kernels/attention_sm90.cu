@@ -36,6 +36,9 @@
 
 #if TY_WG_BUILD
 
+static_assert(TY_ATT_WG_BK == 64 && TY_ATT_WG_FWD_BQ % 64 == 0,
+              "every product is over K = 64 (wgmma.cuh, ty_wg_mm_kk and ty_wg_mm_rn)");
+
 /* The dynamic shared memory's first 1024-byte aligned address. */
 __device__ __forceinline__ uint16_t *ty_wg_smem_base() {
   const uint32_t s = ty_smem_u32(ty_att_smem);
@@ -139,9 +142,8 @@ __device__ void ty_att_fwd_wg(const T *q, const T *k, const T *v, T *out, float 
   const uint16_t *qb = (const uint16_t *)q + ((long long)b * Tq * Hq + h) * D;
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
-  const int hi = min(q0 + BQ, Tq) + off; /* one past the last row's position */
-  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
-  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
+  int hi, kt_lo, kt_hi; /* hi: one past the last row's position */
+  ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, &hi, &kt_lo, &kt_hi);
 
   const ty_wg_copy<BK, NT> copy;
   ty_wg_copy<BQ, NT>()(sQ, qb, q_stride, q0, Tq, aligned);
@@ -178,10 +180,7 @@ __device__ void ty_att_fwd_wg(const T *q, const T *k, const T *v, T *out, float 
     ty_wg_zero(s);
     ty_wg_keep(s);
     ty_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      ty_wg_ss<T, 0>(s, ty_wg_desc_k(wQ, kc), ty_wg_desc_k(tK, kc), kc);
-    }
+    ty_wg_mm_kk<T>(s, wQ, tK);
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(s);
@@ -219,8 +218,7 @@ __device__ void ty_att_fwd_wg(const T *q, const T *k, const T *v, T *out, float 
     for (int kc = 0; kc < BK / 16; ++kc) ty_wg_afrag<T>(pa[kc], s, kc);
     ty_wg_keep(o);
     ty_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc) ty_wg_rs<T, 1>(o, pa[kc], ty_wg_desc_mn(tV, kc));
+    ty_wg_mm_rn<T>(o, pa, tV);
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(o);
@@ -262,9 +260,8 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
   const long long q_base = ((long long)b * Tq * Hq + h) * D;
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
-  const int hi = min(q0 + BQ, Tq) + off;
-  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
-  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
+  int hi, kt_lo, kt_hi; /* hi: one past the last row's position */
+  ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, &hi, &kt_lo, &kt_hi);
 
   const ty_wg_copy<64, NT> copy;
   copy(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
@@ -278,15 +275,8 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
   const int pos[2] = {t0 + off, t1 + off};
   /* lse (log2 units) and delta of this thread's two rows; 0 past T (those
    * rows have q = dout = 0, so dS = 0 there). */
-  float l2[2] = {0.0f, 0.0f}, dl[2] = {0.0f, 0.0f};
-  if (t0 < Tq) {
-    l2[0] = lse[((long long)b * Hq + h) * Tq + t0] * TY_ATT_LOG2E;
-    dl[0] = delta[((long long)b * Hq + h) * Tq + t0];
-  }
-  if (t1 < Tq) {
-    l2[1] = lse[((long long)b * Hq + h) * Tq + t1] * TY_ATT_LOG2E;
-    dl[1] = delta[((long long)b * Hq + h) * Tq + t1];
-  }
+  float l2[2], dl[2];
+  ty_att_row_stats(lse, delta, ((long long)b * Hq + h) * Tq, Tq, t0, t1, l2, dl);
   float acc[32];
   ty_wg_zero(acc);
 
@@ -309,14 +299,8 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
     ty_wg_keep(s);
     ty_wg_keep(dp);
     ty_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      ty_wg_ss<T, 0>(s, ty_wg_desc_k(sQ, kc), ty_wg_desc_k(tK, kc), kc);
-    }
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      ty_wg_ss<T, 0>(dp, ty_wg_desc_k(sO, kc), ty_wg_desc_k(tV, kc), kc);
-    }
+    ty_wg_mm_kk<T>(s, sQ, tK);
+    ty_wg_mm_kk<T>(dp, sO, tV);
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(s);
@@ -338,8 +322,7 @@ __device__ void ty_att_dq_wg(const T *dout, const T *q, const T *k, const T *v, 
     for (int kc = 0; kc < BK / 16; ++kc) ty_wg_afrag<T>(da[kc], s, kc);
     ty_wg_keep(acc);
     ty_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < BK / 16; ++kc) ty_wg_rs<T, 1>(acc, da[kc], ty_wg_desc_mn(tK, kc));
+    ty_wg_mm_rn<T>(acc, da, tK);
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(acc);
@@ -379,11 +362,8 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
   const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
   const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
   /* Query tiles [qt_lo, qt_lo + nqt) of each head of the group see the block. */
-  const int t_lo = max(0, k0 - off);
-  int t_hi = Tq - 1;
-  if (window > 0) t_hi = (int)min((long long)t_hi, (long long)k0 + BKV - 1 + window - 1 - off);
-  const int qt_lo = t_lo / BQ;
-  const int nqt = t_lo <= t_hi ? t_hi / BQ - qt_lo + 1 : 0;
+  int qt_lo, nqt;
+  ty_att_query_tiles<BQ, BKV>(k0, Tq, off, window, &qt_lo, &nqt);
   const int iters = G * nqt;
 
   /* Iteration it: head kvh G + it / nqt, query tile qt_lo + it % nqt. */
@@ -396,12 +376,7 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
     copy(sQ + buf * BQ * D, qb, q_stride, q0, Tq, aligned);
     copy(sO + buf * BQ * D, ob, q_stride, q0, Tq, aligned);
     const long long row = ((long long)b * Hq + h) * Tq;
-    for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
-      const int r = i % BQ;
-      const bool ok = q0 + r < Tq;
-      const float *src = (i < BQ ? lse : delta) + row + (ok ? q0 + r : 0);
-      ty_cp_async4((i < BQ ? sL : sD) + buf * BQ + r, src, ok ? 4 : 0);
-    }
+    ty_att_load_stats<BQ, NT>(sL + buf * BQ, sD + buf * BQ, lse, delta, row, q0, Tq);
   };
   if (iters > 0) { /* else nothing sees these keys: store zeros */
     copy(sK, (const uint16_t *)k + kv_base, kv_stride, k0, S, aligned);
@@ -435,14 +410,8 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
     ty_wg_keep(st);
     ty_wg_keep(dpt);
     ty_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      ty_wg_ss<T, 0>(st, ty_wg_desc_k(sK, kc), ty_wg_desc_k(tQ, kc), kc);
-    }
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      ty_wg_ss<T, 0>(dpt, ty_wg_desc_k(sV, kc), ty_wg_desc_k(tO, kc), kc);
-    }
+    ty_wg_mm_kk<T>(st, sK, tQ);
+    ty_wg_mm_kk<T>(dpt, sV, tO);
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(st);
@@ -490,10 +459,8 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
     ty_wg_keep(av);
     ty_wg_keep(ak);
     ty_wg_fence();
-#pragma unroll
-    for (int kc = 0; kc < BQ / 16; ++kc) ty_wg_rs<T, 1>(av, pa[kc], ty_wg_desc_mn(tO, kc));
-#pragma unroll
-    for (int kc = 0; kc < BQ / 16; ++kc) ty_wg_rs<T, 1>(ak, da[kc], ty_wg_desc_mn(tQ, kc));
+    ty_wg_mm_rn<T>(av, pa, tO);
+    ty_wg_mm_rn<T>(ak, da, tQ);
     ty_wg_commit();
     ty_wg_wait<0>();
     ty_wg_keep(av);

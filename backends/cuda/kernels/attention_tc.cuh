@@ -104,6 +104,60 @@ __device__ __forceinline__ bool ty_tc_sees_none(int row0, int key0, int nkeys, i
   return key0 > row0 + 15 + off || (window > 0 && key0 + nkeys - 1 < row0 + off - window + 1);
 }
 
+/* The key tiles of BK keys, [*kt_lo, *kt_hi), that hold every key query
+ * rows [q0, q0 + BQ) see; *end is one past the last row's position (keys
+ * from there on are loaded as zeros). Shared with attention_sm90.cu. */
+template <int BQ, int BK>
+__device__ __forceinline__ void ty_att_key_tiles(int q0, int Tq, int off, int window, int *end,
+                                                 int *kt_lo, int *kt_hi) {
+  *end = min(q0 + BQ, Tq) + off;
+  const int first = window > 0 ? max(0, q0 + off - window + 1) : 0;
+  *kt_lo = first / BK;
+  *kt_hi = (*end + BK - 1) / BK;
+}
+
+/* The query tiles of BQ rows, [*qt_lo, *qt_lo + *nqt), in which some row
+ * sees one of keys [k0, k0 + BKV) (per query head of the group). */
+template <int BQ, int BKV>
+__device__ __forceinline__ void ty_att_query_tiles(int k0, int Tq, int off, int window,
+                                                   int *qt_lo, int *nqt) {
+  const int t_lo = max(0, k0 - off);
+  int t_hi = Tq - 1;
+  if (window > 0) t_hi = (int)min((long long)t_hi, (long long)k0 + BKV - 1 + window - 1 - off);
+  *qt_lo = t_lo / BQ;
+  *nqt = t_lo <= t_hi ? t_hi / BQ - *qt_lo + 1 : 0;
+}
+
+/* lse (in log2 units) and delta of query rows t0 and t1 of the [B, Hq, T]
+ * row block starting at `row`; 0 past T. */
+__device__ __forceinline__ void ty_att_row_stats(const float *lse, const float *delta,
+                                                 long long row, int Tq, int t0, int t1,
+                                                 float l2[2], float dl[2]) {
+  l2[0] = l2[1] = dl[0] = dl[1] = 0.0f;
+  if (t0 < Tq) {
+    l2[0] = lse[row + t0] * TY_ATT_LOG2E;
+    dl[0] = delta[row + t0];
+  }
+  if (t1 < Tq) {
+    l2[1] = lse[row + t1] * TY_ATT_LOG2E;
+    dl[1] = delta[row + t1];
+  }
+}
+
+/* lse and delta of query rows [q0, q0 + BQ) of the row block at `row` into
+ * tL and tD by cp.async (NT threads; rows past T as zeros). */
+template <int BQ, int NT>
+__device__ __forceinline__ void ty_att_load_stats(float *tL, float *tD, const float *lse,
+                                                  const float *delta, long long row, int q0,
+                                                  int Tq) {
+  for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
+    const int r = i % BQ;
+    const bool ok = q0 + r < Tq;
+    const float *src = (i < BQ ? lse : delta) + row + (ok ? q0 + r : 0);
+    ty_cp_async4((i < BQ ? tL : tD) + r, src, ok ? 4 : 0);
+  }
+}
+
 /* out, lse = attention(q, k, v): grid (ceil(T / 128), Hq, B), 256 threads;
  * query tiles in reverse order so the longest causal rows start first. */
 template <typename T, int D>
@@ -125,10 +179,8 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
   const uint16_t *qb = (const uint16_t *)q + ((long long)b * Tq * Hq + h) * D;
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
-  /* Key tiles [kt_lo, kt_hi) hold every key a row of the block sees. */
-  const int hi = min(q0 + BQ, Tq) + off; /* one past the last row's position */
-  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
-  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
+  int hi, kt_lo, kt_hi; /* hi: one past the last row's position */
+  ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, &hi, &kt_lo, &kt_hi);
 
   ty_tc_load<D, BQ, NT>(sQ, qb, q_stride, q0, Tq, aligned);
   ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
@@ -274,9 +326,8 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
   const long long q_base = ((long long)b * Tq * Hq + h) * D;
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
-  const int hi = min(q0 + BQ, Tq) + off; /* one past the last row's position */
-  const int lo = window > 0 ? max(0, q0 + off - window + 1) : 0;
-  const int kt_lo = lo / BK, kt_hi = (hi + BK - 1) / BK;
+  int hi, kt_lo, kt_hi; /* hi: one past the last row's position */
+  ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, &hi, &kt_lo, &kt_hi);
 
   ty_tc_load<D, BQ, NT>(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
   ty_tc_load<D, BQ, NT>(sO, (const uint16_t *)dout + q_base, q_stride, q0, Tq, aligned);
@@ -288,15 +339,8 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
   const bool active = w0 < Tq;
   const int t0 = w0 + g, t1 = w0 + g + 8;
   /* lse (log2 units) and delta of this thread's two rows; 0 past T. */
-  float l2[2] = {0.0f, 0.0f}, dl[2] = {0.0f, 0.0f};
-  if (t0 < Tq) {
-    l2[0] = lse[((long long)b * Hq + h) * Tq + t0] * TY_ATT_LOG2E;
-    dl[0] = delta[((long long)b * Hq + h) * Tq + t0];
-  }
-  if (t1 < Tq) {
-    l2[1] = lse[((long long)b * Hq + h) * Tq + t1] * TY_ATT_LOG2E;
-    dl[1] = delta[((long long)b * Hq + h) * Tq + t1];
-  }
+  float l2[2], dl[2];
+  ty_att_row_stats(lse, delta, ((long long)b * Hq + h) * Tq, Tq, t0, t1, l2, dl);
   float acc[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -403,11 +447,8 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   const long long q_stride = (long long)Hq * D, kv_stride = (long long)Hkv * D;
   const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
   /* Query tiles [qt_lo, qt_hi] of each head of the group see the block. */
-  const int t_lo = max(0, k0 - off);
-  int t_hi = Tq - 1;
-  if (window > 0) t_hi = (int)min((long long)t_hi, (long long)k0 + BKV - 1 + window - 1 - off);
-  const int qt_lo = t_lo / BQ;
-  const int nqt = t_lo <= t_hi ? t_hi / BQ - qt_lo + 1 : 0;
+  int qt_lo, nqt;
+  ty_att_query_tiles<BQ, BKV>(k0, Tq, off, window, &qt_lo, &nqt);
   const int iters = G * nqt;
 
   /* Iteration it: head kvh G + it / nqt, query tile qt_lo + it % nqt. */
@@ -419,12 +460,7 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
     ty_tc_load<D, BQ, NT>(sQ + buf * BQ * D, qb, q_stride, q0, Tq, aligned);
     ty_tc_load<D, BQ, NT>(sO + buf * BQ * D, ob, q_stride, q0, Tq, aligned);
     const long long row = ((long long)b * Hq + h) * Tq;
-    for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
-      const int r = i % BQ;
-      const bool ok = q0 + r < Tq;
-      const float *src = (i < BQ ? lse : delta) + row + (ok ? q0 + r : 0);
-      ty_cp_async4((i < BQ ? sL : sD) + buf * BQ + r, src, ok ? 4 : 0);
-    }
+    ty_att_load_stats<BQ, NT>(sL + buf * BQ, sD + buf * BQ, lse, delta, row, q0, Tq);
   };
   if (iters > 0) { /* else nothing sees these keys: store zeros */
     ty_tc_load<D, BKV, NT>(sK, (const uint16_t *)k + kv_base, kv_stride, k0, S, aligned);

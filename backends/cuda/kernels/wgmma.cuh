@@ -144,4 +144,22 @@ __device__ __forceinline__ void ty_wg_rs(float d[32], const uint32_t a[4], uint6
   }
 }
 
+/* d = A B^T over K = 64, the products of the attention kernels' score
+ * tiles: A a [64][64] tile (64 rows of 64 k) and B a [64][64] tile (64
+ * columns of 64 k), both read K-major; d's previous values are ignored. */
+template <typename T>
+__device__ __forceinline__ void ty_wg_mm_kk(float d[32], const uint16_t *a, const uint16_t *b) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) ty_wg_ss<T, 0>(d, ty_wg_desc_k(a, kc), ty_wg_desc_k(b, kc), kc);
+}
+
+/* d += A B over K = 64: A four k16 fragments in registers, B a [64 k][64]
+ * tile read MN-major (the attention kernels' P V, dS K, P^T dO, dS^T Q). */
+template <typename T>
+__device__ __forceinline__ void ty_wg_mm_rn(float d[32], const uint32_t a[4][4],
+                                            const uint16_t *b) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) ty_wg_rs<T, 1>(d, a[kc], ty_wg_desc_mn(b, kc));
+}
+
 #endif /* TY_CUDA_KERNELS_WGMMA_CUH_ */
