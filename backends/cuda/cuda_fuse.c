@@ -83,8 +83,101 @@ static uint32_t ty_fz_addend(const ty_fz_t *z, const ty_abi_node_t *add, uint32_
 static void ty_fz_member(ty_fz_t *z, uint32_t member, uint32_t head) { z->run_at[member] = head; }
 
 static ty_cu_fuse_t ty_fz_none(ty_cu_fuse_kind_t kind) {
-  return (ty_cu_fuse_t){kind,       UINT32_MAX, UINT32_MAX, UINT32_MAX,
-                        UINT32_MAX, UINT32_MAX, UINT32_MAX, TY_CU_EPI_NONE};
+  return (ty_cu_fuse_t){.kind = kind,
+                        .out = UINT32_MAX,
+                        .addend = UINT32_MAX,
+                        .bias = UINT32_MAX,
+                        .dy = UINT32_MAX,
+                        .out2 = UINT32_MAX,
+                        .aux = UINT32_MAX,
+                        .epilogue = TY_CU_EPI_NONE,
+                        .bgrad = UINT32_MAX,
+                        .bgrad_of = 0};
+}
+
+/* Whether reduce_sum node r sums operand x (or the tensor x is a reshape
+ * of, to rows) over every axis but the last into a [N] of x's dtype. */
+static bool ty_fz_sums_rows_of(const ty_fz_t *z, const ty_abi_node_t *r, uint32_t x) {
+  if (r->input_count != 1 || r->output_count != 1 || r->inputs[0] == UINT32_MAX) return false;
+  const uint32_t u = r->inputs[0];
+  if (u != x) {
+    const uint32_t p = z->og->producer[x];
+    if (p == UINT32_MAX || !ty_fz_is(&z->g->nodes[p], "reshape") ||
+        z->g->nodes[p].inputs[0] != u) {
+      return false;
+    }
+  }
+  const ty_abi_value_t *uv = ty_fz_val(z, u), *xv = ty_fz_val(z, x);
+  const ty_abi_value_t *y = ty_fz_val(z, r->outputs[0]);
+  if (uv->rank < 2 || xv->rank != 2 || y->rank != 1 || y->dtype != xv->dtype ||
+      uv->dtype != xv->dtype || uv->dims[uv->rank - 1] != xv->dims[1] ||
+      y->dims[0] != xv->dims[1] || !ty_fz_dense(z, u)) {
+    return false;
+  }
+  if (ty_abi_node_attr_int(r, "keepdims", 0)) return false;
+  const ty_abi_attr_t *a = ty_abi_node_attr(r, "axes");
+  if (!a || a->kind != TY_ATTR_INTS || a->count != uv->rank - 1) return false;
+  bool seen[8] = {false};
+  for (uint32_t k = 0; k < a->count; ++k) {
+    int64_t ax = a->ints[k] < 0 ? a->ints[k] + (int64_t)uv->rank : a->ints[k];
+    if (ax < 0 || ax >= (int64_t)uv->rank - 1 || seen[ax]) return false;
+    seen[ax] = true;
+  }
+  return true;
+}
+
+/* The bias gradient in the epilogue of weight-gradient GEMM n (fusion f so
+ * far): c = a^T b over the rows (trans_a, 2-D, 16-bit), and a free
+ * reduce_sum of a or b over its rows whose result [-> cast(f32)] has the
+ * dtype the GEMM writes and is read only after n. */
+static void ty_fz_bgrad(ty_fz_t *z, uint32_t n, ty_cu_fuse_t *f, uint32_t *members,
+                        uint32_t *member_count) {
+  const ty_abi_node_t *node = &z->g->nodes[n];
+  if (f->epilogue != TY_CU_EPI_NONE || f->bias != UINT32_MAX) return;
+  if (node->input_count > 2 && node->inputs[2] != UINT32_MAX) return;
+  if (!ty_abi_node_attr_int(node, "trans_a", 0) || ty_abi_node_attr_int(node, "trans_b", 0)) {
+    return;
+  }
+  const ty_abi_value_t *a = ty_fz_val(z, node->inputs[0]), *bm = ty_fz_val(z, node->inputs[1]);
+  if (a->rank != 2 || bm->rank != 2 || !ty_fz_16bit(a->dtype)) return;
+  const uint32_t written = f->out != UINT32_MAX ? f->out : node->outputs[0];
+  const ty_dtype_t wdt = ty_fz_val(z, written)->dtype;
+  for (uint32_t which = 0; which < 2; ++which) {
+    const uint32_t x = node->inputs[which];
+    /* The reduce_sum may read x itself or what x reshapes. */
+    uint32_t srcs[2] = {x, UINT32_MAX};
+    const uint32_t p = z->og->producer[x];
+    if (p != UINT32_MAX && ty_fz_is(&z->g->nodes[p], "reshape")) srcs[1] = z->g->nodes[p].inputs[0];
+    for (uint32_t s = 0; s < 2 && srcs[s] != UINT32_MAX; ++s) {
+      for (uint32_t r = 0; r < z->g->node_count; ++r) {
+        const ty_abi_node_t *rn = &z->g->nodes[r];
+        if (r == n || !ty_fz_free(z, r) || !ty_fz_is(rn, "reduce_sum") ||
+            rn->input_count != 1 || rn->inputs[0] != srcs[s] || !ty_fz_sums_rows_of(z, rn, x)) {
+          continue;
+        }
+        const uint32_t y = rn->outputs[0];
+        uint32_t target = UINT32_MAX, mc = UINT32_MAX;
+        const ty_abi_node_t *cast = wdt == TY_DTYPE_F32 ? ty_fz_next(z, y, "cast", &mc) : NULL;
+        if (cast && ty_fz_val(z, cast->outputs[0])->dtype == TY_DTYPE_F32 &&
+            ty_fz_dense(z, cast->outputs[0])) {
+          target = cast->outputs[0];
+        } else if (ty_fz_val(z, y)->dtype == wdt && ty_fz_dense(z, y)) {
+          target = y;
+          mc = UINT32_MAX;
+        }
+        /* Written at n: nothing may read it before. */
+        if (target == UINT32_MAX || (z->consumer[target] != UINT32_MAX &&
+                                     z->consumer[target] <= n)) {
+          continue;
+        }
+        f->bgrad = target;
+        f->bgrad_of = which;
+        members[(*member_count)++] = r;
+        if (mc != UINT32_MAX) members[(*member_count)++] = mc;
+        return;
+      }
+    }
+  }
 }
 
 /* matmul -> cast(f32) [-> add] or matmul -> add, on the builder's one-GEMM
@@ -146,6 +239,7 @@ static void ty_fz_gemm(ty_fz_t *z, uint32_t n) {
     }
   }
   m1 = UINT32_MAX;
+  uint32_t extra[2], extra_count = 0;
   const ty_abi_node_t *next = ty_fz_next(z, pv, "cast", &m1);
   if (next && ty_fz_16bit(c->dtype) && ty_fz_val(z, next->outputs[0])->dtype == TY_DTYPE_F32 &&
       ty_fz_dense(z, next->outputs[0])) {
@@ -173,13 +267,19 @@ static void ty_fz_gemm(ty_fz_t *z, uint32_t n) {
   } else {
     const ty_abi_node_t *add = ty_fz_next(z, pv, "add", &m1);
     const uint32_t other = add ? ty_fz_addend(z, add, pv, n) : UINT32_MAX;
-    if (other == UINT32_MAX) return;
-    f.out = add->outputs[0];
-    f.addend = other;
+    if (other != UINT32_MAX) {
+      f.out = add->outputs[0];
+      f.addend = other;
+    } else {
+      m1 = UINT32_MAX;
+    }
   }
+  ty_fz_bgrad(z, n, &f, extra, &extra_count);
+  if (f.out == UINT32_MAX && f.bgrad == UINT32_MAX) return;
   z->fuse[n] = f;
-  ty_fz_member(z, m1, n);
+  if (m1 != UINT32_MAX) ty_fz_member(z, m1, n);
   if (m2 != UINT32_MAX) ty_fz_member(z, m2, n);
+  for (uint32_t i = 0; i < extra_count; ++i) ty_fz_member(z, extra[i], n);
 }
 
 /* layernorm/rmsnorm -> cast */

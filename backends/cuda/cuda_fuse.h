@@ -10,6 +10,11 @@
  *             matmul -> gelu: cuBLASLt's GELU epilogue (the tanh form, the
  *             op's) writes gelu's output and the product as its aux output;
  *             matmul -> gelu_backward(., x): its DGELU epilogue.
+ *             A weight gradient's GEMM (dW = op(a) op(b) summing over the
+ *             rows) also writes the bias gradient, the reduce_sum of one
+ *             operand over those rows [-> cast(f32)], as cuBLASLt's BGRADA/
+ *             BGRADB epilogue (16-bit operands; a second read of the
+ *             output gradient saved).
  *   NORM      layernorm/rmsnorm -> cast           the norm writes the cast's
  *             dtype (the bf16 input of the next matmul).
  *   NORM_BWD  [cast(f32)] -> norm backward -> [add(r, .) [-> cast]]  one
@@ -58,6 +63,9 @@ typedef struct ty_cu_fuse_t {
   uint32_t aux;    /* GEMM with gelu: the pre-activation (written: the head's own output;
                       read by gelu_backward: its x) */
   ty_cu_gemm_epi_t epilogue; /* GEMM */
+  uint32_t bgrad;            /* GEMM: the bias gradient written by the epilogue (a
+                                reduce_sum's output, or its cast's) */
+  uint32_t bgrad_of;         /* GEMM with bgrad: the operand summed (0: a, 1: b) */
 } ty_cu_fuse_t;
 
 /* Finds the fusions of `g` (node order, each node in at most one): for the

@@ -19,6 +19,8 @@
  * conform bound. */
 #include "backends/cuda/cuda_gemm.h"
 
+#include "backends/cuda/cuda_ops.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,7 @@ struct ty_cu_gemm_t {
   ty_cu_gemm_epi_t epilogue;
   uint32_t align; /* bytes every pointer must be aligned to */
   bool has_bias;
+  bool has_bgrad; /* bias: the bias gradient the BGRADA/BGRADB epilogue writes */
   float beta; /* 1: accumulate into c */
   char shape[112]; /* for messages */
 };
@@ -90,47 +93,44 @@ typedef struct {
   int64_t a, b, c;
 } ty_cu_lds_t;
 
-void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
-  if (b->status) return;
+/* Sets up g for sp: descriptor, layouts and algorithm. TY_CODE_OK when
+ * done; else the failure's code with its message in `why` (g partly set;
+ * the caller frees it). A bias-gradient epilogue for which cuBLASLt has no
+ * algorithm sets *no_algo instead of failing. */
+static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
+                                  ty_cu_gemm_t *g, bool *no_algo, char *why, size_t cap) {
   ty_abi_device_t *d = b->device;
   ty_cu_api_t *api = d->api;
   const size_t es = ty_abi_dtype_size(sp->ab_dtype), esc = ty_abi_dtype_size(sp->c_dtype);
   const int64_t M = sp->M, N = sp->N, K = sp->K;
   const bool ta = sp->ta, tb = sp->tb;
-  ty_cu_gemm_t *g = calloc(1, sizeof(*g));
-  if (!g) {
-    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  ty_cu_cmd_t *c = ty_cu_gemm_cmd(b, "cublasLt matmul");
-  if (!c) {
-    free(g);
-    return;
-  }
-  c->gemm = g;
   g->a = sp->a;
   g->b = sp->b;
   g->c = sp->c;
   g->has_bias = sp->has_bias;
+  g->has_bgrad = sp->has_bgrad;
   g->has_cin = sp->has_cin;
   g->cin = sp->cin;
   g->epilogue = sp->epilogue;
   g->aux = sp->aux;
   g->beta = sp->accumulate || sp->has_cin ? 1.0f : 0.0f;
   if (sp->has_bias) g->bias = sp->bias;
-  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s%s%s%s", (long long)M,
+  if (sp->has_bgrad) g->bias = sp->bgrad;
+  snprintf(g->shape, sizeof(g->shape), "%lldx%lldx%lld%s%s x%d %s%s%s%s%s", (long long)M,
            (long long)K, (long long)N, ta ? " ta" : "", tb ? " tb" : "", (int)sp->count,
            sp->ab_dtype == TY_DTYPE_BF16 ? "bf16" : sp->ab_dtype == TY_DTYPE_F16 ? "f16" : "f32",
            sp->c_dtype != sp->ab_dtype ? "->f32" : "",
            sp->accumulate ? " +=" : sp->has_cin ? " +c" : "",
            sp->epilogue == TY_CU_EPI_GELU_AUX ? " gelu"
            : sp->epilogue == TY_CU_EPI_DGELU  ? " dgelu"
-                                              : "");
+                                              : "",
+           sp->has_bgrad ? " dbias" : "");
   /* Every pointer this command will see is a 256-aligned base (allocations,
    * arena offsets) plus the binding offset plus these offsets and strides. */
   g->align = ty_cu_pow2_align(sp->a.offset | sp->b.offset | sp->c.offset |
                               (sp->has_cin ? sp->cin.offset : 0) |
                               (sp->epilogue ? sp->aux.offset : 0) |
+                              (sp->has_bgrad ? sp->bgrad.offset : 0) |
                               (uint64_t)(sp->lda * (int64_t)es) |
                               (uint64_t)(sp->ldb * (int64_t)es) |
                               (uint64_t)(sp->ldc * (int64_t)esc));
@@ -159,16 +159,24 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
     epi = sp->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   } else if (sp->epilogue == TY_CU_EPI_DGELU) {
     epi = CUBLASLT_EPILOGUE_DGELU;
+  } else if (sp->has_bgrad) {
+    /* Our a is cuBLASLt's B: its sum over k is one value per column of D
+     * (BGRADB); our b is its A: one per row (BGRADA). */
+    epi = sp->bgrad_of == 0 ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
   }
   if (s == CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT) {
     s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                             sizeof(epi));
   }
+  /* Pointers set at every patch; the heuristic below sees aligned dummies. */
+  void *dummy = (void *)(uintptr_t)256;
+  if (s == CUBLAS_STATUS_SUCCESS && sp->has_bgrad) {
+    s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dummy,
+                                            sizeof(dummy));
+  }
   if (s == CUBLAS_STATUS_SUCCESS && sp->epilogue != TY_CU_EPI_NONE) {
-    /* The aux matrix is laid out as c (its rows are c's ldc). The pointer
-     * is set at every patch; the heuristic below sees an aligned dummy. */
+    /* The aux matrix is laid out as c (its rows are c's ldc). */
     const int64_t aux_ld = sp->ldc;
-    void *dummy = (void *)(uintptr_t)256;
     s = api->cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                             &aux_ld, sizeof(aux_ld));
     if (s == CUBLAS_STATUS_SUCCESS) {
@@ -177,9 +185,8 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
     }
   }
   if (s != CUBLAS_STATUS_SUCCESS) {
-    ty_cu_fail(b, TY_CODE_INTERNAL, "cublasLtMatmulDesc setup failed: %s",
-               ty_cu_blas_status_name(api, s));
-    return;
+    snprintf(why, cap, "cublasLtMatmulDesc setup failed: %s", ty_cu_blas_status_name(api, s));
+    return TY_CODE_INTERNAL;
   }
   /* Column-major shapes as stored (see the top of the file). */
   g->la = tb ? ty_cu_layout(b, t, (uint64_t)K, (uint64_t)N, sp->ldb, sp->count, sp->sb)
@@ -187,7 +194,10 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   g->lb = ta ? ty_cu_layout(b, t, (uint64_t)M, (uint64_t)K, sp->lda, sp->count, sp->sa)
              : ty_cu_layout(b, t, (uint64_t)K, (uint64_t)M, sp->lda, sp->count, sp->sa);
   g->lc = ty_cu_layout(b, tc, (uint64_t)N, (uint64_t)M, sp->ldc, sp->count, sp->sc);
-  if (b->status) return;
+  if (b->status) { /* ty_cu_layout failed the build with its message */
+    why[0] = '\0';
+    return TY_CODE_INTERNAL;
+  }
   cublasLtMatmulPreference_t pref = NULL;
   s = api->cublasLtMatmulPreferenceCreate(&pref);
   uint64_t ws = d->workspace_bytes;
@@ -210,12 +220,51 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   }
   if (pref) api->cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "cuBLASLt has no algorithm for the %s matmul (%s)",
-               g->shape, s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s)
-                                                    : "no heuristic result");
-    return;
+    if (sp->has_bgrad && s != CUBLAS_STATUS_ALLOC_FAILED) {
+      *no_algo = true;
+      return TY_CODE_OK;
+    }
+    snprintf(why, cap, "cuBLASLt has no algorithm for the %s matmul (%s)", g->shape,
+             s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s) : "no heuristic result");
+    return TY_CODE_UNIMPLEMENTED;
   }
   g->algo = result.algo;
+  return TY_CODE_OK;
+}
+
+void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
+  ty_cu_api_t *api = b->device->api;
+  ty_cu_gemm_t *g = calloc(1, sizeof(*g));
+  if (!g) {
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  bool no_algo = false;
+  char why[256];
+  const ty_code_t code = ty_cu_gemm_setup(b, sp, g, &no_algo, why, sizeof(why));
+  if (code != TY_CODE_OK || no_algo) {
+    ty_cu_gemm_free(api, g);
+    if (code != TY_CODE_OK) {
+      if (!b->status) ty_cu_fail(b, code, "%s", why);
+      return;
+    }
+    /* No algorithm with the bias-gradient epilogue: the product alone,
+     * then the bias gradient as its own column sum of the operand. */
+    ty_cu_gemm_spec_t plain = *sp;
+    plain.has_bgrad = false;
+    ty_cu_gemm_emit(b, &plain);
+    if (b->status) return;
+    const bool of_a = sp->bgrad_of == 0;
+    ty_cu_col_sum(b, of_a ? sp->a : sp->b, sp->ab_dtype, sp->bgrad, sp->c_dtype, sp->K,
+                  of_a ? sp->M : sp->N);
+    return;
+  }
+  ty_cu_cmd_t *c = ty_cu_gemm_cmd(b, "cublasLt matmul");
+  if (!c) {
+    ty_cu_gemm_free(api, g);
+    return;
+  }
+  c->gemm = g;
 }
 
 /* One GEMM command of the matmul op: `count` strided batches starting at
@@ -230,7 +279,8 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
   const ty_cu_gemm_spec_t spec = {
       .a = ty_cu_ref_at(ty_cu_in(b, 0), off_a),
       .b = ty_cu_ref_at(ty_cu_in(b, 1), off_b),
-      .c = f ? ty_cu_value(f->out) : ty_cu_ref_at(ty_cu_out(b, 0), off_c),
+      .c = f && f->out != UINT32_MAX ? ty_cu_value(f->out)
+                                     : ty_cu_ref_at(ty_cu_out(b, 0), off_c),
       .bias = !bias                       ? ty_cu_none()
               : f && f->bias != UINT32_MAX ? ty_cu_value(f->bias)
                                            : ty_cu_in(b, 2),
@@ -239,7 +289,10 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
       .aux = f && f->epilogue ? ty_cu_value(f->aux) : ty_cu_none(),
       .epilogue = f ? f->epilogue : TY_CU_EPI_NONE,
       .ab_dtype = dt,
-      .c_dtype = f ? b->g->values[f->out].dtype : dt,
+      .c_dtype = f && f->out != UINT32_MAX ? b->g->values[f->out].dtype : dt,
+      .bgrad = f && f->bgrad != UINT32_MAX ? ty_cu_value(f->bgrad) : ty_cu_none(),
+      .has_bgrad = f && f->bgrad != UINT32_MAX,
+      .bgrad_of = f ? f->bgrad_of : 0,
       .M = M,
       .N = N,
       .K = K,
@@ -396,7 +449,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
 bool ty_cu_gemm_patch(ty_cu_exec_t *e, ty_cu_gemm_t *g) {
   CUdeviceptr pa = ty_cu_ref_address(e, g->a), pb = ty_cu_ref_address(e, g->b);
   CUdeviceptr pc = ty_cu_ref_address(e, g->c);
-  CUdeviceptr pbias = g->has_bias ? ty_cu_ref_address(e, g->bias) : 0;
+  CUdeviceptr pbias = g->has_bias || g->has_bgrad ? ty_cu_ref_address(e, g->bias) : 0;
   CUdeviceptr pcin = g->has_cin ? ty_cu_ref_address(e, g->cin) : pc;
   CUdeviceptr paux = g->epilogue ? ty_cu_ref_address(e, g->aux) : 0;
   bool changed = pa != g->pa || pb != g->pb || pc != g->pc || pbias != g->pbias ||

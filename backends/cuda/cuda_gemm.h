@@ -36,6 +36,13 @@ typedef struct ty_cu_gemm_spec_t {
   int64_t lda, ldb, ldc;
   int32_t count;
   int64_t sa, sb, sc;
+  /* The bias gradient (one GEMM, count 1): bgrad (c's dtype) = the sum of
+   * operand a (bgrad_of 0: [M]) or b (1: [N]) over the K rows, written by
+   * cuBLASLt's BGRADB/BGRADA epilogue, or by a column sum after the GEMM
+   * where cuBLASLt has no algorithm with it. */
+  ty_cu_ref_t bgrad;
+  bool has_bgrad;
+  uint32_t bgrad_of;
 } ty_cu_gemm_spec_t;
 void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *spec);
 

@@ -1416,9 +1416,16 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
                                         uint64_t *out_size) {
   uint32_t kernels = 0, gemms = 0, moves = 0, reduces = 0;
   uint32_t fz[4] = {0, 0, 0, 0}, folded = 0; /* heads per ty_cu_fuse_kind_t; nodes folded */
+  uint32_t bgrads = 0;                         /* GEMMs writing a bias gradient */
   uint32_t in_place = 0;                      /* loss gradients in the logits' bytes */
   for (uint32_t n = 0; n < e->graph->graph.node_count; ++n) {
-    if (e->fuse && e->fuse[n].kind < 4) fz[e->fuse[n].kind]++;
+    if (e->fuse && e->fuse[n].kind < 4 &&
+        (e->fuse[n].kind != TY_CU_FUSE_GEMM || e->fuse[n].out != UINT32_MAX)) {
+      fz[e->fuse[n].kind]++;
+    }
+    if (e->fuse && e->fuse[n].kind == TY_CU_FUSE_GEMM && e->fuse[n].bgrad != UINT32_MAX) {
+      bgrads++;
+    }
     if (e->fused && e->fused[n]) folded++;
     if (e->plan.in_place && e->plan.in_place[n]) in_place++;
   }
@@ -1436,15 +1443,15 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "  graph %.12s: %u nodes -> %u commands (%u kernels, %u cuBLASLt matmuls, %u "
       "memsets/copies, %u NCCL all-reduces over %u rank(s))\n"
       "  fused: %u nodes done by others' commands (%u matmul+cast/add, %u norm+cast, %u "
-      "norm-backward chains, the rest multi-tensor optimizer launches); %u loss gradient%s in "
-      "place\n"
+      "norm-backward chains, %u bias gradients in matmuls, the rest multi-tensor optimizer "
+      "launches); %u loss gradient%s in place\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
       e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->graph->hash_hex,
       e->graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
       e->world ? e->world : 1, folded, fz[TY_CU_FUSE_GEMM], fz[TY_CU_FUSE_NORM],
-      fz[TY_CU_FUSE_NORM_BWD], in_place, in_place == 1 ? "" : "s",
+      fz[TY_CU_FUSE_NORM_BWD], bgrads, in_place, in_place == 1 ? "" : "s",
       (double)e->arena_bytes / 1048576.0,
       (double)e->plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,

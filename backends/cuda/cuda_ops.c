@@ -487,12 +487,19 @@ static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_cu_r
 }
 
 /* Column sums: x as [O, R, I] reduced over R (ty_reduce_cols_*). */
-static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int kind,
-                              int64_t O, int64_t R, int64_t I, double scale) {
+/* y[o, i] = scale * sum_r f(x[o, r, i]) for x [O, R, I] of dtype xdt (the
+ * ty_reduce_cols kernels, with ty_reduce_cols_finish over chunk partials). */
+static void ty_cu_reduce_cols_at(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+                                 int dty, int kind, int64_t O, int64_t R, int64_t I,
+                                 double scale) {
   /* 4 columns per thread when the rows allow (ty_reduce_cols4_*). */
   const bool vec4 = I % 4 == 0 && I >= 128;
-  if (vec4) {
-    kernel = ty_cu_typed(TY_CU_TYPED("ty_reduce_cols4"), (int)ty_cu_vin(b, 0)->dtype);
+  const char *kernel = ty_cu_typed(vec4 ? TY_CU_TYPED("ty_reduce_cols4")
+                                        : TY_CU_TYPED("ty_reduce_cols"),
+                                   (int)xdt);
+  if (!kernel) {
+    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "no column-sum kernel for this dtype");
+    return;
   }
   const int64_t cb = vec4 ? (I + 127) / 128 : (I + 31) / 32;
   int64_t rchunk;
@@ -502,8 +509,8 @@ static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int
   /* ty_reduce_cols_<T>(x, y, int dty, f64 *part, int kind, i64 O, i64 R, i64 I,
    *                    i64 rchunk, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, x);
+  ty_cu_arg_ptr(b, c, y);
   ty_cu_arg_i32(b, c, dty);
   ty_cu_arg_ptr(b, c, part);
   ty_cu_arg_i32(b, c, kind);
@@ -519,13 +526,24 @@ static void ty_cu_reduce_cols(ty_cu_build_t *b, const char *kernel, int dty, int
    *                       f64 scale): the chunk partials [split, O*I], in order */
   c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_cols_finish");
   ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, y);
   ty_cu_arg_i32(b, c, dty);
   ty_cu_arg_i64(b, c, split);
   ty_cu_arg_i64(b, c, O * I);
   ty_cu_arg_f64(b, c, scale);
   const uint64_t fx = ((uint64_t)(O * I) + 31) / 32; /* 32 columns x 32 chunk lanes */
   ty_cu_grid(b, c, (uint32_t)(fx > 0x7fffffffu ? 0x7fffffffu : fx), 1, 1, 32, 32, 1, 0);
+}
+
+static void ty_cu_reduce_cols(ty_cu_build_t *b, int dty, int kind, int64_t O, int64_t R,
+                              int64_t I, double scale) {
+  ty_cu_reduce_cols_at(b, ty_cu_in(b, 0), ty_cu_vin(b, 0)->dtype, ty_cu_out(b, 0), dty, kind, O,
+                       R, I, scale);
+}
+
+void ty_cu_col_sum(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+                   ty_dtype_t ydt, int64_t rows, int64_t cols) {
+  ty_cu_reduce_cols_at(b, x, xdt, y, (int)ydt, 0, 1, rows, cols, 1.0);
 }
 
 void ty_cu_build_reduce(ty_cu_build_t *b) {
@@ -568,9 +586,7 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
     }
   }
   const char *const *names_rows = TY_CU_TYPED("ty_reduce_rows");
-  const char *const *names_cols = TY_CU_TYPED("ty_reduce_cols");
   const char *rows = ty_cu_typed(names_rows, (int)x->dtype);
-  const char *cols = ty_cu_typed(names_cols, (int)x->dtype);
   const int dty = ty_cu_dt(y);
   if (rows) {
     /* [R], [O, R]: rows; [], [I], [R, I], [O, R, I]: columns. */
@@ -585,15 +601,15 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
       return;
     }
     if (segs == 0 || (segs == 1 && !seg_red[0])) {
-      ty_cu_reduce_cols(b, cols, dty, kind, 1, 1, segs ? seg[0] : 1, scale);
+      ty_cu_reduce_cols(b, dty, kind, 1, 1, segs ? seg[0] : 1, scale);
       return;
     }
     if (segs == 2 && seg_red[0]) {
-      ty_cu_reduce_cols(b, cols, dty, kind, 1, seg[0], seg[1], scale);
+      ty_cu_reduce_cols(b, dty, kind, 1, seg[0], seg[1], scale);
       return;
     }
     if (segs == 3 && seg_red[1]) {
-      ty_cu_reduce_cols(b, cols, dty, kind, seg[0], seg[1], seg[2], scale);
+      ty_cu_reduce_cols(b, dty, kind, seg[0], seg[1], seg[2], scale);
       return;
     }
   }

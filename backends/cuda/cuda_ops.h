@@ -37,6 +37,12 @@ uint32_t ty_cu_row_threads(int64_t n, uint32_t max);
  * chunk; returns the number of chunks (>= 1, <= 65535). */
 uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk);
 
+/* y[i] = sum_r x[r, i] for x [rows, cols] (dense, xdt f32/bf16/f16), y of
+ * ydt: reduce_sum's column kernels (f64 sums in an order fixed by the
+ * shape). The bias gradient when cuBLASLt has no epilogue for it. */
+void ty_cu_col_sum(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+                   ty_dtype_t ydt, int64_t rows, int64_t cols);
+
 /* The sums of squares of x (n elements of dtype dt, f32/bf16/f16) over
  * fixed chunks of `chunk` elements into part[0 ..) (f64, in order; reduce.cu's
  * ty_reduce_rows_*): the first level of a deterministic norm. Returns the

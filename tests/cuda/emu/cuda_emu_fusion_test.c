@@ -74,11 +74,15 @@ static ty_value_id_t cast(ty_graph_t *g, ty_value_id_t x, const char *dtype) {
   return op(g, "cast", &x, 1, &a);
 }
 
-/* x16 @ cast_bf16(w) + cast_bf16(bias), x16 already bf16 */
-static ty_value_id_t linear(ty_graph_t *g, ty_value_id_t x16, ty_value_id_t w, ty_value_id_t bias) {
+/* x16 @ cast_bf16(w) + cast_bf16(bias), x16 already bf16; with tb, w is
+ * stored [out, in] (a Linear layer's weight: x16 @ w^T). */
+static ty_value_id_t linear(ty_graph_t *g, ty_value_id_t x16, ty_value_id_t w, ty_value_id_t bias,
+                            bool tb) {
   ty_value_id_t in[3] = {x16, cast(g, w, "bf16"),
                          bias == TY_VALUE_NONE ? TY_VALUE_NONE : cast(g, bias, "bf16")};
-  return op(g, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, NULL);
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  if (tb) TY_EXPECT_OK(ty_attrs_set_int(&a, "trans_b", 1));
+  return op(g, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, tb ? &a : NULL);
 }
 
 static ty_value_id_t norm(ty_graph_t *g, params_t *p, ty_value_id_t x, const char *name,
@@ -122,11 +126,13 @@ static ty_graph_t *build(bool rms, const shape_t *sh, params_t *p) {
      * gradient is a sum of two matmuls), then an MLP, each residual. */
     snprintf(name, sizeof(name), "l%d.n1", l);
     const ty_value_id_t h = cast(g, norm(g, p, x, name, rms), "bf16");
-    ty_value_id_t a = linear(g, h, w[0], bias[0]);
-    a = op(g, "add", (ty_value_id_t[]){a, linear(g, h, w[1], bias[1])}, 2, NULL);
+    /* w1 as a Linear layer's weight: its bias gradient is the other
+     * operand of the weight-gradient GEMM (BGRADB against w0's BGRADA). */
+    ty_value_id_t a = linear(g, h, w[0], bias[0], false);
+    a = op(g, "add", (ty_value_id_t[]){a, linear(g, h, w[1], bias[1], true)}, 2, NULL);
     x = op(g, "add", (ty_value_id_t[]){x, cast(g, a, "f32")}, 2, NULL);
     snprintf(name, sizeof(name), "l%d.n2", l);
-    ty_value_id_t m = linear(g, cast(g, norm(g, p, x, name, rms), "bf16"), w[2], bias[2]);
+    ty_value_id_t m = linear(g, cast(g, norm(g, p, x, name, rms), "bf16"), w[2], bias[2], false);
     m = op(g, rms ? "silu" : "gelu", &m, 1, NULL);
     m = cast(g, op(g, "matmul", (ty_value_id_t[]){m, cast(g, w[3], "bf16")}, 2, NULL), "f32");
     x = op(g, "add", (ty_value_id_t[]){x, m}, 2, NULL);
@@ -166,9 +172,25 @@ static void bind_f32(ty_session_t *s, const char *name, uint32_t rank, const int
  * executor's report into report (cuda). A step whose targets include
  * bad_target (>= 0: its row 5 gets the vocabulary size) must fail, naming
  * the target. */
+enum { BIAS_FLOATS = LAYERS * (C + C + F + C) };
+
+/* The biases after the last step (l0.b0 .. l0.b3, l1.b0, ...), when
+ * `biases` is not NULL (layernorm models only). */
+static void read_biases(ty_session_t *s, float *biases) {
+  const int64_t sizes[4] = {C, C, F, C};
+  for (int l = 0, at = 0; l < LAYERS; ++l) {
+    for (int k = 0; k < 4; ++k) {
+      char name[32];
+      snprintf(name, sizeof(name), "l%d.b%d", l, k);
+      TY_EXPECT_OK(ty_session_read(s, name, biases + at, (size_t)sizes[k] * sizeof(float)));
+      at += (int)sizes[k];
+    }
+  }
+}
+
 static void train_with(ty_registry_t *r, const char *uri, bool rms, const shape_t *sh,
                        const char *env, int bad_step, double *loss, double *norm, char *report,
-                       size_t capacity) {
+                       size_t capacity, float *biases) {
   const int64_t V = sh->vocab;
   char name_value[64] = "";
   if (env) snprintf(name_value, sizeof(name_value), "%s", env);
@@ -241,6 +263,7 @@ static void train_with(ty_registry_t *r, const char *uri, bool rms, const shape_
     loss[step] = l;
     norm[step] = n;
   }
+  if (biases) read_biases(s, biases);
   report[0] = '\0';
   if (strcmp(uri, "cpu") != 0) {
     char *text = NULL;
@@ -255,23 +278,48 @@ static void train_with(ty_registry_t *r, const char *uri, bool rms, const shape_
 }
 
 static void train(ty_registry_t *r, const char *uri, bool rms, bool fuse, double *loss,
-                  double *norm, char *report, size_t capacity) {
+                  double *norm, char *report, size_t capacity, float *biases) {
   train_with(r, uri, rms, &base, fuse ? NULL : "TRAINYARD_CUDA_FUSE=0", -1, loss, norm, report,
-             capacity);
+             capacity, biases);
+}
+
+/* The largest difference between two runs' biases. */
+static double bias_gap(const float *a, const float *b) {
+  double gap = 0.0;
+  for (int i = 0; i < BIAS_FLOATS; ++i) gap = fmax(gap, fabs((double)a[i] - (double)b[i]));
+  return gap;
 }
 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
 
 /* The counts of the report's "fused:" line. */
 static void fused_counts(const char *report, unsigned *nodes, unsigned *gemm, unsigned *nrm,
-                         unsigned *bwd) {
+                         unsigned *bwd, unsigned *bgrad) {
   const char *line = strstr(report, "fused: ");
   assert_non_null(line);
   assert_int_equal(sscanf(line,
                           "fused: %u nodes done by others' commands (%u matmul+cast/add, %u "
-                          "norm+cast, %u norm-backward",
-                          nodes, gemm, nrm, bwd),
-                   4);
+                          "norm+cast, %u norm-backward chains, %u bias gradients in matmuls",
+                          nodes, gemm, nrm, bwd, bgrad),
+                   5);
+}
+
+/* The report's count of kernel commands. */
+static unsigned kernel_commands(const char *report) {
+  const char *at = strstr(report, "commands (");
+  assert_non_null(at);
+  unsigned n = 0;
+  assert_int_equal(sscanf(at, "commands (%u kernels", &n), 1);
+  return n;
+}
+
+/* The report's count of cuBLASLt matmul commands. */
+static unsigned gemm_commands(const char *report) {
+  const char *at = strstr(report, "kernels, ");
+  assert_non_null(at);
+  unsigned n = 0;
+  assert_int_equal(sscanf(at, "kernels, %u cuBLASLt matmuls", &n), 1);
+  return n;
 }
 
 /* The count on the "fused:" line's "N loss gradient(s) in place". */
@@ -299,22 +347,36 @@ static void check(bool rms) {
   TY_EXPECT_OK(ty_registry_create(&options, &r));
   double fl[STEPS], fn[STEPS], ul[STEPS], un[STEPS], cl[STEPS], cn[STEPS];
   char fused_report[4096], plain_report[4096], none[8];
-  train(r, "cuda:0", rms, true, fl, fn, fused_report, sizeof(fused_report));
-  train(r, "cuda:0", rms, false, ul, un, plain_report, sizeof(plain_report));
-  train(r, "cpu", rms, true, cl, cn, none, sizeof(none));
-  unsigned nodes, gemm, nrm, bwd;
-  fused_counts(fused_report, &nodes, &gemm, &nrm, &bwd);
-  fprintf(stderr, "%s: %u nodes fused (%u matmul, %u norm, %u norm-backward heads)\n",
-          rms ? "rmsnorm" : "layernorm", nodes, gemm, nrm, bwd);
+  float fb[BIAS_FLOATS], ub[BIAS_FLOATS];
+  train(r, "cuda:0", rms, true, fl, fn, fused_report, sizeof(fused_report), rms ? NULL : fb);
+  train(r, "cuda:0", rms, false, ul, un, plain_report, sizeof(plain_report), rms ? NULL : ub);
+  train(r, "cpu", rms, true, cl, cn, none, sizeof(none), NULL);
+  unsigned nodes, gemm, nrm, bwd, bgrad;
+  fused_counts(fused_report, &nodes, &gemm, &nrm, &bwd, &bgrad);
+  fprintf(stderr,
+          "%s: %u nodes fused (%u matmul, %u norm, %u norm-backward heads, %u bias gradients)\n",
+          rms ? "rmsnorm" : "layernorm", nodes, gemm, nrm, bwd, bgrad);
   /* Per layer: 2 norms -> cast; the forward's matmul -> cast -> add (2),
    * the bf16 gradient sum of the two projections (1); every weight
-   * gradient's cast; both norm backwards' chains. */
+   * gradient's cast; both norm backwards' chains; with biases (layernorm),
+   * the three biased projections' gradients in their weight GEMMs. */
   assert_true(nrm >= 2 * LAYERS + 1);
   assert_true(gemm >= 7 * LAYERS);
   assert_true(bwd >= 2 * LAYERS);
-  unsigned n0, g0, r0, b0;
-  fused_counts(plain_report, &n0, &g0, &r0, &b0);
-  assert_int_equal(g0 + r0 + b0, 0);
+  assert_int_equal(bgrad, rms ? 0 : 3 * LAYERS);
+  if (!rms) {
+    /* AdamW moves each bias by about lr (0.01) a step, along its gradient's
+     * sign at first: a wrong bias gradient moves them apart by several lr
+     * (the other operand summed: 6.0e-2 on 2026-11-27), the other fusions'
+     * rounding by less than one (3.3e-3, the same without the bias
+     * gradients in the epilogues). */
+    const double gap = bias_gap(fb, ub);
+    fprintf(stderr, "layernorm: biases fused vs unfused after %d steps: %.2e\n", STEPS, gap);
+    if (!(gap <= 1.5e-2)) fail_msg("biases fused vs unfused: %.3g (bound 1.5e-2)", gap);
+  }
+  unsigned n0, g0, r0, b0, d0;
+  fused_counts(plain_report, &n0, &g0, &r0, &b0, &d0);
+  assert_int_equal(g0 + r0 + b0 + d0, 0);
   /* dlogits in the logits' bytes, only with fusion on */
   assert_int_equal(in_place_count(fused_report), 1);
   assert_int_equal(in_place_count(plain_report), 0);
@@ -369,10 +431,10 @@ static void test_loss_gradient_in_place(void **state) {
   const shape_t gpt = {.vocab = 301, .bf16_logits = true};
   double il[STEPS], in[STEPS], ol[STEPS], on[STEPS], cl[STEPS], cn[STEPS];
   char on_report[4096], off_report[4096], none[8];
-  train_with(r, "cuda:0", false, &gpt, NULL, -1, il, in, on_report, sizeof(on_report));
+  train_with(r, "cuda:0", false, &gpt, NULL, -1, il, in, on_report, sizeof(on_report), NULL);
   train_with(r, "cuda:0", false, &gpt, "TRAINYARD_CUDA_LOSS_IN_PLACE=0", -1, ol, on, off_report,
-             sizeof(off_report));
-  train_with(r, "cpu", false, &gpt, NULL, -1, cl, cn, none, sizeof(none));
+             sizeof(off_report), NULL);
+  train_with(r, "cpu", false, &gpt, NULL, -1, cl, cn, none, sizeof(none), NULL);
   assert_int_equal(in_place_count(on_report), 1);
   assert_int_equal(in_place_count(off_report), 0);
   double arena_on, held_on, arena_off, held_off;
@@ -413,14 +475,47 @@ static void test_in_place_refused_and_data_error(void **state) {
   const shape_t shown = {.vocab = 48, .logits_output = true};
   double xl[STEPS], xn[STEPS], bl[STEPS], bn[STEPS];
   char report[4096], base_report[4096];
-  train_with(r, "cuda:0", false, &shown, NULL, -1, xl, xn, report, sizeof(report));
-  train_with(r, "cuda:0", false, &base, NULL, 1, bl, bn, base_report, sizeof(base_report));
+  train_with(r, "cuda:0", false, &shown, NULL, -1, xl, xn, report, sizeof(report), NULL);
+  train_with(r, "cuda:0", false, &base, NULL, 1, bl, bn, base_report, sizeof(base_report), NULL);
   assert_int_equal(in_place_count(report), 0);
   assert_int_equal(in_place_count(base_report), 1);
   const double gap = fmax(rel(xl[0], bl[0]), rel(xn[0], bn[0]));
   fprintf(stderr, "logits output vs in place, step 1: %.2e\n", gap);
   if (!(gap <= 1e-4)) fail_msg("logits output vs in place: %.3g (bound 1e-4)", gap);
   assert_true(isfinite(bl[2]) && isfinite(bn[2]));
+  ty_registry_destroy(r);
+}
+
+/* The bias gradient where cuBLASLt has no algorithm with its epilogue
+ * (TY_EMU_BLASLT_NO_BGRAD=1 while compiling): the same fusion plan, each
+ * weight-gradient GEMM run plain and the bias gradient as a column sum
+ * after it, written in the same f32 value. Same matmul count, same steps
+ * within the two sums' rounding (f32 in the emulated epilogue, f64 in the
+ * column kernel). */
+static void test_bias_gradient_fallback(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  double el[STEPS], en[STEPS], kl[STEPS], kn[STEPS];
+  char epi_report[4096], kernel_report[4096];
+  float eb[BIAS_FLOATS], kb[BIAS_FLOATS];
+  train_with(r, "cuda:0", false, &base, NULL, -1, el, en, epi_report, sizeof(epi_report), eb);
+  train_with(r, "cuda:0", false, &base, "TY_EMU_BLASLT_NO_BGRAD=1", -1, kl, kn, kernel_report,
+             sizeof(kernel_report), kb);
+  unsigned n, g, m, b, d1, d2;
+  fused_counts(epi_report, &n, &g, &m, &b, &d1);
+  fused_counts(kernel_report, &n, &g, &m, &b, &d2);
+  assert_int_equal(d1, 3 * LAYERS);
+  assert_int_equal(d2, 3 * LAYERS);
+  assert_int_equal(gemm_commands(epi_report), gemm_commands(kernel_report));
+  /* The column sums are kernels of their own (one or two each). */
+  assert_true(kernel_commands(kernel_report) >= kernel_commands(epi_report) + 3 * LAYERS);
+  const double gap = max_gap(el, kl, en, kn), bgap = bias_gap(eb, kb);
+  fprintf(stderr, "bias gradient: epilogue vs column sum: steps %.2e, biases %.2e\n", gap, bgap);
+  if (!(gap <= 1e-4)) fail_msg("epilogue vs column sum: %.3g (bound 1e-4)", gap);
+  if (!(bgap <= 1e-5)) fail_msg("biases, epilogue vs column sum: %.3g (bound 1e-5)", bgap);
   ty_registry_destroy(r);
 }
 
@@ -433,6 +528,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_fusion_rmsnorm),
       cmocka_unit_test(test_loss_gradient_in_place),
       cmocka_unit_test(test_in_place_refused_and_data_error),
+      cmocka_unit_test(test_bias_gradient_fallback),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
@@ -31,7 +32,7 @@ static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fi
 struct Desc {
   cublasOperation_t ta, tb;
   cublasLtEpilogue_t epilogue;
-  const void *bias;
+  const void *bias; /* BGRADA/BGRADB: the bias gradient written, D's type */
   void *aux; /* GELU epilogues: the pre-activation, D's type, leading dimension aux_ld */
   int64_t aux_ld;
 };
@@ -70,7 +71,9 @@ float gelu_grad(float x) {
 
 /* D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per row), column-major;
  * the GELU epilogues then store the pre-activation into aux and GELU of it
- * into D (GELU_AUX[_BIAS]), or D = result * gelu'(aux) (DGELU). */
+ * into D (GELU_AUX[_BIAS]), or D = result * gelu'(aux) (DGELU); BGRADA
+ * writes bias[i] = sum_l op(A)[i, l] (m values), BGRADB bias[j] =
+ * sum_l op(B)[l, j] (n values), in D's type. */
 void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, const Layout &d,
           float al, float be, const void *A, const void *B, const void *C, void *D) {
   const int64_t m = (int64_t)d.rows, n = (int64_t)d.cols;
@@ -108,6 +111,23 @@ void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, cons
       }
     }
   }
+  if (x->epilogue == CUBLASLT_EPILOGUE_BGRADA) {
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int64_t l = 0; l < k; ++l) acc += load(a.type, A, ta ? l + i * a.ld : i + l * a.ld);
+      store(d.type, const_cast<void *>(x->bias), i, acc);
+    }
+  } else if (x->epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t l = 0; l < k; ++l) acc += load(b.type, B, tb ? j + l * b.ld : l + j * b.ld);
+      store(d.type, const_cast<void *>(x->bias), j, acc);
+    }
+  }
+}
+
+bool bgrad(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB;
 }
 
 }  // namespace
@@ -196,11 +216,18 @@ TY_EMU_API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/* TY_EMU_BLASLT_NO_BGRAD=1: no algorithm with a bias-gradient epilogue (as
+ * a cuBLASLt without one for the shape), for the executor's fallback. */
 TY_EMU_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
-    cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+    cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
     cublasLtMatmulHeuristicResult_t results[], int *count) {
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  const char *no_bgrad = getenv("TY_EMU_BLASLT_NO_BGRAD");
+  if (no_bgrad && strcmp(no_bgrad, "1") == 0 && bgrad(dsc(desc)->epilogue)) {
+    *count = 0;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   memset(&results[0], 0, sizeof(results[0]));
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.0f;
@@ -237,8 +264,9 @@ TY_EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
   if (uses_aux && (!x.aux || x.aux_ld % 8 != 0 || x.aux_ld < m)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  if (bgrad(x.epilogue) && (!x.bias || d.batch > 1)) return CUBLAS_STATUS_INVALID_VALUE;
   if (x.epilogue != CUBLASLT_EPILOGUE_DEFAULT && x.epilogue != CUBLASLT_EPILOGUE_BIAS &&
-      !uses_aux) {
+      !uses_aux && !bgrad(x.epilogue)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   std::function<CUresult()> op = [=] {
