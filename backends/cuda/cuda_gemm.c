@@ -233,6 +233,7 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
 }
 
 void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
+  if (b->status) return;
   ty_cu_api_t *api = b->device->api;
   ty_cu_gemm_t *g = calloc(1, sizeof(*g));
   if (!g) {
