@@ -304,31 +304,27 @@ static void fused_counts(const char *report, unsigned *nodes, unsigned *gemm, un
                    5);
 }
 
-/* The report's count of kernel commands. */
-static unsigned kernel_commands(const char *report) {
-  const char *at = strstr(report, "commands (");
+/* The number the report gives after `from` (a scanf format starting at
+ * `from` with one %u). */
+static unsigned report_count(const char *report, const char *from, const char *format) {
+  const char *at = strstr(report, from);
   assert_non_null(at);
   unsigned n = 0;
-  assert_int_equal(sscanf(at, "commands (%u kernels", &n), 1);
+  assert_int_equal(sscanf(at, format, &n), 1);
   return n;
 }
 
-/* The report's count of cuBLASLt matmul commands. */
+static unsigned kernel_commands(const char *report) {
+  return report_count(report, "commands (", "commands (%u kernels");
+}
+
 static unsigned gemm_commands(const char *report) {
-  const char *at = strstr(report, "kernels, ");
-  assert_non_null(at);
-  unsigned n = 0;
-  assert_int_equal(sscanf(at, "kernels, %u cuBLASLt matmuls", &n), 1);
-  return n;
+  return report_count(report, "kernels, ", "kernels, %u cuBLASLt matmuls");
 }
 
 /* The count on the "fused:" line's "N loss gradient(s) in place". */
 static unsigned in_place_count(const char *report) {
-  const char *at = strstr(report, "launches); ");
-  assert_non_null(at);
-  unsigned n = 0;
-  assert_int_equal(sscanf(at, "launches); %u loss gradient", &n), 1);
-  return n;
+  return report_count(report, "launches); ", "launches); %u loss gradient");
 }
 
 /* The report's activation arena and what the handle holds, in MiB. */
