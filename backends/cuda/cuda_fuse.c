@@ -139,7 +139,11 @@ static void ty_fz_bgrad(ty_fz_t *z, uint32_t n, ty_cu_fuse_t *f, uint32_t *membe
     return;
   }
   const ty_abi_value_t *a = ty_fz_val(z, node->inputs[0]), *bm = ty_fz_val(z, node->inputs[1]);
-  if (a->rank != 2 || bm->rank != 2 || !ty_fz_16bit(a->dtype)) return;
+  /* (an empty product skips its GEMM: nothing would write the sum) */
+  if (a->rank != 2 || bm->rank != 2 || !ty_fz_16bit(a->dtype) || a->dims[1] <= 0 ||
+      bm->dims[1] <= 0) {
+    return;
+  }
   const uint32_t written = f->out != UINT32_MAX ? f->out : node->outputs[0];
   const ty_dtype_t wdt = ty_fz_val(z, written)->dtype;
   for (uint32_t which = 0; which < 2; ++which) {
