@@ -10,6 +10,7 @@ packages=(
   libmicrohttpd-dev          # HTTP server of `trainyard serve`
   curl                       # the serve tests drive the server with curl too
   gdb                        # the tests print the stacks of a command that hangs
+  strace                     # the checkpoint test traces a save's fsync/rename order
   libpcre2-dev               # tokenizer.json pre-tokenizer patterns (UTF, UCP, JIT)
   libcmocka-dev              # C unit tests
   libssl-dev                 # SHA-256 (graph hashes, artifacts)

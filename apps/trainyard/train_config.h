@@ -81,7 +81,7 @@ typedef struct ty_train_config_t {
    * instead of between a gradient and an optimizer graph. */
   bool world_in_graph;
   /* Set by the trainer with world: this process's rank (ZeRO-1 in the fused
-   * step updates the parameters this rank owns, ty_train_graph_zero_owners). */
+   * step updates the parameters this rank owns, ty_train_plan_zero_owners). */
   int64_t rank;
   /* Where each option's value came from, by option: TY_TRAIN_LAYER_*. The
    * cross-option checks of ty_train_config_validate refuse an option given

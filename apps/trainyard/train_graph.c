@@ -7,6 +7,7 @@
 
 #include "graph/autodiff.h"
 #include "hal/dtype.h"
+#include "train_plan.h"
 
 ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_model_config_t *mc,
                                         ty_device_t *device) {
@@ -143,8 +144,8 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     } else {
       for (uint32_t i = 0; i < n; ++i) elements[i] = ty_tensor_desc_element_count(&descs[i]);
-      s = ty_train_graph_zero_owners(elements, n, (int)c->world, NULL, owner);
-      for (uint32_t i = 0; i < n && !s; ++i) updates[i] = owner[i] == (int)c->rank;
+      s = ty_train_plan_zero_owners(elements, n, (int)c->world, NULL, (int)c->rank, owner,
+                                    updates);
       tp.update = updates;
     }
     free(elements);
@@ -161,43 +162,6 @@ ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_conf
   free(descs);
   free(decay);
   return s;
-}
-
-ty_status_t ty_train_graph_zero_owners(const int64_t *elements, uint32_t n, int world,
-                                       const int *pinned, int *owner) {
-  int64_t *load = calloc(world > 0 ? (size_t)world : 1, sizeof(int64_t));
-  bool *done = calloc(n ? n : 1, sizeof(bool));
-  if (!load || !done) {
-    free(load);
-    free(done);
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  uint32_t left = n;
-  for (uint32_t i = 0; pinned && i < n; ++i) {
-    if (pinned[i] < 0 || pinned[i] >= world) continue;
-    owner[i] = pinned[i];
-    load[pinned[i]] += elements[i];
-    done[i] = true;
-    --left;
-  }
-  for (uint32_t k = 0; k < left; ++k) {
-    uint32_t best = 0;
-    int64_t best_size = -1;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!done[i] && elements[i] > best_size) {
-        best = i;
-        best_size = elements[i];
-      }
-    }
-    int r = 0;
-    for (int q = 1; q < world; ++q) r = load[q] < load[r] ? q : r;
-    done[best] = true;
-    owner[best] = r;
-    load[r] += best_size;
-  }
-  free(load);
-  free(done);
-  return TY_OK;
 }
 
 ty_status_t ty_forward_graph_build(const ty_model_config_t *mc, int64_t B, int64_t T,

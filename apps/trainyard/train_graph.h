@@ -64,17 +64,6 @@ ty_status_t ty_train_graph_step_options(const ty_train_config_t *config,
  * ("recompute=layer loss_chunk=256 ..."; "" for none). */
 void ty_train_graph_levers(const ty_train_config_t *config, char *out, size_t capacity);
 
-/* ZeRO-1's ownership of `n` parameters of `elements[i]` elements each over
- * `world` ranks: largest first, each to the least-loaded rank (the lowest
- * on a tie), so every rank computes the same shares and the optimizer
- * state is within one parameter of an even split. Whole tensors: each
- * update stays one op. `pinned` (NULL: none) fixes the owner of each i
- * with pinned[i] >= 0 (counted in its load before the others are shared:
- * the pipeline's tied embedding, whose two copies two chunks update).
- * Writes owner[i]. */
-ty_status_t ty_train_graph_zero_owners(const int64_t *elements, uint32_t n, int world,
-                                       const int *pinned, int *owner);
-
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */
 ty_status_t ty_train_graph_param_descs(const ty_train_config_t *config, const ty_graph_t *graph,

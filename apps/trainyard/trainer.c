@@ -30,6 +30,7 @@
 #include "train_eval.h"
 #include "train_graph.h"
 #include "train_metrics.h"
+#include "train_plan.h"
 #include "train_sample.h"
 #include "train_tokenizer.h"
 
@@ -50,25 +51,9 @@ static double ty_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static uint64_t ty_splitmix(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* The row order of `epoch`: a Fisher-Yates shuffle seeded by (seed, epoch),
- * so every epoch is reshuffled and a resumed run rebuilds the same order. */
+/* The row order of `epoch`: reshuffled every epoch (train_plan.h). */
 static void ty_trainer_shuffle(ty_trainer_t *t, int64_t epoch) {
-  uint64_t rows = ty_dataset_row_count(t->train_data);
-  uint64_t state = t->cfg.seed * 0x632BE59BD9B4E019ull + (uint64_t)epoch + 1;
-  for (uint64_t i = 0; i < rows; ++i) t->order[i] = i;
-  for (uint64_t i = rows; i > 1; --i) {
-    uint64_t j = ty_splitmix(&state) % i;
-    uint64_t tmp = t->order[i - 1];
-    t->order[i - 1] = t->order[j];
-    t->order[j] = tmp;
-  }
+  ty_train_plan_row_order(t->cfg.seed, epoch, ty_dataset_row_count(t->train_data), t->order);
 }
 
 /* Learning rate of update number `s` (0-based): linear warmup, then the
@@ -208,7 +193,8 @@ static ty_status_t ty_trainer_micro_steps(ty_trainer_t *t, int64_t base, double 
     TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, t->s_train));
     if (t->cfg.dropout > 0) {
       /* the micro-batch's index in the global step: masks follow the rows */
-      int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->dp + t->dp_rank) * t->accum + m};
+      int64_t rng[2] = {(int64_t)t->cfg.seed,
+                        ty_train_plan_dropout_counter(t->step, t->dp, t->dp_rank, t->accum, m)};
       int64_t two[1] = {2};
       TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
     }

@@ -558,6 +558,11 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
   if (!s) s = ty_write_state(t, tmp); /* last: its presence marks a whole checkpoint */
   if (!s) s = ty_fsync_path(tmp);
   if (!s) s = ty_publish(tmp, final);
+  /* Test hook: a pause once the checkpoint is published (renamed into
+   * place), before the run folder is synced: a kill here must find it whole
+   * (tests/apps/test_ckpt_durability.py). */
+  const char *published = getenv("TRAINYARD_DEBUG_SAVE_PUBLISHED_SLEEP_MS");
+  if (!s && published && atol(published) > 0) usleep((useconds_t)atol(published) * 1000u);
   if (!s) s = ty_fsync_path(t->cfg.out);
   if (s) {
     ty_status_free(ty_run_folder_remove_tree(tmp));

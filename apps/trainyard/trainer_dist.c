@@ -20,6 +20,7 @@
 #include "hal/file.h"
 #include "pipeline/trainer_pp.h"
 #include "train_graph.h"
+#include "train_plan.h"
 #include "trainer.h"
 
 ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
@@ -360,8 +361,9 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < n && !s; ++i) elements[i] = ty_param_elements(t, i);
   /* the same shares the fused step's graph was built with (train_graph.c) */
-  if (!s) s = ty_train_graph_zero_owners(elements, n, t->dp, NULL, t->owner);
-  for (uint32_t i = 0; i < n && !s; ++i) t->updates[i] = t->owner[i] == t->dp_rank;
+  if (!s) {
+    s = ty_train_plan_zero_owners(elements, n, t->dp, NULL, t->dp_rank, t->owner, t->updates);
+  }
   free(elements);
   return s;
 }

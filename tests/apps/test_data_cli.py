@@ -22,6 +22,10 @@ import tempfile
 import unittest
 import zlib
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 CFG = None
 WORDS = ("the a of and to in is was he she it that for on with as his her at by "
          "from they we you this be had not but what all were when there can said "
@@ -460,7 +464,7 @@ def main():
     finally:
         if Fixture.tmp:
             shutil.rmtree(Fixture.tmp, ignore_errors=True)
-    return 0 if result.wasSuccessful() else 1
+    return unittest_exit.exit_code(result)
 
 
 if __name__ == "__main__":

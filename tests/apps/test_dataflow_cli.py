@@ -35,6 +35,10 @@ import xml.etree.ElementTree as ET
 import cli_util  # noqa: E402  (beside this file)
 from cli_util import make_chat_ids  # noqa: E402
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 CFG = None
 
 
@@ -316,7 +320,7 @@ def main():
     CFG, rest = parser.parse_known_args()
     cli_util.CFG = CFG  # cli_util.make_chat_ids runs trainyard through it
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
+    return unittest_exit.exit_code(program.result)
 
 
 if __name__ == "__main__":

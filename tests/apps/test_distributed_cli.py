@@ -7,7 +7,9 @@ mpirun on the cpu backend (issue 11; Python standard library only).
   1e-6 relative of batch 2 x accumulation 2 and of batch 4, final weights
   within 1e-6 of batch 2 x accumulation 2 (the same sum of the same
   half-batch gradients); metrics come from rank 0 alone; the per-rank memory
-  line is printed before step 0.
+  line is printed before step 0. With dropout, 2 ranks equal one process
+  with accumulation 2 (the masks follow the micro-batch's global index, so
+  the replicas' masks differ).
 - DeviceCollectivesTest: a backend with the ABI 1.4 collectives (a test
   plugin doing them with MPI on its buffers) reduces the gradients itself:
   the same losses and weights as one process; `check` says so.
@@ -50,6 +52,10 @@ import time
 import unittest
 
 import cli_util
+
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
 
 CFG = None
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
@@ -234,6 +240,26 @@ class DataParallelTest(Base):
                                   os.path.join(two, "checkpoint-20"))
         with open(os.path.join(two, "checkpoint-20", "trainer_state.json")) as f:
             self.assertEqual(json.load(f)["world_size"], 2)
+
+    def test_two_ranks_with_dropout_match_one_process(self):
+        # Dropout masks are drawn by the micro-batch's index in the global
+        # step (docs/design-notes.md, data parallel): replica r's are those
+        # of micro-batch r of one process with accumulation 2, so the runs
+        # match, and the two replicas' masks differ (were they the same,
+        # the second half-batch would get the first's masks).
+        steps = ["--max-steps", "8", "--batch-size", "2", "--save-every", "8", "--keep", "0"]
+        drop = ["--dropout", "0.1"]
+        accum, two, plain = self.path("accum"), self.path("two"), self.path("plain")
+        self.train(*steps, *drop, "--out", accum, "--grad-accum", "2")
+        self.train_mpi(2, *steps, *drop, "--out", two)
+        self.train(*steps, "--out", plain, "--grad-accum", "2")
+        la, l2, lp = losses(accum), losses(two), losses(plain)
+        self.assert_curves_match(la, l2, range(1, 9))
+        self.assert_weights_match(os.path.join(accum, "checkpoint-8"),
+                                  os.path.join(two, "checkpoint-8"))
+        # dropout was on: without it the curve is another one
+        self.assertTrue(any(abs(la[s] - lp[s]) > 1e-4 * abs(la[s]) for s in range(1, 9)),
+                        (la, lp))
 
     def test_ranks_with_accumulation(self):
         # 2 ranks x batch 1 x accumulation 2: the same global batch of 4 rows
@@ -769,7 +795,7 @@ def run_suites(rest):
         print("SKIPPED: " + missing)
         return 77
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
+    return unittest_exit.exit_code(program.result)
 
 
 def main():

@@ -15,6 +15,10 @@ import sys
 import tempfile
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 CFG = None
 CASES = None
 SAMPLE = ["ascii", "trailing_newline", "newlines", "emoji", "chinese", "contractions",
@@ -185,7 +189,7 @@ def main():
     CFG, rest = parser.parse_known_args()
     with open(os.path.join(CFG.fixtures, "cases.json"), encoding="utf-8") as f:
         CASES = json.load(f)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    sys.exit(unittest_exit.run([sys.argv[0]] + rest))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ import tempfile
 import time
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 CFG = None
 
 
@@ -358,7 +362,7 @@ def main():
     parser.add_argument("--models", required=True, help="tests/fixtures/models")
     CFG, rest = parser.parse_known_args()
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
+    return unittest_exit.exit_code(program.result)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ import sys
 import tempfile
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 CFG = None  # parsed command-line configuration, set in main()
 
 # What each rogue candidate in the rogue folder must be rejected as.
@@ -431,7 +435,7 @@ def main():
               % (CFG.install_dir, ", ".join(os.path.basename(f) for f in found)))
         return 77
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
-    return 0 if program.result.wasSuccessful() else 1
+    return unittest_exit.exit_code(program.result)
 
 
 if __name__ == "__main__":

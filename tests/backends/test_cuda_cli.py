@@ -34,6 +34,10 @@ from backend_cli import (CFG, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, ConformTest, F
                          TrainTest, devices_json, make_id_dataset, parse_common, read_safetensors,
                          run, skip_unless_usable)
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 FATBIN_SM80 = None  # a folder with elementwise.fatbin built for sm_80 only
 CUDA_STUB = None    # the toolkit's stub libcuda.so (every symbol, no driver)
 
@@ -255,7 +259,7 @@ def main():
     suites = [a for a in rest if not a.startswith("-")]
     if suites != ["DevicesTest"]:
         skip_unless_usable()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    sys.exit(unittest_exit.run([sys.argv[0]] + rest))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ from backend_cli import (CFG, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, MEMORY_LEVER_O
                          MixedPrecisionTest,
                          TrainTest, devices_json, parse_common, run, skip_unless_usable)
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 
 # opencl has no kernels for the memory levers' ops nor the collectives yet:
 # refused by name.
@@ -89,7 +93,7 @@ class DevicesTest(unittest.TestCase):
 def main():
     rest = parse_common(sys.argv[1:] + ["--backend", "opencl:0"])
     skip_unless_usable()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    sys.exit(unittest_exit.run([sys.argv[0]] + rest))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ import subprocess
 import sys
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 try:
     import jinja2
     import jinja2.ext
@@ -161,7 +165,7 @@ def main():
         print("SKIP: the jinja2 package is missing (scripts/install-deps.sh installs it)")
         return 77
     result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
-    return 0 if result.wasSuccessful() else 1
+    return unittest_exit.exit_code(result)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ import sys
 import tempfile
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 try:
     import numpy as np
     import safetensors
@@ -216,7 +220,7 @@ def main():
     TOOL = args.tool
     print(f"safetensors {safetensors.__version__}, numpy {np.__version__}", file=sys.stderr)
     result = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2).result
-    return 0 if result.wasSuccessful() else 1
+    return unittest_exit.exit_code(result)
 
 
 if __name__ == "__main__":

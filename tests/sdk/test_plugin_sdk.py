@@ -23,6 +23,10 @@ import sys
 import tempfile
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import unittest_exit  # noqa: E402
+
 CFG = None
 PREFIX = None  # the temporary install prefix (set up once)
 
@@ -196,7 +200,7 @@ def main():
         PREFIX = os.path.realpath(os.path.join(tmp, "prefix"))
         sh([CFG.cmake, "--install", CFG.build_dir, "--prefix", PREFIX])
         result = unittest.main(argv=[sys.argv[0]] + rest, exit=False).result
-    sys.exit(0 if result.wasSuccessful() else 1)
+    sys.exit(unittest_exit.exit_code(result))
 
 
 if __name__ == "__main__":

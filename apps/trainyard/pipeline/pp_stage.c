@@ -10,6 +10,7 @@
 #include "graph/train_step.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
+#include "train_plan.h"
 
 /* The chunk's forward (with its loss on the last chunk) into a new graph. */
 static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_config_t *mc,
@@ -73,7 +74,7 @@ ty_status_t ty_pp_zero_owners(const ty_model_config_t *mc, int32_t unit_begin,
     pinned[n] = tied ? dp - 1 : -1;
     ++n;
   }
-  if (!s) s = ty_train_graph_zero_owners(size, n, dp, pinned, shares);
+  if (!s) s = ty_train_plan_zero_owners(size, n, dp, pinned, -1, shares, NULL);
   for (uint32_t k = 0; k < n && !s; ++k) owner[held[k]] = shares[k];
   free(held);
   free(size);

@@ -50,7 +50,7 @@ typedef struct ty_pp_reduce_layout_t {
 /* ZeRO-1's shares of one chunk (units [unit_begin, unit_end)) over `dp`
  * replicas: the parameters of `params` (count) that the chunk holds, of
  * elements[i] elements each (this tp rank's part), by size
- * (ty_train_graph_zero_owners); a tied embedding goes to the last replica
+ * (ty_train_plan_zero_owners); a tied embedding goes to the last replica
  * on both its chunks, so its two copies get the same update. owner[i] -1
  * for a parameter the chunk does not hold. A stage (its m_bwd.params) and
  * rank 0's full model list a chunk in the same order: the same table. */

@@ -13,6 +13,7 @@
 #include "hal/dtype.h"
 #include "hal/file.h"
 #include "pp_internal.h"
+#include "train_plan.h"
 
 static double ty_pp_now(void) {
   struct timespec ts;
@@ -66,7 +67,8 @@ static ty_status_t ty_pp_bind(ty_trainer_t *t, const ty_pp_chunk_t *ch, ty_sessi
   }
   if (t->cfg.dropout > 0) {
     /* the micro-batch's index in the global step, as in one process */
-    int64_t rng[2] = {(int64_t)t->cfg.seed, (t->step * t->dp + t->dp_rank) * t->accum + m};
+    int64_t rng[2] = {(int64_t)t->cfg.seed,
+                      ty_train_plan_dropout_counter(t->step, t->dp, t->dp_rank, t->accum, m)};
     int64_t two[1] = {2};
     TY_RETURN_IF_ERROR(ty_session_bind(session, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
   }

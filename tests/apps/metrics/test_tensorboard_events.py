@@ -33,6 +33,10 @@ import sys
 import tempfile
 import unittest
 
+# 0, 1 or 77 (skipped) for ctest (tests/common/unittest_exit.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+import unittest_exit  # noqa: E402
+
 TOOL = None
 READER = None
 
@@ -345,7 +349,7 @@ def main():
     if rest:
         suite = unittest.TestSuite(t for t in suite if t.id().split(".")[-1] in rest)
     result = unittest.TextTestRunner(verbosity=2).run(suite)
-    return 0 if result.wasSuccessful() else 1
+    return unittest_exit.exit_code(result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,110 @@
+/* models/sampler.c: which tokens survive top-k and top-p, against the
+ * semantics of Hugging Face's warpers (transformers' TemperatureLogitsWarper,
+ * TopKLogitsWarper, TopPLogitsWarper, applied in that order): top-p keeps the
+ * smallest set of most likely tokens whose mass reaches p, so the token whose
+ * cumulative probability crosses p is kept and the next one never sampled;
+ * top-p's mass is renormalized over the top-k; temperature comes first.
+ * On fixed logits, over many seeds, the set of tokens ever sampled must equal
+ * the expected set exactly and each frequency must be near its renormalized
+ * probability (fixed seeds: the test is deterministic). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "models/sampler.h"
+
+enum { VOCAB = 6, DRAWS = 20000 };
+
+/* Probabilities, most likely first: 1 (.35), 3 (.25), 4 (.20), 2 (.10), then
+ * 0 and 5 (.05 each). Cumulative: .35 .60 .80 .90 .95 1. */
+static const double kProbs[VOCAB] = {0.05, 0.35, 0.10, 0.25, 0.20, 0.05};
+
+/* Samples DRAWS times (seeds 0..DRAWS-1, one draw each) and checks that
+ * exactly the tokens of `keep` (a 0/1 mask) appear, each at its probability
+ * under `temperature` renormalized over the kept set, within 0.02. */
+static void ty_expect_kept(double temperature, int64_t top_k, double top_p,
+                           const int keep[VOCAB]) {
+  float logits[VOCAB];
+  for (int v = 0; v < VOCAB; ++v) logits[v] = (float)log(kProbs[v]);
+  ty_sampler_t *s = NULL;
+  assert_int_equal(ty_sampler_create(VOCAB, &s), TY_OK);
+  ty_sampling_t a = {.greedy = false, .temperature = temperature, .top_k = top_k,
+                     .top_p = top_p};
+  int64_t count[VOCAB] = {0};
+  for (uint64_t seed = 0; seed < DRAWS; ++seed) {
+    uint64_t rng = seed;
+    int64_t id = ty_sampler_pick(s, logits, &a, &rng);
+    assert_true(id >= 0 && id < VOCAB);
+    count[id]++;
+    assert_int_not_equal(rng, seed); /* one draw advanced the stream */
+  }
+  ty_sampler_destroy(s);
+  double mass = 0;
+  for (int v = 0; v < VOCAB; ++v) mass += keep[v] ? pow(kProbs[v], 1.0 / temperature) : 0;
+  for (int v = 0; v < VOCAB; ++v) {
+    double want = keep[v] ? pow(kProbs[v], 1.0 / temperature) / mass : 0;
+    double got = (double)count[v] / DRAWS;
+    if (keep[v] ? count[v] == 0 || fabs(got - want) > 0.02 : count[v] != 0) {
+      fail_msg("T=%g top_k=%lld top_p=%g: token %d sampled %lld of %d times (%.4f), want %s "
+               "%.4f", temperature, (long long)top_k, top_p, v, (long long)count[v], DRAWS, got,
+               keep[v] ? "about" : "never, probability", want);
+    }
+  }
+}
+
+static void test_top_p_keeps_the_crossing_token(void **state) {
+  (void)state;
+  /* .35 < .5 <= .60: token 3 crosses the threshold and is kept; 4 never */
+  ty_expect_kept(1.0, 0, 0.5, (const int[VOCAB]){0, 1, 0, 1, 0, 0});
+  /* .60 < .65 <= .80: 4 crosses */
+  ty_expect_kept(1.0, 0, 0.65, (const int[VOCAB]){0, 1, 0, 1, 1, 0});
+  /* .80 < .85 <= .90: 2 crosses; the two .05 tokens never */
+  ty_expect_kept(1.0, 0, 0.85, (const int[VOCAB]){0, 1, 1, 1, 1, 0});
+  /* below the most likely token's mass: that token alone (min_tokens_to_keep 1) */
+  ty_expect_kept(1.0, 0, 0.3, (const int[VOCAB]){0, 1, 0, 0, 0, 0});
+  /* 1: everything */
+  ty_expect_kept(1.0, 0, 1.0, (const int[VOCAB]){1, 1, 1, 1, 1, 1});
+}
+
+static void test_top_k_keeps_the_k_most_likely(void **state) {
+  (void)state;
+  ty_expect_kept(1.0, 1, 1.0, (const int[VOCAB]){0, 1, 0, 0, 0, 0});
+  ty_expect_kept(1.0, 3, 1.0, (const int[VOCAB]){0, 1, 0, 1, 1, 0});
+  ty_expect_kept(1.0, 4, 1.0, (const int[VOCAB]){0, 1, 1, 1, 1, 0});
+  ty_expect_kept(1.0, VOCAB + 3, 1.0, (const int[VOCAB]){1, 1, 1, 1, 1, 1});
+  /* A tie at the k-th place: the lower id (Hugging Face's TopKLogitsWarper
+   * would keep every tied token; ours keeps exactly k, like torch.topk's
+   * stable order). */
+  ty_expect_kept(1.0, 5, 1.0, (const int[VOCAB]){1, 1, 1, 1, 1, 0});
+}
+
+static void test_top_p_is_renormalized_over_top_k(void **state) {
+  (void)state;
+  /* over the top 3 (.8): .4375 .75 1 */
+  ty_expect_kept(1.0, 3, 0.7, (const int[VOCAB]){0, 1, 0, 1, 0, 0});
+  ty_expect_kept(1.0, 3, 0.8, (const int[VOCAB]){0, 1, 0, 1, 1, 0});
+}
+
+static void test_temperature_comes_before_top_p(void **state) {
+  (void)state;
+  /* T=1: .35 .60 -> {1, 3} at .55; T=2 flattens it (p^(1/2), normalized:
+   * .257 .217 .194 ...; cumulative .257 .474 .669): {1, 3, 4} */
+  ty_expect_kept(1.0, 0, 0.55, (const int[VOCAB]){0, 1, 0, 1, 0, 0});
+  ty_expect_kept(2.0, 0, 0.55, (const int[VOCAB]){0, 1, 0, 1, 1, 0});
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_top_p_keeps_the_crossing_token),
+      cmocka_unit_test(test_top_k_keeps_the_k_most_likely),
+      cmocka_unit_test(test_top_p_is_renormalized_over_top_k),
+      cmocka_unit_test(test_temperature_comes_before_top_p),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
