@@ -100,6 +100,12 @@ class CacheTest(Base):
                                                "*.fail")))
         r = self.train(plugin, os.path.join(self.tmp, "b"), rc=1)
         self.assertIn("a cached compile failure", r.stderr)
+        # The replay says when the refusal was recorded, that it is replayed
+        # without compiling, and how to compile again.
+        self.assertRegex(r.stderr, r"a cached compile failure, recorded "
+                         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ in \S+\.fail: this is the "
+                         r"refusal the plugin gave then, replayed without compiling; run "
+                         r"with --retry-failed to compile again")
         # Rebuilt with gelu and gelu_backward (same name, same version): it
         # compiles and trains instead of replaying the refusal.
         plugin = self.plugin_copy("partial-rebuilt")
