@@ -165,13 +165,15 @@ class CheckTest(Base):
         # The train step of the same model, with the train options.
         data = json.loads(self.check("partial", "--train", "--grad-accum", "2", "--dropout",
                                      "0.1", "--json", rc=1).stdout)
+        # ... added to forward's and generate's (a trained model runs them).
         self.assertEqual([g["name"] for g in data["graphs"]],
-                         ["train-step", "optimizer-step", "validation"])
+                         ["train-step", "optimizer-step", "validation", "forward",
+                          "forward-grads", "generate-prefill", "generate-decode"])
         ops = {o["op"]: o for o in data["ops"]}
         self.assertIn("adamw_update", ops)
         self.assertIn("dropout_backward", ops)
         self.assertEqual(ops["gelu_backward"]["status"], "MISSING")
-        self.assertEqual(ops["gelu_backward"]["graphs"], ["train-step"])
+        self.assertEqual(ops["gelu_backward"]["graphs"], ["train-step", "forward-grads"])
         self.assertIs(data["collectives"], False)
 
     def test_complete_plugin_misses_nothing(self):
