@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_registry.h"
 #include "graph/graph.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -94,7 +95,7 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   const char *preset = "gpt2-124m", *model = NULL, *backend = "cpu";
-  const char *plugin_dir = TY_BENCH_PLUGIN_DIR, *conc = "1,8,32";
+  const char *plugin_dir = NULL, *conc = "1,8,32";
   bool random_weights = false;
   int64_t P = 32, N = 32, chunk = 32, context = 0;
   ty_dtype_t dtype = TY_DTYPE_F32;
@@ -139,8 +140,6 @@ int main(int argc, char **argv) {
   ty_model_config_t config;
   ty_status_t s = model ? ty_model_config_load(model, &config)
                         : ty_model_preset(preset, 50257, 50256, 50256, &config);
-  const char *paths[] = {plugin_dir};
-  ty_registry_options_t ro = {.explicit_paths = paths, .explicit_path_count = 1};
   ty_registry_t *registry = NULL;
   ty_device_t *device = NULL;
   ty_graph_t *g = NULL;
@@ -149,7 +148,7 @@ int main(int argc, char **argv) {
   ty_engine_t *e = NULL;
   int64_t *prompts = malloc((size_t)(max_level * P) * sizeof(int64_t));
   if (!s && !prompts) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = ty_registry_create(&ro, &registry);
+  if (!s) s = ty_bench_registry_create(plugin_dir, &registry);
   if (!s) s = ty_device_open(registry, backend, &device);
   /* Random weights live in a one-token graph's session the engine shares. */
   if (!s && (!model || random_weights)) {

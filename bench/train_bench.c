@@ -18,6 +18,8 @@
  * over --peak-tflops (the card's dense peak for the compute dtype; 0
  * prints none). The backend's executable report (device memory, CUDA graph
  * replays, ...) is printed at the end when it gives one.
+ * Plugins are found as `trainyard` finds them: --plugin-dir, then
+ * TRAINYARD_BACKEND_PATH, the install folder and the build's (bench_registry.h).
  * --threads N (default: every core) makes the default backend "cpu?threads=N"
  * and sets OpenMP's thread count. For a per-op time split, run with
  * TRAINYARD_PROFILE=1 (the host executor prints a table to stderr when the
@@ -35,6 +37,7 @@
 #endif
 
 #include "bench_mixed.h"
+#include "bench_registry.h"
 #include "graph/graph.h"
 #include "graph/session.h"
 #include "graph/train_step.h"
@@ -110,8 +113,6 @@ static int usage(void) {
 }
 
 static ty_status_t run_bench(const options_t *o) {
-  const char *paths[] = {o->plugin_dir};
-  ty_registry_options_t ro = {.explicit_paths = paths, .explicit_path_count = 1};
   ty_registry_t *reg = NULL;
   ty_device_t *dev = NULL;
   ty_graph_t *g = NULL;
@@ -131,7 +132,7 @@ static ty_status_t run_bench(const options_t *o) {
   ty_dtype_t param_dtype = TY_DTYPE_F32, compute_dtype = TY_DTYPE_F32;
   ty_status_t s = ty_model_preset(o->model, vocab, vocab - 1, vocab - 1, &cfg);
   if (!s) s = ty_llm_precision_parse(o->dtype, &param_dtype, &compute_dtype);
-  if (!s) s = ty_registry_create(&ro, &reg);
+  if (!s) s = ty_bench_registry_create(o->plugin_dir, &reg);
   if (!s) s = ty_device_open(reg, o->uri, &dev);
   if (!s) s = ty_graph_create(&g);
   ty_llm_options_t lo = {.batch = o->batch, .seq = o->seq, .dtype = param_dtype,
@@ -278,7 +279,7 @@ static ty_status_t run_bench(const options_t *o) {
 
 int main(int argc, char **argv) {
   options_t o = {.batch = 4, .seq = 64, .steps = 10, .warmup = 2, .threads = 0,
-                 .uri = NULL, .plugin_dir = TY_BENCH_PLUGIN_DIR, .model = "gpt2-124m",
+                 .uri = NULL, .plugin_dir = NULL, .model = "gpt2-124m",
                  .dtype = "f32", .peak_tflops = 0};
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];

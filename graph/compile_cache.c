@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "graph/lower.h"
@@ -59,8 +60,13 @@ void ty_compile_cache_write_failure(const char *path, const char *key, ty_status
   size_t cap = strlen(key) + strlen(message) + 128;
   char *text = malloc(cap);
   if (!text) return;
-  int n = snprintf(text, cap, TY_FAILURE_MAGIC "code %s\nkey %s\nmessage %s\n",
-                   ty_code_name(ty_status_code(failure)), key, message);
+  /* When it was recorded, so a replay can say how old the refusal is. */
+  char when[32] = "";
+  time_t now = time(NULL);
+  struct tm utc;
+  if (gmtime_r(&now, &utc)) strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  int n = snprintf(text, cap, TY_FAILURE_MAGIC "code %s\ntime %s\nkey %s\nmessage %s\n",
+                   ty_code_name(ty_status_code(failure)), when, key, message);
   /* One line per field: a message's own line breaks become spaces. */
   char *msg_at = n > 0 ? strstr(text, "\nmessage ") : NULL;
   for (char *p = msg_at ? msg_at + 9 : NULL; p && *p && p < text + n - 1; ++p) {
@@ -82,6 +88,12 @@ ty_status_t ty_compile_cache_read_failure(const char *path) {
   ty_status_t cached = TY_OK;
   if (strncmp(text, TY_FAILURE_MAGIC, strlen(TY_FAILURE_MAGIC)) == 0) {
     char *code_line = strstr(text, "\ncode "), *msg = strstr(text, "\nmessage ");
+    char *time_line = strstr(text, "\ntime ");
+    char when[32] = "at an unknown time"; /* records of older builds have no time */
+    if (time_line && (!msg || time_line < msg)) {
+      size_t len = strcspn(time_line + 6, "\n");
+      if (len > 0 && len < 24) snprintf(when, sizeof(when), "%.*s", (int)len, time_line + 6);
+    }
     ty_code_t code = TY_CODE_UNKNOWN;
     if (code_line) {
       code_line += 6;
@@ -95,9 +107,10 @@ ty_status_t ty_compile_cache_read_failure(const char *path) {
       msg += 9;
       msg[strcspn(msg, "\n")] = '\0';
       cached = ty_status_make(code,
-                              "%s [a cached compile failure (%s); pass --retry-failed to "
-                              "compile again]",
-                              msg, path);
+                              "%s [a cached compile failure, recorded %s in %s: this is "
+                              "the refusal the plugin gave then, replayed without "
+                              "compiling; run with --retry-failed to compile again]",
+                              msg, when, path);
     }
   }
   free(data);

@@ -617,7 +617,12 @@ ty_status_t ty_conform_run_case(ty_device_t *device, const ty_conform_case_t *c,
   bool refused = false;
   if (!kit) kit = ty_conform_refusal(device, g, r, &refused);
   if (!kit && !refused) {
-    ty_session_options_t so = {.guard_bytes = options->guard_bytes ? options->guard_bytes : 256};
+    /* Guards seeded per case (and so per run of the kit), a pattern per
+     * buffer; and the plugin's own guard mode between the values it keeps
+     * (debug.guards, ABI 1.9). */
+    ty_session_options_t so = {.guard_bytes = options->guard_bytes ? options->guard_bytes : 256,
+                               .guard_seed = r->seed,
+                               .debug_guards = true};
     ty_status_t s = ty_session_create(device, g, &so, &session);
     ty_code_t code = ty_status_code(s);
     if (code == TY_CODE_FAILED_PRECONDITION || code == TY_CODE_UNIMPLEMENTED) {

@@ -21,10 +21,25 @@ static void ty_shared_buffer_release(ty_shared_buffer_t *b) {
 }
 /* ---- guard regions ---- */
 
-/* The sentinel byte at position i of a guard: not a constant, so a shifted
- * or partial copy over it is still caught. */
-static unsigned char ty_guard_byte(uint64_t i) {
-  return (unsigned char)(0xA7u + 61u * (unsigned)(i & 0xFFu));
+static uint64_t ty_guard_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* The key of a slot's guard pattern: the session's seed and the tensor's
+ * name, so two buffers never share a pattern (a copy of one buffer's guard
+ * over another's is caught) and sessions sharing a state agree on it. */
+static uint64_t ty_guard_key(uint64_t seed, const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char *p = (const unsigned char *)name; *p; ++p) h = (h ^ *p) * 0x100000001b3ull;
+  return ty_guard_mix(seed * 0x9e3779b97f4a7c15ull + h);
+}
+
+/* The sentinel byte at position i of a guard of the slot with `key`: not a
+ * constant, so a shifted or partial copy over it is still caught. */
+static unsigned char ty_guard_byte(uint64_t key, uint64_t i) {
+  return (unsigned char)(ty_guard_mix(key + (i >> 3) * 0x9e3779b97f4a7c15ull) >> (8 * (i & 7)));
 }
 
 static uint64_t ty_fnv1a(const void *data, size_t bytes) {
@@ -41,8 +56,8 @@ static ty_status_t ty_session_fill_guards(ty_session_t *s, ty_session_slot_t *sl
   unsigned char *fill = malloc((size_t)total);
   if (!fill) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for guards");
   for (uint64_t i = 0; i < s->guard; ++i) {
-    fill[i] = ty_guard_byte(i);
-    fill[s->guard + slot->bytes + i] = ty_guard_byte(i);
+    fill[i] = ty_guard_byte(slot->guard_key, i);
+    fill[s->guard + slot->bytes + i] = ty_guard_byte(slot->guard_key ^ 1, i);
   }
   memset(fill + s->guard, 0xFF, (size_t)slot->bytes);
   ty_status_t st = ty_buffer_write(slot->buffer, 0, fill, total);
@@ -95,6 +110,7 @@ static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *sha
     slot->role = v->role;
     slot->flags = v->flags;
     slot->bytes = (uint64_t)ty_tensor_desc_element_count(&slot->desc) * ty_dtype_size(v->dtype);
+    slot->guard_key = ty_guard_key(s->guard_seed, v->name);
     ty_session_slot_t *shared =
         v->role == TY_VALUE_STATE ? ty_session_shared_slot(share, slot) : NULL;
     if (shared) {
@@ -102,6 +118,7 @@ static ty_status_t ty_session_add_slots(ty_session_t *s, const ty_session_t *sha
       slot->storage->refs++;
       slot->buffer = slot->storage->buffer;
       slot->bound = shared->bound;
+      slot->guard_key = shared->guard_key; /* its owner filled the guards */
       s->bindings[s->slot_count] = (ty_abi_binding_t){.name = v->name, .offset = s->guard};
       s->slot_count++;
       continue; /* already initialized by its owner */
@@ -161,6 +178,7 @@ ty_status_t ty_session_new(ty_device_t *device, const ty_session_options_t *opti
   if (!*out) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory creating a session");
   (*out)->device = device;
   (*out)->guard = options ? options->guard_bytes : 0;
+  (*out)->guard_seed = options ? options->guard_seed : 0;
   (*out)->compile_only = options && options->compile_only;
   return TY_OK;
 }
@@ -433,7 +451,9 @@ ty_status_t ty_session_run(ty_session_t *s) {
   };
   ty_abi_status_t (*execute)(ty_abi_executable_t *, const ty_abi_execute_args_t *) =
       TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_execute);
-  TY_RETURN_IF_ERROR(ty_status_annotate(ty_status_from_abi(execute(s->executable, &args)),
+  ty_backend_t *backend = ty_device_backend(s->device);
+  TY_RETURN_IF_ERROR(ty_status_annotate(ty_status_from_plugin(ty_backend_name(backend),
+                                                              execute(s->executable, &args)),
                                         "running graph %.12s on %s", s->hash,
                                         ty_device_label(s->device)));
   s->stats.runs++;
@@ -468,10 +488,11 @@ ty_status_t ty_session_read(ty_session_t *s, const char *name, void *dst,
  * sentinel; `where` is "before" or "after". */
 static ty_status_t ty_session_check_guard(ty_session_t *s, ty_session_slot_t *slot,
                                           const unsigned char *bytes, const char *where) {
+  const uint64_t key = where[0] == 'b' ? slot->guard_key : slot->guard_key ^ 1;
   for (uint64_t i = 0; i < s->guard; ++i) {
-    if (bytes[i] == ty_guard_byte(i)) continue;
+    if (bytes[i] == ty_guard_byte(key, i)) continue;
     uint64_t changed = 0;
-    for (uint64_t k = i; k < s->guard; ++k) changed += bytes[k] != ty_guard_byte(k);
+    for (uint64_t k = i; k < s->guard; ++k) changed += bytes[k] != ty_guard_byte(key, k);
     return ty_status_make(TY_CODE_DATA_LOSS,
                           "%s wrote outside %s '%s': %" PRIu64 " of the %" PRIu64
                           " guard bytes %s it changed (the first at byte %s%" PRIu64

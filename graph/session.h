@@ -58,6 +58,19 @@ typedef struct ty_session_options_t {
    * result, and bound inputs are fingerprinted; ty_session_check_guards then
    * tells whether a run wrote outside its tensors or into an input. */
   uint64_t guard_bytes;
+  /* Seeds the guard pattern. Each buffer's guards get a pattern of their own
+   * (from this seed and the tensor's name), so a kernel that copies one
+   * element too many from an input copies the input's guard bytes, which
+   * differ from the output's, and is caught; a new seed per run (conform
+   * passes its case seed) keeps a kernel from passing by luck. */
+  uint64_t guard_seed;
+  /* Asks the plugin for its debug mode of guards between the values it
+   * keeps in its own memory (the SDK's host executor: guard gaps between
+   * arena slots, checked after every node, naming the node and the slot).
+   * Sent as the compile option "debug.guards=<guard_seed>" to plugins of
+   * ABI >= 1.9 only (docs/plugin-abi.md "Debug options"); part of the cache
+   * key. For conformance runs. */
+  bool debug_guards;
   /* The on-disk compile cache folder; NULL or "" for none. */
   const char *cache_dir;
   /* Compile again even when the cache holds a failure record for the key

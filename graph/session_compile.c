@@ -211,7 +211,8 @@ static ty_status_t ty_session_compile_now(ty_device_t *device, const ty_abi_grap
   ty_abi_status_t (*compile)(ty_abi_device_t *, const ty_abi_compile_args_t *,
                              ty_abi_executable_t **) =
       TY_BACKEND_ENTRY(backend, graph_compile);
-  ty_status_t s = ty_status_from_abi(compile(ty_device_handle(device), &args, out));
+  ty_status_t s =
+      ty_status_from_plugin(ty_backend_name(backend), compile(ty_device_handle(device), &args, out));
   return s ? ty_status_annotate(s, "compiling graph %.12s for %s", graph->hash_hex,
                                 ty_device_label(device))
            : TY_OK;
@@ -280,7 +281,44 @@ static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_opt
   return st;
 }
 
+static ty_status_t ty_session_compile_with(ty_session_t *s, const ty_session_options_t *options);
+
+/* The options with the debug requests the session asked for appended
+ * ("debug.guards=<seed>"), for plugins of ABI >= 1.9, which ignore debug
+ * keys they do not know; older plugins refuse every unknown key, so they
+ * get none. `eff` points into `storage` and `seed_text`. */
+static ty_status_t ty_session_debug_options(const ty_device_t *device,
+                                           const ty_session_options_t *options,
+                                           ty_session_options_t *eff,
+                                           ty_abi_option_t **storage, char *seed_text,
+                                           size_t seed_capacity) {
+  *storage = NULL;
+  if (!options) return TY_OK;
+  *eff = *options;
+  const ty_backend_api_t *api = ty_backend_api(ty_device_backend((ty_device_t *)device));
+  if (!options->debug_guards || api->abi_minor < 9) return TY_OK;
+  *storage = calloc(options->option_count + 1, sizeof(**storage));
+  if (!*storage) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < options->option_count; ++i) (*storage)[i] = options->options[i];
+  snprintf(seed_text, seed_capacity, "%llu", (unsigned long long)options->guard_seed);
+  (*storage)[options->option_count] = (ty_abi_option_t){.key = "debug.guards", .value = seed_text};
+  eff->options = *storage;
+  eff->option_count = options->option_count + 1;
+  return TY_OK;
+}
+
 ty_status_t ty_session_compile(ty_session_t *s, const ty_session_options_t *options) {
+  ty_session_options_t eff;
+  ty_abi_option_t *storage = NULL;
+  char seed_text[24];
+  TY_RETURN_IF_ERROR(ty_session_debug_options(s->device, options, &eff, &storage, seed_text,
+                                              sizeof(seed_text)));
+  ty_status_t st = ty_session_compile_with(s, options ? &eff : NULL);
+  free(storage);
+  return st;
+}
+
+static ty_status_t ty_session_compile_with(ty_session_t *s, const ty_session_options_t *options) {
   ty_device_t *device = s->device;
   ty_compile_cache_t *cache;
   TY_RETURN_IF_ERROR(ty_compile_cache_get(device, &cache));

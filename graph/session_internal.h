@@ -27,6 +27,7 @@ typedef struct ty_session_slot_t {
   ty_buffer_t *buffer; /* == storage->buffer */
   bool bound;
   uint64_t input_hash; /* FNV-1a of the bound bytes (with guards only) */
+  uint64_t guard_key;  /* seeds this slot's guard pattern (its own per buffer) */
 } ty_session_slot_t;
 
 struct ty_session_t {
@@ -42,6 +43,7 @@ struct ty_session_t {
   ty_abi_binding_t *bindings;
   ty_session_stats_t stats;
   uint64_t guard; /* bytes of guard before and after every tensor */
+  uint64_t guard_seed;
   /* The session this one shares state with (during create only: sharing
    * follows the chain, so segments of a mixed session find every state). */
   const ty_session_t *share_parent;

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 8u
+#define TY_ABI_MINOR 9u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -321,10 +321,22 @@ typedef struct ty_abi_node_support_t {
   char reason[160];   /* when not: e.g. "bf16 not supported for rope" */
 } ty_abi_node_support_t;
 
+/* Compile options are the plugin's own keys (unknown ones are
+ * INVALID_ARGUMENT), except, from ABI 1.9, keys that start with "debug.":
+ * the host's debugging requests, which a plugin acts on when it can and
+ * otherwise ignores (never refuses). The host sends them only to plugins
+ * that declare 1.9 or newer. Defined so far (docs/plugin-abi.md "Debug
+ * options"):
+ *   debug.guards=SEED  fill guard gaps between the values the plugin keeps
+ *                      in its own memory with a pattern seeded by SEED and
+ *                      check them as the graph runs; a damaged guard fails
+ *                      the run naming the node and the value (conform). */
+#define TY_ABI_DEBUG_OPTION_PREFIX "debug."
+
 typedef struct ty_abi_compile_args_t {
   size_t struct_size;
   const ty_abi_graph_t *graph;
-  uint32_t option_count; /* backend compile options, key/value */
+  uint32_t option_count; /* backend compile options, key/value (see above) */
   const ty_abi_option_t *options;
 } ty_abi_compile_args_t;
 

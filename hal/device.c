@@ -97,7 +97,16 @@ ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
           .option_count = parsed.option_count,
           .options = parsed.options,
       };
-      s = ty_status_from_abi(open(ty_backend_instance(backend), &args, &d->handle));
+      s = ty_status_from_plugin(parsed.backend,
+                                open(ty_backend_instance(backend), &args, &d->handle));
+      if (!s && !d->handle) {
+        /* Every later call would pass the plugin a NULL device. */
+        s = ty_status_make(TY_CODE_INTERNAL,
+                           "plugin '%s' (%s): device_open returned OK without a device (a "
+                           "plugin contract error: set *out_device, or return an error "
+                           "saying why the device cannot be opened)",
+                           parsed.backend, ty_backend_path(backend));
+      }
     }
   }
   ty_device_uri_deinit(&parsed);

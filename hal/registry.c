@@ -639,7 +639,7 @@ bool ty_backend_has_p2p(const ty_backend_t *b) {
 
 ty_status_t ty_backend_device_count(ty_backend_t *b, uint32_t *out_count) {
   *out_count = 0;
-  ty_status_t s = ty_status_from_abi(b->api->device_count(b->instance, out_count));
+  ty_status_t s = ty_status_from_plugin(b->name, b->api->device_count(b->instance, out_count));
   return ty_status_annotate(s, "backend '%s': device_count", b->name);
 }
 
@@ -656,7 +656,7 @@ ty_status_t ty_backend_device_info(ty_backend_t *b, uint32_t index,
                           b->name, count, index);
   }
   ty_status_t s =
-      ty_status_from_abi(b->api->device_info(b->instance, index, out_info));
+      ty_status_from_plugin(b->name, b->api->device_info(b->instance, index, out_info));
   /* A plugin must not change struct_size; restore it and force NUL ends. */
   out_info->struct_size = sizeof(*out_info);
   out_info->name[sizeof(out_info->name) - 1] = '\0';

@@ -117,10 +117,29 @@ ty_code_t ty_status_consume_code(ty_status_t status) {
 
 /* ---- host services for plugins ---- */
 
+/* An error with code OK would read as success: it becomes INTERNAL, marked
+ * so that ty_status_from_plugin can name the plugin, with its message kept. */
+#define TY_STATUS_OK_CODE_PREFIX \
+  TY_STATUS_OK_CODE_MARK " (a plugin contract error: an error needs a code other than OK): "
+
 static ty_abi_status_t ty_host_status_make(ty_code_t code, const char *message) {
   ty_status_t s = ty_status_alloc(code == TY_CODE_OK ? TY_CODE_INTERNAL : code,
-                                  NULL, message ? message : "(no message)");
+                                  code == TY_CODE_OK ? TY_STATUS_OK_CODE_PREFIX : NULL,
+                                  message ? message : "(no message)");
   return (ty_abi_status_t)(void *)s;
+}
+
+ty_status_t ty_status_from_plugin(const char *plugin, ty_abi_status_t abi) {
+  ty_status_t status = ty_status_from_abi(abi);
+  const char *mark = status ? strstr(status->message, TY_STATUS_OK_CODE_MARK) : NULL;
+  if (!mark || status == TY_STATUS_OOM) return status;
+  /* "a plugin returned" -> "plugin 'x' returned", the rest kept. */
+  ty_status_t named = ty_status_make(status->code, "%.*splugin '%s'%s",
+                                     (int)(mark - status->message), status->message, plugin,
+                                     mark + strlen("a plugin"));
+  if (named == TY_STATUS_OOM) return status;
+  ty_status_free(status);
+  return named;
 }
 
 static void ty_host_status_free(ty_abi_status_t status) {

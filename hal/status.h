@@ -87,6 +87,18 @@ static inline ty_status_t ty_status_from_abi(ty_abi_status_t status) {
   return (ty_status_t)(void *)status;
 }
 
+/* What the host's status_make makes of a plugin's error made with code OK
+ * (which would read as success): INTERNAL, with this text before the
+ * plugin's message. */
+#define TY_STATUS_OK_CODE_MARK "a plugin returned an error with code OK"
+
+/* ty_status_from_abi for a status from plugin `plugin`: an error the plugin
+ * made with code OK (found by TY_STATUS_OK_CODE_MARK, wherever annotations
+ * put it) is named as that plugin's contract error, "plugin 'x' returned an
+ * error with code OK (...): <its message>"; any other status passes through.
+ * Takes ownership of `status`. */
+ty_status_t ty_status_from_plugin(const char *plugin, ty_abi_status_t status) TY_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,6 @@
 /* `trainyard check`: what a model's graphs need from a backend. It builds
- * the graphs `trainyard forward` and `generate` run (or, with --train, the
- * graphs `trainyard train` runs with the same options), asks the backend's
+ * the graphs `trainyard forward` and `generate` run (and, with --train, also
+ * the graphs `trainyard train` runs with the same options), asks the backend's
  * graph_supports about every node, and prints one line per op and dtype:
  * how many nodes, in which graphs, and the plugin's verdict and reason.
  * With `--backend URI?fallback=URI2` it says which refused ops the fallback
@@ -29,9 +29,10 @@ static const char *const ty_check_usage =
     "Builds the graphs a command would run on the device and asks the backend\n"
     "about every node: without --train, those of 'trainyard forward' (logits and\n"
     "loss, and with --grads every parameter's gradient) and 'trainyard generate'\n"
-    "(KV-cache prefill and one-token decode); with --train, those of 'trainyard\n"
-    "train' with the same options (the train step, the optimizer step of\n"
-    "--grad-accum > 1, the validation forward). Prints one line per op and\n"
+    "(KV-cache prefill and one-token decode); with --train, those and the ones\n"
+    "of 'trainyard train' with the same options (the train step, the optimizer\n"
+    "step of --grad-accum > 1, the validation forward): a backend that trains\n"
+    "but cannot generate (no kv_cache_write) fails it. Prints one line per op and\n"
     "dtype: nodes, the graphs that use it, and the backend's verdict with its\n"
     "reason. With 'URI?fallback=URI2' it also says which refused ops the\n"
     "fallback device would run in a mixed run.\n"
@@ -44,7 +45,7 @@ static const char *const ty_check_usage =
     "  --batch-size B     sequences per batch [8]\n"
     "  --seq-len T        tokens per sequence (and prompt length) [64 or the\n"
     "                     model's positions, whichever is smaller]\n"
-    "  --train            check the graphs of 'trainyard train'\n"
+    "  --train            also check the graphs of 'trainyard train'\n"
     "  --dtype D, --optimizer O, --dropout P, --grad-accum N, --decay-all\n"
     "                     as 'trainyard train' (they change the graphs)\n"
     "  --dump-graph P     write each graph as P-<graph>.txt and P-<graph>.dot\n"
@@ -54,7 +55,7 @@ static const char *const ty_check_usage =
     "Exit codes: 0 every op can run, 1 something is missing (or a runtime\n"
     "error), 2 usage error.\n";
 
-#define TY_CHECK_MAX_GRAPHS 4
+#define TY_CHECK_MAX_GRAPHS 8 /* 3 of train, 4 of forward and generate */
 
 typedef struct {
   ty_graph_args_t g;
@@ -199,7 +200,8 @@ static ty_status_t ty_check_build(ty_check_t *c, ty_check_args_t *a,
     if (!s) s = ty_check_graph(c, a, "validation", graph);
     else ty_graph_destroy(graph);
     ty_llm_deinit(&model);
-    return s;
+    /* A trained model is then run by forward and generate: --train adds
+     * its graphs to theirs, it does not replace them. */
   }
   for (int grads = 0; grads < 2 && !s; ++grads) {
     s = ty_forward_graph_build(mc, B, T, dtype, compute_dtype, grads != 0, &graph, &model);

@@ -47,8 +47,10 @@ static const char *const ty_conform_usage =
     "  --ops PATTERN     only ops whose name matches this glob (e.g. 'rope*')\n"
     "  --dtype D         only cases of dtype D (f32, bf16, f16, i32, i64)\n"
     "  --direction DIR   only forward or only backward\n"
-    "  --seed N          the run's seed (default: from the clock, printed);\n"
-    "                    the same seed replays the same inputs\n"
+    "  --seed N          the run's seed, printed; the same seed replays the same\n"
+    "                    inputs. Default: from the clock for the op tiers (new\n"
+    "                    inputs each run), 1234 for the model, step and bisect\n"
+    "                    tiers (a near-miss fails every run, not some)\n"
     "  --tier T          op: each op alone (the per-op tier); graph: each op\n"
     "                    wrapped in a one-node inference graph (forward) or\n"
     "                    train step with an SGD update (backward), for devices\n"
@@ -627,8 +629,11 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
     return ty_conform_list(&a);
   }
   if (!a.backend) return ty_app_usage_error("conform", "--backend URI is required");
-  if (!have_seed) a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
   bool model_tiers = a.tier >= 3 || a.bisect;
+  if (!have_seed && model_tiers) a.seed = TY_TIER_DEFAULT_SEED;
+  if (!have_seed && !model_tiers) {
+    a.seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
+  }
   if (model_tiers) return ty_conform_models_checked(app, &a);
   if (a.against || a.model_args.model_count || a.model_args.steps || a.model_args.tolerance > 0) {
     return ty_app_usage_error("conform",

@@ -32,7 +32,31 @@ struct ty_host_executor_t {
   unsigned char *ones;          /* an unbound loss-gradient seed's ones */
   bool seed_defaulted;          /* the last run used them */
   ty_host_profile_t *profile;   /* NULL unless TRAINYARD_PROFILE is set */
+  /* debug.guards (ty_host_executor_options_t): every activation in a slot
+   * of its own in `debug`, gap g (0..slot_count) at gap_offset[g] before
+   * slot g, the run's pattern of every gap in guard_expect. */
+  bool guards;
+  uint64_t guard_seed, runs;
+  unsigned char *debug;
+  uint64_t debug_bytes;
+  uint64_t *slot_offset;    /* per value; UINT64_MAX: no slot */
+  uint32_t *slot_value;     /* per slot: its value */
+  uint32_t slot_count;
+  uint64_t *gap_offset;     /* slot_count + 1 gaps: each starts at the byte */
+  uint64_t *gap_bytes;      /* right after its slot's end (padding included) */
+  uint64_t *expect_offset;  /* where each gap's pattern is in guard_expect */
+  unsigned char *guard_expect;
+  uint32_t *producer;       /* per value: the node that writes it, or UINT32_MAX */
 };
+
+/* Whether a value lives in the executor's own memory (an arena slot, or the
+ * storage of an output the caller did not bind). */
+static bool ty_host_is_own(const ty_host_executor_t *e, uint32_t v) {
+  const ty_value_storage_t *st = &e->plan.storage[v];
+  return st->kind == TY_STORAGE_ARENA ||
+         (st->kind == TY_STORAGE_BOUND &&
+          ty_host_executor_graph(e)->values[v].role == TY_VALUE_INTERMEDIATE);
+}
 
 static ty_abi_status_t ty_host_oom(const ty_host_executor_t *e, const char *what) {
   return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory %s",
@@ -95,12 +119,190 @@ void ty_host_executor_destroy(ty_host_executor_t *e) {
   free(e->fallback_offset);
   free(e->sorted_named);
   ty_host_mem_free(e->ones);
+  ty_host_mem_free(e->debug);
+  free(e->slot_offset);
+  free(e->slot_value);
+  free(e->gap_offset);
+  free(e->gap_bytes);
+  free(e->expect_offset);
+  free(e->guard_expect);
+  free(e->producer);
   free(e);
+}
+
+ty_abi_status_t ty_host_executor_read_options(const ty_abi_compile_args_t *args,
+                                              const char *plugin,
+                                              ty_host_executor_options_t *out,
+                                              const ty_abi_option_t **out_other) {
+  memset(out, 0, sizeof(*out));
+  *out_other = NULL;
+  const size_t prefix = strlen(TY_ABI_DEBUG_OPTION_PREFIX);
+  for (uint32_t i = 0; i < args->option_count; ++i) {
+    const ty_abi_option_t *o = &args->options[i];
+    if (strncmp(o->key, TY_ABI_DEBUG_OPTION_PREFIX, prefix) != 0) {
+      if (!*out_other) *out_other = o;
+      continue;
+    }
+    if (strcmp(o->key, "debug.guards") != 0) continue; /* a request this SDK does not know */
+    char *end = NULL;
+    unsigned long long seed = strtoull(o->value, &end, 10);
+    if (!o->value[0] || *end || o->value[0] == '-') {
+      return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                             "%s: compile option debug.guards='%s' is not a decimal seed",
+                             plugin, o->value);
+    }
+    out->guards = true;
+    out->guard_seed = seed;
+  }
+  return NULL;
+}
+
+/* debug.guards: a slot per activation between guard gaps, and each value's
+ * producer for the messages. */
+static bool ty_host_guards_layout(ty_host_executor_t *e) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  const uint32_t count = g->value_count ? g->value_count : 1;
+  e->slot_offset = malloc(count * sizeof(uint64_t));
+  e->slot_value = calloc(count, sizeof(uint32_t));
+  e->gap_offset = calloc((size_t)count + 1, sizeof(uint64_t));
+  e->gap_bytes = calloc((size_t)count + 1, sizeof(uint64_t));
+  e->expect_offset = calloc((size_t)count + 1, sizeof(uint64_t));
+  e->producer = malloc(count * sizeof(uint32_t));
+  if (!e->slot_offset || !e->slot_value || !e->gap_offset || !e->gap_bytes ||
+      !e->expect_offset || !e->producer) {
+    return false;
+  }
+  for (uint32_t v = 0; v < count; ++v) {
+    e->slot_offset[v] = UINT64_MAX;
+    e->producer[v] = UINT32_MAX;
+  }
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    for (uint32_t o = 0; o < g->nodes[n].output_count; ++o) {
+      uint32_t v = g->nodes[n].outputs[o];
+      if (v != UINT32_MAX && e->producer[v] == UINT32_MAX) e->producer[v] = n;
+    }
+  }
+  /* Slots start aligned; a gap runs from the last byte of its slot to the
+   * next slot's start, so even a one-byte overrun lands in it. */
+  uint64_t off = TY_HOST_GUARD_BYTES, expect = TY_HOST_GUARD_BYTES; /* gap 0: [0, 64) */
+  e->gap_bytes[0] = TY_HOST_GUARD_BYTES;
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (!ty_host_is_own(e, v)) continue;
+    e->slot_value[e->slot_count] = v;
+    e->slot_offset[v] = off;
+    const uint64_t end = off + e->graph->value_bytes[v];
+    off = ((end + TY_HOST_ARENA_ALIGNMENT - 1) & ~(uint64_t)(TY_HOST_ARENA_ALIGNMENT - 1)) +
+          TY_HOST_GUARD_BYTES;
+    const uint32_t gap = ++e->slot_count;
+    e->gap_offset[gap] = end;
+    e->gap_bytes[gap] = off - end;
+    e->expect_offset[gap] = expect;
+    expect += off - end;
+  }
+  e->debug_bytes = off;
+  e->guard_expect = malloc((size_t)expect);
+  e->debug = ty_host_mem_alloc_aligned(off, TY_HOST_ARENA_ALIGNMENT);
+  return e->guard_expect && e->debug;
+}
+
+static uint64_t ty_host_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* A new pattern per gap and per run: an overrun that copies another slot's
+ * gap, or last run's bytes, never matches. Slots become 0xFF (NaN). */
+static void ty_host_guards_fill(ty_host_executor_t *e) {
+  e->runs++;
+  const uint64_t run_key = ty_host_mix(e->guard_seed * 0x9e3779b97f4a7c15ull + e->runs);
+  for (uint32_t gap = 0; gap <= e->slot_count; ++gap) {
+    unsigned char *want = e->guard_expect + e->expect_offset[gap];
+    const uint64_t key = ty_host_mix(run_key ^ ((uint64_t)gap << 24));
+    for (uint64_t i = 0; i < e->gap_bytes[gap]; ++i) {
+      want[i] = (unsigned char)(ty_host_mix(key + (i >> 3)) >> (8 * (i & 7)));
+    }
+    memcpy(e->debug + e->gap_offset[gap], want, (size_t)e->gap_bytes[gap]);
+    if (gap < e->slot_count) {
+      uint32_t v = e->slot_value[gap];
+      memset(e->debug + e->slot_offset[v], 0xFF, (size_t)e->graph->value_bytes[v]);
+    }
+  }
+}
+
+/* "'name'" or "#v (unnamed)". */
+static void ty_host_value_label(const ty_abi_graph_t *g, uint32_t v, char *out, size_t cap) {
+  if (v == UINT32_MAX) snprintf(out, cap, "none");
+  else if (g->values[v].name && g->values[v].name[0]) snprintf(out, cap, "'%s'", g->values[v].name);
+  else snprintf(out, cap, "#%u (unnamed)", v);
+}
+
+/* "node 14 (gelu, output 'h.0.mlp.act')" */
+static void ty_host_node_label(const ty_host_executor_t *e, uint32_t n, char *out, size_t cap) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  const ty_abi_node_t *node = &g->nodes[n];
+  char value[96];
+  ty_host_value_label(g, node->output_count ? node->outputs[0] : UINT32_MAX, value,
+                      sizeof(value));
+  snprintf(out, cap, "node %u (%s, output %s)", n, node->op, value);
+}
+
+/* DATA_LOSS naming node n and the slot beside the first damaged gap. */
+static ty_abi_status_t ty_host_guards_check(const ty_host_executor_t *e, uint32_t n) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  for (uint32_t gap = 0; gap <= e->slot_count; ++gap) {
+    const unsigned char *got = e->debug + e->gap_offset[gap];
+    const unsigned char *want = e->guard_expect + e->expect_offset[gap];
+    const uint64_t bytes = e->gap_bytes[gap];
+    if (memcmp(got, want, (size_t)bytes) == 0) continue;
+    uint64_t first = 0, changed = 0;
+    while (got[first] == want[first]) ++first;
+    for (uint64_t i = first; i < bytes; ++i) changed += got[i] != want[i];
+    /* The gap after slot gap-1 (an overrun of it), or before slot 0. */
+    const bool after = gap > 0;
+    const uint32_t v = e->slot_value[after ? gap - 1 : 0];
+    char node[160], value[96], maker[160] = "";
+    ty_host_node_label(e, n, node, sizeof(node));
+    ty_host_value_label(g, v, value, sizeof(value));
+    if (e->producer[v] != UINT32_MAX) {
+      snprintf(maker, sizeof(maker), ", written by node %u (%s)", e->producer[v],
+               g->nodes[e->producer[v]].op);
+    }
+    return ty_plugin_error(
+        TY_CODE_DATA_LOSS,
+        "%s: %s wrote outside its memory: %llu of the %llu guard bytes %s arena slot %u "
+        "(value %s, %llu bytes%s) changed, the first at byte %s%llu of the slot "
+        "(debug.guards)",
+        e->plugin, node, (unsigned long long)changed, (unsigned long long)bytes,
+        after ? "after" : "before", after ? gap - 1 : 0, value,
+        (unsigned long long)e->graph->value_bytes[v], maker, after ? "+" : "-",
+        after ? (unsigned long long)(e->graph->value_bytes[v] + first)
+              : (unsigned long long)(bytes - first));
+  }
+  return NULL;
+}
+
+/* A kernel's error, prefixed with the node that raised it. */
+static ty_abi_status_t ty_host_node_error(const ty_host_executor_t *e, uint32_t n,
+                                          ty_abi_status_t s) {
+  const ty_host_api_t *host = ty_plugin_host_api();
+  if (!host || !TY_ABI_HAS_FIELD(host, ty_host_api_t, status_message) || !host->status_message ||
+      !host->status_code) {
+    return s; /* a 1.0 host: its statuses cannot be read */
+  }
+  char node[160];
+  ty_host_node_label(e, n, node, sizeof(node));
+  ty_abi_status_t named =
+      ty_plugin_error(host->status_code(s), "%s: %s", node, host->status_message(s));
+  host->status_free(s);
+  return named;
 }
 
 bool ty_host_executor_seed_defaulted(const ty_host_executor_t *e) { return e->seed_defaulted; }
 
-uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) { return e->plan.arena_bytes; }
+uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) {
+  return e->guards ? e->debug_bytes : e->plan.arena_bytes;
+}
 
 void ty_host_executor_memory(const ty_host_executor_t *e, ty_abi_executable_memory_t *out) {
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
@@ -109,7 +311,7 @@ void ty_host_executor_memory(const ty_host_executor_t *e, ty_abi_executable_memo
     uint64_t w = ty_abi_node_workspace_bytes(g, &g->nodes[n]);
     if (w > scratch) scratch = w;
   }
-  out->arena_bytes = e->plan.arena_bytes;
+  out->arena_bytes = ty_host_executor_arena_bytes(e);
   if (TY_ABI_HAS_FIELD(out, ty_abi_executable_memory_t, scratch_bytes)) out->scratch_bytes = scratch;
   if (TY_ABI_HAS_FIELD(out, ty_abi_executable_memory_t, host_bytes)) out->host_bytes = 0;
 }
@@ -159,15 +361,25 @@ static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
 ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char *plugin,
                                         ty_host_kernel_finder_t finder, void *finder_user,
                                         ty_host_executor_t **out) {
+  return ty_host_executor_create_opts(graph, plugin, finder, finder_user, NULL, out);
+}
+
+ty_abi_status_t ty_host_executor_create_opts(const ty_abi_graph_t *graph, const char *plugin,
+                                             ty_host_kernel_finder_t finder, void *finder_user,
+                                             const ty_host_executor_options_t *options,
+                                             ty_host_executor_t **out) {
   *out = NULL;
   ty_host_executor_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_host_oom(NULL, "compiling a graph");
   snprintf(e->plugin, sizeof(e->plugin), "%s", plugin ? plugin : "host");
+  e->guards = options && options->guards;
+  e->guard_seed = options ? options->guard_seed : 0;
   e->graph = ty_owned_graph_copy(graph);
   if (!e->graph) goto oom;
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   if (ty_memory_plan_build(e->graph, TY_HOST_ARENA_ALIGNMENT, &e->plan) != TY_CODE_OK) goto oom;
-  if (e->plan.arena_bytes) {
+  if (e->guards && !ty_host_guards_layout(e)) goto oom;
+  if (e->plan.arena_bytes && !e->guards) {
     /* Counted as device memory (host_meter.h). */
     e->arena = ty_host_mem_alloc_aligned(e->plan.arena_bytes, TY_HOST_ARENA_ALIGNMENT);
     if (!e->arena) {
@@ -256,7 +468,9 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
     const ty_value_storage_t *st = &e->plan.storage[v];
     switch (st->kind) {
       case TY_STORAGE_CONSTANT: e->data[v] = (void *)val->const_data; break;
-      case TY_STORAGE_ARENA: e->data[v] = e->arena + st->offset; break;
+      case TY_STORAGE_ARENA:
+        e->data[v] = e->guards ? e->debug + e->slot_offset[v] : e->arena + st->offset;
+        break;
       case TY_STORAGE_STATE_ALIAS: break; /* after bound values are known */
       case TY_STORAGE_VIEW: break;        /* after every other kind */
       case TY_STORAGE_BOUND:
@@ -273,6 +487,10 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
           return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s '%s' is not bound",
                                  e->plugin, val->role == TY_VALUE_STATE ? "state" : "input",
                                  val->name);
+        }
+        if (e->guards) {
+          e->data[v] = e->debug + e->slot_offset[v];
+          break;
         }
         if (!e->fallback && e->fallback_bytes) {
           e->fallback = ty_host_mem_alloc(e->fallback_bytes);
@@ -345,6 +563,7 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   ty_host_node_ctx_t ctx = {.graph = g, .data = e->data, .threads = threads};
   const bool profile = e->profile != NULL;
+  if (e->guards) ty_host_guards_fill(e);
   for (uint32_t n = 0; n < g->node_count; ++n) {
     if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
     const double t0 = profile ? ty_host_profile_now() : 0.0;
@@ -355,6 +574,9 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
     } else {
       s = (ty_abi_status_t)(void *)ty_ref_execute_node(g, n, e->data);
     }
+    /* The reference kernels name the node themselves; a plugin's do not. */
+    if (s && e->kernels[n]) s = ty_host_node_error(e, n, s);
+    if (!s && e->guards) s = ty_host_guards_check(e, n);
     if (!s) s = ty_host_collective_node(e, n, args);
     if (profile) ty_host_profile_add(e->profile, n, ty_host_profile_now() - t0);
     if (s) return s;

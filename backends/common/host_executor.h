@@ -45,6 +45,31 @@ typedef void (*ty_host_buffer_view_t)(ty_abi_buffer_t *buffer, unsigned char **o
 
 typedef struct ty_host_executor_t ty_host_executor_t;
 
+/* What the executor itself reads from a compile's options: the host's
+ * debugging requests (ABI 1.9 "debug." keys, hal/backend_abi.h). */
+typedef struct ty_host_executor_options_t {
+  /* debug.guards=SEED: every activation gets its own arena slot (no reuse)
+   * with a guard gap of TY_HOST_GUARD_BYTES before it and after it, filled
+   * at each run with a pattern of its own (from SEED, the run and the gap)
+   * and checked after every node; the first damaged gap fails the run,
+   * naming the node that ran and the slot beside the gap. Slots start
+   * every run as 0xFF bytes (NaN in every float dtype). */
+  bool guards;
+  uint64_t guard_seed;
+} ty_host_executor_options_t;
+
+#define TY_HOST_GUARD_BYTES 64u
+
+/* Reads the "debug." keys of `args` into *out (zeroed first; debug keys it
+ * does not know are ignored, as ABI 1.9 asks) and sets *out_other to the
+ * first option that is not a debug request (NULL: none), for the plugin to
+ * take or refuse with its own message. INVALID_ARGUMENT, prefixed with
+ * `plugin`, for a debug.guards value that is not a decimal number. */
+ty_abi_status_t ty_host_executor_read_options(const ty_abi_compile_args_t *args,
+                                              const char *plugin,
+                                              ty_host_executor_options_t *out,
+                                              const ty_abi_option_t **out_other);
+
 /* graph_supports for a host device: every op the reference implements, for
  * operand dtypes in `dtype_mask`. `plugin` names the plugin in reasons. */
 ty_abi_status_t ty_host_supports(const ty_abi_graph_t *graph, uint32_t dtype_mask,
@@ -55,11 +80,18 @@ ty_abi_status_t ty_host_supports(const ty_abi_graph_t *graph, uint32_t dtype_mas
 ty_abi_status_t ty_host_executor_create(const ty_abi_graph_t *graph, const char *plugin,
                                         ty_host_kernel_finder_t finder, void *finder_user,
                                         ty_host_executor_t **out_executor);
+/* ty_host_executor_create with options (NULL: none). */
+ty_abi_status_t ty_host_executor_create_opts(const ty_abi_graph_t *graph, const char *plugin,
+                                             ty_host_kernel_finder_t finder, void *finder_user,
+                                             const ty_host_executor_options_t *options,
+                                             ty_host_executor_t **out_executor);
 void ty_host_executor_destroy(ty_host_executor_t *executor);
 
 /* Runs once with named bindings. An unbound INPUT flagged
  * TY_VALUE_FLAG_LOSS_SEED reads ones; any other unbound INPUT or STATE is
- * INVALID_ARGUMENT. */
+ * INVALID_ARGUMENT. A kernel's error comes back prefixed with the node
+ * ("node 14 (gelu, output 'h.0.mlp.act'): ..."); with debug guards, a
+ * damaged guard gap is DATA_LOSS naming the node and the slot. */
 ty_abi_status_t ty_host_executor_run(ty_host_executor_t *executor,
                                      const ty_abi_execute_args_t *args,
                                      ty_host_buffer_view_t view, uint32_t threads);

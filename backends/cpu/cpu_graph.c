@@ -62,18 +62,23 @@ void cpu_executable_destroy(ty_abi_executable_t *e) {
 ty_abi_status_t cpu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
                                   ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
-  if (args->option_count > 0) {
+  ty_host_executor_options_t options;
+  const ty_abi_option_t *other = NULL;
+  ty_abi_status_t bad = ty_host_executor_read_options(args, "cpu", &options, &other);
+  if (bad) return bad;
+  if (other) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cpu: unknown compile option '%s' (the cpu backend "
                            "takes none; use device options such as cpu?threads=N)",
-                           args->options[0].key);
+                           other->key);
   }
   ty_abi_status_t refused = ty_host_refuse_offload(args->graph, "cpu");
   if (refused) return refused;
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cpu: out of memory compiling");
   e->device = device;
-  ty_abi_status_t s = ty_host_executor_create(args->graph, "cpu", cpu_find, device, &e->executor);
+  ty_abi_status_t s =
+      ty_host_executor_create_opts(args->graph, "cpu", cpu_find, device, &options, &e->executor);
   if (s) {
     free(e);
     return s;

@@ -48,8 +48,10 @@ void df_executable_destroy(ty_abi_executable_t *e) {
 }
 
 /* Creates the executor for the scheduled graph and charges its arena. */
-static ty_abi_status_t df_executable_start(ty_abi_executable_t *e, const ty_abi_graph_t *scheduled) {
-  ty_abi_status_t s = ty_host_executor_create(scheduled, DF_NAME, df_find_kernel, NULL, &e->executor);
+static ty_abi_status_t df_executable_start(ty_abi_executable_t *e, const ty_abi_graph_t *scheduled,
+                                           const ty_host_executor_options_t *options) {
+  ty_abi_status_t s = ty_host_executor_create_opts(scheduled, DF_NAME, df_find_kernel, NULL,
+                                                   options, &e->executor);
   if (s) return s;
   uint64_t arena = ty_host_executor_arena_bytes(e->executor);
   s = df_device_charge(e->device, arena, "the executable's activations");
@@ -60,12 +62,16 @@ static ty_abi_status_t df_executable_start(ty_abi_executable_t *e, const ty_abi_
 ty_abi_status_t df_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
                                  ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
-  if (args->option_count > 0) {
+  ty_host_executor_options_t options;
+  const ty_abi_option_t *other = NULL;
+  ty_abi_status_t bad = ty_host_executor_read_options(args, DF_NAME, &options, &other);
+  if (bad) return bad;
+  if (other) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "dataflow: unknown compile option '%s' (the dataflow backend takes "
                            "none; the target comes from the device URI, e.g. "
                            "dataflow?tiles=2&mem_per_tile=32M)",
-                           args->options[0].key);
+                           other->key);
   }
   const ty_abi_graph_t *g = args->graph;
   /* Memory levers its static schedule would undo: sections run every
@@ -116,7 +122,7 @@ ty_abi_status_t df_graph_compile(ty_abi_device_t *device, const ty_abi_compile_a
     ty_abi_graph_t scheduled = *g;
     for (uint32_t i = 0; i < g->node_count; ++i) nodes[i] = g->nodes[order[i]];
     scheduled.nodes = nodes;
-    s = df_executable_start(e, &scheduled);
+    s = df_executable_start(e, &scheduled, &options);
   }
   if (!s) s = df_place(ty_host_executor_graph(e->executor), &e->plan);
   free(order);
@@ -426,7 +432,7 @@ ty_abi_status_t df_executable_deserialize(ty_abi_device_t *device,
       (!expected->hash_hex || strncmp(expected->hash_hex, e->plan.graph_hash, 64) != 0)) {
     s = df_explain_mismatch(e, expected);
   }
-  if (!s) s = df_executable_start(e, &graph);
+  if (!s) s = df_executable_start(e, &graph, NULL);
   free(block); /* the executor keeps its own copy */
   if (!s && !(e->artifact = malloc(args->size ? (size_t)args->size : 1))) s = df_oom();
   if (s) {

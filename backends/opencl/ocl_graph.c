@@ -379,10 +379,16 @@ static ty_abi_status_t ty_ocl_upload(ty_abi_executable_t *e, uint64_t bytes, con
 ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
                                      ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
-  if (args->option_count > 0) {
+  for (uint32_t i = 0; i < args->option_count; ++i) {
+    /* ABI 1.9: "debug." keys are the host's requests, ignored when not
+     * implemented (this executor has no guard mode yet). */
+    if (strncmp(args->options[i].key, TY_ABI_DEBUG_OPTION_PREFIX,
+                strlen(TY_ABI_DEBUG_OPTION_PREFIX)) == 0) {
+      continue;
+    }
     return ty_ocl_error(TY_CODE_INVALID_ARGUMENT,
                         "%s: unknown compile option '%s' (the opencl backend takes none)",
-                        device->label, args->options[0].key);
+                        device->label, args->options[i].key);
   }
   /* Optimizer offload needs pinned host buffers and host-side updates,
    * which this executor does not have yet (ABI 1.3, docs/plugin-abi.md). */

@@ -241,9 +241,17 @@ static ty_abi_status_t template_graph_compile(ty_abi_device_t *device,
                                               const ty_abi_compile_args_t *args,
                                               ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
-  if (args->option_count > 0) {
+  /* Compile options are yours to define; keys starting with "debug." are
+   * the host's debugging requests (ABI 1.9), which the SDK's executor reads
+   * (debug.guards: guard gaps between its arena slots, which conform asks
+   * for) and which you must never refuse. */
+  ty_host_executor_options_t options;
+  const ty_abi_option_t *other = NULL;
+  ty_abi_status_t bad = ty_host_executor_read_options(args, "template", &options, &other);
+  if (bad) return bad;
+  if (other) {
     return template_error(device->backend->host, TY_CODE_INVALID_ARGUMENT,
-                          "template: unknown compile option '%s'", args->options[0].key);
+                          "template: unknown compile option '%s'", other->key);
   }
   /* ABI 1.3: a state the host wants in pinned host memory (optimizer
    * offload) means nothing here, where device memory is host memory. A
@@ -256,7 +264,8 @@ static ty_abi_status_t template_graph_compile(ty_abi_device_t *device,
                                               "template: out of memory compiling");
   }
   /* No finder: every node runs its reference kernel. */
-  ty_abi_status_t s = ty_host_executor_create(args->graph, "template", NULL, NULL, &e->executor);
+  ty_abi_status_t s =
+      ty_host_executor_create_opts(args->graph, "template", NULL, NULL, &options, &e->executor);
   if (s) {
     free(e);
     return s;

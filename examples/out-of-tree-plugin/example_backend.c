@@ -176,14 +176,19 @@ static ty_abi_status_t example_graph_compile(ty_abi_device_t *device,
                                              ty_abi_executable_t **out_executable) {
   (void)device;
   *out_executable = NULL;
-  if (args->option_count > 0) {
+  /* "debug." keys (ABI 1.9) are the host's requests; the executor reads them. */
+  ty_host_executor_options_t options;
+  const ty_abi_option_t *other = NULL;
+  ty_abi_status_t bad = ty_host_executor_read_options(args, "example", &options, &other);
+  if (bad) return bad;
+  if (other) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "example: unknown compile option '%s'",
-                           args->options[0].key);
+                           other->key);
   }
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "example: out of memory compiling");
-  ty_abi_status_t s = ty_host_executor_create(args->graph, "example", example_finder, NULL,
-                                              &e->executor);
+  ty_abi_status_t s = ty_host_executor_create_opts(args->graph, "example", example_finder, NULL,
+                                                   &options, &e->executor);
   if (s) {
     free(e);
     return s;

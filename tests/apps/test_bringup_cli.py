@@ -100,6 +100,12 @@ class CacheTest(Base):
                                                "*.fail")))
         r = self.train(plugin, os.path.join(self.tmp, "b"), rc=1)
         self.assertIn("a cached compile failure", r.stderr)
+        # The replay says when the refusal was recorded, that it is replayed
+        # without compiling, and how to compile again.
+        self.assertRegex(r.stderr, r"a cached compile failure, recorded "
+                         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ in \S+\.fail: this is the "
+                         r"refusal the plugin gave then, replayed without compiling; run "
+                         r"with --retry-failed to compile again")
         # Rebuilt with gelu and gelu_backward (same name, same version): it
         # compiles and trains instead of replaying the refusal.
         plugin = self.plugin_copy("partial-rebuilt")
@@ -159,13 +165,15 @@ class CheckTest(Base):
         # The train step of the same model, with the train options.
         data = json.loads(self.check("partial", "--train", "--grad-accum", "2", "--dropout",
                                      "0.1", "--json", rc=1).stdout)
+        # ... added to forward's and generate's (a trained model runs them).
         self.assertEqual([g["name"] for g in data["graphs"]],
-                         ["train-step", "optimizer-step", "validation"])
+                         ["train-step", "optimizer-step", "validation", "forward",
+                          "forward-grads", "generate-prefill", "generate-decode"])
         ops = {o["op"]: o for o in data["ops"]}
         self.assertIn("adamw_update", ops)
         self.assertIn("dropout_backward", ops)
         self.assertEqual(ops["gelu_backward"]["status"], "MISSING")
-        self.assertEqual(ops["gelu_backward"]["graphs"], ["train-step"])
+        self.assertEqual(ops["gelu_backward"]["graphs"], ["train-step", "forward-grads"])
         self.assertIs(data["collectives"], False)
 
     def test_complete_plugin_misses_nothing(self):

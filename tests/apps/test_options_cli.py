@@ -1021,7 +1021,9 @@ class CheckOptionsTest(Base):
         self.assertEqual({o["dtype"] for o in self.check(*(preset + ["--dtype", "bf16"]))["ops"]
                           if o["op"] == "matmul"}, {"bf16"})                 # --dtype
         train = self.check(*(preset + ["--train"]))                          # --train
-        self.assertEqual([g["name"] for g in train["graphs"]], ["train-step", "validation"])
+        self.assertEqual([g["name"] for g in train["graphs"]],         # added, not replaced
+                         ["train-step", "validation", "forward", "forward-grads",
+                          "generate-prefill", "generate-decode"])
         self.assertIn("adamw_update", {o["op"] for o in train["ops"]})
         sgd = {o["op"] for o in self.check(*(preset + ["--train", "--optimizer", "sgd"]))["ops"]}
         self.assertIn("sgd_update", sgd)                                     # --optimizer

@@ -1,15 +1,22 @@
-/* "faulty": a deliberately broken backend that proves `trainyard conform` can
- * fail. It runs graphs node by node with the reference kernels (so without
- * a fault it is correct) and, opened as `faulty?fault=KIND:OP`, breaks op OP:
+/* "faulty": a deliberately broken backend that proves `trainyard conform`
+ * (and the core's contract checks) can fail. It runs graphs on the SDK's host
+ * executor with the reference kernels (so without a fault it is correct)
+ * and, opened as `faulty?fault=KIND:OP`, breaks op OP:
  *
  *   perturb      scales OP's first output by 1.05 (a wrong kernel)
  *   nan          sets element 0 of OP's first output to NaN
  *   overflow     writes 4 bytes just past OP's first output
+ *   offbyone     copies one element too many from OP's first input to its
+ *                first output (the element past the input's end lands past
+ *                the output's end): the usual off-by-one copy kernel
  *   skip         never runs OP (its outputs keep whatever was there)
  *   input        adds 1 to element 0 of OP's first input after running it
  *   unsupported  graph_supports refuses OP
+ *   error        OP's kernel fails (INTERNAL "faulty: OP kernel failed")
+ *   okerror      OP's kernel fails with a status made with code OK
  *
- * Built for the tests only, into their own folder; never installed. */
+ * and `faulty?fault=nodevice` makes device_open return OK without a
+ * device. Built for the tests only, into their own folder; never installed. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,6 +24,7 @@
 #include <string.h>
 
 #include "backends/common/abi_graph.h"
+#include "backends/common/host_executor.h"
 #include "backends/common/plugin_status.h"
 #include "hal/backend_abi.h"
 #include "hal/half.h"
@@ -25,7 +33,12 @@
 #define FAULTY_SLACK 64 /* every allocation has this much room past its end */
 
 typedef enum { FAULT_NONE, FAULT_PERTURB, FAULT_NAN, FAULT_OVERFLOW, FAULT_SKIP,
-               FAULT_INPUT, FAULT_UNSUPPORTED } faulty_kind_t;
+               FAULT_INPUT, FAULT_UNSUPPORTED, FAULT_OFFBYONE, FAULT_ERROR, FAULT_OKERROR,
+               FAULT_NODEVICE, FAULT_COUNT_ } faulty_kind_t;
+
+static const char *const faulty_kinds[FAULT_COUNT_] = {
+    "", "perturb", "nan", "overflow", "skip", "input", "unsupported", "offbyone", "error",
+    "okerror", "nodevice"};
 
 struct ty_abi_backend_s {
   const ty_host_api_t *host;
@@ -39,8 +52,7 @@ struct ty_abi_buffer_s {
   unsigned char *data;
 };
 struct ty_abi_executable_s {
-  ty_abi_device_t *device;
-  ty_owned_graph_t *graph;
+  ty_host_executor_t *executor;
 };
 
 static ty_abi_status_t faulty_backend_create(const ty_abi_backend_create_args_t *args,
@@ -81,26 +93,29 @@ static ty_abi_status_t faulty_device_open(ty_abi_backend_t *b,
                                           const ty_abi_device_open_args_t *args,
                                           ty_abi_device_t **out) {
   (void)b;
-  static const char *const kinds[] = {"", "perturb", "nan", "overflow", "skip", "input",
-                                      "unsupported"};
   ty_abi_device_t d = {FAULT_NONE, ""};
   for (uint32_t i = 0; i < args->option_count; ++i) {
     const ty_abi_option_t *o = &args->options[i];
-    const char *colon = strchr(o->value, ':');
     if (strcmp(o->key, "fault") != 0) {
       return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                              "faulty: unknown device option '%s' (known: fault)", o->key);
     }
-    for (int k = 1; colon && k < 7; ++k) {
-      if (strlen(kinds[k]) == (size_t)(colon - o->value) &&
-          strncmp(kinds[k], o->value, (size_t)(colon - o->value)) == 0) {
+    if (strcmp(o->value, "nodevice") == 0) {
+      *out = NULL; /* the fault: OK, and no device */
+      return NULL;
+    }
+    const char *colon = strchr(o->value, ':');
+    for (int k = 1; colon && k < FAULT_NODEVICE; ++k) {
+      if (strlen(faulty_kinds[k]) == (size_t)(colon - o->value) &&
+          strncmp(faulty_kinds[k], o->value, (size_t)(colon - o->value)) == 0) {
         d.fault = (faulty_kind_t)k;
       }
     }
     if (d.fault == FAULT_NONE || strlen(colon + 1) >= sizeof(d.op) || !colon[1]) {
       return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                              "faulty: fault='%s' is not KIND:OP with KIND one of perturb, "
-                             "nan, overflow, skip, input, unsupported",
+                             "nan, overflow, offbyone, skip, input, unsupported, error, "
+                             "okerror (or 'nodevice')",
                              o->value);
     }
     snprintf(d.op, sizeof(d.op), "%s", colon + 1);
@@ -169,32 +184,28 @@ static ty_abi_status_t faulty_graph_supports(ty_abi_device_t *d, const ty_abi_gr
   return NULL;
 }
 
-static ty_abi_status_t faulty_graph_compile(ty_abi_device_t *d, const ty_abi_compile_args_t *args,
-                                            ty_abi_executable_t **out) {
-  *out = calloc(1, sizeof(**out));
-  if (*out) (*out)->graph = ty_owned_graph_copy(args->graph);
-  if (!*out || !(*out)->graph) {
-    free(*out);
-    *out = NULL;
-    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "faulty: out of memory");
+/* Applies `fault` after (or instead of) node ctx->node's reference kernel. */
+static ty_abi_status_t faulty_run(const ty_host_node_ctx_t *ctx, faulty_kind_t fault) {
+  const ty_abi_graph_t *g = ctx->graph;
+  const ty_abi_node_t *node = ctx->node;
+  void *const *data = ctx->data;
+  switch (fault) {
+    case FAULT_SKIP: return NULL;
+    case FAULT_ERROR:
+      return ty_plugin_error(TY_CODE_INTERNAL, "faulty: %s kernel failed (a planted fault)",
+                             node->op);
+    case FAULT_OKERROR:
+      return ty_plugin_error(TY_CODE_OK, "faulty: %s kernel failed (a planted fault)",
+                             node->op);
+    default: break;
   }
-  (*out)->device = d;
-  return NULL;
-}
-
-static void faulty_executable_destroy(ty_abi_executable_t *e) {
-  if (e) ty_owned_graph_free(e->graph);
-  free(e);
-}
-
-/* Applies the device's fault after node `node` ran. */
-static void faulty_break(const ty_abi_executable_t *e, const ty_abi_node_t *node,
-                         void *const *data) {
-  const ty_abi_graph_t *g = &e->graph->graph;
+  ty_abi_status_t s = (ty_abi_status_t)(void *)ty_ref_execute_node(g, ctx->node_index, data);
+  if (s) return s;
   uint32_t out = node->outputs[0];
   const ty_abi_value_t *v = &g->values[out];
   int64_t n = ty_abi_value_elements(v);
-  switch (e->device->fault) {
+  size_t out_bytes = (size_t)n * ty_abi_dtype_size(v->dtype);
+  switch (fault) {
     case FAULT_PERTURB:
       for (int64_t i = 0; i < n && v->dtype == TY_DTYPE_F32; ++i) ((float *)data[out])[i] *= 1.05f;
       for (int64_t i = 0; i < n && v->dtype == TY_DTYPE_BF16; ++i) {
@@ -213,8 +224,18 @@ static void faulty_break(const ty_abi_executable_t *e, const ty_abi_node_t *node
       }
       break;
     case FAULT_OVERFLOW:
-      memset((unsigned char *)data[out] + e->graph->value_bytes[out], 0x5A, 4);
+      memset((unsigned char *)data[out] + out_bytes, 0x5A, 4);
       break;
+    case FAULT_OFFBYONE: {
+      /* for (i = 0; i <= n; ++i) y[i] = x[i]: the element past x's end
+       * (the first bytes of whatever follows x) lands past y's end. */
+      uint32_t in = node->inputs[0];
+      size_t in_bytes = (size_t)ty_abi_value_elements(&g->values[in]) *
+                        ty_abi_dtype_size(g->values[in].dtype);
+      memcpy((unsigned char *)data[out] + out_bytes,
+             (const unsigned char *)data[in] + in_bytes, ty_abi_dtype_size(v->dtype));
+      break;
+    }
     case FAULT_INPUT: {
       uint32_t in = node->inputs[0];
       if (g->values[in].dtype == TY_DTYPE_F32 && ty_abi_value_elements(&g->values[in])) {
@@ -226,48 +247,72 @@ static void faulty_break(const ty_abi_executable_t *e, const ty_abi_node_t *node
     }
     default: break;
   }
+  return NULL;
+}
+
+/* The executor's kernels take no user pointer: one per fault. */
+#define FAULTY_KERNEL(kind, name) \
+  static ty_abi_status_t faulty_##name(const ty_host_node_ctx_t *ctx) { return faulty_run(ctx, kind); }
+FAULTY_KERNEL(FAULT_PERTURB, perturb)
+FAULTY_KERNEL(FAULT_NAN, nan)
+FAULTY_KERNEL(FAULT_OVERFLOW, overflow)
+FAULTY_KERNEL(FAULT_OFFBYONE, offbyone)
+FAULTY_KERNEL(FAULT_SKIP, skip)
+FAULTY_KERNEL(FAULT_INPUT, input)
+FAULTY_KERNEL(FAULT_ERROR, error)
+FAULTY_KERNEL(FAULT_OKERROR, okerror)
+
+static ty_host_kernel_fn_t faulty_find(void *user, const ty_abi_graph_t *graph, uint32_t n,
+                                       ty_abi_status_t *out_error) {
+  (void)out_error;
+  const ty_abi_device_t *d = user;
+  if (d->fault == FAULT_NONE || strcmp(graph->nodes[n].op, d->op) != 0) return NULL;
+  switch (d->fault) {
+    case FAULT_PERTURB: return faulty_perturb;
+    case FAULT_NAN: return faulty_nan;
+    case FAULT_OVERFLOW: return faulty_overflow;
+    case FAULT_OFFBYONE: return faulty_offbyone;
+    case FAULT_SKIP: return faulty_skip;
+    case FAULT_INPUT: return faulty_input;
+    case FAULT_ERROR: return faulty_error;
+    case FAULT_OKERROR: return faulty_okerror;
+    default: return NULL;
+  }
+}
+
+static ty_abi_status_t faulty_graph_compile(ty_abi_device_t *d, const ty_abi_compile_args_t *args,
+                                            ty_abi_executable_t **out) {
+  ty_host_executor_options_t options;
+  const ty_abi_option_t *other = NULL;
+  ty_abi_status_t s = ty_host_executor_read_options(args, "faulty", &options, &other);
+  if (s) return s;
+  if (other) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "faulty: unknown compile option '%s'",
+                           other->key);
+  }
+  *out = calloc(1, sizeof(**out));
+  if (!*out) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "faulty: out of memory");
+  s = ty_host_executor_create_opts(args->graph, "faulty", faulty_find, d, &options,
+                                   &(*out)->executor);
+  if (s) {
+    free(*out);
+    *out = NULL;
+  }
+  return s;
+}
+
+static void faulty_executable_destroy(ty_abi_executable_t *e) {
+  if (e) ty_host_executor_destroy(e->executor);
+  free(e);
+}
+
+static void faulty_buffer_view(ty_abi_buffer_t *b, unsigned char **out_data, uint64_t *out_size) {
+  *out_data = b->data;
+  *out_size = b->size;
 }
 
 static ty_abi_status_t faulty_execute(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
-  const ty_abi_graph_t *g = &e->graph->graph;
-  void **data = calloc(g->value_count ? g->value_count : 1, sizeof(void *));
-  bool *owned = calloc(g->value_count ? g->value_count : 1, sizeof(bool));
-  ty_abi_status_t s = (!data || !owned) ? ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "faulty: out of memory") : NULL;
-  for (uint32_t b = 0; b < args->binding_count && !s; ++b) {
-    for (uint32_t v = 0; v < g->value_count; ++v) {
-      if (strcmp(g->values[v].name, args->bindings[b].name) == 0) {
-        data[v] = args->bindings[b].buffer->data + args->bindings[b].offset;
-      }
-    }
-  }
-  for (uint32_t v = 0; v < g->value_count && !s; ++v) {
-    if (g->values[v].role == TY_VALUE_CONSTANT) data[v] = (void *)g->values[v].const_data;
-    if (data[v]) continue;
-    if (g->values[v].role != TY_VALUE_INTERMEDIATE) {
-      s = ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "faulty: '%s' is not bound", g->values[v].name);
-    } else if (!(data[v] = calloc(1, (size_t)e->graph->value_bytes[v] + FAULTY_SLACK))) {
-      s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "faulty: out of memory");
-    } else {
-      owned[v] = true;
-    }
-  }
-  for (uint32_t n = 0; n < g->node_count && !s; ++n) {
-    const ty_abi_node_t *node = &g->nodes[n];
-    bool hit = e->device->fault != FAULT_NONE && strcmp(node->op, e->device->op) == 0;
-    if (hit && e->device->fault == FAULT_SKIP) continue;
-    s = (ty_abi_status_t)(void *)ty_ref_execute_node(g, n, data);
-    if (!s && hit) faulty_break(e, node, data);
-  }
-  for (uint32_t u = 0; u < g->update_count && !s; ++u) {
-    const ty_abi_state_update_t *up = &g->updates[u];
-    memmove(data[up->state], data[up->value], (size_t)e->graph->value_bytes[up->state]);
-  }
-  for (uint32_t v = 0; data && v < g->value_count; ++v) {
-    if (owned[v]) free(data[v]);
-  }
-  free(data);
-  free(owned);
-  return s;
+  return ty_host_executor_run(e->executor, args, faulty_buffer_view, 1);
 }
 
 static const ty_backend_api_t faulty_api = {

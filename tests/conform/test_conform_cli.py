@@ -291,6 +291,68 @@ class FaultTest(unittest.TestCase):
                     self.assertEqual(row["status"], "fail", row)
                     self.assertIn(needle, row["reason"])
 
+    def test_off_by_one_copy_is_caught(self):
+        # y[i] = x[i] for i <= n: x's guard bytes land past y's end. Every
+        # buffer's guards have a pattern of their own, so the copy shows.
+        data, _ = conform_json(self, "--backend", "faulty?fault=offbyone:gelu", "--ops", "gelu",
+                               "--direction", "forward", rc=1)
+        self.assertTrue(data)
+        for row in data:
+            self.assertEqual(row["status"], "fail", row)
+            self.assertRegex(row["reason"], r"wrote outside value 'y0': \d+ of the 256 guard "
+                             r"bytes after it changed \(the first at byte \+\d+ of the tensor\)")
+
+    def test_host_executor_guards_name_node_and_slot(self):
+        # softmax's backward graph keeps softmax's output in the executor's
+        # arena: conform turns on the executor's guard gaps (debug.guards),
+        # so an overrun there names the node and the slot.
+        for fault in ("overflow:softmax", "offbyone:softmax"):
+            with self.subTest(fault=fault):
+                data, _ = conform_json(self, "--backend", "faulty?fault=" + fault, "--ops",
+                                       "softmax", "--dtype", "f32", "--direction", "backward",
+                                       rc=1)
+                self.assertTrue(data)
+                for row in data:
+                    self.assertEqual(row["status"], "fail", row)
+                    self.assertRegex(row["reason"], r"DATA_LOSS: .*faulty: node 0 \(softmax, "
+                                     r"output #\d+ \(unnamed\)\) wrote outside its memory: "
+                                     r"\d+ of the \d+ guard bytes after arena slot 0 .*"
+                                     r"written by node 0 \(softmax\)\) changed.*debug\.guards")
+
+    def test_plugin_contract_errors_are_named(self):
+        # A kernel's error names the node (the host executor adds it).
+        data, _ = conform_json(self, "--backend", "faulty?fault=error:gelu", "--ops", "gelu",
+                               "--direction", "forward", rc=1)
+        for row in data:
+            self.assertIn("on faulty:0: node 0 (gelu, output 'y0'): faulty: gelu kernel "
+                          "failed", row["reason"])
+        # An error made with code OK is the plugin's contract error, message kept.
+        data, _ = conform_json(self, "--backend", "faulty?fault=okerror:gelu", "--ops", "gelu",
+                               "--direction", "forward", rc=1)
+        for row in data:
+            self.assertIn("INTERNAL: ", row["reason"])
+            self.assertIn("node 0 (gelu, output 'y0'): plugin 'faulty' returned an error with "
+                          "code OK (a plugin contract error: an error needs a code other than "
+                          "OK): faulty: gelu kernel failed", row["reason"])
+        # device_open returning OK without a device.
+        r = conform("--backend", "faulty?fault=nodevice", "--ops", "gelu")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("INTERNAL: opening device 'faulty?fault=nodevice': plugin 'faulty' (", r.stderr)
+        self.assertIn("device_open returned OK without a device", r.stderr)
+
+    def test_check_train_keeps_forward_and_generate(self):
+        # --train adds the train graphs to forward's and generate's: a
+        # backend that trains but has no kv_cache_write fails it.
+        r = run(["--plugin-path", CFG.faulty_dir, "check", "--backend",
+                 "faulty?fault=unsupported:kv_cache_write", "--preset", "gpt2-tiny",
+                 "--vocab-size", "96", "--train", "--json"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        report = json.loads(r.stdout)
+        names = {g["name"] for g in report["graphs"]}
+        self.assertLessEqual({"train-step", "validation", "forward", "forward-grads",
+                              "generate-prefill", "generate-decode"}, names)
+        self.assertIn("kv_cache_write is switched off", r.stdout)
+
     def test_unsupported_is_reported_not_failed(self):
         data, _ = conform_json(self, "--backend", "faulty?fault=unsupported:rope", "--ops",
                                "rope*")
@@ -395,6 +457,25 @@ class ModelTiersTest(unittest.TestCase):
                 for x in rows:
                     self.assertLessEqual(x["rel_gap"], 1e-4)
                     self.assertGreater(x["loss"], 1.0)
+
+    def test_step_tier_seed_is_fixed_printed_and_overridable(self):
+        # The default seed is fixed (not the clock), so a near-miss fails
+        # every run or none: two runs print it and draw the same batches.
+        def step(*extra):
+            r = run(["conform", "--backend", "cpu", "--tier", "step", "--model", "gpt2",
+                     "--steps", "1"] + list(extra), timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            loss = re.search(r"^gpt2\s+1 pass\s+(\S+)", r.stdout, re.M)
+            self.assertTrue(loss, r.stdout)
+            return r.stdout, loss.group(1)
+        out1, loss1 = step()
+        out2, loss2 = step()
+        self.assertIn("seed 1234; --seed N to change", out1)
+        self.assertIn("seed 1234; --seed N to change", out2)
+        self.assertEqual(loss1, loss2)
+        out3, loss3 = step("--seed", "7")
+        self.assertIn("seed 7; --seed N to change", out3)
+        self.assertNotEqual(loss3, loss1)
 
     def test_tiers_catch_wrong_kernels(self):
         # A gelu 5 % off fails gpt2's tensors (it has no effect on llama).

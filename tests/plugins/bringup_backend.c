@@ -122,8 +122,13 @@ static ty_abi_status_t bringup_graph_compile(ty_abi_device_t *device,
   *out = NULL;
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", BRINGUP_NAME);
-  ty_abi_status_t s =
-      ty_host_executor_create(args->graph, BRINGUP_NAME, bringup_finder, NULL, &e->executor);
+  ty_host_executor_options_t options;
+  const ty_abi_option_t *other = NULL; /* an author's bring-up takes any option */
+  ty_abi_status_t s = ty_host_executor_read_options(args, BRINGUP_NAME, &options, &other);
+  if (!s) {
+    s = ty_host_executor_create_opts(args->graph, BRINGUP_NAME, bringup_finder, NULL, &options,
+                                     &e->executor);
+  }
   if (s) {
     free(e);
     return s;

@@ -336,7 +336,8 @@ int ty_conform_bisect(ty_device_t *device, ty_device_t *against, const ty_tier_a
   char header[256];
   snprintf(header, sizeof(header),
            "conform --bisect: %%s against %%s, %%u models (forward and backward, every "
-           "intermediate), %%s, batch %%d x %%d, seed %%" PRIu64 ", divergence: NMSE > %.0e\n",
+           "intermediate), %%s, batch %%d x %%d, seed %%" PRIu64
+           "; --seed N to change, divergence: NMSE > %.0e\n",
            bound);
   return ty_tier_drive(device, against, a, bound, header, "", "bisect", "models agree",
                        "diverge", ty_bisect_one);

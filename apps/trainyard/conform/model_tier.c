@@ -119,6 +119,6 @@ int ty_conform_tier_model(ty_device_t *device, ty_device_t *against, const ty_ti
   return ty_tier_drive(device, against, a,
                        a->tolerance > 0 ? a->tolerance : ty_model_tier_bound(a->dtype),
                        "conform --tier model: %s against %s, %u models, %s, batch %d x %d, "
-                       "seed %" PRIu64 "\n",
+                       "seed %" PRIu64 "; --seed N to change\n",
                        columns, "model tier", "tensors pass", "fail", ty_model_tier_one);
 }

@@ -128,7 +128,7 @@ int ty_conform_tier_step(ty_device_t *device, ty_device_t *against, const ty_tie
   char header[256], columns[160];
   snprintf(header, sizeof(header),
            "conform --tier step: %%s against %%s, %%u models x %" PRId64 " AdamW steps (lr "
-           "1e-2, clip 1), %%s, batch %%d x %%d, seed %%" PRIu64 "\n",
+           "1e-2, clip 1), %%s, batch %%d x %%d, seed %%" PRIu64 "; --seed N to change\n",
            a->steps);
   snprintf(columns, sizeof(columns), "%-10s %4s %-5s %14s %14s %10s %8s %12s %12s\n", "model",
            "step", "", "loss", "against", "rel_gap", "bound", "grad_norm", "against");
