@@ -553,7 +553,8 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s && (resume_dir[0] || config->model[0])) {
     s = ty_llm_check_weights(&t->model_config, resume_dir[0] ? resume_dir : config->model);
   }
-  if (!s) s = ty_app_registry_create(t->app, &t->registry);
+  /* a distributed run made it for the rank agreement (trainer_agree.c) */
+  if (!s && !t->registry) s = ty_app_registry_create(t->app, &t->registry);
   if (!s) s = ty_trainer_dist_device_open(t);
   /* Weights no lever could fit are refused before any graph is built; the
    * memory plan checks the rest (ty_trainer_preflight). */

@@ -41,6 +41,9 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   t->world = ty_dist_size(t->dist);
   t->cfg.world = t->world;
   t->cfg.rank = t->rank;
+  /* Before any other collective (the layout's groups are split next): ranks
+   * started differently would exchange buffers of different sizes. */
+  TY_RETURN_IF_ERROR(ty_trainer_agree(t));
   TY_RETURN_IF_ERROR(ty_trainer_tp_open(t)); /* the layout: dp = world without --tp */
   if (t->cfg.zero && t->world == 1) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
