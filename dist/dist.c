@@ -174,15 +174,15 @@ static ty_status_t ty_dist_mismatch(const ty_dist_group_t *g, const ty_mpi_shim_
   if (f->seq != f->root_seq) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "%s: the ranks of group '%s' are out of step: rank %d is at its "
-                          "collective #%lld (%s of %lld bytes), rank %d at #%lld (%s of %lld "
-                          "bytes); %s",
+                          "collective #%lld (%s with %lld bytes), rank %d at #%lld (%s with "
+                          "%lld bytes); %s",
                           what, g->name, other, (long long)f->seq, theirs, (long long)f->bytes,
                           root, (long long)f->root_seq, ours, (long long)f->root_bytes, fix);
   }
   if (f->kind != f->root_kind) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          "%s: the ranks of group '%s' call different collectives: rank %d a "
-                          "%s of %lld bytes, rank %d a %s of %lld bytes; %s",
+                          "%s: the ranks of group '%s' call different collectives: rank %d "
+                          "calls %s with %lld bytes, rank %d calls %s with %lld bytes; %s",
                           what, g->name, other, theirs, (long long)f->bytes, root, ours,
                           (long long)f->root_bytes, fix);
   }

@@ -92,15 +92,23 @@ ty_status_t ty_dist_agree_fields(ty_dist_t *dist, const ty_dist_field_t *fields,
       root[i].shown[sizeof(root[i].shown) - 1] = '\0';
       root[i].name[sizeof(root[i].name) - 1] = '\0';
       root[i].about[sizeof(root[i].about) - 1] = '\0';
+      /* values cut to the same text (or hashed files): their digests tell */
+      char dt[32] = "", dr[32] = "";
+      if (!strcmp(theirs.shown, root[i].shown)) {
+        snprintf(dt, sizeof(dt), " (sha256 %02x%02x%02x%02x...)", theirs.digest[0],
+                 theirs.digest[1], theirs.digest[2], theirs.digest[3]);
+        snprintf(dr, sizeof(dr), " (sha256 %02x%02x%02x%02x...)", root[i].digest[0],
+                 root[i].digest[1], root[i].digest[2], root[i].digest[3]);
+      }
       char others[64] = "";
       if (differ > 1) {
         snprintf(others, sizeof(others), " (%d ranks differ from rank 0)", differ);
       }
       s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                         "ranks disagree on '%s'%s%s%s: rank %d has %s, rank 0 has %s%s; %s",
+                         "ranks disagree on '%s'%s%s%s: rank %d has %s%s, rank 0 has %s%s%s; %s",
                          root[i].name, root[i].about[0] ? " (" : "", root[i].about,
-                         root[i].about[0] ? ")" : "", who, theirs.shown, root[i].shown, others,
-                         fix);
+                         root[i].about[0] ? ")" : "", who, theirs.shown, dt, root[i].shown, dr,
+                         others, fix);
     }
   }
   free(all);

@@ -733,7 +733,10 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
-  if (s && in_loop && t.world > 1 && !t.control_abort) {
+  /* A rank that did not arrive at a collective (start-up included) hangs
+   * or died: MPI_Finalize would wait for it forever. */
+  const bool missing = s && ty_status_code(s) == TY_CODE_DEADLINE_EXCEEDED;
+  if (s && (in_loop || missing) && t.world > 1 && !t.control_abort) {
     /* A rank that failed mid-run (or learned that another did) cannot leave
      * the others in a collective: say why, then end every rank. */
     fprintf(stderr, "%strainyard train: %s: %s\n", ty_app_error_prefix(),

@@ -227,7 +227,9 @@ static ty_status_t ty_agree_fields(ty_trainer_t *t, ty_dist_field_t *fields, siz
       name[i + 3] = '\0';
     }
     ty_agree_add(&text, v, strlen(v));
-    ok = ty_agree_take(fields, &n, name, "", &text, v);
+    /* a string shown as the user typed it, not JSON-quoted */
+    const char *as_text = json_string_value(json_object_get(j, keys[k]));
+    ok = ty_agree_take(fields, &n, name, "", &text, as_text ? as_text : v);
     free(v);
   }
   json_decref(j);
