@@ -63,7 +63,7 @@ ty_status_t ty_dist_agree_fields(ty_dist_t *dist, const ty_dist_field_t *fields,
   }
   /* 2. Rank 0's fields to every rank; each compares them with its own. */
   if (!s) {
-    if (dist->rank == 0) memcpy(root, fields, n * sizeof(*root));
+    if (dist->rank == 0 && n) memcpy(root, fields, n * sizeof(*root));
     s = ty_dist_broadcast(dist, 0, root, n * sizeof(*root), "the rank agreement (rank 0's fields)");
   }
   int64_t first = 0; /* 1 + the first field that differs from rank 0's, 0 when none */
