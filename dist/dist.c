@@ -141,10 +141,63 @@ int ty_dist_local_rank(const ty_dist_t *dist) { return dist ? dist->local_rank :
 double ty_dist_timeout(const ty_dist_t *dist) { return dist ? dist->timeout_s : 0; }
 const char *ty_dist_library(const ty_dist_t *dist) { return dist ? dist->library_version : ""; }
 
-ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, int missing,
-                                  const char *err, const char *what) {
+/* A collective of the shim's `kind` as the user reads it: "all_reduce (sum
+ * of f32)", "broadcast from rank 2". */
+static void ty_dist_kind_text(const ty_dist_group_t *g, int64_t kind, char *out,
+                              size_t capacity) {
+  static const char *const types[] = {"f32", "f64", "i64"};
+  if (kind >= TY_MPI_SHIM_KIND_BROADCAST) {
+    const int root = (int)(kind - TY_MPI_SHIM_KIND_BROADCAST);
+    snprintf(out, capacity, "broadcast from rank %d", ty_dist_group_world_rank(g, root));
+    return;
+  }
+  const int64_t k = kind - TY_MPI_SHIM_KIND_ALLREDUCE;
+  if (k >= 0 && k / 4 < 3) {
+    snprintf(out, capacity, "all_reduce (%s of %s)", k % 4 == TY_MPI_SHIM_MAX ? "max" : "sum",
+             types[k / 4]);
+  } else {
+    snprintf(out, capacity, "collective %lld", (long long)kind);
+  }
+}
+
+/* Two ranks of `g` at different collectives, or the same one with
+ * different byte counts: refused before any data moved. */
+static ty_status_t ty_dist_mismatch(const ty_dist_group_t *g, const ty_mpi_shim_fault_t *f,
+                                    const char *what) {
+  const int other = ty_dist_group_world_rank(g, f->rank), root = ty_dist_group_world_rank(g, 0);
+  char theirs[64], ours[64];
+  ty_dist_kind_text(g, f->kind, theirs, sizeof(theirs));
+  ty_dist_kind_text(g, f->root_kind, ours, sizeof(ours));
+  static const char *const fix =
+      "the ranks run different models, options or code paths (every rank of one job must be "
+      "started with the same options)";
+  if (f->seq != f->root_seq) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "%s: the ranks of group '%s' are out of step: rank %d is at its "
+                          "collective #%lld (%s with %lld bytes), rank %d at #%lld (%s with "
+                          "%lld bytes); %s",
+                          what, g->name, other, (long long)f->seq, theirs, (long long)f->bytes,
+                          root, (long long)f->root_seq, ours, (long long)f->root_bytes, fix);
+  }
+  if (f->kind != f->root_kind) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "%s: the ranks of group '%s' call different collectives: rank %d "
+                          "calls %s with %lld bytes, rank %d calls %s with %lld bytes; %s",
+                          what, g->name, other, theirs, (long long)f->bytes, root, ours,
+                          (long long)f->root_bytes, fix);
+  }
+  return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                        "%s: %s on group '%s': rank %d sends %lld bytes, rank %d sends %lld; %s",
+                        what, ours, g->name, other, (long long)f->bytes, root,
+                        (long long)f->root_bytes, fix);
+}
+
+ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, const ty_mpi_shim_fault_t *fault,
+                           const char *err, const char *what) {
   const ty_dist_t *d = g->dist;
   if (rc == TY_MPI_SHIM_OK) return TY_OK;
+  if (rc == TY_MPI_SHIM_MISMATCH && fault) return ty_dist_mismatch(g, fault, what);
+  int missing = fault ? fault->rank : -1;
   if (missing >= 0) missing = ty_dist_group_world_rank(g, missing);
   if (rc == TY_MPI_SHIM_TIMEOUT && missing >= 0) {
     return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
@@ -262,7 +315,8 @@ static ty_status_t ty_dist_p2p_result(const ty_dist_t *d, int rc, int peer, bool
                           "rank %d did not %s %s within %g s (--dist-timeout): it died or hangs",
                           peer, sending ? "take" : "send", what, d->timeout_s);
   }
-  return ty_dist_result(&d->world, rc, peer, err, what);
+  ty_mpi_shim_fault_t fault = {.rank = peer};
+  return ty_dist_result(&d->world, rc, &fault, err, what);
 }
 
 ty_status_t ty_dist_send_start(ty_dist_t *dist, int dest, int tag, const void *buf, size_t bytes,

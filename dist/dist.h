@@ -162,6 +162,40 @@ ty_status_t ty_dist_group_broadcast(ty_dist_group_t *group, int root, void *buf,
  * phases, where one rank alone failing would leave the others waiting. */
 ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what);
 
+/* ---- Rank agreement (issue 33) ----
+ *
+ * Ranks of one job started with different models or options would run
+ * collectives of different sizes (heap corruption inside MPI) or quietly
+ * train different things. Before its first collective a distributed
+ * command describes everything that must agree as named fields, and
+ * ty_dist_agree_fields stops every rank with one message naming the first
+ * field and the rank that differs. A field holds the SHA-256 of its full
+ * value and a short form for the message. */
+typedef struct ty_dist_field_t {
+  char name[32];      /* what the message names: "model", "--lr" */
+  char about[80];     /* what it is, or "": "the model's config.json and weights" */
+  char shown[112];    /* the value as the user reads it (cut at 111 bytes) */
+  uint8_t digest[32]; /* SHA-256 of the whole value */
+} ty_dist_field_t;
+
+/* Fills `field`: the digest of `size` bytes of `value`, and `shown` (NULL:
+ * the value itself, as text). Names and texts longer than their arrays are
+ * cut. */
+void ty_dist_field_set(ty_dist_field_t *field, const char *name, const char *about,
+                       const void *value, size_t size, const char *shown);
+
+/* Collective over the world, before any other collective of the command:
+ * every rank passes its `count` fields in the same order. OK when every
+ * rank holds the same digests; otherwise, on every rank, the same
+ * FAILED_PRECONDITION naming the first field (in order) on which a rank
+ * differs from rank 0, that rank and both values: "ranks disagree on
+ * '--lr': rank 1 has 0.001, rank 0 has 0.002; every rank of one job must
+ * be started with the same options". Ranks that pass different field
+ * lists (different builds) get a message saying so. A rank that does not
+ * arrive is named as by every collective (DEADLINE_EXCEEDED). NULL world:
+ * OK. */
+ty_status_t ty_dist_agree_fields(ty_dist_t *dist, const ty_dist_field_t *fields, size_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -152,19 +152,19 @@ ty_status_t ty_dist_group_all_reduce(ty_dist_group_t *g, ty_dist_reduce_t op, ty
                           what, ty_dtype_name(dtype));
   }
   char err[512] = "";
-  int missing = -1;
+  ty_mpi_shim_fault_t fault;
   int rc = g->dist->shim->allreduce(g->comm, buf, count, type,
                                     op == TY_DIST_REDUCE_MAX ? TY_MPI_SHIM_MAX : TY_MPI_SHIM_SUM,
-                                    g->dist->timeout_s, &missing, err, sizeof(err));
-  return ty_dist_result(g, rc, missing, err, what);
+                                    g->dist->timeout_s, &fault, err, sizeof(err));
+  return ty_dist_result(g, rc, &fault, err, what);
 }
 
 ty_status_t ty_dist_group_broadcast(ty_dist_group_t *g, int root, void *buf, size_t bytes,
                                     const char *what) {
   if (!g || g->size == 1) return TY_OK;
   char err[512] = "";
-  int missing = -1;
-  int rc = g->dist->shim->broadcast(g->comm, buf, bytes, root, g->dist->timeout_s, &missing, err,
+  ty_mpi_shim_fault_t fault;
+  int rc = g->dist->shim->broadcast(g->comm, buf, bytes, root, g->dist->timeout_s, &fault, err,
                                     sizeof(err));
-  return ty_dist_result(g, rc, missing, err, what);
+  return ty_dist_result(g, rc, &fault, err, what);
 }

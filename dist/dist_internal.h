@@ -28,10 +28,11 @@ struct ty_dist_t {
   ty_dist_group_t *tp, *pp, *dp, *embed;
 };
 
-/* The status of a shim call on `g` (rc, and `missing`, a rank of `g` that
- * did not arrive or -1); `what` names the collective. */
-ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, int missing, const char *err,
-                           const char *what);
+/* The status of a shim call on `g` (rc, and `fault`: a rank of `g` that
+ * did not arrive or brought another collective, or NULL); `what` names the
+ * collective. */
+ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, const ty_mpi_shim_fault_t *fault,
+                           const char *err, const char *what);
 /* Frees the groups of the layout (dist_group.c). */
 void ty_dist_groups_free(ty_dist_t *d);
 

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #define TY_ARRIVE_TAG 7101
+#define TY_VERDICT_TAG 7102
 
 /* A communicator and what its arrival checks need: this rank's place in
  * it and how many collectives it has run (what an arrival carries). */
@@ -96,41 +97,108 @@ static int ty_issued(int rc, MPI_Request *req, size_t bytes, double deadline, co
   return ty_wait(req, bytes, deadline, what, err, capacity);
 }
 
-/* Rank 0 of `c` learns that every rank reached this collective, or which
- * one did not within the deadline. Other ranks only announce themselves. */
-static int ty_arrive(struct ty_mpi_shim_comm_s *c, double timeout_s, int *out_missing,
-                     char *err, size_t capacity) {
-  int64_t seq = c->sequence++;
-  *out_missing = -1;
-  if (c->size == 1) return TY_MPI_SHIM_OK;
-  if (c->rank != 0) {
-    int rc = MPI_Send(&seq, 1, MPI_INT64_T, 0, TY_ARRIVE_TAG, c->comm);
-    if (rc != MPI_SUCCESS) ty_mpi_error(rc, "MPI_Send", err, capacity);
-    return rc == MPI_SUCCESS ? TY_MPI_SHIM_OK : TY_MPI_SHIM_ERROR;
-  }
-  double deadline = ty_now() + timeout_s;
-  int64_t got = 0;
-  for (int r = 1; r < c->size; ++r) {
-    MPI_Request req;
-    int w = ty_issued(MPI_Irecv(&got, 1, MPI_INT64_T, r, TY_ARRIVE_TAG, c->comm, &req), &req,
-                      sizeof(got), deadline, "MPI_Irecv", err, capacity);
-    if (w == TY_MPI_SHIM_TIMEOUT) *out_missing = r;
-    if (w != TY_MPI_SHIM_OK) return w;
-    if (got != seq) {
-      snprintf(err, capacity, "rank %d is at collective %lld, rank 0 at %lld (the ranks run "
-               "different steps)", r, (long long)got, (long long)seq);
-      return TY_MPI_SHIM_ERROR;
-    }
-  }
-  return TY_MPI_SHIM_OK;
-}
-
 /* Other ranks wait longer than rank 0, so that rank 0, which can tell who
  * is missing, reports first. */
 static double ty_deadline(const struct ty_mpi_shim_comm_s *c, double timeout_s) {
   double grace = c->rank == 0 ? 0 : (timeout_s < 5 ? timeout_s : 5);
   return ty_now() + timeout_s + grace;
 }
+
+/* Rank 0's verdict on an arrival check, to every other rank. */
+enum { TY_VERDICT_OK = 0, TY_VERDICT_MISSING = 1, TY_VERDICT_MISMATCH = 2 };
+enum { TY_VERDICT_WORDS = 8 }; /* code, rank, seq, kind, bytes, and rank 0's seq, kind, bytes */
+
+static int ty_verdict_send(struct ty_mpi_shim_comm_s *c, const int64_t *v, char *err,
+                           size_t capacity) {
+  /* Tiny messages: sent eagerly, so a rank that never takes its verdict
+   * (it hangs) does not hold rank 0 here. */
+  for (int r = 1; r < c->size; ++r) {
+    int rc = MPI_Send(v, TY_VERDICT_WORDS, MPI_INT64_T, r, TY_VERDICT_TAG, c->comm);
+    if (rc != MPI_SUCCESS) {
+      ty_mpi_error(rc, "MPI_Send", err, capacity);
+      return TY_MPI_SHIM_ERROR;
+    }
+  }
+  return TY_MPI_SHIM_OK;
+}
+
+/* Every rank of `c` learns, before any data moves, that every rank reached
+ * this collective with the same collective (`kind`) and the same `bytes`,
+ * or which rank did not arrive within the deadline or brought something
+ * else (mpi_shim.h, ty_mpi_shim_fault_t). Rank 0 gathers the arrivals and
+ * answers each rank with its verdict. */
+static int ty_arrive(struct ty_mpi_shim_comm_s *c, int64_t kind, size_t bytes, double timeout_s,
+                     ty_mpi_shim_fault_t *fault, char *err, size_t capacity) {
+  const int64_t mine[3] = {c->sequence++, kind, (int64_t)bytes};
+  *fault = (ty_mpi_shim_fault_t){.rank = -1, .seq = mine[0], .root_seq = mine[0],
+                                 .kind = kind, .root_kind = kind, .bytes = mine[2],
+                                 .root_bytes = mine[2]};
+  if (c->size == 1) return TY_MPI_SHIM_OK;
+  int64_t v[TY_VERDICT_WORDS] = {TY_VERDICT_OK, -1, 0, 0, 0, 0, 0, 0};
+  if (c->rank != 0) {
+    int rc = MPI_Send(mine, 3, MPI_INT64_T, 0, TY_ARRIVE_TAG, c->comm);
+    if (rc != MPI_SUCCESS) {
+      ty_mpi_error(rc, "MPI_Send", err, capacity);
+      return TY_MPI_SHIM_ERROR;
+    }
+    MPI_Request req;
+    rc = MPI_Irecv(v, TY_VERDICT_WORDS, MPI_INT64_T, 0, TY_VERDICT_TAG, c->comm, &req);
+    if (rc != MPI_SUCCESS) {
+      ty_mpi_error(rc, "MPI_Irecv", err, capacity);
+      return TY_MPI_SHIM_ERROR;
+    }
+    int w = ty_wait(&req, sizeof(v), ty_deadline(c, timeout_s), "MPI_Irecv", err, capacity);
+    if (w == TY_MPI_SHIM_TIMEOUT) {
+      MPI_Cancel(&req);
+      MPI_Request_free(&req);
+      fault->rank = 0; /* rank 0 answers as soon as it has waited: it never came */
+    }
+    if (w != TY_MPI_SHIM_OK) return w;
+  } else {
+    double deadline = ty_now() + timeout_s;
+    int64_t got[3] = {0, 0, 0};
+    for (int r = 1; r < c->size && v[0] == TY_VERDICT_OK; ++r) {
+      MPI_Request req;
+      int rc = MPI_Irecv(got, 3, MPI_INT64_T, r, TY_ARRIVE_TAG, c->comm, &req);
+      if (rc != MPI_SUCCESS) {
+        ty_mpi_error(rc, "MPI_Irecv", err, capacity);
+        return TY_MPI_SHIM_ERROR;
+      }
+      int w = ty_wait(&req, sizeof(got), deadline, "MPI_Irecv", err, capacity);
+      if (w == TY_MPI_SHIM_TIMEOUT) {
+        MPI_Cancel(&req);
+        MPI_Request_free(&req);
+        v[0] = TY_VERDICT_MISSING;
+        v[1] = r;
+      } else if (w != TY_MPI_SHIM_OK) {
+        return w;
+      } else if (got[0] != mine[0] || got[1] != mine[1] || got[2] != mine[2]) {
+        v[0] = TY_VERDICT_MISMATCH;
+        v[1] = r;
+        v[2] = got[0];
+        v[3] = got[1];
+        v[4] = got[2];
+      }
+    }
+    v[5] = mine[0];
+    v[6] = mine[1];
+    v[7] = mine[2];
+    int s = ty_verdict_send(c, v, err, capacity);
+    if (s != TY_MPI_SHIM_OK) return s;
+  }
+  if (v[0] == TY_VERDICT_OK) return TY_MPI_SHIM_OK;
+  fault->rank = (int)v[1];
+  if (v[0] == TY_VERDICT_MISSING) return TY_MPI_SHIM_TIMEOUT;
+  fault->seq = v[2];
+  fault->kind = v[3];
+  fault->bytes = v[4];
+  fault->root_seq = v[5];
+  fault->root_kind = v[6];
+  fault->root_bytes = v[7];
+  snprintf(err, capacity, "rank %d of the communicator differs from its rank 0", fault->rank);
+  return TY_MPI_SHIM_MISMATCH;
+}
+
 
 static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
                    size_t capacity) {
@@ -187,12 +255,14 @@ static MPI_Datatype ty_type(int type, size_t *elem) {
 }
 
 static int ty_allreduce(ty_mpi_shim_comm_t *comm, void *buf, size_t count, int type, int op,
-                        double timeout_s, int *out_missing, char *err, size_t capacity) {
+                        double timeout_s, ty_mpi_shim_fault_t *out_fault, char *err,
+                        size_t capacity) {
   struct ty_mpi_shim_comm_s *c = ty_comm_of(comm);
-  int a = ty_arrive(c, timeout_s, out_missing, err, capacity);
-  if (a != TY_MPI_SHIM_OK) return a;
   size_t elem = 0;
   MPI_Datatype dt = ty_type(type, &elem);
+  int a = ty_arrive(c, TY_MPI_SHIM_KIND_ALLREDUCE + type * 4 + op, count * elem, timeout_s,
+                    out_fault, err, capacity);
+  if (a != TY_MPI_SHIM_OK) return a;
   MPI_Op mop = op == TY_MPI_SHIM_MAX ? MPI_MAX : MPI_SUM;
   double deadline = ty_deadline(c, timeout_s);
   /* MPI counts are int: large buffers go in chunks. */
@@ -209,9 +279,11 @@ static int ty_allreduce(ty_mpi_shim_comm_t *comm, void *buf, size_t count, int t
 }
 
 static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int root,
-                        double timeout_s, int *out_missing, char *err, size_t capacity) {
+                        double timeout_s, ty_mpi_shim_fault_t *out_fault, char *err,
+                        size_t capacity) {
   struct ty_mpi_shim_comm_s *c = ty_comm_of(comm);
-  int a = ty_arrive(c, timeout_s, out_missing, err, capacity);
+  int a = ty_arrive(c, TY_MPI_SHIM_KIND_BROADCAST + root, bytes, timeout_s, out_fault, err,
+                    capacity);
   if (a != TY_MPI_SHIM_OK) return a;
   double deadline = ty_deadline(c, timeout_s);
   for (size_t done = 0; done < bytes;) {

@@ -5,19 +5,26 @@
  * plugin ABI; the version still guards against a stale shim on the path.
  *
  * Every timed call takes a deadline in seconds and returns TY_MPI_SHIM_OK,
- * TY_MPI_SHIM_TIMEOUT (with *out_missing_rank set to a rank that did not
- * arrive, or -1 when this rank cannot tell) or TY_MPI_SHIM_ERROR, with
- * text in err. None of them prints. */
+ * TY_MPI_SHIM_TIMEOUT (with the fault's rank set to a rank that did not
+ * arrive, or -1 when this rank cannot tell), TY_MPI_SHIM_MISMATCH (a rank
+ * brought another collective or another byte count than rank 0: the fault
+ * holds both, and no data moved) or TY_MPI_SHIM_ERROR, with text in err.
+ * None of them prints. */
 #ifndef TY_DIST_MPI_SHIM_H_
 #define TY_DIST_MPI_SHIM_H_
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define TY_MPI_SHIM_VERSION 2
+#define TY_MPI_SHIM_VERSION 3
 #define TY_MPI_SHIM_SYMBOL "ty_mpi_shim_query"
 
-enum { TY_MPI_SHIM_OK = 0, TY_MPI_SHIM_TIMEOUT = 1, TY_MPI_SHIM_ERROR = 2 };
+enum {
+  TY_MPI_SHIM_OK = 0,
+  TY_MPI_SHIM_TIMEOUT = 1,
+  TY_MPI_SHIM_ERROR = 2,
+  TY_MPI_SHIM_MISMATCH = 3, /* version 3 */
+};
 /* Element types of the reductions. */
 enum { TY_MPI_SHIM_F32 = 0, TY_MPI_SHIM_F64 = 1, TY_MPI_SHIM_I64 = 2 };
 /* Reductions (version 2). */
@@ -26,6 +33,23 @@ enum { TY_MPI_SHIM_SUM = 0, TY_MPI_SHIM_MAX = 1 };
 /* A communicator of the shim (version 2): the world, or a group split from
  * it. NULL in every call means the world. */
 typedef struct ty_mpi_shim_comm_s ty_mpi_shim_comm_t;
+
+/* What a collective of a communicator found wrong (version 3). Before any
+ * data moves, every rank tells rank 0 of the communicator which collective
+ * it is at (its sequence number), which one (`kind`: TY_MPI_SHIM_KIND_*)
+ * and how many bytes it brings; rank 0 compares them with its own and
+ * tells every rank the verdict, so that every rank reports the same fault
+ * instead of MPI moving buffers of different sizes (memory corruption). */
+typedef struct ty_mpi_shim_fault_t {
+  int rank;                     /* of the communicator: missing or differing; -1 */
+  int64_t seq, root_seq;        /* its and rank 0's collective number */
+  int64_t kind, root_kind;      /* its and rank 0's collective */
+  int64_t bytes, root_bytes;    /* its and rank 0's payload */
+} ty_mpi_shim_fault_t;
+
+/* `kind` of a fault: an all-reduce is KIND_ALLREDUCE + type * 4 + op, a
+ * broadcast KIND_BROADCAST + root. */
+enum { TY_MPI_SHIM_KIND_ALLREDUCE = 1, TY_MPI_SHIM_KIND_BROADCAST = 1000 };
 
 typedef struct ty_mpi_shim_t {
   size_t struct_size;
@@ -39,13 +63,18 @@ typedef struct ty_mpi_shim_t {
   void (*library_version)(char *out, size_t capacity);
   /* Reduces (`op`: TY_MPI_SHIM_SUM or _MAX) over the ranks of `comm` in
    * place. Rank 0 of `comm` first waits for every other rank to arrive (a
-   * small message each), so a rank that never comes is named (its rank in
-   * `comm`). */
+   * small message each, with what it brings) and answers each with its
+   * verdict, so a rank that never comes is named (its rank in `comm`) on
+   * every rank that came, and a rank that brings another size or
+   * collective is refused on every rank before any data moves. */
   int (*allreduce)(ty_mpi_shim_comm_t *comm, void *buf, size_t count, int type, int op,
-                   double timeout_s, int *out_missing_rank, char *err, size_t capacity);
-  /* Rank `root`'s (of `comm`) bytes to every rank of `comm`. */
+                   double timeout_s, ty_mpi_shim_fault_t *out_fault, char *err,
+                   size_t capacity);
+  /* Rank `root`'s (of `comm`) bytes to every rank of `comm` (the same
+   * arrival check: every rank must pass the same `bytes` and `root`). */
   int (*broadcast)(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int root,
-                   double timeout_s, int *out_missing_rank, char *err, size_t capacity);
+                   double timeout_s, ty_mpi_shim_fault_t *out_fault, char *err,
+                   size_t capacity);
   /* MPI_Abort on the world: ends every rank. */
   void (*abort)(int code);
   /* Point to point between world ranks (pipeline parallel). send_start

@@ -539,7 +539,8 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s && (resume_dir[0] || config->model[0])) {
     s = ty_llm_check_weights(&t->model_config, resume_dir[0] ? resume_dir : config->model);
   }
-  if (!s) s = ty_app_registry_create(t->app, &t->registry);
+  /* a distributed run made it for the rank agreement (trainer_agree.c) */
+  if (!s && !t->registry) s = ty_app_registry_create(t->app, &t->registry);
   if (!s) s = ty_trainer_dist_device_open(t);
   /* Weights no lever could fit are refused before any graph is built; the
    * memory plan checks the rest (ty_trainer_preflight). */
@@ -718,7 +719,10 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);
   }
-  if (s && in_loop && t.world > 1 && !t.control_abort) {
+  /* A rank that did not arrive at a collective (start-up included) hangs
+   * or died: MPI_Finalize would wait for it forever. */
+  const bool missing = s && ty_status_code(s) == TY_CODE_DEADLINE_EXCEEDED;
+  if (s && (in_loop || missing) && t.world > 1 && !t.control_abort) {
     /* A rank that failed mid-run (or learned that another did) cannot leave
      * the others in a collective: say why, then end every rank. */
     fprintf(stderr, "%strainyard train: %s: %s\n", ty_app_error_prefix(),

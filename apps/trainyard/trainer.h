@@ -143,6 +143,13 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity)
  * rank, world and cfg.world. INVALID_ARGUMENT for options data parallel
  * cannot honour; UNAVAILABLE saying why MPI cannot start. */
 ty_status_t ty_trainer_dist_open(ty_trainer_t *t);
+/* ---- trainer_agree.c ---- */
+/* Collective, before any other: every rank of the world holds the same
+ * build, plugin, model, data and options (dist.h ty_dist_agree_fields),
+ * or every rank gets the same FAILED_PRECONDITION naming the field and the
+ * rank that differs. Makes t->registry (the plugin's identity is a field).
+ * One process: OK. */
+ty_status_t ty_trainer_agree(ty_trainer_t *t);
 /* Opens this rank's device: --backend, with the rank's index on a backend
  * of several devices (ty_device_uri_for_rank). */
 ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t);

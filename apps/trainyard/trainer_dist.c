@@ -23,6 +23,8 @@
 #include "train_plan.h"
 #include "trainer.h"
 
+static void ty_trainer_dist_fault_at(const ty_trainer_t *t, long long at);
+
 ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   ty_dist_mode_t mode;
   TY_RETURN_IF_ERROR(ty_dist_mode_parse(t->cfg.distributed, &mode));
@@ -42,6 +44,10 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   t->world = ty_dist_size(t->dist);
   t->cfg.world = t->world;
   t->cfg.rank = t->rank;
+  /* Before any other collective (the layout's groups are split next): ranks
+   * started differently would exchange buffers of different sizes. */
+  ty_trainer_dist_fault_at(t, 0);
+  TY_RETURN_IF_ERROR(ty_trainer_agree(t));
   TY_RETURN_IF_ERROR(ty_trainer_tp_open(t)); /* the layout: dp = world without --tp */
   if (t->cfg.zero && t->world == 1) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
@@ -448,17 +454,18 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t) {
 }
 
 /* Test hook: TRAINYARD_DEBUG_DIST_FAULT=RANK:STEP:MODE makes rank RANK, at
- * the start of step STEP (1-based), exit (status 3, no MPI goodbye), kill
- * itself (SIGKILL) or hang (sleep forever): the failures --dist-timeout and
- * the launcher must turn into a clear error on the other ranks. */
-void ty_trainer_dist_fault(const ty_trainer_t *t) {
+ * the start of step STEP (1-based; 0: at start-up, before the rank
+ * agreement), exit (status 3, no MPI goodbye), kill itself (SIGKILL) or
+ * hang (sleep forever): the failures --dist-timeout and the launcher must
+ * turn into a clear error on the other ranks. */
+static void ty_trainer_dist_fault_at(const ty_trainer_t *t, long long at) {
   const char *v = getenv("TRAINYARD_DEBUG_DIST_FAULT");
   if (!v || t->world == 1) return;
   int rank = -1;
   long long step = -1;
   char mode[16] = "";
   if (sscanf(v, "%d:%lld:%15s", &rank, &step, mode) != 3) return;
-  if (rank != t->rank || step != t->step + 1) return;
+  if (rank != t->rank || step != at) return;
   fprintf(stderr, "rank %d: TRAINYARD_DEBUG_DIST_FAULT: %s at step %lld\n", rank, mode, step);
   if (!strcmp(mode, "exit")) _exit(3);
   if (!strcmp(mode, "kill")) raise(SIGKILL);
@@ -466,6 +473,8 @@ void ty_trainer_dist_fault(const ty_trainer_t *t) {
     for (;;) pause();
   }
 }
+
+void ty_trainer_dist_fault(const ty_trainer_t *t) { ty_trainer_dist_fault_at(t, t->step + 1); }
 
 void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   if (t->world == 1 || t->pp > 1) return;
