@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -843,6 +844,48 @@ class OptionsTest(cli_util.TempDirTest):
         self.assertEqual(r.returncode, 1)
         self.assertIn("belongs to no family Trainyard recognizes", r.stderr)
         self.assertIn("--chat-template FILE", r.stderr)
+
+    def test_connection_limits(self):
+        """--max-connections and --max-connections-per-client: connections
+        past either are closed at once, without an answer."""
+
+        def closed_among(port, count, source):
+            socks = [socket.create_connection(("127.0.0.1", port), timeout=5,
+                                              source_address=(source, 0)) for _ in range(count)]
+            time.sleep(0.5)
+            readable, _, _ = select.select(socks, [], [], 0.5)
+            gone = 0
+            for sock in readable:
+                try:
+                    gone += sock.recv(1) == b""
+                except ConnectionResetError:
+                    gone += 1
+            return socks, gone
+
+        s = self.start("--max-connections", "3", "--max-connections-per-client", "0")
+        socks, gone = closed_among(s.port, 4, "127.0.0.2")
+        self.assertEqual(gone, 1)
+        for sock in socks:
+            sock.close()
+        self.assertTrue(wait_for(lambda: s.request("GET", "/health")[0] == 200, timeout=10))
+        self.assertEqual(s.stop(), 0)
+        s = self.start("--max-connections-per-client", "2")
+        socks, gone = closed_among(s.port, 3, "127.0.0.2")
+        self.assertEqual(gone, 1)
+        self.assertEqual(s.request("GET", "/health")[0], 200)  # another address
+        for sock in socks:
+            sock.close()
+        self.assertEqual(s.stop(), 0)
+        model = serve_util.make_model()
+        for args, message in (
+                (["--max-connections", "0"], "--max-connections must be an integer in 1..1048576"),
+                (["--max-connections-per-client", "-1"],
+                 "--max-connections-per-client must be an integer in 0..1048576"),
+                (["--max-connections", "4", "--max-connections-per-client", "5"],
+                 "--max-connections-per-client 5 is larger than --max-connections 4")):
+            r = run(["serve", "--model", model] + args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(message, r.stderr)
 
 
 def main():
