@@ -223,7 +223,8 @@ typedef struct ty_srv_sock_t ty_srv_sock_t;
 /* NULL when memory runs out (the connection is then not watched). */
 ty_srv_sock_t *ty_srv_conn_opened(ty_server_t *server, int fd);
 void ty_srv_conn_closed(ty_server_t *server, ty_srv_sock_t *sock);
-/* Starts (true) or ends (false) a reading phase; NULL sock: nothing. */
+/* Starts (true: the clock restarts) or ends (false) a reading phase;
+ * NULL sock: nothing. */
 void ty_srv_conn_reading(ty_server_t *server, ty_srv_sock_t *sock, bool reading);
 ty_status_t ty_srv_watchdog_start(ty_server_t *server);
 void ty_srv_watchdog_stop(ty_server_t *server);

@@ -48,7 +48,9 @@ void ty_srv_conn_closed(ty_server_t *s, ty_srv_sock_t *k) {
 void ty_srv_conn_reading(ty_server_t *s, ty_srv_sock_t *k, bool reading) {
   if (!k) return;
   pthread_mutex_lock(&s->lock);
-  if (reading && !k->reading) k->since = ty_srv_now();
+  /* A new reading phase restarts the clock, also after an answer given
+   * before the request was read (the next request gets a full term). */
+  if (reading) k->since = ty_srv_now();
   k->reading = reading;
   pthread_mutex_unlock(&s->lock);
 }
