@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -135,3 +136,41 @@ def wait_for(predicate, timeout=30, interval=0.05):
             return True
         time.sleep(interval)
     return False
+
+
+def raw_request(port, data, timeout=5, source="127.0.0.1"):
+    """Sends raw bytes on a fresh connection from `source`; returns (status,
+    headers, body, seconds to the answer). A connection closed without an
+    answer raises ConnectionError; none within `timeout` raises TimeoutError."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                    source_address=(source, 0))
+    try:
+        started = time.time()
+        sock.sendall(data)
+        resp = http.client.HTTPResponse(sock, method=data.split(b" ", 1)[0].decode())
+        try:
+            resp.begin()
+        except http.client.RemoteDisconnected as e:
+            raise ConnectionError(str(e)) from e
+        except socket.timeout as e:
+            raise TimeoutError(f"no answer within {timeout} s") from e
+        body = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body, \
+            time.time() - started
+    finally:
+        sock.close()
+
+
+def seconds_until_closed(sock, timeout):
+    """How long until the server closes `sock` (end of file or a reset);
+    None if it is still open after `timeout` seconds."""
+    started = time.time()
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.time() - started

@@ -121,7 +121,11 @@ AUDIT = {
            "--max-body": "test_serve_cli.py:LimitsTest.test_body_too_large",
            "--max-queue": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
            "--request-timeout": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
-           "--shutdown-timeout": "test_serve_cli.py:ShutdownTest.test_deadline_cancels"}),
+           "--shutdown-timeout": "test_serve_cli.py:ShutdownTest.test_deadline_cancels",
+           "--read-timeout": "test_serve_cli.py:HttpTest.test_read_timeout",
+           "--max-connections": "test_serve_cli.py:OptionsTest.test_connection_limits",
+           "--max-connections-per-client":
+               "test_serve_cli.py:OptionsTest.test_connection_limits"}),
     "eval": dict({o: "test_eval_cli.py:EvalTest.test_hand_checked_accuracy" for o in (
         "--model", "--data", "--choices", "--out")},
         **{o: "test_eval_cli.py:EvalTest.test_bad_inputs" for o in ("--backend", "--dtype")},

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -23,7 +24,7 @@ import unittest
 import cli_util
 import serve_util
 from cli_util import run
-from serve_util import Server, sse_events, wait_for
+from serve_util import Server, raw_request, seconds_until_closed, sse_events, wait_for
 
 try:
     import openai
@@ -548,6 +549,195 @@ class ShutdownTest(cli_util.TempDirTest):
         self.assertIn("cancelled at the deadline", s.stderr())
 
 
+class HttpTest(cli_util.TempDirTest):
+    """The HTTP layer under clients that are slow, odd or hostile (issue
+    33): message framing refused at once with its status (RFC 9112 6.1,
+    6.3), HEAD, the bearer scheme in any case, --read-timeout (a deadline
+    for a request's head and body, which answers and streams never hit),
+    and /health and /metrics while every slot and the queue are taken."""
+
+    def start(self, *args, **kw):
+        server = Server(*args, **kw)
+        self.addCleanup(server.close)
+        return server
+
+    def test_framing(self):
+        s = self.start("--max-body", "1000", "--read-timeout", "1")
+
+        def send(head, body=b""):
+            return raw_request(s.port, head.replace(b"\n", b"\r\n") + b"\r\n" + body)
+
+        post = b"POST /v1/completions HTTP/1.1\nHost: x\n"
+        # Two different lengths: 400 at once, and the connection ends.
+        status, headers, body, took = send(post + b"Content-Length: 2\nContent-Length: 40\n",
+                                           b"{}")
+        self.assertEqual((status, json.loads(body)["error"]["code"]), (400, "invalid_framing"))
+        self.assertIn("different values", json.loads(body)["error"]["message"])
+        self.assertEqual(headers.get("connection"), "close")
+        self.assertLess(took, 1)
+        # The same length twice is one length.
+        status, _, body, _ = send(b"GET /health HTTP/1.1\nHost: x\nContent-Length: 0\n"
+                                  b"Content-Length: 0\n")
+        self.assertEqual((status, body), (200, b'{"status":"ok"}'))
+        # Both framings: 400.
+        status, _, body, _ = send(post + b"Content-Length: 5\nTransfer-Encoding: chunked\n",
+                                  b"0\r\n\r\n")
+        self.assertEqual(status, 400)
+        self.assertIn("both Transfer-Encoding and Content-Length",
+                      json.loads(body)["error"]["message"])
+        # A transfer coding the server does not know: 501.
+        status, _, body, _ = send(post + b"Transfer-Encoding: gzip\n")
+        self.assertEqual((status, json.loads(body)["error"]["code"]),
+                         (501, "unsupported_transfer_encoding"))
+        # A chunk of 2^64 - 1 bytes: 413 as soon as --max-body is passed,
+        # not when the client is done.
+        status, headers, body, took = send(post + b"Transfer-Encoding: chunked\n",
+                                           b"FFFFFFFFFFFFFFFF\r\n" + b"x" * 1500)
+        self.assertEqual((status, json.loads(body)["error"]["code"]), (413, "request_too_large"))
+        self.assertEqual(headers.get("connection"), "close")
+        self.assertLess(took, 1)
+        # A chunk size past 64 bits: libmicrohttpd's own 413.
+        status, _, _, took = send(post + b"Transfer-Encoding: chunked\n",
+                                  b"10000000000000000\r\nxx")
+        self.assertEqual(status, 413)
+        self.assertLess(took, 1)
+        # A huge chunk that then stalls under --max-body: the read deadline.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(post.replace(b"\n", b"\r\n") + b"Transfer-Encoding: chunked\r\n\r\n"
+                     b"FFFFFFFFFFFFFFFF\r\nxx")
+        took = seconds_until_closed(sock, 10)
+        sock.close()
+        self.assertIsNotNone(took, "a stalled chunked body kept its connection")
+        self.assertLess(took, 3)
+        self.assertEqual(s.request("GET", "/health")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
+    def test_head_and_bearer_scheme(self):
+        s = self.start("--api-key", "sesame")
+        _, get_headers, get_body = s.request("GET", "/health")
+        status, headers, body = s.request("HEAD", "/health")
+        self.assertEqual((status, body), (200, b""))
+        self.assertEqual(headers["Content-Length"], str(len(get_body)))
+        self.assertEqual(headers["Content-Type"], get_headers["Content-Type"])
+        auth = {"Authorization": "Bearer sesame"}
+        self.assertEqual(s.request("HEAD", "/v1/models", headers=auth)[::2], (200, b""))
+        self.assertEqual(s.request("HEAD", "/metrics", headers=auth)[::2], (200, b""))
+        status, headers, _ = s.request("HEAD", "/v1/completions", headers=auth)
+        self.assertEqual((status, headers.get("Allow")), (405, "POST"))
+        status, headers, body = s.request("DELETE", "/health")
+        self.assertEqual((status, headers.get("Allow")), (405, "GET, HEAD"))
+        self.assertIn("use GET or HEAD", json.loads(body)["error"]["message"])
+        # The scheme's name is case-insensitive (RFC 9110 11.1); the key is not.
+        for value, want in (("bearer sesame", 200), ("BEARER  sesame", 200),
+                            ("Bearer Sesame", 401), ("Bearersesame", 401), ("Basic sesame", 401),
+                            ("bearer sesame2", 401), ("bearer sesam", 401)):
+            with self.subTest(authorization=value):
+                status = s.request("GET", "/v1/models", headers={"Authorization": value})[0]
+                self.assertEqual(status, want)
+        self.assertEqual(s.stop(), 0)
+
+    def test_read_timeout(self):
+        s = self.start("--read-timeout", "1")
+        # A head that never ends: closed after about a second.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        took = seconds_until_closed(sock, 10)
+        sock.close()
+        self.assertIsNotNone(took, "an unfinished head kept its connection")
+        self.assertTrue(0.8 < took < 3, took)
+        # A head that trickles in, a byte every 0.2 s: the deadline is for
+        # the whole head, not for the silence between bytes.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        started, closed = time.time(), False
+        for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.2)
+            if time.time() - started > 5:
+                break
+        closed = closed or seconds_until_closed(sock, 1) is not None
+        sock.close()
+        self.assertTrue(closed, "a trickled head kept its connection")
+        # A kept-alive connection that sends nothing more after an answer.
+        conn = s.connection()
+        conn.request("GET", "/health")
+        self.assertEqual(conn.getresponse().read(), b'{"status":"ok"}')
+        took = seconds_until_closed(conn.sock, 10)
+        conn.close()
+        self.assertTrue(took is not None and took < 3, took)
+        self.assertGreaterEqual(s.metrics()["trainyard_connections_read_timeout_total"], 3)
+        self.assertEqual(s.request("GET", "/health")[0], 200)
+        self.assertEqual(s.stop(), 0)
+        r = run(["serve", "--model", serve_util.make_model(), "--read-timeout", "0"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--read-timeout must be a number of seconds > 0", r.stderr)
+
+    def test_streams_outlive_the_read_timeout(self):
+        """Streams and waiting requests are answers, not reads: one slot and
+        a 0.5 s --read-timeout, two 400-token streams (the second waits for
+        the slot, silent, for over a second) and a request that is not
+        streamed all finish whole."""
+        s = self.start("--backend", "faulty", "--max-batch", "1", "--ctx", "512",
+                       "--read-timeout", "0.5", plugin_path=cli_util.CFG.faulty_dir)
+        results = {}
+
+        def stream(i):
+            conn = s.connection(timeout=60)
+            conn.request("POST", "/v1/completions", body=json.dumps(
+                {"model": s.name, "prompt": "the", "max_tokens": 400, "temperature": 1,
+                 "seed": i, "stream": True, "ignore_eos": True}))
+            resp = conn.getresponse()
+            results[i] = sse_events(resp)
+            conn.close()
+
+        def whole():
+            results["whole"] = s.post("/v1/completions", {
+                "model": s.name, "prompt": "the", "max_tokens": 100, "temperature": 1,
+                "ignore_eos": True})
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+        threads.append(threading.Thread(target=whole))
+        started = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        self.assertGreater(time.time() - started, 1.5)  # several read timeouts long
+        for i in range(2):
+            self.assertEqual(results[i][-1], "[DONE]")
+            self.assertEqual(results[i][-2]["usage"]["completion_tokens"], 400)
+        status, data = results["whole"]
+        self.assertEqual((status, data["usage"]["completion_tokens"]), (200, 100))
+        self.assertEqual(s.metrics()["trainyard_connections_read_timeout_total"], 0)
+        self.assertEqual(s.stop(), 0)
+
+    def test_health_and_metrics_while_busy(self):
+        """The one slot runs a stream and the queue (0) is full: generation
+        gets 429, /health and /metrics answer within a second."""
+        s = self.start("--backend", "faulty", "--max-batch", "1", "--max-queue", "0", "--ctx",
+                       "512", plugin_path=cli_util.CFG.faulty_dir)
+        conn = s.connection()
+        conn.request("POST", "/v1/completions", body=json.dumps(
+            {"model": s.name, "prompt": "the", "max_tokens": 480, "temperature": 1,
+             "stream": True, "ignore_eos": True}))
+        resp = conn.getresponse()
+        resp.readline()  # running
+        status, _ = s.post("/v1/completions", {"model": s.name, "prompt": "the", "max_tokens": 2})
+        self.assertEqual(status, 429)
+        for path in ("/health", "/metrics"):
+            started = time.time()
+            status, _, body = s.request("GET", path)
+            self.assertEqual(status, 200, body)
+            self.assertLess(time.time() - started, 1, path)
+        self.assertEqual(s.metrics()["trainyard_requests_in_flight"], 1)
+        resp.close()
+        conn.close()
+        self.assertEqual(s.stop(), 0)
+
+
 class OptionsTest(cli_util.TempDirTest):
     """The options LimitsTest and ShutdownTest do not show (the option audit
     of test_options_cli.py points here)."""
@@ -654,6 +844,48 @@ class OptionsTest(cli_util.TempDirTest):
         self.assertEqual(r.returncode, 1)
         self.assertIn("belongs to no family Trainyard recognizes", r.stderr)
         self.assertIn("--chat-template FILE", r.stderr)
+
+    def test_connection_limits(self):
+        """--max-connections and --max-connections-per-client: connections
+        past either are closed at once, without an answer."""
+
+        def closed_among(port, count, source):
+            socks = [socket.create_connection(("127.0.0.1", port), timeout=5,
+                                              source_address=(source, 0)) for _ in range(count)]
+            time.sleep(0.5)
+            readable, _, _ = select.select(socks, [], [], 0.5)
+            gone = 0
+            for sock in readable:
+                try:
+                    gone += sock.recv(1) == b""
+                except ConnectionResetError:
+                    gone += 1
+            return socks, gone
+
+        s = self.start("--max-connections", "3", "--max-connections-per-client", "0")
+        socks, gone = closed_among(s.port, 4, "127.0.0.2")
+        self.assertEqual(gone, 1)
+        for sock in socks:
+            sock.close()
+        self.assertTrue(wait_for(lambda: s.request("GET", "/health")[0] == 200, timeout=10))
+        self.assertEqual(s.stop(), 0)
+        s = self.start("--max-connections-per-client", "2")
+        socks, gone = closed_among(s.port, 3, "127.0.0.2")
+        self.assertEqual(gone, 1)
+        self.assertEqual(s.request("GET", "/health")[0], 200)  # another address
+        for sock in socks:
+            sock.close()
+        self.assertEqual(s.stop(), 0)
+        model = serve_util.make_model()
+        for args, message in (
+                (["--max-connections", "0"], "--max-connections must be an integer in 1..1048576"),
+                (["--max-connections-per-client", "-1"],
+                 "--max-connections-per-client must be an integer in 0..1048576"),
+                (["--max-connections", "4", "--max-connections-per-client", "5"],
+                 "--max-connections-per-client 5 is larger than --max-connections 4")):
+            r = run(["serve", "--model", model] + args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(message, r.stderr)
 
 
 def main():

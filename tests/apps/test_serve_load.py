@@ -4,6 +4,10 @@ and 3), standard library only:
 - LoadTest: 64 concurrent streaming clients x 32 tokens against loopback,
   all at once; every stream must end with [DONE] after exactly 32 tokens,
   with zero errors, in under a minute (the whole test, server included);
+- SlowClientTest: 400 connections that send half a request head and
+  stop, beside normal clients: /health answers within 1 s, a completion
+  comes back whole, /metrics answers; one client address past
+  --max-connections-per-client is refused at once (issue 33);
 - FuzzTest: a few hundred mutated, truncated, deeply nested, huge-number and
   invalid-UTF-8 request bodies; every one gets an HTTP answer (never a
   dropped connection or a hang), the server keeps serving and exits 0.
@@ -11,6 +15,9 @@ and 3), standard library only:
 import json
 import os
 import random
+import resource
+import select
+import socket
 import sys
 import threading
 import time
@@ -81,6 +88,81 @@ class LoadTest(unittest.TestCase):
         self.assertEqual(metrics['trainyard_requests_total{endpoint="/v1/completions",code="200"}'],
                          CLIENTS)
         self.assertLess(total, 60)
+
+
+IDLE, SOURCES = 400, 8
+
+
+class SlowClientTest(unittest.TestCase):
+    """Idle sockets cannot starve the server. The 400 come from 127.0.0.2
+    to 127.0.0.9 (Linux answers all of 127/8 on loopback), 50 each, within
+    the default per-client limit (128), so every one is open and held;
+    the normal clients use 127.0.0.1. A ninth address then opens 130:
+    the last 2 are closed at once. Everything well inside the default
+    --read-timeout (10 s), which would close the idle ones."""
+
+    def test_idle_connections_do_not_starve(self):
+        started = time.time()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        need = IDLE + 130 + 64
+        if soft != resource.RLIM_INFINITY and soft < need:
+            # Not a skip: a CI machine that cannot hold the load must say so.
+            self.assertTrue(hard == resource.RLIM_INFINITY or hard >= need,
+                            f"needs {need} open files; the hard limit (ulimit -Hn) is {hard}")
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        s = Server("--max-batch", "4", "--ctx", "128")
+        self.addCleanup(s.close)
+        idle = []
+        self.addCleanup(lambda: [sock.close() for sock in idle])
+        for i in range(IDLE):
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=5,
+                                            source_address=(f"127.0.0.{2 + i % SOURCES}", 0))
+            idle.append(sock)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the end
+        opened = time.time()
+        # /health from a new connection, within a second (measured).
+        status, _, body, took = serve_util.raw_request(
+            s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", timeout=1)
+        self.assertEqual((status, body), (200, b'{"status":"ok"}'))
+        self.assertLess(took, 1)
+        # A normal request completes, whole.
+        status, data = s.post("/v1/completions", {"model": s.name, "prompt": "the cat",
+                                                  "max_tokens": 8, "ignore_eos": True})
+        self.assertEqual((status, data["usage"]["completion_tokens"]), (200, 8), data)
+        # /metrics answers and counts every idle connection as open.
+        metrics = s.metrics()
+        self.assertGreaterEqual(metrics["trainyard_connections_open"], IDLE)
+        # No idle one was closed: none is readable (a close would be).
+        readable, _, _ = select.select(idle, [], [], 0)
+        self.assertEqual(readable, [])
+        # One address past --max-connections-per-client (default 128).
+        greedy = []
+        self.addCleanup(lambda: [sock.close() for sock in greedy])
+        for _ in range(130):
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=5,
+                                            source_address=("127.0.0.10", 0))
+            greedy.append(sock)
+        deadline, closed = time.time() + 2, set()
+        while time.time() < deadline and len(closed) < 2:
+            readable, _, _ = select.select([k for k in greedy if k not in closed], [], [], 0.1)
+            for sock in readable:
+                try:
+                    data = sock.recv(1)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    closed.add(sock)
+        self.assertEqual(len(closed), 2, "connections past the per-client limit")
+        self.assertEqual(s.request("GET", "/health")[0], 200)  # other addresses still served
+        self.assertLess(time.time() - opened, 8)  # all of it before --read-timeout
+        for sock in idle + greedy:
+            sock.close()
+        self.assertEqual(s.stop(), 0)
+        total = time.time() - started
+        print(f"{IDLE} idle connections: /health in {took * 1000:.1f} ms; whole test "
+              f"{total:.1f} s", file=sys.stderr)
+        self.assertLess(total, 30)
 
 
 def mutations(rng, seeds):

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "app.h"
@@ -40,7 +41,8 @@ static const char *const ty_serve_usage =
     "  --host HOST             address to listen on (default 127.0.0.1: this machine\n"
     "                          only; other addresses must be named)\n"
     "  --port N                TCP port (default 8000; 0: any free port, printed)\n"
-    "  --api-key KEY           require 'Authorization: Bearer KEY' (all but /health)\n"
+    "  --api-key KEY           require 'Authorization: Bearer KEY' (all but /health;\n"
+    "                          the scheme's name in any case)\n"
     "  --model-name NAME       the model's id in the API (default: DIR's name)\n"
     "  --max-batch N           sequences decoded together: KV-cache slots (default 8)\n"
     "  --ctx N                 tokens per sequence, prompt + completion (default: the\n"
@@ -61,6 +63,16 @@ static const char *const ty_serve_usage =
     "                          (default 600)\n"
     "  --shutdown-timeout S    on SIGTERM, how long requests in flight may finish\n"
     "                          before they are cancelled (default 30)\n"
+    "  --read-timeout S        a client must send a whole request, head and body,\n"
+    "                          within S seconds of owing it (of connecting, or of\n"
+    "                          the previous answer); else the connection is closed\n"
+    "                          (default 10). Answers and streams are not cut by it\n"
+    "  --max-connections N     open connections in all; more are closed at once\n"
+    "                          (default 1024)\n"
+    "  --max-connections-per-client N\n"
+    "                          open connections from one client address; more are\n"
+    "                          closed at once (default 128; 0: no limit; behind a\n"
+    "                          proxy every client has the proxy's address)\n"
     "  -h, --help              this help\n";
 
 typedef struct {
@@ -89,7 +101,8 @@ static bool ty_parse_seconds(const char *text, double *out) {
 
 static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
   enum { O_BACKEND = 1000, O_DTYPE, O_HOST, O_PORT, O_KEY, O_NAME, O_BATCH, O_CTX, O_CHUNK,
-         O_BUDGET, O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN };
+         O_BUDGET, O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN, O_READ, O_CONNS,
+         O_PER_CLIENT };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"backend", required_argument, NULL, O_BACKEND},
@@ -107,6 +120,9 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
       {"max-queue", required_argument, NULL, O_QUEUE},
       {"request-timeout", required_argument, NULL, O_TIMEOUT},
       {"shutdown-timeout", required_argument, NULL, O_SHUTDOWN},
+      {"read-timeout", required_argument, NULL, O_READ},
+      {"max-connections", required_argument, NULL, O_CONNS},
+      {"max-connections-per-client", required_argument, NULL, O_PER_CLIENT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -188,6 +204,22 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
           return ty_app_usage_error(cmd, "--shutdown-timeout must be a number of seconds > 0");
         }
         break;
+      case O_READ:
+        if (!ty_parse_seconds(optarg, &a->server.read_timeout)) {
+          return ty_app_usage_error(cmd, "--read-timeout must be a number of seconds > 0");
+        }
+        break;
+      case O_CONNS:
+        if (!ty_parse_i64(optarg, 1, 1 << 20, &a->server.max_connections)) {
+          return ty_app_usage_error(cmd, "--max-connections must be an integer in 1..1048576");
+        }
+        break;
+      case O_PER_CLIENT:
+        if (!ty_parse_i64(optarg, 0, 1 << 20, &a->server.max_per_client)) {
+          return ty_app_usage_error(cmd, "--max-connections-per-client must be an integer in "
+                                         "0..1048576 (0: no limit)");
+        }
+        break;
       case 'h': fputs(ty_serve_usage, stdout); return -1;
       case ':': return ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
       default: return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -195,11 +227,39 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
   }
   if (optind < argc) return ty_app_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if (!a->model_dir) return ty_app_usage_error(cmd, "--model is required");
+  if (a->server.max_per_client > a->server.max_connections) {
+    return ty_app_usage_error(cmd, "--max-connections-per-client %lld is larger than "
+                              "--max-connections %lld", (long long)a->server.max_per_client,
+                              (long long)a->server.max_connections);
+  }
   if (a->ctx > 0 && a->chunk > a->ctx) {
     return ty_app_usage_error(cmd, "--prefill-chunk %lld is larger than --ctx %lld",
                               (long long)a->chunk, (long long)a->ctx);
   }
   return TY_EXIT_OK;
+}
+
+/* Each connection holds a descriptor: the soft limit of open files is
+ * raised to fit --max-connections (up to the hard limit), and where the
+ * hard limit is lower, fewer connections are taken, with a warning. */
+static void ty_serve_fd_limit(ty_server_options_t *o) {
+  const rlim_t spare = 64; /* the model's files, the plugins, the console */
+  rlim_t want = (rlim_t)o->max_connections + spare;
+  struct rlimit r;
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+    rlim_t old = r.rlim_cur;
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > want ? want : r.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) r.rlim_cur = old;
+  }
+  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+    int64_t fit = r.rlim_cur > spare ? (int64_t)(r.rlim_cur - spare) : 1;
+    fprintf(stderr, "trainyard serve: warning: the open-file limit (ulimit -n) is %llu: at "
+            "most %lld connections, not --max-connections %lld\n",
+            (unsigned long long)r.rlim_cur, (long long)fit, (long long)o->max_connections);
+    o->max_connections = fit;
+    if (o->max_per_client > fit) o->max_per_client = fit;
+  }
 }
 
 /* The chat template's turn ends: single tokens stop the engine; longer
@@ -241,6 +301,7 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
   ty_server_t *s = calloc(1, sizeof(*s));
   if (!s) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   s->options = a->server;
+  ty_serve_fd_limit(&s->options);
   s->started = ty_srv_now();
   s->created = (int64_t)time(NULL);
   pthread_mutex_init(&s->lock, NULL);
@@ -384,7 +445,9 @@ int ty_cmd_serve(ty_app_t *app, int argc, char **argv) {
                        .compute_dtype = TY_DTYPE_F32, .max_batch = 8,
                        .server = {.host = "127.0.0.1", .port = 8000, .max_body = 1 << 20,
                                   .max_queue = 256, .request_timeout = 600,
-                                  .shutdown_timeout = 30, .default_max_tokens = 16,
+                                  .shutdown_timeout = 30, .read_timeout = 10,
+                                  .max_connections = 1024, .max_per_client = 128,
+                                  .default_max_tokens = 16,
                                   .verbosity = app->verbosity}};
   int rc = ty_serve_parse(argc, argv, &a);
   if (rc == TY_EXIT_OK) {

@@ -3,8 +3,11 @@
  *
  *   cmd_serve.c      options, start-up (model, tokenizer, chat template,
  *                    engine), signals and the graceful shutdown
- *   serve_http.c     libmicrohttpd glue: routing, bearer key, body limits,
- *                    JSON and server-sent-event responses, disconnects
+ *   serve_http.c     libmicrohttpd glue: framing checks, routing, bearer
+ *                    key, body limits, JSON and server-sent-event
+ *                    responses, disconnects
+ *   serve_conn.c     open connections: the read deadline (--read-timeout)
+ *                    that a watchdog thread enforces, and their count
  *   serve_sched.c    the scheduler thread: the bounded queue, admission into
  *                    engine slots, one engine step after another, tokens to
  *                    text, timeouts and cancellation
@@ -14,7 +17,11 @@
  *   serve_request.c  request bodies, parsed and checked (a fuzz target)
  *
  * Threads: libmicrohttpd runs one thread per connection; those threads
- * parse, tokenize and queue requests and then wait for their output. One
+ * parse, tokenize and queue requests and then wait for their output. A
+ * thread that waits for a slow client's bytes costs a stack and no more:
+ * what keeps idle sockets from starving the server is the read deadline
+ * (serve_conn.c), the per-client and total connection limits, and /health
+ * and /metrics never waiting on the scheduler. One
  * scheduler thread owns the engine and the per-choice text streams. A
  * request's shared part (its output buffer, state and reference count) is
  * guarded by the server's mutex; everything else of it is written once
@@ -113,6 +120,7 @@ typedef struct ty_srv_metrics_t {
   uint64_t rate_tokens[64]; /* generated tokens per second, a ring */
   int64_t rate_second;      /* the second rate_tokens[rate_second % 64] counts */
   uint64_t cancelled, timed_out, engine_errors;
+  uint64_t read_timeouts; /* connections cut by --read-timeout */
   ty_engine_stats_t engine; /* a copy the scheduler makes after each step */
 } ty_srv_metrics_t;
 
@@ -124,6 +132,9 @@ typedef struct ty_server_options_t {
   size_t max_body;
   int64_t max_queue;
   double request_timeout, shutdown_timeout;
+  double read_timeout;      /* a request's head and body must arrive within it */
+  int64_t max_connections;  /* open connections in all */
+  int64_t max_per_client;   /* open connections of one client address (0: any) */
   int64_t default_max_tokens; /* completions without max_tokens */
   int verbosity;
 } ty_server_options_t;
@@ -157,6 +168,12 @@ typedef struct ty_server_t {
   uint64_t next_id;
   pthread_t thread;
   void *daemon; /* struct MHD_Daemon */
+  /* serve_conn.c, under the lock: connections open, and the watchdog. */
+  struct ty_srv_sock_t *socks;
+  int64_t open_connections;
+  bool watchdog_quit;
+  bool watchdog_running;
+  pthread_t watchdog;
   int bound_port;
 } ty_server_t;
 
@@ -195,6 +212,22 @@ void ty_srv_metrics_request(ty_server_t *server, int endpoint, int status);
 void ty_srv_metrics_tokens(ty_server_t *server, uint64_t tokens);
 void ty_srv_metrics_ttft(ty_server_t *server, double seconds);
 bool ty_srv_metrics_text(ty_server_t *server, ty_srv_buf_t *out);
+
+/* serve_conn.c: one record per open connection (libmicrohttpd's socket
+ * context), from accept to close. A connection is "reading" while it owes
+ * the server a request head or body; the watchdog shuts down the socket of
+ * one that has been reading for longer than --read-timeout, so its thread
+ * ends and its slot frees. Responses (streams included) are never cut by
+ * it. Each function takes the lock itself. */
+typedef struct ty_srv_sock_t ty_srv_sock_t;
+/* NULL when memory runs out (the connection is then not watched). */
+ty_srv_sock_t *ty_srv_conn_opened(ty_server_t *server, int fd);
+void ty_srv_conn_closed(ty_server_t *server, ty_srv_sock_t *sock);
+/* Starts (true: the clock restarts) or ends (false) a reading phase;
+ * NULL sock: nothing. */
+void ty_srv_conn_reading(ty_server_t *server, ty_srv_sock_t *sock, bool reading);
+ty_status_t ty_srv_watchdog_start(ty_server_t *server);
+void ty_srv_watchdog_stop(ty_server_t *server);
 
 /* serve_http.c */
 ty_status_t ty_srv_http_start(ty_server_t *server);

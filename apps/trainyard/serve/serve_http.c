@@ -1,13 +1,17 @@
 /* libmicrohttpd glue of `trainyard serve` (see serve.h): one thread per
- * connection; routing, the bearer key and body limits before any body is
- * read; requests checked, tokenized and queued; JSON responses and
- * server-sent events; a client that goes away cancels its request. */
+ * connection; the message framing, routing, the bearer key and body limits
+ * before any body is read; requests checked, tokenized and queued; JSON
+ * responses and server-sent events; a client that goes away cancels its
+ * request. */
 #include <errno.h>
+#include <inttypes.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +27,9 @@ typedef struct {
   const char *model_id; /* GET /v1/models/<id> */
   ty_srv_buf_t body;
   bool too_large, responded;
+  bool close;        /* the answer ends the connection (framing not trusted) */
+  const char *allow; /* a 405's Allow header */
+  ty_srv_sock_t *sock; /* the connection's record (serve_conn.c) */
 } ty_srv_conn_t;
 
 /* A streaming response's state (the reader's and free callback's). */
@@ -66,6 +73,8 @@ static enum MHD_Result ty_srv_reply(ty_srv_conn_t *ctx, int status, const char *
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
   if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
   if (status == 429 || status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  if (status == 405 && ctx->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, ctx->allow);
+  if (ctx->close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result result = MHD_queue_response(ctx->connection, (unsigned)status, r);
   MHD_destroy_response(r);
   pthread_mutex_lock(&s->lock);
@@ -82,6 +91,48 @@ static enum MHD_Result ty_srv_reply_error(ty_srv_conn_t *ctx, const ty_api_error
                           : MHD_NO;
   ty_srv_buf_free(&out);
   return r;
+}
+
+/* A chunked body that runs past --max-body is noticed while libmicrohttpd
+ * reads it, when it no longer takes a response; the declared chunk size
+ * (FFFFFFFFFFFFFFFF fits its 64 bits) is not shown to the application.
+ * This connection's thread owns the socket and nothing else writes to it
+ * while a body is read, so the 413 goes out here, at once, and the
+ * connection closes (MHD_NO) instead of waiting for the rest. */
+static enum MHD_Result ty_srv_reply_raw(ty_srv_conn_t *ctx, const ty_api_error_t *e) {
+  ty_server_t *s = ctx->server;
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(ctx->connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  ty_srv_buf_t body = {0}, out = {0};
+  bool ok = info && ty_srv_api_error_json(e, &body);
+  if (ok) {
+    char head[256];
+    const char *reason = MHD_get_reason_phrase_for((unsigned)e->status);
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
+                     "%zu\r\nConnection: close\r\n\r\n",
+                     e->status, reason ? reason : "", body.size);
+    ok = n > 0 && (size_t)n < sizeof(head) && ty_srv_buf_append(&out, head, (size_t)n) &&
+         ty_srv_buf_append(&out, body.data, body.size);
+  }
+  for (size_t sent = 0; ok && sent < out.size;) {
+    ssize_t n = send(info->connect_fd, out.data + sent, out.size - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    struct pollfd p = {.fd = info->connect_fd, .events = POLLOUT};
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll(&p, 1, 1000) > 0) continue;
+    break; /* the client is gone or does not read: closing is all that is left */
+  }
+  ty_srv_buf_free(&body);
+  ty_srv_buf_free(&out);
+  pthread_mutex_lock(&s->lock);
+  ty_srv_metrics_request(s, ctx->endpoint, e->status);
+  pthread_mutex_unlock(&s->lock);
+  ctx->responded = true;
+  return MHD_NO;
 }
 
 static enum MHD_Result ty_srv_reply_json(ty_srv_conn_t *ctx, int status, ty_srv_buf_t *out,
@@ -396,16 +447,83 @@ static int ty_srv_route(const char *url, const char **model_id) {
   return TY_EP_OTHER;
 }
 
-/* Constant-time comparison of the bearer key. */
+/* The bearer key, compared in constant time (in the key's length). The
+ * scheme's name is case-insensitive (RFC 9110 11.1), so "bearer KEY" is as
+ * good as "Bearer KEY". */
 static bool ty_srv_key_ok(const ty_server_t *s, struct MHD_Connection *c) {
   if (!s->options.api_key) return true;
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-  const char *given = h + 7, *key = s->options.api_key;
+  if (!h || strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') return false;
+  const char *given = h + 6, *key = s->options.api_key;
+  while (*given == ' ') ++given;
   size_t n = strlen(given), m = strlen(key);
   unsigned char diff = (unsigned char)(n != m);
   for (size_t i = 0; i < m; ++i) diff |= (unsigned char)(key[i] ^ (i < n ? given[i] : 0));
   return diff == 0;
+}
+
+/* What the headers say about where the body ends. */
+typedef struct {
+  int lengths, encodings;
+  const char *length, *encoding; /* the first of each */
+  bool lengths_differ;
+} ty_srv_framing_t;
+
+static bool ty_srv_length_value(const char *text, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (end == text || *end || errno || text[0] == '-' || text[0] == '+') return false;
+  *out = v;
+  return true;
+}
+
+static enum MHD_Result ty_srv_framing_header(void *cls, enum MHD_ValueKind kind,
+                                             const char *key, const char *value) {
+  (void)kind;
+  ty_srv_framing_t *f = cls;
+  if (!value) value = "";
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+    if (f->lengths++ == 0) {
+      f->length = value;
+    } else {
+      uint64_t a, b;
+      bool numbers = ty_srv_length_value(f->length, &a) && ty_srv_length_value(value, &b);
+      if (numbers ? a != b : strcmp(f->length, value) != 0) f->lengths_differ = true;
+    }
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    if (f->encodings++ == 0) f->encoding = value;
+  }
+  return MHD_YES;
+}
+
+/* RFC 9112 6.1 and 6.3: a body's end must be known one way. libmicrohttpd
+ * takes the first Content-Length and lets Transfer-Encoding win over it;
+ * a proxy in front may read the same message the other way (request
+ * smuggling), so any doubt ends the connection with an error. */
+static bool ty_srv_framing_ok(ty_srv_conn_t *ctx, ty_api_error_t *e) {
+  ty_srv_framing_t f = {0};
+  MHD_get_connection_values(ctx->connection, MHD_HEADER_KIND, ty_srv_framing_header, &f);
+  if (f.lengths_differ) {
+    return ty_api_fail(e, 400, "invalid_request_error", "invalid_framing", NULL,
+                       "the request has Content-Length headers with different values; send "
+                       "one");
+  }
+  if (f.encodings && f.lengths) {
+    return ty_api_fail(e, 400, "invalid_request_error", "invalid_framing", NULL,
+                       "the request has both Transfer-Encoding and Content-Length; send one");
+  }
+  if (f.encodings > 1) {
+    return ty_api_fail(e, 400, "invalid_request_error", "invalid_framing", NULL,
+                       "the request has %d Transfer-Encoding headers; send one "
+                       "(Transfer-Encoding: chunked)", f.encodings);
+  }
+  if (f.encodings && strcasecmp(f.encoding, "chunked") != 0) {
+    return ty_api_fail(e, 501, "invalid_request_error", "unsupported_transfer_encoding", NULL,
+                       "Transfer-Encoding '%.64s' is not supported; send the body with "
+                       "Content-Length or Transfer-Encoding: chunked", f.encoding);
+  }
+  return true;
 }
 
 /* Everything decided from the request line and headers alone. */
@@ -413,6 +531,10 @@ static enum MHD_Result ty_srv_early(ty_srv_conn_t *ctx, const char *url, const c
   ty_server_t *s = ctx->server;
   ty_api_error_t e;
   bool post = ctx->endpoint == TY_EP_COMPLETIONS || ctx->endpoint == TY_EP_CHAT;
+  if (!ty_srv_framing_ok(ctx, &e)) {
+    ctx->close = true;
+    return ty_srv_reply_error(ctx, &e);
+  }
   if (ctx->endpoint == TY_EP_OTHER) {
     ty_api_fail(&e, 404, "invalid_request_error", "unknown_url", NULL,
                 "Unknown request URL: %s %s. The endpoints are POST /v1/completions, POST "
@@ -420,9 +542,12 @@ static enum MHD_Result ty_srv_early(ty_srv_conn_t *ctx, const char *url, const c
                 method, url);
     return ty_srv_reply_error(ctx, &e);
   }
-  if (strcmp(method, post ? "POST" : "GET") != 0) {
+  /* HEAD is GET without the body (libmicrohttpd leaves the body out). */
+  bool allowed = post ? !strcmp(method, "POST") : !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  if (!allowed) {
+    ctx->allow = post ? "POST" : "GET, HEAD";
     ty_api_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
-                "%s is not allowed on %s; use %s", method, url, post ? "POST" : "GET");
+                "%s is not allowed on %s; use %s", method, url, post ? "POST" : "GET or HEAD");
     return ty_srv_reply_error(ctx, &e);
   }
   if (ctx->endpoint != TY_EP_HEALTH && !ty_srv_key_ok(s, ctx->connection)) {
@@ -484,31 +609,34 @@ static enum MHD_Result ty_srv_access(void *cls, struct MHD_Connection *connectio
     ctx->server = s;
     ctx->connection = connection;
     ctx->endpoint = ty_srv_route(url, &ctx->model_id);
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    ctx->sock = info ? info->socket_context : NULL;
     *con_cls = ctx;
     return ty_srv_early(ctx, url, method);
   }
   if (ctx->responded) {
     *upload_data_size = 0; /* answered early: the rest of the body is dropped */
-    return MHD_YES;
+    return ctx->too_large ? MHD_NO : MHD_YES;
   }
   if (*upload_data_size) {
-    if (!ctx->too_large && ctx->body.size + *upload_data_size > s->options.max_body) {
-      ctx->too_large = true; /* a chunked body without a length: counted here */
+    if (ctx->body.size + *upload_data_size > s->options.max_body) {
+      /* A chunked body without a length: counted here, refused at once. */
+      ctx->too_large = true;
       ty_srv_buf_free(&ctx->body);
+      ty_api_error_t e;
+      ty_api_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                  "the request body is larger than the server's --max-body %zu bytes",
+                  s->options.max_body);
+      return ty_srv_reply_raw(ctx, &e);
     }
-    if (!ctx->too_large && !ty_srv_buf_append(&ctx->body, upload_data, *upload_data_size)) {
-      return MHD_NO;
-    }
+    if (!ty_srv_buf_append(&ctx->body, upload_data, *upload_data_size)) return MHD_NO;
     *upload_data_size = 0;
     return MHD_YES;
   }
-  if (ctx->too_large) {
-    ty_api_error_t e;
-    ty_api_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                "the request body is larger than the server's --max-body %zu bytes",
-                s->options.max_body);
-    return ty_srv_reply_error(ctx, &e);
-  }
+  /* The whole request is in: from here on, only --request-timeout and the
+   * client's own patience bound the connection (streams are not cut). */
+  ty_srv_conn_reading(s, ctx->sock, false);
   if (ctx->endpoint == TY_EP_COMPLETIONS || ctx->endpoint == TY_EP_CHAT) {
     return ty_srv_generate(ctx);
   }
@@ -517,9 +645,12 @@ static enum MHD_Result ty_srv_access(void *cls, struct MHD_Connection *connectio
 
 static void ty_srv_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
                              enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)connection;
   (void)toe;
+  ty_server_t *s = cls;
+  /* A kept-alive connection owes the next request from now on. */
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  if (info) ty_srv_conn_reading(s, info->socket_context, true);
   ty_srv_conn_t *ctx = *con_cls;
   if (!ctx) return;
   ty_srv_buf_free(&ctx->body);
@@ -527,10 +658,28 @@ static void ty_srv_completed(void *cls, struct MHD_Connection *connection, void 
   *con_cls = NULL;
 }
 
+static void ty_srv_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  ty_server_t *s = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *socket_context = ty_srv_conn_opened(s, info ? info->connect_fd : -1);
+  } else {
+    ty_srv_conn_closed(s, *socket_context);
+    *socket_context = NULL;
+  }
+}
+
 static void ty_srv_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
-  fputs("trainyard serve: http: ", stderr);
-  vfprintf(stderr, fmt, ap);
+  char line[512];
+  vsnprintf(line, sizeof(line), fmt, ap);
+  /* Every MHD_NO this file returns is deliberate (a client gone, a body
+   * refused) and already answered or counted; libmicrohttpd's line for it
+   * would read as a fault. */
+  if (strstr(line, "Application reported internal error")) return;
+  fprintf(stderr, "trainyard serve: http: %s", line);
 }
 
 ty_status_t ty_srv_http_start(ty_server_t *s) {
@@ -544,20 +693,30 @@ ty_status_t ty_srv_http_start(ty_server_t *s) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--host %s: %s", s->options.host,
                           gai_strerror(rc));
   }
+  /* poll, not select: descriptors past FD_SETSIZE (1024) are served too. */
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                   MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                   MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
   if (found->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-  unsigned connections = (unsigned)(s->options.max_queue + s->slots + 64);
-  /* Generation is bounded by --request-timeout; an idle or stalled
-   * connection by the same time plus a margin. */
+  /* A response (a stream that waits for its first token included) is
+   * bounded by --request-timeout; libmicrohttpd's idle timeout is only a
+   * margin past it. What a client owes (head and body) is bounded by
+   * --read-timeout, which the watchdog enforces. */
   unsigned timeout = (unsigned)(s->options.request_timeout + 30);
+  ty_status_t st = ty_srv_watchdog_start(s);
+  if (st) {
+    freeaddrinfo(found);
+    return st;
+  }
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, ty_srv_access, s, MHD_OPTION_EXTERNAL_LOGGER, ty_srv_log, s,
       MHD_OPTION_SOCK_ADDR, found->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, ty_srv_completed, s,
-      MHD_OPTION_CONNECTION_LIMIT, connections, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+      MHD_OPTION_NOTIFY_CONNECTION, ty_srv_notify, s, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)s->options.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)s->options.max_per_client, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
       MHD_OPTION_END);
   freeaddrinfo(found);
   if (!d) {
+    ty_srv_watchdog_stop(s);
     return ty_status_make(TY_CODE_UNAVAILABLE,
                           "cannot listen on %s port %d (in use, or not an address of this "
                           "machine)",
@@ -576,7 +735,7 @@ void ty_srv_http_quiesce(ty_server_t *s) {
 }
 
 void ty_srv_http_stop(ty_server_t *s) {
-  if (!s->daemon) return;
-  MHD_stop_daemon(s->daemon);
+  if (s->daemon) MHD_stop_daemon(s->daemon); /* every connection's record goes */
   s->daemon = NULL;
+  ty_srv_watchdog_stop(s);
 }

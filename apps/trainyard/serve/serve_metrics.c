@@ -138,6 +138,14 @@ bool ty_srv_metrics_text(ty_server_t *s, ty_srv_buf_t *out) {
   ok = ok && ty_metric(out, "trainyard_engine_errors_total", "counter",
                        "Engine steps that failed on the device.") &&
        ty_put(out, "trainyard_engine_errors_total %llu\n", (unsigned long long)m->engine_errors);
+  ok = ok && ty_metric(out, "trainyard_connections_open", "gauge",
+                       "HTTP connections open (idle and slow ones included).") &&
+       ty_put(out, "trainyard_connections_open %lld\n", (long long)s->open_connections);
+  ok = ok && ty_metric(out, "trainyard_connections_read_timeout_total", "counter",
+                       "Connections closed because a request's head or body did not arrive "
+                       "within --read-timeout.") &&
+       ty_put(out, "trainyard_connections_read_timeout_total %llu\n",
+              (unsigned long long)m->read_timeouts);
   ok = ok && ty_metric(out, "trainyard_uptime_seconds", "gauge", "Seconds since start-up.") &&
        ty_put(out, "trainyard_uptime_seconds %.1f\n", ty_srv_now() - s->started);
   return ok;
