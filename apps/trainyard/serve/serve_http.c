@@ -527,8 +527,15 @@ static void ty_srv_completed(void *cls, struct MHD_Connection *connection, void 
   *con_cls = NULL;
 }
 
+/* Set while MHD_start_daemon runs on this thread: its lines then are kept
+ * back, since a failed bind is reported by ty_srv_http_start in the user's
+ * terms, and MHD's own "Failed to bind to port 0" (the port of an address
+ * given whole) would only mislead. */
+static _Thread_local bool ty_srv_starting;
+
 static void ty_srv_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
+  if (ty_srv_starting) return;
   fputs("trainyard serve: http: ", stderr);
   vfprintf(stderr, fmt, ap);
 }
@@ -551,11 +558,13 @@ ty_status_t ty_srv_http_start(ty_server_t *s) {
   /* Generation is bounded by --request-timeout; an idle or stalled
    * connection by the same time plus a margin. */
   unsigned timeout = (unsigned)(s->options.request_timeout + 30);
+  ty_srv_starting = true;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, ty_srv_access, s, MHD_OPTION_EXTERNAL_LOGGER, ty_srv_log, s,
       MHD_OPTION_SOCK_ADDR, found->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, ty_srv_completed, s,
       MHD_OPTION_CONNECTION_LIMIT, connections, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
       MHD_OPTION_END);
+  ty_srv_starting = false;
   freeaddrinfo(found);
   if (!d) {
     return ty_status_make(TY_CODE_UNAVAILABLE,
