@@ -26,6 +26,11 @@ static const char *const ty_devices_usage =
     "identity (its build-id, or the SHA-256 of its file), which keys the\n"
     "compile cache.\n"
     "\n"
+    "A plugin is loaded only when its file and every folder above it belong\n"
+    "to you or root and are not writable by group or others (sticky folders\n"
+    "such as /tmp excepted); others are rejected as unsafe-permissions unless\n"
+    "TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS=1.\n"
+    "\n"
     "  --json      print one JSON object instead of text\n"
     "  -h, --help  this help\n";
 
