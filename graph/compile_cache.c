@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "graph/lower.h"
+#include "hal/path_trust.h"
 
 #define TY_CACHE_LAYOUT "compile-v1"
 #define TY_FAILURE_MAGIC "trainyard-compile-failure 1\n"
@@ -24,6 +25,18 @@ void ty_compile_cache_default_dir(char *out, size_t capacity) {
   } else if (capacity) {
     out[0] = '\0';
   }
+}
+
+bool ty_compile_cache_dir_warning(const char *dir, char *out, size_t capacity) {
+  if (capacity) out[0] = '\0';
+  if (!dir || !dir[0]) return false;
+  char layout[4096], why[4096 + 128];
+  snprintf(layout, sizeof(layout), "%s/" TY_CACHE_LAYOUT, dir);
+  if (ty_path_trusted(layout, why, sizeof(why))) return false;
+  snprintf(out, capacity, "the compile cache %s is not yours alone: %s, and its entries are "
+           "loaded as compiled executables; chmod go-w it, or give --cache-dir a folder of "
+           "your own (or none)", dir, why);
+  return true;
 }
 
 const ty_file_kind_t ty_artifact_file_kind = {

@@ -18,6 +18,7 @@
 #ifndef TY_GRAPH_COMPILE_CACHE_H_
 #define TY_GRAPH_COMPILE_CACHE_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,14 @@ void ty_compile_cache_default_dir(char *out, size_t capacity);
  * ty_file_read (hal/file.h): binary, capped at 1 GiB unless
  * TRAINYARD_MAX_ARTIFACT_BYTES says otherwise. */
 extern const ty_file_kind_t ty_artifact_file_kind;
+
+/* A warning for the app to print, once, when the cache folder `dir` (or,
+ * before it exists, the folder that will hold it) can be changed by users
+ * other than this one and root (hal/path_trust.h's rule): its entries are
+ * loaded as compiled executables, so whoever can write there chooses what
+ * a run executes. Library code does not print; this gives the text. False
+ * (*out "") when the folder passes or `dir` is NULL or "" (no cache). */
+bool ty_compile_cache_dir_warning(const char *dir, char *out, size_t capacity);
 
 /* Paths of an entry: <dir>/compile-v1/<backend>/<sha256(key)><suffix>. The
  * caller frees *out_path. */

@@ -67,6 +67,21 @@ ty_status_t ty_device_uri_parse(const char *uri, ty_device_uri_t *out_uri) {
   }
   size_t n = 0;
   while (ty_is_name_char(uri[n])) ++n;
+  /* Backend names are lowercase, as plugins name themselves and `trainyard
+   * devices` lists them; "CPU" is refused with the spelling to use rather
+   * than matched, so that one backend has one name in configs and logs. */
+  size_t caps = n;
+  while (ty_is_name_char(uri[caps]) || (uri[caps] >= 'A' && uri[caps] <= 'Z')) ++caps;
+  if (caps > n && caps < TY_BACKEND_NAME_MAX) {
+    char lower[TY_BACKEND_NAME_MAX];
+    for (size_t i = 0; i < caps; ++i) {
+      lower[i] = uri[i] >= 'A' && uri[i] <= 'Z' ? (char)(uri[i] - 'A' + 'a') : uri[i];
+    }
+    lower[caps] = '\0';
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "bad device URI '%s': backend names are lowercase, as 'trainyard "
+                          "devices' lists them: give '%s%s'", uri, lower, uri + caps);
+  }
   if (n == 0) return ty_uri_error(uri, "missing backend name");
   if (n >= TY_BACKEND_NAME_MAX) return ty_uri_error(uri, "backend name too long");
   memcpy(out_uri->backend, uri, n);

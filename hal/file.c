@@ -86,6 +86,10 @@ ty_status_t ty_file_check_text(const char *data, size_t size, const char *name,
   return nul ? ty_file_nul(name, kind, (uint64_t)(nul - data)) : TY_OK;
 }
 
+size_t ty_text_bom_size(const char *data, size_t size) {
+  return size >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3) ? 3 : 0;
+}
+
 ty_status_t ty_file_read_fd(int fd, const char *name, const ty_file_kind_t *kind,
                             char **out_data, size_t *out_size) {
   *out_data = NULL;
@@ -151,6 +155,11 @@ ty_status_t ty_file_read_fd(int fd, const char *name, const ty_file_kind_t *kind
   if (status) {
     free(data);
     return status;
+  }
+  size_t bom = kind->skip_bom ? ty_text_bom_size(data, size) : 0;
+  if (bom) {
+    size -= bom;
+    memmove(data, data + bom, size);
   }
   data[size] = '\0';
   *out_data = data;

@@ -42,10 +42,15 @@ typedef struct ty_file_kind_t {
   ty_code_t bad_code;    /* code for content that cannot be this kind (a NUL
                             byte): INVALID_ARGUMENT for what users hand in,
                             DATA_LOSS for files Trainyard wrote itself */
+  bool skip_bom;         /* a leading UTF-8 byte-order mark (EF BB BF) is
+                            dropped: set by every JSON, JSONL and options
+                            kind, since editors on Windows start files with
+                            one and RFC 8259 lets a parser ignore it */
 } ty_file_kind_t;
 
 /* Reads all of `path` (a regular file, pipe or character device) into a new
- * buffer. *out_data is NUL-terminated (the NUL not counted in *out_size);
+ * buffer, without its leading byte-order mark when kind->skip_bom is set.
+ * *out_data is NUL-terminated (the NUL not counted in *out_size);
  * the caller frees it. st_size is only a hint for the first allocation,
  * never trusted. Errors name the kind and the path: FAILED_PRECONDITION
  * "<what> <path> is a folder, not a file"; ty_status_from_errno's "cannot
@@ -69,6 +74,11 @@ ty_status_t ty_file_kind_limit(const ty_file_kind_t *kind, uint64_t *out_limit) 
  * the text check of ty_file_read for data that was mapped instead of read. */
 ty_status_t ty_file_check_text(const char *data, size_t size, const char *name,
                                const ty_file_kind_t *kind) TY_MUST_USE;
+
+/* The length of a UTF-8 byte-order mark at the start of `data` (3), or 0:
+ * for readers of mapped JSON lines, which skip it as ty_file_read does for
+ * kinds with skip_bom. */
+size_t ty_text_bom_size(const char *data, size_t size);
 
 /* Opens `path` read-only to map it (shards, safetensors files): a folder or
  * a device cannot be mapped. `what` names the file in errors ("shard",

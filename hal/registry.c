@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "hal/path_trust.h"
 #include "hal/plugin_check.h"
 
 #ifndef TY_INSTALL_PLUGIN_DIR
@@ -43,6 +44,7 @@ struct ty_registry_t {
   size_t search_dir_count, search_dir_capacity;
   char **seen; /* real paths of every candidate considered */
   size_t seen_count, seen_capacity;
+  bool allow_unsafe; /* TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS=1 */
 };
 
 /* Grows *items (of elem_size) so that one more fits. false on OOM. */
@@ -74,6 +76,7 @@ const char *ty_reject_kind_name(ty_reject_kind_t kind) {
     case TY_REJECT_UNAVAILABLE: return "unavailable";
     case TY_REJECT_CREATE_FAILED: return "create-failed";
     case TY_REJECT_SHADOWED: return "shadowed";
+    case TY_REJECT_UNSAFE_PERMISSIONS: return "unsafe-permissions";
   }
   return "unknown";
 }
@@ -274,6 +277,16 @@ static ty_status_t ty_registry_consider(ty_registry_t *r, const char *path) {
                                 "which comes earlier in the search order",
                                 file_name, existing->path);
     }
+  }
+
+  /* Before dlopen, which runs the plugin's constructors. */
+  char unsafe[PATH_MAX + 160];
+  if (!r->allow_unsafe && !ty_path_trusted(real_path, unsafe, sizeof(unsafe))) {
+    return ty_registry_reject(r, path, file_name, TY_REJECT_UNSAFE_PERMISSIONS,
+                              "%s, so users other than you and root could put code there "
+                              "that runs when the plugin loads: chown or chmod go-w it, or "
+                              "set " TY_PATH_TRUST_ENV "=1 to load it anyway",
+                              unsafe);
   }
 
   dlerror();
@@ -494,6 +507,8 @@ ty_status_t ty_registry_create(const ty_registry_options_t *options,
   *out_registry = NULL;
   ty_registry_t *r = calloc(1, sizeof(*r));
   if (!r) return ty_oom("creating the plugin registry");
+  const char *allow = getenv(TY_PATH_TRUST_ENV);
+  r->allow_unsafe = allow && !strcmp(allow, "1");
   ty_status_t status = TY_OK;
   for (size_t i = 0; i < options->explicit_path_count && !status; ++i) {
     status = ty_registry_search(r, options->explicit_paths[i], true);

@@ -6,6 +6,12 @@
  * the install plugin folder -> the plugin folder beside the executable
  * (<exe dir>/../lib/trainyard/backends). A folder contributes every file
  * named libty_backend_<name>.so; an explicit path may also be a file.
+ *
+ * A candidate is loaded only when it and every folder above it belong to
+ * root or this user and are not writable by group or others (sshd's
+ * StrictModes; hal/path_trust.h): loading runs the plugin's code. Others
+ * are rejected as TY_REJECT_UNSAFE_PERMISSIONS, unless the environment sets
+ * TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS=1 (read at each ty_registry_create).
  */
 #ifndef TY_HAL_REGISTRY_H_
 #define TY_HAL_REGISTRY_H_
@@ -48,6 +54,9 @@ typedef enum ty_reject_kind_e {
   TY_REJECT_UNAVAILABLE,      /* backend_create said UNAVAILABLE */
   TY_REJECT_CREATE_FAILED,    /* backend_create failed otherwise */
   TY_REJECT_SHADOWED,         /* a backend of that name was already loaded */
+  TY_REJECT_UNSAFE_PERMISSIONS, /* the file or a folder above it can be
+                                   changed by users other than this one and
+                                   root (hal/path_trust.h); not loaded */
 } ty_reject_kind_t;
 
 typedef struct ty_rejected_candidate_t {

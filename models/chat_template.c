@@ -365,10 +365,44 @@ static const char *ty_ct_token(json_t *config, const char *key) {
  * tokens; --chat-template: a Jinja template or its JSON form. */
 static const ty_file_kind_t ty_tokenizer_config_kind = {
     .what = "tokenizer config", .max_bytes = 64 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_DATA_LOSS};
+    .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 static const ty_file_kind_t ty_chat_template_file_kind = {
     .what = "--chat-template file", .max_bytes = 4 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_INVALID_ARGUMENT};
+    .bad_code = TY_CODE_INVALID_ARGUMENT, .skip_bom = true};
+
+/* A --chat-template file is the JSON form when its name ends in .json or
+ * its text opens as a JSON object does ('{' then '"' or '}', where Jinja
+ * opens with "{%", "{{" or "{#"): such a file that does not parse is a JSON
+ * error, never a Jinja template to recognize. An empty file is neither. */
+static ty_status_t ty_ct_check_file(const char *path, const char *text, size_t size) {
+  size_t i = 0;
+  while (i < size && strchr(" \t\r\n", text[i])) ++i;
+  if (i == size) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--chat-template %s is empty (give a Jinja "
+                          "template or the JSON form of docs/formats.md)", path);
+  }
+  size_t j = i + 1;
+  while (j < size && strchr(" \t\r\n", text[j])) ++j;
+  size_t len = strlen(path);
+  bool json_name = len >= 5 && !strcmp(path + len - 5, ".json");
+  bool json_text = text[i] == '{' && (j == size || text[j] == '"' || text[j] == '}');
+  if (!json_name && !json_text) return TY_OK;
+  json_error_t error;
+  json_t *root = json_loadb(text, size, 0, &error);
+  bool object = json_is_object(root);
+  json_decref(root);
+  if (!root) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--chat-template %s is not valid JSON "
+                          "(line %d, column %d: %s)", path, error.line, error.column,
+                          error.text);
+  }
+  if (!object) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--chat-template %s: the JSON form is an "
+                          "object {\"user\": ..., \"assistant\": ...}, not another JSON value",
+                          path);
+  }
+  return TY_OK;
+}
 
 ty_status_t ty_chat_template_load(const char *dir, const char *template_file,
                                   ty_chat_template_t **out_template) {
@@ -404,6 +438,7 @@ ty_status_t ty_chat_template_load(const char *dir, const char *template_file,
     char *text = NULL;
     size_t n = 0;
     s = ty_file_read(template_file, &ty_chat_template_file_kind, &text, &n);
+    if (!s) s = ty_ct_check_file(template_file, text, n);
     if (!s) s = ty_chat_template_parse(text, n, template_file, bos, eos, out_template);
     free(text);
     json_decref(config);

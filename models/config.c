@@ -14,6 +14,7 @@
 
 #include "hal/file.h"
 #include "models/config_internal.h"
+#include "models/json_input.h"
 #include "models/llm.h"
 
 const ty_file_kind_t ty_model_config_file_kind = {
@@ -21,6 +22,7 @@ const ty_file_kind_t ty_model_config_file_kind = {
     .max_bytes = 16 * TY_MIB,
     .text = true,
     .bad_code = TY_CODE_INVALID_ARGUMENT,
+    .skip_bom = true,
 };
 
 ty_status_t ty_cfg_error(const ty_cfg_t *c, const char *field, const char *what) {
@@ -149,18 +151,11 @@ static ty_status_t ty_cfg_token_id(const ty_cfg_t *c, const char *field, int64_t
   bool list = json_is_array(v);
   size_t count = list ? json_array_size(v) : 1;
   for (size_t i = 0; i < count; ++i) {
-    json_t *id = list ? json_array_get(v, i) : v;
-    if (!json_is_integer(id)) {
-      return ty_cfg_error(c, field, "must be a token id or a list of token ids");
-    }
-    json_int_t value = json_integer_value(id);
-    if (value < 0 || value >= vocab) {
-      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                            "%s: field '%s' holds id %lld, outside the vocabulary of %lld tokens "
-                            "(vocab_size)",
-                            c->origin, field, (long long)value, (long long)vocab);
-    }
-    if (i == 0) *out = (int64_t)value;
+    int64_t value = -1;
+    ty_status_t s = ty_json_token_id(list ? json_array_get(v, i) : v, vocab, &value);
+    if (s && list) return ty_status_annotate(s, "%s: field '%s'[%zu]", c->origin, field, i);
+    if (s) return ty_status_annotate(s, "%s: field '%s'", c->origin, field);
+    if (i == 0) *out = value;
   }
   return TY_OK;
 }
@@ -317,8 +312,9 @@ ty_status_t ty_model_config_parse_text(const char *text, size_t size, const char
                                        ty_model_config_t *out) {
   memset(out, 0, sizeof(*out));
   TY_RETURN_IF_ERROR(ty_file_check_text(text, size, origin, &ty_model_config_file_kind));
+  size_t bom = ty_text_bom_size(text, size); /* as ty_file_read skips it */
   json_error_t err;
-  json_t *root = json_loadb(text, size, JSON_REJECT_DUPLICATES, &err);
+  json_t *root = json_loadb(text + bom, size - bom, JSON_REJECT_DUPLICATES, &err);
   if (!root) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: not valid JSON (line %d: %s)", origin,
                           err.line, err.text);

@@ -177,7 +177,7 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
 /* dataset.json lists every shard with its hash: a few hundred bytes each. */
 static const ty_file_kind_t ty_ds_json_kind = {
     .what = "dataset description", .max_bytes = 64 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_DATA_LOSS};
+    .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
 /* *out_declared is false when dataset.json parses but lists no `split`. */
 static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split, bool *out_declared) {

@@ -16,7 +16,7 @@
 /* Indexes of the largest models are a few hundred kilobytes. */
 static const ty_file_kind_t ty_st_index_kind = {
     .what = "safetensors index", .max_bytes = 64 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_DATA_LOSS};
+    .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
 struct ty_safetensors_set_t {
   char *dir;

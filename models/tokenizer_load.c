@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "models/json_input.h"
 #include "models/tokenizer_internal.h"
 
 /* ---- JSON fields ---- */
@@ -61,6 +62,7 @@ const ty_file_kind_t ty_tokenizer_file_kind = {
     .limit_env = "TRAINYARD_MAX_TOKENIZER_BYTES",
     .text = true,
     .bad_code = TY_CODE_DATA_LOSS,
+    .skip_bom = true,
 };
 
 /* ---- the model ---- */
@@ -76,9 +78,11 @@ static ty_status_t ty_tok_load_vocab(ty_tokenizer_t *tok, const json_t *vocab) {
   json_object_keylen_foreach((json_t *)vocab, key, key_size, value) {
     json_int_t id = json_is_integer(value) ? json_integer_value(value) : -1;
     if (id < 0 || id > INT32_MAX) {
+      char shown[48];
+      ty_json_brief(value, shown, sizeof(shown));
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                            "model.vocab[\"%.*s\"]: the id must be an integer in [0, %d]",
-                            (int)key_size, key, INT32_MAX);
+                            "model.vocab[\"%.*s\"]: the id must be an integer in [0, %d], "
+                            "not %s", (int)key_size, key, INT32_MAX, shown);
     }
     TY_RETURN_IF_ERROR(ty_tok_strmap_put(&tok->vocab, key, key_size, (uint32_t)id, NULL));
   }
@@ -258,11 +262,9 @@ static ty_status_t ty_tok_load_added(ty_tokenizer_t *tok, const json_t *added) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s: expected an object", path);
     }
     const json_t *id_json = json_object_get(entry, "id");
-    json_int_t id = json_is_integer(id_json) ? json_integer_value(id_json) : -1;
-    if (id < 0 || id > INT32_MAX) {
-      return ty_status_make(TY_CODE_INVALID_ARGUMENT, "%s.id: missing or not an integer in [0, %d]",
-                            path, INT32_MAX);
-    }
+    int64_t id = 0;
+    ty_status_t bad = ty_json_token_id(id_json, 0, &id);
+    if (bad) return ty_status_annotate(bad, "%s.id", path);
     const char *content;
     size_t size;
     TY_RETURN_IF_ERROR(ty_tok_json_string(entry, "content", path, true, &content, &size));
@@ -489,8 +491,9 @@ ty_status_t ty_tokenizer_load_json(const char *json, size_t size, const char *na
   if (!name) name = "tokenizer.json";
   /* jansson would stop at a raw NUL and report a puzzling "end of file". */
   TY_RETURN_IF_ERROR(ty_file_check_text(json, size, name, &ty_tokenizer_file_kind));
+  size_t bom = json ? ty_text_bom_size(json, size) : 0; /* as ty_file_read skips it */
   json_error_t error;
-  json_t *root = json_loadb(json ? json : "", size, JSON_ALLOW_NUL, &error);
+  json_t *root = json_loadb(json ? json + bom : "", size - bom, JSON_ALLOW_NUL, &error);
   if (!root) {
     return ty_status_make(TY_CODE_DATA_LOSS,
                           "tokenizer '%s' is not valid JSON: %s (line %d, column %d)", name,

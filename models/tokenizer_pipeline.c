@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/json_input.h"
 #include "models/tokenizer_internal.h"
 
 /* Sequences inside sequences are legal; deeper than this is not a real file. */
@@ -303,10 +304,10 @@ static ty_status_t ty_tok_load_template(ty_tokenizer_t *tok, const json_t *json,
     size_t k;
     const json_t *id;
     json_array_foreach(ids, k, id) {
-      json_int_t value = json_is_integer(id) ? json_integer_value(id) : -1;
-      if (value < 0 || value > INT32_MAX) {
-        status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                                "%s.special_tokens[\"%s\"].ids[%zu]: not an id", path, name, k);
+      int64_t value = 0;
+      status = ty_json_token_id(id, 0, &value);
+      if (status) {
+        status = ty_status_annotate(status, "%s.special_tokens[\"%s\"].ids[%zu]", path, name, k);
         break;
       }
       uint32_t v = (uint32_t)value;

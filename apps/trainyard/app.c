@@ -2,11 +2,13 @@
 #include "app.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph/compile_cache.h"
 #include "graph/lower.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"
@@ -152,6 +154,42 @@ void ty_app_list_free(ty_app_list_t *list) {
   free(list->items);
   free(list->storage);
   memset(list, 0, sizeof(*list));
+}
+
+void ty_app_warn_cache_dir(const char *command, const char *dir) {
+  static bool warned; /* once: a run opens many sessions on one cache */
+  char text[8192];
+  if (warned || !ty_compile_cache_dir_warning(dir, text, sizeof(text))) return;
+  warned = true;
+  fprintf(stderr, "%strainyard %s: warning: %s\n", ty_app_error_prefix(), command, text);
+}
+
+int ty_app_refuse_empty_values(const char *command, int argc, char **argv, const char *shortopts,
+                               const struct option *longopts) {
+  /* A first pass of getopt_long itself, so that abbreviations, "--x=v" and
+   * "--x v" are read exactly as the command's loop will read them; over a
+   * copy of argv, which GNU getopt permutes. */
+  char **copy = malloc(((size_t)argc + 1) * sizeof(char *));
+  if (!copy) return ty_app_fail(command, ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                                                        "out of memory"));
+  memcpy(copy, argv, (size_t)argc * sizeof(char *));
+  copy[argc] = NULL;
+  int saved_opterr = opterr, rc = TY_EXIT_OK, c, index = -1;
+  opterr = 0;
+  optind = 0;
+  while (rc == TY_EXIT_OK && (c = getopt_long(argc, copy, shortopts, longopts, &index)) != -1) {
+    if (c != '?' && c != ':' && optarg && !optarg[0]) {
+      char name[64];
+      if (index >= 0) snprintf(name, sizeof(name), "--%s", longopts[index].name);
+      else snprintf(name, sizeof(name), "-%c", c);
+      rc = ty_app_usage_error(command, "%s is empty: give it a value, or leave it out", name);
+    }
+    index = -1;
+  }
+  opterr = saved_opterr;
+  optind = 0;
+  free(copy);
+  return rc;
 }
 
 int ty_app_list_parse(const char *command, const char *option, const char *value,

@@ -76,6 +76,23 @@ int ty_app_fail(const char *command, ty_status_t status);
 int ty_app_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Prints, once per process, the warning of ty_compile_cache_dir_warning
+ * for the compile cache `dir` of `command` (nothing when the folder is this
+ * user's alone or there is no cache). */
+void ty_app_warn_cache_dir(const char *command, const char *dir);
+
+struct option;
+
+/* Refuses an empty value ("--out ''", "--memory-limit=") of any option of
+ * `longopts` (and `shortopts`) that takes one, before a command's own
+ * getopt_long loop reads them: '' is never a path, size, name or list, and
+ * taking it for "not given" hides a mistake ("--out $UNSET"). Prints the
+ * usage error naming the option and returns TY_EXIT_USAGE; TY_EXIT_OK when
+ * every value is non-empty (or argv has errors the command's loop reports).
+ * Leaves optind at 0, so that the command's loop starts afresh. */
+int ty_app_refuse_empty_values(const char *command, int argc, char **argv, const char *shortopts,
+                               const struct option *longopts);
+
 /* A comma-separated option value ("cpu,dataflow", "1,2,3"), split. The
  * one parser of every list option, so they all refuse the same things. */
 typedef struct ty_app_list_t {

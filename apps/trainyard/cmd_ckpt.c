@@ -168,6 +168,9 @@ int ty_cmd_ckpt(ty_app_t *app, int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
+  if (ty_app_refuse_empty_values("ckpt", argc - 1, argv + 1, "h", longopts) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc - 1, argv + 1, "h", longopts, NULL)) != -1) {
     if (c == 'h') {
       fputs(ty_ckpt_usage, stdout);

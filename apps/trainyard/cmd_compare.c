@@ -34,7 +34,7 @@
 /* A child's device_report.txt: a page of text the plugin wrote. */
 static const ty_file_kind_t ty_device_report_kind = {
     .what = "device report", .max_bytes = 16 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_DATA_LOSS};
+    .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
 static void ty_compare_usage(FILE *out) {
   fputs("usage: trainyard compare --backends URI,URI[,...] --steps N --out DIR\n"

@@ -226,6 +226,7 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
     ty_session_options_t so = {.cache_dir = a->g.cfg.cache_dir,
                                .retry_failed = a->g.cfg.retry_failed,
                                .compile_only = true};
+    ty_app_warn_cache_dir("compile", a->g.cfg.cache_dir);
     s = ty_session_create(device, graph, &so, &session);
   }
   double seconds = ty_now() - start;

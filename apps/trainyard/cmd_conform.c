@@ -263,7 +263,7 @@ static json_t *ty_conform_json(const ty_conform_run_t *run) {
 /* --xfail: one "op case dtype direction reason" line per expected failure. */
 static const ty_file_kind_t ty_xfail_file_kind = {
     .what = "--xfail file", .max_bytes = TY_MIB, .text = true,
-    .bad_code = TY_CODE_INVALID_ARGUMENT};
+    .bad_code = TY_CODE_INVALID_ARGUMENT, .skip_bom = true};
 
 /* Reads the --xfail file and appends the backend's built-in list. */
 static int ty_conform_load_xfails(const ty_conform_args_t *a, const char *backend,
@@ -517,6 +517,9 @@ int ty_cmd_conform(ty_app_t *app, int argc, char **argv) {
   opterr = 0;
   optind = 1;
   int c;
+  if (ty_app_refuse_empty_values("conform", argc, argv, ":h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
     switch (c) {
       case 'b': a.backend = optarg; break;

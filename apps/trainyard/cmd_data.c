@@ -282,6 +282,9 @@ static int ty_prepare_parse(int argc, char **argv, ty_prepare_args_t *a) {
   opterr = 0;
   optind = 1;
   int c;
+  if (ty_app_refuse_empty_values(cmd, argc, argv, ":h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
     switch (c) {
       case 't': a->tokenizer = optarg; break;

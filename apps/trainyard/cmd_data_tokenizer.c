@@ -105,6 +105,9 @@ int ty_cmd_data_train_tokenizer(ty_app_t *app, int argc, char **argv) {
   int rc = -1;
   opterr = 0;
   optind = 1;
+  if (ty_app_refuse_empty_values(cmd, argc, argv, ":h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   oom = !ty_data_inputs_push(&specials, &special_count, "<|endoftext|>");
   int c;
   while (rc < 0 && !oom && (c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {

@@ -26,6 +26,11 @@ static const char *const ty_devices_usage =
     "identity (its build-id, or the SHA-256 of its file), which keys the\n"
     "compile cache.\n"
     "\n"
+    "A plugin is loaded only when its file and every folder above it belong\n"
+    "to you or root and are not writable by group or others (sticky folders\n"
+    "such as /tmp excepted); others are rejected as unsafe-permissions unless\n"
+    "TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS=1.\n"
+    "\n"
     "  --json      print one JSON object instead of text\n"
     "  -h, --help  this help\n";
 
@@ -229,6 +234,9 @@ int ty_cmd_devices(ty_app_t *app, int argc, char **argv) {
   opterr = 0;
   optind = 1;
   int c;
+  if (ty_app_refuse_empty_values("devices", argc, argv, "h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
     switch (c) {
       case 'j': as_json = true; break;

@@ -15,6 +15,7 @@
 #include "hal/dtype.h"
 #include "hal/file.h"
 #include "models/checkpoint.h"
+#include "models/json_input.h"
 #include "models/llm.h"
 #include "models/safetensors.h"
 #include "train_graph.h"
@@ -52,7 +53,7 @@ static const char *const ty_forward_usage =
  * 64 MiB of ids is far past any batch that could run. */
 static const ty_file_kind_t ty_tokens_file_kind = {
     .what = "--tokens file", .max_bytes = 64 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_INVALID_ARGUMENT};
+    .bad_code = TY_CODE_INVALID_ARGUMENT, .skip_bom = true};
 
 /* Reads the token file: [[ids...], ...], all rows the same length. */
 static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out_ids,
@@ -88,15 +89,9 @@ static ty_status_t ty_read_tokens(const char *path, int64_t vocab, int64_t **out
                          path, i, t);
       break;
     }
-    for (size_t j = 0; j < t; ++j) {
-      json_t *v = json_array_get(row, j);
-      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
-        s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                           "%s: row %zu, position %zu: not a token id in [0, %lld)", path, i,
-                           j, (long long)vocab);
-        break;
-      }
-      ids[i * t + j] = (int64_t)json_integer_value(v);
+    for (size_t j = 0; j < t && !s; ++j) {
+      s = ty_json_token_id(json_array_get(row, j), vocab, &ids[i * t + j]);
+      s = ty_status_annotate(s, "%s: row %zu, position %zu", path, i, j);
     }
   }
   if (s) {
@@ -288,6 +283,9 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
   opterr = 0;
   optind = 1;
   int c;
+  if (ty_app_refuse_empty_values("forward", argc, argv, "h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
     switch (c) {
       case 'm': a.model_dir = optarg; break;

@@ -276,6 +276,9 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   optind = 1;
   int c;
   char *end;
+  if (ty_app_refuse_empty_values(cmd, argc, argv, ":h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
     switch (c) {
       case 'm': a->model_dir = optarg; break;

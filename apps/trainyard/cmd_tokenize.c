@@ -13,6 +13,7 @@
 
 #include "app.h"
 #include "hal/file.h"
+#include "models/json_input.h"
 #include "models/tokenizer.h"
 
 static const char *const ty_tokenize_usage =
@@ -78,11 +79,11 @@ static ty_status_t ty_parse_json_ids(const char *text, size_t size, uint32_t **i
   const json_t *value;
   json_array_foreach(list, i, value) {
     if (status) break;
-    json_int_t id = json_is_integer(value) ? json_integer_value(value) : -1;
-    if (id < 0 || id > (json_int_t)UINT32_MAX) {
-      status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                              "ids[%zu] on stdin is not a token id (an integer from 0 to %u)", i,
-                              UINT32_MAX);
+    int64_t id = 0;
+    status = ty_json_token_id(value, 0, &id);
+    if (status) {
+      const char *field = json_is_object(root) ? "\"ids\"" : "ids";
+      status = ty_status_annotate(status, "%s[%zu] on stdin", field, i);
       break;
     }
     status = ty_push_id(ids, count, &capacity, (uint32_t)id);
@@ -93,7 +94,11 @@ static ty_status_t ty_parse_json_ids(const char *text, size_t size, uint32_t **i
 
 /* Ids separated by whitespace and/or commas, or JSON. */
 static ty_status_t ty_parse_ids(const char *text, size_t size, uint32_t **ids, size_t *count) {
-  size_t i = 0;
+  /* A byte-order mark is skipped, as every JSON input skips it. */
+  size_t i = ty_text_bom_size(text, size);
+  text += i;
+  size -= i;
+  i = 0;
   while (i < size && strchr(" \t\r\n", text[i])) ++i;
   if (i < size && (text[i] == '[' || text[i] == '{')) {
     return ty_parse_json_ids(text, size, ids, count);
@@ -258,6 +263,9 @@ int ty_cmd_tokenize(ty_app_t *app, int argc, char **argv) {
   opterr = 0;
   optind = 1;
   int c;
+  if (ty_app_refuse_empty_values("tokenize", argc, argv, "h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
     switch (c) {
       case 't': path = optarg; break;

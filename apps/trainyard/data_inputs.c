@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hal/file.h"
+#include "models/json_input.h"
 
 static const char *const ty_data_format_names[] = {"text", "lines", "jsonl", "chat", "fortune",
                                                    "ids"};
@@ -220,14 +221,13 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
       status = ty_data_oom();
     }
     for (size_t i = 0; !status && i < count; ++i) {
-      const json_t *v = json_array_get(list, i);
-      if (!json_is_integer(v) || json_integer_value(v) < 0) {
-        status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                                "%s:%zu: element %zu is not a non-negative integer id", r->path,
-                                line_number, i);
+      status = ty_json_token_id(json_array_get(list, i), 0, &ids[i]);
+      if (status) {
+        const char *field = json_is_object(root) ? "\"ids\"" : "ids";
+        status = ty_status_annotate(ty_status_annotate(status, "%s[%zu]", field, i), "%s:%zu",
+                                    r->path, line_number);
         break;
       }
-      ids[i] = (int64_t)json_integer_value(v);
     }
     /* Per-target weights beside the ids: masked prompts without a tokenizer. */
     const json_t *wlist = json_is_object(root) ? json_object_get(root, "weights") : NULL;
@@ -279,17 +279,11 @@ static ty_status_t ty_data_json_line(ty_data_reader_t *r, const char *line, size
       status = ty_data_oom();
     }
     for (size_t i = 0; !status && i < count; ++i) {
-      const json_t *m = json_array_get(list, i);
-      const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-      if (!json_is_string(role) || !json_is_string(content)) {
-        status = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                                "%s:%zu: messages[%zu] needs string fields \"role\" and "
-                                "\"content\"",
-                                r->path, line_number, i);
-        break;
+      status = ty_json_chat_message(json_array_get(list, i), &messages[i]);
+      if (status) {
+        status = ty_status_annotate(ty_status_annotate(status, "messages[%zu]", i), "%s:%zu",
+                                    r->path, line_number);
       }
-      messages[i] = (ty_chat_message_t){json_string_value(role), json_string_value(content),
-                                        json_string_length(content)};
     }
     doc.messages = messages;
     doc.message_count = count;
@@ -310,6 +304,12 @@ static ty_status_t ty_data_read_lines(ty_data_reader_t *r) {
     size_t size = nl ? (size_t)(nl - start) : r->size - at;
     at += size + (nl ? 1 : 0);
     ++line_number;
+    if (line_number == 1 && r->format != TY_DATA_FORMAT_LINES) {
+      /* JSON lines skip a byte-order mark, as every JSON input does. */
+      size_t bom = ty_text_bom_size(start, size);
+      start += bom;
+      size -= bom;
+    }
     if (ty_data_blank(start, size)) continue;
     if (r->format == TY_DATA_FORMAT_LINES) {
       if (size && start[size - 1] == '\r') --size;

@@ -14,6 +14,7 @@
 #include "hal/file.h"
 #include "models/checkpoint.h"
 #include "models/engine.h"
+#include "models/json_input.h"
 #include "models/llm.h"
 #include "models/text_stream.h"
 #include "models/tokenizer.h"
@@ -87,13 +88,19 @@ static ty_status_t ty_gen_prompt(ty_gen_batch_t *b, ty_gen_line_t *l, json_t *te
     return ty_gen_oom();
   }
   for (size_t i = 0; i < n; ++i) {
-    json_t *id = text ? NULL : json_array_get(ids, i);
-    int64_t v = text ? encoded[i] : json_is_integer(id) ? json_integer_value(id) : -1;
-    if (v < 0 || v >= b->config.vocab_size) {
+    int64_t v = text ? (int64_t)encoded[i] : -1;
+    ty_status_t s = TY_OK;
+    if (!text) {
+      s = ty_status_annotate(ty_json_token_id(json_array_get(ids, i), b->config.vocab_size, &v),
+                             "\"prompt_ids\"[%zu]", i);
+    } else if (v >= b->config.vocab_size) {
+      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "\"prompt\" encodes to token %lld, past the "
+                         "model's vocabulary of %lld (is tokenizer.json the model's?)",
+                         (long long)v, (long long)b->config.vocab_size);
+    }
+    if (s) {
       free(encoded);
-      return TY_LINE_ERROR(b, l, "prompt token %zu (%lld) is not an id below the model's "
-                           "vocabulary size %lld", i, (long long)v,
-                           (long long)b->config.vocab_size);
+      return ty_status_annotate(s, "%s:%zu", b->a->input, l->number);
     }
     l->prompt[i] = v;
   }
@@ -193,7 +200,7 @@ static ty_status_t ty_gen_parse_line(ty_gen_batch_t *b, ty_gen_line_t *l, const 
 /* --input: JSON lines of prompts, for evaluations (thousands of prompts). */
 static const ty_file_kind_t ty_prompts_file_kind = {
     .what = "--input file", .max_bytes = 1 * TY_GIB, .limit_env = "TRAINYARD_MAX_INPUT_BYTES",
-    .text = true, .bad_code = TY_CODE_INVALID_ARGUMENT};
+    .text = true, .bad_code = TY_CODE_INVALID_ARGUMENT, .skip_bom = true};
 
 static ty_status_t ty_gen_read(ty_gen_batch_t *b) {
   char *data = NULL;

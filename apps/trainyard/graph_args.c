@@ -64,6 +64,11 @@ int ty_graph_args_refuse_runtime(const char *command, const char *key) {
 /* One model/shape/train option; -1 when `key` is none of them. */
 static int ty_graph_args_option(const char *command, ty_graph_args_t *a, const char *key,
                                 const char *value) {
+  if (value && !value[0] && (!strcmp(key, "backend") || !strcmp(key, "model") ||
+                             !strcmp(key, "preset") || !strcmp(key, "data"))) {
+    /* As ty_train_config_set refuses the options it sets. */
+    return ty_app_usage_error(command, "--%s is empty: give it a value, or leave it out", key);
+  }
   if (!strcmp(key, "backend")) {
     a->backend = value;
   } else if (!strcmp(key, "model")) {

@@ -208,6 +208,18 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
   c->layer[o - ty_opts] = c->setting_layer;
   switch (o->kind) {
     case TY_OPT_STRING:
+      /* Numbers and switches refuse '' as not a number; text options too,
+       * where '' would pass for "not given" ("--memory-limit ''" was no
+       * limit) or for a value no one meant ("--out $UNSET"). */
+      if (!value[0]) {
+        char flag[64];
+        snprintf(flag, sizeof(flag), "%s", o->name);
+        for (char *q = flag; *q; ++q) *q = *q == '_' ? '-' : *q;
+        return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--%s is empty: give it a value, or "
+                              "leave it out for its default%s", flag,
+                              o->offset == offsetof(ty_train_config_t, cache_dir)
+                                  ? " ('none' for no cache)" : "");
+      }
       if (strlen(value) >= o->size) {
         return ty_status_make(TY_CODE_INVALID_ARGUMENT, "option %s: value too long", o->name);
       }
@@ -270,7 +282,7 @@ ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const cha
 /* An options file is a page of key = value lines. */
 static const ty_file_kind_t ty_options_file_kind = {
     .what = "config file", .max_bytes = TY_MIB, .text = true,
-    .bad_code = TY_CODE_INVALID_ARGUMENT};
+    .bad_code = TY_CODE_INVALID_ARGUMENT, .skip_bom = true};
 
 static bool ty_cfg_is_blank(char c) { return c == ' ' || c == '\t'; }
 
@@ -605,7 +617,9 @@ void ty_train_config_write_given(const ty_train_config_t *c, const char *const *
     for (size_t k = 0; force && force[k] && !forced; ++k) forced = !strcmp(force[k], name);
     if (!forced && ty_train_config_layer(c, name) == TY_TRAIN_LAYER_DEFAULT) continue;
     const json_t *v = json_object_get(j, name);
-    if (json_is_string(v)) {
+    if (json_is_string(v) && !json_string_length(v) && !strcmp(name, "cache_dir")) {
+      fprintf(out, "%s = none\n", name); /* how "no cache" is given (an empty value is not) */
+    } else if (json_is_string(v)) {
       fprintf(out, "%s = %s\n", name, json_string_value(v));
     } else if (json_is_integer(v)) {
       fprintf(out, "%s = %lld\n", name, (long long)json_integer_value(v));

@@ -11,20 +11,29 @@
 
 ty_status_t ty_train_control_open(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
-  json_t *config = ty_train_config_to_json(c);
-  ty_control_server_options_t o = {.out_dir = c->out, .registry = c->control_registry,
-                                   .backend = ty_device_label(t->device), .config = config};
-  ty_status_t s = ty_control_server_start(&o, &t->control);
-  json_decref(config);
+  /* The registry first, on its own: a failure there is --control-registry's,
+   * one after it (the socket in --out) is the run folder's. */
+  char registry[4096];
+  ty_status_t s = ty_control_registry_dir(c->control_registry, registry, sizeof(registry));
+  if (s && c->control_registry[0]) {
+    s = ty_status_annotate(s, "--control-registry %s", c->control_registry);
+  } else if (!s) {
+    json_t *config = ty_train_config_to_json(c);
+    ty_control_server_options_t o = {.out_dir = c->out, .registry = c->control_registry,
+                                     .backend = ty_device_label(t->device), .config = config};
+    s = ty_control_server_start(&o, &t->control);
+    json_decref(config);
+    if (s) s = ty_status_annotate(s, "--out %s", c->out);
+  }
   if (s && !c->control_registry[0]) {
-    /* Control is a convenience: a default folder we may not use does not
-     * stop a run, but says so. */
+    /* Control is a convenience: without a registry asked for, what keeps
+     * it from this run does not stop the run, but says so. */
     fprintf(stderr, "trainyard train: warning: 'trainyard control' cannot reach this run: %s\n",
             ty_status_message(s));
     ty_status_free(s);
     return TY_OK;
   }
-  return ty_status_annotate(s, "--control-registry %s", c->control_registry);
+  return s;
 }
 
 void ty_train_control_close(ty_trainer_t *t) {

@@ -16,8 +16,24 @@ ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_mod
   char where[160];
   snprintf(where, sizeof(where), "%s%s%s", ty_device_label(device),
            limit ? " under --memory-limit " : "", limit ? c->memory_limit : "");
-  return ty_llm_check_memory(mc, TY_DTYPE_BF16, 0,
-                             limit ? limit : ty_device_info(device)->memory_bytes, where);
+  uint64_t memory = limit ? limit : ty_device_info(device)->memory_bytes;
+  /* The bound is bf16's 2 bytes a weight, since --dtype is a lever the
+   * memory plan may name; the message names the run's own dtype (f32 under
+   * bf16-mixed), never one the run does not use. */
+  ty_status_t s = ty_llm_check_memory(mc, TY_DTYPE_BF16, 0, memory, where);
+  ty_dtype_t param_dtype = TY_DTYPE_BF16, compute_dtype = TY_DTYPE_BF16;
+  ty_status_t parsed = s ? ty_llm_precision_parse(c->dtype, &param_dtype, &compute_dtype) : TY_OK;
+  if (!s || parsed || param_dtype == TY_DTYPE_BF16) {
+    ty_status_free(parsed);
+    return s;
+  }
+  ty_status_free(s);
+  s = ty_llm_check_memory(mc, param_dtype, 0, memory, where);
+  if (!s) return TY_OK; /* not reached: no dtype is smaller than bf16 */
+  ty_status_t out = ty_status_make(ty_status_code(s), "%s; not even bf16 weights (2 bytes "
+                                   "each) would fit", ty_status_message(s));
+  ty_status_free(s);
+  return out;
 }
 
 ty_status_t ty_train_graph_param_descs(const ty_train_config_t *c, const ty_graph_t *g,

@@ -45,7 +45,8 @@ ty_status_t ty_forward_graph_build(const ty_model_config_t *model_config, int64_
 
 /* The parameters of `model_config` against --memory-limit (config->memory_limit)
  * or else the memory of `device`, before any graph is built: weights that
- * cannot fit even in bf16 (2 bytes each) are refused at once
+ * cannot fit even in bf16 (2 bytes each) are refused at once, the message
+ * naming the run's own parameter dtype (--dtype; f32 under bf16-mixed)
  * (RESOURCE_EXHAUSTED, ty_llm_check_memory), since no lever could help and
  * a config of thousands of huge layers would take long to build and plan.
  * Gradients, optimizer state and activations depend on the levers: the

@@ -407,6 +407,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   if (s) return s;
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
                              .fallback_device = t->fallback};
+  if (t->rank == 0 && !c->artifact[0]) ty_app_warn_cache_dir("train", c->cache_dir);
   if (c->artifact[0]) {
     s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
   } else {

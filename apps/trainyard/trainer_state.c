@@ -17,7 +17,7 @@
 /* trainer_state.json: progress and the configuration, a few kilobytes. */
 static const ty_file_kind_t ty_trainer_state_kind = {
     .what = "trainer state", .max_bytes = 16 * TY_MIB, .text = true,
-    .bad_code = TY_CODE_DATA_LOSS};
+    .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
 /* An integer field >= min. */
 static ty_status_t ty_state_int(const char *path, const json_t *j, const char *key, int64_t min,

@@ -309,6 +309,35 @@ class ControlTest(Base):
         self.assertIn("--control-registry", r.stderr)
         self.assertFalse(os.path.exists(self.path("o", "checkpoint-1")))
 
+    def test_socket_path_taken_in_out(self):
+        """Issue 33: a file where the control socket goes is the run folder's
+        fault (--out), never the registry's: an error naming --out with a
+        registry asked for, a warning naming it without one."""
+        data = cli_util.make_ids_dataset(self.path("ids"))
+        os.makedirs(self.path("reg"), mode=0o700)
+
+        def train_args(out):
+            os.makedirs(out)
+            write(os.path.join(out, ".trainyard.control.sock"), "mine")
+            return ["train", "--preset", "gpt2-tiny", "--data", data, "--out", out,
+                    "--max-steps", "1", "--cache-dir", "none"]
+        out = self.path("o")
+        r = run(train_args(out) + ["--control-registry", self.path("reg")], env=self.env)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("--out %s: " % out, r.stderr)
+        self.assertIn("is in the way of the control socket (not a socket): move it away",
+                      r.stderr)
+        self.assertNotIn("--control-registry", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "checkpoint-1")))
+        out = self.path("o2")
+        r = run(train_args(out), env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("warning: 'trainyard control' cannot reach this run: --out %s: " % out,
+                      r.stderr)
+        self.assertNotIn("--control-registry", r.stderr)
+        with open(os.path.join(out, ".trainyard.control.sock")) as f:
+            self.assertEqual(f.read(), "mine")  # the user's file is left alone
+
 
 if __name__ == "__main__":
     sys.exit(cli_util.main())

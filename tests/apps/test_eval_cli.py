@@ -205,6 +205,60 @@ class EvalTest(Base):
         r = self.fails(["eval", "--model", model, "--data", bad], 1, "b.jsonl:1: ",
                        "must be the assistant's")
         self.assertIn("the \"user\"'s", r.stderr)
+        # Issue 33: a participant "name" is a string or absent, never 7.
+        named = [dict(messages[0], name="ann"), messages[1]]
+        self.eval_report(["--model", model, "--data", write(self.path("n.jsonl"), json.dumps(
+            {"messages": named}) + "\n")])
+        named[0]["name"] = 7
+        bad = write(self.path("n.jsonl"), json.dumps({"messages": named}) + "\n")
+        self.fails(["eval", "--model", model, "--data", bad], 1, "n.jsonl:1: ",
+                   'messages[0]: "name" must be a string, not 7')
+
+    def test_ids_choices_and_bom(self):
+        """Issue 33: every token id read from the file is an integer in the
+        vocabulary, refused naming the field, the index and the value; equal
+        choices are refused (the pick of a tie would decide the line); a
+        leading UTF-8 byte-order mark is skipped, as by every JSON input."""
+        m = gpt2()
+        cases = [
+            ('{"prompt_ids": [1.5], "completion_ids": [2]}', '"prompt_ids"[0]: 1.5 is not a '
+             'token id (an integer from 0 to 95'),
+            ('{"prompt_ids": [1, -2], "completion_ids": [2]}', '"prompt_ids"[1]: -2 is not a '
+             'token id'),
+            ('{"prompt_ids": [1], "completion_ids": [2, "3"]}', '"completion_ids"[1]: "3" is '
+             'not a token id'),
+            ('{"prompt_ids": [1], "completion_ids": [null]}', '"completion_ids"[0]: null is '
+             'not a token id'),
+        ]
+        for text, what in cases:
+            with self.subTest(text=text):
+                data = write(self.path("e.jsonl"), text + "\n")
+                self.fails(["eval", "--model", m, "--data", data], 1, "e.jsonl:1: ", what)
+        for text, what in [
+                ('{"prompt_ids": [1], "choice_ids": [[1], [2, 9.5]], "answer": 0}',
+                 '"choice_ids"[1][1]: 9.5 is not a token id'),
+                ('{"prompt_ids": [1], "choice_ids": [[4], [5, 6], [4]], "answer": 2}',
+                 '"choice_ids"[0] and [2] are the same choice'),
+                ('{"prompt_ids": [1], "choice_ids": [[4], [4]], "answer": 0}',
+                 '"choice_ids"[0] and [1] are the same choice')]:
+            with self.subTest(text=text):
+                data = write(self.path("e.jsonl"), text + "\n")
+                self.fails(["eval", "--model", m, "--data", data, "--choices"], 1,
+                           "e.jsonl:1: ", what)
+        # Text choices that are the same once tokenized: the message quotes it.
+        model = cli_util.train_tiny_model(self.tmp, steps=1)
+        data = write(self.path("t.jsonl"), json.dumps(
+            {"prompt": "a", "choices": ["yes", "no", "yes"], "answer": 0}) + "\n")
+        self.fails(["eval", "--model", model, "--data", data, "--choices"], 1, "t.jsonl:1: ",
+                   '"choices"[0] and [2] are the same choice (yes)')
+        # A byte-order mark: skipped, the line scored as without it.
+        line = '{"prompt_ids": [1, 2], "completion_ids": [3]}\n'
+        plain, _ = self.eval_report(["--model", m, "--data", write(self.path("p.jsonl"), line)])
+        with open(self.path("bom.jsonl"), "w", encoding="utf-8-sig") as f:
+            f.write(line)
+        bom, _ = self.eval_report(["--model", m, "--data", self.path("bom.jsonl")])
+        self.assertEqual(len(bom["items"]), 1)
+        self.assertEqual(bom["items"][0]["logprob"], plain["items"][0]["logprob"])
 
     def test_dataset_perplexity(self):
         sys.path.insert(0, HERE)
@@ -235,7 +289,7 @@ class EvalTest(Base):
             ('{"prompt_ids": [1]}\n', "e.jsonl:1: ", 'no "completion"'),
             ('{"completion_ids": [1]}\n', "e.jsonl:1: ", 'no "prompt"'),
             ('\n\n{"prompt_ids": [1], "completion_ids": [200]}\n', "e.jsonl:3: ",
-             "vocabulary size 96"),
+             '"completion_ids"[0]: 200 is not a token id (an integer from 0 to 95'),
             ('{"prompt_ids": [], "completion_ids": [1]}\n', "e.jsonl:1: ", "empty"),
             ('{"prompt_ids": [1], "completion_ids": []}\n', "e.jsonl:1: ", "empty"),
             ('{"prompt_ids": %s, "completion_ids": [1]}\n' % list(range(64)), "e.jsonl:1: ",

@@ -451,6 +451,58 @@ class ReadTest(Base):
                       "--out", self.path("run")])
         self.fails(r, 2, "config file /dev/zero holds a NUL byte at offset 0")
 
+    def test_byte_order_mark_is_skipped_in_every_json_input(self):
+        """Issue 33: a UTF-8 byte-order mark at the start of a JSON, JSONL or
+        options file (as Windows editors save them) is skipped, never "'['
+        or '{' expected near ..."; the results equal those without it."""
+        bom = b"\xef\xbb\xbf"
+
+        def with_bom(src, dst):
+            with open(src, "rb") as f, open(dst, "wb") as g:
+                g.write(bom + f.read())
+            return dst
+        # config.json of a model and a forward --tokens file
+        model = self.model()
+        plain = self.forward(model)
+        self.fails(plain, 0)
+        with open(self.path("out.safetensors"), "rb") as f:
+            want = f.read()
+        cfg = os.path.join(model, "config.json")
+        os.replace(with_bom(cfg, cfg + ".bom"), cfg)
+        tokens = with_bom(self.tokens(), self.path("tokens-bom.json"))
+        r = run_fast(["forward", "--model", model, "--tokens", tokens, "--out",
+                      self.path("bom.safetensors")])
+        self.fails(r, 0)
+        with open(self.path("bom.safetensors"), "rb") as f:
+            self.assertEqual(f.read(), want)
+        # tokenizer.json, and JSON ids on stdin
+        tok = with_bom(os.path.join(cli_util.CFG.tokenizers, "gpt2", "tokenizer.json"),
+                       self.path("tokenizer.json"))
+        r = run_fast(["tokenize", "--tokenizer", tok], stdin="hello world")
+        self.fails(r, 0)
+        ids = r.stdout.split()
+        r = run_fast(["tokenize", "--tokenizer", tok, "--decode"],
+                     stdin="\ufeff" + json.dumps([int(i) for i in ids]))
+        self.fails(r, 0)
+        self.assertEqual(r.stdout.rstrip("\n"), "hello world")
+        # a train --config file, and JSONL inputs of data prepare
+        lines = "".join(json.dumps([i % 90, (i + 1) % 90, (i + 2) % 90, 7, 8, 9, 10, 11, 12])
+                        + "\n" for i in range(60))
+        src = write(self.path("ids.jsonl"), lines)
+        prepare = ["data", "prepare", "--format", "ids", "--vocab-size", "96", "--eos-id", "95",
+                   "--seq-len", "8"]
+        self.fails(run(prepare + ["--input", src, "--out", self.path("d1")]), 0)
+        self.fails(run(prepare + ["--input", with_bom(src, self.path("ids-bom.jsonl")),
+                                  "--out", self.path("d2")]), 0)
+        with open(self.path("d1", "dataset.json")) as a, open(self.path("d2", "dataset.json")) as b:
+            self.assertEqual(json.load(a)["splits"], json.load(b)["splits"])
+        config = self.path("run.cfg")
+        with open(config, "wb") as f:
+            f.write(bom + b"preset = gpt2-tiny\nmax_steps = 1\n")
+        r = run(["train", "--config", config, "--data", self.path("d1"), "--out",
+                 self.path("run"), "--cache-dir", "none", "--batch-size", "2"])
+        self.fails(r, 0)
+
     def test_nul_in_train_config_is_not_an_end_of_line(self):
         cfg = self.path("run.cfg")
         with open(cfg, "wb") as f:
@@ -682,7 +734,8 @@ class ConfigTest(Base):
 
     def test_eos_outside_the_vocabulary(self):
         model = self.model("gpt2", lambda c: c.__setitem__("eos_token_id", 96))
-        self.fails(self.forward(model), 1, "'eos_token_id' holds id 96", "96 tokens")
+        self.fails(self.forward(model), 1, "'eos_token_id': 96 is not a token id",
+                   "from 0 to 95, the vocabulary's last")
 
     def test_stop_at_eos_needs_an_eos(self):
         model = self.model("gpt2", lambda c: c.pop("eos_token_id"))

@@ -241,6 +241,25 @@ class RefuseTest(Base):
                     "none", rc=1)
         self.assertIn("more than --memory-limit 64KiB (64 KiB)", r.stderr)
 
+    def test_weights_message_names_the_runs_dtype(self):
+        """Issue 33: weights that fit in no dtype are refused before any graph,
+        and the message names the run's own parameter dtype (f32 under
+        bf16-mixed), not bf16's 2 bytes of the bound."""
+        data = cli_util.make_ids_dataset(self.path("ids"))
+        base = ["train", "--model", os.path.join(cli_util.CFG.models, "llama"), "--data", data,
+                "--out", self.path("x"), "--memory-limit", "1KiB", "--cache-dir", "none"]
+        for dtype, named in (("f32", "4 bytes each: f32 weights"),
+                             ("bf16-mixed", "4 bytes each: f32 weights"),
+                             ("f64", "8 bytes each: f64 weights")):
+            with self.subTest(dtype=dtype):
+                r = self.ty(*(base + ["--dtype", dtype]), rc=1)
+                self.assertIn(named, r.stderr)
+                self.assertIn("not even bf16 weights (2 bytes each) would fit", r.stderr)
+                self.assertNotIn("bf16 weights)", r.stderr)
+        r = self.ty(*(base + ["--dtype", "bf16"]), rc=1)
+        self.assertIn("2 bytes each: bf16 weights", r.stderr)
+        self.assertNotIn("not even", r.stderr)
+
 
 class BackendTest(Base):
     def test_cpu_refuses_offload(self):

@@ -996,6 +996,93 @@ class ConformOptionsTest(Base):
                      "--tolerance go with --tier model")
 
 
+class EmptyValueTest(Base):
+    """Issue 33: an empty value is refused for every option that takes one
+    (on the command line, as key=value and in a --config file), naming the
+    option: --memory-limit '' meant "no limit" while --recompute '' was
+    refused. Nothing is started or written."""
+
+    def test_train_and_compile(self):
+        data = make_ids_dataset(self.path("ids"))
+        out = self.path("o")
+        base = ["train", "--preset", "gpt2-tiny", "--data", data, "--out", out, "--max-steps",
+                "1", "--cache-dir", "none"]
+        for option in ("--memory-limit", "--recompute", "--offload", "--out", "--tokenizer",
+                       "--control-registry", "--eval-data", "--resume", "--sample-prompt",
+                       "--backend", "--dtype", "--optimizer", "--artifact", "--dump-graph",
+                       "--cache-dir", "--distributed", "--pp-schedule"):
+            with self.subTest(option=option):
+                self.refused(base + [option, ""], "%s is empty: give it a value" % option)
+        self.refused(base + ["--memory-limit="], "--memory-limit is empty")
+        self.refused(base + ["memory_limit="], "--memory-limit is empty")
+        self.refused(base + ["--cache-dir="], "--cache-dir is empty", "'none' for no cache")
+        config = write(self.path("run.cfg"), "lr = 0.001\nmemory_limit =\n")
+        self.refused(base + ["--config", config], "run.cfg:2: --memory-limit is empty")
+        self.assertFalse(os.path.exists(out))
+        plan = ["compile", "--backend", "cpu", "--preset", "gpt2-tiny", "--vocab-size", "96",
+                "--seq-len", "16", "--plan-only"]
+        self.ok(plan)
+        for option in ("--memory-limit", "--recompute", "--model", "--backend", "--dtype",
+                       "--cache-dir"):
+            with self.subTest(option=option):
+                self.refused(plan + [option, ""], "%s is empty" % option)
+        self.refused(["check", "--preset", "gpt2-tiny", "--vocab-size", "96", "--data", ""],
+                     "--data is empty")
+
+    def test_getopt_commands(self):
+        gpt2 = os.path.join(cli_util.CFG.models, "gpt2")
+        data = write(self.path("e.jsonl"), '{"prompt_ids": [1], "completion_ids": [2]}\n')
+        cases = [
+            (["eval", "--model", gpt2, "--data", ""], "--data is empty"),
+            (["eval", "--model", gpt2, "--data="], "--data is empty"),
+            (["eval", "--model", gpt2, "--data", data, "--ou="], "--out is empty"),  # a prefix
+            (["eval", "--model", gpt2, "--data", data, "--backend", ""], "--backend is empty"),
+            (["generate", "--model", "", "--prompt-ids", "1"], "--model is empty"),
+            (["generate", "--model", gpt2, "--prompt", ""], "--prompt is empty"),
+            (["generate", "--model", gpt2, "--prompt-ids", "1", "--output", ""],
+             "--output is empty"),
+            (["forward", "--model", gpt2, "--tokens", ""], "--tokens is empty"),
+            (["tokenize", "--tokenizer", ""], "--tokenizer is empty"),
+            (["data", "prepare", "--input", data, "--out", ""], "--out is empty"),
+            (["data", "train-tokenizer", "--input", data, "--special", ""],
+             "--special is empty"),
+            (["conform", "--backend", ""], "--backend is empty"),
+            (["control", "list", "--registry", ""], "--registry is empty"),
+            (["serve", "--model", gpt2, "--api-key", ""], "--api-key is empty"),
+            (["ckpt", "split", "--ranks", "", self.tmp], "--ranks is empty"),
+        ]
+        for args, needle in cases:
+            with self.subTest(args=args):
+                self.refused(args, needle, "give it a value, or leave it out")
+
+
+class CacheDirWarningTest(Base):
+    """Issue 33: a compile cache others can write (its entries are loaded
+    as executables) is used with one warning, printed once per run; a
+    folder of the user's own gives none."""
+
+    def test_warns_once(self):
+        data = make_ids_dataset(self.path("ids"))
+        cache = self.path("cache")
+        os.mkdir(cache)
+        os.chmod(cache, 0o777)
+        base = ["train", "--preset", "gpt2-tiny", "--data", data, "--max-steps", "2",
+                "--batch-size", "2", "--eval-every", "1", "--cache-dir", cache]
+        r = self.ok(base + ["--out", self.path("a")])
+        line = ("trainyard train: warning: the compile cache %s is not yours alone: folder %s "
+                "is writable by its group or others (mode 0777)" % (cache, os.path.realpath(cache)))
+        self.assertIn(line, r.stderr)
+        self.assertEqual(r.stderr.count("is not yours alone"), 1, r.stderr)
+        os.chmod(cache, 0o755)
+        r = self.ok(base + ["--out", self.path("b")])
+        self.assertNotIn("is not yours alone", r.stderr)
+        layout = os.path.join(cache, "compile-v1")  # the layout folder inside
+        os.makedirs(layout, exist_ok=True)
+        os.chmod(layout, 0o777)
+        r = self.ok(base + ["--out", self.path("c")])
+        self.assertIn("is not yours alone", r.stderr)
+
+
 class CheckOptionsTest(Base):
     """`trainyard check`: each option changes the graphs it checks (their
     shapes, ops and dtypes in the JSON), or is refused where it would not."""

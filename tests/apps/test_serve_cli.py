@@ -747,6 +747,22 @@ class OptionsTest(cli_util.TempDirTest):
         self.addCleanup(server.close)
         return server
 
+    def test_port_in_use(self):
+        """Issue 33: a port another socket holds gives one message, in the
+        user's terms; libmicrohttpd's own "Failed to bind to port 0" (the
+        port of an address given whole) is not printed before it."""
+        model = serve_util.make_model()
+        holder = socket.socket()
+        self.addCleanup(holder.close)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        r = run(["serve", "--model", model, "--host", "127.0.0.1", "--port", str(port)])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("cannot listen on 127.0.0.1 port %d (in use" % port, r.stderr)
+        self.assertNotIn("Failed to bind", r.stderr)
+        self.assertNotIn("http: ", r.stderr)
+
     def test_each_option(self):
         model = serve_util.make_model()
         # --port: that port; --host: loopback names; --model-name; -v.

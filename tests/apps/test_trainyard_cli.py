@@ -324,6 +324,71 @@ class DevicesTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("warning", r.stderr)
 
+    def unsafe_copy(self, mode):
+        """The template plugin copied into a fresh folder of `mode`; returns
+        (folder, the copy's path)."""
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        folder = os.path.join(tmp, "p")
+        os.mkdir(folder)
+        plugin = os.path.join(folder, "libty_backend_template.so")
+        shutil.copy(os.path.join(CFG.plugin_dir, "libty_backend_template.so"), plugin)
+        os.chmod(plugin, 0o755)
+        os.chmod(folder, mode)
+        return os.path.realpath(folder), plugin
+
+    def loaded_from(self, data, name):
+        return {b["name"]: b["path"] for b in data["backends"]}.get(name)
+
+    def test_plugin_folder_writable_by_others_is_rejected(self):
+        """Issue 33 (sshd's StrictModes): a plugin in a folder its group or
+        others can write is not loaded (its constructor would run), and
+        `devices` lists it with the reason; TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS=1
+        loads it; a folder of the user's alone (under the sticky /tmp) loads."""
+        env_off = {"TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS": ""}
+        for mode in (0o777, 0o775, 0o757):
+            with self.subTest(mode=oct(mode)):
+                folder, plugin = self.unsafe_copy(mode)
+                data = devices_both(self, args_before=["--plugin-path", folder], env=env_off)
+                rejected = [r for r in data["rejected"] if r["path"] == plugin]
+                self.assertEqual(len(rejected), 1, data["rejected"])
+                self.assertEqual(rejected[0]["kind"], "unsafe-permissions")
+                self.assertIn("folder %s is writable by its group or others (mode %04o)"
+                              % (folder, mode), rejected[0]["reason"])
+                self.assertIn("TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS=1", rejected[0]["reason"])
+                # the build's own template still loads
+                self.assertEqual(os.path.realpath(self.loaded_from(data, "template")),
+                                 os.path.realpath(os.path.join(CFG.plugin_dir,
+                                                               "libty_backend_template.so")))
+                data = devices_both(self, args_before=["--plugin-path", folder],
+                                    env={"TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS": "1"})
+                self.assertEqual(self.loaded_from(data, "template"), plugin)
+        folder, plugin = self.unsafe_copy(0o755)
+        data = devices_both(self, args_before=["--plugin-path", folder], env=env_off)
+        self.assertEqual(self.loaded_from(data, "template"), plugin)
+        # The file itself, group-writable in a safe folder.
+        os.chmod(plugin, 0o775)
+        data = devices_both(self, args_before=["--plugin-path", plugin], env=env_off)
+        rejected = [r for r in data["rejected"] if r["path"] == plugin]
+        self.assertEqual([r["kind"] for r in rejected], ["unsafe-permissions"])
+        self.assertIn("file %s is writable by its group or others (mode 0775)"
+                      % os.path.realpath(plugin), rejected[0]["reason"])
+
+    def test_plugin_of_another_user_is_rejected(self):
+        """A plugin file owned by another user (not root) is refused even
+        with mode 0755: its owner could replace it. Needs root to chown."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root to give a plugin file to another user (uid 65534); "
+                          "the group/other-writable case runs without root")
+        folder, plugin = self.unsafe_copy(0o755)
+        os.chown(plugin, 65534, -1)
+        data = devices_both(self, args_before=["--plugin-path", folder],
+                            env={"TRAINYARD_ALLOW_UNSAFE_PLUGIN_DIRS": ""})
+        rejected = [r for r in data["rejected"] if r["path"] == plugin]
+        self.assertEqual([r["kind"] for r in rejected], ["unsafe-permissions"])
+        self.assertIn("file %s belongs to uid 65534, neither this user (uid 0) nor root"
+                      % os.path.realpath(plugin), rejected[0]["reason"])
+
     def test_text_parser_rejects_drift(self):
         # The comparisons above rely on this parser noticing unknown lines.
         with self.assertRaises(TextFormatError):

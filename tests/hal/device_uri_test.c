@@ -127,7 +127,13 @@ static void test_bad_uris(void **state) {
   expect_bad_uri("cpu?a=1&", "trailing '&'");
   expect_bad_uri("cpu?a=1&&b=2", "option without '=value'");
   expect_bad_uri("cpu?a b=1", "bad character in option key");
-  expect_bad_uri("Cpu", "missing backend name");
+  /* Capitals: refused with the lowercase spelling (the names 'trainyard
+   * devices' lists), never read as a missing name nor matched. */
+  expect_bad_uri("Cpu", "backend names are lowercase, as 'trainyard devices' lists them: give "
+                        "'cpu'");
+  expect_bad_uri("CPU", "give 'cpu'");
+  expect_bad_uri("CUDA:1?fallback=cpu", "give 'cuda:1?fallback=cpu'");
+  expect_bad_uri("cpU_2", "give 'cpu_2'");
   expect_bad_uri("cpu#", "unexpected character after the backend name");
   expect_bad_uri("cpu/0", "unexpected character after the backend name");
   expect_bad_uri("cpu:4294967296", "device index out of range");

@@ -9,8 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models/chat.h"
+#include "models/chat_template.h"
+#include "models/json_input.h"
 #include "models/tokenizer.h"
 
 #ifndef TY_TEST_TOKENIZER_DIR
@@ -171,11 +174,134 @@ static void test_refusals(void **state) {
   ty_tokenizer_destroy(tok);
 }
 
+/* ---- issue 33: chat messages and token ids read from JSON ---- */
+
+static ty_status_t message_from(const char *text, ty_chat_message_t *m) {
+  json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+  assert_non_null(v);
+  ty_status_t s = ty_json_chat_message(v, m);
+  json_decref(v);
+  return s;
+}
+
+/* "name" is OpenAI's participant name: a string or absent. A number, an
+ * object or null there is refused naming the key and the value, as a bad
+ * role or content is. */
+static void test_message_fields(void **state) {
+  (void)state;
+  ty_chat_message_t m;
+  json_t *v = json_loads("{\"role\": \"user\", \"content\": \"hi\", \"name\": \"ann\"}", 0, NULL);
+  TY_EXPECT_OK(ty_json_chat_message(v, &m));
+  assert_string_equal(m.role, "user");
+  assert_int_equal(m.content_size, 2);
+  json_decref(v);
+  TY_EXPECT_STATUS(message_from("{\"role\": \"user\", \"content\": \"hi\", \"name\": 7}", &m),
+                   TY_CODE_INVALID_ARGUMENT, "\"name\" must be a string, not 7");
+  TY_EXPECT_STATUS(message_from("{\"role\": \"user\", \"content\": \"hi\", \"name\": {}}", &m),
+                   TY_CODE_INVALID_ARGUMENT, "\"name\" must be a string, not {}");
+  TY_EXPECT_STATUS(message_from("{\"role\": \"user\", \"content\": \"hi\", \"name\": null}", &m),
+                   TY_CODE_INVALID_ARGUMENT, "\"name\" must be a string, not null");
+  TY_EXPECT_STATUS(message_from("{\"role\": 1, \"content\": \"hi\"}", &m),
+                   TY_CODE_INVALID_ARGUMENT, "\"role\" must be a string, not 1");
+  TY_EXPECT_STATUS(message_from("{\"role\": \"user\"}", &m), TY_CODE_INVALID_ARGUMENT,
+                   "\"content\" must be a string, not nothing");
+  TY_EXPECT_STATUS(message_from("[1]", &m), TY_CODE_INVALID_ARGUMENT,
+                   "a message is {\"role\": text, \"content\": text}, not [1]");
+}
+
+static ty_status_t id_from(const char *text, int64_t limit, int64_t *id) {
+  json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+  assert_non_null(v);
+  ty_status_t s = ty_json_token_id(v, limit, id);
+  json_decref(v);
+  return s;
+}
+
+/* One rule for every reader: an integer in [0, limit); the message shows
+ * the value as given. */
+static void test_token_ids(void **state) {
+  (void)state;
+  int64_t id = -7;
+  TY_EXPECT_OK(id_from("95", 96, &id));
+  assert_int_equal(id, 95);
+  TY_EXPECT_OK(id_from("2147483647", 0, &id));
+  TY_EXPECT_STATUS(id_from("1.5", 96, &id), TY_CODE_INVALID_ARGUMENT,
+                   "1.5 is not a token id (an integer from 0 to 95, the vocabulary's last)");
+  TY_EXPECT_STATUS(id_from("-2", 96, &id), TY_CODE_INVALID_ARGUMENT, "-2 is not a token id");
+  TY_EXPECT_STATUS(id_from("96", 96, &id), TY_CODE_INVALID_ARGUMENT, "96 is not a token id");
+  TY_EXPECT_STATUS(id_from("\"3\"", 96, &id), TY_CODE_INVALID_ARGUMENT,
+                   "\"3\" is not a token id");
+  TY_EXPECT_STATUS(id_from("2.0", 96, &id), TY_CODE_INVALID_ARGUMENT, "2.0 is not a token id");
+  TY_EXPECT_STATUS(id_from("2147483648", 0, &id), TY_CODE_INVALID_ARGUMENT,
+                   "2147483648 is not a token id (an integer from 0 to 2147483647)");
+  TY_EXPECT_STATUS(ty_json_token_id(NULL, 96, &id), TY_CODE_INVALID_ARGUMENT, "missing");
+  char brief[12];
+  json_t *big = json_string("a long string of words");
+  ty_json_brief(big, brief, sizeof(brief));
+  assert_string_equal(brief, "\"a long ...");
+  json_decref(big);
+}
+
+static const char *write_temp(const char *name, const char *text) {
+  static char path[256];
+  snprintf(path, sizeof(path), "%s/%s", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", name);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+/* A --chat-template file in the JSON form that is empty or cut short is a
+ * JSON error naming the file, never a Jinja template "of no family". */
+static void test_template_file_forms(void **state) {
+  (void)state;
+  char name[64];
+  snprintf(name, sizeof(name), "ty_chat_test_%d.json", (int)getpid());
+  ty_chat_template_t *t = NULL;
+  const char *path = write_temp(name, "");
+  TY_EXPECT_STATUS(ty_chat_template_load("/nonexistent", path, &t), TY_CODE_INVALID_ARGUMENT,
+                   "is empty");
+  path = write_temp(name, "{\"user\": \"U: {content}\\n\", \"assistant\": \"A: {cont");
+  ty_status_t s = ty_chat_template_load("/nonexistent", path, &t);
+  TY_EXPECT_STATUS(s, TY_CODE_INVALID_ARGUMENT, "is not valid JSON (line 1");
+  path = write_temp(name, "[1, 2]");
+  TY_EXPECT_STATUS(ty_chat_template_load("/nonexistent", path, &t), TY_CODE_INVALID_ARGUMENT,
+                   "the JSON form is an object");
+  /* With a byte-order mark, as an editor on Windows saves it. */
+  path = write_temp(name, "\xEF\xBB\xBF{\"user\": \"U: {content}\\n\", \"assistant\": "
+                          "\"A: {content}\\n\"}");
+  TY_EXPECT_OK(ty_chat_template_load("/nonexistent", path, &t));
+  assert_string_equal(ty_chat_template_family(t), "custom");
+  ty_chat_template_destroy(t);
+  unlink(path);
+  /* Not named .json: JSON by its first characters ('{' then '"'). */
+  snprintf(name, sizeof(name), "ty_chat_test_%d.tmpl", (int)getpid());
+  path = write_temp(name, "  {\n \"user\": \"U");
+  TY_EXPECT_STATUS(ty_chat_template_load("/nonexistent", path, &t), TY_CODE_INVALID_ARGUMENT,
+                   "is not valid JSON");
+  /* Jinja opens with "{%" or "{{": still read as a template. */
+  path = write_temp(name, "{% for message in messages %}{{ message['content'] }}{% endfor %}");
+  s = ty_chat_template_load("/nonexistent", path, &t);
+  assert_null(s ? strstr(ty_status_message(s), "not valid JSON") : NULL);
+  if (s) TY_EXPECT_CONTAINS(ty_status_message(s), "family");
+  ty_status_free(s);
+  if (t) ty_chat_template_destroy(t);
+  t = NULL;
+  path = write_temp(name, " \n\t");
+  TY_EXPECT_STATUS(ty_chat_template_load("/nonexistent", path, &t), TY_CODE_INVALID_ARGUMENT,
+                   "is empty");
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_conversations),
       cmocka_unit_test(test_markers_are_single_tokens),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_message_fields),
+      cmocka_unit_test(test_token_ids),
+      cmocka_unit_test(test_template_file_forms),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -303,12 +303,14 @@ static void test_token_ids(void **state) {
   (void)state;
   ty_model_config_t c;
   const char *bad[][2] = {
-      {",\"eos_token_id\":96", "'eos_token_id' holds id 96"},
-      {",\"eos_token_id\":[2,96]", "holds id 96"},
-      {",\"eos_token_id\":-1", "holds id -1"},
-      {",\"bos_token_id\":1000", "'bos_token_id' holds id 1000"},
-      {",\"eos_token_id\":\"2\"", "must be a token id"},
-      {",\"eos_token_id\":[2,\"x\"]", "must be a token id"},
+      /* The field, the index in a list, and the value, whatever is wrong. */
+      {",\"eos_token_id\":96", "'eos_token_id': 96 is not a token id (an integer from 0 to 95"},
+      {",\"eos_token_id\":[2,96]", "'eos_token_id'[1]: 96 is not a token id"},
+      {",\"eos_token_id\":-1", "'eos_token_id': -1 is not a token id"},
+      {",\"bos_token_id\":1000", "'bos_token_id': 1000 is not a token id"},
+      {",\"eos_token_id\":\"2\"", "'eos_token_id': \"2\" is not a token id"},
+      {",\"eos_token_id\":[2,\"x\"]", "'eos_token_id'[1]: \"x\" is not a token id"},
+      {",\"eos_token_id\":[2,1.5]", "'eos_token_id'[1]: 1.5 is not a token id"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
     char json[512];

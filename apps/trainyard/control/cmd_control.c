@@ -47,7 +47,7 @@ typedef struct {
 /* Registry entries are small; anything larger is not one of ours. */
 static const ty_file_kind_t ty_entry_kind = {.what = "control registry entry",
                                              .max_bytes = 64 * 1024, .text = true,
-                                             .bad_code = TY_CODE_DATA_LOSS};
+                                             .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
 static bool ty_control_read_entry(const char *path, ty_control_entry_t *e) {
   char *text = NULL;
@@ -277,6 +277,9 @@ int ty_cmd_control(ty_app_t *app, int argc, char **argv) {
   opterr = 0;
   optind = 1;
   int c;
+  if (ty_app_refuse_empty_values("control", argc, argv, "h", long_options) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   /* Options may come before or after the subcommand and RUN. */
   while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
     switch (c) {

@@ -7,12 +7,13 @@
 #include "eval.h"
 #include "hal/file.h"
 #include "models/chat_template.h"
+#include "models/json_input.h"
 
 /* Thousands of labelled prompts are a few MiB; a GiB is past any set that
  * could be scored, so a wrong file (a dataset shard) fails at once. */
 static const ty_file_kind_t ty_eval_file_kind = {
     .what = "evaluation set", .max_bytes = 1 * TY_GIB, .limit_env = "TRAINYARD_MAX_INPUT_BYTES",
-    .text = true, .bad_code = TY_CODE_INVALID_ARGUMENT};
+    .text = true, .bad_code = TY_CODE_INVALID_ARGUMENT, .skip_bom = true};
 
 typedef struct {
   const char *path;
@@ -29,10 +30,11 @@ static ty_status_t ty_eval_oom(void) {
                      (r)->path, (item)->line)
 
 /* Text (`text`) or ids (`ids`) of one field pair ("prompt"/"prompt_ids"),
- * as ids of the model's vocabulary. */
+ * as ids of the model's vocabulary. `where` names the ids list in messages
+ * ("\"prompt_ids\"", "\"choice_ids\"[2]"). */
 static ty_status_t ty_eval_tokens(const ty_eval_reader_t *r, const ty_eval_item_t *item,
-                                  const char *name, json_t *text, json_t *ids, int64_t **out,
-                                  int64_t *out_len, char **out_text) {
+                                  const char *name, const char *where, json_t *text, json_t *ids,
+                                  int64_t **out, int64_t *out_len, char **out_text) {
   uint32_t *encoded = NULL;
   size_t n = 0;
   if (text) {
@@ -48,9 +50,7 @@ static ty_status_t ty_eval_tokens(const ty_eval_reader_t *r, const ty_eval_item_
       return ty_eval_oom();
     }
   } else {
-    if (!json_is_array(ids)) {
-      return TY_EVAL_BAD(r, item, "\"%s_ids\" must be a list of token ids", name);
-    }
+    if (!json_is_array(ids)) return TY_EVAL_BAD(r, item, "%s must be a list of token ids", where);
     n = json_array_size(ids);
   }
   if (n == 0) {
@@ -63,14 +63,20 @@ static ty_status_t ty_eval_tokens(const ty_eval_reader_t *r, const ty_eval_item_
     return ty_eval_oom();
   }
   for (size_t i = 0; i < n; ++i) {
-    json_t *id = text ? NULL : json_array_get(ids, i);
-    int64_t x = text ? (int64_t)encoded[i] : json_is_integer(id) ? json_integer_value(id) : -1;
-    if (x < 0 || x >= r->config->vocab_size) {
+    int64_t x = text ? (int64_t)encoded[i] : -1;
+    ty_status_t s = TY_OK;
+    if (!text) {
+      s = ty_json_token_id(json_array_get(ids, i), r->config->vocab_size, &x);
+      s = ty_status_annotate(s, "%s[%zu]", where, i);
+    } else if (x >= r->config->vocab_size) {
+      s = ty_status_make(TY_CODE_INVALID_ARGUMENT, "\"%s\" encodes to token %lld, past the "
+                         "model's vocabulary of %lld (is tokenizer.json the model's?)", name,
+                         (long long)x, (long long)r->config->vocab_size);
+    }
+    if (s) {
       free(encoded);
       free(v);
-      return TY_EVAL_BAD(r, item, "\"%s\" token %zu (%lld) is not an id below the model's "
-                         "vocabulary size %lld", name, i, (long long)x,
-                         (long long)r->config->vocab_size);
+      return ty_status_annotate(s, "%s:%zu", r->path, item->line);
     }
     v[i] = x;
   }
@@ -106,14 +112,9 @@ static ty_status_t ty_eval_messages(const ty_eval_reader_t *r, ty_eval_item_t *i
   if (!m) return ty_eval_oom();
   ty_status_t s = TY_OK;
   for (size_t i = 0; i < n && !s; ++i) {
-    json_t *msg = json_array_get(messages, i);
-    json_t *role = json_object_get(msg, "role"), *content = json_object_get(msg, "content");
-    if (!json_is_object(msg) || !json_is_string(role) || !json_is_string(content)) {
-      s = TY_EVAL_BAD(r, item, "messages[%zu] must be {\"role\": text, \"content\": text}", i);
-      break;
-    }
-    m[i] = (ty_chat_message_t){json_string_value(role), json_string_value(content),
-                               json_string_length(content)};
+    s = ty_json_chat_message(json_array_get(messages, i), &m[i]);
+    if (s) s = ty_status_annotate(ty_status_annotate(s, "messages[%zu]", i), "%s:%zu", r->path,
+                                  item->line);
   }
   if (!s && strcmp(m[n - 1].role, "assistant")) {
     s = TY_EVAL_BAD(r, item, "the last message is the \"%s\"'s; it must be the assistant's "
@@ -126,12 +127,12 @@ static ty_status_t ty_eval_messages(const ty_eval_reader_t *r, ty_eval_item_t *i
   json_t *prompt = s ? NULL : json_stringn(text, size);
   if (!s && !prompt) s = TY_EVAL_BAD(r, item, "the rendered prompt is not UTF-8 text");
   free(text);
-  if (!s) s = ty_eval_tokens(r, item, "prompt", prompt, NULL, &item->prompt, &item->prompt_len,
-                             NULL);
+  if (!s) s = ty_eval_tokens(r, item, "prompt", NULL, prompt, NULL, &item->prompt,
+                             &item->prompt_len, NULL);
   json_decref(prompt);
   json_t *answer = s ? NULL : json_object_get(json_array_get(messages, n - 1), "content");
   if (!s) s = ty_eval_alloc_conts(item, 1);
-  if (!s) s = ty_eval_tokens(r, item, "completion", answer, NULL, &item->cont[0],
+  if (!s) s = ty_eval_tokens(r, item, "completion", NULL, answer, NULL, &item->cont[0],
                              &item->cont_len[0], &item->cont_text[0]);
   free(m);
   return s;
@@ -156,9 +157,22 @@ static ty_status_t ty_eval_choices(const ty_eval_reader_t *r, ty_eval_item_t *it
   TY_RETURN_IF_ERROR(ty_eval_alloc_conts(item, n));
   for (size_t i = 0; i < n; ++i) {
     json_t *v = json_array_get(list, i);
-    TY_RETURN_IF_ERROR(ty_eval_tokens(r, item, texts ? "choices" : "choice", texts ? v : NULL,
-                                      texts ? NULL : v, &item->cont[i], &item->cont_len[i],
-                                      texts ? &item->cont_text[i] : NULL));
+    char where[48];
+    snprintf(where, sizeof(where), "\"choice_ids\"[%zu]", i);
+    TY_RETURN_IF_ERROR(ty_eval_tokens(r, item, texts ? "choices" : "choice", where,
+                                      texts ? v : NULL, texts ? NULL : v, &item->cont[i],
+                                      &item->cont_len[i], texts ? &item->cont_text[i] : NULL));
+  }
+  /* Two equal choices score equally, so which of them "answer" names would
+   * decide the line (the first of a tie is the pick). */
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = i + 1; k < n; ++k) {
+      if (ty_eval_same_ids(item->cont[i], item->cont_len[i], item->cont[k], item->cont_len[k])) {
+        return TY_EVAL_BAD(r, item, "\"%s\"[%zu] and [%zu] are the same choice%s%s%s: a tie "
+                           "that \"answer\" would break; give each choice once", name, i, k,
+                           texts ? " (" : "", texts ? item->cont_text[i] : "", texts ? ")" : "");
+      }
+    }
   }
   return TY_OK;
 }
@@ -215,14 +229,15 @@ static ty_status_t ty_eval_parse_line(const ty_eval_reader_t *r, ty_eval_item_t 
   } else if (TY_GET("completion") && TY_GET("completion_ids")) {
     s = TY_EVAL_BAD(r, item, "give one of \"completion\" and \"completion_ids\"");
   } else {
-    s = ty_eval_tokens(r, item, "prompt", TY_GET("prompt"), TY_GET("prompt_ids"), &item->prompt,
-                       &item->prompt_len, NULL);
+    s = ty_eval_tokens(r, item, "prompt", "\"prompt_ids\"", TY_GET("prompt"),
+                       TY_GET("prompt_ids"), &item->prompt, &item->prompt_len, NULL);
     if (!s && has_choices) {
       s = ty_eval_choices(r, item, TY_GET("choices"), TY_GET("choice_ids"), TY_GET("answer"));
     } else if (!s) {
       s = ty_eval_alloc_conts(item, 1);
-      if (!s) s = ty_eval_tokens(r, item, "completion", TY_GET("completion"),
-                                 TY_GET("completion_ids"), &item->cont[0], &item->cont_len[0],
+      if (!s) s = ty_eval_tokens(r, item, "completion", "\"completion_ids\"",
+                                 TY_GET("completion"), TY_GET("completion_ids"), &item->cont[0],
+                                 &item->cont_len[0],
                                  TY_GET("completion") ? &item->cont_text[0] : NULL);
     }
   }

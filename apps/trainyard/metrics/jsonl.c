@@ -271,6 +271,7 @@ const ty_file_kind_t ty_metrics_jsonl_kind = {
     .limit_env = "TRAINYARD_MAX_METRICS_BYTES",
     .text = true,
     .bad_code = TY_CODE_DATA_LOSS,
+    .skip_bom = true,
 };
 
 static ty_status_t ty_jsonl_read_file(const char *path, char **out_data, size_t *out_size,

@@ -671,8 +671,15 @@ static void ty_srv_notify(void *cls, struct MHD_Connection *connection, void **s
   }
 }
 
+/* Set while MHD_start_daemon runs on this thread: its lines then are kept
+ * back, since a failed bind is reported by ty_srv_http_start in the user's
+ * terms, and MHD's own "Failed to bind to port 0" (the port of an address
+ * given whole) would only mislead. */
+static _Thread_local bool ty_srv_starting;
+
 static void ty_srv_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
+  if (ty_srv_starting) return;
   char line[512];
   vsnprintf(line, sizeof(line), fmt, ap);
   /* Every MHD_NO this file returns is deliberate (a client gone, a body
@@ -707,6 +714,7 @@ ty_status_t ty_srv_http_start(ty_server_t *s) {
     freeaddrinfo(found);
     return st;
   }
+  ty_srv_starting = true;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, ty_srv_access, s, MHD_OPTION_EXTERNAL_LOGGER, ty_srv_log, s,
       MHD_OPTION_SOCK_ADDR, found->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, ty_srv_completed, s,
@@ -714,6 +722,7 @@ ty_status_t ty_srv_http_start(ty_server_t *s) {
       (unsigned)s->options.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned)s->options.max_per_client, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
       MHD_OPTION_END);
+  ty_srv_starting = false;
   freeaddrinfo(found);
   if (!d) {
     ty_srv_watchdog_stop(s);

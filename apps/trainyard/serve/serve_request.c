@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/json_input.h"
+
 bool ty_api_fail(ty_api_error_t *e, int status, const char *type, const char *code,
                  const char *param, const char *fmt, ...) {
   e->status = status;
@@ -92,12 +94,12 @@ static bool ty_get_ids(json_t *list, const char *name, ty_api_prompt_t *p, ty_ap
   p->ids = malloc(n * sizeof(int64_t));
   if (!p->ids) return ty_oom(e);
   for (size_t i = 0; i < n; ++i) {
-    json_t *id = json_array_get(list, i);
-    if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-        json_integer_value(id) > INT32_MAX) {
-      return TY_BAD(e, name, "'%s': token %zu must be an integer id >= 0", name, i);
+    ty_status_t s = ty_json_token_id(json_array_get(list, i), 0, &p->ids[i]);
+    if (s) {
+      bool ok = TY_BAD(e, name, "'%s'[%zu]: %s", name, i, ty_status_message(s));
+      ty_status_free(s);
+      return ok;
     }
-    p->ids[i] = json_integer_value(id);
   }
   p->id_count = n;
   return true;
@@ -204,6 +206,12 @@ static bool ty_parse_messages(json_t *v, ty_api_request_t *r, ty_api_error_t *e)
     }
     if (!json_is_string(role)) {
       return TY_BAD(e, "messages", "messages[%zu].role must be a string", i);
+    }
+    json_t *participant = json_object_get(m, "name");
+    if (participant && !json_is_string(participant)) {
+      char shown[48];
+      ty_json_brief(participant, shown, sizeof(shown));
+      return TY_BAD(e, "messages", "messages[%zu].name must be a string, not %s", i, shown);
     }
     const char *name = json_string_value(role);
     /* OpenAI's newer name for the system message. */
