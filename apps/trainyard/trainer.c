@@ -671,7 +671,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.rows_per_step = (int64_t)t.dp * t.B * t.accum; /* the global batch */
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
 
-  /* From here to the exit SIGINT/SIGTERM finish the step and save
+  /* From here to the exit SIGINT/SIGTERM/SIGHUP finish the step and save
    * (stop_signals.h: recorded by the waiter thread, never by a handler). */
   ty_stop_signals_clear();
   ty_stop_signals_arm();
@@ -710,17 +710,15 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     /* `trainyard control` requests, taken between steps (on every rank). */
     if (!s) s = ty_train_control_poll(&t, &saved_step, &control_stop);
   }
-  /* A stop asked by `trainyard control` or by SIGINT/SIGTERM (on any rank):
-   * the checkpoint of this step, then the exit. */
+  /* A stop asked by `trainyard control` or by SIGINT/SIGTERM/SIGHUP (on any
+   * rank): the checkpoint of this step, then the exit. */
   int stop = ty_trainer_stopping(&t);
   if (!s && (control_stop || stop)) {
     if (t.rank == 0) {
       ty_train_metrics_line_end(&t);
-      fprintf(stderr, "trainyard train: %s after step %lld: %s\n",
-              control_stop      ? "stop requested by 'trainyard control'"
-              : stop == SIGINT ? "SIGINT received"
-                               : "SIGTERM received",
-              (long long)t.step,
+      fprintf(stderr, "trainyard train: %s%s after step %lld: %s\n",
+              control_stop ? "stop requested by 'trainyard control'" : ty_stop_signals_name(stop),
+              control_stop ? "" : " received", (long long)t.step,
               saved_step == t.step ? "saved, stopping" : "saving and stopping");
     }
     if (saved_step != t.step) s = ty_trainer_save_all(&t, "the checkpoint of the stop");

@@ -6,7 +6,8 @@ real processes (Python standard library only):
   corrupts the process (hundreds of signals; oneDNN's JIT GEMM kernels once
   turned a signal frame into heap corruption) and always ends in a whole
   checkpoint; SIGTERM while the console is a pipe whose reader is gone
-  still saves (SIGPIPE no longer kills the run).
+  still saves (SIGPIPE no longer kills the run); SIGHUP (a dropped SSH
+  session) finishes the step, saves and exits 0 like SIGTERM.
 - RunFolderTest: a fresh run refuses a folder that holds a run (naming it)
   unless --overwrite, which deletes only the files a run writes; two runs
   on one folder at once: the second is refused naming the first's pid, and
@@ -29,6 +30,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -99,6 +101,28 @@ class SignalTest(Base):
             shutil.rmtree(out)
         print("SignalTest: %d SIGTERMs into %d runs, every run saved" % (sent, runs))
         self.assertGreaterEqual(sent, 2 * runs)
+
+    def test_sighup_saves_like_sigterm(self):
+        """A dropped SSH session sends SIGHUP: the run saves and exits 0
+        (it once died with 129, losing everything since the last save)."""
+        data = make_ids_dataset(os.path.join(self.tmp, "data"), 60)
+        out = os.path.join(self.tmp, "out")
+        args = self.args(data, out)
+        args[args.index("--batch-size") + 1] = "4"
+        p = self.start_train(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env=dict(os.environ, TRAINYARD_DEBUG_STEP_SLEEP_MS="20"))
+        for line in p.stderr:
+            if line.startswith("Epoch"):
+                break
+        p.send_signal(signal.SIGHUP)
+        err = p.stderr.read()
+        p.stderr.close()
+        p.wait(timeout=120)
+        self.assertEqual(p.returncode, 0, err[-2000:])
+        m = re.search(r"SIGHUP received after step (\d+): saving and stopping", err)
+        self.assertTrue(m, err[-2000:])
+        saved = self.assert_whole_checkpoint(out)
+        self.assertEqual(os.path.basename(saved), "checkpoint-" + m.group(1))
 
     def test_sigterm_through_a_closed_pipe_saves(self):
         data = make_ids_dataset(os.path.join(self.tmp, "data"), 60)
