@@ -506,6 +506,15 @@ class OutputGuardTest(Base):
         hard = os.path.join(self.tmp, "hard.json")
         os.link(self.tokens, hard)
         self.refused(fwd + ["--out", hard], "is the --tokens")
+        # A hard link to a file of the model folder, outside that folder:
+        # once accepted (the write replaced the link).
+        hard_weights = os.path.join(self.tmp, "hard.safetensors")
+        os.link(weights, hard_weights)
+        self.refused(fwd + ["--out", hard_weights],
+                     "--out %s is %s of the --model folder %s (a hard link"
+                     % (hard_weights, weights, self.model))
+        self.assertTrue(os.path.samefile(hard_weights, weights))
+        os.remove(hard_weights)
         self.refused(fwd + ["--out", os.path.join(self.tmp, "o.safetensors"), "--dump-graph",
                             os.path.join(self.model, "graph")],
                      "--dump-graph %s/graph.txt lies inside the --model folder" % self.model)
