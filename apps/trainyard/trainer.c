@@ -540,6 +540,11 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   const ty_train_config_t *config = &t->cfg;
   ty_status_t s = ty_llm_precision_parse(config->dtype, &t->dtype, &t->compute_dtype);
   if (!s) s = ty_trainer_check_out(config);
+  /* Every check that can refuse the run comes before anything is written
+   * into --out (metrics, TensorBoard, train_config.json, an --overwrite's
+   * deletion): a refused run leaves the folder as it was, and its retry is
+   * not refused as "already holds a training run". */
+  if (!s && t->rank == 0) s = ty_train_control_check(t);
   if (!s && t->rank == 0) s = ty_trainer_open_run(t, resume_dir, capacity);
   TY_RETURN_IF_ERROR(ty_dist_agree(t->dist, s, "opening the run folder"));
   TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, resume_dir, capacity, "the resume checkpoint"));
@@ -596,17 +601,20 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) {
     ty_trainer_shuffle(t, t->epoch);
     snprintf(t->model_source, sizeof(t->model_source), "%s", config->model);
-    if (t->rank == 0) s = ty_train_metrics_open(t, resume_dir[0] != '\0');
   }
   s = ty_dist_agree(t->dist, s, "setting up the run");
   /* Only once every rank is ready: creating a communicator blocks until
    * all ranks have joined. */
   if (!s) s = ty_dist_agree(t->dist, ty_trainer_dist_comm_open(t), "creating the communicator");
-  if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
   /* `trainyard control`: rank 0 serves it; ty_train_control_poll passes
-   * its requests to every rank. */
+   * its requests to every rank. Started before the first write below: it
+   * is the last thing that can refuse the run. */
   if (!s && t->rank == 0) s = ty_train_control_open(t);
-  if (t->world > 1) s = ty_dist_agree(t->dist, s, "starting the control socket");
+  /* From here on the run writes into --out. */
+  if (!s && t->rank == 0) s = ty_trainer_clear_pending(t, resume_dir);
+  if (!s && t->rank == 0) s = ty_train_metrics_open(t, resume_dir[0] != '\0');
+  if (t->world > 1) s = ty_dist_agree(t->dist, s, "starting the control socket and the metrics");
+  if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
   return s;
 }
 
@@ -670,6 +678,8 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   t.rows_per_step = (int64_t)t.dp * t.B * t.accum; /* the global batch */
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
+  /* Refused at start-up: nothing of this run stays in --out. */
+  if (s) ty_trainer_discard_fresh(&t);
 
   /* From here to the exit SIGINT/SIGTERM/SIGHUP finish the step and save
    * (stop_signals.h: recorded by the waiter thread, never by a handler). */

@@ -105,6 +105,8 @@ typedef struct ty_trainer_t {
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
+  bool clear_pending; /* --overwrite: the run in cfg.out goes once every check passed */
+  bool out_created, lock_created; /* cfg.out / its lock file did not exist before */
 } ty_trainer_t;
 
 /* Runs `trainyard train` with a validated configuration. */
@@ -137,6 +139,13 @@ ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what);
  * folder) refuses a folder that holds a run unless --overwrite; a run
  * continued in its own folder refuses later checkpoints there. */
 ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity);
+/* --overwrite: deletes the run ty_trainer_open_run found in cfg.out (only
+ * the files a run writes), after every check that can refuse the run. */
+ty_status_t ty_trainer_clear_pending(ty_trainer_t *t, const char *resume_dir);
+/* A run refused at start-up: removes the lock file and the folder cfg.out
+ * when this run created them (the folder only when empty), so that --out
+ * is as it was. Call while t->run is still open. */
+void ty_trainer_discard_fresh(ty_trainer_t *t);
 /* ---- trainer_dist.c ---- */
 
 /* Opens the world (--distributed, the launcher's environment): sets dist,

@@ -88,7 +88,9 @@ static int64_t ty_checkpoint_step_in(const char *path, const char *run_folder) {
 }
 
 /* A fresh run (or one resumed from another folder) into a folder that holds
- * a run: refused, or with --overwrite that run is deleted first. */
+ * a run: refused, or with --overwrite that run is marked for deletion
+ * (t->clear_pending), done by ty_trainer_clear_pending once every other
+ * check has passed: a run refused later must not have deleted it. */
 static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_dir) {
   const ty_train_config_t *c = &t->cfg;
   char what[512];
@@ -104,6 +106,17 @@ static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_d
         : resume_dir[0]            ? "choose an empty --out for the resumed run"
                                    : "continue it with --resume latest");
   }
+  t->clear_pending = true;
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_clear_pending(ty_trainer_t *t, const char *resume_dir) {
+  const ty_train_config_t *c = &t->cfg;
+  if (!t->clear_pending) return TY_OK;
+  t->clear_pending = false;
+  char what[512];
+  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->run, what, sizeof(what)));
+  if (!what[0]) return TY_OK;
   const ty_run_folder_input_t inputs[] = {
       {"--data", c->data},         {"--model", c->model},
       {"--tokenizer", c->tokenizer}, {"--artifact", c->artifact},
@@ -117,6 +130,13 @@ static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_d
 ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
   const ty_train_config_t *c = &t->cfg;
   resume_dir[0] = '\0';
+  /* What was there before, so that a run refused at start-up can leave the
+   * folder as it found it (ty_trainer_discard_fresh). */
+  char lock[TY_CFG_PATH_MAX + 64];
+  TY_RETURN_IF_ERROR(ty_path_join(lock, sizeof(lock), c->out, TY_RUN_LOCK_NAME));
+  struct stat st;
+  t->out_created = stat(c->out, &st) != 0 && errno == ENOENT;
+  t->lock_created = lstat(lock, &st) != 0 && errno == ENOENT;
   TY_RETURN_IF_ERROR(ty_run_folder_open(c->out, &t->run));
   if (!ty_run_folder_locked(t->run)) {
     fprintf(stderr, "trainyard train: warning: the file system of %s cannot lock it (flock); "
@@ -165,6 +185,16 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
   }
   free(steps);
   return s;
+}
+
+void ty_trainer_discard_fresh(ty_trainer_t *t) {
+  if (!t->run || !ty_run_folder_locked(t->run)) return; /* not ours to undo */
+  char lock[TY_CFG_PATH_MAX + 64];
+  if (t->lock_created && !ty_path_join(lock, sizeof(lock), t->cfg.out, TY_RUN_LOCK_NAME)) {
+    unlink(lock); /* still held: a run that opened it meanwhile was refused */
+  }
+  /* Only an empty folder goes: whatever else is there stays. */
+  if (t->out_created) rmdir(t->cfg.out);
 }
 
 /* The session that holds the optimizer states: the optimizer-step graph's

@@ -9,7 +9,9 @@ real processes (Python standard library only):
   still saves (SIGPIPE no longer kills the run); SIGHUP (a dropped SSH
   session) finishes the step, saves and exits 0 like SIGTERM.
 - RunFolderTest: a fresh run refuses a folder that holds a run (naming it)
-  unless --overwrite, which deletes only the files a run writes; two runs
+  unless --overwrite, which deletes only the files a run writes; a run
+  refused at start-up (a bad --control-registry) leaves --out as it was
+  (absent, empty, or the earlier run a refused --overwrite keeps); two runs
   on one folder at once: the second is refused naming the first's pid, and
   never deletes the first's save in progress; --resume latest needs a
   checkpoint (--resume auto does not); a resumed run refuses later
@@ -211,6 +213,33 @@ class RunFolderTest(Base):
         self.train(*self.args(steps=1, out=other))
         with open(os.path.join(other, "README")) as f:
             self.assertEqual(f.read(), "mine")
+
+    def test_refused_run_leaves_the_folder_as_it_was(self):
+        """A run refused for a bad --control-registry once left
+        metrics.jsonl, tensorboard/ and train_config.json in --out, and its
+        corrected retry was refused as "already holds a training run"."""
+        bad = os.path.join(self.tmp, "not-a-folder")
+        with open(bad, "w") as f:
+            f.write("x")
+        good = os.path.join(self.tmp, "registry")
+        # --out absent: still absent after the refusal.
+        r = self.train(*self.args("--control-registry", bad, steps=1), rc=1)
+        self.assertIn("--control-registry %s" % bad, r.stderr)
+        self.assertIn("not a folder", r.stderr)
+        self.assertFalse(os.path.exists(self.out), os.listdir(self.out)
+                         if os.path.isdir(self.out) else None)
+        # --out an empty folder: still empty.
+        os.makedirs(self.out)
+        self.train(*self.args("--control-registry", bad, steps=1), rc=1)
+        self.assertEqual(os.listdir(self.out), [])
+        # The corrected retry runs.
+        self.train(*self.args("--control-registry", good, steps=2))
+        self.assertTrue(os.path.isdir(os.path.join(self.out, "checkpoint-2")))
+        # --overwrite over that run, refused: the run is still there, whole.
+        before = tree(self.out)
+        r = self.train(*self.args("--control-registry", bad, "--overwrite", steps=1), rc=1)
+        self.assertNotIn("deleted the run", r.stderr)
+        self.assertEqual(before, tree(self.out))
 
     def test_overwrite_deletes_only_the_run(self):
         self.train(*self.args("--save-every", "2", steps=4))
