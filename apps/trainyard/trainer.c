@@ -524,6 +524,36 @@ static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
+/* A resumed checkpoint at or past the run's last step. --resume auto (make
+ * the run complete: scripts/run.sh runs again only for a sample) and
+ * --allow-done say so and end the run with nothing done (exit 0); --resume
+ * latest or a folder asked to train on: FAILED_PRECONDITION (exit 1). The
+ * ranks read the same state, so they all take the same branch. */
+static ty_status_t ty_trainer_check_done(ty_trainer_t *t, const char *resume_dir) {
+  const ty_train_config_t *c = &t->cfg;
+  char target[160];
+  if (c->max_steps > 0) {
+    snprintf(target, sizeof(target), "--max-steps is %lld", (long long)c->max_steps);
+  } else {
+    snprintf(target, sizeof(target), "--epochs %lld makes %lld steps (%lld per epoch)",
+             (long long)c->epochs, (long long)t->total_steps, (long long)t->steps_per_epoch);
+  }
+  if (!strcmp(c->resume, "auto") || c->allow_done) {
+    if (t->rank == 0) {
+      fprintf(stderr, "trainyard train: %s is at step %lld and %s: the run is complete, "
+              "nothing to train (raise --max-steps or --epochs to train on)\n", resume_dir,
+              (long long)t->step, target);
+    }
+    t->done_already = true;
+    return TY_OK;
+  }
+  return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                        "--resume %s: %s is at step %lld and %s: nothing to train; raise "
+                        "--max-steps or --epochs to train on, or pass --allow-done to accept a "
+                        "finished run (exit 0)",
+                        c->resume, resume_dir, (long long)t->step, target);
+}
+
 /* Whether a stop signal ends the run after this step: this process's own
  * for one process; in a distributed run, any rank's (agreed in the step's
  * loss all-reduce), so that every rank stops after the same step. */
@@ -570,6 +600,9 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
     t->steps_per_epoch = (int64_t)((rows + rps - 1) / rps);
     t->total_steps =
         config->max_steps > 0 ? config->max_steps : config->epochs * t->steps_per_epoch;
+    /* A resume with nothing left to train (a finished run, or a smaller
+     * target than its step): said, before anything is built or written. */
+    if (resume_dir[0] && t->step >= t->total_steps) return ty_trainer_check_done(t, resume_dir);
     t->order = malloc((size_t)rows * sizeof(uint64_t));
     t->tokens = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
     t->targets = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
@@ -680,6 +713,10 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
   /* Refused at start-up: nothing of this run stays in --out. */
   if (s) ty_trainer_discard_fresh(&t);
+  if (!s && t.done_already) { /* a finished run: nothing is built, trained or written */
+    ty_trainer_destroy(&t);
+    return TY_OK;
+  }
 
   /* From here to the exit SIGINT/SIGTERM/SIGHUP finish the step and save
    * (stop_signals.h: recorded by the waiter thread, never by a handler). */

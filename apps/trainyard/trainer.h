@@ -105,6 +105,7 @@ typedef struct ty_trainer_t {
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
+  bool done_already;  /* resumed at or past the last step: nothing to train */
   bool clear_pending; /* --overwrite: the run in cfg.out goes once every check passed */
   bool out_created, lock_created; /* cfg.out / its lock file did not exist before */
 } ty_trainer_t;

@@ -241,6 +241,39 @@ class RunFolderTest(Base):
         self.assertNotIn("deleted the run", r.stderr)
         self.assertEqual(before, tree(self.out))
 
+    def test_resume_past_the_end_is_said(self):
+        """--resume latest --max-steps 300 from a later checkpoint once
+        exited 0 having trained nothing, silently."""
+        self.train(*self.args(steps=4))
+        ckpt = os.path.join(self.out, "checkpoint-4")
+        before = tree(self.out)
+        for steps in (2, 4):
+            r = self.train(*self.args("--resume", "latest", steps=steps), rc=1)
+            self.assertIn("FAILED_PRECONDITION", r.stderr)
+            self.assertIn("--resume latest: %s is at step 4 and --max-steps is %d: nothing to "
+                          "train" % (ckpt, steps), r.stderr)
+            self.assertIn("--allow-done", r.stderr)
+            self.assertEqual(before, tree(self.out))
+        # A checkpoint folder given by name: the same, and the other --out
+        # is left as it was (absent).
+        other = os.path.join(self.tmp, "other")
+        r = self.train(*self.args("--resume", ckpt, steps=4, out=other), rc=1)
+        self.assertIn("--resume %s: %s is at step 4 and --max-steps is 4" % (ckpt, ckpt),
+                      r.stderr)
+        self.assertFalse(os.path.exists(other))
+        # Asked for: a note, exit 0, nothing written.
+        for extra in (["--resume", "latest", "--allow-done"], ["--resume", "auto"]):
+            r = self.train(*self.args(*extra, steps=3))
+            self.assertIn("%s is at step 4 and --max-steps is 3: the run is complete, nothing "
+                          "to train" % ckpt, r.stderr)
+            self.assertEqual(before, tree(self.out))
+        r = run(["train"] + self.args("--allow-done", steps=1, out=os.path.join(self.tmp, "x")))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--allow-done has no effect without --resume", r.stderr)
+        # A raised target trains on.
+        self.train(*self.args("--resume", "latest", steps=6))
+        self.assertTrue(os.path.isdir(os.path.join(self.out, "checkpoint-6")))
+
     def test_overwrite_deletes_only_the_run(self):
         self.train(*self.args("--save-every", "2", steps=4))
         with open(os.path.join(self.out, "notes.txt"), "w") as f:
