@@ -524,6 +524,24 @@ static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
+/* The parts of the checkpoint in `dir` against its trainer_state.json; the
+ * resumed run keeps the state's run id, or, for a checkpoint from before
+ * run ids, goes on under the fresh one (said once). */
+static ty_status_t ty_trainer_check_identity(ty_trainer_t *t, const ty_trainer_saved_t *saved,
+                                             const char *dir) {
+  ty_ckpt_identity_t want = {.step = t->step};
+  snprintf(want.run_id, sizeof(want.run_id), "%s", saved->run_id);
+  snprintf(want.source, sizeof(want.source), "%s/trainer_state.json", dir);
+  TY_RETURN_IF_ERROR(ty_ckpt_identity_check(dir, &want));
+  if (saved->run_id[0]) {
+    snprintf(t->run_id, sizeof(t->run_id), "%s", saved->run_id);
+  } else if (t->rank == 0) {
+    fprintf(stderr, "trainyard train: note: %s has no run id (saved before run ids); this "
+            "run's checkpoints carry run id %s\n", dir, t->run_id);
+  }
+  return TY_OK;
+}
+
 /* A resumed checkpoint at or past the run's last step. --resume auto (make
  * the run complete: scripts/run.sh runs again only for a sample) and
  * --allow-done say so and end the run with nothing done (exit 0); --resume
@@ -576,10 +594,16 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
    * not refused as "already holds a training run". */
   if (!s && t->rank == 0) s = ty_train_control_check(t);
   if (!s && t->rank == 0) s = ty_trainer_open_run(t, resume_dir, capacity);
+  /* A fresh run's identity (a resumed one keeps its own, below). */
+  if (!s && t->rank == 0) s = ty_ckpt_run_id_new(t->run_id);
   TY_RETURN_IF_ERROR(ty_dist_agree(t->dist, s, "opening the run folder"));
   TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, resume_dir, capacity, "the resume checkpoint"));
+  TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, t->run_id, sizeof(t->run_id), "the run id"));
   ty_trainer_saved_t saved;
   if (resume_dir[0]) s = ty_trainer_read_state(resume_dir, t, &saved);
+  /* Every part of the checkpoint from the run and the save its state
+   * names, before any of it is loaded. */
+  if (!s && resume_dir[0]) s = ty_trainer_check_identity(t, &saved, resume_dir);
   if (!s) s = ty_trainer_open_data(t);
   if (!s && resume_dir[0]) s = ty_trainer_check_resume(t, &saved, resume_dir);
   if (!s) s = ty_trainer_model_config(t);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "app.h"
+#include "files/ckpt_identity.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "models/config.h"
@@ -105,6 +106,9 @@ typedef struct ty_trainer_t {
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
+  /* The run's identity (files/ckpt_identity.h): random at a fresh start,
+   * kept across resumes, in every part of every checkpoint. */
+  char run_id[TY_CKPT_RUN_ID_CAP];
   bool done_already;  /* resumed at or past the last step: nothing to train */
   bool clear_pending; /* --overwrite: the run in cfg.out goes once every check passed */
   bool out_created, lock_created; /* cfg.out / its lock file did not exist before */
@@ -225,6 +229,7 @@ typedef struct ty_trainer_saved_t {
   int64_t seq_len;    /* tokens per row; 0 when not recorded (older states) */
   int64_t train_rows; /* rows of the train split; 0 when not recorded */
   int64_t world_size; /* ranks of the run; 1 when not recorded */
+  char run_id[TY_CKPT_RUN_ID_CAP]; /* "" when not recorded (before run ids) */
 } ty_trainer_saved_t;
 
 /* Reads trainer_state.json of `dir` into t's progress and *saved. DATA_LOSS

@@ -151,6 +151,22 @@ class SignalTest(Base):
             self.assertIn("steps:", f.read())
 
 
+def strip_metadata(path):
+    """Rewrites a safetensors file without Trainyard's identity metadata, as
+    a checkpoint from before run ids was written."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.get("__metadata__", {})
+    meta.pop("trainyard_run_id", None)
+    meta.pop("trainyard_step", None)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
 def tree(path):
     """{relative path: bytes} of every file under path."""
     out = {}
@@ -461,6 +477,110 @@ class ResumeStateTest(Base):
         r = self.train(*self.args("--resume", "latest", "--lr", "1e-3", "--schedule", "linear",
                                   "--warmup-steps", "1", steps=5))
         self.assertNotIn("note: --lr", r.stderr)  # the same as the checkpoint's run
+
+    def two_runs(self):
+        """Two runs of the same configuration, A and B, saved at step 2:
+        their parts fit each other's shapes, only their identities differ."""
+        runs = []
+        for name in ("A", "B"):
+            out = os.path.join(self.tmp, name)
+            self.train(*(self.args(steps=2)[:5] + [out] + self.args(steps=2)[6:]))
+            runs.append(os.path.join(out, "checkpoint-2"))
+        return runs
+
+    def resume_from(self, ckpt, rc=1):
+        out = os.path.join(self.tmp, "resumed-%d" % len(os.listdir(self.tmp)))
+        return self.train(*(self.args(steps=3)[:5] + [out] + self.args(steps=3)[6:]
+                             + ["--resume", ckpt]), rc=rc)
+
+    @staticmethod
+    def run_id(ckpt):
+        with open(os.path.join(ckpt, "trainer_state.json")) as f:
+            return json.load(f)["run_id"]
+
+    def test_parts_of_two_runs_are_refused(self):
+        """Optimizer shards of two runs merged, a model of one run with the
+        optimizer state of another, an index whose world size disagrees
+        with its shards: all once accepted silently."""
+        a, b = self.two_runs()
+        ida, idb = self.run_id(a), self.run_id(b)
+        self.assertRegex(ida, r"^[0-9a-f]{32}$")
+        self.assertNotEqual(ida, idb)
+        # The run id is kept across a resume.
+        r = self.resume_from(a, rc=0)
+        resumed = glob.glob(os.path.join(self.tmp, "resumed-*", "checkpoint-3"))
+        self.assertEqual(len(resumed), 1, r.stderr)
+        self.assertEqual(self.run_id(resumed[0]), ida)
+        # A model of run B with the optimizer state of run A.
+        mixed = os.path.join(self.tmp, "mixed-model")
+        shutil.copytree(a, mixed)
+        shutil.copy(os.path.join(b, "model.safetensors"), mixed)
+        r = self.resume_from(mixed)
+        self.assertIn("DATA_LOSS", r.stderr)
+        self.assertIn("%s/model.safetensors is from run %s at step 2, but %s/trainer_state.json "
+                      "is from run %s at step 2" % (mixed, idb, mixed, ida), r.stderr)
+        # ZeRO-1 shards of two runs (ckpt split makes them as 2 ranks do).
+        for ckpt in (a, b):
+            r = run(["ckpt", "split", ckpt, "--ranks", "2"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        shard2 = "optimizer-00002-of-00002.safetensors"
+        with open(os.path.join(a, "optimizer.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(index["metadata"]["run_id"], ida)
+        self.assertEqual(index["metadata"]["step"], 2)
+        shards = os.path.join(self.tmp, "mixed-shards")
+        shutil.copytree(a, shards)
+        shutil.copy(os.path.join(b, shard2), shards)
+        for args in (["ckpt", "merge", shards], None):
+            r = run(args) if args else self.resume_from(shards)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("%s/%s is from run %s at step 2, but %s/trainer_state.json is from "
+                          "run %s at step 2" % (shards, shard2, idb, shards, ida), r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(shards, shard2)))  # merge wrote nothing
+        self.assertFalse(os.path.exists(os.path.join(shards, "optimizer.safetensors")))
+        # An index whose world size disagrees with the two shards.
+        bad = os.path.join(self.tmp, "bad-index")
+        shutil.copytree(a, bad)
+        index["metadata"]["world_size"] = 3
+        with open(os.path.join(bad, "optimizer.safetensors.index.json"), "w") as f:
+            json.dump(index, f)
+        for args in (["ckpt", "merge", bad], None):
+            r = run(args) if args else self.resume_from(bad)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("%s/optimizer.safetensors.index.json says 2 replicas (world_size 3"
+                          % bad, r.stderr)
+            self.assertIn("but %s holds 2 optimizer shards" % bad, r.stderr)
+        # The whole split checkpoint merges and resumes.
+        r = run(["ckpt", "merge", a])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.resume_from(a, rc=0)
+
+    def test_checkpoint_without_run_ids_still_resumes(self):
+        """A checkpoint from before run ids (none in any part) resumes and
+        the continued run gets an id; an id in one part only is a mix."""
+        self.train(*self.args(steps=2))
+        ckpt = os.path.join(self.out, "checkpoint-2")
+        path = os.path.join(ckpt, "trainer_state.json")
+        with open(path) as f:
+            state = json.load(f)
+        del state["run_id"]
+        with open(path, "w") as f:
+            json.dump(state, f)
+        # The state lost its id, the model and optimizer still carry theirs.
+        r = self.resume_from(ckpt)
+        self.assertIn("model.safetensors is from run %s at step 2, but %s is from no run id"
+                      % (self.run_id_of_file(ckpt), path), r.stderr)
+        for name in ("model.safetensors", "optimizer.safetensors"):
+            strip_metadata(os.path.join(ckpt, name))
+        r = self.resume_from(ckpt, rc=0)
+        self.assertIn("has no run id (saved before run ids); this run's checkpoints carry run id",
+                      r.stderr)
+
+    @staticmethod
+    def run_id_of_file(ckpt):
+        with open(os.path.join(ckpt, "model.safetensors"), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            return json.loads(f.read(n))["__metadata__"]["trainyard_run_id"]
 
     def edit_state(self, ckpt, **fields):
         path = os.path.join(self.out, ckpt, "trainer_state.json")
