@@ -31,6 +31,8 @@ static const char *const ty_ckpt_usage =
     "  split   optimizer.safetensors into N shards and their index, as N ranks\n"
     "          of a ZeRO-1 run write them\n"
     "Either layout resumes on any number of ranks; the weights are untouched.\n"
+    "Both refuse a folder whose parts (model, optimizer files, index) come from\n"
+    "different runs or saves, naming the files.\n"
     "\n"
     "  --ranks N     shards to split into (>= 2)\n"
     "  -h, --help    this help\n";
