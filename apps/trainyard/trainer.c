@@ -601,11 +601,11 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, t->run_id, sizeof(t->run_id), "the run id"));
   ty_trainer_saved_t saved;
   if (resume_dir[0]) s = ty_trainer_read_state(resume_dir, t, &saved);
-  /* Every part of the checkpoint from the run and the save its state
-   * names, before any of it is loaded. */
-  if (!s && resume_dir[0]) s = ty_trainer_check_identity(t, &saved, resume_dir);
   if (!s) s = ty_trainer_open_data(t);
   if (!s && resume_dir[0]) s = ty_trainer_check_resume(t, &saved, resume_dir);
+  /* Every part of the checkpoint from the run and the save its (checked)
+   * state names, before any of it is loaded. */
+  if (!s && resume_dir[0]) s = ty_trainer_check_identity(t, &saved, resume_dir);
   if (!s) s = ty_trainer_model_config(t);
   if (!s) s = ty_train_tokenizer_open(t); /* before anything is written */
   /* The weights against config.json before any graph is built. */

@@ -162,8 +162,8 @@ HELP_ARGS = {"(global)": ["--help"]}
 
 
 def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
+    """A file's bytes; a safetensors file's without its run's random id."""
+    return cli_util.checkpoint_bytes(path)
 
 
 def safetensors_header(path):
