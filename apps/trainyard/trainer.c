@@ -544,9 +544,11 @@ static ty_status_t ty_trainer_check_identity(ty_trainer_t *t, const ty_trainer_s
 
 /* A resumed checkpoint at or past the run's last step. --resume auto (make
  * the run complete: scripts/run.sh runs again only for a sample) and
- * --allow-done say so and end the run with nothing done (exit 0); --resume
- * latest or a folder asked to train on: FAILED_PRECONDITION (exit 1). The
- * ranks read the same state, so they all take the same branch. */
+ * --allow-done say so and end the run with nothing done (exit 0): CANCELLED
+ * with t->done_already set, so that every rank leaves the set-up the way a
+ * failed one does (the same agreements in the same order) and the caller
+ * turns it into OK. --resume latest or a folder asked to train on:
+ * FAILED_PRECONDITION (exit 1). */
 static ty_status_t ty_trainer_check_done(ty_trainer_t *t, const char *resume_dir) {
   const ty_train_config_t *c = &t->cfg;
   char target[160];
@@ -563,7 +565,7 @@ static ty_status_t ty_trainer_check_done(ty_trainer_t *t, const char *resume_dir
               (long long)t->step, target);
     }
     t->done_already = true;
-    return TY_OK;
+    return ty_status_make(TY_CODE_CANCELLED, "the run is complete: nothing to train");
   }
   return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                         "--resume %s: %s is at step %lld and %s: nothing to train; raise "
@@ -626,7 +628,10 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
         config->max_steps > 0 ? config->max_steps : config->epochs * t->steps_per_epoch;
     /* A resume with nothing left to train (a finished run, or a smaller
      * target than its step): said, before anything is built or written. */
-    if (resume_dir[0] && t->step >= t->total_steps) return ty_trainer_check_done(t, resume_dir);
+    if (resume_dir[0] && t->step >= t->total_steps) s = ty_trainer_check_done(t, resume_dir);
+  }
+  if (!s) {
+    const uint64_t rows = ty_dataset_row_count(t->train_data);
     t->order = malloc((size_t)rows * sizeof(uint64_t));
     t->tokens = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
     t->targets = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
@@ -735,9 +740,11 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   t.rows_per_step = (int64_t)t.dp * t.B * t.accum; /* the global batch */
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
-  /* Refused at start-up: nothing of this run stays in --out. */
+  /* Refused at start-up (or nothing to train): nothing of this run stays
+   * in --out. */
   if (s) ty_trainer_discard_fresh(&t);
-  if (!s && t.done_already) { /* a finished run: nothing is built, trained or written */
+  if (s && t.done_already && ty_status_code(s) == TY_CODE_CANCELLED) {
+    ty_status_free(s); /* a finished run: nothing built, trained or written */
     ty_trainer_destroy(&t);
     return TY_OK;
   }

@@ -190,9 +190,12 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
 void ty_trainer_discard_fresh(ty_trainer_t *t) {
   if (!t->run || !ty_run_folder_locked(t->run)) return; /* not ours to undo */
   char lock[TY_CFG_PATH_MAX + 64];
-  if (t->lock_created && !ty_path_join(lock, sizeof(lock), t->cfg.out, TY_RUN_LOCK_NAME)) {
-    unlink(lock); /* still held: a run that opened it meanwhile was refused */
-  }
+  ty_status_t joined = t->lock_created
+                           ? ty_path_join(lock, sizeof(lock), t->cfg.out, TY_RUN_LOCK_NAME)
+                           : TY_OK;
+  /* Still held: a run that opened it meanwhile was refused. */
+  if (t->lock_created && !joined) unlink(lock);
+  ty_status_free(joined);
   /* Only an empty folder goes: whatever else is there stays. */
   if (t->out_created) rmdir(t->cfg.out);
 }

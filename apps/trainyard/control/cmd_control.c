@@ -74,7 +74,12 @@ static ty_entry_read_t ty_control_read_entry(const char *path, ty_control_entry_
     return TY_ENTRY_UNREADABLE;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, why_capacity, "cannot stat it: %s", strerror(errno));
+    close(fd);
+    return TY_ENTRY_UNREADABLE;
+  }
+  if (!S_ISREG(st.st_mode)) {
     snprintf(why, why_capacity, "not a regular file (%s)",
              S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a folder"
              : S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
