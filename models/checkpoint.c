@@ -219,12 +219,16 @@ ty_status_t ty_llm_bind_whole(const ty_llm_t *model, ty_session_t *session,
   return s;
 }
 
-ty_status_t ty_llm_write_weights(const ty_llm_t *model, void *const *full, const char *dir,
-                                 uint64_t max_shard_bytes) {
+static ty_status_t ty_llm_write_tagged(const ty_llm_t *model, void *const *full, const char *dir,
+                                       uint64_t max_shard_bytes, const ty_llm_weights_tag_t *tags,
+                                       size_t tag_count) {
   ty_safetensors_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_writer_create(&w));
   ty_dtype_t dtype = model->options.dtype;
   ty_status_t s = TY_OK;
+  for (size_t i = 0; i < tag_count && !s; ++i) {
+    s = ty_safetensors_writer_set_metadata(w, tags[i].key, tags[i].value);
+  }
   for (uint32_t i = 0; i < model->param_count && !s; ++i) {
     const ty_llm_param_t *p = &model->params[i];
     const uint64_t bytes = (uint64_t)ty_llm_param_full_count(p) * ty_dtype_size(dtype);
@@ -235,8 +239,14 @@ ty_status_t ty_llm_write_weights(const ty_llm_t *model, void *const *full, const
   return s;
 }
 
-ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
-                                const char *dir, uint64_t max_shard_bytes) {
+ty_status_t ty_llm_write_weights(const ty_llm_t *model, void *const *full, const char *dir,
+                                 uint64_t max_shard_bytes) {
+  return ty_llm_write_tagged(model, full, dir, max_shard_bytes, NULL, 0);
+}
+
+static ty_status_t ty_llm_save_tagged(const ty_llm_t *model, ty_session_t *session,
+                                      const char *dir, uint64_t max_shard_bytes,
+                                      const ty_llm_weights_tag_t *tags, size_t tag_count) {
   if (model->options.tp_size > 1) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "saving a tensor-parallel model: its session holds rank %d's parts "
@@ -257,8 +267,21 @@ ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
     }
     s = ty_session_read(session, p->name, data[i], bytes);
   }
-  if (!s) s = ty_llm_write_weights(model, data, dir, max_shard_bytes);
+  if (!s) s = ty_llm_write_tagged(model, data, dir, max_shard_bytes, tags, tag_count);
   for (uint32_t i = 0; data && i < model->param_count; ++i) free(data[i]);
   free(data);
   return s;
+}
+
+ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
+                                const char *dir, uint64_t max_shard_bytes) {
+  return ty_llm_save_tagged(model, session, dir, max_shard_bytes, NULL, 0);
+}
+
+ty_status_t ty_llm_save_weights_tagged(const ty_llm_t *model, ty_session_t *session,
+                                       void *const *full, const char *dir,
+                                       uint64_t max_shard_bytes,
+                                       const ty_llm_weights_tag_t *tags, size_t tag_count) {
+  return full ? ty_llm_write_tagged(model, full, dir, max_shard_bytes, tags, tag_count)
+              : ty_llm_save_tagged(model, session, dir, max_shard_bytes, tags, tag_count);
 }

@@ -74,6 +74,20 @@ ty_status_t ty_llm_save_weights(const ty_llm_t *model, ty_session_t *session,
  * tensor (full_dims) in the model's dtype. */
 ty_status_t ty_llm_write_weights(const ty_llm_t *model, void *const *full,
                                  const char *model_dir, uint64_t max_shard_bytes);
+/* One "__metadata__" entry of a saved model's files. */
+typedef struct ty_llm_weights_tag_t {
+  const char *key;
+  const char *value;
+} ty_llm_weights_tag_t;
+
+/* ty_llm_write_weights (`full` given) or ty_llm_save_weights (`full` NULL)
+ * with `tags` in the metadata of every file written: what wrote them (a
+ * training run's identity and step), so that a reader can tell whether
+ * files of one folder belong together. */
+ty_status_t ty_llm_save_weights_tagged(const ty_llm_t *model, ty_session_t *session,
+                                       void *const *full, const char *model_dir,
+                                       uint64_t max_shard_bytes,
+                                       const ty_llm_weights_tag_t *tags, size_t tag_count);
 /* Binds parameter `p` of `model` in `session` from its whole tensor `full`
  * (full_dims, in `dtype`): this rank's part of it under tensor parallel
  * (model->options.tp_size > 1), else all of it. How every rank loads or

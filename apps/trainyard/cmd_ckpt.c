@@ -5,7 +5,9 @@
  * A run loads either layout on any number of ranks; these are for tools
  * that want one file, and for tests. Both write the new files first and
  * remove the old ones last, so an interrupted conversion leaves a loadable
- * checkpoint. */
+ * checkpoint. Both first check that every part comes from one run and one
+ * save (files/ckpt_identity.h) and carry that identity into what they
+ * write. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "files/ckpt_identity.h"
 #include "hal/file.h"
 #include "models/safetensors.h"
 
@@ -28,6 +31,8 @@ static const char *const ty_ckpt_usage =
     "  split   optimizer.safetensors into N shards and their index, as N ranks\n"
     "          of a ZeRO-1 run write them\n"
     "Either layout resumes on any number of ranks; the weights are untouched.\n"
+    "Both refuse a folder whose parts (model, optimizer files, index) come from\n"
+    "different runs or saves, naming the files.\n"
     "\n"
     "  --ranks N     shards to split into (>= 2)\n"
     "  -h, --help    this help\n";
@@ -43,10 +48,17 @@ static ty_status_t ty_ckpt_path(char *out, size_t capacity, const char *dir, con
 /* Every tensor of `set` into a writer; shard k of n takes those whose index
  * i (in the set's order) has owner[i] == k (owner NULL: all). */
 static ty_status_t ty_ckpt_write(const ty_safetensors_set_t *set, const int *owner, int k,
-                                 const char *path, size_t *out_count) {
+                                 const ty_ckpt_identity_t *id, const char *path,
+                                 size_t *out_count) {
   ty_safetensors_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_writer_create(&w));
   ty_status_t s = TY_OK;
+  if (id->run_id[0]) { /* a checkpoint from before run ids stays without */
+    char step[32];
+    snprintf(step, sizeof(step), "%lld", (long long)id->step);
+    s = ty_safetensors_writer_set_metadata(w, TY_CKPT_RUN_ID_KEY, id->run_id);
+    if (!s) s = ty_safetensors_writer_set_metadata(w, TY_CKPT_STEP_KEY, step);
+  }
   size_t count = 0;
   for (size_t i = 0; i < ty_safetensors_set_tensor_count(set) && !s; ++i) {
     if (owner && owner[i] != k) continue;
@@ -60,9 +72,36 @@ static ty_status_t ty_ckpt_write(const ty_safetensors_set_t *set, const int *own
   return s;
 }
 
+/* The identity every part of `dir` must carry: its trainer_state.json's,
+ * else (a folder of optimizer files alone) that of the first optimizer
+ * file; then every part against it. */
+static ty_status_t ty_ckpt_identity(const char *dir, const ty_safetensors_set_t *set,
+                                    ty_ckpt_identity_t *out) {
+  ty_status_t s = ty_ckpt_identity_of_state(dir, out);
+  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND && ty_safetensors_set_shard_count(set)) {
+    ty_status_free(s);
+    s = TY_OK;
+    const ty_safetensors_file_t *f = ty_safetensors_set_shard(set, 0);
+    const char *id = ty_safetensors_file_metadata_get(f, TY_CKPT_RUN_ID_KEY);
+    const char *step = ty_safetensors_file_metadata_get(f, TY_CKPT_STEP_KEY);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->run_id, sizeof(out->run_id), "%s", id ? id : "");
+    out->step = step ? strtoll(step, NULL, 10) : -1;
+    snprintf(out->source, sizeof(out->source), "%s", ty_safetensors_file_path(f));
+  }
+  TY_RETURN_IF_ERROR(s);
+  return ty_ckpt_identity_check(dir, out);
+}
+
 static ty_status_t ty_ckpt_merge(const char *dir) {
   ty_safetensors_set_t *set = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_open_set(dir, "optimizer", TY_SAFETENSORS_OPEN_DEFAULT, &set));
+  ty_ckpt_identity_t id;
+  ty_status_t checked = ty_ckpt_identity(dir, set, &id);
+  if (checked) {
+    ty_safetensors_set_close(set);
+    return ty_status_annotate(checked, "refusing to merge");
+  }
   if (!ty_safetensors_set_is_sharded(set)) {
     ty_safetensors_set_close(set);
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
@@ -73,7 +112,7 @@ static ty_status_t ty_ckpt_merge(const char *dir) {
   size_t count = 0;
   ty_status_t s = ty_ckpt_path(path, sizeof(path), dir, "optimizer.safetensors");
   if (!s) s = ty_ckpt_path(index, sizeof(index), dir, "optimizer.safetensors.index.json");
-  if (!s) s = ty_ckpt_write(set, NULL, 0, path, &count);
+  if (!s) s = ty_ckpt_write(set, NULL, 0, &id, path, &count);
   /* The index goes first: without it the folder is the one-file layout. */
   if (!s && unlink(index) != 0) s = ty_status_from_errno(errno, "cannot remove %s", index);
   for (size_t i = 0; !s && i < ty_safetensors_set_shard_count(set); ++i) {
@@ -94,6 +133,12 @@ static ty_status_t ty_ckpt_split(const char *dir, int ranks) {
                           "%s: the optimizer state is sharded already; 'trainyard ckpt merge' "
                           "it first",
                           dir);
+  }
+  ty_ckpt_identity_t id;
+  ty_status_t checked = ty_ckpt_identity(dir, set, &id);
+  if (checked) {
+    ty_safetensors_set_close(set);
+    return ty_status_annotate(checked, "refusing to split");
   }
   size_t n = ty_safetensors_set_tensor_count(set);
   int *owner = calloc(n ? n : 1, sizeof(int));
@@ -117,7 +162,7 @@ static ty_status_t ty_ckpt_split(const char *dir, int ranks) {
     snprintf(name, sizeof(name), "optimizer-%05d-of-%05d.safetensors", r + 1, ranks);
     size_t count = 0;
     s = ty_ckpt_path(path, sizeof(path), dir, name);
-    if (!s) s = ty_ckpt_write(set, owner, r, path, &count);
+    if (!s) s = ty_ckpt_write(set, owner, r, &id, path, &count);
     for (size_t i = 0; i < n && !s; ++i) {
       if (owner[i] == r) {
         json_object_set_new(map, ty_safetensors_set_tensor_at(set, i)->name, json_string(name));
@@ -128,6 +173,11 @@ static ty_status_t ty_ckpt_split(const char *dir, int ranks) {
   if (!s) {
     json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
     json_object_set_new(meta, "world_size", json_integer(ranks));
+    json_object_set_new(meta, "replicas", json_integer(ranks));
+    if (id.run_id[0]) {
+      json_object_set_new(meta, "run_id", json_string(id.run_id));
+      json_object_set_new(meta, "step", json_integer(id.step));
+    }
     json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));
     json_object_set(root, "metadata", meta);
     json_object_set(root, "weight_map", map);

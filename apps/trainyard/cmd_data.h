@@ -9,7 +9,7 @@
 
 #include "app.h"
 
-/* From the call on, SIGINT/SIGTERM are recorded (stop_signals.h) instead of
+/* From the call on, SIGINT/SIGTERM/SIGHUP are recorded (stop_signals.h) instead of
  * killing the process, so that the command can stop between documents and
  * remove what it was writing. */
 void ty_data_catch_interrupts(void);

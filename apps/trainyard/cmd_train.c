@@ -16,8 +16,8 @@ static void ty_train_usage(FILE *out) {
         "made by 'trainyard data prepare', on the device given by --backend. Writes\n"
         "checkpoint-<step>/ folders (config.json, model.safetensors, tokenizer.json,\n"
         "optimizer.safetensors, trainer_state.json), metrics.jsonl, TensorBoard events\n"
-        "(tensorboard/) and summary.txt into --out. SIGINT/SIGTERM finish the current\n"
-        "step, save a checkpoint and exit 0; --resume latest continues exactly.\n"
+        "(tensorboard/) and summary.txt into --out. SIGINT/SIGTERM/SIGHUP finish the\n"
+        "current step, save a checkpoint and exit 0; --resume latest continues exactly.\n"
         "\n"
         "Options (also as KEY=VALUE lines in --config FILE; later ones win):\n",
         out);

@@ -123,10 +123,10 @@ static void ty_find_exe_dir(char *out, size_t capacity) {
 
 int main(int argc, char **argv) {
   /* Before anything can start a thread: every thread must inherit the
-   * blocked SIGINT/SIGTERM (stop_signals.h). */
+   * blocked SIGINT/SIGTERM/SIGHUP (stop_signals.h). */
   if (!ty_stop_signals_start()) {
-    fprintf(stderr, "trainyard: warning: cannot start the signal thread; SIGINT and SIGTERM "
-                    "will end the process without a graceful stop\n");
+    fprintf(stderr, "trainyard: warning: cannot start the signal thread; SIGINT, SIGTERM and "
+                    "SIGHUP will end the process without a graceful stop\n");
   }
   ty_app_t app;
   memset(&app, 0, sizeof(app));

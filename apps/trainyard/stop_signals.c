@@ -1,4 +1,4 @@
-/* SIGINT/SIGTERM taken by one waiter thread with sigwait() (see
+/* SIGINT/SIGTERM/SIGHUP taken by one waiter thread with sigwait() (see
  * stop_signals.h for why no thread ever runs a handler). */
 #include "stop_signals.h"
 
@@ -14,7 +14,7 @@ static atomic_int ty_stop_received;
 static pthread_t ty_stop_thread;
 static bool ty_stop_running; /* ty_stop_thread is alive (main thread's view) */
 
-/* The default action of `sig` (SIGINT, SIGTERM: end the process), taken on
+/* The default action of `sig` (SIGINT, SIGTERM, SIGHUP: end the process), taken on
  * this thread, the one thread that unblocks it for the moment. */
 static void ty_stop_default_action(int sig) {
   struct sigaction dfl;
@@ -27,7 +27,7 @@ static void ty_stop_default_action(int sig) {
   sigaddset(&one, sig);
   pthread_sigmask(SIG_UNBLOCK, &one, NULL);
   pthread_kill(pthread_self(), sig);
-  /* Not reached for SIGINT and SIGTERM; block it again for the next wait. */
+  /* Not reached for SIGINT, SIGTERM and SIGHUP; block it again for the next wait. */
   pthread_sigmask(SIG_BLOCK, &one, NULL);
 }
 
@@ -58,7 +58,9 @@ static bool ty_stop_spawn(void) {
 
 bool ty_stop_signals_start(void) {
   sigemptyset(&ty_stop_set);
-  const int signals[] = {SIGINT, SIGTERM};
+  /* SIGHUP is what a dropped SSH session or a closed terminal sends: a
+   * run must not lose its work to it any more than to SIGTERM. */
+  const int signals[] = {SIGINT, SIGTERM, SIGHUP};
   for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); ++i) {
     struct sigaction old;
     if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
@@ -89,6 +91,15 @@ bool ty_stop_signals_resume(void) {
 void ty_stop_signals_arm(void) { atomic_store(&ty_stop_armed, 1); }
 
 int ty_stop_signals_received(void) { return atomic_load(&ty_stop_received); }
+
+const char *ty_stop_signals_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a stop signal";
+  }
+}
 
 void ty_stop_signals_clear(void) { atomic_store(&ty_stop_received, 0); }
 

@@ -1,5 +1,6 @@
-/* SIGINT and SIGTERM for the whole `trainyard` process, without a signal
- * handler on any thread.
+/* SIGINT, SIGTERM and SIGHUP for the whole `trainyard` process, without a
+ * signal handler on any thread. SIGHUP (a dropped SSH session, a closed
+ * terminal) is taken exactly like SIGTERM.
  *
  * Why no handler: a handler runs on whichever thread the kernel picks, and
  * the kernel pushes its frame below that thread's stack pointer. oneDNN up
@@ -46,8 +47,11 @@ bool ty_stop_signals_resume(void);
  * instead of ending the process. */
 void ty_stop_signals_arm(void);
 
-/* The signal received while armed (SIGINT or SIGTERM), or 0. */
+/* The signal received while armed (SIGINT, SIGTERM or SIGHUP), or 0. */
 int ty_stop_signals_received(void);
+
+/* "SIGINT", "SIGTERM", "SIGHUP" (a static string) for a message. */
+const char *ty_stop_signals_name(int sig);
 
 /* Forgets a recorded signal (a command that arms again starts clean). */
 void ty_stop_signals_clear(void);

@@ -79,6 +79,8 @@ static const ty_opt_t ty_opts[] = {
     TY_B(overwrite, "start over in an --out that holds a run: delete that run's checkpoints "
                     "and logs first (only files a run writes; refused if others are inside "
                     "them)"),
+    TY_B(allow_done, "a --resume whose checkpoint already reached --max-steps/--epochs exits "
+                     "0 with a note instead of 1 (--resume auto always does)"),
     TY_I(sample_tokens, "print a greedy sample of N tokens at every evaluation and "
                         "checkpoint and at the end (also in metrics.jsonl; 0: none)"),
     TY_S(sample_prompt, "the samples' prompt (needs a tokenizer; default: the end-of-text "
@@ -415,6 +417,9 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
     TY_NO_EFFECT("--retry-failed has no effect %s", c->artifact[0]
                                                         ? "with --artifact (nothing is compiled)"
                                                         : "without a compile cache (--cache-dir)");
+  }
+  if (c->allow_done && TY_GIVEN("allow_done") && !c->resume[0]) {
+    TY_NO_EFFECT("--allow-done has no effect without --resume (a fresh run has steps to do)");
   }
   if (c->allow_nonfinite && TY_GIVEN("allow_nonfinite") && !c->model[0] && !c->resume[0]) {
     TY_NO_EFFECT("--allow-nonfinite has no effect without --model or --resume (a --preset "

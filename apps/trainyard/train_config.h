@@ -43,6 +43,7 @@ typedef struct ty_train_config_t {
   char control_registry[TY_CFG_PATH_MAX]; /* `trainyard control`'s registry, "" default */
   char resume[TY_CFG_PATH_MAX]; /* "" none, "latest", "auto", or a checkpoint folder */
   bool overwrite;               /* a fresh run may delete the run that --out holds */
+  bool allow_done;              /* --resume of a run already at its last step exits 0 */
   int64_t sample_tokens;        /* a greedy sample of this many tokens at every
                                    evaluation and checkpoint (0: none) */
   char sample_prompt[TY_CFG_WORD_MAX];

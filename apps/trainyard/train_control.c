@@ -36,6 +36,15 @@ ty_status_t ty_train_control_open(ty_trainer_t *t) {
   return s;
 }
 
+ty_status_t ty_train_control_check(ty_trainer_t *t) {
+  const ty_train_config_t *c = &t->cfg;
+  if (!c->control_registry[0]) return TY_OK; /* the default: a warning at most */
+  char registry[4096];
+  return ty_status_annotate(
+      ty_control_registry_dir(c->control_registry, registry, sizeof(registry)),
+      "--control-registry %s", c->control_registry);
+}
+
 void ty_train_control_close(ty_trainer_t *t) {
   ty_control_server_stop(t->control);
   t->control = NULL;

@@ -23,6 +23,10 @@ struct ty_trainer_t;
  * the run goes on uncontrolled; a --control-registry that cannot be used is
  * an error. */
 ty_status_t ty_train_control_open(struct ty_trainer_t *t);
+/* The --control-registry folder checked (created if missing, this user's
+ * alone) before the run folder is touched; ty_train_control_open would
+ * otherwise refuse it only after the run has started writing. */
+ty_status_t ty_train_control_check(struct ty_trainer_t *t);
 void ty_train_control_close(struct ty_trainer_t *t);
 
 /* After each step: what list and status show. */

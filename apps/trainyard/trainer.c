@@ -511,6 +511,56 @@ static ty_status_t ty_trainer_weights(ty_trainer_t *t, const char *resume_dir) {
   return ty_llm_init_weights(&t->m_train, t->s_train, t->cfg.seed);
 }
 
+/* The parts of the checkpoint in `dir` against its trainer_state.json; the
+ * resumed run keeps the state's run id, or, for a checkpoint from before
+ * run ids, goes on under the fresh one (said once). */
+static ty_status_t ty_trainer_check_identity(ty_trainer_t *t, const ty_trainer_saved_t *saved,
+                                             const char *dir) {
+  ty_ckpt_identity_t want = {.step = t->step};
+  snprintf(want.run_id, sizeof(want.run_id), "%s", saved->run_id);
+  snprintf(want.source, sizeof(want.source), "%s/trainer_state.json", dir);
+  TY_RETURN_IF_ERROR(ty_ckpt_identity_check(dir, &want));
+  if (saved->run_id[0]) {
+    snprintf(t->run_id, sizeof(t->run_id), "%s", saved->run_id);
+  } else if (t->rank == 0) {
+    fprintf(stderr, "trainyard train: note: %s has no run id (saved before run ids); this "
+            "run's checkpoints carry run id %s\n", dir, t->run_id);
+  }
+  return TY_OK;
+}
+
+/* A resumed checkpoint at or past the run's last step. --resume auto (make
+ * the run complete: scripts/run.sh runs again only for a sample) and
+ * --allow-done say so and end the run with nothing done (exit 0): CANCELLED
+ * with t->done_already set, so that every rank leaves the set-up the way a
+ * failed one does (the same agreements in the same order) and the caller
+ * turns it into OK. --resume latest or a folder asked to train on:
+ * FAILED_PRECONDITION (exit 1). */
+static ty_status_t ty_trainer_check_done(ty_trainer_t *t, const char *resume_dir) {
+  const ty_train_config_t *c = &t->cfg;
+  char target[160];
+  if (c->max_steps > 0) {
+    snprintf(target, sizeof(target), "--max-steps is %lld", (long long)c->max_steps);
+  } else {
+    snprintf(target, sizeof(target), "--epochs %lld makes %lld steps (%lld per epoch)",
+             (long long)c->epochs, (long long)t->total_steps, (long long)t->steps_per_epoch);
+  }
+  if (!strcmp(c->resume, "auto") || c->allow_done) {
+    if (t->rank == 0) {
+      fprintf(stderr, "trainyard train: %s is at step %lld and %s: the run is complete, "
+              "nothing to train (raise --max-steps or --epochs to train on)\n", resume_dir,
+              (long long)t->step, target);
+    }
+    t->done_already = true;
+    return ty_status_make(TY_CODE_CANCELLED, "the run is complete: nothing to train");
+  }
+  return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                        "--resume %s: %s is at step %lld and %s: nothing to train; raise "
+                        "--max-steps or --epochs to train on, or pass --allow-done to accept a "
+                        "finished run (exit 0)",
+                        c->resume, resume_dir, (long long)t->step, target);
+}
+
 /* Whether a stop signal ends the run after this step: this process's own
  * for one process; in a distributed run, any rank's (agreed in the step's
  * loss all-reduce), so that every rank stops after the same step. */
@@ -527,13 +577,24 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   const ty_train_config_t *config = &t->cfg;
   ty_status_t s = ty_llm_precision_parse(config->dtype, &t->dtype, &t->compute_dtype);
   if (!s) s = ty_trainer_check_out(config);
+  /* Every check that can refuse the run comes before anything is written
+   * into --out (metrics, TensorBoard, train_config.json, an --overwrite's
+   * deletion): a refused run leaves the folder as it was, and its retry is
+   * not refused as "already holds a training run". */
+  if (!s && t->rank == 0) s = ty_train_control_check(t);
   if (!s && t->rank == 0) s = ty_trainer_open_run(t, resume_dir, capacity);
+  /* A fresh run's identity (a resumed one keeps its own, below). */
+  if (!s && t->rank == 0) s = ty_ckpt_run_id_new(t->run_id);
   TY_RETURN_IF_ERROR(ty_dist_agree(t->dist, s, "opening the run folder"));
   TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, resume_dir, capacity, "the resume checkpoint"));
+  TY_RETURN_IF_ERROR(ty_dist_broadcast(t->dist, 0, t->run_id, sizeof(t->run_id), "the run id"));
   ty_trainer_saved_t saved;
   if (resume_dir[0]) s = ty_trainer_read_state(resume_dir, t, &saved);
   if (!s) s = ty_trainer_open_data(t);
   if (!s && resume_dir[0]) s = ty_trainer_check_resume(t, &saved, resume_dir);
+  /* Every part of the checkpoint from the run and the save its (checked)
+   * state names, before any of it is loaded. */
+  if (!s && resume_dir[0]) s = ty_trainer_check_identity(t, &saved, resume_dir);
   if (!s) s = ty_trainer_model_config(t);
   if (!s) s = ty_train_tokenizer_open(t); /* before anything is written */
   /* The weights against config.json before any graph is built. */
@@ -553,6 +614,12 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
     t->steps_per_epoch = (int64_t)((rows + rps - 1) / rps);
     t->total_steps =
         config->max_steps > 0 ? config->max_steps : config->epochs * t->steps_per_epoch;
+    /* A resume with nothing left to train (a finished run, or a smaller
+     * target than its step): said, before anything is built or written. */
+    if (resume_dir[0] && t->step >= t->total_steps) s = ty_trainer_check_done(t, resume_dir);
+  }
+  if (!s) {
+    const uint64_t rows = ty_dataset_row_count(t->train_data);
     t->order = malloc((size_t)rows * sizeof(uint64_t));
     t->tokens = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
     t->targets = malloc((size_t)(t->B * t->T) * sizeof(int64_t));
@@ -584,17 +651,20 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) {
     ty_trainer_shuffle(t, t->epoch);
     snprintf(t->model_source, sizeof(t->model_source), "%s", config->model);
-    if (t->rank == 0) s = ty_train_metrics_open(t, resume_dir[0] != '\0');
   }
   s = ty_dist_agree(t->dist, s, "setting up the run");
   /* Only once every rank is ready: creating a communicator blocks until
    * all ranks have joined. */
   if (!s) s = ty_dist_agree(t->dist, ty_trainer_dist_comm_open(t), "creating the communicator");
-  if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
   /* `trainyard control`: rank 0 serves it; ty_train_control_poll passes
-   * its requests to every rank. */
+   * its requests to every rank. Started before the first write below: it
+   * is the last thing that can refuse the run. */
   if (!s && t->rank == 0) s = ty_train_control_open(t);
-  if (t->world > 1) s = ty_dist_agree(t->dist, s, "starting the control socket");
+  /* From here on the run writes into --out. */
+  if (!s && t->rank == 0) s = ty_trainer_clear_pending(t, resume_dir);
+  if (!s && t->rank == 0) s = ty_train_metrics_open(t, resume_dir[0] != '\0');
+  if (t->world > 1) s = ty_dist_agree(t->dist, s, "starting the control socket and the metrics");
+  if (!s && t->rank == 0) ty_train_metrics_banner(t, resume_dir);
   return s;
 }
 
@@ -658,8 +728,16 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   }
   t.rows_per_step = (int64_t)t.dp * t.B * t.accum; /* the global batch */
   if (!s) s = ty_trainer_setup(&t, resume_dir, sizeof(resume_dir));
+  /* Refused at start-up (or nothing to train): nothing of this run stays
+   * in --out. */
+  if (s) ty_trainer_discard_fresh(&t);
+  if (s && t.done_already && ty_status_code(s) == TY_CODE_CANCELLED) {
+    ty_status_free(s); /* a finished run: nothing built, trained or written */
+    ty_trainer_destroy(&t);
+    return TY_OK;
+  }
 
-  /* From here to the exit SIGINT/SIGTERM finish the step and save
+  /* From here to the exit SIGINT/SIGTERM/SIGHUP finish the step and save
    * (stop_signals.h: recorded by the waiter thread, never by a handler). */
   ty_stop_signals_clear();
   ty_stop_signals_arm();
@@ -698,17 +776,15 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     /* `trainyard control` requests, taken between steps (on every rank). */
     if (!s) s = ty_train_control_poll(&t, &saved_step, &control_stop);
   }
-  /* A stop asked by `trainyard control` or by SIGINT/SIGTERM (on any rank):
-   * the checkpoint of this step, then the exit. */
+  /* A stop asked by `trainyard control` or by SIGINT/SIGTERM/SIGHUP (on any
+   * rank): the checkpoint of this step, then the exit. */
   int stop = ty_trainer_stopping(&t);
   if (!s && (control_stop || stop)) {
     if (t.rank == 0) {
       ty_train_metrics_line_end(&t);
-      fprintf(stderr, "trainyard train: %s after step %lld: %s\n",
-              control_stop      ? "stop requested by 'trainyard control'"
-              : stop == SIGINT ? "SIGINT received"
-                               : "SIGTERM received",
-              (long long)t.step,
+      fprintf(stderr, "trainyard train: %s%s after step %lld: %s\n",
+              control_stop ? "stop requested by 'trainyard control'" : ty_stop_signals_name(stop),
+              control_stop ? "" : " received", (long long)t.step,
               saved_step == t.step ? "saved, stopping" : "saving and stopping");
     }
     if (saved_step != t.step) s = ty_trainer_save_all(&t, "the checkpoint of the stop");

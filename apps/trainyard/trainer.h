@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "app.h"
+#include "files/ckpt_identity.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "models/config.h"
@@ -105,6 +106,12 @@ typedef struct ty_trainer_t {
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
   bool live_line;    /* stderr is a terminal */
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
+  /* The run's identity (files/ckpt_identity.h): random at a fresh start,
+   * kept across resumes, in every part of every checkpoint. */
+  char run_id[TY_CKPT_RUN_ID_CAP];
+  bool done_already;  /* resumed at or past the last step: nothing to train */
+  bool clear_pending; /* --overwrite: the run in cfg.out goes once every check passed */
+  bool out_created, lock_created; /* cfg.out / its lock file did not exist before */
 } ty_trainer_t;
 
 /* Runs `trainyard train` with a validated configuration. */
@@ -137,6 +144,13 @@ ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what);
  * folder) refuses a folder that holds a run unless --overwrite; a run
  * continued in its own folder refuses later checkpoints there. */
 ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity);
+/* --overwrite: deletes the run ty_trainer_open_run found in cfg.out (only
+ * the files a run writes), after every check that can refuse the run. */
+ty_status_t ty_trainer_clear_pending(ty_trainer_t *t, const char *resume_dir);
+/* A run refused at start-up: removes the lock file and the folder cfg.out
+ * when this run created them (the folder only when empty), so that --out
+ * is as it was. Call while t->run is still open. */
+void ty_trainer_discard_fresh(ty_trainer_t *t);
 /* ---- trainer_dist.c ---- */
 
 /* Opens the world (--distributed, the launcher's environment): sets dist,
@@ -222,6 +236,7 @@ typedef struct ty_trainer_saved_t {
   int64_t seq_len;    /* tokens per row; 0 when not recorded (older states) */
   int64_t train_rows; /* rows of the train split; 0 when not recorded */
   int64_t world_size; /* ranks of the run; 1 when not recorded */
+  char run_id[TY_CKPT_RUN_ID_CAP]; /* "" when not recorded (before run ids) */
 } ty_trainer_saved_t;
 
 /* Reads trainer_state.json of `dir` into t's progress and *saved. DATA_LOSS

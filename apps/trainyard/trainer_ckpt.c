@@ -88,7 +88,9 @@ static int64_t ty_checkpoint_step_in(const char *path, const char *run_folder) {
 }
 
 /* A fresh run (or one resumed from another folder) into a folder that holds
- * a run: refused, or with --overwrite that run is deleted first. */
+ * a run: refused, or with --overwrite that run is marked for deletion
+ * (t->clear_pending), done by ty_trainer_clear_pending once every other
+ * check has passed: a run refused later must not have deleted it. */
 static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_dir) {
   const ty_train_config_t *c = &t->cfg;
   char what[512];
@@ -104,6 +106,17 @@ static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_d
         : resume_dir[0]            ? "choose an empty --out for the resumed run"
                                    : "continue it with --resume latest");
   }
+  t->clear_pending = true;
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_clear_pending(ty_trainer_t *t, const char *resume_dir) {
+  const ty_train_config_t *c = &t->cfg;
+  if (!t->clear_pending) return TY_OK;
+  t->clear_pending = false;
+  char what[512];
+  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->run, what, sizeof(what)));
+  if (!what[0]) return TY_OK;
   const ty_run_folder_input_t inputs[] = {
       {"--data", c->data},         {"--model", c->model},
       {"--tokenizer", c->tokenizer}, {"--artifact", c->artifact},
@@ -117,6 +130,13 @@ static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_d
 ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
   const ty_train_config_t *c = &t->cfg;
   resume_dir[0] = '\0';
+  /* What was there before, so that a run refused at start-up can leave the
+   * folder as it found it (ty_trainer_discard_fresh). */
+  char lock[TY_CFG_PATH_MAX + 64];
+  TY_RETURN_IF_ERROR(ty_path_join(lock, sizeof(lock), c->out, TY_RUN_LOCK_NAME));
+  struct stat st;
+  t->out_created = stat(c->out, &st) != 0 && errno == ENOENT;
+  t->lock_created = lstat(lock, &st) != 0 && errno == ENOENT;
   TY_RETURN_IF_ERROR(ty_run_folder_open(c->out, &t->run));
   if (!ty_run_folder_locked(t->run)) {
     fprintf(stderr, "trainyard train: warning: the file system of %s cannot lock it (flock); "
@@ -165,6 +185,19 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
   }
   free(steps);
   return s;
+}
+
+void ty_trainer_discard_fresh(ty_trainer_t *t) {
+  if (!t->run || !ty_run_folder_locked(t->run)) return; /* not ours to undo */
+  char lock[TY_CFG_PATH_MAX + 64];
+  ty_status_t joined = t->lock_created
+                           ? ty_path_join(lock, sizeof(lock), t->cfg.out, TY_RUN_LOCK_NAME)
+                           : TY_OK;
+  /* Still held: a run that opened it meanwhile was refused. */
+  if (t->lock_created && !joined) unlink(lock);
+  ty_status_free(joined);
+  /* Only an empty folder goes: whatever else is there stays. */
+  if (t->out_created) rmdir(t->cfg.out);
 }
 
 /* The session that holds the optimizer states: the optimizer-step graph's
@@ -253,10 +286,23 @@ static ty_status_t ty_tp_collect(ty_trainer_t *t, bool weights, bool states,
 /* The optimizer states this rank's optimizer session holds (all of them,
  * or under ZeRO-1 those of its share) into <dir>/<file>; with tensor
  * parallel, the gathered whole ones of `tp` (else NULL; tp->states set). */
+/* The run's identity and step, in the metadata of a file it writes. */
+static ty_status_t ty_tag_writer(const ty_trainer_t *t, ty_safetensors_writer_t *w) {
+  char step[32];
+  snprintf(step, sizeof(step), "%lld", (long long)t->step);
+  TY_RETURN_IF_ERROR(ty_safetensors_writer_set_metadata(w, TY_CKPT_RUN_ID_KEY, t->run_id));
+  return ty_safetensors_writer_set_metadata(w, TY_CKPT_STEP_KEY, step);
+}
+
 static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const char *file,
                                      const ty_tp_collected_t *tp) {
   ty_safetensors_writer_t *w = NULL;
   TY_RETURN_IF_ERROR(ty_safetensors_writer_create(&w));
+  ty_status_t tagged = ty_tag_writer(t, w);
+  if (tagged) {
+    ty_safetensors_writer_destroy(w);
+    return tagged;
+  }
   const char *const *kinds = ty_optimizer_states(t);
   size_t kind_count = 0;
   while (kinds[kind_count]) ++kind_count;
@@ -347,8 +393,12 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
   if (!s) {
     json_object_set_new(meta, "total_size", json_integer(total));
     json_object_set_new(meta, "world_size", json_integer(t->world));
-    /* one shard per replica: world_size / tp_size of them */
+    /* one shard per replica: world_size = replicas x tp_size x pp_size */
+    json_object_set_new(meta, "replicas", json_integer(t->dp));
     if (t->tp > 1) json_object_set_new(meta, "tp_size", json_integer(t->tp));
+    if (t->pp > 1) json_object_set_new(meta, "pp_size", json_integer(t->pp));
+    json_object_set_new(meta, "run_id", json_string(t->run_id));
+    json_object_set_new(meta, "step", json_integer(t->step));
     json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));
     json_object_set(root, "metadata", meta);
     json_object_set(root, "weight_map", map);
@@ -436,6 +486,7 @@ static ty_status_t ty_write_state(const ty_trainer_t *t, const char *dir) {
   json_object_set_new(j, "version", json_integer(1));
   json_object_set_new(j, "created_by", json_string("trainyard " TY_VERSION_STRING));
   json_object_set_new(j, "step", json_integer(t->step));
+  json_object_set_new(j, "run_id", json_string(t->run_id));
   json_object_set_new(j, "epoch", json_integer(t->epoch));
   json_object_set_new(j, "cursor", json_integer(t->cursor));
   json_object_set_new(j, "tokens_seen", json_integer(t->tokens_seen));
@@ -532,8 +583,11 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
     if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
     if (!s) s = ty_write_model_config(t, tmp);
     if (!s) {
-      s = tp.weights ? ty_llm_write_weights(&t->m_train, tp.weights, tmp, 0)
-                     : ty_llm_save_weights(&t->m_train, t->s_train, tmp, 0);
+      char step[32];
+      snprintf(step, sizeof(step), "%lld", (long long)t->step);
+      const ty_llm_weights_tag_t tags[] = {{TY_CKPT_RUN_ID_KEY, t->run_id},
+                                           {TY_CKPT_STEP_KEY, step}};
+      s = ty_llm_save_weights_tagged(&t->m_train, t->s_train, tp.weights, tmp, 0, tags, 2);
     }
     /* Test hook: a pause mid-save, for the crash-during-save test. */
     const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");

@@ -88,6 +88,13 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_s
   if (!s && json_object_get(j, "train_rows")) {
     s = ty_state_int(path, j, "train_rows", 1, &saved->train_rows);
   }
+  saved->run_id[0] = '\0';
+  const json_t *run_id = json_object_get(j, "run_id");
+  if (!s && run_id && (!json_is_string(run_id) || !ty_ckpt_run_id_valid(json_string_value(run_id)))) {
+    s = ty_status_make(TY_CODE_DATA_LOSS, "%s: \"run_id\" is not a run id (1 to 32 lowercase hex "
+                       "digits)", path);
+  }
+  if (!s && run_id) snprintf(saved->run_id, sizeof(saved->run_id), "%s", json_string_value(run_id));
   saved->world_size = 1;
   if (!s && json_object_get(j, "world_size")) {
     s = ty_state_int(path, j, "world_size", 1, &saved->world_size);

@@ -17,6 +17,20 @@ from unittest_exit import exit_code  # noqa: E402,F401 (for the scripts here)
 
 CFG = None  # --trainyard, --models, ... (main)
 
+
+def checkpoint_bytes(path):
+    """A checkpoint file's bytes for comparing two runs: a safetensors file
+    without the run id in its metadata (random per run, docs/formats.md
+    "Run identity"), its header re-serialized; any other file as it is."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not path.endswith(".safetensors"):
+        return data
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.get("__metadata__", {}).pop("trainyard_run_id", None)
+    return json.dumps(header, sort_keys=True).encode() + data[8 + n:]
+
 WORDS = "the cat sat on a mat and the dog ran to the park while birds sang in trees".split()
 
 

@@ -91,6 +91,19 @@ static void test_child_of_fork_gets_its_own_waiter(void **state) {
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* SIGHUP (a dropped SSH session) is taken like SIGTERM: recorded while
+ * armed, not the default death with exit 129. */
+static void test_sighup_is_recorded_like_sigterm(void **state) {
+  (void)state;
+  ty_stop_signals_arm();
+  ty_stop_signals_clear();
+  kill(getpid(), SIGHUP);
+  assert_int_equal(ty_wait_received(), SIGHUP);
+  assert_string_equal(ty_stop_signals_name(SIGHUP), "SIGHUP");
+  assert_string_equal(ty_stop_signals_name(SIGTERM), "SIGTERM");
+  ty_stop_signals_clear();
+}
+
 /* Runs first: nothing is armed yet. */
 static void test_unarmed_signal_ends_the_process_the_default_way(void **state) {
   (void)state;
@@ -118,6 +131,7 @@ int main(void) {
       cmocka_unit_test(test_unarmed_signal_ends_the_process_the_default_way),
       cmocka_unit_test(test_pause_leaves_one_thread_and_keeps_signals),
       cmocka_unit_test(test_child_of_fork_gets_its_own_waiter),
+      cmocka_unit_test(test_sighup_is_recorded_like_sigterm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

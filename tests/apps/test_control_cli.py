@@ -5,7 +5,9 @@ checkpoint, abort exits non-zero and the previous checkpoint loads; the
 socket is 0600 and another user cannot control the run (run as root: a
 forked child setuid to nobody), a socket of another user is refused by the
 client, a stale entry of a SIGKILLed run is removed and not listed; bad
-commands and registries. Standard library only."""
+commands and registries; a FIFO in the registry does not block list, and an
+entry whose pid is out of range is reported, not read as another pid and
+removed. Standard library only."""
 import json
 import os
 import signal
@@ -282,6 +284,34 @@ class ControlTest(Base):
              "socket": os.path.join(os.path.realpath(out), ".trainyard.control.sock"),
              "backend": "cpu:0"}))
         return r
+
+    def test_fifo_and_out_of_range_pid_entries(self):
+        """A FIFO named like an entry once blocked `control list` for ever;
+        an entry with pid 4294967297 was read as pid 1 and removed as
+        gone. Both are now reported as unreadable and left in place."""
+        self.control("list")  # creates the registry
+        fifo = os.path.join(self.registry, "4242.json")
+        os.mkfifo(fifo, 0o600)
+        big = write(os.path.join(self.registry, "4294967297.json"), json.dumps(
+            {"pid": 4294967297, "out": self.path("o"), "socket": self.path("o", "s.sock")}))
+        started = time.monotonic()
+        r = run(["control", "list"], env=self.env, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertLess(time.monotonic() - started, 20)
+        self.assertIn("skipped the unreadable registry entry %s: not a regular file (a FIFO)"
+                      % fifo, r.stderr)
+        self.assertIn("its pid 4294967297 is not a process id", r.stderr)
+        self.assertNotIn("removed the stale entry", r.stderr)
+        self.assertTrue(os.path.exists(big))
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        listed = self.control_json("list")
+        self.assertEqual(listed["runs"], [])
+        self.assertEqual(sorted(u["entry"] for u in listed["unreadable"]), sorted([big, fifo]))
+        # status by pid neither blocks on the FIFO nor takes the entry for pid 1
+        r = run(["control", "status", "1"], env=self.env, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("no running trainyard train with pid 1", r.stderr)
+        self.assertTrue(os.path.exists(big))
 
     def test_bad_commands_and_registries(self):
         for args, needle in [([], "give list"), (["bogus"], "unknown command 'bogus'"),

@@ -64,6 +64,7 @@ AUDIT = {
                         # latest without a checkpoint, auto
                         "test_run_safety.py:RunFolderTest.test_resume_latest_needs_a_checkpoint"),
            "--overwrite": "test_run_safety.py:RunFolderTest.test_overwrite_deletes_only_the_run",
+           "--allow-done": "test_run_safety.py:RunFolderTest.test_resume_past_the_end_is_said",
            "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
            "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical",
@@ -165,8 +166,8 @@ HELP_ARGS = {"(global)": ["--help"]}
 
 
 def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
+    """A file's bytes; a safetensors file's without its run's random id."""
+    return cli_util.checkpoint_bytes(path)
 
 
 def safetensors_header(path):

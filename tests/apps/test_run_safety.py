@@ -6,9 +6,12 @@ real processes (Python standard library only):
   corrupts the process (hundreds of signals; oneDNN's JIT GEMM kernels once
   turned a signal frame into heap corruption) and always ends in a whole
   checkpoint; SIGTERM while the console is a pipe whose reader is gone
-  still saves (SIGPIPE no longer kills the run).
+  still saves (SIGPIPE no longer kills the run); SIGHUP (a dropped SSH
+  session) finishes the step, saves and exits 0 like SIGTERM.
 - RunFolderTest: a fresh run refuses a folder that holds a run (naming it)
-  unless --overwrite, which deletes only the files a run writes; two runs
+  unless --overwrite, which deletes only the files a run writes; a run
+  refused at start-up (a bad --control-registry) leaves --out as it was
+  (absent, empty, or the earlier run a refused --overwrite keeps); two runs
   on one folder at once: the second is refused naming the first's pid, and
   never deletes the first's save in progress; --resume latest needs a
   checkpoint (--resume auto does not); a resumed run refuses later
@@ -29,6 +32,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -100,6 +104,28 @@ class SignalTest(Base):
         print("SignalTest: %d SIGTERMs into %d runs, every run saved" % (sent, runs))
         self.assertGreaterEqual(sent, 2 * runs)
 
+    def test_sighup_saves_like_sigterm(self):
+        """A dropped SSH session sends SIGHUP: the run saves and exits 0
+        (it once died with 129, losing everything since the last save)."""
+        data = make_ids_dataset(os.path.join(self.tmp, "data"), 60)
+        out = os.path.join(self.tmp, "out")
+        args = self.args(data, out)
+        args[args.index("--batch-size") + 1] = "4"
+        p = self.start_train(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env=dict(os.environ, TRAINYARD_DEBUG_STEP_SLEEP_MS="20"))
+        for line in p.stderr:
+            if line.startswith("Epoch"):
+                break
+        p.send_signal(signal.SIGHUP)
+        err = p.stderr.read()
+        p.stderr.close()
+        p.wait(timeout=120)
+        self.assertEqual(p.returncode, 0, err[-2000:])
+        m = re.search(r"SIGHUP received after step (\d+): saving and stopping", err)
+        self.assertTrue(m, err[-2000:])
+        saved = self.assert_whole_checkpoint(out)
+        self.assertEqual(os.path.basename(saved), "checkpoint-" + m.group(1))
+
     def test_sigterm_through_a_closed_pipe_saves(self):
         data = make_ids_dataset(os.path.join(self.tmp, "data"), 60)
         out = os.path.join(self.tmp, "out")
@@ -123,6 +149,22 @@ class SignalTest(Base):
         self.assert_whole_checkpoint(out)
         with open(os.path.join(out, "summary.txt")) as f:
             self.assertIn("steps:", f.read())
+
+
+def strip_metadata(path):
+    """Rewrites a safetensors file without Trainyard's identity metadata, as
+    a checkpoint from before run ids was written."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.get("__metadata__", {})
+    meta.pop("trainyard_run_id", None)
+    meta.pop("trainyard_step", None)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
 
 
 def tree(path):
@@ -187,6 +229,66 @@ class RunFolderTest(Base):
         self.train(*self.args(steps=1, out=other))
         with open(os.path.join(other, "README")) as f:
             self.assertEqual(f.read(), "mine")
+
+    def test_refused_run_leaves_the_folder_as_it_was(self):
+        """A run refused for a bad --control-registry once left
+        metrics.jsonl, tensorboard/ and train_config.json in --out, and its
+        corrected retry was refused as "already holds a training run"."""
+        bad = os.path.join(self.tmp, "not-a-folder")
+        with open(bad, "w") as f:
+            f.write("x")
+        good = os.path.join(self.tmp, "registry")
+        # --out absent: still absent after the refusal.
+        r = self.train(*self.args("--control-registry", bad, steps=1), rc=1)
+        self.assertIn("--control-registry %s" % bad, r.stderr)
+        self.assertIn("not a folder", r.stderr)
+        self.assertFalse(os.path.exists(self.out), os.listdir(self.out)
+                         if os.path.isdir(self.out) else None)
+        # --out an empty folder: still empty.
+        os.makedirs(self.out)
+        self.train(*self.args("--control-registry", bad, steps=1), rc=1)
+        self.assertEqual(os.listdir(self.out), [])
+        # The corrected retry runs.
+        self.train(*self.args("--control-registry", good, steps=2))
+        self.assertTrue(os.path.isdir(os.path.join(self.out, "checkpoint-2")))
+        # --overwrite over that run, refused: the run is still there, whole.
+        before = tree(self.out)
+        r = self.train(*self.args("--control-registry", bad, "--overwrite", steps=1), rc=1)
+        self.assertNotIn("deleted the run", r.stderr)
+        self.assertEqual(before, tree(self.out))
+
+    def test_resume_past_the_end_is_said(self):
+        """--resume latest --max-steps 300 from a later checkpoint once
+        exited 0 having trained nothing, silently."""
+        self.train(*self.args(steps=4))
+        ckpt = os.path.join(self.out, "checkpoint-4")
+        before = tree(self.out)
+        for steps in (2, 4):
+            r = self.train(*self.args("--resume", "latest", steps=steps), rc=1)
+            self.assertIn("FAILED_PRECONDITION", r.stderr)
+            self.assertIn("--resume latest: %s is at step 4 and --max-steps is %d: nothing to "
+                          "train" % (ckpt, steps), r.stderr)
+            self.assertIn("--allow-done", r.stderr)
+            self.assertEqual(before, tree(self.out))
+        # A checkpoint folder given by name: the same, and the other --out
+        # is left as it was (absent).
+        other = os.path.join(self.tmp, "other")
+        r = self.train(*self.args("--resume", ckpt, steps=4, out=other), rc=1)
+        self.assertIn("--resume %s: %s is at step 4 and --max-steps is 4" % (ckpt, ckpt),
+                      r.stderr)
+        self.assertFalse(os.path.exists(other))
+        # Asked for: a note, exit 0, nothing written.
+        for extra in (["--resume", "latest", "--allow-done"], ["--resume", "auto"]):
+            r = self.train(*self.args(*extra, steps=3))
+            self.assertIn("%s is at step 4 and --max-steps is 3: the run is complete, nothing "
+                          "to train" % ckpt, r.stderr)
+            self.assertEqual(before, tree(self.out))
+        r = run(["train"] + self.args("--allow-done", steps=1, out=os.path.join(self.tmp, "x")))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--allow-done has no effect without --resume", r.stderr)
+        # A raised target trains on.
+        self.train(*self.args("--resume", "latest", steps=6))
+        self.assertTrue(os.path.isdir(os.path.join(self.out, "checkpoint-6")))
 
     def test_overwrite_deletes_only_the_run(self):
         self.train(*self.args("--save-every", "2", steps=4))
@@ -376,6 +478,110 @@ class ResumeStateTest(Base):
                                   "--warmup-steps", "1", steps=5))
         self.assertNotIn("note: --lr", r.stderr)  # the same as the checkpoint's run
 
+    def two_runs(self):
+        """Two runs of the same configuration, A and B, saved at step 2:
+        their parts fit each other's shapes, only their identities differ."""
+        runs = []
+        for name in ("A", "B"):
+            out = os.path.join(self.tmp, name)
+            self.train(*(self.args(steps=2)[:5] + [out] + self.args(steps=2)[6:]))
+            runs.append(os.path.join(out, "checkpoint-2"))
+        return runs
+
+    def resume_from(self, ckpt, rc=1):
+        out = os.path.join(self.tmp, "resumed-%d" % len(os.listdir(self.tmp)))
+        return self.train(*(self.args(steps=3)[:5] + [out] + self.args(steps=3)[6:]
+                             + ["--resume", ckpt]), rc=rc)
+
+    @staticmethod
+    def run_id(ckpt):
+        with open(os.path.join(ckpt, "trainer_state.json")) as f:
+            return json.load(f)["run_id"]
+
+    def test_parts_of_two_runs_are_refused(self):
+        """Optimizer shards of two runs merged, a model of one run with the
+        optimizer state of another, an index whose world size disagrees
+        with its shards: all once accepted silently."""
+        a, b = self.two_runs()
+        ida, idb = self.run_id(a), self.run_id(b)
+        self.assertRegex(ida, r"^[0-9a-f]{32}$")
+        self.assertNotEqual(ida, idb)
+        # The run id is kept across a resume.
+        r = self.resume_from(a, rc=0)
+        resumed = glob.glob(os.path.join(self.tmp, "resumed-*", "checkpoint-3"))
+        self.assertEqual(len(resumed), 1, r.stderr)
+        self.assertEqual(self.run_id(resumed[0]), ida)
+        # A model of run B with the optimizer state of run A.
+        mixed = os.path.join(self.tmp, "mixed-model")
+        shutil.copytree(a, mixed)
+        shutil.copy(os.path.join(b, "model.safetensors"), mixed)
+        r = self.resume_from(mixed)
+        self.assertIn("DATA_LOSS", r.stderr)
+        self.assertIn("%s/model.safetensors is from run %s at step 2, but %s/trainer_state.json "
+                      "is from run %s at step 2" % (mixed, idb, mixed, ida), r.stderr)
+        # ZeRO-1 shards of two runs (ckpt split makes them as 2 ranks do).
+        for ckpt in (a, b):
+            r = run(["ckpt", "split", ckpt, "--ranks", "2"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        shard2 = "optimizer-00002-of-00002.safetensors"
+        with open(os.path.join(a, "optimizer.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(index["metadata"]["run_id"], ida)
+        self.assertEqual(index["metadata"]["step"], 2)
+        shards = os.path.join(self.tmp, "mixed-shards")
+        shutil.copytree(a, shards)
+        shutil.copy(os.path.join(b, shard2), shards)
+        for args in (["ckpt", "merge", shards], None):
+            r = run(args) if args else self.resume_from(shards)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("%s/%s is from run %s at step 2, but %s/trainer_state.json is from "
+                          "run %s at step 2" % (shards, shard2, idb, shards, ida), r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(shards, shard2)))  # merge wrote nothing
+        self.assertFalse(os.path.exists(os.path.join(shards, "optimizer.safetensors")))
+        # An index whose world size disagrees with the two shards.
+        bad = os.path.join(self.tmp, "bad-index")
+        shutil.copytree(a, bad)
+        index["metadata"]["world_size"] = 3
+        with open(os.path.join(bad, "optimizer.safetensors.index.json"), "w") as f:
+            json.dump(index, f)
+        for args in (["ckpt", "merge", bad], None):
+            r = run(args) if args else self.resume_from(bad)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("%s/optimizer.safetensors.index.json says 2 replicas (world_size 3"
+                          % bad, r.stderr)
+            self.assertIn("but %s holds 2 optimizer shards" % bad, r.stderr)
+        # The whole split checkpoint merges and resumes.
+        r = run(["ckpt", "merge", a])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.resume_from(a, rc=0)
+
+    def test_checkpoint_without_run_ids_still_resumes(self):
+        """A checkpoint from before run ids (none in any part) resumes and
+        the continued run gets an id; an id in one part only is a mix."""
+        self.train(*self.args(steps=2))
+        ckpt = os.path.join(self.out, "checkpoint-2")
+        path = os.path.join(ckpt, "trainer_state.json")
+        with open(path) as f:
+            state = json.load(f)
+        del state["run_id"]
+        with open(path, "w") as f:
+            json.dump(state, f)
+        # The state lost its id, the model and optimizer still carry theirs.
+        r = self.resume_from(ckpt)
+        self.assertIn("model.safetensors is from run %s at step 2, but %s is from no run id"
+                      % (self.run_id_of_file(ckpt), path), r.stderr)
+        for name in ("model.safetensors", "optimizer.safetensors"):
+            strip_metadata(os.path.join(ckpt, name))
+        r = self.resume_from(ckpt, rc=0)
+        self.assertIn("has no run id (saved before run ids); this run's checkpoints carry run id",
+                      r.stderr)
+
+    @staticmethod
+    def run_id_of_file(ckpt):
+        with open(os.path.join(ckpt, "model.safetensors"), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            return json.loads(f.read(n))["__metadata__"]["trainyard_run_id"]
+
     def edit_state(self, ckpt, **fields):
         path = os.path.join(self.out, ckpt, "trainer_state.json")
         with open(path) as f:
@@ -482,6 +688,15 @@ class OutputGuardTest(Base):
         hard = os.path.join(self.tmp, "hard.json")
         os.link(self.tokens, hard)
         self.refused(fwd + ["--out", hard], "is the --tokens")
+        # A hard link to a file of the model folder, outside that folder:
+        # once accepted (the write replaced the link).
+        hard_weights = os.path.join(self.tmp, "hard.safetensors")
+        os.link(weights, hard_weights)
+        self.refused(fwd + ["--out", hard_weights],
+                     "--out %s is %s of the --model folder %s (a hard link"
+                     % (hard_weights, weights, self.model))
+        self.assertTrue(os.path.samefile(hard_weights, weights))
+        os.remove(hard_weights)
         self.refused(fwd + ["--out", os.path.join(self.tmp, "o.safetensors"), "--dump-graph",
                             os.path.join(self.model, "graph")],
                      "--dump-graph %s/graph.txt lies inside the --model folder" % self.model)

@@ -472,7 +472,7 @@ class ShutdownTest(cli_util.TempDirTest):
         return results, threads
 
     def test_one_thread_takes_the_signals(self):
-        """SIGTERM and SIGINT are taken by the process's one signal thread
+        """SIGTERM, SIGINT and SIGHUP are taken by the process's one signal thread
         (stop_signals.h), which the server arms: every other thread blocks
         them. A second taker (the server's own sigwait once did it) raced
         the signal thread, which then and then ended the server with the
@@ -483,14 +483,20 @@ class ShutdownTest(cli_util.TempDirTest):
         for tid in os.listdir(f"/proc/{s.proc.pid}/task"):
             with open(f"/proc/{s.proc.pid}/task/{tid}/status") as f:
                 blocked = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 if not blocked >> (sig - 1) & 1:
                     takers.append((tid, sig.name))
-        self.assertEqual(sorted(sig for _, sig in takers), ["SIGINT", "SIGTERM"], takers)
+        self.assertEqual(sorted(sig for _, sig in takers), ["SIGHUP", "SIGINT", "SIGTERM"],
+                         takers)
         self.assertEqual(len({tid for tid, _ in takers}), 1, takers)
         self.assertEqual(s.stop(), 0)
 
-    def test_streams_finish(self):
+    def test_streams_finish_on_sighup(self):
+        """SIGHUP (a dropped SSH session) drains like SIGTERM: it once cut
+        the streams without an error event or [DONE]."""
+        self.test_streams_finish(signal.SIGHUP)
+
+    def test_streams_finish(self, sig=signal.SIGTERM):
         s = Server("--backend", "faulty", "--max-batch", "4", "--shutdown-timeout", "60",
                    plugin_path=cli_util.CFG.faulty_dir)
         self.addCleanup(s.close)
@@ -498,7 +504,7 @@ class ShutdownTest(cli_util.TempDirTest):
         kept.request("GET", "/health")
         self.assertEqual(kept.getresponse().read(), b'{"status":"ok"}')
         results, threads = self.streams(s, 3, 120)
-        s.proc.send_signal(signal.SIGTERM)
+        s.proc.send_signal(sig)
 
         def health():
             kept.request("GET", "/health")
@@ -521,7 +527,7 @@ class ShutdownTest(cli_util.TempDirTest):
             self.assertIn(events[-2]["choices"][0]["finish_reason"], ("length", "stop"))
         with self.assertRaises(OSError):
             socket.create_connection(("127.0.0.1", s.port), timeout=5)
-        self.assertIn("SIGTERM: no new requests", s.stderr())
+        self.assertIn("%s: no new requests" % sig.name, s.stderr())
 
     def test_deadline_cancels(self):
         s = Server("--backend", "faulty", "--max-batch", "2", "--ctx", "512", "--shutdown-timeout",

@@ -62,8 +62,11 @@ def metrics(out):
 
 
 def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
+    """A file's bytes; a safetensors file's without its run's random id
+    (cli_util.checkpoint_bytes), so that two runs' checkpoints compare."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cli_util  # noqa: E402
+    return cli_util.checkpoint_bytes(path)
 
 
 class Base(unittest.TestCase):

@@ -2,6 +2,7 @@
  * show one's status, and ask it to save, stop or abort (control.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "app.h"
@@ -49,25 +51,66 @@ static const ty_file_kind_t ty_entry_kind = {.what = "control registry entry",
                                              .max_bytes = 64 * 1024, .text = true,
                                              .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
-static bool ty_control_read_entry(const char *path, ty_control_entry_t *e) {
+/* What reading a registry entry gave. */
+typedef enum {
+  TY_ENTRY_OK,         /* *e holds a run's entry */
+  TY_ENTRY_SKIP,       /* not an entry of ours (being written, other JSON) */
+  TY_ENTRY_UNREADABLE, /* not a regular file, or a value out of range: *why */
+} ty_entry_read_t;
+
+/* Reads the entry at `path`. Only a regular file is read: a FIFO would
+ * block open() and read() for ever, a device or a link could point
+ * anywhere, so it is opened without following a link and without
+ * blocking, and its type is checked on the open descriptor. The pid must
+ * be a pid (1..INT_MAX, what pid_t holds): 4294967297 cast to int is 1,
+ * and the entry would then be judged by init. */
+static ty_entry_read_t ty_control_read_entry(const char *path, ty_control_entry_t *e, char *why,
+                                             size_t why_capacity) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    /* ENOENT: removed since readdir (a run that ended). */
+    if (errno == ENOENT) return TY_ENTRY_SKIP;
+    snprintf(why, why_capacity, "cannot open it: %s", strerror(errno));
+    return TY_ENTRY_UNREADABLE;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, why_capacity, "cannot stat it: %s", strerror(errno));
+    close(fd);
+    return TY_ENTRY_UNREADABLE;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(why, why_capacity, "not a regular file (%s)",
+             S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a folder"
+             : S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)
+                                                     ? "a device" : "of another type");
+    close(fd);
+    return TY_ENTRY_UNREADABLE;
+  }
   char *text = NULL;
   size_t size = 0;
-  ty_status_t s = ty_file_read(path, &ty_entry_kind, &text, &size);
+  ty_status_t s = ty_file_read_fd(fd, path, &ty_entry_kind, &text, &size);
+  close(fd);
   json_t *root = s ? NULL : json_loadb(text, size, 0, NULL);
   free(text);
   ty_status_free(s);
   json_t *pid = json_object_get(root, "pid"), *out = json_object_get(root, "out");
   json_t *sock = json_object_get(root, "socket");
-  bool ok = json_is_integer(pid) && json_integer_value(pid) > 0 && json_is_string(out) &&
-            json_is_string(sock);
-  if (ok) {
+  ty_entry_read_t r = json_is_integer(pid) && json_is_string(out) && json_is_string(sock)
+                          ? TY_ENTRY_OK : TY_ENTRY_SKIP;
+  if (r == TY_ENTRY_OK && (json_integer_value(pid) <= 0 || json_integer_value(pid) > INT_MAX)) {
+    snprintf(why, why_capacity, "its pid %lld is not a process id (1 to %d)",
+             (long long)json_integer_value(pid), INT_MAX);
+    r = TY_ENTRY_UNREADABLE;
+  }
+  if (r == TY_ENTRY_OK) {
     e->pid = (int)json_integer_value(pid);
     snprintf(e->out, sizeof(e->out), "%s", json_string_value(out));
     snprintf(e->socket, sizeof(e->socket), "%s", json_string_value(sock));
     snprintf(e->path, sizeof(e->path), "%s", path);
   }
   json_decref(root);
-  return ok;
+  return r;
 }
 
 /* A status reply from the entry's run, or NULL when it is stale (the
@@ -130,15 +173,23 @@ static int ty_control_list(const char *registry, bool as_json) {
     return ty_app_fail("control", ty_status_from_errno(errno, "cannot read the control registry "
                                                        "%s", registry));
   }
-  json_t *runs = json_array();
+  json_t *runs = json_array(), *unreadable = json_array();
   struct dirent *de;
   while ((de = readdir(d))) {
     size_t n = strlen(de->d_name);
     if (n < 6 || strcmp(de->d_name + n - 5, ".json")) continue;
     ty_control_entry_t e;
-    char path[PATH_MAX + 300];
+    char path[PATH_MAX + 300], why[256];
     snprintf(path, sizeof(path), "%s/%s", registry, de->d_name);
-    if (!ty_control_read_entry(path, &e)) continue; /* being written, or not ours */
+    ty_entry_read_t got = ty_control_read_entry(path, &e, why, sizeof(why));
+    if (got == TY_ENTRY_SKIP) continue; /* being written, or not ours */
+    if (got == TY_ENTRY_UNREADABLE) {
+      /* Reported and kept: nothing says its run is gone. */
+      fprintf(stderr, "trainyard control: skipped the unreadable registry entry %s: %s\n", path,
+              why);
+      json_array_append_new(unreadable, json_pack("{s:s, s:s}", "entry", path, "why", why));
+      continue;
+    }
     ty_status_t err = TY_OK;
     json_t *reply = ty_control_probe(&e, &err);
     if (err) {
@@ -150,7 +201,8 @@ static int ty_control_list(const char *registry, bool as_json) {
   }
   closedir(d);
   if (as_json) {
-    json_t *root = json_pack("{s:s, s:O}", "registry", registry, "runs", runs);
+    json_t *root = json_pack("{s:s, s:O, s:O}", "registry", registry, "runs", runs,
+                             "unreadable", unreadable);
     char *text = json_dumps(root, JSON_INDENT(1));
     if (text) puts(text);
     free(text);
@@ -162,6 +214,7 @@ static int ty_control_list(const char *registry, bool as_json) {
     if (!json_array_size(runs)) printf("(no running trainyard train in %s)\n", registry);
   }
   json_decref(runs);
+  json_decref(unreadable);
   return TY_EXIT_OK;
 }
 
@@ -179,11 +232,12 @@ static ty_status_t ty_control_find(const char *registry, const char *run, ty_con
   struct dirent *de;
   bool found = false;
   while (!found && (de = readdir(d))) {
-    char path[PATH_MAX + 300];
+    char path[PATH_MAX + 300], why[256];
     snprintf(path, sizeof(path), "%s/%s", registry, de->d_name);
     size_t n = strlen(de->d_name);
-    if (n < 6 || strcmp(de->d_name + n - 5, ".json") || !ty_control_read_entry(path, out)) {
-      continue;
+    if (n < 6 || strcmp(de->d_name + n - 5, ".json") ||
+        ty_control_read_entry(path, out, why, sizeof(why)) != TY_ENTRY_OK) {
+      continue; /* `control list` names the unreadable ones */
     }
     if (kill(out->pid, 0) != 0 && errno == ESRCH) {
       /* A killed run's entry: a live run may have taken its folder since. */

@@ -1,8 +1,10 @@
 /* Outputs against inputs, by device and inode (see out_paths.h). */
 #include "files/out_paths.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -63,6 +65,34 @@ bool ty_path_same(const char *a, const char *b) {
          x.st_ino == y.st_ino;
 }
 
+/* A regular file under `folder` (down to `depth` more levels, not through
+ * symbolic links) that is the file `out` (device and inode), its path into
+ * found[capacity]. An output outside an input folder can still be one of
+ * its files through a hard link: `forward --out x.safetensors` where x is a
+ * second name of the model's model.safetensors. */
+static bool ty_folder_holds_inode(const char *folder, const struct stat *out, int depth,
+                                  char *found, size_t capacity) {
+  DIR *d = opendir(folder);
+  if (!d) return false;
+  bool hit = false;
+  struct dirent *de;
+  while (!hit && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/%s", folder, de->d_name);
+    struct stat st;
+    if (n < 0 || (size_t)n >= sizeof(path) || lstat(path, &st) != 0) continue;
+    if (S_ISREG(st.st_mode) && st.st_dev == out->st_dev && st.st_ino == out->st_ino) {
+      snprintf(found, capacity, "%s", path);
+      hit = true;
+    } else if (S_ISDIR(st.st_mode) && depth > 0) {
+      hit = ty_folder_holds_inode(path, out, depth - 1, found, capacity);
+    }
+  }
+  closedir(d);
+  return hit;
+}
+
 /* The folder `path` goes into must exist (unless the command creates it);
  * hal/file.h words the error as every write does, and the option is named. */
 static ty_status_t ty_out_parent_check(const ty_out_path_t *out) {
@@ -82,6 +112,10 @@ ty_status_t ty_out_path_check(const ty_out_path_t *out, const ty_path_arg_t *inp
                               size_t input_count) {
   if (!out || !out->path || !*out->path) return TY_OK;
   TY_RETURN_IF_ERROR(ty_out_parent_check(out));
+  /* An existing file with more than one name may be a file of an input
+   * folder under another name (a hard link). */
+  struct stat o;
+  const bool linked = stat(out->path, &o) == 0 && S_ISREG(o.st_mode) && o.st_nlink > 1;
   for (size_t i = 0; i < input_count; ++i) {
     const ty_path_arg_t *in = &inputs[i];
     struct stat st;
@@ -91,6 +125,15 @@ ty_status_t ty_out_path_check(const ty_out_path_t *out, const ty_path_arg_t *inp
                             "%s %s is the %s %s itself: writing it would destroy that input; "
                             "choose another %s",
                             out->option, out->path, in->option, in->path, out->option);
+    }
+    char found[PATH_MAX];
+    /* Two levels: a model or data folder and its sub-folders (val/, ...). */
+    if (linked && S_ISDIR(st.st_mode) &&
+        ty_folder_holds_inode(in->path, &o, 2, found, sizeof(found))) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "%s %s is %s of the %s folder %s (a hard link: the same device "
+                            "and inode): writing it would replace that input; choose another %s",
+                            out->option, out->path, found, in->option, in->path, out->option);
     }
     if (S_ISDIR(st.st_mode) && ty_path_within(out->path, in->path)) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,

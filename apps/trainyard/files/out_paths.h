@@ -6,7 +6,9 @@
  *
  * Paths are compared by device and inode (so through symbolic links, hard
  * links and `..`); an output that does not exist yet by the folder it would
- * go into. An output may not be an input, lie inside an input folder (a
+ * go into. An existing output file with several names is also compared with
+ * the files of each input folder (two levels deep), so a hard link to the
+ * model's model.safetensors is caught outside the model folder too. An output may not be an input, lie inside an input folder (a
  * command may read any file there: shards, tokenizer.json, ...), or, when
  * the command replaces the output folder whole, hold an input.
  *

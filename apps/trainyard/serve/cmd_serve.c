@@ -28,8 +28,8 @@ static const char *const ty_serve_usage =
     "Serves the model in DIR over the OpenAI HTTP API: POST /v1/completions and\n"
     "/v1/chat/completions (streaming with server-sent events), GET /v1/models,\n"
     "/health and /metrics (Prometheus). Concurrent requests share decode steps\n"
-    "(continuous batching, one KV-cache slot per sequence). SIGTERM or SIGINT stop\n"
-    "taking requests, let those in flight finish within --shutdown-timeout, and\n"
+    "(continuous batching, one KV-cache slot per sequence). SIGTERM, SIGINT or SIGHUP\n"
+    "stop taking requests, let those in flight finish within --shutdown-timeout, and\n"
     "exit 0.\n"
     "\n"
     "  --model DIR             Hugging Face model folder (config.json, safetensors,\n"
@@ -61,7 +61,7 @@ static const char *const ty_serve_usage =
     "                          (default 256)\n"
     "  --request-timeout S     a request still running after S seconds ends with 504\n"
     "                          (default 600)\n"
-    "  --shutdown-timeout S    on SIGTERM, how long requests in flight may finish\n"
+    "  --shutdown-timeout S    on SIGTERM/SIGHUP, how long requests in flight may finish\n"
     "                          before they are cancelled (default 30)\n"
     "  --read-timeout S        a client must send a whole request, head and body,\n"
     "                          within S seconds of owing it (of connecting, or of\n"
@@ -292,7 +292,7 @@ static ty_status_t ty_serve_chat(ty_server_t *s, const ty_serve_args_t *a,
 }
 
 static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
-  /* SIGTERM/SIGINT reach the process's one signal thread (stop_signals.h:
+  /* SIGTERM/SIGINT/SIGHUP reach the process's one signal thread (stop_signals.h:
    * every thread blocks them from main() on, and no thread runs a handler);
    * armed, it records them for the loop below to poll. A second thread in
    * sigwait would race it for each signal, and the signal thread, unarmed,
@@ -398,7 +398,7 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
     while ((sig = ty_stop_signals_received()) == 0) nanosleep(&tick, NULL);
     ty_stop_signals_clear(); /* a second one cuts the wait for requests short */
     fprintf(stderr, "trainyard serve: %s: no new requests; %lld in flight get %g s to "
-            "finish\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)s->in_flight,
+            "finish\n", ty_stop_signals_name(sig), (long long)s->in_flight,
             s->options.shutdown_timeout);
     pthread_mutex_lock(&s->lock);
     s->draining = true;
