@@ -12,13 +12,17 @@
 # compile"; also eager-minimal and compile-minimal: the compact GPT-2 of
 # pytorch_cuda_train.py --impl minimal, skipped for llama rows;
 # compile-auto: compile-minimal on GPT-2 rows, compile on the others; a -cd
-# suffix adds inductor's coordinate-descent tuning; llmc: llm.c's
-# train_gpt2cu, built by bench/llmc_peer.sh in LLMC (default peers/llm.c),
-# and llmc-py: llm.c's own PyTorch script train_gpt2.py with torch.compile,
-# both GPT-2 124M rows only), STEPS (20 timed), WARMUP (5;
+# suffix adds inductor's coordinate-descent tuning and a -pad suffix rounds
+# the vocabulary up to a multiple of 64 as nanoGPT does (50257 -> 50304),
+# e.g. compile-minimal-pad; llmc: llm.c's train_gpt2cu, built by
+# bench/llmc_peer.sh in LLMC (default peers/llm.c); llmc-cudnn: the same
+# built with cuDNN's flash attention (USE_CUDNN=1), llm.c's fastest; and
+# llmc-py: llm.c's own PyTorch script train_gpt2.py with torch.compile,
+# all GPT-2 124M rows only), STEPS (20 timed), WARMUP (5;
 # torch.compile compiles in the warm-up), PEAK (the card's dense bf16
 # TFLOP/s for MFU; default 989, the H100/H200 SXM datasheet figure), PYTHON
-# (python3 with torch and transformers).
+# (python3 with torch and transformers). The table ends each Trainyard row
+# with its ratio to the fastest peer of the same model, B and T.
 set -uo pipefail
 build=${1:?usage: cuda_bench.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-/tmp/ty-cuda-bench}}
@@ -50,10 +54,14 @@ for cfg in $configs; do
   [[ -n $line ]] && echo "$line peak_mib=${peak_mib:-?}" | tee -a "$results" ||
     { echo "trainyard failed:"; tail -5 "$log"; }
   for peer in $peers; do
-    if [[ $peer == llmc || $peer == llmc-py ]]; then # bench/llmc_peer.sh: GPT-2 124M only
+    if [[ $peer == llmc* ]]; then # bench/llmc_peer.sh: GPT-2 124M only
       [[ $model == gpt2-124m && $seq == 1024 ]] || continue
-      mode=run
-      [[ $peer == llmc-py ]] && mode=run-py
+      case $peer in
+        llmc) mode=run ;;
+        llmc-cudnn) mode=run-cudnn ;;
+        llmc-py) mode=run-py ;;
+        *) echo "unknown peer $peer"; continue ;;
+      esac
       STEPS=$((steps + 10)) "$here/llmc_peer.sh" $mode "$llmc" "$out/llmc" "$batch" \
         >"$out/$peer-$batch.txt" 2>&1
       line=$(grep '^RESULT' "$out/$peer-$batch.txt" | tail -1)
@@ -68,7 +76,8 @@ for cfg in $configs; do
     plog="$out/pytorch-$peer-$model-$batch-$seq.log"
     flag=""
     [[ $peer == compile* ]] && flag=--compile
-    [[ $peer == *-cd ]] && flag="$flag --cd-tuning"
+    [[ $peer == *-cd || $peer == *-cd-* ]] && flag="$flag --cd-tuning"
+    [[ $peer == *-pad ]] && flag="$flag --vocab-pad 64"
     if [[ $peer == *-minimal* ]]; then
       [[ $model == gpt2-* ]] || continue # a GPT-2 only
       flag="$flag --impl minimal"
@@ -82,8 +91,23 @@ for cfg in $configs; do
   done
 done
 
+# the fastest peer of each (model, B, T)
+declare -A best=() best_tag=()
+while read -r _ tag rest; do
+  [[ $tag == trainyard* ]] && continue
+  declare -A kv=()
+  for f in $rest; do kv[${f%%=*}]=${f#*=}; done
+  key="${kv[model]}:${kv[B]}:${kv[T]}"
+  if [[ -n ${kv[tok_s]:-} ]] && awk -v a="${kv[tok_s]}" -v b="${best[$key]:-0}" 'BEGIN { exit !(a > b) }'; then
+    best[$key]=${kv[tok_s]}
+    best_tag[$key]=$tag
+  fi
+  unset kv
+done <"$results"
+
 echo
-printf '%-22s %-10s %4s %5s %12s %10s %8s %10s\n' runner model B T "tokens/s" "ms/step" "MFU%" "peak MiB"
+printf '%-30s %-10s %4s %5s %12s %10s %8s %10s  %s\n' runner model B T "tokens/s" "ms/step" "MFU%" \
+  "peak MiB" "vs best peer"
 while read -r _ tag rest; do
   declare -A kv=()
   for f in $rest; do kv[${f%%=*}]=${f#*=}; done
@@ -91,7 +115,12 @@ while read -r _ tag rest; do
   tok=${kv[tok_s]:-?}
   tf=${kv[tflops]:-0}
   mfu=$(awk -v t="$tf" -v p="$peak" 'BEGIN { printf "%.1f", 100 * t / p }')
-  printf '%-22s %-10s %4s %5s %12.0f %10s %8s %10s\n' "$tag" "${kv[model]}" "${kv[B]}" \
-    "${kv[T]}" "$tok" "$ms" "$mfu" "${kv[peak_mib]:-?}"
+  vs=""
+  key="${kv[model]}:${kv[B]}:${kv[T]}"
+  if [[ $tag == trainyard* && -n ${best[$key]:-} && $tok != "?" ]]; then
+    vs=$(awk -v t="$tok" -v b="${best[$key]}" 'BEGIN { printf "%.3fx", t / b }')" (${best_tag[$key]})"
+  fi
+  printf '%-30s %-10s %4s %5s %12.0f %10s %8s %10s  %s\n' "$tag" "${kv[model]}" "${kv[B]}" \
+    "${kv[T]}" "$tok" "$ms" "$mfu" "${kv[peak_mib]:-?}" "$vs"
   unset kv
 done <"$results"

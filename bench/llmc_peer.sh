@@ -9,9 +9,15 @@
 #       (CUDA 13's cudaMemAdvise takes a cudaMemLocation; NVML left out, the
 #       GPU machines' driver has it but the development machine cannot link
 #       it), then nvcc for sm_90 without MPI, NCCL or cuDNN (llm.c's own
-#       attention kernels): LLMC_DIR/train_gpt2cu.
-#   bench/llmc_peer.sh run LLMC_DIR OUT_DIR [B ...]
-#       on the GPU machine: shards of random tokens in llm.c's format (a
+#       attention kernels): LLMC_DIR/train_gpt2cu. With CUDNN_FRONTEND=DIR
+#       (a checkout of NVIDIA/cudnn-frontend, header-only, also ignored by
+#       git) it also builds LLMC_DIR/train_gpt2cu_cudnn, llm.c's fastest
+#       configuration (USE_CUDNN=1: cuDNN's flash attention, linked against
+#       the toolkit's libcudnn; on the GPU machine the cuDNN that PyTorch's
+#       wheels bring is found at run time, see `run`).
+#   bench/llmc_peer.sh run|run-cudnn LLMC_DIR OUT_DIR [B ...]
+#       on the GPU machine (run-cudnn: train_gpt2cu_cudnn, with PyTorch's
+#       nvidia/cudnn/lib folder put on LD_LIBRARY_PATH): shards of random tokens in llm.c's format (a
 #       256-int header: magic 20240520, version 1, token count; then uint16
 #       tokens), GPT-2 124M from random init (-e d12), T=1024, STEPS (30)
 #       steps per batch size (default "16 32"), no evaluation or sampling;
@@ -38,9 +44,19 @@ case $mode in
     nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
     "$nvcc" --threads=0 -t=0 --use_fast_math -std=c++17 -O3 \
       "--generate-code=arch=compute_90,code=[compute_90,sm_90]" -DENABLE_BF16 train_gpt2.cu \
-      -lcublas -lcublasLt -o train_gpt2cu
+      -lcublas -lcublasLt -o train_gpt2cu || exit 1
+    if [[ -n ${CUDNN_FRONTEND:-} ]]; then
+      fe=$(cd "$CUDNN_FRONTEND" && pwd)/include
+      [[ -f $fe/cudnn_frontend.h ]] || { echo "no cudnn_frontend.h under $fe"; exit 1; }
+      flags=(--threads=0 -t=0 --use_fast_math -std=c++17 -O3
+        "--generate-code=arch=compute_90,code=[compute_90,sm_90]" -DENABLE_BF16 -DENABLE_CUDNN
+        "-I$fe")
+      { [[ cudnn_att.o -nt llmc/cudnn_att.cpp ]] || "$nvcc" "${flags[@]}" -c llmc/cudnn_att.cpp -o cudnn_att.o; } &&
+        "$nvcc" "${flags[@]}" train_gpt2.cu cudnn_att.o -lcublas -lcublasLt -lcudnn \
+          -lnvrtc -lcuda -o train_gpt2cu_cudnn || exit 1
+    fi
     ;;
-  run | run-py)
+  run | run-cudnn | run-py)
     out=${3:?usage: llmc_peer.sh run|run-py LLMC_DIR OUT_DIR [B...]}
     shift 3
     sizes=("${@:-16 32}")
@@ -62,6 +78,14 @@ for name, n in (("train", need), ("val", 64 * 1024 + 1)):
 PY
     status=0
     tag=llmc
+    bin=./train_gpt2cu
+    if [[ $mode == run-cudnn ]]; then
+      tag=llmc-cudnn
+      bin=./train_gpt2cu_cudnn
+      # the cuDNN of PyTorch's wheels (nvidia-cudnn-cu*), when the system has none
+      cudnn_lib=$("${PYTHON:-python3}" -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
+      [[ -n $cudnn_lib ]] && export LD_LIBRARY_PATH=$cudnn_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
     if [[ $mode == run-py ]]; then
       tag=llmc-py-compile
       mkdir -p "$out/stub"
@@ -71,8 +95,8 @@ PY
     fi
     for b in "${sizes[@]}"; do
       log="$out/$tag-gpt2-124m-$b-1024.log"
-      if [[ $mode == run ]]; then
-        (cd "$dir" && timeout 300 ./train_gpt2cu -i "$out/llmc_train.bin" -j "$out/llmc_val.bin" \
+      if [[ $mode == run || $mode == run-cudnn ]]; then
+        (cd "$dir" && timeout 300 "$bin" -i "$out/llmc_train.bin" -j "$out/llmc_val.bin" \
           -e d12 -b "$b" -t 1024 -x "$steps" -v 100000 -s 100000 -n 0 -l 6e-4 -c 0.1) >"$log" 2>&1
         rc=$?
         # step lines: "step   12/30 | loss ... | 33.21 ms | 45.1% bf16 MFU | 493012 tok/s"
@@ -102,7 +126,7 @@ PY
     exit $status
     ;;
   *)
-    echo "usage: llmc_peer.sh build|run|run-py LLMC_DIR [OUT_DIR B...]" >&2
+    echo "usage: llmc_peer.sh build|run|run-cudnn|run-py LLMC_DIR [OUT_DIR B...]" >&2
     exit 2
     ;;
 esac
