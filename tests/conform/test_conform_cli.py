@@ -320,6 +320,15 @@ class FaultTest(unittest.TestCase):
                                      r"\d+ of the \d+ guard bytes after arena slot 0 .*"
                                      r"written by node 0 \(softmax\)\) changed.*debug\.guards")
 
+    def test_model_tier_guards_name_node_and_slot(self):
+        # The model tier's sessions ask for the executor's guard gaps too:
+        # an overrun inside a whole fixture model is named, node and slot.
+        r = conform("--backend", "faulty?fault=offbyone:gelu", "--tier", "model",
+                    "--model", "gpt2")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout + r.stderr, r"node \d+ \(gelu, .*wrote outside its memory: "
+                         r"\d+ of the \d+ guard bytes after arena slot \d+")
+
     def test_plugin_contract_errors_are_named(self):
         # A kernel's error names the node (the host executor adds it).
         data, _ = conform_json(self, "--backend", "faulty?fault=error:gelu", "--ops", "gelu",
