@@ -84,6 +84,7 @@ static ty_status_t ty_engine_open(ty_engine_t *e, int64_t rows, int64_t seq, int
                         .slot_caches = true, .first_slot = first, .logits_at_index = seq > 1};
   TY_RETURN_IF_ERROR(ty_llm_build(out->graph, &e->config, &o, &out->model));
   ty_session_options_t so = {.share_state_with = share, .cache_dir = e->options.cache_dir,
+                             .retry_failed = e->options.retry_failed,
                              .fallback_device = e->options.fallback_device};
   return ty_session_create(e->device, out->graph, &so, &out->session);
 }

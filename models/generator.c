@@ -43,6 +43,7 @@ ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *co
                            .max_batch = 1, .context = P + N, .prefill_chunk = P,
                            .weights_from = options->weights_from,
                            .cache_dir = options->cache_dir,
+                           .retry_failed = options->retry_failed,
                            .fallback_device = options->fallback_device};
   ty_status_t s = ty_engine_create(device, config, &o, &g->engine);
   if (s) {

@@ -42,6 +42,7 @@ typedef struct ty_generator_options_t {
    * ty_generator_load_weights. */
   const ty_session_t *weights_from;
   const char *cache_dir; /* on-disk compile cache, or NULL */
+  bool retry_failed;     /* compile again over a cached failure */
   /* The fallback device of a mixed run (ty_session_options_t), with which
    * weights_from was created; NULL: none. */
   ty_device_t *fallback_device;

@@ -48,7 +48,8 @@ ty_status_t ty_train_eval_open(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_eval_set_load(c->eval_data, &t->model_config, &so, &e->set));
   ty_eval_scorer_options_t o = {.dtype = t->dtype, .compute_dtype = t->compute_dtype,
                                 .batch = t->B, .weights_from = t->s_train,
-                                .cache_dir = c->cache_dir, .fallback_device = t->fallback,
+                                .cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
+                                .fallback_device = t->fallback,
                                 .eos_id = t->model_config.eos_token_id};
   return ty_status_annotate(ty_eval_scorer_create(t->device, &t->model_config, e->set, &o,
                                                   &e->scorer),

@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -319,6 +320,15 @@ class FaultTest(unittest.TestCase):
                                      r"\d+ of the \d+ guard bytes after arena slot 0 .*"
                                      r"written by node 0 \(softmax\)\) changed.*debug\.guards")
 
+    def test_model_tier_guards_name_node_and_slot(self):
+        # The model tier's sessions ask for the executor's guard gaps too:
+        # an overrun inside a whole fixture model is named, node and slot.
+        r = conform("--backend", "faulty?fault=offbyone:gelu", "--tier", "model",
+                    "--model", "gpt2")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout + r.stderr, r"node \d+ \(gelu, .*wrote outside its memory: "
+                         r"\d+ of the \d+ guard bytes after arena slot \d+")
+
     def test_plugin_contract_errors_are_named(self):
         # A kernel's error names the node (the host executor adds it).
         data, _ = conform_json(self, "--backend", "faulty?fault=error:gelu", "--ops", "gelu",
@@ -352,6 +362,43 @@ class FaultTest(unittest.TestCase):
         self.assertLessEqual({"train-step", "validation", "forward", "forward-grads",
                               "generate-prefill", "generate-decode"}, names)
         self.assertIn("kv_cache_write is switched off", r.stdout)
+
+    def test_retry_failed_reaches_the_sample_sessions(self):
+        # A backend that trains but has no kv_cache_write: train's
+        # --sample-tokens generator is refused, and the refusal cached. The
+        # next run replays it; with --retry-failed it compiles again, also
+        # for that session (not only the train step's).
+        tmp = tempfile.mkdtemp(prefix="ty_conform_retry_")
+        try:
+            ids = os.path.join(tmp, "ids.jsonl")
+            with open(ids, "w") as f:
+                for i in range(16):
+                    f.write(json.dumps({"ids": [(i * 7 + j) % 95 for j in range(20)]}) + "\n")
+            data = os.path.join(tmp, "data")
+            r = run(["data", "prepare", "--format", "ids", "--vocab-size", "96", "--eos-id",
+                     "95", "--input", ids, "--seq-len", "16", "--out", data])
+            self.assertEqual(r.returncode, 0, r.stderr)
+
+            def train(out, *extra):
+                return run(["--plugin-path", CFG.faulty_dir, "train", "--backend",
+                            "faulty?fault=unsupported:kv_cache_write", "--preset", "gpt2-tiny",
+                            "--data", data, "--batch-size", "2", "--max-steps", "1",
+                            "--sample-tokens", "4", "--cache-dir", os.path.join(tmp, "cache"),
+                            "--out", os.path.join(tmp, out)] + list(extra))
+
+            r = train("a")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("kv_cache_write is switched off", r.stderr)
+            self.assertNotIn("a cached compile failure", r.stderr)
+            r = train("b")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("a cached compile failure", r.stderr)
+            r = train("c", "--retry-failed")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("kv_cache_write is switched off", r.stderr)
+            self.assertNotIn("a cached compile failure", r.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def test_unsupported_is_reported_not_failed(self):
         data, _ = conform_json(self, "--backend", "faulty?fault=unsupported:rope", "--ops",

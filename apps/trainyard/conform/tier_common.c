@@ -101,7 +101,11 @@ ty_status_t ty_tier_runner_create(ty_device_t *device, const ty_graph_t *graph,
     return ty_conform_host_create(graph, &out->host);
   }
   snprintf(out->label, sizeof(out->label), "%s", ty_device_label(device));
-  return ty_session_create(device, graph, NULL, &out->session);
+  /* The executor's guard gaps between arena slots (debug.guards, ABI 1.9),
+   * as in the per-op tiers: a kernel that writes past its output inside a
+   * whole model is named, not only seen as a wrong number downstream. */
+  ty_session_options_t so = {.debug_guards = true, .guard_seed = 0x7479636f6e66ull};
+  return ty_session_create(device, graph, &so, &out->session);
 }
 
 void ty_tier_runner_destroy(ty_tier_runner_t *r) {

@@ -108,6 +108,7 @@ typedef struct ty_eval_scorer_options_t {
   const char *model_dir;
   bool allow_nonfinite;
   const char *cache_dir;    /* compile cache, or NULL */
+  bool retry_failed;        /* compile again over a cached failure */
   ty_device_t *fallback_device;
   int64_t eos_id;           /* generation stops there; < 0: none */
 } ty_eval_scorer_options_t;

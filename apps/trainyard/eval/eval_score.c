@@ -74,6 +74,7 @@ ty_status_t ty_eval_scorer_create(ty_device_t *device, const ty_model_config_t *
   }
   if (!s) {
     ty_session_options_t so = {.share_state_with = o->weights_from, .cache_dir = o->cache_dir,
+                               .retry_failed = o->retry_failed,
                                .fallback_device = o->fallback_device};
     s = ty_session_create(device, e->graph, &so, &e->session);
   }
@@ -90,7 +91,8 @@ ty_status_t ty_eval_scorer_create(ty_device_t *device, const ty_model_config_t *
     ty_engine_options_t eo = {.dtype = o->dtype, .compute_dtype = o->compute_dtype,
                               .max_batch = e->B, .context = set->max_row,
                               .prefill_chunk = chunk, .weights_from = ty_eval_scorer_weights(e),
-                              .cache_dir = o->cache_dir, .fallback_device = o->fallback_device};
+                              .cache_dir = o->cache_dir, .retry_failed = o->retry_failed,
+                              .fallback_device = o->fallback_device};
     s = ty_engine_create(device, config, &eo, &e->engine);
   }
   if (s) {
