@@ -335,10 +335,15 @@ class FallbackTest(Base):
                         "--grads", "--out", out)
             outs[backend] = read_safetensors_f32(out)
         self.assertIn("mixed run", r.stderr)
+        # Two f32 devices summing in different orders (the bringup plugin's
+        # kernels against the cpu backend's): how far apart depends on the
+        # build and its environment; 1.2e-6 of the largest value was seen
+        # (ln_1.bias's gradient, a clang ASan build, same on the commit
+        # before this change), while a wrong op is off by far more.
         for name, want in outs["cpu"].items():
             got = outs["partial?fallback=cpu"][name]
             scale = max(abs(y) for y in want)
-            self.assertLessEqual(max(abs(x - y) for x, y in zip(got, want)), 1e-6 * scale, name)
+            self.assertLessEqual(max(abs(x - y) for x, y in zip(got, want)), 1e-5 * scale, name)
 
     def test_never_implicit_and_no_benchmarks(self):
         r = self.train("partial", "plain", rc=1)
