@@ -125,6 +125,10 @@ static void run_linear_on(const char *uri) {
                    "input 'x' was never bound");
   TY_EXPECT_STATUS(ty_session_bind(s, "x", TY_DTYPE_F32, 2, wd, w, sizeof(w)),
                    TY_CODE_INVALID_ARGUMENT, "wants f32[3,4] but got f32[4,5]");
+  /* Every dim is compared, the last one too (not only the byte count). */
+  const int64_t wide[2] = {m, n};
+  TY_EXPECT_STATUS(ty_session_bind(s, "x", TY_DTYPE_F32, 2, wide, w, (size_t)(m * n) * 4),
+                   TY_CODE_INVALID_ARGUMENT, "wants f32[3,4] but got f32[3,5]");
   TY_EXPECT_STATUS(ty_session_bind(s, "nope", TY_DTYPE_F32, 2, xd, x, sizeof(x)),
                    TY_CODE_NOT_FOUND, "'nope'");
   TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, x, sizeof(x)));
@@ -152,6 +156,9 @@ static void run_linear_on(const char *uri) {
       assert_true(fabs(y[i * n + j] - want) < 1e-5);
     }
   }
+  /* A read of part of an output is refused, not filled in part. */
+  TY_EXPECT_STATUS(ty_session_read(s, "y", y, sizeof(y) - 4), TY_CODE_INVALID_ARGUMENT,
+                   "reading 'y': 56 bytes requested from a 60-byte tensor");
   /* The same graph again on the same device is a compile-cache hit. */
   ty_graph_t *g2 = build_linear(m, k, n);
   ty_session_t *s2;
