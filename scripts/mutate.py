@@ -471,7 +471,7 @@ def main(argv):
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(),
             "commit": git_commit(a.source),
-            "command": "scripts/mutate.sh " + " ".join(argv),
+            "command": " ".join(["scripts/mutate.sh"] + argv),
             "wall": time.monotonic() - started,
             "baseline": baseline,
             "limit": a.timeout,
