@@ -762,6 +762,14 @@ class TokenizerFileTest(Base):
         self.fails(run_fast(["tokenize", "--tokenizer", tok], stdin="ab"), 1,
                    "merged token \"ab\" is not in model.vocab")
 
+    def test_ids_outside_the_vocabulary_are_refused(self):
+        src = self.path("ids.jsonl")
+        with open(src, "w") as f:
+            f.write("[1, 2, 95]\n[3, 96, 4]\n")  # 95 is the last id; 96 is outside
+        r = run_fast(["data", "prepare", "--format", "ids", "--vocab-size", "96", "--eos-id", "95",
+                      "--input", src, "--seq-len", "4", "--out", self.path("out")])
+        self.fails(r, 1, "token id 96 (element 1) is not below the vocabulary size 96")
+
     def test_ids_dataset_records_its_format(self):
         data = make_ids_dataset(self.path("data"))
         with open(os.path.join(data, "dataset.json")) as f:

@@ -606,6 +606,9 @@ class ResumeStateTest(Base):
             ({"tokens_seen": good["tokens_seen"] // 2},
              "tokens_seen %d cannot follow from step 6" % (good["tokens_seen"] // 2)),
             ({"step": 60}, "step 60 puts the data at epoch"),
+            # A cursor one step's rows in (a consistent-looking but wrong place).
+            ({"cursor": 4}, "step 6 puts the data at epoch %d, cursor %d, but the file says "
+                            "epoch %d, cursor 4" % (good["epoch"], good["cursor"], good["epoch"])),
             ({"step": 0}, "step 0 with epoch"),
         ):
             path, _ = self.edit_state("checkpoint-6", **dict(good, **fields))

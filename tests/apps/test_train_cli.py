@@ -275,6 +275,8 @@ class SafetyTest(Base):
             (["--preset", "gpt2-tiny", "--bogus", "1"] + base, "unknown option 'bogus'"),
             (["--preset", "gpt2-tiny", "--lr", "fast"] + base, "'fast' is not a number"),
             (["--preset", "gpt2-tiny", "--schedule", "zigzag"] + base, "--schedule"),
+            (["--preset", "gpt2-tiny", "--grad-accum", "0"] + base, "--grad-accum must be >= 1"),
+            (["--preset", "gpt2-tiny", "--dropout", "1"] + base, "--dropout must lie in [0, 1)"),
             (["--preset", "gpt2-tiny", "--config", "/nonexistent.cfg"] + base, "config file"),
         ):
             r = run(["train"] + args)

@@ -40,6 +40,25 @@ static ty_graph_t *build_linear(int64_t m, int64_t k, int64_t n) {
   return g;
 }
 
+/* x -> add(x, x) -> matmul(a, w) with trans_b as given: two nodes, so the
+ * attribute sits on a node other than the first. */
+static ty_graph_t *build_add_matmul(bool trans_b) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t x, w, a, y;
+  int64_t d[2] = {3, 3};
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, d, &x));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w", TY_DTYPE_F32, 2, d, &w));
+  ty_value_id_t xx[2] = {x, x};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", xx, 2, NULL, &a));
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  if (trans_b) TY_EXPECT_OK(ty_attrs_set_int(&attrs, "trans_b", 1));
+  ty_value_id_t in[2] = {a, w};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", in, 2, &attrs, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  return g;
+}
+
 static void test_builder_errors(void **state) {
   (void)state;
   ty_graph_t *g;
@@ -84,6 +103,18 @@ static void test_lowering_drops_dead_nodes_and_hash_is_stable(void **state) {
   assert_string_equal(ty_lowered_graph_hash(l1), ty_lowered_graph_hash(l2));
   assert_string_not_equal(ty_lowered_graph_hash(l1), ty_lowered_graph_hash(l3));
   assert_int_equal(strlen(ty_lowered_graph_hash(l1)), 64);
+  /* Graphs that differ in one node's attribute only differ in hash (the
+   * compile-cache key): x @ w and x @ w^T must never share an executable. */
+  ty_graph_t *plain = build_add_matmul(false), *trans = build_add_matmul(true);
+  ty_lowered_graph_t *lp, *lt;
+  TY_EXPECT_OK(ty_graph_lower(plain, &lp));
+  TY_EXPECT_OK(ty_graph_lower(trans, &lt));
+  assert_string_not_equal(ty_lowered_graph_hash(lp), ty_lowered_graph_hash(lt));
+  TY_EXPECT_CONTAINS(ty_lowered_graph_text(lt), "trans_b");
+  ty_lowered_graph_destroy(lp);
+  ty_lowered_graph_destroy(lt);
+  ty_graph_destroy(plain);
+  ty_graph_destroy(trans);
   const char *text = ty_lowered_graph_text(l1);
   TY_EXPECT_CONTAINS(text, "trainyard-graph 1\n");
   TY_EXPECT_CONTAINS(text, "= input \"x\" f32[2,3]");
@@ -125,6 +156,10 @@ static void run_linear_on(const char *uri) {
                    "input 'x' was never bound");
   TY_EXPECT_STATUS(ty_session_bind(s, "x", TY_DTYPE_F32, 2, wd, w, sizeof(w)),
                    TY_CODE_INVALID_ARGUMENT, "wants f32[3,4] but got f32[4,5]");
+  /* Every dim is compared, the last one too (not only the byte count). */
+  const int64_t wide[2] = {m, n};
+  TY_EXPECT_STATUS(ty_session_bind(s, "x", TY_DTYPE_F32, 2, wide, w, (size_t)(m * n) * 4),
+                   TY_CODE_INVALID_ARGUMENT, "wants f32[3,4] but got f32[3,5]");
   TY_EXPECT_STATUS(ty_session_bind(s, "nope", TY_DTYPE_F32, 2, xd, x, sizeof(x)),
                    TY_CODE_NOT_FOUND, "'nope'");
   TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, xd, x, sizeof(x)));
@@ -152,6 +187,9 @@ static void run_linear_on(const char *uri) {
       assert_true(fabs(y[i * n + j] - want) < 1e-5);
     }
   }
+  /* A read of part of an output is refused, not filled in part. */
+  TY_EXPECT_STATUS(ty_session_read(s, "y", y, sizeof(y) - 4), TY_CODE_INVALID_ARGUMENT,
+                   "reading 'y': 56 bytes requested from a 60-byte tensor");
   /* The same graph again on the same device is a compile-cache hit. */
   ty_graph_t *g2 = build_linear(m, k, n);
   ty_session_t *s2;

@@ -144,6 +144,10 @@ static void test_layout_errors(void **state) {
                       "tensor 'a': data_offsets [0, 8] run past the end of the data region");
   EXPECT_HEADER_FAILS("{" T("a", F32("[1]", 8, 4)) "}", 8, TY_CODE_DATA_LOSS,
                       "tensor 'a': data_offsets [8, 4] end before they begin");
+  /* One shared byte is an overlap (not only a whole element). */
+  EXPECT_HEADER_FAILS("{" T("a", F32("[2]", 0, 8)) "," T("b", F32("[1]", 7, 11)) "}", 11,
+                      TY_CODE_DATA_LOSS,
+                      "tensor 'b': data_offsets [7, 11] overlap tensor 'a' [0, 8]");
   /* An empty tensor inside another one's bytes is an overlap too. */
   EXPECT_HEADER_FAILS("{" T("a", F32("[2]", 0, 8)) "," T("e", F32("[0]", 4, 4)) "}", 8,
                       TY_CODE_DATA_LOSS, "overlap");
@@ -162,6 +166,10 @@ static void test_entry_errors(void **state) {
                       TY_CODE_DATA_LOSS, "dtype is not a string");
   EXPECT_HEADER_FAILS("{" T("w", F32("[3]", 0, 8)) "}", 8, TY_CODE_DATA_LOSS,
                       "tensor 'w': shape [3] of F32 needs 12 bytes, but data_offsets [0, 8] "
+                      "hold 8");
+  /* Too many bytes is the same error (not a trailing gap found later). */
+  EXPECT_HEADER_FAILS("{" T("w", F32("[1]", 0, 8)) "}", 8, TY_CODE_DATA_LOSS,
+                      "tensor 'w': shape [1] of F32 needs 4 bytes, but data_offsets [0, 8] "
                       "hold 8");
   EXPECT_HEADER_FAILS("{" T("w", F32("[-2]", 0, 8)) "}", 8, TY_CODE_DATA_LOSS,
                       "shape entry 0 is not an integer >= 0");
