@@ -158,9 +158,25 @@ static void test_server_and_client(void **state) {
   TY_EXPECT_STATUS(ty_control_connect(sock, getpid(), &fd), TY_CODE_NOT_FOUND, sock);
 }
 
+static void test_format_duration(void **state) {
+  (void)state;
+  static const struct {
+    double seconds;
+    const char *want;
+  } cases[] = {{0, "0m00s"},     {7.9, "0m07s"},     {59, "0m59s"},   {61, "1m01s"},
+               {247, "4m07s"},   {3599, "59m59s"},   {3600, "1h00m"}, {7530, "2h05m"},
+               {-1, "-"},        {NAN, "-"}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    char out[32];
+    ty_control_format_duration(cases[i].seconds, out, sizeof(out));
+    assert_string_equal(out, cases[i].want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registry_dir),
+      cmocka_unit_test(test_format_duration),
       cmocka_unit_test(test_server_and_client),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -143,16 +143,6 @@ static json_t *ty_control_probe(const ty_control_entry_t *e, ty_status_t *out_er
   return reply;
 }
 
-static void ty_control_duration(double s, char *out, size_t capacity) {
-  if (!isfinite(s) || s < 0) {
-    snprintf(out, capacity, "-");
-  } else if (s < 3600) {
-    snprintf(out, capacity, "%dm%02ds", (int)s / 60, (int)s % 60);
-  } else {
-    snprintf(out, capacity, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
-  }
-}
-
 static double ty_num(const json_t *o, const char *key) {
   json_t *v = json_object_get(o, key);
   return json_is_number(v) ? json_number_value(v) : NAN;
@@ -160,7 +150,7 @@ static double ty_num(const json_t *o, const char *key) {
 
 static void ty_control_row(const json_t *r) {
   char eta[32], step[48];
-  ty_control_duration(ty_num(r, "eta_s"), eta, sizeof(eta));
+  ty_control_format_duration(ty_num(r, "eta_s"), eta, sizeof(eta));
   snprintf(step, sizeof(step), "%.0f/%.0f", ty_num(r, "step"), ty_num(r, "total_steps"));
   printf("%-8.0f %-13s %-9.4f %-9.1f %-8s %-12s %s\n", ty_num(r, "pid"), step, ty_num(r, "loss"),
          ty_num(r, "tokens_per_s"), eta, json_string_value(json_object_get(r, "backend")),
@@ -257,7 +247,7 @@ static ty_status_t ty_control_find(const char *registry, const char *run, ty_con
 
 static void ty_control_print_status(const json_t *r) {
   char eta[32];
-  ty_control_duration(ty_num(r, "eta_s"), eta, sizeof(eta));
+  ty_control_format_duration(ty_num(r, "eta_s"), eta, sizeof(eta));
   printf("run %.0f: %s on %s\n", ty_num(r, "pid"), json_string_value(json_object_get(r, "out")),
          json_string_value(json_object_get(r, "backend")));
   printf("  step %.0f of %.0f (epoch %.0f), loss %.6f, val loss %.6f, eval accuracy %.4f\n",

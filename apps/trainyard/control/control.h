@@ -38,6 +38,11 @@
 
 /* ---- shared ---- */
 
+/* `seconds` as `control list` and `control status` show a time: "4m07s"
+ * under an hour, "2h05m" from an hour on, "-" when unknown (NaN or
+ * negative). Writes at most `capacity` bytes into out. */
+void ty_control_format_duration(double seconds, char *out, size_t capacity);
+
 /* The registry folder: `given` when not NULL/"", else the default above.
  * Creates it (0700) when missing; FAILED_PRECONDITION naming it when it is
  * not a folder, not owned by this user, or open to others (group/other

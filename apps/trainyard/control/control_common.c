@@ -2,6 +2,7 @@
  * folder, connecting with credentials checked both ways, one call. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,4 +182,14 @@ ty_status_t ty_control_call(int fd, const json_t *request, int timeout_ms, json_
   TY_RETURN_IF_ERROR(ty_control_send_line(fd, request));
   /* A status carries the whole configuration: well under a MiB. */
   return ty_control_read_line(fd, timeout_ms, TY_CONTROL_MAX_REPLY, out_reply);
+}
+
+void ty_control_format_duration(double seconds, char *out, size_t capacity) {
+  if (!isfinite(seconds) || seconds < 0) {
+    snprintf(out, capacity, "-");
+  } else if (seconds < 3600) {
+    snprintf(out, capacity, "%dm%02ds", (int)seconds / 60, (int)seconds % 60);
+  } else {
+    snprintf(out, capacity, "%dh%02dm", (int)seconds / 3600, ((int)seconds % 3600) / 60);
+  }
 }
