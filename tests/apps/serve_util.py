@@ -93,10 +93,19 @@ class Server:
         """(status, headers, bytes) of one request on a fresh connection."""
         conn = self.connection()
         data = body if raw or body is None else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers=dict(headers or {}))
-        resp = conn.getresponse()
-        out = resp.status, dict(resp.getheaders()), resp.read()
-        conn.close()
+        try:
+            conn.request(method, path, body=data, headers=dict(headers or {}))
+            resp = conn.getresponse()
+            out = resp.status, dict(resp.getheaders()), resp.read()
+        except ConnectionError as e:
+            # Still a ConnectionError (callers may retry on it), saying what
+            # became of the server, so that a failure explains itself.
+            time.sleep(0.2)
+            raise ConnectionError("%s %s: %r; the server %s; its stderr ends: %s" % (
+                method, path, e, "is running" if self.proc.poll() is None else
+                "exited with %s" % self.proc.returncode, self.stderr()[-4000:])) from e
+        finally:
+            conn.close()
         return out
 
     def post(self, path, body, **kw):
