@@ -5,6 +5,7 @@
  * counts from the moment a request is owed (accept, or the end of the
  * previous response on a kept-alive connection) to its last body byte. */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -12,6 +13,10 @@
 
 struct ty_srv_sock_t {
   int fd;
+  /* Both ends, as at accept: the watchdog shuts fd down only while it is
+   * still this connection (never a descriptor reused by something else). */
+  struct sockaddr_storage peer, local;
+  socklen_t peer_len, local_len;
   bool reading; /* the client owes a request head or body */
   bool cut;     /* the watchdog shut it down */
   double since; /* monotonic seconds: when the reading phase began */
@@ -20,10 +25,22 @@ struct ty_srv_sock_t {
 
 ty_srv_sock_t *ty_srv_conn_opened(ty_server_t *s, int fd) {
   ty_srv_sock_t *k = calloc(1, sizeof(*k));
+  if (k) {
+    k->peer_len = sizeof(k->peer);
+    k->local_len = sizeof(k->local);
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&k->peer, &k->peer_len) != 0 ||
+        getsockname(fd, (struct sockaddr *)&k->local, &k->local_len) != 0) {
+      k->fd = -1; /* not a connected socket we can tell again: never cut */
+    } else {
+      k->fd = fd;
+    }
+  }
   pthread_mutex_lock(&s->lock);
   s->open_connections++;
   if (k) {
-    *k = (ty_srv_sock_t){.fd = fd, .reading = true, .since = ty_srv_now(), .next = s->socks};
+    k->reading = true;
+    k->since = ty_srv_now();
+    k->next = s->socks;
     if (s->socks) s->socks->prev = k;
     s->socks = k;
   }
@@ -55,6 +72,23 @@ void ty_srv_conn_reading(ty_server_t *s, ty_srv_sock_t *k, bool reading) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* Whether fd is still the connection k recorded: a connected socket (not a
+ * listening one) with the same two ends. */
+static bool ty_srv_sock_same(const ty_srv_sock_t *k) {
+  if (k->fd < 0) return false;
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  if (getsockopt(k->fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening) {
+    return false;
+  }
+  struct sockaddr_storage peer, local;
+  socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
+  return getpeername(k->fd, (struct sockaddr *)&peer, &peer_len) == 0 &&
+         getsockname(k->fd, (struct sockaddr *)&local, &local_len) == 0 &&
+         peer_len == k->peer_len && local_len == k->local_len &&
+         !memcmp(&peer, &k->peer, peer_len) && !memcmp(&local, &k->local, local_len);
+}
+
 static void *ty_srv_watchdog_main(void *arg) {
   ty_server_t *s = arg;
   /* A tenth of the deadline, at most 100 ms: a cut comes at most 10 %
@@ -67,9 +101,11 @@ static void *ty_srv_watchdog_main(void *arg) {
     for (ty_srv_sock_t *k = s->socks; k; k = k->next) {
       if (k->reading && !k->cut && now - k->since > s->options.read_timeout) {
         /* The connection's thread sees end-of-file and closes it. */
-        shutdown(k->fd, SHUT_RDWR);
+        if (ty_srv_sock_same(k)) {
+          shutdown(k->fd, SHUT_RDWR);
+          s->metrics.read_timeouts++;
+        }
         k->cut = true;
-        s->metrics.read_timeouts++;
       }
     }
     pthread_mutex_unlock(&s->lock);
