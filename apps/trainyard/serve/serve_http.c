@@ -93,6 +93,10 @@ static enum MHD_Result ty_srv_reply_error(ty_srv_conn_t *ctx, const ty_api_error
   return r;
 }
 
+/* How long an early answer's connection reads and drops what the client
+ * still sends before it closes (see ty_srv_reply_raw). */
+#define TY_SRV_LINGER_MS 2000
+
 /* A chunked body that runs past --max-body is noticed while libmicrohttpd
  * reads it, when it no longer takes a response; the declared chunk size
  * (FFFFFFFFFFFFFFFF fits its 64 bits) is not shown to the application.
@@ -125,6 +129,23 @@ static enum MHD_Result ty_srv_reply_raw(ty_srv_conn_t *ctx, const ty_api_error_t
     struct pollfd p = {.fd = info->connect_fd, .events = POLLOUT};
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll(&p, 1, 1000) > 0) continue;
     break; /* the client is gone or does not read: closing is all that is left */
+  }
+  /* A lingering close (RFC 9112 9.6): a client still sending its body would
+   * get a reset, and lose the answer with it, if the socket closed with its
+   * bytes unread; so stop writing and read what still comes, for at most
+   * TY_SRV_LINGER_MS or until the client closes. */
+  if (info && shutdown(info->connect_fd, SHUT_WR) == 0) {
+    double until = ty_srv_now() + TY_SRV_LINGER_MS / 1000.0;
+    char sink[4096];
+    for (double left; (left = until - ty_srv_now()) > 0;) {
+      struct pollfd p = {.fd = info->connect_fd, .events = POLLIN};
+      int ready = poll(&p, 1, (int)(left * 1000) + 1);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) break;
+      ssize_t n = recv(info->connect_fd, sink, sizeof(sink), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break; /* the client closed (or is gone) */
+    }
   }
   ty_srv_buf_free(&body);
   ty_srv_buf_free(&out);
