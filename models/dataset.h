@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hal/file.h"
 #include "hal/status.h"
 
 #ifdef __cplusplus
@@ -42,6 +43,10 @@ extern "C" {
 #define TY_DATASET_SHARD_MAGIC "TYDSHARD"
 #define TY_DATASET_SHARD_HEADER_SIZE 64u
 #define TY_DATASET_JSON "dataset.json"
+
+/* How dataset.json is read (its size cap and checks): for anyone else who
+ * reads it whole, as the rank agreement does. */
+extern const ty_file_kind_t ty_dataset_json_file_kind;
 
 typedef enum ty_dataset_split_t {
   TY_DATASET_SPLIT_TRAIN = 0,

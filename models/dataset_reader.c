@@ -175,7 +175,7 @@ static ty_status_t ty_ds_map_shard(ty_dataset_t *ds, size_t index, bool last,
 }
 
 /* dataset.json lists every shard with its hash: a few hundred bytes each. */
-static const ty_file_kind_t ty_ds_json_kind = {
+const ty_file_kind_t ty_dataset_json_file_kind = {
     .what = "dataset description", .max_bytes = 64 * TY_MIB, .text = true,
     .bad_code = TY_CODE_DATA_LOSS, .skip_bom = true};
 
@@ -194,7 +194,7 @@ static ty_status_t ty_ds_load(ty_dataset_t *ds, const char *split, bool *out_dec
   }
   char *text = NULL;
   size_t text_size = 0;
-  ty_status_t read = ty_file_read(ds->json_path, &ty_ds_json_kind, &text, &text_size);
+  ty_status_t read = ty_file_read(ds->json_path, &ty_dataset_json_file_kind, &text, &text_size);
   if (read && ty_status_code(read) == TY_CODE_NOT_FOUND) {
     ty_status_free(read);
     return ty_status_make(TY_CODE_NOT_FOUND, "%s is not a trainyard dataset (no " TY_DATASET_JSON

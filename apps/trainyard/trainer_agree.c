@@ -16,8 +16,11 @@
 #include "dist/dist.h"
 #include "hal/device_uri.h"
 #include "hal/registry.h"
+#include "hal/file.h"
+#include "models/config.h"
 #include "models/dataset.h"
 #include "models/safetensors.h"
+#include "models/tokenizer.h"
 #include "trainer.h"
 
 /* Options that may differ between ranks: where each host keeps its compile
@@ -64,20 +67,21 @@ static void ty_agree_printf(ty_agree_text_t *t, const char *fmt, ...) {
   if (n > 0) ty_agree_add(t, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
-/* A small file's bytes appended whole (config.json, dataset.json,
- * tokenizer.json); a file that cannot be read adds that fact, so ranks
- * that can read it and ranks that cannot disagree (and the load that
- * follows says why). */
-static void ty_agree_file(ty_agree_text_t *t, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    ty_agree_printf(t, "(cannot read %s)", path);
+/* A file's bytes appended whole, read as its owner reads it (the kind's
+ * cap; dataset.json, tokenizer.json); a file that cannot be read adds that
+ * fact, so ranks that can read it and ranks that cannot disagree (and the
+ * load that follows says why). */
+static void ty_agree_file(ty_agree_text_t *t, const char *path, const ty_file_kind_t *kind) {
+  char *data = NULL;
+  size_t size = 0;
+  ty_status_t s = ty_file_read(path, kind, &data, &size);
+  if (s) {
+    ty_agree_printf(t, "(cannot read %s: %s)", path, ty_code_name(ty_status_code(s)));
+    ty_status_free(s);
     return;
   }
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) ty_agree_add(t, chunk, n);
-  fclose(f);
+  ty_agree_add(t, data, size);
+  free(data);
 }
 
 /* The model: its config.json (canonical: keys sorted, compact) and its
@@ -87,8 +91,13 @@ static void ty_agree_file(ty_agree_text_t *t, const char *path) {
 static void ty_agree_model(const char *dir, ty_agree_text_t *t, char *shown, size_t capacity) {
   char path[TY_CFG_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/config.json", dir);
+  char *bytes = NULL;
+  size_t size = 0;
+  ty_status_t read = ty_file_read(path, &ty_model_config_file_kind, &bytes, &size);
   json_error_t error;
-  json_t *config = json_load_file(path, 0, &error);
+  json_t *config = read ? NULL : json_loadb(bytes, size, 0, &error);
+  ty_status_free(read);
+  free(bytes);
   char *canonical = config ? json_dumps(config, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
   const char *type = json_string_value(json_object_get(config, "model_type"));
   snprintf(shown, capacity, "%s", type ? type : "(no model_type)");
@@ -193,10 +202,10 @@ static ty_status_t ty_agree_fields(ty_trainer_t *t, ty_dist_field_t *fields, siz
                      shown) && ok;
   char path[TY_CFG_PATH_MAX + 32];
   snprintf(path, sizeof(path), "%s/" TY_DATASET_JSON, c->data);
-  ty_agree_file(&text, path);
+  ty_agree_file(&text, path, &ty_dataset_json_file_kind);
   snprintf(shown, sizeof(shown), "%.100s", c->data);
   ok = ty_agree_take(fields, &n, "--data", "its " TY_DATASET_JSON, &text, shown) && ok;
-  if (c->tokenizer[0]) ty_agree_file(&text, c->tokenizer);
+  if (c->tokenizer[0]) ty_agree_file(&text, c->tokenizer, &ty_tokenizer_file_kind);
   snprintf(shown, sizeof(shown), "%.100s", c->tokenizer[0] ? c->tokenizer : "(the model's)");
   ok = ty_agree_take(fields, &n, "--tokenizer", "its bytes", &text, shown) && ok;
   /* every other option, by value */
