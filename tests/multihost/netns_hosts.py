@@ -229,7 +229,7 @@ class Hosts:
 
         Like ssh, it stays on the caller's host and ends with the remote
         command's status, 255 when the remote side was killed; that 255
-        comes a second later, as ssh's would come after mpirun's own
+        comes 2 s later, as ssh's would come after mpirun's own
         connection to the host's daemon broke: reported at once it races
         that connection, and mpirun then says a daemon "failed to start"
         instead of naming the host it lost."""
@@ -241,7 +241,7 @@ class Hosts:
                     "host=$1; shift\n"
                     'ip netns exec "%s$host" unshare --uts sh -c "hostname $host && $*"\n'
                     "rc=$?\n"
-                    "if [ $rc -gt 128 ]; then sleep 1; exit 255; fi\n"
+                    "if [ $rc -gt 128 ]; then sleep 2; exit 255; fi\n"
                     "exit $rc\n"
                     % ("|".join(self.names), " ".join(self.names), self.prefix))
         os.chmod(path, 0o755)
