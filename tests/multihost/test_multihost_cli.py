@@ -30,8 +30,8 @@ library only; root only.
     ends within --dist-timeout + 10 s naming rank 1 ("rank 1 did not reach
     ... within 5 s (--dist-timeout)") and calls MPI_Abort. Open MPI's
     mpirun itself does not end then: it waits for h2's daemon, which it can
-    neither reach nor give up on (seen: still running 25 s after rank 0
-    ended; once the link came back it ended, rc 1, about 10 s later, with
+    neither reach nor give up on (seen: still running 25 s after the link
+    went down; once the link came back it ended, rc 1, about 10 s later, with
     TCP's retransmission back-off). So the test times the surviving rank,
     not mpirun, and ends mpirun itself;
   - after each, the last checkpoint is whole and `--resume latest` on h1
@@ -319,6 +319,7 @@ class FaultCases:
         self.assertIsNotNone(rc, "still running %d s after h2 died:\n%s"
                              % (DIST_TIMEOUT + 10, text[-4000:]))
         self.assertNotEqual(rc, 0, text[-4000:])
+        print("mpirun ended %.1f s after h2 died" % (time.monotonic() - began), file=sys.stderr)
         self.assert_placed(text, ["h1", "h2"])  # rank 1 ran on h2
         self.assert_said("ORTE has lost communication with a remote daemon", text)
         self.assertRegex(text, r"Remote daemon: \[\[\d+,\d+\],\d+\] on node h2")
@@ -331,6 +332,8 @@ class FaultCases:
         while (alive(rank0) or said not in ranks.text()) and time.monotonic() < bound:
             time.sleep(0.05)
         text = ranks.text()
+        print("rank 0 ended %.1f s after h2's link went down" % (time.monotonic() - began),
+              file=sys.stderr)
         self.assertFalse(alive(rank0), "rank 0 still runs %d s after h2's link went down:\n%s"
                          % (DIST_TIMEOUT + 10, text[-4000:]))
         self.assert_said("rank 0: trainyard train: DEADLINE_EXCEEDED: rank 1 did not reach", text)
