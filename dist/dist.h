@@ -35,9 +35,16 @@ typedef enum ty_dist_mode_e {
   TY_DIST_AUTO = 0, /* MPI when an MPI launcher started the process */
   TY_DIST_MPI = 1,  /* MPI, or an error saying why it cannot start */
   TY_DIST_NONE = 2, /* one process, even under a launcher */
+  /* The launch without MPI (issue 36): ranks started by torchrun, srun or
+   * by hand with RANK/WORLD_SIZE/... (dist/launch_env.h) meet at a TCP
+   * rendezvous and talk over the Trainyard TCP transport. */
+  TY_DIST_ENV = 3,
 } ty_dist_mode_t;
 
-/* "auto", "mpi" or "none"; INVALID_ARGUMENT otherwise. */
+/* "auto", "mpi", "env" or "none"; INVALID_ARGUMENT otherwise. AUTO is MPI
+ * when an MPI launcher started the process, else ENV when the environment
+ * holds a launch of several ranks (ty_launch_env_present), else one
+ * process. */
 ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode);
 
 /* Whether the environment says an MPI launcher started this process
@@ -62,9 +69,18 @@ int ty_dist_rank(const ty_dist_t *dist);
 int ty_dist_size(const ty_dist_t *dist);
 int ty_dist_local_rank(const ty_dist_t *dist);
 double ty_dist_timeout(const ty_dist_t *dist);
-/* The MPI library's name and version, e.g. "Open MPI v4.1.4" ("" for a
- * single process). */
+/* The MPI library's name and version, e.g. "Open MPI v4.1.4", or "Trainyard
+ * TCP transport (rendezvous ADDR:PORT)" ("" for a single process). */
 const char *ty_dist_library(const ty_dist_t *dist);
+/* What the host collectives run over, as a sentence ends: "MPI" or "the
+ * Trainyard TCP transport (rendezvous ADDR:PORT)" ("" for one process). */
+const char *ty_dist_transport(const ty_dist_t *dist);
+/* The host world rank `rank` runs on ("h2" under MPI, "h2 (10.88.0.2)"
+ * over TCP), "" when unknown or for a single process. */
+const char *ty_dist_rank_host(const ty_dist_t *dist, int rank);
+/* "rank 1 on host h2 (10.88.0.2)", or "rank 1" when its host is unknown:
+ * how errors name a rank. Returns `out`. */
+const char *ty_dist_rank_text(const ty_dist_t *dist, int rank, char *out, size_t capacity);
 
 /* In place, over every rank: f32, f64 or i64 elements. `what` names the
  * collective in errors ("the gradient all-reduce of step 5"). */

@@ -12,7 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include "dist/dist.h"
+#include "dist/launch_env.h"
 #include "hal/comm.h"
 #include "graph/preflight.h"
 #include "hal/dtype.h"
@@ -35,10 +38,12 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   if (s) {
     char which[64];
     bool launched = ty_dist_launched(which, sizeof(which));
+    if (!launched) launched = ty_launch_env_present(environ, which, sizeof(which));
     return ty_status_annotate(s, "%s asks for a distributed run",
-                              mode == TY_DIST_MPI ? "--distributed mpi"
-                              : launched          ? which
-                                                  : "the environment");
+                              mode == TY_DIST_MPI   ? "--distributed mpi"
+                              : mode == TY_DIST_ENV ? "--distributed env"
+                              : launched            ? which
+                                                    : "the environment");
   }
   t->rank = ty_dist_rank(t->dist);
   t->world = ty_dist_size(t->dist);
@@ -230,9 +235,9 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (!ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
       fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
-                      "through host memory over MPI (%s has no collectives of its own)\n",
+                      "through host memory over %s (%s has no collectives of its own)\n",
               t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
-              ty_backend_name(backend));
+              ty_dist_transport(t->dist), ty_backend_name(backend));
     }
     return TY_OK;
   }

@@ -738,7 +738,7 @@ class RefuseTest(Base):
                      env={"TRAINYARD_MPI_SHIM": self.path("missing/libty_mpi.so")})
         self.refused(2, out + ["--dist-timeout", "0"], "--dist-timeout must lie in (0, 604800]")
         self.refused(2, out + ["--distributed", "nccl"],
-                     "--distributed must be auto, mpi or none, not 'nccl'")
+                     "--distributed must be auto, mpi, env or none, not 'nccl'")
         self.refused(2, out + ["--distributed", "none", "--dist-timeout", "9"],
                      "--dist-timeout has no effect with --distributed none")
         r = self.refused(None, out + ["--fused-optimizer"], "cannot run data parallel", ranks=2)
