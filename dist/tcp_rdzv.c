@@ -264,18 +264,18 @@ static int ty_rz_rank0(const ty_launch_env_t *env, double timeout_s, ty_tcp_mesh
   while (arrived < m->size && rc == TY_MPI_SHIM_OK) {
     if (ty_wait_fd(lfd, POLLIN, deadline) == 1) {
       char missing[256] = "", came[256] = "";
-      int nm = 0;
       for (int r = 0; r < m->size; ++r) {
         char *list = r == 0 || arr[r].fd >= 0 ? came : missing;
         size_t len = strlen(list);
-        if (list == missing) ++nm;
-        snprintf(list + len, 256 - len, "%s%d", len ? "," : "", r);
+        if (len < 200) snprintf(list + len, 256 - len, "%s%d", len ? "," : "", r);
+        else if (len < 204) snprintf(list + len, 256 - len, ",...");
       }
       snprintf(err, capacity,
-               "rank%s %s never arrived at the rendezvous %s:%d within %g s (ranks %s did): "
+               "rank%s %s never arrived at the rendezvous %s:%d within %g s (rank%s %s did): "
                "start every rank with the same MASTER_ADDR/MASTER_PORT, or raise "
                "--dist-timeout",
-               nm > 1 ? "s" : "", missing, env->host, env->port, timeout_s, came);
+               strchr(missing, ',') ? "s" : "", missing, env->host, env->port, timeout_s,
+               strchr(came, ',') ? "s" : "", came);
       ty_rz_refuse_all(arr, m->size, err, ty_tcp_now() + 5);
       rc = TY_MPI_SHIM_TIMEOUT;
       break;

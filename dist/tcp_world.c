@@ -238,7 +238,7 @@ static ty_out_t *ty_send(int peer, uint32_t type, uint64_t comm, int64_t tag, in
   ty_out_t *o = calloc(1, sizeof(*o));
   if (!o) return NULL;
   o->hdr = (ty_hdr_t){TY_TCP_MAGIC, type, comm, tag, kind, pre_bytes + bytes};
-  memcpy(o->pre, pre, pre_bytes);
+  if (pre_bytes) memcpy(o->pre, pre, pre_bytes);
   o->pre_bytes = pre_bytes;
   o->data = data;
   o->total = sizeof(ty_hdr_t) + pre_bytes + bytes;
@@ -541,7 +541,7 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
       ty_msg_free(m);
       return TY_MPI_SHIM_ERROR;
     }
-    memcpy(buf, m->data + words, bytes);
+    if (bytes) memcpy(buf, m->data + words, bytes);
   }
   ty_msg_free(m);
   if (v[0] != TY_V_OK) return ty_verdict_result(c, v, fault, err, capacity);
@@ -579,7 +579,7 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
                c->world[root], (unsigned long long)m->hdr.bytes, bytes);
       rc = TY_MPI_SHIM_ERROR;
     } else {
-      memcpy(buf, m->data, bytes);
+      if (bytes) memcpy(buf, m->data, bytes);
     }
     ty_msg_free(m);
     return rc;
@@ -638,7 +638,7 @@ static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_
              (unsigned long long)m->hdr.bytes, tag, bytes);
     rc = TY_MPI_SHIM_ERROR;
   } else {
-    memcpy(buf, m->data, bytes);
+    if (bytes) memcpy(buf, m->data, bytes);
   }
   ty_msg_free(m);
   return rc;
