@@ -1,12 +1,10 @@
-/* The Trainyard TCP transport's progress engine and collectives: the
- * ty_mpi_shim_t table (mpi_shim.h) over the authenticated mesh of
- * tcp_rdzv.c, with the semantics of mpi_shim.c. One function, ty_progress,
- * polls every peer socket, reads whole frames into a queue per peer and
- * writes what is pending, so two ranks sending each other large messages
- * at once never deadlock. Collectives go through the communicator's rank
- * 0: it checks every rank's (sequence, kind, bytes) before any data is
- * used, sums in rank order 0, 1, 2, ... (results never depend on arrival
- * order) and sends the verdict, with the result, to every rank. */
+/* The Trainyard TCP transport's collectives and its ty_mpi_shim_t table
+ * (mpi_shim.h), with the semantics of mpi_shim.c, over the authenticated
+ * mesh of tcp_rdzv.c and the progress engine of tcp_engine.c. Collectives
+ * go through the communicator's rank 0: it checks every rank's (sequence,
+ * kind, bytes) before any data is used, sums in rank order 0, 1, 2, ...
+ * (results never depend on arrival order) and sends the verdict, with the
+ * result, to every rank. */
 #include <errno.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -14,338 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
-#include "dist/tcp_internal.h"
-
-/* Frame types. */
-enum { TY_F_P2P = 1, TY_F_CONTRIB, TY_F_VERDICT, TY_F_BCAST, TY_F_SPLIT, TY_F_SPLIT_ALL };
-
-typedef struct {
-  uint32_t magic, type;
-  uint64_t comm;
-  int64_t tag;   /* the p2p tag, or the collective's sequence number */
-  int64_t kind;  /* the collective (TY_MPI_SHIM_KIND_*) */
-  uint64_t bytes;
-} ty_hdr_t;
-
-typedef struct ty_msg_s {
-  struct ty_msg_s *next;
-  ty_hdr_t hdr;
-  uint8_t *data;
-} ty_msg_t;
-
-/* Pending output: a header, a small owned prefix, and data that is either
- * owned (freed when written) or the caller's (kept valid until done). */
-typedef struct ty_out_s {
-  struct ty_out_s *next;
-  ty_hdr_t hdr;
-  uint8_t pre[64];
-  size_t pre_bytes;
-  const uint8_t *data;
-  uint8_t *owned;
-  size_t total, done;
-  bool detached; /* a send request holds it: not freed when written */
-  int peer;
-} ty_out_t;
-
-typedef struct {
-  int fd;
-  bool closed;
-  /* input: the frame being read */
-  ty_hdr_t in_hdr;
-  size_t in_hdr_got;
-  ty_msg_t *in_msg;
-  size_t in_got;
-  ty_msg_t *head, *tail;
-  ty_out_t *out_head, *out_tail;
-} ty_peer_t;
-
-struct ty_mpi_shim_comm_s {
-  uint64_t id;
-  int rank, size;
-  int *world; /* world rank of each rank */
-  int64_t sequence;
-};
-
-static struct {
-  ty_launch_env_t env;
-  double timeout_s;
-  ty_tcp_mesh_t mesh;
-  ty_peer_t *peers;
-  struct ty_mpi_shim_comm_s world;
-  int64_t splits;
-  char broken[256]; /* a peer's stream that can no longer be trusted */
-} ty_w;
+#include "dist/tcp_engine.h"
 
 void ty_tcp_configure(const ty_launch_env_t *env, double timeout_s) {
-  ty_w.env = *env;
-  ty_w.timeout_s = timeout_s;
+  ty_tcp_w.env = *env;
+  ty_tcp_w.timeout_s = timeout_s;
 }
 
-static struct ty_mpi_shim_comm_s *ty_comm(ty_mpi_shim_comm_t *c) { return c ? c : &ty_w.world; }
-
-static void ty_host_of(int r, char *out, size_t capacity) {
-  const ty_tcp_rank_info_t *i = &ty_w.mesh.info[r];
-  snprintf(out, capacity, "%s (%s)", i->host, i->addr);
-}
-
-static int ty_closed_error(int r, char *err, size_t capacity) {
-  const ty_tcp_rank_info_t *i = &ty_w.mesh.info[r];
-  snprintf(err, capacity, "rank %d (host %s, %s) closed its connection: it died or stopped",
-           r, i->host, i->addr);
-  return TY_MPI_SHIM_ERROR;
-}
-
-static void ty_peer_close(ty_peer_t *p) {
-  if (p->fd >= 0) close(p->fd);
-  p->fd = -1;
-  p->closed = true;
-  ty_out_t *o = p->out_head;
-  while (o) { /* nothing more can be written */
-    ty_out_t *next = o->next;
-    o->next = NULL;
-    if (!o->detached) {
-      free(o->owned);
-      free(o);
-    }
-    o = next;
-  }
-  p->out_head = p->out_tail = NULL;
-}
-
-/* Reads what `p` has: whole frames go to its queue. */
-static void ty_read_peer(int r, ty_peer_t *p) {
-  for (;;) {
-    void *dst;
-    size_t want;
-    if (p->in_hdr_got < sizeof(ty_hdr_t)) {
-      dst = (uint8_t *)&p->in_hdr + p->in_hdr_got;
-      want = sizeof(ty_hdr_t) - p->in_hdr_got;
-    } else {
-      dst = p->in_msg->data + p->in_got;
-      want = p->in_msg->hdr.bytes - p->in_got;
-    }
-    ssize_t n = want ? recv(p->fd, dst, want, 0) : 0;
-    if (want && n == 0) {
-      ty_peer_close(p);
-      return;
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) ty_peer_close(p);
-      return;
-    }
-    if (p->in_hdr_got < sizeof(ty_hdr_t)) {
-      p->in_hdr_got += (size_t)n;
-      if (p->in_hdr_got < sizeof(ty_hdr_t)) continue;
-      if (p->in_hdr.magic != TY_TCP_MAGIC) {
-        snprintf(ty_w.broken, sizeof(ty_w.broken),
-                 "rank %d sent a frame this build cannot read (another version?)", r);
-        ty_peer_close(p);
-        return;
-      }
-      p->in_msg = calloc(1, sizeof(ty_msg_t));
-      if (p->in_msg) p->in_msg->data = malloc(p->in_hdr.bytes ? p->in_hdr.bytes : 1);
-      if (!p->in_msg || !p->in_msg->data) {
-        if (p->in_msg) free(p->in_msg);
-        p->in_msg = NULL;
-        snprintf(ty_w.broken, sizeof(ty_w.broken),
-                 "out of memory for a message of %llu bytes from rank %d",
-                 (unsigned long long)p->in_hdr.bytes, r);
-        ty_peer_close(p);
-        return;
-      }
-      p->in_msg->hdr = p->in_hdr;
-      p->in_got = 0;
-    } else {
-      p->in_got += (size_t)n;
-    }
-    if (p->in_got == p->in_msg->hdr.bytes) {
-      if (p->tail) p->tail->next = p->in_msg;
-      else p->head = p->in_msg;
-      p->tail = p->in_msg;
-      p->in_msg = NULL;
-      p->in_hdr_got = 0;
-    }
-  }
-}
-
-static void ty_write_peer(ty_peer_t *p) {
-  while (p->out_head) {
-    ty_out_t *o = p->out_head;
-    struct iovec iov[3];
-    int n = 0;
-    size_t at = o->done;
-    const size_t seg[3] = {sizeof(ty_hdr_t), o->pre_bytes, o->hdr.bytes - o->pre_bytes};
-    const uint8_t *base[3] = {(const uint8_t *)&o->hdr, o->pre, o->data};
-    for (int i = 0; i < 3; ++i) {
-      if (at >= seg[i]) {
-        at -= seg[i];
-        continue;
-      }
-      iov[n].iov_base = (void *)(base[i] + at);
-      iov[n].iov_len = seg[i] - at;
-      ++n;
-      at = 0;
-    }
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(p->fd, &mh, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) ty_peer_close(p);
-      return;
-    }
-    o->done += (size_t)w;
-    if (o->done < o->total) return;
-    p->out_head = o->next;
-    if (!p->out_head) p->out_tail = NULL;
-    o->next = NULL;
-    if (!o->detached) {
-      free(o->owned);
-      free(o);
-    }
-  }
-}
-
-/* Moves bytes on every open peer socket; waits at most `wait_s` for any. */
-static void ty_progress(double wait_s) {
-  const int n = ty_w.mesh.size;
-  struct pollfd fds[n > 0 ? n : 1];
-  int idx[n > 0 ? n : 1], k = 0;
-  for (int r = 0; r < n; ++r) {
-    ty_peer_t *p = &ty_w.peers[r];
-    if (p->fd < 0) continue;
-    fds[k] = (struct pollfd){p->fd, (short)(POLLIN | (p->out_head ? POLLOUT : 0)), 0};
-    idx[k++] = r;
-  }
-  if (!k) return;
-  int ms = wait_s <= 0 ? 0 : wait_s > 0.1 ? 100 : (int)(wait_s * 1000) + 1;
-  if (poll(fds, (nfds_t)k, ms) <= 0) return;
-  for (int i = 0; i < k; ++i) {
-    ty_peer_t *p = &ty_w.peers[idx[i]];
-    if (p->fd >= 0 && (fds[i].revents & POLLOUT)) ty_write_peer(p);
-    if (p->fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) ty_read_peer(idx[i], p);
-  }
-}
-
-static ty_out_t *ty_send(int peer, uint32_t type, uint64_t comm, int64_t tag, int64_t kind,
-                         const void *pre, size_t pre_bytes, const void *data, size_t bytes,
-                         bool detached) {
-  ty_out_t *o = calloc(1, sizeof(*o));
-  if (!o) return NULL;
-  o->hdr = (ty_hdr_t){TY_TCP_MAGIC, type, comm, tag, kind, pre_bytes + bytes};
-  if (pre_bytes) memcpy(o->pre, pre, pre_bytes);
-  o->pre_bytes = pre_bytes;
-  o->data = data;
-  o->total = sizeof(ty_hdr_t) + pre_bytes + bytes;
-  o->detached = detached;
-  o->peer = peer;
-  ty_peer_t *p = &ty_w.peers[peer];
-  if (p->closed) { /* kept so its owner sees it never completes */
-    return o;
-  }
-  if (p->out_tail) p->out_tail->next = o;
-  else p->out_head = o;
-  p->out_tail = o;
-  ty_write_peer(p); /* most messages fit the socket's buffer at once */
-  return o;
-}
-
-static bool ty_out_queued(const ty_out_t *o) {
-  for (const ty_out_t *q = ty_w.peers[o->peer].out_head; q; q = q->next) {
-    if (q == o) return true;
-  }
-  return false;
-}
-
-/* Takes `o` (detached) back from its queue: a part written already leaves
- * the peer's stream unreadable, so that peer is then cut. */
-static void ty_out_cancel(ty_out_t *o) {
-  ty_peer_t *p = &ty_w.peers[o->peer];
-  if (ty_out_queued(o)) {
-    if (o->done) {
-      ty_peer_close(p);
-      return;
-    }
-    ty_out_t **at = &p->out_head;
-    while (*at != o) at = &(*at)->next;
-    *at = o->next;
-    if (p->out_tail == o) {
-      p->out_tail = NULL;
-      for (ty_out_t *q = p->out_head; q; q = q->next) p->out_tail = q;
-    }
-  }
-}
-
-/* The first queued frame of `type` on `comm` from `peer` (with `tag`, when
- * tag >= 0), taken off the queue; NULL when none. */
-static ty_msg_t *ty_take(int peer, uint32_t type, uint64_t comm, int64_t tag) {
-  ty_peer_t *p = &ty_w.peers[peer];
-  ty_msg_t *prev = NULL;
-  for (ty_msg_t *m = p->head; m; prev = m, m = m->next) {
-    if (m->hdr.type != type || m->hdr.comm != comm || (tag >= 0 && m->hdr.tag != tag)) continue;
-    if (prev) prev->next = m->next;
-    else p->head = m->next;
-    if (p->tail == m) p->tail = prev;
-    m->next = NULL;
-    return m;
-  }
-  return NULL;
-}
-
-static void ty_msg_free(ty_msg_t *m) {
-  if (!m) return;
-  free(m->data);
-  free(m);
-}
-
-/* Waits for a frame (ty_take) until `deadline`: OK, TIMEOUT, or ERROR when
- * the peer's connection ended first. */
-static int ty_wait_msg(int peer, uint32_t type, uint64_t comm, int64_t tag, double deadline,
-                       ty_msg_t **out, char *err, size_t capacity) {
-  for (;;) {
-    *out = ty_take(peer, type, comm, tag);
-    if (*out) return TY_MPI_SHIM_OK;
-    if (ty_w.peers[peer].closed) {
-      if (ty_w.broken[0]) {
-        snprintf(err, capacity, "%s", ty_w.broken);
-        return TY_MPI_SHIM_ERROR;
-      }
-      return ty_closed_error(peer, err, capacity);
-    }
-    double left = deadline - ty_tcp_now();
-    if (left <= 0) return TY_MPI_SHIM_TIMEOUT;
-    ty_progress(left);
-  }
-}
-
-/* Waits until the detached sends `o[0..n)` are written (into the kernel:
- * MPI's eager sends complete so too). */
-static int ty_flush(ty_out_t **o, int n, double deadline, int *out_peer, char *err,
-                    size_t capacity) {
-  for (;;) {
-    int pending = -1;
-    for (int i = 0; i < n && pending < 0; ++i) {
-      if (o[i] && o[i]->done < o[i]->total) pending = i;
-    }
-    if (pending < 0) return TY_MPI_SHIM_OK;
-    const int peer = o[pending]->peer;
-    if (ty_w.peers[peer].closed) {
-      *out_peer = peer;
-      return ty_closed_error(peer, err, capacity);
-    }
-    double left = deadline - ty_tcp_now();
-    if (left <= 0) {
-      *out_peer = peer;
-      return TY_MPI_SHIM_TIMEOUT;
-    }
-    ty_progress(left);
-  }
-}
+static struct ty_mpi_shim_comm_s *ty_comm(ty_mpi_shim_comm_t *c) { return c ? c : &ty_tcp_w.world; }
 
 /* ---- collectives ---- */
 
@@ -378,7 +56,7 @@ static void ty_gather(struct ty_mpi_shim_comm_s *c, const int64_t mine[3], doubl
   for (;;) {
     int arrived = 0;
     for (int r = 1; r < c->size; ++r) {
-      if (!msgs[r]) msgs[r] = ty_take(c->world[r], TY_F_CONTRIB, c->id, -1);
+      if (!msgs[r]) msgs[r] = ty_tcp_take(c->world[r], TY_F_CONTRIB, c->id, -1);
       if (!msgs[r]) continue;
       ++arrived;
       const int64_t got[3] = {msgs[r]->hdr.tag, msgs[r]->hdr.kind, ty_declared(msgs[r])};
@@ -391,7 +69,7 @@ static void ty_gather(struct ty_mpi_shim_comm_s *c, const int64_t mine[3], doubl
     }
     if (arrived == c->size - 1) return;
     for (int r = 1; r < c->size; ++r) {
-      if (!msgs[r] && ty_w.peers[c->world[r]].closed) {
+      if (!msgs[r] && ty_tcp_w.peers[c->world[r]].closed) {
         v[0] = TY_V_CLOSED;
         v[1] = r;
         return;
@@ -405,7 +83,7 @@ static void ty_gather(struct ty_mpi_shim_comm_s *c, const int64_t mine[3], doubl
       v[0] = TY_V_MISSING;
       return;
     }
-    ty_progress(left);
+    ty_tcp_progress(left);
   }
 }
 
@@ -421,18 +99,18 @@ static int ty_verdict_send(struct ty_mpi_shim_comm_s *c, int64_t seq, const int6
   }
   int rc = TY_MPI_SHIM_OK;
   for (int r = 1; r < c->size && rc == TY_MPI_SHIM_OK; ++r) {
-    if (ty_w.peers[c->world[r]].closed && v[0] != TY_V_OK) continue;
-    outs[r] = ty_send(c->world[r], TY_F_VERDICT, c->id, seq, 0, v,
+    if (ty_tcp_w.peers[c->world[r]].closed && v[0] != TY_V_OK) continue;
+    outs[r] = ty_tcp_send(c->world[r], TY_F_VERDICT, c->id, seq, 0, v,
                       TY_V_WORDS * sizeof(int64_t), data, data ? bytes : 0, true);
     if (!outs[r]) {
       snprintf(err, capacity, "out of memory for a collective");
       rc = TY_MPI_SHIM_ERROR;
     }
   }
-  if (rc == TY_MPI_SHIM_OK) rc = ty_flush(outs, c->size, deadline, out_peer, err, capacity);
+  if (rc == TY_MPI_SHIM_OK) rc = ty_tcp_flush(outs, c->size, deadline, out_peer, err, capacity);
   for (int r = 1; r < c->size; ++r) {
     if (!outs[r]) continue;
-    ty_out_cancel(outs[r]);
+    ty_tcp_out_cancel(outs[r]);
     free(outs[r]);
   }
   free(outs);
@@ -446,7 +124,7 @@ static int ty_verdict_result(struct ty_mpi_shim_comm_s *c, const int64_t v[TY_V_
   if (v[0] == TY_V_MISSING) return TY_MPI_SHIM_TIMEOUT;
   if (v[0] == TY_V_CLOSED) {
     const int r = (int)v[1];
-    return ty_closed_error(r >= 0 && r < c->size ? c->world[r] : 0, err, capacity);
+    return ty_tcp_closed_error(r >= 0 && r < c->size ? c->world[r] : 0, err, capacity);
   }
   fault->seq = v[2];
   fault->kind = v[3];
@@ -503,7 +181,7 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
     if (v[0] == TY_V_OK && reduce) {
       for (int r = 1; r < c->size; ++r) ty_reduce(buf, msgs[r]->data + 8, count, type, op);
     }
-    for (int r = 1; r < c->size; ++r) ty_msg_free(msgs[r]);
+    for (int r = 1; r < c->size; ++r) ty_tcp_msg_free(msgs[r]);
     free(msgs);
     int peer = -1;
     int rc = ty_verdict_send(c, mine[0], v, v[0] == TY_V_OK && reduce ? buf : NULL, bytes,
@@ -515,21 +193,21 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
     return rc;
   }
   /* Every other rank: its arrival (and data) to rank 0, then the verdict. */
-  ty_out_t *o = ty_send(c->world[0], TY_F_CONTRIB, c->id, mine[0], kind, &mine[2], 8,
+  ty_out_t *o = ty_tcp_send(c->world[0], TY_F_CONTRIB, c->id, mine[0], kind, &mine[2], 8,
                         reduce ? buf : NULL, reduce ? bytes : 0, true);
   if (!o) {
     snprintf(err, capacity, "out of memory for a collective");
     return TY_MPI_SHIM_ERROR;
   }
   ty_msg_t *m = NULL;
-  int rc = ty_wait_msg(c->world[0], TY_F_VERDICT, c->id, -1, deadline, &m, err, capacity);
-  ty_out_cancel(o);
+  int rc = ty_tcp_wait_msg(c->world[0], TY_F_VERDICT, c->id, -1, deadline, &m, err, capacity);
+  ty_tcp_out_cancel(o);
   free(o);
   if (rc == TY_MPI_SHIM_TIMEOUT) fault->rank = 0; /* rank 0 answers once it has waited */
   if (rc != TY_MPI_SHIM_OK) return rc;
   const size_t words = TY_V_WORDS * sizeof(int64_t);
   if (m->hdr.bytes < words) {
-    ty_msg_free(m);
+    ty_tcp_msg_free(m);
     snprintf(err, capacity, "rank %d sent a verdict this build cannot read", c->world[0]);
     return TY_MPI_SHIM_ERROR;
   }
@@ -538,12 +216,12 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
     if (m->hdr.bytes - words != bytes) {
       snprintf(err, capacity, "rank %d sent a result of %llu bytes where %zu were expected",
                c->world[0], (unsigned long long)(m->hdr.bytes - words), bytes);
-      ty_msg_free(m);
+      ty_tcp_msg_free(m);
       return TY_MPI_SHIM_ERROR;
     }
     if (bytes) memcpy(buf, m->data + words, bytes);
   }
-  ty_msg_free(m);
+  ty_tcp_msg_free(m);
   if (v[0] != TY_V_OK) return ty_verdict_result(c, v, fault, err, capacity);
   return TY_MPI_SHIM_OK;
 }
@@ -571,7 +249,7 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
   const double deadline = ty_deadline(c, timeout_s);
   if (c->rank != root) {
     ty_msg_t *m = NULL;
-    rc = ty_wait_msg(c->world[root], TY_F_BCAST, c->id, seq, deadline, &m, err, capacity);
+    rc = ty_tcp_wait_msg(c->world[root], TY_F_BCAST, c->id, seq, deadline, &m, err, capacity);
     if (rc == TY_MPI_SHIM_TIMEOUT) out_fault->rank = root;
     if (rc != TY_MPI_SHIM_OK) return rc;
     if (m->hdr.bytes != bytes) {
@@ -581,7 +259,7 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
     } else {
       if (bytes) memcpy(buf, m->data, bytes);
     }
-    ty_msg_free(m);
+    ty_tcp_msg_free(m);
     return rc;
   }
   ty_out_t **outs = calloc((size_t)c->size, sizeof(*outs));
@@ -591,18 +269,18 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
   }
   for (int r = 0; r < c->size && rc == TY_MPI_SHIM_OK; ++r) {
     if (r == root) continue;
-    outs[r] = ty_send(c->world[r], TY_F_BCAST, c->id, seq, 0, NULL, 0, buf, bytes, true);
+    outs[r] = ty_tcp_send(c->world[r], TY_F_BCAST, c->id, seq, 0, NULL, 0, buf, bytes, true);
     if (!outs[r]) {
       snprintf(err, capacity, "out of memory for a broadcast");
       rc = TY_MPI_SHIM_ERROR;
     }
   }
   int peer = -1;
-  if (rc == TY_MPI_SHIM_OK) rc = ty_flush(outs, c->size, deadline, &peer, err, capacity);
+  if (rc == TY_MPI_SHIM_OK) rc = ty_tcp_flush(outs, c->size, deadline, &peer, err, capacity);
   for (int r = 0; r < c->size; ++r) {
     if (c->world[r] == peer && rc == TY_MPI_SHIM_TIMEOUT) out_fault->rank = r;
     if (!outs[r]) continue;
-    ty_out_cancel(outs[r]);
+    ty_tcp_out_cancel(outs[r]);
     free(outs[r]);
   }
   free(outs);
@@ -611,7 +289,7 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
 
 static int ty_send_start(const void *buf, size_t bytes, int dest, int tag, void **out_request,
                          char *err, size_t capacity) {
-  *out_request = ty_send(dest, TY_F_P2P, 0, tag, 0, NULL, 0, buf, bytes, true);
+  *out_request = ty_tcp_send(dest, TY_F_P2P, 0, tag, 0, NULL, 0, buf, bytes, true);
   if (!*out_request) {
     snprintf(err, capacity, "out of memory");
     return TY_MPI_SHIM_ERROR;
@@ -622,8 +300,8 @@ static int ty_send_start(const void *buf, size_t bytes, int dest, int tag, void 
 static int ty_send_wait(void *request, double timeout_s, char *err, size_t capacity) {
   ty_out_t *o = request;
   int peer = -1;
-  int rc = ty_flush(&o, 1, ty_tcp_now() + timeout_s, &peer, err, capacity);
-  ty_out_cancel(o);
+  int rc = ty_tcp_flush(&o, 1, ty_tcp_now() + timeout_s, &peer, err, capacity);
+  ty_tcp_out_cancel(o);
   free(o);
   return rc;
 }
@@ -631,7 +309,7 @@ static int ty_send_wait(void *request, double timeout_s, char *err, size_t capac
 static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_s, char *err,
                    size_t capacity) {
   ty_msg_t *m = NULL;
-  int rc = ty_wait_msg(source, TY_F_P2P, 0, tag, ty_tcp_now() + timeout_s, &m, err, capacity);
+  int rc = ty_tcp_wait_msg(source, TY_F_P2P, 0, tag, ty_tcp_now() + timeout_s, &m, err, capacity);
   if (rc != TY_MPI_SHIM_OK) return rc;
   if (m->hdr.bytes != bytes) {
     snprintf(err, capacity, "rank %d sent %llu bytes (tag %d) where %zu were expected", source,
@@ -640,7 +318,7 @@ static int ty_recv(void *buf, size_t bytes, int source, int tag, double timeout_
   } else {
     if (bytes) memcpy(buf, m->data, bytes);
   }
-  ty_msg_free(m);
+  ty_tcp_msg_free(m);
   return rc;
 }
 
@@ -659,8 +337,8 @@ static uint64_t ty_comm_id(int64_t split, int64_t color) {
 static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int *out_rank,
                          int *out_size, char *err, size_t capacity) {
   *out_comm = NULL;
-  const int size = ty_w.world.size, me = ty_w.world.rank;
-  const int64_t split = ty_w.splits++;
+  const int size = ty_tcp_w.world.size, me = ty_tcp_w.world.rank;
+  const int64_t split = ty_tcp_w.splits++;
   int64_t *all = calloc((size_t)size * 2, sizeof(int64_t));
   struct ty_mpi_shim_comm_s *c = calloc(1, sizeof(*c));
   int *world = calloc((size_t)size, sizeof(int));
@@ -674,15 +352,15 @@ static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int 
   all[2 * me] = color;
   all[2 * me + 1] = key;
   /* An all-gather of (color, key) through world rank 0. */
-  const double deadline = ty_deadline(&ty_w.world, ty_w.timeout_s);
+  const double deadline = ty_deadline(&ty_tcp_w.world, ty_tcp_w.timeout_s);
   int rc = TY_MPI_SHIM_OK, peer = -1;
   ty_msg_t *m = NULL;
   if (me != 0) {
-    ty_out_t *o = ty_send(0, TY_F_SPLIT, 0, split, 0, NULL, 0, &all[2 * me], 16, true);
-    rc = o ? ty_wait_msg(0, TY_F_SPLIT_ALL, 0, split, deadline, &m, err, capacity)
+    ty_out_t *o = ty_tcp_send(0, TY_F_SPLIT, 0, split, 0, NULL, 0, &all[2 * me], 16, true);
+    rc = o ? ty_tcp_wait_msg(0, TY_F_SPLIT_ALL, 0, split, deadline, &m, err, capacity)
            : TY_MPI_SHIM_ERROR;
     if (o) {
-      ty_out_cancel(o);
+      ty_tcp_out_cancel(o);
       free(o);
     }
     if (rc == TY_MPI_SHIM_OK && m->hdr.bytes == (size_t)size * 16) {
@@ -690,31 +368,31 @@ static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int 
     } else if (rc == TY_MPI_SHIM_OK) {
       rc = TY_MPI_SHIM_ERROR;
     }
-    ty_msg_free(m);
+    ty_tcp_msg_free(m);
   } else {
     for (int r = 1; r < size && rc == TY_MPI_SHIM_OK; ++r) {
-      rc = ty_wait_msg(r, TY_F_SPLIT, 0, split, deadline, &m, err, capacity);
+      rc = ty_tcp_wait_msg(r, TY_F_SPLIT, 0, split, deadline, &m, err, capacity);
       if (rc == TY_MPI_SHIM_TIMEOUT) peer = r;
       if (rc == TY_MPI_SHIM_OK && m->hdr.bytes == 16) memcpy(&all[2 * r], m->data, 16);
-      ty_msg_free(m);
+      ty_tcp_msg_free(m);
       m = NULL;
     }
     ty_out_t **outs = calloc((size_t)size, sizeof(*outs));
     for (int r = 1; outs && r < size && rc == TY_MPI_SHIM_OK; ++r) {
-      outs[r] = ty_send(r, TY_F_SPLIT_ALL, 0, split, 0, NULL, 0, all, (size_t)size * 16, true);
+      outs[r] = ty_tcp_send(r, TY_F_SPLIT_ALL, 0, split, 0, NULL, 0, all, (size_t)size * 16, true);
     }
     if (!outs) rc = TY_MPI_SHIM_ERROR;
-    if (rc == TY_MPI_SHIM_OK) rc = ty_flush(outs, size, deadline, &peer, err, capacity);
+    if (rc == TY_MPI_SHIM_OK) rc = ty_tcp_flush(outs, size, deadline, &peer, err, capacity);
     for (int r = 1; outs && r < size; ++r) {
       if (!outs[r]) continue;
-      ty_out_cancel(outs[r]);
+      ty_tcp_out_cancel(outs[r]);
       free(outs[r]);
     }
     free(outs);
   }
   if (rc == TY_MPI_SHIM_TIMEOUT) {
     snprintf(err, capacity, "rank %d did not reach the group split within %g s (--dist-timeout)",
-             peer >= 0 ? peer : 0, ty_w.timeout_s);
+             peer >= 0 ? peer : 0, ty_tcp_w.timeout_s);
   } else if (rc != TY_MPI_SHIM_OK && !err[0]) {
     snprintf(err, capacity, "the group split failed (out of memory or a bad answer)");
   }
@@ -746,42 +424,42 @@ static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int 
 }
 
 static void ty_comm_free(ty_mpi_shim_comm_t *c) {
-  if (!c || c == &ty_w.world) return;
+  if (!c || c == &ty_tcp_w.world) return;
   free(c->world);
   free(c);
 }
 
 static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
                    size_t capacity) {
-  if (ty_w.env.world_size < 1 || !(ty_w.timeout_s > 0)) {
+  if (ty_tcp_w.env.world_size < 1 || !(ty_tcp_w.timeout_s > 0)) {
     snprintf(err, capacity, "the TCP transport was not configured (a bug)");
     return TY_MPI_SHIM_ERROR;
   }
-  ty_w.broken[0] = '\0';
-  int rc = ty_tcp_rendezvous(&ty_w.env, ty_w.timeout_s, &ty_w.mesh, err, capacity);
+  ty_tcp_w.broken[0] = '\0';
+  int rc = ty_tcp_rendezvous(&ty_tcp_w.env, ty_tcp_w.timeout_s, &ty_tcp_w.mesh, err, capacity);
   if (rc != TY_MPI_SHIM_OK) return rc;
-  const int n = ty_w.mesh.size;
-  ty_w.peers = calloc((size_t)n, sizeof(*ty_w.peers));
-  ty_w.world = (struct ty_mpi_shim_comm_s){.id = 0, .rank = ty_w.mesh.rank, .size = n};
-  ty_w.world.world = calloc((size_t)n, sizeof(int));
-  if (!ty_w.peers || !ty_w.world.world) {
-    free(ty_w.peers);
-    free(ty_w.world.world);
-    ty_w.peers = NULL;
-    ty_w.world.world = NULL;
-    ty_tcp_mesh_free(&ty_w.mesh);
+  const int n = ty_tcp_w.mesh.size;
+  ty_tcp_w.peers = calloc((size_t)n, sizeof(*ty_tcp_w.peers));
+  ty_tcp_w.world = (struct ty_mpi_shim_comm_s){.id = 0, .rank = ty_tcp_w.mesh.rank, .size = n};
+  ty_tcp_w.world.world = calloc((size_t)n, sizeof(int));
+  if (!ty_tcp_w.peers || !ty_tcp_w.world.world) {
+    free(ty_tcp_w.peers);
+    free(ty_tcp_w.world.world);
+    ty_tcp_w.peers = NULL;
+    ty_tcp_w.world.world = NULL;
+    ty_tcp_mesh_free(&ty_tcp_w.mesh);
     snprintf(err, capacity, "out of memory for a world of %d ranks", n);
     return TY_MPI_SHIM_ERROR;
   }
   for (int r = 0; r < n; ++r) {
-    ty_w.world.world[r] = r;
-    ty_w.peers[r].fd = ty_w.mesh.fds[r];
-    ty_w.peers[r].closed = r != ty_w.mesh.rank && ty_w.mesh.fds[r] < 0;
-    ty_w.mesh.fds[r] = -1; /* the peers own them now */
+    ty_tcp_w.world.world[r] = r;
+    ty_tcp_w.peers[r].fd = ty_tcp_w.mesh.fds[r];
+    ty_tcp_w.peers[r].closed = r != ty_tcp_w.mesh.rank && ty_tcp_w.mesh.fds[r] < 0;
+    ty_tcp_w.mesh.fds[r] = -1; /* the peers own them now */
   }
-  *out_rank = ty_w.mesh.rank;
+  *out_rank = ty_tcp_w.mesh.rank;
   *out_size = n;
-  *out_local_rank = ty_w.env.local_rank;
+  *out_local_rank = ty_tcp_w.env.local_rank;
   return TY_MPI_SHIM_OK;
 }
 
@@ -789,22 +467,22 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
  * has said it too (bounded), so that closing never resets a connection
  * whose last data a peer has not read yet. */
 static void ty_finalize(void) {
-  if (!ty_w.peers) return;
-  const int n = ty_w.mesh.size;
-  double deadline = ty_tcp_now() + (ty_w.timeout_s < 10 ? ty_w.timeout_s : 10);
+  if (!ty_tcp_w.peers) return;
+  const int n = ty_tcp_w.mesh.size;
+  double deadline = ty_tcp_now() + (ty_tcp_w.timeout_s < 10 ? ty_tcp_w.timeout_s : 10);
   for (bool pending = true; pending && ty_tcp_now() < deadline;) {
     pending = false;
-    for (int r = 0; r < n; ++r) pending = pending || ty_w.peers[r].out_head;
-    if (pending) ty_progress(deadline - ty_tcp_now());
+    for (int r = 0; r < n; ++r) pending = pending || ty_tcp_w.peers[r].out_head;
+    if (pending) ty_tcp_progress(deadline - ty_tcp_now());
   }
   for (int r = 0; r < n; ++r) {
-    if (ty_w.peers[r].fd >= 0) shutdown(ty_w.peers[r].fd, SHUT_WR);
+    if (ty_tcp_w.peers[r].fd >= 0) shutdown(ty_tcp_w.peers[r].fd, SHUT_WR);
   }
   deadline = ty_tcp_now() + 2;
   for (bool open = true; open && ty_tcp_now() < deadline;) {
     open = false;
     for (int r = 0; r < n; ++r) {
-      ty_peer_t *p = &ty_w.peers[r];
+      ty_peer_t *p = &ty_tcp_w.peers[r];
       if (p->fd < 0) continue;
       open = true;
       char sink[4096];
@@ -818,46 +496,46 @@ static void ty_finalize(void) {
       struct pollfd fds[n > 0 ? n : 1];
       int k = 0;
       for (int r = 0; r < n; ++r) {
-        if (ty_w.peers[r].fd >= 0) fds[k++] = (struct pollfd){ty_w.peers[r].fd, POLLIN, 0};
+        if (ty_tcp_w.peers[r].fd >= 0) fds[k++] = (struct pollfd){ty_tcp_w.peers[r].fd, POLLIN, 0};
       }
       if (k) poll(fds, (nfds_t)k, 100);
     }
   }
   for (int r = 0; r < n; ++r) {
-    ty_peer_t *p = &ty_w.peers[r];
-    ty_peer_close(p);
+    ty_peer_t *p = &ty_tcp_w.peers[r];
+    ty_tcp_peer_close(p);
     while (p->head) {
       ty_msg_t *m = p->head;
       p->head = m->next;
-      ty_msg_free(m);
+      ty_tcp_msg_free(m);
     }
-    ty_msg_free(p->in_msg);
+    ty_tcp_msg_free(p->in_msg);
   }
-  free(ty_w.peers);
-  ty_w.peers = NULL;
-  free(ty_w.world.world);
-  ty_w.world.world = NULL;
-  ty_tcp_mesh_free(&ty_w.mesh);
+  free(ty_tcp_w.peers);
+  ty_tcp_w.peers = NULL;
+  free(ty_tcp_w.world.world);
+  ty_tcp_w.world.world = NULL;
+  ty_tcp_mesh_free(&ty_tcp_w.mesh);
 }
 
 static void ty_abort(int code) {
   /* Peers see the connections end and name this rank at once. */
-  for (int r = 0; ty_w.peers && r < ty_w.mesh.size; ++r) {
-    if (ty_w.peers[r].fd >= 0) close(ty_w.peers[r].fd);
+  for (int r = 0; ty_tcp_w.peers && r < ty_tcp_w.mesh.size; ++r) {
+    if (ty_tcp_w.peers[r].fd >= 0) close(ty_tcp_w.peers[r].fd);
   }
   _exit(code);
 }
 
 static void ty_library_version(char *out, size_t capacity) {
-  snprintf(out, capacity, "Trainyard TCP transport (rendezvous %s:%d)", ty_w.env.host,
-           ty_w.env.port);
+  snprintf(out, capacity, "Trainyard TCP transport (rendezvous %s:%d)", ty_tcp_w.env.host,
+           ty_tcp_w.env.port);
 }
 
 static void ty_rank_host(int world_rank, char *out, size_t capacity) {
   if (!capacity) return;
   out[0] = '\0';
-  if (ty_w.mesh.info && world_rank >= 0 && world_rank < ty_w.mesh.size) {
-    ty_host_of(world_rank, out, capacity);
+  if (ty_tcp_w.mesh.info && world_rank >= 0 && world_rank < ty_tcp_w.mesh.size) {
+    ty_tcp_host_of(world_rank, out, capacity);
   }
 }
 
