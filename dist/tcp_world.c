@@ -437,6 +437,8 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
   }
   ty_tcp_w.broken[0] = '\0';
   int rc = ty_tcp_rendezvous(&ty_tcp_w.env, ty_tcp_w.timeout_s, &ty_tcp_w.mesh, err, capacity);
+  /* The token proved every link: no copy of it stays in memory. */
+  memset(ty_tcp_w.env.token, 0, sizeof(ty_tcp_w.env.token));
   if (rc != TY_MPI_SHIM_OK) return rc;
   const int n = ty_tcp_w.mesh.size;
   ty_tcp_w.peers = calloc((size_t)n, sizeof(*ty_tcp_w.peers));

@@ -710,7 +710,8 @@ class FailureTest(Base):
     def test_hung_rank_is_named(self):
         out = self.path("out")
         r, elapsed = self.run_with_fault(out, "hang", 4)
-        self.assertIn("rank 1 did not reach", r.stderr)
+        # named with its host (MPI_Get_processor_name, gathered at start-up)
+        self.assertRegex(r.stderr, r"rank 1 on host \S+ did not reach")
         self.assertIn("within 4 s (--dist-timeout)", r.stderr)
         self.assertLess(elapsed, 60)
         self.check_previous_checkpoint(out)
