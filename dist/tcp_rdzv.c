@@ -162,7 +162,7 @@ static int ty_rz_accept_one(int fd, const ty_launch_env_t *env, double deadline,
   a->fd = fd;
   a->session.token = env->token;
   uint32_t hello[2] = {TY_TCP_MAGIC, TY_RZ_HELLO};
-  uint8_t reg[8 + TY_NONCE + 8 + sizeof(ty_tcp_rank_info_t) + TY_MAC];
+  uint8_t reg[8 + TY_NONCE + 8 + sizeof(ty_tcp_rank_info_t) + TY_MAC] = {0};
   RAND_bytes(a->session.nonce_s, TY_NONCE);
   int w = ty_tcp_write_full(fd, hello, sizeof(hello), deadline);
   if (!w) w = ty_tcp_write_full(fd, a->session.nonce_s, TY_NONCE, deadline);

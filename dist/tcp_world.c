@@ -46,8 +46,8 @@ static int64_t ty_declared(const ty_msg_t *m) {
 
 /* Rank 0 of `c`: every other rank's arrival frame (in msgs[r]) by the
  * deadline, each checked against `mine` in rank order; the verdict in v. */
-static void ty_gather(struct ty_mpi_shim_comm_s *c, const int64_t mine[3], double deadline,
-                      ty_msg_t **msgs, int64_t v[TY_V_WORDS]) {
+static void ty_gather(struct ty_mpi_shim_comm_s *c, const int64_t mine[3], bool with_data,
+                      double deadline, ty_msg_t **msgs, int64_t v[TY_V_WORDS]) {
   memset(v, 0, TY_V_WORDS * sizeof(int64_t));
   v[1] = -1;
   v[5] = mine[0];
@@ -59,7 +59,11 @@ static void ty_gather(struct ty_mpi_shim_comm_s *c, const int64_t mine[3], doubl
       if (!msgs[r]) msgs[r] = ty_tcp_take(c->world[r], TY_F_CONTRIB, c->id, -1);
       if (!msgs[r]) continue;
       ++arrived;
-      const int64_t got[3] = {msgs[r]->hdr.tag, msgs[r]->hdr.kind, ty_declared(msgs[r])};
+      int64_t got[3] = {msgs[r]->hdr.tag, msgs[r]->hdr.kind, ty_declared(msgs[r])};
+      /* The same collective carries its data (an all-reduce) or none: what
+       * came is what counts, so a short frame is never summed past. */
+      const int64_t carried = msgs[r]->hdr.bytes >= 8 ? (int64_t)msgs[r]->hdr.bytes - 8 : -1;
+      if (got[1] == mine[1] && carried != (with_data ? got[2] : 0)) got[2] = carried;
       if (got[0] != mine[0] || got[1] != mine[1] || got[2] != mine[2]) {
         v[0] = TY_V_MISMATCH;
         v[1] = r;
@@ -177,7 +181,7 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
       snprintf(err, capacity, "out of memory for a collective");
       return TY_MPI_SHIM_ERROR;
     }
-    ty_gather(c, mine, deadline, msgs, v);
+    ty_gather(c, mine, reduce, deadline, msgs, v);
     if (v[0] == TY_V_OK && reduce) {
       for (int r = 1; r < c->size; ++r) ty_reduce(buf, msgs[r]->data + 8, count, type, op);
     }
