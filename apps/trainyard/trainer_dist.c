@@ -2,7 +2,8 @@
  * each rank, and the host path of the gradient all-reduce for backends
  * without collectives of their own. Each rank runs the gradient graph on
  * its slice of the global batch into the "<param>.grad_accum" states; the
- * host path reads them, sums them over the ranks with MPI and writes them
+ * host path reads them, sums them over the ranks (MPI, or the TCP
+ * transport of a launch without MPI) and writes them
  * back before the optimizer graph runs. Every rank then applies the same
  * update to the same weights, so the replicas never drift. */
 #include <signal.h>

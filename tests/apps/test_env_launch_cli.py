@@ -6,8 +6,10 @@ rendezvous on 127.0.0.1 (a free port) and talking over the Trainyard TCP
 transport (dist/tcp_world.c). Standard library only; no MPI needed.
 
 - MatchTest: 2 ranks x batch 2 equal one process with --grad-accum 2 within
-  1e-6 over 10 steps (losses and weights); --tp 2, --pp 2 and --zero 1 each
-  once against one process; `--distributed auto` picks the environment.
+  1e-6 over 10 steps (losses and weights); --tp 2, --pp 2 (within 1e-5, as
+  under mpirun) and --zero 1 each once against one process; `--distributed
+  auto` picks the environment; srun's variables with TRAINYARD_RENDEZVOUS;
+  WORLD_SIZE=1 is one process.
 - RefuseTest: a missing variable (named, every rank exits non-zero), a
   wrong job token ("refused this rank: its TRAINYARD_JOB_TOKEN differs"), a
   second rank claiming the same RANK, WORLD_SIZE differing between ranks,
@@ -91,6 +93,31 @@ class MatchTest(Base):
         Helper.assert_curves(self, l1, l2, range(1, 11), 1e-6)
         Helper.assert_weights(self, os.path.join(one, "checkpoint-10"),
                               os.path.join(two, "checkpoint-10"))
+
+    def test_slurm_variables(self):
+        # srun's variables and TRAINYARD_RENDEZVOUS, picked by auto
+        steps = ["--max-steps", "4", "--batch-size", "2"]
+        one, two = self.path("one"), self.path("two")
+        self.train(*steps, "--out", one, "--grad-accum", "2")
+        port = env_launch.free_port()
+
+        def slurm(r):
+            return {"RANK": None, "WORLD_SIZE": None, "LOCAL_RANK": None, "MASTER_ADDR": None,
+                    "MASTER_PORT": None, "SLURM_PROCID": str(r), "SLURM_NTASKS": "2",
+                    "SLURM_LOCALID": str(r), "TRAINYARD_RENDEZVOUS": "127.0.0.1:%d" % port}
+        ranks = self.launch(2, *steps, "--out", two, per_rank=slurm)
+        self.all_ok(ranks)
+        self.assertIn("rendezvous 127.0.0.1:%d" % port, ranks[0].stderr)
+        Helper.assert_curves(self, dist.losses(one), dist.losses(two), range(1, 5), 1e-6)
+
+    def test_world_of_one(self):
+        # WORLD_SIZE=1 is one process: no rendezvous, no token needed
+        ranks = self.launch(1, "--max-steps", "2", "--out", self.path("one"),
+                            per_rank=lambda r: {"TRAINYARD_JOB_TOKEN": None,
+                                                "MASTER_ADDR": None, "MASTER_PORT": None})
+        self.all_ok(ranks)
+        self.assertNotIn("data parallel:", ranks[0].stderr)
+        self.assertEqual(sorted(dist.losses(self.path("one"))), [1, 2])
 
     def check_layout(self, extra, rel, one_args=()):
         steps = ["--max-steps", "6", "--batch-size", "2", "--schedule", "constant"]
