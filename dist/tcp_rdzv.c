@@ -104,8 +104,9 @@ static int ty_nonblocking(int fd) {
 }
 
 static void ty_addr_text(const struct sockaddr_storage *ss, char *out, size_t capacity) {
-  const void *a = ss->ss_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
-                                            : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+  const void *a = ss->ss_family == AF_INET6
+                      ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                      : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
   if (!inet_ntop(ss->ss_family, a, out, (socklen_t)capacity)) snprintf(out, capacity, "?");
 }
 
@@ -511,10 +512,16 @@ static int ty_rz_rank(const ty_launch_env_t *env, double timeout_s, ty_tcp_mesh_
   const double deadline = start + timeout_s + (timeout_s < 5 ? timeout_s : 5);
   char where[300];
   snprintf(where, sizeof(where), "%s:%d", env->host, env->port);
-  char who[320];
-  snprintf(who, sizeof(who), "rank 0's rendezvous (MASTER_ADDR/MASTER_PORT)");
-  int fd = ty_connect(env->host, env->port, start + timeout_s, who, err, capacity);
-  if (fd < 0) return TY_MPI_SHIM_TIMEOUT;
+  int fd = ty_connect(env->host, env->port, start + timeout_s, "rank 0's rendezvous", err,
+                      capacity);
+  if (fd < 0) {
+    const size_t n = strlen(err);
+    snprintf(err + n, capacity - n,
+             " within %g s: start rank 0 with the same MASTER_ADDR/MASTER_PORT (or "
+             "TRAINYARD_RENDEZVOUS), open that port, or raise --dist-timeout",
+             timeout_s);
+    return TY_MPI_SHIM_TIMEOUT;
+  }
   m->fds[0] = fd;
   struct sockaddr_storage local;
   socklen_t len = sizeof(local);

@@ -13,8 +13,8 @@ transport (dist/tcp_world.c). Standard library only; no MPI needed.
 - RefuseTest: a missing variable (named, every rank exits non-zero), a
   wrong job token ("refused this rank: its TRAINYARD_JOB_TOKEN differs"), a
   second rank claiming the same RANK, WORLD_SIZE differing between ranks,
-  a rank that never arrives: each rank ends within --dist-timeout + 10 s
-  with the message.
+  a rank that never arrives, rank 0 that never comes: each rank ends
+  within --dist-timeout + 10 s with the message.
 - FaultTest: a rank killed by SIGKILL mid-run: the other stops within
   --dist-timeout + 10 s naming it and its host, the previous checkpoint
   stays whole and `--resume` on 1 rank continues from it.
@@ -189,8 +189,8 @@ class RefuseTest(Base):
         # the right rank 1, which never comes.
         ranks = self.launch(2, "--max-steps", "2", "--out", self.path("out"),
                             "--dist-timeout", str(TIMEOUT), timeout=60,
-                            per_rank=lambda r: {"TRAINYARD_JOB_TOKEN": "another-token-0123456789"}
-                            if r == 1 else {})
+                            per_rank=lambda r: ({"TRAINYARD_JOB_TOKEN": "another-token-0123456789"}
+                                                if r == 1 else {}))
         self.all_fail(ranks[1:], "refused this rank: its TRAINYARD_JOB_TOKEN differs",
                       TIMEOUT + 10)
         self.assertNotIn("another-token", ranks[1].stderr)  # never printed
@@ -198,8 +198,8 @@ class RefuseTest(Base):
                       TIMEOUT + 10)
 
     def test_duplicate_rank(self):
-        ranks = self.refused("rank 1 is claimed twice: by host", lambda r: {"RANK": "1", "LOCAL_RANK": "1"}
-                             if r == 2 else {}, n=3)
+        ranks = self.refused("rank 1 is claimed twice: by host",
+                             lambda r: {"RANK": "1", "LOCAL_RANK": "1"} if r == 2 else {}, n=3)
         self.assertIn("every rank of one job needs its own RANK", ranks[0].stderr)
 
     def test_world_size_mismatch(self):
@@ -211,6 +211,15 @@ class RefuseTest(Base):
         ranks = self.refused("rank 2 never arrived at the rendezvous 127.0.0.1:",
                              lambda r: {"WORLD_SIZE": "3"})
         self.assertIn("within %d s (ranks 0,1 did)" % TIMEOUT, ranks[1].stderr)
+
+
+    def test_rank_zero_never_comes(self):
+        # rank 1 of 2 alone: it retries until --dist-timeout, then says where
+        ranks = self.refused("cannot reach rank 0's rendezvous at 127.0.0.1:",
+                             lambda r: {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, n=1)
+        self.assertGreater(ranks[0].seconds, TIMEOUT - 0.5)  # it did retry
+        self.assertIn("within %d s: start rank 0 with the same MASTER_ADDR/MASTER_PORT"
+                      % TIMEOUT, ranks[0].stderr)
 
 
 class FaultTest(Base):
