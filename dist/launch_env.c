@@ -116,44 +116,29 @@ static ty_status_t ty_rendezvous_split(const char *value, char *host, size_t cap
   return ty_port("TRAINYARD_RENDEZVOUS's port", colon + 1, port);
 }
 
+/* TRAINYARD_RENDEZVOUS, when set, wins over MASTER_ADDR/MASTER_PORT: under
+ * torchrun those name its own store, whose port rank 0 cannot take. */
 static ty_status_t ty_rendezvous_read(char *const *envp, ty_launch_env_t *out) {
-  const char *addr = ty_env_get(envp, "MASTER_ADDR"), *port = ty_env_get(envp, "MASTER_PORT");
   const char *rdzv = ty_env_get(envp, "TRAINYARD_RENDEZVOUS");
-  char host[sizeof(out->host)] = "";
-  int p = 0;
-  if (addr || port) {
-    TY_RETURN_IF_ERROR(ty_env_need(envp, "MASTER_ADDR",
-                                   "set it to rank 0's host name or address", &addr));
-    TY_RETURN_IF_ERROR(ty_env_need(envp, "MASTER_PORT",
-                                   "set it to a free port on rank 0's host", &port));
-    if (strlen(addr) >= sizeof(host)) {
-      return ty_status_make(TY_CODE_INVALID_ARGUMENT, "MASTER_ADDR is longer than %zu bytes",
-                            sizeof(host) - 1);
-    }
-    snprintf(host, sizeof(host), "%s", addr);
-    TY_RETURN_IF_ERROR(ty_port("MASTER_PORT", port, &p));
-  }
   if (rdzv && rdzv[0]) {
-    char h2[sizeof(out->host)];
-    int p2 = 0;
-    TY_RETURN_IF_ERROR(ty_rendezvous_split(rdzv, h2, sizeof(h2), &p2));
-    if (host[0] && (strcmp(host, h2) || p != p2)) {
-      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                            "TRAINYARD_RENDEZVOUS=%s differs from MASTER_ADDR=%s MASTER_PORT=%d: "
-                            "set one of them, or both to the same rendezvous",
-                            rdzv, host, p);
-    }
-    snprintf(host, sizeof(host), "%s", h2);
-    p = p2;
+    return ty_rendezvous_split(rdzv, out->host, sizeof(out->host), &out->port);
   }
-  if (!host[0]) {
+  const char *addr = ty_env_get(envp, "MASTER_ADDR"), *port = ty_env_get(envp, "MASTER_PORT");
+  if (!addr && !port) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "no rendezvous: set MASTER_ADDR and MASTER_PORT (rank 0's address "
                           "and a free port there) or TRAINYARD_RENDEZVOUS=host:port");
   }
-  snprintf(out->host, sizeof(out->host), "%s", host);
-  out->port = p;
-  return TY_OK;
+  TY_RETURN_IF_ERROR(ty_env_need(envp, "MASTER_ADDR",
+                                 "set it to rank 0's host name or address", &addr));
+  TY_RETURN_IF_ERROR(ty_env_need(envp, "MASTER_PORT",
+                                 "set it to a free port on rank 0's host", &port));
+  if (strlen(addr) >= sizeof(out->host)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "MASTER_ADDR is longer than %zu bytes",
+                          sizeof(out->host) - 1);
+  }
+  snprintf(out->host, sizeof(out->host), "%s", addr);
+  return ty_port("MASTER_PORT", port, &out->port);
 }
 
 ty_status_t ty_launch_env_parse(char *const *envp, ty_launch_env_t *out) {

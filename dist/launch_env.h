@@ -5,8 +5,8 @@
  * Two forms, either or both:
  *   torchrun: RANK, WORLD_SIZE, LOCAL_RANK
  *   Slurm:    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
- * and the rendezvous (rank 0's address) from MASTER_ADDR + MASTER_PORT or
- * TRAINYARD_RENDEZVOUS=host:port, and the shared secret TRAINYARD_JOB_TOKEN
+ * and the rendezvous (rank 0's address) from TRAINYARD_RENDEZVOUS=host:port
+ * or else MASTER_ADDR + MASTER_PORT, and the shared secret TRAINYARD_JOB_TOKEN
  * (16 characters or more) that every rank proves it holds. A world of one
  * rank needs neither rendezvous nor token. */
 #ifndef TY_DIST_LAUNCH_ENV_H_

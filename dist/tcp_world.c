@@ -440,6 +440,7 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
     return TY_MPI_SHIM_ERROR;
   }
   ty_tcp_w.broken[0] = '\0';
+  ty_tcp_w.splits = 0;
   int rc = ty_tcp_rendezvous(&ty_tcp_w.env, ty_tcp_w.timeout_s, &ty_tcp_w.mesh, err, capacity);
   /* The token proved every link: no copy of it stays in memory. */
   memset(ty_tcp_w.env.token, 0, sizeof(ty_tcp_w.env.token));
