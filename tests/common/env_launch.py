@@ -85,10 +85,13 @@ def kill(r, sig=signal.SIGKILL):
 
 def launch(argv, world, addr="127.0.0.1", port=None, timeout=300, per_rank=None,
            prefixes=None, env=None):
-    """Runs `argv` as `world` ranks meeting at addr:port (a free port when
-    None) and returns their [Rank] when all ended (or were killed at
-    `timeout`). per_rank(rank) -> dict of variables to set (None: unset) on
-    that rank, over rank_env's. Leftovers are killed in any case."""
+    """Runs `argv` as `world` ranks meeting at addr:port and returns their
+    [Rank] when all ended (or were killed at `timeout`). port None: a free
+    port of this process's network (pass one when addr lives in another
+    network namespace). per_rank(rank) -> dict of variables to set (None:
+    unset) on that rank, over rank_env's; prefixes[rank]: a list put before
+    that rank's argv (e.g. ["ip", "netns", "exec", "h2"]). Leftovers are
+    killed in any case."""
     port = port or free_port(addr)
     envs = []
     for r in range(world):
