@@ -1,5 +1,6 @@
 /* The distributed world (dist.h): finds and loads libty_mpi.so only when a
- * run is distributed, and turns the shim's timed collectives into statuses
+ * run is distributed (or starts the TCP transport of a launch without
+ * MPI), and turns the shim's timed collectives into statuses
  * that name the rank at fault. */
 #include "dist/dist.h"
 
@@ -114,9 +115,9 @@ ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeo
                          ty_dist_t **out_dist) {
   *out_dist = NULL;
   if (mode == TY_DIST_AUTO) {
-    mode = ty_dist_launched(NULL, 0)                     ? TY_DIST_MPI
-           : ty_launch_env_present(environ, NULL, 0)     ? TY_DIST_ENV
-                                                         : TY_DIST_NONE;
+    mode = ty_dist_launched(NULL, 0)                 ? TY_DIST_MPI
+           : ty_launch_env_present(environ, NULL, 0) ? TY_DIST_ENV
+                                                     : TY_DIST_NONE;
   }
   if (mode == TY_DIST_NONE) return TY_OK;
   if (!(timeout_s > 0)) {

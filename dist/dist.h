@@ -1,6 +1,7 @@
 /* The distributed world of a run: whether this process is one rank of an
- * MPI job, its rank, the world size, its local rank (which device it
- * takes), and the host collectives over MPI that backends without their
+ * MPI job (or of a launch without MPI over the Trainyard TCP transport,
+ * dist/launch_env.h), its rank, the world size, its local rank (which
+ * device it takes), and the host collectives that backends without their
  * own communicator use (the host path, docs/design-notes.md "Many
  * devices").
  *
@@ -52,17 +53,22 @@ ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode);
  * (may be NULL) the variable that said so. */
 bool ty_dist_launched(char *which, size_t capacity);
 
-/* Opens the world: NULL in *out_dist for a single process (mode NONE, or
- * AUTO without a launcher). `shim_dir` is where libty_mpi.so is looked for
- * first (the folder beside the executable; TRAINYARD_MPI_SHIM, a file
- * path, overrides it). UNAVAILABLE saying why when MPI cannot start (shim
+/* Opens the world: NULL in *out_dist for a single process (mode NONE, AUTO
+ * without a launcher, or a launch environment of WORLD_SIZE=1). ENV reads
+ * the launch environment (INVALID_ARGUMENT naming the variable) and meets
+ * the other ranks by `timeout_s` (DEADLINE_EXCEEDED, or UNAVAILABLE for a
+ * refusal, with rank 0's message). `shim_dir` is where libty_mpi.so is
+ * looked for first (the folder beside the executable; TRAINYARD_MPI_SHIM,
+ * a file path, overrides it). UNAVAILABLE saying why when MPI cannot start (shim
  * not built or not loadable, MPI_Init failed); INVALID_ARGUMENT for a
  * timeout <= 0. The caller owns the world: ty_dist_close. */
 ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeout_s,
                          ty_dist_t **out_dist);
-/* MPI_Finalize and unload. NULL is a no-op. */
+/* MPI_Finalize (or the TCP transport's goodbye). NULL is a no-op. */
 void ty_dist_close(ty_dist_t *dist);
-/* Ends every rank now (MPI_Abort); for a rank that knows another failed. */
+/* Ends every rank now (MPI_Abort; over TCP: this rank exits with its
+ * links closed, which the others see at once); for a rank that knows
+ * another failed. */
 void ty_dist_abort(ty_dist_t *dist, int code);
 
 int ty_dist_rank(const ty_dist_t *dist);

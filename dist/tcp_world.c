@@ -23,7 +23,9 @@ void ty_tcp_configure(const ty_launch_env_t *env, double timeout_s) {
   ty_tcp_w.timeout_s = timeout_s;
 }
 
-static struct ty_mpi_shim_comm_s *ty_comm(ty_mpi_shim_comm_t *c) { return c ? c : &ty_tcp_w.world; }
+static struct ty_mpi_shim_comm_s *ty_comm(ty_mpi_shim_comm_t *c) {
+  return c ? c : &ty_tcp_w.world;
+}
 
 /* ---- collectives ---- */
 
