@@ -71,9 +71,11 @@ static void ty_read_peer(int r, ty_peer_t *p) {
     if (p->in_hdr_got < sizeof(ty_hdr_t)) {
       p->in_hdr_got += (size_t)n;
       if (p->in_hdr_got < sizeof(ty_hdr_t)) continue;
-      if (p->in_hdr.magic != TY_TCP_MAGIC) {
+      if (p->in_hdr.magic != TY_TCP_MAGIC || p->in_hdr.version != TY_TCP_FRAME_VERSION) {
         snprintf(ty_tcp_w.broken, sizeof(ty_tcp_w.broken),
-                 "rank %d sent a frame this build cannot read (another version?)", r);
+                 "rank %d sent a frame this build cannot read (frame version %u, this build's "
+                 "%u): run one trainyard build on every rank",
+                 r, (unsigned)p->in_hdr.version, (unsigned)TY_TCP_FRAME_VERSION);
         ty_tcp_peer_close(p);
         return;
       }
@@ -166,7 +168,8 @@ ty_out_t *ty_tcp_send(int peer, uint32_t type, uint64_t comm, int64_t tag, int64
                          bool detached) {
   ty_out_t *o = calloc(1, sizeof(*o));
   if (!o) return NULL;
-  o->hdr = (ty_hdr_t){TY_TCP_MAGIC, type, comm, tag, kind, pre_bytes + bytes};
+  o->hdr = (ty_hdr_t){TY_TCP_MAGIC, TY_TCP_FRAME_VERSION, (uint16_t)type, comm, tag, kind,
+                      pre_bytes + bytes};
   if (pre_bytes) memcpy(o->pre, pre, pre_bytes);
   o->pre_bytes = pre_bytes;
   o->data = data;

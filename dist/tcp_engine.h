@@ -1,7 +1,7 @@
 /* The TCP transport's progress engine (tcp_engine.c), used by its
  * collectives and shim table (tcp_world.c); private to dist/. Frames are a
- * fixed header (magic, type, communicator, tag or sequence, collective
- * kind, payload bytes) and the payload. */
+ * fixed header (magic, version, type, communicator, tag or sequence,
+ * collective kind, payload bytes) and the payload. */
 #ifndef TY_DIST_TCP_ENGINE_H_
 #define TY_DIST_TCP_ENGINE_H_
 
@@ -14,8 +14,12 @@
 /* Frame types. */
 enum { TY_F_P2P = 1, TY_F_CONTRIB, TY_F_VERDICT, TY_F_BCAST, TY_F_SPLIT, TY_F_SPLIT_ALL };
 
+/* The frame format's version: a rank of another build is refused by name. */
+#define TY_TCP_FRAME_VERSION 1
+
 typedef struct {
-  uint32_t magic, type;
+  uint32_t magic;
+  uint16_t version, type;
   uint64_t comm;
   int64_t tag;   /* the p2p tag, or the collective's sequence number */
   int64_t kind;  /* the collective (TY_MPI_SHIM_KIND_*) */
