@@ -37,10 +37,6 @@ void ty_tcp_peer_close(ty_peer_t *p) {
   while (o) { /* nothing more can be written */
     ty_out_t *next = o->next;
     o->next = NULL;
-    if (!o->detached) {
-      free(o->owned);
-      free(o);
-    }
     o = next;
   }
   p->out_head = p->out_tail = NULL;
@@ -135,10 +131,6 @@ static void ty_write_peer(ty_peer_t *p) {
     p->out_head = o->next;
     if (!p->out_head) p->out_tail = NULL;
     o->next = NULL;
-    if (!o->detached) {
-      free(o->owned);
-      free(o);
-    }
   }
 }
 
@@ -164,9 +156,8 @@ void ty_tcp_progress(double wait_s) {
 }
 
 ty_out_t *ty_tcp_send(int peer, uint32_t type, uint64_t comm, int64_t tag, int64_t kind,
-                         const void *pre, size_t pre_bytes, const void *data, size_t bytes,
-                         bool detached) {
-  ty_out_t *o = calloc(1, sizeof(*o));
+                      const void *pre, size_t pre_bytes, const void *data, size_t bytes) {
+  ty_out_t *o = pre_bytes <= sizeof(o->pre) ? calloc(1, sizeof(*o)) : NULL;
   if (!o) return NULL;
   o->hdr = (ty_hdr_t){TY_TCP_MAGIC, TY_TCP_FRAME_VERSION, (uint16_t)type, comm, tag, kind,
                       pre_bytes + bytes};
@@ -174,7 +165,6 @@ ty_out_t *ty_tcp_send(int peer, uint32_t type, uint64_t comm, int64_t tag, int64
   o->pre_bytes = pre_bytes;
   o->data = data;
   o->total = sizeof(ty_hdr_t) + pre_bytes + bytes;
-  o->detached = detached;
   o->peer = peer;
   ty_peer_t *p = &ty_tcp_w.peers[peer];
   if (p->closed) { /* kept so its owner sees it never completes */
@@ -194,7 +184,7 @@ static bool ty_out_queued(const ty_out_t *o) {
   return false;
 }
 
-/* Takes `o` (detached) back from its queue: a part written already leaves
+/* Takes `o` back from its queue: a part written already leaves
  * the peer's stream unreadable, so that peer is then cut. */
 void ty_tcp_out_cancel(ty_out_t *o) {
   ty_peer_t *p = &ty_tcp_w.peers[o->peer];
@@ -238,7 +228,7 @@ void ty_tcp_msg_free(ty_msg_t *m) {
 /* Waits for a frame (ty_tcp_take) until `deadline`: OK, TIMEOUT, or ERROR when
  * the peer's connection ended first. */
 int ty_tcp_wait_msg(int peer, uint32_t type, uint64_t comm, int64_t tag, double deadline,
-                       ty_msg_t **out, char *err, size_t capacity) {
+                    ty_msg_t **out, char *err, size_t capacity) {
   for (;;) {
     *out = ty_tcp_take(peer, type, comm, tag);
     if (*out) return TY_MPI_SHIM_OK;
@@ -255,10 +245,10 @@ int ty_tcp_wait_msg(int peer, uint32_t type, uint64_t comm, int64_t tag, double 
   }
 }
 
-/* Waits until the detached sends `o[0..n)` are written (into the kernel:
+/* Waits until the frames `o[0..n)` are written (into the kernel:
  * MPI's eager sends complete so too). */
 int ty_tcp_flush(ty_out_t **o, int n, double deadline, int *out_peer, char *err,
-                    size_t capacity) {
+                 size_t capacity) {
   for (;;) {
     int pending = -1;
     for (int i = 0; i < n && pending < 0; ++i) {

@@ -32,17 +32,16 @@ typedef struct ty_msg_s {
   uint8_t *data;
 } ty_msg_t;
 
-/* Pending output: a header, a small owned prefix, and data that is either
- * owned (freed when written) or the caller's (kept valid until done). */
+/* Pending output: a header, a small prefix (copied) and the caller's data
+ * (kept valid until done). It belongs to its sender, who frees it after
+ * ty_tcp_flush and ty_tcp_out_cancel. */
 typedef struct ty_out_s {
   struct ty_out_s *next;
   ty_hdr_t hdr;
   uint8_t pre[64];
   size_t pre_bytes;
   const uint8_t *data;
-  uint8_t *owned;
   size_t total, done;
-  bool detached; /* a send request holds it: not freed when written */
   int peer;
 } ty_out_t;
 
@@ -77,7 +76,6 @@ typedef struct ty_tcp_world_t {
 
 extern ty_tcp_world_t ty_tcp_w;
 
-
 /* "rank 1 (host h2, 10.88.0.2) closed its connection ..." into err; ERROR. */
 int ty_tcp_closed_error(int r, char *err, size_t capacity);
 /* "h2 (10.88.0.2)": where world rank r runs. */
@@ -86,12 +84,11 @@ void ty_tcp_peer_close(ty_peer_t *p);
 /* Moves bytes on every open peer socket; waits at most `wait_s` for any. */
 void ty_tcp_progress(double wait_s);
 /* Queues a frame to world rank `peer`: `pre` (copied, <= 64 bytes) then
- * `data` (not copied: valid until the frame is written, or until
- * ty_tcp_out_cancel for a `detached` one, whose owner frees it). NULL when
- * out of memory. */
+ * `data` (not copied: valid until the frame is written or taken back by
+ * ty_tcp_out_cancel). The caller frees the frame after that. NULL when out
+ * of memory or `pre` is too long. */
 ty_out_t *ty_tcp_send(int peer, uint32_t type, uint64_t comm, int64_t tag, int64_t kind,
-                      const void *pre, size_t pre_bytes, const void *data, size_t bytes,
-                      bool detached);
+                      const void *pre, size_t pre_bytes, const void *data, size_t bytes);
 void ty_tcp_out_cancel(ty_out_t *o);
 ty_msg_t *ty_tcp_take(int peer, uint32_t type, uint64_t comm, int64_t tag);
 void ty_tcp_msg_free(ty_msg_t *m);
@@ -99,7 +96,7 @@ void ty_tcp_msg_free(ty_msg_t *m);
  * or ERROR when the peer's connection ended first. */
 int ty_tcp_wait_msg(int peer, uint32_t type, uint64_t comm, int64_t tag, double deadline,
                     ty_msg_t **out, char *err, size_t capacity);
-/* Until the detached frames o[0..n) are written; the peer at fault in
+/* Until the frames o[0..n) (NULL ones skipped) are written; the peer at fault in
  * *out_peer on TIMEOUT or ERROR. */
 int ty_tcp_flush(ty_out_t **o, int n, double deadline, int *out_peer, char *err,
                  size_t capacity);

@@ -107,7 +107,7 @@ static int ty_verdict_send(struct ty_mpi_shim_comm_s *c, int64_t seq, const int6
   for (int r = 1; r < c->size && rc == TY_MPI_SHIM_OK; ++r) {
     if (ty_tcp_w.peers[c->world[r]].closed && v[0] != TY_V_OK) continue;
     outs[r] = ty_tcp_send(c->world[r], TY_F_VERDICT, c->id, seq, 0, v,
-                      TY_V_WORDS * sizeof(int64_t), data, data ? bytes : 0, true);
+                          TY_V_WORDS * sizeof(int64_t), data, data ? bytes : 0);
     if (!outs[r]) {
       snprintf(err, capacity, "out of memory for a collective");
       rc = TY_MPI_SHIM_ERROR;
@@ -200,7 +200,7 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
   }
   /* Every other rank: its arrival (and data) to rank 0, then the verdict. */
   ty_out_t *o = ty_tcp_send(c->world[0], TY_F_CONTRIB, c->id, mine[0], kind, &mine[2], 8,
-                        reduce ? buf : NULL, reduce ? bytes : 0, true);
+                            reduce ? buf : NULL, reduce ? bytes : 0);
   if (!o) {
     snprintf(err, capacity, "out of memory for a collective");
     return TY_MPI_SHIM_ERROR;
@@ -275,7 +275,7 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
   }
   for (int r = 0; r < c->size && rc == TY_MPI_SHIM_OK; ++r) {
     if (r == root) continue;
-    outs[r] = ty_tcp_send(c->world[r], TY_F_BCAST, c->id, seq, 0, NULL, 0, buf, bytes, true);
+    outs[r] = ty_tcp_send(c->world[r], TY_F_BCAST, c->id, seq, 0, NULL, 0, buf, bytes);
     if (!outs[r]) {
       snprintf(err, capacity, "out of memory for a broadcast");
       rc = TY_MPI_SHIM_ERROR;
@@ -295,7 +295,7 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
 
 static int ty_send_start(const void *buf, size_t bytes, int dest, int tag, void **out_request,
                          char *err, size_t capacity) {
-  *out_request = ty_tcp_send(dest, TY_F_P2P, 0, tag, 0, NULL, 0, buf, bytes, true);
+  *out_request = ty_tcp_send(dest, TY_F_P2P, 0, tag, 0, NULL, 0, buf, bytes);
   if (!*out_request) {
     snprintf(err, capacity, "out of memory");
     return TY_MPI_SHIM_ERROR;
@@ -362,7 +362,7 @@ static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int 
   int rc = TY_MPI_SHIM_OK, peer = -1;
   ty_msg_t *m = NULL;
   if (me != 0) {
-    ty_out_t *o = ty_tcp_send(0, TY_F_SPLIT, 0, split, 0, NULL, 0, &all[2 * me], 16, true);
+    ty_out_t *o = ty_tcp_send(0, TY_F_SPLIT, 0, split, 0, NULL, 0, &all[2 * me], 16);
     rc = o ? ty_tcp_wait_msg(0, TY_F_SPLIT_ALL, 0, split, deadline, &m, err, capacity)
            : TY_MPI_SHIM_ERROR;
     if (o) {
@@ -385,7 +385,7 @@ static int ty_comm_split(int color, int key, ty_mpi_shim_comm_t **out_comm, int 
     }
     ty_out_t **outs = calloc((size_t)size, sizeof(*outs));
     for (int r = 1; outs && r < size && rc == TY_MPI_SHIM_OK; ++r) {
-      outs[r] = ty_tcp_send(r, TY_F_SPLIT_ALL, 0, split, 0, NULL, 0, all, (size_t)size * 16, true);
+      outs[r] = ty_tcp_send(r, TY_F_SPLIT_ALL, 0, split, 0, NULL, 0, all, (size_t)size * 16);
     }
     if (!outs) rc = TY_MPI_SHIM_ERROR;
     if (rc == TY_MPI_SHIM_OK) rc = ty_tcp_flush(outs, size, deadline, &peer, err, capacity);
