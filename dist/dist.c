@@ -1,5 +1,6 @@
 /* The distributed world (dist.h): finds and loads libty_mpi.so only when a
- * run is distributed, and turns the shim's timed collectives into statuses
+ * run is distributed (or starts the TCP transport of a launch without
+ * MPI), and turns the shim's timed collectives into statuses
  * that name the rank at fault. */
 #include "dist/dist.h"
 
@@ -9,7 +10,11 @@
 #include <string.h>
 
 #include "dist/dist_internal.h"
+#include "dist/launch_env.h"
 #include "dist/mpi_shim.h"
+#include "dist/tcp_internal.h"
+
+extern char **environ;
 
 #define TY_MPI_SHIM_FILE "libty_mpi.so"
 
@@ -20,9 +25,11 @@ ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode) {
     *out_mode = TY_DIST_MPI;
   } else if (!strcmp(text, "none")) {
     *out_mode = TY_DIST_NONE;
+  } else if (!strcmp(text, "env")) {
+    *out_mode = TY_DIST_ENV;
   } else {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "--distributed '%s': expected auto, mpi or none", text);
+                          "--distributed '%s': expected auto, mpi, env or none", text);
   }
   return TY_OK;
 }
@@ -85,12 +92,34 @@ static ty_status_t ty_dist_load(ty_dist_t *d, const char *shim_dir) {
   return TY_OK;
 }
 
+/* The TCP transport of a launch without MPI: the environment read and
+ * checked first (a refusal names the variable), then the rendezvous. A
+ * world of one rank: NULL. */
+static ty_status_t ty_dist_env(ty_dist_t *d, bool *out_single) {
+  ty_launch_env_t env;
+  *out_single = false;
+  TY_RETURN_IF_ERROR(ty_launch_env_parse(environ, &env));
+  if (env.world_size == 1) {
+    *out_single = true;
+    return TY_OK;
+  }
+  d->shim = ty_tcp_shim();
+  ty_tcp_configure(&env, d->timeout_s);
+  memset(env.token, 0, sizeof(env.token));
+  snprintf(d->transport, sizeof(d->transport),
+           "the Trainyard TCP transport (rendezvous %s:%d)", env.host, env.port);
+  return TY_OK;
+}
+
 ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeout_s,
                          ty_dist_t **out_dist) {
   *out_dist = NULL;
-  if (mode == TY_DIST_NONE || (mode == TY_DIST_AUTO && !ty_dist_launched(NULL, 0))) {
-    return TY_OK;
+  if (mode == TY_DIST_AUTO) {
+    mode = ty_dist_launched(NULL, 0)                 ? TY_DIST_MPI
+           : ty_launch_env_present(environ, NULL, 0) ? TY_DIST_ENV
+                                                     : TY_DIST_NONE;
   }
+  if (mode == TY_DIST_NONE) return TY_OK;
   if (!(timeout_s > 0)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--dist-timeout %g: must be a positive number of seconds", timeout_s);
@@ -98,10 +127,27 @@ ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeo
   ty_dist_t *d = calloc(1, sizeof(*d));
   if (!d) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   d->timeout_s = timeout_s;
-  ty_status_t s = ty_dist_load(d, shim_dir);
+  bool single = false;
+  ty_status_t s = TY_OK;
+  if (mode == TY_DIST_ENV) {
+    s = ty_dist_env(d, &single);
+  } else {
+    s = ty_dist_load(d, shim_dir);
+    snprintf(d->transport, sizeof(d->transport), "MPI");
+  }
+  if (!s && single) {
+    free(d);
+    return TY_OK;
+  }
   char err[512] = "";
-  if (!s && d->shim->init(&d->rank, &d->size, &d->local_rank, err, sizeof(err))) {
-    s = ty_status_make(TY_CODE_UNAVAILABLE, "cannot start MPI: %s", err);
+  int rc = s ? TY_MPI_SHIM_OK : d->shim->init(&d->rank, &d->size, &d->local_rank, err,
+                                              sizeof(err));
+  if (!s && rc != TY_MPI_SHIM_OK) {
+    s = mode == TY_DIST_ENV
+            ? ty_status_make(rc == TY_MPI_SHIM_TIMEOUT ? TY_CODE_DEADLINE_EXCEEDED
+                                                       : TY_CODE_UNAVAILABLE,
+                             "the rendezvous failed: %s", err)
+            : ty_status_make(TY_CODE_UNAVAILABLE, "cannot start MPI: %s", err);
   }
   if (s) {
     if (d->library) dlclose(d->library);
@@ -113,6 +159,10 @@ ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeo
   char *comma = strchr(d->library_version, ',');
   if (comma) *comma = '\0';
   d->world = (ty_dist_group_t){.dist = d, .name = "world", .rank = d->rank, .size = d->size};
+  d->hosts = calloc((size_t)d->size, sizeof(*d->hosts));
+  for (int r = 0; d->hosts && r < d->size; ++r) {
+    d->shim->rank_host(r, d->hosts[r], sizeof(d->hosts[r]));
+  }
   s = ty_dist_layout_make(d->size, d->rank, 1, 1, &d->layout);
   if (s) { /* cannot fail for tp = pp = 1 */
     ty_dist_close(d);
@@ -128,6 +178,7 @@ void ty_dist_close(ty_dist_t *dist) {
   dist->shim->finalize();
   /* MPI libraries keep threads and handlers that outlive MPI_Finalize:
    * the shim stays loaded until the process exits. */
+  free(dist->hosts);
   free(dist);
 }
 
@@ -140,6 +191,18 @@ int ty_dist_size(const ty_dist_t *dist) { return dist ? dist->size : 1; }
 int ty_dist_local_rank(const ty_dist_t *dist) { return dist ? dist->local_rank : 0; }
 double ty_dist_timeout(const ty_dist_t *dist) { return dist ? dist->timeout_s : 0; }
 const char *ty_dist_library(const ty_dist_t *dist) { return dist ? dist->library_version : ""; }
+const char *ty_dist_transport(const ty_dist_t *dist) { return dist ? dist->transport : ""; }
+
+const char *ty_dist_rank_host(const ty_dist_t *dist, int rank) {
+  if (!dist || !dist->hosts || rank < 0 || rank >= dist->size) return "";
+  return dist->hosts[rank];
+}
+
+const char *ty_dist_rank_text(const ty_dist_t *dist, int rank, char *out, size_t capacity) {
+  const char *host = ty_dist_rank_host(dist, rank);
+  snprintf(out, capacity, "rank %d%s%s", rank, host[0] ? " on host " : "", host);
+  return out;
+}
 
 /* A collective of the shim's `kind` as the user reads it: "all_reduce (sum
  * of f32)", "broadcast from rank 2". */
@@ -200,10 +263,10 @@ ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, const ty_mpi_shim_f
   int missing = fault ? fault->rank : -1;
   if (missing >= 0) missing = ty_dist_group_world_rank(g, missing);
   if (rc == TY_MPI_SHIM_TIMEOUT && missing >= 0) {
+    char who[200];
     return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
-                          "rank %d did not reach %s within %g s (--dist-timeout): it died or "
-                          "hangs",
-                          missing, what, d->timeout_s);
+                          "%s did not reach %s within %g s (--dist-timeout): it died or hangs",
+                          ty_dist_rank_text(d, missing, who, sizeof(who)), what, d->timeout_s);
   }
   if (rc == TY_MPI_SHIM_TIMEOUT) {
     return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
@@ -311,9 +374,11 @@ static ty_status_t ty_dist_p2p_check(const ty_dist_t *dist, int peer, int tag) {
 static ty_status_t ty_dist_p2p_result(const ty_dist_t *d, int rc, int peer, bool sending,
                                       const char *err, const char *what) {
   if (rc == TY_MPI_SHIM_TIMEOUT) {
+    char who[200];
     return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
-                          "rank %d did not %s %s within %g s (--dist-timeout): it died or hangs",
-                          peer, sending ? "take" : "send", what, d->timeout_s);
+                          "%s did not %s %s within %g s (--dist-timeout): it died or hangs",
+                          ty_dist_rank_text(d, peer, who, sizeof(who)), sending ? "take" : "send",
+                          what, d->timeout_s);
   }
   ty_mpi_shim_fault_t fault = {.rank = peer};
   return ty_dist_result(&d->world, rc, &fault, err, what);

@@ -1,6 +1,7 @@
 /* The distributed world of a run: whether this process is one rank of an
- * MPI job, its rank, the world size, its local rank (which device it
- * takes), and the host collectives over MPI that backends without their
+ * MPI job (or of a launch without MPI over the Trainyard TCP transport,
+ * dist/launch_env.h), its rank, the world size, its local rank (which
+ * device it takes), and the host collectives that backends without their
  * own communicator use (the host path, docs/design-notes.md "Many
  * devices").
  *
@@ -35,9 +36,16 @@ typedef enum ty_dist_mode_e {
   TY_DIST_AUTO = 0, /* MPI when an MPI launcher started the process */
   TY_DIST_MPI = 1,  /* MPI, or an error saying why it cannot start */
   TY_DIST_NONE = 2, /* one process, even under a launcher */
+  /* The launch without MPI (issue 36): ranks started by torchrun, srun or
+   * by hand with RANK/WORLD_SIZE/... (dist/launch_env.h) meet at a TCP
+   * rendezvous and talk over the Trainyard TCP transport. */
+  TY_DIST_ENV = 3,
 } ty_dist_mode_t;
 
-/* "auto", "mpi" or "none"; INVALID_ARGUMENT otherwise. */
+/* "auto", "mpi", "env" or "none"; INVALID_ARGUMENT otherwise. AUTO is MPI
+ * when an MPI launcher started the process, else ENV when the environment
+ * holds a launch of several ranks (ty_launch_env_present), else one
+ * process. */
 ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode);
 
 /* Whether the environment says an MPI launcher started this process
@@ -45,26 +53,40 @@ ty_status_t ty_dist_mode_parse(const char *text, ty_dist_mode_t *out_mode);
  * (may be NULL) the variable that said so. */
 bool ty_dist_launched(char *which, size_t capacity);
 
-/* Opens the world: NULL in *out_dist for a single process (mode NONE, or
- * AUTO without a launcher). `shim_dir` is where libty_mpi.so is looked for
- * first (the folder beside the executable; TRAINYARD_MPI_SHIM, a file
- * path, overrides it). UNAVAILABLE saying why when MPI cannot start (shim
+/* Opens the world: NULL in *out_dist for a single process (mode NONE, AUTO
+ * without a launcher, or a launch environment of WORLD_SIZE=1). ENV reads
+ * the launch environment (INVALID_ARGUMENT naming the variable) and meets
+ * the other ranks by `timeout_s` (DEADLINE_EXCEEDED, or UNAVAILABLE for a
+ * refusal, with rank 0's message). `shim_dir` is where libty_mpi.so is
+ * looked for first (the folder beside the executable; TRAINYARD_MPI_SHIM,
+ * a file path, overrides it). UNAVAILABLE saying why when MPI cannot start (shim
  * not built or not loadable, MPI_Init failed); INVALID_ARGUMENT for a
  * timeout <= 0. The caller owns the world: ty_dist_close. */
 ty_status_t ty_dist_open(ty_dist_mode_t mode, const char *shim_dir, double timeout_s,
                          ty_dist_t **out_dist);
-/* MPI_Finalize and unload. NULL is a no-op. */
+/* MPI_Finalize (or the TCP transport's goodbye). NULL is a no-op. */
 void ty_dist_close(ty_dist_t *dist);
-/* Ends every rank now (MPI_Abort); for a rank that knows another failed. */
+/* Ends every rank now (MPI_Abort; over TCP: this rank exits with its
+ * links closed, which the others see at once); for a rank that knows
+ * another failed. */
 void ty_dist_abort(ty_dist_t *dist, int code);
 
 int ty_dist_rank(const ty_dist_t *dist);
 int ty_dist_size(const ty_dist_t *dist);
 int ty_dist_local_rank(const ty_dist_t *dist);
 double ty_dist_timeout(const ty_dist_t *dist);
-/* The MPI library's name and version, e.g. "Open MPI v4.1.4" ("" for a
- * single process). */
+/* The MPI library's name and version, e.g. "Open MPI v4.1.4", or "Trainyard
+ * TCP transport (rendezvous ADDR:PORT)" ("" for a single process). */
 const char *ty_dist_library(const ty_dist_t *dist);
+/* What the host collectives run over, as a sentence ends: "MPI" or "the
+ * Trainyard TCP transport (rendezvous ADDR:PORT)" ("" for one process). */
+const char *ty_dist_transport(const ty_dist_t *dist);
+/* The host world rank `rank` runs on ("h2" under MPI, "h2 (10.88.0.2)"
+ * over TCP), "" when unknown or for a single process. */
+const char *ty_dist_rank_host(const ty_dist_t *dist, int rank);
+/* "rank 1 on host h2 (10.88.0.2)", or "rank 1" when its host is unknown:
+ * how errors name a rank. Returns `out`. */
+const char *ty_dist_rank_text(const ty_dist_t *dist, int rank, char *out, size_t capacity);
 
 /* In place, over every rank: f32, f64 or i64 elements. `what` names the
  * collective in errors ("the gradient all-reduce of step 5"). */

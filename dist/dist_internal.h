@@ -20,6 +20,8 @@ struct ty_dist_t {
   int rank, size, local_rank;
   double timeout_s;
   char library_version[256];
+  char transport[320];
+  char (*hosts)[160]; /* per world rank: rank_host */
   ty_dist_layout_t layout;
   ty_dist_group_t world;
   /* Split by ty_dist_set_layout; before it, NULL: tp and pp are this rank

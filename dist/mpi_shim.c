@@ -26,6 +26,10 @@ struct ty_mpi_shim_comm_s {
 
 static struct ty_mpi_shim_comm_s ty_world_comm = {MPI_COMM_NULL, 0, 1, 0};
 
+/* Every world rank's processor name (its host), gathered at init so that
+ * errors about a rank name its host (rank_host). */
+static char (*ty_hosts)[MPI_MAX_PROCESSOR_NAME];
+
 static struct ty_mpi_shim_comm_s *ty_comm_of(ty_mpi_shim_comm_t *c) {
   return c ? c : &ty_world_comm;
 }
@@ -219,6 +223,18 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
   }
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(local, &local_rank);
   if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  if (rc == MPI_SUCCESS) {
+    /* Host names: best effort (an allocation failure leaves them unknown). */
+    char mine[MPI_MAX_PROCESSOR_NAME] = "";
+    int n = 0;
+    if (MPI_Get_processor_name(mine, &n) != MPI_SUCCESS) mine[0] = '\0';
+    mine[MPI_MAX_PROCESSOR_NAME - 1] = '\0';
+    ty_hosts = calloc((size_t)ty_world_comm.size, sizeof(*ty_hosts));
+    if (ty_hosts) {
+      rc = MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, ty_hosts,
+                         MPI_MAX_PROCESSOR_NAME, MPI_CHAR, ty_world_comm.comm);
+    }
+  }
   if (rc != MPI_SUCCESS) {
     ty_mpi_error(rc, "setting up the MPI world", err, capacity);
     return TY_MPI_SHIM_ERROR;
@@ -229,7 +245,18 @@ static int ty_init(int *out_rank, int *out_size, int *out_local_rank, char *err,
   return TY_MPI_SHIM_OK;
 }
 
+static void ty_rank_host(int world_rank, char *out, size_t capacity) {
+  if (!capacity) return;
+  out[0] = '\0';
+  if (ty_hosts && world_rank >= 0 && world_rank < ty_world_comm.size) {
+    ty_hosts[world_rank][MPI_MAX_PROCESSOR_NAME - 1] = '\0';
+    snprintf(out, capacity, "%s", ty_hosts[world_rank]);
+  }
+}
+
 static void ty_finalize(void) {
+  free(ty_hosts);
+  ty_hosts = NULL;
   if (ty_world_comm.comm != MPI_COMM_NULL) MPI_Comm_free(&ty_world_comm.comm);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -459,6 +486,7 @@ static const ty_mpi_shim_t ty_shim = {
     .recv = ty_recv,
     .comm_split = ty_comm_split,
     .comm_free = ty_comm_free,
+    .rank_host = ty_rank_host,
 };
 
 __attribute__((visibility("default"))) const ty_mpi_shim_t *ty_mpi_shim_query(uint32_t version);

@@ -1,6 +1,8 @@
 /* The table between the core and libty_mpi.so, the one library that links
- * MPI. The core never links MPI: it dlopens the shim only for a distributed
- * run (dist/dist.h), so a single-process run needs no MPI installed. The
+ * MPI, and the Trainyard TCP transport (dist/tcp_world.c, compiled into
+ * ty_dist: the launch without MPI fills the same table). The core never
+ * links MPI: it dlopens the shim only for a distributed run (dist/dist.h),
+ * so a single-process run needs no MPI installed. The
  * shim is built with the core, so this is a private interface, not a
  * plugin ABI; the version still guards against a stale shim on the path.
  *
@@ -16,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TY_MPI_SHIM_VERSION 3
+#define TY_MPI_SHIM_VERSION 4
 #define TY_MPI_SHIM_SYMBOL "ty_mpi_shim_query"
 
 enum {
@@ -95,6 +97,11 @@ typedef struct ty_mpi_shim_t {
   int (*comm_split)(int color, int key, ty_mpi_shim_comm_t **out_comm, int *out_rank,
                     int *out_size, char *err, size_t capacity);
   void (*comm_free)(ty_mpi_shim_comm_t *comm);
+  /* ---- version 4: hosts ---- */
+  /* The host that world rank `world_rank` runs on, as errors name it
+   * ("h2" under MPI: MPI_Get_processor_name gathered at init; "h2
+   * (10.88.0.2)" over the TCP transport); "" when unknown. */
+  void (*rank_host)(int world_rank, char *out, size_t capacity);
 } ty_mpi_shim_t;
 
 typedef const ty_mpi_shim_t *(*ty_mpi_shim_query_fn)(uint32_t version);

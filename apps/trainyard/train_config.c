@@ -112,8 +112,11 @@ static const ty_opt_t ty_opts[] = {
     TY_F(decay_rate, "adafactor: second-moment decay exponent"),
     TY_F(adafactor_eps1, "adafactor: regularization added to squared gradients"),
     TY_F(adafactor_eps2, "adafactor: floor of the parameter scale"),
-    TY_S(distributed, "auto (one rank of an MPI job when started by mpirun, else one "
-                      "process), mpi (an MPI job; an error without MPI) or none"),
+    TY_S(distributed, "auto (one rank of an MPI job when started by mpirun, else env when "
+                      "RANK/WORLD_SIZE or srun's SLURM_PROCID/SLURM_NTASKS > 1 are set, else "
+                      "one process), mpi (an MPI job; an error without MPI), env (ranks from "
+                      "torchrun/Slurm variables meeting at MASTER_ADDR:MASTER_PORT over the "
+                      "Trainyard TCP transport, TRAINYARD_JOB_TOKEN required) or none"),
     TY_F(dist_timeout, "seconds a rank waits for the others at a collective before the run "
                        "ends with an error naming the missing rank"),
     TY_I(tp, "tensor parallel: split attention heads and MLP columns over this many ranks "
@@ -501,8 +504,8 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     TY_BAD("--sample-prompt needs --sample-tokens N (the length of the samples)");
   }
   if (strcmp(c->distributed, "auto") && strcmp(c->distributed, "mpi") &&
-      strcmp(c->distributed, "none")) {
-    TY_BAD("--distributed must be auto, mpi or none, not '%s'", c->distributed);
+      strcmp(c->distributed, "env") && strcmp(c->distributed, "none")) {
+    TY_BAD("--distributed must be auto, mpi, env or none, not '%s'", c->distributed);
   }
   if (c->zero != 0 && c->zero != 1) {
     TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);

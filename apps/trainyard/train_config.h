@@ -64,7 +64,7 @@ typedef struct ty_train_config_t {
   bool relative_step, scale_parameter, warmup_init;
   double clip_threshold, decay_rate, adafactor_eps1, adafactor_eps2;
   /* many devices (README, "Many devices") */
-  char distributed[16];            /* auto (MPI under a launcher), mpi or none */
+  char distributed[16];            /* auto, mpi, env or none */
   double dist_timeout;             /* seconds a collective may wait for a rank */
   int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1) */
   int64_t pp;                      /* pipeline stages (world = data parallel x pp) */

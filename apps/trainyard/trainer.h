@@ -169,7 +169,8 @@ ty_status_t ty_trainer_agree(ty_trainer_t *t);
 ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t);
 void ty_trainer_dist_close(ty_trainer_t *t);
 /* After every rank's sessions exist: the device communicator when the
- * backend has collectives of its own (rank 0's unique id sent over MPI),
+ * backend has collectives of its own (rank 0's unique id broadcast over
+ * the host world: MPI or the TCP transport),
  * and a line on rank 0 saying which path the gradients take. */
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t);
 /* The host path of the gradient all-reduce: sums the "<param>.grad_accum"

@@ -2,7 +2,8 @@
  * each rank, and the host path of the gradient all-reduce for backends
  * without collectives of their own. Each rank runs the gradient graph on
  * its slice of the global batch into the "<param>.grad_accum" states; the
- * host path reads them, sums them over the ranks with MPI and writes them
+ * host path reads them, sums them over the ranks (MPI, or the TCP
+ * transport of a launch without MPI) and writes them
  * back before the optimizer graph runs. Every rank then applies the same
  * update to the same weights, so the replicas never drift. */
 #include <signal.h>
@@ -12,7 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include "dist/dist.h"
+#include "dist/launch_env.h"
 #include "hal/comm.h"
 #include "graph/preflight.h"
 #include "hal/dtype.h"
@@ -35,10 +39,12 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   if (s) {
     char which[64];
     bool launched = ty_dist_launched(which, sizeof(which));
+    if (!launched) launched = ty_launch_env_present(environ, which, sizeof(which));
     return ty_status_annotate(s, "%s asks for a distributed run",
-                              mode == TY_DIST_MPI ? "--distributed mpi"
-                              : launched          ? which
-                                                  : "the environment");
+                              mode == TY_DIST_MPI   ? "--distributed mpi"
+                              : mode == TY_DIST_ENV ? "--distributed env"
+                              : launched            ? which
+                                                    : "the environment");
   }
   t->rank = ty_dist_rank(t->dist);
   t->world = ty_dist_size(t->dist);
@@ -230,9 +236,9 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (!ty_backend_has_collectives(backend)) {
     if (t->rank == 0) {
       fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
-                      "through host memory over MPI (%s has no collectives of its own)\n",
+                      "through host memory over %s (%s has no collectives of its own)\n",
               t->world, ty_dist_library(t->dist), ty_dist_timeout(t->dist),
-              ty_backend_name(backend));
+              ty_dist_transport(t->dist), ty_backend_name(backend));
     }
     return TY_OK;
   }

@@ -710,7 +710,8 @@ class FailureTest(Base):
     def test_hung_rank_is_named(self):
         out = self.path("out")
         r, elapsed = self.run_with_fault(out, "hang", 4)
-        self.assertIn("rank 1 did not reach", r.stderr)
+        # named with its host (MPI_Get_processor_name, gathered at start-up)
+        self.assertRegex(r.stderr, r"rank 1 on host \S+ did not reach")
         self.assertIn("within 4 s (--dist-timeout)", r.stderr)
         self.assertLess(elapsed, 60)
         self.check_previous_checkpoint(out)
@@ -738,7 +739,7 @@ class RefuseTest(Base):
                      env={"TRAINYARD_MPI_SHIM": self.path("missing/libty_mpi.so")})
         self.refused(2, out + ["--dist-timeout", "0"], "--dist-timeout must lie in (0, 604800]")
         self.refused(2, out + ["--distributed", "nccl"],
-                     "--distributed must be auto, mpi or none, not 'nccl'")
+                     "--distributed must be auto, mpi, env or none, not 'nccl'")
         self.refused(2, out + ["--distributed", "none", "--dist-timeout", "9"],
                      "--dist-timeout has no effect with --distributed none")
         r = self.refused(None, out + ["--fused-optimizer"], "cannot run data parallel", ranks=2)

@@ -528,7 +528,7 @@ class RefuseTest(Base):
                          "--out", out, "--pp", "2", "--dist-timeout", "5"],
                         env={"TRAINYARD_DEBUG_DIST_FAULT": "1:3:hang"}, timeout=120)
         self.assertNotEqual(r.returncode, 0)
-        self.assertRegex(r.stderr, r"rank 0: trainyard train: DEADLINE_EXCEEDED: rank 1 did not "
+        self.assertRegex(r.stderr, r"rank 0: trainyard train: DEADLINE_EXCEEDED: rank 1 on host \S+ did not "
                                    r".* within 5 s \(--dist-timeout\)")
 
 

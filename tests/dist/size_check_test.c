@@ -129,7 +129,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: mpirun -np 2 %s <mpi shim dir>\n", argv[0]);
     return 2;
   }
-  ty_status_t s = ty_dist_open(TY_DIST_MPI, argv[1], 30.0, &g_dist);
+  /* auto: MPI under mpirun, the TCP transport under run_env.py */
+  ty_status_t s = ty_dist_open(TY_DIST_AUTO, argv[1], 30.0, &g_dist);
   CHECK(!s, "MPI: %s", s ? ty_status_message(s) : "");
   g_rank = ty_dist_rank(g_dist);
   CHECK(ty_dist_size(g_dist) == 2, "needs 2 ranks, has %d", ty_dist_size(g_dist));

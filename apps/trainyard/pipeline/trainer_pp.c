@@ -185,9 +185,14 @@ ty_status_t ty_trainer_pp_describe(ty_trainer_t *t) {
   }
   if (!s) {
     if (!p->p2p) {
-      fprintf(stderr, "  activations and gradients between stages: MPI point to point through "
-                    "host memory, tp rank i of a stage to tp rank i of the next (%s; "
+      /* "MPI point to point", or "point to point over the Trainyard TCP
+       * transport (...)" for a launch without MPI. */
+      const char *over = ty_dist_transport(t->dist);
+      const bool mpi = !strcmp(over, "MPI");
+      fprintf(stderr, "  activations and gradients between stages: %spoint to point%s%s "
+                    "through host memory, tp rank i of a stage to tp rank i of the next (%s; "
                     "--dist-timeout %g s)\n",
+              mpi ? "MPI " : "", mpi ? "" : " over ", mpi ? "" : over,
               ty_dist_library(t->dist), ty_dist_timeout(t->dist));
     }
     const bool tied = t->model_config.tie_word_embeddings;
