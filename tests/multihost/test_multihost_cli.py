@@ -58,6 +58,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "apps"))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import env_launch  # noqa: E402
 import netns_hosts  # noqa: E402
 import test_distributed_cli as dist  # noqa: E402
 import unittest_exit  # noqa: E402
@@ -167,6 +168,96 @@ class MpirunLauncher:
                 if want in env:
                     return pid
         return None
+
+
+class _Procs:
+    """Several ranks' processes seen as one launcher process: poll() is None
+    while any runs, else the first non-zero status (0 when all ended well)."""
+
+    def __init__(self, procs):
+        self.procs = procs
+
+    def _status(self):
+        codes = [p.returncode for p in self.procs]
+        return next((c for c in codes if c != 0), 0)
+
+    def poll(self):
+        if any(p.poll() is None for p in self.procs):
+            return None
+        return self._status()
+
+    def wait(self, timeout):
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))  # TimeoutExpired goes up
+        return self._status()
+
+
+class EnvRanks(Ranks):
+    """The ranks of an environment launch: one process each, read as they
+    print (rank i's lines prefixed "[rank i] ")."""
+
+    def __init__(self, procs):
+        self.proc = _Procs(procs)
+        self.lines = {"out": [], "err": []}
+        self.threads = []
+        for i, p in enumerate(procs):
+            for key, stream in (("out", p.stdout), ("err", p.stderr)):
+                t = threading.Thread(target=self._read_tagged, args=(stream, self.lines[key], i),
+                                     daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    @staticmethod
+    def _read_tagged(stream, into, rank):
+        with stream:
+            for line in stream:
+                into.append("[rank %d] %s" % (rank, line))
+
+
+class EnvLauncher:
+    """The launch without MPI across hosts: every rank started on its host
+    as torchrun or srun would start it there (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR = h1's address, MASTER_PORT, TRAINYARD_JOB_TOKEN:
+    tests/common/env_launch.py), meeting at rank 0's TCP rendezvous on h1
+    and talking over the Trainyard TCP transport across the bridge. Any
+    placement of ranks on hosts."""
+
+    name = "environment launch"
+    PORT = 29500  # free: h1's namespace is new
+    # rank 0 sees the connection of every process of `host` end
+    HOST_LOST = (r"rank 1 \(host {host}, 10\.88\.0\.\d+\) closed its connection",)
+    SHOW_HOST = 'echo "rank $RANK runs on host $(hostname)" >&2; exec "$@"'
+
+    @staticmethod
+    def why_unavailable(cfg):
+        return netns_hosts.why_unavailable(need_mpirun=False)
+
+    def __init__(self, hosts, folder):
+        self.hosts, self.folder = hosts, folder
+
+    def envs(self, layout, env=None):
+        base = dict(os.environ)
+        base.update(env or {})
+        local = [layout[:i].count(h) for i, h in enumerate(layout)]
+        return [env_launch.rank_env(r, len(layout), self.hosts.address("h1"), self.PORT,
+                                    local_rank=local[r], base=base)
+                for r in range(len(layout))]
+
+    def start(self, layout, argv, env=None, ranks=None):
+        """Ranks 0.. on the hosts of `layout` run `argv` (only the ranks in
+        `ranks`, when given: the others never come); an EnvRanks."""
+        envs = self.envs(layout, env)
+        procs = [self.hosts.popen(host, ["sh", "-c", self.SHOW_HOST, "sh"] + list(argv),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=envs[r])
+                 for r, host in enumerate(layout) if ranks is None or r in ranks]
+        return EnvRanks(procs)
+
+    def rank_pid(self, ranks, rank):
+        """The pid of rank `rank`: every wrapper execs, so the process
+        started is trainyard itself."""
+        return ranks.proc.procs[rank].pid
 
 
 def alive(pid):
@@ -328,7 +419,8 @@ class FaultCases:
         self.assertIsNotNone(rc, "still running %d s after h2 died:\n%s"
                              % (DIST_TIMEOUT + 10, text[-4000:]))
         self.assertNotEqual(rc, 0, text[-4000:])
-        print("mpirun ended %.1f s after h2 died" % (time.monotonic() - began), file=sys.stderr)
+        print("%s ended %.1f s after h2 died" % (self.launcher.name, time.monotonic() - began),
+              file=sys.stderr)
         self.assert_placed(text, ["h1", "h2"])  # rank 1 ran on h2
         for pattern in self.launcher.HOST_LOST:
             if not re.search(pattern.format(host="h2"), text):
@@ -338,15 +430,17 @@ class FaultCases:
     def test_link_down(self):
         ranks, out, began, rank0 = self.start_and_fault(lambda: self.hosts.link_down("h2"))
         bound = began + DIST_TIMEOUT + 10
-        said = "rank 1 did not reach"
-        while (alive(rank0) or said not in ranks.text()) and time.monotonic() < bound:
+        # the transport may add the address: "on host h2 (10.88.0.2)"
+        said = re.compile(r"rank 0: trainyard train: DEADLINE_EXCEEDED: rank 1 on host h2"
+                          r"(?: \(10\.88\.0\.2\))? did not reach")
+        while (alive(rank0) or not said.search(ranks.text())) and time.monotonic() < bound:
             time.sleep(0.05)
         text = ranks.text()
         print("rank 0 ended %.1f s after h2's link went down" % (time.monotonic() - began),
               file=sys.stderr)
         self.assertFalse(alive(rank0), "rank 0 still runs %d s after h2's link went down:\n%s"
                          % (DIST_TIMEOUT + 10, text[-4000:]))
-        self.assert_said("rank 0: trainyard train: DEADLINE_EXCEEDED: rank 1 did not reach", text)
+        self.assertRegex(text, said)
         self.assert_said("within %d s (--dist-timeout): it died or hangs" % DIST_TIMEOUT, text)
         # mpirun waits for h2's daemon behind the dead link (docstring)
         self.hosts.kill_host("h1")
@@ -361,6 +455,38 @@ class MpirunMatchTest(MatchCases, Base):
 
 class MpirunFaultTest(FaultCases, Base):
     launcher_class = MpirunLauncher
+
+
+class EnvMatchTest(MatchCases, Base):
+    launcher_class = EnvLauncher
+
+
+class EnvFaultTest(FaultCases, Base):
+    launcher_class = EnvLauncher
+
+    def test_rank_never_arrives(self):
+        # a 2-host run saves checkpoint-2; its restart on both hosts, where
+        # h2's rank never comes, ends on h1 within --dist-timeout + 10 s
+        # naming the missing rank, and the checkpoint then resumes on h1 alone
+        out = self.path("run")
+        self.train_on(["h1", "h2"], "--batch-size", "2", "--max-steps", "2", "--out", out)
+        began = time.monotonic()
+        ranks = self.launcher.start(
+            ["h1", "h2"], [dist.CFG.trainyard, "train"] + self.common
+            + ["--batch-size", "2", "--dist-timeout", str(DIST_TIMEOUT), "--out", out,
+               "--resume", "latest"], ranks=[0])
+        rc = ranks.wait(DIST_TIMEOUT + 10)
+        text = ranks.text()
+        self.assertIsNotNone(rc, "rank 0 still runs %d s after it started:\n%s"
+                             % (DIST_TIMEOUT + 10, text[-4000:]))
+        print("rank 0 ended %.1f s after it started alone" % (time.monotonic() - began),
+              file=sys.stderr)
+        self.assertNotEqual(rc, 0, text[-4000:])
+        self.assertRegex(text, r"rank 1 never arrived at the rendezvous 10\.88\.0\.1:%d "
+                               r"within %d s \(rank 0 did\)" % (EnvLauncher.PORT, DIST_TIMEOUT))
+        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith("checkpoint-")),
+                         ["checkpoint-2"])
+        self.check_resume_on_h1(out)
 
 
 def main():
