@@ -27,7 +27,7 @@ library only; root only.
     the rsh agent reports the death 2 s late as ssh would, else mpirun
     says a daemon was "unable to reliably start" and names no host);
   - h2's link goes down (its processes live on, cut off): rank 0 on h1
-    ends within --dist-timeout + 10 s naming rank 1 ("rank 1 did not reach
+    ends within --dist-timeout + 10 s naming rank 1 ("rank 1 on host h2 did not reach
     ... within 5 s (--dist-timeout)") and calls MPI_Abort. Open MPI's
     mpirun itself does not end then: it waits for h2's daemon, which it can
     neither reach nor give up on (seen: still running 25 s after the link
