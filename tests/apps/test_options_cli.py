@@ -270,7 +270,7 @@ def parsed_options(command):
             names -= {"cache-dir", "retry-failed"}
         return {"--" + n for n in names}
     if command == "ckpt split":
-        return getopt_names(source(*app, "cmd_ckpt.c"), "int ty_cmd_ckpt")
+        return getopt_names(source(*app, "ckpt", "cmd_ckpt.c"), "int ty_cmd_ckpt")
     if command == "eval":
         return getopt_names(source(*app, "eval", "cmd_eval.c"), "int ty_cmd_eval")
     if command == "control":
