@@ -1,4 +1,5 @@
-/* `trainyard ckpt`: converts a checkpoint's optimizer state between one
+/* `trainyard ckpt`: `diff` compares two checkpoints (ckpt_diff.c); `merge`
+ * and `split`, here, convert a checkpoint's optimizer state between one
  * file (optimizer.safetensors, what a run without ZeRO writes) and shards
  * with an index (what `train --zero 1` writes, one per rank:
  * optimizer-<k>-of-<n>.safetensors and optimizer.safetensors.index.json).
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "ckpt/ckpt_diff.h"
 #include "files/ckpt_identity.h"
 #include "hal/file.h"
 #include "models/safetensors.h"
@@ -24,6 +26,10 @@
 static const char *const ty_ckpt_usage =
     "usage: trainyard ckpt merge CHECKPOINT\n"
     "       trainyard ckpt split CHECKPOINT --ranks N\n"
+    "       trainyard ckpt diff A B [options]\n"
+    "\n"
+    "diff compares two checkpoints (or model folders, or .safetensors files) tensor\n"
+    "by tensor; 'trainyard ckpt diff --help' tells its options.\n"
     "\n"
     "Converts the optimizer state of a 'trainyard train' checkpoint folder:\n"
     "  merge   the shards of a ZeRO-1 run, train zero=1 (optimizer-*-of-*.safetensors,\n"
@@ -178,8 +184,9 @@ int ty_cmd_ckpt(ty_app_t *app, int argc, char **argv) {
     fputs(ty_ckpt_usage, stdout);
     return TY_EXIT_OK;
   }
+  if (argc >= 2 && !strcmp(argv[1], "diff")) return ty_cmd_ckpt_diff(argc - 1, argv + 1);
   if (argc < 2 || (strcmp(argv[1], "merge") && strcmp(argv[1], "split"))) {
-    return ty_app_usage_error("ckpt", "expected 'merge' or 'split'");
+    return ty_app_usage_error("ckpt", "expected 'merge', 'split' or 'diff'");
   }
   const bool split = !strcmp(argv[1], "split");
   static const struct option longopts[] = {{"ranks", required_argument, NULL, 'r'},
