@@ -347,6 +347,45 @@ class DiffTest(Base):
         self.assertEqual(r.returncode, 0)
         self.assertIn("Exit status: 0 every tensor agrees", r.stdout)
 
+    def test_unreadable_sides(self):
+        """The other refusals of a side, each with its message (exit 2)."""
+        model = os.path.join(self.ckpt, "model.safetensors")
+        no_tensors = self.path("none.safetensors")
+        write_st(no_tensors, {}, {})
+        only_state = self.path("only_state")
+        os.mkdir(only_state)
+        shutil.copy(os.path.join(self.ckpt, "optimizer.safetensors"), only_state)
+        both = self.copy(self.ckpt, "both")
+        meta, tensors = read_st(os.path.join(both, "optimizer.safetensors"))
+        tensors["transformer.wte.weight"] = tensors["transformer.wte.weight.exp_avg"]
+        write_st(os.path.join(both, "optimizer.safetensors"), meta, tensors)
+        mixed = self.copy(self.ckpt, "mixed")
+        path = os.path.join(mixed, "optimizer.safetensors")
+        meta, tensors = read_st(path)
+        run_id = meta["trainyard_run_id"]
+        meta["trainyard_run_id"] = "0" * 32
+        write_st(path, meta, tensors)
+        for args, text in (
+                ([model, model + "/x"], "B: cannot read %s/x" % model),
+                (["/dev/null", model], "A: /dev/null is neither a folder nor a file"),
+                ([no_tensors, model], "A: %s holds no tensors" % no_tensors),
+                ([only_state, self.ckpt, "--weights-only"],
+                 "A: %s holds no tensors: no model.safetensors (or model.safetensors.index.json)"
+                 " (--weights-only leaves out the optimizer state)" % only_state),
+                ([self.ckpt, both], "B: tensor 'transformer.wte.weight' is both in "
+                 "%s/model.safetensors and in %s/optimizer.safetensors" % (both, both)),
+                ([mixed, self.ckpt], "A: %s/optimizer.safetensors is from run %s at step 2, "
+                 "but %s/trainer_state.json is from run %s at step 2"
+                 % (mixed, "0" * 32, mixed, run_id))):
+            with self.subTest(args=args):
+                r = self.diff(*args, rc=2)
+                self.assertIn(text, r.stderr)
+        # a folder of optimizer state alone is compared (its identity: its file's)
+        r = self.diff(only_state, self.ckpt, rc=1)
+        self.assertIn("56 tensors compared: 56 identical", r.stdout)
+        self.assertIn("28 only in B", r.stdout)
+        self.diff(mixed, self.ckpt, "--weights-only", rc=0)  # the state is not read
+
     def test_pages_are_handed_back(self):
         """Two files of 4 x 16 MiB tensors: the diff's peak resident memory
         stays well below one whole file over a small-file baseline, so it
