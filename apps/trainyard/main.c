@@ -19,7 +19,7 @@ static const ty_command_t ty_commands[] = {
     {"data", ty_cmd_data,
      "prepare token datasets, train a BPE tokenizer, check a dataset", 0},
     {"ckpt", ty_cmd_ckpt,
-     "convert a checkpoint's optimizer state between one file and per-rank shards", 0},
+     "diff two checkpoints tensor by tensor; merge or split ZeRO-1 optimizer shards", 0},
     {"check", ty_cmd_check,
      "list what a model's graphs need from a backend, op by op, with its verdicts", TY_P},
     {"compare", ty_cmd_compare,

@@ -628,7 +628,7 @@ class CkptTest(Base):
                 (["split", ckpt, "--ranks", "1"], 2, "--ranks must be a number from 2"),
                 (["merge", ckpt, "--ranks", "2"], 2, "--ranks is for 'ckpt split'"),
                 (["merge"], 2, "give one checkpoint folder"),
-                (["squash", ckpt], 2, "expected 'merge' or 'split'"),
+                (["squash", ckpt], 2, "expected 'merge', 'split' or 'diff'"),
                 (["merge", self.path("nowhere")], 1, "cannot open checkpoint folder")):
             r = run(["ckpt"] + args)
             self.assertEqual(r.returncode, rc, (args, r.stderr))

@@ -45,6 +45,12 @@ AUDIT = {
         "--text-field", "--force")},
     "data info": {"--verify": "test_data_cli.py:PrepareTest.test_info_finds_damage"},
     "ckpt split": {"--ranks": "test_distributed_cli.py:CkptTest.test_split_and_merge"},
+    "ckpt diff": {
+        "--tol": "test_ckpt_diff_cli.py:DiffTest.test_tolerances",
+        "--rtol": "test_ckpt_diff_cli.py:DiffTest.test_tolerances",
+        "--top": "test_ckpt_diff_cli.py:DiffTest.test_top",
+        "--json": "test_ckpt_diff_cli.py:DiffTest.test_json",
+        "--weights-only": "test_ckpt_diff_cli.py:DiffTest.test_weights_only"},
     "train": dict(
         {o: "TrainOptionsTest.test_schedule_and_optimizer_options" for o in (
             "--lr", "--min-lr", "--warmup-steps", "--schedule", "--optimizer", "--weight-decay",
@@ -270,7 +276,9 @@ def parsed_options(command):
             names -= {"cache-dir", "retry-failed"}
         return {"--" + n for n in names}
     if command == "ckpt split":
-        return getopt_names(source(*app, "cmd_ckpt.c"), "int ty_cmd_ckpt")
+        return getopt_names(source(*app, "ckpt", "cmd_ckpt.c"), "int ty_cmd_ckpt")
+    if command == "ckpt diff":
+        return getopt_names(source(*app, "ckpt", "ckpt_diff.c"), "int ty_cmd_ckpt_diff")
     if command == "eval":
         return getopt_names(source(*app, "eval", "cmd_eval.c"), "int ty_cmd_eval")
     if command == "control":

@@ -208,3 +208,38 @@ ty_status_t ty_ckpt_identity_check(const char *dir, const ty_ckpt_identity_t *wa
   TY_RETURN_IF_ERROR(ty_ident_check_set(dir, "optimizer", want, &shards));
   return shards ? ty_ident_check_index(dir, want, shards) : TY_OK;
 }
+
+/* The identity every part of `dir` must carry: its trainer_state.json's,
+ * else (a folder of optimizer files alone) that of the first optimizer
+ * file; then every part against it. */
+static ty_status_t ty_ckpt_identity_of_folder(const char *dir, const ty_safetensors_set_t *set,
+                                              ty_ckpt_identity_t *out) {
+  ty_status_t s = ty_ckpt_identity_of_state(dir, out);
+  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND && ty_safetensors_set_shard_count(set)) {
+    ty_status_free(s);
+    s = TY_OK;
+    const ty_safetensors_file_t *f = ty_safetensors_set_shard(set, 0);
+    const char *id = ty_safetensors_file_metadata_get(f, TY_CKPT_RUN_ID_KEY);
+    const char *step = ty_safetensors_file_metadata_get(f, TY_CKPT_STEP_KEY);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->run_id, sizeof(out->run_id), "%s", id ? id : "");
+    out->step = step ? strtoll(step, NULL, 10) : -1;
+    snprintf(out->source, sizeof(out->source), "%s", ty_safetensors_file_path(f));
+  }
+  TY_RETURN_IF_ERROR(s);
+  return ty_ckpt_identity_check(dir, out);
+}
+
+ty_status_t ty_ckpt_optimizer_open(const char *dir, ty_safetensors_set_t **out_set,
+                                   ty_ckpt_identity_t *out_id) {
+  *out_set = NULL;
+  ty_safetensors_set_t *set = NULL;
+  TY_RETURN_IF_ERROR(ty_safetensors_open_set(dir, "optimizer", TY_SAFETENSORS_OPEN_DEFAULT, &set));
+  ty_status_t s = ty_ckpt_identity_of_folder(dir, set, out_id);
+  if (s) {
+    ty_safetensors_set_close(set);
+    return s;
+  }
+  *out_set = set;
+  return TY_OK;
+}

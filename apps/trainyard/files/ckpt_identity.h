@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "hal/status.h"
+#include "models/safetensors.h"
 
 #define TY_CKPT_RUN_ID_KEY "trainyard_run_id" /* safetensors metadata keys */
 #define TY_CKPT_STEP_KEY "trainyard_step"
@@ -45,5 +46,16 @@ ty_status_t ty_ckpt_identity_of_state(const char *dir, ty_ckpt_identity_t *out) 
  * identities when one differs; DATA_LOSS when the index's world_size
  * (or replicas) disagrees with the shards present. */
 ty_status_t ty_ckpt_identity_check(const char *dir, const ty_ckpt_identity_t *want) TY_MUST_USE;
+
+/* Opens the optimizer state of checkpoint folder `dir` (one file, or the
+ * ZeRO-1 shards gathered through their index: ty_safetensors_open_set
+ * "optimizer") and checks every part of the folder against one identity,
+ * that of its trainer_state.json or, without one, of its first optimizer
+ * file; *out_id gets it. What `ckpt merge`, `split` and `diff` read. On
+ * success *out_set is the caller's (ty_safetensors_set_close); on error it
+ * is NULL: the open's errors (NOT_FOUND naming both file names when the
+ * folder has no optimizer state) or the check's DATA_LOSS. */
+ty_status_t ty_ckpt_optimizer_open(const char *dir, ty_safetensors_set_t **out_set,
+                                   ty_ckpt_identity_t *out_id) TY_MUST_USE;
 
 #endif /* TY_APPS_TRAINYARD_FILES_CKPT_IDENTITY_H_ */

@@ -1,4 +1,5 @@
-/* `trainyard ckpt`: converts a checkpoint's optimizer state between one
+/* `trainyard ckpt`: `diff` compares two checkpoints (ckpt_diff.c); `merge`
+ * and `split`, here, convert a checkpoint's optimizer state between one
  * file (optimizer.safetensors, what a run without ZeRO writes) and shards
  * with an index (what `train --zero 1` writes, one per rank:
  * optimizer-<k>-of-<n>.safetensors and optimizer.safetensors.index.json).
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "ckpt/ckpt_diff.h"
 #include "files/ckpt_identity.h"
 #include "hal/file.h"
 #include "models/safetensors.h"
@@ -24,6 +26,10 @@
 static const char *const ty_ckpt_usage =
     "usage: trainyard ckpt merge CHECKPOINT\n"
     "       trainyard ckpt split CHECKPOINT --ranks N\n"
+    "       trainyard ckpt diff A B [options]\n"
+    "\n"
+    "diff compares two checkpoints (or model folders, or .safetensors files) tensor\n"
+    "by tensor; 'trainyard ckpt diff --help' tells its options.\n"
     "\n"
     "Converts the optimizer state of a 'trainyard train' checkpoint folder:\n"
     "  merge   the shards of a ZeRO-1 run, train zero=1 (optimizer-*-of-*.safetensors,\n"
@@ -72,36 +78,11 @@ static ty_status_t ty_ckpt_write(const ty_safetensors_set_t *set, const int *own
   return s;
 }
 
-/* The identity every part of `dir` must carry: its trainer_state.json's,
- * else (a folder of optimizer files alone) that of the first optimizer
- * file; then every part against it. */
-static ty_status_t ty_ckpt_identity(const char *dir, const ty_safetensors_set_t *set,
-                                    ty_ckpt_identity_t *out) {
-  ty_status_t s = ty_ckpt_identity_of_state(dir, out);
-  if (s && ty_status_code(s) == TY_CODE_NOT_FOUND && ty_safetensors_set_shard_count(set)) {
-    ty_status_free(s);
-    s = TY_OK;
-    const ty_safetensors_file_t *f = ty_safetensors_set_shard(set, 0);
-    const char *id = ty_safetensors_file_metadata_get(f, TY_CKPT_RUN_ID_KEY);
-    const char *step = ty_safetensors_file_metadata_get(f, TY_CKPT_STEP_KEY);
-    memset(out, 0, sizeof(*out));
-    snprintf(out->run_id, sizeof(out->run_id), "%s", id ? id : "");
-    out->step = step ? strtoll(step, NULL, 10) : -1;
-    snprintf(out->source, sizeof(out->source), "%s", ty_safetensors_file_path(f));
-  }
-  TY_RETURN_IF_ERROR(s);
-  return ty_ckpt_identity_check(dir, out);
-}
-
 static ty_status_t ty_ckpt_merge(const char *dir) {
   ty_safetensors_set_t *set = NULL;
-  TY_RETURN_IF_ERROR(ty_safetensors_open_set(dir, "optimizer", TY_SAFETENSORS_OPEN_DEFAULT, &set));
   ty_ckpt_identity_t id;
-  ty_status_t checked = ty_ckpt_identity(dir, set, &id);
-  if (checked) {
-    ty_safetensors_set_close(set);
-    return ty_status_annotate(checked, "refusing to merge");
-  }
+  ty_status_t opened = ty_ckpt_optimizer_open(dir, &set, &id);
+  if (opened) return ty_status_annotate(opened, "refusing to merge");
   if (!ty_safetensors_set_is_sharded(set)) {
     ty_safetensors_set_close(set);
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
@@ -126,19 +107,15 @@ static ty_status_t ty_ckpt_merge(const char *dir) {
 
 static ty_status_t ty_ckpt_split(const char *dir, int ranks) {
   ty_safetensors_set_t *set = NULL;
-  TY_RETURN_IF_ERROR(ty_safetensors_open_set(dir, "optimizer", TY_SAFETENSORS_OPEN_DEFAULT, &set));
+  ty_ckpt_identity_t id;
+  ty_status_t opened = ty_ckpt_optimizer_open(dir, &set, &id);
+  if (opened) return ty_status_annotate(opened, "refusing to split");
   if (ty_safetensors_set_is_sharded(set)) {
     ty_safetensors_set_close(set);
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "%s: the optimizer state is sharded already; 'trainyard ckpt merge' "
                           "it first",
                           dir);
-  }
-  ty_ckpt_identity_t id;
-  ty_status_t checked = ty_ckpt_identity(dir, set, &id);
-  if (checked) {
-    ty_safetensors_set_close(set);
-    return ty_status_annotate(checked, "refusing to split");
   }
   size_t n = ty_safetensors_set_tensor_count(set);
   int *owner = calloc(n ? n : 1, sizeof(int));
@@ -207,8 +184,9 @@ int ty_cmd_ckpt(ty_app_t *app, int argc, char **argv) {
     fputs(ty_ckpt_usage, stdout);
     return TY_EXIT_OK;
   }
+  if (argc >= 2 && !strcmp(argv[1], "diff")) return ty_cmd_ckpt_diff(argc - 1, argv + 1);
   if (argc < 2 || (strcmp(argv[1], "merge") && strcmp(argv[1], "split"))) {
-    return ty_app_usage_error("ckpt", "expected 'merge' or 'split'");
+    return ty_app_usage_error("ckpt", "expected 'merge', 'split' or 'diff'");
   }
   const bool split = !strcmp(argv[1], "split");
   static const struct option longopts[] = {{"ranks", required_argument, NULL, 'r'},
