@@ -30,13 +30,17 @@ set(_ty_costs
   apps_trainyard_serve_OptionsTest 26
   loss_chunk_test 26
   apps_trainyard_safety_SignalTest 25
+  multihost_EnvFaultTest 24
   apps_trainyard_eval_TrainEvalTest 24
   apps_trainyard_train_ResumeTest 23
   cuda_emu_fusion_loss_test 21
+  multihost_MpirunFaultTest 21
+  multihost_MpirunMatchTest 21
   apps_trainyard_serve_LoadTest 19
   apps_trainyard_pipeline_DataParallelPipelineTest 18
   apps_trainyard_eval_EvalTest 18
-  cuda_emu_fusion_test 16)
+  cuda_emu_fusion_test 16
+  multihost_EnvMatchTest 15)
 while(_ty_costs)
   list(POP_FRONT _ty_costs _ty_name _ty_cost)
   set_tests_properties("${_ty_name}" PROPERTIES COST "${_ty_cost}")
