@@ -1,15 +1,24 @@
 /* The CPU emulator's scheduler: a launch runs its blocks one after another,
- * and a block's threads as coroutines (ucontext) on the calling OS thread.
- * A thread runs until it reaches a barrier (__syncthreads, or the two warp
- * barriers around a shuffle) or returns; when every live thread of the
- * block (of the warp) waits at the block (warp) barrier, they are released.
- * Threads that diverge around a barrier deadlock, as they may on a GPU:
- * the launch then fails with the reason. */
+ * and a block's threads as coroutines on the calling OS thread. A thread
+ * runs until it reaches a barrier (__syncthreads, or the two warp barriers
+ * around a shuffle) or returns; when every live thread of the block (of the
+ * warp) waits at the block (warp) barrier, they are released. Threads that
+ * diverge around a barrier deadlock, as they may on a GPU: the launch then
+ * fails with the reason.
+ *
+ * A coroutine switch is a few instructions of our own (ty_emu_switch
+ * below) on x86-64 and AArch64, not ucontext's swapcontext: glibc's saves
+ * and restores the signal mask with a system call on every switch, and
+ * every emulated thread switches at least twice, so the emulated cuda tests
+ * spent most of their time in the kernel. Other architectures keep
+ * ucontext. Under AddressSanitizer each switch tells ASan the stack it moves
+ * to (__sanitizer_start/finish_switch_fiber), as its swapcontext
+ * interceptor did. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <map>
 #include <string>
@@ -17,6 +26,101 @@
 
 #include "emu_driver.h"
 #include "emu_runtime.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TY_EMU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TY_EMU_ASAN 1
+#endif
+#ifdef TY_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define TY_EMU_OWN_SWITCH 1
+/* ty_emu_switch(save, to): stores the stack pointer of the running
+ * coroutine in *save, after pushing its callee-saved registers, and resumes
+ * the one whose saved stack pointer is `to`. Only the registers the C ABI
+ * says a call preserves are saved; the caller assumes the rest clobbered,
+ * as for any call. The floating-point control words are not switched: no
+ * kernel changes them. */
+extern "C" void ty_emu_switch(void **save, void *to);
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".hidden ty_emu_switch\n"
+        ".globl ty_emu_switch\n"
+        ".type ty_emu_switch,@function\n"
+        "ty_emu_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size ty_emu_switch, .-ty_emu_switch\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+/* The six registers ty_emu_switch pops, then the address its `ret` jumps
+ * to, then a null return address for that function (which never returns),
+ * so it starts with the stack aligned as after a call. */
+enum { kFrameWords = 8, kEntrySlot = 6 };
+#else
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".hidden ty_emu_switch\n"
+        ".globl ty_emu_switch\n"
+        ".type ty_emu_switch,%function\n"
+        "ty_emu_switch:\n"
+        "  sub sp, sp, #160\n"
+        "  stp x19, x20, [sp, #0]\n"
+        "  stp x21, x22, [sp, #16]\n"
+        "  stp x23, x24, [sp, #32]\n"
+        "  stp x25, x26, [sp, #48]\n"
+        "  stp x27, x28, [sp, #64]\n"
+        "  stp x29, x30, [sp, #80]\n"
+        "  stp d8, d9, [sp, #96]\n"
+        "  stp d10, d11, [sp, #112]\n"
+        "  stp d12, d13, [sp, #128]\n"
+        "  stp d14, d15, [sp, #144]\n"
+        "  mov x9, sp\n"
+        "  str x9, [x0]\n"
+        "  mov sp, x1\n"
+        "  ldp x19, x20, [sp, #0]\n"
+        "  ldp x21, x22, [sp, #16]\n"
+        "  ldp x23, x24, [sp, #32]\n"
+        "  ldp x25, x26, [sp, #48]\n"
+        "  ldp x27, x28, [sp, #64]\n"
+        "  ldp x29, x30, [sp, #80]\n"
+        "  ldp d8, d9, [sp, #96]\n"
+        "  ldp d10, d11, [sp, #112]\n"
+        "  ldp d12, d13, [sp, #128]\n"
+        "  ldp d14, d15, [sp, #144]\n"
+        "  add sp, sp, #160\n"
+        "  ret\n"
+        ".size ty_emu_switch, .-ty_emu_switch\n"
+        ".section .note.GNU-stack,\"\",%progbits\n"
+        ".text\n");
+/* The 160-byte frame ty_emu_switch loads; x30 (word 11) is where its `ret`
+ * jumps, x29 (word 10) a null frame pointer. */
+enum { kFrameWords = 20, kEntrySlot = 11 };
+#endif
+#else
+#include <ucontext.h>
+#endif
 
 ty_emu_thread_info *ty_emu_cur_thread;
 ty_emu_block_info ty_emu_cur_block;
@@ -26,7 +130,12 @@ namespace {
 enum class State { kRun, kAtBlock, kAtWarp, kDone };
 
 struct Thread {
+#ifdef TY_EMU_OWN_SWITCH
+  void *sp; /* saved by ty_emu_switch while the thread waits */
+#else
   ucontext_t ctx;
+#endif
+  void *fake_stack; /* ASan's, while the thread waits */
   ty_emu_thread_info info;
   int warp, lane;
   State state;
@@ -36,7 +145,13 @@ struct Launch {
   const ty_emu_kernel *kernel;
   const unsigned char *block_params;
   void **array_params;
+#ifdef TY_EMU_OWN_SWITCH
+  void *sched_sp;
+#else
   ucontext_t sched;
+#endif
+  const void *sched_bottom; /* the scheduler's stack, for ASan */
+  size_t sched_size;
   std::vector<Thread> threads;
   std::vector<uint64_t> slots; /* a value per lane, for shuffles */
 };
@@ -65,6 +180,59 @@ bool reserve_stacks(size_t n) {
   return true;
 }
 
+char *stack_of(const Launch *l, const Thread *t) {
+  return g_stacks + (size_t)(t - l->threads.data()) * kStack;
+}
+
+#ifdef TY_EMU_OWN_SWITCH
+/* From a thread to the scheduler; `done`: the thread has returned and is
+ * never resumed (ASan then drops its fake stack). */
+void to_scheduler(Thread *t, bool done) {
+  Launch *l = g_launch;
+#ifdef TY_EMU_ASAN
+  __sanitizer_start_switch_fiber(done ? nullptr : &t->fake_stack, l->sched_bottom,
+                                 l->sched_size);
+#else
+  (void)done;
+#endif
+  ty_emu_switch(&t->sp, l->sched_sp);
+#ifdef TY_EMU_ASAN
+  __sanitizer_finish_switch_fiber(t->fake_stack, &l->sched_bottom, &l->sched_size);
+#endif
+}
+
+[[noreturn]] void thread_entry() {
+  Launch *l = g_launch;
+#ifdef TY_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &l->sched_bottom, &l->sched_size);
+#endif
+  if (l->block_params) l->kernel->from_block(l->block_params);
+  else l->kernel->from_array(l->array_params);
+  g_cur->state = State::kDone;
+  to_scheduler(g_cur, true);
+  __builtin_trap(); /* a finished thread is never resumed */
+}
+
+/* A new thread's stack: the frame ty_emu_switch pops, returning into
+ * thread_entry. */
+void prepare(Launch *l, Thread *t) {
+  void **frame = (void **)(stack_of(l, t) + kStack) - kFrameWords;
+  memset(frame, 0, kFrameWords * sizeof(void *));
+  frame[kEntrySlot] = (void *)&thread_entry;
+  t->sp = frame;
+}
+
+void resume(Launch *l, Thread *t) {
+#ifdef TY_EMU_ASAN
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, stack_of(l, t), kStack);
+#endif
+  ty_emu_switch(&l->sched_sp, t->sp);
+#ifdef TY_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+#else
 void thread_entry() {
   Launch *l = g_launch;
   if (l->block_params) l->kernel->from_block(l->block_params);
@@ -72,10 +240,23 @@ void thread_entry() {
   g_cur->state = State::kDone; /* uc_link returns to the scheduler */
 }
 
+void to_scheduler(Thread *t, bool) { swapcontext(&t->ctx, &g_launch->sched); }
+
+void prepare(Launch *l, Thread *t) {
+  getcontext(&t->ctx);
+  t->ctx.uc_stack.ss_sp = stack_of(l, t);
+  t->ctx.uc_stack.ss_size = kStack;
+  t->ctx.uc_link = &l->sched;
+  makecontext(&t->ctx, thread_entry, 0);
+}
+
+void resume(Launch *l, Thread *t) { swapcontext(&l->sched, &t->ctx); }
+#endif
+
 void wait_at(State s) {
   Thread *t = g_cur;
   t->state = s;
-  swapcontext(&t->ctx, &g_launch->sched);
+  to_scheduler(t, false);
 }
 
 std::map<std::string, ty_emu_kernel> &registry() {
@@ -142,11 +323,7 @@ static bool run_block(Launch *l, char *why, size_t cap) {
   for (size_t i = 0; i < n; ++i) {
     Thread &t = l->threads[i];
     t.state = State::kRun;
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = g_stacks + i * kStack;
-    t.ctx.uc_stack.ss_size = kStack;
-    t.ctx.uc_link = &l->sched;
-    makecontext(&t.ctx, thread_entry, 0);
+    prepare(l, &t);
   }
   std::vector<size_t> live(warps), waiting(warps);
   for (;;) {
@@ -155,7 +332,7 @@ static bool run_block(Launch *l, char *why, size_t cap) {
       if (t.state != State::kRun) continue;
       g_cur = &t;
       ty_emu_cur_thread = &t.info;
-      swapcontext(&l->sched, &t.ctx);
+      resume(l, &t);
     }
     size_t done = 0, at_block = 0;
     for (size_t w = 0; w < warps; ++w) live[w] = waiting[w] = 0;
@@ -213,6 +390,8 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
   l.kernel = k;
   l.block_params = block_params;
   l.array_params = array_params;
+  l.sched_bottom = nullptr;
+  l.sched_size = 0;
   l.threads.resize(n);
   l.slots.assign(((n + 31) / 32) * 32, 0);
   for (size_t i = 0; i < n; ++i) {
@@ -235,6 +414,11 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
                             (unsigned)(b / ((uint64_t)grid[0] * grid[1]))};
     ok = run_block(&l, why, cap);
   }
+#ifdef TY_EMU_ASAN
+  /* The deadlocked threads never return: their frames' redzones would stay
+   * poisoned on stacks the next launch reuses. */
+  if (!ok) ASAN_UNPOISON_MEMORY_REGION(g_stacks, n * kStack);
+#endif
   g_launch = outer;
   return ok;
 }
