@@ -454,14 +454,8 @@ class ExampleTest(cli_util.TempDirTest):
               % (seconds, m["accuracy"], m["majority_baseline"]))
         self.assertGreater(m["accuracy"], m["majority_baseline"])
         self.assertGreaterEqual(m["accuracy"], 0.75)
-        version = subprocess.run([cli_util.CFG.trainyard, "--version"], capture_output=True,
-                                 text=True).stdout
-        if "sanitize=" in version:
-            # ASan/UBSan builds run several times slower: the minute is the
-            # promise of a normal build, which the gcc suite holds.
-            print("examples/sentiment: time not checked on a sanitizer build (%.1f s)" % seconds)
-        else:
-            self.assertLess(seconds, 60, "the example must run under a minute")
+        # its time (under a minute on an idle 2-core machine) is a benchmark:
+        # bench/sentiment_example.sh, not a check of a test that shares the cores
 
 
 if __name__ == "__main__":
