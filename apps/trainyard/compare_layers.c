@@ -171,6 +171,24 @@ static int ty_layers_parse(int argc, char **argv, ty_layers_args_t *a) {
   return rc;
 }
 
+/* Whether the data can give the batch, before any graph is built. */
+static ty_status_t ty_layers_check_data(const ty_dataset_t *ds, const char *dir,
+                                        const ty_model_config_t *config, int64_t B) {
+  if ((int64_t)ty_dataset_row_count(ds) < B) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--per-layer: %s holds %llu rows of training data, fewer than "
+                          "--batch-size %lld; give a smaller --batch-size",
+                          dir, (unsigned long long)ty_dataset_row_count(ds), (long long)B);
+  }
+  if ((int64_t)ty_dataset_vocab_size(ds) > config->vocab_size) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--per-layer: the data in %s has a vocabulary of %u tokens and the "
+                          "model's is %lld; make the data with the model's tokenizer",
+                          dir, ty_dataset_vocab_size(ds), (long long)config->vocab_size);
+  }
+  return TY_OK;
+}
+
 /* The first `B` rows of the train split: tokens, next-token targets and
  * loss weights averaging the counted targets, bound on both runners. */
 static ty_status_t ty_layers_bind_batch(const char *dir, const ty_model_config_t *config,
@@ -179,18 +197,7 @@ static ty_status_t ty_layers_bind_batch(const char *dir, const ty_model_config_t
   ty_dataset_t *ds = NULL;
   TY_RETURN_IF_ERROR(ty_dataset_open(dir, "train", 0, &ds));
   int64_t T = ty_dataset_seq_len(ds);
-  ty_status_t s = TY_OK;
-  if ((int64_t)ty_dataset_row_count(ds) < B) {
-    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                       "--per-layer: %s holds %llu rows of training data, fewer than "
-                       "--batch-size %lld; give a smaller --batch-size",
-                       dir, (unsigned long long)ty_dataset_row_count(ds), (long long)B);
-  } else if ((int64_t)ty_dataset_vocab_size(ds) > config->vocab_size) {
-    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                       "--per-layer: the data in %s has a vocabulary of %u tokens and the "
-                       "model's is %lld; make the data with the model's tokenizer",
-                       dir, ty_dataset_vocab_size(ds), (long long)config->vocab_size);
-  }
+  ty_status_t s = ty_layers_check_data(ds, dir, config, B);
   size_t n = (size_t)(B * T);
   uint32_t *row = malloc((size_t)(T + 1) * sizeof(*row));
   uint8_t *w = malloc((size_t)T);
@@ -384,7 +391,9 @@ static ty_status_t ty_layers_run(ty_app_t *app, const ty_layers_args_t *a, int *
   ty_dataset_t *probe = NULL;
   TY_RETURN_IF_ERROR(ty_dataset_open(a->data, "train", 0, &probe));
   int64_t T = ty_dataset_seq_len(probe);
+  ty_status_t checked = ty_layers_check_data(probe, a->data, &config, a->batch);
   ty_dataset_close(probe);
+  TY_RETURN_IF_ERROR(checked);
   ty_registry_t *registry = NULL;
   ty_device_t *dev[2] = {NULL, NULL};
   ty_graph_t *g = NULL;

@@ -149,6 +149,28 @@ class UsageTest(Base):
                 r = run(["compare", "--per-layer"] + args)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(needle, r.stderr)
+        # Data the model cannot read, and a batch that trains on nothing.
+        wide = make_ids_dataset(self.path("wide"), vocab=200)
+        r = run(["compare", "--per-layer", "--backends", "cpu,cpu", "--model", model, "--data",
+                 wide])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("has a vocabulary of 200 tokens and the model's is 96", r.stderr)
+        with open(self.path("zero.jsonl"), "w") as f:
+            for _ in range(20):
+                f.write(json.dumps({"ids": list(range(1, 11)), "weights": [0] * 10}) + "\n")
+        r = run(["data", "prepare", "--format", "ids", "--vocab-size", "96", "--eos-id", "95",
+                 "--loss-weights", "--input", self.path("zero.jsonl"), "--seq-len", "16",
+                 "--out", self.path("zero")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run(["compare", "--per-layer", "--backends", "cpu,cpu", "--model", model, "--data",
+                 self.path("zero")])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("train on no token (every loss weight 0)", r.stderr)
+        for args, needle in ((["stray"], "unexpected argument 'stray'"),
+                             (["--model"], "option '--model' needs a value")):
+            r = run(["compare", "--per-layer"] + args)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(needle, r.stderr)
         r = run(["compare", "--per-layer", "--help"])
         self.assertEqual(r.returncode, 0)
         self.assertIn("f32 1e-05", r.stdout)
