@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "compare_layers.h"
 #include "compare_plot.h"
 #include "files/out_paths.h"
 #include "files/run_folder.h"
@@ -62,6 +63,8 @@ static void ty_compare_usage(FILE *out) {
         "                    --max-steps, --epochs, --out and --resume are set by\n"
         "                    compare; --overwrite replaces the runs of an earlier\n"
         "                    comparison in DIR (refused without it)\n"
+        "  --per-layer       one batch forward and backward on two backends, layer\n"
+        "                    by layer ('trainyard compare --per-layer --help')\n"
         "  -h, --help        this help\n",
         out);
 }
@@ -431,6 +434,7 @@ static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char 
 }
 
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
+  if (ty_compare_is_per_layer(argc, argv)) return ty_compare_per_layer(app, argc, argv);
   ty_train_config_t cfg;
   ty_train_config_defaults(&cfg);
   char backends[1024] = "", out[TY_CFG_PATH_MAX] = "";

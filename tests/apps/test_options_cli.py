@@ -151,7 +151,9 @@ AUDIT = {
         "--data", "--batch-size", "--lr", "--dropout", "--backend", "--max-steps", "--epochs",
         "--resume")},
         **{"--overwrite":
-               "test_run_safety.py:RunFolderTest.test_compare_keeps_an_earlier_comparison"}),
+               "test_run_safety.py:RunFolderTest.test_compare_keeps_an_earlier_comparison",
+           "--per-layer": ("test_compare_layers_cli.py:PerLayerTest.test_cpu_against_cpu_agrees",
+                           "test_compare_layers_cli.py:UsageTest.test_refusals")}),
     "conform": dict({o: "ConformOptionsTest.test_each_option" for o in (
         "--backend", "--ops", "--dtype", "--direction", "--seed", "--tier", "--xfail", "--json",
         "--list")},

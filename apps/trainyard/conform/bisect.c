@@ -13,6 +13,7 @@
 
 #include "app.h"
 #include "conform/tier_common.h"
+#include "conform/value_diff.h"
 #include "graph/lower.h"
 #include "graph/support_report.h"
 #include "hal/dtype.h"
@@ -26,22 +27,6 @@
  * stand out there. */
 static double ty_bisect_bound(ty_dtype_t dtype) {
   return dtype == TY_DTYPE_BF16 ? 1e-2 : dtype == TY_DTYPE_F16 ? 1e-4 : 1e-9;
-}
-
-/* Names every node output (the ones without a name "n<node>.<k>") and marks
- * it an output, so both sides keep and hand back every intermediate. */
-static ty_status_t ty_bisect_expose(ty_graph_t *g) {
-  for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
-    const ty_graph_node_t *node = ty_graph_node(g, n);
-    for (uint32_t k = 0; k < node->output_count; ++k) {
-      const ty_graph_value_t *v = ty_graph_value(g, node->outputs[k]);
-      char name[64];
-      snprintf(name, sizeof(name), "n%u.%u", n, k);
-      TY_RETURN_IF_ERROR(ty_graph_set_output(g, node->outputs[k], v->desc.name[0] ? v->desc.name
-                                                                                  : name));
-    }
-  }
-  return TY_OK;
 }
 
 static void ty_bisect_attrs(const ty_abi_node_t *node, char *out, size_t cap) {
@@ -63,92 +48,9 @@ static void ty_bisect_attrs(const ty_abi_node_t *node, char *out, size_t cap) {
   }
 }
 
-typedef struct {
-  ty_tier_error_t error;
-  bool compared;
-  int64_t count; /* elements */
-  double scale;  /* ty_bisect_scales */
-} ty_bisect_value_t;
-
-/* Errors of every value the graph exposes (errors[v] for ABI value v). */
-static ty_status_t ty_bisect_compare_all(const ty_abi_graph_t *abi, ty_tier_runner_t *dev,
-                                         ty_tier_runner_t *ref, ty_bisect_value_t *errors) {
-  for (uint32_t v = 0; v < abi->value_count; ++v) {
-    const ty_abi_value_t *val = &abi->values[v];
-    if (!(val->flags & TY_VALUE_FLAG_OUTPUT) && val->role != TY_VALUE_STATE) continue;
-    double *got = NULL, *want = NULL;
-    int64_t n = 0, m = 0;
-    ty_status_t s = ty_tier_runner_get(dev, val->name, &got, &n);
-    if (!s) s = ty_tier_runner_get(ref, val->name, &want, &m);
-    if (s && ty_status_code(s) == TY_CODE_NOT_FOUND) {
-      ty_status_free(s); /* the other side's graph lacks it: not compared */
-      s = TY_OK;
-    } else if (!s && n == m) {
-      errors[v].error = ty_tier_compare(got, want, n);
-      errors[v].compared = true;
-      errors[v].count = n;
-    }
-    free(got);
-    free(want);
-    TY_RETURN_IF_ERROR(s);
-  }
-  return TY_OK;
-}
-
-/* Ops whose outputs only add up or move their inputs' values (same units
- * in and out), where an output can cancel far below its inputs. */
-static bool ty_bisect_additive(const char *op) {
-  static const char *const ops[] = {"add", "sub", "reduce_sum", "reduce_mean", "slice",
-                                    "slice_backward", "reshape", "transpose", "concat",
-                                    "broadcast_to", NULL};
-  for (int i = 0; ops[i]; ++i) {
-    if (!strcmp(op, ops[i])) return true;
-  }
-  return false;
-}
-
-/* Every value's scale, in node order: its mean square, or for an output of
- * an additive op the larger of that and each input's scale times the
- * input's elements per output element. A sum of n terms of RMS r carries
- * rounding of size ~sqrt(n) r whatever its result, and whatever is made
- * from it by adding and moving carries that rounding on: GPT-2's key bias
- * gradient is mathematically zero (softmax ignores a constant per row) and
- * sums to pure rounding, ~1e-9 from terms of ~1e-4, in every backend's own
- * order. Its NMSE against itself is meaningless; against its scale it is
- * rounding. */
-static void ty_bisect_scales(const ty_abi_graph_t *abi, ty_bisect_value_t *errors) {
-  for (uint32_t v = 0; v < abi->value_count; ++v) {
-    ty_bisect_value_t *e = &errors[v];
-    e->scale = e->compared && e->count > 0 ? e->error.ref2 / (double)e->count : 0.0;
-  }
-  for (uint32_t n = 0; n < abi->node_count; ++n) {
-    const ty_abi_node_t *node = &abi->nodes[n];
-    if (!ty_bisect_additive(node->op)) continue;
-    for (uint32_t k = 0; k < node->output_count; ++k) {
-      ty_bisect_value_t *e = &errors[node->outputs[k]];
-      if (!e->compared || e->count <= 0) continue;
-      for (uint32_t i = 0; i < node->input_count; ++i) {
-        uint32_t x = node->inputs[i];
-        if (x == UINT32_MAX || !errors[x].compared || errors[x].count <= 0) continue;
-        double fan = (double)errors[x].count / (double)e->count;
-        double scale = errors[x].scale * (fan > 1.0 ? fan : 1.0);
-        if (scale > e->scale) e->scale = scale;
-      }
-    }
-  }
-}
-
-/* A value's error: squared error per element over its scale (plain NMSE
- * for a value of ordinary size). */
-static double ty_bisect_error(const ty_bisect_value_t *e) {
-  if (!(e->error.nmse < INFINITY) || e->count <= 0 || !(e->scale > 1e-300)) return e->error.nmse;
-  double judged = e->error.err2 / (double)e->count / e->scale;
-  return judged < e->error.nmse ? judged : e->error.nmse;
-}
-
 /* Reports the first node whose output is beyond `bound`. */
 static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_graph_t *abi,
-                             const ty_bisect_value_t *errors, double bound, const char *against) {
+                             const ty_value_diff_t *errors, double bound, const char *against) {
   const ty_tier_args_t *a = t->args;
   uint32_t first = UINT32_MAX, later = 0, worst_node = 0;
   double worst = 0.0;
@@ -156,9 +58,9 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
     const ty_abi_node_t *node = &abi->nodes[n];
     bool bad = false;
     for (uint32_t k = 0; k < node->output_count; ++k) {
-      const ty_bisect_value_t *e = &errors[node->outputs[k]];
+      const ty_value_diff_t *e = &errors[node->outputs[k]];
       if (!e->compared) continue;
-      double err = ty_bisect_error(e);
+      double err = ty_value_diff_error(e);
       if (!(err <= bound)) bad = true;
       if (err > worst || isnan(err)) {
         worst = err;
@@ -210,18 +112,18 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
   json_t *outs = json_array(), *ins = json_array();
   for (uint32_t k = 0; k < node->output_count; ++k) {
     const ty_abi_value_t *val = &abi->values[node->outputs[k]];
-    const ty_bisect_value_t *e = &errors[node->outputs[k]];
+    const ty_value_diff_t *e = &errors[node->outputs[k]];
     if (!e->compared) continue;
     if (row) {
       json_array_append_new(outs, json_pack("{s:s,s:f,s:f,s:I,s:f,s:f}", "value", val->name,
-                                            "nmse", ty_bisect_error(e),
+                                            "nmse", ty_value_diff_error(e),
                                             "max_abs", e->error.max_abs,
                                             "index", (json_int_t)e->error.index, "got",
                                             e->error.got, "want", e->error.want));
     } else {
       printf("    output %s: NMSE %.2e > %.0e; largest error %.3g at [%" PRId64 "]: %.9g where "
              "%s has %.9g\n",
-             val->name, ty_bisect_error(e), bound, e->error.max_abs,
+             val->name, ty_value_diff_error(e), bound, e->error.max_abs,
              e->error.index, e->error.got,
              against, e->error.want);
     }
@@ -230,7 +132,7 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
     uint32_t v = node->inputs[i];
     if (v == UINT32_MAX) continue;
     const ty_abi_value_t *val = &abi->values[v];
-    const ty_bisect_value_t *e = &errors[v];
+    const ty_value_diff_t *e = &errors[v];
     uint32_t producer = UINT32_MAX;
     for (uint32_t n = 0; n < first && producer == UINT32_MAX; ++n) {
       for (uint32_t k = 0; k < abi->nodes[n].output_count; ++k) {
@@ -247,11 +149,11 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
     if (row) {
       json_t *o = json_pack("{s:i,s:s,s:s}", "input", (json_int_t)i, "value", val->name, "from",
                             from);
-      json_object_set_new(o, "nmse", e->compared ? json_real(ty_bisect_error(e)) : json_null());
+      json_object_set_new(o, "nmse", e->compared ? json_real(ty_value_diff_error(e)) : json_null());
       json_array_append_new(ins, o);
     } else if (e->compared && producer != UINT32_MAX) {
       printf("    input %u %s (%s): NMSE %.2e\n", i, val->name[0] ? val->name : "-", from,
-             ty_bisect_error(e));
+             ty_value_diff_error(e));
     } else {
       printf("    input %u %s (%s)\n", i, val->name[0] ? val->name : "-", from);
     }
@@ -270,7 +172,7 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
 }
 
 /* The f64 reference graph is built by the same builder; values are matched
- * by the names ty_bisect_expose gave them, which is sound only when both
+ * by the names ty_value_diff_expose gave them, which is sound only when both
  * graphs have the same nodes in the same order (no casts of a narrower
  * dtype, say). */
 static ty_status_t ty_bisect_same_structure(const ty_lowered_graph_t *dev, const ty_graph_t *ref) {
@@ -290,14 +192,14 @@ static ty_status_t ty_bisect_build(const ty_model_config_t *config, ty_dtype_t d
                                    ty_graph_t **out_graph, ty_llm_t *out_model) {
   TY_RETURN_IF_ERROR(ty_forward_graph_build(config, TY_TIER_BATCH, TY_TIER_SEQ, dtype,
                                             TY_DTYPE_INVALID, true, out_graph, out_model));
-  return ty_bisect_expose(*out_graph);
+  return ty_value_diff_expose(*out_graph);
 }
 
 static ty_status_t ty_bisect_one(ty_tier_run_t *t, const ty_tier_model_t *model) {
   const ty_tier_args_t *a = t->args;
   ty_tier_pair_t p;
   ty_lowered_graph_t *lowered = NULL;
-  ty_bisect_value_t *errors = NULL;
+  ty_value_diff_t *errors = NULL;
   ty_status_t d = TY_OK;
   ty_status_t s = ty_tier_pair_create(t, model, ty_bisect_build, &p, &d);
   if (!s) s = ty_graph_lower(p.g_dev, &lowered);
@@ -310,8 +212,8 @@ static ty_status_t ty_bisect_one(ty_tier_run_t *t, const ty_tier_model_t *model)
     errors = calloc(abi->value_count ? abi->value_count : 1, sizeof(*errors));
     if (!errors) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (!s && !d) s = ty_bisect_compare_all(abi, &p.dev, &p.ref, errors);
-  if (!s && !d) ty_bisect_scales(abi, errors);
+  if (!s && !d) s = ty_value_diff_compare_all(abi, &p.dev, &p.ref, errors);
+  if (!s && !d) ty_value_diff_scales(abi, errors);
   if (!s && !d) ty_bisect_report(t, model->name, abi, errors, t->bound, p.ref.label);
   if (d) {
     t->unsupported++;
