@@ -14,6 +14,7 @@
 #include "app.h"
 #include "conform/tier_common.h"
 #include "graph/lower.h"
+#include "graph/numerics.h"
 #include "graph/support_report.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
@@ -26,22 +27,6 @@
  * stand out there. */
 static double ty_bisect_bound(ty_dtype_t dtype) {
   return dtype == TY_DTYPE_BF16 ? 1e-2 : dtype == TY_DTYPE_F16 ? 1e-4 : 1e-9;
-}
-
-/* Names every node output (the ones without a name "n<node>.<k>") and marks
- * it an output, so both sides keep and hand back every intermediate. */
-static ty_status_t ty_bisect_expose(ty_graph_t *g) {
-  for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
-    const ty_graph_node_t *node = ty_graph_node(g, n);
-    for (uint32_t k = 0; k < node->output_count; ++k) {
-      const ty_graph_value_t *v = ty_graph_value(g, node->outputs[k]);
-      char name[64];
-      snprintf(name, sizeof(name), "n%u.%u", n, k);
-      TY_RETURN_IF_ERROR(ty_graph_set_output(g, node->outputs[k], v->desc.name[0] ? v->desc.name
-                                                                                  : name));
-    }
-  }
-  return TY_OK;
 }
 
 static void ty_bisect_attrs(const ty_abi_node_t *node, char *out, size_t cap) {
@@ -290,7 +275,7 @@ static ty_status_t ty_bisect_build(const ty_model_config_t *config, ty_dtype_t d
                                    ty_graph_t **out_graph, ty_llm_t *out_model) {
   TY_RETURN_IF_ERROR(ty_forward_graph_build(config, TY_TIER_BATCH, TY_TIER_SEQ, dtype,
                                             TY_DTYPE_INVALID, true, out_graph, out_model));
-  return ty_bisect_expose(*out_graph);
+  return ty_graph_expose_all(*out_graph);
 }
 
 static ty_status_t ty_bisect_one(ty_tier_run_t *t, const ty_tier_model_t *model) {
