@@ -109,9 +109,9 @@ static void ty_numerics_say_cost(ty_trainer_t *t) {
                     "step is checked; =every:N runs plain steps between checked ones)\n",
             n->checked_seconds);
   } else if (n->plain_seconds > 0) {
-    fprintf(stderr, "trainyard train: check-numerics: cost: a checked step takes %.3f s, a plain "
-                    "one %.3f s (%.1fx), plus a host copy of the state before each checked "
-                    "step\n",
+    fprintf(stderr, "trainyard train: check-numerics: cost: a checked step takes %.3f s (its "
+                    "read-back and its copy of the state included), a plain one %.3f s "
+                    "(%.1fx)\n",
             n->checked_seconds, n->plain_seconds, n->checked_seconds / n->plain_seconds);
   } else {
     return;
@@ -157,7 +157,8 @@ ty_status_t ty_trainer_numerics_after(ty_trainer_t *t, double seconds) {
   TY_RETURN_IF_ERROR(ty_numerics_find(n->session, n->graph, n->forward_nodes, &f));
   clock_gettime(CLOCK_MONOTONIC, &t1);
   if (seconds > 0) { /* a replay's step is not timed */
-    n->checked_seconds = seconds + (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    n->checked_seconds = seconds + (double)(t1.tv_sec - t0.tv_sec) +
+                         1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     n->checked_steps++;
     ty_numerics_say_cost(t);
   }
