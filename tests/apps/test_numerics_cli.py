@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`--check-numerics` (issue 34): the first node whose output holds a NaN or an
 infinity is named, forward or backward, with its layer and its inputs'
-figures, by `forward` and `train`; the sampled mode checks steps 1, N+1, ...
+figures, by `forward`, `generate` and `train`; the sampled mode checks steps 1, N+1, ...
 and replays a non-finite step between them checked. Python standard library
 only.
 
@@ -146,6 +146,39 @@ class ForwardTest(Base):
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(text + ": expected no value", r.stderr)
             self.assertIn("every:N with N >= 1", r.stderr)
+
+
+class GenerateTest(Base):
+    def generate(self, model, *extra):
+        return run(["generate", "--model", model, "--max-new-tokens", "3"] + list(extra))
+
+    def test_prompt_overflow_is_named(self):
+        model = scaled_model(self.path("m"), "gpt2", GPT2_FC1, 1e38)
+        r = self.generate(model, "--prompt-ids", "1,2,3", "--check-numerics")
+        self.assert_names(r, "matmul", "forward", "layer 1 (transformer.h.1) MLP", GPT2_FC1)
+        self.assertEqual(r.stdout, "")
+
+    def test_batch_overflow_is_named(self):
+        model = scaled_model(self.path("m"), "llama", LLAMA_UP1, 1e38)
+        prompts = cli_util.write(self.path("p.jsonl"), '{"prompt_ids": [1, 2, 3]}\n')
+        r = self.generate(model, "--input", prompts, "--output", self.path("o.jsonl"),
+                          "--check-numerics")
+        self.assert_names(r, "matmul", "forward", "layer 1 (model.layers.1) MLP", LLAMA_UP1)
+        self.assertFalse(os.path.exists(self.path("o.jsonl")))
+
+    def test_clean_model_generates_the_same_tokens(self):
+        model = os.path.join(cli_util.CFG.models, "gpt2")
+        plain = self.generate(model, "--prompt-ids", "1,2,3", "--json")
+        checked = self.generate(model, "--prompt-ids", "1,2,3", "--json", "--check-numerics")
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertEqual(checked.returncode, 0, checked.stderr)
+        self.assertEqual(checked.stdout, plain.stdout)
+
+    def test_malformed_values_are_refused(self):
+        model = os.path.join(cli_util.CFG.models, "gpt2")
+        r = self.generate(model, "--prompt-ids", "1,2,3", "--check-numerics=every:0")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--check-numerics=every:0: expected no value", r.stderr)
 
 
 class TrainTest(Base):

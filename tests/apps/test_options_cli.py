@@ -120,7 +120,8 @@ AUDIT = {
     "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
-        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate"},
+        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate",
+           "--check-numerics": "test_numerics_cli.py:GenerateTest.test_prompt_overflow_is_named"},
         **{o: "GenerateOptionsTest.test_input_options" for o in (
             "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
     "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
