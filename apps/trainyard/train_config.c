@@ -473,6 +473,10 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (c->check_numerics[0]) {
     int64_t every = 0;
     TY_RETURN_IF_ERROR(ty_check_numerics_parse(c->check_numerics, &every));
+    if (c->grad_accum > 1 || c->tp > 1 || c->pp > 1) {
+      TY_BAD("--check-numerics checks the fused train step of one process: give --grad-accum 1 "
+             "(the step's batch as --batch-size) and no --tp/--pp");
+    }
   }
   if (c->fused_optimizer && c->grad_accum > 1) {
     TY_BAD("--fused-optimizer needs --grad-accum 1: gradient accumulation keeps every "
