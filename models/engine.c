@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "graph/numerics.h"
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
 #include "models/llm.h"
@@ -52,6 +53,8 @@ struct ty_engine_t {
   double top_logprobs[TY_ENGINE_MAX_TOP_LOGPROBS];
   uint64_t next_sequence;
   bool nonfinite_ok; /* weights loaded with allow_nonfinite: sample any logits */
+  ty_numerics_finding_t finding; /* options.check_numerics: the first bad node */
+  uint32_t finding_nodes;        /* the node count of its graph */
   ty_engine_stats_t stats;
 };
 
@@ -83,6 +86,7 @@ static ty_status_t ty_engine_open(ty_engine_t *e, int64_t rows, int64_t seq, int
                         .logits_output = true, .cache_len = e->cache_len,
                         .slot_caches = true, .first_slot = first, .logits_at_index = seq > 1};
   TY_RETURN_IF_ERROR(ty_llm_build(out->graph, &e->config, &o, &out->model));
+  if (e->options.check_numerics) TY_RETURN_IF_ERROR(ty_graph_expose_all(out->graph));
   ty_session_options_t so = {.share_state_with = share, .cache_dir = e->options.cache_dir,
                              .retry_failed = e->options.retry_failed,
                              .fallback_device = e->options.fallback_device};
@@ -328,7 +332,25 @@ static int64_t ty_engine_clamp(const ty_engine_t *e, int64_t position) {
   return position < e->config.max_positions ? position : e->config.max_positions - 1;
 }
 
-static ty_status_t ty_engine_bind_run(ty_step_graph_t *g, bool with_index, int64_t *tokens,
+/* options.check_numerics: after a run of g, the first node whose output
+ * holds a NaN or an infinity is kept (ty_engine_numerics_finding) and the
+ * run fails with ABORTED. */
+static ty_status_t ty_engine_check(ty_engine_t *e, const ty_step_graph_t *g) {
+  if (!e->options.check_numerics) return TY_OK;
+  uint32_t nodes = ty_graph_node_count(g->graph);
+  TY_RETURN_IF_ERROR(ty_numerics_find(g->session, g->graph, nodes, &e->finding));
+  if (!e->finding.found) return TY_OK;
+  e->finding_nodes = nodes;
+  bool prefill = false;
+  for (int64_t i = 0; e->prefill && i < e->options.max_batch; ++i) prefill |= g == &e->prefill[i];
+  return ty_status_make(TY_CODE_ABORTED,
+                        "check-numerics: the %s run's node %u (%s) is the first to output a NaN "
+                        "or an infinity",
+                        prefill ? "prefill" : "decode", e->finding.node, e->finding.op);
+}
+
+static ty_status_t ty_engine_bind_run(ty_engine_t *e, ty_step_graph_t *g, bool with_index,
+                                      int64_t *tokens,
                                       int64_t *positions, int64_t *cache_position,
                                       int64_t *kv_len, int64_t *index) {
   int64_t bt[2] = {g->rows, g->seq}, rows[1] = {g->rows};
@@ -342,7 +364,8 @@ static ty_status_t ty_engine_bind_run(ty_step_graph_t *g, bool with_index, int64
   if (with_index) {
     TY_RETURN_IF_ERROR(ty_session_bind(s, "logits_index", TY_DTYPE_I64, 1, rows, index, per_row));
   }
-  return ty_session_run(s);
+  TY_RETURN_IF_ERROR(ty_session_run(s));
+  return ty_engine_check(e, g);
 }
 
 static ty_status_t ty_engine_open_prefill(ty_engine_t *e, int64_t slot_index) {
@@ -376,7 +399,7 @@ static ty_status_t ty_engine_prefill(ty_engine_t *e, int64_t slot_index,
   e->cache_position[0] = start;
   e->kv_len[0] = start + C;
   e->index[0] = n - 1;
-  TY_RETURN_IF_ERROR(ty_engine_bind_run(g, C > 1, e->tokens, e->positions, e->cache_position,
+  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g, C > 1, e->tokens, e->positions, e->cache_position,
                                         e->kv_len, e->index));
   e->stats.prefill_tokens += (uint64_t)n;
   slot->prefilled += n;
@@ -414,7 +437,7 @@ static ty_status_t ty_engine_decode(ty_engine_t *e, ty_engine_emit_fn_t emit, vo
     e->kv_len[r] = at + 1;
     decoding += slot->state == TY_SLOT_DECODE;
   }
-  TY_RETURN_IF_ERROR(ty_engine_bind_run(g, false, e->tokens, e->positions, e->cache_position,
+  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g, false, e->tokens, e->positions, e->cache_position,
                                         e->kv_len, NULL));
   size_t row_bytes =
       (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
@@ -491,14 +514,14 @@ ty_status_t ty_engine_warm_up(ty_engine_t *e) {
     e->index[r] = 0;
   }
   for (int i = 0; i < e->decode_count; ++i) {
-    TY_RETURN_IF_ERROR(ty_engine_bind_run(&e->decode[i], false, e->tokens, e->positions,
+    TY_RETURN_IF_ERROR(ty_engine_bind_run(e, &e->decode[i], false, e->tokens, e->positions,
                                           e->cache_position, e->kv_len, NULL));
   }
   for (int64_t t = 0; t < C; ++t) e->positions[t] = ty_engine_clamp(e, t);
   e->kv_len[0] = C;
   for (int64_t slot = 0; slot < e->options.max_batch; ++slot) {
     TY_RETURN_IF_ERROR(ty_engine_open_prefill(e, slot));
-    TY_RETURN_IF_ERROR(ty_engine_bind_run(&e->prefill[slot], C > 1, e->tokens, e->positions,
+    TY_RETURN_IF_ERROR(ty_engine_bind_run(e, &e->prefill[slot], C > 1, e->tokens, e->positions,
                                           e->cache_position, e->kv_len, e->index));
   }
   return TY_OK;
@@ -507,6 +530,12 @@ ty_status_t ty_engine_warm_up(ty_engine_t *e) {
 ty_engine_stats_t ty_engine_stats(const ty_engine_t *e) { return e->stats; }
 
 int64_t ty_engine_context(const ty_engine_t *e) { return e->options.context; }
+
+const ty_numerics_finding_t *ty_engine_numerics_finding(const ty_engine_t *e,
+                                                        uint32_t *out_node_count) {
+  if (out_node_count) *out_node_count = e->finding_nodes;
+  return e->finding.found ? &e->finding : NULL;
+}
 
 int64_t ty_engine_free_slots(const ty_engine_t *e) {
   return e->options.max_batch - e->stats.busy;

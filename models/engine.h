@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graph/numerics.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "models/checkpoint.h"
@@ -74,6 +75,10 @@ typedef struct ty_engine_options_t {
   /* The fallback device of a mixed run (ty_session_options_t), with which
    * weights_from was created; NULL: none. */
   ty_device_t *fallback_device;
+  /* Every node output of the graphs kept and read back after each run; the
+   * first run with a NaN or an infinity in any fails with ABORTED and
+   * ty_engine_numerics_finding names the node (`--check-numerics`). */
+  bool check_numerics;
 } ty_engine_options_t;
 
 typedef struct ty_engine_t ty_engine_t;
@@ -174,6 +179,12 @@ ty_engine_stats_t ty_engine_stats(const ty_engine_t *engine);
 
 /* The context, the slots and the vocabulary size. */
 int64_t ty_engine_context(const ty_engine_t *engine);
+
+/* After a run failed under options.check_numerics: the first node with a
+ * non-finite output and (out_node_count, may be NULL) its graph's node
+ * count; NULL when no run found one. Owned by the engine. */
+const ty_numerics_finding_t *ty_engine_numerics_finding(const ty_engine_t *engine,
+                                                        uint32_t *out_node_count);
 int64_t ty_engine_free_slots(const ty_engine_t *engine);
 
 #ifdef __cplusplus

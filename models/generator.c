@@ -44,7 +44,8 @@ ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *co
                            .weights_from = options->weights_from,
                            .cache_dir = options->cache_dir,
                            .retry_failed = options->retry_failed,
-                           .fallback_device = options->fallback_device};
+                           .fallback_device = options->fallback_device,
+                           .check_numerics = options->check_numerics};
   ty_status_t s = ty_engine_create(device, config, &o, &g->engine);
   if (s) {
     free(g);
@@ -52,6 +53,11 @@ ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *co
   }
   *out_generator = g;
   return TY_OK;
+}
+
+const ty_numerics_finding_t *ty_generator_numerics_finding(const ty_generator_t *g,
+                                                           uint32_t *out_node_count) {
+  return ty_engine_numerics_finding(g->engine, out_node_count);
 }
 
 void ty_generator_destroy(ty_generator_t *g) {

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "graph/numerics.h"
 #include "graph/session.h"
 #include "hal/device.h"
 #include "models/checkpoint.h"
@@ -46,6 +47,7 @@ typedef struct ty_generator_options_t {
   /* The fallback device of a mixed run (ty_session_options_t), with which
    * weights_from was created; NULL: none. */
   ty_device_t *fallback_device;
+  bool check_numerics; /* ty_engine_options_t.check_numerics */
 } ty_generator_options_t;
 
 typedef struct ty_generator_t ty_generator_t;
@@ -76,6 +78,10 @@ typedef struct ty_generation_t {
 /* Continues `prompt` (prompt_len ids, each below the vocabulary size) by up
  * to max_new tokens into out->ids; with stop_eos >= 0 it stops after that
  * token. INVALID_ARGUMENT for an id outside the vocabulary. */
+/* ty_engine_numerics_finding of the generator's engine. */
+const ty_numerics_finding_t *ty_generator_numerics_finding(const ty_generator_t *generator,
+                                                           uint32_t *out_node_count);
+
 ty_status_t ty_generator_run(ty_generator_t *generator, const int64_t *prompt,
                              const ty_sampling_t *sampling, int64_t stop_eos,
                              ty_generation_t *out);

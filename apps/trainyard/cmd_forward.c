@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "check_numerics.h"
 #include "files/out_paths.h"
 #include "graph/session.h"
 #include "hal/device.h"
@@ -22,7 +23,7 @@
 
 static const char *const ty_forward_usage =
     "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"
-    "                         [--backend URI] [--dtype D] [--grads]\n"
+    "                         [--backend URI] [--dtype D] [--grads] [--check-numerics]\n"
     "\n"
     "Runs the model in DIR (Hugging Face config.json + safetensors) on a batch\n"
     "of token ids and writes OUT with:\n"
@@ -43,6 +44,11 @@ static const char *const ty_forward_usage =
     "  --dtype D        compute and parameter dtype (default f32); bf16-mixed / f16-mixed\n"
     "                   keep f32 weights and run matmuls and attention in bf16/f16\n"
     "  --grads          also compute parameter gradients\n"
+    "  --check-numerics keep and read back every intermediate value (forward, and\n"
+    "                   the backward with --grads) and, at the first node whose\n"
+    "                   output holds a NaN or an infinity, stop with exit 1 naming\n"
+    "                   the node, its op, shape, layer and its inputs' min, max\n"
+    "                   and NaN/Inf counts (nothing is written)\n"
     "  --allow-nonfinite  load weights that hold NaN or infinity (a loud warning\n"
     "                   instead of an error)\n"
     "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
@@ -111,6 +117,7 @@ typedef struct {
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   bool grads, allow_nonfinite;
+  bool check_numerics; /* every intermediate read back, the first NaN/Inf named */
 } ty_forward_args_t;
 
 /* Reads value `name` from the session as f32 into a new buffer. */
@@ -131,6 +138,22 @@ static ty_status_t ty_read_f32(ty_session_t *s, const char *name, float **out, u
   }
   *out = f;
   *count = n;
+  return TY_OK;
+}
+
+/* --check-numerics: the first non-finite node of the run, reported and
+ * returned as an error (nothing is written then). */
+static ty_status_t ty_forward_check(ty_session_t *session, const ty_graph_t *graph,
+                                    uint32_t forward_nodes, const ty_model_config_t *config) {
+  ty_numerics_finding_t f;
+  TY_RETURN_IF_ERROR(ty_numerics_find(session, graph, forward_nodes, &f));
+  uint32_t n = ty_graph_node_count(graph);
+  if (f.found) {
+    ty_check_numerics_print(stderr, "forward", config, &f, n, "the batch");
+    return ty_check_numerics_status(config, &f, "the batch");
+  }
+  fprintf(stderr, "trainyard forward: check-numerics: every output of the %u nodes is finite\n",
+          n);
   return TY_OK;
 }
 
@@ -172,6 +195,10 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   if (!s) s = ty_forward_graph_build(&config, B, T, a->dtype, a->compute_dtype, a->grads, &graph,
                                           &model);
   if (!s && a->dump_graph) s = ty_app_write_graph_dump(graph, a->dump_graph);
+  /* Nodes up to the loss's are the forward; the backward follows. */
+  uint32_t forward_nodes = graph ? ty_graph_node_count(graph) : 0;
+  if (!s && a->grads) forward_nodes = ty_graph_value(graph, model.loss)->producer + 1;
+  if (!s && a->check_numerics) s = ty_graph_expose_all(graph);
   ty_session_options_t so = {.fallback_device = fallback};
   if (!s) s = ty_session_create(device, graph, &so, &session);
   if (!s && ty_session_partition(session)) fputs(ty_session_partition(session), stderr);
@@ -205,6 +232,7 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                                 n * ty_dtype_size(loss_dtype));
   }
   if (!s) s = ty_session_run(session);
+  if (!s && a->check_numerics) s = ty_forward_check(session, graph, forward_nodes, &config);
   uint64_t count = 0;
   if (!s) s = ty_read_f32(session, "logits", &logits, &count);
   if (!s && has_loss) s = ty_read_f32(session, "loss", &loss, &count);
@@ -277,6 +305,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"dtype", required_argument, NULL, 'd'},  {"grads", no_argument, NULL, 'g'},
       {"dump-graph", required_argument, NULL, 'G'},
       {"allow-nonfinite", no_argument, NULL, 'N'},
+      {"check-numerics", optional_argument, NULL, 'C'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
   ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32, .compute_dtype = TY_DTYPE_F32};
@@ -295,6 +324,18 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 'g': a.grads = true; break;
       case 'G': a.dump_graph = optarg; break;
       case 'N': a.allow_nonfinite = true; break;
+      case 'C': {
+        /* one batch: every:N means the same check as the plain flag */
+        int64_t every = 0;
+        ty_status_t s = ty_check_numerics_parse(optarg, &every);
+        if (s) {
+          int rc = ty_app_usage_error("forward", "%s", ty_status_message(s));
+          ty_status_free(s);
+          return rc;
+        }
+        a.check_numerics = true;
+        break;
+      }
       case 'd': {
         ty_status_t s = ty_llm_precision_parse(optarg, &a.dtype, &a.compute_dtype);
         if (s) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "check_numerics.h"
 #include "generate.h"
 #include "hal/file.h"
 #include "hal/device.h"
@@ -22,7 +23,7 @@ static const char *const ty_generate_usage =
     "usage: trainyard generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "                          --max-new-tokens N [--greedy | --temperature T\n"
     "                          --top-k K --top-p P --seed S] [--backend URI]\n"
-    "                          [--dtype D] [--json]\n"
+    "                          [--dtype D] [--json] [--check-numerics]\n"
     "       trainyard generate --model DIR --input PROMPTS.jsonl --output OUT.jsonl\n"
     "                          [--max-new-tokens N] [--max-batch N] [--ctx N]\n"
     "                          [--prefill-chunk N] [sampling, --backend, --dtype]\n"
@@ -61,6 +62,12 @@ static const char *const ty_generate_usage =
     "  --dtype D            f32, bf16, f16 or f64, or bf16-mixed / f16-mixed (f32\n"
     "                       weights, matmuls and attention in bf16/f16); default f32\n"
     "  --json               print JSON\n"
+    "  --check-numerics     keep and read back every intermediate value of every\n"
+    "                       prefill and decode run and, at the first node whose\n"
+    "                       output holds a NaN or an infinity, stop with exit 1\n"
+    "                       naming it (op, shape, layer) and its inputs' min, max\n"
+    "                       and NaN/Inf counts (=every:N is taken as for train and\n"
+    "                       forward; generation checks every run)\n"
     "  -h, --help           this help\n";
 
 typedef struct {
@@ -70,6 +77,7 @@ typedef struct {
   size_t prompt_id_count;
   int64_t max_new;
   bool json, stop_at_eos, allow_nonfinite;
+  bool check_numerics; /* every run's intermediates read back */
   ty_sampling_t sampling;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
@@ -205,7 +213,8 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   }
   if (!s) {
     ty_generator_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
-                                .prompt_len = P, .max_new = a->max_new};
+                                .prompt_len = P, .max_new = a->max_new,
+                                .check_numerics = a->check_numerics};
     s = ty_generator_create(device, &config, &o, &gen);
     if (s && ty_status_code(s) == TY_CODE_INVALID_ARGUMENT && P + a->max_new > config.max_positions) {
       s = ty_status_annotate(s, "--max-new-tokens %lld", (long long)a->max_new);
@@ -220,7 +229,15 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   if (!s) {
     s = ty_generator_run(gen, prompt, &a->sampling, a->stop_at_eos ? config.eos_token_id : -1,
                          &out);
-    if (s && !a->prompt) s = ty_status_annotate(s, "--prompt-ids");
+    uint32_t nodes = 0;
+    const ty_numerics_finding_t *f = s ? ty_generator_numerics_finding(gen, &nodes) : NULL;
+    if (f) {
+      ty_status_free(s);
+      ty_check_numerics_print(stderr, "generate", &config, f, nodes, "generation");
+      s = ty_check_numerics_status(&config, f, "generation");
+    } else if (s && !a->prompt) {
+      s = ty_status_annotate(s, "--prompt-ids");
+    }
   }
   if (!s) s = ty_generate_print(a, tok, &out);
   if (!s) {
@@ -245,7 +262,8 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
  * or -1 after --help. */
 static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
-         O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK };
+         O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK,
+         O_CHECK };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"prompt", required_argument, NULL, O_PROMPT},
@@ -261,6 +279,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       {"dtype", required_argument, NULL, O_DTYPE},
       {"json", no_argument, NULL, O_JSON},
       {"allow-nonfinite", no_argument, NULL, O_NONFINITE},
+      {"check-numerics", optional_argument, NULL, O_CHECK},
       {"input", required_argument, NULL, O_INPUT},
       {"output", required_argument, NULL, O_OUTPUT},
       {"max-batch", required_argument, NULL, O_BATCH},
@@ -339,6 +358,17 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       }
       case O_JSON: a->json = true; break;
       case O_NONFINITE: a->allow_nonfinite = true; break;
+      case O_CHECK: {
+        int64_t every = 0;
+        ty_status_t s = ty_check_numerics_parse(optarg, &every);
+        if (s) {
+          int rc = ty_app_usage_error("generate", "%s", ty_status_message(s));
+          ty_status_free(s);
+          return rc;
+        }
+        a->check_numerics = true;
+        break;
+      }
       case O_INPUT: a->input = optarg; break;
       case O_OUTPUT: a->output = optarg; break;
       case O_BATCH:
@@ -405,7 +435,8 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
                                   .max_batch = a.max_batch ? a.max_batch : 8,
                                   .ctx = a.ctx, .chunk = a.chunk, .sampling = a.sampling,
                                   .stop_at_eos = a.stop_at_eos,
-                                  .allow_nonfinite = a.allow_nonfinite};
+                                  .allow_nonfinite = a.allow_nonfinite,
+                                  .check_numerics = a.check_numerics};
     ty_status_t s = ty_generate_batch(app, &b);
     rc = s ? ty_app_fail("generate", s) : TY_EXIT_OK;
   } else if (rc == TY_EXIT_OK) {

@@ -16,6 +16,7 @@
 #include "conform/tier_common.h"
 #include "conform/value_diff.h"
 #include "graph/lower.h"
+#include "graph/numerics.h"
 #include "hal/dtype.h"
 #include "models/dataset.h"
 #include "models/llm.h"
@@ -412,7 +413,7 @@ static ty_status_t ty_layers_run(ty_app_t *app, const ty_layers_args_t *a, int *
   }
   if (!s) s = ty_forward_graph_build(&config, a->batch, T, a->dtype, TY_DTYPE_INVALID, true, &g,
                                      &model);
-  if (!s) s = ty_value_diff_expose(g);
+  if (!s) s = ty_graph_expose_all(g);
   if (!s) s = ty_graph_lower(g, &lowered);
   for (int k = 0; k < 2 && !s; ++k) {
     s = ty_tier_runner_create(dev[k], g, &run[k]);

@@ -20,6 +20,7 @@ typedef struct ty_generate_batch_args_t {
   ty_sampling_t sampling; /* the defaults of every line */
   bool stop_at_eos;
   bool allow_nonfinite;   /* load NaN/Inf weights with a warning */
+  bool check_numerics;    /* the first non-finite node of any run, named */
 } ty_generate_batch_args_t;
 
 /* Reads every line of a->input, checks them all, generates them with the

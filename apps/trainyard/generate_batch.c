@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check_numerics.h"
 #include "files/out_paths.h"
 #include "generate.h"
 #include "hal/device.h"
@@ -377,7 +378,8 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
     int64_t chunk = a->chunk ? a->chunk : 64;
     ty_engine_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                              .max_batch = a->max_batch, .context = ctx,
-                             .prefill_chunk = chunk < ctx ? chunk : ctx};
+                             .prefill_chunk = chunk < ctx ? chunk : ctx,
+                             .check_numerics = a->check_numerics};
     s = ty_engine_create(device, &b.config, &o, &engine);
   }
   if (!s) {
@@ -388,6 +390,14 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
   }
   double t0 = ty_gen_now();
   if (!s) s = ty_gen_run(&b, engine);
+  uint32_t nodes = 0;
+  const ty_numerics_finding_t *finding =
+      s && engine ? ty_engine_numerics_finding(engine, &nodes) : NULL;
+  if (finding) {
+    ty_status_free(s);
+    ty_check_numerics_print(stderr, "generate", &b.config, finding, nodes, "generation");
+    s = ty_check_numerics_status(&b.config, finding, "generation");
+  }
   double seconds = ty_gen_now() - t0;
   /* The results, in input order, written at once (atomically). */
   char *out = NULL;

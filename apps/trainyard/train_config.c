@@ -2,6 +2,7 @@
  * help, so the four never disagree. */
 #include "train_config.h"
 
+#include "check_numerics.h"
 #include "graph/compile_cache.h"
 #include "hal/file.h"
 
@@ -92,6 +93,12 @@ static const ty_opt_t ty_opts[] = {
     TY_B(retry_failed, "compile again even if the cache holds a failure for this graph"),
     TY_B(allow_nonfinite, "load weights holding NaN or infinity (a loud warning instead of an "
                           "error; the first step then stops on a non-finite loss)"),
+    TY_S(check_numerics, "alone: run every step with every intermediate value kept and read "
+                         "back, and stop at the first node whose output holds a NaN or an "
+                         "infinity, naming it (op, shape, layer, forward or backward) and its "
+                         "inputs' min/max/NaN/Inf counts, before any checkpoint of that state; "
+                         "=every:N checks steps 1, N+1, 2N+1, ... and replays a step whose loss "
+                         "turns non-finite between them checked"),
     TY_S(dump_graph, "write the train step's graph as canonical text (P.txt) and Graphviz "
                      "dot (P.dot)"),
     TY_S(recompute, "activation checkpointing: none, attention (re-run each block's attention "
@@ -198,7 +205,8 @@ int ty_train_config_layer(const ty_train_config_t *c, const char *name) {
 
 bool ty_train_config_is_flag(const char *name) {
   const ty_opt_t *o = ty_opt_find(name);
-  return o && o->kind == TY_OPT_BOOL;
+  /* --check-numerics alone means every step; a value only with '=' */
+  return o && (o->kind == TY_OPT_BOOL || !strcmp(o->name, "check_numerics"));
 }
 
 ty_status_t ty_train_config_set(ty_train_config_t *c, const char *key, const char *value) {
@@ -462,6 +470,14 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     TY_BAD("--offload must be none or optimizer, not '%s'", c->offload);
   }
   if (c->loss_chunk < 0) TY_BAD("--loss-chunk must be >= 0 (0: off)");
+  if (c->check_numerics[0]) {
+    int64_t every = 0;
+    TY_RETURN_IF_ERROR(ty_check_numerics_parse(c->check_numerics, &every));
+    if (c->grad_accum > 1 || c->tp > 1 || c->pp > 1) {
+      TY_BAD("--check-numerics checks the fused train step of one process: give --grad-accum 1 "
+             "(the step's batch as --batch-size) and no --tp/--pp");
+    }
+  }
   if (c->fused_optimizer && c->grad_accum > 1) {
     TY_BAD("--fused-optimizer needs --grad-accum 1: gradient accumulation keeps every "
            "gradient in an f32 accumulator until the optimizer step, which is what the fused "

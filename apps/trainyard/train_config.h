@@ -54,6 +54,8 @@ typedef struct ty_train_config_t {
   char dump_graph[TY_CFG_PATH_MAX]; /* write the step's graph to P.txt and P.dot, or "" */
   /* loading */
   bool allow_nonfinite;            /* load NaN/Inf weights with a warning */
+  /* debugging numerics */
+  char check_numerics[32];         /* "" off; "true" every step; "every:N" */
   /* memory levers (README, "Fitting bigger models") */
   char recompute[16];              /* none, attention or layer */
   int64_t loss_chunk;              /* > 0: fused LM head + loss, N tokens at a time */
@@ -89,7 +91,7 @@ typedef struct ty_train_config_t {
    * on purpose that another option makes ineffective (--momentum with
    * adamw, --epochs under --max-steps, ...): an option must do what it says
    * or be refused. Not part of the JSON form. */
-  uint8_t layer[64];
+  uint8_t layer[72];
   uint8_t setting_layer; /* what ty_train_config_set records (command line) */
 } ty_train_config_t;
 

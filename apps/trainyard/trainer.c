@@ -33,6 +33,7 @@
 #include "train_plan.h"
 #include "train_sample.h"
 #include "train_tokenizer.h"
+#include "trainer_numerics.h"
 
 /* Test hooks (docs/design-notes.md): TRAINYARD_DEBUG_STEP_SLEEP_MS slows
  * every step so that tests can signal a run mid-way deterministically. */
@@ -185,23 +186,26 @@ static ty_status_t ty_trainer_micro_steps(ty_trainer_t *t, int64_t base, double 
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
   counted_total /= t->tp; /* every tp rank of a replica counted the same rows */
   double loss = 0;
-  ty_session_t *opt = t->s_opt ? t->s_opt : t->s_train;
+  /* --check-numerics: a checked step runs the session that keeps every
+   * intermediate (the same state) */
+  ty_session_t *train = t->check_session ? t->check_session : t->s_train;
+  ty_session_t *opt = t->s_opt ? t->s_opt : train;
   for (int64_t m = 0; m < t->accum; ++m) {
     double counted = 0;
     TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
     ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
-    TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, t->s_train));
+    TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, train));
     if (t->cfg.dropout > 0) {
       /* the micro-batch's index in the global step: masks follow the rows */
       int64_t rng[2] = {(int64_t)t->cfg.seed,
                         ty_train_plan_dropout_counter(t->step, t->dp, t->dp_rank, t->accum, m)};
       int64_t two[1] = {2};
-      TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
+      TY_RETURN_IF_ERROR(ty_session_bind(train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
     }
-    if (!t->s_opt) TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_train, t->step));
-    TY_RETURN_IF_ERROR(ty_session_run(t->s_train));
+    if (!t->s_opt) TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, train, t->step));
+    TY_RETURN_IF_ERROR(ty_session_run(train));
     double micro = 0;
-    TY_RETURN_IF_ERROR(ty_trainer_read_scalar(t->s_train, "loss", t->loss_dtype, &micro));
+    TY_RETURN_IF_ERROR(ty_trainer_read_scalar(train, "loss", t->loss_dtype, &micro));
     loss += micro;
   }
   t->tokens_seen += (int64_t)counted_total;
@@ -429,6 +433,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   if (!s && t->g_opt) s = ty_session_create(t->device, t->g_opt, &share, &t->s_opt);
   if (!s && t->g_eval) s = ty_session_create(t->device, t->g_eval, &share, &t->s_eval);
   if (!s) s = ty_trainer_tp_comm(t);
+  if (!s) s = ty_trainer_numerics_open(t);
   return s;
 }
 
@@ -436,6 +441,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_train_control_close(t); /* first: no request is taken from here on */
   ty_train_sample_close(t); /* its sessions share s_train's parameters */
   ty_train_eval_close(t);   /* so do these */
+  ty_trainer_numerics_close(t); /* its session shares s_train's state */
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
   ty_session_destroy(t->s_train);
@@ -701,6 +707,32 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
   return ty_dist_agree(t->dist, s, what);
 }
 
+/* --check-numerics=every:N: step `bad` turned the loss non-finite between
+ * two checked steps. The steps from the last checked one run again from
+ * its copy of the state (the same batches, learning rates and dropout
+ * masks), step `bad` checked, so the report names the first bad node. */
+static ty_status_t ty_trainer_replay_checked(ty_trainer_t *t, int64_t bad) {
+  int64_t from = 0;
+  TY_RETURN_IF_ERROR(ty_trainer_numerics_rewind(t, &from));
+  fprintf(stderr,
+          "trainyard train: check-numerics: step %lld was not checked; running steps %lld to "
+          "%lld again from the copy of step %lld's start, step %lld checked\n",
+          (long long)bad, (long long)from, (long long)bad, (long long)from, (long long)bad);
+  for (int64_t k = from; k <= bad; ++k) {
+    double loss = 0, norm = 0;
+    ty_trainer_numerics_arm(t, k == bad);
+    ty_status_t s = ty_trainer_step(t, &loss, &norm);
+    if (!s && k == bad) s = ty_trainer_numerics_after(t, 0);
+    ty_trainer_numerics_arm(t, false);
+    TY_RETURN_IF_ERROR(s);
+    t->step++;
+  }
+  fprintf(stderr, "trainyard train: check-numerics: the checked replay of step %lld found every "
+                  "value finite (a fault that does not repeat?)\n",
+          (long long)bad);
+  return TY_OK;
+}
+
 ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_trainer_t t;
   memset(&t, 0, sizeof(t));
@@ -748,14 +780,38 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     ty_trainer_dist_fault(&t);
     double t0 = ty_now(), loss = 0, norm = 0;
     int64_t tokens_before = t.tokens_seen;
-    s = ty_trainer_step(&t, &loss, &norm);
+    bool checked = false;
+    s = ty_trainer_numerics_begin(&t, &checked);
+    if (!s) s = ty_trainer_step(&t, &loss, &norm);
     if (s) break;
     ty_debug_sleep("TRAINYARD_DEBUG_STEP_SLEEP_MS");
     double dt = ty_now() - t0;
+    if (checked) {
+      /* the first non-finite node: stop before anything saves this state */
+      s = ty_trainer_numerics_after(&t, dt);
+      if (s) {
+        s = ty_status_annotate(s, "stopping without saving a checkpoint (the last one is kept)");
+        in_loop = false;
+        break;
+      }
+    } else if (t.numerics) {
+      ty_trainer_numerics_plain(&t, dt);
+    }
     t.train_seconds += dt;
     t.step++;
     steps_this_run++;
     if (!isfinite(loss) || !isfinite(norm)) {
+      if (t.numerics && !checked) {
+        const int64_t bad = t.step;
+        s = ty_trainer_replay_checked(&t, bad);
+        if (s) {
+          s = ty_status_annotate(s, "step %lld: the loss is %g and the gradient norm %g; "
+                                    "stopping without saving a checkpoint (the last one is kept)",
+                                 (long long)bad, loss, norm);
+          in_loop = false;
+          break;
+        }
+      }
       s = ty_status_make(TY_CODE_ABORTED,
                          "step %lld: the loss is %g and the gradient norm %g; stopping without "
                          "saving a checkpoint (lower --lr, raise --warmup-steps, or check the "

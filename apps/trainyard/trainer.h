@@ -33,6 +33,10 @@ typedef struct ty_trainer_t {
   ty_graph_t *g_train, *g_opt, *g_eval;
   ty_llm_t m_train, m_eval;
   ty_session_t *s_train, *s_opt, *s_eval;
+  /* --check-numerics (trainer_numerics.c): its state, and the checked
+   * step's session while a checked step runs (NULL otherwise) */
+  struct ty_trainer_numerics_t *numerics;
+  ty_session_t *check_session;
   /* the pre-flight memory plan of those graphs (graph/preflight.h), the
    * limit it was checked against, and what the device measured */
   struct ty_preflight_t *plan;

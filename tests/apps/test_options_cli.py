@@ -73,6 +73,9 @@ AUDIT = {
            "--allow-done": "test_run_safety.py:RunFolderTest.test_resume_past_the_end_is_said",
            "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
            "--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_train",
+           "--check-numerics": ("test_numerics_cli.py:TrainTest.test_backward_overflow_is_named",
+                                "test_numerics_cli.py:SampledTest."
+                                "test_checks_steps_1_4_7_and_changes_no_loss"),
            "--artifact": "test_dataflow_cli.py:ResumeTest.test_resume_is_bit_identical",
            "--control-registry":
                "test_control_cli.py:ControlTest.test_abort_keeps_the_previous_checkpoint"},
@@ -117,7 +120,8 @@ AUDIT = {
     "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
-        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate"},
+        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate",
+           "--check-numerics": "test_numerics_cli.py:GenerateTest.test_prompt_overflow_is_named"},
         **{o: "GenerateOptionsTest.test_input_options" for o in (
             "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
     "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
@@ -143,7 +147,8 @@ AUDIT = {
                 "--control-registry": "mention:train", "--out": "mention:train"},
     "forward": dict({o: "ForwardOptionsTest.test_each_option" for o in (
         "--model", "--tokens", "--out", "--backend", "--dtype", "--grads", "--dump-graph")},
-        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward"}),
+        **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward",
+           "--check-numerics": "test_numerics_cli.py:ForwardTest.test_forward_overflow_is_named"}),
     "tokenize": {o: "TokenizeOptionsTest.test_each_option" for o in (
         "--tokenizer", "--decode", "--json", "--no-special")},
     "compare": dict({o: "CompareOptionsTest.test_each_option" for o in (

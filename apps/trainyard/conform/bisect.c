@@ -15,6 +15,7 @@
 #include "conform/tier_common.h"
 #include "conform/value_diff.h"
 #include "graph/lower.h"
+#include "graph/numerics.h"
 #include "graph/support_report.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
@@ -172,7 +173,7 @@ static void ty_bisect_report(ty_tier_run_t *t, const char *model, const ty_abi_g
 }
 
 /* The f64 reference graph is built by the same builder; values are matched
- * by the names ty_value_diff_expose gave them, which is sound only when both
+ * by the names ty_graph_expose_all gave them, which is sound only when both
  * graphs have the same nodes in the same order (no casts of a narrower
  * dtype, say). */
 static ty_status_t ty_bisect_same_structure(const ty_lowered_graph_t *dev, const ty_graph_t *ref) {
@@ -192,7 +193,7 @@ static ty_status_t ty_bisect_build(const ty_model_config_t *config, ty_dtype_t d
                                    ty_graph_t **out_graph, ty_llm_t *out_model) {
   TY_RETURN_IF_ERROR(ty_forward_graph_build(config, TY_TIER_BATCH, TY_TIER_SEQ, dtype,
                                             TY_DTYPE_INVALID, true, out_graph, out_model));
-  return ty_value_diff_expose(*out_graph);
+  return ty_graph_expose_all(*out_graph);
 }
 
 static ty_status_t ty_bisect_one(ty_tier_run_t *t, const ty_tier_model_t *model) {

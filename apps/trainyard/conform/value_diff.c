@@ -7,22 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Names every node output (the ones without a name "n<node>.<k>") and marks
- * it an output, so both sides keep and hand back every intermediate. */
-ty_status_t ty_value_diff_expose(ty_graph_t *g) {
-  for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
-    const ty_graph_node_t *node = ty_graph_node(g, n);
-    for (uint32_t k = 0; k < node->output_count; ++k) {
-      const ty_graph_value_t *v = ty_graph_value(g, node->outputs[k]);
-      char name[64];
-      snprintf(name, sizeof(name), "n%u.%u", n, k);
-      TY_RETURN_IF_ERROR(ty_graph_set_output(g, node->outputs[k], v->desc.name[0] ? v->desc.name
-                                                                                  : name));
-    }
-  }
-  return TY_OK;
-}
-
 /* Errors of every value the graph exposes (errors[v] for ABI value v). */
 ty_status_t ty_value_diff_compare_all(const ty_abi_graph_t *abi, ty_tier_runner_t *dev,
                                          ty_tier_runner_t *ref, ty_value_diff_t *errors) {

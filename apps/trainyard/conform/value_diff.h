@@ -10,9 +10,7 @@
 #include "conform/tier_common.h"
 #include "graph/graph.h"
 
-/* Names every node output (the ones without a name "n<node>.<k>") and marks
- * it an output, so both sides keep and hand back every intermediate. */
-ty_status_t ty_value_diff_expose(ty_graph_t *g);
+/* (Every intermediate is exposed by ty_graph_expose_all, graph/numerics.h.) */
 
 typedef struct ty_value_diff_t {
   ty_tier_error_t error;
