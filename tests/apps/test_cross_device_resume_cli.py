@@ -19,6 +19,12 @@ from cli_util import make_ids_dataset, run  # noqa: E402
 
 TOLERANCE = 1e-5
 LEGS = (("cpu", 4), ("opencl", 8), ("dataflow", 12), ("cpu", 16))
+# TRAINYARD_TEST_RESUME_LEGS="cpu=4,cuda=8,cpu=12" picks other legs (the GPU
+# machine's run: tests/cuda/device_run.sh numerics); the last leg's step is
+# the run's length.
+if os.environ.get("TRAINYARD_TEST_RESUME_LEGS"):
+    LEGS = tuple((leg.split("=")[0], int(leg.split("=")[1]))
+                 for leg in os.environ["TRAINYARD_TEST_RESUME_LEGS"].split(","))
 
 
 def read_f32_tensors(path):
@@ -80,9 +86,9 @@ class CrossDeviceResumeTest(cli_util.TempDirTest):
         devices = json.loads(run(["devices", "--json"]).stdout)
         usable = {b["name"] for b in devices["backends"] if b["devices"]}
         ref = self.path("ref")
-        self.train("cpu", 16, ref)
+        self.train("cpu", LEGS[-1][1], ref)
         ref_losses = self.losses(ref)
-        self.assertEqual(sorted(ref_losses), list(range(1, 17)))
+        self.assertEqual(sorted(ref_losses), list(range(1, LEGS[-1][1] + 1)))
         skipped, previous, first = [], None, 1
         for k, (backend, steps) in enumerate(LEGS):
             ran_on = backend
@@ -108,7 +114,7 @@ class CrossDeviceResumeTest(cli_util.TempDirTest):
         # The final weights and optimizer moments, tensor by tensor.
         for name in ("model.safetensors", "optimizer.safetensors"):
             got = read_f32_tensors(os.path.join(previous, name))
-            want = read_f32_tensors(os.path.join(ref, "checkpoint-16", name))
+            want = read_f32_tensors(os.path.join(ref, "checkpoint-%d" % LEGS[-1][1], name))
             self.assertEqual(sorted(got), sorted(want), name)
             errors = []
             for t in want:
