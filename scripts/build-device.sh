@@ -14,4 +14,15 @@ cmake --build build-device -j "$(nproc)" --target trainyard train_bench ty_backe
 # copy; tests/cuda/device_run.sh uses it only when the system has none.
 mkdir -p build-device/lib/deps
 cp -L /usr/lib/x86_64-linux-gnu/libmicrohttpd.so.12 build-device/lib/deps/
+# ...and no iproute2 (the namespace hosts of tests/multihost, device_run.sh
+# multihost): Debian's ip with the libraries it links, run by a wrapper.
+mkdir -p build-device/lib/deps/iproute2
+cp -L /usr/sbin/ip build-device/lib/deps/iproute2/ip.real
+for l in libbpf.so.1 libelf.so.1 libmnl.so.0 libbsd.so.0 libcap.so.2 libmd.so.0; do
+  cp -L "/lib/x86_64-linux-gnu/$l" build-device/lib/deps/iproute2/
+done
+printf '%s\n' '#!/bin/sh' '# Debian'"'"'s ip for GPU machines without iproute2 (scripts/build-device.sh)' \
+  'here=$(dirname "$(readlink -f "$0")")' 'LD_LIBRARY_PATH=$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$here/ip.real" "$@"' \
+  > build-device/lib/deps/iproute2/ip
+chmod +x build-device/lib/deps/iproute2/ip
 du -sh build-device/bin build-device/lib build-device/tests/cuda-fatbin-sm80

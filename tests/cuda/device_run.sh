@@ -49,6 +49,12 @@
 #              (test_cross_device_resume_cli.py with its legs set), and
 #              --check-numerics naming an overflowing layer on cuda:0
 #              (forward and train) with a clean run's losses unchanged
+#   multihost  issue 36 on the GPU: tests/multihost/test_multihost_cli.py's
+#              MatchTests (environment launch and mpirun --hostfile across
+#              two network-namespace hosts) with every rank on cuda and
+#              NCCL between the hosts over its socket transport on the
+#              veth (NCCL_SOCKET_IFNAME=eth0; NCCL_DEBUG=INFO's transport
+#              lines are kept); needs root and `ip netns`
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern),
 # SANITIZER_TOOLS (default "memcheck racecheck initcheck").
 set -uo pipefail
@@ -352,6 +358,54 @@ for s in sorted(rows[0]):
     print("step %d: plain %.9g checked %.9g" % (s, rows[0][s], rows[1][s]))
 print("largest relative difference: %.3e" % max(abs(rows[0][s] - rows[1][s]) / abs(rows[0][s]) for s in rows[0]))
 PY
+  return $rc
+}
+
+phase_multihost() {
+  local gpus rc=0 suite
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  echo "GPUs: $gpus"
+  # no iproute2 on the GPU machines: scripts/build-device.sh carries Debian's
+  if ! command -v ip >/dev/null && [[ -x $build/lib/deps/iproute2/ip ]]; then
+    export PATH=$(readlink -f "$build/lib/deps/iproute2"):$PATH
+  fi
+  grep -E '^Cap(Eff|Bnd)' /proc/self/status
+  ip netns add ty-probe-$$ && ip netns del ty-probe-$$ && echo "network namespaces: allowed"
+  for suite in EnvMatchTest MpirunMatchTest; do
+    echo "== $suite on cuda across two namespace hosts"
+    TRAINYARD_MULTIHOST_BACKEND=cuda TRAINYARD_MULTIHOST_GPUS=$gpus NCCL_SOCKET_IFNAME=eth0 \
+      NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+      timeout 500 python3 tests/multihost/test_multihost_cli.py --trainyard "$ty" --models "$models" \
+      --mpi-shim "$build/lib/trainyard/libty_mpi.so" "$suite" >"$out/multihost-$suite.log" 2>&1
+    local code=$?
+    ((code != 0 && code != 77)) && rc=1
+    grep -E "\.\.\. |^Ran |^OK|^FAILED|SKIPPED" "$out/multihost-$suite.log" | head -20
+  done
+  echo "== which NCCL transport joins the hosts (2 ranks, 3 steps, NCCL_DEBUG=INFO)"
+  TRAINYARD_MULTIHOST_GPUS=$gpus python3 - "$ty" "$models" >"$out/multihost-nccl.log" 2>&1 <<'PY'
+import os, subprocess, sys
+sys.path[:0] = ["tests/multihost", "tests/common", "tests/apps"]
+import env_launch, netns_hosts, test_multihost_cli as mh
+ty, models = sys.argv[1:]
+with netns_hosts.Hosts(2) as hosts:
+    procs = []
+    for rank, host in enumerate(["h1", "h2"]):
+        env = env_launch.rank_env(rank, 2, hosts.address("h1"), 29500, local_rank=0, extra={
+            "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,NET"})
+        argv = [ty, "train", "--model", models + "/gpt2", "--data", "/tmp/ty-ids", "--backend",
+                "cuda", "--batch-size", "2", "--max-steps", "3", "--out", "/tmp/ty-mh-nccl",
+                "--overwrite"]
+        procs.append(hosts.popen(host, ["sh", "-c", mh.host_prelude() + 'exec "$@"', "sh"] + argv,
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True))
+    for rank, p in enumerate(procs):
+        text = p.communicate(timeout=300)[0]
+        print("---- rank %d: exit %d" % (rank, p.returncode))
+        print(text)
+PY
+  grep -E "^---- rank|via NET|via P2P|via SHM|Using network|NET/Socket : Using|data parallel|step +3|loss" \
+    "$out/multihost-nccl.log" | head -30
   return $rc
 }
 

@@ -72,6 +72,32 @@ STEP_SLEEP_MS = "500"  # the faults come between steps 2 and 10, never after the
 ONE = ["--batch-size", "2", "--grad-accum", "2"]
 
 
+# On a GPU machine (tests/cuda/device_run.sh multihost):
+# TRAINYARD_MULTIHOST_BACKEND=cuda runs every rank and the reference on that
+# backend, and TRAINYARD_MULTIHOST_GPUS=N gives host hK the K-th share of the
+# machine's N GPUs (CUDA_VISIBLE_DEVICES; one GPU: both hosts use it, as two
+# processes). Each host has its own hostname, so NCCL sees two hosts and
+# connects them through its network transport over the veth (set
+# NCCL_SOCKET_IFNAME=eth0), not shared memory or NVLink.
+MH_BACKEND = os.environ.get("TRAINYARD_MULTIHOST_BACKEND")
+MH_GPUS = int(os.environ.get("TRAINYARD_MULTIHOST_GPUS", "0"))
+
+
+def gpus_per_host():
+    return max(1, MH_GPUS // 2) if MH_GPUS else 0
+
+
+def host_prelude():
+    """Shell run on a host before the rank: its share of the GPUs."""
+    if not MH_GPUS:
+        return ""
+    per = gpus_per_host()
+    if MH_GPUS == 1:
+        return "export CUDA_VISIBLE_DEVICES=0; "
+    return ('k=$(( $(hostname | tr -d h) - 1 )); export CUDA_VISIBLE_DEVICES=$(seq -s, '
+            '$((k * %d)) $((k * %d + %d))); ' % (per, per, per - 1))
+
+
 class Ranks:
     """A started launcher (a Popen) with its output read as it comes, so a
     test can look at what ranks said while the launcher still runs."""
@@ -119,7 +145,8 @@ class MpirunLauncher:
     # and its daemon, not the rank
     HOST_LOST = (r"ORTE has lost communication with a remote daemon",
                  r"Remote daemon: \[\[\d+,\d+\],\d+\] on node {host}\b")
-    SHOW_HOST = 'echo "rank $OMPI_COMM_WORLD_RANK runs on host $(hostname)" >&2; exec "$@"'
+    SHOW_HOST = (host_prelude()
+                 + 'echo "rank $OMPI_COMM_WORLD_RANK runs on host $(hostname)" >&2; exec "$@"')
 
     @staticmethod
     def why_unavailable(cfg):
@@ -227,7 +254,7 @@ class EnvLauncher:
     PORT = 29500  # free: h1's namespace is new
     # rank 0 sees the connection of every process of `host` end
     HOST_LOST = (r"rank 1 \(host {host}, 10\.88\.0\.\d+\) closed its connection",)
-    SHOW_HOST = 'echo "rank $RANK runs on host $(hostname)" >&2; exec "$@"'
+    SHOW_HOST = host_prelude() + 'echo "rank $RANK runs on host $(hostname)" >&2; exec "$@"'
 
     @staticmethod
     def why_unavailable(cfg):
@@ -286,6 +313,8 @@ class Base(dist.Base):
     def setUp(self):
         super().setUp()
         self.common += ["--schedule", "constant", "--max-steps", str(STEPS)]
+        if MH_BACKEND:
+            self.common[self.common.index("--backend") + 1] = MH_BACKEND
         self.hosts = netns_hosts.Hosts(2).__enter__()
         self.addCleanup(self.hosts.close)
         self.launcher = self.launcher_class(self.hosts, self.tmp)
@@ -364,6 +393,8 @@ class MatchCases:
         self.assert_said("pipeline parallel: 2 stages", text)
 
     def test_four_ranks(self):
+        if MH_GPUS and gpus_per_host() < 2:
+            self.skipTest("2 ranks per host need 2 GPUs per host (%d GPUs here)" % MH_GPUS)
         # tp inside a host (its two slots), the replicas across the hosts:
         # the layout a host file of 2-slot hosts gives
         text = self.check(["h1", "h1", "h2", "h2"], "--batch-size", "2", "--tp", "2",
