@@ -233,23 +233,28 @@ class Hosts:
         connection to the host's daemon broke: reported at once it races
         that connection, and mpirun then says a daemon "failed to start"
         instead of naming the host it lost."""
+        by_address = "".join(" %s) host=%s;;" % (self.address(h), h) for h in self.names)
         with open(path, "w") as f:
             f.write("#!/bin/sh\n"
                     "# Open MPI's rsh agent for the namespace hosts of netns_hosts.py\n"
-                    'case "$1" in %s) ;; *) echo "rsh agent: no host \'$1\' (hosts: %s)" >&2;'
-                    " exit 1;; esac\n"
-                    "host=$1; shift\n"
+                    'case "$1" in %s) host=$1;;%s *) echo "rsh agent: no host \'$1\' (hosts: %s)"'
+                    " >&2; exit 1;; esac\n"
+                    "shift\n"
                     'ip netns exec "%s$host" unshare --uts sh -c "hostname $host && $*"\n'
                     "rc=$?\n"
                     "if [ $rc -gt 128 ]; then sleep 2; exit 255; fi\n"
                     "exit $rc\n"
-                    % ("|".join(self.names), " ".join(self.names), self.prefix))
+                    % ("|".join(self.names), by_address, " ".join(self.names), self.prefix))
         os.chmod(path, 0o755)
         return path
 
-    def write_hostfile(self, path, slots, hosts=None):
+    def write_hostfile(self, path, slots, hosts=None, by_address=False):
         """An Open MPI host file: each of `hosts` (default: all) with `slots`
-        slots."""
+        slots, named by its address when `by_address` (the rsh agent takes
+        both). Open MPI 4.1.6 (Ubuntu 24.04) maps every rank of a file of
+        names that do not resolve onto the first host; addresses work with
+        4.1.4 and 4.1.6 alike."""
         with open(path, "w") as f:
-            f.write("".join("%s slots=%d\n" % (h, slots) for h in hosts or self.names))
+            f.write("".join("%s slots=%d\n" % (self.address(h) if by_address else h, slots)
+                            for h in hosts or self.names))
         return path

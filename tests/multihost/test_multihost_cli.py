@@ -22,7 +22,8 @@ library only; root only.
   TRAINYARD_DEBUG_STEP_SLEEP_MS, --dist-timeout 5):
   - a host dies mid-run (every process on h2 SIGKILLed): mpirun ends
     non-zero within --dist-timeout + 10 s, Open MPI names the host it lost
-    ("ORTE has lost communication with a remote daemon ... on node h2"; it
+    ("ORTE has lost communication with a remote daemon ... on node
+    10.88.0.2", h2's address, as the host file names it; it
     names the daemon, not the rank: the rank lines say rank 1 ran there;
     the rsh agent reports the death 2 s late as ssh would, else mpirun
     says a daemon was "unable to reliably start" and names no host);
@@ -142,9 +143,9 @@ class MpirunLauncher:
 
     name = "mpirun"
     # what it prints when every process of `host` died: it names the host
-    # and its daemon, not the rank
+    # (by its address, as the host file does) and its daemon, not the rank
     HOST_LOST = (r"ORTE has lost communication with a remote daemon",
-                 r"Remote daemon: \[\[\d+,\d+\],\d+\] on node {host}\b")
+                 r"Remote daemon: \[\[\d+,\d+\],\d+\] on node {addr}\b")
     SHOW_HOST = (host_prelude()
                  + 'echo "rank $OMPI_COMM_WORLD_RANK runs on host $(hostname)" >&2; exec "$@"')
 
@@ -165,8 +166,12 @@ class MpirunLauncher:
                              % layout)
         # the hosts this run uses, as a user drops a dead host from the file
         hostfile = self.hosts.write_hostfile(
-            os.path.join(self.folder, "hostfile-" + "-".join(used)), 2, used)
+            os.path.join(self.folder, "hostfile-" + "-".join(used)), 2, used, by_address=True)
         return (dist.MPIRUN + ["--hostfile", hostfile,
+                               # the rsh launcher, whatever the machine's
+                               # default (the GPU machines set
+                               # OMPI_MCA_plm=isolated: this host only)
+                               "--mca", "plm", "rsh",
                                "--mca", "plm_rsh_agent", self.agent,
                                "--mca", "oob_tcp_if_include", netns_hosts.SUBNET,
                                "--mca", "btl_tcp_if_include", netns_hosts.SUBNET,
@@ -300,7 +305,7 @@ class Base(dist.Base):
     """A launcher class has: name; why_unavailable(cfg) (a reason to skip,
     or None); __init__(hosts, folder); start(layout, argv, env) (a Ranks:
     rank i on host layout[i], each printing "rank i runs on host hN" to
-    stderr); rank_pid(ranks, rank); HOST_LOST (patterns, {host} filled in,
+    stderr); rank_pid(ranks, rank); HOST_LOST (patterns, {host} and {addr} filled in,
     of what it prints when every process of a host died)."""
     launcher_class = None
 
@@ -454,7 +459,8 @@ class FaultCases:
               file=sys.stderr)
         self.assert_placed(text, ["h1", "h2"])  # rank 1 ran on h2
         for pattern in self.launcher.HOST_LOST:
-            if not re.search(pattern.format(host="h2"), text):
+            if not re.search(pattern.format(host="h2", addr=re.escape(self.hosts.address("h2"))),
+                             text):
                 self.fail("%r not in the output, which ends:\n%s" % (pattern, text[-3000:]))
         self.check_resume_on_h1(out)
 

@@ -172,6 +172,8 @@ class HostsTest(unittest.TestCase):
             r = hosts.run("h1", [agent, "h2", "echo", "on;", "hostname"], capture_output=True,
                           text=True)
             self.assertEqual(r.stdout.split(), ["on", "h2"], r.stderr)
+            r = hosts.run("h1", [agent, "10.88.0.2", "hostname"], capture_output=True, text=True)
+            self.assertEqual(r.stdout.split(), ["h2"], r.stderr)
             r = hosts.run("h1", [agent, "h3", "true"], capture_output=True, text=True)
             self.assertEqual(r.returncode, 1)
             self.assertEqual(r.stderr, "rsh agent: no host 'h3' (hosts: h1 h2)\n")
@@ -185,6 +187,9 @@ class HostsTest(unittest.TestCase):
             hf = hosts.write_hostfile(os.path.join(tmp, "hosts"), 2)
             with open(hf) as f:
                 self.assertEqual(f.read(), "h1 slots=2\nh2 slots=2\n")
+            hf = hosts.write_hostfile(os.path.join(tmp, "hosts"), 1, ["h2"], by_address=True)
+            with open(hf) as f:
+                self.assertEqual(f.read(), "10.88.0.2 slots=1\n")
 
     def test_exception_removes_everything(self):
         with self.assertRaises(RuntimeError):
