@@ -180,7 +180,10 @@ static ty_status_t ty_ts_release(ty_text_stream_t *t, bool flush) {
 /* Text of ids[from..to) through the tokenizer's decoder (raw bytes). */
 static ty_status_t ty_ts_decode(const ty_text_stream_t *t, size_t from, size_t to, char **text,
                                 size_t *size) {
-  return ty_tokenizer_decode(t->tokenizer, t->ids + from, to - from, t->flags, text, size);
+  /* no ids yet (a request that ends before its first token): no pointer
+   * arithmetic on NULL */
+  const uint32_t *ids = t->ids ? t->ids + from : NULL;
+  return ty_tokenizer_decode(t->tokenizer, ids, to - from, t->flags, text, size);
 }
 
 /* Decodes what came since `prefix`; with `final`, an unfinished character

@@ -255,12 +255,28 @@ static void test_byte_fallback_run(void **state) {
   ty_tokenizer_destroy(tok);
 }
 
+/* A stream finished before its first token (a request that ends at once:
+ * the fuzzed server found it) gives no text, and touches no id. */
+static void test_finish_without_tokens(void **state) {
+  (void)state;
+  ty_tokenizer_t *tok = load("gpt2");
+  ty_text_stream_t *ts = NULL;
+  TY_EXPECT_OK(ty_text_stream_create(tok, 0, NULL, 0, &ts));
+  const char *piece;
+  size_t size = 1;
+  TY_EXPECT_OK(ty_text_stream_finish(ts, &piece, &size));
+  assert_int_equal(size, 0);
+  ty_text_stream_destroy(ts);
+  ty_tokenizer_destroy(tok);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sanitize),
       cmocka_unit_test(test_random_streams),
       cmocka_unit_test(test_stop_never_leaks),
       cmocka_unit_test(test_byte_fallback_run),
+      cmocka_unit_test(test_finish_without_tokens),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
