@@ -71,6 +71,12 @@ typedef struct ty_session_options_t {
    * ABI >= 1.9 only (docs/plugin-abi.md "Debug options"); part of the cache
    * key. For conformance runs. */
   bool debug_guards;
+  /* `--deterministic`: batch-invariant kernels. Sent as the compile option
+   * "deterministic=1" (TY_ABI_DETERMINISTIC_OPTION) to plugins of ABI >=
+   * 1.10, which honour it or refuse it; the session is refused
+   * (FAILED_PRECONDITION, naming the backend) for older plugins. Part of the
+   * cache key. */
+  bool deterministic;
   /* The on-disk compile cache folder; NULL or "" for none. */
   const char *cache_dir;
   /* Compile again even when the cache holds a failure record for the key

@@ -283,27 +283,44 @@ static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_opt
 
 static ty_status_t ty_session_compile_with(ty_session_t *s, const ty_session_options_t *options);
 
-/* The options with the debug requests the session asked for appended
- * ("debug.guards=<seed>"), for plugins of ABI >= 1.9, which ignore debug
- * keys they do not know; older plugins refuse every unknown key, so they
- * get none. `eff` points into `storage` and `seed_text`. */
-static ty_status_t ty_session_debug_options(const ty_device_t *device,
-                                           const ty_session_options_t *options,
-                                           ty_session_options_t *eff,
-                                           ty_abi_option_t **storage, char *seed_text,
-                                           size_t seed_capacity) {
+/* The options with the host's requests the session asked for appended:
+ * "debug.guards=<seed>" for plugins of ABI >= 1.9, which ignore debug keys
+ * they do not know (older plugins refuse every unknown key, so they get
+ * none), and "deterministic=1" (ABI >= 1.10, which a plugin honours or
+ * refuses; an older plugin never promised batch-invariant kernels, so the
+ * session is refused here). `eff` points into `storage` and `seed_text`. */
+static ty_status_t ty_session_host_options(const ty_device_t *device,
+                                          const ty_session_options_t *options,
+                                          ty_session_options_t *eff,
+                                          ty_abi_option_t **storage, char *seed_text,
+                                          size_t seed_capacity) {
   *storage = NULL;
   if (!options) return TY_OK;
   *eff = *options;
-  const ty_backend_api_t *api = ty_backend_api(ty_device_backend((ty_device_t *)device));
-  if (!options->debug_guards || api->abi_minor < 9) return TY_OK;
-  *storage = calloc(options->option_count + 1, sizeof(**storage));
+  ty_backend_t *backend = ty_device_backend((ty_device_t *)device);
+  const ty_backend_api_t *api = ty_backend_api(backend);
+  const bool guards = options->debug_guards && api->abi_minor >= 9;
+  if (options->deterministic && api->abi_minor < 10) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "backend '%s' (plugin ABI %u.%u) makes no promise of batch-invariant "
+                          "kernels: --deterministic needs a plugin of ABI 1.10 or newer that "
+                          "honours the compile option 'deterministic' (docs/plugin-abi.md)",
+                          ty_backend_name(backend), api->abi_major, api->abi_minor);
+  }
+  if (!guards && !options->deterministic) return TY_OK;
+  *storage = calloc(options->option_count + 2, sizeof(**storage));
   if (!*storage) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  for (uint32_t i = 0; i < options->option_count; ++i) (*storage)[i] = options->options[i];
-  snprintf(seed_text, seed_capacity, "%llu", (unsigned long long)options->guard_seed);
-  (*storage)[options->option_count] = (ty_abi_option_t){.key = "debug.guards", .value = seed_text};
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < options->option_count; ++i) (*storage)[n++] = options->options[i];
+  if (guards) {
+    snprintf(seed_text, seed_capacity, "%llu", (unsigned long long)options->guard_seed);
+    (*storage)[n++] = (ty_abi_option_t){.key = "debug.guards", .value = seed_text};
+  }
+  if (options->deterministic) {
+    (*storage)[n++] = (ty_abi_option_t){.key = TY_ABI_DETERMINISTIC_OPTION, .value = "1"};
+  }
   eff->options = *storage;
-  eff->option_count = options->option_count + 1;
+  eff->option_count = n;
   return TY_OK;
 }
 
@@ -311,7 +328,7 @@ ty_status_t ty_session_compile(ty_session_t *s, const ty_session_options_t *opti
   ty_session_options_t eff;
   ty_abi_option_t *storage = NULL;
   char seed_text[24];
-  TY_RETURN_IF_ERROR(ty_session_debug_options(s->device, options, &eff, &storage, seed_text,
+  TY_RETURN_IF_ERROR(ty_session_host_options(s->device, options, &eff, &storage, seed_text,
                                               sizeof(seed_text)));
   ty_status_t st = ty_session_compile_with(s, options ? &eff : NULL);
   free(storage);

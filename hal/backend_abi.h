@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 9u
+#define TY_ABI_MINOR 10u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -332,6 +332,17 @@ typedef struct ty_abi_node_support_t {
  *                      check them as the graph runs; a damaged guard fails
  *                      the run naming the node and the value (conform). */
 #define TY_ABI_DEBUG_OPTION_PREFIX "debug."
+
+/* From ABI 1.10 the host may send "deterministic=1" (`--deterministic`):
+ * every reduction of the compiled graph must then run in an order fixed by
+ * the problem, never by the batch, the thread count or the launch shape, so
+ * a row's result is the same bits whatever else shares the batch (a matmul
+ * row alone or among 256; an attention row over a cache or inside a causal
+ * block), and a run repeats bit for bit. A plugin that cannot promise it
+ * refuses the compile with UNIMPLEMENTED naming what is not invariant. The
+ * host sends it only to plugins of 1.10 or newer and refuses the session
+ * itself for older ones (docs/plugin-abi.md "Deterministic mode"). */
+#define TY_ABI_DETERMINISTIC_OPTION "deterministic"
 
 typedef struct ty_abi_compile_args_t {
   size_t struct_size;
