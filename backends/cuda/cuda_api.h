@@ -40,7 +40,8 @@
   X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)                       \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                     \
   X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic)                \
-  X(cublasLtMatmul)
+  X(cublasLtMatmulAlgoConfigGetAttribute) X(cublasLtMatmulAlgoConfigSetAttribute)          \
+  X(cublasLtMatmulAlgoCheck) X(cublasLtMatmul)
 
 #define TY_CU_MEMBER(name) __typeof__(&name) name;
 

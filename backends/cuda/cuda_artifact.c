@@ -7,7 +7,9 @@
  *
  * Format (backends/common/artifact_io.h header, then):
  *   u32 compute capability major, u32 minor, str device name,
- *   str plugin version, str fatbin targets, u8 graphs, u8 tf32
+ *   str plugin version, str fatbin targets, u8 graphs, u8 tf32,
+ *   u8 deterministic (version 2: the compile option deterministic=1, which
+ *   the load passes to the compile again)
  *   64 ASCII hex digits: the graph hash
  *   the graph (ty_art_put_graph)
  *   u32 "END!" */
@@ -18,7 +20,7 @@
 #include "backends/cuda/cuda_internal.h"
 
 #define TY_CU_ART_MAGIC "TYCUART"
-#define TY_CU_ART_VERSION 1u
+#define TY_CU_ART_VERSION 2u
 #define TY_CU_ART_END 0x21444E45u /* "END!" */
 
 #ifndef TY_CUDA_BACKEND_VERSION
@@ -39,6 +41,7 @@ ty_abi_status_t ty_cu_executable_serialize(ty_abi_executable_t *e, void *dst, ui
   ty_art_put_str(&w, ty_cu_fatbin_targets());
   ty_art_put_u8(&w, d->options.graphs);
   ty_art_put_u8(&w, d->options.tf32);
+  ty_art_put_u8(&w, ty_cu_exec_deterministic(e) ? 1u : 0u);
   char hash[64];
   memset(hash, '0', sizeof(hash));
   memcpy(hash, g->hash_hex, strnlen(g->hash_hex, 64));
@@ -70,6 +73,7 @@ ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *d,
   free(ty_art_get_str(&r, NULL, "fatbin targets"));
   (void)ty_art_get_u8(&r, "options");
   (void)ty_art_get_u8(&r, "options");
+  const bool deterministic = ty_art_get_u8(&r, "options") != 0;
   char hash[65] = {0};
   ty_art_take(&r, hash, 64, "graph hash");
   if (r.failed) {
@@ -104,7 +108,11 @@ ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *d,
   if (!st && r.at != args->size) st = ty_art_malformed(&r, "bytes after the end marker");
   if (!st) {
     g.hash_hex = hash;
-    ty_abi_compile_args_t compile = {.struct_size = sizeof(compile), .graph = &g};
+    const ty_abi_option_t det = {.key = TY_ABI_DETERMINISTIC_OPTION, .value = "1"};
+    ty_abi_compile_args_t compile = {.struct_size = sizeof(compile),
+                                     .graph = &g,
+                                     .option_count = deterministic ? 1u : 0u,
+                                     .options = &det};
     st = ty_cu_graph_compile(d, &compile, out_executable);
   }
   free(pool.base);

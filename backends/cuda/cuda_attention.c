@@ -68,7 +68,7 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
   const int64_t S = k->dims[1], Hkv = k->dims[2];
   if (B * T * Hq * D == 0) return true; /* nothing to compute; the builder fills zeros */
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, TY_CU_ATT_WGMMA, &plan);
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, TY_CU_ATT_WGMMA, false, &plan);
   if (why) {
     snprintf(reason, capacity, "%s with q [%lld, %lld, %lld, %lld] %s: %s", node->op,
              (long long)B, (long long)T, (long long)Hq, (long long)D,
@@ -131,7 +131,7 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   const ty_cu_att_path_t best = ty_cu_att_best(b);
   if (b->status) return;
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, best, &plan);
+  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, best, b->deterministic, &plan);
   if (why) {
     ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
     return;

@@ -44,7 +44,7 @@ static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, in
 }
 
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
-                           int64_t Hkv, int64_t D, ty_cu_att_path_t best,
+                           int64_t Hkv, int64_t D, ty_cu_att_path_t best, bool deterministic,
                            ty_cu_att_plan_t *out) {
   const int dt = dtype == TY_DTYPE_F32    ? 0
                  : dtype == TY_DTYPE_BF16 ? 1
@@ -60,7 +60,9 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
   const bool tc = dt > 0 && (D == 64 || D == 128);
   /* wgmma tiles are 64 query rows per warpgroup: below 64 rows (decoding)
    * the mma.sync forward's 16-row warps waste less (H100: 0.084 against
-   * 0.094 ms for a GQA decode step). */
+   * 0.094 ms for a GQA decode step). Deterministic mode takes mma.sync for
+   * every T: one kernel for a row whatever T it comes with. */
+  if (deterministic && best == TY_CU_ATT_WGMMA) best = TY_CU_ATT_MMA;
   out->path = !tc || best == TY_CU_ATT_GENERIC                 ? TY_CU_ATT_GENERIC
               : D == 64 && T >= 64 && best == TY_CU_ATT_WGMMA ? TY_CU_ATT_WGMMA
                                                              : TY_CU_ATT_MMA;

@@ -10,7 +10,11 @@
  * card), the mma.sync ones otherwise; every other case — f32 (so f32 attention stays exact f32),
  * other head dims up to TY_ATT_MAX_HEAD_DIM — runs the generic kernels.
  * `best` caps the choice (TRAINYARD_CUDA_ATTENTION=generic or mma, or a
- * card without wgmma). */
+ * card without wgmma). `deterministic` (the compile option deterministic=1)
+ * keeps one path for every T: never wgmma, whose choice depends on T, so
+ * a decode row (T = 1) and the same row in a prefill block run the same
+ * mma.sync kernel, whose key tiles are anchored at absolute positions
+ * (cuda_exec.h "Deterministic mode"). */
 #ifndef TY_BACKENDS_CUDA_CUDA_ATTENTION_PLAN_H_
 #define TY_BACKENDS_CUDA_CUDA_ATTENTION_PLAN_H_
 
@@ -56,7 +60,7 @@ typedef struct ty_cu_att_plan_t {
  * the dtype, a head dim above TY_ATT_MAX_HEAD_DIM, a grid dimension out of
  * range. Sizes must be positive. */
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
-                           int64_t Hkv, int64_t D, ty_cu_att_path_t best,
+                           int64_t Hkv, int64_t D, ty_cu_att_path_t best, bool deterministic,
                            ty_cu_att_plan_t *out);
 
 #ifdef __cplusplus

@@ -587,8 +587,10 @@ static const ty_backend_api_t ty_cu_api_table = {
      * 1.6: tp_copy / tp_reduce and all_reduce's `group`; 1.7: one NCCL
      * communicator per process group on a device (comm_create's `group`),
      * which runs the collective ops naming that group; 1.8: point to point
-     * (comm_send / comm_recv on ncclSend / ncclRecv). */
-    .abi_minor = 8,
+     * (comm_send / comm_recv on ncclSend / ncclRecv); 1.9: `debug.` compile
+     * options, which it ignores (it implements none); 1.10: the compile
+     * option deterministic=1 (cuda_graph.c, "Deterministic mode"). */
+    .abi_minor = 10,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,

@@ -102,7 +102,39 @@ typedef struct ty_cu_build_t {
   const ty_cu_fuse_t *fuse;
   ty_abi_status_t status;
   uint64_t scratch_used; /* this node's scratch (nodes run one at a time) */
+  bool deterministic;    /* compiled with deterministic=1 (see below) */
 } ty_cu_build_t;
+
+/* Deterministic mode (compile option deterministic=1, ABI 1.10;
+ * docs/plugin-abi.md "Deterministic mode"): every row of a serve step's
+ * result is the same bits whatever else shares the batch. What it changes
+ * and what holds without change:
+ * - matmul (cuda_gemm.c): the cuBLASLt algorithm is chosen once per
+ *   (N, K, layouts, dtypes, epilogue) from a canonical row count, never
+ *   from M, without split-K and without workspace (so no stream-K or
+ *   split-K partials), and checked for the real shape;
+ * - attention (cuda_attention_plan.h): the mma.sync kernels for every T
+ *   (never the wgmma ones, chosen by T >= 64). Their key loop visits tiles
+ *   of TY_ATT_TC_BK keys anchored at absolute key positions, one online-
+ *   softmax rescale per tile; tiles a row does not see are exact no-ops
+ *   for it (scale 1 or 0, products of 0), so a decode row over a cache
+ *   equals the same row in a causal block. No split-KV: one block owns a
+ *   row's whole key range. The generic (f32, other head dims) kernels
+ *   have the same structure;
+ * - per-row ops, unchanged: layernorm/rmsnorm forward (a warp per row),
+ *   softmax, cross_entropy / the vocab ops and logit masking (a block per
+ *   row, its threads chosen from the row length: ty_cu_row_threads), row
+ *   reductions (chunks from the reduced length), rope, embedding gather,
+ *   casts and elementwise ops (no reduction): a row's reduction order
+ *   depends on the row's own length only;
+ * - reductions across rows, training only (norm backward's dgamma/dbeta,
+ *   bias gradients, column sums, embedding backward, attention dK/dV):
+ *   fixed splits from the shape and ordered partial sums, no float
+ *   atomics (embedding backward's counting sort uses integer atomics and
+ *   then sums each id's rows in row order), so a run repeats bit for bit;
+ *   cuBLASLt's BGRAD epilogues with a fixed algorithm repeat bit for bit
+ *   on one card, one stream and our own workspace (cuBLAS "Results
+ *   reproducibility"). */
 
 /* ---- for op builders ---- */
 

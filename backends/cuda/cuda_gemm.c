@@ -16,7 +16,17 @@
  * Precision: f32 runs with CUBLAS_COMPUTE_32F (exact f32 products, matching
  * the cpu backend to the conformance bounds) unless the device was opened
  * with tf32=1; bf16 and f16 accumulate in f32. Checked at the "reduction"
- * conform bound. */
+ * conform bound.
+ *
+ * Deterministic mode (cuda_exec.h): cuBLASLt's heuristic picks kernels by
+ * the whole shape, so the same row of a product may be summed by another
+ * kernel (another K blocking, or split-K partials) when the batch, our M,
+ * changes. Under deterministic=1 the algorithm is chosen from a canonical
+ * shape with TY_CU_DET_ROWS rows and the real N, K, layouts, dtypes and
+ * epilogue, without workspace (split-K reductions and stream-K fix-ups need
+ * it) and without split-K in its configuration; the real shape must then
+ * pass cublasLtMatmulAlgoCheck with it, or the compile is refused: a
+ * silent second choice for some M would break the promise. */
 #include "backends/cuda/cuda_gemm.h"
 
 #include "backends/cuda/cuda_ops.h"
@@ -92,6 +102,102 @@ static cublasLtMatrixLayout_t ty_cu_layout(ty_cu_build_t *b, cudaDataType_t t, u
 typedef struct {
   int64_t a, b, c;
 } ty_cu_lds_t;
+
+/* The row count (cuBLASLt's n) of the canonical shape whose algorithm every
+ * M runs in deterministic mode, and how many heuristic results are read. */
+#define TY_CU_DET_ROWS 4096
+#define TY_CU_DET_CANDIDATES 16
+
+/* Whether algo splits K (SPLITK_NUM > 1 or any reduction scheme). */
+static bool ty_cu_algo_splits_k(ty_cu_api_t *api, const cublasLtMatmulAlgo_t *algo) {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t wrote = 0;
+  if (api->cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                sizeof(splits), &wrote) != CUBLAS_STATUS_SUCCESS ||
+      api->cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                &scheme, sizeof(scheme),
+                                                &wrote) != CUBLAS_STATUS_SUCCESS) {
+    return true; /* unknown: not trusted */
+  }
+  return splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
+/* Deterministic mode's algorithm for g (layouts and descriptor set): see
+ * the top of the file. `pref` holds the alignments; its workspace limit is
+ * set to 0 here. */
+static ty_code_t ty_cu_gemm_pin(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp, ty_cu_gemm_t *g,
+                                cublasLtMatmulPreference_t pref, bool *no_algo, char *why,
+                                size_t cap) {
+  ty_abi_device_t *d = b->device;
+  ty_cu_api_t *api = d->api;
+  const cudaDataType_t t = ty_cu_blas_type(sp->ab_dtype), tc = ty_cu_blas_type(sp->c_dtype);
+  const uint64_t M = TY_CU_DET_ROWS, N = (uint64_t)sp->N, K = (uint64_t)sp->K;
+  /* One matrix of the canonical shape (count 1: a batched matmul's count
+   * can follow the batch too); a transposed a is [K, M], rows of M. */
+  const int64_t lda = sp->ta && sp->lda < (int64_t)M ? (int64_t)M : sp->lda;
+  cublasLtMatrixLayout_t la = sp->tb ? ty_cu_layout(b, t, K, N, sp->ldb, 1, 0)
+                                     : ty_cu_layout(b, t, N, K, sp->ldb, 1, 0);
+  cublasLtMatrixLayout_t lb = sp->ta ? ty_cu_layout(b, t, M, K, lda, 1, 0)
+                                     : ty_cu_layout(b, t, K, M, lda, 1, 0);
+  cublasLtMatrixLayout_t lc = ty_cu_layout(b, tc, N, M, sp->ldc, 1, 0);
+  ty_code_t code = TY_CODE_OK;
+  cublasLtMatmulHeuristicResult_t results[TY_CU_DET_CANDIDATES];
+  memset(results, 0, sizeof(results));
+  int found = 0;
+  cublasStatus_t s = CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!b->status) {
+    const uint64_t no_workspace = 0;
+    s = api->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &no_workspace, sizeof(no_workspace));
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      s = api->cublasLtMatmulAlgoGetHeuristic(d->blaslt, g->desc, la, lb, lc, lc, pref,
+                                              TY_CU_DET_CANDIDATES, results, &found);
+    }
+  }
+  /* The first result that does not split K, chosen from the canonical
+   * shape alone (never from what the real M accepts). */
+  int pick = -1;
+  for (int i = 0; i < found && pick < 0; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize == 0 &&
+        !ty_cu_algo_splits_k(api, &results[i].algo)) {
+      pick = i;
+    }
+  }
+  if (la) api->cublasLtMatrixLayoutDestroy(la);
+  if (lb) api->cublasLtMatrixLayoutDestroy(lb);
+  if (lc) api->cublasLtMatrixLayoutDestroy(lc);
+  if (b->status) {
+    why[0] = '\0';
+    return TY_CODE_INTERNAL;
+  }
+  if (pick < 0) {
+    if (sp->has_bgrad && s != CUBLAS_STATUS_ALLOC_FAILED) {
+      *no_algo = true;
+      return TY_CODE_OK;
+    }
+    snprintf(why, cap,
+             "deterministic mode: cuBLASLt has no algorithm without split-K or workspace for "
+             "the %s matmul (%d candidates at %d rows; %s); run without --deterministic",
+             g->shape, found, TY_CU_DET_ROWS,
+             s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s) : "all split K");
+    return TY_CODE_UNIMPLEMENTED;
+  }
+  cublasLtMatmulHeuristicResult_t check;
+  memset(&check, 0, sizeof(check));
+  s = api->cublasLtMatmulAlgoCheck(d->blaslt, g->desc, g->la, g->lb, g->lc, g->lc,
+                                   &results[pick].algo, &check);
+  if (s != CUBLAS_STATUS_SUCCESS || check.workspaceSize > 0) {
+    snprintf(why, cap,
+             "deterministic mode: the algorithm every row count of the %s matmul runs "
+             "(chosen at %d rows) fails on it (%s); run without --deterministic",
+             g->shape, TY_CU_DET_ROWS,
+             s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s) : "needs workspace");
+    code = TY_CODE_UNIMPLEMENTED;
+  }
+  g->algo = results[pick].algo;
+  return code;
+}
 
 /* Sets up g for sp: descriptor, layouts and algorithm. TY_CODE_OK when
  * done; else the failure's code with its message in `why` (g partly set;
@@ -211,6 +317,11 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
   for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i) {
     s = api->cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &g->align, sizeof(g->align));
   }
+  if (s == CUBLAS_STATUS_SUCCESS && b->deterministic) {
+    const ty_code_t code = ty_cu_gemm_pin(b, sp, g, pref, no_algo, why, cap);
+    api->cublasLtMatmulPreferenceDestroy(pref);
+    return code;
+  }
   cublasLtMatmulHeuristicResult_t result;
   memset(&result, 0, sizeof(result));
   int found = 0;
@@ -241,7 +352,7 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
     return;
   }
   bool no_algo = false;
-  char why[256];
+  char why[512];
   const ty_code_t code = ty_cu_gemm_setup(b, sp, g, &no_algo, why, sizeof(why));
   if (code != TY_CODE_OK || no_algo) {
     ty_cu_gemm_free(api, g);

@@ -65,6 +65,7 @@ struct ty_abi_executable_s {
   CUgraphExec cu_exec;
   uint64_t captures, replays, runs;
   bool sync_each; /* TRAINYARD_CUDA_SYNC */
+  bool deterministic; /* the compile option deterministic=1 (ty_cu_compile_options) */
   /* Profiling (TRAINYARD_PROFILE): one event before every node and one at
    * the end. */
   ty_host_profile_t *profile;
@@ -692,20 +693,50 @@ static void ty_cu_fault_parse(ty_abi_executable_t *e) {
   e->fault_run = run ? run : 1;
 }
 
+/* Compile options: deterministic=0|1 (ABI 1.10: batch-invariant kernels,
+ * see cuda_exec.h "Deterministic mode"); keys starting with "debug." are
+ * the host's debugging requests (ABI 1.9), none of which cuda implements,
+ * so they are ignored; anything else is refused. */
+static ty_abi_status_t ty_cu_compile_options(const ty_abi_device_t *device,
+                                             const ty_abi_compile_args_t *args,
+                                             bool *out_deterministic) {
+  *out_deterministic = false;
+  const size_t debug_len = strlen(TY_ABI_DEBUG_OPTION_PREFIX);
+  for (uint32_t i = 0; i < args->option_count; ++i) {
+    const char *k = args->options[i].key ? args->options[i].key : "";
+    const char *v = args->options[i].value ? args->options[i].value : "";
+    if (!strncmp(k, TY_ABI_DEBUG_OPTION_PREFIX, debug_len)) continue;
+    if (!strcmp(k, TY_ABI_DETERMINISTIC_OPTION)) {
+      if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+                           "%s: compile option %s=%s: expected 0 or 1", device->label, k, v);
+      }
+      *out_deterministic = v[0] == '1';
+      continue;
+    }
+    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+                       "%s: unknown compile option '%s' (the cuda backend takes "
+                       "deterministic=0|1 and ignores debug.* keys; device options go in the "
+                       "URI, e.g. cuda:0?graphs=0)",
+                       device->label, k);
+  }
+  return NULL;
+}
+
+bool ty_cu_exec_deterministic(const ty_cu_exec_t *e) { return e->deterministic; }
+
 ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
                                     ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
-  if (args->option_count > 0) {
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
-                       "%s: unknown compile option '%s' (the cuda backend takes none; device "
-                       "options go in the URI, e.g. cuda:0?graphs=0)",
-                       device->label, args->options[0].key);
-  }
-  ty_abi_status_t s = ty_cu_enter(device);
+  bool deterministic = false;
+  ty_abi_status_t s = ty_cu_compile_options(device, args, &deterministic);
+  if (s) return s;
+  s = ty_cu_enter(device);
   if (s) return s;
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
   if (!e) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
   e->device = device;
+  e->deterministic = deterministic;
   e->api = device->api;
   e->graph = ty_owned_graph_copy(args->graph);
   s = e->graph ? ty_cu_plan_padding(e) : NULL;
@@ -772,7 +803,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   }
   qsort_r(e->sorted_named, e->named_count, sizeof(uint32_t), ty_cu_name_compare, (void *)g);
   /* Commands. */
-  ty_cu_build_t b = {.device = device, .exec = e, .g = g};
+  ty_cu_build_t b = {.device = device, .exec = e, .g = g, .deterministic = deterministic};
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     e->first_cmd[n] = e->cmd_count;
     if (e->plan.skip[n]) continue; /* a view: its output already reads its input */

@@ -181,6 +181,8 @@ const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *executable);
 ty_abi_status_t ty_cu_executable_memory(ty_abi_executable_t *executable,
                                         ty_abi_executable_memory_t *out);
 ty_abi_device_t *ty_cu_exec_device(const ty_abi_executable_t *executable);
+/* Whether it was compiled with deterministic=1 (cuda_exec.h). */
+bool ty_cu_exec_deterministic(const ty_abi_executable_t *executable);
 
 /* ---- cuda_artifact.c: executables as artifacts ---- */
 

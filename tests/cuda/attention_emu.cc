@@ -253,7 +253,8 @@ bool run_path(const Case &c, const Shape &s, bool fast, Tensor &q, Tensor &k, Te
               int *err_flag) {
   ty_cu_att_plan_t plan;
   const ty_cu_att_path_t want = fast ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC;
-  const char *why = ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, want, &plan);
+  const char *why =
+      ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, want, false, &plan);
   if (why) {
     printf("  FAIL plan refused: %s\n", why);
     g_failures++;
@@ -440,25 +441,33 @@ void check_plan_rule() {
     ty_dtype_t dt;
     int64_t T, D;
     ty_cu_att_path_t best, path;
+    bool det; /* deterministic=1 */
   };
   const ty_dtype_t F32 = TY_DTYPE_F32, BF16 = TY_DTYPE_BF16, F16 = TY_DTYPE_F16;
   const Want wants[] = {
-      {BF16, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_WGMMA},
-      {F16, 64, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_WGMMA},
-      {BF16, 63, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA},  /* below one warpgroup tile */
-      {BF16, 1, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA},   /* decoding */
-      {BF16, 1024, 128, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA},
-      {BF16, 1024, 64, TY_CU_ATT_MMA, TY_CU_ATT_MMA},  /* TRAINYARD_CUDA_ATTENTION=mma */
-      {BF16, 1024, 64, TY_CU_ATT_GENERIC, TY_CU_ATT_GENERIC},
-      {F32, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC},
-      {BF16, 1024, 96, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC},
+      {BF16, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_WGMMA, false},
+      {F16, 64, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_WGMMA, false},
+      {BF16, 63, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, false},  /* below one warpgroup tile */
+      {BF16, 1, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, false},   /* decoding */
+      {BF16, 1024, 128, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, false},
+      {BF16, 1024, 64, TY_CU_ATT_MMA, TY_CU_ATT_MMA, false},  /* TRAINYARD_CUDA_ATTENTION=mma */
+      {BF16, 1024, 64, TY_CU_ATT_GENERIC, TY_CU_ATT_GENERIC, false},
+      {F32, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC, false},
+      {BF16, 1024, 96, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC, false},
+      /* Deterministic mode: one path for every T (no wgmma from 64 rows). */
+      {BF16, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, true},
+      {F16, 64, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, true},
+      {BF16, 1, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, true},
+      {BF16, 1024, 64, TY_CU_ATT_GENERIC, TY_CU_ATT_GENERIC, true},
+      {F32, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC, true},
   };
   for (const Want &w : wants) {
     ty_cu_att_plan_t plan;
-    const char *why = ty_cu_att_plan(w.dt, 2, w.T, w.T, 8, 2, w.D, w.best, &plan);
+    const char *why = ty_cu_att_plan(w.dt, 2, w.T, w.T, 8, 2, w.D, w.best, w.det, &plan);
     char what[160];
-    snprintf(what, sizeof(what), "plan: dtype %d T %lld D %lld best %d -> path %d", (int)w.dt,
-             (long long)w.T, (long long)w.D, (int)w.best, (int)w.path);
+    snprintf(what, sizeof(what), "plan: dtype %d T %lld D %lld best %d%s -> path %d", (int)w.dt,
+             (long long)w.T, (long long)w.D, (int)w.best, w.det ? " deterministic" : "",
+             (int)w.path);
     expect(why == nullptr && plan.path == w.path, what);
     if (why) continue;
     for (int k = 0; k < TY_CU_ATT_KERNELS_; ++k) {
@@ -475,6 +484,93 @@ void check_plan_rule() {
                  plan.launch[TY_CU_ATT_DKV].threads == 128 &&
                  plan.launch[TY_CU_ATT_DKV].grid[1] == 2,
              std::string(what) + ": launch shapes");
+    }
+  }
+}
+
+/* Deterministic mode's promise for attention (cuda_exec.h): one query row
+ * gives the same bits however it is batched — alone over a KV cache (T = 1,
+ * kv_len), as the last row of a causal prefill, in the middle of a longer
+ * block, at the end of a chunk over a cache, or in the second sequence of a
+ * batch. Every variant holds the same q row, the same first L keys and
+ * values, and different data everywhere else. Run on both emulated paths
+ * (mma.sync and generic), the path the plan gives every T under
+ * deterministic=1. */
+void check_row_invariance(ty_dtype_t dt, int D, int Hq, int Hkv, int window) {
+  const int L = 150; /* the row's position + 1: three key tiles of 64 */
+  struct Variant {
+    const char *name;
+    int B, T, S;
+    long long kvlen; /* 0: none (S = L + rows after the row) */
+    int b, t;        /* where the row sits */
+  };
+  const Variant vars[] = {
+      {"decode over a cache", 1, 1, 200, L, 0, 0},
+      {"last row of a causal prefill", 1, L, L, 0, 0, L - 1},
+      {"middle of a block", 1, L + 80, L + 80, 0, 0, L - 1},
+      {"end of a chunk over a cache", 1, 37, 200, L, 0, 36},
+      {"second sequence of a batch", 2, 1, 160, L, 1, 0},
+  };
+  std::mt19937_64 rng(0xde7 + D + window);
+  Tensor q0, k0, v0; /* the row and its L keys and values */
+  q0.init(dt, (size_t)Hq * D, false);
+  k0.init(dt, (size_t)L * Hkv * D, false);
+  v0.init(dt, k0.n, false);
+  q0.fill_uniform(rng, -2, 2);
+  k0.fill_uniform(rng, -1, 1);
+  v0.fill_uniform(rng, -1, 1);
+  for (int fast = 0; fast < 2; ++fast) {
+    std::vector<unsigned char> first;
+    for (const Variant &w : vars) {
+      Case c = {"row-invariance", w.B, w.T, w.S, Hq, Hkv, D, window, w.kvlen, 0, dt, false, false};
+      ty_cu_att_plan_t plan;
+      const ty_cu_att_path_t best = fast ? TY_CU_ATT_WGMMA : TY_CU_ATT_GENERIC;
+      const ty_cu_att_path_t want = fast ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC;
+      if (ty_cu_att_plan(dt, w.B, w.T, w.S, Hq, Hkv, D, best, true, &plan) ||
+          plan.path != want) {
+        expect(fast && !(D == 64 || D == 128) && plan.path == TY_CU_ATT_GENERIC,
+               std::string("deterministic plan path for ") + w.name);
+        break;
+      }
+      Shape s = {c.B, c.T, c.S, c.Hq, c.Hkv, c.D, c.window, c.kvlen ? c.kvlen : c.S,
+                 1.0 / sqrt((double)D)};
+      Tensor q, k, v, dout, out_in;
+      q.init(dt, (size_t)c.B * c.T * Hq * D, false);
+      k.init(dt, (size_t)c.B * c.S * Hkv * D, false);
+      v.init(dt, k.n, false);
+      q.fill_uniform(rng, -2, 2);
+      k.fill_uniform(rng, -1, 1);
+      v.fill_uniform(rng, -1, 1);
+      for (int h = 0; h < Hq; ++h)
+        for (int d = 0; d < D; ++d) q.set(s.qi(w.b, w.t, h, d), q0.v[(size_t)h * D + d]);
+      for (int j = 0; j < L; ++j)
+        for (int h = 0; h < Hkv; ++h)
+          for (int d = 0; d < D; ++d) {
+            const size_t i0 = ((size_t)j * Hkv + h) * D + d;
+            k.set(s.ki(w.b, j, h, d), k0.v[i0]);
+            v.set(s.ki(w.b, j, h, d), v0.v[i0]);
+          }
+      std::vector<float> lse_in;
+      Outputs o;
+      run_path(c, s, fast == 1, q, k, v, dout, out_in, lse_in, &o, nullptr);
+      /* The row's output bytes (every head), then its lse values. */
+      std::vector<unsigned char> row;
+      const size_t es = dt == TY_DTYPE_F32 ? 4 : 2, out_bytes = q.n * es;
+      for (int h = 0; h < Hq; ++h) {
+        const unsigned char *p = o.raw.data() + s.qi(w.b, w.t, h, 0) * es;
+        row.insert(row.end(), p, p + (size_t)D * es);
+        const unsigned char *l = o.raw.data() + out_bytes + s.li(w.b, h, w.t) * 4;
+        row.insert(row.end(), l, l + 4);
+      }
+      if (first.empty()) {
+        first = row;
+        continue;
+      }
+      char what[200];
+      snprintf(what, sizeof(what), "deterministic %s %s D=%d window=%d: %s == decode row",
+               fast ? "tc" : "generic", dtname(dt), D, window, w.name);
+      printf("  %s: %s\n", what, row == first ? "same bits" : "DIFFERENT");
+      expect(row == first, what);
     }
   }
 }
@@ -564,6 +660,16 @@ int main(int argc, char **argv) {
     const std::string label = c.name + " " + dtname(c.dtype) + (c.backward ? " bwd" : " fwd");
     if (only && !strstr(label.c_str(), only)) continue;
     run_case(c);
+  }
+  if (!only || strstr("row-invariance", only)) {
+    printf("row invariance (deterministic mode)\n");
+    check_row_invariance(BF16, 64, 4, 2, 0);
+    check_row_invariance(BF16, 64, 4, 2, 40);
+    check_row_invariance(F32, 32, 2, 1, 0);
+    if (!quick) {
+      check_row_invariance(F16, 128, 2, 1, 0);
+      check_row_invariance(BF16, 96, 2, 2, 17);
+    }
   }
   if (!only) {
     for (int D : {16, 64}) {
