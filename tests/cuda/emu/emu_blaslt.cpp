@@ -2,7 +2,17 @@
  * the entry points the cuda plugin uses, with cublasLtMatmul a plain
  * column-major GEMM on host memory — f32, bf16 or f16 storage, f32
  * accumulation, strided batches, transposes and the bias epilogue — so the
- * plugin's matmul builder (cuda_gemm.c) runs end to end without a GPU. */
+ * plugin's matmul builder (cuda_gemm.c) runs end to end without a GPU.
+ *
+ * Algorithms are as real as a batch-invariance test needs: the heuristic
+ * picks by the whole shape, as cuBLASLt's does, and each algorithm sums K
+ * in its own order, so a row summed by another algorithm gets other bits.
+ * cuBLASLt's n (the plugin's M, its rows) decides: n < 64 gets algorithm 2
+ * first (split-K in 4 parts, in place: no workspace) then 1, n < 256 gets
+ * algorithm 1 (K in chunks of 8, each chunk summed then added), larger n
+ * algorithm 0 (K in order; the summation of earlier versions). A zeroed
+ * algo is algorithm 0. SPLITK_NUM and REDUCTION_SCHEME are readable and
+ * settable config attributes, and the product honours SPLITK_NUM. */
 #include <cublasLt.h>
 #include <math.h>
 #include <stdint.h>
@@ -69,13 +79,61 @@ float gelu_grad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+/* The emulated algorithm in cublasLtMatmulAlgo_t's words. */
+enum { ALGO_ID = 0, ALGO_SPLITK = 1, ALGO_SCHEME = 2, ALGO_CHUNK = 3 };
+
+struct Order {
+  int64_t splits, chunk; /* K in `splits` parts summed in turn; inside a part,
+                            chunks of `chunk` (0: none) */
+};
+
+Order order_of(const cublasLtMatmulAlgo_t *algo) {
+  Order o = {1, 0};
+  if (algo) {
+    o.splits = algo->data[ALGO_SPLITK] > 1 ? (int64_t)algo->data[ALGO_SPLITK] : 1;
+    o.chunk = (int64_t)algo->data[ALGO_CHUNK];
+  }
+  return o;
+}
+
+cublasLtMatmulAlgo_t make_algo(uint64_t id) {
+  cublasLtMatmulAlgo_t a;
+  memset(&a, 0, sizeof(a));
+  a.data[ALGO_ID] = id;
+  a.data[ALGO_SPLITK] = id == 2 ? 4 : 1;
+  a.data[ALGO_SCHEME] = id == 2 ? CUBLASLT_REDUCTION_SCHEME_INPLACE : CUBLASLT_REDUCTION_SCHEME_NONE;
+  a.data[ALGO_CHUNK] = id == 1 ? 8 : 0;
+  return a;
+}
+
+/* sum_l f(l) for l in [0, k) in the order o gives. */
+template <typename F> float ordered_sum(int64_t k, Order o, F f) {
+  const int64_t part = (k + o.splits - 1) / o.splits;
+  float total = 0.0f;
+  for (int64_t p0 = 0; p0 < k; p0 += part) {
+    const int64_t p1 = p0 + part < k ? p0 + part : k;
+    float acc = 0.0f;
+    if (o.chunk > 0) {
+      for (int64_t c0 = p0; c0 < p1; c0 += o.chunk) {
+        float cs = 0.0f;
+        for (int64_t l = c0; l < p1 && l < c0 + o.chunk; ++l) cs += f(l);
+        acc += cs;
+      }
+    } else {
+      for (int64_t l = p0; l < p1; ++l) acc += f(l);
+    }
+    total = p0 == 0 ? acc : total + acc;
+  }
+  return total;
+}
+
 /* D (m x n) = alpha op(A) op(B) + beta C (+ bias[m] per row), column-major;
  * the GELU epilogues then store the pre-activation into aux and GELU of it
  * into D (GELU_AUX[_BIAS]), or D = result * gelu'(aux) (DGELU); BGRADA
  * writes bias[i] = sum_l op(A)[i, l] (m values), BGRADB bias[j] =
  * sum_l op(B)[l, j] (n values), in D's type. */
 void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, const Layout &d,
-          float al, float be, const void *A, const void *B, const void *C, void *D) {
+          float al, float be, const void *A, const void *B, const void *C, void *D, Order ord) {
   const int64_t m = (int64_t)d.rows, n = (int64_t)d.cols;
   const bool ta = x->ta != CUBLAS_OP_N, tb = x->tb != CUBLAS_OP_N;
   const int64_t k = ta ? (int64_t)a.rows : (int64_t)a.cols;
@@ -92,12 +150,11 @@ void gemm(const Desc *x, const Layout &a, const Layout &b, const Layout &c, cons
     char *pd = (char *)D + (d.batch > 1 ? q * d.stride : 0) * type_size(d.type);
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t i = 0; i < m; ++i) {
-        float acc = 0.0f;
-        for (int64_t l = 0; l < k; ++l) {
+        const float acc = ordered_sum(k, ord, [&](int64_t l) {
           const float av = load(a.type, pa, ta ? l + i * a.ld : i + l * a.ld);
           const float bv = load(b.type, pb, tb ? j + l * b.ld : l + j * b.ld);
-          acc += av * bv;
-        }
+          return av * bv;
+        });
         float v = al * acc;
         if (be != 0.0f) v += be * load(c.type, pc, i + j * c.ld);
         if (bias) v += load(d.type, x->bias, i);
@@ -220,18 +277,73 @@ TY_EMU_API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(
  * a cuBLASLt without one for the shape), for the executor's fallback. */
 TY_EMU_API cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
-    cublasLtMatmulHeuristicResult_t results[], int *count) {
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t,
+    int requested, cublasLtMatmulHeuristicResult_t results[], int *count) {
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   const char *no_bgrad = getenv("TY_EMU_BLASLT_NO_BGRAD");
   if (no_bgrad && strcmp(no_bgrad, "1") == 0 && bgrad(dsc(desc)->epilogue)) {
     *count = 0;
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  memset(&results[0], 0, sizeof(results[0]));
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  results[0].wavesCount = 1.0f;
-  *count = 1;
+  const uint64_t n = lay(Ddesc)->cols;
+  const uint64_t ids[2] = {n < 64 ? 2u : n < 256 ? 1u : 0u, n < 64 ? 1u : 0u};
+  const int have = n < 64 ? 2 : 1;
+  *count = requested < have ? requested : have;
+  for (int i = 0; i < *count; ++i) {
+    memset(&results[i], 0, sizeof(results[i]));
+    results[i].algo = make_algo(ids[i]);
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+    results[i].wavesCount = 1.0f;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(
+    const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, void *buf,
+    size_t size, size_t *written) {
+  if (attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && size == sizeof(int32_t)) {
+    const int32_t v = (int32_t)algo->data[ALGO_SPLITK];
+    memcpy(buf, &v, sizeof(v));
+  } else if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME && size == sizeof(uint32_t)) {
+    const uint32_t v = (uint32_t)algo->data[ALGO_SCHEME];
+    memcpy(buf, &v, sizeof(v));
+  } else if (attr == CUBLASLT_ALGO_CONFIG_ID && size == sizeof(int32_t)) {
+    const int32_t v = (int32_t)algo->data[ALGO_ID];
+    memcpy(buf, &v, sizeof(v));
+  } else {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (written) *written = size;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+TY_EMU_API cublasStatus_t cublasLtMatmulAlgoConfigSetAttribute(
+    cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, const void *buf,
+    size_t size) {
+  if (attr == CUBLASLT_ALGO_CONFIG_SPLITK_NUM && size == sizeof(int32_t)) {
+    int32_t v;
+    memcpy(&v, buf, sizeof(v));
+    algo->data[ALGO_SPLITK] = v > 1 ? (uint64_t)v : 1u;
+  } else if (attr == CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME && size == sizeof(uint32_t)) {
+    uint32_t v;
+    memcpy(&v, buf, sizeof(v));
+    algo->data[ALGO_SCHEME] = v;
+  } else {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Every emulated algorithm runs every shape, without workspace. */
+TY_EMU_API cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                                  cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                  cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                  const cublasLtMatmulAlgo_t *algo,
+                                                  cublasLtMatmulHeuristicResult_t *result) {
+  if (!algo || algo->data[ALGO_ID] > 2) return CUBLAS_STATUS_INVALID_VALUE;
+  memset(result, 0, sizeof(*result));
+  result->state = CUBLAS_STATUS_SUCCESS;
+  result->wavesCount = 1.0f;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -241,8 +353,9 @@ TY_EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
                                          cublasLtMatrixLayout_t Bdesc, const void *beta,
                                          const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                                          cublasLtMatrixLayout_t Ddesc,
-                                         const cublasLtMatmulAlgo_t *, void *, size_t,
+                                         const cublasLtMatmulAlgo_t *algo, void *, size_t,
                                          cudaStream_t stream) {
+  const Order ord = order_of(algo);
   const Desc x = *dsc(desc);
   const Layout a = *lay(Adesc), b = *lay(Bdesc), c = *lay(Cdesc), d = *lay(Ddesc);
   const float al = *(const float *)alpha, be = *(const float *)beta;
@@ -270,7 +383,7 @@ TY_EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   std::function<CUresult()> op = [=] {
-    gemm(&x, a, b, c, d, al, be, A, B, C, D);
+    gemm(&x, a, b, c, d, al, be, A, B, C, D, ord);
     return CUDA_SUCCESS;
   };
   return ty_emu_stream_submit((CUstream)stream, &op) == CUDA_SUCCESS
