@@ -55,6 +55,18 @@
 #              NCCL between the hosts over its socket transport on the
 #              veth (NCCL_SOCKET_IFNAME=eth0; NCCL_DEBUG=INFO's transport
 #              lines are kept); needs root and `ip netns`
+#   deterministic  issue 34 on cuda (logs also in $OUT/deterministic-*):
+#              (a) cuda_emu_deterministic_test with TY_DET_DEVICE=1: GPT-2's
+#              matmul shapes (bf16, f32) at M = 1..1000 against M = 1024 and
+#              attention rows (decode over a cache against prefill, block,
+#              chunk), bitwise under deterministic=1, the default mode's
+#              differences printed; (b) tests/cuda/deterministic_serve.py:
+#              serve --deterministic on a random GPT-2 124M (bf16), 256
+#              requests one at a time then all at once, tokens and logprobs
+#              bit for bit, and the same server without the flag (tokens/s
+#              of both and the ratio); (c) train tok/s (same model,
+#              bf16-mixed, B=8 T=256, 20 steps) with and without
+#              --deterministic, and the ratio
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern),
 # SANITIZER_TOOLS (default "memcheck racecheck initcheck").
 set -uo pipefail
@@ -215,6 +227,54 @@ phase_serve() {
   timeout 120 "$build/bin/engine_bench" --preset gpt2-124m --random-weights --backend cuda:0 \
     --plugin-dir "$build/lib/trainyard/backends" \
     --dtype bf16 --concurrency 1,8,32 --prompt-len 32 --new-tokens 32 --chunk 64 || rc=1
+  return $rc
+}
+
+phase_deterministic() {
+  local rc=0 t=$build/tests/cuda_emu_deterministic_test
+  echo "== (a) matmul and attention rows on the card, deterministic=1"
+  if [[ -x $t ]]; then
+    TY_DET_DEVICE=1 TY_DET_PLUGIN_DIR=$build/lib/trainyard/backends timeout 240 "$t" \
+      >"$out/deterministic-rows.log" 2>&1 || rc=1
+    grep -E "rows differ|attention:|OK|FAIL|PASSED|ERROR" "$out/deterministic-rows.log" | head -90
+  else
+    echo "missing $t (scripts/build-device.sh builds it; carry build-device/tests/$(basename "$t"))"
+    rc=1
+  fi
+  echo "== (b) serve --deterministic: 256 requests alone and concurrent; the default beside it"
+  timeout 330 python3 tests/cuda/deterministic_serve.py --trainyard "$ty" --backend cuda:0 \
+    --dtype bf16 --requests 256 --new-tokens 16 --modes det,default \
+    --json-out "$out/deterministic-serve.json" || rc=1
+  echo "== (c) train tok/s with and without --deterministic (gpt2-124m random, bf16-mixed)"
+  python3 - /tmp/ty-det-ids.jsonl <<'PY'
+import json, random, sys
+r = random.Random(34)
+with open(sys.argv[1], "w") as f:
+    for _ in range(200):
+        f.write(json.dumps([r.randrange(50256) for _ in range(300)]) + "\n")
+PY
+  "$ty" data prepare --format ids --vocab-size 50257 --eos-id 50256 \
+    --input /tmp/ty-det-ids.jsonl --seq-len 256 --val-fraction 0.05 --out /tmp/ty-det-ids \
+    >/dev/null || rc=1
+  local mode tps_det="" tps_def=""
+  for mode in det default; do
+    local flag=() line
+    [[ $mode == det ]] && flag=(--deterministic)
+    rm -rf "/tmp/ty-det-train-$mode"
+    line=$(timeout 150 "$ty" train --model /tmp/ty-det-serve/gpt2-124m --data /tmp/ty-det-ids \
+      --out "/tmp/ty-det-train-$mode" --backend cuda:0 --dtype bf16-mixed --batch-size 8 \
+      --max-steps 20 "${flag[@]}" 2>&1 | tee "$out/deterministic-train-$mode.log" |
+      grep "steps, final loss" | tail -1)
+    echo "$mode: ${line:-train failed (see deterministic-train-$mode.log)}"
+    [[ -z $line ]] && { rc=1; tail -5 "$out/deterministic-train-$mode.log"; }
+    local tps
+    tps=$(grep -o '[0-9.]* tok/s' <<<"$line" | grep -o '^[0-9.]*')
+    [[ $mode == det ]] && tps_det=$tps || tps_def=$tps
+  done
+  if [[ -n $tps_det && -n $tps_def ]]; then
+    python3 -c "import sys; d, b = map(float, sys.argv[1:]); print(f'train: --deterministic {d:.0f} tok/s, default {b:.0f} tok/s: {d / b:.2f}x (whole run, first step compile included)')" \
+      "$tps_det" "$tps_def"
+  fi
   return $rc
 }
 

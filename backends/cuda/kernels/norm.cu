@@ -78,7 +78,7 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
         }
       }
     } else {
-      const int head = ty_head4_of<T>(x, y, g, beta);
+      const int head = ty_row_head4<T>(C, x, y, g, beta);
       if (!rms) {
         float s = 0.0f;
         ty_row_loop(
@@ -205,7 +205,7 @@ __device__ __forceinline__ void ty_norm_bwd_dx_impl(const void *dy_, const void 
         }
       }
     } else {
-      const int head = ty_head4_of<T>(dy, x, dx, g);
+      const int head = ty_row_head4<T>(C, dy, x, dx, g);
       /* g = dy gamma and xhat of element c, or of the 4 from c. */
       auto load1 = [&](long long c, float *gj, float *xh) {
         *gj = ty_get(dy, c) * (g ? ty_get(g, c) : 1.0f);

@@ -67,7 +67,7 @@ __device__ __forceinline__ void ty_reduce_rows_impl(const void *x_, void *y, int
     const T *row = x + o * R + start;
     double acc = 0.0;
     ty_row_loop(
-        len, ty_head4<T>(row), threadIdx.x, blockDim.x,
+        len, start % 4 ? -1 : ty_row_head4<T>(R, row), threadIdx.x, blockDim.x,
         [&](long long i) { acc += ty_red_term(kind, ty_get(row, i)); },
         [&](long long i) {
           float v[4];

@@ -60,7 +60,7 @@ __device__ __forceinline__ void ty_softmax_impl(const void *x_, void *y_, long l
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const T *x = (const T *)x_ + row * C;
     T *y = (T *)y_ + row * C;
-    const int head = ty_head4_of<T>(x, y);
+    const int head = ty_row_head4<T>(C, x, y);
     float m, s;
     ty_row_online(x, C, head, scratch, &m, &s);
     const float inv = 1.0f / s;
@@ -87,7 +87,7 @@ __device__ __forceinline__ void ty_softmax_bwd_impl(const void *dy_, const void 
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const T *dy = (const T *)dy_ + row * C, *y = (const T *)y_ + row * C;
     T *dx = (T *)dx_ + row * C;
-    const int head = ty_head4_of<T>(dy, y, dx);
+    const int head = ty_row_head4<T>(C, dy, y, dx);
     float acc = 0.0f;
     ty_row_loop(
         C, head, threadIdx.x, blockDim.x, [&](long long i) { acc += ty_get(dy, i) * ty_get(y, i); },
@@ -142,7 +142,7 @@ __device__ __forceinline__ void ty_xent_impl(const void *logits, const void *tar
       continue;
     }
     float m, s;
-    ty_row_online(z, V, ty_head4<T>(z), scratch, &m, &s);
+    ty_row_online(z, V, ty_row_head4<T>(ld, z), scratch, &m, &s);
     if (threadIdx.x == 0) ty_st(loss, row, dtl, m + logf(s) - ty_get(z, t));
   }
 }
@@ -216,7 +216,7 @@ __device__ __forceinline__ void ty_xent_bwd_impl(const void *dloss, int dtdl, co
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const T *z = (const T *)logits + row * ld;
     T *dz = (T *)dz_ + row * ldz;
-    const int head = ty_head4_of<T>(z, dz);
+    const int head = ld == ldz ? ty_row_head4<T>(ld, z, dz) : -1;
     const long long t = ty_ldi(targets, row, dtt);
     if (!ty_xent_bwd_row_live(dz, V, ldz, head, t, row, err, node)) continue;
     float lse;
@@ -281,7 +281,7 @@ extern "C" __global__ void ty_lce_rows(const float *z_, long long ldz, const voi
       continue;
     }
     float m, s;
-    ty_row_online(z, V, ty_head4<float>(z), scratch, &m, &s);
+    ty_row_online(z, V, ty_row_head4<float>(ldz, z), scratch, &m, &s);
     if (threadIdx.x == 0) {
       const float l = m + logf(s);
       lse[first + row] = l;
@@ -299,7 +299,7 @@ __device__ __forceinline__ void ty_lce_bwd_rows_impl(const float *dloss, const f
   for (long long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *z = z_ + row * ldz;
     T *dz = (T *)dz_ + row * ldz;
-    const int hz = ty_head4<float>(z), hd = ty_head4<T>(dz);
+    const int hz = ty_row_head4<float>(ldz, z), hd = ty_row_head4<T>(ldz, dz);
     const int head = hz == hd ? hz : -1;
     const long long t = ty_ldi(targets, first + row, dtt);
     if (t < 0 || t >= V) { /* uniform over the block */

@@ -217,6 +217,18 @@ template <typename T> __device__ inline int ty_head4_of(const void *a, const voi
   return h;
 }
 
+/* The head of a row of a tensor whose rows are `stride` elements apart:
+ * -1 (every element the scalar way) unless the stride keeps every row at
+ * the first row's alignment, so that a row's summation order never depends
+ * on its place in the batch (the cuda plugin's deterministic mode,
+ * backends/cuda/cuda_exec.h, promises that of every per-row op). */
+template <typename T> __device__ inline int ty_row_head4(long long stride, const void *a,
+                                                         const void *b = nullptr,
+                                                         const void *c = nullptr,
+                                                         const void *d = nullptr) {
+  return stride % 4 ? -1 : ty_head4_of<T>(a, b, c, d);
+}
+
 template <typename FS, typename FV>
 __device__ inline void ty_row_loop(long long n, int head, int t, int nt, FS fs, FV fv) {
   if (head < 0) {
