@@ -254,44 +254,68 @@ static void expect_thread_invariant(const char *op, const input_t *in, uint32_t 
   ty_graph_destroy(g);
 }
 
+/* [rows, cols] f32 in [-1, 1) but for +1e30 in row 0 and -1e30 in row
+ * 3 rows / 4: a sum that meets them in another grouping keeps or loses the
+ * terms between them, so any order that follows the threads shows. */
+static float *cancelling_rows(int64_t rows, int64_t cols) {
+  float *x = random_floats(TY_DTYPE_F32, rows * cols, -1.0, 1.0);
+  for (int64_t d = 0; d < cols; ++d) {
+    x[d] = 1e30f;
+    x[(rows * 3 / 4) * cols + d] = -1e30f;
+  }
+  return x;
+}
+
 static void test_reductions_are_thread_invariant(void **state) {
   (void)state;
-  /* reduce_sum over everything, and over the rows (a bias gradient). */
   const int64_t R = 3000, C = 97;
-  float *x = random_floats(TY_DTYPE_F32, R * C, -1.0, 1.0);
+  /* reduce_sum over everything, and over the rows (a bias gradient). */
+  float *x = cancelling_rows(R, C);
   input_t rin[1] = {{"x", TY_DTYPE_F32, 2, {R, C}, x}};
   expect_thread_invariant("reduce_sum", rin, 1, NULL, 1, 0);
   ty_attrs_t axes = TY_ATTRS_EMPTY;
   TY_EXPECT_OK(ty_attrs_set_ints(&axes, "axes", (int64_t[]){0}, 1));
   expect_thread_invariant("reduce_sum", rin, 1, &axes, 1, 0);
-  /* layernorm_backward: dgamma and dbeta sum over the rows. */
-  float *dy = random_floats(TY_DTYPE_F32, R * C, -1.0, 1.0);
+  /* layernorm_backward: dgamma and dbeta sum dy xhat and dy over the rows;
+   * every row of x the same (mean 0, rstd 1), so the big terms cancel. */
+  float *dy = cancelling_rows(R, C);
+  float *xs = random_floats(TY_DTYPE_F32, R * C, -1.0, 1.0);
+  for (int64_t r = 1; r < R; ++r) memcpy(xs + r * C, xs, (size_t)C * sizeof(float));
   float *gamma = random_floats(TY_DTYPE_F32, C, 0.5, 1.5);
-  float *mean = random_floats(TY_DTYPE_F32, R, -0.5, 0.5);
-  float *rstd = random_floats(TY_DTYPE_F32, R, 0.5, 2.0);
+  float *mean = calloc((size_t)R, sizeof(float)), *rstd = malloc((size_t)R * sizeof(float));
+  assert_non_null(mean);
+  assert_non_null(rstd);
+  for (int64_t r = 0; r < R; ++r) rstd[r] = 1.0f;
   input_t lin[5] = {{"dy", TY_DTYPE_F32, 2, {R, C}, dy},
-                    {"x", TY_DTYPE_F32, 2, {R, C}, x},
+                    {"x", TY_DTYPE_F32, 2, {R, C}, xs},
                     {"gamma", TY_DTYPE_F32, 1, {C}, gamma},
                     {"mean", TY_DTYPE_F32, 1, {R}, mean},
                     {"rstd", TY_DTYPE_F32, 1, {R}, rstd}};
   expect_thread_invariant("layernorm_backward", lin, 5, NULL, 3, 1);
   expect_thread_invariant("layernorm_backward", lin, 5, NULL, 3, 2);
-  /* embedding_backward: many rows onto few tokens. */
+  /* embedding_backward: many rows onto few tokens, rows 0 and 3R/4 (the
+   * big ones) onto the same token. */
   int32_t *ids = malloc((size_t)R * sizeof(int32_t));
   assert_non_null(ids);
   for (int64_t i = 0; i < R; ++i) ids[i] = (int32_t)(ty_test_rng_next(&g_rng) % 5);
+  ids[R * 3 / 4] = ids[0];
   input_t ein[2] = {{"dy", TY_DTYPE_F32, 2, {R, C}, dy}, {"ids", TY_DTYPE_I32, 1, {R}, ids}};
   ty_attrs_t vocab = TY_ATTRS_EMPTY;
   TY_EXPECT_OK(ty_attrs_set_int(&vocab, "vocab_size", 7));
   expect_thread_invariant("embedding_backward", ein, 2, &vocab, 1, 0);
-  /* clip_by_global_norm: the norm of every gradient together. */
+  /* clip_by_global_norm: the norm of every gradient together (squares do
+   * not cancel, so this one guards the property more than it probes it). */
   float max_norm = 0.5f;
   input_t cin[3] = {{"max_norm", TY_DTYPE_F32, 0, {0}, &max_norm},
-                    {"g0", TY_DTYPE_F32, 2, {R, C}, x},
-                    {"g1", TY_DTYPE_F32, 1, {R}, mean}};
-  for (uint32_t o = 0; o < 3; ++o) expect_thread_invariant("clip_by_global_norm", cin, 3, NULL, 3, o);
+                    {"g0", TY_DTYPE_F32, 2, {R, C}, xs},
+                    {"g1", TY_DTYPE_F32, 1, {R}, gamma}};
+  cin[2].dims[0] = C;
+  for (uint32_t o = 0; o < 3; ++o) {
+    expect_thread_invariant("clip_by_global_norm", cin, 3, NULL, 3, o);
+  }
   free(x);
   free(dy);
+  free(xs);
   free(gamma);
   free(mean);
   free(rstd);
