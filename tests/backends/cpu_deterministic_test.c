@@ -9,6 +9,8 @@
  *     longer than one K slice of the GEMM;
  *   - reductions (reduce_sum, layernorm_backward, embedding_backward,
  *     clip_by_global_norm) give the same bits on 1, 2 and 3 threads;
+ *   - the dataflow plugin (the same kernels) keeps the option in its
+ *     artifact, so an executable loaded from the compile cache honours it;
  *   - a bad value is INVALID_ARGUMENT naming it.
  * Random inputs (seed printed; TY_TEST_SEED=<n> replays). */
 #include <math.h>
@@ -24,6 +26,8 @@
 #include "hal/dtype.h"
 #include "hal/half.h"
 #include "hal/registry.h"
+
+#include "dataflow_test_util.h"
 
 static ty_test_rng_t g_rng;
 static ty_registry_t *g_registry;
@@ -69,15 +73,19 @@ static void add_inputs(ty_graph_t *g, const input_t *in, uint32_t n, ty_value_id
   }
 }
 
-/* Runs g on `uri` (deterministic or not) with the inputs bound and returns
- * a malloc'ed copy of output `out` (its byte count in *out_bytes). */
-static void *run(const char *uri, bool det, const ty_graph_t *g, const input_t *in, uint32_t n,
-                 const char *out, size_t *out_bytes) {
+/* Runs g on `uri` (deterministic or not; with a compile cache folder when
+ * cache_dir is set, *out_source then telling where the executable came
+ * from) with the inputs bound, and returns a malloc'ed copy of output `out`
+ * (its byte count in *out_bytes). */
+static void *run_cached(const char *uri, bool det, const char *cache_dir, const ty_graph_t *g,
+                        const input_t *in, uint32_t n, const char *out, size_t *out_bytes,
+                        ty_session_source_t *out_source) {
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(g_registry, uri, &dev));
-  ty_session_options_t opts = {.deterministic = det};
+  ty_session_options_t opts = {.deterministic = det, .cache_dir = cache_dir};
   ty_session_t *s;
   TY_EXPECT_OK(ty_session_create(dev, g, &opts, &s));
+  if (out_source) *out_source = ty_session_stats(s).source;
   for (uint32_t i = 0; i < n; ++i) {
     if (!in[i].name) continue;
     size_t bytes = (size_t)numel(in[i].rank, in[i].dims) * ty_dtype_size(in[i].dtype);
@@ -95,6 +103,11 @@ static void *run(const char *uri, bool det, const ty_graph_t *g, const input_t *
   ty_device_close(dev);
   *out_bytes = bytes;
   return buf;
+}
+
+static void *run(const char *uri, bool det, const ty_graph_t *g, const input_t *in, uint32_t n,
+                 const char *out, size_t *out_bytes) {
+  return run_cached(uri, det, NULL, g, in, n, out, out_bytes, NULL);
 }
 
 /* ---- matmul: a row alone equals the row among 64 and 257 ----------------- */
@@ -157,6 +170,49 @@ static void test_matmul_row_is_batch_invariant(void **state) {
     free(b);
     free(bias);
   }
+}
+
+/* The dataflow plugin runs the cpu kernels: deterministic there too, and
+ * kept in its artifact, so an executable loaded from the compile cache runs
+ * the batch-invariant GEMM as well. */
+static void test_dataflow_artifact_keeps_deterministic(void **state) {
+  (void)state;
+  const int64_t k = 600, n = 80, ms[2] = {1, 64};
+  float *a = random_floats(TY_DTYPE_F32, 64 * k, -1.0, 1.0);
+  float *b = random_floats(TY_DTYPE_F32, k * n, -1.0, 1.0);
+  char dir[600];
+  df_test_tmpdir(dir, sizeof(dir));
+  float *rows[2][2] = {{NULL}}; /* [compiled, loaded][M = 1, M = 64] */
+  for (int mi = 0; mi < 2; ++mi) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    input_t in[2] = {{"a", TY_DTYPE_F32, 2, {ms[mi], k}, a}, {"b", TY_DTYPE_F32, 2, {k, n}, b}};
+    ty_value_id_t ids[2], c;
+    /* b a parameter: the dataflow device runs inference graphs, not ops. */
+    TY_EXPECT_OK(ty_graph_add_input(g, "a", TY_DTYPE_F32, 2, in[0].dims, &ids[0]));
+    TY_EXPECT_OK(ty_graph_add_state(g, "b", TY_DTYPE_F32, 2, in[1].dims, &ids[1]));
+    TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", ids, 2, NULL, &c));
+    TY_EXPECT_OK(ty_graph_set_output(g, c, "c"));
+    static const ty_session_source_t want[2] = {TY_SESSION_DISK_MISS, TY_SESSION_DISK_HIT};
+    for (int pass = 0; pass < 2; ++pass) {
+      size_t bytes;
+      ty_session_source_t source;
+      rows[pass][mi] = run_cached("dataflow", true, dir, g, in, 2, "c", &bytes, &source);
+      assert_int_equal(source, want[pass]);
+    }
+    ty_graph_destroy(g);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    if (memcmp(rows[pass][0], rows[pass][1], (size_t)n * sizeof(float)) != 0) {
+      fail_msg("dataflow under deterministic (%s): row 0 alone differs from row 0 of the "
+               "M=64 product",
+               pass ? "loaded from the compile cache" : "compiled");
+    }
+    for (int mi = 0; mi < 2; ++mi) free(rows[pass][mi]);
+  }
+  df_test_rmtree(dir);
+  free(a);
+  free(b);
 }
 
 /* ---- attention: a decode query equals its row of the causal block -------- */
@@ -366,6 +422,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_value_is_refused),
       cmocka_unit_test(test_matmul_row_is_batch_invariant),
+      cmocka_unit_test(test_dataflow_artifact_keeps_deterministic),
       cmocka_unit_test(test_attention_decode_row_equals_block_row),
       cmocka_unit_test(test_reductions_are_thread_invariant),
   };
