@@ -8,7 +8,9 @@
  *     bits as that query's row in a causal block, with and without a window
  *     longer than one K slice of the GEMM;
  *   - reductions (reduce_sum, layernorm_backward, embedding_backward,
- *     clip_by_global_norm) give the same bits on 1, 2 and 3 threads;
+ *     clip_by_global_norm, matmul, attention_backward) give the same bits
+ *     on 1, 2 and 3 threads;
+ *   - the template plugin (the SDK's reference kernels) honours it too;
  *   - the dataflow plugin (the same kernels) keeps the option in its
  *     artifact, so an executable loaded from the compile cache honours it;
  *   - a bad value is INVALID_ARGUMENT naming it.
@@ -170,6 +172,26 @@ static void test_matmul_row_is_batch_invariant(void **state) {
     free(b);
     free(bias);
   }
+}
+
+/* The template plugin runs the SDK's reference kernels, which honour the
+ * option as they are (f64 sums per element in a fixed order). */
+static void test_template_honours(void **state) {
+  (void)state;
+  const int64_t k = 300, n = 24;
+  float *a = random_floats(TY_DTYPE_F32, 64 * k, -1.0, 1.0);
+  float *b = random_floats(TY_DTYPE_F32, k * n, -1.0, 1.0);
+  float *bias = random_floats(TY_DTYPE_F32, n, -0.5, 0.5);
+  float *big = matmul_rows("template", true, TY_DTYPE_F32, 64, k, n, a, b, bias);
+  float *one = matmul_rows("template", true, TY_DTYPE_F32, 1, k, n, a + 63 * k, b, bias);
+  if (memcmp(one, big + 63 * n, (size_t)n * sizeof(float)) != 0) {
+    fail_msg("template under deterministic: row 63 alone differs from row 63 of M=64");
+  }
+  free(big);
+  free(one);
+  free(a);
+  free(b);
+  free(bias);
 }
 
 /* The dataflow plugin runs the cpu kernels: deterministic there too, and
@@ -369,6 +391,30 @@ static void test_reductions_are_thread_invariant(void **state) {
   for (uint32_t o = 0; o < 3; ++o) {
     expect_thread_invariant("clip_by_global_norm", cin, 3, NULL, 3, o);
   }
+  /* matmul (the blocked GEMM's tiles go to any thread) and attention
+   * backward (dk/dv summed over query heads and blocks in order). */
+  float *w = random_floats(TY_DTYPE_F32, C * 80, -1.0, 1.0);
+  float *xr = random_floats(TY_DTYPE_F32, R * C, -1.0, 1.0);
+  input_t min[2] = {{"a", TY_DTYPE_F32, 2, {R, C}, xr}, {"b", TY_DTYPE_F32, 2, {C, 80}, w}};
+  expect_thread_invariant("matmul", min, 2, NULL, 1, 0);
+  const int64_t T = 300, H = 4, Hkv = 2, D = 16;
+  float *att[6];
+  for (int i = 0; i < 6; ++i) {
+    const int64_t count = i == 5 ? H * T : T * (i == 2 || i == 3 ? Hkv : H) * D;
+    att[i] = random_floats(TY_DTYPE_F32, count, i == 5 ? 1.0 : -1.0, i == 5 ? 3.0 : 1.0);
+  }
+  input_t ain[6] = {{"dout", TY_DTYPE_F32, 4, {1, T, H, D}, att[0]},
+                    {"q", TY_DTYPE_F32, 4, {1, T, H, D}, att[1]},
+                    {"k", TY_DTYPE_F32, 4, {1, T, Hkv, D}, att[2]},
+                    {"v", TY_DTYPE_F32, 4, {1, T, Hkv, D}, att[3]},
+                    {"o", TY_DTYPE_F32, 4, {1, T, H, D}, att[4]},
+                    {"lse", TY_DTYPE_F32, 3, {1, H, T}, att[5]}};
+  for (uint32_t o = 0; o < 3; ++o) {
+    expect_thread_invariant("attention_backward", ain, 6, NULL, 3, o);
+  }
+  for (int i = 0; i < 6; ++i) free(att[i]);
+  free(w);
+  free(xr);
   free(x);
   free(dy);
   free(xs);
@@ -423,6 +469,7 @@ int main(void) {
       cmocka_unit_test(test_bad_value_is_refused),
       cmocka_unit_test(test_matmul_row_is_batch_invariant),
       cmocka_unit_test(test_dataflow_artifact_keeps_deterministic),
+      cmocka_unit_test(test_template_honours),
       cmocka_unit_test(test_attention_decode_row_equals_block_row),
       cmocka_unit_test(test_reductions_are_thread_invariant),
   };
