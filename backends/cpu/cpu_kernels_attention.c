@@ -31,7 +31,10 @@
  * to f32 copies first and results rounded at the end. Checked against the
  * f64 reference at normalised mean squared error < 1e-10 (f32 storage).
  * causal=0 is left to the reference kernel (cpu_kernels.c does not select
- * this one for it). */
+ * this one for it). Under deterministic=1 the GEMMs are the batch-invariant
+ * blocked one and a block's keys start at a multiple of CPU_KC, so a query
+ * over a KV cache and the same query inside a causal block are the same
+ * bits (cpu_att_block). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
