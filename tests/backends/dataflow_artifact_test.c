@@ -167,6 +167,14 @@ static void test_corruption_is_data_loss(void **state) {
    * tiles) does not agree with it. */
   TY_EXPECT_STATUS(load(f, "dataflow?tiles=2", DF_TEST_TRAIN, true, NULL), TY_CODE_DATA_LOSS,
                    "the artifact is malformed at byte");
+  /* The options word (before "END!") with a bit no writer sets, hash
+   * fixed: malformed, naming the field. */
+  memcpy(bad, good, size);
+  bad[size - 8] |= 0x80;
+  ty_sha256(bad + 48, size - 48, bad + 16);
+  write_art(f, bad, size);
+  TY_EXPECT_STATUS(load(f, "dataflow", DF_TEST_TRAIN, true, NULL), TY_CODE_DATA_LOSS,
+                   "(options) although its content hash matches");
   /* A missing file. */
   char path[1024];
   snprintf(path, sizeof(path), "%s/art", f->tmp);
