@@ -7,7 +7,8 @@ Open MPI's mpirun on the cpu backend (Python standard library only).
   accumulation 4 and 2 ranks of batch 1 x accumulation 2 train the tiny
   GPT-2 for 20 steps to the same bits: every step's loss and gradient norm
   in metrics.jsonl equal (==), and the final weights byte for byte; the
-  tiny Llama, one process against 2 ranks, the same.
+  tiny Llama, one process against 2 ranks, the same. --check-numerics
+  (every step, and every:4) keeps working and changes no bit.
 - DropoutTest: with dropout 0.1 the masks follow the rows: one process,
   2 and 4 ranks equal bitwise (and differ from the run without dropout).
 - ResumeTest: a run stopped at step 10 and resumed on 2 ranks gives the
@@ -122,6 +123,17 @@ class MatchTest(Base):
                 self.assertEqual(r.stderr.count("deterministic: on;"), 1, r.stderr)  # rank 0
                 self.assertIn("the ranks' partials gathered over the host transport", r.stderr)
             self.assert_same_bits(one, out, 20)
+
+    def test_check_numerics_keeps_working(self):
+        # its checked session is the same batch-1 gradient graph: the same bits
+        steps = ["--max-steps", "6", "--batch-size", "4"]
+        plain, checked, sampled = self.path("plain"), self.path("checked"), self.path("sampled")
+        self.train(0, *steps, "--out", plain)
+        r = self.train(0, *steps, "--out", checked, "--check-numerics")
+        self.assertIn("check-numerics: every step runs with its", r.stderr)
+        self.train(0, *steps, "--out", sampled, "--check-numerics=every:4")
+        self.assert_same_bits(plain, checked, 6)
+        self.assert_same_bits(plain, sampled, 6)
 
     def test_llama(self):
         self.common[1] = os.path.join(CFG.models, "llama")
