@@ -168,6 +168,11 @@ class ResumeTest(Base):
         self.train(2, *args, "--max-steps", "20", "--out", part, "--batch-size", "2",
                    "--resume", "latest")
         self.assert_same_bits(ref, part, 20)
+        # a resume that drops the flag says so (from there the sums round otherwise)
+        self.common.remove("--deterministic")
+        r = self.train(0, *args, "--max-steps", "22", "--out", part, "--batch-size", "4",
+                       "--resume", "latest")
+        self.assertIn("note: --deterministic is false; the run being resumed used true", r.stderr)
 
 
 class RefuseTest(Base):
