@@ -13,6 +13,8 @@ Open MPI's mpirun on the cpu backend (Python standard library only).
   2 and 4 ranks equal bitwise (and differ from the run without dropout).
 - ResumeTest: a run stopped at step 10 and resumed on 2 ranks gives the
   bits of the uninterrupted one-process run.
+- TcpTest: 2 ranks launched without MPI (torchrun's variables, the TCP
+  transport) equal one process bitwise.
 - RefuseTest: 2 ranks of batch 3 (3 rows a rank, not a power of two),
   --zero, --tp, --fused-optimizer with --deterministic: refused with a
   message, --out untouched.
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -173,6 +176,33 @@ class ResumeTest(Base):
         r = self.train(0, *args, "--max-steps", "22", "--out", part, "--batch-size", "4",
                        "--resume", "latest")
         self.assertIn("note: --deterministic is false; the run being resumed used true", r.stderr)
+
+
+class TcpTest(Base):
+    def test_env_launch_matches_one_process(self):
+        # the partials' gather over the TCP transport (a launch without MPI)
+        steps = ["--max-steps", "10"]
+        one, two = self.path("one"), self.path("two")
+        self.train(0, *steps, "--out", one, "--batch-size", "4")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = []
+        for r in range(2):
+            env = rank_env()
+            for k in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):
+                env.pop(k, None)
+            env.update({"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                        "TRAINYARD_JOB_TOKEN": "ty-deterministic-test-token"})
+            procs.append(subprocess.Popen([CFG.trainyard, "train"] + self.common + steps +
+                                          ["--out", two, "--batch-size", "2"], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assert_same_bits(one, two, 10)
 
 
 class RefuseTest(Base):
