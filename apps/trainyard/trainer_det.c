@@ -18,7 +18,7 @@
 typedef struct ty_trainer_det_t {
   ty_train_tree_t rows, ranks; /* this rank's rows; the ranks' partials */
   float *zeros;                /* the largest accumulator's zeros */
-  char *gather;                /* dp x (partial + its loss) */
+  char *own, *gather;          /* this rank's (partial + its loss); dp of them */
   size_t gather_bytes;         /* one rank's share */
 } ty_trainer_det_t;
 
@@ -73,8 +73,11 @@ static ty_status_t ty_det_open(ty_trainer_t *t) {
   ty_train_tree_init(&d->ranks, total);
   d->zeros = calloc(largest ? largest : 1, sizeof(float));
   d->gather_bytes = total * sizeof(float) + sizeof(double);
-  if (t->dp > 1) d->gather = malloc(d->gather_bytes * (size_t)t->dp);
-  if (!d->zeros || (t->dp > 1 && !d->gather)) {
+  if (t->dp > 1) {
+    d->own = malloc(d->gather_bytes);
+    d->gather = malloc(d->gather_bytes * (size_t)t->dp);
+  }
+  if (!d->zeros || (t->dp > 1 && (!d->own || !d->gather))) {
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
                           "out of host memory for the deterministic gradient sum (%zu floats "
                           "per rank)", total);
@@ -88,6 +91,7 @@ void ty_trainer_det_close(ty_trainer_t *t) {
   ty_train_tree_deinit(&d->rows);
   ty_train_tree_deinit(&d->ranks);
   free(d->zeros);
+  free(d->own);
   free(d->gather);
   free(d);
   t->det = NULL;
@@ -162,20 +166,14 @@ static ty_status_t ty_det_over_ranks(ty_trainer_t *t, const float *mine, double 
                                      const float **out_sum, double *out_loss) {
   ty_trainer_det_t *d = t->det;
   const size_t floats = d->rows.count * sizeof(float);
-  char *packed = d->gather + (size_t)t->dp_rank * d->gather_bytes; /* a slot of ours */
-  memcpy(packed, mine, floats);
-  memcpy(packed + floats, &mine_loss, sizeof(double));
-  char *own = malloc(d->gather_bytes);
-  if (!own) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  memcpy(own, packed, d->gather_bytes);
+  memcpy(d->own, mine, floats);
+  memcpy(d->own + floats, &mine_loss, sizeof(double));
   char what[96];
   snprintf(what, sizeof(what), "the deterministic gradient gather of step %lld",
            (long long)t->step + 1);
   ty_dist_group_t *dp = NULL;
-  ty_status_t s = ty_dist_group(t->dist, "dp", &dp);
-  if (!s) s = ty_dist_group_all_gather(dp, own, d->gather_bytes, d->gather, what);
-  free(own);
-  TY_RETURN_IF_ERROR(s);
+  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group_all_gather(dp, d->own, d->gather_bytes, d->gather, what));
   ty_train_tree_reset(&d->ranks);
   for (int r = 0; r < t->dp; ++r) {
     float *slot = NULL;
