@@ -508,7 +508,9 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
     staging += (uint64_t)ty_tensor_desc_element_count(d) * 4;
   }
   ty_format_bytes(staging, h, sizeof(h));
-  bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->tp == 1;
+  /* --deterministic: the host tree, whatever the backend (trainer_det.c) */
+  bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->tp == 1 &&
+                !t->cfg.deterministic;
   if (t->tp > 1) { /* the plan is of this rank's part of the model */
     fprintf(out,
             "per rank (%d ranks, dp %d x tp %d%s; rank 0's part of the split tensors, all of "
