@@ -95,7 +95,9 @@ AUDIT = {
            "--tp": "test_tensor_parallel_cli.py:MatchTest.test_llama_gqa"},
         **{o: "test_pipeline_cli.py:PipelineTest.test_llama_adamw" for o in (
             "--pp", "--pp-schedule")},
-        **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"}),
+        **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"},
+        **{"--deterministic":
+               "test_deterministic_train_cli.py:MatchTest.test_splits_of_one_global_batch"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
