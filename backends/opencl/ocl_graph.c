@@ -386,6 +386,18 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
                 strlen(TY_ABI_DEBUG_OPTION_PREFIX)) == 0) {
       continue;
     }
+    /* ABI 1.10: its matmul and attention kernels pick work-group tiles and
+     * splits from the shapes, so a row's bits follow the batch. */
+    if (strcmp(args->options[i].key, TY_ABI_DETERMINISTIC_OPTION) == 0 &&
+        strcmp(args->options[i].value, "0") == 0) {
+      continue;
+    }
+    if (strcmp(args->options[i].key, TY_ABI_DETERMINISTIC_OPTION) == 0) {
+      return ty_ocl_error(TY_CODE_UNIMPLEMENTED,
+                          "%s: --deterministic is not supported yet: its matmul/attention "
+                          "kernels choose work splits from the shapes; use --backend cpu",
+                          device->label);
+    }
     return ty_ocl_error(TY_CODE_INVALID_ARGUMENT,
                         "%s: unknown compile option '%s' (the opencl backend takes none)",
                         device->label, args->options[i].key);
