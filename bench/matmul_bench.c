@@ -1,7 +1,9 @@
 /* matmul_bench: f32 GEMM throughput of the cpu plugin's matmul (through a
  * session, as a graph runs it), of oneDNN's sgemm called directly, and of
  * the plugin built without oneDNN (blocked OpenMP GEMM) when that copy is
- * present, against the machine's theoretical f32 peak.
+ * present, against the machine's theoretical f32 peak. The row "plugin,
+ * --deterministic" is the plugin's session compiled with deterministic=1
+ * (the batch-invariant blocked GEMM even where oneDNN is linked).
  *
  *   peak = cores x clock x FLOP/cycle
  *     FLOP/cycle from /proc/cpuinfo flags: avx512f -> 2 FMA pipes x 16 lanes
@@ -275,9 +277,11 @@ static bool run_dnnl(void *ctx) {
 }
 #endif
 
-/* c = a @ b through a session on `uri` of the plugins in `dir`. */
+/* c = a @ b through a session on `uri` of the plugins in `dir` (with
+ * --deterministic's compile option when `det`). */
 static timing_t time_plugin(const char *dir, const char *uri, int64_t m, int64_t k, int64_t n,
-                            const float *a, const float *b, float *c, double min_time) {
+                            const float *a, const float *b, float *c, double min_time,
+                            bool det) {
   timing_t t = {0};
   const char *paths[] = {dir};
   ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
@@ -294,7 +298,8 @@ static timing_t time_plugin(const char *dir, const char *uri, int64_t m, int64_t
   if (!s) s = ty_graph_add_input(g, "b", TY_DTYPE_F32, 2, bd, &vb);
   if (!s) s = ty_graph_add_node1(g, "matmul", (ty_value_id_t[]){va, vb}, 2, NULL, &vc);
   if (!s) s = ty_graph_set_output(g, vc, "c");
-  if (!s) s = ty_session_create(dev, g, NULL, &ctx.session);
+  ty_session_options_t so = {.deterministic = det};
+  if (!s) s = ty_session_create(dev, g, &so, &ctx.session);
   if (!s) s = ty_session_bind(ctx.session, "a", TY_DTYPE_F32, 2, ad, a, (size_t)(m * k) * 4);
   if (!s) s = ty_session_bind(ctx.session, "b", TY_DTYPE_F32, 2, bd, b, (size_t)(k * n) * 4);
   if (!s) {
@@ -433,21 +438,24 @@ int main(int argc, char **argv) {
     timing_t td = time_runs(run_dnnl, &dctx, min_time);
     have_ref = td.runs > 0;
 #endif
-    timing_t tp = time_plugin(plugin_dir, uri, m, k, n, a, b, c, min_time);
+    timing_t tp = time_plugin(plugin_dir, uri, m, k, n, a, b, c, min_time, false);
     print_row(shape, "plugin matmul (session)", tp, flop, peak,
+              have_ref ? sample_error(c, ref, m * n) : NAN);
+    timing_t tdet = time_plugin(plugin_dir, uri, m, k, n, a, b, c, min_time, true);
+    print_row(shape, "plugin, --deterministic", tdet, flop, peak,
               have_ref ? sample_error(c, ref, m * n) : NAN);
 #ifdef TY_BENCH_HAVE_ONEDNN
     print_row(shape, "oneDNN dnnl_sgemm direct", td, flop, peak, 0.0);
 #endif
     if (access(blocked_dir, R_OK) == 0) {
-      timing_t tb = time_plugin(blocked_dir, uri, m, k, n, a, b, c, min_time);
+      timing_t tb = time_plugin(blocked_dir, uri, m, k, n, a, b, c, min_time, false);
       print_row(shape, "plugin, blocked (no oneDNN)", tb, flop, peak,
                 have_ref ? sample_error(c, ref, m * n) : NAN);
     }
     for (int d = 0; d < device_count; ++d) {
       char via[64];
       snprintf(via, sizeof(via), "matmul (session) on %s", devices[d]);
-      timing_t to = time_plugin(plugin_dir, devices[d], m, k, n, a, b, c, min_time);
+      timing_t to = time_plugin(plugin_dir, devices[d], m, k, n, a, b, c, min_time, false);
       print_row(shape, via, to, flop, peak, have_ref ? sample_error(c, ref, m * n) : NAN);
     }
     free(a);

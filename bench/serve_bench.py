@@ -127,6 +127,8 @@ class Server:
                 "--prefill-chunk", str(min(args.chunk, ctx)), "--max-queue", "4096"]
         if args.prefill_budget:
             cmd += ["--prefill-budget", str(args.prefill_budget)]
+        if args.deterministic:
+            cmd += ["--deterministic"]
         started = time.time()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -226,6 +228,8 @@ def main():
     p.add_argument("--chunk", type=int, default=64)
     p.add_argument("--prefill-budget", type=int, default=0,
                    help="serve --prefill-budget (0: the server's default, one chunk a step)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="serve --deterministic (batch-invariant kernels): its cost")
     p.add_argument("--transformers", action="store_true")
     p.add_argument("--device", default="cpu", help="transformers' device (cpu, cuda:0)")
     p.add_argument("--json-out")

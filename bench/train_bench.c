@@ -12,11 +12,13 @@
  * loss (which waits for the run). Usage:
  *   train_bench [--batch B] [--seq T] [--steps N] [--warmup W] [--threads N]
  *               [--backend URI] [--plugin-dir DIR] [--model PRESET]
- *               [--dtype f32|bf16-mixed] [--peak-tflops P]
+ *               [--dtype f32|bf16-mixed] [--peak-tflops P] [--deterministic 0|1]
  * MFU counts 6 FLOPs per parameter and token plus causal attention's
  * 6·L·T·C per token (forward and backward: 12·L·T·C halved by the mask),
  * over --peak-tflops (the card's dense peak for the compute dtype; 0
- * prints none). The backend's executable report (device memory, CUDA graph
+ * prints none). --deterministic 1 compiles the step with deterministic=1
+ * (batch-invariant kernels, docs/plugin-abi.md), to time what it costs.
+ * The backend's executable report (device memory, CUDA graph
  * replays, ...) is printed at the end when it gives one.
  * Plugins are found as `trainyard` finds them: --plugin-dir, then
  * TRAINYARD_BACKEND_PATH, the install folder and the build's (bench_registry.h).
@@ -102,13 +104,15 @@ typedef struct {
   int steps, warmup, threads;
   const char *uri, *plugin_dir, *model, *dtype;
   double peak_tflops;
+  int deterministic; /* --deterministic 1: compile with deterministic=1 */
 } options_t;
 
 static int usage(void) {
   fprintf(stderr,
           "usage: train_bench [--batch B] [--seq T] [--steps N] [--warmup W] [--threads N]\n"
           "                   [--backend URI] [--plugin-dir DIR] [--model PRESET]\n"
-          "                   [--dtype f32|bf16-mixed] [--peak-tflops P]\n");
+          "                   [--dtype f32|bf16-mixed] [--peak-tflops P]\n"
+          "                   [--deterministic 0|1]\n");
   return 2;
 }
 
@@ -161,7 +165,8 @@ static ty_status_t run_bench(const options_t *o) {
                                .optimizer = TY_OPTIMIZER_ADAMW,
                                .mode = TY_TRAIN_STEP_FUSED};
   if (!s) s = ty_graph_build_train_step(g, &tp);
-  if (!s) s = ty_session_create(dev, g, NULL, &sess);
+  ty_session_options_t so = {.deterministic = o->deterministic != 0};
+  if (!s) s = ty_session_create(dev, g, &so, &sess);
   if (!s) s = ty_llm_init_weights(&model, sess, 1234);
   const double t_ready = now_s();
   if (!s) {
@@ -294,6 +299,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--model")) o.model = argv[++i];
     else if (!strcmp(a, "--dtype")) o.dtype = argv[++i];
     else if (!strcmp(a, "--peak-tflops")) o.peak_tflops = atof(argv[++i]);
+    else if (!strcmp(a, "--deterministic")) o.deterministic = atoi(argv[++i]);
     else return usage();
   }
   if (o.batch < 1 || o.seq < 1 || o.steps < 1 || o.warmup < 0) return usage();

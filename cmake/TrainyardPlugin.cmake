@@ -27,7 +27,7 @@ set(TY_SDK_HEADERS
   "host_profile.h=backends/common/host_profile.h"
   "memory_plan.h=backends/common/memory_plan.h"
   "plugin_status.h=backends/common/plugin_status.h"
-  "sha256.h=backends/common/sha256.h")
+  "sha256.h=hal/sha256.h")
 
 set(TY_SDK_HEADER_FILES "")
 file(MAKE_DIRECTORY "${TY_PLUGIN_INCLUDE_DIR}/trainyard")

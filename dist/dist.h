@@ -174,6 +174,15 @@ const char *ty_dist_group_name(const ty_dist_group_t *group);
 ty_status_t ty_dist_group_all_reduce(ty_dist_group_t *group, ty_dist_reduce_t op,
                                      ty_dtype_t dtype, void *buf, size_t count,
                                      const char *what);
+/* Every rank's `bytes` of `mine` into out[r * bytes ...] for each group
+ * rank r, bit for bit (any bytes: f32 partial sums with their signed
+ * zeros and NaN payloads, whatever the world size). `out` holds size x
+ * bytes. Over the group's all-reduce (i64 slots, every rank's own filled,
+ * the others zero: integer sums of zeros are exact in any order), so it
+ * runs on MPI and the TCP transport alike, at the all-reduce's cost of
+ * size x bytes per rank. NULL group or one rank: a copy. */
+ty_status_t ty_dist_group_all_gather(ty_dist_group_t *group, const void *mine, size_t bytes,
+                                     void *out, const char *what);
 /* Group rank `root`'s `bytes` to every rank of `group`. */
 ty_status_t ty_dist_group_broadcast(ty_dist_group_t *group, int root, void *buf, size_t bytes,
                                     const char *what);

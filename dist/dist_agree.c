@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
 
 #include "dist/dist_internal.h"
+#include "hal/sha256.h"
 
 void ty_dist_field_set(ty_dist_field_t *f, const char *name, const char *about,
                        const void *value, size_t size, const char *shown) {
@@ -21,12 +21,9 @@ void ty_dist_field_set(ty_dist_field_t *f, const char *name, const char *about,
     const size_t n = size < sizeof(f->shown) - 1 ? size : sizeof(f->shown) - 1;
     memcpy(f->shown, value, n);
   }
-  unsigned int len = 0;
-  /* EVP_Digest fails only without memory; a zero digest then differs from
-   * every real one, so the ranks disagree rather than agree by accident. */
-  if (!EVP_Digest(value, size, f->digest, &len, EVP_sha256(), NULL)) {
-    memset(f->digest, 0, sizeof(f->digest));
-  }
+  /* SHA-256 fails only without memory, leaving a zero digest that differs
+   * from every real one, so the ranks disagree rather than agree by accident. */
+  (void)!ty_sha256(value, size, f->digest);
 }
 
 /* Every rank's value of one i64 (a slot each, summed): the cheapest

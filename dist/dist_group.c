@@ -2,6 +2,7 @@
  * communicators split from the world through the MPI shim, with the world
  * ranks of their members so that a rank that does not arrive is named as
  * the user knows it. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,4 +168,36 @@ ty_status_t ty_dist_group_broadcast(ty_dist_group_t *g, int root, void *buf, siz
   int rc = g->dist->shim->broadcast(g->comm, buf, bytes, root, g->dist->timeout_s, &fault, err,
                                     sizeof(err));
   return ty_dist_result(g, rc, &fault, err, what);
+}
+
+ty_status_t ty_dist_group_all_gather(ty_dist_group_t *g, const void *mine, size_t bytes,
+                                     void *out, const char *what) {
+  const int size = ty_dist_group_size(g), rank = ty_dist_group_rank(g);
+  if (size == 1) {
+    if (bytes) memcpy(out, mine, bytes);
+    return TY_OK;
+  }
+  /* An all-reduce with the others' slots zero: the same sizes and the same
+   * checks (a rank that brings another size or does not arrive is named)
+   * as every collective, on whichever transport the world uses. */
+  const size_t words = (bytes + 7) / 8;
+  if (words > SIZE_MAX / 8 / (size_t)size) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "%s: %zu bytes from each of %d ranks",
+                          what, bytes, size);
+  }
+  const size_t all = words * (size_t)size;
+  int64_t *slots = calloc(all > 0 ? all : 1, sizeof(int64_t));
+  if (!slots) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "%s: out of host memory for %zu bytes from each of %d ranks", what,
+                          bytes, size);
+  }
+  if (bytes) memcpy(slots + words * (size_t)rank, mine, bytes);
+  ty_status_t s = ty_dist_group_all_reduce(g, TY_DIST_REDUCE_SUM, TY_DTYPE_I64, slots,
+                                           all, what);
+  for (int r = 0; !s && bytes && r < size; ++r) {
+    memcpy((char *)out + (size_t)r * bytes, slots + words * (size_t)r, bytes);
+  }
+  free(slots);
+  return s;
 }

@@ -12,6 +12,7 @@
 
 #include "graph/lower.h"
 #include "hal/path_trust.h"
+#include "hal/sha256.h"
 
 #define TY_CACHE_LAYOUT "compile-v1"
 #define TY_FAILURE_MAGIC "trainyard-compile-failure 1\n"
@@ -59,7 +60,9 @@ ty_status_t ty_compile_cache_path(const char *dir, const char *backend, const ch
                                   const char *suffix, char **out_path) {
   *out_path = NULL;
   char hex[65];
-  ty_sha256_hex(key, strlen(key), hex);
+  if (!ty_sha256_hex(key, strlen(key), hex)) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing a compile-cache key");
+  }
   size_t cap = strlen(dir) + strlen(backend) + strlen(suffix) + sizeof(TY_CACHE_LAYOUT) + 72;
   char *path = malloc(cap);
   if (!path) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");

@@ -1,13 +1,13 @@
 /* Lowering a graph to the ABI descriptor, canonical text, dot and hash. */
 #include "graph/lower.h"
 
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hal/dtype.h"
+#include "hal/sha256.h"
 
 struct ty_lowered_graph_t {
   ty_abi_graph_t abi;
@@ -29,14 +29,6 @@ struct ty_lowered_graph_t {
   char *text;
   char levers[256];
 };
-
-void ty_sha256_hex(const void *data, size_t size, char out_hex[65]) {
-  unsigned char digest[32];
-  unsigned int n = 0;
-  EVP_Digest(data, size, digest, &n, EVP_sha256(), NULL);
-  for (int i = 0; i < 32; ++i) snprintf(out_hex + 2 * i, 3, "%02x", digest[i]);
-  out_hex[64] = '\0';
-}
 
 /* A growable string for the text and dot forms. */
 typedef struct {
@@ -188,7 +180,8 @@ static void ty_lowered_render_text(const ty_lowered_graph_t *l, ty_sbuf_t *text)
       char hex[65];
       size_t bytes = ty_dtype_size(v->dtype);
       for (uint32_t d = 0; d < v->rank; ++d) bytes *= (size_t)v->dims[d];
-      ty_sha256_hex(v->const_data, bytes, hex);
+      /* libcrypto fails only without memory: the text's own failure. */
+      if (!ty_sha256_hex(v->const_data, bytes, hex)) text->failed = true;
       ty_sbuf_printf(text, " sha256:%s", hex);
     }
     ty_sbuf_printf(text, "\n");
@@ -411,7 +404,7 @@ ty_status_t ty_graph_lower(const ty_graph_t *g, ty_lowered_graph_t **out) {
     goto oom;
   }
   l->text = text.data;
-  ty_sha256_hex(l->text, text.len, l->hash);
+  if (!ty_sha256_hex(l->text, text.len, l->hash)) goto oom;
   l->abi.hash_hex = l->hash;
   goto done;
 oom:

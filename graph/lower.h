@@ -38,9 +38,6 @@ ty_status_t ty_lowered_graph_format_dot(const ty_lowered_graph_t *lowered,
 uint32_t ty_lowered_graph_index(const ty_lowered_graph_t *lowered,
                                 ty_value_id_t value);
 
-/* SHA-256 of bytes as 64 hex digits + NUL. */
-void ty_sha256_hex(const void *data, size_t size, char out_hex[65]);
-
 #ifdef __cplusplus
 }
 #endif

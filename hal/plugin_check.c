@@ -10,8 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-
+#include "hal/sha256.h"
 
 typedef struct {
   ElfW(Addr) base;
@@ -53,26 +52,20 @@ static int ty_find_build_id(struct dl_phdr_info *info, size_t size, void *data) 
 static ty_status_t ty_file_sha256(const char *path, char out[TY_PLUGIN_IDENTITY_MAX]) {
   FILE *f = fopen(path, "rb");
   if (!f) return ty_status_from_errno(errno, "cannot read plugin %s", path);
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
-    EVP_MD_CTX_free(ctx);
-    fclose(f);
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing plugin %s", path);
-  }
+  ty_sha256_t sha;
+  ty_sha256_init(&sha);
   unsigned char chunk[65536];
   size_t n;
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) EVP_DigestUpdate(ctx, chunk, n);
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) ty_sha256_update(&sha, chunk, n);
   bool bad = ferror(f) != 0;
   fclose(f);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, digest, &len);
-  EVP_MD_CTX_free(ctx);
+  char hex[65];
+  bool hashed = ty_sha256_final_hex(&sha, hex);
   if (bad) return ty_status_make(TY_CODE_DATA_LOSS, "cannot read plugin %s: read error", path);
-  int used = snprintf(out, TY_PLUGIN_IDENTITY_MAX, "sha256:");
-  for (unsigned int b = 0; b < len && b < 32; ++b) {
-    used += snprintf(out + used, TY_PLUGIN_IDENTITY_MAX - (size_t)used, "%02x", digest[b]);
+  if (!hashed) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing plugin %s", path);
   }
+  snprintf(out, TY_PLUGIN_IDENTITY_MAX, "sha256:%s", hex);
   return TY_OK;
 }
 

@@ -3,7 +3,6 @@
  * and the writer. */
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "models/dataset_internal.h"
+#include "hal/sha256.h"
 
 const char *ty_dataset_split_name(ty_dataset_split_t split) {
   switch (split) {
@@ -186,13 +186,12 @@ char *ty_ds_path_join(const char *dir, const char *name) {
 ty_status_t ty_ds_sha256_file(const char *path, char out_hex[65]) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ty_status_from_errno(errno, "cannot open %s", path);
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  ty_sha256_t sha;
+  ty_sha256_init(&sha);
   enum { kChunk = 1 << 20 };
   unsigned char *buf = malloc(kChunk);
   ty_status_t status = TY_OK;
-  if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-    status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s", path);
-  }
+  if (!buf) status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s", path);
   while (!status) {
     ssize_t n = read(fd, buf, kChunk);
     if (n < 0 && errno == EINTR) continue;
@@ -200,21 +199,15 @@ ty_status_t ty_ds_sha256_file(const char *path, char out_hex[65]) {
       status = ty_status_from_errno(errno, "cannot read %s", path);
     } else if (n == 0) {
       break;
-    } else if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) {
-      status = ty_status_make(TY_CODE_INTERNAL, "SHA-256 of %s failed", path);
+    } else {
+      ty_sha256_update(&sha, buf, (size_t)n);
     }
   }
-  unsigned char digest[32];
-  unsigned int digest_size = 0;
-  if (!status && EVP_DigestFinal_ex(ctx, digest, &digest_size) != 1) {
-    status = ty_status_make(TY_CODE_INTERNAL, "SHA-256 of %s failed", path);
-  }
-  if (!status) {
-    for (int i = 0; i < 32; ++i) snprintf(out_hex + 2 * i, 3, "%02x", digest[i]);
-    out_hex[64] = '\0';
+  /* Always finished, so the hash's context is released on every path. */
+  if (!ty_sha256_final_hex(&sha, out_hex) && !status) {
+    status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s", path);
   }
   free(buf);
-  EVP_MD_CTX_free(ctx);
   close(fd);
   return status;
 }

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "hal/file.h"
+#include "hal/sha256.h"
 #include "models/dataset_internal.h"
 
 typedef struct ty_ds_shard_t {
@@ -455,13 +455,10 @@ ty_status_t ty_dataset_read_row(const ty_dataset_t *ds, uint64_t index, uint32_t
 ty_status_t ty_dataset_verify(const ty_dataset_t *ds) {
   for (size_t i = 0; i < ds->shard_count; ++i) {
     const ty_ds_shard_t *sh = &ds->shards[i];
-    unsigned char digest[32];
-    unsigned int n = 0;
-    if (EVP_Digest(sh->map, sh->size, digest, &n, EVP_sha256(), NULL) != 1) {
-      return ty_status_make(TY_CODE_INTERNAL, "SHA-256 of %s failed", sh->path);
-    }
     char hex[65];
-    for (int k = 0; k < 32; ++k) snprintf(hex + 2 * k, 3, "%02x", digest[k]);
+    if (!ty_sha256_hex(sh->map, sh->size, hex)) {
+      return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s", sh->path);
+    }
     for (uint64_t r = 0; r < sh->rows; ++r) {
       TY_RETURN_IF_ERROR(ty_ds_check_row(ds, sh, r, NULL, NULL));
     }

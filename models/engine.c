@@ -89,7 +89,8 @@ static ty_status_t ty_engine_open(ty_engine_t *e, int64_t rows, int64_t seq, int
   if (e->options.check_numerics) TY_RETURN_IF_ERROR(ty_graph_expose_all(out->graph));
   ty_session_options_t so = {.share_state_with = share, .cache_dir = e->options.cache_dir,
                              .retry_failed = e->options.retry_failed,
-                             .fallback_device = e->options.fallback_device};
+                             .fallback_device = e->options.fallback_device,
+                             .deterministic = e->options.deterministic};
   return ty_session_create(e->device, out->graph, &so, &out->session);
 }
 

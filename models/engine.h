@@ -22,8 +22,20 @@
  * Sequences join (ty_engine_add) and leave (finishing, ty_engine_cancel)
  * between steps. Sampling happens on the host (models/sampler.h) with one
  * random stream per sequence, so a seed gives the same tokens whatever else
- * shares the batch; greedy decoding gives the same tokens as a batch of one
- * up to the rounding of batched matmuls.
+ * shares the batch. By default greedy decoding gives the same tokens as a
+ * batch of one up to the rounding of batched matmuls (a kernel may sum a
+ * row differently in a graph of 8 rows than in one of 1).
+ *
+ * With options.deterministic every session asks its plugin for
+ * batch-invariant kernels (docs/plugin-abi.md "Deterministic mode"): a
+ * row's bits then depend on its own tokens only, never on the graph that ran
+ * it (decode graphs of 1 or 64 rows, padding rows, the slot) nor on the
+ * chunk a prompt token was prefilled in. Chunk boundaries are a function of
+ * the prompt already (chunk k holds tokens [k*chunk, (k+1)*chunk)); the
+ * prefill budget only decides how many chunks run per step. So a sequence's
+ * tokens and log-probabilities, greedy or seeded, are bitwise those it gets
+ * alone, and its log-probabilities equal `trainyard eval`'s (the same
+ * ty_sampler_logprob over bitwise-equal logits).
  *
  * Ownership: the engine owns its graphs, sessions and sequences; destroy it
  * before the device (and before the weights_from session's device). Threads:
@@ -79,6 +91,10 @@ typedef struct ty_engine_options_t {
    * first run with a NaN or an infinity in any fails with ABORTED and
    * ty_engine_numerics_finding names the node (`--check-numerics`). */
   bool check_numerics;
+  /* `--deterministic`: every session sets ty_session_options_t.deterministic
+   * (batch-invariant kernels; a plugin that cannot promise them fails
+   * ty_engine_create naming itself). See the header comment. */
+  bool deterministic;
 } ty_engine_options_t;
 
 typedef struct ty_engine_t ty_engine_t;

@@ -48,6 +48,7 @@ typedef struct ty_generator_options_t {
    * weights_from was created; NULL: none. */
   ty_device_t *fallback_device;
   bool check_numerics; /* ty_engine_options_t.check_numerics */
+  bool deterministic;  /* ty_engine_options_t.deterministic */
 } ty_generator_options_t;
 
 typedef struct ty_generator_t ty_generator_t;

@@ -128,13 +128,25 @@ int64_t ty_sampler_pick(ty_sampler_t *sampler, const float *logits,
   return c[keep - 1].id;
 }
 
+/* max + log(sum exp(logits - max)): the log of softmax's denominator. One
+ * order of summation (the vocabulary's), so every caller gets the same bits. */
+static double ty_log_normalizer(const float *logits, int64_t vocab, int64_t *out_argmax) {
+  int64_t arg = ty_argmax(logits, vocab);
+  double max = logits[arg], total = 0;
+  for (int64_t v = 0; v < vocab; ++v) total += exp((double)logits[v] - max);
+  if (out_argmax) *out_argmax = arg;
+  return max + log(total);
+}
+
+double ty_sampler_logprob(const float *logits, int64_t vocab, int64_t id, int64_t *out_argmax) {
+  return (double)logits[id] - ty_log_normalizer(logits, vocab, out_argmax);
+}
+
 void ty_sampler_logprobs(ty_sampler_t *sampler, const float *logits, int64_t chosen,
                          int32_t top, double *out_logprob, int64_t *top_ids,
                          double *top_logprobs) {
   int64_t vocab = sampler->vocab;
-  double max = logits[ty_argmax(logits, vocab)], total = 0;
-  for (int64_t v = 0; v < vocab; ++v) total += exp((double)logits[v] - max);
-  double log_total = max + log(total);
+  double log_total = ty_log_normalizer(logits, vocab, NULL);
   *out_logprob = (double)logits[chosen] - log_total;
   if (top <= 0) return;
   ty_candidate_t *c = sampler->scratch;

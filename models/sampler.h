@@ -39,7 +39,15 @@ void ty_sampler_destroy(ty_sampler_t *sampler);
 int64_t ty_sampler_pick(ty_sampler_t *sampler, const float *logits,
                         const ty_sampling_t *sampling, uint64_t *rng);
 
-/* log softmax(logits)[chosen] into *out_logprob (the model's distribution,
+/* log softmax(logits)[id] = logits[id] - (max + log(sum_v exp(logits[v] -
+ * max))), in f64 over the f32 logits, summed in vocabulary order: the one
+ * definition of a token's log-probability that the server
+ * (ty_sampler_logprobs) and `trainyard eval` share, so that equal logits
+ * give equal bits in both. *out_argmax (may be NULL): the most likely id
+ * (ties: the lower id, as greedy picks). Pure; any thread. */
+double ty_sampler_logprob(const float *logits, int64_t vocab, int64_t id, int64_t *out_argmax);
+
+/* log softmax(logits)[chosen] (ty_sampler_logprob) into *out_logprob (the model's distribution,
  * before temperature or truncation, as OpenAI reports it) and, when top > 0,
  * the `top` most likely tokens (ties: the lower id) with theirs, most likely
  * first, into top_ids / top_logprobs (`top` entries each, top <= vocab). */

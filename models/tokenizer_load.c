@@ -2,7 +2,6 @@
  * options), added tokens, the id table and the added-token tries. The
  * components around the model are parsed in tokenizer_pipeline.c. Also the
  * public lookups and destroy. */
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 
 #include "models/json_input.h"
 #include "models/tokenizer_internal.h"
+#include "hal/sha256.h"
 
 /* ---- JSON fields ---- */
 
@@ -528,12 +528,9 @@ ty_status_t ty_tokenizer_load_file_sha256(const char *path, ty_tokenizer_t **out
   size_t size = 0;
   ty_status_t status = ty_file_read(path, &ty_tokenizer_file_kind, &text, &size);
   if (!status && out_sha256) {
-    unsigned char digest[32];
-    unsigned int n = 0;
-    if (EVP_Digest(text, size, digest, &n, EVP_sha256(), NULL) != 1) {
-      status = ty_status_make(TY_CODE_INTERNAL, "SHA-256 of %s failed", path);
+    if (!ty_sha256_hex(text, size, out_sha256)) {
+      status = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s", path);
     }
-    for (int i = 0; i < 32 && !status; ++i) snprintf(out_sha256 + 2 * i, 3, "%02x", digest[i]);
   }
   if (!status) status = ty_tokenizer_load_json(text, size, path, out_tokenizer);
   free(text);

@@ -192,6 +192,25 @@ int ty_app_refuse_empty_values(const char *command, int argc, char **argv, const
   return rc;
 }
 
+int ty_app_refuse_switch_value(const char *command, const char *arg,
+                               const struct option *longopts) {
+  const char *eq = arg && !strncmp(arg, "--", 2) ? strchr(arg, '=') : NULL;
+  if (!eq) return TY_EXIT_OK;
+  size_t n = (size_t)(eq - arg - 2);
+  for (const struct option *o = longopts; o->name; ++o) {
+    if (o->has_arg == no_argument && strlen(o->name) == n && !strncmp(o->name, arg + 2, n)) {
+      return ty_app_usage_error(command, "--%s is a switch and takes no value (got '%s'): give "
+                                "--%s to turn it on, or leave it out", o->name, arg, o->name);
+    }
+  }
+  return TY_EXIT_OK;
+}
+
+void ty_app_note_deterministic(const char *command, const ty_device_t *device) {
+  fprintf(stderr, "trainyard %s: deterministic mode on %s: batch-invariant kernels, so results "
+          "do not depend on the batch (--deterministic)\n", command, ty_device_label(device));
+}
+
 int ty_app_list_parse(const char *command, const char *option, const char *value,
                       ty_app_list_t *out) {
   memset(out, 0, sizeof(*out));

@@ -93,6 +93,18 @@ struct option;
 int ty_app_refuse_empty_values(const char *command, int argc, char **argv, const char *shortopts,
                                const struct option *longopts);
 
+/* `arg`, which the command's getopt_long loop refused: when it is
+ * "--name=VALUE" for a switch of `longopts` (an option that takes no value,
+ * e.g. "--deterministic=maybe"), prints a usage error saying so and returns
+ * TY_EXIT_USAGE; otherwise TY_EXIT_OK, and the caller reports `arg` its own
+ * way (getopt's "unknown option" would mislead here). */
+int ty_app_refuse_switch_value(const char *command, const char *arg,
+                               const struct option *longopts);
+
+/* `--deterministic`: prints, once at start-up, that the sessions of
+ * `command` on `device` run batch-invariant kernels (graph/session.h). */
+void ty_app_note_deterministic(const char *command, const ty_device_t *device);
+
 /* A comma-separated option value ("cpu,dataflow", "1,2,3"), split. The
  * one parser of every list option, so they all refuse the same things. */
 typedef struct ty_app_list_t {

@@ -150,8 +150,12 @@ static int ty_conform_list(const ty_conform_args_t *a) {
     }
     char dtypes[64];
     ty_dtype_mask_format(c->dtypes, dtypes, sizeof(dtypes));
-    bool bwd = ty_conform_case_has_direction(c, ty_conform_dtypes[0], TY_CONFORM_BACKWARD) ||
-               ty_conform_case_has_direction(c, TY_DTYPE_BF16, TY_CONFORM_BACKWARD);
+    /* Any of its dtypes: an f16-only case (cast f16-to-f32) has a backward
+     * too, and `--list` is what docs and scripts count runs from. */
+    bool bwd = false;
+    for (size_t d = 0; d < TY_CONFORM_DTYPE_COUNT && !bwd; ++d) {
+      bwd = ty_conform_case_has_direction(c, ty_conform_dtypes[d], TY_CONFORM_BACKWARD);
+    }
     printf("%-22s %-20s %-16s %-12s %s\n", c->op, c->name, dtypes, c->bound->name,
            bwd ? c->bwd_bound->name : "-");
     printf("    inputs %s%s%s\n", c->inputs, c->attrs[0] ? "  attrs " : "", c->attrs);

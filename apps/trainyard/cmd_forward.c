@@ -24,6 +24,7 @@
 static const char *const ty_forward_usage =
     "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"
     "                         [--backend URI] [--dtype D] [--grads] [--check-numerics]\n"
+    "                         [--deterministic]\n"
     "\n"
     "Runs the model in DIR (Hugging Face config.json + safetensors) on a batch\n"
     "of token ids and writes OUT with:\n"
@@ -49,6 +50,10 @@ static const char *const ty_forward_usage =
     "                   output holds a NaN or an infinity, stop with exit 1 naming\n"
     "                   the node, its op, shape, layer and its inputs' min, max\n"
     "                   and NaN/Inf counts (nothing is written)\n"
+    "  --deterministic  batch-invariant kernels: a row's logits are the same bits\n"
+    "                   whatever else is in the batch (and as `generate`, `eval`\n"
+    "                   and `serve` compute them with the flag); refused by a\n"
+    "                   backend that cannot promise it\n"
     "  --allow-nonfinite  load weights that hold NaN or infinity (a loud warning\n"
     "                   instead of an error)\n"
     "  --dump-graph P   write the graph as canonical text (P.txt) and Graphviz\n"
@@ -118,6 +123,7 @@ typedef struct {
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   bool grads, allow_nonfinite;
   bool check_numerics; /* every intermediate read back, the first NaN/Inf named */
+  bool deterministic;  /* batch-invariant kernels (graph/session.h) */
 } ty_forward_args_t;
 
 /* Reads value `name` from the session as f32 into a new buffer. */
@@ -199,8 +205,9 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
   uint32_t forward_nodes = graph ? ty_graph_node_count(graph) : 0;
   if (!s && a->grads) forward_nodes = ty_graph_value(graph, model.loss)->producer + 1;
   if (!s && a->check_numerics) s = ty_graph_expose_all(graph);
-  ty_session_options_t so = {.fallback_device = fallback};
+  ty_session_options_t so = {.fallback_device = fallback, .deterministic = a->deterministic};
   if (!s) s = ty_session_create(device, graph, &so, &session);
+  if (!s && a->deterministic) ty_app_note_deterministic("forward", device);
   if (!s && ty_session_partition(session)) fputs(ty_session_partition(session), stderr);
   if (!s) s = ty_app_load_weights(&model, session, a->model_dir, a->allow_nonfinite, "forward");
   ty_dtype_t loss_dtype = TY_DTYPE_F32;
@@ -306,6 +313,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"dump-graph", required_argument, NULL, 'G'},
       {"allow-nonfinite", no_argument, NULL, 'N'},
       {"check-numerics", optional_argument, NULL, 'C'},
+      {"deterministic", no_argument, NULL, 'D'},
       {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
   };
   ty_forward_args_t a = {.backend = "cpu", .dtype = TY_DTYPE_F32, .compute_dtype = TY_DTYPE_F32};
@@ -324,6 +332,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 'g': a.grads = true; break;
       case 'G': a.dump_graph = optarg; break;
       case 'N': a.allow_nonfinite = true; break;
+      case 'D': a.deterministic = true; break;
       case 'C': {
         /* one batch: every:N means the same check as the plain flag */
         int64_t every = 0;
@@ -348,6 +357,9 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       }
       case 'h': fputs(ty_forward_usage, stdout); return TY_EXIT_OK;
       default:
+        if (ty_app_refuse_switch_value("forward", argv[optind - 1], long_options)) {
+          return TY_EXIT_USAGE;
+        }
         return ty_app_usage_error("forward", "unknown option or missing value '%s'",
                                   argv[optind - 1]);
     }

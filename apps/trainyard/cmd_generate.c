@@ -23,10 +23,11 @@ static const char *const ty_generate_usage =
     "usage: trainyard generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "                          --max-new-tokens N [--greedy | --temperature T\n"
     "                          --top-k K --top-p P --seed S] [--backend URI]\n"
-    "                          [--dtype D] [--json] [--check-numerics]\n"
+    "                          [--dtype D] [--json] [--check-numerics] [--deterministic]\n"
     "       trainyard generate --model DIR --input PROMPTS.jsonl --output OUT.jsonl\n"
     "                          [--max-new-tokens N] [--max-batch N] [--ctx N]\n"
-    "                          [--prefill-chunk N] [sampling, --backend, --dtype]\n"
+    "                          [--prefill-chunk N] [sampling, --backend, --dtype,\n"
+    "                          --deterministic]\n"
     "\n"
     "Continues a prompt with the model in DIR. Greedy unless --temperature is\n"
     "given. Prints the text (when DIR holds tokenizer.json) and the speed; with\n"
@@ -68,6 +69,10 @@ static const char *const ty_generate_usage =
     "                       naming it (op, shape, layer) and its inputs' min, max\n"
     "                       and NaN/Inf counts (=every:N is taken as for train and\n"
     "                       forward; generation checks every run)\n"
+    "  --deterministic      batch-invariant kernels: a prompt's tokens are the same\n"
+    "                       whatever else shares the batch (--input lines equal\n"
+    "                       each line alone) and as `serve --deterministic` gives\n"
+    "                       them; refused by a backend that cannot promise it\n"
     "  -h, --help           this help\n";
 
 typedef struct {
@@ -78,6 +83,7 @@ typedef struct {
   int64_t max_new;
   bool json, stop_at_eos, allow_nonfinite;
   bool check_numerics; /* every run's intermediates read back */
+  bool deterministic;  /* batch-invariant kernels (ty_engine_options_t) */
   ty_sampling_t sampling;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
@@ -214,8 +220,10 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
   if (!s) {
     ty_generator_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                                 .prompt_len = P, .max_new = a->max_new,
-                                .check_numerics = a->check_numerics};
+                                .check_numerics = a->check_numerics,
+                                .deterministic = a->deterministic};
     s = ty_generator_create(device, &config, &o, &gen);
+    if (!s && a->deterministic) ty_app_note_deterministic("generate", device);
     if (s && ty_status_code(s) == TY_CODE_INVALID_ARGUMENT && P + a->max_new > config.max_positions) {
       s = ty_status_annotate(s, "--max-new-tokens %lld", (long long)a->max_new);
     }
@@ -263,7 +271,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
 static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
          O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK,
-         O_CHECK };
+         O_CHECK, O_DETERMINISTIC };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"prompt", required_argument, NULL, O_PROMPT},
@@ -285,6 +293,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       {"max-batch", required_argument, NULL, O_BATCH},
       {"ctx", required_argument, NULL, O_CTX},
       {"prefill-chunk", required_argument, NULL, O_CHUNK},
+      {"deterministic", no_argument, NULL, O_DETERMINISTIC},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -358,6 +367,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       }
       case O_JSON: a->json = true; break;
       case O_NONFINITE: a->allow_nonfinite = true; break;
+      case O_DETERMINISTIC: a->deterministic = true; break;
       case O_CHECK: {
         int64_t every = 0;
         ty_status_t s = ty_check_numerics_parse(optarg, &every);
@@ -386,7 +396,9 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       }
       case 'h': fputs(ty_generate_usage, stdout); return -1;
       case ':': return ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
-      default: return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      default:
+        if (ty_app_refuse_switch_value(cmd, argv[optind - 1], long_options)) return TY_EXIT_USAGE;
+        return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) return ty_app_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
@@ -436,7 +448,8 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
                                   .ctx = a.ctx, .chunk = a.chunk, .sampling = a.sampling,
                                   .stop_at_eos = a.stop_at_eos,
                                   .allow_nonfinite = a.allow_nonfinite,
-                                  .check_numerics = a.check_numerics};
+                                  .check_numerics = a.check_numerics,
+                                  .deterministic = a.deterministic};
     ty_status_t s = ty_generate_batch(app, &b);
     rc = s ? ty_app_fail("generate", s) : TY_EXIT_OK;
   } else if (rc == TY_EXIT_OK) {

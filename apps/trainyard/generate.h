@@ -21,6 +21,7 @@ typedef struct ty_generate_batch_args_t {
   bool stop_at_eos;
   bool allow_nonfinite;   /* load NaN/Inf weights with a warning */
   bool check_numerics;    /* the first non-finite node of any run, named */
+  bool deterministic;     /* batch-invariant kernels (ty_engine_options_t) */
 } ty_generate_batch_args_t;
 
 /* Reads every line of a->input, checks them all, generates them with the

@@ -379,8 +379,10 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
     ty_engine_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                              .max_batch = a->max_batch, .context = ctx,
                              .prefill_chunk = chunk < ctx ? chunk : ctx,
-                             .check_numerics = a->check_numerics};
+                             .check_numerics = a->check_numerics,
+                             .deterministic = a->deterministic};
     s = ty_engine_create(device, &b.config, &o, &engine);
+    if (!s && a->deterministic) ty_app_note_deterministic("generate", device);
   }
   if (!s) {
     ty_llm_load_options_t load = ty_app_load_options(a->allow_nonfinite);

@@ -139,6 +139,11 @@ static const ty_opt_t ty_opts[] = {
     TY_S(pp_schedule, "pipeline schedule: 1f1b, or interleaved (--pp-virtual chunks per rank; "
                       "--grad-accum a multiple of --pp)"),
     TY_I(pp_virtual, "interleaved schedule: model chunks per rank (default 2)"),
+    TY_B(deterministic, "bitwise the same training whatever --batch-size, --grad-accum and "
+                        "the data-parallel world split the global batch into: one gradient "
+                        "per row, summed in one fixed tree on the host (slower; batch x "
+                        "accumulation a power of two with several ranks; not with --tp, --pp, "
+                        "--zero, --fused-optimizer, --artifact)"),
 };
 #define TY_OPT_COUNT (sizeof(ty_opts) / sizeof(ty_opts[0]))
 _Static_assert(TY_OPT_COUNT <= sizeof(((ty_train_config_t *)0)->layer),
@@ -477,6 +482,17 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
       TY_BAD("--check-numerics checks the fused train step of one process: give --grad-accum 1 "
              "(the step's batch as --batch-size) and no --tp/--pp");
     }
+  }
+  if (c->deterministic) {
+    /* Each of these changes where or how the gradients are summed, which
+     * the fixed tree (trainer_det.c) does not cover. */
+    const char *what = c->tp > 1           ? "--tp (the step's sums over the tp ranks)"
+                       : c->pp > 1         ? "--pp (each stage's own gradient graph)"
+                       : c->zero           ? "--zero (the clip norm summed over the shards)"
+                       : c->fused_optimizer ? "--fused-optimizer (no whole gradient to sum)"
+                       : c->artifact[0]    ? "--artifact (a step compiled for the whole batch)"
+                                           : NULL;
+    if (what) TY_BAD("--deterministic does not cover %s yet: drop one of the two", what);
   }
   if (c->fused_optimizer && c->grad_accum > 1) {
     TY_BAD("--fused-optimizer needs --grad-accum 1: gradient accumulation keeps every "

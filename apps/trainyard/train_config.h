@@ -73,6 +73,7 @@ typedef struct ty_train_config_t {
   char pp_schedule[16];            /* 1f1b or interleaved */
   int64_t pp_virtual;              /* interleaved: chunks per rank (0: 2) */
   int64_t tp;                      /* tensor parallel: the model split over this many ranks */
+  bool deterministic;              /* one gradient per row, one fixed summation tree */
   /* This rank's index in its tp group: set by the trainer with world, not
    * an option (the graph holds this rank's part of the model). */
   int64_t tp_rank;

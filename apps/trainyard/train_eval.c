@@ -50,7 +50,8 @@ ty_status_t ty_train_eval_open(ty_trainer_t *t) {
                                 .batch = t->B, .weights_from = t->s_train,
                                 .cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
                                 .fallback_device = t->fallback,
-                                .eos_id = t->model_config.eos_token_id};
+                                .eos_id = t->model_config.eos_token_id,
+                                .deterministic = c->deterministic};
   return ty_status_annotate(ty_eval_scorer_create(t->device, &t->model_config, e->set, &o,
                                                   &e->scorer),
                             "--eval-data %s", c->eval_data);

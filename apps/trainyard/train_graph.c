@@ -66,8 +66,10 @@ ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_ste
    * between the gradient graph and the optimizer graph. A whole-step device
    * keeps one graph with the all-reduce ops inside it instead. */
   const bool in_graph = c->world > 1 && c->world_in_graph;
-  p->mode = c->grad_accum > 1 || (c->world > 1 && !in_graph) ? TY_TRAIN_STEP_ACCUMULATE
-                                                             : TY_TRAIN_STEP_FUSED;
+  /* --deterministic: one row's gradients at a time, summed on the host */
+  p->mode = c->grad_accum > 1 || (c->world > 1 && !in_graph) || c->deterministic
+                ? TY_TRAIN_STEP_ACCUMULATE
+                : TY_TRAIN_STEP_FUSED;
   p->all_reduce_grads = in_graph;
   TY_RETURN_IF_ERROR(ty_recompute_parse(c->recompute, &p->recompute));
   p->fused_optimizer = c->fused_optimizer;

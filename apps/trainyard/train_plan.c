@@ -26,6 +26,10 @@ int64_t ty_train_plan_dropout_counter(int64_t step, int64_t dp, int64_t dp_rank,
   return (step * dp + dp_rank) * accum + micro;
 }
 
+int64_t ty_train_plan_row_dropout_counter(int64_t step, int64_t rows_per_step, int64_t row) {
+  return step * rows_per_step + row;
+}
+
 ty_status_t ty_train_plan_zero_owners(const int64_t *elements, uint32_t n, int world,
                                       const int *pinned, int rank, int *owner, bool *update) {
   int64_t *load = calloc(world > 0 ? (size_t)world : 1, sizeof(int64_t));

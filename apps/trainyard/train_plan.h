@@ -25,6 +25,13 @@ void ty_train_plan_row_order(uint64_t seed, int64_t epoch, uint64_t rows, uint64
 int64_t ty_train_plan_dropout_counter(int64_t step, int64_t dp, int64_t dp_rank, int64_t accum,
                                       int64_t micro);
 
+/* `train --deterministic`: the Philox counter of the dropout mask of row
+ * `row` (0-based, < rows_per_step) of the global batch of optimizer step
+ * `step`, rows_per_step rows a step: a function of the row alone, so a
+ * row's mask is the same however ranks and micro-batches split the batch
+ * (each row runs alone in a graph of batch 1). */
+int64_t ty_train_plan_row_dropout_counter(int64_t step, int64_t rows_per_step, int64_t row);
+
 /* ZeRO-1's ownership of `n` parameters of `elements[i]` elements each over
  * `world` ranks: largest first (the lower index on a tie), each to the
  * least-loaded rank (the lowest on a tie), so every rank computes the same

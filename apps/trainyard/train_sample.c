@@ -74,7 +74,8 @@ ty_status_t ty_train_sample_open(ty_trainer_t *t) {
                               .prompt_len = smp->prompt_len,
                               .max_new = c->sample_tokens, .weights_from = t->s_train,
                               .cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
-                              .fallback_device = t->fallback};
+                              .fallback_device = t->fallback,
+                              .deterministic = c->deterministic};
   ty_status_t s = ty_generator_create(t->device, &t->model_config, &o, &smp->generator);
   return ty_status_annotate(s, "--sample-tokens %lld", (long long)c->sample_tokens);
 }

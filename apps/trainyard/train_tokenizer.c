@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/lower.h" /* ty_sha256_hex */
+#include "hal/sha256.h"
 #include "hal/file.h"
 #include "models/tokenizer.h"
 #include "trainer.h"
@@ -56,7 +56,11 @@ ty_status_t ty_train_tokenizer_open(ty_trainer_t *t) {
                               path);
   }
   char sha[65];
-  ty_sha256_hex(bytes, size, sha);
+  if (!ty_sha256_hex(bytes, size, sha)) {
+    free(bytes);
+    ty_tokenizer_destroy(tok);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s %s", origin, path);
+  }
   const char *data_sha = ty_dataset_tokenizer_sha256(t->train_data);
   uint32_t vocab = ty_tokenizer_vocab_size(tok), data_vocab = ty_dataset_vocab_size(t->train_data);
   if (!ty_tt_no_tokenizer_recorded(data_sha) && strcmp(sha, data_sha) != 0) {

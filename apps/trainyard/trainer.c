@@ -138,7 +138,7 @@ static ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const u
   return TY_OK;
 }
 
-static void ty_trainer_scale_weights(ty_trainer_t *t, double factor) {
+void ty_trainer_scale_weights(ty_trainer_t *t, double factor) {
   int64_t n = t->B * t->T;
   for (int64_t i = 0; i < n; ++i) {
     if (t->loss_dtype == TY_DTYPE_F64) {
@@ -241,6 +241,8 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   uint64_t transfer_before = t->s_train ? ty_trainer_transfer_bytes(t) : 0;
   if (t->pipe) {
     TY_RETURN_IF_ERROR(ty_trainer_pp_step(t, base, &loss, &norm));
+  } else if (t->cfg.deterministic) {
+    TY_RETURN_IF_ERROR(ty_trainer_det_step(t, base, &loss, &norm));
   } else {
     TY_RETURN_IF_ERROR(ty_trainer_micro_steps(t, base, &loss, &norm));
   }
@@ -249,8 +251,11 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   /* The step's loss over every rank, whether any rank was asked to stop,
    * and the `trainyard control` requests rank 0 took: every rank stops,
    * saves or aborts after the same step. */
-  double sums[3] = {loss, (double)ty_stop_signals_received(),
-                    (double)ty_train_control_take(t)};
+  /* --deterministic: every rank holds the global loss already (the fixed
+   * tree); rank 0's alone enters the sum, whose other terms are +0, so
+   * any order of the all-reduce keeps its bits. */
+  double sums[3] = {t->cfg.deterministic && t->dp_rank != 0 ? 0.0 : loss,
+                    (double)ty_stop_signals_received(), (double)ty_train_control_take(t)};
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, sums, 3, "the loss"));
   loss = sums[0] / t->tp; /* the tp ranks of a replica hold the same loss */
   t->control_bits = (uint32_t)sums[2];
@@ -378,13 +383,15 @@ static ty_status_t ty_trainer_preflight(ty_trainer_t *t) {
 /* The graphs first (host memory only), then the plan, then the sessions. */
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
-  TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype,
-                                          TY_TRAIN_GRAPH_STEP, &t->g_train, &t->m_train));
+  TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, ty_trainer_graph_batch(t), t->T,
+                                          t->dtype, TY_TRAIN_GRAPH_STEP, &t->g_train,
+                                          &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
   TY_RETURN_IF_ERROR(ty_trainer_tp_sessions(t));
   if (c->dump_graph[0]) TY_RETURN_IF_ERROR(ty_app_write_graph_dump(t->g_train, c->dump_graph));
   ty_status_t s = TY_OK;
-  if (t->accum > 1 || (t->world > 1 && !c->world_in_graph)) {
+  /* --deterministic: the host tree sits between the two graphs */
+  if (t->accum > 1 || (t->world > 1 && !c->world_in_graph) || c->deterministic) {
     ty_tensor_desc_t *descs = NULL;
     bool *decay = NULL;
     ty_train_step_params_t step;
@@ -410,7 +417,8 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   if (!s) s = ty_trainer_preflight(t);
   if (s) return s;
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
-                             .fallback_device = t->fallback};
+                             .fallback_device = t->fallback,
+                             .deterministic = c->deterministic};
   if (t->rank == 0 && !c->artifact[0]) ty_app_warn_cache_dir("train", c->cache_dir);
   if (c->artifact[0]) {
     s = ty_session_create_from_artifact(t->device, t->g_train, c->artifact, &so, &t->s_train);
@@ -442,6 +450,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_train_sample_close(t); /* its sessions share s_train's parameters */
   ty_train_eval_close(t);   /* so do these */
   ty_trainer_numerics_close(t); /* its session shares s_train's state */
+  ty_trainer_det_close(t);
   ty_session_destroy(t->s_eval);
   ty_session_destroy(t->s_opt);
   ty_session_destroy(t->s_train);
@@ -751,6 +760,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   char resume_dir[TY_CFG_PATH_MAX] = "";
   ty_status_t s = ty_trainer_dist_open(&t);
   if (!s) s = ty_trainer_pp_layout(&t);
+  if (!s) s = ty_trainer_det_check(&t); /* before --out is touched */
   if (t.world > 1) {
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "rank %d: ", t.rank);

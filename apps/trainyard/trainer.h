@@ -105,6 +105,7 @@ typedef struct ty_trainer_t {
   struct ty_trainer_pp_t *pipe;
   int tp;
   bool *tp_split;
+  struct ty_trainer_det_t *det; /* --deterministic's host tree (trainer_det.c) */
   int stop_signal;
   bool control_abort; /* `trainyard control abort` ended the loop on every rank */
   uint32_t control_bits; /* the requests rank 0 took at the end of the step */
@@ -126,6 +127,14 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config);
  * epoch's end are padding) and counts its targets. */
 ty_status_t ty_trainer_stage_micro(ty_trainer_t *t, int64_t base, int64_t m,
                                    double *out_counted);
+/* Multiplies the staged loss weights by `factor` (1 / the step's counted
+ * targets). */
+void ty_trainer_scale_weights(ty_trainer_t *t, double factor);
+/* The batch of the train step's graph: --batch-size, or 1 under
+ * --deterministic (one row at a time, trainer_det.c). */
+static inline int64_t ty_trainer_graph_batch(const ty_trainer_t *t) {
+  return t->cfg.deterministic ? 1 : t->B;
+}
 /* The hyperparameters of update `step` into the session that runs it. */
 ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int64_t step);
 /* A scalar output of `dtype` (f32 or f64) as a double. */
@@ -202,6 +211,22 @@ ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
 void ty_trainer_dist_fault(const ty_trainer_t *t);
 /* The per-rank memory line of the pre-flight plan (nothing for one rank). */
 void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out);
+
+/* ---- trainer_det.c (--deterministic) ---- */
+
+/* Before anything is built or written: INVALID_ARGUMENT, naming both
+ * numbers, when several replicas' rows per rank (B x accumulation) are not
+ * a power of two. OK without --deterministic. */
+ty_status_t ty_trainer_det_check(const ty_trainer_t *t);
+/* Rank 0's start-up line: the rows per step, the tree, the host path. */
+ty_status_t ty_trainer_det_banner(ty_trainer_t *t);
+/* One optimizer step under --deterministic from row `base` of the epoch's
+ * order: every row alone, the fixed tree over rows then ranks, the
+ * optimizer graph. *out_loss is the global batch's loss (every rank holds
+ * it), *out_norm the gradient norm. Collective over the dp group. */
+ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
+                                double *out_norm);
+void ty_trainer_det_close(ty_trainer_t *t);
 
 /* ---- trainer_tp.c (tensor parallel, --tp) ---- */
 

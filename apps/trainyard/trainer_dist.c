@@ -151,6 +151,19 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
   if (!s) s = ty_app_device_open("train", t->registry, uri, &t->device, NULL);
   free(uri);
   if (s) return s;
+  /* --deterministic: the host tree (trainer_det.c) sums the gradients on
+   * every backend, never a device communicator or an in-graph all_reduce
+   * (their order depends on the world size). */
+  if (t->cfg.deterministic) {
+    if (ty_device_info(t->device)->whole_graphs_only) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--deterministic: --backend %s runs the whole step in one call, and "
+                            "the fixed summation tree needs each row's gradients between the "
+                            "gradient and the optimizer graph (drop --deterministic)",
+                            t->cfg.backend);
+    }
+    return TY_OK;
+  }
   /* A device that runs whole steps only cannot take the split step: its
    * fused step all-reduces the gradients itself, with all_reduce ops it
    * executes through the host's collectives (ABI 1.5). */
@@ -218,6 +231,7 @@ static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, 
 }
 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
+  if (t->cfg.deterministic) return ty_trainer_det_banner(t);
   if (t->world == 1 || t->pp > 1) return TY_OK; /* --pp: its own path (trainer_pp.c) */
   /* Tensor parallel reduces through the host (the step's tp ops, the
    * gradient sum over dp): no device communicator of the world. */
@@ -494,7 +508,9 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
     staging += (uint64_t)ty_tensor_desc_element_count(d) * 4;
   }
   ty_format_bytes(staging, h, sizeof(h));
-  bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->tp == 1;
+  /* --deterministic: the host tree, whatever the backend (trainer_det.c) */
+  bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->tp == 1 &&
+                !t->cfg.deterministic;
   if (t->tp > 1) { /* the plan is of this rank's part of the model */
     fprintf(out,
             "per rank (%d ranks, dp %d x tp %d%s; rank 0's part of the split tensors, all of "

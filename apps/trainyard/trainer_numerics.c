@@ -33,7 +33,9 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
   if (!t->cfg.check_numerics[0]) return TY_OK;
   int64_t every = 0;
   TY_RETURN_IF_ERROR(ty_check_numerics_parse(t->cfg.check_numerics, &every));
-  if (t->world > 1 || t->accum > 1 || t->s_opt) {
+  /* --deterministic's optimizer graph is its own (the checked step is
+   * its gradient graph, of batch 1, as the plain one) */
+  if (t->world > 1 || t->accum > 1 || (t->s_opt && !t->cfg.deterministic)) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--check-numerics checks the fused train step of one process: run it "
                           "without mpirun/--tp/--pp and with --grad-accum 1 (the batch of a "
@@ -43,12 +45,14 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
   if (!n) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   t->numerics = n;
   n->every = every;
-  TY_RETURN_IF_ERROR(ty_train_graph_build(&t->cfg, &t->model_config, t->B, t->T, t->dtype,
-                                          TY_TRAIN_GRAPH_STEP, &n->graph, &n->model));
+  TY_RETURN_IF_ERROR(ty_train_graph_build(&t->cfg, &t->model_config, ty_trainer_graph_batch(t),
+                                          t->T, t->dtype, TY_TRAIN_GRAPH_STEP, &n->graph,
+                                          &n->model));
   n->forward_nodes = ty_graph_value(n->graph, n->model.loss)->producer + 1;
   TY_RETURN_IF_ERROR(ty_graph_expose_all(n->graph));
   ty_session_options_t so = {.cache_dir = t->cfg.cache_dir, .retry_failed = t->cfg.retry_failed,
-                             .fallback_device = t->fallback, .share_state_with = t->s_train};
+                             .fallback_device = t->fallback, .share_state_with = t->s_train,
+                             .deterministic = t->cfg.deterministic};
   TY_RETURN_IF_ERROR(ty_session_create(t->device, n->graph, &so, &n->session));
   if (every > 1) {
     for (uint32_t v = 0; v < ty_graph_value_count(t->g_train); ++v) {

@@ -255,7 +255,9 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
       "beta1", "beta2",  "eps",          "momentum", "clip",      "dropout", "decay_all",
       /* Adafactor's (the memory levers change no update: not noted) */
       "relative_step", "scale_parameter", "warmup_init", "clip_threshold", "decay_rate",
-      "adafactor_eps1", "adafactor_eps2", NULL};
+      "adafactor_eps1", "adafactor_eps2",
+      /* the summation order (trainer_det.c): rounding only, but said */
+      "deterministic", NULL};
   ty_train_config_diff(saved, now, changeable, ty_trainer_note_change, (void *)t);
   return TY_OK;
 }

@@ -7,7 +7,7 @@
 
 #include "backends/common/abi_graph.h"
 #include "backends/common/plugin_status.h"
-#include "backends/common/sha256.h"
+#include "hal/sha256.h"
 #include "ops/reference/ref_interp.h"
 
 /* ---- writing ---- */
@@ -63,8 +63,8 @@ void ty_art_begin(ty_art_writer_t *w, const char magic[8], uint32_t version) {
 bool ty_art_finish(ty_art_writer_t *w) {
   if (w->failed || w->size < TY_ART_HASHED_FROM + 8) return false;
   for (unsigned i = 0; i < 8; ++i) w->data[48 + i] = (unsigned char)(w->size >> (8 * i));
-  ty_sha256(w->data + TY_ART_HASHED_FROM, (size_t)(w->size - TY_ART_HASHED_FROM), w->data + 16);
-  return true;
+  return ty_sha256(w->data + TY_ART_HASHED_FROM, (size_t)(w->size - TY_ART_HASHED_FROM),
+                   w->data + 16);
 }
 
 void ty_art_put_graph(ty_art_writer_t *w, const ty_abi_graph_t *g, ty_art_node_writer_fn extra,
@@ -207,7 +207,10 @@ ty_abi_status_t ty_art_open(ty_art_reader_t *r, const unsigned char *bytes, uint
                            plugin, got, plugin_version, version);
   }
   unsigned char digest[32];
-  ty_sha256(bytes + TY_ART_HASHED_FROM, (size_t)(size - TY_ART_HASHED_FROM), digest);
+  if (!ty_sha256(bytes + TY_ART_HASHED_FROM, (size_t)(size - TY_ART_HASHED_FROM), digest)) {
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory hashing the artifact",
+                           plugin);
+  }
   if (hashed_from != TY_ART_HASHED_FROM || memcmp(digest, bytes + 16, 32) != 0) {
     return ty_plugin_error(TY_CODE_DATA_LOSS,
                            "%s: the artifact's content hash does not match its content "

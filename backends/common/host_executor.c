@@ -36,6 +36,7 @@ struct ty_host_executor_t {
    * of its own in `debug`, gap g (0..slot_count) at gap_offset[g] before
    * slot g, the run's pattern of every gap in guard_expect. */
   bool guards;
+  bool deterministic; /* handed to every kernel (ty_host_node_ctx_t) */
   uint64_t guard_seed, runs;
   unsigned char *debug;
   uint64_t debug_bytes;
@@ -139,6 +140,15 @@ ty_abi_status_t ty_host_executor_read_options(const ty_abi_compile_args_t *args,
   const size_t prefix = strlen(TY_ABI_DEBUG_OPTION_PREFIX);
   for (uint32_t i = 0; i < args->option_count; ++i) {
     const ty_abi_option_t *o = &args->options[i];
+    if (strcmp(o->key, TY_ABI_DETERMINISTIC_OPTION) == 0) {
+      if (strcmp(o->value, "1") != 0 && strcmp(o->value, "0") != 0) {
+        return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                               "%s: compile option %s='%s' must be 1 or 0",
+                               plugin, TY_ABI_DETERMINISTIC_OPTION, o->value);
+      }
+      out->deterministic = o->value[0] == '1';
+      continue;
+    }
     if (strncmp(o->key, TY_ABI_DEBUG_OPTION_PREFIX, prefix) != 0) {
       if (!*out_other) *out_other = o;
       continue;
@@ -374,6 +384,7 @@ ty_abi_status_t ty_host_executor_create_opts(const ty_abi_graph_t *graph, const 
   snprintf(e->plugin, sizeof(e->plugin), "%s", plugin ? plugin : "host");
   e->guards = options && options->guards;
   e->guard_seed = options ? options->guard_seed : 0;
+  e->deterministic = options && options->deterministic;
   e->graph = ty_owned_graph_copy(graph);
   if (!e->graph) goto oom;
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
@@ -561,7 +572,8 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
   ty_abi_status_t s = ty_host_resolve(e, args, view);
   if (s) return s;
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
-  ty_host_node_ctx_t ctx = {.graph = g, .data = e->data, .threads = threads};
+  ty_host_node_ctx_t ctx = {
+      .graph = g, .data = e->data, .threads = threads, .deterministic = e->deterministic};
   const bool profile = e->profile != NULL;
   if (e->guards) ty_host_guards_fill(e);
   for (uint32_t n = 0; n < g->node_count; ++n) {

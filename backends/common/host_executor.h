@@ -27,6 +27,10 @@ typedef struct ty_host_node_ctx_t {
   uint32_t node_index;
   void *const *data;
   uint32_t threads; /* the device's thread budget */
+  /* The compile asked for deterministic=1 (ABI 1.10, "Deterministic mode"
+   * in docs/plugin-abi.md): a kernel that honours it sums in an order fixed
+   * by the problem, never by the rows, the batch or `threads`. */
+  bool deterministic;
 } ty_host_node_ctx_t;
 
 /* Returns NULL (OK) or a status made with ty_plugin_error(). */
@@ -46,7 +50,8 @@ typedef void (*ty_host_buffer_view_t)(ty_abi_buffer_t *buffer, unsigned char **o
 typedef struct ty_host_executor_t ty_host_executor_t;
 
 /* What the executor itself reads from a compile's options: the host's
- * debugging requests (ABI 1.9 "debug." keys, hal/backend_abi.h). */
+ * debugging requests (ABI 1.9 "debug." keys, hal/backend_abi.h) and the
+ * deterministic request (ABI 1.10). */
 typedef struct ty_host_executor_options_t {
   /* debug.guards=SEED: every activation gets its own arena slot (no reuse)
    * with a guard gap of TY_HOST_GUARD_BYTES before it and after it, filled
@@ -56,15 +61,22 @@ typedef struct ty_host_executor_options_t {
    * every run as 0xFF bytes (NaN in every float dtype). */
   bool guards;
   uint64_t guard_seed;
+  /* deterministic=1 (TY_ABI_DETERMINISTIC_OPTION): the executor passes it to
+   * every kernel (ty_host_node_ctx_t.deterministic). The SDK's reference
+   * kernels honour it already (one thread, f64 sums in a fixed order per
+   * element); a plugin with kernels of its own that are not invariant must
+   * refuse it with UNIMPLEMENTED, naming what is not. */
+  bool deterministic;
 } ty_host_executor_options_t;
 
 #define TY_HOST_GUARD_BYTES 64u
 
-/* Reads the "debug." keys of `args` into *out (zeroed first; debug keys it
- * does not know are ignored, as ABI 1.9 asks) and sets *out_other to the
- * first option that is not a debug request (NULL: none), for the plugin to
- * take or refuse with its own message. INVALID_ARGUMENT, prefixed with
- * `plugin`, for a debug.guards value that is not a decimal number. */
+/* Reads the "debug." keys and `deterministic` of `args` into *out (zeroed
+ * first; debug keys it does not know are ignored, as ABI 1.9 asks) and sets
+ * *out_other to the first other option (NULL: none), for the plugin to take
+ * or refuse with its own message. INVALID_ARGUMENT, prefixed with `plugin`,
+ * for a debug.guards value that is not a decimal number or a deterministic
+ * value other than "1" or "0". */
 ty_abi_status_t ty_host_executor_read_options(const ty_abi_compile_args_t *args,
                                               const char *plugin,
                                               ty_host_executor_options_t *out,

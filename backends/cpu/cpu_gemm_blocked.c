@@ -22,7 +22,7 @@
 #endif
 
 #define CPU_MC 96 /* a multiple of every MR */
-#define CPU_KC 256
+/* CPU_KC (cpu_kernels.h): the K slice, which attention anchors at. */
 #define CPU_NC 512 /* a multiple of every NR */
 
 /* acc (MR x NR) = packed A sliver x packed B sliver; C tile (+)= acc. */

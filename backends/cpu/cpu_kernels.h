@@ -265,14 +265,22 @@ ty_abi_status_t cpu_oom(const cpu_node_ctx_t *c);
 /* cpu_kernels_matmul.c */
 ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c);
 /* C[m,n] (+)= op(A) op(B), row-major f32 with leading dimensions in
- * elements: oneDNN's sgemm, or cpu_gemm_blocked without oneDNN. `threads`
- * threads outside a parallel region; the calling thread alone inside one.
- * False on out-of-memory or a oneDNN error. */
+ * elements: oneDNN's sgemm, or cpu_gemm_blocked without oneDNN or when
+ * `deterministic` (oneDNN picks kernels and K splits from M, N and the
+ * threads, so a row's bits would depend on the batch; the blocked GEMM's do
+ * not). `threads` threads outside a parallel region; the calling thread
+ * alone inside one. False on out-of-memory or a oneDNN error. */
 bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-              const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate, int threads);
+              const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate, int threads,
+              bool deterministic);
 /* cpu_gemm_blocked.c: C[m,n] (+)= op(A) op(B), row-major f32 with leading
  * dimensions in elements, on up to `threads` threads (one inside a parallel
- * region). False when its packing buffers cannot be allocated. */
+ * region). False when its packing buffers cannot be allocated.
+ * Batch-invariant: each C element is f32 FMA over K in order, in slices of
+ * CPU_KC anchored at k = 0 (each slice from 0, then added onto C), whatever
+ * M, N, the element's tile and the thread count; zero-padded tile edges
+ * never reach a stored element. */
+#define CPU_KC 256
 bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                       bool accumulate, int threads);

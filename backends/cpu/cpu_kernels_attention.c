@@ -31,7 +31,10 @@
  * to f32 copies first and results rounded at the end. Checked against the
  * f64 reference at normalised mean squared error < 1e-10 (f32 storage).
  * causal=0 is left to the reference kernel (cpu_kernels.c does not select
- * this one for it). */
+ * this one for it). Under deterministic=1 the GEMMs are the batch-invariant
+ * blocked one and a block's keys start at a multiple of CPU_KC, so a query
+ * over a KV cache and the same query inside a causal block are the same
+ * bits (cpu_att_block). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,7 @@ typedef struct {
   int64_t batch, q_len, kv_len, q_heads, kv_heads, dim, group, window;
   int64_t valid; /* L: rows of k/v filled (the optional kv_len input), else S */
   float scale;
+  bool det; /* deterministic=1: batch-invariant GEMMs, key blocks anchored */
 } cpu_att_shape_t;
 
 static cpu_att_shape_t cpu_att_shape(const cpu_node_ctx_t *c, uint32_t q_in) {
@@ -52,6 +56,7 @@ static cpu_att_shape_t cpu_att_shape(const cpu_node_ctx_t *c, uint32_t q_in) {
       .batch = q->dims[0], .q_len = q->dims[1], .kv_len = k->dims[1],
       .q_heads = q->dims[2], .kv_heads = k->dims[2], .dim = q->dims[3],
       .window = ty_abi_node_attr_int(c->node, "window", 0),
+      .det = c->deterministic,
   };
   s.group = s.kv_heads > 0 ? s.q_heads / s.kv_heads : 1;
   s.scale = (float)ty_abi_node_attr_float(c->node, "scale", 1.0 / sqrt((double)s.dim));
@@ -108,6 +113,12 @@ static void cpu_att_block(const cpu_att_shape_t *s, int64_t t0, cpu_att_block_t 
   blk->qn = s->q_len - t0 < CPU_ATT_QB ? s->q_len - t0 : CPU_ATT_QB;
   for (int64_t r = 0; r < blk->qn; ++r) cpu_att_range(s, t0 + r, &blk->lo[r], &blk->hi[r]);
   blk->klo = blk->lo[0];
+  /* P V sums over the keys in K slices of CPU_KC that start at klo. With a
+   * sliding window rows start at different keys, so a row alone (decode)
+   * and the same row inside a block would slice differently; anchored at a
+   * multiple of CPU_KC, every row's slices start at the same absolute keys
+   * (the keys before a row's own lo carry p = 0, which adds exactly 0). */
+  if (s->det) blk->klo -= blk->klo % CPU_KC;
   blk->L = blk->hi[blk->qn - 1] - blk->klo + 1;
 }
 
@@ -161,7 +172,9 @@ static bool cpu_att_forward_item(const cpu_att_shape_t *s, const float *q, const
   const float *qb = q + (b * s->q_len + t0) * qrow + h * D;
   const float *kb = k + (b * s->kv_len + blk.klo) * kvrow + kvh * D;
   const float *vb = v + (b * s->kv_len + blk.klo) * kvrow + kvh * D;
-  if (!cpu_gemm(false, true, qn, L, D, qb, qrow, kb, kvrow, P, L, false, 1)) return false;
+  if (!cpu_gemm(false, true, qn, L, D, qb, qrow, kb, kvrow, P, L, false, 1, s->det)) {
+    return false;
+  }
   for (int64_t r = 0; r < qn; ++r) {
     cpu_att_softmax_row(P + r * L, L, blk.lo[r] - blk.klo, blk.hi[r] - blk.klo, s->scale,
                         &lse[(b * s->q_heads + h) * s->q_len + t0 + r]);
@@ -169,7 +182,8 @@ static bool cpu_att_forward_item(const cpu_att_shape_t *s, const float *q, const
   const int64_t o0 = (b * s->q_len + t0) * qrow + h * D;
   const bool direct = out_dtype == TY_DTYPE_F32;
   float *o = direct ? (float *)pout + o0 : ob;
-  if (!cpu_gemm(false, false, qn, D, L, P, L, vb, kvrow, o, direct ? qrow : D, false, 1)) {
+  if (!cpu_gemm(false, false, qn, D, L, P, L, vb, kvrow, o, direct ? qrow : D, false, 1,
+                s->det)) {
     return false;
   }
   if (!direct) {
@@ -244,8 +258,8 @@ static bool cpu_att_backward_unit(const cpu_att_shape_t *s, const float *dout, c
       const int64_t k0 = (b * S + blk.klo) * kvrow + kvh * D;
       const float *qb = q + q0, *db = dout + q0, *kb = k + k0, *vb = v + k0;
       /* P (raw scores for now) = Q K^T, dP = dO V^T */
-      if (!cpu_gemm(false, true, qn, L, D, qb, qrow, kb, kvrow, P, L, false, 1) ||
-          !cpu_gemm(false, true, qn, L, D, db, qrow, vb, kvrow, dP, L, false, 1)) {
+      if (!cpu_gemm(false, true, qn, L, D, qb, qrow, kb, kvrow, P, L, false, 1, s->det) ||
+          !cpu_gemm(false, true, qn, L, D, db, qrow, vb, kvrow, dP, L, false, 1, s->det)) {
         return false;
       }
       for (int64_t r = 0; r < qn; ++r) {
@@ -254,9 +268,10 @@ static bool cpu_att_backward_unit(const cpu_att_shape_t *s, const float *dout, c
       }
       /* dQ = dS K;  dK += dS^T Q;  dV += P^T dO */
       float *dq = direct ? (float *)pdq + q0 : dqs;
-      if (!cpu_gemm(false, false, qn, D, L, dP, L, kb, kvrow, dq, direct ? qrow : D, false, 1) ||
-          !cpu_gemm(true, false, L, D, qn, dP, L, qb, qrow, dk + k0, kvrow, true, 1) ||
-          !cpu_gemm(true, false, L, D, qn, P, L, db, qrow, dv + k0, kvrow, true, 1)) {
+      if (!cpu_gemm(false, false, qn, D, L, dP, L, kb, kvrow, dq, direct ? qrow : D, false, 1,
+                    s->det) ||
+          !cpu_gemm(true, false, L, D, qn, dP, L, qb, qrow, dk + k0, kvrow, true, 1, s->det) ||
+          !cpu_gemm(true, false, L, D, qn, P, L, db, qrow, dv + k0, kvrow, true, 1, s->det)) {
         return false;
       }
       if (!direct) {

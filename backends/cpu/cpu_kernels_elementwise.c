@@ -21,6 +21,9 @@
 
 #include "backends/cpu/cpu_kernels.h"
 
+/* Terms of a reduction per part (and per thread). */
+#define CPU_REDUCE_GRAIN 32768
+
 typedef enum { CPU_ADD, CPU_SUB, CPU_MUL, CPU_DIV } cpu_binop_t;
 
 /* A broadcast of up to two inputs to an output shape, simplified. */
@@ -299,50 +302,45 @@ static ty_abi_status_t cpu_reduce(const cpu_node_ctx_t *c, cpu_reduce_t kind) {
     }
     return NULL;
   }
-  /* Innermost axes reduced: each output sums contiguous runs of `last`. */
+  /* Innermost axes reduced: each output sums contiguous runs of `last`,
+   * its items (runs cut into CPU_CHUNK pieces) split into `parts` ranges
+   * fixed by the problem alone, each summed in order, then the parts added
+   * in order. Threads take (output, part) tasks, so the bits never depend on
+   * the thread count (deterministic=1 asks for that; it costs nothing, so
+   * it is done always). */
   const int64_t combos = terms / last, items = combos * nch;
-  const int nt = cpu_threads(c, outs * terms, 32768);
-  if (outs >= nt) {
+  int64_t parts = terms / CPU_REDUCE_GRAIN;
+  if (parts > CPU_MAX_PARTS) parts = CPU_MAX_PARTS;
+  if (parts > items) parts = items;
+  if (parts < 1) parts = 1;
+  const int64_t tasks = outs * parts;
+  const int nt = cpu_threads(c, outs * terms, CPU_REDUCE_GRAIN);
+  double *partial = parts > 1 ? malloc((size_t)tasks * sizeof(double)) : NULL;
+  if (parts > 1 && !partial) return cpu_oom(c);
 #pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t o = t / parts, q = t % parts;
+    const int64_t i0 = items * q / parts, i1 = items * (q + 1) / parts;
+    float buf[CPU_CHUNK];
+    const int64_t base = cpu_rplan_offset(&p, false, o, false);
+    double acc = 0.0;
+    for (int64_t it = i0; it < i1; ++it) {
+      int64_t j0 = (it % nch) * CPU_CHUNK;
+      int64_t len = last - j0 < CPU_CHUNK ? last - j0 : CPU_CHUNK;
+      const float *v = cpu_span_in(
+          px, x->dtype, base + cpu_rplan_offset(&p, true, it / nch, true) + j0, len, buf);
+      acc += sq ? cpu_sumsq_f64(v, len, 0.0) : cpu_sum_f64(v, len);
+    }
+    if (partial) partial[t] = acc;
+    else cpu_reduce_store(py, y->dtype, o, acc, kind, terms);
+  }
+  if (partial) {
     for (int64_t o = 0; o < outs; ++o) {
-      float buf[CPU_CHUNK];
-      int64_t base = cpu_rplan_offset(&p, false, o, false);
       double acc = 0.0;
-      for (int64_t it = 0; it < items; ++it) {
-        int64_t j0 = (it % nch) * CPU_CHUNK;
-        int64_t len = last - j0 < CPU_CHUNK ? last - j0 : CPU_CHUNK;
-        const float *v = cpu_span_in(
-            px, x->dtype, base + cpu_rplan_offset(&p, true, it / nch, true) + j0, len, buf);
-        acc += sq ? cpu_sumsq_f64(v, len, 0.0) : cpu_sum_f64(v, len);
-      }
+      for (int64_t q = 0; q < parts; ++q) acc += partial[o * parts + q];
       cpu_reduce_store(py, y->dtype, o, acc, kind, terms);
     }
-    return NULL;
-  }
-  /* Few outputs (a full reduction): split each one's terms over threads and
-   * add the per-thread partial sums in thread order (deterministic). */
-  double partial[CPU_MAX_PARTS];
-  const int parts = nt < CPU_MAX_PARTS ? nt : CPU_MAX_PARTS;
-  for (int64_t o = 0; o < outs; ++o) {
-    int64_t base = cpu_rplan_offset(&p, false, o, false);
-    for (int q = 0; q < parts; ++q) partial[q] = 0.0;
-#pragma omp parallel num_threads(parts)
-    {
-      float buf[CPU_CHUNK];
-      double acc = 0.0;
-#pragma omp for schedule(static)
-      for (int64_t it = 0; it < items; ++it) {
-        int64_t j0 = (it % nch) * CPU_CHUNK;
-        int64_t len = last - j0 < CPU_CHUNK ? last - j0 : CPU_CHUNK;
-        const float *v = cpu_span_in(
-            px, x->dtype, base + cpu_rplan_offset(&p, true, it / nch, true) + j0, len, buf);
-        acc += sq ? cpu_sumsq_f64(v, len, 0.0) : cpu_sum_f64(v, len);
-      }
-      partial[cpu_thread_num()] = acc;
-    }
-    double acc = 0.0;
-    for (int q = 0; q < parts; ++q) acc += partial[q];
-    cpu_reduce_store(py, y->dtype, o, acc, kind, terms);
+    free(partial);
   }
   return NULL;
 }

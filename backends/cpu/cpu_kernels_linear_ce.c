@@ -81,7 +81,7 @@ ty_abi_status_t cpu_kernel_linear_cross_entropy(const cpu_node_ctx_t *c) {
   for (int64_t first = 0; first < rows && !st; first += chunk) {
     const int64_t n = rows - first < chunk ? rows - first : chunk;
     if (!cpu_gemm(false, true, n, vocab, channels, v.h + first * channels, channels, v.w,
-                  channels, z, vocab, false, c->threads)) {
+                  channels, z, vocab, false, c->threads, c->deterministic)) {
       st = cpu_oom(c);
       break;
     }
@@ -146,7 +146,7 @@ ty_abi_status_t cpu_kernel_linear_cross_entropy_backward(const cpu_node_ctx_t *c
     const int64_t n = rows - first < chunk ? rows - first : chunk;
     const float *hc = v.h + first * channels;
     if (!cpu_gemm(false, true, n, vocab, channels, hc, channels, v.w, channels, z, vocab, false,
-                  c->threads)) {
+                  c->threads, c->deterministic)) {
       st = cpu_oom(c);
       break;
     }
@@ -162,9 +162,9 @@ ty_abi_status_t cpu_kernel_linear_cross_entropy_backward(const cpu_node_ctx_t *c
     }
     float *dh = dh_f32 ? (float *)cpu_out_data(c, 0) + first * channels : dh_stage;
     if (!cpu_gemm(false, false, n, channels, vocab, z, vocab, v.w, channels, dh, channels, false,
-                  c->threads) ||
+                  c->threads, c->deterministic) ||
         !cpu_gemm(true, false, vocab, channels, n, z, vocab, hc, channels, dw, channels,
-                  first > 0, c->threads)) {
+                  first > 0, c->threads, c->deterministic)) {
       st = cpu_oom(c);
       break;
     }

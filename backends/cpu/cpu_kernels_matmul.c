@@ -1,6 +1,7 @@
 /* Batched matmul with optional bias, on oneDNN's sgemm or, when the plugin
- * is built without oneDNN (TY_CPU_HAVE_ONEDNN undefined), on the packed,
- * blocked OpenMP GEMM of cpu_gemm_blocked.c.
+ * is built without oneDNN (TY_CPU_HAVE_ONEDNN undefined) or the graph was
+ * compiled with deterministic=1, on the packed, blocked OpenMP GEMM of
+ * cpu_gemm_blocked.c (batch-invariant: a row's bits never depend on M).
  *
  *   c[b] = op(a[b_a]) @ op(b[b_b]) + bias,  op(x) = x or x^T (trans_a/trans_b)
  *   a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
@@ -29,7 +30,10 @@
 /* C = op(A) op(B) (+ C when accumulate), row-major. */
 bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                     bool accumulate, int threads) {
+                     bool accumulate, int threads, bool deterministic) {
+  if (deterministic) {
+    return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+  }
 #ifdef _OPENMP
   /* oneDNN's OpenMP runtime uses as many threads as the caller's
    * nthreads-var; inside a parallel region it runs on the calling thread. */
@@ -50,7 +54,8 @@ bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
 
 bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                     bool accumulate, int threads) {
+                     bool accumulate, int threads, bool deterministic) {
+  (void)deterministic; /* the blocked GEMM is batch-invariant already */
   return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
 }
 
@@ -120,14 +125,15 @@ ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c) {
     const int64_t b_batches = cpu_numel(bv) / (k * n);
     const int64_t a_batches = cpu_numel(av) / (m * k);
     if (b_batches == 1 && a_batches == batches && !ta) {
-      gemm_ok = cpu_gemm(false, tb, batches * m, n, k, a, lda, b, ldb, cf, n, acc, threads);
+      gemm_ok = cpu_gemm(false, tb, batches * m, n, k, a, lda, b, ldb, cf, n, acc, threads,
+                         c->deterministic);
     } else if (batches >= threads && m * n * k <= (int64_t)1 << 21) {
       int failed = 0;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
       for (int64_t bi = 0; bi < batches; ++bi) {
         bool one = cpu_gemm(ta, tb, m, n, k, a + cpu_batch_of(cv, av, bi) * m * k, lda,
                            b + cpu_batch_of(cv, bv, bi) * k * n, ldb, cf + bi * m * n, n, acc,
-                           1);
+                           1, c->deterministic);
         if (!one) {
 #pragma omp atomic write
           failed = 1;
@@ -138,7 +144,7 @@ ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c) {
       for (int64_t bi = 0; bi < batches && gemm_ok; ++bi) {
         gemm_ok = cpu_gemm(ta, tb, m, n, k, a + cpu_batch_of(cv, av, bi) * m * k, lda,
                            b + cpu_batch_of(cv, bv, bi) * k * n, ldb, cf + bi * m * n, n, acc,
-                           threads);
+                           threads, c->deterministic);
       }
     }
   }

@@ -13,8 +13,9 @@
  * from a second pass over the cached row, the two backward means) are
  * accumulated in f64 (eight partial sums, so they vectorise); the
  * per-element work is f32, and the row functions are compiled per ISA
- * (CPU_MULTIVERSION). dgamma/dbeta are summed in f64 per thread and the
- * partials added in thread order, so results do not depend on scheduling.
+ * (CPU_MULTIVERSION). dgamma/dbeta are summed in f64 over fixed ranges of
+ * rows (parts set by the problem size, never by the thread count), and the
+ * parts added in order, so results do not depend on the threads.
  * mean and rstd are f32 outputs. Checked against the f64 reference at
  * normalised mean squared error < 1e-10 (f32 storage). */
 #include <math.h>
@@ -22,6 +23,9 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+
+/* Most row ranges the dgamma/dbeta sums are split into. */
+#define CPU_NORM_PARTS 64
 
 /* gamma or beta as f32 (NULL when absent); *owned must be freed. */
 static bool cpu_norm_param(const cpu_node_ctx_t *c, uint32_t i, const float **out,
@@ -122,25 +126,31 @@ static ty_abi_status_t cpu_norm_backward(const cpu_node_ctx_t *c, bool layer) {
   void *pdx = cpu_out_data(c, 0), *pdg = cpu_out_data(c, 1);
   void *pdb = layer ? cpu_out_data(c, 2) : NULL;
   const int64_t rows = cpu_rows(x), dim = cpu_last_dim(x);
+  /* Parts of consecutive rows, from the problem alone (deterministic=1 asks
+   * for thread-count invariance; costing nothing, it is done always): about
+   * 8192 elements each, at most CPU_NORM_PARTS. Threads take whole parts. */
+  int64_t parts = rows * dim / 8192;
+  if (parts > CPU_NORM_PARTS) parts = CPU_NORM_PARTS;
+  if (parts > rows) parts = rows;
+  if (parts < 1) parts = 1;
   int nt = cpu_threads(c, rows * dim, 8192);
-  if (nt > CPU_MAX_PARTS) nt = CPU_MAX_PARTS;
+  if (nt > parts) nt = (int)parts;
   const size_t d1 = (size_t)(dim > 0 ? dim : 1);
   const float *gamma;
   float *own_g = NULL;
   float *scratch = malloc((size_t)nt * d1 * 4 * sizeof(float));
-  double *part = calloc((size_t)nt * d1 * 2, sizeof(double)); /* dgamma, dbeta */
+  double *part = calloc((size_t)parts * d1 * 2, sizeof(double)); /* dgamma, dbeta */
   if (!scratch || !part || !cpu_norm_param(c, 2, &gamma, &own_g)) {
     free(scratch);
     free(part);
     return cpu_oom(c);
   }
-#pragma omp parallel num_threads(nt)
-  {
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t q = 0; q < parts; ++q) {
     const int tid = cpu_thread_num();
     float *xs = scratch + (size_t)tid * d1 * 4, *dys = xs + d1, *dxs = dys + d1, *gs = dxs + d1;
-    double *pg = part + (size_t)tid * d1 * 2, *pb = pg + d1;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    double *pg = part + (size_t)q * d1 * 2, *pb = pg + d1;
+    for (int64_t r = rows * q / parts; r < rows * (q + 1) / parts; ++r) {
       const float *xr = cpu_span_in(px, x->dtype, r * dim, dim, xs);
       const float *dy = cpu_span_in(pdy, dyv->dtype, r * dim, dim, dys);
       float *dx = cpu_span_out(pdx, dxv->dtype, r * dim, dxs);
@@ -151,9 +161,9 @@ static ty_abi_status_t cpu_norm_backward(const cpu_node_ctx_t *c, bool layer) {
   }
   for (int64_t d = 0; d < dim; ++d) {
     double sg = 0.0, sb = 0.0;
-    for (int t = 0; t < nt; ++t) {
-      sg += part[(size_t)t * d1 * 2 + (size_t)d];
-      sb += part[(size_t)t * d1 * 2 + d1 + (size_t)d];
+    for (int64_t q = 0; q < parts; ++q) {
+      sg += part[(size_t)q * d1 * 2 + (size_t)d];
+      sb += part[(size_t)q * d1 * 2 + d1 + (size_t)d];
     }
     cpu_store1(pdg, dgv->dtype, d, (float)sg);
     if (pdb) cpu_store1(pdb, dbv->dtype, d, (float)sb);

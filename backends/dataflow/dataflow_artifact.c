@@ -2,7 +2,7 @@
  * (docs/dataflow.md, "Artifact format"; docs/formats.md). Little-endian:
  *
  *   0   magic "TYDFART\0"
- *   8   u32 format version (2: 1 lacked the world size)
+ *   8   u32 format version (3: 2 lacked the options word, 1 the world size)
  *   12  u32 offset of the hashed content (48)
  *   16  SHA-256 of bytes [48, end)
  *   48  u64 total size
@@ -13,7 +13,8 @@
  *   96  graph hash, 64 ASCII hex digits
  *   160 the rest: plugin version, cost-model constant, sections, tiles,
  *       estimates, hyperparameter names, fixed dropout probabilities, the
- *       slot table, and the scheduled graph with its placement; then "END!"
+ *       slot table, the scheduled graph with its placement, u32 options
+ *       (bit 0: compiled with deterministic=1); then "END!"
  *
  * Reading verifies magic, version and hash before it parses anything, and
  * bounds-checks every field after. */
@@ -27,7 +28,8 @@
 #include "backends/dataflow/dataflow_internal.h"
 
 #define DF_MAGIC "TYDFART"
-#define DF_FORMAT_VERSION 2u
+#define DF_FORMAT_VERSION 3u
+#define DF_OPTION_DETERMINISTIC 1u
 #define DF_END_MARKER 0x21444E45u /* "END!" */
 
 /* ---- writing ---- */
@@ -98,6 +100,7 @@ ty_abi_status_t df_artifact_write(const ty_abi_executable_t *e, unsigned char **
     ty_art_put_u64(&w, slot->bytes);
   }
   ty_art_put_graph(&w, g, df_put_node_extra, (void *)plan);
+  ty_art_put_u32(&w, plan->deterministic ? DF_OPTION_DETERMINISTIC : 0u);
   ty_art_put_u32(&w, DF_END_MARKER);
   if (!ty_art_finish(&w)) {
     free(w.data);
@@ -223,6 +226,11 @@ ty_abi_status_t df_artifact_read(const unsigned char *bytes, uint64_t size,
     if (!plan->section || !plan->tile) {
       s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "dataflow: out of memory");
     }
+  }
+  if (!s) {
+    const uint32_t opts = ty_art_get_u32(&r, "options");
+    if (r.failed || (opts & ~DF_OPTION_DETERMINISTIC)) s = ty_art_malformed(&r, "options");
+    plan->deterministic = (opts & DF_OPTION_DETERMINISTIC) != 0;
   }
   if (!s && ty_art_get_u32(&r, "end marker") != DF_END_MARKER) s = ty_art_malformed(&r, "end marker");
   if (!s && r.at != size) s = ty_art_malformed(&r, "bytes after the end marker");

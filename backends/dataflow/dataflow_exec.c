@@ -117,6 +117,7 @@ ty_abi_status_t df_graph_compile(ty_abi_device_t *device, const ty_abi_compile_a
     e->device = device;
     e->plan.target = device->target;
     s = df_classify(g, &e->plan, order);
+    e->plan.deterministic = options.deterministic;
   }
   if (!s) {
     ty_abi_graph_t scheduled = *g;
@@ -432,7 +433,9 @@ ty_abi_status_t df_executable_deserialize(ty_abi_device_t *device,
       (!expected->hash_hex || strncmp(expected->hash_hex, e->plan.graph_hash, 64) != 0)) {
     s = df_explain_mismatch(e, expected);
   }
-  if (!s) s = df_executable_start(e, &graph, NULL);
+  /* What compile read from its options and the artifact kept. */
+  const ty_host_executor_options_t options = {.deterministic = e->plan.deterministic};
+  if (!s) s = df_executable_start(e, &graph, &options);
   free(block); /* the executor keeps its own copy */
   if (!s && !(e->artifact = malloc(args->size ? (size_t)args->size : 1))) s = df_oom();
   if (s) {

@@ -118,6 +118,9 @@ typedef struct df_plan_t {
   /* Ranks the step was compiled for: the graph's data_parallel lever
    * (`trainyard compile --data-parallel N`), 1 without it. */
   uint32_t world_size;
+  /* Compiled with deterministic=1 (ABI 1.10): the cpu kernels' batch-
+   * invariant paths, kept in the artifact so a loaded one runs them too. */
+  bool deterministic;
 } df_plan_t;
 
 struct ty_abi_executable_s {

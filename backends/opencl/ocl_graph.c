@@ -386,6 +386,22 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
                 strlen(TY_ABI_DEBUG_OPTION_PREFIX)) == 0) {
       continue;
     }
+    /* ABI 1.10: no test holds these kernels to batch invariance yet (a
+     * matmul row alone and in a batch, an attention row over a cache and in
+     * a block, on every OpenCL compiler), so the promise is not made. */
+    if (strcmp(args->options[i].key, TY_ABI_DETERMINISTIC_OPTION) == 0) {
+      const char *value = args->options[i].value;
+      if (strcmp(value, "0") == 0) continue;
+      if (strcmp(value, "1") != 0) {
+        return ty_ocl_error(TY_CODE_INVALID_ARGUMENT,
+                            "%s: compile option %s='%s' must be 1 or 0", device->label,
+                            TY_ABI_DETERMINISTIC_OPTION, value);
+      }
+      return ty_ocl_error(TY_CODE_UNIMPLEMENTED,
+                          "%s: --deterministic is not supported yet: its matmul and attention "
+                          "kernels are not checked to be batch-invariant; use --backend cpu",
+                          device->label);
+    }
     return ty_ocl_error(TY_CODE_INVALID_ARGUMENT,
                         "%s: unknown compile option '%s' (the opencl backend takes none)",
                         device->label, args->options[i].key);

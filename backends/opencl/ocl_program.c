@@ -24,7 +24,7 @@
 
 #include "backends/opencl/ocl_internal.h"
 #include "hal/file.h"
-#include "backends/opencl/ocl_sha256.h"
+#include "hal/sha256.h"
 #include "backends/opencl/ocl_sources.h"
 
 static const char *const ty_ocl_family_files[TY_OCL_FAM_COUNT_] = {
@@ -296,18 +296,23 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   }
   char options[256], source_hash[65], key_hash[65], dir[900], path[1100];
   ty_ocl_build_options(s, options, sizeof(options));
-  ty_ocl_sha256_t sha;
-  ty_ocl_sha256_init(&sha);
-  ty_ocl_sha256_update(&sha, text.data, text.len);
-  ty_ocl_sha256_hex(&sha, source_hash);
+  ty_sha256_t sha;
+  ty_sha256_init(&sha);
+  ty_sha256_update(&sha, text.data, text.len);
+  bool hashed = ty_sha256_final_hex(&sha, source_hash);
   char key[2048];
   snprintf(key, sizeof(key),
            "platform: %s | %s\ndevice: %s | %s\ndriver: %s\noptions: %s\nsource: %s %s\n",
            s->platform_name, s->platform_version, s->info.name, s->device_version,
            s->info.driver_version, options, file, source_hash);
-  ty_ocl_sha256_init(&sha);
-  ty_ocl_sha256_update(&sha, key, strlen(key));
-  ty_ocl_sha256_hex(&sha, key_hash);
+  ty_sha256_init(&sha);
+  ty_sha256_update(&sha, key, strlen(key));
+  hashed = ty_sha256_final_hex(&sha, key_hash) && hashed;
+  if (!hashed) {
+    free(text.data);
+    return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory hashing %s", d->label,
+                        file);
+  }
   ty_ocl_cache_dir(dir, sizeof(dir));
   path[0] = '\0';
   if (dir[0]) snprintf(path, sizeof(path), "%s/%s.bin", dir, key_hash);

@@ -244,7 +244,13 @@ static ty_abi_status_t template_graph_compile(ty_abi_device_t *device,
   /* Compile options are yours to define; keys starting with "debug." are
    * the host's debugging requests (ABI 1.9), which the SDK's executor reads
    * (debug.guards: guard gaps between its arena slots, which conform asks
-   * for) and which you must never refuse. */
+   * for) and which you must never refuse. It also reads deterministic=1
+   * (ABI 1.10, --deterministic) into options.deterministic: the reference
+   * kernels honour it (one thread, each element summed in f64 in a fixed
+   * order), so the template accepts it. Once you add kernels of your own,
+   * honour it (ty_host_node_ctx_t.deterministic: no split chosen from the
+   * batch or the threads) or refuse it here with UNIMPLEMENTED, naming the
+   * kernels that are not batch-invariant. */
   ty_host_executor_options_t options;
   const ty_abi_option_t *other = NULL;
   ty_abi_status_t bad = ty_host_executor_read_options(args, "template", &options, &other);

@@ -176,7 +176,10 @@ static ty_abi_status_t example_graph_compile(ty_abi_device_t *device,
                                              ty_abi_executable_t **out_executable) {
   (void)device;
   *out_executable = NULL;
-  /* "debug." keys (ABI 1.9) are the host's requests; the executor reads them. */
+  /* "debug." keys (ABI 1.9) are the host's requests; the executor reads them,
+   * and deterministic=1 (ABI 1.10), which this plugin honours: each kernel
+   * above computes an element alone, matmul summing K in order, so a row's
+   * bits never depend on the batch or a thread count. */
   ty_host_executor_options_t options;
   const ty_abi_option_t *other = NULL;
   ty_abi_status_t bad = ty_host_executor_read_options(args, "example", &options, &other);

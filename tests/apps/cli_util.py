@@ -134,8 +134,8 @@ def make_corpus(path, lines=300, seed=1, words=WORDS):
                                  + "." for _ in range(lines)) + "\n")
 
 
-def train_tiny_model(folder, steps=1, specials=()):
-    """A gpt2-tiny checkpoint with a tokenizer: a 300-token byte-level
+def train_tiny_model(folder, steps=1, specials=(), preset="gpt2-tiny"):
+    """A `preset` checkpoint with a tokenizer: a 300-token byte-level
     tokenizer (plus `specials`) trained on a small corpus, `steps` training
     steps. Returns the checkpoint folder (config.json, model.safetensors,
     tokenizer.json)."""
@@ -146,7 +146,7 @@ def train_tiny_model(folder, steps=1, specials=()):
                   "--out", tok] + special_args,
                  ["data", "prepare", "--tokenizer", tok, "--input", corpus, "--seq-len", "16",
                   "--out", os.path.join(folder, "data")],
-                 ["train", "--preset", "gpt2-tiny", "--data", os.path.join(folder, "data"),
+                 ["train", "--preset", preset, "--data", os.path.join(folder, "data"),
                   "--tokenizer", tok, "--out", os.path.join(folder, "run"), "--max-steps",
                   str(steps), "--cache-dir", "none"]):
         r = run(args)

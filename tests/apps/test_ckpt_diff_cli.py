@@ -29,7 +29,7 @@ import tempfile
 import unittest
 
 import cli_util
-from test_distributed_cli import MPIRUN, rank_env  # noqa: E402 (beside this file)
+from test_distributed_cli import MPIRUN, mpi_missing, rank_env  # noqa: E402 (beside this file)
 
 CFG = None
 BACKEND = "cpu?threads=1"
@@ -413,7 +413,7 @@ class DiffTest(Base):
 
 class ZeroDiffTest(Base):
     def test_zero_shards_against_merged_copy(self):
-        missing = mpi_missing()
+        missing = mpi_missing(CFG)
         if missing:
             self.skipTest(missing)
         out = self.path("zero")
@@ -445,15 +445,6 @@ class ZeroDiffTest(Base):
         self.assertEqual(top["name"], name)
         self.assertRegex(top["a"]["file"], r"/optimizer-0000[12]-of-00002\.safetensors$")
         self.assertTrue(top["b"]["file"].endswith("/optimizer.safetensors"))
-
-
-def mpi_missing():
-    if not shutil.which("mpirun"):
-        return "mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)"
-    if not os.path.exists(CFG.mpi_shim):
-        return "%s was not built (this build found no MPI; install libopenmpi-dev)" % \
-            CFG.mpi_shim
-    return None
 
 
 def main():

@@ -95,7 +95,9 @@ AUDIT = {
            "--tp": "test_tensor_parallel_cli.py:MatchTest.test_llama_gqa"},
         **{o: "test_pipeline_cli.py:PipelineTest.test_llama_adamw" for o in (
             "--pp", "--pp-schedule")},
-        **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"}),
+        **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"},
+        **{"--deterministic":
+               "test_deterministic_train_cli.py:MatchTest.test_splits_of_one_global_batch"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
@@ -121,7 +123,8 @@ AUDIT = {
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate",
-           "--check-numerics": "test_numerics_cli.py:GenerateTest.test_prompt_overflow_is_named"},
+           "--check-numerics": "test_numerics_cli.py:GenerateTest.test_prompt_overflow_is_named",
+           "--deterministic": "test_deterministic_cli.py:GenerateTest.test_batched_equals_alone"},
         **{o: "GenerateOptionsTest.test_input_options" for o in (
             "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
     "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
@@ -136,19 +139,23 @@ AUDIT = {
            "--read-timeout": "test_serve_cli.py:HttpTest.test_read_timeout",
            "--max-connections": "test_serve_cli.py:OptionsTest.test_connection_limits",
            "--max-connections-per-client":
-               "test_serve_cli.py:OptionsTest.test_connection_limits"}),
+               "test_serve_cli.py:OptionsTest.test_connection_limits",
+           "--deterministic": "test_deterministic_cli.py:ServeTest.test_llama_gqa_rope"}),
     "eval": dict({o: "test_eval_cli.py:EvalTest.test_hand_checked_accuracy" for o in (
         "--model", "--data", "--choices", "--out")},
         **{o: "test_eval_cli.py:EvalTest.test_bad_inputs" for o in ("--backend", "--dtype")},
         **{"--batch-size": "test_eval_cli.py:EvalTest.test_loglik_equals_forward",
-           "--dataset": "test_eval_cli.py:EvalTest.test_dataset_perplexity"}),
+           "--dataset": "test_eval_cli.py:EvalTest.test_dataset_perplexity",
+           "--deterministic": "test_deterministic_cli.py:EvalServeTest.test_eval_equals_serve"}),
     "control": {"--json": "test_control_cli.py:ControlTest.test_list_status_save_stop",
                 "--registry": "test_control_cli.py:ControlTest.test_abort_keeps_the_previous_checkpoint",
                 "--control-registry": "mention:train", "--out": "mention:train"},
     "forward": dict({o: "ForwardOptionsTest.test_each_option" for o in (
         "--model", "--tokens", "--out", "--backend", "--dtype", "--grads", "--dump-graph")},
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward",
-           "--check-numerics": "test_numerics_cli.py:ForwardTest.test_forward_overflow_is_named"}),
+           "--check-numerics": "test_numerics_cli.py:ForwardTest.test_forward_overflow_is_named",
+           "--deterministic":
+               "test_deterministic_cli.py:GenerateTest.test_forward_line_only_with_flag"}),
     "tokenize": {o: "TokenizeOptionsTest.test_each_option" for o in (
         "--tokenizer", "--decode", "--json", "--no-special")},
     "compare": dict({o: "CompareOptionsTest.test_each_option" for o in (

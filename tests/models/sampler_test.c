@@ -99,12 +99,50 @@ static void test_temperature_comes_before_top_p(void **state) {
   ty_expect_kept(2.0, 0, 0.55, (const int[VOCAB]){0, 1, 0, 1, 1, 0});
 }
 
+/* ty_sampler_logprob (eval's) is bit for bit the chosen and top logprobs of
+ * ty_sampler_logprobs (the server's), and the argmax is greedy's token, on
+ * peaked random rows (a splitmix-like generator with a printed seed). */
+static void test_one_logprob_for_eval_and_server(void **state) {
+  (void)state;
+  enum { V = 300 };
+  const uint64_t seed = 34;
+  uint64_t x = seed;
+  float logits[V];
+  ty_sampler_t *s = NULL;
+  assert_int_equal(ty_sampler_create(V, &s), TY_OK);
+  for (int row = 0; row < 50; ++row) {
+    for (int v = 0; v < V; ++v) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      logits[v] = (float)((double)(x >> 11) / 9007199254740992.0 * 24.0 - 12.0);
+    }
+    ty_sampling_t greedy = {.greedy = true};
+    uint64_t rng = 0;
+    int64_t best = ty_sampler_pick(s, logits, &greedy, &rng);
+    int64_t top_ids[3];
+    double top[3];
+    for (int64_t id = 0; id < V; id += 13) {
+      double server;
+      int64_t arg = -1;
+      ty_sampler_logprobs(s, logits, id, 3, &server, top_ids, top);
+      double eval = ty_sampler_logprob(logits, V, id, &arg);
+      if (memcmp(&eval, &server, sizeof(double)) != 0 || arg != best ||
+          ty_sampler_logprob(logits, V, top_ids[0], NULL) != top[0]) {
+        fail_msg("seed %llu row %d id %lld: eval %.17g, server %.17g, argmax %lld vs %lld",
+                 (unsigned long long)seed, row, (long long)id, eval, server, (long long)arg,
+                 (long long)best);
+      }
+    }
+  }
+  ty_sampler_destroy(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_top_p_keeps_the_crossing_token),
       cmocka_unit_test(test_top_k_keeps_the_k_most_likely),
       cmocka_unit_test(test_top_p_is_renormalized_over_top_k),
       cmocka_unit_test(test_temperature_comes_before_top_p),
+      cmocka_unit_test(test_one_logprob_for_eval_and_server),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,20 +54,25 @@ def _netns_names():
     return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
 
 
-def _kill_and_delete(ns):
-    """SIGKILLs every process in namespace `ns`, then deletes it (a
-    namespace with processes in it outlives its name)."""
+def _kill_all(ns):
+    """SIGKILLs every process in namespace `ns` and waits until none is
+    listed (SIGKILL is not instant: a zombie stays listed until reaped)."""
     for _ in range(50):
         pids = [int(p) for p in _ip("netns", "pids", ns, check=False).stdout.split()]
         if not pids:
-            break
+            return
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        # SIGKILL is not instant: a zombie stays listed until reaped
         time.sleep(0.05)
+
+
+def _kill_and_delete(ns):
+    """Kills every process in namespace `ns`, then deletes it (a namespace
+    with processes in it outlives its name)."""
+    _kill_all(ns)
     _ip("netns", "del", ns, check=False)
 
 
@@ -202,16 +207,7 @@ class Hosts:
 
     def kill_host(self, host):
         """The host dies: SIGKILL to every process in its namespace."""
-        for _ in range(50):
-            pids = self.pids(host)
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.05)
+        _kill_all(self.ns(host))
 
     def link_down(self, host):
         """The host's link goes down (its processes live on, cut off)."""

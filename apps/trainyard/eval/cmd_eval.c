@@ -19,7 +19,7 @@
 static const char *const ty_eval_usage =
     "usage: trainyard eval --model DIR [--data FILE.jsonl] [--dataset DIR]\n"
     "                      [--choices] [--out REPORT.json] [--backend URI] [--dtype D]\n"
-    "                      [--batch-size N]\n"
+    "                      [--batch-size N] [--deterministic]\n"
     "\n"
     "Scores the model in DIR (config.json + safetensors, tokenizer.json for\n"
     "text lines) on an evaluation set and/or a token dataset, prints a table\n"
@@ -45,6 +45,11 @@ static const char *const ty_eval_usage =
     "  --dtype D         f32 (default), bf16, f16, f64, bf16-mixed, f16-mixed\n"
     "  --batch-size N    rows per forward run and sequences generated together\n"
     "                    (default 8)\n"
+    "  --deterministic   batch-invariant kernels: every score is the same bits\n"
+    "                    whatever --batch-size, and a completion's log-likelihood\n"
+    "                    is bitwise the sum of the logprobs `trainyard serve\n"
+    "                    --deterministic` reports for its tokens; refused by a\n"
+    "                    backend that cannot promise it\n"
     "  -h, --help        this help\n"
     "\n"
     "Exit codes: 0 scored, 1 runtime error (a bad line: FILE:LINE: cause),\n"
@@ -54,6 +59,7 @@ typedef struct {
   const char *model, *data, *dataset, *out, *backend, *dtype_text;
   ty_dtype_t dtype, compute_dtype;
   bool choices;
+  bool deterministic; /* batch-invariant kernels (graph/session.h) */
   int64_t batch;
 } ty_eval_args_t;
 
@@ -95,10 +101,12 @@ static ty_status_t ty_eval_run(ty_app_t *app, const ty_eval_args_t *a) {
   }
   ty_eval_scorer_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                                 .batch = a->batch, .model_dir = a->model,
-                                .fallback_device = fallback, .eos_id = config.eos_token_id};
+                                .fallback_device = fallback, .eos_id = config.eos_token_id,
+                                .deterministic = a->deterministic};
   /* Without --data, a one-row scorer still loads the weights once. */
   ty_eval_set_t probe = {.path = "", .max_row = 2};
   if (!s) s = ty_eval_scorer_create(device, &config, set ? set : &probe, &o, &scorer);
+  if (!s && a->deterministic) ty_app_note_deterministic("eval", device);
   if (!s && set) s = ty_eval_score(scorer, set, tok);
   if (!s && a->dataset) {
     s = ty_eval_dataset(device, &config, ty_eval_scorer_weights(scorer), &o, a->dataset,
@@ -131,6 +139,7 @@ int ty_cmd_eval(ty_app_t *app, int argc, char **argv) {
       {"dataset", required_argument, NULL, 'D'}, {"choices", no_argument, NULL, 'c'},
       {"out", required_argument, NULL, 'o'},     {"backend", required_argument, NULL, 'b'},
       {"dtype", required_argument, NULL, 't'},   {"batch-size", required_argument, NULL, 'B'},
+      {"deterministic", no_argument, NULL, 'X'},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
   };
   ty_eval_args_t a = {.backend = "cpu", .dtype_text = "f32", .dtype = TY_DTYPE_F32,
@@ -147,6 +156,7 @@ int ty_cmd_eval(ty_app_t *app, int argc, char **argv) {
       case 'd': a.data = optarg; break;
       case 'D': a.dataset = optarg; break;
       case 'c': a.choices = true; break;
+      case 'X': a.deterministic = true; break;
       case 'o': a.out = optarg; break;
       case 'b': a.backend = optarg; break;
       case 't': {
@@ -172,6 +182,9 @@ int ty_cmd_eval(ty_app_t *app, int argc, char **argv) {
       }
       case 'h': fputs(ty_eval_usage, stdout); return TY_EXIT_OK;
       default:
+        if (ty_app_refuse_switch_value("eval", argv[optind - 1], long_options)) {
+          return TY_EXIT_USAGE;
+        }
         return ty_app_usage_error("eval", "unknown option or missing value '%s'",
                                   argv[optind - 1]);
     }

@@ -111,6 +111,9 @@ typedef struct ty_eval_scorer_options_t {
   bool retry_failed;        /* compile again over a cached failure */
   ty_device_t *fallback_device;
   int64_t eos_id;           /* generation stops there; < 0: none */
+  /* `--deterministic`: every session (forward graph, engine, dataset) asks
+   * for batch-invariant kernels (ty_session_options_t.deterministic). */
+  bool deterministic;
 } ty_eval_scorer_options_t;
 
 typedef struct ty_eval_scorer_t ty_eval_scorer_t;

@@ -62,7 +62,8 @@ ty_status_t ty_eval_dataset(ty_device_t *device, const ty_model_config_t *config
   if (!s) {
     ty_session_options_t so = {.share_state_with = weights, .cache_dir = o->cache_dir,
                                .retry_failed = o->retry_failed,
-                               .fallback_device = o->fallback_device};
+                               .fallback_device = o->fallback_device,
+                               .deterministic = o->deterministic};
     s = ty_session_create(device, graph, &so, &session);
   }
   ty_dtype_t loss_dtype = TY_DTYPE_F32;

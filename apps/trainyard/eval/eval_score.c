@@ -10,6 +10,7 @@
 #include "models/engine.h"
 #include "models/llm.h"
 #include "models/safetensors.h"
+#include "models/sampler.h"
 #include "train_graph.h"
 
 struct ty_eval_scorer_t {
@@ -75,7 +76,8 @@ ty_status_t ty_eval_scorer_create(ty_device_t *device, const ty_model_config_t *
   if (!s) {
     ty_session_options_t so = {.share_state_with = o->weights_from, .cache_dir = o->cache_dir,
                                .retry_failed = o->retry_failed,
-                               .fallback_device = o->fallback_device};
+                               .fallback_device = o->fallback_device,
+                               .deterministic = o->deterministic};
     s = ty_session_create(device, e->graph, &so, &e->session);
   }
   if (!s && !o->weights_from) {
@@ -92,7 +94,8 @@ ty_status_t ty_eval_scorer_create(ty_device_t *device, const ty_model_config_t *
                               .max_batch = e->B, .context = set->max_row,
                               .prefill_chunk = chunk, .weights_from = ty_eval_scorer_weights(e),
                               .cache_dir = o->cache_dir, .retry_failed = o->retry_failed,
-                              .fallback_device = o->fallback_device};
+                              .fallback_device = o->fallback_device,
+                              .deterministic = o->deterministic};
     s = ty_engine_create(device, config, &eo, &e->engine);
   }
   if (s) {
@@ -139,24 +142,6 @@ static ty_status_t ty_eval_forward(ty_eval_scorer_t *e, const ty_eval_row_t *row
   return ty_safetensors_convert(d.dtype, e->raw, TY_DTYPE_F32, e->logits, elements);
 }
 
-/* log p(target | logits row), in f64; *out_argmax: the most likely id
- * (ties: the lower id, like the engine's greedy sampler). */
-static double ty_eval_logprob(const float *logits, int64_t V, int64_t target,
-                              int64_t *out_argmax) {
-  double max = logits[0];
-  int64_t arg = 0;
-  for (int64_t i = 1; i < V; ++i) {
-    if (logits[i] > max) {
-      max = logits[i];
-      arg = i;
-    }
-  }
-  double sum = 0;
-  for (int64_t i = 0; i < V; ++i) sum += exp((double)logits[i] - max);
-  if (out_argmax) *out_argmax = arg;
-  return (double)logits[target] - max - log(sum);
-}
-
 static ty_status_t ty_eval_likelihoods(ty_eval_scorer_t *e, ty_eval_set_t *set) {
   size_t rows_total = 0;
   for (size_t i = 0; i < set->count; ++i) rows_total += set->items[i].cont_count;
@@ -184,7 +169,9 @@ static ty_status_t ty_eval_likelihoods(ty_eval_scorer_t *e, ty_eval_set_t *set) 
         /* The logits at position p predict the token at p + 1. */
         const float *row = e->logits + ((size_t)(b * T + it->prompt_len - 1 + j)) * (size_t)V;
         int64_t arg = 0;
-        double lp = ty_eval_logprob(row, V, cont[j], &arg);
+        /* The server's definition (ty_sampler_logprob), so that a
+         * sequence's log-likelihood here is the sum of its logprobs there. */
+        double lp = ty_sampler_logprob(row, V, cont[j], &arg);
         if (!isfinite(lp)) {
           free(rows);
           return ty_status_make(TY_CODE_DATA_LOSS, "%s:%zu: the model's logits are not finite "

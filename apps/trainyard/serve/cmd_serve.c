@@ -73,6 +73,11 @@ static const char *const ty_serve_usage =
     "                          open connections from one client address; more are\n"
     "                          closed at once (default 128; 0: no limit; behind a\n"
     "                          proxy every client has the proxy's address)\n"
+    "  --deterministic         batch-invariant kernels: a request's tokens and\n"
+    "                          logprobs (greedy or seeded) are the same bits whatever\n"
+    "                          else shares the batch, and equal `trainyard eval\n"
+    "                          --deterministic`'s; refused by a backend that cannot\n"
+    "                          promise it (/metrics: trainyard_deterministic)\n"
     "  -h, --help              this help\n";
 
 typedef struct {
@@ -102,7 +107,7 @@ static bool ty_parse_seconds(const char *text, double *out) {
 static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
   enum { O_BACKEND = 1000, O_DTYPE, O_HOST, O_PORT, O_KEY, O_NAME, O_BATCH, O_CTX, O_CHUNK,
          O_BUDGET, O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN, O_READ, O_CONNS,
-         O_PER_CLIENT };
+         O_PER_CLIENT, O_DETERMINISTIC };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"backend", required_argument, NULL, O_BACKEND},
@@ -123,6 +128,7 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
       {"read-timeout", required_argument, NULL, O_READ},
       {"max-connections", required_argument, NULL, O_CONNS},
       {"max-connections-per-client", required_argument, NULL, O_PER_CLIENT},
+      {"deterministic", no_argument, NULL, O_DETERMINISTIC},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -138,6 +144,7 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
     switch (c) {
       case 'm': a->model_dir = optarg; break;
       case O_BACKEND: a->backend = optarg; break;
+      case O_DETERMINISTIC: a->server.deterministic = true; break;
       case O_DTYPE: {
         ty_status_t st = ty_llm_precision_parse(optarg, &a->dtype, &a->compute_dtype);
         if (st) {
@@ -225,7 +232,9 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
         break;
       case 'h': fputs(ty_serve_usage, stdout); return -1;
       case ':': return ty_app_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
-      default: return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      default:
+        if (ty_app_refuse_switch_value(cmd, argv[optind - 1], long_options)) return TY_EXIT_USAGE;
+        return ty_app_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) return ty_app_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
@@ -362,11 +371,13 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
     int64_t chunk = a->chunk > 0 ? a->chunk : 64;
     ty_engine_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                              .max_batch = a->max_batch, .context = s->context,
-                             .prefill_chunk = chunk < s->context ? chunk : s->context};
+                             .prefill_chunk = chunk < s->context ? chunk : s->context,
+                             .deterministic = a->server.deterministic};
     /* At most every slot's context: more could never be spent in a step. */
     int64_t most = s->context * a->max_batch;
     o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;
     st = ty_engine_create(device, &s->config, &o, &s->engine);
+    if (!st && o.deterministic) ty_app_note_deterministic("serve", device);
   }
   /* NaN or infinite weights are refused: a server has no use for them. */
   if (!st) st = ty_engine_load_weights(s->engine, a->model_dir, NULL, NULL);

@@ -137,6 +137,9 @@ typedef struct ty_server_options_t {
   int64_t max_per_client;   /* open connections of one client address (0: any) */
   int64_t default_max_tokens; /* completions without max_tokens */
   int verbosity;
+  /* --deterministic: the engine runs batch-invariant kernels, so a request's
+   * tokens and logprobs do not depend on the others (reported by /metrics). */
+  bool deterministic;
 } ty_server_options_t;
 
 typedef struct ty_server_t {

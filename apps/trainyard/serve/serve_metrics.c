@@ -99,6 +99,9 @@ bool ty_srv_metrics_text(ty_server_t *s, ty_srv_buf_t *out) {
   ok = ok &&
        ty_metric(out, "trainyard_batch_slots", "gauge", "Slots of the engine (--max-batch).") &&
        ty_put(out, "trainyard_batch_slots %lld\n", (long long)s->slots);
+  ok = ok && ty_metric(out, "trainyard_deterministic", "gauge",
+                       "1 with --deterministic (batch-invariant kernels), else 0.") &&
+       ty_put(out, "trainyard_deterministic %d\n", s->options.deterministic ? 1 : 0);
   ok = ok && ty_metric(out, "trainyard_batch_slots_busy", "gauge",
                        "Slots holding a sequence after the last engine step.") &&
        ty_put(out, "trainyard_batch_slots_busy %lld\n", (long long)m->engine.busy);

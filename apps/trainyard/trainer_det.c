@@ -1,0 +1,239 @@
+/* `train --deterministic` (docs/design-notes.md "Reduction orders"): every
+ * row of the global batch runs alone through the gradient graph (batch 1),
+ * its gradients are read to the host, and the rows' gradient sets and
+ * losses are summed in one fixed tree (train_tree.h): over this rank's rows
+ * in global order, then over the ranks' partials in rank order. The bits
+ * of the update are then a function of the global batch only, whatever
+ * --batch-size, --grad-accum and the world size split it into. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "hal/dtype.h"
+#include "train_plan.h"
+#include "train_tree.h"
+#include "trainer.h"
+
+typedef struct ty_trainer_det_t {
+  ty_train_tree_t rows, ranks; /* this rank's rows; the ranks' partials */
+  float *zeros;                /* the largest accumulator's zeros */
+  char *own, *gather;          /* this rank's (partial + its loss); dp of them */
+  size_t gather_bytes;         /* one rank's share */
+} ty_trainer_det_t;
+
+static bool ty_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+ty_status_t ty_trainer_det_check(const ty_trainer_t *t) {
+  if (!t->cfg.deterministic || t->dp <= 1) return TY_OK;
+  const int64_t n = t->B * t->accum;
+  if (ty_power_of_two(n)) return TY_OK;
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                        "--deterministic on %d ranks: --batch-size %lld x --grad-accum %lld = "
+                        "%lld rows per rank, not a power of two; each rank's rows must make a "
+                        "whole subtree of the one fixed summation tree (1, 2, 4, 8, ... rows) "
+                        "for its partial sum to combine into the one-process bits: choose "
+                        "--batch-size and --grad-accum whose product is 1, 2, 4, 8, ...",
+                        t->dp, (long long)t->B, (long long)t->accum, (long long)n);
+}
+
+/* Parameter i's accumulator name and descriptor. */
+static ty_status_t ty_det_accum(const ty_trainer_t *t, uint32_t i, char *name, size_t capacity,
+                                ty_tensor_desc_t *out_desc) {
+  snprintf(name, capacity, "%s.grad_accum", t->m_train.params[i].name);
+  return ty_session_value_desc(t->s_train, name, out_desc);
+}
+
+/* The accumulators' f32 element count and the largest one's. */
+static ty_status_t ty_det_layout(const ty_trainer_t *t, size_t *out_total, size_t *out_largest) {
+  *out_total = *out_largest = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
+    if (desc.dtype != TY_DTYPE_F32) {
+      return ty_status_make(TY_CODE_INTERNAL, "%s is %s; the deterministic tree sums f32", name,
+                            ty_dtype_name(desc.dtype));
+    }
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    *out_total += n;
+    if (n > *out_largest) *out_largest = n;
+  }
+  return TY_OK;
+}
+
+static ty_status_t ty_det_open(ty_trainer_t *t) {
+  if (t->det) return TY_OK;
+  size_t total = 0, largest = 0;
+  TY_RETURN_IF_ERROR(ty_det_layout(t, &total, &largest));
+  ty_trainer_det_t *d = calloc(1, sizeof(*d));
+  if (!d) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  t->det = d;
+  ty_train_tree_init(&d->rows, total);
+  ty_train_tree_init(&d->ranks, total);
+  d->zeros = calloc(largest ? largest : 1, sizeof(float));
+  d->gather_bytes = total * sizeof(float) + sizeof(double);
+  if (t->dp > 1) {
+    d->own = malloc(d->gather_bytes);
+    d->gather = malloc(d->gather_bytes * (size_t)t->dp);
+  }
+  if (!d->zeros || (t->dp > 1 && (!d->own || !d->gather))) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "out of host memory for the deterministic gradient sum (%zu floats "
+                          "per rank)", total);
+  }
+  return TY_OK;
+}
+
+void ty_trainer_det_close(ty_trainer_t *t) {
+  ty_trainer_det_t *d = t->det;
+  if (!d) return;
+  ty_train_tree_deinit(&d->rows);
+  ty_train_tree_deinit(&d->ranks);
+  free(d->zeros);
+  free(d->own);
+  free(d->gather);
+  free(d);
+  t->det = NULL;
+}
+
+ty_status_t ty_trainer_det_banner(ty_trainer_t *t) {
+  if (t->rank != 0) return TY_OK;
+  size_t total = 0, largest = 0;
+  TY_RETURN_IF_ERROR(ty_det_layout(t, &total, &largest));
+  const int64_t per_rank = t->B * t->accum;
+  char bytes[32];
+  ty_format_bytes((uint64_t)total * 4, bytes, sizeof(bytes));
+  fprintf(stderr,
+          "deterministic: on; %lld rows per step (%lld per rank x %d rank%s), each run alone "
+          "(graph batch 1); gradients (%s a row) read to the host after every row and summed "
+          "in one fixed binary-counter tree over the rows in global order%s, then the "
+          "optimizer graph; deterministic=1 asks %s for batch-invariant kernels\n",
+          (long long)t->rows_per_step, (long long)per_rank, t->dp, t->dp == 1 ? "" : "s", bytes,
+          t->dp > 1 ? ", the ranks' partials gathered over the host transport and folded in "
+                      "rank order on every rank (never the backend's or MPI's all-reduce)"
+                    : "",
+          ty_backend_name(ty_device_backend(t->device)));
+  return TY_OK;
+}
+
+/* Row `b` of the staged micro-batch as a batch of one. */
+static ty_status_t ty_det_bind_row(ty_trainer_t *t, ty_session_t *s, int64_t b) {
+  const int64_t T = t->T, dims[2] = {1, T};
+  const size_t w = ty_dtype_size(t->loss_dtype);
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, dims, t->tokens + b * T,
+                                     (size_t)T * 8));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, dims, t->targets + b * T,
+                                     (size_t)T * 8));
+  return ty_session_bind(s, "loss_weights", t->loss_dtype, 2, dims,
+                         (char *)t->weights + (size_t)(b * T) * w, (size_t)T * w);
+}
+
+/* The row's gradients into `leaf`, then the accumulators back to zero (the
+ * graph adds into them), so that every row's leaf is its own gradient. */
+static ty_status_t ty_det_take_leaf(ty_trainer_t *t, float *leaf) {
+  size_t offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, leaf + offset, n * 4));
+    TY_RETURN_IF_ERROR(
+        ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims, t->det->zeros, n * 4));
+    offset += n;
+  }
+  return TY_OK;
+}
+
+static ty_status_t ty_det_write_sum(ty_trainer_t *t, const float *sum) {
+  size_t offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    TY_RETURN_IF_ERROR(
+        ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims, sum + offset, n * 4));
+    offset += n;
+  }
+  return TY_OK;
+}
+
+/* The ranks' partials, gathered, folded in rank order (the same bits on
+ * every rank). */
+static ty_status_t ty_det_over_ranks(ty_trainer_t *t, const float *mine, double mine_loss,
+                                     const float **out_sum, double *out_loss) {
+  ty_trainer_det_t *d = t->det;
+  const size_t floats = d->rows.count * sizeof(float);
+  memcpy(d->own, mine, floats);
+  memcpy(d->own + floats, &mine_loss, sizeof(double));
+  char what[96];
+  snprintf(what, sizeof(what), "the deterministic gradient gather of step %lld",
+           (long long)t->step + 1);
+  ty_dist_group_t *dp = NULL;
+  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group_all_gather(dp, d->own, d->gather_bytes, d->gather, what));
+  ty_train_tree_reset(&d->ranks);
+  for (int r = 0; r < t->dp; ++r) {
+    float *slot = NULL;
+    double loss = 0;
+    const char *from = d->gather + (size_t)r * d->gather_bytes;
+    TY_RETURN_IF_ERROR(ty_train_tree_next(&d->ranks, &slot));
+    memcpy(slot, from, floats);
+    memcpy(&loss, from + floats, sizeof(double));
+    ty_train_tree_push(&d->ranks, 0, loss);
+  }
+  *out_sum = ty_train_tree_finish(&d->ranks, out_loss);
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
+                                double *out_norm) {
+  TY_RETURN_IF_ERROR(ty_det_open(t));
+  ty_trainer_det_t *d = t->det;
+  double counted_total = 0;
+  for (int64_t m = 0; m < t->accum; ++m) {
+    double counted = 0;
+    TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
+    counted_total += counted;
+  }
+  /* integral counts: their sum is exact in any order */
+  TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
+  /* --check-numerics: a checked step runs the session that keeps every
+   * intermediate (the same graph, the same state) */
+  ty_session_t *train = t->check_session ? t->check_session : t->s_train;
+  ty_train_tree_reset(&d->rows);
+  for (int64_t m = 0; m < t->accum; ++m) {
+    double counted = 0;
+    TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
+    ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
+    for (int64_t b = 0; b < t->B; ++b) {
+      TY_RETURN_IF_ERROR(ty_det_bind_row(t, train, b));
+      if (t->cfg.dropout > 0) {
+        /* the row's index in the global batch: its mask follows the row */
+        const int64_t row = (int64_t)t->dp_rank * t->B * t->accum + m * t->B + b;
+        int64_t rng[2] = {(int64_t)t->cfg.seed,
+                          ty_train_plan_row_dropout_counter(t->step, t->rows_per_step, row)};
+        int64_t two[1] = {2};
+        TY_RETURN_IF_ERROR(ty_session_bind(train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
+      }
+      TY_RETURN_IF_ERROR(ty_session_run(train));
+      double loss = 0;
+      float *leaf = NULL;
+      TY_RETURN_IF_ERROR(ty_trainer_read_scalar(train, "loss", t->loss_dtype, &loss));
+      TY_RETURN_IF_ERROR(ty_train_tree_next(&d->rows, &leaf));
+      TY_RETURN_IF_ERROR(ty_det_take_leaf(t, leaf));
+      ty_train_tree_push(&d->rows, 0, loss);
+    }
+  }
+  t->tokens_seen += (int64_t)counted_total;
+  double loss = 0;
+  const float *sum = ty_train_tree_finish(&d->rows, &loss);
+  if (t->dp > 1) TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
+  TY_RETURN_IF_ERROR(ty_det_write_sum(t, sum));
+  TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
+  TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
+  *out_loss = loss;
+  return ty_trainer_read_scalar(t->s_opt, "grad_norm", TY_DTYPE_F32, out_norm);
+}
