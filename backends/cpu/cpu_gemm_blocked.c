@@ -131,13 +131,34 @@ typedef struct {
   cpu_micro_fn fn;
 } cpu_micro_t;
 
-static cpu_micro_t cpu_micro_pick(void) {
+cpu_gemm_isa_t cpu_gemm_isa_best(void) {
 #ifdef CPU_GEMM_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return (cpu_micro_t){8, 32, cpu_micro_8x32};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return (cpu_micro_t){6, 16, cpu_micro_6x16};
+  if (__builtin_cpu_supports("avx512f")) return CPU_GEMM_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CPU_GEMM_ISA_AVX2;
+#endif
+  return CPU_GEMM_ISA_PLAIN;
+}
+
+bool cpu_gemm_isa_supported(cpu_gemm_isa_t isa) {
+  switch (isa) {
+    case CPU_GEMM_ISA_AUTO:
+    case CPU_GEMM_ISA_PLAIN:
+      return true;
+    case CPU_GEMM_ISA_AVX2:
+      return cpu_gemm_isa_best() != CPU_GEMM_ISA_PLAIN; /* AVX-512 CPUs have AVX2+FMA too */
+    case CPU_GEMM_ISA_AVX512:
+      return cpu_gemm_isa_best() == CPU_GEMM_ISA_AVX512;
   }
+  return false;
+}
+
+static cpu_micro_t cpu_micro_pick(cpu_gemm_isa_t isa) {
+#ifdef CPU_GEMM_X86
+  if (isa == CPU_GEMM_ISA_AVX512) return (cpu_micro_t){8, 32, cpu_micro_8x32};
+  if (isa == CPU_GEMM_ISA_AVX2) return (cpu_micro_t){6, 16, cpu_micro_6x16};
+#else
+  (void)isa;
 #endif
   return (cpu_micro_t){4, 8, cpu_micro_4x8};
 }
@@ -182,10 +203,219 @@ static void cpu_pack_b(bool tb, const float *b, int64_t ldb, int64_t p0, int64_t
   }
 }
 
-bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                      bool accumulate, int threads) {
-  const cpu_micro_t mk = cpu_micro_pick();
+/* ---- the streaming path (small M: decode) --------------------------------
+ * Each C element gets exactly the packed path's operations on the same
+ * family: per KC slice from k = 0, acc = +0 and one FMA (plain C: one mul,
+ * then one add, the same expression as cpu_micro_4x8) per k in order, then
+ * C = acc or C + acc. Only what feeds them differs: op(A) and, when not
+ * transposed, op(B) are read where they lie (row p of B is contiguous over
+ * N), so the weights are not copied on every call. Vectorised over N (many
+ * outputs at once), never over K: a SIMD dot product would reorder the sum.
+ * A KC x NB sliver is packed only where B is transposed (its rows run over
+ * K) or for the last, narrower block of columns. Threads split N. */
+
+/* rows (<= the family's rmax) x cols (<= nb) of C from A(i, p) =
+ * a[i * ars + p * aps] and op(B)[p][j] = b[p * bs + j] over kc. */
+typedef void (*cpu_stream_fn)(int rows, int64_t kc, const float *a, int64_t ars, int64_t aps,
+                              const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols,
+                              bool add);
+
+static void cpu_stream_plain(int rows, int64_t kc, const float *a, int64_t ars, int64_t aps,
+                             const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols,
+                             bool add) {
+  float acc[4 * 8] = {0};
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+    for (int i = 0; i < rows; ++i) {
+      const float av = a[i * ars + p * aps];
+      for (int j = 0; j < 8; ++j) acc[i * 8 + j] += av * bp[j];
+    }
+  }
+  cpu_tile_store(acc, 8, c, ldc, rows, cols, add);
+}
+
+#ifdef CPU_GEMM_X86
+/* R x (8 V) tile on AVX2+FMA; R and V are constants at every call, so the
+ * accumulators stay in registers. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void cpu_stream_avx2_tile(
+    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols, bool add) {
+  __m256 acc[3][8], bv[8];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+    for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
+    for (int i = 0; i < R; ++i) {
+      const __m256 av = _mm256_broadcast_ss(a + i * ars + p * aps);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  if (cols == 8 * V) {
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) {
+        float *cv = c + i * ldc + 8 * v;
+        __m256 r = acc[i][v];
+        if (add) r = _mm256_add_ps(r, _mm256_loadu_ps(cv));
+        _mm256_storeu_ps(cv, r);
+      }
+    }
+    return;
+  }
+  float tile[3 * 64];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + i * 8 * V + 8 * v, acc[i][v]);
+  }
+  cpu_tile_store(tile, 8 * V, c, ldc, R, cols, add);
+}
+
+/* 32 columns, up to 3 rows (12 accumulators of 16 registers). */
+__attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n32(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  if (rows == 1) cpu_stream_avx2_tile(1, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+  else if (rows == 2) cpu_stream_avx2_tile(2, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+  else cpu_stream_avx2_tile(3, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+}
+
+/* One row (M = 1), 64 columns: 8 independent FMA chains hide the latency. */
+__attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n64(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  (void)rows;
+  cpu_stream_avx2_tile(1, 8, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+}
+
+/* R x (16 V) tile on AVX-512F. */
+__attribute__((target("avx512f"), always_inline)) static inline void cpu_stream_avx512_tile(
+    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols, bool add) {
+  __m512 acc[6][8], bv[8];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);
+    for (int i = 0; i < R; ++i) {
+      const __m512 av = _mm512_set1_ps(a[i * ars + p * aps]);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  if (cols == 16 * V) {
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) {
+        float *cv = c + i * ldc + 16 * v;
+        __m512 r = acc[i][v];
+        if (add) r = _mm512_add_ps(r, _mm512_loadu_ps(cv));
+        _mm512_storeu_ps(cv, r);
+      }
+    }
+    return;
+  }
+  float tile[6 * 64];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(tile + i * 16 * V + 16 * v, acc[i][v]);
+  }
+  cpu_tile_store(tile, 16 * V, c, ldc, R, cols, add);
+}
+
+/* 64 columns, up to 6 rows (24 accumulators of 32 registers). */
+__attribute__((target("avx512f"))) static void cpu_stream_avx512_n64(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  switch (rows) {
+    case 1: cpu_stream_avx512_tile(1, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+    case 2: cpu_stream_avx512_tile(2, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+    case 3: cpu_stream_avx512_tile(3, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+    case 4: cpu_stream_avx512_tile(4, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+    case 5: cpu_stream_avx512_tile(5, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+    default: cpu_stream_avx512_tile(6, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+  }
+}
+
+/* One row (M = 1), 128 columns. */
+__attribute__((target("avx512f"))) static void cpu_stream_avx512_n128(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  (void)rows;
+  cpu_stream_avx512_tile(1, 8, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+}
+#endif
+
+typedef struct {
+  int nb, rmax; /* columns per block (a multiple of the vector width), rows per call */
+  cpu_stream_fn fn;
+} cpu_stream_t;
+
+static cpu_stream_t cpu_stream_pick(cpu_gemm_isa_t isa, int64_t m) {
+#ifdef CPU_GEMM_X86
+  if (isa == CPU_GEMM_ISA_AVX512) {
+    return m == 1 ? (cpu_stream_t){128, 1, cpu_stream_avx512_n128}
+                  : (cpu_stream_t){64, 6, cpu_stream_avx512_n64};
+  }
+  if (isa == CPU_GEMM_ISA_AVX2) {
+    return m == 1 ? (cpu_stream_t){64, 1, cpu_stream_avx2_n64}
+                  : (cpu_stream_t){32, 3, cpu_stream_avx2_n32};
+  }
+#else
+  (void)isa;
+#endif
+  (void)m;
+  return (cpu_stream_t){8, 4, cpu_stream_plain};
+}
+
+static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int64_t n,
+                            int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, bool accumulate, int threads) {
+  if (m <= 0 || n <= 0 || k <= 0) return true; /* as the packed path: C untouched */
+  const cpu_stream_t st = cpu_stream_pick(isa, m);
+  const int64_t blocks = (n + st.nb - 1) / st.nb;
+  int nt = threads < blocks ? threads : (int)blocks;
+  if (nt < 1) nt = 1;
+#ifdef _OPENMP
+  if (omp_in_parallel()) nt = 1;
+#endif
+  const bool slivers = tb || n % st.nb != 0;
+  const size_t sliver_size = (size_t)CPU_KC * (size_t)st.nb;
+  float *sl_all = NULL;
+  if (slivers) {
+    sl_all = malloc((size_t)nt * sliver_size * sizeof(float));
+    if (!sl_all) return false;
+  }
+  const int64_t ars = ta ? 1 : lda, aps = ta ? lda : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    float *sl = slivers ? sl_all + (size_t)cpu_thread_num() * sliver_size : NULL;
+    const int64_t j0 = blk * st.nb, cols = n - j0 < st.nb ? n - j0 : st.nb;
+    for (int64_t p0 = 0; p0 < k; p0 += CPU_KC) {
+      const int64_t kc = k - p0 < CPU_KC ? k - p0 : CPU_KC;
+      const float *bs = sl;
+      int64_t bstride = st.nb;
+      if (tb || cols < st.nb) {
+        cpu_pack_b(tb, b, ldb, p0, kc, j0, cols, st.nb, sl);
+      } else {
+        bs = b + p0 * ldb + j0;
+        bstride = ldb;
+      }
+      const bool add = accumulate || p0 > 0;
+      for (int64_t i0 = 0; i0 < m; i0 += st.rmax) {
+        const int rows = (int)(m - i0 < st.rmax ? m - i0 : st.rmax);
+        st.fn(rows, kc, a + i0 * ars + p0 * aps, ars, aps, bs, bstride, c + i0 * ldc + j0, ldc,
+              cols, add);
+      }
+    }
+  }
+  free(sl_all);
+  return true;
+}
+
+
+static bool cpu_gemm_packed(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int64_t n,
+                            int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, bool accumulate, int threads) {
+  const cpu_micro_t mk = cpu_micro_pick(isa);
   const int64_t mb = (m + CPU_MC - 1) / CPU_MC, nb = (n + CPU_NC - 1) / CPU_NC;
   const int64_t tasks = mb * nb;
   int nt = threads < tasks ? threads : (int)tasks;
@@ -217,4 +447,26 @@ bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
   }
   free(packs);
   return true;
+}
+
+bool cpu_gemm_blocked_with(cpu_gemm_isa_t isa, cpu_gemm_path_t path, bool ta, bool tb,
+                           int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
+                           int threads) {
+  if (isa == CPU_GEMM_ISA_AUTO) isa = cpu_gemm_isa_best();
+  else if (!cpu_gemm_isa_supported(isa)) return false;
+  if (path == CPU_GEMM_PATH_AUTO) {
+    path = m <= CPU_GEMM_SMALL_M ? CPU_GEMM_PATH_STREAM : CPU_GEMM_PATH_PACKED;
+  }
+  if (path == CPU_GEMM_PATH_STREAM) {
+    return cpu_gemm_stream(isa, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+  }
+  return cpu_gemm_packed(isa, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+}
+
+bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                      bool accumulate, int threads) {
+  return cpu_gemm_blocked_with(CPU_GEMM_ISA_AUTO, CPU_GEMM_PATH_AUTO, ta, tb, m, n, k, a, lda, b,
+                               ldb, c, ldc, accumulate, threads);
 }
