@@ -344,6 +344,69 @@ __attribute__((target("avx512f"))) static void cpu_stream_avx512_n128(
 }
 #endif
 
+/* A KC x nb sliver of a transposed B ([N, K]): sl[p * nb + jj] =
+ * b[(j0 + jj) * ldb + p0 + p] for jj in [from, cols), zero past cols. Reads
+ * run along B's rows. */
+static void cpu_pack_bt_plain(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                              int64_t from, int64_t cols, int nb, float *sl) {
+  for (int64_t jj = from; jj < cols; ++jj) {
+    const float *src = b + (j0 + jj) * ldb + p0;
+    for (int64_t p = 0; p < kc; ++p) sl[p * nb + jj] = src[p];
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t jj = cols; jj < nb; ++jj) sl[p * nb + jj] = 0.0f;
+  }
+}
+
+#ifdef CPU_GEMM_X86
+/* The same, 8 rows x 8 k at a time transposed in registers (a copy: the
+ * bits are B's whatever the method). */
+__attribute__((target("avx2"))) static void cpu_pack_bt_avx2(const float *b, int64_t ldb,
+                                                             int64_t p0, int64_t kc, int64_t j0,
+                                                             int64_t cols, int nb, float *sl) {
+  const int64_t j8 = cols - cols % 8, p8 = kc - kc % 8;
+  for (int64_t jj = 0; jj < j8; jj += 8) {
+    const float *src = b + (j0 + jj) * ldb + p0;
+    for (int64_t p = 0; p < p8; p += 8) {
+      __m256 r[8], t[8];
+      for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(src + q * ldb + p);
+      for (int q = 0; q < 8; q += 2) {
+        t[q] = _mm256_unpacklo_ps(r[q], r[q + 1]);
+        t[q + 1] = _mm256_unpackhi_ps(r[q], r[q + 1]);
+      }
+      for (int h = 0; h < 8; h += 4) {
+        r[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+        r[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+        r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+      }
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(sl + (p + q) * nb + jj, _mm256_permute2f128_ps(r[q], r[q + 4], 0x20));
+        _mm256_storeu_ps(sl + (p + q + 4) * nb + jj,
+                         _mm256_permute2f128_ps(r[q], r[q + 4], 0x31));
+      }
+    }
+    for (int64_t p = p8; p < kc; ++p) {
+      for (int q = 0; q < 8; ++q) sl[p * nb + jj + q] = src[q * ldb + p];
+    }
+  }
+  cpu_pack_bt_plain(b, ldb, p0, kc, j0, j8, cols, nb, sl);
+}
+#endif
+
+static void cpu_pack_bt(cpu_gemm_isa_t isa, const float *b, int64_t ldb, int64_t p0, int64_t kc,
+                        int64_t j0, int64_t cols, int nb, float *sl) {
+#ifdef CPU_GEMM_X86
+  if (isa != CPU_GEMM_ISA_PLAIN) {
+    cpu_pack_bt_avx2(b, ldb, p0, kc, j0, cols, nb, sl);
+    return;
+  }
+#else
+  (void)isa;
+#endif
+  cpu_pack_bt_plain(b, ldb, p0, kc, j0, 0, cols, nb, sl);
+}
+
 typedef struct {
   int nb, rmax; /* columns per block (a multiple of the vector width), rows per call */
   cpu_stream_fn fn;
@@ -393,8 +456,10 @@ static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int
       const int64_t kc = k - p0 < CPU_KC ? k - p0 : CPU_KC;
       const float *bs = sl;
       int64_t bstride = st.nb;
-      if (tb || cols < st.nb) {
-        cpu_pack_b(tb, b, ldb, p0, kc, j0, cols, st.nb, sl);
+      if (tb) {
+        cpu_pack_bt(isa, b, ldb, p0, kc, j0, cols, st.nb, sl);
+      } else if (cols < st.nb) {
+        cpu_pack_b(false, b, ldb, p0, kc, j0, cols, st.nb, sl);
       } else {
         bs = b + p0 * ldb + j0;
         bstride = ldb;

@@ -300,7 +300,7 @@ typedef enum {
   CPU_GEMM_PATH_PACKED, /* packs op(A) and op(B) blocks (Goto/BLIS) */
   CPU_GEMM_PATH_STREAM, /* small M: reads op(B) in place, no A packing */
 } cpu_gemm_path_t;
-#define CPU_GEMM_SMALL_M 16
+#define CPU_GEMM_SMALL_M 64
 /* Whether this CPU can run `isa` (AUTO: always). */
 bool cpu_gemm_isa_supported(cpu_gemm_isa_t isa);
 /* The family AUTO resolves to on this CPU. */

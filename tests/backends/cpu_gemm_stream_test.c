@@ -168,7 +168,7 @@ static void test_auto_is_best_family_packed_bits(void **state) {
   (void)state;
   for (int i = 0; i < 40; ++i) {
     gemm_case_t t = rand_case();
-    if (i % 2) t.m = rand_in(CPU_GEMM_SMALL_M + 1, 40);
+    if (i % 2) t.m = rand_in(CPU_GEMM_SMALL_M + 1, CPU_GEMM_SMALL_M + 40);
     t.lda = t.ta ? t.m : t.k; /* a new M: keep lda consistent */
     assert_true(paths_agree(&t, CPU_GEMM_ISA_AUTO, CPU_GEMM_PATH_AUTO, cpu_gemm_isa_best(),
                             CPU_GEMM_PATH_PACKED));
