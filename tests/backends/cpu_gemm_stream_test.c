@@ -2,7 +2,7 @@
  * streaming (small M, no packing of B), that must give the same bits for
  * every element: that is what makes a decode row (M = 1, streaming) equal
  * to the same row inside a prefill block (packed) under deterministic=1.
- *   - for random shapes (M 1..20, N and K off every block multiple, K past
+ *   - for random shapes (M 1..70, N and K off every block multiple, K past
  *     two KC slices, all four trans combinations, accumulate or not, padded
  *     leading dimensions, 1..3 threads) the two paths are memcmp-equal, on
  *     every micro-kernel family this CPU can run (plain C always; AVX2+FMA
@@ -102,7 +102,7 @@ static int64_t rand_dim(int64_t max) {
 
 static gemm_case_t rand_case(void) {
   gemm_case_t t = {.ta = rand_in(0, 1), .tb = rand_in(0, 1), .acc = rand_in(0, 1)};
-  t.m = rand_in(1, 20);
+  t.m = rand_in(0, 3) ? rand_in(1, 20) : rand_in(21, 70);
   t.n = rand_dim(300);
   t.k = rand_in(0, 3) == 0 ? rand_in(513, 800) : rand_dim(600);
   t.lda = (t.ta ? t.m : t.k) + rand_in(0, 1) * rand_in(1, 5);
