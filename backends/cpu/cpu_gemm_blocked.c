@@ -235,23 +235,41 @@ static void cpu_stream_plain(int rows, int64_t kc, const float *a, int64_t ars, 
 }
 
 #ifdef CPU_GEMM_X86
-/* R x (8 V) tile on AVX2+FMA; R and V are constants at every call, so the
- * accumulators stay in registers. */
+/* GCC keeps an array of vector accumulators in memory and stores it on
+ * every k (a store per FMA, half the speed), so the hot loops below name
+ * each accumulator accN_V, each B vector bV and each broadcast of A aN;
+ * `R > i` and `V > v` are constants, so what a tile does not use folds
+ * away. */
+#define CPU_EACH_V(X, i) X(i, 0) X(i, 1) X(i, 2) X(i, 3) X(i, 4) X(i, 5) X(i, 6) X(i, 7)
+#define CPU_EACH_3(X) CPU_EACH_V(X, 0) CPU_EACH_V(X, 1) CPU_EACH_V(X, 2)
+#define CPU_EACH_6(X) CPU_EACH_3(X) CPU_EACH_V(X, 3) CPU_EACH_V(X, 4) CPU_EACH_V(X, 5)
+#define CPU_ONE_V(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* R x (8 V) tile on AVX2+FMA (R <= 3, V <= 8, constants at every call). */
 __attribute__((target("avx2,fma"), always_inline)) static inline void cpu_stream_avx2_tile(
     const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
     const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols, bool add) {
-  __m256 acc[3][8], bv[8];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
-  }
+  const __m256 zero = _mm256_setzero_ps();
+#define CPU_DECL(i, v) __m256 acc##i##_##v = zero;
+  CPU_EACH_3(CPU_DECL)
+#undef CPU_DECL
   for (int64_t p = 0; p < kc; ++p) {
     const float *bp = b + p * bs;
-    for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(bp + 8 * v);
-    for (int i = 0; i < R; ++i) {
-      const __m256 av = _mm256_broadcast_ss(a + i * ars + p * aps);
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
-    }
+#define CPU_LOAD_B(v) const __m256 b##v = V > v ? _mm256_loadu_ps(bp + 8 * v) : zero;
+    CPU_ONE_V(CPU_LOAD_B)
+#undef CPU_LOAD_B
+    const __m256 a0 = _mm256_broadcast_ss(a + p * aps);
+    const __m256 a1 = R > 1 ? _mm256_broadcast_ss(a + ars + p * aps) : zero;
+    const __m256 a2 = R > 2 ? _mm256_broadcast_ss(a + 2 * ars + p * aps) : zero;
+#define CPU_FMA(i, v) \
+  if (R > i && V > v) acc##i##_##v = _mm256_fmadd_ps(a##i, b##v, acc##i##_##v);
+    CPU_EACH_3(CPU_FMA)
+#undef CPU_FMA
   }
+  __m256 acc[3][8];
+#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
+  CPU_EACH_3(CPU_OUT)
+#undef CPU_OUT
   if (cols == 8 * V) {
     for (int i = 0; i < R; ++i) {
       for (int v = 0; v < V; ++v) {
@@ -287,22 +305,31 @@ __attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n64(
   cpu_stream_avx2_tile(1, 8, kc, a, ars, aps, b, bs, c, ldc, cols, add);
 }
 
-/* R x (16 V) tile on AVX-512F. */
+/* R x (16 V) tile on AVX-512F (R <= 6, V <= 8, constants at every call). */
 __attribute__((target("avx512f"), always_inline)) static inline void cpu_stream_avx512_tile(
     const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
     const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols, bool add) {
-  __m512 acc[6][8], bv[8];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
-  }
+  const __m512 zero = _mm512_setzero_ps();
+#define CPU_DECL(i, v) __m512 acc##i##_##v = zero;
+  CPU_EACH_6(CPU_DECL)
+#undef CPU_DECL
   for (int64_t p = 0; p < kc; ++p) {
     const float *bp = b + p * bs;
-    for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_ps(bp + 16 * v);
-    for (int i = 0; i < R; ++i) {
-      const __m512 av = _mm512_set1_ps(a[i * ars + p * aps]);
-      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
-    }
+#define CPU_LOAD_B(v) const __m512 b##v = V > v ? _mm512_loadu_ps(bp + 16 * v) : zero;
+    CPU_ONE_V(CPU_LOAD_B)
+#undef CPU_LOAD_B
+#define CPU_LOAD_A(i) const __m512 a##i = R > i ? _mm512_set1_ps(a[i * ars + p * aps]) : zero;
+    CPU_LOAD_A(0) CPU_LOAD_A(1) CPU_LOAD_A(2) CPU_LOAD_A(3) CPU_LOAD_A(4) CPU_LOAD_A(5)
+#undef CPU_LOAD_A
+#define CPU_FMA(i, v) \
+  if (R > i && V > v) acc##i##_##v = _mm512_fmadd_ps(a##i, b##v, acc##i##_##v);
+    CPU_EACH_6(CPU_FMA)
+#undef CPU_FMA
   }
+  __m512 acc[6][8];
+#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
+  CPU_EACH_6(CPU_OUT)
+#undef CPU_OUT
   if (cols == 16 * V) {
     for (int i = 0; i < R; ++i) {
       for (int v = 0; v < V; ++v) {
@@ -314,7 +341,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void cpu_stream_
     }
     return;
   }
-  float tile[6 * 64];
+  float tile[6 * 128];
   for (int i = 0; i < R; ++i) {
     for (int v = 0; v < V; ++v) _mm512_storeu_ps(tile + i * 16 * V + 16 * v, acc[i][v]);
   }
