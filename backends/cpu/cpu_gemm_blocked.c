@@ -1,16 +1,29 @@
-/* The GEMM behind matmul when the plugin is built without oneDNN: packed,
- * cache-blocked, OpenMP over blocks of C, with a register-tile micro-kernel
- * picked at run time from the CPU's ISA (AVX-512 8x32, AVX2+FMA 6x16, plain
- * C 4x8).
+/* The GEMM behind matmul when the plugin is built without oneDNN or a graph
+ * is compiled with deterministic=1: cache-blocked, OpenMP, with register-tile
+ * micro-kernels picked at run time from the CPU's ISA (AVX-512 8x32,
+ * AVX2+FMA 6x16, plain C 4x8; a test may force a family).
  *
  *   C[m, n] (+)= sum_p op(A)[m, p] op(B)[p, n]      row-major f32
  *
- * Loop nest (Goto/BLIS): for each MC x NC block of C (one OpenMP task), for
- * each KC slice of K, pack op(B)[KC, NC] into NR-wide slivers and
- * op(A)[MC, KC] into MR-tall slivers (zero-padded at the edges), then run the
- * micro-kernel over the MR x NR tiles. A KC x NR sliver of B stays in L1 and
- * the MC x KC block of A in L2. Accumulation is f32 FMA in the order of K:
- * checked through matmul at normalised mean squared error < 1e-10. */
+ * Packed path (Goto/BLIS): for each MC x NC block of C (one OpenMP task),
+ * for each KC slice of K, pack op(B)[KC, NC] into NR-wide slivers and
+ * op(A)[MC, KC] into MR-tall slivers (zero-padded at the edges), then run
+ * the micro-kernel over the MR x NR tiles. A KC x NR sliver of B stays in L1
+ * and the MC x KC block of A in L2.
+ *
+ * Streaming path, for M <= CPU_GEMM_SMALL_M (decode, prefill chunks): the
+ * packed path would copy all of B (the weights) on every call and pad M up
+ * to MR; this one reads op(A) and a non-transposed B in place, packs only a
+ * KC x NB sliver where B is transposed, and splits N between threads.
+ *
+ * Both paths give every element the same operations, so its bits never
+ * depend on M, N, the path, its tile or the thread count (what
+ * deterministic=1 needs): per KC slice anchored at k = 0, acc = +0 and one
+ * f32 FMA per k in order (plain C: a mul then an add, -std=c11 contracting
+ * nothing), then C = acc for the first slice without accumulate, else
+ * C = C + acc. cpu_gemm_stream_test checks the paths bit for bit on each
+ * family; matmul is checked against the f64 reference at normalised mean
+ * squared error < 1e-10. */
 #include <stdlib.h>
 #include <string.h>
 
