@@ -68,74 +68,120 @@ static void cpu_micro_4x8(int64_t kc, const float *ap, const float *bp, float *c
 }
 
 #ifdef CPU_GEMM_X86
+/* GCC keeps an array of vector accumulators in memory and stores it on
+ * every k (a store per FMA, half the speed), so the hot loops below name
+ * each accumulator accN_V, each B vector bV and each broadcast of A aN;
+ * `R > i` and `V > v` are constants, so what a tile does not use folds
+ * away. */
+#define CPU_EACH_V(X, i) X(i, 0) X(i, 1) X(i, 2) X(i, 3) X(i, 4) X(i, 5) X(i, 6) X(i, 7)
+#define CPU_EACH_3(X) CPU_EACH_V(X, 0) CPU_EACH_V(X, 1) CPU_EACH_V(X, 2)
+#define CPU_EACH_6(X) CPU_EACH_3(X) CPU_EACH_V(X, 3) CPU_EACH_V(X, 4) CPU_EACH_V(X, 5)
+#define CPU_EACH_8(X) CPU_EACH_6(X) CPU_EACH_V(X, 6) CPU_EACH_V(X, 7)
+#define CPU_EACH_R(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define CPU_ONE_V(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* An R x (8 V) tile on AVX2+FMA (R <= 6, R V <= 12: constants at every
+ * call), of which the first `rows` rows and `cols` columns reach C. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void cpu_tile_avx2(
+    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add) {
+  const __m256 zero = _mm256_setzero_ps();
+#define CPU_DECL(i, v) __m256 acc##i##_##v = zero;
+  CPU_EACH_6(CPU_DECL)
+#undef CPU_DECL
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+#define CPU_LOAD_B(v) const __m256 b##v = V > v ? _mm256_loadu_ps(bp + 8 * v) : zero;
+    CPU_ONE_V(CPU_LOAD_B)
+#undef CPU_LOAD_B
+#define CPU_LOAD_A(i) \
+  const __m256 a##i = R > i ? _mm256_broadcast_ss(a + i * ars + p * aps) : zero;
+    CPU_LOAD_A(0) CPU_LOAD_A(1) CPU_LOAD_A(2) CPU_LOAD_A(3) CPU_LOAD_A(4) CPU_LOAD_A(5)
+#undef CPU_LOAD_A
+#define CPU_FMA(i, v) \
+  if (R > i && V > v) acc##i##_##v = _mm256_fmadd_ps(a##i, b##v, acc##i##_##v);
+    CPU_EACH_6(CPU_FMA)
+#undef CPU_FMA
+  }
+  __m256 acc[6][8];
+#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
+  CPU_EACH_6(CPU_OUT)
+#undef CPU_OUT
+  if (rows == R && cols == 8 * V) {
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) {
+        float *cv = c + i * ldc + 8 * v;
+        __m256 r = acc[i][v];
+        if (add) r = _mm256_add_ps(r, _mm256_loadu_ps(cv));
+        _mm256_storeu_ps(cv, r);
+      }
+    }
+    return;
+  }
+  float tile[6 * 64];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + i * 8 * V + 8 * v, acc[i][v]);
+  }
+  cpu_tile_store(tile, 8 * V, c, ldc, rows, cols, add);
+}
+
+/* An R x (16 V) tile on AVX-512F (R <= 8, R V <= 24: constants at every
+ * call), of which the first `rows` rows and `cols` columns reach C. */
+__attribute__((target("avx512f"), always_inline)) static inline void cpu_tile_avx512(
+    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add) {
+  const __m512 zero = _mm512_setzero_ps();
+#define CPU_DECL(i, v) __m512 acc##i##_##v = zero;
+  CPU_EACH_8(CPU_DECL)
+#undef CPU_DECL
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+#define CPU_LOAD_B(v) const __m512 b##v = V > v ? _mm512_loadu_ps(bp + 16 * v) : zero;
+    CPU_ONE_V(CPU_LOAD_B)
+#undef CPU_LOAD_B
+#define CPU_LOAD_A(i) const __m512 a##i = R > i ? _mm512_set1_ps(a[i * ars + p * aps]) : zero;
+    CPU_EACH_R(CPU_LOAD_A)
+#undef CPU_LOAD_A
+#define CPU_FMA(i, v) \
+  if (R > i && V > v) acc##i##_##v = _mm512_fmadd_ps(a##i, b##v, acc##i##_##v);
+    CPU_EACH_8(CPU_FMA)
+#undef CPU_FMA
+  }
+  __m512 acc[8][8];
+#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
+  CPU_EACH_8(CPU_OUT)
+#undef CPU_OUT
+  if (rows == R && cols == 16 * V) {
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) {
+        float *cv = c + i * ldc + 16 * v;
+        __m512 r = acc[i][v];
+        if (add) r = _mm512_add_ps(r, _mm512_loadu_ps(cv));
+        _mm512_storeu_ps(cv, r);
+      }
+    }
+    return;
+  }
+  float tile[8 * 64];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(tile + i * 16 * V + 16 * v, acc[i][v]);
+  }
+  cpu_tile_store(tile, 16 * V, c, ldc, rows, cols, add);
+}
+
+/* The packed slivers: A(i, p) = ap[p * MR + i], B[p][j] = bp[p * NR + j]. */
 __attribute__((target("avx2,fma"))) static void cpu_micro_6x16(int64_t kc, const float *ap,
                                                                const float *bp, float *c,
                                                                int64_t ldc, int64_t mr,
                                                                int64_t nr, bool add) {
-  __m256 acc[6][2];
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(bp + p * 16), b1 = _mm256_loadu_ps(bp + p * 16 + 8);
-    for (int i = 0; i < 6; ++i) {
-      const __m256 a = _mm256_broadcast_ss(ap + p * 6 + i);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
-    }
-  }
-  if (mr == 6 && nr == 16) {
-    for (int i = 0; i < 6; ++i) {
-      float *cr = c + i * ldc;
-      __m256 r0 = acc[i][0], r1 = acc[i][1];
-      if (add) {
-        r0 = _mm256_add_ps(r0, _mm256_loadu_ps(cr));
-        r1 = _mm256_add_ps(r1, _mm256_loadu_ps(cr + 8));
-      }
-      _mm256_storeu_ps(cr, r0);
-      _mm256_storeu_ps(cr + 8, r1);
-    }
-    return;
-  }
-  float tile[6 * 16];
-  for (int i = 0; i < 6; ++i) {
-    _mm256_storeu_ps(tile + i * 16, acc[i][0]);
-    _mm256_storeu_ps(tile + i * 16 + 8, acc[i][1]);
-  }
-  cpu_tile_store(tile, 16, c, ldc, mr, nr, add);
+  cpu_tile_avx2(6, 2, kc, ap, 1, 6, bp, 16, c, ldc, mr, nr, add);
 }
 
 __attribute__((target("avx512f"))) static void cpu_micro_8x32(int64_t kc, const float *ap,
                                                               const float *bp, float *c,
                                                               int64_t ldc, int64_t mr,
                                                               int64_t nr, bool add) {
-  __m512 acc[8][2];
-  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_loadu_ps(bp + p * 32), b1 = _mm512_loadu_ps(bp + p * 32 + 16);
-    for (int i = 0; i < 8; ++i) {
-      const __m512 a = _mm512_set1_ps(ap[p * 8 + i]);
-      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
-    }
-  }
-  if (mr == 8 && nr == 32) {
-    for (int i = 0; i < 8; ++i) {
-      float *cr = c + i * ldc;
-      __m512 r0 = acc[i][0], r1 = acc[i][1];
-      if (add) {
-        r0 = _mm512_add_ps(r0, _mm512_loadu_ps(cr));
-        r1 = _mm512_add_ps(r1, _mm512_loadu_ps(cr + 16));
-      }
-      _mm512_storeu_ps(cr, r0);
-      _mm512_storeu_ps(cr + 16, r1);
-    }
-    return;
-  }
-  float tile[8 * 32];
-  for (int i = 0; i < 8; ++i) {
-    _mm512_storeu_ps(tile + i * 32, acc[i][0]);
-    _mm512_storeu_ps(tile + i * 32 + 16, acc[i][1]);
-  }
-  cpu_tile_store(tile, 32, c, ldc, mr, nr, add);
+  cpu_tile_avx512(8, 2, kc, ap, 1, 8, bp, 32, c, ldc, mr, nr, add);
 }
 #endif
 
@@ -248,66 +294,13 @@ static void cpu_stream_plain(int rows, int64_t kc, const float *a, int64_t ars, 
 }
 
 #ifdef CPU_GEMM_X86
-/* GCC keeps an array of vector accumulators in memory and stores it on
- * every k (a store per FMA, half the speed), so the hot loops below name
- * each accumulator accN_V, each B vector bV and each broadcast of A aN;
- * `R > i` and `V > v` are constants, so what a tile does not use folds
- * away. */
-#define CPU_EACH_V(X, i) X(i, 0) X(i, 1) X(i, 2) X(i, 3) X(i, 4) X(i, 5) X(i, 6) X(i, 7)
-#define CPU_EACH_3(X) CPU_EACH_V(X, 0) CPU_EACH_V(X, 1) CPU_EACH_V(X, 2)
-#define CPU_EACH_6(X) CPU_EACH_3(X) CPU_EACH_V(X, 3) CPU_EACH_V(X, 4) CPU_EACH_V(X, 5)
-#define CPU_ONE_V(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-
-/* R x (8 V) tile on AVX2+FMA (R <= 3, V <= 8, constants at every call). */
-__attribute__((target("avx2,fma"), always_inline)) static inline void cpu_stream_avx2_tile(
-    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
-    const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols, bool add) {
-  const __m256 zero = _mm256_setzero_ps();
-#define CPU_DECL(i, v) __m256 acc##i##_##v = zero;
-  CPU_EACH_3(CPU_DECL)
-#undef CPU_DECL
-  for (int64_t p = 0; p < kc; ++p) {
-    const float *bp = b + p * bs;
-#define CPU_LOAD_B(v) const __m256 b##v = V > v ? _mm256_loadu_ps(bp + 8 * v) : zero;
-    CPU_ONE_V(CPU_LOAD_B)
-#undef CPU_LOAD_B
-    const __m256 a0 = _mm256_broadcast_ss(a + p * aps);
-    const __m256 a1 = R > 1 ? _mm256_broadcast_ss(a + ars + p * aps) : zero;
-    const __m256 a2 = R > 2 ? _mm256_broadcast_ss(a + 2 * ars + p * aps) : zero;
-#define CPU_FMA(i, v) \
-  if (R > i && V > v) acc##i##_##v = _mm256_fmadd_ps(a##i, b##v, acc##i##_##v);
-    CPU_EACH_3(CPU_FMA)
-#undef CPU_FMA
-  }
-  __m256 acc[3][8];
-#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
-  CPU_EACH_3(CPU_OUT)
-#undef CPU_OUT
-  if (cols == 8 * V) {
-    for (int i = 0; i < R; ++i) {
-      for (int v = 0; v < V; ++v) {
-        float *cv = c + i * ldc + 8 * v;
-        __m256 r = acc[i][v];
-        if (add) r = _mm256_add_ps(r, _mm256_loadu_ps(cv));
-        _mm256_storeu_ps(cv, r);
-      }
-    }
-    return;
-  }
-  float tile[3 * 64];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + i * 8 * V + 8 * v, acc[i][v]);
-  }
-  cpu_tile_store(tile, 8 * V, c, ldc, R, cols, add);
-}
-
 /* 32 columns, up to 3 rows (12 accumulators of 16 registers). */
 __attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n32(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
     float *c, int64_t ldc, int64_t cols, bool add) {
-  if (rows == 1) cpu_stream_avx2_tile(1, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add);
-  else if (rows == 2) cpu_stream_avx2_tile(2, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add);
-  else cpu_stream_avx2_tile(3, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+  if (rows == 1) cpu_tile_avx2(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
+  else if (rows == 2) cpu_tile_avx2(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add);
+  else cpu_tile_avx2(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add);
 }
 
 /* One row (M = 1), 64 columns: 8 independent FMA chains hide the latency. */
@@ -315,50 +308,7 @@ __attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n64(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
     float *c, int64_t ldc, int64_t cols, bool add) {
   (void)rows;
-  cpu_stream_avx2_tile(1, 8, kc, a, ars, aps, b, bs, c, ldc, cols, add);
-}
-
-/* R x (16 V) tile on AVX-512F (R <= 6, V <= 8, constants at every call). */
-__attribute__((target("avx512f"), always_inline)) static inline void cpu_stream_avx512_tile(
-    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
-    const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols, bool add) {
-  const __m512 zero = _mm512_setzero_ps();
-#define CPU_DECL(i, v) __m512 acc##i##_##v = zero;
-  CPU_EACH_6(CPU_DECL)
-#undef CPU_DECL
-  for (int64_t p = 0; p < kc; ++p) {
-    const float *bp = b + p * bs;
-#define CPU_LOAD_B(v) const __m512 b##v = V > v ? _mm512_loadu_ps(bp + 16 * v) : zero;
-    CPU_ONE_V(CPU_LOAD_B)
-#undef CPU_LOAD_B
-#define CPU_LOAD_A(i) const __m512 a##i = R > i ? _mm512_set1_ps(a[i * ars + p * aps]) : zero;
-    CPU_LOAD_A(0) CPU_LOAD_A(1) CPU_LOAD_A(2) CPU_LOAD_A(3) CPU_LOAD_A(4) CPU_LOAD_A(5)
-#undef CPU_LOAD_A
-#define CPU_FMA(i, v) \
-  if (R > i && V > v) acc##i##_##v = _mm512_fmadd_ps(a##i, b##v, acc##i##_##v);
-    CPU_EACH_6(CPU_FMA)
-#undef CPU_FMA
-  }
-  __m512 acc[6][8];
-#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
-  CPU_EACH_6(CPU_OUT)
-#undef CPU_OUT
-  if (cols == 16 * V) {
-    for (int i = 0; i < R; ++i) {
-      for (int v = 0; v < V; ++v) {
-        float *cv = c + i * ldc + 16 * v;
-        __m512 r = acc[i][v];
-        if (add) r = _mm512_add_ps(r, _mm512_loadu_ps(cv));
-        _mm512_storeu_ps(cv, r);
-      }
-    }
-    return;
-  }
-  float tile[6 * 128];
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < V; ++v) _mm512_storeu_ps(tile + i * 16 * V + 16 * v, acc[i][v]);
-  }
-  cpu_tile_store(tile, 16 * V, c, ldc, R, cols, add);
+  cpu_tile_avx2(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
 }
 
 /* 64 columns, up to 6 rows (24 accumulators of 32 registers). */
@@ -366,12 +316,12 @@ __attribute__((target("avx512f"))) static void cpu_stream_avx512_n64(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
     float *c, int64_t ldc, int64_t cols, bool add) {
   switch (rows) {
-    case 1: cpu_stream_avx512_tile(1, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
-    case 2: cpu_stream_avx512_tile(2, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
-    case 3: cpu_stream_avx512_tile(3, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
-    case 4: cpu_stream_avx512_tile(4, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
-    case 5: cpu_stream_avx512_tile(5, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
-    default: cpu_stream_avx512_tile(6, 4, kc, a, ars, aps, b, bs, c, ldc, cols, add); break;
+    case 1: cpu_tile_avx512(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add); break;
+    case 2: cpu_tile_avx512(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add); break;
+    case 3: cpu_tile_avx512(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add); break;
+    case 4: cpu_tile_avx512(4, 4, kc, a, ars, aps, b, bs, c, ldc, 4, cols, add); break;
+    case 5: cpu_tile_avx512(5, 4, kc, a, ars, aps, b, bs, c, ldc, 5, cols, add); break;
+    default: cpu_tile_avx512(6, 4, kc, a, ars, aps, b, bs, c, ldc, 6, cols, add); break;
   }
 }
 
@@ -380,7 +330,7 @@ __attribute__((target("avx512f"))) static void cpu_stream_avx512_n128(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
     float *c, int64_t ldc, int64_t cols, bool add) {
   (void)rows;
-  cpu_stream_avx512_tile(1, 8, kc, a, ars, aps, b, bs, c, ldc, cols, add);
+  cpu_tile_avx512(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
 }
 #endif
 
@@ -480,7 +430,11 @@ static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int
 #ifdef _OPENMP
   if (omp_in_parallel()) nt = 1;
 #endif
-  const bool slivers = tb || n % st.nb != 0;
+  /* Several row tiles read each KC x NB block of B once per tile: in place,
+   * its rows N floats apart fall into few L1 sets and evict each other, so
+   * it is copied once into a contiguous sliver; one row tile streams it. */
+  const bool copy_b = m > st.rmax;
+  const bool slivers = tb || copy_b || n % st.nb != 0;
   const size_t sliver_size = (size_t)CPU_KC * (size_t)st.nb;
   float *sl_all = NULL;
   if (slivers) {
@@ -498,7 +452,7 @@ static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int
       int64_t bstride = st.nb;
       if (tb) {
         cpu_pack_bt(isa, b, ldb, p0, kc, j0, cols, st.nb, sl);
-      } else if (cols < st.nb) {
+      } else if (copy_b || cols < st.nb) {
         cpu_pack_b(false, b, ldb, p0, kc, j0, cols, st.nb, sl);
       } else {
         bs = b + p0 * ldb + j0;

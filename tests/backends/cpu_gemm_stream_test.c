@@ -8,7 +8,8 @@
  *     every micro-kernel family this CPU can run (plain C always; AVX2+FMA
  *     and AVX-512 where present; the families run are printed);
  *   - the families really differ (plain C's mul-then-add is not AVX2's FMA),
- *     so a forced family is the one that ran;
+ *     so a forced family is the one that ran, and the SIMD register tiles
+ *     (shared by both paths, so the check above cannot see them) fuse;
  *   - cpu_gemm_blocked (AUTO) is the best family's packed path's bits;
  *   - a family this CPU lacks is refused, not run.
  * Random inputs (seed printed; TY_TEST_SEED=<n> replays). */
