@@ -430,10 +430,13 @@ static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int
 #ifdef _OPENMP
   if (omp_in_parallel()) nt = 1;
 #endif
-  /* Several row tiles read each KC x NB block of B once per tile: in place,
-   * its rows N floats apart fall into few L1 sets and evict each other, so
-   * it is copied once into a contiguous sliver; one row tile streams it. */
-  const bool copy_b = m > st.rmax;
+  /* Every row tile reads each KC x NB block of B. In place, its rows ldb
+   * floats apart fall into few L1 sets and evict each other, so with many
+   * tiles, or rows 4 KiB apart (all in one set), the block is copied once
+   * into a contiguous sliver; a few tiles read it in place (measured on
+   * AVX2 at N = 768 and 3072: each choice is the faster one there). */
+  const int64_t row_tiles = (m + st.rmax - 1) / st.rmax;
+  const bool copy_b = row_tiles >= 4 || (row_tiles > 1 && ldb % 1024 == 0);
   const bool slivers = tb || copy_b || n % st.nb != 0;
   const size_t sliver_size = (size_t)CPU_KC * (size_t)st.nb;
   float *sl_all = NULL;

@@ -123,6 +123,7 @@ static void test_stream_equals_packed_on_every_family(void **state) {
       {false, true, true, 1, 3072, 768, 768, 768, 3072, 2},
       {false, true, false, 16, 1000, 256, 256, 256, 1000, 3},
       {true, false, true, 5, 257, 1025, 5, 257, 257, 1},
+      {false, false, true, 5, 1000, 300, 300, 1024, 1000, 2}, /* B rows 4 KiB apart */
   };
   char covered[64] = "";
   for (size_t f = 0; f < sizeof families / sizeof families[0]; ++f) {
