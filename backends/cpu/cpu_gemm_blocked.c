@@ -13,8 +13,8 @@
  *
  * Streaming path, for M <= CPU_GEMM_SMALL_M (decode, prefill chunks): the
  * packed path would copy all of B (the weights) on every call and pad M up
- * to MR; this one reads op(A) and a non-transposed B in place, packs only a
- * KC x NB sliver where B is transposed, and splits N between threads.
+ * to MR; this one reads op(A) in place and op(B) a KC x NB block at a time
+ * (in place or through one small sliver), and splits N between threads.
  *
  * Both paths give every element the same operations, so its bits never
  * depend on M, N, the path, its tile or the thread count (what
@@ -271,7 +271,8 @@ static void cpu_pack_b(bool tb, const float *b, int64_t ldb, int64_t p0, int64_t
  * N), so the weights are not copied on every call. Vectorised over N (many
  * outputs at once), never over K: a SIMD dot product would reorder the sum.
  * A KC x NB sliver is packed only where B is transposed (its rows run over
- * K) or for the last, narrower block of columns. Threads split N. */
+ * K), for the last, narrower block of columns, or where many row tiles
+ * read the block (see copy_b). Threads split N. */
 
 /* rows (<= the family's rmax) x cols (<= nb) of C from A(i, p) =
  * a[i * ars + p * aps] and op(B)[p][j] = b[p * bs + j] over kc. */
