@@ -17,7 +17,9 @@
  * session's compile), then until at least --min-time seconds and 5 runs
  * have passed; the table shows the median and best run. Usage:
  *   matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR]
- *                [--no-onednn-dir DIR] [--device URI]...
+ *                [--no-onednn-dir DIR] [--device URI]... [--shape MxKxN]...
+ * --shape MxKxN (repeatable) replaces the default shapes, e.g. decode's small
+ * M: --shape 1x768x768 --shape 16x768x3072.
  * --device URI adds a row for the same session on another device of the
  * plugin folder (e.g. opencl:0); its run includes the device's completion.
  * --threads N (default: every core) sets the plugin device's threads=N and
@@ -357,6 +359,8 @@ int main(int argc, char **argv) {
   const char *blocked_dir = TY_BENCH_NO_ONEDNN_DIR;
   const char *devices[8];
   int device_count = 0;
+  int64_t shapes[16][3] = {{1024, 1024, 1024}, {4096, 768, 3072}}; /* M, K, N */
+  int shape_count = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = atoi(argv[++i]);
@@ -369,10 +373,22 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--device") && i + 1 < argc && device_count < 8) {
       devices[device_count++] = argv[++i];
       if (ty_bench_refuses_mixed("matmul_bench", devices[device_count - 1])) return 2;
+    } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && shape_count < 16) {
+      long long sm, sk, sn;
+      char end;
+      if (sscanf(argv[++i], "%lldx%lldx%lld%c", &sm, &sk, &sn, &end) != 3 || sm < 1 || sk < 1 ||
+          sn < 1) {
+        fprintf(stderr, "matmul_bench: --shape %s: give MxKxN, three positive sizes "
+                        "(e.g. 1x768x3072)\n", argv[i]);
+        return 2;
+      }
+      shapes[shape_count][0] = sm;
+      shapes[shape_count][1] = sk;
+      shapes[shape_count++][2] = sn;
     } else {
       fprintf(stderr,
               "usage: matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR] "
-              "[--no-onednn-dir DIR] [--device URI]...\n");
+              "[--no-onednn-dir DIR] [--device URI]... [--shape MxKxN]...\n");
       return 2;
     }
   }
@@ -413,12 +429,12 @@ int main(int argc, char **argv) {
   printf("runs:       one warm-up, then >= 5 and >= %.1f s; GFLOP/s = 2MNK / time\n\n",
          min_time);
 
-  static const int64_t shapes[][3] = {{1024, 1024, 1024}, {4096, 768, 3072}}; /* M, K, N */
+  if (shape_count == 0) shape_count = 2;
   printf("| %-15s | %-28s | %5s | %9s | %9s | %9s | %6s | %8s |\n", "M x K x N", "via", "runs",
          "median ms", "GFLOP/s", "best", "% peak", "max err");
   printf("|-----------------|------------------------------|-------|-----------|-----------|"
          "-----------|--------|----------|\n");
-  for (int si = 0; si < 2; ++si) {
+  for (int si = 0; si < shape_count; ++si) {
     const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     char shape[32];

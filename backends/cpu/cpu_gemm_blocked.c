@@ -1,16 +1,29 @@
-/* The GEMM behind matmul when the plugin is built without oneDNN: packed,
- * cache-blocked, OpenMP over blocks of C, with a register-tile micro-kernel
- * picked at run time from the CPU's ISA (AVX-512 8x32, AVX2+FMA 6x16, plain
- * C 4x8).
+/* The GEMM behind matmul when the plugin is built without oneDNN or a graph
+ * is compiled with deterministic=1: cache-blocked, OpenMP, with register-tile
+ * micro-kernels picked at run time from the CPU's ISA (AVX-512 8x32,
+ * AVX2+FMA 6x16, plain C 4x8; a test may force a family).
  *
  *   C[m, n] (+)= sum_p op(A)[m, p] op(B)[p, n]      row-major f32
  *
- * Loop nest (Goto/BLIS): for each MC x NC block of C (one OpenMP task), for
- * each KC slice of K, pack op(B)[KC, NC] into NR-wide slivers and
- * op(A)[MC, KC] into MR-tall slivers (zero-padded at the edges), then run the
- * micro-kernel over the MR x NR tiles. A KC x NR sliver of B stays in L1 and
- * the MC x KC block of A in L2. Accumulation is f32 FMA in the order of K:
- * checked through matmul at normalised mean squared error < 1e-10. */
+ * Packed path (Goto/BLIS): for each MC x NC block of C (one OpenMP task),
+ * for each KC slice of K, pack op(B)[KC, NC] into NR-wide slivers and
+ * op(A)[MC, KC] into MR-tall slivers (zero-padded at the edges), then run
+ * the micro-kernel over the MR x NR tiles. A KC x NR sliver of B stays in L1
+ * and the MC x KC block of A in L2.
+ *
+ * Streaming path, for M <= CPU_GEMM_SMALL_M (decode, prefill chunks): the
+ * packed path would copy all of B (the weights) on every call and pad M up
+ * to MR; this one reads op(A) in place and op(B) a KC x NB block at a time
+ * (in place or through one small sliver), and splits N between threads.
+ *
+ * Both paths give every element the same operations, so its bits never
+ * depend on M, N, the path, its tile or the thread count (what
+ * deterministic=1 needs): per KC slice anchored at k = 0, acc = +0 and one
+ * f32 FMA per k in order (plain C: a mul then an add, -std=c11 contracting
+ * nothing), then C = acc for the first slice without accumulate, else
+ * C = C + acc. cpu_gemm_stream_test checks the paths bit for bit on each
+ * family; matmul is checked against the f64 reference at normalised mean
+ * squared error < 1e-10. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,74 +68,120 @@ static void cpu_micro_4x8(int64_t kc, const float *ap, const float *bp, float *c
 }
 
 #ifdef CPU_GEMM_X86
+/* GCC keeps an array of vector accumulators in memory and stores it on
+ * every k (a store per FMA, half the speed), so the hot loops below name
+ * each accumulator accN_V, each B vector bV and each broadcast of A aN;
+ * `R > i` and `V > v` are constants, so what a tile does not use folds
+ * away. */
+#define CPU_EACH_V(X, i) X(i, 0) X(i, 1) X(i, 2) X(i, 3) X(i, 4) X(i, 5) X(i, 6) X(i, 7)
+#define CPU_EACH_3(X) CPU_EACH_V(X, 0) CPU_EACH_V(X, 1) CPU_EACH_V(X, 2)
+#define CPU_EACH_6(X) CPU_EACH_3(X) CPU_EACH_V(X, 3) CPU_EACH_V(X, 4) CPU_EACH_V(X, 5)
+#define CPU_EACH_8(X) CPU_EACH_6(X) CPU_EACH_V(X, 6) CPU_EACH_V(X, 7)
+#define CPU_EACH_R(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define CPU_ONE_V(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* An R x (8 V) tile on AVX2+FMA (R <= 6, R V <= 12: constants at every
+ * call), of which the first `rows` rows and `cols` columns reach C. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void cpu_tile_avx2(
+    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add) {
+  const __m256 zero = _mm256_setzero_ps();
+#define CPU_DECL(i, v) __m256 acc##i##_##v = zero;
+  CPU_EACH_6(CPU_DECL)
+#undef CPU_DECL
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+#define CPU_LOAD_B(v) const __m256 b##v = V > v ? _mm256_loadu_ps(bp + 8 * v) : zero;
+    CPU_ONE_V(CPU_LOAD_B)
+#undef CPU_LOAD_B
+#define CPU_LOAD_A(i) \
+  const __m256 a##i = R > i ? _mm256_broadcast_ss(a + i * ars + p * aps) : zero;
+    CPU_LOAD_A(0) CPU_LOAD_A(1) CPU_LOAD_A(2) CPU_LOAD_A(3) CPU_LOAD_A(4) CPU_LOAD_A(5)
+#undef CPU_LOAD_A
+#define CPU_FMA(i, v) \
+  if (R > i && V > v) acc##i##_##v = _mm256_fmadd_ps(a##i, b##v, acc##i##_##v);
+    CPU_EACH_6(CPU_FMA)
+#undef CPU_FMA
+  }
+  __m256 acc[6][8];
+#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
+  CPU_EACH_6(CPU_OUT)
+#undef CPU_OUT
+  if (rows == R && cols == 8 * V) {
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) {
+        float *cv = c + i * ldc + 8 * v;
+        __m256 r = acc[i][v];
+        if (add) r = _mm256_add_ps(r, _mm256_loadu_ps(cv));
+        _mm256_storeu_ps(cv, r);
+      }
+    }
+    return;
+  }
+  float tile[6 * 64];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + i * 8 * V + 8 * v, acc[i][v]);
+  }
+  cpu_tile_store(tile, 8 * V, c, ldc, rows, cols, add);
+}
+
+/* An R x (16 V) tile on AVX-512F (R <= 8, R V <= 24: constants at every
+ * call), of which the first `rows` rows and `cols` columns reach C. */
+__attribute__((target("avx512f"), always_inline)) static inline void cpu_tile_avx512(
+    const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add) {
+  const __m512 zero = _mm512_setzero_ps();
+#define CPU_DECL(i, v) __m512 acc##i##_##v = zero;
+  CPU_EACH_8(CPU_DECL)
+#undef CPU_DECL
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+#define CPU_LOAD_B(v) const __m512 b##v = V > v ? _mm512_loadu_ps(bp + 16 * v) : zero;
+    CPU_ONE_V(CPU_LOAD_B)
+#undef CPU_LOAD_B
+#define CPU_LOAD_A(i) const __m512 a##i = R > i ? _mm512_set1_ps(a[i * ars + p * aps]) : zero;
+    CPU_EACH_R(CPU_LOAD_A)
+#undef CPU_LOAD_A
+#define CPU_FMA(i, v) \
+  if (R > i && V > v) acc##i##_##v = _mm512_fmadd_ps(a##i, b##v, acc##i##_##v);
+    CPU_EACH_8(CPU_FMA)
+#undef CPU_FMA
+  }
+  __m512 acc[8][8];
+#define CPU_OUT(i, v) acc[i][v] = acc##i##_##v;
+  CPU_EACH_8(CPU_OUT)
+#undef CPU_OUT
+  if (rows == R && cols == 16 * V) {
+    for (int i = 0; i < R; ++i) {
+      for (int v = 0; v < V; ++v) {
+        float *cv = c + i * ldc + 16 * v;
+        __m512 r = acc[i][v];
+        if (add) r = _mm512_add_ps(r, _mm512_loadu_ps(cv));
+        _mm512_storeu_ps(cv, r);
+      }
+    }
+    return;
+  }
+  float tile[8 * 64];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(tile + i * 16 * V + 16 * v, acc[i][v]);
+  }
+  cpu_tile_store(tile, 16 * V, c, ldc, rows, cols, add);
+}
+
+/* The packed slivers: A(i, p) = ap[p * MR + i], B[p][j] = bp[p * NR + j]. */
 __attribute__((target("avx2,fma"))) static void cpu_micro_6x16(int64_t kc, const float *ap,
                                                                const float *bp, float *c,
                                                                int64_t ldc, int64_t mr,
                                                                int64_t nr, bool add) {
-  __m256 acc[6][2];
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(bp + p * 16), b1 = _mm256_loadu_ps(bp + p * 16 + 8);
-    for (int i = 0; i < 6; ++i) {
-      const __m256 a = _mm256_broadcast_ss(ap + p * 6 + i);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
-    }
-  }
-  if (mr == 6 && nr == 16) {
-    for (int i = 0; i < 6; ++i) {
-      float *cr = c + i * ldc;
-      __m256 r0 = acc[i][0], r1 = acc[i][1];
-      if (add) {
-        r0 = _mm256_add_ps(r0, _mm256_loadu_ps(cr));
-        r1 = _mm256_add_ps(r1, _mm256_loadu_ps(cr + 8));
-      }
-      _mm256_storeu_ps(cr, r0);
-      _mm256_storeu_ps(cr + 8, r1);
-    }
-    return;
-  }
-  float tile[6 * 16];
-  for (int i = 0; i < 6; ++i) {
-    _mm256_storeu_ps(tile + i * 16, acc[i][0]);
-    _mm256_storeu_ps(tile + i * 16 + 8, acc[i][1]);
-  }
-  cpu_tile_store(tile, 16, c, ldc, mr, nr, add);
+  cpu_tile_avx2(6, 2, kc, ap, 1, 6, bp, 16, c, ldc, mr, nr, add);
 }
 
 __attribute__((target("avx512f"))) static void cpu_micro_8x32(int64_t kc, const float *ap,
                                                               const float *bp, float *c,
                                                               int64_t ldc, int64_t mr,
                                                               int64_t nr, bool add) {
-  __m512 acc[8][2];
-  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_loadu_ps(bp + p * 32), b1 = _mm512_loadu_ps(bp + p * 32 + 16);
-    for (int i = 0; i < 8; ++i) {
-      const __m512 a = _mm512_set1_ps(ap[p * 8 + i]);
-      acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
-    }
-  }
-  if (mr == 8 && nr == 32) {
-    for (int i = 0; i < 8; ++i) {
-      float *cr = c + i * ldc;
-      __m512 r0 = acc[i][0], r1 = acc[i][1];
-      if (add) {
-        r0 = _mm512_add_ps(r0, _mm512_loadu_ps(cr));
-        r1 = _mm512_add_ps(r1, _mm512_loadu_ps(cr + 16));
-      }
-      _mm512_storeu_ps(cr, r0);
-      _mm512_storeu_ps(cr + 16, r1);
-    }
-    return;
-  }
-  float tile[8 * 32];
-  for (int i = 0; i < 8; ++i) {
-    _mm512_storeu_ps(tile + i * 32, acc[i][0]);
-    _mm512_storeu_ps(tile + i * 32 + 16, acc[i][1]);
-  }
-  cpu_tile_store(tile, 32, c, ldc, mr, nr, add);
+  cpu_tile_avx512(8, 2, kc, ap, 1, 8, bp, 32, c, ldc, mr, nr, add);
 }
 #endif
 
@@ -131,13 +190,34 @@ typedef struct {
   cpu_micro_fn fn;
 } cpu_micro_t;
 
-static cpu_micro_t cpu_micro_pick(void) {
+cpu_gemm_isa_t cpu_gemm_isa_best(void) {
 #ifdef CPU_GEMM_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return (cpu_micro_t){8, 32, cpu_micro_8x32};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return (cpu_micro_t){6, 16, cpu_micro_6x16};
+  if (__builtin_cpu_supports("avx512f")) return CPU_GEMM_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CPU_GEMM_ISA_AVX2;
+#endif
+  return CPU_GEMM_ISA_PLAIN;
+}
+
+bool cpu_gemm_isa_supported(cpu_gemm_isa_t isa) {
+  switch (isa) {
+    case CPU_GEMM_ISA_AUTO:
+    case CPU_GEMM_ISA_PLAIN:
+      return true;
+    case CPU_GEMM_ISA_AVX2:
+      return cpu_gemm_isa_best() != CPU_GEMM_ISA_PLAIN; /* AVX-512 CPUs have AVX2+FMA too */
+    case CPU_GEMM_ISA_AVX512:
+      return cpu_gemm_isa_best() == CPU_GEMM_ISA_AVX512;
   }
+  return false;
+}
+
+static cpu_micro_t cpu_micro_pick(cpu_gemm_isa_t isa) {
+#ifdef CPU_GEMM_X86
+  if (isa == CPU_GEMM_ISA_AVX512) return (cpu_micro_t){8, 32, cpu_micro_8x32};
+  if (isa == CPU_GEMM_ISA_AVX2) return (cpu_micro_t){6, 16, cpu_micro_6x16};
+#else
+  (void)isa;
 #endif
   return (cpu_micro_t){4, 8, cpu_micro_4x8};
 }
@@ -182,10 +262,223 @@ static void cpu_pack_b(bool tb, const float *b, int64_t ldb, int64_t p0, int64_t
   }
 }
 
-bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                      bool accumulate, int threads) {
-  const cpu_micro_t mk = cpu_micro_pick();
+/* ---- the streaming path (small M: decode) --------------------------------
+ * Each C element gets exactly the packed path's operations on the same
+ * family: per KC slice from k = 0, acc = +0 and one FMA (plain C: one mul,
+ * then one add, the same expression as cpu_micro_4x8) per k in order, then
+ * C = acc or C + acc. Only what feeds them differs: op(A) and, when not
+ * transposed, op(B) are read where they lie (row p of B is contiguous over
+ * N), so the weights are not copied on every call. Vectorised over N (many
+ * outputs at once), never over K: a SIMD dot product would reorder the sum.
+ * A KC x NB sliver is packed only where B is transposed (its rows run over
+ * K), for the last, narrower block of columns, or where many row tiles
+ * read the block (see copy_b). Threads split N. */
+
+/* rows (<= the family's rmax) x cols (<= nb) of C from A(i, p) =
+ * a[i * ars + p * aps] and op(B)[p][j] = b[p * bs + j] over kc. */
+typedef void (*cpu_stream_fn)(int rows, int64_t kc, const float *a, int64_t ars, int64_t aps,
+                              const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols,
+                              bool add);
+
+static void cpu_stream_plain(int rows, int64_t kc, const float *a, int64_t ars, int64_t aps,
+                             const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols,
+                             bool add) {
+  float acc[4 * 8] = {0};
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *bp = b + p * bs;
+    for (int i = 0; i < rows; ++i) {
+      const float av = a[i * ars + p * aps];
+      for (int j = 0; j < 8; ++j) acc[i * 8 + j] += av * bp[j];
+    }
+  }
+  cpu_tile_store(acc, 8, c, ldc, rows, cols, add);
+}
+
+#ifdef CPU_GEMM_X86
+/* 32 columns, up to 3 rows (12 accumulators of 16 registers). */
+__attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n32(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  if (rows == 1) cpu_tile_avx2(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
+  else if (rows == 2) cpu_tile_avx2(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add);
+  else cpu_tile_avx2(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add);
+}
+
+/* One row (M = 1), 64 columns: 8 independent FMA chains hide the latency. */
+__attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n64(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  (void)rows;
+  cpu_tile_avx2(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
+}
+
+/* 64 columns, up to 6 rows (24 accumulators of 32 registers). */
+__attribute__((target("avx512f"))) static void cpu_stream_avx512_n64(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  switch (rows) {
+    case 1: cpu_tile_avx512(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add); break;
+    case 2: cpu_tile_avx512(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add); break;
+    case 3: cpu_tile_avx512(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add); break;
+    case 4: cpu_tile_avx512(4, 4, kc, a, ars, aps, b, bs, c, ldc, 4, cols, add); break;
+    case 5: cpu_tile_avx512(5, 4, kc, a, ars, aps, b, bs, c, ldc, 5, cols, add); break;
+    default: cpu_tile_avx512(6, 4, kc, a, ars, aps, b, bs, c, ldc, 6, cols, add); break;
+  }
+}
+
+/* One row (M = 1), 128 columns. */
+__attribute__((target("avx512f"))) static void cpu_stream_avx512_n128(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add) {
+  (void)rows;
+  cpu_tile_avx512(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
+}
+#endif
+
+/* A KC x nb sliver of a transposed B ([N, K]): sl[p * nb + jj] =
+ * b[(j0 + jj) * ldb + p0 + p] for jj in [from, cols), zero past cols. Reads
+ * run along B's rows. */
+static void cpu_pack_bt_plain(const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                              int64_t from, int64_t cols, int nb, float *sl) {
+  for (int64_t jj = from; jj < cols; ++jj) {
+    const float *src = b + (j0 + jj) * ldb + p0;
+    for (int64_t p = 0; p < kc; ++p) sl[p * nb + jj] = src[p];
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t jj = cols; jj < nb; ++jj) sl[p * nb + jj] = 0.0f;
+  }
+}
+
+#ifdef CPU_GEMM_X86
+/* The same, 8 rows x 8 k at a time transposed in registers (a copy: the
+ * bits are B's whatever the method). */
+__attribute__((target("avx2"))) static void cpu_pack_bt_avx2(const float *b, int64_t ldb,
+                                                             int64_t p0, int64_t kc, int64_t j0,
+                                                             int64_t cols, int nb, float *sl) {
+  const int64_t j8 = cols - cols % 8, p8 = kc - kc % 8;
+  for (int64_t jj = 0; jj < j8; jj += 8) {
+    const float *src = b + (j0 + jj) * ldb + p0;
+    for (int64_t p = 0; p < p8; p += 8) {
+      __m256 r[8], t[8];
+      for (int q = 0; q < 8; ++q) r[q] = _mm256_loadu_ps(src + q * ldb + p);
+      for (int q = 0; q < 8; q += 2) {
+        t[q] = _mm256_unpacklo_ps(r[q], r[q + 1]);
+        t[q + 1] = _mm256_unpackhi_ps(r[q], r[q + 1]);
+      }
+      for (int h = 0; h < 8; h += 4) {
+        r[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+        r[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+        r[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        r[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+      }
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(sl + (p + q) * nb + jj, _mm256_permute2f128_ps(r[q], r[q + 4], 0x20));
+        _mm256_storeu_ps(sl + (p + q + 4) * nb + jj,
+                         _mm256_permute2f128_ps(r[q], r[q + 4], 0x31));
+      }
+    }
+    for (int64_t p = p8; p < kc; ++p) {
+      for (int q = 0; q < 8; ++q) sl[p * nb + jj + q] = src[q * ldb + p];
+    }
+  }
+  cpu_pack_bt_plain(b, ldb, p0, kc, j0, j8, cols, nb, sl);
+}
+#endif
+
+static void cpu_pack_bt(cpu_gemm_isa_t isa, const float *b, int64_t ldb, int64_t p0, int64_t kc,
+                        int64_t j0, int64_t cols, int nb, float *sl) {
+#ifdef CPU_GEMM_X86
+  if (isa != CPU_GEMM_ISA_PLAIN) {
+    cpu_pack_bt_avx2(b, ldb, p0, kc, j0, cols, nb, sl);
+    return;
+  }
+#else
+  (void)isa;
+#endif
+  cpu_pack_bt_plain(b, ldb, p0, kc, j0, 0, cols, nb, sl);
+}
+
+typedef struct {
+  int nb, rmax; /* columns per block (a multiple of the vector width), rows per call */
+  cpu_stream_fn fn;
+} cpu_stream_t;
+
+static cpu_stream_t cpu_stream_pick(cpu_gemm_isa_t isa, int64_t m) {
+#ifdef CPU_GEMM_X86
+  if (isa == CPU_GEMM_ISA_AVX512) {
+    return m == 1 ? (cpu_stream_t){128, 1, cpu_stream_avx512_n128}
+                  : (cpu_stream_t){64, 6, cpu_stream_avx512_n64};
+  }
+  if (isa == CPU_GEMM_ISA_AVX2) {
+    return m == 1 ? (cpu_stream_t){64, 1, cpu_stream_avx2_n64}
+                  : (cpu_stream_t){32, 3, cpu_stream_avx2_n32};
+  }
+#else
+  (void)isa;
+#endif
+  (void)m;
+  return (cpu_stream_t){8, 4, cpu_stream_plain};
+}
+
+static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int64_t n,
+                            int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, bool accumulate, int threads) {
+  if (m <= 0 || n <= 0 || k <= 0) return true; /* as the packed path: C untouched */
+  const cpu_stream_t st = cpu_stream_pick(isa, m);
+  const int64_t blocks = (n + st.nb - 1) / st.nb;
+  int nt = threads < blocks ? threads : (int)blocks;
+  if (nt < 1) nt = 1;
+#ifdef _OPENMP
+  if (omp_in_parallel()) nt = 1;
+#endif
+  /* Every row tile reads each KC x NB block of B. In place, its rows ldb
+   * floats apart fall into few L1 sets and evict each other, so with many
+   * tiles, or rows 4 KiB apart (all in one set), the block is copied once
+   * into a contiguous sliver; a few tiles read it in place (measured on
+   * AVX2 at N = 768 and 3072: each choice is the faster one there). */
+  const int64_t row_tiles = (m + st.rmax - 1) / st.rmax;
+  const bool copy_b = row_tiles >= 4 || (row_tiles > 1 && ldb % 1024 == 0);
+  const bool slivers = tb || copy_b || n % st.nb != 0;
+  const size_t sliver_size = (size_t)CPU_KC * (size_t)st.nb;
+  float *sl_all = NULL;
+  if (slivers) {
+    sl_all = malloc((size_t)nt * sliver_size * sizeof(float));
+    if (!sl_all) return false;
+  }
+  const int64_t ars = ta ? 1 : lda, aps = ta ? lda : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    float *sl = slivers ? sl_all + (size_t)cpu_thread_num() * sliver_size : NULL;
+    const int64_t j0 = blk * st.nb, cols = n - j0 < st.nb ? n - j0 : st.nb;
+    for (int64_t p0 = 0; p0 < k; p0 += CPU_KC) {
+      const int64_t kc = k - p0 < CPU_KC ? k - p0 : CPU_KC;
+      const float *bs = sl;
+      int64_t bstride = st.nb;
+      if (tb) {
+        cpu_pack_bt(isa, b, ldb, p0, kc, j0, cols, st.nb, sl);
+      } else if (copy_b || cols < st.nb) {
+        cpu_pack_b(false, b, ldb, p0, kc, j0, cols, st.nb, sl);
+      } else {
+        bs = b + p0 * ldb + j0;
+        bstride = ldb;
+      }
+      const bool add = accumulate || p0 > 0;
+      for (int64_t i0 = 0; i0 < m; i0 += st.rmax) {
+        const int rows = (int)(m - i0 < st.rmax ? m - i0 : st.rmax);
+        st.fn(rows, kc, a + i0 * ars + p0 * aps, ars, aps, bs, bstride, c + i0 * ldc + j0, ldc,
+              cols, add);
+      }
+    }
+  }
+  free(sl_all);
+  return true;
+}
+
+
+static bool cpu_gemm_packed(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int64_t n,
+                            int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                            float *c, int64_t ldc, bool accumulate, int threads) {
+  const cpu_micro_t mk = cpu_micro_pick(isa);
   const int64_t mb = (m + CPU_MC - 1) / CPU_MC, nb = (n + CPU_NC - 1) / CPU_NC;
   const int64_t tasks = mb * nb;
   int nt = threads < tasks ? threads : (int)tasks;
@@ -217,4 +510,26 @@ bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
   }
   free(packs);
   return true;
+}
+
+bool cpu_gemm_blocked_with(cpu_gemm_isa_t isa, cpu_gemm_path_t path, bool ta, bool tb,
+                           int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
+                           int threads) {
+  if (isa == CPU_GEMM_ISA_AUTO) isa = cpu_gemm_isa_best();
+  else if (!cpu_gemm_isa_supported(isa)) return false;
+  if (path == CPU_GEMM_PATH_AUTO) {
+    path = m <= CPU_GEMM_SMALL_M ? CPU_GEMM_PATH_STREAM : CPU_GEMM_PATH_PACKED;
+  }
+  if (path == CPU_GEMM_PATH_STREAM) {
+    return cpu_gemm_stream(isa, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+  }
+  return cpu_gemm_packed(isa, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+}
+
+bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                      bool accumulate, int threads) {
+  return cpu_gemm_blocked_with(CPU_GEMM_ISA_AUTO, CPU_GEMM_PATH_AUTO, ta, tb, m, n, k, a, lda, b,
+                               ldb, c, ldc, accumulate, threads);
 }

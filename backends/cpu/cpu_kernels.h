@@ -284,6 +284,33 @@ bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
 bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                       bool accumulate, int threads);
+/* Which micro-kernel family the blocked GEMM runs (AUTO: the best the CPU
+ * has) and which of its two paths (AUTO: streaming for M <= CPU_GEMM_SMALL_M,
+ * else packed). Both paths give the same bits for every element on a given
+ * family; cpu_gemm_blocked is cpu_gemm_blocked_with(AUTO, AUTO, ...). The
+ * choices exist for the tests that hold that promise on each family. */
+typedef enum {
+  CPU_GEMM_ISA_AUTO = 0,
+  CPU_GEMM_ISA_PLAIN,  /* plain C 4x8, mul then add */
+  CPU_GEMM_ISA_AVX2,   /* AVX2+FMA 6x16 */
+  CPU_GEMM_ISA_AVX512, /* AVX-512F 8x32 */
+} cpu_gemm_isa_t;
+typedef enum {
+  CPU_GEMM_PATH_AUTO = 0,
+  CPU_GEMM_PATH_PACKED, /* packs op(A) and op(B) blocks (Goto/BLIS) */
+  CPU_GEMM_PATH_STREAM, /* small M: reads op(B) in place, no A packing */
+} cpu_gemm_path_t;
+#define CPU_GEMM_SMALL_M 64
+/* Whether this CPU can run `isa` (AUTO: always). */
+bool cpu_gemm_isa_supported(cpu_gemm_isa_t isa);
+/* The family AUTO resolves to on this CPU. */
+cpu_gemm_isa_t cpu_gemm_isa_best(void);
+/* cpu_gemm_blocked on a chosen family and path; false as cpu_gemm_blocked,
+ * or when `isa` is not supported here (the caller asks first). */
+bool cpu_gemm_blocked_with(cpu_gemm_isa_t isa, cpu_gemm_path_t path, bool ta, bool tb,
+                           int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
+                           int threads);
 
 /* cpu_kernels_elementwise.c */
 ty_abi_status_t cpu_kernel_add(const cpu_node_ctx_t *c);

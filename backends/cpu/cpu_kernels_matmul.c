@@ -1,7 +1,8 @@
 /* Batched matmul with optional bias, on oneDNN's sgemm or, when the plugin
  * is built without oneDNN (TY_CPU_HAVE_ONEDNN undefined) or the graph was
- * compiled with deterministic=1, on the packed, blocked OpenMP GEMM of
- * cpu_gemm_blocked.c (batch-invariant: a row's bits never depend on M).
+ * compiled with deterministic=1, on the blocked OpenMP GEMM of
+ * cpu_gemm_blocked.c (batch-invariant: a row's bits never depend on M; small
+ * M takes its streaming path, which does not copy the weights each call).
  *
  *   c[b] = op(a[b_a]) @ op(b[b_b]) + bias,  op(x) = x or x^T (trans_a/trans_b)
  *   a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
