@@ -4,14 +4,14 @@
 # plugin WITHOUT oneDNN (the GPU machines have no libdnnl), in build-device/.
 # Carry build-device/bin, build-device/lib and build-device/tests/cuda-fatbin-sm80
 # (and build-device/tests/cuda_emu_deterministic_test for device_run.sh's
-# deterministic phase).
+# deterministic phase, build-device/tests/cpu_gemm_stream_test for crossdev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DTY_WITH_CUDA=ON \
   -DTY_WITH_ONEDNN=OFF -DTY_WITH_OPENCL=ON "$@" >/dev/null
 cmake --build build-device -j "$(nproc)" --target trainyard train_bench ty_backend_cpu \
   ty_backend_cuda ty_backend_opencl ty_backend_dataflow ty_backend_template ty_cuda_test_fatbin \
-  engine_bench ty_mpi mpi_bench cuda_emu_deterministic_test
+  engine_bench ty_mpi mpi_bench cuda_emu_deterministic_test cpu_gemm_stream_test
 # The GPU machines have no libmicrohttpd (`trainyard serve`): carry Debian's
 # copy; tests/cuda/device_run.sh uses it only when the system has none.
 mkdir -p build-device/lib/deps

@@ -67,6 +67,12 @@
 #              of both and the ratio); (c) train tok/s (same model,
 #              bf16-mixed, B=8 T=256, 20 steps) with and without
 #              --deterministic, and the ratio
+#   crossdev   issue 34's cross-device points: cpu_gemm_stream_test (the
+#              deterministic cpu GEMM on this host's ISAs, AVX-512 where
+#              present), a checkpoint resumed cuda ->
+#              cpu -> cuda against one cpu run, and 50 steps of train
+#              --deterministic --dtype f32 on cpu and cuda:0 (GPT-2 and Llama
+#              fixtures) whose step losses must agree within 1e-6
 # Environment: SUITES (which suites), CONFORM_OPS (a --ops pattern),
 # SANITIZER_TOOLS (default "memcheck racecheck initcheck").
 set -uo pipefail
@@ -466,6 +472,43 @@ with netns_hosts.Hosts(2) as hosts:
 PY
   grep -E "^---- rank|via NET|via P2P|via SHM|Using network|NET/Socket : Using|data parallel|step +3|loss" \
     "$out/multihost-nccl.log" | head -30
+  return $rc
+}
+
+phase_crossdev() {
+  local rc=0
+  echo "== the cpu GEMM's streaming path against its packed path on every ISA this host has"
+  if [[ -x $build/tests/cpu_gemm_stream_test ]]; then
+    "$build/tests/cpu_gemm_stream_test" 2>&1 | tail -8
+    ((PIPESTATUS[0] != 0)) && rc=1
+  else
+    echo "missing $build/tests/cpu_gemm_stream_test (carry build-device/tests/cpu_gemm_stream_test)"
+  fi
+  echo "== cross-device resume cuda 1-4 -> cpu 5-8 -> cuda 9-12 against cpu 1-12"
+  TRAINYARD_TEST_RESUME_LEGS="cuda=4,cpu=8,cuda=12" python3 tests/apps/test_cross_device_resume_cli.py \
+    --trainyard "$ty" --models "$models" 2>&1 | tail -12
+  ((PIPESTATUS[0] != 0)) && rc=1
+  echo "== 50 steps of train --deterministic --dtype f32 on cpu and on cuda:0 (GPT-2, Llama fixtures)"
+  local m b
+  for m in gpt2 llama; do
+    for b in cpu cuda:0; do
+      rm -rf "/tmp/ty-xd-$m-${b%%:*}"
+      "$ty" train --model $models/$m --data /tmp/ty-ids --out "/tmp/ty-xd-$m-${b%%:*}" --backend "$b" \
+        --dtype f32 --batch-size 4 --max-steps 50 --deterministic >"$out/crossdev-$m-${b%%:*}.log" 2>&1 ||
+        { echo "$m on $b failed:"; tail -5 "$out/crossdev-$m-${b%%:*}.log"; rc=1; }
+    done
+    python3 - "$m" /tmp/ty-xd-$m-cpu/metrics.jsonl /tmp/ty-xd-$m-cuda/metrics.jsonl <<'PY' || rc=1
+import json, sys
+m, a, b = sys.argv[1:]
+rows = [{r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in (a, b)]
+steps = sorted(rows[0])
+assert steps == sorted(rows[1]) and len(steps) == 50, (len(steps), len(rows[1]))
+worst = max(abs(rows[0][s] - rows[1][s]) for s in steps)
+print("%s: 50 steps, cpu vs cuda step losses: largest |difference| %.3e (step 1 %.9g / %.9g, step 50 %.9g / %.9g)"
+      % (m, worst, rows[0][1], rows[1][1], rows[0][50], rows[1][50]))
+sys.exit(0 if worst <= 1e-6 else 1)
+PY
+  done
   return $rc
 }
 
