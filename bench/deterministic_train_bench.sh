@@ -83,14 +83,14 @@ run() {
   median "$run_out"
 }
 
-printf '%-12s %4s %5s %-11s %-16s %12s %8s\n' preset B T dtype run "tokens/s" "vs plain"
+printf '%-12s %4s %5s %-11s %-20s %12s %8s\n' preset B T dtype run "tokens/s" "vs plain"
 for cfg in $configs; do
   IFS=: read -r preset b t <<<"$cfg"
   dir=$(data "$t" $((b * (steps + 2)))) || continue
   for dtype in $dtypes; do
     tag="$preset-$b-$t-$dtype"
     plain=$(run "$tag-plain" "$preset" "$b" "$t" "$dtype" "$dir" --)
-    printf '%-12s %4s %5s %-11s %-16s %12s %8s\n' "$preset" "$b" "$t" "$dtype" plain "$plain" 1.00
+    printf '%-12s %4s %5s %-11s %-20s %12s %8s\n' "$preset" "$b" "$t" "$dtype" plain "$plain" 1.00
     kinds="device"
     [[ $host == 1 ]] && kinds="device host"
     for kind in $kinds; do
@@ -100,7 +100,7 @@ for cfg in $configs; do
         --deterministic)
       ratio=$(awk -v a="$det" -v p="$plain" 'BEGIN { if (a + 0 > 0 && p + 0 > 0)
         printf "%.2f", a / p; else print "?" }')
-      printf '%-12s %4s %5s %-11s %-16s %12s %8s\n' "$preset" "$b" "$t" "$dtype" \
+      printf '%-12s %4s %5s %-11s %-20s %12s %8s\n' "$preset" "$b" "$t" "$dtype" \
         "deterministic/$kind" "$det" "$ratio"
     done
   done
