@@ -18,7 +18,8 @@ Open MPI's mpirun on the cpu backend (Python standard library only).
 - DeviceTreeTest: the rows' tree on the device (train_tree_dev.c, the
   default) against the host tree (TRAINYARD_DEBUG_DET_HOST_TREE=1): the
   same bits for 7 rows (three partials to fold), 3 x 2 rows, 1 row, and 2
-  ranks of 2 x 2 and of 1 row; each run's start-up line names its path.
+  ranks of 2 x 2 and of 1 row; each run's start-up line names its path; a
+  mixed run (template?fallback=cpu) keeps the host tree and says so.
 - RefuseTest: 2 ranks of batch 3 (3 rows a rank, not a power of two),
   --zero, --tp, --fused-optimizer with --deterministic: refused with a
   message, --out untouched.
@@ -224,6 +225,12 @@ class DeviceTreeTest(Base):
             r = self.train(n, "--max-steps", "6", "--out", ref, *split, env=host)
             self.assertIn("(the host tree: TRAINYARD_DEBUG_DET_HOST_TREE is set)", r.stderr)
             self.assert_same_bits(dev, ref, 6)
+
+    def test_mixed_run_keeps_the_host_tree(self):
+        # a mixed session's state is split over two devices: the host tree
+        r = self.train(0, "--max-steps", "2", "--out", self.path("mixed"), "--batch-size", "3",
+                       "--backend", "template?fallback=cpu")
+        self.assertIn("(the host tree: a mixed run (fallback=) keeps it on the host)", r.stderr)
 
 
 class RefuseTest(Base):
