@@ -241,7 +241,8 @@ ty_status_t ty_train_tree_dev_push(ty_train_tree_dev_t *t, double loss) {
       TY_RETURN_IF_ERROR(ty_tdev_run(t->kind[TY_TDEV_MERGE][k], "merge", k));
     }
   }
-  return ty_session_run(t->zero);
+  /* the finish overwrites the accumulators after the last leaf */
+  return t->pushed == t->rows ? TY_OK : ty_session_run(t->zero);
 }
 
 ty_status_t ty_train_tree_dev_finish(ty_train_tree_dev_t *t, double *out_loss) {

@@ -37,7 +37,8 @@ uint32_t ty_train_tree_dev_graphs(const ty_train_tree_dev_t *tree);
 void ty_train_tree_dev_reset(ty_train_tree_dev_t *tree);
 /* The leaf is in the accumulators (a row's gradients): pushes it with its
  * loss, merging (older + newer) while the newest partials hold as many
- * leaves, and sets the accumulators back to zero. OUT_OF_RANGE past the
+ * leaves, and sets the accumulators back to zero (not after the last leaf:
+ * finish overwrites them). OUT_OF_RANGE past the
  * `rows` leaves the tree was built for. */
 ty_status_t ty_train_tree_dev_push(ty_train_tree_dev_t *tree, double loss);
 /* Folds what is left, oldest first ((S0 + S1) + S2), into the
