@@ -25,7 +25,7 @@ struct ty_train_tree_dev_t {
   ty_tensor_desc_t *descs; /* each accumulator's */
   int64_t rows;          /* leaves a step */
   int64_t pushed;        /* leaves pushed since the reset */
-  int slots;             /* tree slots: floor(log2(rows)) + 1 */
+  int slots;             /* tree slots the rows reach */
   int final_depth;       /* partials left after `rows` leaves: popcount(rows) */
   uint64_t slot_bytes;   /* one slot over every parameter */
   uint32_t graphs;
@@ -170,7 +170,13 @@ ty_status_t ty_train_tree_dev_create(ty_device_t *device, ty_session_t *train, c
   }
   bool need[TY_TDEV_KINDS][TY_TRAIN_TREE_SLOTS] = {{false}};
   if (!s) s = ty_tdev_plan(rows, need, &t->final_depth);
-  while (!s && ((int64_t)1 << t->slots) <= rows) t->slots++;
+  /* the slots the counter reaches (a store or a merge names each): at most
+   * floor(log2(rows)) + 1, one fewer for a power of two */
+  for (int kind = 0; kind < TY_TDEV_KINDS && !s; ++kind) {
+    for (int k = 0; k < TY_TRAIN_TREE_SLOTS; ++k) {
+      if (need[kind][k] && k + 1 > t->slots) t->slots = k + 1;
+    }
+  }
   /* one row: the leaf in the accumulators is the sum, nothing to build */
   if (!s && rows > 1) s = ty_tdev_session(t, options, TY_TDEV_KINDS, -1, &t->zero);
   for (int kind = 0; kind < TY_TDEV_KINDS && !s && rows > 1; ++kind) {
