@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/autodiff.h"
 #include "hal/dtype.h"
 #include "models/llm.h"
 #include "train_tree.h"
@@ -87,6 +86,23 @@ static ty_status_t ty_tdev_add(ty_graph_t *g, ty_value_id_t a, ty_value_id_t b,
   return ty_graph_add_node1(g, "add", in, 2, NULL, out);
 }
 
+/* The zeros of parameter i's shape: a STATE no graph updates (states start
+ * as zeros, graph/session.h), one per shape, so the reset is one device
+ * copy with no fill kernel and no arena. */
+static ty_status_t ty_tdev_zeros(const ty_train_tree_dev_t *t, ty_graph_t *g, uint32_t i,
+                                 ty_value_id_t *out) {
+  char name[64 + 24 * TY_TENSOR_MAX_RANK];
+  int at = snprintf(name, sizeof(name), "deterministic_tree.zeros.");
+  for (uint32_t r = 0; r < t->descs[i].rank && at > 0 && (size_t)at < sizeof(name); ++r) {
+    at += snprintf(name + at, sizeof(name) - (size_t)at, r ? "x%lld" : "%lld",
+                   (long long)t->descs[i].dims[r]);
+  }
+  ty_status_t s = ty_graph_find(g, name, out);
+  if (!s) return TY_OK; /* an earlier parameter of this shape */
+  ty_status_free(s);
+  return ty_tdev_state(g, &t->descs[i], name, out);
+}
+
 /* One graph over every parameter: `kind` at slot k, or the reset (kind ==
  * TY_TDEV_KINDS, k == -1) or the finish (k == -2). */
 static ty_status_t ty_tdev_build(const ty_train_tree_dev_t *t, int kind, int k, ty_graph_t *g) {
@@ -95,8 +111,7 @@ static ty_status_t ty_tdev_build(const ty_train_tree_dev_t *t, int kind, int k, 
     ty_value_id_t acc, v;
     TY_RETURN_IF_ERROR(ty_tdev_states(t, g, i, &acc, slot));
     if (k == -1) {
-      TY_RETURN_IF_ERROR(ty_graph_add_filled(g, TY_DTYPE_F32, t->descs[i].rank, t->descs[i].dims,
-                                             0.0, &v));
+      TY_RETURN_IF_ERROR(ty_tdev_zeros(t, g, i, &v));
       TY_RETURN_IF_ERROR(ty_graph_set_state_update(g, acc, v));
     } else if (k == -2) {
       /* oldest first, as ty_train_tree_finish: ((S0 + S1) + S2) ... */

@@ -20,8 +20,8 @@ typedef struct ty_train_tree_dev_t ty_train_tree_dev_t;
  * `train`), as sessions on `device` (train's) that share its state;
  * `options` as the train session's (share_state_with is replaced). For one
  * row nothing is built: the leaf is the sum. The caller keeps `train` alive
- * until destroy. Errors: the session's (a backend that refuses "add" or
- * "broadcast_to", a mixed session), INVALID_ARGUMENT for an accumulator
+ * until destroy. Errors: the session's (a backend that refuses "add", a
+ * mixed session), INVALID_ARGUMENT for an accumulator
  * that is not f32; the caller may then sum on the host instead. */
 ty_status_t ty_train_tree_dev_create(ty_device_t *device, ty_session_t *train,
                                      const ty_session_options_t *options,
