@@ -141,7 +141,7 @@ static const ty_opt_t ty_opts[] = {
     TY_I(pp_virtual, "interleaved schedule: model chunks per rank (default 2)"),
     TY_B(deterministic, "bitwise the same training whatever --batch-size, --grad-accum and "
                         "the data-parallel world split the global batch into: one gradient "
-                        "per row, summed in one fixed tree on the host (slower; batch x "
+                        "per row, summed in one fixed tree on the device (slower; batch x "
                         "accumulation a power of two with several ranks; not with --tp, --pp, "
                         "--zero, --fused-optimizer, --artifact)"),
 };

@@ -1,10 +1,12 @@
 /* `train --deterministic` (docs/design-notes.md "Reduction orders"): every
- * row of the global batch runs alone through the gradient graph (batch 1),
- * its gradients are read to the host, and the rows' gradient sets and
- * losses are summed in one fixed tree (train_tree.h): over this rank's rows
- * in global order, then over the ranks' partials in rank order. The bits
- * of the update are then a function of the global batch only, whatever
- * --batch-size, --grad-accum and the world size split it into. */
+ * row of the global batch runs alone through the gradient graph (batch 1)
+ * and the rows' gradient sets and losses are summed in one fixed tree
+ * (train_tree.h): over this rank's rows in global order, then over the
+ * ranks' partials in rank order. The rows' tree runs on the device through
+ * small graphs sharing the train session's state (train_tree_dev.h); the
+ * host tree (each row's gradients read to the host) is the fallback. The
+ * bits of the update are then a function of the global batch only,
+ * whatever --batch-size, --grad-accum, the world size or the path. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +15,14 @@
 #include "hal/dtype.h"
 #include "train_plan.h"
 #include "train_tree.h"
+#include "train_tree_dev.h"
 #include "trainer.h"
 
 typedef struct ty_trainer_det_t {
-  ty_train_tree_t rows, ranks; /* this rank's rows; the ranks' partials */
-  float *zeros;                /* the largest accumulator's zeros */
+  ty_train_tree_dev_t *dev;    /* the rows' tree on the device, or NULL: */
+  char host_why[384];          /* ... the host tree, and why */
+  ty_train_tree_t rows, ranks; /* this rank's rows (host path); the ranks' partials */
+  float *zeros;                /* the largest accumulator's zeros (host path) */
   char *own, *gather;          /* this rank's (partial + its loss); dp of them */
   size_t gather_bytes;         /* one rank's share */
 } ty_trainer_det_t;
@@ -62,6 +67,36 @@ static ty_status_t ty_det_layout(const ty_trainer_t *t, size_t *out_total, size_
   return TY_OK;
 }
 
+/* The rows' tree on the device, or the reason for the host tree in
+ * d->host_why. A device that cannot build the small graphs is no error: the
+ * host tree gives the same bits, slower. */
+static ty_status_t ty_det_open_device(ty_trainer_t *t, ty_trainer_det_t *d) {
+  /* test hook: the host tree, to compare the two paths' bits */
+  const char *force = getenv("TRAINYARD_DEBUG_DET_HOST_TREE");
+  if (force && force[0] && strcmp(force, "0") != 0) {
+    snprintf(d->host_why, sizeof(d->host_why), "TRAINYARD_DEBUG_DET_HOST_TREE is set");
+    return TY_OK;
+  }
+  if (t->fallback) {
+    snprintf(d->host_why, sizeof(d->host_why), "a mixed run (fallback=) keeps it on the host");
+    return TY_OK;
+  }
+  const uint32_t n = t->m_train.param_count;
+  const char **names = calloc(n ? n : 1, sizeof(char *));
+  if (!names) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n; ++i) names[i] = t->m_train.params[i].name;
+  const ty_train_config_t *c = &t->cfg;
+  ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
+                             .deterministic = c->deterministic};
+  ty_status_t s =
+      ty_train_tree_dev_create(t->device, t->s_train, &so, names, n, t->B * t->accum, &d->dev);
+  free(names);
+  if (s && ty_status_code(s) == TY_CODE_RESOURCE_EXHAUSTED) return s;
+  if (s) snprintf(d->host_why, sizeof(d->host_why), "%s", ty_status_message(s));
+  ty_status_free(s);
+  return TY_OK;
+}
+
 static ty_status_t ty_det_open(ty_trainer_t *t) {
   if (t->det) return TY_OK;
   size_t total = 0, largest = 0;
@@ -71,13 +106,14 @@ static ty_status_t ty_det_open(ty_trainer_t *t) {
   t->det = d;
   ty_train_tree_init(&d->rows, total);
   ty_train_tree_init(&d->ranks, total);
-  d->zeros = calloc(largest ? largest : 1, sizeof(float));
+  TY_RETURN_IF_ERROR(ty_det_open_device(t, d));
+  if (!d->dev) d->zeros = calloc(largest ? largest : 1, sizeof(float));
   d->gather_bytes = total * sizeof(float) + sizeof(double);
   if (t->dp > 1) {
     d->own = malloc(d->gather_bytes);
     d->gather = malloc(d->gather_bytes * (size_t)t->dp);
   }
-  if (!d->zeros || (t->dp > 1 && (!d->own || !d->gather))) {
+  if ((!d->dev && !d->zeros) || (t->dp > 1 && (!d->own || !d->gather))) {
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
                           "out of host memory for the deterministic gradient sum (%zu floats "
                           "per rank)", total);
@@ -88,6 +124,7 @@ static ty_status_t ty_det_open(ty_trainer_t *t) {
 void ty_trainer_det_close(ty_trainer_t *t) {
   ty_trainer_det_t *d = t->det;
   if (!d) return;
+  ty_train_tree_dev_destroy(d->dev);
   ty_train_tree_deinit(&d->rows);
   ty_train_tree_deinit(&d->ranks);
   free(d->zeros);
@@ -98,18 +135,32 @@ void ty_trainer_det_close(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_det_banner(ty_trainer_t *t) {
+  TY_RETURN_IF_ERROR(ty_det_open(t)); /* every rank: which tree */
   if (t->rank != 0) return TY_OK;
+  const ty_trainer_det_t *d = t->det;
   size_t total = 0, largest = 0;
   TY_RETURN_IF_ERROR(ty_det_layout(t, &total, &largest));
   const int64_t per_rank = t->B * t->accum;
-  char bytes[32];
+  char bytes[32], tree[32], path[640];
   ty_format_bytes((uint64_t)total * 4, bytes, sizeof(bytes));
+  if (d->dev) {
+    ty_format_bytes(ty_train_tree_dev_bytes(d->dev), tree, sizeof(tree));
+    snprintf(path, sizeof(path),
+             "gradients (%s a row) summed on the device in one fixed binary-counter tree over "
+             "the rows in global order (%s of tree slots, %u small graphs sharing the train "
+             "session's state)",
+             bytes, tree, ty_train_tree_dev_graphs(d->dev));
+  } else {
+    snprintf(path, sizeof(path),
+             "gradients (%s a row) read to the host after every row and summed in one fixed "
+             "binary-counter tree over the rows in global order (the host tree: %s)",
+             bytes, d->host_why);
+  }
   fprintf(stderr,
           "deterministic: on; %lld rows per step (%lld per rank x %d rank%s), each run alone "
-          "(graph batch 1); gradients (%s a row) read to the host after every row and summed "
-          "in one fixed binary-counter tree over the rows in global order%s, then the "
-          "optimizer graph; deterministic=1 asks %s for batch-invariant kernels\n",
-          (long long)t->rows_per_step, (long long)per_rank, t->dp, t->dp == 1 ? "" : "s", bytes,
+          "(graph batch 1); %s%s, then the optimizer graph; deterministic=1 asks %s for "
+          "batch-invariant kernels\n",
+          (long long)t->rows_per_step, (long long)per_rank, t->dp, t->dp == 1 ? "" : "s", path,
           t->dp > 1 ? ", the ranks' partials gathered over the host transport and folded in "
                       "rank order on every rank (never the backend's or MPI's all-reduce)"
                     : "",
@@ -129,18 +180,20 @@ static ty_status_t ty_det_bind_row(ty_trainer_t *t, ty_session_t *s, int64_t b) 
                          (char *)t->weights + (size_t)(b * T) * w, (size_t)T * w);
 }
 
-/* The row's gradients into `leaf`, then the accumulators back to zero (the
- * graph adds into them), so that every row's leaf is its own gradient. */
-static ty_status_t ty_det_take_leaf(ty_trainer_t *t, float *leaf) {
+/* The accumulators into `dst`; with `reset`, then back to zero (the graph
+ * adds into them), so that every row's leaf is its own gradient. */
+static ty_status_t ty_det_read_accums(ty_trainer_t *t, float *dst, bool reset) {
   size_t offset = 0;
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
     ty_tensor_desc_t desc;
     TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
-    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, leaf + offset, n * 4));
-    TY_RETURN_IF_ERROR(
-        ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims, t->det->zeros, n * 4));
+    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, dst + offset, n * 4));
+    if (reset) {
+      TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
+                                         t->det->zeros, n * 4));
+    }
     offset += n;
   }
   return TY_OK;
@@ -166,7 +219,7 @@ static ty_status_t ty_det_over_ranks(ty_trainer_t *t, const float *mine, double 
                                      const float **out_sum, double *out_loss) {
   ty_trainer_det_t *d = t->det;
   const size_t floats = d->rows.count * sizeof(float);
-  memcpy(d->own, mine, floats);
+  if (mine != (const float *)d->own) memcpy(d->own, mine, floats);
   memcpy(d->own + floats, &mine_loss, sizeof(double));
   char what[96];
   snprintf(what, sizeof(what), "the deterministic gradient gather of step %lld",
@@ -203,6 +256,7 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
   /* --check-numerics: a checked step runs the session that keeps every
    * intermediate (the same graph, the same state) */
   ty_session_t *train = t->check_session ? t->check_session : t->s_train;
+  if (d->dev) ty_train_tree_dev_reset(d->dev);
   ty_train_tree_reset(&d->rows);
   for (int64_t m = 0; m < t->accum; ++m) {
     double counted = 0;
@@ -220,18 +274,34 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
       }
       TY_RETURN_IF_ERROR(ty_session_run(train));
       double loss = 0;
-      float *leaf = NULL;
       TY_RETURN_IF_ERROR(ty_trainer_read_scalar(train, "loss", t->loss_dtype, &loss));
+      if (d->dev) {
+        TY_RETURN_IF_ERROR(ty_train_tree_dev_push(d->dev, loss));
+        continue;
+      }
+      float *leaf = NULL;
       TY_RETURN_IF_ERROR(ty_train_tree_next(&d->rows, &leaf));
-      TY_RETURN_IF_ERROR(ty_det_take_leaf(t, leaf));
+      TY_RETURN_IF_ERROR(ty_det_read_accums(t, leaf, true));
       ty_train_tree_push(&d->rows, 0, loss);
     }
   }
   t->tokens_seen += (int64_t)counted_total;
   double loss = 0;
-  const float *sum = ty_train_tree_finish(&d->rows, &loss);
-  if (t->dp > 1) TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
-  TY_RETURN_IF_ERROR(ty_det_write_sum(t, sum));
+  if (d->dev) {
+    /* the rank's sum is in the accumulators: one round trip a step when
+     * the ranks' partials meet on the host, none for one process */
+    TY_RETURN_IF_ERROR(ty_train_tree_dev_finish(d->dev, &loss));
+    if (t->dp > 1) {
+      const float *sum = (const float *)d->own;
+      TY_RETURN_IF_ERROR(ty_det_read_accums(t, (float *)d->own, false));
+      TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
+      TY_RETURN_IF_ERROR(ty_det_write_sum(t, sum));
+    }
+  } else {
+    const float *sum = ty_train_tree_finish(&d->rows, &loss);
+    if (t->dp > 1) TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
+    TY_RETURN_IF_ERROR(ty_det_write_sum(t, sum));
+  }
   TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
   TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
   *out_loss = loss;

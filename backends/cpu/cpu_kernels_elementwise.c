@@ -179,6 +179,10 @@ ty_abi_status_t cpu_kernel_broadcast_to(const cpu_node_ctx_t *c) {
     unsigned char *dst = py + (size_t)(row * p.last) * es;
     if (inner == 1) {
       memcpy(dst, px + (size_t)off * es, (size_t)p.last * es);
+    } else if (es == 4) {
+      /* one value repeated (a fill: the accumulators' reset): fixed-size
+       * copies the compiler turns into plain stores */
+      for (int64_t j = 0; j < p.last; ++j) memcpy(dst + (size_t)j * 4, px + (size_t)off * 4, 4);
     } else {
       for (int64_t j = 0; j < p.last; ++j) memcpy(dst + (size_t)j * es, px + (size_t)off * es, es);
     }

@@ -15,6 +15,11 @@ Open MPI's mpirun on the cpu backend (Python standard library only).
   bits of the uninterrupted one-process run.
 - TcpTest: 2 ranks launched without MPI (torchrun's variables, the TCP
   transport) equal one process bitwise.
+- DeviceTreeTest: the rows' tree on the device (train_tree_dev.c, the
+  default) against the host tree (TRAINYARD_DEBUG_DET_HOST_TREE=1): the
+  same bits for 7 rows (three partials to fold), 3 x 2 rows, 1 row, and 2
+  ranks of 2 x 2 and of 1 row; each run's start-up line names its path; a
+  mixed run (template?fallback=cpu) keeps the host tree and says so.
 - RefuseTest: 2 ranks of batch 3 (3 rows a rank, not a power of two),
   --zero, --tp, --fused-optimizer with --deterministic: refused with a
   message, --out untouched.
@@ -88,11 +93,13 @@ class Base(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def train(self, n, *args, rc=0):
+    def train(self, n, *args, rc=0, env=None):
         cmd = [CFG.trainyard, "train"] + self.common + list(args)
         if n:
             cmd = MPIRUN + ["-np", str(n)] + cmd
-        r = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(), timeout=300)
+        run_env = rank_env()
+        run_env.update(env or {})
+        r = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=300)
         if rc == "fail":
             self.assertNotEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
         else:
@@ -203,6 +210,27 @@ class TcpTest(Base):
             out, err = p.communicate(timeout=300)
             self.assertEqual(p.returncode, 0, err[-3000:])
         self.assert_same_bits(one, two, 10)
+
+
+class DeviceTreeTest(Base):
+    def test_device_tree_equals_host_tree(self):
+        host = {"TRAINYARD_DEBUG_DET_HOST_TREE": "1"}
+        splits = [(0, ["--batch-size", "7"]), (0, ["--batch-size", "3", "--grad-accum", "2"]),
+                  (0, ["--batch-size", "1"]), (2, ["--batch-size", "2", "--grad-accum", "2"]),
+                  (2, ["--batch-size", "1"])]
+        for k, (n, split) in enumerate(splits):
+            dev, ref = self.path("dev%d" % k), self.path("host%d" % k)
+            r = self.train(n, "--max-steps", "6", "--out", dev, *split)
+            self.assertIn("summed on the device in one fixed binary-counter tree", r.stderr)
+            r = self.train(n, "--max-steps", "6", "--out", ref, *split, env=host)
+            self.assertIn("(the host tree: TRAINYARD_DEBUG_DET_HOST_TREE is set)", r.stderr)
+            self.assert_same_bits(dev, ref, 6)
+
+    def test_mixed_run_keeps_the_host_tree(self):
+        # a mixed session's state is split over two devices: the host tree
+        r = self.train(0, "--max-steps", "2", "--out", self.path("mixed"), "--batch-size", "3",
+                       "--backend", "template?fallback=cpu")
+        self.assertIn("(the host tree: a mixed run (fallback=) keeps it on the host)", r.stderr)
 
 
 class RefuseTest(Base):
