@@ -21,6 +21,10 @@ ty=$build/bin/trainyard
 [[ -x $ty ]] || { echo "deterministic_train_bench.sh: $ty not found; build first" >&2; exit 2; }
 mkdir -p "$out"
 export TRAINYARD_BACKEND_PATH=${TRAINYARD_BACKEND_PATH:-$build/lib/trainyard/backends}
+# Libraries a GPU machine lacks, carried by scripts/build-device.sh
+if ldd "$ty" 2>/dev/null | grep -q "not found"; then
+  export LD_LIBRARY_PATH=$build/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 if [[ -z ${BACKEND:-} ]]; then
   if nvidia-smi -L >/dev/null 2>&1; then BACKEND=cuda:0; else BACKEND=cpu; fi
 fi

@@ -16,6 +16,8 @@ cmake --build build-device -j "$(nproc)" --target trainyard train_bench ty_backe
 # copy; tests/cuda/device_run.sh uses it only when the system has none.
 mkdir -p build-device/lib/deps
 cp -L /usr/lib/x86_64-linux-gnu/libmicrohttpd.so.12 build-device/lib/deps/
+# ...and no cmocka (the test binaries device_run.sh runs)
+cp -L /usr/lib/x86_64-linux-gnu/libcmocka.so.0 build-device/lib/deps/
 # ...and no iproute2 (the namespace hosts of tests/multihost, device_run.sh
 # multihost): Debian's ip with the libraries it links, run by a wrapper.
 mkdir -p build-device/lib/deps/iproute2

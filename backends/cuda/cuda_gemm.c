@@ -24,9 +24,11 @@
  * changes. Under deterministic=1 the algorithm is chosen from a canonical
  * shape with TY_CU_DET_ROWS rows and the real N, K, layouts, dtypes and
  * epilogue, without workspace (split-K reductions and stream-K fix-ups need
- * it) and without split-K in its configuration; the real shape must then
- * pass cublasLtMatmulAlgoCheck with it, or the compile is refused: a
- * silent second choice for some M would break the promise. */
+ * it) and without split-K in its configuration, the first candidate that
+ * also runs without workspace at a fixed set of probe row counts
+ * (ty_cu_det_probe_rows); the real shape must then pass
+ * cublasLtMatmulAlgoCheck with it, or the compile is refused: a silent
+ * second choice for some M would break the promise. */
 #include "backends/cuda/cuda_gemm.h"
 
 #include "backends/cuda/cuda_ops.h"
@@ -123,6 +125,40 @@ static bool ty_cu_algo_splits_k(ty_cu_api_t *api, const cublasLtMatmulAlgo_t *al
   return splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE;
 }
 
+/* Row counts every pinned algorithm must run without workspace: a function
+ * of nothing, so the pick below stays a function of (N, K, layouts, dtypes,
+ * epilogue). cuBLASLt has algorithms that run a canonical M without
+ * workspace and ask for some at a smaller one (on an H100, the bf16
+ * 768 x 50304 LM head at 1024 rows): a work decomposition that follows the
+ * tile count, which a batch-invariant pick must not take. */
+static const uint64_t ty_cu_det_probe_rows[] = {1, 8, 64, 256, 1024, 4096, 16384};
+
+/* Whether `algo` runs g's matmul at `rows` rows (cuBLASLt's n) with no
+ * workspace. */
+static bool ty_cu_algo_runs_at(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp, ty_cu_gemm_t *g,
+                               cublasLtMatrixLayout_t la, const cublasLtMatmulAlgo_t *algo,
+                               uint64_t rows) {
+  ty_abi_device_t *d = b->device;
+  ty_cu_api_t *api = d->api;
+  const cudaDataType_t t = ty_cu_blas_type(sp->ab_dtype), tc = ty_cu_blas_type(sp->c_dtype);
+  const uint64_t K = (uint64_t)sp->K;
+  const int64_t lda = sp->ta && sp->lda < (int64_t)rows ? (int64_t)rows : sp->lda;
+  cublasLtMatrixLayout_t lb = sp->ta ? ty_cu_layout(b, t, rows, K, lda, 1, 0)
+                                     : ty_cu_layout(b, t, K, rows, lda, 1, 0);
+  cublasLtMatrixLayout_t lc = ty_cu_layout(b, tc, (uint64_t)sp->N, rows, sp->ldc, 1, 0);
+  bool ok = false;
+  if (lb && lc && !b->status) {
+    cublasLtMatmulHeuristicResult_t check;
+    memset(&check, 0, sizeof(check));
+    ok = api->cublasLtMatmulAlgoCheck(d->blaslt, g->desc, la, lb, lc, lc, algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize == 0;
+  }
+  if (lb) api->cublasLtMatrixLayoutDestroy(lb);
+  if (lc) api->cublasLtMatrixLayoutDestroy(lc);
+  return ok;
+}
+
 /* Deterministic mode's algorithm for g (layouts and descriptor set): see
  * the top of the file. `pref` holds the alignments; its workspace limit is
  * set to 0 here. */
@@ -155,14 +191,21 @@ static ty_code_t ty_cu_gemm_pin(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp, t
                                               TY_CU_DET_CANDIDATES, results, &found);
     }
   }
-  /* The first result that does not split K, chosen from the canonical
-   * shape alone (never from what the real M accepts). */
+  /* The first result that does not split K and runs every probe row count
+   * without workspace: chosen from the canonical shape and the probes alone
+   * (never from what the real M accepts). */
   int pick = -1;
-  for (int i = 0; i < found && pick < 0; ++i) {
-    if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize == 0 &&
-        !ty_cu_algo_splits_k(api, &results[i].algo)) {
-      pick = i;
+  for (int i = 0; i < found && pick < 0 && !b->status; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize != 0 ||
+        ty_cu_algo_splits_k(api, &results[i].algo)) {
+      continue;
     }
+    bool all = true;
+    for (size_t r = 0; r < sizeof(ty_cu_det_probe_rows) / sizeof(ty_cu_det_probe_rows[0]) && all;
+         ++r) {
+      all = ty_cu_algo_runs_at(b, sp, g, la, &results[i].algo, ty_cu_det_probe_rows[r]);
+    }
+    if (all) pick = i;
   }
   if (la) api->cublasLtMatrixLayoutDestroy(la);
   if (lb) api->cublasLtMatrixLayoutDestroy(lb);
@@ -177,10 +220,12 @@ static ty_code_t ty_cu_gemm_pin(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp, t
       return TY_CODE_OK;
     }
     snprintf(why, cap,
-             "deterministic mode: cuBLASLt has no algorithm without split-K or workspace for "
-             "the %s matmul (%d candidates at %d rows; %s); run without --deterministic",
+             "deterministic mode: cuBLASLt has no algorithm without split-K or workspace at "
+             "every row count for the %s matmul (%d candidates at %d rows; %s); run without "
+             "--deterministic",
              g->shape, found, TY_CU_DET_ROWS,
-             s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s) : "all split K");
+             s != CUBLAS_STATUS_SUCCESS ? ty_cu_blas_status_name(api, s)
+                                        : "each splits K or needs workspace at some row count");
     return TY_CODE_UNIMPLEMENTED;
   }
   cublasLtMatmulHeuristicResult_t check;

@@ -34,6 +34,8 @@ import serve_bench  # noqa: E402  (write_random_model, SHAPES)
 def start_server(args, model, deterministic, ctx):
     cmd = [args.trainyard, "serve", "--model", model, "--backend", args.backend, "--port", "0",
            "--max-batch", str(args.requests), "--ctx", str(ctx), "--dtype", args.dtype,
+           # every request comes from 127.0.0.1: lift the per-client limit (128)
+           "--max-connections-per-client", str(max(128, 2 * args.requests)),
            "--prefill-chunk", "64", "--max-queue", "4096"]
     if deterministic:
         cmd.append("--deterministic")

@@ -267,7 +267,7 @@ PY
     local flag=() line
     [[ $mode == det ]] && flag=(--deterministic)
     rm -rf "/tmp/ty-det-train-$mode"
-    line=$(timeout 150 "$ty" train --model /tmp/ty-det-serve/gpt2-124m --data /tmp/ty-det-ids \
+    line=$(timeout 150 "$ty" train --preset gpt2-124m --data /tmp/ty-det-ids \
       --out "/tmp/ty-det-train-$mode" --backend cuda:0 --dtype bf16-mixed --batch-size 8 \
       --max-steps 20 "${flag[@]}" 2>&1 | tee "$out/deterministic-train-$mode.log" |
       grep "steps, final loss" | tail -1)
