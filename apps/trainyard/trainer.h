@@ -190,6 +190,15 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t);
  * states of s_train over the ranks in place. A no-op for one process. */
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t);
 /* Sums `count` doubles over the ranks in place ("the loss of step N"). */
+/* Parameter i's gradient accumulator ("<param>.grad_accum" of the train
+ * session): its name (into name[capacity]) and descriptor. */
+ty_status_t ty_trainer_grad_accum(const ty_trainer_t *t, uint32_t i, char *name,
+                                  size_t capacity, ty_tensor_desc_t *out_desc);
+/* The accumulators' total element count and (out_largest, may be NULL) the
+ * largest one's; INTERNAL, naming `user` (what sums them), for one that is
+ * not f32. */
+ty_status_t ty_trainer_grad_sizes(const ty_trainer_t *t, const char *user, size_t *out_total,
+                                  size_t *out_largest);
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
 /* ZeRO-1: shares the parameters among the replicas of the dp group (owner,

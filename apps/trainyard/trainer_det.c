@@ -42,29 +42,9 @@ ty_status_t ty_trainer_det_check(const ty_trainer_t *t) {
                         t->dp, (long long)t->B, (long long)t->accum, (long long)n);
 }
 
-/* Parameter i's accumulator name and descriptor. */
-static ty_status_t ty_det_accum(const ty_trainer_t *t, uint32_t i, char *name, size_t capacity,
-                                ty_tensor_desc_t *out_desc) {
-  snprintf(name, capacity, "%s.grad_accum", t->m_train.params[i].name);
-  return ty_session_value_desc(t->s_train, name, out_desc);
-}
-
 /* The accumulators' f32 element count and the largest one's. */
 static ty_status_t ty_det_layout(const ty_trainer_t *t, size_t *out_total, size_t *out_largest) {
-  *out_total = *out_largest = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    char name[TY_LLM_NAME_MAX + 16];
-    ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
-    if (desc.dtype != TY_DTYPE_F32) {
-      return ty_status_make(TY_CODE_INTERNAL, "%s is %s; the deterministic tree sums f32", name,
-                            ty_dtype_name(desc.dtype));
-    }
-    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
-    *out_total += n;
-    if (n > *out_largest) *out_largest = n;
-  }
-  return TY_OK;
+  return ty_trainer_grad_sizes(t, "the deterministic tree", out_total, out_largest);
 }
 
 /* The rows' tree on the device, or the reason for the host tree in
@@ -187,7 +167,7 @@ static ty_status_t ty_det_read_accums(ty_trainer_t *t, float *dst, bool reset) {
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
     TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, dst + offset, n * 4));
     if (reset) {
@@ -204,7 +184,7 @@ static ty_status_t ty_det_write_sum(ty_trainer_t *t, const float *sum) {
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_det_accum(t, i, name, sizeof(name), &desc));
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
     TY_RETURN_IF_ERROR(
         ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims, sum + offset, n * 4));

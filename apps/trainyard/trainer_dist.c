@@ -222,12 +222,29 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
   return TY_OK;
 }
 
-/* Parameter i's gradient accumulator: its name (into name[capacity]) and
- * descriptor. */
-static ty_status_t ty_grad_accum(const ty_trainer_t *t, uint32_t i, char *name, size_t capacity,
-                                 ty_tensor_desc_t *out_desc) {
+ty_status_t ty_trainer_grad_accum(const ty_trainer_t *t, uint32_t i, char *name,
+                                  size_t capacity, ty_tensor_desc_t *out_desc) {
   snprintf(name, capacity, "%s.grad_accum", t->m_train.params[i].name);
   return ty_session_value_desc(t->s_train, name, out_desc);
+}
+
+ty_status_t ty_trainer_grad_sizes(const ty_trainer_t *t, const char *user, size_t *out_total,
+                                  size_t *out_largest) {
+  *out_total = 0;
+  if (out_largest) *out_largest = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
+    if (desc.dtype != TY_DTYPE_F32) {
+      return ty_status_make(TY_CODE_INTERNAL, "%s is %s; %s sums f32", name,
+                            ty_dtype_name(desc.dtype), user);
+    }
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    *out_total += n;
+    if (out_largest && n > *out_largest) *out_largest = n;
+  }
+  return TY_OK;
 }
 
 ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
@@ -278,7 +295,7 @@ static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
     ty_buffer_t *buffer = NULL;
     uint64_t offset = 0;
     ty_abi_executable_t *exec = NULL;
-    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
     TY_RETURN_IF_ERROR(ty_session_device_tensor(t->s_train, name, &buffer, &offset, &exec));
     /* One batch (an NCCL group on cuda): ~150 tensors, most of them small,
      * cost ~5 ms per step on 4 H100s one by one. */
@@ -306,16 +323,7 @@ void ty_trainer_dist_close(ty_trainer_t *t) {
 static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
   if (t->grad_host) return TY_OK;
   size_t total = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    char name[TY_LLM_NAME_MAX + 16];
-    ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
-    if (desc.dtype != TY_DTYPE_F32) {
-      return ty_status_make(TY_CODE_INTERNAL, "%s is %s; the host all-reduce sums f32", name,
-                            ty_dtype_name(desc.dtype));
-    }
-    total += (size_t)ty_tensor_desc_element_count(&desc);
-  }
+  TY_RETURN_IF_ERROR(ty_trainer_grad_sizes(t, "the host all-reduce", &total, NULL));
   t->grad_host = malloc((total ? total : 1) * sizeof(float));
   if (!t->grad_host) {
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
@@ -333,7 +341,7 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
     TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, t->grad_host + offset, n * 4));
     offset += n;
@@ -349,7 +357,7 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
     ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_grad_accum(t, i, name, sizeof(name), &desc));
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
     size_t n = (size_t)ty_tensor_desc_element_count(&desc);
     TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
                                        t->grad_host + offset, n * 4));

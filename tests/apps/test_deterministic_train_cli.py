@@ -38,6 +38,7 @@ import tempfile
 import unittest
 
 import cli_util
+from test_distributed_cli import mpi_missing  # noqa: E402 (beside this file)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import unittest_exit  # noqa: E402
@@ -264,11 +265,9 @@ def main():
     parser.add_argument("--mpi-shim", required=True, help="the build's libty_mpi.so")
     CFG, rest = parser.parse_known_args()
     cli_util.CFG = CFG
-    if not shutil.which("mpirun"):
-        print("SKIPPED: mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)")
-        return 77
-    if not os.path.exists(CFG.mpi_shim):
-        print("SKIPPED: %s was not built (this build found no MPI)" % CFG.mpi_shim)
+    missing = mpi_missing(CFG)
+    if missing:
+        print("SKIPPED: " + missing)
         return 77
     program = unittest.main(argv=[sys.argv[0], "-v"] + rest, exit=False)
     return unittest_exit.exit_code(program.result)
