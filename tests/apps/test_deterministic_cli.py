@@ -92,7 +92,9 @@ def last_row_logits(path):
 
 
 class ServeTest(unittest.TestCase):
-    """64 concurrent requests against each alone, on three models."""
+    """64 concurrent requests against each alone on GPT-2; 24 on Llama (GQA,
+    RoPE) and on a sliding window (fewer: each request is also run alone,
+    one after another, which is most of the test's time under ASan)."""
 
     REQUESTS = 64
     TOKENS = 12
@@ -106,12 +108,12 @@ class ServeTest(unittest.TestCase):
         lp = choice["logprobs"]
         return choice["token_ids"], lp["token_logprobs"], lp["top_logprobs"]
 
-    def together_and_alone(self, model, *flags):
-        server = Server("--max-batch", str(self.REQUESTS), "--ctx", "96", "--prefill-chunk",
+    def together_and_alone(self, model, *flags, requests=REQUESTS):
+        server = Server("--max-batch", str(requests), "--ctx", "96", "--prefill-chunk",
                         "16", "--prefill-budget", "64", *flags, model=model)
         try:
-            work = prompts(self.REQUESTS, seed=7, longest=60)
-            with concurrent.futures.ThreadPoolExecutor(self.REQUESTS) as pool:
+            work = prompts(requests, seed=7, longest=60)
+            with concurrent.futures.ThreadPoolExecutor(requests) as pool:
                 together = list(pool.map(lambda w: self.complete(server, *w), work))
             metrics = server.metrics()
             alone = [self.complete(server, *w) for w in work]
@@ -120,8 +122,9 @@ class ServeTest(unittest.TestCase):
         finally:
             server.close()
 
-    def check_model(self, model):
-        together, alone, metrics, err = self.together_and_alone(model, "--deterministic")
+    def check_model(self, model, requests=REQUESTS):
+        together, alone, metrics, err = self.together_and_alone(model, "--deterministic",
+                                                                requests=requests)
         self.assertIn("trainyard serve: " + DETERMINISTIC_LINE, err)
         self.assertEqual(metrics["trainyard_deterministic"], 1)
         # The requests did share steps (else the test proves nothing): at
@@ -138,11 +141,11 @@ class ServeTest(unittest.TestCase):
         self.check_model(trained_model("gpt2-tiny"))
 
     def test_llama_gqa_rope(self):
-        self.check_model(trained_model("llama-tiny"))
+        self.check_model(trained_model("llama-tiny"), requests=24)
 
     def test_sliding_window(self):
         # A window shorter than the longest prompts: its rows see 8 keys.
-        self.check_model(trained_model("llama-tiny", window=8))
+        self.check_model(trained_model("llama-tiny", window=8), requests=24)
 
     def test_without_flag(self):
         """No start-up line, trainyard_deterministic 0, and the comparison
@@ -150,7 +153,8 @@ class ServeTest(unittest.TestCase):
         differently, so those tests can fail (if this one does, the default
         kernels became batch-invariant on this model and the tests above
         need a larger one to mean anything)."""
-        together, alone, metrics, err = self.together_and_alone(trained_model("llama-tiny"))
+        together, alone, metrics, err = self.together_and_alone(trained_model("llama-tiny"),
+                                                                requests=24)
         self.assertNotIn("deterministic", err)
         self.assertEqual(metrics["trainyard_deterministic"], 0)
         differ = sum(a[1] != b[1] for a, b in zip(together, alone))
@@ -222,11 +226,12 @@ class GenerateTest(cli_util.TempDirTest):
 
     def test_batched_equals_alone(self):
         model = trained_model("llama-tiny")
-        work = prompts(16, seed=3, longest=60)
+        # 8 prompts (each alone is a process of its own: most of the time)
+        work = prompts(8, seed=3, longest=60)
         src = self.write_prompts(work)
         out = self.path("out.jsonl")
         r = run(["generate", "--model", model, "--input", src, "--output", out,
-                 "--max-batch", "16", "--prefill-chunk", "16", "--deterministic"])
+                 "--max-batch", "8", "--prefill-chunk", "16", "--deterministic"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("trainyard generate: " + DETERMINISTIC_LINE, r.stderr)
         with open(out) as f:

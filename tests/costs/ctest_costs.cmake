@@ -10,9 +10,12 @@
 #   sort -k3 -rn build-ci-asan/Testing/Temporary/CTestCostData.txt | head -30
 # mixed_vs_autocast_cpu is the gcc build's longest (64 s), less under ASan.
 set(_ty_costs
+  apps_trainyard_deterministic_ServeTest 250
   apps_trainyard_eval_ExampleTest 180
   apps_trainyard_serve_ShutdownTest 115
   apps_trainyard_options_TrainOptionsTest 87
+  apps_trainyard_deterministic_EvalServeTest 86
+  apps_trainyard_deterministic_GenerateTest 74
   mixed_vs_autocast_cpu 64
   apps_trainyard_options_CompareOptionsTest 54
   apps_trainyard_pipeline_DeviceP2PTest 53
