@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Two builds of Trainyard on one benchmark row, on the same card in the same
+# call: "is the new build as fast as the old one". Rounds alternate the
+# builds (A B A B ...) so a clock or thermal drift lands on both; the
+# medians and their ratio come last.
+#
+#   bench/ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]
+#
+# Defaults: gpt2-124m:16:1024 (bf16-mixed, AdamW, as bench/cuda_bench.sh),
+# 5 rounds of 30 timed steps after 5 warm-up steps. BACKEND (default
+# cuda:0) picks the device. Each build's plugins come from its own
+# lib/trainyard/backends. Logs and ab.txt under $OUT (default
+# /tmp/ty-ab-out).
+set -uo pipefail
+old=${1:?usage: ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]}
+new=${2:?usage: ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]}
+row=${3:-gpt2-124m:16:1024}
+rounds=${4:-5}
+backend=${BACKEND:-cuda:0}
+out=${OUT:-/tmp/ty-ab-out}
+mkdir -p "$out"
+IFS=: read -r model batch seq <<<"$row"
+for b in "$old" "$new"; do
+  [[ -x $b/bin/train_bench ]] || { echo "ab_builds: $b/bin/train_bench is missing" >&2; exit 2; }
+done
+
+# One run of BUILD; prints its tokens/s (the RESULT line's tok_s field).
+run_one() {
+  local build=$1 tag=$2 round=$3 log
+  log="$out/$tag-$round.log"
+  TRAINYARD_BACKEND_PATH="$build/lib/trainyard/backends" timeout 600 \
+    "$build/bin/train_bench" --backend "$backend" --model "$model" --dtype bf16-mixed \
+    --batch "$batch" --seq "$seq" --steps 30 --warmup 5 >"$log" 2>&1
+  grep '^RESULT' "$log" | tail -1 | grep -o 'tok_s=[0-9.]*' | cut -d= -f2
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+: >"$out/ab-old.txt"
+: >"$out/ab-new.txt"
+for ((r = 1; r <= rounds; r++)); do
+  a=$(run_one "$old" old "$r")
+  b=$(run_one "$new" new "$r")
+  echo "round $r: old ${a:-FAILED} new ${b:-FAILED} tok/s"
+  [[ -n $a ]] && echo "$a" >>"$out/ab-old.txt"
+  [[ -n $b ]] && echo "$b" >>"$out/ab-new.txt"
+done
+mo=$(median <"$out/ab-old.txt")
+mn=$(median <"$out/ab-new.txt")
+if [[ -z $mo || -z $mn ]]; then
+  echo "ab_builds: a build produced no result (logs in $out)" >&2
+  exit 1
+fi
+ratio=$(awk -v a="$mo" -v b="$mn" 'BEGIN {printf "%.4f", b / a}')
+echo "row $model B=$batch T=$seq bf16-mixed on $backend: old median $mo, new median $mn tok/s, new/old $ratio" |
+  tee "$out/ab.txt"
