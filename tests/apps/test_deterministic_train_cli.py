@@ -21,7 +21,7 @@ Open MPI's mpirun on the cpu backend (Python standard library only).
   ranks of 2 x 2 and of 1 row; each run's start-up line names its path; a
   mixed run (template?fallback=cpu) keeps the host tree and says so.
 - RefuseTest: 2 ranks of batch 3 (3 rows a rank, not a power of two),
-  --zero, --tp, --fused-optimizer with --deterministic: refused with a
+  --zero, --tp, --pp, --fused-optimizer, --artifact with --deterministic: refused with a
   message, --out untouched.
 
 Without mpirun or the MPI shim the suite exits 77 (skipped) and says why.
@@ -253,6 +253,10 @@ class RefuseTest(Base):
                      "--deterministic does not cover --tp", "fail")
         self.refused(0, ["--batch-size", "2", "--fused-optimizer"],
                      "--deterministic does not cover --fused-optimizer", 2)
+        self.refused(2, ["--batch-size", "2", "--pp", "2"],
+                     "--deterministic does not cover --pp", "fail")
+        self.refused(0, ["--batch-size", "2", "--artifact", self.path("step.tyart")],
+                     "--deterministic does not cover --artifact", 2)
         # one process has no subtree to keep whole: 3 rows are fine
         self.train(0, "--max-steps", "2", "--out", self.path("three"), "--batch-size", "3")
 
