@@ -345,6 +345,23 @@ class FallbackTest(Base):
             scale = max(abs(y) for y in want)
             self.assertLessEqual(max(abs(x - y) for x, y in zip(got, want)), 1e-5 * scale, name)
 
+    def test_old_plugin_refuses_deterministic(self):
+        """A plugin of ABI 1.5 runs a forward, but the host will not ask it for
+        deterministic=1 (added in 1.10): the run fails naming the backend, its
+        ABI and the fix, and writes nothing."""
+        tokens = os.path.join(self.tmp, "tokens.json")
+        with open(tokens, "w") as f:
+            json.dump([[1, 5, 9, 20, 3]], f)
+        args = ["--plugin-path", plugin_dir("old15"), "forward", "--backend", "old15",
+                "--model", self.fixture(), "--tokens", tokens]
+        self.ty(*args, "--out", os.path.join(self.tmp, "plain.safetensors"))
+        out = os.path.join(self.tmp, "det.safetensors")
+        r = self.ty(*args, "--out", out, "--deterministic", rc=1)
+        self.assertIn("old15", r.stderr)
+        self.assertIn("ABI 1.5", r.stderr)
+        self.assertIn("--deterministic needs a plugin of ABI 1.10 or newer", r.stderr)
+        self.assertFalse(os.path.exists(out))
+
     def test_never_implicit_and_no_benchmarks(self):
         r = self.train("partial", "plain", rc=1)
         self.assertIn("does not support", r.stderr)
