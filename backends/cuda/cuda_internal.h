@@ -166,7 +166,8 @@ const char *ty_cu_family_file(ty_cu_family_t family);
 /* "sm_80 sm_90 compute_90": what the embedded fatbins were built for. */
 const char *ty_cu_fatbin_targets(void);
 
-/* ---- cuda_graph.c: the graph entries ---- */
+/* ---- the graph entries: cuda_compile.c (supports, compile, destroy,
+ * graph, memory), cuda_execute.c (execute, report) ---- */
 
 ty_abi_status_t ty_cu_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph,
                                      ty_abi_node_support_t *out_support);
