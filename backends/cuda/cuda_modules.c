@@ -10,8 +10,9 @@
 #include "backends/cuda/cuda_internal.h"
 
 static const char *const ty_cu_family_names[TY_CU_FAM_COUNT_] = {
-    "elementwise", "reduce", "norm", "softmax", "rope", "attention",
-    "embedding",   "views",  "optim", "vocab", "test", "attention_sm90",
+#define TY_CU_FAMILY(id, file, build) #file,
+#include "backends/cuda/cuda_families.def"
+#undef TY_CU_FAMILY
 };
 
 const char *ty_cu_family_file(ty_cu_family_t family) {
