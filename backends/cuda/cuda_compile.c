@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cuda_executable.h"
 #include "backends/cuda/cuda_gemm.h"
+#include "backends/cuda/cuda_ops.h"
 #include "hal/dtype.h"
 
 /* ---- supports ---- */

@@ -333,7 +333,7 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
 
 /* all_reduce(x) -> y and tp_reduce(x) -> y over the ranks of the node's
  * process group (ops/op_collective.c): NCCL on the device's communicator of
- * that group, a copy at world 1 (cuda_graph.c). The group string is the
+ * that group, a copy at world 1 (cuda_execute.c). The group string is the
  * graph's, which the executable owns. */
 void ty_cu_build_all_reduce(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_cu_vin(b, 0);
