@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_attention_plan.h"
-#include "backends/cuda/cuda_exec.h"
+#include "backends/cuda/cuda_ops.h"
 
 #define TY_CU_ATT_LOG2E 1.4426950408889634
 

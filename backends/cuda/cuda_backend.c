@@ -1,8 +1,8 @@
 /* The cuda backend: the CUDA driver loaded at run time, every CUDA device as
  * cuda:N, one stream per opened device, buffers as device allocations with
- * transfers staged through pinned host memory. Graphs run in cuda_graph.c on
- * kernels compiled into embedded fatbins (cuda_modules.c) and cuBLASLt
- * matmuls (cuda_gemm.c).
+ * transfers staged through pinned host memory. Graphs are compiled
+ * (cuda_compile.c) and run (cuda_execute.c) on kernels compiled into
+ * embedded fatbins (cuda_modules.c) and cuBLASLt matmuls (cuda_gemm.c).
  *
  * Device URI options (docs/cuda.md): graphs=0|1 (replay each executable as
  * a captured CUDA graph; default 1), tf32=0|1 (f32 matmuls on TF32 tensor
@@ -589,7 +589,7 @@ static const ty_backend_api_t ty_cu_api_table = {
      * which runs the collective ops naming that group; 1.8: point to point
      * (comm_send / comm_recv on ncclSend / ncclRecv); 1.9: `debug.` compile
      * options, which it ignores (it implements none); 1.10: the compile
-     * option deterministic=1 (cuda_graph.c, "Deterministic mode"). */
+     * option deterministic=1 (cuda_exec.h, "Deterministic mode"). */
     .abi_minor = 10,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,

@@ -1,6 +1,8 @@
-/* The cuda executor's insides, shared by cuda_graph.c (compile, execute),
- * cuda_gemm.c (matmuls through cuBLASLt) and the per-op launch builders
- * (cuda_ops*.c, cuda_attention.c).
+/* The emit API: what the op builders (cuda_ops*.c, cuda_attention.c,
+ * cuda_gemm.c; the op table is cuda_ops.h) call while compile walks the
+ * graph, implemented by cuda_emit.c. The executable itself is opaque here
+ * (cuda_executable.h is private to cuda_emit.c, cuda_compile.c,
+ * cuda_execute.c and cuda_errors.c).
  *
  * Compiling a graph turns every node into a few commands: kernel launches
  * (a CUfunction, its grid, and its parameters packed once into a byte
@@ -169,11 +171,11 @@ uint32_t ty_cu_sm_count(const ty_cu_build_t *b);
 /* Elements between the starts of two rows (last-dimension slices) of
  * value v: its last dimension, or more when the executor padded the rows
  * (logits over an odd vocabulary: rows of 50257 bf16 are not 16-byte
- * aligned, which keeps cuBLASLt off its fast kernels; see cuda_graph.c).
+ * aligned, which keeps cuBLASLt off its fast kernels; see cuda_compile.c).
  * Only matmul, cross_entropy and cross_entropy_backward (and reshapes that
  * keep the last dimension) ever see a padded value. */
 int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value);
-/* For the padded LM head (cuda_graph.c, ty_cu_plan_padded_head): rows of
+/* For the padded LM head (cuda_compile.c, ty_cu_plan_padded_head): rows of
  * value v that exist, zero beyond its first dimension (0: none), and
  * whether the padding of its rows holds zeros. */
 int64_t ty_cu_zero_rows(const ty_cu_build_t *b, uint32_t value);
@@ -209,68 +211,5 @@ void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A cuBLASLt command (cuda_gemm.c adds these). */
 ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name);
-
-/* ---- the op table (cuda_ops.c) ---- */
-
-typedef void (*ty_cu_op_build_fn)(ty_cu_build_t *b);
-
-typedef ty_abi_accept_t ty_cu_accept_t; /* backends/common/abi_graph.h */
-
-typedef struct ty_cu_op_t {
-  const char *op;
-  ty_cu_op_build_fn build;
-  ty_cu_accept_t accept;
-} ty_cu_op_t;
-
-const ty_cu_op_t *ty_cu_op_find(const char *op);
-/* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
- * writes a reason and returns false when the node cannot run. */
-bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
-                    size_t capacity);
-bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
-                           size_t capacity);
-
-/* Builders, by file. cuda_ops.c: */
-void ty_cu_build_binary(ty_cu_build_t *b);
-void ty_cu_build_scale(ty_cu_build_t *b);
-void ty_cu_build_broadcast_to(ty_cu_build_t *b);
-void ty_cu_build_reduce(ty_cu_build_t *b);
-void ty_cu_build_cast(ty_cu_build_t *b);
-void ty_cu_build_reshape(ty_cu_build_t *b);
-void ty_cu_build_transpose(ty_cu_build_t *b);
-void ty_cu_build_slice(ty_cu_build_t *b);
-void ty_cu_build_slice_backward(ty_cu_build_t *b);
-void ty_cu_build_concat(ty_cu_build_t *b);
-void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
-void ty_cu_build_embedding(ty_cu_build_t *b);
-void ty_cu_build_embedding_backward(ty_cu_build_t *b);
-void ty_cu_build_adamw(ty_cu_build_t *b);
-void ty_cu_build_sgd(ty_cu_build_t *b);
-void ty_cu_build_clip(ty_cu_build_t *b);
-void ty_cu_build_all_reduce(ty_cu_build_t *b);
-/* cuda_ops_nn.c */
-void ty_cu_build_map(ty_cu_build_t *b);
-void ty_cu_build_dropout(ty_cu_build_t *b);
-void ty_cu_build_norm(ty_cu_build_t *b);
-void ty_cu_build_norm_backward(ty_cu_build_t *b);
-void ty_cu_build_softmax(ty_cu_build_t *b);
-void ty_cu_build_cross_entropy(ty_cu_build_t *b);
-void ty_cu_build_rope(ty_cu_build_t *b);
-/* cuda_ops_memory.c */
-void ty_cu_build_linear_ce(ty_cu_build_t *b);
-void ty_cu_build_adafactor(ty_cu_build_t *b);
-void ty_cu_build_global_norm_scale(ty_cu_build_t *b);
-/* cuda_ops_vocab.c */
-void ty_cu_build_vocab_embedding(ty_cu_build_t *b);
-void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b);
-void ty_cu_build_vocab_max(ty_cu_build_t *b);
-void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b);
-void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b);
-bool ty_cu_vocab_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
-                       size_t capacity);
-/* cuda_attention.c */
-void ty_cu_build_attention(ty_cu_build_t *b);
-/* cuda_gemm.c */
-void ty_cu_build_matmul(ty_cu_build_t *b);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_EXEC_H_ */

@@ -533,7 +533,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
       stride *= c->dims[i];
     }
   }
-  /* The padded LM head (cuda_graph.c): compute over the zero padding so
+  /* The padded LM head (cuda_compile.c): compute over the zero padding so
    * cuBLASLt sees aligned m and k. */
   int64_t N_run = N, K_run = K;
   if (!ta && tb && !bias && ld.c > N && ty_cu_zero_rows(b, b->node->inputs[1]) >= ld.c) {

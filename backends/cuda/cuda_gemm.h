@@ -9,7 +9,7 @@
 #include "backends/cuda/cuda_exec.h"
 
 /* The device of an executable, and the address a reference resolves to in
- * the current run (cuda_graph.c). */
+ * the current run (cuda_execute.c). */
 CUdeviceptr ty_cu_ref_address(const ty_cu_exec_t *e, ty_cu_ref_t r);
 
 /* Re-resolves the command's pointers; true when any changed since the last

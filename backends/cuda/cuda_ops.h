@@ -1,11 +1,14 @@
-/* What the op builders of cuda_ops.c and cuda_ops_nn.c share: picking the
- * dtype instance of a templated kernel (kernels/vec.cuh's TY_KERNEL3),
- * launch shapes of the row and column kernels, and the map launch that
- * scale and the activations both use. */
+/* The op table of the cuda executor (cuda_ops.c: which builder compiles
+ * each op, and its dtype rules; cuda_compile.c looks ops up here), the
+ * builders by file, and what the builders share: picking the dtype
+ * instance of a templated kernel (kernels/vec.cuh's TY_KERNEL3), launch
+ * shapes of the row and column kernels, and the map launch that scale and
+ * the activations both use. Builders emit through cuda_exec.h only. */
 #ifndef TY_BACKENDS_CUDA_CUDA_OPS_H_
 #define TY_BACKENDS_CUDA_CUDA_OPS_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backends/cuda/cuda_exec.h"
@@ -13,6 +16,9 @@
 /* The three instances NAME_f32, NAME_bf16, NAME_f16 of a templated kernel
  * (string literals: static storage, as ty_cu_launch needs). */
 #define TY_CU_TYPED(name) ((const char *const[3]){name "_f32", name "_bf16", name "_f16"})
+
+/* Bytes of one element of v. */
+static inline size_t ty_cu_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
 
 /* The instance of `names` for storage dtype dt, or NULL when dt is not
  * f32, bf16 or f16. */
@@ -68,5 +74,72 @@ typedef struct ty_cu_emb_scatter_t {
 bool ty_cu_emb_scatter_begin(ty_cu_build_t *b, ty_cu_emb_scatter_t *sc);
 void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_cu_ref_t ids,
                            int dti);
+
+/* ---- the op table (cuda_ops.c) ---- */
+
+typedef void (*ty_cu_op_build_fn)(ty_cu_build_t *b);
+
+typedef ty_abi_accept_t ty_cu_accept_t; /* backends/common/abi_graph.h */
+
+typedef struct ty_cu_op_t {
+  const char *op;
+  ty_cu_op_build_fn build;
+  ty_cu_accept_t accept;
+} ty_cu_op_t;
+
+const ty_cu_op_t *ty_cu_op_find(const char *op);
+/* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
+ * writes a reason and returns false when the node cannot run. */
+bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                    size_t capacity);
+bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                           size_t capacity);
+
+/* Builders, by file. cuda_ops.c: */
+void ty_cu_build_binary(ty_cu_build_t *b);
+void ty_cu_build_scale(ty_cu_build_t *b);
+/* cuda_ops_views.c */
+void ty_cu_build_broadcast_to(ty_cu_build_t *b);
+void ty_cu_build_cast(ty_cu_build_t *b);
+void ty_cu_build_reshape(ty_cu_build_t *b);
+void ty_cu_build_transpose(ty_cu_build_t *b);
+void ty_cu_build_slice(ty_cu_build_t *b);
+void ty_cu_build_slice_backward(ty_cu_build_t *b);
+void ty_cu_build_concat(ty_cu_build_t *b);
+void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
+/* cuda_ops_reduce.c */
+void ty_cu_build_reduce(ty_cu_build_t *b);
+/* cuda_ops_embedding.c */
+void ty_cu_build_embedding(ty_cu_build_t *b);
+void ty_cu_build_embedding_backward(ty_cu_build_t *b);
+/* cuda_ops_optim.c */
+void ty_cu_build_adamw(ty_cu_build_t *b);
+void ty_cu_build_sgd(ty_cu_build_t *b);
+void ty_cu_build_clip(ty_cu_build_t *b);
+void ty_cu_build_all_reduce(ty_cu_build_t *b);
+/* cuda_ops_nn.c */
+void ty_cu_build_map(ty_cu_build_t *b);
+void ty_cu_build_dropout(ty_cu_build_t *b);
+void ty_cu_build_norm(ty_cu_build_t *b);
+void ty_cu_build_norm_backward(ty_cu_build_t *b);
+void ty_cu_build_softmax(ty_cu_build_t *b);
+void ty_cu_build_cross_entropy(ty_cu_build_t *b);
+void ty_cu_build_rope(ty_cu_build_t *b);
+/* cuda_ops_memory.c */
+void ty_cu_build_linear_ce(ty_cu_build_t *b);
+void ty_cu_build_adafactor(ty_cu_build_t *b);
+void ty_cu_build_global_norm_scale(ty_cu_build_t *b);
+/* cuda_ops_vocab.c */
+void ty_cu_build_vocab_embedding(ty_cu_build_t *b);
+void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b);
+void ty_cu_build_vocab_max(ty_cu_build_t *b);
+void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b);
+void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b);
+bool ty_cu_vocab_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
+                       size_t capacity);
+/* cuda_attention.c */
+void ty_cu_build_attention(ty_cu_build_t *b);
+/* cuda_gemm.c */
+void ty_cu_build_matmul(ty_cu_build_t *b);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_OPS_H_ */
