@@ -267,7 +267,7 @@ ty_status_t ty_session_device_tensor(ty_session_t *s, const char *name,
   TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
   *out_buffer = slot->buffer;
   *out_offset = s->guard; /* where every tensor is bound in its buffer */
-  *out_executable = s->executable;
+  *out_executable = ty_executable_handle(s->executable);
   return TY_OK;
 }
 
@@ -291,13 +291,9 @@ ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
                             size_t bytes) {
   if (s->mixed) return ty_mixed_bind(s->mixed, name, dtype, rank, dims, data, bytes);
   TY_RETURN_IF_ERROR(ty_session_usable(s));
-  ty_abi_status_t (*check)(ty_abi_executable_t *, const ty_abi_binding_check_t *) =
-      TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_check_binding);
-  if (check) {
-    ty_abi_binding_check_t c = {
-        .struct_size = sizeof(c), .name = name, .dtype = dtype, .rank = rank, .dims = dims};
-    TY_RETURN_IF_ERROR(ty_status_from_abi(check(s->executable, &c)));
-  }
+  ty_abi_binding_check_t c = {
+      .struct_size = sizeof(c), .name = name, .dtype = dtype, .rank = rank, .dims = dims};
+  TY_RETURN_IF_ERROR(ty_executable_check_binding(s->executable, &c));
   ty_session_slot_t *slot;
   TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
   if (slot->role != TY_VALUE_INPUT && slot->role != TY_VALUE_STATE) {
@@ -449,11 +445,7 @@ ty_status_t ty_session_run(ty_session_t *s) {
       .host_comm = world ? (void *)(uintptr_t)s->host_comm : NULL,
       .world_size = world ? s->host_comm->size : 1,
   };
-  ty_abi_status_t (*execute)(ty_abi_executable_t *, const ty_abi_execute_args_t *) =
-      TY_BACKEND_ENTRY(ty_device_backend(s->device), executable_execute);
-  ty_backend_t *backend = ty_device_backend(s->device);
-  TY_RETURN_IF_ERROR(ty_status_annotate(ty_status_from_plugin(ty_backend_name(backend),
-                                                              execute(s->executable, &args)),
+  TY_RETURN_IF_ERROR(ty_status_annotate(ty_executable_execute(s->executable, &args),
                                         "running graph %.12s on %s", s->hash,
                                         ty_device_label(s->device)));
   s->stats.runs++;

@@ -1,6 +1,6 @@
-/* Sessions' executables: the per-device in-process compile cache, the
- * on-disk cache (graph/compile_cache.h), artifacts, serialization and
- * reports. */
+/* Sessions' executables: the device's executable cache (hal/executable.h)
+ * in process, the on-disk cache (graph/compile_cache.h), artifacts,
+ * serialization and reports. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,53 +9,7 @@
 #include "graph/compile_cache.h"
 #include "graph/session_internal.h"
 #include "graph/support_report.h"
-
-/* ---- the per-device compile cache ---- */
-
-#define TY_COMPILE_CACHE_KEY "trainyard.compile_cache"
-
-typedef struct ty_cache_entry_t {
-  char *key;
-  ty_abi_executable_t *executable;
-  struct ty_cache_entry_t *next;
-} ty_cache_entry_t;
-
-typedef struct ty_compile_cache_t {
-  ty_backend_t *backend;
-  ty_cache_entry_t *entries;
-} ty_compile_cache_t;
-
-static void ty_compile_cache_destroy(void *object) {
-  ty_compile_cache_t *cache = object;
-  void (*destroy)(ty_abi_executable_t *) =
-      TY_BACKEND_ENTRY(cache->backend, executable_destroy);
-  for (ty_cache_entry_t *e = cache->entries, *next; e; e = next) {
-    next = e->next;
-    if (destroy) destroy(e->executable);
-    free(e->key);
-    free(e);
-  }
-  free(cache);
-}
-
-static ty_status_t ty_compile_cache_get(ty_device_t *device,
-                                        ty_compile_cache_t **out) {
-  *out = ty_device_attachment(device, TY_COMPILE_CACHE_KEY);
-  if (*out) return TY_OK;
-  ty_compile_cache_t *cache = calloc(1, sizeof(*cache));
-  if (!cache) {
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for a compile cache");
-  }
-  cache->backend = ty_device_backend(device);
-  ty_status_t s = ty_device_attach(device, TY_COMPILE_CACHE_KEY, cache,
-                                   ty_compile_cache_destroy);
-  if (s) {
-    free(cache);
-    return s;
-  }
-  *out = cache;
-  return TY_OK;
-}
+#include "hal/executable.h"
 
 static ty_status_t ty_session_check_support(ty_device_t *device,
                                             const ty_abi_graph_t *graph) {
@@ -116,81 +70,6 @@ static ty_status_t ty_session_cache_key(ty_device_t *device, const char *hash,
   return TY_OK;
 }
 
-static void ty_session_destroy_executable(ty_backend_t *backend, ty_abi_executable_t *e) {
-  void (*destroy)(ty_abi_executable_t *) = TY_BACKEND_ENTRY(backend, executable_destroy);
-  if (destroy && e) destroy(e);
-}
-
-/* Hands `executable` to the device's cache under `key` (taking both). */
-static ty_status_t ty_compile_cache_add(ty_compile_cache_t *cache, char *key,
-                                        ty_abi_executable_t *executable) {
-  ty_cache_entry_t *entry = calloc(1, sizeof(*entry));
-  if (!entry) {
-    ty_session_destroy_executable(cache->backend, executable);
-    free(key);
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  entry->key = key;
-  entry->executable = executable;
-  entry->next = cache->entries;
-  cache->entries = entry;
-  return TY_OK;
-}
-
-/* Deserializes `bytes` for `device` (checked against `expected` if given). */
-static ty_status_t ty_session_deserialize(ty_device_t *device, const void *bytes, size_t size,
-                                          const ty_abi_graph_t *expected,
-                                          ty_abi_executable_t **out) {
-  *out = NULL;
-  ty_backend_t *backend = ty_device_backend(device);
-  ty_abi_status_t (*load)(ty_abi_device_t *, const ty_abi_deserialize_args_t *,
-                          ty_abi_executable_t **) =
-      TY_BACKEND_ENTRY(backend, executable_deserialize);
-  if (!load) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "backend '%s' cannot load artifacts (it has no ABI 1.2 "
-                          "executable_deserialize)",
-                          ty_backend_name(backend));
-  }
-  ty_abi_deserialize_args_t args = {
-      .struct_size = sizeof(args), .bytes = bytes, .size = size, .expected = expected};
-  return ty_status_from_abi(load(ty_device_handle(device), &args, out));
-}
-
-/* The executable's artifact bytes (malloc'ed). */
-static ty_status_t ty_session_serialize_executable(ty_backend_t *backend,
-                                                   ty_abi_executable_t *executable,
-                                                   void **out_bytes, size_t *out_size) {
-  *out_bytes = NULL;
-  *out_size = 0;
-  ty_abi_status_t (*serialize)(ty_abi_executable_t *, void *, uint64_t, uint64_t *) =
-      TY_BACKEND_ENTRY(backend, executable_serialize);
-  if (!serialize) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "backend '%s' cannot serialize executables (it has no ABI 1.2 "
-                          "executable_serialize)",
-                          ty_backend_name(backend));
-  }
-  uint64_t size = 0;
-  TY_RETURN_IF_ERROR(ty_status_from_abi(serialize(executable, NULL, 0, &size)));
-  void *bytes = malloc(size ? (size_t)size : 1);
-  if (!bytes) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory serializing");
-  uint64_t written = 0;
-  ty_status_t s = ty_status_from_abi(serialize(executable, bytes, size, &written));
-  if (!s && written != size) {
-    s = ty_status_make(TY_CODE_INTERNAL, "backend '%s' serialized %llu bytes after announcing %llu",
-                       ty_backend_name(backend), (unsigned long long)written,
-                       (unsigned long long)size);
-  }
-  if (s) {
-    free(bytes);
-    return s;
-  }
-  *out_bytes = bytes;
-  *out_size = (size_t)size;
-  return TY_OK;
-}
-
 /* Compile failures worth remembering: the same key fails the same way. */
 static bool ty_session_failure_is_cacheable(ty_status_t s) {
   ty_code_t c = ty_status_code(s);
@@ -200,19 +79,9 @@ static bool ty_session_failure_is_cacheable(ty_status_t s) {
 
 static ty_status_t ty_session_compile_now(ty_device_t *device, const ty_abi_graph_t *graph,
                                           const ty_session_options_t *options,
-                                          ty_abi_executable_t **out) {
-  ty_backend_t *backend = ty_device_backend(device);
-  ty_abi_compile_args_t args = {
-      .struct_size = sizeof(args),
-      .graph = graph,
-      .option_count = options ? options->option_count : 0,
-      .options = options ? options->options : NULL,
-  };
-  ty_abi_status_t (*compile)(ty_abi_device_t *, const ty_abi_compile_args_t *,
-                             ty_abi_executable_t **) =
-      TY_BACKEND_ENTRY(backend, graph_compile);
-  ty_status_t s =
-      ty_status_from_plugin(ty_backend_name(backend), compile(ty_device_handle(device), &args, out));
+                                          ty_executable_t **out) {
+  ty_status_t s = ty_executable_compile(device, graph, options ? options->option_count : 0,
+                                        options ? options->options : NULL, out);
   return s ? ty_status_annotate(s, "compiling graph %.12s for %s", graph->hash_hex,
                                 ty_device_label(device))
            : TY_OK;
@@ -221,7 +90,7 @@ static ty_status_t ty_session_compile_now(ty_device_t *device, const ty_abi_grap
 /* The on-disk cache around a compile: a stored failure, a stored executable,
  * or a compile whose result (executable or failure) is stored. */
 static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_options_t *options,
-                                           ty_abi_executable_t **out) {
+                                           ty_executable_t **out) {
   ty_device_t *device = s->device;
   ty_backend_t *backend = ty_device_backend(device);
   const ty_abi_graph_t *graph = s->abi;
@@ -233,8 +102,7 @@ static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_opt
   if (!st) {
     st = ty_compile_cache_path(options->cache_dir, ty_backend_name(backend), key, ".fail", &fail);
   }
-  bool serializable = TY_BACKEND_ENTRY(backend, executable_serialize) &&
-                      TY_BACKEND_ENTRY(backend, executable_deserialize);
+  bool serializable = ty_executable_serializable(device);
   if (!st && !options->retry_failed) st = ty_compile_cache_read_failure(fail);
   if (!st && options->retry_failed) remove(fail);
   bool done = false;
@@ -243,7 +111,7 @@ static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_opt
     size_t size = 0;
     ty_status_t r = ty_file_read(entry, &ty_artifact_file_kind, &bytes, &size);
     if (!r) {
-      r = ty_session_deserialize(device, bytes, size, graph, out);
+      r = ty_executable_deserialize(device, bytes, size, graph, out);
       /* A corrupt or stale entry is a miss: compile and replace it. */
       done = !r;
     }
@@ -258,14 +126,14 @@ static ty_status_t ty_session_compile_disk(ty_session_t *s, const ty_session_opt
     if (!st && serializable) {
       void *bytes = NULL;
       size_t size = 0;
-      st = ty_session_serialize_executable(backend, *out, &bytes, &size);
+      st = ty_executable_serialize(*out, &bytes, &size);
       if (!st) st = ty_file_write_atomic(entry, bytes, size);
       free(bytes);
       if (st) {
         st = ty_status_annotate(st, "storing the compiled graph in the cache %s (pass "
                                     "--cache-dir '' to run without a cache)",
                                 options->cache_dir);
-        ty_session_destroy_executable(backend, *out);
+        ty_executable_destroy(*out);
         *out = NULL;
       }
     }
@@ -297,15 +165,16 @@ static ty_status_t ty_session_host_options(const ty_device_t *device,
   *storage = NULL;
   if (!options) return TY_OK;
   *eff = *options;
-  ty_backend_t *backend = ty_device_backend((ty_device_t *)device);
-  const ty_backend_api_t *api = ty_backend_api(backend);
-  const bool guards = options->debug_guards && api->abi_minor >= 9;
-  if (options->deterministic && api->abi_minor < 10) {
+  ty_backend_t *backend = ty_device_backend(device);
+  uint32_t abi_major = 0, abi_minor = 0;
+  ty_backend_abi_version(backend, &abi_major, &abi_minor);
+  const bool guards = options->debug_guards && abi_minor >= 9;
+  if (options->deterministic && abi_minor < 10) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "backend '%s' (plugin ABI %u.%u) makes no promise of batch-invariant "
                           "kernels: --deterministic needs a plugin of ABI 1.10 or newer that "
                           "honours the compile option 'deterministic' (docs/plugin-abi.md)",
-                          ty_backend_name(backend), api->abi_major, api->abi_minor);
+                          ty_backend_name(backend), abi_major, abi_minor);
   }
   if (!guards && !options->deterministic) return TY_OK;
   *storage = calloc(options->option_count + 2, sizeof(**storage));
@@ -337,21 +206,20 @@ ty_status_t ty_session_compile(ty_session_t *s, const ty_session_options_t *opti
 
 static ty_status_t ty_session_compile_with(ty_session_t *s, const ty_session_options_t *options) {
   ty_device_t *device = s->device;
-  ty_compile_cache_t *cache;
-  TY_RETURN_IF_ERROR(ty_compile_cache_get(device, &cache));
+  ty_executable_cache_t *cache;
+  TY_RETURN_IF_ERROR(ty_device_executable_cache(device, &cache));
   char *key = NULL;
   TY_RETURN_IF_ERROR(ty_session_cache_key(device, s->hash, options, false, &key));
-  for (ty_cache_entry_t *e = cache->entries; e; e = e->next) {
-    if (strcmp(e->key, key) == 0) {
-      free(key);
-      s->executable = e->executable;
-      s->stats.cache_hit = true;
-      s->stats.source = TY_SESSION_MEMORY_HIT;
-      return TY_OK;
-    }
+  ty_executable_t *hit = ty_executable_cache_lookup(cache, key);
+  if (hit) {
+    free(key);
+    s->executable = hit;
+    s->stats.cache_hit = true;
+    s->stats.source = TY_SESSION_MEMORY_HIT;
+    return TY_OK;
   }
   double start = ty_session_now();
-  ty_abi_executable_t *executable = NULL;
+  ty_executable_t *executable = NULL;
   ty_status_t st;
   if (options && options->cache_dir && options->cache_dir[0]) {
     st = ty_session_compile_disk(s, options, &executable);
@@ -361,11 +229,9 @@ static ty_status_t ty_session_compile_with(ty_session_t *s, const ty_session_opt
     s->stats.source = TY_SESSION_COMPILED;
   }
   s->stats.compile_seconds = ty_session_now() - start;
-  if (st) {
-    free(key);
-    return st;
-  }
-  TY_RETURN_IF_ERROR(ty_compile_cache_add(cache, key, executable));
+  if (!st) st = ty_executable_cache_insert(cache, key, executable);
+  free(key);
+  if (st) return st;
   s->executable = executable;
   return TY_OK;
 }
@@ -380,29 +246,28 @@ ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_
   ty_backend_t *backend = ty_device_backend(device);
   char *bytes = NULL;
   size_t size = 0;
-  ty_abi_executable_t *executable = NULL;
-  ty_compile_cache_t *cache = NULL;
+  ty_executable_t *executable = NULL;
+  ty_executable_cache_t *cache = NULL;
   double start = ty_session_now();
   ty_status_t st = graph ? ty_graph_lower(graph, &s->lowered) : TY_OK;
-  if (!st) st = ty_compile_cache_get(device, &cache);
+  if (!st) st = ty_device_executable_cache(device, &cache);
   if (!st) st = ty_file_read(path, &ty_artifact_file_kind, &bytes, &size);
   if (!st) {
-    st = ty_session_deserialize(device, bytes, size,
-                                s->lowered ? ty_lowered_graph_abi(s->lowered) : NULL, &executable);
+    st = ty_executable_deserialize(device, bytes, size,
+                                   s->lowered ? ty_lowered_graph_abi(s->lowered) : NULL,
+                                   &executable);
   }
   free(bytes);
   if (!st && s->lowered) {
     ty_session_set_graph(s, ty_lowered_graph_abi(s->lowered));
   } else if (!st) {
-    const ty_abi_graph_t *(*graph_of)(ty_abi_executable_t *) =
-        TY_BACKEND_ENTRY(backend, executable_graph);
-    const ty_abi_graph_t *abi = graph_of ? graph_of(executable) : NULL;
+    const ty_abi_graph_t *abi = ty_executable_graph(executable);
     if (!abi) {
       st = ty_status_make(TY_CODE_UNIMPLEMENTED,
                           "backend '%s' does not describe the graph of a loaded artifact; "
                           "create the session with the graph it was compiled from",
                           ty_backend_name(backend));
-      ty_session_destroy_executable(backend, executable);
+      ty_executable_destroy(executable);
     } else {
       ty_session_set_graph(s, abi);
     }
@@ -413,9 +278,10 @@ ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_
     size_t cap = strlen(path) + 96;
     char *key = malloc(cap);
     if (key) snprintf(key, cap, "artifact|%s|%s", s->hash, path);
-    st = key ? ty_compile_cache_add(cache, key, executable)
+    st = key ? ty_executable_cache_insert(cache, key, executable)
              : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    if (!key) ty_session_destroy_executable(backend, executable);
+    if (!key) ty_executable_destroy(executable);
+    free(key);
   }
   if (!st) {
     s->executable = executable;
@@ -434,8 +300,7 @@ ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_
 
 ty_status_t ty_session_serialize(const ty_session_t *s, void **out_bytes, size_t *out_size) {
   if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
-  return ty_session_serialize_executable(ty_device_backend(s->device), s->executable, out_bytes,
-                                         out_size);
+  return ty_executable_serialize(s->executable, out_bytes, out_size);
 }
 
 ty_status_t ty_session_executable_memory(const ty_session_t *s,
@@ -443,39 +308,11 @@ ty_status_t ty_session_executable_memory(const ty_session_t *s,
   memset(out, 0, sizeof(*out));
   out->struct_size = sizeof(*out);
   if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
-  ty_backend_t *backend = ty_device_backend(s->device);
-  ty_abi_status_t (*memory)(ty_abi_executable_t *, ty_abi_executable_memory_t *) =
-      TY_BACKEND_ENTRY(backend, executable_memory);
-  if (!memory) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "backend '%s' does not report an executable's memory (no ABI 1.3 "
-                          "executable_memory)",
-                          ty_backend_name(backend));
-  }
-  return ty_status_from_abi(memory(s->executable, out));
+  return ty_executable_memory(s->executable, out);
 }
 
 ty_status_t ty_session_report(const ty_session_t *s, char **out_text) {
   *out_text = NULL;
   if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
-  ty_backend_t *backend = ty_device_backend(s->device);
-  ty_abi_status_t (*report)(ty_abi_executable_t *, char *, uint64_t, uint64_t *) =
-      TY_BACKEND_ENTRY(backend, executable_report);
-  if (!report) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED, "backend '%s' gives no executable report",
-                          ty_backend_name(backend));
-  }
-  uint64_t size = 0;
-  TY_RETURN_IF_ERROR(ty_status_from_abi(report(s->executable, NULL, 0, &size)));
-  char *text = calloc(1, size + 1);
-  if (!text) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  uint64_t written = 0;
-  ty_status_t st = ty_status_from_abi(report(s->executable, text, size, &written));
-  if (st) {
-    free(text);
-    return st;
-  }
-  text[size] = '\0';
-  *out_text = text;
-  return TY_OK;
+  return ty_executable_report(s->executable, out_text);
 }

@@ -10,6 +10,7 @@
 #include "graph/session.h"
 #include "graph/session_mixed.h"
 #include "hal/buffer.h"
+#include "hal/executable.h"
 
 /* A device buffer that several sessions' state slots may share. */
 typedef struct ty_shared_buffer_t {
@@ -35,7 +36,7 @@ struct ty_session_t {
   ty_lowered_graph_t *lowered;     /* NULL for a session made from an artifact alone */
   const ty_abi_graph_t *abi;       /* lowered's, or the executable's own */
   char hash[65];
-  ty_abi_executable_t *executable; /* owned by the device's compile cache */
+  ty_executable_t *executable;     /* owned by the device's executable cache */
   char *cache_entry;
   bool compile_only;
   ty_session_slot_t *slots;

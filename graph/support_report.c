@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hal/dtype.h"
+#include "hal/executable.h"
 
 ty_dtype_t ty_support_node_dtype(const ty_abi_graph_t *g, const ty_abi_node_t *node) {
   ty_dtype_t first = TY_DTYPE_INVALID;
@@ -63,17 +64,7 @@ void ty_support_report_destroy(ty_support_report_t *r) {
 ty_status_t ty_support_report_create(ty_device_t *device, const ty_abi_graph_t *graph,
                                      ty_support_report_t **out_report) {
   *out_report = NULL;
-  ty_backend_t *backend = ty_device_backend(device);
-  ty_abi_status_t (*supports)(ty_abi_device_t *, const ty_abi_graph_t *,
-                              ty_abi_node_support_t *) =
-      TY_BACKEND_ENTRY(backend, graph_supports);
-  if (!supports || !TY_BACKEND_ENTRY(backend, graph_compile) ||
-      !TY_BACKEND_ENTRY(backend, executable_execute)) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED,
-                          "backend '%s' cannot run graphs (it lacks the ABI "
-                          "1.1 graph entries)",
-                          ty_backend_name(backend));
-  }
+  TY_RETURN_IF_ERROR(ty_executable_graph_entries(device));
   uint32_t n = graph->node_count;
   ty_support_report_t *r = calloc(1, sizeof(*r));
   if (r) {
@@ -85,7 +76,7 @@ ty_status_t ty_support_report_create(ty_device_t *device, const ty_abi_graph_t *
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory checking support");
   }
   r->node_count = n;
-  ty_status_t s = ty_status_from_abi(supports(ty_device_handle(device), graph, r->verdicts));
+  ty_status_t s = ty_executable_supports(device, graph, r->verdicts);
   if (s) {
     ty_support_report_destroy(r);
     return ty_status_annotate(s, "%s: graph_supports", ty_device_label(device));
