@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/abi_graph.h"
-#include "backends/common/memory_plan.h"
+#include "hal/abi_graph.h"
+#include "hal/memory_plan.h"
 #include "graph/lower.h"
 #include "hal/file.h"
 

@@ -1,6 +1,6 @@
 /* Deep copy of ABI graphs and small accessors for plugins. One allocation
  * per array; strings are copied into a single pool. */
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 
 #include <stdbool.h>
 #include <stdio.h>

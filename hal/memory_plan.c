@@ -1,5 +1,5 @@
 /* Memory planning: interval liveness + best-fit placement in one arena. */
-#include "backends/common/memory_plan.h"
+#include "hal/memory_plan.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 
 #ifdef __cplusplus
 extern "C" {
