@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "graph/numerics.h"
+#include "graph/runtime/numerics.h"
 #include "models/config.h"
 
 /* The option's value: NULL, "" or "true" check every step (1), "every:N"

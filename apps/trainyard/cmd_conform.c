@@ -17,7 +17,7 @@
 #include "app.h"
 #include "conform/coverage.h"
 #include "conform/tiers.h"
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
 #include "hal/dtype.h"

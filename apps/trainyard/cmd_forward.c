@@ -11,7 +11,7 @@
 #include "app.h"
 #include "check_numerics.h"
 #include "files/out_paths.h"
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/file.h"

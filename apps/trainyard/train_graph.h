@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 #include "hal/device.h"
-#include "graph/train_step.h"
+#include "graph/ir/train_step.h"
 #include "models/config.h"
 #include "models/llm.h"
 #include "train_config.h"

@@ -8,7 +8,7 @@
 
 #include "app.h"
 #include "files/ckpt_identity.h"
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "models/config.h"
 #include "models/dataset.h"

@@ -12,8 +12,8 @@
 #include "hal/abi_graph.h"
 #include "hal/memory_plan.h"
 #include "backends/cuda/cuda_fuse.h"
-#include "graph/graph.h"
-#include "graph/lower.h"
+#include "graph/ir/graph.h"
+#include "graph/ir/lower.h"
 
 typedef struct {
   ty_lowered_graph_t *lowered;

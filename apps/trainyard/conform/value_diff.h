@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "conform/tier_common.h"
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 
 /* (Every intermediate is exposed by ty_graph_expose_all, graph/numerics.h.) */
 

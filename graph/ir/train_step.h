@@ -9,8 +9,8 @@
 
 #include <stdbool.h>
 
-#include "graph/autodiff.h"
-#include "graph/graph.h"
+#include "graph/ir/autodiff.h"
+#include "graph/ir/graph.h"
 #include "hal/tensor.h"
 
 #ifdef __cplusplus

@@ -3,7 +3,7 @@
 #ifndef TY_GRAPH_AUTODIFF_H_
 #define TY_GRAPH_AUTODIFF_H_
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph/autodiff.h"
-#include "graph/conform_internal.h"
+#include "graph/ir/autodiff.h"
+#include "graph/conform/conform_internal.h"
 
 #define TY_WHOLE_LR 0.5
 

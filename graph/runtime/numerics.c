@@ -1,7 +1,7 @@
 /* The first non-finite node of a run (graph/numerics.h): every node output is
  * exposed, read back in node order and counted; the first one holding a NaN
  * or an infinity is described with its inputs' figures. */
-#include "graph/numerics.h"
+#include "graph/runtime/numerics.h"
 
 #include <math.h>
 #include <stdio.h>

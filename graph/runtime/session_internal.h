@@ -6,9 +6,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/lower.h"
-#include "graph/session.h"
-#include "graph/session_mixed.h"
+#include "graph/ir/lower.h"
+#include "graph/runtime/session.h"
+#include "graph/runtime/session_fallback.h"
 #include "hal/buffer.h"
 #include "hal/executable.h"
 

@@ -1,6 +1,6 @@
 /* The graph IR builder. Values and nodes live in growable arrays; ids are
  * indices and never change once handed out. */
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Lowering a graph to the ABI descriptor, canonical text, dot and hash. */
-#include "graph/lower.h"
+#include "graph/ir/lower.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* The pre-flight memory plan (preflight.h): lower each graph, place its
  * intermediates with the host executor's planner, and sort every value's
  * bytes into the plan's items by its role and memory class. */
-#include "graph/preflight.h"
+#include "graph/runtime/preflight.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 #include "hal/abi_graph.h"
 #include "hal/memory_plan.h"
-#include "graph/lower.h"
+#include "graph/ir/lower.h"
 #include "hal/file.h"
 
 /* The alignment the host executor places its arena with. */

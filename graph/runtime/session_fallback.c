@@ -1,14 +1,14 @@
 /* Mixed sessions: a graph partitioned between a primary and a fallback
  * device, segment by segment, with explicit host transfers (see
  * session_mixed.h). */
-#include "graph/session_mixed.h"
+#include "graph/runtime/session_fallback.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/support_report.h"
+#include "graph/runtime/support_report.h"
 #include "hal/dtype.h"
 #include "ops/attrs.h"
 

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/conform_internal.h"
-#include "graph/lower.h"
-#include "graph/session.h"
-#include "graph/support_report.h"
+#include "graph/conform/conform_internal.h"
+#include "graph/ir/lower.h"
+#include "graph/runtime/session.h"
+#include "graph/runtime/support_report.h"
 #include "hal/dtype.h"
 #include "ops/reference/ref_interp.h"
 

@@ -2,7 +2,7 @@
  * (shapes, attributes, dtype variants and input generators that respect the
  * op's constraints) and the NMSE bound classes they are checked against.
  * The spec language is described in graph/conform.h. */
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 
 /* ---- bound classes ----
  *

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 
 /* splitmix64 */
 static inline uint64_t ty_conform_mix(uint64_t *state) {

@@ -20,7 +20,7 @@
 #ifndef TY_GRAPH_SESSION_MIXED_H_
 #define TY_GRAPH_SESSION_MIXED_H_
 
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 
 typedef struct ty_mixed_t ty_mixed_t;
 

@@ -1,5 +1,5 @@
 /* On-disk compile cache paths and failure records (see compile_cache.h). */
-#include "graph/compile_cache.h"
+#include "graph/runtime/compile_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "graph/lower.h"
+#include "graph/ir/lower.h"
 #include "hal/path_trust.h"
 #include "hal/sha256.h"
 

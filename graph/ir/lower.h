@@ -11,7 +11,7 @@
 #ifndef TY_GRAPH_LOWER_H_
 #define TY_GRAPH_LOWER_H_
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 /* Reverse-mode autodiff: one backward sweep over the nodes in reverse
  * order, accumulating gradients with `add` where a value has several uses. */
-#include "graph/autodiff.h"
+#include "graph/ir/autodiff.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Support reports: a backend's per-node verdicts, grouped (support_report.h). */
-#include "graph/support_report.h"
+#include "graph/runtime/support_report.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,14 +1,14 @@
 /* Sessions: device-resident state, named bindings, runs, guard regions and
  * transfer accounting (executables come from session_compile.c, mixed runs
  * from session_mixed.c). */
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/session_internal.h"
+#include "graph/runtime/session_internal.h"
 #include "hal/dtype.h"
 
 /* ---- sessions ---- */

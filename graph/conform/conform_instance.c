@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/autodiff.h"
-#include "graph/conform_internal.h"
+#include "graph/ir/autodiff.h"
+#include "graph/conform/conform_internal.h"
 #include "hal/dtype.h"
 #include "hal/half.h"
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 #include "hal/buffer.h"
 #include "hal/comm.h"
 #include "hal/device.h"

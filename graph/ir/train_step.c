@@ -1,13 +1,13 @@
 /* Train-step construction: autodiff, then either clip_by_global_norm +
  * optimizer in the same graph, or accumulation into gradient states that a
  * separate optimizer-step graph consumes. */
-#include "graph/train_step.h"
+#include "graph/ir/train_step.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/autodiff.h"
+#include "graph/ir/autodiff.h"
 #include "hal/dtype.h"
 
 static ty_status_t ty_scalar_input(ty_graph_t *g, const char *name, ty_dtype_t dtype,

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/compile_cache.h"
-#include "graph/session_internal.h"
-#include "graph/support_report.h"
+#include "graph/runtime/compile_cache.h"
+#include "graph/runtime/session_internal.h"
+#include "graph/runtime/support_report.h"
 #include "hal/executable.h"
 
 static ty_status_t ty_session_check_support(ty_device_t *device,
