@@ -1,6 +1,6 @@
 /* Sessions: device-resident state, named bindings, runs, guard regions and
- * transfer accounting (executables come from session_compile.c, mixed runs
- * from session_mixed.c). */
+ * transfer accounting (executables come from session_compile.c, fallback runs
+ * from session_fallback.c). */
 #include "graph/runtime/session.h"
 
 #include <inttypes.h>
@@ -81,7 +81,7 @@ static ty_session_slot_t *ty_session_shared_slot(const ty_session_t *other,
   return NULL;
 }
 
-ty_mixed_t *ty_session_mixed_of(const ty_session_t *s) { return s->mixed; }
+ty_fallback_run_t *ty_session_fallback_of(const ty_session_t *s) { return s->fallback; }
 ty_device_t *ty_session_device_of(const ty_session_t *s) { return s->device; }
 
 bool ty_session_has_state(const ty_session_t *s, const char *name) {
@@ -166,8 +166,8 @@ ty_status_t ty_session_finish(ty_session_t *s, const ty_session_options_t *optio
   }
   if (s->compile_only) return TY_OK;
   const ty_session_t *share = options ? options->share_state_with : NULL;
-  /* A plain session sharing with a mixed one hangs on its segments here. */
-  if (share && share->mixed) share = ty_mixed_last_on(share->mixed, s->device);
+  /* A plain session sharing with a fallback one hangs on its segments here. */
+  if (share && share->fallback) share = ty_fallback_last_on(share->fallback, s->device);
   s->share_parent = share;
   return ty_session_add_slots(s, share);
 }
@@ -197,10 +197,10 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
   ty_status_t st = ty_graph_lower(graph, &s->lowered);
   if (!st) ty_session_set_graph(s, ty_lowered_graph_abi(s->lowered));
   if (!st && options && options->fallback_device) {
-    st = ty_mixed_create(device, s->abi, options, &s->mixed);
+    st = ty_fallback_create(device, s->abi, options, &s->fallback);
   }
-  if (!st && s->mixed) {
-    s->stats.source = TY_SESSION_MIXED;
+  if (!st && s->fallback) {
+    s->stats.source = TY_SESSION_FALLBACK;
     *out_session = s;
     return TY_OK;
   }
@@ -216,7 +216,7 @@ ty_status_t ty_session_create(ty_device_t *device, const ty_graph_t *graph,
 
 void ty_session_destroy(ty_session_t *s) {
   if (!s) return;
-  ty_mixed_destroy(s->mixed);
+  ty_fallback_destroy(s->fallback);
   for (uint32_t i = 0; i < s->slot_count; ++i) ty_shared_buffer_release(s->slots[i].storage);
   free(s->slots);
   free(s->bindings);
@@ -226,7 +226,7 @@ void ty_session_destroy(ty_session_t *s) {
 }
 
 ty_status_t ty_session_usable(const ty_session_t *s) {
-  if (s->mixed) {
+  if (s->fallback) {
     return ty_status_make(TY_CODE_UNIMPLEMENTED,
                           "a mixed session (graph %.12s) runs as segments on two devices; it "
                           "has no single executable or buffer set for this",
@@ -258,7 +258,7 @@ ty_status_t ty_session_device_tensor(ty_session_t *s, const char *name,
   *out_buffer = NULL;
   *out_offset = 0;
   *out_executable = NULL;
-  if (s->mixed) {
+  if (s->fallback) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "'%s': a mixed session's tensors live on two devices", name);
   }
@@ -273,7 +273,7 @@ ty_status_t ty_session_device_tensor(ty_session_t *s, const char *name,
 
 ty_status_t ty_session_value_desc(const ty_session_t *s, const char *name,
                                   ty_tensor_desc_t *out_desc) {
-  for (uint32_t v = 0; s->mixed && v < s->abi->value_count; ++v) {
+  for (uint32_t v = 0; s->fallback && v < s->abi->value_count; ++v) {
     const ty_abi_value_t *val = &s->abi->values[v];
     if (val->role == TY_VALUE_INTERMEDIATE && !(val->flags & TY_VALUE_FLAG_OUTPUT)) continue;
     if (strcmp(val->name, name) == 0) {
@@ -289,7 +289,7 @@ ty_status_t ty_session_value_desc(const ty_session_t *s, const char *name,
 ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
                             uint32_t rank, const int64_t *dims, const void *data,
                             size_t bytes) {
-  if (s->mixed) return ty_mixed_bind(s->mixed, name, dtype, rank, dims, data, bytes);
+  if (s->fallback) return ty_fallback_bind(s->fallback, name, dtype, rank, dims, data, bytes);
   TY_RETURN_IF_ERROR(ty_session_usable(s));
   ty_abi_binding_check_t c = {
       .struct_size = sizeof(c), .name = name, .dtype = dtype, .rank = rank, .dims = dims};
@@ -328,7 +328,7 @@ ty_status_t ty_session_bind(ty_session_t *s, const char *name, ty_dtype_t dtype,
 
 ty_status_t ty_session_bind_device(ty_session_t *s, const char *name, ty_buffer_t *src,
                                    uint64_t offset, size_t bytes) {
-  if (s->mixed) {
+  if (s->fallback) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "binding '%s' from a device buffer: a mixed session's tensors live on "
                           "two devices", name);
@@ -389,7 +389,7 @@ ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm
     uint32_t major = 0, minor = 0;
     ty_backend_t *backend = ty_device_backend(s->device);
     ty_backend_abi_version(backend, &major, &minor);
-    if (s->mixed) {
+    if (s->fallback) {
       return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                             "a session split across devices (a fallback device runs some "
                             "nodes) cannot run collective ops over %u ranks",
@@ -421,7 +421,7 @@ ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm
 }
 
 ty_status_t ty_session_run(ty_session_t *s) {
-  if (s->mixed) return ty_mixed_run(s->mixed);
+  if (s->fallback) return ty_fallback_run(s->fallback);
   TY_RETURN_IF_ERROR(ty_session_usable(s));
   uint32_t n = 0;
   for (uint32_t i = 0; i < s->slot_count; ++i) {
@@ -454,7 +454,7 @@ ty_status_t ty_session_run(ty_session_t *s) {
 
 ty_status_t ty_session_read(ty_session_t *s, const char *name, void *dst,
                             size_t bytes) {
-  if (s->mixed) return ty_mixed_read(s->mixed, name, dst, bytes);
+  if (s->fallback) return ty_fallback_read(s->fallback, name, dst, bytes);
   TY_RETURN_IF_ERROR(ty_session_usable(s));
   ty_session_slot_t *slot;
   TY_RETURN_IF_ERROR(ty_session_slot(s, name, &slot));
@@ -523,12 +523,12 @@ ty_status_t ty_session_check_guards(ty_session_t *s) {
 ty_session_stats_t ty_session_stats(const ty_session_t *s) {
   ty_session_stats_t stats = s->stats;
   stats.cache_entry = s->cache_entry ? s->cache_entry : "";
-  if (s->mixed) ty_mixed_stats(s->mixed, &stats);
+  if (s->fallback) ty_fallback_stats(s->fallback, &stats);
   return stats;
 }
 
 const char *ty_session_partition(const ty_session_t *s) {
-  return s->mixed ? ty_mixed_partition(s->mixed) : NULL;
+  return s->fallback ? ty_fallback_partition(s->fallback) : NULL;
 }
 
 const char *ty_session_graph_text(const ty_session_t *s) {

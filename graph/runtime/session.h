@@ -16,8 +16,8 @@
  * create_from_artifact loads an executable a backend serialized earlier
  * (`trainyard compile`) instead of compiling.
  *
- * With options.fallback_device, a graph the device refuses in part runs
- * mixed (graph/session_mixed.h); the API is the same.
+ * With options.fallback_device, a graph the device refuses in part
+ * runs with a fallback (graph/runtime/session_fallback.h); the API is the same.
  *
  * A session must be destroyed before its device is closed. Not thread-safe. */
 #ifndef TY_GRAPH_SESSION_H_
@@ -86,7 +86,7 @@ typedef struct ty_session_options_t {
    * read fail. For `trainyard compile`, which only writes the artifact. */
   bool compile_only;
   /* Bring-up only: run the nodes the device refuses on this device instead
-   * (a mixed session, graph/session_mixed.h): the graph is cut into segments
+   * (a fallback session, graph/runtime/session_fallback.h): the graph is cut into segments
    * that run on one device or the other, with every value that crosses
    * copied through the host, explicitly and counted in the stats. NULL (the
    * default) never mixes: a refused node is an error. */
@@ -103,7 +103,7 @@ typedef enum ty_session_source_e {
                                          executables, so the folder keeps only
                                          failure records for it */
   TY_SESSION_ARTIFACT = 5,       /* loaded from an artifact file */
-  TY_SESSION_MIXED = 6,          /* segments on a device and its fallback */
+  TY_SESSION_FALLBACK = 6,          /* segments on a device and its fallback */
 } ty_session_source_t;
 
 /* "compiled", "memory hit", "disk hit", "disk miss", ... */
@@ -122,10 +122,10 @@ typedef struct ty_session_stats_t {
   uint64_t device_to_host_bytes;
   uint64_t device_to_device_count; /* ty_session_bind_device copies */
   uint64_t device_to_device_bytes;
-  /* A mixed session (a fallback device runs some nodes): its segments, and
+  /* A fallback session (a fallback device runs some nodes): its segments, and
    * the bytes copied between them through the host (also counted above). */
-  bool mixed;
-  uint32_t mixed_segments;
+  bool fallback;
+  uint32_t fallback_segments;
   uint64_t transfer_bytes;             /* since create */
   uint64_t last_run_transfer_bytes;    /* in the last run */
   uint64_t last_run_bytes_to_primary;  /* ... of which into the device */
@@ -183,7 +183,7 @@ ty_status_t ty_session_bind(ty_session_t *session, const char *name,
  * round trip: how a pipeline stage binds an activation it received on the
  * device). `bytes` must equal the value's size. INVALID_ARGUMENT for an
  * output, a size mismatch, or a buffer of another device or a range past
- * its end; NOT_FOUND for an unknown name; FAILED_PRECONDITION for a mixed
+ * its end; NOT_FOUND for an unknown name; FAILED_PRECONDITION for a fallback
  * session. The copy is ordered after the device's queued work, as a run. */
 ty_status_t ty_session_bind_device(ty_session_t *session, const char *name, ty_buffer_t *src,
                                    uint64_t offset, size_t bytes);
@@ -192,7 +192,7 @@ ty_status_t ty_session_bind_device(ty_session_t *session, const char *name, ty_b
  * the plugin at every run (ABI 1.5 host collectives); NULL or a world of
  * one rank makes them the identity. The session keeps the pointer: `comm`
  * must outlive it. FAILED_PRECONDITION for a world of more than one rank
- * on a backend older than ABI 1.5 or a mixed session, which could not reach
+ * on a backend older than ABI 1.5 or a fallback session, which could not reach
  * the other ranks. */
 ty_status_t ty_session_set_host_comm(ty_session_t *session, const ty_host_comm_t *comm);
 
@@ -209,7 +209,7 @@ ty_status_t ty_session_read(ty_session_t *session, const char *name, void *dst,
 /* The device buffer of INPUT, STATE or OUTPUT value `name`, the byte offset
  * of the tensor in it, and the executable whose stream orders the work on
  * it (owned by the session): what a device collective (hal/comm.h) works
- * on. NOT_FOUND for an unknown name; FAILED_PRECONDITION for a mixed or
+ * on. NOT_FOUND for an unknown name; FAILED_PRECONDITION for a fallback or
  * compile-only session. */
 ty_status_t ty_session_device_tensor(ty_session_t *session, const char *name,
                                      ty_buffer_t **out_buffer, uint64_t *out_offset,
@@ -227,7 +227,7 @@ ty_status_t ty_session_value_desc(const ty_session_t *session, const char *name,
 ty_status_t ty_session_check_guards(ty_session_t *session);
 
 ty_session_stats_t ty_session_stats(const ty_session_t *session);
-/* A mixed session's partition as text (segments, devices, ops, bytes copied
+/* A fallback session's partition as text (segments, devices, ops, bytes copied
  * per run), owned by the session; NULL for a session on one device. */
 const char *ty_session_partition(const ty_session_t *session);
 /* The canonical graph hash the session was compiled for (64 hex digits). */

@@ -35,7 +35,7 @@ const char *ty_session_source_name(ty_session_source_t source) {
     case TY_SESSION_DISK_UNSERIALIZABLE:
       return "compiled (the backend cannot serialize executables; only failures are cached)";
     case TY_SESSION_ARTIFACT: return "loaded from an artifact";
-    case TY_SESSION_MIXED: return "mixed (each segment compiled on its device)";
+    case TY_SESSION_FALLBACK: return "mixed (each segment compiled on its device)";
   }
   return "unknown";
 }
@@ -299,7 +299,7 @@ ty_status_t ty_session_create_from_artifact(ty_device_t *device, const ty_graph_
 }
 
 ty_status_t ty_session_serialize(const ty_session_t *s, void **out_bytes, size_t *out_size) {
-  if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
+  if (s->fallback) TY_RETURN_IF_ERROR(ty_session_usable(s));
   return ty_executable_serialize(s->executable, out_bytes, out_size);
 }
 
@@ -307,12 +307,12 @@ ty_status_t ty_session_executable_memory(const ty_session_t *s,
                                          ty_abi_executable_memory_t *out) {
   memset(out, 0, sizeof(*out));
   out->struct_size = sizeof(*out);
-  if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
+  if (s->fallback) TY_RETURN_IF_ERROR(ty_session_usable(s));
   return ty_executable_memory(s->executable, out);
 }
 
 ty_status_t ty_session_report(const ty_session_t *s, char **out_text) {
   *out_text = NULL;
-  if (s->mixed) TY_RETURN_IF_ERROR(ty_session_usable(s));
+  if (s->fallback) TY_RETURN_IF_ERROR(ty_session_usable(s));
   return ty_executable_report(s->executable, out_text);
 }

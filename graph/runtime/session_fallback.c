@@ -1,6 +1,6 @@
-/* Mixed sessions: a graph partitioned between a primary and a fallback
+/* Fallback sessions: a graph partitioned between a primary and a fallback
  * device, segment by segment, with explicit host transfers (see
- * session_mixed.h). */
+ * session_fallback.h). */
 #include "graph/runtime/session_fallback.h"
 
 #include <inttypes.h>
@@ -20,7 +20,7 @@ typedef struct ty_segment_t {
   uint32_t input_count;     /* intermediates, and states whose home is elsewhere */
 } ty_segment_t;
 
-struct ty_mixed_t {
+struct ty_fallback_run_t {
   ty_device_t *primary, *fallback;
   const ty_abi_graph_t *graph;
   uint32_t *node_seg;            /* per node */
@@ -39,11 +39,11 @@ struct ty_mixed_t {
   uint32_t values_to[2];         /* per run, how many copies into each */
 };
 
-static ty_status_t ty_mixed_oom(void) {
+static ty_status_t ty_fallback_oom(void) {
   return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory partitioning a graph");
 }
 
-static uint64_t ty_mixed_bytes(const ty_abi_value_t *v) {
+static uint64_t ty_fallback_bytes(const ty_abi_value_t *v) {
   uint64_t n = ty_dtype_size(v->dtype);
   for (uint32_t r = 0; r < v->rank; ++r) n *= (uint64_t)v->dims[r];
   return n;
@@ -51,13 +51,13 @@ static uint64_t ty_mixed_bytes(const ty_abi_value_t *v) {
 
 /* The name a value crosses segments under: its own, else a made-up one no
  * graph value can have (names never contain '#'). */
-static const char *ty_mixed_name(const ty_abi_graph_t *g, uint32_t v, char *buf, size_t cap) {
+static const char *ty_fallback_name(const ty_abi_graph_t *g, uint32_t v, char *buf, size_t cap) {
   if (g->values[v].name && g->values[v].name[0]) return g->values[v].name;
   snprintf(buf, cap, "mixed#%u", v);
   return buf;
 }
 
-static uint32_t ty_mixed_find(const ty_abi_graph_t *g, const char *name) {
+static uint32_t ty_fallback_find(const ty_abi_graph_t *g, const char *name) {
   for (uint32_t v = 0; v < g->value_count; ++v) {
     if (g->values[v].name && strcmp(g->values[v].name, name) == 0) return v;
   }
@@ -68,7 +68,7 @@ static uint32_t ty_mixed_find(const ty_abi_graph_t *g, const char *name) {
 
 /* Node devices from both backends' verdicts; segments of consecutive nodes
  * on one device. *out_all_primary when the fallback is not needed. */
-static ty_status_t ty_mixed_assign(ty_mixed_t *m, bool *out_all_primary) {
+static ty_status_t ty_fallback_assign(ty_fallback_run_t *m, bool *out_all_primary) {
   const ty_abi_graph_t *g = m->graph;
   ty_support_report_t *primary = NULL, *fallback = NULL;
   TY_RETURN_IF_ERROR(ty_support_report_create(m->primary, g, &primary));
@@ -90,7 +90,7 @@ static ty_status_t ty_mixed_assign(ty_mixed_t *m, bool *out_all_primary) {
   }
   m->node_seg = calloc(g->node_count ? g->node_count : 1, sizeof(uint32_t));
   m->segs = calloc(g->node_count ? g->node_count : 1, sizeof(ty_segment_t));
-  if (!s && (!m->node_seg || !m->segs)) s = ty_mixed_oom();
+  if (!s && (!m->node_seg || !m->segs)) s = ty_fallback_oom();
   for (uint32_t n = 0; n < g->node_count && !s; ++n) {
     ty_device_t *d = primary->verdicts[n].supported ? m->primary : m->fallback;
     if (!m->seg_count || m->segs[m->seg_count - 1].device != d) {
@@ -105,19 +105,19 @@ static ty_status_t ty_mixed_assign(ty_mixed_t *m, bool *out_all_primary) {
 }
 
 /* The device and session already holding state `name` for the session the
- * mixed one shares state with, or NULL. */
-static const ty_session_t *ty_mixed_share_holder(const ty_session_t *share, const char *name,
-                                                 const ty_mixed_t *m) {
+ * fallback one shares state with, or NULL. */
+static const ty_session_t *ty_fallback_share_holder(const ty_session_t *share, const char *name,
+                                                 const ty_fallback_run_t *m) {
   if (!share) return NULL;
-  ty_mixed_t *other = ty_session_mixed_of(share);
+  ty_fallback_run_t *other = ty_session_fallback_of(share);
   if (!other) return ty_session_has_state(share, name) ? share : NULL;
-  const ty_session_t *h = ty_mixed_holder(other, name, m->primary);
-  return h ? h : ty_mixed_holder(other, name, m->fallback);
+  const ty_session_t *h = ty_fallback_holder(other, name, m->primary);
+  return h ? h : ty_fallback_holder(other, name, m->fallback);
 }
 
 /* Producers, exports, inputs copied per segment, state homes, deferred
  * updates; refuses a state read after its update in a later segment. */
-static ty_status_t ty_mixed_plan(ty_mixed_t *m, const ty_session_t *share) {
+static ty_status_t ty_fallback_plan(ty_fallback_run_t *m, const ty_session_t *share) {
   const ty_abi_graph_t *g = m->graph;
   uint32_t nv = g->value_count ? g->value_count : 1;
   m->producer_seg = malloc(nv * sizeof(uint32_t));
@@ -127,7 +127,7 @@ static ty_status_t ty_mixed_plan(ty_mixed_t *m, const ty_session_t *share) {
   m->host = calloc(nv, sizeof(*m->host));
   m->deferred = calloc(g->update_count ? g->update_count : 1, sizeof(uint32_t));
   if (!m->producer_seg || !m->exported || !m->home || !m->holder || !m->host || !m->deferred) {
-    return ty_mixed_oom();
+    return ty_fallback_oom();
   }
   for (uint32_t v = 0; v < g->value_count; ++v) m->producer_seg[v] = UINT32_MAX;
   for (uint32_t n = 0; n < g->node_count; ++n) {
@@ -139,7 +139,7 @@ static ty_status_t ty_mixed_plan(ty_mixed_t *m, const ty_session_t *share) {
    * device, else the first reader's. */
   for (uint32_t v = 0; v < g->value_count; ++v) {
     if (g->values[v].role != TY_VALUE_STATE) continue;
-    const ty_session_t *h = ty_mixed_share_holder(share, g->values[v].name, m);
+    const ty_session_t *h = ty_fallback_share_holder(share, g->values[v].name, m);
     if (h) m->home[v] = ty_session_device_of(h);
     for (uint32_t u = 0; u < g->update_count && !m->home[v]; ++u) {
       uint32_t p = m->producer_seg[g->updates[u].value];
@@ -180,7 +180,7 @@ static ty_status_t ty_mixed_plan(ty_mixed_t *m, const ty_session_t *share) {
   for (uint32_t k = 0; k < m->seg_count; ++k) {
     ty_segment_t *seg = &m->segs[k];
     seg->inputs = calloc(nv, sizeof(uint32_t));
-    if (!seg->inputs) return ty_mixed_oom();
+    if (!seg->inputs) return ty_fallback_oom();
     for (uint32_t n = seg->first; n < seg->first + seg->count; ++n) {
       for (uint32_t i = 0; i < g->nodes[n].input_count; ++i) {
         uint32_t v = g->nodes[n].inputs[i];
@@ -201,7 +201,7 @@ static ty_status_t ty_mixed_plan(ty_mixed_t *m, const ty_session_t *share) {
 /* ---- segment graphs ---- */
 
 typedef struct {
-  const ty_mixed_t *m;
+  const ty_fallback_run_t *m;
   uint32_t seg;
   ty_graph_t *g;
   ty_value_id_t *map; /* full-graph value -> segment graph value */
@@ -219,7 +219,7 @@ static ty_status_t ty_seg_value(ty_seg_build_t *b, uint32_t v, ty_value_id_t *ou
   }
   const ty_abi_value_t *val = &b->m->graph->values[v];
   char buf[32];
-  const char *name = ty_mixed_name(b->m->graph, v, buf, sizeof(buf));
+  const char *name = ty_fallback_name(b->m->graph, v, buf, sizeof(buf));
   ty_status_t s;
   if (val->role == TY_VALUE_CONSTANT) {
     s = ty_graph_add_constant(b->g, val->name[0] ? val->name : NULL, val->dtype, val->rank,
@@ -237,19 +237,19 @@ static ty_status_t ty_seg_value(ty_seg_build_t *b, uint32_t v, ty_value_id_t *ou
 /* The graph of segment `seg`: its nodes, with inputs for what other
  * segments make, outputs for what they (or the caller) read, and the
  * updates of states whose home is this segment's device. */
-static ty_status_t ty_seg_graph(const ty_mixed_t *m, uint32_t seg, ty_graph_t **out) {
+static ty_status_t ty_seg_graph(const ty_fallback_run_t *m, uint32_t seg, ty_graph_t **out) {
   const ty_abi_graph_t *g = m->graph;
   const ty_segment_t *sg = &m->segs[seg];
   ty_seg_build_t b = {.m = m, .seg = seg};
   b.map = malloc((g->value_count ? g->value_count : 1) * sizeof(ty_value_id_t));
-  if (!b.map) return ty_mixed_oom();
+  if (!b.map) return ty_fallback_oom();
   for (uint32_t v = 0; v < g->value_count; ++v) b.map[v] = TY_VALUE_NONE;
   ty_status_t s = ty_graph_create(&b.g);
   for (uint32_t n = sg->first; n < sg->first + sg->count && !s; ++n) {
     const ty_abi_node_t *node = &g->nodes[n];
     ty_value_id_t *in = malloc((node->input_count + node->output_count + 1) * sizeof(*in));
     if (!in) {
-      s = ty_mixed_oom();
+      s = ty_fallback_oom();
       break;
     }
     ty_value_id_t *outs = in + node->input_count;
@@ -266,7 +266,7 @@ static ty_status_t ty_seg_graph(const ty_mixed_t *m, uint32_t seg, ty_graph_t **
       b.map[v] = outs[k];
       char buf[32];
       if (m->exported[v] || (g->values[v].flags & TY_VALUE_FLAG_OUTPUT)) {
-        s = ty_graph_set_output(b.g, outs[k], ty_mixed_name(g, v, buf, sizeof(buf)));
+        s = ty_graph_set_output(b.g, outs[k], ty_fallback_name(g, v, buf, sizeof(buf)));
       }
     }
     free(in);
@@ -289,13 +289,13 @@ static ty_status_t ty_seg_graph(const ty_mixed_t *m, uint32_t seg, ty_graph_t **
 
 /* ---- the partition, as text ---- */
 
-#define TY_MIXED_LISTED_SEGMENTS 40
+#define TY_FALLBACK_LISTED_SEGMENTS 40
 
-static ty_status_t ty_mixed_describe(ty_mixed_t *m) {
+static ty_status_t ty_fallback_describe(ty_fallback_run_t *m) {
   const ty_abi_graph_t *g = m->graph;
   size_t cap = 512 + (size_t)m->seg_count * 512;
   char *t = malloc(cap);
-  if (!t) return ty_mixed_oom();
+  if (!t) return ty_fallback_oom();
   size_t used = (size_t)snprintf(
       t, cap, "mixed run (bring-up only, never a benchmark): graph %.12s, %u nodes in %u "
               "segments on %s and its fallback %s\n",
@@ -305,15 +305,17 @@ static ty_status_t ty_mixed_describe(ty_mixed_t *m) {
   for (uint32_t k = 0; k < m->seg_count && used < cap; ++k) {
     const ty_segment_t *sg = &m->segs[k];
     uint64_t in_bytes = 0;
-    for (uint32_t j = 0; j < sg->input_count; ++j) in_bytes += ty_mixed_bytes(&g->values[sg->inputs[j]]);
+    for (uint32_t j = 0; j < sg->input_count; ++j) {
+      in_bytes += ty_fallback_bytes(&g->values[sg->inputs[j]]);
+    }
     per_run[sg->device == m->fallback] += in_bytes;
     /* A large model has hundreds of segments: the first ones show the
      * pattern, the totals below count them all. */
-    if (k == TY_MIXED_LISTED_SEGMENTS) {
+    if (k == TY_FALLBACK_LISTED_SEGMENTS) {
       used += (size_t)snprintf(t + used, cap - used, "  ... %u more segments\n",
                                m->seg_count - k);
     }
-    if (k >= TY_MIXED_LISTED_SEGMENTS) continue;
+    if (k >= TY_FALLBACK_LISTED_SEGMENTS) continue;
     used += (size_t)snprintf(t + used, cap - used,
                              "  segment %u on %-10s nodes %u-%u (%u): ", k + 1,
                              ty_device_label(sg->device), sg->first, sg->first + sg->count - 1,
@@ -338,7 +340,7 @@ static ty_status_t ty_mixed_describe(ty_mixed_t *m) {
   }
   uint64_t deferred = 0;
   for (uint32_t d = 0; d < m->deferred_count; ++d) {
-    deferred += ty_mixed_bytes(&g->values[g->updates[m->deferred[d]].state]);
+    deferred += ty_fallback_bytes(&g->values[g->updates[m->deferred[d]].state]);
   }
   if (used < cap) {
     snprintf(t + used, cap - used,
@@ -353,7 +355,7 @@ static ty_status_t ty_mixed_describe(ty_mixed_t *m) {
 
 /* ---- life cycle ---- */
 
-void ty_mixed_destroy(ty_mixed_t *m) {
+void ty_fallback_destroy(ty_fallback_run_t *m) {
   if (!m) return;
   /* Later segments share earlier ones' states: destroy in reverse. */
   for (uint32_t k = m->seg_count; k-- > 0;) {
@@ -373,34 +375,34 @@ void ty_mixed_destroy(ty_mixed_t *m) {
   free(m);
 }
 
-const ty_session_t *ty_mixed_last_on(const ty_mixed_t *m, const ty_device_t *device) {
+const ty_session_t *ty_fallback_last_on(const ty_fallback_run_t *m, const ty_device_t *device) {
   for (uint32_t k = m->seg_count; k-- > 0;) {
     if (m->segs[k].device == device && m->segs[k].session) return m->segs[k].session;
   }
   return NULL;
 }
 
-const ty_session_t *ty_mixed_holder(const ty_mixed_t *m, const char *name,
+const ty_session_t *ty_fallback_holder(const ty_fallback_run_t *m, const char *name,
                                     const ty_device_t *device) {
-  uint32_t v = ty_mixed_find(m->graph, name);
+  uint32_t v = ty_fallback_find(m->graph, name);
   if (v == UINT32_MAX || m->graph->values[v].role != TY_VALUE_STATE) return NULL;
   return m->home[v] == device ? m->holder[v] : NULL;
 }
 
-const char *ty_mixed_partition(const ty_mixed_t *m) { return m->partition; }
+const char *ty_fallback_partition(const ty_fallback_run_t *m) { return m->partition; }
 
 /* Creates the segment sessions (those on one device chained through
  * share_state_with) and finds each state's holder. */
-static ty_status_t ty_mixed_sessions(ty_mixed_t *m, const ty_session_options_t *options) {
+static ty_status_t ty_fallback_sessions(ty_fallback_run_t *m, const ty_session_options_t *options) {
   const ty_session_t *share = options->share_state_with;
-  ty_mixed_t *share_mixed = share ? ty_session_mixed_of(share) : NULL;
+  ty_fallback_run_t *share_fallback = share ? ty_session_fallback_of(share) : NULL;
   for (uint32_t k = 0; k < m->seg_count; ++k) {
     ty_segment_t *sg = &m->segs[k];
     ty_session_options_t so = *options;
     so.fallback_device = NULL;
-    so.share_state_with = ty_mixed_last_on(m, sg->device);
-    if (!so.share_state_with && share_mixed) {
-      so.share_state_with = ty_mixed_last_on(share_mixed, sg->device);
+    so.share_state_with = ty_fallback_last_on(m, sg->device);
+    if (!so.share_state_with && share_fallback) {
+      so.share_state_with = ty_fallback_last_on(share_fallback, sg->device);
     } else if (!so.share_state_with && share && ty_session_device_of(share) == sg->device) {
       so.share_state_with = share;
     }
@@ -422,7 +424,7 @@ static ty_status_t ty_mixed_sessions(ty_mixed_t *m, const ty_session_options_t *
         m->holder[v] = m->segs[k].session;
       }
     }
-    if (!m->holder[v]) m->holder[v] = ty_mixed_share_holder(share, g->values[v].name, m);
+    if (!m->holder[v]) m->holder[v] = ty_fallback_share_holder(share, g->values[v].name, m);
     if (!m->holder[v]) {
       return ty_status_make(TY_CODE_INTERNAL, "mixed run: no session holds state '%s'",
                             g->values[v].name);
@@ -431,9 +433,9 @@ static ty_status_t ty_mixed_sessions(ty_mixed_t *m, const ty_session_options_t *
   return TY_OK;
 }
 
-ty_status_t ty_mixed_create(ty_device_t *primary, const ty_abi_graph_t *graph,
-                            const ty_session_options_t *options, ty_mixed_t **out_mixed) {
-  *out_mixed = NULL;
+ty_status_t ty_fallback_create(ty_device_t *primary, const ty_abi_graph_t *graph,
+                            const ty_session_options_t *options, ty_fallback_run_t **out_run) {
+  *out_run = NULL;
   if (options->guard_bytes || options->compile_only) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "a fallback device (mixed run) cannot be used with guard bytes or "
@@ -443,36 +445,37 @@ ty_status_t ty_mixed_create(ty_device_t *primary, const ty_abi_graph_t *graph,
   if (options->fallback_device == primary) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "the fallback device is the device itself");
   }
-  ty_mixed_t *m = calloc(1, sizeof(*m));
-  if (!m) return ty_mixed_oom();
+  ty_fallback_run_t *m = calloc(1, sizeof(*m));
+  if (!m) return ty_fallback_oom();
   m->primary = primary;
   m->fallback = options->fallback_device;
   m->graph = graph;
   bool all_primary = false;
-  ty_status_t s = ty_mixed_assign(m, &all_primary);
-  /* A session sharing state with a mixed one stays mixed even when its own
+  ty_status_t s = ty_fallback_assign(m, &all_primary);
+  /* A session sharing state with a fallback one stays one even when its own
    * nodes all run on the primary: its states may live on the fallback. */
-  bool share_mixed = options->share_state_with && ty_session_mixed_of(options->share_state_with);
-  if (!s && all_primary && !share_mixed) {
-    ty_mixed_destroy(m);
+  bool share_fallback =
+      options->share_state_with && ty_session_fallback_of(options->share_state_with);
+  if (!s && all_primary && !share_fallback) {
+    ty_fallback_destroy(m);
     return TY_OK;
   }
-  if (!s) s = ty_mixed_plan(m, options->share_state_with);
-  if (!s) s = ty_mixed_sessions(m, options);
-  if (!s) s = ty_mixed_describe(m);
+  if (!s) s = ty_fallback_plan(m, options->share_state_with);
+  if (!s) s = ty_fallback_sessions(m, options);
+  if (!s) s = ty_fallback_describe(m);
   if (s) {
-    ty_mixed_destroy(m);
+    ty_fallback_destroy(m);
     return s;
   }
-  *out_mixed = m;
+  *out_run = m;
   return TY_OK;
 }
 
 /* ---- bind, run, read ---- */
 
-ty_status_t ty_mixed_bind(ty_mixed_t *m, const char *name, ty_dtype_t dtype, uint32_t rank,
-                          const int64_t *dims, const void *data, size_t bytes) {
-  uint32_t v = ty_mixed_find(m->graph, name);
+ty_status_t ty_fallback_bind(ty_fallback_run_t *m, const char *name, ty_dtype_t dtype,
+                             uint32_t rank, const int64_t *dims, const void *data, size_t bytes) {
+  uint32_t v = ty_fallback_find(m->graph, name);
   if (v == UINT32_MAX) {
     return ty_status_make(TY_CODE_NOT_FOUND, "the graph has no input, state or output named '%s'",
                           name);
@@ -500,19 +503,19 @@ ty_status_t ty_mixed_bind(ty_mixed_t *m, const char *name, ty_dtype_t dtype, uin
 }
 
 /* This run's host copy of value v, read from where it lives. */
-static ty_status_t ty_mixed_host_copy(ty_mixed_t *m, uint32_t v, void **out) {
+static ty_status_t ty_fallback_host_copy(ty_fallback_run_t *m, uint32_t v, void **out) {
   if (m->host[v]) {
     *out = m->host[v];
     return TY_OK;
   }
   const ty_abi_value_t *val = &m->graph->values[v];
-  uint64_t bytes = ty_mixed_bytes(val);
+  uint64_t bytes = ty_fallback_bytes(val);
   void *data = malloc(bytes ? (size_t)bytes : 1);
-  if (!data) return ty_mixed_oom();
+  if (!data) return ty_fallback_oom();
   char buf[32];
   ty_session_t *from = val->role == TY_VALUE_STATE ? (ty_session_t *)m->holder[v]
                                                    : m->segs[m->producer_seg[v]].session;
-  ty_status_t s = ty_session_read(from, ty_mixed_name(m->graph, v, buf, sizeof(buf)), data,
+  ty_status_t s = ty_session_read(from, ty_fallback_name(m->graph, v, buf, sizeof(buf)), data,
                                   (size_t)bytes);
   if (s) {
     free(data);
@@ -523,14 +526,14 @@ static ty_status_t ty_mixed_host_copy(ty_mixed_t *m, uint32_t v, void **out) {
   return TY_OK;
 }
 
-static ty_status_t ty_mixed_copy_into(ty_mixed_t *m, uint32_t v, ty_session_t *to,
+static ty_status_t ty_fallback_copy_into(ty_fallback_run_t *m, uint32_t v, ty_session_t *to,
                                       ty_device_t *to_device) {
   void *data = NULL;
-  TY_RETURN_IF_ERROR(ty_mixed_host_copy(m, v, &data));
+  TY_RETURN_IF_ERROR(ty_fallback_host_copy(m, v, &data));
   const ty_abi_value_t *val = &m->graph->values[v];
-  uint64_t bytes = ty_mixed_bytes(val);
+  uint64_t bytes = ty_fallback_bytes(val);
   char buf[32];
-  TY_RETURN_IF_ERROR(ty_session_bind(to, ty_mixed_name(m->graph, v, buf, sizeof(buf)),
+  TY_RETURN_IF_ERROR(ty_session_bind(to, ty_fallback_name(m->graph, v, buf, sizeof(buf)),
                                      val->dtype, val->rank, val->dims, data, (size_t)bytes));
   int side = to_device == m->fallback;
   m->run_bytes_to[side] += bytes;
@@ -539,7 +542,7 @@ static ty_status_t ty_mixed_copy_into(ty_mixed_t *m, uint32_t v, ty_session_t *t
   return TY_OK;
 }
 
-ty_status_t ty_mixed_run(ty_mixed_t *m) {
+ty_status_t ty_fallback_run(ty_fallback_run_t *m) {
   const ty_abi_graph_t *g = m->graph;
   m->last_run_bytes = 0;
   m->run_bytes_to[0] = m->run_bytes_to[1] = 0;
@@ -548,7 +551,7 @@ ty_status_t ty_mixed_run(ty_mixed_t *m) {
   for (uint32_t k = 0; k < m->seg_count && !s; ++k) {
     ty_segment_t *sg = &m->segs[k];
     for (uint32_t j = 0; j < sg->input_count && !s; ++j) {
-      s = ty_mixed_copy_into(m, sg->inputs[j], sg->session, sg->device);
+      s = ty_fallback_copy_into(m, sg->inputs[j], sg->session, sg->device);
     }
     if (!s) {
       s = ty_status_annotate(ty_session_run(sg->session), "segment %u of the mixed run (%s)",
@@ -560,10 +563,10 @@ ty_status_t ty_mixed_run(ty_mixed_t *m) {
   for (uint32_t d = 0; d < m->deferred_count && !s; ++d) {
     const ty_abi_state_update_t *u = &g->updates[m->deferred[d]];
     void *data = NULL;
-    s = ty_mixed_host_copy(m, u->value, &data);
+    s = ty_fallback_host_copy(m, u->value, &data);
     if (s) break;
     const ty_abi_value_t *st = &g->values[u->state];
-    uint64_t bytes = ty_mixed_bytes(st);
+    uint64_t bytes = ty_fallback_bytes(st);
     s = ty_session_bind((ty_session_t *)m->holder[u->state], st->name, st->dtype, st->rank,
                         st->dims, data, (size_t)bytes);
     int side = m->home[u->state] == m->fallback;
@@ -582,8 +585,8 @@ ty_status_t ty_mixed_run(ty_mixed_t *m) {
   return s;
 }
 
-ty_status_t ty_mixed_read(ty_mixed_t *m, const char *name, void *dst, size_t bytes) {
-  uint32_t v = ty_mixed_find(m->graph, name);
+ty_status_t ty_fallback_read(ty_fallback_run_t *m, const char *name, void *dst, size_t bytes) {
+  uint32_t v = ty_fallback_find(m->graph, name);
   if (v == UINT32_MAX) {
     return ty_status_make(TY_CODE_NOT_FOUND, "the graph has no input, state or output named '%s'",
                           name);
@@ -599,7 +602,7 @@ ty_status_t ty_mixed_read(ty_mixed_t *m, const char *name, void *dst, size_t byt
   return ty_session_read(from, name, dst, bytes);
 }
 
-void ty_mixed_stats(const ty_mixed_t *m, ty_session_stats_t *stats) {
+void ty_fallback_stats(const ty_fallback_run_t *m, ty_session_stats_t *stats) {
   for (uint32_t k = 0; k < m->seg_count; ++k) {
     ty_session_stats_t s = ty_session_stats(m->segs[k].session);
     stats->host_to_device_count += s.host_to_device_count;
@@ -609,8 +612,8 @@ void ty_mixed_stats(const ty_mixed_t *m, ty_session_stats_t *stats) {
     stats->compile_seconds += s.compile_seconds;
   }
   stats->runs = m->runs;
-  stats->mixed = true;
-  stats->mixed_segments = m->seg_count;
+  stats->fallback = true;
+  stats->fallback_segments = m->seg_count;
   stats->transfer_bytes = m->transfer_bytes;
   stats->last_run_transfer_bytes = m->last_run_bytes;
   stats->last_run_bytes_to_primary = m->run_bytes_to[0];

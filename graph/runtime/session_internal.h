@@ -46,14 +46,14 @@ struct ty_session_t {
   uint64_t guard; /* bytes of guard before and after every tensor */
   uint64_t guard_seed;
   /* The session this one shares state with (during create only: sharing
-   * follows the chain, so segments of a mixed session find every state). */
+   * follows the chain, so segments of a fallback session find every state). */
   const ty_session_t *share_parent;
-  ty_mixed_t *mixed; /* a mixed session: everything goes through it */
+  ty_fallback_run_t *fallback; /* a fallback session: everything goes through it */
   const ty_host_comm_t *host_comm; /* the run's world for collective ops, or NULL */
 };
 
 /* session.c: a new empty session; its graph; buffers for its slots once it
- * has an executable; UNIMPLEMENTED / FAILED_PRECONDITION for a mixed or
+ * has an executable; UNIMPLEMENTED / FAILED_PRECONDITION for a fallback or
  * compile-only session asked to bind, run, read or serialize. */
 ty_status_t ty_session_new(ty_device_t *device, const ty_session_options_t *options,
                            ty_session_t **out);
