@@ -1,8 +1,10 @@
 /* A plugin-owned deep copy of an ABI graph (the host's descriptor is only
- * valid during graph_compile), with per-value byte sizes and producers. Part
- * of the backend support library: depends only on hal/backend_abi.h. */
-#ifndef TY_BACKENDS_COMMON_ABI_GRAPH_H_
-#define TY_BACKENDS_COMMON_ABI_GRAPH_H_
+ * valid during graph_compile), with per-value byte sizes and producers. Kept in
+ * hal/ so that the core (graph/runtime/preflight.c) and plugins share it;
+ * archived into the backend support library too. Depends only on
+ * hal/backend_abi.h. */
+#ifndef TY_HAL_ABI_GRAPH_H_
+#define TY_HAL_ABI_GRAPH_H_
 
 #include <stddef.h>
 #include <stdbool.h>
@@ -78,4 +80,4 @@ bool ty_abi_node_operands_ok(const ty_abi_graph_t *graph, const ty_abi_node_t *n
 }
 #endif
 
-#endif /* TY_BACKENDS_COMMON_ABI_GRAPH_H_ */
+#endif /* TY_HAL_ABI_GRAPH_H_ */

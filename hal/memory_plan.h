@@ -6,8 +6,8 @@
  * view's last reader), so executors skip it; a backend may offer a node's
  * output its input's bytes (ty_memory_plan_opts_t). Depends only on
  * hal/backend_abi.h. */
-#ifndef TY_BACKENDS_COMMON_MEMORY_PLAN_H_
-#define TY_BACKENDS_COMMON_MEMORY_PLAN_H_
+#ifndef TY_HAL_MEMORY_PLAN_H_
+#define TY_HAL_MEMORY_PLAN_H_
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -98,4 +98,4 @@ void ty_memory_plan_free(ty_memory_plan_t *plan);
 }
 #endif
 
-#endif /* TY_BACKENDS_COMMON_MEMORY_PLAN_H_ */
+#endif /* TY_HAL_MEMORY_PLAN_H_ */

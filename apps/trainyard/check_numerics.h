@@ -1,5 +1,5 @@
 /* `--check-numerics[=every:N]` of forward and train: the option's value, and
- * the report of the first non-finite node (graph/numerics.h) in the words of
+ * the report of the first non-finite node (graph/runtime/numerics.h) in the words of
  * the model (its layer and block). */
 #ifndef TY_APPS_TRAINYARD_CHECK_NUMERICS_H_
 #define TY_APPS_TRAINYARD_CHECK_NUMERICS_H_

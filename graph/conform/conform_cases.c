@@ -1,7 +1,7 @@
 /* The conformance case table: every op of op set v1 with one or more cases
  * (shapes, attributes, dtype variants and input generators that respect the
  * op's constraints) and the NMSE bound classes they are checked against.
- * The spec language is described in graph/conform.h. */
+ * The spec language is described in graph/conform/conform.h. */
 #include "graph/conform/conform.h"
 
 /* ---- bound classes ----

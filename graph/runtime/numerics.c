@@ -1,4 +1,4 @@
-/* The first non-finite node of a run (graph/numerics.h): every node output is
+/* The first non-finite node of a run (graph/runtime/numerics.h): every node output is
  * exposed, read back in node order and counted; the first one holding a NaN
  * or an infinity is described with its inputs' figures. */
 #include "graph/runtime/numerics.h"

@@ -3,7 +3,7 @@
  * outputs, and their peak, computed from the graphs a run compiles (train
  * step, optimizer step, evaluation) before anything is allocated. Each
  * graph is lowered and placed by the liveness planner the host executor
- * places its activation arena with (backends/common/memory_plan.h), so for
+ * places its activation arena with (hal/memory_plan.h), so for
  * host-executor backends the arena is exactly what compile allocates.
  *
  * Ownership: the plan owns what it holds; ty_preflight_deinit frees it. Not

@@ -7,7 +7,7 @@
  * device), and compiles it — or reuses an executable compiled earlier on the
  * same device for the same graph hash, backend, backend version and options
  * (the in-process compile cache), or, with options.cache_dir, one stored on
- * disk by an earlier process (graph/compile_cache.h; backends that can
+ * disk by an earlier process (graph/runtime/compile_cache.h; backends that can
  * serialize executables only). Every INPUT, STATE and OUTPUT value gets a
  * device buffer at create. STATE values (parameters, optimizer moments)
  * start as zeros and stay on the device across runs; only bound inputs and

@@ -1,5 +1,5 @@
 /* Sessions' executables: the device's executable cache (hal/executable.h)
- * in process, the on-disk cache (graph/compile_cache.h), artifacts,
+ * in process, the on-disk cache (graph/runtime/compile_cache.h), artifacts,
  * serialization and reports. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Re-cast weights in the backward (graph/autodiff.h, recast_states): the
+/* Re-cast weights in the backward (graph/ir/autodiff.h, recast_states): the
  * gpt2-tiny and llama-tiny presets in bf16-mixed (f32 parameters, each
  * weight cast to bf16 where a matmul uses it), differentiated with and
  * without the option.

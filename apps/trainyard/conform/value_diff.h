@@ -10,7 +10,7 @@
 #include "conform/tier_common.h"
 #include "graph/ir/graph.h"
 
-/* (Every intermediate is exposed by ty_graph_expose_all, graph/numerics.h.) */
+/* (Every intermediate is exposed by ty_graph_expose_all, graph/runtime/numerics.h.) */
 
 typedef struct ty_value_diff_t {
   ty_tier_error_t error;
