@@ -22,8 +22,8 @@
 #include <time.h>
 
 #include "bench_registry.h"
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"

@@ -45,8 +45,8 @@
 #endif
 
 #include "bench_mixed.h"
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 

@@ -40,9 +40,9 @@
 
 #include "bench_mixed.h"
 #include "bench_registry.h"
-#include "graph/graph.h"
-#include "graph/session.h"
-#include "graph/train_step.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
+#include "graph/ir/train_step.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 #include "models/llm.h"

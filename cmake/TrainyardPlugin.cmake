@@ -20,12 +20,12 @@ set(TY_SDK_HEADERS
   "backend_abi.h=hal/backend_abi.h"
   "half.h=hal/half.h"
   "philox.h=hal/philox.h"
-  "abi_graph.h=backends/common/abi_graph.h"
+  "abi_graph.h=hal/abi_graph.h"
   "host_buffers.h=backends/common/host_buffers.h"
   "host_executor.h=backends/common/host_executor.h"
   "host_meter.h=backends/common/host_meter.h"
   "host_profile.h=backends/common/host_profile.h"
-  "memory_plan.h=backends/common/memory_plan.h"
+  "memory_plan.h=hal/memory_plan.h"
   "plugin_status.h=backends/common/plugin_status.h"
   "sha256.h=hal/sha256.h")
 

@@ -6,18 +6,10 @@
 #include <string.h>
 
 #include "hal/device_uri.h"
-
-#define TY_DEVICE_MAX_ATTACHMENTS 8
-
-typedef struct {
-  const char *key;
-  void *object;
-  void (*destroy)(void *);
-} ty_device_attachment_t;
+#include "hal/executable.h"
 
 struct ty_device_t {
-  ty_device_attachment_t attachments[TY_DEVICE_MAX_ATTACHMENTS];
-  uint32_t attachment_count;
+  ty_executable_cache_t *executables; /* made at first use; see device.h */
   ty_backend_t *backend;
   uint32_t index;
   ty_abi_device_t *handle;
@@ -121,9 +113,8 @@ ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
 
 void ty_device_close(ty_device_t *d) {
   if (!d) return;
-  for (uint32_t i = d->attachment_count; i-- > 0;) {
-    if (d->attachments[i].destroy) d->attachments[i].destroy(d->attachments[i].object);
-  }
+  /* Its executables belong to the plugin's device: destroy them first. */
+  ty_executable_cache_destroy(d->executables);
   void (*close_fn)(ty_abi_device_t *) = TY_BACKEND_ENTRY(d->backend, device_close);
   if (close_fn && d->handle) close_fn(d->handle);
   free(d->uri);
@@ -160,24 +151,8 @@ ty_status_t ty_device_memory(ty_device_t *d, bool reset_peak, ty_abi_device_memo
   return ty_status_annotate(s, "measuring the memory of %s", d->label);
 }
 
-ty_status_t ty_device_attach(ty_device_t *d, const char *key, void *object,
-                             void (*destroy)(void *object)) {
-  if (ty_device_attachment(d, key)) {
-    return ty_status_make(TY_CODE_ALREADY_EXISTS,
-                          "%s already has an attachment '%s'", d->label, key);
-  }
-  if (d->attachment_count == TY_DEVICE_MAX_ATTACHMENTS) {
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                          "%s has no room for attachment '%s'", d->label, key);
-  }
-  d->attachments[d->attachment_count++] =
-      (ty_device_attachment_t){key, object, destroy};
+ty_status_t ty_device_executable_cache(ty_device_t *d, ty_executable_cache_t **out_cache) {
+  if (!d->executables) TY_RETURN_IF_ERROR(ty_executable_cache_create(d, &d->executables));
+  *out_cache = d->executables;
   return TY_OK;
-}
-
-void *ty_device_attachment(const ty_device_t *d, const char *key) {
-  for (uint32_t i = 0; i < d->attachment_count; ++i) {
-    if (strcmp(d->attachments[i].key, key) == 0) return d->attachments[i].object;
-  }
-  return NULL;
 }

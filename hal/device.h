@@ -43,15 +43,12 @@ const char *ty_device_label(const ty_device_t *device);
 const ty_abi_device_info_t *ty_device_info(const ty_device_t *device);
 ty_abi_device_t *ty_device_handle(const ty_device_t *device);
 
-/* Attaches `object` to the device under `key` (a static string); `destroy`
- * runs when the device closes, before the plugin's device is closed, in
- * reverse order of attachment. Used by upper layers for per-device caches
- * (compiled executables) without hal knowing them. ALREADY_EXISTS when the
- * key is taken. Not thread-safe. */
-ty_status_t ty_device_attach(ty_device_t *device, const char *key, void *object,
-                             void (*destroy)(void *object));
-/* The object attached under `key`, or NULL. */
-void *ty_device_attachment(const ty_device_t *device, const char *key);
+/* The device's own executable cache (hal/executable.h), which sessions
+ * share: made at the first call, owned by the device, and destroyed with its
+ * executables when the device closes (before the plugin's device). Fails
+ * only for out-of-memory. Not thread-safe. */
+typedef struct ty_executable_cache_t ty_executable_cache_t;
+ty_status_t ty_device_executable_cache(ty_device_t *device, ty_executable_cache_t **out_cache);
 
 /* Blocks until queued work is done. OK for plugins without the entry
  * (they are synchronous by definition). */

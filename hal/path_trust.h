@@ -1,7 +1,7 @@
 /* Whether a path is this user's to trust: code or data loaded from it can
  * only have been put there by this user or root. The plugin registry
  * refuses plugins that fail it (a plugin's constructor runs at load); the
- * compile cache warns (graph/compile_cache.h).
+ * compile cache warns (graph/runtime/compile_cache.h).
  *
  * The rule is sshd's StrictModes: the file and every folder above it, up to
  * "/", must be owned by root or this user (the effective uid) and must not

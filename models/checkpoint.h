@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "models/llm.h"
 
 #ifdef __cplusplus

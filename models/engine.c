@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/numerics.h"
+#include "graph/runtime/numerics.h"
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
 #include "models/llm.h"

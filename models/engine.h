@@ -50,8 +50,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/numerics.h"
-#include "graph/session.h"
+#include "graph/runtime/numerics.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "models/checkpoint.h"
 #include "models/config.h"

@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/numerics.h"
-#include "graph/session.h"
+#include "graph/runtime/numerics.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "models/checkpoint.h"
 #include "models/config.h"

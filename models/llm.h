@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 #include "models/config.h"
 
 #ifdef __cplusplus

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "models/config.h"
 #include "models/llm.h"
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/compile_cache.h"
-#include "graph/lower.h"
+#include "graph/runtime/compile_cache.h"
+#include "graph/ir/lower.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 #include "hal/status.h"
@@ -51,7 +51,7 @@ ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out);
 /* Opens the device `uri` for `command`, first printing to stderr a warning
  * for every half-set entry pair of its plugin (ty_backend_warning_at).
  * A URI option `fallback=URI2` (bring-up: nodes the device refuses run on
- * URI2, explicitly; graph/session.h) is taken off before the plugin sees the
+ * URI2, explicitly; graph/runtime/session.h) is taken off before the plugin sees the
  * URI, and URI2 is opened into *out_fallback; a command that cannot run
  * mixed passes out_fallback NULL and gets INVALID_ARGUMENT for it. Without
  * the option *out_fallback is NULL. The caller closes both devices. */
@@ -102,7 +102,7 @@ int ty_app_refuse_switch_value(const char *command, const char *arg,
                                const struct option *longopts);
 
 /* `--deterministic`: prints, once at start-up, that the sessions of
- * `command` on `device` run batch-invariant kernels (graph/session.h). */
+ * `command` on `device` run batch-invariant kernels (graph/runtime/session.h). */
 void ty_app_note_deterministic(const char *command, const ty_device_t *device);
 
 /* A comma-separated option value ("cpu,dataflow", "1,2,3"), split. The

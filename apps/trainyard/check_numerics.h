@@ -1,5 +1,5 @@
 /* `--check-numerics[=every:N]` of forward and train: the option's value, and
- * the report of the first non-finite node (graph/numerics.h) in the words of
+ * the report of the first non-finite node (graph/runtime/numerics.h) in the words of
  * the model (its layer and block). */
 #ifndef TY_APPS_TRAINYARD_CHECK_NUMERICS_H_
 #define TY_APPS_TRAINYARD_CHECK_NUMERICS_H_
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "graph/numerics.h"
+#include "graph/runtime/numerics.h"
 #include "models/config.h"
 
 /* The option's value: NULL, "" or "true" check every step (1), "every:N"

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "app.h"
-#include "graph/lower.h"
-#include "graph/support_report.h"
-#include "graph/train_step.h"
+#include "graph/ir/lower.h"
+#include "graph/runtime/support_report.h"
+#include "graph/ir/train_step.h"
 #include "graph_args.h"
 #include "hal/dtype.h"
 #include "train_graph.h"

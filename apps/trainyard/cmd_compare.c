@@ -23,7 +23,7 @@
 #include "compare_plot.h"
 #include "files/out_paths.h"
 #include "files/run_folder.h"
-#include "graph/compile_cache.h"
+#include "graph/runtime/compile_cache.h"
 #include "hal/device_uri.h"
 #include "metrics/jsonl.h"
 #include "stop_signals.h"

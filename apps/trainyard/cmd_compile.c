@@ -9,9 +9,9 @@
 
 #include "app.h"
 #include "files/out_paths.h"
-#include "graph/compile_cache.h"
-#include "graph/preflight.h"
-#include "graph/session.h"
+#include "graph/runtime/compile_cache.h"
+#include "graph/runtime/preflight.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/file.h"

@@ -1,4 +1,4 @@
-/* `trainyard conform`: runs the conformance kit (graph/conform.h) on one
+/* `trainyard conform`: runs the conformance kit (graph/conform/conform.h) on one
  * backend and reports every case: op, case, dtype, direction, status, worst
  * NMSE and its bound, as a table (one line per case as it finishes) or as
  * one JSON array. Exit 0 when nothing failed, 1 on any failure or when no
@@ -17,7 +17,7 @@
 #include "app.h"
 #include "conform/coverage.h"
 #include "conform/tiers.h"
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 #include "hal/device.h"
 #include "hal/device_uri.h"
 #include "hal/dtype.h"

@@ -14,7 +14,7 @@
 #include "build_info.h"
 #include "data_inputs.h"
 #include "files/out_paths.h"
-#include "graph/lower.h"
+#include "graph/ir/lower.h"
 #include "models/chat.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"

@@ -11,7 +11,7 @@
 #include "app.h"
 #include "check_numerics.h"
 #include "files/out_paths.h"
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/file.h"
@@ -123,7 +123,7 @@ typedef struct {
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   bool grads, allow_nonfinite;
   bool check_numerics; /* every intermediate read back, the first NaN/Inf named */
-  bool deterministic;  /* batch-invariant kernels (graph/session.h) */
+  bool deterministic;  /* batch-invariant kernels (graph/runtime/session.h) */
 } ty_forward_args_t;
 
 /* Reads value `name` from the session as f32 into a new buffer. */

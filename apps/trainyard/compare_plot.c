@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/compile_cache.h"
+#include "graph/runtime/compile_cache.h"
 
 #define W 960.0
 #define H 700.0

@@ -3,7 +3,7 @@
 #include "train_config.h"
 
 #include "check_numerics.h"
-#include "graph/compile_cache.h"
+#include "graph/runtime/compile_cache.h"
 #include "hal/file.h"
 
 #include <errno.h>

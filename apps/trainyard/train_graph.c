@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/autodiff.h"
+#include "graph/ir/autodiff.h"
 #include "hal/dtype.h"
 #include "train_plan.h"
 

@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 #include "hal/device.h"
-#include "graph/train_step.h"
+#include "graph/ir/train_step.h"
 #include "models/config.h"
 #include "models/llm.h"
 #include "train_config.h"
@@ -50,7 +50,7 @@ ty_status_t ty_forward_graph_build(const ty_model_config_t *model_config, int64_
  * (RESOURCE_EXHAUSTED, ty_llm_check_memory), since no lever could help and
  * a config of thousands of huge layers would take long to build and plan.
  * Gradients, optimizer state and activations depend on the levers: the
- * pre-flight memory plan (graph/preflight.h) checks them on the built graph. */
+ * pre-flight memory plan (graph/runtime/preflight.h) checks them on the built graph. */
 ty_status_t ty_train_graph_check_memory(const ty_train_config_t *config,
                                         const ty_model_config_t *model_config,
                                         ty_device_t *device);

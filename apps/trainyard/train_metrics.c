@@ -10,7 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "graph/preflight.h"
+#include "graph/runtime/preflight.h"
 #include "hal/file.h"
 #include "metrics/jsonl.h"
 #include "metrics/progress.h"

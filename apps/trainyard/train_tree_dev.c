@@ -87,7 +87,7 @@ static ty_status_t ty_tdev_add(ty_graph_t *g, ty_value_id_t a, ty_value_id_t b,
 }
 
 /* The zeros of parameter i's shape: a STATE no graph updates (states start
- * as zeros, graph/session.h), one per shape, so the reset is one device
+ * as zeros, graph/runtime/session.h), one per shape, so the reset is one device
  * copy with no fill kernel and no arena. */
 static ty_status_t ty_tdev_zeros(const ty_train_tree_dev_t *t, ty_graph_t *g, uint32_t i,
                                  ty_value_id_t *out) {

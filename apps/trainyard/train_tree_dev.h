@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "hal/status.h"
 
 typedef struct ty_train_tree_dev_t ty_train_tree_dev_t;

@@ -16,8 +16,8 @@
 
 #include "dist/dist.h"
 #include "hal/comm.h"
-#include "graph/preflight.h"
-#include "graph/train_step.h"
+#include "graph/runtime/preflight.h"
+#include "graph/ir/train_step.h"
 #include "hal/dtype.h"
 #include "hal/file.h"
 #include "models/checkpoint.h"

@@ -8,7 +8,7 @@
 
 #include "app.h"
 #include "files/ckpt_identity.h"
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "models/config.h"
 #include "models/dataset.h"
@@ -37,7 +37,7 @@ typedef struct ty_trainer_t {
    * step's session while a checked step runs (NULL otherwise) */
   struct ty_trainer_numerics_t *numerics;
   ty_session_t *check_session;
-  /* the pre-flight memory plan of those graphs (graph/preflight.h), the
+  /* the pre-flight memory plan of those graphs (graph/runtime/preflight.h), the
    * limit it was checked against, and what the device measured */
   struct ty_preflight_t *plan;
   uint64_t memory_limit;

@@ -18,7 +18,7 @@ extern char **environ;
 #include "dist/dist.h"
 #include "dist/launch_env.h"
 #include "hal/comm.h"
-#include "graph/preflight.h"
+#include "graph/runtime/preflight.h"
 #include "hal/dtype.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "check_numerics.h"
-#include "graph/numerics.h"
+#include "graph/runtime/numerics.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
 #include "train_plan.h"

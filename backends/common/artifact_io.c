@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 #include "backends/common/plugin_status.h"
 #include "hal/sha256.h"
 #include "ops/reference/ref_interp.h"

@@ -10,7 +10,7 @@
 
 #include "backends/common/host_meter.h"
 #include "backends/common/host_profile.h"
-#include "backends/common/memory_plan.h"
+#include "hal/memory_plan.h"
 #include "backends/common/plugin_status.h"
 #include "ops/reference/ref_interp.h"
 

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 #include "hal/backend_abi.h"
 
 #ifdef __cplusplus

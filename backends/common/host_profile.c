@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 
 struct ty_host_profile_t {
   uint32_t node_count;

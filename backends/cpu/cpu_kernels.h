@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 #include "backends/common/plugin_status.h"
 #include "backends/cpu/cpu_internal.h"
 #include "hal/half.h"

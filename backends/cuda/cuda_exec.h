@@ -23,8 +23,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/abi_graph.h"
-#include "backends/common/memory_plan.h"
+#include "hal/abi_graph.h"
+#include "hal/memory_plan.h"
 #include "backends/cuda/cuda_fuse.h"
 #include "backends/cuda/cuda_internal.h"
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 #include "backends/common/artifact_io.h"
 #include "backends/common/plugin_status.h"
 #include "backends/dataflow/dataflow_internal.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 #include "backends/common/plugin_status.h"
 #include "backends/cpu/cpu_kernel_table.h"
 #include "backends/dataflow/dataflow_internal.h"

@@ -17,8 +17,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/abi_graph.h"
-#include "backends/common/memory_plan.h"
+#include "hal/abi_graph.h"
+#include "hal/memory_plan.h"
 #include "backends/opencl/ocl_internal.h"
 
 typedef enum ty_ocl_ref_kind_e {

@@ -15,7 +15,7 @@
 
 #include "hal/sha256.h"
 #include "dataflow_test_util.h"
-#include "graph/compile_cache.h"
+#include "graph/runtime/compile_cache.h"
 
 typedef struct {
   ty_registry_t *registry;

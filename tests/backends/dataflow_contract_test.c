@@ -12,7 +12,7 @@
 #include "common/test_util.h"
 
 #include "dataflow_test_util.h"
-#include "graph/lower.h"
+#include "graph/ir/lower.h"
 #include "hal/buffer.h"
 
 static int setup(void **state) {

@@ -10,7 +10,7 @@
 
 #include "common/test_util.h"
 
-#include "graph/train_step.h"
+#include "graph/ir/train_step.h"
 #include "models/config.h"
 #include "models/presets.h"
 

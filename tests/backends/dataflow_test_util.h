@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/registry.h"
 #include "models/llm.h"

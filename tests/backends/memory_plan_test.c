@@ -11,10 +11,10 @@
 
 #include "common/test_util.h"
 
-#include "backends/common/abi_graph.h"
-#include "backends/common/memory_plan.h"
-#include "graph/graph.h"
-#include "graph/lower.h"
+#include "hal/abi_graph.h"
+#include "hal/memory_plan.h"
+#include "graph/ir/graph.h"
+#include "graph/ir/lower.h"
 
 typedef struct {
   ty_lowered_graph_t *lowered;

@@ -11,7 +11,7 @@
 
 #include "common/test_util.h"
 
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"

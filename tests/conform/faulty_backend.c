@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/abi_graph.h"
+#include "hal/abi_graph.h"
 #include "backends/common/host_executor.h"
 #include "backends/common/plugin_status.h"
 #include "hal/backend_abi.h"

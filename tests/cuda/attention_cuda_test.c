@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/half.h"
 #include "hal/registry.h"

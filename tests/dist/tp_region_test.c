@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "dist/dist.h"
-#include "graph/autodiff.h"
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/autodiff.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/comm.h"
 #include "hal/device.h"
 #include "hal/registry.h"

@@ -60,7 +60,7 @@ def build_values(trainyard):
             continue
         ops.add(m.group(1))
         for dtype in m.group(3).split(","):
-            # Only float dtypes have a backward (graph/conform_run.c).
+            # Only float dtypes have a backward (graph/conform/conform_run.c).
             runs += 1 + (m.group(5) != "-" and dtype in FLOAT_DTYPES)
     if not ops or not runs:
         raise AssertionError("`trainyard conform --list` listed no cases:\n" + listing[:2000])

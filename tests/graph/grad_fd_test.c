@@ -38,7 +38,7 @@
 
 #include "common/test_util.h"
 
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 #include "hal/dtype.h"
 
 #define TY_FD_TOLERANCE 1e-6

@@ -8,10 +8,10 @@
 
 #include "common/test_util.h"
 
-#include "graph/autodiff.h"
-#include "graph/graph.h"
-#include "graph/lower.h"
-#include "graph/session.h"
+#include "graph/ir/autodiff.h"
+#include "graph/ir/graph.h"
+#include "graph/ir/lower.h"
+#include "graph/runtime/session.h"
 #include "hal/buffer.h"
 #include "hal/device.h"
 #include "hal/registry.h"

@@ -12,9 +12,9 @@
 
 #include "common/test_util.h"
 
-#include "graph/graph.h"
-#include "graph/session.h"
-#include "graph/train_step.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
+#include "graph/ir/train_step.h"
 #include "hal/comm.h"
 #include "hal/device.h"
 #include "hal/dtype.h"

@@ -13,9 +13,9 @@
 
 #include "common/test_util.h"
 
-#include "graph/autodiff.h"
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/autodiff.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"

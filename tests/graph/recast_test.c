@@ -1,4 +1,4 @@
-/* Re-cast weights in the backward (graph/autodiff.h, recast_states): the
+/* Re-cast weights in the backward (graph/ir/autodiff.h, recast_states): the
  * gpt2-tiny and llama-tiny presets in bf16-mixed (f32 parameters, each
  * weight cast to bf16 where a matmul uses it), differentiated with and
  * without the option.
@@ -16,9 +16,9 @@
 
 #include "common/test_util.h"
 
-#include "graph/autodiff.h"
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/autodiff.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"

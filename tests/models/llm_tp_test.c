@@ -11,7 +11,7 @@
 
 #include "common/test_util.h"
 
-#include "graph/autodiff.h"
+#include "graph/ir/autodiff.h"
 #include "models/config.h"
 #include "models/llm.h"
 

@@ -14,9 +14,9 @@
 #include "app.h"
 #include "conform/tier_common.h"
 #include "conform/value_diff.h"
-#include "graph/lower.h"
-#include "graph/numerics.h"
-#include "graph/support_report.h"
+#include "graph/ir/lower.h"
+#include "graph/runtime/numerics.h"
+#include "graph/runtime/support_report.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
 

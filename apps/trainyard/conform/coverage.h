@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "graph/conform.h"
+#include "graph/conform/conform.h"
 
 /* Prints the table of `results` (those of `tier`) to `out`. */
 void ty_conform_print_coverage(FILE *out, const ty_conform_result_t *results, uint32_t count,

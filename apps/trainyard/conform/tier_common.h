@@ -10,8 +10,8 @@
 #include <jansson.h>
 
 #include "conform/tiers.h"
-#include "graph/conform.h"
-#include "graph/session.h"
+#include "graph/conform/conform.h"
+#include "graph/runtime/session.h"
 #include "models/config.h"
 #include "models/llm.h"
 

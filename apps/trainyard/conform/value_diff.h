@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 #include "conform/tier_common.h"
-#include "graph/graph.h"
+#include "graph/ir/graph.h"
 
-/* (Every intermediate is exposed by ty_graph_expose_all, graph/numerics.h.) */
+/* (Every intermediate is exposed by ty_graph_expose_all, graph/runtime/numerics.h.) */
 
 typedef struct ty_value_diff_t {
   ty_tier_error_t error;

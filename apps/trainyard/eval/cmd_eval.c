@@ -59,7 +59,7 @@ typedef struct {
   const char *model, *data, *dataset, *out, *backend, *dtype_text;
   ty_dtype_t dtype, compute_dtype;
   bool choices;
-  bool deterministic; /* batch-invariant kernels (graph/session.h) */
+  bool deterministic; /* batch-invariant kernels (graph/runtime/session.h) */
   int64_t batch;
 } ty_eval_args_t;
 

@@ -29,7 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/session.h"
+#include "graph/runtime/session.h"
 #include "hal/device.h"
 #include "models/config.h"
 #include "models/tokenizer.h"

@@ -4,7 +4,7 @@
 #define TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_
 
 #include "dist/dist.h"
-#include "graph/preflight.h"
+#include "graph/runtime/preflight.h"
 #include "pp_schedule.h"
 #include "pp_stage.h"
 #include "trainer_pp.h"

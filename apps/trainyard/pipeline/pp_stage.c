@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/preflight.h"
-#include "graph/train_step.h"
+#include "graph/runtime/preflight.h"
+#include "graph/ir/train_step.h"
 #include "hal/dtype.h"
 #include "train_graph.h"
 #include "train_plan.h"

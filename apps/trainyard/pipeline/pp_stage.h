@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/preflight.h"
-#include "graph/session.h"
+#include "graph/runtime/preflight.h"
+#include "graph/runtime/session.h"
 #include "models/llm.h"
 #include "train_config.h"
 

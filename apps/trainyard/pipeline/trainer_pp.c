@@ -17,10 +17,10 @@
 #include <time.h>
 
 #include "dist/dist.h"
-#include "graph/preflight.h"
+#include "graph/runtime/preflight.h"
 #include "hal/file.h"
 #include "models/presets.h"
-#include "graph/train_step.h"
+#include "graph/ir/train_step.h"
 #include "hal/dtype.h"
 #include "pp_internal.h"
 #include "train_graph.h"

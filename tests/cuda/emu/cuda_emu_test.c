@@ -17,8 +17,8 @@
 
 #include "common/test_util.h"
 
-#include "graph/graph.h"
-#include "graph/session.h"
+#include "graph/ir/graph.h"
+#include "graph/runtime/session.h"
 #include "hal/buffer.h"
 #include "hal/comm.h"
 #include "hal/device.h"
