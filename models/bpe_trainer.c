@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "models/tokenizer_internal.h"
-#include "models/tokenizer_trainer.h"
+#include "models/bpe_trainer.h"
 
 typedef struct ty_bt_pair_t {
   int64_t count;

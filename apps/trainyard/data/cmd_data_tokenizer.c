@@ -16,7 +16,7 @@
 #include "hal/file.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
-#include "models/tokenizer_trainer.h"
+#include "models/bpe_trainer.h"
 #include "live_bar.h"
 #include "metrics/progress.h"
 
