@@ -268,12 +268,12 @@ def parsed_options(command):
     if command == "devices":
         return getopt_names(source(*app, "cmd_devices.c"), "int ty_cmd_devices")
     if command == "data prepare":
-        return getopt_names(source(*app, "cmd_data.c"), "static int ty_prepare_parse")
+        return getopt_names(source(*app, "data", "cmd_data.c"), "static int ty_prepare_parse")
     if command == "data train-tokenizer":
-        return getopt_names(source(*app, "cmd_data_tokenizer.c"),
+        return getopt_names(source(*app, "data", "cmd_data_tokenizer.c"),
                             "int ty_cmd_data_train_tokenizer")
     if command == "data info":
-        text = source(*app, "cmd_data_tokenizer.c")
+        text = source(*app, "data", "cmd_data_info.c")
         body = text[text.index("int ty_cmd_data_info"):]
         return set(re.findall(r'strcmp\(argv\[i\], "(--[a-z-]+)"\)', body)) - {"--help"}
     if command in ("train", "compare"):
