@@ -1,4 +1,4 @@
-/* Byte-level BPE training (tokenizer_trainer.h). Words come from the same
+/* Byte-level BPE training (bpe_trainer.h). Words come from the same
  * pre-tokenizer code that encoding uses, through a skeleton tokenizer.json
  * loaded at create, so training and encoding always split text alike. */
 #include <stdio.h>
