@@ -45,7 +45,9 @@ void ty_device_close(ty_device_t *device);
 
 ty_backend_t *ty_device_backend(const ty_device_t *device);
 uint32_t ty_device_index(const ty_device_t *device);
-/* The URI the device was opened with, e.g. "cpu?threads=2". */
+/* The URI the device was opened with, e.g. "cpu?threads=2": as typed, or
+ * the canonical text of a struct the app changed (ty_device_uri_format:
+ * "cuda:1" for a rank, a `fallback=` option taken off). */
 const char *ty_device_uri(const ty_device_t *device);
 /* Canonical short name, e.g. "cpu:0", for messages. */
 const char *ty_device_label(const ty_device_t *device);
