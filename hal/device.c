@@ -18,37 +18,21 @@ struct ty_device_t {
   char label[80];
 };
 
-ty_status_t ty_device_uri_for_rank(ty_registry_t *registry, const char *uri,
-                                   uint32_t local_rank, char **out_uri) {
-  *out_uri = NULL;
-  ty_device_uri_t parsed;
-  TY_RETURN_IF_ERROR(ty_device_uri_parse(uri, &parsed));
+ty_status_t ty_device_uri_for_rank(ty_registry_t *registry, ty_device_uri_t *uri,
+                                   uint32_t local_rank) {
+  if (uri->has_index) return TY_OK;
   ty_backend_t *backend = NULL;
   uint32_t count = 0;
-  ty_status_t s = TY_OK;
-  bool keep = parsed.has_index;
-  if (!keep) s = ty_registry_find(registry, parsed.backend, &backend);
-  if (!keep && !s) s = ty_backend_device_count(backend, &count);
-  if (!keep && !s && count <= 1) keep = true;
-  if (!keep && !s && local_rank >= count) {
+  ty_status_t s = ty_registry_find(registry, uri->backend, &backend);
+  if (!s) s = ty_backend_device_count(backend, &count);
+  if (!s && count > 1 && local_rank >= count) {
     s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
                        "local rank %u has no device: backend '%s' has %u devices on this host "
                        "(start at most %u ranks per host, or name the device in the URI)",
-                       local_rank, parsed.backend, count, count);
+                       local_rank, uri->backend, count, count);
   }
-  size_t name_len = strlen(parsed.backend);
-  ty_device_uri_deinit(&parsed);
-  if (s) return ty_status_annotate(s, "choosing the device of '%s'", uri);
-  size_t n = strlen(uri) + 16;
-  char *out = malloc(n);
-  if (!out) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  if (keep) {
-    snprintf(out, n, "%s", uri);
-  } else {
-    /* backend[?query] -> backend:L[?query] */
-    snprintf(out, n, "%.*s:%u%s", (int)name_len, uri, local_rank, uri + name_len);
-  }
-  *out_uri = out;
+  if (s) return ty_status_annotate(s, "choosing the device of '%s'", uri->typed);
+  if (count > 1) ty_device_uri_set_index(uri, local_rank);
   return TY_OK;
 }
 
@@ -57,23 +41,34 @@ ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
   *out_device = NULL;
   ty_device_uri_t parsed;
   TY_RETURN_IF_ERROR(ty_device_uri_parse(uri, &parsed));
+  ty_status_t s = ty_device_open_parsed(registry, &parsed, out_device);
+  ty_device_uri_deinit(&parsed);
+  return s;
+}
+
+ty_status_t ty_device_open_parsed(ty_registry_t *registry, const ty_device_uri_t *parsed,
+                                  ty_device_t **out_device) {
+  *out_device = NULL;
+  char *uri = NULL;
+  TY_RETURN_IF_ERROR(ty_device_uri_format(parsed, &uri));
   ty_backend_t *backend = NULL;
-  ty_status_t s = ty_registry_find(registry, parsed.backend, &backend);
+  ty_status_t s = ty_registry_find(registry, parsed->backend, &backend);
   if (s) {
-    ty_device_uri_deinit(&parsed);
-    return ty_status_annotate(s, "opening device '%s'", uri);
+    s = ty_status_annotate(s, "opening device '%s'", uri);
+    free(uri);
+    return s;
   }
   ty_device_t *d = calloc(1, sizeof(*d));
-  if (!d || !(d->uri = strdup(uri))) {
-    free(d);
-    ty_device_uri_deinit(&parsed);
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                          "out of memory opening device '%s'", uri);
+  if (!d) {
+    s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory opening device '%s'", uri);
+    free(uri);
+    return s;
   }
+  d->uri = uri; /* owned by the device from here */
   d->backend = backend;
-  d->index = parsed.index;
-  snprintf(d->label, sizeof(d->label), "%s:%u", parsed.backend, parsed.index);
-  s = ty_backend_device_info(backend, parsed.index, &d->info);
+  d->index = parsed->index;
+  snprintf(d->label, sizeof(d->label), "%s:%u", parsed->backend, parsed->index);
+  s = ty_backend_device_info(backend, parsed->index, &d->info);
   if (!s) {
     ty_abi_status_t (*open)(ty_abi_backend_t *, const ty_abi_device_open_args_t *,
                             ty_abi_device_t **) =
@@ -81,15 +76,15 @@ ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
     if (!open) {
       s = ty_status_make(TY_CODE_UNIMPLEMENTED,
                          "backend '%s' does not implement device_open",
-                         parsed.backend);
+                         parsed->backend);
     } else {
       ty_abi_device_open_args_t args = {
           .struct_size = sizeof(args),
-          .device_index = parsed.index,
-          .option_count = parsed.option_count,
-          .options = parsed.options,
+          .device_index = parsed->index,
+          .option_count = parsed->option_count,
+          .options = parsed->options,
       };
-      s = ty_status_from_plugin(parsed.backend,
+      s = ty_status_from_plugin(parsed->backend,
                                 open(ty_backend_instance(backend), &args, &d->handle));
       if (!s && !d->handle) {
         /* Every later call would pass the plugin a NULL device. */
@@ -97,15 +92,15 @@ ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
                            "plugin '%s' (%s): device_open returned OK without a device (a "
                            "plugin contract error: set *out_device, or return an error "
                            "saying why the device cannot be opened)",
-                           parsed.backend, ty_backend_path(backend));
+                           parsed->backend, ty_backend_path(backend));
       }
     }
   }
-  ty_device_uri_deinit(&parsed);
   if (s) {
+    s = ty_status_annotate(s, "opening device '%s'", d->uri);
     free(d->uri);
     free(d);
-    return ty_status_annotate(s, "opening device '%s'", uri);
+    return s;
   }
   *out_device = d;
   return TY_OK;

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "hal/backend_abi.h"
+#include "hal/device_uri.h"
 #include "hal/registry.h"
 #include "hal/status.h"
 
@@ -14,29 +15,39 @@ extern "C" {
 
 typedef struct ty_device_t ty_device_t;
 
-/* Opens the device named by `uri` (see hal/device_uri.h). Errors:
- * INVALID_ARGUMENT for a malformed URI or an option the backend rejects;
- * NOT_FOUND for an unknown backend or device index; UNAVAILABLE when the
- * backend was found but its runtime is missing; UNIMPLEMENTED when the plugin
- * has no device_open. The caller owns the device (ty_device_close) and must
- * close it before destroying the registry. */
-/* The device URI rank `local_rank` of a distributed run uses (one rank per
- * device on each host): `uri` itself when it names an index or when its
- * backend has one device (all ranks share it, as cpu does); else `uri` with
- * index `local_rank` (`cuda` -> `cuda:1` for local rank 1). The caller
- * frees *out_uri. FAILED_PRECONDITION naming the backend and its device
- * count when local_rank has no device; the errors of a bad URI or an
- * unknown backend as ty_device_open gives them. */
-ty_status_t ty_device_uri_for_rank(ty_registry_t *registry, const char *uri,
-                                   uint32_t local_rank, char **out_uri);
+/* Opens the device `uri` describes (hal/device_uri.h), parsed by the
+ * caller; `uri` is not kept. Errors: INVALID_ARGUMENT for an option the
+ * backend rejects; NOT_FOUND for an unknown backend or device index;
+ * UNAVAILABLE when the backend was found but its runtime is missing;
+ * UNIMPLEMENTED when the plugin has no device_open. Messages name the URI
+ * as ty_device_uri_format gives it (as typed, unless changed). The caller
+ * owns the device (ty_device_close) and must close it before destroying the
+ * registry. */
+ty_status_t ty_device_open_parsed(ty_registry_t *registry, const ty_device_uri_t *uri,
+                                  ty_device_t **out_device);
 
+/* ty_device_open_parsed of `uri` parsed: INVALID_ARGUMENT for a malformed
+ * URI too. */
 ty_status_t ty_device_open(ty_registry_t *registry, const char *uri,
                            ty_device_t **out_device);
+
+/* Makes `uri` name the device rank `local_rank` of a distributed run uses
+ * (one rank per device on each host): left as it is when it names an index
+ * or when its backend has one device (all ranks share it, as cpu does);
+ * else given index `local_rank` (`cuda` -> `cuda:1` for local rank 1).
+ * FAILED_PRECONDITION naming the backend and its device count when
+ * local_rank has no device; NOT_FOUND for an unknown backend, as
+ * ty_device_open gives it; both name the URI as typed. */
+ty_status_t ty_device_uri_for_rank(ty_registry_t *registry, ty_device_uri_t *uri,
+                                   uint32_t local_rank);
+
 void ty_device_close(ty_device_t *device);
 
 ty_backend_t *ty_device_backend(const ty_device_t *device);
 uint32_t ty_device_index(const ty_device_t *device);
-/* The URI the device was opened with, e.g. "cpu?threads=2". */
+/* The URI the device was opened with, e.g. "cpu?threads=2": as typed, or
+ * the canonical text of a struct the app changed (ty_device_uri_format:
+ * "cuda:1" for a rank, a `fallback=` option taken off). */
 const char *ty_device_uri(const ty_device_t *device);
 /* Canonical short name, e.g. "cpu:0", for messages. */
 const char *ty_device_label(const ty_device_t *device);

@@ -2,6 +2,7 @@
 #include "hal/device_uri.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ static bool ty_is_key_char(char c) {
 
 void ty_device_uri_deinit(ty_device_uri_t *uri) {
   free(uri->storage);
+  free(uri->typed);
   memset(uri, 0, sizeof(*uri));
 }
 
@@ -85,14 +87,24 @@ ty_status_t ty_device_uri_parse(const char *uri, ty_device_uri_t *out_uri) {
   if (n == 0) return ty_uri_error(uri, "missing backend name");
   if (n >= TY_BACKEND_NAME_MAX) return ty_uri_error(uri, "backend name too long");
   memcpy(out_uri->backend, uri, n);
+  out_uri->typed = strdup(uri);
+  if (!out_uri->typed) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory parsing '%s'", uri);
+  }
   const char *p = uri + n;
   if (*p == ':') {
     ++p;
-    if (*p < '0' || *p > '9') return ty_uri_error(uri, "device index is not a number");
+    if (*p < '0' || *p > '9') {
+      ty_device_uri_deinit(out_uri);
+      return ty_uri_error(uri, "device index is not a number");
+    }
     errno = 0;
     char *end = NULL;
     unsigned long long v = strtoull(p, &end, 10);
-    if (errno || v > UINT32_MAX) return ty_uri_error(uri, "device index out of range");
+    if (errno || v > UINT32_MAX) {
+      ty_device_uri_deinit(out_uri);
+      return ty_uri_error(uri, "device index out of range");
+    }
     out_uri->index = (uint32_t)v;
     out_uri->has_index = true;
     p = end;
@@ -100,6 +112,7 @@ ty_status_t ty_device_uri_parse(const char *uri, ty_device_uri_t *out_uri) {
   if (*p == '?') {
     out_uri->storage = strdup(p + 1);
     if (!out_uri->storage) {
+      ty_device_uri_deinit(out_uri);
       return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory parsing '%s'", uri);
     }
     ty_status_t s = ty_uri_parse_query(uri, out_uri);
@@ -108,7 +121,55 @@ ty_status_t ty_device_uri_parse(const char *uri, ty_device_uri_t *out_uri) {
       return s;
     }
   } else if (*p) {
+    ty_device_uri_deinit(out_uri);
     return ty_uri_error(uri, "unexpected character after the backend name");
+  }
+  return TY_OK;
+}
+
+bool ty_device_uri_remove_option(ty_device_uri_t *uri, const char *key) {
+  for (uint32_t i = 0; i < uri->option_count; ++i) {
+    if (strcmp(uri->options[i].key, key) != 0) continue;
+    memmove(&uri->options[i], &uri->options[i + 1],
+            (uri->option_count - i - 1) * sizeof(uri->options[0]));
+    uri->option_count--;
+    uri->changed = true;
+    return true;
+  }
+  return false;
+}
+
+void ty_device_uri_set_index(ty_device_uri_t *uri, uint32_t index) {
+  uri->index = index;
+  uri->has_index = true;
+  uri->changed = true;
+}
+
+ty_status_t ty_device_uri_format(const ty_device_uri_t *uri, char **out_text) {
+  *out_text = NULL;
+  if (!uri->changed && uri->typed) {
+    /* As typed, so that a device's URI reads as the user wrote it
+     * ("cuda:01" stays so). */
+    *out_text = strdup(uri->typed);
+  } else {
+    size_t cap = strlen(uri->backend) + 16;
+    for (uint32_t i = 0; i < uri->option_count; ++i) {
+      cap += strlen(uri->options[i].key) + strlen(uri->options[i].value) + 2;
+    }
+    char *text = malloc(cap);
+    if (text) {
+      int used = snprintf(text, cap, "%s", uri->backend);
+      if (uri->has_index) used += snprintf(text + used, cap - (size_t)used, ":%u", uri->index);
+      for (uint32_t i = 0; i < uri->option_count; ++i) {
+        used += snprintf(text + used, cap - (size_t)used, "%c%s=%s", i ? '&' : '?',
+                         uri->options[i].key, uri->options[i].value);
+      }
+    }
+    *out_text = text;
+  }
+  if (!*out_text) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory formatting device URI "
+                          "'%s'", uri->typed ? uri->typed : uri->backend);
   }
   return TY_OK;
 }

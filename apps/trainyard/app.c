@@ -39,69 +39,96 @@ static void ty_app_plugin_warnings(const char *command, ty_registry_t *registry,
   }
 }
 
-/* `parsed` as a URI without its `fallback` option, into a new string. */
-static char *ty_app_uri_without_fallback(const ty_device_uri_t *parsed) {
-  size_t cap = 64 + TY_BACKEND_NAME_MAX;
-  for (uint32_t i = 0; i < parsed->option_count; ++i) {
-    cap += strlen(parsed->options[i].key) + strlen(parsed->options[i].value) + 2;
+/* Opens `fallback_text` (a URI as typed) as the fallback device of
+ * `primary`, already open as *out_device; closes *out_device on error. */
+static ty_status_t ty_app_fallback_open(const char *command, ty_registry_t *registry,
+                                        const ty_device_uri_t *primary,
+                                        const char *fallback_text, ty_device_t **out_device,
+                                        ty_device_t **out_fallback) {
+  ty_device_uri_t fb;
+  ty_status_t s = ty_device_uri_parse(fallback_text, &fb);
+  if (!s && strcmp(fb.backend, primary->backend) == 0) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "device '%s': the fallback must be another backend than '%s'",
+                       primary->typed, primary->backend);
   }
-  char *uri = malloc(cap);
-  if (!uri) return NULL;
-  int used = snprintf(uri, cap, "%s", parsed->backend);
-  if (parsed->has_index) used += snprintf(uri + used, cap - (size_t)used, ":%u", parsed->index);
-  char sep = '?';
-  for (uint32_t i = 0; i < parsed->option_count; ++i) {
-    if (strcmp(parsed->options[i].key, "fallback") == 0) continue;
-    used += snprintf(uri + used, cap - (size_t)used, "%c%s=%s", sep, parsed->options[i].key,
-                     parsed->options[i].value);
-    sep = '&';
+  if (!s) ty_app_plugin_warnings(command, registry, fb.backend);
+  if (!s) s = ty_device_open_parsed(registry, &fb, out_fallback);
+  ty_device_uri_deinit(&fb);
+  if (s) {
+    s = ty_status_annotate(s, "opening the fallback device of '%s'", primary->typed);
+    ty_device_close(*out_device);
+    *out_device = NULL;
   }
-  return uri;
+  return s;
+}
+
+ty_status_t ty_app_device_open_fallback(const char *command, ty_registry_t *registry,
+                                        const char *uri, const char *fallback,
+                                        ty_device_t **out_device, ty_device_t **out_fallback) {
+  *out_device = NULL;
+  if (out_fallback) *out_fallback = NULL;
+  ty_device_uri_t parsed;
+  TY_RETURN_IF_ERROR(ty_device_uri_parse(uri, &parsed));
+  ty_app_plugin_warnings(command, registry, parsed.backend);
+  /* `fallback=` is the app's option, not the plugin's: taken off the
+   * struct, so the plugin never sees it. Its value stays readable. */
+  const char *in_uri = ty_device_uri_option(&parsed, "fallback");
+  ty_device_uri_remove_option(&parsed, "fallback");
+  ty_status_t s = TY_OK;
+  if (in_uri && fallback) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "--fallback %s and --backend %s both name a fallback device: give "
+                       "--fallback only ('?fallback=' in the URI is its old form)",
+                       fallback, uri);
+  } else if (in_uri && !out_fallback) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "device '%s': 'fallback=%s' (running refused nodes on another device, "
+                       "for bring-up) is taken by 'trainyard train', 'forward', 'check' and "
+                       "'eval', not by '%s'",
+                       uri, in_uri, command);
+  } else if (fallback && !out_fallback) {
+    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                       "--fallback %s (running refused nodes on another device, for bring-up) "
+                       "is taken by 'trainyard train', 'forward', 'check' and 'eval', not by "
+                       "'%s'",
+                       fallback, command);
+  }
+  if (!s) s = ty_device_open_parsed(registry, &parsed, out_device);
+  if (!s && (in_uri || fallback)) {
+    s = ty_app_fallback_open(command, registry, &parsed, in_uri ? in_uri : fallback,
+                             out_device, out_fallback);
+  }
+  ty_device_uri_deinit(&parsed);
+  return s;
 }
 
 ty_status_t ty_app_device_open(const char *command, ty_registry_t *registry, const char *uri,
                                ty_device_t **out_device, ty_device_t **out_fallback) {
+  return ty_app_device_open_fallback(command, registry, uri, NULL, out_device, out_fallback);
+}
+
+ty_status_t ty_app_device_open_rank(const char *command, ty_registry_t *registry,
+                                    const char *uri, uint32_t local_rank,
+                                    ty_device_t **out_device) {
   *out_device = NULL;
-  if (out_fallback) *out_fallback = NULL;
   ty_device_uri_t parsed;
-  ty_status_t s = ty_device_uri_parse(uri, &parsed);
-  if (s) return ty_device_open(registry, uri, out_device); /* its own message */
+  TY_RETURN_IF_ERROR(ty_device_uri_parse(uri, &parsed));
   ty_app_plugin_warnings(command, registry, parsed.backend);
-  const char *fallback = ty_device_uri_option(&parsed, "fallback");
-  if (!fallback) {
-    ty_device_uri_deinit(&parsed);
-    return ty_device_open(registry, uri, out_device);
-  }
-  if (!out_fallback) {
-    s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                       "device '%s': 'fallback=%s' (running refused nodes on another device, "
-                       "for bring-up) is taken by 'trainyard train', 'forward' and 'check', "
-                       "not by '%s'",
-                       uri, fallback, command);
-  }
-  char *primary = s ? NULL : ty_app_uri_without_fallback(&parsed);
-  if (!s && !primary) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = ty_device_open(registry, primary, out_device);
-  if (!s) {
-    ty_device_uri_t fb;
-    s = ty_device_uri_parse(fallback, &fb);
-    if (!s && strcmp(fb.backend, parsed.backend) == 0) {
-      s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                         "device '%s': the fallback must be another backend than '%s'", uri,
-                         parsed.backend);
-    }
-    if (!s) ty_app_plugin_warnings(command, registry, fb.backend);
-    ty_device_uri_deinit(&fb);
-    if (!s) s = ty_device_open(registry, fallback, out_fallback);
-    if (s) {
-      s = ty_status_annotate(s, "opening the fallback device of '%s'", uri);
-      ty_device_close(*out_device);
-      *out_device = NULL;
-    }
-  }
-  free(primary);
+  ty_status_t s = ty_device_uri_for_rank(registry, &parsed, local_rank);
+  if (!s) s = ty_device_open_parsed(registry, &parsed, out_device);
   ty_device_uri_deinit(&parsed);
   return s;
+}
+
+int ty_app_refuse_two_fallbacks(const char *command, const char *backend,
+                                const char *fallback) {
+  if (!fallback || !backend || !ty_device_uri_has_option(backend, "fallback")) {
+    return TY_EXIT_OK;
+  }
+  return ty_app_usage_error(command, "--fallback %s and --backend %s both name a fallback "
+                            "device: give --fallback only ('?fallback=' in the URI is its old "
+                            "form)", fallback, backend);
 }
 
 /* Atomic, and errors in the user's terms (hal/file.h). */

@@ -48,15 +48,37 @@ typedef struct ty_command_t {
 /* Loads plugins with the app's search order. */
 ty_status_t ty_app_registry_create(const ty_app_t *app, ty_registry_t **out);
 
-/* Opens the device `uri` for `command`, first printing to stderr a warning
- * for every half-set entry pair of its plugin (ty_backend_warning_at).
- * A URI option `fallback=URI2` (bring-up: nodes the device refuses run on
- * URI2, explicitly; graph/runtime/session.h) is taken off before the plugin sees the
- * URI, and URI2 is opened into *out_fallback; a command that cannot run
- * mixed passes out_fallback NULL and gets INVALID_ARGUMENT for it. Without
- * the option *out_fallback is NULL. The caller closes both devices. */
+/* Opens the device `uri` (as typed) for `command`, parsed once here and
+ * passed down as a struct, first printing to stderr a warning for every
+ * half-set entry pair of its plugin (ty_backend_warning_at). `fallback`
+ * (--fallback URI2, or NULL) opens URI2 into *out_fallback (bring-up: nodes
+ * the device refuses run on URI2, explicitly; graph/runtime/session.h). The old
+ * form, a URI option `fallback=URI2`, does the same and is taken off the
+ * struct before the plugin sees it; giving both is INVALID_ARGUMENT naming
+ * both. A command that cannot run mixed passes out_fallback NULL and gets
+ * INVALID_ARGUMENT for either form. Without a fallback *out_fallback is
+ * NULL. The caller closes both devices. */
+ty_status_t ty_app_device_open_fallback(const char *command, ty_registry_t *registry,
+                                        const char *uri, const char *fallback,
+                                        ty_device_t **out_device, ty_device_t **out_fallback);
+
+/* ty_app_device_open_fallback without --fallback. */
 ty_status_t ty_app_device_open(const char *command, ty_registry_t *registry, const char *uri,
                                ty_device_t **out_device, ty_device_t **out_fallback);
+
+/* The device of local rank `local_rank` of a distributed run
+ * (ty_device_uri_for_rank: the index is set in the parsed struct). The
+ * caller refuses a fallback first: a mixed run is one process. */
+ty_status_t ty_app_device_open_rank(const char *command, ty_registry_t *registry,
+                                    const char *uri, uint32_t local_rank,
+                                    ty_device_t **out_device);
+
+/* Refuses --fallback given together with a --backend URI that holds
+ * `fallback=` (its old form): prints the usage error naming both and
+ * returns TY_EXIT_USAGE; TY_EXIT_OK otherwise (also for a malformed URI,
+ * which opening the device reports). */
+int ty_app_refuse_two_fallbacks(const char *command, const char *backend,
+                                const char *fallback);
 
 /* --dump-graph P: the graph as lowered for a backend (what a session
  * compiles), as canonical text (P.txt) and Graphviz dot (P.dot). Written

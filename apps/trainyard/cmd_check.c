@@ -3,7 +3,7 @@
  * the graphs `trainyard train` runs with the same options), asks the backend's
  * graph_supports about every node, and prints one line per op and dtype:
  * how many nodes, in which graphs, and the plugin's verdict and reason.
- * With `--backend URI?fallback=URI2` it says which refused ops the fallback
+ * With `--fallback URI2` it says which refused ops the fallback
  * device would run. Exit 0 when everything can run, 1 when something is
  * missing, 2 on usage errors. */
 #include <jansson.h>
@@ -20,7 +20,8 @@
 #include "train_graph.h"
 
 static const char *const ty_check_usage =
-    "usage: trainyard check --backend URI (--model HF_DIR | --preset NAME\n"
+    "usage: trainyard check --backend URI [--fallback URI2]\n"
+    "                       (--model HF_DIR | --preset NAME\n"
     "                       (--vocab-size N | --data DIR)) [--train]\n"
     "                       [--batch-size B] [--seq-len T] [--dtype D]\n"
     "                       [--optimizer adamw|sgd] [--dropout P] [--grad-accum N]\n"
@@ -34,10 +35,12 @@ static const char *const ty_check_usage =
     "step of --grad-accum > 1, the validation forward): a backend that trains\n"
     "but cannot generate (no kv_cache_write) fails it. Prints one line per op and\n"
     "dtype: nodes, the graphs that use it, and the backend's verdict with its\n"
-    "reason. With 'URI?fallback=URI2' it also says which refused ops the\n"
-    "fallback device would run in a mixed run.\n"
+    "reason. With --fallback URI2 it also says which refused ops the fallback\n"
+    "device would run in a mixed run.\n"
     "\n"
-    "  --backend URI      device to check, e.g. mine, mine?fallback=cpu\n"
+    "  --backend URI      device to check, e.g. mine\n"
+    "  --fallback URI2    device of the nodes --backend refuses, e.g. cpu (the old\n"
+    "                     form, --backend URI?fallback=URI2, works too)\n"
     "  --model DIR        Hugging Face model folder (config.json)\n"
     "  --preset NAME      a model preset, with --vocab-size N (or --data DIR)\n"
     "  --vocab-size N     vocabulary of a preset\n"
@@ -303,7 +306,8 @@ static void ty_check_print(const ty_check_t *c, const ty_check_args_t *a,
   for (uint32_t i = 0; i < c->row_count; ++i) refused += c->rows[i].refused;
   if (!missing) {
     if (refused) {
-      printf("%s can run these graphs mixed with %s (%s?fallback=%s; never for benchmarks)\n",
+      printf("%s can run these graphs mixed with %s (--backend %s --fallback %s; never for "
+             "benchmarks)\n",
              ty_device_label(c->device), ty_device_label(c->fallback),
              ty_device_uri(c->device), ty_device_uri(c->fallback));
     } else {
@@ -368,7 +372,10 @@ static int ty_check_run(ty_app_t *app, ty_check_args_t *a) {
   if (!s) s = ty_graph_args_model(&a->g, &mc);
   if (!s && !a->g.T) a->g.T = mc.max_positions < 64 ? mc.max_positions : 64;
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_app_device_open("check", registry, a->g.backend, &c.device, &c.fallback);
+  if (!s) {
+    s = ty_app_device_open_fallback("check", registry, a->g.backend, a->g.fallback, &c.device,
+                                    &c.fallback);
+  }
   /* Sizes no device could hold are refused before any graph is built. */
   if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, c.device);
   if (!s) s = ty_check_build(&c, a, &mc, dtype, compute_dtype);

@@ -427,6 +427,13 @@ static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char 
       }
     }
   }
+  if (cfg->fallback[0]) { /* from the command line or a --config file */
+    return ty_app_usage_error("compare",
+                              "--fallback %s asks for a mixed run: compare measures each "
+                              "backend's speed and memory, and refuses mixed runs; train it "
+                              "with 'trainyard train' and compare the losses in metrics.jsonl",
+                              cfg->fallback);
+  }
   if (!backends[0]) return ty_app_usage_error("compare", "--backends URI,URI is required");
   if (!*steps) return ty_app_usage_error("compare", "--steps N is required");
   if (!out[0]) return ty_app_usage_error("compare", "--out DIR is required");

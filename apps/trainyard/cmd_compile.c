@@ -186,7 +186,8 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
   ty_status_t s = ty_llm_precision_parse(a->g.cfg.dtype, &dtype, &compute_dtype);
   if (!s) s = ty_graph_args_model(&a->g, &mc);
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_app_device_open("compile", registry, a->g.backend, &device, NULL);
+  if (!s) s = ty_app_device_open_fallback("compile", registry, a->g.backend, a->g.fallback,
+                                            &device, NULL);
   /* --data-parallel N: the fused step of a whole-step device with its
    * gradient all_reduce ops, for a run of N ranks (the lever records N). */
   if (!s && a->data_parallel > 1) {

@@ -23,8 +23,8 @@
 
 static const char *const ty_forward_usage =
     "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"
-    "                         [--backend URI] [--dtype D] [--grads] [--check-numerics]\n"
-    "                         [--deterministic]\n"
+    "                         [--backend URI] [--fallback URI2] [--dtype D] [--grads]\n"
+    "                         [--check-numerics] [--deterministic]\n"
     "\n"
     "Runs the model in DIR (Hugging Face config.json + safetensors) on a batch\n"
     "of token ids and writes OUT with:\n"
@@ -39,9 +39,10 @@ static const char *const ty_forward_usage =
     "  --model DIR      model folder\n"
     "  --tokens FILE    JSON: a list of equal-length lists of token ids\n"
     "  --out FILE       output .safetensors (written atomically)\n"
-    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu);\n"
-    "                   URI?fallback=cpu runs what the device refuses on cpu\n"
-    "                   (a mixed run for bring-up; its partition goes to stderr)\n"
+    "  --backend URI    device, e.g. cpu, cpu?threads=2, opencl:0 (default cpu)\n"
+    "  --fallback URI2  runs what the device refuses on URI2, e.g. cpu (a mixed\n"
+    "                   run for bring-up; its partition goes to stderr); the old\n"
+    "                   form, --backend URI?fallback=URI2, works too\n"
     "  --dtype D        compute and parameter dtype (default f32); bf16-mixed / f16-mixed\n"
     "                   keep f32 weights and run matmuls and attention in bf16/f16\n"
     "  --grads          also compute parameter gradients\n"
@@ -118,7 +119,7 @@ done:
 }
 
 typedef struct {
-  const char *model_dir, *tokens_path, *out_path, *backend, *dump_graph;
+  const char *model_dir, *tokens_path, *out_path, *backend, *fallback, *dump_graph;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   bool grads, allow_nonfinite;
@@ -193,7 +194,10 @@ static ty_status_t ty_forward_run(ty_app_t *app, const ty_forward_args_t *a) {
                       ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
                       : TY_OK;
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_app_device_open("forward", registry, a->backend, &device, &fallback);
+  if (!s) {
+    s = ty_app_device_open_fallback("forward", registry, a->backend, a->fallback, &device,
+                                    &fallback);
+  }
   if (!s) {
     s = ty_llm_check_memory(&config, a->dtype, a->grads ? ty_dtype_size(a->dtype) : 0,
                             ty_device_info(device)->memory_bytes, ty_device_label(device));
@@ -310,6 +314,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       {"model", required_argument, NULL, 'm'},  {"tokens", required_argument, NULL, 't'},
       {"out", required_argument, NULL, 'o'},    {"backend", required_argument, NULL, 'b'},
       {"dtype", required_argument, NULL, 'd'},  {"grads", no_argument, NULL, 'g'},
+      {"fallback", required_argument, NULL, 'F'},
       {"dump-graph", required_argument, NULL, 'G'},
       {"allow-nonfinite", no_argument, NULL, 'N'},
       {"check-numerics", optional_argument, NULL, 'C'},
@@ -329,6 +334,7 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
       case 't': a.tokens_path = optarg; break;
       case 'o': a.out_path = optarg; break;
       case 'b': a.backend = optarg; break;
+      case 'F': a.fallback = optarg; break;
       case 'g': a.grads = true; break;
       case 'G': a.dump_graph = optarg; break;
       case 'N': a.allow_nonfinite = true; break;
@@ -367,6 +373,9 @@ int ty_cmd_forward(ty_app_t *app, int argc, char **argv) {
   if (optind < argc) return ty_app_usage_error("forward", "unexpected argument '%s'", argv[optind]);
   if (!a.model_dir || !a.tokens_path || !a.out_path) {
     return ty_app_usage_error("forward", "--model, --tokens and --out are required");
+  }
+  if (ty_app_refuse_two_fallbacks("forward", a.backend, a.fallback) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
   }
   ty_status_t s = ty_forward_check_out(&a);
   if (!s) s = ty_forward_run(app, &a);

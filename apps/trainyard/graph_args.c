@@ -50,7 +50,7 @@ static bool ty_listed(const char *const *list, const char *key) {
 /* The options ty_graph_args_option takes (flags: decay-all, retry-failed).
  * No --eos-id: the end-of-text id is part of no graph. */
 static const char *const ty_graph_args_keys[] = {
-    "backend",    "model",     "preset",    "data",         "vocab-size", "batch-size",
+    "backend",    "fallback",  "model",     "preset",    "data",         "vocab-size", "batch-size",
     "seq-len",    "optimizer", "dtype",     "dropout",      "decay-all",  "grad-accum",
     "cache-dir",  "retry-failed", "dump-graph", NULL};
 
@@ -64,13 +64,16 @@ int ty_graph_args_refuse_runtime(const char *command, const char *key) {
 /* One model/shape/train option; -1 when `key` is none of them. */
 static int ty_graph_args_option(const char *command, ty_graph_args_t *a, const char *key,
                                 const char *value) {
-  if (value && !value[0] && (!strcmp(key, "backend") || !strcmp(key, "model") ||
+  if (value && !value[0] && (!strcmp(key, "backend") || !strcmp(key, "fallback") ||
+                             !strcmp(key, "model") ||
                              !strcmp(key, "preset") || !strcmp(key, "data"))) {
     /* As ty_train_config_set refuses the options it sets. */
     return ty_app_usage_error(command, "--%s is empty: give it a value, or leave it out", key);
   }
   if (!strcmp(key, "backend")) {
     a->backend = value;
+  } else if (!strcmp(key, "fallback")) {
+    a->fallback = value;
   } else if (!strcmp(key, "model")) {
     a->model = value;
   } else if (!strcmp(key, "preset")) {
@@ -144,6 +147,9 @@ int ty_graph_args_parse(const char *command, int argc, char **argv, ty_graph_arg
 int ty_graph_args_validate(const char *command, const ty_graph_args_t *a,
                            const char *untrained) {
   if (!a->backend) return ty_app_usage_error(command, "--backend URI is required");
+  if (ty_app_refuse_two_fallbacks(command, a->backend, a->fallback) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
+  }
   if (!a->model == !a->preset) {
     return ty_app_usage_error(command, "give exactly one of --model and --preset");
   }

@@ -17,6 +17,7 @@
 
 typedef struct ty_graph_args_t {
   const char *backend, *model, *preset, *data;
+  const char *fallback; /* --fallback URI2, or NULL */
   int64_t vocab, B, T;
   int64_t eos; /* the data's end-of-text id, -1 without --data */
   ty_train_config_t cfg; /* optimizer, dtype, dropout, decay_all, grad_accum, cache */

@@ -4,6 +4,7 @@
 
 #include "check_numerics.h"
 #include "graph/runtime/compile_cache.h"
+#include "hal/device_uri.h"
 #include "hal/file.h"
 
 #include <errno.h>
@@ -37,8 +38,10 @@ static const ty_opt_t ty_opts[] = {
     TY_S(data, "dataset folder made by 'trainyard data prepare'"),
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
     TY_S(out, "output folder: checkpoints, metrics.jsonl, TensorBoard events, summary.txt"),
-    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2; URI?fallback=cpu runs the nodes the "
-                  "device refuses on cpu (a mixed run, for bring-up; never a benchmark)"),
+    TY_S(backend, "device URI, e.g. cpu, cpu?threads=2 (URI?fallback=cpu is the old form of "
+                  "--fallback cpu)"),
+    TY_S(fallback, "device URI that runs the nodes --backend refuses, e.g. cpu (a mixed run, "
+                   "for bring-up on one process; never a benchmark)"),
     TY_S(dtype, "parameter and compute dtype: f32, bf16, f16, f64; or bf16-mixed / f16-mixed "
                 "(f32 parameters and optimizer state, matmuls and attention in bf16/f16)"),
     TY_I(batch_size, "sequences per micro-batch"),
@@ -451,6 +454,10 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (!c->model[0] == !c->preset[0]) TY_BAD("give exactly one of --model and --preset");
   if (!c->data[0]) TY_BAD("--data is required (a folder made by 'trainyard data prepare')");
   if (!c->out[0]) TY_BAD("--out must not be empty");
+  if (c->fallback[0] && ty_device_uri_has_option(c->backend, "fallback")) {
+    TY_BAD("--fallback %s and --backend %s both name a fallback device: give --fallback only "
+           "('?fallback=' in the URI is its old form)", c->fallback, c->backend);
+  }
   if (c->batch_size < 1) TY_BAD("--batch-size must be >= 1");
   if (c->seq_len < 0) TY_BAD("--seq-len must be >= 0");
   if (c->grad_accum < 1) TY_BAD("--grad-accum must be >= 1");

@@ -24,6 +24,7 @@ typedef struct ty_train_config_t {
   char tokenizer[TY_CFG_PATH_MAX]; /* tokenizer.json copied into checkpoints */
   char out[TY_CFG_PATH_MAX];    /* output folder */
   char backend[TY_CFG_WORD_MAX];
+  char fallback[TY_CFG_WORD_MAX]; /* --fallback: device of the refused nodes, or "" */
   char dtype[16];
   /* batches */
   int64_t batch_size, seq_len, grad_accum, epochs, max_steps;

@@ -155,7 +155,7 @@ static void ty_agree_backend(ty_trainer_t *t, ty_agree_text_t *text, char *shown
     snprintf(shown, capacity, "%s %s (%.40s)", ty_backend_name(b), ty_backend_version(b),
              ty_backend_identity(b));
   }
-  if (uri.storage) ty_device_uri_deinit(&uri);
+  ty_device_uri_deinit(&uri); /* zeroed when the parse failed */
 }
 
 /* Fills fields[*n] from `text` (freed here) and advances *n; false when

@@ -136,8 +136,15 @@ static ty_status_t ty_trainer_group_comms(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
+  const char *fallback = t->cfg.fallback[0] ? t->cfg.fallback : NULL;
   if (t->world == 1) {
-    return ty_app_device_open("train", t->registry, t->cfg.backend, &t->device, &t->fallback);
+    return ty_app_device_open_fallback("train", t->registry, t->cfg.backend, fallback,
+                                       &t->device, &t->fallback);
+  }
+  if (fallback) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--fallback %s: a mixed run is for bring-up on one process, not data "
+                          "parallel", fallback);
   }
   if (ty_device_uri_has_option(t->cfg.backend, "fallback")) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -145,11 +152,8 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                           "process, not data parallel",
                           t->cfg.backend);
   }
-  char *uri = NULL;
-  ty_status_t s = ty_device_uri_for_rank(t->registry, t->cfg.backend,
-                                         (uint32_t)ty_dist_local_rank(t->dist), &uri);
-  if (!s) s = ty_app_device_open("train", t->registry, uri, &t->device, NULL);
-  free(uri);
+  ty_status_t s = ty_app_device_open_rank("train", t->registry, t->cfg.backend,
+                                          (uint32_t)ty_dist_local_rank(t->dist), &t->device);
   if (s) return s;
   /* --deterministic: the host tree (trainer_det.c) sums the gradients on
    * every backend, never a device communicator or an in-graph all_reduce

@@ -17,6 +17,10 @@ both implemented (same name and version), and `template` (complete).
   fixture to the same losses as cpu (1e-6), printing its partition and the
   bytes it moves per step, marked as a mixed run in metrics and summary;
   without the option the run is refused; benchmarks refuse mixed runs.
+- FallbackOptionTest: `--fallback URI2` (the option) does what the old
+  form `--backend URI?fallback=URI2` does, bit for bit (check, forward,
+  eval, train); both together are a usage error naming both; a command
+  that cannot run mixed refuses it; a bad fallback URI is named.
 """
 import glob
 import json
@@ -380,6 +384,121 @@ class FallbackTest(Base):
                     "--backend", "partial?fallback=nosuch", "--model", self.fixture(), "--data",
                     self.data(), "--out", os.path.join(self.tmp, "x"), rc=1)
         self.assertIn("opening the fallback device of 'partial?fallback=nosuch'", r.stderr)
+
+
+class FallbackOptionTest(Base):
+    """--fallback URI2 against the old form URI?fallback=URI2."""
+
+    def typ(self, *args, rc=0):
+        return self.ty("--plugin-path", plugin_dir("partial"), *args, rc=rc)
+
+    def test_check_same_output(self):
+        text = {}
+        for extra in ([], ["--json"]):
+            old = self.typ("check", "--backend", "partial?fallback=cpu", "--model",
+                           self.fixture(), "--train", *extra)
+            new = self.typ("check", "--backend", "partial", "--fallback", "cpu", "--model",
+                           self.fixture(), "--train", *extra)
+            self.assertEqual(new.stdout, old.stdout)
+            text[bool(extra)] = new.stdout
+        self.assertIn("partial:0 can run these graphs mixed with cpu:0 (--backend partial "
+                      "--fallback cpu; never for benchmarks)", text[False])
+        self.assertEqual(json.loads(text[True])["fallback"], "cpu")
+        # without a fallback the same check fails: the option is what helps
+        self.typ("check", "--backend", "partial", "--model", self.fixture(), rc=1)
+
+    def test_forward_and_eval_same_output(self):
+        tokens = os.path.join(self.tmp, "tokens.json")
+        with open(tokens, "w") as f:
+            json.dump([[1, 5, 9, 20, 3], [3, 3, 7, 0, 11]], f)
+        blobs = []
+        for backend in (["partial?fallback=cpu"], ["partial", "--fallback", "cpu"]):
+            out = os.path.join(self.tmp, "%d.safetensors" % len(blobs))
+            r = self.typ("forward", "--backend", *backend, "--model", self.fixture(),
+                         "--tokens", tokens, "--grads", "--out", out)
+            self.assertIn("mixed run", r.stderr)
+            with open(out, "rb") as f:
+                blobs.append(f.read())
+        self.assertEqual(blobs[0], blobs[1])
+        evalset = os.path.join(self.tmp, "eval.jsonl")
+        with open(evalset, "w") as f:
+            for i in range(3):
+                f.write(json.dumps({"prompt_ids": [1, 2 + i, 3], "completion_ids": [4, 5]}) +
+                        "\n")
+        reports = []
+        for backend in (["partial?fallback=cpu"], ["partial", "--fallback", "cpu"]):
+            out = os.path.join(self.tmp, "eval%d.json" % len(reports))
+            self.typ("eval", "--backend", *backend, "--model", self.fixture(), "--data",
+                     evalset, "--out", out)
+            with open(out) as f:
+                reports.append(json.load(f))
+        self.assertEqual(reports[0], reports[1])
+
+    def test_train_same_losses(self):
+        runs = {}
+        for name, backend in (("old", ["partial?fallback=cpu"]),
+                              ("new", ["partial", "--fallback", "cpu"])):
+            out = os.path.join(self.tmp, name)
+            r = self.typ("train", "--backend", *backend, "--model", self.fixture(), "--data",
+                         self.data(), "--batch-size", "2", "--max-steps", "3", "--out", out,
+                         "--cache-dir", "none")
+            self.assertIn("train step partition: mixed run", r.stderr)
+            runs[name] = losses(out)
+        self.assertEqual(len(runs["new"]), 3)
+        self.assertEqual(runs["new"], runs["old"])  # bit for bit: the same run
+        with open(os.path.join(self.tmp, "new", "train_config.json")) as f:
+            saved = json.load(f)
+        self.assertEqual((saved["backend"], saved["fallback"]), ("partial", "cpu"))
+
+    def test_both_forms_refused(self):
+        both = ["--backend", "partial?fallback=cpu", "--fallback", "cpu"]
+        want = ("--fallback cpu and --backend partial?fallback=cpu both name a fallback "
+                "device: give --fallback only")
+        tokens = os.path.join(self.tmp, "t.json")
+        with open(tokens, "w") as f:
+            json.dump([[1, 2]], f)
+        for args in (["check", "--model", self.fixture()],
+                     ["compile", "--model", self.fixture(), "--out", self.tmp + "/x.tyart"],
+                     ["forward", "--model", self.fixture(), "--tokens", tokens, "--out",
+                      self.tmp + "/o.safetensors"],
+                     ["eval", "--model", self.fixture(), "--data", tokens],
+                     ["train", "--model", self.fixture(), "--data", self.tmp, "--out",
+                      self.tmp + "/o"]):
+            r = self.typ(*args, *both, rc=2)
+            self.assertIn("trainyard %s: %s" % (args[0], want), r.stderr)
+
+    def test_commands_without_mixed_runs_refuse_it(self):
+        # compile takes the model options of check, and refuses a fallback
+        # with the message it gives the old form
+        for fb in (["--backend", "dataflow?fallback=cpu"],
+                   ["--backend", "dataflow", "--fallback", "cpu"]):
+            r = self.typ("compile", *fb, "--model", self.fixture(), "--batch-size", "2",
+                         "--seq-len", "16", "--out", os.path.join(self.tmp, "s.tyart"), rc=1)
+            self.assertIn("(running refused nodes on another device, for bring-up) is taken "
+                          "by 'trainyard train', 'forward', 'check' and 'eval', not by "
+                          "'compile'", r.stderr)
+        r = self.typ("compare", "--backends", "cpu,partial", "--fallback", "cpu", "--model",
+                     self.fixture(), "--data", self.data(), "--steps", "2", "--out",
+                     os.path.join(self.tmp, "cmp"), rc=2)
+        self.assertIn("--fallback cpu asks for a mixed run: compare measures each backend's "
+                      "speed and memory, and refuses mixed runs", r.stderr)
+        # generate has no --fallback: an unknown option, as before
+        r = self.typ("generate", "--backend", "cpu", "--fallback", "template", "--model",
+                     self.fixture(), "--prompt-ids", "1,2", "--max-new-tokens", "2", rc=2)
+        self.assertIn("--fallback", r.stderr)
+
+    def test_bad_fallback_named(self):
+        base = ["train", "--model", self.fixture(), "--data", self.data(), "--out",
+                os.path.join(self.tmp, "x"), "--cache-dir", "none"]
+        r = self.typ(*base, "--backend", "partial", "--fallback", "nosuch", rc=1)
+        self.assertIn("opening the fallback device of 'partial': opening device 'nosuch'",
+                      r.stderr)
+        r = self.typ(*base, "--backend", "partial", "--fallback", "cpu:x", rc=1)
+        self.assertIn("opening the fallback device of 'partial': bad device URI 'cpu:x': "
+                      "device index is not a number", r.stderr)
+        r = self.typ(*base, "--backend", "partial", "--fallback", "partial", rc=1)
+        self.assertIn("device 'partial': the fallback must be another backend than "
+                      "'partial'", r.stderr)
 
 
 if __name__ == "__main__":

@@ -746,6 +746,10 @@ class RefuseTest(Base):
         self.assertIn("rank 1: trainyard train: INVALID_ARGUMENT", r.stderr)
         self.refused(None, ["--out", self.path("o2"), "--max-steps", "2", "--backend",
                             "cpu?fallback=dataflow"], "not data parallel", ranks=2)
+        self.refused(None, ["--out", self.path("o3"), "--max-steps", "2", "--backend", "cpu",
+                            "--fallback", "dataflow"],
+                     "--fallback dataflow: a mixed run is for bring-up on one process, not data "
+                     "parallel", ranks=2)
         # ZeRO-1 shards over ranks: one process has none to shard over
         self.refused(1, out + ["--zero", "1"], "--zero 1 shards the optimizer state over the "
                      "ranks of a distributed run, and this run is one process")

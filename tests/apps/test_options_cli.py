@@ -97,7 +97,8 @@ AUDIT = {
             "--pp", "--pp-schedule")},
         **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"},
         **{"--deterministic":
-               "test_deterministic_train_cli.py:MatchTest.test_splits_of_one_global_batch"}),
+               "test_deterministic_train_cli.py:MatchTest.test_splits_of_one_global_batch",
+           "--fallback": "test_bringup_cli.py:FallbackOptionTest.test_train_same_losses"}),
     "compile": dict({o: "CompileOptionsTest.test_each_option" for o in (
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size",
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
@@ -118,7 +119,8 @@ AUDIT = {
         "--json")},
         **{"--dump-graph":
                "test_bringup_cli.py:CheckTest.test_partial_plugin_lists_every_missing_op",
-           "--grads": "mention:forward"}),
+           "--grads": "mention:forward",
+           "--fallback": "test_bringup_cli.py:FallbackOptionTest.test_check_same_output"}),
     "generate": dict({o: "GenerateOptionsTest.test_each_option" for o in (
         "--model", "--prompt", "--prompt-ids", "--max-new-tokens", "--greedy", "--temperature",
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
@@ -146,7 +148,9 @@ AUDIT = {
         **{o: "test_eval_cli.py:EvalTest.test_bad_inputs" for o in ("--backend", "--dtype")},
         **{"--batch-size": "test_eval_cli.py:EvalTest.test_loglik_equals_forward",
            "--dataset": "test_eval_cli.py:EvalTest.test_dataset_perplexity",
-           "--deterministic": "test_deterministic_cli.py:EvalServeTest.test_eval_equals_serve"}),
+           "--deterministic": "test_deterministic_cli.py:EvalServeTest.test_eval_equals_serve",
+           "--fallback":
+               "test_bringup_cli.py:FallbackOptionTest.test_forward_and_eval_same_output"}),
     "control": {"--json": "test_control_cli.py:ControlTest.test_list_status_save_stop",
                 "--registry": "test_control_cli.py:ControlTest.test_abort_keeps_the_previous_checkpoint",
                 "--control-registry": "mention:train", "--out": "mention:train"},
@@ -155,7 +159,9 @@ AUDIT = {
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_forward",
            "--check-numerics": "test_numerics_cli.py:ForwardTest.test_forward_overflow_is_named",
            "--deterministic":
-               "test_deterministic_cli.py:GenerateTest.test_forward_line_only_with_flag"}),
+               "test_deterministic_cli.py:GenerateTest.test_forward_line_only_with_flag",
+           "--fallback":
+               "test_bringup_cli.py:FallbackOptionTest.test_forward_and_eval_same_output"}),
     "tokenize": {o: "TokenizeOptionsTest.test_each_option" for o in (
         "--tokenizer", "--decode", "--json", "--no-special")},
     "compare": dict({o: "CompareOptionsTest.test_each_option" for o in (
@@ -262,12 +268,12 @@ def parsed_options(command):
     if command == "devices":
         return getopt_names(source(*app, "cmd_devices.c"), "int ty_cmd_devices")
     if command == "data prepare":
-        return getopt_names(source(*app, "cmd_data.c"), "static int ty_prepare_parse")
+        return getopt_names(source(*app, "data", "cmd_data.c"), "static int ty_prepare_parse")
     if command == "data train-tokenizer":
-        return getopt_names(source(*app, "cmd_data_tokenizer.c"),
+        return getopt_names(source(*app, "data", "cmd_data_tokenizer.c"),
                             "int ty_cmd_data_train_tokenizer")
     if command == "data info":
-        text = source(*app, "cmd_data_tokenizer.c")
+        text = source(*app, "data", "cmd_data_info.c")
         body = text[text.index("int ty_cmd_data_info"):]
         return set(re.findall(r'strcmp\(argv\[i\], "(--[a-z-]+)"\)', body)) - {"--help"}
     if command in ("train", "compare"):
@@ -288,6 +294,8 @@ def parsed_options(command):
             names |= set(re.findall(r'"([a-z][a-z-]*)"', m.group(1)))
         if command == "check":  # refused: check compiles nothing (CheckOptionsTest)
             names -= {"cache-dir", "retry-failed"}
+        if command == "compile":  # refused: no mixed runs (FallbackOptionTest)
+            names -= {"fallback"}
         return {"--" + n for n in names}
     if command == "ckpt split":
         return getopt_names(source(*app, "ckpt", "cmd_ckpt.c"), "int ty_cmd_ckpt")

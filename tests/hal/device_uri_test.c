@@ -3,6 +3,7 @@
 #include "common/test_util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hal/device_uri.h"
@@ -108,6 +109,7 @@ static void expect_bad_uri(const char *uri, const char *fault) {
   }
   TY_EXPECT_STATUS(s, TY_CODE_INVALID_ARGUMENT, fault);
   assert_null(u.storage);
+  assert_null(u.typed);
   assert_int_equal(u.option_count, 0);
 }
 
@@ -164,6 +166,45 @@ static void test_too_many_options(void **state) {
   expect_bad_uri(uri, "too many options");
 }
 
+static void expect_format(const ty_device_uri_t *u, const char *want) {
+  char *text = NULL;
+  TY_EXPECT_OK(ty_device_uri_format(u, &text));
+  assert_string_equal(text, want);
+  free(text);
+}
+
+/* The struct is what is passed down: the text as typed is kept for
+ * messages and shown while nothing changed; a change (an application
+ * option taken off, a rank's index) is made on the struct and shows in
+ * the formatted URI, not by editing the string. */
+static void test_changes_on_the_struct(void **state) {
+  (void)state;
+  ty_device_uri_t u;
+  TY_EXPECT_OK(ty_device_uri_parse("cuda:01?a=1&fallback=cpu:0?x=1&b=2", &u));
+  assert_string_equal(u.typed, "cuda:01?a=1&fallback=cpu:0?x=1&b=2");
+  expect_format(&u, "cuda:01?a=1&fallback=cpu:0?x=1&b=2"); /* as typed */
+  const char *fallback = ty_device_uri_option(&u, "fallback");
+  assert_string_equal(fallback, "cpu:0?x=1");
+  assert_true(ty_device_uri_remove_option(&u, "fallback"));
+  assert_false(ty_device_uri_remove_option(&u, "fallback"));
+  assert_string_equal(fallback, "cpu:0?x=1"); /* still readable */
+  assert_null(ty_device_uri_option(&u, "fallback"));
+  assert_int_equal(u.option_count, 2);
+  expect_format(&u, "cuda:1?a=1&b=2");
+  assert_string_equal(u.typed, "cuda:01?a=1&fallback=cpu:0?x=1&b=2");
+  ty_device_uri_deinit(&u);
+
+  TY_EXPECT_OK(ty_device_uri_parse("opencl?only=1", &u));
+  assert_false(ty_device_uri_remove_option(&u, "fallback"));
+  expect_format(&u, "opencl?only=1");
+  ty_device_uri_set_index(&u, 3);
+  expect_format(&u, "opencl:3?only=1");
+  assert_true(ty_device_uri_remove_option(&u, "only"));
+  expect_format(&u, "opencl:3");
+  ty_device_uri_deinit(&u);
+  assert_null(u.typed);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_backend_only),
@@ -174,6 +215,7 @@ int main(void) {
       cmocka_unit_test(test_bad_uris),
       cmocka_unit_test(test_too_long_backend_name),
       cmocka_unit_test(test_too_many_options),
+      cmocka_unit_test(test_changes_on_the_struct),
   };
   return cmocka_run_group_tests_name("device_uri", tests, NULL, NULL);
 }

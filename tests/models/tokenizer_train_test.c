@@ -1,4 +1,4 @@
-/* Tests of the BPE trainer (models/tokenizer_trainer.h): its merges against
+/* Tests of the BPE trainer (models/bpe_trainer.h): its merges against
  * a naive trainer written here (all pair counts recomputed every step, same
  * tie rule) on random corpora; the written tokenizer.json loads and encodes
  * and decodes text exactly; the result does not depend on input order;
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "models/tokenizer.h"
-#include "models/tokenizer_trainer.h"
+#include "models/bpe_trainer.h"
 
 /* ---- a naive trainer over words of letters a-e (no pre-tokenizer
  * subtleties: the first word of a text is bare, the others start with a

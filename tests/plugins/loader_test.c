@@ -634,18 +634,42 @@ static void test_device_uri_for_rank(void **state) {
       {"cpu?threads=2", 1, "cpu?threads=2"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    ty_device_uri_t parsed;
+    TY_EXPECT_OK(ty_device_uri_parse(cases[i].uri, &parsed));
+    TY_EXPECT_OK(ty_device_uri_for_rank(r, &parsed, cases[i].local_rank));
     char *uri = NULL;
-    TY_EXPECT_OK(ty_device_uri_for_rank(r, cases[i].uri, cases[i].local_rank, &uri));
+    TY_EXPECT_OK(ty_device_uri_format(&parsed, &uri));
     assert_string_equal(uri, cases[i].want);
     free(uri);
+    /* the device opened from the struct is the rank's, under that URI */
+    if (strncmp(cases[i].uri, "unpaired", 8) != 0) {
+      ty_device_t *d = NULL;
+      TY_EXPECT_OK(ty_device_open_parsed(r, &parsed, &d));
+      assert_string_equal(ty_device_uri(d), cases[i].want);
+      ty_device_close(d);
+    }
+    ty_device_uri_deinit(&parsed);
   }
-  char *uri = (char *)(uintptr_t)1;
-  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "unpaired", 4, &uri), TY_CODE_FAILED_PRECONDITION,
-                   "local rank 4 has no device: backend 'unpaired' has 4 devices");
-  assert_null(uri);
-  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "nosuch", 0, &uri), TY_CODE_NOT_FOUND, "nosuch");
-  TY_EXPECT_STATUS(ty_device_uri_for_rank(r, "bad uri", 0, &uri), TY_CODE_INVALID_ARGUMENT,
-                   "bad uri");
+  /* Errors name the URI as typed, not as the rank would have it. */
+  static const struct {
+    const char *uri;
+    uint32_t local_rank;
+    ty_code_t code;
+    const char *message;
+  } bad[] = {
+      {"unpaired?a=1", 4, TY_CODE_FAILED_PRECONDITION,
+       "choosing the device of 'unpaired?a=1': local rank 4 has no device: backend "
+       "'unpaired' has 4 devices"},
+      {"nosuch", 0, TY_CODE_NOT_FOUND, "nosuch"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+    ty_device_uri_t parsed;
+    TY_EXPECT_OK(ty_device_uri_parse(bad[i].uri, &parsed));
+    TY_EXPECT_STATUS(ty_device_uri_for_rank(r, &parsed, bad[i].local_rank), bad[i].code,
+                     bad[i].message);
+    assert_false(parsed.has_index); /* left as it was */
+    ty_device_uri_deinit(&parsed);
+  }
   ty_registry_destroy(r);
 }
 

@@ -19,7 +19,7 @@
 static const char *const ty_eval_usage =
     "usage: trainyard eval --model DIR [--data FILE.jsonl] [--dataset DIR]\n"
     "                      [--choices] [--out REPORT.json] [--backend URI] [--dtype D]\n"
-    "                      [--batch-size N] [--deterministic]\n"
+    "                      [--fallback URI2] [--batch-size N] [--deterministic]\n"
     "\n"
     "Scores the model in DIR (config.json + safetensors, tokenizer.json for\n"
     "text lines) on an evaluation set and/or a token dataset, prints a table\n"
@@ -42,6 +42,9 @@ static const char *const ty_eval_usage =
     "                    (labels), scored by log-likelihood\n"
     "  --out FILE        the JSON report (written atomically)\n"
     "  --backend URI     device, e.g. cpu, cpu?threads=2 (default cpu)\n"
+    "  --fallback URI2   runs what the device refuses on URI2, e.g. cpu (a mixed\n"
+    "                    run for bring-up); the old form, --backend\n"
+    "                    URI?fallback=URI2, works too\n"
     "  --dtype D         f32 (default), bf16, f16, f64, bf16-mixed, f16-mixed\n"
     "  --batch-size N    rows per forward run and sequences generated together\n"
     "                    (default 8)\n"
@@ -56,7 +59,7 @@ static const char *const ty_eval_usage =
     "2 usage error.\n";
 
 typedef struct {
-  const char *model, *data, *dataset, *out, *backend, *dtype_text;
+  const char *model, *data, *dataset, *out, *backend, *fallback, *dtype_text;
   ty_dtype_t dtype, compute_dtype;
   bool choices;
   bool deterministic; /* batch-invariant kernels (graph/runtime/session.h) */
@@ -94,7 +97,10 @@ static ty_status_t ty_eval_run(ty_app_t *app, const ty_eval_args_t *a) {
                               .chat_template = chat, .model_dir = a->model};
   if (!s && a->data) s = ty_eval_set_load(a->data, &config, &so, &set);
   if (!s) s = ty_app_registry_create(app, &registry);
-  if (!s) s = ty_app_device_open("eval", registry, a->backend, &device, &fallback);
+  if (!s) {
+    s = ty_app_device_open_fallback("eval", registry, a->backend, a->fallback, &device,
+                                    &fallback);
+  }
   if (!s) {
     s = ty_llm_check_memory(&config, a->dtype, 0, ty_device_info(device)->memory_bytes,
                             ty_device_label(device));
@@ -139,7 +145,7 @@ int ty_cmd_eval(ty_app_t *app, int argc, char **argv) {
       {"dataset", required_argument, NULL, 'D'}, {"choices", no_argument, NULL, 'c'},
       {"out", required_argument, NULL, 'o'},     {"backend", required_argument, NULL, 'b'},
       {"dtype", required_argument, NULL, 't'},   {"batch-size", required_argument, NULL, 'B'},
-      {"deterministic", no_argument, NULL, 'X'},
+      {"deterministic", no_argument, NULL, 'X'}, {"fallback", required_argument, NULL, 'F'},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
   };
   ty_eval_args_t a = {.backend = "cpu", .dtype_text = "f32", .dtype = TY_DTYPE_F32,
@@ -159,6 +165,7 @@ int ty_cmd_eval(ty_app_t *app, int argc, char **argv) {
       case 'X': a.deterministic = true; break;
       case 'o': a.out = optarg; break;
       case 'b': a.backend = optarg; break;
+      case 'F': a.fallback = optarg; break;
       case 't': {
         ty_status_t s = ty_llm_precision_parse(optarg, &a.dtype, &a.compute_dtype);
         if (s) {
@@ -196,6 +203,9 @@ int ty_cmd_eval(ty_app_t *app, int argc, char **argv) {
   }
   if (a.choices && !a.data) {
     return ty_app_usage_error("eval", "--choices applies to the lines of --data");
+  }
+  if (ty_app_refuse_two_fallbacks("eval", a.backend, a.fallback) != TY_EXIT_OK) {
+    return TY_EXIT_USAGE;
   }
   ty_status_t s = ty_eval_run(app, &a);
   return s ? ty_app_fail("eval", s) : TY_EXIT_OK;

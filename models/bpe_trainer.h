@@ -19,8 +19,8 @@
  * Threads: one trainer, one thread at a time. Errors: INVALID_ARGUMENT for
  * bad options or text that is not UTF-8 (with the byte offset),
  * RESOURCE_EXHAUSTED when memory runs out. */
-#ifndef TY_MODELS_TOKENIZER_TRAINER_H_
-#define TY_MODELS_TOKENIZER_TRAINER_H_
+#ifndef TY_MODELS_BPE_TRAINER_H_
+#define TY_MODELS_BPE_TRAINER_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -79,4 +79,4 @@ ty_status_t ty_tokenizer_trainer_to_json(const ty_tokenizer_trainer_t *trainer, 
 }
 #endif
 
-#endif /* TY_MODELS_TOKENIZER_TRAINER_H_ */
+#endif /* TY_MODELS_BPE_TRAINER_H_ */

@@ -1,4 +1,4 @@
-/* Byte-level BPE training (tokenizer_trainer.h). Words come from the same
+/* Byte-level BPE training (bpe_trainer.h). Words come from the same
  * pre-tokenizer code that encoding uses, through a skeleton tokenizer.json
  * loaded at create, so training and encoding always split text alike. */
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "models/tokenizer_internal.h"
-#include "models/tokenizer_trainer.h"
+#include "models/bpe_trainer.h"
 
 typedef struct ty_bt_pair_t {
   int64_t count;
