@@ -2,7 +2,8 @@
 # Builds the tree that tests/cuda/device_run.sh runs on a GPU machine: the
 # cuda plugin (fatbins for TY_CUDA_ARCHS), the opencl plugin, and the cpu
 # plugin WITHOUT oneDNN (the GPU machines have no libdnnl), in build-device/.
-# Carry build-device/bin, build-device/lib and build-device/tests/cuda-fatbin-sm80
+# Carry build-device/bin, build-device/lib, build-device/tests/cuda-fatbin-sm80
+# and build-device/tests/cuda-fatbin-test (the test-only kernels FaultTest launches)
 # (and build-device/tests/cuda_emu_deterministic_test for device_run.sh's
 # deterministic phase, build-device/tests/cpu_gemm_stream_test for crossdev).
 set -euo pipefail
@@ -29,4 +30,5 @@ printf '%s\n' '#!/bin/sh' '# Debian'"'"'s ip for GPU machines without iproute2 (
   'here=$(dirname "$(readlink -f "$0")")' 'LD_LIBRARY_PATH=$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$here/ip.real" "$@"' \
   > build-device/lib/deps/iproute2/ip
 chmod +x build-device/lib/deps/iproute2/ip
-du -sh build-device/bin build-device/lib build-device/tests/cuda-fatbin-sm80
+du -sh build-device/bin build-device/lib build-device/tests/cuda-fatbin-sm80 \
+  build-device/tests/cuda-fatbin-test

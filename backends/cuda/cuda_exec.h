@@ -233,8 +233,8 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
 /* Builders, by file. cuda_ops.c: */
 void ty_cu_build_binary(ty_cu_build_t *b);
 void ty_cu_build_scale(ty_cu_build_t *b);
+/* cuda_ops_views.c */
 void ty_cu_build_broadcast_to(ty_cu_build_t *b);
-void ty_cu_build_reduce(ty_cu_build_t *b);
 void ty_cu_build_cast(ty_cu_build_t *b);
 void ty_cu_build_reshape(ty_cu_build_t *b);
 void ty_cu_build_transpose(ty_cu_build_t *b);
@@ -242,8 +242,12 @@ void ty_cu_build_slice(ty_cu_build_t *b);
 void ty_cu_build_slice_backward(ty_cu_build_t *b);
 void ty_cu_build_concat(ty_cu_build_t *b);
 void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
+/* cuda_ops_reduce.c */
+void ty_cu_build_reduce(ty_cu_build_t *b);
+/* cuda_ops_embedding.c */
 void ty_cu_build_embedding(ty_cu_build_t *b);
 void ty_cu_build_embedding_backward(ty_cu_build_t *b);
+/* cuda_ops_optim.c */
 void ty_cu_build_adamw(ty_cu_build_t *b);
 void ty_cu_build_sgd(ty_cu_build_t *b);
 void ty_cu_build_clip(ty_cu_build_t *b);

@@ -22,21 +22,11 @@
 #include "hal/backend_abi.h"
 
 /* One module per kernel family (kernels/<file>.cu, compiled by nvcc at
- * build time into a fatbin embedded in the plugin). Keep in step with
- * ty_cu_family_names in cuda_modules.c and the list in CMakeLists.txt. */
+ * build time into a fatbin; cuda_families.def lists them once). */
 typedef enum ty_cu_family_e {
-  TY_CU_FAM_ELEMENTWISE = 0, /* binary ops, scale, activations, dropout */
-  TY_CU_FAM_REDUCE,          /* reduce_*, clip_by_global_norm */
-  TY_CU_FAM_NORM,            /* layernorm, rmsnorm (+ backward) */
-  TY_CU_FAM_SOFTMAX,         /* softmax, cross-entropy (+ backward) */
-  TY_CU_FAM_ROPE,            /* rope (+ backward) */
-  TY_CU_FAM_ATTENTION,       /* flash attention (+ backward) */
-  TY_CU_FAM_EMBEDDING,       /* gather, deterministic scatter-add */
-  TY_CU_FAM_VIEWS,           /* strided copies, casts, kv-cache writes */
-  TY_CU_FAM_OPTIM,           /* adamw, sgd */
-  TY_CU_FAM_VOCAB,           /* vocabulary-parallel embedding and loss */
-  TY_CU_FAM_TEST,            /* fault injection for tests (test hooks only) */
-  TY_CU_FAM_ATTENTION_SM90,  /* flash attention on wgmma (sm_90a only) */
+#define TY_CU_FAMILY(id, file, build) TY_CU_FAM_##id,
+#include "backends/cuda/cuda_families.def"
+#undef TY_CU_FAMILY
   TY_CU_FAM_COUNT_
 } ty_cu_family_t;
 
@@ -166,7 +156,8 @@ const char *ty_cu_family_file(ty_cu_family_t family);
 /* "sm_80 sm_90 compute_90": what the embedded fatbins were built for. */
 const char *ty_cu_fatbin_targets(void);
 
-/* ---- cuda_graph.c: the graph entries ---- */
+/* ---- the graph entries: cuda_compile.c (supports, compile, destroy,
+ * graph, memory), cuda_execute.c (execute, report) ---- */
 
 ty_abi_status_t ty_cu_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph,
                                      ty_abi_node_support_t *out_support);

@@ -1,7 +1,8 @@
 /* Kernel modules: the embedded fatbin of each family, loaded into a slot's
  * primary context on first use (cuda_internal.h). A test hook,
  * TRAINYARD_CUDA_FATBIN_DIR, loads <dir>/<family>.fatbin files instead, so
- * tests can offer a fatbin built for other chips. */
+ * tests can offer a fatbin built for other chips, and the test-only
+ * families (cuda_families.def), which the plugin does not embed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,20 @@
 #include "backends/cuda/cuda_internal.h"
 
 static const char *const ty_cu_family_names[TY_CU_FAM_COUNT_] = {
-    "elementwise", "reduce", "norm", "softmax", "rope", "attention",
-    "embedding",   "views",  "optim", "vocab", "test", "attention_sm90",
+#define TY_CU_FAMILY(id, file, build) #file,
+#include "backends/cuda/cuda_families.def"
+#undef TY_CU_FAMILY
+};
+
+/* Families whose kernels only tests launch (BUILD TEST in the list): the
+ * plugin does not embed them. */
+#define TY_CU_TEST_ONLY_ALL false
+#define TY_CU_TEST_ONLY_SM90A false
+#define TY_CU_TEST_ONLY_TEST true
+static const bool ty_cu_family_test_only[TY_CU_FAM_COUNT_] = {
+#define TY_CU_FAMILY(id, file, build) TY_CU_TEST_ONLY_##build,
+#include "backends/cuda/cuda_families.def"
+#undef TY_CU_FAMILY
 };
 
 const char *ty_cu_family_file(ty_cu_family_t family) {
@@ -64,7 +77,14 @@ ty_abi_status_t ty_cu_module_get(ty_abi_device_t *d, ty_cu_family_t family,
     if (override) image = override;
   }
   ty_abi_status_t st = NULL;
-  if (!image) {
+  if (!image && ty_cu_family_test_only[family]) {
+    st = ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+                     "%s: the kernels of kernels/%s.cu are test-only, and the plugin does not "
+                     "embed them: point TRAINYARD_CUDA_FATBIN_DIR at the folder of %s.fatbin "
+                     "(tests/cuda-fatbin-test in the build folder)%s%s",
+                     d->label, name, name, dir && dir[0] ? "; not found in " : "",
+                     dir && dir[0] ? dir : "");
+  } else if (!image) {
     st = ty_cu_error(TY_CODE_INTERNAL, "%s: no fatbin for kernel family '%s' in the plugin",
                      d->label, name);
   } else {

@@ -1,4 +1,4 @@
-/* What the op builders of cuda_ops.c and cuda_ops_nn.c share: picking the
+/* What the op builders of cuda_ops*.c share: picking the
  * dtype instance of a templated kernel (kernels/vec.cuh's TY_KERNEL3),
  * launch shapes of the row and column kernels, and the map launch that
  * scale and the activations both use. */
@@ -6,6 +6,7 @@
 #define TY_BACKENDS_CUDA_CUDA_OPS_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backends/cuda/cuda_exec.h"
@@ -13,6 +14,9 @@
 /* The three instances NAME_f32, NAME_bf16, NAME_f16 of a templated kernel
  * (string literals: static storage, as ty_cu_launch needs). */
 #define TY_CU_TYPED(name) ((const char *const[3]){name "_f32", name "_bf16", name "_f16"})
+
+/* Bytes of one element of v. */
+static inline size_t ty_cu_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
 
 /* The instance of `names` for storage dtype dt, or NULL when dt is not
  * f32, bf16 or f16. */

@@ -16,7 +16,9 @@ Llama fixtures, bf16-mixed); this file adds the cuda-specific ones:
   device-side trap, a (simulated) lost device, out-of-memory at compile and
   at run (memory_limit), and a fatbin without the card's architecture: each
   is a clear error naming the device and the cause, nothing hangs, the
-  process exits non-zero, and the last checkpoint stays loadable.
+  process exits non-zero, and the last checkpoint stays loadable. The
+  faults launch test-only kernels the plugin does not embed (--fatbin-test
+  names their folder); without it the hook says where to find them.
 
 Every suite but DevicesTest exits 77 (skipped, with the reason) when no
 CUDA device is usable, which is the case in CI.
@@ -39,6 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import unittest_exit  # noqa: E402
 
 FATBIN_SM80 = None  # a folder with elementwise.fatbin built for sm_80 only
+FATBIN_TEST = None  # the folder of the test-only fatbins (kernels/test.cu), not embedded
 CUDA_STUB = None    # the toolkit's stub libcuda.so (every symbol, no driver)
 
 
@@ -185,6 +188,12 @@ class FaultTest(unittest.TestCase):
                     self.tokens, "--out", os.path.join(self.tmp, "out.safetensors"),
                     "--backend", backend or CFG.backend], env=env, timeout=timeout)
 
+    def fault(self, spec):
+        """The environment of fault `spec`, with the test-only kernels it launches."""
+        if not FATBIN_TEST or not os.path.isfile(os.path.join(FATBIN_TEST, "test.fatbin")):
+            self.skipTest("no test-only fatbin folder (--fatbin-test) with test.fatbin")
+        return {"TRAINYARD_CUDA_FAULT": spec, "TRAINYARD_CUDA_FATBIN_DIR": FATBIN_TEST}
+
     def check(self, r, *needles):
         self.assertNotEqual(r.returncode, 0, r.stderr)
         for n in needles:
@@ -192,15 +201,22 @@ class FaultTest(unittest.TestCase):
         print("  -> %s" % r.stderr.strip().splitlines()[-1][:300], file=sys.stderr)
 
     def test_illegal_address(self):
-        r = self.forward({"TRAINYARD_CUDA_FAULT": "illegal-address@1"})
+        r = self.forward(self.fault("illegal-address@1"))
         self.check(r, "cuda:0", "CUDA_ERROR_ILLEGAL_ADDRESS", "TRAINYARD_CUDA_SYNC=1")
-        r = self.forward({"TRAINYARD_CUDA_FAULT": "illegal-address@1", "TRAINYARD_CUDA_SYNC": "1"})
+        r = self.forward(dict(self.fault("illegal-address@1"), TRAINYARD_CUDA_SYNC="1"))
         self.check(r, "cuda:0", "CUDA_ERROR_ILLEGAL_ADDRESS")
 
+    def test_fault_without_the_test_fatbin(self):
+        # The plugin does not embed the test-only kernels: the hook names
+        # the variable and the folder that has them.
+        r = self.forward({"TRAINYARD_CUDA_FAULT": "illegal-address@1"})
+        self.check(r, "cuda:0", "FAILED_PRECONDITION", "test-only", "TRAINYARD_CUDA_FATBIN_DIR",
+                   "cuda-fatbin-test")
+
     def test_launch_failure_and_trap(self):
-        r = self.forward({"TRAINYARD_CUDA_FAULT": "launch@1"})
+        r = self.forward(self.fault("launch@1"))
         self.check(r, "cuda:0", "ty_test_wild_write", "CUDA_ERROR_INVALID_VALUE")
-        r = self.forward({"TRAINYARD_CUDA_FAULT": "trap@1"})
+        r = self.forward(self.fault("trap@1"))
         self.check(r, "cuda:0", "CUDA_ERROR_")
 
     def test_device_lost(self):
@@ -235,7 +251,7 @@ class FaultTest(unittest.TestCase):
         r = run(["train", "--model", os.path.join(CFG.models, "gpt2"), "--data", data, "--out",
                  out, "--max-steps", "20", "--batch-size", "8", "--save-every", "5",
                  "--eval-every", "0", "--backend", CFG.backend],
-                env={"TRAINYARD_CUDA_FAULT": "illegal-address@8"}, timeout=300)
+                env=self.fault("illegal-address@8"), timeout=300)
         self.check(r, "CUDA_ERROR_ILLEGAL_ADDRESS")
         ckpts = sorted(glob.glob(os.path.join(out, "checkpoint-*")))
         self.assertTrue(ckpts, "no checkpoint left")
@@ -245,13 +261,15 @@ class FaultTest(unittest.TestCase):
 
 
 def main():
-    global FATBIN_SM80, CUDA_STUB
+    global FATBIN_SM80, FATBIN_TEST, CUDA_STUB
     argv = sys.argv[1:]
-    for flag in ("--fatbin-sm80", "--cuda-stub"):
+    for flag in ("--fatbin-sm80", "--fatbin-test", "--cuda-stub"):
         if flag in argv:
             i = argv.index(flag)
             if flag == "--fatbin-sm80":
                 FATBIN_SM80 = argv[i + 1]
+            elif flag == "--fatbin-test":
+                FATBIN_TEST = argv[i + 1]
             else:
                 CUDA_STUB = argv[i + 1]
             del argv[i:i + 2]

@@ -121,7 +121,8 @@ phase_suites() {
   for s in $suites; do
     echo "== $s"
     timeout 600 python3 tests/backends/test_cuda_cli.py --trainyard "$ty" --models "$models" \
-      --fatbin-sm80 "$build/tests/cuda-fatbin-sm80" "$s" 2>&1 | tail -60
+      --fatbin-sm80 "$build/tests/cuda-fatbin-sm80" --fatbin-test "$build/tests/cuda-fatbin-test" \
+      "$s" 2>&1 | tail -60
     # 77: the suite ran and skipped some test, saying why (tests/common/unittest_exit.py)
     local code=${PIPESTATUS[0]}
     ((code != 0 && code != 77)) && rc=1

@@ -1,7 +1,10 @@
 /* Fault injection for the cuda backend's tests (TRAINYARD_CUDA_FAULT in
- * cuda_graph.c): kernels that fail the way real bugs do, so the error paths
+ * cuda_errors.c): kernels that fail the way real bugs do, so the error paths
  * — a sticky illegal-address fault, a device-side trap — can be exercised
- * on purpose. Never launched otherwise. */
+ * on purpose. Never launched otherwise, and never embedded in the plugin:
+ * a test-only family (cuda_families.def), built into the build folder's
+ * tests/cuda-fatbin-test/test.fatbin, which tests load through
+ * TRAINYARD_CUDA_FATBIN_DIR. */
 #include "common.cuh"
 
 /* Writes through `wild`, an address no allocation has. */

@@ -9,8 +9,8 @@
  * good data succeeds (the flag is cleared); and empty inputs, whose empty
  * sums must come out as zeros. Also ABI 1.3's pinned host buffers
  * (optimizer offload), the measured device memory, ABI 1.7's refusal of a
- * collective whose group has no communicator on the device, and a bad
- * TRAINYARD_CUDA_ATTENTION value. */
+ * collective whose group has no communicator on the device, a bad
+ * TRAINYARD_CUDA_ATTENTION value, and the fault hook's test-only kernels. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +394,39 @@ static void test_attention_mode_value(void **state) {
   ty_registry_destroy(r);
 }
 
+/* TRAINYARD_CUDA_FAULT launches the kernels of kernels/test.cu, a test-only
+ * family the plugin does not embed (backends/cuda/cuda_families.def).
+ * Without TRAINYARD_CUDA_FATBIN_DIR the run fails naming the variable and
+ * the folder; pointed at the build's tests/cuda-fatbin-test, the module
+ * loads from there and the hook goes on to look its kernel up (which the
+ * emulator, having no test kernels, does not have: the failure has moved
+ * past the load; on a GPU, tests/backends/test_cuda_cli.py FaultTest runs
+ * the faults themselves). */
+static void test_fault_kernels_are_test_only(void **state) {
+  (void)state;
+  int64_t x[3] = {7, 8, -2};
+  input_t in[1] = {{TY_DTYPE_I64, 1, {3}, x, NULL}};
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_string(&attrs, "dtype", "i32"));
+  one_node_t t;
+  unsetenv("TRAINYARD_CUDA_FATBIN_DIR");
+  setenv("TRAINYARD_CUDA_FAULT", "illegal-address@1", 1);
+  one_node_open(&t, "cast", 1, &attrs, 1, in, 0);
+  one_node_bind(&t, 1, in, false);
+  TY_EXPECT_STATUS(ty_session_run(t.s), TY_CODE_FAILED_PRECONDITION,
+                   "cuda:0: the kernels of kernels/test.cu are test-only, and the plugin does "
+                   "not embed them: point TRAINYARD_CUDA_FATBIN_DIR at the folder of "
+                   "test.fatbin (tests/cuda-fatbin-test in the build folder)");
+  one_node_close(&t);
+  setenv("TRAINYARD_CUDA_FATBIN_DIR", TY_CUDA_TEST_FATBIN_DIR, 1);
+  one_node_open(&t, "cast", 1, &attrs, 1, in, 0);
+  one_node_bind(&t, 1, in, false);
+  TY_EXPECT_STATUS(ty_session_run(t.s), TY_CODE_INTERNAL, "finding the test-hook kernel");
+  one_node_close(&t);
+  unsetenv("TRAINYARD_CUDA_FATBIN_DIR");
+  unsetenv("TRAINYARD_CUDA_FAULT");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_attention_mode_value),
@@ -405,6 +438,7 @@ int main(void) {
       cmocka_unit_test(test_empty_inputs),
       cmocka_unit_test(test_host_buffers_and_memory),
       cmocka_unit_test(test_group_without_communicator),
+      cmocka_unit_test(test_fault_kernels_are_test_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,312 @@
+/* The emit API (cuda_exec.h) the op builders call while compile walks the
+ * graph: operand references, kernel launches and their packed parameters,
+ * grids, memsets, copies, all-reduces, matmul commands, and the executable's
+ * scratch, aux and address tables. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_executable.h"
+
+int64_t ty_cu_numel(const ty_abi_value_t *v) { return ty_abi_value_elements(v); }
+
+/* ---- builder helpers ---- */
+
+void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...) {
+  if (b->status) return;
+  char message[512];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(message, sizeof(message), fmt, args);
+  va_end(args);
+  b->status = ty_cu_error(code, "%s: node %u (%s): %s", b->device->label, b->n, b->node->op,
+                          message);
+}
+
+const ty_abi_value_t *ty_cu_vin(const ty_cu_build_t *b, uint32_t i) {
+  if (i >= b->node->input_count || b->node->inputs[i] == UINT32_MAX) return NULL;
+  return &b->g->values[b->node->inputs[i]];
+}
+
+const ty_abi_value_t *ty_cu_vout(const ty_cu_build_t *b, uint32_t o) {
+  return &b->g->values[b->node->outputs[o]];
+}
+
+ty_cu_ref_t ty_cu_none(void) {
+  ty_cu_ref_t r = {TY_CU_REF_NONE, 0, 0};
+  return r;
+}
+
+ty_cu_ref_t ty_cu_in(const ty_cu_build_t *b, uint32_t i) {
+  ty_cu_ref_t r = ty_cu_none();
+  if (i < b->node->input_count && b->node->inputs[i] != UINT32_MAX) {
+    r.kind = TY_CU_REF_VALUE;
+    r.value = b->node->inputs[i];
+  }
+  return r;
+}
+
+ty_cu_ref_t ty_cu_out(const ty_cu_build_t *b, uint32_t o) {
+  ty_cu_ref_t r = {TY_CU_REF_VALUE, b->node->outputs[o], 0};
+  return r;
+}
+
+ty_cu_ref_t ty_cu_value(uint32_t value) {
+  ty_cu_ref_t r = {TY_CU_REF_VALUE, value, 0};
+  return r;
+}
+
+ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset) {
+  ref.offset += byte_offset;
+  return ref;
+}
+
+int ty_cu_dt(const ty_abi_value_t *v) { return v ? (int)v->dtype : 0; }
+
+int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value) {
+  const ty_abi_value_t *v = &b->g->values[value];
+  const int64_t padded = b->exec->row_stride ? b->exec->row_stride[value] : 0;
+  return padded ? padded : (v->rank ? v->dims[v->rank - 1] : 1);
+}
+
+int64_t ty_cu_zero_rows(const ty_cu_build_t *b, uint32_t value) {
+  return b->exec->zero_rows ? b->exec->zero_rows[value] : 0;
+}
+
+bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value) {
+  return b->exec->zero_cols && b->exec->zero_cols[value];
+}
+
+uint32_t ty_cu_extra_read(const ty_cu_build_t *b) {
+  return b->exec->extra_read ? b->exec->extra_read[b->n] : UINT32_MAX;
+}
+
+uint32_t ty_cu_sm_count(const ty_cu_build_t *b) {
+  return b->device->slot->sm_count > 0 ? (uint32_t)b->device->slot->sm_count : 1u;
+}
+
+ty_cu_ref_t ty_cu_scratch(ty_cu_build_t *b, uint64_t bytes) {
+  ty_cu_ref_t r = {TY_CU_REF_SCRATCH, 0, b->scratch_used};
+  b->scratch_used += ty_cu_round_up(bytes ? bytes : 1);
+  if (b->scratch_used > b->exec->scratch_bytes) b->exec->scratch_bytes = b->scratch_used;
+  return r;
+}
+
+ty_cu_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_cu_ref_t *refs, uint32_t count) {
+  ty_cu_exec_t *e = b->exec;
+  ty_cu_ref_t r = {TY_CU_REF_TABLE, 0, (uint64_t)e->table_count * 8u};
+  if (b->status) return r;
+  if (e->table_count + count > e->table_cap) {
+    uint32_t cap = e->table_cap ? e->table_cap : 256;
+    while (cap < e->table_count + count) cap *= 2;
+    ty_cu_ref_t *grown = realloc(e->table_refs, (size_t)cap * sizeof(*grown));
+    if (!grown) {
+      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return r;
+    }
+    e->table_refs = grown;
+    e->table_cap = cap;
+  }
+  memcpy(e->table_refs + e->table_count, refs, (size_t)count * sizeof(*refs));
+  e->table_count += count;
+  return r;
+}
+
+void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node) {
+  if (node < b->g->node_count) b->exec->fused[node] = true;
+}
+
+ty_cu_ref_t ty_cu_aux(ty_cu_build_t *b, const void *data, uint64_t bytes) {
+  ty_cu_exec_t *e = b->exec;
+  ty_cu_ref_t r = {TY_CU_REF_AUX, 0, e->aux_bytes};
+  uint64_t need = e->aux_bytes + ty_cu_round_up(bytes ? bytes : 1);
+  if (need > e->aux_cap) {
+    uint64_t cap = e->aux_cap ? e->aux_cap : 4096;
+    while (cap < need) cap *= 2;
+    unsigned char *grown = realloc(e->aux_host, cap);
+    if (!grown) {
+      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return r;
+    }
+    e->aux_host = grown;
+    e->aux_cap = cap;
+  }
+  if (bytes) memcpy(e->aux_host + e->aux_bytes, data, bytes);
+  e->aux_bytes = need;
+  return r;
+}
+
+static ty_cu_cmd_t *ty_cu_cmd_add(ty_cu_build_t *b, ty_cu_cmd_kind_t kind) {
+  ty_cu_exec_t *e = b->exec;
+  if (b->status) return NULL;
+  if (e->cmd_count == e->cmd_cap) {
+    uint32_t cap = e->cmd_cap ? e->cmd_cap * 2 : 64;
+    ty_cu_cmd_t *grown = realloc(e->cmds, (size_t)cap * sizeof(*grown));
+    if (!grown) {
+      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return NULL;
+    }
+    e->cmds = grown;
+    e->cmd_cap = cap;
+  }
+  ty_cu_cmd_t *c = &e->cmds[e->cmd_count++];
+  memset(c, 0, sizeof(*c));
+  c->kind = kind;
+  c->node = b->n;
+  return c;
+}
+
+ty_cu_cmd_t *ty_cu_launch(ty_cu_build_t *b, ty_cu_family_t family, const char *kernel) {
+  if (b->status) return NULL;
+  CUmodule module = NULL;
+  ty_abi_status_t s = ty_cu_module_get(b->device, family, &module);
+  if (s) {
+    b->status = s;
+    return NULL;
+  }
+  CUfunction f = NULL;
+  CUresult r = b->device->api->cuModuleGetFunction(&f, module, kernel);
+  if (r != CUDA_SUCCESS) {
+    char text[256];
+    ty_cu_error_text(b->device->api, r, text, sizeof(text));
+    ty_cu_fail(b, TY_CODE_INTERNAL, "kernel %s is not in kernels/%s.cu's module: %s", kernel,
+               ty_cu_family_file(family), text);
+    return NULL;
+  }
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_KERNEL);
+  if (!c) return NULL;
+  c->function = f;
+  c->name = kernel;
+  c->block[0] = c->block[1] = c->block[2] = 1;
+  c->grid[0] = c->grid[1] = c->grid[2] = 1;
+  return c;
+}
+
+static void ty_cu_arg_raw(ty_cu_build_t *b, ty_cu_cmd_t *c, const void *v, uint32_t size,
+                          uint32_t align) {
+  if (!c || b->status) return;
+  uint32_t at = (c->param_bytes + align - 1) & ~(align - 1);
+  if (at + size > TY_CU_MAX_PARAM_BYTES) {
+    ty_cu_fail(b, TY_CODE_INTERNAL, "the parameters of %s exceed %u bytes", c->name,
+               TY_CU_MAX_PARAM_BYTES);
+    return;
+  }
+  memcpy(c->params + at, v, size);
+  c->param_bytes = at + size;
+}
+
+void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_cu_ref_t ref) {
+  if (!c || b->status) return;
+  if (c->ptr_count == TY_CU_MAX_PTRS) {
+    ty_cu_fail(b, TY_CODE_INTERNAL, "too many pointer parameters for %s (at most %u)", c->name,
+               TY_CU_MAX_PTRS);
+    return;
+  }
+  uint32_t at = (c->param_bytes + 7u) & ~7u;
+  uint64_t null_ptr = 0;
+  ty_cu_arg_raw(b, c, &null_ptr, 8, 8); /* patched at execute */
+  if (b->status) return;
+  ty_cu_ptrarg_t *p = &c->ptrs[c->ptr_count++];
+  p->at = at;
+  p->ref = ref;
+}
+
+void ty_cu_arg_err(ty_cu_build_t *b, ty_cu_cmd_t *c) {
+  ty_cu_ref_t ref = {TY_CU_REF_ERR, 0, 0};
+  ty_cu_arg_ptr(b, c, ref);
+  ty_cu_arg_i32(b, c, (int32_t)b->n);
+}
+
+void ty_cu_arg_i32(ty_cu_build_t *b, ty_cu_cmd_t *c, int32_t v) { ty_cu_arg_raw(b, c, &v, 4, 4); }
+void ty_cu_arg_u32(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t v) { ty_cu_arg_raw(b, c, &v, 4, 4); }
+void ty_cu_arg_i64(ty_cu_build_t *b, ty_cu_cmd_t *c, int64_t v) { ty_cu_arg_raw(b, c, &v, 8, 8); }
+void ty_cu_arg_u64(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t v) { ty_cu_arg_raw(b, c, &v, 8, 8); }
+void ty_cu_arg_f32(ty_cu_build_t *b, ty_cu_cmd_t *c, float v) { ty_cu_arg_raw(b, c, &v, 4, 4); }
+void ty_cu_arg_f64(ty_cu_build_t *b, ty_cu_cmd_t *c, double v) { ty_cu_arg_raw(b, c, &v, 8, 8); }
+
+void ty_cu_arg_dims8(ty_cu_build_t *b, ty_cu_cmd_t *c, const int64_t v[8]) {
+  ty_cu_arg_raw(b, c, v, 64, 8);
+}
+
+void ty_cu_grid1(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t items, uint32_t block) {
+  if (!c) return;
+  uint64_t blocks = (items + block - 1) / block;
+  /* Grid-stride kernels: enough blocks to fill the card several times. */
+  uint64_t cap = (uint64_t)ty_cu_sm_count(b) * 32u;
+  if (blocks > cap) blocks = cap;
+  if (blocks == 0) blocks = 1;
+  ty_cu_grid(b, c, (uint32_t)blocks, 1, 1, block, 1, 1, 0);
+}
+
+void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint32_t gz,
+                uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes) {
+  if (!c || b->status) return;
+  if (gy > 65535u || gz > 65535u || bx * by * bz > 1024u || gx == 0 || gy == 0 || gz == 0) {
+    ty_cu_fail(b, TY_CODE_INTERNAL, "launch shape of %s out of range: grid %u x %u x %u, block "
+               "%u x %u x %u", c->name, gx, gy, gz, bx, by, bz);
+    return;
+  }
+  c->grid[0] = gx;
+  c->grid[1] = gy;
+  c->grid[2] = gz;
+  c->block[0] = bx;
+  c->block[1] = by;
+  c->block[2] = bz;
+  c->shared_bytes = shared_bytes;
+  if (shared_bytes > 48u * 1024u) {
+    if ((int)shared_bytes > b->device->slot->max_shared_optin) {
+      ty_cu_fail(b, TY_CODE_INTERNAL, "%s needs %u bytes of shared memory; %s allows %d",
+                 c->name, shared_bytes, b->device->label, b->device->slot->max_shared_optin);
+      return;
+    }
+    CUresult r = b->device->api->cuFuncSetAttribute(
+        c->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shared_bytes);
+    if (r != CUDA_SUCCESS) {
+      char text[256];
+      ty_cu_error_text(b->device->api, r, text, sizeof(text));
+      ty_cu_fail(b, TY_CODE_INTERNAL, "raising the shared memory of %s to %u bytes: %s",
+                 c->name, shared_bytes, text);
+    }
+  }
+}
+
+void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size) {
+  if (size == 0) return;
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_FILL);
+  if (!c) return;
+  c->name = "fill";
+  c->dst = dst;
+  c->size = size;
+}
+
+void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t size) {
+  if (size == 0) return;
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_COPY);
+  if (!c) return;
+  c->name = "copy";
+  c->src = src;
+  c->dst = dst;
+  c->size = size;
+}
+
+void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
+                      ty_dtype_t dtype, uint32_t reduce, const char *group) {
+  if (count == 0) return;
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);
+  if (!c) return;
+  c->name = "ncclAllReduce";
+  c->group = group;
+  c->src = src;
+  c->dst = dst;
+  c->size = count;
+  c->dtype = dtype;
+  c->reduce = reduce;
+}
+
+ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name) {
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_GEMM);
+  if (c) c->name = name;
+  return c;
+}

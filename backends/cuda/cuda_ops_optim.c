@@ -1,0 +1,348 @@
+/* The launch builders of the optimizers (adamw_update, multi-tensor when
+ * several are in a row; sgd_update), clip_by_global_norm and the
+ * all_reduce / tp_reduce commands, on kernels/optim.cu and reduce.cu. The
+ * comment above every launch names the kernel and its parameter list: the
+ * ty_cu_arg_* calls under it must follow that list exactly. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "hal/dtype.h"
+
+/* ---- optimizers and clipping ---- */
+
+static void ty_cu_arg_in(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t i) {
+  ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, i)));
+}
+
+static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
+  ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, o)));
+}
+
+/* Elements per chunk of the multi-tensor kernels (a multiple of 4). */
+#define TY_CU_MT_CHUNK 16384
+
+/* Whether adamw node `n` has typed operands of one float dtype T (param,
+ * grad, param') and f32 moments: the multi-tensor kernel's case. */
+static bool ty_cu_adamw_typed(const ty_abi_graph_t *g, const ty_abi_node_t *node, int *dt) {
+  const ty_abi_value_t *p = &g->values[node->inputs[0]];
+  const int t = (int)p->dtype;
+  if (!ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), t)) return false;
+  if ((int)g->values[node->inputs[1]].dtype != t || (int)g->values[node->outputs[0]].dtype != t) {
+    return false;
+  }
+  for (uint32_t i = 2; i < 4; ++i) {
+    if (g->values[node->inputs[i]].dtype != TY_DTYPE_F32) return false;
+  }
+  for (uint32_t o = 1; o < 3; ++o) {
+    if (g->values[node->outputs[o]].dtype != TY_DTYPE_F32) return false;
+  }
+  *dt = t;
+  return true;
+}
+
+/* The run of adamw_update nodes from the current one that one multi-tensor
+ * launch can do: consecutive, typed alike, sharing lr, betas, eps and step
+ * (each keeps its weight decay). Returns how many (>= 1). */
+static uint32_t ty_cu_adamw_run(const ty_cu_build_t *b, int dt) {
+  const ty_abi_graph_t *g = b->g;
+  const ty_abi_node_t *first = b->node;
+  uint32_t count = 1;
+  for (uint32_t n = b->n + 1; n < g->node_count; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    int t;
+    if (strcmp(node->op, "adamw_update") != 0 || !ty_cu_adamw_typed(g, node, &t) || t != dt) break;
+    bool same = true;
+    for (uint32_t i = 4; i < 10 && same; ++i) {
+      if (i != 8) same = node->inputs[i] == first->inputs[i];
+    }
+    if (!same) break;
+    count++;
+  }
+  return count;
+}
+
+/* One launch for `count` adamw_update nodes from the current one (kernels/
+ * optim.cu, ty_adamw_multi): tables of their operands, chunk starts. */
+static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
+  const ty_abi_graph_t *g = b->g;
+  ty_cu_ref_t *refs = calloc((size_t)count, sizeof(ty_cu_ref_t));
+  int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
+  int64_t *sizes = calloc((size_t)count, sizeof(int64_t));
+  if (!refs || !starts || !sizes) {
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    free(refs);
+    free(starts);
+    free(sizes);
+    return;
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    sizes[k] = ty_abi_value_elements(&g->values[g->nodes[b->n + k].inputs[0]]);
+    starts[k + 1] = starts[k] + (sizes[k] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
+  }
+  /* Tables: p, g, m, v (inputs 0-3), p', m', v' (outputs 0-2), wd (input 8). */
+  ty_cu_ref_t tables[8];
+  for (int t = 0; t < 8; ++t) {
+    for (uint32_t k = 0; k < count; ++k) {
+      const ty_abi_node_t *node = &g->nodes[b->n + k];
+      const uint32_t v = t < 4 ? node->inputs[t] : t < 7 ? node->outputs[t - 4] : node->inputs[8];
+      refs[k] = (ty_cu_ref_t){TY_CU_REF_VALUE, v, 0};
+    }
+    tables[t] = ty_cu_ptr_table(b, refs, count);
+  }
+  const ty_cu_ref_t starts_ref = ty_cu_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
+  const ty_cu_ref_t sizes_ref = ty_cu_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
+  const int64_t chunks = starts[count];
+  free(refs);
+  free(starts);
+  free(sizes);
+  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
+  /* ty_adamw_multi_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
+   *                     step, int dtstep, f64 *hp, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_multi_prep");
+  for (uint32_t i = 4; i < 10; ++i) {
+    if (i != 8) ty_cu_arg_in(b, c, i);
+  }
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
+  if (chunks == 0) return;
+  /* ty_adamw_multi_<T>(p[], g[], m[], v[], po[], mo[], vo[], wd[], int dtwd,
+   *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp) */
+  c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), dt));
+  for (int t = 0; t < 8; ++t) ty_cu_arg_ptr(b, c, tables[t]);
+  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 8)));
+  ty_cu_arg_ptr(b, c, starts_ref);
+  ty_cu_arg_ptr(b, c, sizes_ref);
+  ty_cu_arg_i32(b, c, (int32_t)count);
+  ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_grid_blocks(b, c, (uint64_t)chunks, TY_CU_BLOCK);
+  for (uint32_t k = 1; k < count; ++k) ty_cu_mark_fused(b, b->n + k);
+}
+
+void ty_cu_build_adamw(ty_cu_build_t *b) {
+  /* param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step -> param', m', v' */
+  int mt_dt;
+  if (ty_cu_adamw_typed(b->g, b->node, &mt_dt)) {
+    /* Weight decays must all be of one dtype (the kernel takes one code). */
+    const uint32_t run = ty_cu_adamw_run(b, mt_dt);
+    bool one_wd_dtype = true;
+    for (uint32_t k = 1; k < run; ++k) {
+      one_wd_dtype &= b->g->values[b->g->nodes[b->n + k].inputs[8]].dtype ==
+                      b->g->values[b->node->inputs[8]].dtype;
+    }
+    if (run > 1 && one_wd_dtype && ty_cu_numel(ty_cu_vin(b, 0)) > 0) {
+      ty_cu_build_adamw_multi(b, mt_dt, run);
+      return;
+    }
+  }
+  const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
+  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
+  /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
+   *               wd, int dtwd, step, int dtstep, f64 *hp, err, int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_prep");
+  for (uint32_t i = 4; i < 10; ++i) ty_cu_arg_in(b, c, i);
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
+  if (n == 0) return;
+  const ty_abi_value_t *pg[3] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1), ty_cu_vout(b, 0)};
+  const ty_abi_value_t *mv[4] = {ty_cu_vin(b, 2), ty_cu_vin(b, 3), ty_cu_vout(b, 1),
+                                 ty_cu_vout(b, 2)};
+  const char *typed = ty_cu_all_dtype(pg, 3, (int)pg[0]->dtype) &&
+                              ty_cu_all_dtype(mv, 4, TY_DTYPE_F32)
+                          ? ty_cu_typed(TY_CU_TYPED("ty_adamw_t"), (int)pg[0]->dtype)
+                          : NULL;
+  if (typed) {
+    /* ty_adamw_t_<T>(p, g, f32 *m, f32 *v, po, f32 *mo, f32 *vo, i64 n,
+     *                const f64 *hp) */
+    c = ty_cu_launch(b, TY_CU_FAM_OPTIM, typed);
+    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
+    for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_arg_ptr(b, c, hp);
+    ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+    return;
+  }
+  /* ty_adamw(p, int dtp, g, int dtg, m, int dtm, v, int dtv, po, int dtpo,
+   *          mo, int dtmo, vo, int dtvo, i64 n, const f64 *hp) */
+  c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw");
+  for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_in(b, c, i);
+  for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_out(b, c, o);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_ptr(b, c, hp);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+void ty_cu_build_sgd(ty_cu_build_t *b) {
+  /* param, grad, buf, lr, momentum, weight_decay -> param', buf' */
+  const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
+  if (n == 0) return;
+  /* ty_sgd(p, int dtp, g, int dtg, buf, int dtbuf, po, int dtpo, bo, int dtbo,
+   *        i64 n, lr, int dtlr, mu, int dtmu, wd, int dtwd, int nesterov, err,
+   *        int node) */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_sgd");
+  for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_in(b, c, i);
+  for (uint32_t o = 0; o < 2; ++o) ty_cu_arg_out(b, c, o);
+  ty_cu_arg_i64(b, c, n);
+  for (uint32_t i = 3; i < 6; ++i) ty_cu_arg_in(b, c, i);
+  ty_cu_arg_i32(b, c, ty_abi_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_cu_arg_err(b, c);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
+#define TY_CU_CLIP_CHUNK 8192 /* elements per partial sum of squares */
+
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_cu_ref_t part) {
+  const int64_t blocks = (n + chunk - 1) / chunk;
+  /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
+   *                    i64 total, f64 scale): one row of n, one block per chunk */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), dt));
+  ty_cu_arg_ptr(b, c, x);
+  ty_cu_arg_ptr(b, c, part);
+  ty_cu_arg_i32(b, c, TY_DTYPE_F64);
+  ty_cu_arg_i32(b, c, 1 /* sumsq */);
+  ty_cu_arg_i64(b, c, n);
+  ty_cu_arg_i64(b, c, blocks);
+  ty_cu_arg_i64(b, c, chunk);
+  ty_cu_arg_i64(b, c, blocks);
+  ty_cu_arg_f64(b, c, 1.0);
+  ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
+  return blocks;
+}
+
+/* clip_by_global_norm over gradients of one typed dtype: three launches
+ * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi). */
+static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
+  const uint32_t count = b->node->input_count - 1;
+  const int dt = (int)ty_cu_vin(b, 1)->dtype;
+  if (count < 2 || !ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt)) return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    if ((int)ty_cu_vin(b, i + 1)->dtype != dt || (int)ty_cu_vout(b, i + 1)->dtype != dt) {
+      return false;
+    }
+  }
+  ty_cu_ref_t *in = calloc(count, sizeof(ty_cu_ref_t)), *out = calloc(count, sizeof(ty_cu_ref_t));
+  int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
+  int64_t *sizes = calloc(count, sizeof(int64_t));
+  bool ok = in && out && starts && sizes;
+  for (uint32_t i = 0; ok && i < count; ++i) {
+    in[i] = ty_cu_in(b, i + 1);
+    out[i] = ty_cu_out(b, i + 1);
+    sizes[i] = ty_cu_numel(ty_cu_vin(b, i + 1));
+    starts[i + 1] = starts[i] + (sizes[i] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
+  }
+  if (!ok) {
+    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    const int64_t chunks = starts[count];
+    const ty_cu_ref_t xt = ty_cu_ptr_table(b, in, count), yt = ty_cu_ptr_table(b, out, count);
+    const ty_cu_ref_t st = ty_cu_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
+    const ty_cu_ref_t sz = ty_cu_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
+    const ty_cu_ref_t part = ty_cu_scratch(b, (uint64_t)(chunks ? chunks : 1) * sizeof(double));
+    const ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(double));
+    /* ty_sumsq_multi_<T>(x[], i64 *starts, i64 *sizes, int count, i64 chunk, f64 *part) */
+    ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt));
+    ty_cu_arg_ptr(b, c, xt);
+    ty_cu_arg_ptr(b, c, st);
+    ty_cu_arg_ptr(b, c, sz);
+    ty_cu_arg_i32(b, c, (int32_t)count);
+    ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
+    ty_cu_arg_ptr(b, c, part);
+    ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
+    /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
+     *                f64 *coef): one block */
+    c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
+    ty_cu_arg_ptr(b, c, part);
+    ty_cu_arg_i64(b, c, chunks);
+    ty_cu_arg_in(b, c, 0);
+    ty_cu_arg_out(b, c, 0);
+    ty_cu_arg_ptr(b, c, coef);
+    ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
+    /* ty_scale_multi_<T>(x[], y[], i64 *starts, i64 *sizes, int count, i64 chunk,
+     *                    const f64 *coef) */
+    c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_multi"), dt));
+    ty_cu_arg_ptr(b, c, xt);
+    ty_cu_arg_ptr(b, c, yt);
+    ty_cu_arg_ptr(b, c, st);
+    ty_cu_arg_ptr(b, c, sz);
+    ty_cu_arg_i32(b, c, (int32_t)count);
+    ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
+    ty_cu_arg_ptr(b, c, coef);
+    ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
+  }
+  free(in);
+  free(out);
+  free(starts);
+  free(sizes);
+  return true;
+}
+
+void ty_cu_build_clip(ty_cu_build_t *b) {
+  /* max_norm, g_1..g_n -> norm, g_1'..g_n' */
+  const uint32_t count = b->node->input_count - 1;
+  if (ty_cu_build_clip_multi(b)) return;
+  uint64_t slots = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_cu_vin(b, i + 1), *o = ty_cu_vout(b, i + 1);
+    if (g->dtype != o->dtype || !ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype)) {
+      ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+                 "gradient %u: clipping takes f32, bf16 or f16 gradients of one dtype in and "
+                 "out", i + 1);
+      return;
+    }
+    slots += ((uint64_t)ty_cu_numel(g) + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
+  }
+  ty_cu_ref_t partial = ty_cu_scratch(b, (slots ? slots : 1) * sizeof(double));
+  ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(double));
+  uint64_t slot = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
+    const int64_t n = ty_cu_numel(g);
+    if (n == 0) continue;
+    slot += (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_cu_in(b, i + 1), (int)g->dtype, n,
+                                             TY_CU_CLIP_CHUNK,
+                                             ty_cu_ref_at(partial, slot * sizeof(double)));
+  }
+  /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
+   *                f64 *coef): one block */
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
+  ty_cu_arg_ptr(b, c, partial);
+  ty_cu_arg_i64(b, c, (int64_t)slots);
+  ty_cu_arg_in(b, c, 0);
+  ty_cu_arg_out(b, c, 0);
+  ty_cu_arg_ptr(b, c, coef);
+  ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
+  for (uint32_t i = 0; i < count; ++i) {
+    const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
+    const int64_t n = ty_cu_numel(g);
+    if (n == 0) continue;
+    /* ty_scale_by_<T>(x, y, i64 n, const f64 *coef) */
+    c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype));
+    ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
+    ty_cu_arg_ptr(b, c, ty_cu_out(b, i + 1));
+    ty_cu_arg_i64(b, c, n);
+    ty_cu_arg_ptr(b, c, coef);
+    ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
+  }
+}
+
+/* all_reduce(x) -> y and tp_reduce(x) -> y over the ranks of the node's
+ * process group (ops/op_collective.c): NCCL on the device's communicator of
+ * that group, a copy at world 1 (cuda_graph.c). The group string is the
+ * graph's, which the executable owns. */
+void ty_cu_build_all_reduce(ty_cu_build_t *b) {
+  const ty_abi_value_t *x = ty_cu_vin(b, 0);
+  const bool tp = strcmp(b->node->op, "tp_reduce") == 0;
+  const char *reduce = ty_abi_node_attr_string(b->node, "reduce", "sum");
+  const char *group = ty_abi_node_attr_string(b->node, "group", tp ? "tp" : "world");
+  const uint32_t op = strcmp(reduce, "avg") == 0   ? TY_ABI_REDUCE_AVG
+                      : strcmp(reduce, "max") == 0 ? TY_ABI_REDUCE_MAX
+                                                   : TY_ABI_REDUCE_SUM;
+  ty_cu_all_reduce(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(x), x->dtype, op,
+                   group);
+}
