@@ -33,6 +33,10 @@ ty_abi_status_t ty_dev_exec_init(ty_dev_exec_t *x, const ty_abi_graph_t *graph, 
   if (!x->graph || ty_memory_plan_build(x->graph, align, &x->plan) != TY_CODE_OK) {
     return ty_dev_oom(x, "compiling");
   }
+  return ty_dev_exec_layout(x);
+}
+
+ty_abi_status_t ty_dev_exec_layout(ty_dev_exec_t *x) {
   const ty_abi_graph_t *g = ty_dev_exec_graph(x);
   const size_t nv = g->value_count ? g->value_count : 1;
   x->const_offset = calloc(nv, sizeof(uint64_t));

@@ -85,6 +85,11 @@ typedef struct ty_dev_exec_t {
  * outlive `x`. */
 ty_abi_status_t ty_dev_exec_init(ty_dev_exec_t *x, const ty_abi_graph_t *graph, uint32_t align,
                                  const char *label);
+/* For a backend that copies and plans the graph itself (passes between
+ * the copy and the plan): with x zeroed and label, align, graph and plan
+ * set (x owns them from then on), lays out constants and unbound outputs
+ * and indexes the bound values, as ty_dev_exec_init does after its plan. */
+ty_abi_status_t ty_dev_exec_layout(ty_dev_exec_t *x);
 /* Frees what init and the builders allocated (not the backend's memory). */
 void ty_dev_exec_free(ty_dev_exec_t *x);
 
