@@ -44,15 +44,15 @@ uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk);
 /* y[i] = sum_r x[r, i] for x [rows, cols] (dense, xdt f32/bf16/f16), y of
  * ydt: reduce_sum's column kernels (f64 sums in an order fixed by the
  * shape). The bias gradient when cuBLASLt has no epilogue for it. */
-void ty_cu_col_sum(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+void ty_cu_col_sum(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xdt, ty_dev_ref_t y,
                    ty_dtype_t ydt, int64_t rows, int64_t cols);
 
 /* The sums of squares of x (n elements of dtype dt, f32/bf16/f16) over
  * fixed chunks of `chunk` elements into part[0 ..) (f64, in order; reduce.cu's
  * ty_reduce_rows_*): the first level of a deterministic norm. Returns the
  * number of chunks. */
-int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
-                               int64_t chunk, ty_cu_ref_t part);
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_dev_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_dev_ref_t part);
 
 /* The map kernel (kernels/elementwise.cu, ty_map_t_* or ty_map): op is
  * TY_MAP_* of that file, alpha scale's factor. */
@@ -67,10 +67,10 @@ void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha);
 typedef struct ty_cu_emb_scatter_t {
   int64_t N, V, D;
   const char *sum; /* ty_emb_sum_<T> */
-  ty_cu_ref_t counts, offsets, cursor, list;
+  ty_dev_ref_t counts, offsets, cursor, list;
 } ty_cu_emb_scatter_t;
 bool ty_cu_emb_scatter_begin(ty_cu_build_t *b, ty_cu_emb_scatter_t *sc);
-void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_cu_ref_t ids,
+void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_dev_ref_t ids,
                            int dti);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_OPS_H_ */
