@@ -353,3 +353,28 @@ const ty_dev_op_t *ty_dev_op_find(const ty_dev_op_t *table, const char *op) {
   }
   return NULL;
 }
+
+void ty_dev_supports(const ty_abi_graph_t *g, const ty_dev_op_t *table, const char *plugin,
+                     ty_dev_op_check_fn check, ty_abi_node_support_t *out) {
+  for (uint32_t n = 0; n < g->node_count; ++n) {
+    const ty_abi_node_t *node = &g->nodes[n];
+    ty_abi_node_support_t *r = &out[n];
+    const ty_dev_op_t *op = ty_dev_op_find(table, node->op);
+    r->supported = 0;
+    if (!op) {
+      snprintf(r->reason, sizeof(r->reason), "%s has no kernel for op '%s'", plugin, node->op);
+      continue;
+    }
+    bool ok = ty_abi_node_operands_ok(g, node, op->accept, plugin, r->reason, sizeof(r->reason));
+    if (ok && check) ok = check(g, node, r->reason, sizeof(r->reason));
+    r->supported = ok;
+  }
+}
+
+/* ---- for the backend entries ---- */
+
+void ty_dev_device_info_copy(const ty_abi_device_info_t *info, ty_abi_device_info_t *out) {
+  const size_t host_size = out->struct_size;
+  memcpy(out, info, host_size < sizeof(*info) ? host_size : sizeof(*info));
+  out->struct_size = host_size;
+}

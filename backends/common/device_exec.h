@@ -191,6 +191,23 @@ typedef struct ty_dev_op_t {
 /* The entry of `op` in a table ended by an entry whose op is NULL. */
 const ty_dev_op_t *ty_dev_op_find(const ty_dev_op_t *table, const char *op);
 
+/* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
+ * writes a reason and returns false when the node cannot run. */
+typedef bool (*ty_dev_op_check_fn)(const ty_abi_graph_t *g, const ty_abi_node_t *node,
+                                   char *reason, size_t capacity);
+
+/* graph_supports over an op table: a node is supported when `table` has
+ * its op ("PLUGIN has no kernel for op 'X'" otherwise), its operands' dtypes
+ * pass the entry's accept rule, and `check` (NULL: none) passes it. */
+void ty_dev_supports(const ty_abi_graph_t *g, const ty_dev_op_t *table, const char *plugin,
+                     ty_dev_op_check_fn check, ty_abi_node_support_t *out);
+
+/* ---- for the backend entries ---- */
+
+/* device_info: copies `info` into the host's struct, no further than the
+ * smaller of the two struct sizes, keeping the host's struct_size. */
+void ty_dev_device_info_copy(const ty_abi_device_info_t *info, ty_abi_device_info_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/device_exec.h"
 #include "backends/common/plugin_status.h"
 #include "backends/cuda/cuda_internal.h"
 
@@ -228,10 +229,7 @@ static ty_abi_status_t ty_cu_device_count(ty_abi_backend_t *b, uint32_t *out_cou
 
 static ty_abi_status_t ty_cu_device_info(ty_abi_backend_t *b, uint32_t index,
                                          ty_abi_device_info_t *out_info) {
-  size_t host_size = out_info->struct_size;
-  size_t n = host_size < sizeof(b->slots[index].info) ? host_size : sizeof(b->slots[index].info);
-  memcpy(out_info, &b->slots[index].info, n);
-  out_info->struct_size = host_size;
+  ty_dev_device_info_copy(&b->slots[index].info, out_info);
   return NULL;
 }
 

@@ -21,20 +21,7 @@
 ty_abi_status_t ty_cu_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *g,
                                      ty_abi_node_support_t *out) {
   (void)device;
-  for (uint32_t n = 0; n < g->node_count; ++n) {
-    const ty_abi_node_t *node = &g->nodes[n];
-    ty_abi_node_support_t *r = &out[n];
-    const ty_dev_op_t *op = ty_dev_op_find(ty_cu_ops, node->op);
-    r->supported = 0;
-    if (!op) {
-      snprintf(r->reason, sizeof(r->reason), "cuda has no kernel for op '%s'", node->op);
-      continue;
-    }
-    bool ok = ty_abi_node_operands_ok(g, node, op->accept, "cuda", r->reason,
-                                      sizeof(r->reason));
-    if (ok) ok = ty_cu_op_check(g, node, r->reason, sizeof(r->reason));
-    r->supported = ok;
-  }
+  ty_dev_supports(g, ty_cu_ops, "cuda", ty_cu_op_check, out);
   return NULL;
 }
 

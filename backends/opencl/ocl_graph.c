@@ -1,10 +1,10 @@
 /* The opencl executor: graph_supports, graph_compile, executable_execute.
  *
- * Compile deep-copies the graph (backends/common/abi_graph.h), plans
- * memory (backends/common/memory_plan.h: every intermediate at an offset
- * of ONE arena cl_mem; optimizer and KV-cache updates in place where the
- * plan allows), uploads constants, and turns each node into commands
- * (ocl_exec.h) through the op table of ocl_ops*.c. Programs come from the
+ * The device-executor core (backends/common/device_exec.h) copies the
+ * graph, plans memory (every intermediate at an offset of ONE arena cl_mem;
+ * optimizer and KV-cache updates in place where the plan allows), lays out
+ * constants and resolves bindings; this file uploads, and turns each node
+ * into commands (ocl_exec.h) through the op table of ocl_ops*.c. Programs come from the
  * device's slot (built once per family, binary-cached).
  *
  * Execute resolves the named bindings to (cl_mem, offset), enqueues every
@@ -51,26 +51,15 @@ static uint64_t ty_ocl_base_of(cl_mem mem) { return (uint64_t)(uintptr_t)mem; }
 ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *g,
                                       ty_abi_node_support_t *out) {
   /* The kernels are built for work-groups of TY_OCL_WG work-items. */
-  const bool small_groups = device->slot->max_work_group < TY_OCL_WG;
+  if (device->slot->max_work_group >= TY_OCL_WG) {
+    ty_dev_supports(g, ty_ocl_ops, "opencl", ty_ocl_op_check, out);
+    return NULL;
+  }
   for (uint32_t n = 0; n < g->node_count; ++n) {
-    const ty_abi_node_t *node = &g->nodes[n];
-    ty_abi_node_support_t *r = &out[n];
-    const ty_dev_op_t *op = ty_dev_op_find(ty_ocl_ops, node->op);
-    r->supported = 0;
-    if (small_groups) {
-      snprintf(r->reason, sizeof(r->reason),
-               "the opencl kernels need work-groups of %u; %s allows %zu", TY_OCL_WG,
-               device->label, device->slot->max_work_group);
-      continue;
-    }
-    if (!op) {
-      snprintf(r->reason, sizeof(r->reason), "opencl has no kernel for op '%s'", node->op);
-      continue;
-    }
-    bool ok = ty_abi_node_operands_ok(g, node, op->accept, "opencl", r->reason,
-                                      sizeof(r->reason));
-    if (ok) ok = ty_ocl_op_check(g, node, r->reason, sizeof(r->reason));
-    r->supported = ok;
+    out[n].supported = 0;
+    snprintf(out[n].reason, sizeof(out[n].reason),
+             "the opencl kernels need work-groups of %u; %s allows %zu", TY_OCL_WG,
+             device->label, device->slot->max_work_group);
   }
   return NULL;
 }
