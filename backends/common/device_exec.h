@@ -144,10 +144,23 @@ ty_abi_status_t ty_dev_data_error(const ty_dev_exec_t *x, const void *error_buff
 
 /* ---- for op builders ---- */
 
+typedef struct ty_dev_build_t ty_dev_build_t;
+
+/* How a backend moves bytes (its fills and copies), all that the builders
+ * of the view ops below need. */
+typedef struct ty_dev_movers_t {
+  void (*fill)(ty_dev_build_t *b, ty_dev_ref_t dst, uint64_t size); /* zeros */
+  void (*copy)(ty_dev_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t size);
+  /* dims[0..rank) elements of `esize` bytes from x (element strides xs) to
+   * y (strides ys). */
+  void (*strided_copy)(ty_dev_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y, size_t esize,
+                       int rank, const int64_t *dims, const int64_t *xs, const int64_t *ys);
+} ty_dev_movers_t;
+
 /* What an op builder works with: the node, and a sticky status (the first
  * error wins; later calls are no-ops). `device` and `exec` are the
  * backend's own objects. */
-typedef struct ty_dev_build_t {
+struct ty_dev_build_t {
   ty_dev_exec_t *core;
   ty_abi_device_t *device;
   ty_abi_executable_t *exec;
@@ -158,7 +171,8 @@ typedef struct ty_dev_build_t {
   uint64_t scratch_used; /* this node's scratch (nodes run one at a time) */
   bool deterministic;    /* the compile asked for deterministic=1 (ABI 1.10) */
   const void *hint;      /* the backend's plan for this node (cuda: its fusion), or NULL */
-} ty_dev_build_t;
+  const ty_dev_movers_t *move; /* for the view ops' builders */
+};
 
 /* Sets the build's status (once) to `code` with "LABEL: node N (OP): ..." */
 void ty_dev_fail(ty_dev_build_t *b, ty_code_t code, const char *fmt, ...)
@@ -177,6 +191,16 @@ ty_dev_ref_t ty_dev_scratch(ty_dev_build_t *b, uint64_t bytes);
 ty_dev_ref_t ty_dev_aux(ty_dev_build_t *b, const void *data, uint64_t bytes);
 int ty_dev_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent */
 int64_t ty_dev_numel(const ty_abi_value_t *v);
+
+/* The view ops, built on b->move (device_views.c): reshape (and any
+ * identity, e.g. tp_copy) is a copy; transpose, slice and concat strided
+ * copies; slice_backward a fill and a strided copy. A malformed `perm` or
+ * `starts` attribute fails the build with INVALID_ARGUMENT. */
+void ty_dev_build_reshape(ty_dev_build_t *b);
+void ty_dev_build_transpose(ty_dev_build_t *b);
+void ty_dev_build_slice(ty_dev_build_t *b);
+void ty_dev_build_slice_backward(ty_dev_build_t *b);
+void ty_dev_build_concat(ty_dev_build_t *b);
 
 /* ---- the op table ---- */
 

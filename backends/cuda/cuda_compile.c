@@ -333,7 +333,12 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   ty_cu_fault_parse(e);
   /* Commands. */
   ty_cu_build_t b = {
-      .core = &e->core, .device = device, .exec = e, .g = g, .deterministic = deterministic};
+      .core = &e->core,
+      .device = device,
+      .exec = e,
+      .g = g,
+      .deterministic = deterministic,
+      .move = &ty_cu_movers};
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     e->first_cmd[n] = e->cmd_count;
     if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */

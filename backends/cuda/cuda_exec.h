@@ -178,6 +178,8 @@ ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name);
 
 /* Ended by an entry whose op is NULL; ty_dev_op_find looks an op up. */
 extern const ty_dev_op_t ty_cu_ops[];
+/* The fills and copies the core's view builders use (cuda_ops_views.c). */
+extern const ty_dev_movers_t ty_cu_movers;
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                     size_t capacity);
 bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
@@ -189,11 +191,6 @@ void ty_cu_build_scale(ty_cu_build_t *b);
 /* cuda_ops_views.c */
 void ty_cu_build_broadcast_to(ty_cu_build_t *b);
 void ty_cu_build_cast(ty_cu_build_t *b);
-void ty_cu_build_reshape(ty_cu_build_t *b);
-void ty_cu_build_transpose(ty_cu_build_t *b);
-void ty_cu_build_slice(ty_cu_build_t *b);
-void ty_cu_build_slice_backward(ty_cu_build_t *b);
-void ty_cu_build_concat(ty_cu_build_t *b);
 void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
 /* cuda_ops_reduce.c */
 void ty_cu_build_reduce(ty_cu_build_t *b);

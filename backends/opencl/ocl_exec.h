@@ -80,6 +80,8 @@ void ty_ocl_copy(ty_ocl_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t
 
 /* Ended by an entry whose op is NULL; ty_dev_op_find looks an op up. */
 extern const ty_dev_op_t ty_ocl_ops[];
+/* The fills and copies the core's view builders use (ocl_ops.c). */
+extern const ty_dev_movers_t ty_ocl_movers;
 /* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
  * writes a reason and returns false when the node cannot run. */
 bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
@@ -92,11 +94,6 @@ void ty_ocl_build_broadcast_to(ty_ocl_build_t *b);
 void ty_ocl_build_reduce(ty_ocl_build_t *b);
 void ty_ocl_build_matmul(ty_ocl_build_t *b);
 void ty_ocl_build_cast(ty_ocl_build_t *b);
-void ty_ocl_build_reshape(ty_ocl_build_t *b);
-void ty_ocl_build_transpose(ty_ocl_build_t *b);
-void ty_ocl_build_slice(ty_ocl_build_t *b);
-void ty_ocl_build_slice_backward(ty_ocl_build_t *b);
-void ty_ocl_build_concat(ty_ocl_build_t *b);
 void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b);
 void ty_ocl_build_embedding(ty_ocl_build_t *b);
 void ty_ocl_build_embedding_backward(ty_ocl_build_t *b);

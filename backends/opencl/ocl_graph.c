@@ -331,7 +331,8 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
   }
   const ty_abi_graph_t *g = ty_dev_exec_graph(&e->core);
   /* Commands. */
-  ty_ocl_build_t b = {.core = &e->core, .device = device, .exec = e, .g = g};
+  ty_ocl_build_t b = {
+      .core = &e->core, .device = device, .exec = e, .g = g, .move = &ty_ocl_movers};
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
     b.node = &g->nodes[n];

@@ -44,11 +44,11 @@ const ty_dev_op_t ty_ocl_ops[] = {
     {"dropout", ty_ocl_build_dropout, TY_ABI_ACCEPT_COMPUTE},
     {"dropout_backward", ty_ocl_build_dropout, TY_ABI_ACCEPT_COMPUTE},
     {"cast", ty_ocl_build_cast, TY_ABI_ACCEPT_CAST},
-    {"reshape", ty_ocl_build_reshape, TY_ABI_ACCEPT_MOVE},
-    {"transpose", ty_ocl_build_transpose, TY_ABI_ACCEPT_MOVE},
-    {"slice", ty_ocl_build_slice, TY_ABI_ACCEPT_MOVE},
-    {"slice_backward", ty_ocl_build_slice_backward, TY_ABI_ACCEPT_MOVE},
-    {"concat", ty_ocl_build_concat, TY_ABI_ACCEPT_MOVE},
+    {"reshape", ty_dev_build_reshape, TY_ABI_ACCEPT_MOVE},
+    {"transpose", ty_dev_build_transpose, TY_ABI_ACCEPT_MOVE},
+    {"slice", ty_dev_build_slice, TY_ABI_ACCEPT_MOVE},
+    {"slice_backward", ty_dev_build_slice_backward, TY_ABI_ACCEPT_MOVE},
+    {"concat", ty_dev_build_concat, TY_ABI_ACCEPT_MOVE},
     {"adamw_update", ty_ocl_build_adamw, TY_ABI_ACCEPT_COMPUTE},
     {"sgd_update", ty_ocl_build_sgd, TY_ABI_ACCEPT_COMPUTE},
     {"clip_by_global_norm", ty_ocl_build_clip, TY_ABI_ACCEPT_COMPUTE},
@@ -307,64 +307,8 @@ void ty_ocl_build_cast(ty_ocl_build_t *b) {
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
-void ty_ocl_build_reshape(ty_ocl_build_t *b) {
-  const ty_abi_value_t *y = ty_dev_vout(b, 0);
-  ty_ocl_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0),
-              (uint64_t)ty_dev_numel(y) * ty_ocl_esize(y));
-}
-
-void ty_ocl_build_transpose(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
-  int64_t xs[8], ys[8], ps[8];
-  ty_op_strides(x->rank, x->dims, xs);
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
-  ty_ocl_strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_ocl_esize(y), (int)y->rank,
-                      y->dims, ps, ys);
-}
-
-void ty_ocl_build_slice(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
-  int64_t xs[8], ys[8], start = 0;
-  ty_op_strides(x->rank, x->dims, xs);
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t d = 0; d < x->rank; ++d) start += starts->ints[d] * xs[d];
-  ty_ocl_strided_copy(b, ty_dev_ref_at(ty_dev_in(b, 0), (uint64_t)start * ty_ocl_esize(y)),
-                      ty_dev_out(b, 0), ty_ocl_esize(y), (int)y->rank, y->dims, xs, ys);
-}
-
-void ty_ocl_build_slice_backward(ty_ocl_build_t *b) {
-  const ty_abi_value_t *dy = ty_dev_vin(b, 0), *dx = ty_dev_vout(b, 0);
-  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
-  size_t es = ty_ocl_esize(dx);
-  int64_t ds[8], xs[8], start = 0;
-  ty_op_strides(dy->rank, dy->dims, ds);
-  ty_op_strides(dx->rank, dx->dims, xs);
-  for (uint32_t d = 0; d < dx->rank; ++d) start += starts->ints[d] * xs[d];
-  ty_ocl_fill(b, ty_dev_out(b, 0), (uint64_t)ty_dev_numel(dx) * es);
-  ty_ocl_strided_copy(b, ty_dev_in(b, 0), ty_dev_ref_at(ty_dev_out(b, 0), (uint64_t)start * es),
-                      es, (int)dy->rank, dy->dims, ds, xs);
-}
-
-void ty_ocl_build_concat(ty_ocl_build_t *b) {
-  const ty_abi_value_t *y = ty_dev_vout(b, 0);
-  int64_t axis = ty_abi_node_attr_int(b->node, "axis", 0);
-  if (axis < 0) axis += y->rank;
-  size_t es = ty_ocl_esize(y);
-  int64_t ys[8], at = 0;
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t i = 0; i < b->node->input_count; ++i) {
-    const ty_abi_value_t *x = ty_dev_vin(b, i);
-    int64_t xs[8];
-    ty_op_strides(x->rank, x->dims, xs);
-    ty_ocl_strided_copy(b, ty_dev_in(b, i),
-                        ty_dev_ref_at(ty_dev_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
-                        (int)x->rank, x->dims, xs, ys);
-    at += x->dims[axis];
-  }
-}
+/* The view ops' builders are the core's (backends/common/device_views.c). */
+const ty_dev_movers_t ty_ocl_movers = {ty_ocl_fill, ty_ocl_copy, ty_ocl_strided_copy};
 
 void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b) {
   const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
