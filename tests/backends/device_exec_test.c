@@ -202,6 +202,106 @@ static void test_data_errors(void **state) {
   ty_dev_exec_free(&x);
 }
 
+
+/* ---- the view builders over recorded movers ---- */
+
+typedef struct moved_t {
+  int calls;
+  ty_dev_ref_t x, y;
+  size_t esize;
+  int rank;
+  int64_t dims[8], xs[8], ys[8];
+} moved_t;
+
+static moved_t moved;
+
+static void rec_fill(ty_dev_build_t *b, ty_dev_ref_t dst, uint64_t size) {
+  (void)b, (void)dst, (void)size;
+  moved.calls += 100;
+}
+static void rec_copy(ty_dev_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t size) {
+  (void)b, (void)src, (void)dst, (void)size;
+  moved.calls += 1000;
+}
+static void rec_strided(ty_dev_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y, size_t esize, int rank,
+                        const int64_t *dims, const int64_t *xs, const int64_t *ys) {
+  (void)b;
+  moved.calls++;
+  moved.x = x;
+  moved.y = y;
+  moved.esize = esize;
+  moved.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    moved.dims[d] = dims[d];
+    moved.xs[d] = xs[d];
+    moved.ys[d] = ys[d];
+  }
+}
+static const ty_dev_movers_t recorder = {rec_fill, rec_copy, rec_strided};
+
+static const int64_t dims23[] = {2, 3}, dims32[] = {3, 2};
+static const ty_abi_value_t tvalues[] = {
+    {"a", TY_DTYPE_F32, 2, dims23, TY_VALUE_INPUT, 0, NULL},
+    {"t", TY_DTYPE_F32, 2, dims32, TY_VALUE_INTERMEDIATE, TY_VALUE_FLAG_OUTPUT, NULL},
+};
+static const uint32_t t_in[] = {0}, t_out[] = {1};
+
+/* Builds node `node` of a two-value graph with the recorder. */
+static ty_abi_status_t build_view(const ty_abi_node_t *node, void (*build)(ty_dev_build_t *)) {
+  ty_abi_graph_t g;
+  memset(&g, 0, sizeof(g));
+  g.struct_size = sizeof(g);
+  g.value_count = 2;
+  g.values = tvalues;
+  g.node_count = 1;
+  g.nodes = node;
+  g.hash_hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  ty_dev_exec_t x;
+  assert_null(ty_dev_exec_init(&x, &g, 256, "dev:2"));
+  ty_dev_build_t b = {.core = &x, .g = ty_dev_exec_graph(&x), .move = &recorder};
+  b.node = &b.g->nodes[0];
+  memset(&moved, 0, sizeof(moved));
+  build(&b);
+  ty_dev_exec_free(&x);
+  return b.status;
+}
+
+static void test_view_builders(void **state) {
+  (void)state;
+  const int64_t perm10[] = {1, 0};
+  ty_abi_attr_t perm = {"perm", TY_ATTR_INTS, 2, 0, 0, NULL, perm10, NULL};
+  ty_abi_node_t node = {"transpose", 1, t_in, 1, t_out, 1, &perm};
+  assert_null(build_view(&node, ty_dev_build_transpose));
+  /* y[i][j] = a[j][i]: y's dims, a's strides permuted, y's strides. */
+  assert_int_equal(moved.calls, 1);
+  assert_int_equal(moved.esize, 4);
+  assert_int_equal(moved.rank, 2);
+  assert_int_equal(moved.dims[0], 3);
+  assert_int_equal(moved.xs[0], 1);
+  assert_int_equal(moved.xs[1], 3);
+  assert_int_equal(moved.ys[0], 2);
+  /* A perm of the wrong length is refused with its reason. */
+  perm.count = 1;
+  expect_status(build_view(&node, ty_dev_build_transpose), TY_CODE_INVALID_ARGUMENT,
+                "dev:2: node 0 (transpose): attribute 'perm' must list 2 axes");
+  perm.kind = TY_ATTR_INT;
+  perm.count = 2;
+  expect_status(build_view(&node, ty_dev_build_transpose), TY_CODE_INVALID_ARGUMENT,
+                "attribute 'perm' must list 2 axes");
+  /* slice without 'starts'; slice_backward fills, then copies. */
+  ty_abi_node_t slice = {"slice", 1, t_in, 1, t_out, 0, NULL};
+  expect_status(build_view(&slice, ty_dev_build_slice), TY_CODE_INVALID_ARGUMENT,
+                "dev:2: node 0 (slice): attribute 'starts' must list 2 axes");
+  const int64_t starts0[] = {0, 0};
+  ty_abi_attr_t starts = {"starts", TY_ATTR_INTS, 2, 0, 0, NULL, starts0, NULL};
+  ty_abi_node_t back = {"slice_backward", 1, t_in, 1, t_out, 1, &starts};
+  assert_null(build_view(&back, ty_dev_build_slice_backward));
+  assert_int_equal(moved.calls, 101);
+  ty_abi_node_t reshape = {"reshape", 1, t_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&reshape, ty_dev_build_reshape));
+  assert_int_equal(moved.calls, 1000);
+}
+
 /* ---- the op table ---- */
 
 static void build_nothing(ty_dev_build_t *b) { (void)b; }
@@ -222,6 +322,7 @@ int main(void) {
       cmocka_unit_test(test_long_message_is_whole),
       cmocka_unit_test(test_resolve),
       cmocka_unit_test(test_data_errors),
+      cmocka_unit_test(test_view_builders),
       cmocka_unit_test(test_op_find),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
