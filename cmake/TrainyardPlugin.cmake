@@ -21,6 +21,8 @@ set(TY_SDK_HEADERS
   "half.h=hal/half.h"
   "philox.h=hal/philox.h"
   "abi_graph.h=hal/abi_graph.h"
+  "device_errors.h=backends/common/device_errors.h"
+  "device_exec.h=backends/common/device_exec.h"
   "host_buffers.h=backends/common/host_buffers.h"
   "host_executor.h=backends/common/host_executor.h"
   "host_meter.h=backends/common/host_meter.h"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/device_exec.h"
 #include "backends/common/host_meter.h"
 #include "backends/common/host_profile.h"
 #include "hal/memory_plan.h"
@@ -18,17 +19,12 @@
 
 struct ty_host_executor_t {
   char plugin[32];
-  ty_owned_graph_t *graph;
-  ty_memory_plan_t plan;
+  ty_dev_exec_t core;           /* graph, plan, named values, locations */
   unsigned char *arena;
   ty_host_kernel_fn_t *kernels; /* per node; NULL runs the reference kernel */
   uint32_t reference_nodes;
   void **data;                  /* per value, resolved at execute */
   unsigned char *fallback;      /* storage for outputs the caller did not bind */
-  uint64_t *fallback_offset;
-  uint64_t fallback_bytes;
-  uint32_t *sorted_named;       /* indices of named bound values, sorted by name */
-  uint32_t named_count;
   unsigned char *ones;          /* an unbound loss-gradient seed's ones */
   bool seed_defaulted;          /* the last run used them */
   ty_host_profile_t *profile;   /* NULL unless TRAINYARD_PROFILE is set */
@@ -53,7 +49,7 @@ struct ty_host_executor_t {
 /* Whether a value lives in the executor's own memory (an arena slot, or the
  * storage of an output the caller did not bind). */
 static bool ty_host_is_own(const ty_host_executor_t *e, uint32_t v) {
-  const ty_value_storage_t *st = &e->plan.storage[v];
+  const ty_value_storage_t *st = &e->core.plan.storage[v];
   return st->kind == TY_STORAGE_ARENA ||
          (st->kind == TY_STORAGE_BOUND &&
           ty_host_executor_graph(e)->values[v].role == TY_VALUE_INTERMEDIATE);
@@ -89,13 +85,8 @@ ty_abi_status_t ty_host_supports(const ty_abi_graph_t *graph, uint32_t mask,
   return NULL;
 }
 
-static int ty_host_name_compare(const void *a, const void *b, void *ctx) {
-  const ty_abi_graph_t *g = ctx;
-  return strcmp(g->values[*(const uint32_t *)a].name, g->values[*(const uint32_t *)b].name);
-}
-
 const ty_abi_graph_t *ty_host_executor_graph(const ty_host_executor_t *e) {
-  return &e->graph->graph;
+  return ty_dev_exec_graph(&e->core);
 }
 
 uint32_t ty_host_executor_reference_nodes(const ty_host_executor_t *e) {
@@ -111,14 +102,11 @@ void ty_host_executor_destroy(ty_host_executor_t *e) {
     ty_host_profile_report_and_free(e->profile, e->plugin, g, reference);
     free(reference);
   }
-  ty_memory_plan_free(&e->plan);
-  ty_owned_graph_free(e->graph);
+  ty_dev_exec_free(&e->core);
   ty_host_mem_free(e->arena);
   free(e->kernels);
   free(e->data);
   ty_host_mem_free(e->fallback);
-  free(e->fallback_offset);
-  free(e->sorted_named);
   ty_host_mem_free(e->ones);
   ty_host_mem_free(e->debug);
   free(e->slot_offset);
@@ -200,7 +188,7 @@ static bool ty_host_guards_layout(ty_host_executor_t *e) {
     if (!ty_host_is_own(e, v)) continue;
     e->slot_value[e->slot_count] = v;
     e->slot_offset[v] = off;
-    const uint64_t end = off + e->graph->value_bytes[v];
+    const uint64_t end = off + e->core.graph->value_bytes[v];
     off = ((end + TY_HOST_ARENA_ALIGNMENT - 1) & ~(uint64_t)(TY_HOST_ARENA_ALIGNMENT - 1)) +
           TY_HOST_GUARD_BYTES;
     const uint32_t gap = ++e->slot_count;
@@ -235,7 +223,7 @@ static void ty_host_guards_fill(ty_host_executor_t *e) {
     memcpy(e->debug + e->gap_offset[gap], want, (size_t)e->gap_bytes[gap]);
     if (gap < e->slot_count) {
       uint32_t v = e->slot_value[gap];
-      memset(e->debug + e->slot_offset[v], 0xFF, (size_t)e->graph->value_bytes[v]);
+      memset(e->debug + e->slot_offset[v], 0xFF, (size_t)e->core.graph->value_bytes[v]);
     }
   }
 }
@@ -285,8 +273,8 @@ static ty_abi_status_t ty_host_guards_check(const ty_host_executor_t *e, uint32_
         "(debug.guards)",
         e->plugin, node, (unsigned long long)changed, (unsigned long long)bytes,
         after ? "after" : "before", after ? gap - 1 : 0, value,
-        (unsigned long long)e->graph->value_bytes[v], maker, after ? "+" : "-",
-        after ? (unsigned long long)(e->graph->value_bytes[v] + first)
+        (unsigned long long)e->core.graph->value_bytes[v], maker, after ? "+" : "-",
+        after ? (unsigned long long)(e->core.graph->value_bytes[v] + first)
               : (unsigned long long)(bytes - first));
   }
   return NULL;
@@ -311,7 +299,7 @@ static ty_abi_status_t ty_host_node_error(const ty_host_executor_t *e, uint32_t 
 bool ty_host_executor_seed_defaulted(const ty_host_executor_t *e) { return e->seed_defaulted; }
 
 uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *e) {
-  return e->guards ? e->debug_bytes : e->plan.arena_bytes;
+  return e->guards ? e->debug_bytes : e->core.plan.arena_bytes;
 }
 
 void ty_host_executor_memory(const ty_host_executor_t *e, ty_abi_executable_memory_t *out) {
@@ -385,16 +373,18 @@ ty_abi_status_t ty_host_executor_create_opts(const ty_abi_graph_t *graph, const 
   e->guards = options && options->guards;
   e->guard_seed = options ? options->guard_seed : 0;
   e->deterministic = options && options->deterministic;
-  e->graph = ty_owned_graph_copy(graph);
-  if (!e->graph) goto oom;
+  ty_abi_status_t planned = ty_dev_exec_init(&e->core, graph, TY_HOST_ARENA_ALIGNMENT, e->plugin);
+  if (planned) {
+    ty_host_executor_destroy(e);
+    return planned;
+  }
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
-  if (ty_memory_plan_build(e->graph, TY_HOST_ARENA_ALIGNMENT, &e->plan) != TY_CODE_OK) goto oom;
   if (e->guards && !ty_host_guards_layout(e)) goto oom;
-  if (e->plan.arena_bytes && !e->guards) {
+  if (e->core.plan.arena_bytes && !e->guards) {
     /* Counted as device memory (host_meter.h). */
-    e->arena = ty_host_mem_alloc_aligned(e->plan.arena_bytes, TY_HOST_ARENA_ALIGNMENT);
+    e->arena = ty_host_mem_alloc_aligned(e->core.plan.arena_bytes, TY_HOST_ARENA_ALIGNMENT);
     if (!e->arena) {
-      unsigned long long bytes = (unsigned long long)e->plan.arena_bytes;
+      unsigned long long bytes = (unsigned long long)e->core.plan.arena_bytes;
       ty_abi_status_t s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
                                           "%s: cannot allocate a %llu-byte activation arena",
                                           e->plugin, bytes);
@@ -404,9 +394,7 @@ ty_abi_status_t ty_host_executor_create_opts(const ty_abi_graph_t *graph, const 
   }
   e->kernels = calloc(g->node_count ? g->node_count : 1, sizeof(*e->kernels));
   e->data = calloc(g->value_count ? g->value_count : 1, sizeof(*e->data));
-  e->fallback_offset = calloc(g->value_count ? g->value_count : 1, sizeof(uint64_t));
-  e->sorted_named = calloc(g->value_count ? g->value_count : 1, sizeof(uint32_t));
-  if (!e->kernels || !e->data || !e->fallback_offset || !e->sorted_named) goto oom;
+  if (!e->kernels || !e->data) goto oom;
   for (uint32_t n = 0; n < g->node_count; ++n) {
     ty_abi_status_t refused = NULL;
     e->kernels[n] = finder ? finder(finder_user, g, n, &refused) : NULL;
@@ -417,17 +405,6 @@ ty_abi_status_t ty_host_executor_create_opts(const ty_abi_graph_t *graph, const 
     if (!e->kernels[n]) e->reference_nodes++;
   }
   e->profile = ty_host_profile_create(g->node_count);
-  for (uint32_t v = 0; v < g->value_count; ++v) {
-    const ty_abi_value_t *val = &g->values[v];
-    if (e->plan.storage[v].kind == TY_STORAGE_BOUND) {
-      e->sorted_named[e->named_count++] = v;
-      if (val->role == TY_VALUE_INTERMEDIATE) { /* an output */
-        e->fallback_offset[v] = e->fallback_bytes;
-        e->fallback_bytes += (e->graph->value_bytes[v] + 63) & ~(uint64_t)63;
-      }
-    }
-  }
-  qsort_r(e->sorted_named, e->named_count, sizeof(uint32_t), ty_host_name_compare, (void *)g);
   *out = e;
   return NULL;
 oom:
@@ -435,89 +412,76 @@ oom:
   return ty_host_oom(NULL, "compiling a graph");
 }
 
-static uint32_t ty_host_find_named(const ty_host_executor_t *e, const char *name) {
-  const ty_abi_graph_t *g = ty_host_executor_graph(e);
-  uint32_t lo = 0, hi = e->named_count;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    int c = strcmp(g->values[e->sorted_named[mid]].name, name);
-    if (c == 0) return e->sorted_named[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+static void ty_host_hook_buffer(void *user, ty_abi_buffer_t *buffer, uint64_t *out_base,
+                                uint64_t *out_size) {
+  const ty_host_buffer_view_t view = *(const ty_host_buffer_view_t *)user;
+  unsigned char *data = NULL;
+  view(buffer, &data, out_size);
+  *out_base = (uint64_t)(uintptr_t)data;
+}
+
+typedef struct ty_host_resolve_t {
+  ty_host_buffer_view_t view; /* first: ty_host_hook_buffer reads it */
+  ty_host_executor_t *e;
+} ty_host_resolve_t;
+
+static ty_dev_loc_t ty_host_loc(const void *p) {
+  ty_dev_loc_t loc = {(uint64_t)(uintptr_t)p, 0};
+  return loc;
+}
+
+/* Constants stay in the graph copy; activations in the arena, or in their
+ * guarded slots. */
+static ty_dev_loc_t ty_host_hook_place(void *user, uint32_t v) {
+  const ty_host_executor_t *e = ((const ty_host_resolve_t *)user)->e;
+  const ty_value_storage_t *st = &e->core.plan.storage[v];
+  if (st->kind == TY_STORAGE_CONSTANT) {
+    return ty_host_loc(ty_host_executor_graph(e)->values[v].const_data);
   }
-  return UINT32_MAX;
+  return ty_host_loc(e->guards ? e->debug + e->slot_offset[v] : e->arena + st->offset);
+}
+
+static ty_abi_status_t ty_host_hook_seed(void *user, uint32_t v, ty_dev_loc_t *out) {
+  ty_host_executor_t *e = ((ty_host_resolve_t *)user)->e;
+  const ty_abi_value_t *val = &ty_host_executor_graph(e)->values[v];
+  if (!e->ones && !(e->ones = ty_host_ones(val->dtype, e->core.graph->value_bytes[v]))) {
+    return ty_host_oom(e, "for a loss-gradient seed of ones");
+  }
+  *out = ty_host_loc(e->ones);
+  e->seed_defaulted = true;
+  return NULL;
+}
+
+static ty_abi_status_t ty_host_hook_unbound(void *user, uint32_t v, ty_dev_loc_t *out) {
+  ty_host_executor_t *e = ((ty_host_resolve_t *)user)->e;
+  if (e->guards) {
+    *out = ty_host_loc(e->debug + e->slot_offset[v]);
+    return NULL;
+  }
+  if (!e->fallback && e->core.fallback_bytes) {
+    e->fallback = ty_host_mem_alloc(e->core.fallback_bytes);
+    if (!e->fallback) return ty_host_oom(e, "for unbound outputs");
+  }
+  *out = ty_host_loc(e->fallback + e->core.fallback_offset[v]);
+  return NULL;
 }
 
 /* Points data[] at every value's storage for this run. */
 static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execute_args_t *args,
                                        ty_host_buffer_view_t view) {
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
-  for (uint32_t v = 0; v < g->value_count; ++v) e->data[v] = NULL;
   e->seed_defaulted = false;
-  for (uint32_t b = 0; b < args->binding_count; ++b) {
-    const ty_abi_binding_t *bind = &args->bindings[b];
-    uint32_t v = ty_host_find_named(e, bind->name);
-    if (v == UINT32_MAX) {
-      return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
-                             "%s: no input, state or output named '%s' in graph %.12s",
-                             e->plugin, bind->name, e->graph->hash_hex);
-    }
-    unsigned char *data = NULL;
-    uint64_t size = 0;
-    view(bind->buffer, &data, &size);
-    if (bind->offset > size || e->graph->value_bytes[v] > size - bind->offset) {
-      return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
-                             "%s: binding '%s' needs %llu bytes at offset %llu of "
-                             "a %llu-byte buffer",
-                             e->plugin, bind->name, (unsigned long long)e->graph->value_bytes[v],
-                             (unsigned long long)bind->offset, (unsigned long long)size);
-    }
-    e->data[v] = data + bind->offset;
-  }
+  ty_host_resolve_t user = {view, e};
+  const ty_dev_hooks_t hooks = {.user = &user,
+                                .buffer = ty_host_hook_buffer,
+                                .unbound_output = ty_host_hook_unbound,
+                                .unbound_seed = ty_host_hook_seed,
+                                .place = ty_host_hook_place};
+  ty_abi_status_t s = ty_dev_exec_resolve(&e->core, args, &hooks);
+  if (s) return s;
   for (uint32_t v = 0; v < g->value_count; ++v) {
-    const ty_abi_value_t *val = &g->values[v];
-    const ty_value_storage_t *st = &e->plan.storage[v];
-    switch (st->kind) {
-      case TY_STORAGE_CONSTANT: e->data[v] = (void *)val->const_data; break;
-      case TY_STORAGE_ARENA:
-        e->data[v] = e->guards ? e->debug + e->slot_offset[v] : e->arena + st->offset;
-        break;
-      case TY_STORAGE_STATE_ALIAS: break; /* after bound values are known */
-      case TY_STORAGE_VIEW: break;        /* after every other kind */
-      case TY_STORAGE_BOUND:
-        if (e->data[v]) break;
-        if (val->role == TY_VALUE_INPUT && (val->flags & TY_VALUE_FLAG_LOSS_SEED)) {
-          if (!e->ones && !(e->ones = ty_host_ones(val->dtype, e->graph->value_bytes[v]))) {
-            return ty_host_oom(e, "for a loss-gradient seed of ones");
-          }
-          e->data[v] = e->ones;
-          e->seed_defaulted = true;
-          break;
-        }
-        if (val->role != TY_VALUE_INTERMEDIATE) {
-          return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s '%s' is not bound",
-                                 e->plugin, val->role == TY_VALUE_STATE ? "state" : "input",
-                                 val->name);
-        }
-        if (e->guards) {
-          e->data[v] = e->debug + e->slot_offset[v];
-          break;
-        }
-        if (!e->fallback && e->fallback_bytes) {
-          e->fallback = ty_host_mem_alloc(e->fallback_bytes);
-          if (!e->fallback) return ty_host_oom(e, "for unbound outputs");
-        }
-        e->data[v] = e->fallback + e->fallback_offset[v];
-        break;
-    }
-  }
-  for (uint32_t v = 0; v < g->value_count; ++v) {
-    if (e->plan.storage[v].kind == TY_STORAGE_STATE_ALIAS) {
-      e->data[v] = e->data[e->plan.storage[v].alias];
-    }
-  }
-  for (uint32_t v = 0; v < g->value_count; ++v) {
-    if (e->plan.storage[v].kind == TY_STORAGE_VIEW) e->data[v] = e->data[e->plan.storage[v].alias];
+    const ty_dev_loc_t loc = e->core.loc[v];
+    e->data[v] = loc.base ? (unsigned char *)(uintptr_t)loc.base + loc.offset : NULL;
   }
   return NULL;
 }
@@ -561,7 +525,7 @@ static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint
                                      : TY_ABI_REDUCE_SUM,
       .dtype = g->values[y].dtype,
       .data = e->data[y],
-      .count = esize ? e->graph->value_bytes[y] / esize : 0,
+      .count = esize ? e->core.graph->value_bytes[y] / esize : 0,
       .group = group,
   };
   return host->collective(args->host_comm, &c);
@@ -577,7 +541,7 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
   const bool profile = e->profile != NULL;
   if (e->guards) ty_host_guards_fill(e);
   for (uint32_t n = 0; n < g->node_count; ++n) {
-    if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
+    if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
     const double t0 = profile ? ty_host_profile_now() : 0.0;
     if (e->kernels[n]) {
       ctx.node = &g->nodes[n];
@@ -594,10 +558,10 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
     if (s) return s;
   }
   const double t_copies = profile ? ty_host_profile_now() : 0.0;
-  for (uint32_t u = 0; u < e->plan.copy_count; ++u) {
-    const ty_abi_state_update_t *up = &e->plan.copies[u];
+  for (uint32_t u = 0; u < e->core.plan.copy_count; ++u) {
+    const ty_abi_state_update_t *up = &e->core.plan.copies[u];
     if (e->data[up->state] != e->data[up->value]) {
-      memmove(e->data[up->state], e->data[up->value], e->graph->value_bytes[up->state]);
+      memmove(e->data[up->state], e->data[up->value], e->core.graph->value_bytes[up->state]);
     }
   }
   if (profile) {

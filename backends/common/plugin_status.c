@@ -18,10 +18,27 @@ const ty_host_api_t *ty_plugin_host_api(void) { return ty_plugin_host; }
 
 static ty_status_t ty_plugin_wrap(ty_abi_status_t s) { return (ty_status_t)(void *)s; }
 
+/* The message is allocated to its full length: build logs and long graph
+ * names are not cut, and no backend needs a formatter of its own. */
 ty_status_t ty_status_makev(ty_code_t code, const char *fmt, va_list args) {
-  char message[1024];
-  vsnprintf(message, sizeof(message), fmt, args);
-  return ty_plugin_wrap(ty_plugin_host->status_make(code, message));
+  va_list copy;
+  va_copy(copy, args);
+  const int n = vsnprintf(NULL, 0, fmt, copy);
+  va_end(copy);
+  const size_t size = n > 0 ? (size_t)n + 1 : 1;
+  char *message = malloc(size);
+  if (!message) {
+    return ty_plugin_wrap(ty_plugin_host->status_make(
+        TY_CODE_RESOURCE_EXHAUSTED, "out of memory formatting an error message"));
+  }
+  if (n > 0) {
+    vsnprintf(message, size, fmt, args);
+  } else {
+    message[0] = '\0';
+  }
+  ty_abi_status_t s = ty_plugin_host->status_make(code, message);
+  free(message);
+  return ty_plugin_wrap(s);
 }
 
 ty_status_t ty_status_make(ty_code_t code, const char *fmt, ...) {

@@ -19,7 +19,8 @@ void ty_plugin_status_init(const ty_host_api_t *host);
 /* The host's services remembered by ty_plugin_status_init (NULL before). */
 const ty_host_api_t *ty_plugin_host_api(void);
 
-/* Formats a message and makes a host status (never NULL). */
+/* Formats a message of any length and makes a host status (never NULL;
+ * RESOURCE_EXHAUSTED when the message cannot be allocated). */
 ty_abi_status_t ty_plugin_error(ty_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

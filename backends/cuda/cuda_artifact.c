@@ -50,7 +50,7 @@ ty_abi_status_t ty_cu_executable_serialize(ty_abi_executable_t *e, void *dst, ui
   ty_art_put_u32(&w, TY_CU_ART_END);
   if (!ty_art_finish(&w)) {
     free(w.data);
-    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory serializing", d->label);
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory serializing", d->label);
   }
   *out_size = w.size;
   if (dst && capacity >= w.size) memcpy(dst, w.data, (size_t)w.size);
@@ -81,7 +81,7 @@ ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *d,
     return ty_art_malformed(&r, r.failed);
   }
   if (major != d->slot->cc_major || minor != d->slot->cc_minor) {
-    st = ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+    st = ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                      "%s: the artifact was compiled for sm_%d%d (%s); this device is sm_%d%d "
                      "(%s): compile it again for this card",
                      d->label, major, minor, name ? name : "?", d->slot->cc_major,
@@ -91,7 +91,7 @@ ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *d,
   }
   free(name);
   if (args->expected && args->expected->hash_hex && strcmp(args->expected->hash_hex, hash)) {
-    return ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                        "%s: the artifact was compiled from graph %.12s, but this run's graph is "
                        "%.12s (a changed model, shape, dtype or optimizer): compile it again",
                        d->label, hash, args->expected->hash_hex);
@@ -99,7 +99,7 @@ ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *d,
   ty_art_pool_t pool = {0};
   pool.cap = 8 * (args->size - r.at) + 64 * 1024;
   pool.base = malloc((size_t)pool.cap);
-  if (!pool.base) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
+  if (!pool.base) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
   ty_abi_graph_t g;
   st = ty_art_get_graph(&r, &pool, &g, NULL, NULL);
   if (!st && ty_art_get_u32(&r, "end marker") != TY_CU_ART_END) {

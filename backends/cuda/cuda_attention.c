@@ -103,7 +103,7 @@ static ty_cu_att_path_t ty_cu_att_best(ty_cu_build_t *b) {
   if (!mode || !mode[0] || strcmp(mode, "auto") == 0) return card;
   if (strcmp(mode, "mma") == 0) return TY_CU_ATT_MMA;
   if (strcmp(mode, "generic") == 0) return TY_CU_ATT_GENERIC;
-  ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT,
+  ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT,
              "TRAINYARD_CUDA_ATTENTION='%s' is not 'auto', 'mma' or 'generic'", mode);
   return TY_CU_ATT_GENERIC;
 }
@@ -117,14 +117,14 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   /* forward: q, k, v, kv_len? -> out, lse
    * backward: dout, q, k, v, out, lse, kv_len? -> dq, dk, dv */
   const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
-  const ty_abi_value_t *q = ty_cu_vin(b, qi), *k = ty_cu_vin(b, qi + 1);
+  const ty_abi_value_t *q = ty_dev_vin(b, qi), *k = ty_dev_vin(b, qi + 1);
   const int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], D = q->dims[3];
   const int64_t S = k->dims[1], Hkv = k->dims[2];
   if (B * T * Hq * D == 0) {
     if (backward) { /* no query sees any key: dk = dv = 0 */
-      const uint64_t bytes = (uint64_t)ty_cu_numel(ty_cu_vout(b, 1)) * ty_abi_dtype_size(k->dtype);
-      ty_cu_fill(b, ty_cu_out(b, 1), bytes);
-      ty_cu_fill(b, ty_cu_out(b, 2), bytes);
+      const uint64_t bytes = (uint64_t)ty_dev_numel(ty_dev_vout(b, 1)) * ty_abi_dtype_size(k->dtype);
+      ty_cu_fill(b, ty_dev_out(b, 1), bytes);
+      ty_cu_fill(b, ty_dev_out(b, 2), bytes);
     }
     return;
   }
@@ -133,7 +133,7 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   ty_cu_att_plan_t plan;
   const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, best, b->deterministic, &plan);
   if (why) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
     return;
   }
   const double scale = ty_abi_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D));
@@ -144,23 +144,23 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   if (!backward) {
     const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_FWD];
     ty_cu_cmd_t *c = ty_cu_launch(b, ty_cu_att_family(l), l->kernel);
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));  /* q */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));  /* k */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));  /* v */
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0)); /* out */
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 1)); /* lse */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, kl)); /* kvlen: NULL when absent */
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));  /* q */
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));  /* k */
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));  /* v */
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0)); /* out */
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 1)); /* lse */
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, kl)); /* kvlen: NULL when absent */
     ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
     ty_cu_att_grid(b, c, l);
     return;
   }
   const int64_t rows = B * Hq * T;
-  const ty_cu_ref_t delta = ty_cu_scratch(b, (uint64_t)rows * sizeof(float));
+  const ty_dev_ref_t delta = ty_dev_scratch(b, (uint64_t)rows * sizeof(float));
   /* delta(dout, out, delta, long long rows, int Tq, int Hq, int D) */
   const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_DELTA];
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0)); /* dout */
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 4)); /* out */
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0)); /* dout */
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 4)); /* out */
   ty_cu_arg_ptr(b, c, delta);
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i32(b, c, (int32_t)T);
@@ -172,15 +172,15 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   for (int kernel = TY_CU_ATT_DQ; kernel <= TY_CU_ATT_DKV; ++kernel) {
     l = &plan.launch[kernel];
     c = ty_cu_launch(b, ty_cu_att_family(l), l->kernel);
-    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i)); /* dout q k v */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 5));                                /* lse */
+    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i)); /* dout q k v */
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 5));                                /* lse */
     ty_cu_arg_ptr(b, c, delta);
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, kl)); /* kvlen */
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, kl)); /* kvlen */
     if (kernel == TY_CU_ATT_DQ) {
-      ty_cu_arg_ptr(b, c, ty_cu_out(b, 0)); /* dq */
+      ty_cu_arg_ptr(b, c, ty_dev_out(b, 0)); /* dq */
     } else {
-      ty_cu_arg_ptr(b, c, ty_cu_out(b, 1)); /* dk */
-      ty_cu_arg_ptr(b, c, ty_cu_out(b, 2)); /* dv */
+      ty_cu_arg_ptr(b, c, ty_dev_out(b, 1)); /* dk */
+      ty_cu_arg_ptr(b, c, ty_dev_out(b, 2)); /* dv */
     }
     ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
     ty_cu_att_grid(b, c, l);

@@ -14,36 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/device_exec.h"
 #include "backends/common/plugin_status.h"
 #include "backends/cuda/cuda_internal.h"
 
 #define TY_CU_STAGING_BYTES (32u << 20)
 #define TY_CU_WORKSPACE_BYTES (64u << 20)
-
-/* The host's services, for messages longer than the support library's
- * fixed buffer. Set by backend_create; every backend instance of a process
- * gets the same host table. */
-static const ty_host_api_t *ty_cu_host;
-
-ty_abi_status_t ty_cu_error(ty_code_t code, const char *fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list copy;
-  va_copy(copy, args);
-  int n = vsnprintf(NULL, 0, fmt, copy);
-  va_end(copy);
-  char *message = malloc(n > 0 ? (size_t)n + 1 : 1);
-  if (!message) {
-    va_end(args);
-    return ty_cu_host->status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                                   "cuda: out of memory formatting an error");
-  }
-  vsnprintf(message, n > 0 ? (size_t)n + 1 : 1, fmt, args);
-  va_end(args);
-  ty_abi_status_t s = ty_cu_host->status_make(code, message);
-  free(message);
-  return s;
-}
 
 ty_abi_status_t ty_cu_driver_error(const ty_abi_device_t *d, const char *what, CUresult r) {
   char text[256];
@@ -72,7 +48,7 @@ ty_abi_status_t ty_cu_driver_error(const ty_abi_device_t *d, const char *what, C
       break;
     default: break;
   }
-  return ty_cu_error(code, "%s: %s failed: %s%s", d->label, what, text, hint);
+  return ty_plugin_error(code, "%s: %s failed: %s%s", d->label, what, text, hint);
 }
 
 ty_abi_status_t ty_cu_enter(ty_abi_device_t *d) {
@@ -119,12 +95,12 @@ ty_abi_status_t ty_cu_alloc(ty_abi_device_t *d, uint64_t bytes, const char *what
   ty_cu_format_bytes(held, hd, sizeof(hd));
   ty_cu_format_bytes(limit, lim, sizeof(lim));
   if (over) {
-    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED,
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
                        "%s: out of device memory for %s: %s asked, %s already held of the "
                        "%s memory_limit (the card has %s free of %s)",
                        d->label, what, asked, hd, lim, fr, tot);
   }
-  return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED,
+  return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
                      "%s: out of device memory for %s: %s asked, %s free of %s (%s held by "
                      "this process's handle)",
                      d->label, what, asked, fr, tot, hd);
@@ -216,7 +192,6 @@ static ty_abi_status_t ty_cu_backend_create(const ty_abi_backend_create_args_t *
                                    "cuda: out of memory creating backend");
   }
   b->host = args->host;
-  ty_cu_host = args->host;
   ty_plugin_status_init(args->host);
   char why[512];
   if (ty_cu_api_load(&b->api, why, sizeof(why)) != 0) {
@@ -229,12 +204,12 @@ static ty_abi_status_t ty_cu_backend_create(const ty_abi_backend_create_args_t *
     char text[256] = "no device";
     if (r != CUDA_SUCCESS) ty_cu_error_text(&b->api, r, text, sizeof(text));
     ty_cu_backend_destroy(b);
-    return ty_cu_error(TY_CODE_UNAVAILABLE, "cuda: no CUDA device (%s)", text);
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "cuda: no CUDA device (%s)", text);
   }
   b->slots = calloc((size_t)count, sizeof(*b->slots));
   if (!b->slots) {
     ty_cu_backend_destroy(b);
-    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
   }
   for (int i = 0; i < count; ++i) {
     ty_cu_slot_t *s = &b->slots[b->slot_count];
@@ -254,10 +229,7 @@ static ty_abi_status_t ty_cu_device_count(ty_abi_backend_t *b, uint32_t *out_cou
 
 static ty_abi_status_t ty_cu_device_info(ty_abi_backend_t *b, uint32_t index,
                                          ty_abi_device_info_t *out_info) {
-  size_t host_size = out_info->struct_size;
-  size_t n = host_size < sizeof(b->slots[index].info) ? host_size : sizeof(b->slots[index].info);
-  memcpy(out_info, &b->slots[index].info, n);
-  out_info->struct_size = host_size;
+  ty_dev_device_info_copy(&b->slots[index].info, out_info);
   return NULL;
 }
 
@@ -295,20 +267,20 @@ static ty_abi_status_t ty_cu_parse_options(const ty_abi_device_open_args_t *args
     bool flag_off = !strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false");
     if (!strcmp(k, "graphs") || !strcmp(k, "tf32")) {
       if (!flag && !flag_off) {
-        return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+        return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cuda: device option %s=%s: expected 0 or 1", k, v);
       }
       if (!strcmp(k, "graphs")) o->graphs = flag;
       else o->tf32 = flag;
     } else if (!strcmp(k, "memory_limit")) {
       if (ty_cu_parse_bytes(v, &o->memory_limit) != 0) {
-        return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+        return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cuda: device option memory_limit=%s: expected a positive size "
                            "such as 24GiB, 512MiB or 1000000",
                            v);
       }
     } else {
-      return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+      return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                          "cuda: unknown device option '%s' (cuda devices take graphs=0|1, "
                          "tf32=0|1 and memory_limit=SIZE)",
                          k);
@@ -340,7 +312,7 @@ static ty_abi_status_t ty_cu_device_open(ty_abi_backend_t *b,
   if (st) return st;
   ty_cu_slot_t *s = &b->slots[args->device_index];
   ty_abi_device_t *d = calloc(1, sizeof(*d));
-  if (!d) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
+  if (!d) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
   d->backend = b;
   d->slot = s;
   d->api = &b->api;
@@ -373,7 +345,7 @@ static ty_abi_status_t ty_cu_device_open(ty_abi_backend_t *b,
   if (!st) {
     cublasStatus_t bs = b->api.cublasLtCreate(&d->blaslt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-      st = ty_cu_error(TY_CODE_INTERNAL, "%s: cublasLtCreate failed: %s", d->label,
+      st = ty_plugin_error(TY_CODE_INTERNAL, "%s: cublasLtCreate failed: %s", d->label,
                        ty_cu_blas_status_name(&b->api, bs));
     }
   }
@@ -429,11 +401,11 @@ static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
   ty_abi_status_t st = ty_cu_enter(d);
   if (st) return st;
   ty_abi_buffer_t *buf = calloc(1, sizeof(*buf));
-  if (!buf) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
+  if (!buf) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
   /* cuMemAlloc aligns to at least 256 bytes, more than any kernel needs. */
   if (args->alignment > 256) {
     free(buf);
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                        "%s: buffer alignment %llu is above the 256 bytes cuMemAlloc gives",
                        d->label, (unsigned long long)args->alignment);
   }
@@ -441,7 +413,7 @@ static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
                                                                                  : 0u;
   if (flags & ~TY_ABI_BUFFER_HOST) {
     free(buf);
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: unknown buffer flags %#x", d->label,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: unknown buffer flags %#x", d->label,
                        flags);
   }
   if (flags & TY_ABI_BUFFER_HOST) {

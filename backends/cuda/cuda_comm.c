@@ -125,7 +125,7 @@ static void ty_nccl_load(void) {
 
 static ty_abi_status_t ty_nccl_ready(void) {
   pthread_once(&ty_nccl_once, ty_nccl_load);
-  return ty_nccl_why[0] ? ty_cu_error(TY_CODE_UNAVAILABLE, "%s", ty_nccl_why) : NULL;
+  return ty_nccl_why[0] ? ty_plugin_error(TY_CODE_UNAVAILABLE, "%s", ty_nccl_why) : NULL;
 }
 
 struct ty_abi_comm_s {
@@ -145,7 +145,7 @@ static ty_abi_status_t ty_nccl_error(const ty_abi_comm_t *c, const char *what, n
                        ? TY_CODE_INVALID_ARGUMENT
                        : r == ncclSystemError || r == ncclRemoteError ? TY_CODE_UNAVAILABLE
                                                                       : TY_CODE_INTERNAL;
-  return ty_cu_error(code, "%s: NCCL %s failed (rank %u of %u): %s%s%s",
+  return ty_plugin_error(code, "%s: NCCL %s failed (rank %u of %u): %s%s%s",
                      c ? c->device->label : "cuda", what, c ? c->rank : 0, c ? c->size : 0,
                      ty_nccl.ncclGetErrorString(r), last && last[0] ? ": " : "",
                      last ? last : "");
@@ -172,7 +172,7 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
                           : "world";
   const int slot = ty_cu_comm_slot(group);
   if (slot < 0) {
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                        "%s: a communicator of process group '%s': the groups are 'world', "
                        "'tp', 'dp', 'pp' and 'embed'",
                        device->label, group);
@@ -180,13 +180,13 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
   ty_abi_status_t st = ty_nccl_ready();
   if (st) return st;
   if (args->id->size != sizeof(ncclUniqueId)) {
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                        "%s: a communicator id of %u bytes is not NCCL's (%zu bytes)",
                        device->label, args->id->size, sizeof(ncclUniqueId));
   }
   if ((st = ty_cu_enter(device))) return st;
   ty_abi_comm_t *c = calloc(1, sizeof(*c));
-  if (!c) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
+  if (!c) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
   c->device = device;
   c->rank = args->rank;
   c->size = args->size;
@@ -229,7 +229,7 @@ static ty_abi_status_t ty_nccl_dtype(const ty_abi_comm_t *c, ty_dtype_t dtype,
     case TY_DTYPE_F16: *out = ncclFloat16; return NULL;
     case TY_DTYPE_F64: *out = ncclFloat64; return NULL;
     default:
-      return ty_cu_error(TY_CODE_UNIMPLEMENTED, "%s: no NCCL collective on %s",
+      return ty_plugin_error(TY_CODE_UNIMPLEMENTED, "%s: no NCCL collective on %s",
                          c->device->label, ty_dtype_name(dtype));
   }
 }
@@ -248,10 +248,10 @@ static ty_abi_status_t ty_nccl_queue(ty_abi_comm_t *c, ty_nccl_kind_t kind, ty_d
   if (st) return st;
   if (reduce != TY_ABI_REDUCE_SUM && reduce != TY_ABI_REDUCE_AVG &&
       reduce != TY_ABI_REDUCE_MAX) {
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: reduce op %u", c->device->label, reduce);
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: reduce op %u", c->device->label, reduce);
   }
   if (kind == TY_NCCL_BROADCAST && root >= c->size) {
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: broadcast root %u of %u ranks",
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: broadcast root %u of %u ranks",
                        c->device->label, root, c->size);
   }
   if ((st = ty_cu_enter(c->device))) return st;
@@ -335,7 +335,7 @@ static ty_abi_status_t ty_nccl_p2p(ty_abi_comm_t *c, bool send,
       c->group_open = false;
       ty_nccl.ncclGroupEnd();
     }
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: %s: the peer must be another of the %u "
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s: the peer must be another of the %u "
                        "ranks (this is rank %u) and the size nonzero", c->device->label, what,
                        c->size, c->rank);
   }
@@ -368,7 +368,7 @@ struct ty_abi_comm_s {
 };
 
 static ty_abi_status_t ty_nccl_missing(void) {
-  return ty_cu_error(TY_CODE_UNAVAILABLE,
+  return ty_plugin_error(TY_CODE_UNAVAILABLE,
                      "this cuda plugin was built without NCCL (no nccl.h in the CUDA toolkit "
                      "it was built against): a multi-device run on cuda cannot start");
 }

@@ -22,20 +22,7 @@
 ty_abi_status_t ty_cu_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *g,
                                      ty_abi_node_support_t *out) {
   (void)device;
-  for (uint32_t n = 0; n < g->node_count; ++n) {
-    const ty_abi_node_t *node = &g->nodes[n];
-    ty_abi_node_support_t *r = &out[n];
-    const ty_cu_op_t *op = ty_cu_op_find(node->op);
-    r->supported = 0;
-    if (!op) {
-      snprintf(r->reason, sizeof(r->reason), "cuda has no kernel for op '%s'", node->op);
-      continue;
-    }
-    bool ok = ty_abi_node_operands_ok(g, node, op->accept, "cuda", r->reason,
-                                      sizeof(r->reason));
-    if (ok) ok = ty_cu_op_check(g, node, r->reason, sizeof(r->reason));
-    r->supported = ok;
-  }
+  ty_dev_supports(g, ty_cu_ops, "cuda", ty_cu_op_check, out);
   return NULL;
 }
 
@@ -47,11 +34,11 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   ty_cu_enter(d);
   d->api->cuStreamSynchronize(d->stream);
   if (e->profile) {
-    ty_host_profile_report_and_free(e->profile, d->label, &e->graph->graph, NULL);
+    ty_host_profile_report_and_free(e->profile, d->label, &e->core.graph->graph, NULL);
     e->profile = NULL;
   }
   if (e->events) {
-    for (uint32_t i = 0; i <= e->graph->graph.node_count; ++i) {
+    for (uint32_t i = 0; i <= e->core.graph->graph.node_count; ++i) {
       if (e->events[i]) e->api->cuEventDestroy(e->events[i]);
     }
     free(e->events);
@@ -62,17 +49,11 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   ty_cu_free(d, e->constants, e->const_bytes);
   ty_cu_free(d, e->aux, e->aux_bytes_dev);
   ty_cu_free(d, e->scratch, e->scratch_alloc);
-  ty_cu_free(d, e->err, TY_CU_ERR_BYTES);
+  ty_cu_free(d, e->err, TY_DEVICE_ERROR_BYTES);
   ty_cu_free(d, e->fallback, e->fallback_alloc);
   if (e->err_host) e->api->cuMemFreeHost(e->err_host);
-  ty_memory_plan_free(&e->plan);
-  ty_owned_graph_free(e->graph);
-  free(e->const_offset);
-  free(e->fallback_offset);
-  free(e->aux_host);
+  ty_dev_exec_free(&e->core);
   free(e->cmds);
-  free(e->addr);
-  free(e->sorted_named);
   free(e->first_cmd);
   free(e->row_stride);
   free(e->zero_rows);
@@ -86,17 +67,12 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e);
 }
 
-static int ty_cu_name_compare(const void *a, const void *b, void *ctx) {
-  const ty_abi_graph_t *g = ctx;
-  return strcmp(g->values[*(const uint32_t *)a].name, g->values[*(const uint32_t *)b].name);
-}
-
 /* Device memory of `bytes` holding `data` when given (synchronous). */
 ty_abi_status_t ty_cu_upload(ty_abi_executable_t *e, uint64_t bytes, const void *data,
                                     const char *what, CUdeviceptr *out) {
   ty_abi_device_t *d = e->device;
   char text[160];
-  snprintf(text, sizeof(text), "the %s of graph %.12s", what, e->graph->hash_hex);
+  snprintf(text, sizeof(text), "the %s of graph %.12s", what, e->core.graph->hash_hex);
   ty_abi_status_t st = ty_cu_alloc(d, bytes ? bytes : 1, text, out);
   if (st || !data || !bytes) return st;
   /* Through the staging buffer (pinned), in chunks. */
@@ -181,7 +157,7 @@ static bool ty_cu_head_weight_ok(const ty_owned_graph_t *og, uint32_t w, int64_t
  * the input gradient keeps the aligned k. */
 static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint32_t mm,
                                    int64_t padded) {
-  ty_owned_graph_t *og = e->graph;
+  ty_owned_graph_t *og = e->core.graph;
   const ty_abi_graph_t *g = &og->graph;
   const ty_abi_node_t *node = &g->nodes[mm];
   if (node->input_count > 2 && node->inputs[2] != UINT32_MAX) return; /* a bias */
@@ -208,14 +184,14 @@ static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint
 }
 
 static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
-  ty_owned_graph_t *og = e->graph;
+  ty_owned_graph_t *og = e->core.graph;
   const ty_abi_graph_t *g = &og->graph;
   const uint32_t nv = g->value_count ? g->value_count : 1;
   e->row_stride = calloc(nv, sizeof(int64_t));
   e->zero_rows = calloc(nv, sizeof(int64_t));
   e->zero_cols = calloc(nv, sizeof(bool));
   if (!e->row_stride || !e->zero_rows || !e->zero_cols) {
-    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   }
   const char *env = getenv("TRAINYARD_CUDA_PAD_ROWS");
   if (env && !strcmp(env, "0")) return NULL;
@@ -275,13 +251,13 @@ static ty_abi_status_t ty_cu_compile_options(const ty_abi_device_t *device,
     if (!strncmp(k, TY_ABI_DEBUG_OPTION_PREFIX, debug_len)) continue;
     if (!strcmp(k, TY_ABI_DETERMINISTIC_OPTION)) {
       if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-        return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+        return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "%s: compile option %s=%s: expected 0 or 1", device->label, k, v);
       }
       *out_deterministic = v[0] == '1';
       continue;
     }
-    return ty_cu_error(TY_CODE_INVALID_ARGUMENT,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                        "%s: unknown compile option '%s' (the cuda backend takes "
                        "deterministic=0|1 and ignores debug.* keys; device options go in the "
                        "URI, e.g. cuda:0?graphs=0)",
@@ -301,43 +277,47 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   s = ty_cu_enter(device);
   if (s) return s;
   ty_abi_executable_t *e = calloc(1, sizeof(*e));
-  if (!e) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
+  if (!e) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
   e->device = device;
   e->deterministic = deterministic;
   e->api = device->api;
-  e->graph = ty_owned_graph_copy(args->graph);
-  s = e->graph ? ty_cu_plan_padding(e) : NULL;
+  e->core.label = device->label;
+  e->core.align = TY_CU_ALIGN;
+  e->core.graph = ty_owned_graph_copy(args->graph);
+  s = e->core.graph ? ty_cu_plan_padding(e) : NULL;
   if (s) {
     ty_cu_executable_destroy(e);
     return s;
   }
   /* Fusions first: the plan places a fused node's outputs where its
    * command runs (cuda_fuse.h). */
-  const uint32_t nn = e->graph ? e->graph->graph.node_count : 0;
-  uint32_t *run_at = e->graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
-  int32_t *reuse = e->graph ? malloc(((size_t)nn + 1) * sizeof(int32_t)) : NULL;
-  e->fuse = e->graph ? calloc((size_t)nn + 1, sizeof(ty_cu_fuse_t)) : NULL;
-  e->extra_read = e->graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
+  const uint32_t nn = e->core.graph ? e->core.graph->graph.node_count : 0;
+  uint32_t *run_at = e->core.graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
+  int32_t *reuse = e->core.graph ? malloc(((size_t)nn + 1) * sizeof(int32_t)) : NULL;
+  e->fuse = e->core.graph ? calloc((size_t)nn + 1, sizeof(ty_cu_fuse_t)) : NULL;
+  e->extra_read = e->core.graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
   if (run_at && reuse && e->fuse && e->extra_read) {
-    ty_cu_fuse_plan(e->graph, e->row_stride, ty_cu_fuse_enabled(), e->fuse, run_at);
-    ty_cu_xent_plan(e->graph, e->row_stride, run_at, ty_cu_loss_in_place_enabled(), reuse,
+    ty_cu_fuse_plan(e->core.graph, e->row_stride, ty_cu_fuse_enabled(), e->fuse, run_at);
+    ty_cu_xent_plan(e->core.graph, e->row_stride, run_at, ty_cu_loss_in_place_enabled(), reuse,
                     e->extra_read);
   }
   const ty_memory_plan_opts_t plan_opts = {
       .run_at = run_at, .reuse_input = reuse, .extra_read = e->extra_read};
-  if (!e->graph || !run_at || !reuse || !e->fuse || !e->extra_read ||
-      ty_memory_plan_build_opts(e->graph, TY_CU_ALIGN, &plan_opts, &e->plan) != TY_CODE_OK) {
+  if (!e->core.graph || !run_at || !reuse || !e->fuse || !e->extra_read ||
+      ty_memory_plan_build_opts(e->core.graph, TY_CU_ALIGN, &plan_opts, &e->core.plan) != TY_CODE_OK) {
     free(run_at);
     free(reuse);
     ty_cu_executable_destroy(e);
-    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
   }
-  const ty_abi_graph_t *g = &e->graph->graph;
-  uint32_t nv = g->value_count ? g->value_count : 1;
-  e->const_offset = calloc(nv, sizeof(uint64_t));
-  e->fallback_offset = calloc(nv, sizeof(uint64_t));
-  e->addr = calloc(nv, sizeof(CUdeviceptr));
-  e->sorted_named = calloc(nv, sizeof(uint32_t));
+  s = ty_dev_exec_layout(&e->core);
+  if (s) {
+    free(run_at);
+    free(reuse);
+    ty_cu_executable_destroy(e);
+    return s;
+  }
+  const ty_abi_graph_t *g = ty_dev_exec_graph(&e->core);
   e->first_cmd = calloc((size_t)g->node_count + 1, sizeof(uint32_t));
   e->fused = calloc((size_t)g->node_count + 1, sizeof(bool));
   if (e->fused) {
@@ -345,43 +325,32 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   }
   free(run_at);
   free(reuse);
-  if (!e->const_offset || !e->fallback_offset || !e->addr || !e->sorted_named ||
-      !e->first_cmd || !e->fused) {
+  if (!e->first_cmd || !e->fused) {
     ty_cu_executable_destroy(e);
-    return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
   }
   const char *sync_env = getenv("TRAINYARD_CUDA_SYNC");
   e->sync_each = sync_env && sync_env[0] && strcmp(sync_env, "0") != 0;
   ty_cu_fault_parse(e);
-  /* Constants, named values, unbound-output slots. */
-  uint64_t const_bytes = 0;
-  for (uint32_t v = 0; v < g->value_count; ++v) {
-    const ty_value_storage_t *st = &e->plan.storage[v];
-    if (st->kind == TY_STORAGE_CONSTANT) {
-      e->const_offset[v] = const_bytes;
-      const_bytes += ty_cu_round_up(e->graph->value_bytes[v]);
-    } else if (st->kind == TY_STORAGE_BOUND) {
-      e->sorted_named[e->named_count++] = v;
-      if (g->values[v].role == TY_VALUE_INTERMEDIATE) {
-        e->fallback_offset[v] = e->fallback_bytes;
-        e->fallback_bytes += ty_cu_round_up(e->graph->value_bytes[v]);
-      }
-    }
-  }
-  qsort_r(e->sorted_named, e->named_count, sizeof(uint32_t), ty_cu_name_compare, (void *)g);
   /* Commands. */
-  ty_cu_build_t b = {.device = device, .exec = e, .g = g, .deterministic = deterministic};
+  ty_cu_build_t b = {
+      .core = &e->core,
+      .device = device,
+      .exec = e,
+      .g = g,
+      .deterministic = deterministic,
+      .move = &ty_cu_movers};
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     e->first_cmd[n] = e->cmd_count;
-    if (e->plan.skip[n]) continue; /* a view: its output already reads its input */
+    if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
     if (e->fused[n]) continue;     /* done by another node's commands (cuda_fuse.h) */
     b.node = &g->nodes[n];
     b.n = n;
-    b.fuse = e->fuse[n].kind != TY_CU_FUSE_NONE ? &e->fuse[n] : NULL;
+    b.hint = e->fuse[n].kind != TY_CU_FUSE_NONE ? &e->fuse[n] : NULL;
     b.scratch_used = 0;
-    const ty_cu_op_t *op = ty_cu_op_find(b.node->op);
+    const ty_dev_op_t *op = ty_dev_op_find(ty_cu_ops, b.node->op);
     if (!op) {
-      ty_cu_fail(&b, TY_CODE_UNIMPLEMENTED, "no kernel for this op");
+      ty_dev_fail(&b, TY_CODE_UNIMPLEMENTED, "no kernel for this op");
       break;
     }
     op->build(&b);
@@ -391,25 +360,26 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
     if (out0 != UINT32_MAX && e->zero_rows[out0]) {
       const ty_abi_value_t *w = &g->values[out0];
       const uint64_t row = (uint64_t)w->dims[1] * ty_abi_dtype_size(w->dtype);
-      ty_cu_fill(&b, ty_cu_ref_at(ty_cu_out(&b, 0), (uint64_t)w->dims[0] * row),
+      ty_cu_fill(&b, ty_dev_ref_at(ty_dev_out(&b, 0), (uint64_t)w->dims[0] * row),
                  (uint64_t)(e->zero_rows[out0] - w->dims[0]) * row);
     }
   }
   e->first_cmd[g->node_count] = e->cmd_count;
   s = b.status;
   /* Device memory. */
-  if (!s && e->plan.arena_bytes) {
-    s = ty_cu_upload(e, e->plan.arena_bytes, NULL, "activation arena", &e->arena);
-    if (!s) e->arena_bytes = e->plan.arena_bytes;
+  if (!s && e->core.plan.arena_bytes) {
+    s = ty_cu_upload(e, e->core.plan.arena_bytes, NULL, "activation arena", &e->arena);
+    if (!s) e->arena_bytes = e->core.plan.arena_bytes;
   }
+  const uint64_t const_bytes = e->core.const_bytes;
   if (!s && const_bytes) {
     unsigned char *host = calloc(1, (size_t)const_bytes);
     if (!host) {
-      s = ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
+      s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
     } else {
       for (uint32_t v = 0; v < g->value_count; ++v) {
-        if (e->plan.storage[v].kind == TY_STORAGE_CONSTANT && e->graph->value_bytes[v]) {
-          memcpy(host + e->const_offset[v], g->values[v].const_data, e->graph->value_bytes[v]);
+        if (e->core.plan.storage[v].kind == TY_STORAGE_CONSTANT && e->core.graph->value_bytes[v]) {
+          memcpy(host + e->core.const_offset[v], g->values[v].const_data, e->core.graph->value_bytes[v]);
         }
       }
       s = ty_cu_upload(e, const_bytes, host, "constants", &e->constants);
@@ -417,28 +387,28 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
       free(host);
     }
   }
-  if (!s && e->aux_bytes) {
-    s = ty_cu_upload(e, e->aux_bytes, e->aux_host, "tables", &e->aux);
-    if (!s) e->aux_bytes_dev = e->aux_bytes;
+  if (!s && e->core.aux_bytes) {
+    s = ty_cu_upload(e, e->core.aux_bytes, e->core.aux_host, "tables", &e->aux);
+    if (!s) e->aux_bytes_dev = e->core.aux_bytes;
   }
   if (!s && e->table_count) {
     e->table_host = calloc(e->table_count, sizeof(uint64_t));
     if (!e->table_host) {
-      s = ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
+      s = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", device->label);
     } else {
       s = ty_cu_upload(e, (uint64_t)e->table_count * 8u, NULL, "address tables", &e->tables);
     }
   }
-  if (!s && e->scratch_bytes) {
-    s = ty_cu_upload(e, e->scratch_bytes, NULL, "scratch", &e->scratch);
-    if (!s) e->scratch_alloc = e->scratch_bytes;
+  if (!s && e->core.scratch_bytes) {
+    s = ty_cu_upload(e, e->core.scratch_bytes, NULL, "scratch", &e->scratch);
+    if (!s) e->scratch_alloc = e->core.scratch_bytes;
   }
   if (!s) {
-    unsigned char zeros[TY_CU_ERR_BYTES] = {0};
-    s = ty_cu_upload(e, TY_CU_ERR_BYTES, zeros, "error flag", &e->err);
+    unsigned char zeros[TY_DEVICE_ERROR_BYTES] = {0};
+    s = ty_cu_upload(e, TY_DEVICE_ERROR_BYTES, zeros, "error flag", &e->err);
   }
   if (!s) {
-    CUresult r = e->api->cuMemAllocHost((void **)&e->err_host, TY_CU_ERR_BYTES);
+    CUresult r = e->api->cuMemAllocHost((void **)&e->err_host, TY_DEVICE_ERROR_BYTES);
     if (r != CUDA_SUCCESS) s = ty_cu_driver_error(device, "cuMemAllocHost (error flag)", r);
   }
   if (!s) {
@@ -455,13 +425,22 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
     ty_cu_executable_destroy(e);
     return s;
   }
-  free(e->aux_host);
-  e->aux_host = NULL;
+  free(e->core.aux_host);
+  e->core.aux_host = NULL;
+  /* Device pointers are the core's location handles, offsets added. */
+  e->core.arena = e->arena;
+  e->core.constants = e->constants;
+  e->core.base[TY_DEV_REF_SCRATCH] = e->scratch;
+  e->core.base[TY_DEV_REF_AUX] = e->aux;
+  e->core.base[TY_DEV_REF_ERR] = e->err;
+  e->core.base[TY_DEV_REF_TABLE] = e->tables;
   *out_executable = e;
   return NULL;
 }
 
-const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *e) { return &e->graph->graph; }
+const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *e) {
+  return ty_dev_exec_graph(&e->core);
+}
 
 /* What compile allocated for the executable's life: the activation arena
  * (its plan), and beside it the per-node kernel scratch (the chunked loss's

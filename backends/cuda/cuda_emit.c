@@ -10,60 +10,7 @@
 
 #include "backends/cuda/cuda_executable.h"
 
-int64_t ty_cu_numel(const ty_abi_value_t *v) { return ty_abi_value_elements(v); }
-
 /* ---- builder helpers ---- */
-
-void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...) {
-  if (b->status) return;
-  char message[512];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(message, sizeof(message), fmt, args);
-  va_end(args);
-  b->status = ty_cu_error(code, "%s: node %u (%s): %s", b->device->label, b->n, b->node->op,
-                          message);
-}
-
-const ty_abi_value_t *ty_cu_vin(const ty_cu_build_t *b, uint32_t i) {
-  if (i >= b->node->input_count || b->node->inputs[i] == UINT32_MAX) return NULL;
-  return &b->g->values[b->node->inputs[i]];
-}
-
-const ty_abi_value_t *ty_cu_vout(const ty_cu_build_t *b, uint32_t o) {
-  return &b->g->values[b->node->outputs[o]];
-}
-
-ty_cu_ref_t ty_cu_none(void) {
-  ty_cu_ref_t r = {TY_CU_REF_NONE, 0, 0};
-  return r;
-}
-
-ty_cu_ref_t ty_cu_in(const ty_cu_build_t *b, uint32_t i) {
-  ty_cu_ref_t r = ty_cu_none();
-  if (i < b->node->input_count && b->node->inputs[i] != UINT32_MAX) {
-    r.kind = TY_CU_REF_VALUE;
-    r.value = b->node->inputs[i];
-  }
-  return r;
-}
-
-ty_cu_ref_t ty_cu_out(const ty_cu_build_t *b, uint32_t o) {
-  ty_cu_ref_t r = {TY_CU_REF_VALUE, b->node->outputs[o], 0};
-  return r;
-}
-
-ty_cu_ref_t ty_cu_value(uint32_t value) {
-  ty_cu_ref_t r = {TY_CU_REF_VALUE, value, 0};
-  return r;
-}
-
-ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset) {
-  ref.offset += byte_offset;
-  return ref;
-}
-
-int ty_cu_dt(const ty_abi_value_t *v) { return v ? (int)v->dtype : 0; }
 
 int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value) {
   const ty_abi_value_t *v = &b->g->values[value];
@@ -87,23 +34,16 @@ uint32_t ty_cu_sm_count(const ty_cu_build_t *b) {
   return b->device->slot->sm_count > 0 ? (uint32_t)b->device->slot->sm_count : 1u;
 }
 
-ty_cu_ref_t ty_cu_scratch(ty_cu_build_t *b, uint64_t bytes) {
-  ty_cu_ref_t r = {TY_CU_REF_SCRATCH, 0, b->scratch_used};
-  b->scratch_used += ty_cu_round_up(bytes ? bytes : 1);
-  if (b->scratch_used > b->exec->scratch_bytes) b->exec->scratch_bytes = b->scratch_used;
-  return r;
-}
-
-ty_cu_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_cu_ref_t *refs, uint32_t count) {
+ty_dev_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_dev_ref_t *refs, uint32_t count) {
   ty_cu_exec_t *e = b->exec;
-  ty_cu_ref_t r = {TY_CU_REF_TABLE, 0, (uint64_t)e->table_count * 8u};
+  ty_dev_ref_t r = {TY_DEV_REF_TABLE, 0, (uint64_t)e->table_count * 8u};
   if (b->status) return r;
   if (e->table_count + count > e->table_cap) {
     uint32_t cap = e->table_cap ? e->table_cap : 256;
     while (cap < e->table_count + count) cap *= 2;
-    ty_cu_ref_t *grown = realloc(e->table_refs, (size_t)cap * sizeof(*grown));
+    ty_dev_ref_t *grown = realloc(e->table_refs, (size_t)cap * sizeof(*grown));
     if (!grown) {
-      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
       return r;
     }
     e->table_refs = grown;
@@ -118,26 +58,6 @@ void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node) {
   if (node < b->g->node_count) b->exec->fused[node] = true;
 }
 
-ty_cu_ref_t ty_cu_aux(ty_cu_build_t *b, const void *data, uint64_t bytes) {
-  ty_cu_exec_t *e = b->exec;
-  ty_cu_ref_t r = {TY_CU_REF_AUX, 0, e->aux_bytes};
-  uint64_t need = e->aux_bytes + ty_cu_round_up(bytes ? bytes : 1);
-  if (need > e->aux_cap) {
-    uint64_t cap = e->aux_cap ? e->aux_cap : 4096;
-    while (cap < need) cap *= 2;
-    unsigned char *grown = realloc(e->aux_host, cap);
-    if (!grown) {
-      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-      return r;
-    }
-    e->aux_host = grown;
-    e->aux_cap = cap;
-  }
-  if (bytes) memcpy(e->aux_host + e->aux_bytes, data, bytes);
-  e->aux_bytes = need;
-  return r;
-}
-
 static ty_cu_cmd_t *ty_cu_cmd_add(ty_cu_build_t *b, ty_cu_cmd_kind_t kind) {
   ty_cu_exec_t *e = b->exec;
   if (b->status) return NULL;
@@ -145,7 +65,7 @@ static ty_cu_cmd_t *ty_cu_cmd_add(ty_cu_build_t *b, ty_cu_cmd_kind_t kind) {
     uint32_t cap = e->cmd_cap ? e->cmd_cap * 2 : 64;
     ty_cu_cmd_t *grown = realloc(e->cmds, (size_t)cap * sizeof(*grown));
     if (!grown) {
-      ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
       return NULL;
     }
     e->cmds = grown;
@@ -171,7 +91,7 @@ ty_cu_cmd_t *ty_cu_launch(ty_cu_build_t *b, ty_cu_family_t family, const char *k
   if (r != CUDA_SUCCESS) {
     char text[256];
     ty_cu_error_text(b->device->api, r, text, sizeof(text));
-    ty_cu_fail(b, TY_CODE_INTERNAL, "kernel %s is not in kernels/%s.cu's module: %s", kernel,
+    ty_dev_fail(b, TY_CODE_INTERNAL, "kernel %s is not in kernels/%s.cu's module: %s", kernel,
                ty_cu_family_file(family), text);
     return NULL;
   }
@@ -189,7 +109,7 @@ static void ty_cu_arg_raw(ty_cu_build_t *b, ty_cu_cmd_t *c, const void *v, uint3
   if (!c || b->status) return;
   uint32_t at = (c->param_bytes + align - 1) & ~(align - 1);
   if (at + size > TY_CU_MAX_PARAM_BYTES) {
-    ty_cu_fail(b, TY_CODE_INTERNAL, "the parameters of %s exceed %u bytes", c->name,
+    ty_dev_fail(b, TY_CODE_INTERNAL, "the parameters of %s exceed %u bytes", c->name,
                TY_CU_MAX_PARAM_BYTES);
     return;
   }
@@ -197,10 +117,10 @@ static void ty_cu_arg_raw(ty_cu_build_t *b, ty_cu_cmd_t *c, const void *v, uint3
   c->param_bytes = at + size;
 }
 
-void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_cu_ref_t ref) {
+void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_dev_ref_t ref) {
   if (!c || b->status) return;
   if (c->ptr_count == TY_CU_MAX_PTRS) {
-    ty_cu_fail(b, TY_CODE_INTERNAL, "too many pointer parameters for %s (at most %u)", c->name,
+    ty_dev_fail(b, TY_CODE_INTERNAL, "too many pointer parameters for %s (at most %u)", c->name,
                TY_CU_MAX_PTRS);
     return;
   }
@@ -214,7 +134,7 @@ void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_cu_ref_t ref) {
 }
 
 void ty_cu_arg_err(ty_cu_build_t *b, ty_cu_cmd_t *c) {
-  ty_cu_ref_t ref = {TY_CU_REF_ERR, 0, 0};
+  ty_dev_ref_t ref = {TY_DEV_REF_ERR, 0, 0};
   ty_cu_arg_ptr(b, c, ref);
   ty_cu_arg_i32(b, c, (int32_t)b->n);
 }
@@ -244,7 +164,7 @@ void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint
                 uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes) {
   if (!c || b->status) return;
   if (gy > 65535u || gz > 65535u || bx * by * bz > 1024u || gx == 0 || gy == 0 || gz == 0) {
-    ty_cu_fail(b, TY_CODE_INTERNAL, "launch shape of %s out of range: grid %u x %u x %u, block "
+    ty_dev_fail(b, TY_CODE_INTERNAL, "launch shape of %s out of range: grid %u x %u x %u, block "
                "%u x %u x %u", c->name, gx, gy, gz, bx, by, bz);
     return;
   }
@@ -257,7 +177,7 @@ void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint
   c->shared_bytes = shared_bytes;
   if (shared_bytes > 48u * 1024u) {
     if ((int)shared_bytes > b->device->slot->max_shared_optin) {
-      ty_cu_fail(b, TY_CODE_INTERNAL, "%s needs %u bytes of shared memory; %s allows %d",
+      ty_dev_fail(b, TY_CODE_INTERNAL, "%s needs %u bytes of shared memory; %s allows %d",
                  c->name, shared_bytes, b->device->label, b->device->slot->max_shared_optin);
       return;
     }
@@ -266,13 +186,13 @@ void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint
     if (r != CUDA_SUCCESS) {
       char text[256];
       ty_cu_error_text(b->device->api, r, text, sizeof(text));
-      ty_cu_fail(b, TY_CODE_INTERNAL, "raising the shared memory of %s to %u bytes: %s",
+      ty_dev_fail(b, TY_CODE_INTERNAL, "raising the shared memory of %s to %u bytes: %s",
                  c->name, shared_bytes, text);
     }
   }
 }
 
-void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size) {
+void ty_cu_fill(ty_cu_build_t *b, ty_dev_ref_t dst, uint64_t size) {
   if (size == 0) return;
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_FILL);
   if (!c) return;
@@ -281,7 +201,7 @@ void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size) {
   c->size = size;
 }
 
-void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t size) {
+void ty_cu_copy(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t size) {
   if (size == 0) return;
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_COPY);
   if (!c) return;
@@ -291,7 +211,7 @@ void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t siz
   c->size = size;
 }
 
-void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
+void ty_cu_all_reduce(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t count,
                       ty_dtype_t dtype, uint32_t reduce, const char *group) {
   if (count == 0) return;
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);

@@ -23,8 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal/abi_graph.h"
-#include "hal/memory_plan.h"
+#include "backends/common/device_exec.h"
 #include "backends/cuda/cuda_fuse.h"
 #include "backends/cuda/cuda_internal.h"
 
@@ -34,26 +33,11 @@
 #define TY_CU_MAX_PARAM_BYTES 512u
 #define TY_CU_MAX_PTRS 24u
 
-typedef enum ty_cu_ref_kind_e {
-  TY_CU_REF_NONE = 0, /* an absent optional operand: a NULL pointer */
-  TY_CU_REF_VALUE,    /* graph value `value` */
-  TY_CU_REF_SCRATCH,  /* the executable's scratch memory */
-  TY_CU_REF_AUX,      /* the executable's read-only aux memory (tables) */
-  TY_CU_REF_ERR,      /* the error flag (a kernel's `err` argument) */
-  TY_CU_REF_TABLE,    /* the executable's address tables (ty_cu_ptr_table) */
-} ty_cu_ref_kind_t;
-
-typedef struct ty_cu_ref_t {
-  ty_cu_ref_kind_t kind;
-  uint32_t value;
-  uint64_t offset; /* bytes, added to the value's own address */
-} ty_cu_ref_t;
-
 /* A pointer parameter: where it sits in the parameter block, and what it
  * points at. */
 typedef struct ty_cu_ptrarg_t {
   uint32_t at;
-  ty_cu_ref_t ref;
+  ty_dev_ref_t ref;
 } ty_cu_ptrarg_t;
 
 typedef enum ty_cu_cmd_kind_e {
@@ -81,7 +65,7 @@ typedef struct ty_cu_cmd_t {
   unsigned char params[TY_CU_MAX_PARAM_BYTES] __attribute__((aligned(8)));
   uint32_t ptr_count;
   ty_cu_ptrarg_t ptrs[TY_CU_MAX_PTRS];
-  ty_cu_ref_t dst, src; /* FILL, COPY, ALL_REDUCE */
+  ty_dev_ref_t dst, src; /* FILL, COPY, ALL_REDUCE */
   uint64_t size;        /* bytes (FILL, COPY); elements (ALL_REDUCE) */
   ty_dtype_t dtype;     /* ALL_REDUCE */
   uint32_t reduce;      /* ALL_REDUCE: ty_abi_reduce_op_t */
@@ -91,21 +75,15 @@ typedef struct ty_cu_cmd_t {
 
 typedef struct ty_abi_executable_s ty_cu_exec_t;
 
-/* What an op builder works with: the node, and a sticky status (the first
- * error wins; later calls are no-ops). */
-typedef struct ty_cu_build_t {
-  ty_abi_device_t *device;
-  ty_cu_exec_t *exec;
-  const ty_abi_graph_t *g;
-  const ty_abi_node_t *node;
-  uint32_t n;
-  /* The fusion this node heads (cuda_fuse.h), NULL when none: its builder
-   * then also does the work of the nodes folded into it. */
-  const ty_cu_fuse_t *fuse;
-  ty_abi_status_t status;
-  uint64_t scratch_used; /* this node's scratch (nodes run one at a time) */
-  bool deterministic;    /* compiled with deterministic=1 (see below) */
-} ty_cu_build_t;
+/* What an op builder works with: the core's (backends/common/device_exec.h),
+ * whose `hint` is the fusion this node heads (cuda_fuse.h), NULL when
+ * none: its builder then also does the work of the nodes folded into it.
+ * `deterministic`: compiled with deterministic=1 (see below). */
+typedef ty_dev_build_t ty_cu_build_t;
+
+static inline const ty_cu_fuse_t *ty_cu_fuse_of(const ty_cu_build_t *b) {
+  return (const ty_cu_fuse_t *)b->hint;
+}
 
 /* Deterministic mode (compile option deterministic=1, ABI 1.10;
  * docs/plugin-abi.md "Deterministic mode"): every row of a serve step's
@@ -140,28 +118,16 @@ typedef struct ty_cu_build_t {
 
 /* ---- for op builders ---- */
 
-const ty_abi_value_t *ty_cu_vin(const ty_cu_build_t *b, uint32_t i); /* NULL when absent */
-const ty_abi_value_t *ty_cu_vout(const ty_cu_build_t *b, uint32_t o);
-ty_cu_ref_t ty_cu_in(const ty_cu_build_t *b, uint32_t i); /* NONE when absent */
-ty_cu_ref_t ty_cu_out(const ty_cu_build_t *b, uint32_t o);
-ty_cu_ref_t ty_cu_none(void);
-ty_cu_ref_t ty_cu_value(uint32_t value); /* any graph value (a fusion's operands) */
-ty_cu_ref_t ty_cu_ref_at(ty_cu_ref_t ref, uint64_t byte_offset);
-/* `bytes` of this node's scratch (aligned to 256; contents undefined at
- * the node's start). */
-ty_cu_ref_t ty_cu_scratch(ty_cu_build_t *b, uint64_t bytes);
-/* Read-only data uploaded with the executable (e.g. RoPE frequencies). */
-ty_cu_ref_t ty_cu_aux(ty_cu_build_t *b, const void *data, uint64_t bytes);
+/* Operands, scratch, aux data, ty_dev_fail: the core's helpers
+ * (ty_dev_in, ty_dev_out, ty_dev_value, ty_dev_scratch, ty_dev_aux, ...). */
 /* A device array of `count` u64 addresses, those of `refs`, kept current:
  * execute rewrites it (before capturing) whenever a binding moved one. For
  * multi-tensor kernels, which take one pointer per tensor. */
-ty_cu_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_cu_ref_t *refs, uint32_t count);
+ty_dev_ref_t ty_cu_ptr_table(ty_cu_build_t *b, const ty_dev_ref_t *refs, uint32_t count);
 /* Marks node `node` (after the current one) as done by the current node's
  * commands (a multi-tensor launch over several nodes): compile builds
  * nothing for it. */
 void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node);
-int ty_cu_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent */
-int64_t ty_cu_numel(const ty_abi_value_t *v);
 /* A value the current node's command reads beyond its inputs, which the
  * memory plan keeps live until then (cuda_fuse.h ty_cu_xent_plan: the
  * forward's per-row loss for cross_entropy_backward), or UINT32_MAX. */
@@ -184,7 +150,7 @@ bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value);
 /* A launch of `kernel` (static storage) from `family`; parameters follow in
  * order. NULL after an error (the helpers below accept NULL). */
 ty_cu_cmd_t *ty_cu_launch(ty_cu_build_t *b, ty_cu_family_t family, const char *kernel);
-void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_cu_ref_t ref);
+void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_dev_ref_t ref);
 void ty_cu_arg_err(ty_cu_build_t *b, ty_cu_cmd_t *c); /* int *err, int node */
 void ty_cu_arg_i32(ty_cu_build_t *b, ty_cu_cmd_t *c, int32_t v);
 void ty_cu_arg_u32(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t v);
@@ -201,14 +167,12 @@ void ty_cu_grid1(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t items, uint32_t bloc
  * kernel's limit is raised, up to the card's opt-in maximum). */
 void ty_cu_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t gx, uint32_t gy, uint32_t gz,
                 uint32_t bx, uint32_t by, uint32_t bz, uint32_t shared_bytes);
-void ty_cu_fill(ty_cu_build_t *b, ty_cu_ref_t dst, uint64_t size);
-void ty_cu_copy(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t size);
+void ty_cu_fill(ty_cu_build_t *b, ty_dev_ref_t dst, uint64_t size);
+void ty_cu_copy(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t size);
 /* An all-reduce of `count` elements of `dtype` from src into dst over
  * process group `group` (a string of the graph: it outlives the command). */
-void ty_cu_all_reduce(ty_cu_build_t *b, ty_cu_ref_t src, ty_cu_ref_t dst, uint64_t count,
+void ty_cu_all_reduce(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t count,
                       ty_dtype_t dtype, uint32_t reduce, const char *group);
-void ty_cu_fail(ty_cu_build_t *b, ty_code_t code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* A cuBLASLt command (cuda_gemm.c adds these). */
 ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name);
 

@@ -10,30 +10,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backends/common/device_errors.h"
 #include "backends/common/host_profile.h"
 #include "backends/cuda/cuda_exec.h"
 
 #define TY_CU_ALIGN 256u
-#define TY_CU_ERR_BYTES 32u
 
 struct ty_abi_executable_s {
+  ty_dev_exec_t core; /* graph, plan, layout, named values, per-value locations */
   ty_abi_device_t *device;
   ty_cu_api_t *api;
-  ty_owned_graph_t *graph;
-  ty_memory_plan_t plan;
   CUdeviceptr arena, constants, aux, scratch, err, fallback;
   uint64_t arena_bytes, const_bytes, aux_bytes_dev, scratch_alloc, fallback_alloc;
-  uint64_t *const_offset;    /* per value */
-  uint64_t *fallback_offset; /* per value: unbound outputs */
-  uint64_t fallback_bytes;
-  unsigned char *aux_host; /* until uploaded */
-  uint64_t aux_bytes, aux_cap;
-  uint64_t scratch_bytes;
   ty_cu_cmd_t *cmds;
   uint32_t cmd_count, cmd_cap;
-  CUdeviceptr *addr; /* per value, resolved at execute */
-  uint32_t *sorted_named;
-  uint32_t named_count;
   int32_t *err_host; /* pinned */
   /* CUDA graph replay. */
   CUgraph cu_graph;
@@ -52,7 +42,7 @@ struct ty_abi_executable_s {
   bool *zero_cols;     /* per value: the padding of its rows holds zeros */
   /* Address tables (ty_cu_ptr_table): one device array of u64, its
    * references, and the addresses last uploaded. */
-  ty_cu_ref_t *table_refs;
+  ty_dev_ref_t *table_refs;
   uint64_t *table_host;
   uint32_t table_count, table_cap;
   CUdeviceptr tables;
@@ -106,6 +96,5 @@ void ty_cu_fault_parse(ty_abi_executable_t *e);
 ty_abi_status_t ty_cu_fault_inject(ty_abi_executable_t *e);
 ty_abi_status_t ty_cu_cmd_error(const ty_abi_executable_t *e, const ty_cu_cmd_t *c,
                                 const char *what, CUresult r);
-ty_abi_status_t ty_cu_data_error(const ty_abi_executable_t *e, const int32_t *flag);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_EXECUTABLE_H_ */

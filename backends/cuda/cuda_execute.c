@@ -33,89 +33,36 @@
 
 /* ---- execute ---- */
 
-static uint32_t ty_cu_find_named(const ty_abi_executable_t *e, const char *name) {
-  const ty_abi_graph_t *g = &e->graph->graph;
-  uint32_t lo = 0, hi = e->named_count;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    int c = strcmp(g->values[e->sorted_named[mid]].name, name);
-    if (c == 0) return e->sorted_named[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+static void ty_cu_hook_buffer(void *user, ty_abi_buffer_t *buffer, uint64_t *out_base,
+                              uint64_t *out_size) {
+  (void)user;
+  *out_base = buffer->ptr;
+  *out_size = buffer->size;
+}
+
+/* Unbound outputs share one allocation, made at the first run that needs it. */
+static ty_abi_status_t ty_cu_hook_unbound(void *user, uint32_t v, ty_dev_loc_t *out) {
+  ty_abi_executable_t *e = user;
+  if (!e->fallback) {
+    ty_abi_status_t s =
+        ty_cu_upload(e, e->core.fallback_bytes, NULL, "unbound outputs", &e->fallback);
+    if (s) return s;
+    e->fallback_alloc = e->core.fallback_bytes ? e->core.fallback_bytes : 1;
   }
-  return UINT32_MAX;
+  out->base = e->fallback;
+  out->offset = e->core.fallback_offset[v];
+  return NULL;
 }
 
 static ty_abi_status_t ty_cu_resolve(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
-  const ty_abi_graph_t *g = &e->graph->graph;
-  const char *label = e->device->label;
-  bool *bound = calloc(g->value_count ? g->value_count : 1, sizeof(bool));
-  if (!bound) return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", label);
-  ty_abi_status_t s = NULL;
-  for (uint32_t i = 0; i < args->binding_count && !s; ++i) {
-    const ty_abi_binding_t *bind = &args->bindings[i];
-    uint32_t v = ty_cu_find_named(e, bind->name);
-    if (v == UINT32_MAX) {
-      s = ty_cu_error(TY_CODE_INVALID_ARGUMENT,
-                      "%s: no input, state or output named '%s' in graph %.12s", label,
-                      bind->name, e->graph->hash_hex);
-    } else if (bind->offset > bind->buffer->size ||
-               e->graph->value_bytes[v] > bind->buffer->size - bind->offset) {
-      s = ty_cu_error(TY_CODE_INVALID_ARGUMENT,
-                      "%s: binding '%s' needs %llu bytes at offset %llu of a %llu-byte buffer",
-                      label, bind->name, (unsigned long long)e->graph->value_bytes[v],
-                      (unsigned long long)bind->offset, (unsigned long long)bind->buffer->size);
-    } else {
-      e->addr[v] = bind->buffer->ptr + bind->offset;
-      bound[v] = true;
-    }
-  }
-  for (uint32_t v = 0; v < g->value_count && !s; ++v) {
-    const ty_abi_value_t *val = &g->values[v];
-    const ty_value_storage_t *st = &e->plan.storage[v];
-    switch (st->kind) {
-      case TY_STORAGE_CONSTANT: e->addr[v] = e->constants + e->const_offset[v]; break;
-      case TY_STORAGE_ARENA: e->addr[v] = e->arena + st->offset; break;
-      case TY_STORAGE_STATE_ALIAS:
-      case TY_STORAGE_VIEW: /* after every other kind */
-        break;
-      case TY_STORAGE_BOUND:
-        if (bound[v]) break;
-        if (val->role != TY_VALUE_INTERMEDIATE) {
-          s = ty_cu_error(TY_CODE_INVALID_ARGUMENT, "%s: %s '%s' is not bound", label,
-                          val->role == TY_VALUE_STATE ? "state" : "input", val->name);
-          break;
-        }
-        if (!e->fallback) {
-          s = ty_cu_upload(e, e->fallback_bytes, NULL, "unbound outputs", &e->fallback);
-          if (s) break;
-          e->fallback_alloc = e->fallback_bytes ? e->fallback_bytes : 1;
-        }
-        e->addr[v] = e->fallback + e->fallback_offset[v];
-        break;
-    }
-  }
-  for (uint32_t v = 0; v < g->value_count && !s; ++v) {
-    if (e->plan.storage[v].kind == TY_STORAGE_STATE_ALIAS) {
-      e->addr[v] = e->addr[e->plan.storage[v].alias];
-    }
-  }
-  for (uint32_t v = 0; v < g->value_count && !s; ++v) {
-    if (e->plan.storage[v].kind == TY_STORAGE_VIEW) e->addr[v] = e->addr[e->plan.storage[v].alias];
-  }
-  free(bound);
-  return s;
+  const ty_dev_hooks_t hooks = {
+      .user = e, .buffer = ty_cu_hook_buffer, .unbound_output = ty_cu_hook_unbound};
+  return ty_dev_exec_resolve(&e->core, args, &hooks);
 }
 
-CUdeviceptr ty_cu_ref_address(const ty_abi_executable_t *e, ty_cu_ref_t r) {
-  switch (r.kind) {
-    case TY_CU_REF_VALUE: return e->addr[r.value] + r.offset;
-    case TY_CU_REF_SCRATCH: return e->scratch + r.offset;
-    case TY_CU_REF_AUX: return e->aux + r.offset;
-    case TY_CU_REF_ERR: return e->err;
-    case TY_CU_REF_TABLE: return e->tables + r.offset;
-    default: return 0;
-  }
+CUdeviceptr ty_cu_ref_address(const ty_abi_executable_t *e, ty_dev_ref_t r) {
+  const ty_dev_loc_t loc = ty_dev_ref_loc(&e->core, r);
+  return loc.base + loc.offset; /* NONE: 0 */
 }
 
 /* Resolves the address tables; uploads them when any entry moved. */
@@ -185,17 +132,17 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
     return r == CUDA_SUCCESS ? NULL : ty_cu_cmd_error(e, c, "cuMemcpyDtoDAsync", r);
   }
   const char *group = c->group ? c->group : "world";
-  const char *op = e->graph->graph.nodes[c->node].op;
+  const char *op = e->core.graph->graph.nodes[c->node].op;
   ty_abi_comm_t *comm = ty_cu_device_comm(e->device, group);
   if (!comm) {
-    return ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                        "%s: node %u (%s over group '%s') runs in a run of %u ranks, and no "
                        "communicator of group '%s' was made on this device: make it first "
                        "(comm_create with group '%s', ABI 1.7)",
                        e->device->label, c->node, op, group, e->world, group, group);
   }
   if (!strcmp(group, "world") && ty_cu_comm_size(comm) != e->world) {
-    return ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                        "%s: node %u (%s) runs over the world of %u ranks, and this device's "
                        "world communicator has %u",
                        e->device->label, c->node, op, e->world, ty_cu_comm_size(comm));
@@ -209,9 +156,9 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
   if (!st) return NULL;
   /* The node's details only on the error path (this runs ~150 times a step). */
   const ty_host_api_t *host = e->device->backend->host;
-  ty_abi_status_t named = ty_cu_error(
+  ty_abi_status_t named = ty_plugin_error(
       host->status_code(st), "%s (node %u, '%s', %llu %s, group %s)", host->status_message(st),
-      c->node, e->graph->graph.values[e->graph->graph.nodes[c->node].outputs[0]].name,
+      c->node, e->core.graph->graph.values[e->core.graph->graph.nodes[c->node].outputs[0]].name,
       (unsigned long long)c->size, ty_dtype_name(c->dtype), group);
   host->status_free(st);
   return named;
@@ -254,7 +201,7 @@ static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
 static ty_abi_status_t ty_cu_enqueue_range(ty_abi_executable_t *e, uint32_t from, uint32_t to,
                                            bool copies) {
   ty_abi_status_t s = NULL;
-  const ty_abi_graph_t *g = &e->graph->graph;
+  const ty_abi_graph_t *g = &e->core.graph->graph;
   ty_cu_api_t *api = e->api;
   CUstream stream = e->device->stream;
   uint32_t node = 0;
@@ -279,16 +226,17 @@ static ty_abi_status_t ty_cu_enqueue_range(ty_abi_executable_t *e, uint32_t from
       ++node;
     }
   }
-  for (uint32_t u = 0; copies && u < e->plan.copy_count && !s; ++u) {
-    const ty_abi_state_update_t *up = &e->plan.copies[u];
-    uint64_t bytes = e->graph->value_bytes[up->state];
-    if (!bytes || e->addr[up->state] == e->addr[up->value]) continue;
-    CUresult r = api->cuMemcpyDtoDAsync(e->addr[up->state], e->addr[up->value], (size_t)bytes,
-                                        stream);
+  for (uint32_t u = 0; copies && u < e->core.plan.copy_count && !s; ++u) {
+    const ty_abi_state_update_t *up = &e->core.plan.copies[u];
+    uint64_t bytes = e->core.graph->value_bytes[up->state];
+    const CUdeviceptr dst = ty_cu_ref_address(e, ty_dev_value(up->state));
+    const CUdeviceptr src = ty_cu_ref_address(e, ty_dev_value(up->value));
+    if (!bytes || dst == src) continue;
+    CUresult r = api->cuMemcpyDtoDAsync(dst, src, (size_t)bytes, stream);
     if (r != CUDA_SUCCESS) {
       char what[200];
       snprintf(what, sizeof(what), "copying the update of state '%s'",
-               e->graph->graph.values[up->state].name);
+               e->core.graph->graph.values[up->state].name);
       s = ty_cu_driver_error(e->device, what, r);
     }
   }
@@ -338,7 +286,7 @@ static ty_abi_status_t ty_cu_run_segments(ty_abi_executable_t *e, bool capture) 
     e->seg_exec = calloc(most, sizeof(*e->seg_exec));
     if (!e->seg_graph || !e->seg_exec) {
       ty_cu_graph_release(e);
-      return ty_cu_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of host memory",
+      return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of host memory",
                          e->device->label);
     }
   }
@@ -347,7 +295,7 @@ static ty_abi_status_t ty_cu_run_segments(ty_abi_executable_t *e, bool capture) 
     uint32_t end = i;
     while (end < e->cmd_count && e->cmds[end].kind != TY_CU_CMD_ALL_REDUCE) ++end;
     const bool last = end == e->cmd_count;
-    const bool empty = end == i && !(last && e->plan.copy_count);
+    const bool empty = end == i && !(last && e->core.plan.copy_count);
     if (capture && !empty) {
       ty_abi_status_t s =
           ty_cu_capture(e, i, end, last, &e->seg_graph[seg], &e->seg_exec[seg]);
@@ -388,7 +336,7 @@ void ty_cu_graph_release(ty_abi_executable_t *e) {
 }
 
 static void ty_cu_profile_collect(ty_abi_executable_t *e) {
-  const ty_abi_graph_t *g = &e->graph->graph;
+  const ty_abi_graph_t *g = &e->core.graph->graph;
   for (uint32_t n = 0; n < g->node_count; ++n) {
     float ms = 0.0f;
     if (e->events[n] && e->events[n + 1] &&
@@ -464,14 +412,14 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   }
   /* The error flag, read after everything above (stream order). */
   CUresult r = CUDA_SUCCESS;
-  if (!s) r = api->cuMemcpyDtoHAsync(e->err_host, e->err, TY_CU_ERR_BYTES, d->stream);
+  if (!s) r = api->cuMemcpyDtoHAsync(e->err_host, e->err, TY_DEVICE_ERROR_BYTES, d->stream);
   CUresult sync = api->cuStreamSynchronize(d->stream);
   if (s) return s;
   if (r == CUDA_SUCCESS) r = sync;
   if (r != CUDA_SUCCESS) {
     char what[160];
     snprintf(what, sizeof(what), "running graph %.12s (%u nodes, %u commands%s%s)",
-             e->graph->hash_hex, e->graph->graph.node_count, e->cmd_count,
+             e->core.graph->hash_hex, e->core.graph->graph.node_count, e->cmd_count,
              use_graph ? ", as a CUDA graph" : "",
              e->sync_each ? "" : "; TRAINYARD_CUDA_SYNC=1 names the kernel");
     return ty_cu_driver_error(d, what, r);
@@ -479,10 +427,10 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   if (e->world > 1) e->collectives_ran = true;
   if (e->profile) ty_cu_profile_collect(e);
   if (e->err_host[0] == 0) return NULL;
-  s = ty_cu_data_error(e, e->err_host);
-  api->cuMemsetD8Async(e->err, 0, TY_CU_ERR_BYTES, d->stream);
+  s = ty_dev_data_error(&e->core, e->err_host);
+  api->cuMemsetD8Async(e->err, 0, TY_DEVICE_ERROR_BYTES, d->stream);
   api->cuStreamSynchronize(d->stream);
-  memset(e->err_host, 0, TY_CU_ERR_BYTES);
+  memset(e->err_host, 0, TY_DEVICE_ERROR_BYTES);
   return s;
 }
 
@@ -494,7 +442,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
   uint32_t fz[4] = {0, 0, 0, 0}, folded = 0; /* heads per ty_cu_fuse_kind_t; nodes folded */
   uint32_t bgrads = 0;                         /* GEMMs writing a bias gradient */
   uint32_t in_place = 0;                      /* loss gradients in the logits' bytes */
-  for (uint32_t n = 0; n < e->graph->graph.node_count; ++n) {
+  for (uint32_t n = 0; n < e->core.graph->graph.node_count; ++n) {
     if (e->fuse && e->fuse[n].kind < 4 &&
         (e->fuse[n].kind != TY_CU_FUSE_GEMM || e->fuse[n].out != UINT32_MAX)) {
       fz[e->fuse[n].kind]++;
@@ -503,7 +451,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       bgrads++;
     }
     if (e->fused && e->fused[n]) folded++;
-    if (e->plan.in_place && e->plan.in_place[n]) in_place++;
+    if (e->core.plan.in_place && e->core.plan.in_place[n]) in_place++;
   }
   for (uint32_t i = 0; i < e->cmd_count; ++i) {
     if (e->cmds[i].kind == TY_CU_CMD_KERNEL) kernels++;
@@ -524,12 +472,12 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
-      e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->graph->hash_hex,
-      e->graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
+      e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->core.graph->hash_hex,
+      e->core.graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
       e->world ? e->world : 1, folded, fz[TY_CU_FUSE_GEMM], fz[TY_CU_FUSE_NORM],
       fz[TY_CU_FUSE_NORM_BWD], bgrads, in_place, in_place == 1 ? "" : "s",
       (double)e->arena_bytes / 1048576.0,
-      (double)e->plan.naive_bytes / 1048576.0,
+      (double)e->core.plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,
       (double)(e->const_bytes + e->aux_bytes_dev) / 1048576.0,
       (double)e->device->allocated / 1048576.0, (double)e->device->peak_allocated / 1048576.0,

@@ -42,7 +42,7 @@ struct ty_cu_gemm_t {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our b), B (our a), C = D */
   cublasLtMatmulAlgo_t algo;
-  ty_cu_ref_t a, b, c, bias, cin, aux; /* ours; cin: cuBLASLt's C when it is not c */
+  ty_dev_ref_t a, b, c, bias, cin, aux; /* ours; cin: cuBLASLt's C when it is not c */
   CUdeviceptr pa, pb, pc, pbias, pcin, paux;
   bool has_cin;
   ty_cu_gemm_epi_t epilogue;
@@ -93,7 +93,7 @@ static cublasLtMatrixLayout_t ty_cu_layout(ty_cu_build_t *b, cudaDataType_t t, u
   }
   if (s != CUBLAS_STATUS_SUCCESS) {
     if (l) api->cublasLtMatrixLayoutDestroy(l);
-    ty_cu_fail(b, TY_CODE_INTERNAL, "cublasLtMatrixLayoutCreate failed: %s",
+    ty_dev_fail(b, TY_CODE_INTERNAL, "cublasLtMatrixLayoutCreate failed: %s",
                ty_cu_blas_status_name(api, s));
     return NULL;
   }
@@ -401,7 +401,7 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   ty_cu_api_t *api = b->device->api;
   ty_cu_gemm_t *g = calloc(1, sizeof(*g));
   if (!g) {
-    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   bool no_algo = false;
@@ -410,7 +410,7 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   if (code != TY_CODE_OK || no_algo) {
     ty_cu_gemm_free(api, g);
     if (code != TY_CODE_OK) {
-      if (!b->status) ty_cu_fail(b, code, "%s", why);
+      if (!b->status) ty_dev_fail(b, code, "%s", why);
       return;
     }
     /* No algorithm with the bias-gradient epilogue: the product alone,
@@ -440,22 +440,22 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
                            uint64_t off_c, bool bias) {
   /* A fused matmul (cuda_fuse.h, one-GEMM path only) writes the cast's or
    * the add's output, in its dtype, adding the add's other operand. */
-  const ty_cu_fuse_t *f = b->fuse && b->fuse->kind == TY_CU_FUSE_GEMM ? b->fuse : NULL;
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b) && ty_cu_fuse_of(b)->kind == TY_CU_FUSE_GEMM ? ty_cu_fuse_of(b) : NULL;
   const ty_cu_gemm_spec_t spec = {
-      .a = ty_cu_ref_at(ty_cu_in(b, 0), off_a),
-      .b = ty_cu_ref_at(ty_cu_in(b, 1), off_b),
-      .c = f && f->out != UINT32_MAX ? ty_cu_value(f->out)
-                                     : ty_cu_ref_at(ty_cu_out(b, 0), off_c),
-      .bias = !bias                       ? ty_cu_none()
-              : f && f->bias != UINT32_MAX ? ty_cu_value(f->bias)
-                                           : ty_cu_in(b, 2),
-      .cin = f && f->addend != UINT32_MAX ? ty_cu_value(f->addend) : ty_cu_none(),
+      .a = ty_dev_ref_at(ty_dev_in(b, 0), off_a),
+      .b = ty_dev_ref_at(ty_dev_in(b, 1), off_b),
+      .c = f && f->out != UINT32_MAX ? ty_dev_value(f->out)
+                                     : ty_dev_ref_at(ty_dev_out(b, 0), off_c),
+      .bias = !bias                       ? ty_dev_none()
+              : f && f->bias != UINT32_MAX ? ty_dev_value(f->bias)
+                                           : ty_dev_in(b, 2),
+      .cin = f && f->addend != UINT32_MAX ? ty_dev_value(f->addend) : ty_dev_none(),
       .has_cin = f && f->addend != UINT32_MAX,
-      .aux = f && f->epilogue ? ty_cu_value(f->aux) : ty_cu_none(),
+      .aux = f && f->epilogue ? ty_dev_value(f->aux) : ty_dev_none(),
       .epilogue = f ? f->epilogue : TY_CU_EPI_NONE,
       .ab_dtype = dt,
       .c_dtype = f && f->out != UINT32_MAX ? b->g->values[f->out].dtype : dt,
-      .bgrad = f && f->bgrad != UINT32_MAX ? ty_cu_value(f->bgrad) : ty_cu_none(),
+      .bgrad = f && f->bgrad != UINT32_MAX ? ty_dev_value(f->bgrad) : ty_dev_none(),
       .has_bgrad = f && f->bgrad != UINT32_MAX,
       .bgrad_of = f ? f->bgrad_of : 0,
       .M = M,
@@ -493,28 +493,28 @@ static void ty_cu_batch_strides(const ty_abi_value_t *v, int64_t matrix, uint32_
 }
 
 void ty_cu_build_matmul(ty_cu_build_t *b) {
-  const ty_abi_value_t *a = ty_cu_vin(b, 0), *bm = ty_cu_vin(b, 1), *bias = ty_cu_vin(b, 2);
-  const ty_abi_value_t *c = ty_cu_vout(b, 0);
+  const ty_abi_value_t *a = ty_dev_vin(b, 0), *bm = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
+  const ty_abi_value_t *c = ty_dev_vout(b, 0);
   const bool ta = ty_abi_node_attr_int(b->node, "trans_a", 0) != 0;
   const bool tb = ty_abi_node_attr_int(b->node, "trans_b", 0) != 0;
   const int64_t M = c->dims[c->rank - 2], N = c->dims[c->rank - 1];
   const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
   const ty_dtype_t dt = c->dtype;
   const size_t es = ty_abi_dtype_size(dt);
-  if (ty_cu_numel(c) == 0) return;
+  if (ty_dev_numel(c) == 0) return;
   if (K == 0) { /* an empty sum: zeros (plus the bias) */
     if (bias) {
       /* Broadcast the bias over every row with a one-element-K product is
        * not possible; a plain kernel does it. */
       ty_cu_cmd_t *k = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_bias_rows");
-      ty_cu_arg_ptr(b, k, ty_cu_in(b, 2));
-      ty_cu_arg_ptr(b, k, ty_cu_out(b, 0));
-      ty_cu_arg_i32(b, k, ty_cu_dt(c));
-      ty_cu_arg_i64(b, k, ty_cu_numel(c));
+      ty_cu_arg_ptr(b, k, ty_dev_in(b, 2));
+      ty_cu_arg_ptr(b, k, ty_dev_out(b, 0));
+      ty_cu_arg_i32(b, k, ty_dev_dt(c));
+      ty_cu_arg_i64(b, k, ty_dev_numel(c));
       ty_cu_arg_i64(b, k, N);
-      ty_cu_grid1(b, k, (uint64_t)ty_cu_numel(c), TY_CU_BLOCK);
+      ty_cu_grid1(b, k, (uint64_t)ty_dev_numel(c), TY_CU_BLOCK);
     } else {
-      ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)ty_cu_numel(c) * es);
+      ty_cu_fill(b, ty_dev_out(b, 0), (uint64_t)ty_dev_numel(c) * es);
     }
     return;
   }
@@ -555,8 +555,8 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
                    bias != NULL);
     return;
   }
-  if (b->fuse) { /* cuda_fuse.c only fuses the one-GEMM shapes above */
-    ty_cu_fail(b, TY_CODE_INTERNAL, "a fused matmul on the batched path");
+  if (ty_cu_fuse_of(b)) { /* cuda_fuse.c only fuses the one-GEMM shapes above */
+    ty_dev_fail(b, TY_CODE_INTERNAL, "a fused matmul on the batched path");
     return;
   }
   /* Merge chained batch dims from the inside out. */
@@ -587,12 +587,12 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
   int64_t outer = 1;
   for (int j = 1; j < groups; ++j) outer *= dims[j];
   if (dims[0] > INT32_MAX) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "a batch of %lld matrices is above cuBLASLt's limit",
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "a batch of %lld matrices is above cuBLASLt's limit",
                (long long)dims[0]);
     return;
   }
   if (outer > 4096) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
                "a matmul whose broadcast batch needs %lld separate calls (at most 4096)",
                (long long)outer);
     return;
@@ -645,7 +645,7 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
   ty_abi_device_t *d = ty_cu_exec_device(e);
   ty_cu_api_t *api = d->api;
   if ((g->pa | g->pb | g->pc | g->pbias | g->pcin | g->paux) % g->align) {
-    return ty_cu_error(TY_CODE_INTERNAL,
+    return ty_plugin_error(TY_CODE_INTERNAL,
                        "%s: node %u (matmul %s): an operand is not aligned to the %u bytes the "
                        "compiled matmul assumed (a=%#llx b=%#llx c=%#llx)",
                        d->label, c->node, g->shape, g->align, (unsigned long long)g->pa,
@@ -670,7 +670,7 @@ ty_abi_status_t ty_cu_gemm_run(ty_cu_exec_t *e, const ty_cu_cmd_t *c) {
                c->node, g->shape, ty_cu_blas_status_name(api, s));
       return ty_cu_driver_error(d, what, r);
     }
-    return ty_cu_error(TY_CODE_INTERNAL, "%s: node %u (matmul %s): cublasLtMatmul failed: %s",
+    return ty_plugin_error(TY_CODE_INTERNAL, "%s: node %u (matmul %s): cublasLtMatmul failed: %s",
                        d->label, c->node, g->shape, ty_cu_blas_status_name(api, s));
   }
   return NULL;

@@ -10,7 +10,7 @@
 
 /* The device of an executable, and the address a reference resolves to in
  * the current run (cuda_execute.c). */
-CUdeviceptr ty_cu_ref_address(const ty_cu_exec_t *e, ty_cu_ref_t r);
+CUdeviceptr ty_cu_ref_address(const ty_cu_exec_t *e, ty_dev_ref_t r);
 
 /* Re-resolves the command's pointers; true when any changed since the last
  * run (the captured CUDA graph is then stale). */
@@ -27,7 +27,7 @@ void ty_cu_gemm_free(ty_cu_api_t *api, ty_cu_gemm_t *gemm);
  * has_cin, c = cin + op(a) op(b) instead (cin of c's dtype and layout, read
  * as cuBLASLt's C while c is its D). */
 typedef struct ty_cu_gemm_spec_t {
-  ty_cu_ref_t a, b, c, bias, cin, aux;
+  ty_dev_ref_t a, b, c, bias, cin, aux;
   bool has_cin;
   ty_cu_gemm_epi_t epilogue; /* cuda_fuse.h; aux has c's dtype and layout */
   ty_dtype_t ab_dtype, c_dtype;
@@ -40,7 +40,7 @@ typedef struct ty_cu_gemm_spec_t {
    * operand a (bgrad_of 0: [M]) or b (1: [N]) over the K rows, written by
    * cuBLASLt's BGRADB/BGRADA epilogue, or by a column sum after the GEMM
    * where cuBLASLt has no algorithm with it. */
-  ty_cu_ref_t bgrad;
+  ty_dev_ref_t bgrad;
   bool has_bgrad;
   uint32_t bgrad_of;
 } ty_cu_gemm_spec_t;

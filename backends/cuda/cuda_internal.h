@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backends/common/plugin_status.h"
 #include "backends/cuda/cuda_api.h"
 #include "hal/backend_abi.h"
 
@@ -99,9 +100,6 @@ struct ty_abi_buffer_s {
 
 /* ---- cuda_backend.c ---- */
 
-/* Formats a host status (never NULL). */
-ty_abi_status_t ty_cu_error(ty_code_t code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* A failed driver call: RESOURCE_EXHAUSTED for out-of-memory, UNAVAILABLE
  * for a lost device, INTERNAL otherwise; the message names the device, what
  * failed and the driver's error name and text. */

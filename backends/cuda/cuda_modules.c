@@ -78,14 +78,14 @@ ty_abi_status_t ty_cu_module_get(ty_abi_device_t *d, ty_cu_family_t family,
   }
   ty_abi_status_t st = NULL;
   if (!image && ty_cu_family_test_only[family]) {
-    st = ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+    st = ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                      "%s: the kernels of kernels/%s.cu are test-only, and the plugin does not "
                      "embed them: point TRAINYARD_CUDA_FATBIN_DIR at the folder of %s.fatbin "
                      "(tests/cuda-fatbin-test in the build folder)%s%s",
                      d->label, name, name, dir && dir[0] ? "; not found in " : "",
                      dir && dir[0] ? dir : "");
   } else if (!image) {
-    st = ty_cu_error(TY_CODE_INTERNAL, "%s: no fatbin for kernel family '%s' in the plugin",
+    st = ty_plugin_error(TY_CODE_INTERNAL, "%s: no fatbin for kernel family '%s' in the plugin",
                      d->label, name);
   } else {
     CUmodule m = NULL;
@@ -94,7 +94,7 @@ ty_abi_status_t ty_cu_module_get(ty_abi_device_t *d, ty_cu_family_t family,
         r == CUDA_ERROR_INVALID_PTX) {
       char text[256];
       ty_cu_error_text(d->api, r, text, sizeof(text));
-      st = ty_cu_error(TY_CODE_FAILED_PRECONDITION,
+      st = ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                        "%s (%s, sm_%d%d): the kernels of kernels/%s.cu%s%s cannot run on this "
                        "card: %s. The plugin was built for %s; rebuild with "
                        "-DTY_CUDA_ARCHS=\"...;%d%d\"",

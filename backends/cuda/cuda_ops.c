@@ -13,7 +13,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "hal/dtype.h"
 
-static const ty_cu_op_t ty_cu_ops[] = {
+const ty_dev_op_t ty_cu_ops[] = {
     {"embedding", ty_cu_build_embedding, TY_ABI_ACCEPT_COMPUTE},
     {"embedding_backward", ty_cu_build_embedding_backward, TY_ABI_ACCEPT_COMPUTE},
     {"matmul", ty_cu_build_matmul, TY_ABI_ACCEPT_COMPUTE},
@@ -47,11 +47,11 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"dropout", ty_cu_build_dropout, TY_ABI_ACCEPT_COMPUTE},
     {"dropout_backward", ty_cu_build_dropout, TY_ABI_ACCEPT_COMPUTE},
     {"cast", ty_cu_build_cast, TY_ABI_ACCEPT_CAST},
-    {"reshape", ty_cu_build_reshape, TY_ABI_ACCEPT_MOVE},
-    {"transpose", ty_cu_build_transpose, TY_ABI_ACCEPT_MOVE},
-    {"slice", ty_cu_build_slice, TY_ABI_ACCEPT_MOVE},
-    {"slice_backward", ty_cu_build_slice_backward, TY_ABI_ACCEPT_MOVE},
-    {"concat", ty_cu_build_concat, TY_ABI_ACCEPT_MOVE},
+    {"reshape", ty_dev_build_reshape, TY_ABI_ACCEPT_MOVE},
+    {"transpose", ty_dev_build_transpose, TY_ABI_ACCEPT_MOVE},
+    {"slice", ty_dev_build_slice, TY_ABI_ACCEPT_MOVE},
+    {"slice_backward", ty_dev_build_slice_backward, TY_ABI_ACCEPT_MOVE},
+    {"concat", ty_dev_build_concat, TY_ABI_ACCEPT_MOVE},
     {"adamw_update", ty_cu_build_adamw, TY_ABI_ACCEPT_COMPUTE},
     {"sgd_update", ty_cu_build_sgd, TY_ABI_ACCEPT_COMPUTE},
     {"clip_by_global_norm", ty_cu_build_clip, TY_ABI_ACCEPT_COMPUTE},
@@ -62,7 +62,7 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"kv_cache_write", ty_cu_build_kv_cache_write, TY_ABI_ACCEPT_MOVE},
     {"all_reduce", ty_cu_build_all_reduce, TY_ABI_ACCEPT_COMPUTE},
     {"tp_reduce", ty_cu_build_all_reduce, TY_ABI_ACCEPT_COMPUTE},
-    {"tp_copy", ty_cu_build_reshape, TY_ABI_ACCEPT_COMPUTE}, /* the identity: a copy */
+    {"tp_copy", ty_dev_build_reshape, TY_ABI_ACCEPT_COMPUTE}, /* the identity: a copy */
     {"vocab_embedding", ty_cu_build_vocab_embedding, TY_ABI_ACCEPT_COMPUTE},
     {"vocab_embedding_backward", ty_cu_build_vocab_embedding_backward, TY_ABI_ACCEPT_COMPUTE},
     {"vocab_max", ty_cu_build_vocab_max, TY_ABI_ACCEPT_COMPUTE},
@@ -73,13 +73,6 @@ static const ty_cu_op_t ty_cu_ops[] = {
     {"vocab_ce_loss_backward", ty_cu_build_vocab_ce_loss, TY_ABI_ACCEPT_COMPUTE},
     {NULL, NULL, TY_ABI_ACCEPT_MOVE},
 };
-
-const ty_cu_op_t *ty_cu_op_find(const char *op) {
-  for (const ty_cu_op_t *o = ty_cu_ops; o->op; ++o) {
-    if (strcmp(o->op, op) == 0) return o;
-  }
-  return NULL;
-}
 
 /* Ops whose kernels exist for f32, bf16 and f16 only (templated), and the
  * value whose dtype picks the instance: an output, or input 0 when the
@@ -192,9 +185,9 @@ void ty_cu_build_binary(ty_cu_build_t *b) {
   static const char *const names[] = {"add", "sub", "mul", "div"};
   int op = 0;
   while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
-  const ty_abi_value_t *ins[2] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1)};
-  const ty_abi_value_t *out = ty_cu_vout(b, 0);
-  const int64_t n = ty_cu_numel(out);
+  const ty_abi_value_t *ins[2] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1)};
+  const ty_abi_value_t *out = ty_dev_vout(b, 0);
+  const int64_t n = ty_dev_numel(out);
   if (n == 0) return;
   ty_op_bcast_t p;
   ty_op_bcast_plan(out, ins, 2, &p);
@@ -205,9 +198,9 @@ void ty_cu_build_binary(ty_cu_build_t *b) {
   if (typed) {
     /* ty_binary_same_<T>(a, b, c, int op, i64 n) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, typed);
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
     ty_cu_arg_i32(b, c, op);
     ty_cu_arg_i64(b, c, n);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
@@ -216,12 +209,12 @@ void ty_cu_build_binary(ty_cu_build_t *b) {
   /* ty_binary(a, int dta, b, int dtb, c, int dtc, int op, i64 n, int rank,
    *           dims8 dims, dims8 sa, dims8 sb) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_binary");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ins[0]));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ins[1]));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(out));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ins[0]));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ins[1]));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(out));
   ty_cu_arg_i32(b, c, op);
   ty_cu_arg_i64(b, c, n);
   ty_cu_arg_i32(b, c, p.rank);

@@ -46,15 +46,15 @@ uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk);
 /* y[i] = sum_r x[r, i] for x [rows, cols] (dense, xdt f32/bf16/f16), y of
  * ydt: reduce_sum's column kernels (f64 sums in an order fixed by the
  * shape). The bias gradient when cuBLASLt has no epilogue for it. */
-void ty_cu_col_sum(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+void ty_cu_col_sum(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xdt, ty_dev_ref_t y,
                    ty_dtype_t ydt, int64_t rows, int64_t cols);
 
 /* The sums of squares of x (n elements of dtype dt, f32/bf16/f16) over
  * fixed chunks of `chunk` elements into part[0 ..) (f64, in order; reduce.cu's
  * ty_reduce_rows_*): the first level of a deterministic norm. Returns the
  * number of chunks. */
-int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
-                               int64_t chunk, ty_cu_ref_t part);
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_dev_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_dev_ref_t part);
 
 /* The map kernel (kernels/elementwise.cu, ty_map_t_* or ty_map): op is
  * TY_MAP_* of that file, alpha scale's factor. */
@@ -69,27 +69,18 @@ void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha);
 typedef struct ty_cu_emb_scatter_t {
   int64_t N, V, D;
   const char *sum; /* ty_emb_sum_<T> */
-  ty_cu_ref_t counts, offsets, cursor, list;
+  ty_dev_ref_t counts, offsets, cursor, list;
 } ty_cu_emb_scatter_t;
 bool ty_cu_emb_scatter_begin(ty_cu_build_t *b, ty_cu_emb_scatter_t *sc);
-void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_cu_ref_t ids,
+void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_dev_ref_t ids,
                            int dti);
 
 /* ---- the op table (cuda_ops.c) ---- */
 
-typedef void (*ty_cu_op_build_fn)(ty_cu_build_t *b);
-
-typedef ty_abi_accept_t ty_cu_accept_t; /* backends/common/abi_graph.h */
-
-typedef struct ty_cu_op_t {
-  const char *op;
-  ty_cu_op_build_fn build;
-  ty_cu_accept_t accept;
-} ty_cu_op_t;
-
-const ty_cu_op_t *ty_cu_op_find(const char *op);
-/* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
- * writes a reason and returns false when the node cannot run. */
+/* Ended by an entry whose op is NULL; ty_dev_op_find looks an op up. */
+extern const ty_dev_op_t ty_cu_ops[];
+/* The fills and copies the core's view builders use (cuda_ops_views.c). */
+extern const ty_dev_movers_t ty_cu_movers;
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                     size_t capacity);
 bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
@@ -101,11 +92,6 @@ void ty_cu_build_scale(ty_cu_build_t *b);
 /* cuda_ops_views.c */
 void ty_cu_build_broadcast_to(ty_cu_build_t *b);
 void ty_cu_build_cast(ty_cu_build_t *b);
-void ty_cu_build_reshape(ty_cu_build_t *b);
-void ty_cu_build_transpose(ty_cu_build_t *b);
-void ty_cu_build_slice(ty_cu_build_t *b);
-void ty_cu_build_slice_backward(ty_cu_build_t *b);
-void ty_cu_build_concat(ty_cu_build_t *b);
 void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
 /* cuda_ops_reduce.c */
 void ty_cu_build_reduce(ty_cu_build_t *b);

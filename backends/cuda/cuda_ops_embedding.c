@@ -8,19 +8,19 @@
 /* ---- embeddings ---- */
 
 void ty_cu_build_embedding(ty_cu_build_t *b) {
-  const ty_abi_value_t *table = ty_cu_vin(b, 0), *ids = ty_cu_vin(b, 1);
-  const ty_abi_value_t *out = ty_cu_vout(b, 0);
-  const int64_t N = ty_cu_numel(ids), V = table->dims[0], D = table->dims[1];
+  const ty_abi_value_t *table = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1);
+  const ty_abi_value_t *out = ty_dev_vout(b, 0);
+  const int64_t N = ty_dev_numel(ids), V = table->dims[0], D = table->dims[1];
   if (N * D == 0) return;
   /* ty_embedding(table, int dtt, ids, int dti, out, int dto, i64 N, i64 V,
    *              i64 D, err, int node): one warp per row */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_embedding");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(table));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(out));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(table));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ids));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(out));
   ty_cu_arg_i64(b, c, N);
   ty_cu_arg_i64(b, c, V);
   ty_cu_arg_i64(b, c, D);
@@ -29,36 +29,36 @@ void ty_cu_build_embedding(ty_cu_build_t *b) {
 }
 
 bool ty_cu_emb_scatter_begin(ty_cu_build_t *b, ty_cu_emb_scatter_t *sc) {
-  const ty_abi_value_t *dout = ty_cu_vin(b, 0), *ids = ty_cu_vin(b, 1);
-  const ty_abi_value_t *dt = ty_cu_vout(b, 0);
-  sc->N = ty_cu_numel(ids);
+  const ty_abi_value_t *dout = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1);
+  const ty_abi_value_t *dt = ty_dev_vout(b, 0);
+  sc->N = ty_dev_numel(ids);
   sc->V = dt->dims[0];
   sc->D = dt->dims[1];
   if (sc->V * sc->D == 0) return false;
   if (sc->N == 0) {
-    ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)(sc->V * sc->D) * ty_cu_esize(dt));
+    ty_cu_fill(b, ty_dev_out(b, 0), (uint64_t)(sc->V * sc->D) * ty_cu_esize(dt));
     return false;
   }
   sc->sum = dout->dtype == dt->dtype ? ty_cu_typed(TY_CU_TYPED("ty_emb_sum"), (int)dt->dtype)
                                      : NULL;
   if (!sc->sum) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
                "the scatter-add takes dout and dtable of one float dtype (f32, bf16, f16)");
     return false;
   }
   if (sc->N > INT32_MAX || sc->V > INT32_MAX) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "more than 2^31 ids or vocabulary rows");
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "more than 2^31 ids or vocabulary rows");
     return false;
   }
-  sc->counts = ty_cu_scratch(b, (uint64_t)sc->V * 4);
-  sc->offsets = ty_cu_scratch(b, (uint64_t)sc->V * 4);
-  sc->cursor = ty_cu_scratch(b, (uint64_t)sc->V * 4);
-  sc->list = ty_cu_scratch(b, (uint64_t)sc->N * 4);
+  sc->counts = ty_dev_scratch(b, (uint64_t)sc->V * 4);
+  sc->offsets = ty_dev_scratch(b, (uint64_t)sc->V * 4);
+  sc->cursor = ty_dev_scratch(b, (uint64_t)sc->V * 4);
+  sc->list = ty_dev_scratch(b, (uint64_t)sc->N * 4);
   ty_cu_fill(b, sc->counts, (uint64_t)sc->V * 4);
   return b->status == NULL;
 }
 
-void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_cu_ref_t ids,
+void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_dev_ref_t ids,
                            int dti) {
   /* ty_emb_scan(const int *counts, int *offsets, int *cursor, i64 V): one block */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_emb_scan");
@@ -81,13 +81,13 @@ void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_c
    *                const int *list, dtable, i64 N, i64 V, i64 D): one block
    * per vocabulary row; 256 threads (they must divide TY_EMB_CAP = 2048) */
   c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, sc->sum);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
   ty_cu_arg_ptr(b, c, ids);
   ty_cu_arg_i32(b, c, dti);
   ty_cu_arg_ptr(b, c, sc->counts);
   ty_cu_arg_ptr(b, c, sc->offsets);
   ty_cu_arg_ptr(b, c, sc->list);
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   ty_cu_arg_i64(b, c, sc->N);
   ty_cu_arg_i64(b, c, sc->V);
   ty_cu_arg_i64(b, c, sc->D);
@@ -95,17 +95,17 @@ void ty_cu_emb_scatter_end(ty_cu_build_t *b, const ty_cu_emb_scatter_t *sc, ty_c
 }
 
 void ty_cu_build_embedding_backward(ty_cu_build_t *b) {
-  const ty_abi_value_t *ids = ty_cu_vin(b, 1);
+  const ty_abi_value_t *ids = ty_dev_vin(b, 1);
   ty_cu_emb_scatter_t sc;
   if (!ty_cu_emb_scatter_begin(b, &sc)) return;
   /* ty_emb_count(ids, int dti, i64 N, i64 V, int *counts, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_emb_count");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ids));
   ty_cu_arg_i64(b, c, sc.N);
   ty_cu_arg_i64(b, c, sc.V);
   ty_cu_arg_ptr(b, c, sc.counts);
   ty_cu_arg_err(b, c);
   ty_cu_grid1(b, c, (uint64_t)sc.N, TY_CU_BLOCK);
-  ty_cu_emb_scatter_end(b, &sc, ty_cu_in(b, 1), ty_cu_dt(ids));
+  ty_cu_emb_scatter_end(b, &sc, ty_dev_in(b, 1), ty_dev_dt(ids));
 }

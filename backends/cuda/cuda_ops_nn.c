@@ -22,7 +22,7 @@ static const char *ty_cu_typed_for(ty_cu_build_t *b, const char *const names[3],
                                    const ty_abi_value_t *v) {
   const char *k = ty_cu_typed(names, (int)v->dtype);
   if (!k) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s runs on f32, bf16 or f16 operands, not %s",
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "%s runs on f32, bf16 or f16 operands, not %s",
                b->node->op, ty_dtype_name(v->dtype));
   }
   return k;
@@ -31,21 +31,21 @@ static const char *ty_cu_typed_for(ty_cu_build_t *b, const char *const names[3],
 /* ---- activations ---- */
 
 void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha) {
-  const ty_abi_value_t *y = ty_cu_vout(b, 0);
-  const int64_t n = ty_cu_numel(y);
+  const ty_abi_value_t *y = ty_dev_vout(b, 0);
+  const int64_t n = ty_dev_numel(y);
   if (n == 0) return;
   const bool two = b->node->output_count > 1;
-  const ty_abi_value_t *vals[5] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1), ty_cu_vin(b, 2), y,
-                                   two ? ty_cu_vout(b, 1) : NULL};
+  const ty_abi_value_t *vals[5] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1), ty_dev_vin(b, 2), y,
+                                   two ? ty_dev_vout(b, 1) : NULL};
   const char *typed = ty_cu_all_dtype(vals, 5, (int)y->dtype)
                           ? ty_cu_typed(TY_CU_TYPED("ty_map_t"), (int)y->dtype)
                           : NULL;
   if (typed) {
     /* ty_map_t_<T>(a, b, c, y, z, int op, i64 n, f32 alpha) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, typed);
-    for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-    ty_cu_arg_ptr(b, c, two ? ty_cu_out(b, 1) : ty_cu_none());
+    for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+    ty_cu_arg_ptr(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
     ty_cu_arg_i32(b, c, op);
     ty_cu_arg_i64(b, c, n);
     ty_cu_arg_f32(b, c, alpha);
@@ -56,13 +56,13 @@ void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha) {
    *        i64 n, f32 alpha) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_map");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
-    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, i)));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
+    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(y));
-  ty_cu_arg_ptr(b, c, two ? ty_cu_out(b, 1) : ty_cu_none());
-  ty_cu_arg_i32(b, c, two ? ty_cu_dt(ty_cu_vout(b, 1)) : 0);
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(y));
+  ty_cu_arg_ptr(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
+  ty_cu_arg_i32(b, c, two ? ty_dev_dt(ty_dev_vout(b, 1)) : 0);
   ty_cu_arg_i32(b, c, op);
   ty_cu_arg_i64(b, c, n);
   ty_cu_arg_f32(b, c, alpha);
@@ -79,26 +79,26 @@ void ty_cu_build_map(ty_cu_build_t *b) {
 }
 
 void ty_cu_build_dropout(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *rng = ty_cu_vin(b, 1), *y = ty_cu_vout(b, 0);
-  const int64_t n = ty_cu_numel(y);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
+  const int64_t n = ty_dev_numel(y);
   const double p = ty_abi_node_attr_float(b->node, "p", 0.0);
   if (!(p >= 0.0 && p < 1.0)) {
-    ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
+    ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
     return;
   }
   if (n == 0) return;
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_dropout"), y);
   if (kernel && x->dtype != y->dtype) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "x and y of different dtypes");
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "x and y of different dtypes");
     return;
   }
   /* ty_dropout_<T>(x, rng, int dtrng, y, i64 n, u32 threshold, u32 stream,
    *                f64 keep): a thread per group of 4 (one Philox call) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, kernel);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(rng));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(rng));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   ty_cu_arg_i64(b, c, n);
   ty_cu_arg_u32(b, c, ty_dropout_threshold(p));
   ty_cu_arg_u32(b, c, (uint32_t)ty_abi_node_attr_int(b->node, "stream", 0));
@@ -111,27 +111,27 @@ void ty_cu_build_dropout(ty_cu_build_t *b) {
 void ty_cu_build_norm(ty_cu_build_t *b) {
   /* layernorm: x, gamma?, beta? -> y, mean, rstd;  rmsnorm: x, gamma? -> y, rstd */
   const bool rms = strcmp(b->node->op, "rmsnorm") == 0;
-  const ty_abi_value_t *x = ty_cu_vin(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
   const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_cu_numel(x) / C : 0;
+  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
   if (rows == 0) return;
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm"), x);
-  const ty_cu_ref_t none = ty_cu_none();
+  const ty_dev_ref_t none = ty_dev_none();
   const uint32_t r = rms ? 1 : 2; /* rstd's output */
   /* Fused with the cast after it (cuda_fuse.h): y is the cast's output. */
-  const uint32_t y = b->fuse && b->fuse->kind == TY_CU_FUSE_NORM ? b->fuse->out : UINT32_MAX;
+  const uint32_t y = ty_cu_fuse_of(b) && ty_cu_fuse_of(b)->kind == TY_CU_FUSE_NORM ? ty_cu_fuse_of(b)->out : UINT32_MAX;
   /* ty_layernorm_<T>(x, gamma, beta, y, int dty, mean, int dtm, rstd, int dtr,
    *                  i64 rows, i64 C, f32 eps, int rms): a warp per row */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM, kernel);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_ptr(b, c, rms ? none : ty_cu_in(b, 2));
-  ty_cu_arg_ptr(b, c, y != UINT32_MAX ? ty_cu_value(y) : ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_ptr(b, c, rms ? none : ty_dev_in(b, 2));
+  ty_cu_arg_ptr(b, c, y != UINT32_MAX ? ty_dev_value(y) : ty_dev_out(b, 0));
   ty_cu_arg_i32(b, c, y != UINT32_MAX ? (int)b->g->values[y].dtype : 0);
-  ty_cu_arg_ptr(b, c, rms ? none : ty_cu_out(b, 1));
-  ty_cu_arg_i32(b, c, rms ? 0 : ty_cu_dt(ty_cu_vout(b, 1)));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, r));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, r)));
+  ty_cu_arg_ptr(b, c, rms ? none : ty_dev_out(b, 1));
+  ty_cu_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, r));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, r)));
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, C);
   ty_cu_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
@@ -143,47 +143,47 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   /* layernorm_backward: dy, x, gamma?, mean, rstd -> dx, dgamma, dbeta
    * rmsnorm_backward:   dy, x, gamma?, rstd       -> dx, dgamma */
   const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
-  const ty_abi_value_t *x = ty_cu_vin(b, 1);
-  const ty_abi_value_t *mean = rms ? NULL : ty_cu_vin(b, 3), *rstd = ty_cu_vin(b, rms ? 3 : 4);
+  const ty_abi_value_t *x = ty_dev_vin(b, 1);
+  const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
   const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_cu_numel(x) / C : 0;
-  const ty_cu_ref_t none = ty_cu_none();
-  const ty_cu_ref_t mean_ref = rms ? none : ty_cu_in(b, 3), rstd_ref = ty_cu_in(b, rms ? 3 : 4);
+  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
+  const ty_dev_ref_t none = ty_dev_none();
+  const ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   const bool has_dbeta_out = !rms && b->node->output_count > 2;
   /* Fused with the cast before it, the add after it and the cast of the
    * sum (cuda_fuse.h): what the one-pass kernel reads and writes instead. */
-  const ty_cu_fuse_t *f = b->fuse && b->fuse->kind == TY_CU_FUSE_NORM_BWD ? b->fuse : NULL;
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b) && ty_cu_fuse_of(b)->kind == TY_CU_FUSE_NORM_BWD ? ty_cu_fuse_of(b) : NULL;
   const uint32_t dy = f && f->dy != UINT32_MAX ? f->dy : b->node->inputs[0];
   const bool one_pass = rows >= 1024 && C % 4 == 0 && C <= 128 * TY_CU_NORM_K &&
                         ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype) &&
-                        (f || ty_cu_vin(b, 0)->dtype == x->dtype) &&
-                        ty_cu_vout(b, 0)->dtype == x->dtype &&
-                        (!ty_cu_vin(b, 2) || ty_cu_vin(b, 2)->dtype == x->dtype);
+                        (f || ty_dev_vin(b, 0)->dtype == x->dtype) &&
+                        ty_dev_vout(b, 0)->dtype == x->dtype &&
+                        (!ty_dev_vin(b, 2) || ty_dev_vin(b, 2)->dtype == x->dtype);
   if (f && !one_pass) {
-    ty_cu_fail(b, TY_CODE_INTERNAL, "a fused norm backward outside the one-pass kernel's shapes");
+    ty_dev_fail(b, TY_CODE_INTERNAL, "a fused norm backward outside the one-pass kernel's shapes");
     return;
   }
   if (one_pass) {
     /* One pass (kernels/norm.cu, ty_norm_bwd_fused): 3 blocks per SM (166 registers) of 4
      * warps, each leaving f64 partials of dgamma and dbeta. */
     const uint32_t blocks = 3 * ty_cu_sm_count(b);
-    ty_cu_ref_t part = ty_cu_scratch(b, 2 * (uint64_t)blocks * (uint64_t)C * sizeof(double));
+    ty_dev_ref_t part = ty_dev_scratch(b, 2 * (uint64_t)blocks * (uint64_t)C * sizeof(double));
     /* ty_norm_bwd_fused_<T>(dy, int dtdy, x, gamma, mean, int dtm, rstd, int dtr, resid,
      *                       dx, dx2, int dtdx2, f64 *part, i64 rows, i64 C, int rms) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
                                   ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype));
     const bool has_out2 = f && f->out2 != UINT32_MAX;
-    ty_cu_arg_ptr(b, c, ty_cu_value(dy));
+    ty_cu_arg_ptr(b, c, ty_dev_value(dy));
     ty_cu_arg_i32(b, c, (int)b->g->values[dy].dtype);
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
     ty_cu_arg_ptr(b, c, mean_ref);
-    ty_cu_arg_i32(b, c, ty_cu_dt(mean));
+    ty_cu_arg_i32(b, c, ty_dev_dt(mean));
     ty_cu_arg_ptr(b, c, rstd_ref);
-    ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
-    ty_cu_arg_ptr(b, c, f && f->addend != UINT32_MAX ? ty_cu_value(f->addend) : none);
-    ty_cu_arg_ptr(b, c, f && f->out != UINT32_MAX ? ty_cu_value(f->out) : ty_cu_out(b, 0));
-    ty_cu_arg_ptr(b, c, has_out2 ? ty_cu_value(f->out2) : none);
+    ty_cu_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_cu_arg_ptr(b, c, f && f->addend != UINT32_MAX ? ty_dev_value(f->addend) : none);
+    ty_cu_arg_ptr(b, c, f && f->out != UINT32_MAX ? ty_dev_value(f->out) : ty_dev_out(b, 0));
+    ty_cu_arg_ptr(b, c, has_out2 ? ty_dev_value(f->out2) : none);
     ty_cu_arg_i32(b, c, has_out2 ? (int)b->g->values[f->out2].dtype : 0);
     ty_cu_arg_ptr(b, c, part);
     ty_cu_arg_i64(b, c, rows);
@@ -196,10 +196,10 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_cu_arg_ptr(b, c, part);
     ty_cu_arg_i64(b, c, blocks);
     ty_cu_arg_i64(b, c, C);
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
-    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
-    ty_cu_arg_ptr(b, c, has_dbeta_out ? ty_cu_out(b, 2) : none);
-    ty_cu_arg_i32(b, c, has_dbeta_out ? ty_cu_dt(ty_cu_vout(b, 2)) : 0);
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
+    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+    ty_cu_arg_ptr(b, c, has_dbeta_out ? ty_dev_out(b, 2) : none);
+    ty_cu_arg_i32(b, c, has_dbeta_out ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
     ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
     return;
   }
@@ -208,14 +208,14 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
      *                    i64 C, int rms): a warp per row */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
                                   ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_bwd_dx"), x));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
     ty_cu_arg_ptr(b, c, mean_ref);
-    ty_cu_arg_i32(b, c, ty_cu_dt(mean));
+    ty_cu_arg_i32(b, c, ty_dev_dt(mean));
     ty_cu_arg_ptr(b, c, rstd_ref);
-    ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
     ty_cu_arg_i64(b, c, rows);
     ty_cu_arg_i64(b, c, C);
     ty_cu_arg_i32(b, c, rms);
@@ -223,27 +223,27 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   }
   if (C == 0) return;
   const bool has_dbeta = !rms && b->node->output_count > 2;
-  const ty_cu_ref_t dbeta = has_dbeta ? ty_cu_out(b, 2) : none;
-  const int dtdb = has_dbeta ? ty_cu_dt(ty_cu_vout(b, 2)) : 0;
+  const ty_dev_ref_t dbeta = has_dbeta ? ty_dev_out(b, 2) : none;
+  const int dtdb = has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0;
   const int64_t cb = (C + 31) / 32;
   int64_t rchunk;
   const uint32_t split = ty_cu_col_split(cb, rows, &rchunk);
-  ty_cu_ref_t part = none;
-  if (split > 1) part = ty_cu_scratch(b, 2 * (uint64_t)split * (uint64_t)C * sizeof(double));
+  ty_dev_ref_t part = none;
+  if (split > 1) part = ty_dev_scratch(b, 2 * (uint64_t)split * (uint64_t)C * sizeof(double));
   /* ty_norm_params_<T>(dy, x, mean, int dtm, rstd, int dtr, dgamma, int dtdg,
    *                    dbeta, int dtdb, f64 *part, i64 rows, i64 C, i64 rchunk,
    *                    int rms): 32 columns x 8 row lanes per block, `split`
    * row chunks */
   ty_cu_cmd_t *c =
       ty_cu_launch(b, TY_CU_FAM_NORM, ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_params"), x));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
   ty_cu_arg_ptr(b, c, mean_ref);
-  ty_cu_arg_i32(b, c, ty_cu_dt(mean));
+  ty_cu_arg_i32(b, c, ty_dev_dt(mean));
   ty_cu_arg_ptr(b, c, rstd_ref);
-  ty_cu_arg_i32(b, c, ty_cu_dt(rstd));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
+  ty_cu_arg_i32(b, c, ty_dev_dt(rstd));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
   ty_cu_arg_ptr(b, c, dbeta);
   ty_cu_arg_i32(b, c, dtdb);
   ty_cu_arg_ptr(b, c, part);
@@ -259,8 +259,8 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   ty_cu_arg_ptr(b, c, part);
   ty_cu_arg_i64(b, c, split);
   ty_cu_arg_i64(b, c, C);
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 1)));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
   ty_cu_arg_ptr(b, c, dbeta);
   ty_cu_arg_i32(b, c, dtdb);
   ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
@@ -270,17 +270,17 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
 
 void ty_cu_build_softmax(ty_cu_build_t *b) {
   const bool backward = strcmp(b->node->op, "softmax_backward") == 0;
-  const ty_abi_value_t *y = ty_cu_vout(b, 0);
+  const ty_abi_value_t *y = ty_dev_vout(b, 0);
   const int64_t C = y->rank ? y->dims[y->rank - 1] : 1;
-  const int64_t rows = C ? ty_cu_numel(y) / C : 0;
+  const int64_t rows = C ? ty_dev_numel(y) / C : 0;
   if (rows == 0) return;
   const char *kernel =
       ty_cu_typed_for(b, backward ? TY_CU_TYPED("ty_softmax_bwd") : TY_CU_TYPED("ty_softmax"), y);
   /* ty_softmax_<T>(x, y, i64 rows, i64 C)
    * ty_softmax_bwd_<T>(dy, y, dx, i64 rows, i64 C) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, kernel);
-  for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, C);
   ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(C, 1024));
@@ -290,9 +290,9 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
   /* forward: logits, targets -> loss;  backward: dloss, logits, targets -> dlogits */
   const bool backward = strcmp(b->node->op, "cross_entropy_backward") == 0;
   const uint32_t zi = backward ? 1 : 0;
-  const ty_abi_value_t *logits = ty_cu_vin(b, zi), *targets = ty_cu_vin(b, zi + 1);
+  const ty_abi_value_t *logits = ty_dev_vin(b, zi), *targets = ty_dev_vin(b, zi + 1);
   const int64_t V = logits->rank ? logits->dims[logits->rank - 1] : 1;
-  const int64_t rows = ty_cu_numel(targets);
+  const int64_t rows = ty_dev_numel(targets);
   if (rows == 0) return;
   /* After a forward on the same logits and targets the backward takes
    * each row's logsumexp from its f32 loss (ty_xent_bwd_lse; the memory
@@ -311,21 +311,21 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
      *                 i64 V, i64 ld, i64 ldz, err, int node)
      * ty_xent_bwd_lse_<T>(dloss, int dtdl, logits, targets, int dtt, f32 *loss, dz,
      *                     i64 rows, i64 V, i64 ld, i64 ldz, err, int node) */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 0)));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
-    ty_cu_arg_i32(b, c, ty_cu_dt(targets));
-    if (loss != UINT32_MAX) ty_cu_arg_ptr(b, c, ty_cu_value(loss));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
+    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
+    if (loss != UINT32_MAX) ty_cu_arg_ptr(b, c, ty_dev_value(loss));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   } else {
     /* ty_xent_<T>(logits, targets, int dtt, loss, int dtl, i64 rows, i64 V, i64 ld,
      *             err, int node) */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_i32(b, c, ty_cu_dt(targets));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-    ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, 0)));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
   }
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, V);
@@ -353,7 +353,7 @@ static bool ty_cu_rope_inv_freq(ty_cu_build_t *b, int64_t dim, double *inv_freq)
   ty_status_t s = ty_ref_rope_inv_freq(dim, ty_abi_node_attr_float(node, "theta", 10000.0),
                                        &scaling, inv_freq);
   if (s) {
-    ty_cu_fail(b, ty_status_code(s), "%s", ty_status_message(s));
+    ty_dev_fail(b, ty_status_code(s), "%s", ty_status_message(s));
     ty_status_free(s);
     return false;
   }
@@ -362,9 +362,9 @@ static bool ty_cu_rope_inv_freq(ty_cu_build_t *b, int64_t dim, double *inv_freq)
 
 void ty_cu_build_rope(ty_cu_build_t *b) {
   const bool backward = strcmp(b->node->op, "rope_backward") == 0;
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *pos = ty_cu_vin(b, 1);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *pos = ty_dev_vin(b, 1);
   const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
-  const int64_t pairs = ty_cu_numel(x) / 2;
+  const int64_t pairs = ty_dev_numel(x) / 2;
   if (pairs == 0) return;
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_rope"), x);
   if (!kernel) return;
@@ -374,7 +374,7 @@ void ty_cu_build_rope(ty_cu_build_t *b) {
   if (!inv || !table) {
     free(inv);
     free(table);
-    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   if (!ty_cu_rope_inv_freq(b, D, inv)) {
@@ -387,16 +387,16 @@ void ty_cu_build_rope(ty_cu_build_t *b) {
     table[2 * j] = hi;
     table[2 * j + 1] = (float)(inv[j] - (double)hi);
   }
-  ty_cu_ref_t freq = ty_cu_aux(b, table, (uint64_t)(D / 2) * 2 * sizeof(float));
+  ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)(D / 2) * 2 * sizeof(float));
   free(inv);
   free(table);
   /* ty_rope_<T>(x, y, pos, int dtpos, const f32 *freq, i64 T, i64 H, i64 D,
    *             f32 sign, i64 pairs): a thread per rotated pair */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ROPE, kernel);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(pos));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(pos));
   ty_cu_arg_ptr(b, c, freq);
   ty_cu_arg_i64(b, c, T);
   ty_cu_arg_i64(b, c, H);

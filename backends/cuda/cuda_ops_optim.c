@@ -12,13 +12,13 @@
 /* ---- optimizers and clipping ---- */
 
 static void ty_cu_arg_in(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t i) {
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, i)));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
 }
 
 static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vout(b, o)));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, o));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
 }
 
 /* Elements per chunk of the multi-tensor kernels (a multiple of 4). */
@@ -68,11 +68,11 @@ static uint32_t ty_cu_adamw_run(const ty_cu_build_t *b, int dt) {
  * optim.cu, ty_adamw_multi): tables of their operands, chunk starts. */
 static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
   const ty_abi_graph_t *g = b->g;
-  ty_cu_ref_t *refs = calloc((size_t)count, sizeof(ty_cu_ref_t));
+  ty_dev_ref_t *refs = calloc((size_t)count, sizeof(ty_dev_ref_t));
   int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
   int64_t *sizes = calloc((size_t)count, sizeof(int64_t));
   if (!refs || !starts || !sizes) {
-    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     free(refs);
     free(starts);
     free(sizes);
@@ -83,22 +83,22 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
     starts[k + 1] = starts[k] + (sizes[k] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
   }
   /* Tables: p, g, m, v (inputs 0-3), p', m', v' (outputs 0-2), wd (input 8). */
-  ty_cu_ref_t tables[8];
+  ty_dev_ref_t tables[8];
   for (int t = 0; t < 8; ++t) {
     for (uint32_t k = 0; k < count; ++k) {
       const ty_abi_node_t *node = &g->nodes[b->n + k];
       const uint32_t v = t < 4 ? node->inputs[t] : t < 7 ? node->outputs[t - 4] : node->inputs[8];
-      refs[k] = (ty_cu_ref_t){TY_CU_REF_VALUE, v, 0};
+      refs[k] = (ty_dev_ref_t){TY_DEV_REF_VALUE, v, 0};
     }
     tables[t] = ty_cu_ptr_table(b, refs, count);
   }
-  const ty_cu_ref_t starts_ref = ty_cu_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
-  const ty_cu_ref_t sizes_ref = ty_cu_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
+  const ty_dev_ref_t starts_ref = ty_dev_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
+  const ty_dev_ref_t sizes_ref = ty_dev_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
   const int64_t chunks = starts[count];
   free(refs);
   free(starts);
   free(sizes);
-  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
+  ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(double));
   /* ty_adamw_multi_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
    *                     step, int dtstep, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_multi_prep");
@@ -113,7 +113,7 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
    *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), dt));
   for (int t = 0; t < 8; ++t) ty_cu_arg_ptr(b, c, tables[t]);
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, 8)));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 8)));
   ty_cu_arg_ptr(b, c, starts_ref);
   ty_cu_arg_ptr(b, c, sizes_ref);
   ty_cu_arg_i32(b, c, (int32_t)count);
@@ -134,13 +134,13 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
       one_wd_dtype &= b->g->values[b->g->nodes[b->n + k].inputs[8]].dtype ==
                       b->g->values[b->node->inputs[8]].dtype;
     }
-    if (run > 1 && one_wd_dtype && ty_cu_numel(ty_cu_vin(b, 0)) > 0) {
+    if (run > 1 && one_wd_dtype && ty_dev_numel(ty_dev_vin(b, 0)) > 0) {
       ty_cu_build_adamw_multi(b, mt_dt, run);
       return;
     }
   }
-  const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
-  ty_cu_ref_t hp = ty_cu_scratch(b, 8 * sizeof(double));
+  const int64_t n = ty_dev_numel(ty_dev_vin(b, 0));
+  ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(double));
   /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
    *               wd, int dtwd, step, int dtstep, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_prep");
@@ -149,9 +149,9 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
   ty_cu_arg_err(b, c);
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
   if (n == 0) return;
-  const ty_abi_value_t *pg[3] = {ty_cu_vin(b, 0), ty_cu_vin(b, 1), ty_cu_vout(b, 0)};
-  const ty_abi_value_t *mv[4] = {ty_cu_vin(b, 2), ty_cu_vin(b, 3), ty_cu_vout(b, 1),
-                                 ty_cu_vout(b, 2)};
+  const ty_abi_value_t *pg[3] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1), ty_dev_vout(b, 0)};
+  const ty_abi_value_t *mv[4] = {ty_dev_vin(b, 2), ty_dev_vin(b, 3), ty_dev_vout(b, 1),
+                                 ty_dev_vout(b, 2)};
   const char *typed = ty_cu_all_dtype(pg, 3, (int)pg[0]->dtype) &&
                               ty_cu_all_dtype(mv, 4, TY_DTYPE_F32)
                           ? ty_cu_typed(TY_CU_TYPED("ty_adamw_t"), (int)pg[0]->dtype)
@@ -160,8 +160,8 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
     /* ty_adamw_t_<T>(p, g, f32 *m, f32 *v, po, f32 *mo, f32 *vo, i64 n,
      *                const f64 *hp) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, typed);
-    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_cu_in(b, i));
-    for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_cu_out(b, o));
+    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
+    for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_dev_out(b, o));
     ty_cu_arg_i64(b, c, n);
     ty_cu_arg_ptr(b, c, hp);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
@@ -179,7 +179,7 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
 
 void ty_cu_build_sgd(ty_cu_build_t *b) {
   /* param, grad, buf, lr, momentum, weight_decay -> param', buf' */
-  const int64_t n = ty_cu_numel(ty_cu_vin(b, 0));
+  const int64_t n = ty_dev_numel(ty_dev_vin(b, 0));
   if (n == 0) return;
   /* ty_sgd(p, int dtp, g, int dtg, buf, int dtbuf, po, int dtpo, bo, int dtbo,
    *        i64 n, lr, int dtlr, mu, int dtmu, wd, int dtwd, int nesterov, err,
@@ -196,8 +196,8 @@ void ty_cu_build_sgd(ty_cu_build_t *b) {
 
 #define TY_CU_CLIP_CHUNK 8192 /* elements per partial sum of squares */
 
-int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t n,
-                               int64_t chunk, ty_cu_ref_t part) {
+int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_dev_ref_t x, int dt, int64_t n,
+                               int64_t chunk, ty_dev_ref_t part) {
   const int64_t blocks = (n + chunk - 1) / chunk;
   /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
    *                    i64 total, f64 scale): one row of n, one block per chunk */
@@ -219,32 +219,32 @@ int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_cu_ref_t x, int dt, int64_t 
  * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi). */
 static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
   const uint32_t count = b->node->input_count - 1;
-  const int dt = (int)ty_cu_vin(b, 1)->dtype;
+  const int dt = (int)ty_dev_vin(b, 1)->dtype;
   if (count < 2 || !ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt)) return false;
   for (uint32_t i = 0; i < count; ++i) {
-    if ((int)ty_cu_vin(b, i + 1)->dtype != dt || (int)ty_cu_vout(b, i + 1)->dtype != dt) {
+    if ((int)ty_dev_vin(b, i + 1)->dtype != dt || (int)ty_dev_vout(b, i + 1)->dtype != dt) {
       return false;
     }
   }
-  ty_cu_ref_t *in = calloc(count, sizeof(ty_cu_ref_t)), *out = calloc(count, sizeof(ty_cu_ref_t));
+  ty_dev_ref_t *in = calloc(count, sizeof(ty_dev_ref_t)), *out = calloc(count, sizeof(ty_dev_ref_t));
   int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
   int64_t *sizes = calloc(count, sizeof(int64_t));
   bool ok = in && out && starts && sizes;
   for (uint32_t i = 0; ok && i < count; ++i) {
-    in[i] = ty_cu_in(b, i + 1);
-    out[i] = ty_cu_out(b, i + 1);
-    sizes[i] = ty_cu_numel(ty_cu_vin(b, i + 1));
+    in[i] = ty_dev_in(b, i + 1);
+    out[i] = ty_dev_out(b, i + 1);
+    sizes[i] = ty_dev_numel(ty_dev_vin(b, i + 1));
     starts[i + 1] = starts[i] + (sizes[i] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
   }
   if (!ok) {
-    ty_cu_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   } else {
     const int64_t chunks = starts[count];
-    const ty_cu_ref_t xt = ty_cu_ptr_table(b, in, count), yt = ty_cu_ptr_table(b, out, count);
-    const ty_cu_ref_t st = ty_cu_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
-    const ty_cu_ref_t sz = ty_cu_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
-    const ty_cu_ref_t part = ty_cu_scratch(b, (uint64_t)(chunks ? chunks : 1) * sizeof(double));
-    const ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(double));
+    const ty_dev_ref_t xt = ty_cu_ptr_table(b, in, count), yt = ty_cu_ptr_table(b, out, count);
+    const ty_dev_ref_t st = ty_dev_aux(b, starts, ((uint64_t)count + 1) * sizeof(int64_t));
+    const ty_dev_ref_t sz = ty_dev_aux(b, sizes, (uint64_t)count * sizeof(int64_t));
+    const ty_dev_ref_t part = ty_dev_scratch(b, (uint64_t)(chunks ? chunks : 1) * sizeof(double));
+    const ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(double));
     /* ty_sumsq_multi_<T>(x[], i64 *starts, i64 *sizes, int count, i64 chunk, f64 *part) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt));
     ty_cu_arg_ptr(b, c, xt);
@@ -288,25 +288,25 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
   if (ty_cu_build_clip_multi(b)) return;
   uint64_t slots = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_cu_vin(b, i + 1), *o = ty_cu_vout(b, i + 1);
+    const ty_abi_value_t *g = ty_dev_vin(b, i + 1), *o = ty_dev_vout(b, i + 1);
     if (g->dtype != o->dtype || !ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype)) {
-      ty_cu_fail(b, TY_CODE_UNIMPLEMENTED,
+      ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
                  "gradient %u: clipping takes f32, bf16 or f16 gradients of one dtype in and "
                  "out", i + 1);
       return;
     }
-    slots += ((uint64_t)ty_cu_numel(g) + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
+    slots += ((uint64_t)ty_dev_numel(g) + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
   }
-  ty_cu_ref_t partial = ty_cu_scratch(b, (slots ? slots : 1) * sizeof(double));
-  ty_cu_ref_t coef = ty_cu_scratch(b, sizeof(double));
+  ty_dev_ref_t partial = ty_dev_scratch(b, (slots ? slots : 1) * sizeof(double));
+  ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(double));
   uint64_t slot = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
-    const int64_t n = ty_cu_numel(g);
+    const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
+    const int64_t n = ty_dev_numel(g);
     if (n == 0) continue;
-    slot += (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_cu_in(b, i + 1), (int)g->dtype, n,
+    slot += (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_dev_in(b, i + 1), (int)g->dtype, n,
                                              TY_CU_CLIP_CHUNK,
-                                             ty_cu_ref_at(partial, slot * sizeof(double)));
+                                             ty_dev_ref_at(partial, slot * sizeof(double)));
   }
   /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
    *                f64 *coef): one block */
@@ -318,13 +318,13 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
   ty_cu_arg_ptr(b, c, coef);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_cu_vin(b, i + 1);
-    const int64_t n = ty_cu_numel(g);
+    const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
+    const int64_t n = ty_dev_numel(g);
     if (n == 0) continue;
     /* ty_scale_by_<T>(x, y, i64 n, const f64 *coef) */
     c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, i + 1));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, i + 1));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, i + 1));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, i + 1));
     ty_cu_arg_i64(b, c, n);
     ty_cu_arg_ptr(b, c, coef);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
@@ -336,13 +336,13 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
  * that group, a copy at world 1 (cuda_execute.c). The group string is the
  * graph's, which the executable owns. */
 void ty_cu_build_all_reduce(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
   const bool tp = strcmp(b->node->op, "tp_reduce") == 0;
   const char *reduce = ty_abi_node_attr_string(b->node, "reduce", "sum");
   const char *group = ty_abi_node_attr_string(b->node, "group", tp ? "tp" : "world");
   const uint32_t op = strcmp(reduce, "avg") == 0   ? TY_ABI_REDUCE_AVG
                       : strcmp(reduce, "max") == 0 ? TY_ABI_REDUCE_MAX
                                                    : TY_ABI_REDUCE_SUM;
-  ty_cu_all_reduce(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(x), x->dtype, op,
+  ty_cu_all_reduce(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(x), x->dtype, op,
                    group);
 }

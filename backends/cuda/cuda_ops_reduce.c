@@ -15,13 +15,13 @@
 
 /* Row sums: x as [O, R] reduced over R (kernels/reduce.cu, ty_reduce_rows_*),
  * into y (dtype dty) or, for dty f64, any f64 array. */
-static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_cu_ref_t x,
-                                   ty_cu_ref_t y, int dty, int kind, int64_t O, int64_t R,
+static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_dev_ref_t x,
+                                   ty_dev_ref_t y, int dty, int kind, int64_t O, int64_t R,
                                    double scale) {
   const int64_t chunks = (R + TY_CU_RED_CHUNK - 1) / TY_CU_RED_CHUNK;
   const int64_t chunk = chunks > 1 ? TY_CU_RED_CHUNK : R;
-  ty_cu_ref_t dst = y;
-  if (chunks > 1) dst = ty_cu_scratch(b, (uint64_t)(O * chunks) * sizeof(double));
+  ty_dev_ref_t dst = y;
+  if (chunks > 1) dst = ty_dev_scratch(b, (uint64_t)(O * chunks) * sizeof(double));
   /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
    *                    i64 total, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
@@ -51,7 +51,7 @@ static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_cu_r
 /* Column sums: x as [O, R, I] reduced over R (ty_reduce_cols_*). */
 /* y[o, i] = scale * sum_r f(x[o, r, i]) for x [O, R, I] of dtype xdt (the
  * ty_reduce_cols kernels, with ty_reduce_cols_finish over chunk partials). */
-static void ty_cu_reduce_cols_at(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+static void ty_cu_reduce_cols_at(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xdt, ty_dev_ref_t y,
                                  int dty, int kind, int64_t O, int64_t R, int64_t I,
                                  double scale) {
   /* 4 columns per thread when the rows allow (ty_reduce_cols4_*). */
@@ -60,14 +60,14 @@ static void ty_cu_reduce_cols_at(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt
                                         : TY_CU_TYPED("ty_reduce_cols"),
                                    (int)xdt);
   if (!kernel) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "no column-sum kernel for this dtype");
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "no column-sum kernel for this dtype");
     return;
   }
   const int64_t cb = vec4 ? (I + 127) / 128 : (I + 31) / 32;
   int64_t rchunk;
   const uint32_t split = ty_cu_col_split(cb * O, R, &rchunk);
-  ty_cu_ref_t part = ty_cu_none();
-  if (split > 1) part = ty_cu_scratch(b, (uint64_t)split * (uint64_t)(O * I) * sizeof(double));
+  ty_dev_ref_t part = ty_dev_none();
+  if (split > 1) part = ty_dev_scratch(b, (uint64_t)split * (uint64_t)(O * I) * sizeof(double));
   /* ty_reduce_cols_<T>(x, y, int dty, f64 *part, int kind, i64 O, i64 R, i64 I,
    *                    i64 rchunk, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
@@ -99,17 +99,17 @@ static void ty_cu_reduce_cols_at(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt
 
 static void ty_cu_reduce_cols(ty_cu_build_t *b, int dty, int kind, int64_t O, int64_t R,
                               int64_t I, double scale) {
-  ty_cu_reduce_cols_at(b, ty_cu_in(b, 0), ty_cu_vin(b, 0)->dtype, ty_cu_out(b, 0), dty, kind, O,
+  ty_cu_reduce_cols_at(b, ty_dev_in(b, 0), ty_dev_vin(b, 0)->dtype, ty_dev_out(b, 0), dty, kind, O,
                        R, I, scale);
 }
 
-void ty_cu_col_sum(ty_cu_build_t *b, ty_cu_ref_t x, ty_dtype_t xdt, ty_cu_ref_t y,
+void ty_cu_col_sum(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xdt, ty_dev_ref_t y,
                    ty_dtype_t ydt, int64_t rows, int64_t cols) {
   ty_cu_reduce_cols_at(b, x, xdt, y, (int)ydt, 0, 1, rows, cols, 1.0);
 }
 
 void ty_cu_build_reduce(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   bool red[8] = {false};
   const ty_abi_attr_t *a = ty_abi_node_attr(b->node, "axes");
   const uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
@@ -121,14 +121,14 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
       if (ax >= 0 && ax < (int64_t)x->rank) red[ax] = true;
     }
   }
-  const int64_t outs = ty_cu_numel(y);
+  const int64_t outs = ty_dev_numel(y);
   if (outs == 0) return;
   int64_t terms = 1;
   for (uint32_t d = 0; d < x->rank; ++d) {
     if (red[d]) terms *= x->dims[d];
   }
   if (terms == 0) {
-    ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)outs * ty_cu_esize(y));
+    ty_cu_fill(b, ty_dev_out(b, 0), (uint64_t)outs * ty_cu_esize(y));
     return;
   }
   const int kind = strcmp(b->node->op, "reduce_sumsq") == 0 ? 1 : 0;
@@ -149,16 +149,16 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
   }
   const char *const *names_rows = TY_CU_TYPED("ty_reduce_rows");
   const char *rows = ty_cu_typed(names_rows, (int)x->dtype);
-  const int dty = ty_cu_dt(y);
+  const int dty = ty_dev_dt(y);
   if (rows) {
     /* [R], [O, R]: rows; [], [I], [R, I], [O, R, I]: columns. */
     if (segs == 1 && seg_red[0]) {
-      ty_cu_reduce_rows_into(b, rows, ty_cu_in(b, 0), ty_cu_out(b, 0), dty, kind, 1, seg[0],
+      ty_cu_reduce_rows_into(b, rows, ty_dev_in(b, 0), ty_dev_out(b, 0), dty, kind, 1, seg[0],
                              scale);
       return;
     }
     if (segs == 2 && !seg_red[0] && seg_red[1]) {
-      ty_cu_reduce_rows_into(b, rows, ty_cu_in(b, 0), ty_cu_out(b, 0), dty, kind, seg[0],
+      ty_cu_reduce_rows_into(b, rows, ty_dev_in(b, 0), ty_dev_out(b, 0), dty, kind, seg[0],
                              seg[1], scale);
       return;
     }
@@ -201,9 +201,9 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
    *           int krank, dims8 kdims, dims8 kstr, int rrank, dims8 rdims,
    *           dims8 rstr) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(x));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(x));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   ty_cu_arg_i32(b, c, dty);
   ty_cu_arg_i32(b, c, kind);
   ty_cu_arg_i64(b, c, outs);

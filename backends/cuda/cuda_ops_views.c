@@ -13,7 +13,7 @@
  * dropped, axes both sides walk contiguously merged, and a contiguous
  * innermost axis moved in units of up to 16 bytes. A plain contiguous copy
  * becomes a device copy. */
-static void ty_cu_strided_copy(ty_cu_build_t *b, ty_cu_ref_t x, ty_cu_ref_t y, size_t esize,
+static void ty_cu_strided_copy(ty_cu_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y, size_t esize,
                                int rank, const int64_t *dims, const int64_t *xs,
                                const int64_t *ys) {
   int64_t n = 1, d8[8], x8[8], y8[8];
@@ -70,22 +70,22 @@ static void ty_cu_strided_copy(ty_cu_build_t *b, ty_cu_ref_t x, ty_cu_ref_t y, s
 }
 
 void ty_cu_build_broadcast_to(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
-  if (ty_cu_numel(y) == 0) return;
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  if (ty_dev_numel(y) == 0) return;
   ty_op_bcast_t p;
   ty_op_bcast_plan(y, &x, 1, &p);
   int64_t ys[8];
   ty_op_strides((uint32_t)p.rank, p.dims, ys);
-  ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), ty_cu_esize(y), p.rank, p.dims,
+  ty_cu_strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_cu_esize(y), p.rank, p.dims,
                      p.stride[0], ys);
 }
 
 void ty_cu_build_cast(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
-  const int64_t n = ty_cu_numel(y);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  const int64_t n = ty_dev_numel(y);
   if (n == 0) return;
   if (x->dtype == y->dtype) {
-    ty_cu_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)n * ty_cu_esize(y));
+    ty_cu_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)n * ty_cu_esize(y));
     return;
   }
   /* The casts of mixed precision, 4 elements a thread:
@@ -102,8 +102,8 @@ void ty_cu_build_cast(ty_cu_build_t *b) {
   for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); ++i) {
     if (fast[i].from == x->dtype && fast[i].to == y->dtype) {
       ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, fast[i].kernel);
-      ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-      ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+      ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+      ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
       ty_cu_arg_i64(b, c, n);
       ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
       return;
@@ -111,104 +111,34 @@ void ty_cu_build_cast(ty_cu_build_t *b) {
   }
   /* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_cast");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(x));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_cu_dt(y));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(x));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  ty_cu_arg_i32(b, c, ty_dev_dt(y));
   ty_cu_arg_i64(b, c, n);
   ty_cu_arg_err(b, c);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
-void ty_cu_build_reshape(ty_cu_build_t *b) {
-  const ty_abi_value_t *y = ty_cu_vout(b, 0);
-  ty_cu_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(y) * ty_cu_esize(y));
-}
-
-void ty_cu_build_transpose(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
-  const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
-  int64_t xs[8], ys[8], ps[8];
-  if (!perm || perm->kind != TY_ATTR_INTS || perm->count != y->rank) {
-    ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'perm' must list %u axes", y->rank);
-    return;
-  }
-  ty_op_strides(x->rank, x->dims, xs);
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
-  ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), ty_cu_esize(y), (int)y->rank, y->dims,
-                     ps, ys);
-}
-
-/* The element offset of `starts` (attribute) in a row-major shape. */
-static int64_t ty_cu_start_offset(ty_cu_build_t *b, const ty_abi_value_t *v) {
-  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
-  if (!starts || starts->kind != TY_ATTR_INTS || starts->count != v->rank) {
-    ty_cu_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'starts' must list %u axes", v->rank);
-    return 0;
-  }
-  int64_t s[8], at = 0;
-  ty_op_strides(v->rank, v->dims, s);
-  for (uint32_t d = 0; d < v->rank; ++d) at += starts->ints[d] * s[d];
-  return at;
-}
-
-void ty_cu_build_slice(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_cu_vin(b, 0), *y = ty_cu_vout(b, 0);
-  int64_t xs[8], ys[8];
-  const int64_t start = ty_cu_start_offset(b, x);
-  ty_op_strides(x->rank, x->dims, xs);
-  ty_op_strides(y->rank, y->dims, ys);
-  ty_cu_strided_copy(b, ty_cu_ref_at(ty_cu_in(b, 0), (uint64_t)start * ty_cu_esize(y)),
-                     ty_cu_out(b, 0), ty_cu_esize(y), (int)y->rank, y->dims, xs, ys);
-}
-
-void ty_cu_build_slice_backward(ty_cu_build_t *b) {
-  const ty_abi_value_t *dy = ty_cu_vin(b, 0), *dx = ty_cu_vout(b, 0);
-  const size_t es = ty_cu_esize(dx);
-  int64_t ds[8], xs[8];
-  const int64_t start = ty_cu_start_offset(b, dx);
-  ty_op_strides(dy->rank, dy->dims, ds);
-  ty_op_strides(dx->rank, dx->dims, xs);
-  ty_cu_fill(b, ty_cu_out(b, 0), (uint64_t)ty_cu_numel(dx) * es);
-  ty_cu_strided_copy(b, ty_cu_in(b, 0), ty_cu_ref_at(ty_cu_out(b, 0), (uint64_t)start * es), es,
-                     (int)dy->rank, dy->dims, ds, xs);
-}
-
-void ty_cu_build_concat(ty_cu_build_t *b) {
-  const ty_abi_value_t *y = ty_cu_vout(b, 0);
-  int64_t axis = ty_abi_node_attr_int(b->node, "axis", 0);
-  if (axis < 0) axis += y->rank;
-  const size_t es = ty_cu_esize(y);
-  int64_t ys[8], at = 0;
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t i = 0; i < b->node->input_count; ++i) {
-    const ty_abi_value_t *x = ty_cu_vin(b, i);
-    int64_t xs[8];
-    ty_op_strides(x->rank, x->dims, xs);
-    ty_cu_strided_copy(b, ty_cu_in(b, i),
-                       ty_cu_ref_at(ty_cu_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
-                       (int)x->rank, x->dims, xs, ys);
-    at += x->dims[axis];
-  }
-}
+/* The view ops' builders are the core's (backends/common/device_views.c). */
+const ty_dev_movers_t ty_cu_movers = {ty_cu_fill, ty_cu_copy, ty_cu_strided_copy};
 
 void ty_cu_build_kv_cache_write(ty_cu_build_t *b) {
-  const ty_abi_value_t *cache = ty_cu_vin(b, 0), *fresh = ty_cu_vin(b, 1);
-  const ty_abi_value_t *pos = ty_cu_vin(b, 2), *out = ty_cu_vout(b, 0);
+  const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
+  const ty_abi_value_t *pos = ty_dev_vin(b, 2), *out = ty_dev_vout(b, 0);
   const size_t es = ty_cu_esize(out);
   /* cache' = cache first, unless the plan put cache' in cache's storage
    * (the copy is skipped when the addresses coincide). */
-  ty_cu_copy(b, ty_cu_in(b, 0), ty_cu_out(b, 0), (uint64_t)ty_cu_numel(cache) * es);
-  const int64_t n = ty_cu_numel(fresh);
+  ty_cu_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(cache) * es);
+  const int64_t n = ty_dev_numel(fresh);
   if (n == 0) return;
   /* ty_kv_write(fresh, cache, pos, int dtpos, int esize, i64 Smax, i64 T,
    *             i64 row, i64 n, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_kv_write");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
-  ty_cu_arg_i32(b, c, ty_cu_dt(pos));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
+  ty_cu_arg_i32(b, c, ty_dev_dt(pos));
   ty_cu_arg_i32(b, c, (int32_t)es);
   ty_cu_arg_i64(b, c, cache->dims[1]);
   ty_cu_arg_i64(b, c, fresh->dims[1]);

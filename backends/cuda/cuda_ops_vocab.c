@@ -19,25 +19,25 @@ static const char *ty_cu_vocab_kernel(ty_cu_build_t *b, const char *const names[
                                       const ty_abi_value_t *v) {
   const char *k = ty_cu_typed(names, (int)v->dtype);
   if (!k) {
-    ty_cu_fail(b, TY_CODE_UNIMPLEMENTED, "%s: the cuda kernels take f32, bf16 or f16, not %s",
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "%s: the cuda kernels take f32, bf16 or f16, not %s",
                b->node->op, ty_dtype_name(v->dtype));
   }
   return k;
 }
 
 void ty_cu_build_vocab_embedding(ty_cu_build_t *b) {
-  const ty_abi_value_t *table = ty_cu_vin(b, 0), *ids = ty_cu_vin(b, 1);
-  const int64_t N = ty_cu_numel(ids), D = table->dims[1];
+  const ty_abi_value_t *table = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1);
+  const int64_t N = ty_dev_numel(ids), D = table->dims[1];
   if (N * D == 0) return;
   const char *k = ty_cu_vocab_kernel(b, TY_CU_TYPED("ty_vocab_embedding"), table);
   if (!k) return;
   /* ty_vocab_embedding_<T>(table, ids, int dti, out, i64 N, i64 D, i64 start,
    *                        i64 valid) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, k);
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ids));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   ty_cu_arg_i64(b, c, N);
   ty_cu_arg_i64(b, c, D);
   ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
@@ -48,20 +48,20 @@ void ty_cu_build_vocab_embedding(ty_cu_build_t *b) {
 /* The kernels' code of i32 (the local ids). */
 static int ty_cu_i32_code(void) {
   const ty_abi_value_t v = {.dtype = TY_DTYPE_I32};
-  return ty_cu_dt(&v);
+  return ty_dev_dt(&v);
 }
 
 void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b) {
-  const ty_abi_value_t *ids = ty_cu_vin(b, 1);
+  const ty_abi_value_t *ids = ty_dev_vin(b, 1);
   ty_cu_emb_scatter_t sc;
   if (!ty_cu_emb_scatter_begin(b, &sc)) return;
-  ty_cu_ref_t lids = ty_cu_scratch(b, (uint64_t)sc.N * 4);
+  ty_dev_ref_t lids = ty_dev_scratch(b, (uint64_t)sc.N * 4);
   /* ty_vocab_local_ids(ids, int dti, i64 N, i64 start, i64 valid, int *lids,
    *                    int *counts): the shard's local ids (-1 outside it)
    * and their counts */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_local_ids");
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ids));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ids));
   ty_cu_arg_i64(b, c, sc.N);
   ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
   ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", sc.V));
@@ -74,9 +74,9 @@ void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b) {
 /* The shape of a row kernel's logits (input `at`): rows and the shard's
  * padded width Vp. */
 static void ty_cu_vocab_rows(const ty_cu_build_t *b, uint32_t at, int64_t *rows, int64_t *vp) {
-  const ty_abi_value_t *z = ty_cu_vin(b, at);
+  const ty_abi_value_t *z = ty_dev_vin(b, at);
   *vp = z->dims[z->rank - 1];
-  *rows = *vp ? ty_cu_numel(z) / *vp : 0;
+  *rows = *vp ? ty_dev_numel(z) / *vp : 0;
 }
 
 void ty_cu_build_vocab_max(ty_cu_build_t *b) {
@@ -88,20 +88,20 @@ void ty_cu_build_vocab_max(ty_cu_build_t *b) {
   const int64_t valid = ty_cu_vocab_attr(b, "vocab_valid", vp);
   const char *k = ty_cu_vocab_kernel(
       b, backward ? TY_CU_TYPED("ty_vocab_max_backward") : TY_CU_TYPED("ty_vocab_max"),
-      ty_cu_vin(b, zi));
+      ty_dev_vin(b, zi));
   if (!k) return;
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, k);
   if (backward) {
     /* ty_vocab_max_backward_<T>(const f32 *dy, z, const f32 *m, dz, i64 rows,
      *                           i64 vp, i64 valid) */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   } else {
     /* ty_vocab_max_<T>(z, f32 *m, i64 rows, i64 vp, i64 valid) */
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   }
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, vp);
@@ -117,7 +117,7 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b) {
   if (rows == 0) return;
   const char *k = ty_cu_vocab_kernel(
       b, backward ? TY_CU_TYPED("ty_vocab_ce_sums_backward") : TY_CU_TYPED("ty_vocab_ce_sums"),
-      ty_cu_vin(b, zi));
+      ty_dev_vin(b, zi));
   if (!k) return;
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, k);
   /* ty_vocab_ce_sums_<T>(z, targets, int dtt, const f32 *m, f32 *sums, i64 rows,
@@ -125,13 +125,13 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b) {
    * ty_vocab_ce_sums_backward_<T>(const f32 *dsums, z, targets, int dtt,
    *                      const f32 *m, dz, f32 *dm, i64 rows, i64 vp, i64 start,
    *                      i64 valid) */
-  if (backward) ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, zi));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, zi + 1));
-  ty_cu_arg_i32(b, c, ty_cu_dt(ty_cu_vin(b, zi + 1)));
-  ty_cu_arg_ptr(b, c, ty_cu_in(b, zi + 2));
-  ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
-  if (backward) ty_cu_arg_ptr(b, c, ty_cu_out(b, 1));
+  if (backward) ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, zi));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, zi + 1));
+  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, zi + 1)));
+  ty_cu_arg_ptr(b, c, ty_dev_in(b, zi + 2));
+  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+  if (backward) ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, vp);
   ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
@@ -141,28 +141,28 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b) {
 
 void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b) {
   const bool backward = strcmp(b->node->op, "vocab_ce_loss_backward") == 0;
-  const ty_abi_value_t *targets = ty_cu_vin(b, backward ? 2 : 1);
-  const int64_t N = ty_cu_numel(targets);
+  const ty_abi_value_t *targets = ty_dev_vin(b, backward ? 2 : 1);
+  const int64_t N = ty_dev_numel(targets);
   if (N == 0) return;
   ty_cu_cmd_t *c;
   if (backward) {
     /* ty_vocab_ce_loss_backward(const f32 *dloss, const f32 *sums, targets,
      *                           int dtt, f32 *dsums, i64 N) */
     c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_ce_loss_backward");
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 2));
-    ty_cu_arg_i32(b, c, ty_cu_dt(targets));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
+    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
     ty_cu_arg_i64(b, c, N);
   } else {
     /* ty_vocab_ce_loss(const f32 *sums, targets, int dtt, f32 *loss, i64 N,
      *                  i64 V, err, int node) */
     c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_ce_loss");
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_cu_in(b, 1));
-    ty_cu_arg_i32(b, c, ty_cu_dt(targets));
-    ty_cu_arg_ptr(b, c, ty_cu_out(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
+    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
+    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
+    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
     ty_cu_arg_i64(b, c, N);
     ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_size", 0));
     ty_cu_arg_err(b, c);

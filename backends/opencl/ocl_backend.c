@@ -12,40 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/common/device_exec.h"
 #include "backends/common/plugin_status.h"
 #include "backends/opencl/ocl_internal.h"
-
-/* The host's services, for messages longer than the support library's
- * fixed buffer (build logs). Set by backend_create; every backend instance
- * of a process gets the same host table. */
-static const ty_host_api_t *ty_ocl_host;
-
-ty_abi_status_t ty_ocl_error(ty_code_t code, const char *fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list copy;
-  va_copy(copy, args);
-  int n = vsnprintf(NULL, 0, fmt, copy);
-  va_end(copy);
-  char *message = malloc(n > 0 ? (size_t)n + 1 : 1);
-  if (!message) {
-    va_end(args);
-    return ty_ocl_host->status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                                    "opencl: out of memory formatting an error");
-  }
-  vsnprintf(message, n > 0 ? (size_t)n + 1 : 1, fmt, args);
-  va_end(args);
-  ty_abi_status_t s = ty_ocl_host->status_make(code, message);
-  free(message);
-  return s;
-}
 
 ty_abi_status_t ty_ocl_cl_error(const ty_abi_device_t *d, const char *what, cl_int err) {
   ty_code_t code = err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ||
                            err == CL_OUT_OF_RESOURCES
                        ? TY_CODE_RESOURCE_EXHAUSTED
                        : TY_CODE_INTERNAL;
-  return ty_ocl_error(code, "%s: %s failed: %s (%d)", d ? d->label : "opencl", what,
+  return ty_plugin_error(code, "%s: %s failed: %s (%d)", d ? d->label : "opencl", what,
                       ty_ocl_error_name(err), (int)err);
 }
 
@@ -205,7 +181,7 @@ static ty_abi_status_t ty_ocl_enumerate(ty_abi_backend_t *b) {
   cl_uint platform_count = 0;
   cl_int err = api->clGetPlatformIDs(0, NULL, &platform_count);
   if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && platform_count == 0)) {
-    return ty_ocl_error(TY_CODE_UNAVAILABLE,
+    return ty_plugin_error(TY_CODE_UNAVAILABLE,
                         "opencl: the ICD loader %s found no OpenCL platform (no driver "
                         "is registered in /etc/OpenCL/vendors or OCL_ICD_VENDORS); "
                         "install one, e.g. pocl-opencl-icd",
@@ -213,7 +189,7 @@ static ty_abi_status_t ty_ocl_enumerate(ty_abi_backend_t *b) {
   }
   if (err != CL_SUCCESS) return ty_ocl_cl_error(NULL, "clGetPlatformIDs", err);
   cl_platform_id *platforms = calloc(platform_count, sizeof(*platforms));
-  if (!platforms) return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
+  if (!platforms) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
   err = api->clGetPlatformIDs(platform_count, platforms, NULL);
   if (err != CL_SUCCESS) {
     free(platforms);
@@ -230,7 +206,7 @@ static ty_abi_status_t ty_ocl_enumerate(ty_abi_backend_t *b) {
       free(ids);
       if (grown) b->slots = grown;
       free(platforms);
-      return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
+      return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
     }
     b->slots = grown;
     if (api->clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, n, ids, NULL) == CL_SUCCESS) {
@@ -248,7 +224,7 @@ static ty_abi_status_t ty_ocl_enumerate(ty_abi_backend_t *b) {
   }
   free(platforms);
   if (b->slot_count == 0) {
-    return ty_ocl_error(TY_CODE_UNAVAILABLE,
+    return ty_plugin_error(TY_CODE_UNAVAILABLE,
                         "opencl: %u OpenCL platform(s) found, but no device", platform_count);
   }
   return NULL;
@@ -263,7 +239,6 @@ static ty_abi_status_t ty_ocl_backend_create(const ty_abi_backend_create_args_t 
                                    "opencl: out of memory creating backend");
   }
   b->host = args->host;
-  ty_ocl_host = args->host;
   ty_plugin_status_init(args->host);
   char why[512];
   if (ty_ocl_api_load(&b->api, why, sizeof(why)) != 0) {
@@ -287,10 +262,7 @@ static ty_abi_status_t ty_ocl_device_count(ty_abi_backend_t *b, uint32_t *out_co
 
 static ty_abi_status_t ty_ocl_device_info(ty_abi_backend_t *b, uint32_t index,
                                           ty_abi_device_info_t *out_info) {
-  size_t host_size = out_info->struct_size;
-  size_t n = host_size < sizeof(b->slots[index].info) ? host_size : sizeof(b->slots[index].info);
-  memcpy(out_info, &b->slots[index].info, n);
-  out_info->struct_size = host_size;
+  ty_dev_device_info_copy(&b->slots[index].info, out_info);
   return NULL;
 }
 
@@ -301,14 +273,14 @@ static ty_abi_status_t ty_ocl_device_open(ty_abi_backend_t *b,
                                           ty_abi_device_t **out_device) {
   *out_device = NULL;
   if (args->option_count > 0) {
-    return ty_ocl_error(TY_CODE_INVALID_ARGUMENT,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                         "opencl: unknown device option '%s' (opencl devices take no "
                         "options)",
                         args->options[0].key);
   }
   ty_ocl_slot_t *s = &b->slots[args->device_index];
   ty_abi_device_t *d = calloc(1, sizeof(*d));
-  if (!d) return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
+  if (!d) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
   d->backend = b;
   d->slot = s;
   d->index = args->device_index;
@@ -356,14 +328,14 @@ static ty_abi_status_t ty_ocl_buffer_alloc(ty_abi_device_t *d,
    * base the driver aligns to at least CL_DEVICE_MEM_BASE_ADDR_ALIGN (128
    * bytes or more), so any offset alignment up to a page is honoured. */
   if (alignment & (alignment - 1) || alignment > 4096) {
-    return ty_ocl_error(TY_CODE_INVALID_ARGUMENT,
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                         "%s: buffer alignment %llu is not a power of two <= 4096", d->label,
                         (unsigned long long)alignment);
   }
   const ty_ocl_slot_t *s = d->slot;
   if (args->size_bytes > s->max_alloc || args->size_bytes > s->info.memory_bytes ||
       args->size_bytes > SIZE_MAX) {
-    return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED,
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
                         "%s: cannot allocate %llu bytes; the device's largest buffer is "
                         "%llu bytes (CL_DEVICE_MAX_MEM_ALLOC_SIZE) of %llu bytes of memory",
                         d->label, (unsigned long long)args->size_bytes,
@@ -371,7 +343,7 @@ static ty_abi_status_t ty_ocl_buffer_alloc(ty_abi_device_t *d,
                         (unsigned long long)s->info.memory_bytes);
   }
   ty_abi_buffer_t *buf = calloc(1, sizeof(*buf));
-  if (!buf) return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
+  if (!buf) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
   buf->size = args->size_bytes;
   if (buf->size) {
     cl_int err = CL_SUCCESS;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backends/common/plugin_status.h"
 #include "backends/opencl/ocl_api.h"
 #include "hal/backend_abi.h"
 
@@ -83,9 +84,6 @@ struct ty_abi_buffer_s {
   uint64_t size;
 };
 
-/* Formats a host status (never NULL). */
-ty_abi_status_t ty_ocl_error(ty_code_t code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* INTERNAL naming the device, what failed and the CL error. */
 ty_abi_status_t ty_ocl_cl_error(const ty_abi_device_t *device, const char *what, cl_int err);
 

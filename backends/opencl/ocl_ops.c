@@ -10,7 +10,7 @@
 #include "backends/common/op_shapes.h"
 #include "backends/opencl/ocl_exec.h"
 
-static const ty_ocl_op_t ty_ocl_ops[] = {
+const ty_dev_op_t ty_ocl_ops[] = {
     {"embedding", ty_ocl_build_embedding, TY_ABI_ACCEPT_COMPUTE},
     {"embedding_backward", ty_ocl_build_embedding_backward, TY_ABI_ACCEPT_COMPUTE},
     {"matmul", ty_ocl_build_matmul, TY_ABI_ACCEPT_COMPUTE},
@@ -44,24 +44,17 @@ static const ty_ocl_op_t ty_ocl_ops[] = {
     {"dropout", ty_ocl_build_dropout, TY_ABI_ACCEPT_COMPUTE},
     {"dropout_backward", ty_ocl_build_dropout, TY_ABI_ACCEPT_COMPUTE},
     {"cast", ty_ocl_build_cast, TY_ABI_ACCEPT_CAST},
-    {"reshape", ty_ocl_build_reshape, TY_ABI_ACCEPT_MOVE},
-    {"transpose", ty_ocl_build_transpose, TY_ABI_ACCEPT_MOVE},
-    {"slice", ty_ocl_build_slice, TY_ABI_ACCEPT_MOVE},
-    {"slice_backward", ty_ocl_build_slice_backward, TY_ABI_ACCEPT_MOVE},
-    {"concat", ty_ocl_build_concat, TY_ABI_ACCEPT_MOVE},
+    {"reshape", ty_dev_build_reshape, TY_ABI_ACCEPT_MOVE},
+    {"transpose", ty_dev_build_transpose, TY_ABI_ACCEPT_MOVE},
+    {"slice", ty_dev_build_slice, TY_ABI_ACCEPT_MOVE},
+    {"slice_backward", ty_dev_build_slice_backward, TY_ABI_ACCEPT_MOVE},
+    {"concat", ty_dev_build_concat, TY_ABI_ACCEPT_MOVE},
     {"adamw_update", ty_ocl_build_adamw, TY_ABI_ACCEPT_COMPUTE},
     {"sgd_update", ty_ocl_build_sgd, TY_ABI_ACCEPT_COMPUTE},
     {"clip_by_global_norm", ty_ocl_build_clip, TY_ABI_ACCEPT_COMPUTE},
     {"kv_cache_write", ty_ocl_build_kv_cache_write, TY_ABI_ACCEPT_MOVE},
     {NULL, NULL, TY_ABI_ACCEPT_MOVE},
 };
-
-const ty_ocl_op_t *ty_ocl_op_find(const char *op) {
-  for (const ty_ocl_op_t *o = ty_ocl_ops; o->op; ++o) {
-    if (strcmp(o->op, op) == 0) return o;
-  }
-  return NULL;
-}
 
 bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                      size_t capacity) {
@@ -88,19 +81,19 @@ void ty_ocl_build_binary(ty_ocl_build_t *b) {
   static const char *const names[] = {"add", "sub", "mul", "div"};
   int op = 0;
   while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
-  const ty_abi_value_t *ins[2] = {ty_ocl_vin(b, 0), ty_ocl_vin(b, 1)};
-  const ty_abi_value_t *out = ty_ocl_vout(b, 0);
-  int64_t n = ty_ocl_numel(out);
+  const ty_abi_value_t *ins[2] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1)};
+  const ty_abi_value_t *out = ty_dev_vout(b, 0);
+  int64_t n = ty_dev_numel(out);
   if (n == 0) return;
   ty_op_bcast_t p;
   ty_op_bcast_plan(out, ins, 2, &p);
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_binary");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ins[0]));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ins[1]));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(out));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ins[0]));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ins[1]));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(out));
   ty_ocl_arg_i32(b, c, op);
   ty_ocl_arg_i64(b, c, n);
   ty_ocl_arg_i32(b, c, p.rank);
@@ -111,19 +104,19 @@ void ty_ocl_build_binary(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_scale(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
-  int64_t n = ty_ocl_numel(y);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  int64_t n = ty_dev_numel(y);
   if (n == 0) return;
-  ty_ocl_ref_t none = {TY_OCL_REF_NONE, 0, 0};
+  ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
   ty_ocl_arg_buf(b, c, none);
   ty_ocl_arg_i32(b, c, 0);
   ty_ocl_arg_buf(b, c, none);
   ty_ocl_arg_i32(b, c, 0);
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
   ty_ocl_arg_buf(b, c, none);
   ty_ocl_arg_i32(b, c, 0);
   ty_ocl_arg_i32(b, c, 0); /* TY_MAP_SCALE */
@@ -133,7 +126,7 @@ void ty_ocl_build_scale(ty_ocl_build_t *b) {
 }
 
 /* y[i] = x[...] over `rank` dims with strides in elements. */
-static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_ocl_ref_t x, ty_ocl_ref_t y, size_t esize,
+static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y, size_t esize,
                                 int rank, const int64_t *dims, const int64_t *xs,
                                 const int64_t *ys) {
   int64_t n = 1, d8[8] = {0}, x8[8] = {0}, y8[8] = {0};
@@ -157,20 +150,20 @@ static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_ocl_ref_t x, ty_ocl_ref_t 
 }
 
 void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
-  if (ty_ocl_numel(y) == 0) return;
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  if (ty_dev_numel(y) == 0) return;
   ty_op_bcast_t p;
   ty_op_bcast_plan(y, &x, 1, &p);
   int64_t ys[8];
   ty_op_strides((uint32_t)p.rank, p.dims, ys);
-  ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), ty_ocl_esize(y), p.rank, p.dims,
+  ty_ocl_strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_ocl_esize(y), p.rank, p.dims,
                       p.stride[0], ys);
 }
 
 /* ---- reductions ---- */
 
 void ty_ocl_build_reduce(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   bool red[8] = {false};
   const ty_abi_attr_t *a = ty_abi_node_attr(b->node, "axes");
   uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
@@ -206,22 +199,22 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
       ks[kr++] = xs[d];
     }
   }
-  int64_t outs = ty_ocl_numel(y);
+  int64_t outs = ty_dev_numel(y);
   if (outs == 0) return;
   for (uint32_t d = 0; d < x->rank; ++d) {
     if (x->dims[d] == 0) terms = 0;
   }
   if (terms == 0) {
-    ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)outs * ty_ocl_esize(y));
+    ty_ocl_fill(b, ty_dev_out(b, 0), (uint64_t)outs * ty_ocl_esize(y));
     return;
   }
   const bool sumsq = strcmp(b->node->op, "reduce_sumsq") == 0;
   const bool mean = strcmp(b->node->op, "reduce_mean") == 0;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_reduce");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
   ty_ocl_arg_i32(b, c, sumsq ? 1 : 0);
   ty_ocl_arg_i64(b, c, terms);
   ty_ocl_arg_f32(b, c, mean ? (float)(1.0 / (double)terms) : 1.0f);
@@ -237,14 +230,14 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
 /* ---- matmul ---- */
 
 void ty_ocl_build_matmul(ty_ocl_build_t *b) {
-  const ty_abi_value_t *a = ty_ocl_vin(b, 0), *bv = ty_ocl_vin(b, 1), *bias = ty_ocl_vin(b, 2);
-  const ty_abi_value_t *out = ty_ocl_vout(b, 0);
+  const ty_abi_value_t *a = ty_dev_vin(b, 0), *bv = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
+  const ty_abi_value_t *out = ty_dev_vout(b, 0);
   const bool ta = ty_abi_node_attr_int(b->node, "trans_a", 0) != 0;
   const bool tb = ty_abi_node_attr_int(b->node, "trans_b", 0) != 0;
   const int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
   const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
-    ty_ocl_fail(b, TY_CODE_UNIMPLEMENTED, "matrix sizes beyond 2^31 are not supported");
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "matrix sizes beyond 2^31 are not supported");
     return;
   }
   const int brank = (int)out->rank - 2;
@@ -269,15 +262,15 @@ void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   }
   if (M == 0 || N == 0 || batches == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_MATMUL, "ty_matmul");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(a));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(bv));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 2));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(bias));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(a));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(bv));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 2));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(bias));
   ty_ocl_arg_i32(b, c, bias != NULL);
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(out));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(out));
   ty_ocl_arg_i32(b, c, (int32_t)M);
   ty_ocl_arg_i32(b, c, (int32_t)N);
   ty_ocl_arg_i32(b, c, (int32_t)K);
@@ -297,95 +290,39 @@ void ty_ocl_build_matmul(ty_ocl_build_t *b) {
 /* ---- views and casts ---- */
 
 void ty_ocl_build_cast(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
-  int64_t n = ty_ocl_numel(y);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  int64_t n = ty_dev_numel(y);
   if (n == 0) return;
   if (x->dtype == y->dtype) {
-    ty_ocl_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), (uint64_t)n * ty_ocl_esize(y));
+    ty_ocl_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)n * ty_ocl_esize(y));
     return;
   }
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_cast");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
   ty_ocl_arg_i64(b, c, n);
   ty_ocl_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
-void ty_ocl_build_reshape(ty_ocl_build_t *b) {
-  const ty_abi_value_t *y = ty_ocl_vout(b, 0);
-  ty_ocl_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0),
-              (uint64_t)ty_ocl_numel(y) * ty_ocl_esize(y));
-}
-
-void ty_ocl_build_transpose(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
-  const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
-  int64_t xs[8], ys[8], ps[8];
-  ty_op_strides(x->rank, x->dims, xs);
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t d = 0; d < y->rank; ++d) ps[d] = xs[perm->ints[d]];
-  ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), ty_ocl_esize(y), (int)y->rank,
-                      y->dims, ps, ys);
-}
-
-void ty_ocl_build_slice(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *y = ty_ocl_vout(b, 0);
-  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
-  int64_t xs[8], ys[8], start = 0;
-  ty_op_strides(x->rank, x->dims, xs);
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t d = 0; d < x->rank; ++d) start += starts->ints[d] * xs[d];
-  ty_ocl_strided_copy(b, ty_ocl_ref_at(ty_ocl_in(b, 0), (uint64_t)start * ty_ocl_esize(y)),
-                      ty_ocl_out(b, 0), ty_ocl_esize(y), (int)y->rank, y->dims, xs, ys);
-}
-
-void ty_ocl_build_slice_backward(ty_ocl_build_t *b) {
-  const ty_abi_value_t *dy = ty_ocl_vin(b, 0), *dx = ty_ocl_vout(b, 0);
-  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
-  size_t es = ty_ocl_esize(dx);
-  int64_t ds[8], xs[8], start = 0;
-  ty_op_strides(dy->rank, dy->dims, ds);
-  ty_op_strides(dx->rank, dx->dims, xs);
-  for (uint32_t d = 0; d < dx->rank; ++d) start += starts->ints[d] * xs[d];
-  ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)ty_ocl_numel(dx) * es);
-  ty_ocl_strided_copy(b, ty_ocl_in(b, 0), ty_ocl_ref_at(ty_ocl_out(b, 0), (uint64_t)start * es),
-                      es, (int)dy->rank, dy->dims, ds, xs);
-}
-
-void ty_ocl_build_concat(ty_ocl_build_t *b) {
-  const ty_abi_value_t *y = ty_ocl_vout(b, 0);
-  int64_t axis = ty_abi_node_attr_int(b->node, "axis", 0);
-  if (axis < 0) axis += y->rank;
-  size_t es = ty_ocl_esize(y);
-  int64_t ys[8], at = 0;
-  ty_op_strides(y->rank, y->dims, ys);
-  for (uint32_t i = 0; i < b->node->input_count; ++i) {
-    const ty_abi_value_t *x = ty_ocl_vin(b, i);
-    int64_t xs[8];
-    ty_op_strides(x->rank, x->dims, xs);
-    ty_ocl_strided_copy(b, ty_ocl_in(b, i),
-                        ty_ocl_ref_at(ty_ocl_out(b, 0), (uint64_t)(at * ys[axis]) * es), es,
-                        (int)x->rank, x->dims, xs, ys);
-    at += x->dims[axis];
-  }
-}
+/* The view ops' builders are the core's (backends/common/device_views.c). */
+const ty_dev_movers_t ty_ocl_movers = {ty_ocl_fill, ty_ocl_copy, ty_ocl_strided_copy};
 
 void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b) {
-  const ty_abi_value_t *cache = ty_ocl_vin(b, 0), *fresh = ty_ocl_vin(b, 1);
-  const ty_abi_value_t *pos = ty_ocl_vin(b, 2), *out = ty_ocl_vout(b, 0);
+  const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
+  const ty_abi_value_t *pos = ty_dev_vin(b, 2), *out = ty_dev_vout(b, 0);
   size_t es = ty_ocl_esize(out);
   /* cache' = cache first, unless the plan put cache' in cache's storage. */
-  ty_ocl_copy(b, ty_ocl_in(b, 0), ty_ocl_out(b, 0), (uint64_t)ty_ocl_numel(cache) * es);
-  int64_t n = ty_ocl_numel(fresh);
+  ty_ocl_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(cache) * es);
+  int64_t n = ty_dev_numel(fresh);
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_kv_write");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 2));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(pos));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 2));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(pos));
   ty_ocl_arg_i32(b, c, (int32_t)es);
   ty_ocl_arg_i64(b, c, cache->dims[1]);
   ty_ocl_arg_i64(b, c, fresh->dims[1]);
@@ -398,16 +335,16 @@ void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b) {
 /* ---- embeddings ---- */
 
 void ty_ocl_build_embedding(ty_ocl_build_t *b) {
-  const ty_abi_value_t *table = ty_ocl_vin(b, 0), *ids = ty_ocl_vin(b, 1), *out = ty_ocl_vout(b, 0);
-  const int64_t N = ty_ocl_numel(ids), V = table->dims[0], D = table->dims[1];
+  const ty_abi_value_t *table = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1), *out = ty_dev_vout(b, 0);
+  const int64_t N = ty_dev_numel(ids), V = table->dims[0], D = table->dims[1];
   if (N * D == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_embedding");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(table));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ids));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(out));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(table));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ids));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(out));
   ty_ocl_arg_i64(b, c, N);
   ty_ocl_arg_i64(b, c, V);
   ty_ocl_arg_i64(b, c, D);
@@ -416,25 +353,25 @@ void ty_ocl_build_embedding(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
-  const ty_abi_value_t *dout = ty_ocl_vin(b, 0), *ids = ty_ocl_vin(b, 1);
-  const ty_abi_value_t *dt = ty_ocl_vout(b, 0);
-  const int64_t N = ty_ocl_numel(ids), V = dt->dims[0], D = dt->dims[1];
+  const ty_abi_value_t *dout = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1);
+  const ty_abi_value_t *dt = ty_dev_vout(b, 0);
+  const int64_t N = ty_dev_numel(ids), V = dt->dims[0], D = dt->dims[1];
   if (V * D == 0) return;
   if (N == 0) {
-    ty_ocl_fill(b, ty_ocl_out(b, 0), (uint64_t)(V * D) * ty_ocl_esize(dt));
+    ty_ocl_fill(b, ty_dev_out(b, 0), (uint64_t)(V * D) * ty_ocl_esize(dt));
     return;
   }
   if (N > INT32_MAX) {
-    ty_ocl_fail(b, TY_CODE_UNIMPLEMENTED, "more than 2^31 ids");
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "more than 2^31 ids");
     return;
   }
-  ty_ocl_ref_t counts = ty_ocl_scratch(b, (uint64_t)V * 4);
-  ty_ocl_ref_t offsets = ty_ocl_scratch(b, (uint64_t)V * 4);
-  ty_ocl_ref_t list = ty_ocl_scratch(b, (uint64_t)N * 4);
+  ty_dev_ref_t counts = ty_dev_scratch(b, (uint64_t)V * 4);
+  ty_dev_ref_t offsets = ty_dev_scratch(b, (uint64_t)V * 4);
+  ty_dev_ref_t list = ty_dev_scratch(b, (uint64_t)N * 4);
   ty_ocl_fill(b, counts, (uint64_t)V * 4);
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_count");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ids));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ids));
   ty_ocl_arg_i64(b, c, N);
   ty_ocl_arg_i64(b, c, V);
   ty_ocl_arg_buf(b, c, counts);
@@ -446,21 +383,21 @@ void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
   ty_ocl_arg_i64(b, c, V);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_place");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ids));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ids));
   ty_ocl_arg_i64(b, c, N);
   ty_ocl_arg_i64(b, c, V);
   ty_ocl_arg_buf(b, c, offsets);
   ty_ocl_arg_buf(b, c, list);
   ty_ocl_grid1(c, (uint64_t)N, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_sum");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(dout));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(dout));
   ty_ocl_arg_buf(b, c, counts);
   ty_ocl_arg_buf(b, c, offsets);
   ty_ocl_arg_buf(b, c, list);
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(dt));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(dt));
   ty_ocl_arg_i64(b, c, V);
   ty_ocl_arg_i64(b, c, D);
   ty_ocl_grid1(c, (uint64_t)(V * D), TY_OCL_WG);
@@ -469,12 +406,12 @@ void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
 /* ---- optimizers and clipping ---- */
 
 void ty_ocl_build_adamw(ty_ocl_build_t *b) {
-  const int64_t n = ty_ocl_numel(ty_ocl_vin(b, 0));
-  ty_ocl_ref_t hp = ty_ocl_scratch(b, 8 * sizeof(float));
+  const int64_t n = ty_dev_numel(ty_dev_vin(b, 0));
+  ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw_prep");
   for (uint32_t i = 4; i < 10; ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   ty_ocl_arg_buf(b, c, hp);
   ty_ocl_arg_err(b, c);
@@ -482,12 +419,12 @@ void ty_ocl_build_adamw(ty_ocl_build_t *b) {
   if (n == 0) return;
   c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw");
   for (uint32_t i = 0; i < 4; ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   for (uint32_t o = 0; o < 3; ++o) {
-    ty_ocl_arg_buf(b, c, ty_ocl_out(b, o));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, o)));
+    ty_ocl_arg_buf(b, c, ty_dev_out(b, o));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
   }
   ty_ocl_arg_i64(b, c, n);
   ty_ocl_arg_buf(b, c, hp);
@@ -495,21 +432,21 @@ void ty_ocl_build_adamw(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_sgd(ty_ocl_build_t *b) {
-  const int64_t n = ty_ocl_numel(ty_ocl_vin(b, 0));
+  const int64_t n = ty_dev_numel(ty_dev_vin(b, 0));
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_sgd");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   for (uint32_t o = 0; o < 2; ++o) {
-    ty_ocl_arg_buf(b, c, ty_ocl_out(b, o));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, o)));
+    ty_ocl_arg_buf(b, c, ty_dev_out(b, o));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
   }
   ty_ocl_arg_i64(b, c, n);
   for (uint32_t i = 3; i < 6; ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   ty_ocl_arg_i32(b, c, ty_abi_node_attr_int(b->node, "nesterov", 0) != 0);
   ty_ocl_arg_err(b, c);
@@ -521,19 +458,19 @@ void ty_ocl_build_clip(ty_ocl_build_t *b) {
   const uint64_t block = (uint64_t)TY_OCL_WG * 16;
   uint64_t slots = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    slots += ((uint64_t)ty_ocl_numel(ty_ocl_vin(b, i + 1)) + block - 1) / block;
+    slots += ((uint64_t)ty_dev_numel(ty_dev_vin(b, i + 1)) + block - 1) / block;
   }
-  ty_ocl_ref_t partial = ty_ocl_scratch(b, (slots ? slots : 1) * sizeof(float));
-  ty_ocl_ref_t coef = ty_ocl_scratch(b, sizeof(float));
+  ty_dev_ref_t partial = ty_dev_scratch(b, (slots ? slots : 1) * sizeof(float));
+  ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(float));
   uint64_t slot = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_ocl_vin(b, i + 1);
-    const int64_t n = ty_ocl_numel(g);
+    const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
+    const int64_t n = ty_dev_numel(g);
     if (n == 0) continue;
     const uint64_t blocks = ((uint64_t)n + block - 1) / block;
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_sumsq_blocks");
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i + 1));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(g));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i + 1));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(g));
     ty_ocl_arg_i64(b, c, n);
     ty_ocl_arg_buf(b, c, partial);
     ty_ocl_arg_i64(b, c, (int64_t)slot);
@@ -543,21 +480,21 @@ void ty_ocl_build_clip(ty_ocl_build_t *b) {
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_clip_finish");
   ty_ocl_arg_buf(b, c, partial);
   ty_ocl_arg_i64(b, c, (int64_t)slots);
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, 0)));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, 0)));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
   ty_ocl_arg_buf(b, c, coef);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_ocl_vin(b, i + 1), *o = ty_ocl_vout(b, i + 1);
-    const int64_t n = ty_ocl_numel(g);
+    const ty_abi_value_t *g = ty_dev_vin(b, i + 1), *o = ty_dev_vout(b, i + 1);
+    const int64_t n = ty_dev_numel(g);
     if (n == 0) continue;
     c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_scale_by");
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i + 1));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(g));
-    ty_ocl_arg_buf(b, c, ty_ocl_out(b, i + 1));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(o));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i + 1));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(g));
+    ty_ocl_arg_buf(b, c, ty_dev_out(b, i + 1));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(o));
     ty_ocl_arg_i64(b, c, n);
     ty_ocl_arg_buf(b, c, coef);
     ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);

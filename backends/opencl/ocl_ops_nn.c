@@ -14,19 +14,19 @@ void ty_ocl_build_map(ty_ocl_build_t *b) {
                                       "swiglu", "swiglu_backward"};
   int op = 0;
   while (op < 6 && strcmp(names[op], b->node->op) != 0) ++op;
-  const ty_abi_value_t *y = ty_ocl_vout(b, 0);
-  const int64_t n = ty_ocl_numel(y);
+  const ty_abi_value_t *y = ty_dev_vout(b, 0);
+  const int64_t n = ty_dev_numel(y);
   if (n == 0) return;
-  ty_ocl_ref_t none = {TY_OCL_REF_NONE, 0, 0};
+  ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   for (uint32_t o = 0; o < 2; ++o) {
     bool present = o < b->node->output_count;
-    ty_ocl_arg_buf(b, c, present ? ty_ocl_out(b, o) : none);
-    ty_ocl_arg_i32(b, c, present ? ty_ocl_dt(ty_ocl_vout(b, o)) : 0);
+    ty_ocl_arg_buf(b, c, present ? ty_dev_out(b, o) : none);
+    ty_ocl_arg_i32(b, c, present ? ty_dev_dt(ty_dev_vout(b, o)) : 0);
   }
   ty_ocl_arg_i32(b, c, op);
   ty_ocl_arg_i64(b, c, n);
@@ -35,11 +35,11 @@ void ty_ocl_build_map(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_dropout(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *rng = ty_ocl_vin(b, 1), *y = ty_ocl_vout(b, 0);
-  const int64_t n = ty_ocl_numel(y);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
+  const int64_t n = ty_dev_numel(y);
   const double p = ty_abi_node_attr_float(b->node, "p", 0.0);
   if (!(p >= 0.0 && p < 1.0)) {
-    ty_ocl_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
+    ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
     return;
   }
   if (n == 0) return;
@@ -47,12 +47,12 @@ void ty_ocl_build_dropout(ty_ocl_build_t *b) {
   uint64_t keep_bits;
   memcpy(&keep_bits, &keep, sizeof(keep_bits));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_dropout");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(rng));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(rng));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
   ty_ocl_arg_i64(b, c, n);
   ty_ocl_arg_u32(b, c, ty_dropout_threshold(p));
   ty_ocl_arg_u32(b, c, (uint32_t)ty_abi_node_attr_int(b->node, "stream", 0));
@@ -62,27 +62,27 @@ void ty_ocl_build_dropout(ty_ocl_build_t *b) {
 
 void ty_ocl_build_norm(ty_ocl_build_t *b) {
   const bool rms = strcmp(b->node->op, "rmsnorm") == 0;
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *g = ty_ocl_vin(b, 1);
-  const ty_abi_value_t *beta = rms ? NULL : ty_ocl_vin(b, 2);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *g = ty_dev_vin(b, 1);
+  const ty_abi_value_t *beta = rms ? NULL : ty_dev_vin(b, 2);
   const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_ocl_numel(x) / C : 0;
+  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
   if (rows == 0) return;
-  ty_ocl_ref_t none = {TY_OCL_REF_NONE, 0, 0};
+  ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_layernorm");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(g));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(g));
   ty_ocl_arg_i32(b, c, g != NULL);
-  ty_ocl_arg_buf(b, c, rms ? none : ty_ocl_in(b, 2));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(beta));
+  ty_ocl_arg_buf(b, c, rms ? none : ty_dev_in(b, 2));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(beta));
   ty_ocl_arg_i32(b, c, beta != NULL);
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, 0)));
-  ty_ocl_arg_buf(b, c, rms ? none : ty_ocl_out(b, 1));
-  ty_ocl_arg_i32(b, c, rms ? 0 : ty_ocl_dt(ty_ocl_vout(b, 1)));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, rms ? 1 : 2));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, rms ? 1 : 2)));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_ocl_arg_buf(b, c, rms ? none : ty_dev_out(b, 1));
+  ty_ocl_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, rms ? 1 : 2));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, rms ? 1 : 2)));
   ty_ocl_arg_i64(b, c, C);
   ty_ocl_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
   ty_ocl_arg_i32(b, c, rms);
@@ -93,27 +93,27 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   /* layernorm_backward: dy, x, gamma?, mean, rstd -> dx, dgamma, dbeta
    * rmsnorm_backward:   dy, x, gamma?, rstd       -> dx, dgamma */
   const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
-  const ty_abi_value_t *dy = ty_ocl_vin(b, 0), *x = ty_ocl_vin(b, 1), *g = ty_ocl_vin(b, 2);
-  const ty_abi_value_t *mean = rms ? NULL : ty_ocl_vin(b, 3), *rstd = ty_ocl_vin(b, rms ? 3 : 4);
+  const ty_abi_value_t *dy = ty_dev_vin(b, 0), *x = ty_dev_vin(b, 1), *g = ty_dev_vin(b, 2);
+  const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
   const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_ocl_numel(x) / C : 0;
-  ty_ocl_ref_t none = {TY_OCL_REF_NONE, 0, 0};
-  ty_ocl_ref_t mean_ref = rms ? none : ty_ocl_in(b, 3), rstd_ref = ty_ocl_in(b, rms ? 3 : 4);
+  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
+  ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
+  ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   if (rows > 0) {
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_dx");
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(dy));
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, 2));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(g));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(dy));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(x));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, 2));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(g));
     ty_ocl_arg_i32(b, c, g != NULL);
     ty_ocl_arg_buf(b, c, mean_ref);
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(mean));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(mean));
     ty_ocl_arg_buf(b, c, rstd_ref);
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(rstd));
-    ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, 0)));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
     ty_ocl_arg_i64(b, c, C);
     ty_ocl_arg_i32(b, c, rms);
     ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
@@ -121,18 +121,18 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   if (C == 0) return;
   const bool has_dbeta = !rms && b->node->output_count > 2;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_params");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(dy));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(dy));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
   ty_ocl_arg_buf(b, c, mean_ref);
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(mean));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(mean));
   ty_ocl_arg_buf(b, c, rstd_ref);
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(rstd));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, 1)));
-  ty_ocl_arg_buf(b, c, has_dbeta ? ty_ocl_out(b, 2) : none);
-  ty_ocl_arg_i32(b, c, has_dbeta ? ty_ocl_dt(ty_ocl_vout(b, 2)) : 0);
+  ty_ocl_arg_i32(b, c, ty_dev_dt(rstd));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_ocl_arg_buf(b, c, has_dbeta ? ty_dev_out(b, 2) : none);
+  ty_ocl_arg_i32(b, c, has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
   ty_ocl_arg_i32(b, c, has_dbeta);
   ty_ocl_arg_i64(b, c, rows);
   ty_ocl_arg_i64(b, c, C);
@@ -144,17 +144,17 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
 
 void ty_ocl_build_softmax(ty_ocl_build_t *b) {
   const bool backward = strcmp(b->node->op, "softmax_backward") == 0;
-  const ty_abi_value_t *y = ty_ocl_vout(b, 0);
+  const ty_abi_value_t *y = ty_dev_vout(b, 0);
   const int64_t C = y->rank ? y->dims[y->rank - 1] : 1;
-  const int64_t rows = C ? ty_ocl_numel(y) / C : 0;
+  const int64_t rows = C ? ty_dev_numel(y) / C : 0;
   if (rows == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_softmax_bwd" : "ty_softmax");
   for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
   ty_ocl_arg_i64(b, c, C);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
 }
@@ -162,18 +162,18 @@ void ty_ocl_build_softmax(ty_ocl_build_t *b) {
 void ty_ocl_build_cross_entropy(ty_ocl_build_t *b) {
   /* forward: logits, targets -> loss; backward: dloss, logits, targets -> dlogits */
   const bool backward = strcmp(b->node->op, "cross_entropy_backward") == 0;
-  const ty_abi_value_t *logits = ty_ocl_vin(b, backward ? 1 : 0);
+  const ty_abi_value_t *logits = ty_dev_vin(b, backward ? 1 : 0);
   const int64_t V = logits->rank ? logits->dims[logits->rank - 1] : 1;
-  const int64_t rows = ty_ocl_numel(ty_ocl_vin(b, backward ? 2 : 1));
+  const int64_t rows = ty_dev_numel(ty_dev_vin(b, backward ? 2 : 1));
   if (rows == 0) return;
   ty_ocl_cmd_t *c =
       ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_xent_bwd" : "ty_xent");
   for (uint32_t i = 0; i < (backward ? 3u : 2u); ++i) {
-    ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, 0)));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
   ty_ocl_arg_i64(b, c, V);
   ty_ocl_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
@@ -204,15 +204,15 @@ static void ty_ocl_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double 
 
 void ty_ocl_build_rope(ty_ocl_build_t *b) {
   const bool backward = strcmp(b->node->op, "rope_backward") == 0;
-  const ty_abi_value_t *x = ty_ocl_vin(b, 0), *pos = ty_ocl_vin(b, 1), *y = ty_ocl_vout(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *pos = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
   const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
-  const int64_t pairs = ty_ocl_numel(x) / 2;
+  const int64_t pairs = ty_dev_numel(x) / 2;
   if (pairs == 0) return;
   /* (hi, lo) f32 pairs with hi + lo = inv_freq to ~2^-48 relative. */
   float table[2 * 512];
   double inv[512];
   if (D / 2 > 512) {
-    ty_ocl_fail(b, TY_CODE_UNIMPLEMENTED, "head_dim %lld above 1024", (long long)D);
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "head_dim %lld above 1024", (long long)D);
     return;
   }
   ty_ocl_rope_inv_freq(b->node, D, inv);
@@ -221,14 +221,14 @@ void ty_ocl_build_rope(ty_ocl_build_t *b) {
     table[2 * j] = hi;
     table[2 * j + 1] = (float)(inv[j] - (double)hi);
   }
-  ty_ocl_ref_t freq = ty_ocl_aux(b, table, (uint64_t)D * sizeof(float));
+  ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)D * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ROPE, "ty_rope");
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(x));
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(y));
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(pos));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(pos));
   ty_ocl_arg_buf(b, c, freq);
   ty_ocl_arg_i64(b, c, T);
   ty_ocl_arg_i64(b, c, H);
@@ -254,13 +254,13 @@ static void ty_ocl_att_tail(ty_ocl_build_t *b, ty_ocl_cmd_t *c, const ty_abi_val
 }
 
 static void ty_ocl_arg_in(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint32_t i) {
-  ty_ocl_arg_buf(b, c, ty_ocl_in(b, i));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vin(b, i)));
+  ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
 }
 
 static void ty_ocl_arg_out(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint32_t o) {
-  ty_ocl_arg_buf(b, c, ty_ocl_out(b, o));
-  ty_ocl_arg_i32(b, c, ty_ocl_dt(ty_ocl_vout(b, o)));
+  ty_ocl_arg_buf(b, c, ty_dev_out(b, o));
+  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
 }
 
 void ty_ocl_build_attention(ty_ocl_build_t *b) {
@@ -268,10 +268,10 @@ void ty_ocl_build_attention(ty_ocl_build_t *b) {
   /* forward: q, k, v, kv_len? -> out, lse
    * backward: dout, q, k, v, out, lse, kv_len? -> dq, dk, dv */
   const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
-  const ty_abi_value_t *q = ty_ocl_vin(b, qi), *k = ty_ocl_vin(b, qi + 1);
+  const ty_abi_value_t *q = ty_dev_vin(b, qi), *k = ty_dev_vin(b, qi + 1);
   const int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], S = k->dims[1];
   const int64_t Hkv = k->dims[2];
-  const bool has_kvlen = ty_ocl_vin(b, kl) != NULL;
+  const bool has_kvlen = ty_dev_vin(b, kl) != NULL;
   if (B * T * Hq == 0) return;
   if (!backward) {
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ATTENTION, "ty_attention");
@@ -284,7 +284,7 @@ void ty_ocl_build_attention(ty_ocl_build_t *b) {
     ty_ocl_grid1(c, (uint64_t)(B * Hq * T) * TY_OCL_ATT_WG, TY_OCL_ATT_WG);
     return;
   }
-  ty_ocl_ref_t delta = ty_ocl_scratch(b, (uint64_t)(B * Hq * T) * sizeof(float));
+  ty_dev_ref_t delta = ty_dev_scratch(b, (uint64_t)(B * Hq * T) * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ATTENTION, "ty_attention_bwd_dq");
   for (uint32_t i = 0; i < 6; ++i) ty_ocl_arg_in(b, c, i);
   ty_ocl_arg_in(b, c, kl);

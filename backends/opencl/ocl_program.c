@@ -98,7 +98,7 @@ static ty_abi_status_t ty_ocl_source_text(const char *name, const char **out_tex
       char *data = NULL;
       ty_status_t s = ty_file_read(path, &ty_ocl_source_kind, &data, out_size);
       if (s) {
-        ty_abi_status_t e = ty_ocl_error(ty_status_code(s),
+        ty_abi_status_t e = ty_plugin_error(ty_status_code(s),
                                          "opencl: TRAINYARD_OPENCL_KERNEL_OVERRIDE names %s for "
                                          "%s, which cannot be read: %s",
                                          path, name, ty_status_message(s));
@@ -118,7 +118,7 @@ static ty_abi_status_t ty_ocl_source_text(const char *name, const char **out_tex
       return NULL;
     }
   }
-  return ty_ocl_error(TY_CODE_INTERNAL, "opencl: no embedded kernel source %s", name);
+  return ty_plugin_error(TY_CODE_INTERNAL, "opencl: no embedded kernel source %s", name);
 }
 
 /* "ty_a, ty_b": the kernels a source file defines, for messages. */
@@ -269,18 +269,24 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   ty_ocl_api_t *api = d->api;
   ty_ocl_slot_t *s = d->slot;
   const char *file = ty_ocl_family_files[f];
-  const char *common_text = NULL, *family_text = NULL;
-  size_t common_size = 0, family_size = 0;
-  char *common_owned = NULL, *family_owned = NULL;
-  ty_abi_status_t st = ty_ocl_source_text("common.cl", &common_text, &common_size, &common_owned);
+  const char *errors_text = NULL, *common_text = NULL, *family_text = NULL;
+  size_t errors_size = 0, common_size = 0, family_size = 0;
+  char *errors_owned = NULL, *common_owned = NULL, *family_owned = NULL;
+  ty_abi_status_t st =
+      ty_ocl_source_text("device_errors.h", &errors_text, &errors_size, &errors_owned);
+  if (!st) st = ty_ocl_source_text("common.cl", &common_text, &common_size, &common_owned);
   if (!st) st = ty_ocl_source_text(file, &family_text, &family_size, &family_owned);
   if (st) {
+    free(errors_owned);
     free(common_owned);
     return st;
   }
-  /* #line keeps compiler messages in each file's own line numbers. */
+  /* #line keeps compiler messages in each file's own line numbers. The
+   * error codes come first: common.cl and the kernels use them. */
   ty_ocl_text_t text = {0};
-  ty_text_str(&text, "#line 1 \"common.cl\"\n");
+  ty_text_str(&text, "#line 1 \"device_errors.h\"\n");
+  ty_text_add(&text, errors_text, errors_size);
+  ty_text_str(&text, "\n#line 1 \"common.cl\"\n");
   ty_text_add(&text, common_text, common_size);
   ty_text_str(&text, "\n#line 1 \"");
   ty_text_str(&text, file);
@@ -288,11 +294,12 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   ty_text_add(&text, family_text, family_size);
   char kernels[512];
   ty_ocl_kernel_names(family_text, kernels, sizeof(kernels));
+  free(errors_owned);
   free(common_owned);
   free(family_owned);
   if (text.oom) {
     free(text.data);
-    return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
   }
   char options[256], source_hash[65], key_hash[65], dir[900], path[1100];
   ty_ocl_build_options(s, options, sizeof(options));
@@ -310,7 +317,7 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   hashed = ty_sha256_final_hex(&sha, key_hash) && hashed;
   if (!hashed) {
     free(text.data);
-    return ty_ocl_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory hashing %s", d->label,
+    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory hashing %s", d->label,
                         file);
   }
   ty_ocl_cache_dir(dir, sizeof(dir));
@@ -344,7 +351,7 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
       char *log = ty_ocl_build_log(api, program, s->device);
       ty_ocl_program_release(api, program);
       free(text.data);
-      st = ty_ocl_error(TY_CODE_INTERNAL,
+      st = ty_plugin_error(TY_CODE_INTERNAL,
                         "%s: the OpenCL C compiler of %s rejected kernel source %s (kernels %s) "
                         "with options '%s': %s (%d); build log:\n%s",
                         d->label, s->info.name, file, kernels, options, ty_ocl_error_name(err),

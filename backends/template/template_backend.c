@@ -222,8 +222,10 @@ static ty_abi_status_t template_buffer_copy(ty_abi_device_t *device,
  * from day one — `trainyard conform --backend template` passes — and a
  * real backend then replaces ops one by one: give the executor a finder
  * that returns your kernel for the ops you have written (see
- * backends/cpu/cpu_graph.c). A device with its own memory (a GPU) writes its
- * own executor instead, on the same descriptors. */
+ * backends/cpu/cpu_graph.c). A device with its own memory (a GPU) builds
+ * on the device-executor core instead (<trainyard/device_exec.h>: bindings,
+ * operand references, op table, data errors; backends/opencl is the
+ * smallest example) and writes its commands and kernels. */
 #if !defined(TEMPLATE_ABI_1_0)
 struct ty_abi_executable_s {
   ty_host_executor_t *executor;

@@ -16,7 +16,8 @@
  * Data errors (an id out of range, a KV position past the cache) are
  * reported through a small error buffer: the first failing thread wins an
  * atomic compare-and-swap and records its node and three details, which the
- * host reads after the run (cuda_graph.c decodes the codes). */
+ * host reads after the run: backends/common/device_errors.h lists the codes
+ * for C, CUDA and OpenCL C alike, and ty_dev_data_error decodes them. */
 #ifndef TY_CUDA_KERNELS_COMMON_CUH_
 #define TY_CUDA_KERNELS_COMMON_CUH_
 
@@ -24,6 +25,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "backends/common/device_errors.h"
 #include "hal/philox.h"
 
 /* Values of ty_dtype_t (hal/backend_abi.h). */
@@ -35,16 +37,6 @@
 #define TY_I64 6
 #define TY_U8 7
 
-/* Error codes, decoded by cuda_graph.c (the same numbers as the opencl
- * backend's, so messages read alike). */
-#define TY_ERR_EMBEDDING_ID 1
-#define TY_ERR_TARGET 2
-#define TY_ERR_KV_POSITION 3
-#define TY_ERR_KV_LEN 4
-#define TY_ERR_CAST_RANGE 5
-#define TY_ERR_ADAMW_STEP 6
-#define TY_ERR_SGD_NESTEROV 7
-#define TY_ERR_ADAFACTOR 8
 
 #define ERR_ARGS int *err, int node
 

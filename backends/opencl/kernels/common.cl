@@ -11,7 +11,7 @@
  * Data errors (an id out of range, a KV position past the cache) are
  * reported through a small error buffer: the first failing work-item wins
  * an atomic compare-and-swap and records its node and details, which the
- * host reads after the step (ocl_graph.c). */
+ * host reads after the step (ocl_graph.c, device_errors.h). */
 #ifdef TY_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
@@ -31,14 +31,9 @@
 #define P(x) (x##_b + x##_o)
 #define ERR_ARGS __global int *err, int node
 
-/* Error codes, decoded by ocl_graph.c. */
-#define TY_ERR_EMBEDDING_ID 1
-#define TY_ERR_TARGET 2
-#define TY_ERR_KV_POSITION 3
-#define TY_ERR_KV_LEN 4
-#define TY_ERR_CAST_RANGE 5
-#define TY_ERR_ADAMW_STEP 6
-#define TY_ERR_SGD_NESTEROV 7
+/* The error codes (TY_ERR_*) come from backends/common/device_errors.h,
+ * which ocl_program.c puts before this file; the host decodes them with
+ * ty_dev_data_error (backends/common/device_exec.c). */
 
 void ty_fail(__global int *err, int node, int code, long a, long b, long c) {
   if (atomic_cmpxchg(err, 0, code) == 0) {

@@ -1,0 +1,329 @@
+/* The device-executor core of the backend support library
+ * (backends/common/device_exec.h) and ty_plugin_error, through a stand-in
+ * for the host's status services: binding resolve and its errors, operand
+ * locations, the data-error decoder, the op lookup, and messages longer
+ * than the 1 KiB the support library used to cut them at. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backends/common/device_errors.h"
+#include "backends/common/device_exec.h"
+#include "backends/common/plugin_status.h"
+
+/* ---- a host's status services ---- */
+
+typedef struct fake_status_t {
+  ty_code_t code;
+  char *message;
+} fake_status_t;
+
+static ty_abi_status_t fake_make(ty_code_t code, const char *message) {
+  fake_status_t *s = malloc(sizeof(*s));
+  assert_non_null(s);
+  s->code = code;
+  s->message = strdup(message);
+  assert_non_null(s->message);
+  return (ty_abi_status_t)(void *)s;
+}
+static void fake_free(ty_abi_status_t s) {
+  if (!s) return;
+  free(((fake_status_t *)(void *)s)->message);
+  free((void *)s);
+}
+static ty_code_t fake_code(ty_abi_status_t s) { return ((fake_status_t *)(void *)s)->code; }
+static const char *fake_message(ty_abi_status_t s) {
+  return ((fake_status_t *)(void *)s)->message;
+}
+
+static ty_host_api_t fake_host;
+
+static int setup(void **state) {
+  (void)state;
+  fake_host.struct_size = sizeof(fake_host);
+  fake_host.status_make = fake_make;
+  fake_host.status_free = fake_free;
+  fake_host.status_code = fake_code;
+  fake_host.status_message = fake_message;
+  ty_plugin_status_init(&fake_host);
+  return 0;
+}
+
+/* Checks code and a substring of the message, and frees the status. */
+static void expect_status(ty_abi_status_t s, ty_code_t code, const char *part) {
+  assert_non_null(s);
+  assert_int_equal(fake_code(s), code);
+  if (!strstr(fake_message(s), part)) fail_msg("'%s' lacks '%s'", fake_message(s), part);
+  fake_free(s);
+}
+
+/* ---- ty_plugin_error ---- */
+
+static void test_long_message_is_whole(void **state) {
+  (void)state;
+  char name[3001];
+  memset(name, 'n', sizeof(name) - 1);
+  name[sizeof(name) - 1] = '\0';
+  ty_abi_status_t s = ty_plugin_error(TY_CODE_NOT_FOUND, "no tensor '%s' here", name);
+  assert_int_equal(strlen(fake_message(s)), strlen("no tensor '' here") + 3000);
+  expect_status(s, TY_CODE_NOT_FOUND, "' here");
+}
+
+/* ---- a graph: y = add(x, c), state w <- y ---- */
+
+struct ty_abi_buffer_s {
+  uint64_t base, size;
+};
+
+static const int64_t dims4[] = {4};
+static const float cdata[4] = {1, 2, 3, 4};
+static const uint32_t add_in[] = {0, 1}, add_out[] = {2};
+static const ty_abi_value_t values[] = {
+    {"x", TY_DTYPE_F32, 1, dims4, TY_VALUE_INPUT, 0, NULL},
+    {"", TY_DTYPE_F32, 1, dims4, TY_VALUE_CONSTANT, 0, cdata},
+    {"y", TY_DTYPE_F32, 1, dims4, TY_VALUE_INTERMEDIATE, TY_VALUE_FLAG_OUTPUT, NULL},
+};
+static const ty_abi_node_t nodes[] = {{"add", 2, add_in, 1, add_out, 0, NULL}};
+
+static ty_abi_graph_t make_graph(void) {
+  ty_abi_graph_t g;
+  memset(&g, 0, sizeof(g));
+  g.struct_size = sizeof(g);
+  g.value_count = 3;
+  g.values = values;
+  g.node_count = 1;
+  g.nodes = nodes;
+  g.hash_hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  return g;
+}
+
+static void hook_buffer(void *user, ty_abi_buffer_t *b, uint64_t *base, uint64_t *size) {
+  (void)user;
+  *base = b->base;
+  *size = b->size;
+}
+
+static ty_abi_status_t hook_unbound(void *user, uint32_t v, ty_dev_loc_t *out) {
+  ty_dev_exec_t *x = user;
+  out->base = 0x9000;
+  out->offset = x->fallback_offset[v];
+  return NULL;
+}
+
+static void run(ty_dev_exec_t *x, const ty_abi_binding_t *b, uint32_t n, ty_code_t code,
+                const char *part) {
+  ty_abi_execute_args_t args;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = sizeof(args);
+  args.binding_count = n;
+  args.bindings = b;
+  const ty_dev_hooks_t hooks = {.user = x, .buffer = hook_buffer, .unbound_output = hook_unbound};
+  ty_abi_status_t s = ty_dev_exec_resolve(x, &args, &hooks);
+  if (code == TY_CODE_OK) {
+    if (s) fail_msg("resolve failed: %s", fake_message(s));
+  } else {
+    expect_status(s, code, part);
+  }
+}
+
+static void test_resolve(void **state) {
+  (void)state;
+  ty_abi_graph_t g = make_graph();
+  ty_dev_exec_t x;
+  assert_null(ty_dev_exec_init(&x, &g, 256, "dev:0"));
+  assert_int_equal(ty_dev_exec_find(&x, "x"), 0);
+  assert_int_equal(ty_dev_exec_find(&x, "y"), 2);
+  assert_int_equal(ty_dev_exec_find(&x, "z"), UINT32_MAX);
+  assert_int_equal(x.const_bytes, 256);
+  x.constants = 0x7000;
+  ty_abi_buffer_t big = {0x1000, 64}, small = {0x2000, 8};
+  /* Bound input, own constant, unbound output in the fallback. */
+  ty_abi_binding_t bx = {"x", &big, 16};
+  run(&x, &bx, 1, TY_CODE_OK, NULL);
+  assert_int_equal(x.loc[0].base, 0x1000);
+  assert_int_equal(x.loc[0].offset, 16);
+  assert_int_equal(x.loc[1].base, 0x7000);
+  assert_int_equal(x.loc[2].base, 0x9000);
+  ty_dev_loc_t at = ty_dev_ref_loc(&x, ty_dev_ref_at(ty_dev_value(0), 4));
+  assert_int_equal(at.offset, 20);
+  x.base[TY_DEV_REF_ERR] = 0x5000;
+  at = ty_dev_ref_loc(&x, (ty_dev_ref_t){TY_DEV_REF_ERR, 0, 99});
+  assert_int_equal(at.base, 0x5000);
+  assert_int_equal(at.offset, 0);
+  assert_int_equal(ty_dev_ref_loc(&x, ty_dev_none()).base, 0);
+  /* The errors, each naming the device and the binding. */
+  ty_abi_binding_t bad_name = {"nope", &big, 0};
+  run(&x, &bad_name, 1, TY_CODE_INVALID_ARGUMENT,
+      "dev:0: no input, state or output named 'nope' in graph 0123456789ab");
+  ty_abi_binding_t too_small = {"x", &small, 0};
+  run(&x, &too_small, 1, TY_CODE_INVALID_ARGUMENT,
+      "dev:0: binding 'x' needs 16 bytes at offset 0 of a 8-byte buffer");
+  run(&x, NULL, 0, TY_CODE_INVALID_ARGUMENT, "dev:0: input 'x' is not bound");
+  ty_dev_exec_free(&x);
+}
+
+/* ---- data errors ---- */
+
+static void put_error(unsigned char *buf, int32_t code, int32_t node, int64_t a, int64_t b,
+                      int64_t c) {
+  memset(buf, 0, TY_DEVICE_ERROR_BYTES);
+  memcpy(buf, &code, 4);
+  memcpy(buf + 4, &node, 4);
+  int64_t d[3] = {a, b, c};
+  memcpy(buf + 8, d, sizeof(d));
+}
+
+static void test_data_errors(void **state) {
+  (void)state;
+  ty_abi_graph_t g = make_graph();
+  ty_dev_exec_t x;
+  assert_null(ty_dev_exec_init(&x, &g, 64, "dev:1"));
+  unsigned char buf[TY_DEVICE_ERROR_BYTES];
+  put_error(buf, TY_ERR_EMBEDDING_ID, 0, 5, 39, 32);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "dev:1: node 0 (add): embedding: ids[5] = 39 is outside the vocabulary [0, 32)");
+  put_error(buf, TY_ERR_KV_POSITION, 0, 7, 3, 8);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "3 new positions starting at position 7 do not fit in a cache of max_len 8");
+  float m = -0.5f;
+  uint32_t bits;
+  memcpy(&bits, &m, 4);
+  put_error(buf, TY_ERR_SGD_NESTEROV, 0, bits, 0, 0);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "sgd: nesterov needs momentum > 0 (got -0.5)");
+  put_error(buf, 99, 7, 0, 0, 0);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "dev:1: node 7 (?): unknown device error code 99");
+  ty_dev_exec_free(&x);
+}
+
+
+/* ---- the view builders over recorded movers ---- */
+
+typedef struct moved_t {
+  int calls;
+  ty_dev_ref_t x, y;
+  size_t esize;
+  int rank;
+  int64_t dims[8], xs[8], ys[8];
+} moved_t;
+
+static moved_t moved;
+
+static void rec_fill(ty_dev_build_t *b, ty_dev_ref_t dst, uint64_t size) {
+  (void)b, (void)dst, (void)size;
+  moved.calls += 100;
+}
+static void rec_copy(ty_dev_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t size) {
+  (void)b, (void)src, (void)dst, (void)size;
+  moved.calls += 1000;
+}
+static void rec_strided(ty_dev_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y, size_t esize, int rank,
+                        const int64_t *dims, const int64_t *xs, const int64_t *ys) {
+  (void)b;
+  moved.calls++;
+  moved.x = x;
+  moved.y = y;
+  moved.esize = esize;
+  moved.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    moved.dims[d] = dims[d];
+    moved.xs[d] = xs[d];
+    moved.ys[d] = ys[d];
+  }
+}
+static const ty_dev_movers_t recorder = {rec_fill, rec_copy, rec_strided};
+
+static const int64_t dims23[] = {2, 3}, dims32[] = {3, 2};
+static const ty_abi_value_t tvalues[] = {
+    {"a", TY_DTYPE_F32, 2, dims23, TY_VALUE_INPUT, 0, NULL},
+    {"t", TY_DTYPE_F32, 2, dims32, TY_VALUE_INTERMEDIATE, TY_VALUE_FLAG_OUTPUT, NULL},
+};
+static const uint32_t t_in[] = {0}, t_out[] = {1};
+
+/* Builds node `node` of a two-value graph with the recorder. */
+static ty_abi_status_t build_view(const ty_abi_node_t *node, void (*build)(ty_dev_build_t *)) {
+  ty_abi_graph_t g;
+  memset(&g, 0, sizeof(g));
+  g.struct_size = sizeof(g);
+  g.value_count = 2;
+  g.values = tvalues;
+  g.node_count = 1;
+  g.nodes = node;
+  g.hash_hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  ty_dev_exec_t x;
+  assert_null(ty_dev_exec_init(&x, &g, 256, "dev:2"));
+  ty_dev_build_t b = {.core = &x, .g = ty_dev_exec_graph(&x), .move = &recorder};
+  b.node = &b.g->nodes[0];
+  memset(&moved, 0, sizeof(moved));
+  build(&b);
+  ty_dev_exec_free(&x);
+  return b.status;
+}
+
+static void test_view_builders(void **state) {
+  (void)state;
+  const int64_t perm10[] = {1, 0};
+  ty_abi_attr_t perm = {"perm", TY_ATTR_INTS, 2, 0, 0, NULL, perm10, NULL};
+  ty_abi_node_t node = {"transpose", 1, t_in, 1, t_out, 1, &perm};
+  assert_null(build_view(&node, ty_dev_build_transpose));
+  /* y[i][j] = a[j][i]: y's dims, a's strides permuted, y's strides. */
+  assert_int_equal(moved.calls, 1);
+  assert_int_equal(moved.esize, 4);
+  assert_int_equal(moved.rank, 2);
+  assert_int_equal(moved.dims[0], 3);
+  assert_int_equal(moved.xs[0], 1);
+  assert_int_equal(moved.xs[1], 3);
+  assert_int_equal(moved.ys[0], 2);
+  /* A perm of the wrong length is refused with its reason. */
+  perm.count = 1;
+  expect_status(build_view(&node, ty_dev_build_transpose), TY_CODE_INVALID_ARGUMENT,
+                "dev:2: node 0 (transpose): attribute 'perm' must list 2 axes");
+  perm.kind = TY_ATTR_INT;
+  perm.count = 2;
+  expect_status(build_view(&node, ty_dev_build_transpose), TY_CODE_INVALID_ARGUMENT,
+                "attribute 'perm' must list 2 axes");
+  /* slice without 'starts'; slice_backward fills, then copies. */
+  ty_abi_node_t slice = {"slice", 1, t_in, 1, t_out, 0, NULL};
+  expect_status(build_view(&slice, ty_dev_build_slice), TY_CODE_INVALID_ARGUMENT,
+                "dev:2: node 0 (slice): attribute 'starts' must list 2 axes");
+  const int64_t starts0[] = {0, 0};
+  ty_abi_attr_t starts = {"starts", TY_ATTR_INTS, 2, 0, 0, NULL, starts0, NULL};
+  ty_abi_node_t back = {"slice_backward", 1, t_in, 1, t_out, 1, &starts};
+  assert_null(build_view(&back, ty_dev_build_slice_backward));
+  assert_int_equal(moved.calls, 101);
+  ty_abi_node_t reshape = {"reshape", 1, t_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&reshape, ty_dev_build_reshape));
+  assert_int_equal(moved.calls, 1000);
+}
+
+/* ---- the op table ---- */
+
+static void build_nothing(ty_dev_build_t *b) { (void)b; }
+
+static void test_op_find(void **state) {
+  (void)state;
+  static const ty_dev_op_t table[] = {
+      {"add", build_nothing, TY_ABI_ACCEPT_COMPUTE},
+      {"cast", build_nothing, TY_ABI_ACCEPT_CAST},
+      {NULL, NULL, TY_ABI_ACCEPT_MOVE},
+  };
+  assert_ptr_equal(ty_dev_op_find(table, "cast"), &table[1]);
+  assert_null(ty_dev_op_find(table, "matmul"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_long_message_is_whole),
+      cmocka_unit_test(test_resolve),
+      cmocka_unit_test(test_data_errors),
+      cmocka_unit_test(test_view_builders),
+      cmocka_unit_test(test_op_find),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}
