@@ -17,7 +17,7 @@
 #include "graph/train_step.h"
 #include "graph_args.h"
 #include "hal/dtype.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 static const char *const ty_check_usage =
     "usage: trainyard check --backend URI (--model HF_DIR | --preset NAME\n"

@@ -27,8 +27,8 @@
 #include "hal/device_uri.h"
 #include "metrics/jsonl.h"
 #include "stop_signals.h"
-#include "train_config.h"
-#include "trainer.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 #define TY_COMPARE_MAX 8
 

@@ -17,7 +17,7 @@
 #include "hal/file.h"
 #include "models/config.h"
 #include "graph_args.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 static const char *const ty_compile_usage =
     "usage: trainyard compile --backend URI (--model HF_DIR | --preset NAME\n"

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "apps/trainyard/pipeline/pp_schedule.h"
+#include "apps/trainyard/train/pipeline/pp_schedule.h"
 
 /* "F0.0 B0.0 ..." (micro.chunk) for comparison with the known orders. */
 static void ty_render(const ty_pp_action_t *a, size_t n, char *out, size_t capacity) {

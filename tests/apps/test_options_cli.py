@@ -272,7 +272,7 @@ def parsed_options(command):
         return set(re.findall(r'strcmp\(argv\[i\], "(--[a-z-]+)"\)', body)) - {"--help"}
     if command in ("train", "compare"):
         names = {"--" + n.replace("_", "-") for n in re.findall(
-            r"^\s+TY_[SIFBU]\((\w+),", source(*app, "train_config.c"), re.M)} | {"--config"}
+            r"^\s+TY_[SIFBU]\((\w+),", source(*app, "train", "train_config.c"), re.M)} | {"--config"}
         if command == "compare":
             names |= {"--" + k for k in re.findall(r'!strcmp\(key, "([a-z-]+)"\)',
                                                     source(*app, "cmd_compare.c"))}

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "apps/trainyard/train_plan.h"
+#include "apps/trainyard/train/train_plan.h"
 
 /* Orders of 12 rows from an independent Python rendering of the documented
  * algorithm (splitmix64 from seed * 0x632BE59BD9B4E019 + epoch + 1, then

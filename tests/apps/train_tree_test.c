@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "apps/trainyard/train_tree.h"
+#include "apps/trainyard/train/train_tree.h"
 
 enum { COUNT = 257, LEAVES = 16 };
 static float g_leaf[LEAVES][COUNT];

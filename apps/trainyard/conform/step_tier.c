@@ -12,8 +12,8 @@
 #include "app.h"
 #include "conform/tier_common.h"
 #include "hal/dtype.h"
-#include "train_config.h"
-#include "train_graph.h"
+#include "train/train_config.h"
+#include "train/train_graph.h"
 
 /* The largest relative loss gap of a step: f32 is the bound the opencl
  * backend's acceptance holds 20 steps of `trainyard compare` to (measured

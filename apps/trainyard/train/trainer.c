@@ -32,7 +32,7 @@
 #include "train_metrics.h"
 #include "train_plan.h"
 #include "train_sample.h"
-#include "train_tokenizer.h"
+#include "run_tokenizer.h"
 #include "trainer_numerics.h"
 
 /* Test hooks (docs/design-notes.md): TRAINYARD_DEBUG_STEP_SLEEP_MS slows

@@ -1,6 +1,6 @@
 /* The tokenizer of a training run, checked before the first step (see
  * train_tokenizer.h). */
-#include "train_tokenizer.h"
+#include "run_tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

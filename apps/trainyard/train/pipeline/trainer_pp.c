@@ -23,7 +23,7 @@
 #include "graph/train_step.h"
 #include "hal/dtype.h"
 #include "pp_internal.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 ty_status_t ty_trainer_pp_layout(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;

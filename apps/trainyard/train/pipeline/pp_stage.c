@@ -9,8 +9,8 @@
 #include "graph/preflight.h"
 #include "graph/train_step.h"
 #include "hal/dtype.h"
-#include "train_graph.h"
-#include "train_plan.h"
+#include "train/train_graph.h"
+#include "train/train_plan.h"
 
 /* The chunk's forward (with its loss on the last chunk) into a new graph. */
 static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_config_t *mc,

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "trainer.h"
+#include "train/trainer.h"
 
 /* After the world is open: the layout of --tp x --pp and its groups
  * (ty_dist_set_layout), t->pp, tp, dp, pp_rank, dp_rank and cfg.tp_rank

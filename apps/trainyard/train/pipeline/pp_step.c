@@ -13,7 +13,7 @@
 #include "hal/dtype.h"
 #include "hal/file.h"
 #include "pp_internal.h"
-#include "train_plan.h"
+#include "train/train_plan.h"
 
 static double ty_pp_now(void) {
   struct timespec ts;

@@ -14,7 +14,7 @@
 #include "graph/preflight.h"
 #include "graph/session.h"
 #include "models/llm.h"
-#include "train_config.h"
+#include "train/train_config.h"
 
 typedef struct ty_pp_chunk_t {
   int global;                     /* its place in the model, 0 .. chunks - 1 */
