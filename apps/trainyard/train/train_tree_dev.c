@@ -34,32 +34,11 @@ struct ty_train_tree_dev_t {
    * tree.1) + ...) over final_depth slots. NULL where never needed. */
   ty_session_t *kind[TY_TDEV_KINDS][TY_TRAIN_TREE_SLOTS];
   ty_session_t *zero, *finish;
+  /* While planning (at create): the graphs a replay of the step's pushes
+   * asked for, instead of running them. */
+  bool planning;
+  bool need[TY_TDEV_KINDS][TY_TRAIN_TREE_SLOTS];
 };
-
-/* The graphs `rows` pushes run: the same counter as train_tree.c, on a
- * tree of no floats. */
-static ty_status_t ty_tdev_plan(int64_t rows, bool need[TY_TDEV_KINDS][TY_TRAIN_TREE_SLOTS],
-                                int *out_final_depth) {
-  ty_train_tree_t t;
-  ty_train_tree_init(&t, 0);
-  ty_status_t s = TY_OK;
-  for (int64_t r = 0; r < rows && !s; ++r) {
-    const int d = t.depth;
-    float *leaf = NULL;
-    s = ty_train_tree_next(&t, &leaf);
-    if (s) break;
-    ty_train_tree_push(&t, 0, 0.0);
-    if (t.depth == d + 1) {
-      need[TY_TDEV_STORE][d] = true;
-    } else {
-      need[TY_TDEV_MERGE_LEAF][d - 1] = true;
-      for (int k = d - 2; k >= t.depth - 1; --k) need[TY_TDEV_MERGE][k] = true;
-    }
-  }
-  *out_final_depth = t.depth;
-  ty_train_tree_deinit(&t);
-  return s;
-}
 
 static ty_status_t ty_tdev_state(ty_graph_t *g, const ty_tensor_desc_t *d, const char *name,
                                  ty_value_id_t *out) {
@@ -183,20 +162,25 @@ ty_status_t ty_train_tree_dev_create(ty_device_t *device, ty_session_t *train, c
     }
     if (!s) t->slot_bytes += (uint64_t)ty_tensor_desc_element_count(&t->descs[i]) * 4;
   }
-  bool need[TY_TDEV_KINDS][TY_TRAIN_TREE_SLOTS] = {{false}};
-  if (!s) s = ty_tdev_plan(rows, need, &t->final_depth);
+  /* The plan is a replay of the step's `rows` pushes through the very code
+   * a step runs, with every graph it would run noted instead. */
+  t->planning = true;
+  for (int64_t r = 0; r < rows && !s; ++r) s = ty_train_tree_dev_push(t, 0.0);
+  t->planning = false;
+  t->final_depth = t->levels.depth;
+  ty_train_tree_dev_reset(t);
   /* the slots the counter reaches (a store or a merge names each): at most
    * floor(log2(rows)) + 1, one fewer for a power of two */
   for (int kind = 0; kind < TY_TDEV_KINDS && !s; ++kind) {
     for (int k = 0; k < TY_TRAIN_TREE_SLOTS; ++k) {
-      if (need[kind][k] && k + 1 > t->slots) t->slots = k + 1;
+      if (t->need[kind][k] && k + 1 > t->slots) t->slots = k + 1;
     }
   }
   /* one row: the leaf in the accumulators is the sum, nothing to build */
   if (!s && rows > 1) s = ty_tdev_session(t, options, TY_TDEV_KINDS, -1, &t->zero);
   for (int kind = 0; kind < TY_TDEV_KINDS && !s && rows > 1; ++kind) {
     for (int k = 0; k < t->slots && !s; ++k) {
-      if (need[kind][k]) s = ty_tdev_session(t, options, kind, k, &t->kind[kind][k]);
+      if (t->need[kind][k]) s = ty_tdev_session(t, options, kind, k, &t->kind[kind][k]);
     }
   }
   if (!s && rows > 1) s = ty_tdev_session(t, options, TY_TDEV_KINDS, -2, &t->finish);
@@ -233,7 +217,14 @@ void ty_train_tree_dev_reset(ty_train_tree_dev_t *t) {
   t->pushed = 0;
 }
 
-static ty_status_t ty_tdev_run(ty_session_t *s, const char *what, int k) {
+/* Graph `kind` at slot k (what names it): run it, or while planning note
+ * that the step needs it. */
+static ty_status_t ty_tdev_run(ty_train_tree_dev_t *t, int kind, const char *what, int k) {
+  if (t->planning) {
+    t->need[kind][k] = true;
+    return TY_OK;
+  }
+  ty_session_t *s = t->kind[kind][k];
   if (!s) {
     return ty_status_make(TY_CODE_INTERNAL,
                           "the deterministic tree has no %s graph for slot %d (it was planned "
@@ -253,17 +244,17 @@ ty_status_t ty_train_tree_dev_push(ty_train_tree_dev_t *t, double loss) {
   TY_RETURN_IF_ERROR(ty_train_tree_next(&t->levels, &leaf));
   ty_train_tree_push(&t->levels, 0, loss);
   t->pushed++;
-  if (t->rows == 1) return TY_OK;
+  if (t->rows == 1 && !t->planning) return TY_OK;
   if (t->levels.depth == d + 1) {
-    TY_RETURN_IF_ERROR(ty_tdev_run(t->kind[TY_TDEV_STORE][d], "store", d));
+    TY_RETURN_IF_ERROR(ty_tdev_run(t, TY_TDEV_STORE, "store", d));
   } else {
-    TY_RETURN_IF_ERROR(ty_tdev_run(t->kind[TY_TDEV_MERGE_LEAF][d - 1], "merge_leaf", d - 1));
+    TY_RETURN_IF_ERROR(ty_tdev_run(t, TY_TDEV_MERGE_LEAF, "merge_leaf", d - 1));
     for (int k = d - 2; k >= t->levels.depth - 1; --k) {
-      TY_RETURN_IF_ERROR(ty_tdev_run(t->kind[TY_TDEV_MERGE][k], "merge", k));
+      TY_RETURN_IF_ERROR(ty_tdev_run(t, TY_TDEV_MERGE, "merge", k));
     }
   }
   /* the finish overwrites the accumulators after the last leaf */
-  return t->pushed == t->rows ? TY_OK : ty_session_run(t->zero);
+  return t->pushed == t->rows || t->planning ? TY_OK : ty_session_run(t->zero);
 }
 
 ty_status_t ty_train_tree_dev_finish(ty_train_tree_dev_t *t, double *out_loss) {

@@ -189,7 +189,6 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t);
 /* The host path of the gradient all-reduce: sums the "<param>.grad_accum"
  * states of s_train over the ranks in place. A no-op for one process. */
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t);
-/* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 /* Parameter i's gradient accumulator ("<param>.grad_accum" of the train
  * session): its name (into name[capacity]) and descriptor. */
 ty_status_t ty_trainer_grad_accum(const ty_trainer_t *t, uint32_t i, char *name,
@@ -199,6 +198,13 @@ ty_status_t ty_trainer_grad_accum(const ty_trainer_t *t, uint32_t i, char *name,
  * not f32. */
 ty_status_t ty_trainer_grad_sizes(const ty_trainer_t *t, const char *user, size_t *out_total,
                                   size_t *out_largest);
+/* Every accumulator, in parameter order, packed: read into dst (grad_sizes'
+ * total floats), bound from src, or bound to zeros (at least the largest
+ * accumulator's floats). The session's errors. */
+ty_status_t ty_trainer_read_grads(ty_trainer_t *t, float *dst);
+ty_status_t ty_trainer_write_grads(ty_trainer_t *t, const float *src);
+ty_status_t ty_trainer_zero_grads(ty_trainer_t *t, const float *zeros);
+/* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
 /* ZeRO-1: shares the parameters among the replicas of the dp group (owner,

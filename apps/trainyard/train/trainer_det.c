@@ -160,39 +160,6 @@ static ty_status_t ty_det_bind_row(ty_trainer_t *t, ty_session_t *s, int64_t b) 
                          (char *)t->weights + (size_t)(b * T) * w, (size_t)T * w);
 }
 
-/* The accumulators into `dst`; with `reset`, then back to zero (the graph
- * adds into them), so that every row's leaf is its own gradient. */
-static ty_status_t ty_det_read_accums(ty_trainer_t *t, float *dst, bool reset) {
-  size_t offset = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    char name[TY_LLM_NAME_MAX + 16];
-    ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
-    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
-    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, dst + offset, n * 4));
-    if (reset) {
-      TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
-                                         t->det->zeros, n * 4));
-    }
-    offset += n;
-  }
-  return TY_OK;
-}
-
-static ty_status_t ty_det_write_sum(ty_trainer_t *t, const float *sum) {
-  size_t offset = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    char name[TY_LLM_NAME_MAX + 16];
-    ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
-    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
-    TY_RETURN_IF_ERROR(
-        ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims, sum + offset, n * 4));
-    offset += n;
-  }
-  return TY_OK;
-}
-
 /* The ranks' partials, gathered, folded in rank order (the same bits on
  * every rank). */
 static ty_status_t ty_det_over_ranks(ty_trainer_t *t, const float *mine, double mine_loss,
@@ -261,7 +228,10 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
       }
       float *leaf = NULL;
       TY_RETURN_IF_ERROR(ty_train_tree_next(&d->rows, &leaf));
-      TY_RETURN_IF_ERROR(ty_det_read_accums(t, leaf, true));
+      /* every row's leaf is its own gradient: the graph adds into the
+       * accumulators, so they go back to zero */
+      TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, leaf));
+      TY_RETURN_IF_ERROR(ty_trainer_zero_grads(t, d->zeros));
       ty_train_tree_push(&d->rows, 0, loss);
     }
   }
@@ -273,14 +243,14 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
     TY_RETURN_IF_ERROR(ty_train_tree_dev_finish(d->dev, &loss));
     if (t->dp > 1) {
       const float *sum = (const float *)d->own;
-      TY_RETURN_IF_ERROR(ty_det_read_accums(t, (float *)d->own, false));
+      TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, (float *)d->own));
       TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
-      TY_RETURN_IF_ERROR(ty_det_write_sum(t, sum));
+      TY_RETURN_IF_ERROR(ty_trainer_write_grads(t, sum));
     }
   } else {
     const float *sum = ty_train_tree_finish(&d->rows, &loss);
     if (t->dp > 1) TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
-    TY_RETURN_IF_ERROR(ty_det_write_sum(t, sum));
+    TY_RETURN_IF_ERROR(ty_trainer_write_grads(t, sum));
   }
   TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
   TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));

@@ -228,6 +228,40 @@ ty_status_t ty_trainer_grad_accum(const ty_trainer_t *t, uint32_t i, char *name,
   return ty_session_value_desc(t->s_train, name, out_desc);
 }
 
+/* The one walk over the accumulators, in parameter order: with dst, read
+ * them into it (packed); otherwise bind each from src, packed, or (zeros)
+ * from src's start every time. */
+static ty_status_t ty_trainer_grads_io(ty_trainer_t *t, float *dst, const float *src,
+                                       bool zeros) {
+  size_t offset = 0;
+  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
+    char name[TY_LLM_NAME_MAX + 16];
+    ty_tensor_desc_t desc;
+    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
+    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
+    if (dst) {
+      TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, dst + offset, n * 4));
+    } else {
+      TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
+                                         zeros ? src : src + offset, n * 4));
+    }
+    offset += n;
+  }
+  return TY_OK;
+}
+
+ty_status_t ty_trainer_read_grads(ty_trainer_t *t, float *dst) {
+  return ty_trainer_grads_io(t, dst, NULL, false);
+}
+
+ty_status_t ty_trainer_write_grads(ty_trainer_t *t, const float *src) {
+  return ty_trainer_grads_io(t, NULL, src, false);
+}
+
+ty_status_t ty_trainer_zero_grads(ty_trainer_t *t, const float *zeros) {
+  return ty_trainer_grads_io(t, NULL, zeros, true);
+}
+
 ty_status_t ty_trainer_grad_sizes(const ty_trainer_t *t, const char *user, size_t *out_total,
                                   size_t *out_largest) {
   *out_total = 0;
@@ -337,15 +371,7 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   if (t->dp == 1) return TY_OK; /* one replica (tensor parallel alone: no sum) */
   if (t->comm) return ty_trainer_device_reduce(t);
   TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
-  size_t offset = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    char name[TY_LLM_NAME_MAX + 16];
-    ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
-    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
-    TY_RETURN_IF_ERROR(ty_session_read(t->s_train, name, t->grad_host + offset, n * 4));
-    offset += n;
-  }
+  TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, t->grad_host));
   char what[96];
   snprintf(what, sizeof(what), "the gradient all-reduce of step %lld", (long long)t->step + 1);
   /* Over the replicas: the dp group (the world without tensor parallel). */
@@ -353,17 +379,7 @@ ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
   TY_RETURN_IF_ERROR(ty_dist_group_all_reduce(dp, TY_DIST_REDUCE_SUM, TY_DTYPE_F32, t->grad_host,
                                               t->grad_count, what));
-  offset = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count; ++i) {
-    char name[TY_LLM_NAME_MAX + 16];
-    ty_tensor_desc_t desc;
-    TY_RETURN_IF_ERROR(ty_trainer_grad_accum(t, i, name, sizeof(name), &desc));
-    size_t n = (size_t)ty_tensor_desc_element_count(&desc);
-    TY_RETURN_IF_ERROR(ty_session_bind(t->s_train, name, desc.dtype, desc.rank, desc.dims,
-                                       t->grad_host + offset, n * 4));
-    offset += n;
-  }
-  return TY_OK;
+  return ty_trainer_write_grads(t, t->grad_host);
 }
 
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
