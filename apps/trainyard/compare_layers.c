@@ -20,6 +20,7 @@
 #include "hal/dtype.h"
 #include "models/dataset.h"
 #include "models/llm.h"
+#include "train/train_config.h"
 #include "train/train_graph.h"
 
 /* A row's bound on the relative RMS error (the square root of the value

@@ -154,6 +154,13 @@ void ty_train_config_diff(const ty_train_config_t *old, const ty_train_config_t 
  * is not a size: digits with an optional K, M, G or T (binary; "iB" or "B"
  * may follow) or a plain byte count. */
 ty_status_t ty_train_config_memory_limit(const ty_train_config_t *config, uint64_t *out_bytes);
+/* The graph recipe's description of the run (train_recipe.h) from the
+ * options, as they stand now (the world and ranks are set as the run opens;
+ * fill it after). INVALID_ARGUMENT for a --memory-limit that is not a size.
+ * Defined in train_recipe.c. */
+struct ty_train_recipe_t;
+ty_status_t ty_train_config_recipe(const ty_train_config_t *config,
+                                   struct ty_train_recipe_t *out_recipe);
 
 /* Writes the --help text for every option. */
 void ty_train_config_help(FILE *out);

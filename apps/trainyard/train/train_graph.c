@@ -9,10 +9,9 @@
 #include "hal/dtype.h"
 #include "train_plan.h"
 
-ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_model_config_t *mc,
+ty_status_t ty_train_graph_check_memory(const ty_train_recipe_t *c, const ty_model_config_t *mc,
                                         ty_device_t *device) {
-  uint64_t limit = 0;
-  TY_RETURN_IF_ERROR(ty_train_config_memory_limit(c, &limit));
+  const uint64_t limit = c->memory_limit_bytes;
   char where[160];
   snprintf(where, sizeof(where), "%s%s%s", ty_device_label(device),
            limit ? " under --memory-limit " : "", limit ? c->memory_limit : "");
@@ -22,7 +21,7 @@ ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_mod
    * bf16-mixed), never one the run does not use. */
   ty_status_t s = ty_llm_check_memory(mc, TY_DTYPE_BF16, 0, memory, where);
   ty_dtype_t param_dtype = TY_DTYPE_BF16, compute_dtype = TY_DTYPE_BF16;
-  ty_status_t parsed = s ? ty_llm_precision_parse(c->dtype, &param_dtype, &compute_dtype) : TY_OK;
+  ty_status_t parsed = s ? ty_llm_precision_parse(c->precision, &param_dtype, &compute_dtype) : TY_OK;
   if (!s || parsed || param_dtype == TY_DTYPE_BF16) {
     ty_status_free(parsed);
     return s;
@@ -36,7 +35,7 @@ ty_status_t ty_train_graph_check_memory(const ty_train_config_t *c, const ty_mod
   return out;
 }
 
-ty_status_t ty_train_graph_param_descs(const ty_train_config_t *c, const ty_graph_t *g,
+ty_status_t ty_train_graph_param_descs(const ty_train_recipe_t *c, const ty_graph_t *g,
                                        const ty_llm_t *m, ty_tensor_desc_t **out_descs,
                                        bool **out_decay) {
   uint32_t n = m->param_count;
@@ -56,7 +55,7 @@ ty_status_t ty_train_graph_param_descs(const ty_train_config_t *c, const ty_grap
   return TY_OK;
 }
 
-ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_step_params_t *p) {
+ty_status_t ty_train_graph_step_options(const ty_train_recipe_t *c, ty_train_step_params_t *p) {
   memset(p, 0, sizeof(*p));
   p->optimizer = !strcmp(c->optimizer, "sgd")         ? TY_OPTIMIZER_SGD
                  : !strcmp(c->optimizer, "adafactor") ? TY_OPTIMIZER_ADAFACTOR
@@ -75,17 +74,11 @@ ty_status_t ty_train_graph_step_options(const ty_train_config_t *c, ty_train_ste
   p->fused_optimizer = c->fused_optimizer;
   p->fused_clip = c->fused_optimizer && c->clip > 0;
   p->offload_optimizer = !strcmp(c->offload, "optimizer");
-  p->adafactor = (ty_adafactor_config_t){
-      .set = true, .eps1 = c->adafactor_eps1, .eps2 = c->adafactor_eps2,
-      .clip_threshold = c->clip_threshold, .decay_rate = c->decay_rate,
-      .relative_step = c->relative_step, .scale_parameter = c->scale_parameter,
-      .warmup_init = c->warmup_init,
-      /* transformers' beta1=None unless given: --beta1 on purpose turns it on */
-      .momentum = ty_train_config_layer(c, "beta1") != TY_TRAIN_LAYER_DEFAULT};
+  p->adafactor = c->adafactor;
   return TY_OK;
 }
 
-void ty_train_graph_levers(const ty_train_config_t *c, char *out, size_t capacity) {
+void ty_train_graph_levers(const ty_train_recipe_t *c, char *out, size_t capacity) {
   size_t used = 0;
   out[0] = '\0';
 #define TY_LEVER(...)                                                              \
@@ -100,24 +93,24 @@ void ty_train_graph_levers(const ty_train_config_t *c, char *out, size_t capacit
   if (!strcmp(c->optimizer, "adafactor")) TY_LEVER("optimizer=adafactor");
   if (c->fused_optimizer) TY_LEVER("fused_optimizer=1");
   if (strcmp(c->offload, "none")) TY_LEVER("offload=%s", c->offload);
-  if (!strcmp(c->dtype, "bf16")) TY_LEVER("dtype=bf16");
+  if (!strcmp(c->precision, "bf16")) TY_LEVER("dtype=bf16");
   /* The world a whole-step device's all_reduce ops sum over: recorded so an
    * artifact for N ranks is refused in a run of another size. */
   if (c->world > 1 && c->world_in_graph) TY_LEVER("data_parallel=%lld", (long long)c->world);
 #undef TY_LEVER
 }
 
-ty_status_t ty_train_graph_build(const ty_train_config_t *c, const ty_model_config_t *mc,
+ty_status_t ty_train_graph_build(const ty_train_recipe_t *c, const ty_model_config_t *mc,
                                  int64_t B, int64_t T, ty_dtype_t dtype,
                                  ty_train_graph_kind_t kind, ty_graph_t **out_graph,
                                  ty_llm_t *out_model) {
   memset(out_model, 0, sizeof(*out_model));
   *out_graph = NULL;
   ty_dtype_t param_dtype, compute_dtype;
-  TY_RETURN_IF_ERROR(ty_llm_precision_parse(c->dtype, &param_dtype, &compute_dtype));
+  TY_RETURN_IF_ERROR(ty_llm_precision_parse(c->precision, &param_dtype, &compute_dtype));
   if (param_dtype != dtype) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--dtype %s keeps parameters in %s, not %s",
-                          c->dtype, ty_dtype_name(param_dtype), ty_dtype_name(dtype));
+                          c->precision, ty_dtype_name(param_dtype), ty_dtype_name(dtype));
   }
   ty_llm_options_t opts = {.batch = B, .seq = T, .dtype = dtype, .compute_dtype = compute_dtype};
   if (kind != TY_TRAIN_GRAPH_INFERENCE) { /* this rank's part of a tensor-parallel model */

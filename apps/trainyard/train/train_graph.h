@@ -11,7 +11,7 @@
 #include "graph/train_step.h"
 #include "models/config.h"
 #include "models/llm.h"
-#include "train_config.h"
+#include "train_recipe.h"
 
 typedef enum ty_train_graph_kind_e {
   /* forward, loss, backward, clipping and optimizer (grad_accum == 1), or
@@ -25,9 +25,10 @@ typedef enum ty_train_graph_kind_e {
 } ty_train_graph_kind_t;
 
 /* Builds the graph of `kind` for batches of B rows of T tokens in `dtype`
- * from the configuration (optimizer, dropout, decay_all, grad_accum). The
- * caller destroys *out_graph and deinits *out_model (also on error). */
-ty_status_t ty_train_graph_build(const ty_train_config_t *config,
+ * as `recipe` describes it (optimizer, dropout, decay_all, grad_accum,
+ * levers, rank layout). The caller destroys *out_graph and deinits
+ * *out_model (also on error). */
+ty_status_t ty_train_graph_build(const ty_train_recipe_t *recipe,
                                  const ty_model_config_t *model_config, int64_t B, int64_t T,
                                  ty_dtype_t dtype, ty_train_graph_kind_t kind,
                                  ty_graph_t **out_graph, ty_llm_t *out_model);
@@ -43,31 +44,31 @@ ty_status_t ty_forward_graph_build(const ty_model_config_t *model_config, int64_
                                    ty_dtype_t dtype, ty_dtype_t compute_dtype, bool grads,
                                    ty_graph_t **out_graph, ty_llm_t *out_model);
 
-/* The parameters of `model_config` against --memory-limit (config->memory_limit)
- * or else the memory of `device`, before any graph is built: weights that
+/* The parameters of `model_config` against --memory-limit
+ * (recipe->memory_limit_bytes) or else the memory of `device`, before any graph is built: weights that
  * cannot fit even in bf16 (2 bytes each) are refused at once, the message
  * naming the run's own parameter dtype (--dtype; f32 under bf16-mixed)
  * (RESOURCE_EXHAUSTED, ty_llm_check_memory), since no lever could help and
  * a config of thousands of huge layers would take long to build and plan.
  * Gradients, optimizer state and activations depend on the levers: the
  * pre-flight memory plan (graph/preflight.h) checks them on the built graph. */
-ty_status_t ty_train_graph_check_memory(const ty_train_config_t *config,
+ty_status_t ty_train_graph_check_memory(const ty_train_recipe_t *recipe,
                                         const ty_model_config_t *model_config,
                                         ty_device_t *device);
 
-/* The train-step options of the configuration: optimizer, Adafactor's
+/* The train-step options of the recipe: optimizer, Adafactor's
  * arguments and the memory levers (the fields of ty_train_step_params_t
  * that do not depend on a built model). */
-ty_status_t ty_train_graph_step_options(const ty_train_config_t *config,
+ty_status_t ty_train_graph_step_options(const ty_train_recipe_t *recipe,
                                         ty_train_step_params_t *out);
 
-/* The memory levers of the configuration as ty_abi_graph_t.levers words
+/* The memory levers of the recipe as ty_abi_graph_t.levers words
  * ("recompute=layer loss_chunk=256 ..."; "" for none). */
-void ty_train_graph_levers(const ty_train_config_t *config, char *out, size_t capacity);
+void ty_train_graph_levers(const ty_train_recipe_t *recipe, char *out, size_t capacity);
 
 /* The parameters' descriptors and weight-decay flags of a built model, for
  * the optimizer-step graph of gradient accumulation. Caller frees both. */
-ty_status_t ty_train_graph_param_descs(const ty_train_config_t *config, const ty_graph_t *graph,
+ty_status_t ty_train_graph_param_descs(const ty_train_recipe_t *recipe, const ty_graph_t *graph,
                                        const ty_llm_t *model, ty_tensor_desc_t **out_descs,
                                        bool **out_decay);
 

@@ -383,7 +383,9 @@ static ty_status_t ty_trainer_preflight(ty_trainer_t *t) {
 /* The graphs first (host memory only), then the plan, then the sessions. */
 static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
-  TY_RETURN_IF_ERROR(ty_train_graph_build(c, &t->model_config, ty_trainer_graph_batch(t), t->T,
+  ty_train_recipe_t recipe;
+  TY_RETURN_IF_ERROR(ty_train_config_recipe(c, &recipe));
+  TY_RETURN_IF_ERROR(ty_train_graph_build(&recipe, &t->model_config, ty_trainer_graph_batch(t), t->T,
                                           t->dtype, TY_TRAIN_GRAPH_STEP, &t->g_train,
                                           &t->m_train));
   t->loss_dtype = ty_graph_value(t->g_train, t->m_train.loss)->desc.dtype;
@@ -395,12 +397,12 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
     ty_tensor_desc_t *descs = NULL;
     bool *decay = NULL;
     ty_train_step_params_t step;
-    s = ty_train_graph_step_options(c, &step);
+    s = ty_train_graph_step_options(&recipe, &step);
     /* ZeRO-1: this rank's optimizer graph updates its share alone */
     if (!s && c->zero) s = ty_trainer_dist_owners(t);
     step.update = t->updates;
     step.tp_split = t->tp_split; /* the whole model's norm (tensor parallel) */
-    if (!s) s = ty_train_graph_param_descs(c, t->g_train, &t->m_train, &descs, &decay);
+    if (!s) s = ty_train_graph_param_descs(&recipe, t->g_train, &t->m_train, &descs, &decay);
     if (!s) s = ty_graph_create(&t->g_opt);
     if (!s) {
       s = ty_graph_build_optimizer_step_ex(t->g_opt, descs, decay, t->m_train.param_count, &step);
@@ -411,7 +413,7 @@ static ty_status_t ty_trainer_build(ty_trainer_t *t) {
   /* ZeRO-1 in the fused step: the shares its graph was built with */
   if (!s && c->zero && c->world_in_graph && t->world > 1) s = ty_trainer_dist_owners(t);
   if (!s && t->val_data) {
-    s = ty_train_graph_build(c, &t->model_config, t->B, t->T, t->dtype, TY_TRAIN_GRAPH_EVAL,
+    s = ty_train_graph_build(&recipe, &t->model_config, t->B, t->T, t->dtype, TY_TRAIN_GRAPH_EVAL,
                              &t->g_eval, &t->m_eval);
   }
   if (!s) s = ty_trainer_preflight(t);
@@ -621,7 +623,9 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   if (!s) s = ty_trainer_dist_device_open(t);
   /* Weights no lever could fit are refused before any graph is built; the
    * memory plan checks the rest (ty_trainer_preflight). */
-  if (!s) s = ty_train_graph_check_memory(config, &t->model_config, t->device);
+  ty_train_recipe_t recipe;
+  if (!s) s = ty_train_config_recipe(config, &recipe);
+  if (!s) s = ty_train_graph_check_memory(&recipe, &t->model_config, t->device);
   if (!s) {
     uint64_t rows = ty_dataset_row_count(t->train_data);
     t->rows_per_step = (int64_t)t->dp * t->B * t->accum;

@@ -211,7 +211,10 @@ static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
  * moments for matrices, a full one for vectors): the ones its session has. */
 static const char *const *ty_optimizer_states(const ty_trainer_t *t) {
   ty_train_step_params_t step;
-  ty_status_free(ty_train_graph_step_options(&t->cfg, &step));
+  ty_train_recipe_t recipe;
+  /* the options were validated: neither call can fail here */
+  ty_status_free(ty_train_config_recipe(&t->cfg, &recipe));
+  ty_status_free(ty_train_graph_step_options(&recipe, &step));
   return ty_optimizer_state_kinds(step.optimizer);
 }
 

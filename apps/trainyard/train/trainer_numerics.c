@@ -45,7 +45,9 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
   if (!n) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   t->numerics = n;
   n->every = every;
-  TY_RETURN_IF_ERROR(ty_train_graph_build(&t->cfg, &t->model_config, ty_trainer_graph_batch(t),
+  ty_train_recipe_t recipe;
+  TY_RETURN_IF_ERROR(ty_train_config_recipe(&t->cfg, &recipe));
+  TY_RETURN_IF_ERROR(ty_train_graph_build(&recipe, &t->model_config, ty_trainer_graph_batch(t),
                                           t->T, t->dtype, TY_TRAIN_GRAPH_STEP, &n->graph,
                                           &n->model));
   n->forward_nodes = ty_graph_value(n->graph, n->model.loss)->producer + 1;

@@ -13,11 +13,11 @@
 #include "train/train_plan.h"
 
 /* The chunk's forward (with its loss on the last chunk) into a new graph. */
-static ty_status_t ty_pp_forward(const ty_train_config_t *c, const ty_model_config_t *mc,
+static ty_status_t ty_pp_forward(const ty_train_recipe_t *c, const ty_model_config_t *mc,
                                  int64_t B, int64_t T, ty_dtype_t dtype,
                                  const ty_pp_chunk_t *ch, ty_graph_t **out_g, ty_llm_t *out_m) {
   ty_dtype_t param_dtype, compute_dtype;
-  TY_RETURN_IF_ERROR(ty_llm_precision_parse(c->dtype, &param_dtype, &compute_dtype));
+  TY_RETURN_IF_ERROR(ty_llm_precision_parse(c->precision, &param_dtype, &compute_dtype));
   ty_llm_options_t o = {.batch = B, .seq = T, .dtype = dtype, .compute_dtype = compute_dtype,
                         .dropout = c->dropout, .with_loss = ch->last,
                         .loss_chunk = ch->last ? c->loss_chunk : 0,
@@ -110,7 +110,7 @@ static ty_status_t ty_pp_chunk_owners(const ty_model_config_t *mc,
   return s;
 }
 
-ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
+ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *c, const ty_model_config_t *mc,
                                int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
                                const ty_pp_reduce_layout_t *layout, ty_pp_chunk_t *ch) {
   ch->hidden_bytes = (size_t)(B * T * mc->hidden_size) * ty_dtype_size(dtype);

@@ -15,6 +15,7 @@
 #include "graph/session.h"
 #include "models/llm.h"
 #include "train/train_config.h"
+#include "train/train_recipe.h"
 
 typedef struct ty_pp_chunk_t {
   int global;                     /* its place in the model, 0 .. chunks - 1 */
@@ -58,10 +59,10 @@ ty_status_t ty_pp_zero_owners(const ty_model_config_t *mc, int32_t unit_begin,
                               int32_t unit_end, const ty_llm_param_t *params,
                               const int64_t *elements, uint32_t count, int dp, int *owner);
 
-/* Builds the chunk's graphs and their memory plan (ch->global and the unit
- * range set by the caller), then (after the plan is checked) its sessions
- * on `device`. */
-ty_status_t ty_pp_chunk_graphs(const ty_train_config_t *c, const ty_model_config_t *mc,
+/* Builds the chunk's graphs as `recipe` describes the step, and their
+ * memory plan (ch->global and the unit range set by the caller), then
+ * (after the plan is checked) its sessions on `device`. */
+ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *recipe, const ty_model_config_t *mc,
                                int64_t B, int64_t T, ty_dtype_t dtype, int64_t micro,
                                const ty_pp_reduce_layout_t *layout, ty_pp_chunk_t *ch);
 /* `comm`: the host communicator the graphs' collective ops reduce through

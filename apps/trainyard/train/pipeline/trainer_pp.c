@@ -316,6 +316,8 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
   const ty_pp_reduce_layout_t reduce = {.dp = t->dp, .pp = t->pp, .tp_rank = (int)c->tp_rank,
                                         .tied = mc->tie_word_embeddings,
                                         .zero = c->zero != 0, .dp_rank = t->dp_rank};
+  ty_train_recipe_t recipe;
+  if (!s) s = ty_train_config_recipe(c, &recipe);
   for (int j = 0; j < p->v && !s; ++j) {
     ty_pp_chunk_t *ch = &p->chunk[j];
     ch->global = j * t->pp + t->pp_rank;
@@ -323,7 +325,7 @@ ty_status_t ty_trainer_pp_build(ty_trainer_t *t, ty_status_t (*build_mirror)(ty_
     ch->unit_end = p->first_unit[ch->global + 1];
     ch->first = ch->global == 0;
     ch->last = ch->global == p->chunks - 1;
-    s = ty_pp_chunk_graphs(c, mc, t->B, t->T, t->dtype, t->accum, &reduce, ch);
+    s = ty_pp_chunk_graphs(&recipe, mc, t->B, t->T, t->dtype, t->accum, &reduce, ch);
     if (!s && ch->last) t->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
   }
   if (!s) s = ty_pp_check_memory(t);
@@ -365,7 +367,9 @@ static ty_status_t ty_pp_chunk_tensors(ty_trainer_t *t, int c, bool mirror, bool
                                        ty_pp_tensor_t **out, size_t *n, size_t *bytes) {
   struct ty_trainer_pp_t *p = t->pipe;
   ty_train_step_params_t step;
-  TY_RETURN_IF_ERROR(ty_train_graph_step_options(&t->cfg, &step));
+  ty_train_recipe_t recipe;
+  TY_RETURN_IF_ERROR(ty_train_config_recipe(&t->cfg, &recipe));
+  TY_RETURN_IF_ERROR(ty_train_graph_step_options(&recipe, &step));
   const char *const *kinds = ty_optimizer_state_kinds(step.optimizer);
   if (mirror) {
     return ty_pp_tensors(&t->model_config, p->first_unit[c], p->first_unit[c + 1],
