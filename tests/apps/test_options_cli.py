@@ -274,7 +274,8 @@ def parsed_options(command):
         names = {"--" + n.replace("_", "-") for n in re.findall(
             r"^\s+TY_[SIFBU]\((\w+),", source(*app, "train", "train_config.c"), re.M)} | {"--config"}
         if command == "compare":
-            names |= {"--" + k for k in re.findall(r'!strcmp\(key, "([a-z-]+)"\)',
+            # compare's own options: its table for train/train_args.h
+            names |= {"--" + k for k in re.findall(r'\{"([a-z-]+)", TY_TRAIN_ARG_',
                                                     source(*app, "cmd_compare.c"))}
         return names
     if command in ("compile", "check"):

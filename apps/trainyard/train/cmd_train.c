@@ -1,10 +1,10 @@
-/* `trainyard train`: option parsing (defaults < --config file < command
- * line, where the command line takes --key value, --key=value and
- * key=value), then the training loop in trainer.c. */
+/* `trainyard train`: option parsing (train_args.h: defaults < --config
+ * file < command line), then the training loop in trainer.c. */
 #include <stdio.h>
 #include <string.h>
 
 #include "app.h"
+#include "train_args.h"
 #include "train_config.h"
 #include "trainer.h"
 
@@ -30,70 +30,10 @@ static void ty_train_usage(FILE *out) {
 int ty_cmd_train(ty_app_t *app, int argc, char **argv) {
   ty_train_config_t config;
   ty_train_config_defaults(&config);
-  /* --config files first, so that the rest of the command line overrides them. */
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      ty_train_usage(stdout);
-      return TY_EXIT_OK;
-    }
-    const char *file = NULL;
-    if (!strcmp(argv[i], "--config")) {
-      if (i + 1 == argc) return ty_app_usage_error("train", "--config needs a file");
-      file = argv[++i];
-    } else if (!strncmp(argv[i], "--config=", 9)) {
-      file = argv[i] + 9;
-    }
-    if (file) {
-      ty_status_t s = ty_train_config_load_file(&config, file);
-      if (s) {
-        fprintf(stderr, "trainyard train: %s; see 'trainyard train --help'\n",
-                ty_status_message(s));
-        ty_status_free(s);
-        return TY_EXIT_USAGE;
-      }
-    }
-  }
-  for (int i = 1; i < argc; ++i) {
-    const char *arg = argv[i];
-    char key[128];
-    const char *value = NULL;
-    if (!strcmp(arg, "--config")) {
-      ++i;
-      continue;
-    }
-    if (!strncmp(arg, "--config=", 9)) continue;
-    if (!strncmp(arg, "--", 2)) {
-      const char *eq = strchr(arg, '=');
-      size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-      if (n == 0 || n >= sizeof(key)) return ty_app_usage_error("train", "bad option '%s'", arg);
-      memcpy(key, arg + 2, n);
-      key[n] = '\0';
-      if (eq) {
-        value = eq + 1;
-      } else if (ty_train_config_is_flag(key)) {
-        value = "true";
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        return ty_app_usage_error("train", "option '%s' needs a value", arg);
-      }
-    } else if (strchr(arg, '=')) {
-      const char *eq = strchr(arg, '=');
-      size_t n = (size_t)(eq - arg);
-      if (n == 0 || n >= sizeof(key)) return ty_app_usage_error("train", "bad override '%s'", arg);
-      memcpy(key, arg, n);
-      key[n] = '\0';
-      value = eq + 1;
-    } else {
-      return ty_app_usage_error("train", "unexpected argument '%s'", arg);
-    }
-    ty_status_t s = ty_train_config_set(&config, key, value);
-    if (s) {
-      fprintf(stderr, "trainyard train: %s\n", ty_status_message(s));
-      ty_status_free(s);
-      return TY_EXIT_USAGE;
-    }
-  }
+  const ty_train_args_t args = {.command = "train", .usage = ty_train_usage};
+  int rc = ty_train_args_parse(&args, argc, argv, &config);
+  if (rc == TY_TRAIN_ARGS_HELP) return TY_EXIT_OK;
+  if (rc != TY_EXIT_OK) return rc;
   ty_status_t s = ty_train_config_validate(&config);
   if (s) {
     fprintf(stderr, "trainyard train: %s; see 'trainyard train --help'\n", ty_status_message(s));
