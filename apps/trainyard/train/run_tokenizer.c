@@ -1,5 +1,5 @@
 /* The tokenizer of a training run, checked before the first step (see
- * train_tokenizer.h). */
+ * run_tokenizer.h). */
 #include "run_tokenizer.h"
 
 #include <stdio.h>
@@ -28,7 +28,7 @@ static bool ty_tt_no_tokenizer_recorded(const char *sha) {
   return true;
 }
 
-ty_status_t ty_train_tokenizer_open(ty_trainer_t *t) {
+ty_status_t ty_run_tokenizer_open(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   char path[sizeof(t->tokenizer_path)];
   const char *origin = NULL;
@@ -92,7 +92,7 @@ ty_status_t ty_train_tokenizer_open(ty_trainer_t *t) {
   return TY_OK;
 }
 
-void ty_train_tokenizer_close(ty_trainer_t *t) {
+void ty_run_tokenizer_close(ty_trainer_t *t) {
   ty_tokenizer_destroy(t->tokenizer);
   free(t->tokenizer_json);
   t->tokenizer = NULL;

@@ -4,8 +4,8 @@
  * starts, and its exact bytes are what every checkpoint gets, so a
  * checkpoint never carries a tokenizer that does not load or does not
  * match its token ids. */
-#ifndef TY_APPS_TRAINYARD_TRAIN_TOKENIZER_H_
-#define TY_APPS_TRAINYARD_TRAIN_TOKENIZER_H_
+#ifndef TY_APPS_TRAINYARD_TRAIN_RUN_TOKENIZER_H_
+#define TY_APPS_TRAINYARD_TRAIN_RUN_TOKENIZER_H_
 
 #include "hal/status.h"
 
@@ -16,9 +16,9 @@ struct ty_trainer_t;
  * and t->model_config. INVALID_ARGUMENT naming the file and both SHA-256
  * hashes or vocabulary sizes for a tokenizer other than the data's; the
  * loader's error, annotated, for one that does not load. */
-ty_status_t ty_train_tokenizer_open(struct ty_trainer_t *t);
+ty_status_t ty_run_tokenizer_open(struct ty_trainer_t *t);
 
-/* Releases what ty_train_tokenizer_open filled. */
-void ty_train_tokenizer_close(struct ty_trainer_t *t);
+/* Releases what ty_run_tokenizer_open filled. */
+void ty_run_tokenizer_close(struct ty_trainer_t *t);
 
-#endif /* TY_APPS_TRAINYARD_TRAIN_TOKENIZER_H_ */
+#endif /* TY_APPS_TRAINYARD_TRAIN_RUN_TOKENIZER_H_ */

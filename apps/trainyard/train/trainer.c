@@ -479,7 +479,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_dataset_close(t->train_data);
   ty_dataset_close(t->val_data);
   ty_train_metrics_close(t);
-  ty_train_tokenizer_close(t);
+  ty_run_tokenizer_close(t);
   if (t->plan) ty_preflight_deinit(t->plan);
   free(t->plan);
   free(t->order);
@@ -613,7 +613,7 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
    * state names, before any of it is loaded. */
   if (!s && resume_dir[0]) s = ty_trainer_check_identity(t, &saved, resume_dir);
   if (!s) s = ty_trainer_model_config(t);
-  if (!s) s = ty_train_tokenizer_open(t); /* before anything is written */
+  if (!s) s = ty_run_tokenizer_open(t); /* before anything is written */
   /* The weights against config.json before any graph is built. */
   if (!s && (resume_dir[0] || config->model[0])) {
     s = ty_llm_check_weights(&t->model_config, resume_dir[0] ? resume_dir : config->model);

@@ -55,7 +55,7 @@ typedef struct ty_trainer_t {
   void *weights;
   uint32_t *row_tokens;
   uint8_t *row_weights;
-  /* the run's tokenizer (train_tokenizer.c): loaded and checked against
+  /* the run's tokenizer (run_tokenizer.c): loaded and checked against
    * the data; its exact bytes go into every checkpoint. NULL when none. */
   struct ty_tokenizer_t *tokenizer;
   void *tokenizer_json;

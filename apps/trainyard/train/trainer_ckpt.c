@@ -525,7 +525,7 @@ static ty_status_t ty_write_model_config(const ty_trainer_t *t, const char *dir)
   return ty_model_config_write(&t->model_config, dst);
 }
 
-/* tokenizer.json: the exact bytes train_tokenizer.c loaded and checked at
+/* tokenizer.json: the exact bytes run_tokenizer.c loaded and checked at
  * the start (from --tokenizer, the data folder or the model folder). */
 static ty_status_t ty_write_tokenizer(const ty_trainer_t *t, const char *dir) {
   if (!t->tokenizer_json) return TY_OK; /* no tokenizer: the checkpoint loads by ids */
