@@ -1,4 +1,4 @@
-/* apps/trainyard/pipeline/pp_schedule.c: the 1F1B and interleaved orders
+/* apps/trainyard/train/pipeline/pp_schedule.c: the 1F1B and interleaved orders
  * against their published forms, every schedule deadlock-free when sends do
  * not block and receives do, and the balanced partition. */
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* apps/trainyard/train_plan.c: what every rank of a run computes alike.
+/* apps/trainyard/train/train_plan.c: what every rank of a run computes alike.
  * The row order of (seed, epoch) is pinned (a resumed run, on any version,
  * must rebuild it; trainer_state.json says "fisher-yates(seed, epoch)") and
  * differs between epochs; the dropout stream of a micro-batch is its index

@@ -30,7 +30,7 @@ static bool ty_tt_no_tokenizer_recorded(const char *sha) {
 
 ty_status_t ty_run_tokenizer_open(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
-  char path[sizeof(t->tokenizer_path)];
+  char path[sizeof(t->tok.tokenizer_path)];
   const char *origin = NULL;
   bool found = false;
   if (c->tokenizer[0]) {
@@ -61,8 +61,9 @@ ty_status_t ty_run_tokenizer_open(ty_trainer_t *t) {
     ty_tokenizer_destroy(tok);
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory hashing %s %s", origin, path);
   }
-  const char *data_sha = ty_dataset_tokenizer_sha256(t->train_data);
-  uint32_t vocab = ty_tokenizer_vocab_size(tok), data_vocab = ty_dataset_vocab_size(t->train_data);
+  const char *data_sha = ty_dataset_tokenizer_sha256(t->feed.train_data);
+  uint32_t vocab = ty_tokenizer_vocab_size(tok),
+           data_vocab = ty_dataset_vocab_size(t->feed.train_data);
   if (!ty_tt_no_tokenizer_recorded(data_sha) && strcmp(sha, data_sha) != 0) {
     s = ty_status_make(TY_CODE_INVALID_ARGUMENT,
                        "%s %s is not the tokenizer the data was prepared with: its SHA-256 is "
@@ -85,17 +86,17 @@ ty_status_t ty_run_tokenizer_open(ty_trainer_t *t) {
     free(bytes);
     return s;
   }
-  t->tokenizer = tok;
-  t->tokenizer_json = bytes;
-  t->tokenizer_json_size = size;
-  snprintf(t->tokenizer_path, sizeof(t->tokenizer_path), "%s", path);
+  t->tok.tokenizer = tok;
+  t->tok.tokenizer_json = bytes;
+  t->tok.tokenizer_json_size = size;
+  snprintf(t->tok.tokenizer_path, sizeof(t->tok.tokenizer_path), "%s", path);
   return TY_OK;
 }
 
 void ty_run_tokenizer_close(ty_trainer_t *t) {
-  ty_tokenizer_destroy(t->tokenizer);
-  free(t->tokenizer_json);
-  t->tokenizer = NULL;
-  t->tokenizer_json = NULL;
-  t->tokenizer_json_size = 0;
+  ty_tokenizer_destroy(t->tok.tokenizer);
+  free(t->tok.tokenizer_json);
+  t->tok.tokenizer = NULL;
+  t->tok.tokenizer_json = NULL;
+  t->tok.tokenizer_json_size = 0;
 }

@@ -21,7 +21,7 @@ ty_status_t ty_train_control_open(ty_trainer_t *t) {
     json_t *config = ty_train_config_to_json(c);
     ty_control_server_options_t o = {.out_dir = c->out, .registry = c->control_registry,
                                      .backend = ty_device_label(t->device), .config = config};
-    s = ty_control_server_start(&o, &t->control);
+    s = ty_control_server_start(&o, &t->report.control);
     json_decref(config);
     if (s) s = ty_status_annotate(s, "--out %s", c->out);
   }
@@ -46,61 +46,67 @@ ty_status_t ty_train_control_check(ty_trainer_t *t) {
 }
 
 void ty_train_control_close(ty_trainer_t *t) {
-  ty_control_server_stop(t->control);
-  t->control = NULL;
+  ty_control_server_stop(t->report.control);
+  t->report.control = NULL;
 }
 
 void ty_train_control_update(ty_trainer_t *t, double tokens_per_s, double seconds_per_step) {
-  if (!t->control) return;
-  ty_control_progress_t p = {.step = t->step, .total_steps = t->total_steps, .epoch = t->epoch,
-                             .loss = t->last_loss, .val_loss = t->last_val_loss,
-                             .eval_acc = t->last_eval_acc, .tokens_per_s = tokens_per_s,
-                             .eta_s = (double)(t->total_steps - t->step) * seconds_per_step};
-  ty_control_server_update(t->control, &p);
+  if (!t->report.control) return;
+  ty_control_progress_t p = {
+      .step = t->progress.step,
+      .total_steps = t->shape.total_steps,
+      .epoch = t->progress.epoch,
+      .loss = t->progress.last_loss,
+      .val_loss = t->progress.last_val_loss,
+      .eval_acc = t->progress.last_eval_acc,
+      .tokens_per_s = tokens_per_s,
+      .eta_s = (double)(t->shape.total_steps - t->progress.step) * seconds_per_step};
+  ty_control_server_update(t->report.control, &p);
 }
 
 static json_t *ty_train_control_reply(const ty_trainer_t *t, const char *message) {
   char path[TY_CFG_PATH_MAX + 64];
-  snprintf(path, sizeof(path), "%s/checkpoint-%lld", t->cfg.out, (long long)t->step);
-  return json_pack("{s:I, s:s, s:s}", "step", (json_int_t)t->step, "checkpoint", path,
+  snprintf(path, sizeof(path), "%s/checkpoint-%lld", t->cfg.out, (long long)t->progress.step);
+  return json_pack("{s:I, s:s, s:s}", "step", (json_int_t)t->progress.step, "checkpoint", path,
                    "message", message);
 }
 
 uint32_t ty_train_control_take(ty_trainer_t *t) {
-  return t->rank == 0 ? ty_control_server_take(t->control) : 0;
+  return t->par.rank == 0 ? ty_control_server_take(t->report.control) : 0;
 }
 
 ty_status_t ty_train_control_poll(ty_trainer_t *t, int64_t *saved_step, bool *out_stop) {
   /* Rank 0 serves the socket; its requests came to every rank with the
    * step's loss (ty_trainer_step), so every rank acts on them here. */
-  uint32_t bits = t->control_bits;
-  t->control_bits = 0;
+  uint32_t bits = t->report.control_bits;
+  t->report.control_bits = 0;
   if (!bits) return TY_OK;
-  if (t->rank == 0) ty_train_metrics_line_end(t);
+  if (t->par.rank == 0) ty_train_metrics_line_end(t);
   if (bits & TY_CONTROL_ABORT) {
-    if (t->rank == 0) {
+    if (t->par.rank == 0) {
       fprintf(stderr, "trainyard train: abort requested by 'trainyard control' after step "
-              "%lld: exiting without saving\n", (long long)t->step);
+              "%lld: exiting without saving\n", (long long)t->progress.step);
     }
-    json_t *r = json_pack("{s:I, s:s}", "step", (json_int_t)t->step, "message",
+    json_t *r = json_pack("{s:I, s:s}", "step", (json_int_t)t->progress.step, "message",
                           "aborting without a checkpoint");
-    ty_control_server_reply(t->control, TY_CONTROL_ABORT, true, r);
+    ty_control_server_reply(t->report.control, TY_CONTROL_ABORT, true, r);
     json_decref(r);
-    t->control_abort = true; /* every rank ends here: no MPI_Abort needed */
+    t->report.control_abort = true; /* every rank ends here: no MPI_Abort needed */
     return ty_status_make(TY_CODE_ABORTED, "aborted by 'trainyard control abort' after step "
                           "%lld: no checkpoint saved; the earlier checkpoints in %s are intact",
-                          (long long)t->step, t->cfg.out);
+                          (long long)t->progress.step, t->cfg.out);
   }
   ty_status_t s = TY_OK;
   if (bits & TY_CONTROL_SAVE) {
-    if (t->rank == 0) {
+    if (t->par.rank == 0) {
       fprintf(stderr, "trainyard train: save requested by 'trainyard control' after step "
-              "%lld\n", (long long)t->step);
+              "%lld\n", (long long)t->progress.step);
     }
-    if (*saved_step != t->step) s = ty_trainer_save_all(t, "the checkpoint 'control save' asked");
-    if (!s) *saved_step = t->step;
+    if (*saved_step != t->progress.step)
+      s = ty_trainer_save_all(t, "the checkpoint 'control save' asked");
+    if (!s) *saved_step = t->progress.step;
     json_t *r = ty_train_control_reply(t, s ? ty_status_message(s) : "saved; the run goes on");
-    ty_control_server_reply(t->control, TY_CONTROL_SAVE, !s, r);
+    ty_control_server_reply(t->report.control, TY_CONTROL_SAVE, !s, r);
     json_decref(r);
   }
   if (!s && (bits & TY_CONTROL_STOP)) *out_stop = true;
@@ -110,6 +116,6 @@ ty_status_t ty_train_control_poll(ty_trainer_t *t, int64_t *saved_step, bool *ou
 void ty_train_control_stopped(ty_trainer_t *t, ty_status_t save_status) {
   json_t *r = ty_train_control_reply(t, save_status ? ty_status_message(save_status)
                                                     : "saved; stopping");
-  ty_control_server_reply(t->control, TY_CONTROL_STOP, !save_status, r);
+  ty_control_server_reply(t->report.control, TY_CONTROL_STOP, !save_status, r);
   json_decref(r);
 }

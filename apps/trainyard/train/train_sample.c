@@ -20,13 +20,13 @@ typedef struct ty_train_sample_t {
 } ty_train_sample_t;
 
 void ty_train_sample_close(ty_trainer_t *t) {
-  ty_train_sample_t *smp = t->sample;
+  ty_train_sample_t *smp = t->report.sample;
   if (!smp) return;
   ty_generator_destroy(smp->generator);
   free(smp->prompt);
   free(smp->ids);
   free(smp);
-  t->sample = NULL;
+  t->report.sample = NULL;
 }
 
 /* The prompt's ids: --sample-prompt encoded, or the end-of-text token. */
@@ -35,11 +35,11 @@ static ty_status_t ty_sample_prompt(ty_trainer_t *t, ty_train_sample_t *smp) {
   if (!c->sample_prompt[0]) {
     smp->prompt = malloc(sizeof(int64_t));
     if (!smp->prompt) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    smp->prompt[0] = ty_dataset_eos_id(t->train_data); /* where documents start */
+    smp->prompt[0] = ty_dataset_eos_id(t->feed.train_data); /* where documents start */
     smp->prompt_len = 1;
     return TY_OK;
   }
-  if (!t->tokenizer) {
+  if (!t->tok.tokenizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--sample-prompt needs a tokenizer to encode it: pass --tokenizer "
                           "FILE (the one the data was prepared with), or leave the prompt out "
@@ -47,7 +47,7 @@ static ty_status_t ty_sample_prompt(ty_trainer_t *t, ty_train_sample_t *smp) {
   }
   uint32_t *ids = NULL;
   size_t n = 0;
-  TY_RETURN_IF_ERROR(ty_tokenizer_encode(t->tokenizer, c->sample_prompt,
+  TY_RETURN_IF_ERROR(ty_tokenizer_encode(t->tok.tokenizer, c->sample_prompt,
                                          strlen(c->sample_prompt), 0, &ids, &n));
   ty_status_t s = n ? TY_OK
                     : ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -65,14 +65,14 @@ ty_status_t ty_train_sample_open(ty_trainer_t *t) {
   if (c->sample_tokens <= 0) return TY_OK;
   ty_train_sample_t *smp = calloc(1, sizeof(*smp));
   if (!smp) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  t->sample = smp;
+  t->report.sample = smp;
   smp->last_step = -1;
   smp->ids = malloc((size_t)c->sample_tokens * sizeof(int64_t));
   if (!smp->ids) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   TY_RETURN_IF_ERROR(ty_sample_prompt(t, smp));
-  ty_generator_options_t o = {.dtype = t->dtype, .compute_dtype = t->compute_dtype,
+  ty_generator_options_t o = {.dtype = t->shape.dtype, .compute_dtype = t->shape.compute_dtype,
                               .prompt_len = smp->prompt_len,
-                              .max_new = c->sample_tokens, .weights_from = t->s_train,
+                              .max_new = c->sample_tokens, .weights_from = t->graphs.s_train,
                               .cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
                               .fallback_device = t->fallback,
                               .deterministic = c->deterministic};
@@ -81,9 +81,9 @@ ty_status_t ty_train_sample_open(ty_trainer_t *t) {
 }
 
 ty_status_t ty_train_sample_run(ty_trainer_t *t) {
-  ty_train_sample_t *smp = t->sample;
-  if (!smp || smp->last_step == t->step) return TY_OK;
-  smp->last_step = t->step;
+  ty_train_sample_t *smp = t->report.sample;
+  if (!smp || smp->last_step == t->progress.step) return TY_OK;
+  smp->last_step = t->progress.step;
   ty_sampling_t greedy = {.greedy = true};
   ty_generation_t gen = {.ids = smp->ids};
   TY_RETURN_IF_ERROR(ty_generator_run(smp->generator, smp->prompt, &greedy, -1, &gen));
@@ -91,21 +91,21 @@ ty_status_t ty_train_sample_run(ty_trainer_t *t) {
    * model's vocabulary may be larger than its tokenizer's). */
   char *text = NULL, *prompt_text = NULL;
   size_t text_size = 0, prompt_size = 0;
-  if (t->tokenizer) {
+  if (t->tok.tokenizer) {
     uint32_t *ids = malloc((size_t)(gen.count + smp->prompt_len) * sizeof(uint32_t));
     if (!ids) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     for (int64_t i = 0; i < smp->prompt_len; ++i) ids[i] = (uint32_t)smp->prompt[i];
     for (int64_t i = 0; i < gen.count; ++i) ids[smp->prompt_len + i] = (uint32_t)gen.ids[i];
-    ty_status_t d = ty_tokenizer_decode(t->tokenizer, ids, (size_t)smp->prompt_len, 0,
+    ty_status_t d = ty_tokenizer_decode(t->tok.tokenizer, ids, (size_t)smp->prompt_len, 0,
                                         &prompt_text, &prompt_size);
     if (!d) {
-      d = ty_tokenizer_decode(t->tokenizer, ids + smp->prompt_len, (size_t)gen.count, 0, &text,
+      d = ty_tokenizer_decode(t->tok.tokenizer, ids + smp->prompt_len, (size_t)gen.count, 0, &text,
                               &text_size);
     }
     if (d) {
       ty_train_metrics_line_end(t);
       fprintf(stderr, "step %lld: the sample does not decode (%s); logged as ids\n",
-              (long long)t->step, ty_status_message(d));
+              (long long)t->progress.step, ty_status_message(d));
       ty_status_free(d);
     }
     free(ids);
@@ -117,15 +117,15 @@ ty_status_t ty_train_sample_run(ty_trainer_t *t) {
   char *prompt_line = shown_prompt ? json_dumps(shown_prompt, JSON_ENCODE_ANY) : NULL;
   ty_train_metrics_line_end(t);
   if (line && prompt_line) {
-    fprintf(stderr, "step %lld: sample %s -> %s\n", (long long)t->step, prompt_line, line);
+    fprintf(stderr, "step %lld: sample %s -> %s\n", (long long)t->progress.step, prompt_line, line);
   } else {
-    fprintf(stderr, "step %lld: sample ids", (long long)t->step);
+    fprintf(stderr, "step %lld: sample ids", (long long)t->progress.step);
     for (int64_t i = 0; i < gen.count; ++i) fprintf(stderr, " %lld", (long long)gen.ids[i]);
     fputc('\n', stderr);
   }
   ty_jsonl_field_t fields[5];
   size_t n = 0;
-  fields[n++] = ty_jsonl_int("step", t->step);
+  fields[n++] = ty_jsonl_int("step", t->progress.step);
   fields[n++] = ty_jsonl_ints("sample_prompt_ids", smp->prompt, (size_t)smp->prompt_len);
   fields[n++] = ty_jsonl_ints("sample_ids", gen.ids, (size_t)gen.count);
   /* Text that is not UTF-8 (a cut multi-byte character) stays out of the
@@ -136,7 +136,7 @@ ty_status_t ty_train_sample_run(ty_trainer_t *t) {
   }
   /* Like every metrics record: a failed write of the log never stops
    * training. */
-  ty_status_free(ty_jsonl_writer_write(t->metrics, fields, n));
+  ty_status_free(ty_jsonl_writer_write(t->report.metrics, fields, n));
   free(line);
   free(prompt_line);
   json_decref(shown);

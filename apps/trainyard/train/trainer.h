@@ -15,61 +15,83 @@
 #include "models/llm.h"
 #include "train_config.h"
 
-typedef struct ty_trainer_t {
-  ty_train_config_t cfg;
-  ty_app_t *app;
-  ty_model_config_t model_config;
-  char model_source[TY_CFG_PATH_MAX]; /* folder the weights came from, or "" */
-  ty_registry_t *registry;
-  ty_device_t *device;
-  ty_device_t *fallback; /* `--backend URI?fallback=URI2`: a mixed run, or NULL */
-  uint64_t step_transfer_bytes; /* a mixed run's host copies in the last step */
-  ty_dataset_t *train_data, *val_data;
+/* ty_trainer_t by concern: each part names the file that fills it and
+ * keeps it; the others read it. */
+
+/* What a step is (trainer.c, from the options and the model). */
+typedef struct ty_trainer_shape_t {
   ty_dtype_t dtype, loss_dtype;
   ty_dtype_t compute_dtype; /* matmuls and attention (bf16 in bf16-mixed) */
   int64_t B, T, accum;
   int64_t rows_per_step, steps_per_epoch, total_steps;
-  /* graphs and sessions; the optimizer graph only with grad_accum > 1 */
+} ty_trainer_shape_t;
+
+/* The graphs and their sessions (trainer.c); the optimizer graph only with
+ * grad_accum > 1. */
+typedef struct ty_trainer_graphs_t {
   ty_graph_t *g_train, *g_opt, *g_eval;
   ty_llm_t m_train, m_eval;
   ty_session_t *s_train, *s_opt, *s_eval;
-  /* --check-numerics (trainer_numerics.c): its state, and the checked
-   * step's session while a checked step runs (NULL otherwise) */
-  struct ty_trainer_numerics_t *numerics;
-  ty_session_t *check_session;
   /* the pre-flight memory plan of those graphs (graph/preflight.h), the
    * limit it was checked against, and what the device measured */
   struct ty_preflight_t *plan;
   uint64_t memory_limit;
   char memory_limit_what[96];
-  /* progress (the trainer state saved in checkpoints) */
+  uint64_t step_transfer_bytes; /* a mixed run's host copies in the last step */
+} ty_trainer_graphs_t;
+
+/* Progress: the trainer state saved in checkpoints (trainer_ckpt.c writes
+ * it, trainer_state.c reads it back). */
+typedef struct ty_trainer_progress_t {
   int64_t step;   /* optimizer steps done */
   int64_t epoch;  /* 0-based epoch of the next step */
   int64_t cursor; /* rows of the epoch's order consumed */
   int64_t tokens_seen;
-  uint64_t *order; /* the epoch's row permutation */
   double last_loss, last_val_loss, last_grad_norm;
+  double last_eval_acc; /* --eval-data's last accuracy, NAN before */
   double train_seconds;
-  /* host staging buffers */
+} ty_trainer_progress_t;
+
+/* Data feeding (trainer.c): the splits, the epoch's order and the host
+ * staging of a micro-batch. */
+typedef struct ty_trainer_feed_t {
+  ty_dataset_t *train_data, *val_data;
+  uint64_t *order; /* the epoch's row permutation */
   int64_t *tokens, *targets;
   void *weights;
   uint32_t *row_tokens;
   uint8_t *row_weights;
-  /* the run's tokenizer (run_tokenizer.c): loaded and checked against
-   * the data; its exact bytes go into every checkpoint. NULL when none. */
+} ty_trainer_feed_t;
+
+/* The run's tokenizer (run_tokenizer.c): loaded and checked against the
+ * data; its exact bytes go into every checkpoint. NULL when none. */
+typedef struct ty_trainer_tok_t {
   struct ty_tokenizer_t *tokenizer;
   void *tokenizer_json;
   size_t tokenizer_json_size;
   char tokenizer_path[TY_CFG_PATH_MAX + 64];
-  struct ty_train_sample_t *sample;             /* --sample-tokens (train_sample.c) */
-  struct ty_train_eval_t *task_eval;            /* --eval-data (train_eval.c) */
-  double last_eval_acc;                         /* its last accuracy, NAN before */
-  struct ty_control_server_t *control;          /* `trainyard control` (train_control.c) */
-  struct ty_jsonl_writer_t *metrics;            /* metrics.jsonl */
-  struct ty_tensorboard_writer_t *tensorboard;  /* <out>/tensorboard/events... */
-  /* data parallel (trainer_dist.c): the world (NULL for one process),
-   * this rank, the world size, the host staging of the gradient all-reduce
-   * and the stop a signal on any rank asks of every rank */
+} ty_trainer_tok_t;
+
+/* What the run reports and hears (train_metrics.c, train_sample.c,
+ * train_eval.c, train_control.c; the stop signal from trainer.c). */
+typedef struct ty_trainer_report_t {
+  struct ty_jsonl_writer_t *metrics;           /* metrics.jsonl */
+  struct ty_tensorboard_writer_t *tensorboard; /* <out>/tensorboard/events... */
+  bool live_line;                              /* stderr is a terminal */
+  struct ty_train_sample_t *sample;            /* --sample-tokens */
+  struct ty_train_eval_t *task_eval;           /* --eval-data */
+  struct ty_control_server_t *control;         /* `trainyard control` */
+  bool control_abort;    /* `trainyard control abort` ended the loop on every rank */
+  uint32_t control_bits; /* the requests rank 0 took at the end of the step */
+  int stop_signal;
+} ty_trainer_report_t;
+
+/* Many processes (trainer_dist.c; trainer_tp.c, pipeline/trainer_pp.c for
+ * their layouts). The rank layout (docs/design-notes.md "Many devices"):
+ * world = dp x pp x tp. Without --tp or --pp: dp = world, dp_rank = rank. */
+typedef struct ty_trainer_par_t {
+  /* data parallel: the world (NULL for one process), this rank, the world
+   * size, the host staging of the gradient all-reduce */
   struct ty_dist_t *dist;
   struct ty_comm_t *comm; /* the device's own collectives (ABI 1.4), or NULL:
                              the host path; under --tp or --pp (ABI 1.7)
@@ -94,22 +116,28 @@ typedef struct ty_trainer_t {
    * graph's update mask); NULL otherwise */
   int *owner;
   bool *updates;
-  /* The rank layout (docs/design-notes.md "Many devices"): world = dp x pp
-   * x tp. Pipeline parallel (pipeline/trainer_pp.h): this rank is stage
-   * pp_rank of replica dp_rank, with the stages in `pipe` (NULL without
-   * --pp). Tensor parallel (--tp, trainer_tp.c): dp_rank is the replica
-   * whose rows this rank reads; tp_split: per parameter, whether this rank
-   * holds a part of it (the optimizer graph's global norm). Without either:
-   * dp = world, dp_rank = rank. */
+  /* Pipeline parallel (pipeline/trainer_pp.h): this rank is stage pp_rank
+   * of replica dp_rank, with the stages in `pipe` (NULL without --pp).
+   * Tensor parallel (--tp, trainer_tp.c): dp_rank is the replica whose
+   * rows this rank reads; tp_split: per parameter, whether this rank holds
+   * a part of it (the optimizer graph's global norm). */
   int pp, dp, pp_rank, dp_rank;
   struct ty_trainer_pp_t *pipe;
   int tp;
   bool *tp_split;
+} ty_trainer_par_t;
+
+/* The checked and the deterministic step's own state. */
+typedef struct ty_trainer_checks_t {
+  /* --check-numerics (trainer_numerics.c): its state, and the checked
+   * step's session while a checked step runs (NULL otherwise) */
+  struct ty_trainer_numerics_t *numerics;
+  ty_session_t *check_session;
   struct ty_trainer_det_t *det; /* --deterministic's host tree (trainer_det.c) */
-  int stop_signal;
-  bool control_abort; /* `trainyard control abort` ended the loop on every rank */
-  uint32_t control_bits; /* the requests rank 0 took at the end of the step */
-  bool live_line;    /* stderr is a terminal */
+} ty_trainer_checks_t;
+
+/* The run folder (trainer_ckpt.c). */
+typedef struct ty_trainer_folder_t {
   struct ty_run_folder_t *run; /* cfg.out, locked for the run's life */
   /* The run's identity (files/ckpt_identity.h): random at a fresh start,
    * kept across resumes, in every part of every checkpoint. */
@@ -117,6 +145,26 @@ typedef struct ty_trainer_t {
   bool done_already;  /* resumed at or past the last step: nothing to train */
   bool clear_pending; /* --overwrite: the run in cfg.out goes once every check passed */
   bool out_created, lock_created; /* cfg.out / its lock file did not exist before */
+} ty_trainer_folder_t;
+
+typedef struct ty_trainer_t {
+  /* the run: its options, model and device (trainer.c) */
+  ty_train_config_t cfg;
+  ty_app_t *app;
+  ty_model_config_t model_config;
+  char model_source[TY_CFG_PATH_MAX]; /* folder the weights came from, or "" */
+  ty_registry_t *registry;
+  ty_device_t *device;
+  ty_device_t *fallback; /* `--backend URI?fallback=URI2`: a mixed run, or NULL */
+  ty_trainer_shape_t shape;
+  ty_trainer_graphs_t graphs;
+  ty_trainer_progress_t progress;
+  ty_trainer_feed_t feed;
+  ty_trainer_tok_t tok;
+  ty_trainer_report_t report;
+  ty_trainer_par_t par;
+  ty_trainer_checks_t checks;
+  ty_trainer_folder_t folder;
 } ty_trainer_t;
 
 /* Runs `trainyard train` with a validated configuration. */
@@ -133,7 +181,7 @@ void ty_trainer_scale_weights(ty_trainer_t *t, double factor);
 /* The batch of the train step's graph: --batch-size, or 1 under
  * --deterministic (one row at a time, trainer_det.c). */
 static inline int64_t ty_trainer_graph_batch(const ty_trainer_t *t) {
-  return t->cfg.deterministic ? 1 : t->B;
+  return t->cfg.deterministic ? 1 : t->shape.B;
 }
 /* The hyperparameters of update `step` into the session that runs it. */
 ty_status_t ty_trainer_bind_hparams(ty_trainer_t *t, ty_session_t *s, int64_t step);
@@ -150,7 +198,7 @@ ty_status_t ty_trainer_save(ty_trainer_t *t);
  * their agreement that it is whole (`what` names it in errors). Call on
  * every rank. */
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what);
-/* Opens and locks the run folder cfg.out for the run's life (t->run),
+/* Opens and locks the run folder cfg.out for the run's life (t->folder.run),
  * removes what interrupted saves left, and finds the checkpoint to resume
  * (into out_dir; "" for a fresh start): --resume latest needs one, auto
  * takes one if there is one. A fresh run (or one resumed from another
@@ -162,7 +210,7 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *out_dir, size_t capacity)
 ty_status_t ty_trainer_clear_pending(ty_trainer_t *t, const char *resume_dir);
 /* A run refused at start-up: removes the lock file and the folder cfg.out
  * when this run created them (the folder only when empty), so that --out
- * is as it was. Call while t->run is still open. */
+ * is as it was. Call while t->folder.run is still open. */
 void ty_trainer_discard_fresh(ty_trainer_t *t);
 /* ---- trainer_dist.c ---- */
 
@@ -217,7 +265,7 @@ ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
 /* The same for any model's parameters living in `session` (`graph` gives
  * their descriptors), owner[i] the dp index that updated parameter i: the
  * host path broadcasts each replica's packed share over the dp group, the
- * device path (t->comm, the dp group's) each tensor in place. Collective
+ * device path (t->par.comm, the dp group's) each tensor in place. Collective
  * over the dp group. */
 ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
                                       const ty_graph_t *graph, const ty_llm_t *model,

@@ -248,7 +248,7 @@ static ty_status_t ty_agree_fields(ty_trainer_t *t, ty_dist_field_t *fields, siz
 }
 
 ty_status_t ty_trainer_agree(ty_trainer_t *t) {
-  if (t->world == 1) return TY_OK;
+  if (t->par.world == 1) return TY_OK;
   enum { TY_AGREE_MAX = 160 };
   ty_dist_field_t *fields = calloc(TY_AGREE_MAX, sizeof(*fields));
   if (!fields) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -256,7 +256,7 @@ ty_status_t ty_trainer_agree(ty_trainer_t *t) {
   ty_status_t s = ty_agree_fields(t, fields, TY_AGREE_MAX, &n);
   /* a rank that could not describe itself still joins the exchange (with
    * no fields), so the others stop with a message rather than wait */
-  ty_status_t a = ty_dist_agree_fields(t->dist, fields, s ? 0 : n);
+  ty_status_t a = ty_dist_agree_fields(t->par.dist, fields, s ? 0 : n);
   free(fields);
   if (s) {
     ty_status_free(a);

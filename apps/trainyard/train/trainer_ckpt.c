@@ -89,12 +89,12 @@ static int64_t ty_checkpoint_step_in(const char *path, const char *run_folder) {
 
 /* A fresh run (or one resumed from another folder) into a folder that holds
  * a run: refused, or with --overwrite that run is marked for deletion
- * (t->clear_pending), done by ty_trainer_clear_pending once every other
+ * (t->folder.clear_pending), done by ty_trainer_clear_pending once every other
  * check has passed: a run refused later must not have deleted it. */
 static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_dir) {
   const ty_train_config_t *c = &t->cfg;
   char what[512];
-  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->run, what, sizeof(what)));
+  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->folder.run, what, sizeof(what)));
   if (!what[0]) return TY_OK;
   if (!c->overwrite) {
     return ty_status_make(
@@ -106,24 +106,25 @@ static ty_status_t ty_trainer_claim_folder(ty_trainer_t *t, const char *resume_d
         : resume_dir[0]            ? "choose an empty --out for the resumed run"
                                    : "continue it with --resume latest");
   }
-  t->clear_pending = true;
+  t->folder.clear_pending = true;
   return TY_OK;
 }
 
 ty_status_t ty_trainer_clear_pending(ty_trainer_t *t, const char *resume_dir) {
   const ty_train_config_t *c = &t->cfg;
-  if (!t->clear_pending) return TY_OK;
-  t->clear_pending = false;
+  if (!t->folder.clear_pending) return TY_OK;
+  t->folder.clear_pending = false;
   char what[512];
-  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->run, what, sizeof(what)));
+  TY_RETURN_IF_ERROR(ty_run_folder_describe(t->folder.run, what, sizeof(what)));
   if (!what[0]) return TY_OK;
   const ty_run_folder_input_t inputs[] = {
       {"--data", c->data},         {"--model", c->model},
       {"--tokenizer", c->tokenizer}, {"--artifact", c->artifact},
       {"--resume", resume_dir},    {"--cache-dir", c->cache_dir},
   };
-  ty_status_t s = ty_run_folder_clear(t->run, inputs, sizeof(inputs) / sizeof(inputs[0]));
-  if (!s) fprintf(stderr, "trainyard train: --overwrite: deleted the run in %s (%s)\n", c->out, what);
+  ty_status_t s = ty_run_folder_clear(t->folder.run, inputs, sizeof(inputs) / sizeof(inputs[0]));
+  if (!s)
+    fprintf(stderr, "trainyard train: --overwrite: deleted the run in %s (%s)\n", c->out, what);
   return s;
 }
 
@@ -135,18 +136,18 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
   char lock[TY_CFG_PATH_MAX + 64];
   TY_RETURN_IF_ERROR(ty_path_join(lock, sizeof(lock), c->out, TY_RUN_LOCK_NAME));
   struct stat st;
-  t->out_created = stat(c->out, &st) != 0 && errno == ENOENT;
-  t->lock_created = lstat(lock, &st) != 0 && errno == ENOENT;
-  TY_RETURN_IF_ERROR(ty_run_folder_open(c->out, &t->run));
-  if (!ty_run_folder_locked(t->run)) {
+  t->folder.out_created = stat(c->out, &st) != 0 && errno == ENOENT;
+  t->folder.lock_created = lstat(lock, &st) != 0 && errno == ENOENT;
+  TY_RETURN_IF_ERROR(ty_run_folder_open(c->out, &t->folder.run));
+  if (!ty_run_folder_locked(t->folder.run)) {
     fprintf(stderr, "trainyard train: warning: the file system of %s cannot lock it (flock); "
                     "another run into it would not be detected\n", c->out);
   }
   /* Under the lock no live run saves here: what a save left is garbage. */
-  TY_RETURN_IF_ERROR(ty_run_folder_clean_partial(t->run));
+  TY_RETURN_IF_ERROR(ty_run_folder_clean_partial(t->folder.run));
   int64_t *steps = NULL;
   size_t n = 0;
-  TY_RETURN_IF_ERROR(ty_run_folder_checkpoints(t->run, &steps, &n));
+  TY_RETURN_IF_ERROR(ty_run_folder_checkpoints(t->folder.run, &steps, &n));
   bool latest = !strcmp(c->resume, "latest"), automatic = !strcmp(c->resume, "auto");
   ty_status_t s = TY_OK;
   if ((latest || automatic) && n) {
@@ -172,7 +173,7 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
     /* Continuing this folder's run: a later checkpoint would belong to the
      * abandoned future and mix with the continued one. */
     char what[512];
-    s = ty_run_folder_describe(t->run, what, sizeof(what)); /* misplaced names */
+    s = ty_run_folder_describe(t->folder.run, what, sizeof(what)); /* misplaced names */
     if (!s && n && steps[n - 1] > from) {
       s = ty_status_make(TY_CODE_FAILED_PRECONDITION,
                          "--resume %s: %s also holds checkpoint-%lld, past step %lld; a run "
@@ -188,22 +189,22 @@ ty_status_t ty_trainer_open_run(ty_trainer_t *t, char *resume_dir, size_t cap) {
 }
 
 void ty_trainer_discard_fresh(ty_trainer_t *t) {
-  if (!t->run || !ty_run_folder_locked(t->run)) return; /* not ours to undo */
+  if (!t->folder.run || !ty_run_folder_locked(t->folder.run)) return; /* not ours to undo */
   char lock[TY_CFG_PATH_MAX + 64];
-  ty_status_t joined = t->lock_created
+  ty_status_t joined = t->folder.lock_created
                            ? ty_path_join(lock, sizeof(lock), t->cfg.out, TY_RUN_LOCK_NAME)
                            : TY_OK;
   /* Still held: a run that opened it meanwhile was refused. */
-  if (t->lock_created && !joined) unlink(lock);
+  if (t->folder.lock_created && !joined) unlink(lock);
   ty_status_free(joined);
   /* Only an empty folder goes: whatever else is there stays. */
-  if (t->out_created) rmdir(t->cfg.out);
+  if (t->folder.out_created) rmdir(t->cfg.out);
 }
 
 /* The session that holds the optimizer states: the optimizer-step graph's
  * with gradient accumulation, else the fused train step's. */
 static ty_session_t *ty_trainer_optimizer_session(const ty_trainer_t *t) {
-  return t->s_opt ? t->s_opt : t->s_train;
+  return t->graphs.s_opt ? t->graphs.s_opt : t->graphs.s_train;
 }
 
 /* The optimizer states of every parameter: "<param>.exp_avg", ... A
@@ -249,8 +250,9 @@ typedef struct ty_tp_collected_t {
 } ty_tp_collected_t;
 
 static void ty_tp_collected_free(const ty_trainer_t *t, ty_tp_collected_t *c) {
-  for (uint32_t i = 0; c->weights && i < t->m_train.param_count; ++i) free(c->weights[i]);
-  for (size_t i = 0; c->states && i < t->m_train.param_count * c->kinds; ++i) free(c->states[i]);
+  for (uint32_t i = 0; c->weights && i < t->graphs.m_train.param_count; ++i) free(c->weights[i]);
+  for (size_t i = 0; c->states && i < t->graphs.m_train.param_count * c->kinds; ++i)
+    free(c->states[i]);
   free(c->weights);
   free(c->states);
   memset(c, 0, sizeof(*c));
@@ -261,16 +263,16 @@ static ty_status_t ty_tp_collect(ty_trainer_t *t, bool weights, bool states,
   memset(c, 0, sizeof(*c));
   const char *const *kinds = ty_optimizer_states(t);
   while (kinds[c->kinds]) ++c->kinds;
-  const uint32_t n = t->m_train.param_count;
+  const uint32_t n = t->graphs.m_train.param_count;
   if (weights) c->weights = calloc(n ? n : 1, sizeof(void *));
   if (states) c->states = calloc(n * c->kinds + 1, sizeof(float *));
   ty_status_t s = (!weights || c->weights) && (!states || c->states)
                       ? TY_OK
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  const size_t elem = ty_dtype_size(t->m_train.options.dtype);
+  const size_t elem = ty_dtype_size(t->graphs.m_train.options.dtype);
   for (uint32_t i = 0; i < n && !s; ++i) {
-    const ty_llm_param_t *p = &t->m_train.params[i];
-    if (weights) s = ty_trainer_tp_gather(t, t->s_train, p, p->name, elem, &c->weights[i]);
+    const ty_llm_param_t *p = &t->graphs.m_train.params[i];
+    if (weights) s = ty_trainer_tp_gather(t, t->graphs.s_train, p, p->name, elem, &c->weights[i]);
     for (size_t k = 0; states && k < c->kinds && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       ty_tensor_desc_t desc;
@@ -292,8 +294,8 @@ static ty_status_t ty_tp_collect(ty_trainer_t *t, bool weights, bool states,
 /* The run's identity and step, in the metadata of a file it writes. */
 static ty_status_t ty_tag_writer(const ty_trainer_t *t, ty_safetensors_writer_t *w) {
   char step[32];
-  snprintf(step, sizeof(step), "%lld", (long long)t->step);
-  TY_RETURN_IF_ERROR(ty_safetensors_writer_set_metadata(w, TY_CKPT_RUN_ID_KEY, t->run_id));
+  snprintf(step, sizeof(step), "%lld", (long long)t->progress.step);
+  TY_RETURN_IF_ERROR(ty_safetensors_writer_set_metadata(w, TY_CKPT_RUN_ID_KEY, t->folder.run_id));
   return ty_safetensors_writer_set_metadata(w, TY_CKPT_STEP_KEY, step);
 }
 
@@ -309,11 +311,11 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const cha
   const char *const *kinds = ty_optimizer_states(t);
   size_t kind_count = 0;
   while (kinds[kind_count]) ++kind_count;
-  size_t n = t->m_train.param_count * kind_count;
+  size_t n = t->graphs.m_train.param_count * kind_count;
   float **data = calloc(n ? n : 1, sizeof(float *));
   ty_status_t s = data ? TY_OK : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
-    const ty_llm_param_t *p = &t->m_train.params[i];
+  for (uint32_t i = 0; i < t->graphs.m_train.param_count && !s; ++i) {
+    const ty_llm_param_t *p = &t->graphs.m_train.params[i];
     for (size_t k = 0; k < kind_count && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       ty_tensor_desc_t desc;
@@ -353,7 +355,7 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const cha
 
 /* ZeRO-1's shard file of replica `r` (a rank without --tp) into name[64]. */
 static void ty_optimizer_shard_name(const ty_trainer_t *t, int r, char name[64]) {
-  snprintf(name, 64, "optimizer-%05d-of-%05d.safetensors", r + 1, t->dp);
+  snprintf(name, 64, "optimizer-%05d-of-%05d.safetensors", r + 1, t->par.dp);
 }
 
 /* ZeRO-1: the states of this replica's share into its shard, gathered
@@ -362,8 +364,8 @@ static void ty_optimizer_shard_name(const ty_trainer_t *t, int r, char name[64])
  * group. */
 static ty_status_t ty_save_optimizer_share(ty_trainer_t *t, const char *dir) {
   char shard[64];
-  ty_optimizer_shard_name(t, t->dp_rank, shard);
-  if (t->tp == 1) return ty_save_optimizer(t, dir, shard, NULL);
+  ty_optimizer_shard_name(t, t->par.dp_rank, shard);
+  if (t->par.tp == 1) return ty_save_optimizer(t, dir, shard, NULL);
   ty_tp_collected_t whole;
   ty_status_t s = ty_tp_collect(t, false, true, &whole);
   if (!s && t->cfg.tp_rank == 0) s = ty_save_optimizer(t, dir, shard, &whole);
@@ -379,7 +381,7 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
                       ? TY_OK
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   json_int_t total = 0;
-  for (int r = 0; r < t->dp && !s; ++r) {
+  for (int r = 0; r < t->par.dp && !s; ++r) {
     char name[64], path[TY_CFG_PATH_MAX + 128];
     ty_optimizer_shard_name(t, r, name);
     s = ty_path_join(path, sizeof(path), dir, name);
@@ -395,13 +397,13 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
   char *text = NULL;
   if (!s) {
     json_object_set_new(meta, "total_size", json_integer(total));
-    json_object_set_new(meta, "world_size", json_integer(t->world));
+    json_object_set_new(meta, "world_size", json_integer(t->par.world));
     /* one shard per replica: world_size = replicas x tp_size x pp_size */
-    json_object_set_new(meta, "replicas", json_integer(t->dp));
-    if (t->tp > 1) json_object_set_new(meta, "tp_size", json_integer(t->tp));
-    if (t->pp > 1) json_object_set_new(meta, "pp_size", json_integer(t->pp));
-    json_object_set_new(meta, "run_id", json_string(t->run_id));
-    json_object_set_new(meta, "step", json_integer(t->step));
+    json_object_set_new(meta, "replicas", json_integer(t->par.dp));
+    if (t->par.tp > 1) json_object_set_new(meta, "tp_size", json_integer(t->par.tp));
+    if (t->par.pp > 1) json_object_set_new(meta, "pp_size", json_integer(t->par.pp));
+    json_object_set_new(meta, "run_id", json_string(t->folder.run_id));
+    json_object_set_new(meta, "step", json_integer(t->progress.step));
     json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));
     json_object_set(root, "metadata", meta);
     json_object_set(root, "weight_map", map);
@@ -429,8 +431,8 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
   const char *const *kinds = ty_optimizer_states(t);
   ty_status_t s = TY_OK;
   unsigned warned = 0;
-  for (uint32_t i = 0; i < t->m_train.param_count && !s; ++i) {
-    const ty_llm_param_t *p = &t->m_train.params[i];
+  for (uint32_t i = 0; i < t->graphs.m_train.param_count && !s; ++i) {
+    const ty_llm_param_t *p = &t->graphs.m_train.params[i];
     for (size_t k = 0; kinds[k] && !s; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       ty_tensor_desc_t desc;
@@ -441,7 +443,7 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
       s = ty_safetensors_set_lookup(f, name, &tensor);
       /* The file holds whole states (any --tp saves them so): with tensor
        * parallel this rank takes its part of each. */
-      const bool part = t->tp > 1 && p->tp_axis >= 0;
+      const bool part = t->par.tp > 1 && p->tp_axis >= 0;
       const int64_t *want = part ? p->full_dims : desc.dims;
       if (!s && (tensor->dtype != TY_DTYPE_F32 || tensor->rank != desc.rank ||
                  memcmp(tensor->dims, want, desc.rank * sizeof(int64_t)) != 0)) {
@@ -467,7 +469,8 @@ ty_status_t ty_trainer_load_optimizer(ty_trainer_t *t, const char *dir) {
         const size_t bytes = (size_t)ty_llm_param_part_count(p) * sizeof(float);
         float *mine = malloc(bytes ? bytes : 1);
         if (!mine) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory loading %s", name);
-        if (!s) ty_llm_tp_take_part(p, t->tp, (int)t->cfg.tp_rank, sizeof(float), tensor->data, mine);
+        if (!s)
+          ty_llm_tp_take_part(p, t->par.tp, (int)t->cfg.tp_rank, sizeof(float), tensor->data, mine);
         if (!s) {
           s = ty_session_bind(ty_trainer_optimizer_session(t), name, TY_DTYPE_F32, desc.rank,
                               desc.dims, mine, bytes);
@@ -488,19 +491,20 @@ static ty_status_t ty_write_state(const ty_trainer_t *t, const char *dir) {
   json_object_set_new(j, "format", json_string("trainyard-trainer-state"));
   json_object_set_new(j, "version", json_integer(1));
   json_object_set_new(j, "created_by", json_string("trainyard " TY_VERSION_STRING));
-  json_object_set_new(j, "step", json_integer(t->step));
-  json_object_set_new(j, "run_id", json_string(t->run_id));
-  json_object_set_new(j, "epoch", json_integer(t->epoch));
-  json_object_set_new(j, "cursor", json_integer(t->cursor));
-  json_object_set_new(j, "tokens_seen", json_integer(t->tokens_seen));
+  json_object_set_new(j, "step", json_integer(t->progress.step));
+  json_object_set_new(j, "run_id", json_string(t->folder.run_id));
+  json_object_set_new(j, "epoch", json_integer(t->progress.epoch));
+  json_object_set_new(j, "cursor", json_integer(t->progress.cursor));
+  json_object_set_new(j, "tokens_seen", json_integer(t->progress.tokens_seen));
   /* What the progress fields are counted in, for the checks on resume. */
-  json_object_set_new(j, "seq_len", json_integer(t->T));
-  json_object_set_new(j, "train_rows", json_integer((json_int_t)ty_dataset_row_count(t->train_data)));
+  json_object_set_new(j, "seq_len", json_integer(t->shape.T));
+  json_object_set_new(j, "train_rows",
+                      json_integer((json_int_t)ty_dataset_row_count(t->feed.train_data)));
   /* The ranks that made it: a resume on another count keeps the global
    * batch (world_size x batch_size x grad_accum). */
-  json_object_set_new(j, "world_size", json_integer(t->world));
-  json_object_set_new(j, "train_seconds", json_real(t->train_seconds));
-  json_object_set_new(j, "loss", json_real(t->last_loss));
+  json_object_set_new(j, "world_size", json_integer(t->par.world));
+  json_object_set_new(j, "train_seconds", json_real(t->progress.train_seconds));
+  json_object_set_new(j, "loss", json_real(t->progress.last_loss));
   /* The data order is rebuilt from (seed, epoch); dropout masks from
    * (seed, step): saying so makes the state self-describing. */
   json_object_set_new(j, "data_order", json_string("fisher-yates(seed, epoch)"));
@@ -528,19 +532,19 @@ static ty_status_t ty_write_model_config(const ty_trainer_t *t, const char *dir)
 /* tokenizer.json: the exact bytes run_tokenizer.c loaded and checked at
  * the start (from --tokenizer, the data folder or the model folder). */
 static ty_status_t ty_write_tokenizer(const ty_trainer_t *t, const char *dir) {
-  if (!t->tokenizer_json) return TY_OK; /* no tokenizer: the checkpoint loads by ids */
+  if (!t->tok.tokenizer_json) return TY_OK; /* no tokenizer: the checkpoint loads by ids */
   char dst[TY_CFG_PATH_MAX + 64];
   TY_RETURN_IF_ERROR(ty_path_join(dst, sizeof(dst), dir, "tokenizer.json"));
-  return ty_file_write_atomic(dst, t->tokenizer_json, t->tokenizer_json_size);
+  return ty_file_write_atomic(dst, t->tok.tokenizer_json, t->tok.tokenizer_json_size);
 }
 
 static ty_status_t ty_prune(ty_trainer_t *t) {
   if (t->cfg.keep <= 0) return TY_OK;
   int64_t *steps = NULL;
   size_t n = 0;
-  ty_status_t s = ty_run_folder_checkpoints(t->run, &steps, &n);
+  ty_status_t s = ty_run_folder_checkpoints(t->folder.run, &steps, &n);
   for (size_t i = 0; !s && i + (size_t)t->cfg.keep < n; ++i) {
-    s = ty_run_folder_remove_checkpoint(t->run, steps[i]);
+    s = ty_run_folder_remove_checkpoint(t->folder.run, steps[i]);
   }
   free(steps);
   return s;
@@ -566,51 +570,55 @@ static ty_status_t ty_publish(const char *tmp, const char *final) {
 ty_status_t ty_trainer_save(ty_trainer_t *t) {
   char tmp[TY_CFG_PATH_MAX + 64], final[TY_CFG_PATH_MAX + 64];
   snprintf(tmp, sizeof(tmp), "%s/" TY_RUN_CKPT_TMP_PREFIX "%lld.tmp-%ld", t->cfg.out,
-           (long long)t->step, (long)getpid());
-  snprintf(final, sizeof(final), "%s/" TY_RUN_CKPT_PREFIX "%lld", t->cfg.out, (long long)t->step);
+           (long long)t->progress.step, (long)getpid());
+  snprintf(final, sizeof(final), "%s/" TY_RUN_CKPT_PREFIX "%lld", t->cfg.out,
+           (long long)t->progress.step);
   ty_status_t s = TY_OK;
   /* Tensor parallel: the parts of replica 0's tp ranks, gathered whole on
    * rank 0, which alone writes the model (one Hugging Face checkpoint,
    * loadable with any --tp) and without ZeRO-1 the one single-process
    * optimizer file. */
   ty_tp_collected_t tp = {0};
-  if (t->tp > 1 && !t->pipe && t->dp_rank == 0) { /* --pp: rank 0's mirror is whole already */
-    s = ty_tp_collect(t, true, !t->owner, &tp);
+  if (t->par.tp > 1 && !t->par.pipe &&
+      t->par.dp_rank == 0) { /* --pp: rank 0's mirror is whole already */
+    s = ty_tp_collect(t, true, !t->par.owner, &tp);
   }
-  if (!t->owner && (s || t->rank != 0)) {
+  if (!t->par.owner && (s || t->par.rank != 0)) {
     ty_tp_collected_free(t, &tp);
-    return s ? ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step) : TY_OK;
+    return s ? ty_status_annotate(s, "saving checkpoint %lld", (long long)t->progress.step) : TY_OK;
   }
-  if (t->rank == 0 && !s) {
+  if (t->par.rank == 0 && !s) {
     s = ty_run_folder_remove_tree(tmp);
     if (!s && mkdir(tmp, 0777) != 0) s = ty_errno_status("cannot create", tmp);
     if (!s) s = ty_write_model_config(t, tmp);
     if (!s) {
       char step[32];
-      snprintf(step, sizeof(step), "%lld", (long long)t->step);
-      const ty_llm_weights_tag_t tags[] = {{TY_CKPT_RUN_ID_KEY, t->run_id},
+      snprintf(step, sizeof(step), "%lld", (long long)t->progress.step);
+      const ty_llm_weights_tag_t tags[] = {{TY_CKPT_RUN_ID_KEY, t->folder.run_id},
                                            {TY_CKPT_STEP_KEY, step}};
-      s = ty_llm_save_weights_tagged(&t->m_train, t->s_train, tp.weights, tmp, 0, tags, 2);
+      s = ty_llm_save_weights_tagged(&t->graphs.m_train, t->graphs.s_train, tp.weights, tmp, 0,
+                                     tags, 2);
     }
     /* Test hook: a pause mid-save, for the crash-during-save test. */
     const char *pause = getenv("TRAINYARD_DEBUG_SAVE_SLEEP_MS");
     if (!s && pause && atol(pause) > 0) usleep((useconds_t)atol(pause) * 1000u);
     if (!s) s = ty_write_tokenizer(t, tmp);
-    if (!s && !t->owner) {
+    if (!s && !t->par.owner) {
       s = ty_save_optimizer(t, tmp, "optimizer.safetensors", tp.states ? &tp : NULL);
     }
   }
   ty_tp_collected_free(t, &tp);
-  if (t->owner) {
+  if (t->par.owner) {
     /* ZeRO-1: every replica writes its share of the optimizer state into
      * rank 0's hidden folder; rank 0 indexes the shards and renames the
      * folder only once every rank has written its part. */
-    s = ty_dist_agree(t->dist, s, "preparing the checkpoint");
-    if (!s) s = ty_dist_broadcast(t->dist, 0, tmp, sizeof(tmp), "the checkpoint folder");
+    s = ty_dist_agree(t->par.dist, s, "preparing the checkpoint");
+    if (!s) s = ty_dist_broadcast(t->par.dist, 0, tmp, sizeof(tmp), "the checkpoint folder");
     if (!s) s = ty_save_optimizer_share(t, tmp);
-    s = ty_dist_agree(t->dist, s, "writing the optimizer shards");
-    if (!s && t->rank == 0) s = ty_write_optimizer_index(t, tmp);
-    if (t->rank != 0) return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+    s = ty_dist_agree(t->par.dist, s, "writing the optimizer shards");
+    if (!s && t->par.rank == 0) s = ty_write_optimizer_index(t, tmp);
+    if (t->par.rank != 0)
+      return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->progress.step);
   }
   if (!s) s = ty_write_state(t, tmp); /* last: its presence marks a whole checkpoint */
   if (!s) s = ty_fsync_path(tmp);
@@ -623,7 +631,7 @@ ty_status_t ty_trainer_save(ty_trainer_t *t) {
   if (!s) s = ty_fsync_path(t->cfg.out);
   if (s) {
     ty_status_free(ty_run_folder_remove_tree(tmp));
-    return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->step);
+    return ty_status_annotate(s, "saving checkpoint %lld", (long long)t->progress.step);
   }
   /* The new checkpoint is safe; a failed prune only leaves an old one. */
   ty_status_t pruned = ty_prune(t);

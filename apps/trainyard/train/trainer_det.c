@@ -30,8 +30,8 @@ typedef struct ty_trainer_det_t {
 static bool ty_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
 ty_status_t ty_trainer_det_check(const ty_trainer_t *t) {
-  if (!t->cfg.deterministic || t->dp <= 1) return TY_OK;
-  const int64_t n = t->B * t->accum;
+  if (!t->cfg.deterministic || t->par.dp <= 1) return TY_OK;
+  const int64_t n = t->shape.B * t->shape.accum;
   if (ty_power_of_two(n)) return TY_OK;
   return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                         "--deterministic on %d ranks: --batch-size %lld x --grad-accum %lld = "
@@ -39,7 +39,7 @@ ty_status_t ty_trainer_det_check(const ty_trainer_t *t) {
                         "whole subtree of the one fixed summation tree (1, 2, 4, 8, ... rows) "
                         "for its partial sum to combine into the one-process bits: choose "
                         "--batch-size and --grad-accum whose product is 1, 2, 4, 8, ...",
-                        t->dp, (long long)t->B, (long long)t->accum, (long long)n);
+                        t->par.dp, (long long)t->shape.B, (long long)t->shape.accum, (long long)n);
 }
 
 /* The accumulators' f32 element count and the largest one's. */
@@ -61,15 +61,15 @@ static ty_status_t ty_det_open_device(ty_trainer_t *t, ty_trainer_det_t *d) {
     snprintf(d->host_why, sizeof(d->host_why), "a mixed run (fallback=) keeps it on the host");
     return TY_OK;
   }
-  const uint32_t n = t->m_train.param_count;
+  const uint32_t n = t->graphs.m_train.param_count;
   const char **names = calloc(n ? n : 1, sizeof(char *));
   if (!names) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  for (uint32_t i = 0; i < n; ++i) names[i] = t->m_train.params[i].name;
+  for (uint32_t i = 0; i < n; ++i) names[i] = t->graphs.m_train.params[i].name;
   const ty_train_config_t *c = &t->cfg;
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
                              .deterministic = c->deterministic};
-  ty_status_t s =
-      ty_train_tree_dev_create(t->device, t->s_train, &so, names, n, t->B * t->accum, &d->dev);
+  ty_status_t s = ty_train_tree_dev_create(t->device, t->graphs.s_train, &so, names, n,
+                                           t->shape.B * t->shape.accum, &d->dev);
   free(names);
   if (s && ty_status_code(s) == TY_CODE_RESOURCE_EXHAUSTED) return s;
   if (s) snprintf(d->host_why, sizeof(d->host_why), "%s", ty_status_message(s));
@@ -78,22 +78,22 @@ static ty_status_t ty_det_open_device(ty_trainer_t *t, ty_trainer_det_t *d) {
 }
 
 static ty_status_t ty_det_open(ty_trainer_t *t) {
-  if (t->det) return TY_OK;
+  if (t->checks.det) return TY_OK;
   size_t total = 0, largest = 0;
   TY_RETURN_IF_ERROR(ty_det_layout(t, &total, &largest));
   ty_trainer_det_t *d = calloc(1, sizeof(*d));
   if (!d) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  t->det = d;
+  t->checks.det = d;
   ty_train_tree_init(&d->rows, total);
   ty_train_tree_init(&d->ranks, total);
   TY_RETURN_IF_ERROR(ty_det_open_device(t, d));
   if (!d->dev) d->zeros = calloc(largest ? largest : 1, sizeof(float));
   d->gather_bytes = total * sizeof(float) + sizeof(double);
-  if (t->dp > 1) {
+  if (t->par.dp > 1) {
     d->own = malloc(d->gather_bytes);
-    d->gather = malloc(d->gather_bytes * (size_t)t->dp);
+    d->gather = malloc(d->gather_bytes * (size_t)t->par.dp);
   }
-  if ((!d->dev && !d->zeros) || (t->dp > 1 && (!d->own || !d->gather))) {
+  if ((!d->dev && !d->zeros) || (t->par.dp > 1 && (!d->own || !d->gather))) {
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
                           "out of host memory for the deterministic gradient sum (%zu floats "
                           "per rank)", total);
@@ -102,7 +102,7 @@ static ty_status_t ty_det_open(ty_trainer_t *t) {
 }
 
 void ty_trainer_det_close(ty_trainer_t *t) {
-  ty_trainer_det_t *d = t->det;
+  ty_trainer_det_t *d = t->checks.det;
   if (!d) return;
   ty_train_tree_dev_destroy(d->dev);
   ty_train_tree_deinit(&d->rows);
@@ -111,16 +111,16 @@ void ty_trainer_det_close(ty_trainer_t *t) {
   free(d->own);
   free(d->gather);
   free(d);
-  t->det = NULL;
+  t->checks.det = NULL;
 }
 
 ty_status_t ty_trainer_det_banner(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_det_open(t)); /* every rank: which tree */
-  if (t->rank != 0) return TY_OK;
-  const ty_trainer_det_t *d = t->det;
+  if (t->par.rank != 0) return TY_OK;
+  const ty_trainer_det_t *d = t->checks.det;
   size_t total = 0, largest = 0;
   TY_RETURN_IF_ERROR(ty_det_layout(t, &total, &largest));
-  const int64_t per_rank = t->B * t->accum;
+  const int64_t per_rank = t->shape.B * t->shape.accum;
   char bytes[32], tree[32], path[640];
   ty_format_bytes((uint64_t)total * 4, bytes, sizeof(bytes));
   if (d->dev) {
@@ -140,42 +140,43 @@ ty_status_t ty_trainer_det_banner(ty_trainer_t *t) {
           "deterministic: on; %lld rows per step (%lld per rank x %d rank%s), each run alone "
           "(graph batch 1); %s%s, then the optimizer graph; deterministic=1 asks %s for "
           "batch-invariant kernels\n",
-          (long long)t->rows_per_step, (long long)per_rank, t->dp, t->dp == 1 ? "" : "s", path,
-          t->dp > 1 ? ", the ranks' partials gathered over the host transport and folded in "
-                      "rank order on every rank (never the backend's or MPI's all-reduce)"
-                    : "",
+          (long long)t->shape.rows_per_step, (long long)per_rank, t->par.dp,
+          t->par.dp == 1 ? "" : "s", path,
+          t->par.dp > 1 ? ", the ranks' partials gathered over the host transport and folded in "
+                          "rank order on every rank (never the backend's or MPI's all-reduce)"
+                        : "",
           ty_backend_name(ty_device_backend(t->device)));
   return TY_OK;
 }
 
 /* Row `b` of the staged micro-batch as a batch of one. */
 static ty_status_t ty_det_bind_row(ty_trainer_t *t, ty_session_t *s, int64_t b) {
-  const int64_t T = t->T, dims[2] = {1, T};
-  const size_t w = ty_dtype_size(t->loss_dtype);
-  TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, dims, t->tokens + b * T,
+  const int64_t T = t->shape.T, dims[2] = {1, T};
+  const size_t w = ty_dtype_size(t->shape.loss_dtype);
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, dims, t->feed.tokens + b * T,
                                      (size_t)T * 8));
-  TY_RETURN_IF_ERROR(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, dims, t->targets + b * T,
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, dims, t->feed.targets + b * T,
                                      (size_t)T * 8));
-  return ty_session_bind(s, "loss_weights", t->loss_dtype, 2, dims,
-                         (char *)t->weights + (size_t)(b * T) * w, (size_t)T * w);
+  return ty_session_bind(s, "loss_weights", t->shape.loss_dtype, 2, dims,
+                         (char *)t->feed.weights + (size_t)(b * T) * w, (size_t)T * w);
 }
 
 /* The ranks' partials, gathered, folded in rank order (the same bits on
  * every rank). */
 static ty_status_t ty_det_over_ranks(ty_trainer_t *t, const float *mine, double mine_loss,
                                      const float **out_sum, double *out_loss) {
-  ty_trainer_det_t *d = t->det;
+  ty_trainer_det_t *d = t->checks.det;
   const size_t floats = d->rows.count * sizeof(float);
   if (mine != (const float *)d->own) memcpy(d->own, mine, floats);
   memcpy(d->own + floats, &mine_loss, sizeof(double));
   char what[96];
   snprintf(what, sizeof(what), "the deterministic gradient gather of step %lld",
-           (long long)t->step + 1);
+           (long long)t->progress.step + 1);
   ty_dist_group_t *dp = NULL;
-  TY_RETURN_IF_ERROR(ty_dist_group(t->dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, "dp", &dp));
   TY_RETURN_IF_ERROR(ty_dist_group_all_gather(dp, d->own, d->gather_bytes, d->gather, what));
   ty_train_tree_reset(&d->ranks);
-  for (int r = 0; r < t->dp; ++r) {
+  for (int r = 0; r < t->par.dp; ++r) {
     float *slot = NULL;
     double loss = 0;
     const char *from = d->gather + (size_t)r * d->gather_bytes;
@@ -191,9 +192,9 @@ static ty_status_t ty_det_over_ranks(ty_trainer_t *t, const float *mine, double 
 ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
                                 double *out_norm) {
   TY_RETURN_IF_ERROR(ty_det_open(t));
-  ty_trainer_det_t *d = t->det;
+  ty_trainer_det_t *d = t->checks.det;
   double counted_total = 0;
-  for (int64_t m = 0; m < t->accum; ++m) {
+  for (int64_t m = 0; m < t->shape.accum; ++m) {
     double counted = 0;
     TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
     counted_total += counted;
@@ -202,26 +203,27 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
   TY_RETURN_IF_ERROR(ty_trainer_dist_sum(t, &counted_total, 1, "the target count"));
   /* --check-numerics: a checked step runs the session that keeps every
    * intermediate (the same graph, the same state) */
-  ty_session_t *train = t->check_session ? t->check_session : t->s_train;
+  ty_session_t *train = t->checks.check_session ? t->checks.check_session : t->graphs.s_train;
   if (d->dev) ty_train_tree_dev_reset(d->dev);
   ty_train_tree_reset(&d->rows);
-  for (int64_t m = 0; m < t->accum; ++m) {
+  for (int64_t m = 0; m < t->shape.accum; ++m) {
     double counted = 0;
     TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
     ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
-    for (int64_t b = 0; b < t->B; ++b) {
+    for (int64_t b = 0; b < t->shape.B; ++b) {
       TY_RETURN_IF_ERROR(ty_det_bind_row(t, train, b));
       if (t->cfg.dropout > 0) {
         /* the row's index in the global batch: its mask follows the row */
-        const int64_t row = (int64_t)t->dp_rank * t->B * t->accum + m * t->B + b;
-        int64_t rng[2] = {(int64_t)t->cfg.seed,
-                          ty_train_plan_row_dropout_counter(t->step, t->rows_per_step, row)};
+        const int64_t row =
+            (int64_t)t->par.dp_rank * t->shape.B * t->shape.accum + m * t->shape.B + b;
+        int64_t rng[2] = {(int64_t)t->cfg.seed, ty_train_plan_row_dropout_counter(
+                                                    t->progress.step, t->shape.rows_per_step, row)};
         int64_t two[1] = {2};
         TY_RETURN_IF_ERROR(ty_session_bind(train, "rng", TY_DTYPE_I64, 1, two, rng, sizeof(rng)));
       }
       TY_RETURN_IF_ERROR(ty_session_run(train));
       double loss = 0;
-      TY_RETURN_IF_ERROR(ty_trainer_read_scalar(train, "loss", t->loss_dtype, &loss));
+      TY_RETURN_IF_ERROR(ty_trainer_read_scalar(train, "loss", t->shape.loss_dtype, &loss));
       if (d->dev) {
         TY_RETURN_IF_ERROR(ty_train_tree_dev_push(d->dev, loss));
         continue;
@@ -235,13 +237,13 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
       ty_train_tree_push(&d->rows, 0, loss);
     }
   }
-  t->tokens_seen += (int64_t)counted_total;
+  t->progress.tokens_seen += (int64_t)counted_total;
   double loss = 0;
   if (d->dev) {
     /* the rank's sum is in the accumulators: one round trip a step when
      * the ranks' partials meet on the host, none for one process */
     TY_RETURN_IF_ERROR(ty_train_tree_dev_finish(d->dev, &loss));
-    if (t->dp > 1) {
+    if (t->par.dp > 1) {
       const float *sum = (const float *)d->own;
       TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, (float *)d->own));
       TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
@@ -249,11 +251,11 @@ ty_status_t ty_trainer_det_step(ty_trainer_t *t, int64_t base, double *out_loss,
     }
   } else {
     const float *sum = ty_train_tree_finish(&d->rows, &loss);
-    if (t->dp > 1) TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
+    if (t->par.dp > 1) TY_RETURN_IF_ERROR(ty_det_over_ranks(t, sum, loss, &sum, &loss));
     TY_RETURN_IF_ERROR(ty_trainer_write_grads(t, sum));
   }
-  TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->s_opt, t->step));
-  TY_RETURN_IF_ERROR(ty_session_run(t->s_opt));
+  TY_RETURN_IF_ERROR(ty_trainer_bind_hparams(t, t->graphs.s_opt, t->progress.step));
+  TY_RETURN_IF_ERROR(ty_session_run(t->graphs.s_opt));
   *out_loss = loss;
-  return ty_trainer_read_scalar(t->s_opt, "grad_norm", TY_DTYPE_F32, out_norm);
+  return ty_trainer_read_scalar(t->graphs.s_opt, "grad_norm", TY_DTYPE_F32, out_norm);
 }

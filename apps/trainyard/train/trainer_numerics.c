@@ -35,7 +35,7 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_check_numerics_parse(t->cfg.check_numerics, &every));
   /* --deterministic's optimizer graph is its own (the checked step is
    * its gradient graph, of batch 1, as the plain one) */
-  if (t->world > 1 || t->accum > 1 || (t->s_opt && !t->cfg.deterministic)) {
+  if (t->par.world > 1 || t->shape.accum > 1 || (t->graphs.s_opt && !t->cfg.deterministic)) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--check-numerics checks the fused train step of one process: run it "
                           "without mpirun/--tp/--pp and with --grad-accum 1 (the batch of a "
@@ -43,29 +43,29 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
   }
   ty_trainer_numerics_t *n = calloc(1, sizeof(*n));
   if (!n) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  t->numerics = n;
+  t->checks.numerics = n;
   n->every = every;
   ty_train_recipe_t recipe;
   TY_RETURN_IF_ERROR(ty_train_config_recipe(&t->cfg, &recipe));
   TY_RETURN_IF_ERROR(ty_train_graph_build(&recipe, &t->model_config, ty_trainer_graph_batch(t),
-                                          t->T, t->dtype, TY_TRAIN_GRAPH_STEP, &n->graph,
-                                          &n->model));
+                                          t->shape.T, t->shape.dtype, TY_TRAIN_GRAPH_STEP,
+                                          &n->graph, &n->model));
   n->forward_nodes = ty_graph_value(n->graph, n->model.loss)->producer + 1;
   TY_RETURN_IF_ERROR(ty_graph_expose_all(n->graph));
   ty_session_options_t so = {.cache_dir = t->cfg.cache_dir, .retry_failed = t->cfg.retry_failed,
-                             .fallback_device = t->fallback, .share_state_with = t->s_train,
+                             .fallback_device = t->fallback, .share_state_with = t->graphs.s_train,
                              .deterministic = t->cfg.deterministic};
   TY_RETURN_IF_ERROR(ty_session_create(t->device, n->graph, &so, &n->session));
   if (every > 1) {
-    for (uint32_t v = 0; v < ty_graph_value_count(t->g_train); ++v) {
-      if (ty_graph_value(t->g_train, v)->role == TY_VALUE_STATE) n->state_count++;
+    for (uint32_t v = 0; v < ty_graph_value_count(t->graphs.g_train); ++v) {
+      if (ty_graph_value(t->graphs.g_train, v)->role == TY_VALUE_STATE) n->state_count++;
     }
     n->descs = calloc(n->state_count ? n->state_count : 1, sizeof(*n->descs));
     n->data = calloc(n->state_count ? n->state_count : 1, sizeof(*n->data));
     if (!n->descs || !n->data) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     uint32_t k = 0;
-    for (uint32_t v = 0; v < ty_graph_value_count(t->g_train); ++v) {
-      const ty_graph_value_t *val = ty_graph_value(t->g_train, v);
+    for (uint32_t v = 0; v < ty_graph_value_count(t->graphs.g_train); ++v) {
+      const ty_graph_value_t *val = ty_graph_value(t->graphs.g_train, v);
       if (val->role != TY_VALUE_STATE) continue;
       n->descs[k] = val->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(&val->desc) *
@@ -74,7 +74,7 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
       if (!n->data[k++]) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     }
   }
-  if (t->rank == 0) {
+  if (t->par.rank == 0) {
     if (every == 1) {
       fprintf(stderr, "trainyard train: check-numerics: every step runs with its %u nodes' "
                       "outputs kept and read back\n",
@@ -92,7 +92,7 @@ ty_status_t ty_trainer_numerics_open(ty_trainer_t *t) {
 }
 
 void ty_trainer_numerics_close(ty_trainer_t *t) {
-  ty_trainer_numerics_t *n = t->numerics;
+  ty_trainer_numerics_t *n = t->checks.numerics;
   if (!n) return;
   ty_session_destroy(n->session);
   ty_llm_deinit(&n->model);
@@ -101,15 +101,15 @@ void ty_trainer_numerics_close(ty_trainer_t *t) {
   free(n->data);
   free(n->descs);
   free(n);
-  t->numerics = NULL;
+  t->checks.numerics = NULL;
 }
 
 /* The one line on the cost, at the second checked step (the first one's
  * time holds its session's first run): that step, read-back included,
  * against the latest plain one. */
 static void ty_numerics_say_cost(ty_trainer_t *t) {
-  ty_trainer_numerics_t *n = t->numerics;
-  if (n->cost_said || t->rank != 0 || n->checked_steps < 2 || n->checked_seconds <= 0) return;
+  ty_trainer_numerics_t *n = t->checks.numerics;
+  if (n->cost_said || t->par.rank != 0 || n->checked_steps < 2 || n->checked_seconds <= 0) return;
   if (n->every == 1) {
     fprintf(stderr, "trainyard train: check-numerics: cost: a checked step takes %.3f s (every "
                     "step is checked; =every:N runs plain steps between checked ones)\n",
@@ -130,33 +130,33 @@ static size_t ty_desc_bytes(const ty_tensor_desc_t *d) {
 }
 
 ty_status_t ty_trainer_numerics_begin(ty_trainer_t *t, bool *out_checked) {
-  ty_trainer_numerics_t *n = t->numerics;
-  *out_checked = n && t->step % n->every == 0;
-  t->check_session = *out_checked ? n->session : NULL;
+  ty_trainer_numerics_t *n = t->checks.numerics;
+  *out_checked = n && t->progress.step % n->every == 0;
+  t->checks.check_session = *out_checked ? n->session : NULL;
   if (!*out_checked || n->every == 1) return TY_OK;
   for (uint32_t k = 0; k < n->state_count; ++k) {
-    TY_RETURN_IF_ERROR(
-        ty_session_read(t->s_train, n->descs[k].name, n->data[k], ty_desc_bytes(&n->descs[k])));
+    TY_RETURN_IF_ERROR(ty_session_read(t->graphs.s_train, n->descs[k].name, n->data[k],
+                                       ty_desc_bytes(&n->descs[k])));
   }
   n->have_copy = true;
-  n->copy_step = t->step;
-  n->copy_epoch = t->epoch;
-  n->copy_cursor = t->cursor;
-  n->copy_tokens = t->tokens_seen;
+  n->copy_step = t->progress.step;
+  n->copy_epoch = t->progress.epoch;
+  n->copy_cursor = t->progress.cursor;
+  n->copy_tokens = t->progress.tokens_seen;
   return TY_OK;
 }
 
 void ty_trainer_numerics_arm(ty_trainer_t *t, bool on) {
-  t->check_session = on && t->numerics ? t->numerics->session : NULL;
+  t->checks.check_session = on && t->checks.numerics ? t->checks.numerics->session : NULL;
 }
 
 void ty_trainer_numerics_plain(ty_trainer_t *t, double seconds) {
-  if (t->numerics) t->numerics->plain_seconds = seconds;
+  if (t->checks.numerics) t->checks.numerics->plain_seconds = seconds;
 }
 
 ty_status_t ty_trainer_numerics_after(ty_trainer_t *t, double seconds) {
-  ty_trainer_numerics_t *n = t->numerics;
-  t->check_session = NULL;
+  ty_trainer_numerics_t *n = t->checks.numerics;
+  t->checks.check_session = NULL;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   ty_numerics_finding_t f;
@@ -169,13 +169,13 @@ ty_status_t ty_trainer_numerics_after(ty_trainer_t *t, double seconds) {
     ty_numerics_say_cost(t);
   }
   char when[48];
-  snprintf(when, sizeof(when), "step %lld", (long long)t->step + 1);
+  snprintf(when, sizeof(when), "step %lld", (long long)t->progress.step + 1);
   if (f.found) {
     ty_check_numerics_print(stderr, "train", &t->model_config, &f, ty_graph_node_count(n->graph),
                             when);
     return ty_check_numerics_status(&t->model_config, &f, when);
   }
-  if (t->rank == 0 && n->every > 1) {
+  if (t->par.rank == 0 && n->every > 1) {
     fprintf(stderr, "trainyard train: check-numerics: %s checked: all %u nodes finite\n", when,
             ty_graph_node_count(n->graph));
   }
@@ -183,7 +183,7 @@ ty_status_t ty_trainer_numerics_after(ty_trainer_t *t, double seconds) {
 }
 
 ty_status_t ty_trainer_numerics_rewind(ty_trainer_t *t, int64_t *out_replay) {
-  ty_trainer_numerics_t *n = t->numerics;
+  ty_trainer_numerics_t *n = t->checks.numerics;
   if (!n->have_copy) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "check-numerics: no checked step to replay from");
@@ -191,15 +191,16 @@ ty_status_t ty_trainer_numerics_rewind(ty_trainer_t *t, int64_t *out_replay) {
   for (uint32_t k = 0; k < n->state_count; ++k) {
     const ty_tensor_desc_t *d = &n->descs[k];
     TY_RETURN_IF_ERROR(
-        ty_session_bind(t->s_train, d->name, d->dtype, d->rank, d->dims, n->data[k],
+        ty_session_bind(t->graphs.s_train, d->name, d->dtype, d->rank, d->dims, n->data[k],
                         ty_desc_bytes(d)));
   }
-  t->step = n->copy_step;
-  t->cursor = n->copy_cursor;
-  t->tokens_seen = n->copy_tokens;
-  if (t->epoch != n->copy_epoch) {
-    t->epoch = n->copy_epoch;
-    ty_train_plan_row_order(t->cfg.seed, t->epoch, ty_dataset_row_count(t->train_data), t->order);
+  t->progress.step = n->copy_step;
+  t->progress.cursor = n->copy_cursor;
+  t->progress.tokens_seen = n->copy_tokens;
+  if (t->progress.epoch != n->copy_epoch) {
+    t->progress.epoch = n->copy_epoch;
+    ty_train_plan_row_order(t->cfg.seed, t->progress.epoch,
+                            ty_dataset_row_count(t->feed.train_data), t->feed.order);
   }
   *out_replay = n->copy_step + 1;
   return TY_OK;

@@ -16,7 +16,7 @@
 ty_status_t ty_trainer_numerics_open(ty_trainer_t *t);
 void ty_trainer_numerics_close(ty_trainer_t *t);
 
-/* Whether step t->step + 1 is checked; in the sampled mode it first copies
+/* Whether step t->progress.step + 1 is checked; in the sampled mode it first copies
  * the state and the data position (the point a replay starts from). */
 ty_status_t ty_trainer_numerics_begin(ty_trainer_t *t, bool *out_checked);
 

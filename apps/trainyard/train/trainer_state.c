@@ -75,12 +75,12 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_s
       json_integer_value(json_object_get(j, "version")) != 1) {
     s = ty_status_make(TY_CODE_DATA_LOSS, "%s: not a trainyard trainer state (version 1)", path);
   }
-  if (!s) s = ty_state_int(path, j, "step", 0, &t->step);
-  if (!s) s = ty_state_int(path, j, "epoch", 0, &t->epoch);
-  if (!s) s = ty_state_int(path, j, "cursor", 0, &t->cursor);
-  if (!s) s = ty_state_int(path, j, "tokens_seen", 0, &t->tokens_seen);
-  if (!s) s = ty_state_real(path, j, "train_seconds", true, &t->train_seconds);
-  if (!s) s = ty_state_real(path, j, "loss", false, &t->last_loss);
+  if (!s) s = ty_state_int(path, j, "step", 0, &t->progress.step);
+  if (!s) s = ty_state_int(path, j, "epoch", 0, &t->progress.epoch);
+  if (!s) s = ty_state_int(path, j, "cursor", 0, &t->progress.cursor);
+  if (!s) s = ty_state_int(path, j, "tokens_seen", 0, &t->progress.tokens_seen);
+  if (!s) s = ty_state_real(path, j, "train_seconds", true, &t->progress.train_seconds);
+  if (!s) s = ty_state_real(path, j, "loss", false, &t->progress.last_loss);
   /* Written since the progress checks below; older states lack them. */
   if (!s && json_object_get(j, "seq_len")) {
     s = ty_state_int(path, j, "seq_len", 1, &saved->seq_len);
@@ -90,7 +90,8 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_s
   }
   saved->run_id[0] = '\0';
   const json_t *run_id = json_object_get(j, "run_id");
-  if (!s && run_id && (!json_is_string(run_id) || !ty_ckpt_run_id_valid(json_string_value(run_id)))) {
+  if (!s && run_id &&
+      (!json_is_string(run_id) || !ty_ckpt_run_id_valid(json_string_value(run_id)))) {
     s = ty_status_make(TY_CODE_DATA_LOSS, "%s: \"run_id\" is not a run id (1 to 32 lowercase hex "
                        "digits)", path);
   }
@@ -123,14 +124,14 @@ ty_status_t ty_trainer_read_state(const char *dir, ty_trainer_t *t, ty_trainer_s
  * rows read times T. */
 static ty_status_t ty_trainer_check_progress(const ty_trainer_t *t, const char *path,
                                              const ty_trainer_saved_t *saved) {
-  const int64_t step = t->step, rps = t->rows_per_step;
-  const int64_t T = saved->seq_len > t->T ? saved->seq_len : t->T;
+  const int64_t step = t->progress.step, rps = t->shape.rows_per_step;
+  const int64_t T = saved->seq_len > t->shape.T ? saved->seq_len : t->shape.T;
   if (step == 0) {
-    if (t->epoch || t->cursor || t->tokens_seen) {
+    if (t->progress.epoch || t->progress.cursor || t->progress.tokens_seen) {
       return ty_status_make(TY_CODE_DATA_LOSS,
                             "%s: step 0 with epoch %" PRId64 ", cursor %" PRId64
                             " and tokens_seen %" PRId64 " (all must be 0 before any step)",
-                            path, t->epoch, t->cursor, t->tokens_seen);
+                            path, t->progress.epoch, t->progress.cursor, t->progress.tokens_seen);
     }
     return TY_OK;
   }
@@ -138,34 +139,35 @@ static ty_status_t ty_trainer_check_progress(const ty_trainer_t *t, const char *
   if (__builtin_mul_overflow(step, rps, &hi) || __builtin_mul_overflow(hi, T, &hi)) {
     hi = INT64_MAX;
   }
-  if (t->cursor < rps || t->cursor % rps || t->epoch > step - t->cursor / rps) {
+  if (t->progress.cursor < rps || t->progress.cursor % rps ||
+      t->progress.epoch > step - t->progress.cursor / rps) {
     return ty_status_make(TY_CODE_DATA_LOSS,
                           "%s: epoch %" PRId64 " and cursor %" PRId64
                           " cannot follow from step %" PRId64 " of %" PRId64 " rows each",
-                          path, t->epoch, t->cursor, step, rps);
+                          path, t->progress.epoch, t->progress.cursor, step, rps);
   }
   int64_t lo = 0;
-  const int64_t rows = (int64_t)ty_dataset_row_count(t->train_data);
-  if (saved->train_rows == rows && (saved->seq_len == 0 || saved->seq_len == t->T)) {
+  const int64_t rows = (int64_t)ty_dataset_row_count(t->feed.train_data);
+  if (saved->train_rows == rows && (saved->seq_len == 0 || saved->seq_len == t->shape.T)) {
     const int64_t spe = (rows + rps - 1) / rps;
     const int64_t epoch = (step - 1) / spe, cursor = ((step - 1) % spe + 1) * rps;
-    if (t->epoch != epoch || t->cursor != cursor) {
+    if (t->progress.epoch != epoch || t->progress.cursor != cursor) {
       return ty_status_make(TY_CODE_DATA_LOSS,
                             "%s: step %" PRId64 " puts the data at epoch %" PRId64
                             ", cursor %" PRId64 ", but the file says epoch %" PRId64
                             ", cursor %" PRId64,
-                            path, step, epoch, cursor, t->epoch, t->cursor);
+                            path, step, epoch, cursor, t->progress.epoch, t->progress.cursor);
     }
     const int64_t read = epoch * rows + (cursor < rows ? cursor : rows);
-    if (__builtin_mul_overflow(read, t->T, &hi)) hi = INT64_MAX;
-    if (!ty_dataset_has_loss_weights(t->train_data)) lo = hi - (epoch + 1) * (t->T - 1);
+    if (__builtin_mul_overflow(read, t->shape.T, &hi)) hi = INT64_MAX;
+    if (!ty_dataset_has_loss_weights(t->feed.train_data)) lo = hi - (epoch + 1) * (t->shape.T - 1);
   }
-  if (t->tokens_seen < lo || t->tokens_seen > hi) {
+  if (t->progress.tokens_seen < lo || t->progress.tokens_seen > hi) {
     return ty_status_make(TY_CODE_DATA_LOSS,
                           "%s: tokens_seen %" PRId64 " cannot follow from step %" PRId64
                           " (it must lie in [%" PRId64 ", %" PRId64 "] with %" PRId64
                           " rows of %" PRId64 " tokens per step)",
-                          path, t->tokens_seen, step, lo, hi, rps, t->T);
+                          path, t->progress.tokens_seen, step, lo, hi, rps, t->shape.T);
   }
   return TY_OK;
 }
@@ -174,11 +176,11 @@ static ty_status_t ty_trainer_check_progress(const ty_trainer_t *t, const char *
 static void ty_trainer_note_change(void *user, const char *name, const char *was,
                                    const char *now) {
   const ty_trainer_t *t = user;
-  if (t->rank != 0) return; /* one note per run, not per rank */
+  if (t->par.rank != 0) return; /* one note per run, not per rank */
   fprintf(stderr,
           "trainyard train: note: --%s is %s; the run being resumed used %s (from step %" PRId64
           " on, updates follow the new value)\n",
-          name, now, was, t->step + 1);
+          name, now, was, t->progress.step + 1);
 }
 
 ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_saved_t *state,
@@ -205,7 +207,7 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   const int64_t saved_pp = saved->pp > 0 ? saved->pp : 1;
   const int64_t saved_dp = state->world_size / saved_pp / (saved->tp > 1 ? saved->tp : 1);
   const int64_t was = saved->batch_size * saved->grad_accum * saved_dp;
-  if (was != t->rows_per_step) {
+  if (was != t->shape.rows_per_step) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "cannot resume: the global batch was %lld rows (%lld replicas x "
                           "--batch-size %lld x --grad-accum %lld) and is now %lld (%d x %lld x "
@@ -213,26 +215,27 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
                           "ranks / (--pp x --tp))",
                           (long long)was, (long long)saved_dp,
                           (long long)saved->batch_size, (long long)saved->grad_accum,
-                          (long long)t->rows_per_step, t->dp, (long long)t->B,
-                          (long long)t->accum);
+                          (long long)t->shape.rows_per_step, t->par.dp, (long long)t->shape.B,
+                          (long long)t->shape.accum);
   }
   const int64_t saved_tp = saved->tp > 1 ? saved->tp : 1;
-  const bool layout = saved_tp != (now->tp > 1 ? now->tp : 1) || saved_pp != (now->pp > 0 ? now->pp : 1);
-  if (t->rank == 0 && !layout && (saved_dp != t->dp || saved->batch_size != t->B)) {
+  const bool layout =
+      saved_tp != (now->tp > 1 ? now->tp : 1) || saved_pp != (now->pp > 0 ? now->pp : 1);
+  if (t->par.rank == 0 && !layout && (saved_dp != t->par.dp || saved->batch_size != t->shape.B)) {
     fprintf(stderr,
             "trainyard train: note: the global batch of %lld rows is now split as %d ranks x "
             "%lld x %lld (was %lld x %lld x %lld): the same updates up to rounding\n",
-            (long long)was, t->dp, (long long)t->B, (long long)t->accum,
+            (long long)was, t->par.dp, (long long)t->shape.B, (long long)t->shape.accum,
             (long long)saved_dp, (long long)saved->batch_size,
             (long long)saved->grad_accum);
   }
-  if (t->rank == 0 && layout) {
+  if (t->par.rank == 0 && layout) {
     fprintf(stderr,
             "trainyard train: note: the global batch of %lld rows is now split as %d replicas "
             "x %lld x %lld over %d ranks (--tp %lld --pp %lld; was %lld x %lld x %lld over %lld "
             "ranks, --tp %lld --pp %lld): the same updates up to rounding\n",
-            (long long)was, t->dp, (long long)t->B, (long long)t->accum, t->world,
-            (long long)now->tp, (long long)now->pp, (long long)saved_dp,
+            (long long)was, t->par.dp, (long long)t->shape.B, (long long)t->shape.accum,
+            t->par.world, (long long)now->tp, (long long)now->pp, (long long)saved_dp,
             (long long)saved->batch_size, (long long)saved->grad_accum,
             (long long)state->world_size, (long long)saved_tp, (long long)saved_pp);
   }
@@ -241,8 +244,8 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   char path[TY_CFG_PATH_MAX + 64];
   snprintf(path, sizeof(path), "%s/" TY_STATE_FILE, resume_dir);
   TY_RETURN_IF_ERROR(ty_trainer_check_progress(t, path, state));
-  const int64_t rows = (int64_t)ty_dataset_row_count(t->train_data);
-  if (t->rank == 0 && state->train_rows && state->train_rows != rows) {
+  const int64_t rows = (int64_t)ty_dataset_row_count(t->feed.train_data);
+  if (t->par.rank == 0 && state->train_rows && state->train_rows != rows) {
     fprintf(stderr,
             "trainyard train: note: the data has %" PRId64 " train rows; the run being resumed "
             "had %" PRId64 ": from here its order differs from an uninterrupted run's\n",

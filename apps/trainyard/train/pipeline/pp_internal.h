@@ -55,7 +55,8 @@ ty_status_t ty_pp_p2p_flush(ty_trainer_t *t);
 /* The world rank that holds global chunk `c` in this rank's replica, at
  * this rank's tp index (activations go between the tp ranks of one index). */
 static inline int ty_pp_rank_of(const ty_trainer_t *t, int c) {
-  return ty_dist_layout_rank(ty_dist_layout(t->dist), t->dp_rank, c % t->pp, (int)t->cfg.tp_rank);
+  return ty_dist_layout_rank(ty_dist_layout(t->par.dist), t->par.dp_rank, c % t->par.pp,
+                             (int)t->cfg.tp_rank);
 }
 
 #endif /* TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_ */

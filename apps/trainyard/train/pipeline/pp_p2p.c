@@ -55,29 +55,30 @@ static double ty_pp_p2p_now(void) {
 static ty_status_t ty_pp_p2p_connect(ty_trainer_t *t, struct ty_pp_p2p_t *d) {
   ty_buffer_t *into = NULL;
   TY_RETURN_IF_ERROR(ty_buffer_alloc(t->device, 2 * (uint64_t)d->hidden_bytes, &into));
-  const uint32_t next = (uint32_t)((t->pp_rank + 1) % t->pp);
-  const uint32_t prev = (uint32_t)((t->pp_rank + t->pp - 1) % t->pp);
-  const uint64_t count = d->hidden_bytes / ty_dtype_size(t->dtype);
-  ty_status_t s = ty_comm_send(d->comm, d->grad, 0, count, t->dtype, next, NULL, true);
-  if (!s) s = ty_comm_recv(d->comm, into, 0, count, t->dtype, prev, NULL, true);
-  if (!s) s = ty_comm_send(d->comm, d->grad, 0, count, t->dtype, prev, NULL, true);
-  if (!s) s = ty_comm_recv(d->comm, into, d->hidden_bytes, count, t->dtype, next, NULL, false);
+  const uint32_t next = (uint32_t)((t->par.pp_rank + 1) % t->par.pp);
+  const uint32_t prev = (uint32_t)((t->par.pp_rank + t->par.pp - 1) % t->par.pp);
+  const uint64_t count = d->hidden_bytes / ty_dtype_size(t->shape.dtype);
+  ty_status_t s = ty_comm_send(d->comm, d->grad, 0, count, t->shape.dtype, next, NULL, true);
+  if (!s) s = ty_comm_recv(d->comm, into, 0, count, t->shape.dtype, prev, NULL, true);
+  if (!s) s = ty_comm_send(d->comm, d->grad, 0, count, t->shape.dtype, prev, NULL, true);
+  if (!s)
+    s = ty_comm_recv(d->comm, into, d->hidden_bytes, count, t->shape.dtype, next, NULL, false);
   if (!s) s = ty_device_synchronize(t->device);
   ty_buffer_free(into);
   return s;
 }
 
 ty_status_t ty_pp_p2p_open(ty_trainer_t *t) {
-  struct ty_trainer_pp_t *p = t->pipe;
-  if (!t->pp_comm) return TY_OK;
+  struct ty_trainer_pp_t *p = t->par.pipe;
+  if (!t->par.pp_comm) return TY_OK;
   struct ty_pp_p2p_t *d = calloc(1, sizeof(*d));
   if (!d) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   p->p2p = d;
-  d->comm = t->pp_comm;
+  d->comm = t->par.pp_comm;
   d->hidden_bytes = p->chunk[0].hidden_bytes;
-  TY_RETURN_IF_ERROR(ty_pp_p2p_plan(p->kind, t->pp_rank, t->pp, p->v, (int)t->accum,
+  TY_RETURN_IF_ERROR(ty_pp_p2p_plan(p->kind, t->par.pp_rank, t->par.pp, p->v, (int)t->shape.accum,
                                     TY_PP_P2P_GLOBAL, &d->plan, &d->plan_count));
-  const size_t most = 2 * (size_t)p->v * (size_t)t->accum + 1;
+  const size_t most = 2 * (size_t)p->v * (size_t)t->shape.accum + 1;
   d->stash = calloc((size_t)p->v, sizeof(*d->stash));
   d->pending = calloc(most, sizeof(*d->pending));
   d->outbox = calloc(most, sizeof(*d->outbox));
@@ -89,9 +90,9 @@ ty_status_t ty_pp_p2p_open(ty_trainer_t *t) {
   for (int j = 0; j < p->v; ++j) {
     if (p->chunk[j].first) continue;
     TY_RETURN_IF_ERROR(ty_status_annotate(
-        ty_buffer_alloc(t->device, (uint64_t)t->accum * d->hidden_bytes, &d->stash[j]),
+        ty_buffer_alloc(t->device, (uint64_t)t->shape.accum * d->hidden_bytes, &d->stash[j]),
         "the device stash of pipeline chunk %d (%lld micro-batches)", p->chunk[j].global,
-        (long long)t->accum));
+        (long long)t->shape.accum));
   }
   TY_RETURN_IF_ERROR(
       ty_status_annotate(ty_buffer_alloc(t->device, d->hidden_bytes, &d->grad),
@@ -101,9 +102,9 @@ ty_status_t ty_pp_p2p_open(ty_trainer_t *t) {
 }
 
 void ty_pp_p2p_close(ty_trainer_t *t) {
-  struct ty_pp_p2p_t *d = t->pipe ? t->pipe->p2p : NULL;
+  struct ty_pp_p2p_t *d = t->par.pipe ? t->par.pipe->p2p : NULL;
   if (!d) return;
-  for (int j = 0; d->stash && j < t->pipe->v; ++j) ty_buffer_free(d->stash[j]);
+  for (int j = 0; d->stash && j < t->par.pipe->v; ++j) ty_buffer_free(d->stash[j]);
   for (size_t i = 0; i < d->outbox_count; ++i) ty_buffer_free(d->outbox[i]);
   ty_buffer_free(d->grad);
   free(d->stash);
@@ -112,7 +113,7 @@ void ty_pp_p2p_close(ty_trainer_t *t) {
   free(d->pending);
   free(d->plan);
   free(d);
-  t->pipe->p2p = NULL;
+  t->par.pipe->p2p = NULL;
 }
 
 /* Issues the plan's next batch (its ops up to the end of its batch
@@ -120,7 +121,7 @@ void ty_pp_p2p_close(ty_trainer_t *t) {
  * alone), then waits for it: the wait is idle time. */
 static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t into_offset,
                                    const ty_pp_message_t *want) {
-  struct ty_trainer_pp_t *p = t->pipe;
+  struct ty_trainer_pp_t *p = t->par.pipe;
   struct ty_pp_p2p_t *d = p->p2p;
   char what[128];
   if (d->at == d->plan_count) {
@@ -134,7 +135,7 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
   /* the rank's own work first: what follows is waiting for its peers */
   TY_RETURN_IF_ERROR(ty_device_synchronize(t->device));
   const double t0 = ty_pp_p2p_now();
-  const uint64_t count = d->hidden_bytes / ty_dtype_size(t->dtype);
+  const uint64_t count = d->hidden_bytes / ty_dtype_size(t->shape.dtype);
   ty_status_t s = TY_OK;
   for (size_t i = d->at; i < end && !s; ++i) {
     const ty_pp_p2p_op_t *op = &d->plan[i];
@@ -146,15 +147,15 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
         s = ty_status_make(TY_CODE_INTERNAL, "pipeline plan: receives %s out of turn", what);
         break;
       }
-      s = ty_comm_recv(d->comm, into, into_offset, count, t->dtype, (uint32_t)op->peer, NULL,
+      s = ty_comm_recv(d->comm, into, into_offset, count, t->shape.dtype, (uint32_t)op->peer, NULL,
                        more);
       p->device_bytes += d->hidden_bytes;
       continue;
     }
     size_t k = 0;
-    while (k < d->pending_count &&
-           !(d->pending[k].msg.gradient == op->msg.gradient &&
-             d->pending[k].msg.chunk == op->msg.chunk && d->pending[k].msg.micro == op->msg.micro)) {
+    while (k < d->pending_count && !(d->pending[k].msg.gradient == op->msg.gradient &&
+                                     d->pending[k].msg.chunk == op->msg.chunk &&
+                                     d->pending[k].msg.micro == op->msg.micro)) {
       ++k;
     }
     if (k == d->pending_count) {
@@ -163,7 +164,7 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
       break;
     }
     ty_pp_pending_t *q = &d->pending[k];
-    s = ty_comm_send(d->comm, q->buffer, q->offset, count, t->dtype, (uint32_t)op->peer,
+    s = ty_comm_send(d->comm, q->buffer, q->offset, count, t->shape.dtype, (uint32_t)op->peer,
                      q->executable, more);
     p->device_bytes += d->hidden_bytes;
     if (q->outbox >= 0) d->outbox_busy[q->outbox] = false; /* reusable after the wait */
@@ -177,11 +178,11 @@ static ty_status_t ty_pp_p2p_batch(ty_trainer_t *t, ty_buffer_t *into, uint64_t 
 }
 
 ty_status_t ty_pp_p2p_recv(ty_trainer_t *t, int j, int64_t m, bool backward) {
-  struct ty_trainer_pp_t *p = t->pipe;
+  struct ty_trainer_pp_t *p = t->par.pipe;
   struct ty_pp_p2p_t *d = p->p2p;
   const ty_pp_action_t x = {.backward = backward, .micro = (int32_t)m, .chunk = j};
   ty_pp_message_t want;
-  if (!ty_pp_p2p_message(x, p->chunk[j].global, t->pp * p->v, true, &want)) {
+  if (!ty_pp_p2p_message(x, p->chunk[j].global, t->par.pp * p->v, true, &want)) {
     return ty_status_make(TY_CODE_INTERNAL, "pipeline: chunk %d receives nothing",
                           p->chunk[j].global);
   }
@@ -195,7 +196,7 @@ ty_status_t ty_pp_p2p_recv(ty_trainer_t *t, int j, int64_t m, bool backward) {
 
 ty_status_t ty_pp_p2p_bind(ty_trainer_t *t, int j, int64_t m, bool gradient,
                            ty_session_t *session) {
-  struct ty_pp_p2p_t *d = t->pipe->p2p;
+  struct ty_pp_p2p_t *d = t->par.pipe->p2p;
   return gradient ? ty_session_bind_device(session, "hidden_out.grad", d->grad, 0,
                                            d->hidden_bytes)
                   : ty_session_bind_device(session, "hidden_in", d->stash[j],
@@ -204,12 +205,12 @@ ty_status_t ty_pp_p2p_bind(ty_trainer_t *t, int j, int64_t m, bool gradient,
 
 ty_status_t ty_pp_p2p_send(ty_trainer_t *t, int j, int64_t m, bool backward,
                            ty_session_t *session, const char *name) {
-  struct ty_pp_p2p_t *d = t->pipe->p2p;
+  struct ty_pp_p2p_t *d = t->par.pipe->p2p;
   if (d->pending_count == d->pending_capacity) {
     return ty_status_make(TY_CODE_INTERNAL, "pipeline: more sends queued than the schedule has");
   }
   ty_pp_pending_t *q = &d->pending[d->pending_count];
-  *q = (ty_pp_pending_t){.msg = {.gradient = backward, .chunk = t->pipe->chunk[j].global,
+  *q = (ty_pp_pending_t){.msg = {.gradient = backward, .chunk = t->par.pipe->chunk[j].global,
                                  .micro = (int32_t)m},
                          .source = session, .outbox = -1};
   TY_RETURN_IF_ERROR(ty_session_device_tensor(session, name, &q->buffer, &q->offset,
@@ -219,7 +220,7 @@ ty_status_t ty_pp_p2p_send(ty_trainer_t *t, int j, int64_t m, bool backward,
 }
 
 ty_status_t ty_pp_p2p_protect(ty_trainer_t *t, ty_session_t *session) {
-  struct ty_pp_p2p_t *d = t->pipe->p2p;
+  struct ty_pp_p2p_t *d = t->par.pipe->p2p;
   for (size_t k = 0; d && k < d->pending_count; ++k) {
     ty_pp_pending_t *q = &d->pending[k];
     if (q->source != session || q->outbox >= 0) continue;
@@ -246,7 +247,7 @@ ty_status_t ty_pp_p2p_protect(ty_trainer_t *t, ty_session_t *session) {
 }
 
 ty_status_t ty_pp_p2p_flush(ty_trainer_t *t) {
-  struct ty_pp_p2p_t *d = t->pipe->p2p;
+  struct ty_pp_p2p_t *d = t->par.pipe->p2p;
   ty_status_t s = ty_pp_p2p_batch(t, NULL, 0, NULL);
   if (!s && (d->at != d->plan_count || d->pending_count)) {
     s = ty_status_make(TY_CODE_INTERNAL, "pipeline plan: %zu ops and %zu sends left at the "

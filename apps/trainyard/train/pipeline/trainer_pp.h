@@ -16,7 +16,7 @@
 #include "train/trainer.h"
 
 /* After the world is open: the layout of --tp x --pp and its groups
- * (ty_dist_set_layout), t->pp, tp, dp, pp_rank, dp_rank and cfg.tp_rank
+ * (ty_dist_set_layout), t->par.pp, tp, dp, pp_rank, dp_rank and cfg.tp_rank
  * (pp 1: nothing; ty_trainer_tp_open made the layout). INVALID_ARGUMENT for
  * a world not divisible by --pp x --tp and --pp on one process. Collective
  * over the world. */
