@@ -245,7 +245,7 @@ static ty_status_t ty_trainer_step(ty_trainer_t *t, double *out_loss, double *ou
   double loss = 0, norm = 0;
   uint64_t transfer_before = t->graphs.s_train ? ty_trainer_transfer_bytes(t) : 0;
   if (t->par.pipe) {
-    TY_RETURN_IF_ERROR(ty_trainer_pp_step(t, base, &loss, &norm));
+    TY_RETURN_IF_ERROR(ty_trainer_pp_step(&t->pp_runner, base, &loss, &norm));
   } else if (t->cfg.deterministic) {
     TY_RETURN_IF_ERROR(ty_trainer_det_step(t, base, &loss, &norm));
   } else {
@@ -391,7 +391,7 @@ static ty_status_t ty_trainer_preflight(ty_trainer_t *t) {
 }
 
 /* The graphs first (host memory only), then the plan, then the sessions. */
-static ty_status_t ty_trainer_build(ty_trainer_t *t) {
+ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   ty_train_recipe_t recipe;
   TY_RETURN_IF_ERROR(ty_train_config_recipe(c, &recipe));
@@ -473,7 +473,7 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   ty_session_destroy(t->graphs.s_eval);
   ty_session_destroy(t->graphs.s_opt);
   ty_session_destroy(t->graphs.s_train);
-  ty_trainer_pp_destroy(t);
+  ty_trainer_pp_destroy(&t->pp_runner);
   /* After the executables (a CUDA graph that captured NCCL collectives
    * holds a reference that ncclCommDestroy waits for), before its device
    * closes. */
@@ -673,18 +673,18 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
     }
   }
   /* --pp: the stages; rank 0 also builds the full model (its mirror) */
-  if (!s) s = t->par.pp > 1 ? ty_trainer_pp_build(t, ty_trainer_build) : ty_trainer_build(t);
+  if (!s) s = t->par.pp > 1 ? ty_trainer_pp_build(&t->pp_runner) : ty_trainer_build(t);
   if (!s && t->graphs.s_train) s = ty_trainer_weights(t, resume_dir);
   if (t->par.pp > 1) {
     s = ty_dist_agree(t->par.dist, s, "building the pipeline stages and loading the weights");
-    if (!s) s = ty_trainer_pp_describe(t);
+    if (!s) s = ty_trainer_pp_describe(&t->pp_runner);
     /* Loaded weights are split again, whatever layout saved them (a
      * fresh run's optimizer state: zeros everywhere already); a model
      * trained from scratch is initialized by each stage itself. */
     if (!s && !resume_dir[0] && !config->model[0]) {
-      s = ty_trainer_pp_init(t);
+      s = ty_trainer_pp_init(&t->pp_runner);
     } else if (!s) {
-      s = ty_trainer_pp_scatter(t, resume_dir[0] != '\0');
+      s = ty_trainer_pp_scatter(&t->pp_runner, resume_dir[0] != '\0');
     }
   }
   if (!s && t->par.rank == 0) s = ty_train_sample_open(t);
@@ -720,7 +720,7 @@ static ty_status_t ty_trainer_after_step(ty_trainer_t *t, int64_t *saved_step) {
                   ((config->eval_every && t->progress.step % config->eval_every == 0) || last);
   bool save = (config->save_every && t->progress.step % config->save_every == 0) || last;
   /* --pp: every stage's weights (and for a save their state) to rank 0 */
-  if (t->par.pp > 1 && (evaluate || save)) s = ty_trainer_pp_gather(t, save);
+  if (t->par.pp > 1 && (evaluate || save)) s = ty_trainer_pp_gather(&t->pp_runner, save);
   if (!s && evaluate) {
     if (ty_trainer_evaluates(t)) s = ty_trainer_eval(t, &t->progress.last_val_loss);
     if (!s && t->par.rank == 0) ty_train_metrics_eval(t);
@@ -774,6 +774,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_trainer_t t;
   memset(&t, 0, sizeof(t));
   t.cfg = *config;
+  ty_trainer_runner_init(&t);
   t.app = app;
   t.progress.last_val_loss = NAN;
   t.progress.last_eval_acc = NAN;
@@ -787,7 +788,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   ty_stop_signals_ignore_sigpipe();
   char resume_dir[TY_CFG_PATH_MAX] = "";
   ty_status_t s = ty_trainer_dist_open(&t);
-  if (!s) s = ty_trainer_pp_layout(&t);
+  if (!s) s = ty_trainer_pp_layout(&t.pp_runner);
   if (!s) s = ty_trainer_det_check(&t); /* before --out is touched */
   if (t.par.world > 1) {
     char prefix[32];
@@ -886,7 +887,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
     if (!s) saved_step = t.progress.step;
     if (control_stop) ty_train_control_stopped(&t, s);
   }
-  if (!s && t.par.pp > 1) s = ty_trainer_pp_report(&t);
+  if (!s && t.par.pp > 1) s = ty_trainer_pp_report(&t.pp_runner);
   if (t.report.metrics || t.report.tensorboard) {
     ty_train_metrics_line_end(&t);
     if (!s) s = ty_train_metrics_summary(&t, ty_now() - started);

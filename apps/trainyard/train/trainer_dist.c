@@ -562,7 +562,7 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
 }
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {
-  ty_status_t s = t->par.pp > 1 ? ty_trainer_pp_gather(t, true) : TY_OK;
+  ty_status_t s = t->par.pp > 1 ? ty_trainer_pp_gather(&t->pp_runner, true) : TY_OK;
   if (!s && ty_trainer_saves(t)) s = ty_trainer_save(t);
   return t->par.world > 1 ? ty_dist_agree(t->par.dist, s, what) : s;
 }

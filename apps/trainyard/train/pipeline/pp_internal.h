@@ -32,31 +32,31 @@ struct ty_trainer_pp_t {
 /* pp_p2p.c: the device path, when the trainer made a "pp" communicator of
  * a backend with point to point (ABI 1.8). Opens it after the chunks'
  * sessions exist (no-op without the communicator). */
-ty_status_t ty_pp_p2p_open(ty_trainer_t *t);
-void ty_pp_p2p_close(ty_trainer_t *t);
+ty_status_t ty_pp_p2p_open(ty_pp_runner_t *t);
+void ty_pp_p2p_close(ty_pp_runner_t *t);
 /* Chunk j's micro-batch m arrives into its device stash (a forward) or the
  * gradient buffer (a backward), in one batch with the sends the plan puts
  * before it; the time waiting counts as idle. */
-ty_status_t ty_pp_p2p_recv(ty_trainer_t *t, int j, int64_t m, bool backward);
+ty_status_t ty_pp_p2p_recv(ty_pp_runner_t *t, int j, int64_t m, bool backward);
 /* Binds chunk j's stashed activation of micro-batch m to `session`'s
  * "hidden_in", or the received gradient to its "hidden_out.grad". */
-ty_status_t ty_pp_p2p_bind(ty_trainer_t *t, int j, int64_t m, bool gradient,
+ty_status_t ty_pp_p2p_bind(ty_pp_runner_t *t, int j, int64_t m, bool gradient,
                            ty_session_t *session);
 /* Queues the send of `session`'s output `name` (chunk j's message of
  * micro-batch m) until the plan's batch for it. */
-ty_status_t ty_pp_p2p_send(ty_trainer_t *t, int j, int64_t m, bool backward,
+ty_status_t ty_pp_p2p_send(ty_pp_runner_t *t, int j, int64_t m, bool backward,
                            ty_session_t *session, const char *name);
 /* Before `session` runs: queued sends of its outputs move to a device
  * outbox first (the run would overwrite them). */
-ty_status_t ty_pp_p2p_protect(ty_trainer_t *t, ty_session_t *session);
+ty_status_t ty_pp_p2p_protect(ty_pp_runner_t *t, ty_session_t *session);
 /* The step's end: the sends left, in one batch. */
-ty_status_t ty_pp_p2p_flush(ty_trainer_t *t);
+ty_status_t ty_pp_p2p_flush(ty_pp_runner_t *t);
 
 /* The world rank that holds global chunk `c` in this rank's replica, at
  * this rank's tp index (activations go between the tp ranks of one index). */
-static inline int ty_pp_rank_of(const ty_trainer_t *t, int c) {
-  return ty_dist_layout_rank(ty_dist_layout(t->par.dist), t->par.dp_rank, c % t->par.pp,
-                             (int)t->cfg.tp_rank);
+static inline int ty_pp_rank_of(const ty_pp_runner_t *t, int c) {
+  return ty_dist_layout_rank(ty_dist_layout(t->par->dist), t->par->dp_rank, c % t->par->pp,
+                             (int)t->cfg->tp_rank);
 }
 
 #endif /* TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_ */
