@@ -966,6 +966,15 @@ class CompareOptionsTest(Base):
         self.refused(base + ["--backends", "cpu", "--steps", "2", "--out", self.path("x")],
                      "two or more URIs")
 
+    def test_parser_shared_with_train(self):
+        # compare parses with train's parser (train/train_args.h): a trailing
+        # --config is refused by both, not ignored by compare
+        args = ["--preset", "gpt2-tiny", "--data", self.path("none"), "--config"]
+        for command in (["train"], ["compare", "--backends", "cpu,dataflow", "--steps", "1",
+                                    "--out", self.path("x")]):
+            with self.subTest(command=command[0]):
+                self.refused(command + args, "--config needs a file")
+
 
 class ConformOptionsTest(Base):
     def conform(self, *args):
