@@ -17,7 +17,7 @@
 #include "graph/ir/train_step.h"
 #include "graph_args.h"
 #include "hal/dtype.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 static const char *const ty_check_usage =
     "usage: trainyard check --backend URI [--fallback URI2]\n"
@@ -172,6 +172,7 @@ static ty_status_t ty_check_graph(ty_check_t *c, const ty_check_args_t *a, const
 }
 
 static ty_status_t ty_check_build(ty_check_t *c, ty_check_args_t *a,
+                                  const ty_train_recipe_t *recipe,
                                   const ty_model_config_t *mc, ty_dtype_t dtype,
                                   ty_dtype_t compute_dtype) {
   ty_llm_t model;
@@ -180,11 +181,11 @@ static ty_status_t ty_check_build(ty_check_t *c, ty_check_args_t *a,
   int64_t B = a->g.B, T = a->g.T;
   if (a->train) {
     ty_graph_t *opt = NULL;
-    s = ty_train_graph_build(&a->g.cfg, mc, B, T, dtype, TY_TRAIN_GRAPH_STEP, &graph, &model);
+    s = ty_train_graph_build(recipe, mc, B, T, dtype, TY_TRAIN_GRAPH_STEP, &graph, &model);
     if (!s && a->g.cfg.grad_accum > 1) {
       ty_tensor_desc_t *descs = NULL;
       bool *decay = NULL;
-      s = ty_train_graph_param_descs(&a->g.cfg, graph, &model, &descs, &decay);
+      s = ty_train_graph_param_descs(recipe, graph, &model, &descs, &decay);
       if (!s) s = ty_graph_create(&opt);
       if (!s) {
         s = ty_graph_build_optimizer_step(
@@ -199,7 +200,7 @@ static ty_status_t ty_check_build(ty_check_t *c, ty_check_args_t *a,
     else ty_graph_destroy(graph);
     if (!s && opt) s = ty_check_graph(c, a, "optimizer-step", opt);
     else ty_graph_destroy(opt);
-    if (!s) s = ty_train_graph_build(&a->g.cfg, mc, B, T, dtype, TY_TRAIN_GRAPH_EVAL, &graph, &model);
+    if (!s) s = ty_train_graph_build(recipe, mc, B, T, dtype, TY_TRAIN_GRAPH_EVAL, &graph, &model);
     if (!s) s = ty_check_graph(c, a, "validation", graph);
     else ty_graph_destroy(graph);
     ty_llm_deinit(&model);
@@ -377,8 +378,10 @@ static int ty_check_run(ty_app_t *app, ty_check_args_t *a) {
                                     &c.fallback);
   }
   /* Sizes no device could hold are refused before any graph is built. */
-  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, c.device);
-  if (!s) s = ty_check_build(&c, a, &mc, dtype, compute_dtype);
+  ty_train_recipe_t recipe;
+  if (!s) s = ty_train_config_recipe(&a->g.cfg, &recipe);
+  if (!s) s = ty_train_graph_check_memory(&recipe, &mc, c.device);
+  if (!s) s = ty_check_build(&c, a, &recipe, &mc, dtype, compute_dtype);
   int rc = TY_EXIT_OK;
   if (!s && a->json) {
     json_t *root = ty_check_json(&c);

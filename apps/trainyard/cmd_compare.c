@@ -27,8 +27,9 @@
 #include "hal/device_uri.h"
 #include "metrics/jsonl.h"
 #include "stop_signals.h"
-#include "train_config.h"
-#include "trainer.h"
+#include "train/train_args.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 #define TY_COMPARE_MAX 8
 
@@ -345,101 +346,6 @@ static ty_status_t ty_compare_check_out(const ty_train_config_t *cfg, const char
   return TY_OK;
 }
 
-/* Reads --config files into cfg first, then every other option; sets the
- * compare options. */
-static int ty_compare_parse(int argc, char **argv, ty_train_config_t *cfg, char *backends,
-                            size_t backends_cap, int64_t *steps, char *out, double *tolerance) {
-  for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      ty_compare_usage(stdout);
-      return -1;
-    }
-    const char *file = !strcmp(argv[i], "--config") && i + 1 < argc ? argv[i + 1]
-                       : !strncmp(argv[i], "--config=", 9)          ? argv[i] + 9
-                                                                    : NULL;
-    if (!file) continue;
-    ty_status_t s = ty_train_config_load_file(cfg, file);
-    if (s) {
-      int rc = ty_app_usage_error("compare", "%s", ty_status_message(s));
-      ty_status_free(s);
-      return rc;
-    }
-  }
-  for (int i = 1; i < argc; ++i) {
-    const char *arg = argv[i];
-    char key[128];
-    const char *value = NULL;
-    if (!strcmp(arg, "--config")) {
-      ++i;
-      continue;
-    }
-    if (!strncmp(arg, "--config=", 9)) continue;
-    const char *eq = strchr(arg, '=');
-    if (!strncmp(arg, "--", 2)) {
-      size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-      if (n == 0 || n >= sizeof(key)) return ty_app_usage_error("compare", "bad option '%s'", arg);
-      memcpy(key, arg + 2, n);
-      key[n] = '\0';
-      if (eq) {
-        value = eq + 1;
-      } else if (ty_train_config_is_flag(key)) {
-        value = "true";
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        return ty_app_usage_error("compare", "option '%s' needs a value", arg);
-      }
-    } else if (eq && eq != arg && (size_t)(eq - arg) < sizeof(key)) {
-      memcpy(key, arg, (size_t)(eq - arg));
-      key[eq - arg] = '\0';
-      value = eq + 1;
-    } else {
-      return ty_app_usage_error("compare", "unexpected argument '%s'", arg);
-    }
-    if (!strcmp(key, "backends")) {
-      snprintf(backends, backends_cap, "%s", value);
-    } else if (!strcmp(key, "steps")) {
-      char *end = NULL;
-      long long v = strtoll(value, &end, 10);
-      if (!*value || *end || v < 1) {
-        return ty_app_usage_error("compare", "--steps '%s' is not a positive integer", value);
-      }
-      *steps = v;
-    } else if (!strcmp(key, "out")) {
-      snprintf(out, TY_CFG_PATH_MAX, "%s", value);
-    } else if (!strcmp(key, "tolerance")) {
-      char *end = NULL;
-      double v = strtod(value, &end);
-      if (!*value || *end || !(v >= 0)) {
-        return ty_app_usage_error("compare", "--tolerance '%s' is not a number >= 0", value);
-      }
-      *tolerance = v;
-    } else if (!strcmp(key, "backend") || !strcmp(key, "max-steps") ||
-               !strcmp(key, "max_steps") || !strcmp(key, "resume") || !strcmp(key, "epochs")) {
-      return ty_app_usage_error("compare", "--%s is set by compare (use --backends and --steps)",
-                                key);
-    } else {
-      ty_status_t s = ty_train_config_set(cfg, key, value);
-      if (s) {
-        int rc = ty_app_usage_error("compare", "%s", ty_status_message(s));
-        ty_status_free(s);
-        return rc;
-      }
-    }
-  }
-  if (cfg->fallback[0]) { /* from the command line or a --config file */
-    return ty_app_usage_error("compare",
-                              "--fallback %s asks for a mixed run: compare measures each "
-                              "backend's speed and memory, and refuses mixed runs; train it "
-                              "with 'trainyard train' and compare the losses in metrics.jsonl",
-                              cfg->fallback);
-  }
-  if (!backends[0]) return ty_app_usage_error("compare", "--backends URI,URI is required");
-  if (!*steps) return ty_app_usage_error("compare", "--steps N is required");
-  if (!out[0]) return ty_app_usage_error("compare", "--out DIR is required");
-  return TY_EXIT_OK;
-}
-
 int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   if (ty_compare_is_per_layer(argc, argv)) return ty_compare_per_layer(app, argc, argv);
   ty_train_config_t cfg;
@@ -447,9 +353,34 @@ int ty_cmd_compare(ty_app_t *app, int argc, char **argv) {
   char backends[1024] = "", out[TY_CFG_PATH_MAX] = "";
   int64_t steps = 0;
   double tolerance = 1e-5;
-  int rc = ty_compare_parse(argc, argv, &cfg, backends, sizeof(backends), &steps, out, &tolerance);
-  if (rc < 0) return TY_EXIT_OK;
+  static const char refused[] = "--%s is set by compare (use --backends and --steps)";
+  const ty_train_arg_t own[] = {
+      {"backends", TY_TRAIN_ARG_TEXT, backends, sizeof(backends), NULL},
+      {"steps", TY_TRAIN_ARG_COUNT, &steps, 0, NULL},
+      {"out", TY_TRAIN_ARG_TEXT, out, sizeof(out), NULL},
+      {"tolerance", TY_TRAIN_ARG_TOLERANCE, &tolerance, 0, NULL},
+      {"backend", TY_TRAIN_ARG_REFUSED, NULL, 0, refused},
+      {"max-steps", TY_TRAIN_ARG_REFUSED, NULL, 0, refused},
+      {"max_steps", TY_TRAIN_ARG_REFUSED, NULL, 0, refused},
+      {"resume", TY_TRAIN_ARG_REFUSED, NULL, 0, refused},
+      {"epochs", TY_TRAIN_ARG_REFUSED, NULL, 0, refused},
+  };
+  const ty_train_args_t args = {.command = "compare", .usage = ty_compare_usage, .own = own,
+                                .own_count = sizeof(own) / sizeof(own[0]),
+                                .hint_on_bad_value = true};
+  int rc = ty_train_args_parse(&args, argc, argv, &cfg);
+  if (rc == TY_TRAIN_ARGS_HELP) return TY_EXIT_OK;
   if (rc) return rc;
+  if (cfg.fallback[0]) { /* from the command line or a --config file */
+    return ty_app_usage_error("compare",
+                              "--fallback %s asks for a mixed run: compare measures each "
+                              "backend's speed and memory, and refuses mixed runs; train it "
+                              "with 'trainyard train' and compare the losses in metrics.jsonl",
+                              cfg.fallback);
+  }
+  if (!backends[0]) return ty_app_usage_error("compare", "--backends URI,URI is required");
+  if (!steps) return ty_app_usage_error("compare", "--steps N is required");
+  if (!out[0]) return ty_app_usage_error("compare", "--out DIR is required");
   /* As if given on the command line: it overrides a --config file's epochs. */
   char steps_text[32];
   snprintf(steps_text, sizeof(steps_text), "%lld", (long long)steps);

@@ -17,7 +17,7 @@
 #include "hal/file.h"
 #include "models/config.h"
 #include "graph_args.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 static const char *const ty_compile_usage =
     "usage: trainyard compile --backend URI (--model HF_DIR | --preset NAME\n"
@@ -204,10 +204,12 @@ static int ty_compile_run(ty_app_t *app, ty_compile_args_t *a) {
     a->g.cfg.world_in_graph = true;
   }
   /* Weights no lever could fit need no graph to be refused. */
-  if (!s) s = ty_train_graph_check_memory(&a->g.cfg, &mc, device);
+  ty_train_recipe_t recipe;
+  if (!s) s = ty_train_config_recipe(&a->g.cfg, &recipe);
+  if (!s) s = ty_train_graph_check_memory(&recipe, &mc, device);
   if (!s) {
     ty_train_graph_kind_t kind = a->inference ? TY_TRAIN_GRAPH_INFERENCE : TY_TRAIN_GRAPH_STEP;
-    s = ty_train_graph_build(&a->g.cfg, &mc, a->g.B, a->g.T, dtype, kind, &graph, &model);
+    s = ty_train_graph_build(&recipe, &mc, a->g.B, a->g.T, dtype, kind, &graph, &model);
   }
   if (!s && a->g.cfg.dump_graph[0]) s = ty_app_write_graph_dump(graph, a->g.cfg.dump_graph);
   /* The memory plan before anything is compiled or allocated. */

@@ -19,7 +19,7 @@
 #include "models/json_input.h"
 #include "models/llm.h"
 #include "models/safetensors.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 static const char *const ty_forward_usage =
     "usage: trainyard forward --model DIR --tokens FILE --out OUT.safetensors\n"

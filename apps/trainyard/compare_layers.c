@@ -20,7 +20,8 @@
 #include "hal/dtype.h"
 #include "models/dataset.h"
 #include "models/llm.h"
-#include "train_graph.h"
+#include "train/train_config.h"
+#include "train/train_graph.h"
 
 /* A row's bound on the relative RMS error (the square root of the value
  * error of conform/value_diff.h: squared error over the value's scale).

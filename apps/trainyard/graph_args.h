@@ -13,7 +13,7 @@
 
 #include "files/out_paths.h"
 #include "models/config.h"
-#include "train_config.h"
+#include "train/train_config.h"
 
 typedef struct ty_graph_args_t {
   const char *backend, *model, *preset, *data;

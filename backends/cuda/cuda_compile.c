@@ -153,7 +153,7 @@ static bool ty_cu_head_weight_ok(const ty_owned_graph_t *og, uint32_t w, int64_t
  * forward computes all P columns (the extra ones are h . 0 = 0), the loss
  * gradient writes zeros into its padding, and the input gradient sums over
  * P: the same numbers, on aligned shapes. The backward's own cast of the
- * same weight (graph/autodiff.h, recast_states) is padded the same way, so
+ * same weight (graph/ir/autodiff.h, recast_states) is padded the same way, so
  * the input gradient keeps the aligned k. */
 static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint32_t mm,
                                    int64_t padded) {

@@ -1,4 +1,4 @@
-/* apps/trainyard/pipeline/pp_schedule.c: the 1F1B and interleaved orders
+/* apps/trainyard/train/pipeline/pp_schedule.c: the 1F1B and interleaved orders
  * against their published forms, every schedule deadlock-free when sends do
  * not block and receives do, and the balanced partition. */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "apps/trainyard/pipeline/pp_schedule.h"
+#include "apps/trainyard/train/pipeline/pp_schedule.h"
 
 /* "F0.0 B0.0 ..." (micro.chunk) for comparison with the known orders. */
 static void ty_render(const ty_pp_action_t *a, size_t n, char *out, size_t capacity) {

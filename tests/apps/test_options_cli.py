@@ -278,9 +278,10 @@ def parsed_options(command):
         return set(re.findall(r'strcmp\(argv\[i\], "(--[a-z-]+)"\)', body)) - {"--help"}
     if command in ("train", "compare"):
         names = {"--" + n.replace("_", "-") for n in re.findall(
-            r"^\s+TY_[SIFBU]\((\w+),", source(*app, "train_config.c"), re.M)} | {"--config"}
+            r"^\s+TY_[SIFBU]\((\w+),", source(*app, "train", "train_config.c"), re.M)} | {"--config"}
         if command == "compare":
-            names |= {"--" + k for k in re.findall(r'!strcmp\(key, "([a-z-]+)"\)',
+            # compare's own options: its table for train/train_args.h
+            names |= {"--" + k for k in re.findall(r'\{"([a-z-]+)", TY_TRAIN_ARG_',
                                                     source(*app, "cmd_compare.c"))}
         return names
     if command in ("compile", "check"):
@@ -972,6 +973,15 @@ class CompareOptionsTest(Base):
                                  self.path("x"), option, "1"], "is set by compare")
         self.refused(base + ["--backends", "cpu", "--steps", "2", "--out", self.path("x")],
                      "two or more URIs")
+
+    def test_parser_shared_with_train(self):
+        # compare parses with train's parser (train/train_args.h): a trailing
+        # --config is refused by both, not ignored by compare
+        args = ["--preset", "gpt2-tiny", "--data", self.path("none"), "--config"]
+        for command in (["train"], ["compare", "--backends", "cpu,dataflow", "--steps", "1",
+                                    "--out", self.path("x")]):
+            with self.subTest(command=command[0]):
+                self.refused(command + args, "--config needs a file")
 
 
 class ConformOptionsTest(Base):

@@ -1,4 +1,4 @@
-/* apps/trainyard/train_plan.c: what every rank of a run computes alike.
+/* apps/trainyard/train/train_plan.c: what every rank of a run computes alike.
  * The row order of (seed, epoch) is pinned (a resumed run, on any version,
  * must rebuild it; trainer_state.json says "fisher-yates(seed, epoch)") and
  * differs between epochs; the dropout stream of a micro-batch is its index
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "apps/trainyard/train_plan.h"
+#include "apps/trainyard/train/train_plan.h"
 
 /* Orders of 12 rows from an independent Python rendering of the documented
  * algorithm (splitmix64 from seed * 0x632BE59BD9B4E019 + epoch + 1, then

@@ -1,4 +1,4 @@
-/* apps/trainyard/train_tree.c: the fixed summation tree of `train
+/* apps/trainyard/train/train_tree.c: the fixed summation tree of `train
  * --deterministic`. Its shape is pinned (small cases against sums written
  * out by hand), and the sum of one process equals, bit for bit, the ranks'
  * partials folded in rank order for every split into whole power-of-two
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "apps/trainyard/train_tree.h"
+#include "apps/trainyard/train/train_tree.h"
 
 enum { COUNT = 257, LEAVES = 16 };
 static float g_leaf[LEAVES][COUNT];

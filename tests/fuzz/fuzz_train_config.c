@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_config.h"
+#include "train/train_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -18,7 +18,7 @@
 #include "graph/runtime/numerics.h"
 #include "graph/runtime/support_report.h"
 #include "hal/dtype.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 /* An intermediate's NMSE against the other side above which it diverges.
  * f32: two correct kernels differ by rounding (NMSE ~1e-14 per op; at most

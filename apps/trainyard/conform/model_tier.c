@@ -11,7 +11,7 @@
 #include "app.h"
 #include "conform/tier_common.h"
 #include "hal/dtype.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 /* The largest NMSE a tensor may show against the f64 reference. f32: the
  * in-tree backends stay below 3e-12 on every tensor of every fixture; 1e-9

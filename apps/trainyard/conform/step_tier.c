@@ -12,8 +12,8 @@
 #include "app.h"
 #include "conform/tier_common.h"
 #include "hal/dtype.h"
-#include "train_config.h"
-#include "train_graph.h"
+#include "train/train_config.h"
+#include "train/train_graph.h"
 
 /* The largest relative loss gap of a step: f32 is the bound the opencl
  * backend's acceptance holds 20 steps of `trainyard compare` to (measured
@@ -51,9 +51,12 @@ static ty_status_t ty_step_tier_scalar(ty_tier_runner_t *r, const char *name, do
 
 static ty_status_t ty_step_tier_build(const ty_model_config_t *config, ty_dtype_t dtype,
                                       ty_graph_t **out_graph, ty_llm_t *out_model) {
+  /* the default options' step: AdamW, f32, no levers, one process */
   ty_train_config_t cfg;
   ty_train_config_defaults(&cfg);
-  return ty_train_graph_build(&cfg, config, TY_TIER_BATCH, TY_TIER_SEQ, dtype,
+  ty_train_recipe_t recipe;
+  TY_RETURN_IF_ERROR(ty_train_config_recipe(&cfg, &recipe));
+  return ty_train_graph_build(&recipe, config, TY_TIER_BATCH, TY_TIER_SEQ, dtype,
                               TY_TRAIN_GRAPH_STEP, out_graph, out_model);
 }
 

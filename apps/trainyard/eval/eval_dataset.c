@@ -9,7 +9,7 @@
 #include "hal/dtype.h"
 #include "models/dataset.h"
 #include "models/llm.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 ty_status_t ty_eval_dataset(ty_device_t *device, const ty_model_config_t *config,
                             const ty_session_t *weights, const ty_eval_scorer_options_t *o,

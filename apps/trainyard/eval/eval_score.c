@@ -11,7 +11,7 @@
 #include "models/llm.h"
 #include "models/safetensors.h"
 #include "models/sampler.h"
-#include "train_graph.h"
+#include "train/train_graph.h"
 
 struct ty_eval_scorer_t {
   ty_eval_scorer_options_t o;
