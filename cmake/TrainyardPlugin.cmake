@@ -37,7 +37,8 @@ set(TY_SDK_HEADERS
   "host_profile.h=backends/common/host_profile.h"
   "memory_plan.h=backends/common/memory_plan.h"
   "op_shapes.h=backends/common/op_shapes.h"
-  "plugin_status.h=backends/common/plugin_status.h")
+  "plugin_status.h=backends/common/plugin_status.h"
+  "host_kernels.h=backends/cpu/cpu_kernel_table.h")
 
 set(TY_SDK_HEADER_FILES "")
 file(MAKE_DIRECTORY "${TY_PLUGIN_INCLUDE_DIR}/trainyard")
@@ -63,6 +64,10 @@ foreach(entry IN LISTS TY_SDK_HEADERS)
   foreach(inc IN LISTS includes)
     string(REGEX REPLACE "#include \"([^\"]*)\"" "\\1" included "${inc}")
     list(FIND _ty_sdk_sources "${included}" index)
+    if(index LESS 0 AND included MATCHES "^trainyard/(.*)$")
+      # A plugin's header already in SDK form (backends/cpu/cpu_kernel_table.h).
+      list(FIND _ty_sdk_names "${CMAKE_MATCH_1}" index)
+    endif()
     if(index LESS 0)
       message(FATAL_ERROR "SDK header ${source} has ${inc}, which is not an SDK header: "
                           "an installed plugin could not compile it (cmake/TrainyardPlugin.cmake)")
