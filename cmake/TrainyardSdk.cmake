@@ -13,7 +13,9 @@
 # installed with `cmake --install build --prefix DIR` works wherever it lands.
 include(CMakePackageConfigHelpers)
 
-install(FILES ${TY_SDK_HEADER_FILES} DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/trainyard")
+# A component of their own too, so that tests/sdk installs just them quickly.
+install(FILES ${TY_SDK_HEADER_FILES} DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/trainyard"
+        COMPONENT sdk_headers)
 install(TARGETS ty_backend_support ty_plugin_sdk ty_host_kernels EXPORT TrainyardTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 
