@@ -13,14 +13,24 @@
 set(TY_PLUGIN_INCLUDE_DIR "${CMAKE_BINARY_DIR}/include")
 
 # SDK header -> its source. Each is copied to include/trainyard/<name> with
-# its own includes of other SDK headers ("hal/x.h", "backends/common/x.h")
-# rewritten to "trainyard/x.h"; an include of anything else is a configure
-# error, so the SDK stays self-contained.
+# its includes of other SDK headers ("hal/x.h", "ops/reference/x.h", ... as
+# listed here) rewritten to "trainyard/<name>"; an include of anything else
+# is a configure error, so the SDK stays self-contained. A block between
+# TY_SDK_HOST_ONLY_BEGIN and TY_SDK_HOST_ONLY_END comments (hal/status.h) is
+# the core's side of the boundary and is left out of the copy. In-tree
+# plugins include only these (tests/sdk/test_plugin_headers.py checks it
+# from an installed tree); docs/plugin-abi.md lists them (tests/docs checks).
 set(TY_SDK_HEADERS
   "backend_abi.h=hal/backend_abi.h"
+  "status.h=hal/status.h"
+  "dtype.h=hal/dtype.h"
+  "file.h=hal/file.h"
   "half.h=hal/half.h"
   "philox.h=hal/philox.h"
+  "sha256.h=hal/sha256.h"
+  "ref_rope.h=ops/reference/ref_rope.h"
   "abi_graph.h=hal/abi_graph.h"
+  "artifact_io.h=backends/common/artifact_io.h"
   "device_errors.h=backends/common/device_errors.h"
   "device_exec.h=backends/common/device_exec.h"
   "host_buffers.h=backends/common/host_buffers.h"
@@ -28,16 +38,20 @@ set(TY_SDK_HEADERS
   "host_meter.h=backends/common/host_meter.h"
   "host_profile.h=backends/common/host_profile.h"
   "memory_plan.h=hal/memory_plan.h"
+  "op_shapes.h=backends/common/op_shapes.h"
   "plugin_status.h=backends/common/plugin_status.h"
-  "sha256.h=hal/sha256.h")
+  "host_kernels.h=backends/cpu/cpu_kernel_table.h")
 
 set(TY_SDK_HEADER_FILES "")
 file(MAKE_DIRECTORY "${TY_PLUGIN_INCLUDE_DIR}/trainyard")
 set(_ty_sdk_names "")
+set(_ty_sdk_sources "")
 foreach(entry IN LISTS TY_SDK_HEADERS)
   string(REPLACE "=" ";" parts "${entry}")
   list(GET parts 0 name)
+  list(GET parts 1 source)
   list(APPEND _ty_sdk_names "${name}")
+  list(APPEND _ty_sdk_sources "${source}")
 endforeach()
 foreach(entry IN LISTS TY_SDK_HEADERS)
   string(REPLACE "=" ";" parts "${entry}")
@@ -46,15 +60,22 @@ foreach(entry IN LISTS TY_SDK_HEADERS)
   set(src "${CMAKE_SOURCE_DIR}/${source}")
   set_property(DIRECTORY "${CMAKE_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${src}")
   file(READ "${src}" text)
-  string(REGEX REPLACE "#include \"(hal|backends/common)/([a-z0-9_]+\\.h)\""
-         "#include \"trainyard/\\2\"" text "${text}")
+  string(REGEX REPLACE "/\\* TY_SDK_HOST_ONLY_BEGIN.*/\\* TY_SDK_HOST_ONLY_END \\*/\n" ""
+         text "${text}")
   string(REGEX MATCHALL "#include \"[^\"]*\"" includes "${text}")
   foreach(inc IN LISTS includes)
-    string(REGEX REPLACE "#include \"trainyard/([^\"]*)\"" "\\1" included "${inc}")
-    if(included STREQUAL inc OR NOT included IN_LIST _ty_sdk_names)
+    string(REGEX REPLACE "#include \"([^\"]*)\"" "\\1" included "${inc}")
+    list(FIND _ty_sdk_sources "${included}" index)
+    if(index LESS 0 AND included MATCHES "^trainyard/(.*)$")
+      # A plugin's header already in SDK form (backends/cpu/cpu_kernel_table.h).
+      list(FIND _ty_sdk_names "${CMAKE_MATCH_1}" index)
+    endif()
+    if(index LESS 0)
       message(FATAL_ERROR "SDK header ${source} has ${inc}, which is not an SDK header: "
                           "an installed plugin could not compile it (cmake/TrainyardPlugin.cmake)")
     endif()
+    list(GET _ty_sdk_names ${index} included_name)
+    string(REPLACE "${inc}" "#include \"trainyard/${included_name}\"" text "${text}")
   endforeach()
   set(dst "${TY_PLUGIN_INCLUDE_DIR}/trainyard/${name}")
   file(WRITE "${CMAKE_BINARY_DIR}/CMakeFiles/ty_sdk_${name}.tmp" "${text}")

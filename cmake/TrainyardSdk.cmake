@@ -2,7 +2,9 @@
 #
 #   include/trainyard/*.h                   the SDK headers (cmake/TrainyardPlugin.cmake)
 #   lib/libty_backend_support.a             the backend support library
+#   lib/libty_host_kernels.a                the cpu plugin's kernels for host plugins
 #   lib/pkgconfig/trainyard-plugin.pc       pkg-config --cflags --libs trainyard-plugin
+#   lib/pkgconfig/trainyard-host-kernels.pc (the same with the host kernels)
 #   lib/cmake/Trainyard/                    find_package(Trainyard): Trainyard::plugin and
 #                                           trainyard_add_backend_plugin()
 #   share/doc/trainyard/                    plugin-abi.md and the out-of-tree example
@@ -11,11 +13,22 @@
 # installed with `cmake --install build --prefix DIR` works wherever it lands.
 include(CMakePackageConfigHelpers)
 
-install(FILES ${TY_SDK_HEADER_FILES} DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/trainyard")
-install(TARGETS ty_backend_support ty_plugin_sdk EXPORT TrainyardTargets
+# A component of their own too, so that tests/sdk installs just them quickly.
+install(FILES ${TY_SDK_HEADER_FILES} DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/trainyard"
+        COMPONENT sdk_headers)
+install(TARGETS ty_backend_support ty_plugin_sdk ty_host_kernels EXPORT TrainyardTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 
 set(TY_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/Trainyard")
+# 1 or 0 for TrainyardConfig.cmake: what Trainyard::host_kernels links.
+set(TY_SDK_NEEDS_OPENMP 0)
+if(TY_CPU_OPENMP)
+  set(TY_SDK_NEEDS_OPENMP 1)
+endif()
+set(TY_SDK_NEEDS_ONEDNN 0)
+if(TY_HAVE_ONEDNN)
+  set(TY_SDK_NEEDS_ONEDNN 1)
+endif()
 install(EXPORT TrainyardTargets NAMESPACE Trainyard:: DESTINATION "${TY_CMAKE_INSTALL_DIR}")
 configure_package_config_file(
   "${CMAKE_CURRENT_LIST_DIR}/TrainyardConfig.cmake.in"
@@ -42,7 +55,18 @@ if(TY_SANITIZE)
 endif()
 configure_file("${CMAKE_CURRENT_LIST_DIR}/trainyard-plugin.pc.in"
                "${CMAKE_BINARY_DIR}/sdk/trainyard-plugin.pc" @ONLY)
-install(FILES "${CMAKE_BINARY_DIR}/sdk/trainyard-plugin.pc" DESTINATION "${TY_PC_INSTALL_DIR}")
+set(TY_PC_HOST_KERNEL_LIBS "")
+if(TY_CPU_OPENMP)
+  string(APPEND TY_PC_HOST_KERNEL_LIBS " ${OpenMP_C_FLAGS}")
+endif()
+if(TY_HAVE_ONEDNN)
+  string(APPEND TY_PC_HOST_KERNEL_LIBS " -ldnnl")
+endif()
+configure_file("${CMAKE_CURRENT_LIST_DIR}/trainyard-host-kernels.pc.in"
+               "${CMAKE_BINARY_DIR}/sdk/trainyard-host-kernels.pc" @ONLY)
+install(FILES "${CMAKE_BINARY_DIR}/sdk/trainyard-plugin.pc"
+              "${CMAKE_BINARY_DIR}/sdk/trainyard-host-kernels.pc"
+        DESTINATION "${TY_PC_INSTALL_DIR}")
 
 install(FILES "${CMAKE_SOURCE_DIR}/docs/plugin-abi.md" "${CMAKE_SOURCE_DIR}/docs/ops.md"
         DESTINATION "${CMAKE_INSTALL_DOCDIR}")

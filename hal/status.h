@@ -78,6 +78,11 @@ ty_code_t ty_status_consume_code(ty_status_t status);
     if (ty_status_tmp_) return ty_status_tmp_; \
   } while (0)
 
+/* TY_SDK_HOST_ONLY_BEGIN: the core's end of the plugin boundary. The SDK's
+ * copy of this header (cmake/TrainyardPlugin.cmake) leaves out everything up
+ * to TY_SDK_HOST_ONLY_END: a plugin could not link it (the support library's
+ * plugin_status.c implements the rest over the host's services). */
+
 /* The host services handed to plugins (status_make / status_free over the
  * ABI). Statuses created there are ordinary ty_status_t values. */
 const ty_host_api_t *ty_hal_host_api(void);
@@ -98,6 +103,7 @@ static inline ty_status_t ty_status_from_abi(ty_abi_status_t status) {
  * error with code OK (...): <its message>"; any other status passes through.
  * Takes ownership of `status`. */
 ty_status_t ty_status_from_plugin(const char *plugin, ty_abi_status_t status) TY_MUST_USE;
+/* TY_SDK_HOST_ONLY_END */
 
 #ifdef __cplusplus
 }

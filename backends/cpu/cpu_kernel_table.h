@@ -1,7 +1,8 @@
-/* The cpu plugin's kernel table, as the static library ty_cpu_kernels
- * offers it to other plugins on host-addressable memory (the dataflow
- * plugin), so that they compute exactly as the cpu plugin does. Depends only
- * on the backend support library's host executor types. */
+/* The cpu plugin's kernel table, as the SDK library ty_host_kernels
+ * (installed as <trainyard/host_kernels.h> and libty_host_kernels.a) offers
+ * it to other plugins on host-addressable memory (the dataflow plugin), so
+ * that they compute exactly as the cpu plugin does. Depends only on the
+ * backend support library's host executor types. */
 #ifndef TY_BACKENDS_CPU_CPU_KERNEL_TABLE_H_
 #define TY_BACKENDS_CPU_CPU_KERNEL_TABLE_H_
 

@@ -135,6 +135,29 @@ def check_text(text, name, values):
     return problems
 
 
+
+# The SDK header table of docs/plugin-abi.md (rows naming
+# `include/trainyard/...`) against TY_SDK_HEADERS, the list the build
+# installs (cmake/TrainyardPlugin.cmake).
+SDK_ENTRY = re.compile(r'"([a-z0-9_]+\.h)=[^"]+"')
+SDK_ROW_HEADER = re.compile(r"`(?:include/trainyard/)?([a-z0-9_]+\.h)`")
+
+
+def check_sdk_headers(cmake_text, guide_text):
+    block = cmake_text[cmake_text.index("set(TY_SDK_HEADERS"):]
+    block = block[:block.index(")")]
+    built = set(SDK_ENTRY.findall(block))
+    listed = set()
+    for line in guide_text.splitlines():
+        if line.startswith("| `include/trainyard/"):
+            listed.update(SDK_ROW_HEADER.findall(line.split("|")[1]))
+    problems = ["docs/plugin-abi.md: the SDK table lacks %s, which TY_SDK_HEADERS installs "
+                "(cmake/TrainyardPlugin.cmake)" % h for h in sorted(built - listed)]
+    problems += ["docs/plugin-abi.md: the SDK table lists %s, which TY_SDK_HEADERS does not "
+                 "install" % h for h in sorted(listed - built)]
+    return problems
+
+
 class DocsNumbersTest(unittest.TestCase):
     def test_docs_quote_what_the_build_reports(self):
         values = build_values(CFG.trainyard)
@@ -191,6 +214,21 @@ class DocsNumbersTest(unittest.TestCase):
         # Mentions: a marker in backticks, the phrase in double quotes.
         self.assertEqual(check_text('Write `<!-- ty:abi -->`; a "Current version" line.\n',
                                     "z.md", values), [])
+
+    def test_sdk_header_table_lists_what_is_installed(self):
+        with open(os.path.join(CFG.source, "cmake", "TrainyardPlugin.cmake")) as f:
+            cmake_text = f.read()
+        with open(os.path.join(CFG.source, "docs", "plugin-abi.md"), encoding="utf-8") as f:
+            guide_text = f.read()
+        self.assertEqual(check_sdk_headers(cmake_text, guide_text), [])
+
+    def test_a_changed_sdk_header_list_fails(self):
+        cmake_text = 'set(TY_SDK_HEADERS\n  "a.h=hal/a.h"\n  "b.h=backends/common/b.h")\n'
+        guide = "| `include/trainyard/a.h`, `c.h` | what |\n"
+        self.assertEqual(check_sdk_headers(cmake_text, guide), [
+            "docs/plugin-abi.md: the SDK table lacks b.h, which TY_SDK_HEADERS installs "
+            "(cmake/TrainyardPlugin.cmake)",
+            "docs/plugin-abi.md: the SDK table lists c.h, which TY_SDK_HEADERS does not install"])
 
     def test_doc_files_skip_build_trees(self):
         with tempfile.TemporaryDirectory() as root:
