@@ -12,10 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/common/host_meter.h"
-#include "backends/common/plugin_status.h"
-#include "backends/cpu/cpu_internal.h"
-#include "hal/backend_abi.h"
+#include "trainyard/host_meter.h"
+#include "trainyard/plugin_status.h"
+#include "cpu_internal.h"
+#include "trainyard/backend_abi.h"
 
 #define CPU_DEFAULT_ALIGNMENT 64u
 #define CPU_MAX_THREADS 4096u

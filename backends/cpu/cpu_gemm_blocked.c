@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

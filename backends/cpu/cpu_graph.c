@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/host_executor.h"
-#include "backends/common/plugin_status.h"
-#include "backends/cpu/cpu_internal.h"
+#include "trainyard/host_executor.h"
+#include "trainyard/plugin_status.h"
+#include "cpu_internal.h"
 
 struct ty_abi_executable_s {
   ty_abi_device_t *device;

@@ -6,9 +6,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/host_executor.h"
-#include "backends/cpu/cpu_kernel_table.h"
-#include "hal/backend_abi.h"
+#include "trainyard/host_executor.h"
+#include "cpu_kernel_table.h"
+#include "trainyard/backend_abi.h"
 
 struct ty_abi_backend_s {
   const ty_host_api_t *host;

@@ -6,8 +6,8 @@
 #ifndef TY_BACKENDS_CPU_CPU_KERNEL_TABLE_H_
 #define TY_BACKENDS_CPU_CPU_KERNEL_TABLE_H_
 
-#include "backends/common/host_executor.h"
-#include "hal/backend_abi.h"
+#include "trainyard/host_executor.h"
+#include "trainyard/backend_abi.h"
 
 /* Everything a fast kernel needs to run one node (the host executor's
  * context: graph, node, data[v] per value, thread budget). */

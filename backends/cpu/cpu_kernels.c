@@ -8,7 +8,7 @@
  * the reference is what is wanted). Element movers take every dtype. */
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 typedef enum {
   CPU_ACCEPT_FLOAT, /* f32/bf16/f16 floats, any ints: no f64 operand */

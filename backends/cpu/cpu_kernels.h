@@ -16,10 +16,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "hal/abi_graph.h"
-#include "backends/common/plugin_status.h"
-#include "backends/cpu/cpu_internal.h"
-#include "hal/half.h"
+#include "trainyard/abi_graph.h"
+#include "trainyard/plugin_status.h"
+#include "cpu_internal.h"
+#include "trainyard/half.h"
 
 #ifdef _OPENMP
 #include <omp.h>

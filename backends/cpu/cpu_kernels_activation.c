@@ -19,7 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 #define CPU_GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define CPU_GELU_C 0.044715f

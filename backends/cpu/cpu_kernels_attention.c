@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 #define CPU_ATT_QB 64 /* queries per block */
 

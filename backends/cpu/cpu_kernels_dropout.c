@@ -10,8 +10,8 @@
  * bit-identical to the reference for every storage dtype (checked exactly). */
 #include <stdint.h>
 
-#include "backends/cpu/cpu_kernels.h"
-#include "hal/philox.h"
+#include "cpu_kernels.h"
+#include "trainyard/philox.h"
 
 static ty_abi_status_t cpu_dropout(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *x = cpu_in(c, 0), *y = cpu_out(c, 0);

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 /* Terms of a reduction per part (and per thread). */
 #define CPU_REDUCE_GRAIN 32768

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 static ty_abi_status_t cpu_ids_check(const cpu_node_ctx_t *c, const ty_abi_value_t *ids,
                                      const void *pids, int64_t vocab) {

@@ -9,7 +9,7 @@
  * any dtype works and the result is exact (checked bit for bit). */
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 ty_abi_status_t cpu_kernel_kv_cache_write(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *cache = cpu_in(c, 0), *fresh = cpu_in(c, 1);

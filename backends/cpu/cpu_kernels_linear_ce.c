@@ -17,8 +17,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "backends/common/host_meter.h"
-#include "backends/cpu/cpu_kernels.h"
+#include "trainyard/host_meter.h"
+#include "cpu_kernels.h"
 
 /* Rows per chunk: the attribute, or every row when it is 0 or larger. */
 static int64_t cpu_lce_chunk(const cpu_node_ctx_t *c, int64_t rows) {

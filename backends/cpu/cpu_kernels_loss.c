@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 ty_abi_status_t cpu_ce_check_targets(const cpu_node_ctx_t *c, uint32_t targets_in, int64_t rows,
                                      int64_t vocab) {

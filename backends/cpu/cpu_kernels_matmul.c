@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 #ifdef TY_CPU_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>

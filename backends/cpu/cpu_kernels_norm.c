@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 /* Most row ranges the dgamma/dbeta sums are split into. */
 #define CPU_NORM_PARTS 64

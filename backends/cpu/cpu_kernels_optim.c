@@ -26,7 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 static float cpu_scalar_f32(const cpu_node_ctx_t *c, uint32_t i) {
   return *(const float *)cpu_in_data(c, i);

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 void cpu_load_f32(const void *src, ty_dtype_t dt, int64_t off, int64_t n, float *dst) {
   switch (dt) {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "cpu_kernels.h"
 
 static int64_t cpu_vocab_attr(const cpu_node_ctx_t *c, const char *name, int64_t dflt) {
   return ty_abi_node_attr_int(c->node, name, dflt);

@@ -1,5 +1,5 @@
 /* Loading the CUDA driver and cuBLASLt at run time (cuda_api.h). */
-#include "backends/cuda/cuda_api.h"
+#include "cuda_api.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/artifact_io.h"
-#include "backends/cuda/cuda_internal.h"
+#include "trainyard/artifact_io.h"
+#include "cuda_internal.h"
 
 #define TY_CU_ART_MAGIC "TYCUART"
 #define TY_CU_ART_VERSION 2u

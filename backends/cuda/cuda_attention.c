@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_attention_plan.h"
-#include "backends/cuda/cuda_ops.h"
+#include "cuda_attention_plan.h"
+#include "cuda_ops.h"
 
 #define TY_CU_ATT_LOG2E 1.4426950408889634
 

@@ -1,11 +1,11 @@
 /* The attention kernels' path rule and launch shapes (cuda_attention_plan.h);
  * tile sizes come from kernels/attention_shapes.h, which the kernels read
  * too. */
-#include "backends/cuda/cuda_attention_plan.h"
+#include "cuda_attention_plan.h"
 
 #include <stddef.h>
 
-#include "backends/cuda/kernels/attention_shapes.h"
+#include "kernels/attention_shapes.h"
 
 /* Kernel names by [dtype: f32, bf16, f16][head-dim bucket: 64, 128, 256]. */
 #define TY_ATT_NAMES3(kind, dt)                                               \

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal/backend_abi.h"
+#include "trainyard/backend_abi.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/device_exec.h"
-#include "backends/common/plugin_status.h"
-#include "backends/cuda/cuda_internal.h"
+#include "trainyard/device_exec.h"
+#include "trainyard/plugin_status.h"
+#include "cuda_internal.h"
 
 #define TY_CU_STAGING_BYTES (32u << 20)
 #define TY_CU_WORKSPACE_BYTES (64u << 20)

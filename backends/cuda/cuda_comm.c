@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_internal.h"
-#include "hal/dtype.h"
+#include "cuda_internal.h"
+#include "trainyard/dtype.h"
 
 #if defined(__has_include)
 #if __has_include(<nccl.h>)

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_executable.h"
-#include "backends/cuda/cuda_gemm.h"
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "cuda_executable.h"
+#include "cuda_gemm.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 /* ---- supports ---- */
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_executable.h"
+#include "cuda_executable.h"
 
 /* ---- builder helpers ---- */
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_executable.h"
+#include "cuda_executable.h"
 
 void ty_cu_fault_parse(ty_abi_executable_t *e) {
   const char *env = getenv("TRAINYARD_CUDA_FAULT");

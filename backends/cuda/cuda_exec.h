@@ -23,9 +23,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/device_exec.h"
-#include "backends/cuda/cuda_fuse.h"
-#include "backends/cuda/cuda_internal.h"
+#include "trainyard/device_exec.h"
+#include "cuda_fuse.h"
+#include "cuda_internal.h"
 
 /* Threads per block of 1-D kernels and row reductions. */
 #define TY_CU_BLOCK 256u

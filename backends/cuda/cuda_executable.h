@@ -10,9 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/device_errors.h"
-#include "backends/common/host_profile.h"
-#include "backends/cuda/cuda_exec.h"
+#include "trainyard/device_errors.h"
+#include "trainyard/host_profile.h"
+#include "cuda_exec.h"
 
 #define TY_CU_ALIGN 256u
 

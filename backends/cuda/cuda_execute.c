@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_executable.h"
-#include "backends/cuda/cuda_gemm.h"
-#include "hal/dtype.h"
+#include "cuda_executable.h"
+#include "cuda_gemm.h"
+#include "trainyard/dtype.h"
 
 /* ---- execute ---- */
 

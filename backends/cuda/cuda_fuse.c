@@ -3,7 +3,7 @@
  * graph output or state update), that shapes match exactly (no
  * broadcasting), and that every extra operand already exists when the head
  * runs; anything else runs unfused. */
-#include "backends/cuda/cuda_fuse.h"
+#include "cuda_fuse.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -32,7 +32,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal/abi_graph.h"
+#include "trainyard/abi_graph.h"
 
 /* A GELU epilogue of a GEMM (cuda_gemm.c): GELU_AUX writes c = gelu(product
  * + bias) and the pre-activation into aux; DGELU writes c = product *

@@ -30,9 +30,9 @@
  * the device's workspace; the real shape must then pass
  * cublasLtMatmulAlgoCheck with it, or the compile is refused: a silent
  * second choice for some M would break the promise. */
-#include "backends/cuda/cuda_gemm.h"
+#include "cuda_gemm.h"
 
-#include "backends/cuda/cuda_ops.h"
+#include "cuda_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>

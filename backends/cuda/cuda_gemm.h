@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "backends/cuda/cuda_exec.h"
+#include "cuda_exec.h"
 
 /* The device of an executable, and the address a reference resolves to in
  * the current run (cuda_execute.c). */

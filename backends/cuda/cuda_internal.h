@@ -18,15 +18,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/plugin_status.h"
-#include "backends/cuda/cuda_api.h"
-#include "hal/backend_abi.h"
+#include "trainyard/plugin_status.h"
+#include "cuda_api.h"
+#include "trainyard/backend_abi.h"
 
 /* One module per kernel family (kernels/<file>.cu, compiled by nvcc at
  * build time into a fatbin; cuda_families.def lists them once). */
 typedef enum ty_cu_family_e {
 #define TY_CU_FAMILY(id, file, build) TY_CU_FAM_##id,
-#include "backends/cuda/cuda_families.def"
+#include "cuda_families.def"
 #undef TY_CU_FAMILY
   TY_CU_FAM_COUNT_
 } ty_cu_family_t;

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_fatbins.h"
-#include "backends/cuda/cuda_internal.h"
+#include "cuda_fatbins.h"
+#include "cuda_internal.h"
 
 static const char *const ty_cu_family_names[TY_CU_FAM_COUNT_] = {
 #define TY_CU_FAMILY(id, file, build) #file,
-#include "backends/cuda/cuda_families.def"
+#include "cuda_families.def"
 #undef TY_CU_FAMILY
 };
 
@@ -23,7 +23,7 @@ static const char *const ty_cu_family_names[TY_CU_FAM_COUNT_] = {
 #define TY_CU_TEST_ONLY_TEST true
 static const bool ty_cu_family_test_only[TY_CU_FAM_COUNT_] = {
 #define TY_CU_FAMILY(id, file, build) TY_CU_TEST_ONLY_##build,
-#include "backends/cuda/cuda_families.def"
+#include "cuda_families.def"
 #undef TY_CU_FAMILY
 };
 

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/common/op_shapes.h"
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "trainyard/op_shapes.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 const ty_dev_op_t ty_cu_ops[] = {
     {"embedding", ty_cu_build_embedding, TY_ABI_ACCEPT_COMPUTE},

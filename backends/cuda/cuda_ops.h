@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/cuda/cuda_exec.h"
+#include "cuda_exec.h"
 
 /* The three instances NAME_f32, NAME_bf16, NAME_f16 of a templated kernel
  * (string literals: static storage, as ty_cu_launch needs). */

@@ -3,7 +3,7 @@
  * kernels/embedding.cu. The comment above every launch names the kernel and
  * its parameter list: the ty_cu_arg_* calls under it must follow that list
  * exactly. */
-#include "backends/cuda/cuda_ops.h"
+#include "cuda_ops.h"
 
 /* ---- embeddings ---- */
 

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_gemm.h"
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "cuda_gemm.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 /* ---- linear_cross_entropy ----
  *

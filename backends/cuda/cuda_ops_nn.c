@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
-#include "hal/philox.h"
-#include "ops/reference/ref_rope.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
+#include "trainyard/philox.h"
+#include "trainyard/ref_rope.h"
 
 #define TY_CU_NORM_THREADS 128u /* 4 warps: 4 rows per block (kernels/norm.cu) */
 #define TY_CU_NORM_K 8          /* kernels/norm.cu's TY_NORM_K: rows <= 1024 cached */

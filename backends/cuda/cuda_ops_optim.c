@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 /* ---- optimizers and clipping ---- */
 

@@ -5,9 +5,9 @@
  * calls under it must follow that list exactly. */
 #include <string.h>
 
-#include "backends/common/op_shapes.h"
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "trainyard/op_shapes.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 /* ---- reductions ---- */
 

@@ -3,9 +3,9 @@
  * the strided copies and casts of kernels/views.cu. The comment above every
  * launch names the kernel and its parameter list: the ty_cu_arg_* calls
  * under it must follow that list exactly. */
-#include "backends/common/op_shapes.h"
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "trainyard/op_shapes.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 /* ---- element movers ---- */
 

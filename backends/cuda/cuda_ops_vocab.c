@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_ops.h"
-#include "hal/dtype.h"
+#include "cuda_ops.h"
+#include "trainyard/dtype.h"
 
 static int64_t ty_cu_vocab_attr(const ty_cu_build_t *b, const char *name, int64_t fallback) {
   return ty_abi_node_attr_int(b->node, name, fallback);

@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hal/abi_graph.h"
-#include "backends/common/artifact_io.h"
-#include "backends/common/plugin_status.h"
-#include "backends/dataflow/dataflow_internal.h"
+#include "trainyard/abi_graph.h"
+#include "trainyard/artifact_io.h"
+#include "trainyard/plugin_status.h"
+#include "dataflow_internal.h"
 
 #define DF_MAGIC "TYDFART"
 #define DF_FORMAT_VERSION 3u

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/common/plugin_status.h"
-#include "backends/dataflow/dataflow_internal.h"
+#include "trainyard/plugin_status.h"
+#include "dataflow_internal.h"
 
 #define DF_DEFAULT_TILES 4u
 #define DF_DEFAULT_MEM_PER_TILE (64ull << 20)

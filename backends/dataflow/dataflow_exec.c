@@ -10,11 +10,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "hal/abi_graph.h"
-#include "backends/common/plugin_status.h"
-#include "backends/cpu/cpu_kernel_table.h"
-#include "backends/dataflow/dataflow_internal.h"
-#include "hal/status.h"
+#include "trainyard/abi_graph.h"
+#include "trainyard/plugin_status.h"
+#include "trainyard/host_kernels.h"
+#include "dataflow_internal.h"
+#include "trainyard/status.h"
 
 static double df_now(void) {
   struct timespec ts;

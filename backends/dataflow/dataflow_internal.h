@@ -11,9 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/host_executor.h"
-#include "hal/backend_abi.h"
-#include "hal/file.h"
+#include "trainyard/host_executor.h"
+#include "trainyard/backend_abi.h"
+#include "trainyard/file.h"
 
 #define DF_NAME "dataflow"
 /* The cost model's fixed per-tile throughput: f32 multiply-accumulates per

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hal/abi_graph.h"
-#include "backends/common/plugin_status.h"
-#include "backends/dataflow/dataflow_internal.h"
+#include "trainyard/abi_graph.h"
+#include "trainyard/plugin_status.h"
+#include "dataflow_internal.h"
 
 const char *df_section_name(df_section_t s) {
   static const char *const names[] = {"FWD", "BWD", "GRADNORM", "OPT"};

@@ -1,6 +1,6 @@
 /* The ICD loader's entry points, resolved at run time (see ocl_api.h), and
  * the counted create/release helpers behind the leak test. */
-#include "backends/opencl/ocl_api.h"
+#include "ocl_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

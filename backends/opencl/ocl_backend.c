@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/device_exec.h"
-#include "backends/common/plugin_status.h"
-#include "backends/opencl/ocl_internal.h"
+#include "trainyard/device_exec.h"
+#include "trainyard/plugin_status.h"
+#include "ocl_internal.h"
 
 ty_abi_status_t ty_ocl_cl_error(const ty_abi_device_t *d, const char *what, cl_int err) {
   ty_code_t code = err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ||

@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/device_exec.h"
-#include "backends/opencl/ocl_internal.h"
+#include "trainyard/device_exec.h"
+#include "ocl_internal.h"
 
 /* A buffer argument of a kernel: (cl_mem, ulong offset) at `arg`, arg + 1
  * (the error buffer takes one argument). */

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/common/device_errors.h"
-#include "backends/opencl/ocl_exec.h"
+#include "trainyard/device_errors.h"
+#include "ocl_exec.h"
 
 #define TY_OCL_ALIGN 256u
 

@@ -14,9 +14,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/common/plugin_status.h"
-#include "backends/opencl/ocl_api.h"
-#include "hal/backend_abi.h"
+#include "trainyard/plugin_status.h"
+#include "ocl_api.h"
+#include "trainyard/backend_abi.h"
 
 /* One program per kernel family: common.cl followed by the family's file.
  * Programs are built lazily, so a graph only pays for the families it

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/common/op_shapes.h"
-#include "backends/opencl/ocl_exec.h"
+#include "trainyard/op_shapes.h"
+#include "ocl_exec.h"
 
 const ty_dev_op_t ty_ocl_ops[] = {
     {"embedding", ty_ocl_build_embedding, TY_ABI_ACCEPT_COMPUTE},

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "backends/opencl/ocl_exec.h"
-#include "hal/philox.h"
+#include "ocl_exec.h"
+#include "trainyard/philox.h"
 
 #define TY_OCL_PI 3.14159265358979323846
 

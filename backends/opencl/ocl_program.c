@@ -22,10 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/opencl/ocl_internal.h"
-#include "hal/file.h"
-#include "hal/sha256.h"
-#include "backends/opencl/ocl_sources.h"
+#include "ocl_internal.h"
+#include "trainyard/file.h"
+#include "trainyard/sha256.h"
+#include "ocl_sources.h"
 
 static const char *const ty_ocl_family_files[TY_OCL_FAM_COUNT_] = {
     [TY_OCL_FAM_ELEMENTWISE] = "elementwise.cl", [TY_OCL_FAM_REDUCE] = "reduce.cl",
