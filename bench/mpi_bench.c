@@ -1,9 +1,9 @@
-/* Host transfers through Trainyard's MPI shim (dist/), the path a pipeline
+/* Host transfers through Trainyard's MPI shim (distributed/), the path a pipeline
  * stage's state, its activations and the tensor-parallel checkpoint gather
  * take: rank 0 sends BYTES to rank 1 (point to point, in the shim's
  * pieces), then rank 0 broadcasts BYTES to every rank; each timed REPEAT
  * times, GB/s printed by rank 0. The receivers check every byte (exit 1,
- * DATA_LOSS, on a difference), so tests/dist runs it on a few MiB to take
+ * DATA_LOSS, on a difference), so tests/distributed runs it on a few MiB to take
  * the shim's large-transfer path in CI.
  *
  *   mpirun -np 2 build/bin/mpi_bench [--bytes N] [--repeat R]
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "hal/status.h"
 
 static double ty_now(void) {

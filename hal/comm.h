@@ -1,7 +1,7 @@
 /* A device communicator: the collectives of a backend that has its own
  * (ABI 1.4 comm_* entries, e.g. NCCL on cuda), on device buffers. The host
  * bootstraps it: rank 0 asks for a unique id, sends the bytes to every rank
- * (over MPI: dist/dist.h) and every rank creates its communicator from
+ * (over MPI: distributed/dist.h) and every rank creates its communicator from
  * them. Backends without the entries get UNIMPLEMENTED here and their
  * data-parallel runs reduce through host memory instead.
  *
@@ -94,7 +94,7 @@ uint32_t ty_comm_size(const ty_comm_t *comm);
  * What a run hands a plugin as ty_abi_execute_args_t.host_comm, so that a
  * plugin without a transport of its own executes collective ops (all_reduce)
  * inside its step through host->collective. The core fills it from the
- * run's world (dist/dist.h: ty_dist_host_comm); the HAL stays free of MPI.
+ * run's world (distributed/dist.h: ty_dist_host_comm); the HAL stays free of MPI.
  * `all_reduce_sum` sums `count` elements of `dtype` (f32 or f64) in place
  * over the ranks; the HAL's service stages bf16/f16 through f32 and divides
  * for the average. */

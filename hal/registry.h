@@ -125,7 +125,7 @@ bool ty_backend_has_entry(const ty_backend_t *backend, size_t offset);
 
 /* True when the plugin sets every collective entry of ABI 1.4 (comm_*):
  * its devices reduce gradients themselves; otherwise a data-parallel run
- * takes the host path (dist/dist.h). The entries are optional. */
+ * takes the host path (distributed/dist.h). The entries are optional. */
 bool ty_backend_has_collectives(const ty_backend_t *backend);
 /* True when it also has point to point (ABI 1.8 comm_send and comm_recv)
  * and declares ABI 1.8 or newer: pipeline activations can travel between

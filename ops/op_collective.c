@@ -4,7 +4,7 @@
  *
  * Every collective op reduces over one process group of the run, named by
  * its `group` attribute: "world" (the default: every rank), or "tp", "dp",
- * "pp" of the rank layout world = dp x pp x tp (dist/dist.h). A graph
+ * "pp" of the rank layout world = dp x pp x tp (distributed/dist.h). A graph
  * carries no communicator: the executor takes the group from the run
  * (docs/plugin-abi.md "Process groups"), and an executor with none runs at
  * world 1, where every reduction is the identity; that is what the
@@ -41,7 +41,7 @@
 
 static const char *const ty_all_reduce_attrs[] = {"group", "reduce", NULL};
 
-/* `group` names a process group the executor knows (dist/dist.h). */
+/* `group` names a process group the executor knows (distributed/dist.h). */
 static ty_status_t ty_collective_group(const ty_op_infer_ctx_t *ctx, const char *fallback) {
   static const char *const known[] = {"world", "tp", "dp", "pp", "embed"};
   const char *group;

@@ -3,7 +3,7 @@
 plain processes with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT) and TRAINYARD_JOB_TOKEN, meeting at a TCP
 rendezvous on 127.0.0.1 (a free port) and talking over the Trainyard TCP
-transport (dist/tcp_world.c). Standard library only; no MPI needed.
+transport (distributed/tcp_world.c). Standard library only; no MPI needed.
 
 - MatchTest: 2 ranks x batch 2 equal one process with --grad-accum 2 within
   1e-6 over 10 steps (losses and weights); --tp 2, --pp 2 (within 1e-5, as

@@ -170,7 +170,7 @@ class PipelineTest(Base):
     def test_messages_in_pieces(self):
         # A stage's state of a 1B model (9 GB) is more than one MPI message
         # can count: point-to-point messages go in pieces of at most 1 GiB
-        # (dist/mpi_shim.c). Pieces of 1000 bytes here: the weights' scatter,
+        # (distributed/mpi_shim.c). Pieces of 1000 bytes here: the weights' scatter,
         # the activations and gradients between the stages and the gather at
         # the save all cross in several pieces, and the run equals one
         # process's.

@@ -4,7 +4,7 @@
  * whole tensor (GPT-2's fused q|k|v segments included, and a vocabulary
  * that does not divide), and that no tp rank's train graph holds a value
  * with a whole-vocabulary axis. The split's
- * numbers against one process are in tests/dist/tp_region_test.c. */
+ * numbers against one process are in tests/distributed/tp_region_test.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

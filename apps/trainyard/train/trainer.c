@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "hal/comm.h"
 #include "graph/runtime/preflight.h"
 #include "graph/ir/train_step.h"

@@ -1,5 +1,5 @@
 /* What the ranks of one `trainyard train` job must agree on (issue 33):
- * the fields handed to ty_dist_agree_fields (dist/dist.h) before the run's
+ * the fields handed to ty_dist_agree_fields (distributed/dist.h) before the run's
  * first collective. Paths that may differ between hosts (--model, --data,
  * --tokenizer) are compared by what they hold; every other option by its
  * value, so that ranks started with different options stop at once with
@@ -13,7 +13,7 @@
 #include <jansson.h>
 
 #include "build_info.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "hal/device_uri.h"
 #include "hal/registry.h"
 #include "hal/file.h"

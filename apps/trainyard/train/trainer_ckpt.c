@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "build_info.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "files/out_paths.h"
 #include "files/run_folder.h"
 #include "hal/dtype.h"

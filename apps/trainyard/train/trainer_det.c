@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "hal/dtype.h"
 #include "train_plan.h"
 #include "train_tree.h"

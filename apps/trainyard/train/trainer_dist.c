@@ -15,8 +15,8 @@
 
 extern char **environ;
 
-#include "dist/dist.h"
-#include "dist/launch_env.h"
+#include "distributed/dist.h"
+#include "distributed/launch_env.h"
 #include "hal/comm.h"
 #include "graph/runtime/preflight.h"
 #include "hal/dtype.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
 #include "trainer.h"

@@ -3,7 +3,7 @@
 #ifndef TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_
 #define TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "graph/runtime/preflight.h"
 #include "pp_schedule.h"
 #include "pp_stage.h"

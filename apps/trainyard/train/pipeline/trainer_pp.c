@@ -1,5 +1,5 @@
 /* Pipeline parallel training (trainer_pp.h; docs/design-notes.md "Pipeline
- * parallel"). World = dp x pp x tp in the layout of dist/dist.h (rank =
+ * parallel"). World = dp x pp x tp in the layout of distributed/dist.h (rank =
  * dp (pp tp) + pp tp + tp index): a rank is stage pp_index of replica
  * dp_index, and with --tp holds its tp index's part of that stage.
  * Each rank holds v chunks of the model (global chunk j * pp + stage); the
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "graph/runtime/preflight.h"
 #include "hal/file.h"
 #include "models/presets.h"
@@ -53,7 +53,7 @@ ty_status_t ty_trainer_pp_layout(ty_pp_runner_t *t) {
                           "parallel x --pp, so run %lld x N ranks",
                           (long long)c->pp, t->par->world, (long long)c->pp);
   }
-  /* The layout and its groups (dist/dist.h): rank = dp (pp tp) + pp tp +
+  /* The layout and its groups (distributed/dist.h): rank = dp (pp tp) + pp tp +
    * tp index. The stages' tp ops reduce over "tp", the gradients over
    * "dp"; a stage's peers are the ranks of its "pp" group. */
   TY_RETURN_IF_ERROR(ty_dist_set_layout(t->par->dist, tp, (int)c->pp));

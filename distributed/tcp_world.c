@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 
-#include "dist/tcp_engine.h"
+#include "distributed/tcp_engine.h"
 #include "hal/sha256.h"
 
 void ty_tcp_configure(const ty_launch_env_t *env, double timeout_s) {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "hal/buffer.h"
 #include "hal/comm.h"
 #include "hal/device.h"

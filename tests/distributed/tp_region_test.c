@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "graph/ir/autodiff.h"
 #include "graph/ir/graph.h"
 #include "graph/runtime/session.h"

@@ -2,7 +2,7 @@
  * collective is non-blocking under a deadline: MPI's blocking calls wait
  * forever for a rank that hangs, and the run must end with an error that
  * names the rank instead (--dist-timeout). */
-#include "dist/mpi_shim.h"
+#include "distributed/mpi_shim.h"
 
 #include <limits.h>
 #include <sched.h>

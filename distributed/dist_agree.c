@@ -7,7 +7,7 @@
 #include <string.h>
 
 
-#include "dist/dist_internal.h"
+#include "distributed/dist_internal.h"
 #include "hal/sha256.h"
 
 void ty_dist_field_set(ty_dist_field_t *f, const char *name, const char *about,

@@ -13,7 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "dist/tcp_engine.h"
+#include "distributed/tcp_engine.h"
 
 ty_tcp_world_t ty_tcp_w;
 

@@ -1,6 +1,6 @@
 /* The Trainyard TCP transport's insides, shared by tcp_rdzv.c (the
  * rendezvous, the authenticated mesh) and tcp_world.c (the progress engine
- * and the collectives); private to dist/. docs/design-notes.md "Launch
+ * and the collectives); private to distributed/. docs/design-notes.md "Launch
  * without MPI" describes the protocol. Integers travel in host byte order:
  * every rank of one job runs the same build on the same architecture (the
  * rank agreement checks the build), and the magic catches anything else. */
@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/launch_env.h"
-#include "dist/mpi_shim.h"
+#include "distributed/launch_env.h"
+#include "distributed/mpi_shim.h"
 
 #define TY_TCP_MAGIC 0x31545954u /* "TYT1" */
 #define TY_TCP_NAME_MAX 64

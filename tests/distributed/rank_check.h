@@ -1,4 +1,4 @@
-/* The fail-fast check of the multi-process tests in tests/dist (run under
+/* The fail-fast check of the multi-process tests in tests/distributed (run under
  * mpirun, no cmocka across ranks): CHECK(cond, fmt, ...) prints the rank,
  * file, line and message, then exits 1 (mpirun then stops the others).
  * Each test sets g_rank once it knows its rank. */

@@ -1,5 +1,5 @@
 /* The launch environment of torchrun and Slurm (launch_env.h). */
-#include "dist/launch_env.h"
+#include "distributed/launch_env.h"
 
 #include <errno.h>
 #include <limits.h>

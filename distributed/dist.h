@@ -1,11 +1,11 @@
 /* The distributed world of a run: whether this process is one rank of an
  * MPI job (or of a launch without MPI over the Trainyard TCP transport,
- * dist/launch_env.h), its rank, the world size, its local rank (which
+ * distributed/launch_env.h), its rank, the world size, its local rank (which
  * device it takes), and the host collectives that backends without their
  * own communicator use (the host path, docs/design-notes.md "Many
  * devices").
  *
- * MPI is never linked: ty_dist_open dlopens libty_mpi.so (dist/mpi_shim.h)
+ * MPI is never linked: ty_dist_open dlopens libty_mpi.so (distributed/mpi_shim.h)
  * only when the process was started by an MPI launcher or the caller asks
  * for MPI, so a single-process run needs no MPI at all. A NULL ty_dist_t*
  * is the single-process world (rank 0 of 1): every function takes it and
@@ -37,7 +37,7 @@ typedef enum ty_dist_mode_e {
   TY_DIST_MPI = 1,  /* MPI, or an error saying why it cannot start */
   TY_DIST_NONE = 2, /* one process, even under a launcher */
   /* The launch without MPI (issue 36): ranks started by torchrun, srun or
-   * by hand with RANK/WORLD_SIZE/... (dist/launch_env.h) meet at a TCP
+   * by hand with RANK/WORLD_SIZE/... (distributed/launch_env.h) meet at a TCP
    * rendezvous and talk over the Trainyard TCP transport. */
   TY_DIST_ENV = 3,
 } ty_dist_mode_t;

@@ -1,5 +1,5 @@
 /* The TCP transport's progress engine (tcp_engine.c), used by its
- * collectives and shim table (tcp_world.c); private to dist/. Frames are a
+ * collectives and shim table (tcp_world.c); private to distributed/. Frames are a
  * fixed header (magic, version, type, communicator, tag or sequence,
  * collective kind, payload bytes) and the payload. */
 #ifndef TY_DIST_TCP_ENGINE_H_
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/tcp_internal.h"
+#include "distributed/tcp_internal.h"
 
 /* Frame types. */
 enum { TY_F_P2P = 1, TY_F_CONTRIB, TY_F_VERDICT, TY_F_BCAST, TY_F_SPLIT, TY_F_SPLIT_ALL };

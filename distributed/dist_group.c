@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist_internal.h"
+#include "distributed/dist_internal.h"
 
 ty_status_t ty_dist_layout_make(int world, int rank, int tp, int pp, ty_dist_layout_t *out) {
   if (tp < 1) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--tp %d: must be 1 or more", tp);

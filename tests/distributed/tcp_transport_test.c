@@ -1,5 +1,5 @@
-/* The Trainyard TCP transport (dist/tcp_world.c, issue 36) on 3 ranks
- * started by tests/dist/run_env.py with torchrun's variables: two ranks
+/* The Trainyard TCP transport (distributed/tcp_world.c, issue 36) on 3 ranks
+ * started by tests/distributed/run_env.py with torchrun's variables: two ranks
  * sending each other 8 MiB at once (no deadlock), a message of another
  * size refused, the all-reduce's fixed summation order (rank 0 + rank 1,
  * then + rank 2, whatever the arrival order), every rank's host known,
@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "rank_check.h"
 
 static ty_dist_t *g_dist;

@@ -1,7 +1,7 @@
 /* The table between the core and libty_mpi.so, the one library that links
- * MPI, and the Trainyard TCP transport (dist/tcp_world.c, compiled into
+ * MPI, and the Trainyard TCP transport (distributed/tcp_world.c, compiled into
  * ty_dist: the launch without MPI fills the same table). The core never
- * links MPI: it dlopens the shim only for a distributed run (dist/dist.h),
+ * links MPI: it dlopens the shim only for a distributed run (distributed/dist.h),
  * so a single-process run needs no MPI installed. The
  * shim is built with the core, so this is a private interface, not a
  * plugin ABI; the version still guards against a stale shim on the path.

@@ -1,4 +1,4 @@
-/* The host collectives' arrival check (issue 33; dist/mpi_shim.h
+/* The host collectives' arrival check (issue 33; distributed/mpi_shim.h
  * ty_mpi_shim_fault_t) under mpirun -np 2: ranks that bring different byte
  * counts, different roots or different collectives get, on every rank, an
  * error naming the op, the group and both sizes, and no data moves (the
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "rank_check.h"
 
 static ty_dist_t *g_dist;

@@ -25,7 +25,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "dist/tcp_internal.h"
+#include "distributed/tcp_internal.h"
 #include "hal/sha256.h"
 
 enum { TY_NONCE = 32, TY_MAC = 32 };

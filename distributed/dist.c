@@ -2,17 +2,17 @@
  * run is distributed (or starts the TCP transport of a launch without
  * MPI), and turns the shim's timed collectives into statuses
  * that name the rank at fault. */
-#include "dist/dist.h"
+#include "distributed/dist.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist_internal.h"
-#include "dist/launch_env.h"
-#include "dist/mpi_shim.h"
-#include "dist/tcp_internal.h"
+#include "distributed/dist_internal.h"
+#include "distributed/launch_env.h"
+#include "distributed/mpi_shim.h"
+#include "distributed/tcp_internal.h"
 
 extern char **environ;
 

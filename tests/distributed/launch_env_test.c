@@ -1,4 +1,4 @@
-/* The launch environment parser (dist/launch_env.h, issue 36): both forms,
+/* The launch environment parser (distributed/launch_env.h, issue 36): both forms,
  * the rendezvous and the token read, and every refusal naming its
  * variable. */
 #include <setjmp.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/test_util.h"
-#include "dist/launch_env.h"
+#include "distributed/launch_env.h"
 
 #define TOKEN "TRAINYARD_JOB_TOKEN=0123456789abcdef"
 

@@ -1,10 +1,10 @@
 /* The world's and the groups' insides, shared by dist.c (the world) and
- * dist_group.c (the layout and its groups); private to dist/. */
+ * dist_group.c (the layout and its groups); private to distributed/. */
 #ifndef TY_DIST_DIST_INTERNAL_H_
 #define TY_DIST_DIST_INTERNAL_H_
 
-#include "dist/dist.h"
-#include "dist/mpi_shim.h"
+#include "distributed/dist.h"
+#include "distributed/mpi_shim.h"
 
 struct ty_dist_group_t {
   ty_dist_t *dist;
