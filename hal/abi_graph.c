@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t ty_abi_dtype_size(ty_dtype_t dtype) {
+size_t ty_desc_dtype_size(ty_dtype_t dtype) {
   switch (dtype) {
     case TY_DTYPE_F32: case TY_DTYPE_I32: return 4;
     case TY_DTYPE_BF16: case TY_DTYPE_F16: return 2;
@@ -17,7 +17,7 @@ size_t ty_abi_dtype_size(ty_dtype_t dtype) {
   }
 }
 
-int64_t ty_abi_value_elements(const ty_abi_value_t *v) {
+int64_t ty_desc_value_elements(const ty_abi_value_t *v) {
   int64_t n = 1;
   for (uint32_t i = 0; i < v->rank; ++i) n *= v->dims[i];
   return n;
@@ -55,7 +55,7 @@ static size_t ty_owned_graph_size(const ty_abi_graph_t *g) {
     TY_ADD(strlen(v->name ? v->name : "") + 1);
     TY_ADD(v->rank * sizeof(int64_t));
     if (v->role == TY_VALUE_CONSTANT) {
-      TY_ADD((size_t)ty_abi_value_elements(v) * ty_abi_dtype_size(v->dtype));
+      TY_ADD((size_t)ty_desc_value_elements(v) * ty_desc_dtype_size(v->dtype));
     }
   }
   for (uint32_t n = 0; n < g->node_count; ++n) {
@@ -97,7 +97,7 @@ ty_owned_graph_t *ty_owned_graph_copy(const ty_abi_graph_t *src) {
     if (!values[i].name || !dims) goto fail;
     if (v->rank) memcpy(dims, v->dims, v->rank * sizeof(int64_t));
     values[i].dims = dims;
-    o->value_bytes[i] = (uint64_t)ty_abi_value_elements(v) * ty_abi_dtype_size(v->dtype);
+    o->value_bytes[i] = (uint64_t)ty_desc_value_elements(v) * ty_desc_dtype_size(v->dtype);
     o->producer[i] = UINT32_MAX;
     if (v->role == TY_VALUE_CONSTANT) {
       void *data = ty_pool_take(&pool, o->value_bytes[i] + 1);
@@ -180,35 +180,35 @@ void ty_owned_graph_free(ty_owned_graph_t *o) {
   free(o);
 }
 
-const ty_abi_attr_t *ty_abi_node_attr(const ty_abi_node_t *node, const char *name) {
+const ty_abi_attr_t *ty_desc_node_attr(const ty_abi_node_t *node, const char *name) {
   for (uint32_t a = 0; a < node->attr_count; ++a) {
     if (strcmp(node->attrs[a].name, name) == 0) return &node->attrs[a];
   }
   return NULL;
 }
 
-int64_t ty_abi_node_attr_int(const ty_abi_node_t *node, const char *name,
+int64_t ty_desc_node_attr_int(const ty_abi_node_t *node, const char *name,
                              int64_t default_value) {
-  const ty_abi_attr_t *a = ty_abi_node_attr(node, name);
+  const ty_abi_attr_t *a = ty_desc_node_attr(node, name);
   return a && a->kind == TY_ATTR_INT ? a->i : default_value;
 }
 
-double ty_abi_node_attr_float(const ty_abi_node_t *node, const char *name,
+double ty_desc_node_attr_float(const ty_abi_node_t *node, const char *name,
                               double default_value) {
-  const ty_abi_attr_t *a = ty_abi_node_attr(node, name);
+  const ty_abi_attr_t *a = ty_desc_node_attr(node, name);
   if (!a) return default_value;
   if (a->kind == TY_ATTR_FLOAT) return a->f;
   if (a->kind == TY_ATTR_INT) return (double)a->i;
   return default_value;
 }
 
-const char *ty_abi_node_attr_string(const ty_abi_node_t *node, const char *name,
+const char *ty_desc_node_attr_string(const ty_abi_node_t *node, const char *name,
                                     const char *default_value) {
-  const ty_abi_attr_t *a = ty_abi_node_attr(node, name);
+  const ty_abi_attr_t *a = ty_desc_node_attr(node, name);
   return a && a->kind == TY_ATTR_STRING ? a->s : default_value;
 }
 
-bool ty_abi_graph_lever(const ty_abi_graph_t *g, const char *key, const char *off,
+bool ty_desc_graph_lever(const ty_abi_graph_t *g, const char *key, const char *off,
                         char *out_value, size_t capacity) {
   const char *levers = TY_ABI_HAS_FIELD(g, ty_abi_graph_t, levers) ? g->levers : NULL;
   size_t klen = strlen(key);
@@ -226,7 +226,7 @@ bool ty_abi_graph_lever(const ty_abi_graph_t *g, const char *key, const char *of
   return false;
 }
 
-uint64_t ty_abi_node_workspace_bytes(const ty_abi_graph_t *g, const ty_abi_node_t *node) {
+uint64_t ty_desc_node_workspace_bytes(const ty_abi_graph_t *g, const ty_abi_node_t *node) {
   bool forward = strcmp(node->op, "linear_cross_entropy") == 0;
   if (!forward && strcmp(node->op, "linear_cross_entropy_backward") != 0) return 0;
   uint32_t at = forward ? 0 : 1;
@@ -234,8 +234,8 @@ uint64_t ty_abi_node_workspace_bytes(const ty_abi_graph_t *g, const ty_abi_node_
   const ty_abi_value_t *h = &g->values[node->inputs[at]], *w = &g->values[node->inputs[at + 1]];
   if (h->rank < 1 || w->rank != 2) return 0;
   uint64_t channels = (uint64_t)w->dims[1], vocab = (uint64_t)w->dims[0];
-  uint64_t rows = channels ? (uint64_t)ty_abi_value_elements(h) / channels : 0;
-  uint64_t chunk = (uint64_t)ty_abi_node_attr_int(node, "chunk", 0);
+  uint64_t rows = channels ? (uint64_t)ty_desc_value_elements(h) / channels : 0;
+  uint64_t chunk = (uint64_t)ty_desc_node_attr_int(node, "chunk", 0);
   if (chunk == 0 || chunk > rows) chunk = rows ? rows : 1;
   uint64_t floats = chunk * vocab;
   if (h->dtype != TY_DTYPE_F32) floats += rows * channels + (forward ? 0 : chunk * channels);
@@ -243,18 +243,18 @@ uint64_t ty_abi_node_workspace_bytes(const ty_abi_graph_t *g, const ty_abi_node_
   return floats * sizeof(float);
 }
 
-static const char *ty_abi_dtype_label(ty_dtype_t d) {
+static const char *ty_desc_dtype_label(ty_dtype_t d) {
   static const char *const names[] = {"invalid", "f32", "bf16", "f16", "f64",
                                       "i32",     "i64", "u8"};
   return (uint32_t)d < TY_DTYPE_COUNT_ ? names[d] : "?";
 }
 
-static bool ty_abi_is_float(ty_dtype_t d) {
+static bool ty_desc_is_float(ty_dtype_t d) {
   return d == TY_DTYPE_F32 || d == TY_DTYPE_BF16 || d == TY_DTYPE_F16 || d == TY_DTYPE_F64;
 }
 
-bool ty_abi_node_operands_ok(const ty_abi_graph_t *g, const ty_abi_node_t *node,
-                             ty_abi_accept_t accept, const char *backend, char *reason,
+bool ty_desc_node_operands_ok(const ty_abi_graph_t *g, const ty_abi_node_t *node,
+                             ty_desc_accept_t accept, const char *backend, char *reason,
                              size_t capacity) {
   for (uint32_t i = 0; i < node->input_count + node->output_count; ++i) {
     uint32_t v = i < node->input_count ? node->inputs[i] : node->outputs[i - node->input_count];
@@ -264,27 +264,27 @@ bool ty_abi_node_operands_ok(const ty_abi_graph_t *g, const ty_abi_node_t *node,
       snprintf(reason, capacity, "rank %u > 8", g->values[v].rank);
       return false;
     }
-    if (accept == TY_ABI_ACCEPT_COMPUTE &&
+    if (accept == TY_DESC_ACCEPT_COMPUTE &&
         !(d == TY_DTYPE_F32 || d == TY_DTYPE_BF16 || d == TY_DTYPE_F16 || d == TY_DTYPE_I32 ||
           d == TY_DTYPE_I64)) {
       snprintf(reason, capacity,
                "%s operand %u is %s; %s computes in f32 from f32/bf16/f16 storage "
                "(f64 only moves and casts)",
-               node->op, i, ty_abi_dtype_label(d), backend);
+               node->op, i, ty_desc_dtype_label(d), backend);
       return false;
     }
-    if (ty_abi_dtype_size(d) == 0) {
+    if (ty_desc_dtype_size(d) == 0) {
       snprintf(reason, capacity, "invalid dtype of operand %u", i);
       return false;
     }
   }
-  if (accept == TY_ABI_ACCEPT_CAST) {
+  if (accept == TY_DESC_ACCEPT_CAST) {
     ty_dtype_t from = g->values[node->inputs[0]].dtype, to = g->values[node->outputs[0]].dtype;
     bool ints = (from == TY_DTYPE_I32 || from == TY_DTYPE_I64) &&
                 (to == TY_DTYPE_I32 || to == TY_DTYPE_I64);
-    if (from != to && !(ty_abi_is_float(from) && ty_abi_is_float(to)) && !ints) {
-      snprintf(reason, capacity, "cast %s -> %s is not in op set v1", ty_abi_dtype_label(from),
-               ty_abi_dtype_label(to));
+    if (from != to && !(ty_desc_is_float(from) && ty_desc_is_float(to)) && !ints) {
+      snprintf(reason, capacity, "cast %s -> %s is not in op set v1", ty_desc_dtype_label(from),
+               ty_desc_dtype_label(to));
       return false;
     }
   }

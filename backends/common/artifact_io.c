@@ -79,7 +79,7 @@ void ty_art_put_graph(ty_art_writer_t *w, const ty_abi_graph_t *g, ty_art_node_w
     ty_art_put_u8(w, val->rank);
     for (uint32_t d = 0; d < val->rank; ++d) ty_art_put_u64(w, (uint64_t)val->dims[d]);
     uint64_t bytes = val->role == TY_VALUE_CONSTANT
-                         ? (uint64_t)ty_abi_value_elements(val) * ty_abi_dtype_size(val->dtype)
+                         ? (uint64_t)ty_desc_value_elements(val) * ty_desc_dtype_size(val->dtype)
                          : 0;
     ty_art_put_u64(w, bytes);
     ty_art_put(w, val->const_data, bytes);
@@ -250,7 +250,7 @@ static ty_abi_status_t ty_art_get_value(ty_art_reader_t *r, ty_art_pool_t *pool,
   val->dims = dims;
   uint64_t bytes = ty_art_get_u64(r, "constant size");
   if (r->failed) return NULL;
-  uint64_t want = elements * ty_abi_dtype_size(val->dtype);
+  uint64_t want = elements * ty_desc_dtype_size(val->dtype);
   if ((val->role == TY_VALUE_CONSTANT && bytes != want) ||
       (val->role != TY_VALUE_CONSTANT && bytes != 0)) {
     return ty_art_malformed(r, "a constant's size does not match its shape");

@@ -316,7 +316,7 @@ ty_dev_ref_t ty_dev_ref_at(ty_dev_ref_t ref, uint64_t byte_offset) {
 
 int ty_dev_dt(const ty_abi_value_t *v) { return v ? (int)v->dtype : 0; }
 
-int64_t ty_dev_numel(const ty_abi_value_t *v) { return ty_abi_value_elements(v); }
+int64_t ty_dev_numel(const ty_abi_value_t *v) { return ty_desc_value_elements(v); }
 
 ty_dev_ref_t ty_dev_scratch(ty_dev_build_t *b, uint64_t bytes) {
   ty_dev_ref_t r = {TY_DEV_REF_SCRATCH, 0, b->scratch_used};
@@ -365,7 +365,7 @@ void ty_dev_supports(const ty_abi_graph_t *g, const ty_dev_op_t *table, const ch
       snprintf(r->reason, sizeof(r->reason), "%s has no kernel for op '%s'", plugin, node->op);
       continue;
     }
-    bool ok = ty_abi_node_operands_ok(g, node, op->accept, plugin, r->reason, sizeof(r->reason));
+    bool ok = ty_desc_node_operands_ok(g, node, op->accept, plugin, r->reason, sizeof(r->reason));
     if (ok && check) ok = check(g, node, r->reason, sizeof(r->reason));
     r->supported = ok;
   }

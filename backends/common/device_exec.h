@@ -209,7 +209,7 @@ typedef void (*ty_dev_op_build_fn)(ty_dev_build_t *b);
 typedef struct ty_dev_op_t {
   const char *op;
   ty_dev_op_build_fn build;
-  ty_abi_accept_t accept; /* abi_graph.h */
+  ty_desc_accept_t accept; /* abi_graph.h */
 } ty_dev_op_t;
 
 /* The entry of `op` in a table ended by an entry whose op is NULL. */

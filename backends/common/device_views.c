@@ -6,7 +6,7 @@
 #include "backends/common/device_exec.h"
 #include "backends/common/op_shapes.h"
 
-static size_t ty_dev_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
+static size_t ty_dev_esize(const ty_abi_value_t *v) { return ty_desc_dtype_size(v->dtype); }
 
 void ty_dev_build_reshape(ty_dev_build_t *b) {
   const ty_abi_value_t *y = ty_dev_vout(b, 0);
@@ -15,7 +15,7 @@ void ty_dev_build_reshape(ty_dev_build_t *b) {
 
 void ty_dev_build_transpose(ty_dev_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  const ty_abi_attr_t *perm = ty_abi_node_attr(b->node, "perm");
+  const ty_abi_attr_t *perm = ty_desc_node_attr(b->node, "perm");
   int64_t xs[8], ys[8], ps[8];
   if (!perm || perm->kind != TY_ATTR_INTS || perm->count != y->rank) {
     ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'perm' must list %u axes", y->rank);
@@ -30,7 +30,7 @@ void ty_dev_build_transpose(ty_dev_build_t *b) {
 
 /* The element offset of `starts` (attribute) in a row-major shape. */
 static int64_t ty_dev_start_offset(ty_dev_build_t *b, const ty_abi_value_t *v) {
-  const ty_abi_attr_t *starts = ty_abi_node_attr(b->node, "starts");
+  const ty_abi_attr_t *starts = ty_desc_node_attr(b->node, "starts");
   if (!starts || starts->kind != TY_ATTR_INTS || starts->count != v->rank) {
     ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "attribute 'starts' must list %u axes", v->rank);
     return 0;
@@ -66,7 +66,7 @@ void ty_dev_build_slice_backward(ty_dev_build_t *b) {
 
 void ty_dev_build_concat(ty_dev_build_t *b) {
   const ty_abi_value_t *y = ty_dev_vout(b, 0);
-  int64_t axis = ty_abi_node_attr_int(b->node, "axis", 0);
+  int64_t axis = ty_desc_node_attr_int(b->node, "axis", 0);
   if (axis < 0) axis += y->rank;
   const size_t es = ty_dev_esize(y);
   int64_t ys[8], at = 0;

@@ -306,7 +306,7 @@ void ty_host_executor_memory(const ty_host_executor_t *e, ty_abi_executable_memo
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   uint64_t scratch = 0;
   for (uint32_t n = 0; n < g->node_count; ++n) {
-    uint64_t w = ty_abi_node_workspace_bytes(g, &g->nodes[n]);
+    uint64_t w = ty_desc_node_workspace_bytes(g, &g->nodes[n]);
     if (w > scratch) scratch = w;
   }
   out->arena_bytes = ty_host_executor_arena_bytes(e);
@@ -343,7 +343,7 @@ ty_abi_status_t ty_host_refuse_offload(const ty_abi_graph_t *g, const char *plug
 static unsigned char *ty_host_ones(ty_dtype_t dtype, uint64_t bytes) {
   unsigned char *p = ty_host_mem_alloc(bytes);
   if (!p) return NULL;
-  size_t size = ty_abi_dtype_size(dtype), n = size ? (size_t)(bytes / size) : 0;
+  size_t size = ty_desc_dtype_size(dtype), n = size ? (size_t)(bytes / size) : 0;
   for (size_t i = 0; i < n; ++i) {
     switch (dtype) {
       case TY_DTYPE_F32: ((float *)p)[i] = 1.0f; break;
@@ -508,8 +508,8 @@ static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint
                            "collective service (ABI 1.5)",
                            e->plugin, n, node->op, args->world_size);
   }
-  const char *reduce = ty_abi_node_attr_string(node, "reduce", "sum");
-  const char *group = ty_abi_node_attr_string(node, "group", tp_reduce ? "tp" : "world");
+  const char *reduce = ty_desc_node_attr_string(node, "reduce", "sum");
+  const char *group = ty_desc_node_attr_string(node, "group", tp_reduce ? "tp" : "world");
   if (host->abi_minor < 6 && (strcmp(group, "world") != 0 || !strcmp(reduce, "max"))) {
     return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                            "%s: node %u (%s over group %s) needs the process groups of ABI "
@@ -517,7 +517,7 @@ static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint
                            e->plugin, n, node->op, group, host->abi_minor);
   }
   const uint32_t y = node->outputs[0];
-  const size_t esize = ty_abi_dtype_size(g->values[y].dtype);
+  const size_t esize = ty_desc_dtype_size(g->values[y].dtype);
   ty_abi_host_collective_args_t c = {
       .struct_size = sizeof(c),
       .op = !strcmp(reduce, "avg")   ? TY_ABI_REDUCE_AVG

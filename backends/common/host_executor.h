@@ -116,7 +116,7 @@ bool ty_host_executor_seed_defaulted(const ty_host_executor_t *executor);
 /* Bytes of the activation arena the executor allocated at create. */
 uint64_t ty_host_executor_arena_bytes(const ty_host_executor_t *executor);
 /* executable_memory (ABI 1.3) for a host-executor plugin: the arena, and
- * the largest kernel workspace of one node (ty_abi_node_workspace_bytes). */
+ * the largest kernel workspace of one node (ty_desc_node_workspace_bytes). */
 void ty_host_executor_memory(const ty_host_executor_t *executor,
                              ty_abi_executable_memory_t *out);
 /* device_memory (ABI 1.3) from the plugin's host meter (host_meter.h). */

@@ -73,10 +73,10 @@ static void ty_profile_label(const ty_abi_graph_t *g, uint32_t n, const uint8_t 
       len += (size_t)snprintf(out + len, cap - len, d ? "x%lld" : "%lld", (long long)v->dims[d]);
     }
   }
-  if (len < cap && ty_abi_node_attr_int(node, "trans_a", 0)) {
+  if (len < cap && ty_desc_node_attr_int(node, "trans_a", 0)) {
     len += (size_t)snprintf(out + len, cap - len, " ta");
   }
-  if (len < cap && ty_abi_node_attr_int(node, "trans_b", 0)) {
+  if (len < cap && ty_desc_node_attr_int(node, "trans_b", 0)) {
     len += (size_t)snprintf(out + len, cap - len, " tb");
   }
   if (len < cap) snprintf(out + len, cap - len, "]");

@@ -111,7 +111,7 @@ static bool cpu_no_f64(const ty_abi_graph_t *g, const ty_abi_node_t *node) {
   for (uint32_t i = 0; i < node->input_count + node->output_count; ++i) {
     bool present;
     ty_dtype_t d = cpu_operand_dtype(g, node, i, &present);
-    if (present && (d == TY_DTYPE_F64 || ty_abi_dtype_size(d) == 0)) return false;
+    if (present && (d == TY_DTYPE_F64 || ty_desc_dtype_size(d) == 0)) return false;
   }
   return true;
 }
@@ -125,7 +125,7 @@ cpu_kernel_fn_t cpu_kernel_find(const ty_abi_graph_t *graph, const ty_abi_node_t
       case CPU_ACCEPT_FLOAT:
         return cpu_no_f64(graph, node) ? e->fn : NULL;
       case CPU_ACCEPT_CAUSAL:
-        return cpu_no_f64(graph, node) && ty_abi_node_attr_int(node, "causal", 1) == 1
+        return cpu_no_f64(graph, node) && ty_desc_node_attr_int(node, "causal", 1) == 1
                    ? e->fn
                    : NULL;
       case CPU_ACCEPT_CAST: {

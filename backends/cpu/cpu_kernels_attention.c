@@ -55,11 +55,11 @@ static cpu_att_shape_t cpu_att_shape(const cpu_node_ctx_t *c, uint32_t q_in) {
   cpu_att_shape_t s = {
       .batch = q->dims[0], .q_len = q->dims[1], .kv_len = k->dims[1],
       .q_heads = q->dims[2], .kv_heads = k->dims[2], .dim = q->dims[3],
-      .window = ty_abi_node_attr_int(c->node, "window", 0),
+      .window = ty_desc_node_attr_int(c->node, "window", 0),
       .det = c->deterministic,
   };
   s.group = s.kv_heads > 0 ? s.q_heads / s.kv_heads : 1;
-  s.scale = (float)ty_abi_node_attr_float(c->node, "scale", 1.0 / sqrt((double)s.dim));
+  s.scale = (float)ty_desc_node_attr_float(c->node, "scale", 1.0 / sqrt((double)s.dim));
   /* kv_len is the forward's 4th input and the backward's 7th. */
   uint32_t kv_in = q_in == 0 ? 3 : 6;
   s.valid = s.kv_len;
@@ -294,8 +294,8 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   void *pdq = cpu_out_data(c, 0), *pdk = cpu_out_data(c, 1), *pdv = cpu_out_data(c, 2);
   const int64_t kv_count = cpu_numel(dkv);
   if (units == 0 || D == 0 || s.q_len == 0) {
-    memset(pdk, 0, (size_t)kv_count * ty_abi_dtype_size(dkv->dtype));
-    memset(pdv, 0, (size_t)kv_count * ty_abi_dtype_size(dvv->dtype));
+    memset(pdk, 0, (size_t)kv_count * ty_desc_dtype_size(dkv->dtype));
+    memset(pdv, 0, (size_t)kv_count * ty_desc_dtype_size(dvv->dtype));
     return NULL;
   }
   const float *in[4]; /* dout, q, k, v */

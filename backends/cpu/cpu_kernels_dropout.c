@@ -18,7 +18,7 @@ static ty_abi_status_t cpu_dropout(const cpu_node_ctx_t *c) {
   const void *px = cpu_in_data(c, 0);
   const int64_t *rng = cpu_in_data(c, 1);
   void *py = cpu_out_data(c, 0);
-  const double p = ty_abi_node_attr_float(c->node, "p", 0.0);
+  const double p = ty_desc_node_attr_float(c->node, "p", 0.0);
   if (!(p >= 0.0 && p < 1.0)) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cpu: " CPU_NODE_FMT ": probability %g is outside [0, 1)",
@@ -26,7 +26,7 @@ static ty_abi_status_t cpu_dropout(const cpu_node_ctx_t *c) {
   }
   const uint64_t seed = (uint64_t)rng[0];
   const uint64_t offset =
-      (uint64_t)rng[1] * 65536u + (uint64_t)ty_abi_node_attr_int(c->node, "stream", 0);
+      (uint64_t)rng[1] * 65536u + (uint64_t)ty_desc_node_attr_int(c->node, "stream", 0);
   const uint32_t threshold = ty_dropout_threshold(p);
   const double keep_scale = 1.0 - p;
   const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};

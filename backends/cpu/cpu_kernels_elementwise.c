@@ -146,7 +146,7 @@ ty_abi_status_t cpu_kernel_scale(const cpu_node_ctx_t *c) {
   /* alpha is rounded to f32 once; alpha * x is then one f32 multiply, which
    * matches the reference when alpha is exact in f32 and is within 1 ulp
    * otherwise. */
-  const float alpha = (float)ty_abi_node_attr_float(c->node, "alpha", 1.0);
+  const float alpha = (float)ty_desc_node_attr_float(c->node, "alpha", 1.0);
   const int64_t n = cpu_numel(x), chunks = (n + CPU_CHUNK - 1) / CPU_CHUNK;
   const int nt = cpu_threads(c, n, 16384);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -166,7 +166,7 @@ ty_abi_status_t cpu_kernel_broadcast_to(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *x = cpu_in(c, 0), *y = cpu_out(c, 0);
   const unsigned char *px = cpu_in_data(c, 0);
   unsigned char *py = cpu_out_data(c, 0);
-  const size_t es = ty_abi_dtype_size(y->dtype);
+  const size_t es = ty_desc_dtype_size(y->dtype);
   if (cpu_numel(y) == 0) return NULL;
   cpu_bcast_t p;
   cpu_bcast_plan(y, &x, 1, &p);
@@ -205,7 +205,7 @@ typedef struct {
 
 static void cpu_rplan(const ty_abi_value_t *x, const ty_abi_node_t *node, cpu_rplan_t *p) {
   bool red[CPU_MAX_RANK] = {false};
-  const ty_abi_attr_t *a = ty_abi_node_attr(node, "axes");
+  const ty_abi_attr_t *a = ty_desc_node_attr(node, "axes");
   uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
   if (count == 0) {
     for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;

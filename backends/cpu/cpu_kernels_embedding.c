@@ -40,7 +40,7 @@ ty_abi_status_t cpu_kernel_embedding(const cpu_node_ctx_t *c) {
   const int64_t vocab = table->dims[0], dim = table->dims[1], n = cpu_numel(ids);
   ty_abi_status_t st = cpu_ids_check(c, ids, pids, vocab);
   if (st) return st;
-  const size_t row = (size_t)dim * ty_abi_dtype_size(table->dtype);
+  const size_t row = (size_t)dim * ty_desc_dtype_size(table->dtype);
   const int nt = cpu_threads(c, n * dim, 16384);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t i = 0; i < n; ++i) {

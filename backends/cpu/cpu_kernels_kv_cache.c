@@ -25,7 +25,7 @@ ty_abi_status_t cpu_kernel_kv_cache_write(const cpu_node_ctx_t *c) {
                            CPU_NODE_ARGS(c), (long long)len, (long long)pos,
                            (long long)max_len);
   }
-  const size_t es = ty_abi_dtype_size(cache->dtype);
+  const size_t es = ty_desc_dtype_size(cache->dtype);
   const size_t row = (size_t)(cache->dims[2] * cache->dims[3]) * es;
   const int nt = cpu_threads(c, batch * max_len * (int64_t)row, (int64_t)1 << 20);
   if (po != pc) {

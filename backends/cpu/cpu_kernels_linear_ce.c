@@ -22,7 +22,7 @@
 
 /* Rows per chunk: the attribute, or every row when it is 0 or larger. */
 static int64_t cpu_lce_chunk(const cpu_node_ctx_t *c, int64_t rows) {
-  int64_t chunk = ty_abi_node_attr_int(c->node, "chunk", 0);
+  int64_t chunk = ty_desc_node_attr_int(c->node, "chunk", 0);
   return chunk <= 0 || chunk > rows ? (rows > 0 ? rows : 1) : chunk;
 }
 

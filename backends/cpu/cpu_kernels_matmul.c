@@ -81,8 +81,8 @@ static int64_t cpu_batch_of(const ty_abi_value_t *out, const ty_abi_value_t *x, 
 ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *av = cpu_in(c, 0), *bv = cpu_in(c, 1), *biasv = cpu_in(c, 2);
   const ty_abi_value_t *cv = cpu_out(c, 0);
-  const bool ta = ty_abi_node_attr_int(c->node, "trans_a", 0) != 0;
-  const bool tb = ty_abi_node_attr_int(c->node, "trans_b", 0) != 0;
+  const bool ta = ty_desc_node_attr_int(c->node, "trans_a", 0) != 0;
+  const bool tb = ty_desc_node_attr_int(c->node, "trans_b", 0) != 0;
   const int64_t m = cv->dims[cv->rank - 2], n = cv->dims[cv->rank - 1];
   const int64_t k = ta ? av->dims[av->rank - 2] : av->dims[av->rank - 1];
   const int64_t batches = m > 0 && n > 0 ? cpu_numel(cv) / (m * n) : 0;

@@ -67,7 +67,7 @@ static ty_abi_status_t cpu_norm_forward(const cpu_node_ctx_t *c, bool layer) {
   float *mean_out = layer ? cpu_out_data(c, 1) : NULL;
   float *rstd_out = cpu_out_data(c, layer ? 2 : 1);
   const int64_t rows = cpu_rows(x), dim = cpu_last_dim(x);
-  const double eps = ty_abi_node_attr_float(c->node, "eps", layer ? 1e-5 : 1e-6);
+  const double eps = ty_desc_node_attr_float(c->node, "eps", layer ? 1e-5 : 1e-6);
   if (rows == 0) return NULL;
   const float *gamma, *beta = NULL;
   float *own_g = NULL, *own_b = NULL;

@@ -101,7 +101,7 @@ ty_abi_status_t cpu_kernel_sgd_update(const cpu_node_ctx_t *c) {
   float *bo = cpu_out_data(c, 1);
   const ty_dtype_t pod = cpu_out(c, 0)->dtype;
   const double lr = cpu_scalar_f32(c, 3), mu = cpu_scalar_f32(c, 4), wd = cpu_scalar_f32(c, 5);
-  const bool nesterov = ty_abi_node_attr_int(c->node, "nesterov", 0) != 0;
+  const bool nesterov = ty_desc_node_attr_int(c->node, "nesterov", 0) != 0;
   if (nesterov && !(mu > 0.0)) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cpu: " CPU_NODE_FMT ": nesterov needs momentum > 0 (got %g)",
@@ -245,13 +245,13 @@ ty_abi_status_t cpu_kernel_adafactor_update(const cpu_node_ctx_t *c) {
   float *v_o = v ? cpu_out_data(c, o++) : NULL, *m_o = m ? cpu_out_data(c, o++) : NULL;
   const double lr = cpu_scalar_f32(c, 6), wd = cpu_scalar_f32(c, 7);
   const double beta1 = m ? cpu_scalar_f32(c, 9) : 0.0;
-  const double eps1 = ty_abi_node_attr_float(c->node, "eps1", 1e-30);
-  const double eps2 = ty_abi_node_attr_float(c->node, "eps2", 1e-3);
-  const double clip = ty_abi_node_attr_float(c->node, "clip_threshold", 1.0);
-  const double decay = ty_abi_node_attr_float(c->node, "decay_rate", -0.8);
-  const bool relative = ty_abi_node_attr_int(c->node, "relative_step", 0) != 0;
-  const bool scale_param = ty_abi_node_attr_int(c->node, "scale_parameter", 1) != 0;
-  const bool warmup = ty_abi_node_attr_int(c->node, "warmup_init", 0) != 0;
+  const double eps1 = ty_desc_node_attr_float(c->node, "eps1", 1e-30);
+  const double eps2 = ty_desc_node_attr_float(c->node, "eps2", 1e-3);
+  const double clip = ty_desc_node_attr_float(c->node, "clip_threshold", 1.0);
+  const double decay = ty_desc_node_attr_float(c->node, "decay_rate", -0.8);
+  const bool relative = ty_desc_node_attr_int(c->node, "relative_step", 0) != 0;
+  const bool scale_param = ty_desc_node_attr_int(c->node, "scale_parameter", 1) != 0;
+  const bool warmup = ty_desc_node_attr_int(c->node, "warmup_init", 0) != 0;
   if (step < 1 || (m && !(beta1 >= 0.0 && beta1 < 1.0))) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cpu: " CPU_NODE_FMT ": step %lld must be >= 1 and beta1 %g in "

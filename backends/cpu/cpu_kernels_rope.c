@@ -20,12 +20,12 @@
 
 /* inv_freq exactly as ops/reference/ref_rope.c computes it. */
 static void cpu_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double *inv_freq) {
-  const double theta = ty_abi_node_attr_float(node, "theta", 10000.0);
-  const bool llama3 = strcmp(ty_abi_node_attr_string(node, "scaling", "default"), "llama3") == 0;
-  const double factor = ty_abi_node_attr_float(node, "factor", 1.0);
-  const double low = ty_abi_node_attr_float(node, "low_freq_factor", 1.0);
-  const double high = ty_abi_node_attr_float(node, "high_freq_factor", 4.0);
-  const double old_len = ty_abi_node_attr_float(node, "original_max_position", 8192.0);
+  const double theta = ty_desc_node_attr_float(node, "theta", 10000.0);
+  const bool llama3 = strcmp(ty_desc_node_attr_string(node, "scaling", "default"), "llama3") == 0;
+  const double factor = ty_desc_node_attr_float(node, "factor", 1.0);
+  const double low = ty_desc_node_attr_float(node, "low_freq_factor", 1.0);
+  const double high = ty_desc_node_attr_float(node, "high_freq_factor", 4.0);
+  const double old_len = ty_desc_node_attr_float(node, "original_max_position", 8192.0);
   for (int64_t j = 0; j < dim / 2; ++j) {
     double inv = 1.0 / pow(theta, (double)(2 * j) / (double)dim);
     if (llama3) {

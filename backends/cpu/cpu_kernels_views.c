@@ -38,7 +38,7 @@ static void cpu_copy(const cpu_node_ctx_t *c, void *dst, const void *src, size_t
 ty_abi_status_t cpu_kernel_reshape(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *y = cpu_out(c, 0);
   cpu_copy(c, cpu_out_data(c, 0), cpu_in_data(c, 0),
-           (size_t)cpu_numel(y) * ty_abi_dtype_size(y->dtype));
+           (size_t)cpu_numel(y) * ty_desc_dtype_size(y->dtype));
   return NULL;
 }
 
@@ -130,7 +130,7 @@ static int cpu_simplify(int rank, const int64_t *dims, const int64_t *stride, in
 
 ty_abi_status_t cpu_kernel_transpose(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *x = cpu_in(c, 0), *y = cpu_out(c, 0);
-  const ty_abi_attr_t *perm = ty_abi_node_attr(c->node, "perm");
+  const ty_abi_attr_t *perm = ty_desc_node_attr(c->node, "perm");
   const int rank = (int)x->rank;
   if (cpu_numel(y) == 0) return NULL;
   int64_t xs[CPU_MAX_RANK], dims[CPU_MAX_RANK], stride[CPU_MAX_RANK];
@@ -147,7 +147,7 @@ ty_abi_status_t cpu_kernel_transpose(const cpu_node_ctx_t *c) {
   int64_t od[CPU_MAX_RANK], os[CPU_MAX_RANK];
   int n = cpu_simplify(rank, dims, stride, od, os);
   cpu_gather(c, n, od, os, cpu_in_data(c, 0), cpu_out_data(c, 0),
-             ty_abi_dtype_size(x->dtype));
+             ty_desc_dtype_size(x->dtype));
   return NULL;
 }
 
@@ -188,22 +188,22 @@ static void cpu_slice_copy(const cpu_node_ctx_t *c, int rank, const int64_t *ful
 
 ty_abi_status_t cpu_kernel_slice(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *x = cpu_in(c, 0), *y = cpu_out(c, 0);
-  const ty_abi_attr_t *starts = ty_abi_node_attr(c->node, "starts");
+  const ty_abi_attr_t *starts = ty_desc_node_attr(c->node, "starts");
   int64_t st[CPU_MAX_RANK] = {0};
   for (uint32_t a = 0; a < x->rank && starts && a < starts->count; ++a) st[a] = starts->ints[a];
   cpu_slice_copy(c, (int)x->rank, x->dims, st, y->dims, cpu_in_data(c, 0),
-                 cpu_out_data(c, 0), ty_abi_dtype_size(x->dtype), false);
+                 cpu_out_data(c, 0), ty_desc_dtype_size(x->dtype), false);
   return NULL;
 }
 
 ty_abi_status_t cpu_kernel_slice_backward(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *dy = cpu_in(c, 0), *dx = cpu_out(c, 0);
-  const ty_abi_attr_t *starts = ty_abi_node_attr(c->node, "starts");
+  const ty_abi_attr_t *starts = ty_desc_node_attr(c->node, "starts");
   int64_t st[CPU_MAX_RANK] = {0};
   for (uint32_t a = 0; a < dx->rank && starts && a < starts->count; ++a) {
     st[a] = starts->ints[a];
   }
-  const size_t es = ty_abi_dtype_size(dx->dtype);
+  const size_t es = ty_desc_dtype_size(dx->dtype);
   unsigned char *pdx = cpu_out_data(c, 0);
   const size_t bytes = (size_t)cpu_numel(dx) * es, block = (size_t)1 << 20;
   const int64_t blocks = (int64_t)((bytes + block - 1) / block);
@@ -222,12 +222,12 @@ ty_abi_status_t cpu_kernel_slice_backward(const cpu_node_ctx_t *c) {
 ty_abi_status_t cpu_kernel_concat(const cpu_node_ctx_t *c) {
   const ty_abi_value_t *y = cpu_out(c, 0);
   const int rank = (int)y->rank;
-  int64_t axis = ty_abi_node_attr_int(c->node, "axis", 0);
+  int64_t axis = ty_desc_node_attr_int(c->node, "axis", 0);
   if (axis < 0) axis += rank;
   int64_t outer = 1, inner = 1;
   for (int a = 0; a < axis; ++a) outer *= y->dims[a];
   for (int a = (int)axis + 1; a < rank; ++a) inner *= y->dims[a];
-  const size_t es = ty_abi_dtype_size(y->dtype);
+  const size_t es = ty_desc_dtype_size(y->dtype);
   const int64_t inputs = c->node->input_count, total = y->dims[axis];
   unsigned char *py = cpu_out_data(c, 0);
   const int nt = cpu_threads(c, cpu_numel(y), 16384);
@@ -257,7 +257,7 @@ static bool cpu_is_float(ty_dtype_t d) {
 }
 
 bool cpu_cast_supported(ty_dtype_t from, ty_dtype_t to) {
-  if (from == to) return ty_abi_dtype_size(from) != 0;
+  if (from == to) return ty_desc_dtype_size(from) != 0;
   if (cpu_is_float(from) && cpu_is_float(to)) return true;
   return (from == TY_DTYPE_I32 && to == TY_DTYPE_I64) ||
          (from == TY_DTYPE_I64 && to == TY_DTYPE_I32);
@@ -269,7 +269,7 @@ ty_abi_status_t cpu_kernel_cast(const cpu_node_ctx_t *c) {
   void *py = cpu_out_data(c, 0);
   const int64_t n = cpu_numel(x);
   if (x->dtype == y->dtype) {
-    cpu_copy(c, py, px, (size_t)n * ty_abi_dtype_size(x->dtype));
+    cpu_copy(c, py, px, (size_t)n * ty_desc_dtype_size(x->dtype));
     return NULL;
   }
   const int nt = cpu_threads(c, n, 16384);

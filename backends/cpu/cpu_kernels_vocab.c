@@ -22,7 +22,7 @@
 #include "cpu_kernels.h"
 
 static int64_t cpu_vocab_attr(const cpu_node_ctx_t *c, const char *name, int64_t dflt) {
-  return ty_abi_node_attr_int(c->node, name, dflt);
+  return ty_desc_node_attr_int(c->node, name, dflt);
 }
 
 static bool cpu_vocab_in(int64_t id, int64_t start, int64_t valid) {
@@ -37,7 +37,7 @@ ty_abi_status_t cpu_kernel_vocab_embedding(const cpu_node_ctx_t *c) {
   const int64_t dim = table->dims[1], n = cpu_numel(ids);
   const int64_t start = cpu_vocab_attr(c, "vocab_start", 0),
                 valid = cpu_vocab_attr(c, "vocab_valid", table->dims[0]);
-  const size_t row = (size_t)dim * ty_abi_dtype_size(table->dtype);
+  const size_t row = (size_t)dim * ty_desc_dtype_size(table->dtype);
   const int nt = cpu_threads(c, n * dim, 16384);
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t i = 0; i < n; ++i) {

@@ -37,7 +37,7 @@ static const char *ty_cu_att_dtype_name(ty_dtype_t d) {
 bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                            size_t capacity) {
   const bool backward = strcmp(node->op, "attention_backward") == 0;
-  if (ty_abi_node_attr_int(node, "causal", 1) != 1) {
+  if (ty_desc_node_attr_int(node, "causal", 1) != 1) {
     snprintf(reason, capacity,
              "%s with causal=0 is not implemented (the reference, the conformance oracle, has "
              "no causal=0 either)",
@@ -122,7 +122,7 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   const int64_t S = k->dims[1], Hkv = k->dims[2];
   if (B * T * Hq * D == 0) {
     if (backward) { /* no query sees any key: dk = dv = 0 */
-      const uint64_t bytes = (uint64_t)ty_dev_numel(ty_dev_vout(b, 1)) * ty_abi_dtype_size(k->dtype);
+      const uint64_t bytes = (uint64_t)ty_dev_numel(ty_dev_vout(b, 1)) * ty_desc_dtype_size(k->dtype);
       ty_cu_fill(b, ty_dev_out(b, 1), bytes);
       ty_cu_fill(b, ty_dev_out(b, 2), bytes);
     }
@@ -136,8 +136,8 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
     return;
   }
-  const double scale = ty_abi_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D));
-  int64_t window = ty_abi_node_attr_int(b->node, "window", 0);
+  const double scale = ty_desc_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D));
+  int64_t window = ty_desc_node_attr_int(b->node, "window", 0);
   if (window >= S) window = 0; /* no position is that far from key 0 */
   const int64_t shape[5] = {T, S, Hq, Hkv, D};
   const float scale_f = (float)scale, sl2 = (float)(scale * TY_CU_ATT_LOG2E);

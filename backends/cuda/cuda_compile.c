@@ -161,7 +161,7 @@ static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint
   const ty_abi_graph_t *g = &og->graph;
   const ty_abi_node_t *node = &g->nodes[mm];
   if (node->input_count > 2 && node->inputs[2] != UINT32_MAX) return; /* a bias */
-  if (!ty_abi_node_attr_int(node, "trans_b", 0) || ty_abi_node_attr_int(node, "trans_a", 0)) {
+  if (!ty_desc_node_attr_int(node, "trans_b", 0) || ty_desc_node_attr_int(node, "trans_a", 0)) {
     return;
   }
   const uint32_t w = node->inputs[1];
@@ -178,7 +178,7 @@ static void ty_cu_plan_padded_head(ty_abi_executable_t *e, uint32_t logits, uint
     if (!twin) continue;
     const ty_abi_value_t *wv = &g->values[v];
     e->zero_rows[v] = padded;
-    og->value_bytes[v] = (uint64_t)padded * (uint64_t)wv->dims[1] * ty_abi_dtype_size(wv->dtype);
+    og->value_bytes[v] = (uint64_t)padded * (uint64_t)wv->dims[1] * ty_desc_dtype_size(wv->dtype);
   }
   e->zero_cols[logits] = true;
 }
@@ -197,7 +197,7 @@ static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
   if (env && !strcmp(env, "0")) return NULL;
   for (uint32_t v = 0; v < g->value_count; ++v) {
     const ty_abi_value_t *val = &g->values[v];
-    const size_t es = ty_abi_dtype_size(val->dtype);
+    const size_t es = ty_desc_dtype_size(val->dtype);
     if (val->role != TY_VALUE_INTERMEDIATE || (val->flags & TY_VALUE_FLAG_OUTPUT) ||
         val->rank < 2 || es == 0 || e->row_stride[v]) {
       continue;
@@ -214,7 +214,7 @@ static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
     uint32_t views[8], view_count = 0;
     if (!ty_cu_pad_consumers_ok(g, v, 0, views, &view_count)) continue;
     const int64_t padded = (n + 63) / 64 * 64;
-    const uint64_t rows = (uint64_t)(ty_abi_value_elements(val) / n);
+    const uint64_t rows = (uint64_t)(ty_desc_value_elements(val) / n);
     e->row_stride[v] = padded;
     og->value_bytes[v] = rows * (uint64_t)padded * es;
     ty_cu_plan_padded_head(e, v, p, padded);
@@ -222,7 +222,7 @@ static ty_abi_status_t ty_cu_plan_padding(ty_abi_executable_t *e) {
       const ty_abi_value_t *y = &g->values[views[k]];
       e->row_stride[views[k]] = padded;
       og->value_bytes[views[k]] =
-          (uint64_t)(ty_abi_value_elements(y) / n) * (uint64_t)padded * es;
+          (uint64_t)(ty_desc_value_elements(y) / n) * (uint64_t)padded * es;
     }
   }
   /* The loss gradient writes zeros into its rows' padding. */
@@ -359,7 +359,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
     const uint32_t out0 = b.node->output_count ? b.node->outputs[0] : UINT32_MAX;
     if (out0 != UINT32_MAX && e->zero_rows[out0]) {
       const ty_abi_value_t *w = &g->values[out0];
-      const uint64_t row = (uint64_t)w->dims[1] * ty_abi_dtype_size(w->dtype);
+      const uint64_t row = (uint64_t)w->dims[1] * ty_desc_dtype_size(w->dtype);
       ty_cu_fill(&b, ty_dev_ref_at(ty_dev_out(&b, 0), (uint64_t)w->dims[0] * row),
                  (uint64_t)(e->zero_rows[out0] - w->dims[0]) * row);
     }

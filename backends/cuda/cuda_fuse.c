@@ -114,8 +114,8 @@ static bool ty_fz_sums_rows_of(const ty_fz_t *z, const ty_abi_node_t *r, uint32_
       y->dims[0] != xv->dims[1] || !ty_fz_dense(z, u)) {
     return false;
   }
-  if (ty_abi_node_attr_int(r, "keepdims", 0)) return false;
-  const ty_abi_attr_t *a = ty_abi_node_attr(r, "axes");
+  if (ty_desc_node_attr_int(r, "keepdims", 0)) return false;
+  const ty_abi_attr_t *a = ty_desc_node_attr(r, "axes");
   if (!a || a->kind != TY_ATTR_INTS || a->count != uv->rank - 1) return false;
   bool seen[8] = {false};
   for (uint32_t k = 0; k < a->count; ++k) {
@@ -135,7 +135,7 @@ static void ty_fz_bgrad(ty_fz_t *z, uint32_t n, ty_cu_fuse_t *f, uint32_t *membe
   const ty_abi_node_t *node = &z->g->nodes[n];
   if (f->epilogue != TY_CU_EPI_NONE || f->bias != UINT32_MAX) return;
   if (node->input_count > 2 && node->inputs[2] != UINT32_MAX) return;
-  if (!ty_abi_node_attr_int(node, "trans_a", 0) || ty_abi_node_attr_int(node, "trans_b", 0)) {
+  if (!ty_desc_node_attr_int(node, "trans_a", 0) || ty_desc_node_attr_int(node, "trans_b", 0)) {
     return;
   }
   const ty_abi_value_t *a = ty_fz_val(z, node->inputs[0]), *bm = ty_fz_val(z, node->inputs[1]);
@@ -192,7 +192,7 @@ static void ty_fz_gemm(ty_fz_t *z, uint32_t n) {
   const uint32_t pv = node->outputs[0];
   const ty_abi_value_t *a = ty_fz_val(z, node->inputs[0]), *bm = ty_fz_val(z, node->inputs[1]);
   const ty_abi_value_t *c = ty_fz_val(z, pv);
-  const bool ta = ty_abi_node_attr_int(node, "trans_a", 0) != 0;
+  const bool ta = ty_desc_node_attr_int(node, "trans_a", 0) != 0;
   if (c->rank < 2 || a->rank < 2 || !ty_fz_dense(z, node->inputs[0]) ||
       !ty_fz_dense(z, node->inputs[1]) || !ty_fz_dense(z, pv)) {
     return;

@@ -260,7 +260,7 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
                                   ty_cu_gemm_t *g, bool *no_algo, char *why, size_t cap) {
   ty_abi_device_t *d = b->device;
   ty_cu_api_t *api = d->api;
-  const size_t es = ty_abi_dtype_size(sp->ab_dtype), esc = ty_abi_dtype_size(sp->c_dtype);
+  const size_t es = ty_desc_dtype_size(sp->ab_dtype), esc = ty_desc_dtype_size(sp->c_dtype);
   const int64_t M = sp->M, N = sp->N, K = sp->K;
   const bool ta = sp->ta, tb = sp->tb;
   g->a = sp->a;
@@ -495,12 +495,12 @@ static void ty_cu_batch_strides(const ty_abi_value_t *v, int64_t matrix, uint32_
 void ty_cu_build_matmul(ty_cu_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bm = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *c = ty_dev_vout(b, 0);
-  const bool ta = ty_abi_node_attr_int(b->node, "trans_a", 0) != 0;
-  const bool tb = ty_abi_node_attr_int(b->node, "trans_b", 0) != 0;
+  const bool ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
+  const bool tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
   const int64_t M = c->dims[c->rank - 2], N = c->dims[c->rank - 1];
   const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
   const ty_dtype_t dt = c->dtype;
-  const size_t es = ty_abi_dtype_size(dt);
+  const size_t es = ty_desc_dtype_size(dt);
   if (ty_dev_numel(c) == 0) return;
   if (K == 0) { /* an empty sum: zeros (plus the bias) */
     if (bias) {

@@ -18,7 +18,7 @@
 #define TY_CU_TYPED(name) ((const char *const[3]){name "_f32", name "_bf16", name "_f16"})
 
 /* Bytes of one element of v. */
-static inline size_t ty_cu_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
+static inline size_t ty_cu_esize(const ty_abi_value_t *v) { return ty_desc_dtype_size(v->dtype); }
 
 /* The instance of `names` for storage dtype dt, or NULL when dt is not
  * f32, bf16 or f16. */

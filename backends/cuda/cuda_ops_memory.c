@@ -24,7 +24,7 @@
  * so the sum over chunks never rounds to 16 bits. Scratch per node: the
  * chunk's f32 logits, the bf16 dz, the f32 dW (and for f16 the f32 copies
  * of W and of a chunk of h and dh) — within what the host plans for the
- * node (ty_abi_node_workspace_bytes). */
+ * node (ty_desc_node_workspace_bytes). */
 
 /* At most this many chunks per node: each is a few commands, and a chunk
  * attribute of a handful of rows over a 128K-token batch would otherwise
@@ -48,14 +48,14 @@ static void ty_cu_lce_shapes(ty_cu_build_t *b, uint32_t at, ty_cu_lce_t *s) {
   s->V = s->w->dims[0];
   s->C = s->w->dims[1];
   s->rows = ty_dev_numel(s->targets);
-  int64_t chunk = ty_abi_node_attr_int(b->node, "chunk", 0);
+  int64_t chunk = ty_desc_node_attr_int(b->node, "chunk", 0);
   if (chunk <= 0 || chunk > s->rows) chunk = s->rows > 0 ? s->rows : 1;
   const int64_t least = (s->rows + TY_CU_LCE_MAX_CHUNKS - 1) / TY_CU_LCE_MAX_CHUNKS;
   s->chunk = chunk < least ? least : chunk;
   /* Rows of z (f32) and dz 16-byte aligned for cuBLASLt's fast kernels. */
   s->ldz = (s->V + 7) / 8 * 8;
   s->dt = s->h->dtype;
-  s->es = ty_abi_dtype_size(s->dt);
+  s->es = ty_desc_dtype_size(s->dt);
 }
 
 /* z[n, ldz] (f32) = h[first .. first+n) W^T. */
@@ -132,7 +132,7 @@ static void ty_cu_build_lce_backward(ty_cu_build_t *b) {
    * are then staged in f32 and dh rounds once, as on the cpu. */
   const bool f16 = s.dt == TY_DTYPE_F16;
   const ty_dtype_t gt = f16 ? TY_DTYPE_F32 : s.dt;
-  const size_t ges = ty_abi_dtype_size(gt);
+  const size_t ges = ty_desc_dtype_size(gt);
   const char *rows_kernel = ty_cu_typed(TY_CU_TYPED("ty_lce_bwd_rows"), (int)gt);
   if (!rows_kernel) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "h of dtype %s (f32, bf16 or f16 only)",
@@ -237,7 +237,7 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
   const ty_dev_ref_t col_o = factored ? ty_dev_out(b, o++) : ty_dev_none();
   const ty_dev_ref_t v_o = factored ? ty_dev_none() : ty_dev_out(b, o++);
   const ty_dev_ref_t m_o = momentum ? ty_dev_out(b, o++) : ty_dev_none();
-  const double eps1 = ty_abi_node_attr_float(b->node, "eps1", 1e-30);
+  const double eps1 = ty_desc_node_attr_float(b->node, "eps1", 1e-30);
   const ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(double));
   /* ty_adaf_prep(lr, int dtlr, wd, int dtwd, step, int dtstep, b1, int dtb1,
    *              int relative, int warmup, f64 decay, f64 *hp, err, int node) */
@@ -246,9 +246,9 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
     ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
     ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_cu_arg_i32(b, c, ty_abi_node_attr_int(b->node, "relative_step", 0) != 0);
-  ty_cu_arg_i32(b, c, ty_abi_node_attr_int(b->node, "warmup_init", 0) != 0);
-  ty_cu_arg_f64(b, c, ty_abi_node_attr_float(b->node, "decay_rate", -0.8));
+  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "relative_step", 0) != 0);
+  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "warmup_init", 0) != 0);
+  ty_cu_arg_f64(b, c, ty_desc_node_attr_float(b->node, "decay_rate", -0.8));
   ty_cu_arg_ptr(b, c, hp);
   ty_cu_arg_err(b, c);
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
@@ -263,8 +263,8 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
   ty_cu_arg_ptr(b, c, part);
   ty_cu_arg_i64(b, c, chunks);
   ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_f64(b, c, ty_abi_node_attr_float(b->node, "eps2", 1e-3));
-  ty_cu_arg_i32(b, c, ty_abi_node_attr_int(b->node, "scale_parameter", 1) != 0);
+  ty_cu_arg_f64(b, c, ty_desc_node_attr_float(b->node, "eps2", 1e-3));
+  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "scale_parameter", 1) != 0);
   ty_cu_arg_ptr(b, c, hp);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   /* The second-moment states. */
@@ -346,7 +346,7 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
   ty_cu_arg_ptr(b, c, part);
   ty_cu_arg_i64(b, c, chunks);
   ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_f64(b, c, ty_abi_node_attr_float(b->node, "clip_threshold", 1.0));
+  ty_cu_arg_f64(b, c, ty_desc_node_attr_float(b->node, "clip_threshold", 1.0));
   ty_cu_arg_ptr(b, c, hp);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   /* ty_adaf_apply_<T>(p, g, row_o, col_o, const f64 *rmean, v_o, const f32 *m,

@@ -81,7 +81,7 @@ void ty_cu_build_map(ty_cu_build_t *b) {
 void ty_cu_build_dropout(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
-  const double p = ty_abi_node_attr_float(b->node, "p", 0.0);
+  const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
   if (!(p >= 0.0 && p < 1.0)) {
     ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
     return;
@@ -101,7 +101,7 @@ void ty_cu_build_dropout(ty_cu_build_t *b) {
   ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
   ty_cu_arg_i64(b, c, n);
   ty_cu_arg_u32(b, c, ty_dropout_threshold(p));
-  ty_cu_arg_u32(b, c, (uint32_t)ty_abi_node_attr_int(b->node, "stream", 0));
+  ty_cu_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
   ty_cu_arg_f64(b, c, 1.0 - p);
   ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
 }
@@ -134,7 +134,7 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, r)));
   ty_cu_arg_i64(b, c, rows);
   ty_cu_arg_i64(b, c, C);
-  ty_cu_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
+  ty_cu_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
   ty_cu_arg_i32(b, c, rms);
   ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
 }
@@ -341,16 +341,16 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
  * llama3 scaling included), so the table is the oracle's to the bit. */
 static bool ty_cu_rope_inv_freq(ty_cu_build_t *b, int64_t dim, double *inv_freq) {
   const ty_abi_node_t *node = b->node;
-  const char *kind = ty_abi_node_attr_string(node, "scaling", "default");
+  const char *kind = ty_desc_node_attr_string(node, "scaling", "default");
   const ty_ref_rope_scaling_t scaling = {
       .kind = strcmp(kind, "llama3") == 0 ? TY_REF_ROPE_LLAMA3 : TY_REF_ROPE_DEFAULT,
-      .factor = ty_abi_node_attr_float(node, "factor", 1.0),
-      .low_freq_factor = ty_abi_node_attr_float(node, "low_freq_factor", 1.0),
-      .high_freq_factor = ty_abi_node_attr_float(node, "high_freq_factor", 4.0),
+      .factor = ty_desc_node_attr_float(node, "factor", 1.0),
+      .low_freq_factor = ty_desc_node_attr_float(node, "low_freq_factor", 1.0),
+      .high_freq_factor = ty_desc_node_attr_float(node, "high_freq_factor", 4.0),
       .original_max_position_embeddings =
-          ty_abi_node_attr_float(node, "original_max_position", 8192.0),
+          ty_desc_node_attr_float(node, "original_max_position", 8192.0),
   };
-  ty_status_t s = ty_ref_rope_inv_freq(dim, ty_abi_node_attr_float(node, "theta", 10000.0),
+  ty_status_t s = ty_ref_rope_inv_freq(dim, ty_desc_node_attr_float(node, "theta", 10000.0),
                                        &scaling, inv_freq);
   if (s) {
     ty_dev_fail(b, ty_status_code(s), "%s", ty_status_message(s));

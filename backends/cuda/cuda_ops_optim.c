@@ -79,7 +79,7 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
     return;
   }
   for (uint32_t k = 0; k < count; ++k) {
-    sizes[k] = ty_abi_value_elements(&g->values[g->nodes[b->n + k].inputs[0]]);
+    sizes[k] = ty_desc_value_elements(&g->values[g->nodes[b->n + k].inputs[0]]);
     starts[k + 1] = starts[k] + (sizes[k] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
   }
   /* Tables: p, g, m, v (inputs 0-3), p', m', v' (outputs 0-2), wd (input 8). */
@@ -189,7 +189,7 @@ void ty_cu_build_sgd(ty_cu_build_t *b) {
   for (uint32_t o = 0; o < 2; ++o) ty_cu_arg_out(b, c, o);
   ty_cu_arg_i64(b, c, n);
   for (uint32_t i = 3; i < 6; ++i) ty_cu_arg_in(b, c, i);
-  ty_cu_arg_i32(b, c, ty_abi_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
   ty_cu_arg_err(b, c);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
@@ -338,8 +338,8 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
 void ty_cu_build_all_reduce(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0);
   const bool tp = strcmp(b->node->op, "tp_reduce") == 0;
-  const char *reduce = ty_abi_node_attr_string(b->node, "reduce", "sum");
-  const char *group = ty_abi_node_attr_string(b->node, "group", tp ? "tp" : "world");
+  const char *reduce = ty_desc_node_attr_string(b->node, "reduce", "sum");
+  const char *group = ty_desc_node_attr_string(b->node, "group", tp ? "tp" : "world");
   const uint32_t op = strcmp(reduce, "avg") == 0   ? TY_ABI_REDUCE_AVG
                       : strcmp(reduce, "max") == 0 ? TY_ABI_REDUCE_MAX
                                                    : TY_ABI_REDUCE_SUM;

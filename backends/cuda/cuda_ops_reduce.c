@@ -111,7 +111,7 @@ void ty_cu_col_sum(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xdt, ty_dev_ref_
 void ty_cu_build_reduce(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   bool red[8] = {false};
-  const ty_abi_attr_t *a = ty_abi_node_attr(b->node, "axes");
+  const ty_abi_attr_t *a = ty_desc_node_attr(b->node, "axes");
   const uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
   if (count == 0) {
     for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;

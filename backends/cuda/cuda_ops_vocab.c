@@ -11,7 +11,7 @@
 #include "trainyard/dtype.h"
 
 static int64_t ty_cu_vocab_attr(const ty_cu_build_t *b, const char *name, int64_t fallback) {
-  return ty_abi_node_attr_int(b->node, name, fallback);
+  return ty_desc_node_attr_int(b->node, name, fallback);
 }
 
 /* The dtype instance of `names` for value v, or a failed build. */

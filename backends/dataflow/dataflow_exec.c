@@ -93,7 +93,7 @@ ty_abi_status_t df_graph_compile(ty_abi_device_t *device, const ty_abi_compile_a
   };
   for (size_t i = 0; i < sizeof(df_levers) / sizeof(df_levers[0]); ++i) {
     char word[96];
-    if (!ty_abi_graph_lever(g, df_levers[i].key, df_levers[i].off, word, sizeof(word))) {
+    if (!ty_desc_graph_lever(g, df_levers[i].key, df_levers[i].off, word, sizeof(word))) {
       continue;
     }
     return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,

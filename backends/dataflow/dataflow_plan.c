@@ -161,7 +161,7 @@ static ty_abi_status_t df_build_slots(const ty_abi_graph_t *g, const uint8_t *se
     slot->dtype = val->dtype;
     slot->rank = val->rank > 8 ? 8 : val->rank;
     memcpy(slot->dims, val->dims, slot->rank * sizeof(int64_t));
-    slot->bytes = (uint64_t)ty_abi_value_elements(val) * ty_abi_dtype_size(val->dtype);
+    slot->bytes = (uint64_t)ty_desc_value_elements(val) * ty_desc_dtype_size(val->dtype);
   }
   return NULL;
 }
@@ -171,7 +171,7 @@ static ty_abi_status_t df_collect_dropout(const ty_abi_graph_t *g, df_plan_t *pl
   for (uint32_t n = 0; n < g->node_count; ++n) {
     const ty_abi_node_t *node = &g->nodes[n];
     if (strcmp(node->op, "dropout") != 0 && strcmp(node->op, "dropout_backward") != 0) continue;
-    double p = ty_abi_node_attr_float(node, "p", 0.0);
+    double p = ty_desc_node_attr_float(node, "p", 0.0);
     bool seen = false;
     for (uint32_t i = 0; i < plan->dropout_count; ++i) seen = seen || plan->dropout_p[i] == p;
     if (seen) continue;
@@ -188,7 +188,7 @@ static ty_abi_status_t df_collect_dropout(const ty_abi_graph_t *g, df_plan_t *pl
 static ty_abi_status_t df_world_size(const ty_abi_graph_t *g, df_plan_t *plan) {
   char word[64];
   plan->world_size = 1;
-  if (!ty_abi_graph_lever(g, "data_parallel", "1", word, sizeof(word))) return NULL;
+  if (!ty_desc_graph_lever(g, "data_parallel", "1", word, sizeof(word))) return NULL;
   char *end = NULL;
   unsigned long n = strtoul(word + strlen("data_parallel="), &end, 10);
   if (!end || *end || n < 2 || n > 65536) {
@@ -292,7 +292,7 @@ ty_abi_status_t df_classify(const ty_abi_graph_t *g, df_plan_t *plan, uint32_t *
 /* ---- placement and cost ---- */
 
 static int64_t df_numel(const ty_abi_graph_t *g, uint32_t v) {
-  return v == UINT32_MAX ? 0 : ty_abi_value_elements(&g->values[v]);
+  return v == UINT32_MAX ? 0 : ty_desc_value_elements(&g->values[v]);
 }
 
 static uint32_t df_in(const ty_abi_node_t *node, uint32_t i) {
@@ -305,7 +305,7 @@ static double df_node_flops(const ty_abi_graph_t *g, const ty_abi_node_t *node) 
   double out = node->output_count ? (double)df_numel(g, node->outputs[0]) : 0.0;
   if (strcmp(op, "matmul") == 0) {
     const ty_abi_value_t *a = &g->values[node->inputs[0]];
-    int64_t k = a->rank >= 2 ? a->dims[a->rank - (ty_abi_node_attr_int(node, "trans_a", 0) ? 2 : 1)]
+    int64_t k = a->rank >= 2 ? a->dims[a->rank - (ty_desc_node_attr_int(node, "trans_a", 0) ? 2 : 1)]
                              : 1;
     return 2.0 * out * (double)k + (df_in(node, 2) != UINT32_MAX ? out : 0.0);
   }
@@ -363,7 +363,7 @@ static double df_node_flops(const ty_abi_graph_t *g, const ty_abi_node_t *node) 
 
 static uint64_t df_value_bytes(const ty_abi_graph_t *g, uint32_t v) {
   if (v == UINT32_MAX) return 0;
-  return (uint64_t)ty_abi_value_elements(&g->values[v]) * ty_abi_dtype_size(g->values[v].dtype);
+  return (uint64_t)ty_desc_value_elements(&g->values[v]) * ty_desc_dtype_size(g->values[v].dtype);
 }
 
 static uint64_t df_node_bytes(const ty_abi_graph_t *g, const ty_abi_node_t *node) {

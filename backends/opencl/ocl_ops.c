@@ -11,55 +11,55 @@
 #include "ocl_exec.h"
 
 const ty_dev_op_t ty_ocl_ops[] = {
-    {"embedding", ty_ocl_build_embedding, TY_ABI_ACCEPT_COMPUTE},
-    {"embedding_backward", ty_ocl_build_embedding_backward, TY_ABI_ACCEPT_COMPUTE},
-    {"matmul", ty_ocl_build_matmul, TY_ABI_ACCEPT_COMPUTE},
-    {"add", ty_ocl_build_binary, TY_ABI_ACCEPT_COMPUTE},
-    {"sub", ty_ocl_build_binary, TY_ABI_ACCEPT_COMPUTE},
-    {"mul", ty_ocl_build_binary, TY_ABI_ACCEPT_COMPUTE},
-    {"div", ty_ocl_build_binary, TY_ABI_ACCEPT_COMPUTE},
-    {"scale", ty_ocl_build_scale, TY_ABI_ACCEPT_COMPUTE},
-    {"broadcast_to", ty_ocl_build_broadcast_to, TY_ABI_ACCEPT_MOVE},
-    {"reduce_sum", ty_ocl_build_reduce, TY_ABI_ACCEPT_COMPUTE},
-    {"reduce_mean", ty_ocl_build_reduce, TY_ABI_ACCEPT_COMPUTE},
-    {"reduce_sumsq", ty_ocl_build_reduce, TY_ABI_ACCEPT_COMPUTE},
-    {"layernorm", ty_ocl_build_norm, TY_ABI_ACCEPT_COMPUTE},
-    {"layernorm_backward", ty_ocl_build_norm_backward, TY_ABI_ACCEPT_COMPUTE},
-    {"rmsnorm", ty_ocl_build_norm, TY_ABI_ACCEPT_COMPUTE},
-    {"rmsnorm_backward", ty_ocl_build_norm_backward, TY_ABI_ACCEPT_COMPUTE},
-    {"gelu", ty_ocl_build_map, TY_ABI_ACCEPT_COMPUTE},
-    {"gelu_backward", ty_ocl_build_map, TY_ABI_ACCEPT_COMPUTE},
-    {"silu", ty_ocl_build_map, TY_ABI_ACCEPT_COMPUTE},
-    {"silu_backward", ty_ocl_build_map, TY_ABI_ACCEPT_COMPUTE},
-    {"swiglu", ty_ocl_build_map, TY_ABI_ACCEPT_COMPUTE},
-    {"swiglu_backward", ty_ocl_build_map, TY_ABI_ACCEPT_COMPUTE},
-    {"softmax", ty_ocl_build_softmax, TY_ABI_ACCEPT_COMPUTE},
-    {"softmax_backward", ty_ocl_build_softmax, TY_ABI_ACCEPT_COMPUTE},
-    {"rope", ty_ocl_build_rope, TY_ABI_ACCEPT_COMPUTE},
-    {"rope_backward", ty_ocl_build_rope, TY_ABI_ACCEPT_COMPUTE},
-    {"attention", ty_ocl_build_attention, TY_ABI_ACCEPT_COMPUTE},
-    {"attention_backward", ty_ocl_build_attention, TY_ABI_ACCEPT_COMPUTE},
-    {"cross_entropy", ty_ocl_build_cross_entropy, TY_ABI_ACCEPT_COMPUTE},
-    {"cross_entropy_backward", ty_ocl_build_cross_entropy, TY_ABI_ACCEPT_COMPUTE},
-    {"dropout", ty_ocl_build_dropout, TY_ABI_ACCEPT_COMPUTE},
-    {"dropout_backward", ty_ocl_build_dropout, TY_ABI_ACCEPT_COMPUTE},
-    {"cast", ty_ocl_build_cast, TY_ABI_ACCEPT_CAST},
-    {"reshape", ty_dev_build_reshape, TY_ABI_ACCEPT_MOVE},
-    {"transpose", ty_dev_build_transpose, TY_ABI_ACCEPT_MOVE},
-    {"slice", ty_dev_build_slice, TY_ABI_ACCEPT_MOVE},
-    {"slice_backward", ty_dev_build_slice_backward, TY_ABI_ACCEPT_MOVE},
-    {"concat", ty_dev_build_concat, TY_ABI_ACCEPT_MOVE},
-    {"adamw_update", ty_ocl_build_adamw, TY_ABI_ACCEPT_COMPUTE},
-    {"sgd_update", ty_ocl_build_sgd, TY_ABI_ACCEPT_COMPUTE},
-    {"clip_by_global_norm", ty_ocl_build_clip, TY_ABI_ACCEPT_COMPUTE},
-    {"kv_cache_write", ty_ocl_build_kv_cache_write, TY_ABI_ACCEPT_MOVE},
-    {NULL, NULL, TY_ABI_ACCEPT_MOVE},
+    {"embedding", ty_ocl_build_embedding, TY_DESC_ACCEPT_COMPUTE},
+    {"embedding_backward", ty_ocl_build_embedding_backward, TY_DESC_ACCEPT_COMPUTE},
+    {"matmul", ty_ocl_build_matmul, TY_DESC_ACCEPT_COMPUTE},
+    {"add", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
+    {"sub", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
+    {"mul", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
+    {"div", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
+    {"scale", ty_ocl_build_scale, TY_DESC_ACCEPT_COMPUTE},
+    {"broadcast_to", ty_ocl_build_broadcast_to, TY_DESC_ACCEPT_MOVE},
+    {"reduce_sum", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
+    {"reduce_mean", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
+    {"reduce_sumsq", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
+    {"layernorm", ty_ocl_build_norm, TY_DESC_ACCEPT_COMPUTE},
+    {"layernorm_backward", ty_ocl_build_norm_backward, TY_DESC_ACCEPT_COMPUTE},
+    {"rmsnorm", ty_ocl_build_norm, TY_DESC_ACCEPT_COMPUTE},
+    {"rmsnorm_backward", ty_ocl_build_norm_backward, TY_DESC_ACCEPT_COMPUTE},
+    {"gelu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
+    {"gelu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
+    {"silu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
+    {"silu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
+    {"swiglu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
+    {"swiglu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
+    {"softmax", ty_ocl_build_softmax, TY_DESC_ACCEPT_COMPUTE},
+    {"softmax_backward", ty_ocl_build_softmax, TY_DESC_ACCEPT_COMPUTE},
+    {"rope", ty_ocl_build_rope, TY_DESC_ACCEPT_COMPUTE},
+    {"rope_backward", ty_ocl_build_rope, TY_DESC_ACCEPT_COMPUTE},
+    {"attention", ty_ocl_build_attention, TY_DESC_ACCEPT_COMPUTE},
+    {"attention_backward", ty_ocl_build_attention, TY_DESC_ACCEPT_COMPUTE},
+    {"cross_entropy", ty_ocl_build_cross_entropy, TY_DESC_ACCEPT_COMPUTE},
+    {"cross_entropy_backward", ty_ocl_build_cross_entropy, TY_DESC_ACCEPT_COMPUTE},
+    {"dropout", ty_ocl_build_dropout, TY_DESC_ACCEPT_COMPUTE},
+    {"dropout_backward", ty_ocl_build_dropout, TY_DESC_ACCEPT_COMPUTE},
+    {"cast", ty_ocl_build_cast, TY_DESC_ACCEPT_CAST},
+    {"reshape", ty_dev_build_reshape, TY_DESC_ACCEPT_MOVE},
+    {"transpose", ty_dev_build_transpose, TY_DESC_ACCEPT_MOVE},
+    {"slice", ty_dev_build_slice, TY_DESC_ACCEPT_MOVE},
+    {"slice_backward", ty_dev_build_slice_backward, TY_DESC_ACCEPT_MOVE},
+    {"concat", ty_dev_build_concat, TY_DESC_ACCEPT_MOVE},
+    {"adamw_update", ty_ocl_build_adamw, TY_DESC_ACCEPT_COMPUTE},
+    {"sgd_update", ty_ocl_build_sgd, TY_DESC_ACCEPT_COMPUTE},
+    {"clip_by_global_norm", ty_ocl_build_clip, TY_DESC_ACCEPT_COMPUTE},
+    {"kv_cache_write", ty_ocl_build_kv_cache_write, TY_DESC_ACCEPT_MOVE},
+    {NULL, NULL, TY_DESC_ACCEPT_MOVE},
 };
 
 bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                      size_t capacity) {
   if (strncmp(node->op, "attention", 9) == 0) {
-    if (ty_abi_node_attr_int(node, "causal", 1) != 1) {
+    if (ty_desc_node_attr_int(node, "causal", 1) != 1) {
       snprintf(reason, capacity,
                "attention with causal=0 is not implemented (the reference, the conformance "
                "oracle, has no causal=0 either)");
@@ -75,7 +75,7 @@ bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *r
   return true;
 }
 
-static size_t ty_ocl_esize(const ty_abi_value_t *v) { return ty_abi_dtype_size(v->dtype); }
+static size_t ty_ocl_esize(const ty_abi_value_t *v) { return ty_desc_dtype_size(v->dtype); }
 
 void ty_ocl_build_binary(ty_ocl_build_t *b) {
   static const char *const names[] = {"add", "sub", "mul", "div"};
@@ -121,7 +121,7 @@ void ty_ocl_build_scale(ty_ocl_build_t *b) {
   ty_ocl_arg_i32(b, c, 0);
   ty_ocl_arg_i32(b, c, 0); /* TY_MAP_SCALE */
   ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "alpha", 1.0));
+  ty_ocl_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "alpha", 1.0));
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -165,7 +165,7 @@ void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
 void ty_ocl_build_reduce(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   bool red[8] = {false};
-  const ty_abi_attr_t *a = ty_abi_node_attr(b->node, "axes");
+  const ty_abi_attr_t *a = ty_desc_node_attr(b->node, "axes");
   uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
   if (count == 0) {
     for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;
@@ -232,8 +232,8 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
 void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bv = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *out = ty_dev_vout(b, 0);
-  const bool ta = ty_abi_node_attr_int(b->node, "trans_a", 0) != 0;
-  const bool tb = ty_abi_node_attr_int(b->node, "trans_b", 0) != 0;
+  const bool ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
+  const bool tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
   const int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
   const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
@@ -448,7 +448,7 @@ void ty_ocl_build_sgd(ty_ocl_build_t *b) {
     ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
     ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_i32(b, c, ty_abi_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_ocl_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
   ty_ocl_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }

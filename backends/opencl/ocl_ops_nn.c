@@ -37,7 +37,7 @@ void ty_ocl_build_map(ty_ocl_build_t *b) {
 void ty_ocl_build_dropout(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
-  const double p = ty_abi_node_attr_float(b->node, "p", 0.0);
+  const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
   if (!(p >= 0.0 && p < 1.0)) {
     ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
     return;
@@ -55,7 +55,7 @@ void ty_ocl_build_dropout(ty_ocl_build_t *b) {
   ty_ocl_arg_i32(b, c, ty_dev_dt(y));
   ty_ocl_arg_i64(b, c, n);
   ty_ocl_arg_u32(b, c, ty_dropout_threshold(p));
-  ty_ocl_arg_u32(b, c, (uint32_t)ty_abi_node_attr_int(b->node, "stream", 0));
+  ty_ocl_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
   ty_ocl_arg_u64(b, c, keep_bits);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
@@ -84,7 +84,7 @@ void ty_ocl_build_norm(ty_ocl_build_t *b) {
   ty_ocl_arg_buf(b, c, ty_dev_out(b, rms ? 1 : 2));
   ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, rms ? 1 : 2)));
   ty_ocl_arg_i64(b, c, C);
-  ty_ocl_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
+  ty_ocl_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
   ty_ocl_arg_i32(b, c, rms);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
 }
@@ -181,12 +181,12 @@ void ty_ocl_build_cross_entropy(ty_ocl_build_t *b) {
 
 /* inv_freq exactly as ops/reference/ref_rope.c computes it, in f64. */
 static void ty_ocl_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double *inv_freq) {
-  const double theta = ty_abi_node_attr_float(node, "theta", 10000.0);
-  const bool llama3 = strcmp(ty_abi_node_attr_string(node, "scaling", "default"), "llama3") == 0;
-  const double factor = ty_abi_node_attr_float(node, "factor", 1.0);
-  const double low = ty_abi_node_attr_float(node, "low_freq_factor", 1.0);
-  const double high = ty_abi_node_attr_float(node, "high_freq_factor", 4.0);
-  const double old_len = ty_abi_node_attr_float(node, "original_max_position", 8192.0);
+  const double theta = ty_desc_node_attr_float(node, "theta", 10000.0);
+  const bool llama3 = strcmp(ty_desc_node_attr_string(node, "scaling", "default"), "llama3") == 0;
+  const double factor = ty_desc_node_attr_float(node, "factor", 1.0);
+  const double low = ty_desc_node_attr_float(node, "low_freq_factor", 1.0);
+  const double high = ty_desc_node_attr_float(node, "high_freq_factor", 4.0);
+  const double old_len = ty_desc_node_attr_float(node, "original_max_position", 8192.0);
   for (int64_t j = 0; j < dim / 2; ++j) {
     double inv = 1.0 / pow(theta, (double)(2 * j) / (double)dim);
     if (llama3) {
@@ -247,9 +247,9 @@ static void ty_ocl_att_tail(ty_ocl_build_t *b, ty_ocl_cmd_t *c, const ty_abi_val
   ty_ocl_arg_i64(b, c, q->dims[2]);
   ty_ocl_arg_i64(b, c, k->dims[2]);
   ty_ocl_arg_i64(b, c, q->dims[3]);
-  ty_ocl_arg_f32(b, c, (float)ty_abi_node_attr_float(b->node, "scale",
+  ty_ocl_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "scale",
                                                       1.0 / sqrt((double)q->dims[3])));
-  ty_ocl_arg_i64(b, c, ty_abi_node_attr_int(b->node, "window", 0));
+  ty_ocl_arg_i64(b, c, ty_desc_node_attr_int(b->node, "window", 0));
   ty_ocl_arg_err(b, c);
 }
 

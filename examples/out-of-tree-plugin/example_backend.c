@@ -34,7 +34,7 @@ struct ty_abi_executable_s {
 /* ---- kernels: ctx->data[v] is value v's dense row-major f32 storage ---- */
 
 static int64_t example_elements(const ty_host_node_ctx_t *ctx, uint32_t value) {
-  return ty_abi_value_elements(&ctx->graph->values[value]);
+  return ty_desc_value_elements(&ctx->graph->values[value]);
 }
 
 static ty_abi_status_t example_add(const ty_host_node_ctx_t *ctx) {
@@ -53,7 +53,7 @@ static ty_abi_status_t example_mul(const ty_host_node_ctx_t *ctx) {
 
 static ty_abi_status_t example_scale(const ty_host_node_ctx_t *ctx) {
   /* `alpha` is required by the op set; attributes come typed (INT or FLOAT). */
-  float alpha = (float)ty_abi_node_attr_float(ctx->node, "alpha", 1.0);
+  float alpha = (float)ty_desc_node_attr_float(ctx->node, "alpha", 1.0);
   const float *x = ctx->data[ctx->node->inputs[0]];
   float *y = ctx->data[ctx->node->outputs[0]];
   for (int64_t i = 0, n = example_elements(ctx, ctx->node->outputs[0]); i < n; ++i) y[i] = alpha * x[i];
@@ -90,8 +90,8 @@ static ty_abi_status_t example_gelu_backward(const ty_host_node_ctx_t *ctx) {
 static ty_abi_status_t example_matmul(const ty_host_node_ctx_t *ctx) {
   const ty_abi_node_t *node = ctx->node;
   const ty_abi_value_t *out = &ctx->graph->values[node->outputs[0]];
-  int64_t trans_a = ty_abi_node_attr_int(node, "trans_a", 0);
-  int64_t trans_b = ty_abi_node_attr_int(node, "trans_b", 0);
+  int64_t trans_a = ty_desc_node_attr_int(node, "trans_a", 0);
+  int64_t trans_b = ty_desc_node_attr_int(node, "trans_b", 0);
   const ty_abi_value_t *av = &ctx->graph->values[node->inputs[0]];
   int64_t M = out->dims[0], N = out->dims[1], K = trans_a ? av->dims[0] : av->dims[1];
   const float *a = ctx->data[node->inputs[0]], *b = ctx->data[node->inputs[1]];
@@ -141,7 +141,7 @@ static const char *example_refusal(const ty_abi_graph_t *g, const ty_abi_node_t 
   }
   for (uint32_t i = 0; i < node->input_count; ++i) {
     const ty_abi_value_t *in = &g->values[node->inputs[i]];
-    if (ty_abi_value_elements(in) != ty_abi_value_elements(out)) return "no broadcasting yet";
+    if (ty_desc_value_elements(in) != ty_desc_value_elements(out)) return "no broadcasting yet";
   }
   return NULL;
 }

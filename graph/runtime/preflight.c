@@ -138,7 +138,7 @@ ty_status_t ty_preflight_add(ty_preflight_t *p, const ty_graph_t *graph, const c
     s = ty_preflight_liveness(og, &mp, klass, gr);
   }
   for (uint32_t n = 0; !s && n < abi->node_count; ++n) {
-    uint64_t w = ty_abi_node_workspace_bytes(abi, &abi->nodes[n]);
+    uint64_t w = ty_desc_node_workspace_bytes(abi, &abi->nodes[n]);
     if (w > gr->workspace) gr->workspace = w;
   }
   for (uint32_t v = 0; !s && v < abi->value_count; ++v) {

@@ -309,9 +309,9 @@ static void build_nothing(ty_dev_build_t *b) { (void)b; }
 static void test_op_find(void **state) {
   (void)state;
   static const ty_dev_op_t table[] = {
-      {"add", build_nothing, TY_ABI_ACCEPT_COMPUTE},
-      {"cast", build_nothing, TY_ABI_ACCEPT_CAST},
-      {NULL, NULL, TY_ABI_ACCEPT_MOVE},
+      {"add", build_nothing, TY_DESC_ACCEPT_COMPUTE},
+      {"cast", build_nothing, TY_DESC_ACCEPT_CAST},
+      {NULL, NULL, TY_DESC_ACCEPT_MOVE},
   };
   assert_ptr_equal(ty_dev_op_find(table, "cast"), &table[1]);
   assert_null(ty_dev_op_find(table, "matmul"));

@@ -203,8 +203,8 @@ static ty_abi_status_t faulty_run(const ty_host_node_ctx_t *ctx, faulty_kind_t f
   if (s) return s;
   uint32_t out = node->outputs[0];
   const ty_abi_value_t *v = &g->values[out];
-  int64_t n = ty_abi_value_elements(v);
-  size_t out_bytes = (size_t)n * ty_abi_dtype_size(v->dtype);
+  int64_t n = ty_desc_value_elements(v);
+  size_t out_bytes = (size_t)n * ty_desc_dtype_size(v->dtype);
   switch (fault) {
     case FAULT_PERTURB:
       for (int64_t i = 0; i < n && v->dtype == TY_DTYPE_F32; ++i) ((float *)data[out])[i] *= 1.05f;
@@ -230,15 +230,15 @@ static ty_abi_status_t faulty_run(const ty_host_node_ctx_t *ctx, faulty_kind_t f
       /* for (i = 0; i <= n; ++i) y[i] = x[i]: the element past x's end
        * (the first bytes of whatever follows x) lands past y's end. */
       uint32_t in = node->inputs[0];
-      size_t in_bytes = (size_t)ty_abi_value_elements(&g->values[in]) *
-                        ty_abi_dtype_size(g->values[in].dtype);
+      size_t in_bytes = (size_t)ty_desc_value_elements(&g->values[in]) *
+                        ty_desc_dtype_size(g->values[in].dtype);
       memcpy((unsigned char *)data[out] + out_bytes,
-             (const unsigned char *)data[in] + in_bytes, ty_abi_dtype_size(v->dtype));
+             (const unsigned char *)data[in] + in_bytes, ty_desc_dtype_size(v->dtype));
       break;
     }
     case FAULT_INPUT: {
       uint32_t in = node->inputs[0];
-      if (g->values[in].dtype == TY_DTYPE_F32 && ty_abi_value_elements(&g->values[in])) {
+      if (g->values[in].dtype == TY_DTYPE_F32 && ty_desc_value_elements(&g->values[in])) {
         ((float *)data[in])[0] += 1.0f;
       } else if (g->values[in].dtype == TY_DTYPE_BF16 || g->values[in].dtype == TY_DTYPE_F16) {
         ((uint16_t *)data[in])[0] ^= 0x4000;

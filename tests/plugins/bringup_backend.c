@@ -77,7 +77,7 @@ static int bringup_listed(const char *list, const char *op) {
 static ty_abi_status_t bringup_buggy_gelu(const ty_host_node_ctx_t *ctx) {
   const float *x = ctx->data[ctx->node->inputs[0]];
   float *y = ctx->data[ctx->node->outputs[0]];
-  int64_t n = ty_abi_value_elements(&ctx->graph->values[ctx->node->outputs[0]]);
+  int64_t n = ty_desc_value_elements(&ctx->graph->values[ctx->node->outputs[0]]);
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     y[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.05f * v * v * v)));
@@ -307,7 +307,7 @@ static ty_abi_status_t bringup_broadcast(ty_abi_comm_t *c, const ty_abi_collecti
   unsigned char *data = NULL;
   uint64_t size = 0;
   ty_host_buffer_view(a->recv, &data, &size);
-  uint64_t bytes = a->count * ty_abi_dtype_size(a->dtype);
+  uint64_t bytes = a->count * ty_desc_dtype_size(a->dtype);
   if (bytes > (uint64_t)INT_MAX ||
       MPI_Bcast(data + a->recv_offset, (int)bytes, MPI_BYTE, (int)a->root, c->comm) !=
           MPI_SUCCESS) {
@@ -365,7 +365,7 @@ static ty_abi_status_t bringup_p2p(ty_abi_comm_t *c, const ty_abi_collective_arg
   uint64_t size = 0;
   ty_host_buffer_view(send ? a->send : a->recv, &data, &size);
   data += send ? a->send_offset : a->recv_offset;
-  const uint64_t bytes = a->count * ty_abi_dtype_size(a->dtype);
+  const uint64_t bytes = a->count * ty_desc_dtype_size(a->dtype);
   int me = 0, ranks = 0;
   MPI_Comm_rank(c->comm, &me);
   MPI_Comm_size(c->comm, &ranks);
