@@ -282,7 +282,7 @@ def parsed_options(command):
         if command == "compare":
             # compare's own options: its table for train/train_args.h
             names |= {"--" + k for k in re.findall(r'\{"([a-z-]+)", TY_TRAIN_ARG_',
-                                                    source(*app, "cmd_compare.c"))}
+                                                    source(*app, "compare", "cmd_compare.c"))}
         return names
     if command in ("compile", "check"):
         # graph_args.c's options (not the runtime hyperparameters both refuse:
@@ -310,7 +310,8 @@ def parsed_options(command):
         return getopt_names(source(*app, "serve", "cmd_serve.c"), "static int ty_serve_parse")
     function = {"generate": "static int ty_generate_parse", "forward": "int ty_cmd_forward",
                 "tokenize": "int ty_cmd_tokenize", "conform": "int ty_cmd_conform"}[command]
-    return getopt_names(source(*app, "cmd_%s.c" % command), function)
+    folder = {"generate": ("generate",), "conform": ("conform",)}.get(command, ())
+    return getopt_names(source(*app, *folder, "cmd_%s.c" % command), function)
 
 
 class AuditTableTest(unittest.TestCase):
