@@ -507,11 +507,11 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
       /* Broadcast the bias over every row with a one-element-K product is
        * not possible; a plain kernel does it. */
       ty_cu_cmd_t *k = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_bias_rows");
-      ty_cu_arg_ptr(b, k, ty_dev_in(b, 2));
-      ty_cu_arg_ptr(b, k, ty_dev_out(b, 0));
-      ty_cu_arg_i32(b, k, ty_dev_dt(c));
-      ty_cu_arg_i64(b, k, ty_dev_numel(c));
-      ty_cu_arg_i64(b, k, N);
+      ty_dev_arg_ref(b, k, ty_dev_in(b, 2));
+      ty_dev_arg_ref(b, k, ty_dev_out(b, 0));
+      ty_dev_arg_i32(b, k, ty_dev_dt(c));
+      ty_dev_arg_i64(b, k, ty_dev_numel(c));
+      ty_dev_arg_i64(b, k, N);
       ty_cu_grid1(b, k, (uint64_t)ty_dev_numel(c), TY_CU_BLOCK);
     } else {
       ty_cu_fill(b, ty_dev_out(b, 0), (uint64_t)ty_dev_numel(c) * es);
