@@ -60,19 +60,8 @@ void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node) {
 
 static ty_cu_cmd_t *ty_cu_cmd_add(ty_cu_build_t *b, ty_cu_cmd_kind_t kind) {
   ty_cu_exec_t *e = b->exec;
-  if (b->status) return NULL;
-  if (e->cmd_count == e->cmd_cap) {
-    uint32_t cap = e->cmd_cap ? e->cmd_cap * 2 : 64;
-    ty_cu_cmd_t *grown = realloc(e->cmds, (size_t)cap * sizeof(*grown));
-    if (!grown) {
-      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-      return NULL;
-    }
-    e->cmds = grown;
-    e->cmd_cap = cap;
-  }
-  ty_cu_cmd_t *c = &e->cmds[e->cmd_count++];
-  memset(c, 0, sizeof(*c));
+  ty_cu_cmd_t *c = ty_dev_push(b, (void **)&e->cmds, &e->cmd_count, &e->cmd_cap, sizeof(*c));
+  if (!c) return NULL;
   c->kind = kind;
   c->node = b->n;
   return c;

@@ -495,10 +495,9 @@ static void ty_cu_batch_strides(const ty_abi_value_t *v, int64_t matrix, uint32_
 void ty_cu_build_matmul(ty_cu_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bm = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *c = ty_dev_vout(b, 0);
-  const bool ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
-  const bool tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
-  const int64_t M = c->dims[c->rank - 2], N = c->dims[c->rank - 1];
-  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  const ty_dev_matmul_t mm = ty_dev_matmul_of(b);
+  const bool ta = mm.ta, tb = mm.tb;
+  const int64_t M = mm.M, N = mm.N, K = mm.K;
   const ty_dtype_t dt = c->dtype;
   const size_t es = ty_desc_dtype_size(dt);
   if (ty_dev_numel(c) == 0) return;

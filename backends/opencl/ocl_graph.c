@@ -68,19 +68,8 @@ ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_grap
 
 static ty_ocl_cmd_t *ty_ocl_cmd_add(ty_ocl_build_t *b, ty_ocl_cmd_kind_t kind) {
   ty_ocl_exec_t *e = b->exec;
-  if (b->status) return NULL;
-  if (e->cmd_count == e->cmd_cap) {
-    uint32_t cap = e->cmd_cap ? e->cmd_cap * 2 : 64;
-    ty_ocl_cmd_t *grown = realloc(e->cmds, cap * sizeof(*grown));
-    if (!grown) {
-      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-      return NULL;
-    }
-    e->cmds = grown;
-    e->cmd_cap = cap;
-  }
-  ty_ocl_cmd_t *c = &e->cmds[e->cmd_count++];
-  memset(c, 0, sizeof(*c));
+  ty_ocl_cmd_t *c = ty_dev_push(b, (void **)&e->cmds, &e->cmd_count, &e->cmd_cap, sizeof(*c));
+  if (!c) return NULL;
   c->kind = kind;
   c->node = b->n;
   return c;

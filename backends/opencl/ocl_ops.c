@@ -210,10 +210,9 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
 void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bv = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *out = ty_dev_vout(b, 0);
-  const bool ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
-  const bool tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
-  const int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
-  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  const ty_dev_matmul_t mm = ty_dev_matmul_of(b);
+  const bool ta = mm.ta, tb = mm.tb;
+  const int64_t M = mm.M, N = mm.N, K = mm.K;
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "matrix sizes beyond 2^31 are not supported");
     return;
