@@ -145,6 +145,7 @@ ty_abi_status_t ty_dev_data_error(const ty_dev_exec_t *x, const void *error_buff
 /* ---- for op builders ---- */
 
 typedef struct ty_dev_build_t ty_dev_build_t;
+struct ty_dev_arg_t; /* device_ops.h */
 
 /* How a backend moves bytes (its fills and copies), all that the builders
  * of the view ops below need. */
@@ -172,6 +173,9 @@ struct ty_dev_build_t {
   bool deterministic;    /* the compile asked for deterministic=1 (ABI 1.10) */
   const void *hint;      /* the backend's plan for this node (cuda: its fusion), or NULL */
   const ty_dev_movers_t *move; /* for the view ops' builders */
+  /* Appends one argument to the backend's launch `cmd` (device_ops.h's
+   * ty_dev_arg_*, called only with a command and no error). */
+  void (*arg)(ty_dev_build_t *b, void *cmd, const struct ty_dev_arg_t *arg);
 };
 
 /* Sets the build's status (once) to `code` with "LABEL: node N (OP): ..." */

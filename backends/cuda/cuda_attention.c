@@ -83,11 +83,11 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
  * int *err, int node. */
 static void ty_cu_att_tail(ty_cu_build_t *b, ty_cu_cmd_t *c, const int64_t shape[5],
                            float scale, float sl2, int32_t window) {
-  for (int i = 0; i < 5; ++i) ty_cu_arg_i32(b, c, (int32_t)shape[i]);
-  ty_cu_arg_f32(b, c, scale);
-  ty_cu_arg_f32(b, c, sl2);
-  ty_cu_arg_i32(b, c, window);
-  ty_cu_arg_err(b, c);
+  for (int i = 0; i < 5; ++i) ty_dev_arg_i32(b, c, (int32_t)shape[i]);
+  ty_dev_arg_f32(b, c, scale);
+  ty_dev_arg_f32(b, c, sl2);
+  ty_dev_arg_i32(b, c, window);
+  ty_dev_arg_err(b, c);
 }
 
 static void ty_cu_att_grid(ty_cu_build_t *b, ty_cu_cmd_t *c, const ty_cu_att_launch_t *l) {
@@ -144,12 +144,12 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   if (!backward) {
     const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_FWD];
     ty_cu_cmd_t *c = ty_cu_launch(b, ty_cu_att_family(l), l->kernel);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));  /* q */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));  /* k */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));  /* v */
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0)); /* out */
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 1)); /* lse */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, kl)); /* kvlen: NULL when absent */
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));  /* q */
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));  /* k */
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));  /* v */
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0)); /* out */
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 1)); /* lse */
+    ty_dev_arg_ref(b, c, ty_dev_in(b, kl)); /* kvlen: NULL when absent */
     ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
     ty_cu_att_grid(b, c, l);
     return;
@@ -159,28 +159,28 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   /* delta(dout, out, delta, long long rows, int Tq, int Hq, int D) */
   const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_DELTA];
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0)); /* dout */
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 4)); /* out */
-  ty_cu_arg_ptr(b, c, delta);
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i32(b, c, (int32_t)T);
-  ty_cu_arg_i32(b, c, (int32_t)Hq);
-  ty_cu_arg_i32(b, c, (int32_t)D);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0)); /* dout */
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 4)); /* out */
+  ty_dev_arg_ref(b, c, delta);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i32(b, c, (int32_t)T);
+  ty_dev_arg_i32(b, c, (int32_t)Hq);
+  ty_dev_arg_i32(b, c, (int32_t)D);
   ty_cu_att_grid(b, c, l);
   /* dq(dout, q, k, v, lse, delta, kvlen, dq, <tail>) and
    * dkv(dout, q, k, v, lse, delta, kvlen, dk, dv, <tail>) */
   for (int kernel = TY_CU_ATT_DQ; kernel <= TY_CU_ATT_DKV; ++kernel) {
     l = &plan.launch[kernel];
     c = ty_cu_launch(b, ty_cu_att_family(l), l->kernel);
-    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i)); /* dout q k v */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 5));                                /* lse */
-    ty_cu_arg_ptr(b, c, delta);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, kl)); /* kvlen */
+    for (uint32_t i = 0; i < 4; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i)); /* dout q k v */
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 5));                                /* lse */
+    ty_dev_arg_ref(b, c, delta);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, kl)); /* kvlen */
     if (kernel == TY_CU_ATT_DQ) {
-      ty_cu_arg_ptr(b, c, ty_dev_out(b, 0)); /* dq */
+      ty_dev_arg_ref(b, c, ty_dev_out(b, 0)); /* dq */
     } else {
-      ty_cu_arg_ptr(b, c, ty_dev_out(b, 1)); /* dk */
-      ty_cu_arg_ptr(b, c, ty_dev_out(b, 2)); /* dv */
+      ty_dev_arg_ref(b, c, ty_dev_out(b, 1)); /* dk */
+      ty_dev_arg_ref(b, c, ty_dev_out(b, 2)); /* dv */
     }
     ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
     ty_cu_att_grid(b, c, l);

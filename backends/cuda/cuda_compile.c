@@ -339,7 +339,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
       .exec = e,
       .g = g,
       .deterministic = deterministic,
-      .move = &ty_cu_movers};
+      .move = &ty_cu_movers, .arg = ty_cu_arg};
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     e->first_cmd[n] = e->cmd_count;
     if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */

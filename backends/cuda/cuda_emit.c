@@ -60,19 +60,8 @@ void ty_cu_mark_fused(ty_cu_build_t *b, uint32_t node) {
 
 static ty_cu_cmd_t *ty_cu_cmd_add(ty_cu_build_t *b, ty_cu_cmd_kind_t kind) {
   ty_cu_exec_t *e = b->exec;
-  if (b->status) return NULL;
-  if (e->cmd_count == e->cmd_cap) {
-    uint32_t cap = e->cmd_cap ? e->cmd_cap * 2 : 64;
-    ty_cu_cmd_t *grown = realloc(e->cmds, (size_t)cap * sizeof(*grown));
-    if (!grown) {
-      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-      return NULL;
-    }
-    e->cmds = grown;
-    e->cmd_cap = cap;
-  }
-  ty_cu_cmd_t *c = &e->cmds[e->cmd_count++];
-  memset(c, 0, sizeof(*c));
+  ty_cu_cmd_t *c = ty_dev_push(b, (void **)&e->cmds, &e->cmd_count, &e->cmd_cap, sizeof(*c));
+  if (!c) return NULL;
   c->kind = kind;
   c->node = b->n;
   return c;
@@ -117,8 +106,7 @@ static void ty_cu_arg_raw(ty_cu_build_t *b, ty_cu_cmd_t *c, const void *v, uint3
   c->param_bytes = at + size;
 }
 
-void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_dev_ref_t ref) {
-  if (!c || b->status) return;
+static void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_dev_ref_t ref) {
   if (c->ptr_count == TY_CU_MAX_PTRS) {
     ty_dev_fail(b, TY_CODE_INTERNAL, "too many pointer parameters for %s (at most %u)", c->name,
                TY_CU_MAX_PTRS);
@@ -133,21 +121,26 @@ void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_dev_ref_t ref) {
   p->ref = ref;
 }
 
-void ty_cu_arg_err(ty_cu_build_t *b, ty_cu_cmd_t *c) {
-  ty_dev_ref_t ref = {TY_DEV_REF_ERR, 0, 0};
-  ty_cu_arg_ptr(b, c, ref);
-  ty_cu_arg_i32(b, c, (int32_t)b->n);
-}
-
-void ty_cu_arg_i32(ty_cu_build_t *b, ty_cu_cmd_t *c, int32_t v) { ty_cu_arg_raw(b, c, &v, 4, 4); }
-void ty_cu_arg_u32(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t v) { ty_cu_arg_raw(b, c, &v, 4, 4); }
-void ty_cu_arg_i64(ty_cu_build_t *b, ty_cu_cmd_t *c, int64_t v) { ty_cu_arg_raw(b, c, &v, 8, 8); }
-void ty_cu_arg_u64(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t v) { ty_cu_arg_raw(b, c, &v, 8, 8); }
-void ty_cu_arg_f32(ty_cu_build_t *b, ty_cu_cmd_t *c, float v) { ty_cu_arg_raw(b, c, &v, 4, 4); }
-void ty_cu_arg_f64(ty_cu_build_t *b, ty_cu_cmd_t *c, double v) { ty_cu_arg_raw(b, c, &v, 8, 8); }
-
-void ty_cu_arg_dims8(ty_cu_build_t *b, ty_cu_cmd_t *c, const int64_t v[8]) {
-  ty_cu_arg_raw(b, c, v, 64, 8);
+/* The core's arg hook (device_ops.h): each kind at its CUDA ABI size and
+ * alignment. */
+void ty_cu_arg(ty_cu_build_t *b, void *cmd, const ty_dev_arg_t *a) {
+  ty_cu_cmd_t *c = cmd;
+  const int32_t i32 = (int32_t)a->i;
+  const float f32 = (float)a->f;
+  switch (a->kind) {
+    case TY_DEV_ARG_REF: ty_cu_arg_ptr(b, c, a->ref); break;
+    case TY_DEV_ARG_ERR:
+      ty_cu_arg_ptr(b, c, (ty_dev_ref_t){TY_DEV_REF_ERR, 0, 0});
+      ty_cu_arg_raw(b, c, &i32, 4, 4);
+      break;
+    case TY_DEV_ARG_I32:
+    case TY_DEV_ARG_U32: ty_cu_arg_raw(b, c, &i32, 4, 4); break;
+    case TY_DEV_ARG_I64:
+    case TY_DEV_ARG_U64: ty_cu_arg_raw(b, c, &a->i, 8, 8); break;
+    case TY_DEV_ARG_F32: ty_cu_arg_raw(b, c, &f32, 4, 4); break;
+    case TY_DEV_ARG_F64: ty_cu_arg_raw(b, c, &a->f, 8, 8); break;
+    case TY_DEV_ARG_DIMS8: ty_cu_arg_raw(b, c, a->dims8, 64, 8); break;
+  }
 }
 
 void ty_cu_grid1(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t items, uint32_t block) {

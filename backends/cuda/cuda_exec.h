@@ -15,7 +15,8 @@
  *
  * Kernel parameters follow the CUDA ABI: each at its natural alignment
  * (pointers and 64-bit values 8, 32-bit values 4, ty_dims8 8) in
- * declaration order; the ty_cu_arg_* helpers append in that order, so a
+ * declaration order; the core's ty_dev_arg_* (device_ops.h, through
+ * ty_cu_arg) append in that order, so a
  * builder's calls must list the kernel's parameters exactly. */
 #ifndef TY_BACKENDS_CUDA_CUDA_EXEC_H_
 #define TY_BACKENDS_CUDA_CUDA_EXEC_H_
@@ -23,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "trainyard/device_exec.h"
+#include "trainyard/device_ops.h"
 #include "cuda_fuse.h"
 #include "cuda_internal.h"
 
@@ -150,16 +151,9 @@ bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value);
 /* A launch of `kernel` (static storage) from `family`; parameters follow in
  * order. NULL after an error (the helpers below accept NULL). */
 ty_cu_cmd_t *ty_cu_launch(ty_cu_build_t *b, ty_cu_family_t family, const char *kernel);
-void ty_cu_arg_ptr(ty_cu_build_t *b, ty_cu_cmd_t *c, ty_dev_ref_t ref);
-void ty_cu_arg_err(ty_cu_build_t *b, ty_cu_cmd_t *c); /* int *err, int node */
-void ty_cu_arg_i32(ty_cu_build_t *b, ty_cu_cmd_t *c, int32_t v);
-void ty_cu_arg_u32(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t v);
-void ty_cu_arg_i64(ty_cu_build_t *b, ty_cu_cmd_t *c, int64_t v);
-void ty_cu_arg_u64(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t v);
-void ty_cu_arg_f32(ty_cu_build_t *b, ty_cu_cmd_t *c, float v);
-void ty_cu_arg_f64(ty_cu_build_t *b, ty_cu_cmd_t *c, double v);
-/* A struct ty_dims8 (8 x int64) by value; unused entries should be 0/1. */
-void ty_cu_arg_dims8(ty_cu_build_t *b, ty_cu_cmd_t *c, const int64_t v[8]);
+/* Arguments: the core's ty_dev_arg_* (device_ops.h), which call this hook
+ * (ty_dev_build_t.arg) to pack each at its CUDA ABI alignment. */
+void ty_cu_arg(ty_cu_build_t *b, void *cmd, const ty_dev_arg_t *arg);
 /* 1-D grid-stride launch over `items` with `block` threads per block (the
  * grid is capped; kernels loop with TY_FOR_EACH). */
 void ty_cu_grid1(ty_cu_build_t *b, ty_cu_cmd_t *c, uint64_t items, uint32_t block);

@@ -495,10 +495,9 @@ static void ty_cu_batch_strides(const ty_abi_value_t *v, int64_t matrix, uint32_
 void ty_cu_build_matmul(ty_cu_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bm = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *c = ty_dev_vout(b, 0);
-  const bool ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
-  const bool tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
-  const int64_t M = c->dims[c->rank - 2], N = c->dims[c->rank - 1];
-  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  const ty_dev_matmul_t mm = ty_dev_matmul_of(b);
+  const bool ta = mm.ta, tb = mm.tb;
+  const int64_t M = mm.M, N = mm.N, K = mm.K;
   const ty_dtype_t dt = c->dtype;
   const size_t es = ty_desc_dtype_size(dt);
   if (ty_dev_numel(c) == 0) return;
@@ -507,11 +506,11 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
       /* Broadcast the bias over every row with a one-element-K product is
        * not possible; a plain kernel does it. */
       ty_cu_cmd_t *k = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_bias_rows");
-      ty_cu_arg_ptr(b, k, ty_dev_in(b, 2));
-      ty_cu_arg_ptr(b, k, ty_dev_out(b, 0));
-      ty_cu_arg_i32(b, k, ty_dev_dt(c));
-      ty_cu_arg_i64(b, k, ty_dev_numel(c));
-      ty_cu_arg_i64(b, k, N);
+      ty_dev_arg_ref(b, k, ty_dev_in(b, 2));
+      ty_dev_arg_ref(b, k, ty_dev_out(b, 0));
+      ty_dev_arg_i32(b, k, ty_dev_dt(c));
+      ty_dev_arg_i64(b, k, ty_dev_numel(c));
+      ty_dev_arg_i64(b, k, N);
       ty_cu_grid1(b, k, (uint64_t)ty_dev_numel(c), TY_CU_BLOCK);
     } else {
       ty_cu_fill(b, ty_dev_out(b, 0), (uint64_t)ty_dev_numel(c) * es);

@@ -4,7 +4,7 @@
  * builder reads its node's shapes and attributes (as
  * ops/reference/ref_interp.c does), then appends the kernel launches, fills
  * and copies that compute it (cuda_exec.h). The comment above every launch
- * names the kernel and its parameter list: the ty_cu_arg_* calls under it
+ * names the kernel and its parameter list: the ty_dev_arg_* calls under it
  * must follow that list exactly. */
 #include <stdio.h>
 #include <string.h>
@@ -182,9 +182,7 @@ uint32_t ty_cu_col_split(int64_t col_blocks, int64_t rows, int64_t *out_rchunk) 
 /* ---- elementwise ---- */
 
 void ty_cu_build_binary(ty_cu_build_t *b) {
-  static const char *const names[] = {"add", "sub", "mul", "div"};
-  int op = 0;
-  while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
+  const int op = ty_dev_binary_op(b);
   const ty_abi_value_t *ins[2] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1)};
   const ty_abi_value_t *out = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(out);
@@ -198,29 +196,18 @@ void ty_cu_build_binary(ty_cu_build_t *b) {
   if (typed) {
     /* ty_binary_same_<T>(a, b, c, int op, i64 n) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, typed);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_i32(b, c, op);
-    ty_cu_arg_i64(b, c, n);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_i32(b, c, op);
+    ty_dev_arg_i64(b, c, n);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
     return;
   }
   /* ty_binary(a, int dta, b, int dtb, c, int dtc, int op, i64 n, int rank,
    *           dims8 dims, dims8 sa, dims8 sb) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_binary");
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ins[0]));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ins[1]));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(out));
-  ty_cu_arg_i32(b, c, op);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_i32(b, c, p.rank);
-  ty_cu_arg_dims8(b, c, p.dims);
-  ty_cu_arg_dims8(b, c, p.stride[0]);
-  ty_cu_arg_dims8(b, c, p.stride[1]);
+  ty_dev_args_binary(b, c, op, n, &p);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 

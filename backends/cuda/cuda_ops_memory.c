@@ -4,7 +4,7 @@
  * of the fused optimizer's clipping (global_norm_scale). The kernels are in
  * kernels/softmax.cu (the loss rows), kernels/optim.cu (Adafactor) and
  * kernels/reduce.cu (the norm); the comment above each launch names the
- * kernel and its parameter list, which the ty_cu_arg_* calls follow. */
+ * kernel and its parameter list, which the ty_dev_arg_* calls follow. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,16 +92,16 @@ static void ty_cu_build_lce_forward(ty_cu_build_t *b) {
     /* ty_lce_rows(const f32 *z, i64 ldz, targets, int dtt, f32 *loss, f32 *lse,
      *             i64 first, i64 n, i64 V, err, int node) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, "ty_lce_rows");
-    ty_cu_arg_ptr(b, c, z);
-    ty_cu_arg_i64(b, c, s.ldz);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_i32(b, c, ty_dev_dt(s.targets));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
-    ty_cu_arg_i64(b, c, first);
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_i64(b, c, s.V);
-    ty_cu_arg_err(b, c);
+    ty_dev_arg_ref(b, c, z);
+    ty_dev_arg_i64(b, c, s.ldz);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_i32(b, c, ty_dev_dt(s.targets));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+    ty_dev_arg_i64(b, c, first);
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_i64(b, c, s.V);
+    ty_dev_arg_err(b, c);
     ty_cu_grid_blocks(b, c, (uint64_t)n, ty_cu_row_threads(s.V, 1024));
   }
 }
@@ -110,9 +110,9 @@ static void ty_cu_build_lce_forward(ty_cu_build_t *b) {
 static void ty_cu_lce_cast(ty_cu_build_t *b, const char *kernel, ty_dev_ref_t x, ty_dev_ref_t y,
                            int64_t n) {
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, kernel);
-  ty_cu_arg_ptr(b, c, x);
-  ty_cu_arg_ptr(b, c, y);
-  ty_cu_arg_i64(b, c, n);
+  ty_dev_arg_ref(b, c, x);
+  ty_dev_arg_ref(b, c, y);
+  ty_dev_arg_i64(b, c, n);
   ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
 }
 
@@ -164,17 +164,17 @@ static void ty_cu_build_lce_backward(ty_cu_build_t *b) {
     /* ty_lce_bwd_rows_<T>(const f32 *dloss, const f32 *z, i64 ldz, targets, int dtt,
      *                     const f32 *lse, dz, i64 first, i64 n, i64 V, err, int node) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, rows_kernel);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, z);
-    ty_cu_arg_i64(b, c, s.ldz);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 3));
-    ty_cu_arg_i32(b, c, ty_dev_dt(s.targets));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 4));
-    ty_cu_arg_ptr(b, c, dz);
-    ty_cu_arg_i64(b, c, first);
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_i64(b, c, s.V);
-    ty_cu_arg_err(b, c);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, z);
+    ty_dev_arg_i64(b, c, s.ldz);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 3));
+    ty_dev_arg_i32(b, c, ty_dev_dt(s.targets));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 4));
+    ty_dev_arg_ref(b, c, dz);
+    ty_dev_arg_i64(b, c, first);
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_i64(b, c, s.V);
+    ty_dev_arg_err(b, c);
     ty_cu_grid_blocks(b, c, (uint64_t)n, ty_cu_row_threads(s.V, 1024));
     /* dh[first .. first+n) = dz W */
     const ty_cu_gemm_spec_t dh = {
@@ -243,14 +243,14 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
    *              int relative, int warmup, f64 decay, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_prep");
   for (uint32_t i = 6; i < 10; ++i) {
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
-    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "relative_step", 0) != 0);
-  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "warmup_init", 0) != 0);
-  ty_cu_arg_f64(b, c, ty_desc_node_attr_float(b->node, "decay_rate", -0.8));
-  ty_cu_arg_ptr(b, c, hp);
-  ty_cu_arg_err(b, c);
+  ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "relative_step", 0) != 0);
+  ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "warmup_init", 0) != 0);
+  ty_dev_arg_f64(b, c, ty_desc_node_attr_float(b->node, "decay_rate", -0.8));
+  ty_dev_arg_ref(b, c, hp);
+  ty_dev_arg_err(b, c);
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
   if (n == 0) return;
   /* rms(p): sums of p^2 over fixed chunks (reduce.cu), then alpha. */
@@ -260,12 +260,12 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
   /* ty_adaf_alpha(const f64 *part, i64 count, i64 n, f64 eps2, int scale_parameter,
    *               f64 *hp): one block */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_alpha");
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_f64(b, c, ty_desc_node_attr_float(b->node, "eps2", 1e-3));
-  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "scale_parameter", 1) != 0);
-  ty_cu_arg_ptr(b, c, hp);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i64(b, c, chunks);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_f64(b, c, ty_desc_node_attr_float(b->node, "eps2", 1e-3));
+  ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "scale_parameter", 1) != 0);
+  ty_dev_arg_ref(b, c, hp);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   /* The second-moment states. */
   ty_dev_ref_t rmean = ty_dev_none();
@@ -274,13 +274,13 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
     /* ty_adaf_rows_<T>(g, const f32 *row, f32 *row_o, i64 R, i64 cols, f64 eps1,
      *                  const f64 *hp): one block per row */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, rows_k);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_ptr(b, c, row_o);
-    ty_cu_arg_i64(b, c, batches * rows);
-    ty_cu_arg_i64(b, c, cols);
-    ty_cu_arg_f64(b, c, eps1);
-    ty_cu_arg_ptr(b, c, hp);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_ref(b, c, row_o);
+    ty_dev_arg_i64(b, c, batches * rows);
+    ty_dev_arg_i64(b, c, cols);
+    ty_dev_arg_f64(b, c, eps1);
+    ty_dev_arg_ref(b, c, hp);
     ty_cu_grid_blocks(b, c, (uint64_t)(batches * rows), ty_cu_row_threads(cols, TY_CU_BLOCK));
     /* Column sums in row splits that fill the card (a function of the shape). */
     const int64_t col_blocks = (cols + 31) / 32;
@@ -291,80 +291,80 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
     /* ty_adaf_cols_<T>(g, i64 rows, i64 cols, i64 rchunk, f64 eps1, f64 *part):
      * 32 x 8 threads; grid (column groups, splits, matrices) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adaf_cols"), dt));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_i64(b, c, rows);
-    ty_cu_arg_i64(b, c, cols);
-    ty_cu_arg_i64(b, c, rchunk);
-    ty_cu_arg_f64(b, c, eps1);
-    ty_cu_arg_ptr(b, c, col_part);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_i64(b, c, rows);
+    ty_dev_arg_i64(b, c, cols);
+    ty_dev_arg_i64(b, c, rchunk);
+    ty_dev_arg_f64(b, c, eps1);
+    ty_dev_arg_ref(b, c, col_part);
     ty_cu_grid(b, c, (uint32_t)col_blocks, splits, (uint32_t)batches, 32, 8, 1, 0);
     /* ty_adaf_cols_finish(const f64 *part, i64 splits, i64 n, i64 rows,
      *                     const f32 *col, f32 *col_o, const f64 *hp) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_cols_finish");
-    ty_cu_arg_ptr(b, c, col_part);
-    ty_cu_arg_i64(b, c, splits);
-    ty_cu_arg_i64(b, c, batches * cols);
-    ty_cu_arg_i64(b, c, rows);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 3));
-    ty_cu_arg_ptr(b, c, col_o);
-    ty_cu_arg_ptr(b, c, hp);
+    ty_dev_arg_ref(b, c, col_part);
+    ty_dev_arg_i64(b, c, splits);
+    ty_dev_arg_i64(b, c, batches * cols);
+    ty_dev_arg_i64(b, c, rows);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 3));
+    ty_dev_arg_ref(b, c, col_o);
+    ty_dev_arg_ref(b, c, hp);
     ty_cu_grid1(b, c, (uint64_t)(batches * cols), TY_CU_BLOCK);
     /* ty_adaf_rowmean(const f32 *row_o, i64 B, i64 rows, f64 *rmean) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_rowmean");
-    ty_cu_arg_ptr(b, c, row_o);
-    ty_cu_arg_i64(b, c, batches);
-    ty_cu_arg_i64(b, c, rows);
-    ty_cu_arg_ptr(b, c, rmean);
+    ty_dev_arg_ref(b, c, row_o);
+    ty_dev_arg_i64(b, c, batches);
+    ty_dev_arg_i64(b, c, rows);
+    ty_dev_arg_ref(b, c, rmean);
     ty_cu_grid_blocks(b, c, (uint64_t)batches, ty_cu_row_threads(rows, TY_CU_BLOCK));
   } else {
     /* ty_adaf_v_<T>(g, const f32 *v, f32 *v_o, i64 n, f64 eps1, const f64 *hp) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adaf_v"), dt));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 4));
-    ty_cu_arg_ptr(b, c, v_o);
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_f64(b, c, eps1);
-    ty_cu_arg_ptr(b, c, hp);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 4));
+    ty_dev_arg_ref(b, c, v_o);
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_f64(b, c, eps1);
+    ty_dev_arg_ref(b, c, hp);
     ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
   }
   /* rms(u): ty_adaf_usq_<T>(g, row_o, col_o, const f64 *rmean, v_o, i64 n, i64 rows,
    *                         i64 cols, i64 chunk, f64 *part): one block per chunk */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adaf_usq"), dt));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_ptr(b, c, row_o);
-  ty_cu_arg_ptr(b, c, col_o);
-  ty_cu_arg_ptr(b, c, rmean);
-  ty_cu_arg_ptr(b, c, v_o);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, cols);
-  ty_cu_arg_i64(b, c, TY_CU_ADAF_CHUNK);
-  ty_cu_arg_ptr(b, c, part);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, c, row_o);
+  ty_dev_arg_ref(b, c, col_o);
+  ty_dev_arg_ref(b, c, rmean);
+  ty_dev_arg_ref(b, c, v_o);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, cols);
+  ty_dev_arg_i64(b, c, TY_CU_ADAF_CHUNK);
+  ty_dev_arg_ref(b, c, part);
   ty_cu_grid_blocks(b, c, (uint64_t)chunks, TY_CU_BLOCK);
   /* ty_adaf_scale(const f64 *part, i64 count, i64 n, f64 clip, f64 *hp): one block */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_scale");
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_f64(b, c, ty_desc_node_attr_float(b->node, "clip_threshold", 1.0));
-  ty_cu_arg_ptr(b, c, hp);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i64(b, c, chunks);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_f64(b, c, ty_desc_node_attr_float(b->node, "clip_threshold", 1.0));
+  ty_dev_arg_ref(b, c, hp);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   /* ty_adaf_apply_<T>(p, g, row_o, col_o, const f64 *rmean, v_o, const f32 *m,
    *                   f32 *m_o, po, i64 n, i64 rows, i64 cols, const f64 *hp) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adaf_apply"), dt));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_ptr(b, c, row_o);
-  ty_cu_arg_ptr(b, c, col_o);
-  ty_cu_arg_ptr(b, c, rmean);
-  ty_cu_arg_ptr(b, c, v_o);
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 5));
-  ty_cu_arg_ptr(b, c, m_o);
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, cols);
-  ty_cu_arg_ptr(b, c, hp);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, c, row_o);
+  ty_dev_arg_ref(b, c, col_o);
+  ty_dev_arg_ref(b, c, rmean);
+  ty_dev_arg_ref(b, c, v_o);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 5));
+  ty_dev_arg_ref(b, c, m_o);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, cols);
+  ty_dev_arg_ref(b, c, hp);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
@@ -392,14 +392,14 @@ void ty_cu_build_global_norm_scale(ty_cu_build_t *b) {
   /* ty_global_norm_scale(max_norm, int dtm, const void *const *sums, int dts, int count,
    *                      norm, int dtn, scale, int dtsc): one thread */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_global_norm_scale");
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
-  ty_cu_arg_ptr(b, c, table);
-  ty_cu_arg_i32(b, c, dts);
-  ty_cu_arg_i32(b, c, (int32_t)count);
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+  ty_dev_arg_ref(b, c, table);
+  ty_dev_arg_i32(b, c, dts);
+  ty_dev_arg_i32(b, c, (int32_t)count);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
 }

@@ -1,7 +1,7 @@
 /* Launch builders of the neural-network ops: activations, dropout, norms,
  * softmax, cross-entropy and RoPE (kernels in kernels/elementwise.cu,
  * norm.cu, softmax.cu, rope.cu). As in cuda_ops.c, the comment above every
- * launch names the kernel and its parameter list, which the ty_cu_arg_*
+ * launch names the kernel and its parameter list, which the ty_dev_arg_*
  * calls under it follow exactly. These ops take float operands of one
  * dtype (inference checks it), so they launch the kernel instance of that
  * dtype. */
@@ -43,12 +43,12 @@ void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha) {
   if (typed) {
     /* ty_map_t_<T>(a, b, c, y, z, int op, i64 n, f32 alpha) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, typed);
-    for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_ptr(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
-    ty_cu_arg_i32(b, c, op);
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_f32(b, c, alpha);
+    for (uint32_t i = 0; i < 3; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_ref(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
+    ty_dev_arg_i32(b, c, op);
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_f32(b, c, alpha);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
     return;
   }
@@ -56,16 +56,16 @@ void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha) {
    *        i64 n, f32 alpha) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_map");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
-    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(y));
-  ty_cu_arg_ptr(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
-  ty_cu_arg_i32(b, c, two ? ty_dev_dt(ty_dev_vout(b, 1)) : 0);
-  ty_cu_arg_i32(b, c, op);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_f32(b, c, alpha);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_ref(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
+  ty_dev_arg_i32(b, c, two ? ty_dev_dt(ty_dev_vout(b, 1)) : 0);
+  ty_dev_arg_i32(b, c, op);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_f32(b, c, alpha);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
@@ -81,12 +81,8 @@ void ty_cu_build_map(ty_cu_build_t *b) {
 void ty_cu_build_dropout(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
-  const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
-  if (!(p >= 0.0 && p < 1.0)) {
-    ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
-    return;
-  }
-  if (n == 0) return;
+  double p;
+  if (!ty_dev_dropout_p(b, &p) || n == 0) return;
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_dropout"), y);
   if (kernel && x->dtype != y->dtype) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "x and y of different dtypes");
@@ -95,14 +91,14 @@ void ty_cu_build_dropout(ty_cu_build_t *b) {
   /* ty_dropout_<T>(x, rng, int dtrng, y, i64 n, u32 threshold, u32 stream,
    *                f64 keep): a thread per group of 4 (one Philox call) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, kernel);
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(rng));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_u32(b, c, ty_dropout_threshold(p));
-  ty_cu_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
-  ty_cu_arg_f64(b, c, 1.0 - p);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(rng));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_u32(b, c, ty_dropout_threshold(p));
+  ty_dev_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
+  ty_dev_arg_f64(b, c, 1.0 - p);
   ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
 }
 
@@ -123,19 +119,19 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   /* ty_layernorm_<T>(x, gamma, beta, y, int dty, mean, int dtm, rstd, int dtr,
    *                  i64 rows, i64 C, f32 eps, int rms): a warp per row */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM, kernel);
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_ptr(b, c, rms ? none : ty_dev_in(b, 2));
-  ty_cu_arg_ptr(b, c, y != UINT32_MAX ? ty_dev_value(y) : ty_dev_out(b, 0));
-  ty_cu_arg_i32(b, c, y != UINT32_MAX ? (int)b->g->values[y].dtype : 0);
-  ty_cu_arg_ptr(b, c, rms ? none : ty_dev_out(b, 1));
-  ty_cu_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, r));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, r)));
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, C);
-  ty_cu_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
-  ty_cu_arg_i32(b, c, rms);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, c, rms ? none : ty_dev_in(b, 2));
+  ty_dev_arg_ref(b, c, y != UINT32_MAX ? ty_dev_value(y) : ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, y != UINT32_MAX ? (int)b->g->values[y].dtype : 0);
+  ty_dev_arg_ref(b, c, rms ? none : ty_dev_out(b, 1));
+  ty_dev_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, r));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, r)));
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, C);
+  ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
+  ty_dev_arg_i32(b, c, rms);
   ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
 }
 
@@ -173,33 +169,33 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
                                   ty_cu_typed(TY_CU_TYPED("ty_norm_bwd_fused"), (int)x->dtype));
     const bool has_out2 = f && f->out2 != UINT32_MAX;
-    ty_cu_arg_ptr(b, c, ty_dev_value(dy));
-    ty_cu_arg_i32(b, c, (int)b->g->values[dy].dtype);
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_ptr(b, c, mean_ref);
-    ty_cu_arg_i32(b, c, ty_dev_dt(mean));
-    ty_cu_arg_ptr(b, c, rstd_ref);
-    ty_cu_arg_i32(b, c, ty_dev_dt(rstd));
-    ty_cu_arg_ptr(b, c, f && f->addend != UINT32_MAX ? ty_dev_value(f->addend) : none);
-    ty_cu_arg_ptr(b, c, f && f->out != UINT32_MAX ? ty_dev_value(f->out) : ty_dev_out(b, 0));
-    ty_cu_arg_ptr(b, c, has_out2 ? ty_dev_value(f->out2) : none);
-    ty_cu_arg_i32(b, c, has_out2 ? (int)b->g->values[f->out2].dtype : 0);
-    ty_cu_arg_ptr(b, c, part);
-    ty_cu_arg_i64(b, c, rows);
-    ty_cu_arg_i64(b, c, C);
-    ty_cu_arg_i32(b, c, rms);
+    ty_dev_arg_ref(b, c, ty_dev_value(dy));
+    ty_dev_arg_i32(b, c, (int)b->g->values[dy].dtype);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_ref(b, c, mean_ref);
+    ty_dev_arg_i32(b, c, ty_dev_dt(mean));
+    ty_dev_arg_ref(b, c, rstd_ref);
+    ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_dev_arg_ref(b, c, f && f->addend != UINT32_MAX ? ty_dev_value(f->addend) : none);
+    ty_dev_arg_ref(b, c, f && f->out != UINT32_MAX ? ty_dev_value(f->out) : ty_dev_out(b, 0));
+    ty_dev_arg_ref(b, c, has_out2 ? ty_dev_value(f->out2) : none);
+    ty_dev_arg_i32(b, c, has_out2 ? (int)b->g->values[f->out2].dtype : 0);
+    ty_dev_arg_ref(b, c, part);
+    ty_dev_arg_i64(b, c, rows);
+    ty_dev_arg_i64(b, c, C);
+    ty_dev_arg_i32(b, c, rms);
     ty_cu_grid(b, c, blocks, 1, 1, TY_CU_NORM_THREADS, 1, 1, 0);
     /* ty_norm_params_finish(const f64 *part, i64 chunks, i64 C, dgamma, int dtdg,
      *                       dbeta, int dtdb) */
     c = ty_cu_launch(b, TY_CU_FAM_NORM, "ty_norm_params_finish");
-    ty_cu_arg_ptr(b, c, part);
-    ty_cu_arg_i64(b, c, blocks);
-    ty_cu_arg_i64(b, c, C);
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
-    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
-    ty_cu_arg_ptr(b, c, has_dbeta_out ? ty_dev_out(b, 2) : none);
-    ty_cu_arg_i32(b, c, has_dbeta_out ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
+    ty_dev_arg_ref(b, c, part);
+    ty_dev_arg_i64(b, c, blocks);
+    ty_dev_arg_i64(b, c, C);
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+    ty_dev_arg_ref(b, c, has_dbeta_out ? ty_dev_out(b, 2) : none);
+    ty_dev_arg_i32(b, c, has_dbeta_out ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
     ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
     return;
   }
@@ -208,17 +204,17 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
      *                    i64 C, int rms): a warp per row */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_NORM,
                                   ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_bwd_dx"), x));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_ptr(b, c, mean_ref);
-    ty_cu_arg_i32(b, c, ty_dev_dt(mean));
-    ty_cu_arg_ptr(b, c, rstd_ref);
-    ty_cu_arg_i32(b, c, ty_dev_dt(rstd));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_i64(b, c, rows);
-    ty_cu_arg_i64(b, c, C);
-    ty_cu_arg_i32(b, c, rms);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_ref(b, c, mean_ref);
+    ty_dev_arg_i32(b, c, ty_dev_dt(mean));
+    ty_dev_arg_ref(b, c, rstd_ref);
+    ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_i64(b, c, rows);
+    ty_dev_arg_i64(b, c, C);
+    ty_dev_arg_i32(b, c, rms);
     ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
   }
   if (C == 0) return;
@@ -236,33 +232,33 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
    * row chunks */
   ty_cu_cmd_t *c =
       ty_cu_launch(b, TY_CU_FAM_NORM, ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_params"), x));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_ptr(b, c, mean_ref);
-  ty_cu_arg_i32(b, c, ty_dev_dt(mean));
-  ty_cu_arg_ptr(b, c, rstd_ref);
-  ty_cu_arg_i32(b, c, ty_dev_dt(rstd));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
-  ty_cu_arg_ptr(b, c, dbeta);
-  ty_cu_arg_i32(b, c, dtdb);
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, C);
-  ty_cu_arg_i64(b, c, rchunk);
-  ty_cu_arg_i32(b, c, rms);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, c, mean_ref);
+  ty_dev_arg_i32(b, c, ty_dev_dt(mean));
+  ty_dev_arg_ref(b, c, rstd_ref);
+  ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_ref(b, c, dbeta);
+  ty_dev_arg_i32(b, c, dtdb);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, C);
+  ty_dev_arg_i64(b, c, rchunk);
+  ty_dev_arg_i32(b, c, rms);
   ty_cu_grid(b, c, (uint32_t)(cb > 0x7fffffff ? 0x7fffffff : cb), split, 1, 32, 8, 1, 0);
   if (split == 1) return;
   /* ty_norm_params_finish(const f64 *part, i64 chunks, i64 C, dgamma, int dtdg,
    *                       dbeta, int dtdb) */
   c = ty_cu_launch(b, TY_CU_FAM_NORM, "ty_norm_params_finish");
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i64(b, c, split);
-  ty_cu_arg_i64(b, c, C);
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
-  ty_cu_arg_ptr(b, c, dbeta);
-  ty_cu_arg_i32(b, c, dtdb);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i64(b, c, split);
+  ty_dev_arg_i64(b, c, C);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_ref(b, c, dbeta);
+  ty_dev_arg_i32(b, c, dtdb);
   ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
 }
 
@@ -279,10 +275,10 @@ void ty_cu_build_softmax(ty_cu_build_t *b) {
   /* ty_softmax_<T>(x, y, i64 rows, i64 C)
    * ty_softmax_bwd_<T>(dy, y, dx, i64 rows, i64 C) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SOFTMAX, kernel);
-  for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, C);
+  for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, C);
   ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(C, 1024));
 }
 
@@ -311,27 +307,27 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
      *                 i64 V, i64 ld, i64 ldz, err, int node)
      * ty_xent_bwd_lse_<T>(dloss, int dtdl, logits, targets, int dtt, f32 *loss, dz,
      *                     i64 rows, i64 V, i64 ld, i64 ldz, err, int node) */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
-    if (loss != UINT32_MAX) ty_cu_arg_ptr(b, c, ty_dev_value(loss));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_i32(b, c, ty_dev_dt(targets));
+    if (loss != UINT32_MAX) ty_dev_arg_ref(b, c, ty_dev_value(loss));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   } else {
     /* ty_xent_<T>(logits, targets, int dtt, loss, int dtl, i64 rows, i64 V, i64 ld,
      *             err, int node) */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(targets));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
   }
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, V);
-  ty_cu_arg_i64(b, c, ty_cu_row_stride(b, b->node->inputs[zi]));
-  if (backward) ty_cu_arg_i64(b, c, ty_cu_row_stride(b, b->node->outputs[0]));
-  ty_cu_arg_err(b, c);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, V);
+  ty_dev_arg_i64(b, c, ty_cu_row_stride(b, b->node->inputs[zi]));
+  if (backward) ty_dev_arg_i64(b, c, ty_cu_row_stride(b, b->node->outputs[0]));
+  ty_dev_arg_err(b, c);
   ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(V, 1024));
 }
 
@@ -393,15 +389,15 @@ void ty_cu_build_rope(ty_cu_build_t *b) {
   /* ty_rope_<T>(x, y, pos, int dtpos, const f32 *freq, i64 T, i64 H, i64 D,
    *             f32 sign, i64 pairs): a thread per rotated pair */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ROPE, kernel);
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(pos));
-  ty_cu_arg_ptr(b, c, freq);
-  ty_cu_arg_i64(b, c, T);
-  ty_cu_arg_i64(b, c, H);
-  ty_cu_arg_i64(b, c, D);
-  ty_cu_arg_f32(b, c, backward ? -1.0f : 1.0f);
-  ty_cu_arg_i64(b, c, pairs);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(pos));
+  ty_dev_arg_ref(b, c, freq);
+  ty_dev_arg_i64(b, c, T);
+  ty_dev_arg_i64(b, c, H);
+  ty_dev_arg_i64(b, c, D);
+  ty_dev_arg_f32(b, c, backward ? -1.0f : 1.0f);
+  ty_dev_arg_i64(b, c, pairs);
   ty_cu_grid1(b, c, (uint64_t)pairs, TY_CU_BLOCK);
 }

@@ -2,7 +2,7 @@
  * several are in a row; sgd_update), clip_by_global_norm and the
  * all_reduce / tp_reduce commands, on kernels/optim.cu and reduce.cu. The
  * comment above every launch names the kernel and its parameter list: the
- * ty_cu_arg_* calls under it must follow that list exactly. */
+ * ty_dev_arg_* calls under it must follow that list exactly. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,16 +10,6 @@
 #include "trainyard/dtype.h"
 
 /* ---- optimizers and clipping ---- */
-
-static void ty_cu_arg_in(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t i) {
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
-}
-
-static void ty_cu_arg_out(ty_cu_build_t *b, ty_cu_cmd_t *c, uint32_t o) {
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, o));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
-}
 
 /* Elements per chunk of the multi-tensor kernels (a multiple of 4). */
 #define TY_CU_MT_CHUNK 16384
@@ -103,22 +93,22 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
    *                     step, int dtstep, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_multi_prep");
   for (uint32_t i = 4; i < 10; ++i) {
-    if (i != 8) ty_cu_arg_in(b, c, i);
+    if (i != 8) ty_dev_arg_in(b, c, i);
   }
-  ty_cu_arg_ptr(b, c, hp);
-  ty_cu_arg_err(b, c);
+  ty_dev_arg_ref(b, c, hp);
+  ty_dev_arg_err(b, c);
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
   if (chunks == 0) return;
   /* ty_adamw_multi_<T>(p[], g[], m[], v[], po[], mo[], vo[], wd[], int dtwd,
    *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), dt));
-  for (int t = 0; t < 8; ++t) ty_cu_arg_ptr(b, c, tables[t]);
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 8)));
-  ty_cu_arg_ptr(b, c, starts_ref);
-  ty_cu_arg_ptr(b, c, sizes_ref);
-  ty_cu_arg_i32(b, c, (int32_t)count);
-  ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
-  ty_cu_arg_ptr(b, c, hp);
+  for (int t = 0; t < 8; ++t) ty_dev_arg_ref(b, c, tables[t]);
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 8)));
+  ty_dev_arg_ref(b, c, starts_ref);
+  ty_dev_arg_ref(b, c, sizes_ref);
+  ty_dev_arg_i32(b, c, (int32_t)count);
+  ty_dev_arg_i64(b, c, TY_CU_MT_CHUNK);
+  ty_dev_arg_ref(b, c, hp);
   ty_cu_grid_blocks(b, c, (uint64_t)chunks, TY_CU_BLOCK);
   for (uint32_t k = 1; k < count; ++k) ty_cu_mark_fused(b, b->n + k);
 }
@@ -144,9 +134,9 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
   /* ty_adamw_prep(lr, int dtlr, b1, int dtb1, b2, int dtb2, eps, int dteps,
    *               wd, int dtwd, step, int dtstep, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw_prep");
-  for (uint32_t i = 4; i < 10; ++i) ty_cu_arg_in(b, c, i);
-  ty_cu_arg_ptr(b, c, hp);
-  ty_cu_arg_err(b, c);
+  for (uint32_t i = 4; i < 10; ++i) ty_dev_arg_in(b, c, i);
+  ty_dev_arg_ref(b, c, hp);
+  ty_dev_arg_err(b, c);
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
   if (n == 0) return;
   const ty_abi_value_t *pg[3] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1), ty_dev_vout(b, 0)};
@@ -160,20 +150,20 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
     /* ty_adamw_t_<T>(p, g, f32 *m, f32 *v, po, f32 *mo, f32 *vo, i64 n,
      *                const f64 *hp) */
     c = ty_cu_launch(b, TY_CU_FAM_OPTIM, typed);
-    for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_ptr(b, c, ty_dev_in(b, i));
-    for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_ptr(b, c, ty_dev_out(b, o));
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_ptr(b, c, hp);
+    for (uint32_t i = 0; i < 4; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    for (uint32_t o = 0; o < 3; ++o) ty_dev_arg_ref(b, c, ty_dev_out(b, o));
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_ref(b, c, hp);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
     return;
   }
   /* ty_adamw(p, int dtp, g, int dtg, m, int dtm, v, int dtv, po, int dtpo,
    *          mo, int dtmo, vo, int dtvo, i64 n, const f64 *hp) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adamw");
-  for (uint32_t i = 0; i < 4; ++i) ty_cu_arg_in(b, c, i);
-  for (uint32_t o = 0; o < 3; ++o) ty_cu_arg_out(b, c, o);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_ptr(b, c, hp);
+  for (uint32_t i = 0; i < 4; ++i) ty_dev_arg_in(b, c, i);
+  for (uint32_t o = 0; o < 3; ++o) ty_dev_arg_out(b, c, o);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_ref(b, c, hp);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
@@ -185,12 +175,12 @@ void ty_cu_build_sgd(ty_cu_build_t *b) {
    *        i64 n, lr, int dtlr, mu, int dtmu, wd, int dtwd, int nesterov, err,
    *        int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_sgd");
-  for (uint32_t i = 0; i < 3; ++i) ty_cu_arg_in(b, c, i);
-  for (uint32_t o = 0; o < 2; ++o) ty_cu_arg_out(b, c, o);
-  ty_cu_arg_i64(b, c, n);
-  for (uint32_t i = 3; i < 6; ++i) ty_cu_arg_in(b, c, i);
-  ty_cu_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
-  ty_cu_arg_err(b, c);
+  for (uint32_t i = 0; i < 3; ++i) ty_dev_arg_in(b, c, i);
+  for (uint32_t o = 0; o < 2; ++o) ty_dev_arg_out(b, c, o);
+  ty_dev_arg_i64(b, c, n);
+  for (uint32_t i = 3; i < 6; ++i) ty_dev_arg_in(b, c, i);
+  ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_dev_arg_err(b, c);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
@@ -202,15 +192,15 @@ int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_dev_ref_t x, int dt, int64_t
   /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
    *                    i64 total, f64 scale): one row of n, one block per chunk */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_reduce_rows"), dt));
-  ty_cu_arg_ptr(b, c, x);
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i32(b, c, TY_DTYPE_F64);
-  ty_cu_arg_i32(b, c, 1 /* sumsq */);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_i64(b, c, blocks);
-  ty_cu_arg_i64(b, c, chunk);
-  ty_cu_arg_i64(b, c, blocks);
-  ty_cu_arg_f64(b, c, 1.0);
+  ty_dev_arg_ref(b, c, x);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i32(b, c, TY_DTYPE_F64);
+  ty_dev_arg_i32(b, c, 1 /* sumsq */);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_i64(b, c, blocks);
+  ty_dev_arg_i64(b, c, chunk);
+  ty_dev_arg_i64(b, c, blocks);
+  ty_dev_arg_f64(b, c, 1.0);
   ty_cu_grid_blocks(b, c, (uint64_t)blocks, TY_CU_BLOCK);
   return blocks;
 }
@@ -247,32 +237,32 @@ static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
     const ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(double));
     /* ty_sumsq_multi_<T>(x[], i64 *starts, i64 *sizes, int count, i64 chunk, f64 *part) */
     ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_sumsq_multi"), dt));
-    ty_cu_arg_ptr(b, c, xt);
-    ty_cu_arg_ptr(b, c, st);
-    ty_cu_arg_ptr(b, c, sz);
-    ty_cu_arg_i32(b, c, (int32_t)count);
-    ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
-    ty_cu_arg_ptr(b, c, part);
+    ty_dev_arg_ref(b, c, xt);
+    ty_dev_arg_ref(b, c, st);
+    ty_dev_arg_ref(b, c, sz);
+    ty_dev_arg_i32(b, c, (int32_t)count);
+    ty_dev_arg_i64(b, c, TY_CU_MT_CHUNK);
+    ty_dev_arg_ref(b, c, part);
     ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
     /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
      *                f64 *coef): one block */
     c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
-    ty_cu_arg_ptr(b, c, part);
-    ty_cu_arg_i64(b, c, chunks);
-    ty_cu_arg_in(b, c, 0);
-    ty_cu_arg_out(b, c, 0);
-    ty_cu_arg_ptr(b, c, coef);
+    ty_dev_arg_ref(b, c, part);
+    ty_dev_arg_i64(b, c, chunks);
+    ty_dev_arg_in(b, c, 0);
+    ty_dev_arg_out(b, c, 0);
+    ty_dev_arg_ref(b, c, coef);
     ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
     /* ty_scale_multi_<T>(x[], y[], i64 *starts, i64 *sizes, int count, i64 chunk,
      *                    const f64 *coef) */
     c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_multi"), dt));
-    ty_cu_arg_ptr(b, c, xt);
-    ty_cu_arg_ptr(b, c, yt);
-    ty_cu_arg_ptr(b, c, st);
-    ty_cu_arg_ptr(b, c, sz);
-    ty_cu_arg_i32(b, c, (int32_t)count);
-    ty_cu_arg_i64(b, c, TY_CU_MT_CHUNK);
-    ty_cu_arg_ptr(b, c, coef);
+    ty_dev_arg_ref(b, c, xt);
+    ty_dev_arg_ref(b, c, yt);
+    ty_dev_arg_ref(b, c, st);
+    ty_dev_arg_ref(b, c, sz);
+    ty_dev_arg_i32(b, c, (int32_t)count);
+    ty_dev_arg_i64(b, c, TY_CU_MT_CHUNK);
+    ty_dev_arg_ref(b, c, coef);
     ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
   }
   free(in);
@@ -311,11 +301,11 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
   /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
    *                f64 *coef): one block */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
-  ty_cu_arg_ptr(b, c, partial);
-  ty_cu_arg_i64(b, c, (int64_t)slots);
-  ty_cu_arg_in(b, c, 0);
-  ty_cu_arg_out(b, c, 0);
-  ty_cu_arg_ptr(b, c, coef);
+  ty_dev_arg_ref(b, c, partial);
+  ty_dev_arg_i64(b, c, (int64_t)slots);
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_out(b, c, 0);
+  ty_dev_arg_ref(b, c, coef);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
@@ -323,10 +313,10 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
     if (n == 0) continue;
     /* ty_scale_by_<T>(x, y, i64 n, const f64 *coef) */
     c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, i + 1));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, i + 1));
-    ty_cu_arg_i64(b, c, n);
-    ty_cu_arg_ptr(b, c, coef);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i + 1));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, i + 1));
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_ref(b, c, coef);
     ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
   }
 }

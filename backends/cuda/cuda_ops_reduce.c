@@ -1,7 +1,7 @@
 /* The launch builders of the reductions (reduce_sum, reduce_mean,
  * reduce_max, reduce_sumsq over any axes) and the column sums other
  * builders use (ty_cu_col_sum), on kernels/reduce.cu. The comment above
- * every launch names the kernel and its parameter list: the ty_cu_arg_*
+ * every launch names the kernel and its parameter list: the ty_dev_arg_*
  * calls under it must follow that list exactly. */
 #include <string.h>
 
@@ -25,26 +25,26 @@ static void ty_cu_reduce_rows_into(ty_cu_build_t *b, const char *kernel, ty_dev_
   /* ty_reduce_rows_<T>(x, y, int dty, int kind, i64 R, i64 chunks, i64 chunk,
    *                    i64 total, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
-  ty_cu_arg_ptr(b, c, x);
-  ty_cu_arg_ptr(b, c, dst);
-  ty_cu_arg_i32(b, c, chunks > 1 ? TY_DTYPE_F64 : dty);
-  ty_cu_arg_i32(b, c, kind);
-  ty_cu_arg_i64(b, c, R);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_i64(b, c, chunk);
-  ty_cu_arg_i64(b, c, O * chunks);
-  ty_cu_arg_f64(b, c, chunks > 1 ? 1.0 : scale);
+  ty_dev_arg_ref(b, c, x);
+  ty_dev_arg_ref(b, c, dst);
+  ty_dev_arg_i32(b, c, chunks > 1 ? TY_DTYPE_F64 : dty);
+  ty_dev_arg_i32(b, c, kind);
+  ty_dev_arg_i64(b, c, R);
+  ty_dev_arg_i64(b, c, chunks);
+  ty_dev_arg_i64(b, c, chunk);
+  ty_dev_arg_i64(b, c, O * chunks);
+  ty_dev_arg_f64(b, c, chunks > 1 ? 1.0 : scale);
   ty_cu_grid_blocks(b, c, (uint64_t)(O * chunks), ty_cu_row_threads(chunk, TY_CU_BLOCK));
   if (chunks == 1) return;
   /* ty_reduce_partials(const f64 *part, y, int dty, i64 per_row, i64 rows,
    *                    f64 scale): each row's chunk sums, in order */
   c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_partials");
-  ty_cu_arg_ptr(b, c, dst);
-  ty_cu_arg_ptr(b, c, y);
-  ty_cu_arg_i32(b, c, dty);
-  ty_cu_arg_i64(b, c, chunks);
-  ty_cu_arg_i64(b, c, O);
-  ty_cu_arg_f64(b, c, scale);
+  ty_dev_arg_ref(b, c, dst);
+  ty_dev_arg_ref(b, c, y);
+  ty_dev_arg_i32(b, c, dty);
+  ty_dev_arg_i64(b, c, chunks);
+  ty_dev_arg_i64(b, c, O);
+  ty_dev_arg_f64(b, c, scale);
   ty_cu_grid_blocks(b, c, (uint64_t)O, ty_cu_row_threads(chunks, TY_CU_BLOCK));
 }
 
@@ -71,28 +71,28 @@ static void ty_cu_reduce_cols_at(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xd
   /* ty_reduce_cols_<T>(x, y, int dty, f64 *part, int kind, i64 O, i64 R, i64 I,
    *                    i64 rchunk, f64 scale) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, kernel);
-  ty_cu_arg_ptr(b, c, x);
-  ty_cu_arg_ptr(b, c, y);
-  ty_cu_arg_i32(b, c, dty);
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_i32(b, c, kind);
-  ty_cu_arg_i64(b, c, O);
-  ty_cu_arg_i64(b, c, R);
-  ty_cu_arg_i64(b, c, I);
-  ty_cu_arg_i64(b, c, rchunk);
-  ty_cu_arg_f64(b, c, scale);
+  ty_dev_arg_ref(b, c, x);
+  ty_dev_arg_ref(b, c, y);
+  ty_dev_arg_i32(b, c, dty);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i32(b, c, kind);
+  ty_dev_arg_i64(b, c, O);
+  ty_dev_arg_i64(b, c, R);
+  ty_dev_arg_i64(b, c, I);
+  ty_dev_arg_i64(b, c, rchunk);
+  ty_dev_arg_f64(b, c, scale);
   const uint64_t gx = (uint64_t)(cb * O) > 0x7fffffffu ? 0x7fffffffu : (uint64_t)(cb * O);
   ty_cu_grid(b, c, (uint32_t)gx, split, 1, 32, 8, 1, 0);
   if (split == 1) return;
   /* ty_reduce_cols_finish(const f64 *part, y, int dty, i64 chunks, i64 n,
    *                       f64 scale): the chunk partials [split, O*I], in order */
   c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce_cols_finish");
-  ty_cu_arg_ptr(b, c, part);
-  ty_cu_arg_ptr(b, c, y);
-  ty_cu_arg_i32(b, c, dty);
-  ty_cu_arg_i64(b, c, split);
-  ty_cu_arg_i64(b, c, O * I);
-  ty_cu_arg_f64(b, c, scale);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_ref(b, c, y);
+  ty_dev_arg_i32(b, c, dty);
+  ty_dev_arg_i64(b, c, split);
+  ty_dev_arg_i64(b, c, O * I);
+  ty_dev_arg_f64(b, c, scale);
   const uint64_t fx = ((uint64_t)(O * I) + 31) / 32; /* 32 columns x 32 chunk lanes */
   ty_cu_grid(b, c, (uint32_t)(fx > 0x7fffffffu ? 0x7fffffffu : fx), 1, 1, 32, 32, 1, 0);
 }
@@ -110,17 +110,8 @@ void ty_cu_col_sum(ty_cu_build_t *b, ty_dev_ref_t x, ty_dtype_t xdt, ty_dev_ref_
 
 void ty_cu_build_reduce(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  bool red[8] = {false};
-  const ty_abi_attr_t *a = ty_desc_node_attr(b->node, "axes");
-  const uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
-  if (count == 0) {
-    for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;
-  } else {
-    for (uint32_t k = 0; k < count; ++k) {
-      int64_t ax = a->ints[k] < 0 ? a->ints[k] + (int64_t)x->rank : a->ints[k];
-      if (ax >= 0 && ax < (int64_t)x->rank) red[ax] = true;
-    }
-  }
+  bool red[8];
+  ty_dev_reduce_axes(b, red);
   const int64_t outs = ty_dev_numel(y);
   if (outs == 0) return;
   int64_t terms = 1;
@@ -201,19 +192,19 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
    *           int krank, dims8 kdims, dims8 kstr, int rrank, dims8 rdims,
    *           dims8 rstr) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce");
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(x));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i32(b, c, dty);
-  ty_cu_arg_i32(b, c, kind);
-  ty_cu_arg_i64(b, c, outs);
-  ty_cu_arg_i64(b, c, terms);
-  ty_cu_arg_f64(b, c, scale);
-  ty_cu_arg_i32(b, c, kr);
-  ty_cu_arg_dims8(b, c, kd);
-  ty_cu_arg_dims8(b, c, ks);
-  ty_cu_arg_i32(b, c, rr);
-  ty_cu_arg_dims8(b, c, rd);
-  ty_cu_arg_dims8(b, c, rs);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, dty);
+  ty_dev_arg_i32(b, c, kind);
+  ty_dev_arg_i64(b, c, outs);
+  ty_dev_arg_i64(b, c, terms);
+  ty_dev_arg_f64(b, c, scale);
+  ty_dev_arg_i32(b, c, kr);
+  ty_dev_arg_dims8(b, c, kd);
+  ty_dev_arg_dims8(b, c, ks);
+  ty_dev_arg_i32(b, c, rr);
+  ty_dev_arg_dims8(b, c, rd);
+  ty_dev_arg_dims8(b, c, rs);
   ty_cu_grid_blocks(b, c, (uint64_t)outs, ty_cu_row_threads(terms, TY_CU_BLOCK));
 }

@@ -1,7 +1,7 @@
 /* The launch builders of the element-moving ops: broadcast_to, cast,
  * reshape, transpose, slice (+ backward), concat and kv_cache_write, on
  * the strided copies and casts of kernels/views.cu. The comment above every
- * launch names the kernel and its parameter list: the ty_cu_arg_* calls
+ * launch names the kernel and its parameter list: the ty_dev_arg_* calls
  * under it must follow that list exactly. */
 #include "trainyard/op_shapes.h"
 #include "cuda_ops.h"
@@ -57,15 +57,15 @@ static void ty_cu_strided_copy(ty_cu_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y,
   /* ty_strided_copy(x, y, int esize, int vec, i64 n, int rank, dims8 dims,
    *                 dims8 xs, dims8 ys) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_strided_copy");
-  ty_cu_arg_ptr(b, c, x);
-  ty_cu_arg_ptr(b, c, y);
-  ty_cu_arg_i32(b, c, (int32_t)esize);
-  ty_cu_arg_i32(b, c, vec);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_i32(b, c, r);
-  ty_cu_arg_dims8(b, c, d8);
-  ty_cu_arg_dims8(b, c, x8);
-  ty_cu_arg_dims8(b, c, y8);
+  ty_dev_arg_ref(b, c, x);
+  ty_dev_arg_ref(b, c, y);
+  ty_dev_arg_i32(b, c, (int32_t)esize);
+  ty_dev_arg_i32(b, c, vec);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_i32(b, c, r);
+  ty_dev_arg_dims8(b, c, d8);
+  ty_dev_arg_dims8(b, c, x8);
+  ty_dev_arg_dims8(b, c, y8);
   ty_cu_grid1(b, c, (uint64_t)(n / vec), TY_CU_BLOCK);
 }
 
@@ -102,21 +102,16 @@ void ty_cu_build_cast(ty_cu_build_t *b) {
   for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); ++i) {
     if (fast[i].from == x->dtype && fast[i].to == y->dtype) {
       ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, fast[i].kernel);
-      ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-      ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-      ty_cu_arg_i64(b, c, n);
+      ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+      ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+      ty_dev_arg_i64(b, c, n);
       ty_cu_grid1(b, c, ((uint64_t)n + 3) / 4, TY_CU_BLOCK);
       return;
     }
   }
   /* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_cast");
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(x));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i32(b, c, ty_dev_dt(y));
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_err(b, c);
+  ty_dev_args_cast(b, c);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
@@ -125,7 +120,7 @@ const ty_dev_movers_t ty_cu_movers = {ty_cu_fill, ty_cu_copy, ty_cu_strided_copy
 
 void ty_cu_build_kv_cache_write(ty_cu_build_t *b) {
   const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
-  const ty_abi_value_t *pos = ty_dev_vin(b, 2), *out = ty_dev_vout(b, 0);
+  const ty_abi_value_t *out = ty_dev_vout(b, 0);
   const size_t es = ty_cu_esize(out);
   /* cache' = cache first, unless the plan put cache' in cache's storage
    * (the copy is skipped when the addresses coincide). */
@@ -135,15 +130,6 @@ void ty_cu_build_kv_cache_write(ty_cu_build_t *b) {
   /* ty_kv_write(fresh, cache, pos, int dtpos, int esize, i64 Smax, i64 T,
    *             i64 row, i64 n, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_kv_write");
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-  ty_cu_arg_i32(b, c, ty_dev_dt(pos));
-  ty_cu_arg_i32(b, c, (int32_t)es);
-  ty_cu_arg_i64(b, c, cache->dims[1]);
-  ty_cu_arg_i64(b, c, fresh->dims[1]);
-  ty_cu_arg_i64(b, c, fresh->dims[2] * fresh->dims[3]);
-  ty_cu_arg_i64(b, c, n);
-  ty_cu_arg_err(b, c);
+  ty_dev_args_kv_write(b, c);
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }

@@ -3,7 +3,7 @@
  * kernels of kernels/vocab.cu, whose comment has the math. The embedding's
  * backward reuses embedding.cu's deterministic scatter-add on the shard's
  * local ids. The comment above every launch names the kernel and its
- * parameter list: the ty_cu_arg_* calls under it follow that list exactly. */
+ * parameter list: the ty_dev_arg_* calls under it follow that list exactly. */
 #include <stdio.h>
 #include <string.h>
 
@@ -34,14 +34,14 @@ void ty_cu_build_vocab_embedding(ty_cu_build_t *b) {
   /* ty_vocab_embedding_<T>(table, ids, int dti, out, i64 N, i64 D, i64 start,
    *                        i64 valid) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, k);
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ids));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  ty_cu_arg_i64(b, c, N);
-  ty_cu_arg_i64(b, c, D);
-  ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
-  ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", table->dims[0]));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i64(b, c, N);
+  ty_dev_arg_i64(b, c, D);
+  ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
+  ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", table->dims[0]));
   ty_cu_grid1(b, c, (uint64_t)(N * D), TY_CU_BLOCK);
 }
 
@@ -60,13 +60,13 @@ void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b) {
    *                    int *counts): the shard's local ids (-1 outside it)
    * and their counts */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_local_ids");
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ids));
-  ty_cu_arg_i64(b, c, sc.N);
-  ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
-  ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", sc.V));
-  ty_cu_arg_ptr(b, c, lids);
-  ty_cu_arg_ptr(b, c, sc.counts);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_i64(b, c, sc.N);
+  ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
+  ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", sc.V));
+  ty_dev_arg_ref(b, c, lids);
+  ty_dev_arg_ref(b, c, sc.counts);
   ty_cu_grid1(b, c, (uint64_t)sc.N, TY_CU_BLOCK);
   ty_cu_emb_scatter_end(b, &sc, lids, ty_cu_i32_code());
 }
@@ -94,18 +94,18 @@ void ty_cu_build_vocab_max(ty_cu_build_t *b) {
   if (backward) {
     /* ty_vocab_max_backward_<T>(const f32 *dy, z, const f32 *m, dz, i64 rows,
      *                           i64 vp, i64 valid) */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   } else {
     /* ty_vocab_max_<T>(z, f32 *m, i64 rows, i64 vp, i64 valid) */
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   }
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, vp);
-  ty_cu_arg_i64(b, c, valid);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, vp);
+  ty_dev_arg_i64(b, c, valid);
   ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(vp, 1024));
 }
 
@@ -125,17 +125,17 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b) {
    * ty_vocab_ce_sums_backward_<T>(const f32 *dsums, z, targets, int dtt,
    *                      const f32 *m, dz, f32 *dm, i64 rows, i64 vp, i64 start,
    *                      i64 valid) */
-  if (backward) ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, zi));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, zi + 1));
-  ty_cu_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, zi + 1)));
-  ty_cu_arg_ptr(b, c, ty_dev_in(b, zi + 2));
-  ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-  if (backward) ty_cu_arg_ptr(b, c, ty_dev_out(b, 1));
-  ty_cu_arg_i64(b, c, rows);
-  ty_cu_arg_i64(b, c, vp);
-  ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
-  ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", vp));
+  if (backward) ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, zi));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, zi + 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, zi + 1)));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, zi + 2));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  if (backward) ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, vp);
+  ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
+  ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", vp));
   ty_cu_grid_blocks(b, c, (uint64_t)rows, ty_cu_row_threads(vp, 1024));
 }
 
@@ -149,23 +149,23 @@ void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b) {
     /* ty_vocab_ce_loss_backward(const f32 *dloss, const f32 *sums, targets,
      *                           int dtt, f32 *dsums, i64 N) */
     c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_ce_loss_backward");
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 2));
-    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_i64(b, c, N);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_i32(b, c, ty_dev_dt(targets));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_i64(b, c, N);
   } else {
     /* ty_vocab_ce_loss(const f32 *sums, targets, int dtt, f32 *loss, i64 N,
      *                  i64 V, err, int node) */
     c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_ce_loss");
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 0));
-    ty_cu_arg_ptr(b, c, ty_dev_in(b, 1));
-    ty_cu_arg_i32(b, c, ty_dev_dt(targets));
-    ty_cu_arg_ptr(b, c, ty_dev_out(b, 0));
-    ty_cu_arg_i64(b, c, N);
-    ty_cu_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_size", 0));
-    ty_cu_arg_err(b, c);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(targets));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_i64(b, c, N);
+    ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_size", 0));
+    ty_dev_arg_err(b, c);
   }
   ty_cu_grid1(b, c, (uint64_t)N, TY_CU_BLOCK);
 }

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "trainyard/device_exec.h"
+#include "trainyard/device_ops.h"
 #include "ocl_internal.h"
 
 /* A buffer argument of a kernel: (cl_mem, ulong offset) at `arg`, arg + 1
@@ -60,16 +60,11 @@ typedef ty_dev_build_t ty_ocl_build_t; /* exec: the ty_ocl_exec_t */
 /* ---- for op builders ---- */
 
 /* A launch of `kernel` from `family`; arguments follow in order. NULL after
- * an error (the arg helpers accept NULL). */
+ * an error (the core's arg helpers accept NULL). */
 ty_ocl_cmd_t *ty_ocl_launch(ty_ocl_build_t *b, ty_ocl_family_t family, const char *kernel);
-void ty_ocl_arg_buf(ty_ocl_build_t *b, ty_ocl_cmd_t *c, ty_dev_ref_t ref);
-void ty_ocl_arg_err(ty_ocl_build_t *b, ty_ocl_cmd_t *c); /* err, node */
-void ty_ocl_arg_i32(ty_ocl_build_t *b, ty_ocl_cmd_t *c, int32_t v);
-void ty_ocl_arg_u32(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint32_t v);
-void ty_ocl_arg_i64(ty_ocl_build_t *b, ty_ocl_cmd_t *c, int64_t v);
-void ty_ocl_arg_u64(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint64_t v);
-void ty_ocl_arg_f32(ty_ocl_build_t *b, ty_ocl_cmd_t *c, float v);
-void ty_ocl_arg_l8(ty_ocl_build_t *b, ty_ocl_cmd_t *c, const int64_t v[8]);
+/* Arguments: the core's ty_dev_arg_* (device_ops.h), which call this hook
+ * (ty_dev_build_t.arg) to set each as its OpenCL C type. */
+void ty_ocl_arg(ty_ocl_build_t *b, void *cmd, const ty_dev_arg_t *arg);
 /* Work sizes: 1-D over n items in groups of `local`, or explicit. */
 void ty_ocl_grid1(ty_ocl_cmd_t *c, uint64_t items, size_t local);
 void ty_ocl_grid(ty_ocl_cmd_t *c, uint32_t dims, const size_t global[3], const size_t local[3]);

@@ -68,19 +68,8 @@ ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_grap
 
 static ty_ocl_cmd_t *ty_ocl_cmd_add(ty_ocl_build_t *b, ty_ocl_cmd_kind_t kind) {
   ty_ocl_exec_t *e = b->exec;
-  if (b->status) return NULL;
-  if (e->cmd_count == e->cmd_cap) {
-    uint32_t cap = e->cmd_cap ? e->cmd_cap * 2 : 64;
-    ty_ocl_cmd_t *grown = realloc(e->cmds, cap * sizeof(*grown));
-    if (!grown) {
-      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-      return NULL;
-    }
-    e->cmds = grown;
-    e->cmd_cap = cap;
-  }
-  ty_ocl_cmd_t *c = &e->cmds[e->cmd_count++];
-  memset(c, 0, sizeof(*c));
+  ty_ocl_cmd_t *c = ty_dev_push(b, (void **)&e->cmds, &e->cmd_count, &e->cmd_cap, sizeof(*c));
+  if (!c) return NULL;
   c->kind = kind;
   c->node = b->n;
   return c;
@@ -121,8 +110,7 @@ static void ty_ocl_arg_raw(ty_ocl_build_t *b, ty_ocl_cmd_t *c, size_t size, cons
   c->next_arg++;
 }
 
-void ty_ocl_arg_buf(ty_ocl_build_t *b, ty_ocl_cmd_t *c, ty_dev_ref_t ref) {
-  if (!c || b->status) return;
+static void ty_ocl_arg_buf(ty_ocl_build_t *b, ty_ocl_cmd_t *c, ty_dev_ref_t ref) {
   if (c->bufarg_count == sizeof(c->bufargs) / sizeof(c->bufargs[0])) {
     ty_dev_fail(b, TY_CODE_INTERNAL, "too many buffer arguments for %s", c->name);
     return;
@@ -134,44 +122,43 @@ void ty_ocl_arg_buf(ty_ocl_build_t *b, ty_ocl_cmd_t *c, ty_dev_ref_t ref) {
   c->next_arg += 2; /* set at execute */
 }
 
-void ty_ocl_arg_err(ty_ocl_build_t *b, ty_ocl_cmd_t *c) {
-  if (!c || b->status) return;
-  ty_dev_ref_t ref = {TY_DEV_REF_ERR, 0, 0};
-  ty_ocl_arg_buf(b, c, ref);
-  c->next_arg -= 1; /* the error buffer has no offset argument */
-  int32_t node = (int32_t)b->n;
-  ty_ocl_arg_raw(b, c, sizeof(node), &node);
-}
-
-void ty_ocl_arg_i32(ty_ocl_build_t *b, ty_ocl_cmd_t *c, int32_t v) {
-  cl_int x = v;
-  ty_ocl_arg_raw(b, c, sizeof(x), &x);
-}
-
-void ty_ocl_arg_u32(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint32_t v) {
-  cl_uint x = v;
-  ty_ocl_arg_raw(b, c, sizeof(x), &x);
-}
-
-void ty_ocl_arg_i64(ty_ocl_build_t *b, ty_ocl_cmd_t *c, int64_t v) {
-  cl_long x = v;
-  ty_ocl_arg_raw(b, c, sizeof(x), &x);
-}
-
-void ty_ocl_arg_u64(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint64_t v) {
-  cl_ulong x = v;
-  ty_ocl_arg_raw(b, c, sizeof(x), &x);
-}
-
-void ty_ocl_arg_f32(ty_ocl_build_t *b, ty_ocl_cmd_t *c, float v) {
-  cl_float x = v;
-  ty_ocl_arg_raw(b, c, sizeof(x), &x);
-}
-
-void ty_ocl_arg_l8(ty_ocl_build_t *b, ty_ocl_cmd_t *c, const int64_t v[8]) {
-  cl_long8 x;
-  for (int i = 0; i < 8; ++i) x.s[i] = v[i];
-  ty_ocl_arg_raw(b, c, sizeof(x), &x);
+/* The core's arg hook (device_ops.h): each kind as its OpenCL C type. */
+void ty_ocl_arg(ty_ocl_build_t *b, void *cmd, const ty_dev_arg_t *a) {
+  ty_ocl_cmd_t *c = cmd;
+  union {
+    cl_int i32;
+    cl_uint u32;
+    cl_long i64;
+    cl_ulong u64;
+    cl_float f32;
+    cl_long8 l8;
+  } x;
+  size_t size = 0;
+  switch (a->kind) {
+    case TY_DEV_ARG_REF: ty_ocl_arg_buf(b, c, a->ref); return;
+    case TY_DEV_ARG_ERR:
+      ty_ocl_arg_buf(b, c, (ty_dev_ref_t){TY_DEV_REF_ERR, 0, 0});
+      if (b->status) return;
+      c->next_arg -= 1; /* the error buffer has no offset argument */
+      x.i32 = (cl_int)a->i;
+      size = sizeof(x.i32);
+      break;
+    case TY_DEV_ARG_I32: x.i32 = (cl_int)a->i; size = sizeof(x.i32); break;
+    case TY_DEV_ARG_U32: x.u32 = (cl_uint)a->i; size = sizeof(x.u32); break;
+    case TY_DEV_ARG_I64: x.i64 = a->i; size = sizeof(x.i64); break;
+    case TY_DEV_ARG_U64: x.u64 = (cl_ulong)a->i; size = sizeof(x.u64); break;
+    case TY_DEV_ARG_F32: x.f32 = (cl_float)a->f; size = sizeof(x.f32); break;
+    case TY_DEV_ARG_DIMS8:
+      for (int i = 0; i < 8; ++i) x.l8.s[i] = a->dims8[i];
+      size = sizeof(x.l8);
+      break;
+    case TY_DEV_ARG_F64:
+      /* The kernels take no double: fp64 is optional in OpenCL. */
+      ty_dev_fail(b, TY_CODE_INTERNAL, "%s: the opencl kernels take no double argument",
+                  c->name);
+      return;
+  }
+  ty_ocl_arg_raw(b, c, size, &x);
 }
 
 void ty_ocl_grid1(ty_ocl_cmd_t *c, uint64_t items, size_t local) {
@@ -332,7 +319,8 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
   const ty_abi_graph_t *g = ty_dev_exec_graph(&e->core);
   /* Commands. */
   ty_ocl_build_t b = {
-      .core = &e->core, .device = device, .exec = e, .g = g, .move = &ty_ocl_movers};
+      .core = &e->core, .device = device, .exec = e, .g = g, .move = &ty_ocl_movers,
+      .arg = ty_ocl_arg};
   for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
     if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
     b.node = &g->nodes[n];

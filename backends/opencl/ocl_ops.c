@@ -78,9 +78,7 @@ bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *r
 static size_t ty_ocl_esize(const ty_abi_value_t *v) { return ty_desc_dtype_size(v->dtype); }
 
 void ty_ocl_build_binary(ty_ocl_build_t *b) {
-  static const char *const names[] = {"add", "sub", "mul", "div"};
-  int op = 0;
-  while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
+  const int op = ty_dev_binary_op(b);
   const ty_abi_value_t *ins[2] = {ty_dev_vin(b, 0), ty_dev_vin(b, 1)};
   const ty_abi_value_t *out = ty_dev_vout(b, 0);
   int64_t n = ty_dev_numel(out);
@@ -88,18 +86,7 @@ void ty_ocl_build_binary(ty_ocl_build_t *b) {
   ty_op_bcast_t p;
   ty_op_bcast_plan(out, ins, 2, &p);
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_binary");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ins[0]));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ins[1]));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(out));
-  ty_ocl_arg_i32(b, c, op);
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_i32(b, c, p.rank);
-  ty_ocl_arg_l8(b, c, p.dims);
-  ty_ocl_arg_l8(b, c, p.stride[0]);
-  ty_ocl_arg_l8(b, c, p.stride[1]);
+  ty_dev_args_binary(b, c, op, n, &p);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -109,19 +96,19 @@ void ty_ocl_build_scale(ty_ocl_build_t *b) {
   if (n == 0) return;
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, none);
-  ty_ocl_arg_i32(b, c, 0);
-  ty_ocl_arg_buf(b, c, none);
-  ty_ocl_arg_i32(b, c, 0);
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
-  ty_ocl_arg_buf(b, c, none);
-  ty_ocl_arg_i32(b, c, 0);
-  ty_ocl_arg_i32(b, c, 0); /* TY_MAP_SCALE */
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "alpha", 1.0));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, none);
+  ty_dev_arg_i32(b, c, 0);
+  ty_dev_arg_ref(b, c, none);
+  ty_dev_arg_i32(b, c, 0);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_ref(b, c, none);
+  ty_dev_arg_i32(b, c, 0);
+  ty_dev_arg_i32(b, c, 0); /* TY_MAP_SCALE */
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "alpha", 1.0));
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -138,14 +125,14 @@ static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_dev_ref_t x, ty_dev_ref_t 
   }
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_strided_copy");
-  ty_ocl_arg_buf(b, c, x);
-  ty_ocl_arg_buf(b, c, y);
-  ty_ocl_arg_i32(b, c, (int32_t)esize);
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_i32(b, c, rank);
-  ty_ocl_arg_l8(b, c, d8);
-  ty_ocl_arg_l8(b, c, x8);
-  ty_ocl_arg_l8(b, c, y8);
+  ty_dev_arg_ref(b, c, x);
+  ty_dev_arg_ref(b, c, y);
+  ty_dev_arg_i32(b, c, (int32_t)esize);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_i32(b, c, rank);
+  ty_dev_arg_dims8(b, c, d8);
+  ty_dev_arg_dims8(b, c, x8);
+  ty_dev_arg_dims8(b, c, y8);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -164,17 +151,8 @@ void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
 
 void ty_ocl_build_reduce(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  bool red[8] = {false};
-  const ty_abi_attr_t *a = ty_desc_node_attr(b->node, "axes");
-  uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
-  if (count == 0) {
-    for (uint32_t d = 0; d < x->rank; ++d) red[d] = true;
-  } else {
-    for (uint32_t k = 0; k < count; ++k) {
-      int64_t ax = a->ints[k] < 0 ? a->ints[k] + (int64_t)x->rank : a->ints[k];
-      if (ax >= 0 && ax < (int64_t)x->rank) red[ax] = true;
-    }
-  }
+  bool red[8];
+  ty_dev_reduce_axes(b, red);
   int64_t xs[8];
   ty_op_strides(x->rank, x->dims, xs);
   int64_t kd[8] = {0}, ks[8] = {0}, rd[8] = {0}, rs[8] = {0}, terms = 1;
@@ -211,19 +189,19 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
   const bool sumsq = strcmp(b->node->op, "reduce_sumsq") == 0;
   const bool mean = strcmp(b->node->op, "reduce_mean") == 0;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_reduce");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
-  ty_ocl_arg_i32(b, c, sumsq ? 1 : 0);
-  ty_ocl_arg_i64(b, c, terms);
-  ty_ocl_arg_f32(b, c, mean ? (float)(1.0 / (double)terms) : 1.0f);
-  ty_ocl_arg_i32(b, c, kr);
-  ty_ocl_arg_l8(b, c, kd);
-  ty_ocl_arg_l8(b, c, ks);
-  ty_ocl_arg_i32(b, c, rr);
-  ty_ocl_arg_l8(b, c, rd);
-  ty_ocl_arg_l8(b, c, rs);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_i32(b, c, sumsq ? 1 : 0);
+  ty_dev_arg_i64(b, c, terms);
+  ty_dev_arg_f32(b, c, mean ? (float)(1.0 / (double)terms) : 1.0f);
+  ty_dev_arg_i32(b, c, kr);
+  ty_dev_arg_dims8(b, c, kd);
+  ty_dev_arg_dims8(b, c, ks);
+  ty_dev_arg_i32(b, c, rr);
+  ty_dev_arg_dims8(b, c, rd);
+  ty_dev_arg_dims8(b, c, rs);
   ty_ocl_grid1(c, (uint64_t)outs * TY_OCL_WG, TY_OCL_WG);
 }
 
@@ -232,10 +210,9 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
 void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bv = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *out = ty_dev_vout(b, 0);
-  const bool ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
-  const bool tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
-  const int64_t M = out->dims[out->rank - 2], N = out->dims[out->rank - 1];
-  const int64_t K = ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  const ty_dev_matmul_t mm = ty_dev_matmul_of(b);
+  const bool ta = mm.ta, tb = mm.tb;
+  const int64_t M = mm.M, N = mm.N, K = mm.K;
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "matrix sizes beyond 2^31 are not supported");
     return;
@@ -262,24 +239,24 @@ void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   }
   if (M == 0 || N == 0 || batches == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_MATMUL, "ty_matmul");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(a));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(bv));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 2));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(bias));
-  ty_ocl_arg_i32(b, c, bias != NULL);
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(out));
-  ty_ocl_arg_i32(b, c, (int32_t)M);
-  ty_ocl_arg_i32(b, c, (int32_t)N);
-  ty_ocl_arg_i32(b, c, (int32_t)K);
-  ty_ocl_arg_i32(b, c, ta);
-  ty_ocl_arg_i32(b, c, tb);
-  ty_ocl_arg_i32(b, c, brank);
-  ty_ocl_arg_l8(b, c, bdims);
-  ty_ocl_arg_l8(b, c, bsa);
-  ty_ocl_arg_l8(b, c, bsb);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(a));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(bv));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+  ty_dev_arg_i32(b, c, ty_dev_dt(bias));
+  ty_dev_arg_i32(b, c, bias != NULL);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(out));
+  ty_dev_arg_i32(b, c, (int32_t)M);
+  ty_dev_arg_i32(b, c, (int32_t)N);
+  ty_dev_arg_i32(b, c, (int32_t)K);
+  ty_dev_arg_i32(b, c, ta);
+  ty_dev_arg_i32(b, c, tb);
+  ty_dev_arg_i32(b, c, brank);
+  ty_dev_arg_dims8(b, c, bdims);
+  ty_dev_arg_dims8(b, c, bsa);
+  ty_dev_arg_dims8(b, c, bsb);
   /* 64 x 64 tiles of c, 8 x 8 work-items each (kernels/matmul.cl). */
   const size_t global[3] = {(size_t)((N + 63) / 64) * 8, (size_t)((M + 63) / 64) * 8,
                             (size_t)batches};
@@ -298,12 +275,7 @@ void ty_ocl_build_cast(ty_ocl_build_t *b) {
     return;
   }
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_cast");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_err(b, c);
+  ty_dev_args_cast(b, c);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -312,44 +284,25 @@ const ty_dev_movers_t ty_ocl_movers = {ty_ocl_fill, ty_ocl_copy, ty_ocl_strided_
 
 void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b) {
   const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
-  const ty_abi_value_t *pos = ty_dev_vin(b, 2), *out = ty_dev_vout(b, 0);
+  const ty_abi_value_t *out = ty_dev_vout(b, 0);
   size_t es = ty_ocl_esize(out);
   /* cache' = cache first, unless the plan put cache' in cache's storage. */
   ty_ocl_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(cache) * es);
   int64_t n = ty_dev_numel(fresh);
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_kv_write");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 2));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(pos));
-  ty_ocl_arg_i32(b, c, (int32_t)es);
-  ty_ocl_arg_i64(b, c, cache->dims[1]);
-  ty_ocl_arg_i64(b, c, fresh->dims[1]);
-  ty_ocl_arg_i64(b, c, fresh->dims[2] * fresh->dims[3]);
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_err(b, c);
+  ty_dev_args_kv_write(b, c);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
 /* ---- embeddings ---- */
 
 void ty_ocl_build_embedding(ty_ocl_build_t *b) {
-  const ty_abi_value_t *table = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1), *out = ty_dev_vout(b, 0);
-  const int64_t N = ty_dev_numel(ids), V = table->dims[0], D = table->dims[1];
-  if (N * D == 0) return;
+  const ty_dev_embedding_t e = ty_dev_embedding_of(b);
+  if (e.N * e.D == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_embedding");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(table));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ids));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(out));
-  ty_ocl_arg_i64(b, c, N);
-  ty_ocl_arg_i64(b, c, V);
-  ty_ocl_arg_i64(b, c, D);
-  ty_ocl_arg_err(b, c);
-  ty_ocl_grid1(c, (uint64_t)(N * D), TY_OCL_WG);
+  ty_dev_args_embedding(b, c);
+  ty_ocl_grid1(c, (uint64_t)(e.N * e.D), TY_OCL_WG);
 }
 
 void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
@@ -370,36 +323,36 @@ void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
   ty_dev_ref_t list = ty_dev_scratch(b, (uint64_t)N * 4);
   ty_ocl_fill(b, counts, (uint64_t)V * 4);
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_count");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ids));
-  ty_ocl_arg_i64(b, c, N);
-  ty_ocl_arg_i64(b, c, V);
-  ty_ocl_arg_buf(b, c, counts);
-  ty_ocl_arg_err(b, c);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_i64(b, c, N);
+  ty_dev_arg_i64(b, c, V);
+  ty_dev_arg_ref(b, c, counts);
+  ty_dev_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)N, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_scan");
-  ty_ocl_arg_buf(b, c, counts);
-  ty_ocl_arg_buf(b, c, offsets);
-  ty_ocl_arg_i64(b, c, V);
+  ty_dev_arg_ref(b, c, counts);
+  ty_dev_arg_ref(b, c, offsets);
+  ty_dev_arg_i64(b, c, V);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_place");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ids));
-  ty_ocl_arg_i64(b, c, N);
-  ty_ocl_arg_i64(b, c, V);
-  ty_ocl_arg_buf(b, c, offsets);
-  ty_ocl_arg_buf(b, c, list);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_i64(b, c, N);
+  ty_dev_arg_i64(b, c, V);
+  ty_dev_arg_ref(b, c, offsets);
+  ty_dev_arg_ref(b, c, list);
   ty_ocl_grid1(c, (uint64_t)N, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_sum");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(dout));
-  ty_ocl_arg_buf(b, c, counts);
-  ty_ocl_arg_buf(b, c, offsets);
-  ty_ocl_arg_buf(b, c, list);
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(dt));
-  ty_ocl_arg_i64(b, c, V);
-  ty_ocl_arg_i64(b, c, D);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(dout));
+  ty_dev_arg_ref(b, c, counts);
+  ty_dev_arg_ref(b, c, offsets);
+  ty_dev_arg_ref(b, c, list);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(dt));
+  ty_dev_arg_i64(b, c, V);
+  ty_dev_arg_i64(b, c, D);
   ty_ocl_grid1(c, (uint64_t)(V * D), TY_OCL_WG);
 }
 
@@ -410,24 +363,24 @@ void ty_ocl_build_adamw(ty_ocl_build_t *b) {
   ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw_prep");
   for (uint32_t i = 4; i < 10; ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_buf(b, c, hp);
-  ty_ocl_arg_err(b, c);
+  ty_dev_arg_ref(b, c, hp);
+  ty_dev_arg_err(b, c);
   ty_ocl_grid1(c, 1, 1);
   if (n == 0) return;
   c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw");
   for (uint32_t i = 0; i < 4; ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   for (uint32_t o = 0; o < 3; ++o) {
-    ty_ocl_arg_buf(b, c, ty_dev_out(b, o));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, o));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
   }
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_buf(b, c, hp);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_ref(b, c, hp);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -436,20 +389,20 @@ void ty_ocl_build_sgd(ty_ocl_build_t *b) {
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_sgd");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   for (uint32_t o = 0; o < 2; ++o) {
-    ty_ocl_arg_buf(b, c, ty_dev_out(b, o));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, o));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
   }
-  ty_ocl_arg_i64(b, c, n);
+  ty_dev_arg_i64(b, c, n);
   for (uint32_t i = 3; i < 6; ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
-  ty_ocl_arg_err(b, c);
+  ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
+  ty_dev_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -469,34 +422,34 @@ void ty_ocl_build_clip(ty_ocl_build_t *b) {
     if (n == 0) continue;
     const uint64_t blocks = ((uint64_t)n + block - 1) / block;
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_sumsq_blocks");
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i + 1));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(g));
-    ty_ocl_arg_i64(b, c, n);
-    ty_ocl_arg_buf(b, c, partial);
-    ty_ocl_arg_i64(b, c, (int64_t)slot);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i + 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(g));
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_ref(b, c, partial);
+    ty_dev_arg_i64(b, c, (int64_t)slot);
     ty_ocl_grid1(c, blocks * TY_OCL_WG, TY_OCL_WG);
     slot += blocks;
   }
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_clip_finish");
-  ty_ocl_arg_buf(b, c, partial);
-  ty_ocl_arg_i64(b, c, (int64_t)slots);
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
-  ty_ocl_arg_buf(b, c, coef);
+  ty_dev_arg_ref(b, c, partial);
+  ty_dev_arg_i64(b, c, (int64_t)slots);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_ref(b, c, coef);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_dev_vin(b, i + 1), *o = ty_dev_vout(b, i + 1);
     const int64_t n = ty_dev_numel(g);
     if (n == 0) continue;
     c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_scale_by");
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i + 1));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(g));
-    ty_ocl_arg_buf(b, c, ty_dev_out(b, i + 1));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(o));
-    ty_ocl_arg_i64(b, c, n);
-    ty_ocl_arg_buf(b, c, coef);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i + 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(g));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, i + 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(o));
+    ty_dev_arg_i64(b, c, n);
+    ty_dev_arg_ref(b, c, coef);
     ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
   }
 }

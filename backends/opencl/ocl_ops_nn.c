@@ -20,43 +20,39 @@ void ty_ocl_build_map(ty_ocl_build_t *b) {
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
   for (uint32_t o = 0; o < 2; ++o) {
     bool present = o < b->node->output_count;
-    ty_ocl_arg_buf(b, c, present ? ty_dev_out(b, o) : none);
-    ty_ocl_arg_i32(b, c, present ? ty_dev_dt(ty_dev_vout(b, o)) : 0);
+    ty_dev_arg_ref(b, c, present ? ty_dev_out(b, o) : none);
+    ty_dev_arg_i32(b, c, present ? ty_dev_dt(ty_dev_vout(b, o)) : 0);
   }
-  ty_ocl_arg_i32(b, c, op);
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_f32(b, c, 1.0f);
+  ty_dev_arg_i32(b, c, op);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_f32(b, c, 1.0f);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
 void ty_ocl_build_dropout(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
-  const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
-  if (!(p >= 0.0 && p < 1.0)) {
-    ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
-    return;
-  }
-  if (n == 0) return;
+  double p;
+  if (!ty_dev_dropout_p(b, &p) || n == 0) return;
   const double keep = 1.0 - p;
   uint64_t keep_bits;
   memcpy(&keep_bits, &keep, sizeof(keep_bits));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_dropout");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(rng));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
-  ty_ocl_arg_i64(b, c, n);
-  ty_ocl_arg_u32(b, c, ty_dropout_threshold(p));
-  ty_ocl_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
-  ty_ocl_arg_u64(b, c, keep_bits);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(rng));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_u32(b, c, ty_dropout_threshold(p));
+  ty_dev_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
+  ty_dev_arg_u64(b, c, keep_bits);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -69,23 +65,23 @@ void ty_ocl_build_norm(ty_ocl_build_t *b) {
   if (rows == 0) return;
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_layernorm");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(g));
-  ty_ocl_arg_i32(b, c, g != NULL);
-  ty_ocl_arg_buf(b, c, rms ? none : ty_dev_in(b, 2));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(beta));
-  ty_ocl_arg_i32(b, c, beta != NULL);
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
-  ty_ocl_arg_buf(b, c, rms ? none : ty_dev_out(b, 1));
-  ty_ocl_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, rms ? 1 : 2));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, rms ? 1 : 2)));
-  ty_ocl_arg_i64(b, c, C);
-  ty_ocl_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
-  ty_ocl_arg_i32(b, c, rms);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(g));
+  ty_dev_arg_i32(b, c, g != NULL);
+  ty_dev_arg_ref(b, c, rms ? none : ty_dev_in(b, 2));
+  ty_dev_arg_i32(b, c, ty_dev_dt(beta));
+  ty_dev_arg_i32(b, c, beta != NULL);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_ref(b, c, rms ? none : ty_dev_out(b, 1));
+  ty_dev_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, rms ? 1 : 2));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, rms ? 1 : 2)));
+  ty_dev_arg_i64(b, c, C);
+  ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
+  ty_dev_arg_i32(b, c, rms);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
 }
 
@@ -101,42 +97,42 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   if (rows > 0) {
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_dx");
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(dy));
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, 2));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(g));
-    ty_ocl_arg_i32(b, c, g != NULL);
-    ty_ocl_arg_buf(b, c, mean_ref);
-    ty_ocl_arg_i32(b, c, ty_dev_dt(mean));
-    ty_ocl_arg_buf(b, c, rstd_ref);
-    ty_ocl_arg_i32(b, c, ty_dev_dt(rstd));
-    ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
-    ty_ocl_arg_i64(b, c, C);
-    ty_ocl_arg_i32(b, c, rms);
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+    ty_dev_arg_i32(b, c, ty_dev_dt(dy));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+    ty_dev_arg_i32(b, c, ty_dev_dt(x));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+    ty_dev_arg_i32(b, c, ty_dev_dt(g));
+    ty_dev_arg_i32(b, c, g != NULL);
+    ty_dev_arg_ref(b, c, mean_ref);
+    ty_dev_arg_i32(b, c, ty_dev_dt(mean));
+    ty_dev_arg_ref(b, c, rstd_ref);
+    ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+    ty_dev_arg_i64(b, c, C);
+    ty_dev_arg_i32(b, c, rms);
     ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
   }
   if (C == 0) return;
   const bool has_dbeta = !rms && b->node->output_count > 2;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_params");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(dy));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, mean_ref);
-  ty_ocl_arg_i32(b, c, ty_dev_dt(mean));
-  ty_ocl_arg_buf(b, c, rstd_ref);
-  ty_ocl_arg_i32(b, c, ty_dev_dt(rstd));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
-  ty_ocl_arg_buf(b, c, has_dbeta ? ty_dev_out(b, 2) : none);
-  ty_ocl_arg_i32(b, c, has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
-  ty_ocl_arg_i32(b, c, has_dbeta);
-  ty_ocl_arg_i64(b, c, rows);
-  ty_ocl_arg_i64(b, c, C);
-  ty_ocl_arg_i32(b, c, rms);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(dy));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, mean_ref);
+  ty_dev_arg_i32(b, c, ty_dev_dt(mean));
+  ty_dev_arg_ref(b, c, rstd_ref);
+  ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_ref(b, c, has_dbeta ? ty_dev_out(b, 2) : none);
+  ty_dev_arg_i32(b, c, has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
+  ty_dev_arg_i32(b, c, has_dbeta);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, C);
+  ty_dev_arg_i32(b, c, rms);
   const size_t global[3] = {(size_t)((C + 15) / 16 * 16), 16, 1};
   const size_t local[3] = {16, 16, 1};
   ty_ocl_grid(c, 2, global, local);
@@ -150,12 +146,12 @@ void ty_ocl_build_softmax(ty_ocl_build_t *b) {
   if (rows == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_softmax_bwd" : "ty_softmax");
   for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
-  ty_ocl_arg_i64(b, c, C);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_i64(b, c, C);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
 }
 
@@ -169,13 +165,13 @@ void ty_ocl_build_cross_entropy(ty_ocl_build_t *b) {
   ty_ocl_cmd_t *c =
       ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_xent_bwd" : "ty_xent");
   for (uint32_t i = 0; i < (backward ? 3u : 2u); ++i) {
-    ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-    ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
+    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
   }
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
-  ty_ocl_arg_i64(b, c, V);
-  ty_ocl_arg_err(b, c);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_i64(b, c, V);
+  ty_dev_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
 }
 
@@ -223,44 +219,34 @@ void ty_ocl_build_rope(ty_ocl_build_t *b) {
   }
   ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)D * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ROPE, "ty_rope");
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(x));
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, 0));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(y));
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, 1));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(pos));
-  ty_ocl_arg_buf(b, c, freq);
-  ty_ocl_arg_i64(b, c, T);
-  ty_ocl_arg_i64(b, c, H);
-  ty_ocl_arg_i64(b, c, D);
-  ty_ocl_arg_f32(b, c, backward ? -1.0f : 1.0f);
-  ty_ocl_arg_i64(b, c, pairs);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_i32(b, c, ty_dev_dt(pos));
+  ty_dev_arg_ref(b, c, freq);
+  ty_dev_arg_i64(b, c, T);
+  ty_dev_arg_i64(b, c, H);
+  ty_dev_arg_i64(b, c, D);
+  ty_dev_arg_f32(b, c, backward ? -1.0f : 1.0f);
+  ty_dev_arg_i64(b, c, pairs);
   ty_ocl_grid1(c, (uint64_t)pairs, TY_OCL_WG);
 }
 
 /* The shape arguments every attention kernel ends with. */
 static void ty_ocl_att_tail(ty_ocl_build_t *b, ty_ocl_cmd_t *c, const ty_abi_value_t *q,
                             const ty_abi_value_t *k) {
-  ty_ocl_arg_i64(b, c, q->dims[0]);
-  ty_ocl_arg_i64(b, c, q->dims[1]);
-  ty_ocl_arg_i64(b, c, k->dims[1]);
-  ty_ocl_arg_i64(b, c, q->dims[2]);
-  ty_ocl_arg_i64(b, c, k->dims[2]);
-  ty_ocl_arg_i64(b, c, q->dims[3]);
-  ty_ocl_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "scale",
+  ty_dev_arg_i64(b, c, q->dims[0]);
+  ty_dev_arg_i64(b, c, q->dims[1]);
+  ty_dev_arg_i64(b, c, k->dims[1]);
+  ty_dev_arg_i64(b, c, q->dims[2]);
+  ty_dev_arg_i64(b, c, k->dims[2]);
+  ty_dev_arg_i64(b, c, q->dims[3]);
+  ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "scale",
                                                       1.0 / sqrt((double)q->dims[3])));
-  ty_ocl_arg_i64(b, c, ty_desc_node_attr_int(b->node, "window", 0));
-  ty_ocl_arg_err(b, c);
-}
-
-static void ty_ocl_arg_in(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint32_t i) {
-  ty_ocl_arg_buf(b, c, ty_dev_in(b, i));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
-}
-
-static void ty_ocl_arg_out(ty_ocl_build_t *b, ty_ocl_cmd_t *c, uint32_t o) {
-  ty_ocl_arg_buf(b, c, ty_dev_out(b, o));
-  ty_ocl_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
+  ty_dev_arg_i64(b, c, ty_desc_node_attr_int(b->node, "window", 0));
+  ty_dev_arg_err(b, c);
 }
 
 void ty_ocl_build_attention(ty_ocl_build_t *b) {
@@ -275,33 +261,33 @@ void ty_ocl_build_attention(ty_ocl_build_t *b) {
   if (B * T * Hq == 0) return;
   if (!backward) {
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ATTENTION, "ty_attention");
-    for (uint32_t i = 0; i < 3; ++i) ty_ocl_arg_in(b, c, i);
-    ty_ocl_arg_out(b, c, 0);
-    ty_ocl_arg_out(b, c, 1);
-    ty_ocl_arg_in(b, c, kl);
-    ty_ocl_arg_i32(b, c, has_kvlen);
+    for (uint32_t i = 0; i < 3; ++i) ty_dev_arg_in(b, c, i);
+    ty_dev_arg_out(b, c, 0);
+    ty_dev_arg_out(b, c, 1);
+    ty_dev_arg_in(b, c, kl);
+    ty_dev_arg_i32(b, c, has_kvlen);
     ty_ocl_att_tail(b, c, q, k);
     ty_ocl_grid1(c, (uint64_t)(B * Hq * T) * TY_OCL_ATT_WG, TY_OCL_ATT_WG);
     return;
   }
   ty_dev_ref_t delta = ty_dev_scratch(b, (uint64_t)(B * Hq * T) * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ATTENTION, "ty_attention_bwd_dq");
-  for (uint32_t i = 0; i < 6; ++i) ty_ocl_arg_in(b, c, i);
-  ty_ocl_arg_in(b, c, kl);
-  ty_ocl_arg_i32(b, c, has_kvlen);
-  ty_ocl_arg_out(b, c, 0);
-  ty_ocl_arg_buf(b, c, delta);
+  for (uint32_t i = 0; i < 6; ++i) ty_dev_arg_in(b, c, i);
+  ty_dev_arg_in(b, c, kl);
+  ty_dev_arg_i32(b, c, has_kvlen);
+  ty_dev_arg_out(b, c, 0);
+  ty_dev_arg_ref(b, c, delta);
   ty_ocl_att_tail(b, c, q, k);
   ty_ocl_grid1(c, (uint64_t)(B * Hq * T) * TY_OCL_ATT_WG, TY_OCL_ATT_WG);
   if (B * S * Hkv == 0) return;
   c = ty_ocl_launch(b, TY_OCL_FAM_ATTENTION, "ty_attention_bwd_dkv");
-  for (uint32_t i = 0; i < 4; ++i) ty_ocl_arg_in(b, c, i);
-  ty_ocl_arg_in(b, c, 5); /* lse */
-  ty_ocl_arg_buf(b, c, delta);
-  ty_ocl_arg_in(b, c, kl);
-  ty_ocl_arg_i32(b, c, has_kvlen);
-  ty_ocl_arg_out(b, c, 1);
-  ty_ocl_arg_out(b, c, 2);
+  for (uint32_t i = 0; i < 4; ++i) ty_dev_arg_in(b, c, i);
+  ty_dev_arg_in(b, c, 5); /* lse */
+  ty_dev_arg_ref(b, c, delta);
+  ty_dev_arg_in(b, c, kl);
+  ty_dev_arg_i32(b, c, has_kvlen);
+  ty_dev_arg_out(b, c, 1);
+  ty_dev_arg_out(b, c, 2);
   ty_ocl_att_tail(b, c, q, k);
   ty_ocl_grid1(c, (uint64_t)(B * S * Hkv) * TY_OCL_ATT_WG, TY_OCL_ATT_WG);
 }

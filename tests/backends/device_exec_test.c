@@ -14,6 +14,7 @@
 
 #include "backends/common/device_errors.h"
 #include "backends/common/device_exec.h"
+#include "backends/common/device_ops.h"
 #include "backends/common/plugin_status.h"
 
 /* ---- a host's status services ---- */
@@ -239,6 +240,20 @@ static void rec_strided(ty_dev_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y, size_
 }
 static const ty_dev_movers_t recorder = {rec_fill, rec_copy, rec_strided};
 
+/* Kernel arguments as the arg hook sees them (device_ops.h). */
+static struct {
+  int count;
+  ty_dev_arg_t args[16];
+  int64_t dims8[8];
+} argued;
+static void rec_arg(ty_dev_build_t *b, void *cmd, const ty_dev_arg_t *a) {
+  (void)b;
+  assert_ptr_equal(cmd, &argued);
+  if (a->kind == TY_DEV_ARG_DIMS8) memcpy(argued.dims8, a->dims8, sizeof(argued.dims8));
+  if (argued.count < 16) argued.args[argued.count] = *a;
+  argued.count++;
+}
+
 static const int64_t dims23[] = {2, 3}, dims32[] = {3, 2};
 static const ty_abi_value_t tvalues[] = {
     {"a", TY_DTYPE_F32, 2, dims23, TY_VALUE_INPUT, 0, NULL},
@@ -258,9 +273,11 @@ static ty_abi_status_t build_view(const ty_abi_node_t *node, void (*build)(ty_de
   g.hash_hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
   ty_dev_exec_t x;
   assert_null(ty_dev_exec_init(&x, &g, 256, "dev:2"));
-  ty_dev_build_t b = {.core = &x, .g = ty_dev_exec_graph(&x), .move = &recorder};
+  ty_dev_build_t b = {
+      .core = &x, .g = ty_dev_exec_graph(&x), .move = &recorder, .arg = rec_arg};
   b.node = &b.g->nodes[0];
   memset(&moved, 0, sizeof(moved));
+  memset(&argued, 0, sizeof(argued));
   build(&b);
   ty_dev_exec_free(&x);
   return b.status;
@@ -302,6 +319,93 @@ static void test_view_builders(void **state) {
   assert_int_equal(moved.calls, 1000);
 }
 
+/* ---- kernel arguments and op decoders (device_ops.h) ---- */
+
+static void build_args(ty_dev_build_t *b) {
+  static const int64_t d8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ty_dev_arg_in(b, &argued, 0);
+  ty_dev_arg_err(b, &argued);
+  ty_dev_arg_f32(b, &argued, 0.1f);
+  ty_dev_arg_u64(b, &argued, UINT64_MAX);
+  ty_dev_arg_dims8(b, &argued, d8);
+  ty_dev_arg_i32(b, NULL, 7); /* a failed launch: nothing reaches the hook */
+}
+
+static void test_args_through_hook(void **state) {
+  (void)state;
+  ty_abi_node_t node = {"scale", 1, t_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&node, build_args));
+  assert_int_equal(argued.count, 6);
+  assert_int_equal(argued.args[0].kind, TY_DEV_ARG_REF);
+  assert_int_equal(argued.args[0].ref.kind, TY_DEV_REF_VALUE);
+  assert_int_equal(argued.args[0].ref.value, 0);
+  assert_int_equal(argued.args[1].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[1].i, ty_dev_dt(&tvalues[0]));
+  assert_int_equal(argued.args[2].kind, TY_DEV_ARG_ERR);
+  assert_int_equal(argued.args[2].i, 0); /* the node's index */
+  assert_true((float)argued.args[3].f == 0.1f);
+  assert_true((uint64_t)argued.args[4].i == UINT64_MAX);
+  assert_int_equal(argued.dims8[7], 8);
+}
+
+static void build_decode(ty_dev_build_t *b) {
+  bool red[8];
+  ty_dev_reduce_axes(b, red);
+  argued.args[0].i = red[0] + 2 * red[1] + 4 * red[2];
+  argued.args[1].i = ty_dev_binary_op(b);
+  const ty_dev_matmul_t m = ty_dev_matmul_of(b);
+  argued.args[2].i = m.M * 10000 + m.N * 1000 + m.K * 100 + m.ta * 10 + m.tb;
+  const ty_dev_embedding_t e = ty_dev_embedding_of(b);
+  argued.args[3].i = e.N * 100 + e.V * 10 + e.D;
+}
+
+static void test_decoders(void **state) {
+  (void)state;
+  static const uint32_t two_in[] = {0, 0};
+  /* No axes: every axis; a negative axis counts from the end. */
+  ty_abi_node_t all = {"reduce_sum", 2, two_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&all, build_decode));
+  assert_int_equal(argued.args[0].i, 3);
+  const int64_t last[] = {-1};
+  ty_abi_attr_t attrs[] = {
+      {"axes", TY_ATTR_INTS, 1, 0, 0, NULL, last, NULL},
+      {"trans_a", TY_ATTR_INT, 0, 1, 0, NULL, NULL, NULL},
+  };
+  ty_abi_node_t mul = {"mul", 2, two_in, 1, t_out, 2, attrs};
+  assert_null(build_view(&mul, build_decode));
+  assert_int_equal(argued.args[0].i, 2);
+  assert_int_equal(argued.args[1].i, 2); /* add, sub, mul, div */
+  /* c [3, 2] = a^T: M 3, N 2, K = a's rows (2). */
+  assert_int_equal(argued.args[2].i, 3 * 10000 + 2 * 1000 + 2 * 100 + 10);
+  /* embedding: N = input 1's elements (6), the table [2, 3] is input 0... */
+  ty_abi_node_t emb = {"embedding", 2, two_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&emb, build_decode));
+  assert_int_equal(argued.args[3].i, 6 * 100 + 2 * 10 + 3);
+  /* ... and output 0 ([3, 2]) for embedding_backward. */
+  emb.op = "embedding_backward";
+  assert_null(build_view(&emb, build_decode));
+  assert_int_equal(argued.args[3].i, 6 * 100 + 3 * 10 + 2);
+}
+
+static void build_dropout_p(ty_dev_build_t *b) {
+  double p = -1.0;
+  argued.args[0].i = ty_dev_dropout_p(b, &p);
+  argued.args[0].f = p;
+}
+
+static void test_dropout_p(void **state) {
+  (void)state;
+  ty_abi_attr_t p = {"p", TY_ATTR_FLOAT, 0, 0, 0.25, NULL, NULL, NULL};
+  ty_abi_node_t node = {"dropout", 1, t_in, 1, t_out, 1, &p};
+  assert_null(build_view(&node, build_dropout_p));
+  assert_int_equal(argued.args[0].i, 1);
+  assert_true(argued.args[0].f == 0.25);
+  p.f = 1.0;
+  expect_status(build_view(&node, build_dropout_p), TY_CODE_INVALID_ARGUMENT,
+                "dev:2: node 0 (dropout): probability 1 is outside [0, 1)");
+  assert_int_equal(argued.args[0].i, 0);
+}
+
 /* ---- the op table ---- */
 
 static void build_nothing(ty_dev_build_t *b) { (void)b; }
@@ -324,6 +428,9 @@ int main(void) {
       cmocka_unit_test(test_data_errors),
       cmocka_unit_test(test_view_builders),
       cmocka_unit_test(test_op_find),
+      cmocka_unit_test(test_args_through_hook),
+      cmocka_unit_test(test_decoders),
+      cmocka_unit_test(test_dropout_p),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,0 +1,160 @@
+/* The op builders' shared pieces (device_ops.h): kernel arguments through
+ * the backend's one hook, the argument lists of kernels both devices
+ * declare alike, and the decoders of an op's shapes and attributes. */
+#include "backends/common/device_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void ty_dev_arg_put(ty_dev_build_t *b, void *cmd, ty_dev_arg_t a) {
+  if (!cmd || b->status) return;
+  b->arg(b, cmd, &a);
+}
+
+void ty_dev_arg_ref(ty_dev_build_t *b, void *cmd, ty_dev_ref_t ref) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_REF, .ref = ref});
+}
+void ty_dev_arg_err(ty_dev_build_t *b, void *cmd) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_ERR, .i = (int32_t)b->n});
+}
+void ty_dev_arg_i32(ty_dev_build_t *b, void *cmd, int32_t v) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_I32, .i = v});
+}
+void ty_dev_arg_u32(ty_dev_build_t *b, void *cmd, uint32_t v) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_U32, .i = v});
+}
+void ty_dev_arg_i64(ty_dev_build_t *b, void *cmd, int64_t v) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_I64, .i = v});
+}
+void ty_dev_arg_u64(ty_dev_build_t *b, void *cmd, uint64_t v) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_U64, .i = (int64_t)v});
+}
+/* f32 travels as a double, which holds every float exactly. */
+void ty_dev_arg_f32(ty_dev_build_t *b, void *cmd, float v) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_F32, .f = v});
+}
+void ty_dev_arg_f64(ty_dev_build_t *b, void *cmd, double v) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_F64, .f = v});
+}
+void ty_dev_arg_dims8(ty_dev_build_t *b, void *cmd, const int64_t v[8]) {
+  ty_dev_arg_put(b, cmd, (ty_dev_arg_t){.kind = TY_DEV_ARG_DIMS8, .dims8 = v});
+}
+
+void ty_dev_arg_in(ty_dev_build_t *b, void *cmd, uint32_t i) {
+  ty_dev_arg_ref(b, cmd, ty_dev_in(b, i));
+  ty_dev_arg_i32(b, cmd, ty_dev_dt(ty_dev_vin(b, i)));
+}
+
+void ty_dev_arg_out(ty_dev_build_t *b, void *cmd, uint32_t o) {
+  ty_dev_arg_ref(b, cmd, ty_dev_out(b, o));
+  ty_dev_arg_i32(b, cmd, ty_dev_dt(ty_dev_vout(b, o)));
+}
+
+/* ---- argument lists ---- */
+
+void ty_dev_args_binary(ty_dev_build_t *b, void *cmd, int op, int64_t n, const ty_op_bcast_t *p) {
+  ty_dev_arg_in(b, cmd, 0);
+  ty_dev_arg_in(b, cmd, 1);
+  ty_dev_arg_out(b, cmd, 0);
+  ty_dev_arg_i32(b, cmd, op);
+  ty_dev_arg_i64(b, cmd, n);
+  ty_dev_arg_i32(b, cmd, p->rank);
+  ty_dev_arg_dims8(b, cmd, p->dims);
+  ty_dev_arg_dims8(b, cmd, p->stride[0]);
+  ty_dev_arg_dims8(b, cmd, p->stride[1]);
+}
+
+void ty_dev_args_embedding(ty_dev_build_t *b, void *cmd) {
+  const ty_dev_embedding_t e = ty_dev_embedding_of(b);
+  ty_dev_arg_in(b, cmd, 0);
+  ty_dev_arg_in(b, cmd, 1);
+  ty_dev_arg_out(b, cmd, 0);
+  ty_dev_arg_i64(b, cmd, e.N);
+  ty_dev_arg_i64(b, cmd, e.V);
+  ty_dev_arg_i64(b, cmd, e.D);
+  ty_dev_arg_err(b, cmd);
+}
+
+void ty_dev_args_kv_write(ty_dev_build_t *b, void *cmd) {
+  const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
+  ty_dev_arg_ref(b, cmd, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, cmd, ty_dev_out(b, 0));
+  ty_dev_arg_in(b, cmd, 2);
+  ty_dev_arg_i32(b, cmd, (int32_t)ty_desc_dtype_size(ty_dev_vout(b, 0)->dtype));
+  ty_dev_arg_i64(b, cmd, cache->dims[1]);
+  ty_dev_arg_i64(b, cmd, fresh->dims[1]);
+  ty_dev_arg_i64(b, cmd, fresh->dims[2] * fresh->dims[3]);
+  ty_dev_arg_i64(b, cmd, ty_dev_numel(fresh));
+  ty_dev_arg_err(b, cmd);
+}
+
+void ty_dev_args_cast(ty_dev_build_t *b, void *cmd) {
+  ty_dev_arg_in(b, cmd, 0);
+  ty_dev_arg_out(b, cmd, 0);
+  ty_dev_arg_i64(b, cmd, ty_dev_numel(ty_dev_vout(b, 0)));
+  ty_dev_arg_err(b, cmd);
+}
+
+/* ---- decoders ---- */
+
+int ty_dev_binary_op(const ty_dev_build_t *b) {
+  static const char *const names[] = {"add", "sub", "mul", "div"};
+  int op = 0;
+  while (op < 3 && strcmp(names[op], b->node->op) != 0) ++op;
+  return op;
+}
+
+ty_dev_embedding_t ty_dev_embedding_of(const ty_dev_build_t *b) {
+  const bool backward = strcmp(b->node->op, "embedding_backward") == 0;
+  const ty_abi_value_t *table = backward ? ty_dev_vout(b, 0) : ty_dev_vin(b, 0);
+  return (ty_dev_embedding_t){ty_dev_numel(ty_dev_vin(b, 1)), table->dims[0], table->dims[1]};
+}
+
+void ty_dev_reduce_axes(const ty_dev_build_t *b, bool red[8]) {
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
+  const ty_abi_attr_t *a = ty_desc_node_attr(b->node, "axes");
+  const uint32_t count = a && a->kind == TY_ATTR_INTS ? a->count : 0;
+  for (uint32_t d = 0; d < 8; ++d) red[d] = count == 0 && d < x->rank;
+  for (uint32_t k = 0; k < count; ++k) {
+    int64_t ax = a->ints[k] < 0 ? a->ints[k] + (int64_t)x->rank : a->ints[k];
+    if (ax >= 0 && ax < (int64_t)x->rank) red[ax] = true;
+  }
+}
+
+bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p) {
+  const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
+  *out_p = p;
+  if (p >= 0.0 && p < 1.0) return true;
+  ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
+  return false;
+}
+
+ty_dev_matmul_t ty_dev_matmul_of(const ty_dev_build_t *b) {
+  const ty_abi_value_t *a = ty_dev_vin(b, 0), *c = ty_dev_vout(b, 0);
+  ty_dev_matmul_t m;
+  m.ta = ty_desc_node_attr_int(b->node, "trans_a", 0) != 0;
+  m.tb = ty_desc_node_attr_int(b->node, "trans_b", 0) != 0;
+  m.M = c->dims[c->rank - 2];
+  m.N = c->dims[c->rank - 1];
+  m.K = m.ta ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
+  return m;
+}
+
+/* ---- command lists ---- */
+
+void *ty_dev_push(ty_dev_build_t *b, void **items, uint32_t *count, uint32_t *cap, size_t size) {
+  if (b->status) return NULL;
+  if (*count == *cap) {
+    const uint32_t grown_cap = *cap ? *cap * 2 : 64;
+    void *grown = realloc(*items, (size_t)grown_cap * size);
+    if (!grown) {
+      ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return NULL;
+    }
+    *items = grown;
+    *cap = grown_cap;
+  }
+  unsigned char *item = (unsigned char *)*items + (size_t)(*count)++ * size;
+  memset(item, 0, size);
+  return item;
+}

@@ -1,0 +1,116 @@
+/* What the op builders of every device executor share beyond the core's
+ * operands (device_exec.h): kernel arguments appended through one hook, the
+ * argument lists of kernels whose signature is the same in the CUDA and the
+ * OpenCL C sources, and decoders of an op's shapes and attributes. The
+ * launch itself (which module, which grid) stays with the backend: a
+ * builder calls its own launch, then these to fill the arguments, then its
+ * own grid. Nothing here is thread-safe (a build is one thread's); a
+ * decoder that refuses a node fails the build (ty_dev_fail) and says why. */
+#ifndef TY_BACKENDS_COMMON_DEVICE_OPS_H_
+#define TY_BACKENDS_COMMON_DEVICE_OPS_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/common/device_exec.h"
+#include "backends/common/op_shapes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- kernel arguments ---- */
+
+typedef enum ty_dev_arg_kind_e {
+  TY_DEV_ARG_REF = 0, /* a tensor operand (the backend's pointer or buffer + offset) */
+  TY_DEV_ARG_ERR,     /* the error buffer, then the node's index as an int */
+  TY_DEV_ARG_I32,
+  TY_DEV_ARG_U32,
+  TY_DEV_ARG_I64,
+  TY_DEV_ARG_U64,
+  TY_DEV_ARG_F32,
+  TY_DEV_ARG_F64,
+  TY_DEV_ARG_DIMS8, /* 8 x int64 by value (CUDA struct ty_dims8, OpenCL long8) */
+} ty_dev_arg_kind_t;
+
+/* One argument, as the builder's arg hook (ty_dev_build_t.arg) receives it. */
+typedef struct ty_dev_arg_t {
+  ty_dev_arg_kind_t kind;
+  ty_dev_ref_t ref;     /* REF */
+  int64_t i;            /* I32, U32, I64, U64 (U64 as its bits) */
+  double f;             /* F32, F64 */
+  const int64_t *dims8; /* DIMS8: 8 entries */
+} ty_dev_arg_t;
+
+/* Append the next argument of launch `cmd` (the backend's command, from its
+ * launch call; NULL after an error, and then nothing happens) through
+ * b->arg. The kinds follow the kernel's parameter list in order. */
+void ty_dev_arg_ref(ty_dev_build_t *b, void *cmd, ty_dev_ref_t ref);
+void ty_dev_arg_err(ty_dev_build_t *b, void *cmd);
+void ty_dev_arg_i32(ty_dev_build_t *b, void *cmd, int32_t v);
+void ty_dev_arg_u32(ty_dev_build_t *b, void *cmd, uint32_t v);
+void ty_dev_arg_i64(ty_dev_build_t *b, void *cmd, int64_t v);
+void ty_dev_arg_u64(ty_dev_build_t *b, void *cmd, uint64_t v);
+void ty_dev_arg_f32(ty_dev_build_t *b, void *cmd, float v);
+void ty_dev_arg_f64(ty_dev_build_t *b, void *cmd, double v);
+void ty_dev_arg_dims8(ty_dev_build_t *b, void *cmd, const int64_t v[8]);
+/* Input i (output o) of the node and its dtype code (ty_dev_dt). */
+void ty_dev_arg_in(ty_dev_build_t *b, void *cmd, uint32_t i);
+void ty_dev_arg_out(ty_dev_build_t *b, void *cmd, uint32_t o);
+
+/* ---- argument lists both devices' kernels declare alike ---- */
+
+/* ty_binary(a, int dta, b, int dtb, c, int dtc, int op, i64 n, int rank,
+ *           dims8 dims, dims8 sa, dims8 sb): inputs 0, 1, output 0, op
+ * (ty_dev_binary_op), n elements, broadcast plan p. */
+void ty_dev_args_binary(ty_dev_build_t *b, void *cmd, int op, int64_t n, const ty_op_bcast_t *p);
+/* ty_embedding(table, int dtt, ids, int dti, out, int dto, i64 N, i64 V,
+ *              i64 D, err, int node) */
+void ty_dev_args_embedding(ty_dev_build_t *b, void *cmd);
+/* ty_kv_write(fresh, cache, pos, int dtpos, int esize, i64 Smax, i64 T,
+ *             i64 row, i64 n, err, int node): inputs 1, output 0, input 2. */
+void ty_dev_args_kv_write(ty_dev_build_t *b, void *cmd);
+/* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */
+void ty_dev_args_cast(ty_dev_build_t *b, void *cmd);
+
+/* ---- decoders of a node's shapes and attributes ---- */
+
+/* add, sub, mul, div: 0..3 (the kernels' op codes). */
+int ty_dev_binary_op(const ty_dev_build_t *b);
+
+/* An embedding's sizes: N ids (input 1), a table of V rows of D (input 0,
+ * or output 0 for embedding_backward). */
+typedef struct ty_dev_embedding_t {
+  int64_t N, V, D;
+} ty_dev_embedding_t;
+ty_dev_embedding_t ty_dev_embedding_of(const ty_dev_build_t *b);
+
+/* Which axes of input 0 a reduce_* node reduces (attribute `axes`, negative
+ * from the end; none or empty: all); axes out of range are ignored, as the
+ * reference does. */
+void ty_dev_reduce_axes(const ty_dev_build_t *b, bool red[8]);
+
+/* dropout's `p`; fails the build (INVALID_ARGUMENT, "probability P is
+ * outside [0, 1)") and returns false when it is not in [0, 1). */
+bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p);
+
+/* matmul's sizes: c[M, N] = op(a)[M, K] op(b)[K, N] (trans_a, trans_b);
+ * batch axes before the last two. */
+typedef struct ty_dev_matmul_t {
+  bool ta, tb;
+  int64_t M, N, K;
+} ty_dev_matmul_t;
+ty_dev_matmul_t ty_dev_matmul_of(const ty_dev_build_t *b);
+
+/* ---- for the backend's own command list ---- */
+
+/* Grows the array *items (of *count entries of `size` bytes, room for *cap,
+ * doubling from 64) by one zeroed entry and returns it; NULL after an
+ * earlier error, or failing the build with RESOURCE_EXHAUSTED. */
+void *ty_dev_push(ty_dev_build_t *b, void **items, uint32_t *count, uint32_t *cap, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TY_BACKENDS_COMMON_DEVICE_OPS_H_ */
