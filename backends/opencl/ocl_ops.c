@@ -10,49 +10,12 @@
 #include "trainyard/op_shapes.h"
 #include "ocl_exec.h"
 
+/* The ops both GPU backends build (device_op_list.h); opencl builds no
+ * others. */
+#define TY_DEV_OP(op, builder, accept) {#op, ty_ocl_build_##builder, TY_DESC_ACCEPT_##accept},
+#define TY_DEV_CORE_OP(op, function, accept) {#op, function, TY_DESC_ACCEPT_##accept},
 const ty_dev_op_t ty_ocl_ops[] = {
-    {"embedding", ty_ocl_build_embedding, TY_DESC_ACCEPT_COMPUTE},
-    {"embedding_backward", ty_ocl_build_embedding_backward, TY_DESC_ACCEPT_COMPUTE},
-    {"matmul", ty_ocl_build_matmul, TY_DESC_ACCEPT_COMPUTE},
-    {"add", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"sub", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"mul", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"div", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"scale", ty_ocl_build_scale, TY_DESC_ACCEPT_COMPUTE},
-    {"broadcast_to", ty_ocl_build_broadcast_to, TY_DESC_ACCEPT_MOVE},
-    {"reduce_sum", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
-    {"reduce_mean", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
-    {"reduce_sumsq", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
-    {"layernorm", ty_ocl_build_norm, TY_DESC_ACCEPT_COMPUTE},
-    {"layernorm_backward", ty_ocl_build_norm_backward, TY_DESC_ACCEPT_COMPUTE},
-    {"rmsnorm", ty_ocl_build_norm, TY_DESC_ACCEPT_COMPUTE},
-    {"rmsnorm_backward", ty_ocl_build_norm_backward, TY_DESC_ACCEPT_COMPUTE},
-    {"gelu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"gelu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"silu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"silu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"swiglu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"swiglu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"softmax", ty_ocl_build_softmax, TY_DESC_ACCEPT_COMPUTE},
-    {"softmax_backward", ty_ocl_build_softmax, TY_DESC_ACCEPT_COMPUTE},
-    {"rope", ty_ocl_build_rope, TY_DESC_ACCEPT_COMPUTE},
-    {"rope_backward", ty_ocl_build_rope, TY_DESC_ACCEPT_COMPUTE},
-    {"attention", ty_ocl_build_attention, TY_DESC_ACCEPT_COMPUTE},
-    {"attention_backward", ty_ocl_build_attention, TY_DESC_ACCEPT_COMPUTE},
-    {"cross_entropy", ty_ocl_build_cross_entropy, TY_DESC_ACCEPT_COMPUTE},
-    {"cross_entropy_backward", ty_ocl_build_cross_entropy, TY_DESC_ACCEPT_COMPUTE},
-    {"dropout", ty_ocl_build_dropout, TY_DESC_ACCEPT_COMPUTE},
-    {"dropout_backward", ty_ocl_build_dropout, TY_DESC_ACCEPT_COMPUTE},
-    {"cast", ty_ocl_build_cast, TY_DESC_ACCEPT_CAST},
-    {"reshape", ty_dev_build_reshape, TY_DESC_ACCEPT_MOVE},
-    {"transpose", ty_dev_build_transpose, TY_DESC_ACCEPT_MOVE},
-    {"slice", ty_dev_build_slice, TY_DESC_ACCEPT_MOVE},
-    {"slice_backward", ty_dev_build_slice_backward, TY_DESC_ACCEPT_MOVE},
-    {"concat", ty_dev_build_concat, TY_DESC_ACCEPT_MOVE},
-    {"adamw_update", ty_ocl_build_adamw, TY_DESC_ACCEPT_COMPUTE},
-    {"sgd_update", ty_ocl_build_sgd, TY_DESC_ACCEPT_COMPUTE},
-    {"clip_by_global_norm", ty_ocl_build_clip, TY_DESC_ACCEPT_COMPUTE},
-    {"kv_cache_write", ty_ocl_build_kv_cache_write, TY_DESC_ACCEPT_MOVE},
+#include "trainyard/device_op_list.h"
     {NULL, NULL, TY_DESC_ACCEPT_MOVE},
 };
 
@@ -134,17 +97,6 @@ static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_dev_ref_t x, ty_dev_ref_t 
   ty_dev_arg_dims8(b, c, x8);
   ty_dev_arg_dims8(b, c, y8);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
-}
-
-void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  if (ty_dev_numel(y) == 0) return;
-  ty_op_bcast_t p;
-  ty_op_bcast_plan(y, &x, 1, &p);
-  int64_t ys[8];
-  ty_op_strides((uint32_t)p.rank, p.dims, ys);
-  ty_ocl_strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_ocl_esize(y), p.rank, p.dims,
-                      p.stride[0], ys);
 }
 
 /* ---- reductions ---- */
