@@ -252,6 +252,20 @@ void ty_dev_supports(const ty_abi_graph_t *g, const ty_dev_op_t *table, const ch
 
 /* ---- for the backend entries ---- */
 
+/* Declares a device plugin's four graph entries, PREFIX_graph_supports,
+ * PREFIX_graph_compile, PREFIX_executable_destroy and
+ * PREFIX_executable_execute, with the signatures of their fields in
+ * ty_backend_api_t (backend_abi.h), so the list is written once. */
+#define TY_DEV_GRAPH_ENTRIES(prefix)                                                          \
+  ty_abi_status_t prefix##_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph, \
+                                          ty_abi_node_support_t *out_support);               \
+  ty_abi_status_t prefix##_graph_compile(ty_abi_device_t *device,                           \
+                                         const ty_abi_compile_args_t *args,                 \
+                                         ty_abi_executable_t **out_executable);             \
+  void prefix##_executable_destroy(ty_abi_executable_t *executable);                        \
+  ty_abi_status_t prefix##_executable_execute(ty_abi_executable_t *executable,              \
+                                              const ty_abi_execute_args_t *args)
+
 /* device_info: copies `info` into the host's struct, no further than the
  * smaller of the two struct sizes, keeping the host's struct_size. */
 void ty_dev_device_info_copy(const ty_abi_device_info_t *info, ty_abi_device_info_t *out);

@@ -11,7 +11,15 @@
  *   TY_DEV_CORE_OP(op, function, accept) a builder of the core (device_views.c)
  * `op` is the op's name as an identifier (#op is the string), `accept` the
  * tail of a TY_DESC_ACCEPT_* rule (abi_graph.h). Order does not matter
- * (ty_dev_op_find looks ops up by name). */
+ * (ty_dev_op_find looks ops up by name). Included with neither macro
+ * defined (as the SDK check compiles every header alone), it expands to
+ * nothing. */
+#ifndef TY_DEV_OP
+#define TY_DEV_OP(op, builder, accept)
+#endif
+#ifndef TY_DEV_CORE_OP
+#define TY_DEV_CORE_OP(op, function, accept)
+#endif
 
 TY_DEV_OP(embedding, embedding, COMPUTE)
 TY_DEV_OP(embedding_backward, embedding_backward, COMPUTE)

@@ -326,11 +326,11 @@ static void test_broadcast_to(void **state) {
   /* b [2, 3] from a [1, 3]: one strided copy over b's dims, a's row read
    * again (stride 0 on the broadcast axis), b's own strides. */
   static const int64_t dims13[] = {1, 3};
-  const ty_abi_value_t values[] = {
+  const ty_abi_value_t bvalues[] = {
       {"a", TY_DTYPE_F32, 2, dims13, TY_VALUE_INPUT, 0, NULL},
       {"b", TY_DTYPE_F32, 2, dims23, TY_VALUE_INTERMEDIATE, TY_VALUE_FLAG_OUTPUT, NULL},
   };
-  view_values = values;
+  view_values = bvalues;
   ty_abi_node_t node = {"broadcast_to", 1, t_in, 1, t_out, 0, NULL};
   assert_null(build_view(&node, ty_dev_build_broadcast_to));
   view_values = tvalues;
@@ -413,6 +413,51 @@ static void test_decoders(void **state) {
   emb.op = "embedding_backward";
   assert_null(build_view(&emb, build_decode));
   assert_int_equal(argued.args[3].i, 6 * 100 + 3 * 10 + 2);
+}
+
+/* x [2, 3] (input 0): which axes a plan keeps and reduces, merged where
+ * contiguous, padded past the ranks; and the arguments it makes. */
+static ty_dev_reduce_plan_t planned[2];
+static uint64_t chunked;
+static void build_reduce_plan(ty_dev_build_t *b) {
+  const bool last[8] = {false, true}, both[8] = {true, true};
+  ty_dev_reduce_plan(b, last, 1, &planned[0]);
+  ty_dev_reduce_plan(b, both, 0, &planned[1]);
+  ty_dev_args_reduce_plan(b, &argued, &planned[0]);
+  chunked = ty_dev_chunk_count(b, 0, 1, 4);
+}
+
+static void test_reduce_plan(void **state) {
+  (void)state;
+  ty_abi_node_t node = {"reduce_sum", 1, t_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&node, build_reduce_plan));
+  const ty_dev_reduce_plan_t *p = &planned[0];
+  assert_int_equal(p->krank, 1);
+  assert_int_equal(p->kdims[0], 2);
+  assert_int_equal(p->kstr[0], 3);
+  assert_int_equal(p->kdims[1], 1); /* padded with pad_dim */
+  assert_int_equal(p->kstr[1], 0);
+  assert_int_equal(p->rrank, 1);
+  assert_int_equal(p->rdims[0], 3);
+  assert_int_equal(p->rstr[0], 1);
+  /* Both axes reduced: one contiguous run of 6. */
+  p = &planned[1];
+  assert_int_equal(p->krank, 0);
+  assert_int_equal(p->kdims[0], 0);
+  assert_int_equal(p->rrank, 1);
+  assert_int_equal(p->rdims[0], 6);
+  assert_int_equal(p->rstr[0], 1);
+  assert_int_equal(p->rdims[1], 0);
+  /* int krank, dims8, dims8, int rrank, dims8, dims8 (the last: rstr). */
+  assert_int_equal(argued.count, 6);
+  assert_int_equal(argued.args[0].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[0].i, 1);
+  assert_int_equal(argued.args[1].kind, TY_DEV_ARG_DIMS8);
+  assert_int_equal(argued.args[3].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[5].kind, TY_DEV_ARG_DIMS8);
+  assert_int_equal(argued.dims8[0], 1);
+  /* 6 elements in chunks of 4: 2. */
+  assert_int_equal(chunked, 2);
 }
 
 static void build_dropout_p(ty_dev_build_t *b) {
@@ -555,6 +600,7 @@ int main(void) {
       cmocka_unit_test(test_broadcast_to),
       cmocka_unit_test(test_build_nodes),
       cmocka_unit_test(test_op_list),
+      cmocka_unit_test(test_reduce_plan),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
