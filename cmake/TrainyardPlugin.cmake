@@ -33,6 +33,7 @@ set(TY_SDK_HEADERS
   "artifact_io.h=backends/common/artifact_io.h"
   "device_errors.h=backends/common/device_errors.h"
   "device_exec.h=backends/common/device_exec.h"
+  "device_op_list.h=backends/common/device_op_list.h"
   "device_ops.h=backends/common/device_ops.h"
   "host_buffers.h=backends/common/host_buffers.h"
   "host_executor.h=backends/common/host_executor.h"

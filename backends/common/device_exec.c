@@ -354,6 +354,25 @@ const ty_dev_op_t *ty_dev_op_find(const ty_dev_op_t *table, const char *op) {
   return NULL;
 }
 
+void ty_dev_build_nodes(ty_dev_build_t *b, const ty_dev_op_t *table,
+                        const ty_dev_node_hooks_t *hooks) {
+  const ty_abi_graph_t *g = b->g;
+  for (uint32_t n = 0; n < g->node_count && !b->status; ++n) {
+    const bool keep = !(hooks && hooks->visit) || hooks->visit(b, n);
+    if (b->core->plan.skip[n] || !keep) continue;
+    b->node = &g->nodes[n];
+    b->n = n;
+    b->scratch_used = 0;
+    const ty_dev_op_t *op = ty_dev_op_find(table, b->node->op);
+    if (!op) {
+      ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "no kernel for this op");
+      return;
+    }
+    op->build(b);
+    if (!b->status && hooks && hooks->built) hooks->built(b);
+  }
+}
+
 void ty_dev_supports(const ty_abi_graph_t *g, const ty_dev_op_t *table, const char *plugin,
                      ty_dev_op_check_fn check, ty_abi_node_support_t *out) {
   for (uint32_t n = 0; n < g->node_count; ++n) {

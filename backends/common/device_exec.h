@@ -197,10 +197,11 @@ int ty_dev_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent
 int64_t ty_dev_numel(const ty_abi_value_t *v);
 
 /* The view ops, built on b->move (device_views.c): reshape (and any
- * identity, e.g. tp_copy) is a copy; transpose, slice and concat strided
- * copies; slice_backward a fill and a strided copy. A malformed `perm` or
+ * identity, e.g. tp_copy) is a copy; broadcast_to, transpose, slice and
+ * concat strided copies; slice_backward a fill and a strided copy. A malformed `perm` or
  * `starts` attribute fails the build with INVALID_ARGUMENT. */
 void ty_dev_build_reshape(ty_dev_build_t *b);
+void ty_dev_build_broadcast_to(ty_dev_build_t *b);
 void ty_dev_build_transpose(ty_dev_build_t *b);
 void ty_dev_build_slice(ty_dev_build_t *b);
 void ty_dev_build_slice_backward(ty_dev_build_t *b);
@@ -219,6 +220,25 @@ typedef struct ty_dev_op_t {
 /* The entry of `op` in a table ended by an entry whose op is NULL. */
 const ty_dev_op_t *ty_dev_op_find(const ty_dev_op_t *table, const char *op);
 
+/* What a backend adds around each node of ty_dev_build_nodes (all may be
+ * NULL). */
+typedef struct ty_dev_node_hooks_t {
+  /* Called for every node n first, even one the plan skips; returns false
+   * when the node is built by another's commands (cuda: fused), may set
+   * b->hint. */
+  bool (*visit)(ty_dev_build_t *b, uint32_t n);
+  /* After node b->n's builder ran without error (cuda: padded rows). */
+  void (*built)(ty_dev_build_t *b);
+} ty_dev_node_hooks_t;
+
+/* Compile's walk over b->g's nodes in order: for each node the plan does
+ * not skip (a view reading its input) and `hooks` keeps, sets b->node, n
+ * and scratch_used and calls its builder from `table`; a node whose op has
+ * no entry fails the build (UNIMPLEMENTED, "no kernel for this op"). Stops
+ * at the first error, which stays in b->status. */
+void ty_dev_build_nodes(ty_dev_build_t *b, const ty_dev_op_t *table,
+                        const ty_dev_node_hooks_t *hooks);
+
 /* Op-specific limits beyond dtypes (attention head_dim, causal=0, ...):
  * writes a reason and returns false when the node cannot run. */
 typedef bool (*ty_dev_op_check_fn)(const ty_abi_graph_t *g, const ty_abi_node_t *node,
@@ -231,6 +251,20 @@ void ty_dev_supports(const ty_abi_graph_t *g, const ty_dev_op_t *table, const ch
                      ty_dev_op_check_fn check, ty_abi_node_support_t *out);
 
 /* ---- for the backend entries ---- */
+
+/* Declares a device plugin's four graph entries, PREFIX_graph_supports,
+ * PREFIX_graph_compile, PREFIX_executable_destroy and
+ * PREFIX_executable_execute, with the signatures of their fields in
+ * ty_backend_api_t (backend_abi.h), so the list is written once. */
+#define TY_DEV_GRAPH_ENTRIES(prefix)                                                          \
+  ty_abi_status_t prefix##_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph, \
+                                          ty_abi_node_support_t *out_support);               \
+  ty_abi_status_t prefix##_graph_compile(ty_abi_device_t *device,                           \
+                                         const ty_abi_compile_args_t *args,                 \
+                                         ty_abi_executable_t **out_executable);             \
+  void prefix##_executable_destroy(ty_abi_executable_t *executable);                        \
+  ty_abi_status_t prefix##_executable_execute(ty_abi_executable_t *executable,              \
+                                              const ty_abi_execute_args_t *args)
 
 /* device_info: copies `info` into the host's struct, no further than the
  * smaller of the two struct sizes, keeping the host's struct_size. */

@@ -121,6 +121,48 @@ void ty_dev_reduce_axes(const ty_dev_build_t *b, bool red[8]) {
   }
 }
 
+void ty_dev_reduce_plan(const ty_dev_build_t *b, const bool red[8], int64_t pad_dim,
+                        ty_dev_reduce_plan_t *out) {
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
+  int64_t xs[8];
+  ty_op_strides(x->rank, x->dims, xs);
+  out->krank = out->rrank = 0;
+  for (int d = 0; d < 8; ++d) {
+    out->kdims[d] = out->rdims[d] = pad_dim;
+    out->kstr[d] = out->rstr[d] = 0;
+  }
+  for (uint32_t d = 0; d < x->rank; ++d) {
+    if (x->dims[d] == 1) continue;
+    int64_t *dims = red[d] ? out->rdims : out->kdims, *str = red[d] ? out->rstr : out->kstr;
+    int *r = red[d] ? &out->rrank : &out->krank;
+    if (*r > 0 && str[*r - 1] == xs[d] * x->dims[d]) {
+      dims[*r - 1] *= x->dims[d];
+      str[*r - 1] = xs[d];
+    } else {
+      dims[*r] = x->dims[d];
+      str[(*r)++] = xs[d];
+    }
+  }
+}
+
+void ty_dev_args_reduce_plan(ty_dev_build_t *b, void *cmd, const ty_dev_reduce_plan_t *p) {
+  ty_dev_arg_i32(b, cmd, p->krank);
+  ty_dev_arg_dims8(b, cmd, p->kdims);
+  ty_dev_arg_dims8(b, cmd, p->kstr);
+  ty_dev_arg_i32(b, cmd, p->rrank);
+  ty_dev_arg_dims8(b, cmd, p->rdims);
+  ty_dev_arg_dims8(b, cmd, p->rstr);
+}
+
+uint64_t ty_dev_chunk_count(const ty_dev_build_t *b, uint32_t first, uint32_t count,
+                            uint64_t chunk) {
+  uint64_t chunks = 0;
+  for (uint32_t i = first; i < first + count; ++i) {
+    chunks += ((uint64_t)ty_dev_numel(ty_dev_vin(b, i)) + chunk - 1) / chunk;
+  }
+  return chunks;
+}
+
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p) {
   const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
   *out_p = p;

@@ -90,6 +90,26 @@ ty_dev_embedding_t ty_dev_embedding_of(const ty_dev_build_t *b);
  * reference does. */
 void ty_dev_reduce_axes(const ty_dev_build_t *b, bool red[8]);
 
+/* A reduction's axes for the general reduce kernels (CUDA and OpenCL
+ * ty_reduce): input 0's axes of size > 1 split into kept and reduced
+ * (`red`), each run of axes of one kind that is contiguous in x merged
+ * into one, with their strides in x (elements). Entries past a rank hold
+ * `pad_dim` (dims) and 0 (strides). */
+typedef struct ty_dev_reduce_plan_t {
+  int krank, rrank;
+  int64_t kdims[8], kstr[8], rdims[8], rstr[8];
+} ty_dev_reduce_plan_t;
+void ty_dev_reduce_plan(const ty_dev_build_t *b, const bool red[8], int64_t pad_dim,
+                        ty_dev_reduce_plan_t *out);
+/* The kernels' tail: int krank, dims8 kdims, dims8 kstr, int rrank,
+ * dims8 rdims, dims8 rstr. */
+void ty_dev_args_reduce_plan(ty_dev_build_t *b, void *cmd, const ty_dev_reduce_plan_t *p);
+
+/* The chunks of `chunk` elements that inputs first .. first + count - 1
+ * make, each input's rounded up (the partial sums of a global norm). */
+uint64_t ty_dev_chunk_count(const ty_dev_build_t *b, uint32_t first, uint32_t count,
+                            uint64_t chunk);
+
 /* dropout's `p`; fails the build (INVALID_ARGUMENT, "probability P is
  * outside [0, 1)") and returns false when it is not in [0, 1). */
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p);

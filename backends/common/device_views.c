@@ -13,6 +13,17 @@ void ty_dev_build_reshape(ty_dev_build_t *b) {
   b->move->copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(y) * ty_dev_esize(y));
 }
 
+void ty_dev_build_broadcast_to(ty_dev_build_t *b) {
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  if (ty_dev_numel(y) == 0) return;
+  ty_op_bcast_t p;
+  ty_op_bcast_plan(y, &x, 1, &p);
+  int64_t ys[8];
+  ty_op_strides((uint32_t)p.rank, p.dims, ys);
+  b->move->strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_dev_esize(y), p.rank, p.dims,
+                        p.stride[0], ys);
+}
+
 void ty_dev_build_transpose(ty_dev_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   const ty_abi_attr_t *perm = ty_desc_node_attr(b->node, "perm");

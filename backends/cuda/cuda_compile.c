@@ -268,6 +268,30 @@ static ty_abi_status_t ty_cu_compile_options(const ty_abi_device_t *device,
 
 bool ty_cu_exec_deterministic(const ty_cu_exec_t *e) { return e->deterministic; }
 
+
+/* Every node's first command (for TRAINYARD_CUDA_SYNC's messages and the
+ * profile); a node fused into another's commands builds nothing itself. */
+static bool ty_cu_node_visit(ty_cu_build_t *b, uint32_t n) {
+  ty_cu_exec_t *e = b->exec;
+  e->first_cmd[n] = e->cmd_count;
+  if (e->fused[n]) return false; /* done by another node's commands (cuda_fuse.h) */
+  b->hint = e->fuse[n].kind != TY_CU_FUSE_NONE ? &e->fuse[n] : NULL;
+  return true;
+}
+
+/* The zero rows of a padded LM-head weight (ty_cu_plan_padded_head): the
+ * arena's bytes there belonged to other values before. */
+static void ty_cu_node_built(ty_cu_build_t *b) {
+  ty_cu_exec_t *e = b->exec;
+  const uint32_t out0 = b->node->output_count ? b->node->outputs[0] : UINT32_MAX;
+  if (out0 != UINT32_MAX && e->zero_rows[out0]) {
+    const ty_abi_value_t *w = &b->g->values[out0];
+    const uint64_t row = (uint64_t)w->dims[1] * ty_desc_dtype_size(w->dtype);
+    ty_cu_fill(b, ty_dev_ref_at(ty_dev_out(b, 0), (uint64_t)w->dims[0] * row),
+               (uint64_t)(e->zero_rows[out0] - w->dims[0]) * row);
+  }
+}
+
 ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
                                     ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
@@ -340,30 +364,8 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
       .g = g,
       .deterministic = deterministic,
       .move = &ty_cu_movers, .arg = ty_cu_arg};
-  for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
-    e->first_cmd[n] = e->cmd_count;
-    if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
-    if (e->fused[n]) continue;     /* done by another node's commands (cuda_fuse.h) */
-    b.node = &g->nodes[n];
-    b.n = n;
-    b.hint = e->fuse[n].kind != TY_CU_FUSE_NONE ? &e->fuse[n] : NULL;
-    b.scratch_used = 0;
-    const ty_dev_op_t *op = ty_dev_op_find(ty_cu_ops, b.node->op);
-    if (!op) {
-      ty_dev_fail(&b, TY_CODE_UNIMPLEMENTED, "no kernel for this op");
-      break;
-    }
-    op->build(&b);
-    /* The zero rows of a padded LM-head weight (ty_cu_plan_padded_head):
-     * the arena's bytes there belonged to other values before. */
-    const uint32_t out0 = b.node->output_count ? b.node->outputs[0] : UINT32_MAX;
-    if (out0 != UINT32_MAX && e->zero_rows[out0]) {
-      const ty_abi_value_t *w = &g->values[out0];
-      const uint64_t row = (uint64_t)w->dims[1] * ty_desc_dtype_size(w->dtype);
-      ty_cu_fill(&b, ty_dev_ref_at(ty_dev_out(&b, 0), (uint64_t)w->dims[0] * row),
-                 (uint64_t)(e->zero_rows[out0] - w->dims[0]) * row);
-    }
-  }
+  const ty_dev_node_hooks_t node_hooks = {ty_cu_node_visit, ty_cu_node_built};
+  ty_dev_build_nodes(&b, ty_cu_ops, &node_hooks);
   e->first_cmd[g->node_count] = e->cmd_count;
   s = b.status;
   /* Device memory. */

@@ -507,8 +507,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
        * not possible; a plain kernel does it. */
       ty_cu_cmd_t *k = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_bias_rows");
       ty_dev_arg_ref(b, k, ty_dev_in(b, 2));
-      ty_dev_arg_ref(b, k, ty_dev_out(b, 0));
-      ty_dev_arg_i32(b, k, ty_dev_dt(c));
+      ty_dev_arg_out(b, k, 0);
       ty_dev_arg_i64(b, k, ty_dev_numel(c));
       ty_dev_arg_i64(b, k, N);
       ty_cu_grid1(b, k, (uint64_t)ty_dev_numel(c), TY_CU_BLOCK);

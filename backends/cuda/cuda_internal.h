@@ -21,6 +21,7 @@
 #include "trainyard/plugin_status.h"
 #include "cuda_api.h"
 #include "trainyard/backend_abi.h"
+#include "trainyard/device_exec.h"
 
 /* One module per kernel family (kernels/<file>.cu, compiled by nvcc at
  * build time into a fatbin; cuda_families.def lists them once). */
@@ -157,13 +158,7 @@ const char *ty_cu_fatbin_targets(void);
 /* ---- the graph entries: cuda_compile.c (supports, compile, destroy,
  * graph, memory), cuda_execute.c (execute, report) ---- */
 
-ty_abi_status_t ty_cu_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph,
-                                     ty_abi_node_support_t *out_support);
-ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
-                                    ty_abi_executable_t **out_executable);
-void ty_cu_executable_destroy(ty_abi_executable_t *executable);
-ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *executable,
-                                         const ty_abi_execute_args_t *args);
+TY_DEV_GRAPH_ENTRIES(ty_cu);
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *executable, char *dst,
                                         uint64_t capacity, uint64_t *out_size);
 const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *executable);

@@ -86,31 +86,17 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
 bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                            size_t capacity);
 
-/* Builders, by file. cuda_ops.c: */
-void ty_cu_build_binary(ty_cu_build_t *b);
-void ty_cu_build_scale(ty_cu_build_t *b);
-/* cuda_ops_views.c */
-void ty_cu_build_broadcast_to(ty_cu_build_t *b);
-void ty_cu_build_cast(ty_cu_build_t *b);
-void ty_cu_build_kv_cache_write(ty_cu_build_t *b);
-/* cuda_ops_reduce.c */
-void ty_cu_build_reduce(ty_cu_build_t *b);
-/* cuda_ops_embedding.c */
-void ty_cu_build_embedding(ty_cu_build_t *b);
-void ty_cu_build_embedding_backward(ty_cu_build_t *b);
+/* The builders of the ops in device_op_list.h, ty_cu_build_<builder>
+ * (cuda_ops.c: binary, scale; cuda_ops_views.c: cast, kv_cache_write; cuda_ops_reduce.c; cuda_ops_embedding.c; cuda_ops_optim.c:
+ * adamw, sgd, clip; cuda_ops_nn.c: map, dropout, norm, norm_backward,
+ * softmax, cross_entropy, rope; cuda_attention.c; cuda_gemm.c: matmul). */
+#define TY_DEV_OP(op, builder, accept) void ty_cu_build_##builder(ty_cu_build_t *b);
+#define TY_DEV_CORE_OP(op, function, accept)
+#include "trainyard/device_op_list.h"
+
+/* cuda's own builders, by file. */
 /* cuda_ops_optim.c */
-void ty_cu_build_adamw(ty_cu_build_t *b);
-void ty_cu_build_sgd(ty_cu_build_t *b);
-void ty_cu_build_clip(ty_cu_build_t *b);
 void ty_cu_build_all_reduce(ty_cu_build_t *b);
-/* cuda_ops_nn.c */
-void ty_cu_build_map(ty_cu_build_t *b);
-void ty_cu_build_dropout(ty_cu_build_t *b);
-void ty_cu_build_norm(ty_cu_build_t *b);
-void ty_cu_build_norm_backward(ty_cu_build_t *b);
-void ty_cu_build_softmax(ty_cu_build_t *b);
-void ty_cu_build_cross_entropy(ty_cu_build_t *b);
-void ty_cu_build_rope(ty_cu_build_t *b);
 /* cuda_ops_memory.c */
 void ty_cu_build_linear_ce(ty_cu_build_t *b);
 void ty_cu_build_adafactor(ty_cu_build_t *b);
@@ -123,9 +109,5 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b);
 void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b);
 bool ty_cu_vocab_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                        size_t capacity);
-/* cuda_attention.c */
-void ty_cu_build_attention(ty_cu_build_t *b);
-/* cuda_gemm.c */
-void ty_cu_build_matmul(ty_cu_build_t *b);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_OPS_H_ */

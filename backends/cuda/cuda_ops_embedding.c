@@ -89,8 +89,7 @@ void ty_cu_build_embedding_backward(ty_cu_build_t *b) {
   if (!ty_cu_emb_scatter_begin(b, &sc)) return;
   /* ty_emb_count(ids, int dti, i64 N, i64 V, int *counts, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_EMBEDDING, "ty_emb_count");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_i64(b, c, sc.N);
   ty_dev_arg_i64(b, c, sc.V);
   ty_dev_arg_ref(b, c, sc.counts);

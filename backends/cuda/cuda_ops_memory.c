@@ -243,8 +243,7 @@ void ty_cu_build_adafactor(ty_cu_build_t *b) {
    *              int relative, int warmup, f64 decay, f64 *hp, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_OPTIM, "ty_adaf_prep");
   for (uint32_t i = 6; i < 10; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
   ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "relative_step", 0) != 0);
   ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "warmup_init", 0) != 0);
@@ -392,14 +391,11 @@ void ty_cu_build_global_norm_scale(ty_cu_build_t *b) {
   /* ty_global_norm_scale(max_norm, int dtm, const void *const *sums, int dts, int count,
    *                      norm, int dtn, scale, int dtsc): one thread */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_global_norm_scale");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+  ty_dev_arg_in(b, c, 0);
   ty_dev_arg_ref(b, c, table);
   ty_dev_arg_i32(b, c, dts);
   ty_dev_arg_i32(b, c, (int32_t)count);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_out(b, c, 0);
+  ty_dev_arg_out(b, c, 1);
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
 }

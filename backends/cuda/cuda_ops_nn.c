@@ -56,11 +56,9 @@ void ty_cu_emit_map(ty_cu_build_t *b, int op, float alpha) {
    *        i64 n, f32 alpha) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, "ty_map");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_ref(b, c, two ? ty_dev_out(b, 1) : ty_dev_none());
   ty_dev_arg_i32(b, c, two ? ty_dev_dt(ty_dev_vout(b, 1)) : 0);
   ty_dev_arg_i32(b, c, op);
@@ -79,7 +77,7 @@ void ty_cu_build_map(ty_cu_build_t *b) {
 }
 
 void ty_cu_build_dropout(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
   double p;
   if (!ty_dev_dropout_p(b, &p) || n == 0) return;
@@ -92,8 +90,7 @@ void ty_cu_build_dropout(ty_cu_build_t *b) {
    *                f64 keep): a thread per group of 4 (one Philox call) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, kernel);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(rng));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_arg_i64(b, c, n);
   ty_dev_arg_u32(b, c, ty_dropout_threshold(p));
@@ -126,8 +123,7 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   ty_dev_arg_i32(b, c, y != UINT32_MAX ? (int)b->g->values[y].dtype : 0);
   ty_dev_arg_ref(b, c, rms ? none : ty_dev_out(b, 1));
   ty_dev_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, r));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, r)));
+  ty_dev_arg_out(b, c, r);
   ty_dev_arg_i64(b, c, rows);
   ty_dev_arg_i64(b, c, C);
   ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
@@ -192,8 +188,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_dev_arg_ref(b, c, part);
     ty_dev_arg_i64(b, c, blocks);
     ty_dev_arg_i64(b, c, C);
-    ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+    ty_dev_arg_out(b, c, 1);
     ty_dev_arg_ref(b, c, has_dbeta_out ? ty_dev_out(b, 2) : none);
     ty_dev_arg_i32(b, c, has_dbeta_out ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
     ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
@@ -238,8 +233,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   ty_dev_arg_i32(b, c, ty_dev_dt(mean));
   ty_dev_arg_ref(b, c, rstd_ref);
   ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_out(b, c, 1);
   ty_dev_arg_ref(b, c, dbeta);
   ty_dev_arg_i32(b, c, dtdb);
   ty_dev_arg_ref(b, c, part);
@@ -255,8 +249,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   ty_dev_arg_ref(b, c, part);
   ty_dev_arg_i64(b, c, split);
   ty_dev_arg_i64(b, c, C);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_out(b, c, 1);
   ty_dev_arg_ref(b, c, dbeta);
   ty_dev_arg_i32(b, c, dtdb);
   ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
@@ -307,8 +300,7 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
      *                 i64 V, i64 ld, i64 ldz, err, int node)
      * ty_xent_bwd_lse_<T>(dloss, int dtdl, logits, targets, int dtt, f32 *loss, dz,
      *                     i64 rows, i64 V, i64 ld, i64 ldz, err, int node) */
-    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
+    ty_dev_arg_in(b, c, 0);
     ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
     ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
     ty_dev_arg_i32(b, c, ty_dev_dt(targets));
@@ -320,8 +312,7 @@ void ty_cu_build_cross_entropy(ty_cu_build_t *b) {
     ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
     ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
     ty_dev_arg_i32(b, c, ty_dev_dt(targets));
-    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+    ty_dev_arg_out(b, c, 0);
   }
   ty_dev_arg_i64(b, c, rows);
   ty_dev_arg_i64(b, c, V);
@@ -358,7 +349,7 @@ static bool ty_cu_rope_inv_freq(ty_cu_build_t *b, int64_t dim, double *inv_freq)
 
 void ty_cu_build_rope(ty_cu_build_t *b) {
   const bool backward = strcmp(b->node->op, "rope_backward") == 0;
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *pos = ty_dev_vin(b, 1);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
   const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
   const int64_t pairs = ty_dev_numel(x) / 2;
   if (pairs == 0) return;
@@ -391,8 +382,7 @@ void ty_cu_build_rope(ty_cu_build_t *b) {
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ROPE, kernel);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(pos));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_ref(b, c, freq);
   ty_dev_arg_i64(b, c, T);
   ty_dev_arg_i64(b, c, H);

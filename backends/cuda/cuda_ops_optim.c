@@ -276,7 +276,6 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
   /* max_norm, g_1..g_n -> norm, g_1'..g_n' */
   const uint32_t count = b->node->input_count - 1;
   if (ty_cu_build_clip_multi(b)) return;
-  uint64_t slots = 0;
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_dev_vin(b, i + 1), *o = ty_dev_vout(b, i + 1);
     if (g->dtype != o->dtype || !ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype)) {
@@ -285,8 +284,8 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
                  "out", i + 1);
       return;
     }
-    slots += ((uint64_t)ty_dev_numel(g) + TY_CU_CLIP_CHUNK - 1) / TY_CU_CLIP_CHUNK;
   }
+  const uint64_t slots = ty_dev_chunk_count(b, 1, count, TY_CU_CLIP_CHUNK);
   ty_dev_ref_t partial = ty_dev_scratch(b, (slots ? slots : 1) * sizeof(double));
   ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(double));
   uint64_t slot = 0;

@@ -168,43 +168,19 @@ void ty_cu_build_reduce(ty_cu_build_t *b) {
   }
   /* The general case (as the opencl backend): kept and reduced axes with
    * their strides in x. */
-  int64_t xs[8];
-  ty_op_strides(x->rank, x->dims, xs);
-  int64_t kd[8], ks[8], rd[8], rs[8];
-  int kr = 0, rr = 0;
-  for (int d = 0; d < 8; ++d) {
-    kd[d] = rd[d] = 1;
-    ks[d] = rs[d] = 0;
-  }
-  for (uint32_t d = 0; d < x->rank; ++d) {
-    if (x->dims[d] == 1) continue;
-    int64_t *dims = red[d] ? rd : kd, *str = red[d] ? rs : ks;
-    int *r = red[d] ? &rr : &kr;
-    if (*r > 0 && str[*r - 1] == xs[d] * x->dims[d]) {
-      dims[*r - 1] *= x->dims[d];
-      str[*r - 1] = xs[d];
-    } else {
-      dims[*r] = x->dims[d];
-      str[(*r)++] = xs[d];
-    }
-  }
+  ty_dev_reduce_plan_t plan;
+  ty_dev_reduce_plan(b, red, 1, &plan);
   /* ty_reduce(x, int dtx, y, int dty, int kind, i64 outs, i64 terms, f64 scale,
    *           int krank, dims8 kdims, dims8 kstr, int rrank, dims8 rdims,
    *           dims8 rstr) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_reduce");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_in(b, c, 0);
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_arg_i32(b, c, dty);
   ty_dev_arg_i32(b, c, kind);
   ty_dev_arg_i64(b, c, outs);
   ty_dev_arg_i64(b, c, terms);
   ty_dev_arg_f64(b, c, scale);
-  ty_dev_arg_i32(b, c, kr);
-  ty_dev_arg_dims8(b, c, kd);
-  ty_dev_arg_dims8(b, c, ks);
-  ty_dev_arg_i32(b, c, rr);
-  ty_dev_arg_dims8(b, c, rd);
-  ty_dev_arg_dims8(b, c, rs);
+  ty_dev_args_reduce_plan(b, c, &plan);
   ty_cu_grid_blocks(b, c, (uint64_t)outs, ty_cu_row_threads(terms, TY_CU_BLOCK));
 }

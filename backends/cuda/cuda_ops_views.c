@@ -1,6 +1,7 @@
-/* The launch builders of the element-moving ops: broadcast_to, cast,
- * reshape, transpose, slice (+ backward), concat and kv_cache_write, on
- * the strided copies and casts of kernels/views.cu. The comment above every
+/* The element movers (fills, copies, strided copies) that the core's view
+ * builders use (broadcast_to, reshape, transpose, slice (+ backward),
+ * concat: backends/common/device_views.c), and the launch builders of cast
+ * and kv_cache_write, on the kernels of kernels/views.cu. The comment above every
  * launch names the kernel and its parameter list: the ty_dev_arg_* calls
  * under it must follow that list exactly. */
 #include "trainyard/op_shapes.h"
@@ -67,17 +68,6 @@ static void ty_cu_strided_copy(ty_cu_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y,
   ty_dev_arg_dims8(b, c, x8);
   ty_dev_arg_dims8(b, c, y8);
   ty_cu_grid1(b, c, (uint64_t)(n / vec), TY_CU_BLOCK);
-}
-
-void ty_cu_build_broadcast_to(ty_cu_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  if (ty_dev_numel(y) == 0) return;
-  ty_op_bcast_t p;
-  ty_op_bcast_plan(y, &x, 1, &p);
-  int64_t ys[8];
-  ty_op_strides((uint32_t)p.rank, p.dims, ys);
-  ty_cu_strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_cu_esize(y), p.rank, p.dims,
-                     p.stride[0], ys);
 }
 
 void ty_cu_build_cast(ty_cu_build_t *b) {

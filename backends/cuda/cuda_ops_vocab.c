@@ -35,8 +35,7 @@ void ty_cu_build_vocab_embedding(ty_cu_build_t *b) {
    *                        i64 valid) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, k);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_arg_i64(b, c, N);
   ty_dev_arg_i64(b, c, D);
@@ -52,7 +51,6 @@ static int ty_cu_i32_code(void) {
 }
 
 void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b) {
-  const ty_abi_value_t *ids = ty_dev_vin(b, 1);
   ty_cu_emb_scatter_t sc;
   if (!ty_cu_emb_scatter_begin(b, &sc)) return;
   ty_dev_ref_t lids = ty_dev_scratch(b, (uint64_t)sc.N * 4);
@@ -60,8 +58,7 @@ void ty_cu_build_vocab_embedding_backward(ty_cu_build_t *b) {
    *                    int *counts): the shard's local ids (-1 outside it)
    * and their counts */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VOCAB, "ty_vocab_local_ids");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_i64(b, c, sc.N);
   ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_start", 0));
   ty_dev_arg_i64(b, c, ty_cu_vocab_attr(b, "vocab_valid", sc.V));
@@ -127,8 +124,7 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b) {
    *                      i64 valid) */
   if (backward) ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
   ty_dev_arg_ref(b, c, ty_dev_in(b, zi));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, zi + 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, zi + 1)));
+  ty_dev_arg_in(b, c, zi + 1);
   ty_dev_arg_ref(b, c, ty_dev_in(b, zi + 2));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   if (backward) ty_dev_arg_ref(b, c, ty_dev_out(b, 1));

@@ -82,27 +82,10 @@ extern const ty_dev_movers_t ty_ocl_movers;
 bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                      size_t capacity);
 
-/* Builders, by file. */
-void ty_ocl_build_binary(ty_ocl_build_t *b);
-void ty_ocl_build_scale(ty_ocl_build_t *b);
-void ty_ocl_build_broadcast_to(ty_ocl_build_t *b);
-void ty_ocl_build_reduce(ty_ocl_build_t *b);
-void ty_ocl_build_matmul(ty_ocl_build_t *b);
-void ty_ocl_build_cast(ty_ocl_build_t *b);
-void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b);
-void ty_ocl_build_embedding(ty_ocl_build_t *b);
-void ty_ocl_build_embedding_backward(ty_ocl_build_t *b);
-void ty_ocl_build_adamw(ty_ocl_build_t *b);
-void ty_ocl_build_sgd(ty_ocl_build_t *b);
-void ty_ocl_build_clip(ty_ocl_build_t *b);
-/* ocl_ops_nn.c */
-void ty_ocl_build_map(ty_ocl_build_t *b);
-void ty_ocl_build_dropout(ty_ocl_build_t *b);
-void ty_ocl_build_norm(ty_ocl_build_t *b);
-void ty_ocl_build_norm_backward(ty_ocl_build_t *b);
-void ty_ocl_build_softmax(ty_ocl_build_t *b);
-void ty_ocl_build_cross_entropy(ty_ocl_build_t *b);
-void ty_ocl_build_rope(ty_ocl_build_t *b);
-void ty_ocl_build_attention(ty_ocl_build_t *b);
+/* The builders of the ops in device_op_list.h (ocl_ops.c, ocl_ops_nn.c):
+ * ty_ocl_build_<builder>. */
+#define TY_DEV_OP(op, builder, accept) void ty_ocl_build_##builder(ty_ocl_build_t *b);
+#define TY_DEV_CORE_OP(op, function, accept)
+#include "trainyard/device_op_list.h"
 
 #endif /* TY_BACKENDS_OPENCL_OCL_EXEC_H_ */

@@ -321,18 +321,7 @@ ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compi
   ty_ocl_build_t b = {
       .core = &e->core, .device = device, .exec = e, .g = g, .move = &ty_ocl_movers,
       .arg = ty_ocl_arg};
-  for (uint32_t n = 0; n < g->node_count && !b.status; ++n) {
-    if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
-    b.node = &g->nodes[n];
-    b.n = n;
-    b.scratch_used = 0;
-    const ty_dev_op_t *op = ty_dev_op_find(ty_ocl_ops, b.node->op);
-    if (!op) {
-      ty_dev_fail(&b, TY_CODE_UNIMPLEMENTED, "no kernel for this op");
-      break;
-    }
-    op->build(&b);
-  }
+  ty_dev_build_nodes(&b, ty_ocl_ops, NULL);
   /* State updates the plan could not do in place: copies after every node. */
   b.node = NULL;
   b.n = UINT32_MAX;

@@ -17,6 +17,7 @@
 #include "trainyard/plugin_status.h"
 #include "ocl_api.h"
 #include "trainyard/backend_abi.h"
+#include "trainyard/device_exec.h"
 
 /* One program per kernel family: common.cl followed by the family's file.
  * Programs are built lazily, so a graph only pays for the families it
@@ -95,13 +96,7 @@ ty_abi_status_t ty_ocl_program_get(ty_abi_device_t *device, ty_ocl_family_t fami
 void ty_ocl_programs_release(ty_ocl_api_t *api, ty_ocl_slot_t *slot);
 const char *ty_ocl_family_file(ty_ocl_family_t family);
 
-/* ocl_graph.c: the graph entries. */
-ty_abi_status_t ty_ocl_graph_supports(ty_abi_device_t *device, const ty_abi_graph_t *graph,
-                                      ty_abi_node_support_t *out_support);
-ty_abi_status_t ty_ocl_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
-                                     ty_abi_executable_t **out_executable);
-void ty_ocl_executable_destroy(ty_abi_executable_t *executable);
-ty_abi_status_t ty_ocl_executable_execute(ty_abi_executable_t *executable,
-                                          const ty_abi_execute_args_t *args);
+/* ocl_graph.c: the graph entries (supports, compile, destroy, execute). */
+TY_DEV_GRAPH_ENTRIES(ty_ocl);
 
 #endif /* TY_BACKENDS_OPENCL_OCL_INTERNAL_H_ */

@@ -10,49 +10,12 @@
 #include "trainyard/op_shapes.h"
 #include "ocl_exec.h"
 
+/* The ops both GPU backends build (device_op_list.h); opencl builds no
+ * others. */
+#define TY_DEV_OP(op, builder, accept) {#op, ty_ocl_build_##builder, TY_DESC_ACCEPT_##accept},
+#define TY_DEV_CORE_OP(op, function, accept) {#op, function, TY_DESC_ACCEPT_##accept},
 const ty_dev_op_t ty_ocl_ops[] = {
-    {"embedding", ty_ocl_build_embedding, TY_DESC_ACCEPT_COMPUTE},
-    {"embedding_backward", ty_ocl_build_embedding_backward, TY_DESC_ACCEPT_COMPUTE},
-    {"matmul", ty_ocl_build_matmul, TY_DESC_ACCEPT_COMPUTE},
-    {"add", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"sub", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"mul", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"div", ty_ocl_build_binary, TY_DESC_ACCEPT_COMPUTE},
-    {"scale", ty_ocl_build_scale, TY_DESC_ACCEPT_COMPUTE},
-    {"broadcast_to", ty_ocl_build_broadcast_to, TY_DESC_ACCEPT_MOVE},
-    {"reduce_sum", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
-    {"reduce_mean", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
-    {"reduce_sumsq", ty_ocl_build_reduce, TY_DESC_ACCEPT_COMPUTE},
-    {"layernorm", ty_ocl_build_norm, TY_DESC_ACCEPT_COMPUTE},
-    {"layernorm_backward", ty_ocl_build_norm_backward, TY_DESC_ACCEPT_COMPUTE},
-    {"rmsnorm", ty_ocl_build_norm, TY_DESC_ACCEPT_COMPUTE},
-    {"rmsnorm_backward", ty_ocl_build_norm_backward, TY_DESC_ACCEPT_COMPUTE},
-    {"gelu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"gelu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"silu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"silu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"swiglu", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"swiglu_backward", ty_ocl_build_map, TY_DESC_ACCEPT_COMPUTE},
-    {"softmax", ty_ocl_build_softmax, TY_DESC_ACCEPT_COMPUTE},
-    {"softmax_backward", ty_ocl_build_softmax, TY_DESC_ACCEPT_COMPUTE},
-    {"rope", ty_ocl_build_rope, TY_DESC_ACCEPT_COMPUTE},
-    {"rope_backward", ty_ocl_build_rope, TY_DESC_ACCEPT_COMPUTE},
-    {"attention", ty_ocl_build_attention, TY_DESC_ACCEPT_COMPUTE},
-    {"attention_backward", ty_ocl_build_attention, TY_DESC_ACCEPT_COMPUTE},
-    {"cross_entropy", ty_ocl_build_cross_entropy, TY_DESC_ACCEPT_COMPUTE},
-    {"cross_entropy_backward", ty_ocl_build_cross_entropy, TY_DESC_ACCEPT_COMPUTE},
-    {"dropout", ty_ocl_build_dropout, TY_DESC_ACCEPT_COMPUTE},
-    {"dropout_backward", ty_ocl_build_dropout, TY_DESC_ACCEPT_COMPUTE},
-    {"cast", ty_ocl_build_cast, TY_DESC_ACCEPT_CAST},
-    {"reshape", ty_dev_build_reshape, TY_DESC_ACCEPT_MOVE},
-    {"transpose", ty_dev_build_transpose, TY_DESC_ACCEPT_MOVE},
-    {"slice", ty_dev_build_slice, TY_DESC_ACCEPT_MOVE},
-    {"slice_backward", ty_dev_build_slice_backward, TY_DESC_ACCEPT_MOVE},
-    {"concat", ty_dev_build_concat, TY_DESC_ACCEPT_MOVE},
-    {"adamw_update", ty_ocl_build_adamw, TY_DESC_ACCEPT_COMPUTE},
-    {"sgd_update", ty_ocl_build_sgd, TY_DESC_ACCEPT_COMPUTE},
-    {"clip_by_global_norm", ty_ocl_build_clip, TY_DESC_ACCEPT_COMPUTE},
-    {"kv_cache_write", ty_ocl_build_kv_cache_write, TY_DESC_ACCEPT_MOVE},
+#include "trainyard/device_op_list.h"
     {NULL, NULL, TY_DESC_ACCEPT_MOVE},
 };
 
@@ -91,19 +54,17 @@ void ty_ocl_build_binary(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_scale(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  const ty_abi_value_t *y = ty_dev_vout(b, 0);
   int64_t n = ty_dev_numel(y);
   if (n == 0) return;
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_in(b, c, 0);
   ty_dev_arg_ref(b, c, none);
   ty_dev_arg_i32(b, c, 0);
   ty_dev_arg_ref(b, c, none);
   ty_dev_arg_i32(b, c, 0);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_ref(b, c, none);
   ty_dev_arg_i32(b, c, 0);
   ty_dev_arg_i32(b, c, 0); /* TY_MAP_SCALE */
@@ -136,46 +97,17 @@ static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_dev_ref_t x, ty_dev_ref_t 
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
-void ty_ocl_build_broadcast_to(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
-  if (ty_dev_numel(y) == 0) return;
-  ty_op_bcast_t p;
-  ty_op_bcast_plan(y, &x, 1, &p);
-  int64_t ys[8];
-  ty_op_strides((uint32_t)p.rank, p.dims, ys);
-  ty_ocl_strided_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), ty_ocl_esize(y), p.rank, p.dims,
-                      p.stride[0], ys);
-}
-
 /* ---- reductions ---- */
 
 void ty_ocl_build_reduce(ty_ocl_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   bool red[8];
   ty_dev_reduce_axes(b, red);
-  int64_t xs[8];
-  ty_op_strides(x->rank, x->dims, xs);
-  int64_t kd[8] = {0}, ks[8] = {0}, rd[8] = {0}, rs[8] = {0}, terms = 1;
-  int kr = 0, rr = 0;
+  ty_dev_reduce_plan_t plan;
+  ty_dev_reduce_plan(b, red, 0, &plan);
+  int64_t terms = 1;
   for (uint32_t d = 0; d < x->rank; ++d) {
-    if (x->dims[d] == 1) continue;
-    if (red[d]) {
-      /* merge with the previous reduced axis when contiguous with it */
-      if (rr > 0 && rs[rr - 1] == xs[d] * x->dims[d]) {
-        rd[rr - 1] *= x->dims[d];
-        rs[rr - 1] = xs[d];
-      } else {
-        rd[rr] = x->dims[d];
-        rs[rr++] = xs[d];
-      }
-      terms *= x->dims[d];
-    } else if (kr > 0 && ks[kr - 1] == xs[d] * x->dims[d]) {
-      kd[kr - 1] *= x->dims[d];
-      ks[kr - 1] = xs[d];
-    } else {
-      kd[kr] = x->dims[d];
-      ks[kr++] = xs[d];
-    }
+    if (red[d] && x->dims[d] != 1) terms *= x->dims[d];
   }
   int64_t outs = ty_dev_numel(y);
   if (outs == 0) return;
@@ -189,19 +121,12 @@ void ty_ocl_build_reduce(ty_ocl_build_t *b) {
   const bool sumsq = strcmp(b->node->op, "reduce_sumsq") == 0;
   const bool mean = strcmp(b->node->op, "reduce_mean") == 0;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_reduce");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_i32(b, c, sumsq ? 1 : 0);
   ty_dev_arg_i64(b, c, terms);
   ty_dev_arg_f32(b, c, mean ? (float)(1.0 / (double)terms) : 1.0f);
-  ty_dev_arg_i32(b, c, kr);
-  ty_dev_arg_dims8(b, c, kd);
-  ty_dev_arg_dims8(b, c, ks);
-  ty_dev_arg_i32(b, c, rr);
-  ty_dev_arg_dims8(b, c, rd);
-  ty_dev_arg_dims8(b, c, rs);
+  ty_dev_args_reduce_plan(b, c, &plan);
   ty_ocl_grid1(c, (uint64_t)outs * TY_OCL_WG, TY_OCL_WG);
 }
 
@@ -211,9 +136,7 @@ void ty_ocl_build_matmul(ty_ocl_build_t *b) {
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bv = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *out = ty_dev_vout(b, 0);
   const ty_dev_matmul_t mm = ty_dev_matmul_of(b);
-  const bool ta = mm.ta, tb = mm.tb;
-  const int64_t M = mm.M, N = mm.N, K = mm.K;
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
+  if (mm.M > INT32_MAX || mm.N > INT32_MAX || mm.K > INT32_MAX) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "matrix sizes beyond 2^31 are not supported");
     return;
   }
@@ -237,28 +160,24 @@ void ty_ocl_build_matmul(ty_ocl_build_t *b) {
       s *= ops[k]->dims[od];
     }
   }
-  if (M == 0 || N == 0 || batches == 0) return;
+  if (mm.M == 0 || mm.N == 0 || batches == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_MATMUL, "ty_matmul");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(a));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(bv));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
-  ty_dev_arg_i32(b, c, ty_dev_dt(bias));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_in(b, c, 1);
+  ty_dev_arg_in(b, c, 2);
   ty_dev_arg_i32(b, c, bias != NULL);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(out));
-  ty_dev_arg_i32(b, c, (int32_t)M);
-  ty_dev_arg_i32(b, c, (int32_t)N);
-  ty_dev_arg_i32(b, c, (int32_t)K);
-  ty_dev_arg_i32(b, c, ta);
-  ty_dev_arg_i32(b, c, tb);
+  ty_dev_arg_out(b, c, 0);
+  ty_dev_arg_i32(b, c, (int32_t)mm.M);
+  ty_dev_arg_i32(b, c, (int32_t)mm.N);
+  ty_dev_arg_i32(b, c, (int32_t)mm.K);
+  ty_dev_arg_i32(b, c, mm.ta);
+  ty_dev_arg_i32(b, c, mm.tb);
   ty_dev_arg_i32(b, c, brank);
   ty_dev_arg_dims8(b, c, bdims);
   ty_dev_arg_dims8(b, c, bsa);
   ty_dev_arg_dims8(b, c, bsb);
   /* 64 x 64 tiles of c, 8 x 8 work-items each (kernels/matmul.cl). */
-  const size_t global[3] = {(size_t)((N + 63) / 64) * 8, (size_t)((M + 63) / 64) * 8,
+  const size_t global[3] = {(size_t)((mm.N + 63) / 64) * 8, (size_t)((mm.M + 63) / 64) * 8,
                             (size_t)batches};
   const size_t local[3] = {8, 8, 1};
   ty_ocl_grid(c, 3, global, local);
@@ -306,7 +225,7 @@ void ty_ocl_build_embedding(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
-  const ty_abi_value_t *dout = ty_dev_vin(b, 0), *ids = ty_dev_vin(b, 1);
+  const ty_abi_value_t *ids = ty_dev_vin(b, 1);
   const ty_abi_value_t *dt = ty_dev_vout(b, 0);
   const int64_t N = ty_dev_numel(ids), V = dt->dims[0], D = dt->dims[1];
   if (V * D == 0) return;
@@ -323,8 +242,7 @@ void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
   ty_dev_ref_t list = ty_dev_scratch(b, (uint64_t)N * 4);
   ty_ocl_fill(b, counts, (uint64_t)V * 4);
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_count");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_i64(b, c, N);
   ty_dev_arg_i64(b, c, V);
   ty_dev_arg_ref(b, c, counts);
@@ -336,21 +254,18 @@ void ty_ocl_build_embedding_backward(ty_ocl_build_t *b) {
   ty_dev_arg_i64(b, c, V);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_place");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ids));
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_i64(b, c, N);
   ty_dev_arg_i64(b, c, V);
   ty_dev_arg_ref(b, c, offsets);
   ty_dev_arg_ref(b, c, list);
   ty_ocl_grid1(c, (uint64_t)N, TY_OCL_WG);
   c = ty_ocl_launch(b, TY_OCL_FAM_EMBEDDING, "ty_emb_sum");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(dout));
+  ty_dev_arg_in(b, c, 0);
   ty_dev_arg_ref(b, c, counts);
   ty_dev_arg_ref(b, c, offsets);
   ty_dev_arg_ref(b, c, list);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(dt));
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_i64(b, c, V);
   ty_dev_arg_i64(b, c, D);
   ty_ocl_grid1(c, (uint64_t)(V * D), TY_OCL_WG);
@@ -363,8 +278,7 @@ void ty_ocl_build_adamw(ty_ocl_build_t *b) {
   ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw_prep");
   for (uint32_t i = 4; i < 10; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
   ty_dev_arg_ref(b, c, hp);
   ty_dev_arg_err(b, c);
@@ -372,12 +286,10 @@ void ty_ocl_build_adamw(ty_ocl_build_t *b) {
   if (n == 0) return;
   c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_adamw");
   for (uint32_t i = 0; i < 4; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
   for (uint32_t o = 0; o < 3; ++o) {
-    ty_dev_arg_ref(b, c, ty_dev_out(b, o));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
+    ty_dev_arg_out(b, c, o);
   }
   ty_dev_arg_i64(b, c, n);
   ty_dev_arg_ref(b, c, hp);
@@ -389,17 +301,14 @@ void ty_ocl_build_sgd(ty_ocl_build_t *b) {
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_OPTIM, "ty_sgd");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
   for (uint32_t o = 0; o < 2; ++o) {
-    ty_dev_arg_ref(b, c, ty_dev_out(b, o));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, o)));
+    ty_dev_arg_out(b, c, o);
   }
   ty_dev_arg_i64(b, c, n);
   for (uint32_t i = 3; i < 6; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
   ty_dev_arg_i32(b, c, ty_desc_node_attr_int(b->node, "nesterov", 0) != 0);
   ty_dev_arg_err(b, c);
@@ -409,10 +318,7 @@ void ty_ocl_build_sgd(ty_ocl_build_t *b) {
 void ty_ocl_build_clip(ty_ocl_build_t *b) {
   const uint32_t count = b->node->input_count - 1;
   const uint64_t block = (uint64_t)TY_OCL_WG * 16;
-  uint64_t slots = 0;
-  for (uint32_t i = 0; i < count; ++i) {
-    slots += ((uint64_t)ty_dev_numel(ty_dev_vin(b, i + 1)) + block - 1) / block;
-  }
+  const uint64_t slots = ty_dev_chunk_count(b, 1, count, block);
   ty_dev_ref_t partial = ty_dev_scratch(b, (slots ? slots : 1) * sizeof(float));
   ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(float));
   uint64_t slot = 0;
@@ -422,8 +328,7 @@ void ty_ocl_build_clip(ty_ocl_build_t *b) {
     if (n == 0) continue;
     const uint64_t blocks = ((uint64_t)n + block - 1) / block;
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_sumsq_blocks");
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i + 1));
-    ty_dev_arg_i32(b, c, ty_dev_dt(g));
+    ty_dev_arg_in(b, c, i + 1);
     ty_dev_arg_i64(b, c, n);
     ty_dev_arg_ref(b, c, partial);
     ty_dev_arg_i64(b, c, (int64_t)slot);
@@ -433,21 +338,17 @@ void ty_ocl_build_clip(ty_ocl_build_t *b) {
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_clip_finish");
   ty_dev_arg_ref(b, c, partial);
   ty_dev_arg_i64(b, c, (int64_t)slots);
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 0)));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_ref(b, c, coef);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_dev_vin(b, i + 1), *o = ty_dev_vout(b, i + 1);
+    const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
     const int64_t n = ty_dev_numel(g);
     if (n == 0) continue;
     c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_scale_by");
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i + 1));
-    ty_dev_arg_i32(b, c, ty_dev_dt(g));
-    ty_dev_arg_ref(b, c, ty_dev_out(b, i + 1));
-    ty_dev_arg_i32(b, c, ty_dev_dt(o));
+    ty_dev_arg_in(b, c, i + 1);
+    ty_dev_arg_out(b, c, i + 1);
     ty_dev_arg_i64(b, c, n);
     ty_dev_arg_ref(b, c, coef);
     ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);

@@ -20,8 +20,7 @@ void ty_ocl_build_map(ty_ocl_build_t *b) {
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_map");
   for (uint32_t i = 0; i < 3; ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
   for (uint32_t o = 0; o < 2; ++o) {
     bool present = o < b->node->output_count;
@@ -35,7 +34,7 @@ void ty_ocl_build_map(ty_ocl_build_t *b) {
 }
 
 void ty_ocl_build_dropout(ty_ocl_build_t *b) {
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *rng = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
+  const ty_abi_value_t *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
   double p;
   if (!ty_dev_dropout_p(b, &p) || n == 0) return;
@@ -43,12 +42,9 @@ void ty_ocl_build_dropout(ty_ocl_build_t *b) {
   uint64_t keep_bits;
   memcpy(&keep_bits, &keep, sizeof(keep_bits));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ELEMENTWISE, "ty_dropout");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(rng));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_in(b, c, 1);
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_i64(b, c, n);
   ty_dev_arg_u32(b, c, ty_dropout_threshold(p));
   ty_dev_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
@@ -65,16 +61,13 @@ void ty_ocl_build_norm(ty_ocl_build_t *b) {
   if (rows == 0) return;
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_layernorm");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(g));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_i32(b, c, g != NULL);
   ty_dev_arg_ref(b, c, rms ? none : ty_dev_in(b, 2));
   ty_dev_arg_i32(b, c, ty_dev_dt(beta));
   ty_dev_arg_i32(b, c, beta != NULL);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_ref(b, c, rms ? none : ty_dev_out(b, 1));
   ty_dev_arg_i32(b, c, rms ? 0 : ty_dev_dt(ty_dev_vout(b, 1)));
   ty_dev_arg_ref(b, c, ty_dev_out(b, rms ? 1 : 2));
@@ -89,7 +82,7 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   /* layernorm_backward: dy, x, gamma?, mean, rstd -> dx, dgamma, dbeta
    * rmsnorm_backward:   dy, x, gamma?, rstd       -> dx, dgamma */
   const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
-  const ty_abi_value_t *dy = ty_dev_vin(b, 0), *x = ty_dev_vin(b, 1), *g = ty_dev_vin(b, 2);
+  const ty_abi_value_t *x = ty_dev_vin(b, 1), *g = ty_dev_vin(b, 2);
   const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
   const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
   const int64_t rows = C ? ty_dev_numel(x) / C : 0;
@@ -97,19 +90,15 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   if (rows > 0) {
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_dx");
-    ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-    ty_dev_arg_i32(b, c, ty_dev_dt(dy));
-    ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-    ty_dev_arg_i32(b, c, ty_dev_dt(x));
-    ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
-    ty_dev_arg_i32(b, c, ty_dev_dt(g));
+    ty_dev_arg_in(b, c, 0);
+    ty_dev_arg_in(b, c, 1);
+    ty_dev_arg_in(b, c, 2);
     ty_dev_arg_i32(b, c, g != NULL);
     ty_dev_arg_ref(b, c, mean_ref);
     ty_dev_arg_i32(b, c, ty_dev_dt(mean));
     ty_dev_arg_ref(b, c, rstd_ref);
     ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
-    ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+    ty_dev_arg_out(b, c, 0);
     ty_dev_arg_i64(b, c, C);
     ty_dev_arg_i32(b, c, rms);
     ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
@@ -117,16 +106,13 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   if (C == 0) return;
   const bool has_dbeta = !rms && b->node->output_count > 2;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_params");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(dy));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_ref(b, c, mean_ref);
   ty_dev_arg_i32(b, c, ty_dev_dt(mean));
   ty_dev_arg_ref(b, c, rstd_ref);
   ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 1)));
+  ty_dev_arg_out(b, c, 1);
   ty_dev_arg_ref(b, c, has_dbeta ? ty_dev_out(b, 2) : none);
   ty_dev_arg_i32(b, c, has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
   ty_dev_arg_i32(b, c, has_dbeta);
@@ -146,11 +132,9 @@ void ty_ocl_build_softmax(ty_ocl_build_t *b) {
   if (rows == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_softmax_bwd" : "ty_softmax");
   for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(y));
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_i64(b, c, C);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
 }
@@ -165,11 +149,9 @@ void ty_ocl_build_cross_entropy(ty_ocl_build_t *b) {
   ty_ocl_cmd_t *c =
       ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_xent_bwd" : "ty_xent");
   for (uint32_t i = 0; i < (backward ? 3u : 2u); ++i) {
-    ty_dev_arg_ref(b, c, ty_dev_in(b, i));
-    ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, i)));
+    ty_dev_arg_in(b, c, i);
   }
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vout(b, 0)));
+  ty_dev_arg_out(b, c, 0);
   ty_dev_arg_i64(b, c, V);
   ty_dev_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
@@ -200,7 +182,7 @@ static void ty_ocl_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double 
 
 void ty_ocl_build_rope(ty_ocl_build_t *b) {
   const bool backward = strcmp(b->node->op, "rope_backward") == 0;
-  const ty_abi_value_t *x = ty_dev_vin(b, 0), *pos = ty_dev_vin(b, 1), *y = ty_dev_vout(b, 0);
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
   const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
   const int64_t pairs = ty_dev_numel(x) / 2;
   if (pairs == 0) return;
@@ -219,12 +201,9 @@ void ty_ocl_build_rope(ty_ocl_build_t *b) {
   }
   ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)D * sizeof(float));
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ROPE, "ty_rope");
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(x));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_i32(b, c, ty_dev_dt(y));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_i32(b, c, ty_dev_dt(pos));
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_out(b, c, 0);
+  ty_dev_arg_in(b, c, 1);
   ty_dev_arg_ref(b, c, freq);
   ty_dev_arg_i64(b, c, T);
   ty_dev_arg_i64(b, c, H);

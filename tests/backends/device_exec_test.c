@@ -260,6 +260,8 @@ static const ty_abi_value_t tvalues[] = {
     {"t", TY_DTYPE_F32, 2, dims32, TY_VALUE_INTERMEDIATE, TY_VALUE_FLAG_OUTPUT, NULL},
 };
 static const uint32_t t_in[] = {0}, t_out[] = {1};
+/* The two values build_view's graph has (tvalues unless a test swaps them). */
+static const ty_abi_value_t *view_values = tvalues;
 
 /* Builds node `node` of a two-value graph with the recorder. */
 static ty_abi_status_t build_view(const ty_abi_node_t *node, void (*build)(ty_dev_build_t *)) {
@@ -267,7 +269,7 @@ static ty_abi_status_t build_view(const ty_abi_node_t *node, void (*build)(ty_de
   memset(&g, 0, sizeof(g));
   g.struct_size = sizeof(g);
   g.value_count = 2;
-  g.values = tvalues;
+  g.values = view_values;
   g.node_count = 1;
   g.nodes = node;
   g.hash_hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -317,6 +319,32 @@ static void test_view_builders(void **state) {
   ty_abi_node_t reshape = {"reshape", 1, t_in, 1, t_out, 0, NULL};
   assert_null(build_view(&reshape, ty_dev_build_reshape));
   assert_int_equal(moved.calls, 1000);
+}
+
+static void test_broadcast_to(void **state) {
+  (void)state;
+  /* b [2, 3] from a [1, 3]: one strided copy over b's dims, a's row read
+   * again (stride 0 on the broadcast axis), b's own strides. */
+  static const int64_t dims13[] = {1, 3};
+  const ty_abi_value_t bvalues[] = {
+      {"a", TY_DTYPE_F32, 2, dims13, TY_VALUE_INPUT, 0, NULL},
+      {"b", TY_DTYPE_F32, 2, dims23, TY_VALUE_INTERMEDIATE, TY_VALUE_FLAG_OUTPUT, NULL},
+  };
+  view_values = bvalues;
+  ty_abi_node_t node = {"broadcast_to", 1, t_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&node, ty_dev_build_broadcast_to));
+  view_values = tvalues;
+  assert_int_equal(moved.calls, 1);
+  assert_int_equal(moved.x.value, 0);
+  assert_int_equal(moved.y.value, 1);
+  assert_int_equal(moved.esize, 4);
+  assert_int_equal(moved.rank, 2);
+  assert_int_equal(moved.dims[0], 2);
+  assert_int_equal(moved.dims[1], 3);
+  assert_int_equal(moved.xs[0], 0);
+  assert_int_equal(moved.xs[1], 1);
+  assert_int_equal(moved.ys[0], 3);
+  assert_int_equal(moved.ys[1], 1);
 }
 
 /* ---- kernel arguments and op decoders (device_ops.h) ---- */
@@ -387,6 +415,51 @@ static void test_decoders(void **state) {
   assert_int_equal(argued.args[3].i, 6 * 100 + 3 * 10 + 2);
 }
 
+/* x [2, 3] (input 0): which axes a plan keeps and reduces, merged where
+ * contiguous, padded past the ranks; and the arguments it makes. */
+static ty_dev_reduce_plan_t planned[2];
+static uint64_t chunked;
+static void build_reduce_plan(ty_dev_build_t *b) {
+  const bool last[8] = {false, true}, both[8] = {true, true};
+  ty_dev_reduce_plan(b, last, 1, &planned[0]);
+  ty_dev_reduce_plan(b, both, 0, &planned[1]);
+  ty_dev_args_reduce_plan(b, &argued, &planned[0]);
+  chunked = ty_dev_chunk_count(b, 0, 1, 4);
+}
+
+static void test_reduce_plan(void **state) {
+  (void)state;
+  ty_abi_node_t node = {"reduce_sum", 1, t_in, 1, t_out, 0, NULL};
+  assert_null(build_view(&node, build_reduce_plan));
+  const ty_dev_reduce_plan_t *p = &planned[0];
+  assert_int_equal(p->krank, 1);
+  assert_int_equal(p->kdims[0], 2);
+  assert_int_equal(p->kstr[0], 3);
+  assert_int_equal(p->kdims[1], 1); /* padded with pad_dim */
+  assert_int_equal(p->kstr[1], 0);
+  assert_int_equal(p->rrank, 1);
+  assert_int_equal(p->rdims[0], 3);
+  assert_int_equal(p->rstr[0], 1);
+  /* Both axes reduced: one contiguous run of 6. */
+  p = &planned[1];
+  assert_int_equal(p->krank, 0);
+  assert_int_equal(p->kdims[0], 0);
+  assert_int_equal(p->rrank, 1);
+  assert_int_equal(p->rdims[0], 6);
+  assert_int_equal(p->rstr[0], 1);
+  assert_int_equal(p->rdims[1], 0);
+  /* int krank, dims8, dims8, int rrank, dims8, dims8 (the last: rstr). */
+  assert_int_equal(argued.count, 6);
+  assert_int_equal(argued.args[0].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[0].i, 1);
+  assert_int_equal(argued.args[1].kind, TY_DEV_ARG_DIMS8);
+  assert_int_equal(argued.args[3].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[5].kind, TY_DEV_ARG_DIMS8);
+  assert_int_equal(argued.dims8[0], 1);
+  /* 6 elements in chunks of 4: 2. */
+  assert_int_equal(chunked, 2);
+}
+
 static void build_dropout_p(ty_dev_build_t *b) {
   double p = -1.0;
   argued.args[0].i = ty_dev_dropout_p(b, &p);
@@ -421,6 +494,99 @@ static void test_op_find(void **state) {
   assert_null(ty_dev_op_find(table, "matmul"));
 }
 
+/* ---- the per-node build walk ---- */
+
+static int walked_built, walked_visits, walked_done;
+static bool walk_keep = true;
+
+static void build_count(ty_dev_build_t *b) {
+  (void)b;
+  walked_built++;
+}
+static bool walk_visit(ty_dev_build_t *b, uint32_t n) {
+  assert_int_equal(n, 0);
+  b->hint = &walked_visits;
+  walked_visits++;
+  return walk_keep;
+}
+static void walk_built(ty_dev_build_t *b) {
+  assert_ptr_equal(b->hint, &walked_visits);
+  assert_string_equal(b->node->op, "scale");
+  walked_done++;
+}
+static const ty_dev_node_hooks_t walk_hooks = {walk_visit, walk_built};
+
+static void walk_with(const ty_dev_op_t *table, const ty_dev_node_hooks_t *hooks,
+                      ty_dev_build_t *b) {
+  walked_built = walked_visits = walked_done = 0;
+  ty_dev_build_nodes(b, table, hooks);
+}
+static void walk_table(ty_dev_build_t *b) {
+  static const ty_dev_op_t table[] = {
+      {"scale", build_count, TY_DESC_ACCEPT_COMPUTE},
+      {NULL, NULL, TY_DESC_ACCEPT_MOVE},
+  };
+  walk_with(table, &walk_hooks, b);
+}
+static void walk_no_hooks(ty_dev_build_t *b) {
+  static const ty_dev_op_t table[] = {
+      {"scale", build_count, TY_DESC_ACCEPT_COMPUTE},
+      {NULL, NULL, TY_DESC_ACCEPT_MOVE},
+  };
+  walk_with(table, NULL, b);
+}
+static void walk_empty(ty_dev_build_t *b) {
+  static const ty_dev_op_t table[] = {{NULL, NULL, TY_DESC_ACCEPT_MOVE}};
+  walk_with(table, &walk_hooks, b);
+}
+
+static void test_build_nodes(void **state) {
+  (void)state;
+  ty_abi_node_t node = {"scale", 1, t_in, 1, t_out, 0, NULL};
+  /* Visit, build, built, in that order, once for the one node. */
+  walk_keep = true;
+  assert_null(build_view(&node, walk_table));
+  assert_int_equal(walked_visits, 1);
+  assert_int_equal(walked_built, 1);
+  assert_int_equal(walked_done, 1);
+  /* A node the backend builds elsewhere (visit says no) is not built. */
+  walk_keep = false;
+  assert_null(build_view(&node, walk_table));
+  assert_int_equal(walked_visits, 1);
+  assert_int_equal(walked_built, 0);
+  assert_int_equal(walked_done, 0);
+  walk_keep = true;
+  /* No hooks: every node the plan keeps is built. */
+  assert_null(build_view(&node, walk_no_hooks));
+  assert_int_equal(walked_built, 1);
+  /* An op the table lacks is refused, naming the node. */
+  expect_status(build_view(&node, walk_empty), TY_CODE_UNIMPLEMENTED,
+                "dev:2: node 0 (scale): no kernel for this op");
+  assert_int_equal(walked_visits, 1);
+  assert_int_equal(walked_done, 0);
+}
+
+/* The shared op list expands into a table with every entry (device_op_list.h). */
+static void build_listed(ty_dev_build_t *b) { (void)b; }
+#define TY_DEV_OP(op, builder, accept) {#op, build_listed, TY_DESC_ACCEPT_##accept},
+#define TY_DEV_CORE_OP(op, function, accept) {#op, function, TY_DESC_ACCEPT_##accept},
+static const ty_dev_op_t listed_ops[] = {
+#include "backends/common/device_op_list.h"
+    {NULL, NULL, TY_DESC_ACCEPT_MOVE},
+};
+
+static void test_op_list(void **state) {
+  (void)state;
+  assert_ptr_equal(ty_dev_op_find(listed_ops, "div")->build, build_listed);
+  assert_int_equal(ty_dev_op_find(listed_ops, "cast")->accept, TY_DESC_ACCEPT_CAST);
+  assert_ptr_equal(ty_dev_op_find(listed_ops, "broadcast_to")->build, ty_dev_build_broadcast_to);
+  assert_int_equal(ty_dev_op_find(listed_ops, "concat")->accept, TY_DESC_ACCEPT_MOVE);
+  assert_null(ty_dev_op_find(listed_ops, "vocab_max")); /* cuda's own */
+  size_t count = 0;
+  while (listed_ops[count].op) ++count;
+  assert_int_equal(count, 42);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_long_message_is_whole),
@@ -431,6 +597,10 @@ int main(void) {
       cmocka_unit_test(test_args_through_hook),
       cmocka_unit_test(test_decoders),
       cmocka_unit_test(test_dropout_p),
+      cmocka_unit_test(test_broadcast_to),
+      cmocka_unit_test(test_build_nodes),
+      cmocka_unit_test(test_op_list),
+      cmocka_unit_test(test_reduce_plan),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
