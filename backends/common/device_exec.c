@@ -116,6 +116,24 @@ static ty_abi_status_t ty_dev_bind(ty_dev_exec_t *x, const ty_abi_execute_args_t
 }
 
 /* An own (CONSTANT, ARENA) or unbound value's place. */
+/* Every unbound output shares one allocation, made at the first run that
+ * needs it and kept for the executable's later runs. */
+static ty_abi_status_t ty_dev_place_unbound(ty_dev_exec_t *x, uint32_t v,
+                                            const ty_dev_hooks_t *h) {
+  if (!x->fallback) {
+    if (!h->alloc) {
+      return ty_plugin_error(TY_CODE_INTERNAL,
+                             "%s: output '%s' is not bound and the backend gives no hook "
+                             "to allocate it (ty_dev_hooks_t.alloc or .unbound_output)",
+                             x->label, ty_dev_exec_graph(x)->values[v].name);
+    }
+    ty_abi_status_t s = h->alloc(h->user, x->fallback_bytes, &x->fallback);
+    if (s) return s;
+  }
+  x->loc[v] = (ty_dev_loc_t){x->fallback, x->fallback_offset[v]};
+  return NULL;
+}
+
 static ty_abi_status_t ty_dev_place(ty_dev_exec_t *x, uint32_t v, const ty_dev_hooks_t *h) {
   const ty_abi_value_t *val = &ty_dev_exec_graph(x)->values[v];
   const ty_value_storage_t *st = &x->plan.storage[v];
@@ -143,7 +161,8 @@ static ty_abi_status_t ty_dev_place(ty_dev_exec_t *x, uint32_t v, const ty_dev_h
         return ty_plugin_error(TY_CODE_INVALID_ARGUMENT, "%s: %s '%s' is not bound", x->label,
                                val->role == TY_VALUE_STATE ? "state" : "input", val->name);
       }
-      return h->unbound_output(h->user, v, &x->loc[v]);
+      if (h->unbound_output) return h->unbound_output(h->user, v, &x->loc[v]);
+      return ty_dev_place_unbound(x, v, h);
   }
   return NULL;
 }

@@ -65,6 +65,10 @@ typedef struct ty_dev_exec_t {
   uint64_t const_bytes;
   uint64_t *fallback_offset; /* per value: unbound outputs' storage */
   uint64_t fallback_bytes;
+  /* The unbound outputs' storage the core asked hooks.alloc for at the
+   * first run that needed it (0: not yet). A backend handle: the backend
+   * frees it when it destroys the executable, before ty_dev_exec_free. */
+  uint64_t fallback;
   uint32_t *sorted_named;   /* bound values, sorted by name */
   uint32_t named_count;
   ty_dev_loc_t *loc;        /* per value, resolved at every run */
@@ -108,8 +112,8 @@ typedef struct ty_dev_hooks_t {
   void *user;
   /* A bound buffer's handle and size (required). */
   void (*buffer)(void *user, ty_abi_buffer_t *buffer, uint64_t *out_base, uint64_t *out_size);
-  /* Where an unbound output `v` goes: typically a buffer allocated at the
-   * first need, at fallback_offset[v] (required). */
+  /* Where an unbound output `v` goes; NULL: at fallback_offset[v] of
+   * x->fallback, which the core gets from `alloc` at the first need. */
   ty_abi_status_t (*unbound_output)(void *user, uint32_t v, ty_dev_loc_t *out);
   /* An unbound input flagged TY_VALUE_FLAG_LOSS_SEED; NULL: such an input
    * must be bound like any other. */
@@ -117,12 +121,19 @@ typedef struct ty_dev_hooks_t {
   /* Where a CONSTANT or ARENA value lives; NULL: constants +
    * const_offset[v] and arena + the plan's offset. */
   ty_dev_loc_t (*place)(void *user, uint32_t v);
+  /* With unbound_output NULL (then required): device memory of `bytes`
+   * (0 when every unbound output is empty; a backend may round up) for
+   * the unbound outputs, as a nonzero handle in *out_base. Called once
+   * per executable; the result lands in x->fallback (see there who frees). */
+  ty_abi_status_t (*alloc)(void *user, uint64_t bytes, uint64_t *out_base);
 } ty_dev_hooks_t;
 
 /* Resolves loc[] for a run: the bindings first (each name must be a bound
  * value, its bytes inside the buffer: INVALID_ARGUMENT otherwise), then
  * the executable's own storage, unbound outputs and seeds (an unbound
- * input or state is INVALID_ARGUMENT), then state aliases and views. */
+ * input or state is INVALID_ARGUMENT), then state aliases and views.
+ * Hooks with neither unbound_output nor alloc are INTERNAL at the first
+ * unbound output. */
 ty_abi_status_t ty_dev_exec_resolve(ty_dev_exec_t *x, const ty_abi_execute_args_t *args,
                                     const ty_dev_hooks_t *hooks);
 

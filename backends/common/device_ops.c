@@ -97,6 +97,25 @@ void ty_dev_args_cast(ty_dev_build_t *b, void *cmd) {
 
 /* ---- decoders ---- */
 
+void ty_dev_args_strided_copy(ty_dev_build_t *b, void *cmd, ty_dev_ref_t x, ty_dev_ref_t y,
+                              size_t esize, int vec, int64_t n, int rank, const int64_t dims[8],
+                              const int64_t xs[8], const int64_t ys[8]) {
+  ty_dev_arg_ref(b, cmd, x);
+  ty_dev_arg_ref(b, cmd, y);
+  ty_dev_arg_i32(b, cmd, (int32_t)esize);
+  if (vec > 0) ty_dev_arg_i32(b, cmd, vec);
+  ty_dev_arg_i64(b, cmd, n);
+  ty_dev_arg_i32(b, cmd, rank);
+  ty_dev_arg_dims8(b, cmd, dims);
+  ty_dev_arg_dims8(b, cmd, xs);
+  ty_dev_arg_dims8(b, cmd, ys);
+}
+
+int64_t ty_dev_rows(const ty_abi_value_t *v, int64_t *out_C) {
+  *out_C = v->rank ? v->dims[v->rank - 1] : 1;
+  return *out_C ? ty_dev_numel(v) / *out_C : 0;
+}
+
 int ty_dev_binary_op(const ty_dev_build_t *b) {
   static const char *const names[] = {"add", "sub", "mul", "div"};
   int op = 0;
@@ -161,6 +180,29 @@ uint64_t ty_dev_chunk_count(const ty_dev_build_t *b, uint32_t first, uint32_t co
     chunks += ((uint64_t)ty_dev_numel(ty_dev_vin(b, i)) + chunk - 1) / chunk;
   }
   return chunks;
+}
+
+ty_dev_clip_t ty_dev_clip_partials(ty_dev_build_t *b, uint64_t chunk, size_t esize,
+                                   ty_dev_sumsq_fn sumsq) {
+  const uint32_t count = b->node->input_count - 1;
+  ty_dev_clip_t clip;
+  clip.slots = ty_dev_chunk_count(b, 1, count, chunk);
+  clip.partial = ty_dev_scratch(b, (clip.slots ? clip.slots : 1) * esize);
+  clip.coef = ty_dev_scratch(b, esize);
+  uint64_t slot = 0;
+  for (uint32_t i = 1; i <= count && !b->status; ++i) {
+    const int64_t n = ty_dev_numel(ty_dev_vin(b, i));
+    if (n > 0) slot += sumsq(b, i, n, clip.partial, slot);
+  }
+  return clip;
+}
+
+void ty_dev_args_clip_finish(ty_dev_build_t *b, void *cmd, const ty_dev_clip_t *clip) {
+  ty_dev_arg_ref(b, cmd, clip->partial);
+  ty_dev_arg_i64(b, cmd, (int64_t)clip->slots);
+  ty_dev_arg_in(b, cmd, 0);
+  ty_dev_arg_out(b, cmd, 0);
+  ty_dev_arg_ref(b, cmd, clip->coef);
 }
 
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p) {

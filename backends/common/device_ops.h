@@ -73,7 +73,19 @@ void ty_dev_args_kv_write(ty_dev_build_t *b, void *cmd);
 /* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */
 void ty_dev_args_cast(ty_dev_build_t *b, void *cmd);
 
+/* ty_strided_copy(x, y, int esize, [int vec,] i64 n, int rank, dims8 dims,
+ *                 dims8 xs, dims8 ys): `vec` (elements a thread moves) is
+ * passed when > 0; 0 for a kernel without that parameter (OpenCL's). */
+void ty_dev_args_strided_copy(ty_dev_build_t *b, void *cmd, ty_dev_ref_t x, ty_dev_ref_t y,
+                              size_t esize, int vec, int64_t n, int rank, const int64_t dims[8],
+                              const int64_t xs[8], const int64_t ys[8]);
+
 /* ---- decoders of a node's shapes and attributes ---- */
+
+/* The rows of `v` along its last axis (norms, softmax): returns their
+ * count (0 when v is empty, which a builder skips) and sets *out_C to the
+ * last axis' length (1 for a scalar). */
+int64_t ty_dev_rows(const ty_abi_value_t *v, int64_t *out_C);
 
 /* add, sub, mul, div: 0..3 (the kernels' op codes). */
 int ty_dev_binary_op(const ty_dev_build_t *b);
@@ -109,6 +121,24 @@ void ty_dev_args_reduce_plan(ty_dev_build_t *b, void *cmd, const ty_dev_reduce_p
  * make, each input's rounded up (the partial sums of a global norm). */
 uint64_t ty_dev_chunk_count(const ty_dev_build_t *b, uint32_t first, uint32_t count,
                             uint64_t chunk);
+
+/* clip_by_global_norm (max_norm, g_1..g_n -> norm, g_1'..g_n'): this
+ * node's scratch for the partial sums of squares (`slots` of them, one per
+ * chunk of `chunk` elements of each gradient, `esize` bytes each) and for
+ * the scale coefficient (one of `esize` bytes). */
+typedef struct ty_dev_clip_t {
+  ty_dev_ref_t partial, coef;
+  uint64_t slots;
+} ty_dev_clip_t;
+/* Launches the partial sums of gradient `input` (n > 0 elements) into
+ * `partial`'s slots from `slot` on; returns how many slots it filled. */
+typedef uint64_t (*ty_dev_sumsq_fn)(ty_dev_build_t *b, uint32_t input, int64_t n,
+                                    ty_dev_ref_t partial, uint64_t slot);
+/* Takes the scratch and calls `sumsq` for each nonempty gradient in order. */
+ty_dev_clip_t ty_dev_clip_partials(ty_dev_build_t *b, uint64_t chunk, size_t esize,
+                                   ty_dev_sumsq_fn sumsq);
+/* ty_clip_finish(part, i64 count, max_norm, int dtm, norm, int dtn, coef) */
+void ty_dev_args_clip_finish(ty_dev_build_t *b, void *cmd, const ty_dev_clip_t *clip);
 
 /* dropout's `p`; fails the build (INVALID_ARGUMENT, "probability P is
  * outside [0, 1)") and returns false when it is not in [0, 1). */

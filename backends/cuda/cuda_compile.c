@@ -50,7 +50,7 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   ty_cu_free(d, e->aux, e->aux_bytes_dev);
   ty_cu_free(d, e->scratch, e->scratch_alloc);
   ty_cu_free(d, e->err, TY_DEVICE_ERROR_BYTES);
-  ty_cu_free(d, e->fallback, e->fallback_alloc);
+  ty_cu_free(d, e->core.fallback, e->fallback_alloc);
   if (e->err_host) e->api->cuMemFreeHost(e->err_host);
   ty_dev_exec_free(&e->core);
   free(e->cmds);

@@ -20,7 +20,7 @@ struct ty_abi_executable_s {
   ty_dev_exec_t core; /* graph, plan, layout, named values, per-value locations */
   ty_abi_device_t *device;
   ty_cu_api_t *api;
-  CUdeviceptr arena, constants, aux, scratch, err, fallback;
+  CUdeviceptr arena, constants, aux, scratch, err; /* unbound outputs: core.fallback */
   uint64_t arena_bytes, const_bytes, aux_bytes_dev, scratch_alloc, fallback_alloc;
   ty_cu_cmd_t *cmds;
   uint32_t cmd_count, cmd_cap;

@@ -40,23 +40,20 @@ static void ty_cu_hook_buffer(void *user, ty_abi_buffer_t *buffer, uint64_t *out
   *out_size = buffer->size;
 }
 
-/* Unbound outputs share one allocation, made at the first run that needs it. */
-static ty_abi_status_t ty_cu_hook_unbound(void *user, uint32_t v, ty_dev_loc_t *out) {
+/* The unbound outputs' storage (the core asks at the first run needing it). */
+static ty_abi_status_t ty_cu_hook_alloc(void *user, uint64_t bytes, uint64_t *out_base) {
   ty_abi_executable_t *e = user;
-  if (!e->fallback) {
-    ty_abi_status_t s =
-        ty_cu_upload(e, e->core.fallback_bytes, NULL, "unbound outputs", &e->fallback);
-    if (s) return s;
-    e->fallback_alloc = e->core.fallback_bytes ? e->core.fallback_bytes : 1;
-  }
-  out->base = e->fallback;
-  out->offset = e->core.fallback_offset[v];
+  CUdeviceptr p = 0;
+  ty_abi_status_t s = ty_cu_upload(e, bytes, NULL, "unbound outputs", &p);
+  if (s) return s;
+  e->fallback_alloc = bytes ? bytes : 1;
+  *out_base = p;
   return NULL;
 }
 
 static ty_abi_status_t ty_cu_resolve(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
   const ty_dev_hooks_t hooks = {
-      .user = e, .buffer = ty_cu_hook_buffer, .unbound_output = ty_cu_hook_unbound};
+      .user = e, .buffer = ty_cu_hook_buffer, .alloc = ty_cu_hook_alloc};
   return ty_dev_exec_resolve(&e->core, args, &hooks);
 }
 

@@ -105,8 +105,7 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   /* layernorm: x, gamma?, beta? -> y, mean, rstd;  rmsnorm: x, gamma? -> y, rstd */
   const bool rms = strcmp(b->node->op, "rmsnorm") == 0;
   const ty_abi_value_t *x = ty_dev_vin(b, 0);
-  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
+  int64_t C = 1, rows = ty_dev_rows(x, &C);
   if (rows == 0) return;
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm"), x);
   const ty_dev_ref_t none = ty_dev_none();
@@ -137,8 +136,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
   const ty_abi_value_t *x = ty_dev_vin(b, 1);
   const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
-  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
+  int64_t C = 1, rows = ty_dev_rows(x, &C);
   const ty_dev_ref_t none = ty_dev_none();
   const ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   const bool has_dbeta_out = !rms && b->node->output_count > 2;
@@ -260,8 +258,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
 void ty_cu_build_softmax(ty_cu_build_t *b) {
   const bool backward = strcmp(b->node->op, "softmax_backward") == 0;
   const ty_abi_value_t *y = ty_dev_vout(b, 0);
-  const int64_t C = y->rank ? y->dims[y->rank - 1] : 1;
-  const int64_t rows = C ? ty_dev_numel(y) / C : 0;
+  int64_t C = 1, rows = ty_dev_rows(y, &C);
   if (rows == 0) return;
   const char *kernel =
       ty_cu_typed_for(b, backward ? TY_CU_TYPED("ty_softmax_bwd") : TY_CU_TYPED("ty_softmax"), y);

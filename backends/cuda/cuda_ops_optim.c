@@ -272,6 +272,14 @@ static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
   return true;
 }
 
+/* One gradient's partial sums in f64 (ty_dev_clip_partials' hook). */
+static uint64_t ty_cu_clip_sumsq(ty_dev_build_t *b, uint32_t input, int64_t n,
+                                 ty_dev_ref_t partial, uint64_t slot) {
+  return (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_dev_in(b, input), (int)ty_dev_vin(b, input)->dtype,
+                                          n, TY_CU_CLIP_CHUNK,
+                                          ty_dev_ref_at(partial, slot * sizeof(double)));
+}
+
 void ty_cu_build_clip(ty_cu_build_t *b) {
   /* max_norm, g_1..g_n -> norm, g_1'..g_n' */
   const uint32_t count = b->node->input_count - 1;
@@ -285,26 +293,13 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
       return;
     }
   }
-  const uint64_t slots = ty_dev_chunk_count(b, 1, count, TY_CU_CLIP_CHUNK);
-  ty_dev_ref_t partial = ty_dev_scratch(b, (slots ? slots : 1) * sizeof(double));
-  ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(double));
-  uint64_t slot = 0;
-  for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
-    const int64_t n = ty_dev_numel(g);
-    if (n == 0) continue;
-    slot += (uint64_t)ty_cu_emit_chunk_sumsq(b, ty_dev_in(b, i + 1), (int)g->dtype, n,
-                                             TY_CU_CLIP_CHUNK,
-                                             ty_dev_ref_at(partial, slot * sizeof(double)));
-  }
+  const ty_dev_clip_t clip =
+      ty_dev_clip_partials(b, TY_CU_CLIP_CHUNK, sizeof(double), ty_cu_clip_sumsq);
+  const ty_dev_ref_t coef = clip.coef;
   /* ty_clip_finish(const f64 *part, i64 count, max_norm, int dtm, norm, int dtn,
    *                f64 *coef): one block */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_REDUCE, "ty_clip_finish");
-  ty_dev_arg_ref(b, c, partial);
-  ty_dev_arg_i64(b, c, (int64_t)slots);
-  ty_dev_arg_in(b, c, 0);
-  ty_dev_arg_out(b, c, 0);
-  ty_dev_arg_ref(b, c, coef);
+  ty_dev_args_clip_finish(b, c, &clip);
   ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_dev_vin(b, i + 1);

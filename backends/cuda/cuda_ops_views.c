@@ -58,15 +58,7 @@ static void ty_cu_strided_copy(ty_cu_build_t *b, ty_dev_ref_t x, ty_dev_ref_t y,
   /* ty_strided_copy(x, y, int esize, int vec, i64 n, int rank, dims8 dims,
    *                 dims8 xs, dims8 ys) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_strided_copy");
-  ty_dev_arg_ref(b, c, x);
-  ty_dev_arg_ref(b, c, y);
-  ty_dev_arg_i32(b, c, (int32_t)esize);
-  ty_dev_arg_i32(b, c, vec);
-  ty_dev_arg_i64(b, c, n);
-  ty_dev_arg_i32(b, c, r);
-  ty_dev_arg_dims8(b, c, d8);
-  ty_dev_arg_dims8(b, c, x8);
-  ty_dev_arg_dims8(b, c, y8);
+  ty_dev_args_strided_copy(b, c, x, y, esize, vec, n, r, d8, x8, y8);
   ty_cu_grid1(b, c, (uint64_t)(n / vec), TY_CU_BLOCK);
 }
 

@@ -36,7 +36,7 @@ struct ty_abi_executable_s {
   ty_dev_exec_t core; /* graph, plan, layout, per-value locations */
   ty_abi_device_t *device;
   ty_ocl_api_t *api;
-  cl_mem arena, constants, aux, scratch, err, fallback;
+  cl_mem arena, constants, aux, scratch, err; /* unbound outputs: core.fallback */
   ty_ocl_cmd_t *cmds;
   uint32_t cmd_count, cmd_cap;
   int32_t flag[TY_DEVICE_ERROR_BYTES / 4]; /* the error buffer's host copy */
@@ -210,7 +210,7 @@ void ty_ocl_executable_destroy(ty_abi_executable_t *e) {
   ty_ocl_mem_release(api, e->aux);
   ty_ocl_mem_release(api, e->scratch);
   ty_ocl_mem_release(api, e->err);
-  ty_ocl_mem_release(api, e->fallback);
+  ty_ocl_mem_release(api, ty_ocl_mem_of(e->core.fallback));
   ty_dev_exec_free(&e->core);
   free(e->cmds);
   free(e);
@@ -377,16 +377,12 @@ static void ty_ocl_hook_buffer(void *user, ty_abi_buffer_t *buffer, uint64_t *ou
   *out_size = buffer->size;
 }
 
-/* Unbound outputs share one buffer, made at the first run that needs it. */
-static ty_abi_status_t ty_ocl_hook_unbound(void *user, uint32_t v, ty_dev_loc_t *out) {
-  ty_abi_executable_t *e = user;
-  if (!e->fallback) {
-    ty_abi_status_t s =
-        ty_ocl_upload(e, e->core.fallback_bytes, NULL, "unbound outputs", &e->fallback);
-    if (s) return s;
-  }
-  out->base = ty_ocl_base_of(e->fallback);
-  out->offset = e->core.fallback_offset[v];
+/* The unbound outputs' storage (the core asks at the first run needing it). */
+static ty_abi_status_t ty_ocl_hook_alloc(void *user, uint64_t bytes, uint64_t *out_base) {
+  cl_mem mem = NULL;
+  ty_abi_status_t s = ty_ocl_upload(user, bytes, NULL, "unbound outputs", &mem);
+  if (s) return s;
+  *out_base = ty_ocl_base_of(mem);
   return NULL;
 }
 
@@ -490,7 +486,7 @@ static ty_abi_status_t ty_ocl_cmd_run(ty_abi_executable_t *e, ty_ocl_cmd_t *c) {
 ty_abi_status_t ty_ocl_executable_execute(ty_abi_executable_t *e,
                                           const ty_abi_execute_args_t *args) {
   const ty_dev_hooks_t hooks = {
-      .user = e, .buffer = ty_ocl_hook_buffer, .unbound_output = ty_ocl_hook_unbound};
+      .user = e, .buffer = ty_ocl_hook_buffer, .alloc = ty_ocl_hook_alloc};
   ty_abi_status_t s = ty_dev_exec_resolve(&e->core, args, &hooks);
   for (uint32_t i = 0; i < e->cmd_count && !s; ++i) s = ty_ocl_cmd_run(e, &e->cmds[i]);
   ty_ocl_api_t *api = e->api;

@@ -86,14 +86,9 @@ static void ty_ocl_strided_copy(ty_ocl_build_t *b, ty_dev_ref_t x, ty_dev_ref_t 
   }
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_strided_copy");
-  ty_dev_arg_ref(b, c, x);
-  ty_dev_arg_ref(b, c, y);
-  ty_dev_arg_i32(b, c, (int32_t)esize);
-  ty_dev_arg_i64(b, c, n);
-  ty_dev_arg_i32(b, c, rank);
-  ty_dev_arg_dims8(b, c, d8);
-  ty_dev_arg_dims8(b, c, x8);
-  ty_dev_arg_dims8(b, c, y8);
+  /* ty_strided_copy(x, y, int esize, i64 n, int rank, long8 dims, long8 xs,
+   *                 long8 ys): no vec in the OpenCL kernel */
+  ty_dev_args_strided_copy(b, c, x, y, esize, 0, n, rank, d8, x8, y8);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
@@ -315,32 +310,29 @@ void ty_ocl_build_sgd(ty_ocl_build_t *b) {
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 
+/* ty_sumsq_blocks' elements per work-group: 16 per work-item. */
+#define TY_OCL_CLIP_BLOCK ((uint64_t)TY_OCL_WG * 16)
+
+/* One gradient's partial sums in f32 (ty_dev_clip_partials' hook). */
+static uint64_t ty_ocl_clip_sumsq(ty_dev_build_t *b, uint32_t input, int64_t n,
+                                  ty_dev_ref_t partial, uint64_t slot) {
+  const uint64_t blocks = ((uint64_t)n + TY_OCL_CLIP_BLOCK - 1) / TY_OCL_CLIP_BLOCK;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_sumsq_blocks");
+  ty_dev_arg_in(b, c, input);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_ref(b, c, partial);
+  ty_dev_arg_i64(b, c, (int64_t)slot);
+  ty_ocl_grid1(c, blocks * TY_OCL_WG, TY_OCL_WG);
+  return blocks;
+}
+
 void ty_ocl_build_clip(ty_ocl_build_t *b) {
   const uint32_t count = b->node->input_count - 1;
-  const uint64_t block = (uint64_t)TY_OCL_WG * 16;
-  const uint64_t slots = ty_dev_chunk_count(b, 1, count, block);
-  ty_dev_ref_t partial = ty_dev_scratch(b, (slots ? slots : 1) * sizeof(float));
-  ty_dev_ref_t coef = ty_dev_scratch(b, sizeof(float));
-  uint64_t slot = 0;
-  for (uint32_t i = 0; i < count; ++i) {
-    const ty_abi_value_t *g = ty_dev_vin(b, i + 1);
-    const int64_t n = ty_dev_numel(g);
-    if (n == 0) continue;
-    const uint64_t blocks = ((uint64_t)n + block - 1) / block;
-    ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_sumsq_blocks");
-    ty_dev_arg_in(b, c, i + 1);
-    ty_dev_arg_i64(b, c, n);
-    ty_dev_arg_ref(b, c, partial);
-    ty_dev_arg_i64(b, c, (int64_t)slot);
-    ty_ocl_grid1(c, blocks * TY_OCL_WG, TY_OCL_WG);
-    slot += blocks;
-  }
+  const ty_dev_clip_t clip =
+      ty_dev_clip_partials(b, TY_OCL_CLIP_BLOCK, sizeof(float), ty_ocl_clip_sumsq);
+  const ty_dev_ref_t coef = clip.coef;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_REDUCE, "ty_clip_finish");
-  ty_dev_arg_ref(b, c, partial);
-  ty_dev_arg_i64(b, c, (int64_t)slots);
-  ty_dev_arg_in(b, c, 0);
-  ty_dev_arg_out(b, c, 0);
-  ty_dev_arg_ref(b, c, coef);
+  ty_dev_args_clip_finish(b, c, &clip);
   ty_ocl_grid1(c, TY_OCL_WG, TY_OCL_WG);
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_dev_vin(b, i + 1);

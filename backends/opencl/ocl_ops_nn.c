@@ -56,8 +56,7 @@ void ty_ocl_build_norm(ty_ocl_build_t *b) {
   const bool rms = strcmp(b->node->op, "rmsnorm") == 0;
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *g = ty_dev_vin(b, 1);
   const ty_abi_value_t *beta = rms ? NULL : ty_dev_vin(b, 2);
-  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
+  int64_t C = 1, rows = ty_dev_rows(x, &C);
   if (rows == 0) return;
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_layernorm");
@@ -84,8 +83,7 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
   const ty_abi_value_t *x = ty_dev_vin(b, 1), *g = ty_dev_vin(b, 2);
   const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
-  const int64_t C = x->rank ? x->dims[x->rank - 1] : 1;
-  const int64_t rows = C ? ty_dev_numel(x) / C : 0;
+  int64_t C = 1, rows = ty_dev_rows(x, &C);
   ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
   ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   if (rows > 0) {
@@ -127,8 +125,7 @@ void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
 void ty_ocl_build_softmax(ty_ocl_build_t *b) {
   const bool backward = strcmp(b->node->op, "softmax_backward") == 0;
   const ty_abi_value_t *y = ty_dev_vout(b, 0);
-  const int64_t C = y->rank ? y->dims[y->rank - 1] : 1;
-  const int64_t rows = C ? ty_dev_numel(y) / C : 0;
+  int64_t C = 1, rows = ty_dev_rows(y, &C);
   if (rows == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_SOFTMAX, backward ? "ty_softmax_bwd" : "ty_softmax");
   for (uint32_t i = 0; i < (backward ? 2u : 1u); ++i) {

@@ -587,6 +587,158 @@ static void test_op_list(void **state) {
   assert_int_equal(count, 42);
 }
 
+/* ---- unbound outputs placed by the core through the alloc hook ---- */
+
+static int allocs;
+static ty_abi_status_t alloc_result; /* what hook_alloc returns */
+static ty_abi_status_t hook_alloc(void *user, uint64_t bytes, uint64_t *out_base) {
+  ty_dev_exec_t *x = user;
+  assert_int_equal(bytes, x->fallback_bytes);
+  allocs++;
+  if (alloc_result) return alloc_result;
+  *out_base = 0xA000;
+  return NULL;
+}
+
+static ty_abi_status_t resolve_with(ty_dev_exec_t *x, const ty_dev_hooks_t *hooks) {
+  static ty_abi_buffer_t big = {0x1000, 64};
+  static const ty_abi_binding_t bx = {"x", &big, 0};
+  ty_abi_execute_args_t args;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = sizeof(args);
+  args.binding_count = 1;
+  args.bindings = &bx;
+  return ty_dev_exec_resolve(x, &args, hooks);
+}
+
+static void test_unbound_alloc(void **state) {
+  (void)state;
+  ty_abi_graph_t g = make_graph();
+  ty_dev_exec_t x;
+  assert_null(ty_dev_exec_init(&x, &g, 256, "dev:0"));
+  const ty_dev_hooks_t hooks = {.user = &x, .buffer = hook_buffer, .alloc = hook_alloc};
+  /* A failed allocation is the run's error and is asked again next run. */
+  allocs = 0;
+  alloc_result = fake_make(TY_CODE_RESOURCE_EXHAUSTED, "dev:0: out of device memory");
+  expect_status(resolve_with(&x, &hooks), TY_CODE_RESOURCE_EXHAUSTED, "out of device memory");
+  assert_int_equal(x.fallback, 0);
+  alloc_result = NULL;
+  /* Allocated at the first run that needs it, kept for later runs. */
+  assert_null(resolve_with(&x, &hooks));
+  assert_null(resolve_with(&x, &hooks));
+  assert_int_equal(allocs, 2);
+  assert_int_equal(x.fallback, 0xA000);
+  assert_int_equal(x.loc[2].base, 0xA000);
+  assert_int_equal(x.loc[2].offset, x.fallback_offset[2]);
+  /* Neither hook: refused, naming the output and the fix. */
+  x.fallback = 0;
+  const ty_dev_hooks_t bare = {.user = &x, .buffer = hook_buffer};
+  expect_status(resolve_with(&x, &bare), TY_CODE_INTERNAL,
+                "dev:0: output 'y' is not bound and the backend gives no hook to allocate it "
+                "(ty_dev_hooks_t.alloc or .unbound_output)");
+  ty_dev_exec_free(&x);
+}
+
+/* ---- rows, strided copies and clipping (device_ops.h) ---- */
+
+static void test_rows(void **state) {
+  (void)state;
+  int64_t C = 0;
+  assert_int_equal(ty_dev_rows(&tvalues[0], &C), 2); /* [2, 3] */
+  assert_int_equal(C, 3);
+  const ty_abi_value_t scalar = {"s", TY_DTYPE_F32, 0, NULL, TY_VALUE_INPUT, 0, NULL};
+  assert_int_equal(ty_dev_rows(&scalar, &C), 1);
+  assert_int_equal(C, 1);
+  static const int64_t empty_rows[] = {0, 3}, empty_cols[] = {2, 0};
+  const ty_abi_value_t e1 = {"e", TY_DTYPE_F32, 2, empty_rows, TY_VALUE_INPUT, 0, NULL};
+  const ty_abi_value_t e2 = {"e", TY_DTYPE_F32, 2, empty_cols, TY_VALUE_INPUT, 0, NULL};
+  assert_int_equal(ty_dev_rows(&e1, &C), 0);
+  assert_int_equal(ty_dev_rows(&e2, &C), 0);
+  assert_int_equal(C, 0);
+}
+
+static int strided_vec;
+static void build_strided_args(ty_dev_build_t *b) {
+  static const int64_t d8[8] = {2, 3, 1, 1, 1, 1, 1, 1}, s8[8] = {3, 1};
+  ty_dev_args_strided_copy(b, &argued, ty_dev_in(b, 0), ty_dev_out(b, 0), 2, strided_vec, 6, 2,
+                           d8, s8, s8);
+}
+
+static void test_strided_copy_args(void **state) {
+  (void)state;
+  ty_abi_node_t node = {"transpose", 1, t_in, 1, t_out, 0, NULL};
+  /* CUDA's kernel takes vec after esize ... */
+  strided_vec = 2;
+  assert_null(build_view(&node, build_strided_args));
+  assert_int_equal(argued.count, 9);
+  assert_int_equal(argued.args[2].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[2].i, 2);
+  assert_int_equal(argued.args[3].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[3].i, 2);
+  assert_int_equal(argued.args[4].kind, TY_DEV_ARG_I64);
+  assert_int_equal(argued.args[4].i, 6);
+  assert_int_equal(argued.args[8].kind, TY_DEV_ARG_DIMS8);
+  /* ... OpenCL's has none. */
+  strided_vec = 0;
+  assert_null(build_view(&node, build_strided_args));
+  assert_int_equal(argued.count, 8);
+  assert_int_equal(argued.args[3].kind, TY_DEV_ARG_I64);
+  assert_int_equal(argued.args[3].i, 6);
+  assert_int_equal(argued.args[4].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[4].i, 2);
+}
+
+static struct {
+  int calls;
+  uint32_t input[4];
+  int64_t n[4];
+  uint64_t slot[4];
+} summed;
+static uint64_t rec_sumsq(ty_dev_build_t *b, uint32_t input, int64_t n, ty_dev_ref_t partial,
+                          uint64_t slot) {
+  (void)b;
+  assert_int_equal(partial.kind, TY_DEV_REF_SCRATCH);
+  if (summed.calls < 4) {
+    summed.input[summed.calls] = input;
+    summed.n[summed.calls] = n;
+    summed.slot[summed.calls] = slot;
+  }
+  summed.calls++;
+  return ((uint64_t)n + 3) / 4;
+}
+static ty_dev_clip_t clipped;
+static void build_clip(ty_dev_build_t *b) {
+  clipped = ty_dev_clip_partials(b, 4, sizeof(double), rec_sumsq);
+  ty_dev_args_clip_finish(b, &argued, &clipped);
+}
+
+static void test_clip_partials(void **state) {
+  (void)state;
+  /* max_norm, g1 [2, 3], g2 [3, 2]: two chunks of 4 each. */
+  static const uint32_t clip_in[] = {0, 0, 1}, clip_out[] = {1, 0, 1};
+  ty_abi_node_t node = {"clip_by_global_norm", 3, clip_in, 3, clip_out, 0, NULL};
+  memset(&summed, 0, sizeof(summed));
+  assert_null(build_view(&node, build_clip));
+  assert_int_equal(summed.calls, 2);
+  assert_int_equal(summed.input[0], 1);
+  assert_int_equal(summed.n[0], 6);
+  assert_int_equal(summed.slot[0], 0);
+  assert_int_equal(summed.input[1], 2);
+  assert_int_equal(summed.slot[1], 2);
+  assert_int_equal(clipped.slots, 4);
+  assert_int_equal(clipped.partial.kind, TY_DEV_REF_SCRATCH);
+  assert_int_equal(clipped.coef.kind, TY_DEV_REF_SCRATCH);
+  assert_true(clipped.coef.offset >= clipped.partial.offset + 4 * sizeof(double));
+  /* ty_clip_finish(part, count, max_norm, dtm, norm, dtn, coef) */
+  assert_int_equal(argued.count, 7);
+  assert_int_equal(argued.args[0].ref.offset, clipped.partial.offset);
+  assert_int_equal(argued.args[1].kind, TY_DEV_ARG_I64);
+  assert_int_equal(argued.args[1].i, 4);
+  assert_int_equal(argued.args[2].ref.kind, TY_DEV_REF_VALUE);
+  assert_int_equal(argued.args[4].ref.value, 1); /* output 0 */
+  assert_int_equal(argued.args[6].ref.offset, clipped.coef.offset);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_long_message_is_whole),
@@ -601,6 +753,10 @@ int main(void) {
       cmocka_unit_test(test_build_nodes),
       cmocka_unit_test(test_op_list),
       cmocka_unit_test(test_reduce_plan),
+      cmocka_unit_test(test_unbound_alloc),
+      cmocka_unit_test(test_rows),
+      cmocka_unit_test(test_strided_copy_args),
+      cmocka_unit_test(test_clip_partials),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
