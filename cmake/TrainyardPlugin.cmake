@@ -31,6 +31,7 @@ set(TY_SDK_HEADERS
   "ref_rope.h=ops/reference/ref_rope.h"
   "abi_graph.h=hal/abi_graph.h"
   "artifact_io.h=backends/common/artifact_io.h"
+  "device_backend.h=backends/common/device_backend.h"
   "device_errors.h=backends/common/device_errors.h"
   "device_exec.h=backends/common/device_exec.h"
   "device_op_list.h=backends/common/device_op_list.h"

@@ -205,6 +205,32 @@ void ty_dev_args_clip_finish(ty_dev_build_t *b, void *cmd, const ty_dev_clip_t *
   ty_dev_arg_ref(b, cmd, clip->coef);
 }
 
+ty_dev_norm_bwd_t ty_dev_norm_bwd_of(const ty_dev_build_t *b) {
+  ty_dev_norm_bwd_t nb;
+  nb.rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
+  const uint32_t r = nb.rms ? 3 : 4; /* rstd's input */
+  nb.mean = nb.rms ? ty_dev_none() : ty_dev_in(b, 3);
+  nb.dtm = nb.rms ? 0 : ty_dev_dt(ty_dev_vin(b, 3));
+  nb.rstd = ty_dev_in(b, r);
+  nb.dtr = ty_dev_dt(ty_dev_vin(b, r));
+  nb.has_dbeta = !nb.rms && b->node->output_count > 2;
+  nb.dbeta = nb.has_dbeta ? ty_dev_out(b, 2) : ty_dev_none();
+  nb.dtdb = nb.has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0;
+  return nb;
+}
+
+void ty_dev_args_norm_stats(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_t *nb) {
+  ty_dev_arg_ref(b, cmd, nb->mean);
+  ty_dev_arg_i32(b, cmd, nb->dtm);
+  ty_dev_arg_ref(b, cmd, nb->rstd);
+  ty_dev_arg_i32(b, cmd, nb->dtr);
+}
+
+void ty_dev_args_norm_dbeta(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_t *nb) {
+  ty_dev_arg_ref(b, cmd, nb->dbeta);
+  ty_dev_arg_i32(b, cmd, nb->dtdb);
+}
+
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p) {
   const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
   *out_p = p;

@@ -140,6 +140,22 @@ ty_dev_clip_t ty_dev_clip_partials(ty_dev_build_t *b, uint64_t chunk, size_t esi
 /* ty_clip_finish(part, i64 count, max_norm, int dtm, norm, int dtn, coef) */
 void ty_dev_args_clip_finish(ty_dev_build_t *b, void *cmd, const ty_dev_clip_t *clip);
 
+/* A norm backward's operands (layernorm_backward: dy, x, gamma?, mean, rstd
+ * -> dx, dgamma, dbeta?; rmsnorm_backward: dy, x, gamma?, rstd -> dx,
+ * dgamma): the statistics the forward saved and dbeta when asked for (NONE
+ * and dtype 0 when absent). */
+typedef struct ty_dev_norm_bwd_t {
+  bool rms, has_dbeta;
+  ty_dev_ref_t mean, rstd, dbeta;
+  int dtm, dtr, dtdb;
+} ty_dev_norm_bwd_t;
+ty_dev_norm_bwd_t ty_dev_norm_bwd_of(const ty_dev_build_t *b);
+/* The statistics as every norm-backward kernel takes them:
+ * mean, int dtm, rstd, int dtr. */
+void ty_dev_args_norm_stats(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_t *nb);
+/* dbeta, int dtdb. */
+void ty_dev_args_norm_dbeta(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_t *nb);
+
 /* dropout's `p`; fails the build (INVALID_ARGUMENT, "probability P is
  * outside [0, 1)") and returns false when it is not in [0, 1). */
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p);

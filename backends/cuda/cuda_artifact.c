@@ -36,7 +36,7 @@ ty_abi_status_t ty_cu_executable_serialize(ty_abi_executable_t *e, void *dst, ui
   ty_art_begin(&w, TY_CU_ART_MAGIC, TY_CU_ART_VERSION);
   ty_art_put_u32(&w, (uint64_t)s->cc_major);
   ty_art_put_u32(&w, (uint64_t)s->cc_minor);
-  ty_art_put_str(&w, s->info.name);
+  ty_art_put_str(&w, s->base.info.name);
   ty_art_put_str(&w, TY_CUDA_BACKEND_VERSION);
   ty_art_put_str(&w, ty_cu_fatbin_targets());
   ty_art_put_u8(&w, d->options.graphs);
@@ -85,7 +85,7 @@ ty_abi_status_t ty_cu_executable_deserialize(ty_abi_device_t *d,
                      "%s: the artifact was compiled for sm_%d%d (%s); this device is sm_%d%d "
                      "(%s): compile it again for this card",
                      d->label, major, minor, name ? name : "?", d->slot->cc_major,
-                     d->slot->cc_minor, d->slot->info.name);
+                     d->slot->cc_minor, d->slot->base.info.name);
     free(name);
     return st;
   }

@@ -129,7 +129,7 @@ static int ty_cu_fp32_lanes(int major, int minor) {
 }
 
 static void ty_cu_probe(ty_cu_api_t *api, ty_cu_slot_t *s) {
-  ty_abi_device_info_t *info = &s->info;
+  ty_abi_device_info_t *info = &s->base.info;
   memset(info, 0, sizeof(*info));
   info->struct_size = sizeof(*info);
   api->cuDeviceGetName(info->name, (int)sizeof(info->name), s->device);
@@ -165,72 +165,65 @@ static void ty_cu_probe(ty_cu_api_t *api, ty_cu_slot_t *s) {
            ty_cu_fatbin_targets());
 }
 
-/* ---- backend ---- */
+/* ---- backend (the core's backend base, device_backend.h) ---- */
 
-static void ty_cu_backend_destroy(ty_abi_backend_t *b) {
-  if (!b) return;
-  for (uint32_t i = 0; i < b->slot_count; ++i) {
-    ty_cu_slot_t *s = &b->slots[i];
-    if (s->context) {
-      b->api.cuCtxSetCurrent(s->context);
-      ty_cu_modules_unload(&b->api, s);
-      b->api.cuDevicePrimaryCtxRelease(s->device);
-    }
-    pthread_mutex_destroy(&s->lock);
-  }
-  free(b->slots);
-  ty_cu_api_unload(&b->api);
-  free(b);
+static ty_abi_backend_t *ty_cu_backend_of(ty_dev_backend_t *base) {
+  return (ty_abi_backend_t *)(void *)base; /* the base is its first member */
 }
+
+static int ty_cu_backend_load(ty_dev_backend_t *base, char *why, size_t capacity) {
+  return ty_cu_api_load(&ty_cu_backend_of(base)->api, why, capacity);
+}
+
+static void ty_cu_backend_unload(ty_dev_backend_t *base) {
+  ty_cu_api_unload(&ty_cu_backend_of(base)->api);
+}
+
+static void ty_cu_slot_release(ty_dev_backend_t *base, ty_dev_slot_t *slot) {
+  ty_cu_api_t *api = &ty_cu_backend_of(base)->api;
+  ty_cu_slot_t *s = (ty_cu_slot_t *)(void *)slot;
+  if (s->context) {
+    api->cuCtxSetCurrent(s->context);
+    ty_cu_modules_unload(api, s);
+    api->cuDevicePrimaryCtxRelease(s->device);
+  }
+}
+
+static ty_abi_status_t ty_cu_enumerate(ty_dev_backend_t *base) {
+  ty_cu_api_t *api = &ty_cu_backend_of(base)->api;
+  int count = 0;
+  CUresult r = api->cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS || count <= 0) {
+    char text[256] = "no device";
+    if (r != CUDA_SUCCESS) ty_cu_error_text(api, r, text, sizeof(text));
+    return ty_plugin_error(TY_CODE_UNAVAILABLE, "cuda: no CUDA device (%s)", text);
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice device;
+    if (api->cuDeviceGet(&device, i) != CUDA_SUCCESS) continue;
+    ty_dev_slot_t *slot = NULL;
+    ty_abi_status_t st = ty_dev_backend_slot_add(base, &slot);
+    if (st) return st;
+    ty_cu_slot_t *s = (ty_cu_slot_t *)(void *)slot;
+    s->device = device;
+    ty_cu_probe(api, s);
+  }
+  return NULL;
+}
+
+static const ty_dev_backend_class_t ty_cu_backend_class = {
+    .name = "cuda",
+    .backend_size = sizeof(ty_abi_backend_t),
+    .slot_size = sizeof(ty_cu_slot_t),
+    .load = ty_cu_backend_load,
+    .enumerate = ty_cu_enumerate,
+    .slot_release = ty_cu_slot_release,
+    .unload = ty_cu_backend_unload,
+};
 
 static ty_abi_status_t ty_cu_backend_create(const ty_abi_backend_create_args_t *args,
                                             ty_abi_backend_t **out_backend) {
-  *out_backend = NULL;
-  ty_abi_backend_t *b = calloc(1, sizeof(*b));
-  if (!b) {
-    return args->host->status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                                   "cuda: out of memory creating backend");
-  }
-  b->host = args->host;
-  ty_plugin_status_init(args->host);
-  char why[512];
-  if (ty_cu_api_load(&b->api, why, sizeof(why)) != 0) {
-    free(b);
-    return args->host->status_make(TY_CODE_UNAVAILABLE, why);
-  }
-  int count = 0;
-  CUresult r = b->api.cuDeviceGetCount(&count);
-  if (r != CUDA_SUCCESS || count <= 0) {
-    char text[256] = "no device";
-    if (r != CUDA_SUCCESS) ty_cu_error_text(&b->api, r, text, sizeof(text));
-    ty_cu_backend_destroy(b);
-    return ty_plugin_error(TY_CODE_UNAVAILABLE, "cuda: no CUDA device (%s)", text);
-  }
-  b->slots = calloc((size_t)count, sizeof(*b->slots));
-  if (!b->slots) {
-    ty_cu_backend_destroy(b);
-    return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
-  }
-  for (int i = 0; i < count; ++i) {
-    ty_cu_slot_t *s = &b->slots[b->slot_count];
-    if (b->api.cuDeviceGet(&s->device, i) != CUDA_SUCCESS) continue;
-    pthread_mutex_init(&s->lock, NULL);
-    ty_cu_probe(&b->api, s);
-    b->slot_count++;
-  }
-  *out_backend = b;
-  return NULL;
-}
-
-static ty_abi_status_t ty_cu_device_count(ty_abi_backend_t *b, uint32_t *out_count) {
-  *out_count = b->slot_count;
-  return NULL;
-}
-
-static ty_abi_status_t ty_cu_device_info(ty_abi_backend_t *b, uint32_t index,
-                                         ty_abi_device_info_t *out_info) {
-  ty_dev_device_info_copy(&b->slots[index].info, out_info);
-  return NULL;
+  return ty_dev_backend_create(&ty_cu_backend_class, args, out_backend);
 }
 
 /* ---- devices ---- */
@@ -310,7 +303,7 @@ static ty_abi_status_t ty_cu_device_open(ty_abi_backend_t *b,
   ty_cu_options_t options;
   ty_abi_status_t st = ty_cu_parse_options(args, &options);
   if (st) return st;
-  ty_cu_slot_t *s = &b->slots[args->device_index];
+  ty_cu_slot_t *s = ty_cu_slot(b, args->device_index);
   ty_abi_device_t *d = calloc(1, sizeof(*d));
   if (!d) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "cuda: out of memory");
   d->backend = b;
@@ -321,10 +314,10 @@ static ty_abi_status_t ty_cu_device_open(ty_abi_backend_t *b,
   pthread_mutex_init(&d->staging_lock, NULL);
   pthread_mutex_init(&d->alloc_lock, NULL);
   snprintf(d->label, sizeof(d->label), "cuda:%u", args->device_index);
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->base.lock);
   CUresult r = CUDA_SUCCESS;
   if (!s->context) r = b->api.cuDevicePrimaryCtxRetain(&s->context, s->device);
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->base.lock);
   if (r != CUDA_SUCCESS) {
     st = ty_cu_driver_error(d, "cuDevicePrimaryCtxRetain", r);
     pthread_mutex_destroy(&d->staging_lock);
@@ -566,9 +559,9 @@ static const ty_backend_api_t ty_cu_api_table = {
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,
-    .backend_destroy = ty_cu_backend_destroy,
-    .device_count = ty_cu_device_count,
-    .device_info = ty_cu_device_info,
+    .backend_destroy = ty_dev_backend_destroy,
+    .device_count = ty_dev_backend_device_count,
+    .device_info = ty_dev_backend_device_info,
     .device_open = ty_cu_device_open,
     .device_close = ty_cu_device_close,
     .device_synchronize = ty_cu_device_synchronize,

@@ -211,7 +211,7 @@ void ty_cu_comm_destroy(ty_abi_comm_t *c) {
   if (c->device->comms[c->slot] == c) c->device->comms[c->slot] = NULL;
   if (c->group_open) ty_nccl.ncclGroupEnd(); /* a batch an error cut short */
   ty_abi_status_t st = ty_cu_enter(c->device);
-  if (st) c->device->backend->host->status_free(st); /* a lost device: abort below */
+  if (st) c->device->backend->base.host->status_free(st); /* a lost device: abort below */
   /* A communicator whose peers failed cannot be destroyed collectively:
    * abort it then (ncclCommDestroy would wait for them). */
   ncclResult_t async = ncclSuccess;

@@ -152,7 +152,7 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
       ty_cu_comm_enqueue_all_reduce(comm, c->dtype, c->reduce, src, dst, c->size, more, op);
   if (!st) return NULL;
   /* The node's details only on the error path (this runs ~150 times a step). */
-  const ty_host_api_t *host = e->device->backend->host;
+  const ty_host_api_t *host = e->device->backend->base.host;
   ty_abi_status_t named = ty_plugin_error(
       host->status_code(st), "%s (node %u, '%s', %llu %s, group %s)", host->status_message(st),
       c->node, e->core.graph->graph.values[e->core.graph->graph.nodes[c->node].outputs[0]].name,
@@ -469,7 +469,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
-      e->device->label, s->info.name, s->cc_major, s->cc_minor, s->sm_count, e->core.graph->hash_hex,
+      e->device->label, s->base.info.name, s->cc_major, s->cc_minor, s->sm_count, e->core.graph->hash_hex,
       e->core.graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
       e->world ? e->world : 1, folded, fz[TY_CU_FUSE_GEMM], fz[TY_CU_FUSE_NORM],
       fz[TY_CU_FUSE_NORM_BWD], bgrads, in_place, in_place == 1 ? "" : "s",

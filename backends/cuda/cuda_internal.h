@@ -21,6 +21,7 @@
 #include "trainyard/plugin_status.h"
 #include "cuda_api.h"
 #include "trainyard/backend_abi.h"
+#include "trainyard/device_backend.h"
 #include "trainyard/device_exec.h"
 
 /* One module per kernel family (kernels/<file>.cu, compiled by nvcc at
@@ -33,23 +34,24 @@ typedef enum ty_cu_family_e {
 } ty_cu_family_t;
 
 typedef struct ty_cu_slot_t {
+  ty_dev_slot_t base; /* info; lock: guards what the first device_open makes */
   CUdevice device;
-  ty_abi_device_info_t info;
   int cc_major, cc_minor;
   int sm_count;
   int max_shared_optin; /* bytes of shared memory a block may opt in to */
   /* Created at the first device_open, kept until backend_destroy. */
-  pthread_mutex_t lock;
   CUcontext context; /* the primary context, retained */
   CUmodule modules[TY_CU_FAM_COUNT_];
 } ty_cu_slot_t;
 
 struct ty_abi_backend_s {
-  const ty_host_api_t *host;
+  ty_dev_backend_t base; /* host, the slots (ty_cu_slot_t) */
   ty_cu_api_t api;
-  uint32_t slot_count;
-  ty_cu_slot_t *slots;
 };
+
+static inline ty_cu_slot_t *ty_cu_slot(const ty_abi_backend_t *b, uint32_t index) {
+  return (ty_cu_slot_t *)(void *)ty_dev_backend_slot(&b->base, index);
+}
 
 /* Device URI options (cuda:0?graphs=0&tf32=1&memory_limit=24GiB). */
 typedef struct ty_cu_options_t {

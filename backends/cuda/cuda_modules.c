@@ -58,10 +58,10 @@ ty_abi_status_t ty_cu_module_get(ty_abi_device_t *d, ty_cu_family_t family,
                                  CUmodule *out_module) {
   ty_cu_slot_t *s = d->slot;
   *out_module = NULL;
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->base.lock);
   if (s->modules[family]) {
     *out_module = s->modules[family];
-    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_unlock(&s->base.lock);
     return NULL;
   }
   const char *name = ty_cu_family_file(family);
@@ -98,7 +98,7 @@ ty_abi_status_t ty_cu_module_get(ty_abi_device_t *d, ty_cu_family_t family,
                        "%s (%s, sm_%d%d): the kernels of kernels/%s.cu%s%s cannot run on this "
                        "card: %s. The plugin was built for %s; rebuild with "
                        "-DTY_CUDA_ARCHS=\"...;%d%d\"",
-                       d->label, s->info.name, s->cc_major, s->cc_minor, name,
+                       d->label, s->base.info.name, s->cc_major, s->cc_minor, name,
                        override ? " from " : "", override ? path : "", text,
                        override ? "(the override file's targets)" : ty_cu_fatbin_targets(),
                        s->cc_major, s->cc_minor);
@@ -112,7 +112,7 @@ ty_abi_status_t ty_cu_module_get(ty_abi_device_t *d, ty_cu_family_t family,
     }
   }
   free(override);
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->base.lock);
   return st;
 }
 

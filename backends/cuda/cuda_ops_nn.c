@@ -133,13 +133,11 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
 void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   /* layernorm_backward: dy, x, gamma?, mean, rstd -> dx, dgamma, dbeta
    * rmsnorm_backward:   dy, x, gamma?, rstd       -> dx, dgamma */
-  const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
+  const ty_dev_norm_bwd_t nb = ty_dev_norm_bwd_of(b);
+  const bool rms = nb.rms;
   const ty_abi_value_t *x = ty_dev_vin(b, 1);
-  const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
   int64_t C = 1, rows = ty_dev_rows(x, &C);
   const ty_dev_ref_t none = ty_dev_none();
-  const ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
-  const bool has_dbeta_out = !rms && b->node->output_count > 2;
   /* Fused with the cast before it, the add after it and the cast of the
    * sum (cuda_fuse.h): what the one-pass kernel reads and writes instead. */
   const ty_cu_fuse_t *f = ty_cu_fuse_of(b) && ty_cu_fuse_of(b)->kind == TY_CU_FUSE_NORM_BWD ? ty_cu_fuse_of(b) : NULL;
@@ -167,10 +165,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_dev_arg_i32(b, c, (int)b->g->values[dy].dtype);
     ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
     ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
-    ty_dev_arg_ref(b, c, mean_ref);
-    ty_dev_arg_i32(b, c, ty_dev_dt(mean));
-    ty_dev_arg_ref(b, c, rstd_ref);
-    ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_dev_args_norm_stats(b, c, &nb);
     ty_dev_arg_ref(b, c, f && f->addend != UINT32_MAX ? ty_dev_value(f->addend) : none);
     ty_dev_arg_ref(b, c, f && f->out != UINT32_MAX ? ty_dev_value(f->out) : ty_dev_out(b, 0));
     ty_dev_arg_ref(b, c, has_out2 ? ty_dev_value(f->out2) : none);
@@ -187,8 +182,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_dev_arg_i64(b, c, blocks);
     ty_dev_arg_i64(b, c, C);
     ty_dev_arg_out(b, c, 1);
-    ty_dev_arg_ref(b, c, has_dbeta_out ? ty_dev_out(b, 2) : none);
-    ty_dev_arg_i32(b, c, has_dbeta_out ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
+    ty_dev_args_norm_dbeta(b, c, &nb);
     ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
     return;
   }
@@ -200,10 +194,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
     ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
     ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
-    ty_dev_arg_ref(b, c, mean_ref);
-    ty_dev_arg_i32(b, c, ty_dev_dt(mean));
-    ty_dev_arg_ref(b, c, rstd_ref);
-    ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_dev_args_norm_stats(b, c, &nb);
     ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
     ty_dev_arg_i64(b, c, rows);
     ty_dev_arg_i64(b, c, C);
@@ -211,9 +202,6 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
     ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
   }
   if (C == 0) return;
-  const bool has_dbeta = !rms && b->node->output_count > 2;
-  const ty_dev_ref_t dbeta = has_dbeta ? ty_dev_out(b, 2) : none;
-  const int dtdb = has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0;
   const int64_t cb = (C + 31) / 32;
   int64_t rchunk;
   const uint32_t split = ty_cu_col_split(cb, rows, &rchunk);
@@ -227,13 +215,9 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
       ty_cu_launch(b, TY_CU_FAM_NORM, ty_cu_typed_for(b, TY_CU_TYPED("ty_norm_params"), x));
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
   ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_ref(b, c, mean_ref);
-  ty_dev_arg_i32(b, c, ty_dev_dt(mean));
-  ty_dev_arg_ref(b, c, rstd_ref);
-  ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+  ty_dev_args_norm_stats(b, c, &nb);
   ty_dev_arg_out(b, c, 1);
-  ty_dev_arg_ref(b, c, dbeta);
-  ty_dev_arg_i32(b, c, dtdb);
+  ty_dev_args_norm_dbeta(b, c, &nb);
   ty_dev_arg_ref(b, c, part);
   ty_dev_arg_i64(b, c, rows);
   ty_dev_arg_i64(b, c, C);
@@ -248,8 +232,7 @@ void ty_cu_build_norm_backward(ty_cu_build_t *b) {
   ty_dev_arg_i64(b, c, split);
   ty_dev_arg_i64(b, c, C);
   ty_dev_arg_out(b, c, 1);
-  ty_dev_arg_ref(b, c, dbeta);
-  ty_dev_arg_i32(b, c, dtdb);
+  ty_dev_args_norm_dbeta(b, c, &nb);
   ty_cu_grid(b, c, (uint32_t)((C + 31) / 32), 1, 1, 32, 32, 1, 0); /* 32 columns x 32 */
 }
 

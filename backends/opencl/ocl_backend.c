@@ -80,7 +80,7 @@ static bool ty_ocl_has_word(const char *list, const char *word) {
 }
 
 static void ty_ocl_probe(ty_ocl_api_t *api, ty_ocl_slot_t *s) {
-  ty_abi_device_info_t *info = &s->info;
+  ty_abi_device_info_t *info = &s->base.info;
   memset(info, 0, sizeof(*info));
   info->struct_size = sizeof(*info);
   ty_ocl_device_string(api, s->device, CL_DEVICE_NAME, info->name, sizeof(info->name));
@@ -149,11 +149,12 @@ TY_BACKEND_EXPORT int ty_opencl_test_counts(int64_t out_live[6], int64_t out_cre
     out_created[k] = atomic_load(&b->api.created[k]);
   }
   out_builds[0] = out_builds[1] = 0;
-  for (uint32_t i = 0; i < b->slot_count; ++i) {
-    pthread_mutex_lock(&b->slots[i].lock);
-    out_builds[0] += b->slots[i].builds_from_source;
-    out_builds[1] += b->slots[i].builds_from_cache;
-    pthread_mutex_unlock(&b->slots[i].lock);
+  for (uint32_t i = 0; i < b->base.slot_count; ++i) {
+    ty_ocl_slot_t *s = ty_ocl_slot(b, i);
+    pthread_mutex_lock(&s->base.lock);
+    out_builds[0] += s->builds_from_source;
+    out_builds[1] += s->builds_from_cache;
+    pthread_mutex_unlock(&s->base.lock);
   }
   return 0;
 }
@@ -162,22 +163,28 @@ TY_BACKEND_EXPORT int ty_opencl_test_counts(int64_t out_live[6], int64_t out_cre
 #define TY_OCL_TEST_REMEMBER(b) ((void)0)
 #endif
 
-static void ty_ocl_backend_destroy(ty_abi_backend_t *b) {
-  if (!b) return;
-  TY_OCL_TEST_REMEMBER(NULL);
-  for (uint32_t i = 0; i < b->slot_count; ++i) {
-    ty_ocl_slot_t *s = &b->slots[i];
-    ty_ocl_programs_release(&b->api, s);
-    ty_ocl_context_release(&b->api, s->context);
-    pthread_mutex_destroy(&s->lock);
-  }
-  free(b->slots);
-  ty_ocl_api_unload(&b->api);
-  free(b);
+static ty_abi_backend_t *ty_ocl_backend_of(ty_dev_backend_t *base) {
+  return (ty_abi_backend_t *)(void *)base; /* the base is its first member */
 }
 
-static ty_abi_status_t ty_ocl_enumerate(ty_abi_backend_t *b) {
-  ty_ocl_api_t *api = &b->api;
+static int ty_ocl_backend_load(ty_dev_backend_t *base, char *why, size_t capacity) {
+  return ty_ocl_api_load(&ty_ocl_backend_of(base)->api, why, capacity);
+}
+
+static void ty_ocl_backend_unload(ty_dev_backend_t *base) {
+  TY_OCL_TEST_REMEMBER(NULL);
+  ty_ocl_api_unload(&ty_ocl_backend_of(base)->api);
+}
+
+static void ty_ocl_slot_release(ty_dev_backend_t *base, ty_dev_slot_t *slot) {
+  ty_ocl_api_t *api = &ty_ocl_backend_of(base)->api;
+  ty_ocl_slot_t *s = (ty_ocl_slot_t *)(void *)slot;
+  ty_ocl_programs_release(api, s);
+  ty_ocl_context_release(api, s->context);
+}
+
+static ty_abi_status_t ty_ocl_enumerate(ty_dev_backend_t *base) {
+  ty_ocl_api_t *api = &ty_ocl_backend_of(base)->api;
   cl_uint platform_count = 0;
   cl_int err = api->clGetPlatformIDs(0, NULL, &platform_count);
   if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && platform_count == 0)) {
@@ -195,75 +202,54 @@ static ty_abi_status_t ty_ocl_enumerate(ty_abi_backend_t *b) {
     free(platforms);
     return ty_ocl_cl_error(NULL, "clGetPlatformIDs", err);
   }
-  for (cl_uint p = 0; p < platform_count; ++p) {
+  ty_abi_status_t st = NULL;
+  for (cl_uint p = 0; p < platform_count && !st; ++p) {
     cl_uint n = 0;
     if (api->clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, NULL, &n) != CL_SUCCESS) {
       continue; /* CL_DEVICE_NOT_FOUND: a platform without devices */
     }
     cl_device_id *ids = calloc(n ? n : 1, sizeof(*ids));
-    ty_ocl_slot_t *grown = realloc(b->slots, (b->slot_count + n) * sizeof(*grown));
-    if (!ids || !grown) {
-      free(ids);
-      if (grown) b->slots = grown;
-      free(platforms);
-      return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
+    if (!ids) {
+      st = ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
+      break;
     }
-    b->slots = grown;
     if (api->clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, n, ids, NULL) == CL_SUCCESS) {
-      for (cl_uint i = 0; i < n; ++i) {
-        ty_ocl_slot_t *s = &b->slots[b->slot_count];
-        memset(s, 0, sizeof(*s));
+      for (cl_uint i = 0; i < n && !st; ++i) {
+        ty_dev_slot_t *slot = NULL;
+        st = ty_dev_backend_slot_add(base, &slot);
+        if (st) break;
+        ty_ocl_slot_t *s = (ty_ocl_slot_t *)(void *)slot;
         s->platform = platforms[p];
         s->device = ids[i];
-        pthread_mutex_init(&s->lock, NULL);
         ty_ocl_probe(api, s);
-        b->slot_count++;
       }
     }
     free(ids);
   }
   free(platforms);
-  if (b->slot_count == 0) {
+  if (st) return st;
+  if (base->slot_count == 0) {
     return ty_plugin_error(TY_CODE_UNAVAILABLE,
                         "opencl: %u OpenCL platform(s) found, but no device", platform_count);
   }
   return NULL;
 }
 
+static const ty_dev_backend_class_t ty_ocl_backend_class = {
+    .name = "opencl",
+    .backend_size = sizeof(ty_abi_backend_t),
+    .slot_size = sizeof(ty_ocl_slot_t),
+    .load = ty_ocl_backend_load,
+    .enumerate = ty_ocl_enumerate,
+    .slot_release = ty_ocl_slot_release,
+    .unload = ty_ocl_backend_unload,
+};
+
 static ty_abi_status_t ty_ocl_backend_create(const ty_abi_backend_create_args_t *args,
                                              ty_abi_backend_t **out_backend) {
-  *out_backend = NULL;
-  ty_abi_backend_t *b = calloc(1, sizeof(*b));
-  if (!b) {
-    return args->host->status_make(TY_CODE_RESOURCE_EXHAUSTED,
-                                   "opencl: out of memory creating backend");
-  }
-  b->host = args->host;
-  ty_plugin_status_init(args->host);
-  char why[512];
-  if (ty_ocl_api_load(&b->api, why, sizeof(why)) != 0) {
-    free(b);
-    return args->host->status_make(TY_CODE_UNAVAILABLE, why);
-  }
-  ty_abi_status_t s = ty_ocl_enumerate(b);
-  if (s) {
-    ty_ocl_backend_destroy(b);
-    return s;
-  }
-  TY_OCL_TEST_REMEMBER(b);
-  *out_backend = b;
-  return NULL;
-}
-
-static ty_abi_status_t ty_ocl_device_count(ty_abi_backend_t *b, uint32_t *out_count) {
-  *out_count = b->slot_count;
-  return NULL;
-}
-
-static ty_abi_status_t ty_ocl_device_info(ty_abi_backend_t *b, uint32_t index,
-                                          ty_abi_device_info_t *out_info) {
-  ty_dev_device_info_copy(&b->slots[index].info, out_info);
-  return NULL;
+  ty_abi_status_t st = ty_dev_backend_create(&ty_ocl_backend_class, args, out_backend);
+  if (!st) TY_OCL_TEST_REMEMBER(*out_backend);
+  return st;
 }
 
 /* ---- devices ---- */
@@ -278,7 +264,7 @@ static ty_abi_status_t ty_ocl_device_open(ty_abi_backend_t *b,
                         "options)",
                         args->options[0].key);
   }
-  ty_ocl_slot_t *s = &b->slots[args->device_index];
+  ty_ocl_slot_t *s = ty_ocl_slot(b, args->device_index);
   ty_abi_device_t *d = calloc(1, sizeof(*d));
   if (!d) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "opencl: out of memory");
   d->backend = b;
@@ -287,9 +273,9 @@ static ty_abi_status_t ty_ocl_device_open(ty_abi_backend_t *b,
   d->api = &b->api;
   snprintf(d->label, sizeof(d->label), "opencl:%u", args->device_index);
   cl_int err = CL_SUCCESS;
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->base.lock);
   if (!s->context) s->context = ty_ocl_context_create(&b->api, s->device, &err);
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->base.lock);
   if (!s->context) {
     ty_abi_status_t st = ty_ocl_cl_error(d, "clCreateContext", err);
     free(d);
@@ -333,14 +319,14 @@ static ty_abi_status_t ty_ocl_buffer_alloc(ty_abi_device_t *d,
                         (unsigned long long)alignment);
   }
   const ty_ocl_slot_t *s = d->slot;
-  if (args->size_bytes > s->max_alloc || args->size_bytes > s->info.memory_bytes ||
+  if (args->size_bytes > s->max_alloc || args->size_bytes > s->base.info.memory_bytes ||
       args->size_bytes > SIZE_MAX) {
     return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED,
                         "%s: cannot allocate %llu bytes; the device's largest buffer is "
                         "%llu bytes (CL_DEVICE_MAX_MEM_ALLOC_SIZE) of %llu bytes of memory",
                         d->label, (unsigned long long)args->size_bytes,
                         (unsigned long long)s->max_alloc,
-                        (unsigned long long)s->info.memory_bytes);
+                        (unsigned long long)s->base.info.memory_bytes);
   }
   ty_abi_buffer_t *buf = calloc(1, sizeof(*buf));
   if (!buf) return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory", d->label);
@@ -396,9 +382,9 @@ static const ty_backend_api_t ty_ocl_backend_api = {
     .name = "opencl",
     .version = TY_OPENCL_BACKEND_VERSION,
     .backend_create = ty_ocl_backend_create,
-    .backend_destroy = ty_ocl_backend_destroy,
-    .device_count = ty_ocl_device_count,
-    .device_info = ty_ocl_device_info,
+    .backend_destroy = ty_dev_backend_destroy,
+    .device_count = ty_dev_backend_device_count,
+    .device_info = ty_dev_backend_device_info,
     .device_open = ty_ocl_device_open,
     .device_close = ty_ocl_device_close,
     .device_synchronize = ty_ocl_device_synchronize,

@@ -17,6 +17,7 @@
 #include "trainyard/plugin_status.h"
 #include "ocl_api.h"
 #include "trainyard/backend_abi.h"
+#include "trainyard/device_backend.h"
 #include "trainyard/device_exec.h"
 
 /* One program per kernel family: common.cl followed by the family's file.
@@ -44,9 +45,9 @@ typedef enum ty_ocl_family_e {
 #define TY_OCL_ATT_MAXD 512 /* largest head_dim attention accepts */
 
 typedef struct ty_ocl_slot_t {
+  ty_dev_slot_t base; /* info; lock: guards what the first device_open makes */
   cl_platform_id platform;
   cl_device_id device;
-  ty_abi_device_info_t info;
   char platform_name[128];
   char platform_version[128];
   char device_version[128];
@@ -57,7 +58,6 @@ typedef struct ty_ocl_slot_t {
   uint64_t max_alloc;   /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
   uint64_t local_mem;
   /* Created at the first device_open, kept until backend_destroy. */
-  pthread_mutex_t lock;
   cl_context context;
   cl_program programs[TY_OCL_FAM_COUNT_];
   uint64_t builds_from_source;
@@ -65,11 +65,13 @@ typedef struct ty_ocl_slot_t {
 } ty_ocl_slot_t;
 
 struct ty_abi_backend_s {
-  const ty_host_api_t *host;
+  ty_dev_backend_t base; /* host, the slots (ty_ocl_slot_t) */
   ty_ocl_api_t api;
-  uint32_t slot_count;
-  ty_ocl_slot_t *slots;
 };
+
+static inline ty_ocl_slot_t *ty_ocl_slot(const ty_abi_backend_t *b, uint32_t index) {
+  return (ty_ocl_slot_t *)(void *)ty_dev_backend_slot(&b->base, index);
+}
 
 struct ty_abi_device_s {
   ty_abi_backend_t *backend;

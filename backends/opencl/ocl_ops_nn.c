@@ -80,43 +80,32 @@ void ty_ocl_build_norm(ty_ocl_build_t *b) {
 void ty_ocl_build_norm_backward(ty_ocl_build_t *b) {
   /* layernorm_backward: dy, x, gamma?, mean, rstd -> dx, dgamma, dbeta
    * rmsnorm_backward:   dy, x, gamma?, rstd       -> dx, dgamma */
-  const bool rms = strcmp(b->node->op, "rmsnorm_backward") == 0;
+  const ty_dev_norm_bwd_t nb = ty_dev_norm_bwd_of(b);
   const ty_abi_value_t *x = ty_dev_vin(b, 1), *g = ty_dev_vin(b, 2);
-  const ty_abi_value_t *mean = rms ? NULL : ty_dev_vin(b, 3), *rstd = ty_dev_vin(b, rms ? 3 : 4);
   int64_t C = 1, rows = ty_dev_rows(x, &C);
-  ty_dev_ref_t none = {TY_DEV_REF_NONE, 0, 0};
-  ty_dev_ref_t mean_ref = rms ? none : ty_dev_in(b, 3), rstd_ref = ty_dev_in(b, rms ? 3 : 4);
   if (rows > 0) {
     ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_dx");
     ty_dev_arg_in(b, c, 0);
     ty_dev_arg_in(b, c, 1);
     ty_dev_arg_in(b, c, 2);
     ty_dev_arg_i32(b, c, g != NULL);
-    ty_dev_arg_ref(b, c, mean_ref);
-    ty_dev_arg_i32(b, c, ty_dev_dt(mean));
-    ty_dev_arg_ref(b, c, rstd_ref);
-    ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+    ty_dev_args_norm_stats(b, c, &nb);
     ty_dev_arg_out(b, c, 0);
     ty_dev_arg_i64(b, c, C);
-    ty_dev_arg_i32(b, c, rms);
+    ty_dev_arg_i32(b, c, nb.rms);
     ty_ocl_grid1(c, (uint64_t)rows * TY_OCL_WG, TY_OCL_WG);
   }
   if (C == 0) return;
-  const bool has_dbeta = !rms && b->node->output_count > 2;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_NORM, "ty_norm_bwd_params");
   ty_dev_arg_in(b, c, 0);
   ty_dev_arg_in(b, c, 1);
-  ty_dev_arg_ref(b, c, mean_ref);
-  ty_dev_arg_i32(b, c, ty_dev_dt(mean));
-  ty_dev_arg_ref(b, c, rstd_ref);
-  ty_dev_arg_i32(b, c, ty_dev_dt(rstd));
+  ty_dev_args_norm_stats(b, c, &nb);
   ty_dev_arg_out(b, c, 1);
-  ty_dev_arg_ref(b, c, has_dbeta ? ty_dev_out(b, 2) : none);
-  ty_dev_arg_i32(b, c, has_dbeta ? ty_dev_dt(ty_dev_vout(b, 2)) : 0);
-  ty_dev_arg_i32(b, c, has_dbeta);
+  ty_dev_args_norm_dbeta(b, c, &nb);
+  ty_dev_arg_i32(b, c, nb.has_dbeta);
   ty_dev_arg_i64(b, c, rows);
   ty_dev_arg_i64(b, c, C);
-  ty_dev_arg_i32(b, c, rms);
+  ty_dev_arg_i32(b, c, nb.rms);
   const size_t global[3] = {(size_t)((C + 15) / 16 * 16), 16, 1};
   const size_t local[3] = {16, 16, 1};
   ty_ocl_grid(c, 2, global, local);

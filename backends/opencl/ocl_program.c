@@ -310,8 +310,8 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   char key[2048];
   snprintf(key, sizeof(key),
            "platform: %s | %s\ndevice: %s | %s\ndriver: %s\noptions: %s\nsource: %s %s\n",
-           s->platform_name, s->platform_version, s->info.name, s->device_version,
-           s->info.driver_version, options, file, source_hash);
+           s->platform_name, s->platform_version, s->base.info.name, s->device_version,
+           s->base.info.driver_version, options, file, source_hash);
   ty_sha256_init(&sha);
   ty_sha256_update(&sha, key, strlen(key));
   hashed = ty_sha256_final_hex(&sha, key_hash) && hashed;
@@ -354,7 +354,7 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
       st = ty_plugin_error(TY_CODE_INTERNAL,
                         "%s: the OpenCL C compiler of %s rejected kernel source %s (kernels %s) "
                         "with options '%s': %s (%d); build log:\n%s",
-                        d->label, s->info.name, file, kernels, options, ty_ocl_error_name(err),
+                        d->label, s->base.info.name, file, kernels, options, ty_ocl_error_name(err),
                         (int)err, log && *log ? log : "(the driver gave no log)");
       free(log);
       return st;
@@ -373,9 +373,9 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
 ty_abi_status_t ty_ocl_program_get(ty_abi_device_t *d, ty_ocl_family_t family,
                                    cl_program *out_program) {
   ty_ocl_slot_t *s = d->slot;
-  pthread_mutex_lock(&s->lock);
+  pthread_mutex_lock(&s->base.lock);
   ty_abi_status_t st = s->programs[family] ? NULL : ty_ocl_program_build(d, family);
   *out_program = s->programs[family];
-  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_unlock(&s->base.lock);
   return st;
 }

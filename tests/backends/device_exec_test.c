@@ -1,17 +1,20 @@
 /* The device-executor core of the backend support library
  * (backends/common/device_exec.h) and ty_plugin_error, through a stand-in
  * for the host's status services: binding resolve and its errors, operand
- * locations, the data-error decoder, the op lookup, and messages longer
- * than the 1 KiB the support library used to cut them at. */
+ * locations, the data-error decoder, the op lookup, the device plugins'
+ * backend base (device_backend.h), and messages longer than the 1 KiB the
+ * support library used to cut them at. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "backends/common/device_backend.h"
 #include "backends/common/device_errors.h"
 #include "backends/common/device_exec.h"
 #include "backends/common/device_ops.h"
@@ -739,6 +742,153 @@ static void test_clip_partials(void **state) {
   assert_int_equal(argued.args[6].ref.offset, clipped.coef.offset);
 }
 
+/* ---- a norm backward's statistics and dbeta (device_ops.h) ---- */
+
+static void build_norm_bwd(ty_dev_build_t *b) {
+  const ty_dev_norm_bwd_t nb = ty_dev_norm_bwd_of(b);
+  ty_dev_args_norm_stats(b, &argued, &nb);
+  ty_dev_args_norm_dbeta(b, &argued, &nb);
+  ty_dev_arg_i32(b, &argued, nb.rms);
+}
+
+static void test_norm_bwd_args(void **state) {
+  (void)state;
+  const int dt = ty_dev_dt(&tvalues[0]);
+  /* layernorm_backward: dy, x, gamma (absent), mean = 0, rstd = 1 -> dx,
+   * dgamma, dbeta = 1. */
+  static const uint32_t ln_in[] = {0, 0, UINT32_MAX, 0, 1}, ln_out[] = {1, 1, 1};
+  ty_abi_node_t ln = {"layernorm_backward", 5, ln_in, 3, ln_out, 0, NULL};
+  assert_null(build_view(&ln, build_norm_bwd));
+  assert_int_equal(argued.count, 7);
+  assert_int_equal(argued.args[0].kind, TY_DEV_ARG_REF);
+  assert_int_equal(argued.args[0].ref.kind, TY_DEV_REF_VALUE);
+  assert_int_equal(argued.args[0].ref.value, 0);
+  assert_int_equal(argued.args[1].kind, TY_DEV_ARG_I32);
+  assert_int_equal(argued.args[1].i, dt);
+  assert_int_equal(argued.args[2].ref.kind, TY_DEV_REF_VALUE);
+  assert_int_equal(argued.args[2].ref.value, 1);
+  assert_int_equal(argued.args[3].i, dt);
+  assert_int_equal(argued.args[4].ref.kind, TY_DEV_REF_VALUE); /* dbeta */
+  assert_int_equal(argued.args[4].ref.value, 1);
+  assert_int_equal(argued.args[5].i, dt);
+  assert_int_equal(argued.args[6].i, 0); /* not rms */
+  /* Without dbeta asked for: NONE and dtype 0. */
+  ty_abi_node_t ln2 = {"layernorm_backward", 5, ln_in, 2, ln_out, 0, NULL};
+  assert_null(build_view(&ln2, build_norm_bwd));
+  assert_int_equal(argued.args[4].ref.kind, TY_DEV_REF_NONE);
+  assert_int_equal(argued.args[5].i, 0);
+  /* rmsnorm_backward: dy, x, gamma, rstd = 1 -> dx, dgamma: no mean. */
+  static const uint32_t rms_in[] = {0, 0, 0, 1};
+  ty_abi_node_t rms = {"rmsnorm_backward", 4, rms_in, 2, ln_out, 0, NULL};
+  assert_null(build_view(&rms, build_norm_bwd));
+  assert_int_equal(argued.args[0].ref.kind, TY_DEV_REF_NONE);
+  assert_int_equal(argued.args[1].i, 0);
+  assert_int_equal(argued.args[2].ref.kind, TY_DEV_REF_VALUE);
+  assert_int_equal(argued.args[2].ref.value, 1);
+  assert_int_equal(argued.args[3].i, dt);
+  assert_int_equal(argued.args[4].ref.kind, TY_DEV_REF_NONE);
+  assert_int_equal(argued.args[5].i, 0);
+  assert_int_equal(argued.args[6].i, 1);
+}
+
+/* ---- the backend base (device_backend.h) ---- */
+
+typedef struct fake_slot_t {
+  ty_dev_slot_t base;
+  int id;
+} fake_slot_t;
+
+struct ty_abi_backend_s {
+  ty_dev_backend_t base;
+  int loaded;
+};
+
+static struct {
+  int fail_load, devices, fail_enumerate;
+  int unloads, releases;
+} fakeb;
+
+static int fake_load(ty_dev_backend_t *b, char *why, size_t capacity) {
+  if (fakeb.fail_load) {
+    snprintf(why, capacity, "fake: no driver (install one)");
+    return -1;
+  }
+  ((ty_abi_backend_t *)(void *)b)->loaded = 1;
+  return 0;
+}
+static ty_abi_status_t fake_enumerate(ty_dev_backend_t *b) {
+  for (int i = 0; i < fakeb.devices; ++i) {
+    ty_dev_slot_t *slot = NULL;
+    ty_abi_status_t st = ty_dev_backend_slot_add(b, &slot);
+    if (st) return st;
+    fake_slot_t *s = (fake_slot_t *)(void *)slot;
+    s->id = 100 + i;
+    s->base.info.struct_size = sizeof(s->base.info);
+    s->base.info.compute_units = (uint32_t)i + 1;
+    snprintf(s->base.info.name, sizeof(s->base.info.name), "fake device %d", i);
+  }
+  if (fakeb.fail_enumerate) return ty_plugin_error(TY_CODE_UNAVAILABLE, "fake: no device");
+  return NULL;
+}
+static void fake_slot_release(ty_dev_backend_t *b, ty_dev_slot_t *slot) {
+  (void)b;
+  assert_int_equal(((fake_slot_t *)(void *)slot)->id, 100 + fakeb.releases);
+  fakeb.releases++;
+}
+static void fake_unload(ty_dev_backend_t *b) {
+  assert_int_equal(((ty_abi_backend_t *)(void *)b)->loaded, 1);
+  fakeb.unloads++;
+}
+static const ty_dev_backend_class_t fake_class = {
+    "fake", sizeof(ty_abi_backend_t), sizeof(fake_slot_t),
+    fake_load, fake_enumerate, fake_slot_release, fake_unload};
+
+static void test_backend_base(void **state) {
+  (void)state;
+  ty_abi_backend_create_args_t args;
+  memset(&args, 0, sizeof(args));
+  args.struct_size = sizeof(args);
+  args.host = &fake_host;
+  ty_abi_backend_t *b = (ty_abi_backend_t *)(void *)&args; /* must be reset */
+  /* A driver that does not load: UNAVAILABLE with the hook's reason, and
+   * nothing unloaded. */
+  memset(&fakeb, 0, sizeof(fakeb));
+  fakeb.fail_load = 1;
+  expect_status(ty_dev_backend_create(&fake_class, &args, &b), TY_CODE_UNAVAILABLE,
+                "fake: no driver (install one)");
+  assert_null(b);
+  assert_int_equal(fakeb.unloads, 0);
+  /* An enumeration that fails: its status, and what it added released. */
+  memset(&fakeb, 0, sizeof(fakeb));
+  fakeb.devices = 2;
+  fakeb.fail_enumerate = 1;
+  expect_status(ty_dev_backend_create(&fake_class, &args, &b), TY_CODE_UNAVAILABLE,
+                "fake: no device");
+  assert_null(b);
+  assert_int_equal(fakeb.releases, 2);
+  assert_int_equal(fakeb.unloads, 1);
+  /* Ten devices (the slots grow past their first 8), counted and listed. */
+  memset(&fakeb, 0, sizeof(fakeb));
+  fakeb.devices = 10;
+  assert_null(ty_dev_backend_create(&fake_class, &args, &b));
+  assert_non_null(b);
+  assert_ptr_equal(b->base.host, &fake_host);
+  uint32_t count = 0;
+  assert_null(ty_dev_backend_device_count(b, &count));
+  assert_int_equal(count, 10);
+  assert_int_equal(((fake_slot_t *)(void *)ty_dev_backend_slot(&b->base, 9))->id, 109);
+  ty_abi_device_info_t info;
+  memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  assert_null(ty_dev_backend_device_info(b, 9, &info));
+  assert_string_equal(info.name, "fake device 9");
+  assert_int_equal(info.compute_units, 10);
+  ty_dev_backend_destroy(b);
+  assert_int_equal(fakeb.releases, 10);
+  assert_int_equal(fakeb.unloads, 1);
+  ty_dev_backend_destroy(NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_long_message_is_whole),
@@ -757,6 +907,8 @@ int main(void) {
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_strided_copy_args),
       cmocka_unit_test(test_clip_partials),
+      cmocka_unit_test(test_norm_bwd_args),
+      cmocka_unit_test(test_backend_base),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
