@@ -231,6 +231,43 @@ void ty_dev_args_norm_dbeta(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_
   ty_dev_arg_i32(b, cmd, nb->dtdb);
 }
 
+ty_dev_ref_t ty_dev_rope_freq_table(ty_dev_build_t *b, const double *inv, int64_t half) {
+  float *table = malloc((size_t)(half > 0 ? half : 1) * 2 * sizeof(float));
+  if (!table) {
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return ty_dev_none();
+  }
+  for (int64_t j = 0; j < half; ++j) {
+    const float hi = (float)inv[j];
+    table[2 * j] = hi;
+    table[2 * j + 1] = (float)(inv[j] - (double)hi);
+  }
+  ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)half * 2 * sizeof(float));
+  free(table);
+  return freq;
+}
+
+ty_dev_rope_t ty_dev_rope_of(const ty_dev_build_t *b) {
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
+  ty_dev_rope_t r = {.backward = strcmp(b->node->op, "rope_backward") == 0};
+  r.T = x->dims[1];
+  r.H = x->dims[2];
+  r.D = x->dims[3];
+  r.pairs = ty_dev_numel(x) / 2;
+  return r;
+}
+
+void ty_dev_args_rope_tail(ty_dev_build_t *b, void *cmd, ty_dev_ref_t freq,
+                           const ty_dev_rope_t *rope) {
+  ty_dev_arg_in(b, cmd, 1);
+  ty_dev_arg_ref(b, cmd, freq);
+  ty_dev_arg_i64(b, cmd, rope->T);
+  ty_dev_arg_i64(b, cmd, rope->H);
+  ty_dev_arg_i64(b, cmd, rope->D);
+  ty_dev_arg_f32(b, cmd, rope->backward ? -1.0f : 1.0f);
+  ty_dev_arg_i64(b, cmd, rope->pairs);
+}
+
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p) {
   const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
   *out_p = p;

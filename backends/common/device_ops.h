@@ -156,6 +156,22 @@ void ty_dev_args_norm_stats(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_
 /* dbeta, int dtdb. */
 void ty_dev_args_norm_dbeta(ty_dev_build_t *b, void *cmd, const ty_dev_norm_bwd_t *nb);
 
+/* The rope kernels' frequency table from inv[0..half): (hi, lo) f32 pairs
+ * with hi + lo = inv[j] to ~2^-48 relative, uploaded as aux. NONE with the
+ * build failed (RESOURCE_EXHAUSTED) when out of memory. */
+ty_dev_ref_t ty_dev_rope_freq_table(ty_dev_build_t *b, const double *inv, int64_t half);
+/* A rope node (rope, rope_backward: x [B, T, H, D], pos -> y): the
+ * direction and the sizes its kernels take; pairs = elements / 2. */
+typedef struct ty_dev_rope_t {
+  bool backward;
+  int64_t T, H, D, pairs;
+} ty_dev_rope_t;
+ty_dev_rope_t ty_dev_rope_of(const ty_dev_build_t *b);
+/* What every rope kernel takes after x and y: pos, int dtpos (input 1),
+ * freq, i64 T, i64 H, i64 D, f32 sign (-1 for rope_backward), i64 pairs. */
+void ty_dev_args_rope_tail(ty_dev_build_t *b, void *cmd, ty_dev_ref_t freq,
+                           const ty_dev_rope_t *rope);
+
 /* dropout's `p`; fails the build (INVALID_ARGUMENT, "probability P is
  * outside [0, 1)") and returns false when it is not in [0, 1). */
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p);

@@ -328,46 +328,28 @@ static bool ty_cu_rope_inv_freq(ty_cu_build_t *b, int64_t dim, double *inv_freq)
 }
 
 void ty_cu_build_rope(ty_cu_build_t *b) {
-  const bool backward = strcmp(b->node->op, "rope_backward") == 0;
-  const ty_abi_value_t *x = ty_dev_vin(b, 0);
-  const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
-  const int64_t pairs = ty_dev_numel(x) / 2;
-  if (pairs == 0) return;
-  const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_rope"), x);
+  const ty_dev_rope_t rope = ty_dev_rope_of(b);
+  const int64_t D = rope.D;
+  if (rope.pairs == 0) return;
+  const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_rope"), ty_dev_vin(b, 0));
   if (!kernel) return;
-  /* (hi, lo) f32 pairs with hi + lo = inv_freq to ~2^-48 relative. */
   double *inv = malloc((size_t)(D / 2 + 1) * sizeof(double));
-  float *table = malloc((size_t)(D + 1) * sizeof(float));
-  if (!inv || !table) {
-    free(inv);
-    free(table);
+  if (!inv) {
     ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   if (!ty_cu_rope_inv_freq(b, D, inv)) {
     free(inv);
-    free(table);
     return;
   }
-  for (int64_t j = 0; j < D / 2; ++j) {
-    const float hi = (float)inv[j];
-    table[2 * j] = hi;
-    table[2 * j + 1] = (float)(inv[j] - (double)hi);
-  }
-  ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)(D / 2) * 2 * sizeof(float));
+  ty_dev_ref_t freq = ty_dev_rope_freq_table(b, inv, D / 2);
   free(inv);
-  free(table);
+  if (b->status) return;
   /* ty_rope_<T>(x, y, pos, int dtpos, const f32 *freq, i64 T, i64 H, i64 D,
    *             f32 sign, i64 pairs): a thread per rotated pair */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ROPE, kernel);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_in(b, c, 1);
-  ty_dev_arg_ref(b, c, freq);
-  ty_dev_arg_i64(b, c, T);
-  ty_dev_arg_i64(b, c, H);
-  ty_dev_arg_i64(b, c, D);
-  ty_dev_arg_f32(b, c, backward ? -1.0f : 1.0f);
-  ty_dev_arg_i64(b, c, pairs);
-  ty_cu_grid1(b, c, (uint64_t)pairs, TY_CU_BLOCK);
+  ty_dev_args_rope_tail(b, c, freq, &rope);
+  ty_cu_grid1(b, c, (uint64_t)rope.pairs, TY_CU_BLOCK);
 }

@@ -167,36 +167,22 @@ static void ty_ocl_rope_inv_freq(const ty_abi_node_t *node, int64_t dim, double 
 }
 
 void ty_ocl_build_rope(ty_ocl_build_t *b) {
-  const bool backward = strcmp(b->node->op, "rope_backward") == 0;
-  const ty_abi_value_t *x = ty_dev_vin(b, 0);
-  const int64_t T = x->dims[1], H = x->dims[2], D = x->dims[3];
-  const int64_t pairs = ty_dev_numel(x) / 2;
-  if (pairs == 0) return;
-  /* (hi, lo) f32 pairs with hi + lo = inv_freq to ~2^-48 relative. */
-  float table[2 * 512];
+  const ty_dev_rope_t rope = ty_dev_rope_of(b);
+  const int64_t D = rope.D;
+  if (rope.pairs == 0) return;
   double inv[512];
   if (D / 2 > 512) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "head_dim %lld above 1024", (long long)D);
     return;
   }
   ty_ocl_rope_inv_freq(b->node, D, inv);
-  for (int64_t j = 0; j < D / 2; ++j) {
-    float hi = (float)inv[j];
-    table[2 * j] = hi;
-    table[2 * j + 1] = (float)(inv[j] - (double)hi);
-  }
-  ty_dev_ref_t freq = ty_dev_aux(b, table, (uint64_t)D * sizeof(float));
+  ty_dev_ref_t freq = ty_dev_rope_freq_table(b, inv, D / 2);
+  if (b->status) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ROPE, "ty_rope");
   ty_dev_arg_in(b, c, 0);
   ty_dev_arg_out(b, c, 0);
-  ty_dev_arg_in(b, c, 1);
-  ty_dev_arg_ref(b, c, freq);
-  ty_dev_arg_i64(b, c, T);
-  ty_dev_arg_i64(b, c, H);
-  ty_dev_arg_i64(b, c, D);
-  ty_dev_arg_f32(b, c, backward ? -1.0f : 1.0f);
-  ty_dev_arg_i64(b, c, pairs);
-  ty_ocl_grid1(c, (uint64_t)pairs, TY_OCL_WG);
+  ty_dev_args_rope_tail(b, c, freq, &rope);
+  ty_ocl_grid1(c, (uint64_t)rope.pairs, TY_OCL_WG);
 }
 
 /* The shape arguments every attention kernel ends with. */

@@ -4,6 +4,7 @@
  * locations, the data-error decoder, the op lookup, the device plugins'
  * backend base (device_backend.h), and messages longer than the 1 KiB the
  * support library used to cut them at. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -791,6 +792,54 @@ static void test_norm_bwd_args(void **state) {
   assert_int_equal(argued.args[6].i, 1);
 }
 
+/* rope_backward over x [2, 3, 4, 8] (f32) and pos [2, 3] (i32). */
+static const int64_t rope_x_dims[] = {2, 3, 4, 8}, rope_pos_dims[] = {2, 3};
+static const ty_abi_value_t rope_values[] = {
+    {"x", TY_DTYPE_F32, 4, rope_x_dims, TY_VALUE_INPUT, 0, NULL},
+    {"pos", TY_DTYPE_I32, 2, rope_pos_dims, TY_VALUE_INPUT, 0, NULL},
+};
+static float rope_table[8];
+
+static void build_rope(ty_dev_build_t *b) {
+  const ty_dev_rope_t r = ty_dev_rope_of(b);
+  const double inv[4] = {1.0, 0.1, 1.0 / 3.0, 1e-3};
+  const ty_dev_ref_t freq = ty_dev_rope_freq_table(b, inv, r.D / 2);
+  assert_int_equal(freq.kind, TY_DEV_REF_AUX);
+  memcpy(rope_table, (const char *)b->core->aux_host + freq.offset, sizeof(rope_table));
+  ty_dev_args_rope_tail(b, &argued, freq, &r);
+}
+
+static void test_rope_args(void **state) {
+  (void)state;
+  static const uint32_t in[] = {0, 1}, out[] = {0};
+  ty_abi_node_t node = {"rope_backward", 2, in, 1, out, 0, NULL};
+  view_values = rope_values;
+  assert_null(build_view(&node, build_rope));
+  view_values = tvalues;
+  /* pos, its dtype, freq, T, H, D, the sign of rope_backward, the pairs */
+  assert_int_equal(argued.count, 8);
+  assert_int_equal(argued.args[0].kind, TY_DEV_ARG_REF);
+  assert_int_equal(argued.args[0].ref.kind, TY_DEV_REF_VALUE);
+  assert_int_equal(argued.args[0].ref.value, 1);
+  assert_int_equal(argued.args[1].i, ty_dev_dt(&rope_values[1]));
+  assert_int_equal(argued.args[2].ref.kind, TY_DEV_REF_AUX);
+  assert_int_equal(argued.args[3].i, 3);
+  assert_int_equal(argued.args[4].i, 4);
+  assert_int_equal(argued.args[5].i, 8);
+  assert_int_equal(argued.args[6].kind, TY_DEV_ARG_F32);
+  assert_true(argued.args[6].f == -1.0);
+  assert_int_equal(argued.args[7].i, 2 * 3 * 4 * 8 / 2);
+  /* (hi, lo) pairs: hi is the f32 rounding, hi + lo recovers the f64. */
+  const double inv[4] = {1.0, 0.1, 1.0 / 3.0, 1e-3};
+  for (int j = 0; j < 4; ++j) {
+    assert_true(rope_table[2 * j] == (float)inv[j]);
+    assert_true(rope_table[2 * j + 1] == (float)(inv[j] - (double)(float)inv[j]));
+    assert_true(fabs((double)rope_table[2 * j] + (double)rope_table[2 * j + 1] - inv[j]) <
+                1e-12 * inv[j]);
+  }
+  assert_true(rope_table[3] != 0.0f); /* 0.1 is not an f32: a real low part */
+}
+
 /* ---- the backend base (device_backend.h) ---- */
 
 typedef struct fake_slot_t {
@@ -908,6 +957,7 @@ int main(void) {
       cmocka_unit_test(test_strided_copy_args),
       cmocka_unit_test(test_clip_partials),
       cmocka_unit_test(test_norm_bwd_args),
+      cmocka_unit_test(test_rope_args),
       cmocka_unit_test(test_backend_base),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
