@@ -25,8 +25,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "backends/common/device_errors.h"
-#include "hal/philox.h"
+#include "trainyard/device_errors.h"
+#include "trainyard/philox.h"
 
 /* Values of ty_dtype_t (hal/backend_abi.h). */
 #define TY_F32 1
