@@ -33,7 +33,9 @@ CFG = None
 PREFIX = None  # the temporary install prefix (set up once)
 TMP = None
 
-MISSING = re.compile(r"fatal error: ([^:\s]+): No such file or directory")
+# gcc: "fatal error: hal/status.h: No such file or directory";
+# clang: "fatal error: 'hal/status.h' file not found".
+MISSING = re.compile(r"fatal error: (?:([^:\s']+): No such file or directory|'([^']+)' file not found)")
 
 
 def read_plugins(path):
@@ -103,7 +105,7 @@ def compile_all(commands):
             return ("%s includes %s, which the installed SDK (%s/include/trainyard) does not "
                     "have: include an SDK header as \"trainyard/<name>.h\", or export it "
                     "(TY_SDK_HEADERS in cmake/TrainyardPlugin.cmake)"
-                    % (shown, missing.group(1), PREFIX))
+                    % (shown, missing.group(1) or missing.group(2), PREFIX))
         return "%s does not compile against the installed SDK:\n%s" % (shown, r.stderr[-3000:])
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         return [m for m in pool.map(one, commands) if m]
