@@ -66,6 +66,14 @@ typedef struct ty_kv_seq_t {
   int64_t tokens;   /* positions [0, tokens) hold computed keys and values */
   int64_t registered; /* leading blocks already registered in the prefix cache */
   uint64_t chain;     /* the prefix hash up to the end of block `registered` - 1 */
+  /* The registered block that ends that chain (-1 for none) and its
+   * registration count: a block registers under its parent's identity, not
+   * only the parent's hash, so a hash collision cannot join two prompts'
+   * chains. It is this sequence's own block unless an equal block was
+   * already registered when this one completed (then that one, and this
+   * sequence's copy stays unregistered). Set by the pool. */
+  int32_t chain_block;
+  uint64_t chain_gen;
 } ty_kv_seq_t;
 
 typedef struct ty_kv_copy_t {
