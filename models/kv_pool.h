@@ -64,7 +64,8 @@ typedef struct ty_kv_seq_t {
   int64_t count;    /* blocks in the table */
   int64_t capacity; /* allocated entries of `blocks` */
   int64_t tokens;   /* positions [0, tokens) hold computed keys and values */
-  int64_t registered; /* leading blocks already registered in the prefix cache */
+  int64_t registered; /* leading blocks whose chain the prefix cache holds
+                         (this sequence's block, or an equal one: chain_block) */
   uint64_t chain;     /* the prefix hash up to the end of block `registered` - 1 */
   /* The registered block that ends that chain (-1 for none) and its
    * registration count: a block registers under its parent's identity, not
@@ -122,7 +123,10 @@ int64_t ty_kv_pool_seq_blocks_needed(const ty_kv_pool_t *pool, const ty_kv_seq_t
 /* Records that positions [seq->tokens, upto) now hold computed keys and
  * values for tokens[seq->tokens .. upto) (`tokens` holds the sequence's
  * whole token list from position 0) and registers every block this
- * completes in the prefix cache (with prefix_sharing). */
+ * completes in the prefix cache (with prefix_sharing; a block equal to one
+ * already registered under the same parent stays private, and the chain
+ * goes on through the registered one). `upto` past the reserved table is
+ * taken as the table's end. */
 void ty_kv_pool_seq_commit(ty_kv_pool_t *pool, ty_kv_seq_t *seq, const int64_t *tokens,
                            int64_t upto);
 
