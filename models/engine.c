@@ -1,6 +1,6 @@
-/* The generation engine (see engine.h): slots with KV caches of their own,
- * batched decode graphs by powers of two, a prefill graph per slot, and the
- * host-side sampler. */
+/* The generation engine (see engine.h): a paged KV cache (models/kv_pool.h)
+ * shared by every sequence, one packed step graph per token bucket (1, 2,
+ * 4, ... tokens of any sequences), and the host-side sampler. */
 #include "models/engine.h"
 
 #include <math.h>
@@ -11,47 +11,55 @@
 #include "graph/runtime/numerics.h"
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
+#include "models/kv_pool.h"
 #include "models/llm.h"
 #include "models/safetensors.h"
 
-typedef enum { TY_SLOT_FREE = 0, TY_SLOT_PREFILL, TY_SLOT_DECODE } ty_slot_state_t;
+#define TY_ENGINE_MAX_BUCKETS 24
 
+typedef enum { TY_SEQ_FREE = 0, TY_SEQ_RUNNING } ty_seq_state_t;
+
+/* One sequence, in the slot whose index is its block-table row. */
 typedef struct {
-  ty_slot_state_t state;
+  ty_seq_state_t state;
   uint64_t sequence;
-  ty_engine_request_t request; /* request.prompt points at `prompt` */
-  int64_t *prompt;
-  int64_t prefilled; /* prompt tokens already in the cache */
+  uint64_t admitted;           /* admission order: the newest is preempted first */
+  ty_engine_request_t request; /* request.prompt points at `tokens` */
+  int64_t *tokens;             /* prompt then new tokens: len of them */
+  int64_t len;
   int64_t generated; /* new tokens so far */
-  int64_t last;      /* the last new token: the next decode input */
   uint64_t rng;
-} ty_slot_t;
+  ty_kv_seq_t kv;    /* kv.tokens: positions whose keys and values are cached */
+  int64_t step_rows; /* this step: rows [step_first, step_first + step_rows) */
+  int64_t step_first;
+  int64_t logit_row; /* this step: its row of the logits, or -1 */
+} ty_seq_t;
 
-/* One compiled step graph: a decode graph of `rows` rows (slots 0..rows-1)
- * or the prefill graph of one slot. */
+/* One compiled step graph of `tokens` rows and `logit_rows` logits. */
 typedef struct {
   ty_graph_t *graph;
   ty_llm_t model;
   ty_session_t *session;
-  int64_t rows, seq;
+  int64_t tokens, logit_rows;
 } ty_step_graph_t;
 
 struct ty_engine_t {
   ty_model_config_t config;
   ty_engine_options_t options;
   ty_device_t *device;
-  int64_t cache_len;
-  ty_slot_t *slots;
-  ty_step_graph_t *decode; /* rows 1, 2, 4, ..., max_batch */
-  int decode_count;
-  ty_step_graph_t *prefill; /* per slot, compiled on first use */
+  ty_kv_pool_t *pool;
+  int64_t block_size, table_blocks;
+  int64_t max_tokens; /* the largest bucket */
+  ty_seq_t *seqs;     /* max_batch */
+  ty_step_graph_t buckets[TY_ENGINE_MAX_BUCKETS]; /* 1, 2, 4, ..., max_tokens */
+  int bucket_count;
   ty_sampler_t *sampler;
-  void *raw;       /* logits as the graph gives them: max_batch rows */
-  float *row;      /* one row as f32 */
-  int64_t *tokens, *positions, *cache_position, *kv_len, *index; /* bind buffers */
+  void *raw;  /* logits as the graph gives them: max_batch rows */
+  float *row; /* one row as f32 */
+  int64_t *tokens, *positions, *kv_slots, *row_seq, *table, *index; /* bind buffers */
   int64_t top_ids[TY_ENGINE_MAX_TOP_LOGPROBS];
   double top_logprobs[TY_ENGINE_MAX_TOP_LOGPROBS];
-  uint64_t next_sequence;
+  uint64_t next_sequence, next_admission;
   bool nonfinite_ok; /* weights loaded with allow_nonfinite: sample any logits */
   ty_numerics_finding_t finding; /* options.check_numerics: the first bad node */
   uint32_t finding_nodes;        /* the node count of its graph */
@@ -73,18 +81,30 @@ static ty_status_t ty_engine_oom(void) {
   return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in the generation engine");
 }
 
-/* Builds and opens a slot-cache graph of rows x seq tokens for slots
- * first..first+rows-1. The first graph opened shares `share` (weights from
- * a training session, or NULL); every later one shares the first's states. */
-static ty_status_t ty_engine_open(ty_engine_t *e, int64_t rows, int64_t seq, int64_t first,
-                                  const ty_session_t *share, ty_step_graph_t *out) {
-  out->rows = rows;
-  out->seq = seq;
+/* Bucket i holds 2^i tokens (the last: max_tokens), and logits for as
+ * many rows as sequences can finish a step in it. */
+static int64_t ty_engine_bucket_tokens(const ty_engine_t *e, int i) {
+  return i == e->bucket_count - 1 ? e->max_tokens : (int64_t)1 << i;
+}
+
+static int64_t ty_engine_logit_rows(const ty_engine_t *e, int64_t tokens) {
+  return tokens < e->options.max_batch ? tokens : e->options.max_batch;
+}
+
+/* Builds and opens bucket `i` (tokens 2^i, or max_tokens for the last).
+ * The last bucket, opened first, shares `share` (weights from a training
+ * session, or NULL) and owns the KV pools; the others share its states. */
+static ty_status_t ty_engine_open(ty_engine_t *e, int i, const ty_session_t *share) {
+  ty_step_graph_t *out = &e->buckets[i];
+  out->tokens = ty_engine_bucket_tokens(e, i);
+  out->logit_rows = ty_engine_logit_rows(e, out->tokens);
   TY_RETURN_IF_ERROR(ty_graph_create(&out->graph));
-  ty_llm_options_t o = {.batch = rows, .seq = seq, .dtype = e->options.dtype,
-                        .compute_dtype = e->options.compute_dtype,
-                        .logits_output = true, .cache_len = e->cache_len,
-                        .slot_caches = true, .first_slot = first, .logits_at_index = seq > 1};
+  ty_llm_options_t o = {.batch = 1, .seq = out->tokens, .dtype = e->options.dtype,
+                        .compute_dtype = e->options.compute_dtype, .logits_output = true,
+                        .logits_at_index = true, .logit_rows = out->logit_rows,
+                        .kv_blocks = ty_kv_pool_stats(e->pool).blocks,
+                        .kv_block_size = e->block_size, .table_rows = e->options.max_batch,
+                        .table_blocks = e->table_blocks};
   TY_RETURN_IF_ERROR(ty_llm_build(out->graph, &e->config, &o, &out->model));
   if (e->options.check_numerics) TY_RETURN_IF_ERROR(ty_graph_expose_all(out->graph));
   ty_session_options_t so = {.share_state_with = share, .cache_dir = e->options.cache_dir,
@@ -99,6 +119,18 @@ static void ty_engine_close(ty_step_graph_t *g) {
   ty_llm_deinit(&g->model);
   ty_graph_destroy(g->graph);
   memset(g, 0, sizeof(*g));
+}
+
+/* Opens bucket i on first use (the last one is open from creation). */
+static ty_status_t ty_engine_bucket(ty_engine_t *e, int i) {
+  if (e->buckets[i].session) return TY_OK;
+  ty_status_t s = ty_engine_open(e, i, e->buckets[e->bucket_count - 1].session);
+  if (s) {
+    ty_engine_close(&e->buckets[i]);
+    return ty_status_annotate(s, "compiling the step graph of %lld tokens",
+                              (long long)ty_engine_bucket_tokens(e, i));
+  }
+  return TY_OK;
 }
 
 static ty_status_t ty_engine_check_options(const ty_model_config_t *c,
@@ -122,6 +154,39 @@ static ty_status_t ty_engine_check_options(const ty_model_config_t *c,
                           "prefill budget %lld must be in 0..%lld (every slot's context)",
                           (long long)o->prefill_budget, (long long)(o->context * o->max_batch));
   }
+  if (o->kv_block_size < 0 || o->kv_block_size > 1024 || o->kv_blocks < 0 ||
+      o->kv_blocks > INT32_MAX || o->kv_cache_bytes < 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "KV block size %lld must be in 1..1024, blocks %lld in 1..%d and the "
+                          "cache memory >= 0 (0: the defaults)",
+                          (long long)o->kv_block_size, (long long)o->kv_blocks, INT32_MAX);
+  }
+  return TY_OK;
+}
+
+/* The pool's blocks: the option, or what kv_cache_bytes holds, or enough
+ * for every slot's whole context. */
+static ty_status_t ty_engine_pool_blocks(const ty_model_config_t *c,
+                                         const ty_engine_options_t *o, int64_t block_size,
+                                         int64_t *out_blocks) {
+  int64_t per_table = (o->context + block_size - 1) / block_size;
+  if (o->kv_blocks > 0) {
+    *out_blocks = o->kv_blocks;
+  } else if (o->kv_cache_bytes > 0) {
+    int64_t per_block = 2 * (int64_t)c->num_layers * block_size * c->num_kv_heads *
+                        c->head_dim * (int64_t)ty_dtype_size(ty_engine_logits_dtype(o));
+    *out_blocks = o->kv_cache_bytes / per_block;
+    if (*out_blocks < 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "a KV cache of %lld bytes holds no block of %lld tokens (%lld "
+                            "bytes each for this model)",
+                            (long long)o->kv_cache_bytes, (long long)block_size,
+                            (long long)per_block);
+    }
+  } else {
+    *out_blocks = per_table * o->max_batch;
+  }
+  if (*out_blocks > INT32_MAX) *out_blocks = INT32_MAX;
   return TY_OK;
 }
 
@@ -134,37 +199,41 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   e->config = *config;
   e->options = *options;
   e->device = device;
-  /* Room for the padding of a last chunk that starts at context - 1. */
-  e->cache_len = options->context + options->prefill_chunk - 1;
-  int64_t N = options->max_batch, C = options->prefill_chunk, V = config->vocab_size;
-  int64_t rows = N > C ? N : C;
-  e->slots = calloc((size_t)N, sizeof(*e->slots));
-  e->prefill = calloc((size_t)N, sizeof(*e->prefill));
-  e->decode = calloc(14, sizeof(*e->decode)); /* 1, 2, ..., 4096 */
+  e->block_size = options->kv_block_size > 0 ? options->kv_block_size : 16;
+  e->table_blocks = (options->context + e->block_size - 1) / e->block_size;
+  int64_t N = options->max_batch, V = config->vocab_size;
+  /* A step holds a token of every decoding sequence and a prefill budget. */
+  int64_t prefill = options->prefill_budget > options->prefill_chunk ? options->prefill_budget
+                                                                       : options->prefill_chunk;
+  e->max_tokens = N + prefill;
+  e->bucket_count = 1;
+  while (((int64_t)1 << (e->bucket_count - 1)) < e->max_tokens &&
+         e->bucket_count < TY_ENGINE_MAX_BUCKETS) {
+    e->bucket_count++;
+  }
+  int64_t blocks = 0;
+  ty_status_t s = ty_engine_pool_blocks(config, options, e->block_size, &blocks);
+  ty_kv_pool_options_t po = {.blocks = blocks, .block_size = e->block_size,
+                             .prefix_sharing = !options->no_prefix_cache};
+  if (!s) s = ty_kv_pool_create(&po, &e->pool);
+  int64_t T = e->max_tokens;
+  e->seqs = calloc((size_t)N, sizeof(*e->seqs));
   e->raw = malloc((size_t)N * (size_t)V * ty_dtype_size(ty_engine_logits_dtype(options)));
   e->row = malloc((size_t)V * sizeof(float));
-  e->tokens = malloc((size_t)rows * sizeof(int64_t));
-  e->positions = malloc((size_t)rows * sizeof(int64_t));
-  e->cache_position = malloc((size_t)N * sizeof(int64_t));
-  e->kv_len = malloc((size_t)N * sizeof(int64_t));
+  e->tokens = malloc((size_t)T * sizeof(int64_t));
+  e->positions = malloc((size_t)T * sizeof(int64_t));
+  e->kv_slots = malloc((size_t)T * sizeof(int64_t));
+  e->row_seq = malloc((size_t)T * sizeof(int64_t));
+  e->table = calloc((size_t)(N * e->table_blocks), sizeof(int64_t));
   e->index = malloc((size_t)N * sizeof(int64_t));
-  ty_status_t s = e->slots && e->prefill && e->decode && e->raw && e->row && e->tokens &&
-                          e->positions && e->cache_position && e->kv_len && e->index
-                      ? TY_OK
-                      : ty_engine_oom();
-  if (!s) s = ty_sampler_create(V, &e->sampler);
-  /* The largest decode graph first: it holds every slot's caches, and the
-   * weights (its own, or the training session's), for the others to share. */
-  int64_t sizes[14];
-  int count = 0;
-  for (int64_t r = 1; r < N; r *= 2) sizes[count++] = r;
-  sizes[count++] = N;
-  for (int i = count - 1; i >= 0 && !s; --i) {
-    const ty_session_t *share = i == count - 1 ? options->weights_from
-                                               : e->decode[count - 1].session;
-    s = ty_engine_open(e, sizes[i], 1, 0, share, &e->decode[i]);
+  if (!s && !(e->seqs && e->raw && e->row && e->tokens && e->positions && e->kv_slots &&
+              e->row_seq && e->table && e->index)) {
+    s = ty_engine_oom();
   }
-  e->decode_count = count;
+  if (!s) s = ty_sampler_create(V, &e->sampler);
+  /* The largest bucket first: it holds the KV pools and the weights (its
+   * own, or the training session's), for the others to share. */
+  if (!s) s = ty_engine_open(e, e->bucket_count - 1, options->weights_from);
   if (s) {
     ty_engine_destroy(e);
     return ty_status_annotate(s, "creating the generation engine (%lld slots of %lld tokens)",
@@ -178,19 +247,22 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
 
 void ty_engine_destroy(ty_engine_t *e) {
   if (!e) return;
-  for (int64_t i = 0; e->prefill && i < e->options.max_batch; ++i) ty_engine_close(&e->prefill[i]);
-  for (int i = 0; e->decode && i < e->decode_count; ++i) ty_engine_close(&e->decode[i]);
-  for (int64_t i = 0; e->slots && i < e->options.max_batch; ++i) free(e->slots[i].prompt);
+  /* The smaller buckets share the last one's states: close them first. */
+  for (int i = 0; i < e->bucket_count; ++i) ty_engine_close(&e->buckets[i]);
+  for (int64_t i = 0; e->seqs && i < e->options.max_batch; ++i) {
+    if (e->pool) ty_kv_pool_seq_end(e->pool, &e->seqs[i].kv);
+    free(e->seqs[i].tokens);
+  }
+  ty_kv_pool_destroy(e->pool);
   ty_sampler_destroy(e->sampler);
-  free(e->slots);
-  free(e->prefill);
-  free(e->decode);
+  free(e->seqs);
   free(e->raw);
   free(e->row);
   free(e->tokens);
   free(e->positions);
-  free(e->cache_position);
-  free(e->kv_len);
+  free(e->kv_slots);
+  free(e->row_seq);
+  free(e->table);
   free(e->index);
   free(e);
 }
@@ -198,7 +270,7 @@ void ty_engine_destroy(ty_engine_t *e) {
 ty_status_t ty_engine_load_weights(ty_engine_t *e, const char *dir,
                                    const ty_llm_load_options_t *options,
                                    ty_llm_load_report_t *out_report) {
-  ty_step_graph_t *owner = &e->decode[e->decode_count - 1];
+  ty_step_graph_t *owner = &e->buckets[e->bucket_count - 1];
   TY_RETURN_IF_ERROR(
       ty_llm_load_weights_with(&owner->model, owner->session, dir, options, out_report));
   e->nonfinite_ok = options && options->allow_nonfinite;
@@ -220,6 +292,18 @@ static ty_status_t ty_engine_check_request(const ty_engine_t *e, const ty_engine
                           "%lld tokens",
                           (long long)r->prompt_len, (long long)r->max_new,
                           (long long)e->options.context);
+  }
+  ty_kv_pool_stats_t pool = ty_kv_pool_stats(e->pool);
+  /* The last new token's keys are never needed: prompt + max_new - 1. */
+  int64_t need = ty_kv_pool_blocks_for(e->pool, r->prompt_len + r->max_new - 1);
+  if (need > pool.blocks) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "a prompt of %lld tokens + %lld new tokens needs %lld KV-cache blocks "
+                          "of %lld tokens but the whole pool holds %lld (%lld tokens; raise "
+                          "--kv-cache-memory)",
+                          (long long)r->prompt_len, (long long)r->max_new, (long long)need,
+                          (long long)pool.block_size, (long long)pool.blocks,
+                          (long long)(pool.blocks * pool.block_size));
   }
   for (int64_t i = 0; i < r->prompt_len; ++i) {
     if (r->prompt[i] < 0 || r->prompt[i] >= V) {
@@ -247,53 +331,68 @@ static ty_status_t ty_engine_check_request(const ty_engine_t *e, const ty_engine
   return TY_OK;
 }
 
+/* Positions the sequence still has to compute before its next token. */
+static int64_t ty_seq_todo(const ty_seq_t *q) { return q->len - q->kv.tokens; }
+
+static void ty_engine_count_pool(ty_engine_t *e, int64_t cached) {
+  e->stats.prefix_hits += (uint64_t)cached;
+}
+
 ty_status_t ty_engine_add(ty_engine_t *e, const ty_engine_request_t *r, uint64_t *out_sequence) {
   TY_RETURN_IF_ERROR(ty_engine_check_request(e, r));
   int64_t free_slot = -1;
   for (int64_t i = 0; i < e->options.max_batch && free_slot < 0; ++i) {
-    if (e->slots[i].state == TY_SLOT_FREE) free_slot = i;
+    if (e->seqs[i].state == TY_SEQ_FREE) free_slot = i;
   }
   if (free_slot < 0) {
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "all %lld slots of the engine are busy",
                           (long long)e->options.max_batch);
   }
-  ty_slot_t *slot = &e->slots[free_slot];
-  int64_t *prompt = malloc((size_t)r->prompt_len * sizeof(int64_t));
-  if (!prompt) return ty_engine_oom();
-  memcpy(prompt, r->prompt, (size_t)r->prompt_len * sizeof(int64_t));
-  free(slot->prompt);
-  memset(slot, 0, sizeof(*slot));
-  slot->prompt = prompt;
-  slot->request = *r;
-  slot->request.prompt = prompt;
-  slot->sequence = e->next_sequence++;
-  slot->rng = r->sampling.seed;
-  slot->state = TY_SLOT_PREFILL;
+  ty_seq_t *q = &e->seqs[free_slot];
+  int64_t *tokens = malloc((size_t)(r->prompt_len + r->max_new) * sizeof(int64_t));
+  if (!tokens) return ty_engine_oom();
+  memcpy(tokens, r->prompt, (size_t)r->prompt_len * sizeof(int64_t));
+  free(q->tokens);
+  memset(q, 0, sizeof(*q));
+  int64_t cached = 0;
+  ty_status_t s = ty_kv_pool_seq_begin(e->pool, tokens, r->prompt_len, &q->kv, &cached);
+  if (s) {
+    free(tokens);
+    return s;
+  }
+  ty_engine_count_pool(e, cached);
+  q->tokens = tokens;
+  q->len = r->prompt_len;
+  q->request = *r;
+  q->request.prompt = tokens;
+  q->sequence = e->next_sequence++;
+  q->admitted = e->next_admission++;
+  q->rng = r->sampling.seed;
+  q->state = TY_SEQ_RUNNING;
   e->stats.busy++;
-  e->stats.prefilling++;
-  if (out_sequence) *out_sequence = slot->sequence;
+  if (out_sequence) *out_sequence = q->sequence;
   return TY_OK;
 }
 
-static void ty_engine_free_slot(ty_engine_t *e, ty_slot_t *slot) {
-  if (slot->state == TY_SLOT_PREFILL) e->stats.prefilling--;
-  if (slot->state != TY_SLOT_FREE) e->stats.busy--;
-  slot->state = TY_SLOT_FREE;
-  free(slot->prompt);
-  slot->prompt = NULL;
-  slot->request.prompt = NULL;
+static void ty_engine_free_seq(ty_engine_t *e, ty_seq_t *q) {
+  if (q->state != TY_SEQ_FREE) e->stats.busy--;
+  ty_kv_pool_seq_end(e->pool, &q->kv);
+  q->state = TY_SEQ_FREE;
+  free(q->tokens);
+  q->tokens = NULL;
+  q->request.prompt = NULL;
 }
 
 void ty_engine_cancel(ty_engine_t *e, uint64_t sequence) {
   for (int64_t i = 0; i < e->options.max_batch; ++i) {
-    ty_slot_t *slot = &e->slots[i];
-    if (slot->state != TY_SLOT_FREE && slot->sequence == sequence) ty_engine_free_slot(e, slot);
+    ty_seq_t *q = &e->seqs[i];
+    if (q->state != TY_SEQ_FREE && q->sequence == sequence) ty_engine_free_seq(e, q);
   }
 }
 
-/* Samples the slot's next token from logits row `raw_row` (the logits'
+/* Samples the sequence's next token from logits row `raw_row` (the logits'
  * dtype), records it and hands it to `emit`. */
-static ty_status_t ty_engine_take(ty_engine_t *e, ty_slot_t *slot, const void *raw_row,
+static ty_status_t ty_engine_take(ty_engine_t *e, ty_seq_t *q, const void *raw_row,
                                   ty_engine_emit_fn_t emit, void *context) {
   int64_t V = e->config.vocab_size;
   TY_RETURN_IF_ERROR(ty_safetensors_convert(ty_engine_logits_dtype(&e->options), raw_row,
@@ -303,13 +402,13 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_slot_t *slot, const void *r
       return ty_status_make(TY_CODE_DATA_LOSS,
                             "the model's logits for sequence %llu hold %g at token %lld (after "
                             "%lld new tokens): the device computed garbage",
-                            (unsigned long long)slot->sequence, (double)e->row[v], (long long)v,
-                            (long long)slot->generated);
+                            (unsigned long long)q->sequence, (double)e->row[v], (long long)v,
+                            (long long)q->generated);
     }
   }
-  const ty_engine_request_t *r = &slot->request;
-  ty_engine_token_t t = {.sequence = slot->sequence, .user = r->user, .index = slot->generated};
-  t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &slot->rng);
+  const ty_engine_request_t *r = &q->request;
+  ty_engine_token_t t = {.sequence = q->sequence, .user = r->user, .index = q->generated};
+  t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &q->rng);
   if (r->logprobs || r->top_logprobs > 0) {
     ty_sampler_logprobs(e->sampler, e->row, t.id, r->top_logprobs, &t.logprob, e->top_ids,
                         e->top_logprobs);
@@ -317,20 +416,18 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_slot_t *slot, const void *r
     t.top_ids = e->top_ids;
     t.top_logprobs = e->top_logprobs;
   }
-  slot->generated++;
-  slot->last = t.id;
+  q->generated++;
   for (uint32_t i = 0; i < r->stop_id_count; ++i) {
     if (t.id == r->stop_ids[i]) t.finish = TY_ENGINE_STOP;
   }
-  if (!t.finish && slot->generated == r->max_new) t.finish = TY_ENGINE_LENGTH;
-  if (t.finish) ty_engine_free_slot(e, slot);
+  if (!t.finish && q->generated == r->max_new) t.finish = TY_ENGINE_LENGTH;
+  if (t.finish) {
+    ty_engine_free_seq(e, q);
+  } else {
+    q->tokens[q->len++] = t.id;
+  }
   if (emit) emit(context, &t);
   return TY_OK;
-}
-
-/* A position the model's tables hold (padding may run past the last one). */
-static int64_t ty_engine_clamp(const ty_engine_t *e, int64_t position) {
-  return position < e->config.max_positions ? position : e->config.max_positions - 1;
 }
 
 /* options.check_numerics: after a run of g, the first node whose output
@@ -342,158 +439,209 @@ static ty_status_t ty_engine_check(ty_engine_t *e, const ty_step_graph_t *g) {
   TY_RETURN_IF_ERROR(ty_numerics_find(g->session, g->graph, nodes, &e->finding));
   if (!e->finding.found) return TY_OK;
   e->finding_nodes = nodes;
-  bool prefill = false;
-  for (int64_t i = 0; e->prefill && i < e->options.max_batch; ++i) prefill |= g == &e->prefill[i];
   return ty_status_make(TY_CODE_ABORTED,
-                        "check-numerics: the %s run's node %u (%s) is the first to output a NaN "
-                        "or an infinity",
-                        prefill ? "prefill" : "decode", e->finding.node, e->finding.op);
+                        "check-numerics: the step run's node %u (%s) is the first to output a "
+                        "NaN or an infinity",
+                        e->finding.node, e->finding.op);
 }
 
-static ty_status_t ty_engine_bind_run(ty_engine_t *e, ty_step_graph_t *g, bool with_index,
-                                      int64_t *tokens,
-                                      int64_t *positions, int64_t *cache_position,
-                                      int64_t *kv_len, int64_t *index) {
-  int64_t bt[2] = {g->rows, g->seq}, rows[1] = {g->rows};
-  size_t all = (size_t)(g->rows * g->seq) * 8, per_row = (size_t)g->rows * 8;
+static ty_status_t ty_engine_bind_run(ty_engine_t *e, ty_step_graph_t *g) {
+  int64_t T[1] = {g->tokens}, toks[2] = {1, g->tokens}, R[1] = {g->logit_rows};
+  int64_t table[2] = {e->options.max_batch, e->table_blocks};
+  size_t all = (size_t)g->tokens * 8;
   ty_session_t *s = g->session;
-  TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, bt, tokens, all));
-  TY_RETURN_IF_ERROR(ty_session_bind(s, "positions", TY_DTYPE_I64, 2, bt, positions, all));
-  TY_RETURN_IF_ERROR(
-      ty_session_bind(s, "cache_position", TY_DTYPE_I64, 1, rows, cache_position, per_row));
-  TY_RETURN_IF_ERROR(ty_session_bind(s, "kv_len", TY_DTYPE_I64, 1, rows, kv_len, per_row));
-  if (with_index) {
-    TY_RETURN_IF_ERROR(ty_session_bind(s, "logits_index", TY_DTYPE_I64, 1, rows, index, per_row));
-  }
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, toks, e->tokens, all));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "positions", TY_DTYPE_I64, 1, T, e->positions, all));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "kv_slots", TY_DTYPE_I64, 1, T, e->kv_slots, all));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "row_seq", TY_DTYPE_I64, 1, T, e->row_seq, all));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "block_table", TY_DTYPE_I64, 2, table, e->table,
+                                     (size_t)(table[0] * table[1]) * 8));
+  TY_RETURN_IF_ERROR(ty_session_bind(s, "logits_index", TY_DTYPE_I64, 1, R, e->index,
+                                     (size_t)g->logit_rows * 8));
   TY_RETURN_IF_ERROR(ty_session_run(s));
   return ty_engine_check(e, g);
 }
 
-static ty_status_t ty_engine_open_prefill(ty_engine_t *e, int64_t slot_index) {
-  ty_step_graph_t *g = &e->prefill[slot_index];
-  if (g->session) return TY_OK;
-  ty_status_t s = ty_engine_open(e, 1, e->options.prefill_chunk, slot_index,
-                                 e->decode[e->decode_count - 1].session, g);
-  if (s) {
-    ty_engine_close(g);
-    return ty_status_annotate(s, "compiling the prefill graph of slot %lld",
-                              (long long)slot_index);
+/* Frees the blocks of the newest running sequence that holds any: it
+ * recomputes its tokens later, from its prefix blocks if they are still
+ * cached. Returns it, or NULL when none holds blocks. */
+static ty_seq_t *ty_engine_preempt(ty_engine_t *e) {
+  ty_seq_t *victim = NULL;
+  for (int64_t i = 0; i < e->options.max_batch; ++i) {
+    ty_seq_t *q = &e->seqs[i];
+    if (q->state != TY_SEQ_RUNNING || q->kv.count == 0) continue;
+    if (!victim || q->admitted > victim->admitted) victim = q;
   }
+  if (!victim) return NULL;
+  ty_kv_pool_seq_end(e->pool, &victim->kv);
+  int64_t cached = 0;
+  /* begin takes no block, so it fails only for want of table memory; the
+   * sequence then starts from nothing, which is merely slower. */
+  if (!ty_kv_pool_seq_begin(e->pool, victim->tokens, victim->len, &victim->kv, &cached)) {
+    ty_engine_count_pool(e, cached);
+  }
+  victim->step_rows = 0;
+  e->stats.preemptions++;
+  return victim;
+}
+
+/* Reserves blocks for positions [kv.tokens, kv.tokens + n) of q. When
+ * the pool is short and `preempt`, the newest sequences give theirs back
+ * until q fits or q is the newest left (then q itself waits). */
+static ty_status_t ty_engine_reserve(ty_engine_t *e, ty_seq_t *q, int64_t n, bool preempt) {
+  for (;;) {
+    ty_status_t s = ty_kv_pool_seq_reserve(e->pool, &q->kv, q->kv.tokens + n, NULL, 0, NULL);
+    if (!s || ty_status_code(s) != TY_CODE_RESOURCE_EXHAUSTED || !preempt) return s;
+    ty_seq_t *victim = ty_engine_preempt(e);
+    if (!victim || victim == q) return s;
+    ty_status_free(s);
+  }
+}
+
+/* The running sequences in admission order (oldest first) into order[]. */
+static int64_t ty_engine_order(const ty_engine_t *e, ty_seq_t **order) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < e->options.max_batch; ++i) {
+    if (e->seqs[i].state == TY_SEQ_RUNNING) order[n++] = &e->seqs[i];
+  }
+  for (int64_t i = 1; i < n; ++i) { /* insertion sort: n <= max_batch, mostly sorted */
+    ty_seq_t *x = order[i];
+    int64_t j = i;
+    while (j > 0 && order[j - 1]->admitted > x->admitted) {
+      order[j] = order[j - 1];
+      --j;
+    }
+    order[j] = x;
+  }
+  return n;
+}
+
+/* Picks this step's rows: one for every decoding sequence (a token to
+ * compute, its last), then prompt chunks of the others, oldest first, up to
+ * the prefill budget (all of the bucket while nothing decodes). Returns the
+ * rows taken. */
+static ty_status_t ty_engine_plan(ty_engine_t *e, ty_seq_t **order, int64_t n, int64_t *out_rows) {
+  int64_t rows = 0;
+  bool decoding = false;
+  for (int64_t i = 0; i < n; ++i) order[i]->step_rows = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ty_seq_t *q = order[i];
+    if (q->state != TY_SEQ_RUNNING || ty_seq_todo(q) != 1 || q->generated == 0) continue;
+    ty_status_t s = ty_engine_reserve(e, q, 1, true);
+    if (s) {
+      if (ty_status_code(s) != TY_CODE_RESOURCE_EXHAUSTED) return s;
+      ty_status_free(s); /* preempted itself: it waits for blocks */
+      continue;
+    }
+    q->step_rows = 1;
+    rows++;
+    decoding = true;
+  }
+  int64_t chunk = e->options.prefill_chunk;
+  int64_t budget = e->options.prefill_budget > chunk ? e->options.prefill_budget : chunk;
+  if (!decoding || budget > e->max_tokens - rows) budget = e->max_tokens - rows;
+  for (int64_t i = 0; i < n && budget > 0; ++i) {
+    ty_seq_t *q = order[i];
+    if (q->state != TY_SEQ_RUNNING || q->step_rows > 0) continue;
+    int64_t take = ty_seq_todo(q);
+    if (take > chunk) take = chunk;
+    if (take > budget) take = budget;
+    if (take < 1) continue;
+    /* A prompt waits for blocks rather than preempt running streams; only
+     * when nothing at all could run does the newest give way. */
+    ty_status_t s = ty_engine_reserve(e, q, take, rows == 0);
+    if (s) {
+      if (ty_status_code(s) != TY_CODE_RESOURCE_EXHAUSTED) return s;
+      ty_status_free(s);
+      continue;
+    }
+    q->step_rows = take;
+    rows += take;
+    budget -= take;
+  }
+  /* A preemption may have taken back rows planned before it. */
+  rows = 0;
+  for (int64_t i = 0; i < n; ++i) rows += order[i]->step_rows;
+  *out_rows = rows;
   return TY_OK;
 }
 
-/* Runs the next prompt chunk of the slot; after the last one, takes its
- * first new token. */
-static ty_status_t ty_engine_prefill(ty_engine_t *e, int64_t slot_index,
-                                     ty_engine_emit_fn_t emit, void *context) {
-  ty_slot_t *slot = &e->slots[slot_index];
-  ty_step_graph_t *g = &e->prefill[slot_index];
-  int64_t C = e->options.prefill_chunk;
-  TY_RETURN_IF_ERROR(ty_engine_open_prefill(e, slot_index));
-  int64_t start = slot->prefilled, P = slot->request.prompt_len;
-  int64_t n = P - start < C ? P - start : C;
-  for (int64_t t = 0; t < C; ++t) {
-    /* Padding after the real tokens: any valid id, written past them. */
-    e->tokens[t] = t < n ? slot->prompt[start + t] : 0;
-    e->positions[t] = ty_engine_clamp(e, start + t);
-  }
-  e->cache_position[0] = start;
-  e->kv_len[0] = start + C;
-  e->index[0] = n - 1;
-  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g, C > 1, e->tokens, e->positions, e->cache_position,
-                                        e->kv_len, e->index));
-  e->stats.prefill_tokens += (uint64_t)n;
-  slot->prefilled += n;
-  if (slot->prefilled < P) return TY_OK;
-  size_t row_bytes =
-      (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
-  TY_RETURN_IF_ERROR(ty_session_read(g->session, "logits", e->raw, row_bytes));
-  slot->state = TY_SLOT_DECODE;
-  e->stats.prefilling--;
-  return ty_engine_take(e, slot, e->raw, emit, context);
-}
-
-/* One decode step of every decoding slot. */
-static ty_status_t ty_engine_decode(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
-  int64_t highest = -1;
-  for (int64_t i = 0; i < e->options.max_batch; ++i) {
-    if (e->slots[i].state == TY_SLOT_DECODE) highest = i;
-  }
-  if (highest < 0) return TY_OK;
-  ty_step_graph_t *g = NULL;
-  for (int i = 0; i < e->decode_count && !g; ++i) {
-    if (e->decode[i].rows > highest) g = &e->decode[i];
-  }
-  int64_t decoding = 0;
-  for (int64_t r = 0; r < g->rows; ++r) {
-    const ty_slot_t *slot = &e->slots[r];
-    /* Rows that do not decode write one row of garbage where their next
-     * real token goes (overwritten before it is ever visible). */
-    int64_t at = slot->state == TY_SLOT_DECODE    ? slot->request.prompt_len + slot->generated - 1
-                 : slot->state == TY_SLOT_PREFILL ? slot->prefilled
-                                                  : 0;
-    e->tokens[r] = slot->state == TY_SLOT_DECODE ? slot->last : 0;
-    e->positions[r] = ty_engine_clamp(e, at);
-    e->cache_position[r] = at;
-    e->kv_len[r] = at + 1;
-    decoding += slot->state == TY_SLOT_DECODE;
-  }
-  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g, false, e->tokens, e->positions, e->cache_position,
-                                        e->kv_len, NULL));
-  size_t row_bytes =
-      (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
-  TY_RETURN_IF_ERROR(ty_session_read(g->session, "logits", e->raw, (size_t)g->rows * row_bytes));
-  e->stats.decode_runs++;
-  e->stats.decode_rows += (uint64_t)g->rows;
-  e->stats.decode_tokens += (uint64_t)decoding;
-  for (int64_t r = 0; r < g->rows; ++r) {
-    ty_slot_t *slot = &e->slots[r];
-    if (slot->state != TY_SLOT_DECODE) continue;
-    TY_RETURN_IF_ERROR(ty_engine_take(e, slot, (const char *)e->raw + (size_t)r * row_bytes,
-                                      emit, context));
-  }
-  return TY_OK;
-}
-
-/* The prefilling slot that came first (the lowest sequence id), or -1. */
-static int64_t ty_engine_first_prefill(const ty_engine_t *e) {
-  int64_t best = -1;
-  for (int64_t i = 0; i < e->options.max_batch; ++i) {
-    const ty_slot_t *slot = &e->slots[i];
-    if (slot->state == TY_SLOT_PREFILL &&
-        (best < 0 || slot->sequence < e->slots[best].sequence)) {
-      best = i;
+/* Fills the bind buffers for the planned rows in bucket g. */
+static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **order,
+                           int64_t n) {
+  int64_t row = 0, logit = 0, BS = e->block_size, MB = e->table_blocks;
+  for (int64_t i = 0; i < n; ++i) {
+    ty_seq_t *q = order[i];
+    q->logit_row = -1;
+    if (q->state != TY_SEQ_RUNNING || q->step_rows == 0) continue;
+    int64_t slot = q - e->seqs, first = q->kv.tokens;
+    q->step_first = row;
+    for (int64_t t = 0; t < q->step_rows; ++t, ++row) {
+      int64_t p = first + t;
+      e->tokens[row] = q->tokens[p];
+      e->positions[row] = p;
+      e->kv_slots[row] = (int64_t)q->kv.blocks[p / BS] * BS + p % BS;
+      e->row_seq[row] = slot;
+    }
+    for (int64_t j = 0; j < MB; ++j) {
+      e->table[slot * MB + j] = j < q->kv.count ? q->kv.blocks[j] : 0;
+    }
+    if (first + q->step_rows == q->len) {
+      q->logit_row = logit;
+      e->index[logit++] = row - 1;
     }
   }
-  return best;
+  for (; row < g->tokens; ++row) { /* padding: writes nothing, sees nothing */
+    e->tokens[row] = 0;
+    e->positions[row] = 0;
+    e->kv_slots[row] = -1;
+    e->row_seq[row] = -1;
+  }
+  for (; logit < g->logit_rows; ++logit) e->index[logit] = 0;
 }
 
 ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
   double t0 = ty_engine_now();
-  bool ran = false;
-  /* While nothing decodes, prefill until a sequence has its first token
-   * (no stream waits on it); otherwise up to the prefill budget per step
-   * (one chunk by default), so running streams wait at most that long. */
-  bool decoding = e->stats.busy > e->stats.prefilling;
-  int64_t budget = e->options.prefill_budget > e->options.prefill_chunk
-                       ? e->options.prefill_budget
-                       : e->options.prefill_chunk;
-  int64_t slot, spent = 0;
-  while ((slot = ty_engine_first_prefill(e)) >= 0) {
-    TY_RETURN_IF_ERROR(ty_engine_prefill(e, slot, emit, context));
-    ran = true;
-    spent += e->options.prefill_chunk;
-    bool waiting = decoding || e->stats.busy > e->stats.prefilling;
-    if (waiting && spent + e->options.prefill_chunk > budget) break;
+  ty_seq_t *order[4096];
+  int64_t n = ty_engine_order(e, order), rows = 0;
+  if (n == 0) return TY_OK;
+  TY_RETURN_IF_ERROR(ty_engine_plan(e, order, n, &rows));
+  if (rows == 0) {
+    return ty_status_make(TY_CODE_INTERNAL,
+                          "no running sequence could take KV-cache blocks although no other "
+                          "holds any (%lld running)",
+                          (long long)n);
   }
-  if (e->stats.busy > e->stats.prefilling) {
-    TY_RETURN_IF_ERROR(ty_engine_decode(e, emit, context));
-    ran = true;
+  int b = 0;
+  while (ty_engine_bucket_tokens(e, b) < rows) b++;
+  TY_RETURN_IF_ERROR(ty_engine_bucket(e, b));
+  ty_step_graph_t *g = &e->buckets[b];
+  ty_engine_fill(e, g, order, n);
+  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g));
+  bool any_logits = false;
+  for (int64_t i = 0; i < n; ++i) any_logits |= order[i]->logit_row >= 0;
+  size_t row_bytes =
+      (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
+  if (any_logits) {
+    TY_RETURN_IF_ERROR(
+        ty_session_read(g->session, "logits", e->raw, (size_t)g->logit_rows * row_bytes));
   }
-  if (ran) {
-    e->stats.steps++;
-    e->stats.last_step_seconds = ty_engine_now() - t0;
+  e->stats.steps++;
+  e->stats.decode_runs++;
+  e->stats.decode_rows += (uint64_t)g->tokens;
+  for (int64_t i = 0; i < n; ++i) {
+    ty_seq_t *q = order[i];
+    if (q->state != TY_SEQ_RUNNING || q->step_rows == 0) continue;
+    int64_t upto = q->kv.tokens + q->step_rows;
+    bool decode = q->generated > 0 && q->step_rows == 1;
+    if (!decode) e->stats.prefill_tokens += (uint64_t)q->step_rows;
+    ty_kv_pool_seq_commit(e->pool, &q->kv, q->tokens, upto);
+    if (q->logit_row < 0) continue;
+    if (decode) e->stats.decode_tokens++;
+    TY_RETURN_IF_ERROR(ty_engine_take(e, q, (const char *)e->raw + (size_t)q->logit_row * row_bytes,
+                                      emit, context));
   }
+  e->stats.last_step_seconds = ty_engine_now() - t0;
   return TY_OK;
 }
 
@@ -502,33 +650,29 @@ ty_status_t ty_engine_warm_up(ty_engine_t *e) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "the engine warms up before it takes sequences");
   }
-  int64_t C = e->options.prefill_chunk;
-  /* Every row at position 0 of its (free) slot: what they write there is
-   * overwritten by the slot's first prefill. */
-  for (int64_t t = 0; t < C || t < e->options.max_batch; ++t) {
-    e->tokens[t] = 0;
-    e->positions[t] = t < C ? ty_engine_clamp(e, t) : 0;
-  }
-  for (int64_t r = 0; r < e->options.max_batch; ++r) {
-    e->cache_position[r] = 0;
-    e->kv_len[r] = 1;
-    e->index[r] = 0;
-  }
-  for (int i = 0; i < e->decode_count; ++i) {
-    TY_RETURN_IF_ERROR(ty_engine_bind_run(e, &e->decode[i], false, e->tokens, e->positions,
-                                          e->cache_position, e->kv_len, NULL));
-  }
-  for (int64_t t = 0; t < C; ++t) e->positions[t] = ty_engine_clamp(e, t);
-  e->kv_len[0] = C;
-  for (int64_t slot = 0; slot < e->options.max_batch; ++slot) {
-    TY_RETURN_IF_ERROR(ty_engine_open_prefill(e, slot));
-    TY_RETURN_IF_ERROR(ty_engine_bind_run(e, &e->prefill[slot], C > 1, e->tokens, e->positions,
-                                          e->cache_position, e->kv_len, e->index));
+  /* Every bucket once, all padding: nothing is written, nothing seen. */
+  for (int b = 0; b < e->bucket_count; ++b) {
+    TY_RETURN_IF_ERROR(ty_engine_bucket(e, b));
+    ty_engine_fill(e, &e->buckets[b], NULL, 0);
+    TY_RETURN_IF_ERROR(ty_engine_bind_run(e, &e->buckets[b]));
   }
   return TY_OK;
 }
 
-ty_engine_stats_t ty_engine_stats(const ty_engine_t *e) { return e->stats; }
+ty_engine_stats_t ty_engine_stats(const ty_engine_t *e) {
+  ty_engine_stats_t s = e->stats;
+  s.prefilling = 0;
+  for (int64_t i = 0; i < e->options.max_batch; ++i) {
+    const ty_seq_t *q = &e->seqs[i];
+    s.prefilling += q->state == TY_SEQ_RUNNING && q->generated == 0;
+  }
+  ty_kv_pool_stats_t p = ty_kv_pool_stats(e->pool);
+  s.kv_blocks = p.blocks;
+  s.kv_block_size = p.block_size;
+  s.kv_free = p.free;
+  s.kv_cached = p.cached;
+  return s;
+}
 
 int64_t ty_engine_context(const ty_engine_t *e) { return e->options.context; }
 

@@ -1,41 +1,46 @@
 /* The generation engine: continuous batching of many sequences over one
  * model on one device. It serves `trainyard generate` (one prompt, or a
- * JSONL file of them), `trainyard serve` and the samples `trainyard train`
- * prints; a future `eval` uses it the same way.
+ * JSONL file of them), `trainyard serve`, `trainyard eval` and the samples
+ * `trainyard train` prints.
  *
- * The engine has max_batch slots. Each slot holds one sequence and KV caches
- * of its own (`slot.<s>.cache.<layer>.k/v`, context + chunk - 1 rows; see
- * ty_llm_options_t.slot_caches), so sequences of any lengths share a step:
+ * Keys and values live in a paged KV cache (models/kv_pool.h): per layer,
+ * one pool of fixed-size blocks on the device ("kv.<layer>.k/v", [blocks,
+ * block_size, Hkv, D]) that every sequence draws from through a block
+ * table of its own. A sequence holds only the blocks its tokens fill;
+ * sequences with a common prompt prefix hold the prefix's full blocks once
+ * and skip computing it (prefix sharing; a finished sequence's full blocks
+ * stay cached until the pool needs them).
  *
- *   - decode: every decoding slot feeds its last token to one batched graph
- *     (rows at positions of their own; attention and cache writes run per
- *     row, the matmuls on the whole batch). Graphs exist for batches of 1,
- *     2, 4, ... max_batch rows covering slots [0, rows); a step runs the
- *     smallest that covers the highest busy slot, and new sequences take the
- *     lowest free slot, so a light load runs a small graph.
- *   - prefill: a prompt goes through its slot's own [1, chunk] graph, one
- *     chunk per step while other slots decode (so a long prompt delays
- *     running streams by one chunk per step, never by its whole length), as
- *     many as it takes while none decode. The last chunk is padded; only the
- *     last real token's logits are computed.
+ * Each step packs tokens of any sequences into one graph run: one token of
+ * every decoding sequence, then prompt chunks (at most prefill_chunk
+ * tokens of one sequence) oldest first up to the prefill budget, or up to
+ * the largest bucket while nothing decodes. Graphs exist for buckets of 1,
+ * 2, 4, ... tokens up to max_batch + the prefill budget; a step runs the
+ * smallest that holds its tokens, padded (padding rows write and see
+ * nothing). Every token attends to its own sequence's blocks up to its own
+ * position (paged_kv_write and paged_attention, docs/ops.md), and the LM
+ * head runs only on the last token of each sequence that completes this
+ * step. Sampling happens on the host (models/sampler.h) with one random
+ * stream per sequence, so a seed gives the same tokens whatever else shares
+ * the batch.
  *
- * Sequences join (ty_engine_add) and leave (finishing, ty_engine_cancel)
- * between steps. Sampling happens on the host (models/sampler.h) with one
- * random stream per sequence, so a seed gives the same tokens whatever else
- * shares the batch. By default greedy decoding gives the same tokens as a
- * batch of one up to the rounding of batched matmuls (a kernel may sum a
- * row differently in a graph of 8 rows than in one of 1).
+ * When a decoding sequence needs a block and none is free, the newest
+ * sequence gives its blocks back (preemption) and later recomputes its
+ * prompt and the tokens it made so far (from its cached prefix blocks when
+ * they survived); a new prompt waits for blocks instead of preempting. No
+ * sequence ever reads another's blocks: a block is written only by the one
+ * sequence holding it, and shared blocks are full and never written.
  *
- * With options.deterministic every session asks its plugin for
- * batch-invariant kernels (docs/plugin-abi.md "Deterministic mode"): a
- * row's bits then depend on its own tokens only, never on the graph that ran
- * it (decode graphs of 1 or 64 rows, padding rows, the slot) nor on the
- * chunk a prompt token was prefilled in. Chunk boundaries are a function of
- * the prompt already (chunk k holds tokens [k*chunk, (k+1)*chunk)); the
- * prefill budget only decides how many chunks run per step. So a sequence's
- * tokens and log-probabilities, greedy or seeded, are bitwise those it gets
- * alone, and its log-probabilities equal `trainyard eval`'s (the same
- * ty_sampler_logprob over bitwise-equal logits).
+ * By default greedy decoding gives the same tokens as a batch of one up to
+ * the rounding of batched matmuls (a kernel may sum a row differently in a
+ * step of 8 tokens than in one of 1). With options.deterministic every
+ * session asks its plugin for batch-invariant kernels (docs/plugin-abi.md
+ * "Deterministic mode"): a token's bits then depend on its own sequence
+ * only, never on the bucket, the padding, the slot, the chunk a prompt
+ * token was computed in, or whether its prefix came from the cache. So a
+ * sequence's tokens and log-probabilities, greedy or seeded, are bitwise
+ * those it gets alone, and its log-probabilities equal `trainyard eval`'s
+ * (the same ty_sampler_logprob over bitwise-equal logits).
  *
  * Ownership: the engine owns its graphs, sessions and sequences; destroy it
  * before the device (and before the weights_from session's device). Threads:
@@ -70,9 +75,9 @@ typedef struct ty_engine_options_t {
    * TY_DTYPE_INVALID or == dtype unless mixed precision
    * (ty_llm_options_t.compute_dtype, e.g. bf16 over f32 parameters) */
   ty_dtype_t compute_dtype;
-  int64_t max_batch;     /* slots, >= 1 */
+  int64_t max_batch;     /* slots: sequences running at once, >= 1 */
   int64_t context;       /* prompt + new tokens per sequence, <= the model's positions */
-  int64_t prefill_chunk; /* prompt tokens per prefill run, 1..context */
+  int64_t prefill_chunk; /* prompt tokens of one sequence per step, 1..context */
   /* Prompt tokens a step may prefill while other sequences decode, in whole
    * chunks (at least one): 0 is one chunk per step (running streams wait
    * least); more lets a burst of new requests reach their first tokens in
@@ -95,12 +100,23 @@ typedef struct ty_engine_options_t {
    * (batch-invariant kernels; a plugin that cannot promise them fails
    * ty_engine_create naming itself). See the header comment. */
   bool deterministic;
+  /* The paged KV cache (models/kv_pool.h): tokens per block (0: 16) and
+   * blocks in the pool. kv_blocks 0: as many as kv_cache_bytes hold (keys
+   * and values of every layer in the compute dtype), or when that is 0
+   * too, enough for every slot to reach the whole context (no sequence is
+   * ever preempted). */
+  int64_t kv_block_size;
+  int64_t kv_blocks;
+  int64_t kv_cache_bytes;
+  /* Turn off prefix sharing (sequences with a common prompt prefix hold
+   * its blocks once and skip computing it). */
+  bool no_prefix_cache;
 } ty_engine_options_t;
 
 typedef struct ty_engine_t ty_engine_t;
 
-/* Builds and compiles the decode graphs (prefill graphs are compiled when a
- * slot first prefills). INVALID_ARGUMENT naming the option for a context
+/* Creates the KV pool and compiles the largest step graph (the others are
+ * compiled when a step first needs them). INVALID_ARGUMENT naming the option for a context
  * beyond the model's positions, a batch < 1 or a chunk outside 1..context;
  * the session's errors when the device cannot run the graphs. */
 ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *config,
@@ -117,7 +133,7 @@ ty_status_t ty_engine_load_weights(ty_engine_t *engine, const char *dir,
                                    const ty_llm_load_options_t *options,
                                    ty_llm_load_report_t *out_report);
 
-/* Compiles every slot's prefill graph and runs every graph once, so that
+/* Compiles every step graph and runs each once, so that
  * no request pays for a first run (kernel selection and JIT, first-touch
  * memory): a server calls it before it listens. FAILED_PRECONDITION once
  * sequences were added. */
@@ -162,7 +178,9 @@ typedef void (*ty_engine_emit_fn_t)(void *context, const ty_engine_token_t *toke
  * RESOURCE_EXHAUSTED when every slot is busy (add again after a step);
  * INVALID_ARGUMENT for a prompt id outside the vocabulary (naming it and
  * its position), an empty prompt, max_new < 1, prompt + max_new beyond the
- * context, or a bad sampling setting. */
+ * context or beyond the whole KV pool (naming the blocks needed and held),
+ * or a bad sampling setting. A sequence that fits the pool but not the
+ * blocks free now is taken: it waits for blocks inside the engine. */
 ty_status_t ty_engine_add(ty_engine_t *engine, const ty_engine_request_t *request,
                           uint64_t *out_sequence);
 
@@ -170,8 +188,8 @@ ty_status_t ty_engine_add(ty_engine_t *engine, const ty_engine_request_t *reques
  * finished ids are ignored, so a late cancel is harmless. */
 void ty_engine_cancel(ty_engine_t *engine, uint64_t sequence);
 
-/* One engine step: prefill chunks, then one decode step of every decoding
- * sequence; `emit` gets each new token, in slot order, and must not call
+/* One engine step: one packed run of a token of every decoding sequence and
+ * prompt chunks; `emit` gets each new token, oldest sequence first, and must not call
  * the engine (cancel after the step). OK with nothing to do. Errors: the
  * device's, and DATA_LOSS when logits hold NaN or infinity (unless the
  * weights were loaded with allow_nonfinite); tokens emitted
@@ -189,6 +207,12 @@ typedef struct ty_engine_stats_t {
   uint64_t decode_rows;     /* rows of the decode graphs run (padding included) */
   uint64_t decode_runs;     /* decode graph runs */
   double last_step_seconds; /* host wall time of the last step */
+  int64_t kv_blocks;        /* the pool's blocks */
+  int64_t kv_block_size;    /* tokens per block */
+  int64_t kv_free;          /* blocks available (free or holding a cached prefix) */
+  int64_t kv_cached;        /* of which hold a cached prefix */
+  uint64_t prefix_hits;     /* prompt tokens taken from the prefix cache */
+  uint64_t preemptions;     /* sequences that gave their blocks back to recompute later */
 } ty_engine_stats_t;
 
 ty_engine_stats_t ty_engine_stats(const ty_engine_t *engine);

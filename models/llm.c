@@ -23,6 +23,7 @@ typedef struct {
   ty_value_id_t rope_positions; /* slot_caches: positions as [B * T] */
   ty_value_id_t cache_position, kv_len; /* i64 [] (cache mode) */
   ty_value_id_t *row_position, *row_kv_len; /* slot_caches: i64 [] per row */
+  ty_value_id_t kv_slots, row_seq, block_table; /* paged (kv_blocks > 0) */
   ty_value_id_t rng;       /* i64 [2] or NONE */
   int64_t dropout_stream;
 } ty_builder_t;
@@ -287,11 +288,45 @@ static ty_status_t ty_b_attention_one(ty_builder_t *b, int layer, int64_t row, t
   return TY_OK;
 }
 
+/* Paged: writes the step's keys and values into the layer's pools (in
+ * place, as state updates), then every token attends to its own
+ * sequence's blocks up to its own position. q [1, T, H, D] and k, v
+ * [1, T, Hkv, D] travel as [T, ., D]. */
+static ty_status_t ty_b_attention_paged(ty_builder_t *b, int layer, ty_value_id_t q,
+                                        ty_value_id_t k, ty_value_id_t v, ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  int64_t T = b->o->seq, H = c->num_heads, K = c->num_kv_heads, D = c->head_dim;
+  int64_t qd[3] = {T, H, D}, kd[3] = {T, K, D}, back[4] = {1, T, H, D};
+  int64_t pool_dims[4] = {b->o->kv_blocks, b->o->kv_block_size, K, D};
+  ty_value_id_t fresh[2] = {k, v}, pools[2];
+  const char *which[2] = {"k", "v"};
+  TY_RETURN_IF_ERROR(ty_b_reshape(b, q, 3, qd, &q));
+  for (int i = 0; i < 2; ++i) {
+    char name[TY_LLM_NAME_MAX];
+    snprintf(name, sizeof(name), "kv.%d.%s", layer, which[i]);
+    ty_value_id_t pool, rows;
+    TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, name, ty_b_compute(b), 4, pool_dims, &pool));
+    TY_RETURN_IF_ERROR(ty_b_reshape(b, fresh[i], 3, kd, &rows));
+    ty_value_id_t in[3] = {pool, rows, b->kv_slots};
+    TY_RETURN_IF_ERROR(ty_b_node(b, "paged_kv_write", in, 3, NULL, &pools[i]));
+    TY_RETURN_IF_ERROR(ty_graph_set_state_update(b->g, pool, pools[i]));
+  }
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)D)));
+  if (c->sliding_window > 0) {
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", c->sliding_window));
+  }
+  ty_value_id_t in[6] = {q, pools[0], pools[1], b->block_table, b->row_seq, b->positions}, y;
+  TY_RETURN_IF_ERROR(ty_b_node(b, "paged_attention", in, 6, &a, &y));
+  return ty_b_reshape(b, y, 4, back, out);
+}
+
 /* Attention of the whole batch; with slot_caches one node per row, each
  * over its own cache and kv_len (the op's kv_len is one scalar per node). */
 static ty_status_t ty_b_attention_core(ty_builder_t *b, int layer, ty_value_id_t q,
                                        ty_value_id_t k, ty_value_id_t v, ty_value_id_t *out) {
   int64_t B = b->o->batch;
+  if (b->o->kv_blocks > 0) return ty_b_attention_paged(b, layer, q, k, v, out);
   if (!b->o->slot_caches) return ty_b_attention_one(b, layer, -1, q, k, v, out);
   if (B == 1) return ty_b_attention_one(b, layer, 0, q, k, v, out);
   ty_value_id_t *rows = malloc((size_t)B * sizeof(*rows));
@@ -543,10 +578,21 @@ static ty_status_t ty_b_slot_inputs(ty_builder_t *b) {
   return TY_OK;
 }
 
+/* The paged inputs: positions, kv_slots and row_seq [T], block_table. */
+static ty_status_t ty_b_paged_inputs(ty_builder_t *b) {
+  ty_graph_t *g = b->g;
+  int64_t T[1] = {b->o->seq}, table[2] = {b->o->table_rows, b->o->table_blocks};
+  TY_RETURN_IF_ERROR(ty_graph_add_input(g, "positions", TY_DTYPE_I64, 1, T, &b->positions));
+  TY_RETURN_IF_ERROR(ty_graph_add_input(g, "kv_slots", TY_DTYPE_I64, 1, T, &b->kv_slots));
+  TY_RETURN_IF_ERROR(ty_graph_add_input(g, "row_seq", TY_DTYPE_I64, 1, T, &b->row_seq));
+  return ty_graph_add_input(g, "block_table", TY_DTYPE_I64, 2, table, &b->block_table);
+}
+
 /* logits_at_index: h [B, T, C] -> the rows logits_index picks, [B, C]
  * (embedding is a gather of table rows). */
 static ty_status_t ty_b_pick_rows(ty_builder_t *b, ty_value_id_t h, ty_value_id_t *out) {
-  int64_t B = b->o->batch, flat[2] = {B * b->o->seq, b->c->hidden_size}, rows[1] = {B};
+  int64_t B = b->o->batch, flat[2] = {B * b->o->seq, b->c->hidden_size},
+          rows[1] = {b->o->logit_rows > 0 ? b->o->logit_rows : B};
   ty_value_id_t index, table;
   TY_RETURN_IF_ERROR(ty_graph_add_input(b->g, "logits_index", TY_DTYPE_I64, 1, rows, &index));
   TY_RETURN_IF_ERROR(ty_b_reshape(b, h, 2, flat, &table));
@@ -620,6 +666,21 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
                           o->tp_rank, o->tp_size - 1);
   }
   if (o->tp_size > 1) TY_RETURN_IF_ERROR(ty_llm_tp_check(c, o->tp_size));
+  if (o->kv_blocks > 0 &&
+      (o->batch != 1 || o->kv_block_size < 1 || o->table_rows < 1 || o->table_blocks < 1 ||
+       o->cache_len > 0 || o->slot_caches || o->with_loss || o->tp_size > 1 ||
+       o->unit_end > 0 || o->dropout > 0)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "a paged KV-cache graph is one packed inference step (batch 1, "
+                          "block size %lld >= 1, a block table of %lld x %lld): no loss, "
+                          "dropout, other cache, tensor parallel or pipeline stage",
+                          (long long)o->kv_block_size, (long long)o->table_rows,
+                          (long long)o->table_blocks);
+  }
+  if (o->logit_rows < 0 || (o->logit_rows > 0 && !o->logits_at_index)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "logit rows %lld need logits at an index", (long long)o->logit_rows);
+  }
   if (o->logits_at_index && o->with_loss) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "logits at one index per row leave no logits for a loss");
@@ -670,7 +731,9 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   ty_status_t s = has_embed ? ty_graph_add_input(g, "tokens", TY_DTYPE_I64, 2, bt, &m->tokens)
                             : TY_OK;
   int64_t tdim[1] = {o->seq};
-  if (!s && o->slot_caches) {
+  if (!s && o->kv_blocks > 0) {
+    s = ty_b_paged_inputs(&b);
+  } else if (!s && o->slot_caches) {
     s = ty_b_slot_inputs(&b);
   } else if (!s && o->cache_len > 0) {
     s = ty_graph_add_input(g, "positions", TY_DTYPE_I64, 1, tdim, &b.positions);

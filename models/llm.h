@@ -114,6 +114,20 @@ typedef struct ty_llm_options_t {
    * of logits and loss. Dropout streams are numbered by layer, so masks
    * do not depend on the split. Training graphs only (no KV cache). */
   int32_t unit_begin, unit_end;
+  /* Paged KV cache (the generation engine's, models/engine.h, issue 29):
+   * kv_blocks > 0 builds one packed step of `seq` tokens (batch 1) drawn
+   * from any sequences, each token at a position of its own. States
+   * "kv.<layer>.k" / ".v" [kv_blocks, kv_block_size, Hkv, D] (compute
+   * dtype) hold every sequence's keys and values in blocks; inputs
+   * "positions" (i64 [T]), "kv_slots" (i64 [T]: the pool slot block *
+   * kv_block_size + offset each token's keys go to, -1 for padding),
+   * "row_seq" (i64 [T]: the block-table row of each token's sequence, -1
+   * for padding) and "block_table" (i64 [table_rows, table_blocks]). Each
+   * token attends to its own sequence's positions up to its own
+   * (paged_kv_write, then paged_attention; docs/ops.md). With
+   * logits_at_index, logit_rows (default batch) rows of logits. */
+  int64_t kv_blocks, kv_block_size, table_rows, table_blocks;
+  int64_t logit_rows;
 } ty_llm_options_t;
 
 typedef struct ty_llm_t {

@@ -28,7 +28,7 @@ static const char *const ty_serve_usage =
     "Serves the model in DIR over the OpenAI HTTP API: POST /v1/completions and\n"
     "/v1/chat/completions (streaming with server-sent events), GET /v1/models,\n"
     "/health and /metrics (Prometheus). Concurrent requests share decode steps\n"
-    "(continuous batching, one KV-cache slot per sequence). SIGTERM, SIGINT or SIGHUP\n"
+    "(continuous batching over a paged KV cache). SIGTERM, SIGINT or SIGHUP\n"
     "stop taking requests, let those in flight finish within --shutdown-timeout, and\n"
     "exit 0.\n"
     "\n"
@@ -44,15 +44,21 @@ static const char *const ty_serve_usage =
     "  --api-key KEY           require 'Authorization: Bearer KEY' (all but /health;\n"
     "                          the scheme's name in any case)\n"
     "  --model-name NAME       the model's id in the API (default: DIR's name)\n"
-    "  --max-batch N           sequences decoded together: KV-cache slots (default 8)\n"
+    "  --max-batch N           sequences decoded together (default 8)\n"
     "  --ctx N                 tokens per sequence, prompt + completion (default: the\n"
     "                          model's positions, at most 2048)\n"
-    "  --prefill-chunk N       prompt tokens per prefill run (default 64, at most\n"
-    "                          --ctx): a long prompt delays running streams by one\n"
-    "                          chunk per step\n"
+    "  --prefill-chunk N       prompt tokens of one request per step (default 64, at\n"
+    "                          most --ctx): a long prompt delays running streams by\n"
+    "                          one chunk per step\n"
     "  --prefill-budget N      prompt tokens a step may prefill while streams run, in\n"
     "                          whole chunks (default: one chunk): more reaches the\n"
     "                          first tokens of a burst of requests in fewer steps\n"
+    "  --kv-cache-memory BYTES device memory for the paged KV cache (suffix K, M or G\n"
+    "                          for KiB, MiB, GiB; default: enough for every sequence\n"
+    "                          to reach --ctx). Requests wait for blocks when it is\n"
+    "                          full; one larger than all of it gets a 400\n"
+    "  --kv-block-size N       tokens per KV-cache block (default 16)\n"
+    "  --no-prefix-cache       do not share the blocks of a common prompt prefix\n"
     "  --chat-template FILE    a chat template for models without a recognized one:\n"
     "                          the JSON form of docs/formats.md, or a Jinja file of\n"
     "                          the chatml, llama2, llama3 or mistral family\n"
@@ -85,6 +91,8 @@ typedef struct {
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   int64_t max_batch, ctx, chunk, prefill_budget;
+  int64_t kv_bytes, kv_block_size;
+  bool no_prefix_cache;
   ty_server_options_t server;
 } ty_serve_args_t;
 
@@ -93,6 +101,21 @@ static bool ty_parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out)
   long long v = strtoll(text, &end, 10);
   if (*end || end == text || v < lo || v > hi) return false;
   *out = v;
+  return true;
+}
+
+/* A byte count with an optional K, M or G (binary) suffix. */
+static bool ty_parse_bytes(const char *text, int64_t *out) {
+  char *end;
+  long long v = strtoll(text, &end, 10);
+  int shift = 0;
+  if (end != text && *end) {
+    shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
+          : *end == 'G' || *end == 'g' ? 30 : -1;
+    if (shift < 0 || end[1]) return false;
+  }
+  if (end == text || v < 1 || v > ((int64_t)1 << 50) >> shift) return false;
+  *out = (int64_t)v << shift;
   return true;
 }
 
@@ -107,7 +130,7 @@ static bool ty_parse_seconds(const char *text, double *out) {
 static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
   enum { O_BACKEND = 1000, O_DTYPE, O_HOST, O_PORT, O_KEY, O_NAME, O_BATCH, O_CTX, O_CHUNK,
          O_BUDGET, O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN, O_READ, O_CONNS,
-         O_PER_CLIENT, O_DETERMINISTIC };
+         O_PER_CLIENT, O_DETERMINISTIC, O_KV_MEMORY, O_KV_BLOCK, O_NO_PREFIX };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"backend", required_argument, NULL, O_BACKEND},
@@ -129,6 +152,9 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
       {"max-connections", required_argument, NULL, O_CONNS},
       {"max-connections-per-client", required_argument, NULL, O_PER_CLIENT},
       {"deterministic", no_argument, NULL, O_DETERMINISTIC},
+      {"kv-cache-memory", required_argument, NULL, O_KV_MEMORY},
+      {"kv-block-size", required_argument, NULL, O_KV_BLOCK},
+      {"no-prefix-cache", no_argument, NULL, O_NO_PREFIX},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -193,6 +219,18 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
         }
         break;
       case O_TEMPLATE: a->chat_template = optarg; break;
+      case O_KV_MEMORY:
+        if (!ty_parse_bytes(optarg, &a->kv_bytes)) {
+          return ty_app_usage_error(cmd, "--kv-cache-memory must be a byte count >= 1, with an "
+                                         "optional suffix K, M or G (e.g. 2G)");
+        }
+        break;
+      case O_KV_BLOCK:
+        if (!ty_parse_i64(optarg, 1, 1024, &a->kv_block_size)) {
+          return ty_app_usage_error(cmd, "--kv-block-size must be an integer in 1..1024");
+        }
+        break;
+      case O_NO_PREFIX: a->no_prefix_cache = true; break;
       case O_BODY:
         if (!ty_parse_i64(optarg, 64, (int64_t)1 << 32, &v)) {
           return ty_app_usage_error(cmd, "--max-body must be a byte count in 64..4294967296");
@@ -372,12 +410,20 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
     ty_engine_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                              .max_batch = a->max_batch, .context = s->context,
                              .prefill_chunk = chunk < s->context ? chunk : s->context,
-                             .deterministic = a->server.deterministic};
+                             .deterministic = a->server.deterministic,
+                             .kv_cache_bytes = a->kv_bytes, .kv_block_size = a->kv_block_size,
+                             .no_prefix_cache = a->no_prefix_cache};
     /* At most every slot's context: more could never be spent in a step. */
     int64_t most = s->context * a->max_batch;
     o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;
     st = ty_engine_create(device, &s->config, &o, &s->engine);
     if (!st && o.deterministic) ty_app_note_deterministic("serve", device);
+    if (!st) {
+      ty_engine_stats_t es = ty_engine_stats(s->engine);
+      s->kv_blocks = es.kv_blocks;
+      s->kv_block_size = es.kv_block_size;
+      s->metrics.engine = es;
+    }
   }
   /* NaN or infinite weights are refused: a server has no use for them. */
   if (!st) st = ty_engine_load_weights(s->engine, a->model_dir, NULL, NULL);
@@ -392,6 +438,9 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
   sched = !st;
   if (!st) st = ty_srv_http_start(s);
   if (!st) {
+    printf("trainyard serve: KV cache of %lld blocks x %lld tokens (%lld tokens)\n",
+           (long long)s->kv_blocks, (long long)s->kv_block_size,
+           (long long)(s->kv_blocks * s->kv_block_size));
     printf("trainyard serve: listening on http://%s%s%s:%d/v1 (model '%s', %lld slots of %lld "
            "tokens on %s, chat template %s)\n",
            strchr(s->options.host, ':') ? "[" : "", s->options.host,

@@ -154,6 +154,7 @@ typedef struct ty_server_t {
   int64_t eos_id; /* -1: none */
   ty_engine_t *engine;
   int64_t context, slots;
+  int64_t kv_blocks, kv_block_size; /* the engine's paged KV cache */
   double started;  /* monotonic seconds */
   int64_t created; /* Unix time of start-up (the model's "created") */
   pthread_mutex_t lock;

@@ -276,6 +276,22 @@ static bool ty_srv_generation(ty_server_t *s, const ty_api_request_t *q, ty_srv_
                        (long long)(max_new > 0 ? max_new : 1),
                        q->kind == TY_API_CHAT ? "messages" : "prompt");
   }
+  /* The KV pool must hold the longest prompt and its completion (the last
+   * new token's keys are never kept): one that could never fit is refused
+   * here rather than waiting forever. */
+  int64_t bs = s->kv_block_size > 0 ? s->kv_block_size : 1;
+  int64_t need = (longest + max_new - 1 + bs - 1) / bs;
+  if (s->kv_blocks > 0 && need > s->kv_blocks) {
+    return ty_api_fail(e, 400, "invalid_request_error", "kv_cache_exceeded", param,
+                       "This request needs %lld tokens of KV cache (%lld in the %s, %lld in the "
+                       "completion) but the server's whole KV cache holds %lld tokens (%lld "
+                       "blocks of %lld; --kv-cache-memory). Please reduce the length of the %s "
+                       "or of the completion.",
+                       (long long)(longest + max_new), (long long)longest,
+                       q->kind == TY_API_CHAT ? "messages" : "prompt", (long long)max_new,
+                       (long long)(s->kv_blocks * bs), (long long)s->kv_blocks, (long long)bs,
+                       q->kind == TY_API_CHAT ? "messages" : "prompt");
+  }
   ty_engine_request_t *g = &r->engine;
   g->max_new = max_new;
   g->sampling.greedy = q->temperature == 0;

@@ -118,6 +118,23 @@ bool ty_srv_metrics_text(ty_server_t *s, ty_srv_buf_t *out) {
                        "Tokens made by decode steps.") &&
        ty_put(out, "trainyard_decode_tokens_total %llu\n",
               (unsigned long long)m->engine.decode_tokens);
+  ok = ok && ty_metric(out, "trainyard_kv_cache_blocks", "gauge",
+                       "Blocks of the paged KV cache (--kv-cache-memory).") &&
+       ty_put(out, "trainyard_kv_cache_blocks %lld\n", (long long)m->engine.kv_blocks);
+  ok = ok && ty_metric(out, "trainyard_kv_cache_blocks_free", "gauge",
+                       "KV-cache blocks free or holding a cached prefix nobody uses, after the "
+                       "last engine step.") &&
+       ty_put(out, "trainyard_kv_cache_blocks_free %lld\n", (long long)m->engine.kv_free);
+  ok = ok && ty_metric(out, "trainyard_kv_cache_blocks_cached", "gauge",
+                       "Of the free blocks, those holding a cached prompt prefix.") &&
+       ty_put(out, "trainyard_kv_cache_blocks_cached %lld\n", (long long)m->engine.kv_cached);
+  ok = ok && ty_metric(out, "trainyard_prefix_cache_hit_tokens_total", "counter",
+                       "Prompt tokens taken from the prefix cache instead of computed.") &&
+       ty_put(out, "trainyard_prefix_cache_hit_tokens_total %llu\n",
+              (unsigned long long)m->engine.prefix_hits);
+  ok = ok && ty_metric(out, "trainyard_preemptions_total", "counter",
+                       "Sequences that gave back their KV-cache blocks to be recomputed later.") &&
+       ty_put(out, "trainyard_preemptions_total %llu\n", (unsigned long long)m->engine.preemptions);
   ok = ok && ty_metric(out, "trainyard_time_to_first_token_seconds", "histogram",
                        "From a request's arrival to its first generated token.");
   uint64_t cumulative = 0;

@@ -311,6 +311,8 @@ static void *ty_srv_sched_main(void *arg) {
   pthread_mutex_lock(&s->lock);
   while (!s->quit) {
     ty_srv_schedule(s);
+    /* Cancellations free KV blocks between steps: /metrics sees them. */
+    s->metrics.engine = ty_engine_stats(s->engine);
     if (s->running_count == 0) {
       /* Idle: wake for new work, or to check the queue's deadlines. */
       struct timespec until;
