@@ -21,7 +21,16 @@
   X(TY_ERR_CAST_RANGE, 5)   /* element index, value */                          \
   X(TY_ERR_ADAMW_STEP, 6)   /* step */                                          \
   X(TY_ERR_SGD_NESTEROV, 7) /* momentum's f32 bits */                           \
-  X(TY_ERR_ADAFACTOR, 8)    /* step, beta1's f32 bits */
+  X(TY_ERR_ADAFACTOR, 8)    /* step, beta1's f32 bits */                      \
+  X(TY_ERR_PAGED_SLOT, 9)   /* row, slot, NB*BS slots */                        \
+  X(TY_ERR_PAGED_ROW, 10)   /* row*4 + TY_PAGED_BAD_*, the bad value, its bound */
+
+/* What TY_ERR_PAGED_ROW found wrong in paged_attention's row (the low two
+ * bits of its first detail): row_seq outside [-1, S), row_pos outside
+ * [0, MB*BS), or a block number the row reads outside [0, NB). */
+#define TY_PAGED_BAD_SEQ 0
+#define TY_PAGED_BAD_POS 1
+#define TY_PAGED_BAD_BLOCK 2
 
 #define TY_DEVICE_ERROR_ENUM_(name, code) name = code,
 enum ty_device_error_e { TY_DEVICE_ERROR_LIST(TY_DEVICE_ERROR_ENUM_) };

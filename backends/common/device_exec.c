@@ -273,6 +273,24 @@ ty_abi_status_t ty_dev_data_error(const ty_dev_exec_t *x, const void *error_buff
       snprintf(what, sizeof(what), "adafactor: step %lld must be >= 1 and beta1 %g in [0, 1)", a,
                (double)ty_dev_f32_bits(d[1]));
       break;
+    case TY_ERR_PAGED_SLOT:
+      snprintf(what, sizeof(what), "paged_kv_write: row %lld writes slot %lld outside the "
+               "pool's %lld slots (NB*BS; -1 skips the row)", a, b, c);
+      break;
+    case TY_ERR_PAGED_ROW: {
+      const long long row = a / 4, kind = a % 4;
+      if (kind == TY_PAGED_BAD_SEQ) {
+        snprintf(what, sizeof(what), "paged_attention: row %lld has row_seq %lld outside "
+                 "[-1, %lld) (the block table's rows; -1 is padding)", row, b, c);
+      } else if (kind == TY_PAGED_BAD_POS) {
+        snprintf(what, sizeof(what), "paged_attention: row %lld has row_pos %lld outside "
+                 "[0, %lld) (MB*BS positions of a block table row)", row, b, c);
+      } else {
+        snprintf(what, sizeof(what), "paged_attention: row %lld reads block %lld outside the "
+                 "pool's [0, %lld)", row, b, c);
+      }
+      break;
+    }
     default:
       snprintf(what, sizeof(what), "unknown device error code %d", (int)code);
       break;

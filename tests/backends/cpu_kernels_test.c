@@ -102,6 +102,7 @@ static void *make_input(const tin_t *in, ty_dtype_t dt, int64_t n) {
         v = ty_test_rng_next(&g_rng) % 8 == 0 ? -1.0 : floor(uniform(0.0, in->a));
         break;
       case K_SCALAR: v = in->a; break;
+      case K_LIST: v = (double)in->list[i]; break;
       case K_RNG: v = 0.0; break;
       default: break;
     }
@@ -402,8 +403,8 @@ static void expect_data_error(ty_registry_t *r, const char *op, uint32_t n_out,
     TY_EXPECT_OK(ty_device_open(r, uris[d], &dev));
     ty_graph_t *g;
     TY_EXPECT_OK(ty_graph_create(&g));
-    ty_value_id_t ids[4], outs[4];
-    char names[4][8];
+    ty_value_id_t ids[6], outs[4];
+    char names[6][8];
     for (uint32_t i = 0; i < n_in; ++i) {
       snprintf(names[i], sizeof(names[i]), "in%u", i);
       TY_EXPECT_OK(ty_graph_add_input(g, names[i], dts[i], ranks[i], dims[i], &ids[i]));
@@ -444,6 +445,32 @@ static void test_data_errors_name_the_node(void **state) {
                     (uint32_t[]){4, 4, 0}, (const int64_t[][4]){{2, 5, 1, 2}, {2, 2, 1, 2}, {0}},
                     (void *[]){cache, fresh, &pos},
                     "node 0 (kv_cache_write): 2 new positions starting at position 4");
+  /* The paged KV cache (issue 29): a slot past the pool, a block number
+   * past the pool (read by row 1 at position 6: block_table[0, 1]). */
+  float pool[3 * 4 * 1 * 2] = {0}, rows[2 * 1 * 2] = {1, 2, 3, 4};
+  int64_t slots[2] = {-1, 12}; /* the pool has 3 * 4 = 12 slots */
+  expect_data_error(r, "paged_kv_write", 1, NULL, 3,
+                    (ty_dtype_t[]){TY_DTYPE_F32, TY_DTYPE_F32, TY_DTYPE_I64},
+                    (uint32_t[]){4, 3, 1}, (const int64_t[][4]){{3, 4, 1, 2}, {2, 1, 2}, {2}},
+                    (void *[]){pool, rows, slots},
+                    "node 0 (paged_kv_write): row 1 writes slot 12 outside the pool's 12 slots");
+  int64_t block_table[2 * 2] = {2, 3, 0, -1}, row_seq[2] = {1, 0}, row_pos[2] = {1, 6};
+  const ty_dtype_t att_dts[6] = {TY_DTYPE_F32, TY_DTYPE_F32, TY_DTYPE_F32,
+                                 TY_DTYPE_I64, TY_DTYPE_I64, TY_DTYPE_I64};
+  const uint32_t att_ranks[6] = {3, 4, 4, 2, 1, 1};
+  const int64_t att_dims[6][4] = {{2, 1, 2}, {3, 4, 1, 2}, {3, 4, 1, 2}, {2, 2}, {2}, {2}};
+  expect_data_error(r, "paged_attention", 1, NULL, 6, att_dts, att_ranks, att_dims,
+                    (void *[]){rows, pool, pool, block_table, row_seq, row_pos},
+                    "node 0 (paged_attention): row 1 reads block 3 outside the pool's [0, 3)");
+  row_pos[1] = 8; /* MB * BS = 8 positions */
+  expect_data_error(r, "paged_attention", 1, NULL, 6, att_dts, att_ranks, att_dims,
+                    (void *[]){rows, pool, pool, block_table, row_seq, row_pos},
+                    "node 0 (paged_attention): row 1 has row_pos 8 outside [0, 8)");
+  row_pos[1] = 2;
+  row_seq[0] = 2;
+  expect_data_error(r, "paged_attention", 1, NULL, 6, att_dts, att_ranks, att_dims,
+                    (void *[]){rows, pool, pool, block_table, row_seq, row_pos},
+                    "node 0 (paged_attention): row 0 has row_seq 2 outside [-1, 2)");
   int64_t targets[3] = {1, 4, -1}; /* 4 is outside [0, 4) */
   expect_data_error(r, "cross_entropy", 1, NULL, 2, (ty_dtype_t[]){TY_DTYPE_F32, TY_DTYPE_I64},
                     (uint32_t[]){2, 1}, (const int64_t[][4]){{3, 4}, {3}},

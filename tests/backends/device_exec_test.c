@@ -195,6 +195,18 @@ static void test_data_errors(void **state) {
   put_error(buf, TY_ERR_KV_POSITION, 0, 7, 3, 8);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "3 new positions starting at position 7 do not fit in a cache of max_len 8");
+  put_error(buf, TY_ERR_PAGED_SLOT, 0, 3, 40, 40);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_kv_write: row 3 writes slot 40 outside the pool's 40 slots");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 5 * 4 + TY_PAGED_BAD_SEQ, -2, 3);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 5 has row_seq -2 outside [-1, 3)");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 1 * 4 + TY_PAGED_BAD_POS, 64, 64);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 1 has row_pos 64 outside [0, 64)");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 0 * 4 + TY_PAGED_BAD_BLOCK, 9, 9);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 0 reads block 9 outside the pool's [0, 9)");
   float m = -0.5f;
   uint32_t bits;
   memcpy(&bits, &m, 4);
