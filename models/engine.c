@@ -30,6 +30,7 @@ typedef struct {
   int64_t generated; /* new tokens so far */
   uint64_t rng;
   ty_kv_seq_t kv;    /* kv.tokens: positions whose keys and values are cached */
+  bool begun;        /* kv holds a table (false after a preemption, until rescheduled) */
   int64_t step_rows; /* this step: rows [step_first, step_first + step_rows) */
   int64_t step_first;
   int64_t logit_row; /* this step: its row of the logits, or -1 */
@@ -334,10 +335,6 @@ static ty_status_t ty_engine_check_request(const ty_engine_t *e, const ty_engine
 /* Positions the sequence still has to compute before its next token. */
 static int64_t ty_seq_todo(const ty_seq_t *q) { return q->len - q->kv.tokens; }
 
-static void ty_engine_count_pool(ty_engine_t *e, int64_t cached) {
-  e->stats.prefix_hits += (uint64_t)cached;
-}
-
 ty_status_t ty_engine_add(ty_engine_t *e, const ty_engine_request_t *r, uint64_t *out_sequence) {
   TY_RETURN_IF_ERROR(ty_engine_check_request(e, r));
   int64_t free_slot = -1;
@@ -354,13 +351,11 @@ ty_status_t ty_engine_add(ty_engine_t *e, const ty_engine_request_t *r, uint64_t
   memcpy(tokens, r->prompt, (size_t)r->prompt_len * sizeof(int64_t));
   free(q->tokens);
   memset(q, 0, sizeof(*q));
-  int64_t cached = 0;
-  ty_status_t s = ty_kv_pool_seq_begin(e->pool, tokens, r->prompt_len, &q->kv, &cached);
+  ty_status_t s = ty_kv_pool_seq_begin(e->pool, tokens, r->prompt_len, &q->kv, NULL);
   if (s) {
     free(tokens);
     return s;
   }
-  ty_engine_count_pool(e, cached);
   q->tokens = tokens;
   q->len = r->prompt_len;
   q->request = *r;
@@ -369,6 +364,7 @@ ty_status_t ty_engine_add(ty_engine_t *e, const ty_engine_request_t *r, uint64_t
   q->admitted = e->next_admission++;
   q->rng = r->sampling.seed;
   q->state = TY_SEQ_RUNNING;
+  q->begun = true;
   e->stats.busy++;
   if (out_sequence) *out_sequence = q->sequence;
   return TY_OK;
@@ -473,13 +469,11 @@ static ty_seq_t *ty_engine_preempt(ty_engine_t *e) {
     if (!victim || q->admitted > victim->admitted) victim = q;
   }
   if (!victim) return NULL;
+  /* It begins again (taking back its prefix if still cached) only when it
+   * is next scheduled: beginning now would take back the very blocks it
+   * gives up. */
   ty_kv_pool_seq_end(e->pool, &victim->kv);
-  int64_t cached = 0;
-  /* begin takes no block, so it fails only for want of table memory; the
-   * sequence then starts from nothing, which is merely slower. */
-  if (!ty_kv_pool_seq_begin(e->pool, victim->tokens, victim->len, &victim->kv, &cached)) {
-    ty_engine_count_pool(e, cached);
-  }
+  victim->begun = false;
   victim->step_rows = 0;
   e->stats.preemptions++;
   return victim;
@@ -526,7 +520,9 @@ static ty_status_t ty_engine_plan(ty_engine_t *e, ty_seq_t **order, int64_t n, i
   for (int64_t i = 0; i < n; ++i) order[i]->step_rows = 0;
   for (int64_t i = 0; i < n; ++i) {
     ty_seq_t *q = order[i];
-    if (q->state != TY_SEQ_RUNNING || ty_seq_todo(q) != 1 || q->generated == 0) continue;
+    if (q->state != TY_SEQ_RUNNING || !q->begun || ty_seq_todo(q) != 1 || q->generated == 0) {
+      continue;
+    }
     ty_status_t s = ty_engine_reserve(e, q, 1, true);
     if (s) {
       if (ty_status_code(s) != TY_CODE_RESOURCE_EXHAUSTED) return s;
@@ -543,6 +539,14 @@ static ty_status_t ty_engine_plan(ty_engine_t *e, ty_seq_t **order, int64_t n, i
   for (int64_t i = 0; i < n && budget > 0; ++i) {
     ty_seq_t *q = order[i];
     if (q->state != TY_SEQ_RUNNING || q->step_rows > 0) continue;
+    if (!q->begun) { /* preempted: back with its cached prefix, if any */
+      TY_RETURN_IF_ERROR(ty_kv_pool_seq_begin(e->pool, q->tokens, q->len, &q->kv, NULL));
+      q->begun = true;
+    } else if (q->generated == 0) {
+      /* A prompt begun before another computed their common prefix takes
+       * the blocks registered since, at each block boundary. */
+      TY_RETURN_IF_ERROR(ty_kv_pool_seq_extend(e->pool, &q->kv, q->tokens, q->len, NULL));
+    }
     int64_t take = ty_seq_todo(q);
     if (take > chunk) take = chunk;
     if (take > budget) take = budget;
@@ -671,6 +675,7 @@ ty_engine_stats_t ty_engine_stats(const ty_engine_t *e) {
   s.kv_block_size = p.block_size;
   s.kv_free = p.free;
   s.kv_cached = p.cached;
+  s.prefix_hits = p.prefix_hits;
   return s;
 }
 

@@ -327,6 +327,40 @@ ty_status_t ty_kv_pool_seq_begin(ty_kv_pool_t *pool, const int64_t *prompt, int6
   return TY_OK;
 }
 
+ty_status_t ty_kv_pool_seq_extend(ty_kv_pool_t *pool, ty_kv_seq_t *seq, const int64_t *tokens,
+                                  int64_t len, int64_t *out_more) {
+  if (out_more) *out_more = 0;
+  if (!pool || !seq || !tokens) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "kv pool: extend needs a pool, tokens and a "
+                          "sequence");
+  }
+  /* Only a sequence whose every block is computed and on the cache's
+   * chain can continue along it. */
+  if (!pool->prefix_sharing || seq->tokens != seq->count * pool->block_size ||
+      seq->registered != seq->count) {
+    return TY_OK;
+  }
+  int64_t most = (len - 1) / pool->block_size, start = seq->count;
+  while (seq->count < most) {
+    const int64_t *toks = tokens + seq->count * pool->block_size;
+    uint64_t h = ty_kv_hash(pool, seq->chain, toks);
+    int32_t b = ty_kv_map_find(pool, h, seq->chain_block, seq->chain_gen, toks);
+    if (b < 0) break;
+    TY_RETURN_IF_ERROR(ty_kv_table_grow(pool, seq, seq->count + 1));
+    ty_kv_acquire(pool, b);
+    seq->blocks[seq->count++] = b;
+    seq->chain = h;
+    seq->chain_block = b;
+    seq->chain_gen = pool->gen[b];
+  }
+  int64_t more = (seq->count - start) * pool->block_size;
+  seq->registered = seq->count;
+  seq->tokens = seq->count * pool->block_size;
+  pool->prefix_hits += (uint64_t)more;
+  if (out_more) *out_more = more;
+  return TY_OK;
+}
+
 /* New blocks and copies that reserving up to `upto` takes. */
 static void ty_kv_count_needs(const ty_kv_pool_t *pool, const ty_kv_seq_t *seq, int64_t upto,
                               int64_t *out_new, int64_t *out_copies) {

@@ -106,6 +106,16 @@ int64_t ty_kv_pool_blocks_for(const ty_kv_pool_t *pool, int64_t tokens);
 ty_status_t ty_kv_pool_seq_begin(ty_kv_pool_t *pool, const int64_t *prompt, int64_t prompt_len,
                                  ty_kv_seq_t *seq, int64_t *out_cached);
 
+/* Takes more registered blocks along the sequence's chain: a sequence
+ * begun before another computed their common prefix catches up with it
+ * (`tokens`: the sequence's token list from position 0, `len` of them; at
+ * least one is left to compute, as in begin). Only when every block it
+ * holds is computed and registered; otherwise, or without prefix sharing,
+ * it takes nothing. *out_more (may be NULL): the positions gained.
+ * RESOURCE_EXHAUSTED only if the table's memory cannot grow. */
+ty_status_t ty_kv_pool_seq_extend(ty_kv_pool_t *pool, ty_kv_seq_t *seq, const int64_t *tokens,
+                                  int64_t len, int64_t *out_more);
+
 /* Makes the table cover positions [0, upto) and every block that positions
  * [seq->tokens, upto) fall in writable by this sequence alone: takes free
  * (or evicts cached) blocks, and for a shared block to be written takes a

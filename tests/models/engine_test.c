@@ -293,21 +293,20 @@ static void test_seeded_sampling_ignores_neighbours(void **state) {
   ty_engine_destroy(e);
 }
 
-/* --prefill-budget: with room for two chunks a step, two new requests both
- * have their first token after one step (one chunk a step makes the second
- * wait a step), and later steps decode both. */
-static void test_prefill_budget(void **state) {
-  (void)state;
-  char dir[512];
-  model_dir("gpt2", dir, sizeof(dir));
-  ty_model_config_t config;
-  TY_EXPECT_OK(ty_model_config_load(dir, &config));
-  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 2, .context = 24,
-                           .prefill_chunk = 8, .prefill_budget = 16};
+/* --prefill-budget: while nothing decodes a step takes every prompt it
+ * can (two new requests both have their first token after one step); while
+ * streams decode, a step prefills at most the budget: two more requests of
+ * one chunk each take two steps to their first tokens with a budget of one
+ * chunk (the default), one step with a budget of two. */
+static int64_t steps_to_first_tokens(ty_model_config_t *config, const char *dir,
+                                     int64_t budget) {
+  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 4, .context = 24,
+                           .prefill_chunk = 8, .prefill_budget = budget};
   ty_engine_t *e = NULL;
-  TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
+  TY_EXPECT_OK(ty_engine_create(device, config, &o, &e));
   TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));
-  int64_t prompt[4] = {1, 2, 3, 4};
+  int64_t prompt[8];
+  for (int i = 0; i < 8; ++i) prompt[i] = (i * 5 + 1) % config->vocab_size;
   ty_engine_request_t r = {.prompt = prompt, .prompt_len = 4, .max_new = 10,
                            .sampling = {.greedy = true}, .user = (void *)(intptr_t)0};
   TY_EXPECT_OK(ty_engine_add(e, &r, NULL));
@@ -316,13 +315,39 @@ static void test_prefill_budget(void **state) {
   collected_t c;
   memset(&c, 0, sizeof(c));
   TY_EXPECT_OK(ty_engine_step(e, collect, &c));
-  assert_int_equal(c.count[0], 2);
-  assert_int_equal(c.count[1], 2);
+  assert_int_equal(c.count[0], 1);
+  assert_int_equal(c.count[1], 1);
   assert_int_equal(c.ids[0][0], c.ids[1][0]); /* the same prompt, greedy */
-  assert_int_equal(c.ids[0][1], c.ids[1][1]);
+  r.prompt_len = 8;
+  r.max_new = 2;
+  for (int k = 2; k < 4; ++k) {
+    r.user = (void *)(intptr_t)k;
+    TY_EXPECT_OK(ty_engine_add(e, &r, NULL));
+  }
+  int64_t steps = 0;
+  while (c.count[2] == 0 || c.count[3] == 0) {
+    TY_EXPECT_OK(ty_engine_step(e, collect, &c));
+    steps++;
+  }
+  /* The two streams made a token every step meanwhile. */
+  assert_int_equal(c.count[0], 1 + steps);
+  assert_int_equal(c.count[1], 1 + steps);
   ty_engine_destroy(e);
+  return steps;
+}
+
+static void test_prefill_budget(void **state) {
+  (void)state;
+  char dir[512];
+  model_dir("gpt2", dir, sizeof(dir));
+  ty_model_config_t config;
+  TY_EXPECT_OK(ty_model_config_load(dir, &config));
+  assert_int_equal(steps_to_first_tokens(&config, dir, 0), 2);
+  assert_int_equal(steps_to_first_tokens(&config, dir, 16), 1);
+  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 2, .context = 24,
+                           .prefill_chunk = 8, .prefill_budget = 49};
+  ty_engine_t *e = NULL;
   /* Budgets past every slot's context are refused. */
-  o.prefill_budget = 49;
   TY_EXPECT_STATUS(ty_engine_create(device, &config, &o, &e), TY_CODE_INVALID_ARGUMENT,
                    "prefill budget 49 must be in 0..48");
   o.prefill_budget = -1;
@@ -348,17 +373,20 @@ static void test_slots_cancel_and_stop(void **state) {
   TY_EXPECT_STATUS(ty_engine_add(e, &r, NULL), TY_CODE_RESOURCE_EXHAUSTED, "all 2 slots");
   collected_t c;
   memset(&c, 0, sizeof(c));
-  /* Nothing decodes yet, so the step prefills the first sequence, which
-   * then takes its first decode step; the second waits. */
+  /* Nothing decodes yet, so one step reads both prompts and each makes
+   * its first token. */
   TY_EXPECT_OK(ty_engine_step(e, collect, &c));
-  assert_int_equal(c.count[0], 2);
-  assert_int_equal(c.count[1], 0);
-  /* A cancelled sequence frees its slot at once and makes no more tokens. */
+  assert_int_equal(c.count[0], 1);
+  assert_int_equal(c.count[1], 1);
+  /* A cancelled sequence frees its slot and blocks at once and makes no
+   * more tokens. */
+  ty_engine_stats_t before = ty_engine_stats(e);
   ty_engine_cancel(e, a);
   ty_engine_cancel(e, a); /* twice: harmless */
   assert_int_equal(ty_engine_free_slots(e), 1);
+  assert_true(ty_engine_stats(e).kv_free > before.kv_free);
   TY_EXPECT_OK(ty_engine_step(e, collect, &c));
-  assert_int_equal(c.count[0], 2);
+  assert_int_equal(c.count[0], 1);
   assert_int_equal(c.count[1], 2);
   /* A stop id ends the sequence with the token included. */
   int64_t stop = c.ids[1][0];
