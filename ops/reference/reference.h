@@ -30,6 +30,7 @@
 #include "ops/reference/ref_optim.h"
 #include "ops/reference/ref_reduce.h"
 #include "ops/reference/ref_rope.h"
+#include "ops/reference/ref_sample.h"
 #include "ops/reference/ref_shape.h"
 #include "ops/reference/ref_softmax.h"
 #include "ops/reference/ref_view.h"
