@@ -314,14 +314,7 @@ static ty_status_t ty_engine_check_request(const ty_engine_t *e, const ty_engine
                             (long long)r->prompt[i], (long long)i, (long long)V);
     }
   }
-  const ty_sampling_t *a = &r->sampling;
-  if (!a->greedy && (!(a->temperature > 0) || !isfinite(a->temperature) || a->top_k < 0 ||
-                     !(a->top_p > 0 && a->top_p <= 1))) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "sampling needs a temperature > 0, top_k >= 0 and top_p in (0, 1] "
-                          "(got %g, %lld, %g)",
-                          a->temperature, (long long)a->top_k, a->top_p);
-  }
+  TY_RETURN_IF_ERROR(ty_sampling_check(&r->sampling));
   if (r->top_logprobs < 0 || r->top_logprobs > TY_ENGINE_MAX_TOP_LOGPROBS ||
       r->stop_id_count > TY_ENGINE_MAX_STOP_IDS) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -404,7 +397,9 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_seq_t *q, const void *raw_r
   }
   const ty_engine_request_t *r = &q->request;
   ty_engine_token_t t = {.sequence = q->sequence, .user = r->user, .index = q->generated};
-  t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &q->rng);
+  /* The penalties count the new tokens so far (after the prompt). */
+  t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &q->rng, q->tokens + r->prompt_len,
+                         q->generated);
   if (r->logprobs || r->top_logprobs > 0) {
     ty_sampler_logprobs(e->sampler, e->row, t.id, r->top_logprobs, &t.logprob, e->top_ids,
                         e->top_logprobs);
