@@ -438,15 +438,15 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
   sched = !st;
   if (!st) st = ty_srv_http_start(s);
   if (!st) {
-    printf("trainyard serve: KV cache of %lld blocks x %lld tokens (%lld tokens)\n",
-           (long long)s->kv_blocks, (long long)s->kv_block_size,
-           (long long)(s->kv_blocks * s->kv_block_size));
     printf("trainyard serve: listening on http://%s%s%s:%d/v1 (model '%s', %lld slots of %lld "
            "tokens on %s, chat template %s)\n",
            strchr(s->options.host, ':') ? "[" : "", s->options.host,
            strchr(s->options.host, ':') ? "]" : "", s->bound_port, s->options.model_name,
            (long long)s->slots, (long long)s->context, ty_device_label(device),
            chat ? ty_chat_template_family(chat) : "none");
+    printf("trainyard serve: KV cache of %lld blocks x %lld tokens (%lld tokens)\n",
+           (long long)s->kv_blocks, (long long)s->kv_block_size,
+           (long long)(s->kv_blocks * s->kv_block_size));
     fflush(stdout);
     if (strcmp(s->options.host, "127.0.0.1") && strcmp(s->options.host, "::1") &&
         strcmp(s->options.host, "localhost") && !s->options.api_key) {
