@@ -21,7 +21,12 @@
   X(TY_ERR_CAST_RANGE, 5)   /* element index, value */                          \
   X(TY_ERR_ADAMW_STEP, 6)   /* step */                                          \
   X(TY_ERR_SGD_NESTEROV, 7) /* momentum's f32 bits */                           \
-  X(TY_ERR_ADAFACTOR, 8)    /* step, beta1's f32 bits */
+  X(TY_ERR_ADAFACTOR, 8)    /* step, beta1's f32 bits */                      \
+  X(TY_ERR_PAGED_SLOT, 9)   /* row, slot, the pool's slots (NB*BS) */           \
+  X(TY_ERR_PAGED_ROW, 10)   /* row, value, bound * 4 + which: 0 row_seq (bound  \
+                               S), 1 row_pos (MB*BS), 2 block number (NB) */    \
+  X(TY_ERR_SAMPLE_PARAM, 11) /* row, column (0-6 of params; 7: history), value \
+                                (a param's f32 bits; a history id) */
 
 #define TY_DEVICE_ERROR_ENUM_(name, code) name = code,
 enum ty_device_error_e { TY_DEVICE_ERROR_LIST(TY_DEVICE_ERROR_ENUM_) };

@@ -273,6 +273,32 @@ ty_abi_status_t ty_dev_data_error(const ty_dev_exec_t *x, const void *error_buff
       snprintf(what, sizeof(what), "adafactor: step %lld must be >= 1 and beta1 %g in [0, 1)", a,
                (double)ty_dev_f32_bits(d[1]));
       break;
+    case TY_ERR_PAGED_SLOT:
+      snprintf(what, sizeof(what), "paged_kv_write: row %lld writes slot %lld outside the "
+               "pool's %lld slots (slots must be -1 or in 0..NB*BS-1)", a, b, c);
+      break;
+    case TY_ERR_PAGED_ROW: {
+      /* c packs the bound and which input broke it (device_errors.h). */
+      static const char *const which[] = {"row_seq", "row_pos", "block_table entry"};
+      static const char *const low[] = {"-1", "0", "0"};
+      snprintf(what, sizeof(what), "paged_attention: row %lld: %s %lld is outside [%s, %lld)",
+               a, which[(c & 3) < 3 ? (c & 3) : 2], b, low[(c & 3) < 3 ? (c & 3) : 2], c >> 2);
+      break;
+    }
+    case TY_ERR_SAMPLE_PARAM: {
+      static const char *const col[] = {
+          "temperature (>= 0, finite)", "top_k (an integer >= 0)", "top_p (in (0, 1])",
+          "min_p (in [0, 1))", "repetition penalty (> 0)", "presence penalty",
+          "frequency penalty"};
+      if (b >= 0 && b < 7) {
+        snprintf(what, sizeof(what), "sample: row %lld: %s is %g", a, col[b],
+                 (double)ty_dev_f32_bits(c));
+      } else {
+        snprintf(what, sizeof(what), "sample: row %lld: history id %lld is outside [-1, V)", a,
+                 c);
+      }
+      break;
+    }
     default:
       snprintf(what, sizeof(what), "unknown device error code %d", (int)code);
       break;
