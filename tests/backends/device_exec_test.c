@@ -201,6 +201,27 @@ static void test_data_errors(void **state) {
   put_error(buf, TY_ERR_SGD_NESTEROV, 0, bits, 0, 0);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "sgd: nesterov needs momentum > 0 (got -0.5)");
+  /* Issue 29's codes: the row, the value and (packed in c) which bound. */
+  put_error(buf, TY_ERR_PAGED_SLOT, 0, 2, 40, 40);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_kv_write: row 2 writes slot 40 outside the pool's 40 slots");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 1, 3, 3 * 4 + 0);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 1: row_seq 3 is outside [-1, 3)");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 4, -2, 64 * 4 + 1);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 4: row_pos -2 is outside [0, 64)");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 0, 9, 9 * 4 + 2);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 0: block_table entry 9 is outside [0, 9)");
+  m = 1.5f;
+  memcpy(&bits, &m, 4);
+  put_error(buf, TY_ERR_SAMPLE_PARAM, 0, 3, 2, bits);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "sample: row 3: top_p (in (0, 1]) is 1.5");
+  put_error(buf, TY_ERR_SAMPLE_PARAM, 0, 3, 7, 50257);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "sample: row 3: history id 50257 is outside [-1, V)");
   put_error(buf, 99, 7, 0, 0, 0);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "dev:1: node 7 (?): unknown device error code 99");

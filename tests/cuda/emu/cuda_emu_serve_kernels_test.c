@@ -11,6 +11,7 @@
  * memory, so buffers are plain host allocations. */
 #include <dlfcn.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +172,55 @@ static void pa_reference(const pa_case_t *c, double *out) {
   }
 }
 
+static uint16_t to_bf16(float f) { /* round to nearest even (finite values) */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void pa_launch(const pa_case_t *c, const char *kernel, const char *merge, const void *q,
+                      const void *kp, const void *vp, void *outp);
+
 static void pa_run(const pa_case_t *c, float *out) {
+  for (size_t e = 0; e < (size_t)c->N * c->Hq * c->D; ++e) out[e] = NAN; /* unwritten shows */
+  pa_launch(c, "ty_paged_attn_f32", "ty_paged_merge_f32", c->q, c->k, c->v, out);
+}
+
+/* The same in bf16 storage: the case's values are rounded to bf16 first
+ * (so the f64 reference sees what the kernel reads), out comes back as f32. */
+static void pa_run_bf16(pa_case_t *c, float *out) {
+  const size_t pool = (size_t)c->NB * c->BS * c->Hkv * c->D, nq = (size_t)c->N * c->Hq * c->D;
+  uint16_t *k = malloc(2 * pool), *v = malloc(2 * pool), *q = malloc(2 * nq), *o = malloc(2 * nq);
+  assert_true(k && v && q && o);
+  for (size_t e = 0; e < pool; ++e) {
+    k[e] = to_bf16(c->k[e]);
+    v[e] = to_bf16(c->v[e]);
+    c->k[e] = from_bf16(k[e]);
+    c->v[e] = from_bf16(v[e]);
+  }
+  for (size_t e = 0; e < nq; ++e) {
+    q[e] = to_bf16(c->q[e]);
+    c->q[e] = from_bf16(q[e]);
+    o[e] = 0x7fc0; /* NaN: unwritten shows */
+  }
+  pa_launch(c, "ty_paged_attn_bf16", "ty_paged_merge_bf16", q, k, v, o);
+  for (size_t e = 0; e < nq; ++e) out[e] = from_bf16(o[e]);
+  free(k);
+  free(v);
+  free(q);
+  free(o);
+}
+
+static void pa_launch(const pa_case_t *c, const char *kernel, const char *merge, const void *q,
+                      const void *kp, const void *vp, void *outp) {
   const int G = c->Hq / c->Hkv;
   int gchunk = ty_pa_head_chunk(G, c->D);
   const int chunks = (G + gchunk - 1) / gchunk;
@@ -180,23 +229,20 @@ static void pa_run(const pa_case_t *c, float *out) {
   int max_splits = (int)ty_pa_splits(span);
   float *part = malloc(sizeof(float) * (size_t)c->N * c->Hq * max_splits * (c->D + 2));
   assert_non_null(part);
-  for (size_t e = 0; e < (size_t)c->N * c->Hq * c->D; ++e) out[e] = NAN; /* unwritten shows */
   float scale = (float)(1.0 / sqrt((double)c->D));
   int node = 7, *err = g_err;
-  const void *q = c->q, *kp = c->k, *vp = c->v;
   const long long *table = c->table, *row_seq = c->row_seq, *row_pos = c->row_pos;
   int N = c->N, NB = c->NB, BS = c->BS, Hq = c->Hq, Hkv = c->Hkv, D = c->D, S = c->S;
   int MB = c->MB, window = c->window;
-  void *outp = out;
   void *args[] = {&q,  &kp, &vp, &table, &row_seq, &row_pos,    &outp,  &part,  &N,   &NB, &BS,
                   &Hq, &Hkv, &D, &S,     &MB,      &gchunk, &max_splits, &scale, &window, &err,
                   &node};
-  launch("ty_paged_attn_f32", (unsigned)N, (unsigned)(Hkv * chunks), (unsigned)max_splits,
+  launch(kernel, (unsigned)N, (unsigned)(Hkv * chunks), (unsigned)max_splits,
          TY_PA_THREADS, args);
   if (g_err[0] == 0) {
     void *margs[] = {&part, &row_seq, &row_pos, &outp, &N, &Hq, &D, &S, &MB, &BS, &max_splits,
                      &window};
-    launch("ty_paged_merge_f32", (unsigned)N, (unsigned)Hq, 1, 128, margs);
+    launch(merge, (unsigned)N, (unsigned)Hq, 1, 128, margs);
   }
   free(part);
 }
@@ -241,25 +287,31 @@ static void pa_free(pa_case_t *c) {
   free(c->row_pos);
 }
 
-static void pa_check(const pa_case_t *c) {
+static void pa_check_as(pa_case_t *c, bool bf16) {
   const size_t n = (size_t)c->N * c->Hq * c->D;
   double *want = malloc(sizeof(double) * n);
   float *got = malloc(sizeof(float) * n);
   assert_true(want && got);
   clear_error();
-  pa_run(c, got);
+  if (bf16) pa_run_bf16(c, got);
+  else pa_run(c, got);
   assert_int_equal(g_err[0], 0);
   pa_reference(c, want);
+  /* f32: f32 accumulation against f64; bf16: the output's rounding (2^-9
+   * relative) on values below 2 in magnitude. */
+  const double bound = bf16 ? 8e-3 : 2e-5;
   double worst = 0;
   for (size_t e = 0; e < n; ++e) {
     assert_false(isnan(got[e]));
     const double d = fabs(got[e] - want[e]);
     if (d > worst) worst = d;
   }
-  if (worst > 2e-5) fail_msg("paged_attention: max |device - f64| %g > 2e-5", worst);
+  if (worst > bound) fail_msg("paged_attention: max |device - f64| %g > %g", worst, bound);
   free(want);
   free(got);
 }
+
+static void pa_check(pa_case_t *c) { pa_check_as(c, false); }
 
 static void test_paged_attention_mixed_rows(void **state) {
   (void)state;
@@ -275,6 +327,8 @@ static void test_paged_attention_mixed_rows(void **state) {
   pa_check(&c);
   c.window = 1;
   pa_check(&c);
+  c.window = 0;
+  pa_check_as(&c, true);
   pa_free(&c);
 }
 
@@ -292,6 +346,7 @@ static void test_paged_attention_splits(void **state) {
   pa_check(&c);
   c.window = 1100;
   pa_check(&c);
+  pa_check_as(&c, true); /* the bf16 instances, split and merge */
   pa_free(&c);
 }
 
