@@ -57,7 +57,7 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   if (window >= span) window = 0; /* no row sees that far back */
   if (window > 0) span = window;
   const int G = (int)(Hq / Hkv), gchunk = ty_pa_head_chunk(G, (int)D);
-  const int chunks = (G + gchunk - 1) / gchunk;
+  const int chunks = (G + gchunk - 1) / gchunk, rgroup = ty_pa_run_rows(gchunk, (int)D);
   const int max_splits = (int)ty_pa_splits(span < 1 ? 1 : span);
   /* The splits' partials: (acc [D], max, sum) per (row, query head, split);
    * only rows of more than one split touch them. */
@@ -65,13 +65,13 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
       ty_dev_scratch(b, (uint64_t)N * Hq * max_splits * (D + 2) * sizeof(float));
   const int dt = q->dtype;
   /* ty_paged_attn_<dt>(q, kp, vp, table, row_seq, row_pos, out, part, int N, int NB,
-   *   int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int max_splits,
-   *   float scale, int window, err, int node) */
+   *   int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int rgroup,
+   *   int max_splits, float scale, int window, err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_PAGED, ty_cu_typed(ty_cu_paged_attn_names, dt));
   for (uint32_t i = 0; i < 6; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_arg_ref(b, c, part);
-  const int64_t ints[] = {N, NB, BS, Hq, Hkv, D, S, MB, gchunk, max_splits};
+  const int64_t ints[] = {N, NB, BS, Hq, Hkv, D, S, MB, gchunk, rgroup, max_splits};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); ++i) ty_dev_arg_i32(b, c, (int32_t)ints[i]);
   ty_dev_arg_f32(b, c, (float)scale);
   ty_dev_arg_i32(b, c, (int32_t)window);

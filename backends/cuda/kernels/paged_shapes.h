@@ -16,7 +16,8 @@
 #define TY_PA_TILE 32         /* keys per tile (one per lane in the softmax) */
 #define TY_PA_MAX_D 256       /* head dims a lane holds in 8 registers */
 #define TY_PA_MAX_GD 4096     /* query elements a block stages (16 KiB f32) */
-#define TY_PA_MAX_GC 32       /* query heads a block handles at once */
+#define TY_PA_MAX_GC 32       /* (row, query head) pairs a block handles at once */
+#define TY_PA_MAX_ROWS 16     /* rows of one run a block handles at once */
 #define TY_PA_SPLIT_KEYS 512  /* one split per this many keys ... */
 #define TY_PA_MAX_SPLITS 16   /* ... up to this many */
 
@@ -43,6 +44,17 @@ TY_PA_FN int ty_pa_head_chunk(int G, int D) {
   int gc = TY_PA_MAX_GD / (D > 0 ? D : 1);
   if (gc > TY_PA_MAX_GC) gc = TY_PA_MAX_GC;
   return gc < G ? gc : G;
+}
+
+/* Rows of a run (consecutive rows of one sequence: a prefill chunk) one
+ * block takes together, sharing each K/V tile, for chunks of gc query heads
+ * of D dims: what the block's query staging and score tiles hold. */
+TY_PA_FN int ty_pa_run_rows(int gc, int D) {
+  int r = TY_PA_MAX_GC / (gc > 0 ? gc : 1);
+  const int by_q = TY_PA_MAX_GD / ((gc > 0 ? gc : 1) * (D > 0 ? D : 1));
+  if (by_q < r) r = by_q;
+  if (r > TY_PA_MAX_ROWS) r = TY_PA_MAX_ROWS;
+  return r < 1 ? 1 : r;
 }
 
 #endif /* TY_CUDA_KERNELS_PAGED_SHAPES_H_ */

@@ -4,8 +4,8 @@
  * definitions of issue 29's ops written out below: paged_kv_write (padding
  * rows, odd block size, the slot error), paged_attention (GQA, window,
  * padding rows, shuffled block tables, block size 5, rows whose span crosses
- * several splits, head chunks, batch invariance in bits, the three row
- * errors) and sample / top_logprobs (greedy ties, top_k / top_p / min_p kept
+ * several splits, head chunks, bf16, batch invariance in bits, prefill runs
+ * sharing K/V tiles with the bits of each row alone, the three row errors) and sample / top_logprobs (greedy ties, top_k / top_p / min_p kept
  * sets with tied weights, penalties, the splitmix64 counter stream, batch
  * invariance, the param and history errors). The emulator's memory is host
  * memory, so buffers are plain host allocations. */
@@ -222,7 +222,7 @@ static void pa_run_bf16(pa_case_t *c, float *out) {
 static void pa_launch(const pa_case_t *c, const char *kernel, const char *merge, const void *q,
                       const void *kp, const void *vp, void *outp) {
   const int G = c->Hq / c->Hkv;
-  int gchunk = ty_pa_head_chunk(G, c->D);
+  int gchunk = ty_pa_head_chunk(G, c->D), rgroup = ty_pa_run_rows(gchunk, c->D);
   const int chunks = (G + gchunk - 1) / gchunk;
   long long span = (long long)c->MB * c->BS;
   if (c->window > 0 && c->window < span) span = c->window;
@@ -235,7 +235,7 @@ static void pa_launch(const pa_case_t *c, const char *kernel, const char *merge,
   int N = c->N, NB = c->NB, BS = c->BS, Hq = c->Hq, Hkv = c->Hkv, D = c->D, S = c->S;
   int MB = c->MB, window = c->window;
   void *args[] = {&q,  &kp, &vp, &table, &row_seq, &row_pos,    &outp,  &part,  &N,   &NB, &BS,
-                  &Hq, &Hkv, &D, &S,     &MB,      &gchunk, &max_splits, &scale, &window, &err,
+                  &Hq, &Hkv, &D, &S,     &MB,      &gchunk, &rgroup, &max_splits, &scale, &window, &err,
                   &node};
   launch(kernel, (unsigned)N, (unsigned)(Hkv * chunks), (unsigned)max_splits,
          TY_PA_THREADS, args);
@@ -397,6 +397,46 @@ static void test_paged_attention_batch_invariance(void **state) {
   assert_memory_equal(all + row * 4, one, row * sizeof(float));
   c.q = q;
   free(q2);
+  free(all);
+  free(one);
+  pa_free(&c);
+}
+
+static void test_paged_attention_runs(void **state) {
+  (void)state;
+  /* Prefill runs (rows of one sequence at consecutive positions) share a
+   * block's K/V tiles: runs of 12 rows of one split, of 11 rows of two
+   * splits cut by a group boundary (16 rows a block here), a decode row
+   * between them; every row's bits equal its bits computed alone. Then a
+   * window, under which only rows whose window starts at 0 share. */
+  pa_case_t c = {.NB = 2 * 220, .BS = 5, .Hq = 4, .Hkv = 2, .D = 8, .S = 2, .MB = 220};
+  assert_int_equal(ty_pa_run_rows(ty_pa_head_chunk(2, 8), 8), 16);
+  pa_alloc(&c, 24);
+  for (int r = 0; r < 24; ++r) {
+    c.row_seq[r] = r < 12 ? 0 : 1;
+    c.row_pos[r] = r < 12 ? 100 + r : (r == 12 ? 5 : 1000 + r - 13);
+  }
+  const size_t row = (size_t)c.Hq * c.D;
+  float *all = malloc(sizeof(float) * row * 24), *one = malloc(sizeof(float) * row);
+  assert_true(all && one);
+  for (int window = 0; window <= 600; window += 600) {
+    c.window = window;
+    pa_check(&c);
+    clear_error();
+    pa_run(&c, all);
+    for (int r = 0; r < 24; ++r) {
+      pa_case_t alone = c;
+      alone.N = 1;
+      alone.q = c.q + row * r;
+      alone.row_seq = c.row_seq + r;
+      alone.row_pos = c.row_pos + r;
+      pa_run(&alone, one);
+      if (memcmp(all + row * r, one, row * sizeof(float)) != 0) {
+        fail_msg("paged_attention: row %d (window %d) differs alone and in its run", r, window);
+      }
+    }
+    assert_int_equal(g_err[0], 0);
+  }
   free(all);
   free(one);
   pa_free(&c);
@@ -670,6 +710,7 @@ int main(void) {
       cmocka_unit_test(test_paged_attention_splits),
       cmocka_unit_test(test_paged_attention_head_chunks),
       cmocka_unit_test(test_paged_attention_batch_invariance),
+      cmocka_unit_test(test_paged_attention_runs),
       cmocka_unit_test(test_paged_attention_errors),
       cmocka_unit_test(test_sample_against_definition),
       cmocka_unit_test(test_sample_batch_invariance),
