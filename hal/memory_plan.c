@@ -21,7 +21,9 @@ static int ty_inplace_input(const ty_abi_node_t *node, uint32_t output) {
     return output == 0 ? 0 : output == 1 ? 2 : output == 2 ? 3 : -1;
   }
   if (strcmp(op, "sgd_update") == 0) return output == 0 ? 0 : output == 1 ? 2 : -1;
-  if (strcmp(op, "kv_cache_write") == 0) return output == 0 ? 0 : -1;
+  if (strcmp(op, "kv_cache_write") == 0 || strcmp(op, "paged_kv_write") == 0) {
+    return output == 0 ? 0 : -1;
+  }
   return -1;
 }
 

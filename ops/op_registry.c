@@ -37,6 +37,8 @@ static const ty_op_def_t *const ty_op_table[] = {
     &ty_op_def_clip_by_global_norm, &ty_op_def_global_norm_scale,
     /* KV cache */
     &ty_op_def_kv_cache_write,
+    /* Paged KV cache (serving) */
+    &ty_op_def_paged_kv_write, &ty_op_def_paged_attention,
     /* Collectives */
     &ty_op_def_all_reduce, &ty_op_def_tp_copy, &ty_op_def_tp_reduce,
     /* Vocabulary-parallel embedding and loss (the shard's parts; no communication) */

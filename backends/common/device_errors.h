@@ -22,11 +22,17 @@
   X(TY_ERR_ADAMW_STEP, 6)   /* step */                                          \
   X(TY_ERR_SGD_NESTEROV, 7) /* momentum's f32 bits */                           \
   X(TY_ERR_ADAFACTOR, 8)    /* step, beta1's f32 bits */                      \
-  X(TY_ERR_PAGED_SLOT, 9)   /* row, slot, the pool's slots (NB*BS) */           \
-  X(TY_ERR_PAGED_ROW, 10)   /* row, value, bound * 4 + which: 0 row_seq (bound  \
-                               S), 1 row_pos (MB*BS), 2 block number (NB) */    \
-  X(TY_ERR_SAMPLE_PARAM, 11) /* row, column (0-6 of params; 7: history), value \
-                                (a param's f32 bits; a history id) */
+  X(TY_ERR_PAGED_SLOT, 9)   /* row, slot, NB*BS slots */                        \
+  X(TY_ERR_PAGED_ROW, 10)   /* row*4 + TY_PAGED_BAD_*, the bad value, its bound */ \
+  X(TY_ERR_SAMPLE_PARAM, 11) /* row, column (TY_SAMPLE_P_*; TY_SAMPLE_P_HISTORY: \
+                                a history id), value (a param's f32 bits; the id) */
+
+/* What TY_ERR_PAGED_ROW found wrong in paged_attention's row (the low two
+ * bits of its first detail): row_seq outside [-1, S), row_pos outside
+ * [0, MB*BS), or a block number the row reads outside [0, NB). */
+#define TY_PAGED_BAD_SEQ 0
+#define TY_PAGED_BAD_POS 1
+#define TY_PAGED_BAD_BLOCK 2
 
 #define TY_DEVICE_ERROR_ENUM_(name, code) name = code,
 enum ty_device_error_e { TY_DEVICE_ERROR_LIST(TY_DEVICE_ERROR_ENUM_) };

@@ -275,14 +275,20 @@ ty_abi_status_t ty_dev_data_error(const ty_dev_exec_t *x, const void *error_buff
       break;
     case TY_ERR_PAGED_SLOT:
       snprintf(what, sizeof(what), "paged_kv_write: row %lld writes slot %lld outside the "
-               "pool's %lld slots (slots must be -1 or in 0..NB*BS-1)", a, b, c);
+               "pool's %lld slots (NB*BS; -1 skips the row)", a, b, c);
       break;
     case TY_ERR_PAGED_ROW: {
-      /* c packs the bound and which input broke it (device_errors.h). */
-      static const char *const which[] = {"row_seq", "row_pos", "block_table entry"};
-      static const char *const low[] = {"-1", "0", "0"};
-      snprintf(what, sizeof(what), "paged_attention: row %lld: %s %lld is outside [%s, %lld)",
-               a, which[(c & 3) < 3 ? (c & 3) : 2], b, low[(c & 3) < 3 ? (c & 3) : 2], c >> 2);
+      const long long row = a / 4, kind = a % 4;
+      if (kind == TY_PAGED_BAD_SEQ) {
+        snprintf(what, sizeof(what), "paged_attention: row %lld has row_seq %lld outside "
+                 "[-1, %lld) (the block table's rows; -1 is padding)", row, b, c);
+      } else if (kind == TY_PAGED_BAD_POS) {
+        snprintf(what, sizeof(what), "paged_attention: row %lld has row_pos %lld outside "
+                 "[0, %lld) (MB*BS positions of a block table row)", row, b, c);
+      } else {
+        snprintf(what, sizeof(what), "paged_attention: row %lld reads block %lld outside the "
+                 "pool's [0, %lld)", row, b, c);
+      }
       break;
     }
     case TY_ERR_SAMPLE_PARAM: {

@@ -20,7 +20,7 @@ extern "C" {
 
 /* What a kernel gets for one node. data[v] is the dense row-major storage
  * of value v in its dtype; outputs may alias inputs only for in-place
- * updates (adamw_update, sgd_update, kv_cache_write). */
+ * updates (adamw_update, sgd_update, kv_cache_write, paged_kv_write). */
 typedef struct ty_host_node_ctx_t {
   const ty_abi_graph_t *graph;
   const ty_abi_node_t *node;

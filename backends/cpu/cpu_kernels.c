@@ -93,6 +93,9 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     {"global_norm_scale", cpu_kernel_global_norm_scale, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_kv_cache.c */
     {"kv_cache_write", cpu_kernel_kv_cache_write, CPU_ACCEPT_ANY},
+    /* cpu_kernels_paged.c */
+    {"paged_kv_write", cpu_kernel_paged_kv_write, CPU_ACCEPT_ANY},
+    {"paged_attention", cpu_kernel_paged_attention, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_views.c: world 1 (ops/op_collective.c) */
     {"all_reduce", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
     {"tp_copy", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},

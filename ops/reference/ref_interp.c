@@ -429,6 +429,29 @@ static ty_status_t ty_run_attention(ty_interp_t *c, bool backward) {
   return ty_ref_attention_backward(&shape, pq, pk, pv, lse, dout, dq, dk, dv);
 }
 
+/* paged_attention(q, k_pool, v_pool, block_table, row_seq, row_pos) */
+static ty_status_t ty_run_paged_attention(ty_interp_t *c) {
+  const ty_abi_value_t *q = ty_in_value(c, 0), *k = ty_in_value(c, 1);
+  const ty_abi_value_t *table = ty_in_value(c, 3);
+  const ty_ref_paged_shape_t shape = {
+      .rows = q->dims[0], .q_heads = q->dims[1], .kv_heads = k->dims[2],
+      .head_dim = q->dims[2], .blocks = k->dims[0], .block_size = k->dims[1],
+      .seqs = table->dims[0], .max_blocks = table->dims[1],
+      .scale = ty_attr_float(c, "scale", 1.0 / sqrt((double)q->dims[2])),
+      .window = ty_attr_int(c, "window", 0),
+  };
+  double *pq, *pk, *pv, *out;
+  int64_t *pt, *seq, *pos;
+  TY_RETURN_IF_ERROR(ty_fin(c, 0, &pq));
+  TY_RETURN_IF_ERROR(ty_fin(c, 1, &pk));
+  TY_RETURN_IF_ERROR(ty_fin(c, 2, &pv));
+  TY_RETURN_IF_ERROR(ty_iin(c, 3, &pt));
+  TY_RETURN_IF_ERROR(ty_iin(c, 4, &seq));
+  TY_RETURN_IF_ERROR(ty_iin(c, 5, &pos));
+  TY_RETURN_IF_ERROR(ty_fout(c, 0, &out));
+  return ty_ref_paged_attention(&shape, pq, pk, pv, pt, seq, pos, out);
+}
+
 static ty_status_t ty_run_views(ty_interp_t *c, const char *op) {
   const ty_abi_value_t *x = ty_in_value(c, 0), *y = ty_out_value(c, 0);
   size_t elem = ty_interp_dtype_size(x->dtype);
@@ -770,6 +793,16 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
     return ty_ref_kv_cache_write(y, cache->dims[0], cache->dims[1], cache->dims[2],
                                  cache->dims[3], a, fresh->dims[1], pos[0]);
   }
+  if (!strcmp(op, "paged_kv_write")) {
+    const ty_abi_value_t *pool = ty_in_value(c, 0), *fresh = ty_in_value(c, 1);
+    int64_t *slots;
+    TY_RETURN_IF_ERROR(ty_fout_copy(c, 0, 0, &y));
+    TY_RETURN_IF_ERROR(ty_fin(c, 1, &a));
+    TY_RETURN_IF_ERROR(ty_iin(c, 2, &slots));
+    return ty_ref_paged_kv_write(y, pool->dims[0], pool->dims[1], pool->dims[2],
+                                 pool->dims[3], a, fresh->dims[0], slots);
+  }
+  if (!strcmp(op, "paged_attention")) return ty_run_paged_attention(c);
   return ty_status_make(TY_CODE_UNIMPLEMENTED, "the reference has no kernel for op %s", op);
 }
 
@@ -784,7 +817,7 @@ int ty_ref_supports_op(const char *op) {
       "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
       "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
-      "kv_cache_write", "all_reduce", "tp_copy", "tp_reduce", "vocab_embedding",
+      "kv_cache_write", "paged_kv_write", "paged_attention", "all_reduce", "tp_copy", "tp_reduce", "vocab_embedding",
       "vocab_embedding_backward", "vocab_max", "vocab_max_backward", "vocab_ce_sums", "vocab_ce_sums_backward",
       "vocab_ce_loss", "vocab_ce_loss_backward", NULL,
   };

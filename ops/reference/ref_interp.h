@@ -15,7 +15,7 @@ extern "C" {
 /* Executes node `node` of `graph`. data[v] points at the dense storage of
  * value v (in its dtype) for every value the node reads or writes; outputs
  * may alias inputs only where the op updates in place (optimizer updates,
- * kv_cache_write). Errors: UNIMPLEMENTED for an op the reference lacks,
+ * kv_cache_write, paged_kv_write). Errors: UNIMPLEMENTED for an op the reference lacks,
  * INVALID_ARGUMENT for bad data (token id out of range, ...), naming the
  * node and op. Thread-safe for disjoint outputs. */
 ty_status_t ty_ref_execute_node(const ty_abi_graph_t *graph, uint32_t node,

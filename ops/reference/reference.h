@@ -28,6 +28,7 @@
 #include "ops/reference/ref_matmul.h"
 #include "ops/reference/ref_norm.h"
 #include "ops/reference/ref_optim.h"
+#include "ops/reference/ref_paged.h"
 #include "ops/reference/ref_reduce.h"
 #include "ops/reference/ref_rope.h"
 #include "ops/reference/ref_shape.h"

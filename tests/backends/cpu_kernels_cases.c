@@ -547,6 +547,45 @@ static void cases_optim_kv(void) {
   FLT(c, 1, 2, 2, 4);
   add_in(c, K_SCALAR, TY_DTYPE_I64, 0, NULL, 4, 0);
   c->exact = true;
+  /* The paged KV cache (issue 29): slots in three blocks and a padding
+   * row (-1), written into a copy and in place. */
+  static const int64_t slots[4] = {13, -1, 0, 29};
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    c = add_case("paged_kv_write", inplace ? "in place" : "copy", 1);
+    FLT(c, 6, 5, 2, 8)->state = inplace;
+    FLT(c, 4, 2, 8);
+    add_in(c, K_LIST, TY_DTYPE_I64, DIMS(4), 0, 0)->list = slots;
+    c->exact = true;
+    if (inplace) c->update[0] = 0;
+  }
+  /* Attention over shuffled blocks (BS 5, GQA 4:2): a prefill chunk of
+   * sequence 0 (positions 9..12) mixed with decode rows of sequences 1 and
+   * 2, an early position of 2 and a padding row; -1 marks unused table
+   * entries, which no row reads. */
+  static const int64_t table5[3 * 5] = {7, 2, 5, -1, -1, 0, -1, -1, -1, -1, 8, 3, 1, 6, -1};
+  static const int64_t seq5[8] = {0, 2, -1, 0, 1, 0, 2, 0};
+  static const int64_t pos5[8] = {9, 15, 0, 10, 4, 11, 1, 12};
+  c = add_case("paged_attention", "mixed step, BS 5, GQA", 1);
+  FLT(c, 8, 4, 8);
+  FLT(c, 9, 5, 2, 8);
+  FLT(c, 9, 5, 2, 8);
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(3, 5), 0, 0)->list = table5;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(8), 0, 0)->list = seq5;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(8), 0, 0)->list = pos5;
+  /* BS 16, heads 2:2, a window of 3 that crosses a block boundary (15..17),
+   * and an explicit scale. */
+  static const int64_t table16[2 * 3] = {3, 1, -1, 0, -1, -1};
+  static const int64_t seq16[4] = {1, 0, 0, -1};
+  static const int64_t pos16[4] = {6, 17, 19, 0};
+  c = add_case("paged_attention", "window 3, BS 16, MHA", 1);
+  FLT(c, 4, 2, 16);
+  FLT(c, 4, 16, 2, 16);
+  FLT(c, 4, 16, 2, 16);
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(2, 3), 0, 0)->list = table16;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(4), 0, 0)->list = seq16;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(4), 0, 0)->list = pos16;
+  set_int(c, "window", 3);
+  set_float(c, "scale", 0.3);
   /* One process is world 1: all_reduce is the identity for both reductions. */
   for (int avg = 0; avg < 2; ++avg) {
     c = add_case("all_reduce", avg ? "avg, world 1" : "sum, world 1", 1);

@@ -18,6 +18,7 @@ enum {
   K_SCALAR,    /* the value a */
   K_RNG,       /* i64 [2]: random seed, random step */
   K_ABSENT,    /* an absent optional input */
+  K_LIST,      /* the values of `list`, one per element (block tables, slots) */
 };
 
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct {
   int64_t dims[6];
   double a, b;
   bool state; /* a STATE value (for in-place updates) */
+  const int64_t *list; /* K_LIST: as many values as the input has elements */
 } tin_t;
 
 #define MAX_IN 12

@@ -195,25 +195,25 @@ static void test_data_errors(void **state) {
   put_error(buf, TY_ERR_KV_POSITION, 0, 7, 3, 8);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "3 new positions starting at position 7 do not fit in a cache of max_len 8");
+  put_error(buf, TY_ERR_PAGED_SLOT, 0, 3, 40, 40);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_kv_write: row 3 writes slot 40 outside the pool's 40 slots");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 5 * 4 + TY_PAGED_BAD_SEQ, -2, 3);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 5 has row_seq -2 outside [-1, 3)");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 1 * 4 + TY_PAGED_BAD_POS, 64, 64);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 1 has row_pos 64 outside [0, 64)");
+  put_error(buf, TY_ERR_PAGED_ROW, 0, 0 * 4 + TY_PAGED_BAD_BLOCK, 9, 9);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "paged_attention: row 0 reads block 9 outside the pool's [0, 9)");
   float m = -0.5f;
   uint32_t bits;
   memcpy(&bits, &m, 4);
   put_error(buf, TY_ERR_SGD_NESTEROV, 0, bits, 0, 0);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "sgd: nesterov needs momentum > 0 (got -0.5)");
-  /* Issue 29's codes: the row, the value and (packed in c) which bound. */
-  put_error(buf, TY_ERR_PAGED_SLOT, 0, 2, 40, 40);
-  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
-                "paged_kv_write: row 2 writes slot 40 outside the pool's 40 slots");
-  put_error(buf, TY_ERR_PAGED_ROW, 0, 1, 3, 3 * 4 + 0);
-  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
-                "paged_attention: row 1: row_seq 3 is outside [-1, 3)");
-  put_error(buf, TY_ERR_PAGED_ROW, 0, 4, -2, 64 * 4 + 1);
-  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
-                "paged_attention: row 4: row_pos -2 is outside [0, 64)");
-  put_error(buf, TY_ERR_PAGED_ROW, 0, 0, 9, 9 * 4 + 2);
-  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
-                "paged_attention: row 0: block_table entry 9 is outside [0, 9)");
+  /* sample's bad params and history ids (the cuda kernel's data error). */
   m = 1.5f;
   memcpy(&bits, &m, 4);
   put_error(buf, TY_ERR_SAMPLE_PARAM, 0, 3, 2, bits);

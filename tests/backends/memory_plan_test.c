@@ -571,9 +571,42 @@ static void test_cache_write_in_place_when_the_new_cache_is_read(void **state) {
   }
 }
 
+/* A paged pool write is an in-place state update too (issue 29): the pool
+ * is big and a step writes a few rows of it, so pool' lives in pool's
+ * storage, with no copy, while paged_attention reads it right after. */
+static void test_paged_pool_write_in_place(void **state) {
+  (void)state;
+  int64_t pool_dims[4] = {8, 4, 2, 4}, new_dims[3] = {3, 2, 4}, slot_dims[1] = {3};
+  int64_t q_dims[3] = {3, 2, 4}, table_dims[2] = {2, 4};
+  ty_value_id_t pool, fresh, slots, written, q, table, seq, pos, out;
+  ty_graph_t *h;
+  TY_EXPECT_OK(ty_graph_create(&h));
+  TY_EXPECT_OK(ty_graph_add_state(h, "pool", TY_DTYPE_F32, 4, pool_dims, &pool));
+  TY_EXPECT_OK(ty_graph_add_input(h, "new", TY_DTYPE_F32, 3, new_dims, &fresh));
+  TY_EXPECT_OK(ty_graph_add_input(h, "slots", TY_DTYPE_I64, 1, slot_dims, &slots));
+  TY_EXPECT_OK(ty_graph_add_input(h, "q", TY_DTYPE_F32, 3, q_dims, &q));
+  TY_EXPECT_OK(ty_graph_add_input(h, "table", TY_DTYPE_I64, 2, table_dims, &table));
+  TY_EXPECT_OK(ty_graph_add_input(h, "seq", TY_DTYPE_I64, 1, slot_dims, &seq));
+  TY_EXPECT_OK(ty_graph_add_input(h, "pos", TY_DTYPE_I64, 1, slot_dims, &pos));
+  ty_value_id_t in[3] = {pool, fresh, slots};
+  TY_EXPECT_OK(ty_graph_add_node1(h, "paged_kv_write", in, 3, NULL, &written));
+  TY_EXPECT_OK(ty_graph_set_state_update(h, pool, written));
+  ty_value_id_t att[6] = {q, written, written, table, seq, pos};
+  TY_EXPECT_OK(ty_graph_add_node1(h, "paged_attention", att, 6, NULL, &out));
+  TY_EXPECT_OK(ty_graph_set_output(h, out, "out"));
+  planned_t p;
+  plan_graph(h, &p);
+  check_no_overlap(&p);
+  assert_int_equal(p.plan.storage[written].kind, TY_STORAGE_STATE_ALIAS);
+  assert_int_equal(p.plan.copy_count, 0);
+  planned_free(&p);
+  ty_graph_destroy(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cache_write_in_place_when_the_new_cache_is_read),
+      cmocka_unit_test(test_paged_pool_write_in_place),
       cmocka_unit_test(test_random_graphs),
       cmocka_unit_test(test_chain_reuses_memory),
       cmocka_unit_test(test_all_reduce_run_is_one_group),

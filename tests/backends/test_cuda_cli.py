@@ -51,8 +51,11 @@ def cuda_usable():
 
 # cuda runs every op of the op set, the memory levers' ops included, but the
 # collective ops (which it refuses by name until it runs them on its NCCL
-# communicator).
-CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS
+# communicator) and, pending, the paged KV cache ops of issue 29 (refused by
+# name until their cuda kernels land; the check fails once they run, so this
+# entry goes with them).
+PAGED_KV_PENDING = frozenset({"paged_kv_write", "paged_attention"})
+CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS | PAGED_KV_PENDING
 
 
 class DevicesTest(unittest.TestCase):

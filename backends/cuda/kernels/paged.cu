@@ -72,9 +72,10 @@ extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, cons
  * its own p are skipped, not weighted by zero), so its bits are the same
  * alone or in a run, in any batch: the grouping is only a speed-up.
  *
- * Data errors (TY_ERR_PAGED_ROW: row, value, bound * 4 + which): row_seq
- * outside [-1, S), row_pos outside [0, MB*BS), a block number outside
- * [0, NB) (that key is then left out). The partials of split sp of row i,
+ * Data errors (TY_ERR_PAGED_ROW: row*4 + TY_PAGED_BAD_*, the value, its
+ * bound): row_seq outside [-1, S), row_pos outside [0, MB*BS), a block
+ * number outside [0, NB) (that key is then left out; the row named is its
+ * run's first). The partials of split sp of row i,
  * query head h: part[((i*Hq + h)*max_splits + sp)*D + d], and (max, sum) at
  * part[N*Hq*max_splits*D + ((i*Hq + h)*max_splits + sp)*2]. */
 
@@ -137,8 +138,8 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   if (lead.s == -2) {
     if (tid == 0) {
       const long long s = row_seq[i0], p = row_pos[i0];
-      if (s < -1 || s >= S) ty_fail(err, node, TY_ERR_PAGED_ROW, i0, s, (long long)S * 4 + 0);
-      else ty_fail(err, node, TY_ERR_PAGED_ROW, i0, p, cap * 4 + 1);
+      if (s < -1 || s >= S) ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_SEQ, s, S);
+      else ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_POS, p, cap);
     }
     return;
   }
@@ -186,7 +187,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
       if (j < kend) {
         const long long blk = trow[j / BS];
         if (blk < 0 || blk >= NB) {
-          if (lane == 0) ty_fail(err, node, TY_ERR_PAGED_ROW, i0, blk, (long long)NB * 4 + 2);
+          if (lane == 0) ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
         } else {
           slot = blk * BS + j % BS;
         }

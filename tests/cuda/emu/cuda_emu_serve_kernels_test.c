@@ -453,17 +453,17 @@ static void test_paged_attention_errors(void **state) {
   c.row_pos[1] = 3;
   clear_error();
   pa_run(&c, out);
-  expect_error(TY_ERR_PAGED_ROW, 1, 2, 2 * 4 + 0);
+  expect_error(TY_ERR_PAGED_ROW, 1 * 4 + TY_PAGED_BAD_SEQ, 2, 2);
   c.row_seq[1] = 1;
   c.row_pos[1] = 30; /* == MB * BS */
   clear_error();
   pa_run(&c, out);
-  expect_error(TY_ERR_PAGED_ROW, 1, 30, 30 * 4 + 1);
+  expect_error(TY_ERR_PAGED_ROW, 1 * 4 + TY_PAGED_BAD_POS, 30, 30);
   c.row_pos[1] = 12;
   c.table[1 * 6 + 2] = 12; /* the block of position 12: == NB */
   clear_error();
   pa_run(&c, out);
-  expect_error(TY_ERR_PAGED_ROW, 1, 12, 12 * 4 + 2);
+  expect_error(TY_ERR_PAGED_ROW, 1 * 4 + TY_PAGED_BAD_BLOCK, 12, 12);
   pa_free(&c);
 }
 
