@@ -20,7 +20,8 @@ typedef struct {
   ty_slot_state_t state;
   uint64_t sequence;
   ty_engine_request_t request; /* request.prompt points at `prompt` */
-  int64_t *prompt;
+  int64_t *prompt;   /* prompt_len tokens, then room for max_new: */
+  int64_t *history;  /* the new tokens so far (the sampler's penalties count them) */
   int64_t prefilled; /* prompt tokens already in the cache */
   int64_t generated; /* new tokens so far */
   int64_t last;      /* the last new token: the next decode input */
@@ -229,14 +230,7 @@ static ty_status_t ty_engine_check_request(const ty_engine_t *e, const ty_engine
                             (long long)r->prompt[i], (long long)i, (long long)V);
     }
   }
-  const ty_sampling_t *a = &r->sampling;
-  if (!a->greedy && (!(a->temperature > 0) || !isfinite(a->temperature) || a->top_k < 0 ||
-                     !(a->top_p > 0 && a->top_p <= 1))) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "sampling needs a temperature > 0, top_k >= 0 and top_p in (0, 1] "
-                          "(got %g, %lld, %g)",
-                          a->temperature, (long long)a->top_k, a->top_p);
-  }
+  TY_RETURN_IF_ERROR(ty_sampling_check(&r->sampling));
   if (r->top_logprobs < 0 || r->top_logprobs > TY_ENGINE_MAX_TOP_LOGPROBS ||
       r->stop_id_count > TY_ENGINE_MAX_STOP_IDS) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -258,7 +252,7 @@ ty_status_t ty_engine_add(ty_engine_t *e, const ty_engine_request_t *r, uint64_t
                           (long long)e->options.max_batch);
   }
   ty_slot_t *slot = &e->slots[free_slot];
-  int64_t *prompt = malloc((size_t)r->prompt_len * sizeof(int64_t));
+  int64_t *prompt = malloc((size_t)(r->prompt_len + r->max_new) * sizeof(int64_t));
   if (!prompt) return ty_engine_oom();
   memcpy(prompt, r->prompt, (size_t)r->prompt_len * sizeof(int64_t));
   free(slot->prompt);
@@ -266,6 +260,7 @@ ty_status_t ty_engine_add(ty_engine_t *e, const ty_engine_request_t *r, uint64_t
   slot->prompt = prompt;
   slot->request = *r;
   slot->request.prompt = prompt;
+  slot->history = prompt + r->prompt_len;
   slot->sequence = e->next_sequence++;
   slot->rng = r->sampling.seed;
   slot->state = TY_SLOT_PREFILL;
@@ -309,7 +304,8 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_slot_t *slot, const void *r
   }
   const ty_engine_request_t *r = &slot->request;
   ty_engine_token_t t = {.sequence = slot->sequence, .user = r->user, .index = slot->generated};
-  t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &slot->rng);
+  t.id = ty_sampler_pick(e->sampler, e->row, &r->sampling, &slot->rng, slot->history,
+                         slot->generated);
   if (r->logprobs || r->top_logprobs > 0) {
     ty_sampler_logprobs(e->sampler, e->row, t.id, r->top_logprobs, &t.logprob, e->top_ids,
                         e->top_logprobs);
@@ -317,7 +313,7 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_slot_t *slot, const void *r
     t.top_ids = e->top_ids;
     t.top_logprobs = e->top_logprobs;
   }
-  slot->generated++;
+  slot->history[slot->generated++] = t.id;
   slot->last = t.id;
   for (uint32_t i = 0; i < r->stop_id_count; ++i) {
     if (t.id == r->stop_ids[i]) t.finish = TY_ENGINE_STOP;

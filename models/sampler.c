@@ -1,10 +1,15 @@
-/* The token sampler (see sampler.h). Sampling works in double precision on
- * the f32 logits; the order of candidates is total (probability, then id),
- * so a seed picks the same token on every machine. */
+/* The token sampler (see sampler.h). Picking is the `sample` op's reference
+ * row function (ops/reference/ref_sample.c) on the logits widened to f64,
+ * so the host path and the op are one definition; log-probabilities work in
+ * double precision on the f32 logits, with a total order of candidates
+ * (probability, then id). */
 #include "models/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
+
+#include "backends/common/sample_params.h"
+#include "ops/reference/ref_sample.h"
 
 typedef struct {
   double p;
@@ -14,14 +19,21 @@ typedef struct {
 struct ty_sampler_t {
   int64_t vocab;
   ty_candidate_t *scratch;
+  double *row;      /* the logits widened to f64 for ty_ref_sample_row */
+  void *ref_scratch; /* ty_ref_sample_scratch_bytes(vocab) */
 };
 
 ty_status_t ty_sampler_create(int64_t vocab_size, ty_sampler_t **out_sampler) {
   *out_sampler = NULL;
+  size_t v = (size_t)(vocab_size > 0 ? vocab_size : 1);
   ty_sampler_t *s = calloc(1, sizeof(*s));
-  if (s) s->scratch = malloc((size_t)(vocab_size > 0 ? vocab_size : 1) * sizeof(ty_candidate_t));
-  if (!s || !s->scratch) {
-    free(s);
+  if (s) {
+    s->scratch = malloc(v * sizeof(ty_candidate_t));
+    s->row = malloc(v * sizeof(double));
+    s->ref_scratch = malloc(ty_ref_sample_scratch_bytes(vocab_size));
+  }
+  if (!s || !s->scratch || !s->row || !s->ref_scratch) {
+    ty_sampler_destroy(s);
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for a sampler of %lld "
                           "tokens", (long long)vocab_size);
   }
@@ -33,16 +45,67 @@ ty_status_t ty_sampler_create(int64_t vocab_size, ty_sampler_t **out_sampler) {
 void ty_sampler_destroy(ty_sampler_t *sampler) {
   if (!sampler) return;
   free(sampler->scratch);
+  free(sampler->row);
+  free(sampler->ref_scratch);
   free(sampler);
 }
 
-/* splitmix64: the sampler's random numbers (host side, reproducible). */
-static double ty_next_uniform(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+/* The `sample` op's params row for `a` (sample_params.h's columns). */
+static void ty_sampling_params(const ty_sampling_t *a, double p[TY_SAMPLE_P_COUNT]) {
+  p[TY_SAMPLE_P_TEMPERATURE] = a->greedy ? 0.0 : a->temperature;
+  p[TY_SAMPLE_P_TOP_K] = a->greedy ? 0.0 : (double)a->top_k;
+  p[TY_SAMPLE_P_TOP_P] = a->greedy ? 1.0 : a->top_p;
+  p[TY_SAMPLE_P_MIN_P] = a->greedy ? 0.0 : a->min_p;
+  p[TY_SAMPLE_P_REPETITION] = a->repetition_penalty == 0 ? 1.0 : a->repetition_penalty;
+  p[TY_SAMPLE_P_PRESENCE] = a->presence_penalty;
+  p[TY_SAMPLE_P_FREQUENCY] = a->frequency_penalty;
+}
+
+static ty_status_t ty_sampling_bad(const char *field, double value, const char *rule) {
+  return ty_status_make(TY_CODE_INVALID_ARGUMENT, "sampling: %s = %g: expected %s", field, value,
+                        rule);
+}
+
+ty_status_t ty_sampling_check(const ty_sampling_t *a) {
+  /* Greedy reads none of the draw's fields (zero-initialized ones included). */
+  if (!a->greedy) {
+    if (!(a->temperature > 0) || !isfinite(a->temperature)) {
+      return ty_sampling_bad("temperature", a->temperature, "temperature > 0 and finite when sampling (greedy needs none)");
+    }
+    if (a->top_k < 0) return ty_sampling_bad("top_k", (double)a->top_k, "top_k >= 0 (0: all)");
+    if (!(a->top_p > 0 && a->top_p <= 1)) {
+      return ty_sampling_bad("top_p", a->top_p, "top_p in (0, 1]");
+    }
+    if (!(a->min_p >= 0 && a->min_p < 1)) {
+      return ty_sampling_bad("min_p", a->min_p, "min_p in [0, 1)");
+    }
+  }
+  if (!(a->repetition_penalty >= 0) || !isfinite(a->repetition_penalty)) {
+    return ty_sampling_bad("repetition_penalty", a->repetition_penalty, "repetition_penalty > 0 and finite (1: off)");
+  }
+  if (!isfinite(a->presence_penalty)) {
+    return ty_sampling_bad("presence_penalty", a->presence_penalty, "a finite presence_penalty");
+  }
+  if (!isfinite(a->frequency_penalty)) {
+    return ty_sampling_bad("frequency_penalty", a->frequency_penalty, "a finite frequency_penalty");
+  }
+  return TY_OK;
+}
+
+int64_t ty_sampler_pick(ty_sampler_t *sampler, const float *logits,
+                        const ty_sampling_t *a, uint64_t *rng,
+                        const int64_t *history, int64_t history_len) {
+  int64_t vocab = sampler->vocab;
+  double p[TY_SAMPLE_P_COUNT];
+  ty_sampling_params(a, p);
+  for (int64_t v = 0; v < vocab; ++v) sampler->row[v] = logits[v];
+  /* The op's row {seed, counter} = {*rng, 0} is the next draw of this
+   * stream: the state after it is *rng + golden. */
+  int64_t id = ty_ref_sample_row(sampler->row, vocab, p, *rng, 0,
+                                 history_len > 0 ? history : NULL, history_len,
+                                 sampler->ref_scratch, NULL);
+  if (p[TY_SAMPLE_P_TEMPERATURE] > 0) *rng += (uint64_t)TY_SAMPLE_GOLDEN;
+  return id;
 }
 
 /* More likely first; equal probabilities: the lower id first. */
@@ -87,45 +150,6 @@ static int64_t ty_argmax(const float *logits, int64_t vocab) {
     if (logits[v] > logits[best]) best = v;
   }
   return best;
-}
-
-int64_t ty_sampler_pick(ty_sampler_t *sampler, const float *logits,
-                        const ty_sampling_t *a, uint64_t *rng) {
-  int64_t vocab = sampler->vocab;
-  if (a->greedy) return ty_argmax(logits, vocab);
-  ty_candidate_t *c = sampler->scratch;
-  double max = logits[ty_argmax(logits, vocab)];
-  for (int64_t v = 0; v < vocab; ++v) {
-    c[v].id = v;
-    c[v].p = exp(((double)logits[v] - max) / a->temperature);
-  }
-  int64_t keep = a->top_k > 0 && a->top_k < vocab ? a->top_k : vocab;
-  bool truncated = keep < vocab || a->top_p < 1.0;
-  if (truncated) {
-    /* Only the kept candidates need an order: select them, sort those. */
-    if (keep < vocab) ty_select_first(c, vocab, keep);
-    qsort(c, (size_t)keep, sizeof(*c), ty_candidate_cmp);
-  }
-  double kept = 0;
-  for (int64_t i = 0; i < keep; ++i) kept += c[i].p;
-  if (a->top_p < 1.0) {
-    double mass = 0, total = kept;
-    kept = 0;
-    for (int64_t i = 0; i < keep; ++i) {
-      mass += c[i].p / total;
-      kept += c[i].p;
-      if (mass >= a->top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double u = ty_next_uniform(rng) * kept;
-  for (int64_t i = 0; i < keep; ++i) {
-    u -= c[i].p;
-    if (u <= 0) return c[i].id;
-  }
-  return c[keep - 1].id;
 }
 
 /* max + log(sum exp(logits - max)): the log of softmax's denominator. One

@@ -39,6 +39,7 @@ extern const ty_op_def_t ty_op_def_adamw_update, ty_op_def_sgd_update,
     ty_op_def_adafactor_update, ty_op_def_clip_by_global_norm, ty_op_def_global_norm_scale;
 extern const ty_op_def_t ty_op_def_kv_cache_write;
 extern const ty_op_def_t ty_op_def_paged_kv_write, ty_op_def_paged_attention;
+extern const ty_op_def_t ty_op_def_sample, ty_op_def_top_logprobs;
 extern const ty_op_def_t ty_op_def_all_reduce;
 extern const ty_op_def_t ty_op_def_tp_copy;
 extern const ty_op_def_t ty_op_def_tp_reduce;

@@ -39,6 +39,8 @@ static const ty_op_def_t *const ty_op_table[] = {
     &ty_op_def_kv_cache_write,
     /* Paged KV cache (serving) */
     &ty_op_def_paged_kv_write, &ty_op_def_paged_attention,
+    /* Sampling (inference only) */
+    &ty_op_def_sample, &ty_op_def_top_logprobs,
     /* Collectives */
     &ty_op_def_all_reduce, &ty_op_def_tp_copy, &ty_op_def_tp_reduce,
     /* Vocabulary-parallel embedding and loss (the shard's parts; no communication) */

@@ -803,6 +803,26 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
                                  pool->dims[3], a, fresh->dims[0], slots);
   }
   if (!strcmp(op, "paged_attention")) return ty_run_paged_attention(c);
+  if (!strcmp(op, "sample")) {
+    const ty_abi_value_t *logits = ty_in_value(c, 0), *history = ty_in_value(c, 3);
+    int64_t *seeds, *hist;
+    TY_RETURN_IF_ERROR(ty_fin(c, 0, &a));
+    TY_RETURN_IF_ERROR(ty_fin(c, 1, &b));
+    TY_RETURN_IF_ERROR(ty_iin(c, 2, &seeds));
+    TY_RETURN_IF_ERROR(ty_iin(c, 3, &hist));
+    TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
+    TY_RETURN_IF_ERROR(ty_fout(c, 1, &y2));
+    return ty_ref_sample(a, logits->dims[0], logits->dims[1], b, seeds, hist,
+                         history ? history->dims[1] : 0, y, y2);
+  }
+  if (!strcmp(op, "top_logprobs")) {
+    const ty_abi_value_t *logits = ty_in_value(c, 0);
+    TY_RETURN_IF_ERROR(ty_fin(c, 0, &a));
+    TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
+    TY_RETURN_IF_ERROR(ty_fout(c, 1, &y2));
+    return ty_ref_top_logprobs(a, logits->dims[0], logits->dims[1], ty_attr_int(c, "k", 1), y,
+                               y2);
+  }
   return ty_status_make(TY_CODE_UNIMPLEMENTED, "the reference has no kernel for op %s", op);
 }
 
@@ -819,7 +839,7 @@ int ty_ref_supports_op(const char *op) {
       "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
       "kv_cache_write", "paged_kv_write", "paged_attention", "all_reduce", "tp_copy", "tp_reduce", "vocab_embedding",
       "vocab_embedding_backward", "vocab_max", "vocab_max_backward", "vocab_ce_sums", "vocab_ce_sums_backward",
-      "vocab_ce_loss", "vocab_ce_loss_backward", NULL,
+      "vocab_ce_loss", "vocab_ce_loss_backward", "sample", "top_logprobs", NULL,
   };
   for (const char *const *p = ops; *p; ++p) {
     if (strcmp(*p, op) == 0) return 1;

@@ -31,6 +31,7 @@
 #include "ops/reference/ref_paged.h"
 #include "ops/reference/ref_reduce.h"
 #include "ops/reference/ref_rope.h"
+#include "ops/reference/ref_sample.h"
 #include "ops/reference/ref_shape.h"
 #include "ops/reference/ref_softmax.h"
 #include "ops/reference/ref_view.h"

@@ -176,6 +176,30 @@ class ApiTest(unittest.TestCase):
                 streamed.setdefault(c.index, []).extend(c.model_extra.get("token_ids") or [])
         self.assertEqual([streamed[i] for i in range(3)], ids)
 
+    def test_penalties(self):
+        # Greedy text from a tiny model repeats tokens; a frequency or
+        # repetition penalty over the generated tokens changes that, and the
+        # zero / one defaults change nothing.
+        args = dict(prompt=[5, 6, 7], max_tokens=24, temperature=0,
+                    extra_body={"return_token_ids": True})
+        base = self.complete(**args).choices[0].model_extra["token_ids"]
+        self.assertLess(len(set(base)), len(base), base)  # it repeats, so penalties can act
+        neutral = self.complete(**dict(args, presence_penalty=0, frequency_penalty=0,
+                                       extra_body={"return_token_ids": True,
+                                                   "repetition_penalty": 1, "min_p": 0}))
+        self.assertEqual(neutral.choices[0].model_extra["token_ids"], base)
+        freq = self.complete(**dict(args, frequency_penalty=2))
+        self.assertNotEqual(freq.choices[0].model_extra["token_ids"], base)
+        rep = self.complete(**dict(args, extra_body={"return_token_ids": True,
+                                                     "repetition_penalty": 50}))
+        got = rep.choices[0].model_extra["token_ids"]
+        self.assertNotEqual(got, base)
+        self.assertGreater(len(set(got)), len(set(base)))
+        # min_p near 1 keeps the top token only: sampling becomes greedy.
+        sampled = self.complete(**dict(args, temperature=1.0, seed=3,
+                                       extra_body={"return_token_ids": True, "min_p": 0.999999}))
+        self.assertEqual(sampled.choices[0].model_extra["token_ids"], base)
+
     def test_greedy_equals_generate(self):
         prompts = [[1, 2, 3], [40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140], [7]]
         # Others share the batch meanwhile.
@@ -254,6 +278,16 @@ class ApiTest(unittest.TestCase):
         self.expect_error(400, {"model": m, "prompt": "hi", "temperature": 3}, "temperature",
                           "must be in [0, 2]")
         self.expect_error(400, {"model": m, "prompt": "hi", "top_p": 0}, "top_p", "(0, 1]")
+        self.expect_error(400, {"model": m, "prompt": "hi", "presence_penalty": 2.5},
+                          "presence_penalty", "must be in [-2, 2]")
+        self.expect_error(400, {"model": m, "prompt": "hi", "frequency_penalty": -3},
+                          "frequency_penalty", "must be in [-2, 2]")
+        self.expect_error(400, {"model": m, "prompt": "hi", "repetition_penalty": 0},
+                          "repetition_penalty", "must be in (0,")
+        self.expect_error(400, {"model": m, "prompt": "hi", "min_p": 1}, "min_p",
+                          "must be in [0, 1)")
+        self.expect_error(400, {"model": m, "prompt": "hi", "min_p": -0.1}, "min_p",
+                          "-0.1; it must be in [0, 1)")
         self.expect_error(400, {"model": m, "prompt": "hi", "n": 0}, "n", "between 1 and 16")
         self.expect_error(400, {"model": m, "prompt": "hi", "stop": ["a", 3]}, "stop",
                           "entry 1 must be a non-empty string")

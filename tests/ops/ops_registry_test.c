@@ -42,7 +42,8 @@ static void test_registry_entries_are_well_formed(void **state) {
 }
 
 /* docs/ops.md: the *_backward ops, optimizer updates, clipping and
- * the KV-cache writes and paged_attention (inference only) have no gradient; everything else has one. */
+ * the KV-cache writes, paged_attention and the sampling ops (inference only) have no
+ * gradient; everything else has one. */
 static void test_registry_gradient_rules(void **state) {
   (void)state;
   static const char *const no_grad[] = {
@@ -54,7 +55,7 @@ static void test_registry_gradient_rules(void **state) {
       "vocab_ce_sums_backward", "vocab_ce_loss_backward",
       "adamw_update",       "sgd_update",         "adafactor_update",
       "clip_by_global_norm", "global_norm_scale", "kv_cache_write",
-      "paged_kv_write",     "paged_attention"};
+      "paged_kv_write",     "paged_attention",   "sample",             "top_logprobs"};
   for (uint32_t i = 0; i < ty_op_count(); ++i) {
     const ty_op_def_t *def = ty_op_at(i);
     bool listed = false;

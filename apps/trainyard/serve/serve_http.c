@@ -282,6 +282,10 @@ static bool ty_srv_generation(ty_server_t *s, const ty_api_request_t *q, ty_srv_
   g->sampling.temperature = q->temperature > 0 ? q->temperature : 1.0;
   g->sampling.top_p = q->top_p;
   g->sampling.top_k = q->top_k;
+  g->sampling.min_p = q->min_p;
+  g->sampling.presence_penalty = q->presence_penalty;
+  g->sampling.frequency_penalty = q->frequency_penalty;
+  g->sampling.repetition_penalty = q->repetition_penalty;
   uint64_t seed = q->seed;
   if (!q->has_seed) {
     struct timespec ts;

@@ -250,9 +250,7 @@ static bool ty_parse_stop(json_t *v, ty_api_request_t *r, ty_api_error_t *e) {
 /* Fields a client may send with their default value only. */
 static bool ty_default_only(const char *key, json_t *v, ty_api_error_t *e) {
   bool fine = json_is_null(v);
-  if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
-    fine = fine || (json_is_number(v) && json_number_value(v) == 0);
-  } else if (!strcmp(key, "logit_bias")) {
+  if (!strcmp(key, "logit_bias")) {
     fine = fine || (json_is_object(v) && json_object_size(v) == 0);
   } else if (!strcmp(key, "echo") || !strcmp(key, "parallel_tool_calls")) {
     fine = fine || json_is_false(v);
@@ -276,7 +274,7 @@ static bool ty_default_only(const char *key, json_t *v, ty_api_error_t *e) {
 static const char *const ty_common_keys[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream",
     "stream_options", "logprobs", "user", "presence_penalty", "frequency_penalty", "logit_bias",
-    "return_token_ids", "ignore_eos", NULL};
+    "return_token_ids", "ignore_eos", "repetition_penalty", "min_p", NULL};
 static const char *const ty_completion_keys[] = {"prompt", "echo", "best_of", "suffix", NULL};
 static const char *const ty_chat_keys[] = {
     "messages", "top_logprobs", "max_completion_tokens", "tools", "tool_choice", "functions",
@@ -326,6 +324,20 @@ static bool ty_parse_fields(json_t *root, ty_api_kind_t kind, ty_api_request_t *
       if (!ty_get_number(v, key, 0, 2, false, &r->temperature, e)) return false;
     } else if (!strcmp(key, "top_p")) {
       if (!ty_get_number(v, key, 0, 1, true, &r->top_p, e)) return false;
+    } else if (!strcmp(key, "presence_penalty")) {
+      if (!ty_get_number(v, key, -2, 2, false, &r->presence_penalty, e)) return false;
+    } else if (!strcmp(key, "frequency_penalty")) {
+      if (!ty_get_number(v, key, -2, 2, false, &r->frequency_penalty, e)) return false;
+    } else if (!strcmp(key, "repetition_penalty")) {
+      /* vLLM's extension: > 0, 1 is off; the cap only keeps it finite. */
+      if (!ty_get_number(v, key, 0, 1e6, true, &r->repetition_penalty, e)) return false;
+    } else if (!strcmp(key, "min_p")) {
+      /* vLLM's extension: [0, 1); 1 would keep only exact ties of the top token. */
+      if (!json_is_number(v)) return TY_BAD(e, key, "'min_p' must be a number");
+      r->min_p = json_number_value(v);
+      if (!(r->min_p >= 0 && r->min_p < 1)) {
+        return TY_BAD(e, key, "'min_p' is %g; it must be in [0, 1)", r->min_p);
+      }
     } else if (!strcmp(key, "top_k")) {
       if (!ty_get_int(v, key, -1, INT32_MAX, &r->top_k, e)) return false;
       if (r->top_k < 0) r->top_k = 0;
@@ -388,6 +400,7 @@ bool ty_api_request_parse(const char *body, size_t size, ty_api_kind_t kind,
   r->max_tokens = -1;
   r->temperature = 1.0;
   r->top_p = 1.0;
+  r->repetition_penalty = 1.0;
   r->n = 1;
   json_error_t error;
   json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, &error);

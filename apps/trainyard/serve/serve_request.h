@@ -64,6 +64,10 @@ typedef struct ty_api_request_t {
   double temperature;   /* 0..2; 0 is greedy */
   double top_p;         /* (0, 1] */
   int64_t top_k;        /* 0: all (-1 is accepted as all too) */
+  double min_p;              /* [0, 1); 0: off (vLLM's extension) */
+  double presence_penalty;   /* [-2, 2] (OpenAI's range); 0: off */
+  double frequency_penalty;  /* [-2, 2]; 0: off */
+  double repetition_penalty; /* > 0; 1: off (vLLM's extension) */
   bool has_seed;
   uint64_t seed;
   char *stop[TY_API_MAX_STOP];
