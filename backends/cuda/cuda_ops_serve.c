@@ -4,7 +4,7 @@
  * and its parameter list: the ty_dev_arg_* calls under it follow it exactly.
  * The ops' shapes are checked by their infer functions before a builder
  * runs; what the kernels cannot take (a head dim over TY_PA_MAX_D) is
- * refused here by name. */
+ * refused by name in ty_cu_op_check (cuda_ops.c). */
 #include <math.h>
 
 #include "cuda_ops.h"
@@ -45,12 +45,6 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   const int64_t NB = kp->dims[0], BS = kp->dims[1], Hkv = kp->dims[2];
   const int64_t S = tab->dims[0], MB = tab->dims[1];
   if (N * Hq * D == 0) return;
-  if (D > TY_PA_MAX_D) {
-    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
-                "paged_attention: head dim %lld is over the cuda kernel's %d; use --fallback cpu",
-                (long long)D, TY_PA_MAX_D);
-    return;
-  }
   const double scale = ty_desc_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D));
   int64_t window = ty_desc_node_attr_int(b->node, "window", 0);
   int64_t span = MB * BS;

@@ -49,13 +49,10 @@ def cuda_usable():
     return "cuda" in [b["name"] for b in devices_json()["backends"]]
 
 
-# cuda runs every op of the op set, the memory levers' ops included, but the
-# collective ops (which it refuses by name until it runs them on its NCCL
-# communicator) and, pending, the paged KV cache ops of issue 29 (refused by
-# name until their cuda kernels land; the check fails once they run, so this
-# entry goes with them).
-PAGED_KV_PENDING = frozenset({"paged_kv_write", "paged_attention"})
-CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS | PAGED_KV_PENDING
+# cuda runs every op of the op set, the memory levers' ops and issue 29's
+# serving ops included, but the collective ops (which it refuses by name
+# until it runs them on its NCCL communicator).
+CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS
 
 
 class DevicesTest(unittest.TestCase):

@@ -16,18 +16,7 @@
  * other rows: batch invariance. */
 #include "vec.cuh"
 
-/* The params columns (spec: TY_SAMPLE_P_*; the op's shared header defines
- * them once the op lands, these are the same numbers). */
-#ifndef TY_SAMPLE_P_TEMPERATURE
-#define TY_SAMPLE_P_TEMPERATURE 0
-#define TY_SAMPLE_P_TOP_K 1
-#define TY_SAMPLE_P_TOP_P 2
-#define TY_SAMPLE_P_MIN_P 3
-#define TY_SAMPLE_P_REPETITION 4
-#define TY_SAMPLE_P_PRESENCE 5
-#define TY_SAMPLE_P_FREQUENCY 6
-#define TY_SAMPLE_P_COUNT 7
-#endif
+#include "trainyard/sample_params.h"
 
 #define TY_SAMPLE_THREADS 512
 
@@ -37,6 +26,9 @@
 __device__ inline bool ty_before(float xa, long long ia, float xb, long long ib) {
   return xa > xb || (xa == xb && ia < ib);
 }
+
+/* A NaN logit never wins the argmax (the reference skips it too). */
+__device__ inline float ty_rank_value(float x) { return isnan(x) ? -INFINITY : x; }
 
 __device__ inline void ty_block_argmax(float *x, long long *id, float *sx, long long *sid) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -126,9 +118,9 @@ __device__ inline bool ty_within(uint32_t wb, long long v, uint32_t W, long long
 /* The splitmix64 draw number `counter` of the stream that starts at `seed`
  * (models/sampler.c ty_next_uniform), in [0, 1). */
 __device__ inline double ty_splitmix_uniform(unsigned long long seed, unsigned long long counter) {
-  unsigned long long z = seed + (counter + 1ull) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  unsigned long long z = seed + (counter + 1ull) * (unsigned long long)TY_SAMPLE_GOLDEN;
+  z = (z ^ (z >> 30)) * (unsigned long long)TY_SAMPLE_MIX1;
+  z = (z ^ (z >> 27)) * (unsigned long long)TY_SAMPLE_MIX2;
   z ^= z >> 31;
   return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
@@ -164,7 +156,10 @@ extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *p
   else if (!(topk >= 0.0f) || !isfinite(topk) || topk != floorf(topk)) bad = TY_SAMPLE_P_TOP_K;
   else if (!(topp > 0.0f && topp <= 1.0f)) bad = TY_SAMPLE_P_TOP_P;
   else if (!(minp >= 0.0f && minp < 1.0f)) bad = TY_SAMPLE_P_MIN_P;
-  else if (!(pr[TY_SAMPLE_P_REPETITION] > 0.0f)) bad = TY_SAMPLE_P_REPETITION;
+  else if (!(pr[TY_SAMPLE_P_REPETITION] > 0.0f) || !isfinite(pr[TY_SAMPLE_P_REPETITION]))
+    bad = TY_SAMPLE_P_REPETITION;
+  else if (!isfinite(pr[TY_SAMPLE_P_PRESENCE])) bad = TY_SAMPLE_P_PRESENCE;
+  else if (!isfinite(pr[TY_SAMPLE_P_FREQUENCY])) bad = TY_SAMPLE_P_FREQUENCY;
   if (bad >= 0) { /* the same verdict in every thread */
     if (tid == 0) ty_fail(err, node, TY_ERR_SAMPLE_PARAM, i, bad, (long long)__float_as_uint(pr[bad]));
     return;
@@ -174,7 +169,7 @@ extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *p
   __syncthreads();
   for (long long k = tid; h && k < L; k += nt) {
     if (h[k] < -1 || h[k] >= V) {
-      ty_fail(err, node, TY_ERR_SAMPLE_PARAM, i, TY_SAMPLE_P_COUNT, h[k]);
+      ty_fail(err, node, TY_ERR_SAMPLE_PARAM, i, TY_SAMPLE_P_HISTORY, h[k]);
       bad_sh = 1;
     }
   }
@@ -199,8 +194,8 @@ extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *p
     rmax = fmaxf(rmax, r);
     const float xv = cnt ? ty_penalise(r, cnt[v], pr) : r;
     x[v] = xv;
-    if (ty_before(xv, v, bx, bi)) {
-      bx = xv;
+    if (ty_before(ty_rank_value(xv), v, bx, bi)) {
+      bx = ty_rank_value(xv);
       bi = v;
     }
   }
@@ -213,7 +208,10 @@ extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *p
   long long chosen = bi;
   if (T > 0.0f) {
     /* weights; x's max has w = 1 exactly */
-    for (long long v = tid; v < V; v += nt) x[v] = expf((x[v] - bx) / T);
+    for (long long v = tid; v < V; v += nt) {
+      const float w = expf((x[v] - bx) / T);
+      x[v] = isnan(w) ? 0.0f : w; /* as the reference: a NaN weighs nothing */
+    }
     __syncthreads();
     /* top_k: the k-th candidate (Wk, Ik) */
     uint32_t Wk = 0;
