@@ -87,8 +87,5 @@ bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *r
 #define TY_DEV_OP(op, builder, accept) void ty_ocl_build_##builder(ty_ocl_build_t *b);
 #define TY_DEV_CORE_OP(op, function, accept)
 #include "trainyard/device_op_list.h"
-/* opencl's own (ocl_ops.c, ocl_ops_nn.c): the paged KV cache, issue 29. */
-void ty_ocl_build_paged_kv_write(ty_ocl_build_t *b);
-void ty_ocl_build_paged_attention(ty_ocl_build_t *b);
 
 #endif /* TY_BACKENDS_OPENCL_OCL_EXEC_H_ */

@@ -10,15 +10,11 @@
 #include "trainyard/op_shapes.h"
 #include "ocl_exec.h"
 
-/* The ops both GPU backends build (device_op_list.h), then opencl's own:
- * the paged KV cache ops, which move to device_op_list.h once the cuda
- * plugin builds them too (issue 29). */
+/* The ops both GPU backends build (device_op_list.h), then opencl's own. */
 #define TY_DEV_OP(op, builder, accept) {#op, ty_ocl_build_##builder, TY_DESC_ACCEPT_##accept},
 #define TY_DEV_CORE_OP(op, function, accept) {#op, function, TY_DESC_ACCEPT_##accept},
 const ty_dev_op_t ty_ocl_ops[] = {
 #include "trainyard/device_op_list.h"
-    {"paged_kv_write", ty_ocl_build_paged_kv_write, TY_DESC_ACCEPT_MOVE},
-    {"paged_attention", ty_ocl_build_paged_attention, TY_DESC_ACCEPT_COMPUTE},
     {NULL, NULL, TY_DESC_ACCEPT_MOVE},
 };
 
