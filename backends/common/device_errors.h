@@ -23,7 +23,9 @@
   X(TY_ERR_SGD_NESTEROV, 7) /* momentum's f32 bits */                           \
   X(TY_ERR_ADAFACTOR, 8)    /* step, beta1's f32 bits */                      \
   X(TY_ERR_PAGED_SLOT, 9)   /* row, slot, NB*BS slots */                        \
-  X(TY_ERR_PAGED_ROW, 10)   /* row*4 + TY_PAGED_BAD_*, the bad value, its bound */
+  X(TY_ERR_PAGED_ROW, 10)   /* row*4 + TY_PAGED_BAD_*, the bad value, its bound */ \
+  X(TY_ERR_SAMPLE_PARAM, 11) /* row, column (TY_SAMPLE_P_*; TY_SAMPLE_P_HISTORY: \
+                                a history id), value (a param's f32 bits; the id) */
 
 /* What TY_ERR_PAGED_ROW found wrong in paged_attention's row (the low two
  * bits of its first detail): row_seq outside [-1, S), row_pos outside

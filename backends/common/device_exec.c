@@ -291,6 +291,20 @@ ty_abi_status_t ty_dev_data_error(const ty_dev_exec_t *x, const void *error_buff
       }
       break;
     }
+    case TY_ERR_SAMPLE_PARAM: {
+      static const char *const col[] = {
+          "temperature (>= 0, finite)", "top_k (an integer >= 0)", "top_p (in (0, 1])",
+          "min_p (in [0, 1))", "repetition penalty (> 0)", "presence penalty",
+          "frequency penalty"};
+      if (b >= 0 && b < 7) {
+        snprintf(what, sizeof(what), "sample: row %lld: %s is %g", a, col[b],
+                 (double)ty_dev_f32_bits(c));
+      } else {
+        snprintf(what, sizeof(what), "sample: row %lld: history id %lld is outside [-1, V)", a,
+                 c);
+      }
+      break;
+    }
     default:
       snprintf(what, sizeof(what), "unknown device error code %d", (int)code);
       break;

@@ -11,6 +11,7 @@
 
 #include "trainyard/op_shapes.h"
 #include "cuda_ops.h"
+#include "kernels/paged_shapes.h"
 #include "trainyard/dtype.h"
 
 /* The ops both GPU backends build (device_op_list.h), then cuda's own. */
@@ -33,6 +34,9 @@ const ty_dev_op_t ty_cu_ops[] = {
     {"vocab_ce_sums_backward", ty_cu_build_vocab_ce_sums, TY_DESC_ACCEPT_COMPUTE},
     {"vocab_ce_loss", ty_cu_build_vocab_ce_loss, TY_DESC_ACCEPT_COMPUTE},
     {"vocab_ce_loss_backward", ty_cu_build_vocab_ce_loss, TY_DESC_ACCEPT_COMPUTE},
+    /* Serving (issue 29), cuda_ops_serve.c. */
+    {"sample", ty_cu_build_sample, TY_DESC_ACCEPT_COMPUTE},
+    {"top_logprobs", ty_cu_build_top_logprobs, TY_DESC_ACCEPT_COMPUTE},
     {NULL, NULL, TY_DESC_ACCEPT_MOVE},
 };
 
@@ -51,7 +55,8 @@ static const struct {
     {"rope", false},               {"rope_backward", false}, {"dropout", false},
     {"dropout_backward", false},   {"clip_by_global_norm", true},
     {"linear_cross_entropy", true}, {"linear_cross_entropy_backward", false},
-    {"adafactor_update", true},
+    {"adafactor_update", true},    {"paged_attention", false}, {"sample", true},
+    {"top_logprobs", true},
 };
 
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
@@ -60,6 +65,14 @@ bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *re
     return ty_cu_attention_check(g, node, reason, capacity);
   }
   if (strncmp(node->op, "vocab_", 6) == 0) return ty_cu_vocab_check(g, node, reason, capacity);
+  if (strcmp(node->op, "paged_attention") == 0) {
+    const ty_abi_value_t *q = &g->values[node->inputs[0]];
+    if (q->rank == 3 && q->dims[2] > TY_PA_MAX_D) {
+      snprintf(reason, capacity, "paged_attention head_dim %lld is above the cuda kernel's %d",
+               (long long)q->dims[2], TY_PA_MAX_D);
+      return false;
+    }
+  }
   for (size_t i = 0; i < sizeof(ty_cu_float_ops) / sizeof(ty_cu_float_ops[0]); ++i) {
     if (strcmp(node->op, ty_cu_float_ops[i].op) != 0) continue;
     /* clip_by_global_norm: every gradient (inputs 1..n). */

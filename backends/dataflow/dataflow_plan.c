@@ -224,13 +224,18 @@ ty_abi_status_t df_classify(const ty_abi_graph_t *g, df_plan_t *plan, uint32_t *
     has_opt = has_opt || df_is_optimizer(node->op);
   }
   ty_abi_status_t st = NULL;
-  /* State may change only through an optimizer update or a KV-cache write:
-   * anything else (a gradient accumulator) is state carried between calls
-   * that are not whole steps. */
+  /* State may change only through an optimizer update or a KV-cache write
+   * (kv_cache_write, or the paged pool's paged_kv_write, which an inference
+   * graph runs like any op, through the cpu kernels): anything else (a
+   * gradient accumulator) is state carried between calls that are not whole
+   * steps. */
   for (uint32_t u = 0; u < g->update_count && !st; ++u) {
     uint32_t p = producer[g->updates[u].value];
     const char *op = p == UINT32_MAX ? "a copy" : g->nodes[p].op;
-    if (p != UINT32_MAX && (df_is_optimizer(op) || strcmp(op, "kv_cache_write") == 0)) continue;
+    if (p != UINT32_MAX && (df_is_optimizer(op) || strcmp(op, "kv_cache_write") == 0 ||
+                            strcmp(op, "paged_kv_write") == 0)) {
+      continue;
+    }
     st = ty_plugin_error(
         TY_CODE_FAILED_PRECONDITION,
         "dataflow: graph %.12s updates state '%s' with %s outside an optimizer update: the "

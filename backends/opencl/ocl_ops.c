@@ -10,8 +10,7 @@
 #include "trainyard/op_shapes.h"
 #include "ocl_exec.h"
 
-/* The ops both GPU backends build (device_op_list.h); opencl builds no
- * others. */
+/* The ops both GPU backends build (device_op_list.h), then opencl's own. */
 #define TY_DEV_OP(op, builder, accept) {#op, ty_ocl_build_##builder, TY_DESC_ACCEPT_##accept},
 #define TY_DEV_CORE_OP(op, function, accept) {#op, function, TY_DESC_ACCEPT_##accept},
 const ty_dev_op_t ty_ocl_ops[] = {
@@ -21,6 +20,14 @@ const ty_dev_op_t ty_ocl_ops[] = {
 
 bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                      size_t capacity) {
+  if (strcmp(node->op, "paged_attention") == 0) {
+    const ty_abi_value_t *q = &g->values[node->inputs[0]];
+    if (q->rank != 3 || q->dims[2] > TY_OCL_ATT_MAXD) {
+      snprintf(reason, capacity, "paged_attention head_dim %lld is above the opencl kernel's %d",
+               q->rank == 3 ? (long long)q->dims[2] : -1LL, TY_OCL_ATT_MAXD);
+      return false;
+    }
+  }
   if (strncmp(node->op, "attention", 9) == 0) {
     if (ty_desc_node_attr_int(node, "causal", 1) != 1) {
       snprintf(reason, capacity,
@@ -206,6 +213,26 @@ void ty_ocl_build_kv_cache_write(ty_ocl_build_t *b) {
   if (n == 0) return;
   ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_kv_write");
   ty_dev_args_kv_write(b, c);
+  ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
+}
+
+/* pool' = pool with the rows of new at their slots (issue 29). */
+void ty_ocl_build_paged_kv_write(ty_ocl_build_t *b) {
+  const ty_abi_value_t *pool = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
+  const size_t es = ty_ocl_esize(pool);
+  /* pool' = pool first, unless the plan put pool' in pool's storage. */
+  ty_ocl_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(pool) * es);
+  const int64_t n = ty_dev_numel(fresh);
+  if (n == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_VIEWS, "ty_paged_kv_write");
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_in(b, c, 2);
+  ty_dev_arg_i32(b, c, (int32_t)es);
+  ty_dev_arg_i64(b, c, pool->dims[0] * pool->dims[1]);
+  ty_dev_arg_i64(b, c, fresh->dims[1] * fresh->dims[2]);
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_err(b, c);
   ty_ocl_grid1(c, (uint64_t)n, TY_OCL_WG);
 }
 

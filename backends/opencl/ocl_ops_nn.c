@@ -1,5 +1,5 @@
 /* Launch builders of the neural-network ops: activations, dropout, norms,
- * softmax, cross-entropy, RoPE and attention (kernels in
+ * softmax, cross-entropy, RoPE, attention and paged attention (kernels in
  * kernels/elementwise.cl, norm.cl, softmax.cl, rope.cl, attention.cl). */
 #include <math.h>
 #include <string.h>
@@ -241,4 +241,26 @@ void ty_ocl_build_attention(ty_ocl_build_t *b) {
   ty_dev_arg_out(b, c, 2);
   ty_ocl_att_tail(b, c, q, k);
   ty_ocl_grid1(c, (uint64_t)(B * S * Hkv) * TY_OCL_ATT_WG, TY_OCL_ATT_WG);
+}
+
+/* paged_attention(q, k_pool, v_pool, block_table, row_seq, row_pos) -> out:
+ * one work-group per (row, query head), kernels/attention.cl. */
+void ty_ocl_build_paged_attention(ty_ocl_build_t *b) {
+  const ty_abi_value_t *q = ty_dev_vin(b, 0), *k = ty_dev_vin(b, 1), *table = ty_dev_vin(b, 3);
+  const int64_t N = q->dims[0], Hq = q->dims[1], D = q->dims[2];
+  if (N * Hq * D == 0) return;
+  ty_ocl_cmd_t *c = ty_ocl_launch(b, TY_OCL_FAM_ATTENTION, "ty_paged_attention");
+  for (uint32_t i = 0; i < 6; ++i) ty_dev_arg_in(b, c, i);
+  ty_dev_arg_out(b, c, 0);
+  ty_dev_arg_i64(b, c, Hq);
+  ty_dev_arg_i64(b, c, k->dims[2]);
+  ty_dev_arg_i64(b, c, D);
+  ty_dev_arg_i64(b, c, k->dims[0]);
+  ty_dev_arg_i64(b, c, k->dims[1]);
+  ty_dev_arg_i64(b, c, table->dims[0]);
+  ty_dev_arg_i64(b, c, table->dims[1]);
+  ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D)));
+  ty_dev_arg_i64(b, c, ty_desc_node_attr_int(b->node, "window", 0));
+  ty_dev_arg_err(b, c);
+  ty_ocl_grid1(c, (uint64_t)(N * Hq) * TY_OCL_ATT_WG, TY_OCL_ATT_WG);
 }

@@ -325,6 +325,35 @@ static const ty_conform_case_t ty_cases[] = {
        "0>0", EXACT),
     CX("kv_cache_write", "tail", "F[2,8,1,4] F[2,3,1,4] i64[]:val=5", "", NULL, NULL, EXACT),
 
+    /* ---- paged KV cache (issue 29): slots and block tables spelled out;
+     * blocks shuffled and not contiguous, -1 for padding rows and for table
+     * entries no row reads ---- */
+    CX("paged_kv_write", "slots-bs5", "F[6,5,2,8] F[4,2,8] i64[4]:list=13,-1,0,29", "", NULL,
+       NULL, EXACT),
+    CX("paged_kv_write", "in-place-bs16", "F[4,16,2,8] F[5,2,8] i64[5]:list=17,-1,63,0,40", "",
+       NULL, "0>0", EXACT),
+    /* a prefill chunk of sequence 0 (positions 9..12) mixed with decode rows
+     * of sequences 1 and 2, an early position of 2 and a padding row */
+    CX("paged_attention", "mixed-bs5-gqa",
+       "F[8,4,8] F[9,5,2,8] F[9,5,2,8] i64[3,5]:list=7,2,5,-1,-1,0,-1,-1,-1,-1,8,3,1,6,-1 "
+       "i64[8]:list=0,2,-1,0,1,0,2,0 i64[8]:list=9,15,0,10,4,11,1,12",
+       "", NULL, NULL, RED),
+    /* decode rows only, one of them 31 keys long across two blocks */
+    CX("paged_attention", "decode-bs16-gqa",
+       "F[3,4,16] F[6,16,2,16] F[6,16,2,16] i64[3,2]:list=5,0,2,-1,4,3 i64[3]:list=2,0,1 "
+       "i64[3]:list=30,20,9",
+       "", NULL, NULL, RED),
+    /* a whole 7-token prompt (positions 0..6) and a decode row, Hq 2 : Hkv 1 */
+    CX("paged_attention", "prefill-bs5",
+       "F[8,2,8] F[5,5,1,8] F[5,5,1,8] i64[2,3]:list=3,0,-1,1,4,-1 "
+       "i64[8]:list=0,0,0,0,0,0,0,1 i64[8]:list=0,1,2,3,4,5,6,8",
+       "", NULL, NULL, RED),
+    /* heads 2 : 2, a window of 3 that crosses a block boundary (15..17) */
+    CX("paged_attention", "window-bs16-mha",
+       "F[4,2,16] F[4,16,2,16] F[4,16,2,16] i64[2,3]:list=3,1,-1,0,-1,-1 i64[4]:list=1,0,0,-1 "
+       "i64[4]:list=6,17,19,0",
+       "window=3 scale=0.3", NULL, NULL, RED),
+
     /* ---- collectives: one process is world 1, where both are the identity
      * (ops/op_collective.c); the multi-rank results are checked by the
      * distributed tests ---- */

@@ -64,12 +64,17 @@ static ty_status_t ty_conform_round(ty_dtype_t dtype, double *v, int64_t n) {
 
 typedef enum {
   TY_GEN_DEFAULT, TY_GEN_UNIFORM, TY_GEN_AWAY, TY_GEN_IDS, TY_GEN_TGT,
-  TY_GEN_SEQ, TY_GEN_VAL, TY_GEN_RNG,
+  TY_GEN_SEQ, TY_GEN_VAL, TY_GEN_RNG, TY_GEN_LIST,
 } ty_gen_kind_t;
+
+/* Most values a `list=` generator spells out. */
+#define TY_GEN_LIST_MAX 48
 
 typedef struct {
   ty_gen_kind_t kind;
   double a, b;
+  uint32_t list_count; /* TY_GEN_LIST: the values, one per element */
+  double list[TY_GEN_LIST_MAX];
 } ty_gen_t;
 
 #define TY_CASE_ERROR(inst, ...) ty_conform_case_error((inst)->test_case, __VA_ARGS__)
@@ -139,10 +144,23 @@ static ty_status_t ty_conform_attr_parse(const ty_conform_case_t *c, const char 
 
 static ty_status_t ty_conform_gen_parse(const ty_conform_case_t *c, const char *g,
                                         ty_gen_t *out) {
-  *out = (ty_gen_t){TY_GEN_DEFAULT, 0, 0};
+  *out = (ty_gen_t){TY_GEN_DEFAULT, 0, 0, 0, {0}};
   if (!g) return TY_OK;
   char *end;
-  if (strncmp(g, "u=", 2) == 0) {
+  if (strncmp(g, "list=", 5) == 0) {
+    /* Structured index inputs (block tables, slots, positions): the case
+     * spells every element out. */
+    out->kind = TY_GEN_LIST;
+    for (const char *p = g + 5;;) {
+      if (out->list_count == TY_GEN_LIST_MAX) {
+        return ty_conform_case_error(c, "generator '%s' has over %d values", g, TY_GEN_LIST_MAX);
+      }
+      out->list[out->list_count++] = strtod(p, &end);
+      if (end == p) return ty_conform_case_error(c, "bad generator '%s' (list=a,b,...)", g);
+      if (*end != ',') break;
+      p = end + 1;
+    }
+  } else if (strncmp(g, "u=", 2) == 0) {
     out->kind = TY_GEN_UNIFORM;
     out->a = strtod(g + 2, &end);
     if (*end != ',') return ty_conform_case_error(c, "bad generator '%s' (u=a,b)", g);
@@ -181,7 +199,7 @@ static ty_status_t ty_conform_input_parse(ty_conform_instance_t *inst, uint32_t 
                                           const char *token, ty_gen_t *gen) {
   ty_conform_value_t *v = &inst->inputs[index];
   snprintf(v->name, sizeof(v->name), "x%u", index);
-  *gen = (ty_gen_t){TY_GEN_DEFAULT, 0, 0};
+  *gen = (ty_gen_t){TY_GEN_DEFAULT, 0, 0, 0, {0}};
   if (strcmp(token, "-") == 0) return TY_OK;
   const char *bracket = strchr(token, '[');
   const char *close = bracket ? strchr(bracket, ']') : NULL;
@@ -212,7 +230,14 @@ static ty_status_t ty_conform_input_parse(ty_conform_instance_t *inst, uint32_t 
     p = *end == ',' ? end + 1 : end;
   }
   v->present = true;
-  if (close[1] == ':') return ty_conform_gen_parse(inst->test_case, close + 2, gen);
+  if (close[1] == ':') {
+    TY_RETURN_IF_ERROR(ty_conform_gen_parse(inst->test_case, close + 2, gen));
+    if (gen->kind == TY_GEN_LIST && (int64_t)gen->list_count != v->count) {
+      return TY_CASE_ERROR(inst, "'%s' lists %u values for %lld elements", token,
+                           gen->list_count, (long long)v->count);
+    }
+    return TY_OK;
+  }
   if (close[1]) return TY_CASE_ERROR(inst, "bad input spec '%s'", token);
   return TY_OK;
 }
@@ -237,6 +262,7 @@ static void ty_conform_generate(const ty_gen_t *gen, ty_conform_value_t *v, uint
         break;
       case TY_GEN_SEQ: x[i] = gen->a + (double)i; break;
       case TY_GEN_VAL: x[i] = gen->a; break;
+      case TY_GEN_LIST: x[i] = gen->list[i]; break;
       case TY_GEN_RNG:
         x[i] = i == 0 ? (double)(ty_conform_mix(rng) >> 12) : floor(1000.0 * u);
         break;
@@ -538,7 +564,7 @@ static ty_status_t ty_conform_make_seed(ty_conform_instance_t *inst, uint32_t d,
   }
   v->values = malloc((size_t)(v->count ? v->count : 1) * sizeof(double));
   if (!v->values) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "conform: out of memory");
-  ty_gen_t gen = {TY_GEN_DEFAULT, 0, 0};
+  ty_gen_t gen = {TY_GEN_DEFAULT, 0, 0, 0, {0}};
   ty_conform_generate(&gen, v, rng);
   return ty_conform_round(v->dtype, v->values, v->count);
 }
@@ -551,7 +577,7 @@ ty_status_t ty_conform_instance_init(const ty_conform_case_t *c, ty_dtype_t dtyp
   inst->seed = seed;
   for (uint32_t j = 0; j < TY_CONFORM_MAX_OUTPUTS; ++j) inst->update_of[j] = UINT32_MAX;
   if (!ty_op_lookup(c->op)) return TY_CASE_ERROR(inst, "unknown op");
-  char tok[96];
+  char tok[160];
   const char *p = c->attrs;
   while (p && ty_next_token(&p, tok, sizeof(tok))) {
     TY_RETURN_IF_ERROR(ty_conform_attr_parse(c, tok, &inst->attrs));

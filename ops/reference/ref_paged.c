@@ -71,8 +71,10 @@ ty_status_t ty_ref_paged_attention(const ty_ref_paged_shape_t *s, const double *
                                    const double *k_pool, const double *v_pool,
                                    const int64_t *table, const int64_t *row_seq,
                                    const int64_t *row_pos, double *out) {
-  if (s->rows < 0 || s->q_heads <= 0 || s->kv_heads <= 0 || s->head_dim <= 0 ||
-      s->block_size <= 0 || s->q_heads % s->kv_heads != 0 || s->window < 0 ||
+  /* Empty tensors are fine (nothing to compute); a row that is not padding
+   * with BS or MB zero fails its position check before any division. */
+  if (s->rows < 0 || s->q_heads < 0 || s->kv_heads <= 0 || s->head_dim < 0 ||
+      s->block_size < 0 || s->q_heads % s->kv_heads != 0 || s->window < 0 ||
       !(s->scale > 0)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "paged_attention: bad shape (rows=%lld, Hq=%lld, Hkv=%lld, D=%lld, "

@@ -478,12 +478,111 @@ static void test_data_errors_name_the_node(void **state) {
   ty_registry_destroy(r);
 }
 
+/* ---- batch invariance of paged_attention (issue 29) ---- */
+
+enum { PA_NB = 9, PA_BS = 5, PA_HKV = 2, PA_HQ = 4, PA_D = 8, PA_S = 3, PA_MB = 5, PA_N = 8 };
+#define PA_POOL (PA_NB * PA_BS * PA_HKV * PA_D)
+#define PA_ROW (PA_HQ * PA_D)
+
+/* Runs paged_attention over `n` rows (q: n rows, seq/pos: n values) on
+ * `dev` in `dt` storage and reads out (n rows) back. */
+static void run_paged(ty_device_t *dev, ty_dtype_t dt, int64_t n, const void *q, const void *k,
+                      const void *v, const int64_t *table, const int64_t *seq,
+                      const int64_t *pos, void *out) {
+  const int64_t q_d[3] = {n, PA_HQ, PA_D}, pool_d[4] = {PA_NB, PA_BS, PA_HKV, PA_D};
+  const int64_t tab_d[2] = {PA_S, PA_MB}, n_d[1] = {n};
+  const size_t es = ty_dtype_size(dt);
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_value_id_t in[6], y;
+  TY_EXPECT_OK(ty_graph_add_input(g, "q", dt, 3, q_d, &in[0]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "k", dt, 4, pool_d, &in[1]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "v", dt, 4, pool_d, &in[2]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "table", TY_DTYPE_I64, 2, tab_d, &in[3]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "seq", TY_DTYPE_I64, 1, n_d, &in[4]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "pos", TY_DTYPE_I64, 1, n_d, &in[5]));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "paged_attention", in, 6, NULL, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "out"));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  TY_EXPECT_OK(ty_session_bind(s, "q", dt, 3, q_d, q, (size_t)(n * PA_ROW) * es));
+  TY_EXPECT_OK(ty_session_bind(s, "k", dt, 4, pool_d, k, PA_POOL * es));
+  TY_EXPECT_OK(ty_session_bind(s, "v", dt, 4, pool_d, v, PA_POOL * es));
+  TY_EXPECT_OK(ty_session_bind(s, "table", TY_DTYPE_I64, 2, tab_d, table,
+                               PA_S * PA_MB * sizeof(int64_t)));
+  TY_EXPECT_OK(ty_session_bind(s, "seq", TY_DTYPE_I64, 1, n_d, seq, (size_t)n * sizeof(int64_t)));
+  TY_EXPECT_OK(ty_session_bind(s, "pos", TY_DTYPE_I64, 1, n_d, pos, (size_t)n * sizeof(int64_t)));
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "out", out, (size_t)(n * PA_ROW) * es));
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+}
+
+/* docs/ops.md: a row's paged_attention result depends only on its own q,
+ * sequence and position, so a device gives it the same bits whatever step
+ * it is packed into: alone (N = 1), in the full step, or with the step's
+ * rows in reverse order. On TY_TEST_KERNELS_DEVICE when set. */
+static void test_paged_attention_batch_invariant(void **state) {
+  (void)state;
+  if (skipped("paged_attention")) {
+    print_message("skipped: TY_TEST_KERNELS_SKIP lists paged_attention for this device\n");
+    return;
+  }
+  ty_test_rng_init(&g_rng, ty_test_seed());
+  ty_registry_t *r = open_registry(TY_TEST_PLUGIN_DIR);
+  const char *other = getenv("TY_TEST_KERNELS_DEVICE");
+  const char *uri = other && other[0] ? other : "cpu?kernels=fast-only&threads=3";
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  static const int64_t table[PA_S * PA_MB] = {7, 2, 5, -1, -1, 0, -1, -1, -1, -1, 8, 3, 1, 6, -1};
+  static const int64_t seq[PA_N] = {0, 2, -1, 0, 1, 0, 2, 0};
+  static const int64_t pos[PA_N] = {9, 15, 0, 10, 4, 11, 1, 12};
+  const ty_dtype_t dts[2] = {TY_DTYPE_F32, TY_DTYPE_BF16};
+  for (int t = 0; t < 2; ++t) {
+    const ty_dtype_t dt = dts[t];
+    const size_t es = ty_dtype_size(dt);
+    unsigned char *q = malloc(PA_N * PA_ROW * es), *k = malloc(PA_POOL * es);
+    unsigned char *v = malloc(PA_POOL * es), *all = malloc(PA_N * PA_ROW * es);
+    unsigned char *rev_q = malloc(PA_N * PA_ROW * es), *rev = malloc(PA_N * PA_ROW * es);
+    unsigned char *one = malloc(PA_ROW * es);
+    assert_true(q && k && v && all && rev_q && rev && one);
+    for (int64_t i = 0; i < PA_N * PA_ROW; ++i) store_elem(q, dt, i, uniform(-1.0, 1.0));
+    for (int64_t i = 0; i < PA_POOL; ++i) store_elem(k, dt, i, uniform(-1.0, 1.0));
+    for (int64_t i = 0; i < PA_POOL; ++i) store_elem(v, dt, i, uniform(-1.0, 1.0));
+    run_paged(dev, dt, PA_N, q, k, v, table, seq, pos, all);
+    int64_t rev_seq[PA_N], rev_pos[PA_N];
+    for (int i = 0; i < PA_N; ++i) {
+      rev_seq[i] = seq[PA_N - 1 - i];
+      rev_pos[i] = pos[PA_N - 1 - i];
+      memcpy(rev_q + (size_t)i * PA_ROW * es, q + (size_t)(PA_N - 1 - i) * PA_ROW * es,
+             PA_ROW * es);
+    }
+    run_paged(dev, dt, PA_N, rev_q, k, v, table, rev_seq, rev_pos, rev);
+    for (int i = 0; i < PA_N; ++i) {
+      run_paged(dev, dt, 1, q + (size_t)i * PA_ROW * es, k, v, table, &seq[i], &pos[i], one);
+      const unsigned char *in_step = all + (size_t)i * PA_ROW * es;
+      if (memcmp(one, in_step, PA_ROW * es) != 0) {
+        fail_msg("%s %s: row %d (seq %lld, pos %lld) alone differs from the same row in the "
+                 "step", uri, ty_dtype_name(dt), i, (long long)seq[i], (long long)pos[i]);
+      }
+      if (memcmp(rev + (size_t)(PA_N - 1 - i) * PA_ROW * es, in_step, PA_ROW * es) != 0) {
+        fail_msg("%s %s: row %d differs when the step's rows are reversed", uri,
+                 ty_dtype_name(dt), i);
+      }
+    }
+    free(q), free(k), free(v), free(all), free(rev_q), free(rev), free(one);
+  }
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_op_has_cases),
       cmocka_unit_test(test_fast_only_refuses_fallback),
       cmocka_unit_test(test_data_errors_name_the_node),
       cmocka_unit_test(test_fast_kernels_match_reference),
+      cmocka_unit_test(test_paged_attention_batch_invariant),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

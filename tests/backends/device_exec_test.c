@@ -213,6 +213,15 @@ static void test_data_errors(void **state) {
   put_error(buf, TY_ERR_SGD_NESTEROV, 0, bits, 0, 0);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "sgd: nesterov needs momentum > 0 (got -0.5)");
+  /* sample's bad params and history ids (the cuda kernel's data error). */
+  m = 1.5f;
+  memcpy(&bits, &m, 4);
+  put_error(buf, TY_ERR_SAMPLE_PARAM, 0, 3, 2, bits);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "sample: row 3: top_p (in (0, 1]) is 1.5");
+  put_error(buf, TY_ERR_SAMPLE_PARAM, 0, 3, 7, 50257);
+  expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
+                "sample: row 3: history id 50257 is outside [-1, V)");
   put_error(buf, 99, 7, 0, 0, 0);
   expect_status(ty_dev_data_error(&x, buf), TY_CODE_INVALID_ARGUMENT,
                 "dev:1: node 7 (?): unknown device error code 99");
@@ -600,7 +609,7 @@ static void test_op_list(void **state) {
   assert_null(ty_dev_op_find(listed_ops, "vocab_max")); /* cuda's own */
   size_t count = 0;
   while (listed_ops[count].op) ++count;
-  assert_int_equal(count, 42);
+  assert_int_equal(count, 44);
 }
 
 /* ---- unbound outputs placed by the core through the alloc hook ---- */

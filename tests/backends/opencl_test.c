@@ -13,6 +13,7 @@
  * when the machine has no usable OpenCL device. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,6 +515,78 @@ static void test_data_errors(void **state) {
   ty_registry_destroy(r);
 }
 
+/* The paged KV cache's data errors (issue 29) come back from the device
+ * naming the node and the row; the next good run succeeds and a padding
+ * row's output is 0. */
+static void test_paged_data_errors(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *d = NULL;
+  ty_session_t *s = NULL;
+  TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t pool_d[4] = {3, 4, 1, 2}, row_d[3] = {2, 1, 2}, n_d[1] = {2}, tab_d[2] = {2, 2};
+  ty_value_id_t pool, fresh, slots, q, table, seq, pos, written, out;
+  TY_EXPECT_OK(ty_graph_add_state(g, "pool", TY_DTYPE_F32, 4, pool_d, &pool));
+  TY_EXPECT_OK(ty_graph_add_input(g, "new", TY_DTYPE_F32, 3, row_d, &fresh));
+  TY_EXPECT_OK(ty_graph_add_input(g, "slots", TY_DTYPE_I64, 1, n_d, &slots));
+  TY_EXPECT_OK(ty_graph_add_input(g, "q", TY_DTYPE_F32, 3, row_d, &q));
+  TY_EXPECT_OK(ty_graph_add_input(g, "table", TY_DTYPE_I64, 2, tab_d, &table));
+  TY_EXPECT_OK(ty_graph_add_input(g, "seq", TY_DTYPE_I64, 1, n_d, &seq));
+  TY_EXPECT_OK(ty_graph_add_input(g, "pos", TY_DTYPE_I64, 1, n_d, &pos));
+  ty_value_id_t win[3] = {pool, fresh, slots};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "paged_kv_write", win, 3, NULL, &written));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, pool, written));
+  ty_value_id_t ain[6] = {q, written, written, table, seq, pos};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "paged_attention", ain, 6, NULL, &out));
+  TY_EXPECT_OK(ty_graph_set_output(g, out, "out"));
+  TY_EXPECT_OK(ty_session_create(d, g, NULL, &s));
+  float rows[4] = {0.5f, -1.0f, 0.25f, 2.0f}, got[4];
+  int64_t sl[2] = {-1, 12}, tb[4] = {2, 3, 0, -1}, sq[2] = {1, 0}, ps[2] = {1, 6};
+  TY_EXPECT_OK(ty_session_bind(s, "new", TY_DTYPE_F32, 3, row_d, rows, sizeof(rows)));
+  TY_EXPECT_OK(ty_session_bind(s, "q", TY_DTYPE_F32, 3, row_d, rows, sizeof(rows)));
+#define BIND_I64(name, rank, dims, v) \
+  TY_EXPECT_OK(ty_session_bind(s, name, TY_DTYPE_I64, rank, dims, v, sizeof(v)))
+  BIND_I64("slots", 1, n_d, sl);
+  BIND_I64("table", 2, tab_d, tb);
+  BIND_I64("seq", 1, n_d, sq);
+  BIND_I64("pos", 1, n_d, ps);
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
+                   "(paged_kv_write): paged_kv_write: row 1 writes slot 12 outside the pool's "
+                   "12 slots");
+  sl[1] = 9; /* block 2, offset 1: the slot of sequence 0's position 1 */
+  BIND_I64("slots", 1, n_d, sl);
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
+                   "(paged_attention): paged_attention: row 1 reads block 3 outside the "
+                   "pool's [0, 3)");
+  ps[1] = 8;
+  BIND_I64("pos", 1, n_d, ps);
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
+                   "row 1 has row_pos 8 outside [0, 8)");
+  ps[1] = 1;
+  sq[0] = 2;
+  BIND_I64("pos", 1, n_d, ps);
+  BIND_I64("seq", 1, n_d, sq);
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
+                   "row 0 has row_seq 2 outside [-1, 2)");
+  /* Row 0 padding, row 1 sequence 0 at position 1: keys 0 and 1 of block
+   * 2. Key 1 is new row 1 (slot 9); key 0 (slot 8) was never written. */
+  sq[0] = -1;
+  BIND_I64("seq", 1, n_d, sq);
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "out", got, sizeof(got)));
+  assert_true(got[0] == 0.0f && got[1] == 0.0f);
+  /* Keys 0 (zeros) and 1 (0.25, 2): scores 0 and 0.25*0.25/sqrt(2) + 2*2/sqrt(2). */
+  const double s1 = (0.25 * 0.25 + 2.0 * 2.0) / sqrt(2.0), p1 = 1.0 / (1.0 + exp(-s1));
+  assert_true(fabs(got[2] - p1 * 0.25) < 1e-5 && fabs(got[3] - p1 * 2.0) < 1e-5);
+#undef BIND_I64
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(d);
+  ty_registry_destroy(r);
+}
+
 /* Without the ICD loader the plugin loads and reports UNAVAILABLE with the
  * reason. (A loader that finds no platform is checked by
  * test_opencl_cli.py in a fresh process: the loader reads its vendor list
@@ -566,6 +639,7 @@ int main(void) {
       cmocka_unit_test(test_build_error_names_kernel),
       cmocka_unit_test(test_deterministic_refused),
       cmocka_unit_test(test_data_errors),
+      cmocka_unit_test(test_paged_data_errors),
       cmocka_unit_test(test_unavailable),
       cmocka_unit_test(test_binary_cache),
       cmocka_unit_test(test_no_leaks_across_sessions),

@@ -49,9 +49,9 @@ def cuda_usable():
     return "cuda" in [b["name"] for b in devices_json()["backends"]]
 
 
-# cuda runs every op of the op set, the memory levers' ops included, but the
-# collective ops (which it refuses by name until it runs them on its NCCL
-# communicator).
+# cuda runs every op of the op set, the memory levers' ops and issue 29's
+# serving ops included, but the collective ops (which it refuses by name
+# until it runs them on its NCCL communicator).
 CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS
 
 

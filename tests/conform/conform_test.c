@@ -96,6 +96,25 @@ static void test_every_case_instantiates(void **state) {
   }
 }
 
+/* `list=` spells structured index inputs out (the paged KV cache's block
+ * tables); a list whose length is not the element count is refused. */
+static void test_list_generator(void **state) {
+  (void)state;
+  ty_conform_instance_t inst;
+  TY_EXPECT_OK(ty_conform_instance_init(find_case("paged_attention", "mixed-bs5-gqa"),
+                                        TY_DTYPE_F32, ty_test_seed(), &inst));
+  const double table[15] = {7, 2, 5, -1, -1, 0, -1, -1, -1, -1, 8, 3, 1, 6, -1};
+  assert_int_equal(inst.inputs[3].count, 15);
+  for (int e = 0; e < 15; ++e) assert_true(inst.inputs[3].values[e] == table[e]);
+  ty_conform_instance_deinit(&inst);
+  const ty_conform_case_t bad = {"paged_kv_write", "short-list",
+                                 "F[2,4,1,2] F[3,1,2] i64[3]:list=1,2", "", NULL, NULL,
+                                 TY_DTYPE_BIT(TY_DTYPE_F32), NULL, NULL};
+  ty_status_t s = ty_conform_instance_init(&bad, TY_DTYPE_F32, 1, &inst);
+  TY_EXPECT_STATUS(s, TY_CODE_INVALID_ARGUMENT, "lists 2 values for 3 elements");
+  ty_conform_instance_deinit(&inst);
+}
+
 static void test_generators_respect_constraints(void **state) {
   (void)state;
   ty_conform_instance_t inst;
@@ -312,6 +331,7 @@ int main(void) {
       cmocka_unit_test(test_cases_cover_the_registry),
       cmocka_unit_test(test_every_case_instantiates),
       cmocka_unit_test(test_generators_respect_constraints),
+      cmocka_unit_test(test_list_generator),
       cmocka_unit_test(test_seeds_replay),
       cmocka_unit_test(test_nmse),
       cmocka_unit_test(test_xfail_lists),

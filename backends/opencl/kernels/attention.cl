@@ -229,3 +229,93 @@ __kernel __attribute__((reqd_work_group_size(TY_ATT_WG, 1, 1))) void ty_attentio
     ty_st(P(dv), kbase + d, dtdv, av[j]);
   }
 }
+
+/* Paged attention (issue 29): q [N,Hq,D], k_pool/v_pool [NB,BS,Hkv,D],
+ * table [S,MB], row_seq/row_pos [N]. Row i of sequence s = row_seq[i] at
+ * position p = row_pos[i] sees keys j in [lo, p] (lo = max(0, p-window+1)
+ * with a window), key j at pool[table[s, j / BS], j % BS, h / (Hq/Hkv)];
+ * row_seq -1 is a padding row, whose output is 0.
+ *
+ * One work-group of TY_ATT_WG per (row, head), the forward's online softmax
+ * over chunks of TY_ATT_WG keys that start at lo: the chunks, and so the
+ * order of every sum, depend on p only, never on N or the other rows, so a
+ * row gets the same bits in any step (batch invariance). Bad data
+ * (TY_ERR_PAGED_ROW: row*4 + what, value, bound) makes the row's groups
+ * return without writing; every return is uniform within a group. */
+__kernel __attribute__((reqd_work_group_size(TY_ATT_WG, 1, 1))) void ty_paged_attention(
+    IN(q), int dtq, IN(kp), int dtk, IN(vp), int dtv, IN(table), int dtt, IN(rseq), int dts,
+    IN(rpos), int dtp, OUT(out), int dto, long Hq, long Hkv, long D, long NB, long BS, long S,
+    long MB, float scale, long window, ERR_ARGS) {
+  __local float qv[TY_ATT_MAXD];
+  __local float pr[TY_ATT_WG];
+  __local float red[TY_ATT_WG];
+  __local long kbase[TY_ATT_WG];
+  const int lid = get_local_id(0);
+  const long i = get_group_id(0) / Hq, h = get_group_id(0) % Hq;
+  const long seq = ty_ldi(P(rseq), i, dts), pos = ty_ldi(P(rpos), i, dtp);
+  const long obase = (i * Hq + h) * D;
+  if (seq < -1 || seq >= S) {
+    if (lid == 0 && h == 0) ty_fail(err, node, TY_ERR_PAGED_ROW, i * 4 + TY_PAGED_BAD_SEQ, seq, S);
+    return;
+  }
+  if (seq < 0) {
+    for (long d = lid; d < D; d += TY_ATT_WG) ty_st(P(out), obase + d, dto, 0.0f);
+    return;
+  }
+  if (pos < 0 || pos >= MB * BS) {
+    if (lid == 0 && h == 0) {
+      ty_fail(err, node, TY_ERR_PAGED_ROW, i * 4 + TY_PAGED_BAD_POS, pos, MB * BS);
+    }
+    return;
+  }
+  const long lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+  float bad = 0.0f;
+  for (long bb = lo / BS + lid; bb <= pos / BS; bb += TY_ATT_WG) {
+    const long blk = ty_ldi(P(table), seq * MB + bb, dtt);
+    if (blk < 0 || blk >= NB) {
+      if (h == 0) ty_fail(err, node, TY_ERR_PAGED_ROW, i * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
+      bad = 1.0f;
+    }
+  }
+  if (ty_group_max(bad, red) > 0.0f) return;
+  const long kvh = h / (Hq / Hkv);
+  for (long d = lid; d < D; d += TY_ATT_WG) qv[d] = ty_ld(P(q), obase + d, dtq);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float m = -INFINITY, l = 0.0f, acc[TY_ATT_PER];
+  for (int j = 0; j < TY_ATT_PER; ++j) acc[j] = 0.0f;
+  for (long c0 = lo; c0 <= pos; c0 += TY_ATT_WG) {
+    const long s = c0 + lid;
+    float sc = -INFINITY;
+    if (s <= pos) {
+      const long blk = ty_ldi(P(table), seq * MB + s / BS, dtt);
+      const long kb = ((blk * BS + s % BS) * Hkv + kvh) * D;
+      kbase[lid] = kb;
+      float dot = 0.0f;
+      for (long d = 0; d < D; ++d) dot += qv[d] * ty_ld(P(kp), kb + d, dtk);
+      sc = dot * scale;
+    }
+    const float cm = ty_group_max(sc, red);
+    const float nm = fmax(m, cm);
+    const float e = s <= pos ? exp(sc - nm) : 0.0f;
+    pr[lid] = e;
+    const float cs = ty_group_sum(e, red); /* its barriers also publish pr[], kbase[] */
+    const float corr = exp(m - nm);        /* 0 on the first chunk (m = -inf) */
+    l = l * corr + cs;
+    const long count = pos - c0 + 1 < TY_ATT_WG ? pos - c0 + 1 : TY_ATT_WG;
+    for (int j = 0; j < TY_ATT_PER; ++j) {
+      const long d = lid + (long)j * TY_ATT_WG;
+      if (d >= D) break;
+      float a = acc[j] * corr;
+      for (long k = 0; k < count; ++k) a += pr[k] * ty_ld(P(vp), kbase[k] + d, dtv);
+      acc[j] = a;
+    }
+    m = nm;
+    barrier(CLK_LOCAL_MEM_FENCE); /* before pr[] and kbase[] are overwritten */
+  }
+  const float inv = 1.0f / l;
+  for (int j = 0; j < TY_ATT_PER; ++j) {
+    const long d = lid + (long)j * TY_ATT_WG;
+    if (d >= D) break;
+    ty_st(P(out), obase + d, dto, acc[j] * inv);
+  }
+}

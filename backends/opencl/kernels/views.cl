@@ -58,6 +58,26 @@ __kernel void ty_kv_write(IN(fresh), OUT(cache), IN(pos), int dtpos, int esize, 
   ty_move(P(fresh), i, P(cache), (b * Smax + p + t) * row + r, esize);
 }
 
+/* pool[slots[r] / BS, slots[r] % BS, :] = new[r, :] (issue 29), one work-item
+ * per element of new, rows of `row` elements; the pool is a flat list of
+ * `nslots` slots. Slot -1 skips the row (padding); a slot outside
+ * [-1, nslots) is a data error (TY_ERR_PAGED_SLOT: row, slot, nslots) and
+ * its row is not written (the step fails; other rows may have been). The
+ * host first copies pool into pool' unless they share storage. */
+__kernel void ty_paged_kv_write(IN(fresh), OUT(pool), IN(slots), int dtslots, int esize,
+                                long nslots, long row, long n, ERR_ARGS) {
+  const long i = get_global_id(0);
+  if (i >= n) return;
+  const long r = i / row;
+  const long slot = ty_ldi(P(slots), r, dtslots);
+  if (slot < -1 || slot >= nslots) {
+    if (i % row == 0) ty_fail(err, node, TY_ERR_PAGED_SLOT, r, slot, nslots);
+    return;
+  }
+  if (slot < 0) return;
+  ty_move(P(fresh), i, P(pool), slot * row + i % row, esize);
+}
+
 /* The executor's fills and copies (slice_backward's zeros, reshapes that
  * are not views, state updates not done in place): n units of `unit`
  * bytes (16, 8, 4, 2 or 1: the widest that the host found the offsets and

@@ -10,7 +10,10 @@
  * sums must come out as zeros. Also ABI 1.3's pinned host buffers
  * (optimizer offload), the measured device memory, ABI 1.7's refusal of a
  * collective whose group has no communicator on the device, a bad
- * TRAINYARD_CUDA_ATTENTION value, and the fault hook's test-only kernels. */
+ * TRAINYARD_CUDA_ATTENTION value, and the fault hook's test-only kernels.
+ * Also issue 29's serving ops through a session: their data errors, and
+ * sample / top_logprobs against the f64 reference. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@
 #include "hal/device.h"
 #include "hal/dtype.h"
 #include "hal/registry.h"
+#include "ops/reference/ref_sample.h"
 
 typedef struct {
   ty_dtype_t dtype;
@@ -209,6 +213,93 @@ static void test_optimizer_hyperparameters(void **state) {
   expect_data_error("adafactor_update", 2, NULL, 9, adafactor,
                     "node 0 (adafactor_update): adafactor: step 0 must be >= 1 and beta1 0 in "
                     "[0, 1)");
+}
+
+/* Issue 29's serving ops through the session (cuda_ops_serve.c's builders
+ * and the shared list's paged builders): their data errors name the node,
+ * the row and the value; sample and top_logprobs give the f64 reference's
+ * ids (these logits are well separated) and its logprobs to f32 tolerance. */
+static void read_output(const char *op, uint32_t n_out, const ty_attrs_t *attrs, uint32_t n_in,
+                        const input_t *in, uint32_t out, void *dst, size_t bytes) {
+  one_node_t t;
+  one_node_open(&t, op, n_out, attrs, n_in, in, out);
+  one_node_bind(&t, n_in, in, true);
+  TY_EXPECT_OK(ty_session_run(t.s));
+  TY_EXPECT_OK(ty_session_read(t.s, "out", dst, bytes));
+  one_node_close(&t);
+}
+
+static void test_serving_ops(void **state) {
+  (void)state;
+  enum { N = 4, V = 300, L = 3, K = 5 };
+  static float logits[N * V];
+  for (int e = 0; e < N * V; ++e) logits[e] = (float)((e * 7919) % 1000) / 97.0f - 5.0f;
+  float good[N * 7] = {0, 0, 1, 0, 1, 0, 0,       0.8f, 20, 1, 0, 1, 0, 0,
+                       1, 0, 0.9f, 0.02f, 1.2f, 0.5f, 0.1f, 1.5f, 3, 1, 0, 1, 0, 0};
+  float bad[N * 7];
+  memcpy(bad, good, sizeof(bad));
+  bad[2 * 7 + 0] = -1; /* row 2's temperature */
+  int64_t seeds[N * 2] = {1, 0, 2, 5, 3, 1, 4, 9};
+  int64_t hist[N * L] = {7, -1, 7, 0, 1, 2, 299, 298, -1, -1, -1, -1};
+  int64_t bad_hist[N * L];
+  memcpy(bad_hist, hist, sizeof(hist));
+  bad_hist[1 * L + 2] = V; /* row 1: an id past the vocabulary */
+  input_t in[4] = {{TY_DTYPE_F32, 2, {N, V}, logits, NULL},
+                   {TY_DTYPE_F32, 2, {N, 7}, bad, good},
+                   {TY_DTYPE_I64, 2, {N, 2}, seeds, NULL},
+                   {TY_DTYPE_I64, 2, {N, L}, hist, NULL}};
+  expect_data_error("sample", 2, NULL, 4, in,
+                    "node 0 (sample): sample: row 2: temperature (>= 0, finite) is -1");
+  in[1].bad = good;
+  in[3].bad = bad_hist;
+  in[3].good = hist;
+  expect_data_error("sample", 2, NULL, 4, in,
+                    "node 0 (sample): sample: row 1: history id 300 is outside [-1, V)");
+  int64_t ids[N];
+  float lp[N];
+  read_output("sample", 2, NULL, 4, in, 0, ids, sizeof(ids));
+  read_output("sample", 2, NULL, 4, in, 1, lp, sizeof(lp));
+  double x[N * V], p[N * 7], want_ids[N], want_lp[N];
+  for (int e = 0; e < N * V; ++e) x[e] = logits[e];
+  for (int e = 0; e < N * 7; ++e) p[e] = good[e];
+  TY_EXPECT_OK(ty_ref_sample(x, N, V, p, seeds, hist, L, want_ids, want_lp));
+  for (int i = 0; i < N; ++i) {
+    assert_int_equal(ids[i], (int64_t)want_ids[i]);
+    assert_true(fabs(lp[i] - want_lp[i]) < 1e-5);
+  }
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "k", K));
+  int64_t top[N * K];
+  float top_lp[N * K];
+  double want_top[N * K], want_top_lp[N * K];
+  read_output("top_logprobs", 2, &attrs, 1, in, 0, top, sizeof(top));
+  read_output("top_logprobs", 2, &attrs, 1, in, 1, top_lp, sizeof(top_lp));
+  TY_EXPECT_OK(ty_ref_top_logprobs(x, N, V, K, want_top, want_top_lp));
+  for (int e = 0; e < N * K; ++e) {
+    assert_int_equal(top[e], (int64_t)want_top[e]);
+    assert_true(fabs(top_lp[e] - want_top_lp[e]) < 1e-5);
+  }
+  /* The paged KV cache: a slot past the pool, a row_seq past the table. */
+  float pool[3 * 2 * 1 * 2] = {0}, fresh[2 * 1 * 2] = {1, 2, 3, 4};
+  int64_t bad_slots[2] = {6, -1}, good_slots[2] = {5, -1};
+  input_t kv[3] = {{TY_DTYPE_F32, 4, {3, 2, 1, 2}, pool, NULL},
+                   {TY_DTYPE_F32, 3, {2, 1, 2}, fresh, NULL},
+                   {TY_DTYPE_I64, 1, {2}, bad_slots, good_slots}};
+  expect_data_error("paged_kv_write", 1, NULL, 3, kv,
+                    "node 0 (paged_kv_write): paged_kv_write: row 0 writes slot 6 outside the "
+                    "pool's 6 slots");
+  float q[2 * 2 * 2] = {1, 0, 0, 1, 1, 1, 0, 0};
+  int64_t table[2 * 2] = {2, 0, 1, -1}, bad_seq[2] = {0, 2}, good_seq[2] = {0, 1},
+          pos[2] = {3, 1};
+  input_t att[6] = {{TY_DTYPE_F32, 3, {2, 2, 2}, q, NULL},
+                    {TY_DTYPE_F32, 4, {3, 2, 1, 2}, pool, NULL},
+                    {TY_DTYPE_F32, 4, {3, 2, 1, 2}, pool, NULL},
+                    {TY_DTYPE_I64, 2, {2, 2}, table, NULL},
+                    {TY_DTYPE_I64, 1, {2}, bad_seq, good_seq},
+                    {TY_DTYPE_I64, 1, {2}, pos, NULL}};
+  expect_data_error("paged_attention", 1, NULL, 6, att,
+                    "node 0 (paged_attention): paged_attention: row 1 has row_seq 2 outside "
+                    "[-1, 2)");
 }
 
 /* One node on cuda:0 whose output must be `want` (n floats) although an
@@ -434,6 +525,7 @@ int main(void) {
       cmocka_unit_test(test_cross_entropy_targets),
       cmocka_unit_test(test_kv_cache_position),
       cmocka_unit_test(test_cast_range),
+      cmocka_unit_test(test_serving_ops),
       cmocka_unit_test(test_optimizer_hyperparameters),
       cmocka_unit_test(test_empty_inputs),
       cmocka_unit_test(test_host_buffers_and_memory),

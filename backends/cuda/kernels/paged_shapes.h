@@ -1,0 +1,60 @@
+/* The split rule of paged attention (kernels/paged.cu), shared by the
+ * kernels and the host builder, which sizes the grid and the partials'
+ * scratch from it. Plain C: no CUDA types.
+ *
+ * A row that sees L keys (L = p + 1, or at most `window`) is cut into
+ * ty_pa_splits(L) pieces of ty_pa_split_keys(L) keys (a whole number of
+ * 32-key tiles); the last piece may be shorter. Both depend on L alone, so
+ * a row's result (its tiles, its online-softmax order and its merge) is the
+ * same whatever the batch holds: batch invariance. The host's grid covers
+ * the most splits any row of the table can need (ty_pa_splits of the
+ * longest visible span); blocks past a row's own count return at once. */
+#ifndef TY_CUDA_KERNELS_PAGED_SHAPES_H_
+#define TY_CUDA_KERNELS_PAGED_SHAPES_H_
+
+#define TY_PA_THREADS 128     /* 4 warps per (row, kv-head, split) block */
+#define TY_PA_TILE 32         /* keys per tile (one per lane in the softmax) */
+#define TY_PA_MAX_D 256       /* head dims a lane holds in 8 registers */
+#define TY_PA_MAX_GD 4096     /* query elements a block stages (16 KiB f32) */
+#define TY_PA_MAX_GC 32       /* (row, query head) pairs a block handles at once */
+#define TY_PA_MAX_ROWS 16     /* rows of one run a block handles at once */
+#define TY_PA_SPLIT_KEYS 512  /* one split per this many keys ... */
+#define TY_PA_MAX_SPLITS 16   /* ... up to this many */
+
+#ifdef __CUDACC__
+#define TY_PA_FN __host__ __device__ inline
+#else
+#define TY_PA_FN static inline
+#endif
+
+/* How many splits a row that sees `keys` (>= 1) keys uses at most. */
+TY_PA_FN long long ty_pa_splits(long long keys) {
+  long long n = (keys + TY_PA_SPLIT_KEYS - 1) / TY_PA_SPLIT_KEYS;
+  return n < 1 ? 1 : (n > TY_PA_MAX_SPLITS ? TY_PA_MAX_SPLITS : n);
+}
+
+/* Keys per split of such a row: a whole number of tiles. */
+TY_PA_FN long long ty_pa_split_keys(long long keys) {
+  const long long n = ty_pa_splits(keys), per = (keys + n - 1) / n;
+  return (per + TY_PA_TILE - 1) / TY_PA_TILE * TY_PA_TILE;
+}
+
+/* Query heads per block for G query heads per kv head of D dims. */
+TY_PA_FN int ty_pa_head_chunk(int G, int D) {
+  int gc = TY_PA_MAX_GD / (D > 0 ? D : 1);
+  if (gc > TY_PA_MAX_GC) gc = TY_PA_MAX_GC;
+  return gc < G ? gc : G;
+}
+
+/* Rows of a run (consecutive rows of one sequence: a prefill chunk) one
+ * block takes together, sharing each K/V tile, for chunks of gc query heads
+ * of D dims: what the block's query staging and score tiles hold. */
+TY_PA_FN int ty_pa_run_rows(int gc, int D) {
+  int r = TY_PA_MAX_GC / (gc > 0 ? gc : 1);
+  const int by_q = TY_PA_MAX_GD / ((gc > 0 ? gc : 1) * (D > 0 ? D : 1));
+  if (by_q < r) r = by_q;
+  if (r > TY_PA_MAX_ROWS) r = TY_PA_MAX_ROWS;
+  return r < 1 ? 1 : r;
+}
+
+#endif /* TY_CUDA_KERNELS_PAGED_SHAPES_H_ */
