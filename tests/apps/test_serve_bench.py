@@ -194,6 +194,23 @@ class FailureTest(unittest.TestCase):
         self.assertIn("the server did not start", r.stderr)
         self.assertIn("--prefill-chunk", r.stderr)  # the server's own message, shown
 
+    def test_more_requests_than_one_address_may_open(self):
+        # 160 requests from 127.0.0.1 at once: past serve's default cap of 128
+        # connections per client address, which serve_bench lifts; with the
+        # cap given back the resets fail the run, naming them.
+        many = ("--random", "tiny-gpt2", "--concurrency", "160", "--prompt-len", "2",
+                "--new-tokens", "2", "--work", self.work, "--json",
+                os.path.join(self.work, "many.json"))
+        r = serve_bench(*many)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.work, "many.json")) as f:
+            row = json.load(f)["rows"][0]
+        self.assertEqual((row["concurrency"], row["engine"]), (160, "trainyard"))
+        self.assertGreater(row["tokens_per_s"], 0)
+        r = serve_bench(*many, "--serve-args", "--max-connections-per-client 128")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(r.stderr, r"serve_bench: \d+ of 160 requests failed")
+
     def test_missing_llamacpp_build_skips_with_reason(self):
         folder = os.path.join(self.work, "llama.cpp")
         os.makedirs(folder)
