@@ -127,8 +127,13 @@ def parameter_shapes(c):
 def _bf16_bytes(a):
     """float32 array -> bf16 bytes, rounded to nearest even (finite values)."""
     import numpy as np
-    u = a.astype(np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    r = u >> 16  # in place from here: the embedding of a 1B model is 1 GiB in f32
+    r &= 1
+    r += 0x7FFF
+    r += u
+    r >>= 16
+    return r.astype(np.uint16).tobytes()
 
 
 def write_random_model(config, folder, tokenizer, dtype="f32"):
@@ -292,7 +297,7 @@ def one_request(server, body, out, index):
         resp = conn.getresponse()
         if resp.status != 200:
             raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
-        first, usage, chunks = None, None, 0
+        first, usage, chunks, ids = None, None, 0, 0
         for raw in resp:
             if not raw.startswith(b"data: "):
                 continue
@@ -301,15 +306,19 @@ def one_request(server, body, out, index):
             chunk = json.loads(raw[6:])
             if "error" in chunk:
                 raise RuntimeError(f"error in the stream: {chunk['error']}")
-            if first is None and chunk.get("choices"):
+            got = sum(len(c.get("token_ids") or []) for c in chunk.get("choices") or [])
+            if first is None and got:
                 first = time.perf_counter() - t0
-            chunks += 1
+            chunks, ids = chunks + 1, ids + got
             usage = chunk.get("usage") or usage
         total = time.perf_counter() - t0
         conn.close()
         if not usage:
             raise RuntimeError(f"the stream ended without usage ({chunks} chunks)")
-        out[index] = (usage["completion_tokens"], first if first is not None else total, total)
+        if ids != usage["completion_tokens"]:
+            raise RuntimeError(f"the stream carried {ids} token ids for "
+                               f"{usage['completion_tokens']} completion tokens")
+        out[index] = (ids, first, total)
     except Exception as e:  # noqa: BLE001 (carried to the caller)
         out[index] = e
 
@@ -318,7 +327,11 @@ def measure(server, prompts, new_tokens, temperature, together=True):
     """Completion tokens/s over the whole run, and the times to first token."""
     out = [None] * len(prompts)
     bodies = [{"model": server.name, "prompt": p, "max_tokens": new_tokens,
-               "temperature": temperature, "stream": True, "ignore_eos": True}
+               "temperature": temperature, "stream": True, "ignore_eos": True,
+               # A chunk per token, even one whose text is empty or held
+               # back (a partial UTF-8 character, an id the tokenizer lacks):
+               # the first token's time is its own.
+               "return_token_ids": True}
               for p in prompts]
     if temperature > 0:
         for i, b in enumerate(bodies):

@@ -197,9 +197,11 @@ class FailureTest(unittest.TestCase):
     def test_more_requests_than_one_address_may_open(self):
         # 160 requests from 127.0.0.1 at once: past serve's default cap of 128
         # connections per client address, which serve_bench lifts; with the
-        # cap given back the resets fail the run, naming them.
+        # cap given back the resets fail the run, naming them. (32 tokens
+        # each keep the connections open together: with 2, the first ones
+        # may finish before the last ones connect, and the cap never bites.)
         many = ("--random", "tiny-gpt2", "--concurrency", "160", "--prompt-len", "2",
-                "--new-tokens", "2", "--work", self.work, "--json",
+                "--new-tokens", "32", "--work", self.work, "--json",
                 os.path.join(self.work, "many.json"))
         r = serve_bench(*many)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -210,6 +212,12 @@ class FailureTest(unittest.TestCase):
         r = serve_bench(*many, "--serve-args", "--max-connections-per-client 128")
         self.assertNotEqual(r.returncode, 0)
         self.assertRegex(r.stderr, r"serve_bench: \d+ of 160 requests failed")
+
+    def test_refused_requests_fail_the_run(self):
+        r = self.small("--serve-args", "--api-key secret")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("serve_bench: 1 of 1 requests failed; the first: HTTP 401", r.stderr)
+        self.assertIn("its stderr", r.stderr)
 
     def test_missing_llamacpp_build_skips_with_reason(self):
         folder = os.path.join(self.work, "llama.cpp")
