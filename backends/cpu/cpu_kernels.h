@@ -281,6 +281,17 @@ bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
  * M, N, the element's tile and the thread count; zero-padded tile edges
  * never reach a stored element. */
 #define CPU_KC 256
+
+/* One query row of attention with the dense forward's arithmetic
+ * (cpu_kernels_attention.c): S = q k^T over L gathered keys k, v [L, D]
+ * (f32, rows of D), the softmax of the visible keys [lo, hi] (the others
+ * weigh exactly 0), out = P v; P has room for L floats. With det, keys
+ * gathered from a multiple of CPU_KC give the bits the same row has inside
+ * a causal block of the attention op (paged_attention uses it, so a token
+ * served from the paged KV cache and the same token in a forward pass agree
+ * under deterministic=1). False when a GEMM fails (out of memory). */
+bool cpu_att_row_gathered(const float *q, const float *k, const float *v, int64_t L, int64_t D,
+                          int64_t lo, int64_t hi, float scale, bool det, float *P, float *out);
 bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                       bool accumulate, int threads);

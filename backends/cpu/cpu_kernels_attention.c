@@ -192,6 +192,14 @@ static bool cpu_att_forward_item(const cpu_att_shape_t *s, const float *q, const
   return true;
 }
 
+bool cpu_att_row_gathered(const float *q, const float *k, const float *v, int64_t L, int64_t D,
+                          int64_t lo, int64_t hi, float scale, bool det, float *P, float *out) {
+  if (!cpu_gemm(false, true, 1, L, D, q, D, k, D, P, L, false, 1, det)) return false;
+  float lse;
+  cpu_att_softmax_row(P, L, lo, hi, scale, &lse);
+  return cpu_gemm(false, false, 1, D, L, P, L, v, D, out, D, false, 1, det);
+}
+
 static ty_abi_status_t cpu_att_gemm_failed(const cpu_node_ctx_t *c) {
   return ty_plugin_error(TY_CODE_INTERNAL,
                          "cpu: " CPU_NODE_FMT ": a GEMM failed (out of memory or a oneDNN "

@@ -89,37 +89,36 @@ static ty_abi_status_t cpu_paged_check(const cpu_node_ctx_t *c, const cpu_paged_
   return NULL;
 }
 
-/* One (row, head): scratch holds D floats of q, D of the key or value being
- * read, D of the output and MB*BS scores. */
-static void cpu_paged_row_head(const cpu_paged_shape_t *s, ty_dtype_t dt, const void *q,
-                               const void *kp, const void *vp, const int64_t *table,
-                               int64_t seq, int64_t pos, int64_t i, int64_t h, void *out,
-                               float *scratch) {
+/* One (row, head) with the dense attention's arithmetic
+ * (cpu_att_row_gathered): the row's keys and values gathered from the
+ * blocks into contiguous f32 rows, starting at a multiple of CPU_KC under
+ * deterministic=1 as a dense block's do, so the bits equal the same query's
+ * inside the attention op (a forward pass, `trainyard eval`). Scratch: D
+ * floats of q, 2 x Lmax x D of keys and values, Lmax of scores, D of output.
+ * False when a GEMM runs out of memory. */
+static bool cpu_paged_row_head(const cpu_paged_shape_t *s, ty_dtype_t dt, bool det,
+                               const void *q, const void *kp, const void *vp,
+                               const int64_t *table, int64_t seq, int64_t pos, int64_t i,
+                               int64_t h, void *out, float *scratch, int64_t lmax) {
   const int64_t d = s->dim, g = h / (s->hq / s->hkv);
-  float *qf = scratch, *kv = scratch + d, *acc = scratch + 2 * d, *score = scratch + 3 * d;
   const int64_t lo = s->window > 0 && pos - s->window + 1 > 0 ? pos - s->window + 1 : 0;
+  const int64_t klo = det ? lo - lo % CPU_KC : lo, L = pos - klo + 1;
+  float *qf = scratch, *kg = qf + d, *vg = kg + lmax * d, *P = vg + lmax * d, *acc = P + lmax;
   const float *qr = cpu_span_in(q, dt, (i * s->hq + h) * d, d, qf);
-  float max = -INFINITY;
-  for (int64_t j = lo; j <= pos; ++j) {
+  if (qr != qf) memcpy(qf, qr, (size_t)d * sizeof(float));
+  for (int64_t j = klo; j <= pos; ++j) {
     const int64_t block = table[seq * s->mb + j / s->bs];
-    const float *kr = cpu_span_in(kp, dt, ((block * s->bs + j % s->bs) * s->hkv + g) * d, d, kv);
-    float dot = 0.0f;
-    for (int64_t e = 0; e < d; ++e) dot += qr[e] * kr[e];
-    score[j - lo] = s->scale * dot;
-    max = score[j - lo] > max ? score[j - lo] : max;
+    const int64_t at = ((block * s->bs + j % s->bs) * s->hkv + g) * d;
+    float *kr = kg + (j - klo) * d, *vr = vg + (j - klo) * d;
+    const float *kin = cpu_span_in(kp, dt, at, d, kr), *vin = cpu_span_in(vp, dt, at, d, vr);
+    if (kin != kr) memcpy(kr, kin, (size_t)d * sizeof(float));
+    if (vin != vr) memcpy(vr, vin, (size_t)d * sizeof(float));
   }
-  double sum = 0.0;
-  for (int64_t e = 0; e < d; ++e) acc[e] = 0.0f;
-  for (int64_t j = lo; j <= pos; ++j) {
-    const float p = cpu_expf(score[j - lo] - max);
-    sum += p;
-    const int64_t block = table[seq * s->mb + j / s->bs];
-    const float *vr = cpu_span_in(vp, dt, ((block * s->bs + j % s->bs) * s->hkv + g) * d, d, kv);
-    for (int64_t e = 0; e < d; ++e) acc[e] += p * vr[e];
+  if (!cpu_att_row_gathered(qf, kg, vg, L, d, lo - klo, pos - klo, s->scale, det, P, acc)) {
+    return false;
   }
-  const float inv = (float)(1.0 / sum);
-  for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
   cpu_store_f32(out, dt, (i * s->hq + h) * d, d, acc);
+  return true;
 }
 
 ty_abi_status_t cpu_kernel_paged_attention(const cpu_node_ctx_t *c) {
@@ -137,22 +136,26 @@ ty_abi_status_t cpu_kernel_paged_attention(const cpu_node_ctx_t *c) {
   const ty_dtype_t dt = q->dtype;
   const void *pq = cpu_in_data(c, 0), *pk = cpu_in_data(c, 1), *pv = cpu_in_data(c, 2);
   void *po = cpu_out_data(c, 0);
-  const int64_t items = s.rows * s.hq, per = 3 * s.dim + s.mb * s.bs;
+  const int64_t items = s.rows * s.hq, lmax = s.mb * s.bs + CPU_KC;
+  const int64_t per = 2 * s.dim + lmax * (2 * s.dim + 1);
   if (items == 0) return NULL;
+  const bool det = c->deterministic;
   const int nt = cpu_threads(c, items * s.dim * 64, (int64_t)1 << 16);
-  float *scratch = malloc((size_t)nt * (size_t)(per > 0 ? per : 1) * sizeof(float));
+  float *scratch = malloc((size_t)nt * (size_t)per * sizeof(float));
   if (!scratch) return cpu_oom(c);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  bool ok = true;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(&& : ok)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t i = it / s.hq, h = it % s.hq;
     float *mine = scratch + (size_t)cpu_thread_num() * (size_t)per;
     if (row_seq[i] < 0) {
-      for (int64_t e = 0; e < 3 * s.dim; ++e) mine[e] = 0.0f;
+      for (int64_t e = 0; e < s.dim; ++e) mine[e] = 0.0f;
       cpu_store_f32(po, dt, (i * s.hq + h) * s.dim, s.dim, mine);
       continue;
     }
-    cpu_paged_row_head(&s, dt, pq, pk, pv, pt, row_seq[i], row_pos[i], i, h, po, mine);
+    ok = cpu_paged_row_head(&s, dt, det, pq, pk, pv, pt, row_seq[i], row_pos[i], i, h, po, mine,
+                            lmax) && ok;
   }
   free(scratch);
-  return NULL;
+  return ok ? NULL : cpu_oom(c);
 }
