@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/common/sample_params.h"
 #include "graph/runtime/numerics.h"
 #include "hal/dtype.h"
 #include "models/checkpoint.h"
@@ -42,6 +43,7 @@ typedef struct {
   ty_llm_t model;
   ty_session_t *session;
   int64_t tokens, logit_rows;
+  bool sampling; /* outputs "next_ids" / "next_logprob" of the sample op */
 } ty_step_graph_t;
 
 struct ty_engine_t {
@@ -58,6 +60,11 @@ struct ty_engine_t {
   void *raw;  /* logits as the graph gives them: max_batch rows */
   float *row; /* one row as f32 */
   int64_t *tokens, *positions, *kv_slots, *row_seq, *table, *index; /* bind buffers */
+  float *params;      /* sample op: [max_batch, TY_SAMPLE_P_COUNT] */
+  int64_t *seeds;     /* [max_batch, 2] */
+  int64_t *next_ids;  /* its outputs */
+  float *next_logprob;
+  bool device_sampling; /* the step graphs sample on the device */
   int64_t top_ids[TY_ENGINE_MAX_TOP_LOGPROBS];
   double top_logprobs[TY_ENGINE_MAX_TOP_LOGPROBS];
   uint64_t next_sequence, next_admission;
@@ -92,6 +99,22 @@ static int64_t ty_engine_logit_rows(const ty_engine_t *e, int64_t tokens) {
   return tokens < e->options.max_batch ? tokens : e->options.max_batch;
 }
 
+/* The sample op over the step's logits: inputs "sample_params" (f32 [R,
+ * TY_SAMPLE_P_COUNT]) and "sample_seeds" (i64 [R, 2]), outputs "next_ids"
+ * and "next_logprob" ([R]): only R ids and R floats cross to the host. */
+static ty_status_t ty_engine_add_sampling(ty_engine_t *e, ty_step_graph_t *g) {
+  (void)e;
+  int64_t pd[2] = {g->logit_rows, TY_SAMPLE_P_COUNT}, sd[2] = {g->logit_rows, 2};
+  ty_value_id_t in[3] = {g->model.logits, TY_VALUE_NONE, TY_VALUE_NONE}, outs[2];
+  TY_RETURN_IF_ERROR(ty_graph_add_input(g->graph, "sample_params", TY_DTYPE_F32, 2, pd, &in[1]));
+  TY_RETURN_IF_ERROR(ty_graph_add_input(g->graph, "sample_seeds", TY_DTYPE_I64, 2, sd, &in[2]));
+  TY_RETURN_IF_ERROR(ty_graph_add_node(g->graph, "sample", in, 3, NULL, outs, 2));
+  TY_RETURN_IF_ERROR(ty_graph_set_output(g->graph, outs[0], "next_ids"));
+  TY_RETURN_IF_ERROR(ty_graph_set_output(g->graph, outs[1], "next_logprob"));
+  g->sampling = true;
+  return TY_OK;
+}
+
 /* Builds and opens bucket `i` (tokens 2^i, or max_tokens for the last).
  * The last bucket, opened first, shares `share` (weights from a training
  * session, or NULL) and owns the KV pools; the others share its states. */
@@ -107,6 +130,7 @@ static ty_status_t ty_engine_open(ty_engine_t *e, int i, const ty_session_t *sha
                         .kv_block_size = e->block_size, .table_rows = e->options.max_batch,
                         .table_blocks = e->table_blocks};
   TY_RETURN_IF_ERROR(ty_llm_build(out->graph, &e->config, &o, &out->model));
+  if (e->device_sampling) TY_RETURN_IF_ERROR(ty_engine_add_sampling(e, out));
   if (e->options.check_numerics) TY_RETURN_IF_ERROR(ty_graph_expose_all(out->graph));
   ty_session_options_t so = {.share_state_with = share, .cache_dir = e->options.cache_dir,
                              .retry_failed = e->options.retry_failed,
@@ -227,14 +251,30 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   e->row_seq = malloc((size_t)T * sizeof(int64_t));
   e->table = calloc((size_t)(N * e->table_blocks), sizeof(int64_t));
   e->index = malloc((size_t)N * sizeof(int64_t));
+  e->params = malloc((size_t)N * TY_SAMPLE_P_COUNT * sizeof(float));
+  e->seeds = malloc((size_t)N * 2 * sizeof(int64_t));
+  e->next_ids = malloc((size_t)N * sizeof(int64_t));
+  e->next_logprob = malloc((size_t)N * sizeof(float));
   if (!s && !(e->seqs && e->raw && e->row && e->tokens && e->positions && e->kv_slots &&
-              e->row_seq && e->table && e->index)) {
+              e->row_seq && e->table && e->index && e->params && e->seeds && e->next_ids &&
+              e->next_logprob)) {
     s = ty_engine_oom();
   }
   if (!s) s = ty_sampler_create(V, &e->sampler);
   /* The largest bucket first: it holds the KV pools and the weights (its
    * own, or the training session's), for the others to share. */
-  if (!s) s = ty_engine_open(e, e->bucket_count - 1, options->weights_from);
+  /* Sampling on the device when the plugin runs the sample op (or a
+   * fallback does); otherwise every step reads the logits. */
+  e->device_sampling = !options->host_sampling;
+  if (!s) {
+    s = ty_engine_open(e, e->bucket_count - 1, options->weights_from);
+    if (s && e->device_sampling) {
+      ty_status_free(s);
+      ty_engine_close(&e->buckets[e->bucket_count - 1]);
+      e->device_sampling = false;
+      s = ty_engine_open(e, e->bucket_count - 1, options->weights_from);
+    }
+  }
   if (s) {
     ty_engine_destroy(e);
     return ty_status_annotate(s, "creating the generation engine (%lld slots of %lld tokens)",
@@ -265,6 +305,10 @@ void ty_engine_destroy(ty_engine_t *e) {
   free(e->row_seq);
   free(e->table);
   free(e->index);
+  free(e->params);
+  free(e->seeds);
+  free(e->next_ids);
+  free(e->next_logprob);
   free(e);
 }
 
@@ -379,21 +423,55 @@ void ty_engine_cancel(ty_engine_t *e, uint64_t sequence) {
   }
 }
 
-/* Samples the sequence's next token from logits row `raw_row` (the logits'
- * dtype), records it and hands it to `emit`. */
+/* Whether q's next token needs the host sampler (the logits read back):
+ * no sample op on the device; top log-probabilities; penalties (their
+ * history stays on the host); or log-probabilities under --deterministic,
+ * where they must be ty_sampler_logprob's bits (those `trainyard eval`
+ * reports) rather than the device's f32 log-sum-exp. */
+static bool ty_engine_host_sampled(const ty_engine_t *e, const ty_seq_t *q) {
+  const ty_engine_request_t *r = &q->request;
+  const ty_sampling_t *a = &r->sampling;
+  bool penalties = (a->repetition_penalty != 0 && a->repetition_penalty != 1) ||
+                   a->presence_penalty != 0 || a->frequency_penalty != 0;
+  return !e->device_sampling || r->top_logprobs > 0 || penalties ||
+         (r->logprobs && e->options.deterministic);
+}
+
+/* Records q's new token t.id (t filled by a sampler), ends the sequence on
+ * a stop id or its length, and hands the token to `emit`. */
+static void ty_engine_emit_token(ty_engine_t *e, ty_seq_t *q, ty_engine_token_t *t,
+                                 ty_engine_emit_fn_t emit, void *context) {
+  const ty_engine_request_t *r = &q->request;
+  q->generated++;
+  for (uint32_t i = 0; i < r->stop_id_count; ++i) {
+    if (t->id == r->stop_ids[i]) t->finish = TY_ENGINE_STOP;
+  }
+  if (!t->finish && q->generated == r->max_new) t->finish = TY_ENGINE_LENGTH;
+  if (t->finish) {
+    ty_engine_free_seq(e, q);
+  } else {
+    q->tokens[q->len++] = t->id;
+  }
+  if (emit) emit(context, t);
+}
+
+static ty_status_t ty_engine_garbage(const ty_seq_t *q, double value, int64_t at) {
+  return ty_status_make(TY_CODE_DATA_LOSS,
+                        "the model's logits for sequence %llu hold %g at token %lld (after %lld "
+                        "new tokens): the device computed garbage",
+                        (unsigned long long)q->sequence, value, (long long)at,
+                        (long long)q->generated);
+}
+
+/* Samples q's next token on the host from logits row `raw_row` (the
+ * logits' dtype). */
 static ty_status_t ty_engine_take(ty_engine_t *e, ty_seq_t *q, const void *raw_row,
                                   ty_engine_emit_fn_t emit, void *context) {
   int64_t V = e->config.vocab_size;
   TY_RETURN_IF_ERROR(ty_safetensors_convert(ty_engine_logits_dtype(&e->options), raw_row,
                                             TY_DTYPE_F32, e->row, (size_t)V));
   for (int64_t v = 0; v < V && !e->nonfinite_ok; ++v) {
-    if (!isfinite(e->row[v])) {
-      return ty_status_make(TY_CODE_DATA_LOSS,
-                            "the model's logits for sequence %llu hold %g at token %lld (after "
-                            "%lld new tokens): the device computed garbage",
-                            (unsigned long long)q->sequence, (double)e->row[v], (long long)v,
-                            (long long)q->generated);
-    }
+    if (!isfinite(e->row[v])) return ty_engine_garbage(q, e->row[v], v);
   }
   const ty_engine_request_t *r = &q->request;
   ty_engine_token_t t = {.sequence = q->sequence, .user = r->user, .index = q->generated};
@@ -407,17 +485,23 @@ static ty_status_t ty_engine_take(ty_engine_t *e, ty_seq_t *q, const void *raw_r
     t.top_ids = e->top_ids;
     t.top_logprobs = e->top_logprobs;
   }
-  q->generated++;
-  for (uint32_t i = 0; i < r->stop_id_count; ++i) {
-    if (t.id == r->stop_ids[i]) t.finish = TY_ENGINE_STOP;
-  }
-  if (!t.finish && q->generated == r->max_new) t.finish = TY_ENGINE_LENGTH;
-  if (t.finish) {
-    ty_engine_free_seq(e, q);
-  } else {
-    q->tokens[q->len++] = t.id;
-  }
-  if (emit) emit(context, &t);
+  ty_engine_emit_token(e, q, &t, emit, context);
+  return TY_OK;
+}
+
+/* q's next token as the sample op chose it on the device (logit row
+ * `row`). A NaN or infinity anywhere in the row makes its log-sum-exp, and
+ * so the log-probability, not finite. */
+static ty_status_t ty_engine_take_sampled(ty_engine_t *e, ty_seq_t *q, int64_t row,
+                                          ty_engine_emit_fn_t emit, void *context) {
+  const ty_engine_request_t *r = &q->request;
+  double lp = e->next_logprob[row];
+  if (!isfinite(lp) && !e->nonfinite_ok) return ty_engine_garbage(q, lp, e->next_ids[row]);
+  ty_engine_token_t t = {.sequence = q->sequence, .user = r->user, .index = q->generated,
+                         .id = e->next_ids[row], .logprob = r->logprobs ? lp : 0};
+  /* The host stream stays in step (one draw per sampled token). */
+  if (!r->sampling.greedy) q->rng += (uint64_t)TY_SAMPLE_GOLDEN;
+  ty_engine_emit_token(e, q, &t, emit, context);
   return TY_OK;
 }
 
@@ -449,6 +533,13 @@ static ty_status_t ty_engine_bind_run(ty_engine_t *e, ty_step_graph_t *g) {
                                      (size_t)(table[0] * table[1]) * 8));
   TY_RETURN_IF_ERROR(ty_session_bind(s, "logits_index", TY_DTYPE_I64, 1, R, e->index,
                                      (size_t)g->logit_rows * 8));
+  if (g->sampling) {
+    int64_t pd[2] = {g->logit_rows, TY_SAMPLE_P_COUNT}, sd[2] = {g->logit_rows, 2};
+    TY_RETURN_IF_ERROR(ty_session_bind(s, "sample_params", TY_DTYPE_F32, 2, pd, e->params,
+                                       (size_t)(pd[0] * pd[1]) * sizeof(float)));
+    TY_RETURN_IF_ERROR(ty_session_bind(s, "sample_seeds", TY_DTYPE_I64, 2, sd, e->seeds,
+                                       (size_t)(sd[0] * sd[1]) * 8));
+  }
   TY_RETURN_IF_ERROR(ty_session_run(s));
   return ty_engine_check(e, g);
 }
@@ -565,6 +656,24 @@ static ty_status_t ty_engine_plan(ty_engine_t *e, ty_seq_t **order, int64_t n, i
   return TY_OK;
 }
 
+/* Row `row` of the sample op's inputs for q (NULL: padding, greedy). The
+ * draw counter is the sequence's new tokens so far: every token of a
+ * sampled request is one draw, so it matches the host sampler's stream. */
+static void ty_engine_fill_sampling(ty_engine_t *e, const ty_seq_t *q, int64_t row) {
+  float *p = e->params + row * TY_SAMPLE_P_COUNT;
+  const ty_sampling_t *a = q ? &q->request.sampling : NULL;
+  bool greedy = !a || a->greedy;
+  p[TY_SAMPLE_P_TEMPERATURE] = greedy ? 0.0f : (float)a->temperature;
+  p[TY_SAMPLE_P_TOP_K] = greedy ? 0.0f : (float)a->top_k;
+  p[TY_SAMPLE_P_TOP_P] = greedy ? 1.0f : (float)a->top_p;
+  p[TY_SAMPLE_P_MIN_P] = greedy ? 0.0f : (float)a->min_p;
+  p[TY_SAMPLE_P_REPETITION] = 1.0f; /* penalties: the host sampler (ty_engine_host_sampled) */
+  p[TY_SAMPLE_P_PRESENCE] = 0.0f;
+  p[TY_SAMPLE_P_FREQUENCY] = 0.0f;
+  e->seeds[row * 2] = a ? (int64_t)a->seed : 0;
+  e->seeds[row * 2 + 1] = q ? q->generated : 0;
+}
+
 /* Fills the bind buffers for the planned rows in bucket g. */
 static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **order,
                            int64_t n) {
@@ -587,6 +696,7 @@ static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **
     }
     if (first + q->step_rows == q->len) {
       q->logit_row = logit;
+      ty_engine_fill_sampling(e, q, logit);
       e->index[logit++] = row - 1;
     }
   }
@@ -596,7 +706,10 @@ static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **
     e->kv_slots[row] = -1;
     e->row_seq[row] = -1;
   }
-  for (; logit < g->logit_rows; ++logit) e->index[logit] = 0;
+  for (; logit < g->logit_rows; ++logit) {
+    e->index[logit] = 0;
+    ty_engine_fill_sampling(e, NULL, logit); /* greedy: valid, never read */
+  }
 }
 
 ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
@@ -617,13 +730,24 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
   ty_step_graph_t *g = &e->buckets[b];
   ty_engine_fill(e, g, order, n);
   TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g));
-  bool any_logits = false;
-  for (int64_t i = 0; i < n; ++i) any_logits |= order[i]->logit_row >= 0;
+  bool host = false, device = false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (order[i]->logit_row < 0) continue;
+    bool h = ty_engine_host_sampled(e, order[i]);
+    host |= h;
+    device |= !h;
+  }
   size_t row_bytes =
       (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
-  if (any_logits) {
+  if (host) {
     TY_RETURN_IF_ERROR(
         ty_session_read(g->session, "logits", e->raw, (size_t)g->logit_rows * row_bytes));
+  }
+  if (device) {
+    TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_ids", e->next_ids,
+                                       (size_t)g->logit_rows * sizeof(int64_t)));
+    TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_logprob", e->next_logprob,
+                                       (size_t)g->logit_rows * sizeof(float)));
   }
   e->stats.steps++;
   e->stats.decode_runs++;
@@ -637,8 +761,12 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
     ty_kv_pool_seq_commit(e->pool, &q->kv, q->tokens, upto);
     if (q->logit_row < 0) continue;
     if (decode) e->stats.decode_tokens++;
-    TY_RETURN_IF_ERROR(ty_engine_take(e, q, (const char *)e->raw + (size_t)q->logit_row * row_bytes,
-                                      emit, context));
+    if (ty_engine_host_sampled(e, q)) {
+      TY_RETURN_IF_ERROR(ty_engine_take(
+          e, q, (const char *)e->raw + (size_t)q->logit_row * row_bytes, emit, context));
+    } else {
+      TY_RETURN_IF_ERROR(ty_engine_take_sampled(e, q, q->logit_row, emit, context));
+    }
   }
   e->stats.last_step_seconds = ty_engine_now() - t0;
   return TY_OK;

@@ -20,9 +20,13 @@
  * nothing). Every token attends to its own sequence's blocks up to its own
  * position (paged_kv_write and paged_attention, docs/ops.md), and the LM
  * head runs only on the last token of each sequence that completes this
- * step. Sampling happens on the host (models/sampler.h) with one random
- * stream per sequence, so a seed gives the same tokens whatever else shares
- * the batch.
+ * step. Sampling runs on the device (the sample op, docs/ops.md: only the
+ * chosen ids and their log-probabilities come back) when the plugin runs
+ * it, else on the host from the logits (models/sampler.h, the same
+ * definition); requests with penalties or top log-probabilities always use
+ * the host. One random stream per sequence (its seed and a draw counter),
+ * so a seed gives the same tokens whatever else shares the batch, on either
+ * path.
  *
  * When a decoding sequence needs a block and none is free, the newest
  * sequence gives its blocks back (preemption) and later recomputes its
@@ -111,6 +115,11 @@ typedef struct ty_engine_options_t {
   /* Turn off prefix sharing (sequences with a common prompt prefix hold
    * its blocks once and skip computing it). */
   bool no_prefix_cache;
+  /* Sample on the host from logits read back after every step, even when
+   * the device runs the sample op (by default only requests with
+   * penalties, top log-probabilities, or log-probabilities under
+   * --deterministic do). */
+  bool host_sampling;
 } ty_engine_options_t;
 
 typedef struct ty_engine_t ty_engine_t;

@@ -159,7 +159,7 @@ class GenerateTest(Base):
         self.assertEqual(r.stdout, "")
 
     def test_batch_overflow_is_named(self):
-        model = scaled_model(self.path("m"), "llama", LLAMA_UP1, 1e38)
+        model = scaled_model(self.path("m"), "llama", LLAMA_UP1, 3e38)
         prompts = cli_util.write(self.path("p.jsonl"), '{"prompt_ids": [1, 2, 3]}\n')
         r = self.generate(model, "--input", prompts, "--output", self.path("o.jsonl"),
                           "--check-numerics")
