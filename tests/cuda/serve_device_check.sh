@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Issue 29 on a GPU machine, in one call of the device tool: the serving ops'
+# conformance on cuda:0, the paged engine's batched = alone check on cuda:0
+# (64 prompts of 1..1000 tokens through `trainyard generate --input`, greedy
+# and seeded, in deterministic mode bit for bit and by default token for
+# token), and bench/serve_bench.py's one-run table with its peers.
+#
+#   tests/cuda/serve_device_check.sh BUILD [PHASES...]
+#
+# Phases: conform equal bench-gpt2 bench-llama (default: all). BACKEND and
+# EQUAL_SHAPE (a serve_bench.py --random shape) let `equal` run elsewhere,
+# e.g. BACKEND=cpu EQUAL_SHAPE=tiny-gpt2 for a smoke run. BUILD is a
+# build-device tree (scripts/build-device.sh). Logs and JSON under $OUT (or
+# /tmp/serve-device). Knobs: CONCURRENCY (default 1,8,32,64,256), PEERS
+# (default hf-static,hf), LLAMA_CONCURRENCY (default 1,64).
+set -uo pipefail
+build=${1:?usage: serve_device_check.sh BUILD [PHASES...]}
+shift
+phases=("$@")
+[ ${#phases[@]} -eq 0 ] && phases=(conform equal bench-gpt2 bench-llama)
+out=${OUT:-/tmp/serve-device}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")/../.." && pwd)
+ty="$here/$build/bin/trainyard"
+export LD_LIBRARY_PATH="$here/$build/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TRAINYARD_CUDA_DRIVER=${TRAINYARD_CUDA_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
+rc=0
+
+phase_conform() {
+  echo "== conform: the serving ops on cuda:0"
+  timeout 300 "$ty" conform --backend cuda:0 --tier all \
+    --ops 'paged_kv_write,paged_attention,sample,top_logprobs' --summary || rc=1
+}
+
+# 64 prompts of 1..1000 ids (every fourth shares a 300-id system prefix),
+# 1..24 new tokens each; greedy, then seeded sampling.
+make_prompts() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, os, random, sys
+path, sampled = sys.argv[1], sys.argv[2] == "1"
+rnd = random.Random(29)
+vocab = int(sys.argv[3])
+shared = [rnd.randrange(vocab) for _ in range(300)]
+with open(path, "w") as f:
+    for k in range(64):
+        most = int(os.environ.get("MAX_PROMPT", "1000"))
+        n = 1 if k == 0 else most if k == 1 else rnd.randint(1, most)
+        ids = [rnd.randrange(vocab) for _ in range(n)]
+        if k % 4 == 2:
+            ids = (shared + ids)[:most]
+        line = {"id": str(k), "prompt_ids": ids, "max_new_tokens": rnd.randint(1, 24)}
+        if sampled:
+            line.update(temperature=0.8, top_k=40 if k % 3 else 0, top_p=0.9 if k % 2 else 1.0,
+                        seed=1000 + k)
+        f.write(json.dumps(line) + "\n")
+PY
+}
+
+phase_equal() {
+  echo "== equal: 64 requests together = each alone (generate --input, cuda:0, gpt2-124m bf16)"
+  local shape=${EQUAL_SHAPE:-gpt2-124m} backend=${BACKEND:-cuda:0}
+  local model=/tmp/serve-bench-$shape/$shape-bf16
+  python3 - "$here" <<'PY' || { rc=1; return; }
+import argparse, os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
+import serve_bench
+tok = os.path.join(sys.argv[1], "tests", "fixtures", "tokenizers", "gpt2", "tokenizer.json")
+shape = os.environ.get("EQUAL_SHAPE", "gpt2-124m")
+serve_bench.random_model(argparse.Namespace(random=shape, dtype="bf16", tokenizer=tok,
+                                            work="/tmp/serve-bench-" + shape))
+PY
+  for sampled in 0 1; do
+    make_prompts "$out/prompts-$sampled.jsonl" "$sampled" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model/config.json")"
+    for det in "--deterministic" ""; do
+      local tag="s$sampled${det:+-det}"
+      timeout 240 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 $det \
+        --input "$out/prompts-$sampled.jsonl" --output "$out/together-$tag.jsonl" \
+        --max-batch 64 --ctx $((${MAX_PROMPT:-1000} + 24)) --prefill-chunk 256 >"$out/together-$tag.log" 2>&1 || rc=1
+      timeout 240 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 $det \
+        --input "$out/prompts-$sampled.jsonl" --output "$out/alone-$tag.jsonl" \
+        --max-batch 1 --ctx $((${MAX_PROMPT:-1000} + 24)) --prefill-chunk 256 >"$out/alone-$tag.log" 2>&1 || rc=1
+      python3 - "$out/alone-$tag.jsonl" "$out/together-$tag.jsonl" "$tag" <<'PY' || rc=1
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 64, (len(a), len(b))
+diff = [(x["id"], x["ids"], y["ids"]) for x, y in zip(a, b) if x["ids"] != y["ids"]]
+tokens = sum(len(x["ids"]) for x in a)
+print("%s: %d of 64 requests differ (%d tokens in all)" % (sys.argv[3], len(diff), tokens))
+for d in diff[:3]:
+    print("  request %s alone %s together %s" % d)
+if "det" in sys.argv[3] and diff:
+    sys.exit(1)
+PY
+    done
+  done
+}
+
+phase_bench_gpt2() {
+  echo "== bench: gpt2-124m bf16, prompt 128 + 128, peers ${PEERS:-hf-static,hf}"
+  timeout 560 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
+    --random gpt2-124m --dtype bf16 --device cuda:0 --work /tmp/serve-bench-gpt2-124m \
+    --concurrency "${CONCURRENCY:-1,8,32,64,256}" --peer "${PEERS:-hf-static,hf}" \
+    --json "$out/serve-gpt2-124m.json" || rc=1
+}
+
+phase_bench_llama() {
+  echo "== bench: llama-3.2-1b bf16, prompt 128 + 128, peers ${PEERS:-hf-static,hf}"
+  timeout 560 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
+    --random llama-3.2-1b --dtype bf16 --device cuda:0 --work /tmp/serve-bench-llama \
+    --concurrency "${LLAMA_CONCURRENCY:-1,64}" --peer "${PEERS:-hf-static,hf}" \
+    --json "$out/serve-llama-3.2-1b.json" || rc=1
+}
+
+for p in "${phases[@]}"; do
+  "phase_${p//-/_}" >"$out/$p.log" 2>&1
+  cat "$out/$p.log"
+done
+exit $rc
