@@ -618,7 +618,9 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "slot caches need a KV cache length and a first slot >= 0");
   }
-  if (o->seq > c->max_positions) {
+  /* A paged step packs tokens of many sequences: each one's position is
+   * below the positions (the engine's context), not their count. */
+  if (o->seq > c->max_positions && o->kv_blocks <= 0) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "sequence length %lld exceeds the model's %lld positions "
                           "(config.json n_positions / max_position_embeddings)",
