@@ -180,19 +180,28 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   __syncthreads();
 
   for (long long t0 = k0; t0 < kend; t0 += TY_PA_TILE) {
-    /* (1) scores: the key's elements once, dotted with every (row, head) */
-    for (int t = warp; t < TY_PA_TILE; t += warps) {
-      const long long j = t0 + t;
+    /* (0) the tile's pool slots, once (the block table read off the
+     * critical path of every key's load below) */
+    if (tid < TY_PA_TILE) {
+      const long long j = t0 + tid;
       long long slot = -1;
       if (j < kend) {
         const long long blk = trow[j / BS];
         if (blk < 0 || blk >= NB) {
-          if (lane == 0) ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
+          ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
         } else {
           slot = blk * BS + j % BS;
         }
       }
-      if (lane == 0) slot_sh[t] = slot;
+      slot_sh[tid] = slot;
+    }
+    __syncthreads();
+    /* (1) scores: the key's elements once, dotted with every (row, head);
+     * unrolled so that a warp's key loads are all in flight at once */
+#pragma unroll
+    for (int t = warp; t < TY_PA_TILE; t += warps) {
+      const long long j = t0 + t;
+      const long long slot = slot_sh[t];
       float kr[TY_PA_MAX_D / 32];
 #pragma unroll
       for (int jj = 0; jj < TY_PA_MAX_D / 32; ++jj) {
@@ -241,9 +250,18 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
         if (t0 < k1[r]) {
           const int tn = k1[r] - t0 < TY_PA_TILE ? (int)(k1[r] - t0) : TY_PA_TILE;
           float a = acc[jj] * c_sh[rc];
-          for (int t = 0; t < tn; ++t) {
+          /* The tile's values first (independent loads, all in flight),
+           * then the sum in key order: the same arithmetic as one load and
+           * one multiply-add per key, without a memory latency per key. */
+          float vv[TY_PA_TILE];
+#pragma unroll
+          for (int t = 0; t < TY_PA_TILE; ++t) {
             const long long slot = slot_sh[t];
-            if (slot >= 0) a += s_sh[rc * TY_PA_TILE + t] * ty_to_f<T>(vp[(slot * Hkv + g) * D + d]);
+            vv[t] = t < tn && slot >= 0 ? ty_to_f<T>(vp[(slot * Hkv + g) * D + d]) : 0.0f;
+          }
+#pragma unroll
+          for (int t = 0; t < TY_PA_TILE; ++t) {
+            if (t < tn && slot_sh[t] >= 0) a += s_sh[rc * TY_PA_TILE + t] * vv[t];
           }
           acc[jj] = a;
         }
