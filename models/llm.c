@@ -372,7 +372,23 @@ static ty_status_t ty_b_attention_gpt2(ty_builder_t *b, int layer, ty_value_id_t
   TY_RETURN_IF_ERROR(ty_b_cast(b, w, ct, &w));
   TY_RETURN_IF_ERROR(ty_b_cast(b, bias, ct, &bias));
   int64_t four[4] = {B, T, H, D};
-  for (int i = 0; i < 3; ++i) {
+  /* A paged inference step has no backward: one matmul on the whole
+   * weight, then three slices of its small output, instead of slicing the
+   * [Cin, 3C] weight every step. */
+  if (b->o->kv_blocks > 0) {
+    ty_value_id_t all;
+    TY_RETURN_IF_ERROR(ty_b_linear(b, x, w, bias, false, &all));
+    for (int i = 0; i < 3; ++i) {
+      ty_attrs_t sa = TY_ATTRS_EMPTY;
+      int64_t starts[3] = {0, 0, i * C}, sizes[3] = {B, T, C};
+      TY_RETURN_IF_ERROR(ty_attrs_set_ints(&sa, "starts", starts, 3));
+      TY_RETURN_IF_ERROR(ty_attrs_set_ints(&sa, "sizes", sizes, 3));
+      ty_value_id_t yi;
+      TY_RETURN_IF_ERROR(ty_b_node(b, "slice", &all, 1, &sa, &yi));
+      TY_RETURN_IF_ERROR(ty_b_reshape(b, yi, 4, four, &parts[i]));
+    }
+  }
+  for (int i = 0; i < 3 && b->o->kv_blocks <= 0; ++i) {
     ty_attrs_t wa = TY_ATTRS_EMPTY, ba = TY_ATTRS_EMPTY;
     int64_t wstarts[2] = {0, i * C}, wsizes[2] = {Cin, C}, bstart[1] = {i * C}, bsize[1] = {C};
     TY_RETURN_IF_ERROR(ty_attrs_set_ints(&wa, "starts", wstarts, 2));
