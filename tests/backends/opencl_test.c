@@ -616,15 +616,18 @@ static void test_sample_data_errors(void **state) {
   float logits[10] = {1, 2, 3, 4, 5, 5, 4, 3, 2, 1};
   /* row 0: greedy, presence 3; row 1: temperature -1 (then 0.5), top_k 1 */
   float params[14] = {0, 0, 1, 0, 1, 3, 0, -1, 1, 1, 0, 1, 0, 0};
-  int64_t seeds[4] = {7, 0, 8, 3}, hist[6] = {-1, 5, 0, 1, 1, -1};
+  int64_t seeds[4] = {7, 0, 8, 3}, hist[6] = {-1, 4, 0, 1, 1, -1};
   TY_EXPECT_OK(ty_session_bind(s, "logits", TY_DTYPE_F32, 2, lg_d, logits, sizeof(logits)));
   TY_EXPECT_OK(ty_session_bind(s, "params", TY_DTYPE_F32, 2, pr_d, params, sizeof(params)));
   TY_EXPECT_OK(ty_session_bind(s, "seeds", TY_DTYPE_I64, 2, sd_d, seeds, sizeof(seeds)));
   TY_EXPECT_OK(ty_session_bind(s, "history", TY_DTYPE_I64, 2, hi_d, hist, sizeof(hist)));
   TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
                    "(sample): sample: row 1: temperature (>= 0, finite) is -1");
+  /* One error at a time: rows run in any order, the first to fail wins. */
   params[7] = 0.5f;
+  hist[1] = 5;
   TY_EXPECT_OK(ty_session_bind(s, "params", TY_DTYPE_F32, 2, pr_d, params, sizeof(params)));
+  TY_EXPECT_OK(ty_session_bind(s, "history", TY_DTYPE_I64, 2, hi_d, hist, sizeof(hist)));
   TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
                    "(sample): sample: row 0: history id 5 is outside [-1, V)");
   hist[1] = 4; /* row 0 penalises ids 4 and 0: 5 - 3 = 2 < 4, so id 3 wins */
