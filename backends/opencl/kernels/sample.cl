@@ -127,9 +127,9 @@ float ty_group_scan(float v, __local float *s, float *total) {
 bool ty_within(uint wb, long v, uint W, long I) { return wb > W || (wb == W && v <= I); }
 
 /* The splitmix64 draw number `counter` of the stream that starts at `seed`
- * (models/sampler.c ty_next_uniform), in [0, 1): the top 24 bits are all
- * an f32 walk can use, but the f64-free form keeps the 53-bit value's
- * leading bits: u = (z >> 40) * 2^-24 rounds the same u down. */
+ * (models/sampler.c ty_next_uniform), in [0, 1): the reference's
+ * (z >> 11) * 2^-53 cut to its top 24 bits, (z >> 40) * 2^-24, exact in
+ * f32, which is all an f32 walk resolves (and needs no cl_khr_fp64). */
 float ty_splitmix_uniform(ulong seed, ulong counter) {
   ulong z = seed + (counter + 1UL) * (ulong)TY_SAMPLE_GOLDEN;
   z = (z ^ (z >> 30)) * (ulong)TY_SAMPLE_MIX1;
