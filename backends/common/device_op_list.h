@@ -59,6 +59,8 @@ TY_DEV_OP(clip_by_global_norm, clip, COMPUTE)
 TY_DEV_OP(kv_cache_write, kv_cache_write, MOVE)
 TY_DEV_OP(paged_kv_write, paged_kv_write, MOVE) /* issue 29 */
 TY_DEV_OP(paged_attention, paged_attention, COMPUTE)
+TY_DEV_OP(sample, sample, COMPUTE) /* issue 29: token selection */
+TY_DEV_OP(top_logprobs, top_logprobs, COMPUTE)
 TY_DEV_CORE_OP(broadcast_to, ty_dev_build_broadcast_to, MOVE)
 TY_DEV_CORE_OP(reshape, ty_dev_build_reshape, MOVE)
 TY_DEV_CORE_OP(transpose, ty_dev_build_transpose, MOVE)

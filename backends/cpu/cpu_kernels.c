@@ -96,6 +96,9 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     /* cpu_kernels_paged.c */
     {"paged_kv_write", cpu_kernel_paged_kv_write, CPU_ACCEPT_ANY},
     {"paged_attention", cpu_kernel_paged_attention, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_sample.c */
+    {"sample", cpu_kernel_sample, CPU_ACCEPT_FLOAT},
+    {"top_logprobs", cpu_kernel_top_logprobs, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_views.c: world 1 (ops/op_collective.c) */
     {"all_reduce", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
     {"tp_copy", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},

@@ -415,4 +415,8 @@ ty_abi_status_t cpu_kernel_kv_cache_write(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_paged_kv_write(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_paged_attention(const cpu_node_ctx_t *c);
 
+/* cpu_kernels_sample.c */
+ty_abi_status_t cpu_kernel_sample(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_top_logprobs(const cpu_node_ctx_t *c);
+
 #endif /* TY_BACKENDS_CPU_CPU_KERNELS_H_ */

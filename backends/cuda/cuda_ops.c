@@ -34,9 +34,6 @@ const ty_dev_op_t ty_cu_ops[] = {
     {"vocab_ce_sums_backward", ty_cu_build_vocab_ce_sums, TY_DESC_ACCEPT_COMPUTE},
     {"vocab_ce_loss", ty_cu_build_vocab_ce_loss, TY_DESC_ACCEPT_COMPUTE},
     {"vocab_ce_loss_backward", ty_cu_build_vocab_ce_loss, TY_DESC_ACCEPT_COMPUTE},
-    /* Serving (issue 29), cuda_ops_serve.c. */
-    {"sample", ty_cu_build_sample, TY_DESC_ACCEPT_COMPUTE},
-    {"top_logprobs", ty_cu_build_top_logprobs, TY_DESC_ACCEPT_COMPUTE},
     {NULL, NULL, TY_DESC_ACCEPT_MOVE},
 };
 

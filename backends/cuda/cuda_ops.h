@@ -109,9 +109,7 @@ void ty_cu_build_vocab_ce_sums(ty_cu_build_t *b);
 void ty_cu_build_vocab_ce_loss(ty_cu_build_t *b);
 bool ty_cu_vocab_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                        size_t capacity);
-/* cuda_ops_serve.c: issue 29's token selection (the paged KV cache ops'
- * builders are in the shared list). */
-void ty_cu_build_sample(ty_cu_build_t *b);
-void ty_cu_build_top_logprobs(ty_cu_build_t *b);
+/* cuda_ops_serve.c builds issue 29's ops (paged KV cache, token
+ * selection); their builders are in the shared list above. */
 
 #endif /* TY_BACKENDS_CUDA_CUDA_OPS_H_ */

@@ -82,7 +82,8 @@ extern const ty_dev_movers_t ty_ocl_movers;
 bool ty_ocl_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                      size_t capacity);
 
-/* The builders of the ops in device_op_list.h (ocl_ops.c, ocl_ops_nn.c):
+/* The builders of the ops in device_op_list.h (ocl_ops.c, ocl_ops_nn.c,
+ * ocl_ops_sample.c):
  * ty_ocl_build_<builder>. */
 #define TY_DEV_OP(op, builder, accept) void ty_ocl_build_##builder(ty_ocl_build_t *b);
 #define TY_DEV_CORE_OP(op, function, accept)

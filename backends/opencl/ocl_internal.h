@@ -34,6 +34,7 @@ typedef enum ty_ocl_family_e {
   TY_OCL_FAM_EMBEDDING,       /* gather, deterministic scatter-add */
   TY_OCL_FAM_VIEWS,           /* strided copies, casts, kv-cache writes */
   TY_OCL_FAM_OPTIM,           /* adamw, sgd */
+  TY_OCL_FAM_SAMPLE,          /* sample, top_logprobs (issue 29) */
   TY_OCL_FAM_COUNT_
 } ty_ocl_family_t;
 

@@ -33,6 +33,7 @@ static const char *const ty_ocl_family_files[TY_OCL_FAM_COUNT_] = {
     [TY_OCL_FAM_SOFTMAX] = "softmax.cl",         [TY_OCL_FAM_ROPE] = "rope.cl",
     [TY_OCL_FAM_ATTENTION] = "attention.cl",     [TY_OCL_FAM_EMBEDDING] = "embedding.cl",
     [TY_OCL_FAM_VIEWS] = "views.cl",             [TY_OCL_FAM_OPTIM] = "optim.cl",
+    [TY_OCL_FAM_SAMPLE] = "sample.cl",
 };
 
 #define TY_OCL_CACHE_MAGIC "trainyard-opencl-binary 1\n"
@@ -269,23 +270,33 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   ty_ocl_api_t *api = d->api;
   ty_ocl_slot_t *s = d->slot;
   const char *file = ty_ocl_family_files[f];
-  const char *errors_text = NULL, *common_text = NULL, *family_text = NULL;
-  size_t errors_size = 0, common_size = 0, family_size = 0;
-  char *errors_owned = NULL, *common_owned = NULL, *family_owned = NULL;
-  ty_abi_status_t st =
-      ty_ocl_source_text("device_errors.h", &errors_text, &errors_size, &errors_owned);
+  /* The shared headers (preprocessor lines only), then common.cl, then the
+   * family's file. The error codes and the sample params' columns come
+   * first: common.cl and the kernels use them. */
+  static const char *const headers[] = {"device_errors.h", "sample_params.h"};
+  enum { TY_OCL_HEADERS = sizeof(headers) / sizeof(headers[0]) };
+  const char *header_text[TY_OCL_HEADERS] = {NULL}, *common_text = NULL, *family_text = NULL;
+  size_t header_size[TY_OCL_HEADERS] = {0}, common_size = 0, family_size = 0;
+  char *header_owned[TY_OCL_HEADERS] = {NULL}, *common_owned = NULL, *family_owned = NULL;
+  ty_abi_status_t st = NULL;
+  for (int h = 0; h < TY_OCL_HEADERS && !st; ++h) {
+    st = ty_ocl_source_text(headers[h], &header_text[h], &header_size[h], &header_owned[h]);
+  }
   if (!st) st = ty_ocl_source_text("common.cl", &common_text, &common_size, &common_owned);
   if (!st) st = ty_ocl_source_text(file, &family_text, &family_size, &family_owned);
   if (st) {
-    free(errors_owned);
+    for (int h = 0; h < TY_OCL_HEADERS; ++h) free(header_owned[h]);
     free(common_owned);
     return st;
   }
-  /* #line keeps compiler messages in each file's own line numbers. The
-   * error codes come first: common.cl and the kernels use them. */
+  /* #line keeps compiler messages in each file's own line numbers. */
   ty_ocl_text_t text = {0};
-  ty_text_str(&text, "#line 1 \"device_errors.h\"\n");
-  ty_text_add(&text, errors_text, errors_size);
+  for (int h = 0; h < TY_OCL_HEADERS; ++h) {
+    ty_text_str(&text, h ? "\n#line 1 \"" : "#line 1 \"");
+    ty_text_str(&text, headers[h]);
+    ty_text_str(&text, "\"\n");
+    ty_text_add(&text, header_text[h], header_size[h]);
+  }
   ty_text_str(&text, "\n#line 1 \"common.cl\"\n");
   ty_text_add(&text, common_text, common_size);
   ty_text_str(&text, "\n#line 1 \"");
@@ -294,7 +305,7 @@ static ty_abi_status_t ty_ocl_program_build(ty_abi_device_t *d, ty_ocl_family_t 
   ty_text_add(&text, family_text, family_size);
   char kernels[512];
   ty_ocl_kernel_names(family_text, kernels, sizeof(kernels));
-  free(errors_owned);
+  for (int h = 0; h < TY_OCL_HEADERS; ++h) free(header_owned[h]);
   free(common_owned);
   free(family_owned);
   if (text.oom) {

@@ -69,7 +69,10 @@ const ty_conform_bound_t *ty_conform_bound_at(uint32_t index);
  * [0.5, 1.5) with a random sign; `ids=V` ids in [0, V) with a repeat;
  * `tgt=V` targets in [0, V) with some ignored (-1, -100); `seq=a` a, a+1,
  * ...; `val=x` every element x; `rng` a dropout (seed, step) pair;
- * `list=a,b,...` the elements spelled out (block tables, slots, positions).
+ * `list=a,b,...` the elements spelled out (block tables, slots, positions,
+ * params rows); `perm=s` each row of the last dimension (n long) a random
+ * permutation of (j - n/2) * s, j = 0..n-1 (distinct, well-separated
+ * logits, exact in bf16 and f16 for a power-of-two s and n <= 256).
  * `derive` ("op i,j | o>k ...") replaces input k by output o of `op` (with
  * the case's attributes) applied to inputs i, j, ... in f64, for backward
  * ops that consume a forward op's saved outputs. `updates` ("o>k ...")

@@ -51,9 +51,18 @@ static const ty_conform_bound_t ty_bound_chain = {
     "normalizations amplify it a few times, so bf16/f16 get 3x the single-op "
     "bound; f32 as for reductions"};
 
+static const ty_conform_bound_t ty_bound_select = {
+    "select", 1e-10, 1e-10, 1e-10,
+    "token selection (sample, top_logprobs): the ids must be the oracle's "
+    "(on logits spelled as a permuted grid, perm=, every cut and draw has "
+    "a margin far above f32 rounding; one wrong id among ids of ~30 adds "
+    "~1e-3), and the log-probabilities are f32 outputs computed in f32 "
+    "from the stored logits (~1e-14), whatever the logits' dtype, so every "
+    "dtype gets the f32 elementwise bound"};
+
 static const ty_conform_bound_t *const ty_bounds[] = {
     &ty_bound_exact, &ty_bound_elementwise, &ty_bound_reduction, &ty_bound_rope,
-    &ty_bound_chain,
+    &ty_bound_chain, &ty_bound_select,
 };
 
 uint32_t ty_conform_bound_count(void) {
@@ -74,6 +83,7 @@ const ty_conform_bound_t *ty_conform_bound_at(uint32_t i) {
 #define RED &ty_bound_reduction
 #define ROPE &ty_bound_rope
 #define CHAIN &ty_bound_chain
+#define SEL &ty_bound_select
 
 /* op, name, inputs, attrs, derive, updates, dtypes, bound, backward bound */
 #define C(op, name, in, at, fwd, bwd) {op, name, in, at, NULL, NULL, FLOATS, fwd, bwd}
@@ -353,6 +363,49 @@ static const ty_conform_case_t ty_cases[] = {
        "F[4,2,16] F[4,16,2,16] F[4,16,2,16] i64[2,3]:list=3,1,-1,0,-1,-1 i64[4]:list=1,0,0,-1 "
        "i64[4]:list=6,17,19,0",
        "window=3 scale=0.3", NULL, NULL, RED),
+
+    /* ---- token selection (issue 29): logits a permuted grid per row
+     * (perm=, exact in bf16 and f16), params rows spelled out (P: f32
+     * columns of sample_params.h: temperature, top_k, top_p, min_p,
+     * repetition, presence, frequency), random {seed, counter} pairs.
+     * Every top_p / min_p cut sits >= 4e-4 of the mass away from a
+     * candidate in each dtype (checked when the cases were written), so
+     * f32 devices agree with the f64 oracle ---- */
+    CX("sample", "greedy",
+       "F[4,32]:perm=0.25 P[4,7]:list=0,0,1,0,1,0,0,0,0,1,0,1,0,0,0,0,1,0,1,0,0,0,0,1,0,1,0,0 "
+       "i64[4,2]:rng", "", NULL, NULL, SEL),
+    CX("sample", "temperature",
+       "F[4,32]:perm=0.25 P[4,7]:list=1,0,1,0,1,0,0,0.5,0,1,0,1,0,0,2,0,1,0,1,0,0,0.8,0,1,0,1,0,0 "
+       "i64[4,2]:rng", "", NULL, NULL, SEL),
+    CX("sample", "top-k",
+       "F[4,32]:perm=0.25 P[4,7]:list=1,1,1,0,1,0,0,0.7,3,1,0,1,0,0,1.5,8,1,0,1,0,0,1,31,1,0,1,0,0 "
+       "i64[4,2]:rng", "", NULL, NULL, SEL),
+    CX("sample", "top-p",
+       "F[4,32]:perm=0.25 P[4,7]:list=1,0,0.9,0,1,0,0,0.7,0,0.5,0,1,0,0,2,0,0.3,0,1,0,0,1,0,0.05,0,"
+       "1,0,0 i64[4,2]:rng", "", NULL, NULL, SEL),
+    CX("sample", "min-p",
+       "F[4,32]:perm=0.25 P[4,7]:list=1,0,1,0.1,1,0,0,0.8,0,1,0.3,1,0,0,2,0,1,0.5,1,0,0,1,0,1,0.95,"
+       "1,0,0 i64[4,2]:rng", "", NULL, NULL, SEL),
+    /* repetition 2 (and 1.5 in a greedy row), presence 0.5, frequency
+     * 0.25: exact in f32 on the grid; a history with repeats and -1
+     * padding, one row all padding */
+    CX("sample", "penalties",
+       "F[4,16]:perm=0.25 P[4,7]:list=0,0,1,0,2,0.5,0.25,1,0,1,0,2,0.5,0.25,0.8,3,1,0,2,0.5,0.25,"
+       "0,0,1,0,1.5,0.5,0.25 i64[4,2]:rng "
+       "i64[4,6]:list=3,3,7,-1,-1,-1,0,1,2,3,4,5,-1,-1,-1,-1,-1,-1,15,15,15,8,9,-1",
+       "", NULL, NULL, SEL),
+    /* one step's rows, each with its own params: greedy, temperature,
+     * top_k, top_p, min_p, and all three cuts at once */
+    CX("sample", "mixed-rows",
+       "F[6,64]:perm=0.25 P[6,7]:list=0,0,1,0,1,0,0,1,0,1,0,1,0,0,0.7,5,1,0,1,0,0,1.2,0,0.6,0,1,0,0,"
+       "1,0,1,0.2,1,0,0,0.9,10,0.8,0.05,1,0,0 i64[6,2]:rng", "", NULL, NULL, SEL),
+    /* a vocabulary wider than a work-group (ties in bf16: the lower id) */
+    CX("sample", "wide",
+       "F[3,1000]:perm=0.0078125 P[3,7]:list=0.8,50,0.9,0,1,0,0,1,0,0.6,0,1,0,0,0,0,1,0,1,0,0 "
+       "i64[3,2]:rng", "", NULL, NULL, SEL),
+    CX("top_logprobs", "k1", "F[4,32]:perm=0.25", "k=1", NULL, NULL, SEL),
+    CX("top_logprobs", "k5", "F[4,64]:perm=0.125", "k=5", NULL, NULL, SEL),
+    CX("top_logprobs", "k20-wide", "F[2,1000]:perm=0.0078125", "k=20", NULL, NULL, SEL),
 
     /* ---- collectives: one process is world 1, where both are the identity
      * (ops/op_collective.c); the multi-rank results are checked by the

@@ -64,7 +64,7 @@ static ty_status_t ty_conform_round(ty_dtype_t dtype, double *v, int64_t n) {
 
 typedef enum {
   TY_GEN_DEFAULT, TY_GEN_UNIFORM, TY_GEN_AWAY, TY_GEN_IDS, TY_GEN_TGT,
-  TY_GEN_SEQ, TY_GEN_VAL, TY_GEN_RNG, TY_GEN_LIST,
+  TY_GEN_SEQ, TY_GEN_VAL, TY_GEN_RNG, TY_GEN_LIST, TY_GEN_PERM,
 } ty_gen_kind_t;
 
 /* Most values a `list=` generator spells out. */
@@ -171,6 +171,12 @@ static ty_status_t ty_conform_gen_parse(const ty_conform_case_t *c, const char *
   } else if (strcmp(g, "rng") == 0) {
     out->kind = TY_GEN_RNG;
     return TY_OK;
+  } else if (strncmp(g, "perm=", 5) == 0) {
+    out->kind = TY_GEN_PERM;
+    out->a = strtod(g + 5, &end);
+    if (end == g + 5 || !(out->a > 0)) {
+      return ty_conform_case_error(c, "bad generator '%s' (perm=step, step > 0)", g);
+    }
   } else if (strncmp(g, "ids=", 4) == 0 || strncmp(g, "tgt=", 4) == 0 ||
              strncmp(g, "seq=", 4) == 0 || strncmp(g, "val=", 4) == 0) {
     out->kind = g[0] == 'i' ? TY_GEN_IDS : g[0] == 't' ? TY_GEN_TGT
@@ -263,9 +269,22 @@ static void ty_conform_generate(const ty_gen_t *gen, ty_conform_value_t *v, uint
       case TY_GEN_SEQ: x[i] = gen->a + (double)i; break;
       case TY_GEN_VAL: x[i] = gen->a; break;
       case TY_GEN_LIST: x[i] = gen->list[i]; break;
+      case TY_GEN_PERM: x[i] = 0.0; break; /* below, row by row */
       case TY_GEN_RNG:
         x[i] = i == 0 ? (double)(ty_conform_mix(rng) >> 12) : floor(1000.0 * u);
         break;
+    }
+  }
+  /* Well-separated values (logits a token choice must agree on): each row
+   * of the last dimension (n long) a random permutation of (j - n/2) * a. */
+  const int64_t row = v->rank ? v->dims[v->rank - 1] : 1;
+  for (int64_t r = 0; gen->kind == TY_GEN_PERM && row > 0 && r + row <= v->count; r += row) {
+    for (int64_t j = 0; j < row; ++j) x[r + j] = (double)(j - row / 2) * gen->a;
+    for (int64_t j = row - 1; j > 0; --j) {
+      const int64_t o = (int64_t)(ty_conform_mix(rng) % (uint64_t)(j + 1));
+      const double t = x[r + j];
+      x[r + j] = x[r + o];
+      x[r + o] = t;
     }
   }
   /* Repeated ids must add up in scatter-adds; targets need one ignored and

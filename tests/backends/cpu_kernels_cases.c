@@ -682,6 +682,58 @@ static void cases_long_paths(void) {
   add_in(c, K_IDS, TY_DTYPE_I64, DIMS(2), 50257, 0);
 }
 
+/* Token selection (issue 29): logits that are a random permutation of a
+ * grid per row (K_PERM: distinct, 0.25 apart, exact in bf16 and f16), so
+ * f32 devices (the emulated cuda) and the f64 reference agree on every cut
+ * and draw. One row per mode: greedy, plain temperature, top_k, top_p,
+ * min_p, all three; penalties with a history (-1 pads) that are exact in
+ * f32 (repetition 2 and 1.5, presence 0.5, frequency 0.25); a vocabulary
+ * wider than a device's block of threads. */
+static void cases_sample(void) {
+  /* params rows (sample_params.h): temperature, top_k, top_p, min_p,
+   * repetition, presence, frequency */
+  static const double modes[6 * 7] = {
+      0, 0, 1, 0, 1, 0, 0,      /* greedy */
+      1, 0, 1, 0, 1, 0, 0,      /* temperature only */
+      0.7, 5, 1, 0, 1, 0, 0,    /* top_k */
+      1.2, 0, 0.6, 0, 1, 0, 0,  /* top_p */
+      1, 0, 1, 0.2, 1, 0, 0,    /* min_p */
+      0.9, 10, 0.8, 0.05, 1, 0, 0};
+  static const double penalties[4 * 7] = {
+      0, 0, 1, 0, 2, 0.5, 0.25,   1, 0, 1, 0, 2, 0.5, 0.25,
+      0.8, 3, 1, 0, 2, 0.5, 0.25, 0, 0, 1, 0, 1.5, 0.5, 0.25};
+  static const double wide[3 * 7] = {
+      0.8, 50, 0.9, 0, 1, 0, 0,   1, 0, 0.6, 0, 1, 0, 0,   0, 0, 1, 0, 1, 0, 0};
+  static const int64_t history[4 * 6] = {3, 3, 7, -1, -1, -1,  0, 1, 2, 3, 4, 5,
+                                         -1, -1, -1, -1, -1, -1,  15, 15, 15, 8, 9, -1};
+  tcase_t *c = add_case("sample", "one row per mode, V 64", 2);
+  add_in(c, K_PERM, TY_DTYPE_INVALID, DIMS(6, 64), 0.25, 0);
+  add_in(c, K_VALUES, TY_DTYPE_F32, DIMS(6, 7), 0, 0)->values = modes;
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(6, 2), 0, 0);
+  c = add_case("sample", "penalties, history with -1", 2);
+  add_in(c, K_PERM, TY_DTYPE_INVALID, DIMS(4, 16), 0.25, 0);
+  add_in(c, K_VALUES, TY_DTYPE_F32, DIMS(4, 7), 0, 0)->values = penalties;
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(4, 2), 0, 0);
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(4, 6), 0, 0)->list = history;
+  c = add_case("sample", "penalties, long random history", 2);
+  add_in(c, K_PERM, TY_DTYPE_INVALID, DIMS(4, 16), 0.25, 0);
+  add_in(c, K_VALUES, TY_DTYPE_F32, DIMS(4, 7), 0, 0)->values = penalties;
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(4, 2), 0, 0);
+  add_in(c, K_TARGETS, TY_DTYPE_I64, DIMS(4, 40), 16, 0);
+  c = add_case("sample", "V 3000", 2);
+  add_in(c, K_PERM, TY_DTYPE_INVALID, DIMS(3, 3000), 0.003, 0);
+  add_in(c, K_VALUES, TY_DTYPE_F32, DIMS(3, 7), 0, 0)->values = wide;
+  add_in(c, K_RNG, TY_DTYPE_I64, DIMS(3, 2), 0, 0);
+  static const int64_t ks[3] = {1, 5, 20};
+  for (int i = 0; i < 3; ++i) {
+    char label[32];
+    snprintf(label, sizeof(label), "k %lld", (long long)ks[i]);
+    c = add_case("top_logprobs", label, 2);
+    add_in(c, K_PERM, TY_DTYPE_INVALID, DIMS(4, i == 2 ? 3000 : 64), i == 2 ? 0.003 : 0.25, 0);
+    set_int(c, "k", ks[i]);
+  }
+}
+
 const tcase_t *cpu_test_cases(int *out_count) {
   if (g_case_count) {
     *out_count = g_case_count;
@@ -694,6 +746,7 @@ const tcase_t *cpu_test_cases(int *out_count) {
   cases_rope_attention();
   cases_loss_dropout_views();
   cases_optim_kv();
+  cases_sample();
   cases_long_paths();
   *out_count = g_case_count;
   return g_cases;

@@ -19,6 +19,9 @@ enum {
   K_RNG,       /* i64 [2]: random seed, random step */
   K_ABSENT,    /* an absent optional input */
   K_LIST,      /* the values of `list`, one per element (block tables, slots) */
+  K_VALUES,    /* the values of `values`, one per element (params rows) */
+  K_PERM,      /* each row (last dim, n long) a random permutation of (j - n/2) * a,
+                  j = 0..n-1: distinct, well-separated logits */
 };
 
 typedef struct {
@@ -29,6 +32,7 @@ typedef struct {
   double a, b;
   bool state; /* a STATE value (for in-place updates) */
   const int64_t *list; /* K_LIST: as many values as the input has elements */
+  const double *values; /* K_VALUES: as many values as the input has elements */
 } tin_t;
 
 #define MAX_IN 12

@@ -92,6 +92,19 @@ static int64_t count_of(uint32_t rank, const int64_t *dims) {
 static void *make_input(const tin_t *in, ty_dtype_t dt, int64_t n) {
   void *buf = calloc((size_t)(n > 0 ? n : 1), ty_dtype_size(dt));
   assert_non_null(buf);
+  if (in->kind == K_PERM) {
+    const int64_t row = in->rank ? in->dims[in->rank - 1] : 1;
+    for (int64_t r = 0; r + row <= n; r += row) {
+      for (int64_t j = 0; j < row; ++j) store_elem(buf, dt, r + j, (double)(j - row / 2) * in->a);
+      for (int64_t j = row - 1; j > 0; --j) { /* Fisher-Yates over the stored values */
+        const int64_t o = (int64_t)(ty_test_rng_next(&g_rng) % (uint64_t)(j + 1));
+        const double a = load_elem(buf, dt, r + j), b = load_elem(buf, dt, r + o);
+        store_elem(buf, dt, r + j, b);
+        store_elem(buf, dt, r + o, a);
+      }
+    }
+    return buf;
+  }
   for (int64_t i = 0; i < n; ++i) {
     double v = 0.0;
     switch (in->kind) {
@@ -103,6 +116,7 @@ static void *make_input(const tin_t *in, ty_dtype_t dt, int64_t n) {
         break;
       case K_SCALAR: v = in->a; break;
       case K_LIST: v = (double)in->list[i]; break;
+      case K_VALUES: v = in->values[i]; break;
       case K_RNG: v = 0.0; break;
       default: break;
     }
@@ -471,6 +485,22 @@ static void test_data_errors_name_the_node(void **state) {
   expect_data_error(r, "paged_attention", 1, NULL, 6, att_dts, att_ranks, att_dims,
                     (void *[]){rows, pool, pool, block_table, row_seq, row_pos},
                     "node 0 (paged_attention): row 0 has row_seq 2 outside [-1, 2)");
+  /* sample (issue 29): a negative temperature in row 1, then a history id
+   * past the vocabulary in row 0 (both rows' params valid). */
+  float logits[2 * 5] = {1, 2, 3, 4, 5, 5, 4, 3, 2, 1};
+  float params[2 * 7] = {0, 0, 1, 0, 1, 0, 0, -1, 0, 1, 0, 1, 0, 0};
+  int64_t seeds[2 * 2] = {1, 0, 2, 0}, history[2 * 3] = {-1, 5, 0, 1, 1, -1};
+  const ty_dtype_t smp_dts[4] = {TY_DTYPE_F32, TY_DTYPE_F32, TY_DTYPE_I64, TY_DTYPE_I64};
+  const uint32_t smp_ranks[4] = {2, 2, 2, 2};
+  const int64_t smp_dims[4][4] = {{2, 5}, {2, 7}, {2, 2}, {2, 3}};
+  expect_data_error(r, "sample", 2, NULL, 3, smp_dts, smp_ranks, smp_dims,
+                    (void *[]){logits, params, seeds},
+                    "node 0 (sample): row 1 has temperature = -1: expected a finite value >= 0 "
+                    "(params column 0)");
+  params[7] = 0.5f;
+  expect_data_error(r, "sample", 2, NULL, 4, smp_dts, smp_ranks, smp_dims,
+                    (void *[]){logits, params, seeds, history},
+                    "node 0 (sample): row 0 has history id 5 at index 1, outside [-1, 5)");
   int64_t targets[3] = {1, 4, -1}; /* 4 is outside [0, 4) */
   expect_data_error(r, "cross_entropy", 1, NULL, 2, (ty_dtype_t[]){TY_DTYPE_F32, TY_DTYPE_I64},
                     (uint32_t[]){2, 1}, (const int64_t[][4]){{3, 4}, {3}},

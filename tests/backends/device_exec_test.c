@@ -607,9 +607,10 @@ static void test_op_list(void **state) {
   assert_ptr_equal(ty_dev_op_find(listed_ops, "broadcast_to")->build, ty_dev_build_broadcast_to);
   assert_int_equal(ty_dev_op_find(listed_ops, "concat")->accept, TY_DESC_ACCEPT_MOVE);
   assert_null(ty_dev_op_find(listed_ops, "vocab_max")); /* cuda's own */
+  assert_ptr_equal(ty_dev_op_find(listed_ops, "sample")->build, build_listed);
   size_t count = 0;
   while (listed_ops[count].op) ++count;
-  assert_int_equal(count, 44);
+  assert_int_equal(count, 46); /* 44 + sample, top_logprobs (issue 29) */
 }
 
 /* ---- unbound outputs placed by the core through the alloc hook ---- */

@@ -587,6 +587,72 @@ static void test_paged_data_errors(void **state) {
   ty_registry_destroy(r);
 }
 
+/* sample and top_logprobs (issue 29): a bad param and a bad history id are
+ * data errors naming the row and what is wrong; then a presence penalty
+ * moves row 0's greedy pick, and top_k 1 makes row 1's draw the argmax. */
+static void test_sample_data_errors(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *d = NULL;
+  ty_session_t *s = NULL;
+  TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t lg_d[2] = {2, 5}, pr_d[2] = {2, 7}, sd_d[2] = {2, 2}, hi_d[2] = {2, 3};
+  ty_value_id_t in[4], outs[2], top[2];
+  TY_EXPECT_OK(ty_graph_add_input(g, "logits", TY_DTYPE_F32, 2, lg_d, &in[0]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "params", TY_DTYPE_F32, 2, pr_d, &in[1]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "seeds", TY_DTYPE_I64, 2, sd_d, &in[2]));
+  TY_EXPECT_OK(ty_graph_add_input(g, "history", TY_DTYPE_I64, 2, hi_d, &in[3]));
+  TY_EXPECT_OK(ty_graph_add_node(g, "sample", in, 4, NULL, outs, 2));
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "k", 2));
+  TY_EXPECT_OK(ty_graph_add_node(g, "top_logprobs", in, 1, &attrs, top, 2));
+  TY_EXPECT_OK(ty_graph_set_output(g, outs[0], "ids"));
+  TY_EXPECT_OK(ty_graph_set_output(g, outs[1], "logprob"));
+  TY_EXPECT_OK(ty_graph_set_output(g, top[0], "top_ids"));
+  TY_EXPECT_OK(ty_graph_set_output(g, top[1], "top_lp"));
+  TY_EXPECT_OK(ty_session_create(d, g, NULL, &s));
+  float logits[10] = {1, 2, 3, 4, 5, 5, 4, 3, 2, 1};
+  /* row 0: greedy, presence 3; row 1: temperature -1 (then 0.5), top_k 1 */
+  float params[14] = {0, 0, 1, 0, 1, 3, 0, -1, 1, 1, 0, 1, 0, 0};
+  int64_t seeds[4] = {7, 0, 8, 3}, hist[6] = {-1, 4, 0, 1, 1, -1};
+  TY_EXPECT_OK(ty_session_bind(s, "logits", TY_DTYPE_F32, 2, lg_d, logits, sizeof(logits)));
+  TY_EXPECT_OK(ty_session_bind(s, "params", TY_DTYPE_F32, 2, pr_d, params, sizeof(params)));
+  TY_EXPECT_OK(ty_session_bind(s, "seeds", TY_DTYPE_I64, 2, sd_d, seeds, sizeof(seeds)));
+  TY_EXPECT_OK(ty_session_bind(s, "history", TY_DTYPE_I64, 2, hi_d, hist, sizeof(hist)));
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
+                   "(sample): sample: row 1: temperature (>= 0, finite) is -1");
+  /* One error at a time: rows run in any order, the first to fail wins. */
+  params[7] = 0.5f;
+  hist[1] = 5;
+  TY_EXPECT_OK(ty_session_bind(s, "params", TY_DTYPE_F32, 2, pr_d, params, sizeof(params)));
+  TY_EXPECT_OK(ty_session_bind(s, "history", TY_DTYPE_I64, 2, hi_d, hist, sizeof(hist)));
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT,
+                   "(sample): sample: row 0: history id 5 is outside [-1, V)");
+  hist[1] = 4; /* row 0 penalises ids 4 and 0: 5 - 3 = 2 < 4, so id 3 wins */
+  TY_EXPECT_OK(ty_session_bind(s, "history", TY_DTYPE_I64, 2, hi_d, hist, sizeof(hist)));
+  TY_EXPECT_OK(ty_session_run(s));
+  int64_t ids[2], top_ids[4];
+  float lp[2], top_lp[4];
+  TY_EXPECT_OK(ty_session_read(s, "ids", ids, sizeof(ids)));
+  TY_EXPECT_OK(ty_session_read(s, "logprob", lp, sizeof(lp)));
+  TY_EXPECT_OK(ty_session_read(s, "top_ids", top_ids, sizeof(top_ids)));
+  TY_EXPECT_OK(ty_session_read(s, "top_lp", top_lp, sizeof(top_lp)));
+  assert_int_equal(ids[0], 3);
+  assert_int_equal(ids[1], 0);
+  const double norm = 5.0 + log(1.0 + exp(-1.0) + exp(-2.0) + exp(-3.0) + exp(-4.0));
+  /* the log-probabilities are over the raw logits, before the penalty */
+  assert_true(fabs(lp[0] - (4.0 - norm)) < 1e-5);
+  assert_true(fabs(lp[1] - (5.0 - norm)) < 1e-5);
+  assert_true(top_ids[0] == 4 && top_ids[1] == 3 && top_ids[2] == 0 && top_ids[3] == 1);
+  assert_true(fabs(top_lp[1] - (4.0 - norm)) < 1e-5 && fabs(top_lp[2] - (5.0 - norm)) < 1e-5);
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(d);
+  ty_registry_destroy(r);
+}
+
 /* Without the ICD loader the plugin loads and reports UNAVAILABLE with the
  * reason. (A loader that finds no platform is checked by
  * test_opencl_cli.py in a fresh process: the loader reads its vendor list
@@ -640,6 +706,7 @@ int main(void) {
       cmocka_unit_test(test_deterministic_refused),
       cmocka_unit_test(test_data_errors),
       cmocka_unit_test(test_paged_data_errors),
+      cmocka_unit_test(test_sample_data_errors),
       cmocka_unit_test(test_unavailable),
       cmocka_unit_test(test_binary_cache),
       cmocka_unit_test(test_no_leaks_across_sessions),
