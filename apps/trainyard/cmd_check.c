@@ -30,13 +30,13 @@ static const char *const ty_check_usage =
     "Builds the graphs a command would run on the device and asks the backend\n"
     "about every node: without --train, those of 'trainyard forward' (logits and\n"
     "loss, and with --grads every parameter's gradient) and 'trainyard generate'\n"
-    "(KV-cache prefill and one-token decode); with --train, those and the ones\n"
-    "of 'trainyard train' with the same options (the train step, the optimizer\n"
-    "step of --grad-accum > 1, the validation forward): a backend that trains\n"
-    "but cannot generate (no kv_cache_write) fails it. Prints one line per op and\n"
-    "dtype: nodes, the graphs that use it, and the backend's verdict with its\n"
-    "reason. With --fallback URI2 it also says which refused ops the fallback\n"
-    "device would run in a mixed run.\n"
+    "(steps over the paged KV cache: a prompt, then one token); with --train,\n"
+    "those and the ones of 'trainyard train' with the same options (the train\n"
+    "step, the optimizer step of --grad-accum > 1, the validation forward): a\n"
+    "backend that trains but cannot generate (no paged_kv_write) fails it. Prints\n"
+    "one line per op and dtype: nodes, the graphs that use it, and the backend's\n"
+    "verdict with its reason. With --fallback URI2 it also says which refused ops\n"
+    "the fallback device would run in a mixed run.\n"
     "\n"
     "  --backend URI      device to check, e.g. mine\n"
     "  --fallback URI2    device of the nodes --backend refuses, e.g. cpu (the old\n"
@@ -213,12 +213,17 @@ static ty_status_t ty_check_build(ty_check_t *c, ty_check_args_t *a,
     else ty_graph_destroy(graph);
     ty_llm_deinit(&model);
   }
-  /* generate: a prompt of T tokens, then one token at a time. */
-  int64_t cache_len = T + 16 <= mc->max_positions ? T + 16 : mc->max_positions;
+  /* generate: the engine's packed steps over the paged KV cache
+   * (models/engine.h), a prompt of T tokens, then one token at a time. The
+   * sample op is left out: without it the engine samples on the host. */
+  int64_t context = T + 16 <= mc->max_positions ? T + 16 : mc->max_positions;
+  int64_t blocks = (context + 15) / 16;
   for (int decode = 0; decode < 2 && !s; ++decode) {
     ty_llm_options_t options = {.batch = 1, .seq = decode ? 1 : T, .dtype = dtype,
-                                .compute_dtype = compute_dtype,
-                                .logits_output = true, .cache_len = cache_len};
+                                .compute_dtype = compute_dtype, .logits_output = true,
+                                .logits_at_index = true, .logit_rows = 1,
+                                .kv_blocks = blocks, .kv_block_size = 16, .table_rows = 1,
+                                .table_blocks = blocks};
     s = ty_graph_create(&graph);
     if (!s) s = ty_llm_build(graph, mc, &options, &model);
     if (!s) s = ty_check_graph(c, a, decode ? "generate-decode" : "generate-prefill", graph);

@@ -165,7 +165,7 @@ class CheckTest(Base):
             listed = {o["op"] for o in data["ops"] if g in o["graphs"]}
             self.assertEqual(listed, ops_of_dump("%s-%s.txt" % (dump, g)), g)
             self.assertTrue(os.path.isfile("%s-%s.dot" % (dump, g)))
-        self.assertIn("kv_cache_write", {o["op"] for o in data["ops"]})
+        self.assertIn("paged_kv_write", {o["op"] for o in data["ops"]})
         # The train step of the same model, with the train options.
         data = json.loads(self.check("partial", "--train", "--grad-accum", "2", "--dropout",
                                      "0.1", "--json", rc=1).stdout)

@@ -352,19 +352,19 @@ class FaultTest(unittest.TestCase):
 
     def test_check_train_keeps_forward_and_generate(self):
         # --train adds the train graphs to forward's and generate's: a
-        # backend that trains but has no kv_cache_write fails it.
+        # backend that trains but has no paged_kv_write fails it.
         r = run(["--plugin-path", CFG.faulty_dir, "check", "--backend",
-                 "faulty?fault=unsupported:kv_cache_write", "--preset", "gpt2-tiny",
+                 "faulty?fault=unsupported:paged_kv_write", "--preset", "gpt2-tiny",
                  "--vocab-size", "96", "--train", "--json"])
         self.assertEqual(r.returncode, 1, r.stderr)
         report = json.loads(r.stdout)
         names = {g["name"] for g in report["graphs"]}
         self.assertLessEqual({"train-step", "validation", "forward", "forward-grads",
                               "generate-prefill", "generate-decode"}, names)
-        self.assertIn("kv_cache_write is switched off", r.stdout)
+        self.assertIn("paged_kv_write is switched off", r.stdout)
 
     def test_retry_failed_reaches_the_sample_sessions(self):
-        # A backend that trains but has no kv_cache_write: train's
+        # A backend that trains but has no paged_kv_write: train's
         # --sample-tokens generator is refused, and the refusal cached. The
         # next run replays it; with --retry-failed it compiles again, also
         # for that session (not only the train step's).
@@ -381,21 +381,21 @@ class FaultTest(unittest.TestCase):
 
             def train(out, *extra):
                 return run(["--plugin-path", CFG.faulty_dir, "train", "--backend",
-                            "faulty?fault=unsupported:kv_cache_write", "--preset", "gpt2-tiny",
+                            "faulty?fault=unsupported:paged_kv_write", "--preset", "gpt2-tiny",
                             "--data", data, "--batch-size", "2", "--max-steps", "1",
                             "--sample-tokens", "4", "--cache-dir", os.path.join(tmp, "cache"),
                             "--out", os.path.join(tmp, out)] + list(extra))
 
             r = train("a")
             self.assertEqual(r.returncode, 1, r.stderr)
-            self.assertIn("kv_cache_write is switched off", r.stderr)
+            self.assertIn("paged_kv_write is switched off", r.stderr)
             self.assertNotIn("a cached compile failure", r.stderr)
             r = train("b")
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertIn("a cached compile failure", r.stderr)
             r = train("c", "--retry-failed")
             self.assertEqual(r.returncode, 1, r.stderr)
-            self.assertIn("kv_cache_write is switched off", r.stderr)
+            self.assertIn("paged_kv_write is switched off", r.stderr)
             self.assertNotIn("a cached compile failure", r.stderr)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
