@@ -21,6 +21,7 @@ import random
 import resource
 import select
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -182,6 +183,32 @@ class PoolTest(unittest.TestCase):
               file=sys.stderr)
         self.assertGreater(end["trainyard_prefix_cache_hit_tokens_total"], 0)
         self.assertEqual(s.stop(), 0)
+
+    def test_prefix_cache_option(self):
+        # The same 60-word prompt twice: the second takes the first's full
+        # blocks from the prefix cache, unless --no-prefix-cache.
+        prompt = "the cat sat on the mat " * 10
+        for flags, shared in (((), True), (("--no-prefix-cache",), False)):
+            s = Server("--max-batch", "2", "--ctx", "128", "--kv-block-size", "4", *flags)
+            for _ in range(2):
+                status, body = s.post("/v1/completions", {"model": s.name, "prompt": prompt,
+                                                          "max_tokens": 2})
+                self.assertEqual(status, 200, body)
+            hits = s.metrics()["trainyard_prefix_cache_hit_tokens_total"]
+            self.assertEqual(hits > 0, shared, (flags, hits))
+            self.assertEqual(s.stop(), 0)
+            s.close()
+
+    def test_bad_pool_options(self):
+        model = serve_util.make_model()
+        for args, message in ((("--kv-cache-memory", "2X"), "--kv-cache-memory must be a byte"),
+                              (("--kv-cache-memory", "0"), "--kv-cache-memory must be a byte"),
+                              (("--kv-block-size", "0"), "--kv-block-size must be an integer"),
+                              (("--kv-block-size", "2000"), "--kv-block-size must be an integer")):
+            r = subprocess.run([cli_util.CFG.trainyard, "serve", "--model", model] + list(args),
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(message, r.stderr)
 
     def test_request_larger_than_the_pool(self):
         s = Server("--max-batch", "2", "--ctx", "128", "--kv-cache-memory", "64K",
