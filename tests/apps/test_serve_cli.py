@@ -717,7 +717,7 @@ class HttpTest(cli_util.TempDirTest):
 
     def test_streams_outlive_the_read_timeout(self):
         """Streams and waiting requests are answers, not reads: one slot and
-        a 0.5 s --read-timeout, two 64-token streams (the second waits for
+        a 0.5 s --read-timeout, two 192-token streams (the second waits for
         the slot, silent, for over a second) and a request that is not
         streamed all finish whole. (Short answers: a sanitizer build is
         several times slower and the waiting stream must not outlast its
@@ -729,7 +729,7 @@ class HttpTest(cli_util.TempDirTest):
         def stream(i):
             conn = s.connection(timeout=60)
             conn.request("POST", "/v1/completions", body=json.dumps(
-                {"model": s.name, "prompt": "the", "max_tokens": 64, "temperature": 1,
+                {"model": s.name, "prompt": "the", "max_tokens": 192, "temperature": 1,
                  "seed": i, "stream": True, "ignore_eos": True}))
             resp = conn.getresponse()
             results[i] = sse_events(resp)
@@ -737,7 +737,7 @@ class HttpTest(cli_util.TempDirTest):
 
         def whole():
             results["whole"] = s.post("/v1/completions", {
-                "model": s.name, "prompt": "the", "max_tokens": 32, "temperature": 1,
+                "model": s.name, "prompt": "the", "max_tokens": 96, "temperature": 1,
                 "ignore_eos": True})
 
         threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
@@ -750,9 +750,9 @@ class HttpTest(cli_util.TempDirTest):
         self.assertGreater(time.time() - started, 1.5)  # several read timeouts long
         for i in range(2):
             self.assertEqual(results[i][-1], "[DONE]")
-            self.assertEqual(results[i][-2]["usage"]["completion_tokens"], 64)
+            self.assertEqual(results[i][-2]["usage"]["completion_tokens"], 192)
         status, data = results["whole"]
-        self.assertEqual((status, data["usage"]["completion_tokens"]), (200, 32))
+        self.assertEqual((status, data["usage"]["completion_tokens"]), (200, 96))
         self.assertEqual(s.metrics()["trainyard_connections_read_timeout_total"], 0)
         self.assertEqual(s.stop(), 0)
 
