@@ -196,9 +196,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
       slot_sh[tid] = slot;
     }
     __syncthreads();
-    /* (1) scores: the key's elements once, dotted with every (row, head);
-     * unrolled so that a warp's key loads are all in flight at once */
-#pragma unroll
+    /* (1) scores: the key's elements once, dotted with every (row, head) */
     for (int t = warp; t < TY_PA_TILE; t += warps) {
       const long long j = t0 + t;
       const long long slot = slot_sh[t];
