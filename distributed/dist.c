@@ -262,6 +262,13 @@ ty_status_t ty_dist_result(const ty_dist_group_t *g, int rc, const ty_mpi_shim_f
   if (rc == TY_MPI_SHIM_MISMATCH && fault) return ty_dist_mismatch(g, fault, what);
   int missing = fault ? fault->rank : -1;
   if (missing >= 0) missing = ty_dist_group_world_rank(g, missing);
+  if (rc == TY_MPI_SHIM_TIMEOUT && missing >= 0 && fault->stalled) {
+    char who[200];
+    return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,
+                          "%s stopped answering during %s (every rank had reached it), which "
+                          "did not complete within %g s (--dist-timeout): it died or hangs",
+                          ty_dist_rank_text(d, missing, who, sizeof(who)), what, d->timeout_s);
+  }
   if (rc == TY_MPI_SHIM_TIMEOUT && missing >= 0) {
     char who[200];
     return ty_status_make(TY_CODE_DEADLINE_EXCEEDED,

@@ -153,7 +153,7 @@ ty_status_t ty_dist_group_all_reduce(ty_dist_group_t *g, ty_dist_reduce_t op, ty
                           what, ty_dtype_name(dtype));
   }
   char err[512] = "";
-  ty_mpi_shim_fault_t fault;
+  ty_mpi_shim_fault_t fault = {.rank = -1};
   int rc = g->dist->shim->allreduce(g->comm, buf, count, type,
                                     op == TY_DIST_REDUCE_MAX ? TY_MPI_SHIM_MAX : TY_MPI_SHIM_SUM,
                                     g->dist->timeout_s, &fault, err, sizeof(err));
@@ -164,7 +164,7 @@ ty_status_t ty_dist_group_broadcast(ty_dist_group_t *g, int root, void *buf, siz
                                     const char *what) {
   if (!g || g->size == 1) return TY_OK;
   char err[512] = "";
-  ty_mpi_shim_fault_t fault;
+  ty_mpi_shim_fault_t fault = {.rank = -1};
   int rc = g->dist->shim->broadcast(g->comm, buf, bytes, root, g->dist->timeout_s, &fault, err,
                                     sizeof(err));
   return ty_dist_result(g, rc, &fault, err, what);

@@ -299,6 +299,11 @@ static int ty_allreduce(ty_mpi_shim_comm_t *comm, void *buf, size_t count, int t
     int w = ty_issued(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem, (int)n, dt,
                                      mop, c->comm, &req),
                       &req, n * elem, deadline, "MPI_Iallreduce", err, capacity);
+    if (w == TY_MPI_SHIM_TIMEOUT && c->size == 2) {
+      /* Both had arrived; of a pair, the one that stopped is the other. */
+      out_fault->rank = 1 - c->rank;
+      out_fault->stalled = 1;
+    }
     if (w != TY_MPI_SHIM_OK) return w;
     done += n;
   }
@@ -318,6 +323,10 @@ static int ty_broadcast(ty_mpi_shim_comm_t *comm, void *buf, size_t bytes, int r
     MPI_Request req;
     int w = ty_issued(MPI_Ibcast((char *)buf + done, (int)n, MPI_BYTE, root, c->comm, &req),
                       &req, n, deadline, "MPI_Ibcast", err, capacity);
+    if (w == TY_MPI_SHIM_TIMEOUT && c->size == 2) {
+      out_fault->rank = 1 - c->rank;
+      out_fault->stalled = 1;
+    }
     if (w != TY_MPI_SHIM_OK) return w;
     done += n;
   }

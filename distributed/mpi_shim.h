@@ -47,6 +47,11 @@ typedef struct ty_mpi_shim_fault_t {
   int64_t seq, root_seq;        /* its and rank 0's collective number */
   int64_t kind, root_kind;      /* its and rank 0's collective */
   int64_t bytes, root_bytes;    /* its and rank 0's payload */
+  /* 1: every rank had passed the arrival check and `rank` stopped while the
+   * data moved (named where the transport can tell: the other rank of a
+   * pair, the peer that did not take rank 0's result). A shim older than
+   * this field leaves the caller's 0. */
+  int stalled;
 } ty_mpi_shim_fault_t;
 
 /* `kind` of a fault: an all-reduce is KIND_ALLREDUCE + type * 4 + op, a

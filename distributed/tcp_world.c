@@ -194,7 +194,10 @@ static int ty_collective(struct ty_mpi_shim_comm_s *c, int64_t kind, void *buf, 
                          ty_tcp_now() + timeout_s, &peer, err, capacity);
     if (v[0] != TY_V_OK) return ty_verdict_result(c, v, fault, err, capacity);
     for (int r = 0; rc == TY_MPI_SHIM_TIMEOUT && r < c->size; ++r) {
-      if (c->world[r] == peer) fault->rank = r; /* it did not take the result */
+      if (c->world[r] == peer) { /* it did not take the result */
+        fault->rank = r;
+        fault->stalled = 1;
+      }
     }
     return rc;
   }

@@ -63,9 +63,11 @@ ty_abi_status_t cpu_kernel_sample(const cpu_node_ctx_t *c) {
     if (s) return cpu_sample_bad(c, s);
   }
   if (rows == 0) return NULL;
-  /* Per thread: the widened row, then the reference's scratch (doubles
-   * first, so the scratch stays aligned for double). */
-  const size_t per = (size_t)vocab * sizeof(double) + ty_ref_sample_scratch_bytes(vocab);
+  /* Per thread: the widened row, then the reference's scratch, each
+   * thread's part rounded up to a cache line (so every part starts aligned
+   * for double whatever the scratch's size, and threads share no line). */
+  const size_t per =
+      ((size_t)vocab * sizeof(double) + ty_ref_sample_scratch_bytes(vocab) + 63) & ~(size_t)63;
   const int nt = cpu_threads(c, rows * vocab * 8, (int64_t)1 << 15);
   unsigned char *scratch = malloc((size_t)nt * per);
   if (!scratch) return cpu_oom(c);

@@ -29,7 +29,8 @@ library only; root only.
     says a daemon was "unable to reliably start" and names no host);
   - h2's link goes down (its processes live on, cut off): rank 0 on h1
     ends within --dist-timeout + 10 s naming rank 1 ("rank 1 on host h2 did not reach
-    ... within 5 s (--dist-timeout)") and calls MPI_Abort. Open MPI's
+    ..." or, when the link went down while a collective's data moved, "...
+    stopped answering during ...", then "within 5 s (--dist-timeout)") and calls MPI_Abort. Open MPI's
     mpirun itself does not end then: it waits for h2's daemon, which it can
     neither reach nor give up on (seen: still running 25 s after the link
     went down; once the link came back it ended, rc 1, about 10 s later, with
@@ -467,9 +468,11 @@ class FaultCases:
     def test_link_down(self):
         ranks, out, began, rank0 = self.start_and_fault(lambda: self.hosts.link_down("h2"))
         bound = began + DIST_TIMEOUT + 10
-        # the transport may add the address: "on host h2 (10.88.0.2)"
+        # the transport may add the address: "on host h2 (10.88.0.2)"; the link
+        # goes down between two collectives (h2 never reaches the next) or in the
+        # middle of one (h2 stops answering while its data moves)
         said = re.compile(r"rank 0: trainyard train: DEADLINE_EXCEEDED: rank 1 on host h2"
-                          r"(?: \(10\.88\.0\.2\))? did not reach")
+                          r"(?: \(10\.88\.0\.2\))? (?:did not reach|stopped answering during)")
         while (alive(rank0) or not said.search(ranks.text())) and time.monotonic() < bound:
             time.sleep(0.05)
         text = ranks.text()
