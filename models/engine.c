@@ -34,7 +34,10 @@ typedef struct {
   bool begun;        /* kv holds a table (false after a preemption, until rescheduled) */
   int64_t step_rows; /* this step: rows [step_first, step_first + step_rows) */
   int64_t step_first;
-  int64_t logit_row; /* this step: its row of the logits, or -1 */
+  int64_t logit_row; /* this step: its (first) row of the logits, or -1 */
+  /* this step: drafted tokens (speculative decoding) in tokens[len, len +
+   * draft), each with a logit row after logit_row */
+  int64_t draft;
 } ty_seq_t;
 
 /* One compiled step graph of `tokens` rows and `logit_rows` logits. */
@@ -53,6 +56,7 @@ struct ty_engine_t {
   ty_kv_pool_t *pool;
   int64_t block_size, table_blocks;
   int64_t max_tokens; /* the largest bucket */
+  int64_t logit_cap;  /* logit rows of a step: max_batch * (1 + speculate) */
   ty_seq_t *seqs;     /* max_batch */
   ty_step_graph_t buckets[TY_ENGINE_MAX_BUCKETS]; /* 1, 2, 4, ..., max_tokens */
   int bucket_count;
@@ -96,7 +100,7 @@ static int64_t ty_engine_bucket_tokens(const ty_engine_t *e, int i) {
 }
 
 static int64_t ty_engine_logit_rows(const ty_engine_t *e, int64_t tokens) {
-  return tokens < e->options.max_batch ? tokens : e->options.max_batch;
+  return tokens < e->logit_cap ? tokens : e->logit_cap;
 }
 
 /* The sample op over the step's logits: inputs "sample_params" (f32 [R,
@@ -179,6 +183,11 @@ static ty_status_t ty_engine_check_options(const ty_model_config_t *c,
                           "prefill budget %lld must be in 0..%lld (every slot's context)",
                           (long long)o->prefill_budget, (long long)(o->context * o->max_batch));
   }
+  if (o->speculate < 0 || o->speculate > TY_ENGINE_MAX_SPECULATE) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "speculative tokens %lld must be in 0..%d (0: off)",
+                          (long long)o->speculate, TY_ENGINE_MAX_SPECULATE);
+  }
   if (o->kv_block_size < 0 || o->kv_block_size > 1024 || o->kv_blocks < 0 ||
       o->kv_blocks > INT32_MAX || o->kv_cache_bytes < 0) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -227,10 +236,12 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   e->block_size = options->kv_block_size > 0 ? options->kv_block_size : 16;
   e->table_blocks = (options->context + e->block_size - 1) / e->block_size;
   int64_t N = options->max_batch, V = config->vocab_size;
-  /* A step holds a token of every decoding sequence and a prefill budget. */
+  /* A step holds a token (and its drafts) of every decoding sequence and a
+   * prefill budget. */
   int64_t prefill = options->prefill_budget > options->prefill_chunk ? options->prefill_budget
                                                                        : options->prefill_chunk;
-  e->max_tokens = N + prefill;
+  e->logit_cap = N * (1 + options->speculate);
+  e->max_tokens = e->logit_cap + prefill;
   e->bucket_count = 1;
   while (((int64_t)1 << (e->bucket_count - 1)) < e->max_tokens &&
          e->bucket_count < TY_ENGINE_MAX_BUCKETS) {
@@ -241,20 +252,20 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   ty_kv_pool_options_t po = {.blocks = blocks, .block_size = e->block_size,
                              .prefix_sharing = !options->no_prefix_cache};
   if (!s) s = ty_kv_pool_create(&po, &e->pool);
-  int64_t T = e->max_tokens;
+  int64_t T = e->max_tokens, L = e->logit_cap;
   e->seqs = calloc((size_t)N, sizeof(*e->seqs));
-  e->raw = malloc((size_t)N * (size_t)V * ty_dtype_size(ty_engine_logits_dtype(options)));
+  e->raw = malloc((size_t)L * (size_t)V * ty_dtype_size(ty_engine_logits_dtype(options)));
   e->row = malloc((size_t)V * sizeof(float));
   e->tokens = malloc((size_t)T * sizeof(int64_t));
   e->positions = malloc((size_t)T * sizeof(int64_t));
   e->kv_slots = malloc((size_t)T * sizeof(int64_t));
   e->row_seq = malloc((size_t)T * sizeof(int64_t));
   e->table = calloc((size_t)(N * e->table_blocks), sizeof(int64_t));
-  e->index = malloc((size_t)N * sizeof(int64_t));
-  e->params = malloc((size_t)N * TY_SAMPLE_P_COUNT * sizeof(float));
-  e->seeds = malloc((size_t)N * 2 * sizeof(int64_t));
-  e->next_ids = malloc((size_t)N * sizeof(int64_t));
-  e->next_logprob = malloc((size_t)N * sizeof(float));
+  e->index = malloc((size_t)L * sizeof(int64_t));
+  e->params = malloc((size_t)L * TY_SAMPLE_P_COUNT * sizeof(float));
+  e->seeds = malloc((size_t)L * 2 * sizeof(int64_t));
+  e->next_ids = malloc((size_t)L * sizeof(int64_t));
+  e->next_logprob = malloc((size_t)L * sizeof(float));
   if (!s && !(e->seqs && e->raw && e->row && e->tokens && e->positions && e->kv_slots &&
               e->row_seq && e->table && e->index && e->params && e->seeds && e->next_ids &&
               e->next_logprob)) {
@@ -505,6 +516,42 @@ static ty_status_t ty_engine_take_sampled(ty_engine_t *e, ty_seq_t *q, int64_t r
   return TY_OK;
 }
 
+/* q's next token from logit row `row`, on the host or from the device's
+ * sample op. */
+static ty_status_t ty_engine_take_row(ty_engine_t *e, ty_seq_t *q, int64_t row, size_t row_bytes,
+                                      ty_engine_emit_fn_t emit, void *context) {
+  if (ty_engine_host_sampled(e, q)) {
+    return ty_engine_take(e, q, (const char *)e->raw + (size_t)row * row_bytes, emit, context);
+  }
+  return ty_engine_take_sampled(e, q, row, emit, context);
+}
+
+/* After a step that verified q's drafts: the token its last known token
+ * predicts, then, while each new token equals the draft that stood in its
+ * place, the token that draft predicts (its row saw only right tokens).
+ * The first token that differs from its draft, or the one after the last
+ * draft, ends the step: every emitted token is what a step without drafts
+ * would have made (the same logits row, the same draw). Keys and values
+ * count up to the last right input; the blocks reserved past it go back. */
+static ty_status_t ty_engine_take_drafted(ty_engine_t *e, ty_seq_t *q, size_t row_bytes,
+                                          ty_engine_emit_fn_t emit, void *context) {
+  const int64_t len0 = q->len, draft = q->draft;
+  e->stats.draft_tokens += (uint64_t)draft;
+  for (int64_t j = 0; j <= draft; ++j) {
+    /* Row j's input (the last known token, or draft j - 1, accepted) was
+     * right: its keys and values stand. */
+    ty_kv_pool_seq_commit(e->pool, &q->kv, q->tokens, len0 + j);
+    const int64_t want = j < draft ? q->tokens[len0 + j] : -1; /* emitting overwrites it */
+    e->stats.decode_tokens++;
+    TY_RETURN_IF_ERROR(ty_engine_take_row(e, q, q->logit_row + j, row_bytes, emit, context));
+    if (q->state != TY_SEQ_RUNNING) return TY_OK; /* finished: its blocks went back */
+    if (j == draft || q->tokens[len0 + j] != want) break;
+    e->stats.draft_accepted++;
+  }
+  ty_kv_pool_seq_trim(e->pool, &q->kv, q->len);
+  return TY_OK;
+}
+
 /* options.check_numerics: after a run of g, the first node whose output
  * holds a NaN or an infinity is kept (ty_engine_numerics_finding) and the
  * run fails with ABORTED. */
@@ -561,6 +608,7 @@ static ty_seq_t *ty_engine_preempt(ty_engine_t *e) {
   ty_kv_pool_seq_end(e->pool, &victim->kv);
   victim->begun = false;
   victim->step_rows = 0;
+  victim->draft = 0;
   e->stats.preemptions++;
   return victim;
 }
@@ -596,6 +644,28 @@ static int64_t ty_engine_order(const ty_engine_t *e, ty_seq_t **order) {
   return n;
 }
 
+/* Prompt lookup (speculative decoding): finds the latest earlier
+ * occurrence of q's last n tokens (n = 3, else 2, else 1) and writes the
+ * tokens that followed it into tokens[len, len + k) as drafts, k at most
+ * options.speculate and never past the sequence's last new token. A copy
+ * may run on into the drafts it wrote, so a repeating stretch continues
+ * its period. Returns k (0: no draft). */
+static int64_t ty_engine_draft(const ty_engine_t *e, ty_seq_t *q) {
+  int64_t room = q->request.max_new - q->generated - 1;
+  if (room > e->options.speculate) room = e->options.speculate;
+  const int64_t len = q->len, *t = q->tokens;
+  for (int64_t n = 3; n >= 1 && room > 0; --n) {
+    if (len <= n) continue;
+    const int64_t *tail = t + len - n;
+    for (int64_t i = len - n - 1; i >= 0; --i) {
+      if (memcmp(t + i, tail, (size_t)n * sizeof(int64_t)) != 0) continue;
+      for (int64_t j = 0; j < room; ++j) q->tokens[len + j] = t[i + n + j];
+      return room;
+    }
+  }
+  return 0;
+}
+
 /* Picks this step's rows: one for every decoding sequence (a token to
  * compute, its last), then prompt chunks of the others, oldest first, up to
  * the prefill budget (all of the bucket while nothing decodes). Returns the
@@ -603,20 +673,29 @@ static int64_t ty_engine_order(const ty_engine_t *e, ty_seq_t **order) {
 static ty_status_t ty_engine_plan(ty_engine_t *e, ty_seq_t **order, int64_t n, int64_t *out_rows) {
   int64_t rows = 0;
   bool decoding = false;
-  for (int64_t i = 0; i < n; ++i) order[i]->step_rows = 0;
+  for (int64_t i = 0; i < n; ++i) order[i]->step_rows = order[i]->draft = 0;
   for (int64_t i = 0; i < n; ++i) {
     ty_seq_t *q = order[i];
     if (q->state != TY_SEQ_RUNNING || !q->begun || ty_seq_todo(q) != 1 || q->generated == 0) {
       continue;
     }
-    ty_status_t s = ty_engine_reserve(e, q, 1, true);
+    /* Drafts only where blocks are free for them: they never preempt. */
+    int64_t draft = e->options.speculate > 0 ? ty_engine_draft(e, q) : 0;
+    ty_status_t s = draft > 0 ? ty_engine_reserve(e, q, 1 + draft, false) : NULL;
+    if (s) {
+      if (ty_status_code(s) != TY_CODE_RESOURCE_EXHAUSTED) return s;
+      ty_status_free(s);
+      draft = 0;
+    }
+    if (draft == 0) s = ty_engine_reserve(e, q, 1, true);
     if (s) {
       if (ty_status_code(s) != TY_CODE_RESOURCE_EXHAUSTED) return s;
       ty_status_free(s); /* preempted itself: it waits for blocks */
       continue;
     }
-    q->step_rows = 1;
-    rows++;
+    q->step_rows = 1 + draft;
+    q->draft = draft;
+    rows += 1 + draft;
     decoding = true;
   }
   int64_t chunk = e->options.prefill_chunk;
@@ -656,10 +735,13 @@ static ty_status_t ty_engine_plan(ty_engine_t *e, ty_seq_t **order, int64_t n, i
   return TY_OK;
 }
 
-/* Row `row` of the sample op's inputs for q (NULL: padding, greedy). The
- * draw counter is the sequence's new tokens so far: every token of a
- * sampled request is one draw, so it matches the host sampler's stream. */
-static void ty_engine_fill_sampling(ty_engine_t *e, const ty_seq_t *q, int64_t row) {
+/* Row `row` of the sample op's inputs for q's new token `ahead` places
+ * after its next one (NULL: padding, greedy). The draw counter is the
+ * token's index among the new tokens: every token of a sampled request is
+ * one draw, so it matches the host sampler's stream, and a draft's row
+ * draws what that token would draw without speculation. */
+static void ty_engine_fill_sampling(ty_engine_t *e, const ty_seq_t *q, int64_t row,
+                                    int64_t ahead) {
   float *p = e->params + row * TY_SAMPLE_P_COUNT;
   const ty_sampling_t *a = q ? &q->request.sampling : NULL;
   bool greedy = !a || a->greedy;
@@ -671,7 +753,7 @@ static void ty_engine_fill_sampling(ty_engine_t *e, const ty_seq_t *q, int64_t r
   p[TY_SAMPLE_P_PRESENCE] = 0.0f;
   p[TY_SAMPLE_P_FREQUENCY] = 0.0f;
   e->seeds[row * 2] = a ? (int64_t)a->seed : 0;
-  e->seeds[row * 2 + 1] = q ? q->generated : 0;
+  e->seeds[row * 2 + 1] = q ? q->generated + ahead : 0;
 }
 
 /* Fills the bind buffers for the planned rows in bucket g. */
@@ -694,9 +776,15 @@ static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **
     for (int64_t j = 0; j < MB; ++j) {
       e->table[slot * MB + j] = j < q->kv.count ? q->kv.blocks[j] : 0;
     }
-    if (first + q->step_rows == q->len) {
+    if (q->draft > 0) { /* the last known token and every draft: a row of logits each */
       q->logit_row = logit;
-      ty_engine_fill_sampling(e, q, logit);
+      for (int64_t t = 0; t <= q->draft; ++t) {
+        ty_engine_fill_sampling(e, q, logit, t);
+        e->index[logit++] = q->step_first + t;
+      }
+    } else if (first + q->step_rows == q->len) {
+      q->logit_row = logit;
+      ty_engine_fill_sampling(e, q, logit, 0);
       e->index[logit++] = row - 1;
     }
   }
@@ -708,7 +796,7 @@ static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **
   }
   for (; logit < g->logit_rows; ++logit) {
     e->index[logit] = 0;
-    ty_engine_fill_sampling(e, NULL, logit); /* greedy: valid, never read */
+    ty_engine_fill_sampling(e, NULL, logit, 0); /* greedy: valid, never read */
   }
 }
 
@@ -755,18 +843,17 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
   for (int64_t i = 0; i < n; ++i) {
     ty_seq_t *q = order[i];
     if (q->state != TY_SEQ_RUNNING || q->step_rows == 0) continue;
+    if (q->draft > 0) {
+      TY_RETURN_IF_ERROR(ty_engine_take_drafted(e, q, row_bytes, emit, context));
+      continue;
+    }
     int64_t upto = q->kv.tokens + q->step_rows;
     bool decode = q->generated > 0 && q->step_rows == 1;
     if (!decode) e->stats.prefill_tokens += (uint64_t)q->step_rows;
     ty_kv_pool_seq_commit(e->pool, &q->kv, q->tokens, upto);
     if (q->logit_row < 0) continue;
     if (decode) e->stats.decode_tokens++;
-    if (ty_engine_host_sampled(e, q)) {
-      TY_RETURN_IF_ERROR(ty_engine_take(
-          e, q, (const char *)e->raw + (size_t)q->logit_row * row_bytes, emit, context));
-    } else {
-      TY_RETURN_IF_ERROR(ty_engine_take_sampled(e, q, q->logit_row, emit, context));
-    }
+    TY_RETURN_IF_ERROR(ty_engine_take_row(e, q, q->logit_row, row_bytes, emit, context));
   }
   e->stats.last_step_seconds = ty_engine_now() - t0;
   return TY_OK;

@@ -20,7 +20,8 @@
  * nothing). Every token attends to its own sequence's blocks up to its own
  * position (paged_kv_write and paged_attention, docs/ops.md), and the LM
  * head runs only on the last token of each sequence that completes this
- * step. Sampling runs on the device (the sample op, docs/ops.md: only the
+ * step (with speculative decoding, options.speculate, also on each drafted
+ * token of a decoding sequence, to verify the drafts). Sampling runs on the device (the sample op, docs/ops.md: only the
  * chosen ids and their log-probabilities come back) when the plugin runs
  * it, else on the host from the logits (models/sampler.h, the same
  * definition); requests with penalties or top log-probabilities always use
@@ -72,6 +73,7 @@ extern "C" {
 
 #define TY_ENGINE_MAX_TOP_LOGPROBS 20
 #define TY_ENGINE_MAX_STOP_IDS 8
+#define TY_ENGINE_MAX_SPECULATE 16
 
 typedef struct ty_engine_options_t {
   ty_dtype_t dtype;      /* parameters and activations */
@@ -120,6 +122,17 @@ typedef struct ty_engine_options_t {
    * penalties, top log-probabilities, or log-probabilities under
    * --deterministic do). */
   bool host_sampling;
+  /* Speculative decoding by prompt lookup (`--speculate N`), 0..16 (0:
+   * off): a decoding sequence whose last 3 (else 2, else 1) tokens occurred
+   * earlier in it drafts up to N tokens that followed them, and one step
+   * verifies them all: a row of logits for its last token and for each
+   * draft, accepted while the token made from a row equals the next draft.
+   * Every token is the one the same row and draw give without drafts, so
+   * greedy and seeded outputs do not change (bitwise with deterministic);
+   * a step makes 1 + accepted tokens for one weight read. Drafts take free
+   * KV blocks only (never preempt) and give back what they do not keep.
+   * The largest step graph grows by max_batch * N rows. */
+  int64_t speculate;
 } ty_engine_options_t;
 
 typedef struct ty_engine_t ty_engine_t;
@@ -222,6 +235,8 @@ typedef struct ty_engine_stats_t {
   int64_t kv_cached;        /* of which hold a cached prefix */
   uint64_t prefix_hits;     /* prompt tokens taken from the prefix cache */
   uint64_t preemptions;     /* sequences that gave their blocks back to recompute later */
+  uint64_t draft_tokens;    /* tokens drafted by prompt lookup (options.speculate) */
+  uint64_t draft_accepted;  /* of which the model confirmed */
 } ty_engine_stats_t;
 
 ty_engine_stats_t ty_engine_stats(const ty_engine_t *engine);

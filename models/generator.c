@@ -46,7 +46,8 @@ ty_status_t ty_generator_create(ty_device_t *device, const ty_model_config_t *co
                            .retry_failed = options->retry_failed,
                            .fallback_device = options->fallback_device,
                            .check_numerics = options->check_numerics,
-                           .deterministic = options->deterministic};
+                           .deterministic = options->deterministic,
+                           .speculate = options->speculate};
   ty_status_t s = ty_engine_create(device, config, &o, &g->engine);
   if (s) {
     free(g);

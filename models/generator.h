@@ -49,6 +49,7 @@ typedef struct ty_generator_options_t {
   ty_device_t *fallback_device;
   bool check_numerics; /* ty_engine_options_t.check_numerics */
   bool deterministic;  /* ty_engine_options_t.deterministic */
+  int64_t speculate;   /* ty_engine_options_t.speculate (0: off) */
 } ty_generator_options_t;
 
 typedef struct ty_generator_t ty_generator_t;

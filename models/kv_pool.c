@@ -487,6 +487,13 @@ ty_status_t ty_kv_pool_seq_fork(ty_kv_pool_t *pool, const ty_kv_seq_t *parent, t
   return TY_OK;
 }
 
+void ty_kv_pool_seq_trim(ty_kv_pool_t *pool, ty_kv_seq_t *seq, int64_t upto) {
+  if (!pool || !seq) return;
+  if (upto < seq->tokens) upto = seq->tokens;
+  int64_t keep = ty_kv_pool_blocks_for(pool, upto);
+  while (seq->count > keep) ty_kv_release(pool, seq->blocks[--seq->count]);
+}
+
 void ty_kv_pool_seq_end(ty_kv_pool_t *pool, ty_kv_seq_t *seq) {
   if (!pool || !seq) return;
   /* Last block first: it joins the cached list first and so is evicted

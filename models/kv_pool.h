@@ -140,6 +140,12 @@ int64_t ty_kv_pool_seq_blocks_needed(const ty_kv_pool_t *pool, const ty_kv_seq_t
 void ty_kv_pool_seq_commit(ty_kv_pool_t *pool, ty_kv_seq_t *seq, const int64_t *tokens,
                            int64_t upto);
 
+/* Gives back the table's blocks past the one holding position upto - 1
+ * (never a block with computed positions: upto is raised to seq->tokens):
+ * the blocks a step reserved for tokens it then rejected (speculative
+ * drafts). Last block first, as in ty_kv_pool_seq_end. */
+void ty_kv_pool_seq_trim(ty_kv_pool_t *pool, ty_kv_seq_t *seq, int64_t upto);
+
 /* `child` (zeroed) shares every block of `parent` (refs + 1): the two then
  * diverge through copy-on-write. RESOURCE_EXHAUSTED only if the table's
  * memory cannot be allocated. */

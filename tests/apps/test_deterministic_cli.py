@@ -13,6 +13,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -247,6 +248,44 @@ class GenerateTest(cli_util.TempDirTest):
             r = run(args)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(json.loads(r.stdout)["ids"], batched[i], "prompt %d" % i)
+
+    def test_speculate_changes_nothing(self):
+        """--speculate 4 (prompt lookup): the same tokens as without, batched
+        and for one prompt, greedy and seeded; drafts were accepted."""
+        model = trained_model("llama-tiny")
+        # Repeating prompts give prompt lookup something to find.
+        work = [([5, 6, 7, 8] * 6, {"temperature": 0.0}),
+                ([9, 10, 11] * 9, {"temperature": 0.8, "top_p": 0.9, "seed": 77})]
+        work += prompts(6, seed=11, longest=40)
+        src = self.write_prompts(work)
+        got = {}
+        for flags in ([], ["--speculate", "4"]):
+            out = self.path("out%d.jsonl" % len(flags))
+            r = run(["generate", "--model", model, "--input", src, "--output", out,
+                     "--max-batch", "8", "--prefill-chunk", "16", "--deterministic", *flags])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                got[len(flags)] = [json.loads(line)["ids"] for line in f]
+            if flags:
+                m = re.search(r"speculative decoding: (\d+) of (\d+) drafted tokens accepted",
+                              r.stderr)
+                self.assertIsNotNone(m, r.stderr)
+                self.assertGreater(int(m.group(1)), 0, r.stderr)
+        self.assertEqual(got[0], got[2])
+        ids, _ = work[0]
+        one = {}
+        for flags in ([], ["--speculate", "4"]):
+            r = run(["generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
+                     "--max-new-tokens", "16", "--json", "--deterministic", *flags])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            one[len(flags)] = json.loads(r.stdout)["ids"]
+        self.assertEqual(one[0], one[2])
+        self.assertEqual(one[2], got[2][0])
+        for bad in ("17", "-1", "x"):
+            r = run(["generate", "--model", model, "--prompt-ids", "1,2", "--max-new-tokens",
+                     "2", "--speculate", bad])
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("--speculate must be an integer in 0..16", r.stderr)
 
     def test_forward_line_only_with_flag(self):
         """forward --deterministic: a row's logits alone == in a batch of 9

@@ -864,6 +864,27 @@ class OptionsTest(cli_util.TempDirTest):
             self.assertEqual(s.stop(), 0)
         self.assertEqual(outs[0], outs[1])
         self.assertEqual(outs[0], outs[2])
+        # --speculate: prompt lookup drafts; the same tokens (deterministic
+        # kernels: a draft's row is computed as in a step of its own).
+        prompt = list(range(20, 30)) * 4
+        outs = []
+        for extra in ([], ["--speculate", "4"]):
+            s = self.start(*extra, "--ctx", "96", "--deterministic")
+            if extra:
+                self.assertIn("speculative decoding: up to 4 drafted tokens",
+                              s.proc.stdout.readline())
+            r = s.client().completions.create(model=s.name, prompt=prompt, max_tokens=24,
+                                             temperature=0, extra_body={"return_token_ids": True})
+            outs.append(r.choices[0].model_extra["token_ids"])
+            m = s.metrics()
+            self.assertEqual(s.stop(), 0)
+        self.assertEqual(outs[0], outs[1])
+        self.assertGreater(m["trainyard_speculative_draft_tokens_total"], 0, m)
+        self.assertGreater(m["trainyard_speculative_accepted_tokens_total"], 0, m)
+        for bad in ("17", "-2", "four"):
+            r = run(["serve", "--model", model, "--speculate", bad])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--speculate must be an integer in 0..16", r.stderr)
         r = run(["serve", "--model", model, "--prefill-budget", "0"])
         self.assertEqual(r.returncode, 2)
         self.assertIn("--prefill-budget must be an integer >= 1", r.stderr)

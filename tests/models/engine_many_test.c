@@ -6,7 +6,9 @@
  * slot, no prefix cache, run one request at a time); seeded sampling
  * likewise. Then again with a KV pool far too small for all 64, so that
  * sequences wait for blocks and are preempted and recomputed: the tokens
- * must not change, and afterwards every block is free again. */
+ * must not change, and afterwards every block is free again. With
+ * speculative decoding (prompt lookup, 4 drafts) the tokens must not
+ * change either, and some drafts must have been accepted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +99,12 @@ static ty_engine_request_t request(int k, bool sampled) {
   return r;
 }
 
-static ty_engine_t *engine(int64_t slots, int64_t kv_blocks, bool prefix_cache) {
+static ty_engine_t *engine(int64_t slots, int64_t kv_blocks, bool prefix_cache,
+                           int64_t speculate) {
   ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = slots, .context = CONTEXT,
                            .prefill_chunk = 128, .prefill_budget = 256,
                            .deterministic = true, .kv_blocks = kv_blocks,
-                           .no_prefix_cache = !prefix_cache};
+                           .no_prefix_cache = !prefix_cache, .speculate = speculate};
   ty_engine_t *e = NULL;
   TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
   TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));
@@ -110,7 +113,7 @@ static ty_engine_t *engine(int64_t slots, int64_t kv_blocks, bool prefix_cache) 
 
 /* Every request alone, one after another through one slot. */
 static void alone(bool sampled, collected_t *c) {
-  ty_engine_t *e = engine(1, 0, false);
+  ty_engine_t *e = engine(1, 0, false, 0);
   memset(c, 0, sizeof(*c));
   for (int k = 0; k < REQUESTS; ++k) {
     ty_engine_request_t r = request(k, sampled);
@@ -126,9 +129,9 @@ static void alone(bool sampled, collected_t *c) {
 }
 
 /* All 64 at once (adding more as slots free up when slots < 64). */
-static void together(bool sampled, int64_t slots, int64_t kv_blocks, collected_t *c,
-                     ty_engine_stats_t *out_stats) {
-  ty_engine_t *e = engine(slots, kv_blocks, true);
+static void together(bool sampled, int64_t slots, int64_t kv_blocks, int64_t speculate,
+                     collected_t *c, ty_engine_stats_t *out_stats) {
+  ty_engine_t *e = engine(slots, kv_blocks, true, speculate);
   memset(c, 0, sizeof(*c));
   int next = 0, steps = 0;
   while (c->done < REQUESTS) {
@@ -165,18 +168,28 @@ static void test_greedy_64_equals_alone(void **state) {
   static collected_t ref, got;
   ty_engine_stats_t st;
   alone(false, &ref);
-  together(false, REQUESTS, 0, &got, &st);
+  together(false, REQUESTS, 0, 0, &got, &st);
   expect_equal(&ref, &got, "greedy, 64 slots");
   /* The shared system prefix was computed once and reused. */
   assert_true(st.prefix_hits >= SHARED / 16 * 16);
   assert_int_equal(st.preemptions, 0);
   /* A pool of 160 blocks (2,560 tokens) for 64 slots: requests wait for
    * blocks, the newest are preempted, and nothing changes. */
-  together(false, REQUESTS, 160, &got, &st);
+  together(false, REQUESTS, 160, 0, &got, &st);
   expect_equal(&ref, &got, "greedy, 160 blocks");
   assert_true(st.preemptions > 0);
   print_message("160 blocks: %llu preemptions, %llu prefix tokens reused\n",
                 (unsigned long long)st.preemptions, (unsigned long long)st.prefix_hits);
+  /* Speculative decoding, in the small pool too (drafts take only free
+   * blocks and give back the rejected ones). */
+  together(false, REQUESTS, 0, 4, &got, &st);
+  expect_equal(&ref, &got, "greedy, --speculate 4");
+  assert_true(st.draft_accepted > 0);
+  print_message("--speculate 4: %llu of %llu drafts accepted, %llu steps\n",
+                (unsigned long long)st.draft_accepted, (unsigned long long)st.draft_tokens,
+                (unsigned long long)st.steps);
+  together(false, REQUESTS, 160, 4, &got, &st);
+  expect_equal(&ref, &got, "greedy, --speculate 4, 160 blocks");
 }
 
 static void test_seeded_64_equals_alone(void **state) {
@@ -184,15 +197,18 @@ static void test_seeded_64_equals_alone(void **state) {
   static collected_t ref, got;
   ty_engine_stats_t st;
   alone(true, &ref);
-  together(true, REQUESTS, 0, &got, &st);
+  together(true, REQUESTS, 0, 0, &got, &st);
   expect_equal(&ref, &got, "seeded, 64 slots");
+  /* A draft is accepted when the seeded draw of its row makes it. */
+  together(true, REQUESTS, 0, 4, &got, &st);
+  expect_equal(&ref, &got, "seeded, --speculate 4");
 }
 
 /* A request larger than the whole pool is refused naming the limit; one
  * that fits the pool but not its free blocks now is taken and waits. */
 static void test_pool_limits(void **state) {
   (void)state;
-  ty_engine_t *e = engine(2, 8, true); /* 8 blocks of 16 = 128 tokens */
+  ty_engine_t *e = engine(2, 8, true, 0); /* 8 blocks of 16 = 128 tokens */
   ty_engine_request_t r = request(1, false);
   r.prompt_len = 120;
   r.max_new = 10; /* needs 129 positions' blocks: 9 > 8 */
@@ -222,6 +238,10 @@ static void test_pool_limits(void **state) {
   o.kv_cache_bytes = 100;
   TY_EXPECT_STATUS(ty_engine_create(device, &config, &o, &e), TY_CODE_INVALID_ARGUMENT,
                    "a KV cache of 100 bytes holds no block");
+  o.kv_cache_bytes = 0;
+  o.speculate = 17;
+  TY_EXPECT_STATUS(ty_engine_create(device, &config, &o, &e), TY_CODE_INVALID_ARGUMENT,
+                   "speculative tokens 17 must be in 0..16");
 }
 
 int main(void) {

@@ -477,6 +477,44 @@ static void test_cancellation(void **state) {
   fixture_free(&f);
 }
 
+/* A step reserves blocks for drafted tokens (speculative decoding), keeps
+ * a few and gives the rest back: trim releases only blocks past the kept
+ * positions, never a computed one, and the kept prefix still registers. */
+static void test_trim_gives_back_rejected_blocks(void **state) {
+  (void)state;
+  enum { BS = 4 };
+  fixture_t f = fixture_make(8, BS, true);
+  int64_t a[20];
+  fill(a, 20, 300);
+  ty_kv_seq_t s = {0};
+  TY_EXPECT_OK(ty_kv_pool_seq_begin(f.pool, a, 6, &s, NULL));
+  TY_EXPECT_OK(step(&f, &s, a, 5, NULL)); /* the prompt but its last token */
+  /* The last prompt token and 9 drafts: positions 5..14, 4 blocks. */
+  TY_EXPECT_OK(ty_kv_pool_seq_reserve(f.pool, &s, 15, NULL, 0, NULL));
+  assert_int_equal(s.count, 4);
+  assert_int_equal(ty_kv_pool_stats(f.pool).in_use, 4);
+  /* Two drafts accepted: positions up to 7 hold keys; the next write is 8. */
+  TY_EXPECT_OK(step(&f, &s, a, 8, NULL));
+  ty_kv_pool_seq_trim(f.pool, &s, 9);
+  assert_int_equal(s.count, 3);
+  ty_kv_pool_stats_t st = ty_kv_pool_stats(f.pool);
+  assert_int_equal(st.in_use, 3);
+  assert_int_equal(st.free, 5);
+  TY_EXPECT_OK(ty_kv_pool_check_for_test(f.pool));
+  /* Never below the computed positions: asking for less keeps them. */
+  ty_kv_pool_seq_trim(f.pool, &s, 0);
+  assert_int_equal(s.count, 2); /* positions 0..7: two blocks */
+  /* The two full blocks registered: a second sequence shares them. */
+  ty_kv_seq_t t2 = {0};
+  int64_t got = 0;
+  TY_EXPECT_OK(ty_kv_pool_seq_begin(f.pool, a, 12, &t2, &got));
+  assert_int_equal(got, 8);
+  expect_content(&f, &t2, a);
+  ty_kv_pool_seq_end(f.pool, &t2);
+  ty_kv_pool_seq_end(f.pool, &s);
+  fixture_free(&f);
+}
+
 static void test_table_allocation_failures(void **state) {
   (void)state;
   enum { BS = 4 };
@@ -808,6 +846,7 @@ int main(void) {
       cmocka_unit_test(test_copy_on_write_after_fork),
       cmocka_unit_test(test_preemption_gets_its_prefix_back),
       cmocka_unit_test(test_cancellation),
+      cmocka_unit_test(test_trim_gives_back_rejected_blocks),
       cmocka_unit_test(test_table_allocation_failures),
       cmocka_unit_test(test_evicted_parent_orphans_its_children),
       cmocka_unit_test(test_forced_collisions_never_share),

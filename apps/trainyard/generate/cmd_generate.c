@@ -14,6 +14,7 @@
 #include "hal/file.h"
 #include "hal/device.h"
 #include "hal/dtype.h"
+#include "models/engine.h"
 #include "models/generator.h"
 #include "models/llm.h"
 #include "models/text_stream.h"
@@ -24,10 +25,11 @@ static const char *const ty_generate_usage =
     "                          --max-new-tokens N [--greedy | --temperature T\n"
     "                          --top-k K --top-p P --seed S] [--backend URI]\n"
     "                          [--dtype D] [--json] [--check-numerics] [--deterministic]\n"
+    "                          [--speculate N]\n"
     "       trainyard generate --model DIR --input PROMPTS.jsonl --output OUT.jsonl\n"
     "                          [--max-new-tokens N] [--max-batch N] [--ctx N]\n"
     "                          [--prefill-chunk N] [sampling, --backend, --dtype,\n"
-    "                          --deterministic]\n"
+    "                          --deterministic, --speculate N]\n"
     "\n"
     "Continues a prompt with the model in DIR. Greedy unless --temperature is\n"
     "given. Prints the text (when DIR holds tokenizer.json) and the speed; with\n"
@@ -73,6 +75,10 @@ static const char *const ty_generate_usage =
     "                       whatever else shares the batch (--input lines equal\n"
     "                       each line alone) and as `serve --deterministic` gives\n"
     "                       them; refused by a backend that cannot promise it\n"
+    "  --speculate N        speculative decoding by prompt lookup: when the last\n"
+    "                       tokens occurred earlier, draft up to N (1..16) tokens\n"
+    "                       that followed them and check them all in one step;\n"
+    "                       the tokens made do not change (default 0: off)\n"
     "  -h, --help           this help\n";
 
 typedef struct {
@@ -84,6 +90,7 @@ typedef struct {
   bool json, stop_at_eos, allow_nonfinite;
   bool check_numerics; /* every run's intermediates read back */
   bool deterministic;  /* batch-invariant kernels (ty_engine_options_t) */
+  int64_t speculate;   /* --speculate: drafted tokens per step, 0: off */
   ty_sampling_t sampling;
   ty_dtype_t dtype;         /* parameters */
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
@@ -221,7 +228,8 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
     ty_generator_options_t o = {.dtype = a->dtype, .compute_dtype = a->compute_dtype,
                                 .prompt_len = P, .max_new = a->max_new,
                                 .check_numerics = a->check_numerics,
-                                .deterministic = a->deterministic};
+                                .deterministic = a->deterministic,
+                                .speculate = a->speculate};
     s = ty_generator_create(device, &config, &o, &gen);
     if (!s && a->deterministic) ty_app_note_deterministic("generate", device);
     if (s && ty_status_code(s) == TY_CODE_INVALID_ARGUMENT && P + a->max_new > config.max_positions) {
@@ -271,7 +279,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
 static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
          O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK,
-         O_CHECK, O_DETERMINISTIC };
+         O_CHECK, O_DETERMINISTIC, O_SPECULATE };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"prompt", required_argument, NULL, O_PROMPT},
@@ -294,6 +302,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       {"ctx", required_argument, NULL, O_CTX},
       {"prefill-chunk", required_argument, NULL, O_CHUNK},
       {"deterministic", no_argument, NULL, O_DETERMINISTIC},
+      {"speculate", required_argument, NULL, O_SPECULATE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -368,6 +377,14 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       case O_JSON: a->json = true; break;
       case O_NONFINITE: a->allow_nonfinite = true; break;
       case O_DETERMINISTIC: a->deterministic = true; break;
+      case O_SPECULATE: {
+        int64_t v = strtoll(optarg, &end, 10);
+        if (*end || end == optarg || v < 0 || v > TY_ENGINE_MAX_SPECULATE) {
+          return ty_app_usage_error(cmd, "--speculate must be an integer in 0..16 (0: off)");
+        }
+        a->speculate = v;
+        break;
+      }
       case O_CHECK: {
         int64_t every = 0;
         ty_status_t s = ty_check_numerics_parse(optarg, &every);
@@ -449,7 +466,8 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
                                   .stop_at_eos = a.stop_at_eos,
                                   .allow_nonfinite = a.allow_nonfinite,
                                   .check_numerics = a.check_numerics,
-                                  .deterministic = a.deterministic};
+                                  .deterministic = a.deterministic,
+                                  .speculate = a.speculate};
     ty_status_t s = ty_generate_batch(app, &b);
     rc = s ? ty_app_fail("generate", s) : TY_EXIT_OK;
   } else if (rc == TY_EXIT_OK) {

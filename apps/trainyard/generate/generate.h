@@ -22,6 +22,7 @@ typedef struct ty_generate_batch_args_t {
   bool allow_nonfinite;   /* load NaN/Inf weights with a warning */
   bool check_numerics;    /* the first non-finite node of any run, named */
   bool deterministic;     /* batch-invariant kernels (ty_engine_options_t) */
+  int64_t speculate;      /* drafted tokens per step (ty_engine_options_t), 0: off */
 } ty_generate_batch_args_t;
 
 /* Reads every line of a->input, checks them all, generates them with the

@@ -380,7 +380,7 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
                              .max_batch = a->max_batch, .context = ctx,
                              .prefill_chunk = chunk < ctx ? chunk : ctx,
                              .check_numerics = a->check_numerics,
-                             .deterministic = a->deterministic};
+                             .deterministic = a->deterministic, .speculate = a->speculate};
     s = ty_engine_create(device, &b.config, &o, &engine);
     if (!s && a->deterministic) ty_app_note_deterministic("generate", device);
   }
@@ -426,6 +426,12 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
             (long long)b.tokens, seconds, seconds > 0 ? (double)b.tokens / seconds : 0.0,
             (long long)a->max_batch, (long long)ctx, (long long)(chunk < ctx ? chunk : ctx),
             ty_device_label(device), a->output);
+    if (a->speculate > 0) {
+      ty_engine_stats_t es = ty_engine_stats(engine);
+      fprintf(stderr, "trainyard generate: speculative decoding: %llu of %llu drafted tokens "
+              "accepted in %llu steps\n", (unsigned long long)es.draft_accepted,
+              (unsigned long long)es.draft_tokens, (unsigned long long)es.steps);
+    }
   }
   free(out);
   for (size_t i = 0; b.lines && i < b.count; ++i) {

@@ -59,6 +59,10 @@ static const char *const ty_serve_usage =
     "                          full; one larger than all of it gets a 400\n"
     "  --kv-block-size N       tokens per KV-cache block (default 16)\n"
     "  --no-prefix-cache       do not share the blocks of a common prompt prefix\n"
+    "  --speculate N           speculative decoding by prompt lookup: a stream whose\n"
+    "                          last tokens occurred earlier drafts up to N (1..16)\n"
+    "                          tokens that followed them and one step checks them\n"
+    "                          all; the tokens made do not change (default 0: off)\n"
     "  --chat-template FILE    a chat template for models without a recognized one:\n"
     "                          the JSON form of docs/formats.md, or a Jinja file of\n"
     "                          the chatml, llama2, llama3 or mistral family\n"
@@ -93,6 +97,7 @@ typedef struct {
   int64_t max_batch, ctx, chunk, prefill_budget;
   int64_t kv_bytes, kv_block_size;
   bool no_prefix_cache;
+  int64_t speculate;
   ty_server_options_t server;
 } ty_serve_args_t;
 
@@ -130,7 +135,7 @@ static bool ty_parse_seconds(const char *text, double *out) {
 static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
   enum { O_BACKEND = 1000, O_DTYPE, O_HOST, O_PORT, O_KEY, O_NAME, O_BATCH, O_CTX, O_CHUNK,
          O_BUDGET, O_TEMPLATE, O_BODY, O_QUEUE, O_TIMEOUT, O_SHUTDOWN, O_READ, O_CONNS,
-         O_PER_CLIENT, O_DETERMINISTIC, O_KV_MEMORY, O_KV_BLOCK, O_NO_PREFIX };
+         O_PER_CLIENT, O_DETERMINISTIC, O_KV_MEMORY, O_KV_BLOCK, O_NO_PREFIX, O_SPECULATE };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
       {"backend", required_argument, NULL, O_BACKEND},
@@ -155,6 +160,7 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
       {"kv-cache-memory", required_argument, NULL, O_KV_MEMORY},
       {"kv-block-size", required_argument, NULL, O_KV_BLOCK},
       {"no-prefix-cache", no_argument, NULL, O_NO_PREFIX},
+      {"speculate", required_argument, NULL, O_SPECULATE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -231,6 +237,11 @@ static int ty_serve_parse(int argc, char **argv, ty_serve_args_t *a) {
         }
         break;
       case O_NO_PREFIX: a->no_prefix_cache = true; break;
+      case O_SPECULATE:
+        if (!ty_parse_i64(optarg, 0, TY_ENGINE_MAX_SPECULATE, &a->speculate)) {
+          return ty_app_usage_error(cmd, "--speculate must be an integer in 0..16 (0: off)");
+        }
+        break;
       case O_BODY:
         if (!ty_parse_i64(optarg, 64, (int64_t)1 << 32, &v)) {
           return ty_app_usage_error(cmd, "--max-body must be a byte count in 64..4294967296");
@@ -412,7 +423,7 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
                              .prefill_chunk = chunk < s->context ? chunk : s->context,
                              .deterministic = a->server.deterministic,
                              .kv_cache_bytes = a->kv_bytes, .kv_block_size = a->kv_block_size,
-                             .no_prefix_cache = a->no_prefix_cache};
+                             .no_prefix_cache = a->no_prefix_cache, .speculate = a->speculate};
     /* At most every slot's context: more could never be spent in a step. */
     int64_t most = s->context * a->max_batch;
     o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;
@@ -444,9 +455,13 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
            strchr(s->options.host, ':') ? "]" : "", s->bound_port, s->options.model_name,
            (long long)s->slots, (long long)s->context, ty_device_label(device),
            chat ? ty_chat_template_family(chat) : "none");
-    printf("trainyard serve: KV cache of %lld blocks x %lld tokens (%lld tokens)\n",
+    printf("trainyard serve: KV cache of %lld blocks x %lld tokens (%lld tokens)",
            (long long)s->kv_blocks, (long long)s->kv_block_size,
            (long long)(s->kv_blocks * s->kv_block_size));
+    if (a->speculate > 0) {
+      printf("; speculative decoding: up to %lld drafted tokens", (long long)a->speculate);
+    }
+    printf("\n");
     fflush(stdout);
     if (strcmp(s->options.host, "127.0.0.1") && strcmp(s->options.host, "::1") &&
         strcmp(s->options.host, "localhost") && !s->options.api_key) {

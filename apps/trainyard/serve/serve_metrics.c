@@ -135,6 +135,14 @@ bool ty_srv_metrics_text(ty_server_t *s, ty_srv_buf_t *out) {
   ok = ok && ty_metric(out, "trainyard_preemptions_total", "counter",
                        "Sequences that gave back their KV-cache blocks to be recomputed later.") &&
        ty_put(out, "trainyard_preemptions_total %llu\n", (unsigned long long)m->engine.preemptions);
+  ok = ok && ty_metric(out, "trainyard_speculative_draft_tokens_total", "counter",
+                       "Tokens drafted by prompt lookup (--speculate).") &&
+       ty_put(out, "trainyard_speculative_draft_tokens_total %llu\n",
+              (unsigned long long)m->engine.draft_tokens);
+  ok = ok && ty_metric(out, "trainyard_speculative_accepted_tokens_total", "counter",
+                       "Drafted tokens the model confirmed (each saved a step).") &&
+       ty_put(out, "trainyard_speculative_accepted_tokens_total %llu\n",
+              (unsigned long long)m->engine.draft_accepted);
   ok = ok && ty_metric(out, "trainyard_time_to_first_token_seconds", "histogram",
                        "From a request's arrival to its first generated token.");
   uint64_t cumulative = 0;
