@@ -1,8 +1,8 @@
 /* The token sampler (see sampler.h). Picking is the `sample` op's reference
  * row function (ops/reference/ref_sample.c) on the logits widened to f64,
  * so the host path and the op are one definition; log-probabilities work in
- * double precision on the f32 logits, with a total order of candidates
- * (probability, then id). */
+ * double precision on the f32 logits, ranked as the top_logprobs op ranks
+ * them (ty_ref_top_ids: probability, then id). */
 #include "models/sampler.h"
 
 #include <math.h>
@@ -11,15 +11,9 @@
 #include "backends/common/sample_params.h"
 #include "ops/reference/ref_sample.h"
 
-typedef struct {
-  double p;
-  int64_t id;
-} ty_candidate_t;
-
 struct ty_sampler_t {
   int64_t vocab;
-  ty_candidate_t *scratch;
-  double *row;      /* the logits widened to f64 for ty_ref_sample_row */
+  double *row;      /* the logits widened to f64 for the reference's row functions */
   void *ref_scratch; /* ty_ref_sample_scratch_bytes(vocab) */
 };
 
@@ -28,11 +22,10 @@ ty_status_t ty_sampler_create(int64_t vocab_size, ty_sampler_t **out_sampler) {
   size_t v = (size_t)(vocab_size > 0 ? vocab_size : 1);
   ty_sampler_t *s = calloc(1, sizeof(*s));
   if (s) {
-    s->scratch = malloc(v * sizeof(ty_candidate_t));
     s->row = malloc(v * sizeof(double));
     s->ref_scratch = malloc(ty_ref_sample_scratch_bytes(vocab_size));
   }
-  if (!s || !s->scratch || !s->row || !s->ref_scratch) {
+  if (!s || !s->row || !s->ref_scratch) {
     ty_sampler_destroy(s);
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory for a sampler of %lld "
                           "tokens", (long long)vocab_size);
@@ -44,7 +37,6 @@ ty_status_t ty_sampler_create(int64_t vocab_size, ty_sampler_t **out_sampler) {
 
 void ty_sampler_destroy(ty_sampler_t *sampler) {
   if (!sampler) return;
-  free(sampler->scratch);
   free(sampler->row);
   free(sampler->ref_scratch);
   free(sampler);
@@ -108,42 +100,6 @@ int64_t ty_sampler_pick(ty_sampler_t *sampler, const float *logits,
   return id;
 }
 
-/* More likely first; equal probabilities: the lower id first. */
-static int ty_candidate_before(const ty_candidate_t *a, const ty_candidate_t *b) {
-  return a->p > b->p || (a->p == b->p && a->id < b->id);
-}
-
-static int ty_candidate_cmp(const void *a, const void *b) {
-  const ty_candidate_t *x = a, *y = b;
-  return ty_candidate_before(x, y) ? -1 : ty_candidate_before(y, x) ? 1 : 0;
-}
-
-/* Reorders c[0..n) so that c[0..k) are the k first in candidate order
- * (quickselect, expected O(n)). */
-static void ty_select_first(ty_candidate_t *c, int64_t n, int64_t k) {
-  int64_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    ty_candidate_t pivot = c[lo + (hi - lo) / 2];
-    int64_t i = lo, j = hi;
-    while (i <= j) {
-      while (ty_candidate_before(&c[i], &pivot)) ++i;
-      while (ty_candidate_before(&pivot, &c[j])) --j;
-      if (i <= j) {
-        ty_candidate_t t = c[i];
-        c[i++] = c[j];
-        c[j--] = t;
-      }
-    }
-    if (k - 1 <= j) {
-      hi = j;
-    } else if (k - 1 >= i) {
-      lo = i;
-    } else {
-      return;
-    }
-  }
-}
-
 static int64_t ty_argmax(const float *logits, int64_t vocab) {
   int64_t best = 0;
   for (int64_t v = 1; v < vocab; ++v) {
@@ -173,16 +129,9 @@ void ty_sampler_logprobs(ty_sampler_t *sampler, const float *logits, int64_t cho
   double log_total = ty_log_normalizer(logits, vocab, NULL);
   *out_logprob = (double)logits[chosen] - log_total;
   if (top <= 0) return;
-  ty_candidate_t *c = sampler->scratch;
-  for (int64_t v = 0; v < vocab; ++v) {
-    c[v].id = v;
-    c[v].p = (double)logits[v];
-  }
+  /* The ranking of the top_logprobs op (ties: the lower id first). */
+  for (int64_t v = 0; v < vocab; ++v) sampler->row[v] = logits[v];
   int64_t k = top < vocab ? top : vocab;
-  if (k < vocab) ty_select_first(c, vocab, k);
-  qsort(c, (size_t)k, sizeof(*c), ty_candidate_cmp);
-  for (int64_t i = 0; i < k; ++i) {
-    top_ids[i] = c[i].id;
-    top_logprobs[i] = c[i].p - log_total;
-  }
+  ty_ref_top_ids(sampler->row, vocab, k, sampler->ref_scratch, top_ids);
+  for (int64_t i = 0; i < k; ++i) top_logprobs[i] = (double)logits[top_ids[i]] - log_total;
 }

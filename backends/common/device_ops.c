@@ -75,6 +75,35 @@ void ty_dev_args_embedding(ty_dev_build_t *b, void *cmd) {
   ty_dev_arg_err(b, cmd);
 }
 
+void ty_dev_args_sample(ty_dev_build_t *b, void *cmd) {
+  const ty_abi_value_t *logits = ty_dev_vin(b, 0), *hist = ty_dev_vin(b, 3);
+  const int64_t N = logits->dims[0], V = logits->dims[1];
+  const int64_t L = hist ? hist->dims[1] : 0;
+  /* The penalised logits, then the weights, per row; the history's counts. */
+  const ty_dev_ref_t work = ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(float));
+  const ty_dev_ref_t counts =
+      L > 0 ? ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(int32_t)) : ty_dev_none();
+  ty_dev_arg_in(b, cmd, 0);
+  ty_dev_arg_ref(b, cmd, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, cmd, ty_dev_in(b, 2));
+  ty_dev_arg_ref(b, cmd, L > 0 ? ty_dev_in(b, 3) : ty_dev_none());
+  ty_dev_arg_i64(b, cmd, L);
+  ty_dev_arg_i64(b, cmd, V);
+  ty_dev_arg_ref(b, cmd, work);
+  ty_dev_arg_ref(b, cmd, counts);
+  ty_dev_arg_ref(b, cmd, ty_dev_out(b, 0));
+  ty_dev_arg_ref(b, cmd, ty_dev_out(b, 1));
+  ty_dev_arg_err(b, cmd);
+}
+
+void ty_dev_args_top_logprobs(ty_dev_build_t *b, void *cmd) {
+  ty_dev_arg_in(b, cmd, 0);
+  ty_dev_arg_i64(b, cmd, ty_dev_vin(b, 0)->dims[1]);
+  ty_dev_arg_i32(b, cmd, (int32_t)ty_dev_vout(b, 0)->dims[1]);
+  ty_dev_arg_ref(b, cmd, ty_dev_out(b, 0));
+  ty_dev_arg_ref(b, cmd, ty_dev_out(b, 1));
+}
+
 void ty_dev_args_kv_write(ty_dev_build_t *b, void *cmd) {
   const ty_abi_value_t *cache = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
   ty_dev_arg_ref(b, cmd, ty_dev_in(b, 1));

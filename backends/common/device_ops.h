@@ -70,6 +70,13 @@ void ty_dev_args_embedding(ty_dev_build_t *b, void *cmd);
 /* ty_kv_write(fresh, cache, pos, int dtpos, int esize, i64 Smax, i64 T,
  *             i64 row, i64 n, err, int node): inputs 1, output 0, input 2. */
 void ty_dev_args_kv_write(ty_dev_build_t *b, void *cmd);
+/* ty_sample(logits, int dtl, params, seeds, hist, i64 L, i64 V, work, counts,
+ *           ids, logprob, err, int node): sample(logits [N, V], params,
+ * seeds, history? [N, L]); takes the scratch it names (work: N x V f32,
+ * counts: N x V i32 when there is a history). */
+void ty_dev_args_sample(ty_dev_build_t *b, void *cmd);
+/* ty_top_logprobs(logits, int dtl, i64 V, int k, ids, logprobs) */
+void ty_dev_args_top_logprobs(ty_dev_build_t *b, void *cmd);
 /* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */
 void ty_dev_args_cast(ty_dev_build_t *b, void *cmd);
 

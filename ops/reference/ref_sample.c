@@ -257,6 +257,18 @@ ty_status_t ty_ref_sample(const double *logits, int64_t rows, int64_t vocab,
   return TY_OK;
 }
 
+void ty_ref_top_ids(const double *logits, int64_t vocab, int64_t k, void *scratch,
+                    int64_t *out_ids) {
+  ty_cand_t *c = scratch;
+  for (int64_t v = 0; v < vocab; ++v) {
+    c[v].w = isnan(logits[v]) ? -INFINITY : logits[v];
+    c[v].id = v;
+  }
+  if (k < vocab) ty_select_first(c, vocab, k);
+  qsort(c, (size_t)k, sizeof(*c), ty_cand_cmp);
+  for (int64_t j = 0; j < k; ++j) out_ids[j] = c[j].id;
+}
+
 ty_status_t ty_ref_top_logprobs(const double *logits, int64_t rows, int64_t vocab, int64_t k,
                                 double *out_ids, double *out_logprobs) {
   if (rows < 0 || k < 1 || k > vocab) {
@@ -264,26 +276,25 @@ ty_status_t ty_ref_top_logprobs(const double *logits, int64_t rows, int64_t voca
                           "top_logprobs: k = %lld must lie in [1, vocab = %lld]", (long long)k,
                           (long long)vocab);
   }
-  ty_cand_t *c = malloc((size_t)vocab * sizeof(*c));
-  if (!c) {
+  void *scratch = malloc(ty_ref_sample_scratch_bytes(vocab));
+  int64_t *ids = malloc((size_t)k * sizeof(int64_t));
+  if (!scratch || !ids) {
+    free(scratch);
+    free(ids);
     return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
                           "top_logprobs: out of memory for a vocabulary of %lld",
                           (long long)vocab);
   }
   for (int64_t i = 0; i < rows; ++i) {
     const double *x = logits + i * vocab;
-    for (int64_t v = 0; v < vocab; ++v) {
-      c[v].w = isnan(x[v]) ? -INFINITY : x[v];
-      c[v].id = v;
-    }
-    if (k < vocab) ty_select_first(c, vocab, k);
-    qsort(c, (size_t)k, sizeof(*c), ty_cand_cmp);
+    ty_ref_top_ids(x, vocab, k, scratch, ids);
     double norm = ty_log_norm(x, vocab);
     for (int64_t j = 0; j < k; ++j) {
-      out_ids[i * k + j] = (double)c[j].id;
-      out_logprobs[i * k + j] = x[c[j].id] - norm;
+      out_ids[i * k + j] = (double)ids[j];
+      out_logprobs[i * k + j] = x[ids[j]] - norm;
     }
   }
-  free(c);
+  free(scratch);
+  free(ids);
   return TY_OK;
 }

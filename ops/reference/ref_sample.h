@@ -71,6 +71,13 @@ ty_status_t ty_ref_sample(const double *logits, int64_t rows, int64_t vocab,
                           const double *params, const int64_t *seeds, const int64_t *history,
                           int64_t history_len, double *out_ids, double *out_logprob);
 
+/* The ids of the k most likely tokens of one row (ties: the lower id
+ * first; NaN counts as -inf), most likely first, into out_ids [k];
+ * 1 <= k <= vocab. `scratch` as for ty_ref_sample_row. The one ranking of
+ * top_logprobs and of the host sampler's top log-probabilities. */
+void ty_ref_top_ids(const double *logits, int64_t vocab, int64_t k, void *scratch,
+                    int64_t *out_ids);
+
 /* top_logprobs: for each row the k most likely tokens (ties: the lower id
  * first), most likely first, and their log softmax; out_ids and
  * out_logprobs are [rows, k]. INVALID_ARGUMENT for k outside [1, vocab]. */
