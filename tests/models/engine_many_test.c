@@ -180,8 +180,15 @@ static void test_greedy_64_equals_alone(void **state) {
   assert_true(st.preemptions > 0);
   print_message("160 blocks: %llu preemptions, %llu prefix tokens reused\n",
                 (unsigned long long)st.preemptions, (unsigned long long)st.prefix_hits);
-  /* Speculative decoding, in the small pool too (drafts take only free
-   * blocks and give back the rejected ones). */
+}
+
+/* Speculative decoding, in the small pool too (drafts take only free
+ * blocks and give back the rejected ones). */
+static void test_greedy_speculate_equals_alone(void **state) {
+  (void)state;
+  static collected_t ref, got;
+  ty_engine_stats_t st;
+  alone(false, &ref);
   together(false, REQUESTS, 0, 4, &got, &st);
   expect_equal(&ref, &got, "greedy, --speculate 4");
   assert_true(st.draft_accepted > 0);
@@ -244,9 +251,13 @@ static void test_pool_limits(void **state) {
                    "speculative tokens 17 must be in 0..16");
 }
 
-int main(void) {
+/* argv[1]: a cmocka test filter (ctest runs the cases as separate entries,
+ * so that they run in parallel). */
+int main(int argc, char **argv) {
+  if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_greedy_64_equals_alone),
+      cmocka_unit_test(test_greedy_speculate_equals_alone),
       cmocka_unit_test(test_seeded_64_equals_alone),
       cmocka_unit_test(test_pool_limits),
   };
