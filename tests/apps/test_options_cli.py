@@ -126,7 +126,8 @@ AUDIT = {
         "--top-k", "--top-p", "--seed", "--stop-at-eos", "--backend", "--dtype", "--json")},
         **{"--allow-nonfinite": "test_inputs_cli.py:ModelTest.test_nonfinite_weights_generate",
            "--check-numerics": "test_numerics_cli.py:GenerateTest.test_prompt_overflow_is_named",
-           "--deterministic": "test_deterministic_cli.py:GenerateTest.test_batched_equals_alone"},
+           "--deterministic": "test_deterministic_cli.py:GenerateTest.test_batched_equals_alone",
+           "--speculate": "test_deterministic_cli.py:GenerateTest.test_speculate_changes_nothing"},
         **{o: "GenerateOptionsTest.test_input_options" for o in (
             "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
     "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
@@ -139,6 +140,7 @@ AUDIT = {
            "--kv-cache-memory": "test_serve_load.py:PoolTest.test_request_larger_than_the_pool",
            "--kv-block-size": "test_serve_load.py:PoolTest.test_prefix_cache_option",
            "--no-prefix-cache": "test_serve_load.py:PoolTest.test_prefix_cache_option",
+           "--speculate": "test_serve_cli.py:OptionsTest.test_each_option",
            "--request-timeout": "test_serve_cli.py:LimitsTest.test_queue_full_and_timeout",
            "--shutdown-timeout": "test_serve_cli.py:ShutdownTest.test_deadline_cancels",
            "--read-timeout": "test_serve_cli.py:HttpTest.test_read_timeout",
