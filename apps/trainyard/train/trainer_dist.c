@@ -291,7 +291,7 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (t->par.world == 1 || t->par.pp > 1) return TY_OK; /* --pp: its own path (trainer_pp.c) */
   /* Tensor parallel reduces through the host (the step's tp ops, the
    * gradient sum over dp): no device communicator of the world. */
-  if (t->par.tp > 1) return ty_trainer_tp_print_layout(t);
+  if (t->par.tp > 1 || t->par.cp > 1) return ty_trainer_tp_print_layout(t);
   ty_backend_t *backend = ty_device_backend(t->device);
   if (t->cfg.world_in_graph && !ty_backend_has_collectives(backend)) {
     if (t->par.rank == 0) {
@@ -373,16 +373,19 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
-  if (t->par.dp == 1) return TY_OK; /* one replica (tensor parallel alone: no sum) */
+  /* one replica (tensor parallel alone: no sum) */
+  if (t->par.dp == 1 && t->par.cp <= 1) return TY_OK;
   if (t->par.comm) return ty_trainer_device_reduce(t);
   TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
   TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, t->par.grad_host));
   char what[96];
   snprintf(what, sizeof(what), "the gradient all-reduce of step %lld",
            (long long)t->progress.step + 1);
-  /* Over the replicas: the dp group (the world without tensor parallel). */
+  /* Over the ranks that hold the same weights: the dp group (the world
+   * without tensor parallel), with context parallel dp x cp (each cp rank's
+   * gradient covers its chunks only). */
   ty_dist_group_t *dp = NULL;
-  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, t->par.cp > 1 ? "dp_cp" : "dp", &dp));
   TY_RETURN_IF_ERROR(ty_dist_group_all_reduce(dp, TY_DIST_REDUCE_SUM, TY_DTYPE_F32,
                                               t->par.grad_host, t->par.grad_count, what));
   return ty_trainer_write_grads(t, t->par.grad_host);
