@@ -170,21 +170,7 @@ static ty_abi_status_t df_build_slots(const ty_abi_graph_t *g, const uint8_t *se
 static ty_abi_status_t df_collect_dropout(const ty_abi_graph_t *g, df_plan_t *plan) {
   for (uint32_t n = 0; n < g->node_count; ++n) {
     const ty_abi_node_t *node = &g->nodes[n];
-    /* Context parallel's ops (issue 31): not on this backend yet. */
-    if (!strcmp(node->op, "all_gather") || !strcmp(node->op, "reduce_scatter")) {
-      return ty_plugin_error(TY_CODE_UNIMPLEMENTED,
-                             "dataflow: node %u: op %s (context parallel) is not supported on "
-                             "this backend yet; run --cp on cpu",
-                             n, node->op);
-    }
     if (strcmp(node->op, "dropout") != 0 && strcmp(node->op, "dropout_backward") != 0) continue;
-    if (ty_desc_node_attr_int(node, "seq_len", 0) > 0) {
-      return ty_plugin_error(TY_CODE_UNIMPLEMENTED,
-                             "dataflow: node %u: %s with attribute 'seq_len' (the global "
-                             "numbering of context parallel) is not supported on this backend "
-                             "yet; run --cp on cpu",
-                             n, node->op);
-    }
     double p = ty_desc_node_attr_float(node, "p", 0.0);
     bool seen = false;
     for (uint32_t i = 0; i < plan->dropout_count; ++i) seen = seen || plan->dropout_p[i] == p;

@@ -667,7 +667,7 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
   if (!strcmp(op, "mul")) return ty_run_binary(c, TY_REF_BINARY_MUL);
   if (!strcmp(op, "div")) return ty_run_binary(c, TY_REF_BINARY_DIV);
   if (!strcmp(op, "broadcast_to")) return ty_run_broadcast_to(c);
-  if (!strncmp(op, "reduce_", 7)) return ty_run_reduce(c, op);
+  if (!strncmp(op, "reduce_", 7) && strcmp(op, "reduce_scatter") != 0) return ty_run_reduce(c, op);
   if (!strcmp(op, "matmul")) return ty_run_matmul(c);
   if (!strncmp(op, "layernorm", 9) || !strncmp(op, "rmsnorm", 7)) return ty_run_norm(c, op);
   if (!strcmp(op, "rope")) return ty_run_rope(c, false);

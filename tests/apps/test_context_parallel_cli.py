@@ -165,6 +165,8 @@ class RefuseTest(Base):
                      "--cp 2 splits each sequence over 2 ranks, and this run is one process")
         self.refused(3, ["--cp", "2"], 1,
                      "--tp 1 x --pp 1 x --cp 2 = 2 does not divide the world of 3 ranks")
+        self.refused(2, ["--cp", "2", "--backend", "dataflow"], 1,
+                     "--cp 2: --backend dataflow runs the whole step in one call")
         self.refused(3, ["--cp", "3"], 1,
                      "--cp 3 cuts each sequence into 2 x 3 = 6 chunks, and the data's sequence "
                      "length 16 is not a multiple of 6")

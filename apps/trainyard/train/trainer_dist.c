@@ -181,6 +181,13 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                             "ranks (drop --zero)",
                             t->cfg.backend);
     }
+    if (t->par.cp > 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--cp %d: --backend %s runs the whole step in one call, and context "
+                            "parallel sums the gradients over dp x cp between the gradient and "
+                            "the optimizer graphs (not implemented for whole-step devices yet)",
+                            t->par.cp, t->cfg.backend);
+    }
     if (t->par.tp > 1) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                             "--tp %d: --backend %s runs the whole step in one call, and tensor "
