@@ -424,10 +424,15 @@ ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm
     if (strcmp(node->op, "all_gather") != 0 && strcmp(node->op, "reduce_scatter") != 0) continue;
     const int64_t parts = ty_desc_node_attr_int(node, "parts", 1);
     const char *group = ty_session_node_group(node, "cp");
-    const uint32_t size = !comm ? 1
+    const uint32_t size = !comm || comm->size <= 1 ? 1 /* one process: each group is it */
                           : !strcmp(group, "world") ? comm->size
                           : comm->group_size        ? comm->group_size(comm->user, group)
                                                     : 0;
+    if (size == 0) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "node %u (%s over group %s): this run has no %s group", n, node->op,
+                            group, group);
+    }
     if (parts != (int64_t)size) {
       return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                             "node %u (%s over group %s) has %lld parts, and this run's %s group "
