@@ -14,6 +14,9 @@ layer. Every run is compared with one process on the same global batch.
 - ComposeTest: --cp 2 --tp 2 (4 ranks; without dropout, and with it: the
   weights then within 1e-4, see the test) and --cp 2 with 2 data-parallel
   replicas (4 ranks, dropout), Llama, equal one process.
+- LeversTest: --grad-accum 2 with --recompute layer and --loss-chunk 8;
+  --dtype bf16-mixed (2e-3 relative); Mistral with a sliding window of 6
+  tokens (shorter than the 16 of a row, so chunks see a window cut).
 - ResumeTest: cp 2 for 10 steps, then cp 1 to 15, then cp 2 to 20: the
   uninterrupted one-process curve and weights.
 - RefuseTest: a sequence length not divisible by 2N (both numbers named),
@@ -25,6 +28,7 @@ Without mpirun or the MPI shim the suite exits 77 (skipped) and says why.
 import argparse
 import json
 import os
+import shutil
 import sys
 
 import cli_util
@@ -119,6 +123,48 @@ class ComposeTest(Base):
         self.assertIn("context parallel: 4 ranks = dp 2 x pp 1 x tp 1 x cp 2", err)
         self.assertIn("gradients summed over dp x cp through host memory", err)
         self.assertIn("rank 3: dp 1, pp 0, tp 0, cp 1, device cpu", err)
+
+
+class LeversTest(Base):
+    """What --cp composes with besides --tp and data parallel: the memory
+    levers, mixed precision and a sliding window shorter than the
+    sequence (10 steps each)."""
+
+    def test_accumulation_recompute_and_loss_chunk(self):
+        self.use(self.llama)
+        levers = ["--batch-size", "2", "--grad-accum", "2", "--recompute", "layer",
+                  "--loss-chunk", "8"] + DROP
+        self.follow(2, levers, levers + ["--cp", "2"], steps=10)
+
+    def test_bf16_mixed(self):
+        # bf16 matmuls and attention: rounding differs with the split, so
+        # the curve is compared at bf16's resolution
+        self.use(self.llama)
+        common = ["--max-steps", "10", "--schedule", "constant", "--batch-size", "4",
+                  "--dtype", "bf16-mixed"]
+        one, two = self.path("one"), self.path("two")
+        self.train(*common, "--out", one)
+        self.train_mpi(2, *common, "--out", two, "--cp", "2")
+        self.assert_curves_match(dist.losses(one), dist.losses(two), range(1, 11), rel=2e-3)
+
+    def test_sliding_window(self):
+        # Mistral with a window of 6 < 16 tokens: the chunks' masks are the
+        # whole sequence's window
+        model = self.path("mistral-w6")
+        shutil.copytree(os.path.join(CFG.models, "mistral"), model)
+        with open(os.path.join(model, "config.json")) as fp:
+            config = json.load(fp)
+        config["sliding_window"] = 6
+        with open(os.path.join(model, "config.json"), "w") as fp:
+            json.dump(config, fp)
+        self.use(model)
+        batch = ["--batch-size", "4"]  # dropout: MatchTest (lm_head's Adam drift, ComposeTest)
+        self.follow(2, batch, batch + ["--cp", "2"], steps=10)
+        # the window matters: the unwindowed model follows another curve
+        self.use(os.path.join(CFG.models, "mistral"))
+        plain = self.path("plain")
+        self.train("--max-steps", "10", "--schedule", "constant", "--out", plain, *batch)
+        self.assertGreater(abs(dist.losses(plain)[10] - dist.losses(self.path("one"))[10]), 1e-4)
 
 
 class ResumeTest(Base):
