@@ -85,6 +85,7 @@ class MatchTest(Base):
                          err)
         self.assertIn("each sequence in 4 chunks over cp (rank r: chunks r and 3-r", err)
         self.assertIn("rank 1: dp 0, pp 0, tp 0, cp 1, device cpu", err)
+        self.assertIn("per rank (2 ranks, data parallel (dp 1 x cp 2); every rank holds all", err)
         self.assertLess(err.index("rank 1: dp 0"), err.index("resolved configuration"))
         with open(os.path.join(two, "checkpoint-20", "trainer_state.json")) as fp:
             self.assertEqual(json.load(fp)["world_size"], 2)
@@ -111,6 +112,9 @@ class ComposeTest(Base):
         _, _, err = self.follow(4, batch, batch + ["--cp", "2", "--tp", "2"])
         self.assertIn("tensor parallel: 4 ranks = dp 1 x pp 1 x tp 2 x cp 2", err)
         self.assertIn("rank 2: dp 0, pp 0, tp 0, cp 1, device cpu", err)
+        # the weights' gradients are summed over the cp ranks through the host
+        self.assertRegex(err, r"per rank \(4 ranks, dp 1 x tp 2 x cp 2; .* host staging of the "
+                              r"gradient all-reduce [0-9.]+ KiB")
         self.follow(4, batch + DROP, batch + DROP + ["--cp", "2", "--tp", "2"], weights_tol=1e-4,
                     tag="-dropout")
 

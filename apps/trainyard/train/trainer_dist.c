@@ -558,21 +558,28 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   /* --deterministic: the host tree, whatever the backend (trainer_det.c) */
   bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->par.tp == 1 &&
                 !t->cfg.deterministic;
+  char cp_times[24] = "";
+  if (t->par.cp > 1) snprintf(cp_times, sizeof(cp_times), " x cp %d", t->par.cp);
   if (t->par.tp > 1) { /* the plan is of this rank's part of the model */
     fprintf(out,
-            "per rank (%d ranks, dp %d x tp %d%s; rank 0's part of the split tensors, all of "
+            "per rank (%d ranks, dp %d x tp %d%s%s; rank 0's part of the split tensors, all of "
             "the replicated ones): parameters %s, gradients %s, optimizer state %s%s; host "
             "staging of the gradient all-reduce %s\n",
-            t->par.world, t->par.dp, t->par.tp, t->par.owner ? ", ZeRO-1 over dp" : "", p, g, o,
+            t->par.world, t->par.dp, t->par.tp, cp_times,
+            t->par.owner ? ", ZeRO-1 over dp" : "", p, g, o,
             t->par.owner ? " (replica 0's share)" : "",
-            t->par.dp <= 1 ? "none (one replica)" : t->par.comm ? "none (on the device)" : h);
+            t->par.dp <= 1 && t->par.cp <= 1 ? "none (one replica)"
+            : t->par.comm                    ? "none (on the device)"
+                                             : h);
     return;
   }
+  char cp_text[48] = "";
+  if (t->par.cp > 1) snprintf(cp_text, sizeof(cp_text), " (dp %d x cp %d)", t->par.dp, t->par.cp);
   fprintf(out,
-          "per rank (%d ranks, data parallel%s): parameters %s, gradients %s, optimizer state "
+          "per rank (%d ranks, data parallel%s%s): parameters %s, gradients %s, optimizer state "
           "%s%s; host staging of the gradient all-reduce %s\n",
-          t->par.world, t->par.owner ? ", ZeRO-1" : "; every rank holds all of these", p, g, o,
-          t->par.owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
+          t->par.world, cp_text, t->par.owner ? ", ZeRO-1" : "; every rank holds all of these",
+          p, g, o, t->par.owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
 }
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {
