@@ -10,7 +10,8 @@ layer. Every run is compared with one process on the same global batch.
   within 1e-5 relative, final weights within 1e-5 (GPT-2's key bias on its
   q and v thirds, as test_tensor_parallel_cli.py explains); the layout line
   shows dp x pp x tp x cp; the checkpoint is the one-process files
-  (world_size recorded, weights of full shapes).
+  (world_size recorded, weights of full shapes). The template backend (the
+  SDK's host executor) follows the same curve.
 - ComposeTest: --cp 2 --tp 2 (4 ranks; without dropout, and with it: the
   weights then within 1e-4, see the test) and --cp 2 with 2 data-parallel
   replicas (4 ranks, dropout), Llama, equal one process.
@@ -98,6 +99,16 @@ class MatchTest(Base):
 
     def test_gpt2(self):
         self.check_model(self.gpt2)
+
+    def test_template_backend(self):
+        # the plugin author's template gathers through the SDK's host
+        # executor and the host's collective service (ABI 1.11), as cpu does
+        self.use(self.llama)
+        steps = ["--max-steps", "3", "--schedule", "constant", "--batch-size", "4"] + DROP
+        one, two = self.path("one"), self.path("two")
+        self.train(*steps, "--out", one)
+        self.train_mpi(2, *steps, "--out", two, "--cp", "2", "--backend", "template")
+        self.assert_curves_match(dist.losses(one), dist.losses(two), range(1, 4), rel=1e-5)
 
 
 class ComposeTest(Base):
