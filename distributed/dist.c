@@ -309,6 +309,16 @@ static uint32_t ty_dist_host_group_size(void *user, const char *name) {
   return (uint32_t)ty_dist_group_size(g);
 }
 
+static uint32_t ty_dist_host_group_rank(void *user, const char *name) {
+  ty_dist_group_t *g = NULL;
+  ty_status_t s = ty_dist_group(user, name, &g);
+  if (s) {
+    ty_status_free(s);
+    return UINT32_MAX; /* refused by the caller as a rank outside the group */
+  }
+  return (uint32_t)ty_dist_group_rank(g);
+}
+
 static ty_status_t ty_dist_host_group_reduce(void *user, const char *name, bool max,
                                              ty_dtype_t dtype, void *data, size_t count) {
   ty_dist_group_t *g = NULL;
@@ -326,7 +336,8 @@ void ty_dist_host_comm(ty_dist_t *dist, ty_host_comm_t *out) {
                           .user = dist,
                           .all_reduce_sum = ty_dist_host_sum,
                           .group_size = ty_dist_host_group_size,
-                          .group_reduce = ty_dist_host_group_reduce};
+                          .group_reduce = ty_dist_host_group_reduce,
+                          .group_rank = ty_dist_host_group_rank};
 }
 
 ty_status_t ty_dist_agree(ty_dist_t *dist, ty_status_t local, const char *what) {

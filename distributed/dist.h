@@ -116,19 +116,24 @@ ty_status_t ty_dist_send_start(ty_dist_t *dist, int dest, int tag, const void *b
 ty_status_t ty_dist_send_wait(ty_dist_t *dist, ty_dist_send_t *send);
 ty_status_t ty_dist_recv(ty_dist_t *dist, int source, int tag, void *buf, size_t bytes,
                          const char *what);
-/* ---- Groups and the rank layout (issue 17) ----
+/* ---- Groups and the rank layout (issues 17 and 31) ----
  *
- * A run of world = dp x pp x tp ranks places rank r at
- *   r = dp_index * (pp * tp) + pp_index * tp + tp_index   (tp fastest)
- * and splits the world into groups (MPI_Comm_split): "tp" holds the ranks
- * of one (dp_index, pp_index), "pp" those of one (dp_index, tp_index), "dp"
- * those of one (pp_index, tp_index); "world" is every rank. With pp > 1,
- * "embed" holds the first and the last stage of one (dp_index, tp_index),
- * which both hold a tied embedding (Megatron's embedding group); a middle
- * stage's "embed" is that rank alone, as every rank's with pp = 1. A
- * group's rank
- * is its ranks' order in the world. A NULL group is one rank alone: its
- * collectives are no-ops, as for a NULL world. */
+ * A run of world = dp x pp x cp x tp ranks places rank r at
+ *   r = ((dp_index * pp + pp_index) * cp + cp_index) * tp + tp_index
+ * (tp fastest, then cp: the ranks that talk most sit closest) and splits
+ * the world into groups (MPI_Comm_split): "tp" holds the ranks of one
+ * (dp_index, pp_index, cp_index), "cp" those of one (dp_index, pp_index,
+ * tp_index) (context parallel: each holds its part of every sequence),
+ * "pp" those of one (dp_index, cp_index, tp_index), "dp" those of one
+ * (pp_index, cp_index, tp_index), and "dp_cp" those of one (pp_index,
+ * tp_index): every rank that holds the same parameters, over which their
+ * gradients are summed (the "dp" group when cp = 1). "world" is every
+ * rank. With pp > 1, "embed" holds the first and the last stage of one
+ * (dp_index, cp_index, tp_index), which both hold a tied embedding
+ * (Megatron's embedding group); a middle stage's "embed" is that rank
+ * alone, as every rank's with pp = 1. A group's rank is its ranks' order
+ * in the world. A NULL group is one rank alone: its collectives are
+ * no-ops, as for a NULL world. */
 typedef struct ty_dist_group_t ty_dist_group_t;
 
 typedef enum ty_dist_reduce_e {
@@ -138,27 +143,36 @@ typedef enum ty_dist_reduce_e {
 
 typedef struct ty_dist_layout_t {
   int world, rank;
-  int dp, pp, tp;                   /* sizes: world = dp * pp * tp */
+  int dp, pp, tp;                   /* sizes: world = dp * pp * cp * tp */
   int dp_index, pp_index, tp_index; /* this rank's place */
+  int cp, cp_index;                 /* context parallel (1 and 0 without) */
 } ty_dist_layout_t;
 
-/* The layout of rank `rank` of `world` for `tp` and `pp` (pure: no MPI).
- * INVALID_ARGUMENT naming --tp/--pp when one is < 1 or world is not a
- * multiple of tp * pp. */
+/* The layout of rank `rank` of `world` for `tp`, `pp` and `cp` (pure: no
+ * MPI). INVALID_ARGUMENT naming --tp/--pp/--cp when one is < 1, or naming
+ * each of them and the world when the world is not a multiple of their
+ * product. ty_dist_layout_make is cp 1. */
+ty_status_t ty_dist_layout_make_cp(int world, int rank, int tp, int pp, int cp,
+                                   ty_dist_layout_t *out);
 ty_status_t ty_dist_layout_make(int world, int rank, int tp, int pp, ty_dist_layout_t *out);
-/* The world rank at (dp_index, pp_index, tp_index) of `layout`. */
+/* The world rank at (dp_index, pp_index, cp_index, tp_index) of `layout`;
+ * ty_dist_layout_rank is cp_index 0. */
+int ty_dist_layout_rank_cp(const ty_dist_layout_t *layout, int dp_index, int pp_index,
+                           int cp_index, int tp_index);
 int ty_dist_layout_rank(const ty_dist_layout_t *layout, int dp_index, int pp_index,
                         int tp_index);
 
-/* Collective over the world (every rank calls it with the same tp and pp):
- * makes the layout and its groups (above), replacing any made
- * before. Until it is called the layout is tp = pp = 1 (dp = world). A NULL
- * world accepts tp = pp = 1 only (INVALID_ARGUMENT otherwise). */
+/* Collective over the world (every rank calls it with the same tp, pp and
+ * cp): makes the layout and its groups (above), replacing any made before.
+ * Until it is called the layout is tp = pp = cp = 1 (dp = world). A NULL
+ * world accepts tp = pp = cp = 1 only (INVALID_ARGUMENT otherwise).
+ * ty_dist_set_layout is cp 1. */
+ty_status_t ty_dist_set_layout_cp(ty_dist_t *dist, int tp, int pp, int cp);
 ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp);
 /* The run's layout; for a NULL world, rank 0 of 1. Owned by `dist`. */
 const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist);
 
-/* The group named "world", "tp", "pp", "dp" or "embed" into
+/* The group named "world", "tp", "cp", "pp", "dp", "dp_cp" or "embed" into
  * *out_group (owned by `dist`, valid until the next ty_dist_set_layout or
  * ty_dist_close); NULL there for a NULL world. NOT_FOUND for any other
  * name. */

@@ -1,4 +1,4 @@
-/* The rank layout world = dp x pp x tp and its groups (dist.h "Groups"):
+/* The rank layout world = dp x pp x cp x tp and its groups (dist.h "Groups"):
  * communicators split from the world through the MPI shim, with the world
  * ranks of their members so that a rank that does not arrive is named as
  * the user knows it. */
@@ -9,26 +9,44 @@
 
 #include "distributed/dist_internal.h"
 
-ty_status_t ty_dist_layout_make(int world, int rank, int tp, int pp, ty_dist_layout_t *out) {
+ty_status_t ty_dist_layout_make_cp(int world, int rank, int tp, int pp, int cp,
+                                   ty_dist_layout_t *out) {
   if (tp < 1) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--tp %d: must be 1 or more", tp);
   if (pp < 1) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--pp %d: must be 1 or more", pp);
+  if (cp < 1) return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--cp %d: must be 1 or more", cp);
   if (world < 1 || rank < 0 || rank >= world) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "rank %d of a world of %d", rank, world);
   }
-  if (world % (tp * pp) != 0) {
+  const int64_t ranks = (int64_t)tp * pp * cp;
+  if (ranks > world || world % ranks != 0) {
+    char cp_text[32] = "";
+    if (cp > 1) snprintf(cp_text, sizeof(cp_text), " x --cp %d", cp);
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "--tp %d x --pp %d = %d does not divide the world of %d rank%s: run a "
-                          "multiple of %d ranks",
-                          tp, pp, tp * pp, world, world == 1 ? "" : "s", tp * pp);
+                          "--tp %d x --pp %d%s = %lld does not divide the world of %d rank%s: "
+                          "run a multiple of %lld ranks",
+                          tp, pp, cp_text, (long long)ranks, world, world == 1 ? "" : "s",
+                          (long long)ranks);
   }
-  *out = (ty_dist_layout_t){.world = world, .rank = rank, .dp = world / (tp * pp), .pp = pp,
-                            .tp = tp, .dp_index = rank / (pp * tp),
-                            .pp_index = rank / tp % pp, .tp_index = rank % tp};
+  const int inner = cp * tp; /* the ranks of one (dp_index, pp_index) */
+  *out = (ty_dist_layout_t){.world = world, .rank = rank, .dp = world / (int)ranks, .pp = pp,
+                            .tp = tp, .cp = cp, .dp_index = rank / (pp * inner),
+                            .pp_index = rank / inner % pp, .cp_index = rank / tp % cp,
+                            .tp_index = rank % tp};
   return TY_OK;
 }
 
+ty_status_t ty_dist_layout_make(int world, int rank, int tp, int pp, ty_dist_layout_t *out) {
+  return ty_dist_layout_make_cp(world, rank, tp, pp, 1, out);
+}
+
+int ty_dist_layout_rank_cp(const ty_dist_layout_t *l, int dp_index, int pp_index, int cp_index,
+                           int tp_index) {
+  const int cp = l->cp > 0 ? l->cp : 1;
+  return ((dp_index * l->pp + pp_index) * cp + cp_index) * l->tp + tp_index;
+}
+
 int ty_dist_layout_rank(const ty_dist_layout_t *l, int dp_index, int pp_index, int tp_index) {
-  return dp_index * (l->pp * l->tp) + pp_index * l->tp + tp_index;
+  return ty_dist_layout_rank_cp(l, dp_index, pp_index, 0, tp_index);
 }
 
 static void ty_dist_group_free(ty_dist_group_t *g) {
@@ -43,7 +61,9 @@ void ty_dist_groups_free(ty_dist_t *d) {
   ty_dist_group_free(d->pp);
   ty_dist_group_free(d->dp);
   ty_dist_group_free(d->embed);
-  d->tp = d->pp = d->dp = d->embed = NULL;
+  ty_dist_group_free(d->cp);
+  ty_dist_group_free(d->dp_cp);
+  d->tp = d->pp = d->dp = d->embed = d->cp = d->dp_cp = NULL;
 }
 
 /* One group of the world: the ranks of this `color`, ordered by world rank.
@@ -81,24 +101,38 @@ static ty_status_t ty_dist_group_split(ty_dist_t *d, const char *name, int color
   return TY_OK;
 }
 
-ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp) {
+ty_status_t ty_dist_set_layout_cp(ty_dist_t *dist, int tp, int pp, int cp) {
   ty_dist_layout_t l;
-  TY_RETURN_IF_ERROR(ty_dist_layout_make(ty_dist_size(dist), ty_dist_rank(dist), tp, pp, &l));
+  TY_RETURN_IF_ERROR(
+      ty_dist_layout_make_cp(ty_dist_size(dist), ty_dist_rank(dist), tp, pp, cp, &l));
   if (!dist) return TY_OK;
   ty_dist_groups_free(dist);
   dist->layout = l;
-  /* tp = pp = 1: the tp and pp groups are each rank alone (NULL) and dp is
-   * the world itself; nothing to split. */
-  if (tp == 1 && pp == 1) return TY_OK;
+  /* tp = pp = cp = 1: the tp, pp and cp groups are each rank alone (NULL)
+   * and dp is the world itself; nothing to split. */
+  if (tp == 1 && pp == 1 && cp == 1) return TY_OK;
   /* Colors: the indices the group's members share, as one number. */
-  ty_status_t s = ty_dist_group_split(dist, "tp", l.dp_index * l.pp + l.pp_index, &dist->tp);
-  if (!s) s = ty_dist_group_split(dist, "pp", l.dp_index * l.tp + l.tp_index, &dist->pp);
-  if (!s) s = ty_dist_group_split(dist, "dp", l.pp_index * l.tp + l.tp_index, &dist->dp);
+  ty_status_t s = ty_dist_group_split(
+      dist, "tp", (l.dp_index * l.pp + l.pp_index) * l.cp + l.cp_index, &dist->tp);
+  if (!s) {
+    s = ty_dist_group_split(dist, "pp", (l.dp_index * l.cp + l.cp_index) * l.tp + l.tp_index,
+                            &dist->pp);
+  }
+  if (!s) {
+    s = ty_dist_group_split(dist, "dp", (l.pp_index * l.cp + l.cp_index) * l.tp + l.tp_index,
+                            &dist->dp);
+  }
+  if (!s && cp > 1) {
+    s = ty_dist_group_split(dist, "cp", (l.dp_index * l.pp + l.pp_index) * l.tp + l.tp_index,
+                            &dist->cp);
+    if (!s) s = ty_dist_group_split(dist, "dp_cp", l.pp_index * l.tp + l.tp_index, &dist->dp_cp);
+  }
   if (!s && pp > 1) {
-    /* The first and the last stage of one (dp_index, tp_index); a middle
-     * stage's rank is a group of its own (a color past theirs). */
+    /* The first and the last stage of one (dp_index, cp_index, tp_index);
+     * a middle stage's rank is a group of its own (a color past theirs). */
     const bool end = l.pp_index == 0 || l.pp_index == pp - 1;
-    const int color = end ? l.dp_index * l.tp + l.tp_index : l.dp * l.tp + dist->rank;
+    const int fixed = (l.dp_index * l.cp + l.cp_index) * l.tp + l.tp_index;
+    const int color = end ? fixed : l.dp * l.cp * l.tp + dist->rank;
     s = ty_dist_group_split(dist, "embed", color, &dist->embed);
   }
   if (s) {
@@ -108,18 +142,24 @@ ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp) {
   return s;
 }
 
+ty_status_t ty_dist_set_layout(ty_dist_t *dist, int tp, int pp) {
+  return ty_dist_set_layout_cp(dist, tp, pp, 1);
+}
+
 const ty_dist_layout_t *ty_dist_layout(const ty_dist_t *dist) {
-  static const ty_dist_layout_t one = {.world = 1, .dp = 1, .pp = 1, .tp = 1};
+  static const ty_dist_layout_t one = {.world = 1, .dp = 1, .pp = 1, .tp = 1, .cp = 1};
   return dist ? &dist->layout : &one;
 }
 
 ty_status_t ty_dist_group(ty_dist_t *dist, const char *name, ty_dist_group_t **out_group) {
   *out_group = NULL;
   const bool world = !strcmp(name, "world"), tp = !strcmp(name, "tp"),
-             pp = !strcmp(name, "pp"), dp = !strcmp(name, "dp"), embed = !strcmp(name, "embed");
-  if (!world && !tp && !pp && !dp && !embed) {
+             pp = !strcmp(name, "pp"), dp = !strcmp(name, "dp"), embed = !strcmp(name, "embed"),
+             cp = !strcmp(name, "cp"), dp_cp = !strcmp(name, "dp_cp");
+  if (!world && !tp && !pp && !dp && !embed && !cp && !dp_cp) {
     return ty_status_make(TY_CODE_NOT_FOUND,
-                          "no process group '%s' (world, tp, pp, dp and embed are)", name);
+                          "no process group '%s' (world, tp, cp, pp, dp, dp_cp and embed are)",
+                          name);
   }
   if (!dist) return TY_OK;
   if (world) *out_group = &dist->world;
@@ -127,6 +167,10 @@ ty_status_t ty_dist_group(ty_dist_t *dist, const char *name, ty_dist_group_t **o
   if (pp) *out_group = dist->pp;
   if (dp) *out_group = dist->dp ? dist->dp : &dist->world;
   if (embed) *out_group = dist->embed; /* pp = 1: this rank alone */
+  if (cp) *out_group = dist->cp;       /* cp = 1: this rank alone */
+  if (dp_cp) { /* cp = 1: the dp group */
+    *out_group = dist->dp_cp ? dist->dp_cp : dist->dp ? dist->dp : &dist->world;
+  }
   return TY_OK;
 }
 

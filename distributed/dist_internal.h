@@ -26,8 +26,9 @@ struct ty_dist_t {
   ty_dist_group_t world;
   /* Split by ty_dist_set_layout; before it, NULL: tp and pp are this rank
    * alone and dp is the world. embed exists with pp > 1 only (with pp = 1
-   * it is this rank alone). */
-  ty_dist_group_t *tp, *pp, *dp, *embed;
+   * it is this rank alone). cp and dp_cp exist with cp > 1 only (without
+   * it cp is this rank alone and dp_cp is dp). */
+  ty_dist_group_t *tp, *pp, *dp, *embed, *cp, *dp_cp;
 };
 
 /* The status of a shim call on `g` (rc, and `fault`: a rank of `g` that

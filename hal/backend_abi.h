@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TY_ABI_MAJOR 1u
-#define TY_ABI_MINOR 10u
+#define TY_ABI_MINOR 11u
 
 /* True when `ptr` (a struct whose first member is struct_size) is large
  * enough to contain `field`. Use it before reading any field that was added
@@ -104,7 +104,24 @@ typedef struct ty_abi_host_collective_args_t {
    * "tp", "dp", "pp", "embed"; docs/plugin-abi.md "Process groups").
    * NULL, or args from a 1.5 plugin, mean "world". */
   const char *group;
+  /* ---- v1.11: the gathers of context parallel ---- */
+  /* ty_abi_host_collective_kind_t; 0 (or args from an older plugin): the
+   * in-place reduction above. For the other kinds `count` elements of
+   * `data` are [outer, size, block] (size: the group's) and `part` holds
+   * this rank's [outer, block]; `op` is ignored (sums):
+   *   ALL_GATHER: data[o][r][:] = part[o][:] of group rank r (part read).
+   *   REDUCE_SCATTER: part[o][:] = sum over the ranks of data[o][rank][:]
+   *     (data read only: the host sums a copy). */
+  uint32_t kind;
+  uint64_t outer;
+  void *part;
 } ty_abi_host_collective_args_t;
+
+typedef enum ty_abi_host_collective_kind_e {
+  TY_ABI_HOST_REDUCE = 0,
+  TY_ABI_HOST_ALL_GATHER = 1,     /* 1.11 */
+  TY_ABI_HOST_REDUCE_SCATTER = 2, /* 1.11 */
+} ty_abi_host_collective_kind_t;
 
 /* Services the host offers a plugin; handed over in backend_create(). The
  * pointed-to table lives at least as long as the backend instance. */

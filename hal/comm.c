@@ -243,6 +243,88 @@ static ty_status_t ty_host_comm_staged(const ty_host_comm_t *c, const char *grou
   return s;
 }
 
+/* Element i of `data` (f32, f64, bf16 or f16) as a double, and back. */
+static double ty_host_comm_load(ty_dtype_t dtype, const void *data, size_t i) {
+  switch (dtype) {
+    case TY_DTYPE_F64: return ((const double *)data)[i];
+    case TY_DTYPE_BF16: return ty_bf16_to_f32(((const uint16_t *)data)[i]);
+    case TY_DTYPE_F16: return ty_f16_to_f32(((const uint16_t *)data)[i]);
+    default: return ((const float *)data)[i];
+  }
+}
+
+static void ty_host_comm_store(ty_dtype_t dtype, void *data, size_t i, double v) {
+  switch (dtype) {
+    case TY_DTYPE_F64: ((double *)data)[i] = v; break;
+    case TY_DTYPE_BF16: ((uint16_t *)data)[i] = ty_f32_to_bf16((float)v); break;
+    case TY_DTYPE_F16: ((uint16_t *)data)[i] = ty_f32_to_f16((float)v); break;
+    default: ((float *)data)[i] = (float)v; break;
+  }
+}
+
+/* ABI 1.11's all_gather and reduce_scatter over `group` (`size` > 1
+ * ranks): one sum of an [outer, size, block] buffer in f32 (f64 for f64)
+ * in which an all-gather's rank fills its own slots and leaves the others
+ * zero, so every transport that sums runs them. */
+static ty_status_t ty_host_comm_gather(const ty_host_comm_t *c,
+                                       const ty_abi_host_collective_args_t *a,
+                                       const char *group, uint32_t size) {
+  const bool gather = a->kind == TY_ABI_HOST_ALL_GATHER;
+  const char *name = group ? group : "world";
+  if (a->dtype != TY_DTYPE_F32 && a->dtype != TY_DTYPE_F64 && a->dtype != TY_DTYPE_BF16 &&
+      a->dtype != TY_DTYPE_F16) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: %s of %s (f32, bf16, f16, f64 only)",
+                          gather ? "all_gather" : "reduce_scatter", ty_dtype_name(a->dtype));
+  }
+  if (!c->group_rank && strcmp(name, "world") != 0) {
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "host collective: %s over group %s, but the run's communicator "
+                          "cannot tell this rank's place in it",
+                          gather ? "all_gather" : "reduce_scatter", name);
+  }
+  const uint32_t rank = strcmp(name, "world") == 0 ? c->rank : c->group_rank(c->user, name);
+  const uint64_t outer = a->outer, count = a->count;
+  if (outer == 0 || count % (outer * size) != 0 || (count && !a->part) || rank >= size) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: %s of %llu elements is not [outer %llu, %u ranks, "
+                          "block] with this rank's part (rank %u)",
+                          gather ? "all_gather" : "reduce_scatter", (unsigned long long)count,
+                          (unsigned long long)outer, size, rank);
+  }
+  const size_t block = (size_t)(count / (outer * size));
+  const ty_dtype_t wide = a->dtype == TY_DTYPE_F64 ? TY_DTYPE_F64 : TY_DTYPE_F32;
+  void *buf = calloc(count ? (size_t)count : 1, ty_dtype_size(wide));
+  if (!buf) {
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "host collective: no memory for %llu elements of a %s",
+                          (unsigned long long)count, gather ? "all_gather" : "reduce_scatter");
+  }
+  for (size_t o = 0; o < (size_t)outer; ++o) {
+    for (size_t i = 0; i < block; ++i) {
+      const size_t mine = (o * size + rank) * block + i;
+      if (gather) {
+        ty_host_comm_store(wide, buf, mine, ty_host_comm_load(a->dtype, a->part, o * block + i));
+      }
+    }
+  }
+  for (size_t i = 0; !gather && i < (size_t)count; ++i) {
+    ty_host_comm_store(wide, buf, i, ty_host_comm_load(a->dtype, a->data, i));
+  }
+  ty_status_t s = ty_host_comm_reduce(c, group, false, wide, buf, (size_t)count);
+  for (size_t i = 0; !s && gather && i < (size_t)count; ++i) {
+    ty_host_comm_store(a->dtype, a->data, i, ty_host_comm_load(wide, buf, i));
+  }
+  for (size_t o = 0; !s && !gather && o < (size_t)outer; ++o) {
+    for (size_t i = 0; i < block; ++i) {
+      const double v = ty_host_comm_load(wide, buf, (o * size + rank) * block + i);
+      ty_host_comm_store(a->dtype, a->part, o * block + i, v);
+    }
+  }
+  free(buf);
+  return s;
+}
+
 static ty_status_t ty_host_comm_run(const ty_host_comm_t *c,
                                     const ty_abi_host_collective_args_t *a) {
   if (!c || !c->all_reduce_sum || c->size == 0 || c->rank >= c->size) {
@@ -272,9 +354,21 @@ static ty_status_t ty_host_comm_run(const ty_host_comm_t *c,
     if (size == 0) {
       return ty_status_make(TY_CODE_NOT_FOUND,
                             "host collective: the run has no process group '%s' (its layout "
-                            "makes world, tp, pp and dp)",
+                            "makes world, tp, cp, pp and dp)",
                             group);
     }
+  }
+  const uint32_t kind =
+      TY_ABI_HAS_FIELD(a, ty_abi_host_collective_args_t, part) ? a->kind : TY_ABI_HOST_REDUCE;
+  if (kind == TY_ABI_HOST_ALL_GATHER || kind == TY_ABI_HOST_REDUCE_SCATTER) {
+    /* One rank: the plugin's kernel has copied its part already. */
+    return size == 1 ? TY_OK : ty_host_comm_gather(c, a, group, size);
+  }
+  if (kind != TY_ABI_HOST_REDUCE) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "host collective: kind %u is not a reduction (0), all_gather (1) or "
+                          "reduce_scatter (2)",
+                          kind);
   }
   if (size == 1) return TY_OK; /* this rank alone: every reduction is the identity */
   const size_t count = (size_t)a->count;

@@ -111,11 +111,17 @@ typedef struct ty_host_comm_t {
   uint32_t (*group_size)(void *user, const char *group);
   ty_status_t (*group_reduce)(void *user, const char *group, bool max, ty_dtype_t dtype,
                               void *data, size_t count);
+  /* Optional (the gathers of ABI 1.11): this rank's rank in `group`. NULL:
+   * the run's gathers are refused (FAILED_PRECONDITION). */
+  uint32_t (*group_rank)(void *user, const char *group);
 } ty_host_comm_t;
 
-/* host->collective (ABI 1.5; groups and max 1.6) over `comm` (a
- * ty_host_comm_t*): validates the arguments (INVALID_ARGUMENT naming the
- * bad one, NOT_FOUND for a group the run does not have) and reduces. */
+/* host->collective (ABI 1.5; groups and max 1.6; all_gather and
+ * reduce_scatter 1.11) over `comm` (a ty_host_comm_t*): validates the
+ * arguments (INVALID_ARGUMENT naming the bad one, NOT_FOUND for a group the
+ * run does not have) and reduces. The gathers run as sums of zero-filled
+ * [outer, size, block] buffers (x + 0 is x: exact in any order), bf16 and
+ * f16 staged through f32. */
 ty_abi_status_t ty_host_comm_collective(void *comm, const ty_abi_host_collective_args_t *args);
 
 #ifdef __cplusplus

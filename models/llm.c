@@ -108,6 +108,8 @@ static ty_status_t ty_b_linear(ty_builder_t *b, ty_value_id_t x, ty_value_id_t w
   return ty_b_node(b, "matmul", in, bias == TY_VALUE_NONE ? 2 : 3, &a, out);
 }
 
+static int ty_b_cp(const ty_builder_t *b) { return b->o->cp_size > 1 ? b->o->cp_size : 1; }
+
 /* ---- tensor parallel (llm.h "Tensor parallel"; docs/design-notes.md) ---- */
 
 static int ty_b_tp(const ty_builder_t *b) { return b->o->tp_size > 1 ? b->o->tp_size : 1; }
@@ -178,6 +180,12 @@ static ty_status_t ty_b_dropout(ty_builder_t *b, ty_value_id_t x, ty_value_id_t 
   ty_attrs_t a = TY_ATTRS_EMPTY;
   TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "p", b->o->dropout));
   TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "stream", b->dropout_stream++));
+  if (ty_b_cp(b) > 1) { /* each element draws its bit of the whole sequence */
+    const int64_t L = b->o->seq / 2, N = ty_b_cp(b), r = b->o->cp_rank;
+    const int64_t starts[2] = {r * L, (2 * N - 1 - r) * L};
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "seq_len", 2 * N * L));
+    TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "seq_starts", starts, 2));
+  }
   ty_value_id_t in[2] = {x, b->rng};
   return ty_b_node(b, "dropout", in, 2, &a, out);
 }
@@ -321,12 +329,88 @@ static ty_status_t ty_b_attention_paged(ty_builder_t *b, int layer, ty_value_id_
   return ty_b_reshape(b, y, 4, back, out);
 }
 
+/* Rows [start, start + len) of axis 1 of x. */
+static ty_status_t ty_b_seq_slice(ty_builder_t *b, ty_value_id_t x, int64_t start, int64_t len,
+                                  ty_value_id_t *out) {
+  const ty_tensor_desc_t *d = &ty_graph_value(b->g, x)->desc;
+  int64_t starts[TY_TENSOR_MAX_RANK] = {0}, sizes[TY_TENSOR_MAX_RANK];
+  const uint32_t rank = d->rank;
+  memcpy(sizes, d->dims, rank * sizeof(int64_t));
+  starts[1] = start;
+  sizes[1] = len;
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "starts", starts, rank));
+  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "sizes", sizes, rank));
+  return ty_b_node(b, "slice", &x, 1, &a, out);
+}
+
+/* Context parallel's keys or values (docs/design-notes.md "Context
+ * parallel"): this rank's [B, 2L, Hkv, D] all-gathered over the "cp"
+ * group (rank s brings chunks s and 2N-1-s), then chunks 0 .. `last` put
+ * back in sequence order. The gather's gradient is a reduce_scatter. */
+static ty_status_t ty_b_cp_sorted(ty_builder_t *b, ty_value_id_t x, int64_t last,
+                                  ty_value_id_t *out) {
+  const int64_t N = ty_b_cp(b), L = b->o->seq / 2;
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_string(&a, "group", "cp"));
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "axis", 1));
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "parts", N));
+  ty_value_id_t all, chunks[2 * TY_LLM_CP_MAX];
+  TY_RETURN_IF_ERROR(ty_b_node(b, "all_gather", &x, 1, &a, &all));
+  for (int64_t g = 0; g <= last; ++g) {
+    const int64_t s = g < N ? g : 2 * N - 1 - g, slot = g < N ? 0 : 1;
+    TY_RETURN_IF_ERROR(ty_b_seq_slice(b, all, (2 * s + slot) * L, L, &chunks[g]));
+  }
+  if (last == 0) {
+    *out = chunks[0];
+    return TY_OK;
+  }
+  ty_attrs_t ca = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(&ca, "axis", 1));
+  return ty_b_node(b, "concat", chunks, (uint32_t)(last + 1), &ca, out);
+}
+
+/* Context parallel attention: local chunk c (global chunk g: r, then
+ * 2N-1-r) attends causally to keys [0, (g + 1) L) of the gathered ones.
+ * The op's causal mask is bottom-right aligned (query t at t + S - T), so
+ * query t of the chunk sits at g L + t: exactly its mask in the whole
+ * sequence, sliding window included. */
+static ty_status_t ty_b_attention_cp(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
+                                     ty_value_id_t v, ty_value_id_t *out) {
+  const int64_t N = ty_b_cp(b), L = b->o->seq / 2, r = b->o->cp_rank;
+  const int64_t last = 2 * N - 1 - r;
+  ty_value_id_t ks, vs, y[2];
+  TY_RETURN_IF_ERROR(ty_b_cp_sorted(b, k, last, &ks));
+  TY_RETURN_IF_ERROR(ty_b_cp_sorted(b, v, last, &vs));
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
+  if (b->c->sliding_window > 0) {
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", b->c->sliding_window));
+  }
+  for (int c = 0; c < 2; ++c) {
+    const int64_t g = c == 0 ? r : last;
+    ty_value_id_t qc, kc = ks, vc = vs, outs[2];
+    TY_RETURN_IF_ERROR(ty_b_seq_slice(b, q, c * L, L, &qc));
+    if (g < last) {
+      TY_RETURN_IF_ERROR(ty_b_seq_slice(b, ks, 0, (g + 1) * L, &kc));
+      TY_RETURN_IF_ERROR(ty_b_seq_slice(b, vs, 0, (g + 1) * L, &vc));
+    }
+    ty_value_id_t in[3] = {qc, kc, vc};
+    TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, outs, 2));
+    y[c] = outs[0];
+  }
+  ty_attrs_t ca = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_int(&ca, "axis", 1));
+  return ty_b_node(b, "concat", y, 2, &ca, out);
+}
+
 /* Attention of the whole batch; with slot_caches one node per row, each
  * over its own cache and kv_len (the op's kv_len is one scalar per node). */
 static ty_status_t ty_b_attention_core(ty_builder_t *b, int layer, ty_value_id_t q,
                                        ty_value_id_t k, ty_value_id_t v, ty_value_id_t *out) {
   int64_t B = b->o->batch;
   if (b->o->kv_blocks > 0) return ty_b_attention_paged(b, layer, q, k, v, out);
+  if (ty_b_cp(b) > 1) return ty_b_attention_cp(b, q, k, v, out);
   if (!b->o->slot_caches) return ty_b_attention_one(b, layer, -1, q, k, v, out);
   if (B == 1) return ty_b_attention_one(b, layer, 0, q, k, v, out);
   ty_value_id_t *rows = malloc((size_t)B * sizeof(*rows));
@@ -684,6 +768,23 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
                           o->tp_rank, o->tp_size - 1);
   }
   if (o->tp_size > 1) TY_RETURN_IF_ERROR(ty_llm_tp_check(c, o->tp_size));
+  if (o->cp_size > 1 &&
+      (o->cp_size > TY_LLM_CP_MAX || o->cp_rank < 0 || o->cp_rank >= o->cp_size ||
+       o->seq % 2 != 0 || o->cache_len > 0 || o->kv_blocks > 0 || o->slot_caches ||
+       o->logits_at_index || o->unit_end > 0)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "context parallel rank %d of %d (at most %d) builds a training graph "
+                          "of two equal chunks (an even %lld tokens), without KV caches or "
+                          "pipeline stages",
+                          o->cp_rank, o->cp_size, TY_LLM_CP_MAX, (long long)o->seq);
+  }
+  if (o->cp_size > 1 && o->seq * o->cp_size > c->max_positions) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "sequence length %lld (--cp %d x %lld tokens per rank) exceeds the "
+                          "model's %lld positions",
+                          (long long)(o->seq * o->cp_size), o->cp_size, (long long)o->seq,
+                          (long long)c->max_positions);
+  }
   if (o->kv_blocks > 0 &&
       (o->batch != 1 || o->kv_block_size < 1 || o->table_rows < 1 || o->table_blocks < 1 ||
        o->cache_len > 0 || o->slot_caches || o->with_loss || o->tp_size > 1 ||
@@ -759,7 +860,11 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     if (!s) s = ty_graph_add_input(g, "kv_len", TY_DTYPE_I64, 0, NULL, &b.kv_len);
   } else if (!s) {
     int64_t *pos = malloc((size_t)o->seq * sizeof(int64_t));
-    for (int64_t t = 0; pos && t < o->seq; ++t) pos[t] = t;
+    /* Context parallel: the global positions of this rank's two chunks. */
+    const int64_t L = o->seq / 2, N = o->cp_size, r = o->cp_rank;
+    for (int64_t t = 0; pos && t < o->seq; ++t) {
+      pos[t] = N <= 1 ? t : t < L ? r * L + t : (2 * N - 1 - r) * L + (t - L);
+    }
     s = pos ? ty_graph_add_constant(g, "positions", TY_DTYPE_I64, 1, tdim, pos, &b.positions)
             : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     free(pos);

@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 #define TY_LLM_NAME_MAX 128
+#define TY_LLM_CP_MAX 64 /* context-parallel ranks a graph is built for */
 
 typedef struct ty_llm_param_t {
   char name[TY_LLM_NAME_MAX]; /* Hugging Face name, e.g. "model.norm.weight" */
@@ -98,6 +99,15 @@ typedef struct ty_llm_options_t {
                           training graphs only, not with KV caches); 0 or 1:
                           the whole model */
   int tp_rank;         /* 0 <= tp_rank < tp_size */
+  /* Context parallel (issue 31; docs/design-notes.md "Context
+   * parallel"): cp_size > 1 builds rank cp_rank's part of every sequence
+   * of cp_size x seq tokens, cut into 2 cp_size chunks of seq / 2: this
+   * graph's seq tokens are chunks cp_rank and 2 cp_size - 1 - cp_rank, at
+   * their global positions. Each layer all-gathers the keys and values
+   * over the "cp" group; dropout numbers elements as in the whole
+   * sequence. Training graphs only (no KV cache, no pipeline stage). */
+  int cp_size;
+  int cp_rank;
   bool logits_at_index; /* output "logits" is [B, V]: for each row b, the
                            logits of token logits_index[b] only (input
                            "logits_index", i64 [B], an index into the flat

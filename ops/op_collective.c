@@ -42,15 +42,16 @@
 static const char *const ty_all_reduce_attrs[] = {"group", "reduce", NULL};
 
 /* `group` names a process group the executor knows (distributed/dist.h). */
-static ty_status_t ty_collective_group(const ty_op_infer_ctx_t *ctx, const char *fallback) {
-  static const char *const known[] = {"world", "tp", "dp", "pp", "embed"};
+ty_status_t ty_collective_group(const ty_op_infer_ctx_t *ctx, const char *fallback) {
+  static const char *const known[] = {"world", "tp", "dp", "pp", "embed", "cp", "dp_cp"};
   const char *group;
   TY_RETURN_IF_ERROR(ty_op_attr_string(ctx->op, ctx->attrs, "group", fallback, &group));
   for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); ++i) {
     if (strcmp(group, known[i]) == 0) return TY_OK;
   }
   return ty_op_error(ctx->op,
-                     "attribute 'group' = '%s' must be 'world', 'tp', 'dp', 'pp' or 'embed'",
+                     "attribute 'group' = '%s' must be 'world', 'tp', 'cp', 'dp', 'dp_cp', "
+                     "'pp' or 'embed'",
                      group);
 }
 

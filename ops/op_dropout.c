@@ -3,7 +3,7 @@
  * storing it, and every backend draws identical masks. */
 #include "ops/op_internal.h"
 
-static const char *const ty_dropout_attrs[] = {"p", "stream", NULL};
+static const char *const ty_dropout_attrs[] = {"p", "stream", "seq_len", "seq_starts", NULL};
 
 /* The Philox offset packs step·2¹⁶ + stream, so a stream must fit 16 bits. */
 #define TY_DROPOUT_STREAMS 65536
@@ -26,6 +26,39 @@ static ty_status_t ty_dropout_check_attrs(const char *op,
   return TY_OK;
 }
 
+/* The global numbering of context parallel (docs/ops.md "Dropout"):
+ * seq_len > 0 numbers x [A, n, ...] as the rows of a [A, seq_len, ...]
+ * tensor, axis 1 being len(seq_starts) equal slices that begin at those
+ * rows. Absent (0): x's own flat index, as always. */
+static ty_status_t ty_dropout_check_numbering(const char *op, const ty_attrs_t *attrs,
+                                              const ty_tensor_desc_t *x) {
+  int64_t seq_len;
+  TY_RETURN_IF_ERROR(ty_op_attr_int(op, attrs, "seq_len", 0, &seq_len));
+  if (seq_len == 0) {
+    if (ty_attrs_find(attrs, "seq_starts")) {
+      return ty_op_error(op, "attribute 'seq_starts' needs 'seq_len' (the global length)");
+    }
+    return TY_OK;
+  }
+  const int64_t *starts;
+  uint32_t count;
+  TY_RETURN_IF_ERROR(ty_op_attr_ints(op, attrs, "seq_starts", &starts, &count));
+  if (seq_len < 0 || x->rank < 2 || count == 0 || x->dims[1] % (int64_t)count != 0) {
+    return ty_op_error(op,
+                       "attribute 'seq_len' = %lld with %u seq_starts needs x of rank >= 2 whose "
+                       "axis 1 splits into that many equal slices",
+                       (long long)seq_len, count);
+  }
+  const int64_t m = x->dims[1] / (int64_t)count;
+  for (uint32_t j = 0; j < count; ++j) {
+    if (starts[j] < 0 || starts[j] > seq_len - m) {
+      return ty_op_error(op, "seq_starts[%u] = %lld: a slice of %lld rows must lie in [0, %lld)",
+                         j, (long long)starts[j], (long long)m, (long long)seq_len);
+    }
+  }
+  return TY_OK;
+}
+
 /* dropout(x, rng) and dropout_backward(dy, rng) share one rule. */
 static ty_status_t ty_dropout_infer_named(const ty_op_infer_ctx_t *ctx,
                                           const char *x_role) {
@@ -38,6 +71,7 @@ static ty_status_t ty_dropout_infer_named(const ty_op_infer_ctx_t *ctx,
   TY_RETURN_IF_ERROR(ty_op_check_shape(ctx->op, "rng", rng, 1, rng_dims,
                                        "seed, step"));
   TY_RETURN_IF_ERROR(ty_dropout_check_attrs(ctx->op, ctx->attrs));
+  TY_RETURN_IF_ERROR(ty_dropout_check_numbering(ctx->op, ctx->attrs, x));
   return ty_op_output_like(ctx, x);
 }
 

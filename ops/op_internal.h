@@ -41,6 +41,8 @@ extern const ty_op_def_t ty_op_def_kv_cache_write;
 extern const ty_op_def_t ty_op_def_paged_kv_write, ty_op_def_paged_attention;
 extern const ty_op_def_t ty_op_def_sample, ty_op_def_top_logprobs;
 extern const ty_op_def_t ty_op_def_all_reduce;
+extern const ty_op_def_t ty_op_def_all_gather;
+extern const ty_op_def_t ty_op_def_reduce_scatter;
 extern const ty_op_def_t ty_op_def_tp_copy;
 extern const ty_op_def_t ty_op_def_tp_reduce;
 extern const ty_op_def_t ty_op_def_vocab_embedding, ty_op_def_vocab_embedding_backward,
@@ -119,6 +121,10 @@ bool ty_op_broadcast_dims(uint32_t a_rank, const int64_t *a_dims,
 ty_status_t ty_op_axes_mask(const char *op, const char *role,
                             const ty_tensor_desc_t *d, const int64_t *axes,
                             uint32_t count, uint32_t *out_mask);
+
+/* OK when the `group` attribute (default `fallback`) names a process group
+ * of the rank layout (op_collective.c). */
+ty_status_t ty_collective_group(const ty_op_infer_ctx_t *ctx, const char *fallback);
 
 /* Appends an output descriptor. */
 ty_status_t ty_op_output(const ty_op_infer_ctx_t *ctx, ty_dtype_t dtype,

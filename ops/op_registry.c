@@ -43,6 +43,7 @@ static const ty_op_def_t *const ty_op_table[] = {
     &ty_op_def_sample, &ty_op_def_top_logprobs,
     /* Collectives */
     &ty_op_def_all_reduce, &ty_op_def_tp_copy, &ty_op_def_tp_reduce,
+    &ty_op_def_all_gather, &ty_op_def_reduce_scatter,
     /* Vocabulary-parallel embedding and loss (the shard's parts; no communication) */
     &ty_op_def_vocab_embedding, &ty_op_def_vocab_embedding_backward, &ty_op_def_vocab_max,
     &ty_op_def_vocab_max_backward,

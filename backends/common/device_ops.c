@@ -300,6 +300,12 @@ void ty_dev_args_rope_tail(ty_dev_build_t *b, void *cmd, ty_dev_ref_t freq,
 bool ty_dev_dropout_p(ty_dev_build_t *b, double *out_p) {
   const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
   *out_p = p;
+  if (ty_desc_node_attr_int(b->node, "seq_len", 0) > 0) {
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
+                "attribute 'seq_len' (dropout numbered as in the whole sequence, for context "
+                "parallel) is not supported on this backend yet; run --cp on cpu");
+    return false;
+  }
   if (p >= 0.0 && p < 1.0) return true;
   ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
   return false;

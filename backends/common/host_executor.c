@@ -486,6 +486,57 @@ static ty_abi_status_t ty_host_resolve(ty_host_executor_t *e, const ty_abi_execu
   return NULL;
 }
 
+/* An all_gather or reduce_scatter of several parts: no kernel computes it
+ * alone (ty_host_gather_node does). */
+static bool ty_host_gather_of_parts(const ty_abi_node_t *node) {
+  return (!strcmp(node->op, "all_gather") || !strcmp(node->op, "reduce_scatter")) &&
+         ty_desc_node_attr_int(node, "parts", 1) != 1;
+}
+
+/* ABI 1.11: all_gather / reduce_scatter of `parts` > 1 over the op's group
+ * (ops/op_gather.c), through the host's service: x and y as [outer, block]
+ * and [outer, parts, block] around the op's axis (reduce_scatter: the
+ * other way round). One part is the kernel's identity. */
+static ty_abi_status_t ty_host_gather_node(const ty_host_executor_t *e, uint32_t n,
+                                           const ty_abi_execute_args_t *args) {
+  const ty_abi_graph_t *g = ty_host_executor_graph(e);
+  const ty_abi_node_t *node = &g->nodes[n];
+  const bool gather = strcmp(node->op, "all_gather") == 0;
+  if (ty_desc_node_attr_int(node, "parts", 1) == 1) return NULL;
+  const char *group = ty_desc_node_attr_string(node, "group", "cp");
+  const ty_host_api_t *host = ty_plugin_host_api();
+  const bool several = TY_ABI_HAS_FIELD(args, ty_abi_execute_args_t, world_size) &&
+                       args->host_comm && args->world_size > 1;
+  if (!several || !host || !TY_ABI_HAS_FIELD(host, ty_host_api_t, collective) ||
+      !host->collective || host->abi_minor < 11) {
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                           "%s: node %u (%s of %lld parts over group %s) needs a run of several "
+                           "ranks and a host with the gathers of ABI 1.11%s",
+                           e->plugin, n, node->op,
+                           (long long)ty_desc_node_attr_int(node, "parts", 1), group,
+                           several ? "" : "; this run is one process");
+  }
+  const uint32_t big = gather ? node->outputs[0] : node->inputs[0];
+  const uint32_t small = gather ? node->inputs[0] : node->outputs[0];
+  const ty_abi_value_t *x = &g->values[small];
+  const int64_t axis = ty_desc_node_attr_int(node, "axis", 0);
+  uint64_t outer = 1;
+  for (int64_t i = 0; i < axis && i < (int64_t)x->rank; ++i) outer *= (uint64_t)x->dims[i];
+  const size_t esize = ty_desc_dtype_size(g->values[big].dtype);
+  ty_abi_host_collective_args_t c = {
+      .struct_size = sizeof(c),
+      .op = TY_ABI_REDUCE_SUM,
+      .dtype = g->values[big].dtype,
+      .data = e->data[big],
+      .count = esize ? e->core.graph->value_bytes[big] / esize : 0,
+      .group = group,
+      .kind = gather ? TY_ABI_HOST_ALL_GATHER : TY_ABI_HOST_REDUCE_SCATTER,
+      .outer = outer,
+      .part = e->data[small],
+  };
+  return host->collective(args->host_comm, &c);
+}
+
 /* ABI 1.5: a collective op (all_reduce; tp_reduce, 1.6) has put this
  * rank's part in its output (the kernel's world-1 identity); in a run of
  * several ranks the host's service now reduces it across the op's process
@@ -496,6 +547,9 @@ static ty_abi_status_t ty_host_collective_node(const ty_host_executor_t *e, uint
   const ty_abi_graph_t *g = ty_host_executor_graph(e);
   const ty_abi_node_t *node = &g->nodes[n];
   const bool tp_reduce = strcmp(node->op, "tp_reduce") == 0;
+  if (!strcmp(node->op, "all_gather") || !strcmp(node->op, "reduce_scatter")) {
+    return ty_host_gather_node(e, n, args);
+  }
   if (!tp_reduce && strcmp(node->op, "all_reduce") != 0) return NULL;
   if (!TY_ABI_HAS_FIELD(args, ty_abi_execute_args_t, world_size) || !args->host_comm ||
       args->world_size <= 1) {
@@ -543,7 +597,9 @@ ty_abi_status_t ty_host_executor_run(ty_host_executor_t *e, const ty_abi_execute
   for (uint32_t n = 0; n < g->node_count; ++n) {
     if (e->core.plan.skip[n]) continue; /* a view: its output already reads its input */
     const double t0 = profile ? ty_host_profile_now() : 0.0;
-    if (e->kernels[n]) {
+    if (ty_host_gather_of_parts(&g->nodes[n])) {
+      s = NULL; /* the collective step below writes the whole output */
+    } else if (e->kernels[n]) {
       ctx.node = &g->nodes[n];
       ctx.node_index = n;
       s = e->kernels[n](&ctx);

@@ -103,6 +103,8 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     {"all_reduce", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
     {"tp_copy", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
     {"tp_reduce", cpu_kernel_all_reduce, CPU_ACCEPT_ANY},
+    {"all_gather", cpu_kernel_gather_part, CPU_ACCEPT_FLOAT},
+    {"reduce_scatter", cpu_kernel_gather_part, CPU_ACCEPT_FLOAT},
     {NULL, NULL, CPU_ACCEPT_ANY},
 };
 

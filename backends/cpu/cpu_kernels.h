@@ -396,6 +396,7 @@ ty_abi_status_t cpu_kernel_cast(const cpu_node_ctx_t *c);
 bool cpu_cast_supported(ty_dtype_t from, ty_dtype_t to);
 ty_abi_status_t cpu_kernel_reshape(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_all_reduce(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_gather_part(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_transpose(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_slice(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_slice_backward(const cpu_node_ctx_t *c);

@@ -50,6 +50,15 @@ ty_abi_status_t cpu_kernel_all_reduce(const cpu_node_ctx_t *c) {
   return cpu_kernel_reshape(c);
 }
 
+/* ---- all_gather, reduce_scatter ------------------------------------------ */
+
+/* One part (world 1): the identity. Several parts never reach a kernel:
+ * the executor's collective step (backends/common/host_executor.c) gathers
+ * or scatters through the host's service instead. */
+ty_abi_status_t cpu_kernel_gather_part(const cpu_node_ctx_t *c) {
+  return cpu_kernel_reshape(c);
+}
+
 /* ---- transpose ----------------------------------------------------------- */
 
 /* dst[i] = src[sum idx_a * stride_a] over a simplified shape, elements of

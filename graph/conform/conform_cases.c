@@ -250,6 +250,14 @@ static const ty_conform_case_t ty_cases[] = {
     C("dropout", "p0-identity", "F[40] i64[2]:rng", "p=0.0 stream=0", ELEM, ELEM),
     C("dropout_backward", "p0.1", "F[16,64] i64[2]:rng", "p=0.1 stream=3", ELEM, NULL),
     C("dropout_backward", "p0.5", "F[3,5,7] i64[2]:rng", "p=0.5 stream=12", ELEM, NULL),
+    /* context parallel's numbering: two slices of 4 rows of a sequence of
+     * 16 (rows 4-7 and 8-11: a rank's chunks 1 and 2), each element the bit
+     * of its index in the whole [2, 16, 6] tensor; 6 per row so rows start
+     * mid-group of Philox's four */
+    C("dropout", "seq-numbered", "F[2,8,6] i64[2]:rng",
+      "p=0.5 stream=7 seq_len=16 seq_starts=[4,8]", ELEM, ELEM),
+    C("dropout_backward", "seq-numbered", "F[2,8,6] i64[2]:rng",
+      "p=0.3 stream=2 seq_len=16 seq_starts=[0,12]", ELEM, NULL),
 
     /* ---- types and views ---- */
     CD("cast", "f32-to-bf16", "f32[8,33]:u=-100,100", "dtype='bf16'", ONLY(F32), EXACT, EXACT),
@@ -421,6 +429,10 @@ static const ty_conform_case_t ty_cases[] = {
     C("tp_copy", "group-world", "F[2,3,8]", "group='world'", EXACT, EXACT),
     C("tp_reduce", "sum", "F[4,33]", "", EXACT, EXACT),
     C("tp_reduce", "max", "F[3,17]", "reduce='max'", EXACT, EXACT),
+    /* context parallel's gathers (issue 31): one part at world 1, the
+     * identity both ways (each the other's gradient) */
+    C("all_gather", "cp-axis1", "F[2,4,3,5]", "group='cp' axis=1 parts=1", EXACT, EXACT),
+    C("reduce_scatter", "cp-axis1", "F[2,4,3,5]", "group='cp' axis=1 parts=1", EXACT, EXACT),
 
     /* ---- vocabulary-parallel embedding and loss: a shard of rows [start,
      * start + valid) of a vocabulary of 40 held in more rows (the rest

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "graph/runtime/session_internal.h"
+#include "hal/abi_graph.h"
 #include "hal/dtype.h"
 
 /* ---- sessions ---- */
@@ -414,6 +415,39 @@ ty_status_t ty_session_set_host_comm(ty_session_t *s, const ty_host_comm_t *comm
                               "the process groups of ABI 1.6",
                               ty_backend_name(backend), major, minor, n, node->op, group);
       }
+    }
+  }
+  /* The gathers (ABI 1.11): the shape of a node's output was fixed by its
+   * `parts`, which must be the run's group size. */
+  for (uint32_t n = 0; s->abi && n < s->abi->node_count; ++n) {
+    const ty_abi_node_t *node = &s->abi->nodes[n];
+    if (strcmp(node->op, "all_gather") != 0 && strcmp(node->op, "reduce_scatter") != 0) continue;
+    const int64_t parts = ty_desc_node_attr_int(node, "parts", 1);
+    const char *group = ty_session_node_group(node, "cp");
+    const uint32_t size = !comm || comm->size <= 1 ? 1 /* one process: each group is it */
+                          : !strcmp(group, "world") ? comm->size
+                          : comm->group_size        ? comm->group_size(comm->user, group)
+                                                    : 0;
+    if (size == 0) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "node %u (%s over group %s): this run has no %s group", n, node->op,
+                            group, group);
+    }
+    if (parts != (int64_t)size) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "node %u (%s over group %s) has %lld parts, and this run's %s group "
+                            "has %u rank%s: build the graph for the run's layout",
+                            n, node->op, group, (long long)parts, group, size,
+                            size == 1 ? "" : "s");
+    }
+    uint32_t major = 0, minor = 0;
+    ty_backend_abi_version(ty_device_backend(s->device), &major, &minor);
+    if (parts > 1 && (major != TY_ABI_MAJOR || minor < 11)) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "backend '%s' speaks ABI %u.%u: node %u (%s over group %s) needs "
+                            "the gathers of ABI 1.11",
+                            ty_backend_name(ty_device_backend(s->device)), major, minor, n,
+                            node->op, group);
     }
   }
   s->host_comm = comm;

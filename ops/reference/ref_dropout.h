@@ -31,6 +31,23 @@ ty_status_t ty_ref_dropout_forward(const double *x, int64_t n, double p,
 ty_status_t ty_ref_dropout_backward(const double *dy, int64_t n, double p,
                                     uint64_t seed, uint64_t offset, double *dx);
 
+/* The global numbering of context parallel (attributes seq_len and
+ * seq_starts, docs/ops.md "Dropout"): x is [outer, local, inner] around
+ * its axis 1, whose `local` rows are `count` equal slices that begin at
+ * rows starts[j] of a [outer, seq_len, inner] tensor; element (a, t, r)
+ * is numbered (a seq_len + starts[t / m] + t % m) inner + r, m = local /
+ * count, so each element draws the mask it has in the whole tensor. */
+typedef struct ty_ref_dropout_rows_t {
+  int64_t outer, local, inner, seq_len;
+  const int64_t *starts;
+  uint32_t count;
+} ty_ref_dropout_rows_t;
+
+/* Forward or backward (the same rule) under that numbering. */
+ty_status_t ty_ref_dropout_numbered(const double *x, int64_t n, double p, uint64_t seed,
+                                    uint64_t offset, const ty_ref_dropout_rows_t *rows,
+                                    double *y);
+
 #ifdef __cplusplus
 }
 #endif

@@ -667,7 +667,7 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
   if (!strcmp(op, "mul")) return ty_run_binary(c, TY_REF_BINARY_MUL);
   if (!strcmp(op, "div")) return ty_run_binary(c, TY_REF_BINARY_DIV);
   if (!strcmp(op, "broadcast_to")) return ty_run_broadcast_to(c);
-  if (!strncmp(op, "reduce_", 7)) return ty_run_reduce(c, op);
+  if (!strncmp(op, "reduce_", 7) && strcmp(op, "reduce_scatter") != 0) return ty_run_reduce(c, op);
   if (!strcmp(op, "matmul")) return ty_run_matmul(c);
   if (!strncmp(op, "layernorm", 9) || !strncmp(op, "rmsnorm", 7)) return ty_run_norm(c, op);
   if (!strcmp(op, "rope")) return ty_run_rope(c, false);
@@ -771,6 +771,21 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
     TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
     uint64_t offset = (uint64_t)rng[1] * 65536u + (uint64_t)ty_attr_int(c, "stream", 0);
     double p = ty_attr_float(c, "p", 0.0);
+    const int64_t seq_len = ty_attr_int(c, "seq_len", 0);
+    if (seq_len > 0) { /* numbered as in the whole sequence (context parallel) */
+      const ty_abi_value_t *xv = ty_in_value(c, 0);
+      const ty_abi_attr_t *st = ty_attr(c, "seq_starts");
+      if (!st || st->kind != TY_ATTR_INTS || xv->rank < 2) {
+        return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                              "%s: seq_len needs seq_starts and x of rank >= 2", op);
+      }
+      int64_t inner = 1;
+      for (uint32_t ax = 2; ax < xv->rank; ++ax) inner *= xv->dims[ax];
+      ty_ref_dropout_rows_t rows = {.outer = xv->dims[0], .local = xv->dims[1], .inner = inner,
+                                    .seq_len = seq_len, .starts = st->ints,
+                                    .count = (uint32_t)st->count};
+      return ty_ref_dropout_numbered(a, n, p, (uint64_t)rng[0], offset, &rows, y);
+    }
     return !strcmp(op, "dropout")
                ? ty_ref_dropout_forward(a, n, p, (uint64_t)rng[0], offset, y)
                : ty_ref_dropout_backward(a, n, p, (uint64_t)rng[0], offset, y);
@@ -779,6 +794,22 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
     /* One process is world 1, where every reduction over the ranks is the
      * identity (ops/op_collective.c); executors of a bigger world reduce
      * the result through their communicator afterwards. */
+    TY_RETURN_IF_ERROR(ty_fin(c, 0, &a));
+    TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
+    memcpy(y, a, (size_t)n * sizeof(double));
+    return TY_OK;
+  }
+  if (!strcmp(op, "all_gather") || !strcmp(op, "reduce_scatter")) {
+    /* World 1: one part, the identity (ops/op_gather.c). An executor of a
+     * bigger world gathers through its communicator; the reference has
+     * none, so a node of several parts is refused rather than guessed. */
+    const int64_t parts = ty_attr_int(c, "parts", 1);
+    if (parts != 1) {
+      return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                            "%s of %lld parts needs a run whose group has %lld ranks; the "
+                            "reference runs one process",
+                            op, (long long)parts, (long long)parts);
+    }
     TY_RETURN_IF_ERROR(ty_fin(c, 0, &a));
     TY_RETURN_IF_ERROR(ty_fout(c, 0, &y));
     memcpy(y, a, (size_t)n * sizeof(double));
@@ -837,7 +868,7 @@ int ty_ref_supports_op(const char *op) {
       "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",
       "sgd_update", "adafactor_update", "clip_by_global_norm", "global_norm_scale",
-      "kv_cache_write", "paged_kv_write", "paged_attention", "all_reduce", "tp_copy", "tp_reduce", "vocab_embedding",
+      "kv_cache_write", "paged_kv_write", "paged_attention", "all_reduce", "tp_copy", "tp_reduce", "all_gather", "reduce_scatter", "vocab_embedding",
       "vocab_embedding_backward", "vocab_max", "vocab_max_backward", "vocab_ce_sums", "vocab_ce_sums_backward",
       "vocab_ce_loss", "vocab_ce_loss_backward", "sample", "top_logprobs", NULL,
   };

@@ -131,7 +131,7 @@ class MatchTest(Base):
 
     def test_tensor_parallel(self):
         ranks = self.check_layout(["--tp", "2"], 1e-5)
-        self.assertIn("tensor parallel: 2 ranks = dp 1 x pp 1 x tp 2 (Trainyard TCP transport",
+        self.assertIn("tensor parallel: 2 ranks = dp 1 x pp 1 x tp 2 x cp 1 (Trainyard TCP transport",
                       ranks[0].stderr)
 
     def test_pipeline_parallel(self):

@@ -92,7 +92,8 @@ AUDIT = {
         **{"--distributed": "test_distributed_cli.py:RefuseTest.test_bad_inputs",
            "--dist-timeout": "test_distributed_cli.py:FailureTest.test_hung_rank_is_named",
            "--zero": "test_distributed_cli.py:ZeroTest.test_zero_matches_plain_data_parallel",
-           "--tp": "test_tensor_parallel_cli.py:MatchTest.test_llama_gqa"},
+           "--tp": "test_tensor_parallel_cli.py:MatchTest.test_llama_gqa",
+           "--cp": "test_context_parallel_cli.py:MatchTest.test_llama_gqa"},
         **{o: "test_pipeline_cli.py:PipelineTest.test_llama_adamw" for o in (
             "--pp", "--pp-schedule")},
         **{"--pp-virtual": "test_pipeline_cli.py:RefuseTest.test_bad_layouts"},

@@ -194,7 +194,7 @@ class ZeroTest(Base):
         res = self.path("resumed")
         r = self.train(*self.ARGS, "--out", res, "--batch-size", "2", "--grad-accum", "2",
                        "--resume", os.path.join(zero, "checkpoint-10"))
-        self.assertIn("(--tp 1 --pp 1; was 2 x 2 x 1 over 4 ranks, --tp 2 --pp 1)", r.stderr)
+        self.assertIn("(--tp 1 --pp 1 --cp 1; was 2 x 2 x 1 over 4 ranks, --tp 2 --pp 1 --cp 1)", r.stderr)
         self.assertEqual(sorted(dist.losses(res)), list(range(11, 21)))
         self.assert_curves_match(dist.losses(one), dist.losses(res), range(11, 21), rel=1e-5)
         self.assert_weights_close(os.path.join(one, "checkpoint-20"),
@@ -265,7 +265,7 @@ class ResumeTest(Base):
         self.train(*args, "--max-steps", "10", "--out", b)
         r = self.train_mpi(2, *args, "--max-steps", "20", "--out", b, "--resume", "latest",
                            "--tp", "2")
-        self.assertIn("(--tp 2 --pp 1; was", r.stderr)
+        self.assertIn("(--tp 2 --pp 1 --cp 1; was", r.stderr)
         self.assert_curves_match(want, dist.losses(b), range(1, 21), rel=1e-5)
         self.assert_weights_close(os.path.join(ref, "checkpoint-20"),
                                   os.path.join(b, "checkpoint-20"))

@@ -54,7 +54,13 @@ MEMORY_LEVER_OPS = frozenset({"linear_cross_entropy", "linear_cross_entropy_back
                               "adafactor_update", "global_norm_scale"})
 # Collective ops (docs/ops.md "Collectives"): backends without a kernel for
 # them refuse them by name.
-COLLECTIVE_OPS = frozenset({"all_reduce", "tp_copy", "tp_reduce"})
+COLLECTIVE_OPS = frozenset({"all_reduce", "tp_copy", "tp_reduce", "all_gather",
+                            "reduce_scatter"})
+# Cases a device backend refuses by design, each with the words its reason
+# must hold: dropout numbered as in the whole sequence (context parallel's
+# attribute seq_len, issue 31) runs on the host backends only for now.
+REFUSED_CASES = {("dropout", "seq-numbered"): "attribute 'seq_len'",
+                 ("dropout_backward", "seq-numbered"): "attribute 'seq_len'"}
 # The vocabulary-parallel embedding and loss (docs/ops.md): host backends
 # only for now; the others refuse them by name.
 VOCAB_PARALLEL_OPS = frozenset({
@@ -164,6 +170,10 @@ class ConformTest(unittest.TestCase):
             if (x["op"] == "tp_reduce" and x["direction"] == "backward"
                     and x["status"] == "pass"):
                 continue
+            if (x["op"], x["case"]) in REFUSED_CASES:
+                self.assertEqual(x["status"], "unsupported", x)
+                self.assertIn(REFUSED_CASES[(x["op"], x["case"])], x["reason"])
+                continue
             if x["op"] in refused:
                 self.assertEqual(x["status"], "unsupported", x)
                 # A region op's backward case may be refused for the
@@ -175,7 +185,8 @@ class ConformTest(unittest.TestCase):
                 self.assertRegex(x["reason"], "%s has no kernel for op '(%s)'" % (
                     re.escape(backend_name()), "|".join(sorted(refused & family))
                     if family else re.escape(x["op"])))
-        results = [x for x in results if x["op"] not in refused]
+        results = [x for x in results
+                   if x["op"] not in refused and (x["op"], x["case"]) not in REFUSED_CASES]
         failed = [x for x in results if x["status"] != "pass"]
         self.assertEqual(failed, [], "\n".join("%s/%s %s %s: %s %s" % (
             x["op"], x["case"], x["dtype"], x["direction"], x["status"], x["reason"])

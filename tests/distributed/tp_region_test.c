@@ -115,6 +115,105 @@ static void test_pipeline_groups(ty_dist_t *dist) {
   CHECK(ty_dist_group_size(embed) == 1, "pp 1: embed alone");
 }
 
+/* Context parallel (issue 31): the layout tp 2 x cp 2 (tp fastest, then
+ * cp) and tp 1 x cp 2 x dp 2 with their groups, a world the layout does not
+ * divide, and all_gather / reduce_scatter over "cp" on the cpu plugin
+ * through the host's gathers (ABI 1.11): y = the cp ranks' x along axis 1
+ * in cp order, and its gradient the sum's part of this rank. Leaves the
+ * tp 2 layout the tests after it use. */
+static void test_cp(ty_dist_t *dist, const char *plugin_dir) {
+  const int rank = ty_dist_rank(dist);
+  ok(ty_dist_set_layout_cp(dist, 2, 1, 2), "set_layout tp 2 cp 2");
+  const ty_dist_layout_t *l = ty_dist_layout(dist);
+  CHECK(l->dp == 1 && l->cp == 2 && l->tp == 2 && l->cp_index == rank / 2 &&
+            l->tp_index == rank % 2,
+        "tp 2 x cp 2: dp %d cp %d/%d tp %d/%d", l->dp, l->cp_index, l->cp, l->tp_index, l->tp);
+  CHECK(ty_dist_layout_rank_cp(l, 0, 0, l->cp_index, l->tp_index) == rank, "layout_rank_cp");
+  ty_dist_group_t *cp, *tp, *dp_cp;
+  ok(ty_dist_group(dist, "cp", &cp), "cp group");
+  ok(ty_dist_group(dist, "tp", &tp), "tp group");
+  ok(ty_dist_group(dist, "dp_cp", &dp_cp), "dp_cp group");
+  CHECK(ty_dist_group_size(cp) == 2 && ty_dist_group_rank(cp) == l->cp_index &&
+            ty_dist_group_world_rank(cp, 1) == 2 + l->tp_index,
+        "tp 2 x cp 2: cp group");
+  CHECK(ty_dist_group_size(tp) == 2 && ty_dist_group_world_rank(tp, 0) == 2 * l->cp_index,
+        "tp 2 x cp 2: tp group");
+  CHECK(ty_dist_group_size(dp_cp) == 2, "tp 2 x cp 2: dp_cp is the cp ranks of a tp index");
+  ok(ty_dist_set_layout_cp(dist, 1, 1, 2), "set_layout cp 2");
+  l = ty_dist_layout(dist);
+  CHECK(l->dp == 2 && l->dp_index == rank / 2 && l->cp_index == rank % 2, "cp 2 x dp 2");
+  ok(ty_dist_group(dist, "dp_cp", &dp_cp), "dp_cp group");
+  CHECK(ty_dist_group_size(dp_cp) == 4, "cp 2 x dp 2: dp_cp holds every rank");
+  ty_dist_layout_t bad;
+  ty_status_t s = ty_dist_layout_make_cp(6, 0, 2, 1, 4, &bad);
+  CHECK(s && strstr(ty_status_message(s), "--tp 2 x --pp 1 x --cp 4 = 8 does not divide the "
+                                          "world of 6 ranks"),
+        "a world the layout does not divide: %s", s ? ty_status_message(s) : "OK");
+  ty_status_free(s);
+
+  /* The gathers on cpu over cp (cp 2 x dp 2: cp rank c of replica d). */
+  const char *paths[] = {plugin_dir};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r;
+  ok(ty_registry_create(&options, &r), "registry");
+  ty_device_t *dev;
+  ok(ty_device_open(r, "cpu?threads=1", &dev), "cpu");
+  ty_host_comm_t comm;
+  ty_dist_host_comm(dist, &comm);
+  for (int parts = 1; parts <= 2; ++parts) {
+    ty_graph_t *g;
+    ok(ty_graph_create(&g), "graph");
+    int64_t xd[3] = {2, 3, 2}, yd[3] = {2, 3 * parts, 2};
+    ty_value_id_t x, y, z;
+    ok(ty_graph_add_input(g, "x", TY_DTYPE_F32, 3, xd, &x), "x");
+    ty_attrs_t a = TY_ATTRS_EMPTY;
+    ok(ty_attrs_set_string(&a, "group", "cp"), "attr");
+    ok(ty_attrs_set_int(&a, "axis", 1), "attr");
+    ok(ty_attrs_set_int(&a, "parts", 2), "attr");
+    ok(ty_graph_add_node1(g, "all_gather", &x, 1, &a, &y), "all_gather");
+    ok(ty_graph_add_node1(g, "reduce_scatter", &y, 1, &a, &z), "reduce_scatter");
+    ok(ty_graph_set_output(g, y, "y"), "y");
+    ok(ty_graph_set_output(g, z, "z"), "z");
+    (void)yd;
+    ty_session_t *sess;
+    ok(ty_session_create(dev, g, NULL, &sess), "session");
+    if (parts == 1) { /* one process: a graph built for 2 cp ranks is refused by name */
+      ty_host_comm_t one = {.rank = 0, .size = 1};
+      s = ty_session_set_host_comm(sess, &one);
+      CHECK(s && strstr(ty_status_message(s), "has 2 parts, and this run's cp group has 1 rank"),
+            "parts 2 in one process: %s", s ? ty_status_message(s) : "OK");
+      ty_status_free(s);
+    } else {
+      ok(ty_session_set_host_comm(sess, &comm), "host comm");
+      float xv[12], yv[24], zv[12];
+      for (int i = 0; i < 12; ++i) xv[i] = (float)(100 * rank + i);
+      ok(ty_session_bind(sess, "x", TY_DTYPE_F32, 3, xd, xv, sizeof(xv)), "bind x");
+      ok(ty_session_run(sess), "run the gathers");
+      ok(ty_session_read(sess, "y", yv, sizeof(yv)), "read y");
+      ok(ty_session_read(sess, "z", zv, sizeof(zv)), "read z");
+      const int first = rank / 2 * 2; /* cp rank 0 of this replica */
+      for (int b = 0; b < 2; ++b) {
+        for (int t = 0; t < 6; ++t) {
+          for (int c = 0; c < 2; ++c) {
+            const int src = first + t / 3, i = (b * 3 + t % 3) * 2 + c;
+            CHECK(yv[(b * 6 + t) * 2 + c] == (float)(100 * src + i),
+                  "all_gather y[%d][%d][%d] = %g", b, t, c, yv[(b * 6 + t) * 2 + c]);
+          }
+        }
+      }
+      /* z: this rank's part of the sum over the 2 cp ranks of y (the same
+       * y on each): twice its own x */
+      for (int i = 0; i < 12; ++i) CHECK(zv[i] == 2.0f * xv[i], "reduce_scatter z[%d]", i);
+    }
+    ty_session_destroy(sess);
+    ty_graph_destroy(g);
+  }
+  if (rank == 0) printf("context parallel: layout, groups and gathers OK\n");
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+  ok(ty_dist_set_layout(dist, 2, 1), "set_layout tp 2");
+}
+
 /* Deterministic values, the same on every rank. */
 static float value(int which, int i) { return (float)sin(0.37 * i + 1.3 * which) * 0.5f; }
 
@@ -442,6 +541,7 @@ int main(int argc, char **argv) {
   g_rank = ty_dist_rank(dist);
   test_layout(dist);
   test_pipeline_groups(dist);
+  test_cp(dist, argv[1]);
   test_megatron_mlp(dist, argv[1]);
   test_models(dist, argv[1], argv[3]);
   if (g_rank == 0) printf("tp_region_test: layout, groups and region gradients OK\n");

@@ -403,6 +403,130 @@ static void test_group_service_errors(void **state) {
   assert_int_equal(f.w.calls, 1);
 }
 
+/* ---- the gathers of context parallel (ABI 1.11) ---- */
+
+/* A "cp" group of 2 whose other rank (this is rank 1) holds w->other in
+ * the slots it fills: the service's all_gather sum leaves them there. */
+static uint32_t fake_cp_size(void *user, const char *group) {
+  (void)user;
+  return !strcmp(group, "cp") ? 2 : !strcmp(group, "world") ? 4 : 0;
+}
+
+static uint32_t fake_cp_rank(void *user, const char *group) {
+  (void)user;
+  (void)group;
+  return 1;
+}
+
+static ty_status_t fake_cp_reduce(void *user, const char *group, bool max, ty_dtype_t dtype,
+                                  void *data, size_t count) {
+  fake_groups_t *f = user;
+  snprintf(f->last_group, sizeof(f->last_group), "%s", group);
+  f->w.calls++;
+  if (max || dtype != TY_DTYPE_F32 || count != 2 * N) {
+    return ty_status_make(TY_CODE_INTERNAL, "fake cp: unexpected %s[%zu]", ty_dtype_name(dtype),
+                          count);
+  }
+  /* the other rank (cp rank 0) brings its x in part 0 of each of the 3 rows */
+  float *x = data;
+  for (size_t o = 0; o < 3; ++o) {
+    for (size_t i = 0; i < N / 3; ++i) x[o * 2 * (N / 3) + i] += f->w.other[o * (N / 3) + i];
+  }
+  return TY_OK;
+}
+
+/* The service: all_gather puts this rank's [3, 4] rows in part 1 of each
+ * row of [3, 2, 4] and the other's in part 0; reduce_scatter keeps part 1
+ * of the sum; bad shapes, a dtype and a comm without group ranks are
+ * refused by name. */
+static void test_gather_service(void **state) {
+  (void)state;
+  const ty_host_api_t *host = ty_hal_host_api();
+  fake_groups_t f = {0};
+  for (int i = 0; i < N; ++i) f.w.other[i] = 1000.0f + (float)i;
+  ty_host_comm_t comm = {.rank = 1, .size = 4, .user = &f, .all_reduce_sum = fake_all_reduce_sum,
+                         .group_size = fake_cp_size, .group_reduce = fake_cp_reduce,
+                         .group_rank = fake_cp_rank};
+  float part[N], all[2 * N], back[N];
+  for (int i = 0; i < N; ++i) part[i] = (float)i;
+  ty_abi_host_collective_args_t a = {.struct_size = sizeof(a), .op = TY_ABI_REDUCE_SUM,
+                                     .dtype = TY_DTYPE_F32, .data = all, .count = 2 * N,
+                                     .group = "cp", .kind = TY_ABI_HOST_ALL_GATHER, .outer = 3,
+                                     .part = part};
+  TY_EXPECT_OK(ty_status_from_abi(host->collective(&comm, &a)));
+  for (int o = 0; o < 3; ++o) {
+    for (int i = 0; i < 4; ++i) {
+      assert_float_equal(all[o * 8 + i], 1000.0f + (float)(o * 4 + i), 0.0f);
+      assert_float_equal(all[o * 8 + 4 + i], (float)(o * 4 + i), 0.0f);
+    }
+  }
+  assert_string_equal(f.last_group, "cp");
+  a.kind = TY_ABI_HOST_REDUCE_SCATTER;
+  a.part = back;
+  TY_EXPECT_OK(ty_status_from_abi(host->collective(&comm, &a)));
+  for (int i = 0; i < N; ++i) assert_float_equal(back[i], (float)i, 0.0f); /* part 1 of the sum */
+  a.outer = 5; /* 24 elements are not [5, 2, block] */
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)), TY_CODE_INVALID_ARGUMENT,
+                   "reduce_scatter of 24 elements is not [outer 5, 2 ranks, block]");
+  a.outer = 3;
+  a.dtype = TY_DTYPE_I64;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)), TY_CODE_INVALID_ARGUMENT,
+                   "reduce_scatter of i64 (f32, bf16, f16, f64 only)");
+  a.dtype = TY_DTYPE_F32;
+  a.kind = 7;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)), TY_CODE_INVALID_ARGUMENT,
+                   "kind 7 is not a reduction (0), all_gather (1) or reduce_scatter (2)");
+  a.kind = TY_ABI_HOST_ALL_GATHER;
+  comm.group_rank = NULL;
+  TY_EXPECT_STATUS(ty_status_from_abi(host->collective(&comm, &a)),
+                   TY_CODE_FAILED_PRECONDITION, "cannot tell this rank's place in it");
+}
+
+/* A graph built for 2 cp ranks: run without a communicator it says why;
+ * a plugin older than 1.11 is refused when the run hands it one. */
+static void test_gather_needs_its_group(void **state) {
+  (void)state;
+  ty_registry_t *r = open_registry();
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[2] = {3, 4};
+  ty_value_id_t x, y;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, d, &x));
+  ty_attrs_t attrs = {0};
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "axis", 1));
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "parts", 2));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "all_gather", &x, 1, &attrs, &y));
+  TY_EXPECT_OK(ty_graph_set_output(g, y, "y"));
+  ty_session_t *s;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  float xv[12] = {0};
+  TY_EXPECT_OK(ty_session_bind(s, "x", TY_DTYPE_F32, 2, d, xv, sizeof(xv)));
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_FAILED_PRECONDITION,
+                   "(all_gather of 2 parts over group cp) needs a run of several ranks");
+  fake_groups_t f = {0};
+  ty_host_comm_t comm = {.rank = 0, .size = 4, .user = &f, .all_reduce_sum = fake_all_reduce_sum,
+                         .group_size = fake_group_size, .group_reduce = fake_group_reduce};
+  TY_EXPECT_STATUS(ty_session_set_host_comm(s, &comm), TY_CODE_FAILED_PRECONDITION,
+                   "(all_gather over group cp): this run has no cp group");
+  ty_session_destroy(s);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+  const char *paths[] = {TY_TEST_BRINGUP_DIR "/old15"};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  TY_EXPECT_OK(ty_device_open(r, "old15", &dev));
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  comm.group_size = fake_cp_size;
+  TY_EXPECT_STATUS(ty_session_set_host_comm(s, &comm), TY_CODE_FAILED_PRECONDITION,
+                   "needs the gathers of ABI 1.11");
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 /* ---- the data-parallel train step in one graph ---- */
 
 /* A fake second rank with the same batch: the sum over two ranks doubles. */
@@ -516,6 +640,8 @@ int main(void) {
       cmocka_unit_test(test_group_collectives),
       cmocka_unit_test(test_group_service_errors),
       cmocka_unit_test(test_old_plugin_refuses_groups),
+      cmocka_unit_test(test_gather_service),
+      cmocka_unit_test(test_gather_needs_its_group),
       cmocka_unit_test(test_fused_step_reduces_gradients_in_the_step),
       cmocka_unit_test(test_reduce_needs_the_plain_fused_step),
   };

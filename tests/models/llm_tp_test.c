@@ -158,6 +158,41 @@ static void test_tp_refusals(void **state) {
   ty_graph_destroy(g);
 }
 
+/* Context parallel (issue 31): what a cp rank's graph cannot be, each
+ * refused with the reason; a good one holds the gathers over "cp". */
+static void test_cp_refusals(void **state) {
+  (void)state;
+  ty_model_config_t c = load("llama"); /* 128 positions */
+  ty_llm_options_t o = {.batch = 1, .seq = 5, .dtype = TY_DTYPE_F32, .with_loss = true,
+                        .cp_size = 2, .cp_rank = 1};
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  ty_llm_t m;
+  TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,
+                   "context parallel rank 1 of 2 (at most 64) builds a training graph of two "
+                   "equal chunks (an even 5 tokens)");
+  o.seq = 4;
+  o.cache_len = 8;
+  TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,
+                   "without KV caches or pipeline stages");
+  o.cache_len = 0;
+  o.seq = 80;
+  TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,
+                   "sequence length 160 (--cp 2 x 80 tokens per rank) exceeds the model's 128 "
+                   "positions");
+  ty_graph_destroy(g);
+  o.seq = 8;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  TY_EXPECT_OK(ty_llm_build(g, &c, &o, &m));
+  uint32_t gathers = 0;
+  for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
+    gathers += strcmp(ty_graph_node(g, n)->op, "all_gather") == 0;
+  }
+  assert_int_equal(gathers, 2 * c.num_layers); /* keys and values per layer */
+  ty_llm_deinit(&m);
+  ty_graph_destroy(g);
+}
+
 /* The spec of `name` split over `tp`. */
 static ty_llm_param_t find(const ty_model_config_t *c, int tp, const char *name) {
   uint32_t n = 0;
@@ -253,6 +288,7 @@ int main(void) {
       cmocka_unit_test(test_vocab_padding),
       cmocka_unit_test(test_no_whole_logits),
       cmocka_unit_test(test_tp_refusals),
+      cmocka_unit_test(test_cp_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -264,6 +264,11 @@ static const grad_case_t grad_cases[] = {
     {"tp_copy", "f32[2,3]", "", "all_reduce"},
     {"tp_reduce", "f32[2,3]", "", NULL},
     {"tp_reduce", "f32[2,3]", "reduce='max'", "scale"},
+    /* context parallel (the loss summed over the ranks): all_gather's
+     * gradient is reduce_scatter of dy over the same group and axis, and
+     * the reverse (ops/op_gather.c) */
+    {"all_gather", "f32[2,4,3]", "group='cp' axis=1 parts=2", "reduce_scatter"},
+    {"reduce_scatter", "f32[2,8,3]", "group='cp' axis=1 parts=2", "all_gather"},
 
     {"reduce_sum", "f32[2,3,4]", "axes=[1]", "reshape broadcast_to"},
     {"reduce_sum", "f32[2,3,4]", "axes=[0,2] keepdims=1", "broadcast_to"},

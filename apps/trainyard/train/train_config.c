@@ -6,6 +6,7 @@
 #include "graph/runtime/compile_cache.h"
 #include "hal/device_uri.h"
 #include "hal/file.h"
+#include "models/llm.h"
 
 #include <errno.h>
 #include <math.h>
@@ -132,6 +133,10 @@ static const ty_opt_t ty_opts[] = {
     TY_I(tp, "tensor parallel: split attention heads and MLP columns over this many ranks "
              "of an MPI job, inside each stage with --pp (the rest data parallel: world = dp x pp "
              "x tp)"),
+    TY_I(cp, "context parallel: split each sequence into 2N chunks over N ranks of an MPI "
+             "job (rank r holds chunks r and 2N-1-r; world = dp x tp x cp); keys and values "
+             "all-gathered per layer; not with --pp, --zero, --deterministic, --eval-data, "
+             "--check-numerics or --artifact yet"),
     TY_I(zero, "1: ZeRO-1, each data-parallel replica keeps and updates the optimizer state "
                "of its share of the parameters (with --tp each tp rank its parts; with --pp "
                "each chunk's parameters shared over the replicas); 0: every rank keeps all "
@@ -188,6 +193,7 @@ void ty_train_config_defaults(ty_train_config_t *c) {
   snprintf(c->pp_schedule, sizeof(c->pp_schedule), "1f1b");
   c->world = 1;
   c->tp = 1;
+  c->cp = 1;
   ty_compile_cache_default_dir(c->cache_dir, sizeof(c->cache_dir));
   c->setting_layer = TY_TRAIN_LAYER_COMMAND;
 }
@@ -604,7 +610,41 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
            "not %lld", (long long)c->pp_virtual);
   }
 #undef TY_BAD
+  TY_RETURN_IF_ERROR(ty_train_config_check_cp(c));
   return ty_train_config_check_effects(c);
+}
+
+/* Context parallel (apps/trainyard/train/trainer_cp.c). */
+ty_status_t ty_train_config_check_cp(const ty_train_config_t *c) {
+  if (c->cp < 1 || c->cp > TY_LLM_CP_MAX) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT, "--cp must lie in [1, %d], not %lld",
+                          TY_LLM_CP_MAX, (long long)c->cp);
+  }
+  if (c->cp == 1) return TY_OK;
+  /* Each named, none ignored: what splits the step or the data in a way
+   * the chunks do not follow yet. */
+  const char *what = !strcmp(c->distributed, "none") ? "--distributed none (it splits each "
+                                                        "sequence over ranks)"
+                     : c->pp > 1 ? "--pp (the pipeline's stages and layout know no cp group)"
+                     : c->zero   ? "--zero (its shares are over the data-parallel replicas "
+                                   "only)"
+                     : c->deterministic ? "--deterministic (its fixed tree sums whole rows)"
+                     : c->eval_data[0]  ? "--eval-data (the evaluation reads whole rows on "
+                                          "rank 0)"
+                     : c->check_numerics[0] ? "--check-numerics (it checks one process's "
+                                              "step)"
+                     : c->artifact[0]       ? "--artifact (an artifact holds one whole "
+                                              "sequence's step)"
+                     : c->fused_optimizer ? "--fused-optimizer (the update would precede "
+                                            "the gradient sum over the cp ranks)"
+                                          : NULL;
+  if (what) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "context parallel (--cp %lld) does not run with %s yet: drop one of "
+                          "the two",
+                          (long long)c->cp, what);
+  }
+  return TY_OK;
 }
 
 ty_status_t ty_train_config_memory_limit(const ty_train_config_t *c, uint64_t *out) {

@@ -74,10 +74,12 @@ typedef struct ty_train_config_t {
   char pp_schedule[16];            /* 1f1b or interleaved */
   int64_t pp_virtual;              /* interleaved: chunks per rank (0: 2) */
   int64_t tp;                      /* tensor parallel: the model split over this many ranks */
+  int64_t cp;                      /* context parallel: each sequence split over this many */
   bool deterministic;              /* one gradient per row, one fixed summation tree */
   /* This rank's index in its tp group: set by the trainer with world, not
    * an option (the graph holds this rank's part of the model). */
   int64_t tp_rank;
+  int64_t cp_rank; /* this rank's index in its cp group, likewise */
   /* The run's world size: set by the trainer (or by `compile
    * --data-parallel`), not an option; the train step's graph depends on it. */
   int64_t world;
@@ -126,6 +128,9 @@ ty_status_t ty_train_config_load_text(ty_train_config_t *config, const char *tex
 /* Cross-field checks (exactly one of model/preset, positive sizes, ...), and
  * options given on purpose that other options make ineffective. */
 ty_status_t ty_train_config_validate(const ty_train_config_t *config);
+/* What context parallel (--cp N) does not combine with yet, each refused by
+ * name (trainer_cp.c); OK for --cp 1. */
+ty_status_t ty_train_config_check_cp(const ty_train_config_t *c);
 
 /* Prints "  key  value" lines of every option. */
 void ty_train_config_print(const ty_train_config_t *config, FILE *out);

@@ -117,6 +117,10 @@ ty_status_t ty_train_graph_build(const ty_train_recipe_t *c, const ty_model_conf
     opts.tp_size = (int)c->tp;
     opts.tp_rank = (int)c->tp_rank;
   }
+  if (kind == TY_TRAIN_GRAPH_STEP) { /* this rank's chunks of each sequence */
+    opts.cp_size = (int)c->cp;
+    opts.cp_rank = (int)c->cp_rank;
+  }
   if (kind == TY_TRAIN_GRAPH_STEP) {
     opts.with_loss = true;
     opts.dropout = c->dropout;

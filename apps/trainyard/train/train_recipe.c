@@ -34,5 +34,7 @@ ty_status_t ty_train_config_recipe(const ty_train_config_t *c, ty_train_recipe_t
   r->zero = c->zero != 0;
   r->tp = c->tp;
   r->tp_rank = c->tp_rank;
+  r->cp = c->cp;
+  r->cp_rank = c->cp_rank;
   return ty_train_config_memory_limit(c, &r->memory_limit_bytes);
 }

@@ -34,6 +34,7 @@ typedef struct ty_train_recipe_t {
   bool world_in_graph;    /* a whole-step device: all_reduce ops in the step */
   bool zero;              /* ZeRO-1: each replica updates its share */
   int64_t tp, tp_rank;    /* tensor parallel: this rank's part of the model */
+  int64_t cp, cp_rank;    /* context parallel: this rank's chunks of each sequence */
 } ty_train_recipe_t;
 
 #endif /* TY_APPS_TRAINYARD_TRAIN_TRAIN_RECIPE_H_ */

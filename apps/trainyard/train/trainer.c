@@ -110,10 +110,13 @@ ty_status_t ty_trainer_read_scalar(ty_session_t *s, const char *name, ty_dtype_t
 }
 
 /* Stages micro-batch rows into tokens/targets/weights (raw 0/1 weights);
- * returns the number of counted targets. Rows past `count` are padding. */
+ * returns the number of counted targets. Rows past `count` are padding.
+ * Under context parallel a training row's Tl tokens are this rank's
+ * chunks (ty_trainer_cp_position) and the count is of those; `whole` (the
+ * evaluation, whose graph runs whole rows) stages all T. */
 static ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const uint64_t *rows,
-                                    int64_t count, double *out_counted) {
-  int64_t T = t->shape.T;
+                                    int64_t count, bool whole, double *out_counted) {
+  const int64_t T = t->shape.T, Tl = whole ? T : t->shape.Tl;
   double counted = 0;
   uint32_t eos = ty_dataset_eos_id(data);
   for (int64_t b = 0; b < t->shape.B; ++b) {
@@ -124,15 +127,16 @@ static ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const u
       for (int64_t i = 0; i <= T; ++i) t->feed.row_tokens[i] = eos;
       memset(t->feed.row_weights, 0, (size_t)(T > 0 ? T : 0));
     }
-    for (int64_t i = 0; i < T; ++i) {
-      t->feed.tokens[b * T + i] = t->feed.row_tokens[i];
-      t->feed.targets[b * T + i] = t->feed.row_tokens[i + 1];
-      double w = t->feed.row_weights[i] ? 1.0 : 0.0;
+    for (int64_t i = 0; i < Tl; ++i) {
+      const int64_t at = whole ? i : ty_trainer_cp_position(t, i);
+      t->feed.tokens[b * Tl + i] = t->feed.row_tokens[at];
+      t->feed.targets[b * Tl + i] = t->feed.row_tokens[at + 1];
+      double w = t->feed.row_weights[at] ? 1.0 : 0.0;
       counted += w;
       if (t->shape.loss_dtype == TY_DTYPE_F64) {
-        ((double *)t->feed.weights)[b * T + i] = w;
+        ((double *)t->feed.weights)[b * Tl + i] = w;
       } else {
-        ((float *)t->feed.weights)[b * T + i] = (float)w;
+        ((float *)t->feed.weights)[b * Tl + i] = (float)w;
       }
     }
   }
@@ -141,7 +145,7 @@ static ty_status_t ty_trainer_stage(ty_trainer_t *t, ty_dataset_t *data, const u
 }
 
 void ty_trainer_scale_weights(ty_trainer_t *t, double factor) {
-  int64_t n = t->shape.B * t->shape.T;
+  int64_t n = t->shape.B * t->shape.Tl;
   for (int64_t i = 0; i < n; ++i) {
     if (t->shape.loss_dtype == TY_DTYPE_F64) {
       ((double *)t->feed.weights)[i] *= factor;
@@ -151,9 +155,9 @@ void ty_trainer_scale_weights(ty_trainer_t *t, double factor) {
   }
 }
 
-static ty_status_t ty_trainer_bind_batch(ty_trainer_t *t, ty_session_t *s) {
-  int64_t bt[2] = {t->shape.B, t->shape.T};
-  size_t n = (size_t)(t->shape.B * t->shape.T);
+static ty_status_t ty_trainer_bind_batch(ty_trainer_t *t, ty_session_t *s, int64_t T) {
+  int64_t bt[2] = {t->shape.B, T};
+  size_t n = (size_t)(t->shape.B * T);
   TY_RETURN_IF_ERROR(ty_session_bind(s, "tokens", TY_DTYPE_I64, 2, bt, t->feed.tokens, n * 8));
   TY_RETURN_IF_ERROR(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, bt, t->feed.targets, n * 8));
   return ty_session_bind(s, "loss_weights", t->shape.loss_dtype, 2, bt, t->feed.weights,
@@ -174,7 +178,7 @@ ty_status_t ty_trainer_stage_micro(ty_trainer_t *t, int64_t base, int64_t m,
   int64_t count =
       first < rows_total ? (rows_total - first < t->shape.B ? rows_total - first : t->shape.B) : 0;
   return ty_trainer_stage(t, t->feed.train_data, t->feed.order + (first < rows_total ? first : 0),
-                          count, out_counted);
+                          count, false, out_counted);
 }
 
 /* The micro-batches of one step from row `base` of the epoch's order, then
@@ -198,7 +202,7 @@ static ty_status_t ty_trainer_micro_steps(ty_trainer_t *t, int64_t base, double 
     double counted = 0;
     TY_RETURN_IF_ERROR(ty_trainer_stage_micro(t, base, m, &counted));
     ty_trainer_scale_weights(t, counted_total > 0 ? 1.0 / counted_total : 0.0);
-    TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, train));
+    TY_RETURN_IF_ERROR(ty_trainer_bind_batch(t, train, t->shape.Tl));
     if (t->cfg.dropout > 0) {
       /* the micro-batch's index in the global step: masks follow the rows */
       int64_t rng[2] = {(int64_t)t->cfg.seed,
@@ -289,8 +293,8 @@ static ty_status_t ty_trainer_eval(ty_trainer_t *t, double *out) {
     int64_t first = b * t->shape.B, count = rows - first < t->shape.B ? rows - first : t->shape.B;
     for (int64_t i = 0; i < count; ++i) idx[i] = (uint64_t)(first + i);
     double counted = 0, sum = 0;
-    s = ty_trainer_stage(t, t->feed.val_data, idx, count, &counted);
-    if (!s) s = ty_trainer_bind_batch(t, t->graphs.s_eval);
+    s = ty_trainer_stage(t, t->feed.val_data, idx, count, true, &counted);
+    if (!s) s = ty_trainer_bind_batch(t, t->graphs.s_eval, t->shape.T);
     if (!s) s = ty_session_run(t->graphs.s_eval);
     if (!s) s = ty_trainer_read_scalar(t->graphs.s_eval, "loss", t->shape.loss_dtype, &sum);
     total += sum; /* raw 0/1 weights: the sum of counted losses */
@@ -331,7 +335,7 @@ static ty_status_t ty_trainer_open_data(ty_trainer_t *t) {
                           "the data again with --seq-len %lld",
                           (long long)c->seq_len, (long long)t->shape.T, (long long)c->seq_len);
   }
-  return TY_OK;
+  return ty_trainer_cp_shape(t);
 }
 
 static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
@@ -396,7 +400,7 @@ ty_status_t ty_trainer_build(ty_trainer_t *t) {
   ty_train_recipe_t recipe;
   TY_RETURN_IF_ERROR(ty_train_config_recipe(c, &recipe));
   TY_RETURN_IF_ERROR(ty_train_graph_build(&recipe, &t->model_config, ty_trainer_graph_batch(t),
-                                          t->shape.T, t->shape.dtype, TY_TRAIN_GRAPH_STEP,
+                                          t->shape.Tl, t->shape.dtype, TY_TRAIN_GRAPH_STEP,
                                           &t->graphs.g_train, &t->graphs.m_train));
   t->shape.loss_dtype = ty_graph_value(t->graphs.g_train, t->graphs.m_train.loss)->desc.dtype;
   TY_RETURN_IF_ERROR(ty_trainer_tp_sessions(t));
@@ -781,7 +785,7 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   t.shape.B = config->batch_size;
   t.shape.accum = config->grad_accum;
   t.par.world = 1;
-  t.par.tp = t.par.dp = 1; /* until the world's layout says otherwise */
+  t.par.tp = t.par.dp = t.par.cp = 1; /* until the world's layout says otherwise */
   t.report.live_line = isatty(fileno(stderr));
   /* A console that went away (`train | tee log`, tee killed) must not stop
    * the run or its final save: console writes just fail from then on. */

@@ -186,6 +186,14 @@ bool ty_trainer_evaluates(const ty_trainer_t *t);
 ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t);
 /* After the sessions exist: the host communicator on each (tp only). */
 ty_status_t ty_trainer_tp_comm(ty_trainer_t *t);
+
+/* ---- Context parallel (--cp, trainer_cp.c) ----
+ * After the data is open: shape.Tl, this rank's tokens per row (T / cp),
+ * or INVALID_ARGUMENT naming T and 2 x cp when T does not cut into 2 cp
+ * equal chunks. */
+ty_status_t ty_trainer_cp_shape(ty_trainer_t *t);
+/* The index in the row of this rank's token i (0 <= i < shape.Tl). */
+int64_t ty_trainer_cp_position(const ty_trainer_t *t, int64_t i);
 /* Rank 0 prints the layout, one line per rank with its device (tp only);
  * collective over the world. */
 ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t);

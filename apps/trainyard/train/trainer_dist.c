@@ -181,6 +181,13 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                             "ranks (drop --zero)",
                             t->cfg.backend);
     }
+    if (t->par.cp > 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--cp %d: --backend %s runs the whole step in one call, and context "
+                            "parallel sums the gradients over dp x cp between the gradient and "
+                            "the optimizer graphs (not implemented for whole-step devices yet)",
+                            t->par.cp, t->cfg.backend);
+    }
     if (t->par.tp > 1) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                             "--tp %d: --backend %s runs the whole step in one call, and tensor "
@@ -291,7 +298,7 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (t->par.world == 1 || t->par.pp > 1) return TY_OK; /* --pp: its own path (trainer_pp.c) */
   /* Tensor parallel reduces through the host (the step's tp ops, the
    * gradient sum over dp): no device communicator of the world. */
-  if (t->par.tp > 1) return ty_trainer_tp_print_layout(t);
+  if (t->par.tp > 1 || t->par.cp > 1) return ty_trainer_tp_print_layout(t);
   ty_backend_t *backend = ty_device_backend(t->device);
   if (t->cfg.world_in_graph && !ty_backend_has_collectives(backend)) {
     if (t->par.rank == 0) {
@@ -373,16 +380,19 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
-  if (t->par.dp == 1) return TY_OK; /* one replica (tensor parallel alone: no sum) */
+  /* one replica (tensor parallel alone: no sum) */
+  if (t->par.dp == 1 && t->par.cp <= 1) return TY_OK;
   if (t->par.comm) return ty_trainer_device_reduce(t);
   TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
   TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, t->par.grad_host));
   char what[96];
   snprintf(what, sizeof(what), "the gradient all-reduce of step %lld",
            (long long)t->progress.step + 1);
-  /* Over the replicas: the dp group (the world without tensor parallel). */
+  /* Over the ranks that hold the same weights: the dp group (the world
+   * without tensor parallel), with context parallel dp x cp (each cp rank's
+   * gradient covers its chunks only). */
   ty_dist_group_t *dp = NULL;
-  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, t->par.cp > 1 ? "dp_cp" : "dp", &dp));
   TY_RETURN_IF_ERROR(ty_dist_group_all_reduce(dp, TY_DIST_REDUCE_SUM, TY_DTYPE_F32,
                                               t->par.grad_host, t->par.grad_count, what));
   return ty_trainer_write_grads(t, t->par.grad_host);
@@ -548,21 +558,28 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   /* --deterministic: the host tree, whatever the backend (trainer_det.c) */
   bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->par.tp == 1 &&
                 !t->cfg.deterministic;
+  char cp_times[24] = "";
+  if (t->par.cp > 1) snprintf(cp_times, sizeof(cp_times), " x cp %d", t->par.cp);
   if (t->par.tp > 1) { /* the plan is of this rank's part of the model */
     fprintf(out,
-            "per rank (%d ranks, dp %d x tp %d%s; rank 0's part of the split tensors, all of "
+            "per rank (%d ranks, dp %d x tp %d%s%s; rank 0's part of the split tensors, all of "
             "the replicated ones): parameters %s, gradients %s, optimizer state %s%s; host "
             "staging of the gradient all-reduce %s\n",
-            t->par.world, t->par.dp, t->par.tp, t->par.owner ? ", ZeRO-1 over dp" : "", p, g, o,
+            t->par.world, t->par.dp, t->par.tp, cp_times,
+            t->par.owner ? ", ZeRO-1 over dp" : "", p, g, o,
             t->par.owner ? " (replica 0's share)" : "",
-            t->par.dp <= 1 ? "none (one replica)" : t->par.comm ? "none (on the device)" : h);
+            t->par.dp <= 1 && t->par.cp <= 1 ? "none (one replica)"
+            : t->par.comm                    ? "none (on the device)"
+                                             : h);
     return;
   }
+  char cp_text[48] = "";
+  if (t->par.cp > 1) snprintf(cp_text, sizeof(cp_text), " (dp %d x cp %d)", t->par.dp, t->par.cp);
   fprintf(out,
-          "per rank (%d ranks, data parallel%s): parameters %s, gradients %s, optimizer state "
+          "per rank (%d ranks, data parallel%s%s): parameters %s, gradients %s, optimizer state "
           "%s%s; host staging of the gradient all-reduce %s\n",
-          t->par.world, t->par.owner ? ", ZeRO-1" : "; every rank holds all of these", p, g, o,
-          t->par.owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
+          t->par.world, cp_text, t->par.owner ? ", ZeRO-1" : "; every rank holds all of these",
+          p, g, o, t->par.owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
 }
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {

@@ -24,6 +24,9 @@ typedef struct ty_trainer_shape_t {
   ty_dtype_t dtype, loss_dtype;
   ty_dtype_t compute_dtype; /* matmuls and attention (bf16 in bf16-mixed) */
   int64_t B, T, accum;
+  /* Tokens per row in this rank's graphs: T, or T / cp under context
+   * parallel (this rank's two chunks; trainer_cp.c) */
+  int64_t Tl;
   int64_t rows_per_step, steps_per_epoch, total_steps;
 } ty_trainer_shape_t;
 
@@ -126,6 +129,9 @@ typedef struct ty_trainer_par_t {
   struct ty_trainer_pp_t *pipe;
   int tp;
   bool *tp_split;
+  /* Context parallel (--cp, trainer_cp.c): the cp ranks of a replica and
+   * this rank's place among them (1 and 0 without) */
+  int cp, cp_rank;
 } ty_trainer_par_t;
 
 /* The checked and the deterministic step's own state. */

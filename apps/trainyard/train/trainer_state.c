@@ -202,25 +202,29 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   TY_SAME_I(seed)
   /* The global batch decides the updates; how the ranks and micro-batches
    * split it does not (the rows and their order stay the same). */
-  /* The replicas: the world over the pipeline stages (--pp) and the
-   * tensor-parallel ranks (--tp), which read the same rows. */
+  /* The replicas: the world over the pipeline stages (--pp), the
+   * tensor-parallel ranks (--tp) and the context-parallel ranks (--cp),
+   * which read the same rows. */
   const int64_t saved_pp = saved->pp > 0 ? saved->pp : 1;
-  const int64_t saved_dp = state->world_size / saved_pp / (saved->tp > 1 ? saved->tp : 1);
+  const int64_t saved_cp = saved->cp > 1 ? saved->cp : 1;
+  const int64_t saved_dp =
+      state->world_size / saved_pp / (saved->tp > 1 ? saved->tp : 1) / saved_cp;
   const int64_t was = saved->batch_size * saved->grad_accum * saved_dp;
   if (was != t->shape.rows_per_step) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "cannot resume: the global batch was %lld rows (%lld replicas x "
                           "--batch-size %lld x --grad-accum %lld) and is now %lld (%d x %lld x "
                           "%lld); keep replicas x batch size x accumulation the same (replicas: "
-                          "ranks / (--pp x --tp))",
+                          "ranks / (--pp x --tp x --cp))",
                           (long long)was, (long long)saved_dp,
                           (long long)saved->batch_size, (long long)saved->grad_accum,
                           (long long)t->shape.rows_per_step, t->par.dp, (long long)t->shape.B,
                           (long long)t->shape.accum);
   }
   const int64_t saved_tp = saved->tp > 1 ? saved->tp : 1;
-  const bool layout =
-      saved_tp != (now->tp > 1 ? now->tp : 1) || saved_pp != (now->pp > 0 ? now->pp : 1);
+  const bool layout = saved_tp != (now->tp > 1 ? now->tp : 1) ||
+                      saved_pp != (now->pp > 0 ? now->pp : 1) ||
+                      saved_cp != (now->cp > 1 ? now->cp : 1);
   if (t->par.rank == 0 && !layout && (saved_dp != t->par.dp || saved->batch_size != t->shape.B)) {
     fprintf(stderr,
             "trainyard train: note: the global batch of %lld rows is now split as %d ranks x "
@@ -232,12 +236,15 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
   if (t->par.rank == 0 && layout) {
     fprintf(stderr,
             "trainyard train: note: the global batch of %lld rows is now split as %d replicas "
-            "x %lld x %lld over %d ranks (--tp %lld --pp %lld; was %lld x %lld x %lld over %lld "
-            "ranks, --tp %lld --pp %lld): the same updates up to rounding\n",
+            "x %lld x %lld over %d ranks (--tp %lld --pp %lld --cp %lld; was %lld x %lld x %lld "
+            "over %lld ranks, --tp %lld --pp %lld --cp %lld): the same updates up to "
+            "rounding\n",
             (long long)was, t->par.dp, (long long)t->shape.B, (long long)t->shape.accum,
-            t->par.world, (long long)now->tp, (long long)now->pp, (long long)saved_dp,
+            t->par.world, (long long)now->tp, (long long)now->pp,
+            (long long)(now->cp > 1 ? now->cp : 1), (long long)saved_dp,
             (long long)saved->batch_size, (long long)saved->grad_accum,
-            (long long)state->world_size, (long long)saved_tp, (long long)saved_pp);
+            (long long)state->world_size, (long long)saved_tp, (long long)saved_pp,
+            (long long)saved_cp);
   }
 #undef TY_SAME_S
 #undef TY_SAME_I

@@ -25,14 +25,24 @@ ty_status_t ty_trainer_tp_open(ty_trainer_t *t) {
                           "process: start it with mpirun -np %d (or a multiple)",
                           tp, tp, tp);
   }
+  const int cp = (int)t->cfg.cp;
+  if (cp > 1 && t->par.world == 1) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "--cp %d splits each sequence over %d ranks, and this run is one "
+                          "process: start it with mpirun -np %d (or a multiple)",
+                          cp, cp, cp * tp);
+  }
   /* with --pp the pipeline makes the composed layout (ty_trainer_pp_layout) */
   if (t->cfg.pp > 1) return TY_OK;
-  TY_RETURN_IF_ERROR(ty_dist_set_layout(t->par.dist, tp, 1));
+  TY_RETURN_IF_ERROR(ty_dist_set_layout_cp(t->par.dist, tp, 1, cp));
   const ty_dist_layout_t *l = ty_dist_layout(t->par.dist);
   t->par.tp = l->tp;
   t->par.dp = l->dp;
   t->par.dp_rank = l->dp_index;
+  t->par.cp = l->cp;
+  t->par.cp_rank = l->cp_index;
   t->cfg.tp_rank = l->tp_index;
+  t->cfg.cp_rank = l->cp_index;
   return TY_OK;
 }
 
@@ -61,7 +71,7 @@ ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_tp_comm(ty_trainer_t *t) {
-  if (t->par.tp == 1) return TY_OK;
+  if (t->par.tp == 1 && t->par.cp <= 1) return TY_OK;
   /* The step's tp ops reduce over the tp group, its gradient sum over dp
    * goes through the host between the graphs: every session of the run
    * reaches the groups through the world's host communicator. */
@@ -74,7 +84,7 @@ ty_status_t ty_trainer_tp_comm(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
-  if (t->par.tp == 1) return TY_OK;
+  if (t->par.tp == 1 && t->par.cp <= 1) return TY_OK;
   /* Each rank's device, so rank 0 can print one line per rank. */
   char label[96];
   for (int r = 0; r < t->par.world; ++r) {
@@ -84,17 +94,24 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
     if (t->par.rank != 0) continue;
     if (r == 0) {
       const char *backend = ty_backend_name(ty_device_backend(t->device));
-      fprintf(stderr,
-              "tensor parallel: %d ranks = dp %d x pp 1 x tp %d (%s; --dist-timeout %g "
-              "s); attention heads, MLP columns and the vocabulary split over tp, ",
-              t->par.world, t->par.dp, t->par.tp, ty_dist_library(t->par.dist),
-              ty_dist_timeout(t->par.dist));
+      fprintf(stderr, "%s: %d ranks = dp %d x pp 1 x tp %d x cp %d (%s; --dist-timeout %g s); ",
+              t->par.tp > 1 ? "tensor parallel" : "context parallel", t->par.world, t->par.dp,
+              t->par.tp, t->par.cp, ty_dist_library(t->par.dist), ty_dist_timeout(t->par.dist));
+      if (t->par.tp > 1) {
+        fprintf(stderr, "attention heads, MLP columns and the vocabulary split over tp, ");
+      }
+      if (t->par.cp > 1) {
+        fprintf(stderr, "each sequence in %d chunks over cp (rank r: chunks r and %d-r; keys "
+                        "and values all-gathered per layer), ",
+                2 * t->par.cp, 2 * t->par.cp - 1);
+      }
       if (t->par.tp_comm) {
         fprintf(stderr, "the tp ops on %s's communicator of the tp group and the gradients "
                         "summed over dp %s (device communicators per group, ABI 1.7)",
                 backend, t->par.comm ? "on its dp group's" : "(one replica: none)");
       } else {
-        fprintf(stderr, "gradients summed over dp through host memory");
+        fprintf(stderr, "gradients summed over dp%s through host memory",
+                t->par.cp > 1 ? " x cp" : "");
       }
       /* ty_trainer_dist_owners: the shares are the replicas' */
       fprintf(stderr, "%s\n", t->par.owner ? "; ZeRO-1 over dp: each replica keeps the optimizer "
@@ -103,9 +120,11 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
                                        : "");
     }
     ty_dist_layout_t l;
-    TY_RETURN_IF_ERROR(ty_dist_layout_make(t->par.world, r, t->par.tp, 1, &l));
-    fprintf(stderr, "rank %d: dp %d, pp %d, tp %d, device %s\n", r, l.dp_index, l.pp_index,
-            l.tp_index, label);
+    TY_RETURN_IF_ERROR(ty_dist_layout_make_cp(t->par.world, r, t->par.tp, 1, t->par.cp, &l));
+    char cp_text[24] = "";
+    if (t->par.cp > 1) snprintf(cp_text, sizeof(cp_text), ", cp %d", l.cp_index);
+    fprintf(stderr, "rank %d: dp %d, pp %d, tp %d%s, device %s\n", r, l.dp_index, l.pp_index,
+            l.tp_index, cp_text, label);
   }
   return TY_OK;
 }
