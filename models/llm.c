@@ -19,10 +19,7 @@ typedef struct {
   const ty_model_config_t *c;
   const ty_llm_options_t *o;
   uint32_t next_param;      /* where the next parameter usually is in m->params */
-  ty_value_id_t positions; /* i64 [T]; [B, T] with slot_caches */
-  ty_value_id_t rope_positions; /* slot_caches: positions as [B * T] */
-  ty_value_id_t cache_position, kv_len; /* i64 [] (cache mode) */
-  ty_value_id_t *row_position, *row_kv_len; /* slot_caches: i64 [] per row */
+  ty_value_id_t positions; /* i64 [T] */
   ty_value_id_t kv_slots, row_seq, block_table; /* paged (kv_blocks > 0) */
   ty_value_id_t rng;       /* i64 [2] or NONE */
   int64_t dropout_stream;
@@ -221,68 +218,13 @@ static ty_status_t ty_b_rope(ty_builder_t *b, ty_value_id_t x, ty_value_id_t *ou
     TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "original_max_position",
                                         c->rope_original_max_positions));
   }
-  if (!b->o->slot_caches) {
-    ty_value_id_t in[2] = {x, b->positions};
-    return ty_b_node(b, "rope", in, 2, &a, out);
-  }
-  /* Rows at positions of their own: rope turns each token by its own
-   * position, so the batch is one long row of B * T tokens. */
-  int64_t dims[4]; /* copied: adding nodes may move the graph's values */
-  memcpy(dims, ty_graph_value(b->g, x)->desc.dims, sizeof(dims));
-  int64_t flat[4] = {1, dims[0] * dims[1], dims[2], dims[3]};
-  ty_value_id_t xf, yf;
-  TY_RETURN_IF_ERROR(ty_b_reshape(b, x, 4, flat, &xf));
-  ty_value_id_t in[2] = {xf, b->rope_positions};
-  TY_RETURN_IF_ERROR(ty_b_node(b, "rope", in, 2, &a, &yf));
-  return ty_b_reshape(b, yf, 4, dims, out);
+  ty_value_id_t in[2] = {x, b->positions};
+  return ty_b_node(b, "rope", in, 2, &a, out);
 }
 
-/* In cache mode, writes this step's keys/values into the layer's cache
- * (in place, as a state update) and returns the whole cache instead. With
- * slot_caches, `row` names the row whose own cache it is (fresh is that
- * row's [1, T, Hkv, D]); otherwise row is -1 and the cache is the batch's. */
-static ty_status_t ty_b_cache(ty_builder_t *b, int layer, int64_t row, const char *which,
-                              ty_value_id_t fresh, ty_value_id_t *out) {
-  const ty_model_config_t *c = b->c;
-  char name[TY_LLM_NAME_MAX];
-  int64_t dims[4] = {b->o->batch, b->o->cache_len, c->num_kv_heads, c->head_dim};
-  ty_value_id_t position = b->cache_position;
-  if (row >= 0) {
-    snprintf(name, sizeof(name), "slot.%lld.cache.%d.%s", (long long)(b->o->first_slot + row),
-             layer, which);
-    dims[0] = 1;
-    position = b->row_position[row];
-  } else {
-    snprintf(name, sizeof(name), "cache.%d.%s", layer, which);
-  }
-  ty_value_id_t cache;
-  TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, name, ty_b_compute(b), 4, dims, &cache));
-  ty_value_id_t in[3] = {cache, fresh, position};
-  TY_RETURN_IF_ERROR(ty_b_node(b, "kv_cache_write", in, 3, NULL, out));
-  return ty_graph_set_state_update(b->g, cache, *out);
-}
-
-/* Row `row` of x [B, ...] as [1, ...]. */
-static ty_status_t ty_b_row(ty_builder_t *b, ty_value_id_t x, int64_t row, ty_value_id_t *out) {
-  const ty_tensor_desc_t *d = &ty_graph_value(b->g, x)->desc;
-  int64_t starts[TY_TENSOR_MAX_RANK] = {row}, sizes[TY_TENSOR_MAX_RANK];
-  uint32_t rank = d->rank;
-  memcpy(sizes, d->dims, rank * sizeof(int64_t));
-  sizes[0] = 1;
-  ty_attrs_t a = TY_ATTRS_EMPTY;
-  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "starts", starts, rank));
-  TY_RETURN_IF_ERROR(ty_attrs_set_ints(&a, "sizes", sizes, rank));
-  return ty_b_node(b, "slice", &x, 1, &a, out);
-}
-
-/* One attention node over (q, k, v) with the cache rows written first. */
-static ty_status_t ty_b_attention_one(ty_builder_t *b, int layer, int64_t row, ty_value_id_t q,
-                                      ty_value_id_t k, ty_value_id_t v, ty_value_id_t *out) {
-  bool cached = b->o->cache_len > 0;
-  if (cached) {
-    TY_RETURN_IF_ERROR(ty_b_cache(b, layer, row, "k", k, &k));
-    TY_RETURN_IF_ERROR(ty_b_cache(b, layer, row, "v", v, &v));
-  }
+/* One attention node over the batch's (q, k, v). */
+static ty_status_t ty_b_attention_one(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
+                                      ty_value_id_t v, ty_value_id_t *out) {
   ty_attrs_t a = TY_ATTRS_EMPTY;
   TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
   /* Mistral's window: query i sees key j iff i - window < j <= i, exactly the
@@ -290,8 +232,8 @@ static ty_status_t ty_b_attention_one(ty_builder_t *b, int layer, int64_t row, t
   if (b->c->sliding_window > 0) {
     TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", b->c->sliding_window));
   }
-  ty_value_id_t in[4] = {q, k, v, row >= 0 ? b->row_kv_len[row] : b->kv_len}, outs[2];
-  TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, cached ? 4 : 3, &a, outs, 2));
+  ty_value_id_t in[3] = {q, k, v}, outs[2];
+  TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, outs, 2));
   *out = outs[0];
   return TY_OK;
 }
@@ -404,32 +346,13 @@ static ty_status_t ty_b_attention_cp(ty_builder_t *b, ty_value_id_t q, ty_value_
   return ty_b_node(b, "concat", y, 2, &ca, out);
 }
 
-/* Attention of the whole batch; with slot_caches one node per row, each
- * over its own cache and kv_len (the op's kv_len is one scalar per node). */
+/* Attention of the whole batch: over the paged pools (the engine's
+ * steps), over the context-parallel gathers, or one node. */
 static ty_status_t ty_b_attention_core(ty_builder_t *b, int layer, ty_value_id_t q,
                                        ty_value_id_t k, ty_value_id_t v, ty_value_id_t *out) {
-  int64_t B = b->o->batch;
   if (b->o->kv_blocks > 0) return ty_b_attention_paged(b, layer, q, k, v, out);
   if (ty_b_cp(b) > 1) return ty_b_attention_cp(b, q, k, v, out);
-  if (!b->o->slot_caches) return ty_b_attention_one(b, layer, -1, q, k, v, out);
-  if (B == 1) return ty_b_attention_one(b, layer, 0, q, k, v, out);
-  ty_value_id_t *rows = malloc((size_t)B * sizeof(*rows));
-  if (!rows) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory building a model");
-  ty_status_t s = TY_OK;
-  for (int64_t r = 0; r < B && !s; ++r) {
-    ty_value_id_t qr, kr, vr;
-    s = ty_b_row(b, q, r, &qr);
-    if (!s) s = ty_b_row(b, k, r, &kr);
-    if (!s) s = ty_b_row(b, v, r, &vr);
-    if (!s) s = ty_b_attention_one(b, layer, r, qr, kr, vr, &rows[r]);
-  }
-  if (!s) {
-    ty_attrs_t a = TY_ATTRS_EMPTY;
-    s = ty_attrs_set_int(&a, "axis", 0);
-    if (!s) s = ty_b_node(b, "concat", rows, (uint32_t)B, &a, out);
-  }
-  free(rows);
-  return s;
+  return ty_b_attention_one(b, q, k, v, out);
 }
 
 /* GPT-2 attention: fused c_attn, split into q, k, v. */
@@ -653,31 +576,6 @@ static ty_status_t ty_b_loss(ty_builder_t *b, ty_value_id_t h, ty_value_id_t hea
   return ty_graph_set_output(b->g, per_token, "loss_per_token");
 }
 
-/* The slot_caches inputs: positions [B, T] (and as [B * T] for rope),
- * cache_position and kv_len [B], split into one scalar per row. */
-static ty_status_t ty_b_slot_inputs(ty_builder_t *b) {
-  ty_graph_t *g = b->g;
-  int64_t B = b->o->batch, T = b->o->seq, bt[2] = {B, T}, flat[1] = {B * T}, rows[1] = {B};
-  TY_RETURN_IF_ERROR(ty_graph_add_input(g, "positions", TY_DTYPE_I64, 2, bt, &b->positions));
-  TY_RETURN_IF_ERROR(ty_b_reshape(b, b->positions, 1, flat, &b->rope_positions));
-  ty_value_id_t all_pos, all_len;
-  TY_RETURN_IF_ERROR(ty_graph_add_input(g, "cache_position", TY_DTYPE_I64, 1, rows, &all_pos));
-  TY_RETURN_IF_ERROR(ty_graph_add_input(g, "kv_len", TY_DTYPE_I64, 1, rows, &all_len));
-  b->row_position = malloc((size_t)B * sizeof(ty_value_id_t));
-  b->row_kv_len = malloc((size_t)B * sizeof(ty_value_id_t));
-  if (!b->row_position || !b->row_kv_len) {
-    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory building a model");
-  }
-  for (int64_t r = 0; r < B; ++r) {
-    ty_value_id_t one;
-    TY_RETURN_IF_ERROR(ty_b_row(b, all_pos, r, &one));
-    TY_RETURN_IF_ERROR(ty_b_reshape(b, one, 0, NULL, &b->row_position[r]));
-    TY_RETURN_IF_ERROR(ty_b_row(b, all_len, r, &one));
-    TY_RETURN_IF_ERROR(ty_b_reshape(b, one, 0, NULL, &b->row_kv_len[r]));
-  }
-  return TY_OK;
-}
-
 /* The paged inputs: positions, kv_slots and row_seq [T], block_table. */
 static ty_status_t ty_b_paged_inputs(ty_builder_t *b) {
   ty_graph_t *g = b->g;
@@ -703,20 +601,6 @@ static ty_status_t ty_b_pick_rows(ty_builder_t *b, ty_value_id_t h, ty_value_id_
 static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm_options_t *o) {
   if (o->batch < 1 || o->seq < 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "batch and sequence length must be >= 1");
-  }
-  /* Slot caches may hold rows of padding past the positions (a padded
-   * last prefill chunk, of at most the positions, starting at the last). */
-  int64_t cache_max = c->max_positions * (o->slot_caches ? 2 : 1) - (o->slot_caches ? 1 : 0);
-  if (o->cache_len > 0 && (o->cache_len < o->seq || o->cache_len > cache_max)) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "KV cache length %lld must lie between the sequence length %lld "
-                          "and the model's %lld positions",
-                          (long long)o->cache_len, (long long)o->seq,
-                          (long long)c->max_positions);
-  }
-  if (o->slot_caches && (o->cache_len <= 0 || o->first_slot < 0)) {
-    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "slot caches need a KV cache length and a first slot >= 0");
   }
   /* A paged step packs tokens of many sequences: each one's position is
    * below the positions (the engine's context), not their count. */
@@ -745,13 +629,13 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
   }
   if (o->unit_end > 0 &&
       (o->unit_begin < 0 || o->unit_begin >= o->unit_end ||
-       o->unit_end > ty_llm_unit_count(c) || o->cache_len > 0 || o->logits_at_index)) {
+       o->unit_end > ty_llm_unit_count(c) || o->kv_blocks > 0 || o->logits_at_index)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "pipeline stage of units [%d, %d) of %d: a non-empty range of a "
                           "training graph",
                           (int)o->unit_begin, (int)o->unit_end, (int)ty_llm_unit_count(c));
   }
-  if (o->tp_size > 1 && o->cache_len > 0) {
+  if (o->tp_size > 1 && o->kv_blocks > 0) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "tensor parallel builds training graphs; KV-cache decoding runs the "
                           "whole model");
@@ -770,7 +654,7 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
   if (o->tp_size > 1) TY_RETURN_IF_ERROR(ty_llm_tp_check(c, o->tp_size));
   if (o->cp_size > 1 &&
       (o->cp_size > TY_LLM_CP_MAX || o->cp_rank < 0 || o->cp_rank >= o->cp_size ||
-       o->seq % 2 != 0 || o->cache_len > 0 || o->kv_blocks > 0 || o->slot_caches ||
+       o->seq % 2 != 0 || o->kv_blocks > 0 ||
        o->logits_at_index || o->unit_end > 0)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "context parallel rank %d of %d (at most %d) builds a training graph "
@@ -787,7 +671,7 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
   }
   if (o->kv_blocks > 0 &&
       (o->batch != 1 || o->kv_block_size < 1 || o->table_rows < 1 || o->table_blocks < 1 ||
-       o->cache_len > 0 || o->slot_caches || o->with_loss || o->tp_size > 1 ||
+       o->with_loss || o->tp_size > 1 ||
        o->unit_end > 0 || o->dropout > 0)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "a paged KV-cache graph is one packed inference step (batch 1, "
@@ -838,8 +722,7 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     ty_llm_param_spec(c, i, &m->params[i]);
     ty_llm_tp_shard(c, o->tp_size, &m->params[i]); /* whole (tp_axis -1) without tp */
   }
-  ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE,
-                   .cache_position = TY_VALUE_NONE, .kv_len = TY_VALUE_NONE};
+  ty_builder_t b = {.g = g, .m = m, .c = c, .o = o, .rng = TY_VALUE_NONE};
   const int32_t units = ty_llm_unit_count(c);
   const bool staged = o->unit_end > 0;
   const bool has_embed = !staged || o->unit_begin == 0, has_head = !staged || o->unit_end == units;
@@ -852,12 +735,6 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   int64_t tdim[1] = {o->seq};
   if (!s && o->kv_blocks > 0) {
     s = ty_b_paged_inputs(&b);
-  } else if (!s && o->slot_caches) {
-    s = ty_b_slot_inputs(&b);
-  } else if (!s && o->cache_len > 0) {
-    s = ty_graph_add_input(g, "positions", TY_DTYPE_I64, 1, tdim, &b.positions);
-    if (!s) s = ty_graph_add_input(g, "cache_position", TY_DTYPE_I64, 0, NULL, &b.cache_position);
-    if (!s) s = ty_graph_add_input(g, "kv_len", TY_DTYPE_I64, 0, NULL, &b.kv_len);
   } else if (!s) {
     int64_t *pos = malloc((size_t)o->seq * sizeof(int64_t));
     /* Context parallel: the global positions of this rank's two chunks. */
@@ -910,8 +787,6 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
     if (!s) s = ty_graph_set_output(g, h, "hidden_out");
     m->hidden_out = h;
     if (!s) s = ty_llm_stage_params(m);
-    free(b.row_position);
-    free(b.row_kv_len);
     if (s) ty_llm_deinit(m);
     return s ? ty_status_annotate(s, "building the %s graph", c->model_type) : TY_OK;
   }
@@ -937,8 +812,6 @@ ty_status_t ty_llm_build(ty_graph_t *g, const ty_model_config_t *c,
   }
   if (!s && o->logits_output) s = ty_graph_set_output(g, m->logits, "logits");
   if (!s && o->with_loss) s = ty_b_loss(&b, h, head);
-  free(b.row_position);
-  free(b.row_kv_len);
   if (s) {
     ty_llm_deinit(m);
     return ty_status_annotate(s, "building the %s graph", c->model_type);

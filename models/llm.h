@@ -64,35 +64,6 @@ typedef struct ty_llm_options_t {
                           `logits` is then TY_VALUE_NONE */
   double dropout;      /* > 0: dropout on embeddings and residual branches,
                           input "rng" (i64 [2] = seed, step) */
-  int64_t cache_len;   /* > 0: KV-cache decoding graph. States
-                          "cache.<layer>.k" / ".v" [B, cache_len, Hkv, D] keep
-                          every layer's keys and values across runs; inputs
-                          "positions" (i64 [T], absolute positions of the
-                          tokens), "cache_position" (i64 [], first row to
-                          write = positions[0]) and "kv_len" (i64 [], rows
-                          filled after the write = cache_position + T). A
-                          prefill graph (T = prompt) and a decode graph
-                          (T = 1) share the caches through
-                          ty_session_options_t.share_state_with. */
-  bool slot_caches;    /* with cache_len > 0: every row keeps KV caches and
-                          positions of its own, so that sequences of
-                          different lengths share one step (the generation
-                          engine's continuous batching, models/engine.h).
-                          Row b reads and writes the states
-                          "slot.<first_slot + b>.cache.<layer>.k" / ".v"
-                          [1, cache_len, Hkv, D]; the inputs are
-                          "positions" (i64 [B, T]), "cache_position" and
-                          "kv_len" (i64 [B], one per row, with the meanings
-                          above). Rows are left-aligned: a row with fewer
-                          than T real tokens is padded after them, and the
-                          padding's keys, written past the real ones, stay
-                          invisible to them (causal) until real tokens
-                          overwrite them. So cache_len may exceed the
-                          model's positions by the rows of such scratch
-                          a padded chunk needs (up to positions - 1). Attention and the cache write run per row
-                          (one node each per row and layer); the matmuls,
-                          norms and MLPs run on the whole batch. */
-  int64_t first_slot;  /* slot of row 0 (slot_caches) */
   int tp_size;         /* tensor parallel (issue 17): > 1 builds this rank's
                           part of the model split over tp_size ranks of the
                           "tp" group (models/llm_tp.c has the split rule;

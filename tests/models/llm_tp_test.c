@@ -172,10 +172,10 @@ static void test_cp_refusals(void **state) {
                    "context parallel rank 1 of 2 (at most 64) builds a training graph of two "
                    "equal chunks (an even 5 tokens)");
   o.seq = 4;
-  o.cache_len = 8;
+  o.kv_blocks = 8; /* a paged step */
   TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,
                    "without KV caches or pipeline stages");
-  o.cache_len = 0;
+  o.kv_blocks = 0;
   o.seq = 80;
   TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,
                    "sequence length 160 (--cp 2 x 80 tokens per rank) exceeds the model's 128 "
