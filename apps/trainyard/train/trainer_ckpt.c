@@ -363,6 +363,8 @@ static void ty_optimizer_shard_name(const ty_trainer_t *t, int r, char name[64])
  * so the shards hold whole tensors as without --tp. Collective over the tp
  * group. */
 static ty_status_t ty_save_optimizer_share(ty_trainer_t *t, const char *dir) {
+  /* The cp ranks of a replica hold the same share: cp rank 0 writes it. */
+  if (t->par.cp > 1 && t->par.cp_rank != 0) return TY_OK;
   char shard[64];
   ty_optimizer_shard_name(t, t->par.dp_rank, shard);
   if (t->par.tp == 1) return ty_save_optimizer(t, dir, shard, NULL);
