@@ -65,13 +65,19 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
     /* Under --tp and --cp the shares are the replicas'
      * (ty_trainer_dist_owners); --pp checks its own layout
      * (ty_trainer_pp_layout). */
-    const int per = t->par.tp * (t->par.cp > 1 ? t->par.cp : 1);
+    char layout[48], replica[48];
+    if (t->par.cp > 1) {
+      snprintf(layout, sizeof(layout), "--tp %d x --cp %d", t->par.tp, t->par.cp);
+      snprintf(replica, sizeof(replica), "%d ranks", t->par.tp * t->par.cp);
+    } else {
+      snprintf(layout, sizeof(layout), "--tp %d", t->par.tp);
+      snprintf(replica, sizeof(replica), "tp %d", t->par.tp);
+    }
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the data-parallel "
-                          "replicas, and --tp %d x --cp %d on %d ranks makes one replica (dp "
-                          "1): start it with mpirun -np %d (2 replicas of %d ranks) or more, or "
-                          "drop --zero",
-                          t->par.tp, t->par.cp > 1 ? t->par.cp : 1, t->par.world, 2 * per, per);
+                          "replicas, and %s on %d ranks makes one replica (dp 1): start it "
+                          "with mpirun -np %d (2 replicas of %s) or more, or drop --zero",
+                          layout, t->par.world, 2 * t->par.world, replica);
   }
   if (t->par.world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
