@@ -3,9 +3,8 @@
 #
 # Builds a Trainyard backend plugin: the MODULE library libty_backend_<NAME>.so
 # (the file name the loader looks for; NAME must match [a-z0-9_]+ and equal
-# the table's .name), compiled with hidden visibility and linked with a
-# version script so that it exports only ty_backend_query
-# (TY_BACKEND_EXPORT), linked against Trainyard::plugin (the
+# the table's .name), compiled with hidden visibility so that it exports only
+# ty_backend_query (TY_BACKEND_EXPORT), linked against Trainyard::plugin (the
 # SDK headers <trainyard/...> and the backend support library), and linked
 # with -z defs so that an undefined symbol - a call into the Trainyard core,
 # which a plugin never links - fails at link time instead of at dlopen.
@@ -48,13 +47,6 @@ function(trainyard_add_backend_plugin NAME)
     set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIR}")
   endif()
   target_link_libraries(${target} PRIVATE Trainyard::plugin)
-  # Hidden visibility does not cover symbols the compiler makes itself (an
-  # OpenMP reduction's lock, for one); a version script keeps the dynamic
-  # symbol table to the one entry point whatever the sources contain.
-  set(map "${CMAKE_CURRENT_BINARY_DIR}/${target}.exports.map")
-  file(WRITE "${map}" "{\n  global: ty_backend_query;\n  local: *;\n};\n")
-  target_link_options(${target} PRIVATE "LINKER:--version-script=${map}")
-  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${map}")
   if(NOT TRAINYARD_SANITIZE)
     target_link_options(${target} PRIVATE "LINKER:-z,defs")
   endif()

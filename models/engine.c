@@ -649,21 +649,26 @@ static int64_t ty_engine_order(const ty_engine_t *e, ty_seq_t **order) {
  * tokens that followed it into tokens[len, len + k) as drafts, k at most
  * options.speculate and never past the sequence's last new token. A copy
  * may run on into the drafts it wrote, so a repeating stretch continues
- * its period. Returns k (0: no draft). */
+ * its period. One scan from the end with one comparison per position
+ * (the n are matched together), stopping at the first 3-token match.
+ * Returns k (0: no draft). */
 static int64_t ty_engine_draft(const ty_engine_t *e, ty_seq_t *q) {
   int64_t room = q->request.max_new - q->generated - 1;
   if (room > e->options.speculate) room = e->options.speculate;
-  const int64_t len = q->len, *t = q->tokens;
-  for (int64_t n = 3; n >= 1 && room > 0; --n) {
-    if (len <= n) continue;
-    const int64_t *tail = t + len - n;
-    for (int64_t i = len - n - 1; i >= 0; --i) {
-      if (memcmp(t + i, tail, (size_t)n * sizeof(int64_t)) != 0) continue;
-      for (int64_t j = 0; j < room; ++j) q->tokens[len + j] = t[i + n + j];
-      return room;
+  const int64_t len = q->len, *t = q->tokens, last = t[len - 1];
+  int64_t best = 0, at = -1; /* the longest match (latest of its length) ends at `at` */
+  for (int64_t end = len - 2; end >= 0 && room > 0 && best < 3; --end) {
+    if (t[end] != last) continue;
+    int64_t m = 1;
+    while (m < 3 && end - m >= 0 && t[end - m] == t[len - 1 - m]) ++m;
+    if (m > best) {
+      best = m;
+      at = end;
     }
   }
-  return 0;
+  if (at < 0) return 0;
+  for (int64_t j = 0; j < room; ++j) q->tokens[len + j] = t[at + 1 + j];
+  return room;
 }
 
 /* Picks this step's rows: one for every decoding sequence (a token to

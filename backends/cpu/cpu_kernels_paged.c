@@ -143,8 +143,10 @@ ty_abi_status_t cpu_kernel_paged_attention(const cpu_node_ctx_t *c) {
   const int nt = cpu_threads(c, items * s.dim * 64, (int64_t)1 << 16);
   float *scratch = malloc((size_t)nt * (size_t)per * sizeof(float));
   if (!scratch) return cpu_oom(c);
-  bool ok = true;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(&& : ok)
+  /* A flag written atomically, not an OpenMP reduction: clang's reduction
+   * lock is a symbol the plugin would export (plugins_exports). */
+  int failed = 0;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t i = it / s.hq, h = it % s.hq;
     float *mine = scratch + (size_t)cpu_thread_num() * (size_t)per;
@@ -153,9 +155,12 @@ ty_abi_status_t cpu_kernel_paged_attention(const cpu_node_ctx_t *c) {
       cpu_store_f32(po, dt, (i * s.hq + h) * s.dim, s.dim, mine);
       continue;
     }
-    ok = cpu_paged_row_head(&s, dt, det, pq, pk, pv, pt, row_seq[i], row_pos[i], i, h, po, mine,
-                            lmax) && ok;
+    if (!cpu_paged_row_head(&s, dt, det, pq, pk, pv, pt, row_seq[i], row_pos[i], i, h, po, mine,
+                            lmax)) {
+#pragma omp atomic write
+      failed = 1;
+    }
   }
   free(scratch);
-  return ok ? NULL : cpu_oom(c);
+  return failed ? cpu_oom(c) : NULL;
 }

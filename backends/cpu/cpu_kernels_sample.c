@@ -96,14 +96,15 @@ ty_abi_status_t cpu_kernel_top_logprobs(const cpu_node_ctx_t *c) {
   const int nt = cpu_threads(c, rows * vocab * 4, (int64_t)1 << 15);
   double *scratch = malloc((size_t)nt * per * sizeof(double));
   if (!scratch) return cpu_oom(c);
-  int failed = 0;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) reduction(| : failed)
+  int failed = 0; /* written atomically: no reduction clause (cpu_kernels_paged.c) */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t i = 0; i < rows; ++i) {
     double *x = scratch + (size_t)cpu_thread_num() * per, *top = x + vocab, *lp = top + k;
     cpu_row_f64(cpu_in_data(c, 0), logits->dtype, i, vocab, x);
     ty_status_t s = ty_ref_top_logprobs(x, 1, vocab, k, top, lp);
     if (s) { /* only out of memory: k was checked when the graph was built */
       ty_status_free(s);
+#pragma omp atomic write
       failed = 1;
       continue;
     }

@@ -7,7 +7,8 @@
 #
 #   tests/cuda/serve_device_check.sh BUILD [PHASES...]
 #
-# Phases: conform equal bench-gpt2 bench-llama (default: all). BACKEND and
+# Phases: conform equal spec bench-gpt2 bench-llama (default: all; spec after
+# equal). BACKEND and
 # EQUAL_SHAPE (a serve_bench.py --random shape) let `equal` run elsewhere,
 # e.g. BACKEND=cpu EQUAL_SHAPE=tiny-gpt2 for a smoke run. BUILD is a
 # build-device tree (scripts/build-device.sh). Logs and JSON under $OUT (or
@@ -17,7 +18,7 @@ set -uo pipefail
 build=${1:?usage: serve_device_check.sh BUILD [PHASES...]}
 shift
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(conform equal bench-gpt2 bench-llama)
+[ ${#phases[@]} -eq 0 ] && phases=(conform equal spec bench-gpt2 bench-llama)
 out=${OUT:-/tmp/serve-device}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -94,6 +95,41 @@ if "det" in sys.argv[3] and diff:
     sys.exit(1)
 PY
     done
+  done
+}
+
+# Speculative decoding (--speculate 4) on the same 64 prompts: with
+# --deterministic every request equals its alone run of phase `equal`
+# (which must run first); by default the count that differs is printed.
+# Then the table of that shape at 1 and 8 streams with and without drafts.
+phase_spec() {
+  echo "== spec: --speculate 4 (prompt lookup) = without, then its speed"
+  local shape=${EQUAL_SHAPE:-gpt2-124m} backend=${BACKEND:-cuda:0}
+  local model=/tmp/serve-bench-$shape/$shape-bf16
+  for sampled in 0 1; do
+    for det in "--deterministic" ""; do
+      local tag="s$sampled${det:+-det}"
+      [ -f "$out/alone-$tag.jsonl" ] || { echo "no $out/alone-$tag.jsonl: run phase equal first"; rc=1; return; }
+      timeout 240 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 $det \
+        --speculate 4 --input "$out/prompts-$sampled.jsonl" --output "$out/spec-$tag.jsonl" \
+        --max-batch 64 --ctx $((${MAX_PROMPT:-1000} + 24)) --prefill-chunk 256 >"$out/spec-$tag.log" 2>&1 || rc=1
+      grep -h "speculative decoding" "$out/spec-$tag.log"
+      python3 - "$out/alone-$tag.jsonl" "$out/spec-$tag.jsonl" "spec-$tag" <<'PY' || rc=1
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+diff = [x["id"] for x, y in zip(a, b) if x["ids"] != y["ids"]]
+print("%s: %d of %d requests differ from alone without drafts" % (sys.argv[3], len(diff), len(a)))
+if "det" in sys.argv[3] and (diff or len(a) != len(b)):
+    sys.exit(1)
+PY
+    done
+  done
+  for spec in 0 4; do
+    timeout 280 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend "$backend" \
+      --random "$shape" --dtype bf16 --work "/tmp/serve-bench-$shape" \
+      --concurrency 1,8 --serve-args "--speculate $spec" \
+      --json "$out/serve-$shape-spec$spec.json" || rc=1
   done
 }
 
