@@ -175,6 +175,16 @@ class ZeroEvalTest(Base):
             index = json.load(fp)
         self.assertEqual(index["metadata"]["replicas"], 2)
         self.assertEqual(len(set(index["weight_map"].values())), 2)
+        # resume from the shards: 10 steps, then 10 more, one process's curve
+        run = self.path("resumed")
+        zero = ["--batch-size", "2", "--cp", "2", "--zero", "1", "--schedule", "constant",
+                "--save-every", "5", "--keep", "0"] + DROP
+        self.train_mpi(4, *zero, "--max-steps", "10", "--out", run)
+        self.train_mpi(4, *zero, "--max-steps", "20", "--out", run, "--resume", "latest")
+        self.assert_curves_match(dist.losses(self.path("one")), dist.losses(run),
+                                 range(1, 21), rel=1e-5)
+        self.assert_weights_close(os.path.join(self.path("one"), "checkpoint-20"),
+                                  os.path.join(run, "checkpoint-20"))
         # one replica has nothing to share over
         r = dist.mpirun(2, ["train"] + self.common + ["--max-steps", "2", "--out",
                                                       self.path("one-replica"), "--cp", "2",
