@@ -312,23 +312,27 @@ static ty_status_t ty_b_cp_sorted(ty_builder_t *b, ty_value_id_t x, int64_t last
   return ty_b_node(b, "concat", chunks, (uint32_t)(last + 1), &ca, out);
 }
 
-/* Context parallel attention: local chunk c (global chunk g: r, then
- * 2N-1-r) attends causally to keys [0, (g + 1) L) of the gathered ones.
- * The op's causal mask is bottom-right aligned (query t at t + S - T), so
- * query t of the chunk sits at g L + t: exactly its mask in the whole
- * sequence, sliding window included. */
-static ty_status_t ty_b_attention_cp(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
-                                     ty_value_id_t v, ty_value_id_t *out) {
-  const int64_t N = ty_b_cp(b), L = b->o->seq / 2, r = b->o->cp_rank;
-  const int64_t last = 2 * N - 1 - r;
-  ty_value_id_t ks, vs, y[2];
+/* Global chunk g of the all-gathered [B, 2NL, Hkv, D] keys or values (rank
+ * s brought chunks s and 2N-1-s, in that order). */
+static ty_status_t ty_b_cp_chunk(ty_builder_t *b, ty_value_id_t all, int64_t g,
+                                 ty_value_id_t *out) {
+  const int64_t N = ty_b_cp(b), L = b->o->seq / 2;
+  const int64_t s = g < N ? g : 2 * N - 1 - g, slot = g < N ? 0 : 1;
+  return ty_b_seq_slice(b, all, (2 * s + slot) * L, L, out);
+}
+
+/* With a sliding window: local chunk c (global chunk g: r, then 2N-1-r)
+ * attends causally to keys [0, (g + 1) L) of the gathered ones. The op's
+ * causal mask is bottom-right aligned (query t at t + S - T), so query t
+ * of the chunk sits at g L + t: exactly its mask in the whole sequence,
+ * window included. */
+static ty_status_t ty_b_attention_cp_prefix(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
+                                            ty_value_id_t v, const ty_attrs_t *a,
+                                            ty_value_id_t y[2]) {
+  const int64_t L = b->o->seq / 2, r = b->o->cp_rank, last = 2 * ty_b_cp(b) - 1 - r;
+  ty_value_id_t ks, vs;
   TY_RETURN_IF_ERROR(ty_b_cp_sorted(b, k, last, &ks));
   TY_RETURN_IF_ERROR(ty_b_cp_sorted(b, v, last, &vs));
-  ty_attrs_t a = TY_ATTRS_EMPTY;
-  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
-  if (b->c->sliding_window > 0) {
-    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", b->c->sliding_window));
-  }
   for (int c = 0; c < 2; ++c) {
     const int64_t g = c == 0 ? r : last;
     ty_value_id_t qc, kc = ks, vc = vs, outs[2];
@@ -338,8 +342,59 @@ static ty_status_t ty_b_attention_cp(ty_builder_t *b, ty_value_id_t q, ty_value_
       TY_RETURN_IF_ERROR(ty_b_seq_slice(b, vs, 0, (g + 1) * L, &vc));
     }
     ty_value_id_t in[3] = {qc, kc, vc};
-    TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, outs, 2));
+    TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, a, outs, 2));
     y[c] = outs[0];
+  }
+  return TY_OK;
+}
+
+/* Context parallel attention (docs/design-notes.md "Context parallel"):
+ * local chunk c (global chunk g: r, then 2N-1-r) runs one attention per
+ * visible chunk of keys: causal on its own diagonal chunk, causal=0 on
+ * each earlier one, and merges the partials exactly (attention_merge, the
+ * log-sum-exp of each). No key prefix is ever concatenated: this is the
+ * form a ring schedule streams through, one chunk of K/V at a time. A
+ * sliding window keeps the prefix form above (a chunk partly inside the
+ * window would need a mask the op does not have). */
+static ty_status_t ty_b_attention_cp(ty_builder_t *b, ty_value_id_t q, ty_value_id_t k,
+                                     ty_value_id_t v, ty_value_id_t *out) {
+  const int64_t N = ty_b_cp(b), L = b->o->seq / 2, r = b->o->cp_rank;
+  ty_value_id_t y[2];
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->c->head_dim)));
+  if (b->c->sliding_window > 0) {
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "window", b->c->sliding_window));
+    TY_RETURN_IF_ERROR(ty_b_attention_cp_prefix(b, q, k, v, &a, y));
+  } else {
+    ty_attrs_t full = a;
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&full, "causal", 0));
+    ty_attrs_t ga = TY_ATTRS_EMPTY;
+    TY_RETURN_IF_ERROR(ty_attrs_set_string(&ga, "group", "cp"));
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&ga, "axis", 1));
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&ga, "parts", N));
+    ty_value_id_t ka, va, kc[2 * TY_LLM_CP_MAX], vc[2 * TY_LLM_CP_MAX];
+    TY_RETURN_IF_ERROR(ty_b_node(b, "all_gather", &k, 1, &ga, &ka));
+    TY_RETURN_IF_ERROR(ty_b_node(b, "all_gather", &v, 1, &ga, &va));
+    const int64_t last = 2 * N - 1 - r;
+    for (int64_t g = 0; g <= last; ++g) {
+      TY_RETURN_IF_ERROR(ty_b_cp_chunk(b, ka, g, &kc[g]));
+      TY_RETURN_IF_ERROR(ty_b_cp_chunk(b, va, g, &vc[g]));
+    }
+    for (int c = 0; c < 2; ++c) {
+      const int64_t g = c == 0 ? r : last;
+      ty_value_id_t qc, acc[2];
+      TY_RETURN_IF_ERROR(ty_b_seq_slice(b, q, c * L, L, &qc));
+      ty_value_id_t in[3] = {qc, kc[g], vc[g]};
+      TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", in, 3, &a, acc, 2));
+      for (int64_t j = 0; j < g; ++j) {
+        ty_value_id_t part[2];
+        ty_value_id_t pin[3] = {qc, kc[j], vc[j]};
+        TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention", pin, 3, &full, part, 2));
+        ty_value_id_t min[4] = {acc[0], acc[1], part[0], part[1]};
+        TY_RETURN_IF_ERROR(ty_graph_add_node(b->g, "attention_merge", min, 4, NULL, acc, 2));
+      }
+      y[c] = acc[0];
+    }
   }
   ty_attrs_t ca = TY_ATTRS_EMPTY;
   TY_RETURN_IF_ERROR(ty_attrs_set_int(&ca, "axis", 1));

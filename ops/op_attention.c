@@ -82,7 +82,7 @@ static ty_status_t ty_attention_infer(const ty_op_infer_ctx_t *ctx) {
   return ty_op_output(ctx, ty_op_stat_dtype(q->dtype), 3, lse);
 }
 
-/* attention_backward(dout, q, k, v, out, lse, kv_len?) -> dq, dk, dv */
+/* attention_backward(dout, q, k, v, out, lse, kv_len?, dlse?) -> dq, dk, dv */
 static ty_status_t ty_attention_backward_infer(const ty_op_infer_ctx_t *ctx) {
   const ty_tensor_desc_t *dout, *q, *k, *v, *out, *lse;
   TY_RETURN_IF_ERROR(ty_op_need(ctx, 0, "dout", &dout));
@@ -102,26 +102,39 @@ static ty_status_t ty_attention_backward_infer(const ty_op_infer_ctx_t *ctx) {
       ty_op_check_dtype(ctx->op, "lse", lse, ty_op_stat_dtype(q->dtype)));
   TY_RETURN_IF_ERROR(ty_op_check_shape(ctx->op, "lse", lse, 3, lse_dims,
                                        "[B, Hq, T] from q"));
+  /* dlse: the gradient of the lse output, when lse has a consumer (an
+   * attention_merge); absent means zero. */
+  const ty_tensor_desc_t *dlse = ty_op_in(ctx, 7);
+  if (dlse) TY_RETURN_IF_ERROR(ty_op_check_like(ctx->op, "dlse", dlse, "lse", lse));
   TY_RETURN_IF_ERROR(ty_op_output_like(ctx, q));
   TY_RETURN_IF_ERROR(ty_op_output_like(ctx, k));
   return ty_op_output_like(ctx, v);
 }
 
+/* The gradient of lse flows too (an attention_merge consumes it): since
+ * d lse_t / d s_ts = p_ts, it enters the backward as delta_t - dlse_t. */
 static ty_status_t ty_attention_grad(const ty_grad_ctx_t *ctx) {
   ty_grad_clear(ctx);
-  TY_RETURN_IF_ERROR(ty_grad_check_saved_outputs(ctx));
-  if (ctx->output_grads[0] == TY_VALUE_NONE || !ty_grad_wants_any(ctx)) {
+  ty_value_id_t dout = ctx->output_grads[0];
+  const ty_value_id_t dlse = ctx->output_count > 1 ? ctx->output_grads[1] : TY_VALUE_NONE;
+  if ((dout == TY_VALUE_NONE && dlse == TY_VALUE_NONE) || !ty_grad_wants_any(ctx)) {
     return TY_OK;
   }
+  /* Only lse is used: the backward takes dout, so give it zeros. */
+  if (dout == TY_VALUE_NONE) TY_RETURN_IF_ERROR(ty_grad_scale(ctx, ctx->outputs[0], 0.0, &dout));
   /* The optional kv_len input travels to the backward unchanged. */
   bool has_kv_len = ctx->input_count > 3 && ctx->inputs[3] != TY_VALUE_NONE;
-  const ty_value_id_t ins[7] = {ctx->output_grads[0], ctx->inputs[0],
-                                ctx->inputs[1],       ctx->inputs[2],
-                                ctx->outputs[0],      ctx->outputs[1],
-                                has_kv_len ? ctx->inputs[3] : TY_VALUE_NONE};
+  const ty_value_id_t ins[8] = {dout,
+                                ctx->inputs[0],
+                                ctx->inputs[1],
+                                ctx->inputs[2],
+                                ctx->outputs[0],
+                                ctx->outputs[1],
+                                has_kv_len ? ctx->inputs[3] : TY_VALUE_NONE,
+                                dlse};
+  const uint32_t count = dlse != TY_VALUE_NONE ? 8 : has_kv_len ? 7 : 6;
   ty_value_id_t outs[3];
-  TY_RETURN_IF_ERROR(ty_grad_emit(ctx, "attention_backward", ins, has_kv_len ? 7 : 6,
-                                  ctx->attrs, outs, 3));
+  TY_RETURN_IF_ERROR(ty_grad_emit(ctx, "attention_backward", ins, count, ctx->attrs, outs, 3));
   for (uint32_t i = 0; i < 3; ++i) {
     if (ty_grad_wants(ctx, i)) ctx->input_grads[i] = outs[i];
   }
@@ -134,6 +147,6 @@ const ty_op_def_t ty_op_def_attention = {
     .grad = ty_attention_grad,
     .summary = "softmax(q k^T scale, causal/window mask) v with GQA; also lse"};
 const ty_op_def_t ty_op_def_attention_backward = {
-    .name = "attention_backward", .min_inputs = 6, .max_inputs = 7,
+    .name = "attention_backward", .min_inputs = 6, .max_inputs = 8,
     .attr_names = ty_attention_attrs, .infer = ty_attention_backward_infer,
-    .grad = NULL, .summary = "dq, dk, dv of attention from dout, out and lse"};
+    .grad = NULL, .summary = "dq, dk, dv of attention from dout, out, lse (and dlse)"};

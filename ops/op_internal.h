@@ -27,7 +27,8 @@ extern const ty_op_def_t ty_op_def_gelu, ty_op_def_gelu_backward,
     ty_op_def_silu, ty_op_def_silu_backward, ty_op_def_swiglu,
     ty_op_def_swiglu_backward, ty_op_def_softmax, ty_op_def_softmax_backward;
 extern const ty_op_def_t ty_op_def_rope, ty_op_def_rope_backward;
-extern const ty_op_def_t ty_op_def_attention, ty_op_def_attention_backward;
+extern const ty_op_def_t ty_op_def_attention, ty_op_def_attention_backward,
+    ty_op_def_attention_merge, ty_op_def_attention_merge_backward;
 extern const ty_op_def_t ty_op_def_cross_entropy,
     ty_op_def_cross_entropy_backward, ty_op_def_linear_cross_entropy,
     ty_op_def_linear_cross_entropy_backward;

@@ -23,7 +23,8 @@ static const ty_op_def_t *const ty_op_table[] = {
     /* Rotary embeddings */
     &ty_op_def_rope, &ty_op_def_rope_backward,
     /* Attention */
-    &ty_op_def_attention, &ty_op_def_attention_backward,
+    &ty_op_def_attention, &ty_op_def_attention_backward, &ty_op_def_attention_merge,
+    &ty_op_def_attention_merge_backward,
     /* Loss */
     &ty_op_def_cross_entropy, &ty_op_def_cross_entropy_backward,
     &ty_op_def_linear_cross_entropy, &ty_op_def_linear_cross_entropy_backward,

@@ -13,8 +13,7 @@
 typedef enum {
   CPU_ACCEPT_FLOAT, /* f32/bf16/f16 floats, any ints: no f64 operand */
   CPU_ACCEPT_ANY,   /* moves bytes: every dtype */
-  CPU_ACCEPT_CAST,  /* the (from, to) pairs cpu_cast_supported() lists */
-  CPU_ACCEPT_CAUSAL /* CPU_ACCEPT_FLOAT, and causal=1 */
+  CPU_ACCEPT_CAST   /* the (from, to) pairs cpu_cast_supported() lists */
 } cpu_accept_t;
 
 typedef struct {
@@ -57,8 +56,11 @@ static const cpu_kernel_entry_t cpu_kernel_table[] = {
     {"rope", cpu_kernel_rope, CPU_ACCEPT_FLOAT},
     {"rope_backward", cpu_kernel_rope_backward, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_attention.c */
-    {"attention", cpu_kernel_attention, CPU_ACCEPT_CAUSAL},
-    {"attention_backward", cpu_kernel_attention_backward, CPU_ACCEPT_CAUSAL},
+    {"attention", cpu_kernel_attention, CPU_ACCEPT_FLOAT},
+    {"attention_backward", cpu_kernel_attention_backward, CPU_ACCEPT_FLOAT},
+    /* cpu_kernels_attention_merge.c */
+    {"attention_merge", cpu_kernel_attention_merge, CPU_ACCEPT_FLOAT},
+    {"attention_merge_backward", cpu_kernel_attention_merge_backward, CPU_ACCEPT_FLOAT},
     /* cpu_kernels_loss.c */
     {"cross_entropy", cpu_kernel_cross_entropy, CPU_ACCEPT_FLOAT},
     {"cross_entropy_backward", cpu_kernel_cross_entropy_backward, CPU_ACCEPT_FLOAT},
@@ -132,10 +134,6 @@ cpu_kernel_fn_t cpu_kernel_find(const ty_abi_graph_t *graph, const ty_abi_node_t
         return e->fn;
       case CPU_ACCEPT_FLOAT:
         return cpu_no_f64(graph, node) ? e->fn : NULL;
-      case CPU_ACCEPT_CAUSAL:
-        return cpu_no_f64(graph, node) && ty_desc_node_attr_int(node, "causal", 1) == 1
-                   ? e->fn
-                   : NULL;
       case CPU_ACCEPT_CAST: {
         if (node->input_count != 1 || node->output_count != 1) return NULL;
         bool pi, po;

@@ -358,6 +358,10 @@ ty_abi_status_t cpu_kernel_rope_backward(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c);
 
+/* cpu_kernels_attention_merge.c */
+ty_abi_status_t cpu_kernel_attention_merge(const cpu_node_ctx_t *c);
+ty_abi_status_t cpu_kernel_attention_merge_backward(const cpu_node_ctx_t *c);
+
 /* cpu_kernels_loss.c */
 ty_abi_status_t cpu_kernel_cross_entropy(const cpu_node_ctx_t *c);
 ty_abi_status_t cpu_kernel_cross_entropy_backward(const cpu_node_ctx_t *c);

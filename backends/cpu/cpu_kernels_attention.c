@@ -8,7 +8,9 @@
  *   window > 0, pos - s < window (keys at L and after never are).
  *   s_ts = scale q_t . k_s,  lse_t = log sum_{s visible} exp(s_ts)
  *   p_ts = exp(s_ts - lse_t),  out_t = sum_s p_ts v_s
- * backward, with dp_ts = dout_t . v_s and delta_t = sum_s p_ts dp_ts:
+ * causal=0: every key s < L is visible (no window).
+ * backward, with dp_ts = dout_t . v_s and delta_t = sum_s p_ts dp_ts - dlse_t
+ * (dlse, the optional gradient of lse, absent = 0: d lse_t / d s_ts = p_ts):
  *   ds_ts = p_ts (dp_ts - delta_t)
  *   dq_t = scale sum_s ds_ts k_s,  dk_s = scale sum_t ds_ts q_t,  dv_s = sum_t p_ts dout_t
  *
@@ -30,8 +32,8 @@
  * (the softmax denominator, delta) are f64. bf16/f16 operands are converted
  * to f32 copies first and results rounded at the end. Checked against the
  * f64 reference at normalised mean squared error < 1e-10 (f32 storage).
- * causal=0 is left to the reference kernel (cpu_kernels.c does not select
- * this one for it). Under deterministic=1 the GEMMs are the batch-invariant
+ * causal=0 (context parallel's blocks of earlier keys) runs the same
+ * blocks with every row's range [0, L-1]. Under deterministic=1 the GEMMs are the batch-invariant
  * blocked one and a block's keys start at a multiple of CPU_KC, so a query
  * over a KV cache and the same query inside a causal block are the same
  * bits (cpu_att_block). */
@@ -46,6 +48,7 @@
 typedef struct {
   int64_t batch, q_len, kv_len, q_heads, kv_heads, dim, group, window;
   int64_t valid; /* L: rows of k/v filled (the optional kv_len input), else S */
+  bool causal;
   float scale;
   bool det; /* deterministic=1: batch-invariant GEMMs, key blocks anchored */
 } cpu_att_shape_t;
@@ -57,6 +60,7 @@ static cpu_att_shape_t cpu_att_shape(const cpu_node_ctx_t *c, uint32_t q_in) {
       .q_heads = q->dims[2], .kv_heads = k->dims[2], .dim = q->dims[3],
       .window = ty_desc_node_attr_int(c->node, "window", 0),
       .det = c->deterministic,
+      .causal = ty_desc_node_attr_int(c->node, "causal", 1) != 0,
   };
   s.group = s.kv_heads > 0 ? s.q_heads / s.kv_heads : 1;
   s.scale = (float)ty_desc_node_attr_float(c->node, "scale", 1.0 / sqrt((double)s.dim));
@@ -70,11 +74,11 @@ static cpu_att_shape_t cpu_att_shape(const cpu_node_ctx_t *c, uint32_t q_in) {
 }
 
 static ty_abi_status_t cpu_att_check(const cpu_node_ctx_t *c, const cpu_att_shape_t *s) {
-  if (s->valid < s->q_len || s->valid > s->kv_len) {
+  if (s->valid < (s->causal ? s->q_len : 1) || s->valid > s->kv_len) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                            "cpu: node %u (%s): kv_len input %lld must lie in [%lld, %lld]",
                            c->node_index, c->node->op, (long long)s->valid,
-                           (long long)s->q_len, (long long)s->kv_len);
+                           (long long)(s->causal ? s->q_len : 1), (long long)s->kv_len);
   }
   return NULL;
 }
@@ -82,6 +86,11 @@ static ty_abi_status_t cpu_att_check(const cpu_node_ctx_t *c, const cpu_att_shap
 /* Visible keys of query t: [lo, hi]. */
 static inline void cpu_att_range(const cpu_att_shape_t *s, int64_t t, int64_t *lo,
                                  int64_t *hi) {
+  if (!s->causal) {
+    *lo = 0;
+    *hi = s->valid - 1;
+    return;
+  }
   int64_t pos = t + s->valid - s->q_len;
   *hi = pos < s->valid - 1 ? pos : s->valid - 1;
   *lo = s->window > 0 && pos - s->window + 1 > 0 ? pos - s->window + 1 : 0;
@@ -145,18 +154,19 @@ CPU_MULTIVERSION(cpu_att_softmax_row, (float *sr, int64_t L, int64_t lo, int64_t
                  (sr, L, lo, hi, scale, out_lse))
 
 /* Backward, one row: p = exp(scale s - lse) on the visible keys (0
- * elsewhere), then ds = scale p (dp - sum p dp) in place of dp. */
+ * elsewhere), then ds = scale p (dp - (sum p dp - dlse)) in place of dp.
+ * dlse = 0 gives the bits of the rule without it (x - 0.0 is x). */
 CPU_BODY void cpu_att_grad_row_body(float *pr, float *dpr, int64_t L, int64_t lo, int64_t hi,
-                                    float scale, float lse) {
+                                    float scale, float lse, float dlse) {
   for (int64_t j = 0; j < lo; ++j) pr[j] = 0.0f;
   for (int64_t j = lo; j <= hi; ++j) pr[j] = cpu_expf(scale * pr[j] - lse);
   for (int64_t j = hi + 1; j < L; ++j) pr[j] = 0.0f;
-  const float delta = (float)cpu_dot_f64(pr + lo, dpr + lo, hi - lo + 1);
+  const float delta = (float)(cpu_dot_f64(pr + lo, dpr + lo, hi - lo + 1) - (double)dlse);
   for (int64_t j = 0; j < L; ++j) dpr[j] = scale * pr[j] * (dpr[j] - delta);
 }
 CPU_MULTIVERSION(cpu_att_grad_row, (float *pr, float *dpr, int64_t L, int64_t lo, int64_t hi,
-                  float scale, float lse),
-                 (pr, dpr, L, lo, hi, scale, lse))
+                  float scale, float lse, float dlse),
+                 (pr, dpr, L, lo, hi, scale, lse, dlse))
 
 /* Forward for one block of head h in batch b. ws: QB x S scores/probabilities
  * and, unless out is f32, QB x D of output. False when a GEMM fails. */
@@ -249,7 +259,8 @@ ty_abi_status_t cpu_kernel_attention(const cpu_node_ctx_t *c) {
  * the block's dq (QB x D). dk/dv rows of this kv head belong to this work
  * item alone. False when a GEMM fails. */
 static bool cpu_att_backward_unit(const cpu_att_shape_t *s, const float *dout, const float *q,
-                                  const float *k, const float *v, const float *lse, int64_t b,
+                                  const float *k, const float *v, const float *lse,
+                                  const float *dlse, int64_t b,
                                   int64_t kvh, float *ws, float *dk, float *dv, void *pdq,
                                   ty_dtype_t dq_dtype) {
   const int64_t D = s->dim, S = s->kv_len, qrow = s->q_heads * D, kvrow = s->kv_heads * D;
@@ -271,8 +282,9 @@ static bool cpu_att_backward_unit(const cpu_att_shape_t *s, const float *dout, c
         return false;
       }
       for (int64_t r = 0; r < qn; ++r) {
+        const int64_t row = (b * s->q_heads + h) * s->q_len + t0 + r;
         cpu_att_grad_row(P + r * L, dP + r * L, L, blk.lo[r] - blk.klo, blk.hi[r] - blk.klo,
-                         s->scale, lse[(b * s->q_heads + h) * s->q_len + t0 + r]);
+                         s->scale, lse[row], dlse ? dlse[row] : 0.0f);
       }
       /* dQ = dS K;  dK += dS^T Q;  dV += P^T dO */
       float *dq = direct ? (float *)pdq + q0 : dqs;
@@ -291,11 +303,11 @@ static bool cpu_att_backward_unit(const cpu_att_shape_t *s, const float *dout, c
 }
 
 ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
-  /* inputs: dout, q, k, v, out (unused), lse; outputs dq, dk, dv */
+  /* inputs: dout, q, k, v, out (unused), lse, kv_len?, dlse?; outputs dq, dk, dv */
   const cpu_att_shape_t s = cpu_att_shape(c, 1);
   ty_abi_status_t bad = cpu_att_check(c, &s);
   if (bad) return bad;
-  const float *lse = cpu_in_data(c, 5);
+  const float *lse = cpu_in_data(c, 5), *dlse = cpu_in_data(c, 7);
   const int64_t D = s.dim, S = s.kv_len;
   const int64_t units = s.batch * s.kv_heads;
   const ty_abi_value_t *dqv = cpu_out(c, 0), *dkv = cpu_out(c, 1), *dvv = cpu_out(c, 2);
@@ -327,7 +339,7 @@ ty_abi_status_t cpu_kernel_attention_backward(const cpu_node_ctx_t *c) {
   int failed = 0;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t u = 0; u < units; ++u) {
-    if (!cpu_att_backward_unit(&s, in[0], in[1], in[2], in[3], lse, u / s.kv_heads,
+    if (!cpu_att_backward_unit(&s, in[0], in[1], in[2], in[3], lse, dlse, u / s.kv_heads,
                                u % s.kv_heads, scratch + (size_t)cpu_thread_num() * per, dk, dv,
                                pdq, dqv->dtype)) {
 #pragma omp atomic write

@@ -3,7 +3,8 @@
  * Which kernels run (tensor cores or the generic f32 ones) and their launch
  * shapes come from cuda_attention_plan.c, the same rule the CPU emulation
  * harness (tests/cuda/attention_emu.cc) checks. The backward is three
- * launches: delta = rowsum(dout * out) into this node's scratch, then dq,
+ * launches: delta = rowsum(dout * out) - dlse (the optional input 7, the
+ * lse output's gradient) into this node's scratch, then dq,
  * then dk and dv; none uses atomics, so results are bit-identical run to
  * run.
  *
@@ -39,8 +40,8 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
   const bool backward = strcmp(node->op, "attention_backward") == 0;
   if (ty_desc_node_attr_int(node, "causal", 1) != 1) {
     snprintf(reason, capacity,
-             "%s with causal=0 is not implemented (the reference, the conformance oracle, has "
-             "no causal=0 either)",
+             "%s with causal=0 (context parallel's blocks of earlier keys) is not implemented "
+             "in the cuda kernels; the cpu backend runs it",
              node->op);
     return false;
   }
@@ -115,7 +116,7 @@ static ty_cu_family_t ty_cu_att_family(const ty_cu_att_launch_t *l) {
 void ty_cu_build_attention(ty_cu_build_t *b) {
   const bool backward = strcmp(b->node->op, "attention_backward") == 0;
   /* forward: q, k, v, kv_len? -> out, lse
-   * backward: dout, q, k, v, out, lse, kv_len? -> dq, dk, dv */
+   * backward: dout, q, k, v, out, lse, kv_len?, dlse? -> dq, dk, dv */
   const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
   const ty_abi_value_t *q = ty_dev_vin(b, qi), *k = ty_dev_vin(b, qi + 1);
   const int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], D = q->dims[3];
@@ -156,11 +157,12 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   }
   const int64_t rows = B * Hq * T;
   const ty_dev_ref_t delta = ty_dev_scratch(b, (uint64_t)rows * sizeof(float));
-  /* delta(dout, out, delta, long long rows, int Tq, int Hq, int D) */
+  /* delta(dout, out, dlse, delta, long long rows, int Tq, int Hq, int D) */
   const ty_cu_att_launch_t *l = &plan.launch[TY_CU_ATT_DELTA];
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ATTENTION, l->kernel);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0)); /* dout */
   ty_dev_arg_ref(b, c, ty_dev_in(b, 4)); /* out */
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 7)); /* dlse: NULL when absent */
   ty_dev_arg_ref(b, c, delta);
   ty_dev_arg_i64(b, c, rows);
   ty_dev_arg_i32(b, c, (int32_t)T);

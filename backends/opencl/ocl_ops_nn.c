@@ -203,7 +203,7 @@ static void ty_ocl_att_tail(ty_ocl_build_t *b, ty_ocl_cmd_t *c, const ty_abi_val
 void ty_ocl_build_attention(ty_ocl_build_t *b) {
   const bool backward = strcmp(b->node->op, "attention_backward") == 0;
   /* forward: q, k, v, kv_len? -> out, lse
-   * backward: dout, q, k, v, out, lse, kv_len? -> dq, dk, dv */
+   * backward: dout, q, k, v, out, lse, kv_len?, dlse? -> dq, dk, dv */
   const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
   const ty_abi_value_t *q = ty_dev_vin(b, qi), *k = ty_dev_vin(b, qi + 1);
   const int64_t B = q->dims[0], T = q->dims[1], Hq = q->dims[2], S = k->dims[1];
@@ -226,6 +226,8 @@ void ty_ocl_build_attention(ty_ocl_build_t *b) {
   for (uint32_t i = 0; i < 6; ++i) ty_dev_arg_in(b, c, i);
   ty_dev_arg_in(b, c, kl);
   ty_dev_arg_i32(b, c, has_kvlen);
+  ty_dev_arg_in(b, c, 7);
+  ty_dev_arg_i32(b, c, ty_dev_vin(b, 7) != NULL);
   ty_dev_arg_out(b, c, 0);
   ty_dev_arg_ref(b, c, delta);
   ty_ocl_att_tail(b, c, q, k);

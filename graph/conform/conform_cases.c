@@ -204,8 +204,12 @@ static const ty_conform_case_t ty_cases[] = {
       CHAIN),
     C("attention", "window", "F[1,12,2,16]:u=-2,2 F[1,12,2,16] F[1,12,2,16]", "window=4",
       RED, CHAIN),
-    /* No causal=0 case: the reference (the oracle) implements causal
-     * attention only and answers UNIMPLEMENTED for causal=0. */
+    /* causal=0: every key visible (context parallel's earlier blocks),
+     * also with fewer keys than queries. */
+    C("attention", "full-gqa", "F[1,6,4,8]:u=-2,2 F[1,9,2,8] F[1,9,2,8]", "causal=0", RED,
+      CHAIN),
+    C("attention", "full-short", "F[2,7,2,8]:u=-2,2 F[2,3,2,8] F[2,3,2,8]", "causal=0", RED,
+      CHAIN),
     C("attention", "scale", "F[1,5,2,8]:u=-2,2 F[1,7,2,8] F[1,7,2,8]", "scale=0.2", RED,
       CHAIN),
     C("attention", "decode-mqa", "F[2,1,4,16]:u=-2,2 F[2,9,1,16] F[2,9,1,16]", "", RED, CHAIN),
@@ -223,6 +227,25 @@ static const ty_conform_case_t ty_cases[] = {
     CX("attention_backward", "window",
        "F[1,10,2,8] F[1,10,2,8]:u=-2,2 F[1,10,2,8] F[1,10,2,8] F[1,10,2,8] S[1,2,10]",
        "window=3", "attention 1,2,3 | 0>4 1>5", NULL, RED),
+    /* With dlse (the lse output's gradient, input 7; kv_len absent). */
+    CX("attention_backward", "dlse-gqa",
+       "F[1,5,4,8] F[1,5,4,8]:u=-2,2 F[1,5,2,8] F[1,5,2,8] F[1,5,4,8] S[1,4,5] - S[1,4,5]", "",
+       "attention 1,2,3 | 0>4 1>5", NULL, RED),
+    CX("attention_backward", "dlse-kv-len",
+       "F[1,3,2,8] F[1,3,2,8]:u=-2,2 F[1,8,2,8] F[1,8,2,8] F[1,3,2,8] S[1,2,3] i64[]:val=6 "
+       "S[1,2,3]",
+       "window=4", "attention 1,2,3,6 | 0>4 1>5", NULL, RED),
+    CX("attention_backward", "dlse-full",
+       "F[1,6,2,8] F[1,6,2,8]:u=-2,2 F[1,4,2,8] F[1,4,2,8] F[1,6,2,8] S[1,2,6] - S[1,2,6]",
+       "causal=0", "attention 1,2,3 | 0>4 1>5", NULL, RED),
+    /* attention_merge: the backward direction seeds out and lse. */
+    C("attention_merge", "gqa-rows", "F[2,5,4,8] S[2,4,5]:u=-3,3 F[2,5,4,8] S[2,4,5]:u=-3,3",
+      "", RED, CHAIN),
+    C("attention_merge", "far-apart", "F[1,9,2,16] S[1,2,9]:u=-20,0 F[1,9,2,16] S[1,2,9]:u=0,20",
+      "", RED, CHAIN),
+    CX("attention_merge_backward", "dlse-only",
+       "F[1,4,2,8] S[1,2,4]:u=-3,3 F[1,4,2,8] S[1,2,4]:u=-3,3 F[1,4,2,8] S[1,2,4] - S[1,2,4]",
+       "", "attention_merge 0,1,2,3 | 0>4 1>5", NULL, RED),
 
     /* ---- loss ---- */
     C("cross_entropy", "ignore-targets", "F[4,6,50]:u=-3,3 i64[4,6]:tgt=50", "", RED, RED),

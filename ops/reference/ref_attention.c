@@ -25,21 +25,23 @@ static ty_status_t ty_ref_attention_check(const ty_ref_attention_shape_t *s) {
                           "kv_heads %lld",
                           (long long)s->q_heads, (long long)s->kv_heads);
   }
-  if (s->kv_len < s->q_len) {
+  if (!s->non_causal && s->kv_len < s->q_len) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "attention: kv_len %lld is shorter than q_len %lld",
                           (long long)s->kv_len, (long long)s->q_len);
   }
-  if (s->valid_len != 0 && (s->valid_len < s->q_len || s->valid_len > s->kv_len)) {
+  if (s->valid_len != 0 &&
+      (s->valid_len < (s->non_causal ? 1 : s->q_len) || s->valid_len > s->kv_len)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "attention: kv_len input %lld must lie in [%lld, %lld] "
                           "(the query length and the key length)",
                           (long long)s->valid_len, (long long)s->q_len,
                           (long long)s->kv_len);
   }
-  if (s->window < 0) {
+  if (s->window < 0 || (s->window > 0 && s->non_causal)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                          "attention: window %lld is negative",
+                          "attention: window %lld is negative or set without the "
+                          "causal mask",
                           (long long)s->window);
   }
   return TY_OK;
@@ -48,6 +50,7 @@ static ty_status_t ty_ref_attention_check(const ty_ref_attention_shape_t *s) {
 static bool ty_ref_attention_visible(const ty_ref_attention_shape_t *s,
                                      int64_t t, int64_t key) {
   int64_t valid = s->valid_len ? s->valid_len : s->kv_len;
+  if (s->non_causal) return key < valid;
   int64_t pos = t + (valid - s->q_len);
   if (key > pos) return false;
   return s->window == 0 || pos - key < s->window;
@@ -119,6 +122,14 @@ ty_status_t ty_ref_attention_backward(const ty_ref_attention_shape_t *s,
                                       const double *v, const double *lse,
                                       const double *dout, double *dq,
                                       double *dk, double *dv) {
+  return ty_ref_attention_backward_dlse(s, q, k, v, lse, dout, NULL, dq, dk, dv);
+}
+
+ty_status_t ty_ref_attention_backward_dlse(const ty_ref_attention_shape_t *s,
+                                           const double *q, const double *k,
+                                           const double *v, const double *lse,
+                                           const double *dout, const double *dlse,
+                                           double *dq, double *dk, double *dv) {
   TY_RETURN_IF_ERROR(ty_ref_attention_check(s));
   const int64_t group = s->q_heads / s->kv_heads, dim = s->head_dim;
   const size_t kv_count =
@@ -132,9 +143,10 @@ ty_status_t ty_ref_attention_backward(const ty_ref_attention_shape_t *s,
         const double *qr = q + ty_ref_q_offset(s, b, t, h);
         const double *dor = dout + ty_ref_q_offset(s, b, t, h);
         double *dqr = dq + ty_ref_q_offset(s, b, t, h);
-        const double row_lse = lse[(b * s->q_heads + h) * s->q_len + t];
-        /* delta = sum_s p_s dp_s, needed before any ds_s. */
-        double delta = 0.0;
+        const int64_t row = (b * s->q_heads + h) * s->q_len + t;
+        const double row_lse = lse[row];
+        /* delta = sum_s p_s dp_s - dlse, needed before any ds_s. */
+        double delta = dlse ? -dlse[row] : 0.0;
         for (int64_t key = 0; key < s->kv_len; ++key) {
           if (!ty_ref_attention_visible(s, t, key)) continue;
           double p = exp(ty_ref_score(s, qr, k, b, key, kvh) - row_lse);
@@ -157,4 +169,55 @@ ty_status_t ty_ref_attention_backward(const ty_ref_attention_shape_t *s,
     }
   }
   return TY_OK;
+}
+
+/* Part x's weight exp(lse_x - lse); 0 for a part that saw no key. */
+static double ty_ref_merge_weight(double lse_x, double lse) {
+  return lse_x == -INFINITY ? 0.0 : exp(lse_x - lse);
+}
+
+void ty_ref_attention_merge(int64_t rows, int64_t heads, int64_t q_len, int64_t dim,
+                            const double *out_a, const double *lse_a, const double *out_b,
+                            const double *lse_b, double *out, double *lse) {
+  for (int64_t r = 0; r < rows * heads * q_len; ++r) {
+    const int64_t b = r / (heads * q_len), h = r / q_len % heads, t = r % q_len;
+    const int64_t o = ((b * q_len + t) * heads + h) * dim;
+    const double la = lse_a[r], lb = lse_b[r], m = la > lb ? la : lb;
+    if (m == -INFINITY) { /* neither part saw a key: empty, as both were */
+      lse[r] = -INFINITY;
+      for (int64_t d = 0; d < dim; ++d) out[o + d] = 0.0;
+      continue;
+    }
+    lse[r] = m + log(exp(la - m) + exp(lb - m));
+    const double wa = ty_ref_merge_weight(la, lse[r]), wb = ty_ref_merge_weight(lb, lse[r]);
+    for (int64_t d = 0; d < dim; ++d) {
+      out[o + d] = (wa > 0 ? wa * out_a[o + d] : 0.0) + (wb > 0 ? wb * out_b[o + d] : 0.0);
+    }
+  }
+}
+
+void ty_ref_attention_merge_backward(int64_t rows, int64_t heads, int64_t q_len, int64_t dim,
+                                     const double *out_a, const double *lse_a,
+                                     const double *out_b, const double *lse_b,
+                                     const double *out, const double *lse, const double *dout,
+                                     const double *dlse, double *dout_a, double *dlse_a,
+                                     double *dout_b, double *dlse_b) {
+  for (int64_t r = 0; r < rows * heads * q_len; ++r) {
+    const int64_t b = r / (heads * q_len), h = r / q_len % heads, t = r % q_len;
+    const int64_t o = ((b * q_len + t) * heads + h) * dim;
+    const double *parts_out[2] = {out_a, out_b}, *parts_lse[2] = {lse_a, lse_b};
+    double *douts[2] = {dout_a, dout_b}, *dlses[2] = {dlse_a, dlse_b};
+    for (int p = 0; p < 2; ++p) {
+      const double w =
+          lse[r] == -INFINITY ? 0.0 : ty_ref_merge_weight(parts_lse[p][r], lse[r]);
+      /* d out / d lse_x = w_x (out_x - out), d lse / d lse_x = w_x */
+      double acc = dlse ? dlse[r] : 0.0;
+      for (int64_t d = 0; d < dim; ++d) {
+        const double g = dout ? dout[o + d] : 0.0;
+        douts[p][o + d] = w * g;
+        if (w > 0) acc += g * (parts_out[p][o + d] - out[o + d]);
+      }
+      dlses[p][r] = w * acc;
+    }
+  }
 }

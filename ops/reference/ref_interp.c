@@ -389,10 +389,8 @@ static ty_status_t ty_run_rope(ty_interp_t *c, bool backward) {
 static ty_status_t ty_run_attention(ty_interp_t *c, bool backward) {
   const ty_abi_value_t *q = ty_in_value(c, backward ? 1 : 0);
   const ty_abi_value_t *k = ty_in_value(c, backward ? 2 : 1);
-  if (ty_attr_int(c, "causal", 1) != 1) {
-    return ty_status_make(TY_CODE_UNIMPLEMENTED, "reference attention is causal only");
-  }
   ty_ref_attention_shape_t shape = {
+      .non_causal = ty_attr_int(c, "causal", 1) == 0,
       .batch = q->dims[0], .q_len = q->dims[1], .kv_len = k->dims[1],
       .q_heads = q->dims[2], .kv_heads = k->dims[2], .head_dim = q->dims[3],
       .scale = ty_attr_float(c, "scale", 1.0 / sqrt((double)q->dims[3])),
@@ -417,8 +415,9 @@ static ty_status_t ty_run_attention(ty_interp_t *c, bool backward) {
     TY_RETURN_IF_ERROR(ty_fout(c, 1, &lse));
     return ty_ref_attention_forward(&shape, pq, pk, pv, out, lse);
   }
-  double *dout, *pq, *pk, *pv, *lse, *dq, *dk, *dv;
+  double *dout, *pq, *pk, *pv, *lse, *dlse, *dq, *dk, *dv;
   TY_RETURN_IF_ERROR(ty_fin(c, 0, &dout));
+  TY_RETURN_IF_ERROR(ty_fin(c, 7, &dlse)); /* optional: NULL when absent */
   TY_RETURN_IF_ERROR(ty_fin(c, 1, &pq));
   TY_RETURN_IF_ERROR(ty_fin(c, 2, &pk));
   TY_RETURN_IF_ERROR(ty_fin(c, 3, &pv));
@@ -426,7 +425,25 @@ static ty_status_t ty_run_attention(ty_interp_t *c, bool backward) {
   TY_RETURN_IF_ERROR(ty_fout(c, 0, &dq));
   TY_RETURN_IF_ERROR(ty_fout(c, 1, &dk));
   TY_RETURN_IF_ERROR(ty_fout(c, 2, &dv));
-  return ty_ref_attention_backward(&shape, pq, pk, pv, lse, dout, dq, dk, dv);
+  return ty_ref_attention_backward_dlse(&shape, pq, pk, pv, lse, dout, dlse, dq, dk, dv);
+}
+
+/* attention_merge(out_a, lse_a, out_b, lse_b) and its backward (inputs
+ * ..., out, lse, dout?, dlse?; outputs dout_a, dlse_a, dout_b, dlse_b). */
+static ty_status_t ty_run_attention_merge(ty_interp_t *c, bool backward) {
+  const ty_abi_value_t *oa = ty_in_value(c, 0);
+  const int64_t B = oa->dims[0], T = oa->dims[1], H = oa->dims[2], D = oa->dims[3];
+  double *in[8] = {NULL};
+  for (uint32_t i = 0; i < (backward ? 8u : 4u); ++i) TY_RETURN_IF_ERROR(ty_fin(c, i, &in[i]));
+  double *y[4] = {NULL};
+  for (uint32_t o = 0; o < (backward ? 4u : 2u); ++o) TY_RETURN_IF_ERROR(ty_fout(c, o, &y[o]));
+  if (!backward) {
+    ty_ref_attention_merge(B, H, T, D, in[0], in[1], in[2], in[3], y[0], y[1]);
+  } else {
+    ty_ref_attention_merge_backward(B, H, T, D, in[0], in[1], in[2], in[3], in[4], in[5],
+                                    in[6], in[7], y[0], y[1], y[2], y[3]);
+  }
+  return TY_OK;
 }
 
 /* paged_attention(q, k_pool, v_pool, block_table, row_seq, row_pos) */
@@ -674,6 +691,8 @@ static ty_status_t ty_run_node(ty_interp_t *c) {
   if (!strcmp(op, "rope_backward")) return ty_run_rope(c, true);
   if (!strcmp(op, "attention")) return ty_run_attention(c, false);
   if (!strcmp(op, "attention_backward")) return ty_run_attention(c, true);
+  if (!strcmp(op, "attention_merge")) return ty_run_attention_merge(c, false);
+  if (!strcmp(op, "attention_merge_backward")) return ty_run_attention_merge(c, true);
   if (!strcmp(op, "reshape") || !strcmp(op, "cast") || !strcmp(op, "transpose") ||
       !strcmp(op, "slice") || !strcmp(op, "slice_backward") || !strcmp(op, "concat")) {
     return ty_run_views(c, op);
@@ -864,6 +883,7 @@ int ty_ref_supports_op(const char *op) {
       "layernorm_backward", "rmsnorm", "rmsnorm_backward", "gelu", "gelu_backward",
       "silu", "silu_backward", "swiglu", "swiglu_backward", "softmax",
       "softmax_backward", "rope", "rope_backward", "attention", "attention_backward",
+      "attention_merge", "attention_merge_backward",
       "cross_entropy", "cross_entropy_backward", "linear_cross_entropy",
       "linear_cross_entropy_backward", "dropout", "dropout_backward", "cast",
       "reshape", "transpose", "slice", "slice_backward", "concat", "adamw_update",

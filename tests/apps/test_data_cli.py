@@ -249,6 +249,33 @@ class PrepareTest(unittest.TestCase):
         r = run(["data", "info", out, "--verify"], check=0)
         self.assertIn(b"every byte verified", r.stdout)
 
+    def test_long_rows_of_many_documents(self):
+        # Context parallel's data (issue 31): --seq-len 131072 over a corpus
+        # of tiny documents joined by EOS. Each row holds thousands of
+        # documents; the stream read back is every document in order, the
+        # last row padded with untrained EOS.
+        rng = random.Random(9)
+        docs = [[rng.randrange(1, 96) for _ in range(rng.randint(1, 30))] for _ in range(20000)]
+        src = write(Fixture.path("long.jsonl"), "".join(json.dumps(d) + "\n" for d in docs))
+        out = Fixture.path("ds_long")
+        run(["data", "prepare", "--format", "ids", "--vocab-size", "96", "--eos-id", "0",
+             "--seq-len", "131072", "--out", out, "--input", src], check=0)
+        meta, rows = read_split(out, "train")
+        self.assertEqual(meta["seq_len"], 131072)
+        expected = [0]
+        for d in docs:
+            expected += d + [0]
+        info = meta["splits"]["train"]
+        self.assertEqual((info["documents"], info["tokens"]), (len(docs), len(expected)))
+        self.assertEqual(len(rows), (len(expected) - 1 + 131071) // 131072)
+        self.assertGreater(len(rows), 1)
+        self.assertTrue(all(len(r[0]) == 131073 for r in rows))
+        tokens, weights = stream_of(rows, info["padding"])
+        self.assertEqual(tokens, expected)
+        self.assertTrue(all(w == 1 for w in weights[1:]))
+        r = run(["data", "info", out, "--verify"], check=0)
+        self.assertIn(b"every byte verified", r.stdout)
+
     def test_lines_and_val_split(self):
         rng = random.Random(4)
         lines = [sentence(rng).strip() for _ in range(300)]

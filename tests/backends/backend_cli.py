@@ -59,8 +59,15 @@ COLLECTIVE_OPS = frozenset({"all_reduce", "tp_copy", "tp_reduce", "all_gather",
 # Cases a device backend refuses by design, each with the words its reason
 # must hold: dropout numbered as in the whole sequence (context parallel's
 # attribute seq_len, issue 31) runs on the host backends only for now.
+# Attention with causal=0 (context parallel's blocks of earlier keys) runs on
+# the host backends only for now, and so does attention_merge
+# (ATTENTION_MERGE_OPS), refused by name.
 REFUSED_CASES = {("dropout", "seq-numbered"): "attribute 'seq_len'",
-                 ("dropout_backward", "seq-numbered"): "attribute 'seq_len'"}
+                 ("dropout_backward", "seq-numbered"): "attribute 'seq_len'",
+                 ("attention", "full-gqa"): "causal=0",
+                 ("attention", "full-short"): "causal=0",
+                 ("attention_backward", "dlse-full"): "causal=0"}
+ATTENTION_MERGE_OPS = frozenset({"attention_merge", "attention_merge_backward"})
 # The vocabulary-parallel embedding and loss (docs/ops.md): host backends
 # only for now; the others refuse them by name.
 VOCAB_PARALLEL_OPS = frozenset({

@@ -322,6 +322,55 @@ static void cases_rope_attention(void) {
     }
     add_in(c, K_SCALAR, TY_DTYPE_I64, DIMS(), 23, 0);
   }
+  /* causal=0 (context parallel's earlier key blocks), S < T, with dlse
+   * (the lse output's gradient) in the backward; and dlse under a causal
+   * window with kv_len absent. */
+  for (int back = 0; back < 2; ++back) {
+    tcase_t *c = add_case(back ? "attention_backward" : "attention", "causal=0 T70 S50 GQA",
+                          back ? 3 : 2);
+    if (back) FLT(c, 2, 70, 4, 16);
+    FLT(c, 2, 70, 4, 16);
+    FLT(c, 2, 50, 2, 16);
+    FLT(c, 2, 50, 2, 16);
+    if (back) {
+      FLT(c, 2, 70, 4, 16);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 70), 1.0, 3.0);
+      ABSENT(c);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 70), -1.0, 1.0);
+    }
+    set_int(c, "causal", 0);
+  }
+  tcase_t *c = add_case("attention_backward", "dlse, window 20", 3);
+  FLT(c, 1, 70, 4, 16);
+  FLT(c, 1, 70, 4, 16);
+  FLT(c, 1, 80, 2, 16);
+  FLT(c, 1, 80, 2, 16);
+  FLT(c, 1, 70, 4, 16);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(1, 4, 70), 1.0, 3.0);
+  ABSENT(c);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(1, 4, 70), -1.0, 1.0);
+  set_int(c, "window", 20);
+  /* attention_merge: lse parts far apart in some rows, near in others. */
+  c = add_case("attention_merge", "[2,33,4,24]", 2);
+  FLT(c, 2, 33, 4, 24);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 33), -8.0, 8.0);
+  FLT(c, 2, 33, 4, 24);
+  add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 33), -8.0, 8.0);
+  for (int with_dout = 0; with_dout < 2; ++with_dout) {
+    c = add_case("attention_merge_backward", with_dout ? "dout and dlse" : "dlse only", 4);
+    /* (out_a, lse_a), (out_b, lse_b), (out, lse); the merged lse above
+     * both parts' so that weights stay at most 1 as in a real merge. */
+    for (int p = 0; p < 3; ++p) {
+      FLT(c, 2, 33, 4, 24);
+      add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 33), p < 2 ? -4.0 : 4.0, p < 2 ? 4.0 : 5.0);
+    }
+    if (with_dout) {
+      FLT(c, 2, 33, 4, 24);
+    } else {
+      ABSENT(c);
+    }
+    add_in(c, K_FLOAT, TY_DTYPE_F32, DIMS(2, 4, 33), -1.0, 1.0);
+  }
 }
 
 static void cases_loss_dropout_views(void) {

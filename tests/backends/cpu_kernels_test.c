@@ -135,7 +135,7 @@ typedef struct {
 } err_t;
 
 /* Worst errors per (op, output dtype) over every case and fast device. */
-#define MAX_OPS 64
+#define MAX_OPS 96
 typedef struct {
   const char *op;
   err_t worst[TY_DTYPE_COUNT_];

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import unittest
 
-from backend_cli import (CFG, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, ConformTest, ForwardTest, GenerateTest,  # noqa: F401
+from backend_cli import (CFG, ATTENTION_MERGE_OPS, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, ConformTest, ForwardTest, GenerateTest,  # noqa: F401
                          MixedPrecisionTest,
                          TrainTest, devices_json, make_id_dataset, parse_common, read_safetensors,
                          run, skip_unless_usable)
@@ -51,8 +51,9 @@ def cuda_usable():
 
 # cuda runs every op of the op set, the memory levers' ops and issue 29's
 # serving ops included, but the collective ops (which it refuses by name
-# until it runs them on its NCCL communicator).
-CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS
+# until it runs them on its NCCL communicator), the vocabulary-parallel ones
+# and attention_merge (context parallel runs on the host backends for now).
+CFG.refused_ops = COLLECTIVE_OPS | VOCAB_PARALLEL_OPS | ATTENTION_MERGE_OPS
 
 
 class DevicesTest(unittest.TestCase):

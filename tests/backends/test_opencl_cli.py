@@ -30,7 +30,7 @@ import sys
 import tempfile
 import unittest
 
-from backend_cli import (CFG, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, MEMORY_LEVER_OPS, ConformTest, ForwardTest, GenerateTest,  # noqa: F401
+from backend_cli import (CFG, ATTENTION_MERGE_OPS, COLLECTIVE_OPS, VOCAB_PARALLEL_OPS, MEMORY_LEVER_OPS, ConformTest, ForwardTest, GenerateTest,  # noqa: F401
                          MixedPrecisionTest,
                          TrainTest, devices_json, parse_common, run, skip_unless_usable)
 
@@ -41,7 +41,7 @@ import unittest_exit  # noqa: E402
 
 # opencl has no kernels for the memory levers' ops nor the collectives yet:
 # refused by name.
-CFG.refused_ops = MEMORY_LEVER_OPS | COLLECTIVE_OPS | VOCAB_PARALLEL_OPS
+CFG.refused_ops = MEMORY_LEVER_OPS | COLLECTIVE_OPS | VOCAB_PARALLEL_OPS | ATTENTION_MERGE_OPS
 
 
 class DevicesTest(unittest.TestCase):

@@ -244,7 +244,7 @@ static run_t run_once(ty_registry_t *reg, const att_case_t *c, int backward, con
 static ty_ref_attention_shape_t ref_shape(const att_case_t *c) {
   ty_ref_attention_shape_t s = {c->B,      c->T, c->S, c->Hq,
                                 c->Hkv,    c->D, c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->D),
-                                c->window, c->kv_len};
+                                c->window, c->kv_len, 0};
   return s;
 }
 

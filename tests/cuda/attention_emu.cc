@@ -40,7 +40,8 @@ typedef void (*dq_fn)(const void *, const void *, const void *, const void *, co
 typedef void (*dkv_fn)(const void *, const void *, const void *, const void *, const float *,
                        const float *, const long long *, void *, void *, int, int, int, int, int,
                        float, float, int, int *, int);
-typedef void (*delta_fn)(const void *, const void *, float *, long long, int, int, int);
+typedef void (*delta_fn)(const void *, const void *, const float *, float *, long long, int,
+                         int, int);
 
 struct Case {
   std::string name;
@@ -152,10 +153,12 @@ void ref_forward(const Shape &s, const std::vector<double> &q, const std::vector
       }
 }
 
+/* dlse: the lse output's gradient (empty for none): delta becomes
+ * sum_j p_j dp_j - dlse, as in ops/reference/ref_attention.c. */
 void ref_backward(const Shape &s, const std::vector<double> &q, const std::vector<double> &k,
                   const std::vector<double> &v, const std::vector<double> &lse,
-                  const std::vector<double> &dout, std::vector<double> &dq,
-                  std::vector<double> &dk, std::vector<double> &dv) {
+                  const std::vector<double> &dout, const std::vector<float> &dlse,
+                  std::vector<double> &dq, std::vector<double> &dk, std::vector<double> &dv) {
   const int G = s.Hq / s.Hkv;
   dq.assign((size_t)s.B * s.T * s.Hq * s.D, 0.0);
   dk.assign((size_t)s.B * s.S * s.Hkv * s.D, 0.0);
@@ -164,7 +167,7 @@ void ref_backward(const Shape &s, const std::vector<double> &q, const std::vecto
     for (int h = 0; h < s.Hq; ++h)
       for (int t = 0; t < s.T; ++t) {
         const double l = lse[s.li(b, h, t)];
-        double delta = 0.0;
+        double delta = dlse.empty() ? 0.0 : -(double)dlse[s.li(b, h, t)];
         for (int j = 0; j < s.S; ++j) {
           if (!s.visible(t, j)) continue;
           const size_t qo = s.qi(b, t, h, 0), ko = s.ki(b, j, h / G, 0);
@@ -237,6 +240,9 @@ template <typename F> F lookup(const char *name) {
 }
 
 unsigned g_seed = 1;
+/* The backward cases' dlse input (the lse output's gradient): empty runs
+ * them without it, as the graphs without an attention_merge do. */
+std::vector<float> g_dlse;
 
 void launch(const ty_cu_att_launch_t &l, const std::function<void()> &body) {
   ty_emu_launch({l.grid[0], l.grid[1], l.grid[2]}, l.threads, l.smem, g_seed++, body);
@@ -292,7 +298,8 @@ bool run_path(const Case &c, const Shape &s, bool fast, Tensor &q, Tensor &k, Te
     const ty_cu_att_launch_t &ld = plan.launch[TY_CU_ATT_DELTA];
     delta_fn fd = lookup<delta_fn>(ld.kernel);
     launch(ld, [&] {
-      fd(dout.data, out_in.data, delta.data(), (long long)delta.size(), c.T, c.Hq, c.D);
+      fd(dout.data, out_in.data, g_dlse.empty() ? nullptr : g_dlse.data(), delta.data(),
+         (long long)delta.size(), c.T, c.Hq, c.D);
     });
     const ty_cu_att_launch_t &lq = plan.launch[TY_CU_ATT_DQ];
     dq_fn fq = lookup<dq_fn>(lq.kernel);
@@ -324,10 +331,11 @@ const char *dtname(ty_dtype_t d) {
   return d == TY_DTYPE_F32 ? "f32" : d == TY_DTYPE_BF16 ? "bf16" : "f16";
 }
 
-void run_case(const Case &c) {
-  printf("%s %s: B=%d T=%d S=%d Hq=%d Hkv=%d D=%d window=%d kv_len=%lld%s%s\n", c.name.c_str(),
-         dtname(c.dtype), c.B, c.T, c.S, c.Hq, c.Hkv, c.D, c.window, c.kvlen,
-         c.backward ? " backward" : "", c.misalign ? " misaligned" : "");
+void run_case(const Case &c, bool with_dlse) {
+  printf("%s %s: B=%d T=%d S=%d Hq=%d Hkv=%d D=%d window=%d kv_len=%lld%s%s%s\n",
+         c.name.c_str(), dtname(c.dtype), c.B, c.T, c.S, c.Hq, c.Hkv, c.D, c.window, c.kvlen,
+         c.backward ? " backward" : "", c.misalign ? " misaligned" : "",
+         with_dlse ? " dlse" : "");
   Shape s = {c.B, c.T, c.S, c.Hq, c.Hkv, c.D, c.window, c.kvlen ? c.kvlen : c.S,
              c.scale > 0 ? c.scale : 1.0 / sqrt((double)c.D)};
   std::mt19937_64 rng(0x5eed + c.T * 131 + c.S * 7 + c.D);
@@ -349,7 +357,12 @@ void run_case(const Case &c) {
     for (size_t i = 0; i < q.n; ++i) out_in.set(i, ref_out[i]);
     /* The oracle's gradient of the rounded inputs: what conform compares to. */
     std::vector<double> lse_f(lse_in.begin(), lse_in.end());
-    ref_backward(s, q.v, k.v, v.v, ref_lse, dout.v, ref_dq, ref_dk, ref_dv);
+    g_dlse.clear();
+    if (with_dlse) {
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (size_t i = 0; i < lse_in.size(); ++i) g_dlse.push_back(u(rng));
+    }
+    ref_backward(s, q.v, k.v, v.v, ref_lse, dout.v, g_dlse, ref_dq, ref_dk, ref_dv);
   }
   const double bound = oracle_bound(c.dtype);
   Outputs gen, fast;
@@ -659,7 +672,11 @@ int main(int argc, char **argv) {
   for (const Case &c : cases) {
     const std::string label = c.name + " " + dtname(c.dtype) + (c.backward ? " bwd" : " fwd");
     if (only && !strstr(label.c_str(), only)) continue;
-    run_case(c);
+    run_case(c, false);
+    /* Every backward case again with dlse (attention_merge's gradient into
+     * lse): the delta kernel subtracts it; the other kernels are as before. */
+    if (c.backward) run_case(c, true);
+    g_dlse.clear();
   }
   if (!only || strstr("row-invariance", only)) {
     printf("row invariance (deterministic mode)\n");

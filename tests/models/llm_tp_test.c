@@ -193,6 +193,37 @@ static void test_cp_refusals(void **state) {
   ty_graph_destroy(g);
 }
 
+static uint32_t count_op(const ty_graph_t *g, const char *op) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < ty_graph_node_count(g); ++i) n += strcmp(ty_graph_node(g, i)->op, op) == 0;
+  return n;
+}
+
+/* Context parallel attention runs one attention per visible chunk of keys
+ * and merges them (attention_merge), concatenating no key prefix; with a
+ * sliding window it keeps the prefix form. Rank 1 of 2 holds global chunks
+ * 1 and 2 of 4: 2 + 3 attentions and 1 + 2 merges per layer, and one
+ * concat (its two chunks' outputs). */
+static void test_cp_attention_merges(void **state) {
+  (void)state;
+  ty_model_config_t c = load("llama");
+  ty_llm_options_t o = {.batch = 1, .seq = 8, .dtype = TY_DTYPE_F32, .with_loss = true,
+                        .cp_size = 2, .cp_rank = 1};
+  for (int windowed = 0; windowed < 2; ++windowed) {
+    c.sliding_window = windowed ? 6 : 0;
+    ty_graph_t *g;
+    ty_llm_t m;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    TY_EXPECT_OK(ty_llm_build(g, &c, &o, &m));
+    const uint32_t layers = (uint32_t)c.num_layers;
+    assert_int_equal(count_op(g, "attention"), (windowed ? 2 : 5) * layers);
+    assert_int_equal(count_op(g, "attention_merge"), (windowed ? 0 : 3) * layers);
+    assert_int_equal(count_op(g, "concat"), (windowed ? 3 : 1) * layers);
+    ty_llm_deinit(&m);
+    ty_graph_destroy(g);
+  }
+}
+
 /* The spec of `name` split over `tp`. */
 static ty_llm_param_t find(const ty_model_config_t *c, int tp, const char *name) {
   uint32_t n = 0;
@@ -289,6 +320,7 @@ int main(void) {
       cmocka_unit_test(test_no_whole_logits),
       cmocka_unit_test(test_tp_refusals),
       cmocka_unit_test(test_cp_refusals),
+      cmocka_unit_test(test_cp_attention_merges),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,6 +50,7 @@ static void test_registry_gradient_rules(void **state) {
       "embedding_backward", "layernorm_backward", "rmsnorm_backward",
       "gelu_backward",      "silu_backward",      "swiglu_backward",
       "softmax_backward",   "rope_backward",      "attention_backward",
+      "attention_merge_backward",
       "cross_entropy_backward", "dropout_backward", "slice_backward",
       "linear_cross_entropy_backward", "vocab_embedding_backward", "vocab_max_backward",
       "vocab_ce_sums_backward", "vocab_ce_loss_backward",

@@ -5,6 +5,7 @@
  */
 #include <math.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -391,34 +392,89 @@ static void attn_fwd(void *c, double *out) {
   ok(ty_ref_attention_forward(&a->s, a->q, a->k, a->v, out, NULL));
 }
 
-static void test_grad_attention(void **state) {
-  (void)state;
-  static const ty_ref_attention_shape_t shapes[] = {
-      {2, 3, 3, 4, 2, 4, 0.5, 0, 0}, /* GQA, groups of 2 */
-      {1, 2, 5, 2, 1, 4, 0.5, 2, 0}, /* KV cache offset + sliding window */
-      {1, 4, 4, 3, 3, 2, 0.7, 0, 0}, /* plain MHA, odd scale */
-      {2, 4, 6, 4, 1, 3, 0.577, 3, 0},
-      {1, 2, 6, 2, 1, 4, 0.5, 0, 4}, /* a cache filled up to 4 of 6 rows */
-  };
-  for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); ++k) {
-    attn_ctx_t a = {shapes[k], NULL, NULL, NULL};
+/* Both outputs, out then lse, so that L = <u, (out, lse)> checks the
+ * backward with its dlse input (the lse output's gradient). */
+static void attn_fwd_lse(void *c, double *y) {
+  attn_ctx_t *a = c;
+  const ty_ref_attention_shape_t *s = &a->s;
+  ok(ty_ref_attention_forward(s, a->q, a->k, a->v, y,
+                              y + s->batch * s->q_len * s->q_heads * s->head_dim));
+}
+
+static const ty_ref_attention_shape_t attn_shapes[] = {
+    {2, 3, 3, 4, 2, 4, 0.5, 0, 0, 0}, /* GQA, groups of 2 */
+    {1, 2, 5, 2, 1, 4, 0.5, 2, 0, 0}, /* KV cache offset + sliding window */
+    {1, 4, 4, 3, 3, 2, 0.7, 0, 0, 0}, /* plain MHA, odd scale */
+    {2, 4, 6, 4, 1, 3, 0.577, 3, 0, 0},
+    {1, 2, 6, 2, 1, 4, 0.5, 0, 4, 0}, /* a cache filled up to 4 of 6 rows */
+    {1, 3, 5, 4, 2, 4, 0.5, 0, 0, 1}, /* causal=0: every key visible */
+    {2, 5, 2, 2, 1, 3, 0.6, 0, 0, 1}, /* causal=0 with fewer keys than queries */
+};
+
+/* with_dlse: the gradient flows into lse too (attention_merge's case). */
+static void check_grad_attention(bool with_dlse) {
+  for (size_t k = 0; k < sizeof(attn_shapes) / sizeof(attn_shapes[0]); ++k) {
+    attn_ctx_t a = {attn_shapes[k], NULL, NULL, NULL};
     const ty_ref_attention_shape_t *s = &a.s;
     int64_t nq = s->batch * s->q_len * s->q_heads * s->head_dim;
     int64_t nkv = s->batch * s->kv_len * s->kv_heads * s->head_dim;
+    int64_t nl = s->batch * s->q_heads * s->q_len;
     a.q = rand_arr(nq);
     a.k = rand_arr(nkv);
     a.v = rand_arr(nkv);
-    double *u = rand_arr(nq), *out = arr(nq);
-    double *lse = arr(s->batch * s->q_heads * s->q_len);
+    double *u = rand_arr(nq + nl), *out = arr(nq);
+    double *lse = arr(nl);
     double *dq = arr(nq), *dk = arr(nkv), *dv = arr(nkv);
     ok(ty_ref_attention_forward(s, a.q, a.k, a.v, out, lse));
-    ok(ty_ref_attention_backward(s, a.q, a.k, a.v, lse, u, dq, dk, dv));
+    ok(ty_ref_attention_backward_dlse(s, a.q, a.k, a.v, lse, u, with_dlse ? u + nq : NULL, dq,
+                                      dk, dv));
     char label[64];
-    snprintf(label, sizeof(label), "attention case %zu", k);
-    CHECK(label, attn_fwd, &a, nq, u, {"q", a.q, nq, dq}, {"k", a.k, nkv, dk},
-          {"v", a.v, nkv, dv});
+    snprintf(label, sizeof(label), "attention case %zu%s", k, with_dlse ? " with dlse" : "");
+    CHECK(label, with_dlse ? attn_fwd_lse : attn_fwd, &a, with_dlse ? nq + nl : nq, u,
+          {"q", a.q, nq, dq}, {"k", a.k, nkv, dk}, {"v", a.v, nkv, dv});
     free_all(NULL);
   }
+}
+
+static void test_grad_attention(void **state) {
+  (void)state;
+  check_grad_attention(false);
+}
+
+static void test_grad_attention_dlse(void **state) {
+  (void)state;
+  check_grad_attention(true);
+}
+
+/* ---- attention_merge ---------------------------------------------------- */
+
+typedef struct {
+  int64_t rows, heads, q_len, dim;
+  double *oa, *la, *ob, *lb;
+} merge_ctx_t;
+
+static void merge_fwd(void *c, double *y) {
+  merge_ctx_t *m = c;
+  ty_ref_attention_merge(m->rows, m->heads, m->q_len, m->dim, m->oa, m->la, m->ob, m->lb, y,
+                         y + m->rows * m->heads * m->q_len * m->dim);
+}
+
+static void test_grad_attention_merge(void **state) {
+  (void)state;
+  merge_ctx_t m = {2, 3, 4, 5, NULL, NULL, NULL, NULL};
+  const int64_t no = m.rows * m.heads * m.q_len * m.dim, nl = m.rows * m.heads * m.q_len;
+  m.oa = rand_arr(no);
+  m.ob = rand_arr(no);
+  m.la = rand_arr(nl);
+  m.lb = rand_arr(nl);
+  for (int64_t i = 0; i < nl; ++i) m.lb[i] *= 3.0; /* weights far from 1/2 too */
+  double *y = arr(no + nl), *u = rand_arr(no + nl);
+  double *doa = arr(no), *dla = arr(nl), *dob = arr(no), *dlb = arr(nl);
+  merge_fwd(&m, y);
+  ty_ref_attention_merge_backward(m.rows, m.heads, m.q_len, m.dim, m.oa, m.la, m.ob, m.lb, y,
+                                  y + no, u, u + no, doa, dla, dob, dlb);
+  CHECK("attention_merge", merge_fwd, &m, no + nl, u, {"out_a", m.oa, no, doa},
+        {"lse_a", m.la, nl, dla}, {"out_b", m.ob, no, dob}, {"lse_b", m.lb, nl, dlb});
 }
 
 /* ---- cross-entropy and dropout ----------------------------------------- */
@@ -543,6 +599,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_grad_activations, free_all),
       cmocka_unit_test_teardown(test_grad_rope, free_all),
       cmocka_unit_test_teardown(test_grad_attention, free_all),
+      cmocka_unit_test_teardown(test_grad_attention_dlse, free_all),
+      cmocka_unit_test_teardown(test_grad_attention_merge, free_all),
       cmocka_unit_test_teardown(test_grad_cross_entropy, free_all),
       cmocka_unit_test_teardown(test_grad_dropout, free_all),
       cmocka_unit_test_teardown(test_grad_views, free_all),

@@ -302,13 +302,13 @@ static void test_argument_errors(void **state) {
                TY_CODE_INVALID_ARGUMENT, "twice", NULL);
   expect_error(ty_ref_reduce_sum_forward(2, sa, buf, 1, out_of_range, buf),
                TY_CODE_INVALID_ARGUMENT, "axis 2", NULL);
-  ty_ref_attention_shape_t at = {1, 2, 2, 3, 2, 4, 0.5, 0, 0};
+  ty_ref_attention_shape_t at = {1, 2, 2, 3, 2, 4, 0.5, 0, 0, 0};
   expect_error(ty_ref_attention_forward(&at, buf, buf, buf, buf, NULL),
                TY_CODE_INVALID_ARGUMENT, "not a multiple", NULL);
-  ty_ref_attention_shape_t shorter = {1, 3, 2, 2, 2, 4, 0.5, 0, 0};
+  ty_ref_attention_shape_t shorter = {1, 3, 2, 2, 2, 4, 0.5, 0, 0, 0};
   expect_error(ty_ref_attention_forward(&shorter, buf, buf, buf, buf, NULL),
                TY_CODE_INVALID_ARGUMENT, "kv_len 2", NULL);
-  ty_ref_attention_shape_t unfilled = {1, 2, 4, 2, 2, 2, 0.5, 0, 1};
+  ty_ref_attention_shape_t unfilled = {1, 2, 4, 2, 2, 2, 0.5, 0, 1, 0};
   expect_error(ty_ref_attention_forward(&unfilled, buf, buf, buf, buf, NULL),
                TY_CODE_INVALID_ARGUMENT, "kv_len input 1 must lie in [2, 4]", NULL);
   int64_t pos[2] = {0, 1};

@@ -347,7 +347,7 @@ static void test_attention_values(void **state) {
   double key[D];
   ty_test_fill(key, D);
   for (int s = 0; s < S; ++s) memcpy(k + s * D, key, sizeof(key));
-  ty_ref_attention_shape_t sh = {1, 1, S, 1, 1, D, 0.5, 0, 0};
+  ty_ref_attention_shape_t sh = {1, 1, S, 1, 1, D, 0.5, 0, 0, 0};
   ok(ty_ref_attention_forward(&sh, q, k, v, out, &lse));
   double score = 0.5 * (q[0] * key[0] + q[1] * key[1] + q[2] * key[2]);
   near(lse, score + log((double)S), 1e-14);
@@ -362,7 +362,7 @@ static void test_attention_values(void **state) {
   ty_test_fill(q2, T2 * D);
   ty_test_fill(k2, S2 * D);
   ty_test_fill(v2, S2 * D);
-  ty_ref_attention_shape_t w1 = {1, T2, S2, 1, 1, D, 0.5, 1, 0};
+  ty_ref_attention_shape_t w1 = {1, T2, S2, 1, 1, D, 0.5, 1, 0, 0};
   ok(ty_ref_attention_forward(&w1, q2, k2, v2, o2, NULL));
   for (int t = 0; t < T2; ++t) {
     for (int d = 0; d < D; ++d) near(o2[t * D + d], v2[(t + 1) * D + d], 1e-15);
@@ -374,13 +374,13 @@ static void test_attention_values(void **state) {
   ty_test_fill(q3, T3 * H * D3);
   ty_test_fill(k3, S3 * H * D3);
   ty_test_fill(v3, S3 * H * D3);
-  ty_ref_attention_shape_t mha = {1, T3, S3, H, H, D3, 0.5, 0, 0};
+  ty_ref_attention_shape_t mha = {1, T3, S3, H, H, D3, 0.5, 0, 0, 0};
   ok(ty_ref_attention_forward(&mha, q3, k3, v3, o3, NULL));
   plain_mha(T3, S3, H, D3, 0.5, q3, k3, v3, want);
   for (int i = 0; i < T3 * H * D3; ++i) near_abs(o3[i], want[i], 1e-13);
   /* T = 1 with distinct keys: the softmax-weighted mean of all S values. */
   double o1[H * D3], w1want[H * D3];
-  ty_ref_attention_shape_t one = {1, 1, S3, H, H, D3, 0.5, 0, 0};
+  ty_ref_attention_shape_t one = {1, 1, S3, H, H, D3, 0.5, 0, 0, 0};
   ok(ty_ref_attention_forward(&one, q3, k3, v3, o1, NULL));
   plain_mha(1, S3, H, D3, 0.5, q3, k3, v3, w1want);
   for (int i = 0; i < H * D3; ++i) near_abs(o1[i], w1want[i], 1e-13);
@@ -398,8 +398,8 @@ static void test_attention_values(void **state) {
       memcpy(vr + (s * HQ + h) * D3, vg + (s * HKV + h / 2) * D3, D3 * sizeof(double));
     }
   }
-  ty_ref_attention_shape_t gqa = {1, T3, S3, HQ, HKV, D3, 0.5, 0, 0};
-  ty_ref_attention_shape_t rep = {1, T3, S3, HQ, HQ, D3, 0.5, 0, 0};
+  ty_ref_attention_shape_t gqa = {1, T3, S3, HQ, HKV, D3, 0.5, 0, 0, 0};
+  ty_ref_attention_shape_t rep = {1, T3, S3, HQ, HQ, D3, 0.5, 0, 0, 0};
   ok(ty_ref_attention_forward(&gqa, qg, kg, vg, og, NULL));
   ok(ty_ref_attention_forward(&rep, qg, kr, vr, om, NULL));
   for (int i = 0; i < T3 * HQ * D3; ++i) near_abs(og[i], om[i], 1e-15);
@@ -418,8 +418,8 @@ static void test_attention_valid_len(void **state) {
   ty_test_fill(k, S * H * D);
   ty_test_fill(v, S * H * D);
   for (int i = L * H * D; i < S * H * D; ++i) k[i] = v[i] = 1e6; /* unwritten rows */
-  ty_ref_attention_shape_t cache = {1, T, S, H, H, D, 0.5, 0, L};
-  ty_ref_attention_shape_t cut = {1, T, L, H, H, D, 0.5, 0, 0};
+  ty_ref_attention_shape_t cache = {1, T, S, H, H, D, 0.5, 0, L, 0};
+  ty_ref_attention_shape_t cut = {1, T, L, H, H, D, 0.5, 0, 0, 0};
   ok(ty_ref_attention_forward(&cache, q, k, v, out1, lse1));
   ok(ty_ref_attention_forward(&cut, q, k, v, out2, lse2)); /* k, v rows 0..L-1 */
   for (int i = 0; i < T * H * D; ++i) assert_true(out1[i] == out2[i]);

@@ -146,23 +146,26 @@ static ty_status_t ty_ident_check_index(const char *dir, const ty_ckpt_identity_
   if (!s && id && !json_is_string(id)) {
     s = ty_status_make(TY_CODE_DATA_LOSS, "%s: metadata \"run_id\" is not a string", path);
   }
-  int64_t step = -1, world = -1, tp = -1, pp = -1, replicas = -1;
+  int64_t step = -1, world = -1, tp = -1, pp = -1, cp = -1, replicas = -1;
   if (!s) s = ty_ident_index_int(path, meta, "step", &step);
   if (!s) s = ty_ident_index_int(path, meta, "world_size", &world);
   if (!s) s = ty_ident_index_int(path, meta, "tp_size", &tp);
   if (!s) s = ty_ident_index_int(path, meta, "pp_size", &pp);
+  if (!s) s = ty_ident_index_int(path, meta, "cp_size", &cp);
   if (!s) s = ty_ident_index_int(path, meta, "replicas", &replicas);
   if (!s) s = ty_ident_compare(path, id ? json_string_value(id) : NULL, step, want);
-  /* One shard per replica: world_size = replicas x tp_size x pp_size. An
-   * index from before "replicas" holds no pp_size: its world need only be
-   * a multiple of the shards over tp. */
+  /* One shard per replica: world_size = replicas x tp_size x pp_size x
+   * cp_size (the cp ranks of a replica share its shard). An index from
+   * before "replicas" holds no pp_size: its world need only be a multiple
+   * of the shards over tp. */
   const int64_t n = (int64_t)shards, tps = tp > 0 ? tp : 1, pps = pp > 0 ? pp : 1;
-  if (!s && replicas >= 0 && (replicas != n || world != replicas * tps * pps)) {
+  const int64_t cps = cp > 0 ? cp : 1;
+  if (!s && replicas >= 0 && (replicas != n || world != replicas * tps * pps * cps)) {
     s = ty_status_make(TY_CODE_DATA_LOSS,
                        "%s says %" PRId64 " replicas (world_size %" PRId64 ", tp_size %" PRId64
-                       ", pp_size %" PRId64 ") but %s holds %" PRId64 " optimizer shards: the "
-                       "index and the shards do not belong together",
-                       path, replicas, world, tps, pps, dir, n);
+                       ", pp_size %" PRId64 ", cp_size %" PRId64 ") but %s holds %" PRId64
+                       " optimizer shards: the index and the shards do not belong together",
+                       path, replicas, world, tps, pps, cps, dir, n);
   } else if (!s && replicas < 0 && (world <= 0 || world % tps || (world / tps) % n)) {
     s = ty_status_make(TY_CODE_DATA_LOSS,
                        "%s says world_size %" PRId64 " (tp_size %" PRId64 ") but %s holds %" PRId64

@@ -135,8 +135,9 @@ static const ty_opt_t ty_opts[] = {
              "x tp)"),
     TY_I(cp, "context parallel: split each sequence into 2N chunks over N ranks of an MPI "
              "job (rank r holds chunks r and 2N-1-r; world = dp x tp x cp); keys and values "
-             "all-gathered per layer; not with --pp, --zero, --deterministic, --eval-data, "
-             "--check-numerics or --artifact yet"),
+             "all-gathered per layer, attention merged chunk by chunk; with --tp, data "
+             "parallel, --zero 1 (shares over the replicas) and --eval-data (whole rows on "
+             "rank 0); not with --pp, --deterministic, --check-numerics or --artifact yet"),
     TY_I(zero, "1: ZeRO-1, each data-parallel replica keeps and updates the optimizer state "
                "of its share of the parameters (with --tp each tp rank its parts; with --pp "
                "each chunk's parameters shared over the replicas); 0: every rank keeps all "
@@ -626,11 +627,7 @@ ty_status_t ty_train_config_check_cp(const ty_train_config_t *c) {
   const char *what = !strcmp(c->distributed, "none") ? "--distributed none (it splits each "
                                                         "sequence over ranks)"
                      : c->pp > 1 ? "--pp (the pipeline's stages and layout know no cp group)"
-                     : c->zero   ? "--zero (its shares are over the data-parallel replicas "
-                                   "only)"
                      : c->deterministic ? "--deterministic (its fixed tree sums whole rows)"
-                     : c->eval_data[0]  ? "--eval-data (the evaluation reads whole rows on "
-                                          "rank 0)"
                      : c->check_numerics[0] ? "--check-numerics (it checks one process's "
                                               "step)"
                      : c->artifact[0]       ? "--artifact (an artifact holds one whole "

@@ -363,6 +363,8 @@ static void ty_optimizer_shard_name(const ty_trainer_t *t, int r, char name[64])
  * so the shards hold whole tensors as without --tp. Collective over the tp
  * group. */
 static ty_status_t ty_save_optimizer_share(ty_trainer_t *t, const char *dir) {
+  /* The cp ranks of a replica hold the same share: cp rank 0 writes it. */
+  if (t->par.cp > 1 && t->par.cp_rank != 0) return TY_OK;
   char shard[64];
   ty_optimizer_shard_name(t, t->par.dp_rank, shard);
   if (t->par.tp == 1) return ty_save_optimizer(t, dir, shard, NULL);
@@ -398,10 +400,12 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
   if (!s) {
     json_object_set_new(meta, "total_size", json_integer(total));
     json_object_set_new(meta, "world_size", json_integer(t->par.world));
-    /* one shard per replica: world_size = replicas x tp_size x pp_size */
+    /* one shard per replica: world_size = replicas x tp_size x pp_size x
+     * cp_size */
     json_object_set_new(meta, "replicas", json_integer(t->par.dp));
     if (t->par.tp > 1) json_object_set_new(meta, "tp_size", json_integer(t->par.tp));
     if (t->par.pp > 1) json_object_set_new(meta, "pp_size", json_integer(t->par.pp));
+    if (t->par.cp > 1) json_object_set_new(meta, "cp_size", json_integer(t->par.cp));
     json_object_set_new(meta, "run_id", json_string(t->folder.run_id));
     json_object_set_new(meta, "step", json_integer(t->progress.step));
     json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));

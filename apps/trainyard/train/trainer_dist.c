@@ -62,13 +62,22 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
                           "drop --zero)");
   }
   if (t->cfg.zero && t->par.dp == 1 && t->cfg.pp <= 1) {
-    /* Under --tp the shares are the replicas' (ty_trainer_dist_owners);
-     * --pp checks its own layout (ty_trainer_pp_layout). */
+    /* Under --tp and --cp the shares are the replicas'
+     * (ty_trainer_dist_owners); --pp checks its own layout
+     * (ty_trainer_pp_layout). */
+    char layout[48], replica[48];
+    if (t->par.cp > 1) {
+      snprintf(layout, sizeof(layout), "--tp %d x --cp %d", t->par.tp, t->par.cp);
+      snprintf(replica, sizeof(replica), "%d ranks", t->par.tp * t->par.cp);
+    } else {
+      snprintf(layout, sizeof(layout), "--tp %d", t->par.tp);
+      snprintf(replica, sizeof(replica), "tp %d", t->par.tp);
+    }
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the data-parallel "
-                          "replicas, and --tp %d on %d ranks makes one replica (dp 1): start "
-                          "it with mpirun -np %d (2 replicas of tp %d) or more, or drop --zero",
-                          t->par.tp, t->par.world, 2 * t->par.tp, t->par.tp);
+                          "replicas, and %s on %d ranks makes one replica (dp 1): start it "
+                          "with mpirun -np %d (2 replicas of %s) or more, or drop --zero",
+                          layout, t->par.world, 2 * t->par.world, replica);
   }
   if (t->par.world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -411,8 +420,11 @@ static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
   return ty_tensor_desc_element_count(&v->desc);
 }
 
-/* The shares are the replicas' (the dp group; the world without --tp):
- * owner[i] is a dp index. Under --tp every rank holds parts of the same
+/* The shares are the replicas' (the dp group; the world without --tp
+ * and --cp): owner[i] is a dp index. The cp ranks of a replica hold the
+ * same weights and, after the gradient sum over dp x cp, the same
+ * gradients: each updates its replica's share alike, and the broadcast over
+ * its own dp group (the ranks of its cp index) hands the share on. Under --tp every rank holds parts of the same
  * shapes (the vocabulary is padded to tp x Vp rows), so the tp ranks of a
  * replica compute the same table: each owned state's parts all sit in one
  * replica, whose tp ranks gather them together for a checkpoint

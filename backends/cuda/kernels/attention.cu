@@ -95,8 +95,9 @@
   TY_ATT_SIMT(name, T, 128)                                                                \
   TY_ATT_SIMT(name, T, 256)                                                                \
   extern "C" __global__ void __launch_bounds__(256) ty_att_delta_##name(                   \
-      const T *dout, const T *out, float *delta, long long rows, int Tq, int Hq, int D) {  \
-    ty_att_delta<T>(dout, out, delta, rows, Tq, Hq, D);                                    \
+      const T *dout, const T *out, const float *dlse, float *delta, long long rows, int Tq,  \
+      int Hq, int D) {                                                                      \
+    ty_att_delta<T>(dout, out, dlse, delta, rows, Tq, Hq, D);                              \
   }
 
 TY_ATT_SIMT_DTYPE(f32, float)

@@ -442,8 +442,8 @@ __device__ void ty_att_dkv_simt(const T *dout, const T *q, const T *k, const T *
 /* delta[(b Hq + h) T + t] = sum_d dout * out over one row: one warp per
  * row, TY_ATT_DELTA_ROWS rows per 256-thread block. */
 template <typename T>
-__device__ void ty_att_delta(const T *dout, const T *out, float *delta, long long rows, int Tq,
-                             int Hq, int D) {
+__device__ void ty_att_delta(const T *dout, const T *out, const float *dlse, float *delta,
+                             long long rows, int Tq, int Hq, int D) {
   const long long row = (long long)blockIdx.x * TY_ATT_DELTA_ROWS + (threadIdx.x >> 5);
   if (row >= rows) return; /* whole warps */
   const int lane = threadIdx.x & 31;
@@ -454,7 +454,9 @@ __device__ void ty_att_delta(const T *dout, const T *out, float *delta, long lon
     acc = fmaf(ty_to_f<T>(dout[base + d]), ty_to_f<T>(out[base + d]), acc);
   }
   acc = ty_warp_sum(acc);
-  if (lane == 0) delta[row] = acc;
+  /* dlse (the lse output's gradient, NULL when absent): D_i - dlse_i,
+   * since d lse_i / d s_ij = P_ij; absent, the bits of before. */
+  if (lane == 0) delta[row] = dlse ? acc - dlse[row] : acc;
 }
 
 #endif /* TY_CUDA_KERNELS_ATTENTION_SIMT_CUH_ */

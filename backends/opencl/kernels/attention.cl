@@ -93,10 +93,12 @@ __kernel __attribute__((reqd_work_group_size(TY_ATT_WG, 1, 1))) void ty_attentio
   if (lid == 0) ty_st(P(lse), (b * Hq + h) * T + t, dtl, m + log(l));
 }
 
-/* dq per query row; also delta = dout.out into delta[(b * Hq + h) * T + t]. */
+/* dq per query row; also delta = dout.out - dlse (dlse, the lse output's
+ * gradient, when has_dlse) into delta[(b * Hq + h) * T + t]. */
 __kernel __attribute__((reqd_work_group_size(TY_ATT_WG, 1, 1))) void ty_attention_bwd_dq(
     IN(dout), int dtdo, IN(q), int dtq, IN(k), int dtk, IN(v), int dtv, IN(out), int dto,
-    IN(lse), int dtl, IN(kvlen), int dtkl, int has_kvlen, OUT(dq), int dtdq, OUT(delta),
+    IN(lse), int dtl, IN(kvlen), int dtkl, int has_kvlen, IN(dlse), int dtdls, int has_dlse,
+    OUT(dq), int dtdq, OUT(delta),
     long B, long T, long S, long Hq, long Hkv, long D, float scale, long window, ERR_ARGS) {
   __local float qv[TY_ATT_MAXD];
   __local float gv[TY_ATT_MAXD];
@@ -115,7 +117,8 @@ __kernel __attribute__((reqd_work_group_size(TY_ATT_WG, 1, 1))) void ty_attentio
     gv[d] = ty_ld(P(dout), qbase + d, dtdo);
     part += gv[d] * ty_ld(P(out), qbase + d, dto);
   }
-  const float dl = ty_group_sum(part, red); /* also publishes qv, gv */
+  /* also publishes qv, gv; without dlse, x - 0 keeps the bits of before */
+  const float dl = ty_group_sum(part, red) - (has_dlse ? ty_ld(P(dlse), row, dtdls) : 0.0f);
   if (lid == 0) ((__global float *)P(delta))[row] = dl;
   const float row_lse = ty_ld(P(lse), (b * Hq + h) * T + t, dtl);
   const long pos = t + L - T;
