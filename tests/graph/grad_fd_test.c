@@ -14,7 +14,10 @@
  * evaluation of L (K = 64 covers the reference kernels' f64 reductions) and
  * K * eps * S / h that of the difference quotient. Gradients below the floor
  * are thus held to the FD noise level in absolute terms instead of to a
- * relative error the differences cannot resolve. Steps are
+ * relative error the differences cannot resolve. S sums the outputs the
+ * step moved, and is at least the largest |w_j y_j|: an effect below an
+ * output's rounding (an attention_merge part whose weight is e^-30) moves
+ * it by an ulp or not at all. Steps are
  * h = 1e-6 * max(1, |x|) (truncation error ~h^2 |L'''| is far below).
  *
  * Where the forward itself cancels (gelu's 1 + tanh(z) for x << 0) L's
@@ -93,8 +96,9 @@ static void fd_run(ty_conform_host_t *fwd, const ty_conform_instance_t *inst,
  * terms that moved, sum |w_j| max(|y+_j|, |y-_j|), which bounds the noise. */
 static double fd_difference(const ty_fd_outputs_t *yp, const ty_fd_outputs_t *ym,
                             double *out_s) {
-  double sum = 0.0, comp = 0.0, mag = 0.0;
+  double sum = 0.0, comp = 0.0, mag = 0.0, largest = 0.0;
   for (int64_t j = 0; j < yp->count; ++j) {
+    largest = fmax(largest, fabs(yp->w[j]) * fmax(fabs(yp->y[j]), fabs(ym->y[j])));
     if (yp->y[j] == ym->y[j]) continue;
     double term = yp->w[j] * (yp->y[j] - ym->y[j]);
     double t = sum + term;
@@ -102,7 +106,9 @@ static double fd_difference(const ty_fd_outputs_t *yp, const ty_fd_outputs_t *ym
     sum = t;
     mag += fabs(yp->w[j]) * fmax(fabs(yp->y[j]), fabs(ym->y[j]));
   }
-  *out_s = mag;
+  /* An effect below an output's rounding moves it by one ulp or not at all:
+   * the quotient resolves nothing finer than the largest output's ulp. */
+  *out_s = fmax(mag, largest);
   return sum + comp;
 }
 
