@@ -39,27 +39,7 @@ CFG = None
 DROP = ["--dropout", "0.1"]
 
 
-class Base(dist.Base):
-    def setUp(self):
-        super().setUp()
-        self.llama = os.path.join(CFG.models, "llama")
-
-    def use(self, model):
-        self.common[1] = model
-
-    def assert_weights_close(self, ckpt_a, ckpt_b, tol=1e-5):
-        wa = dist.read_f32_safetensors(os.path.join(ckpt_a, "model.safetensors"))
-        wb = dist.read_f32_safetensors(os.path.join(ckpt_b, "model.safetensors"))
-        self.assertEqual(sorted(wa), sorted(wb))
-        for name in wa:
-            a, b = wa[name], wb[name]
-            self.assertEqual(len(a), len(b), name)
-            if name.endswith("attn.c_attn.bias"):  # the key third: rounding only
-                third = len(a) // 3
-                a, b = a[:third] + a[2 * third:], b[:third] + b[2 * third:]
-            worst = max(abs(x - y) for x, y in zip(a, b))
-            self.assertLessEqual(worst, tol, name)
-
+class Base(dist.SplitModelBase):
     def follow(self, n, one_args, many_args, steps=20, weights_tol=1e-5, tag=""):
         """One process with one_args and n ranks with many_args, the same
         schedule: per-step losses within 1e-5 relative, final weights within

@@ -213,6 +213,31 @@ class Base(unittest.TestCase):
             self.assertLessEqual(worst, tol, name)
 
 
+
+class SplitModelBase(Base):
+    """Runs that split the model (--tp, --cp): the Llama fixture beside
+    GPT-2, and final weights compared element by element."""
+
+    def setUp(self):
+        super().setUp()
+        self.llama = os.path.join(CFG.models, "llama")
+
+    def use(self, model):
+        self.common[1] = model
+
+    def assert_weights_close(self, ckpt_a, ckpt_b, tol=1e-5):
+        wa = read_f32_safetensors(os.path.join(ckpt_a, "model.safetensors"))
+        wb = read_f32_safetensors(os.path.join(ckpt_b, "model.safetensors"))
+        self.assertEqual(sorted(wa), sorted(wb))
+        for name in wa:
+            a, b = wa[name], wb[name]
+            self.assertEqual(len(a), len(b), name)
+            if name.endswith("attn.c_attn.bias"):  # the key third: rounding only
+                third = len(a) // 3
+                a, b = a[:third] + a[2 * third:], b[:third] + b[2 * third:]
+            worst = max(abs(x - y) for x, y in zip(a, b))
+            self.assertLessEqual(worst, tol, name)
+
 class DataParallelTest(Base):
     def test_two_ranks_match_one_process(self):
         steps = ["--max-steps", "20"]
