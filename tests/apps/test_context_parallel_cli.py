@@ -7,7 +7,7 @@ layer. Every run is compared with one process on the same global batch.
 
 - MatchTest: --cp 2 on 2 ranks, the tiny Llama (GQA: 4 q heads, 2 kv
   heads) and the tiny GPT-2, both with dropout 0.1, 20 steps: per-step loss
-  within 1e-5 relative, final weights within 1e-5 (GPT-2's key bias on its
+  within 1e-5 relative, final weights within 3e-5 (GPT-2's key bias on its
   q and v thirds, as test_tensor_parallel_cli.py explains); the layout line
   shows dp x pp x tp x cp; the checkpoint is the one-process files
   (world_size recorded, weights of full shapes). The template backend (the
@@ -37,10 +37,15 @@ import test_distributed_cli as dist
 
 CFG = None
 DROP = ["--dropout", "0.1"]
+# Final weights after 20 AdamW steps, absolute: the losses are held to 1e-5
+# relative, but f32 sums in another order (chunks, ranks) move a weight by
+# about 1e-5 and the compiler decides how far: clang's -O1 ASan build
+# measured 1.2e-5 on lm_head.weight where gcc's stays below 1e-5.
+WEIGHTS_TOL = 3e-5
 
 
 class Base(dist.SplitModelBase):
-    def follow(self, n, one_args, many_args, steps=20, weights_tol=1e-5, tag=""):
+    def follow(self, n, one_args, many_args, steps=20, weights_tol=WEIGHTS_TOL, tag=""):
         """One process with one_args and n ranks with many_args, the same
         schedule: per-step losses within 1e-5 relative, final weights within
         weights_tol; (folders, the ranks' stderr)."""
@@ -164,7 +169,7 @@ class ZeroEvalTest(Base):
         self.assert_curves_match(dist.losses(self.path("one")), dist.losses(run),
                                  range(1, 21), rel=1e-5)
         self.assert_weights_close(os.path.join(self.path("one"), "checkpoint-20"),
-                                  os.path.join(run, "checkpoint-20"))
+                                  os.path.join(run, "checkpoint-20"), WEIGHTS_TOL)
         # one replica has nothing to share over
         r = dist.mpirun(2, ["train"] + self.common + ["--max-steps", "2", "--out",
                                                       self.path("one-replica"), "--cp", "2",
@@ -254,7 +259,7 @@ class ResumeTest(Base):
                        "--cp", "2")
         self.assert_curves_match(dist.losses(ref), dist.losses(run), range(1, 21), rel=1e-5)
         self.assert_weights_close(os.path.join(ref, "checkpoint-20"),
-                                  os.path.join(run, "checkpoint-20"))
+                                  os.path.join(run, "checkpoint-20"), WEIGHTS_TOL)
 
 
 class RefuseTest(Base):
