@@ -419,24 +419,18 @@ static void cases_loss_dropout_views(void) {
    * [18, 24) of a [3, 24, 5] tensor draw the whole tensor's bits. */
   {
     const int64_t starts[2] = {2, 18};
-    c = add_case("dropout", "p 0.3, slices of a sequence of 24", 1);
-    FLT(c, 3, 12, 5);
-    add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
-    set_float(c, "p", 0.3);
-    set_int(c, "stream", 5);
-    set_int(c, "seq_len", 24);
-    set_ints(c, "seq_starts", 2, starts);
-    c->exact = true;
-    c->cpu_only = true; /* cuda and opencl refuse seq_len by name */
-    c = add_case("dropout_backward", "p 0.3, slices of a sequence of 24", 1);
-    FLT(c, 3, 12, 5);
-    add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
-    set_float(c, "p", 0.3);
-    set_int(c, "stream", 5);
-    set_int(c, "seq_len", 24);
-    set_ints(c, "seq_starts", 2, starts);
-    c->exact = true;
-    c->cpu_only = true; /* cuda and opencl refuse seq_len by name */
+    for (int backward = 0; backward < 2; ++backward) {
+      c = add_case(backward ? "dropout_backward" : "dropout", "p 0.3, slices of a sequence of 24",
+                   1);
+      FLT(c, 3, 12, 5);
+      add_in(c, K_RNG, TY_DTYPE_I64, DIMS(2), 0, 0);
+      set_float(c, "p", 0.3);
+      set_int(c, "stream", 5);
+      set_int(c, "seq_len", 24);
+      set_ints(c, "seq_starts", 2, starts);
+      c->exact = true;
+      c->cpu_only = true; /* cuda and opencl refuse seq_len by name */
+    }
   }
   c = add_case("dropout_backward", "p 0.1, 1001 elements", 1);
   FLT(c, 1001);
