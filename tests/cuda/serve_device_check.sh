@@ -7,18 +7,19 @@
 #
 #   tests/cuda/serve_device_check.sh BUILD [PHASES...]
 #
-# Phases: conform equal spec bench-gpt2 bench-llama (default: all; spec after
-# equal). BACKEND and
+# Phases: conform equal spec profile bench-gpt2 bench-llama (default: all;
+# spec after equal). BACKEND and
 # EQUAL_SHAPE (a serve_bench.py --random shape) let `equal` run elsewhere,
 # e.g. BACKEND=cpu EQUAL_SHAPE=tiny-gpt2 for a smoke run. BUILD is a
 # build-device tree (scripts/build-device.sh). Logs and JSON under $OUT (or
 # /tmp/serve-device). Knobs: CONCURRENCY (default 1,8,32,64,256), PEERS
-# (default hf-static,hf), LLAMA_CONCURRENCY (default 1,64).
+# (default hf-static,hf), LLAMA_CONCURRENCY (default 1,64),
+# LLAMACPP_DIR (for PEERS=...,llamacpp: a folder of bench/llamacpp_build.sh).
 set -uo pipefail
 build=${1:?usage: serve_device_check.sh BUILD [PHASES...]}
 shift
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(conform equal spec bench-gpt2 bench-llama)
+[ ${#phases[@]} -eq 0 ] && phases=(conform equal spec profile bench-gpt2 bench-llama)
 out=${OUT:-/tmp/serve-device}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,10 +29,23 @@ export TRAINYARD_CUDA_DRIVER=${TRAINYARD_CUDA_DRIVER:-/usr/local/nvidia/lib64/li
 rc=0
 
 phase_conform() {
-  echo "== conform: the serving ops on cuda:0"
-  for ops in 'paged_*' sample top_logprobs; do
+  echo "== conform: the serving ops and attention (its dlse input) on cuda:0"
+  for ops in 'paged_*' sample top_logprobs 'attention*'; do
     timeout 300 "$ty" conform --backend cuda:0 --tier all --ops "$ops" --summary || rc=1
   done
+}
+
+# Writes /tmp/serve-bench-SHAPE/SHAPE-bf16 (random weights) unless it exists.
+random_model() {
+  python3 - "$here" "$1" <<'PY'
+import argparse, os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
+import serve_bench
+tok = os.path.join(sys.argv[1], "tests", "fixtures", "tokenizers", "gpt2", "tokenizer.json")
+shape = sys.argv[2]
+serve_bench.random_model(argparse.Namespace(random=shape, dtype="bf16", tokenizer=tok,
+                                            work="/tmp/serve-bench-" + shape))
+PY
 }
 
 # 64 prompts of 1..1000 ids (every fourth shares a 300-id system prefix),
@@ -62,15 +76,7 @@ phase_equal() {
   echo "== equal: 64 requests together = each alone (generate --input, cuda:0, gpt2-124m bf16)"
   local shape=${EQUAL_SHAPE:-gpt2-124m} backend=${BACKEND:-cuda:0}
   local model=/tmp/serve-bench-$shape/$shape-bf16
-  python3 - "$here" <<'PY' || { rc=1; return; }
-import argparse, os, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
-import serve_bench
-tok = os.path.join(sys.argv[1], "tests", "fixtures", "tokenizers", "gpt2", "tokenizer.json")
-shape = os.environ.get("EQUAL_SHAPE", "gpt2-124m")
-serve_bench.random_model(argparse.Namespace(random=shape, dtype="bf16", tokenizer=tok,
-                                            work="/tmp/serve-bench-" + shape))
-PY
+  random_model "$shape" || { rc=1; return; }
   for sampled in 0 1; do
     make_prompts "$out/prompts-$sampled.jsonl" "$sampled" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model/config.json")"
     for det in "--deterministic" ""; do
@@ -133,12 +139,46 @@ PY
   done
 }
 
+# Where a decode step's time goes: `generate --input` of N streams of 128
+# random prompt ids + 128 new tokens (tok/s from generate's summary line, the
+# step graphs captured), then the same with TRAINYARD_PROFILE=1 (uncaptured,
+# every node timed) and 32 new tokens; for each shape of PROFILE_SHAPES
+# (default gpt2-124m,llama-3.2-1b) and N of PROFILE_STREAMS (default 1,64).
+phase_profile() {
+  local backend=${BACKEND:-cuda:0} shape n
+  for shape in ${PROFILE_SHAPES:-gpt2-124m llama-3.2-1b}; do
+    random_model "$shape" || { rc=1; continue; }
+    local model=/tmp/serve-bench-$shape/$shape-bf16
+    for n in ${PROFILE_STREAMS:-1 64}; do
+      python3 - "$out/profile-$shape-$n.jsonl" "$n" "$model/config.json" <<'PY'
+import json, random, sys
+vocab = json.load(open(sys.argv[3]))["vocab_size"]
+rnd = random.Random(7)
+with open(sys.argv[1], "w") as f:
+    for k in range(int(sys.argv[2])):
+        f.write(json.dumps({"id": str(k),
+                            "prompt_ids": [rnd.randrange(vocab) for _ in range(128)]}) + "\n")
+PY
+      echo "-- $shape, $n streams, captured"
+      timeout 120 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 \
+        --input "$out/profile-$shape-$n.jsonl" --output /dev/null --max-batch "$n" --ctx 256 \
+        --prefill-chunk 128 --max-new-tokens 128 2>&1 | grep "trainyard generate:" || rc=1
+      echo "-- $shape, $n streams, TRAINYARD_PROFILE=1, 32 new tokens"
+      timeout 120 env TRAINYARD_PROFILE=1 "$ty" generate --model "$model" --backend "$backend" \
+        --dtype bf16 --input "$out/profile-$shape-$n.jsonl" --output /dev/null \
+        --max-batch "$n" --ctx 256 --prefill-chunk 128 --max-new-tokens 32 \
+        >"$out/profile-$shape-$n.log" 2>&1 || rc=1
+      grep "trainyard generate:" "$out/profile-$shape-$n.log"
+    done
+  done
+}
+
 phase_bench_gpt2() {
   echo "== bench: gpt2-124m bf16, prompt 128 + 128, peers ${PEERS:-hf-static,hf}"
   timeout 560 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
     --random gpt2-124m --dtype bf16 --device cuda:0 --work /tmp/serve-bench-gpt2-124m \
     --concurrency "${CONCURRENCY:-1,8,32,64,256}" --peer "${PEERS:-hf-static,hf}" \
-    --json "$out/serve-gpt2-124m.json" || rc=1
+    ${LLAMACPP_DIR:+--llamacpp-dir "$LLAMACPP_DIR"} --json "$out/serve-gpt2-124m.json" || rc=1
 }
 
 phase_bench_llama() {
@@ -146,7 +186,7 @@ phase_bench_llama() {
   timeout 560 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
     --random llama-3.2-1b --dtype bf16 --device cuda:0 --work /tmp/serve-bench-llama \
     --concurrency "${LLAMA_CONCURRENCY:-1,64}" --peer "${PEERS:-hf-static,hf}" \
-    --json "$out/serve-llama-3.2-1b.json" || rc=1
+    ${LLAMACPP_DIR:+--llamacpp-dir "$LLAMACPP_DIR"} --json "$out/serve-llama-3.2-1b.json" || rc=1
 }
 
 for p in "${phases[@]}"; do
