@@ -19,6 +19,8 @@
 #include "cuda_internal.h"
 
 #define TY_CU_STAGING_BYTES (32u << 20)
+#define TY_CU_RING_BYTES (1u << 20)      /* see ty_abi_device_s.ring */
+#define TY_CU_RING_WRITE_MAX (64u << 10) /* larger writes go through staging */
 #define TY_CU_WORKSPACE_BYTES (64u << 20)
 
 ty_abi_status_t ty_cu_driver_error(const ty_abi_device_t *d, const char *what, CUresult r) {
@@ -331,9 +333,14 @@ static ty_abi_status_t ty_cu_device_open(ty_abi_backend_t *b,
     if (r != CUDA_SUCCESS) st = ty_cu_driver_error(d, "cuStreamCreate", r);
   }
   if (!st) {
-    r = b->api.cuMemAllocHost(&d->staging, TY_CU_STAGING_BYTES);
-    if (r != CUDA_SUCCESS) st = ty_cu_driver_error(d, "cuMemAllocHost (transfer staging)", r);
-    else d->staging_bytes = TY_CU_STAGING_BYTES;
+    r = b->api.cuMemAllocHost(&d->staging, TY_CU_STAGING_BYTES + TY_CU_RING_BYTES);
+    if (r != CUDA_SUCCESS) {
+      st = ty_cu_driver_error(d, "cuMemAllocHost (transfer staging)", r);
+    } else {
+      d->staging_bytes = TY_CU_STAGING_BYTES;
+      d->ring = (unsigned char *)d->staging + TY_CU_STAGING_BYTES;
+      d->ring_bytes = TY_CU_RING_BYTES;
+    }
   }
   if (!st) {
     cublasStatus_t bs = b->api.cublasLtCreate(&d->blaslt);
@@ -449,12 +456,39 @@ static void ty_cu_buffer_free(ty_abi_device_t *d, ty_abi_buffer_t *buf) {
   free(buf);
 }
 
-/* Host <-> device through the pinned staging buffer, chunk by chunk. */
+/* A small write queued through the ring (see ty_abi_device_s.ring) without
+ * waiting for it. A failure of the queued copy itself surfaces at the next
+ * wait on the stream, as a kernel's would. Under staging_lock. */
+static ty_abi_status_t ty_cu_ring_write(ty_abi_device_t *d, ty_abi_buffer_t *buf,
+                                        uint64_t offset, const void *host, uint64_t size) {
+  ty_cu_api_t *api = d->api;
+  const uint64_t at = (d->ring_used + 63) & ~(uint64_t)63;
+  if (at + size > d->ring_bytes) { /* full: the queued copies must have read their bytes */
+    CUresult r = api->cuStreamSynchronize(d->stream);
+    if (r != CUDA_SUCCESS) return ty_cu_driver_error(d, "waiting for the device", r);
+    d->ring_used = 0;
+    return ty_cu_ring_write(d, buf, offset, host, size);
+  }
+  memcpy(d->ring + at, host, (size_t)size);
+  CUresult r = api->cuMemcpyHtoDAsync(buf->ptr + offset, d->ring + at, (size_t)size, d->stream);
+  if (r != CUDA_SUCCESS) return ty_cu_driver_error(d, "copying to the device", r);
+  d->ring_used = at + size;
+  return NULL;
+}
+
+/* Host <-> device through the pinned staging buffer, chunk by chunk, each
+ * waited for; small writes through the ring, not waited for. */
 static ty_abi_status_t ty_cu_transfer(ty_abi_device_t *d, ty_abi_buffer_t *buf, uint64_t offset,
                                       void *host, uint64_t size, bool to_device) {
   ty_abi_status_t st = ty_cu_enter(d);
   if (st || size == 0) return st;
   ty_cu_api_t *api = d->api;
+  if (!buf->host && to_device && size <= TY_CU_RING_WRITE_MAX && d->ring) {
+    pthread_mutex_lock(&d->staging_lock);
+    st = ty_cu_ring_write(d, buf, offset, host, size);
+    pthread_mutex_unlock(&d->staging_lock);
+    return st;
+  }
   if (buf->host) { /* pinned host memory: once the queued work is done, a memcpy */
     CUresult r = api->cuStreamSynchronize(d->stream);
     if (r != CUDA_SUCCESS) return ty_cu_driver_error(d, "waiting for the device", r);
@@ -481,6 +515,7 @@ static ty_abi_status_t ty_cu_transfer(ty_abi_device_t *d, ty_abi_buffer_t *buf, 
     }
     if (!to_device) memcpy((unsigned char *)host + done, d->staging, (size_t)n);
     done += n;
+    d->ring_used = 0; /* the wait above covered every queued ring copy */
   }
   pthread_mutex_unlock(&d->staging_lock);
   return st;

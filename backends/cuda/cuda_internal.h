@@ -81,6 +81,15 @@ struct ty_abi_device_s {
   pthread_mutex_t staging_lock;
   void *staging;
   uint64_t staging_bytes;
+  /* Small writes (a step's token ids, positions, block tables, sampling
+   * parameters: a few KiB, several per step) are queued without waiting:
+   * each is copied into the next free bytes of this pinned ring (after the
+   * staging buffer, in the same allocation) and its copy queued on the
+   * stream, which orders it before the work that reads it. Bytes are reused
+   * only after a wait for the stream: when the ring is full, or at the next
+   * chunked transfer (which waits anyway). Under staging_lock. */
+  unsigned char *ring;
+  uint64_t ring_bytes, ring_used;
   /* Bytes this handle holds on the device (buffers, arenas). */
   pthread_mutex_t alloc_lock;
   uint64_t allocated;

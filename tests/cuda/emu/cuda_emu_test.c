@@ -8,7 +8,8 @@
  * INVALID_ARGUMENT naming the node and the values, and the next run with
  * good data succeeds (the flag is cleared); and empty inputs, whose empty
  * sums must come out as zeros. Also ABI 1.3's pinned host buffers
- * (optimizer offload), the measured device memory, ABI 1.7's refusal of a
+ * (optimizer offload), small writes queued through the pinned ring, the
+ * measured device memory, ABI 1.7's refusal of a
  * collective whose group has no communicator on the device, a bad
  * TRAINYARD_CUDA_ATTENTION value, and the fault hook's test-only kernels.
  * Also issue 29's serving ops through a session: their data errors, and
@@ -398,6 +399,56 @@ static void test_host_buffers_and_memory(void **state) {
   ty_registry_destroy(r);
 }
 
+/* Small writes are queued through the pinned ring without waiting
+ * (cuda_backend.c, ty_cu_ring_write): many of them, more than the ring
+ * holds in all (so it wraps), some to the same bytes (the last one wins),
+ * some larger than a ring write (through staging), read back equal. */
+static void test_small_writes_through_ring(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  ty_device_t *dev = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  enum { CHUNK = 40 << 10, CHUNKS = 64, BIG = 200 << 10 };
+  const size_t total = (size_t)CHUNK * CHUNKS + BIG;
+  unsigned char *want = malloc(total), *back = malloc(total), *data = malloc(BIG);
+  assert_non_null(want);
+  assert_non_null(back);
+  assert_non_null(data);
+  ty_buffer_t *buf = NULL;
+  TY_EXPECT_OK(ty_buffer_alloc(dev, total, &buf));
+  for (int round = 0; round < 3; ++round) { /* 3 x 64 x 40 KiB = 7.5 MiB through the ring */
+    for (int c = 0; c < CHUNKS; ++c) {
+      for (size_t i = 0; i < CHUNK; ++i) data[i] = (unsigned char)(i * 7 + (size_t)c * 13 + (size_t)round);
+      TY_EXPECT_OK(ty_buffer_write(buf, (uint64_t)c * CHUNK, data, CHUNK));
+      memcpy(want + (size_t)c * CHUNK, data, CHUNK);
+      memset(data, 0xEE, CHUNK); /* the caller's bytes are free once write returns */
+    }
+    for (size_t i = 0; i < BIG; ++i) data[i] = (unsigned char)(i * 3 + (size_t)round);
+    TY_EXPECT_OK(ty_buffer_write(buf, (uint64_t)CHUNK * CHUNKS, data, BIG));
+    memcpy(want + (size_t)CHUNK * CHUNKS, data, BIG);
+    /* odd sizes and offsets: the ring's 64-byte alignment is its own */
+    for (int k = 0; k < 100; ++k) {
+      unsigned char small[37];
+      for (int i = 0; i < 37; ++i) small[i] = (unsigned char)(k + i + round);
+      uint64_t at = (uint64_t)k * 1001 + 3;
+      TY_EXPECT_OK(ty_buffer_write(buf, at, small, sizeof(small)));
+      memcpy(want + at, small, sizeof(small));
+    }
+  }
+  memset(back, 0, total);
+  TY_EXPECT_OK(ty_buffer_read(buf, 0, back, total));
+  assert_memory_equal(back, want, total);
+  ty_buffer_free(buf);
+  free(want);
+  free(back);
+  free(data);
+  ty_device_close(dev);
+  ty_registry_destroy(r);
+}
+
 /* ABI 1.7 group communicators: a collective op of a run of several ranks
  * runs on the device's communicator of the op's group, and a group the
  * device has none for fails the run with FAILED_PRECONDITION naming the
@@ -529,6 +580,7 @@ int main(void) {
       cmocka_unit_test(test_optimizer_hyperparameters),
       cmocka_unit_test(test_empty_inputs),
       cmocka_unit_test(test_host_buffers_and_memory),
+      cmocka_unit_test(test_small_writes_through_ring),
       cmocka_unit_test(test_group_without_communicator),
       cmocka_unit_test(test_fault_kernels_are_test_only),
   };
