@@ -338,8 +338,15 @@ static ty_abi_status_t ty_cu_device_open(ty_abi_backend_t *b,
       st = ty_cu_driver_error(d, "cuMemAllocHost (transfer staging)", r);
     } else {
       d->staging_bytes = TY_CU_STAGING_BYTES;
-      d->ring = (unsigned char *)d->staging + TY_CU_STAGING_BYTES;
-      d->ring_bytes = TY_CU_RING_BYTES;
+      /* TRAINYARD_CUDA_QUEUED_WRITES=0 (or TRAINYARD_CUDA_SYNC=1, which
+       * waits after every command) makes every write wait, as before the
+       * ring: to compare, or to pin a fault on a transfer. */
+      const char *queued = getenv("TRAINYARD_CUDA_QUEUED_WRITES");
+      const char *sync = getenv("TRAINYARD_CUDA_SYNC");
+      if (!(queued && !strcmp(queued, "0")) && !(sync && sync[0] && strcmp(sync, "0"))) {
+        d->ring = (unsigned char *)d->staging + TY_CU_STAGING_BYTES;
+        d->ring_bytes = TY_CU_RING_BYTES;
+      }
     }
   }
   if (!st) {

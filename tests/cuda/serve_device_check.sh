@@ -141,7 +141,7 @@ PY
 
 # Where a decode step's time goes: `generate --input` of N streams of 128
 # random prompt ids + 128 new tokens (tok/s from generate's summary line, the
-# step graphs captured), then the same with TRAINYARD_PROFILE=1 (uncaptured,
+# step graphs captured; with and without queued host writes), then the same with TRAINYARD_PROFILE=1 (uncaptured,
 # every node timed) and 32 new tokens; for each shape of PROFILE_SHAPES
 # (default gpt2-124m,llama-3.2-1b) and N of PROFILE_STREAMS (default 1,64).
 phase_profile() {
@@ -159,10 +159,13 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": str(k),
                             "prompt_ids": [rnd.randrange(vocab) for _ in range(128)]}) + "\n")
 PY
-      echo "-- $shape, $n streams, captured"
-      timeout 120 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 \
-        --input "$out/profile-$shape-$n.jsonl" --output /dev/null --max-batch "$n" --ctx 256 \
-        --prefill-chunk 128 --max-new-tokens 128 2>&1 | grep "trainyard generate:" || rc=1
+      for queued in 1 0; do
+        echo "-- $shape, $n streams, captured, TRAINYARD_CUDA_QUEUED_WRITES=$queued"
+        timeout 120 env TRAINYARD_CUDA_QUEUED_WRITES=$queued "$ty" generate --model "$model" \
+          --backend "$backend" --dtype bf16 --input "$out/profile-$shape-$n.jsonl" \
+          --output /dev/null --max-batch "$n" --ctx 256 --prefill-chunk 128 \
+          --max-new-tokens 128 2>&1 | grep "trainyard generate:" || rc=1
+      done
       echo "-- $shape, $n streams, TRAINYARD_PROFILE=1, 32 new tokens"
       timeout 120 env TRAINYARD_PROFILE=1 "$ty" generate --model "$model" --backend "$backend" \
         --dtype bf16 --input "$out/profile-$shape-$n.jsonl" --output /dev/null \
