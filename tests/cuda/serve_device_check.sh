@@ -14,7 +14,8 @@
 # build-device tree (scripts/build-device.sh). Logs and JSON under $OUT (or
 # /tmp/serve-device). Knobs: CONCURRENCY (default 1,8,32,64,256), PEERS
 # (default hf-static,hf), LLAMA_CONCURRENCY (default 1,64),
-# LLAMACPP_DIR (for PEERS=...,llamacpp: a folder of bench/llamacpp_build.sh).
+# LLAMACPP_DIR (for PEERS=...,llamacpp: a folder of bench/llamacpp_build.sh),
+# BENCH_TIMEOUT (seconds per bench phase, default 560).
 set -uo pipefail
 build=${1:?usage: serve_device_check.sh BUILD [PHASES...]}
 shift
@@ -178,7 +179,7 @@ PY
 
 phase_bench_gpt2() {
   echo "== bench: gpt2-124m bf16, prompt 128 + 128, peers ${PEERS:-hf-static,hf}"
-  timeout 560 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
+  timeout "${BENCH_TIMEOUT:-560}" python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
     --random gpt2-124m --dtype bf16 --device cuda:0 --work /tmp/serve-bench-gpt2-124m \
     --concurrency "${CONCURRENCY:-1,8,32,64,256}" --peer "${PEERS:-hf-static,hf}" \
     ${LLAMACPP_DIR:+--llamacpp-dir "$LLAMACPP_DIR"} --json "$out/serve-gpt2-124m.json" || rc=1
@@ -186,7 +187,7 @@ phase_bench_gpt2() {
 
 phase_bench_llama() {
   echo "== bench: llama-3.2-1b bf16, prompt 128 + 128, peers ${PEERS:-hf-static,hf}"
-  timeout 560 python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
+  timeout "${BENCH_TIMEOUT:-560}" python3 "$here/bench/serve_bench.py" --trainyard "$ty" --backend cuda:0 \
     --random llama-3.2-1b --dtype bf16 --device cuda:0 --work /tmp/serve-bench-llama \
     --concurrency "${LLAMA_CONCURRENCY:-1,64}" --peer "${PEERS:-hf-static,hf}" \
     ${LLAMACPP_DIR:+--llamacpp-dir "$LLAMACPP_DIR"} --json "$out/serve-llama-3.2-1b.json" || rc=1
