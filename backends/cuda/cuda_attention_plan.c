@@ -45,7 +45,7 @@ static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, in
 
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
                            int64_t Hkv, int64_t D, ty_cu_att_path_t best, bool deterministic,
-                           ty_cu_att_plan_t *out) {
+                           bool causal, ty_cu_att_plan_t *out) {
   const int dt = dtype == TY_DTYPE_F32    ? 0
                  : dtype == TY_DTYPE_BF16 ? 1
                  : dtype == TY_DTYPE_F16  ? 2
@@ -63,6 +63,9 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
    * 0.094 ms for a GQA decode step). Deterministic mode takes mma.sync for
    * every T: one kernel for a row whatever T it comes with. */
   if (deterministic && best == TY_CU_ATT_WGMMA) best = TY_CU_ATT_MMA;
+  /* causal=0 runs on the generic kernels only: the tensor-core kernels'
+   * masks and tile skipping are the causal diagonal's. */
+  if (!causal) best = TY_CU_ATT_GENERIC;
   out->path = !tc || best == TY_CU_ATT_GENERIC                 ? TY_CU_ATT_GENERIC
               : D == 64 && T >= 64 && best == TY_CU_ATT_WGMMA ? TY_CU_ATT_WGMMA
                                                              : TY_CU_ATT_MMA;
