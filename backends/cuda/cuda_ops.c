@@ -27,6 +27,8 @@ const ty_dev_op_t ty_cu_ops[] = {
     {"tp_reduce", ty_cu_build_all_reduce, TY_DESC_ACCEPT_COMPUTE},
     {"attention_merge", ty_cu_build_attention_merge, TY_DESC_ACCEPT_COMPUTE},
     {"attention_merge_backward", ty_cu_build_attention_merge, TY_DESC_ACCEPT_COMPUTE},
+    {"all_gather", ty_cu_build_gather, TY_DESC_ACCEPT_COMPUTE},
+    {"reduce_scatter", ty_cu_build_gather, TY_DESC_ACCEPT_COMPUTE},
     {"tp_copy", ty_dev_build_reshape, TY_DESC_ACCEPT_COMPUTE}, /* the identity: a copy */
     {"vocab_embedding", ty_cu_build_vocab_embedding, TY_DESC_ACCEPT_COMPUTE},
     {"vocab_embedding_backward", ty_cu_build_vocab_embedding_backward, TY_DESC_ACCEPT_COMPUTE},
