@@ -119,7 +119,9 @@ static bool ty_cu_patch(ty_abi_executable_t *e) {
  * commands right after it on the same communicator (the gradients of a
  * train step: one launch, not ~150). Commands on different communicators
  * are never in one NCCL group: each communicator's batch is closed before
- * the next one's starts (ty_nccl_queue keeps one open group per comm). */
+ * the next one's starts (ty_nccl_queue keeps one open group per comm).
+ * An all_gather / reduce_scatter command (parts > 1) runs on its group's
+ * communicator too, alone in its NCCL group. */
 static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
   CUdeviceptr dst = ty_cu_ref_address(e, c->dst), src = ty_cu_ref_address(e, c->src);
   uint64_t bytes = c->size * ty_dtype_size(c->dtype);
@@ -141,6 +143,14 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
   const char *group = c->group ? c->group : reduce ? "world" : "cp";
   const char *op = e->core.graph->graph.nodes[c->node].op;
   ty_abi_comm_t *comm = ty_cu_device_comm(e->device, group);
+  if (!comm && !reduce && c->parts == e->world) {
+    /* A gather's group as large as the run is the world, and in world-rank
+     * order (the host's groups are splits keyed by world rank,
+     * distributed/dist_group.c): the world's communicator serves it.
+     * `train --cp N` on N ranks makes only that one. */
+    ty_abi_comm_t *world = ty_cu_device_comm(e->device, "world");
+    if (world && ty_cu_comm_size(world) == e->world) comm = world;
+  }
   if (!comm) {
     return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                        "%s: node %u (%s over group '%s') runs in a run of %u ranks, and no "
