@@ -9,8 +9,10 @@
  * run.
  *
  * causal=0 (every key below kv_len visible to every query: context
- * parallel's blocks of earlier keys) runs on the generic kernels only
- * (cuda_attention_plan.c), which read it from window = -1.
+ * parallel's blocks of earlier keys) runs on the mma.sync kernels' _full
+ * instances or the generic kernels, never wgmma (cuda_attention_plan.c);
+ * the generic kernels read it from window = -1, which the _full ones
+ * ignore.
  *
  * TRAINYARD_CUDA_ATTENTION=generic forces the generic kernels and =mma the
  * mma.sync ones (to compare the paths or rule out a fast one); "auto" or
@@ -131,7 +133,8 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   const ty_cu_att_path_t best = ty_cu_att_best(b);
   if (b->status) return;
   /* causal=0 (context parallel's blocks of earlier keys): the plan picks the
-   * generic kernels, which take it as window -1 (attention_simt.cuh). */
+   * mma.sync _full or the generic kernels; the generic ones take it as
+   * window -1 (attention_simt.cuh). */
   const bool causal = ty_desc_node_attr_int(b->node, "causal", 1) != 0;
   ty_cu_att_plan_t plan;
   const char *why =

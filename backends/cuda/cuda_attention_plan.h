@@ -56,11 +56,13 @@ typedef struct ty_cu_att_plan_t {
 } ty_cu_att_plan_t;
 
 /* Fills *out for q [B, T, Hq, D] and k/v [B, S, Hkv, D] of `dtype`.
- * causal=0 (context parallel's blocks of earlier keys) takes the generic
- * kernels whatever `best` is: only they read the flag (the builder passes
- * it as window -1; attention_simt.cuh). Returns NULL, or (nothing filled)
- * a sentence saying why no kernel fits: the dtype, a head dim above TY_ATT_MAX_HEAD_DIM, a grid dimension out of
- * range. Sizes must be positive. */
+ * causal=0 (context parallel's blocks of earlier keys) takes the mma.sync
+ * kernels' _full instances where the tensor cores apply (never wgmma, whose
+ * kernels are causal-only), else the generic ones, which read it from
+ * window -1 (attention_simt.cuh). Returns NULL, or (nothing filled) a
+ * sentence saying why no kernel fits: the dtype, a head dim above
+ * TY_ATT_MAX_HEAD_DIM, a grid dimension out of range. Sizes must be
+ * positive. */
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
                            int64_t Hkv, int64_t D, ty_cu_att_path_t best, bool deterministic,
                            bool causal, ty_cu_att_plan_t *out);

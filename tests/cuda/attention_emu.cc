@@ -477,13 +477,24 @@ void check_plan_rule() {
       {BF16, 1024, 64, TY_CU_ATT_GENERIC, TY_CU_ATT_GENERIC, true},
       {F32, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC, true},
   };
-  /* causal=0 takes the generic kernels whatever the card and dtype allow. */
-  for (ty_cu_att_path_t best : {TY_CU_ATT_WGMMA, TY_CU_ATT_MMA}) {
-    ty_cu_att_plan_t plan;
-    const char *why = ty_cu_att_plan(BF16, 2, 1024, 512, 8, 2, 64, best, false, false, &plan);
-    expect(why == nullptr && plan.path == TY_CU_ATT_GENERIC &&
-               strstr(plan.launch[TY_CU_ATT_FWD].kernel, "_simt_") != nullptr,
-           std::string("plan: causal=0 with best ") + std::to_string((int)best) + " -> generic");
+  /* causal=0: the mma.sync kernels' _full instances (never wgmma, which
+   * is causal-only), the generic ones where the tensor cores do not apply. */
+  for (ty_cu_att_path_t best : {TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, TY_CU_ATT_GENERIC}) {
+    for (ty_dtype_t dt : {BF16, F32}) {
+      ty_cu_att_plan_t plan;
+      const char *why = ty_cu_att_plan(dt, 2, 1024, 512, 8, 2, 64, best, false, false, &plan);
+      const bool tc = dt == BF16 && best != TY_CU_ATT_GENERIC;
+      bool names = why == nullptr;
+      for (int k = 0; k < TY_CU_ATT_KERNELS_ && names; ++k) {
+        if (k == TY_CU_ATT_DELTA) continue;
+        const char *n = plan.launch[k].kernel;
+        names = !plan.launch[k].sm90 && (tc ? strstr(n, "_tc_") && strstr(n, "_full")
+                                            : strstr(n, "_simt_") != nullptr);
+      }
+      expect(names && plan.path == (tc ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC),
+             std::string("plan: causal=0 ") + dtname(dt) + " with best " +
+                 std::to_string((int)best) + (tc ? " -> mma _full" : " -> generic"));
+    }
   }
   for (const Want &w : wants) {
     ty_cu_att_plan_t plan;
@@ -640,6 +651,18 @@ int main(int argc, char **argv) {
       cases.push_back({"noncausal-d64-tiles", 1, 70, 140, 2, 1, 64, -1, 0, 0, dt, bw, false});
     }
   }
+  /* causal=0 on the tensor cores (their _full instances): partial tiles,
+   * S < T, kv_len inside a tile, D = 128. */
+  for (ty_dtype_t dt : {BF16, F16}) {
+    for (bool bw : {false, true}) {
+      cases.push_back({"tc-noncausal-gqa", 1, 150, 200, 4, 2, 64, -1, 0, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-short", 2, 130, 50, 2, 1, 64, -1, 0, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-kvlen", 1, 90, 300, 2, 1, 64, -1, 77, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-d128", 1, 100, 140, 2, 2, 128, -1, 0, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-d128-kvlen", 1, 40, 200, 1, 1, 128, -1, 33, 0, dt, bw,
+                       false});
+    }
+  }
   /* Head dims of the other generic buckets, f32 and bf16. */
   for (ty_dtype_t dt : {F32, BF16}) {
     for (bool bw : {false, true}) {
@@ -689,6 +712,9 @@ int main(int argc, char **argv) {
       picked.push_back({"noncausal-gqa", 2, 8, 5, 4, 2, 16, -1, 0, 0, F32, bw, false});
       picked.push_back({"noncausal-kv-len", 1, 6, 12, 4, 2, 8, -1, 3, 0, BF16, bw, false});
       picked.push_back({"noncausal-d64-tiles", 1, 70, 140, 2, 1, 64, -1, 0, 0, BF16, bw, false});
+      picked.push_back({"tc-noncausal-kvlen", 1, 90, 140, 2, 1, 64, -1, 77, 0, F16, bw, false});
+      picked.push_back({"tc-noncausal-d128-short", 1, 40, 30, 1, 1, 128, -1, 0, 0, BF16, bw,
+                        false});
     }
     cases = picked;
   }

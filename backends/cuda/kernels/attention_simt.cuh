@@ -45,9 +45,9 @@ __device__ inline long long ty_att_kv_len(const long long *kvlen, int Tq, int S,
 }
 
 /* The generic kernels' `window` argument also carries `causal`: -1 is
- * causal=0 (every key below L visible to every query; docs/ops.md), which
- * the builder sends only to these kernels (cuda_attention_plan.c routes
- * causal=0 here). Each kernel turns it into a row-position rule once, so
+ * causal=0 (every key below L visible to every query; docs/ops.md; the
+ * tensor-core kernels have _full instances for it instead, which ignore
+ * window). Each kernel turns it into a row-position rule once, so
  * the masks and tile bounds below are the causal ones unchanged: query
  * token t sits at position t * cm + off, with cm = 1, off = L - T when
  * causal and cm = 0, off = L - 1 (every row at the last key) when not. */
