@@ -31,8 +31,8 @@ typedef struct att_case_t {
   const char *name;
   ty_dtype_t dtype;
   /* kv_len 0: no input; window -1: causal=0 (context parallel's earlier key
-   * blocks), which every TRAINYARD_CUDA_ATTENTION mode runs on the generic
-   * kernels */
+   * blocks: the mma.sync kernels' _full instances in modes mma and auto,
+   * never wgmma) */
   int64_t B, T, S, Hq, Hkv, D, window, kv_len;
   double scale; /* 0: the default 1/sqrt(D) */
 } att_case_t;

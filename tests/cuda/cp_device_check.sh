@@ -11,8 +11,9 @@
 #    cases), all_gather and reduce_scatter (parts = 1). PASS when no case
 #    fails and none is unsupported.
 # 2. attention_cuda_test on cuda:0: every TRAINYARD_CUDA_ATTENTION mode
-#    against the f64 reference, its causal=0 cases (full-*) included (every
-#    mode runs them on the generic kernels).
+#    against the f64 reference, its causal=0 cases (full-*) included
+#    (modes mma and auto run the mma.sync kernels' _full instances on them,
+#    bf16 at head dim 64 in full-tc-shape).
 # 3. With 2 or more GPUs: `train --cp 2` on 2 ranks (rank k on cuda:k, the
 #    gathers on NCCL over the world's communicator) against one process on
 #    cuda:0, the tiny Llama fixture (GQA), f32, 20 steps, global batch 4,
