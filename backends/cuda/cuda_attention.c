@@ -8,6 +8,12 @@
  * then dk and dv; none uses atomics, so results are bit-identical run to
  * run.
  *
+ * causal=0 (every key below kv_len visible to every query: context
+ * parallel's blocks of earlier keys) runs on the mma.sync kernels' _full
+ * instances or the generic kernels, never wgmma (cuda_attention_plan.c);
+ * the generic kernels read it from window = -1, which the _full ones
+ * ignore.
+ *
  * TRAINYARD_CUDA_ATTENTION=generic forces the generic kernels and =mma the
  * mma.sync ones (to compare the paths or rule out a fast one); "auto" or
  * unset picks by the plan's rule, with the wgmma kernels on a compute
@@ -38,13 +44,7 @@ static const char *ty_cu_att_dtype_name(ty_dtype_t d) {
 bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                            size_t capacity) {
   const bool backward = strcmp(node->op, "attention_backward") == 0;
-  if (ty_desc_node_attr_int(node, "causal", 1) != 1) {
-    snprintf(reason, capacity,
-             "%s with causal=0 (context parallel's blocks of earlier keys) is not implemented "
-             "in the cuda kernels; the cpu backend runs it",
-             node->op);
-    return false;
-  }
+  const bool causal = ty_desc_node_attr_int(node, "causal", 1) != 0;
   const uint32_t qi = backward ? 1 : 0, kl = backward ? 6 : 3;
   const ty_abi_value_t *q = &g->values[node->inputs[qi]], *k = &g->values[node->inputs[qi + 1]];
   const ty_abi_value_t *lse =
@@ -69,7 +69,8 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
   const int64_t S = k->dims[1], Hkv = k->dims[2];
   if (B * T * Hq * D == 0) return true; /* nothing to compute; the builder fills zeros */
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, TY_CU_ATT_WGMMA, false, &plan);
+  const char *why =
+      ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, TY_CU_ATT_WGMMA, false, causal, &plan);
   if (why) {
     snprintf(reason, capacity, "%s with q [%lld, %lld, %lld, %lld] %s: %s", node->op,
              (long long)B, (long long)T, (long long)Hq, (long long)D,
@@ -131,8 +132,13 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   }
   const ty_cu_att_path_t best = ty_cu_att_best(b);
   if (b->status) return;
+  /* causal=0 (context parallel's blocks of earlier keys): the plan picks the
+   * mma.sync _full or the generic kernels; the generic ones take it as
+   * window -1 (attention_simt.cuh). */
+  const bool causal = ty_desc_node_attr_int(b->node, "causal", 1) != 0;
   ty_cu_att_plan_t plan;
-  const char *why = ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, best, b->deterministic, &plan);
+  const char *why =
+      ty_cu_att_plan(q->dtype, B, T, S, Hq, Hkv, D, best, b->deterministic, causal, &plan);
   if (why) {
     ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "%s", why);
     return;
@@ -140,6 +146,7 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
   const double scale = ty_desc_node_attr_float(b->node, "scale", 1.0 / sqrt((double)D));
   int64_t window = ty_desc_node_attr_int(b->node, "window", 0);
   if (window >= S) window = 0; /* no position is that far from key 0 */
+  if (!causal) window = -1;     /* the op refuses a window without causal */
   const int64_t shape[5] = {T, S, Hq, Hkv, D};
   const float scale_f = (float)scale, sl2 = (float)(scale * TY_CU_ATT_LOG2E);
   if (!backward) {
@@ -187,4 +194,48 @@ void ty_cu_build_attention(ty_cu_build_t *b) {
     ty_cu_att_tail(b, c, shape, scale_f, sl2, (int32_t)window);
     ty_cu_att_grid(b, c, l);
   }
+}
+
+/* attention_merge(out_a, lse_a, out_b, lse_b) -> out, lse and
+ * attention_merge_backward(out_a, lse_a, out_b, lse_b, out, lse, dout?,
+ * dlse?) -> dout_a, dlse_a, dout_b, dlse_b on kernels/merge.cu: one warp
+ * per (b, h, t) row. The op checks make every out* one float dtype and lse*
+ * its statistics dtype; ty_cu_op_check keeps f64 (f64 lse) off cuda. */
+void ty_cu_build_attention_merge(ty_cu_build_t *b) {
+  const bool backward = strcmp(b->node->op, "attention_merge_backward") == 0;
+  const ty_abi_value_t *oa = ty_dev_vin(b, 0), *la = ty_dev_vin(b, 1);
+  const int64_t B = oa->dims[0], T = oa->dims[1], H = oa->dims[2], D = oa->dims[3];
+  const int64_t rows = B * H * T;
+  if (rows == 0) return;
+  if (la->dtype != TY_DTYPE_F32) {
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "lse_a is %s; the cuda merge kernels take f32 lse",
+                ty_cu_att_dtype_name(la->dtype));
+    return;
+  }
+  if (T > INT32_MAX || H > INT32_MAX || D > INT32_MAX) {
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
+                "out_a [%lld, %lld, %lld, %lld]: T, H and D must be below 2^31",
+                (long long)B, (long long)T, (long long)H, (long long)D);
+    return;
+  }
+  const char *kernel = ty_cu_typed(backward ? TY_CU_TYPED("ty_attention_merge_backward")
+                                            : TY_CU_TYPED("ty_attention_merge"),
+                                   (int)oa->dtype);
+  if (!kernel) {
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "%s runs on f32, bf16 or f16 operands, not %s",
+                b->node->op, ty_cu_att_dtype_name(oa->dtype));
+    return;
+  }
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_MERGE, kernel);
+  /* forward: (out_a, lse_a, out_b, lse_b, out, lse, <rows>);
+   * backward: (out_a, lse_a, out_b, lse_b, out, lse, dout, dlse, dout_a,
+   * dlse_a, dout_b, dlse_b, <rows>); <rows> = i64 rows, int T, int H, int D */
+  const uint32_t ins = backward ? 8 : 4;
+  for (uint32_t i = 0; i < ins; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i)); /* NULL: absent */
+  for (uint32_t i = 0; i < (backward ? 4u : 2u); ++i) ty_dev_arg_ref(b, c, ty_dev_out(b, i));
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i32(b, c, (int32_t)T);
+  ty_dev_arg_i32(b, c, (int32_t)H);
+  ty_dev_arg_i32(b, c, (int32_t)D);
+  ty_cu_grid_blocks(b, c, ((uint64_t)rows + 7) / 8, 32 * 8);
 }

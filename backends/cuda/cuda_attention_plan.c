@@ -23,6 +23,12 @@ static const char *const ty_att_delta_names[3] = {"ty_att_delta_f32", "ty_att_de
    {"ty_att_" kind "_tc_f16_d64", "ty_att_" kind "_tc_f16_d128"}}
 static const char *const ty_att_tc_names[3][2][2] = {
     TY_ATT_TC_NAMES("fwd"), TY_ATT_TC_NAMES("dq"), TY_ATT_TC_NAMES("dkv")};
+/* ... and their causal=0 instances (suffix _full). */
+#define TY_ATT_TC_FULL_NAMES(kind)                                                    \
+  {{"ty_att_" kind "_tc_bf16_d64_full", "ty_att_" kind "_tc_bf16_d128_full"},           \
+   {"ty_att_" kind "_tc_f16_d64_full", "ty_att_" kind "_tc_f16_d128_full"}}
+static const char *const ty_att_tc_full_names[3][2][2] = {
+    TY_ATT_TC_FULL_NAMES("fwd"), TY_ATT_TC_FULL_NAMES("dq"), TY_ATT_TC_FULL_NAMES("dkv")};
 
 /* [kernel: fwd, dq, dkv][dtype: bf16, f16], head dim 64 */
 static const char *const ty_att_wg_names[3][2] = {
@@ -45,7 +51,7 @@ static void ty_att_set(ty_cu_att_launch_t *l, const char *kernel, int64_t gx, in
 
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
                            int64_t Hkv, int64_t D, ty_cu_att_path_t best, bool deterministic,
-                           ty_cu_att_plan_t *out) {
+                           bool causal, ty_cu_att_plan_t *out) {
   const int dt = dtype == TY_DTYPE_F32    ? 0
                  : dtype == TY_DTYPE_BF16 ? 1
                  : dtype == TY_DTYPE_F16  ? 2
@@ -63,6 +69,9 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
    * 0.094 ms for a GQA decode step). Deterministic mode takes mma.sync for
    * every T: one kernel for a row whatever T it comes with. */
   if (deterministic && best == TY_CU_ATT_WGMMA) best = TY_CU_ATT_MMA;
+  /* causal=0: the mma.sync kernels' _full instances or the generic ones;
+   * the wgmma kernels are causal-only. */
+  if (!causal && best == TY_CU_ATT_WGMMA) best = TY_CU_ATT_MMA;
   out->path = !tc || best == TY_CU_ATT_GENERIC                 ? TY_CU_ATT_GENERIC
               : D == 64 && T >= 64 && best == TY_CU_ATT_WGMMA ? TY_CU_ATT_WGMMA
                                                              : TY_CU_ATT_MMA;
@@ -81,13 +90,14 @@ const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, in
   }
   if (out->path == TY_CU_ATT_MMA) {
     const int d = D == 64 ? 0 : 1;
-    ty_att_set(&out->launch[TY_CU_ATT_FWD], ty_att_tc_names[0][dt - 1][d],
+    const char *const(*names)[2][2] = causal ? ty_att_tc_names : ty_att_tc_full_names;
+    ty_att_set(&out->launch[TY_CU_ATT_FWD], names[0][dt - 1][d],
                ty_att_ceil(T, TY_ATT_TC_FWD_BQ), Hq, B, 32 * TY_ATT_TC_FWD_WARPS,
                (uint32_t)TY_ATT_TC_FWD_SMEM(D));
-    ty_att_set(&out->launch[TY_CU_ATT_DQ], ty_att_tc_names[1][dt - 1][d],
+    ty_att_set(&out->launch[TY_CU_ATT_DQ], names[1][dt - 1][d],
                ty_att_ceil(T, TY_ATT_TC_DQ_BQ), Hq, B, 32 * TY_ATT_TC_DQ_WARPS,
                (uint32_t)TY_ATT_TC_DQ_SMEM(D));
-    ty_att_set(&out->launch[TY_CU_ATT_DKV], ty_att_tc_names[2][dt - 1][d],
+    ty_att_set(&out->launch[TY_CU_ATT_DKV], names[2][dt - 1][d],
                ty_att_ceil(S, TY_ATT_TC_DKV_BKV), Hkv, B, 32 * TY_ATT_TC_DKV_WARPS,
                (uint32_t)TY_ATT_TC_DKV_SMEM(D));
     return NULL;

@@ -56,12 +56,16 @@ typedef struct ty_cu_att_plan_t {
 } ty_cu_att_plan_t;
 
 /* Fills *out for q [B, T, Hq, D] and k/v [B, S, Hkv, D] of `dtype`.
- * Returns NULL, or (nothing filled) a sentence saying why no kernel fits:
- * the dtype, a head dim above TY_ATT_MAX_HEAD_DIM, a grid dimension out of
- * range. Sizes must be positive. */
+ * causal=0 (context parallel's blocks of earlier keys) takes the mma.sync
+ * kernels' _full instances where the tensor cores apply (never wgmma, whose
+ * kernels are causal-only), else the generic ones, which read it from
+ * window -1 (attention_simt.cuh). Returns NULL, or (nothing filled) a
+ * sentence saying why no kernel fits: the dtype, a head dim above
+ * TY_ATT_MAX_HEAD_DIM, a grid dimension out of range. Sizes must be
+ * positive. */
 const char *ty_cu_att_plan(ty_dtype_t dtype, int64_t B, int64_t T, int64_t S, int64_t Hq,
                            int64_t Hkv, int64_t D, ty_cu_att_path_t best, bool deterministic,
-                           ty_cu_att_plan_t *out);
+                           bool causal, ty_cu_att_plan_t *out);
 
 #ifdef __cplusplus
 }

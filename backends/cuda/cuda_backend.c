@@ -596,8 +596,11 @@ static const ty_backend_api_t ty_cu_api_table = {
      * which runs the collective ops naming that group; 1.8: point to point
      * (comm_send / comm_recv on ncclSend / ncclRecv); 1.9: `debug.` compile
      * options, which it ignores (it implements none); 1.10: the compile
-     * option deterministic=1 (cuda_exec.h, "Deterministic mode"). */
-    .abi_minor = 10,
+     * option deterministic=1 (cuda_exec.h, "Deterministic mode"); 1.11:
+     * all_gather / reduce_scatter with parts > 1, which it runs on the
+     * group's NCCL communicator (it never calls host->collective, whose
+     * args grew their `kind` in 1.11). */
+    .abi_minor = 11,
     .name = "cuda",
     .version = TY_CUDA_BACKEND_VERSION,
     .backend_create = ty_cu_backend_create,

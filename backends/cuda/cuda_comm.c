@@ -174,7 +174,7 @@ ty_abi_status_t ty_cu_comm_create(ty_abi_device_t *device, const ty_abi_comm_cre
   if (slot < 0) {
     return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
                        "%s: a communicator of process group '%s': the groups are 'world', "
-                       "'tp', 'dp', 'pp' and 'embed'",
+                       "'tp', 'dp', 'pp', 'embed', 'cp' and 'dp_cp'",
                        device->label, group);
   }
   ty_abi_status_t st = ty_nccl_ready();
@@ -320,7 +320,8 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
  * group. */
 static ty_abi_status_t ty_nccl_p2p(ty_abi_comm_t *c, bool send,
                                    const ty_abi_collective_args_t *a) {
-  static const char *const groups[TY_CU_COMM_GROUPS] = {"world", "tp", "dp", "pp", "embed"};
+  static const char *const groups[TY_CU_COMM_GROUPS] = {"world", "tp",    "dp", "pp",
+                                                        "embed", "cp", "dp_cp"};
   const char *group = c->slot >= 0 && c->slot < TY_CU_COMM_GROUPS ? groups[c->slot] : "?";
   const bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) +
                                           sizeof(a->flags) &&
@@ -359,6 +360,14 @@ ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype
                                               bool more, const char *what) {
   return ty_nccl_queue(c, TY_NCCL_ALL_REDUCE, dtype, op, 0, (const void *)(uintptr_t)send,
                        (void *)(uintptr_t)recv, count, more, what);
+}
+
+ty_abi_status_t ty_cu_comm_enqueue_gather(ty_abi_comm_t *c, bool gather, ty_dtype_t dtype,
+                                          CUdeviceptr send, CUdeviceptr recv, uint64_t count,
+                                          const char *what) {
+  return ty_nccl_queue(c, gather ? TY_NCCL_ALL_GATHER : TY_NCCL_REDUCE_SCATTER, dtype,
+                       TY_ABI_REDUCE_SUM, 0, (const void *)(uintptr_t)send,
+                       (void *)(uintptr_t)recv, count, false, what);
 }
 
 #else /* no nccl.h at build time */
@@ -413,10 +422,18 @@ ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *c, ty_dtype_t dtype
   (void)c, (void)dtype, (void)op, (void)send, (void)recv, (void)count, (void)more, (void)what;
   return ty_nccl_missing();
 }
+
+ty_abi_status_t ty_cu_comm_enqueue_gather(ty_abi_comm_t *c, bool gather, ty_dtype_t dtype,
+                                          CUdeviceptr send, CUdeviceptr recv, uint64_t count,
+                                          const char *what) {
+  (void)c, (void)gather, (void)dtype, (void)send, (void)recv, (void)count, (void)what;
+  return ty_nccl_missing();
+}
 #endif
 
 int ty_cu_comm_slot(const char *group) {
-  static const char *const names[TY_CU_COMM_GROUPS] = {"world", "tp", "dp", "pp", "embed"};
+  static const char *const names[TY_CU_COMM_GROUPS] = {"world", "tp", "dp",   "pp",
+                                                       "embed", "cp", "dp_cp"};
   if (!group) return 0;
   for (int i = 0; i < TY_CU_COMM_GROUPS; ++i) {
     if (strcmp(group, names[i]) == 0) return i;

@@ -218,6 +218,22 @@ void ty_cu_all_reduce(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint
   c->reduce = reduce;
 }
 
+void ty_cu_gather(ty_cu_build_t *b, bool gather, ty_dev_ref_t src, ty_dev_ref_t dst,
+                  uint64_t count, ty_dtype_t dtype, uint32_t parts, const char *group) {
+  if (count == 0) return;
+  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);
+  if (!c) return;
+  c->name = gather ? "ncclAllGather" : "ncclReduceScatter";
+  c->coll = gather ? TY_CU_COLL_ALL_GATHER : TY_CU_COLL_REDUCE_SCATTER;
+  c->parts = parts;
+  c->group = group;
+  c->src = src;
+  c->dst = dst;
+  c->size = count;
+  c->dtype = dtype;
+  c->reduce = TY_ABI_REDUCE_SUM;
+}
+
 ty_cu_cmd_t *ty_cu_gemm_cmd(ty_cu_build_t *b, const char *name) {
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_GEMM);
   if (c) c->name = name;

@@ -46,13 +46,19 @@ typedef enum ty_cu_cmd_kind_e {
   TY_CU_CMD_FILL, /* zero `size` bytes at dst */
   TY_CU_CMD_COPY, /* `size` bytes src -> dst; skipped when they coincide */
   TY_CU_CMD_GEMM, /* a cuBLASLt matmul (cuda_gemm.c) */
-  /* An all_reduce or tp_reduce op: `size` elements of `dtype` src -> dst,
-   * summed, averaged or maxed (`reduce`) over the ranks of process group
-   * `group` by the device's NCCL communicator of that group; at world 1 a
-   * copy (none when they coincide). Consecutive ones on one communicator
-   * form one NCCL group. */
+  /* A collective (`coll`) over the ranks of process group `group` by the
+   * device's NCCL communicator of that group. All_reduce / tp_reduce:
+   * `size` elements of `dtype` src -> dst, summed, averaged or maxed
+   * (`reduce`); at world 1 a copy (none when they coincide); consecutive
+   * ones on one communicator form one NCCL group. All_gather /
+   * reduce_scatter (`parts` > 1 ranks): `size` elements per rank (what
+   * each sends / keeps), each in an NCCL group of its own; refused at
+   * world 1. */
   TY_CU_CMD_ALL_REDUCE,
 } ty_cu_cmd_kind_t;
+
+/* The collective of a TY_CU_CMD_ALL_REDUCE command. */
+enum { TY_CU_COLL_ALL_REDUCE = 0, TY_CU_COLL_ALL_GATHER, TY_CU_COLL_REDUCE_SCATTER };
 
 typedef struct ty_cu_gemm_t ty_cu_gemm_t;
 
@@ -71,6 +77,8 @@ typedef struct ty_cu_cmd_t {
   ty_dtype_t dtype;     /* ALL_REDUCE */
   uint32_t reduce;      /* ALL_REDUCE: ty_abi_reduce_op_t */
   const char *group;    /* ALL_REDUCE: the node's `group` (the graph's storage) */
+  uint32_t coll;        /* ALL_REDUCE: TY_CU_COLL_* */
+  uint32_t parts;       /* ALL_REDUCE of ALL_GATHER / REDUCE_SCATTER: the group's size */
   ty_cu_gemm_t *gemm; /* GEMM: owned */
 } ty_cu_cmd_t;
 
@@ -165,6 +173,10 @@ void ty_cu_fill(ty_cu_build_t *b, ty_dev_ref_t dst, uint64_t size);
 void ty_cu_copy(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t size);
 /* An all-reduce of `count` elements of `dtype` from src into dst over
  * process group `group` (a string of the graph: it outlives the command). */
+/* An all_gather (`gather`) or reduce_scatter over the `parts` ranks of
+ * `group`: `count` elements per rank (sent by each / kept by each). */
+void ty_cu_gather(ty_cu_build_t *b, bool gather, ty_dev_ref_t src, ty_dev_ref_t dst,
+                  uint64_t count, ty_dtype_t dtype, uint32_t parts, const char *group);
 void ty_cu_all_reduce(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t count,
                       ty_dtype_t dtype, uint32_t reduce, const char *group);
 /* A cuBLASLt command (cuda_gemm.c adds these). */

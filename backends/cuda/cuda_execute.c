@@ -119,18 +119,38 @@ static bool ty_cu_patch(ty_abi_executable_t *e) {
  * commands right after it on the same communicator (the gradients of a
  * train step: one launch, not ~150). Commands on different communicators
  * are never in one NCCL group: each communicator's batch is closed before
- * the next one's starts (ty_nccl_queue keeps one open group per comm). */
+ * the next one's starts (ty_nccl_queue keeps one open group per comm).
+ * An all_gather / reduce_scatter command (parts > 1) runs on its group's
+ * communicator too, alone in its NCCL group. */
 static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
   CUdeviceptr dst = ty_cu_ref_address(e, c->dst), src = ty_cu_ref_address(e, c->src);
   uint64_t bytes = c->size * ty_dtype_size(c->dtype);
+  const bool reduce = c->coll == TY_CU_COLL_ALL_REDUCE;
+  if (!reduce && e->world <= 1) {
+    /* parts > 1 (parts = 1 builds a copy): the session refuses such a
+     * graph first; an executable run directly at world 1 lands here. */
+    return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                       "%s: node %u (%s over %u parts of group '%s') runs in a one-process run: "
+                       "run it over %u ranks, or build it with parts=1",
+                       e->device->label, c->node, e->core.graph->graph.nodes[c->node].op,
+                       c->parts, c->group ? c->group : "cp", c->parts);
+  }
   if (e->world <= 1) {
     if (!dst || !src || dst == src) return NULL;
     CUresult r = e->api->cuMemcpyDtoDAsync(dst, src, (size_t)bytes, e->device->stream);
     return r == CUDA_SUCCESS ? NULL : ty_cu_cmd_error(e, c, "cuMemcpyDtoDAsync", r);
   }
-  const char *group = c->group ? c->group : "world";
+  const char *group = c->group ? c->group : reduce ? "world" : "cp";
   const char *op = e->core.graph->graph.nodes[c->node].op;
   ty_abi_comm_t *comm = ty_cu_device_comm(e->device, group);
+  if (!comm && !reduce && c->parts == e->world) {
+    /* A gather's group as large as the run is the world, and in world-rank
+     * order (the host's groups are splits keyed by world rank,
+     * distributed/dist_group.c): the world's communicator serves it.
+     * `train --cp N` on N ranks makes only that one. */
+    ty_abi_comm_t *world = ty_cu_device_comm(e->device, "world");
+    if (world && ty_cu_comm_size(world) == e->world) comm = world;
+  }
   if (!comm) {
     return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
                        "%s: node %u (%s over group '%s') runs in a run of %u ranks, and no "
@@ -144,8 +164,27 @@ static ty_abi_status_t ty_cu_all_reduce_run(ty_abi_executable_t *e, ty_cu_cmd_t 
                        "world communicator has %u",
                        e->device->label, c->node, op, e->world, ty_cu_comm_size(comm));
   }
+  if (!reduce) {
+    if (ty_cu_comm_size(comm) != c->parts) {
+      return ty_plugin_error(TY_CODE_FAILED_PRECONDITION,
+                         "%s: node %u (%s) splits into %u parts, and this device's '%s' "
+                         "communicator has %u ranks",
+                         e->device->label, c->node, op, c->parts, group, ty_cu_comm_size(comm));
+    }
+    ty_abi_status_t st = ty_cu_comm_enqueue_gather(comm, c->coll == TY_CU_COLL_ALL_GATHER,
+                                                   c->dtype, src, dst, c->size, op);
+    if (!st) return NULL;
+    const ty_host_api_t *host = e->device->backend->base.host;
+    ty_abi_status_t named = ty_plugin_error(
+        host->status_code(st), "%s (node %u, %s, %llu %s per rank, group %s)",
+        host->status_message(st), c->node, op, (unsigned long long)c->size,
+        ty_dtype_name(c->dtype), group);
+    host->status_free(st);
+    return named;
+  }
   const ty_cu_cmd_t *next = c + 1 < e->cmds + e->cmd_count ? c + 1 : NULL;
   bool more = next && next->kind == TY_CU_CMD_ALL_REDUCE &&
+              next->coll == TY_CU_COLL_ALL_REDUCE &&
               ty_cu_device_comm(e->device, next->group ? next->group : "world") == comm &&
               !e->sync_each && !e->events;
   ty_abi_status_t st =

@@ -62,8 +62,9 @@ typedef struct ty_cu_options_t {
 } ty_cu_options_t;
 
 /* The process groups a device holds a communicator for (docs/ops.md
- * "Collectives": world, tp, dp, pp). */
-#define TY_CU_COMM_GROUPS 5
+ * "Collectives": world, tp, dp, pp, embed, and context parallel's cp and
+ * dp_cp). */
+#define TY_CU_COMM_GROUPS 7
 
 struct ty_abi_device_s {
   ty_abi_backend_t *backend;
@@ -146,6 +147,13 @@ ty_abi_status_t ty_cu_comm_recv(ty_abi_comm_t *comm, const ty_abi_collective_arg
 ty_abi_status_t ty_cu_comm_enqueue_all_reduce(ty_abi_comm_t *comm, ty_dtype_t dtype, uint32_t op,
                                               CUdeviceptr send, CUdeviceptr recv, uint64_t count,
                                               bool more, const char *what);
+/* An executable's all_gather (`gather`: `count` elements of every rank
+ * concatenated rank by rank into recv) or reduce_scatter (summed, rank r
+ * keeps the r-th `count` elements of send) on the device's stream, in an
+ * NCCL group of its own. */
+ty_abi_status_t ty_cu_comm_enqueue_gather(ty_abi_comm_t *comm, bool gather, ty_dtype_t dtype,
+                                          CUdeviceptr send, CUdeviceptr recv, uint64_t count,
+                                          const char *what);
 /* The communicator's size (ranks). */
 uint32_t ty_cu_comm_size(const ty_abi_comm_t *comm);
 /* The slot of process group `group` in device->comms (NULL: "world"), or -1

@@ -25,6 +25,10 @@ const ty_dev_op_t ty_cu_ops[] = {
     {"global_norm_scale", ty_cu_build_global_norm_scale, TY_DESC_ACCEPT_COMPUTE},
     {"all_reduce", ty_cu_build_all_reduce, TY_DESC_ACCEPT_COMPUTE},
     {"tp_reduce", ty_cu_build_all_reduce, TY_DESC_ACCEPT_COMPUTE},
+    {"attention_merge", ty_cu_build_attention_merge, TY_DESC_ACCEPT_COMPUTE},
+    {"attention_merge_backward", ty_cu_build_attention_merge, TY_DESC_ACCEPT_COMPUTE},
+    {"all_gather", ty_cu_build_gather, TY_DESC_ACCEPT_COMPUTE},
+    {"reduce_scatter", ty_cu_build_gather, TY_DESC_ACCEPT_COMPUTE},
     {"tp_copy", ty_dev_build_reshape, TY_DESC_ACCEPT_COMPUTE}, /* the identity: a copy */
     {"vocab_embedding", ty_cu_build_vocab_embedding, TY_DESC_ACCEPT_COMPUTE},
     {"vocab_embedding_backward", ty_cu_build_vocab_embedding_backward, TY_DESC_ACCEPT_COMPUTE},
@@ -53,12 +57,13 @@ static const struct {
     {"dropout_backward", false},   {"clip_by_global_norm", true},
     {"linear_cross_entropy", true}, {"linear_cross_entropy_backward", false},
     {"adafactor_update", true},    {"paged_attention", false}, {"sample", true},
-    {"top_logprobs", true},
+    {"top_logprobs", true},        {"attention_merge", false},
+    {"attention_merge_backward", false},
 };
 
 bool ty_cu_op_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, char *reason,
                     size_t capacity) {
-  if (strncmp(node->op, "attention", 9) == 0) {
+  if (strcmp(node->op, "attention") == 0 || strcmp(node->op, "attention_backward") == 0) {
     return ty_cu_attention_check(g, node, reason, capacity);
   }
   if (strncmp(node->op, "vocab_", 6) == 0) return ty_cu_vocab_check(g, node, reason, capacity);

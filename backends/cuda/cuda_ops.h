@@ -97,6 +97,9 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
 /* cuda's own builders, by file. */
 /* cuda_ops_optim.c */
 void ty_cu_build_all_reduce(ty_cu_build_t *b);
+void ty_cu_build_gather(ty_cu_build_t *b); /* all_gather, reduce_scatter */
+/* cuda_attention.c */
+void ty_cu_build_attention_merge(ty_cu_build_t *b);
 /* cuda_ops_memory.c */
 void ty_cu_build_linear_ce(ty_cu_build_t *b);
 void ty_cu_build_adafactor(ty_cu_build_t *b);

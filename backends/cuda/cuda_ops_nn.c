@@ -76,9 +76,69 @@ void ty_cu_build_map(ty_cu_build_t *b) {
   ty_cu_emit_map(b, op, 1.0f);
 }
 
+/* Dropout numbered as in the whole sequence (seq_len > 0: context
+ * parallel; docs/ops.md "Dropout"), bit for bit the cpu kernel's mask. The
+ * op checks made seq_starts split axis 1 of x (rank >= 2) into equal
+ * slices inside [0, seq_len).
+ * ty_dropout_seq_<T>(x, rng, int dtrng, y, i64 n, i64 inner, i64 local,
+ *                    i64 m, i64 seq_len, dims8 starts, u32 threshold,
+ *                    u32 stream, f64 keep): a thread per element */
+static void ty_cu_build_dropout_seq(ty_cu_build_t *b, int64_t seq_len, const char *kernel) {
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
+  const int64_t n = ty_dev_numel(x);
+  const double p = ty_desc_node_attr_float(b->node, "p", 0.0);
+  if (!(p >= 0.0 && p < 1.0)) {
+    ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT, "probability %g is outside [0, 1)", p);
+    return;
+  }
+  const ty_abi_attr_t *st = ty_desc_node_attr(b->node, "seq_starts");
+  if (!st || st->kind != TY_ATTR_INTS || st->count == 0 || x->rank < 2 ||
+      x->dims[1] % (int64_t)st->count != 0) {
+    ty_dev_fail(b, TY_CODE_INVALID_ARGUMENT,
+                "seq_len needs seq_starts splitting axis 1 of x (rank >= 2) into equal slices");
+    return;
+  }
+  if (st->count > 8) {
+    ty_dev_fail(b, TY_CODE_UNIMPLEMENTED,
+                "%u seq_starts: the cuda dropout kernel takes at most 8 slices of the sequence "
+                "(context parallel gives each rank 2)",
+                st->count);
+    return;
+  }
+  if (n == 0) return;
+  int64_t inner = 1, starts[8] = {0};
+  for (uint32_t d = 2; d < x->rank; ++d) inner *= x->dims[d];
+  for (uint32_t j = 0; j < st->count; ++j) starts[j] = st->ints[j];
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ELEMENTWISE, kernel);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  ty_dev_arg_in(b, c, 1);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_i64(b, c, n);
+  ty_dev_arg_i64(b, c, inner);
+  ty_dev_arg_i64(b, c, x->dims[1]);
+  ty_dev_arg_i64(b, c, x->dims[1] / (int64_t)st->count);
+  ty_dev_arg_i64(b, c, seq_len);
+  ty_dev_arg_dims8(b, c, starts);
+  ty_dev_arg_u32(b, c, ty_dropout_threshold(p));
+  ty_dev_arg_u32(b, c, (uint32_t)ty_desc_node_attr_int(b->node, "stream", 0));
+  ty_dev_arg_f64(b, c, 1.0 - p);
+  ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
+}
+
 void ty_cu_build_dropout(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
   const int64_t n = ty_dev_numel(y);
+  const int64_t seq_len = ty_desc_node_attr_int(b->node, "seq_len", 0);
+  if (seq_len > 0) {
+    const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_dropout_seq"), y);
+    if (!kernel) return;
+    if (x->dtype != y->dtype) {
+      ty_dev_fail(b, TY_CODE_UNIMPLEMENTED, "x and y of different dtypes");
+      return;
+    }
+    ty_cu_build_dropout_seq(b, seq_len, kernel);
+    return;
+  }
   double p;
   if (!ty_dev_dropout_p(b, &p) || n == 0) return;
   const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_dropout"), y);

@@ -330,3 +330,52 @@ void ty_cu_build_all_reduce(ty_cu_build_t *b) {
   ty_cu_all_reduce(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(x), x->dtype, op,
                    group);
 }
+
+/* all_gather(x) -> y and reduce_scatter(x) -> y over the node's process
+ * group (default "cp"; ops/op_gather.c, docs/ops.md "Collectives").
+ * parts = 1 is the identity: a copy, whatever the run's size. Else NCCL's
+ * AllGather / ReduceScatter on the device's communicator of the group
+ * (cuda_execute.c), which concatenate / split the flat buffer rank by rank.
+ * With `outer` = the elements before `axis` > 1, the parts are interleaved
+ * along axis in y (gather) or x (scatter), so a strided copy moves them
+ * between that layout and a rank-major scratch: [outer][parts][inner] <->
+ * [parts][outer][inner], after the gather and before the reduce-scatter. */
+void ty_cu_build_gather(ty_cu_build_t *b) {
+  const bool gather = strcmp(b->node->op, "all_gather") == 0;
+  const ty_abi_value_t *x = ty_dev_vin(b, 0), *y = ty_dev_vout(b, 0);
+  const size_t es = ty_desc_dtype_size(x->dtype);
+  const int64_t parts = ty_desc_node_attr_int(b->node, "parts", 1);
+  int64_t axis = ty_desc_node_attr_int(b->node, "axis", 0);
+  if (axis < 0) axis += x->rank;
+  const char *group = ty_desc_node_attr_string(b->node, "group", "cp");
+  if (parts <= 1) {
+    ty_cu_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(y) * es);
+    return;
+  }
+  /* One rank's part: x for the gather, y for the reduce-scatter. */
+  const int64_t part = ty_dev_numel(gather ? x : y);
+  if (part == 0) return;
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis && d < (int64_t)x->rank; ++d) outer *= x->dims[d];
+  if (outer == 1) {
+    ty_cu_gather(b, gather, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)part, x->dtype,
+                 (uint32_t)parts, group);
+    return;
+  }
+  const int64_t inner = part / outer;
+  const ty_dev_ref_t scratch = ty_dev_scratch(b, (uint64_t)(parts * part) * es);
+  const int64_t dims[3] = {parts, outer, inner};
+  const int64_t rank_major[3] = {outer * inner, inner, 1};
+  const int64_t interleaved[3] = {inner, parts * inner, 1};
+  if (gather) {
+    ty_cu_gather(b, true, ty_dev_in(b, 0), scratch, (uint64_t)part, x->dtype, (uint32_t)parts,
+                 group);
+    ty_cu_movers.strided_copy(b, scratch, ty_dev_out(b, 0), es, 3, dims, rank_major,
+                              interleaved);
+  } else {
+    ty_cu_movers.strided_copy(b, ty_dev_in(b, 0), scratch, es, 3, dims, interleaved,
+                              rank_major);
+    ty_cu_gather(b, false, scratch, ty_dev_out(b, 0), (uint64_t)part, x->dtype,
+                 (uint32_t)parts, group);
+  }
+}

@@ -47,8 +47,9 @@ typedef struct {
   int update[MAX_OUT]; /* per output: the state input it replaces, or -1 */
   bool exact;          /* outputs must match bit for bit */
   bool fixed;          /* dtypes as written: no f32/bf16/f16 sweep */
-  bool cpu_only;       /* a feature the GPU backends refuse by name (docs/ops.md):
-                          not run against TY_TEST_KERNELS_DEVICE */
+  const char *refused_on; /* the device-name prefix of a backend that refuses the
+                             feature by name (docs/ops.md): not run against such a
+                             TY_TEST_KERNELS_DEVICE */
   int runs;
 } tcase_t;
 

@@ -30,8 +30,11 @@
 typedef struct att_case_t {
   const char *name;
   ty_dtype_t dtype;
-  int64_t B, T, S, Hq, Hkv, D, window, kv_len; /* kv_len 0: no input */
-  double scale;                                /* 0: the default 1/sqrt(D) */
+  /* kv_len 0: no input; window -1: causal=0 (context parallel's earlier key
+   * blocks: the mma.sync kernels' _full instances in modes mma and auto,
+   * never wgmma) */
+  int64_t B, T, S, Hq, Hkv, D, window, kv_len;
+  double scale; /* 0: the default 1/sqrt(D) */
 } att_case_t;
 
 static int g_failures, g_checks;
@@ -156,7 +159,8 @@ static ty_graph_t *build_graph(const att_case_t *c, int backward) {
   }
   if (c->kv_len) OK(ty_graph_add_input(g, "kv_len", TY_DTYPE_I64, 0, NULL, &in[n++]));
   ty_attrs_t attrs = TY_ATTRS_EMPTY;
-  if (c->window) OK(ty_attrs_set_int(&attrs, "window", c->window));
+  if (c->window > 0) OK(ty_attrs_set_int(&attrs, "window", c->window));
+  if (c->window < 0) OK(ty_attrs_set_int(&attrs, "causal", 0));
   if (c->scale > 0) OK(ty_attrs_set_float(&attrs, "scale", c->scale));
   ty_value_id_t out[3];
   OK(ty_graph_add_node(g, backward ? "attention_backward" : "attention", in, n, &attrs, out,
@@ -244,7 +248,7 @@ static run_t run_once(ty_registry_t *reg, const att_case_t *c, int backward, con
 static ty_ref_attention_shape_t ref_shape(const att_case_t *c) {
   ty_ref_attention_shape_t s = {c->B,      c->T, c->S, c->Hq,
                                 c->Hkv,    c->D, c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->D),
-                                c->window, c->kv_len, 0};
+                                c->window > 0 ? c->window : 0, c->kv_len, c->window < 0};
   return s;
 }
 
@@ -481,6 +485,12 @@ int main(int argc, char **argv) {
         {"tc-d128", F16, 1, 150, 150, 2, 1, 128, 0, 0, 0.3},
         {"tc-d128-kvlen", BF16, 1, 40, 200, 1, 1, 128, 17, 120, 0},
         {"tc-gpt2-tile", BF16, 1, 1024, 1024, 2, 2, 64, 0, 0, 0},
+        /* causal=0 (issue 31): S < T, kv_len below T, a tensor-core shape. */
+        {"full-gqa", F32, 1, 6, 9, 4, 2, 8, -1, 0, 0},
+        {"full-short", BF16, 2, 7, 3, 2, 2, 8, -1, 0, 0},
+        {"full-kv-len", F16, 1, 6, 12, 4, 2, 8, -1, 3, 0},
+        {"full-tc-shape", BF16, 1, 200, 300, 4, 2, 64, -1, 0, 0},
+        {"full-f32-d64", F32, 1, 256, 256, 2, 1, 64, -1, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) test_case(reg, &cases[i]);
     printf("%d checks, %d failed\n", g_checks, g_failures);

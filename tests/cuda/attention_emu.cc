@@ -109,7 +109,9 @@ struct Shape {
   size_t qi(int b, int t, int h, int d) const { return (((size_t)b * T + t) * Hq + h) * D + d; }
   size_t ki(int b, int s, int h, int d) const { return (((size_t)b * S + s) * Hkv + h) * D + d; }
   size_t li(int b, int h, int t) const { return ((size_t)b * Hq + h) * T + t; }
+  /* window -1: causal=0 (every key below L; the generic kernels' encoding). */
   bool visible(int t, int s) const {
+    if (window < 0) return s < L;
     const long long pos = t + L - T;
     return s <= pos && (window == 0 || pos - s < window);
   }
@@ -260,7 +262,8 @@ bool run_path(const Case &c, const Shape &s, bool fast, Tensor &q, Tensor &k, Te
   ty_cu_att_plan_t plan;
   const ty_cu_att_path_t want = fast ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC;
   const char *why =
-      ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, want, false, &plan);
+      ty_cu_att_plan(c.dtype, c.B, c.T, c.S, c.Hq, c.Hkv, c.D, want, false, c.window >= 0,
+                     &plan);
   if (why) {
     printf("  FAIL plan refused: %s\n", why);
     g_failures++;
@@ -474,9 +477,28 @@ void check_plan_rule() {
       {BF16, 1024, 64, TY_CU_ATT_GENERIC, TY_CU_ATT_GENERIC, true},
       {F32, 1024, 64, TY_CU_ATT_WGMMA, TY_CU_ATT_GENERIC, true},
   };
+  /* causal=0: the mma.sync kernels' _full instances (never wgmma, which
+   * is causal-only), the generic ones where the tensor cores do not apply. */
+  for (ty_cu_att_path_t best : {TY_CU_ATT_WGMMA, TY_CU_ATT_MMA, TY_CU_ATT_GENERIC}) {
+    for (ty_dtype_t dt : {BF16, F32}) {
+      ty_cu_att_plan_t plan;
+      const char *why = ty_cu_att_plan(dt, 2, 1024, 512, 8, 2, 64, best, false, false, &plan);
+      const bool tc = dt == BF16 && best != TY_CU_ATT_GENERIC;
+      bool names = why == nullptr;
+      for (int k = 0; k < TY_CU_ATT_KERNELS_ && names; ++k) {
+        if (k == TY_CU_ATT_DELTA) continue;
+        const char *n = plan.launch[k].kernel;
+        names = !plan.launch[k].sm90 && (tc ? strstr(n, "_tc_") && strstr(n, "_full")
+                                            : strstr(n, "_simt_") != nullptr);
+      }
+      expect(names && plan.path == (tc ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC),
+             std::string("plan: causal=0 ") + dtname(dt) + " with best " +
+                 std::to_string((int)best) + (tc ? " -> mma _full" : " -> generic"));
+    }
+  }
   for (const Want &w : wants) {
     ty_cu_att_plan_t plan;
-    const char *why = ty_cu_att_plan(w.dt, 2, w.T, w.T, 8, 2, w.D, w.best, w.det, &plan);
+    const char *why = ty_cu_att_plan(w.dt, 2, w.T, w.T, 8, 2, w.D, w.best, w.det, true, &plan);
     char what[160];
     snprintf(what, sizeof(what), "plan: dtype %d T %lld D %lld best %d%s -> path %d", (int)w.dt,
              (long long)w.T, (long long)w.D, (int)w.best, w.det ? " deterministic" : "",
@@ -539,7 +561,7 @@ void check_row_invariance(ty_dtype_t dt, int D, int Hq, int Hkv, int window) {
       ty_cu_att_plan_t plan;
       const ty_cu_att_path_t best = fast ? TY_CU_ATT_WGMMA : TY_CU_ATT_GENERIC;
       const ty_cu_att_path_t want = fast ? TY_CU_ATT_MMA : TY_CU_ATT_GENERIC;
-      if (ty_cu_att_plan(dt, w.B, w.T, w.S, Hq, Hkv, D, best, true, &plan) ||
+      if (ty_cu_att_plan(dt, w.B, w.T, w.S, Hq, Hkv, D, best, true, true, &plan) ||
           plan.path != want) {
         expect(fast && !(D == 64 || D == 128) && plan.path == TY_CU_ATT_GENERIC,
                std::string("deterministic plan path for ") + w.name);
@@ -620,6 +642,27 @@ int main(int argc, char **argv) {
     cases.push_back({"window", 1, 10, 10, 2, 2, 8, 3, 0, 0, dt, true, false});
     cases.push_back({"cache-kv-len", 1, 2, 12, 4, 2, 8, 0, 7, 0, dt, true, false});
   }
+  /* causal=0 (window -1): S < T, kv_len below T, and a shape the tensor
+   * cores would take if it were causal (the plan routes it to generic). */
+  for (ty_dtype_t dt : {F32, BF16, F16}) {
+    for (bool bw : {false, true}) {
+      cases.push_back({"noncausal-gqa", 2, 8, 5, 4, 2, 16, -1, 0, 0, dt, bw, false});
+      cases.push_back({"noncausal-kv-len", 1, 6, 12, 4, 2, 8, -1, 3, 0, dt, bw, false});
+      cases.push_back({"noncausal-d64-tiles", 1, 70, 140, 2, 1, 64, -1, 0, 0, dt, bw, false});
+    }
+  }
+  /* causal=0 on the tensor cores (their _full instances): partial tiles,
+   * S < T, kv_len inside a tile, D = 128. */
+  for (ty_dtype_t dt : {BF16, F16}) {
+    for (bool bw : {false, true}) {
+      cases.push_back({"tc-noncausal-gqa", 1, 150, 200, 4, 2, 64, -1, 0, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-short", 2, 130, 50, 2, 1, 64, -1, 0, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-kvlen", 1, 90, 300, 2, 1, 64, -1, 77, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-d128", 1, 100, 140, 2, 2, 128, -1, 0, 0, dt, bw, false});
+      cases.push_back({"tc-noncausal-d128-kvlen", 1, 40, 200, 1, 1, 128, -1, 33, 0, dt, bw,
+                       false});
+    }
+  }
   /* Head dims of the other generic buckets, f32 and bf16. */
   for (ty_dtype_t dt : {F32, BF16}) {
     for (bool bw : {false, true}) {
@@ -657,7 +700,7 @@ int main(int argc, char **argv) {
     for (const Case &c : cases) {
       const bool head_dim_case = c.name[0] == 'd' && c.name[1] >= '0' && c.name[1] <= '9';
       const bool conform = c.name.rfind("tc-", 0) != 0 && !head_dim_case &&
-                           c.name.rfind("big", 0) != 0;
+                           c.name.rfind("big", 0) != 0 && c.window >= 0;
       if (conform && (i++ % 3) == (int)(c.dtype - 1)) picked.push_back(c);
     }
     for (bool bw : {false, true}) {
@@ -666,6 +709,12 @@ int main(int argc, char **argv) {
       picked.push_back({"tc-d128-decode", 1, 1, 77, 2, 1, 128, 0, 0, 0, F16, bw, false});
       picked.push_back({"tc-misaligned", 1, 20, 33, 1, 1, 64, 0, 0, 0, BF16, bw, true});
       picked.push_back({"d100-f32", 1, 9, 13, 2, 1, 100, 0, 0, 0, F32, bw, false});
+      picked.push_back({"noncausal-gqa", 2, 8, 5, 4, 2, 16, -1, 0, 0, F32, bw, false});
+      picked.push_back({"noncausal-kv-len", 1, 6, 12, 4, 2, 8, -1, 3, 0, BF16, bw, false});
+      picked.push_back({"noncausal-d64-tiles", 1, 70, 140, 2, 1, 64, -1, 0, 0, BF16, bw, false});
+      picked.push_back({"tc-noncausal-kvlen", 1, 90, 140, 2, 1, 64, -1, 77, 0, F16, bw, false});
+      picked.push_back({"tc-noncausal-d128-short", 1, 40, 30, 1, 1, 128, -1, 0, 0, BF16, bw,
+                        false});
     }
     cases = picked;
   }

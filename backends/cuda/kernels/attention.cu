@@ -104,20 +104,25 @@ TY_ATT_SIMT_DTYPE(f32, float)
 TY_ATT_SIMT_DTYPE(bf16, __nv_bfloat16)
 TY_ATT_SIMT_DTYPE(f16, __half)
 
-#define TY_ATT_TC(name, T, DIM)                                                            \
+/* Each tensor-core kernel twice: causal (the names without a suffix) and
+ * NC = causal=0 (suffix _full: every key below kv_len seen by every row; a
+ * compile-time flag, so the causal instances are the code of before). */
+#define TY_ATT_TC1(name, T, DIM, NC, sfx)                                                  \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_FWD_WARPS,                   \
                                                TY_ATT_TC_FWD_BLOCKS(DIM))                  \
-      ty_att_fwd_tc_##name##_d##DIM(TY_ATT_FWD_PARAMS(T)) {                                \
-    ty_att_fwd_tc<T, DIM>(TY_ATT_FWD_ARGS);                                                \
+      ty_att_fwd_tc_##name##_d##DIM##sfx(TY_ATT_FWD_PARAMS(T)) {                           \
+    ty_att_fwd_tc<T, DIM, NC>(TY_ATT_FWD_ARGS);                                            \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_DQ_WARPS)                    \
-      ty_att_dq_tc_##name##_d##DIM(TY_ATT_DQ_PARAMS(T)) {                                  \
-    ty_att_dq_tc<T, DIM>(TY_ATT_DQ_ARGS);                                                  \
+      ty_att_dq_tc_##name##_d##DIM##sfx(TY_ATT_DQ_PARAMS(T)) {                             \
+    ty_att_dq_tc<T, DIM, NC>(TY_ATT_DQ_ARGS);                                              \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_DKV_WARPS)                   \
-      ty_att_dkv_tc_##name##_d##DIM(TY_ATT_DKV_PARAMS(T)) {                                \
-    ty_att_dkv_tc<T, DIM>(TY_ATT_DKV_ARGS);                                                \
+      ty_att_dkv_tc_##name##_d##DIM##sfx(TY_ATT_DKV_PARAMS(T)) {                           \
+    ty_att_dkv_tc<T, DIM, NC>(TY_ATT_DKV_ARGS);                                            \
   }
+#define TY_ATT_TC(name, T, DIM) \
+  TY_ATT_TC1(name, T, DIM, false, ) TY_ATT_TC1(name, T, DIM, true, _full)
 
 TY_ATT_TC(bf16, __nv_bfloat16, 64)
 TY_ATT_TC(bf16, __nv_bfloat16, 128)

@@ -24,17 +24,43 @@ extern __shared__ __align__(16) unsigned char ty_att_smem[];
 #endif
 
 /* L = kv_len (S when absent), or -1 after recording the data error; every
- * block then returns without writing (the run fails). */
-__device__ inline long long ty_att_kv_len(const long long *kvlen, int Tq, int S, ERR_ARGS) {
+ * block then returns without writing (the run fails). kv_len lies in
+ * [lo, S]: lo = T when causal, 1 when not (docs/ops.md). */
+__device__ inline long long ty_att_kv_len(const long long *kvlen, int Tq, int S, ERR_ARGS,
+                                          int lo) {
+  (void)Tq;
   if (!kvlen) return S;
   const long long L = *kvlen;
-  if (L < Tq || L > S) {
+  if (L < lo || L > S) {
     if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
-      ty_fail(err, node, TY_ERR_KV_LEN, L, Tq, S);
+      ty_fail(err, node, TY_ERR_KV_LEN, L, lo, S);
     }
     return -1;
   }
   return L;
+}
+
+__device__ inline long long ty_att_kv_len(const long long *kvlen, int Tq, int S, ERR_ARGS) {
+  return ty_att_kv_len(kvlen, Tq, S, err, node, Tq);
+}
+
+/* The generic kernels' `window` argument also carries `causal`: -1 is
+ * causal=0 (every key below L visible to every query; docs/ops.md; the
+ * tensor-core kernels have _full instances for it instead, which ignore
+ * window). Each kernel turns it into a row-position rule once, so
+ * the masks and tile bounds below are the causal ones unchanged: query
+ * token t sits at position t * cm + off, with cm = 1, off = L - T when
+ * causal and cm = 0, off = L - 1 (every row at the last key) when not. */
+struct ty_att_rows {
+  long long cm, off;
+};
+
+__device__ inline ty_att_rows ty_att_rows_of(int *window, long long L, int Tq) {
+  if (*window < 0) {
+    *window = 0;
+    return {0, L - 1};
+  }
+  return {1, L - Tq};
 }
 
 /* Key `key` is visible from absolute position `pos` (pos < 0: a padding
@@ -106,18 +132,19 @@ __device__ void ty_att_fwd_simt(const T *q, const T *k, const T *v, T *out, floa
   constexpr int BQ = 16 * RM, BK = 8 * KC, LD = DC + 1, LP = BK + 1;
   float *sQ = (float *)ty_att_smem, *sK = sQ + BQ * LD, *sV = sK + BK * LD, *sP = sV + BK * LD;
   int *sPos = (int *)(sP + BQ * LP);
-  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node, window < 0 ? 1 : Tq);
   if (L < 0) return;
+  const ty_att_rows rp = ty_att_rows_of(&window, L, Tq);
   const int G = Hq / Hkv, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, rg = tid >> 3, c = tid & 7;
-  const long long rows = (long long)Tq * G, R0 = (long long)blockIdx.x * BQ, off = L - Tq;
+  const long long rows = (long long)Tq * G, R0 = (long long)blockIdx.x * BQ, off = rp.off;
   ty_att_simt_load_q<T, DC>(sQ, q, b, R0, BQ, rows, G, kvh, Tq, Hq, D);
   for (int r = tid; r < BQ; r += TY_ATT_SIMT_THREADS) {
-    sPos[r] = R0 + r < rows ? (int)((R0 + r) / G + off) : -1;
+    sPos[r] = R0 + r < rows ? (int)((R0 + r) / G * rp.cm + off) : -1;
   }
   /* Keys the block's rows can see: up to the last row's position, from the
    * first row's window start. */
-  const long long hi = (min(R0 + BQ, rows) - 1) / G + off;
+  const long long hi = (min(R0 + BQ, rows) - 1) / G * rp.cm + off;
   long long lo = 0;
   if (window > 0) lo = max(0LL, R0 / G + off - window + 1);
   const long long kv_stride = (long long)Hkv * D;
@@ -212,12 +239,12 @@ __device__ void ty_att_fwd_simt(const T *q, const T *k, const T *v, T *out, floa
 __device__ inline void ty_att_simt_rowdata(int *pos, float *lse2, float *dl, const float *lse,
                                            const float *delta, int b, long long R0, int rows,
                                            long long total, int G, int kvh, int Tq, int Hq,
-                                           long long off) {
+                                           ty_att_rows rp) {
   for (int r = threadIdx.x; r < rows; r += TY_ATT_SIMT_THREADS) {
     const long long R = R0 + r;
     if (R < total) {
       const long long o = ty_att_rowoff(b, R, G, kvh, Tq, Hq);
-      pos[r] = (int)(R / G + off);
+      pos[r] = (int)(R / G * rp.cm + rp.off);
       lse2[r] = lse[o] * TY_ATT_LOG2E;
       dl[r] = delta[o];
     } else {
@@ -239,15 +266,16 @@ __device__ void ty_att_dq_simt(const T *dout, const T *q, const T *k, const T *v
   float *sQ = (float *)ty_att_smem, *sO = sQ + BQ * LD, *sK = sO + BQ * LD, *sV = sK + BK * LD;
   float *sS = sV + BK * LD, *sL = sS + BQ * LP, *sD = sL + BQ;
   int *sPos = (int *)(sD + BQ);
-  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node, window < 0 ? 1 : Tq);
   if (L < 0) return;
+  const ty_att_rows rp = ty_att_rows_of(&window, L, Tq);
   const int G = Hq / Hkv, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, rg = tid >> 3, c = tid & 7;
-  const long long rows = (long long)Tq * G, R0 = (long long)blockIdx.x * BQ, off = L - Tq;
+  const long long rows = (long long)Tq * G, R0 = (long long)blockIdx.x * BQ, off = rp.off;
   ty_att_simt_load_q<T, DC>(sQ, q, b, R0, BQ, rows, G, kvh, Tq, Hq, D);
   ty_att_simt_load_q<T, DC>(sO, dout, b, R0, BQ, rows, G, kvh, Tq, Hq, D);
-  ty_att_simt_rowdata(sPos, sL, sD, lse, delta, b, R0, BQ, rows, G, kvh, Tq, Hq, off);
-  const long long hi = (min(R0 + BQ, rows) - 1) / G + off;
+  ty_att_simt_rowdata(sPos, sL, sD, lse, delta, b, R0, BQ, rows, G, kvh, Tq, Hq, rp);
+  const long long hi = (min(R0 + BQ, rows) - 1) / G * rp.cm + off;
   long long lo = 0;
   if (window > 0) lo = max(0LL, R0 / G + off - window + 1);
   const long long kv_stride = (long long)Hkv * D;
@@ -339,18 +367,20 @@ __device__ void ty_att_dkv_simt(const T *dout, const T *q, const T *k, const T *
   float *sK = (float *)ty_att_smem, *sV = sK + BKK * LD, *sQ = sV + BKK * LD, *sO = sQ + BR * LD;
   float *sP = sO + BR * LD, *sS = sP + BKK * LP, *sL = sS + BKK * LP, *sD = sL + BR;
   int *sPos = (int *)(sD + BR);
-  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node, window < 0 ? 1 : Tq);
   if (L < 0) return;
+  const ty_att_rows rp = ty_att_rows_of(&window, L, Tq);
   const int G = Hq / Hkv, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, kg = tid >> 3, c = tid & 7;
-  const long long k0 = (long long)blockIdx.x * BKK, off = L - Tq, rows = (long long)Tq * G;
+  const long long k0 = (long long)blockIdx.x * BKK, off = rp.off, rows = (long long)Tq * G;
   const long long kv_stride = (long long)Hkv * D;
   const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
   ty_att_simt_load_kv<T, DC>(sK, k + kv_base + k0 * kv_stride, kv_stride, BKK, S - k0, D);
   ty_att_simt_load_kv<T, DC>(sV, v + kv_base + k0 * kv_stride, kv_stride, BKK, S - k0, D);
   /* Tokens that see a key of the block: from the first key's position on,
-   * and with a window up to where the last key leaves it. */
-  const long long t_lo = max(0LL, k0 - off);
+   * and with a window up to where the last key leaves it (causal=0: every
+   * token when the block starts below L, else none). */
+  const long long t_lo = rp.cm ? max(0LL, k0 - off) : k0 <= off ? 0LL : (long long)Tq;
   long long t_hi = Tq - 1;
   if (window > 0) t_hi = min(t_hi, k0 + BKK - 1 + window - 1 - off);
   const long long row_hi = min(rows, (t_hi + 1) * G);
@@ -363,7 +393,7 @@ __device__ void ty_att_dkv_simt(const T *dout, const T *q, const T *k, const T *
     __syncthreads(); /* the previous tile's readers are done (and sK, sV ready) */
     ty_att_simt_load_q<T, DC>(sQ, q, b, R0, BR, row_hi, G, kvh, Tq, Hq, D);
     ty_att_simt_load_q<T, DC>(sO, dout, b, R0, BR, row_hi, G, kvh, Tq, Hq, D);
-    ty_att_simt_rowdata(sPos, sL, sD, lse, delta, b, R0, BR, row_hi, G, kvh, Tq, Hq, off);
+    ty_att_simt_rowdata(sPos, sL, sD, lse, delta, b, R0, BR, row_hi, G, kvh, Tq, Hq, rp);
     __syncthreads();
     float st[RM][KC], dpt[RM][KC];
 #pragma unroll

@@ -116,6 +116,21 @@ __device__ __forceinline__ void ty_att_key_tiles(int q0, int Tq, int off, int wi
   *kt_hi = (*end + BK - 1) / BK;
 }
 
+/* The same for the kernels' NC (causal=0) instances: every row sits at
+ * `last` = L - 1, so the tiles are [0, ceil(L / BK)); causal ones as above. */
+template <int BQ, int BK, bool NC>
+__device__ __forceinline__ void ty_att_key_tiles_nc(int q0, int Tq, int off, int last,
+                                                    int window, int *end, int *kt_lo,
+                                                    int *kt_hi) {
+  if (NC) {
+    *end = last + 1;
+    *kt_lo = 0;
+    *kt_hi = (*end + BK - 1) / BK;
+  } else {
+    ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, end, kt_lo, kt_hi);
+  }
+}
+
 /* The query tiles of BQ rows, [*qt_lo, *qt_lo + *nqt), in which some row
  * sees one of keys [k0, k0 + BKV) (per query head of the group). */
 template <int BQ, int BKV>
@@ -160,7 +175,7 @@ __device__ __forceinline__ void ty_att_load_stats(float *tL, float *tD, const fl
 
 /* out, lse = attention(q, k, v): grid (ceil(T / 128), Hq, B), 256 threads;
  * query tiles in reverse order so the longest causal rows start first. */
-template <typename T, int D>
+template <typename T, int D, bool NC>
 __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float *lse,
                               const long long *kvlen, int Tq, int S, int Hq, int Hkv, int D_,
                               float scale, float sl2, int window, ERR_ARGS) {
@@ -169,8 +184,9 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
   constexpr int NW = TY_ATT_TC_FWD_WARPS, BQ = TY_ATT_TC_FWD_BQ, BK = TY_ATT_TC_BK;
   constexpr int NT = 32 * NW;
   uint16_t *sQ = (uint16_t *)ty_att_smem, *sK = sQ + BQ * D, *sV = sK + 2 * BK * D;
-  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node, NC ? 1 : Tq);
   if (L < 0) return;
+  const int last = (int)L - 1; /* NC: every row's position */
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
   const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BQ, off = (int)L - Tq;
@@ -180,7 +196,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
   int hi, kt_lo, kt_hi; /* hi: one past the last row's position */
-  ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, &hi, &kt_lo, &kt_hi);
+  ty_att_key_tiles_nc<BQ, BK, NC>(q0, Tq, off, last, window, &hi, &kt_lo, &kt_hi);
 
   ty_tc_load<D, BQ, NT>(sQ, qb, q_stride, q0, Tq, aligned);
   ty_tc_load<D, BK, NT>(sK + (kt_lo & 1) * BK * D, kb, kv_stride, kt_lo * BK, hi, aligned);
@@ -216,7 +232,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
       }
     }
     const int k0 = kt * BK;
-    if (ty_tc_sees_none(w0, k0, BK, off, window)) continue;
+    if (NC ? k0 > last : ty_tc_sees_none(w0, k0, BK, off, window)) continue;
     uint16_t *tK = sK + buf * BK * D, *tV = sV + buf * BK * D;
     float s[BK / 8][4];
 #pragma unroll
@@ -234,13 +250,15 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
         ty_mma16816<T>(s[2 * np + 1], qa, kf[2], kf[3]);
       }
     }
-    if (ty_tc_needs_mask(w0, 16, k0, BK, off, window)) {
+    if (NC ? k0 + BK - 1 > last : ty_tc_needs_mask(w0, 16, k0, BK, off, window)) {
 #pragma unroll
       for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + j * 8 + tq * 2 + (e & 1);
-          if (!ty_tc_visible((e < 2 ? t0 : t1) + off, key, window)) s[j][e] = -INFINITY;
+          if (NC ? key > last : !ty_tc_visible((e < 2 ? t0 : t1) + off, key, window)) {
+            s[j][e] = -INFINITY;
+          }
         }
       }
     }
@@ -305,7 +323,7 @@ __device__ void ty_att_fwd_tc(const T *q, const T *k, const T *v, T *out, float 
 /* dq = scale sum_s dS K with dS = P (dP - delta), P = exp(s scale - lse),
  * dP = dout V^T: grid (ceil(T / 64), Hq, B), 128 threads, query tiles in
  * reverse order. */
-template <typename T, int D>
+template <typename T, int D, bool NC>
 __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
                              const float *lse, const float *delta, const long long *kvlen, T *dq,
                              int Tq, int S, int Hq, int Hkv, int D_, float scale, float sl2,
@@ -315,8 +333,9 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
   constexpr int NT = 32 * NW;
   uint16_t *sQ = (uint16_t *)ty_att_smem, *sO = sQ + BQ * D, *sK = sO + BQ * D;
   uint16_t *sV = sK + 2 * BK * D;
-  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node, NC ? 1 : Tq);
   if (L < 0) return;
+  const int last = (int)L - 1; /* NC: every row's position */
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / (Hq / Hkv);
   const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * BQ, off = (int)L - Tq;
@@ -327,7 +346,7 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
   const uint16_t *kb = (const uint16_t *)k + ((long long)b * S * Hkv + kvh) * D;
   const uint16_t *vb = (const uint16_t *)v + ((long long)b * S * Hkv + kvh) * D;
   int hi, kt_lo, kt_hi; /* hi: one past the last row's position */
-  ty_att_key_tiles<BQ, BK>(q0, Tq, off, window, &hi, &kt_lo, &kt_hi);
+  ty_att_key_tiles_nc<BQ, BK, NC>(q0, Tq, off, last, window, &hi, &kt_lo, &kt_hi);
 
   ty_tc_load<D, BQ, NT>(sQ, (const uint16_t *)q + q_base, q_stride, q0, Tq, aligned);
   ty_tc_load<D, BQ, NT>(sO, (const uint16_t *)dout + q_base, q_stride, q0, Tq, aligned);
@@ -355,7 +374,7 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
     }
     ty_cp_commit();
     const int k0 = kt * BK;
-    if (!active || ty_tc_sees_none(w0, k0, BK, off, window)) continue;
+    if (!active || (NC ? k0 > last : ty_tc_sees_none(w0, k0, BK, off, window))) continue;
     uint16_t *tK = sK + buf * BK * D, *tV = sV + buf * BK * D;
     float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
@@ -379,7 +398,7 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
         ty_mma16816<T>(dp[2 * np + 1], oa, f[2], f[3]);
       }
     }
-    const bool mask = ty_tc_needs_mask(w0, 16, k0, BK, off, window);
+    const bool mask = NC ? k0 + BK - 1 > last : ty_tc_needs_mask(w0, 16, k0, BK, off, window);
 #pragma unroll
     for (int j = 0; j < BK / 8; ++j) {
 #pragma unroll
@@ -387,7 +406,9 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
         const int r = e >> 1;
         const int key = k0 + j * 8 + tq * 2 + (e & 1);
         float p = ty_exp2_ftz(fmaf(s[j][e], sl2, -l2[r]));
-        if (mask && !ty_tc_visible((r ? t1 : t0) + off, key, window)) p = 0.0f;
+        if (mask && (NC ? key > last : !ty_tc_visible((r ? t1 : t0) + off, key, window))) {
+          p = 0.0f;
+        }
         s[j][e] = p * (dp[j][e] - dl[r]); /* dS */
       }
     }
@@ -426,7 +447,7 @@ __device__ void ty_att_dq_tc(const T *dout, const T *q, const T *k, const T *v,
  * (query head of the group, query tile) that sees them: grid (ceil(S / 64),
  * Hkv, B), 128 threads; each warp owns 16 keys and computes the transposed
  * scores S^T = K Q^T so P^T and dS^T are A fragments in registers. */
-template <typename T, int D>
+template <typename T, int D, bool NC>
 __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
                               const float *lse, const float *delta, const long long *kvlen,
                               T *dk, T *dv, int Tq, int S, int Hq, int Hkv, int D_, float scale,
@@ -437,8 +458,9 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   uint16_t *sK = (uint16_t *)ty_att_smem, *sV = sK + BKV * D, *sQ = sV + BKV * D;
   uint16_t *sO = sQ + 2 * BQ * D;
   float *sL = (float *)(sO + 2 * BQ * D), *sD = sL + 2 * BQ;
-  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node);
+  const long long L = ty_att_kv_len(kvlen, Tq, S, err, node, NC ? 1 : Tq);
   if (L < 0) return;
+  const int last = (int)L - 1; /* NC: every query's position */
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int kvh = blockIdx.y, b = blockIdx.z, G = Hq / Hkv;
   const int k0 = (int)blockIdx.x * BKV, off = (int)L - Tq;
@@ -448,7 +470,12 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
   const long long kv_base = ((long long)b * S * Hkv + kvh) * D;
   /* Query tiles [qt_lo, qt_hi] of each head of the group see the block. */
   int qt_lo, nqt;
-  ty_att_query_tiles<BQ, BKV>(k0, Tq, off, window, &qt_lo, &nqt);
+  if (NC) { /* every query tile sees the block, unless it starts at L or after */
+    qt_lo = 0;
+    nqt = k0 <= last ? (Tq + BQ - 1) / BQ : 0;
+  } else {
+    ty_att_query_tiles<BQ, BKV>(k0, Tq, off, window, &qt_lo, &nqt);
+  }
   const int iters = G * nqt;
 
   /* Iteration it: head kvh G + it / nqt, query tile qt_lo + it % nqt. */
@@ -487,8 +514,8 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
     const int q0 = (qt_lo + it % nqt) * BQ;
     /* No query of the tile sees the warp's keys: all positions before them,
      * or (window) all window starts after them. */
-    if (!active || min(q0 + BQ, Tq) - 1 + off < kw0 ||
-        (window > 0 && q0 + off - window + 1 > kw0 + 15)) {
+    if (!active || (!NC && (min(q0 + BQ, Tq) - 1 + off < kw0 ||
+                            (window > 0 && q0 + off - window + 1 > kw0 + 15)))) {
       continue;
     }
     uint16_t *tQ = sQ + buf * BQ * D, *tO = sO + buf * BQ * D;
@@ -516,17 +543,18 @@ __device__ void ty_att_dkv_tc(const T *dout, const T *q, const T *k, const T *v,
       }
     }
     /* Element (j, e): key (e < 2 ? key0 : key1), query q0 + 8 j + 2 tq + (e & 1). */
-    const bool mask = q0 + BQ > Tq || kw0 + 15 > q0 + off ||
-                      (window > 0 && q0 + BQ - 1 + off - kw0 >= window);
+    const bool mask = q0 + BQ > Tq || (NC ? kw0 + 15 > last
+                                          : kw0 + 15 > q0 + off ||
+                                                (window > 0 && q0 + BQ - 1 + off - kw0 >= window));
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = j * 8 + tq * 2 + (e & 1);
         float p = ty_exp2_ftz(fmaf(st[j][e], sl2, -ty_lds_f32(tL + c) * TY_ATT_LOG2E));
-        if (mask && (q0 + c >= Tq || !ty_tc_visible(q0 + c + off, e < 2 ? key0 : key1, window))) {
-          p = 0.0f;
-        }
+        const int key = e < 2 ? key0 : key1;
+        const bool seen = NC ? key <= last : ty_tc_visible(q0 + c + off, key, window);
+        if (mask && (q0 + c >= Tq || !seen)) p = 0.0f;
         st[j][e] = p;
         dpt[j][e] = p * (dpt[j][e] - ty_lds_f32(tD + c)); /* dS^T */
       }

@@ -226,6 +226,50 @@ __device__ __forceinline__ void ty_dropout_impl(const void *x_, const void *rng,
 #define TY_DROPOUT_ARGS x, rng, dtrng, y, n, threshold, stream, keep
 TY_KERNEL3(ty_dropout, TY_DROPOUT_PARAMS, TY_DROPOUT_ARGS)
 
+/* Dropout numbered as in the whole sequence (attribute seq_len > 0, context
+ * parallel; docs/ops.md "Dropout", the cpu kernel
+ * backends/cpu/cpu_kernels_dropout.c): x [A, local, inner] holds local / m
+ * slices of m rows that begin at rows starts.d[j] of a [A, seq_len, inner]
+ * tensor, and element (a, t, r) draws the bit of its index there,
+ * i = (a seq_len + starts[t / m] + t % m) inner + r: Philox group i / 4,
+ * lane i % 4 of the same stream as above. A row may start mid-group, so a
+ * thread takes one element (and one Philox call). Exact, like the above. */
+template <typename T>
+__device__ __forceinline__ void ty_dropout_seq_impl(const void *x_, const void *rng, int dtrng,
+                                                    void *y_, long long n, long long inner,
+                                                    long long local, long long m,
+                                                    long long seq_len, ty_dims8 starts,
+                                                    unsigned threshold, unsigned stream,
+                                                    double keep) {
+  const T *x = (const T *)x_;
+  T *y = (T *)y_;
+  const unsigned long long seed = (unsigned long long)ty_ldi(rng, 0, dtrng);
+  const unsigned long long offset =
+      (unsigned long long)ty_ldi(rng, 1, dtrng) * 65536ull + stream;
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  TY_FOR_EACH(e, n) {
+    const long long row = e / inner, r = e - row * inner;
+    const long long a = row / local, t = row - a * local;
+    const unsigned long long i =
+        (unsigned long long)((a * seq_len + starts.d[t / m] + t % m) * inner + r);
+    const unsigned long long g = i / 4u;
+    const uint32_t ctr[4] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)offset,
+                             (uint32_t)(offset >> 32)};
+    uint32_t bits[4];
+    ty_philox4x32_10(ctr, key, bits);
+    const float v =
+        (bits[i % 4u] >> 8) >= threshold ? (float)((double)ty_get(x, e) / keep) : 0.0f;
+    ty_put(y, e, v);
+  }
+}
+#define TY_DROPOUT_SEQ_PARAMS                                                                \
+  const void *x, const void *rng, int dtrng, void *y, long long n, long long inner,        \
+      long long local, long long m, long long seq_len, ty_dims8 starts, unsigned threshold, \
+      unsigned stream, double keep
+#define TY_DROPOUT_SEQ_ARGS \
+  x, rng, dtrng, y, n, inner, local, m, seq_len, starts, threshold, stream, keep
+TY_KERNEL3(ty_dropout_seq, TY_DROPOUT_SEQ_PARAMS, TY_DROPOUT_SEQ_ARGS)
+
 /* ---- bias rows: out[i] = bias[i % N] (matmul with K = 0: an empty sum
  * plus the bias; cuda_gemm.c). Exact. ---- */
 extern "C" __global__ void ty_bias_rows(const void *bias, void *out, int dt, long long n,

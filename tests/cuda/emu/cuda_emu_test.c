@@ -497,9 +497,63 @@ static void test_group_without_communicator(void **state) {
   TY_EXPECT_STATUS(ty_comm_create_group(t.dev, &id, 0, 2, "replicas", &comm),
                    TY_CODE_INVALID_ARGUMENT,
                    "a communicator of process group 'replicas': the groups are 'world', 'tp', "
-                   "'dp', 'pp' and 'embed'");
+                   "'dp', 'pp', 'embed', 'cp' and 'dp_cp'");
   assert_null(comm);
   one_node_close(&t);
+}
+
+static uint32_t fake_group_size(void *user, const char *group) {
+  (void)user, (void)group;
+  return 2;
+}
+
+static uint32_t fake_group_rank(void *user, const char *group) {
+  (void)user, (void)group;
+  return 0;
+}
+
+/* Context parallel's gathers (issue 31): parts = 1 is a copy; over 2 ranks
+ * they need the device's communicator of their group (default cp), and
+ * without one the run is refused naming the group, as all_reduce's. */
+static void test_gather_without_communicator(void **state) {
+  (void)state;
+  float x[12];
+  for (int i = 0; i < 12; ++i) x[i] = (float)i - 2.5f;
+  const input_t in[1] = {{TY_DTYPE_F32, 2, {2, 6}, x, NULL}};
+  ty_host_comm_t world2 = {.rank = 0,
+                           .size = 2,
+                           .all_reduce_sum = fake_sum,
+                           .group_size = fake_group_size,
+                           .group_rank = fake_group_rank};
+  static const struct {
+    const char *op, *group, *want;
+  } cases[] = {
+      {"all_gather", NULL, "node 0 (all_gather over group 'cp') runs in a run of 2 ranks, and "
+                           "no communicator of group 'cp' was made on this device"},
+      {"reduce_scatter", NULL, "no communicator of group 'cp' was made on this device"},
+      {"all_gather", "dp_cp", "no communicator of group 'dp_cp' was made on this device"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    for (int64_t parts = 1; parts <= 2; ++parts) {
+      ty_attrs_t attrs = TY_ATTRS_EMPTY;
+      if (cases[i].group) TY_EXPECT_OK(ty_attrs_set_string(&attrs, "group", cases[i].group));
+      TY_EXPECT_OK(ty_attrs_set_int(&attrs, "axis", 1));
+      TY_EXPECT_OK(ty_attrs_set_int(&attrs, "parts", parts));
+      one_node_t t;
+      one_node_open(&t, cases[i].op, 1, &attrs, 1, in, 0);
+      one_node_bind(&t, 1, in, false);
+      if (parts == 1) {
+        TY_EXPECT_OK(ty_session_run(t.s)); /* the identity: a copy */
+        float got[12];
+        TY_EXPECT_OK(ty_session_read(t.s, "out", got, sizeof(got)));
+        assert_memory_equal(got, x, sizeof(x));
+      } else {
+        TY_EXPECT_OK(ty_session_set_host_comm(t.s, &world2));
+        TY_EXPECT_STATUS(ty_session_run(t.s), TY_CODE_FAILED_PRECONDITION, cases[i].want);
+      }
+      one_node_close(&t);
+    }
+  }
 }
 
 /* TRAINYARD_CUDA_ATTENTION takes auto, mma or generic; any other value
@@ -582,6 +636,7 @@ int main(void) {
       cmocka_unit_test(test_host_buffers_and_memory),
       cmocka_unit_test(test_small_writes_through_ring),
       cmocka_unit_test(test_group_without_communicator),
+      cmocka_unit_test(test_gather_without_communicator),
       cmocka_unit_test(test_fault_kernels_are_test_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Issue 31 on GPUs: context parallel's ops on the cuda backend (not run in
+# CI; the CPU emulator entries cuda_emu_conform_cp_*, cuda_attention_emu and
+# cuda_emu_kernels_test_* hold the same ops there).
+#
+#   tests/cuda/cp_device_check.sh BUILD_DIR OUT_DIR
+#
+# 1. Conformance on cuda:0, f32 and bf16: attention and attention_backward
+#    (their causal=0 cases full-gqa, full-short among them),
+#    attention_merge (+ backward), dropout (+ backward, the seq-numbered
+#    cases), all_gather and reduce_scatter (parts = 1). PASS when no case
+#    fails and none is unsupported.
+# 2. attention_cuda_test on cuda:0: every TRAINYARD_CUDA_ATTENTION mode
+#    against the f64 reference, its causal=0 cases (full-*) included
+#    (modes mma and auto run the mma.sync kernels' _full instances on them,
+#    bf16 at head dim 64 in full-tc-shape).
+# 3. With 2 or more GPUs: `train --cp 2` on 2 ranks (rank k on cuda:k, the
+#    gathers on NCCL over the world's communicator) against one process on
+#    cuda:0, the tiny Llama fixture (GQA), f32, 20 steps, global batch 4,
+#    without and with --dropout 0.1 (the numbered masks): PASS when every
+#    step's loss is within 1e-5 relative (tests/apps/
+#    test_context_parallel_cli.py MatchTest's bound on cpu); then bf16-mixed
+#    without dropout, within 2e-2 (bf16's rounding of the partials).
+set -uo pipefail
+build=${1:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
+out=${2:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
+ty=$build/bin/trainyard
+export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
+export NCCL_NVLS_ENABLE=0
+mkdir -p "$out"
+status=0
+tmo=(timeout -k 10 "${RUN_TIMEOUT:-300}")
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE
+     -x TRAINYARD_BACKEND_PATH -x LD_LIBRARY_PATH)
+
+# shellcheck source=tests/cuda/dist_lib.sh
+source "$(dirname "$0")/dist_lib.sh"
+
+# ---- 1. conformance ----
+for ops in 'attention*' 'dropout*' all_gather reduce_scatter; do
+  for dt in f32 bf16; do
+    log="$out/conform-${ops//\*/}-$dt.log"
+    "${tmo[@]}" "$ty" conform --backend cuda:0 --ops "$ops" --dtype "$dt" >"$log" 2>&1
+    rc=$?
+    summary=$(grep '^summary:' "$log")
+    echo "== conform $ops $dt: ${summary:-no summary (rc $rc)}"
+    if [ $rc -ne 0 ] || ! grep -q ' 0 fail, 0 unsupported' <<<"$summary"; then
+      grep -E ' (fail|unsupported) ' "$log" | head -10
+      status=1
+    fi
+  done
+done
+
+# ---- 2. the attention kernels' own test ----
+echo "== attention_cuda_test (causal=0 cases: full-*)"
+"${tmo[@]}" "$build/tests/attention_cuda_test" >"$out/attention_cuda_test.log" 2>&1
+rc=$?
+grep -c '^full-' "$out/attention_cuda_test.log" | sed 's/^/causal=0 cases run: /'
+grep 'FAIL' "$out/attention_cuda_test.log" | head -20
+tail -1 "$out/attention_cuda_test.log"
+[ $rc -eq 0 ] || { echo "attention_cuda_test failed (rc $rc)"; status=1; }
+
+# ---- 3. --cp 2 on 2 GPUs against one ----
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$gpus" -lt 2 ]; then
+  echo "== --cp 2: skipped ($gpus GPU)"
+  echo "cp_device_check: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+  exit $status
+fi
+synth_ids "$out/ids.jsonl" 8000 90 8 32 3
+"$ty" data prepare --format ids --vocab-size 96 --eos-id 95 --input "$out/ids.jsonl" \
+  --seq-len 16 --out "$out/tiny" --force >/dev/null || exit 1
+common=(train --model tests/fixtures/models/llama --data "$out/tiny" --max-steps 20 --lr 2e-3
+        --schedule constant --batch-size 4 --log-every 1 --cache-dir none)
+cp_case() { # NAME BOUND ARGS...
+  local name=$1 bound=$2
+  shift 2
+  "${tmo[@]}" "$ty" "${common[@]}" "$@" --backend cuda:0 --out "$out/$name-1" \
+    >"$out/$name-1.log" 2>&1 || { echo "$name: one process failed:"; tail -5 "$out/$name-1.log"; status=1; return; }
+  "${tmo[@]}" "${mpi[@]}" -np 2 "$ty" "${common[@]}" "$@" --cp 2 --backend cuda \
+    --out "$out/$name-2" >"$out/$name-2.log" 2>&1 ||
+    { echo "$name: --cp 2 failed:"; tail -15 "$out/$name-2.log"; status=1; return; }
+  losses "$out/$name-1/metrics.jsonl" >"$out/$name-1.loss"
+  losses "$out/$name-2/metrics.jsonl" >"$out/$name-2.loss"
+  read -r n worst at < <(worst_gap "$out/$name-1.loss" "$out/$name-2.loss")
+  local ok
+  ok=$(awk -v w="$worst" -v b="$bound" -v n="$n" 'BEGIN {print (n == 20 && w <= b) ? 1 : 0}')
+  echo "== --cp 2 $name: $n steps compared, worst relative loss gap $worst (step $at), bound $bound"
+  [ "$ok" = 1 ] || status=1
+}
+cp_case f32 1e-5 --dropout 0
+cp_case f32-dropout 1e-5 --dropout 0.1
+cp_case bf16-mixed 2e-2 --dropout 0 --dtype bf16-mixed
+echo "cp_device_check: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+exit $status
