@@ -4,6 +4,8 @@
  *   - a matmul row computed alone (M = 1) is the same bits as that row inside
  *     M = 64 and M = 257 products (f32, bf16); without the option the
  *     oneDNN build may differ, which is printed, not asserted;
+ *   - on an AVX2 CPU, 2..16 rows without the option take the blocked GEMM
+ *     (faster than oneDNN there), so its bits are the option's;
  *   - an attention query over a KV cache (q_len 1, kv_len input) is the same
  *     bits as that query's row in a causal block, with and without a window
  *     longer than one K slice of the GEMM;
@@ -172,6 +174,45 @@ static void test_matmul_row_is_batch_invariant(void **state) {
     free(b);
     free(bias);
   }
+}
+
+/* With oneDNN linked and deterministic=0, the plugin runs 2..16 rows on an
+ * AVX2 (not AVX-512) CPU on the blocked GEMM's streaming path, faster than
+ * dnnl_sgemm there: the same bits as under deterministic=1 (where oneDNN ran
+ * before, most rows differed). Elsewhere nothing is asserted. */
+static void test_few_rows_take_the_blocked_gemm_on_avx2(void **state) {
+  (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool avx2_best = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         !__builtin_cpu_supports("avx512f");
+#else
+  const bool avx2_best = false;
+#endif
+  if (!avx2_best) {
+    printf("cpu_deterministic_test: not an AVX2-only CPU: few rows stay on oneDNN, "
+           "not checked\n");
+    return;
+  }
+  const int64_t k = 600, n = 300, rows[4] = {2, 5, 8, 16};
+  float *a = random_floats(TY_DTYPE_F32, 16 * k, -1.0, 1.0);
+  float *b = random_floats(TY_DTYPE_F32, k * n, -1.0, 1.0);
+  float *bias = random_floats(TY_DTYPE_F32, n, -0.5, 0.5);
+  for (int ri = 0; ri < 4; ++ri) {
+    const int64_t m = rows[ri];
+    float *fast = matmul_rows("cpu?threads=2", false, TY_DTYPE_F32, m, k, n, a, b, bias);
+    float *det = matmul_rows("cpu?threads=2", true, TY_DTYPE_F32, m, k, n, a, b, bias);
+    if (memcmp(fast, det, (size_t)(m * n) * sizeof(float)) != 0) {
+      fail_msg("matmul f32 M=%lld without deterministic: not the blocked GEMM's bits (did "
+               "oneDNN run it?)",
+               (long long)m);
+    }
+    free(fast);
+    free(det);
+  }
+  free(a);
+  free(b);
+  free(bias);
 }
 
 /* The template plugin runs the SDK's reference kernels, which honour the
@@ -468,6 +509,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_value_is_refused),
       cmocka_unit_test(test_matmul_row_is_batch_invariant),
+      cmocka_unit_test(test_few_rows_take_the_blocked_gemm_on_avx2),
       cmocka_unit_test(test_dataflow_artifact_keeps_deterministic),
       cmocka_unit_test(test_template_honours),
       cmocka_unit_test(test_attention_decode_row_equals_block_row),
