@@ -19,7 +19,9 @@
  *   matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR]
  *                [--no-onednn-dir DIR] [--device URI]... [--shape MxKxN]...
  * --shape MxKxN (repeatable) replaces the default shapes, e.g. decode's small
- * M: --shape 1x768x768 --shape 16x768x3072.
+ * M: --shape 1x768x768 --shape 16x768x3072; a trailing t (MxKxNt) gives B
+ * as [N, K] with trans_b, as a tied lm_head or a Llama linear layer holds
+ * its weights: --shape 8x768x50257t.
  * --device URI adds a row for the same session on another device of the
  * plugin folder (e.g. opencl:0); its run includes the device's completion.
  * --threads N (default: every core) sets the plugin device's threads=N and
@@ -268,22 +270,24 @@ static bool run_plugin(void *ctx) {
 #ifdef TY_BENCH_HAVE_ONEDNN
 typedef struct {
   int64_t m, k, n;
+  bool tb;
   const float *a, *b;
   float *c;
 } dnnl_ctx_t;
 
 static bool run_dnnl(void *ctx) {
   dnnl_ctx_t *d = ctx;
-  return dnnl_sgemm('N', 'N', d->m, d->n, d->k, 1.0f, d->a, d->k, d->b, d->n, 0.0f, d->c,
-                    d->n) == dnnl_success;
+  return dnnl_sgemm('N', d->tb ? 'T' : 'N', d->m, d->n, d->k, 1.0f, d->a, d->k, d->b,
+                    d->tb ? d->k : d->n, 0.0f, d->c, d->n) == dnnl_success;
 }
 #endif
 
-/* c = a @ b through a session on `uri` of the plugins in `dir` (with
- * --deterministic's compile option when `det`). */
+/* c = a @ op(b) through a session on `uri` of the plugins in `dir` (with
+ * --deterministic's compile option when `det`; b is [n, k] with trans_b
+ * when `tb`). */
 static timing_t time_plugin(const char *dir, const char *uri, int64_t m, int64_t k, int64_t n,
-                            const float *a, const float *b, float *c, double min_time,
-                            bool det) {
+                            bool tb, const float *a, const float *b, float *c,
+                            double min_time, bool det) {
   timing_t t = {0};
   const char *paths[] = {dir};
   ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
@@ -291,14 +295,16 @@ static timing_t time_plugin(const char *dir, const char *uri, int64_t m, int64_t
   ty_device_t *dev = NULL;
   ty_graph_t *g = NULL;
   plugin_ctx_t ctx = {NULL};
-  int64_t ad[2] = {m, k}, bd[2] = {k, n};
+  int64_t ad[2] = {m, k}, bd[2] = {tb ? n : k, tb ? k : n};
   ty_value_id_t va, vb, vc;
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
   ty_status_t s = ty_registry_create(&options, &r);
+  if (!s && tb) s = ty_attrs_set_int(&attrs, "trans_b", 1);
   if (!s) s = ty_device_open(r, uri, &dev);
   if (!s) s = ty_graph_create(&g);
   if (!s) s = ty_graph_add_input(g, "a", TY_DTYPE_F32, 2, ad, &va);
   if (!s) s = ty_graph_add_input(g, "b", TY_DTYPE_F32, 2, bd, &vb);
-  if (!s) s = ty_graph_add_node1(g, "matmul", (ty_value_id_t[]){va, vb}, 2, NULL, &vc);
+  if (!s) s = ty_graph_add_node1(g, "matmul", (ty_value_id_t[]){va, vb}, 2, &attrs, &vc);
   if (!s) s = ty_graph_set_output(g, vc, "c");
   ty_session_options_t so = {.deterministic = det};
   if (!s) s = ty_session_create(dev, g, &so, &ctx.session);
@@ -359,7 +365,7 @@ int main(int argc, char **argv) {
   const char *blocked_dir = TY_BENCH_NO_ONEDNN_DIR;
   const char *devices[8];
   int device_count = 0;
-  int64_t shapes[16][3] = {{1024, 1024, 1024}, {4096, 768, 3072}}; /* M, K, N */
+  int64_t shapes[16][4] = {{1024, 1024, 1024, 0}, {4096, 768, 3072, 0}}; /* M, K, N, trans_b */
   int shape_count = 0;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -375,16 +381,18 @@ int main(int argc, char **argv) {
       if (ty_bench_refuses_mixed("matmul_bench", devices[device_count - 1])) return 2;
     } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && shape_count < 16) {
       long long sm, sk, sn;
-      char end;
-      if (sscanf(argv[++i], "%lldx%lldx%lld%c", &sm, &sk, &sn, &end) != 3 || sm < 1 || sk < 1 ||
-          sn < 1) {
+      char t = '\0', end;
+      const int got = sscanf(argv[++i], "%lldx%lldx%lld%c%c", &sm, &sk, &sn, &t, &end);
+      if (got < 3 || got > 4 || (got == 4 && t != 't') || sm < 1 || sk < 1 || sn < 1) {
         fprintf(stderr, "matmul_bench: --shape %s: give MxKxN, three positive sizes "
-                        "(e.g. 1x768x3072)\n", argv[i]);
+                        "(e.g. 1x768x3072), or MxKxNt for B as [N, K] with trans_b\n",
+                argv[i]);
         return 2;
       }
       shapes[shape_count][0] = sm;
       shapes[shape_count][1] = sk;
-      shapes[shape_count++][2] = sn;
+      shapes[shape_count][2] = sn;
+      shapes[shape_count++][3] = got == 4;
     } else {
       fprintf(stderr,
               "usage: matmul_bench [--threads N] [--min-time SECONDS] [--plugin-dir DIR] "
@@ -436,9 +444,11 @@ int main(int argc, char **argv) {
          "-----------|--------|----------|\n");
   for (int si = 0; si < shape_count; ++si) {
     const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+    const bool tb = shapes[si][3] != 0;
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     char shape[32];
-    snprintf(shape, sizeof(shape), "%lldx%lldx%lld", (long long)m, (long long)k, (long long)n);
+    snprintf(shape, sizeof(shape), "%lldx%lldx%lld%s", (long long)m, (long long)k, (long long)n,
+             tb ? "t" : "");
     float *a = malloc((size_t)(m * k) * 4), *b = malloc((size_t)(k * n) * 4);
     float *c = malloc((size_t)(m * n) * 4), *ref = calloc((size_t)(m * n), 4);
     if (!a || !b || !c || !ref) {
@@ -450,28 +460,28 @@ int main(int argc, char **argv) {
     fill(b, k * n, &x);
     bool have_ref = false;
 #ifdef TY_BENCH_HAVE_ONEDNN
-    dnnl_ctx_t dctx = {m, k, n, a, b, ref};
+    dnnl_ctx_t dctx = {m, k, n, tb, a, b, ref};
     timing_t td = time_runs(run_dnnl, &dctx, min_time);
     have_ref = td.runs > 0;
 #endif
-    timing_t tp = time_plugin(plugin_dir, uri, m, k, n, a, b, c, min_time, false);
+    timing_t tp = time_plugin(plugin_dir, uri, m, k, n, tb, a, b, c, min_time, false);
     print_row(shape, "plugin matmul (session)", tp, flop, peak,
               have_ref ? sample_error(c, ref, m * n) : NAN);
-    timing_t tdet = time_plugin(plugin_dir, uri, m, k, n, a, b, c, min_time, true);
+    timing_t tdet = time_plugin(plugin_dir, uri, m, k, n, tb, a, b, c, min_time, true);
     print_row(shape, "plugin, --deterministic", tdet, flop, peak,
               have_ref ? sample_error(c, ref, m * n) : NAN);
 #ifdef TY_BENCH_HAVE_ONEDNN
     print_row(shape, "oneDNN dnnl_sgemm direct", td, flop, peak, 0.0);
 #endif
     if (access(blocked_dir, R_OK) == 0) {
-      timing_t tb = time_plugin(blocked_dir, uri, m, k, n, a, b, c, min_time, false);
-      print_row(shape, "plugin, blocked (no oneDNN)", tb, flop, peak,
+      timing_t tbl = time_plugin(blocked_dir, uri, m, k, n, tb, a, b, c, min_time, false);
+      print_row(shape, "plugin, blocked (no oneDNN)", tbl, flop, peak,
                 have_ref ? sample_error(c, ref, m * n) : NAN);
     }
     for (int d = 0; d < device_count; ++d) {
       char via[64];
       snprintf(via, sizeof(via), "matmul (session) on %s", devices[d]);
-      timing_t to = time_plugin(plugin_dir, devices[d], m, k, n, a, b, c, min_time, false);
+      timing_t to = time_plugin(plugin_dir, devices[d], m, k, n, tb, a, b, c, min_time, false);
       print_row(shape, via, to, flop, peak, have_ref ? sample_error(c, ref, m * n) : NAN);
     }
     free(a);

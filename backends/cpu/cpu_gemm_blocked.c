@@ -15,6 +15,9 @@
  * packed path would copy all of B (the weights) on every call and pad M up
  * to MR; this one reads op(A) in place and op(B) a KC x NB block at a time
  * (in place or through one small sliver), and splits N between threads.
+ * Its tiles (AVX2: 1 x 64, 3 x 32, 4 x 24; AVX-512: 1 x 128, 6 x 64) are
+ * picked from M. With oneDNN linked, cpu_gemm sends decode's few rows here
+ * on AVX2 even without deterministic=1 where this was the faster.
  *
  * Both paths give every element the same operations, so its bits never
  * depend on M, N, the path, its tile or the thread count (what
@@ -79,28 +82,46 @@ static void cpu_micro_4x8(int64_t kc, const float *ap, const float *bp, float *c
 #define CPU_EACH_8(X) CPU_EACH_6(X) CPU_EACH_V(X, 6) CPU_EACH_V(X, 7)
 #define CPU_EACH_R(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define CPU_ONE_V(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+/* Where the tile leaves room (R V accumulators + V B vectors + one
+ * broadcast <= 16 registers), each B vector is loaded once per k into a
+ * register: without this GCC, short of registers, folds the load into
+ * every FMA that reads it (a 4 x 24 tile then makes 16 loads for 12 FMAs,
+ * load-bound at 3/4 of the FMA rate; measured 1.5x slower). Rows go one at
+ * a time, one broadcast live. */
+#define CPU_IN_REGISTER(x) __asm__("" : "+x"(x))
 
 /* An R x (8 V) tile on AVX2+FMA (R <= 6, R V <= 12: constants at every
  * call), of which the first `rows` rows and `cols` columns reach C. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void cpu_tile_avx2(
     const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
-    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add) {
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add,
+    int64_t pf) {
   const __m256 zero = _mm256_setzero_ps();
 #define CPU_DECL(i, v) __m256 acc##i##_##v = zero;
   CPU_EACH_6(CPU_DECL)
 #undef CPU_DECL
   for (int64_t p = 0; p < kc; ++p) {
     const float *bp = b + p * bs;
-#define CPU_LOAD_B(v) const __m256 b##v = V > v ? _mm256_loadu_ps(bp + 8 * v) : zero;
+    if (pf) { /* the lines of the row's next 8 V floats (a hint: never faults) */
+      const uintptr_t at = (uintptr_t)bp + (uintptr_t)pf * sizeof(float);
+      _mm_prefetch((const char *)at, _MM_HINT_T0);
+      _mm_prefetch((const char *)(at + 16 * V - 2), _MM_HINT_T0);
+      _mm_prefetch((const char *)(at + 32 * V - 4), _MM_HINT_T0);
+    }
+#define CPU_LOAD_B(v)                                  \
+  __m256 b##v = V > v ? _mm256_loadu_ps(bp + 8 * v) : zero; \
+  if (V > v && R * V + V < 16) CPU_IN_REGISTER(b##v);
     CPU_ONE_V(CPU_LOAD_B)
 #undef CPU_LOAD_B
-#define CPU_LOAD_A(i) \
-  const __m256 a##i = R > i ? _mm256_broadcast_ss(a + i * ars + p * aps) : zero;
-    CPU_LOAD_A(0) CPU_LOAD_A(1) CPU_LOAD_A(2) CPU_LOAD_A(3) CPU_LOAD_A(4) CPU_LOAD_A(5)
-#undef CPU_LOAD_A
 #define CPU_FMA(i, v) \
   if (R > i && V > v) acc##i##_##v = _mm256_fmadd_ps(a##i, b##v, acc##i##_##v);
-    CPU_EACH_6(CPU_FMA)
+#define CPU_ROW(i)                                                                \
+  if (R > i) {                                                                    \
+    const __m256 a##i = _mm256_broadcast_ss(a + i * ars + p * aps);               \
+    CPU_EACH_V(CPU_FMA, i)                                                        \
+  }
+    CPU_ROW(0) CPU_ROW(1) CPU_ROW(2) CPU_ROW(3) CPU_ROW(4) CPU_ROW(5)
+#undef CPU_ROW
 #undef CPU_FMA
   }
   __m256 acc[6][8];
@@ -174,7 +195,7 @@ __attribute__((target("avx2,fma"))) static void cpu_micro_6x16(int64_t kc, const
                                                                const float *bp, float *c,
                                                                int64_t ldc, int64_t mr,
                                                                int64_t nr, bool add) {
-  cpu_tile_avx2(6, 2, kc, ap, 1, 6, bp, 16, c, ldc, mr, nr, add);
+  cpu_tile_avx2(6, 2, kc, ap, 1, 6, bp, 16, c, ldc, mr, nr, add, 0);
 }
 
 __attribute__((target("avx512f"))) static void cpu_micro_8x32(int64_t kc, const float *ap,
@@ -278,11 +299,12 @@ static void cpu_pack_b(bool tb, const float *b, int64_t ldb, int64_t p0, int64_t
  * a[i * ars + p * aps] and op(B)[p][j] = b[p * bs + j] over kc. */
 typedef void (*cpu_stream_fn)(int rows, int64_t kc, const float *a, int64_t ars, int64_t aps,
                               const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols,
-                              bool add);
+                              bool add, int64_t pf);
 
 static void cpu_stream_plain(int rows, int64_t kc, const float *a, int64_t ars, int64_t aps,
                              const float *b, int64_t bs, float *c, int64_t ldc, int64_t cols,
-                             bool add) {
+                             bool add, int64_t pf) {
+  (void)pf;
   float acc[4 * 8] = {0};
   for (int64_t p = 0; p < kc; ++p) {
     const float *bp = b + p * bs;
@@ -298,24 +320,39 @@ static void cpu_stream_plain(int rows, int64_t kc, const float *a, int64_t ars, 
 /* 32 columns, up to 3 rows (12 accumulators of 16 registers). */
 __attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n32(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
-    float *c, int64_t ldc, int64_t cols, bool add) {
-  if (rows == 1) cpu_tile_avx2(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
-  else if (rows == 2) cpu_tile_avx2(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add);
-  else cpu_tile_avx2(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add);
+    float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
+  if (rows == 1) cpu_tile_avx2(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add, pf);
+  else if (rows == 2) cpu_tile_avx2(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add, pf);
+  else cpu_tile_avx2(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add, pf);
+}
+
+/* 24 columns, up to 4 rows: 12 accumulators, 3 B vectors and a broadcast
+ * fill the 16 registers, and M = 8 (16) is 2 (4) full tiles where 3 x 32
+ * ran 3 + 3 + 2 rows. */
+__attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n24(
+    int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
+    float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
+  switch (rows) {
+    case 1: cpu_tile_avx2(1, 3, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add, pf); break;
+    case 2: cpu_tile_avx2(2, 3, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add, pf); break;
+    case 3: cpu_tile_avx2(3, 3, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add, pf); break;
+    default: cpu_tile_avx2(4, 3, kc, a, ars, aps, b, bs, c, ldc, 4, cols, add, pf); break;
+  }
 }
 
 /* One row (M = 1), 64 columns: 8 independent FMA chains hide the latency. */
 __attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n64(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
-    float *c, int64_t ldc, int64_t cols, bool add) {
+    float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
   (void)rows;
-  cpu_tile_avx2(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
+  cpu_tile_avx2(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add, pf);
 }
 
 /* 64 columns, up to 6 rows (24 accumulators of 32 registers). */
 __attribute__((target("avx512f"))) static void cpu_stream_avx512_n64(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
-    float *c, int64_t ldc, int64_t cols, bool add) {
+    float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
+  (void)pf;
   switch (rows) {
     case 1: cpu_tile_avx512(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add); break;
     case 2: cpu_tile_avx512(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add); break;
@@ -329,8 +366,8 @@ __attribute__((target("avx512f"))) static void cpu_stream_avx512_n64(
 /* One row (M = 1), 128 columns. */
 __attribute__((target("avx512f"))) static void cpu_stream_avx512_n128(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
-    float *c, int64_t ldc, int64_t cols, bool add) {
-  (void)rows;
+    float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
+  (void)rows, (void)pf;
   cpu_tile_avx512(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
 }
 #endif
@@ -410,14 +447,36 @@ static cpu_stream_t cpu_stream_pick(cpu_gemm_isa_t isa, int64_t m) {
                   : (cpu_stream_t){64, 6, cpu_stream_avx512_n64};
   }
   if (isa == CPU_GEMM_ISA_AVX2) {
-    return m == 1 ? (cpu_stream_t){64, 1, cpu_stream_avx2_n64}
-                  : (cpu_stream_t){32, 3, cpu_stream_avx2_n32};
+    if (m == 1) return (cpu_stream_t){64, 1, cpu_stream_avx2_n64};
+    if (m <= 3) return (cpu_stream_t){32, 3, cpu_stream_avx2_n32};
+    return (cpu_stream_t){24, 4, cpu_stream_avx2_n24};
   }
 #else
   (void)isa;
 #endif
   (void)m;
   return (cpu_stream_t){8, 4, cpu_stream_plain};
+}
+
+/* K rows of a transposed B packed at once (a multiple of CPU_KC): 1024 x 24
+ * or 64 floats stay in L2. */
+#define CPU_STREAM_KT 1024
+/* Blocks ahead whose B rows a multi-row tile prefetches when B is read in
+ * place: a block's rows are ldb apart, a pattern the hardware prefetcher
+ * follows poorly from DRAM (weights past the caches). Measured on AVX2 with
+ * B in DRAM, 8 x 768 @ 768x2304: 0.87 ms none, 0.70 one block ahead, 0.63
+ * two, 0.67 four (dnnl_sgemm 0.63). The 1 x 64 tile does not (slower). */
+#define CPU_STREAM_PF 2
+
+/* Runs every row tile over one KC x cols sliver of op(B) (b, row stride bs). */
+static void cpu_stream_rows(const cpu_stream_t *st, int64_t m, int64_t kc, const float *a,
+                            int64_t ars, int64_t aps, const float *b, int64_t bs, float *c,
+                            int64_t ldc, int64_t cols, bool add, int64_t pf) {
+  for (int64_t i0 = 0; i0 < m; i0 += st->rmax) {
+    const int rows = (int)(m - i0 < st->rmax ? m - i0 : st->rmax);
+    st->fn(rows, kc, a + i0 * ars, ars, aps, b, bs, c + i0 * ldc, ldc, cols, add,
+           i0 == 0 ? pf : 0);
+  }
 }
 
 static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int64_t n,
@@ -431,42 +490,66 @@ static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int
 #ifdef _OPENMP
   if (omp_in_parallel()) nt = 1;
 #endif
-  /* Every row tile reads each KC x NB block of B. In place, its rows ldb
-   * floats apart fall into few L1 sets and evict each other, so with many
-   * tiles, or rows 4 KiB apart (all in one set), the block is copied once
-   * into a contiguous sliver; a few tiles read it in place (measured on
-   * AVX2 at N = 768 and 3072: each choice is the faster one there). */
+  /* Each thread owns a contiguous run of nb-wide column blocks.
+   * Not transposed, it walks K slice by slice and, inside a slice, its
+   * blocks left to right: a slice's rows of B are read along their length
+   * (what the prefetcher follows; block by block down all of K instead ran
+   * 8x3072 @ 3072x768 1.6x slower on AVX2). A block is read in place, or
+   * copied once into a contiguous sliver when many row tiles read it, or
+   * its rows fall 8 KiB apart into one L1 set (measured on AVX2: at M <= 32
+   * copying lost at N = 768, 2304 and 3072), or it is the narrow last one.
+   * Transposed ([N, K]), a block's nb rows of B are one contiguous run: it
+   * is packed up to CPU_STREAM_KT values of K at a time, one sequential
+   * read (a KC slice at a time read nb rows 1 KiB each: 1.4x slower at
+   * 8 x 768 @ [50257 x 768]^T). The bits are the same in every order: each
+   * element still gets, per KC slice from k = 0, its FMAs in k order and
+   * then C = acc or C + acc. */
   const int64_t row_tiles = (m + st.rmax - 1) / st.rmax;
-  const bool copy_b = row_tiles >= 4 || (row_tiles > 1 && ldb % 1024 == 0);
-  const bool slivers = tb || copy_b || n % st.nb != 0;
-  const size_t sliver_size = (size_t)CPU_KC * (size_t)st.nb;
-  float *sl_all = NULL;
-  if (slivers) {
-    sl_all = malloc((size_t)nt * sliver_size * sizeof(float));
-    if (!sl_all) return false;
-  }
+  const bool copy_b = row_tiles > 8 || (row_tiles > 1 && ldb % 2048 == 0);
+  const int64_t kt = !tb ? CPU_KC : k < CPU_STREAM_KT ? k : CPU_STREAM_KT;
+  const size_t sliver_size = (size_t)kt * (size_t)st.nb;
+  float *sl_all = malloc((size_t)nt * sliver_size * sizeof(float));
+  if (!sl_all) return false;
   const int64_t ars = ta ? 1 : lda, aps = ta ? lda : 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    float *sl = slivers ? sl_all + (size_t)cpu_thread_num() * sliver_size : NULL;
-    const int64_t j0 = blk * st.nb, cols = n - j0 < st.nb ? n - j0 : st.nb;
-    for (int64_t p0 = 0; p0 < k; p0 += CPU_KC) {
-      const int64_t kc = k - p0 < CPU_KC ? k - p0 : CPU_KC;
-      const float *bs = sl;
-      int64_t bstride = st.nb;
-      if (tb) {
-        cpu_pack_bt(isa, b, ldb, p0, kc, j0, cols, st.nb, sl);
-      } else if (copy_b || cols < st.nb) {
-        cpu_pack_b(false, b, ldb, p0, kc, j0, cols, st.nb, sl);
-      } else {
-        bs = b + p0 * ldb + j0;
-        bstride = ldb;
+#pragma omp parallel num_threads(nt)
+  {
+#ifdef _OPENMP
+    const int64_t tn = omp_get_thread_num(), tc = omp_get_num_threads();
+#else
+    const int64_t tn = 0, tc = 1;
+#endif
+    float *sl = sl_all + (size_t)tn * sliver_size;
+    const int64_t b0 = blocks * tn / tc, b1 = blocks * (tn + 1) / tc;
+    if (tb) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t j0 = blk * st.nb, cols = n - j0 < st.nb ? n - j0 : st.nb;
+        for (int64_t q0 = 0; q0 < k; q0 += kt) {
+          const int64_t kq = k - q0 < kt ? k - q0 : kt;
+          cpu_pack_bt(isa, b, ldb, q0, kq, j0, cols, st.nb, sl);
+          for (int64_t p0 = q0; p0 < q0 + kq; p0 += CPU_KC) {
+            const int64_t kc = q0 + kq - p0 < CPU_KC ? q0 + kq - p0 : CPU_KC;
+            cpu_stream_rows(&st, m, kc, a + p0 * aps, ars, aps, sl + (p0 - q0) * st.nb, st.nb,
+                            c + j0, ldc, cols, accumulate || p0 > 0, 0);
+          }
+        }
       }
-      const bool add = accumulate || p0 > 0;
-      for (int64_t i0 = 0; i0 < m; i0 += st.rmax) {
-        const int rows = (int)(m - i0 < st.rmax ? m - i0 : st.rmax);
-        st.fn(rows, kc, a + i0 * ars + p0 * aps, ars, aps, bs, bstride, c + i0 * ldc + j0, ldc,
-              cols, add);
+    } else {
+      for (int64_t p0 = 0; p0 < k; p0 += CPU_KC) {
+        const int64_t kc = k - p0 < CPU_KC ? k - p0 : CPU_KC;
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t j0 = blk * st.nb, cols = n - j0 < st.nb ? n - j0 : st.nb;
+          const float *bs = sl;
+          int64_t bstride = st.nb, pf = 0;
+          if (copy_b || cols < st.nb) { /* the narrow one padded: never read past N */
+            cpu_pack_b(false, b, ldb, p0, kc, j0, cols, st.nb, sl);
+          } else {
+            bs = b + p0 * ldb + j0;
+            bstride = ldb;
+            pf = st.rmax > 1 ? CPU_STREAM_PF : 0;
+          }
+          cpu_stream_rows(&st, m, kc, a + p0 * aps, ars, aps, bs, bstride, c + j0, ldc, cols,
+                          accumulate || p0 > 0, pf * st.nb);
+        }
       }
     }
   }

@@ -265,11 +265,16 @@ ty_abi_status_t cpu_oom(const cpu_node_ctx_t *c);
 /* cpu_kernels_matmul.c */
 ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c);
 /* C[m,n] (+)= op(A) op(B), row-major f32 with leading dimensions in
- * elements: oneDNN's sgemm, or cpu_gemm_blocked without oneDNN or when
+ * elements: oneDNN's sgemm, or cpu_gemm_blocked without oneDNN, when
  * `deterministic` (oneDNN picks kernels and K splits from M, N and the
  * threads, so a row's bits would depend on the batch; the blocked GEMM's do
- * not). `threads` threads outside a parallel region; the calling thread
- * alone inside one. False on out-of-memory or a oneDNN error. */
+ * not), or on AVX2 for decode's few rows where its streaming path was the
+ * faster: 2..CPU_GEMM_STREAM_MAX_M rows with trans_b, 2..
+ * CPU_GEMM_STREAM_MAX_M_NT rows without it when K <= N.
+ * `threads` threads outside a parallel region; the calling thread alone
+ * inside one. False on out-of-memory or a oneDNN error. */
+#define CPU_GEMM_STREAM_MAX_M 16
+#define CPU_GEMM_STREAM_MAX_M_NT 8
 bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
               const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate, int threads,
               bool deterministic);

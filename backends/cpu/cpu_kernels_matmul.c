@@ -3,6 +3,8 @@
  * compiled with deterministic=1, on the blocked OpenMP GEMM of
  * cpu_gemm_blocked.c (batch-invariant: a row's bits never depend on M; small
  * M takes its streaming path, which does not copy the weights each call).
+ * With oneDNN and deterministic=0, a few rows on AVX2 (decode) take that
+ * streaming path too where it was the faster (see cpu_gemm).
  *
  *   c[b] = op(a[b_a]) @ op(b[b_b]) + bias,  op(x) = x or x^T (trans_a/trans_b)
  *   a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
@@ -32,7 +34,19 @@
 bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                      bool accumulate, int threads, bool deterministic) {
-  if (deterministic) {
+  /* Few rows on AVX2 (decode): the blocked GEMM's streaming path against
+   * dnnl_sgemm, one thread, AMD EPYC, the weights in DRAM as in a decode
+   * step (ms): with trans_b it won at every shape for 2..16 rows (8 rows:
+   * [50257 x 768]^T 33.1 vs 43.9, [2048 x 2048]^T 1.84 vs 2.16, [8192 x
+   * 2048]^T 11.5 vs 16.7, [2304 x 768]^T 0.79 vs 0.78); without it, it won
+   * or tied up to 8 rows where K <= N (8 x 768 @ 768x3072 0.97 vs 1.16,
+   * 768x2304 0.63 vs 0.63) but lost at 16 rows and in a decode step at
+   * 3072x768. M = 1 stays on oneDNN's GEMV (faster); AVX-512 is unmeasured
+   * and stays on oneDNN. */
+  const bool few_rows =
+      m >= 2 && cpu_gemm_isa_best() == CPU_GEMM_ISA_AVX2 &&
+      (tb ? m <= CPU_GEMM_STREAM_MAX_M : m <= CPU_GEMM_STREAM_MAX_M_NT && k <= n);
+  if (deterministic || few_rows) {
     return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
   }
 #ifdef _OPENMP

@@ -4,6 +4,8 @@
  *   - a matmul row computed alone (M = 1) is the same bits as that row inside
  *     M = 64 and M = 257 products (f32, bf16); without the option the
  *     oneDNN build may differ, which is printed, not asserted;
+ *   - on an AVX2 CPU, decode's few rows without the option take the blocked
+ *     GEMM where it beat oneDNN, so their bits are the option's;
  *   - an attention query over a KV cache (q_len 1, kv_len input) is the same
  *     bits as that query's row in a causal block, with and without a window
  *     longer than one K slice of the GEMM;
@@ -172,6 +174,70 @@ static void test_matmul_row_is_batch_invariant(void **state) {
     free(b);
     free(bias);
   }
+}
+
+/* [m, K] @ [N, K]^T (trans_b, as a tied lm_head or a Llama layer holds its
+ * weights) in f32; returns C. */
+static float *matmul_tb(bool det, int64_t m, int64_t k, int64_t n, const float *a,
+                        const float *b) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  input_t in[2] = {{"a", TY_DTYPE_F32, 2, {m, k}, a}, {"b", TY_DTYPE_F32, 2, {n, k}, b}};
+  ty_value_id_t ids[2], c;
+  add_inputs(g, in, 2, ids);
+  ty_attrs_t attrs = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&attrs, "trans_b", 1));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", ids, 2, &attrs, &c));
+  TY_EXPECT_OK(ty_graph_set_output(g, c, "c"));
+  size_t bytes;
+  float *out = run("cpu?threads=2", det, g, in, 2, "c", &bytes);
+  assert_int_equal(bytes, (size_t)(m * n) * sizeof(float));
+  ty_graph_destroy(g);
+  return out;
+}
+
+/* With oneDNN linked and deterministic=0, the plugin runs decode's few rows
+ * on an AVX2 (not AVX-512) CPU on the blocked GEMM's streaming path where
+ * that was faster than dnnl_sgemm (2..16 rows with trans_b, 2..8 without it
+ * when K <= N): the same bits as under deterministic=1 (where oneDNN ran
+ * before, most rows differed). Elsewhere nothing is asserted. */
+static void test_few_rows_take_the_blocked_gemm_on_avx2(void **state) {
+  (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool avx2_best = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         !__builtin_cpu_supports("avx512f");
+#else
+  const bool avx2_best = false;
+#endif
+  if (!avx2_best) {
+    printf("cpu_deterministic_test: not an AVX2-only CPU: few rows stay on oneDNN, "
+           "not checked\n");
+    return;
+  }
+  const int64_t k = 300, n = 600, rows[5] = {2, 5, 8, 12, 16};
+  float *a = random_floats(TY_DTYPE_F32, 16 * k, -1.0, 1.0);
+  float *b = random_floats(TY_DTYPE_F32, k * n, -1.0, 1.0);
+  float *bias = random_floats(TY_DTYPE_F32, n, -0.5, 0.5);
+  for (int ri = 0; ri < 5; ++ri) {
+    const int64_t m = rows[ri];
+    for (int tb = m <= 8 ? 0 : 1; tb < 2; ++tb) {
+      float *fast = tb ? matmul_tb(false, m, k, n, a, b)
+                       : matmul_rows("cpu?threads=2", false, TY_DTYPE_F32, m, k, n, a, b, bias);
+      float *det = tb ? matmul_tb(true, m, k, n, a, b)
+                      : matmul_rows("cpu?threads=2", true, TY_DTYPE_F32, m, k, n, a, b, bias);
+      if (memcmp(fast, det, (size_t)(m * n) * sizeof(float)) != 0) {
+        fail_msg("matmul f32 M=%lld trans_b=%d without deterministic: not the blocked GEMM's "
+                 "bits (did oneDNN run it?)",
+                 (long long)m, tb);
+      }
+      free(fast);
+      free(det);
+    }
+  }
+  free(a);
+  free(b);
+  free(bias);
 }
 
 /* The template plugin runs the SDK's reference kernels, which honour the
@@ -468,6 +534,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_value_is_refused),
       cmocka_unit_test(test_matmul_row_is_batch_invariant),
+      cmocka_unit_test(test_few_rows_take_the_blocked_gemm_on_avx2),
       cmocka_unit_test(test_dataflow_artifact_keeps_deterministic),
       cmocka_unit_test(test_template_honours),
       cmocka_unit_test(test_attention_decode_row_equals_block_row),

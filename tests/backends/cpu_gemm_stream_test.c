@@ -4,7 +4,9 @@
  * to the same row inside a prefill block (packed) under deterministic=1.
  *   - for random shapes (M 1..70, N and K off every block multiple, K past
  *     two KC slices, all four trans combinations, accumulate or not, padded
- *     leading dimensions, 1..3 threads) the two paths are memcmp-equal, on
+ *     leading dimensions, 1..3 threads) and fixed ones (decode's, B rows
+ *     4 and 8 KiB apart, trans_b with K past the streaming path's packed
+ *     run of K) the two paths are memcmp-equal, on
  *     every micro-kernel family this CPU can run (plain C always; AVX2+FMA
  *     and AVX-512 where present; the families run are printed);
  *   - the families really differ (plain C's mul-then-add is not AVX2's FMA),
@@ -124,6 +126,11 @@ static void test_stream_equals_packed_on_every_family(void **state) {
       {false, true, false, 16, 1000, 256, 256, 256, 1000, 3},
       {true, false, true, 5, 257, 1025, 5, 257, 257, 1},
       {false, false, true, 5, 1000, 300, 300, 1024, 1000, 2}, /* B rows 4 KiB apart */
+      {false, false, false, 8, 1000, 300, 300, 2048, 1000, 2}, /* 8 KiB apart: copied */
+      {false, false, true, 7, 1000, 600, 600, 1000, 1000, 3},  /* 4 + 3 rows, 3 threads */
+      /* trans_b past CPU_STREAM_KT (1024): B packed in two runs of K. */
+      {false, true, true, 8, 50, 1300, 1300, 1300, 50, 2},
+      {false, true, false, 16, 1000, 1100, 1100, 1100, 1000, 3},
   };
   char covered[64] = "";
   for (size_t f = 0; f < sizeof families / sizeof families[0]; ++f) {
