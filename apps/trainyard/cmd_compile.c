@@ -59,6 +59,9 @@ static const char *const ty_compile_usage =
     "  --grad-accum N     as 'trainyard train' (the dataflow device needs 1) [1]\n"
     "  --recompute R      none, attention or layer (activation checkpointing)\n"
     "  --loss-chunk N     fused LM head + loss over N tokens at a time\n"
+    "  --mlp-chunk N      each block's MLP over N tokens at a time (forward,\n"
+    "                     backward and recompute): [B,N,I] intermediates instead\n"
+    "                     of [B,T,I]; a last piece takes T mod N [0: off]\n"
     "  --fused-optimizer  updates in the backward pass; --clip 0 after it leaves out\n"
     "                     its norm pass (a graph property only with this lever)\n"
     "  --offload O        none or optimizer (devices with their own memory)\n"
@@ -322,7 +325,7 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
                                     "offload",        "memory-limit",   "clip-threshold",
                                     "decay-rate",     "adafactor-eps1", "adafactor-eps2",
                                     "beta1",          "clip",           "data-parallel",
-                                    NULL};
+                                    "mlp-chunk",      NULL};
   int rc = ty_graph_args_parse("compile", argc, argv, &a.g, flags, own, ty_compile_own, &a);
   if (rc < 0) {
     fputs(ty_compile_usage, stdout);
