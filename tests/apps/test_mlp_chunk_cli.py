@@ -126,16 +126,19 @@ def plan(test, *args):
 
 
 class PlanTest(Base):
-    SHAPE = ("--preset", "llama-1b", "--vocab-size", "1000", "--seq-len", "32768",
+    SHAPE = ("--preset", "llama-1b", "--vocab-size", "1000", "--seq-len", "131072",
              "--batch-size", "1", "--recompute", "layer", "--loss-chunk", "1024",
              "--dtype", "bf16-mixed", "--optimizer", "adafactor")
 
     def test_chunked_mlp_shrinks_the_activations(self):
         _, plain = plan(self, *self.SHAPE)
-        text, chunked = plan(self, *self.SHAPE, "--mlp-chunk", "2048")
+        text, chunked = plan(self, *self.SHAPE, "--mlp-chunk", "8192")
         self.assertIn("activations", plain)
-        # the [T, I] gate, up and their gradients were a third of the peak
-        self.assertLess(chunked["activations"], 0.8 * plain["activations"], (chunked, plain))
+        # The [T, I] gate, up and their gradients were 10 of the 33 GiB
+        # (0.71 of it is left); recomputing every piece at once, at the
+        # block's start, would keep the pieces' gate, up and SwiGLU live
+        # (0.86 of it)
+        self.assertLess(chunked["activations"], 0.78 * plain["activations"], (chunked, plain))
         self.assertLess(chunked["peak"], plain["peak"])
         print("activations %d -> %d bytes" % (plain["activations"], chunked["activations"]),
               file=sys.stderr)
@@ -148,9 +151,9 @@ class PlanTest(Base):
         self.assertEqual(m.group(3), "swiglu_backward", text)
         rows = m.group(5).splitlines()
         self.assertGreaterEqual(len(rows), 12, text)
-        # the largest are the MLP's [1, 32768, 8192] bf16 intermediates
-        self.assertRegex(rows[0], r"\b512 MiB  \w+ bf16 \[1,32768,8192\], node \d+, ", text)
-        self.assertRegex(text, r"add f32 \[1,32768,2048\], node \d+, layer 0 mlp")
+        # the largest are the MLP's [1, 131072, 8192] bf16 intermediates
+        self.assertRegex(rows[0], r"\b2 GiB  \w+ bf16 \[1,131072,8192\], node \d+, ", text)
+        self.assertRegex(text, r"add f32 \[1,131072,2048\], node \d+, layer 0 mlp")
 
 
 class RefuseTest(Base):
