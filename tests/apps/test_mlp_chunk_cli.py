@@ -16,7 +16,8 @@ only; README "Fitting bigger models", docs/design-notes.md "Chunked MLP").
 - RefuseTest: negative chunks and --plan-detail without --plan-only are
   usage errors that say so.
 - BackendTest: the dataflow device runs the chunked step bit for bit as
-  cpu does (concat and slice are moves it has).
+  cpu does (concat and slice are moves it has); opencl runs it within 1e-6
+  of cpu (skipped, saying so, without an OpenCL device).
 """
 import json
 import os
@@ -176,6 +177,20 @@ class BackendTest(Base):
         self.train("gpt2", "cpu", "--mlp-chunk", "5", steps_=5)
         self.train("gpt2", "df", "--backend", "dataflow", "--mlp-chunk", "5", steps_=5)
         self.assertEqual(steps(self.path("df")), steps(self.path("cpu")))
+
+    def test_opencl(self):
+        devices = json.loads(self.ty("devices", "--json").stdout)
+        opencl = [b for b in devices["backends"] if b["name"] == "opencl" and b["devices"]]
+        if not opencl:
+            self.skipTest("no usable OpenCL device")
+        for family in ("gpt2", "llama"):
+            with self.subTest(family=family):
+                self.train(family, family + "-cpu", "--mlp-chunk", "5", steps_=5)
+                self.train(family, family + "-ocl", "--backend", "opencl:0", "--mlp-chunk", "5",
+                           steps_=5)
+                cpu, ocl = steps(self.path(family + "-cpu")), steps(self.path(family + "-ocl"))
+                worst = max(abs(a[0] - b[0]) / abs(b[0]) for a, b in zip(ocl, cpu))
+                self.assertLessEqual(worst, 1e-6, (ocl, cpu))
 
 
 if __name__ == "__main__":
