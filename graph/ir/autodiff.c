@@ -339,7 +339,8 @@ static ty_status_t ty_sweep_find_tiles(ty_sweep_t *w) {
     t->first_reader = UINT32_MAX;
     t->nodes = malloc(t->pieces * sizeof(uint32_t));
     t->grads = malloc(t->pieces * sizeof(ty_value_id_t));
-    int64_t *start = malloc(t->pieces * sizeof(int64_t)), *size = malloc(t->pieces * sizeof(int64_t));
+    int64_t *start = malloc(t->pieces * sizeof(int64_t));
+    int64_t *size = malloc(t->pieces * sizeof(int64_t));
     if (!t->nodes || !t->grads || !start || !size) {
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
     }

@@ -174,7 +174,8 @@ ty_status_t ty_preflight_add(ty_preflight_t *p, const ty_graph_t *graph, const c
   ty_memory_plan_t mp;
   memset(&mp, 0, sizeof(mp));
   ty_status_t s = TY_OK;
-  if (!og || !klass || !region || ty_memory_plan_build(og, TY_PREFLIGHT_ALIGNMENT, &mp) != TY_CODE_OK) {
+  if (!og || !klass || !region ||
+      ty_memory_plan_build(og, TY_PREFLIGHT_ALIGNMENT, &mp) != TY_CODE_OK) {
     s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory planning %s", label);
   }
   /* Memory classes live on the core graph; map them to lowered values. */
