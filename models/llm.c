@@ -546,9 +546,68 @@ static ty_status_t ty_b_attention_llama(ty_builder_t *b, int layer, ty_value_id_
   return ty_b_proj(b, layer, "self_attn.o_proj", c->o_bias, true, y, out);
 }
 
+/* The chunked MLP (llm.h mlp_chunk; docs/design-notes.md "Chunked MLP"):
+ * x in the compute dtype and the weights cast once, then per piece of N
+ * tokens a slice, the MLP on it and its output, joined by one concat.
+ * Each piece's nodes carry their chunk number (graph.h), so autodiff
+ * recomputes a piece just before its backward (under --recompute layer)
+ * and gives x its gradient as the concat of the pieces', and since the
+ * sweep runs the pieces' backwards one after another, one piece's
+ * intermediates ([B, N, I]) are live at a time. */
+static ty_status_t ty_b_mlp_chunked(ty_builder_t *b, int layer, ty_value_id_t x,
+                                    ty_value_id_t *out) {
+  const ty_model_config_t *c = b->c;
+  const bool gpt2 = c->arch == TY_ARCH_GPT2, bias = gpt2 || c->mlp_bias;
+  const char *const llama[3] = {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+  const char *const gpt[2] = {"mlp.c_fc", "mlp.c_proj"};
+  const ty_dtype_t ct = ty_b_compute(b);
+  ty_value_id_t w[3], bv[3] = {TY_VALUE_NONE, TY_VALUE_NONE, TY_VALUE_NONE};
+  const int count = gpt2 ? 2 : 3;
+  for (int i = 0; i < count; ++i) {
+    const char *name = gpt2 ? gpt[i] : llama[i];
+    TY_RETURN_IF_ERROR(ty_b_param(b, &w[i], gpt2 ? "transformer.h.%d.%s.weight"
+                                                 : "model.layers.%d.%s.weight", layer, name));
+    if (bias) {
+      TY_RETURN_IF_ERROR(ty_b_param(b, &bv[i], gpt2 ? "transformer.h.%d.%s.bias"
+                                                     : "model.layers.%d.%s.bias", layer, name));
+    }
+    TY_RETURN_IF_ERROR(ty_b_cast(b, w[i], ct, &w[i]));
+    TY_RETURN_IF_ERROR(ty_b_cast(b, bv[i], ct, &bv[i]));
+  }
+  TY_RETURN_IF_ERROR(ty_b_cast(b, x, ct, &x));
+  const int64_t T = b->o->seq, N = b->o->mlp_chunk, pieces = (T + N - 1) / N;
+  ty_value_id_t *ys = malloc((size_t)pieces * sizeof(ty_value_id_t));
+  if (!ys) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  ty_status_t s = TY_OK;
+  for (int64_t p = 0; p < pieces && !s; ++p) {
+    ty_graph_set_chunk(b->g, (uint32_t)p + 1);
+    ty_value_id_t xp, h, gate, up;
+    s = ty_b_seq_slice(b, x, p * N, p + 1 < pieces ? N : T - p * N, &xp);
+    if (!s && gpt2) {
+      s = ty_b_linear(b, xp, w[0], bv[0], false, &h);
+      if (!s) s = ty_b_node(b, "gelu", &h, 1, NULL, &h);
+      if (!s) s = ty_b_row_linear(b, h, w[1], bv[1], false, &ys[p]);
+    } else if (!s) {
+      s = ty_b_linear(b, xp, w[0], bv[0], true, &gate);
+      if (!s) s = ty_b_linear(b, xp, w[1], bv[1], true, &up);
+      if (!s) s = ty_b_binary(b, "swiglu", gate, up, &h);
+      if (!s) s = ty_b_row_linear(b, h, w[2], bv[2], true, &ys[p]);
+    }
+  }
+  ty_graph_set_chunk(b->g, 0);
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  if (!s) s = ty_attrs_set_int(&a, "axis", 1);
+  if (!s) s = ty_b_node(b, "concat", ys, (uint32_t)pieces, &a, out);
+  free(ys);
+  return s;
+}
+
 static ty_status_t ty_b_mlp(ty_builder_t *b, int layer, ty_value_id_t x, ty_value_id_t *out) {
   const ty_model_config_t *c = b->c;
   TY_RETURN_IF_ERROR(ty_b_tp_enter(b, x, &x)); /* columns split, then rows */
+  if (b->o->mlp_chunk > 0 && b->o->mlp_chunk < b->o->seq) {
+    return ty_b_mlp_chunked(b, layer, x, out);
+  }
   if (c->arch == TY_ARCH_GPT2) {
     ty_value_id_t w1, b1, w2, b2, h;
     TY_RETURN_IF_ERROR(ty_b_param(b, &w1, "transformer.h.%d.mlp.c_fc.weight", layer));
@@ -681,6 +740,11 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
                           "loss chunk %lld: the fused LM head and loss needs a loss and no "
                           "logits output (the logits never exist whole)",
                           (long long)o->loss_chunk);
+  }
+  if (o->mlp_chunk < 0) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "MLP chunk %lld: a number of tokens >= 1 (0: the whole sequence)",
+                          (long long)o->mlp_chunk);
   }
   if (o->unit_end > 0 &&
       (o->unit_begin < 0 || o->unit_begin >= o->unit_end ||

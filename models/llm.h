@@ -62,6 +62,12 @@ typedef struct ty_llm_options_t {
                           the logits this many tokens at a time, so [B,T,V]
                           never exists (`train --loss-chunk`); the model's
                           `logits` is then TY_VALUE_NONE */
+  int64_t mlp_chunk;   /* > 0 and < seq: each block's MLP runs over this many
+                          tokens of the sequence at a time (the last piece
+                          takes the rest, T mod N, when N does not divide
+                          T), so only [B, N, I] intermediates exist at once
+                          (`train --mlp-chunk`; docs/design-notes.md
+                          "Chunked MLP"); >= seq or 0: one piece */
   double dropout;      /* > 0: dropout on embeddings and residual branches,
                           input "rng" (i64 [2] = seed, step) */
   int tp_size;         /* tensor parallel (issue 17): > 1 builds this rank's

@@ -25,7 +25,8 @@ static const char *const ty_compile_usage =
     "                         (--seq-len T | --data DIR) [--inference]\n"
     "                         [--optimizer adamw|sgd|adafactor] [--dtype D] [--dropout P]\n"
     "                         [--decay-all] [memory levers] [--memory-limit SIZE]\n"
-    "                         (--out FILE | --plan-only) [--cache-dir DIR] [--retry-failed]\n"
+    "                         (--out FILE | --plan-only [--plan-detail]) [--cache-dir DIR]\n"
+    "                         [--retry-failed]\n"
     "                         [--dump-graph P] [--data-parallel N]\n"
     "\n"
     "Compiles the train step that 'trainyard train' runs with the same options\n"
@@ -58,6 +59,9 @@ static const char *const ty_compile_usage =
     "  --grad-accum N     as 'trainyard train' (the dataflow device needs 1) [1]\n"
     "  --recompute R      none, attention or layer (activation checkpointing)\n"
     "  --loss-chunk N     fused LM head + loss over N tokens at a time\n"
+    "  --mlp-chunk N      each block's MLP over N tokens at a time (forward,\n"
+    "                     backward and recompute): [B,N,I] intermediates instead\n"
+    "                     of [B,T,I]; a last piece takes T mod N [0: off]\n"
     "  --fused-optimizer  updates in the backward pass; --clip 0 after it leaves out\n"
     "                     its norm pass (a graph property only with this lever)\n"
     "  --offload O        none or optimizer (devices with their own memory)\n"
@@ -74,6 +78,8 @@ static const char *const ty_compile_usage =
     "  --plan-only        print the memory plan of the graph and check it; compile\n"
     "                     nothing (no --out): the plan of a llama-7b step at any\n"
     "                     length takes a second on the host\n"
+    "  --plan-detail      with --plan-only: also where each graph's activation peak\n"
+    "                     is (the node) and the largest values live there\n"
     "  --out FILE         the artifact; the report goes to FILE.report.txt\n"
     "  --cache-dir DIR    on-disk compile cache ('none' for none; default\n"
     "                     $XDG_CACHE_HOME/trainyard or ~/.cache/trainyard)\n"
@@ -91,7 +97,7 @@ static double ty_now(void) {
 typedef struct {
   ty_graph_args_t g; /* model, shapes, optimizer, dtype, dropout, cache, levers */
   const char *out;
-  bool inference, plan_only;
+  bool inference, plan_only, plan_detail;
   int64_t data_parallel; /* --data-parallel N: ranks of the run (0: not given) */
 } ty_compile_args_t;
 
@@ -103,6 +109,8 @@ static int ty_compile_own(void *user, const char *key, const char *value) {
     a->inference = true;
   } else if (!strcmp(key, "plan-only")) {
     a->plan_only = true;
+  } else if (!strcmp(key, "plan-detail")) {
+    a->plan_detail = true;
   } else if (!strcmp(key, "out")) {
     a->out = value;
   } else if (!strcmp(key, "data-parallel")) {
@@ -149,6 +157,20 @@ static ty_status_t ty_compile_plan(const ty_compile_args_t *a, ty_device_t *devi
   }
   if (!s) s = ty_preflight_add(&plan, graph, a->inference ? "inference" : "train step");
   if (!s) s = ty_preflight_format(&plan, "  ", &lines);
+  if (!s && a->plan_detail) {
+    char *detail = NULL, *both = NULL;
+    s = ty_preflight_format_detail(&plan, "  ", &detail);
+    if (!s && !(both = malloc(strlen(lines) + strlen(detail) + 1))) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (!s) {
+      strcpy(both, lines);
+      strcat(both, detail);
+      free(lines);
+      lines = both;
+    }
+    free(detail);
+  }
   if (!s) {
     ty_format_bytes(limit, size, sizeof(size));
     size_t cap = strlen(lines) + 256;
@@ -298,12 +320,12 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   ty_graph_args_init(&a.g);
   static const char *const flags[] = {"inference",       "plan-only",       "fused-optimizer",
                                       "relative-step",   "scale-parameter", "warmup-init",
-                                      NULL};
+                                      "plan-detail",     NULL};
   static const char *const own[] = {"out",            "recompute",      "loss-chunk",
                                     "offload",        "memory-limit",   "clip-threshold",
                                     "decay-rate",     "adafactor-eps1", "adafactor-eps2",
                                     "beta1",          "clip",           "data-parallel",
-                                    NULL};
+                                    "mlp-chunk",      NULL};
   int rc = ty_graph_args_parse("compile", argc, argv, &a.g, flags, own, ty_compile_own, &a);
   if (rc < 0) {
     fputs(ty_compile_usage, stdout);
@@ -323,6 +345,10 @@ int ty_cmd_compile(ty_app_t *app, int argc, char **argv) {
   if (a.plan_only && a.out) {
     return ty_app_usage_error("compile", "--out has no effect with --plan-only (nothing is "
                                          "compiled)");
+  }
+  if (a.plan_detail && !a.plan_only) {
+    return ty_app_usage_error("compile", "--plan-detail needs --plan-only (it details the "
+                                         "memory plan it prints)");
   }
   if (!a.plan_only && (!a.out || !a.out[0])) {
     return ty_app_usage_error("compile", "--out FILE is required (or --plan-only)");

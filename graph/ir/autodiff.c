@@ -69,6 +69,19 @@ static uint32_t ty_autodiff_segment(ty_recompute_t mode, uint32_t region) {
   return TY_REGION_LAYER(region);
 }
 
+/* A value that only chunk-tagged slices read, and that they tile along
+ * one axis (the chunked MLP's input, llm.c): its gradient is the concat of
+ * the slices' gradients, emitted once the sweep is past its first reader,
+ * instead of a zero-padded full-size slice_backward per piece summed with
+ * adds (K full-size writes and three full-size buffers live per add). */
+typedef struct {
+  ty_value_id_t value;
+  uint32_t axis, pieces;
+  uint32_t first_reader;  /* the lowest node index among the slices */
+  uint32_t *nodes;        /* per piece, in order along the axis: its slice */
+  ty_value_id_t *grads;   /* per piece: its gradient so far, or NONE */
+} ty_sweep_tile_t;
+
 /* State of one backward sweep. */
 typedef struct {
   ty_graph_t *g;
@@ -81,6 +94,14 @@ typedef struct {
   uint32_t *segment;     /* per original node */
   bool *recomputed;      /* per segment */
   ty_value_id_t *remap;  /* original value -> its recomputed copy, or NONE */
+  bool *pending;         /* per original value: left out of its segment's
+                            recompute (it depends on a chunk not yet copied) */
+  bool *copied;          /* per original node: a chunk node whose copy exists */
+  ty_sweep_tile_t *tiles;
+  uint32_t tile_count;
+  uint32_t *tile_slot;   /* per original node: its piece of tile tile_of_node, or
+                            UINT32_MAX (not a tiling slice) */
+  uint32_t *tile_of_node;
 } ty_sweep_t;
 
 static ty_value_id_t ty_sweep_map(const ty_sweep_t *w, ty_value_id_t v) {
@@ -88,15 +109,35 @@ static ty_value_id_t ty_sweep_map(const ty_sweep_t *w, ty_value_id_t v) {
                                                                                   : v;
 }
 
-/* Appends copies of segment `seg`'s forward nodes, in forward order. */
-static ty_status_t ty_sweep_recompute(ty_sweep_t *w, uint32_t seg) {
+/* Appends copies of segment `seg`'s forward nodes, in forward order.
+ * chunk 0: the nodes of no chunk, less those that read what a chunk makes
+ * (their outputs are left pending: a gradient rule that reads one reads
+ * the forward's value); chunk c > 0: the nodes of chunk c, just before its
+ * backward, so one chunk's intermediates are live at a time. */
+static ty_status_t ty_sweep_recompute(ty_sweep_t *w, uint32_t seg, uint32_t chunk) {
   ty_value_id_t ins[TY_OP_MAX_INPUTS > 64 ? 64 : TY_OP_MAX_INPUTS];
   ty_value_id_t outs[16];
   uint32_t saved_region = ty_graph_set_region(w->g, 0);
+  uint32_t saved_chunk = ty_graph_set_chunk(w->g, 0);
   ty_status_t s = TY_OK;
   for (uint32_t m = 0; m < w->nn && !s; ++m) {
     if (w->segment[m] != seg) continue;
     const ty_graph_node_t *node = ty_graph_node(w->g, m);
+    if (node->chunk != chunk) {
+      for (uint32_t o = 0; chunk == 0 && o < node->output_count; ++o) {
+        w->pending[node->outputs[o]] = true;
+      }
+      continue;
+    }
+    bool skip = false;
+    for (uint32_t i = 0; chunk == 0 && i < node->input_count; ++i) {
+      skip = skip || (node->inputs[i] != TY_VALUE_NONE && w->pending[node->inputs[i]]);
+    }
+    if (skip) {
+      for (uint32_t o = 0; o < node->output_count; ++o) w->pending[node->outputs[o]] = true;
+      continue;
+    }
+    if (chunk) w->copied[m] = true;
     if (node->input_count > 64 || node->output_count > 16) {
       s = ty_status_make(TY_CODE_UNIMPLEMENTED,
                          "recompute: node %u (%s) has too many operands to recompute", m,
@@ -115,7 +156,8 @@ static ty_status_t ty_sweep_recompute(ty_sweep_t *w, uint32_t seg) {
     if (s) s = ty_status_annotate(s, "recompute: copying node %u (%s)", m, op);
   }
   ty_graph_set_region(w->g, saved_region);
-  w->recomputed[seg] = true;
+  ty_graph_set_chunk(w->g, saved_chunk);
+  if (chunk == 0) w->recomputed[seg] = true;
   return s;
 }
 
@@ -171,6 +213,11 @@ static ty_status_t ty_sweep_node(ty_sweep_t *w, uint32_t n) {
     w->input_grads[i] = TY_VALUE_NONE;
   }
   if (!any_want) return TY_OK;
+  if (w->tile_slot && w->tile_slot[n] != UINT32_MAX) {
+    /* a piece of a tiled value: kept for its concat (ty_sweep_tile_done) */
+    w->tiles[w->tile_of_node[n]].grads[w->tile_slot[n]] = w->output_grads[0];
+    return TY_OK;
+  }
   const ty_op_def_t *def = ty_op_lookup(node->op);
   if (!def || !def->grad) {
     return ty_status_make(TY_CODE_UNIMPLEMENTED,
@@ -180,8 +227,12 @@ static ty_status_t ty_sweep_node(ty_sweep_t *w, uint32_t n) {
   }
   uint32_t seg = w->segment ? w->segment[n] : UINT32_MAX;
   if (seg != UINT32_MAX && !w->recomputed[seg]) {
-    TY_RETURN_IF_ERROR(ty_sweep_recompute(w, seg));
+    TY_RETURN_IF_ERROR(ty_sweep_recompute(w, seg, 0));
     node = ty_graph_node(g, n); /* the node array may have moved */
+  }
+  if (seg != UINT32_MAX && node->chunk != 0 && !w->copied[n]) {
+    TY_RETURN_IF_ERROR(ty_sweep_recompute(w, seg, node->chunk));
+    node = ty_graph_node(g, n);
   }
   /* Copy what we need: emitting nodes may move the node array. The rule
    * sees the recomputed copies of its operands; gradients stay keyed by the
@@ -230,6 +281,144 @@ static ty_status_t ty_sweep_node(ty_sweep_t *w, uint32_t n) {
   free(node_inputs);
   free(node_outputs);
   return s ? ty_status_annotate(s, "autodiff: gradient of node %u (%s)", n, op) : TY_OK;
+}
+
+/* Whether slice node `node` keeps every axis of `d` whole but one; that
+ * axis (any, for a whole slice) and its start. */
+static bool ty_sweep_slice_axis(const ty_graph_node_t *node, const ty_tensor_desc_t *d,
+                                uint32_t *out_axis, int64_t *out_start) {
+  const ty_attr_t *st = ty_attrs_find(&node->attrs, "starts");
+  const ty_attr_t *sz = ty_attrs_find(&node->attrs, "sizes");
+  if (!st || !sz || st->count != d->rank || sz->count != d->rank) return false;
+  uint32_t axis = UINT32_MAX;
+  for (uint32_t a = 0; a < d->rank; ++a) {
+    if (st->ints[a] == 0 && sz->ints[a] == d->dims[a]) continue;
+    if (axis != UINT32_MAX) return false;
+    axis = a;
+  }
+  *out_axis = axis == UINT32_MAX ? 0 : axis;
+  *out_start = st->ints[*out_axis];
+  return true;
+}
+
+/* Finds the tiled values (ty_sweep_tile_t): those whose every reader is a
+ * chunk-tagged slice, all along one axis, covering it exactly once. */
+static ty_status_t ty_sweep_find_tiles(ty_sweep_t *w) {
+  ty_graph_t *g = w->g;
+  bool any = false;
+  for (uint32_t n = 0; n < w->nn && !any; ++n) any = ty_graph_node(g, n)->chunk != 0;
+  if (!any) return TY_OK;
+  uint32_t *readers = calloc(w->nv, sizeof(uint32_t)), *sliced = calloc(w->nv, sizeof(uint32_t));
+  w->tile_slot = malloc(w->nn * sizeof(uint32_t));
+  w->tile_of_node = malloc(w->nn * sizeof(uint32_t));
+  ty_status_t s = TY_OK;
+  if (!readers || !sliced || !w->tile_slot || !w->tile_of_node) {
+    s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
+  }
+  for (uint32_t n = 0; n < w->nn && !s; ++n) {
+    const ty_graph_node_t *node = ty_graph_node(g, n);
+    w->tile_slot[n] = w->tile_of_node[n] = UINT32_MAX;
+    for (uint32_t i = 0; i < node->input_count; ++i) {
+      if (node->inputs[i] == TY_VALUE_NONE) continue;
+      readers[node->inputs[i]]++;
+      if (node->chunk && strcmp(node->op, "slice") == 0) sliced[node->inputs[i]]++;
+    }
+  }
+  uint32_t count = 0;
+  for (uint32_t v = 0; v < w->nv && !s; ++v) count += readers[v] && readers[v] == sliced[v];
+  if (!s && count) {
+    w->tiles = calloc(count, sizeof(ty_sweep_tile_t));
+    if (!w->tiles) s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
+  }
+  for (uint32_t v = 0; v < w->nv && !s; ++v) {
+    if (!readers[v] || readers[v] != sliced[v]) continue;
+    const ty_tensor_desc_t *d = &ty_graph_value(g, v)->desc;
+    ty_sweep_tile_t *t = &w->tiles[w->tile_count];
+    t->value = v;
+    t->pieces = readers[v];
+    t->first_reader = UINT32_MAX;
+    t->nodes = malloc(t->pieces * sizeof(uint32_t));
+    t->grads = malloc(t->pieces * sizeof(ty_value_id_t));
+    int64_t *start = malloc(t->pieces * sizeof(int64_t));
+    int64_t *size = malloc(t->pieces * sizeof(int64_t));
+    if (!t->nodes || !t->grads || !start || !size) {
+      s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
+    }
+    /* The pieces in order of their start (insertion: a few dozen). */
+    uint32_t k = 0;
+    bool ok = !s;
+    for (uint32_t n = 0; n < w->nn && ok; ++n) {
+      const ty_graph_node_t *node = ty_graph_node(g, n);
+      if (!node->chunk || node->input_count != 1 || node->inputs[0] != v) continue;
+      uint32_t axis = 0;
+      int64_t st = 0;
+      ok = ty_sweep_slice_axis(node, d, &axis, &st);
+      if (k == 0) t->axis = axis;
+      ok = ok && (axis == t->axis || d->rank == 0);
+      if (t->first_reader == UINT32_MAX) t->first_reader = n;
+      uint32_t j = k++;
+      for (; ok && j > 0 && start[j - 1] > st; --j) {
+        start[j] = start[j - 1];
+        size[j] = size[j - 1];
+        t->nodes[j] = t->nodes[j - 1];
+      }
+      if (ok) {
+        start[j] = st;
+        size[j] = ty_graph_value(g, node->outputs[0])->desc.dims[t->axis];
+        t->nodes[j] = n;
+      }
+    }
+    int64_t end = 0;
+    for (uint32_t j = 0; ok && j < k; ++j) {
+      ok = start[j] == end;
+      end += size[j];
+    }
+    ok = ok && k == t->pieces && d->rank > 0 && end == d->dims[t->axis];
+    free(start);
+    free(size);
+    if (s || !ok) {
+      free(t->nodes);
+      free(t->grads);
+      memset(t, 0, sizeof(*t));
+      continue;
+    }
+    for (uint32_t j = 0; j < t->pieces; ++j) {
+      t->grads[j] = TY_VALUE_NONE;
+      w->tile_slot[t->nodes[j]] = j;
+      w->tile_of_node[t->nodes[j]] = w->tile_count;
+    }
+    w->tile_count++;
+  }
+  free(readers);
+  free(sliced);
+  return s;
+}
+
+/* After the sweep has passed node n: the gradient of each tiled value
+ * whose first reader n is, as one concat of its pieces' (zeros for a piece
+ * the loss does not reach). */
+static ty_status_t ty_sweep_tile_done(ty_sweep_t *w, uint32_t n) {
+  for (uint32_t i = 0; i < w->tile_count; ++i) {
+    ty_sweep_tile_t *t = &w->tiles[i];
+    if (t->first_reader != n) continue;
+    bool any = false;
+    for (uint32_t j = 0; j < t->pieces; ++j) any = any || t->grads[j] != TY_VALUE_NONE;
+    if (!any) continue;
+    for (uint32_t j = 0; j < t->pieces; ++j) {
+      if (t->grads[j] != TY_VALUE_NONE) continue;
+      const ty_graph_node_t *node = ty_graph_node(w->g, t->nodes[j]);
+      const ty_tensor_desc_t d = ty_graph_value(w->g, node->outputs[0])->desc;
+      TY_RETURN_IF_ERROR(ty_graph_add_filled(w->g, d.dtype, d.rank, d.dims, 0.0, &t->grads[j]));
+    }
+    ty_attrs_t a = TY_ATTRS_EMPTY;
+    TY_RETURN_IF_ERROR(ty_attrs_set_int(&a, "axis", t->axis));
+    ty_value_id_t grad = t->grads[0];
+    if (t->pieces > 1) {
+      TY_RETURN_IF_ERROR(ty_graph_add_node1(w->g, "concat", t->grads, t->pieces, &a, &grad));
+    }
+    TY_RETURN_IF_ERROR(ty_autodiff_accumulate(w->g, w->grads, t->value, grad));
+  }
+  return TY_OK;
 }
 
 ty_status_t ty_graph_autodiff(ty_graph_t *g, ty_value_id_t loss, ty_value_id_t seed,
@@ -306,11 +495,15 @@ ty_status_t ty_graph_autodiff_ex(ty_graph_t *g, ty_value_id_t loss, ty_value_id_
       if (w.segment[n] != UINT32_MAX && w.segment[n] >= segments) segments = w.segment[n] + 1;
     }
     w.recomputed = calloc(segments ? segments : 1, sizeof(bool));
-    if (!w.segment || !w.recomputed) {
+    w.pending = calloc(nv ? nv : 1, sizeof(bool));
+    w.copied = calloc(nn ? nn : 1, sizeof(bool));
+    if (!w.segment || !w.recomputed || !w.pending || !w.copied) {
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory in autodiff");
       goto done;
     }
   }
+  s = ty_sweep_find_tiles(&w);
+  if (s) goto done;
   for (uint32_t v = 0; v < nv; ++v) w.grads[v] = TY_VALUE_NONE;
   for (uint32_t i = 0; i < wrt_count; ++i) {
     w.depends[wrt[i]] = true;
@@ -342,6 +535,7 @@ ty_status_t ty_graph_autodiff_ex(ty_graph_t *g, ty_value_id_t loss, ty_value_id_
 
   for (uint32_t n = nn; n-- > 0 && !s;) {
     s = ty_sweep_node(&w, n);
+    if (!s && w.tile_count) s = ty_sweep_tile_done(&w, n);
     /* Gradients no remaining node can add to. */
     for (uint32_t k = 0; opt->on_grad_complete && k < wrt_count && !s; ++k) {
       if (first_reader[k] != n || reported[k]) continue;
@@ -369,6 +563,15 @@ done:
   free(w.segment);
   free(w.recomputed);
   free(w.remap);
+  free(w.pending);
+  free(w.copied);
+  for (uint32_t i = 0; i < w.tile_count; ++i) {
+    free(w.tiles[i].nodes);
+    free(w.tiles[i].grads);
+  }
+  free(w.tiles);
+  free(w.tile_slot);
+  free(w.tile_of_node);
   free(first_reader);
   free(reported);
   return s;

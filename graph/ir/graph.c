@@ -16,7 +16,7 @@ struct ty_graph_t {
   ty_abi_state_update_t *updates;
   uint32_t update_count, update_capacity;
   ty_tensor_desc_t *infer_scratch; /* TY_OP_MAX_OUTPUTS descriptors, reused */
-  uint32_t region;                  /* what new nodes are tagged with */
+  uint32_t region, chunk;           /* what new nodes are tagged with */
   char levers[256];                 /* ty_graph_set_levers */
 };
 
@@ -230,6 +230,7 @@ ty_status_t ty_graph_add_node(ty_graph_t *g, const char *op,
   }
   memcpy(node.op, op, strlen(op) + 1);
   node.region = g->region;
+  node.chunk = g->chunk;
   if (attrs) node.attrs = *attrs;
   node.input_count = input_count;
   node.output_count = output_count;
@@ -242,6 +243,12 @@ ty_status_t ty_graph_add_node(ty_graph_t *g, const char *op,
 uint32_t ty_graph_set_region(ty_graph_t *g, uint32_t region) {
   uint32_t previous = g->region;
   g->region = region;
+  return previous;
+}
+
+uint32_t ty_graph_set_chunk(ty_graph_t *g, uint32_t chunk) {
+  uint32_t previous = g->chunk;
+  g->chunk = chunk;
   return previous;
 }
 

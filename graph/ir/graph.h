@@ -64,6 +64,9 @@ typedef struct ty_graph_node_t {
   ty_value_id_t *inputs; /* owned; TY_VALUE_NONE for an absent optional */
   ty_value_id_t *outputs; /* owned */
   uint32_t region;        /* TY_REGION(layer, part), or 0 */
+  /* The piece (1, 2, ...) of a chunked block the node belongs to, 0 none
+   * (ty_graph_set_chunk). Like regions, no computation and no hash. */
+  uint32_t chunk;
 } ty_graph_node_t;
 
 ty_status_t ty_graph_create(ty_graph_t **out_graph);
@@ -104,6 +107,14 @@ ty_status_t ty_graph_add_node1(ty_graph_t *graph, const char *op,
  * one. Regions change no computation and no hash: they tell the recompute
  * pass where a block begins and ends. */
 uint32_t ty_graph_set_region(ty_graph_t *graph, uint32_t region);
+
+/* Nodes added from now on carry `chunk` (0: none); returns the previous
+ * one. A model tags each piece of a block it runs over a few tokens at a
+ * time (the chunked MLP) with its own number, so that autodiff (autodiff.h)
+ * recomputes each piece just before its backward instead of the whole
+ * block at once, and gives a value that only the pieces' slices read (and
+ * that they tile) its gradient as one concat of theirs. */
+uint32_t ty_graph_set_chunk(ty_graph_t *graph, uint32_t chunk);
 
 /* Records what `value`'s bytes are for (memory plans only). */
 ty_status_t ty_graph_set_memory_class(ty_graph_t *graph, ty_value_id_t value,

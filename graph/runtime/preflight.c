@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hal/abi_graph.h"
+#include "hal/dtype.h"
 #include "hal/memory_plan.h"
 #include "graph/ir/lower.h"
 #include "hal/file.h"
@@ -54,8 +55,56 @@ static ty_status_t ty_preflight_seen(ty_preflight_t *p, const char *name, bool *
 }
 
 /* The arena's live bytes over time: peak, and the gradients live then. */
+/* What made value v: its producer's op, dtype and shape, and the block its
+ * producer belongs to (backward nodes and recomputed copies carry none). */
+static void ty_preflight_describe(const ty_owned_graph_t *og, uint32_t v, uint32_t region,
+                                  char *out, size_t capacity) {
+  const ty_abi_value_t *val = &og->graph.values[v];
+  char dims[64];
+  size_t used = 0;
+  dims[0] = '\0';
+  for (uint32_t d = 0; d < val->rank && used < sizeof(dims); ++d) {
+    used += (size_t)snprintf(dims + used, sizeof(dims) - used, "%s%lld", d ? "," : "",
+                             (long long)val->dims[d]);
+  }
+  char where[40] = "backward or outside a block";
+  if (region) {
+    snprintf(where, sizeof(where), "layer %u %s", TY_REGION_LAYER(region),
+             TY_REGION_PART(region) == TY_REGION_MLP ? "mlp" : "attention");
+  }
+  snprintf(out, capacity, "%s %s [%s], node %u, %s", og->graph.nodes[og->producer[v]].op,
+           ty_dtype_name(val->dtype), dims, og->producer[v], where);
+}
+
+/* The arena values live at node `peak`, largest first, into out->detail. */
+static void ty_preflight_peak_detail(const ty_owned_graph_t *og, const ty_memory_plan_t *mp,
+                                     const uint32_t *last, const uint32_t *region,
+                                     uint32_t peak, ty_preflight_graph_t *out) {
+  const ty_abi_graph_t *g = &og->graph;
+  out->peak_node = peak;
+  snprintf(out->peak_op, sizeof(out->peak_op), "%s", peak < g->node_count ? g->nodes[peak].op : "");
+  for (uint32_t v = 0; v < g->value_count; ++v) {
+    if (mp->storage[v].kind != TY_STORAGE_ARENA || og->producer[v] == UINT32_MAX) continue;
+    const uint32_t from = og->producer[v], to = last[v] < from ? from : last[v];
+    if (from > peak || to < peak) continue;
+    out->peak_values++;
+    const uint64_t bytes = og->value_bytes[v];
+    uint32_t k = out->detail_count < TY_PREFLIGHT_DETAIL ? out->detail_count++
+                                                         : TY_PREFLIGHT_DETAIL;
+    if (k == TY_PREFLIGHT_DETAIL) {
+      if (bytes <= out->detail[k - 1].bytes) continue;
+      k--; /* replaces the smallest */
+    }
+    for (; k > 0 && out->detail[k - 1].bytes < bytes; --k) out->detail[k] = out->detail[k - 1];
+    out->detail[k].bytes = bytes;
+    ty_preflight_describe(og, v, region ? region[v] : 0, out->detail[k].what,
+                          sizeof(out->detail[k].what));
+  }
+}
+
 static ty_status_t ty_preflight_liveness(const ty_owned_graph_t *og, const ty_memory_plan_t *mp,
-                                         const uint8_t *klass, ty_preflight_graph_t *out) {
+                                         const uint8_t *klass, const uint32_t *region,
+                                         ty_preflight_graph_t *out) {
   const ty_abi_graph_t *g = &og->graph;
   uint32_t nv = g->value_count, nn = g->node_count;
   uint32_t *last = malloc((nv ? nv : 1) * sizeof(uint32_t));
@@ -94,14 +143,17 @@ static ty_status_t ty_preflight_liveness(const ty_owned_graph_t *og, const ty_me
     }
   }
   int64_t live = 0, grads = 0;
+  uint32_t peak = 0;
   for (uint32_t n = 0; n <= nn; ++n) {
     live += delta[n];
     grads += grad_delta[n];
     if ((uint64_t)live > out->live_peak) {
       out->live_peak = (uint64_t)live;
       out->gradients = (uint64_t)grads;
+      peak = n;
     }
   }
+  ty_preflight_peak_detail(og, mp, last, region, peak, out);
   free(last);
   free(delta);
   free(grad_delta);
@@ -118,16 +170,21 @@ ty_status_t ty_preflight_add(ty_preflight_t *p, const ty_graph_t *graph, const c
   const ty_abi_graph_t *abi = ty_lowered_graph_abi(lowered);
   ty_owned_graph_t *og = ty_owned_graph_copy(abi);
   uint8_t *klass = calloc(abi->value_count ? abi->value_count : 1, 1);
+  uint32_t *region = calloc(abi->value_count ? abi->value_count : 1, sizeof(uint32_t));
   ty_memory_plan_t mp;
   memset(&mp, 0, sizeof(mp));
   ty_status_t s = TY_OK;
-  if (!og || !klass || ty_memory_plan_build(og, TY_PREFLIGHT_ALIGNMENT, &mp) != TY_CODE_OK) {
+  if (!og || !klass || !region ||
+      ty_memory_plan_build(og, TY_PREFLIGHT_ALIGNMENT, &mp) != TY_CODE_OK) {
     s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory planning %s", label);
   }
   /* Memory classes live on the core graph; map them to lowered values. */
   for (uint32_t v = 0; !s && v < ty_graph_value_count(graph); ++v) {
     uint32_t l = ty_lowered_graph_index(lowered, v);
-    if (l != UINT32_MAX) klass[l] = ty_graph_value(graph, v)->memory_class;
+    if (l == UINT32_MAX) continue;
+    const ty_graph_value_t *cv = ty_graph_value(graph, v);
+    klass[l] = cv->memory_class;
+    if (cv->producer != UINT32_MAX) region[l] = ty_graph_node(graph, cv->producer)->region;
   }
   ty_preflight_graph_t *gr = &p->graphs[p->graph_count];
   memset(gr, 0, sizeof(*gr));
@@ -135,7 +192,7 @@ ty_status_t ty_preflight_add(ty_preflight_t *p, const ty_graph_t *graph, const c
   if (!s) {
     gr->arena = mp.arena_bytes;
     gr->nodes = abi->node_count;
-    s = ty_preflight_liveness(og, &mp, klass, gr);
+    s = ty_preflight_liveness(og, &mp, klass, region, gr);
   }
   for (uint32_t n = 0; !s && n < abi->node_count; ++n) {
     uint64_t w = ty_desc_node_workspace_bytes(abi, &abi->nodes[n]);
@@ -172,6 +229,7 @@ ty_status_t ty_preflight_add(ty_preflight_t *p, const ty_graph_t *graph, const c
   ty_memory_plan_free(&mp);
   ty_owned_graph_free(og);
   free(klass);
+  free(region);
   ty_lowered_graph_destroy(lowered);
   return s ? ty_status_annotate(s, "planning the memory of the %s graph", label) : TY_OK;
 }
@@ -253,6 +311,39 @@ ty_status_t ty_preflight_format(const ty_preflight_t *p, const char *indent, cha
     ty_format_bytes(g->live_peak, live, sizeof(live));
     fprintf(f, "%s  %s graph: %u nodes, activation arena %s (at most %s live at once)\n", indent,
             g->label, g->nodes, arena, live);
+  }
+  if (fclose(f) != 0) {
+    free(text);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out_text = text;
+  return TY_OK;
+}
+
+ty_status_t ty_preflight_format_detail(const ty_preflight_t *p, const char *indent,
+                                       char **out_text) {
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  if (!f) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  char b[32];
+  for (uint32_t i = 0; i < p->graph_count; ++i) {
+    const ty_preflight_graph_t *g = &p->graphs[i];
+    ty_format_bytes(g->live_peak, b, sizeof(b));
+    fprintf(f, "%s%s graph peak: %s live at node %u of %u (%s), %u values; the largest:\n",
+            indent, g->label, b, g->peak_node, g->nodes, g->peak_op, g->peak_values);
+    uint64_t listed = 0;
+    for (uint32_t k = 0; k < g->detail_count; ++k) {
+      ty_format_bytes(g->detail[k].bytes, b, sizeof(b));
+      fprintf(f, "%s  %12s  %s\n", indent, b, g->detail[k].what);
+      listed += g->detail[k].bytes;
+    }
+    if (g->peak_values > g->detail_count) {
+      /* the arena's live bytes are aligned; the values' own are not */
+      ty_format_bytes(g->live_peak > listed ? g->live_peak - listed : 0, b, sizeof(b));
+      fprintf(f, "%s  %12s  in the other %u values\n", indent, b,
+              g->peak_values - g->detail_count);
+    }
   }
   if (fclose(f) != 0) {
     free(text);

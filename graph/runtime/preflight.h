@@ -39,6 +39,14 @@ typedef enum ty_plan_item_e {
 const char *ty_plan_item_name(ty_plan_item_t item);
 
 #define TY_PREFLIGHT_MAX_GRAPHS 8
+#define TY_PREFLIGHT_DETAIL 12 /* largest values listed at a graph's peak */
+
+/* One value live at a graph's peak: its bytes and what made it ("matmul
+ * bf16 [1,131072,8192], layer 3 mlp"). */
+typedef struct ty_preflight_live_t {
+  uint64_t bytes;
+  char what[112];
+} ty_preflight_live_t;
 
 typedef struct ty_preflight_graph_t {
   char label[32];
@@ -47,6 +55,14 @@ typedef struct ty_preflight_graph_t {
   uint64_t gradients;  /* parameter gradients live at that moment */
   uint64_t workspace;  /* its largest kernel scratch */
   uint32_t nodes;
+  /* Where the peak is (--plan-detail): the node (lowered order) whose
+   * outputs make it, its op, how many arena values are live there, and the
+   * largest of them, largest first. */
+  uint32_t peak_node;
+  char peak_op[32];
+  uint32_t peak_values;
+  uint32_t detail_count;
+  ty_preflight_live_t detail[TY_PREFLIGHT_DETAIL];
 } ty_preflight_graph_t;
 
 typedef struct ty_preflight_t {
@@ -78,6 +94,12 @@ ty_status_t ty_preflight_check(const ty_preflight_t *plan, uint64_t limit,
  * `indent`. The caller frees *out_text. */
 ty_status_t ty_preflight_format(const ty_preflight_t *plan, const char *indent,
                                 char **out_text);
+
+/* Per graph, where its activation peak is: the node and the largest values
+ * live there, one per line (`trainyard compile --plan-only --plan-detail`).
+ * The caller frees *out_text. */
+ty_status_t ty_preflight_format_detail(const ty_preflight_t *plan, const char *indent,
+                                       char **out_text);
 
 #ifdef __cplusplus
 }

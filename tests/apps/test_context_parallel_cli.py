@@ -16,6 +16,7 @@ layer. Every run is compared with one process on the same global batch.
   weights then within 1e-4, see the test) and --cp 2 with 2 data-parallel
   replicas (4 ranks, dropout), Llama, equal one process.
 - LeversTest: --grad-accum 2 with --recompute layer and --loss-chunk 8;
+  --mlp-chunk 3 (pieces of the rank's local tokens) with --recompute layer;
   --dtype bf16-mixed (2e-3 relative); Mistral with a sliding window of 6
   tokens (shorter than the 16 of a row, so chunks see a window cut).
 - ResumeTest: cp 2 for 10 steps, then cp 1 to 15, then cp 2 to 20: the
@@ -214,6 +215,13 @@ class LeversTest(Base):
         levers = ["--batch-size", "2", "--grad-accum", "2", "--recompute", "layer",
                   "--loss-chunk", "8"] + DROP
         self.follow(2, levers, levers + ["--cp", "2"], steps=10)
+
+    def test_mlp_chunk(self):
+        # --mlp-chunk cuts each rank's 8 local tokens into pieces of 3, 3
+        # and 2, recomputed one at a time (issue 31)
+        self.use(self.llama)
+        levers = ["--batch-size", "4", "--recompute", "layer"] + DROP
+        self.follow(2, levers, levers + ["--cp", "2", "--mlp-chunk", "3"], steps=10)
 
     def test_bf16_mixed(self):
         # bf16 matmuls and attention: rounding differs with the split, so

@@ -83,6 +83,7 @@ AUDIT = {
             "--eval-data", "--eval-choices", "--min-eval-acc")},
         **{o: "test_memory_cli.py:LeverTest.test_llama" for o in (
             "--recompute", "--loss-chunk", "--fused-optimizer")},
+        **{"--mlp-chunk": "test_mlp_chunk_cli.py:CurveTest.test_llama"},
         **{"--offload": "test_memory_cli.py:BackendTest.test_cpu_refuses_offload",
            "--memory-limit": "test_memory_cli.py:RefuseTest.test_7b_without_levers_is_refused_on_24_gib"},
         **{o: "test_memory_cli.py:OptionsTest.test_refusals" for o in (
@@ -110,6 +111,9 @@ AUDIT = {
         **{o: "test_memory_cli.py:PlanTest.test_levers_shrink_the_plan" for o in (
             "--recompute", "--loss-chunk", "--fused-optimizer", "--plan-only",
             "--memory-limit", "--clip")},
+        **{"--mlp-chunk":
+               "test_mlp_chunk_cli.py:PlanTest.test_chunked_mlp_shrinks_the_activations",
+           "--plan-detail": "test_mlp_chunk_cli.py:PlanTest.test_plan_detail_names_the_peak"},
         **{o: "test_memory_cli.py:BackendTest.test_dataflow" for o in (
             "--offload", "--relative-step", "--scale-parameter", "--warmup-init",
             "--clip-threshold", "--decay-rate", "--adafactor-eps1", "--adafactor-eps2",

@@ -10,6 +10,8 @@ MPI's mpirun on the cpu backend (issue 17; Python standard library only).
   the rank layout is printed before step 0; the checkpoint is an unchanged
   Hugging Face model (full shapes) that `trainyard forward` loads. The
   template backend (the SDK's host executor) follows the same curve.
+  --tp 2 with --mlp-chunk 5 and --recompute layer follows one process
+  without them (issue 31).
 - DataParallelTest: --tp 2 with 2 replicas (4 ranks) equals one process.
 - ZeroTest: --tp 2 --zero 1 on 4 ranks (dp 2 x tp 2; ZeRO-1 over each tp
   index's dp group) on the tiny Llama and GPT-2: per-step loss and gradient
@@ -93,6 +95,19 @@ class MatchTest(Base):
         # same for any split
         self.check_model(self.gpt2, ("--batch-size", "4", "--dropout", "0.1"))
 
+
+    def test_mlp_chunk(self):
+        # --mlp-chunk 5: each piece's row-parallel projection sums over tp
+        # (issue 31); one process without it gives the curve
+        self.use(self.llama)
+        steps = ["--max-steps", "10", "--schedule", "constant", "--batch-size", "4",
+                 "--recompute", "layer"]
+        one, two = self.path("one"), self.path("two")
+        self.train(*steps, "--out", one)
+        self.train_mpi(2, *steps, "--out", two, "--tp", "2", "--mlp-chunk", "5")
+        self.assert_curves_match(dist.losses(one), dist.losses(two), range(1, 11), rel=1e-5)
+        self.assert_weights_close(os.path.join(one, "checkpoint-10"),
+                                  os.path.join(two, "checkpoint-10"))
 
     def test_template_backend(self):
         # the plugin author's template runs the tp ops through the SDK's

@@ -109,6 +109,9 @@ static const ty_opt_t ty_opts[] = {
                     "half in the backward) or layer (the whole block)"),
     TY_I(loss_chunk, "fused LM head + cross-entropy over N tokens at a time: the [B,T,V] "
                      "logits never exist (0: off)"),
+    TY_I(mlp_chunk, "each block's MLP over N tokens of the sequence at a time, forward, "
+                    "backward and recompute: [B,N,I] intermediates instead of [B,T,I] "
+                    "(0: off; a last piece takes T mod N)"),
     TY_B(fused_optimizer, "update each parameter as soon as its gradient is complete, in the "
                           "backward pass (with --clip > 0: one extra backward for the norm)"),
     TY_S(offload, "none, or optimizer: optimizer state in pinned host memory (devices with "
@@ -489,6 +492,9 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
     TY_BAD("--offload must be none or optimizer, not '%s'", c->offload);
   }
   if (c->loss_chunk < 0) TY_BAD("--loss-chunk must be >= 0 (0: off)");
+  if (c->mlp_chunk < 0) {
+    TY_BAD("--mlp-chunk must be >= 0 (0: off), not %lld", (long long)c->mlp_chunk);
+  }
   if (c->check_numerics[0]) {
     int64_t every = 0;
     TY_RETURN_IF_ERROR(ty_check_numerics_parse(c->check_numerics, &every));

@@ -60,6 +60,7 @@ typedef struct ty_train_config_t {
   /* memory levers (README, "Fitting bigger models") */
   char recompute[16];              /* none, attention or layer */
   int64_t loss_chunk;              /* > 0: fused LM head + loss, N tokens at a time */
+  int64_t mlp_chunk;               /* > 0: each block's MLP over N tokens at a time */
   bool fused_optimizer;            /* updates in the backward pass */
   char offload[16];                /* none or optimizer */
   char memory_limit[32];           /* "" (the device's memory) or a size: 24GiB */

@@ -90,6 +90,7 @@ void ty_train_graph_levers(const ty_train_recipe_t *c, char *out, size_t capacit
   } while (0)
   if (strcmp(c->recompute, "none")) TY_LEVER("recompute=%s", c->recompute);
   if (c->loss_chunk > 0) TY_LEVER("loss_chunk=%lld", (long long)c->loss_chunk);
+  if (c->mlp_chunk > 0) TY_LEVER("mlp_chunk=%lld", (long long)c->mlp_chunk);
   if (!strcmp(c->optimizer, "adafactor")) TY_LEVER("optimizer=adafactor");
   if (c->fused_optimizer) TY_LEVER("fused_optimizer=1");
   if (strcmp(c->offload, "none")) TY_LEVER("offload=%s", c->offload);
@@ -125,9 +126,11 @@ ty_status_t ty_train_graph_build(const ty_train_recipe_t *c, const ty_model_conf
     opts.with_loss = true;
     opts.dropout = c->dropout;
     opts.loss_chunk = c->loss_chunk;
+    opts.mlp_chunk = c->mlp_chunk;
   } else if (kind == TY_TRAIN_GRAPH_EVAL) {
     opts.with_loss = true;
     opts.loss_chunk = c->loss_chunk;
+    opts.mlp_chunk = c->mlp_chunk;
   } else {
     opts.logits_output = true;
   }

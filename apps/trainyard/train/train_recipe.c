@@ -25,6 +25,7 @@ ty_status_t ty_train_config_recipe(const ty_train_config_t *c, ty_train_recipe_t
   r->deterministic = c->deterministic;
   snprintf(r->recompute, sizeof(r->recompute), "%s", c->recompute);
   r->loss_chunk = c->loss_chunk;
+  r->mlp_chunk = c->mlp_chunk;
   r->fused_optimizer = c->fused_optimizer;
   snprintf(r->offload, sizeof(r->offload), "%s", c->offload);
   snprintf(r->memory_limit, sizeof(r->memory_limit), "%s", c->memory_limit);

@@ -25,6 +25,7 @@ typedef struct ty_train_recipe_t {
   /* the memory levers */
   char recompute[16];     /* none, attention or layer */
   int64_t loss_chunk;     /* > 0: fused LM head + loss, N tokens at a time */
+  int64_t mlp_chunk;      /* > 0: each block's MLP over N tokens at a time */
   bool fused_optimizer;   /* updates in the backward pass */
   char offload[16];       /* none or optimizer */
   char memory_limit[32];  /* the limit as the user wrote it ("" none), for messages */

@@ -21,6 +21,7 @@ static ty_status_t ty_pp_forward(const ty_train_recipe_t *c, const ty_model_conf
   ty_llm_options_t o = {.batch = B, .seq = T, .dtype = dtype, .compute_dtype = compute_dtype,
                         .dropout = c->dropout, .with_loss = ch->last,
                         .loss_chunk = ch->last ? c->loss_chunk : 0,
+                        .mlp_chunk = c->mlp_chunk,
                         .unit_begin = ch->unit_begin, .unit_end = ch->unit_end,
                         .tp_size = (int)c->tp, .tp_rank = (int)c->tp_rank};
   TY_RETURN_IF_ERROR(ty_graph_create(out_g));
