@@ -196,30 +196,45 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
       slot_sh[tid] = slot;
     }
     __syncthreads();
-    /* (1) scores: the key's elements once, dotted with every (row, head) */
-    for (int t = warp; t < TY_PA_TILE; t += warps) {
-      const long long j = t0 + t;
-      const long long slot = slot_sh[t];
-      float kr[TY_PA_MAX_D / 32];
+    /* (1) scores: the key's elements once, dotted with every (row, head).
+     * A warp takes keys warp, warp + 4, ...: TY_PA_KEYS_AT_ONCE of them
+     * loaded together (independent loads, all in flight), then reduced one
+     * by one as before (the same arithmetic, one memory latency per group
+     * of keys instead of per key). */
+    constexpr int kAtOnce = TY_PA_KEYS_AT_ONCE;
+    for (int t1 = warp; t1 < TY_PA_TILE; t1 += warps * kAtOnce) {
+      float kr[kAtOnce][TY_PA_MAX_D / 32];
 #pragma unroll
-      for (int jj = 0; jj < TY_PA_MAX_D / 32; ++jj) {
-        const int d = lane + 32 * jj;
-        kr[jj] = slot >= 0 && d < D ? ty_to_f<T>(kp[(slot * Hkv + g) * D + d]) : 0.0f;
-      }
-      for (int rc = 0; rc < rgc; ++rc) {
-        const int r = rc / gc, c = rc % gc;
-        if (slot < 0 || j >= k1[r]) { /* warp-uniform: past the row's split, or a bad block */
-          if (lane == 0) s_sh[rc * TY_PA_TILE + t] = -INFINITY;
-          continue;
-        }
-        float dot = 0.0f;
+      for (int u = 0; u < kAtOnce; ++u) {
+        const int t = t1 + u * warps;
+        const long long slot = t < TY_PA_TILE ? slot_sh[t] : -1;
 #pragma unroll
         for (int jj = 0; jj < TY_PA_MAX_D / 32; ++jj) {
           const int d = lane + 32 * jj;
-          if (d < D) dot += q_sh[(r * gc + c) * D + d] * kr[jj];
+          kr[u][jj] = slot >= 0 && d < D ? ty_to_f<T>(kp[(slot * Hkv + g) * D + d]) : 0.0f;
         }
-        dot = ty_warp_sum(dot);
-        if (lane == 0) s_sh[rc * TY_PA_TILE + t] = dot * scale;
+      }
+#pragma unroll
+      for (int u = 0; u < kAtOnce; ++u) {
+        const int t = t1 + u * warps;
+        if (t >= TY_PA_TILE) break;
+        const long long j = t0 + t;
+        const long long slot = slot_sh[t];
+        for (int rc = 0; rc < rgc; ++rc) {
+          const int r = rc / gc, c = rc % gc;
+          if (slot < 0 || j >= k1[r]) { /* warp-uniform: past the row's split, or a bad block */
+            if (lane == 0) s_sh[rc * TY_PA_TILE + t] = -INFINITY;
+            continue;
+          }
+          float dot = 0.0f;
+#pragma unroll
+          for (int jj = 0; jj < TY_PA_MAX_D / 32; ++jj) {
+            const int d = lane + 32 * jj;
+            if (d < D) dot += q_sh[(r * gc + c) * D + d] * kr[u][jj];
+          }
+          dot = ty_warp_sum(dot);
+          if (lane == 0) s_sh[rc * TY_PA_TILE + t] = dot * scale;
+        }
       }
     }
     __syncthreads();

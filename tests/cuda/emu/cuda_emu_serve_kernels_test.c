@@ -334,15 +334,16 @@ static void test_paged_attention_mixed_rows(void **state) {
 
 static void test_paged_attention_splits(void **state) {
   (void)state;
-  /* Spans of 1..3 splits (TY_PA_SPLIT_KEYS keys each), with and without a
-   * window that starts a split mid-block. */
+  /* Spans of 1, 2, 4 and the most splits (TY_PA_SPLIT_KEYS keys each), with
+   * and without a window that starts a split mid-block. */
   pa_case_t c = {.NB = 2 * 260, .BS = 5, .Hq = 4, .Hkv = 1, .D = 16, .S = 2, .MB = 260};
   pa_alloc(&c, 4);
   const long long seq[4] = {0, 1, 0, 1};
   const long long pos[4] = {TY_PA_SPLIT_KEYS - 1, TY_PA_SPLIT_KEYS, 1299, 2 * TY_PA_SPLIT_KEYS + 77};
   memcpy(c.row_seq, seq, sizeof(seq));
   memcpy(c.row_pos, pos, sizeof(pos));
-  assert_true(ty_pa_splits(1300) == 3 && ty_pa_splits(TY_PA_SPLIT_KEYS) == 1);
+  assert_true(ty_pa_splits(1300) == TY_PA_MAX_SPLITS && ty_pa_splits(TY_PA_SPLIT_KEYS) == 1);
+  assert_true(ty_pa_splits(2 * TY_PA_SPLIT_KEYS + 78) == 4);
   pa_check(&c);
   c.window = 1100;
   pa_check(&c);
