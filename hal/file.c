@@ -294,8 +294,33 @@ static ty_status_t ty_fsync_dir_of(const char *path) {
   return s;
 }
 
+/* Writes all of data to fd; errors name `path`. */
+static ty_status_t ty_fd_write_all(int fd, const char *path, const void *data, size_t size) {
+  const unsigned char *p = data;
+  size_t left = size;
+  while (left) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ty_status_from_errno(n < 0 ? errno : EIO, "cannot write %s", path);
+    p += n;
+    left -= (size_t)n;
+  }
+  return TY_OK;
+}
+
 ty_status_t ty_file_write_atomic(const char *path, const void *data, size_t size) {
   static atomic_uint counter;
+  /* A device or a pipe (`--output /dev/null`, `/dev/stdout`, a FIFO) is
+   * written where it is: a rename over it would replace the node itself
+   * with a regular file (run as root, /dev/null for every process). */
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ty_status_from_errno(errno, "cannot open %s for writing", path);
+    ty_status_t s = ty_fd_write_all(fd, path, data, size);
+    if (close(fd) != 0 && !s) s = ty_status_from_errno(errno, "cannot write %s (close)", path);
+    return s;
+  }
   const char *slash = strrchr(path, '/');
   if (slash && slash != path) {
     char *dir = strndup(path, (size_t)(slash - path));
@@ -317,18 +342,7 @@ ty_status_t ty_file_write_atomic(const char *path, const void *data, size_t size
   if (fd < 0) {
     s = ty_file_create_error(errno, path, "file");
   } else {
-    const unsigned char *p = data;
-    size_t left = size;
-    while (left && !s) {
-      ssize_t n = write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        s = ty_status_from_errno(n < 0 ? errno : EIO, "cannot write %s", path);
-        break;
-      }
-      p += n;
-      left -= (size_t)n;
-    }
+    s = ty_fd_write_all(fd, path, data, size);
     if (!s && fsync(fd) != 0) s = ty_status_from_errno(errno, "cannot write %s (fsync)", path);
     if (close(fd) != 0 && !s) s = ty_status_from_errno(errno, "cannot write %s (close)", path);
     if (!s && rename(tmp, path) != 0) s = ty_file_create_error(errno, path, "file");

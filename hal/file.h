@@ -106,7 +106,8 @@ ty_status_t ty_file_create_error(int err, const char *path, const char *what) TY
 /* Writes `data` to `path` atomically: a temporary file beside it (unique per
  * process and call), fsync, rename over `path`, fsync of the folder. Creates
  * missing parent folders. RESOURCE_EXHAUSTED for a full disk; errors name
- * `path` (ty_file_create_error). */
+ * `path` (ty_file_create_error). A `path` that is a device or a pipe
+ * (/dev/null, /dev/stdout, a FIFO) is written in place, not replaced. */
 ty_status_t ty_file_write_atomic(const char *path, const void *data, size_t size) TY_MUST_USE;
 
 /* Creates `dir` and its missing parents (mode 0777 & umask). A file in the

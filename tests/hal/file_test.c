@@ -352,6 +352,26 @@ static void test_write_atomic_errors_name_the_target(void **state) {
   free(data);
 }
 
+/* A FIFO (like /dev/null or /dev/stdout: not a regular file) is written in
+ * place: a rename over it would replace the node with a regular file (as
+ * root, `generate --output /dev/null` did that to /dev/null). */
+static void test_write_atomic_into_a_pipe(void **state) {
+  (void)state;
+  char fifo[300];
+  path_in(fifo, sizeof(fifo), "pipe");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  int rd = open(fifo, O_RDONLY | O_NONBLOCK); /* a reader, so the writer's open succeeds */
+  assert_true(rd >= 0);
+  TY_EXPECT_OK(ty_file_write_atomic(fifo, "through the pipe", 16));
+  char got[32] = {0};
+  assert_int_equal(read(rd, got, sizeof(got)), 16);
+  assert_string_equal(got, "through the pipe");
+  close(rd);
+  struct stat st;
+  assert_int_equal(stat(fifo, &st), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_regular_file_up_to_the_cap),
@@ -366,6 +386,7 @@ int main(void) {
       cmocka_unit_test(test_read_grows_past_the_first_buffer),
       cmocka_unit_test(test_create_error_names_the_target_not_the_temp),
       cmocka_unit_test(test_write_atomic_errors_name_the_target),
+      cmocka_unit_test(test_write_atomic_into_a_pipe),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
