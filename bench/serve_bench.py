@@ -50,11 +50,11 @@ import serve_peers  # noqa: E402
 _LLAMA = {"model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5,
           "attention_bias": False, "mlp_bias": False, "architectures": ["LlamaForCausalLM"]}
 # Names as transformers' GPT2Config and LlamaConfig spell them (the Hub's
-# config.json form: rope_theta and rope_scaling, which transformers 5 reads
+# config.json form, GPT-2's n_ctx included, which llama.cpp's converter reads: rope_theta and rope_scaling, which transformers 5 reads
 # into rope_parameters and llama.cpp's converter reads as they are).
 SHAPES = {
     "gpt2-124m": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12,
-                  "n_head": 12, "n_positions": 1024, "bos_token_id": 50256,
+                  "n_head": 12, "n_positions": 1024, "n_ctx": 1024, "bos_token_id": 50256,
                   "eos_token_id": 50256, "layer_norm_epsilon": 1e-5,
                   "activation_function": "gelu_new", "tie_word_embeddings": True,
                   "architectures": ["GPT2LMHeadModel"]},
@@ -74,7 +74,7 @@ SHAPES = {
     # Seconds-long smoke tests of this script on cpu: the same families, a
     # few layers, the GPT-2 tokenizer's whole vocabulary.
     "tiny-gpt2": {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 64, "n_layer": 2,
-                  "n_head": 4, "n_positions": 256, "bos_token_id": 50256,
+                  "n_head": 4, "n_positions": 256, "n_ctx": 256, "bos_token_id": 50256,
                   "eos_token_id": 50256, "layer_norm_epsilon": 1e-5,
                   "activation_function": "gelu_new", "tie_word_embeddings": True,
                   "architectures": ["GPT2LMHeadModel"]},

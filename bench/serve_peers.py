@@ -152,7 +152,9 @@ def llamacpp_rows(args, model_dir, show):
     gguf = os.path.join(args.work, f"{os.path.basename(model_dir.rstrip('/'))}-{outtype}.gguf")
     if not os.path.exists(gguf):
         part = gguf[:-len(".gguf")] + ".part.gguf"
-        cmd = [sys.executable, convert, model_dir, "--outfile", part, "--outtype", outtype]
+        cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            "gguf_convert.py"), src, model_dir,
+               "--outfile", part, "--outtype", outtype]
         print("llamacpp: " + shlex.join(cmd), file=sys.stderr, flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0 or not os.path.exists(part):
