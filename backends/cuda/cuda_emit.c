@@ -204,33 +204,35 @@ void ty_cu_copy(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t s
   c->size = size;
 }
 
-void ty_cu_all_reduce(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t count,
-                      ty_dtype_t dtype, uint32_t reduce, const char *group) {
-  if (count == 0) return;
+/* A collective command (kind TY_CU_CMD_ALL_REDUCE; `coll` says which). */
+static ty_cu_cmd_t *ty_cu_collective(ty_cu_build_t *b, const char *name, ty_dev_ref_t src,
+                                     ty_dev_ref_t dst, uint64_t count, ty_dtype_t dtype,
+                                     const char *group) {
+  if (count == 0) return NULL;
   ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);
-  if (!c) return;
-  c->name = "ncclAllReduce";
+  if (!c) return NULL;
+  c->name = name;
   c->group = group;
   c->src = src;
   c->dst = dst;
   c->size = count;
   c->dtype = dtype;
-  c->reduce = reduce;
+  return c;
+}
+
+void ty_cu_all_reduce(ty_cu_build_t *b, ty_dev_ref_t src, ty_dev_ref_t dst, uint64_t count,
+                      ty_dtype_t dtype, uint32_t reduce, const char *group) {
+  ty_cu_cmd_t *c = ty_cu_collective(b, "ncclAllReduce", src, dst, count, dtype, group);
+  if (c) c->reduce = reduce;
 }
 
 void ty_cu_gather(ty_cu_build_t *b, bool gather, ty_dev_ref_t src, ty_dev_ref_t dst,
                   uint64_t count, ty_dtype_t dtype, uint32_t parts, const char *group) {
-  if (count == 0) return;
-  ty_cu_cmd_t *c = ty_cu_cmd_add(b, TY_CU_CMD_ALL_REDUCE);
+  ty_cu_cmd_t *c = ty_cu_collective(b, gather ? "ncclAllGather" : "ncclReduceScatter", src,
+                                    dst, count, dtype, group);
   if (!c) return;
-  c->name = gather ? "ncclAllGather" : "ncclReduceScatter";
   c->coll = gather ? TY_CU_COLL_ALL_GATHER : TY_CU_COLL_REDUCE_SCATTER;
   c->parts = parts;
-  c->group = group;
-  c->src = src;
-  c->dst = dst;
-  c->size = count;
-  c->dtype = dtype;
   c->reduce = TY_ABI_REDUCE_SUM;
 }
 

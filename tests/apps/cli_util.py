@@ -167,6 +167,24 @@ class TempDirTest(unittest.TestCase):
         return os.path.join(self.tmp, *parts)
 
 
+class FixtureTrainTest(TempDirTest):
+    """Short training runs of a model fixture (CFG.models/<family>) on the
+    chat-ids data set, for the memory levers' tests."""
+
+    def ty(self, *args, rc=0):
+        r = run(list(args))
+        self.assertEqual(r.returncode, rc, (args, r.stdout[-2000:], r.stderr[-3000:]))
+        return r
+
+    def train(self, family, out, *extra, rc=0, steps_=20):
+        if not hasattr(self, "data"):
+            self.data = make_chat_ids(self.path("data"))
+        return self.ty("train", "--model", os.path.join(CFG.models, family), "--data",
+                       self.data, "--out", self.path(out), "--max-steps", str(steps_),
+                       "--batch-size", "8", "--dropout", "0.1", "--lr", "2e-3",
+                       "--warmup-steps", "2", "--cache-dir", "none", *extra, rc=rc)
+
+
 def main(*options):
     """Parses --trainyard and `options` (each required) into CFG and runs the
     unittest classes named on the command line."""

@@ -27,7 +27,6 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_util  # noqa: E402
-from cli_util import run  # noqa: E402
 
 
 def steps(out):
@@ -37,20 +36,7 @@ def steps(out):
     return [(x["loss"], x["grad_norm"]) for x in rows if "loss" in x]
 
 
-class Base(cli_util.TempDirTest):
-    def ty(self, *args, rc=0):
-        r = run(list(args))
-        self.assertEqual(r.returncode, rc, (args, r.stdout[-2000:], r.stderr[-3000:]))
-        return r
-
-    def train(self, family, out, *extra, rc=0, steps_=20):
-        if not hasattr(self, "data"):
-            self.data = cli_util.make_chat_ids(self.path("data"))
-        return self.ty("train", "--model", os.path.join(cli_util.CFG.models, family), "--data",
-                       self.data, "--out", self.path(out), "--max-steps", str(steps_),
-                       "--batch-size", "8", "--dropout", "0.1", "--lr", "2e-3",
-                       "--warmup-steps", "2", "--cache-dir", "none", *extra, rc=rc)
-
+class Base(cli_util.FixtureTrainTest):
     def same_curve(self, family, base, name, *args, steps_=20, bound=1e-6):
         """Within `bound` relative on the loss, 10 x that on the gradient
         norm: each weight's gradient is a sum of the pieces' products, in
