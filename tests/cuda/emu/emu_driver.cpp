@@ -254,7 +254,6 @@ TY_EMU_API CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
 TY_EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                    unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                    CUstream s, void **params, void **extra) {
-  (void)shared;
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   const ty_emu_kernel *k = f->kernel;
   if (extra) { /* CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &n, END */
@@ -269,7 +268,7 @@ TY_EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
     copy.resize(size + 64, 0); /* reads of a short block stay in bounds */
     return submit(s, [=] {
       char why[512];
-      if (ty_emu_launch(k, grid, block, copy.data(), NULL, why, sizeof(why))) {
+      if (ty_emu_launch(k, grid, block, shared, copy.data(), NULL, why, sizeof(why))) {
         return CUDA_SUCCESS;
       }
       fprintf(stderr, "cuda emulator: %s\n", why);
@@ -279,7 +278,7 @@ TY_EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
   if (stream_of(s)->capturing) return CUDA_ERROR_NOT_SUPPORTED; /* sizes unknown */
   return submit(s, [=] {
     char why[512];
-    if (ty_emu_launch(k, grid, block, NULL, params, why, sizeof(why))) return CUDA_SUCCESS;
+    if (ty_emu_launch(k, grid, block, shared, NULL, params, why, sizeof(why))) return CUDA_SUCCESS;
     fprintf(stderr, "cuda emulator: %s\n", why);
     return CUDA_ERROR_LAUNCH_FAILED;
   });

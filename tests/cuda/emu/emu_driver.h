@@ -6,11 +6,12 @@
 
 #include "emu_runtime.h"
 
-/* Runs kernel k over grid x block with its parameters in a CUDA parameter
- * block or an array of pointers; false with `why` when the shape is
- * impossible or the threads deadlock at divergent barriers. */
+/* Runs kernel k over grid x block with `shared` bytes of dynamic shared
+ * memory per block and its parameters in a CUDA parameter block or an
+ * array of pointers; false with `why` when the shape is impossible or the
+ * threads deadlock at divergent barriers. */
 bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigned block[3],
-                   const unsigned char *block_params, void **array_params, char *why,
-                   size_t cap);
+                   size_t shared, const unsigned char *block_params, void **array_params,
+                   char *why, size_t cap);
 
 #endif /* TY_TESTS_CUDA_EMU_EMU_DRIVER_H_ */

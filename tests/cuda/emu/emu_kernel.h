@@ -22,6 +22,26 @@
 
 #include "emu_runtime.h"
 
+/* kernels/warp_mma.cuh's emulated twins. cp.async (kernels/paged.cu's
+ * staging) is emulated by emu_sched.cpp: a copy lands at the
+ * cp.async.wait_group that retires its group, not when it is issued, so a
+ * read of staged data before the wait sees the old bytes. ldmatrix and
+ * mma.sync are only declared: no family run here uses them
+ * (tests/cuda/attention_emu.cc runs the kernels that do). The running
+ * block's dynamic shared memory is the launch's `shared` bytes. */
+#define TY_CU_EMULATE 1
+void ty_emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes);
+void ty_emu_cp_commit();
+void ty_emu_cp_wait(int n);
+void ty_emu_ldsm_x4(uint32_t r[4], const void *row_addr, bool trans);
+void ty_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, bool bf16);
+inline void ty_emu_note_read(const void *p, int bytes) {
+  (void)p;
+  (void)bytes;
+}
+unsigned char *ty_emu_dyn_smem();
+#define ty_pa_smem (ty_emu_dyn_smem())
+
 /* A vector access (kernels/vec.cuh's ty_vload / ty_vstore) must be aligned
  * to its size on a GPU; the host would forgive it, the emulator does not. */
 #define TY_CHECK_ALIGNED(p, bytes) ty_emu_check_aligned((const void *)(p), (bytes))

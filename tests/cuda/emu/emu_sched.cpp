@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -139,6 +140,15 @@ struct Thread {
   ty_emu_thread_info info;
   int warp, lane;
   State state;
+  /* cp.async copies issued and not yet landed: the open group, then the
+   * committed ones, oldest first. */
+  struct Copy {
+    void *dst;
+    const void *src;
+    int bytes, src_bytes;
+  };
+  std::vector<Copy> open;
+  std::deque<std::vector<Copy>> groups;
 };
 
 struct Launch {
@@ -154,6 +164,7 @@ struct Launch {
   size_t sched_size;
   std::vector<Thread> threads;
   std::vector<uint64_t> slots; /* a value per lane, for shuffles */
+  std::vector<unsigned char> dyn; /* the block's dynamic shared memory */
 };
 
 Launch *g_launch;
@@ -295,6 +306,46 @@ void ty_emu_check_aligned(const void *p, size_t bytes) {
   abort();
 }
 
+unsigned char *ty_emu_dyn_smem() { return g_launch->dyn.data(); }
+
+/* cp.async: the copy is queued on the issuing thread and lands (src_bytes
+ * copied, the rest zero-filled) when a wait retires its group. */
+void ty_emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes) {
+  Launch *l = g_launch;
+  const unsigned char *lo = l->dyn.data(), *hi = lo + l->dyn.size(), *d = (unsigned char *)smem;
+  if ((uintptr_t)smem % (unsigned)bytes || (src_bytes && (uintptr_t)gmem % (unsigned)bytes) ||
+      src_bytes < 0 || src_bytes > bytes) {
+    fprintf(stderr, "cuda emulator: kernel %s: cp.async of %d bytes (%d from the source) at "
+            "%p <- %p: misaligned or bad size\n", l->kernel->name, bytes, src_bytes, smem, gmem);
+    abort();
+  }
+  if (!(d >= lo && d + bytes <= hi)) {
+    /* Static shared memory is a function-local static here: allowed, but
+     * the kernels using cp.async stage into dynamic shared memory. */
+    fprintf(stderr, "cuda emulator: kernel %s: cp.async destination %p is outside the "
+            "block's %zu bytes of dynamic shared memory\n", l->kernel->name, smem,
+            l->dyn.size());
+    abort();
+  }
+  g_cur->open.push_back({smem, gmem, bytes, src_bytes});
+}
+
+void ty_emu_cp_commit() {
+  g_cur->groups.push_back(std::move(g_cur->open));
+  g_cur->open.clear();
+}
+
+void ty_emu_cp_wait(int n) {
+  Thread *t = g_cur;
+  while ((int)t->groups.size() > n) {
+    for (const Thread::Copy &c : t->groups.front()) {
+      if (c.src_bytes) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+      memset((unsigned char *)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+    }
+    t->groups.pop_front();
+  }
+}
+
 void ty_emu_register(const ty_emu_kernel &k) { registry()[k.name] = k; }
 
 const ty_emu_kernel *ty_emu_find(const char *name) {
@@ -323,6 +374,8 @@ static bool run_block(Launch *l, char *why, size_t cap) {
   for (size_t i = 0; i < n; ++i) {
     Thread &t = l->threads[i];
     t.state = State::kRun;
+    t.open.clear(); /* copies a returned thread never waited for are dropped */
+    t.groups.clear();
     prepare(l, &t);
   }
   std::vector<size_t> live(warps), waiting(warps);
@@ -374,8 +427,8 @@ static bool run_block(Launch *l, char *why, size_t cap) {
 }
 
 bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigned block[3],
-                   const unsigned char *block_params, void **array_params, char *why,
-                   size_t cap) {
+                   size_t shared, const unsigned char *block_params, void **array_params,
+                   char *why, size_t cap) {
   const size_t n = (size_t)block[0] * block[1] * block[2];
   if (n == 0 || n > 1024 || !grid[0] || !grid[1] || !grid[2]) {
     snprintf(why, cap, "kernel %s: launch of %u x %u x %u blocks of %u x %u x %u threads",
@@ -412,6 +465,7 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
     const uint64_t b = reverse_order() ? blocks - 1 - q : q;
     ty_emu_cur_block.bid = {(unsigned)(b % grid[0]), (unsigned)(b / grid[0] % grid[1]),
                             (unsigned)(b / ((uint64_t)grid[0] * grid[1]))};
+    l.dyn.assign(shared, 0xA5); /* stale bytes, never zeros a kernel might rely on */
     ok = run_block(&l, why, cap);
   }
 #ifdef TY_EMU_ASAN
