@@ -71,7 +71,7 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   ty_dev_arg_i32(b, c, (int32_t)window);
   ty_dev_arg_err(b, c);
   ty_cu_grid(b, c, (uint32_t)N, (uint32_t)(Hkv * chunks), (uint32_t)max_splits, TY_PA_THREADS, 1,
-             1, 0);
+             1, (uint32_t)ty_pa_smem_bytes(rgroup, gchunk, (int)D, (int)ty_cu_esize(q)));
   if (max_splits == 1) return;
   /* ty_paged_merge_<dt>(part, row_seq, row_pos, out, int N, int Hq, int D, int S, int MB,
    *   int BS, int max_splits, int window) */

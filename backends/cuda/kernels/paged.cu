@@ -16,6 +16,7 @@
  * row gets the same bits in any batch: decode rows and prefill rows are the
  * same op. Rows with one split skip the scratch and write out directly. */
 #include "vec.cuh"
+#include "warp_mma.cuh"
 #include "paged_shapes.h"
 
 /* ---- paged_kv_write ----
@@ -56,28 +57,45 @@ extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, cons
  * Grid (N, Hkv * chunks, max splits), TY_PA_THREADS threads. Row i's split
  * sp covers keys [lo + sp*per, min(lo + (sp+1)*per, p + 1)) in tiles of 32
  * keys from its start (per, the split count: paged_shapes.h, from the row's
- * own span). A tile: (1) each warp takes keys t = warp, warp + 4, ...: its
- * lanes hold the key's D elements and reduce the dot product with every
- * query head of the chunk (lane-strided partial sums, then shuffles in a
- * fixed order); (2) a warp per query head turns the tile's 32 scores into
- * exp(s - m_new) and rescales the running sum; (3) each thread owns query
- * elements (head, d) and adds w_t v_t[d] over the tile's keys in order. All
- * f32, one order.
+ * own span). The tiles are staged in shared memory, two at a time: while a
+ * tile is computed, the next one's keys and values are already on their way
+ * (cp.async, one memory latency per tile overlapped with the work instead
+ * of one per dependent load). A tile: (1) a thread per (key, row-head pair)
+ * dots the staged key with that query, d = 0..D-1 in order; (2) a warp per
+ * query head turns the tile's 32 scores into exp(s - m_new) and rescales
+ * the running sum; (3) each thread owns query elements (head, d) and adds
+ * w_t v_t[d] over the tile's keys in order. All f32, one order, whoever
+ * computes it.
+ *
+ * Staging: a key's D elements are one row of the staging area, rows
+ * ty_pa_row_bytes apart (16 bytes of padding, so the threads of a warp,
+ * which read different keys' rows, hit different banks). A row moves in
+ * 16-byte cp.async copies when its size and the pool allow, else 4-byte
+ * ones, else element by element through registers. A key outside the
+ * split or with a bad block is zero-filled and skipped.
  *
  * Runs: rows of one sequence with the same lo and per (a prefill chunk
  * without a window, whose rows differ only in p) have the same tile
  * boundaries, so the block of the run's first row takes up to `rgroup` of
- * them at once and reads each K/V tile once for all; the other rows' blocks
- * return. Every row still does exactly the arithmetic above (its keys past
- * its own p are skipped, not weighted by zero), so its bits are the same
- * alone or in a run, in any batch: the grouping is only a speed-up.
+ * them at once and stages each K/V tile once for all; the other rows'
+ * blocks return. Every row still does exactly the arithmetic above (its
+ * keys past its own p are skipped, not weighted by zero), so its bits are
+ * the same alone or in a run, in any batch: the grouping is only a
+ * speed-up.
  *
  * Data errors (TY_ERR_PAGED_ROW: row*4 + TY_PAGED_BAD_*, the value, its
  * bound): row_seq outside [-1, S), row_pos outside [0, MB*BS), a block
  * number outside [0, NB) (that key is then left out; the row named is its
  * run's first). The partials of split sp of row i,
  * query head h: part[((i*Hq + h)*max_splits + sp)*D + d], and (max, sum) at
- * part[N*Hq*max_splits*D + ((i*Hq + h)*max_splits + sp)*2]. */
+ * part[N*Hq*max_splits*D + ((i*Hq + h)*max_splits + sp)*2].
+ *
+ * Dynamic shared memory (ty_pa_smem_bytes): the staged queries (f32, the
+ * block's rgroup * gchunk * D), then two tiles of keys and two of values. */
+
+#ifndef TY_CU_EMULATE
+extern __shared__ __align__(16) unsigned char ty_pa_smem[];
+#endif
 
 /* What a row's split needs: its sequence (-1: padding, -2: a data error),
  * position, first visible key and keys per split. */
@@ -107,6 +125,65 @@ __device__ inline bool ty_pa_same_run(const ty_pa_row &a, const ty_pa_row &b) {
   return a.s >= 0 && a.s == b.s && a.lo == b.lo && a.per == b.per;
 }
 
+/* q . k over d = 0..D-1 in order, k a staged row of T (16-byte aligned). */
+template <typename T>
+__device__ inline float ty_pa_dot(const float *q, const unsigned char *row, int D) {
+  const T *k = (const T *)row;
+  float dot = 0.0f;
+  if (D % 4 == 0) {
+    for (int d = 0; d < D; d += 4) {
+      float kv[4];
+      ty_ld4(k + d, kv);
+      const float4 qv = ty_vload<float4>(q + d);
+      dot += qv.x * kv[0];
+      dot += qv.y * kv[1];
+      dot += qv.z * kv[2];
+      dot += qv.w * kv[3];
+    }
+  } else {
+    for (int d = 0; d < D; ++d) dot += q[d] * ty_to_f<T>(k[d]);
+  }
+  return dot;
+}
+
+/* Queues tile [t0, t0 + TILE) of the split's keys (those below kend) into
+ * staging buffer `buf`: K rows, then V rows; slot_sh[t] = the key's pool
+ * slot, or -1 for a key left out. Every thread calls it. */
+template <typename T>
+__device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *trow,
+                                   unsigned char *kv, long long *slot_sh, long long t0,
+                                   long long kend, int NB, int BS, int Hkv, int g, int D,
+                                   int unit, long long i0, ERR_ARGS) {
+  const int rb = ty_pa_row_bytes(D, (int)sizeof(T)), bytes = D * (int)sizeof(T);
+  const int upr = unit ? bytes / unit : D; /* copies per row */
+  const int total = 2 * TY_PA_TILE * upr;
+  for (int u = threadIdx.x; u < total; u += TY_PA_THREADS) {
+    const int isv = u / (TY_PA_TILE * upr), rem = u % (TY_PA_TILE * upr);
+    const int t = rem / upr, c = rem % upr;
+    const long long j = t0 + t;
+    long long slot = -1;
+    if (j < kend) {
+      const long long blk = trow[j / BS];
+      if (blk >= 0 && blk < NB) {
+        slot = blk * BS + j % BS;
+      } else if (isv == 0 && c == 0) {
+        ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
+      }
+    }
+    if (isv == 0 && c == 0) slot_sh[t] = slot;
+    const T *src = (isv ? vp : kp) + (slot >= 0 ? (slot * Hkv + g) * D : 0);
+    unsigned char *dst = kv + (isv * TY_PA_TILE + t) * rb;
+    if (unit == 16) {
+      ty_cp_async16(dst + 16 * c, (const unsigned char *)src + 16 * c, slot >= 0 ? 16 : 0);
+    } else if (unit == 4) {
+      ty_cp_async4(dst + 4 * c, (const unsigned char *)src + 4 * c, slot >= 0 ? 4 : 0);
+    } else {
+      ((T *)dst)[c] = slot >= 0 ? src[c] : ty_from_f<T>(0.0f);
+    }
+  }
+  ty_cp_commit();
+}
+
 template <typename T>
 __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *vp_,
                                    const long long *table, const long long *row_seq,
@@ -116,10 +193,9 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
                                    int window, ERR_ARGS) {
   const T *q = (const T *)q_, *kp = (const T *)kp_, *vp = (const T *)vp_;
   T *out = (T *)out_;
-  __shared__ float q_sh[TY_PA_MAX_GD];
   __shared__ float s_sh[TY_PA_MAX_GC * TY_PA_TILE];
   __shared__ float m_sh[TY_PA_MAX_GC], l_sh[TY_PA_MAX_GC], c_sh[TY_PA_MAX_GC];
-  __shared__ long long slot_sh[TY_PA_TILE];
+  __shared__ long long slot_sh[2][TY_PA_TILE];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warps = TY_PA_THREADS / 32;
   const long long i0 = blockIdx.x, cap = (long long)MB * BS;
@@ -164,7 +240,17 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   if (active == 0) return;
   const long long *trow = table + lead.s * MB;
   const int rgd = nr * gd, rgc = nr * gc;
+  const int esize = (int)sizeof(T), rb = ty_pa_row_bytes(D, esize);
+  /* The copy unit: 16 or 4 bytes when every row's start allows it. */
+  const uintptr_t mix = (uintptr_t)kp | (uintptr_t)vp | (uintptr_t)(D * esize);
+  const int unit = mix % 16 == 0 ? 16 : mix % 4 == 0 ? 4 : 0;
+  float *q_sh = (float *)ty_pa_smem;
+  unsigned char *kv_sh = ty_pa_smem + ty_pa_q_bytes(rgroup, gchunk, D);
+  const int kv_tile = 2 * TY_PA_TILE * rb; /* one buffer: K rows then V rows */
 
+  /* The first tile on its way before anything else. */
+  ty_pa_stage<T>(kp, vp, trow, kv_sh, slot_sh[0], k0, kend, NB, BS, Hkv, g, D, unit, i0, err,
+                 node);
   for (int e = tid; e < rgd; e += TY_PA_THREADS) {
     const int r = e / gd, f = e % gd;
     q_sh[e] = ty_to_f<T>(q[((i0 + r) * Hq + g * G + c0 + f / D) * D + f % D]);
@@ -177,65 +263,29 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   float acc[kPer];
 #pragma unroll
   for (int jj = 0; jj < kPer; ++jj) acc[jj] = 0.0f;
-  __syncthreads();
 
-  for (long long t0 = k0; t0 < kend; t0 += TY_PA_TILE) {
-    /* (0) the tile's pool slots, once (the block table read off the
-     * critical path of every key's load below) */
-    if (tid < TY_PA_TILE) {
-      const long long j = t0 + tid;
-      long long slot = -1;
-      if (j < kend) {
-        const long long blk = trow[j / BS];
-        if (blk < 0 || blk >= NB) {
-          ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
-        } else {
-          slot = blk * BS + j % BS;
-        }
-      }
-      slot_sh[tid] = slot;
+  int buf = 0;
+  for (long long t0 = k0; t0 < kend; t0 += TY_PA_TILE, buf ^= 1) {
+    /* The next tile into the other buffer (its last readers finished at
+     * the barrier that ended the previous tile), then this one's wait. */
+    if (t0 + TY_PA_TILE < kend) {
+      ty_pa_stage<T>(kp, vp, trow, kv_sh + (buf ^ 1) * kv_tile, slot_sh[buf ^ 1],
+                     t0 + TY_PA_TILE, kend, NB, BS, Hkv, g, D, unit, i0, err, node);
+      ty_cp_wait<1>();
+    } else {
+      ty_cp_wait<0>();
     }
     __syncthreads();
-    /* (1) scores: the key's elements once, dotted with every (row, head).
-     * A warp takes keys warp, warp + 4, ...: TY_PA_KEYS_AT_ONCE of them
-     * loaded together (independent loads, all in flight), then reduced one
-     * by one as before (the same arithmetic, one memory latency per group
-     * of keys instead of per key). */
-    constexpr int kAtOnce = TY_PA_KEYS_AT_ONCE;
-    for (int t1 = warp; t1 < TY_PA_TILE; t1 += warps * kAtOnce) {
-      float kr[kAtOnce][TY_PA_MAX_D / 32];
-#pragma unroll
-      for (int u = 0; u < kAtOnce; ++u) {
-        const int t = t1 + u * warps;
-        const long long slot = t < TY_PA_TILE ? slot_sh[t] : -1;
-#pragma unroll
-        for (int jj = 0; jj < TY_PA_MAX_D / 32; ++jj) {
-          const int d = lane + 32 * jj;
-          kr[u][jj] = slot >= 0 && d < D ? ty_to_f<T>(kp[(slot * Hkv + g) * D + d]) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kAtOnce; ++u) {
-        const int t = t1 + u * warps;
-        if (t >= TY_PA_TILE) break;
-        const long long j = t0 + t;
-        const long long slot = slot_sh[t];
-        for (int rc = 0; rc < rgc; ++rc) {
-          const int r = rc / gc, c = rc % gc;
-          if (slot < 0 || j >= k1[r]) { /* warp-uniform: past the row's split, or a bad block */
-            if (lane == 0) s_sh[rc * TY_PA_TILE + t] = -INFINITY;
-            continue;
-          }
-          float dot = 0.0f;
-#pragma unroll
-          for (int jj = 0; jj < TY_PA_MAX_D / 32; ++jj) {
-            const int d = lane + 32 * jj;
-            if (d < D) dot += q_sh[(r * gc + c) * D + d] * kr[u][jj];
-          }
-          dot = ty_warp_sum(dot);
-          if (lane == 0) s_sh[rc * TY_PA_TILE + t] = dot * scale;
-        }
-      }
+    const unsigned char *ks = kv_sh + buf * kv_tile, *vs = ks + TY_PA_TILE * rb;
+    const long long *slots = slot_sh[buf];
+    /* (1) scores: a thread per (key, row-head pair) */
+    for (int x = tid; x < TY_PA_TILE * rgc; x += TY_PA_THREADS) {
+      const int t = x % TY_PA_TILE, rc = x / TY_PA_TILE, r = rc / gc;
+      const long long j = t0 + t;
+      float sv = -INFINITY;
+      if (slots[t] >= 0 && j < k1[r])
+        sv = ty_pa_dot<T>(q_sh + rc * D, ks + t * rb, D) * scale;
+      s_sh[rc * TY_PA_TILE + t] = sv;
     }
     __syncthreads();
     /* (2) online softmax of the rows with keys in this tile */
@@ -263,18 +313,9 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
         if (t0 < k1[r]) {
           const int tn = k1[r] - t0 < TY_PA_TILE ? (int)(k1[r] - t0) : TY_PA_TILE;
           float a = acc[jj] * c_sh[rc];
-          /* The tile's values first (independent loads, all in flight),
-           * then the sum in key order: the same arithmetic as one load and
-           * one multiply-add per key, without a memory latency per key. */
-          float vv[TY_PA_TILE];
-#pragma unroll
-          for (int t = 0; t < TY_PA_TILE; ++t) {
-            const long long slot = slot_sh[t];
-            vv[t] = t < tn && slot >= 0 ? ty_to_f<T>(vp[(slot * Hkv + g) * D + d]) : 0.0f;
-          }
-#pragma unroll
-          for (int t = 0; t < TY_PA_TILE; ++t) {
-            if (t < tn && slot_sh[t] >= 0) a += s_sh[rc * TY_PA_TILE + t] * vv[t];
+          const float *w = s_sh + rc * TY_PA_TILE;
+          for (int t = 0; t < tn; ++t) {
+            if (slots[t] >= 0) a += w[t] * ty_to_f<T>(((const T *)(vs + t * rb))[d]);
           }
           acc[jj] = a;
         }

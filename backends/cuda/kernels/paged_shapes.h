@@ -12,7 +12,9 @@
  * Splits are short (two tiles) because a block walks its tiles one after
  * another: a decode row of one sequence would otherwise be one block per
  * kv head on a GPU of 132 SMs (GPT-2, 1 stream, 200 keys: 12 blocks of 7
- * tiles, 78 us a layer on an H100). */
+ * tiles, 78 us a layer on an H100). The tiles a block walks are staged in
+ * shared memory, the next one loading while the current one is computed
+ * (ty_pa_smem_bytes). */
 #ifndef TY_CUDA_KERNELS_PAGED_SHAPES_H_
 #define TY_CUDA_KERNELS_PAGED_SHAPES_H_
 
@@ -24,7 +26,7 @@
 #define TY_PA_MAX_ROWS 16     /* rows of one run a block handles at once */
 #define TY_PA_SPLIT_KEYS 64   /* one split per this many keys (two tiles) ... */
 #define TY_PA_MAX_SPLITS 16   /* ... up to this many */
-#define TY_PA_KEYS_AT_ONCE 4  /* keys a warp loads together for the scores */
+#define TY_PA_ROW_PAD 16      /* bytes after each staged key row (bank spread) */
 
 #ifdef __CUDACC__
 #define TY_PA_FN __host__ __device__ inline
@@ -60,6 +62,24 @@ TY_PA_FN int ty_pa_run_rows(int gc, int D) {
   if (by_q < r) r = by_q;
   if (r > TY_PA_MAX_ROWS) r = TY_PA_MAX_ROWS;
   return r < 1 ? 1 : r;
+}
+
+/* Bytes between two staged key (or value) rows of D elements of `esize`
+ * bytes: 16-byte aligned, plus a pad so the threads of a warp, each on its
+ * own key, spread over the banks. */
+TY_PA_FN int ty_pa_row_bytes(int D, int esize) {
+  return (D * esize + 15) / 16 * 16 + TY_PA_ROW_PAD;
+}
+
+/* The staged queries (f32) of a block of `rows` run rows x gc heads x D. */
+TY_PA_FN int ty_pa_q_bytes(int rows, int gc, int D) {
+  return (rows * gc * D * 4 + 15) / 16 * 16;
+}
+
+/* The dynamic shared memory of a paged_attention block: the queries, then
+ * two staging buffers of a tile of keys and a tile of values each. */
+TY_PA_FN int ty_pa_smem_bytes(int rows, int gc, int D, int esize) {
+  return ty_pa_q_bytes(rows, gc, D) + 2 * 2 * TY_PA_TILE * ty_pa_row_bytes(D, esize);
 }
 
 #endif /* TY_CUDA_KERNELS_PAGED_SHAPES_H_ */

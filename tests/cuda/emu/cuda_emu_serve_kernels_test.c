@@ -58,12 +58,17 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void launch(const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
-                   void **args) {
+static void launch_smem(const char *kernel, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned threads, unsigned smem, void **args) {
   void *f = NULL;
   if (g_get(&f, NULL, kernel) != 0) fail_msg("the emulator has no kernel %s", kernel);
-  assert_int_equal(g_launch(f, gx, gy, gz, threads, 1, 1, 0, NULL, args, NULL), 0);
+  assert_int_equal(g_launch(f, gx, gy, gz, threads, 1, 1, smem, NULL, args, NULL), 0);
   assert_int_equal(g_sync(), 0);
+}
+
+static void launch(const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned threads,
+                   void **args) {
+  launch_smem(kernel, gx, gy, gz, threads, 0, args);
 }
 
 static void clear_error(void) { memset(g_err, 0, sizeof(g_err)); }
@@ -237,8 +242,9 @@ static void pa_launch(const pa_case_t *c, const char *kernel, const char *merge,
   void *args[] = {&q,  &kp, &vp, &table, &row_seq, &row_pos,    &outp,  &part,  &N,   &NB, &BS,
                   &Hq, &Hkv, &D, &S,     &MB,      &gchunk, &rgroup, &max_splits, &scale, &window, &err,
                   &node};
-  launch(kernel, (unsigned)N, (unsigned)(Hkv * chunks), (unsigned)max_splits,
-         TY_PA_THREADS, args);
+  const int esize = strstr(kernel, "f32") ? 4 : 2;
+  launch_smem(kernel, (unsigned)N, (unsigned)(Hkv * chunks), (unsigned)max_splits,
+              TY_PA_THREADS, (unsigned)ty_pa_smem_bytes(rgroup, gchunk, D, esize), args);
   if (g_err[0] == 0) {
     void *margs[] = {&part, &row_seq, &row_pos, &outp, &N, &Hq, &D, &S, &MB, &BS, &max_splits,
                      &window};
