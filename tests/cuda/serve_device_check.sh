@@ -7,8 +7,8 @@
 #
 #   tests/cuda/serve_device_check.sh BUILD [PHASES...]
 #
-# Phases: conform equal spec profile bench-gpt2 bench-llama (default: all;
-# spec after equal). BACKEND and
+# Phases: conform equal spec profile ncu ab bench-gpt2 bench-llama (default:
+# all but ncu and ab; spec after equal). BACKEND and
 # EQUAL_SHAPE (a serve_bench.py --random shape) let `equal` run elsewhere,
 # e.g. BACKEND=cpu EQUAL_SHAPE=tiny-gpt2 for a smoke run. BUILD is a
 # build-device tree (scripts/build-device.sh). Logs and JSON under $OUT (or
@@ -145,13 +145,9 @@ PY
 # step graphs captured; with and without queued host writes), then the same with TRAINYARD_PROFILE=1 (uncaptured,
 # every node timed) and 32 new tokens; for each shape of PROFILE_SHAPES
 # (default gpt2-124m,llama-3.2-1b) and N of PROFILE_STREAMS (default 1,64).
-phase_profile() {
-  local backend=${BACKEND:-cuda:0} shape n
-  for shape in ${PROFILE_SHAPES:-gpt2-124m llama-3.2-1b}; do
-    random_model "$shape" || { rc=1; continue; }
-    local model=/tmp/serve-bench-$shape/$shape-bf16
-    for n in ${PROFILE_STREAMS:-1 64}; do
-      python3 - "$out/profile-$shape-$n.jsonl" "$n" "$model/config.json" <<'PY'
+# N prompts of 128 random ids (the vocabulary of CONFIG), seeded: FILE N CONFIG
+stream_prompts() {
+  python3 - "$1" "$2" "$3" <<'PY'
 import json, random, sys
 vocab = json.load(open(sys.argv[3]))["vocab_size"]
 rnd = random.Random(7)
@@ -160,6 +156,15 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": str(k),
                             "prompt_ids": [rnd.randrange(vocab) for _ in range(128)]}) + "\n")
 PY
+}
+
+phase_profile() {
+  local backend=${BACKEND:-cuda:0} shape n
+  for shape in ${PROFILE_SHAPES:-gpt2-124m llama-3.2-1b}; do
+    random_model "$shape" || { rc=1; continue; }
+    local model=/tmp/serve-bench-$shape/$shape-bf16
+    for n in ${PROFILE_STREAMS:-1 64}; do
+      stream_prompts "$out/profile-$shape-$n.jsonl" "$n" "$model/config.json"
       for queued in 1 0; do
         echo "-- $shape, $n streams, captured, TRAINYARD_CUDA_QUEUED_WRITES=$queued"
         timeout 120 env TRAINYARD_CUDA_QUEUED_WRITES=$queued "$ty" generate --model "$model" \
@@ -173,6 +178,53 @@ PY
         --max-batch "$n" --ctx 256 --prefill-chunk 128 --max-new-tokens 32 \
         >"$out/profile-$shape-$n.log" 2>&1 || rc=1
       grep "trainyard generate:" "$out/profile-$shape-$n.log"
+    done
+  done
+}
+
+# Nsight Compute's serialized kernel times of steady decode steps (the graph's
+# nodes one by one): bench/ncu_summary.py sums them per kernel and per step.
+# NCU_SKIP / NCU_COUNT pick the window of kernel launches.
+phase_ncu() {
+  local backend=${BACKEND:-cuda:0} shape n ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+  [ -x "$ncu" ] || { echo "ncu: not found"; rc=1; return; }
+  for shape in ${PROFILE_SHAPES:-gpt2-124m}; do
+    random_model "$shape" || { rc=1; continue; }
+    local model=/tmp/serve-bench-$shape/$shape-bf16
+    for n in ${PROFILE_STREAMS:-1 64}; do
+      stream_prompts "$out/ncu-$shape-$n.jsonl" "$n" "$model/config.json"
+      echo "-- ncu: $shape, $n streams"
+      timeout 240 "$ncu" --csv --clock-control none --metrics gpu__time_duration.sum \
+        --launch-skip "${NCU_SKIP:-$((4000 + 200 * n))}" --launch-count "${NCU_COUNT:-1200}" \
+        "$ty" generate --model "$model" --backend "$backend" --dtype bf16 \
+        --input "$out/ncu-$shape-$n.jsonl" --output /dev/null --max-batch "$n" --ctx 256 \
+        --prefill-chunk 128 --max-new-tokens 128 >"$out/ncu-$shape-$n.csv" 2>"$out/ncu-$shape-$n.err" || rc=1
+      tail -3 "$out/ncu-$shape-$n.err"
+      python3 "$here/bench/ncu_summary.py" "$out/ncu-$shape-$n.csv" --top 45 || rc=1
+    done
+  done
+}
+
+# Two builds on the same generate runs, alternately (OLD=an older build
+# folder beside BUILD): 128 + 128 tokens per stream, captured graphs,
+# AB_ROUNDS rounds (default 3) of each build per stream count.
+phase_ab() {
+  local old=${OLD:?phase ab needs OLD=an older build folder} backend=${BACKEND:-cuda:0} shape n r b
+  for shape in ${PROFILE_SHAPES:-gpt2-124m}; do
+    random_model "$shape" || { rc=1; continue; }
+    local model=/tmp/serve-bench-$shape/$shape-bf16
+    for n in ${PROFILE_STREAMS:-1 64}; do
+      stream_prompts "$out/ab-$shape-$n.jsonl" "$n" "$model/config.json"
+      for r in $(seq "${AB_ROUNDS:-3}"); do
+        for b in "$old" "$build"; do
+          printf '%s, %s streams, round %s, %s: ' "$shape" "$n" "$r" "$b"
+          timeout 120 env LD_LIBRARY_PATH="$here/$b/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            "$here/$b/bin/trainyard" generate --model "$model" --backend "$backend" --dtype bf16 \
+            --input "$out/ab-$shape-$n.jsonl" --output /dev/null --max-batch "$n" --ctx 256 \
+            --prefill-chunk 128 --max-new-tokens 128 2>&1 | grep "trainyard generate:" || { echo failed; rc=1; }
+        done
+      done
     done
   done
 }
