@@ -33,6 +33,7 @@
 #include "cuda_gemm.h"
 
 #include "cuda_ops.h"
+#include "kernels/gemv_shapes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,8 +397,59 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
   return TY_CODE_OK;
 }
 
+/* Whether TRAINYARD_CUDA_GEMV leaves the few-row path on (unset, or not "0"). */
+static bool ty_cu_gemv_enabled(void) {
+  const char *env = getenv("TRAINYARD_CUDA_GEMV");
+  return !env || strcmp(env, "0") != 0;
+}
+
+static const char *const ty_cu_gemv_nk_names[3] = {"ty_gemv_nk_f32", "ty_gemv_nk_bf16",
+                                                   "ty_gemv_nk_f16"};
+static const char *const ty_cu_gemv_kn_names[3] = {"ty_gemv_kn_f32", "ty_gemv_kn_bf16",
+                                                   "ty_gemv_kn_f16"};
+
+/* A decode step's few-row product on kernels/gemv.cu instead of cuBLASLt:
+ * at most TY_GEMV_MAX_M rows of an untransposed a, one matrix, plain or
+ * with a bias, a residual (cin) or the GELU epilogue, outside deterministic
+ * mode (its pinned cuBLASLt algorithm is what keeps a row's bits the same
+ * at any M). False when the shape is not one of those (cuBLASLt runs it). */
+static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
+  const ty_dtype_t dt = sp->ab_dtype;
+  if (b->deterministic || !ty_cu_gemv_enabled()) return false;
+  if (sp->M < 1 || sp->M > TY_GEMV_MAX_M || sp->ta || sp->count != 1 || sp->accumulate ||
+      sp->has_bgrad || sp->epilogue == TY_CU_EPI_DGELU)
+    return false;
+  if (dt != TY_DTYPE_F32 && dt != TY_DTYPE_BF16 && dt != TY_DTYPE_F16) return false;
+  if (sp->c_dtype != dt && sp->c_dtype != TY_DTYPE_F32) return false;
+  const int64_t vec = 16 / (int64_t)ty_desc_dtype_size(dt);
+  if ((sp->tb ? sp->K : sp->N) % vec != 0 || sp->N > INT32_MAX * (int64_t)TY_GEMV_NK_COLS)
+    return false;
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_GEMV,
+                                ty_cu_typed(sp->tb ? ty_cu_gemv_nk_names : ty_cu_gemv_kn_names, dt));
+  /* ty_gemv_<nk|kn>_<dt>(a, b, bias, cin, c, aux, int M, i64 N, i64 K, i64 lda, i64 ldb,
+   *   i64 ldc, int dtc, int gelu) */
+  ty_dev_arg_ref(b, c, sp->a);
+  ty_dev_arg_ref(b, c, sp->b);
+  ty_dev_arg_ref(b, c, sp->has_bias ? sp->bias : ty_dev_none());
+  ty_dev_arg_ref(b, c, sp->has_cin ? sp->cin : ty_dev_none());
+  ty_dev_arg_ref(b, c, sp->c);
+  ty_dev_arg_ref(b, c, sp->epilogue == TY_CU_EPI_GELU_AUX ? sp->aux : ty_dev_none());
+  ty_dev_arg_i32(b, c, (int32_t)sp->M);
+  ty_dev_arg_i64(b, c, sp->N);
+  ty_dev_arg_i64(b, c, sp->K);
+  ty_dev_arg_i64(b, c, sp->lda);
+  ty_dev_arg_i64(b, c, sp->ldb);
+  ty_dev_arg_i64(b, c, sp->ldc);
+  ty_dev_arg_i32(b, c, (int32_t)sp->c_dtype);
+  ty_dev_arg_i32(b, c, sp->epilogue == TY_CU_EPI_GELU_AUX ? 1 : 0);
+  const int64_t cols = sp->tb ? TY_GEMV_NK_COLS : TY_GEMV_KN_COLS;
+  ty_cu_grid(b, c, (uint32_t)((sp->N + cols - 1) / cols), 1, 1, TY_GEMV_THREADS, 1, 1, 0);
+  return true;
+}
+
 void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   if (b->status) return;
+  if (ty_cu_gemv_emit(b, sp)) return;
   ty_cu_api_t *api = b->device->api;
   ty_cu_gemm_t *g = calloc(1, sizeof(*g));
   if (!g) {

@@ -1,0 +1,169 @@
+/* Matrix-vector products for the few-row matmuls of decoding (cuda_gemm.c
+ * sends a matmul here when it has at most TY_GEMV_MAX_M rows, no
+ * transposed a, and is not under deterministic=1):
+ *
+ *   c[m, n] = epi(sum_k a[m, k] b(k, n) + bias[n] + cin[m, n])
+ *
+ * with b(k, n) = b[k, n] (gemv_kn: a [K, N] weight, GPT-2's Conv1D) or
+ * b[n, k] (gemv_nk: a [N, K] weight, nn.Linear's). epi is the identity or
+ * the tanh GELU of the gelu op (then aux[m, n] receives the argument, as
+ * cuBLASLt's GELU_AUX epilogue writes it). Accumulation in f32, each output
+ * in one fixed order; cuBLASLt's order differs, so results differ from the
+ * GEMM path by rounding (within the conformance bounds), which is why
+ * deterministic=1 (batch invariance) never takes this path.
+ *
+ * The weight is read once in 16-byte loads, every row of a in the same
+ * pass: at one to four rows a decode step's matmuls are bound by reading
+ * the weight, and cuBLASLt's tiles (64 or more rows) idle most of their
+ * threads there. K (nk) or N (kn) is a multiple of the 16-byte vector (the
+ * host checks); pointers and row strides that are not 16-byte aligned take
+ * element loads instead of vector ones (the same sums). */
+#include "vec.cuh"
+#include "gemv_shapes.h"
+
+/* 16 bytes of T as f32: 8 elements of bf16/f16, 4 of f32. */
+template <typename T> struct ty_gv {
+  static constexpr int kVec = 16 / (int)sizeof(T);
+  /* vec: p is 16-byte aligned (else element by element, the same values) */
+  __device__ static inline void load(const T *p, float *v, bool vec) {
+    if (!vec) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) v[e] = ty_to_f<T>(p[e]);
+      return;
+    }
+    const uint4 r = ty_vload<uint4>(p);
+    if (sizeof(T) == 4) {
+      v[0] = __uint_as_float(r.x);
+      v[1] = __uint_as_float(r.y);
+      v[2] = __uint_as_float(r.z);
+      v[3] = __uint_as_float(r.w);
+    } else {
+      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (ty_dt_code<T>() == TY_BF16) ty_bf16x2_to_f(w[i], v + 2 * i);
+        else ty_f16x2_to_f(w[i], v + 2 * i);
+      }
+    }
+  }
+};
+
+__device__ inline float ty_gv_gelu(float x) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  return x / (1.0f + expf(-2.0f * (k0 * (x + k1 * x * x * x))));
+}
+
+/* The epilogue of output (m, n) with its f32 sum. bias, cin, c and aux
+ * are of c's dtype dtc (a fused cast's f32 output takes the f32 bias, as
+ * cuBLASLt's bias epilogue does). */
+__device__ inline void ty_gv_store(float v, long long m, long long n, const void *bias,
+                                   const void *cin, void *c, void *aux, long long ldc, int dtc,
+                                   int gelu) {
+  if (bias) v += ty_ld(bias, n, dtc);
+  if (cin) v += ty_ld(cin, m * ldc + n, dtc);
+  if (gelu) {
+    ty_st(aux, m * ldc + n, dtc, v);
+    v = ty_gv_gelu(v);
+  }
+  ty_st(c, m * ldc + n, dtc, v);
+}
+
+/* ---- b [N, K]: a warp per output column n; its lanes walk K in 16-byte
+ * steps (lane-strided), every row of a at once, then a fixed shuffle
+ * reduction. Grid ceil(N / TY_GEMV_NK_COLS), a warp per column. ---- */
+template <typename T>
+__device__ void ty_gemv_nk_impl(const void *a_, const void *b_, const void *bias,
+                                const void *cin, void *c, void *aux, int M, long long N,
+                                long long K, long long lda, long long ldb, long long ldc,
+                                int dtc, int gelu) {
+  const T *a = (const T *)a_, *b = (const T *)b_;
+  constexpr int V = ty_gv<T>::kVec;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long n = (long long)blockIdx.x * TY_GEMV_NK_COLS + warp;
+  if (n >= N) return;
+  float acc[TY_GEMV_MAX_M];
+#pragma unroll
+  for (int m = 0; m < TY_GEMV_MAX_M; ++m) acc[m] = 0.0f;
+  const T *w = b + n * ldb;
+  const bool vec = (((uintptr_t)a | (uintptr_t)b) % 16 == 0) && (lda * (long long)sizeof(T)) % 16 == 0 &&
+                   (ldb * (long long)sizeof(T)) % 16 == 0;
+#pragma unroll 4
+  for (long long k = (long long)lane * V; k < K; k += 32 * V) {
+    float wv[V];
+    ty_gv<T>::load(w + k, wv, vec);
+#pragma unroll
+    for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
+      if (m < M) {
+        float xv[V];
+        ty_gv<T>::load(a + m * lda + k, xv, vec);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[m] += xv[e] * wv[e];
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
+    if (m < M) {
+      const float v = ty_warp_sum(acc[m]);
+      if (lane == 0) ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
+    }
+  }
+}
+#define TY_GEMV_PARAMS                                                                     \
+  const void *a, const void *b, const void *bias, const void *cin, void *c, void *aux,     \
+      int M, long long N, long long K, long long lda, long long ldb, long long ldc, int dtc, \
+      int gelu
+#define TY_GEMV_ARGS a, b, bias, cin, c, aux, M, N, K, lda, ldb, ldc, dtc, gelu
+TY_KERNEL3_ATTR(ty_gemv_nk, TY_GEMV_PARAMS, TY_GEMV_ARGS, __launch_bounds__(TY_GEMV_THREADS))
+
+/* ---- b [K, N]: a block per TY_GV_COLS columns; thread (g, s) owns the
+ * 16-byte group g of the block's columns and K rows s, s + S, ... (S =
+ * 256 / groups slices), then the slices' sums are added in slice order
+ * through shared memory. Grid ceil(N / TY_GV_COLS). ---- */
+#define TY_GV_COLS TY_GEMV_KN_COLS
+template <typename T>
+__device__ void ty_gemv_kn_impl(const void *a_, const void *b_, const void *bias,
+                                const void *cin, void *c, void *aux, int M, long long N,
+                                long long K, long long lda, long long ldb, long long ldc,
+                                int dtc, int gelu) {
+  const T *a = (const T *)a_, *b = (const T *)b_;
+  constexpr int V = ty_gv<T>::kVec, G = TY_GV_COLS / V, S = TY_GEMV_THREADS / G;
+  __shared__ float part[TY_GEMV_MAX_M][S][TY_GV_COLS + 1];
+  const int g = threadIdx.x % G, s = threadIdx.x / G;
+  const long long n0 = (long long)blockIdx.x * TY_GV_COLS + g * V;
+  float acc[TY_GEMV_MAX_M][V];
+#pragma unroll
+  for (int m = 0; m < TY_GEMV_MAX_M; ++m)
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[m][e] = 0.0f;
+  const bool vec = (uintptr_t)b % 16 == 0 && (ldb * (long long)sizeof(T)) % 16 == 0;
+  if (n0 < N) { /* N is a multiple of V: a group is all in or all out */
+#pragma unroll 4
+    for (long long k = s; k < K; k += S) {
+      float wv[V];
+      ty_gv<T>::load(b + k * ldb + n0, wv, vec);
+#pragma unroll
+      for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
+        if (m < M) {
+          const float x = ty_to_f<T>(a[m * lda + k]);
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[m][e] += x * wv[e];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < TY_GEMV_MAX_M; ++m)
+#pragma unroll
+    for (int e = 0; e < V; ++e) part[m][s][g * V + e] = acc[m][e];
+  __syncthreads();
+  for (int x = threadIdx.x; x < M * TY_GV_COLS; x += TY_GEMV_THREADS) {
+    const int m = x / TY_GV_COLS, col = x % TY_GV_COLS;
+    const long long n = (long long)blockIdx.x * TY_GV_COLS + col;
+    if (n >= N) continue;
+    float v = 0.0f;
+    for (int t = 0; t < S; ++t) v += part[m][t][col];
+    ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
+  }
+}
+TY_KERNEL3_ATTR(ty_gemv_kn, TY_GEMV_PARAMS, TY_GEMV_ARGS, __launch_bounds__(TY_GEMV_THREADS))
