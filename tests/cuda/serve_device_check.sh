@@ -208,7 +208,8 @@ phase_ncu() {
 
 # Two builds on the same generate runs, alternately (OLD=an older build
 # folder beside BUILD): 128 + 128 tokens per stream, captured graphs,
-# AB_ROUNDS rounds (default 3) of each build per stream count.
+# AB_ROUNDS rounds (default 3) of each build per stream count; with
+# AB_NEW_ENV (VAR=value ...) the new build also runs with that environment.
 phase_ab() {
   local old=${OLD:?phase ab needs OLD=an older build folder} backend=${BACKEND:-cuda:0} shape n r b
   for shape in ${PROFILE_SHAPES:-gpt2-124m}; do
@@ -217,9 +218,13 @@ phase_ab() {
     for n in ${PROFILE_STREAMS:-1 64}; do
       stream_prompts "$out/ab-$shape-$n.jsonl" "$n" "$model/config.json"
       for r in $(seq "${AB_ROUNDS:-3}"); do
-        for b in "$old" "$build"; do
-          printf '%s, %s streams, round %s, %s: ' "$shape" "$n" "$r" "$b"
+        for v in old new ${AB_NEW_ENV:+new+env}; do
+          b=$build
+          [ "$v" = old ] && b=$old
+          printf '%s, %s streams, round %s, %s%s: ' "$shape" "$n" "$r" "$b" \
+            "$([ "$v" = new+env ] && echo " with $AB_NEW_ENV")"
           timeout 120 env LD_LIBRARY_PATH="$here/$b/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            $([ "$v" = new+env ] && echo "$AB_NEW_ENV") \
             "$here/$b/bin/trainyard" generate --model "$model" --backend "$backend" --dtype bf16 \
             --input "$out/ab-$shape-$n.jsonl" --output /dev/null --max-batch "$n" --ctx 256 \
             --prefill-chunk 128 --max-new-tokens 128 2>&1 | grep "trainyard generate:" || { echo failed; rc=1; }
