@@ -87,7 +87,9 @@ __device__ void ty_gemv_nk_impl(const void *a_, const void *b_, const void *bias
   const T *w = b + n * ldb;
   const bool vec = (((uintptr_t)a | (uintptr_t)b) % 16 == 0) && (lda * (long long)sizeof(T)) % 16 == 0 &&
                    (ldb * (long long)sizeof(T)) % 16 == 0;
-#pragma unroll 4
+  /* Up to 8 of the lane's 16-byte loads in flight at once (K of 2048 bf16
+   * is 8 a lane): the product is a few memory latencies, not K / 256. */
+#pragma unroll 8
   for (long long k = (long long)lane * V; k < K; k += 32 * V) {
     float wv[V];
     ty_gv<T>::load(w + k, wv, vec);

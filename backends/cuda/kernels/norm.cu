@@ -38,15 +38,28 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
     T *y = yall + row * C;
     float mu = 0.0f, r;
     if (cached) {
-      float v[TY_NORM_K][4];
+      /* x, gamma and beta all loaded up front: one memory latency before
+       * the reductions, not a second one after them (a decode step's norms
+       * are a row or a few: latency is their whole cost). */
+      float v[TY_NORM_K][4], gv[TY_NORM_K][4], bv[TY_NORM_K][4];
       float s = 0.0f;
 #pragma unroll
       for (int k = 0; k < TY_NORM_K; ++k) {
         const long long c = (long long)(k * 32 + lane) * 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          gv[k][j] = 1.0f;
+          bv[k][j] = 0.0f;
+        }
         if (c < C) {
           ty_ld4(x + c, v[k]);
-          s += (v[k][0] + v[k][1]) + (v[k][2] + v[k][3]);
+          if (g) ty_ld4(g + c, gv[k]);
+          if (beta) ty_ld4(beta + c, bv[k]);
         }
+      }
+#pragma unroll
+      for (int k = 0; k < TY_NORM_K; ++k) {
+        if ((long long)(k * 32 + lane) * 4 < C) s += (v[k][0] + v[k][1]) + (v[k][2] + v[k][3]);
       }
       if (!rms) mu = ty_warp_sum(s) / (float)C;
       float s2 = 0.0f;
@@ -65,11 +78,9 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
       for (int k = 0; k < TY_NORM_K; ++k) {
         const long long c = (long long)(k * 32 + lane) * 4;
         if (c < C) {
-          float gv[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o[4];
-          if (g) ty_ld4(g + c, gv);
-          if (beta) ty_ld4(beta + c, bv);
+          float o[4];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) o[j] = (v[k][j] - mu) * r * gv[j] + bv[j];
+          for (int j = 0; j < 4; ++j) o[j] = (v[k][j] - mu) * r * gv[k][j] + bv[k][j];
           if (dty) {
             ty_st4_dt(y_, row * C + c, dty, o);
           } else {

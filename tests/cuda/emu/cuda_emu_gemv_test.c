@@ -4,11 +4,11 @@
  * (trans_b: gemv_nk), with and without a bias, and the fused epilogues a
  * decode step meets (matmul -> gelu, matmul -> add of the residual), each
  * against the same graph on the cpu backend. The executor's report tells
- * which path ran: up to TY_GEMV_MAX_M rows take the kernels (no cuBLASLt
- * command), 5 rows cuBLASLt, as do deterministic=1 and
- * TRAINYARD_CUDA_GEMV=0; a shape whose vector dimension is not a whole
- * number of 16-byte groups (N = 36 in bf16 for gemv_kn) stays on
- * cuBLASLt too. */
+ * which path ran: up to TY_GEMV_MAX_M rows of a [N, K] weight take
+ * gemv_nk (no cuBLASLt command), 5 rows cuBLASLt, as do deterministic=1
+ * and TRAINYARD_CUDA_GEMV=0; a [K, N] weight takes gemv_kn only with
+ * TRAINYARD_CUDA_GEMV=all (the cases run with it), and not where N is not
+ * whole 16-byte groups (N = 36 in bf16). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +198,7 @@ static void check(const case_t *c, bool deterministic, bool cublas) {
 
 static void test_rows_and_layouts(void **state) {
   (void)state;
+  setenv("TRAINYARD_CUDA_GEMV", "all", 1);
   const ty_dtype_t dts[2] = {TY_DTYPE_F32, TY_DTYPE_BF16};
   for (int d = 0; d < 2; ++d) {
     for (int tb = 0; tb < 2; ++tb) {
@@ -207,10 +208,15 @@ static void test_rows_and_layouts(void **state) {
       }
     }
   }
+  unsetenv("TRAINYARD_CUDA_GEMV");
+  /* by default a [K, N] weight stays on cuBLASLt */
+  const case_t kn = {.M = 1, .N = 40, .dtype = TY_DTYPE_BF16};
+  check(&kn, false, true);
 }
 
 static void test_epilogues(void **state) {
   (void)state;
+  setenv("TRAINYARD_CUDA_GEMV", "all", 1);
   for (int tb = 0; tb < 2; ++tb) {
     const case_t gelu = {.M = 2, .N = 48, .dtype = TY_DTYPE_BF16, .trans_b = tb != 0,
                          .bias = true, .epi = EPI_GELU};
@@ -222,20 +228,23 @@ static void test_epilogues(void **state) {
                           .epi = EPI_RESIDUAL};
     check(&res32, false, false);
   }
+  unsetenv("TRAINYARD_CUDA_GEMV");
 }
 
 static void test_stays_on_cublas(void **state) {
   (void)state;
   /* deterministic=1: the pinned algorithm keeps a row's bits at any M */
-  const case_t one = {.M = 1, .N = 40, .dtype = TY_DTYPE_F32};
+  const case_t one = {.M = 1, .N = 40, .dtype = TY_DTYPE_F32, .trans_b = true};
   check(&one, true, true);
   /* bf16 [K, N] with N = 36: not whole 16-byte groups of columns */
   const case_t odd = {.M = 2, .N = 36, .dtype = TY_DTYPE_BF16};
+  setenv("TRAINYARD_CUDA_GEMV", "all", 1);
   check(&odd, false, true);
+  unsetenv("TRAINYARD_CUDA_GEMV");
   /* ... while [N, K] needs only K's (48): the kernel */
   const case_t odd_t = {.M = 2, .N = 36, .dtype = TY_DTYPE_BF16, .trans_b = true};
   check(&odd_t, false, false);
-  /* switched off */
+  /* switched off; on by default */
   setenv("TRAINYARD_CUDA_GEMV", "0", 1);
   check(&one, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");
