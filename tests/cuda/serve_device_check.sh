@@ -184,7 +184,8 @@ phase_profile() {
 
 # Nsight Compute's serialized kernel times of steady decode steps (the graph's
 # nodes one by one): bench/ncu_summary.py sums them per kernel and per step.
-# NCU_SKIP / NCU_COUNT pick the window of kernel launches.
+# NCU_SKIP / NCU_COUNT pick the window of kernel launches; NCU_FLAGS (default
+# --clock-control none) e.g. "--cache-control none --clock-control base".
 phase_ncu() {
   local backend=${BACKEND:-cuda:0} shape n ncu
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
@@ -195,7 +196,7 @@ phase_ncu() {
     for n in ${PROFILE_STREAMS:-1 64}; do
       stream_prompts "$out/ncu-$shape-$n.jsonl" "$n" "$model/config.json"
       echo "-- ncu: $shape, $n streams"
-      timeout 240 "$ncu" --csv --clock-control none --metrics gpu__time_duration.sum \
+      timeout 240 "$ncu" --csv ${NCU_FLAGS:---clock-control none} --metrics gpu__time_duration.sum \
         --launch-skip "${NCU_SKIP:-$((4000 + 200 * n))}" --launch-count "${NCU_COUNT:-1200}" \
         "$ty" generate --model "$model" --backend "$backend" --dtype bf16 \
         --input "$out/ncu-$shape-$n.jsonl" --output /dev/null --max-batch "$n" --ctx 256 \
