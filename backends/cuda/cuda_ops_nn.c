@@ -14,6 +14,8 @@
 #include "trainyard/ref_rope.h"
 
 #define TY_CU_NORM_THREADS 128u /* 4 warps: 4 rows per block (kernels/norm.cu) */
+#define TY_CU_NORM_ROW_K 2         /* kernels/norm.cu TY_NORM_ROW_K */
+#define TY_CU_NORM_ROW_MAX_ROWS 64 /* rows up to which a norm takes a block per row */
 #define TY_CU_NORM_K 8          /* kernels/norm.cu's TY_NORM_K: rows <= 1024 cached */
 
 /* The instance of a templated kernel for value v's dtype; fails the build
@@ -167,7 +169,14 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   const ty_abi_value_t *x = ty_dev_vin(b, 0);
   int64_t C = 1, rows = ty_dev_rows(x, &C);
   if (rows == 0) return;
-  const char *kernel = ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm"), x);
+  /* Few rows (a decode step) outside deterministic mode: a block per row
+   * (kernels/norm.cu ty_layernorm_row), its elements in registers. */
+  const uint32_t row_threads =
+      rows <= TY_CU_NORM_ROW_MAX_ROWS && !b->deterministic && C <= 1024 * 4 * TY_CU_NORM_ROW_K
+          ? (uint32_t)((C + 4 * TY_CU_NORM_ROW_K * 32 - 1) / (4 * TY_CU_NORM_ROW_K * 32) * 32)
+          : 0;
+  const char *kernel = row_threads ? ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm_row"), x)
+                                   : ty_cu_typed_for(b, TY_CU_TYPED("ty_layernorm"), x);
   const ty_dev_ref_t none = ty_dev_none();
   const uint32_t r = rms ? 1 : 2; /* rstd's output */
   /* Fused with the cast after it (cuda_fuse.h): y is the cast's output. */
@@ -187,7 +196,11 @@ void ty_cu_build_norm(ty_cu_build_t *b) {
   ty_dev_arg_i64(b, c, C);
   ty_dev_arg_f32(b, c, (float)ty_desc_node_attr_float(b->node, "eps", rms ? 1e-6 : 1e-5));
   ty_dev_arg_i32(b, c, rms);
-  ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
+  if (row_threads) {
+    ty_cu_grid(b, c, (uint32_t)rows, 1, 1, row_threads < 64 ? 64 : row_threads, 1, 1, 0);
+  } else {
+    ty_cu_grid_blocks(b, c, ((uint64_t)rows + 3) / 4, TY_CU_NORM_THREADS);
+  }
 }
 
 void ty_cu_build_norm_backward(ty_cu_build_t *b) {

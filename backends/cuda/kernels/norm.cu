@@ -154,6 +154,102 @@ __device__ __forceinline__ void ty_layernorm_impl(const void *x_, const void *g_
 #define TY_LAYERNORM_ARGS x, g, b, y, dty, mean, dtm, rstd, dtr, rows, C, eps, rms
 TY_KERNEL3(ty_layernorm, TY_LAYERNORM_PARAMS, TY_LAYERNORM_ARGS)
 
+
+/* ---- forward, a block per row (few rows: a decode step's norms) ----
+ *
+ * The same definition as above with a row's elements spread over a whole
+ * block (blockDim.x threads, each up to TY_NORM_ROW_K groups of 4 held in
+ * registers with their gamma and beta): at one to a few rows the warp
+ * kernel left one warp to walk a row of 768 or 2048 elements, a chain of
+ * dependent loads. The builder takes it outside deterministic mode only,
+ * for rows of 4-aligned length up to blockDim.x * 4 * TY_NORM_ROW_K: its
+ * sums run in another order than the warp kernel's, so a row's bits would
+ * depend on how many rows the step has. */
+#define TY_NORM_ROW_K 2
+template <typename T>
+__device__ __forceinline__ void ty_layernorm_row_impl(const void *x_, const void *g_,
+                                                      const void *b_, void *y_, int dty,
+                                                      void *mean, int dtm, void *rstd, int dtr,
+                                                      long long rows, long long C, float eps,
+                                                      int rms) {
+  __shared__ float scratch[32];
+  const T *g = (const T *)g_, *beta = (const T *)b_;
+  const long long row = blockIdx.x;
+  if (row >= rows) return;
+  const T *x = (const T *)x_ + row * C;
+  T *y = (T *)y_ + row * C;
+  const int nt = blockDim.x;
+  /* 4-element groups where C and every pointer allow, else element by
+   * element (the same values) */
+  const bool al = C % 4 == 0 && ty_al4<T>(x) && (dty ? ty_al4_dt(y_, dty) : ty_al4<T>(y)) &&
+                  (!g || ty_al4<T>(g)) && (!beta || ty_al4<T>(beta));
+  float v[TY_NORM_ROW_K][4], gv[TY_NORM_ROW_K][4], bv[TY_NORM_ROW_K][4];
+#pragma unroll
+  for (int k = 0; k < TY_NORM_ROW_K; ++k) {
+    const long long c = ((long long)k * nt + threadIdx.x) * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[k][j] = 0.0f;
+      gv[k][j] = 1.0f;
+      bv[k][j] = 0.0f;
+    }
+    if (al && c < C) {
+      ty_ld4(x + c, v[k]);
+      if (g) ty_ld4(g + c, gv[k]);
+      if (beta) ty_ld4(beta + c, bv[k]);
+    } else if (c < C) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (c + j < C) {
+          v[k][j] = ty_get(x, c + j);
+          if (g) gv[k][j] = ty_get(g, c + j);
+          if (beta) bv[k][j] = ty_get(beta, c + j);
+        }
+      }
+    }
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < TY_NORM_ROW_K; ++k) s += (v[k][0] + v[k][1]) + (v[k][2] + v[k][3]);
+  const float mu = rms ? 0.0f : ty_block_sum(s, scratch) / (float)C;
+  float s2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < TY_NORM_ROW_K; ++k) {
+    const long long c = ((long long)k * nt + threadIdx.x) * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (c + j < C) {
+        const float d = v[k][j] - mu;
+        s2 += d * d;
+      }
+    }
+  }
+  const float r = 1.0f / sqrtf(ty_block_sum(s2, scratch) / (float)C + eps);
+#pragma unroll
+  for (int k = 0; k < TY_NORM_ROW_K; ++k) {
+    const long long c = ((long long)k * nt + threadIdx.x) * 4;
+    if (c >= C) continue;
+    float o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = (v[k][j] - mu) * r * gv[k][j] + bv[k][j];
+    if (al) {
+      if (dty) ty_st4_dt(y_, row * C + c, dty, o);
+      else ty_st4(y + c, o);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (c + j >= C) continue;
+        if (dty) ty_st(y_, row * C + c + j, dty, o[j]);
+        else ty_put(y, c + j, o[j]);
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    if (!rms) ty_st(mean, row, dtm, mu);
+    ty_st(rstd, row, dtr, r);
+  }
+}
+TY_KERNEL3(ty_layernorm_row, TY_LAYERNORM_PARAMS, TY_LAYERNORM_ARGS)
 /* ---- backward, dx ----
  *
  *   xhat = (x - mu) rstd (rmsnorm: x rstd), g = dy gamma (gamma absent: dy)
