@@ -116,7 +116,8 @@ __device__ inline ty_pa_row ty_pa_row_of(const long long *row_seq, const long lo
   r.lo = window > 0 && r.p - window + 1 > 0 ? r.p - window + 1 : 0;
   const long long keys = r.p - r.lo + 1;
   r.per = ty_pa_split_keys(keys);
-  r.splits = (int)((keys + r.per - 1) / r.per);
+  r.splits = keys < 0x7fffffffLL - r.per ? ((int)keys + (int)r.per - 1) / (int)r.per
+                                         : (int)((keys + r.per - 1) / r.per);
   return r;
 }
 
@@ -148,37 +149,45 @@ __device__ inline float ty_pa_dot(const float *q, const unsigned char *row, int 
 
 /* Queues tile [t0, t0 + TILE) of the split's keys (those below kend) into
  * staging buffer `buf`: K rows, then V rows; slot_sh[t] = the key's pool
- * slot, or -1 for a key left out. Every thread calls it. */
+ * slot, or -1 for a key left out. Every thread calls it; thread x owns
+ * copy units x, x + TY_PA_THREADS, ... of the tile's keys (key u / upr,
+ * unit u % upr), the same for K and V, so it finds each of its keys' slot
+ * once. Index arithmetic in 32 bits (j < MB * BS, an int; the pool row
+ * offset in 64). */
 template <typename T>
 __device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *trow,
                                    unsigned char *kv, long long *slot_sh, long long t0,
                                    long long kend, int NB, int BS, int Hkv, int g, int D,
-                                   int unit, long long i0, ERR_ARGS) {
-  const int rb = ty_pa_row_bytes(D, (int)sizeof(T)), bytes = D * (int)sizeof(T);
-  const int upr = unit ? bytes / unit : D; /* copies per row */
-  const int total = 2 * TY_PA_TILE * upr;
+                                   int unit, int upr, long long i0, ERR_ARGS) {
+  const int rb = ty_pa_row_bytes(D, (int)sizeof(T));
+  const int total = TY_PA_TILE * upr;
+  const int j0 = (int)t0, jend = (int)kend;
   for (int u = threadIdx.x; u < total; u += TY_PA_THREADS) {
-    const int isv = u / (TY_PA_TILE * upr), rem = u % (TY_PA_TILE * upr);
-    const int t = rem / upr, c = rem % upr;
-    const long long j = t0 + t;
+    const int t = u / upr, c = u - t * upr;
+    const int j = j0 + t;
     long long slot = -1;
-    if (j < kend) {
-      const long long blk = trow[j / BS];
+    if (j < jend) {
+      const int bi = j / BS;
+      const long long blk = trow[bi];
       if (blk >= 0 && blk < NB) {
-        slot = blk * BS + j % BS;
-      } else if (isv == 0 && c == 0) {
+        slot = blk * BS + (j - bi * BS);
+      } else if (c == 0) {
         ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
       }
     }
-    if (isv == 0 && c == 0) slot_sh[t] = slot;
-    const T *src = (isv ? vp : kp) + (slot >= 0 ? (slot * Hkv + g) * D : 0);
-    unsigned char *dst = kv + (isv * TY_PA_TILE + t) * rb;
+    if (c == 0) slot_sh[t] = slot;
+    const long long off = slot >= 0 ? (slot * Hkv + g) * D : 0;
+    const unsigned char *ks = (const unsigned char *)(kp + off), *vs = (const unsigned char *)(vp + off);
+    unsigned char *kd = kv + t * rb, *vd = kv + (TY_PA_TILE + t) * rb;
     if (unit == 16) {
-      ty_cp_async16(dst + 16 * c, (const unsigned char *)src + 16 * c, slot >= 0 ? 16 : 0);
+      ty_cp_async16(kd + 16 * c, ks + 16 * c, slot >= 0 ? 16 : 0);
+      ty_cp_async16(vd + 16 * c, vs + 16 * c, slot >= 0 ? 16 : 0);
     } else if (unit == 4) {
-      ty_cp_async4(dst + 4 * c, (const unsigned char *)src + 4 * c, slot >= 0 ? 4 : 0);
+      ty_cp_async4(kd + 4 * c, ks + 4 * c, slot >= 0 ? 4 : 0);
+      ty_cp_async4(vd + 4 * c, vs + 4 * c, slot >= 0 ? 4 : 0);
     } else {
-      ((T *)dst)[c] = slot >= 0 ? src[c] : ty_from_f<T>(0.0f);
+      ((T *)kd)[c] = slot >= 0 ? ((const T *)ks)[c] : ty_from_f<T>(0.0f);
+      ((T *)vd)[c] = slot >= 0 ? ((const T *)vs)[c] : ty_from_f<T>(0.0f);
     }
   }
   ty_cp_commit();
@@ -231,11 +240,13 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
     ++nr;
   const long long k0 = lead.lo + sp * lead.per;
   long long kend = k0;
+  unsigned multi = 0; /* bit r: row r has more than one split (partials, not out) */
   for (int r = 0; r < nr; ++r) {
     const long long p = row_pos[i0 + r], e = k0 + lead.per < p + 1 ? k0 + lead.per : p + 1;
     k1[r] = e; /* <= k0: the row has no keys in this split */
     if (e > k0) ++active;
     if (e > kend) kend = e;
+    if (p + 1 - lead.lo > lead.per) multi |= 1u << r; /* rows of a run share lo and per */
   }
   if (active == 0) return;
   const long long *trow = table + lead.s * MB;
@@ -244,13 +255,14 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   /* The copy unit: 16 or 4 bytes when every row's start allows it. */
   const uintptr_t mix = (uintptr_t)kp | (uintptr_t)vp | (uintptr_t)(D * esize);
   const int unit = mix % 16 == 0 ? 16 : mix % 4 == 0 ? 4 : 0;
+  const int upr = unit ? D * esize / unit : D; /* copy units per row */
   float *q_sh = (float *)ty_pa_smem;
   unsigned char *kv_sh = ty_pa_smem + ty_pa_q_bytes(rgroup, gchunk, D);
   const int kv_tile = 2 * TY_PA_TILE * rb; /* one buffer: K rows then V rows */
 
   /* The first tile on its way before anything else. */
-  ty_pa_stage<T>(kp, vp, trow, kv_sh, slot_sh[0], k0, kend, NB, BS, Hkv, g, D, unit, i0, err,
-                 node);
+  ty_pa_stage<T>(kp, vp, trow, kv_sh, slot_sh[0], k0, kend, NB, BS, Hkv, g, D, unit, upr, i0,
+                 err, node);
   for (int e = tid; e < rgd; e += TY_PA_THREADS) {
     const int r = e / gd, f = e % gd;
     q_sh[e] = ty_to_f<T>(q[((i0 + r) * Hq + g * G + c0 + f / D) * D + f % D]);
@@ -270,7 +282,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
      * the barrier that ended the previous tile), then this one's wait. */
     if (t0 + TY_PA_TILE < kend) {
       ty_pa_stage<T>(kp, vp, trow, kv_sh + (buf ^ 1) * kv_tile, slot_sh[buf ^ 1],
-                     t0 + TY_PA_TILE, kend, NB, BS, Hkv, g, D, unit, i0, err, node);
+                     t0 + TY_PA_TILE, kend, NB, BS, Hkv, g, D, unit, upr, i0, err, node);
       ty_cp_wait<1>();
     } else {
       ty_cp_wait<0>();
@@ -332,8 +344,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
       const int r = e / gd, c = e % gd / D, d = e % D;
       if (k1[r] <= k0) continue;
       const long long i = i0 + r, h = (long long)g * G + c0 + c;
-      const ty_pa_row row = ty_pa_row_of(row_seq, row_pos, i, S, cap, window);
-      if (row.splits == 1) {
+      if (!(multi >> r & 1u)) {
         const float l = l_sh[r * gc + c];
         out[(i * Hq + h) * D + d] = ty_from_f<T>(l > 0.0f ? acc[jj] / l : 0.0f);
       } else {
@@ -344,7 +355,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
     const int r = rc / gc, c = rc % gc;
     const long long i = i0 + r, h = (long long)g * G + c0 + c;
-    if (k1[r] <= k0 || ty_pa_row_of(row_seq, row_pos, i, S, cap, window).splits == 1) continue;
+    if (k1[r] <= k0 || !(multi >> r & 1u)) continue;
     float *ml = part + slots_per * D + ((i * Hq + h) * max_splits + sp) * 2;
     ml[0] = m_sh[rc];
     ml[1] = l_sh[rc];

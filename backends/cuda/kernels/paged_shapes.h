@@ -40,8 +40,17 @@ TY_PA_FN long long ty_pa_splits(long long keys) {
   return n < 1 ? 1 : (n > TY_PA_MAX_SPLITS ? TY_PA_MAX_SPLITS : n);
 }
 
-/* Keys per split of such a row: a whole number of tiles. */
+/* Keys per split of such a row: a whole number of tiles. In 32-bit
+ * arithmetic where the count allows (the kernels' hot path: a 64-bit
+ * division is dozens of instructions on a GPU); the same values. */
 TY_PA_FN long long ty_pa_split_keys(long long keys) {
+  if (keys > 0 && keys < 0x7fffffffLL - TY_PA_SPLIT_KEYS) {
+    const int k = (int)keys;
+    int n = (k + TY_PA_SPLIT_KEYS - 1) / TY_PA_SPLIT_KEYS;
+    n = n > TY_PA_MAX_SPLITS ? TY_PA_MAX_SPLITS : n;
+    const int per = k / n + (k % n != 0);
+    return (per + TY_PA_TILE - 1) / TY_PA_TILE * TY_PA_TILE;
+  }
   const long long n = ty_pa_splits(keys), per = (keys + n - 1) / n;
   return (per + TY_PA_TILE - 1) / TY_PA_TILE * TY_PA_TILE;
 }

@@ -4,11 +4,11 @@
  * (trans_b: gemv_nk), with and without a bias, and the fused epilogues a
  * decode step meets (matmul -> gelu, matmul -> add of the residual), each
  * against the same graph on the cpu backend. The executor's report tells
- * which path ran: up to TY_GEMV_MAX_M rows of a [N, K] weight take
- * gemv_nk (no cuBLASLt command), 5 rows cuBLASLt, as do deterministic=1
- * and TRAINYARD_CUDA_GEMV=0; a [K, N] weight takes gemv_kn only with
- * TRAINYARD_CUDA_GEMV=all (the cases run with it), and not where N is not
- * whole 16-byte groups (N = 36 in bf16). */
+ * which path ran. The path is opt-in: with TRAINYARD_CUDA_GEMV=1 up to
+ * TY_GEMV_MAX_M rows of a [N, K] weight take gemv_nk (no cuBLASLt
+ * command), 5 rows cuBLASLt, as does deterministic=1; with =all a [K, N]
+ * weight takes gemv_kn too (the cases run with it), but not where N is not
+ * whole 16-byte groups (N = 36 in bf16); unset, cuBLASLt runs all. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,10 +208,11 @@ static void test_rows_and_layouts(void **state) {
       }
     }
   }
-  unsetenv("TRAINYARD_CUDA_GEMV");
-  /* by default a [K, N] weight stays on cuBLASLt */
+  /* with =1 a [K, N] weight stays on cuBLASLt */
+  setenv("TRAINYARD_CUDA_GEMV", "1", 1);
   const case_t kn = {.M = 1, .N = 40, .dtype = TY_DTYPE_BF16};
   check(&kn, false, true);
+  unsetenv("TRAINYARD_CUDA_GEMV");
 }
 
 static void test_epilogues(void **state) {
@@ -233,6 +234,7 @@ static void test_epilogues(void **state) {
 
 static void test_stays_on_cublas(void **state) {
   (void)state;
+  setenv("TRAINYARD_CUDA_GEMV", "1", 1);
   /* deterministic=1: the pinned algorithm keeps a row's bits at any M */
   const case_t one = {.M = 1, .N = 40, .dtype = TY_DTYPE_F32, .trans_b = true};
   check(&one, true, true);
@@ -242,13 +244,16 @@ static void test_stays_on_cublas(void **state) {
   check(&odd, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");
   /* ... while [N, K] needs only K's (48): the kernel */
+  setenv("TRAINYARD_CUDA_GEMV", "1", 1);
   const case_t odd_t = {.M = 2, .N = 36, .dtype = TY_DTYPE_BF16, .trans_b = true};
   check(&odd_t, false, false);
-  /* switched off; on by default */
+  check(&one, false, false);
+  /* off by default, and with =0 */
+  unsetenv("TRAINYARD_CUDA_GEMV");
+  check(&one, false, true);
   setenv("TRAINYARD_CUDA_GEMV", "0", 1);
   check(&one, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");
-  check(&one, false, false);
 }
 
 int main(void) {
