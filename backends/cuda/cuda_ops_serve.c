@@ -9,6 +9,7 @@
 
 #include "cuda_ops.h"
 #include "kernels/paged_shapes.h"
+#include "kernels/sample_shapes.h"
 #include "trainyard/dtype.h"
 
 static const char *const ty_cu_paged_attn_names[3] = {"ty_paged_attn_f32", "ty_paged_attn_bf16",
@@ -85,13 +86,48 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   ty_cu_grid(b, c, (uint32_t)N, (uint32_t)Hq, 1, 128, 1, 1, 0);
 }
 
-/* sample(logits [N, V], params [N, 7], seeds [N, 2], history? [N, L]) -> ids [N], logprob [N] */
+/* sample(logits [N, V], params [N, 7], seeds [N, 2], history? [N, L]) -> ids [N], logprob [N]
+ * Without a history, ty_sample_scan first walks each row in chunks of
+ * TY_SAMPLE_CHUNK ids over N x P blocks (max, argmax, sum of exponentials)
+ * and ty_sample merges them; with one, ty_sample walks the row itself (the
+ * penalties need the history's counts first). */
 void ty_cu_build_sample(ty_cu_build_t *b) {
-  const int64_t N = ty_dev_vin(b, 0)->dims[0];
+  const ty_abi_value_t *logits = ty_dev_vin(b, 0), *hist = ty_dev_vin(b, 3);
+  const int64_t N = logits->dims[0], V = logits->dims[1];
   if (N == 0) return;
+  const int64_t L = hist ? hist->dims[1] : 0;
+  const ty_dev_ref_t work = ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(float));
+  const ty_dev_ref_t counts =
+      L > 0 ? ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(int32_t)) : ty_dev_none();
+  const int64_t P = L > 0 || V == 0 ? 0 : (V + TY_SAMPLE_CHUNK - 1) / TY_SAMPLE_CHUNK;
+  const ty_dev_ref_t part =
+      P > 0 ? ty_dev_scratch(b, (uint64_t)(N * P) * 4u * sizeof(float)) : ty_dev_none();
+  if (P > 0) {
+    /* ty_sample_scan(logits, int dtl, i64 V, work, part) */
+    ty_cu_cmd_t *s = ty_cu_launch(b, TY_CU_FAM_SAMPLE, "ty_sample_scan");
+    ty_dev_arg_in(b, s, 0);
+    ty_dev_arg_i64(b, s, V);
+    ty_dev_arg_ref(b, s, work);
+    ty_dev_arg_ref(b, s, part);
+    ty_cu_grid(b, s, (uint32_t)N, (uint32_t)P, 1, TY_SAMPLE_SCAN_THREADS, 1, 1, 0);
+  }
+  /* ty_sample(logits, int dtl, params, seeds, hist, i64 L, i64 V, work, counts, ids,
+   *   logprob, err, int node, part, int P) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SAMPLE, "ty_sample");
-  ty_dev_args_sample(b, c);
-  ty_cu_grid(b, c, (uint32_t)N, 1, 1, 512, 1, 1, 0);
+  ty_dev_arg_in(b, c, 0);
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
+  ty_dev_arg_ref(b, c, L > 0 ? ty_dev_in(b, 3) : ty_dev_none());
+  ty_dev_arg_i64(b, c, L);
+  ty_dev_arg_i64(b, c, V);
+  ty_dev_arg_ref(b, c, work);
+  ty_dev_arg_ref(b, c, counts);
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
+  ty_dev_arg_err(b, c);
+  ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_i32(b, c, (int32_t)P);
+  ty_cu_grid(b, c, (uint32_t)N, 1, 1, TY_SAMPLE_THREADS, 1, 1, 0);
 }
 
 /* top_logprobs(logits [N, V]) attr k -> ids [N, k], logprobs [N, k] */
@@ -100,5 +136,5 @@ void ty_cu_build_top_logprobs(ty_cu_build_t *b) {
   if (N == 0 || k == 0) return;
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SAMPLE, "ty_top_logprobs");
   ty_dev_args_top_logprobs(b, c);
-  ty_cu_grid(b, c, (uint32_t)N, 1, 1, 512, 1, 1, 0);
+  ty_cu_grid(b, c, (uint32_t)N, 1, 1, TY_SAMPLE_THREADS, 1, 1, 0);
 }

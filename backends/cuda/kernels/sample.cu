@@ -18,7 +18,7 @@
 
 #include "trainyard/sample_params.h"
 
-#define TY_SAMPLE_THREADS 512
+#include "sample_shapes.h"
 
 /* ---- block-wide helpers (every thread calls them; blockDim.x a multiple
  * of 32). The argmax order: larger x first, then the lower id. ---- */
@@ -133,6 +133,50 @@ __device__ inline float ty_penalise(float x, int count, const float *pr) {
   return x - (pr[TY_SAMPLE_P_PRESENCE] + pr[TY_SAMPLE_P_FREQUENCY] * (float)count);
 }
 
+/* ---- sample's first pass over a row without a history, spread over
+ * blocks (a decode step has a row or a few; one block walking a 50K- or
+ * 128K-entry vocabulary was the step's longest kernel after attention) ----
+ *
+ * Grid (N, P), TY_SAMPLE_SCAN_THREADS threads: block (i, c) takes ids
+ * [c * TY_SAMPLE_CHUNK, (c + 1) * TY_SAMPLE_CHUNK) of row i, writes them to
+ * the row's work (the logits as f32: no penalties without a history) and
+ * leaves (max, argmax value, sum of exp(x - max), argmax id) of its chunk
+ * in part[(i * P + c) * 4]. ty_sample merges the P chunks in order. P is
+ * ceil(V / TY_SAMPLE_CHUNK), a function of V only: batch invariance holds. */
+extern "C" __global__ void ty_sample_scan(const void *logits, int dtl, long long V, float *work,
+                                          float *part) {
+  __shared__ float sx[32], sf[32];
+  __shared__ long long sid[32];
+  const long long i = blockIdx.x;
+  const int c = (int)blockIdx.y, P = (int)gridDim.y;
+  const long long lo = (long long)c * TY_SAMPLE_CHUNK;
+  const long long hi = lo + TY_SAMPLE_CHUNK < V ? lo + TY_SAMPLE_CHUNK : V;
+  float *x = work + i * V;
+  float rmax = -INFINITY, bx = -INFINITY;
+  long long bi = LLONG_MAX;
+  for (long long v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+    const float r = ty_ld(logits, i * V + v, dtl);
+    x[v] = r;
+    rmax = fmaxf(rmax, r);
+    if (ty_before(ty_rank_value(r), v, bx, bi)) {
+      bx = ty_rank_value(r);
+      bi = v;
+    }
+  }
+  rmax = ty_block_max(rmax, sf);
+  ty_block_argmax(&bx, &bi, sx, sid);
+  float se = 0.0f;
+  for (long long v = lo + threadIdx.x; v < hi; v += blockDim.x) se += expf(x[v] - rmax);
+  se = ty_block_sum(se, sf);
+  if (threadIdx.x == 0) {
+    float *o = part + (i * P + c) * 4;
+    o[0] = rmax;
+    o[1] = bx;
+    o[2] = se;
+    o[3] = __int_as_float((int)(bi == LLONG_MAX ? -1 : bi));
+  }
+}
+
 /* ---- sample ----
  *
  * Grid N, TY_SAMPLE_THREADS threads. `work` holds V f32 of scratch per row
@@ -142,7 +186,7 @@ __device__ inline float ty_penalise(float x, int count, const float *pr) {
  * the param's f32 bits or the id); the row is then not written. */
 extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *params, const long long *seeds,
               const long long *hist, long long L, long long V, float *work, int *counts,
-              long long *ids, float *logprob, ERR_ARGS) {
+              long long *ids, float *logprob, ERR_ARGS, const float *part, int P) {
   __shared__ float sx[32], sf[32];
   __shared__ long long sid[32], sll[32];
   __shared__ int bad_sh;
@@ -187,23 +231,51 @@ extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *p
   }
   /* raw max, penalised x (and its argmax) */
   float *x = work + i * V;
-  float rmax = -INFINITY, bx = -INFINITY;
+  float rmax = -INFINITY, bx = -INFINITY, lse;
   long long bi = LLONG_MAX;
-  for (long long v = tid; v < V; v += nt) {
-    const float r = ty_ld(logits, i * V + v, dtl);
-    rmax = fmaxf(rmax, r);
-    const float xv = cnt ? ty_penalise(r, cnt[v], pr) : r;
-    x[v] = xv;
-    if (ty_before(ty_rank_value(xv), v, bx, bi)) {
-      bx = ty_rank_value(xv);
-      bi = v;
+  if (P > 0 && !h) {
+    /* ty_sample_scan's chunks, merged in chunk order (x is in work) */
+    __shared__ float merged[3];
+    __shared__ long long merged_id;
+    if (tid == 0) {
+      const float *q = part + i * (long long)P * 4;
+      for (int c = 0; c < P; ++c) rmax = fmaxf(rmax, q[4 * c]);
+      float se = 0.0f;
+      for (int c = 0; c < P; ++c) {
+        if (q[4 * c] != -INFINITY) se += q[4 * c + 2] * expf(q[4 * c] - rmax);
+        const int id = __float_as_int(q[4 * c + 3]);
+        if (id >= 0 && ty_before(q[4 * c + 1], id, bx, bi)) {
+          bx = q[4 * c + 1];
+          bi = id;
+        }
+      }
+      merged[0] = rmax;
+      merged[1] = bx;
+      merged[2] = rmax + logf(se);
+      merged_id = bi;
     }
+    __syncthreads();
+    rmax = merged[0];
+    bx = merged[1];
+    lse = merged[2];
+    bi = merged_id;
+  } else {
+    for (long long v = tid; v < V; v += nt) {
+      const float r = ty_ld(logits, i * V + v, dtl);
+      rmax = fmaxf(rmax, r);
+      const float xv = cnt ? ty_penalise(r, cnt[v], pr) : r;
+      x[v] = xv;
+      if (ty_before(ty_rank_value(xv), v, bx, bi)) {
+        bx = ty_rank_value(xv);
+        bi = v;
+      }
+    }
+    rmax = ty_block_max(rmax, sf);
+    ty_block_argmax(&bx, &bi, sx, sid);
+    float se = 0.0f;
+    for (long long v = tid; v < V; v += nt) se += expf(ty_ld(logits, i * V + v, dtl) - rmax);
+    lse = rmax + logf(ty_block_sum(se, sf));
   }
-  rmax = ty_block_max(rmax, sf);
-  ty_block_argmax(&bx, &bi, sx, sid);
-  float se = 0.0f;
-  for (long long v = tid; v < V; v += nt) se += expf(ty_ld(logits, i * V + v, dtl) - rmax);
-  const float lse = rmax + logf(ty_block_sum(se, sf));
 
   long long chosen = bi;
   if (T > 0.0f) {

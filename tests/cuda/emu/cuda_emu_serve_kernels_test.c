@@ -20,6 +20,7 @@
 
 #include "backends/common/device_errors.h"
 #include "backends/cuda/kernels/paged_shapes.h"
+#include "backends/cuda/kernels/sample_shapes.h"
 
 typedef int (*cu_init_fn)(unsigned);
 typedef int (*cu_get_fn)(void **, void *, const char *);
@@ -568,18 +569,34 @@ static long long sample_reference(const float *logits, long long V, const float 
   return id;
 }
 
+/* As the builder launches it (cuda_ops_serve.c): without a history,
+ * ty_sample_scan over chunks of TY_SAMPLE_CHUNK ids first and ty_sample
+ * merging them; with one (or with scan false), ty_sample alone. */
+static void sample_run_with(const float *logits, unsigned N, long long V, const float *params,
+                            const long long *seeds, const long long *hist, long long L,
+                            long long *ids, float *logprob, bool scan) {
+  float *work = malloc(sizeof(float) * N * (size_t)V);
+  int *counts = malloc(sizeof(int) * N * (size_t)V);
+  int P = scan && L == 0 ? (int)((V + TY_SAMPLE_CHUNK - 1) / TY_SAMPLE_CHUNK) : 0;
+  float *part = malloc(sizeof(float) * 4 * N * (size_t)(P > 0 ? P : 1));
+  assert_true(work && counts && part);
+  int dtl = 1 /* f32 */, node = 7, *err = g_err;
+  if (P > 0) {
+    void *sargs[] = {&logits, &dtl, &V, &work, &part};
+    launch("ty_sample_scan", N, (unsigned)P, 1, TY_SAMPLE_SCAN_THREADS, sargs);
+  }
+  void *args[] = {&logits, &dtl, &params, &seeds, &hist, &L, &V, &work, &counts, &ids, &logprob,
+                  &err, &node, &part, &P};
+  launch("ty_sample", N, 1, 1, TY_SAMPLE_THREADS, args);
+  free(work);
+  free(counts);
+  free(part);
+}
+
 static void sample_run(const float *logits, unsigned N, long long V, const float *params,
                        const long long *seeds, const long long *hist, long long L,
                        long long *ids, float *logprob) {
-  float *work = malloc(sizeof(float) * N * (size_t)V);
-  int *counts = malloc(sizeof(int) * N * (size_t)V);
-  assert_true(work && counts);
-  int dtl = 1 /* f32 */, node = 7, *err = g_err;
-  void *args[] = {&logits, &dtl, &params, &seeds, &hist, &L, &V, &work, &counts, &ids, &logprob,
-                  &err, &node};
-  launch("ty_sample", N, 1, 1, 512, args);
-  free(work);
-  free(counts);
+  sample_run_with(logits, N, V, params, seeds, hist, L, ids, logprob, true);
 }
 
 static void test_sample_against_definition(void **state) {
@@ -622,6 +639,45 @@ static void test_sample_against_definition(void **state) {
   }
   /* Greedy ties: the lower id (row 0 has its maximum at 17 and 900). */
   assert_int_equal(ids[0], 17);
+  free(logits);
+}
+
+/* Without a history: the chunked first pass (three chunks and a bit, a
+ * tied maximum in two of them) against the definition, greedy and
+ * sampled, and against ty_sample walking the row alone. */
+static void test_sample_chunked_against_definition(void **state) {
+  (void)state;
+  enum { V = 3 * TY_SAMPLE_CHUNK + 300 };
+  static const float params[][P_N] = {
+      {0, 0, 1, 0, 1, 0, 0},     {0.7f, 0, 1, 0, 1, 0, 0},  {1, 5, 1, 0, 1, 0, 0},
+      {1.3f, 40, 0.9f, 0, 1, 0, 0}, {1, 0, 1, 0.3f, 1, 0, 0},
+  };
+  const unsigned N = sizeof(params) / sizeof(params[0]);
+  float *logits = malloc(sizeof(float) * N * V);
+  long long seeds[2 * 5], ids[5], ids_one[5];
+  float logprob[5], lp_one[5];
+  assert_non_null(logits);
+  for (unsigned i = 0; i < N; ++i) {
+    for (long long v = 0; v < V; ++v) logits[i * V + v] = (float)floor(uniform() * 24) / 4 - 3;
+    logits[i * V + TY_SAMPLE_CHUNK + 5] = logits[i * V + 2 * TY_SAMPLE_CHUNK + 1] = 3.5f;
+    seeds[2 * i] = (long long)(0x5000ull + i * 31);
+    seeds[2 * i + 1] = i;
+  }
+  clear_error();
+  sample_run(logits, N, V, &params[0][0], seeds, NULL, 0, ids, logprob);
+  sample_run_with(logits, N, V, &params[0][0], seeds, NULL, 0, ids_one, lp_one, false);
+  assert_int_equal(g_err[0], 0);
+  for (unsigned i = 0; i < N; ++i) {
+    double lp;
+    const long long want = sample_reference(logits + i * V, V, params[i], seeds + 2 * i, NULL,
+                                            0, &lp);
+    if (ids[i] != want) fail_msg("row %u: chunked id %lld, definition %lld", i, ids[i], want);
+    assert_int_equal(ids[i], ids_one[i]);
+    assert_true(fabs(logprob[i] - lp) < 1e-5);
+    assert_true(fabs(logprob[i] - lp_one[i]) < 1e-5);
+  }
+  /* the tied maximum: the lower id, in the earlier chunk */
+  assert_int_equal(ids[0], TY_SAMPLE_CHUNK + 5);
   free(logits);
 }
 
@@ -720,6 +776,7 @@ int main(void) {
       cmocka_unit_test(test_paged_attention_runs),
       cmocka_unit_test(test_paged_attention_errors),
       cmocka_unit_test(test_sample_against_definition),
+      cmocka_unit_test(test_sample_chunked_against_definition),
       cmocka_unit_test(test_sample_batch_invariance),
       cmocka_unit_test(test_sample_errors),
       cmocka_unit_test(test_top_logprobs),
