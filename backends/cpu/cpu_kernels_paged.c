@@ -133,24 +133,27 @@ static bool cpu_paged_row_head(const cpu_paged_shape_t *s, ty_dtype_t dt, bool d
 /* q . k over d floats: 16 lane-wise partial sums (a mul then an add each:
  * -std=c11 contracts nothing, so every ISA copy gives these bits), the tail
  * past a multiple of 16 into lane 0, then the lanes added in a fixed tree
- * of halves. GCC's vector types keep the tree in registers (written as
- * loops over an array it went through the stack or scalar shuffles, and
- * the dot products were the kernel's bottleneck). */
-typedef float cpu_v16f __attribute__((vector_size(64)));
+ * of halves. The 16 lanes are two 8-lane vectors of GCC's vector types:
+ * they stay in registers for AVX2 and AVX-512 (one 16-lane vector went
+ * through the stack under AVX2, and a loop over a float array through the
+ * stack or scalar shuffles everywhere: the dot products were then the
+ * kernel's bottleneck). */
 typedef float cpu_v8f __attribute__((vector_size(32)));
 typedef float cpu_v4f __attribute__((vector_size(16)));
 CPU_BODY float cpu_paged_dot(const float *q, const float *k, int64_t d) {
-  cpu_v16f p = {0};
+  cpu_v8f lo = {0}, hi = {0};
   int64_t e = 0;
   for (; e + 16 <= d; e += 16) {
-    cpu_v16f x, y;
-    memcpy(&x, q + e, sizeof(x));
-    memcpy(&y, k + e, sizeof(y));
-    p += x * y;
+    cpu_v8f ql, qh, kl, kh;
+    memcpy(&ql, q + e, sizeof(ql));
+    memcpy(&qh, q + e + 8, sizeof(qh));
+    memcpy(&kl, k + e, sizeof(kl));
+    memcpy(&kh, k + e + 8, sizeof(kh));
+    lo += ql * kl;
+    hi += qh * kh;
   }
-  for (; e < d; ++e) p[0] += q[e] * k[e];
-  const cpu_v8f h8 = __builtin_shufflevector(p, p, 0, 1, 2, 3, 4, 5, 6, 7) +
-                     __builtin_shufflevector(p, p, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (; e < d; ++e) lo[0] += q[e] * k[e];
+  const cpu_v8f h8 = lo + hi;
   const cpu_v4f h4 = __builtin_shufflevector(h8, h8, 0, 1, 2, 3) +
                      __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
   return (h4[0] + h4[2]) + (h4[1] + h4[3]);
