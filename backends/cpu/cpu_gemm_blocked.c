@@ -15,9 +15,9 @@
  * packed path would copy all of B (the weights) on every call and pad M up
  * to MR; this one reads op(A) in place and op(B) a KC x NB block at a time
  * (in place or through one small sliver), and splits N between threads.
- * Its tiles (AVX2: 1 x 64, 3 x 32, 4 x 24; AVX-512: 1 x 128, 6 x 64) are
+ * Its tiles (AVX2: 1 x 64, 3 x 32, 4 x 24; AVX-512: 1 x 128, 8 x 48) are
  * picked from M. With oneDNN linked, cpu_gemm sends decode's few rows here
- * on AVX2 even without deterministic=1 where this was the faster.
+ * even without deterministic=1 where this was the faster (cpu_gemm).
  *
  * Both paths give every element the same operations, so its bits never
  * depend on M, N, the path, its tile or the thread count (what
@@ -147,25 +147,39 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void cpu_tile_a
 }
 
 /* An R x (16 V) tile on AVX-512F (R <= 8, R V <= 24: constants at every
- * call), of which the first `rows` rows and `cols` columns reach C. */
+ * call), of which the first `rows` rows and `cols` columns reach C. As the
+ * AVX2 tile: B's V vectors are loaded once per k (held in registers where
+ * R V + V + 1 <= 32), rows go one at a time with one broadcast live, and
+ * pf > 0 prefetches the lines of B pf floats past row p's. */
 __attribute__((target("avx512f"), always_inline)) static inline void cpu_tile_avx512(
     const int R, const int V, int64_t kc, const float *a, int64_t ars, int64_t aps,
-    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add) {
+    const float *b, int64_t bs, float *c, int64_t ldc, int64_t rows, int64_t cols, bool add,
+    int64_t pf) {
   const __m512 zero = _mm512_setzero_ps();
 #define CPU_DECL(i, v) __m512 acc##i##_##v = zero;
   CPU_EACH_8(CPU_DECL)
 #undef CPU_DECL
   for (int64_t p = 0; p < kc; ++p) {
     const float *bp = b + p * bs;
-#define CPU_LOAD_B(v) const __m512 b##v = V > v ? _mm512_loadu_ps(bp + 16 * v) : zero;
+    if (pf) { /* a hint: never faults */
+      const uintptr_t at = (uintptr_t)bp + (uintptr_t)pf * sizeof(float);
+      for (int l = 0; l < V; ++l) _mm_prefetch((const char *)(at + 64 * l), _MM_HINT_T0);
+      _mm_prefetch((const char *)(at + 64 * V - 4), _MM_HINT_T0);
+    }
+#define CPU_LOAD_B(v)                                        \
+  __m512 b##v = V > v ? _mm512_loadu_ps(bp + 16 * v) : zero; \
+  if (V > v && R * V + V < 32) CPU_IN_REGISTER(b##v);
     CPU_ONE_V(CPU_LOAD_B)
 #undef CPU_LOAD_B
-#define CPU_LOAD_A(i) const __m512 a##i = R > i ? _mm512_set1_ps(a[i * ars + p * aps]) : zero;
-    CPU_EACH_R(CPU_LOAD_A)
-#undef CPU_LOAD_A
 #define CPU_FMA(i, v) \
   if (R > i && V > v) acc##i##_##v = _mm512_fmadd_ps(a##i, b##v, acc##i##_##v);
-    CPU_EACH_8(CPU_FMA)
+#define CPU_ROW(i)                                            \
+  if (R > i) {                                                \
+    const __m512 a##i = _mm512_set1_ps(a[i * ars + p * aps]); \
+    CPU_EACH_V(CPU_FMA, i)                                    \
+  }
+    CPU_EACH_R(CPU_ROW)
+#undef CPU_ROW
 #undef CPU_FMA
   }
   __m512 acc[8][8];
@@ -183,7 +197,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void cpu_tile_av
     }
     return;
   }
-  float tile[8 * 64];
+  float tile[8 * 128];
   for (int i = 0; i < R; ++i) {
     for (int v = 0; v < V; ++v) _mm512_storeu_ps(tile + i * 16 * V + 16 * v, acc[i][v]);
   }
@@ -202,7 +216,7 @@ __attribute__((target("avx512f"))) static void cpu_micro_8x32(int64_t kc, const 
                                                               const float *bp, float *c,
                                                               int64_t ldc, int64_t mr,
                                                               int64_t nr, bool add) {
-  cpu_tile_avx512(8, 2, kc, ap, 1, 8, bp, 32, c, ldc, mr, nr, add);
+  cpu_tile_avx512(8, 2, kc, ap, 1, 8, bp, 32, c, ldc, mr, nr, add, 0);
 }
 #endif
 
@@ -348,18 +362,21 @@ __attribute__((target("avx2,fma"))) static void cpu_stream_avx2_n64(
   cpu_tile_avx2(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add, pf);
 }
 
-/* 64 columns, up to 6 rows (24 accumulators of 32 registers). */
-__attribute__((target("avx512f"))) static void cpu_stream_avx512_n64(
+/* 48 columns, up to 8 rows: 24 accumulators, 3 B vectors and a broadcast
+ * of the 32 registers, so decode's 8 rows are one tile and read B once
+ * (the 6 x 64 tile this replaced ran them as 6 + 2 rows). */
+__attribute__((target("avx512f"))) static void cpu_stream_avx512_n48(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
     float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
-  (void)pf;
   switch (rows) {
-    case 1: cpu_tile_avx512(1, 4, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add); break;
-    case 2: cpu_tile_avx512(2, 4, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add); break;
-    case 3: cpu_tile_avx512(3, 4, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add); break;
-    case 4: cpu_tile_avx512(4, 4, kc, a, ars, aps, b, bs, c, ldc, 4, cols, add); break;
-    case 5: cpu_tile_avx512(5, 4, kc, a, ars, aps, b, bs, c, ldc, 5, cols, add); break;
-    default: cpu_tile_avx512(6, 4, kc, a, ars, aps, b, bs, c, ldc, 6, cols, add); break;
+    case 1: cpu_tile_avx512(1, 3, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add, pf); break;
+    case 2: cpu_tile_avx512(2, 3, kc, a, ars, aps, b, bs, c, ldc, 2, cols, add, pf); break;
+    case 3: cpu_tile_avx512(3, 3, kc, a, ars, aps, b, bs, c, ldc, 3, cols, add, pf); break;
+    case 4: cpu_tile_avx512(4, 3, kc, a, ars, aps, b, bs, c, ldc, 4, cols, add, pf); break;
+    case 5: cpu_tile_avx512(5, 3, kc, a, ars, aps, b, bs, c, ldc, 5, cols, add, pf); break;
+    case 6: cpu_tile_avx512(6, 3, kc, a, ars, aps, b, bs, c, ldc, 6, cols, add, pf); break;
+    case 7: cpu_tile_avx512(7, 3, kc, a, ars, aps, b, bs, c, ldc, 7, cols, add, pf); break;
+    default: cpu_tile_avx512(8, 3, kc, a, ars, aps, b, bs, c, ldc, 8, cols, add, pf); break;
   }
 }
 
@@ -368,7 +385,7 @@ __attribute__((target("avx512f"))) static void cpu_stream_avx512_n128(
     int rows, int64_t kc, const float *a, int64_t ars, int64_t aps, const float *b, int64_t bs,
     float *c, int64_t ldc, int64_t cols, bool add, int64_t pf) {
   (void)rows, (void)pf;
-  cpu_tile_avx512(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add);
+  cpu_tile_avx512(1, 8, kc, a, ars, aps, b, bs, c, ldc, 1, cols, add, 0);
 }
 #endif
 
@@ -435,38 +452,49 @@ static void cpu_pack_bt(cpu_gemm_isa_t isa, const float *b, int64_t ldb, int64_t
   cpu_pack_bt_plain(b, ldb, p0, kc, j0, 0, cols, nb, sl);
 }
 
+/* How far ahead a multi-row tile prefetches B when it reads B in place (a
+ * block's rows are ldb apart, a pattern the hardware prefetcher follows
+ * poorly from DRAM): the same k row CPU_STREAM_PF blocks ahead (AVX2), or
+ * the same block CPU_STREAM_PF_ROWS k rows ahead (AVX-512). */
+typedef enum { CPU_PF_NONE = 0, CPU_PF_BLOCKS, CPU_PF_ROWS } cpu_stream_pf_t;
+
 typedef struct {
   int nb, rmax; /* columns per block (a multiple of the vector width), rows per call */
   cpu_stream_fn fn;
+  cpu_stream_pf_t pf;
 } cpu_stream_t;
 
 static cpu_stream_t cpu_stream_pick(cpu_gemm_isa_t isa, int64_t m) {
 #ifdef CPU_GEMM_X86
   if (isa == CPU_GEMM_ISA_AVX512) {
-    return m == 1 ? (cpu_stream_t){128, 1, cpu_stream_avx512_n128}
-                  : (cpu_stream_t){64, 6, cpu_stream_avx512_n64};
+    return m == 1 ? (cpu_stream_t){128, 1, cpu_stream_avx512_n128, CPU_PF_NONE}
+                  : (cpu_stream_t){48, 8, cpu_stream_avx512_n48, CPU_PF_ROWS};
   }
   if (isa == CPU_GEMM_ISA_AVX2) {
-    if (m == 1) return (cpu_stream_t){64, 1, cpu_stream_avx2_n64};
-    if (m <= 3) return (cpu_stream_t){32, 3, cpu_stream_avx2_n32};
-    return (cpu_stream_t){24, 4, cpu_stream_avx2_n24};
+    if (m == 1) return (cpu_stream_t){64, 1, cpu_stream_avx2_n64, CPU_PF_NONE};
+    if (m <= 3) return (cpu_stream_t){32, 3, cpu_stream_avx2_n32, CPU_PF_BLOCKS};
+    return (cpu_stream_t){24, 4, cpu_stream_avx2_n24, CPU_PF_BLOCKS};
   }
 #else
   (void)isa;
 #endif
   (void)m;
-  return (cpu_stream_t){8, 4, cpu_stream_plain};
+  return (cpu_stream_t){8, 4, cpu_stream_plain, CPU_PF_NONE};
 }
 
 /* K rows of a transposed B packed at once (a multiple of CPU_KC): 1024 x 24
  * or 64 floats stay in L2. */
 #define CPU_STREAM_KT 1024
-/* Blocks ahead whose B rows a multi-row tile prefetches when B is read in
- * place: a block's rows are ldb apart, a pattern the hardware prefetcher
- * follows poorly from DRAM (weights past the caches). Measured on AVX2 with
- * B in DRAM, 8 x 768 @ 768x2304: 0.87 ms none, 0.70 one block ahead, 0.63
- * two, 0.67 four (dnnl_sgemm 0.63). The 1 x 64 tile does not (slower). */
+/* CPU_PF_BLOCKS: measured on AVX2 with B in DRAM, 8 x 768 @ 768x2304: 0.87
+ * ms none, 0.70 one block ahead, 0.63 two, 0.67 four (dnnl_sgemm 0.63). The
+ * 1 x 64 tile does not prefetch (slower). */
 #define CPU_STREAM_PF 2
+/* CPU_PF_ROWS: the 8 x 48 AVX-512 tile on an AMD EPYC (Zen 4) with the
+ * weights in DRAM, 8 rows through GPT-2's 12 layers of 768x2304, 768x768,
+ * 768x3072 and 3072x768, two threads (ms, median of 11): 2 blocks ahead
+ * 33-48 (it varied), 8 rows ahead 27.5-29.3, 12 rows 27.8-28.1, 16 rows
+ * 28.3-31.6, 24 and 32 rows 29.9-31.3. */
+#define CPU_STREAM_PF_ROWS 10
 
 /* Runs every row tile over one KC x cols sliver of op(B) (b, row stride bs). */
 static void cpu_stream_rows(const cpu_stream_t *st, int64_t m, int64_t kc, const float *a,
@@ -545,10 +573,12 @@ static bool cpu_gemm_stream(cpu_gemm_isa_t isa, bool ta, bool tb, int64_t m, int
           } else {
             bs = b + p0 * ldb + j0;
             bstride = ldb;
-            pf = st.rmax > 1 ? CPU_STREAM_PF : 0;
+            pf = st.pf == CPU_PF_BLOCKS ? CPU_STREAM_PF * st.nb
+                 : st.pf == CPU_PF_ROWS ? CPU_STREAM_PF_ROWS * ldb
+                                        : 0;
           }
           cpu_stream_rows(&st, m, kc, a + p0 * aps, ars, aps, bs, bstride, c + j0, ldc, cols,
-                          accumulate || p0 > 0, pf * st.nb);
+                          accumulate || p0 > 0, pf);
         }
       }
     }

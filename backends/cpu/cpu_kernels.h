@@ -268,9 +268,11 @@ ty_abi_status_t cpu_kernel_matmul(const cpu_node_ctx_t *c);
  * elements: oneDNN's sgemm, or cpu_gemm_blocked without oneDNN, when
  * `deterministic` (oneDNN picks kernels and K splits from M, N and the
  * threads, so a row's bits would depend on the batch; the blocked GEMM's do
- * not), or on AVX2 for decode's few rows where its streaming path was the
- * faster: 2..CPU_GEMM_STREAM_MAX_M rows with trans_b, 2..
- * CPU_GEMM_STREAM_MAX_M_NT rows without it when K <= N.
+ * not), or for decode's few rows where another path was the faster: on
+ * AVX2 the streaming path for 2..CPU_GEMM_STREAM_MAX_M rows with trans_b
+ * and 2..CPU_GEMM_STREAM_MAX_M_NT rows without it when K <= N; on AVX-512
+ * for 2..CPU_GEMM_STREAM_MAX_M rows the streaming path without trans_b and
+ * cpu_gemm_dot with it (trans_a unset).
  * `threads` threads outside a parallel region; the calling thread alone
  * inside one. False on out-of-memory or a oneDNN error. */
 #define CPU_GEMM_STREAM_MAX_M 16
@@ -297,6 +299,11 @@ bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
  * under deterministic=1). False when a GEMM fails (out of memory). */
 bool cpu_att_row_gathered(const float *q, const float *k, const float *v, int64_t L, int64_t D,
                           int64_t lo, int64_t hi, float scale, bool det, float *P, float *out);
+/* The attention's softmax of one row of raw scores sr[0, L): p = exp(scale s
+ * - max) / sum over the visible keys [lo, hi] (the sum in f64), exactly 0
+ * outside them; *out_lse = log sum exp(scale s). */
+void cpu_att_softmax(float *sr, int64_t L, int64_t lo, int64_t hi, float scale,
+                     float *out_lse);
 bool cpu_gemm_blocked(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                       bool accumulate, int threads);
@@ -327,6 +334,15 @@ bool cpu_gemm_blocked_with(cpu_gemm_isa_t isa, cpu_gemm_path_t path, bool ta, bo
                            int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
                            int threads);
+/* cpu_gemm_dot.c: C[m,n] (+)= A[m,k] B[n,k]^T (B transposed, A not) as dot
+ * products on AVX-512F, for cpu_gemm's few rows without deterministic=1:
+ * a C element is 16 lane-wise FMA chains over k then their sum, not the
+ * blocked GEMM's bits. `threads` threads outside a parallel region, the
+ * calling thread inside one. False (C untouched) when the CPU lacks
+ * AVX-512F: ask cpu_gemm_dot_supported first. */
+bool cpu_gemm_dot_supported(void);
+bool cpu_gemm_dot(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                  int64_t ldb, float *c, int64_t ldc, bool accumulate, int threads);
 
 /* cpu_kernels_elementwise.c */
 ty_abi_status_t cpu_kernel_add(const cpu_node_ctx_t *c);

@@ -153,6 +153,11 @@ CPU_MULTIVERSION(cpu_att_softmax_row, (float *sr, int64_t L, int64_t lo, int64_t
                   float scale, float *out_lse),
                  (sr, L, lo, hi, scale, out_lse))
 
+void cpu_att_softmax(float *sr, int64_t L, int64_t lo, int64_t hi, float scale,
+                     float *out_lse) {
+  cpu_att_softmax_row(sr, L, lo, hi, scale, out_lse);
+}
+
 /* Backward, one row: p = exp(scale s - lse) on the visible keys (0
  * elsewhere), then ds = scale p (dp - (sum p dp - dlse)) in place of dp.
  * dlse = 0 gives the bits of the rule without it (x - 0.0 is x). */

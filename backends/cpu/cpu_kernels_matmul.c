@@ -3,8 +3,9 @@
  * compiled with deterministic=1, on the blocked OpenMP GEMM of
  * cpu_gemm_blocked.c (batch-invariant: a row's bits never depend on M; small
  * M takes its streaming path, which does not copy the weights each call).
- * With oneDNN and deterministic=0, a few rows on AVX2 (decode) take that
- * streaming path too where it was the faster (see cpu_gemm).
+ * With oneDNN and deterministic=0, a few rows (decode) take that streaming
+ * path too, or on AVX-512 with trans_b the dot-product kernel of
+ * cpu_gemm_dot.c, where those were the faster (see cpu_gemm).
  *
  *   c[b] = op(a[b_a]) @ op(b[b_b]) + bias,  op(x) = x or x^T (trans_a/trans_b)
  *   a [..., M, K] ([..., K, M] with trans_a), b [..., K, N] ([..., N, K] with
@@ -34,19 +35,40 @@
 bool cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
                      bool accumulate, int threads, bool deterministic) {
-  /* Few rows on AVX2 (decode): the blocked GEMM's streaming path against
-   * dnnl_sgemm, one thread, AMD EPYC, the weights in DRAM as in a decode
-   * step (ms): with trans_b it won at every shape for 2..16 rows (8 rows:
-   * [50257 x 768]^T 33.1 vs 43.9, [2048 x 2048]^T 1.84 vs 2.16, [8192 x
-   * 2048]^T 11.5 vs 16.7, [2304 x 768]^T 0.79 vs 0.78); without it, it won
-   * or tied up to 8 rows where K <= N (8 x 768 @ 768x3072 0.97 vs 1.16,
-   * 768x2304 0.63 vs 0.63) but lost at 16 rows and in a decode step at
-   * 3072x768. M = 1 stays on oneDNN's GEMV (faster); AVX-512 is unmeasured
-   * and stays on oneDNN. */
+  if (deterministic) {
+    return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+  }
+  /* Few rows (decode) where something beat dnnl_sgemm with the weights in
+   * DRAM, as in a decode step. M = 1 stays on oneDNN's GEMV (faster or
+   * tied everywhere measured).
+   * AVX2 (one thread, AMD EPYC, ms): the streaming path won at every shape
+   * with trans_b for 2..16 rows (8 rows: [50257 x 768]^T 33.1 vs 43.9,
+   * [2048 x 2048]^T 1.84 vs 2.16, [8192 x 2048]^T 11.5 vs 16.7, [2304 x
+   * 768]^T 0.79 vs 0.78); without it, it won or tied up to 8 rows where
+   * K <= N (8 x 768 @ 768x3072 0.97 vs 1.16, 768x2304 0.63 vs 0.63) but
+   * lost at 16 rows and in a decode step at 3072x768.
+   * AVX-512 (two threads, AMD EPYC Zen 4, ms for GPT-2 124M's weights read
+   * from DRAM, medians of 9-11 runs, load 0.5): the streaming path's 8 x 48
+   * tile against dnnl_sgemm over the 12 layers' four plain-B matmuls
+   * (768x2304, 768x768, 768x3072, 3072x768) for 2 / 4 / 8 / 16 rows: 14.8
+   * vs 14.8, 15.1 vs 15.7, 18.6 vs 20.6, 20.9 vs 24.2 (K > N too: 3072x768
+   * alone at 8 rows 6.1 vs 6.7); with trans_b, the tied lm_head
+   * x @ [50257 x 768]^T, the dot-product kernel (cpu_gemm_dot.c) / dnnl /
+   * the streaming path: 5.9 / 5.9 / 8.2, 5.5 / 11.3 / 8.1, 7.6 / 15.0 /
+   * 9.1, 11.0 / 19.5 / 11.6. */
+  const cpu_gemm_isa_t isa = cpu_gemm_isa_best();
+  if (m >= 2 && isa == CPU_GEMM_ISA_AVX512) {
+    if (tb && !ta && m <= CPU_GEMM_STREAM_MAX_M && cpu_gemm_dot_supported()) {
+      return cpu_gemm_dot(m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+    }
+    if (!tb && m <= CPU_GEMM_STREAM_MAX_M) {
+      return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
+    }
+  }
   const bool few_rows =
-      m >= 2 && cpu_gemm_isa_best() == CPU_GEMM_ISA_AVX2 &&
+      m >= 2 && isa == CPU_GEMM_ISA_AVX2 &&
       (tb ? m <= CPU_GEMM_STREAM_MAX_M : m <= CPU_GEMM_STREAM_MAX_M_NT && k <= n);
-  if (deterministic || few_rows) {
+  if (few_rows) {
     return cpu_gemm_blocked(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, threads);
   }
 #ifdef _OPENMP

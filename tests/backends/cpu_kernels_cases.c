@@ -126,6 +126,22 @@ static void cases_embedding_matmul(void) {
   FLT(c, 61, 200);
   FLT(c, 200, 90);
   FLT(c, 90);
+  /* Decode's few rows, which cpu_gemm sends past oneDNN on AVX2 and
+   * AVX-512 (the streaming path; cpu_gemm_dot with trans_b on AVX-512):
+   * K past a KC slice and off 16, N off the tiles' widths. */
+  c = add_case("matmul", "decode [8,300]@[300,200]+bias", 1);
+  FLT(c, 8, 300);
+  FLT(c, 300, 200);
+  FLT(c, 200);
+  c = add_case("matmul", "decode lm_head [1,8,100]@[301,100]^T", 1);
+  FLT(c, 1, 8, 100);
+  FLT(c, 301, 100);
+  set_int(c, "trans_b", 1);
+  c = add_case("matmul", "decode [16,70]@[97,70]^T+bias", 1);
+  FLT(c, 16, 70);
+  FLT(c, 97, 70);
+  FLT(c, 97);
+  set_int(c, "trans_b", 1);
 }
 
 static void cases_elementwise(void) {
@@ -652,6 +668,31 @@ static void cases_optim_kv(void) {
   add_in(c, K_LIST, TY_DTYPE_I64, DIMS(4), 0, 0)->list = pos16;
   set_int(c, "window", 3);
   set_float(c, "scale", 0.3);
+  /* Serving's shapes for the f32 path (cpu_kernels_paged.c): BS 16, heads
+   * of 40 (two 16-lane chunks and a tail), GQA 8:2, rows across up to three
+   * blocks; then 5 kv heads of 64 under a window of 20 (3 rows on 3 threads
+   * split a row's heads 3 + 2). */
+  static const int64_t table_g[3 * 3] = {4, 0, 6, 2, 5, -1, 1, -1, -1};
+  static const int64_t seq_g[6] = {0, 0, 1, 1, -1, 2};
+  static const int64_t pos_g[6] = {40, 47, 20, 31, 0, 9};
+  c = add_case("paged_attention", "BS 16, D 40, GQA 8:2, 3 blocks", 1);
+  FLT(c, 6, 8, 40);
+  FLT(c, 7, 16, 2, 40);
+  FLT(c, 7, 16, 2, 40);
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(3, 3), 0, 0)->list = table_g;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(6), 0, 0)->list = seq_g;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(6), 0, 0)->list = pos_g;
+  static const int64_t table_w[1 * 4] = {3, 1, 0, 2};
+  static const int64_t seq_w[3] = {0, 0, 0};
+  static const int64_t pos_w[3] = {63, 30, 5};
+  c = add_case("paged_attention", "BS 16, 5 heads of 64, window 20", 1);
+  FLT(c, 3, 5, 64);
+  FLT(c, 4, 16, 5, 64);
+  FLT(c, 4, 16, 5, 64);
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(1, 4), 0, 0)->list = table_w;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(3), 0, 0)->list = seq_w;
+  add_in(c, K_LIST, TY_DTYPE_I64, DIMS(3), 0, 0)->list = pos_w;
+  set_int(c, "window", 20);
   /* One process is world 1: all_reduce is the identity for both reductions. */
   for (int avg = 0; avg < 2; ++avg) {
     c = add_case("all_reduce", avg ? "avg, world 1" : "sum, world 1", 1);

@@ -513,18 +513,23 @@ static void test_data_errors_name_the_node(void **state) {
 
 /* ---- batch invariance of paged_attention (issue 29) ---- */
 
-enum { PA_NB = 9, PA_BS = 5, PA_HKV = 2, PA_HQ = 4, PA_D = 8, PA_S = 3, PA_MB = 5, PA_N = 8 };
-#define PA_POOL (PA_NB * PA_BS * PA_HKV * PA_D)
-#define PA_ROW (PA_HQ * PA_D)
+/* A paged_attention shape: the pool, the block table and the step's rows
+ * (seq/pos: n values). */
+typedef struct {
+  const char *name;
+  int64_t nb, bs, hkv, hq, d, s, mb, n;
+  const int64_t *table, *seq, *pos;
+} pa_shape_t;
 
 /* Runs paged_attention over `n` rows (q: n rows, seq/pos: n values) on
  * `dev` in `dt` storage and reads out (n rows) back. */
-static void run_paged(ty_device_t *dev, ty_dtype_t dt, int64_t n, const void *q, const void *k,
-                      const void *v, const int64_t *table, const int64_t *seq,
+static void run_paged(ty_device_t *dev, const pa_shape_t *p, ty_dtype_t dt, int64_t n,
+                      const void *q, const void *k, const void *v, const int64_t *seq,
                       const int64_t *pos, void *out) {
-  const int64_t q_d[3] = {n, PA_HQ, PA_D}, pool_d[4] = {PA_NB, PA_BS, PA_HKV, PA_D};
-  const int64_t tab_d[2] = {PA_S, PA_MB}, n_d[1] = {n};
-  const size_t es = ty_dtype_size(dt);
+  const int64_t q_d[3] = {n, p->hq, p->d}, pool_d[4] = {p->nb, p->bs, p->hkv, p->d};
+  const int64_t tab_d[2] = {p->s, p->mb}, n_d[1] = {n};
+  const size_t es = ty_dtype_size(dt), pool = (size_t)(p->nb * p->bs * p->hkv * p->d);
+  const size_t row = (size_t)(p->hq * p->d);
   ty_graph_t *g;
   TY_EXPECT_OK(ty_graph_create(&g));
   ty_value_id_t in[6], y;
@@ -538,23 +543,65 @@ static void run_paged(ty_device_t *dev, ty_dtype_t dt, int64_t n, const void *q,
   TY_EXPECT_OK(ty_graph_set_output(g, y, "out"));
   ty_session_t *s;
   TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
-  TY_EXPECT_OK(ty_session_bind(s, "q", dt, 3, q_d, q, (size_t)(n * PA_ROW) * es));
-  TY_EXPECT_OK(ty_session_bind(s, "k", dt, 4, pool_d, k, PA_POOL * es));
-  TY_EXPECT_OK(ty_session_bind(s, "v", dt, 4, pool_d, v, PA_POOL * es));
-  TY_EXPECT_OK(ty_session_bind(s, "table", TY_DTYPE_I64, 2, tab_d, table,
-                               PA_S * PA_MB * sizeof(int64_t)));
+  TY_EXPECT_OK(ty_session_bind(s, "q", dt, 3, q_d, q, (size_t)n * row * es));
+  TY_EXPECT_OK(ty_session_bind(s, "k", dt, 4, pool_d, k, pool * es));
+  TY_EXPECT_OK(ty_session_bind(s, "v", dt, 4, pool_d, v, pool * es));
+  TY_EXPECT_OK(ty_session_bind(s, "table", TY_DTYPE_I64, 2, tab_d, p->table,
+                               (size_t)(p->s * p->mb) * sizeof(int64_t)));
   TY_EXPECT_OK(ty_session_bind(s, "seq", TY_DTYPE_I64, 1, n_d, seq, (size_t)n * sizeof(int64_t)));
   TY_EXPECT_OK(ty_session_bind(s, "pos", TY_DTYPE_I64, 1, n_d, pos, (size_t)n * sizeof(int64_t)));
   TY_EXPECT_OK(ty_session_run(s));
-  TY_EXPECT_OK(ty_session_read(s, "out", out, (size_t)(n * PA_ROW) * es));
+  TY_EXPECT_OK(ty_session_read(s, "out", out, (size_t)n * row * es));
   ty_session_destroy(s);
   ty_graph_destroy(g);
+}
+
+/* One shape, one dtype: every row alone, in the step, and in the step
+ * reversed. */
+static void check_paged_invariance(ty_device_t *dev, const char *uri, const pa_shape_t *p,
+                                   ty_dtype_t dt) {
+  const size_t es = ty_dtype_size(dt), row = (size_t)(p->hq * p->d) * es;
+  const int64_t pool = p->nb * p->bs * p->hkv * p->d, n = p->n;
+  unsigned char *q = malloc((size_t)n * row), *k = malloc((size_t)pool * es);
+  unsigned char *v = malloc((size_t)pool * es), *all = malloc((size_t)n * row);
+  unsigned char *rev_q = malloc((size_t)n * row), *rev = malloc((size_t)n * row);
+  unsigned char *one = malloc(row);
+  int64_t *rev_seq = malloc((size_t)n * sizeof(int64_t)), *rev_pos = malloc((size_t)n * sizeof(int64_t));
+  assert_true(q && k && v && all && rev_q && rev && one && rev_seq && rev_pos);
+  for (int64_t i = 0; i < n * p->hq * p->d; ++i) store_elem(q, dt, i, uniform(-1.0, 1.0));
+  for (int64_t i = 0; i < pool; ++i) store_elem(k, dt, i, uniform(-1.0, 1.0));
+  for (int64_t i = 0; i < pool; ++i) store_elem(v, dt, i, uniform(-1.0, 1.0));
+  run_paged(dev, p, dt, n, q, k, v, p->seq, p->pos, all);
+  for (int64_t i = 0; i < n; ++i) {
+    rev_seq[i] = p->seq[n - 1 - i];
+    rev_pos[i] = p->pos[n - 1 - i];
+    memcpy(rev_q + (size_t)i * row, q + (size_t)(n - 1 - i) * row, row);
+  }
+  run_paged(dev, p, dt, n, rev_q, k, v, rev_seq, rev_pos, rev);
+  for (int64_t i = 0; i < n; ++i) {
+    run_paged(dev, p, dt, 1, q + (size_t)i * row, k, v, &p->seq[i], &p->pos[i], one);
+    const unsigned char *in_step = all + (size_t)i * row;
+    if (memcmp(one, in_step, row) != 0) {
+      fail_msg("%s %s %s: row %lld (seq %lld, pos %lld) alone differs from the same row in "
+               "the step", uri, p->name, ty_dtype_name(dt), (long long)i,
+               (long long)p->seq[i], (long long)p->pos[i]);
+    }
+    if (memcmp(rev + (size_t)(n - 1 - i) * row, in_step, row) != 0) {
+      fail_msg("%s %s %s: row %lld differs when the step's rows are reversed", uri, p->name,
+               ty_dtype_name(dt), (long long)i);
+    }
+  }
+  free(q), free(k), free(v), free(all), free(rev_q), free(rev), free(one);
+  free(rev_seq), free(rev_pos);
 }
 
 /* docs/ops.md: a row's paged_attention result depends only on its own q,
  * sequence and position, so a device gives it the same bits whatever step
  * it is packed into: alone (N = 1), in the full step, or with the step's
- * rows in reverse order. On TY_TEST_KERNELS_DEVICE when set. */
+ * rows in reverse order. Two shapes: small heads (BS 5, GQA 4:2, D 8) and
+ * GPT-2's (BS 16, 12 heads of 64, keys across several blocks), where the
+ * cpu plugin's f32 path splits a row's heads differently for N = 1 and
+ * N = 8. On TY_TEST_KERNELS_DEVICE when set. */
 static void test_paged_attention_batch_invariant(void **state) {
   (void)state;
   if (skipped("paged_attention")) {
@@ -567,43 +614,19 @@ static void test_paged_attention_batch_invariant(void **state) {
   const char *uri = other && other[0] ? other : "cpu?kernels=fast-only&threads=3";
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
-  static const int64_t table[PA_S * PA_MB] = {7, 2, 5, -1, -1, 0, -1, -1, -1, -1, 8, 3, 1, 6, -1};
-  static const int64_t seq[PA_N] = {0, 2, -1, 0, 1, 0, 2, 0};
-  static const int64_t pos[PA_N] = {9, 15, 0, 10, 4, 11, 1, 12};
+  static const int64_t table5[3 * 5] = {7, 2, 5, -1, -1, 0, -1, -1, -1, -1, 8, 3, 1, 6, -1};
+  static const int64_t seq5[8] = {0, 2, -1, 0, 1, 0, 2, 0};
+  static const int64_t pos5[8] = {9, 15, 0, 10, 4, 11, 1, 12};
+  static const int64_t table16[3 * 4] = {5, 0, 9, 2, 7, 1, -1, -1, 3, 8, 4, 6};
+  static const int64_t seq16[8] = {0, 1, 2, 0, -1, 2, 1, 2};
+  static const int64_t pos16[8] = {50, 20, 63, 51, 0, 9, 31, 62};
+  const pa_shape_t shapes[2] = {
+      {"BS 5, GQA 4:2, D 8", 9, 5, 2, 4, 8, 3, 5, 8, table5, seq5, pos5},
+      {"BS 16, 12 heads of 64", 10, 16, 12, 12, 64, 3, 4, 8, table16, seq16, pos16},
+  };
   const ty_dtype_t dts[2] = {TY_DTYPE_F32, TY_DTYPE_BF16};
-  for (int t = 0; t < 2; ++t) {
-    const ty_dtype_t dt = dts[t];
-    const size_t es = ty_dtype_size(dt);
-    unsigned char *q = malloc(PA_N * PA_ROW * es), *k = malloc(PA_POOL * es);
-    unsigned char *v = malloc(PA_POOL * es), *all = malloc(PA_N * PA_ROW * es);
-    unsigned char *rev_q = malloc(PA_N * PA_ROW * es), *rev = malloc(PA_N * PA_ROW * es);
-    unsigned char *one = malloc(PA_ROW * es);
-    assert_true(q && k && v && all && rev_q && rev && one);
-    for (int64_t i = 0; i < PA_N * PA_ROW; ++i) store_elem(q, dt, i, uniform(-1.0, 1.0));
-    for (int64_t i = 0; i < PA_POOL; ++i) store_elem(k, dt, i, uniform(-1.0, 1.0));
-    for (int64_t i = 0; i < PA_POOL; ++i) store_elem(v, dt, i, uniform(-1.0, 1.0));
-    run_paged(dev, dt, PA_N, q, k, v, table, seq, pos, all);
-    int64_t rev_seq[PA_N], rev_pos[PA_N];
-    for (int i = 0; i < PA_N; ++i) {
-      rev_seq[i] = seq[PA_N - 1 - i];
-      rev_pos[i] = pos[PA_N - 1 - i];
-      memcpy(rev_q + (size_t)i * PA_ROW * es, q + (size_t)(PA_N - 1 - i) * PA_ROW * es,
-             PA_ROW * es);
-    }
-    run_paged(dev, dt, PA_N, rev_q, k, v, table, rev_seq, rev_pos, rev);
-    for (int i = 0; i < PA_N; ++i) {
-      run_paged(dev, dt, 1, q + (size_t)i * PA_ROW * es, k, v, table, &seq[i], &pos[i], one);
-      const unsigned char *in_step = all + (size_t)i * PA_ROW * es;
-      if (memcmp(one, in_step, PA_ROW * es) != 0) {
-        fail_msg("%s %s: row %d (seq %lld, pos %lld) alone differs from the same row in the "
-                 "step", uri, ty_dtype_name(dt), i, (long long)seq[i], (long long)pos[i]);
-      }
-      if (memcmp(rev + (size_t)(PA_N - 1 - i) * PA_ROW * es, in_step, PA_ROW * es) != 0) {
-        fail_msg("%s %s: row %d differs when the step's rows are reversed", uri,
-                 ty_dtype_name(dt), i);
-      }
-    }
-    free(q), free(k), free(v), free(all), free(rev_q), free(rev), free(one);
+  for (int sh = 0; sh < 2; ++sh) {
+    for (int t = 0; t < 2; ++t) check_paged_invariance(dev, uri, &shapes[sh], dts[t]);
   }
   ty_device_close(dev);
   ty_registry_destroy(r);
