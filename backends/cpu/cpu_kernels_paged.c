@@ -170,7 +170,9 @@ CPU_BODY void cpu_paged_item_body(const cpu_paged_shape_t *s, const float *q, co
   float *oi = out + (i * s->hq + h0) * d;
   for (int64_t j = 0; j < L; ++j) {
     const float *kj = kp + at[j];
-    for (int64_t h = 0; h < nq; ++h) S[h * ls + j] = cpu_paged_dot(qi + h * d, kj + (h / grp) * d, d);
+    for (int64_t h = 0; h < nq; ++h) {
+      S[h * ls + j] = cpu_paged_dot(qi + h * d, kj + (h / grp) * d, d);
+    }
   }
   for (int64_t h = 0; h < nq; ++h) {
     float lse;

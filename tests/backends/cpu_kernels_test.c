@@ -566,7 +566,8 @@ static void check_paged_invariance(ty_device_t *dev, const char *uri, const pa_s
   unsigned char *v = malloc((size_t)pool * es), *all = malloc((size_t)n * row);
   unsigned char *rev_q = malloc((size_t)n * row), *rev = malloc((size_t)n * row);
   unsigned char *one = malloc(row);
-  int64_t *rev_seq = malloc((size_t)n * sizeof(int64_t)), *rev_pos = malloc((size_t)n * sizeof(int64_t));
+  int64_t *rev_seq = malloc((size_t)n * sizeof(int64_t));
+  int64_t *rev_pos = malloc((size_t)n * sizeof(int64_t));
   assert_true(q && k && v && all && rev_q && rev && one && rev_seq && rev_pos);
   for (int64_t i = 0; i < n * p->hq * p->d; ++i) store_elem(q, dt, i, uniform(-1.0, 1.0));
   for (int64_t i = 0; i < pool; ++i) store_elem(k, dt, i, uniform(-1.0, 1.0));
