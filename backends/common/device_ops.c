@@ -75,12 +75,17 @@ void ty_dev_args_embedding(ty_dev_build_t *b, void *cmd) {
   ty_dev_arg_err(b, cmd);
 }
 
-void ty_dev_args_sample(ty_dev_build_t *b, void *cmd) {
+/* The penalised logits, then the weights, per row. */
+ty_dev_ref_t ty_dev_sample_work(ty_dev_build_t *b) {
+  const ty_abi_value_t *logits = ty_dev_vin(b, 0);
+  return ty_dev_scratch(b, (uint64_t)(logits->dims[0] * logits->dims[1]) * sizeof(float));
+}
+
+void ty_dev_args_sample_with(ty_dev_build_t *b, void *cmd, ty_dev_ref_t work) {
   const ty_abi_value_t *logits = ty_dev_vin(b, 0), *hist = ty_dev_vin(b, 3);
   const int64_t N = logits->dims[0], V = logits->dims[1];
   const int64_t L = hist ? hist->dims[1] : 0;
-  /* The penalised logits, then the weights, per row; the history's counts. */
-  const ty_dev_ref_t work = ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(float));
+  /* The history's counts per row. */
   const ty_dev_ref_t counts =
       L > 0 ? ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(int32_t)) : ty_dev_none();
   ty_dev_arg_in(b, cmd, 0);
@@ -94,6 +99,10 @@ void ty_dev_args_sample(ty_dev_build_t *b, void *cmd) {
   ty_dev_arg_ref(b, cmd, ty_dev_out(b, 0));
   ty_dev_arg_ref(b, cmd, ty_dev_out(b, 1));
   ty_dev_arg_err(b, cmd);
+}
+
+void ty_dev_args_sample(ty_dev_build_t *b, void *cmd) {
+  ty_dev_args_sample_with(b, cmd, ty_dev_sample_work(b));
 }
 
 void ty_dev_args_top_logprobs(ty_dev_build_t *b, void *cmd) {

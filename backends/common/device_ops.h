@@ -75,6 +75,10 @@ void ty_dev_args_kv_write(ty_dev_build_t *b, void *cmd);
  * seeds, history? [N, L]); takes the scratch it names (work: N x V f32,
  * counts: N x V i32 when there is a history). */
 void ty_dev_args_sample(ty_dev_build_t *b, void *cmd);
+/* The same with `work` (N x V f32, ty_dev_sample_work) given by the caller,
+ * which shares it with a kernel of its own (cuda's sample_scan). */
+ty_dev_ref_t ty_dev_sample_work(ty_dev_build_t *b);
+void ty_dev_args_sample_with(ty_dev_build_t *b, void *cmd, ty_dev_ref_t work);
 /* ty_top_logprobs(logits, int dtl, i64 V, int k, ids, logprobs) */
 void ty_dev_args_top_logprobs(ty_dev_build_t *b, void *cmd);
 /* ty_cast(x, int dtx, y, int dty, i64 n, err, int node) */

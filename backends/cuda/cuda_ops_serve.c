@@ -96,9 +96,7 @@ void ty_cu_build_sample(ty_cu_build_t *b) {
   const int64_t N = logits->dims[0], V = logits->dims[1];
   if (N == 0) return;
   const int64_t L = hist ? hist->dims[1] : 0;
-  const ty_dev_ref_t work = ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(float));
-  const ty_dev_ref_t counts =
-      L > 0 ? ty_dev_scratch(b, (uint64_t)(N * V) * sizeof(int32_t)) : ty_dev_none();
+  const ty_dev_ref_t work = ty_dev_sample_work(b);
   const int64_t P = L > 0 || V == 0 ? 0 : (V + TY_SAMPLE_CHUNK - 1) / TY_SAMPLE_CHUNK;
   const ty_dev_ref_t part =
       P > 0 ? ty_dev_scratch(b, (uint64_t)(N * P) * 4u * sizeof(float)) : ty_dev_none();
@@ -111,20 +109,9 @@ void ty_cu_build_sample(ty_cu_build_t *b) {
     ty_dev_arg_ref(b, s, part);
     ty_cu_grid(b, s, (uint32_t)N, (uint32_t)P, 1, TY_SAMPLE_SCAN_THREADS, 1, 1, 0);
   }
-  /* ty_sample(logits, int dtl, params, seeds, hist, i64 L, i64 V, work, counts, ids,
-   *   logprob, err, int node, part, int P) */
+  /* ty_sample(<ty_dev_args_sample's list>, part, int P) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_SAMPLE, "ty_sample");
-  ty_dev_arg_in(b, c, 0);
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
-  ty_dev_arg_ref(b, c, L > 0 ? ty_dev_in(b, 3) : ty_dev_none());
-  ty_dev_arg_i64(b, c, L);
-  ty_dev_arg_i64(b, c, V);
-  ty_dev_arg_ref(b, c, work);
-  ty_dev_arg_ref(b, c, counts);
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 1));
-  ty_dev_arg_err(b, c);
+  ty_dev_args_sample_with(b, c, work);
   ty_dev_arg_ref(b, c, part);
   ty_dev_arg_i32(b, c, (int32_t)P);
   ty_cu_grid(b, c, (uint32_t)N, 1, 1, TY_SAMPLE_THREADS, 1, 1, 0);
