@@ -7,8 +7,8 @@
 #
 #   tests/cuda/serve_device_check.sh BUILD [PHASES...]
 #
-# Phases: conform equal spec profile ncu ab bench-gpt2 bench-llama (default:
-# all but ncu and ab; spec after equal). BACKEND and
+# Phases: conform equal spec profile ncu ncu-detail ab bench-gpt2 bench-llama (default:
+# all but ncu, ncu-detail and ab; spec after equal). BACKEND and
 # EQUAL_SHAPE (a serve_bench.py --random shape) let `equal` run elsewhere,
 # e.g. BACKEND=cpu EQUAL_SHAPE=tiny-gpt2 for a smoke run. BUILD is a
 # build-device tree (scripts/build-device.sh). Logs and JSON under $OUT (or
@@ -203,6 +203,31 @@ phase_ncu() {
         --prefill-chunk 128 --max-new-tokens 128 >"$out/ncu-$shape-$n.csv" 2>"$out/ncu-$shape-$n.err" || rc=1
       tail -3 "$out/ncu-$shape-$n.err"
       python3 "$here/bench/ncu_summary.py" "$out/ncu-$shape-$n.csv" --top 45 || rc=1
+    done
+  done
+}
+
+# One kernel's full Nsight Compute report (its sections: throughput,
+# occupancy, warp states, memory) in a steady decode step: NCU_KERNEL (a
+# kernel name, default ty_paged_attn_bf16), NCU_KERNEL_SKIP launches of it
+# skipped first (default 150 + 2 * streams), one profiled.
+phase_ncu_detail() {
+  local backend=${BACKEND:-cuda:0} shape n ncu k=${NCU_KERNEL:-ty_paged_attn_bf16}
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+  [ -x "$ncu" ] || { echo "ncu: not found"; rc=1; return; }
+  for shape in ${PROFILE_SHAPES:-gpt2-124m}; do
+    random_model "$shape" || { rc=1; continue; }
+    local model=/tmp/serve-bench-$shape/$shape-bf16
+    for n in ${PROFILE_STREAMS:-1 64}; do
+      stream_prompts "$out/ncu-detail-$shape-$n.jsonl" "$n" "$model/config.json"
+      echo "-- ncu detail: $k, $shape, $n streams"
+      timeout 240 "$ncu" --set full -k "$k" --launch-skip "${NCU_KERNEL_SKIP:-$((150 + 2 * n))}" \
+        --launch-count 1 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 \
+        --input "$out/ncu-detail-$shape-$n.jsonl" --output /dev/null --max-batch "$n" \
+        --ctx 256 --prefill-chunk 128 --max-new-tokens 128 >"$out/ncu-detail-$shape-$n.txt" \
+        2>&1 || rc=1
+      grep -vE "^==PROF==|trainyard generate" "$out/ncu-detail-$shape-$n.txt" | \
+        grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Block Limit|Warp Cycles|Issued|Eligible|Active Warps|Stall|One or More|No Eligible|Waves|L1|L2 Hit|DRAM" | head -60
     done
   done
 }

@@ -60,28 +60,41 @@ extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, cons
  * own span). The tiles are staged in shared memory, two at a time: while a
  * tile is computed, the next one's keys and values are already on their way
  * (cp.async, one memory latency per tile overlapped with the work instead
- * of one per dependent load). A tile: (1) a thread per (key, row-head pair)
- * dots the staged key with that query, d = 0..D-1 in order; (2) a warp per
- * query head turns the tile's 32 scores into exp(s - m_new) and rescales
- * the running sum; (3) each thread owns query elements (head, d) and adds
- * w_t v_t[d] over the tile's keys in order. All f32, one order, whoever
- * computes it.
+ * of one per dependent load).
+ *
+ * The arithmetic of a (row, query head) over a tile is fixed, whoever does
+ * it (a block of one row or of a run, any batch):
+ *   (1) score of key t: the head's D dims cut into TY_PA_DPARTS pieces of
+ *       ceil(D / TY_PA_DPARTS) (the last ones shorter or empty); each piece
+ *       is a sum in d order, and the pieces are added as a butterfly
+ *       ((p0+p4)+(p2+p6))+((p1+p5)+(p3+p7)) (xor 4, 2, 1 over the lanes of
+ *       an 8-lane group: every lane holds the same bits), times the scale;
+ *   (2) the tile's online softmax: m_new = max(m, tile max), w_t =
+ *       exp(s_t - m_new), l = l * exp(m - m_new) + sum_t w_t (warp sums);
+ *   (3) values: the tile's keys cut into TY_PA_KPARTS parts of 8; per
+ *       element, each part is sum_t w_t v_t[d] in key order from 0, and
+ *       acc = acc * exp(m - m_new) + ((s0 + s1) + (s2 + s3)).
+ * All f32. Work is spread so that one decode row keeps every thread busy:
+ * (1) takes 8 lanes per (key, row-head pair), 16 keys at once; (3) takes a
+ * lane per (pair of elements, part), the parts of a pair in one warp
+ * (lanes 8 apart) so the adds are two shuffles. The accumulators live in
+ * shared memory (acc_sh), one float per (row, head, d) of the block.
  *
  * Staging: a key's D elements are one row of the staging area, rows
- * ty_pa_row_bytes apart (16 bytes of padding, so the threads of a warp,
- * which read different keys' rows, hit different banks). A row moves in
- * 16-byte cp.async copies when its size and the pool allow, else 4-byte
- * ones, else element by element through registers. A key outside the
- * split or with a bad block is zero-filled and skipped.
+ * ty_pa_row_bytes apart (16 bytes of padding, so the lanes of a warp, which
+ * read different keys' rows, spread over the banks). A row moves in 16-byte
+ * cp.async copies when its size and the pool allow, else 4-byte ones, else
+ * element by element through registers. A key outside the split or with a
+ * bad block is zero-filled and gets no weight.
  *
  * Runs: rows of one sequence with the same lo and per (a prefill chunk
  * without a window, whose rows differ only in p) have the same tile
  * boundaries, so the block of the run's first row takes up to `rgroup` of
  * them at once and stages each K/V tile once for all; the other rows'
- * blocks return. Every row still does exactly the arithmetic above (its
- * keys past its own p are skipped, not weighted by zero), so its bits are
- * the same alone or in a run, in any batch: the grouping is only a
- * speed-up.
+ * blocks return. Every row still does exactly the arithmetic above over its
+ * own keys (keys past its p get no score, and its parts stop at its last
+ * key), so its bits are the same alone or in a run, in any batch: the
+ * grouping is only a speed-up.
  *
  * Data errors (TY_ERR_PAGED_ROW: row*4 + TY_PAGED_BAD_*, the value, its
  * bound): row_seq outside [-1, S), row_pos outside [0, MB*BS), a block
@@ -91,11 +104,16 @@ extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, cons
  * part[N*Hq*max_splits*D + ((i*Hq + h)*max_splits + sp)*2].
  *
  * Dynamic shared memory (ty_pa_smem_bytes): the staged queries (f32, the
- * block's rgroup * gchunk * D), then two tiles of keys and two of values. */
+ * block's rgroup * gchunk * D), as many f32 accumulators, then two tiles of
+ * keys and two of values. */
 
 #ifndef TY_CU_EMULATE
 extern __shared__ __align__(16) unsigned char ty_pa_smem[];
 #endif
+/* The shuffles below are written for these cuts: 8 lanes a score (xor 4 2
+ * 1), 4 parts of 8 keys a value sum (xor 8 16), whole warps a pass. */
+static_assert(TY_PA_DPARTS == 8 && TY_PA_KPARTS == 4 && TY_PA_TILE == 32, "paged cuts");
+static_assert(TY_PA_THREADS % 32 == 0, "paged block of whole warps");
 
 /* What a row's split needs: its sequence (-1: padding, -2: a data error),
  * position, first visible key and keys per split. */
@@ -121,30 +139,46 @@ __device__ inline ty_pa_row ty_pa_row_of(const long long *row_seq, const long lo
   return r;
 }
 
-/* Rows a and b share tile boundaries (and so may share a block). */
-__device__ inline bool ty_pa_same_run(const ty_pa_row &a, const ty_pa_row &b) {
-  return a.s >= 0 && a.s == b.s && a.lo == b.lo && a.per == b.per;
+/* Row j shares tile boundaries with `lead` (and so may share its block).
+ * Its sequence is compared first: a decode batch's neighbours differ there. */
+__device__ inline bool ty_pa_joins(const ty_pa_row &lead, const long long *row_seq,
+                                   const long long *row_pos, long long j, int S, long long cap,
+                                   int window) {
+  if (lead.s < 0 || row_seq[j] != lead.s) return false;
+  const ty_pa_row b = ty_pa_row_of(row_seq, row_pos, j, S, cap, window);
+  return b.s == lead.s && b.lo == lead.lo && b.per == lead.per;
 }
 
-/* q . k over d = 0..D-1 in order, k a staged row of T (16-byte aligned). */
+/* One piece of a score: q . k over the dims [d0, d1) in d order (q f32 in
+ * shared memory, k a staged row of T); 4 at a time where `vec`. */
 template <typename T>
-__device__ inline float ty_pa_dot(const float *q, const unsigned char *row, int D) {
-  const T *k = (const T *)row;
+__device__ inline float ty_pa_dot_piece(const float *q, const T *k, int d0, int d1, bool vec) {
   float dot = 0.0f;
-  if (D % 4 == 0) {
-    for (int d = 0; d < D; d += 4) {
+  int d = d0;
+  if (vec) {
+    for (; d + 4 <= d1; d += 4) {
       float kv[4];
       ty_ld4(k + d, kv);
       const float4 qv = ty_vload<float4>(q + d);
-      dot += qv.x * kv[0];
-      dot += qv.y * kv[1];
-      dot += qv.z * kv[2];
-      dot += qv.w * kv[3];
+      dot = fmaf(qv.x, kv[0], dot);
+      dot = fmaf(qv.y, kv[1], dot);
+      dot = fmaf(qv.z, kv[2], dot);
+      dot = fmaf(qv.w, kv[3], dot);
     }
-  } else {
-    for (int d = 0; d < D; ++d) dot += q[d] * ty_to_f<T>(k[d]);
   }
+  for (; d < d1; ++d) dot = fmaf(q[d], ty_to_f<T>(k[d]), dot);
   return dot;
+}
+
+/* Two adjacent elements of a staged value row (the second 0 past D). */
+template <typename T>
+__device__ inline void ty_pa_ld2(const T *v, int d, int D, bool vec, float *x) {
+  if (vec) {
+    ty_ld2(v + d, x);
+  } else {
+    x[0] = ty_to_f<T>(v[d]);
+    x[1] = d + 1 < D ? ty_to_f<T>(v[d + 1]) : 0.0f;
+  }
 }
 
 /* Queues tile [t0, t0 + TILE) of the split's keys (those below kend) into
@@ -156,7 +190,7 @@ __device__ inline float ty_pa_dot(const float *q, const unsigned char *row, int 
  * offset in 64). */
 template <typename T>
 __device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *trow,
-                                   unsigned char *kv, long long *slot_sh, long long t0,
+                                   unsigned char *kv, int *slot_sh, long long t0,
                                    long long kend, int NB, int BS, int Hkv, int g, int D,
                                    int unit, int upr, long long i0, ERR_ARGS) {
   const int rb = ty_pa_row_bytes(D, (int)sizeof(T));
@@ -175,7 +209,7 @@ __device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *tr
         ty_fail(err, node, TY_ERR_PAGED_ROW, i0 * 4 + TY_PAGED_BAD_BLOCK, blk, NB);
       }
     }
-    if (c == 0) slot_sh[t] = slot;
+    if (c == 0) slot_sh[t] = slot >= 0 ? 1 : 0;
     const long long off = slot >= 0 ? (slot * Hkv + g) * D : 0;
     const unsigned char *ks = (const unsigned char *)(kp + off), *vs = (const unsigned char *)(vp + off);
     unsigned char *kd = kv + t * rb, *vd = kv + (TY_PA_TILE + t) * rb;
@@ -204,7 +238,8 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   T *out = (T *)out_;
   __shared__ float s_sh[TY_PA_MAX_GC * TY_PA_TILE];
   __shared__ float m_sh[TY_PA_MAX_GC], l_sh[TY_PA_MAX_GC], c_sh[TY_PA_MAX_GC];
-  __shared__ long long slot_sh[2][TY_PA_TILE];
+  __shared__ int slot_sh[2][TY_PA_TILE];
+  __shared__ long long k1_sh[TY_PA_MAX_ROWS]; /* each row's end of this split */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warps = TY_PA_THREADS / 32;
   const long long i0 = blockIdx.x, cap = (long long)MB * BS;
@@ -229,21 +264,17 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
     return;
   }
   /* A row the block before it took (same run, not at a group boundary). */
-  if (i0 % rgroup != 0 &&
-      ty_pa_same_run(ty_pa_row_of(row_seq, row_pos, i0 - 1, S, cap, window), lead))
-    return;
+  if (i0 % rgroup != 0 && ty_pa_joins(lead, row_seq, row_pos, i0 - 1, S, cap, window)) return;
   int nr = 1;
-  long long k1[TY_PA_MAX_ROWS]; /* each row's end of this split */
-  int active = 0;               /* rows with keys in this split */
-  while (nr < rgroup && i0 + nr < N &&
-         ty_pa_same_run(ty_pa_row_of(row_seq, row_pos, i0 + nr, S, cap, window), lead))
+  while (nr < rgroup && i0 + nr < N && ty_pa_joins(lead, row_seq, row_pos, i0 + nr, S, cap, window))
     ++nr;
   const long long k0 = lead.lo + sp * lead.per;
   long long kend = k0;
+  int active = 0;     /* rows with keys in this split */
   unsigned multi = 0; /* bit r: row r has more than one split (partials, not out) */
   for (int r = 0; r < nr; ++r) {
     const long long p = row_pos[i0 + r], e = k0 + lead.per < p + 1 ? k0 + lead.per : p + 1;
-    k1[r] = e; /* <= k0: the row has no keys in this split */
+    if (tid == 0) k1_sh[r] = e; /* <= k0: the row has no keys in this split */
     if (e > k0) ++active;
     if (e > kend) kend = e;
     if (p + 1 - lead.lo > lead.per) multi |= 1u << r; /* rows of a run share lo and per */
@@ -257,24 +288,26 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   const int unit = mix % 16 == 0 ? 16 : mix % 4 == 0 ? 4 : 0;
   const int upr = unit ? D * esize / unit : D; /* copy units per row */
   float *q_sh = (float *)ty_pa_smem;
-  unsigned char *kv_sh = ty_pa_smem + ty_pa_q_bytes(rgroup, gchunk, D);
+  float *acc_sh = (float *)(ty_pa_smem + ty_pa_q_bytes(rgroup, gchunk, D));
+  unsigned char *kv_sh = ty_pa_smem + 2 * ty_pa_q_bytes(rgroup, gchunk, D);
   const int kv_tile = 2 * TY_PA_TILE * rb; /* one buffer: K rows then V rows */
+  /* (1)'s pieces and (3)'s element pairs. */
+  const int dpiece = (D + TY_PA_DPARTS - 1) / TY_PA_DPARTS;
+  const bool qvec = D % 4 == 0 && dpiece % 4 == 0, vvec = D % 2 == 0;
+  const int pairs = (D + 1) / 2, npairs = rgc * pairs;
 
   /* The first tile on its way before anything else. */
   ty_pa_stage<T>(kp, vp, trow, kv_sh, slot_sh[0], k0, kend, NB, BS, Hkv, g, D, unit, upr, i0,
                  err, node);
   for (int e = tid; e < rgd; e += TY_PA_THREADS) {
-    const int r = e / gd, f = e % gd;
+    const int r = e / gd, f = e - r * gd;
     q_sh[e] = ty_to_f<T>(q[((i0 + r) * Hq + g * G + c0 + f / D) * D + f % D]);
+    acc_sh[e] = 0.0f;
   }
   for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
     m_sh[rc] = -INFINITY;
     l_sh[rc] = 0.0f;
   }
-  constexpr int kPer = TY_PA_MAX_GD / TY_PA_THREADS; /* query elements a thread owns */
-  float acc[kPer];
-#pragma unroll
-  for (int jj = 0; jj < kPer; ++jj) acc[jj] = 0.0f;
 
   int buf = 0;
   for (long long t0 = k0; t0 < kend; t0 += TY_PA_TILE, buf ^= 1) {
@@ -289,20 +322,24 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
     }
     __syncthreads();
     const unsigned char *ks = kv_sh + buf * kv_tile, *vs = ks + TY_PA_TILE * rb;
-    const long long *slots = slot_sh[buf];
-    /* (1) scores: a thread per (key, row-head pair) */
-    for (int x = tid; x < TY_PA_TILE * rgc; x += TY_PA_THREADS) {
-      const int t = x % TY_PA_TILE, rc = x / TY_PA_TILE, r = rc / gc;
-      const long long j = t0 + t;
-      float sv = -INFINITY;
-      if (slots[t] >= 0 && j < k1[r])
-        sv = ty_pa_dot<T>(q_sh + rc * D, ks + t * rb, D) * scale;
-      s_sh[rc * TY_PA_TILE + t] = sv;
+    const int *slots = slot_sh[buf];
+    /* (1) scores: 8 lanes per (key, row-head pair); every lane of a warp
+     * takes part in the shuffles (the item count is a multiple of 128). */
+    for (int x = tid; x < TY_PA_TILE * TY_PA_DPARTS * rgc; x += TY_PA_THREADS) {
+      const int item = x / TY_PA_DPARTS, c = x % TY_PA_DPARTS;
+      const int t = item % TY_PA_TILE, rc = item / TY_PA_TILE, r = rc / gc;
+      const int d0 = c * dpiece < D ? c * dpiece : D, d1 = d0 + dpiece < D ? d0 + dpiece : D;
+      float dot = ty_pa_dot_piece<T>(q_sh + rc * D, (const T *)(ks + t * rb), d0, d1, qvec);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+      if (c == 0)
+        s_sh[rc * TY_PA_TILE + t] = slots[t] && t0 + t < k1_sh[r] ? dot * scale : -INFINITY;
     }
     __syncthreads();
     /* (2) online softmax of the rows with keys in this tile */
     for (int rc = warp; rc < rgc; rc += warps) {
-      if (t0 >= k1[rc / gc]) continue;
+      if (t0 >= k1_sh[rc / gc]) continue;
       const float sv = s_sh[rc * TY_PA_TILE + lane];
       const float mo = m_sh[rc], mn = fmaxf(mo, ty_warp_max(sv));
       const float w = sv == -INFINITY ? 0.0f : expf(sv - mn);
@@ -316,46 +353,55 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
       }
     }
     __syncthreads();
-    /* (3) weighted values, key by key, each row over its own keys */
-#pragma unroll
-    for (int jj = 0; jj < kPer; ++jj) {
-      const int e = tid + TY_PA_THREADS * jj;
-      if (e < rgd) {
-        const int r = e / gd, c = e % gd / D, d = e % D, rc = r * gc + c;
-        if (t0 < k1[r]) {
-          const int tn = k1[r] - t0 < TY_PA_TILE ? (int)(k1[r] - t0) : TY_PA_TILE;
-          float a = acc[jj] * c_sh[rc];
-          const float *w = s_sh + rc * TY_PA_TILE;
-          for (int t = 0; t < tn; ++t) {
-            if (slots[t] >= 0) a += w[t] * ty_to_f<T>(((const T *)(vs + t * rb))[d]);
-          }
-          acc[jj] = a;
+    /* (3) weighted values: lane = part * 8 + pair (of the warp's 8 pairs),
+     * each part over its own keys of the row, then two shuffles. Whole
+     * warps iterate (the shuffles), lanes past the pairs add zeros. */
+    for (int base = warp * 32; base < TY_PA_KPARTS * ((npairs + 7) / 8) * 8;
+         base += TY_PA_THREADS) {
+      const int fp = base / TY_PA_KPARTS + (lane & 7), kpart = lane >> 3;
+      const int rc = fp / pairs, d = 2 * (fp - rc * pairs), r = rc / gc;
+      float a0 = 0.0f, a1 = 0.0f;
+      const bool mine = fp < npairs && t0 < k1_sh[r];
+      if (mine) {
+        const int tn = k1_sh[r] - t0 < TY_PA_TILE ? (int)(k1_sh[r] - t0) : TY_PA_TILE;
+        const int ta = kpart * (TY_PA_TILE / TY_PA_KPARTS);
+        const int tb = ta + TY_PA_TILE / TY_PA_KPARTS < tn ? ta + TY_PA_TILE / TY_PA_KPARTS : tn;
+        const float *w = s_sh + rc * TY_PA_TILE;
+        for (int t = ta; t < tb; ++t) {
+          float x[2];
+          ty_pa_ld2<T>((const T *)(vs + t * rb), d, D, vvec, x);
+          a0 = fmaf(w[t], x[0], a0);
+          a1 = fmaf(w[t], x[1], a1);
         }
+      }
+      a0 += __shfl_xor_sync(0xffffffffu, a0, 8);
+      a1 += __shfl_xor_sync(0xffffffffu, a1, 8);
+      a0 += __shfl_xor_sync(0xffffffffu, a0, 16);
+      a1 += __shfl_xor_sync(0xffffffffu, a1, 16);
+      if (mine && kpart < 2 && d + kpart < D) {
+        float *a = acc_sh + rc * D + d + kpart;
+        *a = *a * c_sh[rc] + (kpart == 0 ? a0 : a1);
       }
     }
     __syncthreads();
   }
 
   const long long slots_per = (long long)N * Hq * max_splits;
-#pragma unroll
-  for (int jj = 0; jj < kPer; ++jj) {
-    const int e = tid + TY_PA_THREADS * jj;
-    if (e < rgd) {
-      const int r = e / gd, c = e % gd / D, d = e % D;
-      if (k1[r] <= k0) continue;
-      const long long i = i0 + r, h = (long long)g * G + c0 + c;
-      if (!(multi >> r & 1u)) {
-        const float l = l_sh[r * gc + c];
-        out[(i * Hq + h) * D + d] = ty_from_f<T>(l > 0.0f ? acc[jj] / l : 0.0f);
-      } else {
-        part[((i * Hq + h) * max_splits + sp) * D + d] = acc[jj];
-      }
+  for (int e = tid; e < rgd; e += TY_PA_THREADS) {
+    const int r = e / gd, c = (e - r * gd) / D, d = e % D;
+    if (k1_sh[r] <= k0) continue;
+    const long long i = i0 + r, h = (long long)g * G + c0 + c;
+    if (!(multi >> r & 1u)) {
+      const float l = l_sh[r * gc + c];
+      out[(i * Hq + h) * D + d] = ty_from_f<T>(l > 0.0f ? acc_sh[e] / l : 0.0f);
+    } else {
+      part[((i * Hq + h) * max_splits + sp) * D + d] = acc_sh[e];
     }
   }
   for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
     const int r = rc / gc, c = rc % gc;
     const long long i = i0 + r, h = (long long)g * G + c0 + c;
-    if (k1[r] <= k0 || !(multi >> r & 1u)) continue;
+    if (k1_sh[r] <= k0 || !(multi >> r & 1u)) continue;
     float *ml = part + slots_per * D + ((i * Hq + h) * max_splits + sp) * 2;
     ml[0] = m_sh[rc];
     ml[1] = l_sh[rc];

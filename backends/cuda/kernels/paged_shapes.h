@@ -14,7 +14,10 @@
  * kv head on a GPU of 132 SMs (GPT-2, 1 stream, 200 keys: 12 blocks of 7
  * tiles, 78 us a layer on an H100). The tiles a block walks are staged in
  * shared memory, the next one loading while the current one is computed
- * (ty_pa_smem_bytes). */
+ * (ty_pa_smem_bytes). A tile's arithmetic (kernels/paged.cu) cuts each
+ * score's dot into TY_PA_DPARTS pieces and the values' sums into
+ * TY_PA_KPARTS parts of the tile's keys, so one decode row keeps a block's
+ * 128 threads busy; the cuts are fixed, never taken from the batch. */
 #ifndef TY_CUDA_KERNELS_PAGED_SHAPES_H_
 #define TY_CUDA_KERNELS_PAGED_SHAPES_H_
 
@@ -27,6 +30,8 @@
 #define TY_PA_SPLIT_KEYS 64   /* one split per this many keys (two tiles) ... */
 #define TY_PA_MAX_SPLITS 16   /* ... up to this many */
 #define TY_PA_ROW_PAD 16      /* bytes after each staged key row (bank spread) */
+#define TY_PA_DPARTS 8        /* pieces of a score's dot (lanes per key, xor 4 2 1) */
+#define TY_PA_KPARTS 4        /* parts of a tile's keys in the values' sums (xor 8 16) */
 
 #ifdef __CUDACC__
 #define TY_PA_FN __host__ __device__ inline
@@ -85,10 +90,11 @@ TY_PA_FN int ty_pa_q_bytes(int rows, int gc, int D) {
   return (rows * gc * D * 4 + 15) / 16 * 16;
 }
 
-/* The dynamic shared memory of a paged_attention block: the queries, then
- * two staging buffers of a tile of keys and a tile of values each. */
+/* The dynamic shared memory of a paged_attention block: the queries, as
+ * many f32 accumulators, then two staging buffers of a tile of keys and a
+ * tile of values each. */
 TY_PA_FN int ty_pa_smem_bytes(int rows, int gc, int D, int esize) {
-  return ty_pa_q_bytes(rows, gc, D) + 2 * 2 * TY_PA_TILE * ty_pa_row_bytes(D, esize);
+  return 2 * ty_pa_q_bytes(rows, gc, D) + 2 * 2 * TY_PA_TILE * ty_pa_row_bytes(D, esize);
 }
 
 #endif /* TY_CUDA_KERNELS_PAGED_SHAPES_H_ */

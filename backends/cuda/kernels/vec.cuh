@@ -97,6 +97,20 @@ template <> __device__ inline void ty_ld4<__half>(const __half *p, float *v) {
   ty_f16x2_to_f(r.y, v + 2);
 }
 
+/* 2-element groups (aligned to 2 elements): f32 moves 8 bytes, bf16/f16 4. */
+template <typename T> __device__ inline void ty_ld2(const T *p, float *v);
+template <> __device__ inline void ty_ld2<float>(const float *p, float *v) {
+  const float2 r = ty_vload<float2>(p);
+  v[0] = r.x;
+  v[1] = r.y;
+}
+template <> __device__ inline void ty_ld2<__nv_bfloat16>(const __nv_bfloat16 *p, float *v) {
+  ty_bf16x2_to_f(ty_vload<uint32_t>(p), v);
+}
+template <> __device__ inline void ty_ld2<__half>(const __half *p, float *v) {
+  ty_f16x2_to_f(ty_vload<uint32_t>(p), v);
+}
+
 template <typename T> __device__ inline void ty_st4(T *p, const float *v);
 template <> __device__ inline void ty_st4<float>(float *p, const float *v) {
   ty_vstore(p, make_float4(v[0], v[1], v[2], v[3]));

@@ -337,6 +337,19 @@ static void test_paged_attention_mixed_rows(void **state) {
   c.window = 0;
   pa_check_as(&c, true);
   pa_free(&c);
+  /* Odd and uneven head sizes: D 7 (scalar value pairs, the last one half
+   * empty; score pieces of 1 with one empty) and D 20 (pieces of 3, the
+   * last ones short or empty), each in a run and in decode rows. */
+  const int dims[2] = {7, 20};
+  for (int k = 0; k < 2; ++k) {
+    pa_case_t o = {.NB = 30, .BS = 5, .Hq = 4, .Hkv = 2, .D = dims[k], .S = 3, .MB = 9};
+    pa_alloc(&o, 8);
+    memcpy(o.row_seq, seq, sizeof(seq));
+    memcpy(o.row_pos, pos, sizeof(pos));
+    pa_check(&o);
+    pa_check_as(&o, true);
+    pa_free(&o);
+  }
 }
 
 static void test_paged_attention_splits(void **state) {
