@@ -500,10 +500,11 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
 
 /* One GEMM command of the matmul op: `count` strided batches starting at
  * the given byte offsets of a, b and c (the node's operands). */
+/* c_to: where C goes instead of the node's output (+ off_c), or NULL. */
 static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N, int64_t K,
                            bool ta, bool tb, ty_cu_lds_t ld, int32_t count, int64_t sa,
                            int64_t sb, int64_t sc, uint64_t off_a, uint64_t off_b,
-                           uint64_t off_c, bool bias) {
+                           uint64_t off_c, bool bias, const ty_dev_ref_t *c_to) {
   /* A fused matmul (cuda_fuse.h, one-GEMM path only) writes the cast's or
    * the add's output, in its dtype, adding the add's other operand. */
   const ty_cu_fuse_t *f = ty_cu_fuse_of(b) && ty_cu_fuse_of(b)->kind == TY_CU_FUSE_GEMM ? ty_cu_fuse_of(b) : NULL;
@@ -511,6 +512,7 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
       .a = ty_dev_ref_at(ty_dev_in(b, 0), off_a),
       .b = ty_dev_ref_at(ty_dev_in(b, 1), off_b),
       .c = f && f->out != UINT32_MAX ? ty_dev_value(f->out)
+           : c_to                    ? *c_to
                                      : ty_dev_ref_at(ty_dev_out(b, 0), off_c),
       .bias = !bias                       ? ty_dev_none()
               : f && f->bias != UINT32_MAX ? ty_dev_value(f->bias)
@@ -539,6 +541,44 @@ static void ty_cu_gemm_add(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N
       .sc = sc,
   };
   ty_cu_gemm_emit(b, &spec);
+}
+
+/* A product a @ b^T whose output rows are not a multiple of 16 bytes
+ * (GPT-2's logits in serving: 50257 columns, a graph output, so
+ * cuda_compile.c cannot pad its layout nor the weight's rows) keeps
+ * cuBLASLt on a CUTLASS SIMT kernel: 190 us for 64 rows of GPT-2's head on
+ * an H100. A padded ldc alone does not move it (the odd m, our N, does not
+ * fit its vector epilogue). So such a one-GEMM product of at least
+ * TY_CU_PITCH_MIN columns, not fused and without a bias, runs as two GEMMs
+ * into a scratch whose rows are padded to 64 elements: the first N rounded
+ * down to 16 bytes of columns (aligned m, aligned ldc), then the few last
+ * columns (b's last rows), and one strided copy packs the rows into the
+ * output. The same path for every M, so deterministic mode's batch
+ * invariance holds. TRAINYARD_CUDA_PAD_ROWS=0 turns it off with the padded
+ * layouts. */
+#define TY_CU_PITCH_MIN 256
+static bool ty_cu_pitched_output(ty_cu_build_t *b, ty_dtype_t dt, int64_t M, int64_t N,
+                                 int64_t K, bool ta, bool tb, ty_cu_lds_t ld, bool bias) {
+  const size_t es = ty_desc_dtype_size(dt);
+  if (ty_cu_fuse_of(b) || ta || !tb || bias || ld.c != N || N < TY_CU_PITCH_MIN ||
+      ((uint64_t)N * es) % 16 == 0 || ty_dev_vout(b, 0)->dtype != dt) {
+    return false;
+  }
+  const char *env = getenv("TRAINYARD_CUDA_PAD_ROWS");
+  if (env && !strcmp(env, "0")) return false;
+  const int64_t pitch = (N + 63) / 64 * 64, unit = (int64_t)(16 / es);
+  const int64_t main_n = N / unit * unit, tail = N - main_n;
+  const ty_dev_ref_t tmp = ty_dev_scratch(b, (uint64_t)M * (uint64_t)pitch * es);
+  const ty_cu_lds_t pl = {ld.a, ld.b, pitch};
+  ty_cu_gemm_add(b, dt, M, main_n, K, ta, tb, pl, 1, 0, 0, 0, 0, 0, 0, false, &tmp);
+  if (tail > 0) {
+    const ty_dev_ref_t last = ty_dev_ref_at(tmp, (uint64_t)main_n * es);
+    ty_cu_gemm_add(b, dt, M, tail, K, ta, tb, pl, 1, 0, 0, 0, 0,
+                   (uint64_t)main_n * (uint64_t)ld.b * es, 0, false, &last);
+  }
+  const int64_t dims[2] = {M, N}, xs[2] = {pitch, 1}, ys[2] = {N, 1};
+  ty_cu_movers.strided_copy(b, tmp, ty_dev_out(b, 0), es, 2, dims, xs, ys);
+  return true;
 }
 
 /* Row-major strides (elements) of a value's dims, right-aligned to `rank`
@@ -615,8 +655,9 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
     if (c->dims[i] > 1 && sa[i] == 0) a_full = false;
   }
   if (nb == 0 || (b_plain && a_full)) {
+    if (ty_cu_pitched_output(b, dt, M * batch, N_run, K_run, ta, tb, ld, bias != NULL)) return;
     ty_cu_gemm_add(b, dt, M * batch, N_run, K_run, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0,
-                   bias != NULL);
+                   bias != NULL, NULL);
     return;
   }
   if (ty_cu_fuse_of(b)) { /* cuda_fuse.c only fuses the one-GEMM shapes above */
@@ -644,7 +685,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
     groups++;
   }
   if (groups == 0) {
-    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0, bias != NULL);
+    ty_cu_gemm_add(b, dt, M, N, K, ta, tb, ld, 1, 0, 0, 0, 0, 0, 0, bias != NULL, NULL);
     return;
   }
   /* groups[0] is the innermost: strided batch; the others loop. */
@@ -671,7 +712,7 @@ void ty_cu_build_matmul(ty_cu_build_t *b) {
       oc += idx * gc[j];
     }
     ty_cu_gemm_add(b, dt, M, N, K, ta, tb, ld, (int32_t)dims[0], ga[0], gb[0], gc[0],
-                   (uint64_t)oa * es, (uint64_t)ob * es, (uint64_t)oc * es, bias != NULL);
+                   (uint64_t)oa * es, (uint64_t)ob * es, (uint64_t)oc * es, bias != NULL, NULL);
   }
 }
 

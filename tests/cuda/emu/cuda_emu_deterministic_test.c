@@ -16,6 +16,7 @@
  * in a causal prefill and in a longer block, bf16, head dim 64, the
  * tensor-core path), bitwise under deterministic=1; what the default mode
  * gives for the same cases is printed, not checked (the card may agree). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,6 +361,65 @@ static void test_device_matmul_shapes(void **state) {
   assert_int_equal(bad, 0);
 }
 
+static double value_at(ty_dtype_t dt, const void *p, size_t i) {
+  if (dt == TY_DTYPE_F32) return ((const float *)p)[i];
+  const uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* A product x @ w^T whose output rows are not a multiple of 16 bytes (bf16
+ * [5, 300] and [1, 300]: 296 + 4 columns; f32 [3, 301]: 300 + 1; a graph
+ * output like serving's logits) runs as two GEMMs into a row-padded scratch
+ * and is packed after (cuda_gemm.c, ty_cu_pitched_output): the product
+ * against an f64 reference in both modes, with that path and with
+ * TRAINYARD_CUDA_PAD_ROWS=0 (one unaligned GEMM); x @ w (f32 [3, 301]) keeps
+ * the one GEMM. */
+static void test_matmul_unaligned_rows(void **state) {
+  fixture_t *f = *state;
+  static const struct {
+    int64_t M, KD, ND;
+    bool tb;
+    ty_dtype_t dt;
+  } cases[] = {{5, 64, 300, true, TY_DTYPE_BF16}, {3, 40, 301, true, TY_DTYPE_F32},
+               {1, 64, 300, true, TY_DTYPE_BF16}, {3, 40, 301, false, TY_DTYPE_F32}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    const int64_t M = cases[i].M, KD = cases[i].KD, ND = cases[i].ND;
+    const ty_dtype_t dt = cases[i].dt;
+    const bool tb = cases[i].tb;
+    void *x = random_values(dt, (size_t)(M * KD)), *w = random_values(dt, (size_t)(KD * ND));
+    for (int pad = 1; pad >= 0; --pad) {
+      if (!pad) setenv("TRAINYARD_CUDA_PAD_ROWS", "0", 1);
+      for (int det = 0; det <= 1; ++det) {
+        void *o = device_matmul(f, det, dt, M, KD, ND, tb, x, w);
+        double worst = 0;
+        for (int64_t r = 0; r < M; ++r) {
+          for (int64_t n = 0; n < ND; ++n) {
+            double want = 0;
+            for (int64_t k = 0; k < KD; ++k) {
+              want += value_at(dt, x, (size_t)(r * KD + k)) *
+                      value_at(dt, w, (size_t)(tb ? n * KD + k : k * ND + n));
+            }
+            const double d = fabs(value_at(dt, o, (size_t)(r * ND + n)) - want);
+            if (d > worst) worst = d;
+          }
+        }
+        /* bf16 output: its rounding (2^-9 relative) on sums below 16 */
+        const double bound = dt == TY_DTYPE_BF16 ? 0.04 : 1e-4;
+        if (worst > bound) {
+          fail_msg("matmul %lld x %lld (pad %d det %d): max |device - f64| %g > %g",
+                   (long long)M, (long long)ND, pad, det, worst, bound);
+        }
+        free(o);
+      }
+      unsetenv("TRAINYARD_CUDA_PAD_ROWS");
+    }
+    free(x);
+    free(w);
+  }
+}
+
 /* One attention node (bf16, causal) on cuda:0: q [1, T, H, D], k/v
  * [1, S, H, D], kv_len (when > 0); returns row t of out (H x D values). */
 static void device_attention_row(fixture_t *f, bool det, int64_t T, int64_t S, int64_t kv_len,
@@ -439,6 +499,7 @@ int main(void) {
   if (device && !strcmp(device, "1")) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_matmul_shapes),
+        cmocka_unit_test(test_matmul_unaligned_rows),
         cmocka_unit_test(test_device_attention_rows),
         cmocka_unit_test(test_option_values),
     };
@@ -446,6 +507,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_row_invariant),
+      cmocka_unit_test(test_matmul_unaligned_rows),
       cmocka_unit_test(test_row_ops_invariant),
       cmocka_unit_test(test_artifact_keeps_mode),
       cmocka_unit_test(test_option_values),
