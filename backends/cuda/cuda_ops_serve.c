@@ -14,6 +14,10 @@
 
 static const char *const ty_cu_paged_attn_names[3] = {"ty_paged_attn_f32", "ty_paged_attn_bf16",
                                                       "ty_paged_attn_f16"};
+static const char *const ty_cu_paged_attn_d64_names[3] = {
+    "ty_paged_attn_d64_f32", "ty_paged_attn_d64_bf16", "ty_paged_attn_d64_f16"};
+static const char *const ty_cu_paged_attn_d128_names[3] = {
+    "ty_paged_attn_d128_f32", "ty_paged_attn_d128_bf16", "ty_paged_attn_d128_f16"};
 static const char *const ty_cu_paged_merge_names[3] = {
     "ty_paged_merge_f32", "ty_paged_merge_bf16", "ty_paged_merge_f16"};
 
@@ -59,10 +63,15 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   const ty_dev_ref_t part =
       ty_dev_scratch(b, (uint64_t)N * Hq * max_splits * (D + 2) * sizeof(float));
   const int dt = q->dtype;
-  /* ty_paged_attn_<dt>(q, kp, vp, table, row_seq, row_pos, out, part, int N, int NB,
+  /* ty_paged_attn[_d64|_d128]_<dt>(q, kp, vp, table, row_seq, row_pos, out, part, int N, int NB,
    *   int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int rgroup,
    *   int max_splits, float scale, int window, err, int node) */
-  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_PAGED, ty_cu_typed(ty_cu_paged_attn_names, dt));
+  const int hk = ty_pa_head_kernel((int)D);
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_PAGED,
+                                ty_cu_typed(hk == 64    ? ty_cu_paged_attn_d64_names
+                                            : hk == 128 ? ty_cu_paged_attn_d128_names
+                                                        : ty_cu_paged_attn_names,
+                                            dt));
   for (uint32_t i = 0; i < 6; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_arg_ref(b, c, part);

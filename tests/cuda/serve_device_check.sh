@@ -210,7 +210,9 @@ phase_ncu() {
 # One kernel's full Nsight Compute report (its sections: throughput,
 # occupancy, warp states, memory) in a steady decode step: NCU_KERNEL (a
 # kernel name, default ty_paged_attn_bf16), NCU_KERNEL_SKIP launches of it
-# skipped first (default 150 + 2 * streams), one profiled.
+# skipped first (default 1200 + 8 * streams: past the prompts of 128 + 128
+# generation), one profiled; the per-instruction stall reasons of at least
+# 0.05 cycles are printed.
 phase_ncu_detail() {
   local backend=${BACKEND:-cuda:0} shape n ncu k=${NCU_KERNEL:-ty_paged_attn_bf16}
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
@@ -221,13 +223,16 @@ phase_ncu_detail() {
     for n in ${PROFILE_STREAMS:-1 64}; do
       stream_prompts "$out/ncu-detail-$shape-$n.jsonl" "$n" "$model/config.json"
       echo "-- ncu detail: $k, $shape, $n streams"
-      timeout 240 "$ncu" --set full -k "$k" --launch-skip "${NCU_KERNEL_SKIP:-$((150 + 2 * n))}" \
+      timeout 240 "$ncu" --set full --metrics \
+        'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' -k "$k" \
+        --launch-skip "${NCU_KERNEL_SKIP:-$((1200 + 8 * n))}" \
         --launch-count 1 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 \
         --input "$out/ncu-detail-$shape-$n.jsonl" --output /dev/null --max-batch "$n" \
         --ctx 256 --prefill-chunk 128 --max-new-tokens 128 >"$out/ncu-detail-$shape-$n.txt" \
         2>&1 || rc=1
       grep -vE "^==PROF==|trainyard generate" "$out/ncu-detail-$shape-$n.txt" | \
-        grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Block Limit|Warp Cycles|Issued|Eligible|Active Warps|Stall|One or More|No Eligible|Waves|L1|L2 Hit|DRAM" | head -60
+        grep -E "Grid Size|Duration|Throughput|Occupancy|Registers|Shared Memory|Block Limit|Warp Cycles|Issued|Eligible|Active Warps|One or More|No Eligible|Waves|L2 Hit|stalled" | \
+        awk '!/stalled/ || $NF+0 >= 0.05' | head -80
     done
   done
 }

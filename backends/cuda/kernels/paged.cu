@@ -182,26 +182,27 @@ __device__ inline void ty_pa_ld2(const T *v, int d, int D, bool vec, float *x) {
 }
 
 /* Queues tile [t0, t0 + TILE) of the split's keys (those below kend) into
- * staging buffer `buf`: K rows, then V rows; slot_sh[t] = the key's pool
- * slot, or -1 for a key left out. Every thread calls it; thread x owns
- * copy units x, x + TY_PA_THREADS, ... of the tile's keys (key u / upr,
- * unit u % upr), the same for K and V, so it finds each of its keys' slot
- * once. Index arithmetic in 32 bits (j < MB * BS, an int; the pool row
- * offset in 64). */
-template <typename T>
+ * staging buffer `buf`: K rows, then V rows; slot_sh[t] = 1 for a key
+ * staged, 0 for one left out (zero-filled). Every thread calls it; thread x
+ * owns copy units x, x + TY_PA_THREADS, ... of the tile's keys (key u /
+ * upr, unit u % upr; UNIT-byte units, 0: elements), the same for K and V,
+ * so it finds each of its keys' slot once. Index arithmetic in 32 bits (j <
+ * MB * BS, an int; the pool row offset in 64); a power-of-two block size
+ * (bs_shift >= 0) divides by a shift. */
+template <typename T, int DT, int UNIT>
 __device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *trow,
-                                   unsigned char *kv, int *slot_sh, long long t0,
-                                   long long kend, int NB, int BS, int Hkv, int g, int D,
-                                   int unit, int upr, long long i0, ERR_ARGS) {
+                                   unsigned char *kv, int *slot_sh, int j0, int jend, int NB,
+                                   int BS, int bs_shift, int Hkv, int g, int D_, long long i0,
+                                   ERR_ARGS) {
+  const int D = DT > 0 ? DT : D_;
   const int rb = ty_pa_row_bytes(D, (int)sizeof(T));
-  const int total = TY_PA_TILE * upr;
-  const int j0 = (int)t0, jend = (int)kend;
-  for (int u = threadIdx.x; u < total; u += TY_PA_THREADS) {
+  const int upr = UNIT ? D * (int)sizeof(T) / UNIT : D;
+  for (int u = threadIdx.x; u < TY_PA_TILE * upr; u += TY_PA_THREADS) {
     const int t = u / upr, c = u - t * upr;
     const int j = j0 + t;
     long long slot = -1;
     if (j < jend) {
-      const int bi = j / BS;
+      const int bi = bs_shift >= 0 ? j >> bs_shift : j / BS;
       const long long blk = trow[bi];
       if (blk >= 0 && blk < NB) {
         slot = blk * BS + (j - bi * BS);
@@ -213,10 +214,10 @@ __device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *tr
     const long long off = slot >= 0 ? (slot * Hkv + g) * D : 0;
     const unsigned char *ks = (const unsigned char *)(kp + off), *vs = (const unsigned char *)(vp + off);
     unsigned char *kd = kv + t * rb, *vd = kv + (TY_PA_TILE + t) * rb;
-    if (unit == 16) {
+    if (UNIT == 16) {
       ty_cp_async16(kd + 16 * c, ks + 16 * c, slot >= 0 ? 16 : 0);
       ty_cp_async16(vd + 16 * c, vs + 16 * c, slot >= 0 ? 16 : 0);
-    } else if (unit == 4) {
+    } else if (UNIT == 4) {
       ty_cp_async4(kd + 4 * c, ks + 4 * c, slot >= 0 ? 4 : 0);
       ty_cp_async4(vd + 4 * c, vs + 4 * c, slot >= 0 ? 4 : 0);
     } else {
@@ -227,30 +228,51 @@ __device__ inline void ty_pa_stage(const T *kp, const T *vp, const long long *tr
   ty_cp_commit();
 }
 
-template <typename T>
+template <typename T, int DT>
+__device__ inline void ty_pa_stage_any(int unit, const T *kp, const T *vp,
+                                       const long long *trow, unsigned char *kv, int *slot_sh,
+                                       int j0, int jend, int NB, int BS, int bs_shift, int Hkv,
+                                       int g, int D, long long i0, ERR_ARGS) {
+  if (unit == 16)
+    ty_pa_stage<T, DT, 16>(kp, vp, trow, kv, slot_sh, j0, jend, NB, BS, bs_shift, Hkv, g, D, i0,
+                           err, node);
+  else if (unit == 4)
+    ty_pa_stage<T, DT, 4>(kp, vp, trow, kv, slot_sh, j0, jend, NB, BS, bs_shift, Hkv, g, D, i0,
+                          err, node);
+  else
+    ty_pa_stage<T, DT, 0>(kp, vp, trow, kv, slot_sh, j0, jend, NB, BS, bs_shift, Hkv, g, D, i0,
+                          err, node);
+}
+
+/* DT: the head size when the kernel is built for one (64, 128: the
+ * divisions by D and its pieces fold), 0 for any (the D argument). */
+template <typename T, int DT = 0>
 __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *vp_,
                                    const long long *table, const long long *row_seq,
                                    const long long *row_pos, void *out_, float *part, int N,
-                                   int NB, int BS, int Hq, int Hkv, int D, int S, int MB,
+                                   int NB, int BS, int Hq, int Hkv, int D_, int S, int MB,
                                    int gchunk, int rgroup, int max_splits, float scale,
                                    int window, ERR_ARGS) {
   const T *q = (const T *)q_, *kp = (const T *)kp_, *vp = (const T *)vp_;
   T *out = (T *)out_;
+  const int D = DT > 0 ? DT : D_;
   __shared__ float s_sh[TY_PA_MAX_GC * TY_PA_TILE];
   __shared__ float m_sh[TY_PA_MAX_GC], l_sh[TY_PA_MAX_GC], c_sh[TY_PA_MAX_GC];
   __shared__ int slot_sh[2][TY_PA_TILE];
-  __shared__ long long k1_sh[TY_PA_MAX_ROWS]; /* each row's end of this split */
+  /* Per (row, head) pair rc of the block: its row's end of this split, its
+   * row r, and its (row, query head) index i * Hq + h. */
+  __shared__ int k1_sh[TY_PA_MAX_GC], r_sh[TY_PA_MAX_GC];
+  __shared__ long long ih_sh[TY_PA_MAX_GC];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warps = TY_PA_THREADS / 32;
   const long long i0 = blockIdx.x, cap = (long long)MB * BS;
   const int G = Hq / Hkv, chunks = (G + gchunk - 1) / gchunk;
   const int g = (int)blockIdx.y / chunks, c0 = ((int)blockIdx.y % chunks) * gchunk;
   const int gc = G - c0 < gchunk ? G - c0 : gchunk, sp = (int)blockIdx.z;
-  const int gd = gc * D;
   const ty_pa_row lead = ty_pa_row_of(row_seq, row_pos, i0, S, cap, window);
   if (lead.s == -1) { /* padding: zeros, written once */
     if (sp == 0) {
-      for (int e = tid; e < gd; e += TY_PA_THREADS)
+      for (int e = tid; e < gc * D; e += TY_PA_THREADS)
         out[(i0 * Hq + g * G + c0 + e / D) * D + e % D] = ty_from_f<T>(0.0f);
     }
     return;
@@ -268,25 +290,23 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   int nr = 1;
   while (nr < rgroup && i0 + nr < N && ty_pa_joins(lead, row_seq, row_pos, i0 + nr, S, cap, window))
     ++nr;
-  const long long k0 = lead.lo + sp * lead.per;
-  long long kend = k0;
-  int active = 0;     /* rows with keys in this split */
+  /* Positions fit an int: p < MB * BS, the table's reach. */
+  const int per = (int)lead.per, k0 = (int)lead.lo + sp * per;
+  int kend = k0;
   unsigned multi = 0; /* bit r: row r has more than one split (partials, not out) */
   for (int r = 0; r < nr; ++r) {
-    const long long p = row_pos[i0 + r], e = k0 + lead.per < p + 1 ? k0 + lead.per : p + 1;
-    if (tid == 0) k1_sh[r] = e; /* <= k0: the row has no keys in this split */
-    if (e > k0) ++active;
+    const int p = (int)row_pos[i0 + r], e = k0 + per < p + 1 ? k0 + per : p + 1;
     if (e > kend) kend = e;
-    if (p + 1 - lead.lo > lead.per) multi |= 1u << r; /* rows of a run share lo and per */
+    if (p + 1 - (int)lead.lo > per) multi |= 1u << r; /* rows of a run share lo and per */
   }
-  if (active == 0) return;
+  if (kend == k0) return; /* no row has keys in this split */
   const long long *trow = table + lead.s * MB;
-  const int rgd = nr * gd, rgc = nr * gc;
+  const int rgc = nr * gc;
   const int esize = (int)sizeof(T), rb = ty_pa_row_bytes(D, esize);
+  const int bs_shift = (BS & (BS - 1)) == 0 ? __ffs(BS) - 1 : -1;
   /* The copy unit: 16 or 4 bytes when every row's start allows it. */
   const uintptr_t mix = (uintptr_t)kp | (uintptr_t)vp | (uintptr_t)(D * esize);
   const int unit = mix % 16 == 0 ? 16 : mix % 4 == 0 ? 4 : 0;
-  const int upr = unit ? D * esize / unit : D; /* copy units per row */
   float *q_sh = (float *)ty_pa_smem;
   float *acc_sh = (float *)(ty_pa_smem + ty_pa_q_bytes(rgroup, gchunk, D));
   unsigned char *kv_sh = ty_pa_smem + 2 * ty_pa_q_bytes(rgroup, gchunk, D);
@@ -297,25 +317,30 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   const int pairs = (D + 1) / 2, npairs = rgc * pairs;
 
   /* The first tile on its way before anything else. */
-  ty_pa_stage<T>(kp, vp, trow, kv_sh, slot_sh[0], k0, kend, NB, BS, Hkv, g, D, unit, upr, i0,
-                 err, node);
-  for (int e = tid; e < rgd; e += TY_PA_THREADS) {
-    const int r = e / gd, f = e - r * gd;
-    q_sh[e] = ty_to_f<T>(q[((i0 + r) * Hq + g * G + c0 + f / D) * D + f % D]);
-    acc_sh[e] = 0.0f;
-  }
+  ty_pa_stage_any<T, DT>(unit, kp, vp, trow, kv_sh, slot_sh[0], k0, kend, NB, BS, bs_shift, Hkv,
+                         g, D, i0, err, node);
   for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
+    const int r = rc / gc, p = (int)row_pos[i0 + r];
+    k1_sh[rc] = k0 + per < p + 1 ? k0 + per : p + 1; /* <= k0: no keys in this split */
+    r_sh[rc] = r;
+    ih_sh[rc] = (i0 + r) * Hq + g * G + c0 + (rc - r * gc);
     m_sh[rc] = -INFINITY;
     l_sh[rc] = 0.0f;
   }
+  __syncthreads();
+  for (int e = tid; e < rgc * D; e += TY_PA_THREADS) {
+    const int rc = e / D;
+    q_sh[e] = ty_to_f<T>(q[ih_sh[rc] * D + (e - rc * D)]);
+    acc_sh[e] = 0.0f;
+  }
 
   int buf = 0;
-  for (long long t0 = k0; t0 < kend; t0 += TY_PA_TILE, buf ^= 1) {
+  for (int t0 = k0; t0 < kend; t0 += TY_PA_TILE, buf ^= 1) {
     /* The next tile into the other buffer (its last readers finished at
      * the barrier that ended the previous tile), then this one's wait. */
     if (t0 + TY_PA_TILE < kend) {
-      ty_pa_stage<T>(kp, vp, trow, kv_sh + (buf ^ 1) * kv_tile, slot_sh[buf ^ 1],
-                     t0 + TY_PA_TILE, kend, NB, BS, Hkv, g, D, unit, upr, i0, err, node);
+      ty_pa_stage_any<T, DT>(unit, kp, vp, trow, kv_sh + (buf ^ 1) * kv_tile, slot_sh[buf ^ 1],
+                             t0 + TY_PA_TILE, kend, NB, BS, bs_shift, Hkv, g, D, i0, err, node);
       ty_cp_wait<1>();
     } else {
       ty_cp_wait<0>();
@@ -327,19 +352,18 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
      * takes part in the shuffles (the item count is a multiple of 128). */
     for (int x = tid; x < TY_PA_TILE * TY_PA_DPARTS * rgc; x += TY_PA_THREADS) {
       const int item = x / TY_PA_DPARTS, c = x % TY_PA_DPARTS;
-      const int t = item % TY_PA_TILE, rc = item / TY_PA_TILE, r = rc / gc;
+      const int t = item % TY_PA_TILE, rc = item / TY_PA_TILE;
       const int d0 = c * dpiece < D ? c * dpiece : D, d1 = d0 + dpiece < D ? d0 + dpiece : D;
       float dot = ty_pa_dot_piece<T>(q_sh + rc * D, (const T *)(ks + t * rb), d0, d1, qvec);
       dot += __shfl_xor_sync(0xffffffffu, dot, 4);
       dot += __shfl_xor_sync(0xffffffffu, dot, 2);
       dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-      if (c == 0)
-        s_sh[rc * TY_PA_TILE + t] = slots[t] && t0 + t < k1_sh[r] ? dot * scale : -INFINITY;
+      if (c == 0) s_sh[rc * TY_PA_TILE + t] = slots[t] && t0 + t < k1_sh[rc] ? dot * scale : -INFINITY;
     }
     __syncthreads();
-    /* (2) online softmax of the rows with keys in this tile */
+    /* (2) online softmax of the pairs with keys in this tile */
     for (int rc = warp; rc < rgc; rc += warps) {
-      if (t0 >= k1_sh[rc / gc]) continue;
+      if (t0 >= k1_sh[rc]) continue;
       const float sv = s_sh[rc * TY_PA_TILE + lane];
       const float mo = m_sh[rc], mn = fmaxf(mo, ty_warp_max(sv));
       const float w = sv == -INFINITY ? 0.0f : expf(sv - mn);
@@ -359,11 +383,11 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
     for (int base = warp * 32; base < TY_PA_KPARTS * ((npairs + 7) / 8) * 8;
          base += TY_PA_THREADS) {
       const int fp = base / TY_PA_KPARTS + (lane & 7), kpart = lane >> 3;
-      const int rc = fp / pairs, d = 2 * (fp - rc * pairs), r = rc / gc;
+      const int rc = fp / pairs, d = 2 * (fp - rc * pairs);
       float a0 = 0.0f, a1 = 0.0f;
-      const bool mine = fp < npairs && t0 < k1_sh[r];
+      const bool mine = fp < npairs && t0 < k1_sh[rc];
       if (mine) {
-        const int tn = k1_sh[r] - t0 < TY_PA_TILE ? (int)(k1_sh[r] - t0) : TY_PA_TILE;
+        const int tn = k1_sh[rc] - t0 < TY_PA_TILE ? k1_sh[rc] - t0 : TY_PA_TILE;
         const int ta = kpart * (TY_PA_TILE / TY_PA_KPARTS);
         const int tb = ta + TY_PA_TILE / TY_PA_KPARTS < tn ? ta + TY_PA_TILE / TY_PA_KPARTS : tn;
         const float *w = s_sh + rc * TY_PA_TILE;
@@ -387,22 +411,20 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   }
 
   const long long slots_per = (long long)N * Hq * max_splits;
-  for (int e = tid; e < rgd; e += TY_PA_THREADS) {
-    const int r = e / gd, c = (e - r * gd) / D, d = e % D;
-    if (k1_sh[r] <= k0) continue;
-    const long long i = i0 + r, h = (long long)g * G + c0 + c;
-    if (!(multi >> r & 1u)) {
-      const float l = l_sh[r * gc + c];
-      out[(i * Hq + h) * D + d] = ty_from_f<T>(l > 0.0f ? acc_sh[e] / l : 0.0f);
+  for (int e = tid; e < rgc * D; e += TY_PA_THREADS) {
+    const int rc = e / D, d = e - rc * D;
+    if (k1_sh[rc] <= k0) continue;
+    const long long ih = ih_sh[rc];
+    if (!(multi >> r_sh[rc] & 1u)) {
+      const float l = l_sh[rc];
+      out[ih * D + d] = ty_from_f<T>(l > 0.0f ? acc_sh[e] / l : 0.0f);
     } else {
-      part[((i * Hq + h) * max_splits + sp) * D + d] = acc_sh[e];
+      part[(ih * max_splits + sp) * D + d] = acc_sh[e];
     }
   }
   for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
-    const int r = rc / gc, c = rc % gc;
-    const long long i = i0 + r, h = (long long)g * G + c0 + c;
-    if (k1_sh[r] <= k0 || !(multi >> r & 1u)) continue;
-    float *ml = part + slots_per * D + ((i * Hq + h) * max_splits + sp) * 2;
+    if (k1_sh[rc] <= k0 || !(multi >> r_sh[rc] & 1u)) continue;
+    float *ml = part + slots_per * D + (ih_sh[rc] * max_splits + sp) * 2;
     ml[0] = m_sh[rc];
     ml[1] = l_sh[rc];
   }
@@ -417,6 +439,16 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   q, kp, vp, table, row_seq, row_pos, out, part, N, NB, BS, Hq, Hkv, D, S, MB, gchunk,    \
       rgroup, max_splits, scale, window, err, node
 TY_KERNEL3_ATTR(ty_paged_attn, TY_PA_PARAMS, TY_PA_ARGS, __launch_bounds__(TY_PA_THREADS))
+/* The same built for head sizes 64 and 128 (GPT-2, Llama, Mistral, Qwen2:
+ * paged_shapes.h, ty_pa_head_kernel); the same arithmetic. */
+template <typename T> __device__ void ty_paged_attn_d64_impl(TY_PA_PARAMS) {
+  ty_paged_attn_impl<T, 64>(TY_PA_ARGS);
+}
+template <typename T> __device__ void ty_paged_attn_d128_impl(TY_PA_PARAMS) {
+  ty_paged_attn_impl<T, 128>(TY_PA_ARGS);
+}
+TY_KERNEL3_ATTR(ty_paged_attn_d64, TY_PA_PARAMS, TY_PA_ARGS, __launch_bounds__(TY_PA_THREADS))
+TY_KERNEL3_ATTR(ty_paged_attn_d128, TY_PA_PARAMS, TY_PA_ARGS, __launch_bounds__(TY_PA_THREADS))
 
 /* ---- paged_attention: the merge ----
  *

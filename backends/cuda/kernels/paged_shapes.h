@@ -39,6 +39,11 @@
 #define TY_PA_FN static inline
 #endif
 
+/* The head size a paged_attention kernel is built for: 64 and 128 have
+ * their own (ty_paged_attn_d64_*, _d128_*: the divisions by D fold); any
+ * other D takes the generic one (0). */
+TY_PA_FN int ty_pa_head_kernel(int D) { return D == 64 || D == 128 ? D : 0; }
+
 /* How many splits a row that sees `keys` (>= 1) keys uses at most. */
 TY_PA_FN long long ty_pa_splits(long long keys) {
   long long n = (keys + TY_PA_SPLIT_KEYS - 1) / TY_PA_SPLIT_KEYS;

@@ -244,6 +244,13 @@ static void pa_launch(const pa_case_t *c, const char *kernel, const char *merge,
                   &Hq, &Hkv, &D, &S,     &MB,      &gchunk, &rgroup, &max_splits, &scale, &window, &err,
                   &node};
   const int esize = strstr(kernel, "f32") ? 4 : 2;
+  /* The head-size kernel the plugin picks (ty_pa_head_kernel). */
+  char name[64];
+  const int hk = ty_pa_head_kernel(c->D);
+  if (hk) {
+    snprintf(name, sizeof(name), "ty_paged_attn_d%d_%s", hk, esize == 4 ? "f32" : "bf16");
+    kernel = name;
+  }
   launch_smem(kernel, (unsigned)N, (unsigned)(Hkv * chunks), (unsigned)max_splits,
               TY_PA_THREADS, (unsigned)ty_pa_smem_bytes(rgroup, gchunk, D, esize), args);
   if (g_err[0] == 0) {
@@ -339,9 +346,10 @@ static void test_paged_attention_mixed_rows(void **state) {
   pa_free(&c);
   /* Odd and uneven head sizes: D 7 (scalar value pairs, the last one half
    * empty; score pieces of 1 with one empty) and D 20 (pieces of 3, the
-   * last ones short or empty), each in a run and in decode rows. */
-  const int dims[2] = {7, 20};
-  for (int k = 0; k < 2; ++k) {
+   * last ones short or empty), then the sizes with their own kernels (64,
+   * 128: ty_pa_head_kernel), each in a run and in decode rows. */
+  const int dims[4] = {7, 20, 64, 128};
+  for (int k = 0; k < 4; ++k) {
     pa_case_t o = {.NB = 30, .BS = 5, .Hq = 4, .Hkv = 2, .D = dims[k], .S = 3, .MB = 9};
     pa_alloc(&o, 8);
     memcpy(o.row_seq, seq, sizeof(seq));
@@ -385,11 +393,10 @@ static void test_paged_attention_head_chunks(void **state) {
   pa_free(&c);
 }
 
-static void test_paged_attention_batch_invariance(void **state) {
-  (void)state;
-  /* Row 0 (a span of 2 splits) alone, then first and last of batches with
-   * other rows: the same bits. */
-  pa_case_t c = {.NB = 2 * 220, .BS = 5, .Hq = 4, .Hkv = 2, .D = 8, .S = 2, .MB = 220};
+/* Row 0 (a span of 2 splits) alone, then first and last of batches with
+ * other rows: the same bits. */
+static void batch_invariance_at(int D) {
+  pa_case_t c = {.NB = 2 * 220, .BS = 5, .Hq = 4, .Hkv = 2, .D = D, .S = 2, .MB = 220};
   pa_alloc(&c, 5);
   const long long seq[5] = {0, 1, 1, -1, 0}, pos[5] = {700, 1000, 3, 0, 12};
   memcpy(c.row_seq, seq, sizeof(seq));
@@ -423,15 +430,14 @@ static void test_paged_attention_batch_invariance(void **state) {
   pa_free(&c);
 }
 
-static void test_paged_attention_runs(void **state) {
-  (void)state;
-  /* Prefill runs (rows of one sequence at consecutive positions) share a
-   * block's K/V tiles: runs of 12 rows of one split, of 11 rows of two
-   * splits cut by a group boundary (16 rows a block here), a decode row
-   * between them; every row's bits equal its bits computed alone. Then a
-   * window, under which only rows whose window starts at 0 share. */
-  pa_case_t c = {.NB = 2 * 220, .BS = 5, .Hq = 4, .Hkv = 2, .D = 8, .S = 2, .MB = 220};
-  assert_int_equal(ty_pa_run_rows(ty_pa_head_chunk(2, 8), 8), 16);
+/* Prefill runs (rows of one sequence at consecutive positions) share a
+ * block's K/V tiles: runs of 12 rows of one split, of 11 rows of two splits
+ * cut by a group boundary (16 rows a block here), a decode row between
+ * them; every row's bits equal its bits computed alone. Then a window,
+ * under which only rows whose window starts at 0 share. */
+static void runs_at(int D) {
+  pa_case_t c = {.NB = 2 * 220, .BS = 5, .Hq = 4, .Hkv = 2, .D = D, .S = 2, .MB = 220};
+  assert_int_equal(ty_pa_run_rows(ty_pa_head_chunk(2, D), D), 16);
   pa_alloc(&c, 24);
   for (int r = 0; r < 24; ++r) {
     c.row_seq[r] = r < 12 ? 0 : 1;
@@ -461,6 +467,16 @@ static void test_paged_attention_runs(void **state) {
   free(all);
   free(one);
   pa_free(&c);
+}
+
+static void test_paged_attention_batch_invariance(void **state) {
+  (void)state;
+  for (int D = 8; D <= 64; D += 56) batch_invariance_at(D);
+}
+
+static void test_paged_attention_runs(void **state) {
+  (void)state;
+  for (int D = 8; D <= 128; D *= (D == 8 ? 8 : 2)) runs_at(D);
 }
 
 static void test_paged_attention_errors(void **state) {
