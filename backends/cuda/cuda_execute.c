@@ -475,11 +475,11 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint64_t capacity,
                                         uint64_t *out_size) {
   uint32_t kernels = 0, gemms = 0, moves = 0, reduces = 0;
-  uint32_t fz[4] = {0, 0, 0, 0}, folded = 0; /* heads per ty_cu_fuse_kind_t; nodes folded */
+  uint32_t fz[TY_CU_FUSE_KIND_COUNT] = {0}, folded = 0; /* heads per kind; nodes folded */
   uint32_t bgrads = 0;                         /* GEMMs writing a bias gradient */
   uint32_t in_place = 0;                      /* loss gradients in the logits' bytes */
   for (uint32_t n = 0; n < e->core.graph->graph.node_count; ++n) {
-    if (e->fuse && e->fuse[n].kind < 4 &&
+    if (e->fuse && e->fuse[n].kind < TY_CU_FUSE_KIND_COUNT &&
         (e->fuse[n].kind != TY_CU_FUSE_GEMM || e->fuse[n].out != UINT32_MAX)) {
       fz[e->fuse[n].kind]++;
     }
@@ -504,7 +504,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "memsets/copies, %u NCCL all-reduces over %u rank(s))\n"
       "  fused: %u nodes done by others' commands (%u matmul+cast/add, %u norm+cast, %u "
       "norm-backward chains, %u bias gradients in matmuls, the rest multi-tensor optimizer "
-      "launches); %u loss gradient%s in place\n"
+      "launches); %u loss gradient%s in place; %u slice launch%s for several\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
@@ -512,6 +512,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       e->core.graph->graph.node_count, e->cmd_count, kernels, gemms, moves, reduces,
       e->world ? e->world : 1, folded, fz[TY_CU_FUSE_GEMM], fz[TY_CU_FUSE_NORM],
       fz[TY_CU_FUSE_NORM_BWD], bgrads, in_place, in_place == 1 ? "" : "s",
+      fz[TY_CU_FUSE_SLICES], fz[TY_CU_FUSE_SLICES] == 1 ? "" : "es",
       (double)e->arena_bytes / 1048576.0,
       (double)e->core.plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,

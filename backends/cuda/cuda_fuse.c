@@ -406,6 +406,45 @@ void ty_cu_xent_plan(const ty_owned_graph_t *og, const int64_t *row_stride,
   }
 }
 
+/* Node n is a slice of its input along the last axis only (starts 0 on
+ * the others, the same sizes there), dense in and out, one dtype: its
+ * start on the last axis, else -1. */
+static int64_t ty_fz_row_slice(const ty_fz_t *z, const ty_abi_node_t *node) {
+  if (!ty_fz_is(node, "slice") || node->input_count != 1 || node->output_count != 1) return -1;
+  const uint32_t x = node->inputs[0], y = node->outputs[0];
+  if (x == UINT32_MAX || y == UINT32_MAX || !ty_fz_dense(z, x) || !ty_fz_dense(z, y)) return -1;
+  const ty_abi_value_t *xv = ty_fz_val(z, x), *yv = ty_fz_val(z, y);
+  if (xv->rank < 1 || xv->rank != yv->rank || xv->dtype != yv->dtype) return -1;
+  const ty_abi_attr_t *starts = ty_desc_node_attr(node, "starts");
+  if (!starts || starts->kind != TY_ATTR_INTS || starts->count != xv->rank) return -1;
+  const uint32_t last = xv->rank - 1;
+  for (uint32_t d = 0; d < last; ++d) {
+    if (starts->ints[d] != 0 || xv->dims[d] != yv->dims[d]) return -1;
+  }
+  if (starts->ints[last] < 0 || starts->ints[last] + yv->dims[last] > xv->dims[last]) return -1;
+  return starts->ints[last];
+}
+
+/* SLICES: slice n and up to TY_CU_FUSE_MAX_SLICES - 1 later slices of the
+ * same input along its last axis, all written by n's launch. The input
+ * exists when n runs, so the later slices' outputs can be made then. */
+static void ty_fz_slices(ty_fz_t *z, uint32_t n) {
+  const ty_abi_node_t *node = &z->g->nodes[n];
+  if (ty_fz_row_slice(z, node) < 0) return;
+  ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_SLICES);
+  for (uint32_t m = n + 1; m < z->g->node_count && f.slice_count < TY_CU_FUSE_MAX_SLICES - 1;
+       ++m) {
+    const ty_abi_node_t *other = &z->g->nodes[m];
+    if (ty_fz_free(z, m) && ty_fz_row_slice(z, other) >= 0 &&
+        other->inputs[0] == node->inputs[0]) {
+      f.slices[f.slice_count++] = m;
+    }
+  }
+  if (f.slice_count == 0) return;
+  z->fuse[n] = f;
+  for (uint32_t k = 0; k < f.slice_count; ++k) z->run_at[f.slices[k]] = n;
+}
+
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
                      ty_cu_fuse_t *fuse, uint32_t *run_at) {
   const ty_abi_graph_t *g = &og->graph;
@@ -441,6 +480,8 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
       ty_fz_norm(&z, n);
     } else if (ty_fz_is(node, "layernorm_backward") || ty_fz_is(node, "rmsnorm_backward")) {
       ty_fz_norm_bwd(&z, n);
+    } else if (ty_fz_is(node, "slice")) {
+      ty_fz_slices(&z, n);
     }
   }
 done:

@@ -20,6 +20,10 @@
  *   NORM_BWD  [cast(f32)] -> norm backward -> [add(r, .) [-> cast]]  one
  *             pass reads the bf16 gradient, adds the residual gradient and
  *             writes the sum in f32 and in bf16.
+ *   SLICES    slices of one input along its last axis (q, k and v of a fused
+ *             projection: a serving step's three copies): the first slice's
+ *             launch writes them all (views.cu, ty_slice_rows), an exact
+ *             copy like the separate ones.
  *
  * A fused result is the unfused one up to rounding: the matmul's product
  * is no longer rounded to bf16 before the f32 add (it is more exact), the
@@ -48,7 +52,12 @@ typedef enum ty_cu_fuse_kind_e {
   TY_CU_FUSE_GEMM,
   TY_CU_FUSE_NORM,
   TY_CU_FUSE_NORM_BWD,
+  TY_CU_FUSE_SLICES,
+  TY_CU_FUSE_KIND_COUNT
 } ty_cu_fuse_kind_t;
+
+/* The most slices one SLICES launch writes (the head's and 3 more). */
+#define TY_CU_FUSE_MAX_SLICES 4
 
 /* What the head node of a fusion writes and reads beyond its own operands
  * (values; UINT32_MAX = none / the node's own). */
@@ -66,6 +75,8 @@ typedef struct ty_cu_fuse_t {
   uint32_t bgrad;            /* GEMM: the bias gradient written by the epilogue (a
                                 reduce_sum's output, or its cast's) */
   uint32_t bgrad_of;         /* GEMM with bgrad: the operand summed (0: a, 1: b) */
+  uint32_t slices[TY_CU_FUSE_MAX_SLICES - 1]; /* SLICES: the other slice nodes */
+  uint32_t slice_count;                       /* SLICES: how many */
 } ty_cu_fuse_t;
 
 /* Finds the fusions of `g` (node order, each node in at most one): for the

@@ -18,6 +18,9 @@
 #define TY_DEV_OP(op, builder, accept) {#op, ty_cu_build_##builder, TY_DESC_ACCEPT_##accept},
 #define TY_DEV_CORE_OP(op, function, accept) {#op, function, TY_DESC_ACCEPT_##accept},
 const ty_dev_op_t ty_cu_ops[] = {
+    /* Before the shared list, which names the core's slice builder: cuda's
+     * also writes a SLICES fusion (first match wins, ty_dev_op_find). */
+    {"slice", ty_cu_build_slice, TY_DESC_ACCEPT_MOVE},
 #include "trainyard/device_op_list.h"
     {"linear_cross_entropy", ty_cu_build_linear_ce, TY_DESC_ACCEPT_COMPUTE},
     {"linear_cross_entropy_backward", ty_cu_build_linear_ce, TY_DESC_ACCEPT_COMPUTE},

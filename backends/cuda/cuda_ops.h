@@ -95,6 +95,8 @@ bool ty_cu_attention_check(const ty_abi_graph_t *g, const ty_abi_node_t *node, c
 #include "trainyard/device_op_list.h"
 
 /* cuda's own builders, by file. */
+/* cuda_ops_views.c: slice, with the SLICES fusion (cuda_fuse.h) */
+void ty_cu_build_slice(ty_cu_build_t *b);
 /* cuda_ops_optim.c */
 void ty_cu_build_all_reduce(ty_cu_build_t *b);
 void ty_cu_build_gather(ty_cu_build_t *b); /* all_gather, reduce_scatter */

@@ -97,7 +97,62 @@ void ty_cu_build_cast(ty_cu_build_t *b) {
   ty_cu_grid1(b, c, (uint64_t)n, TY_CU_BLOCK);
 }
 
-/* The view ops' builders are the core's (backends/common/device_views.c). */
+/* slice: the core's builder, or under a SLICES fusion (cuda_fuse.h) one
+ * launch writing this node's slice and the other slice nodes' of the same
+ * input along its last axis:
+ * ty_slice_rows(x, y0, y1, y2, y3, int esize, int vec, i64 rows, i64 xrow,
+ *               int parts, dims8 offsets_then_widths) */
+void ty_cu_build_slice(ty_cu_build_t *b) {
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
+  if (!f || f->kind != TY_CU_FUSE_SLICES) {
+    ty_dev_build_slice(b);
+    return;
+  }
+  const ty_abi_value_t *x = ty_dev_vin(b, 0);
+  const size_t es = ty_cu_esize(x);
+  const int64_t xrow = x->dims[x->rank - 1];
+  const int64_t rows = xrow ? ty_dev_numel(x) / xrow : 0;
+  ty_dev_ref_t ys[TY_CU_FUSE_MAX_SLICES];
+  int64_t ow[8] = {0};
+  const int parts = 1 + (int)f->slice_count;
+  int64_t width = 0;
+  for (int p = 0; p < TY_CU_FUSE_MAX_SLICES; ++p) {
+    const ty_abi_node_t *node = p == 0 ? b->node : p < parts ? &b->g->nodes[f->slices[p - 1]] : NULL;
+    if (!node) {
+      ys[p] = ys[0];
+      continue;
+    }
+    const ty_abi_attr_t *starts = ty_desc_node_attr(node, "starts");
+    const ty_abi_value_t *y = &b->g->values[node->outputs[0]];
+    ys[p] = p == 0 ? ty_dev_out(b, 0) : ty_dev_value(node->outputs[0]);
+    ow[p] = starts->ints[x->rank - 1];
+    ow[4 + p] = y->dims[y->rank - 1];
+    width += ow[4 + p];
+  }
+  if (rows == 0 || width == 0) return;
+  /* The widest unit dividing the row, every offset and width, and the
+   * references' byte offsets (the kernel checks the addresses too). */
+  int vec = 1;
+  for (int v = (int)(16 / es); v > 1 && vec == 1; v /= 2) {
+    bool ok = xrow % v == 0 && ty_dev_in(b, 0).offset % ((uint64_t)v * es) == 0;
+    for (int p = 0; p < parts && ok; ++p) {
+      ok = ow[p] % v == 0 && ow[4 + p] % v == 0 && ys[p].offset % ((uint64_t)v * es) == 0;
+    }
+    if (ok) vec = v;
+  }
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_VIEWS, "ty_slice_rows");
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  for (int p = 0; p < TY_CU_FUSE_MAX_SLICES; ++p) ty_dev_arg_ref(b, c, ys[p]);
+  ty_dev_arg_i32(b, c, (int32_t)es);
+  ty_dev_arg_i32(b, c, vec);
+  ty_dev_arg_i64(b, c, rows);
+  ty_dev_arg_i64(b, c, xrow);
+  ty_dev_arg_i32(b, c, parts);
+  ty_dev_arg_dims8(b, c, ow);
+  ty_cu_grid1(b, c, (uint64_t)(rows * (width / vec)), TY_CU_BLOCK);
+}
+
+/* The other view ops' builders are the core's (backends/common/device_views.c). */
 const ty_dev_movers_t ty_cu_movers = {ty_cu_fill, ty_cu_copy, ty_cu_strided_copy};
 
 void ty_cu_build_kv_cache_write(ty_cu_build_t *b) {

@@ -38,6 +38,38 @@ extern "C" __global__ void ty_strided_copy(const void *x, void *y, int esize, in
   }
 }
 
+/* ---- slices of one input's rows (a SLICES fusion, cuda_fuse.h) ----
+ *
+ *   y_p[r, 0:w_p] = x[r, o_p : o_p + w_p]   for parts p < parts (<= 4),
+ *
+ * rows r < rows of xrow elements each; ow holds o_0..o_3 then w_0..w_3. One
+ * launch for the q, k and v slices of a fused projection. Units of `vec`
+ * elements (vec * esize <= 16 bytes, dividing xrow, every o_p and w_p) when
+ * every address allows it at run time, else element by element. Exact. */
+extern "C" __global__ void ty_slice_rows(const void *x, void *y0, void *y1, void *y2, void *y3,
+                                         int esize, int vec, long long rows, long long xrow,
+                                         int parts, ty_dims8 ow) {
+  void *ys[4] = {y0, y1, y2, y3};
+  uintptr_t mix = (uintptr_t)x;
+  long long width = 0; /* elements written per row, all parts */
+  for (int p = 0; p < parts; ++p) {
+    mix |= (uintptr_t)ys[p];
+    width += ow.d[4 + p];
+  }
+  const int ubytes = esize * vec;
+  const bool units = vec > 1 && mix % ubytes == 0;
+  const int step = units ? vec : 1, bytes = units ? ubytes : esize;
+  const long long per_row = width / step;
+  TY_FOR_EACH(u, rows * per_row) {
+    const long long r = u / per_row;
+    long long k = (u - r * per_row) * step;
+    int p = 0;
+    while (k >= ow.d[4 + p]) k -= ow.d[4 + p++];
+    ty_move_bytes((const char *)x + (r * xrow + ow.d[p] + k) * esize,
+                  (char *)ys[p] + (r * ow.d[4 + p] + k) * esize, bytes);
+  }
+}
+
 /* ---- casts ----
  *
  * float <-> float (f64 included) and i32 <-> i64. Narrowing float casts

@@ -517,6 +517,104 @@ static void test_bias_gradient_fallback(void **state) {
 
 /* argv[1], when given, picks tests by name (a cmocka glob): ctest runs the
  * norm fusions and the loss cases as two entries, so they share the cores. */
+/* SLICES (cuda_fuse.h): slices of one input along its last axis written by
+ * one launch. x [3, 5, W] (f32, or bf16 bits) sliced into `n` pieces at
+ * `starts` of `widths`, plus a slice of x along axis 1 (never joins) and
+ * one of another input (never joins); every output against the expected
+ * elements, with fusion on and off; returns the report's count of slice
+ * launches for several. */
+static unsigned run_slices(ty_registry_t *r, ty_dtype_t dt, int64_t W, int n,
+                           const int64_t *starts, const int64_t *widths, bool fuse) {
+  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t xd[3] = {3, 5, W};
+  ty_value_id_t x, x2, outs[8];
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", dt, 3, xd, &x));
+  TY_EXPECT_OK(ty_graph_add_input(g, "x2", dt, 3, xd, &x2));
+  for (int k = 0; k < n + 2; ++k) {
+    const bool axis1 = k == n, other = k == n + 1;
+    const int64_t st[3] = {0, axis1 ? 1 : 0, axis1 || other ? 0 : starts[k]};
+    const int64_t yd[3] = {3, axis1 ? 3 : 5, axis1 || other ? W : widths[k]};
+    ty_attrs_t attrs = TY_ATTRS_EMPTY;
+    TY_EXPECT_OK(ty_attrs_set_ints(&attrs, "starts", st, 3));
+    TY_EXPECT_OK(ty_attrs_set_ints(&attrs, "sizes", yd, 3));
+    ty_value_id_t in = other ? x2 : x;
+    TY_EXPECT_OK(ty_graph_add_node(g, "slice", &in, 1, &attrs, &outs[k], 1));
+    char name[16];
+    snprintf(name, sizeof(name), "y%d", k);
+    TY_EXPECT_OK(ty_graph_set_output(g, outs[k], name));
+  }
+  ty_device_t *dev = NULL;
+  ty_session_t *s = NULL;
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  const size_t es = dt == TY_DTYPE_F32 ? 4 : 2, count = (size_t)(15 * W);
+  unsigned char *xs = malloc(count * es), *x2s = malloc(count * es), *y = malloc(count * es);
+  assert_true(xs && x2s && y);
+  for (size_t i = 0; i < count * es; ++i) {
+    xs[i] = (unsigned char)(i * 7 + 3);
+    x2s[i] = (unsigned char)(i * 13 + 1);
+  }
+  TY_EXPECT_OK(ty_session_bind(s, "x", dt, 3, xd, xs, count * es));
+  TY_EXPECT_OK(ty_session_bind(s, "x2", dt, 3, xd, x2s, count * es));
+  TY_EXPECT_OK(ty_session_run(s));
+  for (int k = 0; k < n + 2; ++k) {
+    const bool axis1 = k == n, other = k == n + 1;
+    const int64_t rows1 = axis1 ? 3 : 5, w = axis1 || other ? W : widths[k];
+    const int64_t start = axis1 || other ? 0 : starts[k];
+    char name[16];
+    snprintf(name, sizeof(name), "y%d", k);
+    const size_t bytes = (size_t)(3 * rows1 * w) * es;
+    TY_EXPECT_OK(ty_session_read(s, name, y, bytes));
+    for (int64_t a = 0; a < 3; ++a) {
+      for (int64_t t = 0; t < rows1; ++t) {
+        const int64_t src_row = a * 5 + t + (axis1 ? 1 : 0);
+        const unsigned char *want = (other ? x2s : xs) + (size_t)(src_row * W + start) * es;
+        const unsigned char *got = y + (size_t)((a * rows1 + t) * w) * es;
+        if (memcmp(want, got, (size_t)w * es) != 0) {
+          fail_msg("slice %d (fusion %s): row %lld differs", k, fuse ? "on" : "off",
+                   (long long)(a * rows1 + t));
+        }
+      }
+    }
+  }
+  char *text = NULL;
+  TY_EXPECT_OK(ty_session_report(s, &text));
+  unsigned launches = 0;
+  const char *at = text ? strstr(text, " in place; ") : NULL;
+  assert_non_null(at);
+  assert_int_equal(sscanf(at, " in place; %u slice launch", &launches), 1);
+  free(text);
+  ty_session_destroy(s);
+  ty_device_close(dev);
+  ty_graph_destroy(g);
+  free(xs);
+  free(x2s);
+  free(y);
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  return launches;
+}
+
+static void test_slices_in_one_launch(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  /* q, k, v of a fused projection (bf16, 16-byte units). */
+  const int64_t qkv_s[3] = {0, 16, 32}, qkv_w[3] = {16, 16, 16};
+  assert_int_equal(run_slices(r, TY_DTYPE_BF16, 48, 3, qkv_s, qkv_w, true), 1);
+  assert_int_equal(run_slices(r, TY_DTYPE_BF16, 48, 3, qkv_s, qkv_w, false), 0);
+  /* Odd offsets and widths (element by element), out of order, f32. */
+  const int64_t odd_s[3] = {20, 0, 7}, odd_w[3] = {19, 7, 13};
+  assert_int_equal(run_slices(r, TY_DTYPE_F32, 39, 3, odd_s, odd_w, true), 1);
+  /* Six slices: one launch takes four, another the last two. */
+  const int64_t six_s[6] = {0, 4, 8, 12, 16, 20}, six_w[6] = {4, 4, 4, 4, 4, 4};
+  assert_int_equal(run_slices(r, TY_DTYPE_F32, 24, 6, six_s, six_w, true), 2);
+  ty_registry_destroy(r);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
@@ -525,6 +623,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_loss_gradient_in_place),
       cmocka_unit_test(test_in_place_refused_and_data_error),
       cmocka_unit_test(test_bias_gradient_fallback),
+      cmocka_unit_test(test_slices_in_one_launch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
