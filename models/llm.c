@@ -251,13 +251,16 @@ static ty_status_t ty_b_attention_paged(ty_builder_t *b, int layer, ty_value_id_
   ty_value_id_t fresh[2] = {k, v}, pools[2];
   const char *which[2] = {"k", "v"};
   TY_RETURN_IF_ERROR(ty_b_reshape(b, q, 3, qd, &q));
+  /* Both reshapes before both writes: a backend may do the two writes in
+   * one launch (cuda's KV_PAIR fusion) when both rows exist by the first. */
+  ty_value_id_t rows[2];
+  for (int i = 0; i < 2; ++i) TY_RETURN_IF_ERROR(ty_b_reshape(b, fresh[i], 3, kd, &rows[i]));
   for (int i = 0; i < 2; ++i) {
     char name[TY_LLM_NAME_MAX];
     snprintf(name, sizeof(name), "kv.%d.%s", layer, which[i]);
-    ty_value_id_t pool, rows;
+    ty_value_id_t pool;
     TY_RETURN_IF_ERROR(ty_graph_add_state(b->g, name, ty_b_compute(b), 4, pool_dims, &pool));
-    TY_RETURN_IF_ERROR(ty_b_reshape(b, fresh[i], 3, kd, &rows));
-    ty_value_id_t in[3] = {pool, rows, b->kv_slots};
+    ty_value_id_t in[3] = {pool, rows[i], b->kv_slots};
     TY_RETURN_IF_ERROR(ty_b_node(b, "paged_kv_write", in, 3, NULL, &pools[i]));
     TY_RETURN_IF_ERROR(ty_graph_set_state_update(b->g, pool, pools[i]));
   }

@@ -445,6 +445,35 @@ static void ty_fz_slices(ty_fz_t *z, uint32_t n) {
   for (uint32_t k = 0; k < f.slice_count; ++k) z->run_at[f.slices[k]] = n;
 }
 
+/* KV_PAIR: paged_kv_write n (a layer's keys) and the next free
+ * paged_kv_write m with the same slots, pool and row shapes and dtype (its
+ * values), whose operands all exist when n runs and whose pool only m
+ * reads: n's launch writes both. */
+static void ty_fz_kv_pair(ty_fz_t *z, uint32_t n) {
+  const ty_abi_node_t *a = &z->g->nodes[n];
+  if (a->input_count != 3 || a->output_count != 1) return;
+  for (uint32_t m = n + 1; m < z->g->node_count; ++m) {
+    const ty_abi_node_t *b = &z->g->nodes[m];
+    if (!ty_fz_is(b, "paged_kv_write") || !ty_fz_free(z, m)) continue;
+    if (b->input_count != 3 || b->output_count != 1 || b->inputs[2] != a->inputs[2]) return;
+    for (uint32_t i = 0; i < 2; ++i) {
+      const ty_abi_value_t *x = ty_fz_val(z, a->inputs[i]), *y = ty_fz_val(z, b->inputs[i]);
+      const uint32_t p = z->og->producer[b->inputs[i]];
+      if (!ty_fz_same_shape(x, y) || x->dtype != y->dtype || !ty_fz_dense(z, b->inputs[i]) ||
+          (p != UINT32_MAX && p >= n)) {
+        return;
+      }
+    }
+    if (z->uses[b->inputs[0]] != 1 || !ty_fz_dense(z, b->outputs[0])) return;
+    ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_KV_PAIR);
+    f.slices[0] = m;
+    f.slice_count = 1;
+    z->fuse[n] = f;
+    z->run_at[m] = n;
+    return;
+  }
+}
+
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
                      ty_cu_fuse_t *fuse, uint32_t *run_at) {
   const ty_abi_graph_t *g = &og->graph;
@@ -482,6 +511,8 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
       ty_fz_norm_bwd(&z, n);
     } else if (ty_fz_is(node, "slice")) {
       ty_fz_slices(&z, n);
+    } else if (ty_fz_is(node, "paged_kv_write")) {
+      ty_fz_kv_pair(&z, n);
     }
   }
 done:

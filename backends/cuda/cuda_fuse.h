@@ -24,6 +24,8 @@
  *             projection: a serving step's three copies): the first slice's
  *             launch writes them all (views.cu, ty_slice_rows), an exact
  *             copy like the separate ones.
+ *   KV_PAIR   paged_kv_write of a layer's keys, then of its values (the same
+ *             slots, shapes and dtype): one launch writes both pools.
  *
  * A fused result is the unfused one up to rounding: the matmul's product
  * is no longer rounded to bf16 before the f32 add (it is more exact), the
@@ -53,6 +55,7 @@ typedef enum ty_cu_fuse_kind_e {
   TY_CU_FUSE_NORM,
   TY_CU_FUSE_NORM_BWD,
   TY_CU_FUSE_SLICES,
+  TY_CU_FUSE_KV_PAIR,
   TY_CU_FUSE_KIND_COUNT
 } ty_cu_fuse_kind_t;
 
@@ -75,8 +78,9 @@ typedef struct ty_cu_fuse_t {
   uint32_t bgrad;            /* GEMM: the bias gradient written by the epilogue (a
                                 reduce_sum's output, or its cast's) */
   uint32_t bgrad_of;         /* GEMM with bgrad: the operand summed (0: a, 1: b) */
-  uint32_t slices[TY_CU_FUSE_MAX_SLICES - 1]; /* SLICES: the other slice nodes */
-  uint32_t slice_count;                       /* SLICES: how many */
+  uint32_t slices[TY_CU_FUSE_MAX_SLICES - 1]; /* SLICES: the other slice nodes;
+                                                 KV_PAIR: [0] the values' write */
+  uint32_t slice_count;                       /* SLICES: how many (KV_PAIR: 1) */
 } ty_cu_fuse_t;
 
 /* Finds the fusions of `g` (node order, each node in at most one): for the

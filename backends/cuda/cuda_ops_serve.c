@@ -25,21 +25,32 @@ static const char *const ty_cu_paged_merge_names[3] = {
 void ty_cu_build_paged_kv_write(ty_cu_build_t *b) {
   const ty_abi_value_t *pool = ty_dev_vin(b, 0), *fresh = ty_dev_vin(b, 1);
   const size_t es = ty_cu_esize(pool);
+  /* Under a KV_PAIR fusion (cuda_fuse.h) this launch also does the partner
+   * node's write (the layer's values): its operands by value id. */
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
+  const ty_abi_node_t *pair =
+      f && f->kind == TY_CU_FUSE_KV_PAIR ? &b->g->nodes[f->slices[0]] : NULL;
   /* pool' = pool first, unless the plan put pool' in pool's storage (the
    * copy is skipped when the addresses coincide): the in-place state. */
   ty_cu_copy(b, ty_dev_in(b, 0), ty_dev_out(b, 0), (uint64_t)ty_dev_numel(pool) * es);
+  const ty_dev_ref_t fresh2 = pair ? ty_dev_value(pair->inputs[1]) : ty_dev_in(b, 1);
+  const ty_dev_ref_t pool2 = pair ? ty_dev_value(pair->outputs[0]) : ty_dev_out(b, 0);
+  if (pair) ty_cu_copy(b, ty_dev_value(pair->inputs[0]), pool2, (uint64_t)ty_dev_numel(pool) * es);
   const int64_t N = fresh->dims[0], row = fresh->dims[1] * fresh->dims[2];
   if (N == 0 || row == 0) return;
-  /* ty_paged_kv_write(fresh, pool, slots, int esize, i64 row, i64 nslots, err, int node) */
+  /* ty_paged_kv_write(fresh, pool, fresh2, pool2, slots, int esize, i64 row, i64 nslots,
+   *   err, int node) */
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_PAGED, "ty_paged_kv_write");
   ty_dev_arg_ref(b, c, ty_dev_in(b, 1));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
+  ty_dev_arg_ref(b, c, fresh2);
+  ty_dev_arg_ref(b, c, pool2);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 2));
   ty_dev_arg_i32(b, c, (int32_t)es);
   ty_dev_arg_i64(b, c, row);
   ty_dev_arg_i64(b, c, pool->dims[0] * pool->dims[1]);
   ty_dev_arg_err(b, c);
-  ty_cu_grid(b, c, (uint32_t)N, 1, 1, 128, 1, 1, 0);
+  ty_cu_grid(b, c, (uint32_t)N, pair ? 2u : 1u, 1, 128, 1, 1, 0);
 }
 
 /* paged_attention(q [N, Hq, D], k_pool, v_pool [NB, BS, Hkv, D],

@@ -21,22 +21,25 @@
 
 /* ---- paged_kv_write ----
  *
- * A block per row copies its Hkv*D elements as raw bytes, in units of up
- * to 16 bytes where the row size and both addresses allow. A slot outside
- * [-1, NB*BS) is a data error (TY_ERR_PAGED_SLOT: row, slot, NB*BS) and the
- * row is not written. Exact. */
-extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, const long long *slots,
-                                             int esize, long long row, long long nslots,
-                                             ERR_ARGS) {
+ * A block per (row, pool): blockIdx.y 0 writes `fresh` into `pool`, 1
+ * writes `fresh2` into `pool2` (a layer's keys and values in one launch: the
+ * KV_PAIR fusion, cuda_fuse.h; a single write launches one y). The row's
+ * Hkv*D elements move as raw bytes, in units of up to 16 bytes where the
+ * row size and both addresses allow. A slot outside [-1, NB*BS) is a data
+ * error (TY_ERR_PAGED_SLOT: row, slot, NB*BS) and the row is not written.
+ * Exact. */
+extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, const void *fresh2,
+                                             void *pool2, const long long *slots, int esize,
+                                             long long row, long long nslots, ERR_ARGS) {
   const long long i = blockIdx.x, s = slots[i];
   if (s == -1) return;
   if (s < -1 || s >= nslots) {
-    if (threadIdx.x == 0) ty_fail(err, node, TY_ERR_PAGED_SLOT, i, s, nslots);
+    if (threadIdx.x == 0 && blockIdx.y == 0) ty_fail(err, node, TY_ERR_PAGED_SLOT, i, s, nslots);
     return;
   }
   const long long bytes = row * esize;
-  const char *src = (const char *)fresh + i * bytes;
-  char *dst = (char *)pool + s * bytes;
+  const char *src = (const char *)(blockIdx.y ? fresh2 : fresh) + i * bytes;
+  char *dst = (char *)(blockIdx.y ? pool2 : pool) + s * bytes;
   const uintptr_t mix = (uintptr_t)src | (uintptr_t)dst | (uintptr_t)bytes;
   if (mix % 16 == 0) {
     for (long long u = threadIdx.x; u < bytes / 16; u += blockDim.x)

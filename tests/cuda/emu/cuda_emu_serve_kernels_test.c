@@ -95,12 +95,18 @@ static float normal(void) { /* small, non-zero, varied */
 
 /* ---- paged_kv_write ---- */
 
-static void run_kv_write(void *fresh, void *pool, long long *slots, unsigned n, int esize,
-                         long long row, long long nslots) {
+static void run_kv_write2(void *fresh, void *pool, void *fresh2, void *pool2, unsigned pools,
+                          long long *slots, unsigned n, int esize, long long row,
+                          long long nslots) {
   int node = 7;
   int *err = g_err;
-  void *args[] = {&fresh, &pool, &slots, &esize, &row, &nslots, &err, &node};
-  launch("ty_paged_kv_write", n, 1, 1, 128, args);
+  void *args[] = {&fresh, &pool, &fresh2, &pool2, &slots, &esize, &row, &nslots, &err, &node};
+  launch("ty_paged_kv_write", n, pools, 1, 128, args);
+}
+
+static void run_kv_write(void *fresh, void *pool, long long *slots, unsigned n, int esize,
+                         long long row, long long nslots) {
+  run_kv_write2(fresh, pool, fresh, pool, 1, slots, n, esize, row, nslots);
 }
 
 static void test_paged_kv_write(void **state) {
@@ -131,6 +137,23 @@ static void test_paged_kv_write(void **state) {
     memcpy(d, g_err + 2, sizeof(d));
     assert_true((d[0] == 3 && d[1] == NB * BS) || (d[0] == 0 && d[1] == -2));
     assert_int_equal(d[2], NB * BS);
+    /* Keys and values in one launch (KV_PAIR): both pools, each from its
+     * own rows, and the error once. */
+    unsigned char pool2[NB * BS * ROW * 4], want2[NB * BS * ROW * 4], fresh2[N * ROW * 4];
+    for (size_t i = 0; i < sizeof(pool2); ++i) pool2[i] = want2[i] = (unsigned char)(i * 5 + 2);
+    for (size_t i = 0; i < sizeof(fresh2); ++i) fresh2[i] = (unsigned char)(i * 3 + 9);
+    long long slots2[N] = {2, 17, -1, 8, 11};
+    for (size_t i = 0; i < sizeof(pool); ++i) pool[i] = want[i] = (unsigned char)(i * 7 + 1);
+    for (int i = 0; i < N; ++i) {
+      if (slots2[i] < 0) continue;
+      memcpy(want + slots2[i] * ROW * esize, fresh + i * ROW * esize, ROW * esize);
+      memcpy(want2 + slots2[i] * ROW * esize, fresh2 + i * ROW * esize, ROW * esize);
+    }
+    clear_error();
+    run_kv_write2(fresh, pool, fresh2, pool2, 2, slots2, N, esize, ROW, NB * BS);
+    assert_int_equal(g_err[0], 0);
+    assert_memory_equal(pool, want, (size_t)NB * BS * ROW * esize);
+    assert_memory_equal(pool2, want2, (size_t)NB * BS * ROW * esize);
   }
 }
 
