@@ -6,6 +6,7 @@
  * runs; what the kernels cannot take (a head dim over TY_PA_MAX_D) is
  * refused by name in ty_cu_op_check (cuda_ops.c). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cuda_ops.h"
 #include "kernels/paged_shapes.h"
@@ -18,8 +19,6 @@ static const char *const ty_cu_paged_attn_d64_names[3] = {
     "ty_paged_attn_d64_f32", "ty_paged_attn_d64_bf16", "ty_paged_attn_d64_f16"};
 static const char *const ty_cu_paged_attn_d128_names[3] = {
     "ty_paged_attn_d128_f32", "ty_paged_attn_d128_bf16", "ty_paged_attn_d128_f16"};
-static const char *const ty_cu_paged_merge_names[3] = {
-    "ty_paged_merge_f32", "ty_paged_merge_bf16", "ty_paged_merge_f16"};
 
 /* paged_kv_write(pool [NB, BS, Hkv, D], new [N, Hkv, D], slots [N]) -> pool' */
 void ty_cu_build_paged_kv_write(ty_cu_build_t *b) {
@@ -70,12 +69,22 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   const int chunks = (G + gchunk - 1) / gchunk, rgroup = ty_pa_run_rows(gchunk, (int)D);
   const int max_splits = (int)ty_pa_splits(span < 1 ? 1 : span);
   /* The splits' partials: (acc [D], max, sum) per (row, query head, split);
-   * only rows of more than one split touch them. */
+   * only rows of more than one split touch them. The counts of each (row,
+   * block column)'s finished splits start at 0 and are put back to 0 by
+   * the merging block: device memory of the executable's own (aux). */
   const ty_dev_ref_t part =
       ty_dev_scratch(b, (uint64_t)N * Hq * max_splits * (D + 2) * sizeof(float));
+  const uint64_t counts = (uint64_t)N * (uint64_t)(Hkv * chunks) * sizeof(int32_t);
+  int32_t *zeros = calloc(1, (size_t)counts);
+  if (!zeros) {
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  const ty_dev_ref_t count = ty_dev_aux(b, zeros, counts);
+  free(zeros);
   const int dt = q->dtype;
-  /* ty_paged_attn[_d64|_d128]_<dt>(q, kp, vp, table, row_seq, row_pos, out, part, int N, int NB,
-   *   int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int rgroup,
+  /* ty_paged_attn[_d64|_d128]_<dt>(q, kp, vp, table, row_seq, row_pos, out, part, count,
+   *   int N, int NB, int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int rgroup,
    *   int max_splits, float scale, int window, err, int node) */
   const int hk = ty_pa_head_kernel((int)D);
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_PAGED,
@@ -86,6 +95,7 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   for (uint32_t i = 0; i < 6; ++i) ty_dev_arg_ref(b, c, ty_dev_in(b, i));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_arg_ref(b, c, part);
+  ty_dev_arg_ref(b, c, count);
   const int64_t ints[] = {N, NB, BS, Hq, Hkv, D, S, MB, gchunk, rgroup, max_splits};
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); ++i) ty_dev_arg_i32(b, c, (int32_t)ints[i]);
   ty_dev_arg_f32(b, c, (float)scale);
@@ -93,17 +103,6 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
   ty_dev_arg_err(b, c);
   ty_cu_grid(b, c, (uint32_t)N, (uint32_t)(Hkv * chunks), (uint32_t)max_splits, TY_PA_THREADS, 1,
              1, (uint32_t)ty_pa_smem_bytes(rgroup, gchunk, (int)D, (int)ty_cu_esize(q)));
-  if (max_splits == 1) return;
-  /* ty_paged_merge_<dt>(part, row_seq, row_pos, out, int N, int Hq, int D, int S, int MB,
-   *   int BS, int max_splits, int window) */
-  c = ty_cu_launch(b, TY_CU_FAM_PAGED, ty_cu_typed(ty_cu_paged_merge_names, dt));
-  ty_dev_arg_ref(b, c, part);
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 4));
-  ty_dev_arg_ref(b, c, ty_dev_in(b, 5));
-  ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
-  const int64_t mints[] = {N, Hq, D, S, MB, BS, max_splits, window};
-  for (size_t i = 0; i < sizeof(mints) / sizeof(mints[0]); ++i) ty_dev_arg_i32(b, c, (int32_t)mints[i]);
-  ty_cu_grid(b, c, (uint32_t)N, (uint32_t)Hq, 1, 128, 1, 1, 0);
 }
 
 /* sample(logits [N, V], params [N, 7], seeds [N, 2], history? [N, L]) -> ids [N], logprob [N]

@@ -10,11 +10,12 @@
  * Attention is flash-decoding: a block per (row, kv head, query-head chunk,
  * split) reads each key and value of its kv head once for all the chunk's
  * query heads (GQA), keeps an online softmax in f32, and leaves its
- * unnormalised output with its (max, sum) in scratch; a second kernel
- * merges a row's splits exactly (log-sum-exp). The split count comes from
- * the row's own span of keys (paged_shapes.h), never from the batch, so a
- * row gets the same bits in any batch: decode rows and prefill rows are the
- * same op. Rows with one split skip the scratch and write out directly. */
+ * unnormalised output with its (max, sum) in scratch; the block that
+ * finishes a row's splits last merges them exactly (log-sum-exp, in split
+ * order). The split count comes from the row's own span of keys
+ * (paged_shapes.h), never from the batch, so a row gets the same bits in
+ * any batch: decode rows and prefill rows are the same op. Rows with one
+ * split skip the scratch and write out directly. */
 #include "vec.cuh"
 #include "warp_mma.cuh"
 #include "paged_shapes.h"
@@ -104,7 +105,11 @@ extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, cons
  * number outside [0, NB) (that key is then left out; the row named is its
  * run's first). The partials of split sp of row i,
  * query head h: part[((i*Hq + h)*max_splits + sp)*D + d], and (max, sum) at
- * part[N*Hq*max_splits*D + ((i*Hq + h)*max_splits + sp)*2].
+ * part[N*Hq*max_splits*D + ((i*Hq + h)*max_splits + sp)*2]. count[i *
+ * gridDim.y + y]: how many of row i's splits in block column y are done
+ * (0 between launches: the merging block puts it back). A row with a data
+ * error returns in every split before counting, so no count is left
+ * half-way.
  *
  * Dynamic shared memory (ty_pa_smem_bytes): the staged queries (f32, the
  * block's rgroup * gchunk * D), as many f32 accumulators, then two tiles of
@@ -117,6 +122,16 @@ extern __shared__ __align__(16) unsigned char ty_pa_smem[];
  * 1), 4 parts of 8 keys a value sum (xor 8 16), whole warps a pass. */
 static_assert(TY_PA_DPARTS == 8 && TY_PA_KPARTS == 4 && TY_PA_TILE == 32, "paged cuts");
 static_assert(TY_PA_THREADS % 32 == 0, "paged block of whole warps");
+
+/* A load from L2 (not a possibly stale L1 line): the merge reads the
+ * partials other blocks wrote during this launch. */
+__device__ inline float ty_pa_ld_cg(const float *p) {
+#ifdef TY_CU_EMULATE
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
 
 /* What a row's split needs: its sequence (-1: padding, -2: a data error),
  * position, first visible key and keys per split. */
@@ -252,10 +267,10 @@ __device__ inline void ty_pa_stage_any(int unit, const T *kp, const T *vp,
 template <typename T, int DT = 0>
 __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *vp_,
                                    const long long *table, const long long *row_seq,
-                                   const long long *row_pos, void *out_, float *part, int N,
-                                   int NB, int BS, int Hq, int Hkv, int D_, int S, int MB,
-                                   int gchunk, int rgroup, int max_splits, float scale,
-                                   int window, ERR_ARGS) {
+                                   const long long *row_pos, void *out_, float *part,
+                                   int *count, int N, int NB, int BS, int Hq, int Hkv, int D_,
+                                   int S, int MB, int gchunk, int rgroup, int max_splits,
+                                   float scale, int window, ERR_ARGS) {
   const T *q = (const T *)q_, *kp = (const T *)kp_, *vp = (const T *)vp_;
   T *out = (T *)out_;
   const int D = DT > 0 ? DT : D_;
@@ -431,16 +446,76 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
     ml[0] = m_sh[rc];
     ml[1] = l_sh[rc];
   }
+  if (multi == 0) return; /* every row of one split: written already */
+
+  /* The merge, by the block that finishes a row's splits last: each block
+   * with keys of a row of several splits counts itself in, after its
+   * partials are out (the fence); the one that brings the count to the
+   * row's split count merges the row's heads of this chunk, in split
+   * order (the same arithmetic whichever block it is), and puts the count
+   * back to 0 for the next launch. */
+  __shared__ unsigned merge_sh;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    unsigned mine = 0;
+    for (int r = 0; r < nr; ++r) {
+      if (!(multi >> r & 1u) || k1_sh[r * gc] <= k0) continue;
+      const int keys = (int)row_pos[i0 + r] + 1 - (int)lead.lo, splits = (keys + per - 1) / per;
+      int *cnt = count + (i0 + r) * gridDim.y + blockIdx.y;
+      if (atomicAdd(cnt, 1) == splits - 1) {
+        mine |= 1u << r;
+        *cnt = 0;
+      }
+    }
+    merge_sh = mine;
+  }
+  __syncthreads();
+  const unsigned mine = merge_sh;
+  if (mine == 0) return;
+  __threadfence();
+  /*   M = max_sp m_sp, L = sum_sp l_sp e^(m_sp - M),
+   *   out[d] = sum_sp acc_sp[d] e^(m_sp - M) / L   (split order)
+   * The split weights in s_sh ([rc][TY_PA_MAX_SPLITS]) and 1 / L in c_sh:
+   * the tiles are done with both. */
+  float *w_sh = s_sh;
+  for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
+    const int r = r_sh[rc];
+    if (!(mine >> r & 1u)) continue;
+    const int keys = (int)row_pos[i0 + r] + 1 - (int)lead.lo, splits = (keys + per - 1) / per;
+    const float *ml = part + slots_per * D + ih_sh[rc] * max_splits * 2;
+    float m = -INFINITY, l = 0.0f;
+    for (int k = 0; k < splits; ++k) m = fmaxf(m, ty_pa_ld_cg(ml + 2 * k));
+    for (int k = 0; k < splits; ++k) {
+      const float mk = ty_pa_ld_cg(ml + 2 * k);
+      const float w = mk == -INFINITY ? 0.0f : expf(mk - m);
+      w_sh[rc * TY_PA_MAX_SPLITS + k] = w;
+      l += ty_pa_ld_cg(ml + 2 * k + 1) * w;
+    }
+    c_sh[rc] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  __syncthreads();
+  for (int e = tid; e < rgc * D; e += TY_PA_THREADS) {
+    const int rc = e / D, d = e - rc * D, r = r_sh[rc];
+    if (!(mine >> r & 1u)) continue;
+    const int keys = (int)row_pos[i0 + r] + 1 - (int)lead.lo, splits = (keys + per - 1) / per;
+    const long long ih = ih_sh[rc];
+    float o = 0.0f;
+    for (int k = 0; k < splits; ++k) {
+      o += ty_pa_ld_cg(part + (ih * max_splits + k) * D + d) * w_sh[rc * TY_PA_MAX_SPLITS + k];
+    }
+    out[ih * D + d] = ty_from_f<T>(o * c_sh[rc]);
+  }
 }
 
 #define TY_PA_PARAMS                                                                      \
   const void *q, const void *kp, const void *vp, const long long *table,                 \
-      const long long *row_seq, const long long *row_pos, void *out, float *part, int N,  \
-      int NB, int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int rgroup,      \
-      int max_splits, float scale, int window, ERR_ARGS
+      const long long *row_seq, const long long *row_pos, void *out, float *part,         \
+      int *count, int N, int NB, int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, \
+      int rgroup, int max_splits, float scale, int window, ERR_ARGS
 #define TY_PA_ARGS                                                                         \
-  q, kp, vp, table, row_seq, row_pos, out, part, N, NB, BS, Hq, Hkv, D, S, MB, gchunk,    \
-      rgroup, max_splits, scale, window, err, node
+  q, kp, vp, table, row_seq, row_pos, out, part, count, N, NB, BS, Hq, Hkv, D, S, MB,     \
+      gchunk, rgroup, max_splits, scale, window, err, node
 TY_KERNEL3_ATTR(ty_paged_attn, TY_PA_PARAMS, TY_PA_ARGS, __launch_bounds__(TY_PA_THREADS))
 /* The same built for head sizes 64 and 128 (GPT-2, Llama, Mistral, Qwen2:
  * paged_shapes.h, ty_pa_head_kernel); the same arithmetic. */
@@ -452,45 +527,3 @@ template <typename T> __device__ void ty_paged_attn_d128_impl(TY_PA_PARAMS) {
 }
 TY_KERNEL3_ATTR(ty_paged_attn_d64, TY_PA_PARAMS, TY_PA_ARGS, __launch_bounds__(TY_PA_THREADS))
 TY_KERNEL3_ATTR(ty_paged_attn_d128, TY_PA_PARAMS, TY_PA_ARGS, __launch_bounds__(TY_PA_THREADS))
-
-/* ---- paged_attention: the merge ----
- *
- *   M = max_sp m_sp, L = sum_sp l_sp e^(m_sp - M),
- *   out[d] = sum_sp acc_sp[d] e^(m_sp - M) / L
- *
- * in split order. Grid (N, Hq); rows with one split (written already),
- * padding rows and rows with a data error are left alone. */
-template <typename T>
-__device__ void ty_paged_merge_impl(const float *part, const long long *row_seq,
-                                    const long long *row_pos, void *out_, int N, int Hq, int D,
-                                    int S, int MB, int BS, int max_splits, int window) {
-  T *out = (T *)out_;
-  const long long i = blockIdx.x, h = blockIdx.y;
-  const long long s = row_seq[i], p = row_pos[i];
-  if (s < 0 || s >= S || p < 0 || p >= (long long)MB * BS) return;
-  const long long lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-  const long long keys = p - lo + 1, per = ty_pa_split_keys(keys);
-  const int splits = (int)((keys + per - 1) / per);
-  if (splits == 1) return;
-  const long long base = (i * Hq + h) * max_splits;
-  const float *ml = part + (long long)N * Hq * max_splits * D + base * 2;
-  float m = -INFINITY;
-  for (int sp = 0; sp < splits; ++sp) m = fmaxf(m, ml[2 * sp]);
-  float wsp[TY_PA_MAX_SPLITS], l = 0.0f;
-  for (int sp = 0; sp < splits; ++sp) {
-    wsp[sp] = ml[2 * sp] == -INFINITY ? 0.0f : expf(ml[2 * sp] - m);
-    l += ml[2 * sp + 1] * wsp[sp];
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int sp = 0; sp < splits; ++sp) o += part[(base + sp) * D + d] * wsp[sp];
-    out[(i * Hq + h) * D + d] = ty_from_f<T>(o * inv);
-  }
-}
-
-#define TY_PM_PARAMS                                                                     \
-  const float *part, const long long *row_seq, const long long *row_pos, void *out, int N, \
-      int Hq, int D, int S, int MB, int BS, int max_splits, int window
-#define TY_PM_ARGS part, row_seq, row_pos, out, N, Hq, D, S, MB, BS, max_splits, window
-TY_KERNEL3(ty_paged_merge, TY_PM_PARAMS, TY_PM_ARGS)

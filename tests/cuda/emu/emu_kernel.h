@@ -140,6 +140,8 @@ inline float atomicAdd(float *p, float v) {
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
+/* The emulator runs one thread at a time: memory is always coherent. */
+inline void __threadfence() {}
 inline float __uint_as_float(unsigned u) {
   float f;
   memcpy(&f, &u, 4);
