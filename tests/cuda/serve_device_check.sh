@@ -15,7 +15,8 @@
 # /tmp/serve-device). Knobs: CONCURRENCY (default 1,8,32,64,256), PEERS
 # (default hf-static,hf), LLAMA_CONCURRENCY (default 1,64),
 # LLAMACPP_DIR (for PEERS=...,llamacpp: a folder of bench/llamacpp_build.sh),
-# BENCH_TIMEOUT (seconds per bench phase, default 560).
+# BENCH_TIMEOUT (seconds per bench phase, default 560), EQUAL_DET_ONLY=1
+# (equal: the deterministic runs only, the ones it checks).
 set -uo pipefail
 build=${1:?usage: serve_device_check.sh BUILD [PHASES...]}
 shift
@@ -80,7 +81,9 @@ phase_equal() {
   random_model "$shape" || { rc=1; return; }
   for sampled in 0 1; do
     make_prompts "$out/prompts-$sampled.jsonl" "$sampled" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model/config.json")"
-    for det in "--deterministic" ""; do
+    local modes=("--deterministic" "")
+    [ -n "${EQUAL_DET_ONLY:-}" ] && modes=("--deterministic")
+    for det in "${modes[@]}"; do
       local tag="s$sampled${det:+-det}"
       timeout 240 "$ty" generate --model "$model" --backend "$backend" --dtype bf16 $det \
         --input "$out/prompts-$sampled.jsonl" --output "$out/together-$tag.jsonl" \
