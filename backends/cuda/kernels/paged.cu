@@ -305,8 +305,12 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   }
   /* A row the block before it took (same run, not at a group boundary). */
   if (i0 % rgroup != 0 && ty_pa_joins(lead, row_seq, row_pos, i0 - 1, S, cap, window)) return;
+  /* The run's rows up to the next group boundary, where the row's own block
+   * leads (a row belongs to one block: the merge counts each split of a row
+   * once). */
   int nr = 1;
-  while (nr < rgroup && i0 + nr < N && ty_pa_joins(lead, row_seq, row_pos, i0 + nr, S, cap, window))
+  while (nr < rgroup && i0 + nr < N && (i0 + nr) % rgroup != 0 &&
+         ty_pa_joins(lead, row_seq, row_pos, i0 + nr, S, cap, window))
     ++nr;
   /* Positions fit an int: p < MB * BS, the table's reach. */
   const int per = (int)lead.per, k0 = (int)lead.lo + sp * per;

@@ -366,6 +366,27 @@ static bool reverse_order() {
   return reverse != 0;
 }
 
+/* TRAINYARD_CUDA_EMU_ORDER=scatter runs a grid's blocks in a scattered
+ * order (a stride coprime to the block count): blocks of one row far
+ * apart, as a GPU may run them, for kernels whose blocks meet through
+ * counters in memory (the last one of a group finishing the group's work). */
+static bool scatter_order() {
+  static const int scatter = [] {
+    const char *env = getenv("TRAINYARD_CUDA_EMU_ORDER");
+    return env && strcmp(env, "scatter") == 0 ? 1 : 0;
+  }();
+  return scatter != 0;
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b) {
+    const uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 /* Runs the threads of the current block to completion; false with `why`
  * on a deadlock. */
 static bool run_block(Launch *l, char *why, size_t cap) {
@@ -461,8 +482,15 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
   ty_emu_cur_block.gdim = {grid[0], grid[1], grid[2]};
   bool ok = true;
   const uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+  uint64_t stride = 1;
+  if (scatter_order() && blocks > 2) {
+    stride = blocks / 2 + 1;
+    while (gcd_u64(stride, blocks) != 1) ++stride;
+  }
   for (uint64_t q = 0; q < blocks && ok; ++q) {
-    const uint64_t b = reverse_order() ? blocks - 1 - q : q;
+    const uint64_t b = reverse_order()   ? blocks - 1 - q
+                       : stride > 1 ? (q * stride + blocks / 3) % blocks
+                                    : q;
     ty_emu_cur_block.bid = {(unsigned)(b % grid[0]), (unsigned)(b / grid[0] % grid[1]),
                             (unsigned)(b / ((uint64_t)grid[0] * grid[1]))};
     l.dyn.assign(shared, 0xA5); /* stale bytes, never zeros a kernel might rely on */
