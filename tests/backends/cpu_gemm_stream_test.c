@@ -25,20 +25,8 @@
 
 static ty_test_rng_t g_rng;
 
-static int64_t rand_in(int64_t lo, int64_t hi) { /* [lo, hi] */
-  return lo + (int64_t)(ty_test_rng_next(&g_rng) % (uint64_t)(hi - lo + 1));
-}
-
-static float rand_f(void) {
-  return (float)((double)(ty_test_rng_next(&g_rng) >> 11) * 0x1p-53 * 2.0 - 1.0);
-}
-
-static float *rand_buf(int64_t n) {
-  float *p = malloc((size_t)n * sizeof(float));
-  assert_non_null(p);
-  for (int64_t i = 0; i < n; ++i) p[i] = rand_f();
-  return p;
-}
+static int64_t rand_in(int64_t lo, int64_t hi) { return ty_test_rng_range(&g_rng, lo, hi); }
+static float *rand_buf(int64_t n) { return ty_test_rng_floats(&g_rng, n); }
 
 typedef struct {
   bool ta, tb, acc;

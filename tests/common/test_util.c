@@ -64,6 +64,21 @@ uint64_t ty_test_rng_next(ty_test_rng_t *rng) {
   return z ^ (z >> 31);
 }
 
+int64_t ty_test_rng_range(ty_test_rng_t *rng, int64_t lo, int64_t hi) {
+  return lo + (int64_t)(ty_test_rng_next(rng) % (uint64_t)(hi - lo + 1));
+}
+
+float ty_test_rng_unit(ty_test_rng_t *rng) {
+  return (float)((double)(ty_test_rng_next(rng) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+float *ty_test_rng_floats(ty_test_rng_t *rng, int64_t n) {
+  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  assert_non_null(p);
+  for (int64_t i = 0; i < n; ++i) p[i] = ty_test_rng_unit(rng);
+  return p;
+}
+
 void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n) {
   unsigned char *p = dst;
   bool any_nonzero = false;

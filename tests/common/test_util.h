@@ -41,6 +41,11 @@ void ty_test_rng_init(ty_test_rng_t *rng, uint64_t seed);
 uint64_t ty_test_rng_next(ty_test_rng_t *rng);
 /* Fills dst with random bytes; never leaves n > 0 bytes all zero. */
 void ty_test_fill_random(ty_test_rng_t *rng, void *dst, size_t n);
+/* An integer in [lo, hi]; a float in [-1, 1); n such floats, malloc'ed
+ * (the caller frees; a test failure when out of memory). */
+int64_t ty_test_rng_range(ty_test_rng_t *rng, int64_t lo, int64_t hi);
+float ty_test_rng_unit(ty_test_rng_t *rng);
+float *ty_test_rng_floats(ty_test_rng_t *rng, int64_t n);
 
 /* The in-tree plugins a registry should have loaded from the build tree:
  * the names in `csv` (TY_TEST_INTREE_PLUGINS, sorted), less the optional
