@@ -185,14 +185,20 @@ phase_profile() {
   done
 }
 
+# Nsight Compute's command line: on PATH, else the newest under /opt/nvidia.
+find_ncu() {
+  local n
+  n=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+  [ -x "$n" ] && echo "$n"
+}
+
 # Nsight Compute's serialized kernel times of steady decode steps (the graph's
 # nodes one by one): bench/ncu_summary.py sums them per kernel and per step.
 # NCU_SKIP / NCU_COUNT pick the window of kernel launches; NCU_FLAGS (default
 # --clock-control none) e.g. "--cache-control none --clock-control base".
 phase_ncu() {
   local backend=${BACKEND:-cuda:0} shape n ncu
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
-  [ -x "$ncu" ] || { echo "ncu: not found"; rc=1; return; }
+  ncu=$(find_ncu) || { echo "ncu: not found"; rc=1; return; }
   for shape in ${PROFILE_SHAPES:-gpt2-124m}; do
     random_model "$shape" || { rc=1; continue; }
     local model=/tmp/serve-bench-$shape/$shape-bf16
@@ -212,14 +218,14 @@ phase_ncu() {
 
 # One kernel's full Nsight Compute report (its sections: throughput,
 # occupancy, warp states, memory) in a steady decode step: NCU_KERNEL (a
-# kernel name, default ty_paged_attn_bf16), NCU_KERNEL_SKIP launches of it
+# -k filter, default regex:ty_paged_attn: any head size's paged kernel),
+# NCU_KERNEL_SKIP launches of it
 # skipped first (default 1200 + 8 * streams: past the prompts of 128 + 128
 # generation), one profiled; the per-instruction stall reasons of at least
 # 0.05 cycles are printed.
 phase_ncu_detail() {
-  local backend=${BACKEND:-cuda:0} shape n ncu k=${NCU_KERNEL:-ty_paged_attn_bf16}
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
-  [ -x "$ncu" ] || { echo "ncu: not found"; rc=1; return; }
+  local backend=${BACKEND:-cuda:0} shape n ncu k=${NCU_KERNEL:-regex:ty_paged_attn}
+  ncu=$(find_ncu) || { echo "ncu: not found"; rc=1; return; }
   for shape in ${PROFILE_SHAPES:-gpt2-124m}; do
     random_model "$shape" || { rc=1; continue; }
     local model=/tmp/serve-bench-$shape/$shape-bf16
