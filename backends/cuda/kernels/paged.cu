@@ -137,7 +137,6 @@ __device__ inline float ty_pa_ld_cg(const float *p) {
  * position, first visible key and keys per split. */
 struct ty_pa_row {
   long long s, p, lo, per;
-  int splits;
 };
 
 __device__ inline ty_pa_row ty_pa_row_of(const long long *row_seq, const long long *row_pos,
@@ -146,14 +145,11 @@ __device__ inline ty_pa_row ty_pa_row_of(const long long *row_seq, const long lo
   r.s = row_seq[i];
   r.p = row_pos[i];
   r.lo = r.per = 0;
-  r.splits = 0;
   if (r.s < -1 || r.s >= S || (r.s >= 0 && (r.p < 0 || r.p >= cap))) r.s = -2;
   if (r.s < 0) return r;
   r.lo = window > 0 && r.p - window + 1 > 0 ? r.p - window + 1 : 0;
   const long long keys = r.p - r.lo + 1;
   r.per = ty_pa_split_keys(keys);
-  r.splits = keys < 0x7fffffffLL - r.per ? ((int)keys + (int)r.per - 1) / (int)r.per
-                                         : (int)((keys + r.per - 1) / r.per);
   return r;
 }
 
@@ -316,10 +312,12 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   const int per = (int)lead.per, k0 = (int)lead.lo + sp * per;
   int kend = k0;
   unsigned multi = 0; /* bit r: row r has more than one split (partials, not out) */
+  __shared__ int ns_sh[TY_PA_MAX_ROWS]; /* each row's split count (the merge's) */
   for (int r = 0; r < nr; ++r) {
     const int p = (int)row_pos[i0 + r], e = k0 + per < p + 1 ? k0 + per : p + 1;
     if (e > kend) kend = e;
     if (p + 1 - (int)lead.lo > per) multi |= 1u << r; /* rows of a run share lo and per */
+    if (tid == 0) ns_sh[r] = (p + 1 - (int)lead.lo + per - 1) / per;
   }
   if (kend == k0) return; /* no row has keys in this split */
   const long long *trow = table + lead.s * MB;
@@ -465,7 +463,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
     unsigned mine = 0;
     for (int r = 0; r < nr; ++r) {
       if (!(multi >> r & 1u) || k1_sh[r * gc] <= k0) continue;
-      const int keys = (int)row_pos[i0 + r] + 1 - (int)lead.lo, splits = (keys + per - 1) / per;
+      const int splits = ns_sh[r];
       int *cnt = count + (i0 + r) * gridDim.y + blockIdx.y;
       if (atomicAdd(cnt, 1) == splits - 1) {
         mine |= 1u << r;
@@ -486,7 +484,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   for (int rc = tid; rc < rgc; rc += TY_PA_THREADS) {
     const int r = r_sh[rc];
     if (!(mine >> r & 1u)) continue;
-    const int keys = (int)row_pos[i0 + r] + 1 - (int)lead.lo, splits = (keys + per - 1) / per;
+    const int splits = ns_sh[r];
     const float *ml = part + slots_per * D + ih_sh[rc] * max_splits * 2;
     float m = -INFINITY, l = 0.0f;
     for (int k = 0; k < splits; ++k) m = fmaxf(m, ty_pa_ld_cg(ml + 2 * k));
@@ -502,7 +500,7 @@ __device__ void ty_paged_attn_impl(const void *q_, const void *kp_, const void *
   for (int e = tid; e < rgc * D; e += TY_PA_THREADS) {
     const int rc = e / D, d = e - rc * D, r = r_sh[rc];
     if (!(mine >> r & 1u)) continue;
-    const int keys = (int)row_pos[i0 + r] + 1 - (int)lead.lo, splits = (keys + per - 1) / per;
+    const int splits = ns_sh[r];
     const long long ih = ih_sh[rc];
     float o = 0.0f;
     for (int k = 0; k < splits; ++k) {
