@@ -391,7 +391,8 @@ ty_dev_ref_t ty_dev_aux(ty_dev_build_t *b, const void *data, uint64_t bytes) {
     x->aux_host = grown;
     x->aux_cap = cap;
   }
-  if (bytes) memcpy(x->aux_host + x->aux_bytes, data, bytes);
+  if (bytes && data) memcpy(x->aux_host + x->aux_bytes, data, bytes);
+  else if (bytes) memset(x->aux_host + x->aux_bytes, 0, bytes);
   x->aux_bytes = need;
   return r;
 }

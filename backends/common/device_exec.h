@@ -202,7 +202,9 @@ ty_dev_ref_t ty_dev_ref_at(ty_dev_ref_t ref, uint64_t byte_offset);
 /* `bytes` of this node's scratch (aligned; contents undefined at the
  * node's start). */
 ty_dev_ref_t ty_dev_scratch(ty_dev_build_t *b, uint64_t bytes);
-/* Read-only data uploaded with the executable (e.g. RoPE frequencies). */
+/* Data uploaded with the executable (e.g. RoPE frequencies), zeros when
+ * `data` is NULL; the executable's own bytes for its whole life, so a
+ * kernel may also keep state there (paged attention's split counts). */
 ty_dev_ref_t ty_dev_aux(ty_dev_build_t *b, const void *data, uint64_t bytes);
 int ty_dev_dt(const ty_abi_value_t *v); /* dtype code for kernels, 0 when absent */
 int64_t ty_dev_numel(const ty_abi_value_t *v);

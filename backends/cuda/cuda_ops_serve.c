@@ -6,7 +6,6 @@
  * runs; what the kernels cannot take (a head dim over TY_PA_MAX_D) is
  * refused by name in ty_cu_op_check (cuda_ops.c). */
 #include <math.h>
-#include <stdlib.h>
 
 #include "cuda_ops.h"
 #include "kernels/paged_shapes.h"
@@ -74,14 +73,8 @@ void ty_cu_build_paged_attention(ty_cu_build_t *b) {
    * the merging block: device memory of the executable's own (aux). */
   const ty_dev_ref_t part =
       ty_dev_scratch(b, (uint64_t)N * Hq * max_splits * (D + 2) * sizeof(float));
-  const uint64_t counts = (uint64_t)N * (uint64_t)(Hkv * chunks) * sizeof(int32_t);
-  int32_t *zeros = calloc(1, (size_t)counts);
-  if (!zeros) {
-    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-    return;
-  }
-  const ty_dev_ref_t count = ty_dev_aux(b, zeros, counts);
-  free(zeros);
+  const ty_dev_ref_t count =
+      ty_dev_aux(b, NULL, (uint64_t)N * (uint64_t)(Hkv * chunks) * sizeof(int32_t));
   const int dt = q->dtype;
   /* ty_paged_attn[_d64|_d128]_<dt>(q, kp, vp, table, row_seq, row_pos, out, part, count,
    *   int N, int NB, int BS, int Hq, int Hkv, int D, int S, int MB, int gchunk, int rgroup,
