@@ -5,8 +5,9 @@
 # prompts on cpu, and with TRAINYARD_CUDA_FUSE=0 against itself fused.
 # Greedy ids must be equal: the fusions are exact copies or the same
 # arithmetic, and these small f32/bf16 fixtures decode the same on both
-# backends. Prompts of 1..50 ids (longer than the 32-token prefill chunk)
-# in batches of 4, so steps mix prefill chunks and decode rows.
+# backends. Prompts of 1..50 ids for GPT-2 (64 positions), 1..110 for the
+# others (two paged-attention splits past 64 keys), longer than the 32-token
+# prefill chunk, in batches of 4, so steps mix prefill chunks and decode rows.
 #
 #   generate_emu_test.sh TRAINYARD FIXTURE_MODELS_DIR
 # (TRAINYARD_CUDA_DRIVER / TRAINYARD_CUDA_BLASLT name the emulator.)
@@ -15,22 +16,27 @@ ty=${1:?usage: generate_emu_test.sh TRAINYARD FIXTURE_MODELS_DIR}
 models=${2:?usage: generate_emu_test.sh TRAINYARD FIXTURE_MODELS_DIR}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work/prompts.jsonl" <<'PY'
-import json, random, sys
-rnd = random.Random(29)
-with open(sys.argv[1], "w") as f:
-    for k in range(7):
-        n = [1, 50, 32, 33][k] if k < 4 else rnd.randint(2, 45)
-        f.write(json.dumps({"id": str(k), "prompt_ids": [rnd.randrange(90) for _ in range(n)],
-                            "max_new_tokens": 6 + k}) + "\n")
+# short: GPT-2's 64 positions; long: rows past 64 keys, so paged attention
+# cuts them into two splits and merges them (the plugin's split counts).
+python3 - "$work" <<'PY'
+import json, os, random, sys
+for name, most, fixed in (("short", 45, [1, 50, 32, 33]), ("long", 110, [1, 100, 64, 65])):
+    rnd = random.Random(29)
+    with open(os.path.join(sys.argv[1], name + ".jsonl"), "w") as f:
+        for k in range(7):
+            n = fixed[k] if k < 4 else rnd.randint(2, most)
+            f.write(json.dumps({"id": str(k), "prompt_ids": [rnd.randrange(90) for _ in range(n)],
+                                "max_new_tokens": 6 + k}) + "\n")
 PY
 rc=0
 for m in gpt2 gpt2_bf16 llama3 mistral; do
+  prompts=long ctx=128
+  [[ $m == gpt2* ]] && prompts=short ctx=64
   run() { # backend output [env...]
     local backend=$1 out=$2
     shift 2
-    env "$@" "$ty" generate --model "$models/$m" --backend "$backend" --input "$work/prompts.jsonl" \
-      --output "$out" --max-batch 4 --ctx 64 --prefill-chunk 32 >"$out.log" 2>&1 ||
+    env "$@" "$ty" generate --model "$models/$m" --backend "$backend" --input "$work/$prompts.jsonl" \
+      --output "$out" --max-batch 4 --ctx $ctx --prefill-chunk 32 >"$out.log" 2>&1 ||
       { echo "$m on $backend $*: generate failed"; cat "$out.log"; return 1; }
   }
   run cpu "$work/$m-cpu.jsonl" || { rc=1; continue; }
