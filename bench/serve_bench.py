@@ -277,6 +277,21 @@ class Server:
         if bad:
             self.fail("the server reported errors:\n  " + "\n  ".join(bad[:20]))
 
+    def engine_times(self):
+        """The engine's step counters from /metrics: steps, and the seconds of
+        the steps, their graph runs and their reads (docs/formats.md)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        got = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                got[name] = float(value)
+        keys = ("steps_total", "step_seconds_total", "run_seconds_total", "read_seconds_total")
+        return {k: got["trainyard_engine_" + k] for k in keys}
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -391,9 +406,25 @@ def trainyard_rows(args, model, levels, vocab):
                                                args.temperature, together=False)
                 row["sequential_tokens_per_s"] = seq_tps
                 row["sequential_ttft_mean_s"] = sum(seq_ttft) / len(seq_ttft)
+            before = server.engine_times()
             tps, ttft, wall = measure(server, prompts, args.new_tokens, args.temperature)
+            after = server.engine_times()
+            d = {k: after[k] - before[k] for k in after}
             row.update({"tokens_per_s": tps, "wall_s": wall, "ttft": "per request, HTTP",
                         **ttft_figures(ttft)})
+            if d["steps_total"] > 0:
+                # Where the wall time went: the engine's steps (of which the
+                # graph runs and the reads back) and, the rest, the server
+                # between steps; per step, in ms.
+                per = 1e3 / d["steps_total"]
+                row["engine_steps"] = int(d["steps_total"])
+                row["ms_per_step"] = {
+                    "wall": wall * per, "step": d["step_seconds_total"] * per,
+                    "run": d["run_seconds_total"] * per, "read": d["read_seconds_total"] * per}
+                m = row["ms_per_step"]
+                print(f"      engine: {row['engine_steps']} steps, {m['wall']:.3f} ms of wall "
+                      f"each: step {m['step']:.3f} (run {m['run']:.3f}, read {m['read']:.3f}), "
+                      f"between steps {m['wall'] - m['step']:.3f}", file=sys.stderr, flush=True)
             if args.sequential:
                 row["speedup"] = tps / row["sequential_tokens_per_s"]
             rows.append(row)

@@ -822,7 +822,9 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
   TY_RETURN_IF_ERROR(ty_engine_bucket(e, b));
   ty_step_graph_t *g = &e->buckets[b];
   ty_engine_fill(e, g, order, n);
+  double t_run = ty_engine_now();
   TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g));
+  double t_read = ty_engine_now();
   bool host = false, device = false;
   for (int64_t i = 0; i < n; ++i) {
     if (order[i]->logit_row < 0) continue;
@@ -842,6 +844,9 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
     TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_logprob", e->next_logprob,
                                        (size_t)g->logit_rows * sizeof(float)));
   }
+  double t_take = ty_engine_now();
+  e->stats.run_seconds += t_read - t_run;
+  e->stats.read_seconds += t_take - t_read;
   e->stats.steps++;
   e->stats.decode_runs++;
   e->stats.decode_rows += (uint64_t)g->tokens;
@@ -861,6 +866,7 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
     TY_RETURN_IF_ERROR(ty_engine_take_row(e, q, q->logit_row, row_bytes, emit, context));
   }
   e->stats.last_step_seconds = ty_engine_now() - t0;
+  e->stats.step_seconds += e->stats.last_step_seconds;
   return TY_OK;
 }
 

@@ -229,6 +229,14 @@ typedef struct ty_engine_stats_t {
   uint64_t decode_rows;     /* rows of the decode graphs run (padding included) */
   uint64_t decode_runs;     /* decode graph runs */
   double last_step_seconds; /* host wall time of the last step */
+  /* Where the steps' wall time went, summed over every step that ran a
+   * graph: the whole step, of which the graph run (inputs written, the
+   * device's work and the wait for it) and reading its results back; the
+   * rest is the host's own work (planning, filling the inputs, taking
+   * tokens, emitting them). */
+  double step_seconds;
+  double run_seconds;
+  double read_seconds;
   int64_t kv_blocks;        /* the pool's blocks */
   int64_t kv_block_size;    /* tokens per block */
   int64_t kv_free;          /* blocks available (free or holding a cached prefix) */

@@ -266,6 +266,15 @@ class GenerateTest(cli_util.TempDirTest):
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(out) as f:
                 got[len(flags)] = [json.loads(line)["ids"] for line in f]
+            # Where the steps went: the run and the read are parts of a step.
+            m = re.search(r"(\d+) engine steps, ([\d.]+) ms each: run ([\d.]+) \(inputs, the "
+                          r"graph, the wait\), read back ([\d.]+), host (-?[\d.]+)", r.stderr)
+            self.assertIsNotNone(m, r.stderr)
+            step, part_run, part_read, host = (float(m.group(i)) for i in (2, 3, 4, 5))
+            self.assertGreater(int(m.group(1)), 0)
+            self.assertGreater(part_run, 0)
+            self.assertGreaterEqual(host, 0)
+            self.assertAlmostEqual(part_run + part_read + host, step, delta=0.002)
             if flags:
                 m = re.search(r"speculative decoding: (\d+) of (\d+) drafted tokens accepted",
                               r.stderr)

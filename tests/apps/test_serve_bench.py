@@ -118,6 +118,10 @@ class SmokeTest(unittest.TestCase):
             self.assertGreater(r["tokens_per_s"], 0)
             self.assertTrue(0 < r["ttft_p50_s"] <= r["ttft_p90_s"] <= r["ttft_max_s"], r)
             self.assertLessEqual(r["ttft_mean_s"], r["ttft_max_s"])
+            # The engine's step times from /metrics: parts within the whole.
+            m = r["ms_per_step"]
+            self.assertGreater(r["engine_steps"], 0, r)
+            self.assertTrue(0 < m["run"] + m["read"] <= m["step"] <= m["wall"], r)
         for key in ("card", "date", "command", "server_command"):
             self.assertTrue(self.out[key], key)
         self.assertEqual(self.out["card"], "cpu")

@@ -831,6 +831,12 @@ class OptionsTest(cli_util.TempDirTest):
             ["curl", "-s", f"http://127.0.0.1:{port}/metrics"], capture_output=True,
             text=True).stdout.splitlines() if l and l[0] != "#"}
         self.assertEqual(metrics["trainyard_batch_slots"], 2)              # --max-batch
+        # The steps' wall time and its parts: the runs and reads are inside it.
+        step_s = metrics["trainyard_engine_step_seconds_total"]
+        self.assertGreater(metrics["trainyard_engine_run_seconds_total"], 0)
+        self.assertGreater(metrics["trainyard_engine_read_seconds_total"], 0)
+        self.assertLessEqual(metrics["trainyard_engine_run_seconds_total"]
+                             + metrics["trainyard_engine_read_seconds_total"], step_s)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 0)

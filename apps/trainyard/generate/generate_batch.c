@@ -426,11 +426,21 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
             (long long)b.tokens, seconds, seconds > 0 ? (double)b.tokens / seconds : 0.0,
             (long long)a->max_batch, (long long)ctx, (long long)(chunk < ctx ? chunk : ctx),
             ty_device_label(device), a->output);
+    ty_engine_stats_t st = ty_engine_stats(engine);
+    if (st.steps > 0) {
+      /* Where a step's time went: the device's work shows in "run"; the
+       * rest keeps the device idle between steps. */
+      double per = 1e3 / (double)st.steps;
+      fprintf(stderr, "trainyard generate: %llu engine steps, %.3f ms each: run %.3f (inputs, "
+              "the graph, the wait), read back %.3f, host %.3f\n",
+              (unsigned long long)st.steps, st.step_seconds * per, st.run_seconds * per,
+              st.read_seconds * per,
+              (st.step_seconds - st.run_seconds - st.read_seconds) * per);
+    }
     if (a->speculate > 0) {
-      ty_engine_stats_t es = ty_engine_stats(engine);
       fprintf(stderr, "trainyard generate: speculative decoding: %llu of %llu drafted tokens "
-              "accepted in %llu steps\n", (unsigned long long)es.draft_accepted,
-              (unsigned long long)es.draft_tokens, (unsigned long long)es.steps);
+              "accepted in %llu steps\n", (unsigned long long)st.draft_accepted,
+              (unsigned long long)st.draft_tokens, (unsigned long long)st.steps);
     }
   }
   free(out);

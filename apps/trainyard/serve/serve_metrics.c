@@ -110,6 +110,16 @@ bool ty_srv_metrics_text(ty_server_t *s, ty_srv_buf_t *out) {
        ty_put(out, "trainyard_batch_occupancy %.4f\n", (double)m->engine.busy / (double)s->slots);
   ok = ok && ty_metric(out, "trainyard_engine_steps_total", "counter", "Engine steps run.") &&
        ty_put(out, "trainyard_engine_steps_total %llu\n", (unsigned long long)m->engine.steps);
+  ok = ok && ty_metric(out, "trainyard_engine_step_seconds_total", "counter",
+                       "Wall time of the engine steps.") &&
+       ty_put(out, "trainyard_engine_step_seconds_total %.6f\n", m->engine.step_seconds);
+  ok = ok && ty_metric(out, "trainyard_engine_run_seconds_total", "counter",
+                       "Of the steps' time: the graph runs (inputs written, the device's work "
+                       "and the wait for it).") &&
+       ty_put(out, "trainyard_engine_run_seconds_total %.6f\n", m->engine.run_seconds);
+  ok = ok && ty_metric(out, "trainyard_engine_read_seconds_total", "counter",
+                       "Of the steps' time: reading the sampled ids or the logits back.") &&
+       ty_put(out, "trainyard_engine_read_seconds_total %.6f\n", m->engine.read_seconds);
   ok = ok && ty_metric(out, "trainyard_decode_rows_total", "counter",
                        "Rows of the decode graphs run, padding included (decode tokens over "
                        "this is the decode graphs' occupancy).") &&
