@@ -98,6 +98,48 @@ class ApiTest(unittest.TestCase):
                          self.complete(prompt="the dog", max_tokens=3, temperature=0)
                          .choices[0].text)
 
+    def test_stream_chunk_bytes(self):
+        """Token chunks without log-probabilities are written around a cached
+        head instead of built as JSON values: the bytes are those of the JSON
+        path (TRAINYARD_SERVE_JSON_CHUNKS=1), ids and times aside."""
+        os.environ["TRAINYARD_SERVE_JSON_CHUNKS"] = "1"
+        try:
+            other = Server("--max-batch", "4", "--ctx", "256", "--prefill-chunk", "8")
+        finally:
+            del os.environ["TRAINYARD_SERVE_JSON_CHUNKS"]
+        mask = lambda b: re.sub(rb'"created":\d+', b'"created":0', re.sub(  # noqa: E731
+            rb'"id":"[^"]*"', b'"id":""', b))
+        bodies = [
+            ("/v1/completions", {"prompt": "the cat sat", "max_tokens": 24, "temperature": 0}),
+            ("/v1/completions", {"prompt": ["\"quoted\"\n", "tab\there \u00e9\u4e16"],
+                                 "max_tokens": 16, "temperature": 0, "return_token_ids": True}),
+            ("/v1/completions", {"prompt": "a b c", "max_tokens": 12, "temperature": 0.9,
+                                 "seed": 5, "n": 2, "stop": ["e"],
+                                 "stream_options": {"include_usage": True}}),
+            ("/v1/completions", {"prompt": "x", "max_tokens": 6, "temperature": 0,
+                                 "logprobs": 2}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi \\ there"}],
+                                      "max_tokens": 20, "temperature": 0}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}],
+                                      "max_tokens": 10, "temperature": 0,
+                                      "return_token_ids": True, "n": 2}),
+        ]
+        try:
+            for path, body in bodies:
+                body = dict(body, model=self.model, stream=True)
+                got = [srv.request("POST", path, body) for srv in (self.server, other)]
+                for status, _, data in got:
+                    self.assertEqual(status, 200, data[:300])
+                fast, slow = (mask(data) for _, _, data in got)
+                self.assertEqual(fast, slow, body)
+                chunks = [line for line in fast.split(b"\n\n") if line.startswith(b"data: {")]
+                self.assertGreater(len(chunks), 2, fast[:300])
+                for line in chunks:
+                    json.loads(line[6:])
+        finally:
+            self.assertEqual(other.stop(), 0)
+            other.close()
+
     def test_chat(self):
         r = self.client.chat.completions.create(
             model=self.model, messages=[{"role": "user", "content": "hello there"}],

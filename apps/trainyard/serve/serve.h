@@ -95,6 +95,11 @@ struct ty_srv_request_t {
   size_t stop_count;
   double arrived, deadline; /* monotonic seconds */
   /* Scheduler-owned. */
+  /* A token chunk's head, `{"id":...,"model":...` (the compact dump of the
+   * chunk object without its closing brace), made at the first token:
+   * token chunks without log-probabilities are written around it instead
+   * of built as JSON objects (serve_api.c, ty_api_token_chunk). */
+  ty_srv_buf_t chunk_head;
   ty_srv_choice_t *choices;
   size_t choice_count, next_choice, done_choices;
   double first_token;

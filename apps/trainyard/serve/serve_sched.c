@@ -30,6 +30,7 @@ void ty_srv_request_free(ty_srv_request_t *r) {
   free(r->prompt_lens);
   for (size_t i = 0; i < r->stop_count; ++i) free(r->stop[i]);
   free(r->model);
+  ty_srv_buf_free(&r->chunk_head);
   ty_srv_buf_free(&r->out);
   pthread_cond_destroy(&r->changed);
   free(r);
