@@ -197,10 +197,26 @@ static void ty_srv_schedule(ty_server_t *s) {
   }
 }
 
+/* A token's response bytes, made during the step (no lock), handed to its
+ * request after the step (ty_srv_hand_out, one lock for all). */
+typedef struct {
+  ty_srv_choice_t *choice;
+  size_t offset, size; /* in the step's scratch */
+  ty_status_t status;
+} ty_srv_pending_t;
+
+/* Tokens held before they are handed out (more in one step: handed out in
+ * turns of this many). */
+#define TY_SRV_PENDING 256
+
 typedef struct {
   ty_server_t *server;
   ty_srv_buf_t scratch;
+  ty_srv_pending_t pending[TY_SRV_PENDING];
+  size_t pending_count;
 } ty_srv_step_t;
+
+static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step);
 
 /* A turn-end or EOS token: it ends the choice and is not text. */
 static bool ty_srv_is_stop_id(const ty_srv_request_t *r, int64_t id) {
@@ -236,59 +252,84 @@ static ty_status_t ty_srv_token_output(ty_server_t *s, ty_srv_choice_t *c,
                                      "response");
 }
 
-/* The engine's callback: one token of one choice. */
+/* A request whose response bytes could not be made: a 500 in place of
+ * what it had not sent yet (lock held). */
+static void ty_srv_fail_request(ty_server_t *s, ty_srv_request_t *r, ty_status_t st) {
+  ty_api_error_t e;
+  ty_api_fail(&e, 500, "server_error", "internal_error", NULL, "request %s: %s", r->id,
+              st ? ty_status_message(st) : "out of memory writing the response");
+  fprintf(stderr, "trainyard serve: %s\n", e.message);
+  r->out.size = 0;
+  if (r->stream) ty_srv_api_stream_error(&e, &r->out);
+  else ty_srv_api_error_json(&e, &r->out);
+  r->status = 500;
+  if (r->state != TY_SRV_FINISHED) s->in_flight--;
+  r->state = TY_SRV_FINISHED;
+}
+
+/* The engine's callback: one token of one choice. Its bytes are made here,
+ * outside the lock; ty_srv_hand_out gives them to the requests after the
+ * step, so that the scheduler takes the lock (and wakes the connections)
+ * once a step rather than once a token. */
 static void ty_srv_on_token(void *context, const ty_engine_token_t *t) {
   ty_srv_step_t *step = context;
   ty_server_t *s = step->server;
   ty_srv_choice_t *c = t->user;
-  ty_srv_request_t *r = c->request;
   if (c->done) return;
-  step->scratch.size = 0;
-  c->tokens++;
-  ty_status_t st = ty_srv_token_output(s, c, t, &step->scratch);
-  pthread_mutex_lock(&s->lock);
-  if (r->first_token == 0) {
-    r->first_token = ty_srv_now();
-    ty_srv_metrics_ttft(s, r->first_token - r->arrived);
-  }
-  ty_srv_metrics_tokens(s, 1);
-  if (r->state == TY_SRV_FINISHED || r->cancel) {
-    ty_status_free(st);
+  if (step->pending_count == TY_SRV_PENDING) {
+    pthread_mutex_lock(&s->lock);
+    ty_srv_hand_out(s, step);
     pthread_mutex_unlock(&s->lock);
-    return;
   }
-  bool ok = !st && ty_srv_buf_append(&r->out, step->scratch.data ? step->scratch.data : "",
-                                     step->scratch.size);
-  if (ok && c->done) {
-    ok = ty_srv_api_choice_end(s, c, &r->out);
-    r->done_choices++;
-    if (ok && r->done_choices == r->choice_count) {
-      ok = ty_srv_api_finish(s, r, &r->out);
-      r->status = 200;
-      r->state = TY_SRV_FINISHED; /* the schedule drops it from running */
-      s->in_flight--;
-      if (s->options.verbosity) {
-        fprintf(stderr, "trainyard serve: %s: %lld prompt tokens, %zu choices, %.1f ms\n",
-                r->id, (long long)r->prompt_tokens, r->choice_count,
-                (ty_srv_now() - r->arrived) * 1e3);
+  c->tokens++;
+  const size_t offset = step->scratch.size;
+  ty_status_t st = ty_srv_token_output(s, c, t, &step->scratch);
+  step->pending[step->pending_count++] =
+      (ty_srv_pending_t){.choice = c, .offset = offset, .size = step->scratch.size - offset,
+                         .status = st};
+}
+
+/* After a step (lock held): the tokens' bytes go to their requests, in the
+ * order the engine made them; a choice that ended finishes its request's
+ * response when it was the last. */
+static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step) {
+  const double now = ty_srv_now();
+  for (size_t i = 0; i < step->pending_count; ++i) {
+    const ty_srv_pending_t *p = &step->pending[i];
+    ty_srv_choice_t *c = p->choice;
+    ty_srv_request_t *r = c->request;
+    ty_status_t st = p->status;
+    if (r->first_token == 0) {
+      r->first_token = now;
+      ty_srv_metrics_ttft(s, r->first_token - r->arrived);
+    }
+    ty_srv_metrics_tokens(s, 1);
+    if (r->state == TY_SRV_FINISHED || r->cancel) {
+      ty_status_free(st);
+      continue;
+    }
+    bool ok = !st && ty_srv_buf_append(&r->out, step->scratch.data + p->offset, p->size);
+    if (ok && c->done) {
+      ok = ty_srv_api_choice_end(s, c, &r->out);
+      r->done_choices++;
+      if (ok && r->done_choices == r->choice_count) {
+        ok = ty_srv_api_finish(s, r, &r->out);
+        r->status = 200;
+        r->state = TY_SRV_FINISHED; /* the schedule drops it from running */
+        s->in_flight--;
+        if (s->options.verbosity) {
+          fprintf(stderr, "trainyard serve: %s: %lld prompt tokens, %zu choices, %.1f ms\n",
+                  r->id, (long long)r->prompt_tokens, r->choice_count,
+                  (ty_srv_now() - r->arrived) * 1e3);
+        }
       }
     }
+    if (!ok) ty_srv_fail_request(s, r, st);
+    ty_status_free(st);
+    pthread_cond_broadcast(&r->changed);
   }
-  if (!ok) {
-    ty_api_error_t e;
-    ty_api_fail(&e, 500, "server_error", "internal_error", NULL, "request %s: %s", r->id,
-                st ? ty_status_message(st) : "out of memory writing the response");
-    fprintf(stderr, "trainyard serve: %s\n", e.message);
-    r->out.size = 0;
-    if (r->stream) ty_srv_api_stream_error(&e, &r->out);
-    else ty_srv_api_error_json(&e, &r->out);
-    r->status = 500;
-    if (r->state != TY_SRV_FINISHED) s->in_flight--;
-    r->state = TY_SRV_FINISHED;
-  }
-  ty_status_free(st);
-  pthread_cond_broadcast(&r->changed);
-  pthread_mutex_unlock(&s->lock);
+  step->pending_count = 0;
+  step->scratch.size = 0;
 }
 
 /* After a step (lock held): sequences that ended by a stop string, or
@@ -329,6 +370,7 @@ static void *ty_srv_sched_main(void *arg) {
     pthread_mutex_unlock(&s->lock);
     ty_status_t st = ty_engine_step(s->engine, ty_srv_on_token, &step);
     pthread_mutex_lock(&s->lock);
+    ty_srv_hand_out(s, &step);
     ty_srv_free_slots(s);
     s->metrics.engine = ty_engine_stats(s->engine);
     if (st) {
