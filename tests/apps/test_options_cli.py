@@ -134,7 +134,8 @@ AUDIT = {
            "--deterministic": "test_deterministic_cli.py:GenerateTest.test_batched_equals_alone",
            "--speculate": "test_deterministic_cli.py:GenerateTest.test_speculate_changes_nothing"},
         **{o: "GenerateOptionsTest.test_input_options" for o in (
-            "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk")}),
+            "--input", "--output", "--max-batch", "--ctx", "--prefill-chunk",
+            "--prefill-budget")}),
     "serve": dict({o: "test_serve_cli.py:OptionsTest.test_each_option" for o in (
         "--model", "--dtype", "--host", "--port", "--model-name", "--chat-template",
         "--prefill-chunk", "--prefill-budget", "--ctx", "--max-batch")},
@@ -865,6 +866,17 @@ class GenerateOptionsTest(Base):
         chunked, err = results("--max-batch", "2", "--prefill-chunk", "2")  # --prefill-chunk
         self.assertIn("prefill chunk 2", err)
         self.assertEqual(chunked, got)
+        # --prefill-budget: a step prefills up to 4 prompt tokens (chunks of 1
+        # of several prompts) while others decode: the same tokens, in fewer
+        # steps.
+        steps = lambda e: int(re.search(r"(\d+) engine steps", e).group(1))  # noqa: E731
+        one, err_one = results("--max-batch", "5", "--prefill-chunk", "1")
+        budget, err_budget = results("--max-batch", "5", "--prefill-chunk", "1",
+                                     "--prefill-budget", "4")
+        self.assertEqual(one, got)
+        self.assertEqual(budget, got)
+        self.assertLess(steps(err_budget), steps(err_one))
+        self.refused(base + ["--prefill-budget", "0"], "--prefill-budget must be an integer")
         _, err = results("--ctx", "40")                                      # --ctx
         self.assertIn("of 40 tokens", err)
         self.refused(base + ["--ctx", "12"], "p.jsonl:5: a prompt of 4 tokens + 12 new tokens "

@@ -28,8 +28,8 @@ static const char *const ty_generate_usage =
     "                          [--speculate N]\n"
     "       trainyard generate --model DIR --input PROMPTS.jsonl --output OUT.jsonl\n"
     "                          [--max-new-tokens N] [--max-batch N] [--ctx N]\n"
-    "                          [--prefill-chunk N] [sampling, --backend, --dtype,\n"
-    "                          --deterministic, --speculate N]\n"
+    "                          [--prefill-chunk N] [--prefill-budget N] [sampling,\n"
+    "                          --backend, --dtype, --deterministic, --speculate N]\n"
     "\n"
     "Continues a prompt with the model in DIR. Greedy unless --temperature is\n"
     "given. Prints the text (when DIR holds tokenizer.json) and the speed; with\n"
@@ -51,6 +51,9 @@ static const char *const ty_generate_usage =
     "  --max-batch N        --input: sequences generated together (default 8)\n"
     "  --ctx N              --input: tokens per sequence (default: the longest line's)\n"
     "  --prefill-chunk N    --input: prompt tokens per prefill run (default 64)\n"
+    "  --prefill-budget N   --input: prompt tokens a step may prefill while others\n"
+    "                       decode, in whole chunks (default: one chunk; more\n"
+    "                       starts a file of many prompts in fewer steps)\n"
     "  --max-new-tokens N   tokens to generate (>= 1; with --input, the default of\n"
     "                       lines without max_new_tokens)\n"
     "  --greedy             pick the most likely token (the default)\n"
@@ -83,7 +86,7 @@ static const char *const ty_generate_usage =
 
 typedef struct {
   const char *model_dir, *prompt, *backend, *input, *output;
-  int64_t max_batch, ctx, chunk;
+  int64_t max_batch, ctx, chunk, prefill_budget;
   int64_t *prompt_ids; /* --prompt-ids, parsed */
   size_t prompt_id_count;
   int64_t max_new;
@@ -278,7 +281,7 @@ static ty_status_t ty_generate_run(ty_app_t *app, const ty_generate_args_t *a) {
  * or -1 after --help. */
 static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
   enum { O_PROMPT = 1000, O_IDS, O_MAX, O_GREEDY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_BACKEND,
-         O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK,
+         O_DTYPE, O_JSON, O_EOS, O_NONFINITE, O_INPUT, O_OUTPUT, O_BATCH, O_CTX, O_CHUNK, O_BUDGET,
          O_CHECK, O_DETERMINISTIC, O_SPECULATE };
   static const struct option long_options[] = {
       {"model", required_argument, NULL, 'm'},
@@ -301,6 +304,7 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       {"max-batch", required_argument, NULL, O_BATCH},
       {"ctx", required_argument, NULL, O_CTX},
       {"prefill-chunk", required_argument, NULL, O_CHUNK},
+      {"prefill-budget", required_argument, NULL, O_BUDGET},
       {"deterministic", no_argument, NULL, O_DETERMINISTIC},
       {"speculate", required_argument, NULL, O_SPECULATE},
       {"help", no_argument, NULL, 'h'},
@@ -400,15 +404,22 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
       case O_OUTPUT: a->output = optarg; break;
       case O_BATCH:
       case O_CTX:
-      case O_CHUNK: {
+      case O_CHUNK:
+      case O_BUDGET: {
         int64_t v = strtoll(optarg, &end, 10);
         int64_t hi = c == O_BATCH ? 1024 : INT32_MAX, lo = c == O_CTX ? 2 : 1;
-        const char *name = c == O_BATCH ? "--max-batch" : c == O_CTX ? "--ctx" : "--prefill-chunk";
+        const char *name = c == O_BATCH ? "--max-batch"
+                           : c == O_CTX ? "--ctx"
+                           : c == O_CHUNK ? "--prefill-chunk"
+                                          : "--prefill-budget";
         if (*end || end == optarg || v < lo || v > hi) {
           return ty_app_usage_error(cmd, "%s must be an integer in %lld..%lld", name,
                                     (long long)lo, (long long)hi);
         }
-        *(c == O_BATCH ? &a->max_batch : c == O_CTX ? &a->ctx : &a->chunk) = v;
+        *(c == O_BATCH ? &a->max_batch
+          : c == O_CTX ? &a->ctx
+          : c == O_CHUNK ? &a->chunk
+                         : &a->prefill_budget) = v;
         break;
       }
       case 'h': fputs(ty_generate_usage, stdout); return -1;
@@ -429,9 +440,9 @@ static int ty_generate_parse(int argc, char **argv, ty_generate_args_t *a) {
                                      "--prompt-ids and --json do not apply");
     }
   } else {
-    if (a->max_batch || a->ctx || a->chunk) {
-      return ty_app_usage_error(cmd, "--max-batch, --ctx and --prefill-chunk apply to --input "
-                                     "only (one prompt runs alone)");
+    if (a->max_batch || a->ctx || a->chunk || a->prefill_budget) {
+      return ty_app_usage_error(cmd, "--max-batch, --ctx, --prefill-chunk and --prefill-budget "
+                                     "apply to --input only (one prompt runs alone)");
     }
     if (!a->prompt == !a->prompt_ids) {
       return ty_app_usage_error(cmd, "give exactly one of --prompt and --prompt-ids (or "
@@ -462,7 +473,8 @@ int ty_cmd_generate(ty_app_t *app, int argc, char **argv) {
                                   .input = a.input, .output = a.output, .dtype = a.dtype,
                                   .compute_dtype = a.compute_dtype, .max_new = a.max_new,
                                   .max_batch = a.max_batch ? a.max_batch : 8,
-                                  .ctx = a.ctx, .chunk = a.chunk, .sampling = a.sampling,
+                                  .ctx = a.ctx, .chunk = a.chunk,
+                                  .prefill_budget = a.prefill_budget, .sampling = a.sampling,
                                   .stop_at_eos = a.stop_at_eos,
                                   .allow_nonfinite = a.allow_nonfinite,
                                   .check_numerics = a.check_numerics,

@@ -17,6 +17,7 @@ typedef struct ty_generate_batch_args_t {
   ty_dtype_t compute_dtype; /* matmuls and attention (== dtype unless mixed) */
   int64_t max_new;  /* --max-new-tokens, -1: every line gives its own */
   int64_t max_batch, ctx, chunk; /* ctx, chunk: 0 for the defaults */
+  int64_t prefill_budget;         /* --prefill-budget, 0: one chunk a step */
   ty_sampling_t sampling; /* the defaults of every line */
   bool stop_at_eos;
   bool allow_nonfinite;   /* load NaN/Inf weights with a warning */

@@ -381,6 +381,9 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
                              .prefill_chunk = chunk < ctx ? chunk : ctx,
                              .check_numerics = a->check_numerics,
                              .deterministic = a->deterministic, .speculate = a->speculate};
+    /* At most every slot's context: more could never be spent in a step. */
+    int64_t most = ctx * a->max_batch;
+    o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;
     s = ty_engine_create(device, &b.config, &o, &engine);
     if (!s && a->deterministic) ty_app_note_deterministic("generate", device);
   }
