@@ -4,6 +4,7 @@
 #include "models/engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -76,7 +77,31 @@ struct ty_engine_t {
   ty_numerics_finding_t finding; /* options.check_numerics: the first bad node */
   uint32_t finding_nodes;        /* the node count of its graph */
   ty_engine_stats_t stats;
+  /* options.overlap: a worker thread runs a step's graph and reads its
+   * results while the caller's thread emits the step before's tokens and
+   * does its own work (ty_engine_step). */
+  bool worker_up;
+  pthread_t worker;
+  pthread_mutex_t wlock;
+  pthread_cond_t wcond;
+  int wstate;              /* TY_WORK_* */
+  ty_step_graph_t *wgraph; /* the run it was handed */
+  bool whost, wdevice;     /* which results it reads back */
+  ty_status_t wresult;
+  /* The step in flight: its graph and its sequences (in order). A slot
+   * cancelled meanwhile is free, or holds a sequence added since, whose
+   * step_rows ty_engine_add cleared: ty_engine_collect skips both. */
+  ty_step_graph_t *flight;
+  int64_t flight_n;
+  ty_seq_t **flight_order;
+  /* Tokens taken from a finished run, emitted after the next is launched. */
+  ty_engine_token_t *held;
+  int64_t held_count;
+  int64_t *held_top_ids; /* TY_ENGINE_MAX_TOP_LOGPROBS per held token */
+  double *held_top_logprobs;
 };
+
+enum { TY_WORK_IDLE = 0, TY_WORK_RUN, TY_WORK_DONE, TY_WORK_QUIT };
 
 /* The logits' dtype: the compute dtype (bf16 under bf16-mixed). */
 static ty_dtype_t ty_engine_logits_dtype(const ty_engine_options_t *o) {
@@ -224,6 +249,31 @@ static ty_status_t ty_engine_pool_blocks(const ty_model_config_t *c,
   return TY_OK;
 }
 
+static void *ty_engine_worker(void *arg);
+
+/* options.overlap: the buffers of the step in flight and its worker. */
+static ty_status_t ty_engine_start_worker(ty_engine_t *e) {
+  const int64_t N = e->options.max_batch, L = e->logit_cap;
+  e->flight_order = calloc((size_t)N, sizeof(*e->flight_order));
+  e->held = calloc((size_t)L, sizeof(*e->held));
+  e->held_top_ids = calloc((size_t)L * TY_ENGINE_MAX_TOP_LOGPROBS, sizeof(int64_t));
+  e->held_top_logprobs = calloc((size_t)L * TY_ENGINE_MAX_TOP_LOGPROBS, sizeof(double));
+  if (!e->flight_order || !e->held || !e->held_top_ids ||
+      !e->held_top_logprobs) {
+    return ty_engine_oom();
+  }
+  pthread_mutex_init(&e->wlock, NULL);
+  pthread_cond_init(&e->wcond, NULL);
+  if (pthread_create(&e->worker, NULL, ty_engine_worker, e) != 0) {
+    pthread_cond_destroy(&e->wcond);
+    pthread_mutex_destroy(&e->wlock);
+    return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED,
+                          "cannot start the generation engine's worker thread");
+  }
+  e->worker_up = true;
+  return TY_OK;
+}
+
 ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *config,
                              const ty_engine_options_t *options, ty_engine_t **out_engine) {
   *out_engine = NULL;
@@ -293,12 +343,38 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   }
   e->stats.slots = N;
   e->next_sequence = 1;
+  /* TRAINYARD_ENGINE_OVERLAP=0 turns it off (comparisons, debugging). */
+  const char *env = getenv("TRAINYARD_ENGINE_OVERLAP");
+  bool overlap = options->overlap && !(env && strcmp(env, "0") == 0);
+  if (overlap && !options->check_numerics) {
+    s = ty_engine_start_worker(e);
+    if (s) {
+      ty_engine_destroy(e);
+      return s;
+    }
+  }
   *out_engine = e;
   return TY_OK;
 }
 
+static ty_status_t ty_engine_wait(ty_engine_t *e);
+
 void ty_engine_destroy(ty_engine_t *e) {
   if (!e) return;
+  if (e->worker_up) {
+    if (e->flight) ty_status_free(ty_engine_wait(e)); /* nobody takes its tokens */
+    pthread_mutex_lock(&e->wlock);
+    e->wstate = TY_WORK_QUIT;
+    pthread_cond_broadcast(&e->wcond);
+    pthread_mutex_unlock(&e->wlock);
+    pthread_join(e->worker, NULL);
+    pthread_cond_destroy(&e->wcond);
+    pthread_mutex_destroy(&e->wlock);
+  }
+  free(e->flight_order);
+  free(e->held);
+  free(e->held_top_ids);
+  free(e->held_top_logprobs);
   /* The smaller buckets share the last one's states: close them first. */
   for (int i = 0; i < e->bucket_count; ++i) ty_engine_close(&e->buckets[i]);
   for (int64_t i = 0; e->seqs && i < e->options.max_batch; ++i) {
@@ -805,10 +881,49 @@ static void ty_engine_fill(ty_engine_t *e, const ty_step_graph_t *g, ty_seq_t **
   }
 }
 
-ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
-  double t0 = ty_engine_now();
-  ty_seq_t *order[4096];
+/* Which results a step's sequences need back: the logits (host-sampled
+ * rows), the sample op's ids and log-probabilities (the others). */
+static void ty_engine_wanted(const ty_engine_t *e, ty_seq_t *const *order, int64_t n,
+                             bool *out_host, bool *out_device) {
+  bool host = false, device = false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (order[i]->logit_row < 0) continue;
+    bool h = ty_engine_host_sampled(e, order[i]);
+    host |= h;
+    device |= !h;
+  }
+  *out_host = host;
+  *out_device = device;
+}
+
+static size_t ty_engine_row_bytes(const ty_engine_t *e) {
+  return (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
+}
+
+/* Reads a finished run's results into e->raw / e->next_ids and
+ * e->next_logprob. */
+static ty_status_t ty_engine_read(ty_engine_t *e, ty_step_graph_t *g, bool host, bool device) {
+  if (host) {
+    TY_RETURN_IF_ERROR(ty_session_read(g->session, "logits", e->raw,
+                                       (size_t)g->logit_rows * ty_engine_row_bytes(e)));
+  }
+  if (device) {
+    TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_ids", e->next_ids,
+                                       (size_t)g->logit_rows * sizeof(int64_t)));
+    TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_logprob", e->next_logprob,
+                                       (size_t)g->logit_rows * sizeof(float)));
+  }
+  return TY_OK;
+}
+
+/* Plans the next step over the running sequences (order[] gets them,
+ * *out_n their count) and fills its inputs; *out_graph is NULL when
+ * nothing runs. */
+static ty_status_t ty_engine_prepare(ty_engine_t *e, ty_seq_t **order, int64_t *out_n,
+                                     ty_step_graph_t **out_graph) {
+  *out_graph = NULL;
   int64_t n = ty_engine_order(e, order), rows = 0;
+  *out_n = n;
   if (n == 0) return TY_OK;
   TY_RETURN_IF_ERROR(ty_engine_plan(e, order, n, &rows));
   if (rows == 0) {
@@ -820,36 +935,22 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
   int b = 0;
   while (ty_engine_bucket_tokens(e, b) < rows) b++;
   TY_RETURN_IF_ERROR(ty_engine_bucket(e, b));
-  ty_step_graph_t *g = &e->buckets[b];
-  ty_engine_fill(e, g, order, n);
-  double t_run = ty_engine_now();
-  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g));
-  double t_read = ty_engine_now();
-  bool host = false, device = false;
-  for (int64_t i = 0; i < n; ++i) {
-    if (order[i]->logit_row < 0) continue;
-    bool h = ty_engine_host_sampled(e, order[i]);
-    host |= h;
-    device |= !h;
-  }
-  size_t row_bytes =
-      (size_t)e->config.vocab_size * ty_dtype_size(ty_engine_logits_dtype(&e->options));
-  if (host) {
-    TY_RETURN_IF_ERROR(
-        ty_session_read(g->session, "logits", e->raw, (size_t)g->logit_rows * row_bytes));
-  }
-  if (device) {
-    TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_ids", e->next_ids,
-                                       (size_t)g->logit_rows * sizeof(int64_t)));
-    TY_RETURN_IF_ERROR(ty_session_read(g->session, "next_logprob", e->next_logprob,
-                                       (size_t)g->logit_rows * sizeof(float)));
-  }
-  double t_take = ty_engine_now();
-  e->stats.run_seconds += t_read - t_run;
-  e->stats.read_seconds += t_take - t_read;
+  ty_engine_fill(e, &e->buckets[b], order, n);
+  *out_graph = &e->buckets[b];
+  return TY_OK;
+}
+
+/* Takes a finished run's tokens: commits the sequences' keys and values
+ * and hands each new token to `emit`. A slot whose sequence was cancelled
+ * after the run was planned is free or holds a new sequence with no rows
+ * in it (step_rows 0): skipped. */
+static ty_status_t ty_engine_collect(ty_engine_t *e, const ty_step_graph_t *g,
+                                     ty_seq_t *const *order, int64_t n,
+                                     ty_engine_emit_fn_t emit, void *context) {
   e->stats.steps++;
   e->stats.decode_runs++;
   e->stats.decode_rows += (uint64_t)g->tokens;
+  const size_t row_bytes = ty_engine_row_bytes(e);
   for (int64_t i = 0; i < n; ++i) {
     ty_seq_t *q = order[i];
     if (q->state != TY_SEQ_RUNNING || q->step_rows == 0) continue;
@@ -865,9 +966,133 @@ ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *conte
     if (decode) e->stats.decode_tokens++;
     TY_RETURN_IF_ERROR(ty_engine_take_row(e, q, q->logit_row, row_bytes, emit, context));
   }
+  return TY_OK;
+}
+
+/* One step without the worker: plan, run, read, take. */
+static ty_status_t ty_engine_step_now(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
+  double t0 = ty_engine_now();
+  ty_seq_t *order[4096];
+  int64_t n = 0;
+  ty_step_graph_t *g = NULL;
+  TY_RETURN_IF_ERROR(ty_engine_prepare(e, order, &n, &g));
+  if (!g) return TY_OK;
+  double t_run = ty_engine_now();
+  TY_RETURN_IF_ERROR(ty_engine_bind_run(e, g));
+  double t_read = ty_engine_now();
+  bool host, device;
+  ty_engine_wanted(e, order, n, &host, &device);
+  TY_RETURN_IF_ERROR(ty_engine_read(e, g, host, device));
+  double t_take = ty_engine_now();
+  e->stats.run_seconds += t_read - t_run;
+  e->stats.read_seconds += t_take - t_read;
+  TY_RETURN_IF_ERROR(ty_engine_collect(e, g, order, n, emit, context));
   e->stats.last_step_seconds = ty_engine_now() - t0;
   e->stats.step_seconds += e->stats.last_step_seconds;
   return TY_OK;
+}
+
+/* ---- the overlapped step (options.overlap) ---- */
+
+static void *ty_engine_worker(void *arg) {
+  ty_engine_t *e = arg;
+  pthread_mutex_lock(&e->wlock);
+  for (;;) {
+    while (e->wstate != TY_WORK_RUN && e->wstate != TY_WORK_QUIT) {
+      pthread_cond_wait(&e->wcond, &e->wlock);
+    }
+    if (e->wstate == TY_WORK_QUIT) break;
+    ty_step_graph_t *g = e->wgraph;
+    const bool host = e->whost, device = e->wdevice;
+    pthread_mutex_unlock(&e->wlock);
+    ty_status_t s = ty_engine_bind_run(e, g);
+    if (!s) s = ty_engine_read(e, g, host, device);
+    pthread_mutex_lock(&e->wlock);
+    e->wresult = s;
+    e->wstate = TY_WORK_DONE;
+    pthread_cond_broadcast(&e->wcond);
+  }
+  pthread_mutex_unlock(&e->wlock);
+  return NULL;
+}
+
+/* Waits for the run in flight; its status. */
+static ty_status_t ty_engine_wait(ty_engine_t *e) {
+  pthread_mutex_lock(&e->wlock);
+  while (e->wstate == TY_WORK_RUN) pthread_cond_wait(&e->wcond, &e->wlock);
+  ty_status_t s = e->wresult;
+  e->wresult = NULL;
+  e->wstate = TY_WORK_IDLE;
+  pthread_mutex_unlock(&e->wlock);
+  return s;
+}
+
+/* The emit of a run taken before the next is launched: the token is kept
+ * (with its top log-probabilities) for ty_engine_emit_held. */
+static void ty_engine_hold(void *context, const ty_engine_token_t *t) {
+  ty_engine_t *e = context;
+  int64_t k = e->held_count++;
+  e->held[k] = *t;
+  for (int32_t j = 0; j < t->top_count; ++j) {
+    e->held_top_ids[k * TY_ENGINE_MAX_TOP_LOGPROBS + j] = t->top_ids[j];
+    e->held_top_logprobs[k * TY_ENGINE_MAX_TOP_LOGPROBS + j] = t->top_logprobs[j];
+  }
+}
+
+static void ty_engine_emit_held(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
+  for (int64_t k = 0; k < e->held_count; ++k) {
+    ty_engine_token_t *t = &e->held[k];
+    t->top_ids = e->held_top_ids + k * TY_ENGINE_MAX_TOP_LOGPROBS;
+    t->top_logprobs = e->held_top_logprobs + k * TY_ENGINE_MAX_TOP_LOGPROBS;
+    if (emit) emit(context, t);
+  }
+  e->held_count = 0;
+}
+
+/* Takes the run in flight (if any), launches the next on the worker, then
+ * emits the taken tokens while the device runs: the caller's work between
+ * steps overlaps the device's. */
+static ty_status_t ty_engine_step_overlapped(ty_engine_t *e, ty_engine_emit_fn_t emit,
+                                             void *context) {
+  double t0 = ty_engine_now();
+  ty_status_t s = TY_OK;
+  e->held_count = 0;
+  if (e->flight) {
+    double t = ty_engine_now();
+    s = ty_engine_wait(e);
+    e->stats.run_seconds += ty_engine_now() - t;
+    const ty_step_graph_t *g = e->flight;
+    e->flight = NULL;
+    if (!s) {
+      s = ty_engine_collect(e, g, e->flight_order, e->flight_n, ty_engine_hold, e);
+    }
+  }
+  ty_step_graph_t *next = NULL;
+  int64_t n = 0;
+  if (!s) s = ty_engine_prepare(e, e->flight_order, &n, &next);
+  if (!s && next) {
+    bool host, device;
+    ty_engine_wanted(e, e->flight_order, n, &host, &device);
+    e->flight = next;
+    e->flight_n = n;
+    pthread_mutex_lock(&e->wlock);
+    e->wgraph = next;
+    e->whost = host;
+    e->wdevice = device;
+    e->wstate = TY_WORK_RUN;
+    pthread_cond_broadcast(&e->wcond);
+    pthread_mutex_unlock(&e->wlock);
+  }
+  /* Tokens taken before an error stand. */
+  ty_engine_emit_held(e, emit, context);
+  e->stats.last_step_seconds = ty_engine_now() - t0;
+  e->stats.step_seconds += e->stats.last_step_seconds;
+  return s;
+}
+
+ty_status_t ty_engine_step(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
+  return e->worker_up ? ty_engine_step_overlapped(e, emit, context)
+                      : ty_engine_step_now(e, emit, context);
 }
 
 ty_status_t ty_engine_warm_up(ty_engine_t *e) {

@@ -133,6 +133,19 @@ typedef struct ty_engine_options_t {
    * KV blocks only (never preempt) and give back what they do not keep.
    * The largest step graph grows by max_batch * N rows. */
   int64_t speculate;
+  /* Overlap the host's work with the device's: ty_engine_step takes the
+   * run in flight, launches the next step's run on a worker thread of the
+   * engine, and only then hands the taken tokens to `emit`, so that the
+   * emission and whatever the caller does until its next ty_engine_step
+   * (serving them, cancelling, adding) happen while the device computes.
+   * The tokens are those of the plain steps (the same runs, in the same
+   * order); a sequence cancelled while a run holding it is in flight has
+   * that row computed and dropped. Off under check_numerics. The engine's
+   * session must then not be used by anyone else between steps (the
+   * server's and generate's engines are their own; a training run's
+   * samples, which share its weights, leave it off).
+   * TRAINYARD_ENGINE_OVERLAP=0 in the environment turns it off. */
+  bool overlap;
 } ty_engine_options_t;
 
 typedef struct ty_engine_t ty_engine_t;
@@ -233,7 +246,9 @@ typedef struct ty_engine_stats_t {
    * graph: the whole step, of which the graph run (inputs written, the
    * device's work and the wait for it) and reading its results back; the
    * rest is the host's own work (planning, filling the inputs, taking
-   * tokens, emitting them). */
+   * tokens, emitting them). With options.overlap, run_seconds is the wait
+   * for the run in flight (its reads included, read_seconds stays 0): the
+   * part of the device's work the host did not cover. */
   double step_seconds;
   double run_seconds;
   double read_seconds;

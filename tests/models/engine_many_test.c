@@ -99,12 +99,15 @@ static ty_engine_request_t request(int k, bool sampled) {
   return r;
 }
 
+/* Alone runs step by step; together ones overlap the host's work with the
+ * runs (options.overlap), as serve and generate do. */
 static ty_engine_t *engine(int64_t slots, int64_t kv_blocks, bool prefix_cache,
                            int64_t speculate) {
   ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = slots, .context = CONTEXT,
                            .prefill_chunk = 128, .prefill_budget = 256,
                            .deterministic = true, .kv_blocks = kv_blocks,
-                           .no_prefix_cache = !prefix_cache, .speculate = speculate};
+                           .no_prefix_cache = !prefix_cache, .speculate = speculate,
+                           .overlap = slots > 1};
   ty_engine_t *e = NULL;
   TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
   TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));

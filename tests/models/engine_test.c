@@ -119,11 +119,11 @@ static void alone(const char *dir, const ty_model_config_t *config, int k, int64
  * chunk of `chunk` and a prefill budget of `budget` tokens per step (0: one
  * chunk), adding each as soon as a slot is free. */
 static void batched_in(const char *dir, const ty_model_config_t *config, int64_t slots,
-                       int64_t chunk, int64_t budget, ty_dtype_t compute_dtype,
+                       int64_t chunk, int64_t budget, ty_dtype_t compute_dtype, bool overlap,
                        collected_t *c) {
   ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .compute_dtype = compute_dtype,
                            .max_batch = slots, .context = 32, .prefill_chunk = chunk,
-                           .prefill_budget = budget};
+                           .prefill_budget = budget, .overlap = overlap};
   ty_engine_t *e = NULL;
   TY_EXPECT_OK(ty_engine_create(device, config, &o, &e));
   TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));
@@ -155,8 +155,8 @@ static void batched_in(const char *dir, const ty_model_config_t *config, int64_t
 }
 
 static void batched(const char *dir, const ty_model_config_t *config, int64_t slots,
-                    int64_t chunk, int64_t budget, collected_t *c) {
-  batched_in(dir, config, slots, chunk, budget, TY_DTYPE_INVALID, c);
+                    int64_t chunk, int64_t budget, bool overlap, collected_t *c) {
+  batched_in(dir, config, slots, chunk, budget, TY_DTYPE_INVALID, overlap, c);
 }
 
 /* log softmax of a plain forward pass over prompt + new tokens, computing
@@ -227,11 +227,15 @@ static void test_batched_equals_alone(void **state) {
     for (int k = 0; k < 6; ++k) alone(dir, &config, k, want[k]);
     /* 3 slots (graphs of 1, 2 and 3 rows) and chunks of 4 (padded last
      * chunks); then 8 slots with chunks of 1 token (prefill one by one);
-     * then 8 slots prefilling up to 6 chunks of 2 per step (--prefill-budget). */
-    const int64_t shapes[3][3] = {{3, 4, 0}, {8, 1, 0}, {8, 2, 12}};
+     * then 8 slots prefilling up to 6 chunks of 2 per step (--prefill-budget).
+     * The first and the last overlap the host's work with the runs
+     * (options.overlap: tokens, log-probabilities and top lists held while
+     * the next run is launched). */
+    const int64_t shapes[3][4] = {{3, 4, 0, 1}, {8, 1, 0, 0}, {8, 2, 12, 1}};
     for (int sh = 0; sh < 3; ++sh) {
       collected_t c;
-      batched(dir, &config, shapes[sh][0], shapes[sh][1], shapes[sh][2], &c);
+      batched(dir, &config, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3] != 0,
+              &c);
       for (int k = 0; k < 6; ++k) {
         assert_int_equal(c.count[k], new_len[k]);
         assert_int_equal(c.finish[k], TY_ENGINE_LENGTH);
@@ -242,7 +246,7 @@ static void test_batched_equals_alone(void **state) {
                      k, (long long)i, (long long)want[k][i], (long long)c.ids[k][i]);
           }
         }
-        if (sh == 0) check_logprobs(dir, &config, k, &c);
+        if (sh < 2) check_logprobs(dir, &config, k, &c);
       }
     }
     printf("%-8s 6 sequences batched = alone, logprobs = forward\n", models[m]);
@@ -259,7 +263,7 @@ static void test_bf16_mixed(void **state) {
   ty_model_config_t config;
   TY_EXPECT_OK(ty_model_config_load(dir, &config));
   collected_t c;
-  batched_in(dir, &config, 3, 4, 0, TY_DTYPE_BF16, &c);
+  batched_in(dir, &config, 3, 4, 0, TY_DTYPE_BF16, false, &c);
   for (int k = 0; k < 6; ++k) {
     assert_int_equal(c.count[k], new_len[k]);
     check_logprobs_in(dir, &config, k, &c, TY_DTYPE_BF16, 5e-2);
@@ -355,6 +359,76 @@ static void test_prefill_budget(void **state) {
                    "prefill budget -1");
 }
 
+/* options.overlap: a step takes the run in flight and launches the next
+ * before it emits, so a sequence cancelled between steps is still in the
+ * run in flight; its row is dropped, and a new sequence that takes its slot
+ * meanwhile gets exactly its own tokens (those it makes alone). Every block
+ * is back at the end, and destroying the engine with a run in flight waits
+ * for it. */
+static void test_overlap_cancel_in_flight(void **state) {
+  (void)state;
+  char dir[512];
+  model_dir("gpt2", dir, sizeof(dir));
+  ty_model_config_t config;
+  TY_EXPECT_OK(ty_model_config_load(dir, &config));
+  int64_t want[6][MAX_NEW];
+  for (int k = 0; k < 3; ++k) alone(dir, &config, k, want[k]);
+  ty_engine_options_t o = {.dtype = TY_DTYPE_F32, .max_batch = 2, .context = 32,
+                           .prefill_chunk = 16, .overlap = true};
+  ty_engine_t *e = NULL;
+  TY_EXPECT_OK(ty_engine_create(device, &config, &o, &e));
+  TY_EXPECT_OK(ty_engine_load_weights(e, dir, NULL, NULL));
+  const int64_t all = ty_engine_stats(e).kv_free;
+  collected_t c;
+  memset(&c, 0, sizeof(c));
+  uint64_t id[3];
+  for (int k = 0; k < 3; ++k) {
+    int64_t prompt[16];
+    make_prompt(k, config.vocab_size, prompt);
+    ty_engine_request_t r = {.prompt = prompt, .prompt_len = prompt_len[k],
+                             .max_new = new_len[k], .sampling = {.greedy = true},
+                             .user = (void *)(intptr_t)k};
+    if (k == 2) {
+      /* Sequence 0 is in the run in flight (its second token): cancel it
+       * and give its slot to sequence 2 before that run is taken. */
+      ty_engine_cancel(e, id[0]);
+      assert_int_equal(ty_engine_free_slots(e), 1);
+    }
+    TY_EXPECT_OK(ty_engine_add(e, &r, &id[k]));
+    if (k == 0) continue;
+    if (k == 1) {
+      /* The first step launches both prompts and emits nothing yet; the
+       * second takes their first tokens and launches their next. */
+      TY_EXPECT_OK(ty_engine_step(e, collect, &c));
+      assert_int_equal(c.count[0] + c.count[1], 0);
+      TY_EXPECT_OK(ty_engine_step(e, collect, &c));
+      assert_int_equal(c.count[0], 1);
+      assert_int_equal(c.count[1], 1);
+    }
+  }
+  int steps = 0;
+  while (c.finish[1] == TY_ENGINE_RUNNING || c.finish[2] == TY_ENGINE_RUNNING) {
+    TY_EXPECT_OK(ty_engine_step(e, collect, &c));
+    assert_true(++steps < 100);
+  }
+  assert_int_equal(c.count[0], 1); /* its in-flight row was dropped */
+  for (int k = 1; k < 3; ++k) {
+    assert_int_equal(c.count[k], new_len[k]);
+    for (int64_t i = 0; i < new_len[k]; ++i) assert_int_equal(c.ids[k][i], want[k][i]);
+  }
+  ty_engine_stats_t st = ty_engine_stats(e);
+  assert_int_equal(st.busy, 0);
+  assert_int_equal(st.kv_free, all);
+  /* A run in flight when the engine goes: destroy waits for it. */
+  int64_t prompt[16];
+  make_prompt(3, config.vocab_size, prompt);
+  ty_engine_request_t r = {.prompt = prompt, .prompt_len = prompt_len[3], .max_new = 4,
+                           .sampling = {.greedy = true}, .user = (void *)(intptr_t)3};
+  TY_EXPECT_OK(ty_engine_add(e, &r, NULL));
+  TY_EXPECT_OK(ty_engine_step(e, collect, &c));
+  ty_engine_destroy(e);
+}
+
 static void test_slots_cancel_and_stop(void **state) {
   (void)state;
   ty_model_config_t config;
@@ -439,6 +513,7 @@ int main(void) {
       cmocka_unit_test(test_bf16_mixed),
       cmocka_unit_test(test_seeded_sampling_ignores_neighbours),
       cmocka_unit_test(test_slots_cancel_and_stop),
+      cmocka_unit_test(test_overlap_cancel_in_flight),
       cmocka_unit_test(test_prefill_budget),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

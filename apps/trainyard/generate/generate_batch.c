@@ -380,7 +380,8 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
                              .max_batch = a->max_batch, .context = ctx,
                              .prefill_chunk = chunk < ctx ? chunk : ctx,
                              .check_numerics = a->check_numerics,
-                             .deterministic = a->deterministic, .speculate = a->speculate};
+                             .deterministic = a->deterministic, .speculate = a->speculate,
+                             .overlap = true};
     /* At most every slot's context: more could never be spent in a step. */
     int64_t most = ctx * a->max_batch;
     o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;

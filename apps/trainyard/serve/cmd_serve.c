@@ -423,7 +423,8 @@ static ty_status_t ty_serve_run(ty_app_t *app, ty_serve_args_t *a) {
                              .prefill_chunk = chunk < s->context ? chunk : s->context,
                              .deterministic = a->server.deterministic,
                              .kv_cache_bytes = a->kv_bytes, .kv_block_size = a->kv_block_size,
-                             .no_prefix_cache = a->no_prefix_cache, .speculate = a->speculate};
+                             .no_prefix_cache = a->no_prefix_cache, .speculate = a->speculate,
+                             .overlap = true};
     /* At most every slot's context: more could never be spent in a step. */
     int64_t most = s->context * a->max_batch;
     o.prefill_budget = a->prefill_budget < most ? a->prefill_budget : most;
