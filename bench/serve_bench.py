@@ -6,7 +6,10 @@ completion requests at once over HTTP (prompts of --prompt-len random ids,
 exactly --new-tokens tokens each: ignore_eos; greedy unless --temperature)
 and reports the aggregate tokens/s (completion tokens of all C requests over
 the wall time from the first request to the last token) and the time to
-first token per request (p50, p90, mean). Peers, run after the server has
+first token per request (p50, p90, mean). "At once": every request is
+connected first, then all are sent together (a barrier), from client
+processes of 8 requests each, so that neither thread start-up nor one
+Python process parsing every stream sets the pace. Peers, run after the server has
 stopped so that each engine has the device alone (bench/serve_peers.py):
 
   --peer hf-static  transformers generate(): static KV cache, the decode step
@@ -301,12 +304,17 @@ class Server:
         self.proc.stdout.close()
 
 
-def one_request(server, body, out, index):
-    """Sends one streaming completion; out[index] = (tokens, ttft, total) or
-    the exception it met (raised again by the caller, in its thread)."""
+def one_request(port, body, out, index, barrier=None):
+    """Sends one streaming completion; out[index] = (tokens, ttft, total,
+    start) or the exception it met (raised again by the caller). With a
+    barrier, the connection is made first and the request goes when every
+    request of the run is connected (start: when it went, time.monotonic)."""
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=1800)
-        t0 = time.perf_counter()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+        conn.connect()
+        if barrier is not None:
+            barrier.wait()
+        t0 = time.monotonic()
         conn.request("POST", "/v1/completions", body=json.dumps(body),
                      headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -323,23 +331,51 @@ def one_request(server, body, out, index):
                 raise RuntimeError(f"error in the stream: {chunk['error']}")
             got = sum(len(c.get("token_ids") or []) for c in chunk.get("choices") or [])
             if first is None and got:
-                first = time.perf_counter() - t0
+                first = time.monotonic() - t0
             chunks, ids = chunks + 1, ids + got
             usage = chunk.get("usage") or usage
-        total = time.perf_counter() - t0
+        total = time.monotonic() - t0
         conn.close()
         if not usage:
             raise RuntimeError(f"the stream ended without usage ({chunks} chunks)")
         if ids != usage["completion_tokens"]:
             raise RuntimeError(f"the stream carried {ids} token ids for "
                                f"{usage['completion_tokens']} completion tokens")
-        out[index] = (ids, first, total)
+        out[index] = (ids, first, total, t0)
     except Exception as e:  # noqa: BLE001 (carried to the caller)
         out[index] = e
+        if barrier is not None:
+            barrier.abort()  # the others stop waiting for this one
+
+
+def _client_process(port, bodies, first_index, barrier, results):
+    """One client process: a thread per request, all released by the shared
+    barrier; puts (index, outcome) on `results` for each."""
+    out = [None] * len(bodies)
+    threads = [threading.Thread(target=one_request, args=(port, b, out, i, barrier))
+               for i, b in enumerate(bodies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, o in enumerate(out):
+        if isinstance(o, threading.BrokenBarrierError):
+            o = "not sent: another request of the run failed before the start"
+        elif isinstance(o, Exception):
+            o = str(o) or repr(o)
+        results.put((first_index + i, o))
+
+
+# Requests per client process: parsing the streams of many requests in one
+# Python process would make the client, not the server, set the pace.
+REQUESTS_PER_PROCESS = 8
 
 
 def measure(server, prompts, new_tokens, temperature, together=True):
-    """Completion tokens/s over the whole run, and the times to first token."""
+    """Completion tokens/s over the whole run, and the times to first token.
+    Together: every request is connected first and all are sent at once
+    (a barrier), from client processes of REQUESTS_PER_PROCESS requests
+    each; the wall time runs from the barrier to the last token."""
     out = [None] * len(prompts)
     bodies = [{"model": server.name, "prompt": p, "max_tokens": new_tokens,
                "temperature": temperature, "stream": True, "ignore_eos": True,
@@ -351,21 +387,45 @@ def measure(server, prompts, new_tokens, temperature, together=True):
     if temperature > 0:
         for i, b in enumerate(bodies):
             b["seed"] = 1000 + i
-    t0 = time.perf_counter()
     if together:
-        threads = [threading.Thread(target=one_request, args=(server, b, out, i))
-                   for i, b in enumerate(bodies)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        import multiprocessing
+        ctx = multiprocessing.get_context("fork")
+        barrier = ctx.Barrier(len(bodies) + 1)
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_client_process,
+                             args=(server.port, bodies[i:i + REQUESTS_PER_PROCESS], i, barrier,
+                                   results))
+                 for i in range(0, len(bodies), REQUESTS_PER_PROCESS)]
+        for p in procs:
+            p.start()
+        try:
+            barrier.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            pass  # a request failed to connect: every one reports below
+        t0 = time.monotonic()
+        import queue
+        for _ in bodies:
+            try:
+                index, outcome = results.get(timeout=1800)
+            except queue.Empty:
+                for p in procs:
+                    p.kill()
+                server.fail("a client process gave no result within 1800 s")
+            out[index] = outcome if not isinstance(outcome, str) else RuntimeError(outcome)
+        for p in procs:
+            p.join()
+        wall = max(o[3] + o[2] for o in out if not isinstance(o, Exception)) - t0 \
+            if any(not isinstance(o, Exception) for o in out) else 0.0
     else:
+        t0 = time.monotonic()
         for i, b in enumerate(bodies):
-            one_request(server, b, out, i)
-    wall = time.perf_counter() - t0
+            one_request(server.port, b, out, i)
+        wall = time.monotonic() - t0
     errors = [o for o in out if isinstance(o, Exception)]
     if errors:
-        server.fail(f"{len(errors)} of {len(out)} requests failed; the first: {errors[0]}")
+        # The first cause, not a request that was only held back by it.
+        causes = [e for e in errors if not str(e).startswith("not sent:")] or errors
+        server.fail(f"{len(errors)} of {len(out)} requests failed; the first: {causes[0]}")
     short = [o[0] for o in out if o[0] != new_tokens]
     if short:
         server.fail(f"{len(short)} requests got {short[0]} tokens, not {new_tokens} "
