@@ -94,6 +94,66 @@ class LoadTest(unittest.TestCase):
         self.assertLess(total, 60)
 
 
+class HandOutTest(unittest.TestCase):
+    """The scheduler hands a step's tokens to their requests after the step,
+    in turns (256 tokens; TRAINYARD_SERVE_HAND_OUT_TURN=3 here, so a step
+    of 16 streams takes several turns, each token made before its turn's
+    lock): every stream still gets each of its tokens once and in order,
+    the same as a server handing them out in one turn."""
+
+    STREAMS, TOKENS = 16, 12
+
+    def streams(self, server):
+        out, errors = [None] * self.STREAMS, []
+        barrier = threading.Barrier(self.STREAMS)
+
+        def client(i):
+            try:
+                conn = server.connection(timeout=60)
+                barrier.wait(timeout=60)
+                conn.request("POST", "/v1/completions", body=json.dumps(
+                    {"model": server.name, "prompt": "the cat sat on the mat " * (1 + i % 3),
+                     "max_tokens": self.TOKENS, "temperature": 0.9, "seed": 7 + i,
+                     "stream": True, "ignore_eos": True, "return_token_ids": True}))
+                resp = conn.getresponse()
+                ids, text = [], ""
+                for event in sse_events(resp):
+                    if event == "[DONE]" or not event["choices"]:
+                        continue
+                    ids += event["choices"][0].get("token_ids") or []
+                    text += event["choices"][0]["text"]
+                conn.close()
+                out[i] = (ids, text)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(f"stream {i}: {e!r}")
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(self.STREAMS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        self.assertEqual(errors, [])
+        return out
+
+    def test_turns_change_nothing(self):
+        args = ("--max-batch", str(self.STREAMS), "--ctx", "128", "--deterministic")
+        whole = Server(*args)
+        self.addCleanup(whole.close)
+        want = self.streams(whole)
+        self.assertEqual(whole.stop(), 0)
+        os.environ["TRAINYARD_SERVE_HAND_OUT_TURN"] = "3"
+        try:
+            turns = Server(*args)
+        finally:
+            del os.environ["TRAINYARD_SERVE_HAND_OUT_TURN"]
+        self.addCleanup(turns.close)
+        got = self.streams(turns)
+        self.assertEqual(turns.stop(), 0)
+        for i, (ids, _) in enumerate(want):
+            self.assertEqual(len(ids), self.TOKENS, i)
+        self.assertEqual(got, want)
+
+
 class PoolTest(unittest.TestCase):
     """Issue 29, acceptance 2 and 5: 1,000 requests, a third of them
     dropped mid-stream by their client, on a KV pool too small for all the

@@ -206,14 +206,15 @@ typedef struct {
 } ty_srv_pending_t;
 
 /* Tokens held before they are handed out (more in one step: handed out in
- * turns of this many). */
+ * turns of this many; TRAINYARD_SERVE_HAND_OUT_TURN=N makes the turns
+ * smaller, for the tests). */
 #define TY_SRV_PENDING 256
 
 typedef struct {
   ty_server_t *server;
   ty_srv_buf_t scratch;
   ty_srv_pending_t pending[TY_SRV_PENDING];
-  size_t pending_count;
+  size_t pending_count, turn;
 } ty_srv_step_t;
 
 static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step);
@@ -276,7 +277,7 @@ static void ty_srv_on_token(void *context, const ty_engine_token_t *t) {
   ty_server_t *s = step->server;
   ty_srv_choice_t *c = t->user;
   if (c->done) return;
-  if (step->pending_count == TY_SRV_PENDING) {
+  if (step->pending_count == step->turn) {
     pthread_mutex_lock(&s->lock);
     ty_srv_hand_out(s, step);
     pthread_mutex_unlock(&s->lock);
@@ -349,7 +350,9 @@ static void ty_srv_free_slots(ty_server_t *s) {
 
 static void *ty_srv_sched_main(void *arg) {
   ty_server_t *s = arg;
-  ty_srv_step_t step = {.server = s};
+  ty_srv_step_t step = {.server = s, .turn = TY_SRV_PENDING};
+  const char *turn = getenv("TRAINYARD_SERVE_HAND_OUT_TURN");
+  if (turn && atoi(turn) >= 1 && atoi(turn) < TY_SRV_PENDING) step.turn = (size_t)atoi(turn);
   pthread_mutex_lock(&s->lock);
   while (!s->quit) {
     ty_srv_schedule(s);
