@@ -309,7 +309,10 @@ static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step) {
       ty_status_free(st);
       continue;
     }
-    bool ok = !st && ty_srv_buf_append(&r->out, step->scratch.data + p->offset, p->size);
+    /* A token may say nothing yet (text held back): no bytes, maybe no
+     * scratch at all. */
+    const char *bytes = p->size ? step->scratch.data + p->offset : "";
+    bool ok = !st && ty_srv_buf_append(&r->out, bytes, p->size);
     if (ok && c->done) {
       ok = ty_srv_api_choice_end(s, c, &r->out);
       r->done_choices++;
