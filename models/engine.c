@@ -271,6 +271,7 @@ static ty_status_t ty_engine_start_worker(ty_engine_t *e) {
                           "cannot start the generation engine's worker thread");
   }
   e->worker_up = true;
+  e->stats.overlapped = true;
   return TY_OK;
 }
 

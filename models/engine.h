@@ -252,6 +252,7 @@ typedef struct ty_engine_stats_t {
   double step_seconds;
   double run_seconds;
   double read_seconds;
+  bool overlapped; /* options.overlap is in effect (a worker thread runs the graphs) */
   int64_t kv_blocks;        /* the pool's blocks */
   int64_t kv_block_size;    /* tokens per block */
   int64_t kv_free;          /* blocks available (free or holding a cached prefix) */

@@ -435,9 +435,11 @@ ty_status_t ty_generate_batch(ty_app_t *app, const ty_generate_batch_args_t *a) 
       /* Where a step's time went: the device's work shows in "run"; the
        * rest keeps the device idle between steps. */
       double per = 1e3 / (double)st.steps;
-      fprintf(stderr, "trainyard generate: %llu engine steps, %.3f ms each: run %.3f (inputs, "
-              "the graph, the wait), read back %.3f, host %.3f\n",
+      fprintf(stderr, "trainyard generate: %llu engine steps, %.3f ms each: run %.3f (%s), "
+              "read back %.3f, host %.3f\n",
               (unsigned long long)st.steps, st.step_seconds * per, st.run_seconds * per,
+              st.overlapped ? "the wait for the run in flight, its reads included"
+                            : "inputs, the graph, the wait",
               st.read_seconds * per,
               (st.step_seconds - st.run_seconds - st.read_seconds) * per);
     }
