@@ -1029,7 +1029,8 @@ static ty_status_t ty_engine_wait(ty_engine_t *e) {
 }
 
 /* The emit of a run taken before the next is launched: the token is kept
- * (with its top log-probabilities) for ty_engine_emit_held. */
+ * (with its top log-probabilities) for ty_engine_emit_held. A run makes at
+ * most one token per logit row, so logit_cap places always suffice. */
 static void ty_engine_hold(void *context, const ty_engine_token_t *t) {
   ty_engine_t *e = context;
   int64_t k = e->held_count++;
