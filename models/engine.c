@@ -59,6 +59,7 @@ struct ty_engine_t {
   int64_t max_tokens; /* the largest bucket */
   int64_t logit_cap;  /* logit rows of a step: max_batch * (1 + speculate) */
   ty_seq_t *seqs;     /* max_batch */
+  ty_seq_t **order;   /* the running sequences of the step planned last */
   ty_step_graph_t buckets[TY_ENGINE_MAX_BUCKETS]; /* 1, 2, 4, ..., max_tokens */
   int bucket_count;
   ty_sampler_t *sampler;
@@ -88,12 +89,11 @@ struct ty_engine_t {
   ty_step_graph_t *wgraph; /* the run it was handed */
   bool whost, wdevice;     /* which results it reads back */
   ty_status_t wresult;
-  /* The step in flight: its graph and its sequences (in order). A slot
-   * cancelled meanwhile is free, or holds a sequence added since, whose
-   * step_rows ty_engine_add cleared: ty_engine_collect skips both. */
+  /* The step in flight: its graph and its sequences (order[0, flight_n)).
+   * A slot cancelled meanwhile is free, or holds a sequence added since,
+   * whose step_rows ty_engine_add cleared: ty_engine_collect skips both. */
   ty_step_graph_t *flight;
   int64_t flight_n;
-  ty_seq_t **flight_order;
   /* Tokens taken from a finished run, emitted after the next is launched. */
   ty_engine_token_t *held;
   int64_t held_count;
@@ -253,12 +253,11 @@ static void *ty_engine_worker(void *arg);
 
 /* options.overlap: the buffers of the step in flight and its worker. */
 static ty_status_t ty_engine_start_worker(ty_engine_t *e) {
-  const int64_t N = e->options.max_batch, L = e->logit_cap;
-  e->flight_order = calloc((size_t)N, sizeof(*e->flight_order));
+  const int64_t L = e->logit_cap;
   e->held = calloc((size_t)L, sizeof(*e->held));
   e->held_top_ids = calloc((size_t)L * TY_ENGINE_MAX_TOP_LOGPROBS, sizeof(int64_t));
   e->held_top_logprobs = calloc((size_t)L * TY_ENGINE_MAX_TOP_LOGPROBS, sizeof(double));
-  if (!e->flight_order || !e->held || !e->held_top_ids ||
+  if (!e->held || !e->held_top_ids ||
       !e->held_top_logprobs) {
     return ty_engine_oom();
   }
@@ -271,7 +270,6 @@ static ty_status_t ty_engine_start_worker(ty_engine_t *e) {
                           "cannot start the generation engine's worker thread");
   }
   e->worker_up = true;
-  e->stats.overlapped = true;
   return TY_OK;
 }
 
@@ -305,6 +303,7 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   if (!s) s = ty_kv_pool_create(&po, &e->pool);
   int64_t T = e->max_tokens, L = e->logit_cap;
   e->seqs = calloc((size_t)N, sizeof(*e->seqs));
+  e->order = malloc((size_t)N * sizeof(*e->order));
   e->raw = malloc((size_t)L * (size_t)V * ty_dtype_size(ty_engine_logits_dtype(options)));
   e->row = malloc((size_t)V * sizeof(float));
   e->tokens = malloc((size_t)T * sizeof(int64_t));
@@ -317,7 +316,7 @@ ty_status_t ty_engine_create(ty_device_t *device, const ty_model_config_t *confi
   e->seeds = malloc((size_t)L * 2 * sizeof(int64_t));
   e->next_ids = malloc((size_t)L * sizeof(int64_t));
   e->next_logprob = malloc((size_t)L * sizeof(float));
-  if (!s && !(e->seqs && e->raw && e->row && e->tokens && e->positions && e->kv_slots &&
+  if (!s && !(e->seqs && e->order && e->raw && e->row && e->tokens && e->positions && e->kv_slots &&
               e->row_seq && e->table && e->index && e->params && e->seeds && e->next_ids &&
               e->next_logprob)) {
     s = ty_engine_oom();
@@ -372,7 +371,6 @@ void ty_engine_destroy(ty_engine_t *e) {
     pthread_cond_destroy(&e->wcond);
     pthread_mutex_destroy(&e->wlock);
   }
-  free(e->flight_order);
   free(e->held);
   free(e->held_top_ids);
   free(e->held_top_logprobs);
@@ -385,6 +383,7 @@ void ty_engine_destroy(ty_engine_t *e) {
   ty_kv_pool_destroy(e->pool);
   ty_sampler_destroy(e->sampler);
   free(e->seqs);
+  free(e->order);
   free(e->raw);
   free(e->row);
   free(e->tokens);
@@ -973,7 +972,7 @@ static ty_status_t ty_engine_collect(ty_engine_t *e, const ty_step_graph_t *g,
 /* One step without the worker: plan, run, read, take. */
 static ty_status_t ty_engine_step_now(ty_engine_t *e, ty_engine_emit_fn_t emit, void *context) {
   double t0 = ty_engine_now();
-  ty_seq_t *order[4096];
+  ty_seq_t **order = e->order;
   int64_t n = 0;
   ty_step_graph_t *g = NULL;
   TY_RETURN_IF_ERROR(ty_engine_prepare(e, order, &n, &g));
@@ -1066,15 +1065,15 @@ static ty_status_t ty_engine_step_overlapped(ty_engine_t *e, ty_engine_emit_fn_t
     const ty_step_graph_t *g = e->flight;
     e->flight = NULL;
     if (!s) {
-      s = ty_engine_collect(e, g, e->flight_order, e->flight_n, ty_engine_hold, e);
+      s = ty_engine_collect(e, g, e->order, e->flight_n, ty_engine_hold, e);
     }
   }
   ty_step_graph_t *next = NULL;
   int64_t n = 0;
-  if (!s) s = ty_engine_prepare(e, e->flight_order, &n, &next);
+  if (!s) s = ty_engine_prepare(e, e->order, &n, &next);
   if (!s && next) {
     bool host, device;
-    ty_engine_wanted(e, e->flight_order, n, &host, &device);
+    ty_engine_wanted(e, e->order, n, &host, &device);
     e->flight = next;
     e->flight_n = n;
     pthread_mutex_lock(&e->wlock);
@@ -1113,6 +1112,7 @@ ty_status_t ty_engine_warm_up(ty_engine_t *e) {
 
 ty_engine_stats_t ty_engine_stats(const ty_engine_t *e) {
   ty_engine_stats_t s = e->stats;
+  s.overlapped = e->worker_up;
   s.prefilling = 0;
   for (int64_t i = 0; i < e->options.max_batch; ++i) {
     const ty_seq_t *q = &e->seqs[i];

@@ -295,6 +295,7 @@ static void ty_srv_on_token(void *context, const ty_engine_token_t *t) {
  * response when it was the last. */
 static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step) {
   const double now = ty_srv_now();
+  ty_srv_metrics_tokens(s, step->pending_count);
   for (size_t i = 0; i < step->pending_count; ++i) {
     const ty_srv_pending_t *p = &step->pending[i];
     ty_srv_choice_t *c = p->choice;
@@ -304,7 +305,6 @@ static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step) {
       r->first_token = now;
       ty_srv_metrics_ttft(s, r->first_token - r->arrived);
     }
-    ty_srv_metrics_tokens(s, 1);
     if (r->state == TY_SRV_FINISHED || r->cancel) {
       ty_status_free(st);
       continue;
@@ -354,8 +354,9 @@ static void ty_srv_free_slots(ty_server_t *s) {
 static void *ty_srv_sched_main(void *arg) {
   ty_server_t *s = arg;
   ty_srv_step_t step = {.server = s, .turn = TY_SRV_PENDING};
-  const char *turn = getenv("TRAINYARD_SERVE_HAND_OUT_TURN");
-  if (turn && atoi(turn) >= 1 && atoi(turn) < TY_SRV_PENDING) step.turn = (size_t)atoi(turn);
+  const char *env = getenv("TRAINYARD_SERVE_HAND_OUT_TURN");
+  const int turn = env ? atoi(env) : 0;
+  if (turn >= 1 && turn < TY_SRV_PENDING) step.turn = (size_t)turn;
   pthread_mutex_lock(&s->lock);
   while (!s->quit) {
     ty_srv_schedule(s);
