@@ -441,7 +441,7 @@ static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_GEMV,
                                 ty_cu_typed(sp->tb ? ty_cu_gemv_nk_names : ty_cu_gemv_kn_names, dt));
   /* ty_gemv_<nk|kn>_<dt>(a, b, bias, cin, c, aux, int M, i64 N, i64 K, i64 lda, i64 ldb,
-   *   i64 ldc, int dtc, int gelu) */
+   *   i64 ldc, int dtc, int gelu[, f32 *part, i32 *count: kn]) */
   ty_dev_arg_ref(b, c, sp->a);
   ty_dev_arg_ref(b, c, sp->b);
   ty_dev_arg_ref(b, c, sp->has_bias ? sp->bias : ty_dev_none());
@@ -457,7 +457,23 @@ static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   ty_dev_arg_i32(b, c, (int32_t)sp->c_dtype);
   ty_dev_arg_i32(b, c, sp->epilogue == TY_CU_EPI_GELU_AUX ? 1 : 0);
   const int64_t cols = sp->tb ? TY_GEMV_NK_COLS : TY_GEMV_KN_COLS;
-  ty_cu_grid(b, c, (uint32_t)((sp->N + cols - 1) / cols), 1, 1, TY_GEMV_THREADS, 1, 1, 0);
+  const int64_t col_blocks = (sp->N + cols - 1) / cols;
+  int64_t runs = 1;
+  if (!sp->tb) {
+    /* gemv_kn's split-K: enough runs of K for two blocks an SM, each
+     * thread of a run still walking two or more rows. */
+    const int64_t slices = TY_GEMV_THREADS / (TY_GEMV_KN_COLS / vec), want = 2 * ty_cu_sm_count(b);
+    runs = (want + col_blocks - 1) / col_blocks;
+    if (runs > sp->K / (2 * slices)) runs = sp->K / (2 * slices);
+    if (runs > TY_GEMV_KN_MAX_RUNS) runs = TY_GEMV_KN_MAX_RUNS;
+    if (runs < 1) runs = 1;
+    ty_dev_arg_ref(b, c, runs > 1 ? ty_dev_scratch(b, (uint64_t)(runs * sp->M * sp->N) *
+                                                          sizeof(float))
+                                   : ty_dev_none());
+    ty_dev_arg_ref(b, c, runs > 1 ? ty_dev_aux(b, NULL, (uint64_t)col_blocks * sizeof(int32_t))
+                                  : ty_dev_none());
+  }
+  ty_cu_grid(b, c, (uint32_t)col_blocks, (uint32_t)runs, 1, TY_GEMV_THREADS, 1, 1, 0);
   return true;
 }
 

@@ -118,21 +118,42 @@ __device__ void ty_gemv_nk_impl(const void *a_, const void *b_, const void *bias
 #define TY_GEMV_ARGS a, b, bias, cin, c, aux, M, N, K, lda, ldb, ldc, dtc, gelu
 TY_KERNEL3_ATTR(ty_gemv_nk, TY_GEMV_PARAMS, TY_GEMV_ARGS, __launch_bounds__(TY_GEMV_THREADS))
 
-/* ---- b [K, N]: a block per TY_GV_COLS columns; thread (g, s) owns the
- * 16-byte group g of the block's columns and K rows s, s + S, ... (S =
- * 256 / groups slices), then the slices' sums are added in slice order
- * through shared memory. Grid ceil(N / TY_GV_COLS). ---- */
+/* ---- b [K, N]: block (x, y) owns TY_GV_COLS columns and the y-th of
+ * gridDim.y equal runs of K (split-K: a 768-column product has 12 column
+ * blocks, too few to keep loads in flight, so K is cut until the grid
+ * fills the card). Thread (g, s) owns the 16-byte group g of the columns
+ * and rows s, s + S, ... of the block's run; the slices' sums are added in
+ * slice order through shared memory. With one run the block stores the
+ * outputs. With several, each block writes its partial sums to `part`
+ * ([runs][M][N] f32), then counts itself in on its column block's counter;
+ * the block that brings the count to gridDim.y adds the runs' partials in
+ * run order (the same arithmetic whichever block is last: the result is
+ * deterministic), stores the outputs and puts the counter back to 0 for
+ * the next launch (`count`: the executable's zeroed memory). ---- */
 #define TY_GV_COLS TY_GEMV_KN_COLS
+
+__device__ inline float ty_gv_ld_cg(const float *p) {
+#ifdef TY_CU_EMULATE
+  return *p;
+#else
+  return __ldcg(p); /* another block's partial: past L1, which may hold stale lines */
+#endif
+}
+
 template <typename T>
 __device__ void ty_gemv_kn_impl(const void *a_, const void *b_, const void *bias,
                                 const void *cin, void *c, void *aux, int M, long long N,
                                 long long K, long long lda, long long ldb, long long ldc,
-                                int dtc, int gelu) {
+                                int dtc, int gelu, float *part, int *count) {
   const T *a = (const T *)a_, *b = (const T *)b_;
   constexpr int V = ty_gv<T>::kVec, G = TY_GV_COLS / V, S = TY_GEMV_THREADS / G;
-  __shared__ float part[TY_GEMV_MAX_M][S][TY_GV_COLS + 1];
+  __shared__ float sum_sh[TY_GEMV_MAX_M][S][TY_GV_COLS + 1];
+  __shared__ int last_sh;
   const int g = threadIdx.x % G, s = threadIdx.x / G;
+  const int runs = (int)gridDim.y, run = (int)blockIdx.y;
   const long long n0 = (long long)blockIdx.x * TY_GV_COLS + g * V;
+  const long long per = (K + runs - 1) / runs, k0 = run * per;
+  const long long k1 = k0 + per < K ? k0 + per : K;
   float acc[TY_GEMV_MAX_M][V];
 #pragma unroll
   for (int m = 0; m < TY_GEMV_MAX_M; ++m)
@@ -141,7 +162,7 @@ __device__ void ty_gemv_kn_impl(const void *a_, const void *b_, const void *bias
   const bool vec = (uintptr_t)b % 16 == 0 && (ldb * (long long)sizeof(T)) % 16 == 0;
   if (n0 < N) { /* N is a multiple of V: a group is all in or all out */
 #pragma unroll 4
-    for (long long k = s; k < K; k += S) {
+    for (long long k = k0 + s; k < k1; k += S) {
       float wv[V];
       ty_gv<T>::load(b + k * ldb + n0, wv, vec);
 #pragma unroll
@@ -157,15 +178,47 @@ __device__ void ty_gemv_kn_impl(const void *a_, const void *b_, const void *bias
 #pragma unroll
   for (int m = 0; m < TY_GEMV_MAX_M; ++m)
 #pragma unroll
-    for (int e = 0; e < V; ++e) part[m][s][g * V + e] = acc[m][e];
+    for (int e = 0; e < V; ++e) sum_sh[m][s][g * V + e] = acc[m][e];
   __syncthreads();
+  if (runs == 1) {
+    for (int x = threadIdx.x; x < M * TY_GV_COLS; x += TY_GEMV_THREADS) {
+      const int m = x / TY_GV_COLS, col = x % TY_GV_COLS;
+      const long long n = (long long)blockIdx.x * TY_GV_COLS + col;
+      if (n >= N) continue;
+      float v = 0.0f;
+      for (int t = 0; t < S; ++t) v += sum_sh[m][t][col];
+      ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
+    }
+    return;
+  }
   for (int x = threadIdx.x; x < M * TY_GV_COLS; x += TY_GEMV_THREADS) {
     const int m = x / TY_GV_COLS, col = x % TY_GV_COLS;
     const long long n = (long long)blockIdx.x * TY_GV_COLS + col;
     if (n >= N) continue;
     float v = 0.0f;
-    for (int t = 0; t < S; ++t) v += part[m][t][col];
+    for (int t = 0; t < S; ++t) v += sum_sh[m][t][col];
+    part[((long long)run * M + m) * N + n] = v;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int *cnt = count + blockIdx.x;
+    last_sh = atomicAdd(cnt, 1) == runs - 1;
+    if (last_sh) *cnt = 0;
+  }
+  __syncthreads();
+  if (!last_sh) return;
+  __threadfence();
+  for (int x = threadIdx.x; x < M * TY_GV_COLS; x += TY_GEMV_THREADS) {
+    const int m = x / TY_GV_COLS, col = x % TY_GV_COLS;
+    const long long n = (long long)blockIdx.x * TY_GV_COLS + col;
+    if (n >= N) continue;
+    float v = 0.0f;
+    for (int r = 0; r < runs; ++r) v += ty_gv_ld_cg(part + ((long long)r * M + m) * N + n);
     ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
   }
 }
-TY_KERNEL3_ATTR(ty_gemv_kn, TY_GEMV_PARAMS, TY_GEMV_ARGS, __launch_bounds__(TY_GEMV_THREADS))
+#define TY_GEMV_KN_PARAMS TY_GEMV_PARAMS, float *part, int *count
+#define TY_GEMV_KN_ARGS TY_GEMV_ARGS, part, count
+TY_KERNEL3_ATTR(ty_gemv_kn, TY_GEMV_KN_PARAMS, TY_GEMV_KN_ARGS,
+                __launch_bounds__(TY_GEMV_THREADS))

@@ -23,12 +23,12 @@
 #include "hal/dtype.h"
 #include "hal/registry.h"
 
-enum { K = 48, MAX_N = 48, MAX_M = 5 };
+enum { K_DEFAULT = 48, MAX_K = 768, MAX_N = 48, MAX_M = 5 };
 
 typedef enum { EPI_NONE, EPI_GELU, EPI_RESIDUAL } epi_t;
 
 typedef struct {
-  int64_t M, N;
+  int64_t M, N, K; /* K: 0 for K_DEFAULT */
   ty_dtype_t dtype;
   bool trans_b, bias;
   epi_t epi;
@@ -51,7 +51,7 @@ static int teardown(void **state) {
 
 /* Inputs in f32 (rounded to bf16 first for a bf16 case, so both backends
  * see the same values). */
-static float g_x[MAX_M * K], g_w[K * MAX_N], g_b[MAX_N], g_r[MAX_M * MAX_N];
+static float g_x[MAX_M * MAX_K], g_w[MAX_K * MAX_N], g_b[MAX_N], g_r[MAX_M * MAX_N];
 
 static float round_bf16(float v) {
   uint32_t u;
@@ -72,7 +72,10 @@ static void fill(float *p, size_t n, uint32_t *seed, bool bf16) {
 /* x [M, K] @ w ([K, N], or [N, K] with trans_b) (+ bias) -> y; then
  * gelu(y) or r + y with the epilogue; the graph computes in `dtype` and
  * casts its output to f32 ("out"). */
+static int64_t k_of(const case_t *c) { return c->K ? c->K : K_DEFAULT; }
+
 static ty_graph_t *graph_of(const case_t *c) {
+  const int64_t K = k_of(c);
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
   const int64_t xd[2] = {c->M, K}, wd[2] = {c->trans_b ? c->N : K, c->trans_b ? K : c->N};
@@ -133,6 +136,7 @@ static void run(const char *uri, const case_t *c, bool deterministic, float *out
   ty_session_options_t opts = {.deterministic = deterministic};
   ty_session_t *s = NULL;
   TY_EXPECT_OK(ty_session_create(dev, g, &opts, &s));
+  const int64_t K = k_of(c);
   const int64_t xd[2] = {c->M, K}, wd[2] = {c->trans_b ? c->N : K, c->trans_b ? K : c->N};
   const int64_t bd[1] = {c->N}, rd[2] = {c->M, c->N};
   bind(s, "x", c, 2, xd, g_x);
@@ -141,6 +145,12 @@ static void run(const char *uri, const case_t *c, bool deterministic, float *out
   if (c->epi == EPI_RESIDUAL) bind(s, "r", c, 2, rd, g_r);
   TY_EXPECT_OK(ty_session_run(s));
   TY_EXPECT_OK(ty_session_read(s, "out", out, (size_t)(c->M * c->N) * sizeof(float)));
+  /* A second run gives the same bits: gemv_kn's split-K counters are back
+   * at 0 and its runs are added in one order. */
+  float again[MAX_M * MAX_N];
+  TY_EXPECT_OK(ty_session_run(s));
+  TY_EXPECT_OK(ty_session_read(s, "out", again, (size_t)(c->M * c->N) * sizeof(float)));
+  assert_memory_equal(out, again, (size_t)(c->M * c->N) * sizeof(float));
   if (report) {
     char *text = NULL;
     TY_EXPECT_OK(ty_session_report(s, &text));
@@ -164,8 +174,8 @@ static unsigned gemm_commands(const char *report) {
 static void check(const case_t *c, bool deterministic, bool cublas) {
   static uint32_t seed = 29;
   const bool bf16 = c->dtype == TY_DTYPE_BF16;
-  fill(g_x, (size_t)(c->M * K), &seed, bf16);
-  fill(g_w, (size_t)(K * c->N), &seed, bf16);
+  fill(g_x, (size_t)(c->M * k_of(c)), &seed, bf16);
+  fill(g_w, (size_t)(k_of(c) * c->N), &seed, bf16);
   fill(g_b, (size_t)c->N, &seed, bf16);
   fill(g_r, (size_t)(c->M * c->N), &seed, bf16);
   float want[MAX_M * MAX_N], got[MAX_M * MAX_N];
@@ -173,8 +183,8 @@ static void check(const case_t *c, bool deterministic, bool cublas) {
   run("cpu", c, false, want, NULL, 0);
   run("cuda:0", c, deterministic, got, report, sizeof(report));
   const unsigned gemms = gemm_commands(report);
-  printf("M=%lld N=%lld %s%s%s%s%s: %u cuBLASLt command(s)\n", (long long)c->M,
-         (long long)c->N, bf16 ? "bf16" : "f32", c->trans_b ? " trans_b" : "",
+  printf("M=%lld N=%lld K=%lld %s%s%s%s%s: %u cuBLASLt command(s)\n", (long long)c->M,
+         (long long)c->N, (long long)k_of(c), bf16 ? "bf16" : "f32", c->trans_b ? " trans_b" : "",
          c->bias ? " bias" : "", c->epi == EPI_GELU ? " gelu" : c->epi == EPI_RESIDUAL ? " +r" : "",
          deterministic ? " deterministic" : "", gemms);
   assert_int_equal(gemms, cublas ? 1u : 0u);
@@ -232,6 +242,26 @@ static void test_epilogues(void **state) {
   unsetenv("TRAINYARD_CUDA_GEMV");
 }
 
+/* K = 768: gemv_kn cuts K into runs (4 on the emulator's 2 SMs: two
+ * blocks an SM over one column block), whose partials the last block adds
+ * in run order; the sums are longer, so bf16's bound is that of more
+ * terms. */
+static void test_split_k(void **state) {
+  (void)state;
+  setenv("TRAINYARD_CUDA_GEMV", "all", 1);
+  const ty_dtype_t dts[2] = {TY_DTYPE_F32, TY_DTYPE_BF16};
+  for (int d = 0; d < 2; ++d) {
+    for (int64_t M = 1; M <= TY_GEMV_MAX_M; ++M) {
+      const case_t c = {.M = M, .N = 40, .K = MAX_K, .dtype = dts[d], .bias = M % 2,
+                        .epi = M == 2 && d == 1 ? EPI_GELU /* fused in 16 bits only */
+                               : M == 3         ? EPI_RESIDUAL
+                                                : EPI_NONE};
+      check(&c, false, false);
+    }
+  }
+  unsetenv("TRAINYARD_CUDA_GEMV");
+}
+
 static void test_stays_on_cublas(void **state) {
   (void)state;
   setenv("TRAINYARD_CUDA_GEMV", "1", 1);
@@ -260,7 +290,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rows_and_layouts),
       cmocka_unit_test(test_epilogues),
-      cmocka_unit_test(test_stays_on_cublas),
+      cmocka_unit_test(test_split_k), cmocka_unit_test(test_stays_on_cublas),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

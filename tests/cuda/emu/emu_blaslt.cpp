@@ -16,6 +16,7 @@
 #include <cublasLt.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -382,7 +383,15 @@ TY_EMU_API cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
       !uses_aux && !bgrad(x.epilogue)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  static const bool trace = [] {
+    const char *e = getenv("TRAINYARD_CUDA_EMU_TRACE"); /* as emu_driver.h's ty_emu_trace */
+    return e && *e && strcmp(e, "0") != 0;
+  }();
   std::function<CUresult()> op = [=] {
+    if (trace) {
+      fprintf(stderr, "emu-trace: gemm m %lld n %lld k %lld epilogue %d beta %g\n", (long long)m,
+              (long long)n, (long long)k, (int)x.epilogue, (double)be);
+    }
     gemm(&x, a, b, c, d, al, be, A, B, C, D, ord);
     return CUDA_SUCCESS;
   };

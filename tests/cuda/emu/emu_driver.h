@@ -14,4 +14,9 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
                    size_t shared, const unsigned char *block_params, void **array_params,
                    char *why, size_t cap);
 
+/* TRAINYARD_CUDA_EMU_TRACE=1: every launch (and every cuBLASLt matmul, in
+ * emu_blaslt.cpp) prints one `emu-trace:` line on stderr as it runs, so a
+ * test or a developer can count a step's launches without a card. */
+bool ty_emu_trace();
+
 #endif /* TY_TESTS_CUDA_EMU_EMU_DRIVER_H_ */

@@ -447,6 +447,14 @@ static bool run_block(Launch *l, char *why, size_t cap) {
   }
 }
 
+bool ty_emu_trace() {
+  static const bool on = [] {
+    const char *e = getenv("TRAINYARD_CUDA_EMU_TRACE");
+    return e && *e && strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
 bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigned block[3],
                    size_t shared, const unsigned char *block_params, void **array_params,
                    char *why, size_t cap) {
@@ -459,6 +467,10 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
   if (!reserve_stacks(n)) {
     snprintf(why, cap, "kernel %s: no memory for %zu thread stacks", k->name, n);
     return false;
+  }
+  if (ty_emu_trace()) {
+    fprintf(stderr, "emu-trace: kernel %s grid %u x %u x %u block %u\n", k->name, grid[0],
+            grid[1], grid[2], (unsigned)n);
   }
   Launch l;
   l.kernel = k;
