@@ -28,9 +28,10 @@
   X(cuMemHostGetDevicePointer) X(cuMemcpyHtoDAsync)                                        \
   X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuStreamCreate)           \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuModuleLoadData) X(cuModuleUnload)          \
-  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuEventCreate)          \
-  X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)           \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)     \
+  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx)       \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                 \
+  X(cuEventElapsedTime) X(cuStreamBeginCapture) X(cuStreamEndCapture)                     \
+  X(cuGraphInstantiate) X(cuGraphLaunch)                                                   \
   X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 #define TY_CU_BLASLT_FUNCTIONS(X)                                                          \

@@ -292,6 +292,27 @@ static void ty_cu_node_built(ty_cu_build_t *b) {
   }
 }
 
+/* TRAINYARD_CUDA_PDL=1 (off by default until measured on a card): on
+ * sm_90 and later every kernel command that directly follows another
+ * kernel command is launched as its programmatic dependent
+ * (cuda_execute.c), so its launch overlaps the end of the one before;
+ * every kernel waits for its predecessor first (ty_pdl_enter,
+ * kernels/common.cuh). The first command, and one after a cuBLASLt
+ * matmul, a fill, a copy or a collective, launches as usual. */
+static bool ty_cu_pdl_enabled(const ty_abi_executable_t *e) {
+  const char *env = getenv("TRAINYARD_CUDA_PDL");
+  const ty_cu_slot_t *slot = e->device->slot;
+  return env && env[0] && strcmp(env, "0") != 0 && slot->cc_major >= 9;
+}
+
+static void ty_cu_mark_pdl(ty_abi_executable_t *e) {
+  const bool on = ty_cu_pdl_enabled(e);
+  for (uint32_t i = 0; i < e->cmd_count; ++i) {
+    e->cmds[i].pdl = on && i > 0 && e->cmds[i].kind == TY_CU_CMD_KERNEL &&
+                     e->cmds[i - 1].kind == TY_CU_CMD_KERNEL;
+  }
+}
+
 ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
                                     ty_abi_executable_t **out_executable) {
   *out_executable = NULL;
@@ -368,6 +389,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   ty_dev_build_nodes(&b, ty_cu_ops, &node_hooks);
   e->first_cmd[g->node_count] = e->cmd_count;
   s = b.status;
+  if (!s) ty_cu_mark_pdl(e);
   /* Device memory. */
   if (!s && e->core.plan.arena_bytes) {
     s = ty_cu_upload(e, e->core.plan.arena_bytes, NULL, "activation arena", &e->arena);

@@ -80,6 +80,8 @@ typedef struct ty_cu_cmd_t {
   uint32_t coll;        /* ALL_REDUCE: TY_CU_COLL_* */
   uint32_t parts;       /* ALL_REDUCE of ALL_GATHER / REDUCE_SCATTER: the group's size */
   ty_cu_gemm_t *gemm; /* GEMM: owned */
+  bool pdl;           /* KERNEL: launched as a programmatic dependent of the kernel
+                         command before it (cuda_execute.c, TRAINYARD_CUDA_PDL) */
 } ty_cu_cmd_t;
 
 typedef struct ty_abi_executable_s ty_cu_exec_t;

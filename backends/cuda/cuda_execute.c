@@ -209,8 +209,24 @@ static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
       size_t size = c->param_bytes;
       void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, c->params, CU_LAUNCH_PARAM_BUFFER_SIZE,
                        &size, CU_LAUNCH_PARAM_END};
-      r = api->cuLaunchKernel(c->function, c->grid[0], c->grid[1], c->grid[2], c->block[0],
-                              c->block[1], c->block[2], c->shared_bytes, stream, NULL, extra);
+      if (c->pdl && !e->events && !e->sync_each) {
+        /* A programmatic dependent of the kernel before it (ty_cu_mark_pdl);
+         * not under profiling events or TRAINYARD_CUDA_SYNC, which put other
+         * work between the two. */
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg = {.gridDimX = c->grid[0], .gridDimY = c->grid[1],
+                              .gridDimZ = c->grid[2], .blockDimX = c->block[0],
+                              .blockDimY = c->block[1], .blockDimZ = c->block[2],
+                              .sharedMemBytes = c->shared_bytes, .hStream = stream,
+                              .attrs = &attr, .numAttrs = 1};
+        r = api->cuLaunchKernelEx(&cfg, c->function, NULL, extra);
+      } else {
+        r = api->cuLaunchKernel(c->function, c->grid[0], c->grid[1], c->grid[2], c->block[0],
+                                c->block[1], c->block[2], c->shared_bytes, stream, NULL, extra);
+      }
       if (r != CUDA_SUCCESS) return ty_cu_cmd_error(e, c, "launch", r);
       return NULL;
     }

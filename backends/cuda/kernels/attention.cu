@@ -79,14 +79,17 @@
 #define TY_ATT_SIMT(name, T, DC)                                                           \
   extern "C" __global__ void __launch_bounds__(TY_ATT_SIMT_THREADS)                        \
       ty_att_fwd_simt_##name##_d##DC(TY_ATT_FWD_PARAMS(T)) {                               \
+    ty_pdl_enter();                                                                        \
     ty_att_fwd_simt<T, DC>(TY_ATT_FWD_ARGS);                                               \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(TY_ATT_SIMT_THREADS)                        \
       ty_att_dq_simt_##name##_d##DC(TY_ATT_DQ_PARAMS(T)) {                                 \
+    ty_pdl_enter();                                                                        \
     ty_att_dq_simt<T, DC>(TY_ATT_DQ_ARGS);                                                 \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(TY_ATT_SIMT_THREADS)                        \
       ty_att_dkv_simt_##name##_d##DC(TY_ATT_DKV_PARAMS(T)) {                               \
+    ty_pdl_enter();                                                                        \
     ty_att_dkv_simt<T, DC>(TY_ATT_DKV_ARGS);                                               \
   }
 
@@ -97,6 +100,7 @@
   extern "C" __global__ void __launch_bounds__(256) ty_att_delta_##name(                   \
       const T *dout, const T *out, const float *dlse, float *delta, long long rows, int Tq,  \
       int Hq, int D) {                                                                      \
+    ty_pdl_enter();                                                                         \
     ty_att_delta<T>(dout, out, dlse, delta, rows, Tq, Hq, D);                              \
   }
 
@@ -111,14 +115,17 @@ TY_ATT_SIMT_DTYPE(f16, __half)
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_FWD_WARPS,                   \
                                                TY_ATT_TC_FWD_BLOCKS(DIM))                  \
       ty_att_fwd_tc_##name##_d##DIM##sfx(TY_ATT_FWD_PARAMS(T)) {                           \
+    ty_pdl_enter();                                                                        \
     ty_att_fwd_tc<T, DIM, NC>(TY_ATT_FWD_ARGS);                                            \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_DQ_WARPS)                    \
       ty_att_dq_tc_##name##_d##DIM##sfx(TY_ATT_DQ_PARAMS(T)) {                             \
+    ty_pdl_enter();                                                                        \
     ty_att_dq_tc<T, DIM, NC>(TY_ATT_DQ_ARGS);                                              \
   }                                                                                        \
   extern "C" __global__ void __launch_bounds__(32 * TY_ATT_TC_DKV_WARPS)                   \
       ty_att_dkv_tc_##name##_d##DIM##sfx(TY_ATT_DKV_PARAMS(T)) {                           \
+    ty_pdl_enter();                                                                        \
     ty_att_dkv_tc<T, DIM, NC>(TY_ATT_DKV_ARGS);                                            \
   }
 #define TY_ATT_TC(name, T, DIM) \

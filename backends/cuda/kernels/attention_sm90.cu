@@ -493,6 +493,7 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
       ty_att_fwd_wg_##name##_d64(const T *q, const T *k, const T *v, T *out, float *lse,     \
                                  const long long *kvlen, int Tq, int S, int Hq, int Hkv,     \
                                  int D, float scale, float sl2, int window, ERR_ARGS) {      \
+    ty_pdl_enter();                                                                          \
     (void)D;                                                                                 \
     (void)scale;                                                                             \
     TY_WG_CALL((ty_att_fwd_wg<T>(q, k, v, out, lse, kvlen, Tq, S, Hq, Hkv, sl2, window, err, \
@@ -502,6 +503,7 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
       const T *dout, const T *q, const T *k, const T *v, const float *lse,                   \
       const float *delta, const long long *kvlen, T *dq, int Tq, int S, int Hq, int Hkv,     \
       int D, float scale, float sl2, int window, ERR_ARGS) {                                 \
+    ty_pdl_enter();                                                                          \
     (void)D;                                                                                 \
     TY_WG_CALL((ty_att_dq_wg<T>(dout, q, k, v, lse, delta, kvlen, dq, Tq, S, Hq, Hkv, scale, \
                                 sl2, window, err, node)));                                   \
@@ -510,6 +512,7 @@ __device__ void ty_att_dkv_wg(const T *dout, const T *q, const T *k, const T *v,
       const T *dout, const T *q, const T *k, const T *v, const float *lse,                   \
       const float *delta, const long long *kvlen, T *dk, T *dv, int Tq, int S, int Hq,       \
       int Hkv, int D, float scale, float sl2, int window, ERR_ARGS) {                        \
+    ty_pdl_enter();                                                                          \
     (void)D;                                                                                 \
     TY_WG_CALL((ty_att_dkv_wg<T>(dout, q, k, v, lse, delta, kvlen, dk, dv, Tq, S, Hq, Hkv,   \
                                  scale, sl2, window, err, node)));                           \

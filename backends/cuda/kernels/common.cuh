@@ -40,6 +40,23 @@
 
 #define ERR_ARGS int *err, int node
 
+/* ---- programmatic dependent launch (sm_90+): cuda_execute.c may launch a
+ * kernel that follows another kernel with the programmatic-serialization
+ * attribute (TRAINYARD_CUDA_PDL), so it starts while the one before it
+ * still runs. EVERY kernel's first statement is therefore ty_pdl_enter():
+ * griddepcontrol.wait returns once the grids it depends on have finished
+ * and their writes are visible (at once for a plain launch), and only then
+ * griddepcontrol.launch_dependents lets the next kernel launch and wait in
+ * turn. Nothing is read or written before the wait, so a kernel sees what
+ * a stream-ordered launch shows it; tests/cuda/pdl_lint.py checks that
+ * every kernel starts this way. ---- */
+__device__ __forceinline__ void ty_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(TY_CU_EMULATE)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* Up to 8 dims (shapes, strides) travel by value. */
 struct ty_dims8 {
   long long d[8];

@@ -31,6 +31,7 @@ __device__ inline float ty_binop(int op, float x, float y) {
 extern "C" __global__ void ty_binary(const void *a, int dta, const void *b, int dtb, void *c,
                                      int dtc, int op, long long n, int rank, ty_dims8 dims,
                                      ty_dims8 sa, ty_dims8 sb) {
+  ty_pdl_enter();
   TY_FOR_EACH(o, n) {
     long long ia, ib;
     ty_offsets2_fast(o, rank, dims, sa, sb, &ia, &ib);
@@ -124,6 +125,7 @@ __device__ inline int ty_map_inputs(int op) {
 extern "C" __global__ void ty_map(const void *a, int dta, const void *b, int dtb, const void *c,
                                   int dtc, void *y, int dty, void *z, int dtz, int op,
                                   long long n, float alpha) {
+  ty_pdl_enter();
   const int ins = ty_map_inputs(op);
   TY_FOR_EACH(i, n) {
     float zv = 0.0f;
@@ -274,5 +276,6 @@ TY_KERNEL3(ty_dropout_seq, TY_DROPOUT_SEQ_PARAMS, TY_DROPOUT_SEQ_ARGS)
  * plus the bias; cuda_gemm.c). Exact. ---- */
 extern "C" __global__ void ty_bias_rows(const void *bias, void *out, int dt, long long n,
                                         long long N) {
+  ty_pdl_enter();
   TY_FOR_EACH(i, n) ty_st(out, i, dt, ty_ld(bias, ty_mod(i, N), dt));
 }

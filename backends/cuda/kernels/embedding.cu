@@ -20,6 +20,7 @@ __device__ inline void ty_move_row(const void *src, void *dst, long long units, 
 extern "C" __global__ void ty_embedding(const void *table, int dtt, const void *ids, int dti,
                                         void *out, int dto, long long N, long long V,
                                         long long D, ERR_ARGS) {
+  ty_pdl_enter();
   const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
   const int es = ty_dt_size(dto);
   const long long row_bytes = D * es;
@@ -71,6 +72,7 @@ extern "C" __global__ void ty_embedding(const void *table, int dtt, const void *
 /* counts[id] += 1 for every row (counts zeroed by the host). */
 extern "C" __global__ void ty_emb_count(const void *ids, int dti, long long N, long long V,
                                         int *counts, ERR_ARGS) {
+  ty_pdl_enter();
   TY_FOR_EACH(n, N) {
     const long long id = ty_ldi(ids, n, dti);
     if (id < 0 || id >= V) {
@@ -84,6 +86,7 @@ extern "C" __global__ void ty_emb_count(const void *ids, int dti, long long N, l
 /* One block: offsets = cursor = exclusive prefix sum of counts. */
 extern "C" __global__ void ty_emb_scan(const int *counts, int *offsets, int *cursor,
                                        long long V) {
+  ty_pdl_enter();
   __shared__ int scratch[32];
   const long long chunk = (V + blockDim.x - 1) / blockDim.x;
   const long long lo = threadIdx.x * chunk, hi = lo + chunk < V ? lo + chunk : V;
@@ -101,6 +104,7 @@ extern "C" __global__ void ty_emb_scan(const int *counts, int *offsets, int *cur
 /* list[cursor[id]++] = n (in no particular order within a bucket). */
 extern "C" __global__ void ty_emb_place(const void *ids, int dti, long long N, long long V,
                                         int *cursor, int *list) {
+  ty_pdl_enter();
   TY_FOR_EACH(n, N) {
     const long long id = ty_ldi(ids, n, dti);
     if (id < 0 || id >= V) continue;

@@ -645,6 +645,7 @@ TY_KERNEL3(ty_norm_params, TY_NORM_PARAMS_PARAMS, TY_NORM_PARAMS_ARGS)
 extern "C" __global__ void ty_norm_params_finish(const double *part, long long chunks,
                                                  long long C, void *dgamma, int dtdg,
                                                  void *dbeta, int dtdb) {
+  ty_pdl_enter();
   __shared__ double sg[32][33], sb[32][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const long long c = (long long)blockIdx.x * 32 + tx;

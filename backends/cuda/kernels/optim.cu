@@ -24,6 +24,7 @@ extern "C" __global__ void ty_adamw_prep(const void *lr, int dtlr, const void *b
                                          const void *b2, int dtb2, const void *eps, int dteps,
                                          const void *wd, int dtwd, const void *step,
                                          int dtstep, double *hp, ERR_ARGS) {
+  ty_pdl_enter();
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const long long t = ty_ldi(step, 0, dtstep);
   if (t < 1) ty_fail(err, node, TY_ERR_ADAMW_STEP, t, 0, 0);
@@ -55,6 +56,7 @@ extern "C" __global__ void ty_adamw(const void *p, int dtp, const void *g, int d
                                     const void *m, int dtm, const void *v, int dtv, void *po,
                                     int dtpo, void *mo, int dtmo, void *vo, int dtvo,
                                     long long n, const double *hp) {
+  ty_pdl_enter();
   double h[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) h[k] = hp[k];
@@ -123,6 +125,7 @@ extern "C" __global__ void ty_sgd(const void *p, int dtp, const void *g, int dtg
                                   int dtbo, long long n, const void *lr, int dtlr,
                                   const void *mu, int dtmu, const void *wd, int dtwd,
                                   int nesterov, ERR_ARGS) {
+  ty_pdl_enter();
   const float mf = ty_ld(mu, 0, dtmu);
   const double l = ty_ld(lr, 0, dtlr), m = mf, w = ty_ld(wd, 0, dtwd);
   if (nesterov && !(mf > 0.0f)) {
@@ -159,6 +162,7 @@ extern "C" __global__ void ty_adamw_multi_prep(const void *lr, int dtlr, const v
                                                int dtb1, const void *b2, int dtb2,
                                                const void *eps, int dteps, const void *step,
                                                int dtstep, double *hp, ERR_ARGS) {
+  ty_pdl_enter();
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const long long t = ty_ldi(step, 0, dtstep);
   if (t < 1) ty_fail(err, node, TY_ERR_ADAMW_STEP, t, 0, 0);
@@ -272,6 +276,7 @@ extern "C" __global__ void ty_adaf_prep(const void *lr, int dtlr, const void *wd
                                         const void *step, int dtstep, const void *b1, int dtb1,
                                         int relative, int warmup, double decay, double *hp,
                                         ERR_ARGS) {
+  ty_pdl_enter();
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const long long t = ty_ldi(step, 0, dtstep);
   const float beta1 = b1 ? ty_ld(b1, 0, dtb1) : 0.0f;
@@ -298,6 +303,7 @@ __device__ inline double ty_adaf_rms(const double *part, long long count, long l
 /* alpha from the chunk sums of p^2: one block. */
 extern "C" __global__ void ty_adaf_alpha(const double *part, long long count, long long n,
                                          double eps2, int scale_parameter, double *hp) {
+  ty_pdl_enter();
   const double rms = ty_adaf_rms(part, count, n);
   if (threadIdx.x == 0) hp[4] = hp[0] * (scale_parameter ? fmax(eps2, rms) : 1.0);
 }
@@ -368,6 +374,7 @@ TY_KERNEL3(ty_adaf_cols, TY_ADAF_COLS_PARAMS, TY_ADAF_COLS_ARGS)
 extern "C" __global__ void ty_adaf_cols_finish(const double *part, long long splits, long long n,
                                                long long rows, const float *col, float *col_o,
                                                const double *hp) {
+  ty_pdl_enter();
   const double b2t = hp[1];
   TY_FOR_EACH(k, n) {
     double total = 0.0;
@@ -379,6 +386,7 @@ extern "C" __global__ void ty_adaf_cols_finish(const double *part, long long spl
 /* rmean[b] = mean of the new row state of matrix b: one block per matrix. */
 extern "C" __global__ void ty_adaf_rowmean(const float *row_o, long long B, long long rows,
                                            double *rmean) {
+  ty_pdl_enter();
   __shared__ double scratch[32];
   for (long long b = blockIdx.x; b < B; b += gridDim.x) {
     double acc = 0.0;
@@ -445,6 +453,7 @@ TY_KERNEL3(ty_adaf_usq, TY_ADAF_USQ_PARAMS, TY_ADAF_USQ_ARGS)
 /* The clipped scale from the chunk sums of u^2: one block. */
 extern "C" __global__ void ty_adaf_scale(const double *part, long long count, long long n,
                                          double clip, double *hp) {
+  ty_pdl_enter();
   const double rms = ty_adaf_rms(part, count, n);
   if (threadIdx.x == 0) {
     hp[5] = hp[4] / fmax(1.0, rms / clip);

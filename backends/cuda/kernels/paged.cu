@@ -32,6 +32,7 @@
 extern "C" __global__ void ty_paged_kv_write(const void *fresh, void *pool, const void *fresh2,
                                              void *pool2, const long long *slots, int esize,
                                              long long row, long long nslots, ERR_ARGS) {
+  ty_pdl_enter();
   const long long i = blockIdx.x, s = slots[i];
   if (s == -1) return;
   if (s < -1 || s >= nslots) {

@@ -29,6 +29,7 @@ extern "C" __global__ void ty_reduce(const void *x, int dtx, void *y, int dty, i
                                      long long outs, long long terms, double scale, int krank,
                                      ty_dims8 kdims, ty_dims8 kstr, int rrank, ty_dims8 rdims,
                                      ty_dims8 rstr) {
+  ty_pdl_enter();
   __shared__ double scratch[32];
   for (long long k = blockIdx.x; k < outs; k += gridDim.x) {
     long long base, unused;
@@ -88,6 +89,7 @@ TY_KERNEL3(ty_reduce_rows, TY_REDUCE_ROWS_PARAMS, TY_REDUCE_ROWS_ARGS)
 /* y[r] = scale * sum_c part[r * per_row + c], in order: one block per row. */
 extern "C" __global__ void ty_reduce_partials(const double *part, void *y, int dty,
                                               long long per_row, long long rows, double scale) {
+  ty_pdl_enter();
   __shared__ double scratch[32];
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     double acc = 0.0;
@@ -219,6 +221,7 @@ TY_KERNEL3(ty_reduce_cols4, TY_REDUCE_COLS_PARAMS, TY_REDUCE_COLS_ARGS)
  * sums. */
 extern "C" __global__ void ty_reduce_cols_finish(const double *part, void *y, int dty,
                                                  long long chunks, long long n, double scale) {
+  ty_pdl_enter();
   __shared__ double sh[32][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   for (long long bx = blockIdx.x; bx * 32 < n; bx += gridDim.x) {
@@ -253,6 +256,7 @@ extern "C" __global__ void ty_reduce_cols_finish(const double *part, void *y, in
 extern "C" __global__ void ty_clip_finish(const double *part, long long count,
                                           const void *max_norm, int dtm, void *norm, int dtn,
                                           double *coef) {
+  ty_pdl_enter();
   __shared__ double scratch[32];
   double acc = 0.0;
   for (long long i = threadIdx.x; i < count; i += blockDim.x) acc += part[i];
@@ -382,6 +386,7 @@ extern "C" __global__ void ty_global_norm_scale(const void *max_norm, int dtm,
                                                 const void *const *sums, int dts,
                                                 int count, void *norm, int dtn, void *scale,
                                                 int dtsc) {
+  ty_pdl_enter();
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double sum = 0.0;
   for (int i = 0; i < count; ++i) sum += (double)ty_ld(sums[i], 0, dts);

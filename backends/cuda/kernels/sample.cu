@@ -145,6 +145,7 @@ __device__ inline float ty_penalise(float x, int count, const float *pr) {
  * ceil(V / TY_SAMPLE_CHUNK), a function of V only: batch invariance holds. */
 extern "C" __global__ void ty_sample_scan(const void *logits, int dtl, long long V, float *work,
                                           float *part) {
+  ty_pdl_enter();
   __shared__ float sx[32], sf[32];
   __shared__ long long sid[32];
   const long long i = blockIdx.x;
@@ -187,6 +188,7 @@ extern "C" __global__ void ty_sample_scan(const void *logits, int dtl, long long
 extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *params, const long long *seeds,
               const long long *hist, long long L, long long V, float *work, int *counts,
               long long *ids, float *logprob, ERR_ARGS, const float *part, int P) {
+  ty_pdl_enter();
   __shared__ float sx[32], sf[32];
   __shared__ long long sid[32], sll[32];
   __shared__ int bad_sh;
@@ -384,6 +386,7 @@ extern "C" __global__ void ty_sample(const void *logits, int dtl, const float *p
  * the order (logit desc, id asc), so no pick repeats. */
 extern "C" __global__ void ty_top_logprobs(const void *logits, int dtl, long long V, int k, long long *ids,
                     float *logprobs) {
+  ty_pdl_enter();
   __shared__ float sx[32], sf[32];
   __shared__ long long sid[32];
   const int tid = threadIdx.x, nt = blockDim.x;

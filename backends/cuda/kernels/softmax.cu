@@ -268,6 +268,7 @@ TY_KERNEL3(ty_xent_bwd_lse, TY_XENT_BWD_LSE_PARAMS, TY_XENT_BWD_LSE_ARGS)
 extern "C" __global__ void ty_lce_rows(const float *z_, long long ldz, const void *targets,
                                        int dtt, float *loss, float *lse, long long first,
                                        long long n, long long V, ERR_ARGS) {
+  ty_pdl_enter();
   __shared__ float scratch[32];
   for (long long row = blockIdx.x; row < n; row += gridDim.x) {
     const float *z = z_ + row * ldz;

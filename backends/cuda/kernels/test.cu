@@ -9,11 +9,13 @@
 
 /* Writes through `wild`, an address no allocation has. */
 extern "C" __global__ void ty_test_wild_write(float *wild) {
+  ty_pdl_enter();
   if (threadIdx.x == 0) wild[0] = 1.0f;
 }
 
 /* A device-side trap, as a failed device assert would raise. */
 extern "C" __global__ void ty_test_trap(float *unused) {
+  ty_pdl_enter();
   (void)unused;
   if (threadIdx.x == 0) __trap();
 }

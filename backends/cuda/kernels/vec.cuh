@@ -16,15 +16,34 @@
  * NAME_impl<T>; PARAMS and ARGS are macros holding the parameter list and
  * the forwarded names (so the list is written once). The host picks the
  * name by the operands' dtype (cuda_ops.h). ---- */
-#define TY_KERNEL3(name, PARAMS, ARGS)                                                   \
-  extern "C" __global__ void name##_f32(PARAMS) { name##_impl<float>(ARGS); }            \
-  extern "C" __global__ void name##_bf16(PARAMS) { name##_impl<__nv_bfloat16>(ARGS); }   \
-  extern "C" __global__ void name##_f16(PARAMS) { name##_impl<__half>(ARGS); }
-/* The same with an attribute (e.g. __launch_bounds__) on each kernel. */
-#define TY_KERNEL3_ATTR(name, PARAMS, ARGS, ATTR)                                         \
-  extern "C" __global__ void ATTR name##_f32(PARAMS) { name##_impl<float>(ARGS); }          \
-  extern "C" __global__ void ATTR name##_bf16(PARAMS) { name##_impl<__nv_bfloat16>(ARGS); } \
-  extern "C" __global__ void ATTR name##_f16(PARAMS) { name##_impl<__half>(ARGS); }
+#define TY_KERNEL3(name, PARAMS, ARGS)                                              \
+  extern "C" __global__ void name##_f32(PARAMS) {                                   \
+    ty_pdl_enter();                                                                 \
+    name##_impl<float>(ARGS);                                                       \
+  }                                                                                 \
+  extern "C" __global__ void name##_bf16(PARAMS) {                                  \
+    ty_pdl_enter();                                                                 \
+    name##_impl<__nv_bfloat16>(ARGS);                                               \
+  }                                                                                 \
+  extern "C" __global__ void name##_f16(PARAMS) {                                   \
+    ty_pdl_enter();                                                                 \
+    name##_impl<__half>(ARGS);                                                      \
+  }
+/* The same with an attribute (e.g. __launch_bounds__) on each kernel. Each
+ * kernel enters first (ty_pdl_enter, common.cuh). */
+#define TY_KERNEL3_ATTR(name, PARAMS, ARGS, ATTR)                                   \
+  extern "C" __global__ void ATTR name##_f32(PARAMS) {                              \
+    ty_pdl_enter();                                                                 \
+    name##_impl<float>(ARGS);                                                       \
+  }                                                                                 \
+  extern "C" __global__ void ATTR name##_bf16(PARAMS) {                             \
+    ty_pdl_enter();                                                                 \
+    name##_impl<__nv_bfloat16>(ARGS);                                               \
+  }                                                                                 \
+  extern "C" __global__ void ATTR name##_f16(PARAMS) {                              \
+    ty_pdl_enter();                                                                 \
+    name##_impl<__half>(ARGS);                                                      \
+  }
 
 /* ---- vector accesses: every load or store wider than an element goes
  * through these, so the CPU emulator of tests/cuda/emu can check its

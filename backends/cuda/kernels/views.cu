@@ -27,6 +27,7 @@ __device__ inline void ty_move_bytes(const char *src, char *dst, int bytes) {
 extern "C" __global__ void ty_strided_copy(const void *x, void *y, int esize, int vec,
                                            long long n, int rank, ty_dims8 dims, ty_dims8 xs,
                                            ty_dims8 ys) {
+  ty_pdl_enter();
   const int ubytes = esize * vec;
   const bool units = vec > 1 && ((uintptr_t)x | (uintptr_t)y) % ubytes == 0;
   const int step = units ? vec : 1, bytes = units ? ubytes : esize;
@@ -49,6 +50,7 @@ extern "C" __global__ void ty_strided_copy(const void *x, void *y, int esize, in
 extern "C" __global__ void ty_slice_rows(const void *x, void *y0, void *y1, void *y2, void *y3,
                                          int esize, int vec, long long rows, long long xrow,
                                          int parts, ty_dims8 ow) {
+  ty_pdl_enter();
   void *ys[4] = {y0, y1, y2, y3};
   uintptr_t mix = (uintptr_t)x;
   long long width = 0; /* elements written per row, all parts */
@@ -109,6 +111,7 @@ __device__ inline void ty_cast_st(void *p, long long i, int dt, float v) {
 
 extern "C" __global__ void ty_cast(const void *x, int dtx, void *y, int dty, long long n,
                                    ERR_ARGS) {
+  ty_pdl_enter();
   TY_FOR_EACH(i, n) {
     if (ty_is_float(dtx)) {
       if (dtx == TY_F64 && dty == TY_F32) {
@@ -204,6 +207,7 @@ __device__ __forceinline__ void ty_cast4(const void *x_, void *y_, long long n) 
 
 #define TY_CAST4(name, TI, TO)                                                          \
   extern "C" __global__ void name(const void *x, void *y, long long n) {               \
+    ty_pdl_enter();                                                                    \
     ty_cast4<TI, TO>(x, y, n);                                                           \
   }
 TY_CAST4(ty_cast_f32_bf16, float, __nv_bfloat16)
@@ -221,6 +225,7 @@ TY_CAST4(ty_cast_f16_f32, __half, float)
 extern "C" __global__ void ty_kv_write(const void *fresh, void *cache, const void *pos,
                                        int dtpos, int esize, long long Smax, long long T,
                                        long long row, long long n, ERR_ARGS) {
+  ty_pdl_enter();
   const long long p = ty_ldi(pos, 0, dtpos);
   if (p < 0 || T > Smax || p > Smax - T) {
     if (blockIdx.x == 0 && threadIdx.x == 0) ty_fail(err, node, TY_ERR_KV_POSITION, p, T, Smax);

@@ -58,6 +58,7 @@ TY_KERNEL3(ty_vocab_embedding, TY_VOCAB_EMB_PARAMS, TY_VOCAB_EMB_ARGS)
 extern "C" __global__ void ty_vocab_local_ids(const void *ids, int dti, long long N,
                                               long long start, long long valid, int *lids,
                                               int *counts) {
+  ty_pdl_enter();
   TY_FOR_EACH(n, N) {
     const long long id = ty_ldi(ids, n, dti);
     const bool mine = ty_vocab_in(id, start, valid);
@@ -177,6 +178,7 @@ TY_KERNEL3(ty_vocab_ce_sums_backward, TY_VOCAB_SUMSB_PARAMS, TY_VOCAB_SUMSB_ARGS
 
 extern "C" __global__ void ty_vocab_ce_loss(const float *sums, const void *t, int dtt,
                                             float *loss, long long N, long long V, ERR_ARGS) {
+  ty_pdl_enter();
   TY_FOR_EACH(n, N) {
     const long long target = ty_ldi(t, n, dtt);
     if (target >= V) {
@@ -191,6 +193,7 @@ extern "C" __global__ void ty_vocab_ce_loss(const float *sums, const void *t, in
 extern "C" __global__ void ty_vocab_ce_loss_backward(const float *dloss, const float *sums,
                                                      const void *t, int dtt, float *ds,
                                                      long long N) {
+  ty_pdl_enter();
   TY_FOR_EACH(n, N) {
     const bool counted = ty_ldi(t, n, dtt) >= 0;
     ds[2 * n] = counted ? (float)((double)dloss[n] / (double)sums[2 * n]) : 0.0f;

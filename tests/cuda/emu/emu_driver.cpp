@@ -284,6 +284,24 @@ TY_EMU_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
   });
 }
 
+/* The attributes (programmatic dependent launch among them) change when
+ * a kernel may start, not what it computes: the emulator runs launches in
+ * stream order, as the plain form; the trace names the programmatic ones
+ * (when they are queued: once per capture). */
+TY_EMU_API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
+                                     void **extra) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION &&
+        config->attrs[i].value.programmaticStreamSerializationAllowed && ty_emu_trace()) {
+      fprintf(stderr, "emu-trace: programmatic dependent launch of %s\n", f->kernel->name);
+    }
+  }
+  return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                        config->blockDimX, config->blockDimY, config->blockDimZ,
+                        config->sharedMemBytes, config->hStream, params, extra);
+}
+
 TY_EMU_API CUresult cuEventCreate(CUevent *e, unsigned int) {
   *e = new CUevent_st{std::chrono::steady_clock::now()};
   return CUDA_SUCCESS;
@@ -359,7 +377,7 @@ static const struct {
     TY_EMU_ENTRY(cuStreamDestroy) TY_EMU_ENTRY(cuStreamSynchronize)
     TY_EMU_ENTRY(cuModuleLoadData) TY_EMU_ENTRY(cuModuleUnload)
     TY_EMU_ENTRY(cuModuleGetFunction) TY_EMU_ENTRY(cuFuncSetAttribute)
-    TY_EMU_ENTRY(cuLaunchKernel) TY_EMU_ENTRY(cuEventCreate) TY_EMU_ENTRY(cuEventDestroy)
+    TY_EMU_ENTRY(cuLaunchKernel) TY_EMU_ENTRY(cuLaunchKernelEx) TY_EMU_ENTRY(cuEventCreate) TY_EMU_ENTRY(cuEventDestroy)
     TY_EMU_ENTRY(cuEventRecord) TY_EMU_ENTRY(cuEventSynchronize)
     TY_EMU_ENTRY(cuEventElapsedTime) TY_EMU_ENTRY(cuStreamBeginCapture)
     TY_EMU_ENTRY(cuStreamEndCapture) TY_EMU_ENTRY(cuGraphInstantiate)
