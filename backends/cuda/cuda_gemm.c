@@ -441,7 +441,7 @@ static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_GEMV,
                                 ty_cu_typed(sp->tb ? ty_cu_gemv_nk_names : ty_cu_gemv_kn_names, dt));
   /* ty_gemv_<nk|kn>_<dt>(a, b, bias, cin, c, aux, int M, i64 N, i64 K, i64 lda, i64 ldb,
-   *   i64 ldc, int dtc, int gelu[, f32 *part, i32 *count: kn]) */
+   *   i64 ldc, int dtc, int gelu, then nk: int wpc; kn: f32 *part, i32 *count) */
   ty_dev_arg_ref(b, c, sp->a);
   ty_dev_arg_ref(b, c, sp->b);
   ty_dev_arg_ref(b, c, sp->has_bias ? sp->bias : ty_dev_none());
@@ -456,9 +456,21 @@ static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   ty_dev_arg_i64(b, c, sp->ldc);
   ty_dev_arg_i32(b, c, (int32_t)sp->c_dtype);
   ty_dev_arg_i32(b, c, sp->epilogue == TY_CU_EPI_GELU_AUX ? 1 : 0);
-  const int64_t cols = sp->tb ? TY_GEMV_NK_COLS : TY_GEMV_KN_COLS;
-  const int64_t col_blocks = (sp->N + cols - 1) / cols;
+  int64_t cols = sp->tb ? TY_GEMV_NK_COLS : TY_GEMV_KN_COLS;
   int64_t runs = 1;
+  if (sp->tb) {
+    /* gemv_nk: warps per column (1..8) until the grid has two blocks an
+     * SM, each warp's part of K still one 32-lane round of vectors or more. */
+    const int64_t want = 2 * ty_cu_sm_count(b), rounds = (sp->K + 32 * vec - 1) / (32 * vec);
+    int32_t wpc = 1;
+    while (wpc < TY_GEMV_NK_COLS && (sp->N * wpc + TY_GEMV_NK_COLS - 1) / TY_GEMV_NK_COLS < want &&
+           rounds >= 2 * wpc) {
+      wpc *= 2;
+    }
+    cols = TY_GEMV_NK_COLS / wpc;
+    ty_dev_arg_i32(b, c, wpc);
+  }
+  const int64_t col_blocks = (sp->N + cols - 1) / cols;
   if (!sp->tb) {
     /* gemv_kn's split-K: enough runs of K for two blocks an SM, each
      * thread of a run still walking two or more rows. */

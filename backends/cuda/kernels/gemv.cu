@@ -68,47 +68,64 @@ __device__ inline void ty_gv_store(float v, long long m, long long n, const void
   ty_st(c, m * ldc + n, dtc, v);
 }
 
-/* ---- b [N, K]: a warp per output column n; its lanes walk K in 16-byte
- * steps (lane-strided), every row of a at once, then a fixed shuffle
- * reduction. Grid ceil(N / TY_GEMV_NK_COLS), a warp per column. ---- */
+/* ---- b [N, K]: `wpc` warps per output column n (1, 2, 4 or 8; the block's
+ * 8 warps hold 8 / wpc columns): warp w of a column walks its w-th part of
+ * K in 16-byte steps (lane-strided), every row of a at once, then a fixed
+ * shuffle reduction, and the column's parts are added in part order
+ * through shared memory. A product of few columns (Llama's key and value
+ * projections: 512) takes several warps a column, so the grid still fills
+ * the card. Grid ceil(N / (8 / wpc)). ---- */
 template <typename T>
 __device__ void ty_gemv_nk_impl(const void *a_, const void *b_, const void *bias,
                                 const void *cin, void *c, void *aux, int M, long long N,
                                 long long K, long long lda, long long ldb, long long ldc,
-                                int dtc, int gelu) {
+                                int dtc, int gelu, int wpc) {
   const T *a = (const T *)a_, *b = (const T *)b_;
-  constexpr int V = ty_gv<T>::kVec;
+  constexpr int V = ty_gv<T>::kVec, W = TY_GEMV_THREADS / 32;
+  __shared__ float part_sh[TY_GEMV_MAX_M][W];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long n = (long long)blockIdx.x * TY_GEMV_NK_COLS + warp;
-  if (n >= N) return;
+  const int cols = W / wpc, col = warp / wpc, piece = warp % wpc;
+  const long long n = (long long)blockIdx.x * cols + col;
   float acc[TY_GEMV_MAX_M];
 #pragma unroll
   for (int m = 0; m < TY_GEMV_MAX_M; ++m) acc[m] = 0.0f;
-  const T *w = b + n * ldb;
-  const bool vec = (((uintptr_t)a | (uintptr_t)b) % 16 == 0) && (lda * (long long)sizeof(T)) % 16 == 0 &&
-                   (ldb * (long long)sizeof(T)) % 16 == 0;
-  /* Up to 8 of the lane's 16-byte loads in flight at once (K of 2048 bf16
-   * is 8 a lane): the product is a few memory latencies, not K / 256. */
+  /* the piece's run of K: whole 32-lane vector rounds, the last piece the rest */
+  const long long round = 32LL * V, rounds = (K + round - 1) / round;
+  const long long per = (rounds + wpc - 1) / wpc;
+  const long long k0 = piece * per * round, k1 = k0 + per * round < K ? k0 + per * round : K;
+  if (n < N) {
+    const T *w = b + n * ldb;
+    const bool vec = (((uintptr_t)a | (uintptr_t)b) % 16 == 0) &&
+                     (lda * (long long)sizeof(T)) % 16 == 0 &&
+                     (ldb * (long long)sizeof(T)) % 16 == 0;
+    /* Up to 8 of the lane's 16-byte loads in flight at once (K of 2048 bf16
+     * is 8 a lane): the product is a few memory latencies, not K / 256. */
 #pragma unroll 8
-  for (long long k = (long long)lane * V; k < K; k += 32 * V) {
-    float wv[V];
-    ty_gv<T>::load(w + k, wv, vec);
+    for (long long k = k0 + (long long)lane * V; k < k1; k += round) {
+      float wv[V];
+      ty_gv<T>::load(w + k, wv, vec);
 #pragma unroll
-    for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
-      if (m < M) {
-        float xv[V];
-        ty_gv<T>::load(a + m * lda + k, xv, vec);
+      for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
+        if (m < M) {
+          float xv[V];
+          ty_gv<T>::load(a + m * lda + k, xv, vec);
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc[m] += xv[e] * wv[e];
+          for (int e = 0; e < V; ++e) acc[m] += xv[e] * wv[e];
+        }
       }
     }
   }
 #pragma unroll
   for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
-    if (m < M) {
-      const float v = ty_warp_sum(acc[m]);
-      if (lane == 0) ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
-    }
+    const float v = ty_warp_sum(acc[m]);
+    if (lane == 0) part_sh[m][warp] = v;
+  }
+  __syncthreads();
+  if (piece != 0 || n >= N) return;
+  for (int m = lane; m < M; m += 32) {
+    float v = 0.0f;
+    for (int p = 0; p < wpc; ++p) v += part_sh[m][warp + p];
+    ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
   }
 }
 #define TY_GEMV_PARAMS                                                                     \
@@ -116,7 +133,10 @@ __device__ void ty_gemv_nk_impl(const void *a_, const void *b_, const void *bias
       int M, long long N, long long K, long long lda, long long ldb, long long ldc, int dtc, \
       int gelu
 #define TY_GEMV_ARGS a, b, bias, cin, c, aux, M, N, K, lda, ldb, ldc, dtc, gelu
-TY_KERNEL3_ATTR(ty_gemv_nk, TY_GEMV_PARAMS, TY_GEMV_ARGS, __launch_bounds__(TY_GEMV_THREADS))
+#define TY_GEMV_NK_PARAMS TY_GEMV_PARAMS, int wpc
+#define TY_GEMV_NK_ARGS TY_GEMV_ARGS, wpc
+TY_KERNEL3_ATTR(ty_gemv_nk, TY_GEMV_NK_PARAMS, TY_GEMV_NK_ARGS,
+                __launch_bounds__(TY_GEMV_THREADS))
 
 /* ---- b [K, N]: block (x, y) owns TY_GV_COLS columns and the y-th of
  * gridDim.y equal runs of K (split-K: a 768-column product has 12 column

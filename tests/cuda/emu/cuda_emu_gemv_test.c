@@ -244,8 +244,7 @@ static void test_epilogues(void **state) {
 
 /* K = 768: gemv_kn cuts K into runs (4 on the emulator's 2 SMs: two
  * blocks an SM over one column block), whose partials the last block adds
- * in run order; the sums are longer, so bf16's bound is that of more
- * terms. */
+ * in run order, and gemv_nk splits a narrow product's columns over warps. */
 static void test_split_k(void **state) {
   (void)state;
   setenv("TRAINYARD_CUDA_GEMV", "all", 1);
@@ -257,6 +256,11 @@ static void test_split_k(void **state) {
                                : M == 3         ? EPI_RESIDUAL
                                                 : EPI_NONE};
       check(&c, false, false);
+      /* [N, K] of 8 or 16 columns: gemv_nk takes 2 or 4 warps a column
+       * (parts of K added in order) to give the 2 SMs 4 blocks */
+      const case_t t = {.M = M, .N = M % 2 ? 8 : 16, .K = MAX_K, .dtype = dts[d],
+                        .trans_b = true, .bias = M % 2, .epi = M == 3 ? EPI_RESIDUAL : EPI_NONE};
+      check(&t, false, false);
     }
   }
   unsetenv("TRAINYARD_CUDA_GEMV");
