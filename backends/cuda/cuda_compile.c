@@ -292,17 +292,20 @@ static void ty_cu_node_built(ty_cu_build_t *b) {
   }
 }
 
-/* TRAINYARD_CUDA_PDL=1 (off by default until measured on a card): on
- * sm_90 and later every kernel command that directly follows another
- * kernel command is launched as its programmatic dependent
+/* Programmatic dependent launch (on by default on sm_90 and later;
+ * TRAINYARD_CUDA_PDL=0 turns it off): every kernel command that directly
+ * follows another kernel command is launched as its programmatic dependent
  * (cuda_execute.c), so its launch overlaps the end of the one before;
  * every kernel waits for its predecessor first (ty_pdl_enter,
- * kernels/common.cuh). The first command, and one after a cuBLASLt
- * matmul, a fill, a copy or a collective, launches as usual. */
+ * kernels/common.cuh), so results are the same bits. The first command,
+ * and one after a cuBLASLt matmul, a fill, a copy or a collective,
+ * launches as usual. With the few-row GEMV path (every launch of a decode
+ * step then a kernel of ours) it took one GPT-2 124M stream from 1,095 to
+ * 1,124 tok/s on an H100 (docs/performance.md). */
 static bool ty_cu_pdl_enabled(const ty_abi_executable_t *e) {
   const char *env = getenv("TRAINYARD_CUDA_PDL");
   const ty_cu_slot_t *slot = e->device->slot;
-  return env && env[0] && strcmp(env, "0") != 0 && slot->cc_major >= 9;
+  return (!env || strcmp(env, "0") != 0) && slot->cc_major >= 9;
 }
 
 static void ty_cu_mark_pdl(ty_abi_executable_t *e) {

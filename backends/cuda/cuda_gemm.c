@@ -397,19 +397,20 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
   return TY_CODE_OK;
 }
 
-/* Whether TRAINYARD_CUDA_GEMV turns the few-row path on ("1": [N, K]
- * weights; "all": both layouts). Off by default: on an H100 cuBLASLt's
- * few-row kernels beat it (one Llama-3.2-1B stream decoded at 339 tok/s
- * with gemv_nk, 360 without; docs/performance.md). */
+/* The few-row path (kernels/gemv.cu) is on by default for both weight
+ * layouts; TRAINYARD_CUDA_GEMV=0 turns it off (cuBLASLt runs every
+ * matmul), =nk keeps it for [N, K] weights only. On an H100 it took one
+ * GPT-2 124M stream from 1,024 to 1,095 tok/s and one Llama-3.2-1B stream
+ * from 436 to 440, 64 streams unchanged (docs/performance.md). */
 static bool ty_cu_gemv_enabled(void) {
   const char *env = getenv("TRAINYARD_CUDA_GEMV");
-  return env && (strcmp(env, "1") == 0 || strcmp(env, "all") == 0);
+  return !env || strcmp(env, "0") != 0;
 }
 
-/* TRAINYARD_CUDA_GEMV=all also sends [K, N] weights to gemv_kn. */
+/* [K, N] weights (gemv_kn) unless TRAINYARD_CUDA_GEMV=nk. */
 static bool ty_cu_gemv_kn_enabled(void) {
   const char *env = getenv("TRAINYARD_CUDA_GEMV");
-  return env && strcmp(env, "all") == 0;
+  return !env || strcmp(env, "nk") != 0;
 }
 
 static const char *const ty_cu_gemv_nk_names[3] = {"ty_gemv_nk_f32", "ty_gemv_nk_bf16",
@@ -430,10 +431,6 @@ static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
     return false;
   if (dt != TY_DTYPE_F32 && dt != TY_DTYPE_BF16 && dt != TY_DTYPE_F16) return false;
   if (sp->c_dtype != dt && sp->c_dtype != TY_DTYPE_F32) return false;
-  /* [K, N] weights only with "all": gemv_kn spreads a 768-column product
-   * over 12 blocks, too few loads in flight; with it one GPT-2 stream
-   * decoded at 491 tok/s against 770 on cuBLASLt on an H200
-   * (docs/performance.md). */
   if (!sp->tb && !ty_cu_gemv_kn_enabled()) return false;
   const int64_t vec = 16 / (int64_t)ty_desc_dtype_size(dt);
   if ((sp->tb ? sp->K : sp->N) % vec != 0 || sp->N > INT32_MAX * (int64_t)TY_GEMV_NK_COLS)

@@ -4,11 +4,11 @@
  * (trans_b: gemv_nk), with and without a bias, and the fused epilogues a
  * decode step meets (matmul -> gelu, matmul -> add of the residual), each
  * against the same graph on the cpu backend. The executor's report tells
- * which path ran. The path is opt-in: with TRAINYARD_CUDA_GEMV=1 up to
- * TY_GEMV_MAX_M rows of a [N, K] weight take gemv_nk (no cuBLASLt
- * command), 5 rows cuBLASLt, as does deterministic=1; with =all a [K, N]
- * weight takes gemv_kn too (the cases run with it), but not where N is not
- * whole 16-byte groups (N = 36 in bf16); unset, cuBLASLt runs all. */
+ * which path ran. The path is on by default: up to TY_GEMV_MAX_M rows of
+ * a [N, K] weight take gemv_nk and of a [K, N] weight gemv_kn (no cuBLASLt
+ * command), 5 rows cuBLASLt, as does deterministic=1, and a [K, N] weight
+ * whose N is not whole 16-byte groups (N = 36 in bf16);
+ * TRAINYARD_CUDA_GEMV=nk keeps [K, N] weights on cuBLASLt, =0 all. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,11 +218,13 @@ static void test_rows_and_layouts(void **state) {
       }
     }
   }
-  /* with =1 a [K, N] weight stays on cuBLASLt */
-  setenv("TRAINYARD_CUDA_GEMV", "1", 1);
+  /* with =nk a [K, N] weight stays on cuBLASLt; unset, both layouts take
+   * the kernels */
+  setenv("TRAINYARD_CUDA_GEMV", "nk", 1);
   const case_t kn = {.M = 1, .N = 40, .dtype = TY_DTYPE_BF16};
   check(&kn, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");
+  check(&kn, false, false);
 }
 
 static void test_epilogues(void **state) {
@@ -268,7 +270,7 @@ static void test_split_k(void **state) {
 
 static void test_stays_on_cublas(void **state) {
   (void)state;
-  setenv("TRAINYARD_CUDA_GEMV", "1", 1);
+  setenv("TRAINYARD_CUDA_GEMV", "nk", 1);
   /* deterministic=1: the pinned algorithm keeps a row's bits at any M */
   const case_t one = {.M = 1, .N = 40, .dtype = TY_DTYPE_F32, .trans_b = true};
   check(&one, true, true);
@@ -278,13 +280,13 @@ static void test_stays_on_cublas(void **state) {
   check(&odd, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");
   /* ... while [N, K] needs only K's (48): the kernel */
-  setenv("TRAINYARD_CUDA_GEMV", "1", 1);
+  setenv("TRAINYARD_CUDA_GEMV", "nk", 1);
   const case_t odd_t = {.M = 2, .N = 36, .dtype = TY_DTYPE_BF16, .trans_b = true};
   check(&odd_t, false, false);
   check(&one, false, false);
-  /* off by default, and with =0 */
+  /* on by default, off with =0 */
   unsetenv("TRAINYARD_CUDA_GEMV");
-  check(&one, false, true);
+  check(&one, false, false);
   setenv("TRAINYARD_CUDA_GEMV", "0", 1);
   check(&one, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");

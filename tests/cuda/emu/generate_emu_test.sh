@@ -3,7 +3,7 @@
 # paged engine's whole step graph (the executor's fusions among it: q/k/v
 # SLICES, the norms, the matmul epilogues) on cuda:0 against the same
 # prompts on cpu, and with TRAINYARD_CUDA_FUSE=0 (and with the GEMV path and
-# programmatic dependent launches on) against itself fused.
+# programmatic dependent launches off) against itself as it runs by default.
 # Greedy ids must be equal: the fusions are exact copies or the same
 # arithmetic, and these small f32/bf16 fixtures decode the same on both
 # backends. Prompts of 1..50 ids for GPT-2 (64 positions), 1..110 for the
@@ -43,11 +43,11 @@ for m in gpt2 gpt2_bf16 llama3 mistral; do
   run cpu "$work/$m-cpu.jsonl" || { rc=1; continue; }
   run cuda:0 "$work/$m-cuda.jsonl" || { rc=1; continue; }
   run cuda:0 "$work/$m-cuda-nofuse.jsonl" TRAINYARD_CUDA_FUSE=0 || { rc=1; continue; }
-  # the few-row GEMV kernels for every matmul they take, each kernel
-  # launched as the programmatic dependent of the one before
-  run cuda:0 "$work/$m-cuda-gemv-pdl.jsonl" TRAINYARD_CUDA_GEMV=all TRAINYARD_CUDA_PDL=1 ||
+  # without the few-row GEMV kernels (cuBLASLt for every matmul) and
+  # without programmatic dependent launches (both on by default)
+  run cuda:0 "$work/$m-cuda-blaslt.jsonl" TRAINYARD_CUDA_GEMV=0 TRAINYARD_CUDA_PDL=0 ||
     { rc=1; continue; }
-  for other in cuda-nofuse cuda-gemv-pdl cpu; do
+  for other in cuda-nofuse cuda-blaslt cpu; do
     if cmp -s <(python3 -c 'import json,sys; [print(json.loads(l)["ids"]) for l in open(sys.argv[1])]' "$work/$m-cuda.jsonl") \
               <(python3 -c 'import json,sys; [print(json.loads(l)["ids"]) for l in open(sys.argv[1])]' "$work/$m-$other.jsonl"); then
       echo "$m: cuda:0 = $other"
