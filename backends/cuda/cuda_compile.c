@@ -345,7 +345,8 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   e->fuse = e->core.graph ? calloc((size_t)nn + 1, sizeof(ty_cu_fuse_t)) : NULL;
   e->extra_read = e->core.graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
   if (run_at && reuse && e->fuse && e->extra_read) {
-    ty_cu_fuse_plan(e->core.graph, e->row_stride, ty_cu_fuse_enabled(), e->fuse, run_at);
+    ty_cu_fuse_plan(e->core.graph, e->row_stride, ty_cu_fuse_enabled(),
+                    !deterministic && ty_cu_gemv_on(), e->fuse, run_at);
     ty_cu_xent_plan(e->core.graph, e->row_stride, run_at, ty_cu_loss_in_place_enabled(), reuse,
                     e->extra_read);
   }

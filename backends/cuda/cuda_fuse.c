@@ -6,6 +6,8 @@
 #include "cuda_fuse.h"
 
 #include <stdlib.h>
+
+#include "kernels/gemv_shapes.h"
 #include <string.h>
 
 typedef struct {
@@ -92,7 +94,8 @@ static ty_cu_fuse_t ty_fz_none(ty_cu_fuse_kind_t kind) {
                         .aux = UINT32_MAX,
                         .epilogue = TY_CU_EPI_NONE,
                         .bgrad = UINT32_MAX,
-                        .bgrad_of = 0};
+                        .bgrad_of = 0,
+                        .swiglu = UINT32_MAX};
 }
 
 /* Whether reduce_sum node r sums operand x (or the tensor x is a reshape
@@ -474,8 +477,92 @@ static void ty_fz_kv_pair(ty_fz_t *z, uint32_t n) {
   }
 }
 
+/* A matmul gemv_group can take: x [.., K] (at most TY_GEMV_MAX_M rows) @
+ * w^T, w [N, K] (trans_b, not trans_a), an optional bias [N], every operand
+ * dense and of one float dtype with 16-byte rows, the output [.., N] dense.
+ * Its a, w and bias in *a, *w, *bias. */
+static bool ty_fz_group_matmul(const ty_fz_t *z, const ty_abi_node_t *node, uint32_t *a,
+                               uint32_t *w, uint32_t *bias) {
+  if (!ty_fz_is(node, "matmul") || node->input_count < 2 || node->input_count > 3 ||
+      node->output_count != 1 || ty_desc_node_attr_int(node, "trans_a", 0) != 0 ||
+      ty_desc_node_attr_int(node, "trans_b", 0) == 0) {
+    return false;
+  }
+  const uint32_t x = node->inputs[0], wv = node->inputs[1], y = node->outputs[0];
+  const uint32_t bv = node->input_count > 2 ? node->inputs[2] : UINT32_MAX;
+  if (x == UINT32_MAX || wv == UINT32_MAX || y == UINT32_MAX) return false;
+  const ty_abi_value_t *xa = ty_fz_val(z, x), *wa = ty_fz_val(z, wv), *ya = ty_fz_val(z, y);
+  const ty_dtype_t dt = xa->dtype;
+  if (dt != TY_DTYPE_BF16 && dt != TY_DTYPE_F16 && dt != TY_DTYPE_F32) return false;
+  if (wa->dtype != dt || ya->dtype != dt || wa->rank != 2 || xa->rank < 2 ||
+      ya->rank != xa->rank || !ty_fz_dense(z, x) || !ty_fz_dense(z, wv) || !ty_fz_dense(z, y)) {
+    return false;
+  }
+  const int64_t K = xa->dims[xa->rank - 1], N = wa->dims[0];
+  const int64_t vec = dt == TY_DTYPE_F32 ? 4 : 8;
+  int64_t rows = 1;
+  for (uint32_t i = 0; i + 1 < xa->rank; ++i) {
+    rows *= xa->dims[i];
+    if (ya->dims[i] != xa->dims[i]) return false;
+  }
+  if (wa->dims[1] != K || ya->dims[ya->rank - 1] != N || K <= 0 || K % vec != 0 || N <= 0 ||
+      rows < 1 || rows > TY_GEMV_MAX_M) {
+    return false;
+  }
+  if (bv != UINT32_MAX) {
+    const ty_abi_value_t *ba = ty_fz_val(z, bv);
+    if (ba->dtype != dt || ba->rank != 1 || ba->dims[0] != N || !ty_fz_dense(z, bv)) return false;
+  }
+  *a = x;
+  *w = wv;
+  *bias = bv;
+  return true;
+}
+
+/* GEMV_GROUP: matmul n and the next free matmuls (up to TY_GEMV_GROUP_MAX
+ * in all, among the 8 nodes after it) of the same input, K and rows, whose
+ * weights and biases exist when n runs; then, for exactly two of equal N
+ * read by one swiglu(first, second) and nothing else, that swiglu too. */
+static void ty_fz_gemv_group(ty_fz_t *z, uint32_t n) {
+  const ty_abi_graph_t *g = z->g;
+  uint32_t a, w, bias;
+  if (!ty_fz_group_matmul(z, &g->nodes[n], &a, &w, &bias)) return;
+  ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_GEMV_GROUP);
+  for (uint32_t m = n + 1; m < g->node_count && m <= n + 8 &&
+                           f.slice_count < TY_GEMV_GROUP_MAX - 1;
+       ++m) {
+    uint32_t am, wm, bm;
+    if (!ty_fz_free(z, m) || !ty_fz_group_matmul(z, &g->nodes[m], &am, &wm, &bm) || am != a ||
+        ty_fz_val(z, wm)->dtype != ty_fz_val(z, w)->dtype) {
+      continue;
+    }
+    const uint32_t pw = z->og->producer[wm], pb = bm == UINT32_MAX ? UINT32_MAX
+                                                                  : z->og->producer[bm];
+    if ((pw != UINT32_MAX && pw >= n) || (pb != UINT32_MAX && pb >= n)) continue;
+    f.slices[f.slice_count++] = m;
+  }
+  if (f.slice_count == 0) return;
+  if (f.slice_count == 1) {
+    const uint32_t g0 = g->nodes[n].outputs[0], u0 = g->nodes[f.slices[0]].outputs[0];
+    const uint32_t s = z->consumer[g0];
+    if (s != UINT32_MAX && ty_fz_free(z, s) && ty_fz_is(&g->nodes[s], "swiglu") &&
+        g->nodes[s].input_count == 2 && g->nodes[s].output_count == 1 &&
+        g->nodes[s].inputs[0] == g0 && g->nodes[s].inputs[1] == u0 && ty_fz_private(z, g0) &&
+        ty_fz_private(z, u0) && ty_fz_same_shape(ty_fz_val(z, g0), ty_fz_val(z, u0)) &&
+        ty_fz_same_shape(ty_fz_val(z, g0), ty_fz_val(z, g->nodes[s].outputs[0])) &&
+        ty_fz_val(z, g->nodes[s].outputs[0])->dtype == ty_fz_val(z, g0)->dtype &&
+        ty_fz_dense(z, g->nodes[s].outputs[0])) {
+      f.swiglu = s;
+      f.out = g->nodes[s].outputs[0];
+    }
+  }
+  z->fuse[n] = f;
+  for (uint32_t k = 0; k < f.slice_count; ++k) z->run_at[f.slices[k]] = n;
+  if (f.swiglu != UINT32_MAX) z->run_at[f.swiglu] = n;
+}
+
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
-                     ty_cu_fuse_t *fuse, uint32_t *run_at) {
+                     bool gemv, ty_cu_fuse_t *fuse, uint32_t *run_at) {
   const ty_abi_graph_t *g = &og->graph;
   const uint32_t nn = g->node_count, nv = g->value_count;
   for (uint32_t n = 0; n < nn; ++n) {
@@ -505,6 +592,7 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
     const ty_abi_node_t *node = &g->nodes[n];
     if (ty_fz_is(node, "matmul")) {
       ty_fz_gemm(&z, n);
+      if (gemv && ty_fz_free(&z, n)) ty_fz_gemv_group(&z, n);
     } else if (ty_fz_is(node, "layernorm") || ty_fz_is(node, "rmsnorm")) {
       ty_fz_norm(&z, n);
     } else if (ty_fz_is(node, "layernorm_backward") || ty_fz_is(node, "rmsnorm_backward")) {

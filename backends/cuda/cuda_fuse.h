@@ -26,6 +26,11 @@
  *             copy like the separate ones.
  *   KV_PAIR   paged_kv_write of a layer's keys, then of its values (the same
  *             slots, shapes and dtype): one launch writes both pools.
+ *   GEMV_GROUP  two or three few-row matmuls of one input by [N, K] weights
+ *             (a decode step's q, k and v projections; gate and up), when
+ *             the GEMV path runs them (not deterministic): one gemv_group
+ *             launch makes all the products; with gate and up followed by
+ *             swiglu, it writes swiglu's output instead of theirs.
  *
  * A fused result is the unfused one up to rounding: the matmul's product
  * is no longer rounded to bf16 before the f32 add (it is more exact), the
@@ -56,6 +61,7 @@ typedef enum ty_cu_fuse_kind_e {
   TY_CU_FUSE_NORM_BWD,
   TY_CU_FUSE_SLICES,
   TY_CU_FUSE_KV_PAIR,
+  TY_CU_FUSE_GEMV_GROUP,
   TY_CU_FUSE_KIND_COUNT
 } ty_cu_fuse_kind_t;
 
@@ -79,17 +85,22 @@ typedef struct ty_cu_fuse_t {
                                 reduce_sum's output, or its cast's) */
   uint32_t bgrad_of;         /* GEMM with bgrad: the operand summed (0: a, 1: b) */
   uint32_t slices[TY_CU_FUSE_MAX_SLICES - 1]; /* SLICES: the other slice nodes;
-                                                 KV_PAIR: [0] the values' write */
-  uint32_t slice_count;                       /* SLICES: how many (KV_PAIR: 1) */
+                                                 KV_PAIR: [0] the values' write;
+                                                 GEMV_GROUP: the other matmuls */
+  uint32_t slice_count;                       /* SLICES: how many (KV_PAIR: 1;
+                                                 GEMV_GROUP: 1 or 2) */
+  uint32_t swiglu;                            /* GEMV_GROUP: the swiglu node folded
+                                                 in (out: its output), or UINT32_MAX */
 } ty_cu_fuse_t;
 
 /* Finds the fusions of `g` (node order, each node in at most one): for the
  * head n of each, fuse[n]; for every node m, run_at[m] = the node whose
  * command does m's work (m itself when not fused). `row_stride` (per
  * value, 0 = dense; may be NULL) keeps padded values out. With `enabled`
- * false every node runs on its own. */
+ * false every node runs on its own; `gemv`: the few-row GEMV path runs
+ * (cuda_gemm.h ty_cu_gemv_on), which GEMV_GROUP needs. */
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
-                     ty_cu_fuse_t *fuse, uint32_t *run_at);
+                     bool gemv, ty_cu_fuse_t *fuse, uint32_t *run_at);
 
 /* Whether TRAINYARD_CUDA_FUSE leaves fusion on (unset, or not "0"). */
 bool ty_cu_fuse_enabled(void);

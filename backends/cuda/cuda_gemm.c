@@ -402,7 +402,7 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
  * matmul), =nk keeps it for [N, K] weights only. On an H100 it took one
  * GPT-2 124M stream from 1,024 to 1,095 tok/s and one Llama-3.2-1B stream
  * from 436 to 440, 64 streams unchanged (docs/performance.md). */
-static bool ty_cu_gemv_enabled(void) {
+bool ty_cu_gemv_on(void) {
   const char *env = getenv("TRAINYARD_CUDA_GEMV");
   return !env || strcmp(env, "0") != 0;
 }
@@ -425,7 +425,7 @@ static const char *const ty_cu_gemv_kn_names[3] = {"ty_gemv_kn_f32", "ty_gemv_kn
  * at any M). False when the shape is not one of those (cuBLASLt runs it). */
 static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   const ty_dtype_t dt = sp->ab_dtype;
-  if (b->deterministic || !ty_cu_gemv_enabled()) return false;
+  if (b->deterministic || !ty_cu_gemv_on()) return false;
   if (sp->M < 1 || sp->M > TY_GEMV_MAX_M || sp->ta || sp->count != 1 || sp->accumulate ||
       sp->has_bgrad || sp->epilogue == TY_CU_EPI_DGELU)
     return false;
@@ -623,7 +623,63 @@ static void ty_cu_batch_strides(const ty_abi_value_t *v, int64_t matrix, uint32_
   }
 }
 
+static const char *const ty_cu_gemv_group_names[3] = {"ty_gemv_group_f32", "ty_gemv_group_bf16",
+                                                      "ty_gemv_group_f16"};
+
+/* A GEMV_GROUP (cuda_fuse.h): this matmul and the members' in one
+ * gemv_group launch, which the fusion rule only forms where the GEMV path
+ * runs and the operands are dense [N_i, K] weights of one dtype.
+ * ty_gemv_group_<dt>(a, b0, b1, b2, bias0, bias1, bias2, c0, c1, c2, int M,
+ *   i64 N0, i64 N1, i64 N2, i64 K, int swiglu, int wpc) */
+static void ty_cu_gemv_group_emit(ty_cu_build_t *b, const ty_cu_fuse_t *f) {
+  const ty_abi_value_t *a = ty_dev_vin(b, 0);
+  const ty_dtype_t dt = a->dtype;
+  const int64_t K = a->dims[a->rank - 1], M = ty_dev_numel(a) / K;
+  const ty_abi_node_t *nodes[TY_GEMV_GROUP_MAX] = {b->node, NULL, NULL};
+  for (uint32_t i = 0; i < f->slice_count; ++i) nodes[i + 1] = &b->g->nodes[f->slices[i]];
+  ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_GEMV, ty_cu_typed(ty_cu_gemv_group_names, dt));
+  int64_t N[TY_GEMV_GROUP_MAX] = {0, 0, 0}, total = 0;
+  ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
+  for (int i = 0; i < TY_GEMV_GROUP_MAX; ++i) {
+    ty_dev_arg_ref(b, c, nodes[i] ? ty_dev_value(nodes[i]->inputs[1]) : ty_dev_none());
+    if (nodes[i]) N[i] = b->g->values[nodes[i]->inputs[1]].dims[0];
+  }
+  for (int i = 0; i < TY_GEMV_GROUP_MAX; ++i) {
+    const bool has = nodes[i] && nodes[i]->input_count > 2 && nodes[i]->inputs[2] != UINT32_MAX;
+    ty_dev_arg_ref(b, c, has ? ty_dev_value(nodes[i]->inputs[2]) : ty_dev_none());
+  }
+  const bool swiglu = f->swiglu != UINT32_MAX;
+  for (int i = 0; i < TY_GEMV_GROUP_MAX; ++i) {
+    ty_dev_ref_t out = !nodes[i]           ? ty_dev_none()
+                       : swiglu && i == 0  ? ty_dev_value(f->out)
+                       : swiglu            ? ty_dev_none()
+                                           : ty_dev_value(nodes[i]->outputs[0]);
+    ty_dev_arg_ref(b, c, out);
+  }
+  total = swiglu ? N[0] : N[0] + N[1] + N[2];
+  ty_dev_arg_i32(b, c, (int32_t)M);
+  for (int i = 0; i < TY_GEMV_GROUP_MAX; ++i) ty_dev_arg_i64(b, c, N[i]);
+  ty_dev_arg_i64(b, c, K);
+  ty_dev_arg_i32(b, c, swiglu ? 1 : 0);
+  /* warps a column as gemv_nk: two blocks an SM where K allows */
+  const int64_t vec = 16 / (int64_t)ty_desc_dtype_size(dt);
+  const int64_t want = 2 * ty_cu_sm_count(b), rounds = (K + 32 * vec - 1) / (32 * vec);
+  int32_t wpc = 1;
+  while (wpc < TY_GEMV_NK_COLS && (total * wpc + TY_GEMV_NK_COLS - 1) / TY_GEMV_NK_COLS < want &&
+         rounds >= 2 * wpc) {
+    wpc *= 2;
+  }
+  ty_dev_arg_i32(b, c, wpc);
+  const int64_t cols = TY_GEMV_NK_COLS / wpc;
+  ty_cu_grid(b, c, (uint32_t)((total + cols - 1) / cols), 1, 1, TY_GEMV_THREADS, 1, 1, 0);
+}
+
 void ty_cu_build_matmul(ty_cu_build_t *b) {
+  const ty_cu_fuse_t *fz = ty_cu_fuse_of(b);
+  if (fz && fz->kind == TY_CU_FUSE_GEMV_GROUP) {
+    ty_cu_gemv_group_emit(b, fz);
+    return;
+  }
   const ty_abi_value_t *a = ty_dev_vin(b, 0), *bm = ty_dev_vin(b, 1), *bias = ty_dev_vin(b, 2);
   const ty_abi_value_t *c = ty_dev_vout(b, 0);
   const ty_dev_matmul_t mm = ty_dev_matmul_of(b);

@@ -22,13 +22,15 @@ typedef struct {
   uint32_t run_at[64];
 } planned_t;
 
-static void plan(ty_graph_t *g, bool enabled, planned_t *p) {
+static void plan_with(ty_graph_t *g, bool enabled, bool gemv, planned_t *p) {
   TY_EXPECT_OK(ty_graph_lower(g, &p->lowered));
   p->og = ty_owned_graph_copy(ty_lowered_graph_abi(p->lowered));
   assert_non_null(p->og);
   assert_true(p->og->graph.node_count <= 64);
-  ty_cu_fuse_plan(p->og, NULL, enabled, p->fuse, p->run_at);
+  ty_cu_fuse_plan(p->og, NULL, enabled, gemv, p->fuse, p->run_at);
 }
+
+static void plan(ty_graph_t *g, bool enabled, planned_t *p) { plan_with(g, enabled, false, p); }
 
 static void planned_free(planned_t *p, ty_graph_t *g) {
   ty_owned_graph_free(p->og);
@@ -251,6 +253,97 @@ static void build_loss(ty_graph_t *g, bool with_forward, bool same_targets, bool
   if (shown) TY_EXPECT_OK(ty_graph_set_output(g, logits, "logits"));
 }
 
+/* x [rows, 64] bf16 @ w_i^T, w_i [N_i, 64] bf16 (trans_b): decode-step
+ * projections. */
+static ty_value_id_t projection(ty_graph_t *g, ty_value_id_t x, const char *name, int64_t N) {
+  int64_t dw[2] = {N, 64};
+  ty_value_id_t w, out;
+  TY_EXPECT_OK(ty_graph_add_input(g, name, TY_DTYPE_BF16, 2, dw, &w));
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_int(&a, "trans_b", 1));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "matmul", (ty_value_id_t[]){x, w}, 2, &a, &out));
+  return out;
+}
+
+static ty_graph_t *projections(int64_t rows, ty_value_id_t *x) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t dx[2] = {rows, 64};
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_BF16, 2, dx, x));
+  return g;
+}
+
+static void test_gemv_group(void **state) {
+  (void)state;
+  /* q, k, v of one input: one launch for the three */
+  ty_value_id_t x;
+  ty_graph_t *g = projections(2, &x);
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wq", 64), "q"));
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wk", 16), "k"));
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wv", 16), "v"));
+  planned_t p;
+  plan_with(g, true, true, &p);
+  uint32_t q = node_of(&p, "matmul", 0), k = node_of(&p, "matmul", q + 1),
+           v = node_of(&p, "matmul", k + 1);
+  assert_int_equal(p.fuse[q].kind, TY_CU_FUSE_GEMV_GROUP);
+  assert_int_equal(p.fuse[q].slice_count, 2);
+  assert_int_equal(p.fuse[q].slices[0], k);
+  assert_int_equal(p.fuse[q].slices[1], v);
+  assert_int_equal(p.fuse[q].swiglu, UINT32_MAX);
+  assert_int_equal(p.run_at[k], q);
+  assert_int_equal(p.run_at[v], q);
+  planned_free(&p, g);
+  /* not where the GEMV path is off (deterministic, TRAINYARD_CUDA_GEMV=0) */
+  g = projections(2, &x);
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wq", 64), "q"));
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wk", 16), "k"));
+  plan_with(g, true, false, &p);
+  q = node_of(&p, "matmul", 0);
+  assert_int_equal(p.fuse[q].kind, TY_CU_FUSE_NONE);
+  planned_free(&p, g);
+  /* nor with more rows than the GEMV kernels take */
+  g = projections(5, &x);
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wq", 64), "q"));
+  TY_EXPECT_OK(ty_graph_set_output(g, projection(g, x, "wk", 16), "k"));
+  plan_with(g, true, true, &p);
+  assert_int_equal(p.fuse[node_of(&p, "matmul", 0)].kind, TY_CU_FUSE_NONE);
+  planned_free(&p, g);
+}
+
+static void test_gemv_group_swiglu(void **state) {
+  (void)state;
+  /* gate and up read only by swiglu: the group writes swiglu's output */
+  ty_value_id_t x;
+  ty_graph_t *g = projections(1, &x);
+  ty_value_id_t gate = projection(g, x, "wg", 128), up = projection(g, x, "wu", 128);
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "swiglu", (ty_value_id_t[]){gate, up}, 2, NULL),
+                                   "h"));
+  planned_t p;
+  plan_with(g, true, true, &p);
+  const uint32_t gn = node_of(&p, "matmul", 0), un = node_of(&p, "matmul", gn + 1),
+                 sn = node_of(&p, "swiglu", 0);
+  assert_int_equal(p.fuse[gn].kind, TY_CU_FUSE_GEMV_GROUP);
+  assert_int_equal(p.fuse[gn].slice_count, 1);
+  assert_int_equal(p.fuse[gn].swiglu, sn);
+  assert_int_equal(p.fuse[gn].out, out_of(&p, sn));
+  assert_int_equal(p.run_at[un], gn);
+  assert_int_equal(p.run_at[sn], gn);
+  planned_free(&p, g);
+  /* up also read elsewhere: the pair stays a group, swiglu runs on its own */
+  g = projections(1, &x);
+  gate = projection(g, x, "wg", 128);
+  up = projection(g, x, "wu", 128);
+  TY_EXPECT_OK(ty_graph_set_output(g, node1(g, "swiglu", (ty_value_id_t[]){gate, up}, 2, NULL),
+                                   "h"));
+  TY_EXPECT_OK(ty_graph_set_output(g, up, "up"));
+  plan_with(g, true, true, &p);
+  const uint32_t g2 = node_of(&p, "matmul", 0), s2 = node_of(&p, "swiglu", 0);
+  assert_int_equal(p.fuse[g2].kind, TY_CU_FUSE_GEMV_GROUP);
+  assert_int_equal(p.fuse[g2].swiglu, UINT32_MAX);
+  assert_int_equal(p.run_at[s2], s2);
+  planned_free(&p, g);
+}
+
 static void test_loss_gradient_in_place(void **state) {
   (void)state;
   for (int k = 0; k < 6; ++k) {
@@ -306,6 +399,8 @@ int main(void) {
       cmocka_unit_test(test_late_addend_stays),
       cmocka_unit_test(test_gelu_epilogue_16bit_only),
       cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_gemv_group),
+      cmocka_unit_test(test_gemv_group_swiglu),
       cmocka_unit_test(test_loss_gradient_in_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -242,3 +242,114 @@ __device__ void ty_gemv_kn_impl(const void *a_, const void *b_, const void *bias
 #define TY_GEMV_KN_ARGS TY_GEMV_ARGS, part, count
 TY_KERNEL3_ATTR(ty_gemv_kn, TY_GEMV_KN_PARAMS, TY_GEMV_KN_ARGS,
                 __launch_bounds__(TY_GEMV_THREADS))
+
+/* ---- a group: up to TY_GEMV_GROUP_MAX products of one a by [N_i, K]
+ * weights (Llama's q, k and v projections; its gate and up) in one
+ * launch. The columns of the members follow one another (member 0's N0,
+ * then member 1's, ...); `wpc` warps a column, each column's dot in
+ * gemv_nk's order (the bits gemv_nk gives it at the same wpc).
+ * With `swiglu` the group is (gate, up) of equal N and a column computes
+ * both dots and writes silu(gate) up into c0 alone, rounding gate and up
+ * to the dtype first as the unfused nodes store them (the swiglu op's
+ * arithmetic, kernels/elementwise.cu). Grid ceil(columns / (8 / wpc)). ---- */
+template <typename T> __device__ inline float ty_gv_round(float v) {
+  if (ty_dt_code<T>() == TY_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+  if (ty_dt_code<T>() == TY_F16) return __half2float(__float2half_rn(v));
+  return v;
+}
+
+template <typename T>
+__device__ void ty_gemv_group_impl(const void *a_, const void *b0, const void *b1,
+                                   const void *b2, const void *bias0, const void *bias1,
+                                   const void *bias2, void *c0, void *c1, void *c2, int M,
+                                   long long N0, long long N1, long long N2, long long K,
+                                   int swiglu, int wpc) {
+  const T *a = (const T *)a_;
+  constexpr int V = ty_gv<T>::kVec, W = TY_GEMV_THREADS / 32;
+  __shared__ float part_sh[2][TY_GEMV_MAX_M][W];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int cols = W / wpc, col = warp / wpc, piece = warp % wpc;
+  const long long u = (long long)blockIdx.x * cols + col;
+  const long long total = swiglu ? N0 : N0 + N1 + N2;
+  /* the column's member and its place there */
+  int member = 0;
+  long long n = u;
+  if (!swiglu && n >= N0) {
+    n -= N0;
+    member = 1;
+    if (n >= N1) {
+      n -= N1;
+      member = 2;
+    }
+  }
+  const void *bm = member == 0 ? b0 : member == 1 ? b1 : b2;
+  const int dots = swiglu ? 2 : 1;
+  float acc[2][TY_GEMV_MAX_M];
+#pragma unroll
+  for (int d = 0; d < 2; ++d)
+#pragma unroll
+    for (int m = 0; m < TY_GEMV_MAX_M; ++m) acc[d][m] = 0.0f;
+  const long long round = 32LL * V, rounds = (K + round - 1) / round;
+  const long long per = (rounds + wpc - 1) / wpc;
+  const long long k0 = piece * per * round, k1 = k0 + per * round < K ? k0 + per * round : K;
+  if (u < total) {
+    const T *w0 = (const T *)bm + n * K, *w1 = (const T *)b1 + n * K;
+    /* dense operands of 16-byte rows (the fusion's conditions): vector loads
+     * wherever the bases are aligned, element loads (the same sums) else */
+    const bool vec = (((uintptr_t)a | (uintptr_t)bm | (uintptr_t)(swiglu ? b1 : bm)) % 16 == 0);
+#pragma unroll 8
+    for (long long k = k0 + (long long)lane * V; k < k1; k += round) {
+      float wv[2][V];
+      ty_gv<T>::load(w0 + k, wv[0], vec);
+      if (dots == 2) ty_gv<T>::load(w1 + k, wv[1], vec);
+#pragma unroll
+      for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
+        if (m < M) {
+          float xv[V];
+          ty_gv<T>::load(a + m * K + k, xv, vec);
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[0][m] += xv[e] * wv[0][e];
+          if (dots == 2) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) acc[1][m] += xv[e] * wv[1][e];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < 2; ++d) {
+#pragma unroll
+    for (int m = 0; m < TY_GEMV_MAX_M; ++m) {
+      const float v = ty_warp_sum(acc[d][m]);
+      if (lane == 0) part_sh[d][m][warp] = v;
+    }
+  }
+  __syncthreads();
+  if (piece != 0 || u >= total) return;
+  const int dt = ty_dt_code<T>();
+  for (int m = lane; m < M; m += 32) {
+    float v[2] = {0.0f, 0.0f};
+    for (int d = 0; d < dots; ++d) {
+      for (int p = 0; p < wpc; ++p) v[d] += part_sh[d][m][warp + p];
+    }
+    if (swiglu) {
+      const float g = ty_gv_round<T>(bias0 ? v[0] + ty_ld(bias0, n, dt) : v[0]);
+      const float up = ty_gv_round<T>(bias1 ? v[1] + ty_ld(bias1, n, dt) : v[1]);
+      ty_st(c0, m * N0 + n, dt, g * (1.0f / (1.0f + expf(-g))) * up);
+      continue;
+    }
+    const void *bias = member == 0 ? bias0 : member == 1 ? bias1 : bias2;
+    void *c = member == 0 ? c0 : member == 1 ? c1 : c2;
+    const long long N = member == 0 ? N0 : member == 1 ? N1 : N2;
+    ty_gv_store(v[0], m, n, bias, NULL, c, NULL, N, dt, 0);
+  }
+}
+#define TY_GEMV_GROUP_PARAMS                                                                  \
+  const void *a, const void *b0, const void *b1, const void *b2, const void *bias0,           \
+      const void *bias1, const void *bias2, void *c0, void *c1, void *c2, int M, long long N0, \
+      long long N1, long long N2, long long K, int swiglu, int wpc
+#define TY_GEMV_GROUP_ARGS \
+  a, b0, b1, b2, bias0, bias1, bias2, c0, c1, c2, M, N0, N1, N2, K, swiglu, wpc
+TY_KERNEL3_ATTR(ty_gemv_group, TY_GEMV_GROUP_PARAMS, TY_GEMV_GROUP_ARGS,
+                __launch_bounds__(TY_GEMV_THREADS))

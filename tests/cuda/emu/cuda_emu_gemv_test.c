@@ -268,6 +268,123 @@ static void test_split_k(void **state) {
   unsetenv("TRAINYARD_CUDA_GEMV");
 }
 
+/* GEMV_GROUP (cuda_fuse.h): q, k and v of one input (N 40, 8, 8) in one
+ * gemv_group launch, and gate and up (N 48) with their swiglu, each against
+ * the cpu; K 768 so the narrow members take several warps a column. */
+static void group_case(ty_dtype_t dt, int64_t M, bool swiglu) {
+  static uint32_t seed = 31;
+  const bool bf16 = dt == TY_DTYPE_BF16;
+  const int64_t K = MAX_K, Ns[3] = {swiglu ? 48 : 40, swiglu ? 48 : 8, 8};
+  const int members = swiglu ? 2 : 3;
+  float *x = malloc((size_t)(M * K) * sizeof(float)), *w[3], *want[3], *got[3];
+  assert_non_null(x);
+  fill(x, (size_t)(M * K), &seed, bf16);
+  for (int i = 0; i < 3; ++i) {
+    w[i] = malloc((size_t)(Ns[i] * K) * sizeof(float));
+    want[i] = calloc((size_t)(M * Ns[i]), sizeof(float));
+    got[i] = calloc((size_t)(M * Ns[i]), sizeof(float));
+    assert_true(w[i] && want[i] && got[i]);
+    fill(w[i], (size_t)(Ns[i] * K), &seed, bf16);
+  }
+  const char *devs[2] = {"cpu", "cuda:0"};
+  for (int d = 0; d < 2; ++d) {
+    ty_graph_t *g = NULL;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    const int64_t xd[2] = {M, K};
+    ty_value_id_t xv, y[3];
+    TY_EXPECT_OK(ty_graph_add_input(g, "x", dt, 2, xd, &xv));
+    for (int i = 0; i < members; ++i) {
+      const int64_t wd[2] = {Ns[i], K};
+      char name[8];
+      snprintf(name, sizeof(name), "w%d", i);
+      ty_value_id_t wv;
+      TY_EXPECT_OK(ty_graph_add_input(g, name, dt, 2, wd, &wv));
+      ty_attrs_t a = TY_ATTRS_EMPTY;
+      TY_EXPECT_OK(ty_attrs_set_int(&a, "trans_b", 1));
+      TY_EXPECT_OK(ty_graph_add_node(g, "matmul", (ty_value_id_t[]){xv, wv}, 2, &a, &y[i], 1));
+    }
+    const int outs = swiglu ? 1 : 3;
+    if (swiglu) {
+      TY_EXPECT_OK(ty_graph_add_node(g, "swiglu", (ty_value_id_t[]){y[0], y[1]}, 2, NULL, &y[0], 1));
+    }
+    for (int i = 0; i < outs; ++i) { /* in the compute dtype: no cast to fuse */
+      char name[8];
+      snprintf(name, sizeof(name), "y%d", i);
+      TY_EXPECT_OK(ty_graph_set_output(g, y[i], name));
+    }
+    ty_device_t *dev = NULL;
+    TY_EXPECT_OK(ty_device_open(g_registry, devs[d], &dev));
+    ty_session_t *se = NULL;
+    TY_EXPECT_OK(ty_session_create(dev, g, NULL, &se));
+    const case_t c = {.M = M, .N = Ns[0], .K = K, .dtype = dt};
+    bind(se, "x", &c, 2, xd, x);
+    for (int i = 0; i < members; ++i) {
+      const int64_t wd[2] = {Ns[i], K};
+      char name[8];
+      snprintf(name, sizeof(name), "w%d", i);
+      bind(se, name, &c, 2, wd, w[i]);
+    }
+    TY_EXPECT_OK(ty_session_run(se));
+    for (int i = 0; i < outs; ++i) {
+      char name[8];
+      snprintf(name, sizeof(name), "y%d", i);
+      float *dst = d ? got[i] : want[i];
+      const size_t n = (size_t)(M * Ns[i]);
+      if (!bf16) {
+        TY_EXPECT_OK(ty_session_read(se, name, dst, n * sizeof(float)));
+        continue;
+      }
+      uint16_t *h = malloc(n * sizeof(uint16_t));
+      assert_non_null(h);
+      TY_EXPECT_OK(ty_session_read(se, name, h, n * sizeof(uint16_t)));
+      for (size_t e = 0; e < n; ++e) {
+        const uint32_t u = (uint32_t)h[e] << 16;
+        memcpy(&dst[e], &u, 4);
+      }
+      free(h);
+    }
+    if (d == 1) {
+      char *text = NULL;
+      TY_EXPECT_OK(ty_session_report(se, &text));
+      printf("group %s M=%lld%s: %s", bf16 ? "bf16" : "f32", (long long)M,
+             swiglu ? " swiglu" : "", strstr(text, "  fused:"));
+      assert_non_null(strstr(text, "1 matmul group in one launch"));
+      assert_int_equal(gemm_commands(text), 0u);
+      free(text);
+    }
+    ty_session_destroy(se);
+    ty_graph_destroy(g);
+    ty_device_close(dev);
+  }
+  const double tol = bf16 ? 1.6e-2 : 2e-5;
+  for (int i = 0; i < (swiglu ? 1 : 3); ++i) {
+    for (int64_t e = 0; e < M * Ns[i]; ++e) {
+      const double gap = fabs((double)got[i][e] - (double)want[i][e]);
+      if (gap > tol * fmax(1.0, fabs((double)want[i][e]))) {
+        fail_msg("output %d element %lld: cuda %.7g, cpu %.7g", i, (long long)e, got[i][e],
+                 want[i][e]);
+      }
+    }
+  }
+  free(x);
+  for (int i = 0; i < 3; ++i) {
+    free(w[i]);
+    free(want[i]);
+    free(got[i]);
+  }
+}
+
+static void test_groups(void **state) {
+  (void)state;
+  unsetenv("TRAINYARD_CUDA_GEMV");
+  for (int64_t M = 1; M <= TY_GEMV_MAX_M; M += 3) {
+    group_case(TY_DTYPE_F32, M, false);
+    group_case(TY_DTYPE_BF16, M, false);
+    group_case(TY_DTYPE_F32, M, true);
+    group_case(TY_DTYPE_BF16, M, true);
+  }
+}
+
 static void test_stays_on_cublas(void **state) {
   (void)state;
   setenv("TRAINYARD_CUDA_GEMV", "nk", 1);
@@ -296,7 +413,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rows_and_layouts),
       cmocka_unit_test(test_epilogues),
-      cmocka_unit_test(test_split_k), cmocka_unit_test(test_stays_on_cublas),
+      cmocka_unit_test(test_split_k), cmocka_unit_test(test_groups),
+      cmocka_unit_test(test_stays_on_cublas),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
