@@ -397,21 +397,30 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
   return TY_CODE_OK;
 }
 
-/* The few-row path (kernels/gemv.cu) is on by default for both weight
- * layouts; TRAINYARD_CUDA_GEMV=0 turns it off (cuBLASLt runs every
- * matmul), =nk keeps it for [N, K] weights only. On an H100 it took one
- * GPT-2 124M stream from 1,024 to 1,095 tok/s and one Llama-3.2-1B stream
- * from 436 to 440, 64 streams unchanged (docs/performance.md). */
-bool ty_cu_gemv_on(void) {
+/* TRAINYARD_CUDA_GEMV picks which few-row matmuls take kernels/gemv.cu:
+ * "group" (the default) only the GEMV_GROUP fusions (several products of
+ * one input in one launch, cuda_fuse.h), "all" every matmul the kernels
+ * take (both weight layouts), "nk" those and [N, K] weights, "0" none.
+ * Measured through `serve` on an H100 (docs/performance.md): cuBLASLt's
+ * few-row kernels beat gemv_kn on GPT-2's [K, N] weights (one stream
+ * 1,263-1,308 tok/s with every matmul on the kernels, 1,416-1,504 with
+ * none), while one launch for Llama's q/k/v and gate/up (with swiglu)
+ * took one Llama-3.2-1B stream from 515-525 to 531-533 tok/s. */
+static const char *ty_cu_gemv_mode(void) {
   const char *env = getenv("TRAINYARD_CUDA_GEMV");
-  return !env || strcmp(env, "0") != 0;
+  return env && *env ? env : "group";
 }
 
-/* [K, N] weights (gemv_kn) unless TRAINYARD_CUDA_GEMV=nk. */
-static bool ty_cu_gemv_kn_enabled(void) {
-  const char *env = getenv("TRAINYARD_CUDA_GEMV");
-  return !env || strcmp(env, "nk") != 0;
+bool ty_cu_gemv_on(void) { return strcmp(ty_cu_gemv_mode(), "0") != 0; }
+
+/* Single matmuls (not only groups): =all or =nk. */
+static bool ty_cu_gemv_single(void) {
+  const char *m = ty_cu_gemv_mode();
+  return strcmp(m, "all") == 0 || strcmp(m, "nk") == 0 || strcmp(m, "1") == 0;
 }
+
+/* [K, N] weights (gemv_kn): =all. */
+static bool ty_cu_gemv_kn_enabled(void) { return strcmp(ty_cu_gemv_mode(), "all") == 0; }
 
 static const char *const ty_cu_gemv_nk_names[3] = {"ty_gemv_nk_f32", "ty_gemv_nk_bf16",
                                                    "ty_gemv_nk_f16"};
@@ -425,7 +434,7 @@ static const char *const ty_cu_gemv_kn_names[3] = {"ty_gemv_kn_f32", "ty_gemv_kn
  * at any M). False when the shape is not one of those (cuBLASLt runs it). */
 static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   const ty_dtype_t dt = sp->ab_dtype;
-  if (b->deterministic || !ty_cu_gemv_on()) return false;
+  if (b->deterministic || !ty_cu_gemv_single()) return false;
   if (sp->M < 1 || sp->M > TY_GEMV_MAX_M || sp->ta || sp->count != 1 || sp->accumulate ||
       sp->has_bgrad || sp->epilogue == TY_CU_EPI_DGELU)
     return false;

@@ -46,8 +46,9 @@ typedef struct ty_cu_gemm_spec_t {
 } ty_cu_gemm_spec_t;
 void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *spec);
 
-/* Whether the few-row GEMV path (kernels/gemv.cu) is on: unless
- * TRAINYARD_CUDA_GEMV=0; it never runs under deterministic=1. */
+/* Whether the few-row GEMV kernels (kernels/gemv.cu) run at all (for the
+ * GEMV_GROUP fusions at least): unless TRAINYARD_CUDA_GEMV=0; never under
+ * deterministic=1. */
 bool ty_cu_gemv_on(void);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_GEMM_H_ */

@@ -4,11 +4,12 @@
  * (trans_b: gemv_nk), with and without a bias, and the fused epilogues a
  * decode step meets (matmul -> gelu, matmul -> add of the residual), each
  * against the same graph on the cpu backend. The executor's report tells
- * which path ran. The path is on by default: up to TY_GEMV_MAX_M rows of
+ * which path ran. With TRAINYARD_CUDA_GEMV=all up to TY_GEMV_MAX_M rows of
  * a [N, K] weight take gemv_nk and of a [K, N] weight gemv_kn (no cuBLASLt
  * command), 5 rows cuBLASLt, as does deterministic=1, and a [K, N] weight
- * whose N is not whole 16-byte groups (N = 36 in bf16);
- * TRAINYARD_CUDA_GEMV=nk keeps [K, N] weights on cuBLASLt, =0 all. */
+ * whose N is not whole 16-byte groups (N = 36 in bf16); =nk keeps [K, N]
+ * weights on cuBLASLt. By default ("group") only GEMV_GROUP fusions (q/k/v,
+ * gate/up: several products of one input) take the kernels, =0 none. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,13 +219,13 @@ static void test_rows_and_layouts(void **state) {
       }
     }
   }
-  /* with =nk a [K, N] weight stays on cuBLASLt; unset, both layouts take
-   * the kernels */
+  /* with =nk a [K, N] weight stays on cuBLASLt, and by default any single
+   * matmul does */
   setenv("TRAINYARD_CUDA_GEMV", "nk", 1);
   const case_t kn = {.M = 1, .N = 40, .dtype = TY_DTYPE_BF16};
   check(&kn, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");
-  check(&kn, false, false);
+  check(&kn, false, true);
 }
 
 static void test_epilogues(void **state) {
@@ -376,7 +377,7 @@ static void group_case(ty_dtype_t dt, int64_t M, bool swiglu) {
 
 static void test_groups(void **state) {
   (void)state;
-  unsetenv("TRAINYARD_CUDA_GEMV");
+  unsetenv("TRAINYARD_CUDA_GEMV"); /* the default: groups on the kernels */
   for (int64_t M = 1; M <= TY_GEMV_MAX_M; M += 3) {
     group_case(TY_DTYPE_F32, M, false);
     group_case(TY_DTYPE_BF16, M, false);
@@ -401,9 +402,9 @@ static void test_stays_on_cublas(void **state) {
   const case_t odd_t = {.M = 2, .N = 36, .dtype = TY_DTYPE_BF16, .trans_b = true};
   check(&odd_t, false, false);
   check(&one, false, false);
-  /* on by default, off with =0 */
+  /* a single matmul: cuBLASLt by default and with =0 */
   unsetenv("TRAINYARD_CUDA_GEMV");
-  check(&one, false, false);
+  check(&one, false, true);
   setenv("TRAINYARD_CUDA_GEMV", "0", 1);
   check(&one, false, true);
   unsetenv("TRAINYARD_CUDA_GEMV");

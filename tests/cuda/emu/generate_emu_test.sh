@@ -2,8 +2,9 @@
 # `trainyard generate` end to end on the emulated cuda (tests/cuda/emu): the
 # paged engine's whole step graph (the executor's fusions among it: q/k/v
 # SLICES, the norms, the matmul epilogues) on cuda:0 against the same
-# prompts on cpu, and with TRAINYARD_CUDA_FUSE=0 (and with the GEMV path and
-# programmatic dependent launches off) against itself as it runs by default.
+# prompts on cpu, and with TRAINYARD_CUDA_FUSE=0 (and with the GEMV kernels
+# and programmatic dependent launches off, and with the kernels for every
+# few-row matmul) against itself as it runs by default.
 # Greedy ids must be equal: the fusions are exact copies or the same
 # arithmetic, and these small f32/bf16 fixtures decode the same on both
 # backends. Prompts of 1..50 ids for GPT-2 (64 positions), 1..110 for the
@@ -43,11 +44,14 @@ for m in gpt2 gpt2_bf16 llama3 mistral; do
   run cpu "$work/$m-cpu.jsonl" || { rc=1; continue; }
   run cuda:0 "$work/$m-cuda.jsonl" || { rc=1; continue; }
   run cuda:0 "$work/$m-cuda-nofuse.jsonl" TRAINYARD_CUDA_FUSE=0 || { rc=1; continue; }
-  # without the few-row GEMV kernels (cuBLASLt for every matmul) and
-  # without programmatic dependent launches (both on by default)
+  # without the few-row GEMV kernels (cuBLASLt for every matmul: by
+  # default the grouped q/k/v and gate/up products take them) and without
+  # programmatic dependent launches (on by default); and with the kernels
+  # for every few-row matmul
   run cuda:0 "$work/$m-cuda-blaslt.jsonl" TRAINYARD_CUDA_GEMV=0 TRAINYARD_CUDA_PDL=0 ||
     { rc=1; continue; }
-  for other in cuda-nofuse cuda-blaslt cpu; do
+  run cuda:0 "$work/$m-cuda-gemv.jsonl" TRAINYARD_CUDA_GEMV=all || { rc=1; continue; }
+  for other in cuda-nofuse cuda-blaslt cuda-gemv cpu; do
     if cmp -s <(python3 -c 'import json,sys; [print(json.loads(l)["ids"]) for l in open(sys.argv[1])]' "$work/$m-cuda.jsonl") \
               <(python3 -c 'import json,sys; [print(json.loads(l)["ids"]) for l in open(sys.argv[1])]' "$work/$m-$other.jsonl"); then
       echo "$m: cuda:0 = $other"
