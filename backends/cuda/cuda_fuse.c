@@ -561,6 +561,53 @@ static void ty_fz_gemv_group(ty_fz_t *z, uint32_t n) {
   if (f.swiglu != UINT32_MAX) z->run_at[f.swiglu] = n;
 }
 
+/* Two rope nodes agree on everything but x and H: op, positions, dtype, T,
+ * D and the frequency attributes. */
+static bool ty_fz_rope_alike(const ty_fz_t *z, const ty_abi_node_t *a, const ty_abi_node_t *b) {
+  if (strcmp(a->op, b->op) != 0 || a->input_count != 2 || b->input_count != 2 ||
+      a->output_count != 1 || b->output_count != 1 || a->inputs[1] != b->inputs[1]) {
+    return false;
+  }
+  const ty_abi_value_t *xa = ty_fz_val(z, a->inputs[0]), *xb = ty_fz_val(z, b->inputs[0]);
+  if (xa->rank != 4 || xb->rank != 4 || xa->dtype != xb->dtype || xa->dims[0] != xb->dims[0] ||
+      xa->dims[1] != xb->dims[1] || xa->dims[3] != xb->dims[3]) {
+    return false;
+  }
+  static const char *const floats[] = {"theta", "factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position"};
+  for (size_t i = 0; i < sizeof(floats) / sizeof(floats[0]); ++i) {
+    if (ty_desc_node_attr_float(a, floats[i], -1.0) != ty_desc_node_attr_float(b, floats[i], -1.0))
+      return false;
+  }
+  return strcmp(ty_desc_node_attr_string(a, "scaling", "default"),
+                ty_desc_node_attr_string(b, "scaling", "default")) == 0;
+}
+
+/* ROPE_PAIR: rope (or rope_backward) n and the next free one like it among
+ * the 8 nodes after it, whose x exists when n runs, both dense. */
+static void ty_fz_rope_pair(ty_fz_t *z, uint32_t n) {
+  const ty_abi_node_t *a = &z->g->nodes[n];
+  if (a->input_count != 2 || a->output_count != 1 || !ty_fz_dense(z, a->inputs[0]) ||
+      !ty_fz_dense(z, a->outputs[0])) {
+    return;
+  }
+  for (uint32_t m = n + 1; m < z->g->node_count && m <= n + 8; ++m) {
+    const ty_abi_node_t *b = &z->g->nodes[m];
+    if (!ty_fz_free(z, m) || !ty_fz_rope_alike(z, a, b)) continue;
+    const uint32_t p = z->og->producer[b->inputs[0]];
+    if ((p != UINT32_MAX && p >= n) || !ty_fz_dense(z, b->inputs[0]) ||
+        !ty_fz_dense(z, b->outputs[0])) {
+      continue;
+    }
+    ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_ROPE_PAIR);
+    f.slices[0] = m;
+    f.slice_count = 1;
+    z->fuse[n] = f;
+    z->run_at[m] = n;
+    return;
+  }
+}
+
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
                      bool gemv, ty_cu_fuse_t *fuse, uint32_t *run_at) {
   const ty_abi_graph_t *g = &og->graph;
@@ -601,6 +648,8 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
       ty_fz_slices(&z, n);
     } else if (ty_fz_is(node, "paged_kv_write")) {
       ty_fz_kv_pair(&z, n);
+    } else if (ty_fz_is(node, "rope") || ty_fz_is(node, "rope_backward")) {
+      ty_fz_rope_pair(&z, n);
     }
   }
 done:

@@ -31,6 +31,9 @@
  *             the GEMV path runs them (not deterministic): one gemv_group
  *             launch makes all the products; with gate and up followed by
  *             swiglu, it writes swiglu's output instead of theirs.
+ *   ROPE_PAIR rope of a layer's queries, then of its keys (the same
+ *             positions, frequencies, T and head size; forward or both
+ *             backward): one launch rotates both.
  *
  * A fused result is the unfused one up to rounding: the matmul's product
  * is no longer rounded to bf16 before the f32 add (it is more exact), the
@@ -62,6 +65,7 @@ typedef enum ty_cu_fuse_kind_e {
   TY_CU_FUSE_SLICES,
   TY_CU_FUSE_KV_PAIR,
   TY_CU_FUSE_GEMV_GROUP,
+  TY_CU_FUSE_ROPE_PAIR,
   TY_CU_FUSE_KIND_COUNT
 } ty_cu_fuse_kind_t;
 
@@ -86,7 +90,8 @@ typedef struct ty_cu_fuse_t {
   uint32_t bgrad_of;         /* GEMM with bgrad: the operand summed (0: a, 1: b) */
   uint32_t slices[TY_CU_FUSE_MAX_SLICES - 1]; /* SLICES: the other slice nodes;
                                                  KV_PAIR: [0] the values' write;
-                                                 GEMV_GROUP: the other matmuls */
+                                                 GEMV_GROUP: the other matmuls;
+                                                 ROPE_PAIR: [0] the keys' rope */
   uint32_t slice_count;                       /* SLICES: how many (KV_PAIR: 1;
                                                  GEMV_GROUP: 1 or 2) */
   uint32_t swiglu;                            /* GEMV_GROUP: the swiglu node folded

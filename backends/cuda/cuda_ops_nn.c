@@ -419,10 +419,20 @@ void ty_cu_build_rope(ty_cu_build_t *b) {
   free(inv);
   if (b->status) return;
   /* ty_rope_<T>(x, y, pos, int dtpos, const f32 *freq, i64 T, i64 H, i64 D,
-   *             f32 sign, i64 pairs): a thread per rotated pair */
+   *             f32 sign, i64 pairs, x2, y2, i64 H2, i64 pairs2): a thread per
+   * rotated pair; x2 -> y2 the keys of a ROPE_PAIR (cuda_fuse.h) */
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
+  const ty_abi_node_t *second =
+      f && f->kind == TY_CU_FUSE_ROPE_PAIR ? &b->g->nodes[f->slices[0]] : NULL;
+  const ty_abi_value_t *x2 = second ? &b->g->values[second->inputs[0]] : NULL;
+  const int64_t pairs2 = x2 ? ty_dev_numel(x2) / 2 : 0;
   ty_cu_cmd_t *c = ty_cu_launch(b, TY_CU_FAM_ROPE, kernel);
   ty_dev_arg_ref(b, c, ty_dev_in(b, 0));
   ty_dev_arg_ref(b, c, ty_dev_out(b, 0));
   ty_dev_args_rope_tail(b, c, freq, &rope);
-  ty_cu_grid1(b, c, (uint64_t)rope.pairs, TY_CU_BLOCK);
+  ty_dev_arg_ref(b, c, second ? ty_dev_value(second->inputs[0]) : ty_dev_none());
+  ty_dev_arg_ref(b, c, second ? ty_dev_value(second->outputs[0]) : ty_dev_none());
+  ty_dev_arg_i64(b, c, x2 ? x2->dims[2] : 0);
+  ty_dev_arg_i64(b, c, pairs2);
+  ty_cu_grid1(b, c, (uint64_t)(rope.pairs + pairs2), TY_CU_BLOCK);
 }

@@ -344,6 +344,42 @@ static void test_gemv_group_swiglu(void **state) {
   planned_free(&p, g);
 }
 
+/* rope of q [1, 4, 4, 8] and k [1, 4, 2, 8] at the same positions: one
+ * launch; with other frequencies (theta) each its own. */
+static void rope_graph(double theta_k, planned_t *p, ty_graph_t **out_g) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t dq[4] = {1, 4, 4, 8}, dk[4] = {1, 4, 2, 8}, dp[1] = {4};
+  ty_value_id_t q, k, pos, yq, yk;
+  TY_EXPECT_OK(ty_graph_add_input(g, "q", TY_DTYPE_BF16, 4, dq, &q));
+  TY_EXPECT_OK(ty_graph_add_input(g, "k", TY_DTYPE_BF16, 4, dk, &k));
+  TY_EXPECT_OK(ty_graph_add_input(g, "pos", TY_DTYPE_I64, 1, dp, &pos));
+  ty_attrs_t a = TY_ATTRS_EMPTY, b = TY_ATTRS_EMPTY;
+  TY_EXPECT_OK(ty_attrs_set_float(&a, "theta", 10000.0));
+  TY_EXPECT_OK(ty_attrs_set_float(&b, "theta", theta_k));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "rope", (ty_value_id_t[]){q, pos}, 2, &a, &yq));
+  TY_EXPECT_OK(ty_graph_add_node1(g, "rope", (ty_value_id_t[]){k, pos}, 2, &b, &yk));
+  TY_EXPECT_OK(ty_graph_set_output(g, yq, "yq"));
+  TY_EXPECT_OK(ty_graph_set_output(g, yk, "yk"));
+  plan(g, true, p);
+  *out_g = g;
+}
+
+static void test_rope_pair(void **state) {
+  (void)state;
+  planned_t p;
+  ty_graph_t *g;
+  rope_graph(10000.0, &p, &g);
+  const uint32_t rq = node_of(&p, "rope", 0), rk = node_of(&p, "rope", rq + 1);
+  assert_int_equal(p.fuse[rq].kind, TY_CU_FUSE_ROPE_PAIR);
+  assert_int_equal(p.fuse[rq].slices[0], rk);
+  assert_int_equal(p.run_at[rk], rq);
+  planned_free(&p, g);
+  rope_graph(500000.0, &p, &g);
+  assert_int_equal(p.fuse[node_of(&p, "rope", 0)].kind, TY_CU_FUSE_NONE);
+  planned_free(&p, g);
+}
+
 static void test_loss_gradient_in_place(void **state) {
   (void)state;
   for (int k = 0; k < 6; ++k) {
@@ -401,6 +437,7 @@ int main(void) {
       cmocka_unit_test(test_norms),
       cmocka_unit_test(test_gemv_group),
       cmocka_unit_test(test_gemv_group_swiglu),
+      cmocka_unit_test(test_rope_pair),
       cmocka_unit_test(test_loss_gradient_in_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -615,6 +615,92 @@ static void test_slices_in_one_launch(void **state) {
   ty_registry_destroy(r);
 }
 
+/* ROPE_PAIR (cuda_fuse.h): rope of q [1, 5, 4, 8] and k [1, 5, 2, 8] at
+ * positions 3.., and rope_backward of both, each pair in one launch: the
+ * four outputs the same bits as with fusion off (the same arithmetic per
+ * element); returns the report's count of rope pairs. */
+static unsigned run_ropes(ty_registry_t *r, ty_dtype_t dt, bool fuse, unsigned char **outs) {
+  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t qd[4] = {1, 5, 4, 8}, kd[4] = {1, 5, 2, 8}, pd[1] = {5};
+  ty_value_id_t q, k, pos, y[4];
+  TY_EXPECT_OK(ty_graph_add_input(g, "q", dt, 4, qd, &q));
+  TY_EXPECT_OK(ty_graph_add_input(g, "k", dt, 4, kd, &k));
+  TY_EXPECT_OK(ty_graph_add_input(g, "pos", TY_DTYPE_I64, 1, pd, &pos));
+  const char *ops[4] = {"rope", "rope", "rope_backward", "rope_backward"};
+  for (int i = 0; i < 4; ++i) {
+    ty_value_id_t in[2] = {i % 2 ? k : q, pos};
+    TY_EXPECT_OK(ty_graph_add_node(g, ops[i], in, 2, NULL, &y[i], 1));
+    char name[8];
+    snprintf(name, sizeof(name), "y%d", i);
+    TY_EXPECT_OK(ty_graph_set_output(g, y[i], name));
+  }
+  ty_device_t *dev = NULL;
+  ty_session_t *s = NULL;
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  const size_t es = dt == TY_DTYPE_F32 ? 4 : 2, nq = 160, nk = 80;
+  unsigned char *qs = malloc(nq * es), *ks = malloc(nk * es);
+  assert_true(qs && ks);
+  for (size_t i = 0; i < nq * es; ++i) qs[i] = (unsigned char)(i * 7 + 3);
+  for (size_t i = 0; i < nk * es; ++i) ks[i] = (unsigned char)(i * 13 + 1);
+  if (dt == TY_DTYPE_F32) { /* finite f32 values: clear each word's top exponent bit */
+    for (size_t i = 3; i < nq * es; i += 4) qs[i] &= 0x3f;
+    for (size_t i = 3; i < nk * es; i += 4) ks[i] &= 0x3f;
+  } else {
+    for (size_t i = 1; i < nq * es; i += 2) qs[i] &= 0x3f;
+    for (size_t i = 1; i < nk * es; i += 2) ks[i] &= 0x3f;
+  }
+  const int64_t positions[5] = {3, 4, 5, 6, 7};
+  TY_EXPECT_OK(ty_session_bind(s, "q", dt, 4, qd, qs, nq * es));
+  TY_EXPECT_OK(ty_session_bind(s, "k", dt, 4, kd, ks, nk * es));
+  TY_EXPECT_OK(ty_session_bind(s, "pos", TY_DTYPE_I64, 1, pd, positions, sizeof(positions)));
+  TY_EXPECT_OK(ty_session_run(s));
+  for (int i = 0; i < 4; ++i) {
+    char name[8];
+    snprintf(name, sizeof(name), "y%d", i);
+    const size_t bytes = (i % 2 ? nk : nq) * es;
+    outs[i] = malloc(bytes);
+    assert_non_null(outs[i]);
+    TY_EXPECT_OK(ty_session_read(s, name, outs[i], bytes));
+  }
+  char *text = NULL;
+  TY_EXPECT_OK(ty_session_report(s, &text));
+  /* "... 0 matmul groups in one launch; N rope pairs in one launch" */
+  const unsigned pairs =
+      report_count(text, " matmul groups in one launch; ", " matmul groups in one launch; %u rope pair");
+  free(text);
+  ty_session_destroy(s);
+  ty_device_close(dev);
+  ty_graph_destroy(g);
+  free(qs);
+  free(ks);
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  return pairs;
+}
+
+static void test_rope_pairs(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  const ty_dtype_t dts[2] = {TY_DTYPE_BF16, TY_DTYPE_F32};
+  for (int d = 0; d < 2; ++d) {
+    unsigned char *on[4], *off[4];
+    assert_int_equal(run_ropes(r, dts[d], true, on), 2);
+    assert_int_equal(run_ropes(r, dts[d], false, off), 0);
+    const size_t es = dts[d] == TY_DTYPE_F32 ? 4 : 2;
+    for (int i = 0; i < 4; ++i) {
+      assert_memory_equal(on[i], off[i], (i % 2 ? 80 : 160) * es);
+      free(on[i]);
+      free(off[i]);
+    }
+  }
+  ty_registry_destroy(r);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
@@ -624,6 +710,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_in_place_refused_and_data_error),
       cmocka_unit_test(test_bias_gradient_fallback),
       cmocka_unit_test(test_slices_in_one_launch),
+      cmocka_unit_test(test_rope_pairs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
