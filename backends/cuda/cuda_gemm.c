@@ -399,8 +399,9 @@ static ty_code_t ty_cu_gemm_setup(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp,
 
 /* TRAINYARD_CUDA_GEMV picks which few-row matmuls take kernels/gemv.cu:
  * "group" (the default) only the GEMV_GROUP fusions (several products of
- * one input in one launch, cuda_fuse.h), "all" every matmul the kernels
- * take (both weight layouts), "nk" those and [N, K] weights, "0" none.
+ * one input in one launch, cuda_fuse.h), "all" also every single matmul
+ * the kernels take (both weight layouts), "nk" (or "1") also the single
+ * ones with a [N, K] weight, "0" none.
  * Measured through `serve` on an H100 (docs/performance.md): cuBLASLt's
  * few-row kernels beat gemv_kn on GPT-2's [K, N] weights (one stream
  * 1,263-1,308 tok/s with every matmul on the kernels, 1,416-1,504 with
@@ -421,6 +422,20 @@ static bool ty_cu_gemv_single(void) {
 
 /* [K, N] weights (gemv_kn): =all. */
 static bool ty_cu_gemv_kn_enabled(void) { return strcmp(ty_cu_gemv_mode(), "all") == 0; }
+
+/* Warps per output column of gemv_nk and gemv_group (1, 2, 4 or 8) for
+ * `columns` columns of K (`vec` elements a 16-byte load): doubled until the
+ * grid has two blocks an SM, while each warp's part of K stays one or more
+ * 32-lane rounds of loads. */
+static int32_t ty_cu_gemv_wpc(ty_cu_build_t *b, int64_t columns, int64_t K, int64_t vec) {
+  const int64_t want = 2 * ty_cu_sm_count(b), rounds = (K + 32 * vec - 1) / (32 * vec);
+  int32_t wpc = 1;
+  while (wpc < TY_GEMV_NK_COLS &&
+         (columns * wpc + TY_GEMV_NK_COLS - 1) / TY_GEMV_NK_COLS < want && rounds >= 2 * wpc) {
+    wpc *= 2;
+  }
+  return wpc;
+}
 
 static const char *const ty_cu_gemv_nk_names[3] = {"ty_gemv_nk_f32", "ty_gemv_nk_bf16",
                                                    "ty_gemv_nk_f16"};
@@ -465,14 +480,7 @@ static bool ty_cu_gemv_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *sp) {
   int64_t cols = sp->tb ? TY_GEMV_NK_COLS : TY_GEMV_KN_COLS;
   int64_t runs = 1;
   if (sp->tb) {
-    /* gemv_nk: warps per column (1..8) until the grid has two blocks an
-     * SM, each warp's part of K still one 32-lane round of vectors or more. */
-    const int64_t want = 2 * ty_cu_sm_count(b), rounds = (sp->K + 32 * vec - 1) / (32 * vec);
-    int32_t wpc = 1;
-    while (wpc < TY_GEMV_NK_COLS && (sp->N * wpc + TY_GEMV_NK_COLS - 1) / TY_GEMV_NK_COLS < want &&
-           rounds >= 2 * wpc) {
-      wpc *= 2;
-    }
+    const int32_t wpc = ty_cu_gemv_wpc(b, sp->N, sp->K, vec);
     cols = TY_GEMV_NK_COLS / wpc;
     ty_dev_arg_i32(b, c, wpc);
   }
@@ -670,14 +678,7 @@ static void ty_cu_gemv_group_emit(ty_cu_build_t *b, const ty_cu_fuse_t *f) {
   for (int i = 0; i < TY_GEMV_GROUP_MAX; ++i) ty_dev_arg_i64(b, c, N[i]);
   ty_dev_arg_i64(b, c, K);
   ty_dev_arg_i32(b, c, swiglu ? 1 : 0);
-  /* warps a column as gemv_nk: two blocks an SM where K allows */
-  const int64_t vec = 16 / (int64_t)ty_desc_dtype_size(dt);
-  const int64_t want = 2 * ty_cu_sm_count(b), rounds = (K + 32 * vec - 1) / (32 * vec);
-  int32_t wpc = 1;
-  while (wpc < TY_GEMV_NK_COLS && (total * wpc + TY_GEMV_NK_COLS - 1) / TY_GEMV_NK_COLS < want &&
-         rounds >= 2 * wpc) {
-    wpc *= 2;
-  }
+  const int32_t wpc = ty_cu_gemv_wpc(b, total, K, 16 / (int64_t)ty_desc_dtype_size(dt));
   ty_dev_arg_i32(b, c, wpc);
   const int64_t cols = TY_GEMV_NK_COLS / wpc;
   ty_cu_grid(b, c, (uint32_t)((total + cols - 1) / cols), 1, 1, TY_GEMV_THREADS, 1, 1, 0);
