@@ -308,6 +308,24 @@ static bool ty_cu_pdl_enabled(const ty_abi_executable_t *e) {
   return (!env || strcmp(env, "0") != 0) && slot->cc_major >= 9;
 }
 
+/* The launch settings read from the environment, refused by name when
+ * they hold a value they do not take (a typo must not pass silently as
+ * the default). */
+static ty_abi_status_t ty_cu_env_check(const ty_abi_device_t *device) {
+  const char *pdl = getenv("TRAINYARD_CUDA_PDL");
+  if (pdl && pdl[0] && strcmp(pdl, "0") != 0 && strcmp(pdl, "1") != 0) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                           "%s: TRAINYARD_CUDA_PDL='%s' is not 0 or 1", device->label, pdl);
+  }
+  const char *gemv = ty_cu_gemv_bad_setting();
+  if (gemv) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                           "%s: TRAINYARD_CUDA_GEMV='%s' is not 'group', 'all', 'nk', '1' or '0'",
+                           device->label, gemv);
+  }
+  return NULL;
+}
+
 static void ty_cu_mark_pdl(ty_abi_executable_t *e) {
   const bool on = ty_cu_pdl_enabled(e);
   for (uint32_t i = 0; i < e->cmd_count; ++i) {
@@ -321,6 +339,8 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   *out_executable = NULL;
   bool deterministic = false;
   ty_abi_status_t s = ty_cu_compile_options(device, args, &deterministic);
+  if (s) return s;
+  s = ty_cu_env_check(device);
   if (s) return s;
   s = ty_cu_enter(device);
   if (s) return s;

@@ -414,6 +414,15 @@ static const char *ty_cu_gemv_mode(void) {
 
 bool ty_cu_gemv_on(void) { return strcmp(ty_cu_gemv_mode(), "0") != 0; }
 
+const char *ty_cu_gemv_bad_setting(void) {
+  static const char *const modes[] = {"group", "all", "nk", "1", "0"};
+  const char *m = ty_cu_gemv_mode();
+  for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); ++i) {
+    if (strcmp(m, modes[i]) == 0) return NULL;
+  }
+  return m;
+}
+
 /* Single matmuls (not only groups): =all or =nk. */
 static bool ty_cu_gemv_single(void) {
   const char *m = ty_cu_gemv_mode();

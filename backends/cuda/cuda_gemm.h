@@ -50,5 +50,8 @@ void ty_cu_gemm_emit(ty_cu_build_t *b, const ty_cu_gemm_spec_t *spec);
  * GEMV_GROUP fusions at least): unless TRAINYARD_CUDA_GEMV=0; never under
  * deterministic=1. */
 bool ty_cu_gemv_on(void);
+/* TRAINYARD_CUDA_GEMV's value when it is none of group, all, nk, 1 or 0
+ * (compile refuses it by name), else NULL. */
+const char *ty_cu_gemv_bad_setting(void);
 
 #endif /* TY_BACKENDS_CUDA_CUDA_GEMM_H_ */

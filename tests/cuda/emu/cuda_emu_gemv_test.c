@@ -410,12 +410,38 @@ static void test_stays_on_cublas(void **state) {
   unsetenv("TRAINYARD_CUDA_GEMV");
 }
 
+/* A setting the executor does not take is refused at compile, by name,
+ * not run as the default. */
+static void bad_setting(const char *name, const char *value, const char *want) {
+  setenv(name, value, 1);
+  ty_device_t *dev = NULL;
+  TY_EXPECT_OK(ty_device_open(g_registry, "cuda:0", &dev));
+  const case_t c = {.M = 1, .N = 40, .dtype = TY_DTYPE_F32, .trans_b = true};
+  ty_graph_t *g = graph_of(&c);
+  ty_session_t *s = NULL;
+  ty_status_t st = ty_session_create(dev, g, NULL, &s);
+  assert_non_null(st);
+  assert_int_equal(ty_status_code(st), TY_CODE_INVALID_ARGUMENT);
+  if (!strstr(ty_status_message(st), want)) fail_msg("message: %s", ty_status_message(st));
+  ty_status_free(st);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  unsetenv(name);
+}
+
+static void test_bad_settings(void **state) {
+  (void)state;
+  bad_setting("TRAINYARD_CUDA_GEMV", "fast",
+              "TRAINYARD_CUDA_GEMV='fast' is not 'group', 'all', 'nk', '1' or '0'");
+  bad_setting("TRAINYARD_CUDA_PDL", "yes", "TRAINYARD_CUDA_PDL='yes' is not 0 or 1");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rows_and_layouts),
       cmocka_unit_test(test_epilogues),
       cmocka_unit_test(test_split_k), cmocka_unit_test(test_groups),
-      cmocka_unit_test(test_stays_on_cublas),
+      cmocka_unit_test(test_stays_on_cublas), cmocka_unit_test(test_bad_settings),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
