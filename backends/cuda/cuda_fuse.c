@@ -51,6 +51,13 @@ static bool ty_fz_free(const ty_fz_t *z, uint32_t node) {
 
 static bool ty_fz_16bit(ty_dtype_t d) { return d == TY_DTYPE_BF16 || d == TY_DTYPE_F16; }
 
+/* Value v exists when node n runs: an input, state or constant, or made
+ * by a node before n. */
+static bool ty_fz_exists_by(const ty_fz_t *z, uint32_t v, uint32_t n) {
+  const uint32_t p = z->og->producer[v];
+  return p == UINT32_MAX || p < n;
+}
+
 /* The node that reads private value v, when it is a free `op` node. */
 static const ty_abi_node_t *ty_fz_next(const ty_fz_t *z, uint32_t v, const char *op,
                                        uint32_t *out_index) {
@@ -96,6 +103,16 @@ static ty_cu_fuse_t ty_fz_none(ty_cu_fuse_kind_t kind) {
                         .bgrad = UINT32_MAX,
                         .bgrad_of = 0,
                         .swiglu = UINT32_MAX};
+}
+
+/* Node m's work done by node n's launch, as the second of a pair (KV_PAIR,
+ * ROPE_PAIR). */
+static void ty_fz_pair(ty_fz_t *z, ty_cu_fuse_kind_t kind, uint32_t n, uint32_t m) {
+  ty_cu_fuse_t f = ty_fz_none(kind);
+  f.slices[0] = m;
+  f.slice_count = 1;
+  z->fuse[n] = f;
+  z->run_at[m] = n;
 }
 
 /* Whether reduce_sum node r sums operand x (or the tensor x is a reshape
@@ -461,18 +478,13 @@ static void ty_fz_kv_pair(ty_fz_t *z, uint32_t n) {
     if (b->input_count != 3 || b->output_count != 1 || b->inputs[2] != a->inputs[2]) return;
     for (uint32_t i = 0; i < 2; ++i) {
       const ty_abi_value_t *x = ty_fz_val(z, a->inputs[i]), *y = ty_fz_val(z, b->inputs[i]);
-      const uint32_t p = z->og->producer[b->inputs[i]];
       if (!ty_fz_same_shape(x, y) || x->dtype != y->dtype || !ty_fz_dense(z, b->inputs[i]) ||
-          (p != UINT32_MAX && p >= n)) {
+          !ty_fz_exists_by(z, b->inputs[i], n)) {
         return;
       }
     }
     if (z->uses[b->inputs[0]] != 1 || !ty_fz_dense(z, b->outputs[0])) return;
-    ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_KV_PAIR);
-    f.slices[0] = m;
-    f.slice_count = 1;
-    z->fuse[n] = f;
-    z->run_at[m] = n;
+    ty_fz_pair(z, TY_CU_FUSE_KV_PAIR, n, m);
     return;
   }
 }
@@ -536,9 +548,7 @@ static void ty_fz_gemv_group(ty_fz_t *z, uint32_t n) {
         ty_fz_val(z, wm)->dtype != ty_fz_val(z, w)->dtype) {
       continue;
     }
-    const uint32_t pw = z->og->producer[wm], pb = bm == UINT32_MAX ? UINT32_MAX
-                                                                  : z->og->producer[bm];
-    if ((pw != UINT32_MAX && pw >= n) || (pb != UINT32_MAX && pb >= n)) continue;
+    if (!ty_fz_exists_by(z, wm, n) || (bm != UINT32_MAX && !ty_fz_exists_by(z, bm, n))) continue;
     f.slices[f.slice_count++] = m;
   }
   if (f.slice_count == 0) return;
@@ -593,17 +603,11 @@ static void ty_fz_rope_pair(ty_fz_t *z, uint32_t n) {
   }
   for (uint32_t m = n + 1; m < z->g->node_count && m <= n + 8; ++m) {
     const ty_abi_node_t *b = &z->g->nodes[m];
-    if (!ty_fz_free(z, m) || !ty_fz_rope_alike(z, a, b)) continue;
-    const uint32_t p = z->og->producer[b->inputs[0]];
-    if ((p != UINT32_MAX && p >= n) || !ty_fz_dense(z, b->inputs[0]) ||
-        !ty_fz_dense(z, b->outputs[0])) {
+    if (!ty_fz_free(z, m) || !ty_fz_rope_alike(z, a, b) || !ty_fz_exists_by(z, b->inputs[0], n) ||
+        !ty_fz_dense(z, b->inputs[0]) || !ty_fz_dense(z, b->outputs[0])) {
       continue;
     }
-    ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_ROPE_PAIR);
-    f.slices[0] = m;
-    f.slice_count = 1;
-    z->fuse[n] = f;
-    z->run_at[m] = n;
+    ty_fz_pair(z, TY_CU_FUSE_ROPE_PAIR, n, m);
     return;
   }
 }

@@ -200,25 +200,17 @@ __device__ void ty_gemv_kn_impl(const void *a_, const void *b_, const void *bias
 #pragma unroll
     for (int e = 0; e < V; ++e) sum_sh[m][s][g * V + e] = acc[m][e];
   __syncthreads();
-  if (runs == 1) {
-    for (int x = threadIdx.x; x < M * TY_GV_COLS; x += TY_GEMV_THREADS) {
-      const int m = x / TY_GV_COLS, col = x % TY_GV_COLS;
-      const long long n = (long long)blockIdx.x * TY_GV_COLS + col;
-      if (n >= N) continue;
-      float v = 0.0f;
-      for (int t = 0; t < S; ++t) v += sum_sh[m][t][col];
-      ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
-    }
-    return;
-  }
+  /* the slices' sums: the outputs (one run) or this run's partials */
   for (int x = threadIdx.x; x < M * TY_GV_COLS; x += TY_GEMV_THREADS) {
     const int m = x / TY_GV_COLS, col = x % TY_GV_COLS;
     const long long n = (long long)blockIdx.x * TY_GV_COLS + col;
     if (n >= N) continue;
     float v = 0.0f;
     for (int t = 0; t < S; ++t) v += sum_sh[m][t][col];
-    part[((long long)run * M + m) * N + n] = v;
+    if (runs == 1) ty_gv_store(v, m, n, bias, cin, c, aux, ldc, dtc, gelu);
+    else part[((long long)run * M + m) * N + n] = v;
   }
+  if (runs == 1) return;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -293,7 +285,7 @@ __device__ void ty_gemv_group_impl(const void *a_, const void *b0, const void *b
   const long long per = (rounds + wpc - 1) / wpc;
   const long long k0 = piece * per * round, k1 = k0 + per * round < K ? k0 + per * round : K;
   if (u < total) {
-    const T *w0 = (const T *)bm + n * K, *w1 = (const T *)b1 + n * K;
+    const T *w0 = (const T *)bm + n * K, *w1 = swiglu ? (const T *)b1 + n * K : w0;
     /* dense operands of 16-byte rows (the fusion's conditions): vector loads
      * wherever the bases are aligned, element loads (the same sums) else */
     const bool vec = (((uintptr_t)a | (uintptr_t)bm | (uintptr_t)(swiglu ? b1 : bm)) % 16 == 0);
