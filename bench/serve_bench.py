@@ -280,6 +280,22 @@ class Server:
         if bad:
             self.fail("the server reported errors:\n  " + "\n  ".join(bad[:20]))
 
+    def engine_times_settled(self):
+        """engine_times once the engine is idle: two reads 10 ms apart that
+        agree (the last step of a run may end after its client got the last
+        token), and the monotonic times just before the first and just after
+        the second of them, so that every step counted between two settled
+        reads ran between those times."""
+        start = time.monotonic()
+        last = self.engine_times()
+        for _ in range(500):
+            time.sleep(0.01)
+            now = self.engine_times()
+            if now == last:
+                return now, start, time.monotonic()
+            start, last = time.monotonic(), now
+        self.fail("the engine's step counters did not settle within 5 s of the run's end")
+
     def engine_times(self):
         """The engine's step counters from /metrics: steps, and the seconds of
         the steps, their graph runs and their reads (docs/formats.md)."""
@@ -466,20 +482,25 @@ def trainyard_rows(args, model, levels, vocab):
                                                args.temperature, together=False)
                 row["sequential_tokens_per_s"] = seq_tps
                 row["sequential_ttft_mean_s"] = sum(seq_ttft) / len(seq_ttft)
-            before = server.engine_times()
+            before, window_start, _ = server.engine_times_settled()
             tps, ttft, wall = measure(server, prompts, args.new_tokens, args.temperature)
-            after = server.engine_times()
+            after, _, window_end = server.engine_times_settled()
             d = {k: after[k] - before[k] for k in after}
             row.update({"tokens_per_s": tps, "wall_s": wall, "ttft": "per request, HTTP",
                         **ttft_figures(ttft)})
             if d["steps_total"] > 0:
                 # Where the wall time went: the engine's steps (of which the
                 # graph runs and the reads back) and, the rest, the server
-                # between steps; per step, in ms.
+                # between steps; per step, in ms. The wall runs from the
+                # clients' barrier to the last token, so a step that starts
+                # before the barrier's time is taken or ends after the last
+                # token is sent can make the steps' sum exceed it by a step;
+                # the window (between the settled reads) holds every step.
                 per = 1e3 / d["steps_total"]
                 row["engine_steps"] = int(d["steps_total"])
                 row["ms_per_step"] = {
-                    "wall": wall * per, "step": d["step_seconds_total"] * per,
+                    "wall": wall * per, "window": (window_end - window_start) * per,
+                    "step": d["step_seconds_total"] * per,
                     "run": d["run_seconds_total"] * per, "read": d["read_seconds_total"] * per}
                 m = row["ms_per_step"]
                 print(f"      engine: {row['engine_steps']} steps, {m['wall']:.3f} ms of wall "

@@ -118,10 +118,14 @@ class SmokeTest(unittest.TestCase):
             self.assertGreater(r["tokens_per_s"], 0)
             self.assertTrue(0 < r["ttft_p50_s"] <= r["ttft_p90_s"] <= r["ttft_max_s"], r)
             self.assertLessEqual(r["ttft_mean_s"], r["ttft_max_s"])
-            # The engine's step times from /metrics: parts within the whole.
+            # The engine's step times from /metrics: parts within the whole,
+            # and every step within the window between the bench's settled
+            # reads of /metrics (the wall, from the clients' barrier to the
+            # last token, may miss a step's edges: measured in other processes).
             m = r["ms_per_step"]
             self.assertGreater(r["engine_steps"], 0, r)
-            self.assertTrue(0 < m["run"] + m["read"] <= m["step"] <= m["wall"], r)
+            self.assertTrue(0 < m["run"] + m["read"] <= m["step"] <= m["window"], r)
+            self.assertTrue(0 < m["wall"] <= m["window"], r)
         for key in ("card", "date", "command", "server_command"):
             self.assertTrue(self.out[key], key)
         self.assertEqual(self.out["card"], "cpu")
