@@ -776,12 +776,11 @@ static ty_status_t ty_llm_check_options(const ty_model_config_t *c, const ty_llm
   if (o->tp_size > 1) TY_RETURN_IF_ERROR(ty_llm_tp_check(c, o->tp_size));
   if (o->cp_size > 1 &&
       (o->cp_size > TY_LLM_CP_MAX || o->cp_rank < 0 || o->cp_rank >= o->cp_size ||
-       o->seq % 2 != 0 || o->kv_blocks > 0 ||
-       o->logits_at_index || o->unit_end > 0)) {
+       o->seq % 2 != 0 || o->kv_blocks > 0 || o->logits_at_index)) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "context parallel rank %d of %d (at most %d) builds a training graph "
                           "of two equal chunks (an even %lld tokens), without KV caches or "
-                          "pipeline stages",
+                          "picked rows",
                           o->cp_rank, o->cp_size, TY_LLM_CP_MAX, (long long)o->seq);
   }
   if (o->cp_size > 1 && o->seq * o->cp_size > c->max_positions) {

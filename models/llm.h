@@ -82,7 +82,8 @@ typedef struct ty_llm_options_t {
    * graph's seq tokens are chunks cp_rank and 2 cp_size - 1 - cp_rank, at
    * their global positions. Each layer all-gathers the keys and values
    * over the "cp" group; dropout numbers elements as in the whole
-   * sequence. Training graphs only (no KV cache, no pipeline stage). */
+   * sequence. Training graphs only (no KV cache, no picked rows); a
+   * pipeline stage (unit_begin/unit_end) splits its rows the same way. */
   int cp_size;
   int cp_rank;
   bool logits_at_index; /* output "logits" is [B, V]: for each row b, the

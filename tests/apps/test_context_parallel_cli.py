@@ -146,6 +146,66 @@ class ComposeTest(Base):
         self.assertIn("rank 3: dp 1, pp 0, tp 0, cp 1, device cpu", err)
 
 
+class PipelineTest(Base):
+    """--cp with --pp: each stage's ranks split the rows' tokens, the
+    stages pass each cp rank's [B, 2L, C] activations to the next stage's
+    rank of the same cp index, the chunks' gradients sum over dp x cp in
+    each chunk's reduce graph; the mirror on rank 0 (whole rows) evaluates
+    and saves."""
+
+    def test_cp2_by_pp2(self):
+        # 4 ranks = pp 2 x cp 2, the Llama (GQA) with dropout, 2 micro-batches
+        # through the 1f1b schedule: one process's curve and weights
+        self.use(self.llama)
+        batch = ["--batch-size", "2", "--grad-accum", "2"] + DROP
+        _, many, err = self.follow(4, batch, batch + ["--cp", "2", "--pp", "2"], weights_tol=1e-4)
+        self.assertIn("rank layout (world 4 = dp 1 x pp 2 x tp 1 x cp 2):", err)
+        self.assertIn("rank 1: dp 0, pp 0, tp 0, cp 1, device cpu", err)
+        self.assertIn("rank 2: dp 0, pp 1, tp 0, cp 0, device cpu", err)
+        self.assertIn("context parallel inside each stage: each sequence in 4 chunks over its 2 "
+                      "cp ranks", err)
+        self.assertIn("gradient sums before each optimizer step: over the dp replicas x their cp "
+                      "ranks (dp_cp)", err)
+        with open(os.path.join(many, "checkpoint-20", "trainer_state.json")) as fp:
+            self.assertEqual(json.load(fp)["world_size"], 4)
+
+    def test_gpt2_interleaved_with_replicas_and_zero(self):
+        # 8 ranks = dp 2 x pp 2 x cp 2, GPT-2 (tied embedding: its two
+        # copies summed over "embed", one per cp index), the interleaved
+        # schedule, ZeRO-1 over the two replicas; then resumed as one
+        # process to step 12 and as the same layout to 16
+        self.use(self.gpt2)
+        layout = ["--cp", "2", "--pp", "2", "--pp-schedule", "interleaved", "--zero", "1"]
+        ref, run = self.path("ref"), self.path("run")
+        args = ["--schedule", "constant", "--save-every", "4", "--keep", "0",
+                "--batch-size", "2"] + DROP
+        self.train(*args, "--grad-accum", "4", "--max-steps", "16", "--out", ref)
+        r = self.train_mpi(8, *args, "--grad-accum", "2", "--max-steps", "8", "--out", run,
+                           *layout)
+        self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 1 x cp 2):", r.stderr)
+        self.assertIn("ZeRO-1 over the 2 dp replicas", r.stderr)
+        self.train(*args, "--grad-accum", "4", "--max-steps", "12", "--out", run,
+                   "--resume", "latest")
+        self.train_mpi(8, *args, "--grad-accum", "2", "--max-steps", "16", "--out", run,
+                       "--resume", "latest", *layout)
+        self.assert_curves_match(dist.losses(ref), dist.losses(run), range(1, 17), rel=1e-5)
+        self.assert_weights_close(os.path.join(ref, "checkpoint-16"),
+                                  os.path.join(run, "checkpoint-16"), 1e-4)
+
+    def test_refusals(self):
+        # a world the replica of pp x cp does not divide; ZeRO-1 with one
+        # replica; each named with the layout
+        self.use(self.llama)
+        cmd = ["train"] + self.common + ["--max-steps", "2", "--out", self.path("refused")]
+        r = dist.mpirun(6, cmd + ["--cp", "2", "--pp", "2"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--tp 1 x --pp 2 x --cp 2 = 4 ranks a replica, which does not divide the "
+                      "world of 6 ranks", r.stderr)
+        r = dist.mpirun(4, cmd + ["--cp", "2", "--pp", "2", "--zero", "1"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--pp 2 x --cp 2 on 4 ranks makes one replica (dp 1)", r.stderr)
+
+
 class ZeroEvalTest(Base):
     def test_zero1_over_the_replicas(self):
         # ZeRO-1 shards the optimizer state over the dp replicas; the cp
@@ -285,8 +345,7 @@ class RefuseTest(Base):
 
     def test_bad_inputs(self):
         # usage errors (exit 2): what --cp does not combine with yet, by name
-        for option, text in ((["--pp", "2"], "--pp"),
-                             (["--deterministic"], "--deterministic"),
+        for option, text in ((["--deterministic"], "--deterministic"),
                              (["--check-numerics=every:2"], "--check-numerics"),
                              (["--distributed", "none"], "--distributed none"),
                              (["--fused-optimizer"], "--fused-optimizer")):

@@ -138,7 +138,7 @@ class PipelineTest(Base):
             chunks = 2 if schedule == "1f1b" else 4
             self.assertEqual(err.count("pipeline parallel: 2 stages"), 1, err)
             self.assertEqual(len(re.findall(r"^  chunk \d on stage \d: ", err, re.M)), chunks, err)
-            self.assertIn("rank layout (world 2 = dp 1 x pp 2 x tp 1):", err)
+            self.assertIn("rank layout (world 2 = dp 1 x pp 2 x tp 1 x cp 1):", err)
             self.assertIn("  rank 1: dp 0, pp 1, tp 0, device cpu", err)
             self.assertRegex(err, r"  stage 1 memory plan: peak [\d.]+ KiB \(parameters ")
             self.assertRegex(err, r"pipeline bubble: ideal %s%%.*stage 0 [\d.]+%% stage 1 "
@@ -201,7 +201,7 @@ class DataParallelPipelineTest(Base):
         for schedule in ("1f1b", "interleaved"):
             err = self.check_replicas(4, one, four, 20, common, "--pp", "2", "--pp-schedule",
                                       schedule)
-            self.assertIn("rank layout (world 4 = dp 2 x pp 2 x tp 1):", err)
+            self.assertIn("rank layout (world 4 = dp 2 x pp 2 x tp 1 x cp 1):", err)
             self.assertIn("  rank 2: dp 1, pp 0, tp 0", err)
 
 
@@ -313,7 +313,7 @@ class TensorPipelineTest(Base):
                                "--pp", "2", "--pp-schedule", schedule)
             err = r.stderr
             # the layout, before step 0, once (rank 0): tp fastest
-            self.assertEqual(err.count("rank layout (world 4 = dp 1 x pp 2 x tp 2):"), 1, err)
+            self.assertEqual(err.count("rank layout (world 4 = dp 1 x pp 2 x tp 2 x cp 1):"), 1, err)
             for rank, (pp, tp) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
                 self.assertIn("  rank %d: dp 0, pp %d, tp %d, device cpu" % (rank, pp, tp), err)
             self.assertLess(err.index("  rank 3: dp 0"), err.index("Step [20/20]"))
@@ -339,7 +339,7 @@ class TensorPipelineTest(Base):
         self.train("llama", *common, "--grad-accum", "4", "--out", one)
         err = self.check_replicas(8, one, eight, 10, common, "--tp", "2", "--pp", "2",
                                   "--pp-schedule", "interleaved")
-        self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 2):", err)
+        self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 2 x cp 1):", err)
         self.assertIn("  rank 5: dp 1, pp 0, tp 1, device cpu", err)
 
     def test_resume_across_layouts(self):

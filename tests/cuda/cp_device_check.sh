@@ -15,12 +15,16 @@
 #    (modes mma and auto run the mma.sync kernels' _full instances on them,
 #    bf16 at head dim 64 in full-tc-shape).
 # 3. With 2 or more GPUs: `train --cp 2` on 2 ranks (rank k on cuda:k, the
-#    gathers on NCCL over the world's communicator) against one process on
+#    gathers on NCCL over the cp group's communicator) against one process on
 #    cuda:0, the tiny Llama fixture (GQA), f32, 20 steps, global batch 4,
 #    without and with --dropout 0.1 (the numbered masks): PASS when every
 #    step's loss is within 1e-5 relative (tests/apps/
 #    test_context_parallel_cli.py MatchTest's bound on cpu); then bf16-mixed
 #    without dropout, within 2e-2 (bf16's rounding of the partials).
+# 4. With 4 or more GPUs: --cp 2 --tp 2, --cp 2 with 2 data-parallel
+#    replicas under ZeRO-1, and --cp 2 --pp 2, each with dropout against
+#    one process on the same global batch (1e-5): the cp and dp_cp groups'
+#    device communicators.
 set -uo pipefail
 build=${1:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
 out=${2:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
@@ -76,24 +80,44 @@ synth_ids "$out/ids.jsonl" 8000 90 8 32 3
   --seq-len 16 --out "$out/tiny" --force >/dev/null || exit 1
 common=(train --model tests/fixtures/models/llama --data "$out/tiny" --max-steps 20 --lr 2e-3
         --schedule constant --batch-size 4 --log-every 1 --cache-dir none)
-cp_case() { # NAME BOUND ARGS...
-  local name=$1 bound=$2
-  shift 2
-  "${tmo[@]}" "$ty" "${common[@]}" "$@" --backend cuda:0 --out "$out/$name-1" \
+# NAME BOUND NP "ONE-PROCESS ARGS" ARGS...: one process on cuda:0 with the
+# common and the one-process args, NP ranks with the common args and ARGS
+run_case() {
+  local name=$1 bound=$2 np=$3 one=$4
+  shift 4
+  # shellcheck disable=SC2086 # the one-process args are words
+  "${tmo[@]}" "$ty" "${common[@]}" $one --backend cuda:0 --out "$out/$name-1" \
     >"$out/$name-1.log" 2>&1 || { echo "$name: one process failed:"; tail -5 "$out/$name-1.log"; status=1; return; }
-  "${tmo[@]}" "${mpi[@]}" -np 2 "$ty" "${common[@]}" "$@" --cp 2 --backend cuda \
-    --out "$out/$name-2" >"$out/$name-2.log" 2>&1 ||
-    { echo "$name: --cp 2 failed:"; tail -15 "$out/$name-2.log"; status=1; return; }
+  "${tmo[@]}" "${mpi[@]}" -np "$np" "$ty" "${common[@]}" "$@" --backend cuda \
+    --out "$out/$name-n" >"$out/$name-n.log" 2>&1 ||
+    { echo "$name: $np ranks failed:"; tail -15 "$out/$name-n.log"; status=1; return; }
   losses "$out/$name-1/metrics.jsonl" >"$out/$name-1.loss"
-  losses "$out/$name-2/metrics.jsonl" >"$out/$name-2.loss"
-  read -r n worst at < <(worst_gap "$out/$name-1.loss" "$out/$name-2.loss")
+  losses "$out/$name-n/metrics.jsonl" >"$out/$name-n.loss"
+  read -r n worst at < <(worst_gap "$out/$name-1.loss" "$out/$name-n.loss")
   local ok
   ok=$(awk -v w="$worst" -v b="$bound" -v n="$n" 'BEGIN {print (n == 20 && w <= b) ? 1 : 0}')
-  echo "== --cp 2 $name: $n steps compared, worst relative loss gap $worst (step $at), bound $bound"
+  echo "== $name ($np ranks: $*): $n steps compared, worst relative loss gap $worst (step $at), bound $bound"
+  grep -E "ranks = dp|rank layout \(world|device communicators|dp_cp" "$out/$name-n.log" | head -3
   [ "$ok" = 1 ] || status=1
+}
+cp_case() { # NAME BOUND ARGS...: --cp 2 on 2 GPUs
+  local name=$1 bound=$2
+  shift 2
+  run_case "cp2-$name" "$bound" 2 "$*" "$@" --cp 2
 }
 cp_case f32 1e-5 --dropout 0
 cp_case f32-dropout 1e-5 --dropout 0.1
 cp_case bf16-mixed 2e-2 --dropout 0 --dtype bf16-mixed
+# ---- 4. with 4 GPUs: cp with tp, with data parallel (and ZeRO-1), with pp:
+# the device communicators of the cp and dp_cp groups beside dp, tp, pp ----
+if [ "$gpus" -ge 4 ]; then
+  run_case cp2-tp2 1e-5 4 "--dropout 0.1" --dropout 0.1 --cp 2 --tp 2
+  run_case cp2-dp2-zero 1e-5 4 "--dropout 0.1 --batch-size 2 --grad-accum 2" \
+    --dropout 0.1 --batch-size 2 --cp 2 --zero 1
+  run_case cp2-pp2 1e-5 4 "--dropout 0.1 --grad-accum 2" --dropout 0.1 --grad-accum 2 \
+    --cp 2 --pp 2
+else
+  echo "== --cp with --tp, data parallel, --pp: skipped ($gpus GPUs, 4 needed)"
+fi
 echo "cp_device_check: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status

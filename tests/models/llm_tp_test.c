@@ -174,7 +174,7 @@ static void test_cp_refusals(void **state) {
   o.seq = 4;
   o.kv_blocks = 8; /* a paged step */
   TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,
-                   "without KV caches or pipeline stages");
+                   "without KV caches or picked rows");
   o.kv_blocks = 0;
   o.seq = 80;
   TY_EXPECT_STATUS(ty_llm_build(g, &c, &o, &m), TY_CODE_INVALID_ARGUMENT,

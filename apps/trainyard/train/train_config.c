@@ -632,7 +632,6 @@ ty_status_t ty_train_config_check_cp(const ty_train_config_t *c) {
    * the chunks do not follow yet. */
   const char *what = !strcmp(c->distributed, "none") ? "--distributed none (it splits each "
                                                         "sequence over ranks)"
-                     : c->pp > 1 ? "--pp (the pipeline's stages and layout know no cp group)"
                      : c->deterministic ? "--deterministic (its fixed tree sums whole rows)"
                      : c->check_numerics[0] ? "--check-numerics (it checks one process's "
                                               "step)"

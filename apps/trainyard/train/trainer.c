@@ -487,6 +487,10 @@ static void ty_trainer_destroy(ty_trainer_t *t) {
   t->par.tp_comm = NULL;
   ty_comm_destroy(t->par.embed_comm);
   t->par.embed_comm = NULL;
+  ty_comm_destroy(t->par.cp_comm);
+  t->par.cp_comm = NULL;
+  ty_comm_destroy(t->par.grad_comm);
+  t->par.grad_comm = NULL;
   ty_comm_destroy(t->par.pp_comm);
   t->par.pp_comm = NULL;
   ty_llm_deinit(&t->graphs.m_eval);

@@ -115,15 +115,22 @@ static ty_status_t ty_trainer_group_comm_create(ty_trainer_t *t, const char *nam
   return ty_dist_agree(t->par.dist, s, what);
 }
 
-/* The device communicators of a tensor- or pipeline-parallel run (ABI 1.7
- * group communicators): "tp" for the step's tp_copy / tp_reduce ops, "dp"
- * (t->par.comm) for the gradient sum over the replicas (without --pp between
- * the gradient and optimizer graphs, with --pp in each chunk's reduce
- * graph), and with --pp of a tied model "embed" on the first and the last
- * stage for the sum of the embedding's two copies (pipeline/pp_stage.c). */
+/* The device communicators of a tensor-, pipeline- or context-parallel
+ * run (ABI 1.7 group communicators): "tp" for the step's tp_copy /
+ * tp_reduce ops, "dp" (t->par.comm) for the gradient sum over the replicas
+ * (without --pp between the gradient and optimizer graphs, with --pp in
+ * each chunk's reduce graph) and ZeRO-1's broadcasts; under --cp "cp"
+ * for the attention's gathers and "dp_cp" (t->par.grad_comm) for the
+ * gradient sum instead, since every rank of it holds the same weights; and
+ * with --pp of a tied model "embed" on the first and the last stage for the
+ * sum of the embedding's two copies (pipeline/pp_stage.c). */
 static ty_status_t ty_trainer_group_comms(ty_trainer_t *t) {
   if (t->par.tp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "tp", &t->par.tp_comm));
   if (t->par.dp > 1) TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "dp", &t->par.comm));
+  if (t->par.cp > 1) {
+    TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "cp", &t->par.cp_comm));
+    TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "dp_cp", &t->par.grad_comm));
+  }
   if (t->par.pp > 1 && t->model_config.tie_word_embeddings &&
       (t->par.pp_rank == 0 || t->par.pp_rank == t->par.pp - 1)) {
     TY_RETURN_IF_ERROR(ty_trainer_group_comm_create(t, "embed", &t->par.embed_comm));
@@ -207,7 +214,7 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
     t->cfg.world_in_graph = true;
   } else if (ty_backend_has_collectives(ty_device_backend(t->device)) && major == TY_ABI_MAJOR &&
              minor >= 5 && t->cfg.grad_accum <= 1 && t->cfg.pp <= 1 && t->cfg.tp <= 1 &&
-             !getenv("TRAINYARD_DEBUG_DIST_SPLIT")) {
+             t->cfg.cp <= 1 && !getenv("TRAINYARD_DEBUG_DIST_SPLIT")) {
     /* A device with collectives of its own that runs all_reduce ops (cuda
      * on NCCL): one fused step, the gradients summed inside it on the
      * device's communicator, with no host round trip between backward and
@@ -235,10 +242,10 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
                           ty_backend_name(ty_device_backend(t->device)), major, minor);
   }
   if (!ty_backend_has_collectives(ty_device_backend(t->device))) return TY_OK;
-  if (t->par.tp <= 1 && t->par.pp <= 1)
+  if (t->par.tp <= 1 && t->par.pp <= 1 && t->par.cp <= 1)
     return ty_trainer_group_comm_create(t, "world", &t->par.comm);
-  /* A backend before 1.7 has one communicator, the world's: its tp and pp
-   * runs reduce through the host (and it refuses group collectives). */
+  /* A backend before 1.7 has one communicator, the world's: its tp, pp and
+   * cp runs reduce through the host (and it refuses group collectives). */
   if (major == TY_ABI_MAJOR && minor >= 7) return ty_trainer_group_comms(t);
   return TY_OK;
 }
@@ -343,7 +350,7 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
 /* The device path: every accumulator summed in place by the backend's
  * collective, ordered after the gradient graph; the device is synchronized
  * before the optimizer graph (another executable) reads them. */
-static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
+static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t, ty_comm_t *comm) {
   for (uint32_t i = 0; i < t->graphs.m_train.param_count; ++i) {
     char name[TY_LLM_NAME_MAX + 16];
     ty_tensor_desc_t desc;
@@ -354,7 +361,7 @@ static ty_status_t ty_trainer_device_reduce(ty_trainer_t *t) {
     TY_RETURN_IF_ERROR(ty_session_device_tensor(t->graphs.s_train, name, &buffer, &offset, &exec));
     /* One batch (an NCCL group on cuda): ~150 tensors, most of them small,
      * cost ~5 ms per step on 4 H100s one by one. */
-    TY_RETURN_IF_ERROR(ty_comm_all_reduce(t->par.comm, buffer, offset,
+    TY_RETURN_IF_ERROR(ty_comm_all_reduce(comm, buffer, offset,
                                           (uint64_t)ty_tensor_desc_element_count(&desc),
                                           desc.dtype, TY_ABI_REDUCE_SUM, exec,
                                           i + 1 < t->graphs.m_train.param_count));
@@ -391,7 +398,9 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
   /* one replica (tensor parallel alone: no sum) */
   if (t->par.dp == 1 && t->par.cp <= 1) return TY_OK;
-  if (t->par.comm) return ty_trainer_device_reduce(t);
+  /* on the device: over "dp_cp" under --cp, else the "dp" (or world) group */
+  if (t->par.grad_comm) return ty_trainer_device_reduce(t, t->par.grad_comm);
+  if (t->par.comm && t->par.cp <= 1) return ty_trainer_device_reduce(t, t->par.comm);
   TY_RETURN_IF_ERROR(ty_trainer_grad_layout(t));
   TY_RETURN_IF_ERROR(ty_trainer_read_grads(t, t->par.grad_host));
   char what[96];

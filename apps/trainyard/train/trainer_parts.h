@@ -109,6 +109,12 @@ typedef struct ty_trainer_par_t {
   struct ty_comm_t *embed_comm; /* --pp of a tied model on such a backend,
                                    on its first and last stage: the "embed"
                                    group's (the tied embedding's sum) */
+  struct ty_comm_t *cp_comm;   /* --cp on a backend with collectives: the
+                                  "cp" group's (the attention's gathers) */
+  struct ty_comm_t *grad_comm; /* --cp on such a backend: the "dp_cp"
+                                  group's, which sums the gradients (comm
+                                  stays the "dp" group's, ZeRO-1's
+                                  broadcasts); NULL otherwise */
   int rank, world;
   /* A whole-step device (cfg.world_in_graph): the world its fused step's
    * all_reduce ops reach through the host (ABI 1.5) */

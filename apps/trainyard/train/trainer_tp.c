@@ -30,7 +30,7 @@ ty_status_t ty_trainer_tp_open(ty_trainer_t *t) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--cp %d splits each sequence over %d ranks, and this run is one "
                           "process: start it with mpirun -np %d (or a multiple)",
-                          cp, cp, cp * tp);
+                          cp, cp, cp * tp * (t->cfg.pp > 1 ? (int)t->cfg.pp : 1));
   }
   /* with --pp the pipeline makes the composed layout (ty_trainer_pp_layout) */
   if (t->cfg.pp > 1) return TY_OK;
@@ -105,10 +105,14 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
                         "and values all-gathered per layer), ",
                 2 * t->par.cp, 2 * t->par.cp - 1);
       }
-      if (t->par.tp_comm) {
-        fprintf(stderr, "the tp ops on %s's communicator of the tp group and the gradients "
-                        "summed over dp %s (device communicators per group, ABI 1.7)",
-                backend, t->par.comm ? "on its dp group's" : "(one replica: none)");
+      if (t->par.tp_comm || t->par.cp_comm) {
+        fprintf(stderr, "%s%s%s on %s's communicators of their groups and the gradients "
+                        "summed over dp%s %s (device communicators per group, ABI 1.7)",
+                t->par.tp_comm ? "the tp ops" : "", t->par.tp_comm && t->par.cp_comm ? ", " : "",
+                t->par.cp_comm ? "the cp gathers" : "", backend, t->par.cp > 1 ? " x cp" : "",
+                t->par.grad_comm ? "on the dp_cp group's"
+                : t->par.comm    ? "on its dp group's"
+                                 : "(one replica: none)");
       } else {
         fprintf(stderr, "gradients summed over dp%s through host memory",
                 t->par.cp > 1 ? " x cp" : "");

@@ -53,10 +53,11 @@ ty_status_t ty_pp_p2p_protect(ty_pp_runner_t *t, ty_session_t *session);
 ty_status_t ty_pp_p2p_flush(ty_pp_runner_t *t);
 
 /* The world rank that holds global chunk `c` in this rank's replica, at
- * this rank's tp index (activations go between the tp ranks of one index). */
+ * this rank's cp and tp index (activations go between the ranks of one
+ * index: the same chunks of the rows, the same part of each layer). */
 static inline int ty_pp_rank_of(const ty_pp_runner_t *t, int c) {
-  return ty_dist_layout_rank(ty_dist_layout(t->par->dist), t->par->dp_rank, c % t->par->pp,
-                             (int)t->cfg->tp_rank);
+  return ty_dist_layout_rank_cp(ty_dist_layout(t->par->dist), t->par->dp_rank, c % t->par->pp,
+                                t->par->cp_rank, (int)t->cfg->tp_rank);
 }
 
 #endif /* TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_ */

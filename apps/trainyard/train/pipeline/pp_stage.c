@@ -23,7 +23,8 @@ static ty_status_t ty_pp_forward(const ty_train_recipe_t *c, const ty_model_conf
                         .loss_chunk = ch->last ? c->loss_chunk : 0,
                         .mlp_chunk = c->mlp_chunk,
                         .unit_begin = ch->unit_begin, .unit_end = ch->unit_end,
-                        .tp_size = (int)c->tp, .tp_rank = (int)c->tp_rank};
+                        .tp_size = (int)c->tp, .tp_rank = (int)c->tp_rank,
+                        .cp_size = (int)c->cp, .cp_rank = (int)c->cp_rank};
   TY_RETURN_IF_ERROR(ty_graph_create(out_g));
   return ty_llm_build(*out_g, mc, &o, out_m);
 }
@@ -42,7 +43,8 @@ static ty_status_t ty_pp_reduce_graph(const ty_pp_reduce_layout_t *l,
      * first stage: the global norm counts each gradient once */
     counted[i] = (q->tp_axis >= 0 || l->tp_rank == 0) && !(tied[i] && !ch->first);
   }
-  ty_grad_reduce_params_t r = {.sum_group = l->dp > 1 ? "dp" : NULL, .tied_group = "embed",
+  const char *sum = l->cp > 1 ? "dp_cp" : l->dp > 1 ? "dp" : NULL;
+  ty_grad_reduce_params_t r = {.sum_group = sum, .tied_group = "embed",
                                .tied = tied, .counted = counted};
   bool empty = true;
   ty_status_t s = ty_graph_create(&ch->g_red);
@@ -184,10 +186,10 @@ ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device
   if (!s && ch->g_fwd) s = ty_session_create(device, ch->g_fwd, &so, &ch->s_fwd);
   if (!s) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
   if (!s && ch->g_red) s = ty_session_create(device, ch->g_red, &so, &ch->s_red);
-  /* the gradient sums, and with tensor parallel the forward and backward
-   * graphs' tp ops */
-  ty_session_t *with_ops[3] = {ch->s_red, c->tp > 1 ? ch->s_bwd : NULL,
-                               c->tp > 1 ? ch->s_fwd : NULL};
+  /* the gradient sums, and with tensor or context parallel the forward
+   * and backward graphs' tp ops and cp gathers */
+  const bool split = c->tp > 1 || c->cp > 1;
+  ty_session_t *with_ops[3] = {ch->s_red, split ? ch->s_bwd : NULL, split ? ch->s_fwd : NULL};
   for (int i = 0; i < 3 && !s && comm; ++i) {
     if (with_ops[i]) s = ty_session_set_host_comm(with_ops[i], comm);
   }

@@ -39,10 +39,12 @@ typedef struct ty_pp_chunk_t {
 } ty_pp_chunk_t;
 
 /* Where a chunk's gradients go before its optimizer step (its g_red):
- * summed over the dp replicas, a tied embedding (first and last chunk)
+ * summed over the dp replicas (and the cp ranks of each, whose gradients
+ * cover their chunks of the rows only), a tied embedding (first and last chunk)
  * over the "embed" group, and the norm's share of this rank. */
 typedef struct ty_pp_reduce_layout_t {
   int dp, pp, tp_rank;
+  int cp;    /* context parallel: the sums run over dp x cp ("dp_cp") */
   bool tied; /* the model ties its embedding and head */
   bool zero; /* ZeRO-1: the optimizer updates this replica's share */
   int dp_rank;

@@ -47,9 +47,9 @@ static ty_status_t ty_pp_recv(ty_pp_runner_t *t, int c_from, int tag, void *into
 static ty_status_t ty_pp_bind(ty_pp_runner_t *t, const ty_pp_chunk_t *ch, ty_session_t *session,
                               int64_t m, bool with_targets) {
   struct ty_trainer_pp_t *p = t->par->pipe;
-  const int64_t n = t->shape->B * t->shape->T;
-  int64_t bt[2] = {t->shape->B, t->shape->T},
-          btc[3] = {t->shape->B, t->shape->T, t->model_config->hidden_size};
+  const int64_t n = t->shape->B * t->shape->Tl; /* Tl: this rank's tokens of a row */
+  int64_t bt[2] = {t->shape->B, t->shape->Tl},
+          btc[3] = {t->shape->B, t->shape->Tl, t->model_config->hidden_size};
   if (ch->first) {
     TY_RETURN_IF_ERROR(ty_session_bind(session, "tokens", TY_DTYPE_I64, 2, bt, p->tokens + m * n,
                                        (size_t)n * 8));
@@ -121,7 +121,7 @@ static ty_status_t ty_pp_act(ty_pp_runner_t *t, ty_pp_action_t a, double *loss) 
              (long long)m, c + 1);
     return ty_pp_send(t, c + 1, ty_pp_tag(t, c, m, false), ch->hidden_bytes, what);
   }
-  int64_t btc[3] = {t->shape->B, t->shape->T, t->model_config->hidden_size};
+  int64_t btc[3] = {t->shape->B, t->shape->Tl, t->model_config->hidden_size};
   if (!ch->last) {
     snprintf(what, sizeof(what), "the gradient of micro-batch %lld out of chunk %d",
              (long long)m, c);
@@ -171,7 +171,8 @@ static ty_status_t ty_pp_reduce(ty_pp_runner_t *t, double *out_norm_sq) {
   ty_status_t s =
       ty_dist_all_reduce_sum(t->par->dist, TY_DTYPE_F64, sums, (size_t)t->par->world, what);
   if (!s) {
-    /* replica 0's ranks, stage then tp index: the same bits on every rank */
+    /* replica 0's ranks at cp index 0 (its cp ranks hold the same summed
+     * gradients), stage then tp index: the same bits on every rank */
     const ty_dist_layout_t *l = ty_dist_layout(t->par->dist);
     double total = 0;
     for (int r = 0; r < t->par->pp; ++r) {
@@ -187,11 +188,13 @@ ty_status_t ty_trainer_pp_step(ty_pp_runner_t *t, int64_t base, double *out_loss
                                double *out_norm) {
   struct ty_trainer_pp_t *p = t->par->pipe;
   const double started = ty_pp_now();
-  const int64_t n = t->shape->B * t->shape->T;
+  const int64_t n = t->shape->B * t->shape->Tl;
   const size_t w = ty_dtype_size(t->shape->loss_dtype);
   double counted_total = 0;
   /* Every stage of a replica reads the same rows (the first needs the
-   * tokens, the last the targets): the rows of one process's step. */
+   * tokens, the last the targets): the rows of one process's step; under
+   * --cp each rank its chunks of them (ty_trainer_cp_position), whose
+   * targets it alone counts. */
   for (int64_t m = 0; m < t->shape->accum; ++m) {
     double counted = 0;
     TY_RETURN_IF_ERROR(t->stage_micro(t->run, base, m, &counted));
@@ -273,12 +276,14 @@ ty_status_t ty_trainer_pp_report(ty_pp_runner_t *t) {
             (long long)(p->v * t->shape->accum + t->par->pp - 1));
     const ty_dist_layout_t *l = ty_dist_layout(t->par->dist);
     for (int stage = 0; stage < t->par->pp; ++stage) {
-      double idle = 0, all = 0; /* over the stage's replicas and tp ranks */
+      double idle = 0, all = 0; /* over the stage's replicas, cp and tp ranks */
       for (int d = 0; d < t->par->dp; ++d) {
-        for (int i = 0; i < t->par->tp; ++i) {
-          const int r = ty_dist_layout_rank(l, d, stage, i);
-          idle += v[2 * r];
-          all += v[2 * r + 1];
+        for (int k = 0; k < t->par->cp; ++k) {
+          for (int i = 0; i < t->par->tp; ++i) {
+            const int r = ty_dist_layout_rank_cp(l, d, stage, k, i);
+            idle += v[2 * r];
+            all += v[2 * r + 1];
+          }
         }
       }
       fprintf(stderr, " stage %d %.1f%%", stage, all > 0 ? 100.0 * idle / all : 0.0);

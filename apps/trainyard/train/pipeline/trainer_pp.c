@@ -31,15 +31,23 @@ ty_status_t ty_trainer_pp_layout(ty_pp_runner_t *t) {
   t->par->pp_rank = 0;
   /* without --pp, dp and dp_rank are the layout's (ty_trainer_tp_open) */
   if (c->pp <= 1) return TY_OK;
-  const int tp = c->tp > 1 ? (int)c->tp : 1;
+  const int tp = c->tp > 1 ? (int)c->tp : 1, cp = c->cp > 1 ? (int)c->cp : 1;
+  const int replica = (int)c->pp * tp * cp; /* the ranks of one replica */
   if (t->par->world == 1) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                           "--pp %lld splits the model over %lld ranks and this run is one "
-                          "process: start it with mpirun -np %lld (or a multiple for data "
+                          "process: start it with mpirun -np %d (or a multiple for data "
                           "parallel on top)",
-                          (long long)c->pp, (long long)c->pp * tp, (long long)c->pp * tp);
+                          (long long)c->pp, (long long)c->pp * tp, replica);
   }
-  if (t->par->world % ((int)c->pp * tp) != 0) {
+  if (t->par->world % replica != 0) {
+    if (cp > 1) {
+      return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                            "--tp %d x --pp %lld x --cp %d = %d ranks a replica, which does not "
+                            "divide the world of %d ranks: world = data parallel x --pp x --cp x "
+                            "--tp, so run %d x N ranks",
+                            tp, (long long)c->pp, cp, replica, t->par->world, replica);
+    }
     if (tp > 1) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
                             "--tp %d x --pp %lld = %lld ranks a replica, which does not divide "
@@ -53,24 +61,31 @@ ty_status_t ty_trainer_pp_layout(ty_pp_runner_t *t) {
                           "parallel x --pp, so run %lld x N ranks",
                           (long long)c->pp, t->par->world, (long long)c->pp);
   }
-  /* The layout and its groups (distributed/dist.h): rank = dp (pp tp) + pp tp +
-   * tp index. The stages' tp ops reduce over "tp", the gradients over
-   * "dp"; a stage's peers are the ranks of its "pp" group. */
-  TY_RETURN_IF_ERROR(ty_dist_set_layout(t->par->dist, tp, (int)c->pp));
+  /* The layout and its groups (distributed/dist.h): rank = ((dp pp + pp
+   * index) cp + cp index) tp + tp index. The stages' tp ops reduce over
+   * "tp", their attention gathers over "cp", the gradients over "dp" (with
+   * --cp "dp_cp": every rank holding the same weights); a stage's peers are
+   * the ranks of its "pp" group (one dp, cp and tp index). */
+  TY_RETURN_IF_ERROR(ty_dist_set_layout_cp(t->par->dist, tp, (int)c->pp, cp));
   const ty_dist_layout_t *l = ty_dist_layout(t->par->dist);
   t->par->tp = l->tp;
   t->par->dp = l->dp;
+  t->par->cp = l->cp;
   t->par->pp_rank = l->pp_index;
   t->par->dp_rank = l->dp_index;
+  t->par->cp_rank = l->cp_index;
   t->cfg->tp_rank = l->tp_index;
+  t->cfg->cp_rank = l->cp_index;
   if (c->zero && t->par->dp == 1) {
-    char tps[32] = "";
-    if (tp > 1) snprintf(tps, sizeof(tps), " x --tp %d", tp);
+    char more[48] = "";
+    size_t used = 0;
+    if (tp > 1) used += (size_t)snprintf(more + used, sizeof(more) - used, " x --tp %d", tp);
+    if (cp > 1) snprintf(more + used, sizeof(more) - used, " x --cp %d", cp);
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the data-parallel "
                           "replicas, and --pp %lld%s on %d ranks makes one replica (dp 1): "
                           "start it with mpirun -np %d (2 replicas) or more, or drop --zero",
-                          (long long)c->pp, tps, t->par->world, 2 * t->par->world);
+                          (long long)c->pp, more, t->par->world, 2 * t->par->world);
   }
   return TY_OK;
 }
@@ -118,7 +133,8 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
     TY_RETURN_IF_ERROR(ty_dist_send_start(t->par->dist, 0, 1, label, sizeof(label),
                                           "its device name", &send));
     ty_status_t s = TY_OK;
-    if (t->par->dp_rank == 0 && t->cfg->tp_rank == 0) { /* replica 0's tp rank 0 of each stage */
+    /* replica 0's tp and cp rank 0 of each stage */
+    if (t->par->dp_rank == 0 && t->cfg->tp_rank == 0 && t->par->cp_rank == 0) {
       s = ty_dist_send_start(t->par->dist, 0, 3, t->par->pipe->plan_bytes,
                              sizeof(t->par->pipe->plan_bytes), "its memory plan", &plan);
     }
@@ -161,17 +177,19 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
             (long long)cost);
   }
   free(costs);
-  fprintf(stderr, "rank layout (world %d = dp %d x pp %d x tp %d):\n", t->par->world, t->par->dp,
-          t->par->pp, t->par->tp);
+  fprintf(stderr, "rank layout (world %d = dp %d x pp %d x tp %d x cp %d):\n", t->par->world,
+          t->par->dp, t->par->pp, t->par->tp, t->par->cp);
   for (int r = 0; r < t->par->world && !s; ++r) {
     char other[128];
     if (r) s = ty_dist_recv(t->par->dist, r, 1, other, sizeof(other), "its device name");
     ty_dist_layout_t l;
-    if (!s) s = ty_dist_layout_make(t->par->world, r, t->par->tp, t->par->pp, &l);
+    if (!s) s = ty_dist_layout_make_cp(t->par->world, r, t->par->tp, t->par->pp, t->par->cp, &l);
     if (!s) {
       other[sizeof(other) - 1] = '\0';
-      fprintf(stderr, "  rank %d: dp %d, pp %d, tp %d, device %s\n", r, l.dp_index, l.pp_index,
-              l.tp_index, r ? other : label);
+      char cp_text[24] = "";
+      if (t->par->cp > 1) snprintf(cp_text, sizeof(cp_text), ", cp %d", l.cp_index);
+      fprintf(stderr, "  rank %d: dp %d, pp %d, tp %d%s, device %s\n", r, l.dp_index,
+              l.pp_index, l.tp_index, cp_text, r ? other : label);
     }
   }
   if (!s) s = ty_pp_print_memory(t);
@@ -198,10 +216,13 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
     const bool tied = t->model_config->tie_word_embeddings;
     fprintf(stderr, "  gradient sums before each optimizer step: %s%s, by all_reduce ops in "
                     "each chunk's reduce graph %s; the global norm from every rank's share\n",
-            t->par->dp > 1 ? "over the dp replicas" : "none over replicas (dp 1)",
+            t->par->cp > 1   ? "over the dp replicas x their cp ranks (dp_cp)"
+            : t->par->dp > 1 ? "over the dp replicas"
+                             : "none over replicas (dp 1)",
             tied ? ", the tied embedding over its first and last stage" : "",
-            t->par->comm || t->par->embed_comm ? "on the devices' dp/embed communicators (ABI 1.7)"
-                                     : "through the host's collectives");
+            t->par->comm || t->par->grad_comm || t->par->embed_comm
+                ? "on the devices' dp/dp_cp/embed communicators (ABI 1.7)"
+                : "through the host's collectives");
     if (t->cfg->zero) {
       fprintf(stderr, "  ZeRO-1 over the %d dp replicas: each chunk's parameters shared among "
                       "them by size (a tied embedding's two copies on one replica), each "
@@ -210,6 +231,14 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
                       "optimizer step %s\n",
               t->par->dp, t->par->comm ? "on the devices' dp communicators" : "through the host's "
                                                                     "collectives");
+    }
+    if (t->par->cp > 1) {
+      fprintf(stderr, "  context parallel inside each stage: each sequence in %d chunks over "
+                      "its %d cp ranks (rank r: chunks r and %d-r), keys and values gathered "
+                      "over their group per layer %s\n",
+              2 * t->par->cp, t->par->cp, 2 * t->par->cp - 1,
+              t->par->cp_comm ? "on the devices' cp communicators (ABI 1.11)"
+                              : "through host memory");
     }
     if (t->par->tp > 1) {
       fprintf(stderr, "  tensor parallel inside each stage: attention heads and MLP columns "
@@ -295,12 +324,13 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
   int64_t *costs = calloc((size_t)units, sizeof(int64_t));
   p->first_unit = calloc((size_t)p->chunks + 1, sizeof(int));
   p->chunk = calloc((size_t)p->v, sizeof(ty_pp_chunk_t));
-  size_t bt = (size_t)(t->shape->accum * t->shape->B * t->shape->T);
+  /* a micro-batch's rows hold this rank's Tl tokens each (T / cp) */
+  size_t bt = (size_t)(t->shape->accum * t->shape->B * t->shape->Tl);
   p->tokens = malloc(bt * sizeof(int64_t));
   p->targets = malloc(bt * sizeof(int64_t));
   p->weights = malloc(bt * sizeof(double));
   p->pending = calloc((size_t)(2 * p->v * t->shape->accum + 1), sizeof(*p->pending));
-  p->buffer = malloc((size_t)(t->shape->B * t->shape->T * mc->hidden_size) *
+  p->buffer = malloc((size_t)(t->shape->B * t->shape->Tl * mc->hidden_size) *
                      ty_dtype_size(t->shape->dtype));
   if (!costs || !p->first_unit || !p->chunk || !p->tokens || !p->targets || !p->weights ||
       !p->pending || !p->buffer) {
@@ -316,6 +346,7 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
   }
   const ty_pp_reduce_layout_t reduce = {.dp = t->par->dp,
                                         .pp = t->par->pp,
+                                        .cp = t->par->cp,
                                         .tp_rank = (int)c->tp_rank,
                                         .tied = mc->tie_word_embeddings,
                                         .zero = c->zero != 0,
@@ -329,8 +360,8 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
     ch->unit_end = p->first_unit[ch->global + 1];
     ch->first = ch->global == 0;
     ch->last = ch->global == p->chunks - 1;
-    s = ty_pp_chunk_graphs(&recipe, mc, t->shape->B, t->shape->T, t->shape->dtype, t->shape->accum,
-                           &reduce, ch);
+    s = ty_pp_chunk_graphs(&recipe, mc, t->shape->B, t->shape->Tl, t->shape->dtype,
+                           t->shape->accum, &reduce, ch);
     if (!s && ch->last)
       t->shape->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
   }
@@ -349,19 +380,27 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
   /* The full model on rank 0: evaluation, samples and checkpoints run on
    * it as in a run of one process, after ty_trainer_pp_gather. It is whole
    * under --tp too (built as tp 1): the stages' parts are cut from it and
-   * put back into it (ty_pp_move); and under --zero 1 (built without): it
-   * holds every optimizer state, each from its owner replica. */
+   * put back into it (ty_pp_move); under --cp (built as cp 1) its rows
+   * are whole, as the evaluation runs them; and under --zero 1 (built
+   * without): it holds every optimizer state, each from its owner replica. */
   if (!s && t->par->rank == 0) {
     const int tp = t->par->tp;
-    const int64_t cfg_tp = t->cfg->tp, cfg_tp_rank = t->cfg->tp_rank, zero = t->cfg->zero;
+    const int64_t cfg_tp = t->cfg->tp, cfg_tp_rank = t->cfg->tp_rank, zero = t->cfg->zero,
+                  cfg_cp = t->cfg->cp, cfg_cp_rank = t->cfg->cp_rank, Tl = t->shape->Tl;
     t->par->tp = 1;
     t->cfg->tp = 1;
     t->cfg->tp_rank = 0;
+    t->cfg->cp = 1;
+    t->cfg->cp_rank = 0;
+    t->shape->Tl = t->shape->T;
     t->cfg->zero = 0;
     s = t->build_mirror(t->run);
     t->par->tp = tp;
     t->cfg->tp = cfg_tp;
     t->cfg->tp_rank = cfg_tp_rank;
+    t->cfg->cp = cfg_cp;
+    t->cfg->cp_rank = cfg_cp_rank;
+    t->shape->Tl = Tl;
     t->cfg->zero = zero;
   }
   return s;
@@ -425,16 +464,18 @@ static void ty_pp_keep_states_of(ty_pp_tensor_t *list, size_t *n, size_t *bytes,
 }
 
 /* Moves chunk `c` of replica `replica` between rank 0's mirror (whole
- * tensors) and its owners, the stage's tp ranks (each its part):
- * to_stage (scatter) or back (gather). `states_of` >= 0 (ZeRO-1, with
- * `optimizer`): only the optimizer states that replica owns (it has no
- * others); -1: the parameters, and with `optimizer` all their states. */
-static ty_status_t ty_pp_move(ty_pp_runner_t *t, int c, int replica, bool to_stage, bool optimizer,
-                              int states_of) {
+ * tensors) and its owners, the tp ranks of the stage at cp index `cpi`
+ * (each its part): to_stage (scatter) or back (gather). `states_of` >= 0
+ * (ZeRO-1, with `optimizer`): only the optimizer states that replica owns
+ * (it has no others); -1: the parameters, and with `optimizer` all their
+ * states. The cp ranks of a replica hold the same weights and states: a
+ * scatter goes to each, a gather takes cp index 0's. */
+static ty_status_t ty_pp_move(ty_pp_runner_t *t, int c, int replica, int cpi, bool to_stage,
+                              bool optimizer, int states_of) {
   const ty_dist_layout_t *l = ty_dist_layout(t->par->dist);
   int my_index = -1;
   for (int i = 0; i < t->par->tp; ++i) {
-    if (ty_dist_layout_rank(l, replica, c % t->par->pp, i) == t->par->rank) my_index = i;
+    if (ty_dist_layout_rank_cp(l, replica, c % t->par->pp, cpi, i) == t->par->rank) my_index = i;
   }
   if (t->par->rank != 0 && my_index < 0) return TY_OK;
   ty_pp_tensor_t *mine = NULL, *theirs = NULL;
@@ -476,10 +517,10 @@ static ty_status_t ty_pp_move(ty_pp_runner_t *t, int c, int replica, bool to_sta
    * every tp rank) keeps tp rank 0's copy. */
   for (int k = 0; k < t->par->tp && !s; ++k) {
     const int i = to_stage ? k : t->par->tp - 1 - k;
-    const int owner = ty_dist_layout_rank(l, replica, c % t->par->pp, i);
+    const int owner = ty_dist_layout_rank_cp(l, replica, c % t->par->pp, cpi, i);
     if (t->par->rank != 0 && t->par->rank != owner) continue;
-    snprintf(what, sizeof(what), "the %s of pipeline chunk %d (tp rank %d)",
-             optimizer ? "state" : "weights", c, i);
+    snprintf(what, sizeof(what), "the %s of pipeline chunk %d (tp rank %d, cp rank %d)",
+             optimizer ? "state" : "weights", c, i, cpi);
     if (to_stage) {
       if (t->par->rank == 0) {
         s = ty_pp_tensors_split(t->model_config, theirs, n0, t->par->tp, i, whole, part, false,
@@ -528,9 +569,11 @@ ty_status_t ty_trainer_pp_scatter(ty_pp_runner_t *t, bool optimizer) {
   const bool shares = t->cfg->zero && optimizer;
   ty_status_t s = TY_OK;
   for (int d = 0; d < t->par->dp && !s; ++d) {
-    for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
-      s = ty_pp_move(t, c, d, true, optimizer && !shares, -1);
-      if (!s && shares) s = ty_pp_move(t, c, d, true, true, d);
+    for (int k = 0; k < t->par->cp && !s; ++k) {
+      for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
+        s = ty_pp_move(t, c, d, k, true, optimizer && !shares, -1);
+        if (!s && shares) s = ty_pp_move(t, c, d, k, true, true, d);
+      }
     }
   }
   return s;
@@ -550,8 +593,10 @@ ty_status_t ty_trainer_pp_gather(ty_pp_runner_t *t, bool optimizer) {
   const bool shares = t->cfg->zero && optimizer;
   ty_status_t s = TY_OK;
   for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
-    s = ty_pp_move(t, c, 0, false, optimizer && !shares, -1);
-    for (int d = 0; shares && d < t->par->dp && !s; ++d) s = ty_pp_move(t, c, d, false, true, d);
+    s = ty_pp_move(t, c, 0, 0, false, optimizer && !shares, -1);
+    for (int d = 0; shares && d < t->par->dp && !s; ++d) {
+      s = ty_pp_move(t, c, d, 0, false, true, d);
+    }
   }
   return s;
 }
