@@ -15,6 +15,10 @@ layer. Every run is compared with one process on the same global batch.
 - ComposeTest: --cp 2 --tp 2 (4 ranks; without dropout, and with it: the
   weights then within 1e-4, see the test) and --cp 2 with 2 data-parallel
   replicas (4 ranks, dropout), Llama, equal one process.
+- PipelineTest: --cp 2 --pp 2 (4 ranks, the Llama with dropout), with
+  --tp 2 too (8 ranks), and GPT-2's tied embedding under the interleaved
+  schedule with 2 replicas and ZeRO-1 (8 ranks), resumed as one process and
+  back; a world the replica does not divide, ZeRO-1 with one replica.
 - LeversTest: --grad-accum 2 with --recompute layer and --loss-chunk 8;
   --mlp-chunk 3 (pieces of the rank's local tokens) with --recompute layer;
   --dtype bf16-mixed (2e-3 relative); Mistral with a sliding window of 6
@@ -168,6 +172,11 @@ class PipelineTest(Base):
                       "ranks (dp_cp)", err)
         with open(os.path.join(many, "checkpoint-20", "trainer_state.json")) as fp:
             self.assertEqual(json.load(fp)["world_size"], 4)
+        # and with --tp 2 inside each stage's cp ranks: 8 ranks, 10 steps
+        _, _, err = self.follow(8, batch, batch + ["--cp", "2", "--pp", "2", "--tp", "2"],
+                                steps=10, weights_tol=1e-4, tag="-tp2")
+        self.assertIn("rank layout (world 8 = dp 1 x pp 2 x tp 2 x cp 2):", err)
+        self.assertIn("rank 7: dp 0, pp 1, tp 1, cp 1, device cpu", err)
 
     def test_gpt2_interleaved_with_replicas_and_zero(self):
         # 8 ranks = dp 2 x pp 2 x cp 2, GPT-2 (tied embedding: its two
