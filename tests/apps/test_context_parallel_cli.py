@@ -19,6 +19,9 @@ layer. Every run is compared with one process on the same global batch.
   --tp 2 too (8 ranks), and GPT-2's tied embedding under the interleaved
   schedule with 2 replicas and ZeRO-1 (8 ranks), resumed as one process and
   back; a world the replica does not divide, ZeRO-1 with one replica.
+- DeviceCommTest: the same on a backend with device communicators
+  (commfake): --cp 2 with 2 replicas and ZeRO-1, with --tp 2, with --pp 2
+  and ZeRO-1; the cp and dp_cp groups' communicators.
 - LeversTest: --grad-accum 2 with --recompute layer and --loss-chunk 8;
   --mlp-chunk 3 (pieces of the rank's local tokens) with --recompute layer;
   --dtype bf16-mixed (2e-3 relative); Mistral with a sliding window of 6
@@ -162,8 +165,11 @@ class PipelineTest(Base):
         # through the 1f1b schedule: one process's curve and weights
         self.use(self.llama)
         batch = ["--batch-size", "2", "--grad-accum", "2"] + DROP
-        _, many, err = self.follow(4, batch, batch + ["--cp", "2", "--pp", "2"], weights_tol=1e-4)
+        # ZeRO-1 with one replica: the shares are its 2 cp ranks'
+        _, many, err = self.follow(4, batch, batch + ["--cp", "2", "--pp", "2", "--zero", "1"],
+                                   weights_tol=1e-4)
         self.assertIn("rank layout (world 4 = dp 1 x pp 2 x tp 1 x cp 2):", err)
+        self.assertIn("ZeRO-1 over the 2 shares of dp 1 x cp 2", err)
         self.assertIn("rank 1: dp 0, pp 0, tp 0, cp 1, device cpu", err)
         self.assertIn("rank 2: dp 0, pp 1, tp 0, cp 0, device cpu", err)
         self.assertIn("context parallel inside each stage: each sequence in 4 chunks over its 2 "
@@ -192,7 +198,7 @@ class PipelineTest(Base):
         r = self.train_mpi(8, *args, "--grad-accum", "2", "--max-steps", "8", "--out", run,
                            *layout)
         self.assertIn("rank layout (world 8 = dp 2 x pp 2 x tp 1 x cp 2):", r.stderr)
-        self.assertIn("ZeRO-1 over the 2 dp replicas", r.stderr)
+        self.assertIn("ZeRO-1 over the 4 shares of dp 2 x cp 2", r.stderr)
         self.train(*args, "--grad-accum", "4", "--max-steps", "12", "--out", run,
                    "--resume", "latest")
         self.train_mpi(8, *args, "--grad-accum", "2", "--max-steps", "16", "--out", run,
@@ -202,34 +208,78 @@ class PipelineTest(Base):
                                   os.path.join(run, "checkpoint-16"), 1e-4)
 
     def test_refusals(self):
-        # a world the replica of pp x cp does not divide; ZeRO-1 with one
-        # replica; each named with the layout
+        # a world the replica of pp x cp does not divide, named with the layout
         self.use(self.llama)
         cmd = ["train"] + self.common + ["--max-steps", "2", "--out", self.path("refused")]
         r = dist.mpirun(6, cmd + ["--cp", "2", "--pp", "2"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("--tp 1 x --pp 2 x --cp 2 = 4 ranks a replica, which does not divide the "
                       "world of 6 ranks", r.stderr)
-        r = dist.mpirun(4, cmd + ["--cp", "2", "--pp", "2", "--zero", "1"])
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("--pp 2 x --cp 2 on 4 ranks makes one replica (dp 1)", r.stderr)
+
+
+class DeviceCommTest(Base):
+    """--cp on a backend with collectives of its own (the commfake test
+    plugin: MPI on its buffers, as cuda has NCCL): the host makes the device
+    communicators of the "cp" and "dp_cp" groups beside "dp", "tp" and "pp"
+    (each checked by commfake against MPI_Comm_split), sums the gradients
+    on dp_cp's and broadcasts ZeRO-1's shares there; 4 ranks, 6 steps,
+    against one process."""
+
+    def check(self, one_args, many_args):
+        if not CFG.commfake_dir or not os.path.isdir(CFG.commfake_dir):
+            self.skipTest("no commfake plugin (it is built with MPI only): %r" % CFG.commfake_dir)
+        self.use(self.llama)
+        steps = ["--max-steps", "6", "--schedule", "constant"]
+        one, four = self.path("one"), self.path("four")
+        self.train(*steps, "--out", one, *one_args)
+        r = dist.mpirun(4, ["--plugin-path", CFG.commfake_dir, "train"] + self.common + steps +
+                        ["--out", four, "--backend", "commfake"] + many_args)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-4000:])
+        self.assert_curves_match(dist.losses(one), dist.losses(four), range(1, 7), rel=1e-5)
+        self.assert_weights_close(os.path.join(one, "checkpoint-6"),
+                                  os.path.join(four, "checkpoint-6"), WEIGHTS_TOL)
+        return r.stderr
+
+    def test_cp2_by_dp2_with_zero(self):
+        err = self.check(["--batch-size", "2", "--grad-accum", "2"] + DROP,
+                         ["--batch-size", "2", "--cp", "2", "--zero", "1"] + DROP)
+        self.assertIn("the cp gathers on commfake's communicators of their groups and the "
+                      "gradients summed over dp x cp on the dp_cp group's", err)
+        self.assertIn("host staging of the gradient all-reduce none (on the device)", err)
+        self.assertIn("(4 shares)", err)
+
+    def test_cp2_by_tp2(self):
+        err = self.check(["--batch-size", "4"], ["--batch-size", "4", "--cp", "2", "--tp", "2"])
+        self.assertIn("the tp ops and the cp gathers on commfake's communicators", err)
+
+    def test_cp2_by_pp2_with_zero(self):
+        err = self.check(["--batch-size", "4"] + DROP,
+                         ["--batch-size", "4", "--cp", "2", "--pp", "2", "--zero", "1"] + DROP)
+        self.assertIn("on the devices' dp/dp_cp/embed communicators", err)
+        self.assertIn("between the devices on the pp communicator", err)
+        self.assertIn("broadcast from their owners over dp x cp after each chunk's optimizer "
+                      "step on the devices' dp_cp communicators", err)
 
 
 class ZeroEvalTest(Base):
     def test_zero1_over_the_replicas(self):
-        # ZeRO-1 shards the optimizer state over the dp replicas; the cp
-        # ranks of a replica update its share alike (their gradients are
-        # summed over dp x cp) and cp rank 0 writes it
+        # ZeRO-1 shards the optimizer state over every rank that holds the
+        # same weights: dp 2 x cp 2 = 4 shares (the cp ranks' gradients are
+        # summed over dp x cp, so each can update a share of its own), each
+        # rank writing its shard
         self.use(self.llama)
         _, many, err = self.follow(4, ["--batch-size", "2", "--grad-accum", "2"] + DROP,
                                    ["--batch-size", "2", "--cp", "2", "--zero", "1"] + DROP)
         self.assertIn("context parallel: 4 ranks = dp 2 x pp 1 x tp 1 x cp 2", err)
-        self.assertIn("ZeRO-1", err)
+        self.assertIn("ZeRO-1 over dp x cp: each cp rank of each replica keeps the optimizer "
+                      "state of its share of the parameters (4 shares)", err)
+        self.assertIn("data parallel (dp 2 x cp 2), ZeRO-1 over dp x cp", err)
         ckpt = os.path.join(many, "checkpoint-20")
         with open(os.path.join(ckpt, "optimizer.safetensors.index.json")) as fp:
             index = json.load(fp)
-        self.assertEqual(index["metadata"]["replicas"], 2)
-        self.assertEqual(len(set(index["weight_map"].values())), 2)
+        self.assertEqual(index["metadata"]["replicas"], 4)
+        self.assertEqual(index["metadata"]["zero_group"], "dp_cp")
+        self.assertEqual(len(set(index["weight_map"].values())), 4)
         # resume from the shards: 10 steps, then 10 more, one process's curve
         run = self.path("resumed")
         zero = ["--batch-size", "2", "--cp", "2", "--zero", "1", "--schedule", "constant",
@@ -240,12 +290,21 @@ class ZeroEvalTest(Base):
                                  range(1, 21), rel=1e-5)
         self.assert_weights_close(os.path.join(self.path("one"), "checkpoint-20"),
                                   os.path.join(run, "checkpoint-20"), WEIGHTS_TOL)
-        # one replica has nothing to share over
-        r = dist.mpirun(2, ["train"] + self.common + ["--max-steps", "2", "--out",
-                                                      self.path("one-replica"), "--cp", "2",
-                                                      "--zero", "1"])
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("--tp 1 x --cp 2 on 2 ranks makes one replica (dp 1)", r.stderr)
+        # one replica: the shares are its cp ranks' (the 8B-at-128K case of
+        # issue 31, --cp 4 on 4 GPUs, needs this to fit); resumed as one
+        # process, which reads both shards
+        one = ["--batch-size", "4", "--schedule", "constant", "--save-every", "5",
+               "--keep", "0"] + DROP
+        ref, run = self.path("ref-cp-only"), self.path("cp-only")
+        self.train(*one, "--max-steps", "10", "--out", ref)
+        r = self.train_mpi(2, *one, "--max-steps", "5", "--out", run, "--cp", "2", "--zero", "1")
+        self.assertIn("(2 shares)", r.stderr)
+        with open(os.path.join(run, "checkpoint-5", "optimizer.safetensors.index.json")) as fp:
+            self.assertEqual(len(set(json.load(fp)["weight_map"].values())), 2)
+        self.train(*one, "--max-steps", "10", "--out", run, "--resume", "latest")
+        self.assert_curves_match(dist.losses(ref), dist.losses(run), range(1, 11), rel=1e-5)
+        self.assert_weights_close(os.path.join(ref, "checkpoint-10"),
+                                  os.path.join(run, "checkpoint-10"), WEIGHTS_TOL)
 
     def test_eval_data(self):
         # --eval-data scores whole rows on rank 0, which holds every weight:
@@ -379,6 +438,8 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--models", required=True, help="tests/fixtures/models")
     parser.add_argument("--mpi-shim", required=True, help="the build's libty_mpi.so")
+    parser.add_argument("--commfake-dir", default="",
+                        help="the commfake test plugin's folder (DeviceCommTest)")
     CFG, rest = parser.parse_known_args()
     dist.CFG = CFG
     cli_util.CFG = CFG

@@ -154,12 +154,21 @@ static ty_status_t ty_ident_check_index(const char *dir, const ty_ckpt_identity_
   if (!s) s = ty_ident_index_int(path, meta, "cp_size", &cp);
   if (!s) s = ty_ident_index_int(path, meta, "replicas", &replicas);
   if (!s) s = ty_ident_compare(path, id ? json_string_value(id) : NULL, step, want);
-  /* One shard per replica: world_size = replicas x tp_size x pp_size x
-   * cp_size (the cp ranks of a replica share its shard). An index from
-   * before "replicas" holds no pp_size: its world need only be a multiple
-   * of the shards over tp. */
+  /* One shard per share: world_size = replicas x tp_size x pp_size,
+   * where "zero_group" "dp_cp" says the shares are every cp rank's;
+   * without it (an index of before) the cp ranks of a replica shared its
+   * shard, and world_size = replicas x tp_size x pp_size x cp_size. An
+   * index from before "replicas" holds no pp_size: its world need only be
+   * a multiple of the shards over tp. */
+  const json_t *group = json_object_get(meta, "zero_group");
+  if (!s && group && (!json_is_string(group) || (strcmp(json_string_value(group), "dp") &&
+                                                 strcmp(json_string_value(group), "dp_cp")))) {
+    s = ty_status_make(TY_CODE_DATA_LOSS, "%s: metadata \"zero_group\" is not \"dp\" or "
+                       "\"dp_cp\"", path);
+  }
+  const bool over_cp = group && json_is_string(group) && !strcmp(json_string_value(group), "dp_cp");
   const int64_t n = (int64_t)shards, tps = tp > 0 ? tp : 1, pps = pp > 0 ? pp : 1;
-  const int64_t cps = cp > 0 ? cp : 1;
+  const int64_t cps = cp > 0 && !over_cp ? cp : 1;
   if (!s && replicas >= 0 && (replicas != n || world != replicas * tps * pps * cps)) {
     s = ty_status_make(TY_CODE_DATA_LOSS,
                        "%s says %" PRId64 " replicas (world_size %" PRId64 ", tp_size %" PRId64

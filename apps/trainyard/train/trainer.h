@@ -131,18 +131,28 @@ ty_status_t ty_trainer_zero_grads(ty_trainer_t *t, const float *zeros);
 /* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
-/* ZeRO-1: shares the parameters among the replicas of the dp group (owner,
- * updates), by size; the same table on every tp rank of a replica. */
+/* ZeRO-1's shares are over the ranks that hold the same weights: the dp
+ * group, or under --cp the dp_cp group (every cp rank of every replica),
+ * since a cp rank's weights and summed gradients are its replica's. Their
+ * count, this rank's share (its rank in that group: dp index x cp + cp
+ * index) and the group's name. */
+int ty_trainer_zero_shares(const ty_trainer_t *t);
+int ty_trainer_zero_index(const ty_trainer_t *t);
+const char *ty_trainer_zero_group(const ty_trainer_t *t);
+/* ZeRO-1: shares the parameters among the zero group's ranks (owner,
+ * updates: owner[i] is a share index), by size; the same table on every
+ * tp rank of a replica. */
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
 /* ZeRO-1, after the optimizer step: every replica's updated parameters
  * (under --tp each tp rank's parts) to the other replicas, broadcast over
  * the dp group. A no-op without ZeRO. */
 ty_status_t ty_trainer_dist_gather_params(ty_trainer_t *t);
 /* The same for any model's parameters living in `session` (`graph` gives
- * their descriptors), owner[i] the dp index that updated parameter i: the
- * host path broadcasts each replica's packed share over the dp group, the
- * device path (t->par.comm, the dp group's) each tensor in place. Collective
- * over the dp group. */
+ * their descriptors), owner[i] the share that updated parameter i: the
+ * host path broadcasts each share's packed parameters over the zero group,
+ * the device path (that group's communicator: t->par.comm, or
+ * t->par.grad_comm under --cp) each tensor in place. Collective over the
+ * zero group. */
 ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
                                       const ty_graph_t *graph, const ty_llm_t *model,
                                       const int *owner);

@@ -353,20 +353,19 @@ static ty_status_t ty_save_optimizer(ty_trainer_t *t, const char *dir, const cha
   return s;
 }
 
-/* ZeRO-1's shard file of replica `r` (a rank without --tp) into name[64]. */
+/* ZeRO-1's shard file of share `r` (ty_trainer_zero_index: a replica, or
+ * under --cp a cp rank of one) into name[64]. */
 static void ty_optimizer_shard_name(const ty_trainer_t *t, int r, char name[64]) {
-  snprintf(name, 64, "optimizer-%05d-of-%05d.safetensors", r + 1, t->par.dp);
+  snprintf(name, 64, "optimizer-%05d-of-%05d.safetensors", r + 1, ty_trainer_zero_shares(t));
 }
 
-/* ZeRO-1: the states of this replica's share into its shard, gathered
- * whole over the replica's tp ranks under --tp (its tp rank 0 writes it),
- * so the shards hold whole tensors as without --tp. Collective over the tp
+/* ZeRO-1: the states of this rank's share into its shard, gathered whole
+ * over the share's tp ranks under --tp (its tp rank 0 writes it), so the
+ * shards hold whole tensors as without --tp. Collective over the tp
  * group. */
 static ty_status_t ty_save_optimizer_share(ty_trainer_t *t, const char *dir) {
-  /* The cp ranks of a replica hold the same share: cp rank 0 writes it. */
-  if (t->par.cp > 1 && t->par.cp_rank != 0) return TY_OK;
   char shard[64];
-  ty_optimizer_shard_name(t, t->par.dp_rank, shard);
+  ty_optimizer_shard_name(t, ty_trainer_zero_index(t), shard);
   if (t->par.tp == 1) return ty_save_optimizer(t, dir, shard, NULL);
   ty_tp_collected_t whole;
   ty_status_t s = ty_tp_collect(t, false, true, &whole);
@@ -375,7 +374,7 @@ static ty_status_t ty_save_optimizer_share(ty_trainer_t *t, const char *dir) {
   return s;
 }
 
-/* ZeRO-1: rank 0 indexes the shards every replica wrote (the Hugging Face
+/* ZeRO-1: rank 0 indexes the shards every share wrote (the Hugging Face
  * sharded layout, docs/formats.md), so any number of ranks can load them. */
 static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *dir) {
   json_t *map = json_object(), *root = json_object(), *meta = json_object();
@@ -383,7 +382,7 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
                       ? TY_OK
                       : ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   json_int_t total = 0;
-  for (int r = 0; r < t->par.dp && !s; ++r) {
+  for (int r = 0; r < ty_trainer_zero_shares(t) && !s; ++r) {
     char name[64], path[TY_CFG_PATH_MAX + 128];
     ty_optimizer_shard_name(t, r, name);
     s = ty_path_join(path, sizeof(path), dir, name);
@@ -400,12 +399,16 @@ static ty_status_t ty_write_optimizer_index(const ty_trainer_t *t, const char *d
   if (!s) {
     json_object_set_new(meta, "total_size", json_integer(total));
     json_object_set_new(meta, "world_size", json_integer(t->par.world));
-    /* one shard per replica: world_size = replicas x tp_size x pp_size x
-     * cp_size */
-    json_object_set_new(meta, "replicas", json_integer(t->par.dp));
+    /* one shard per share: world_size = replicas x tp_size x pp_size,
+     * "replicas" counting the shares (under --cp every cp rank of every
+     * replica: "zero_group" "dp_cp") */
+    json_object_set_new(meta, "replicas", json_integer(ty_trainer_zero_shares(t)));
     if (t->par.tp > 1) json_object_set_new(meta, "tp_size", json_integer(t->par.tp));
     if (t->par.pp > 1) json_object_set_new(meta, "pp_size", json_integer(t->par.pp));
-    if (t->par.cp > 1) json_object_set_new(meta, "cp_size", json_integer(t->par.cp));
+    if (t->par.cp > 1) {
+      json_object_set_new(meta, "cp_size", json_integer(t->par.cp));
+      json_object_set_new(meta, "zero_group", json_string(ty_trainer_zero_group(t)));
+    }
     json_object_set_new(meta, "run_id", json_string(t->folder.run_id));
     json_object_set_new(meta, "step", json_integer(t->progress.step));
     json_object_set_new(meta, "format", json_string("trainyard optimizer state, ZeRO-1 shards"));

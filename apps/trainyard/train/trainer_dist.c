@@ -61,23 +61,15 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
                           "run, and this run is one process: start it with mpirun -np N (or "
                           "drop --zero)");
   }
-  if (t->cfg.zero && t->par.dp == 1 && t->cfg.pp <= 1) {
-    /* Under --tp and --cp the shares are the replicas'
-     * (ty_trainer_dist_owners); --pp checks its own layout
+  if (t->cfg.zero && ty_trainer_zero_shares(t) == 1 && t->cfg.pp <= 1) {
+    /* Under --tp the shares are the replicas' (ty_trainer_dist_owners),
+     * under --cp every cp rank's too; --pp checks its own layout
      * (ty_trainer_pp_layout). */
-    char layout[48], replica[48];
-    if (t->par.cp > 1) {
-      snprintf(layout, sizeof(layout), "--tp %d x --cp %d", t->par.tp, t->par.cp);
-      snprintf(replica, sizeof(replica), "%d ranks", t->par.tp * t->par.cp);
-    } else {
-      snprintf(layout, sizeof(layout), "--tp %d", t->par.tp);
-      snprintf(replica, sizeof(replica), "tp %d", t->par.tp);
-    }
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
                           "--zero 1 shards the optimizer state over the data-parallel "
-                          "replicas, and %s on %d ranks makes one replica (dp 1): start it "
-                          "with mpirun -np %d (2 replicas of %s) or more, or drop --zero",
-                          layout, t->par.world, 2 * t->par.world, replica);
+                          "replicas, and --tp %d on %d ranks makes one replica (dp 1): start it "
+                          "with mpirun -np %d (2 replicas of tp %d) or more, or drop --zero",
+                          t->par.tp, t->par.world, 2 * t->par.world, t->par.tp);
   }
   if (t->par.world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -429,15 +421,29 @@ static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
   return ty_tensor_desc_element_count(&v->desc);
 }
 
-/* The shares are the replicas' (the dp group; the world without --tp
- * and --cp): owner[i] is a dp index. The cp ranks of a replica hold the
- * same weights and, after the gradient sum over dp x cp, the same
- * gradients: each updates its replica's share alike, and the broadcast over
- * its own dp group (the ranks of its cp index) hands the share on. Under --tp every rank holds parts of the same
- * shapes (the vocabulary is padded to tp x Vp rows), so the tp ranks of a
- * replica compute the same table: each owned state's parts all sit in one
- * replica, whose tp ranks gather them together for a checkpoint
- * (trainer_ckpt.c). */
+int ty_trainer_zero_shares(const ty_trainer_t *t) {
+  return t->par.dp * (t->par.cp > 1 ? t->par.cp : 1);
+}
+
+int ty_trainer_zero_index(const ty_trainer_t *t) {
+  return t->par.cp > 1 ? t->par.dp_rank * t->par.cp + t->par.cp_rank : t->par.dp_rank;
+}
+
+const char *ty_trainer_zero_group(const ty_trainer_t *t) {
+  return t->par.cp > 1 ? "dp_cp" : "dp";
+}
+
+/* The shares are the zero group's (the dp group, the world without --tp;
+ * dp_cp under --cp): owner[i] is a share index. The cp ranks of a replica
+ * hold the same weights and, after the gradient sum over dp x cp, the same
+ * gradients, so each can update a share of its own (Megatron-LM's
+ * distributed optimizer shards over data x context parallel likewise):
+ * the optimizer state per rank falls by another factor cp, which is what
+ * makes a long-context run of a large model fit. Under --tp every rank
+ * holds parts of the same shapes (the vocabulary is padded to tp x Vp
+ * rows), so the tp ranks of a replica compute the same table: each owned
+ * state's parts all sit in one share, whose tp ranks gather them together
+ * for a checkpoint (trainer_ckpt.c). */
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
   uint32_t n = t->graphs.m_train.param_count;
   t->par.owner = calloc(n ? n : 1, sizeof(int));
@@ -449,8 +455,8 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
   for (uint32_t i = 0; i < n && !s; ++i) elements[i] = ty_param_elements(t, i);
   /* the same shares the fused step's graph was built with (train_graph.c) */
   if (!s) {
-    s = ty_train_plan_zero_owners(elements, n, t->par.dp, NULL, t->par.dp_rank, t->par.owner,
-                                  t->par.updates);
+    s = ty_train_plan_zero_owners(elements, n, ty_trainer_zero_shares(t), NULL,
+                                  ty_trainer_zero_index(t), t->par.owner, t->par.updates);
   }
   free(elements);
   return s;
@@ -461,9 +467,9 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
  * synchronized (the next step's graphs are other executables). t->par.comm is
  * the dp group's under --tp and --pp, whose ranks are the owners' dp
  * indices. */
-static ty_status_t ty_trainer_device_gather(ty_trainer_t *t, ty_session_t *session,
-                                            const ty_graph_t *graph, const ty_llm_t *model,
-                                            const int *owner) {
+static ty_status_t ty_trainer_device_gather(ty_trainer_t *t, ty_comm_t *comm,
+                                            ty_session_t *session, const ty_graph_t *graph,
+                                            const ty_llm_t *model, const int *owner) {
   for (uint32_t i = 0; i < model->param_count; ++i) {
     const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
     ty_buffer_t *buffer = NULL;
@@ -471,7 +477,7 @@ static ty_status_t ty_trainer_device_gather(ty_trainer_t *t, ty_session_t *sessi
     ty_abi_executable_t *exec = NULL;
     TY_RETURN_IF_ERROR(
         ty_session_device_tensor(session, model->params[i].name, &buffer, &offset, &exec));
-    TY_RETURN_IF_ERROR(ty_comm_broadcast(t->par.comm, buffer, offset,
+    TY_RETURN_IF_ERROR(ty_comm_broadcast(comm, buffer, offset,
                                          (uint64_t)ty_tensor_desc_element_count(d), d->dtype,
                                          (uint32_t)owner[i], exec, i + 1 < model->param_count));
   }
@@ -481,15 +487,25 @@ static ty_status_t ty_trainer_device_gather(ty_trainer_t *t, ty_session_t *sessi
 ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
                                       const ty_graph_t *graph, const ty_llm_t *model,
                                       const int *owner) {
-  if (t->par.comm) return ty_trainer_device_gather(t, session, graph, model, owner);
-  /* One broadcast per replica of the parameters (under --tp: the parts)
-   * it updated, over the dp group, packed in parameter order; the weights
+  /* the zero group's device communicator: dp_cp's under --cp, else dp's */
+  ty_comm_t *comm = t->par.cp > 1 ? t->par.grad_comm : t->par.comm;
+  if (comm) return ty_trainer_device_gather(t, comm, session, graph, model, owner);
+  /* One broadcast per share of the parameters (under --tp: the parts) it
+   * updated, over the zero group, packed in parameter order; the weights
    * stay in their own dtype. */
   ty_dist_group_t *dp = NULL;
-  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, "dp", &dp));
+  TY_RETURN_IF_ERROR(ty_dist_group(t->par.dist, ty_trainer_zero_group(t), &dp));
+  const int shares = ty_trainer_zero_shares(t), me = ty_trainer_zero_index(t);
+  if (ty_dist_group_size(dp) != shares || ty_dist_group_rank(dp) != me) {
+    return ty_status_make(TY_CODE_INTERNAL,
+                          "ZeRO-1: group %s has %d ranks (this one %d), the shares are %d "
+                          "(this rank's %d)",
+                          ty_trainer_zero_group(t), ty_dist_group_size(dp),
+                          ty_dist_group_rank(dp), shares, me);
+  }
   const uint32_t n = model->param_count;
   size_t largest = 0;
-  for (int r = 0; r < t->par.dp; ++r) {
+  for (int r = 0; r < shares; ++r) {
     size_t bytes = 0;
     for (uint32_t i = 0; i < n; ++i) {
       if (owner[i] != r) continue;
@@ -501,19 +517,19 @@ ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
   char *buf = malloc(largest ? largest : 1);
   if (!buf) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
   ty_status_t s = TY_OK;
-  for (int r = 0; r < t->par.dp && !s; ++r) {
+  for (int r = 0; r < shares && !s; ++r) {
     size_t offset = 0;
     for (uint32_t i = 0; i < n && !s; ++i) {
       if (owner[i] != r) continue;
       const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
-      if (r == t->par.dp_rank)
+      if (r == me)
         s = ty_session_read(session, model->params[i].name, buf + offset, bytes);
       offset += bytes;
     }
     char what[96];
     snprintf(what, sizeof(what), "the parameter all-gather (%s %d's share) of step %lld",
-             t->par.tp > 1 || t->par.pp > 1 ? "replica" : "rank", r,
+             t->par.tp > 1 || t->par.pp > 1 || t->par.cp > 1 ? "share" : "rank", r,
              (long long)t->progress.step + 1);
     if (!s) s = ty_dist_group_broadcast(dp, r, buf, offset, what);
     offset = 0;
@@ -521,7 +537,7 @@ ty_status_t ty_trainer_zero_broadcast(ty_trainer_t *t, ty_session_t *session,
       if (owner[i] != r) continue;
       const ty_tensor_desc_t *d = &ty_graph_value(graph, model->params[i].value)->desc;
       size_t bytes = (size_t)ty_tensor_desc_element_count(d) * ty_dtype_size(d->dtype);
-      if (r != t->par.dp_rank) {
+      if (r != me) {
         s = ty_session_bind(session, model->params[i].name, d->dtype, d->rank, d->dims,
                             buf + offset, bytes);
       }
@@ -587,8 +603,8 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
             "the replicated ones): parameters %s, gradients %s, optimizer state %s%s; host "
             "staging of the gradient all-reduce %s\n",
             t->par.world, t->par.dp, t->par.tp, cp_times,
-            t->par.owner ? ", ZeRO-1 over dp" : "", p, g, o,
-            t->par.owner ? " (replica 0's share)" : "",
+            !t->par.owner ? "" : t->par.cp > 1 ? ", ZeRO-1 over dp x cp" : ", ZeRO-1 over dp",
+            p, g, o, !t->par.owner ? "" : t->par.cp > 1 ? " (share 0)" : " (replica 0's share)",
             t->par.dp <= 1 && t->par.cp <= 1 ? "none (one replica)"
             : t->par.comm                    ? "none (on the device)"
                                              : h);
@@ -599,7 +615,10 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   fprintf(out,
           "per rank (%d ranks, data parallel%s%s): parameters %s, gradients %s, optimizer state "
           "%s%s; host staging of the gradient all-reduce %s\n",
-          t->par.world, cp_text, t->par.owner ? ", ZeRO-1" : "; every rank holds all of these",
+          t->par.world, cp_text,
+          !t->par.owner       ? "; every rank holds all of these"
+          : t->par.cp > 1     ? ", ZeRO-1 over dp x cp"
+                              : ", ZeRO-1",
           p, g, o, t->par.owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
 }
 

@@ -105,10 +105,14 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
                         "and values all-gathered per layer), ",
                 2 * t->par.cp, 2 * t->par.cp - 1);
       }
-      if (t->par.tp_comm || t->par.cp_comm) {
+      if (t->par.tp_comm && !t->par.cp_comm) {
+        fprintf(stderr, "the tp ops on %s's communicator of the tp group and the gradients "
+                        "summed over dp %s (device communicators per group, ABI 1.7)",
+                backend, t->par.comm ? "on its dp group's" : "(one replica: none)");
+      } else if (t->par.cp_comm) {
         fprintf(stderr, "%s%s%s on %s's communicators of their groups and the gradients "
                         "summed over dp%s %s (device communicators per group, ABI 1.7)",
-                t->par.tp_comm ? "the tp ops" : "", t->par.tp_comm && t->par.cp_comm ? ", " : "",
+                t->par.tp_comm ? "the tp ops" : "", t->par.tp_comm && t->par.cp_comm ? " and " : "",
                 t->par.cp_comm ? "the cp gathers" : "", backend, t->par.cp > 1 ? " x cp" : "",
                 t->par.grad_comm ? "on the dp_cp group's"
                 : t->par.comm    ? "on its dp group's"
@@ -118,10 +122,18 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
                 t->par.cp > 1 ? " x cp" : "");
       }
       /* ty_trainer_dist_owners: the shares are the replicas' */
-      fprintf(stderr, "%s\n", t->par.owner ? "; ZeRO-1 over dp: each replica keeps the optimizer "
-                                         "state of its share of the parameters (each tp rank "
-                                         "its parts) and broadcasts their update over dp"
-                                       : "");
+      if (!t->par.owner) {
+        fprintf(stderr, "\n");
+      } else if (t->par.cp > 1) {
+        fprintf(stderr, "; ZeRO-1 over dp x cp: each cp rank of each replica keeps the optimizer "
+                        "state of its share of the parameters (%d shares%s) and broadcasts "
+                        "their update over dp x cp\n",
+                ty_trainer_zero_shares(t), t->par.tp > 1 ? ", each tp rank its parts" : "");
+      } else {
+        fprintf(stderr, "; ZeRO-1 over dp: each replica keeps the optimizer state of its share "
+                        "of the parameters (each tp rank its parts) and broadcasts their update "
+                        "over dp\n");
+      }
     }
     ty_dist_layout_t l;
     TY_RETURN_IF_ERROR(ty_dist_layout_make_cp(t->par.world, r, t->par.tp, 1, t->par.cp, &l));

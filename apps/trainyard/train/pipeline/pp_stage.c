@@ -101,13 +101,13 @@ static ty_status_t ty_pp_chunk_owners(const ty_model_config_t *mc,
   }
   for (uint32_t i = 0; i < n; ++i) elements[i] = ty_tensor_desc_element_count(&descs[i]);
   ty_status_t s = ty_pp_zero_owners(mc, ch->unit_begin, ch->unit_end, ch->m_bwd.params,
-                                    elements, n, l->dp, ch->owner);
+                                    elements, n, l->shares, ch->owner);
   for (uint32_t i = 0; i < n && !s; ++i) {
     if (ch->owner[i] < 0) { /* every parameter a stage builds is the chunk's */
       s = ty_status_make(TY_CODE_INTERNAL, "parameter %s is not in its chunk",
                          ch->m_bwd.params[i].name);
     }
-    ch->update[i] = ch->owner[i] == l->dp_rank;
+    ch->update[i] = ch->owner[i] == l->share;
   }
   free(elements);
   return s;

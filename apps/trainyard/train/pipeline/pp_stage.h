@@ -46,15 +46,18 @@ typedef struct ty_pp_reduce_layout_t {
   int dp, pp, tp_rank;
   int cp;    /* context parallel: the sums run over dp x cp ("dp_cp") */
   bool tied; /* the model ties its embedding and head */
-  bool zero; /* ZeRO-1: the optimizer updates this replica's share */
+  bool zero; /* ZeRO-1: the optimizer updates this rank's share */
   int dp_rank;
+  /* ZeRO-1's shares: the dp replicas, or under --cp every cp rank of each
+   * (dp x cp, index dp_rank x cp + cp_rank), and this rank's */
+  int shares, share;
 } ty_pp_reduce_layout_t;
 
 /* ZeRO-1's shares of one chunk (units [unit_begin, unit_end)) over `dp`
- * replicas: the parameters of `params` (count) that the chunk holds, of
- * elements[i] elements each (this tp rank's part), by size
- * (ty_train_plan_zero_owners); a tied embedding goes to the last replica
- * on both its chunks, so its two copies get the same update. owner[i] -1
+ * shares (the replicas, or dp x cp): the parameters of `params` (count)
+ * that the chunk holds, of elements[i] elements each (this tp rank's part),
+ * by size (ty_train_plan_zero_owners); a tied embedding goes to the last
+ * share on both its chunks, so its two copies get the same update. owner[i] -1
  * for a parameter the chunk does not hold. A stage (its m_bwd.params) and
  * rank 0's full model list a chunk in the same order: the same table. */
 ty_status_t ty_pp_zero_owners(const ty_model_config_t *mc, int32_t unit_begin,

@@ -76,7 +76,7 @@ ty_status_t ty_trainer_pp_layout(ty_pp_runner_t *t) {
   t->par->cp_rank = l->cp_index;
   t->cfg->tp_rank = l->tp_index;
   t->cfg->cp_rank = l->cp_index;
-  if (c->zero && t->par->dp == 1) {
+  if (c->zero && t->par->dp * t->par->cp == 1) {
     char more[48] = "";
     size_t used = 0;
     if (tp > 1) used += (size_t)snprintf(more + used, sizeof(more) - used, " x --tp %d", tp);
@@ -223,7 +223,17 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
             t->par->comm || t->par->grad_comm || t->par->embed_comm
                 ? "on the devices' dp/dp_cp/embed communicators (ABI 1.7)"
                 : "through the host's collectives");
-    if (t->cfg->zero) {
+    if (t->cfg->zero && t->par->cp > 1) {
+      fprintf(stderr, "  ZeRO-1 over the %d shares of dp %d x cp %d (every rank of a stage "
+                      "that holds the same weights): each chunk's parameters shared among "
+                      "them by size (a tied embedding's two copies in one share), each share's "
+                      "optimizer updating and keeping state for it, the updated parameters "
+                      "broadcast from their owners over dp x cp after each chunk's optimizer "
+                      "step %s\n",
+              ty_pp_zero_shares(t), t->par->dp, t->par->cp,
+              t->par->grad_comm ? "on the devices' dp_cp communicators"
+                                : "through the host's collectives");
+    } else if (t->cfg->zero) {
       fprintf(stderr, "  ZeRO-1 over the %d dp replicas: each chunk's parameters shared among "
                       "them by size (a tied embedding's two copies on one replica), each "
                       "replica's optimizer updating and keeping state for its share, the "
@@ -350,7 +360,9 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
                                         .tp_rank = (int)c->tp_rank,
                                         .tied = mc->tie_word_embeddings,
                                         .zero = c->zero != 0,
-                                        .dp_rank = t->par->dp_rank};
+                                        .dp_rank = t->par->dp_rank,
+                                        .shares = ty_pp_zero_shares(t),
+                                        .share = ty_pp_zero_share(t)};
   ty_train_recipe_t recipe;
   if (!s) s = ty_train_config_recipe(c, &recipe);
   for (int j = 0; j < p->v && !s; ++j) {
@@ -444,7 +456,7 @@ static ty_status_t ty_pp_mirror_owners(ty_pp_runner_t *t, int c, int **out) {
   }
   ty_status_t s = ty_pp_zero_owners(t->model_config, t->par->pipe->first_unit[c],
                                     t->par->pipe->first_unit[c + 1], t->graphs->m_train.params,
-                                    elements, n, t->par->dp, *out);
+                                    elements, n, ty_pp_zero_shares(t), *out);
   free(elements);
   return s;
 }
@@ -572,7 +584,8 @@ ty_status_t ty_trainer_pp_scatter(ty_pp_runner_t *t, bool optimizer) {
     for (int k = 0; k < t->par->cp && !s; ++k) {
       for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
         s = ty_pp_move(t, c, d, k, true, optimizer && !shares, -1);
-        if (!s && shares) s = ty_pp_move(t, c, d, k, true, true, d);
+        /* the states of the share of (d, k) (ty_pp_zero_share) */
+        if (!s && shares) s = ty_pp_move(t, c, d, k, true, true, d * t->par->cp + k);
       }
     }
   }
@@ -594,8 +607,8 @@ ty_status_t ty_trainer_pp_gather(ty_pp_runner_t *t, bool optimizer) {
   ty_status_t s = TY_OK;
   for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
     s = ty_pp_move(t, c, 0, 0, false, optimizer && !shares, -1);
-    for (int d = 0; shares && d < t->par->dp && !s; ++d) {
-      s = ty_pp_move(t, c, d, 0, false, true, d);
+    for (int r = 0; shares && r < ty_pp_zero_shares(t) && !s; ++r) {
+      s = ty_pp_move(t, c, r / t->par->cp, r % t->par->cp, false, true, r);
     }
   }
   return s;
