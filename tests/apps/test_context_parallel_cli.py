@@ -301,6 +301,27 @@ class ZeroEvalTest(Base):
         self.assertIn("(2 shares)", r.stderr)
         with open(os.path.join(run, "checkpoint-5", "optimizer.safetensors.index.json")) as fp:
             self.assertEqual(len(set(json.load(fp)["weight_map"].values())), 2)
+        # an index whose zero_group is not one, or lacks it (the old layout's
+        # rule then wants world = replicas x cp), is refused naming the file
+        index = os.path.join(run, "checkpoint-5", "optimizer.safetensors.index.json")
+        with open(index) as fp:
+            good = json.load(fp)
+        for meta, text in (({"zero_group": "dp_tp"}, 'metadata "zero_group" is not "dp" or '
+                                                      '"dp_cp"'),
+                           ({"zero_group": None}, "world_size should be replicas x tp_size x "
+                                                  "pp_size x cp_size = 4) and")):
+            bad = json.loads(json.dumps(good))
+            for key, value in meta.items():
+                if value is None:
+                    del bad["metadata"][key]
+                else:
+                    bad["metadata"][key] = value
+            with open(index, "w") as fp:
+                json.dump(bad, fp)
+            r = self.train(*one, "--max-steps", "10", "--out", run, "--resume", "latest", rc=1)
+            self.assertIn(text, r.stderr)
+        with open(index, "w") as fp:
+            json.dump(good, fp)
         self.train(*one, "--max-steps", "10", "--out", run, "--resume", "latest")
         self.assert_curves_match(dist.losses(ref), dist.losses(run), range(1, 11), rel=1e-5)
         self.assert_weights_close(os.path.join(ref, "checkpoint-10"),

@@ -170,11 +170,15 @@ static ty_status_t ty_ident_check_index(const char *dir, const ty_ckpt_identity_
   const int64_t n = (int64_t)shards, tps = tp > 0 ? tp : 1, pps = pp > 0 ? pp : 1;
   const int64_t cps = cp > 0 && !over_cp ? cp : 1;
   if (!s && replicas >= 0 && (replicas != n || world != replicas * tps * pps * cps)) {
+    char rule[96];
+    snprintf(rule, sizeof(rule), "replicas x tp_size x pp_size%s = %" PRId64,
+             over_cp ? " (zero_group dp_cp)" : " x cp_size", replicas * tps * pps * cps);
     s = ty_status_make(TY_CODE_DATA_LOSS,
                        "%s says %" PRId64 " replicas (world_size %" PRId64 ", tp_size %" PRId64
-                       ", pp_size %" PRId64 ", cp_size %" PRId64 ") but %s holds %" PRId64
-                       " optimizer shards: the index and the shards do not belong together",
-                       path, replicas, world, tps, pps, cps, dir, n);
+                       ", pp_size %" PRId64 ", cp_size %" PRId64 "; world_size should be %s) "
+                       "and %s holds %" PRId64 " optimizer shards: the index and the shards do "
+                       "not belong together",
+                       path, replicas, world, tps, pps, cp > 0 ? cp : 1, rule, dir, n);
   } else if (!s && replicas < 0 && (world <= 0 || world % tps || (world / tps) % n)) {
     s = ty_status_make(TY_CODE_DATA_LOSS,
                        "%s says world_size %" PRId64 " (tp_size %" PRId64 ") but %s holds %" PRId64
