@@ -18,25 +18,30 @@ typedef struct {
   const char *name;
   ty_model_arch_t arch;
   int64_t layers, hidden, heads, kv_heads, intermediate, positions;
-  bool llama3; /* Llama-3 shape: tied embeddings, rope_theta 500000 with
-                  llama3 scaling (factor 32, 8192 original positions) */
+  /* Llama-3 shape: rope_theta 500000 with llama3 scaling of this factor
+   * (8192 original positions); 0: plain RoPE (theta 10000) */
+  double llama3_factor;
+  bool tied; /* Llama-3 shapes: embeddings tied to the head */
 } ty_preset_t;
 
 /* gpt2-350m is GPT-2 medium's shape; llama-1b Llama-3.2-1B's (GQA 32/8);
- * llama-7b Llama-2-7B's. Benchmarks and memory tests use the big ones with
- * random weights. */
+ * llama-7b Llama-2-7B's; llama-8b Llama-3.1-8B's (GQA 32/8, untied, 128K
+ * positions). Benchmarks and memory tests use the big ones with random
+ * weights. */
 static const ty_preset_t ty_presets[] = {
-    {"gpt2-tiny", TY_ARCH_GPT2, 4, 128, 4, 4, 512, 512, false},
-    {"gpt2-124m", TY_ARCH_GPT2, 12, 768, 12, 12, 3072, 1024, false},
-    {"gpt2-350m", TY_ARCH_GPT2, 24, 1024, 16, 16, 4096, 1024, false},
-    {"llama-tiny", TY_ARCH_LLAMA, 4, 128, 4, 2, 352, 512, false},
-    {"llama-60m", TY_ARCH_LLAMA, 8, 512, 8, 4, 1376, 1024, false},
-    {"llama-1b", TY_ARCH_LLAMA, 16, 2048, 32, 8, 8192, 131072, true},
-    {"llama-7b", TY_ARCH_LLAMA, 32, 4096, 32, 32, 11008, 4096, false},
+    {"gpt2-tiny", TY_ARCH_GPT2, 4, 128, 4, 4, 512, 512, 0, false},
+    {"gpt2-124m", TY_ARCH_GPT2, 12, 768, 12, 12, 3072, 1024, 0, false},
+    {"gpt2-350m", TY_ARCH_GPT2, 24, 1024, 16, 16, 4096, 1024, 0, false},
+    {"llama-tiny", TY_ARCH_LLAMA, 4, 128, 4, 2, 352, 512, 0, false},
+    {"llama-60m", TY_ARCH_LLAMA, 8, 512, 8, 4, 1376, 1024, 0, false},
+    {"llama-1b", TY_ARCH_LLAMA, 16, 2048, 32, 8, 8192, 131072, 32.0, true},
+    {"llama-7b", TY_ARCH_LLAMA, 32, 4096, 32, 32, 11008, 4096, 0, false},
+    {"llama-8b", TY_ARCH_LLAMA, 32, 4096, 32, 8, 14336, 131072, 8.0, false},
 };
 
 const char *ty_model_preset_names(void) {
-  return "gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-60m, llama-1b, llama-7b";
+  return "gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-60m, llama-1b, llama-7b, "
+         "llama-8b";
 }
 
 ty_status_t ty_model_preset(const char *name, int64_t vocab, int64_t bos, int64_t eos,
@@ -80,12 +85,12 @@ ty_status_t ty_model_preset(const char *name, int64_t vocab, int64_t bos, int64_
   snprintf(c->activation, sizeof(c->activation), "%s", gpt2 ? "gelu_new" : "silu");
   c->rope_theta = 10000.0;
   c->rope_type = TY_ROPE_DEFAULT;
-  if (p->llama3) {
-    c->tie_word_embeddings = true;
+  if (p->llama3_factor > 0) {
+    c->tie_word_embeddings = p->tied;
     c->norm_eps = 1e-5;
     c->rope_theta = 500000.0;
     c->rope_type = TY_ROPE_LLAMA3;
-    c->rope_factor = 32.0;
+    c->rope_factor = p->llama3_factor;
     c->rope_low_freq_factor = 1.0;
     c->rope_high_freq_factor = 4.0;
     c->rope_original_max_positions = 8192;

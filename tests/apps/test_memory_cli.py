@@ -219,6 +219,12 @@ class RefuseTest(Base):
                         "adafactor", "--fused-optimizer", "--dtype", "bf16", "--memory-limit",
                         "80GiB")
             self.assertIn("train step graph", r.stdout)
+        # llama-8b is Llama-3.1-8B's shape: its 8,030,261,248 parameters in
+        # f32 (GQA 32/8, MLP 14336, an untied head of 128256 rows)
+        r = self.ty("compile", "--plan-only", "--backend", "cpu", "--preset", "llama-8b",
+                    "--vocab-size", "128256", "--seq-len", "4096", "--batch-size", "1",
+                    "--recompute", "layer", "--memory-limit", "1TiB")
+        self.assertIn("parameters             29.92 GiB (32121044992 bytes)", r.stdout)
 
     def test_bad_limits(self):
         data = cli_util.make_ids_dataset(self.path("ids"))

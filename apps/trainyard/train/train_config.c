@@ -34,7 +34,8 @@ typedef struct {
 static const ty_opt_t ty_opts[] = {
     TY_S(model, "Hugging Face model folder to fine-tune"),
     TY_S(preset, "model preset to train from scratch (gpt2-tiny, gpt2-124m, gpt2-350m, "
-                 "llama-tiny, llama-60m, llama-1b, llama-7b); the vocabulary comes from the "
+                 "llama-tiny, llama-60m, llama-1b, llama-7b, llama-8b); the vocabulary comes "
+                 "from the "
                  "data"),
     TY_S(data, "dataset folder made by 'trainyard data prepare'"),
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
