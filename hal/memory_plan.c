@@ -27,6 +27,28 @@ static int ty_inplace_input(const ty_abi_node_t *node, uint32_t output) {
   return -1;
 }
 
+static bool ty_same_shape(const ty_abi_value_t *a, const ty_abi_value_t *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (uint32_t d = 0; d < a->rank; ++d) {
+    if (a->dims[d] != b->dims[d]) return false;
+  }
+  return true;
+}
+
+/* An elementwise add whose output updates `state`, one of its inputs, with
+ * no broadcast (both inputs and the output of one shape and dtype): each
+ * element is read before it is written, so the sum may go straight into
+ * the state's buffer (a gradient accumulator's acc + grad). The input
+ * index, or -1. */
+static int ty_inplace_add(const ty_abi_graph_t *g, const ty_abi_node_t *node, uint32_t state) {
+  if (strcmp(node->op, "add") != 0 || node->input_count != 2 || node->output_count != 1) return -1;
+  const uint32_t a = node->inputs[0], b = node->inputs[1];
+  if (a == UINT32_MAX || b == UINT32_MAX || a == b) return -1;
+  const ty_abi_value_t *y = &g->values[node->outputs[0]];
+  if (!ty_same_shape(&g->values[a], y) || !ty_same_shape(&g->values[b], y)) return -1;
+  return a == state ? 0 : b == state ? 1 : -1;
+}
+
 typedef struct {
   uint64_t offset, size;
   uint32_t last_use; /* node index after which the block is free */
@@ -204,6 +226,7 @@ ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignme
       for (uint32_t o = 0; o < node->output_count && !alias; ++o) {
         if (node->outputs[o] != value) continue;
         int in = ty_inplace_input(node, o);
+        if (in < 0) in = ty_inplace_add(g, node, state);
         /* Safe when nobody reads the old state after the update; readers
          * of the new value then read the state's buffer, which holds it (a
          * KV cache that attention reads right after the write). */

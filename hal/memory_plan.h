@@ -1,7 +1,8 @@
 /* Liveness-based memory planning for per-op backends: every intermediate
  * value gets an offset in one arena, reusing the bytes of values whose last
- * reader has run; optimizer and KV-cache updates write straight into their
- * state's buffer when nothing reads the old state afterwards; and a reshape
+ * reader has run; optimizer, KV-cache and accumulator updates (an add of
+ * one shape into its state) write straight into their state's buffer when
+ * nothing reads the old state afterwards; and a reshape
  * is a view (its output shares its input's bytes, which stay live until the
  * view's last reader), so executors skip it; a backend may offer a node's
  * output its input's bytes (ty_memory_plan_opts_t). Depends only on

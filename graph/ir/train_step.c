@@ -335,6 +335,34 @@ static ty_status_t ty_build_fused(ty_graph_t *g, const ty_train_step_params_t *p
   return s;
 }
 
+/* ---- the ACCUMULATE mode ---- */
+
+typedef struct {
+  ty_graph_t *g;
+  const ty_train_step_params_t *p;
+  uint32_t done; /* parameters whose gradient was added */
+} ty_accumulate_t;
+
+/* acc += grad (in f32, whatever the parameter's dtype) for parameter i,
+ * as soon as autodiff has its whole gradient; the stage-input gradients
+ * (wrt indices past the parameters) are the caller's outputs. */
+static ty_status_t ty_accumulate_on_grad(void *user, uint32_t i, ty_value_id_t grad) {
+  ty_accumulate_t *a = user;
+  ty_graph_t *g = a->g;
+  if (i >= a->p->param_count) return TY_OK;
+  TY_RETURN_IF_ERROR(ty_graph_set_memory_class(g, grad, TY_MEMORY_GRADIENT));
+  ty_tensor_desc_t param = ty_graph_value(g, a->p->params[i])->desc;
+  ty_value_id_t acc, grad32, sum;
+  TY_RETURN_IF_ERROR(ty_param_state(g, &param, "grad_accum", &acc));
+  TY_RETURN_IF_ERROR(ty_graph_set_memory_class(g, acc, TY_MEMORY_GRADIENT));
+  TY_RETURN_IF_ERROR(ty_as_dtype(g, grad, TY_DTYPE_F32, &grad32));
+  ty_value_id_t in[2] = {acc, grad32};
+  TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "add", in, 2, NULL, &sum));
+  TY_RETURN_IF_ERROR(ty_graph_set_state_update(g, acc, sum));
+  a->done++;
+  return TY_OK;
+}
+
 static ty_status_t ty_check_params(ty_graph_t *g, const ty_value_id_t *params,
                                    uint32_t n) {
   if (n == 0) {
@@ -386,10 +414,19 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
   memcpy(wrt, p->params, n * sizeof(ty_value_id_t));
   if (k) memcpy(wrt + n, p->wrt_inputs, k * sizeof(ty_value_id_t));
   ty_status_t s = TY_OK;
+  ty_accumulate_t accumulate = {.g = g, .p = p};
   if (p->fused_optimizer) {
     s = ty_build_fused(g, p, grads);
   } else {
+    /* ACCUMULATE: each parameter's `acc += grad` right where its gradient
+     * is complete, so the gradient's bytes are free again before the next
+     * one is made (with the adds at the end, every gradient of the model
+     * lived at once beside the accumulators: 27 GiB of Llama-3.1-8B's step) */
     ty_autodiff_options_t ad = {.recompute = p->recompute, .recast_states = true};
+    if (p->mode == TY_TRAIN_STEP_ACCUMULATE) {
+      ad.on_grad_complete = ty_accumulate_on_grad;
+      ad.user = &accumulate;
+    }
     s = ty_graph_autodiff_ex(g, p->loss, p->loss_seed, wrt, n + k, &ad, grads);
     for (uint32_t i = 0; i < k && !s; ++i) {
       s = ty_graph_set_output(g, grads[n + i], p->wrt_input_names[i]);
@@ -412,18 +449,9 @@ ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_
   }
   if (!s && p->mode == TY_TRAIN_STEP_FUSED && !p->fused_optimizer) {
     s = ty_append_optimizer(g, p->params, grads, p->decay, n, p);
-  } else if (!s && p->mode == TY_TRAIN_STEP_ACCUMULATE) {
-    /* acc += grad (in f32, whatever the parameter's dtype) */
-    for (uint32_t i = 0; i < n && !s; ++i) {
-      ty_tensor_desc_t param = ty_graph_value(g, p->params[i])->desc;
-      ty_value_id_t acc, grad32, sum;
-      if ((s = ty_param_state(g, &param, "grad_accum", &acc))) break;
-      if ((s = ty_graph_set_memory_class(g, acc, TY_MEMORY_GRADIENT))) break;
-      if ((s = ty_as_dtype(g, grads[i], TY_DTYPE_F32, &grad32))) break;
-      ty_value_id_t in[2] = {acc, grad32};
-      if ((s = ty_graph_add_node1(g, "add", in, 2, NULL, &sum))) break;
-      s = ty_graph_set_state_update(g, acc, sum);
-    }
+  } else if (!s && p->mode == TY_TRAIN_STEP_ACCUMULATE && accumulate.done != n) {
+    s = ty_status_make(TY_CODE_INTERNAL, "train step: %u of %u gradients were accumulated",
+                       accumulate.done, n);
   }
   free(grads);
   free(wrt);

@@ -309,7 +309,7 @@ class ZeroEvalTest(Base):
         for meta, text in (({"zero_group": "dp_tp"}, 'metadata "zero_group" is not "dp" or '
                                                       '"dp_cp"'),
                            ({"zero_group": None}, "world_size should be replicas x tp_size x "
-                                                  "pp_size x cp_size = 4) and")):
+                                                  "pp_size x cp_size = 4) but")):
             bad = json.loads(json.dumps(good))
             for key, value in meta.items():
                 if value is None:

@@ -3,7 +3,7 @@
  * bytes, everything lies inside the arena, reuse actually happens, reshapes
  * are views that keep their input's bytes live, and optimizer updates are
  * planned in place only when that is safe (also when the old state is read
- * through a reshape), and a backend's offer of an input's bytes to a node's
+ * through a reshape), as are a gradient accumulator's adds, and a backend's offer of an input's bytes to a node's
  * output (ty_memory_plan_opts_t) is taken only when safe, as is its extra
  * read's liveness. */
 #include <stdlib.h>
@@ -603,8 +603,60 @@ static void test_paged_pool_write_in_place(void **state) {
   ty_graph_destroy(h);
 }
 
+/* A gradient accumulator's acc + grad (the train step's ACCUMULATE mode):
+ * the sum goes into the state's buffer when the add has no broadcast and
+ * nothing reads the old accumulator after it; a broadcast add, a later
+ * reader of the old value or the state as both operands keep the copy. */
+static void test_accumulator_add_in_place_only_when_safe(void **state) {
+  (void)state;
+  for (int c = 0; c < 4; ++c) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t d[2] = {4, 8}, row[2] = {1, 8};
+    ty_value_id_t acc, grad, sum, later;
+    TY_EXPECT_OK(ty_graph_add_state(g, "acc", TY_DTYPE_F32, 2, d, &acc));
+    /* c == 1: a broadcast row, c == 3: acc + acc */
+    TY_EXPECT_OK(ty_graph_add_input(g, "grad", TY_DTYPE_F32, 2, c == 1 ? row : d, &grad));
+    ty_value_id_t in[2] = {c == 2 ? grad : acc, c == 3 ? acc : c == 2 ? acc : grad};
+    TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &sum));
+    TY_EXPECT_OK(ty_graph_set_state_update(g, acc, sum));
+    if (c == 0) { /* the old value read after the add: not in place */
+      TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &acc, 1, NULL, &later));
+      TY_EXPECT_OK(ty_graph_set_output(g, later, "old_acc_gelu"));
+    }
+    planned_t p;
+    plan_graph(g, &p);
+    check_no_overlap(&p);
+    /* c == 2: grad + acc, the state as the second operand: in place */
+    const bool in_place = c == 2;
+    assert_int_equal(p.plan.storage[sum].kind,
+                     in_place ? TY_STORAGE_STATE_ALIAS : TY_STORAGE_ARENA);
+    if (in_place) assert_int_equal(p.plan.storage[sum].alias, acc);
+    assert_int_equal(p.plan.copy_count, in_place ? 0 : 1);
+    planned_free(&p);
+    ty_graph_destroy(g);
+  }
+  /* and with nothing else: acc + grad in place */
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  int64_t d[1] = {16};
+  ty_value_id_t acc, grad, sum;
+  TY_EXPECT_OK(ty_graph_add_state(g, "acc", TY_DTYPE_F32, 1, d, &acc));
+  TY_EXPECT_OK(ty_graph_add_input(g, "grad", TY_DTYPE_F32, 1, d, &grad));
+  ty_value_id_t in[2] = {acc, grad};
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", in, 2, NULL, &sum));
+  TY_EXPECT_OK(ty_graph_set_state_update(g, acc, sum));
+  planned_t p;
+  plan_graph(g, &p);
+  assert_int_equal(p.plan.storage[sum].kind, TY_STORAGE_STATE_ALIAS);
+  assert_int_equal(p.plan.copy_count, 0);
+  planned_free(&p);
+  ty_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_accumulator_add_in_place_only_when_safe),
       cmocka_unit_test(test_cache_write_in_place_when_the_new_cache_is_read),
       cmocka_unit_test(test_paged_pool_write_in_place),
       cmocka_unit_test(test_random_graphs),

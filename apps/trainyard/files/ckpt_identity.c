@@ -176,7 +176,7 @@ static ty_status_t ty_ident_check_index(const char *dir, const ty_ckpt_identity_
     s = ty_status_make(TY_CODE_DATA_LOSS,
                        "%s says %" PRId64 " replicas (world_size %" PRId64 ", tp_size %" PRId64
                        ", pp_size %" PRId64 ", cp_size %" PRId64 "; world_size should be %s) "
-                       "and %s holds %" PRId64 " optimizer shards: the index and the shards do "
+                       "but %s holds %" PRId64 " optimizer shards: the index and the shards do "
                        "not belong together",
                        path, replicas, world, tps, pps, cp > 0 ? cp : 1, rule, dir, n);
   } else if (!s && replicas < 0 && (world <= 0 || world % tps || (world / tps) % n)) {

@@ -16,7 +16,9 @@
  * first step, so the levers' graphs are also checked under capture. The
  * model has no attention: the emulator does not run that kernel family
  * (its tensor-core and dynamic-shared-memory kernels), which the GPU runs of
- * tests/cuda/device_run.sh's `memory` phase cover. */
+ * tests/cuda/device_run.sh's `memory` phase cover. The ACCUMULATE mode
+ * (gradient accumulation's graph) is checked too: its accumulators, summed
+ * in place, against cpu and against RUNS x one run's gradient. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,8 @@ typedef struct {
   bool fused;
   ty_optimizer_t optimizer;
   bool offload; /* cuda only: the cpu refuses it (its memory is host memory) */
+  bool accumulate; /* the ACCUMULATE mode: gradients added into
+                      "<param>.grad_accum", no optimizer */
 } levers_t;
 
 typedef struct {
@@ -132,6 +136,7 @@ static ty_graph_t *build(const levers_t *lv, bool offload, params_t *p) {
       .fused_optimizer = lv->fused,
       .fused_clip = lv->fused,
       .offload_optimizer = offload,
+      .mode = lv->accumulate ? TY_TRAIN_STEP_ACCUMULATE : TY_TRAIN_STEP_FUSED,
   };
   if (lv->optimizer == TY_OPTIMIZER_ADAFACTOR) {
     tp.adafactor = (ty_adafactor_config_t){.set = true, .eps1 = 1e-30, .eps2 = 1e-3,
@@ -244,12 +249,12 @@ static void check_levers(ty_optimizer_t optimizer) {
   ty_registry_t *r = NULL;
   TY_EXPECT_OK(ty_registry_create(&options, &r));
   const levers_t runs[] = {
-      {"plain", TY_RECOMPUTE_NONE, 0, false, optimizer, false},
-      {"recompute-layer", TY_RECOMPUTE_LAYER, 0, false, optimizer, false},
-      {"loss-chunk", TY_RECOMPUTE_NONE, 5, false, optimizer, false},
-      {"fused-optimizer", TY_RECOMPUTE_NONE, 0, true, optimizer, false},
-      {"offload", TY_RECOMPUTE_NONE, 0, false, optimizer, true},
-      {"all", TY_RECOMPUTE_LAYER, 5, true, optimizer, true},
+      {"plain", TY_RECOMPUTE_NONE, 0, false, optimizer, false, false},
+      {"recompute-layer", TY_RECOMPUTE_LAYER, 0, false, optimizer, false, false},
+      {"loss-chunk", TY_RECOMPUTE_NONE, 5, false, optimizer, false, false},
+      {"fused-optimizer", TY_RECOMPUTE_NONE, 0, true, optimizer, false, false},
+      {"offload", TY_RECOMPUTE_NONE, 0, false, optimizer, true, false},
+      {"all", TY_RECOMPUTE_LAYER, 5, true, optimizer, true, false},
   };
   double plain[STEPS] = {0};
   for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); ++k) {
@@ -275,6 +280,117 @@ static void check_levers(ty_optimizer_t optimizer) {
   ty_registry_destroy(r);
 }
 
+/* The ACCUMULATE mode (gradient accumulation, data parallel's split step):
+ * each parameter's acc += grad is emitted where its gradient is complete
+ * and the planner writes the sum straight into the accumulator's buffer
+ * (hal/memory_plan.c). RUNS runs of one batch on `uri` from zeroed
+ * accumulators; the accumulators read back into acc (every parameter's, in
+ * order), and after the first run into first. */
+enum { RUNS = 3 };
+
+static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, float *acc,
+                         float *first) {
+  ty_device_t *dev = NULL;
+  ty_session_t *s = NULL;
+  params_t p;
+  TY_EXPECT_OK(ty_device_open(r, uri, &dev));
+  ty_graph_t *g = build(lv, false, &p);
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  uint32_t seed = 777;
+  float *buf = calloc(V * F, sizeof(float));
+  assert_non_null(buf);
+  for (uint32_t i = 0; i < p.count; ++i) {
+    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+    for (int64_t k = 0; k < n; ++k) {
+      seed = seed * 1664525u + 1013904223u;
+      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
+      buf[k] = p.rank[i] == 1 ? 1.0f + 0.2f * u : 0.6f * u;
+    }
+    bind_f32(s, p.names[i], p.rank[i], p.dims[i], buf);
+    char name[64];
+    snprintf(name, sizeof(name), "%s.grad_accum", p.names[i]);
+    memset(buf, 0, (size_t)n * sizeof(float));
+    bind_f32(s, name, p.rank[i], p.dims[i], buf);
+  }
+  free(buf);
+  int64_t ids[B * T], targets[B * T];
+  float weights[B * T];
+  for (int i = 0; i < B * T; ++i) {
+    ids[i] = (i * 5 + 2) % V;
+    targets[i] = i % 6 == 5 ? -1 : (ids[i] * 7 + 3) % V;
+    weights[i] = targets[i] < 0 ? 0.0f : 1.0f / (float)(B * T);
+  }
+  const int64_t bt[2] = {B, T};
+  size_t total = 0;
+  for (int run = 0; run < RUNS; ++run) {
+    TY_EXPECT_OK(ty_session_bind(s, "ids", TY_DTYPE_I64, 2, bt, ids, sizeof(ids)));
+    TY_EXPECT_OK(ty_session_bind(s, "targets", TY_DTYPE_I64, 2, bt, targets, sizeof(targets)));
+    bind_f32(s, "loss_weights", 2, bt, weights);
+    TY_EXPECT_OK(ty_session_run(s));
+    float *into = run == 0 ? first : run == RUNS - 1 ? acc : NULL;
+    if (!into) continue;
+    total = 0;
+    for (uint32_t i = 0; i < p.count; ++i) {
+      const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+      char name[64];
+      snprintf(name, sizeof(name), "%s.grad_accum", p.names[i]);
+      TY_EXPECT_OK(ty_session_read(s, name, into + total, (size_t)n * sizeof(float)));
+      total += (size_t)n;
+    }
+  }
+  ty_session_destroy(s);
+  ty_graph_destroy(g);
+  ty_device_close(dev);
+  return total;
+}
+
+static void test_accumulate_mode(void **state) {
+  (void)state;
+  const char *paths[] = {TY_TEST_PLUGIN_DIR};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  const levers_t runs[] = {
+      {"accumulate", TY_RECOMPUTE_NONE, 0, false, TY_OPTIMIZER_ADAMW, false, true},
+      {"accumulate-recompute-chunk", TY_RECOMPUTE_LAYER, 5, false, TY_OPTIMIZER_ADAMW, false,
+       true},
+  };
+  const size_t most = (size_t)(V * C * 2 + LAYERS * (C + 2 * C * F) + C);
+  float *acc[2], *first[2];
+  for (int k = 0; k < 2; ++k) {
+    acc[k] = calloc(most, sizeof(float));
+    first[k] = calloc(most, sizeof(float));
+    assert_non_null(acc[k]);
+    assert_non_null(first[k]);
+  }
+  for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); ++k) {
+    const size_t n = accumulate(r, "cpu", &runs[k], acc[0], first[0]);
+    assert_int_equal(accumulate(r, "cuda:0", &runs[k], acc[1], first[1]), n);
+    assert_true(n > 0 && n <= most);
+    double worst = 0.0, worst_runs = 0.0, largest = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      largest = fmax(largest, fabs(acc[0][i]));
+      worst = fmax(worst, fabs(acc[1][i] - acc[0][i]));
+      /* the same batch RUNS times: RUNS x the first run's gradient */
+      for (int d = 0; d < 2; ++d) {
+        worst_runs = fmax(worst_runs, fabs(acc[d][i] - RUNS * first[d][i]));
+      }
+    }
+    fprintf(stderr, "%s: accumulators cuda vs cpu %.2e, vs %d x one run %.2e (largest %.3g)\n",
+            runs[k].name, worst, RUNS, worst_runs, largest);
+    assert_true(largest > 1e-3); /* the gradients are not all zero */
+    if (!(worst <= 1e-5 * largest) || !(worst_runs <= 1e-5 * largest)) {
+      fail_msg("%s: cuda:0 vs cpu %.3g, vs %d x one run %.3g (bound 1e-5 x %.3g)",
+               runs[k].name, worst, RUNS, worst_runs, largest);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    free(acc[k]);
+    free(first[k]);
+  }
+  ty_registry_destroy(r);
+}
+
 static void test_levers_adamw(void **state) {
   (void)state;
   check_levers(TY_OPTIMIZER_ADAMW);
@@ -289,6 +405,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_levers_adamw),
       cmocka_unit_test(test_levers_adafactor),
+      cmocka_unit_test(test_accumulate_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
