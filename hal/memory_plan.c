@@ -49,6 +49,71 @@ static int ty_inplace_add(const ty_abi_graph_t *g, const ty_abi_node_t *node, ui
   return a == state ? 0 : b == state ? 1 : -1;
 }
 
+/* The input whose state buffer an elementwise output `o` of `node` may
+ * take as scratch (see ty_plan_state_scratch): clip_by_global_norm's
+ * scaled gradient k from gradient k (every gradient is read for the norm
+ * before any is scaled), a mul's product from its operand of the output's
+ * shape. -1: none. */
+static int ty_scratch_input(const ty_abi_graph_t *g, const ty_abi_node_t *node, uint32_t o) {
+  if (strcmp(node->op, "clip_by_global_norm") == 0) {
+    return o >= 1 && o < node->input_count ? (int)o : -1;
+  }
+  if (strcmp(node->op, "mul") == 0 && o == 0 && node->input_count == 2) {
+    for (uint32_t i = 0; i < 2; ++i) {
+      const uint32_t x = node->inputs[i];
+      if (x != UINT32_MAX && g->values[x].role == TY_VALUE_STATE) return (int)i;
+    }
+  }
+  return -1;
+}
+
+static uint32_t ty_plan_at(const uint32_t *run_at, uint32_t nn, uint32_t n);
+
+/* Scratch in a state's buffer. A state that this graph gives a new value
+ * holds nothing worth keeping between the last read of its old value and
+ * the write of its new one (the accumulators, which the optimizer step
+ * reads, clips and then resets to zeros). An output computed element by
+ * element from that old value (ty_scratch_input) may live there in the
+ * meantime when: it is an arena value of the state's shape and dtype, the
+ * node that makes it is the old value's last reader, its own last reader
+ * runs before the new value is written (the end-of-graph copy, or the
+ * command that writes the update in place), and no other scratch is in
+ * that state already. It becomes a STATE_ALIAS of the state: executors
+ * resolve it to the state's buffer. */
+static void ty_plan_state_scratch(const ty_owned_graph_t *og, const uint32_t *run_at,
+                                  ty_memory_plan_t *plan, const uint32_t *last_use) {
+  const ty_abi_graph_t *g = &og->graph;
+  const uint32_t nn = g->node_count;
+  for (uint32_t u = 0; u < g->update_count; ++u) {
+    const uint32_t state = g->updates[u].state, value = g->updates[u].value;
+    /* when the new value lands in the state's buffer */
+    const uint32_t written = plan->storage[value].kind == TY_STORAGE_STATE_ALIAS &&
+                                     og->producer[value] != UINT32_MAX
+                                 ? ty_plan_at(run_at, nn, og->producer[value])
+                                 : nn;
+    const uint32_t reader = last_use[state];
+    if (reader >= nn || ty_plan_at(run_at, nn, reader) != reader) continue;
+    const ty_abi_node_t *node = &g->nodes[reader];
+    for (uint32_t o = 0; o < node->output_count; ++o) {
+      const int in = ty_scratch_input(g, node, o);
+      const uint32_t x = node->outputs[o];
+      if (in < 0 || node->inputs[in] != state || x == UINT32_MAX ||
+          plan->storage[x].kind != TY_STORAGE_ARENA ||
+          !ty_same_shape(&g->values[x], &g->values[state]) || last_use[x] >= written) {
+        continue;
+      }
+      /* the state read once by this node (clip's other inputs are other
+       * states) */
+      uint32_t reads = 0;
+      for (uint32_t i = 0; i < node->input_count; ++i) reads += node->inputs[i] == state;
+      if (reads != 1) continue;
+      plan->storage[x].kind = TY_STORAGE_STATE_ALIAS;
+      plan->storage[x].alias = state;
+      break; /* one scratch per state */
+    }
+  }
+}
+
 typedef struct {
   uint64_t offset, size;
   uint32_t last_use; /* node index after which the block is free */
@@ -234,6 +299,18 @@ ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignme
                 node->inputs[in] == state && last_use[state] <= p;
       }
     }
+    /* A producer that runs after every reader of the old state writes its
+     * whole output without reading it (a state reset to a broadcast
+     * constant, the optimizer step's zeroed accumulators): straight into
+     * the state's buffer too, instead of waiting in the arena for the
+     * end-of-graph copy. */
+    if (!alias && p != UINT32_MAX && plan->storage[value].kind == TY_STORAGE_ARENA &&
+        ty_same_shape(&g->values[value], &g->values[state])) {
+      bool reads = false;
+      const ty_abi_node_t *node = &g->nodes[p];
+      for (uint32_t i = 0; i < node->input_count; ++i) reads = reads || node->inputs[i] == state;
+      alias = !reads && last_use[state] < ty_plan_at(run_at, nn, p);
+    }
     if (alias) {
       plan->storage[value].kind = TY_STORAGE_STATE_ALIAS;
       plan->storage[value].alias = state;
@@ -244,6 +321,7 @@ ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignme
       if (plan->storage[value].kind == TY_STORAGE_VIEW) last_use[plan->storage[value].alias] = nn;
     }
   }
+  ty_plan_state_scratch(og, run_at, plan, last_use);
   /* Outputs that take their input's bytes (every last use is known now):
    * the output becomes a view of the input's root, its own views follow,
    * and the root lives as long as the output does. */

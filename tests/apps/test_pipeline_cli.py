@@ -516,10 +516,13 @@ class RefuseTest(Base):
         self.assertIn("--pp must be >= 1", r.stderr)
 
     def test_stage_memory_is_checked(self):
-        # each stage's plan (about 350 KiB here) against the limit, before
-        # any session allocates; the whole model's 25k parameters fit
-        self.refused(2, "--pp", "2", "--memory-limit", "300KiB",
-                     want="more than --memory-limit 300KiB (pipeline stage 1)")
+        # each stage's plan (about 300 KiB here) against the limit, before
+        # any session allocates, each rank naming its stage; the whole
+        # model's 25k parameters fit
+        self.refused(2, "--pp", "2", "--memory-limit", "250KiB",
+                     want="more than --memory-limit 250KiB (pipeline stage 1)")
+        self.refused(2, "--pp", "2", "--memory-limit", "250KiB",
+                     want="more than --memory-limit 250KiB (pipeline stage 0)")
 
     def test_hung_stage_is_named(self):
         out = self.path("hang")

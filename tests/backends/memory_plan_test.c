@@ -6,6 +6,7 @@
  * through a reshape), as are a gradient accumulator's adds, and a backend's offer of an input's bytes to a node's
  * output (ty_memory_plan_opts_t) is taken only when safe, as is its extra
  * read's liveness. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 
 #include "hal/abi_graph.h"
 #include "hal/memory_plan.h"
+#include "graph/ir/autodiff.h"
 #include "graph/ir/graph.h"
 #include "graph/ir/lower.h"
 
@@ -654,8 +656,75 @@ static void test_accumulator_add_in_place_only_when_safe(void **state) {
   ty_graph_destroy(g);
 }
 
+/* The optimizer step's graph (ty_graph_build_optimizer_step_ex): the
+ * accumulators are clipped, the updates read the clipped copies, and the
+ * accumulators are reset to a broadcast zero. The clipped copies live in
+ * their accumulators' buffers (scratch: the old value's last reader made
+ * them, the reset comes after their last reader) and the zeros are written
+ * straight into them: no arena at all, no end-of-graph copy. With a reader
+ * of an old accumulator after the reset, that accumulator's clipped copy
+ * and zeros stay in the arena, and the zeros are copied at the end. */
+static void test_optimizer_step_uses_the_accumulators(void **state) {
+  (void)state;
+  for (int read_after = 0; read_after < 2; ++read_after) {
+    ty_graph_t *g;
+    TY_EXPECT_OK(ty_graph_create(&g));
+    int64_t d[2][2] = {{4, 8}, {8, 2}};
+    ty_value_id_t w[2], acc[2], lr, wd, mom, max_norm, buf[2];
+    TY_EXPECT_OK(ty_graph_add_input(g, "lr", TY_DTYPE_F32, 0, NULL, &lr));
+    TY_EXPECT_OK(ty_graph_add_input(g, "momentum", TY_DTYPE_F32, 0, NULL, &mom));
+    TY_EXPECT_OK(ty_graph_add_input(g, "wd", TY_DTYPE_F32, 0, NULL, &wd));
+    TY_EXPECT_OK(ty_graph_add_input(g, "max_norm", TY_DTYPE_F32, 0, NULL, &max_norm));
+    for (int i = 0; i < 2; ++i) {
+      char name[16];
+      snprintf(name, sizeof(name), "w%d", i);
+      TY_EXPECT_OK(ty_graph_add_state(g, name, TY_DTYPE_F32, 2, d[i], &w[i]));
+      snprintf(name, sizeof(name), "acc%d", i);
+      TY_EXPECT_OK(ty_graph_add_state(g, name, TY_DTYPE_F32, 2, d[i], &acc[i]));
+      snprintf(name, sizeof(name), "buf%d", i);
+      TY_EXPECT_OK(ty_graph_add_state(g, name, TY_DTYPE_F32, 2, d[i], &buf[i]));
+    }
+    ty_value_id_t clip_in[3] = {max_norm, acc[0], acc[1]}, clip_out[3];
+    TY_EXPECT_OK(ty_graph_add_node(g, "clip_by_global_norm", clip_in, 3, NULL, clip_out, 3));
+    TY_EXPECT_OK(ty_graph_set_output(g, clip_out[0], "grad_norm"));
+    for (int i = 0; i < 2; ++i) {
+      ty_value_id_t in[6] = {w[i], clip_out[1 + i], buf[i], lr, mom, wd}, out[2];
+      TY_EXPECT_OK(ty_graph_add_node(g, "sgd_update", in, 6, NULL, out, 2));
+      TY_EXPECT_OK(ty_graph_set_state_update(g, w[i], out[0]));
+      TY_EXPECT_OK(ty_graph_set_state_update(g, buf[i], out[1]));
+    }
+    ty_value_id_t zeros[2];
+    for (int i = 0; i < 2; ++i) {
+      TY_EXPECT_OK(ty_graph_add_filled(g, TY_DTYPE_F32, 2, d[i], 0.0, &zeros[i]));
+      TY_EXPECT_OK(ty_graph_set_state_update(g, acc[i], zeros[i]));
+    }
+    if (read_after) { /* the old acc1 read after the updates and the reset */
+      ty_value_id_t later;
+      TY_EXPECT_OK(ty_graph_add_node1(g, "gelu", &acc[1], 1, NULL, &later));
+      TY_EXPECT_OK(ty_graph_set_output(g, later, "old_acc1_gelu"));
+    }
+    planned_t p;
+    plan_graph(g, &p);
+    check_no_overlap(&p);
+    for (int i = 0; i < 2; ++i) {
+      const bool kept = read_after && i == 1;
+      assert_int_equal(p.plan.storage[clip_out[1 + i]].kind,
+                       kept ? TY_STORAGE_ARENA : TY_STORAGE_STATE_ALIAS);
+      /* the reset: in place unless the old value is read after it */
+      assert_int_equal(p.plan.storage[zeros[i]].kind,
+                       kept ? TY_STORAGE_ARENA : TY_STORAGE_STATE_ALIAS);
+      if (!kept) assert_int_equal(p.plan.storage[zeros[i]].alias, acc[i]);
+    }
+    assert_int_equal(p.plan.copy_count, read_after ? 1 : 0);
+    if (!read_after) assert_int_equal(p.plan.arena_bytes, 0);
+    planned_free(&p);
+    ty_graph_destroy(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_optimizer_step_uses_the_accumulators),
       cmocka_unit_test(test_accumulator_add_in_place_only_when_safe),
       cmocka_unit_test(test_cache_write_in_place_when_the_new_cache_is_read),
       cmocka_unit_test(test_paged_pool_write_in_place),

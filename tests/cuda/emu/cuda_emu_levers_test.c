@@ -285,11 +285,15 @@ static void check_levers(ty_optimizer_t optimizer) {
  * and the planner writes the sum straight into the accumulator's buffer
  * (hal/memory_plan.c). RUNS runs of one batch on `uri` from zeroed
  * accumulators; the accumulators read back into acc (every parameter's, in
- * order), and after the first run into first. */
+ * order), and after the first run into first. Then the optimizer step's
+ * graph (ty_graph_build_optimizer_step_ex, sharing the states: its clipped
+ * gradients in the accumulators' buffers, the reset written into them):
+ * the updated parameters into updated, and every accumulator must read
+ * zero after it. */
 enum { RUNS = 3 };
 
 static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, float *acc,
-                         float *first) {
+                         float *first, float *updated) {
   ty_device_t *dev = NULL;
   ty_session_t *s = NULL;
   params_t p;
@@ -338,6 +342,62 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
       total += (size_t)n;
     }
   }
+  /* the optimizer step over the accumulators */
+  ty_tensor_desc_t descs[16];
+  for (uint32_t i = 0; i < p.count; ++i) {
+    memset(&descs[i], 0, sizeof(descs[i]));
+    snprintf(descs[i].name, sizeof(descs[i].name), "%s", p.names[i]);
+    descs[i].dtype = TY_DTYPE_F32;
+    descs[i].rank = p.rank[i];
+    for (uint32_t k = 0; k < p.rank[i]; ++k) descs[i].dims[k] = p.dims[i][k];
+  }
+  ty_graph_t *go = NULL;
+  ty_session_t *so = NULL;
+  TY_EXPECT_OK(ty_graph_create(&go));
+  /* SGD: its update is the clipped gradient times lr, so a clip applied
+   * twice or not at all shows (Adam's first step would hide the scale) */
+  ty_train_step_params_t step = {.optimizer = TY_OPTIMIZER_SGD};
+  TY_EXPECT_OK(ty_graph_build_optimizer_step_ex(go, descs, NULL, p.count, &step));
+  ty_session_options_t sopt = {.share_state_with = s};
+  TY_EXPECT_OK(ty_session_create(dev, go, &sopt, &so));
+  float *zeros = calloc(V * F, sizeof(float));
+  assert_non_null(zeros);
+  for (uint32_t i = 0; i < p.count; ++i) { /* the moments start at zero */
+    for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_SGD); *kind; ++kind) {
+      char name[64];
+      ty_tensor_desc_t d;
+      snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
+      if (has_value(so, name, &d)) bind_f32(so, name, d.rank, d.dims, zeros);
+    }
+  }
+  bind_scalar(so, "lr", 0.5f);
+  bind_scalar(so, "momentum", 0.9f);
+  bind_scalar(so, "weight_decay", 0.01f);
+  bind_scalar(so, "max_norm", 0.5f); /* clips */
+  bind_scalar(so, "beta1", 0.9f);
+  bind_scalar(so, "beta2", 0.999f);
+  bind_scalar(so, "eps", 1e-8f);
+  TY_EXPECT_OK(ty_session_run(so));
+  size_t at = 0;
+  for (uint32_t i = 0; i < p.count; ++i) {
+    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+    TY_EXPECT_OK(ty_session_read(so, p.names[i], updated + at, (size_t)n * sizeof(float)));
+    char name[64];
+    snprintf(name, sizeof(name), "%s.grad_accum", p.names[i]);
+    float *back = calloc((size_t)n, sizeof(float));
+    assert_non_null(back);
+    TY_EXPECT_OK(ty_session_read(so, name, back, (size_t)n * sizeof(float)));
+    for (int64_t k = 0; k < n; ++k) {
+      if (back[k] != 0.0f) {
+        fail_msg("%s: %s[%lld] = %g after the step", uri, name, (long long)k, back[k]);
+      }
+    }
+    free(back);
+    at += (size_t)n;
+  }
+  free(zeros);
+  ty_session_destroy(so);
+  ty_graph_destroy(go);
   ty_session_destroy(s);
   ty_graph_destroy(g);
   ty_device_close(dev);
@@ -356,19 +416,22 @@ static void test_accumulate_mode(void **state) {
        true},
   };
   const size_t most = (size_t)(V * C * 2 + LAYERS * (C + 2 * C * F) + C);
-  float *acc[2], *first[2];
+  float *acc[2], *first[2], *updated[2];
   for (int k = 0; k < 2; ++k) {
     acc[k] = calloc(most, sizeof(float));
     first[k] = calloc(most, sizeof(float));
+    updated[k] = calloc(most, sizeof(float));
     assert_non_null(acc[k]);
     assert_non_null(first[k]);
+    assert_non_null(updated[k]);
   }
   for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); ++k) {
-    const size_t n = accumulate(r, "cpu", &runs[k], acc[0], first[0]);
-    assert_int_equal(accumulate(r, "cuda:0", &runs[k], acc[1], first[1]), n);
+    const size_t n = accumulate(r, "cpu", &runs[k], acc[0], first[0], updated[0]);
+    assert_int_equal(accumulate(r, "cuda:0", &runs[k], acc[1], first[1], updated[1]), n);
     assert_true(n > 0 && n <= most);
-    double worst = 0.0, worst_runs = 0.0, largest = 0.0;
+    double worst = 0.0, worst_runs = 0.0, largest = 0.0, worst_update = 0.0;
     for (size_t i = 0; i < n; ++i) {
+      worst_update = fmax(worst_update, fabs(updated[1][i] - updated[0][i]));
       largest = fmax(largest, fabs(acc[0][i]));
       worst = fmax(worst, fabs(acc[1][i] - acc[0][i]));
       /* the same batch RUNS times: RUNS x the first run's gradient */
@@ -376,9 +439,14 @@ static void test_accumulate_mode(void **state) {
         worst_runs = fmax(worst_runs, fabs(acc[d][i] - RUNS * first[d][i]));
       }
     }
-    fprintf(stderr, "%s: accumulators cuda vs cpu %.2e, vs %d x one run %.2e (largest %.3g)\n",
-            runs[k].name, worst, RUNS, worst_runs, largest);
+    fprintf(stderr, "%s: accumulators cuda vs cpu %.2e, vs %d x one run %.2e (largest %.3g); "
+            "the clipped update's weights cuda vs cpu %.2e\n",
+            runs[k].name, worst, RUNS, worst_runs, largest, worst_update);
     assert_true(largest > 1e-3); /* the gradients are not all zero */
+    /* lr x the clipped gradient: its rounding, 1e-6 of the weights */
+    if (!(worst_update <= 1e-6)) {
+      fail_msg("%s: updated weights differ by %.3g", runs[k].name, worst_update);
+    }
     if (!(worst <= 1e-5 * largest) || !(worst_runs <= 1e-5 * largest)) {
       fail_msg("%s: cuda:0 vs cpu %.3g, vs %d x one run %.3g (bound 1e-5 x %.3g)",
                runs[k].name, worst, RUNS, worst_runs, largest);
@@ -387,6 +455,7 @@ static void test_accumulate_mode(void **state) {
   for (int k = 0; k < 2; ++k) {
     free(acc[k]);
     free(first[k]);
+    free(updated[k]);
   }
   ty_registry_destroy(r);
 }
