@@ -327,6 +327,21 @@ class ZeroEvalTest(Base):
         self.assert_weights_close(os.path.join(ref, "checkpoint-10"),
                                   os.path.join(run, "checkpoint-10"), WEIGHTS_TOL)
 
+    def test_plan_only(self):
+        # every rank plans its graphs (cp 2 x pp 2, ZeRO-1 over its 2 cp
+        # ranks) and the run exits before allocating or writing anything
+        self.use(self.llama)
+        out = self.path("planned")
+        r = self.train_mpi(4, "--batch-size", "2", "--grad-accum", "2", "--cp", "2", "--pp", "2",
+                           "--zero", "1", "--plan-only", "--out", out)
+        self.assertIn("rank layout (world 4 = dp 1 x pp 2 x tp 1 x cp 2):", r.stderr)
+        self.assertRegex(r.stderr, r"stage 1 memory plan: peak [0-9.]+ KiB")
+        self.assertIn("ZeRO-1 over the 2 shares of dp 1 x cp 2", r.stderr)
+        self.assertIn("--plan-only: the plan of every rank fits the device's memory; nothing was "
+                      "allocated or written", r.stderr)
+        self.assertNotIn("Step [", r.stderr)
+        self.assertFalse(os.path.exists(out))
+
     def test_eval_data(self):
         # --eval-data scores whole rows on rank 0, which holds every weight:
         # the accuracy and log-likelihood of one process

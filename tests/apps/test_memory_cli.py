@@ -181,6 +181,28 @@ class PlanTest(Base):
 
 
 class RefuseTest(Base):
+    def test_train_plan_only(self):
+        # train --plan-only builds the run's graphs, prints the plan, checks
+        # it and exits: 0 when it fits, 1 when it does not, and --out is
+        # never created; a resumed run is refused by name (usage, 2)
+        data = cli_util.make_ids_dataset(self.path("ids"))
+        out = self.path("planned")
+        args = ["train", "--preset", "llama-1b", "--data", data, "--out", out,
+                "--batch-size", "1", "--recompute", "layer", "--plan-only", "--cache-dir", "none"]
+        r = self.ty(*args, "--memory-limit", "40GiB")
+        self.assertIn("memory plan (device bytes, before step 0; limit 40 GiB", r.stderr)
+        self.assertIn("train step graph:", r.stderr)
+        self.assertIn("--plan-only: the plan of the run fits --memory-limit 40GiB; nothing was "
+                      "allocated or written", r.stderr)
+        self.assertNotIn("Step [", r.stderr)
+        self.assertFalse(os.path.exists(out))
+        r = self.ty(*args, "--memory-limit", "4GiB", rc=1)
+        self.assertIn("more than --memory-limit 4GiB (4 GiB); nothing was allocated", r.stderr)
+        self.assertFalse(os.path.exists(out))
+        r = self.ty(*args, "--resume", "latest", rc=2)
+        self.assertIn("--plan-only plans a fresh run (the same graphs as a resumed one); drop "
+                      "--resume latest", r.stderr)
+
     def test_7b_without_levers_is_refused_on_24_gib(self):
         data = cli_util.make_ids_dataset(self.path("ids"))
         out = self.path("7b")

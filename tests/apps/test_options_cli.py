@@ -85,7 +85,8 @@ AUDIT = {
             "--recompute", "--loss-chunk", "--fused-optimizer")},
         **{"--mlp-chunk": "test_mlp_chunk_cli.py:CurveTest.test_llama"},
         **{"--offload": "test_memory_cli.py:BackendTest.test_cpu_refuses_offload",
-           "--memory-limit": "test_memory_cli.py:RefuseTest.test_7b_without_levers_is_refused_on_24_gib"},
+           "--memory-limit": "test_memory_cli.py:RefuseTest.test_7b_without_levers_is_refused_on_24_gib",
+           "--plan-only": "test_memory_cli.py:RefuseTest.test_train_plan_only"},
         **{o: "test_memory_cli.py:OptionsTest.test_refusals" for o in (
             "--relative-step", "--warmup-init", "--clip-threshold", "--decay-rate")},
         **{o: "test_memory_cli.py:AdafactorTest.test_resume_is_bit_identical" for o in (

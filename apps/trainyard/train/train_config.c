@@ -119,6 +119,9 @@ static const ty_opt_t ty_opts[] = {
                   "their own memory; refused on host backends)"),
     TY_S(memory_limit, "refuse the run before step 0 unless its memory plan fits in this size "
                        "(e.g. 24GiB; default: the device's memory)"),
+    TY_B(plan_only, "build every graph of the run as it would (each rank its part under "
+                    "mpirun), print the memory plan, check it against --memory-limit and "
+                    "exit: nothing is allocated and --out is not touched"),
     TY_B(relative_step, "adafactor: the relative step size min(1e-2, 1/sqrt(t)) instead of "
                         "--lr and its schedule"),
     TY_B(scale_parameter, "adafactor: scale the step by the parameter's RMS"),
@@ -465,6 +468,14 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (!c->model[0] == !c->preset[0]) TY_BAD("give exactly one of --model and --preset");
   if (!c->data[0]) TY_BAD("--data is required (a folder made by 'trainyard data prepare')");
   if (!c->out[0]) TY_BAD("--out must not be empty");
+  if (c->plan_only && c->resume[0]) {
+    TY_BAD("--plan-only plans a fresh run (the same graphs as a resumed one); drop --resume %s",
+           c->resume);
+  }
+  if (c->plan_only && c->artifact[0]) {
+    TY_BAD("--plan-only builds the graphs the run would compile; --artifact %s runs a compiled "
+           "one: drop one of the two", c->artifact);
+  }
   if (c->fallback[0] && ty_device_uri_has_option(c->backend, "fallback")) {
     TY_BAD("--fallback %s and --backend %s both name a fallback device: give --fallback only "
            "('?fallback=' in the URI is its old form)", c->fallback, c->backend);

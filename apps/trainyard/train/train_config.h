@@ -64,6 +64,7 @@ typedef struct ty_train_config_t {
   bool fused_optimizer;            /* updates in the backward pass */
   char offload[16];                /* none or optimizer */
   char memory_limit[32];           /* "" (the device's memory) or a size: 24GiB */
+  bool plan_only;                  /* print every rank's memory plan and exit */
   /* Adafactor (transformers.Adafactor's arguments) */
   bool relative_step, scale_parameter, warmup_init;
   double clip_threshold, decay_rate, adafactor_eps1, adafactor_eps2;

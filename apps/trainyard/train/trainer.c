@@ -435,7 +435,7 @@ ty_status_t ty_trainer_build(ty_trainer_t *t) {
                              TY_TRAIN_GRAPH_EVAL, &t->graphs.g_eval, &t->graphs.m_eval);
   }
   if (!s) s = ty_trainer_preflight(t);
-  if (s) return s;
+  if (s || c->plan_only) return s; /* --plan-only: no session */
   ty_session_options_t so = {.cache_dir = c->cache_dir, .retry_failed = c->retry_failed,
                              .fallback_device = t->fallback,
                              .deterministic = c->deterministic};
@@ -625,8 +625,11 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
    * into --out (metrics, TensorBoard, train_config.json, an --overwrite's
    * deletion): a refused run leaves the folder as it was, and its retry is
    * not refused as "already holds a training run". */
-  if (!s && t->par.rank == 0) s = ty_train_control_check(t);
-  if (!s && t->par.rank == 0) s = ty_trainer_open_run(t, resume_dir, capacity);
+  /* --plan-only writes nothing: no run folder, no control socket */
+  if (!s && t->par.rank == 0 && !config->plan_only) s = ty_train_control_check(t);
+  if (!s && t->par.rank == 0 && !config->plan_only) {
+    s = ty_trainer_open_run(t, resume_dir, capacity);
+  }
   /* A fresh run's identity (a resumed one keeps its own, below). */
   if (!s && t->par.rank == 0) s = ty_ckpt_run_id_new(t->folder.run_id);
   TY_RETURN_IF_ERROR(ty_dist_agree(t->par.dist, s, "opening the run folder"));
@@ -683,6 +686,11 @@ static ty_status_t ty_trainer_setup(ty_trainer_t *t, char *resume_dir, size_t ca
   /* --pp: the stages; rank 0 also builds the full model (its mirror) */
   if (!s) s = t->par.pp > 1 ? ty_trainer_pp_build(&t->pp_runner) : ty_trainer_build(t);
   if (!s && t->graphs.s_train) s = ty_trainer_weights(t, resume_dir);
+  if (config->plan_only) { /* the plans are printed and checked: stop here */
+    s = ty_dist_agree(t->par.dist, s, "planning the memory of every rank's graphs");
+    if (!s && t->par.pp > 1) s = ty_trainer_pp_describe(&t->pp_runner);
+    return s;
+  }
   if (t->par.pp > 1) {
     s = ty_dist_agree(t->par.dist, s, "building the pipeline stages and loading the weights");
     if (!s) s = ty_trainer_pp_describe(&t->pp_runner);
@@ -812,6 +820,18 @@ ty_status_t ty_trainer_run(ty_app_t *app, const ty_train_config_t *config) {
   if (s) ty_trainer_discard_fresh(&t);
   if (s && t.folder.done_already && ty_status_code(s) == TY_CODE_CANCELLED) {
     ty_status_free(s); /* a finished run: nothing built, trained or written */
+    ty_trainer_destroy(&t);
+    return TY_OK;
+  }
+  if (!s && config->plan_only) {
+    if (t.par.rank == 0) {
+      char limit[64] = "the device's memory";
+      if (config->memory_limit[0]) snprintf(limit, sizeof(limit), "--memory-limit %s",
+                                            config->memory_limit);
+      fprintf(stderr, "trainyard train: --plan-only: the plan of %s fits %s; nothing was "
+                      "allocated or written\n",
+              t.par.world > 1 ? "every rank" : "the run", limit);
+    }
     ty_trainer_destroy(&t);
     return TY_OK;
   }

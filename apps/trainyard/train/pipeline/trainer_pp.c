@@ -378,6 +378,7 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
       t->shape->loss_dtype = ty_graph_value(ch->g_bwd, ch->m_bwd.loss)->desc.dtype;
   }
   if (!s) s = ty_pp_check_memory(t);
+  if (s || t->cfg->plan_only) return s; /* --plan-only: no session */
   /* each chunk's gradient sums, and with tensor parallel each stage's tp
    * ops, reduce over their groups */
   ty_host_comm_t *comm = NULL;
