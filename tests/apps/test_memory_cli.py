@@ -202,6 +202,8 @@ class RefuseTest(Base):
         r = self.ty(*args, "--resume", "latest", rc=2)
         self.assertIn("--plan-only plans a fresh run (the same graphs as a resumed one); drop "
                       "--resume latest", r.stderr)
+        r = self.ty(*args, "--artifact", self.path("step.tyart"), rc=2)
+        self.assertIn("--plan-only builds the graphs the run would compile; --artifact", r.stderr)
 
     def test_7b_without_levers_is_refused_on_24_gib(self):
         data = cli_util.make_ids_dataset(self.path("ids"))
