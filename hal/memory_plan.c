@@ -27,6 +27,13 @@ static int ty_inplace_input(const ty_abi_node_t *node, uint32_t output) {
   return -1;
 }
 
+/* How many of `node`'s inputs are `v`. */
+static uint32_t ty_node_reads(const ty_abi_node_t *node, uint32_t v) {
+  uint32_t reads = 0;
+  for (uint32_t i = 0; i < node->input_count; ++i) reads += node->inputs[i] == v;
+  return reads;
+}
+
 static bool ty_same_shape(const ty_abi_value_t *a, const ty_abi_value_t *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
   for (uint32_t d = 0; d < a->rank; ++d) {
@@ -104,9 +111,7 @@ static void ty_plan_state_scratch(const ty_owned_graph_t *og, const uint32_t *ru
       }
       /* the state read once by this node (clip's other inputs are other
        * states) */
-      uint32_t reads = 0;
-      for (uint32_t i = 0; i < node->input_count; ++i) reads += node->inputs[i] == state;
-      if (reads != 1) continue;
+      if (ty_node_reads(node, state) != 1) continue;
       plan->storage[x].kind = TY_STORAGE_STATE_ALIAS;
       plan->storage[x].alias = state;
       break; /* one scratch per state */
@@ -306,10 +311,8 @@ ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignme
      * end-of-graph copy. */
     if (!alias && p != UINT32_MAX && plan->storage[value].kind == TY_STORAGE_ARENA &&
         ty_same_shape(&g->values[value], &g->values[state])) {
-      bool reads = false;
-      const ty_abi_node_t *node = &g->nodes[p];
-      for (uint32_t i = 0; i < node->input_count; ++i) reads = reads || node->inputs[i] == state;
-      alias = !reads && last_use[state] < ty_plan_at(run_at, nn, p);
+      alias = ty_node_reads(&g->nodes[p], state) == 0 &&
+              last_use[state] < ty_plan_at(run_at, nn, p);
     }
     if (alias) {
       plan->storage[value].kind = TY_STORAGE_STATE_ALIAS;

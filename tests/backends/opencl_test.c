@@ -37,14 +37,6 @@ static const char *const kKinds[6] = {"contexts", "queues", "buffers", "programs
 
 static char g_tmp[256];
 
-static ty_registry_t *open_registry(void) {
-  const char *paths[] = {TY_TEST_OPENCL_HOOKS_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  return r;
-}
-
 typedef struct counts_t {
   int64_t live[6], created[6];
   uint64_t from_source, from_cache;
@@ -186,7 +178,7 @@ static long rss_kib(void) {
 
 static void test_device_and_buffers(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_device_t *d = NULL;
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
   const ty_abi_device_info_t *info = ty_device_info(d);
@@ -233,7 +225,7 @@ static void test_device_and_buffers(void **state) {
  * memory beyond noise. */
 static void test_no_leaks_across_sessions(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_graph_t *g = build_step();
   const int cycles = 1000;
   int fds_before = 0;
@@ -336,7 +328,7 @@ static void test_binary_cache(void **state) {
       }
       closedir(dd);
     }
-    ty_registry_t *r = open_registry();
+    ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
     ty_device_t *d = NULL;
     ty_session_t *s = NULL;
     TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
@@ -391,7 +383,7 @@ static void test_build_error_names_kernel(void **state) {
   snprintf(env, sizeof(env), "matmul.cl=%s", path);
   setenv("TRAINYARD_OPENCL_KERNEL_OVERRIDE", env, 1);
   ty_graph_t *g = build_step();
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_device_t *d = NULL;
   ty_session_t *s = NULL;
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
@@ -410,13 +402,13 @@ static void test_build_error_names_kernel(void **state) {
   unsetenv("TRAINYARD_OPENCL_KERNEL_OVERRIDE");
   /* A missing override file is an error of its own. */
   setenv("TRAINYARD_OPENCL_KERNEL_OVERRIDE", "matmul.cl=/nonexistent/x.cl", 1);
-  r = open_registry();
+  r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
   TY_EXPECT_STATUS(ty_session_create(d, g, NULL, &s), TY_CODE_NOT_FOUND, "/nonexistent/x.cl");
   ty_device_close(d);
   ty_registry_destroy(r);
   unsetenv("TRAINYARD_OPENCL_KERNEL_OVERRIDE");
-  r = open_registry();
+  r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
   TY_EXPECT_OK(ty_session_create(d, g, NULL, &s));
   run_step(s, 1, 1);
@@ -432,7 +424,7 @@ static void test_build_error_names_kernel(void **state) {
 static void test_deterministic_refused(void **state) {
   (void)state;
   ty_graph_t *g = build_step();
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_device_t *d = NULL;
   ty_session_t *s = NULL;
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
@@ -459,7 +451,7 @@ static void test_deterministic_refused(void **state) {
 static void test_data_errors(void **state) {
   (void)state;
   ty_graph_t *g = build_step();
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_device_t *d = NULL;
   ty_session_t *s = NULL;
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
@@ -520,7 +512,7 @@ static void test_data_errors(void **state) {
  * row's output is 0. */
 static void test_paged_data_errors(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_device_t *d = NULL;
   ty_session_t *s = NULL;
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
@@ -592,7 +584,7 @@ static void test_paged_data_errors(void **state) {
  * moves row 0's greedy pick, and top_k 1 makes row 1's draw the argmax. */
 static void test_sample_data_errors(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   ty_device_t *d = NULL;
   ty_session_t *s = NULL;
   TY_EXPECT_OK(ty_device_open(r, "opencl:0", &d));
@@ -660,7 +652,7 @@ static void test_sample_data_errors(void **state) {
 static void test_unavailable(void **state) {
   (void)state;
   setenv("TRAINYARD_OPENCL_LIBRARY", "/nonexistent/libOpenCL.so.1", 1);
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_OPENCL_HOOKS_DIR);
   unsetenv("TRAINYARD_OPENCL_LIBRARY");
   assert_int_equal(ty_registry_backend_count(r), 0);
   assert_int_equal(ty_registry_rejected_count(r), 1);

@@ -123,3 +123,11 @@ void ty_test_loaded_message(const char *csv, const ty_registry_t *registry,
   }
   if (used < out_size) snprintf(out + used, out_size - used, ")");
 }
+
+ty_registry_t *ty_test_open_registry(const char *plugin_dir) {
+  const char *paths[] = {plugin_dir};
+  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
+  ty_registry_t *r = NULL;
+  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  return r;
+}

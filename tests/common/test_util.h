@@ -57,6 +57,10 @@ struct ty_registry_t;
 size_t ty_test_intree_plugins(const char *csv, const struct ty_registry_t *registry,
                               char (*names)[32], size_t max);
 
+/* A registry of the plugins in the one folder `plugin_dir` (a test's
+ * TY_TEST_PLUGIN_DIR); a test failure when it cannot be made. */
+struct ty_registry_t *ty_test_open_registry(const char *plugin_dir);
+
 /* "no backend named '<name>' (loaded: cpu, dataflow, template)" for those
  * plugins, into `out`. */
 void ty_test_loaded_message(const char *csv, const struct ty_registry_t *registry,

@@ -16,14 +16,6 @@
 #include "hal/device.h"
 #include "hal/registry.h"
 
-static ty_registry_t *open_registry(void) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  return r;
-}
-
 /* y = x @ w + b, with an unused branch that lowering must drop. */
 static ty_graph_t *build_linear(int64_t m, int64_t k, int64_t n) {
   ty_graph_t *g;
@@ -135,7 +127,7 @@ static void test_lowering_drops_dead_nodes_and_hash_is_stable(void **state) {
 }
 
 static void run_linear_on(const char *uri) {
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
   const int64_t m = 3, k = 4, n = 5;
@@ -210,7 +202,7 @@ static void run_linear_on(const char *uri) {
  * buffer and an unknown name are refused by name. */
 static void test_session_bind_device(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev, *other;
   TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
   TY_EXPECT_OK(ty_device_open(r, "cpu", &other));
@@ -282,7 +274,7 @@ static void test_session_cpu_reference(void **state) {
  * arena; ASan builds catch any relapse). */
 static void test_session_intermediates(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
   ty_graph_t *g;
@@ -318,7 +310,7 @@ static void test_session_intermediates(void **state) {
  * output is never pre-filled with something that could pass for a result. */
 static void test_session_guards(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
   ty_graph_t *g = build_linear(2, 3, 4);
@@ -371,7 +363,7 @@ static void test_session_on_backend_without_graphs(void **state) {
 /* A state update: counter += x, run 4 times, state stays on the device. */
 static void test_state_updates_persist(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
   ty_graph_t *g;
@@ -400,7 +392,7 @@ static void test_state_updates_persist(void **state) {
  * it; the owner may be destroyed first. */
 static void test_sessions_share_state(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
   int64_t d[1] = {3};
@@ -441,7 +433,7 @@ static void test_sessions_share_state(void **state) {
  * before the arena), which the sanitizer builds catch. */
 static void test_first_intermediate_is_planned_in_the_arena(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, "cpu?kernels=reference", &dev));
   ty_graph_t *g;

@@ -50,14 +50,6 @@ static ty_status_t fake_all_reduce_sum(void *user, ty_dtype_t dtype, void *data,
   return TY_OK;
 }
 
-static ty_registry_t *open_registry(void) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  return r;
-}
-
 /* y = all_reduce(x * w) with `reduce`, w a parameter of ones: an inference
  * graph (what the dataflow device runs) with all_reduce after another node,
  * as in a train step. */
@@ -81,7 +73,7 @@ static ty_graph_t *build(ty_dtype_t dtype, const char *reduce) {
  * status; y in f32. */
 static ty_status_t run_on(const char *uri, ty_dtype_t dtype, const char *reduce,
                           const ty_host_comm_t *comm, const float *x, float *y) {
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
   ty_graph_t *g = build(dtype, reduce);
@@ -271,7 +263,7 @@ static void test_group_collectives_on(const char *uri) {
       {"all_reduce", "tp", "avg", 1}, {"all_reduce", "dp", "sum", 0},
       {"tp_copy", "tp", NULL, 0},
   };
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
   for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); ++k) {
@@ -486,7 +478,7 @@ static void test_gather_service(void **state) {
  * a plugin older than 1.11 is refused when the run hands it one. */
 static void test_gather_needs_its_group(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, "cpu", &dev));
   ty_graph_t *g;
@@ -563,7 +555,7 @@ static uint32_t sgd_step(const char *uri, bool reduce, const ty_host_comm_t *com
   for (uint32_t n = 0; n < ty_graph_node_count(g); ++n) {
     collectives += strcmp(ty_graph_node(g, n)->op, "all_reduce") == 0;
   }
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
   ty_session_t *s;

@@ -33,14 +33,6 @@ typedef struct {
   int64_t *sizes;
 } result_t;
 
-static ty_registry_t *open_registry(void) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  return r;
-}
-
 /* Loss and gradients of one batch with the head fused in chunks of `chunk`
  * (0: the unfused matmul + cross_entropy). */
 static void run_model(const char *preset, const char *uri, ty_dtype_t dtype, int64_t chunk,
@@ -67,7 +59,7 @@ static void run_model(const char *preset, const char *uri, ty_dtype_t dtype, int
     snprintf(name, sizeof(name), "d.%s", m.params[i].name);
     TY_EXPECT_OK(ty_graph_set_output(g, grads[i], name));
   }
-  ty_registry_t *reg = open_registry();
+  ty_registry_t *reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(reg, uri, &dev));
   ty_session_t *s;

@@ -260,14 +260,6 @@ typedef struct case_t {
   bool tp_split;
 } case_t;
 
-static ty_registry_t *open_registry(void) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  return r;
-}
-
 static void bind_scalar_f32(ty_session_t *s, const char *name, double value) {
   float v = (float)value;
   TY_EXPECT_OK(ty_session_bind(s, name, TY_DTYPE_F32, 0, NULL, &v, sizeof(v)));
@@ -308,7 +300,7 @@ static void run_case(const case_t *c) {
   };
   TY_EXPECT_OK(ty_graph_build_train_step(m.g, &tp));
 
-  ty_registry_t *reg = open_registry();
+  ty_registry_t *reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(reg, c->uri, &dev));
   ty_session_t *s;
@@ -537,7 +529,7 @@ static void test_pipeline_reduce_and_clip(void **state) {
   ty_train_step_params_t step = {.optimizer = TY_OPTIMIZER_SGD, .norm_sq_input = true};
   TY_EXPECT_OK(ty_graph_create(&opt));
   TY_EXPECT_OK(ty_graph_build_optimizer_step_ex(opt, d, NULL, 3, &step));
-  ty_registry_t *reg = open_registry();
+  ty_registry_t *reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   ty_device_t *dev;
   TY_EXPECT_OK(ty_device_open(reg, "cpu", &dev));
   ty_session_t *s_red, *s_opt;

@@ -131,11 +131,8 @@ ty_status_t ty_trainer_zero_grads(ty_trainer_t *t, const float *zeros);
 /* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
-/* ZeRO-1's shares are over the ranks that hold the same weights: the dp
- * group, or under --cp the dp_cp group (every cp rank of every replica),
- * since a cp rank's weights and summed gradients are its replica's. Their
- * count, this rank's share (its rank in that group: dp index x cp + cp
- * index) and the group's name. */
+/* ZeRO-1's shares (trainer_parts.h ty_par_zero_shares), this rank's, and
+ * the group they are over ("dp", or "dp_cp" under --cp). */
 int ty_trainer_zero_shares(const ty_trainer_t *t);
 int ty_trainer_zero_index(const ty_trainer_t *t);
 const char *ty_trainer_zero_group(const ty_trainer_t *t);

@@ -421,13 +421,9 @@ static int64_t ty_param_elements(const ty_trainer_t *t, uint32_t i) {
   return ty_tensor_desc_element_count(&v->desc);
 }
 
-int ty_trainer_zero_shares(const ty_trainer_t *t) {
-  return t->par.dp * (t->par.cp > 1 ? t->par.cp : 1);
-}
+int ty_trainer_zero_shares(const ty_trainer_t *t) { return ty_par_zero_shares(&t->par); }
 
-int ty_trainer_zero_index(const ty_trainer_t *t) {
-  return t->par.cp > 1 ? t->par.dp_rank * t->par.cp + t->par.cp_rank : t->par.dp_rank;
-}
+int ty_trainer_zero_index(const ty_trainer_t *t) { return ty_par_zero_share(&t->par); }
 
 const char *ty_trainer_zero_group(const ty_trainer_t *t) {
   return t->par.cp > 1 ? "dp_cp" : "dp";

@@ -140,6 +140,17 @@ typedef struct ty_trainer_par_t {
   int cp, cp_rank;
 } ty_trainer_par_t;
 
+/* ZeRO-1's shares are over the ranks that hold the same weights: the dp
+ * replicas, or under --cp every cp rank of each (the dp_cp group, whose
+ * rank is dp index x cp + cp index), since a cp rank's weights and summed
+ * gradients are its replica's. Their count and this rank's share. */
+static inline int ty_par_zero_shares(const ty_trainer_par_t *par) {
+  return par->dp * (par->cp > 1 ? par->cp : 1);
+}
+static inline int ty_par_zero_share(const ty_trainer_par_t *par) {
+  return par->cp > 1 ? par->dp_rank * par->cp + par->cp_rank : par->dp_rank;
+}
+
 /* The checked and the deterministic step's own state. */
 typedef struct ty_trainer_checks_t {
   /* --check-numerics (trainer_numerics.c): its state, and the checked

@@ -39,15 +39,6 @@ typedef struct {
   bool bf16_logits, logits_output;
 } shape_t;
 
-/* The registry of the plugins built with this tree. */
-static ty_registry_t *open_registry(void) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
-  return r;
-}
-
 static const shape_t base = {.vocab = 48};
 
 typedef struct {
@@ -346,7 +337,7 @@ static void memory_mib(const char *report, double *arena, double *held) {
 }
 
 static void check(bool rms) {
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   double fl[STEPS], fn[STEPS], ul[STEPS], un[STEPS], cl[STEPS], cn[STEPS];
   char fused_report[4096], plain_report[4096], none[8];
   float fb[BIAS_FLOATS], ub[BIAS_FLOATS];
@@ -426,7 +417,7 @@ static double max_gap(const double *a, const double *b, const double *c, const d
  * the fused-vs-unfused bound of check(). */
 static void test_loss_gradient_in_place(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   const shape_t gpt = {.vocab = 301, .bf16_logits = true};
   double il[STEPS], in[STEPS], ol[STEPS], on[STEPS], cl[STEPS], cn[STEPS];
   char on_report[4096], off_report[4096], none[8];
@@ -467,7 +458,7 @@ static void test_loss_gradient_in_place(void **state) {
  * Their first steps agree (the gradient's bytes change nothing else). */
 static void test_in_place_refused_and_data_error(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   const shape_t shown = {.vocab = 48, .logits_output = true};
   double xl[STEPS], xn[STEPS], bl[STEPS], bn[STEPS];
   char report[4096], base_report[4096];
@@ -490,7 +481,7 @@ static void test_in_place_refused_and_data_error(void **state) {
  * column kernel). */
 static void test_bias_gradient_fallback(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   double el[STEPS], en[STEPS], kl[STEPS], kn[STEPS];
   char epi_report[4096], kernel_report[4096];
   float eb[BIAS_FLOATS], kb[BIAS_FLOATS];
@@ -595,7 +586,7 @@ static unsigned run_slices(ty_registry_t *r, ty_dtype_t dt, int64_t W, int n,
 
 static void test_slices_in_one_launch(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   /* q, k, v of a fused projection (bf16, 16-byte units). */
   const int64_t qkv_s[3] = {0, 16, 32}, qkv_w[3] = {16, 16, 16};
   assert_int_equal(run_slices(r, TY_DTYPE_BF16, 48, 3, qkv_s, qkv_w, true), 1);
@@ -676,7 +667,7 @@ static unsigned run_ropes(ty_registry_t *r, ty_dtype_t dt, bool fuse, unsigned c
 
 static void test_rope_pairs(void **state) {
   (void)state;
-  ty_registry_t *r = open_registry();
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   const ty_dtype_t dts[2] = {TY_DTYPE_BF16, TY_DTYPE_F32};
   for (int d = 0; d < 2; ++d) {
     unsigned char *on[4], *off[4];

@@ -167,6 +167,43 @@ static void bind_scalar(ty_session_t *s, const char *name, float v) {
   bind_f32(s, name, 0, NULL, &v);
 }
 
+static int64_t param_elements(const params_t *p, uint32_t i) {
+  return p->rank[i] == 1 ? p->dims[i][0] : p->dims[i][0] * p->dims[i][1];
+}
+
+/* Initial weights from `seed`: the same pseudo-random values on every
+ * backend (norm gains near 1, matrices in [-0.3, 0.3]). */
+static void bind_weights(ty_session_t *s, const params_t *p, uint32_t seed) {
+  float *buf = calloc(V * F, sizeof(float));
+  assert_non_null(buf);
+  for (uint32_t i = 0; i < p->count; ++i) {
+    const int64_t n = param_elements(p, i);
+    for (int64_t k = 0; k < n; ++k) {
+      seed = seed * 1664525u + 1013904223u;
+      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
+      buf[k] = p->rank[i] == 1 ? 1.0f + 0.2f * u : 0.6f * u;
+    }
+    bind_f32(s, p->names[i], p->rank[i], p->dims[i], buf);
+  }
+  free(buf);
+}
+
+/* Zeros into "<param>.<kind>" for each of `kinds` (NULL-terminated) the
+ * session has: optimizer states, accumulators. */
+static void bind_zero_states(ty_session_t *s, const params_t *p, const char *const *kinds) {
+  float *zeros = calloc(V * F, sizeof(float));
+  assert_non_null(zeros);
+  for (uint32_t i = 0; i < p->count; ++i) {
+    for (const char *const *kind = kinds; *kind; ++kind) {
+      char name[64];
+      ty_tensor_desc_t d;
+      snprintf(name, sizeof(name), "%s.%s", p->names[i], *kind);
+      if (has_value(s, name, &d)) bind_f32(s, name, d.rank, d.dims, zeros);
+    }
+  }
+  free(zeros);
+}
+
 /* Runs STEPS steps on `uri`; fills loss[] and norm[]. */
 static void train(ty_registry_t *r, const char *uri, const levers_t *lv, double *loss,
                   double *norm) {
@@ -177,31 +214,8 @@ static void train(ty_registry_t *r, const char *uri, const levers_t *lv, double 
   const bool offload = lv->offload && strcmp(uri, "cpu") != 0;
   ty_graph_t *g = build(lv, offload, &p);
   TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
-  /* Initial weights: the same pseudo-random values on every backend. */
-  uint32_t seed = 12345;
-  float *buf = calloc(V * F, sizeof(float));
-  assert_non_null(buf);
-  for (uint32_t i = 0; i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
-    for (int64_t k = 0; k < n; ++k) {
-      seed = seed * 1664525u + 1013904223u;
-      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
-      buf[k] = p.rank[i] == 1 ? 1.0f + 0.2f * u : 0.6f * u;
-    }
-    bind_f32(s, p.names[i], p.rank[i], p.dims[i], buf);
-    /* The optimizer's states start at zero. */
-    for (const char *const *kind = ty_optimizer_state_kinds(lv->optimizer); *kind; ++kind) {
-      char name[64];
-      ty_tensor_desc_t d;
-      snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
-      if (!has_value(s, name, &d)) continue;
-      int64_t count = 1;
-      for (uint32_t k = 0; k < d.rank; ++k) count *= d.dims[k];
-      memset(buf, 0, (size_t)count * sizeof(float));
-      bind_f32(s, name, d.rank, d.dims, buf);
-    }
-  }
-  free(buf);
+  bind_weights(s, &p, 12345);
+  bind_zero_states(s, &p, ty_optimizer_state_kinds(lv->optimizer)); /* they start at zero */
   ty_abi_device_memory_t mem;
   TY_EXPECT_OK(ty_device_memory(dev, false, &mem));
   if (offload) { /* the optimizer states live in pinned host memory */
@@ -244,10 +258,7 @@ static void train(ty_registry_t *r, const char *uri, const levers_t *lv, double 
 static double rel(double a, double b) { return fabs(a - b) / fmax(fabs(b), 1e-30); }
 
 static void check_levers(ty_optimizer_t optimizer) {
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   const levers_t runs[] = {
       {"plain", TY_RECOMPUTE_NONE, 0, false, optimizer, false, false},
       {"recompute-layer", TY_RECOMPUTE_LAYER, 0, false, optimizer, false, false},
@@ -300,23 +311,9 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
   ty_graph_t *g = build(lv, false, &p);
   TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
-  uint32_t seed = 777;
-  float *buf = calloc(V * F, sizeof(float));
-  assert_non_null(buf);
-  for (uint32_t i = 0; i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
-    for (int64_t k = 0; k < n; ++k) {
-      seed = seed * 1664525u + 1013904223u;
-      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
-      buf[k] = p.rank[i] == 1 ? 1.0f + 0.2f * u : 0.6f * u;
-    }
-    bind_f32(s, p.names[i], p.rank[i], p.dims[i], buf);
-    char name[64];
-    snprintf(name, sizeof(name), "%s.grad_accum", p.names[i]);
-    memset(buf, 0, (size_t)n * sizeof(float));
-    bind_f32(s, name, p.rank[i], p.dims[i], buf);
-  }
-  free(buf);
+  static const char *const accumulators[] = {"grad_accum", NULL};
+  bind_weights(s, &p, 777);
+  bind_zero_states(s, &p, accumulators);
   int64_t ids[B * T], targets[B * T];
   float weights[B * T];
   for (int i = 0; i < B * T; ++i) {
@@ -335,7 +332,7 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
     if (!into) continue;
     total = 0;
     for (uint32_t i = 0; i < p.count; ++i) {
-      const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+      const int64_t n = param_elements(&p, i);
       char name[64];
       snprintf(name, sizeof(name), "%s.grad_accum", p.names[i]);
       TY_EXPECT_OK(ty_session_read(s, name, into + total, (size_t)n * sizeof(float)));
@@ -360,16 +357,7 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
   TY_EXPECT_OK(ty_graph_build_optimizer_step_ex(go, descs, NULL, p.count, &step));
   ty_session_options_t sopt = {.share_state_with = s};
   TY_EXPECT_OK(ty_session_create(dev, go, &sopt, &so));
-  float *zeros = calloc(V * F, sizeof(float));
-  assert_non_null(zeros);
-  for (uint32_t i = 0; i < p.count; ++i) { /* the moments start at zero */
-    for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_SGD); *kind; ++kind) {
-      char name[64];
-      ty_tensor_desc_t d;
-      snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
-      if (has_value(so, name, &d)) bind_f32(so, name, d.rank, d.dims, zeros);
-    }
-  }
+  bind_zero_states(so, &p, ty_optimizer_state_kinds(TY_OPTIMIZER_SGD));
   bind_scalar(so, "lr", 0.5f);
   bind_scalar(so, "momentum", 0.9f);
   bind_scalar(so, "weight_decay", 0.01f);
@@ -380,7 +368,7 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
   TY_EXPECT_OK(ty_session_run(so));
   size_t at = 0;
   for (uint32_t i = 0; i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+    const int64_t n = param_elements(&p, i);
     TY_EXPECT_OK(ty_session_read(so, p.names[i], updated + at, (size_t)n * sizeof(float)));
     char name[64];
     snprintf(name, sizeof(name), "%s.grad_accum", p.names[i]);
@@ -395,7 +383,6 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
     free(back);
     at += (size_t)n;
   }
-  free(zeros);
   ty_session_destroy(so);
   ty_graph_destroy(go);
   ty_session_destroy(s);
@@ -406,10 +393,7 @@ static size_t accumulate(ty_registry_t *r, const char *uri, const levers_t *lv, 
 
 static void test_accumulate_mode(void **state) {
   (void)state;
-  const char *paths[] = {TY_TEST_PLUGIN_DIR};
-  ty_registry_options_t options = {.explicit_paths = paths, .explicit_path_count = 1};
-  ty_registry_t *r = NULL;
-  TY_EXPECT_OK(ty_registry_create(&options, &r));
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
   const levers_t runs[] = {
       {"accumulate", TY_RECOMPUTE_NONE, 0, false, TY_OPTIMIZER_ADAMW, false, true},
       {"accumulate-recompute-chunk", TY_RECOMPUTE_LAYER, 5, false, TY_OPTIMIZER_ADAMW, false,

@@ -60,14 +60,4 @@ static inline int ty_pp_rank_of(const ty_pp_runner_t *t, int c) {
                                 t->par->cp_rank, (int)t->cfg->tp_rank);
 }
 
-/* ZeRO-1's shares: the dp replicas, or under --cp every cp rank of each
- * (the ranks that hold the same weights, as trainer_dist.c shares them),
- * and this rank's (its rank in the dp_cp group). */
-static inline int ty_pp_zero_shares(const ty_pp_runner_t *t) {
-  return t->par->dp * (t->par->cp > 1 ? t->par->cp : 1);
-}
-static inline int ty_pp_zero_share(const ty_pp_runner_t *t) {
-  return t->par->cp > 1 ? t->par->dp_rank * t->par->cp + t->par->cp_rank : t->par->dp_rank;
-}
-
 #endif /* TY_APPS_TRAINYARD_PIPELINE_PP_INTERNAL_H_ */

@@ -230,7 +230,7 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
                       "optimizer updating and keeping state for it, the updated parameters "
                       "broadcast from their owners over dp x cp after each chunk's optimizer "
                       "step %s\n",
-              ty_pp_zero_shares(t), t->par->dp, t->par->cp,
+              ty_par_zero_shares(t->par), t->par->dp, t->par->cp,
               t->par->grad_comm ? "on the devices' dp_cp communicators"
                                 : "through the host's collectives");
     } else if (t->cfg->zero) {
@@ -361,8 +361,8 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
                                         .tied = mc->tie_word_embeddings,
                                         .zero = c->zero != 0,
                                         .dp_rank = t->par->dp_rank,
-                                        .shares = ty_pp_zero_shares(t),
-                                        .share = ty_pp_zero_share(t)};
+                                        .shares = ty_par_zero_shares(t->par),
+                                        .share = ty_par_zero_share(t->par)};
   ty_train_recipe_t recipe;
   if (!s) s = ty_train_config_recipe(c, &recipe);
   for (int j = 0; j < p->v && !s; ++j) {
@@ -457,7 +457,7 @@ static ty_status_t ty_pp_mirror_owners(ty_pp_runner_t *t, int c, int **out) {
   }
   ty_status_t s = ty_pp_zero_owners(t->model_config, t->par->pipe->first_unit[c],
                                     t->par->pipe->first_unit[c + 1], t->graphs->m_train.params,
-                                    elements, n, ty_pp_zero_shares(t), *out);
+                                    elements, n, ty_par_zero_shares(t->par), *out);
   free(elements);
   return s;
 }
@@ -585,7 +585,7 @@ ty_status_t ty_trainer_pp_scatter(ty_pp_runner_t *t, bool optimizer) {
     for (int k = 0; k < t->par->cp && !s; ++k) {
       for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
         s = ty_pp_move(t, c, d, k, true, optimizer && !shares, -1);
-        /* the states of the share of (d, k) (ty_pp_zero_share) */
+        /* the states of the share of (d, k) (ty_par_zero_share) */
         if (!s && shares) s = ty_pp_move(t, c, d, k, true, true, d * t->par->cp + k);
       }
     }
@@ -608,7 +608,7 @@ ty_status_t ty_trainer_pp_gather(ty_pp_runner_t *t, bool optimizer) {
   ty_status_t s = TY_OK;
   for (int c = 0; c < t->par->pipe->chunks && !s; ++c) {
     s = ty_pp_move(t, c, 0, 0, false, optimizer && !shares, -1);
-    for (int r = 0; shares && r < ty_pp_zero_shares(t) && !s; ++r) {
+    for (int r = 0; shares && r < ty_par_zero_shares(t->par) && !s; ++r) {
       s = ty_pp_move(t, c, r / t->par->cp, r % t->par->cp, false, true, r);
     }
   }
