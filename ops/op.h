@@ -75,6 +75,11 @@ typedef struct ty_op_def_t {
   /* NULL for ops with no gradient (integer ops, optimizer updates). */
   ty_status_t (*grad)(const ty_grad_ctx_t *ctx);
   const char *summary; /* one line, for docs and `trainyard conform` */
+  /* A collective: a rendezvous with the other ranks of its group. Lowering
+   * keeps it even where nothing on this rank reads its result (ZeRO-2: a
+   * rank that does not own a gradient still takes part in its sum), since a
+   * rank whose graph dropped it would leave the others waiting. */
+  bool communicates;
 } ty_op_def_t;
 
 /* The op named `name`, or NULL. Thread-safe (the table is static). */

@@ -85,7 +85,7 @@ static ty_status_t ty_all_reduce_grad(const ty_grad_ctx_t *ctx) {
 }
 
 const ty_op_def_t ty_op_def_all_reduce = {
-    .name = "all_reduce", .min_inputs = 1, .max_inputs = 1,
+    .name = "all_reduce", .min_inputs = 1, .max_inputs = 1, .communicates = true,
     .attr_names = ty_all_reduce_attrs, .infer = ty_all_reduce_infer,
     .grad = ty_all_reduce_grad,
     .summary = "y = sum (or avg) of x over a process group; identity at world 1"};
@@ -143,6 +143,6 @@ static ty_status_t ty_tp_reduce_grad(const ty_grad_ctx_t *ctx) {
 }
 
 const ty_op_def_t ty_op_def_tp_reduce = {
-    .name = "tp_reduce", .min_inputs = 1, .max_inputs = 1,
+    .name = "tp_reduce", .min_inputs = 1, .max_inputs = 1, .communicates = true,
     .attr_names = ty_all_reduce_attrs, .infer = ty_tp_reduce_infer, .grad = ty_tp_reduce_grad,
     .summary = "y = sum (or max) of x over the group; backward is the identity (Megatron g)"};

@@ -82,11 +82,11 @@ static ty_status_t ty_reduce_scatter_grad(const ty_grad_ctx_t *ctx) {
 }
 
 const ty_op_def_t ty_op_def_all_gather = {
-    .name = "all_gather", .min_inputs = 1, .max_inputs = 1,
+    .name = "all_gather", .min_inputs = 1, .max_inputs = 1, .communicates = true,
     .attr_names = ty_gather_attrs, .infer = ty_all_gather_infer, .grad = ty_all_gather_grad,
     .summary = "y = the group's x concatenated along axis in rank order; identity at world 1"};
 const ty_op_def_t ty_op_def_reduce_scatter = {
-    .name = "reduce_scatter", .min_inputs = 1, .max_inputs = 1,
+    .name = "reduce_scatter", .min_inputs = 1, .max_inputs = 1, .communicates = true,
     .attr_names = ty_gather_attrs, .infer = ty_reduce_scatter_infer,
     .grad = ty_reduce_scatter_grad,
     .summary = "y = this rank's part along axis of the sum of x over the group"};

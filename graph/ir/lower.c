@@ -129,7 +129,8 @@ void ty_lowered_graph_destroy(ty_lowered_graph_t *l) {
   free(l);
 }
 
-/* Marks live nodes: those reachable backwards from outputs and updates. */
+/* Marks live nodes: those reachable backwards from outputs and updates,
+ * and every collective (ty_op_def_t.communicates). */
 static ty_status_t ty_graph_live_nodes(const ty_graph_t *g, bool *node_live,
                                        bool *value_live) {
   uint32_t nv = ty_graph_value_count(g), nn = ty_graph_node_count(g);
@@ -150,7 +151,9 @@ static ty_status_t ty_graph_live_nodes(const ty_graph_t *g, bool *node_live,
   }
   for (uint32_t n = nn; n-- > 0;) {
     const ty_graph_node_t *node = ty_graph_node(g, n);
-    bool live = false;
+    /* a collective runs whatever reads it: the group's other ranks wait for it */
+    const ty_op_def_t *def = ty_op_lookup(node->op);
+    bool live = def && def->communicates;
     for (uint32_t o = 0; o < node->output_count && !live; ++o) {
       live = needed[node->outputs[o]];
     }

@@ -164,6 +164,14 @@ static ty_status_t ty_optim_update(ty_graph_t *g, const ty_optim_t *o, ty_value_
 
 static ty_status_t ty_fused_sumsq(ty_graph_t *g, ty_value_id_t grad, ty_value_id_t *out);
 
+/* `v` summed over `group` (an all_reduce op). */
+static ty_status_t ty_group_sum(ty_graph_t *g, ty_value_id_t v, const char *group,
+                                ty_value_id_t *out) {
+  ty_attrs_t a = TY_ATTRS_EMPTY;
+  TY_RETURN_IF_ERROR(ty_attrs_set_string(&a, "group", group));
+  return ty_graph_add_node1(g, "all_reduce", &v, 1, &a, out);
+}
+
 /* *total += v (an add node), or *total = v while it is NONE. */
 static ty_status_t ty_add_into(ty_graph_t *g, ty_value_id_t *total, ty_value_id_t v) {
   if (*total == TY_VALUE_NONE) {
@@ -218,6 +226,35 @@ static ty_status_t ty_tp_clip(ty_graph_t *g, const ty_value_id_t *grads, uint32_
   return ty_clip_from_sumsq(g, grads, n, max_norm, sq, k, clip_out);
 }
 
+/* ZeRO-2: clip_by_global_norm's result when this rank holds a share of the
+ * gradients (train_step.h norm_group): the share's sum of squares, its
+ * tp-split part summed over "tp" first, summed over `group`. Every rank
+ * emits the same collectives whatever its share holds, since each is a
+ * rendezvous of the group. */
+static ty_status_t ty_share_clip(ty_graph_t *g, const ty_value_id_t *grads, uint32_t n,
+                                 const bool *split, const char *group, ty_value_id_t max_norm,
+                                 ty_value_id_t *clip_out) {
+  ty_value_id_t total[2] = {TY_VALUE_NONE, TY_VALUE_NONE}; /* replicated, split */
+  for (uint32_t i = 0; i < n; ++i) {
+    ty_value_id_t sq;
+    TY_RETURN_IF_ERROR(ty_fused_sumsq(g, grads[i], &sq));
+    TY_RETURN_IF_ERROR(ty_add_into(g, &total[split && split[i] ? 1 : 0], sq));
+  }
+  for (int k = 0; k < (split ? 2 : 1); ++k) {
+    if (total[k] == TY_VALUE_NONE) {
+      TY_RETURN_IF_ERROR(ty_graph_add_filled(g, TY_DTYPE_F32, 0, NULL, 0.0, &total[k]));
+    }
+  }
+  if (split) {
+    ty_value_id_t part = total[1];
+    TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "tp_reduce", &part, 1, NULL, &total[1]));
+    TY_RETURN_IF_ERROR(ty_add_into(g, &total[0], total[1]));
+  }
+  ty_value_id_t sum;
+  TY_RETURN_IF_ERROR(ty_group_sum(g, total[0], group, &sum));
+  return ty_clip_from_sumsq(g, grads, n, max_norm, &sum, 1, clip_out);
+}
+
 /* Clipping and the optimizer for params[i] with gradients grads[i]; declares
  * the hyperparameter inputs and optimizer states, sets the state updates. */
 static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *params,
@@ -235,6 +272,8 @@ static ty_status_t ty_append_optimizer(ty_graph_t *g, const ty_value_id_t *param
     ty_value_id_t sq;
     s = ty_scalar_input(g, "grad_norm_sq", TY_DTYPE_F32, &sq);
     if (!s) s = ty_clip_from_sumsq(g, grads, n, o.max_norm, &sq, 1, clip_out);
+  } else if (!s && p->norm_group) {
+    s = ty_share_clip(g, grads, n, p->tp_split, p->norm_group, o.max_norm, clip_out);
   } else if (!s && p->tp_split) {
     s = ty_tp_clip(g, grads, n, p->tp_split, o.max_norm, clip_out);
   } else if (!s) {
@@ -353,14 +392,21 @@ static ty_status_t ty_accumulate_on_grad(void *user, uint32_t i, ty_value_id_t g
   TY_RETURN_IF_ERROR(ty_graph_set_memory_class(g, grad, TY_MEMORY_GRADIENT));
   ty_tensor_desc_t param = ty_graph_value(g, a->p->params[i])->desc;
   ty_value_id_t acc, grad32, sum;
+  TY_RETURN_IF_ERROR(ty_as_dtype(g, grad, TY_DTYPE_F32, &grad32));
+  if (a->p->grad_group) {
+    /* ZeRO-2: every rank of the group takes part in the sum (a collective
+     * stays in the graph unread), its owner keeps it */
+    ty_value_id_t local = grad32;
+    TY_RETURN_IF_ERROR(ty_group_sum(g, local, a->p->grad_group, &grad32));
+    TY_RETURN_IF_ERROR(ty_graph_set_memory_class(g, grad32, TY_MEMORY_GRADIENT));
+  }
+  a->done++;
+  if (a->p->accumulate && !a->p->accumulate[i]) return TY_OK;
   TY_RETURN_IF_ERROR(ty_param_state(g, &param, "grad_accum", &acc));
   TY_RETURN_IF_ERROR(ty_graph_set_memory_class(g, acc, TY_MEMORY_GRADIENT));
-  TY_RETURN_IF_ERROR(ty_as_dtype(g, grad, TY_DTYPE_F32, &grad32));
   ty_value_id_t in[2] = {acc, grad32};
   TY_RETURN_IF_ERROR(ty_graph_add_node1(g, "add", in, 2, NULL, &sum));
-  TY_RETURN_IF_ERROR(ty_graph_set_state_update(g, acc, sum));
-  a->done++;
-  return TY_OK;
+  return ty_graph_set_state_update(g, acc, sum);
 }
 
 static ty_status_t ty_check_params(ty_graph_t *g, const ty_value_id_t *params,
@@ -380,6 +426,15 @@ static ty_status_t ty_check_params(ty_graph_t *g, const ty_value_id_t *params,
 }
 
 ty_status_t ty_graph_build_train_step(ty_graph_t *g, const ty_train_step_params_t *p) {
+  if ((p->grad_group || p->accumulate) && p->mode != TY_TRAIN_STEP_ACCUMULATE) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "train step: sharded gradients (ZeRO-2) are for the ACCUMULATE mode");
+  }
+  if (p->accumulate && !p->grad_group) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "train step: accumulating a share of the gradients needs the group "
+                          "whose other ranks keep the rest (grad_group)");
+  }
   uint32_t n = p->param_count;
   TY_RETURN_IF_ERROR(ty_check_params(g, p->params, n));
   if (p->fused_optimizer && p->mode != TY_TRAIN_STEP_FUSED) {
@@ -471,6 +526,12 @@ ty_status_t ty_graph_build_optimizer_step_ex(ty_graph_t *g, const ty_tensor_desc
   if (n == 0) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT, "optimizer step: no parameters");
   }
+  if (step->norm_group && (step->norm_sq_input || step->update)) {
+    return ty_status_make(TY_CODE_INVALID_ARGUMENT,
+                          "optimizer step: a share of the gradients (norm_group) has its norm "
+                          "summed in the graph and updates every parameter given (no "
+                          "grad_norm_sq input, no update mask)");
+  }
   ty_value_id_t *ids = calloc(n, sizeof(ty_value_id_t));
   ty_value_id_t *accs = calloc(n, sizeof(ty_value_id_t));
   ty_status_t s = (!ids || !accs) ? ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory")
@@ -492,14 +553,6 @@ ty_status_t ty_graph_build_optimizer_step_ex(ty_graph_t *g, const ty_tensor_desc
   free(ids);
   free(accs);
   return s ? ty_status_annotate(s, "building the optimizer step") : TY_OK;
-}
-
-/* `v` summed over `group` (an all_reduce op). */
-static ty_status_t ty_group_sum(ty_graph_t *g, ty_value_id_t v, const char *group,
-                                ty_value_id_t *out) {
-  ty_attrs_t a = TY_ATTRS_EMPTY;
-  TY_RETURN_IF_ERROR(ty_attrs_set_string(&a, "group", group));
-  return ty_graph_add_node1(g, "all_reduce", &v, 1, &a, out);
 }
 
 /* Whether parameter i is summed over the tied group too. */

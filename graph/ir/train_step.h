@@ -108,6 +108,19 @@ typedef struct ty_train_step_params_t {
    * share). The gradients are scaled by min(1, max_norm / (norm + 1e-6)) as
    * clip_by_global_norm does; "grad_norm" is its square root. */
   bool norm_sq_input;
+  /* ZeRO-2 (docs/design-notes.md "Many devices"). ACCUMULATE mode: with
+   * grad_group, each gradient is summed over that process group by an
+   * all_reduce op (in f32) as soon as backward completes it, and only the
+   * parameters with accumulate[i] (NULL: all) get a "<param>.grad_accum"
+   * state and add the sum into it: every rank of the group takes part in
+   * every sum, the owner alone keeps it. Optimizer step graphs: with
+   * norm_group, the parameters given are this rank's share and clipping's
+   * global norm is the group's: the share's sum of squares (split
+   * parameters summed over "tp" first, with tp_split) all_reduced over
+   * norm_group. */
+  const bool *accumulate;
+  const char *grad_group;
+  const char *norm_group;
 } ty_train_step_params_t;
 
 /* FUSED: appends backward, clipping and optimizer to `graph` and declares:

@@ -248,6 +248,18 @@ class DeviceCommTest(Base):
         self.assertIn("host staging of the gradient all-reduce none (on the device)", err)
         self.assertIn("(4 shares)", err)
 
+    def test_cp2_by_dp2_with_zero2(self):
+        # ZeRO-2: each gradient summed over dp x cp by an all_reduce op of
+        # the gradient graph on the dp_cp group's device communicator, kept
+        # by its owner alone; the clip's norm summed over the shares in the
+        # optimizer graph on the same communicator
+        err = self.check(["--batch-size", "2", "--grad-accum", "2"] + DROP,
+                         ["--batch-size", "2", "--cp", "2", "--zero", "2"] + DROP)
+        self.assertIn("ZeRO-2 over dp x cp: each cp rank of each replica keeps the optimizer "
+                      "state and gradient sums of its share of the parameters (4 shares)", err)
+        self.assertIn("host staging of the gradient all-reduce none (summed in the gradient "
+                      "graph)", err)
+
     def test_cp2_by_tp2(self):
         err = self.check(["--batch-size", "4"], ["--batch-size", "4", "--cp", "2", "--tp", "2"])
         self.assertIn("the tp ops and the cp gathers on commfake's communicators", err)

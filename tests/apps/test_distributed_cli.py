@@ -619,6 +619,55 @@ class ZeroTest(Base):
                                   os.path.join(a, "checkpoint-20"))
 
 
+class Zero2Test(Base):
+    def test_zero2_matches_plain_data_parallel_and_reshards(self):
+        # ZeRO-2 on 2 ranks with accumulation (the split step): each gradient
+        # summed by an all_reduce op of the gradient graph as backward
+        # completes it, kept by its owner alone; the same curve and weights
+        # as one process (the sums' order differs: f32 rounding), the
+        # accumulators of the plan halved, ZeRO-1's checkpoint format
+        args, one, ref, want = self.reference()
+        two = ["--batch-size", "1", "--grad-accum", "2"]
+        z2 = self.path("z2")
+        r = self.train_mpi(2, *args, *two, "--max-steps", "20", "--out", z2, "--zero", "2")
+        self.assertIn("each by an all_reduce op of the gradient graph as backward completes it "
+                      "(ZeRO-2: kept by its owner alone)", r.stderr)
+        self.assertIn("host staging of the gradient all-reduce none (summed in the gradient "
+                      "graph)", r.stderr)
+        m = re.search(r"per rank \(2 ranks, data parallel, ZeRO-2\): parameters ([\d.]+) KiB, "
+                      r"gradients ([\d.]+) KiB \(rank 0's share\)", r.stderr)
+        self.assertTrue(m, r.stderr[-3000:])
+        # every f32 accumulator would be as large as the f32 parameters;
+        # rank 0 holds about half of them (and one gradient in flight)
+        self.assertLess(float(m.group(2)), 0.8 * float(m.group(1)))
+        # (the curve only: the sums run in another order, and the key
+        # bias's gradient, zero in exact arithmetic, is rounding noise that
+        # AdamW turns into lr-sized steps of either sign)
+        self.assert_curves_match(want, losses(z2), range(1, 21), rel=1e-5)
+        read_zero_shards(self, os.path.join(z2, "checkpoint-20"), 2, 2)
+        # without accumulation each sum is the one process's (row 0 + row
+        # 1): sharded on 2 ranks, resumed as one process, and back on 2,
+        # the same weights but the key biases (the clip's scale is computed
+        # from the shares' sums of squares, so the noise differs)
+        a = self.path("a")
+        self.train_mpi(2, *args, "--batch-size", "2", "--max-steps", "10", "--out", a,
+                       "--zero", "2")
+        self.train(*args, "--max-steps", "15", "--out", a, *one, "--resume", "latest",
+                   "--save-every", "5")
+        self.train_mpi(2, *args, "--batch-size", "2", "--max-steps", "20", "--out", a,
+                       "--zero", "2", "--resume", "latest")
+        self.assert_curves_match(want, losses(a), range(1, 21))
+        wa = read_f32_safetensors(os.path.join(ref, "checkpoint-20", "model.safetensors"))
+        wb = read_f32_safetensors(os.path.join(a, "checkpoint-20", "model.safetensors"))
+        self.assertEqual(sorted(wa), sorted(wb))
+        for name in wa:
+            pairs = list(zip(wa[name], wb[name]))
+            if name.endswith("attn.c_attn.bias"):  # q | k | v: drop k's third
+                c = len(pairs) // 3
+                pairs = pairs[:c] + pairs[2 * c:]
+            self.assertLessEqual(max(abs(x - y) for x, y in pairs), 1e-6, name)
+
+
 class CkptTest(Base):
     def test_split_and_merge(self):
         args = ["--schedule", "constant", "--save-every", "10", "--keep", "0",
@@ -778,7 +827,12 @@ class RefuseTest(Base):
         # ZeRO-1 shards over ranks: one process has none to shard over
         self.refused(1, out + ["--zero", "1"], "--zero 1 shards the optimizer state over the "
                      "ranks of a distributed run, and this run is one process")
-        self.refused(2, out + ["--zero", "2"], "--zero must be 0 or 1, not 2")
+        self.refused(2, out + ["--zero", "3"], "--zero must be 0, 1 or 2, not 3")
+        self.refused(1, out + ["--zero", "2"], "--zero 2 shards the optimizer state over the "
+                     "ranks of a distributed run, and this run is one process")
+        self.refused(2, out + ["--zero", "2", "--pp", "2"],
+                     "--zero 2 with --pp 2: a pipeline stage's gradients are summed in each "
+                     "chunk's own reduce graph")
         self.refused(2, out + ["--distributed", "none", "--zero", "1"],
                      "--zero 1 has no effect with --distributed none")
         # an artifact is one device's whole step

@@ -199,6 +199,12 @@ class RefuseTest(Base):
         r = self.ty(*args, "--memory-limit", "4GiB", rc=1)
         self.assertIn("more than --memory-limit 4GiB (4 GiB); nothing was allocated", r.stderr)
         self.assertFalse(os.path.exists(out))
+        self.assertIn("evaluation graph:", r.stderr)
+        # data without validation rows: no evaluation graph (nor its arena)
+        bare = cli_util.make_ids_dataset(self.path("bare"), val_fraction="0")
+        r = self.ty(*(a if a != data else bare for a in args), "--memory-limit", "40GiB")
+        self.assertIn("train step graph:", r.stderr)
+        self.assertNotIn("evaluation graph:", r.stderr)
         r = self.ty(*args, "--resume", "latest", rc=2)
         self.assertIn("--plan-only plans a fresh run (the same graphs as a resumed one); drop "
                       "--resume latest", r.stderr)

@@ -20,11 +20,13 @@
 #    without and with --dropout 0.1 (the numbered masks): PASS when every
 #    step's loss is within 1e-5 relative (tests/apps/
 #    test_context_parallel_cli.py MatchTest's bound on cpu); then bf16-mixed
-#    without dropout, within 2e-2 (bf16's rounding of the partials).
+#    without dropout, within 2e-2 (bf16's rounding of the partials); and
+#    --cp 2 --zero 2 (each gradient's sum an NCCL all_reduce inside the
+#    gradient graph) with dropout, within 1e-5.
 # 4. With 4 or more GPUs: --cp 2 --tp 2, --cp 2 with 2 data-parallel
 #    replicas under ZeRO-1, and --cp 2 --pp 2, each with dropout against
 #    one process on the same global batch (1e-5): the cp and dp_cp groups'
-#    device communicators.
+#    device communicators; and --cp 2 x 2 replicas under ZeRO-2.
 set -uo pipefail
 build=${1:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
 out=${2:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
@@ -108,6 +110,9 @@ cp_case() { # NAME BOUND ARGS...: --cp 2 on 2 GPUs
 cp_case f32 1e-5 --dropout 0
 cp_case f32-dropout 1e-5 --dropout 0.1
 cp_case bf16-mixed 2e-2 --dropout 0 --dtype bf16-mixed
+# ZeRO-2 (each gradient summed over dp x cp by the gradient graph's own
+# NCCL all_reduce as backward completes it, the owner's accumulator alone)
+run_case cp2-zero2 1e-5 2 "--dropout 0.1" --dropout 0.1 --cp 2 --zero 2
 # ---- 4. with 4 GPUs: cp with tp, with data parallel (and ZeRO-1), with pp:
 # the device communicators of the cp and dp_cp groups beside dp, tp, pp ----
 if [ "$gpus" -ge 4 ]; then
@@ -116,6 +121,8 @@ if [ "$gpus" -ge 4 ]; then
     --dropout 0.1 --batch-size 2 --cp 2 --zero 1
   run_case cp2-pp2 1e-5 4 "--dropout 0.1 --grad-accum 2" --dropout 0.1 --grad-accum 2 \
     --cp 2 --pp 2
+  run_case cp2-dp2-zero2 1e-5 4 "--dropout 0.1 --batch-size 2 --grad-accum 2" \
+    --dropout 0.1 --batch-size 2 --cp 2 --zero 2
 else
   echo "== --cp with --tp, data parallel, --pp: skipped ($gpus GPUs, 4 needed)"
 fi

@@ -14,6 +14,7 @@
 #include "common/test_util.h"
 
 #include "graph/ir/graph.h"
+#include "graph/ir/lower.h"
 #include "graph/runtime/session.h"
 #include "graph/ir/train_step.h"
 #include "hal/device.h"
@@ -573,6 +574,130 @@ static void test_pipeline_reduce_and_clip(void **state) {
   ty_graph_destroy(red);
 }
 
+/* The ops of `op` over `group` in a graph (lowered: the ones that run). */
+static uint32_t count_group_ops(const ty_graph_t *g, const char *op, const char *group,
+                                bool lowered) {
+  uint32_t count = 0;
+  if (lowered) {
+    ty_lowered_graph_t *l;
+    TY_EXPECT_OK(ty_graph_lower(g, &l));
+    const ty_abi_graph_t *abi = ty_lowered_graph_abi(l);
+    for (uint32_t i = 0; i < abi->node_count; ++i) {
+      if (strcmp(abi->nodes[i].op, op) != 0) continue;
+      for (uint32_t a = 0; a < abi->nodes[i].attr_count; ++a) {
+        const ty_abi_attr_t *at = &abi->nodes[i].attrs[a];
+        if (!strcmp(at->name, "group") && at->s && !strcmp(at->s, group)) ++count;
+      }
+    }
+    ty_lowered_graph_destroy(l);
+    return count;
+  }
+  for (uint32_t i = 0; i < ty_graph_node_count(g); ++i) {
+    const ty_graph_node_t *n = ty_graph_node(g, i);
+    const char *on = "";
+    if (strcmp(n->op, op) != 0) continue;
+    TY_EXPECT_OK(ty_attrs_get_string(&n->attrs, "group", "", &on));
+    count += !strcmp(on, group);
+  }
+  return count;
+}
+
+/* ZeRO-2 (train_step.h grad_group, accumulate, norm_group) at world 1,
+ * where all_reduce is the identity. The gradient graph of loss =
+ * sum(a^2) + sum(b^2) sums both gradients over "dp" and keeps a's alone
+ * (this rank's share): b's all_reduce has no reader here and still runs
+ * (another rank would wait for it), and b gets no accumulator. The
+ * optimizer graph of the share {a} sums its squares over "dp" once and
+ * clips by that norm: g = 2a = (6, 8), norm 10, max_norm 1, SGD lr 0.5. */
+static void test_zero2_share(void **state) {
+  (void)state;
+  int64_t two[1] = {2}, one[1] = {1};
+  ty_graph_t *g, *opt;
+  ty_value_id_t params[2], sq[2], loss;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  TY_EXPECT_OK(ty_graph_add_state(g, "a", TY_DTYPE_F32, 1, two, &params[0]));
+  TY_EXPECT_OK(ty_graph_add_state(g, "b", TY_DTYPE_F32, 1, one, &params[1]));
+  for (int i = 0; i < 2; ++i) {
+    TY_EXPECT_OK(ty_graph_add_node1(g, "reduce_sumsq", &params[i], 1, NULL, &sq[i]));
+  }
+  TY_EXPECT_OK(ty_graph_add_node1(g, "add", sq, 2, NULL, &loss));
+  const bool mine[2] = {true, false};
+  ty_train_step_params_t p = {.loss = loss, .loss_seed = TY_VALUE_NONE, .params = params,
+                              .param_count = 2, .optimizer = TY_OPTIMIZER_SGD,
+                              .mode = TY_TRAIN_STEP_ACCUMULATE, .accumulate = mine,
+                              .grad_group = "dp"};
+  TY_EXPECT_OK(ty_graph_build_train_step(g, &p));
+  assert_int_equal(count_group_ops(g, "all_reduce", "dp", false), 2);
+  assert_int_equal(count_group_ops(g, "all_reduce", "dp", true), 2); /* b's kept unread */
+  assert_int_equal(ty_graph_update_count(g), 1);                       /* a.grad_accum only */
+
+  /* a share without the group, or outside the ACCUMULATE mode: refused */
+  ty_graph_t *bad;
+  ty_train_step_params_t q = p;
+  q.grad_group = NULL;
+  TY_EXPECT_OK(ty_graph_create(&bad));
+  TY_EXPECT_STATUS(ty_graph_build_train_step(bad, &q), TY_CODE_INVALID_ARGUMENT, "grad_group");
+  ty_graph_destroy(bad);
+  q = p;
+  q.mode = TY_TRAIN_STEP_FUSED;
+  TY_EXPECT_OK(ty_graph_create(&bad));
+  TY_EXPECT_STATUS(ty_graph_build_train_step(bad, &q), TY_CODE_INVALID_ARGUMENT, "ZeRO-2");
+  ty_graph_destroy(bad);
+
+  ty_tensor_desc_t share = {.name = "a", .dtype = TY_DTYPE_F32, .rank = 1, .dims = {2}};
+  ty_train_step_params_t step = {.optimizer = TY_OPTIMIZER_SGD, .norm_group = "dp"};
+  TY_EXPECT_OK(ty_graph_create(&opt));
+  TY_EXPECT_OK(ty_graph_build_optimizer_step_ex(opt, &share, NULL, 1, &step));
+  assert_int_equal(count_group_ops(opt, "all_reduce", "dp", true), 1);
+  const bool update[1] = {true};
+  ty_train_step_params_t masked = step;
+  masked.update = update;
+  TY_EXPECT_OK(ty_graph_create(&bad));
+  TY_EXPECT_STATUS(ty_graph_build_optimizer_step_ex(bad, &share, NULL, 1, &masked),
+                   TY_CODE_INVALID_ARGUMENT, "norm_group");
+  ty_graph_destroy(bad);
+
+  ty_registry_t *reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
+  ty_device_t *dev;
+  TY_EXPECT_OK(ty_device_open(reg, "cpu", &dev));
+  ty_session_t *s_train, *s_opt;
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s_train));
+  ty_session_options_t so = {.share_state_with = s_train};
+  TY_EXPECT_OK(ty_session_create(dev, opt, &so, &s_opt));
+  const float wa[2] = {3.0f, 4.0f}, wb[1] = {5.0f}, zero[2] = {0.0f, 0.0f};
+  TY_EXPECT_OK(ty_session_bind(s_train, "a", TY_DTYPE_F32, 1, two, wa, sizeof(wa)));
+  TY_EXPECT_OK(ty_session_bind(s_train, "b", TY_DTYPE_F32, 1, one, wb, sizeof(wb)));
+  TY_EXPECT_OK(ty_session_bind(s_train, "a.grad_accum", TY_DTYPE_F32, 1, two, zero, sizeof(zero)));
+  ty_tensor_desc_t none;
+  TY_EXPECT_STATUS(ty_session_value_desc(s_train, "b.grad_accum", &none), TY_CODE_NOT_FOUND,
+                   NULL);
+  TY_EXPECT_OK(ty_session_run(s_train));
+  float acc[2];
+  TY_EXPECT_OK(ty_session_read(s_train, "a.grad_accum", acc, sizeof(acc)));
+  assert_float_equal(acc[0], 6.0f, 1e-6f);
+  assert_float_equal(acc[1], 8.0f, 1e-6f);
+  bind_scalar_f32(s_opt, "lr", 0.5);
+  bind_scalar_f32(s_opt, "weight_decay", 0.0);
+  bind_scalar_f32(s_opt, "momentum", 0.0);
+  bind_scalar_f32(s_opt, "max_norm", 1.0);
+  TY_EXPECT_OK(ty_session_run(s_opt));
+  float norm = 0, a[2];
+  TY_EXPECT_OK(ty_session_read(s_opt, "grad_norm", &norm, sizeof(norm)));
+  TY_EXPECT_OK(ty_session_read(s_opt, "a", a, sizeof(a)));
+  TY_EXPECT_OK(ty_session_read(s_opt, "a.grad_accum", acc, sizeof(acc)));
+  const float k = 1.0f / (10.0f + 1e-6f);
+  assert_float_equal(norm, 10.0f, 1e-5f);
+  assert_float_equal(a[0], 3.0f - 0.5f * 6.0f * k, 1e-5f);
+  assert_float_equal(a[1], 4.0f - 0.5f * 8.0f * k, 1e-5f);
+  assert_float_equal(acc[0], 0.0f, 0.0f); /* reset for the next step */
+  ty_session_destroy(s_opt);
+  ty_session_destroy(s_train);
+  ty_device_close(dev);
+  ty_registry_destroy(reg);
+  ty_graph_destroy(opt);
+  ty_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_f64_reference),
@@ -581,6 +706,7 @@ int main(void) {
       cmocka_unit_test(test_block_f32_cpu),
       cmocka_unit_test(test_block_f32_cpu_tp_norm),
       cmocka_unit_test(test_pipeline_reduce_and_clip),
+      cmocka_unit_test(test_zero2_share),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

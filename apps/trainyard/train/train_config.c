@@ -147,8 +147,10 @@ static const ty_opt_t ty_opts[] = {
              "rank 0); not with --pp, --deterministic, --check-numerics or --artifact yet"),
     TY_I(zero, "1: ZeRO-1, each data-parallel replica keeps and updates the optimizer state "
                "of its share of the parameters (with --tp each tp rank its parts; with --pp "
-               "each chunk's parameters shared over the replicas); 0: every rank keeps all "
-               "of it"),
+               "each chunk's parameters shared over the replicas); 2: ZeRO-2, the gradient "
+               "accumulators sharded too (each gradient summed over the shares as backward "
+               "completes it, kept by its owner alone; not with --pp); 0: every rank keeps "
+               "all of it"),
     TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks, or N groups of "
              "--tp ranks (world = data parallel x N x tp under mpirun; micro-batches = "
              "--grad-accum)"),
@@ -390,8 +392,8 @@ static ty_status_t ty_train_config_check_effects(const ty_train_config_t *c) {
     TY_NO_EFFECT("--momentum has no effect with --optimizer %s (it is SGD's)", c->optimizer);
   }
   if (!strcmp(c->distributed, "none") && (TY_GIVEN("dist_timeout") || c->zero)) {
-    TY_NO_EFFECT("--%s has no effect with --distributed none (one process)",
-                 c->zero ? "zero 1" : "dist-timeout");
+    TY_NO_EFFECT("--%s%s has no effect with --distributed none (one process)",
+                 c->zero ? "zero " : "dist-timeout", c->zero == 2 ? "2" : c->zero ? "1" : "");
   }
   if (c->pp == 1 && (TY_GIVEN("pp_schedule") || TY_GIVEN("pp_virtual"))) {
     TY_NO_EFFECT("--pp-%s has no effect without --pp N > 1 (pipeline parallel)",
@@ -571,8 +573,13 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
       strcmp(c->distributed, "env") && strcmp(c->distributed, "none")) {
     TY_BAD("--distributed must be auto, mpi, env or none, not '%s'", c->distributed);
   }
-  if (c->zero != 0 && c->zero != 1) {
-    TY_BAD("--zero must be 0 or 1, not %lld", (long long)c->zero);
+  if (c->zero < 0 || c->zero > 2) {
+    TY_BAD("--zero must be 0, 1 or 2, not %lld", (long long)c->zero);
+  }
+  if (c->zero == 2 && c->pp > 1) {
+    TY_BAD("--zero 2 with --pp %lld: a pipeline stage's gradients are summed in each chunk's "
+           "own reduce graph, which keeps every accumulator; use --zero 1 with --pp",
+           (long long)c->pp);
   }
   if (c->tp < 1 || c->tp > 4096) TY_BAD("--tp must be 1 or more, not %lld", (long long)c->tp);
   /* What tensor parallel does not do (yet): each named, none ignored. */

@@ -71,7 +71,8 @@ typedef struct ty_train_config_t {
   /* many devices (README, "Many devices") */
   char distributed[16];            /* auto, mpi, env or none */
   double dist_timeout;             /* seconds a collective may wait for a rank */
-  int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1) */
+  int64_t zero;                    /* 1: optimizer state sharded over the ranks (ZeRO-1);
+                                      2: the gradient accumulators too (ZeRO-2) */
   int64_t pp;                      /* pipeline stages (world = data parallel x pp) */
   char pp_schedule[16];            /* 1f1b or interleaved */
   int64_t pp_virtual;              /* interleaved: chunks per rank (0: 2) */

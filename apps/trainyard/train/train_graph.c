@@ -153,8 +153,17 @@ ty_status_t ty_train_graph_build(const ty_train_recipe_t *c, const ty_model_conf
    * this rank updates the parameters it owns (and has optimizer state for
    * those only), and the trainer broadcasts each from its owner after the
    * run. */
+  /* ZeRO-2 in the split step: each gradient summed over the zero group by
+   * an all_reduce op as backward completes it, and added into an
+   * accumulator by its owner alone (the same shares as the trainer's
+   * ty_trainer_dist_owners). */
+  const bool fused_zero = c->zero && c->world > 1 && c->world_in_graph;
+  const bool zero_grads = !s && c->zero == 2 && tp.mode == TY_TRAIN_STEP_ACCUMULATE;
+  if (zero_grads && (c->zero_shares < 2 || !c->zero_group[0])) {
+    s = ty_status_make(TY_CODE_INTERNAL, "ZeRO-2: the step was built without its shares");
+  }
   bool *updates = NULL;
-  if (!s && c->zero && c->world > 1 && c->world_in_graph) {
+  if (!s && (fused_zero || zero_grads)) {
     int64_t *elements = calloc(n ? n : 1, sizeof(int64_t));
     int *owner = calloc(n ? n : 1, sizeof(int));
     updates = calloc(n ? n : 1, sizeof(bool));
@@ -162,9 +171,15 @@ ty_status_t ty_train_graph_build(const ty_train_recipe_t *c, const ty_model_conf
       s = ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
     } else {
       for (uint32_t i = 0; i < n; ++i) elements[i] = ty_tensor_desc_element_count(&descs[i]);
-      s = ty_train_plan_zero_owners(elements, n, (int)c->world, NULL, (int)c->rank, owner,
+      s = ty_train_plan_zero_owners(elements, n, (int)(fused_zero ? c->world : c->zero_shares),
+                                    NULL, (int)(fused_zero ? c->rank : c->zero_index), owner,
                                     updates);
-      tp.update = updates;
+      if (fused_zero) {
+        tp.update = updates;
+      } else {
+        tp.accumulate = updates;
+        tp.grad_group = c->zero_group;
+      }
     }
     free(elements);
     free(owner);

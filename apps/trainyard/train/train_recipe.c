@@ -32,7 +32,7 @@ ty_status_t ty_train_config_recipe(const ty_train_config_t *c, ty_train_recipe_t
   r->world = c->world;
   r->rank = c->rank;
   r->world_in_graph = c->world_in_graph;
-  r->zero = c->zero != 0;
+  r->zero = (int)c->zero;
   r->tp = c->tp;
   r->tp_rank = c->tp_rank;
   r->cp = c->cp;

@@ -33,7 +33,12 @@ typedef struct ty_train_recipe_t {
   /* the rank layout */
   int64_t world, rank;    /* the run's processes and this one */
   bool world_in_graph;    /* a whole-step device: all_reduce ops in the step */
-  bool zero;              /* ZeRO-1: each replica updates its share */
+  int zero;               /* 1: ZeRO-1, each replica updates its share;
+                             2: ZeRO-2, and keeps its share's accumulators */
+  /* ZeRO-2's shares (the trainer's layout; 0 where the caller has none):
+   * their count, this rank's, and the group whose ranks they are */
+  int64_t zero_shares, zero_index;
+  char zero_group[8];
   int64_t tp, tp_rank;    /* tensor parallel: this rank's part of the model */
   int64_t cp, cp_rank;    /* context parallel: this rank's chunks of each sequence */
 } ty_train_recipe_t;

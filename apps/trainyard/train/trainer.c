@@ -399,6 +399,11 @@ ty_status_t ty_trainer_build(ty_trainer_t *t) {
   const ty_train_config_t *c = &t->cfg;
   ty_train_recipe_t recipe;
   TY_RETURN_IF_ERROR(ty_train_config_recipe(c, &recipe));
+  if (ty_trainer_zero2(t)) { /* ZeRO-2: the gradient graph sums each gradient over the shares */
+    recipe.zero_shares = ty_trainer_zero_shares(t);
+    recipe.zero_index = ty_trainer_zero_index(t);
+    snprintf(recipe.zero_group, sizeof(recipe.zero_group), "%s", ty_trainer_zero2_group(t));
+  }
   TY_RETURN_IF_ERROR(ty_train_graph_build(&recipe, &t->model_config, ty_trainer_graph_batch(t),
                                           t->shape.Tl, t->shape.dtype, TY_TRAIN_GRAPH_STEP,
                                           &t->graphs.g_train, &t->graphs.m_train));
@@ -417,20 +422,29 @@ ty_status_t ty_trainer_build(ty_trainer_t *t) {
     if (!s && c->zero) s = ty_trainer_dist_owners(t);
     step.update = t->par.updates;
     step.tp_split = t->par.tp_split; /* the whole model's norm (tensor parallel) */
+    uint32_t n = t->graphs.m_train.param_count;
     if (!s)
       s = ty_train_graph_param_descs(&recipe, t->graphs.g_train, &t->graphs.m_train, &descs,
                                      &decay);
-    if (!s) s = ty_graph_create(&t->graphs.g_opt);
-    if (!s) {
-      s = ty_graph_build_optimizer_step_ex(t->graphs.g_opt, descs, decay,
-                                           t->graphs.m_train.param_count, &step);
+    bool *split = NULL;
+    if (!s && recipe.zero_shares) {
+      /* ZeRO-2: the graph of the share alone (the others' accumulators are
+       * not on this rank), its norm summed over the shares in the graph */
+      s = ty_trainer_zero2_share(t, descs, decay, &n, &split);
+      step.update = NULL;
+      step.tp_split = split;
+      step.norm_group = recipe.zero_group;
     }
+    if (!s) s = ty_graph_create(&t->graphs.g_opt);
+    if (!s) s = ty_graph_build_optimizer_step_ex(t->graphs.g_opt, descs, decay, n, &step);
+    free(split);
     free(descs);
     free(decay);
   }
   /* ZeRO-1 in the fused step: the shares its graph was built with */
   if (!s && c->zero && c->world_in_graph && t->par.world > 1) s = ty_trainer_dist_owners(t);
-  if (!s && t->feed.val_data) {
+  /* no evaluation graph (nor its arena) where there is nothing to evaluate */
+  if (!s && t->feed.val_data && ty_dataset_row_count(t->feed.val_data) > 0) {
     s = ty_train_graph_build(&recipe, &t->model_config, t->shape.B, t->shape.T, t->shape.dtype,
                              TY_TRAIN_GRAPH_EVAL, &t->graphs.g_eval, &t->graphs.m_eval);
   }

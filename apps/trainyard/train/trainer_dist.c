@@ -57,19 +57,21 @@ ty_status_t ty_trainer_dist_open(ty_trainer_t *t) {
   TY_RETURN_IF_ERROR(ty_trainer_tp_open(t)); /* the layout: dp = world without --tp */
   if (t->cfg.zero && t->par.world == 1) {
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          "--zero 1 shards the optimizer state over the ranks of a distributed "
-                          "run, and this run is one process: start it with mpirun -np N (or "
-                          "drop --zero)");
+                          "--zero %lld shards the optimizer state over the ranks of a "
+                          "distributed run, and this run is one process: start it with mpirun "
+                          "-np N (or drop --zero)",
+                          (long long)t->cfg.zero);
   }
   if (t->cfg.zero && ty_trainer_zero_shares(t) == 1 && t->cfg.pp <= 1) {
     /* Under --tp the shares are the replicas' (ty_trainer_dist_owners),
      * under --cp every cp rank's too; --pp checks its own layout
      * (ty_trainer_pp_layout). */
     return ty_status_make(TY_CODE_FAILED_PRECONDITION,
-                          "--zero 1 shards the optimizer state over the data-parallel "
+                          "--zero %lld shards the optimizer state over the data-parallel "
                           "replicas, and --tp %d on %d ranks makes one replica (dp 1): start it "
                           "with mpirun -np %d (2 replicas of tp %d) or more, or drop --zero",
-                          t->par.tp, t->par.world, 2 * t->par.world, t->par.tp);
+                          (long long)t->cfg.zero, t->par.tp, t->par.world, 2 * t->par.world,
+                          t->par.tp);
   }
   if (t->par.world > 1 && t->cfg.fused_optimizer) {
     return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -184,10 +186,10 @@ ty_status_t ty_trainer_dist_device_open(ty_trainer_t *t) {
   if (ty_device_info(t->device)->whole_graphs_only && major == TY_ABI_MAJOR && minor >= 5) {
     if (t->cfg.zero) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
-                            "--zero 1: --backend %s runs the whole step in one call, all_reduce "
-                            "ops included, so its optimizer state cannot be sharded over the "
-                            "ranks (drop --zero)",
-                            t->cfg.backend);
+                            "--zero %lld: --backend %s runs the whole step in one call, "
+                            "all_reduce ops included, so its optimizer state cannot be sharded "
+                            "over the ranks (drop --zero)",
+                            (long long)t->cfg.zero, t->cfg.backend);
     }
     if (t->par.cp > 1) {
       return ty_status_make(TY_CODE_INVALID_ARGUMENT,
@@ -321,9 +323,12 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
   if (!ty_backend_has_collectives(backend)) {
     if (t->par.rank == 0) {
       fprintf(stderr, "data parallel: %d ranks (%s; --dist-timeout %g s); gradients all-reduced "
-                      "through host memory over %s (%s has no collectives of its own)\n",
+                      "through host memory over %s (%s has no collectives of its own)%s\n",
               t->par.world, ty_dist_library(t->par.dist), ty_dist_timeout(t->par.dist),
-              ty_dist_transport(t->par.dist), ty_backend_name(backend));
+              ty_dist_transport(t->par.dist), ty_backend_name(backend),
+              ty_trainer_zero2(t) ? ", each by an all_reduce op of the gradient graph as "
+                                    "backward completes it (ZeRO-2: kept by its owner alone)"
+                                  : "");
     }
     return TY_OK;
   }
@@ -334,7 +339,10 @@ ty_status_t ty_trainer_dist_comm_open(ty_trainer_t *t) {
             t->par.world, ty_dist_library(t->par.dist), ty_dist_timeout(t->par.dist),
             ty_backend_name(backend),
             t->cfg.world_in_graph ? ", as all_reduce ops inside the fused step (ABI 1.5)"
-                                  : " between the gradient and optimizer graphs (ABI 1.4)");
+            : ty_trainer_zero2(t)
+                ? ", each by an all_reduce op of the gradient graph as backward completes it "
+                  "(ZeRO-2: kept by its owner alone)"
+                : " between the gradient and optimizer graphs (ABI 1.4)");
   }
   return TY_OK;
 }
@@ -388,8 +396,9 @@ static ty_status_t ty_trainer_grad_layout(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_dist_reduce_grads(ty_trainer_t *t) {
-  /* one replica (tensor parallel alone: no sum) */
-  if (t->par.dp == 1 && t->par.cp <= 1) return TY_OK;
+  /* one replica (tensor parallel alone: no sum); ZeRO-2: summed in the
+   * gradient graph already */
+  if ((t->par.dp == 1 && t->par.cp <= 1) || ty_trainer_zero2(t)) return TY_OK;
   /* on the device: over "dp_cp" under --cp, else the "dp" (or world) group */
   if (t->par.grad_comm) return ty_trainer_device_reduce(t, t->par.grad_comm);
   if (t->par.comm && t->par.cp <= 1) return ty_trainer_device_reduce(t, t->par.comm);
@@ -456,6 +465,45 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
   }
   free(elements);
   return s;
+}
+
+bool ty_trainer_zero2(const ty_trainer_t *t) {
+  return t->cfg.zero == 2 && !t->cfg.world_in_graph && t->par.world > 1;
+}
+
+const char *ty_trainer_zero2_group(const ty_trainer_t *t) {
+  return t->par.cp > 1 ? "dp_cp" : t->par.tp > 1 ? "dp" : "world";
+}
+
+ty_status_t ty_trainer_zero2_share(const ty_trainer_t *t, ty_tensor_desc_t *descs, bool *decay,
+                                   uint32_t *n, bool **out_split) {
+  *out_split = NULL;
+  if (!t->par.updates) return ty_status_make(TY_CODE_INTERNAL, "ZeRO-2 before its owners");
+  const uint32_t all = *n;
+  if (t->par.tp_split) {
+    *out_split = calloc(all ? all : 1, sizeof(bool));
+    if (!*out_split) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < all; ++i) {
+    if (!t->par.updates[i]) continue;
+    descs[k] = descs[i];
+    decay[k] = decay[i];
+    if (*out_split) (*out_split)[k] = t->par.tp_split[i];
+    ++k;
+  }
+  if (k == 0) {
+    /* ty_train_plan_zero_owners gives every share a parameter while there
+     * are as many parameters as shares */
+    free(*out_split);
+    *out_split = NULL;
+    return ty_status_make(TY_CODE_FAILED_PRECONDITION,
+                          "--zero 2: %d shares of a model with %u parameters leave share %d "
+                          "none; use fewer ranks or --zero 1",
+                          ty_trainer_zero_shares(t), all, ty_trainer_zero_index(t));
+  }
+  *n = k;
+  return TY_OK;
 }
 
 /* The device path of the parameter all-gather: each parameter broadcast
@@ -591,31 +639,37 @@ void ty_trainer_dist_plan(const ty_trainer_t *t, FILE *out) {
   /* --deterministic: the host tree, whatever the backend (trainer_det.c) */
   bool device = ty_backend_has_collectives(ty_device_backend(t->device)) && t->par.tp == 1 &&
                 !t->cfg.deterministic;
+  /* ZeRO-2 in the split step: the sums are the gradient graph's own ops */
+  const bool zero2 = t->par.owner && ty_trainer_zero2(t);
+  char zero[48] = "";
+  if (t->par.owner) {
+    snprintf(zero, sizeof(zero), ", ZeRO-%d%s", zero2 ? 2 : 1,
+             t->par.cp > 1 ? " over dp x cp" : t->par.tp > 1 ? " over dp" : "");
+  }
+  const char *share = !t->par.owner ? "" : t->par.cp > 1 || t->par.tp <= 1 ? " (rank 0's share)"
+                                                                           : " (replica 0's share)";
+  const char *staged = zero2 ? "none (summed in the gradient graph)"
+                       : t->par.tp > 1 && t->par.dp <= 1 && t->par.cp <= 1 ? "none (one replica)"
+                       : (t->par.tp > 1 ? t->par.comm != NULL : device) ? "none (on the device)"
+                                                                         : h;
   char cp_times[24] = "";
   if (t->par.cp > 1) snprintf(cp_times, sizeof(cp_times), " x cp %d", t->par.cp);
   if (t->par.tp > 1) { /* the plan is of this rank's part of the model */
     fprintf(out,
             "per rank (%d ranks, dp %d x tp %d%s%s; rank 0's part of the split tensors, all of "
-            "the replicated ones): parameters %s, gradients %s, optimizer state %s%s; host "
+            "the replicated ones): parameters %s, gradients %s%s, optimizer state %s%s; host "
             "staging of the gradient all-reduce %s\n",
-            t->par.world, t->par.dp, t->par.tp, cp_times,
-            !t->par.owner ? "" : t->par.cp > 1 ? ", ZeRO-1 over dp x cp" : ", ZeRO-1 over dp",
-            p, g, o, !t->par.owner ? "" : t->par.cp > 1 ? " (share 0)" : " (replica 0's share)",
-            t->par.dp <= 1 && t->par.cp <= 1 ? "none (one replica)"
-            : t->par.comm                    ? "none (on the device)"
-                                             : h);
+            t->par.world, t->par.dp, t->par.tp, cp_times, zero, p, g, zero2 ? share : "", o,
+            share, staged);
     return;
   }
   char cp_text[48] = "";
   if (t->par.cp > 1) snprintf(cp_text, sizeof(cp_text), " (dp %d x cp %d)", t->par.dp, t->par.cp);
   fprintf(out,
-          "per rank (%d ranks, data parallel%s%s): parameters %s, gradients %s, optimizer state "
-          "%s%s; host staging of the gradient all-reduce %s\n",
-          t->par.world, cp_text,
-          !t->par.owner       ? "; every rank holds all of these"
-          : t->par.cp > 1     ? ", ZeRO-1 over dp x cp"
-                              : ", ZeRO-1",
-          p, g, o, t->par.owner ? " (rank 0's share)" : "", device ? "none (on the device)" : h);
+          "per rank (%d ranks, data parallel%s%s): parameters %s, gradients %s%s, optimizer "
+          "state %s%s; host staging of the gradient all-reduce %s\n",
+          t->par.world, cp_text, t->par.owner ? zero : "; every rank holds all of these", p, g,
+          zero2 ? share : "", o, share, staged);
 }
 
 ty_status_t ty_trainer_save_all(ty_trainer_t *t, const char *what) {

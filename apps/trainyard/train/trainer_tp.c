@@ -71,10 +71,12 @@ ty_status_t ty_trainer_tp_sessions(ty_trainer_t *t) {
 }
 
 ty_status_t ty_trainer_tp_comm(ty_trainer_t *t) {
-  if (t->par.tp == 1 && t->par.cp <= 1) return TY_OK;
+  if (t->par.tp == 1 && t->par.cp <= 1 && !ty_trainer_zero2(t)) return TY_OK;
   /* The step's tp ops reduce over the tp group, its gradient sum over dp
-   * goes through the host between the graphs: every session of the run
-   * reaches the groups through the world's host communicator. */
+   * goes through the host between the graphs (under ZeRO-2 the gradient
+   * graph's and the optimizer graph's own ops sum over the zero group):
+   * every session of the run reaches the groups through the world's host
+   * communicator. */
   ty_dist_host_comm(t->par.dist, &t->par.host_comm);
   ty_session_t *sessions[3] = {t->graphs.s_train, t->graphs.s_opt, t->graphs.s_eval};
   for (int k = 0; k < 3; ++k) {
@@ -125,14 +127,16 @@ ty_status_t ty_trainer_tp_print_layout(ty_trainer_t *t) {
       if (!t->par.owner) {
         fprintf(stderr, "\n");
       } else if (t->par.cp > 1) {
-        fprintf(stderr, "; ZeRO-1 over dp x cp: each cp rank of each replica keeps the optimizer "
-                        "state of its share of the parameters (%d shares%s) and broadcasts "
+        fprintf(stderr, "; ZeRO-%d over dp x cp: each cp rank of each replica keeps the optimizer "
+                        "state%s of its share of the parameters (%d shares%s) and broadcasts "
                         "their update over dp x cp\n",
+                ty_trainer_zero2(t) ? 2 : 1, ty_trainer_zero2(t) ? " and gradient sums" : "",
                 ty_trainer_zero_shares(t), t->par.tp > 1 ? ", each tp rank its parts" : "");
       } else {
-        fprintf(stderr, "; ZeRO-1 over dp: each replica keeps the optimizer state of its share "
-                        "of the parameters (each tp rank its parts) and broadcasts their update "
-                        "over dp\n");
+        fprintf(stderr, "; ZeRO-%d over dp: each replica keeps the optimizer state%s of its "
+                        "share of the parameters (each tp rank its parts) and broadcasts their "
+                        "update over dp\n",
+                ty_trainer_zero2(t) ? 2 : 1, ty_trainer_zero2(t) ? " and gradient sums" : "");
       }
     }
     ty_dist_layout_t l;
