@@ -467,9 +467,15 @@ ty_status_t ty_trainer_build(ty_trainer_t *t) {
   if (s && t->par.world > 1 && !c->world_in_graph) {
     /* The device may refuse the split step (the dataflow device runs whole
      * steps only): say why the step was split. */
-    s = ty_status_annotate(s, "data parallel on %d ranks runs the step as a gradient graph and "
-                              "an optimizer graph with the gradient all-reduce between them",
-                           t->par.world);
+    s = ty_trainer_zero2(t)
+            ? ty_status_annotate(s, "--zero 2 on %d ranks sums each gradient inside the gradient "
+                                    "graph with all_reduce ops (--zero 1 sums them between the "
+                                    "graphs)",
+                                 t->par.world)
+            : ty_status_annotate(s, "data parallel on %d ranks runs the step as a gradient graph "
+                                    "and an optimizer graph with the gradient all-reduce between "
+                                    "them",
+                                 t->par.world);
   }
   ty_session_options_t share = so;
   share.share_state_with = t->graphs.s_train;
