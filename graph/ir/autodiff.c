@@ -69,11 +69,12 @@ static uint32_t ty_autodiff_segment(ty_recompute_t mode, uint32_t region) {
   return TY_REGION_LAYER(region);
 }
 
-/* A value that only chunk-tagged slices read, and that they tile along
- * one axis (the chunked MLP's input, llm.c): its gradient is the concat of
- * the slices' gradients, emitted once the sweep is past its first reader,
- * instead of a zero-padded full-size slice_backward per piece summed with
- * adds (K full-size writes and three full-size buffers live per add). */
+/* A value that only slices read, and that they tile along one axis (the
+ * chunked MLP's input, GPT-2's c_attn weight and bias cut into q, k and v,
+ * llm.c): its gradient is the concat of the slices' gradients, emitted once
+ * the sweep is past its first reader, instead of a zero-padded full-size
+ * slice_backward per piece summed with adds (K full-size writes and three
+ * full-size buffers live per add). */
 typedef struct {
   ty_value_id_t value;
   uint32_t axis, pieces;
@@ -302,12 +303,9 @@ static bool ty_sweep_slice_axis(const ty_graph_node_t *node, const ty_tensor_des
 }
 
 /* Finds the tiled values (ty_sweep_tile_t): those whose every reader is a
- * chunk-tagged slice, all along one axis, covering it exactly once. */
+ * slice, all along one axis, covering it exactly once. */
 static ty_status_t ty_sweep_find_tiles(ty_sweep_t *w) {
   ty_graph_t *g = w->g;
-  bool any = false;
-  for (uint32_t n = 0; n < w->nn && !any; ++n) any = ty_graph_node(g, n)->chunk != 0;
-  if (!any) return TY_OK;
   uint32_t *readers = calloc(w->nv, sizeof(uint32_t)), *sliced = calloc(w->nv, sizeof(uint32_t));
   w->tile_slot = malloc(w->nn * sizeof(uint32_t));
   w->tile_of_node = malloc(w->nn * sizeof(uint32_t));
@@ -321,7 +319,7 @@ static ty_status_t ty_sweep_find_tiles(ty_sweep_t *w) {
     for (uint32_t i = 0; i < node->input_count; ++i) {
       if (node->inputs[i] == TY_VALUE_NONE) continue;
       readers[node->inputs[i]]++;
-      if (node->chunk && strcmp(node->op, "slice") == 0) sliced[node->inputs[i]]++;
+      if (strcmp(node->op, "slice") == 0) sliced[node->inputs[i]]++;
     }
   }
   uint32_t count = 0;
@@ -349,7 +347,8 @@ static ty_status_t ty_sweep_find_tiles(ty_sweep_t *w) {
     bool ok = !s;
     for (uint32_t n = 0; n < w->nn && ok; ++n) {
       const ty_graph_node_t *node = ty_graph_node(g, n);
-      if (!node->chunk || node->input_count != 1 || node->inputs[0] != v) continue;
+      if (strcmp(node->op, "slice") != 0 || node->input_count != 1 || node->inputs[0] != v)
+        continue;
       uint32_t axis = 0;
       int64_t st = 0;
       ok = ty_sweep_slice_axis(node, d, &axis, &st);

@@ -3,8 +3,8 @@
  * and 1 tokens, each piece's slice, matmul and gelu tagged with its chunk,
  * joined by an untagged concat, all inside one block region.
  *  - The gradient of x is one concat of the pieces' gradients: no
- *    slice_backward and no add is emitted for it; untagged slices keep
- *    slice_backward.
+ *    slice_backward and no add is emitted for it; untagged slices that
+ *    tile x likewise (GPT-2's c_attn weight cut into q, k and v).
  *  - Pieces that do not tile x (a token left out) keep slice_backward.
  *  - Under TY_RECOMPUTE_LAYER each piece is copied just before its own
  *    backward (gelu copy, gelu_backward, alternating, last piece first),
@@ -93,10 +93,11 @@ static void test_tiled_gradient_is_one_concat(void **state) {
   assert_int_equal(ty_graph_value(b.g, c->inputs[0])->desc.dims[1], 2);
   assert_int_equal(ty_graph_value(b.g, c->inputs[2])->desc.dims[1], 1);
   ty_graph_destroy(b.g);
-  /* the same pieces untagged: the old rule */
+  /* the same pieces untagged: one concat too */
   build(kStarts, kSizes, 3, false, TY_RECOMPUTE_NONE, &b);
-  assert_int_equal(count_ops(&b, "slice_backward"), 3);
-  assert_string_equal(producer_op(&b, b.grads[0]), "add");
+  assert_int_equal(count_ops(&b, "slice_backward"), 0);
+  assert_int_equal(count_ops(&b, "add"), 2); /* w's three pieces of gradient, summed */
+  assert_string_equal(producer_op(&b, b.grads[0]), "concat");
   ty_graph_destroy(b.g);
 }
 
