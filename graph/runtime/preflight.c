@@ -238,10 +238,11 @@ ty_status_t ty_preflight_add(ty_preflight_t *p, const ty_graph_t *graph, const c
 static const char *ty_plan_levers(ty_plan_item_t item) {
   switch (item) {
     case TY_PLAN_PARAMETERS: return "--dtype bf16";
-    case TY_PLAN_GRADIENTS: return "--fused-optimizer; --dtype bf16";
+    case TY_PLAN_GRADIENTS:
+      return "--fused-optimizer; --dtype bf16; under mpirun --zero 2, a share per rank";
     case TY_PLAN_OPTIMIZER:
       return "--optimizer adafactor (factored moments); --offload optimizer (devices with "
-             "their own memory)";
+             "their own memory); under mpirun --zero 1, a share per rank";
     case TY_PLAN_ACTIVATIONS:
       return "--recompute layer or attention; --loss-chunk N; a smaller --batch-size or "
              "--seq-len";
