@@ -39,6 +39,17 @@ static void test_registry_entries_are_well_formed(void **state) {
   assert_null(ty_op_at(ty_op_count()));
   assert_null(ty_op_lookup("no_such_op"));
   assert_null(ty_op_lookup(NULL));
+  /* The ops that meet the other ranks (lowering keeps them unread), and
+   * those alone: tp_copy's forward is the identity. */
+  static const char *const collectives[] = {"all_reduce", "tp_reduce", "all_gather",
+                                            "reduce_scatter"};
+  uint32_t communicating = 0;
+  for (uint32_t i = 0; i < ty_op_count(); ++i) communicating += ty_op_at(i)->communicates;
+  assert_int_equal(communicating, 4);
+  for (size_t k = 0; k < sizeof(collectives) / sizeof(collectives[0]); ++k) {
+    assert_true(ty_op_lookup(collectives[k])->communicates);
+  }
+  assert_false(ty_op_lookup("tp_copy")->communicates);
 }
 
 /* docs/ops.md: the *_backward ops, optimizer updates, clipping and
