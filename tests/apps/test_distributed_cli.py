@@ -830,9 +830,6 @@ class RefuseTest(Base):
         self.refused(2, out + ["--zero", "3"], "--zero must be 0, 1 or 2, not 3")
         self.refused(1, out + ["--zero", "2"], "--zero 2 shards the optimizer state over the "
                      "ranks of a distributed run, and this run is one process")
-        self.refused(2, out + ["--zero", "2", "--pp", "2"],
-                     "--zero 2 with --pp 2: a pipeline stage's gradients are summed in each "
-                     "chunk's own reduce graph")
         self.refused(2, out + ["--distributed", "none", "--zero", "1"],
                      "--zero 1 has no effect with --distributed none")
         # an artifact is one device's whole step

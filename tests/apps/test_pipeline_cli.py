@@ -234,7 +234,10 @@ class FromSeedTest(Base):
 class ZeroPipelineTest(Base):
     """--pp 2 --zero 1 on 4 ranks (2 replicas of 2 stages): each chunk's
     parameters shared over the replicas, each replica's optimizer updating
-    its share, the owners broadcasting after each step."""
+    its share, the owners broadcasting after each step; --zero 2 likewise,
+    each gradient summed over the replicas in the stage's backward graph and
+    kept by its owner alone (a tied embedding's two copies summed by their
+    one owner's reduce graphs)."""
     batch = ["--batch-size", "2"]
 
     def test_llama(self):
@@ -243,6 +246,13 @@ class ZeroPipelineTest(Base):
         err = self.check_replicas(4, one, four, 20, self.batch + ["--max-steps", "20"],
                                   "--pp", "2", "--zero", "1")
         self.assertIn("ZeRO-1 over the 2 dp replicas: each chunk's parameters shared", err)
+        err = self.check_replicas(4, one, self.path("four2"), 20,
+                                  self.batch + ["--max-steps", "20"], "--pp", "2", "--zero", "2")
+        self.assertIn("ZeRO-2 over the 2 dp replicas: each chunk's parameters shared among "
+                      "them by size", err)
+        self.assertIn("keeping state and gradient sums for its share", err)
+        self.assertIn("by all_reduce ops in each chunk's backward graph as each gradient "
+                      "completes (ZeRO-2", err)
 
     def test_gpt2_tied_interleaved(self):
         # the tied wte: one owner for its copies on chunk 0 (stage 0) and
@@ -251,11 +261,12 @@ class ZeroPipelineTest(Base):
         one, four = self.path("one"), self.path("four")
         steps = self.batch + ["--max-steps", "20"]
         self.train("gpt2", *steps, "--grad-accum", "4", "--out", one)
-        self.train_mpi(4, "gpt2", *steps, "--grad-accum", "2", "--out", four, "--pp", "2",
-                       "--zero", "1", "--pp-schedule", "interleaved")
-        self.assert_curves(one, four, range(1, 21))
-        self.assert_model_close(one, four, 20)
-        self.assert_files(one, four, 20, files=("optimizer.safetensors",))
+        for zero, out in (("1", four), ("2", self.path("four2"))):
+            self.train_mpi(4, "gpt2", *steps, "--grad-accum", "2", "--out", out, "--pp", "2",
+                           "--zero", zero, "--pp-schedule", "interleaved")
+            self.assert_curves(one, out, range(1, 21))
+            self.assert_model_close(one, out, 20)
+            self.assert_files(one, out, 20, files=("optimizer.safetensors",))
 
     def test_device_broadcasts(self):
         # the device path on commfake (MPI on its buffers, as cuda has

@@ -576,11 +576,6 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   if (c->zero < 0 || c->zero > 2) {
     TY_BAD("--zero must be 0, 1 or 2, not %lld", (long long)c->zero);
   }
-  if (c->zero == 2 && c->pp > 1) {
-    TY_BAD("--zero 2 with --pp %lld: a pipeline stage's gradients are summed in each chunk's "
-           "own reduce graph, which keeps every accumulator; use --zero 1 with --pp",
-           (long long)c->pp);
-  }
   if (c->tp < 1 || c->tp > 4096) TY_BAD("--tp must be 1 or more, not %lld", (long long)c->tp);
   /* What tensor parallel does not do (yet): each named, none ignored. */
   if (c->tp > 1) {

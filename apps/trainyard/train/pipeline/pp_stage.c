@@ -29,23 +29,34 @@ static ty_status_t ty_pp_forward(const ty_train_recipe_t *c, const ty_model_conf
   return ty_llm_build(*out_g, mc, &o, out_m);
 }
 
-/* The chunk's gradient sums and norm share (ty_pp_reduce_layout_t). */
+/* The group the chunk's gradients are summed over: the replicas, or every
+ * cp rank of each; NULL for one replica of one cp rank. */
+static const char *ty_pp_sum_group(const ty_pp_reduce_layout_t *l) {
+  return l->cp > 1 ? "dp_cp" : l->dp > 1 ? "dp" : NULL;
+}
+
+/* The chunk's gradient sums and norm share (ty_pp_reduce_layout_t). ZeRO-2:
+ * the accumulators of this rank's share alone (descs packed to them), summed
+ * already by the backward graph: only a tied embedding's two copies are
+ * summed here, and the share's squares counted. */
 static ty_status_t ty_pp_reduce_graph(const ty_pp_reduce_layout_t *l,
                                       const ty_tensor_desc_t *descs, ty_pp_chunk_t *ch) {
-  const uint32_t n = ch->m_bwd.param_count;
-  bool *tied = calloc(2 * (size_t)n + 1, sizeof(bool)), *counted = tied + n;
+  const uint32_t all = ch->m_bwd.param_count;
+  bool *tied = calloc(2 * (size_t)all + 1, sizeof(bool)), *counted = tied + all;
   if (!tied) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
-  for (uint32_t i = 0; i < n; ++i) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < all; ++i) {
+    if (l->zero_grads && !ch->update[i]) continue;
     const ty_llm_param_t *q = &ch->m_bwd.params[i];
-    tied[i] = l->tied && l->pp > 1 && (ch->first || ch->last) &&
+    tied[n] = l->tied && l->pp > 1 && (ch->first || ch->last) &&
               ty_llm_is_word_embedding(q->name);
     /* a tensor replicated over tp counts on tp rank 0, a tied copy on the
      * first stage: the global norm counts each gradient once */
-    counted[i] = (q->tp_axis >= 0 || l->tp_rank == 0) && !(tied[i] && !ch->first);
+    counted[n] = (q->tp_axis >= 0 || l->tp_rank == 0) && !(tied[n] && !ch->first);
+    ++n;
   }
-  const char *sum = l->cp > 1 ? "dp_cp" : l->dp > 1 ? "dp" : NULL;
-  ty_grad_reduce_params_t r = {.sum_group = sum, .tied_group = "embed",
-                               .tied = tied, .counted = counted};
+  ty_grad_reduce_params_t r = {.sum_group = l->zero_grads ? NULL : ty_pp_sum_group(l),
+                               .tied_group = "embed", .tied = tied, .counted = counted};
   bool empty = true;
   ty_status_t s = ty_graph_create(&ch->g_red);
   if (!s) s = ty_graph_build_grad_reduce(ch->g_red, descs, n, &r, &empty, &ch->red_share);
@@ -136,6 +147,15 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *c, const ty_model_config
   step.param_count = n;
   step.loss_seed = TY_VALUE_NONE;
   ty_status_t s = TY_OK;
+  /* ZeRO-2: the shares first (the backward graph accumulates its own) */
+  ty_tensor_desc_t *descs = NULL;
+  bool *decay = NULL;
+  if (layout->zero_grads) {
+    s = ty_train_graph_param_descs(c, ch->g_bwd, &ch->m_bwd, &descs, &decay);
+    if (!s) s = ty_pp_chunk_owners(mc, layout, descs, ch);
+    step.accumulate = ch->update;
+    step.grad_group = ty_pp_sum_group(layout);
+  }
   if (ch->last) {
     step.loss = ch->m_bwd.loss;
   } else {
@@ -151,17 +171,30 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *c, const ty_model_config
   }
   if (!s) s = ty_graph_build_train_step(ch->g_bwd, &step);
   free(params);
+  step.accumulate = NULL;
+  step.grad_group = NULL;
   if (!s && !ch->last) s = ty_pp_forward(c, mc, B, T, dtype, ch, &ch->g_fwd, &ch->m_fwd);
-  ty_tensor_desc_t *descs = NULL;
-  bool *decay = NULL;
-  if (!s) s = ty_train_graph_param_descs(c, ch->g_bwd, &ch->m_bwd, &descs, &decay);
-  if (!s) s = ty_graph_create(&ch->g_opt);
+  if (!s && !descs) s = ty_train_graph_param_descs(c, ch->g_bwd, &ch->m_bwd, &descs, &decay);
   step.norm_sq_input = true; /* the whole model's norm, from every stage */
   /* ZeRO-1: the optimizer updates this replica's share alone, and keeps
    * state for it alone */
-  if (!s && layout->zero) s = ty_pp_chunk_owners(mc, layout, descs, ch);
+  if (!s && layout->zero && !ch->owner) s = ty_pp_chunk_owners(mc, layout, descs, ch);
   step.update = ch->update;
-  if (!s) s = ty_graph_build_optimizer_step_ex(ch->g_opt, descs, decay, n, &step);
+  uint32_t owned = n;
+  if (!s && layout->zero_grads) {
+    /* ZeRO-2: the graphs of the share alone (no other accumulator is on
+     * this rank), in parameter order */
+    owned = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!ch->update[i]) continue;
+      descs[owned] = descs[i];
+      decay[owned] = decay[i];
+      ++owned;
+    }
+    step.update = NULL;
+  }
+  if (!s && owned) s = ty_graph_create(&ch->g_opt);
+  if (!s && owned) s = ty_graph_build_optimizer_step_ex(ch->g_opt, descs, decay, owned, &step);
   if (!s) s = ty_pp_reduce_graph(layout, descs, ch);
   free(descs);
   free(decay);
@@ -170,7 +203,7 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *c, const ty_model_config
     ch->planned = true;
     s = ty_preflight_add(&ch->plan, ch->g_bwd, "stage backward");
     if (!s && ch->g_fwd) s = ty_preflight_add(&ch->plan, ch->g_fwd, "stage forward");
-    if (!s) s = ty_preflight_add(&ch->plan, ch->g_opt, "stage optimizer");
+    if (!s && ch->g_opt) s = ty_preflight_add(&ch->plan, ch->g_opt, "stage optimizer");
     if (!s && ch->g_red) s = ty_preflight_add(&ch->plan, ch->g_red, "stage gradient sums");
   }
   return s ? ty_status_annotate(s, "pipeline chunk %d (units %d..%d)", ch->global,
@@ -184,11 +217,12 @@ ty_status_t ty_pp_chunk_sessions(const ty_train_config_t *c, ty_device_t *device
   ty_status_t s = ty_session_create(device, ch->g_bwd, &so, &ch->s_bwd);
   so.share_state_with = ch->s_bwd;
   if (!s && ch->g_fwd) s = ty_session_create(device, ch->g_fwd, &so, &ch->s_fwd);
-  if (!s) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
+  if (!s && ch->g_opt) s = ty_session_create(device, ch->g_opt, &so, &ch->s_opt);
   if (!s && ch->g_red) s = ty_session_create(device, ch->g_red, &so, &ch->s_red);
-  /* the gradient sums, and with tensor or context parallel the forward
-   * and backward graphs' tp ops and cp gathers */
-  const bool split = c->tp > 1 || c->cp > 1;
+  /* the gradient sums, and with tensor or context parallel (or ZeRO-2's
+   * sums in the backward graph) the forward and backward graphs' tp ops,
+   * cp gathers and all_reduce ops */
+  const bool split = c->tp > 1 || c->cp > 1 || c->zero == 2;
   ty_session_t *with_ops[3] = {ch->s_red, split ? ch->s_bwd : NULL, split ? ch->s_fwd : NULL};
   for (int i = 0; i < 3 && !s && comm; ++i) {
     if (with_ops[i]) s = ty_session_set_host_comm(with_ops[i], comm);
@@ -255,7 +289,8 @@ ty_status_t ty_pp_tensors(const ty_model_config_t *mc, int32_t unit_begin, int32
     if (!s && !present) {
       s = ty_status_make(TY_CODE_INTERNAL, "parameter %s is not in its session", params[i].name);
     }
-    for (size_t k = 0; k < kind_count && !s; ++k) {
+    /* (ZeRO-2: no optimizer session where this rank owns none of them) */
+    for (size_t k = 0; k < kind_count && !s && opt_session; ++k) {
       char name[TY_LLM_NAME_MAX + 32];
       snprintf(name, sizeof(name), "%s.%s", params[i].name, kinds[k]);
       s = ty_pp_tensor_add(list, &n, opt_session, &params[i], i, name, &present);

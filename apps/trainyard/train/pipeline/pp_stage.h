@@ -36,6 +36,8 @@ typedef struct ty_pp_chunk_t {
   int *owner;                     /* ZeRO-1 (NULL without): the dp index that
                                      updates each of m_bwd.params */
   bool *update;                   /* owner[i] is this rank's dp index */
+  /* ZeRO-2: g_opt (and s_opt) NULL where this rank owns none of the
+   * chunk's parameters */
 } ty_pp_chunk_t;
 
 /* Where a chunk's gradients go before its optimizer step (its g_red):
@@ -47,6 +49,8 @@ typedef struct ty_pp_reduce_layout_t {
   int cp;    /* context parallel: the sums run over dp x cp ("dp_cp") */
   bool tied; /* the model ties its embedding and head */
   bool zero; /* ZeRO-1: the optimizer updates this rank's share */
+  bool zero_grads; /* ZeRO-2: the backward graph sums each gradient over
+                      the shares, the owner alone keeps it */
   int dp_rank;
   /* ZeRO-1's shares: the dp replicas, or under --cp every cp rank of each
    * (dp x cp, index dp_rank x cp + cp_rank), and this rank's */

@@ -170,7 +170,13 @@ static ty_status_t ty_pp_reduce(ty_pp_runner_t *t, double *out_norm_sq) {
   snprintf(what, sizeof(what), "the gradient norm of step %lld", (long long)t->progress->step + 1);
   ty_status_t s =
       ty_dist_all_reduce_sum(t->par->dist, TY_DTYPE_F64, sums, (size_t)t->par->world, what);
-  if (!s) {
+  if (!s && t->cfg->zero == 2) {
+    /* ZeRO-2: each rank's share of the sums, disjoint: every rank, in rank
+     * order (the same bits on every rank) */
+    double total = 0;
+    for (int r = 0; r < t->par->world; ++r) total += sums[r];
+    *out_norm_sq = total;
+  } else if (!s) {
     /* replica 0's ranks at cp index 0 (its cp ranks hold the same summed
      * gradients), stage then tp index: the same bits on every rank */
     const ty_dist_layout_t *l = ty_dist_layout(t->par->dist);
@@ -232,12 +238,13 @@ ty_status_t ty_trainer_pp_step(ty_pp_runner_t *t, int64_t base, double *out_loss
   const float sq = (float)norm_sq;
   for (int j = 0; j < p->v && !s; ++j) {
     ty_pp_chunk_t *ch = &p->chunk[j];
-    s = t->bind_hparams(t->run, ch->s_opt, t->progress->step);
+    /* ZeRO-2: no optimizer graph where this rank owns none of the chunk */
+    if (ch->s_opt) s = t->bind_hparams(t->run, ch->s_opt, t->progress->step);
     /* clipped by the norm over every stage */
-    if (!s) {
+    if (!s && ch->s_opt) {
       s = ty_session_bind(ch->s_opt, "grad_norm_sq", TY_DTYPE_F32, 0, NULL, &sq, sizeof(sq));
     }
-    if (!s) s = ty_session_run(ch->s_opt);
+    if (!s && ch->s_opt) s = ty_session_run(ch->s_opt);
     /* ZeRO-1: each replica updated its share; the others get it from it */
     if (!s && ch->owner) {
       s = t->zero_broadcast(t->run, ch->s_bwd, ch->g_bwd, &ch->m_bwd, ch->owner);

@@ -215,31 +215,36 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
     }
     const bool tied = t->model_config->tie_word_embeddings;
     fprintf(stderr, "  gradient sums before each optimizer step: %s%s, by all_reduce ops in "
-                    "each chunk's reduce graph %s; the global norm from every rank's share\n",
+                    "each chunk's %s %s; the global norm from every rank's share\n",
             t->par->cp > 1   ? "over the dp replicas x their cp ranks (dp_cp)"
             : t->par->dp > 1 ? "over the dp replicas"
                              : "none over replicas (dp 1)",
             tied ? ", the tied embedding over its first and last stage" : "",
+            t->cfg->zero == 2 ? "backward graph as each gradient completes (ZeRO-2; the tied "
+                                "embedding's in its reduce graph)"
+                              : "reduce graph",
             t->par->comm || t->par->grad_comm || t->par->embed_comm
                 ? "on the devices' dp/dp_cp/embed communicators (ABI 1.7)"
                 : "through the host's collectives");
     if (t->cfg->zero && t->par->cp > 1) {
-      fprintf(stderr, "  ZeRO-1 over the %d shares of dp %d x cp %d (every rank of a stage "
+      fprintf(stderr, "  ZeRO-%d over the %d shares of dp %d x cp %d (every rank of a stage "
                       "that holds the same weights): each chunk's parameters shared among "
                       "them by size (a tied embedding's two copies in one share), each share's "
-                      "optimizer updating and keeping state for it, the updated parameters "
+                      "optimizer updating and keeping state%s for it, the updated parameters "
                       "broadcast from their owners over dp x cp after each chunk's optimizer "
                       "step %s\n",
-              ty_par_zero_shares(t->par), t->par->dp, t->par->cp,
+              (int)t->cfg->zero, ty_par_zero_shares(t->par), t->par->dp, t->par->cp,
+              t->cfg->zero == 2 ? " and gradient sums" : "",
               t->par->grad_comm ? "on the devices' dp_cp communicators"
                                 : "through the host's collectives");
     } else if (t->cfg->zero) {
-      fprintf(stderr, "  ZeRO-1 over the %d dp replicas: each chunk's parameters shared among "
+      fprintf(stderr, "  ZeRO-%d over the %d dp replicas: each chunk's parameters shared among "
                       "them by size (a tied embedding's two copies on one replica), each "
-                      "replica's optimizer updating and keeping state for its share, the "
+                      "replica's optimizer updating and keeping state%s for its share, the "
                       "updated parameters broadcast from their owners after each chunk's "
                       "optimizer step %s\n",
-              t->par->dp, t->par->comm ? "on the devices' dp communicators" : "through the host's "
+              (int)t->cfg->zero, t->par->dp, t->cfg->zero == 2 ? " and gradient sums" : "",
+              t->par->comm ? "on the devices' dp communicators" : "through the host's "
                                                                     "collectives");
     }
     if (t->par->cp > 1) {
@@ -360,6 +365,7 @@ ty_status_t ty_trainer_pp_build(ty_pp_runner_t *t) {
                                         .tp_rank = (int)c->tp_rank,
                                         .tied = mc->tie_word_embeddings,
                                         .zero = c->zero != 0,
+                                        .zero_grads = c->zero == 2,
                                         .dp_rank = t->par->dp_rank,
                                         .shares = ty_par_zero_shares(t->par),
                                         .share = ty_par_zero_share(t->par)};
