@@ -149,8 +149,7 @@ static const ty_opt_t ty_opts[] = {
                "of its share of the parameters (with --tp each tp rank its parts; with --pp "
                "each chunk's parameters shared over the replicas); 2: ZeRO-2, the gradient "
                "accumulators sharded too (each gradient summed over the shares as backward "
-               "completes it, kept by its owner alone; not with --pp); 0: every rank keeps "
-               "all of it"),
+               "completes it, kept by its owner alone); 0: every rank keeps all of it"),
     TY_I(pp, "pipeline parallel: split the layers into N stages on N ranks, or N groups of "
              "--tp ranks (world = data parallel x N x tp under mpirun; micro-batches = "
              "--grad-accum)"),
