@@ -220,9 +220,10 @@ ty_status_t ty_trainer_pp_describe(ty_pp_runner_t *t) {
             : t->par->dp > 1 ? "over the dp replicas"
                              : "none over replicas (dp 1)",
             tied ? ", the tied embedding over its first and last stage" : "",
-            t->cfg->zero == 2 ? "backward graph as each gradient completes (ZeRO-2; the tied "
-                                "embedding's in its reduce graph)"
-                              : "reduce graph",
+            t->cfg->zero != 2 ? "reduce graph"
+            : tied ? "backward graph as each gradient completes (ZeRO-2; the tied embedding's "
+                     "two copies in its reduce graph)"
+                   : "backward graph as each gradient completes (ZeRO-2)",
             t->par->comm || t->par->grad_comm || t->par->embed_comm
                 ? "on the devices' dp/dp_cp/embed communicators (ABI 1.7)"
                 : "through the host's collectives");
