@@ -161,7 +161,7 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *c, const ty_model_config
   } else {
     step.loss = ch->m_bwd.hidden_out;
     int64_t btc[3] = {B, T, mc->hidden_size};
-    s = ty_graph_add_input(ch->g_bwd, "hidden_out.grad", dtype, 3, btc, &step.loss_seed);
+    if (!s) s = ty_graph_add_input(ch->g_bwd, "hidden_out.grad", dtype, 3, btc, &step.loss_seed);
   }
   const char *input_grad = "hidden_in.grad";
   if (!ch->first) {
