@@ -806,6 +806,21 @@ class RefuseTest(Base):
         self.assertIn(text, r.stderr)
         return r
 
+    def test_zero2_on_a_device_without_all_reduce(self):
+        # opencl has no kernel for all_reduce: ZeRO-2's gradient graph is
+        # refused, and the error says why that graph has all_reduce ops
+        r = mpirun(2, ["train", "--model", self.gpt2, "--data", self.data, "--backend", "opencl",
+                       "--max-steps", "1", "--batch-size", "2", "--zero", "2",
+                       "--out", self.path("ocl"), "--cache-dir", self.path("cache")])
+        if "has no kernel for op 'all_reduce'" not in r.stderr and "opencl" in r.stderr and (
+                "UNAVAILABLE" in r.stderr or "NOT_FOUND" in r.stderr):
+            self.skipTest("no usable opencl device: " + r.stderr.strip()[-300:])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--zero 2 on 2 ranks sums each gradient inside the gradient graph with "
+                      "all_reduce ops (--zero 1 sums them between the graphs)", r.stderr)
+        self.assertIn("opencl has no kernel for op 'all_reduce'", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.path("ocl"), "checkpoint-1")))
+
     def test_bad_inputs(self):
         out = ["--out", self.path("out"), "--max-steps", "2"]
         # MPI asked for but not loadable (as in a build without MPI)
