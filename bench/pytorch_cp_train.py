@@ -42,7 +42,6 @@ import math
 import os
 import statistics
 import sys
-import time
 
 PRESETS = {
     # Llama-3.2-1B and Llama-3.1-8B (Trainyard's presets llama-1b, llama-8b)
@@ -280,24 +279,9 @@ def main():
         dist.all_reduce(lv)  # the ranks' means of equal token counts
         return lv.item() / world, float(gnorm)
 
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    times = []
-    for i in range(a.warmup + a.steps):
-        if i == a.warmup and cuda:
-            torch.cuda.reset_peak_memory_stats()
-        sync()
-        dist.barrier()
-        t0 = time.perf_counter()
-        lv, gn = step()
-        sync()
-        dt = time.perf_counter() - t0
-        if i >= a.warmup:
-            times.append(dt)
-        if rank == 0:
-            print(f"step {i + 1:3d}{' (warm-up)' if i < a.warmup else ''}: {dt * 1e3:9.1f} ms  "
-                  f"loss {lv:.4f}  grad_norm {gn:.3f}", file=sys.stderr, flush=True)
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0], device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from pytorch_dist_train import timed_steps
+    times, peak = timed_steps(step, a.warmup, a.steps, rank, dev)
     med = statistics.median(times)
     tok = a.batch * T * dp / med
     if rank == 0:

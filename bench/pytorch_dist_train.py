@@ -35,6 +35,35 @@ import sys
 import time
 
 
+def timed_steps(step, warmup, steps, rank, dev):
+    """warmup + steps calls of step() (-> loss, grad norm), each after a
+    barrier and CUDA-synchronized on `dev`, printed on rank 0: the timed
+    steps' seconds and the largest rank's peak memory in MiB (a 0-d tensor;
+    0 on the CPU). Shared by bench/pytorch_cp_train.py."""
+    import torch
+    import torch.distributed as dist
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    times = []
+    for i in range(warmup + steps):
+        if i == warmup and cuda:
+            torch.cuda.reset_peak_memory_stats()
+        sync()
+        dist.barrier()
+        t0 = time.perf_counter()
+        lv, gn = step()
+        sync()
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(dt)
+        if rank == 0:
+            print(f"step {i + 1:3d}{' (warm-up)' if i < warmup else ''}: {dt * 1e3:9.1f} ms  "
+                  f"loss {lv:.4f}  grad_norm {gn:.3f}", file=sys.stderr, flush=True)
+    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0], device=dev)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return times, peak
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-1b",
@@ -131,25 +160,7 @@ def main():
         opt.step()
         return loss.item(), float(gnorm)
 
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    times = []
-    for i in range(a.warmup + a.steps):
-        if i == a.warmup and cuda:
-            torch.cuda.reset_peak_memory_stats()
-        sync()
-        dist.barrier()
-        t0 = time.perf_counter()
-        lv, gn = step()
-        sync()
-        dt = time.perf_counter() - t0
-        if i >= a.warmup:
-            times.append(dt)
-        if rank == 0:
-            print(f"step {i + 1:3d}{' (warm-up)' if i < a.warmup else ''}: {dt * 1e3:8.1f} ms  "
-                  f"loss {lv:.4f}  grad_norm {gn:.3f}", file=sys.stderr, flush=True)
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0],
-                        device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    times, peak = timed_steps(step, a.warmup, a.steps, rank, dev)
     med = statistics.median(times)
     tok = a.batch * a.seq * world / med
     if rank == 0:
