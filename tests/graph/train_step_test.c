@@ -480,6 +480,37 @@ static void test_block_f32_cpu_tp_norm(void **state) {
   run_case(&c);
 }
 
+/* A cpu session of `first`, and one of `second` sharing its state (a
+ * gradient graph and its optimizer graph). */
+typedef struct {
+  ty_registry_t *reg;
+  ty_device_t *dev;
+  ty_session_t *first, *second;
+} session_pair_t;
+
+static void open_pair(const ty_graph_t *first, const ty_graph_t *second, session_pair_t *p) {
+  p->reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
+  TY_EXPECT_OK(ty_device_open(p->reg, "cpu", &p->dev));
+  TY_EXPECT_OK(ty_session_create(p->dev, first, NULL, &p->first));
+  ty_session_options_t so = {.share_state_with = p->first};
+  TY_EXPECT_OK(ty_session_create(p->dev, second, &so, &p->second));
+}
+
+static void close_pair(session_pair_t *p) {
+  ty_session_destroy(p->second);
+  ty_session_destroy(p->first);
+  ty_device_close(p->dev);
+  ty_registry_destroy(p->reg);
+}
+
+/* SGD's hyperparameters: lr 0.5, no decay or momentum, clipped to norm 1. */
+static void bind_sgd(ty_session_t *s) {
+  bind_scalar_f32(s, "lr", 0.5);
+  bind_scalar_f32(s, "weight_decay", 0.0);
+  bind_scalar_f32(s, "momentum", 0.0);
+  bind_scalar_f32(s, "max_norm", 1.0);
+}
+
 /* A pipeline stage's reduce graph (train_step.h ty_graph_build_grad_reduce)
  * at world 1, where its all_reduce ops are the identity: the share is the
  * counted accumulators' squares, and the optimizer graph fed that squared
@@ -530,13 +561,9 @@ static void test_pipeline_reduce_and_clip(void **state) {
   ty_train_step_params_t step = {.optimizer = TY_OPTIMIZER_SGD, .norm_sq_input = true};
   TY_EXPECT_OK(ty_graph_create(&opt));
   TY_EXPECT_OK(ty_graph_build_optimizer_step_ex(opt, d, NULL, 3, &step));
-  ty_registry_t *reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
-  ty_device_t *dev;
-  TY_EXPECT_OK(ty_device_open(reg, "cpu", &dev));
-  ty_session_t *s_red, *s_opt;
-  TY_EXPECT_OK(ty_session_create(dev, red, NULL, &s_red));
-  ty_session_options_t so = {.share_state_with = s_red};
-  TY_EXPECT_OK(ty_session_create(dev, opt, &so, &s_opt));
+  session_pair_t pair;
+  open_pair(red, opt, &pair);
+  ty_session_t *s_red = pair.first, *s_opt = pair.second;
   const float ga[2] = {3.0f, 0.0f}, gb[1] = {4.0f}, gc[1] = {100.0f};
   TY_EXPECT_OK(ty_session_bind(s_red, "a.grad_accum", TY_DTYPE_F32, 1, two, ga, sizeof(ga)));
   TY_EXPECT_OK(ty_session_bind(s_red, "b.grad_accum", TY_DTYPE_F32, 1, one, gb, sizeof(gb)));
@@ -549,10 +576,7 @@ static void test_pipeline_reduce_and_clip(void **state) {
   TY_EXPECT_OK(ty_session_bind(s_opt, "a", TY_DTYPE_F32, 1, two, wa, sizeof(wa)));
   TY_EXPECT_OK(ty_session_bind(s_opt, "b", TY_DTYPE_F32, 1, one, wb, sizeof(wb)));
   TY_EXPECT_OK(ty_session_bind(s_opt, "c", TY_DTYPE_F32, 1, one, wc, sizeof(wc)));
-  bind_scalar_f32(s_opt, "lr", 0.5);
-  bind_scalar_f32(s_opt, "weight_decay", 0.0);
-  bind_scalar_f32(s_opt, "momentum", 0.0);
-  bind_scalar_f32(s_opt, "max_norm", 1.0);
+  bind_sgd(s_opt);
   bind_scalar_f32(s_opt, "grad_norm_sq", sq);
   TY_EXPECT_OK(ty_session_run(s_opt));
   float norm = 0, a[2], b[1], c[1];
@@ -566,10 +590,7 @@ static void test_pipeline_reduce_and_clip(void **state) {
   assert_float_equal(a[1], 1.0f, 1e-6f);
   assert_float_equal(b[0], 1.0f - 0.5f * 4.0f * k, 1e-5f);
   assert_float_equal(c[0], 1.0f - 0.5f * 100.0f * k, 1e-4f);
-  ty_session_destroy(s_opt);
-  ty_session_destroy(s_red);
-  ty_device_close(dev);
-  ty_registry_destroy(reg);
+  close_pair(&pair);
   ty_graph_destroy(opt);
   ty_graph_destroy(red);
 }
@@ -657,13 +678,9 @@ static void test_zero2_share(void **state) {
                    TY_CODE_INVALID_ARGUMENT, "norm_group");
   ty_graph_destroy(bad);
 
-  ty_registry_t *reg = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
-  ty_device_t *dev;
-  TY_EXPECT_OK(ty_device_open(reg, "cpu", &dev));
-  ty_session_t *s_train, *s_opt;
-  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s_train));
-  ty_session_options_t so = {.share_state_with = s_train};
-  TY_EXPECT_OK(ty_session_create(dev, opt, &so, &s_opt));
+  session_pair_t pair;
+  open_pair(g, opt, &pair);
+  ty_session_t *s_train = pair.first, *s_opt = pair.second;
   const float wa[2] = {3.0f, 4.0f}, wb[1] = {5.0f}, zero[2] = {0.0f, 0.0f};
   TY_EXPECT_OK(ty_session_bind(s_train, "a", TY_DTYPE_F32, 1, two, wa, sizeof(wa)));
   TY_EXPECT_OK(ty_session_bind(s_train, "b", TY_DTYPE_F32, 1, one, wb, sizeof(wb)));
@@ -676,10 +693,7 @@ static void test_zero2_share(void **state) {
   TY_EXPECT_OK(ty_session_read(s_train, "a.grad_accum", acc, sizeof(acc)));
   assert_float_equal(acc[0], 6.0f, 1e-6f);
   assert_float_equal(acc[1], 8.0f, 1e-6f);
-  bind_scalar_f32(s_opt, "lr", 0.5);
-  bind_scalar_f32(s_opt, "weight_decay", 0.0);
-  bind_scalar_f32(s_opt, "momentum", 0.0);
-  bind_scalar_f32(s_opt, "max_norm", 1.0);
+  bind_sgd(s_opt);
   TY_EXPECT_OK(ty_session_run(s_opt));
   float norm = 0, a[2];
   TY_EXPECT_OK(ty_session_read(s_opt, "grad_norm", &norm, sizeof(norm)));
@@ -690,10 +704,7 @@ static void test_zero2_share(void **state) {
   assert_float_equal(a[0], 3.0f - 0.5f * 6.0f * k, 1e-5f);
   assert_float_equal(a[1], 4.0f - 0.5f * 8.0f * k, 1e-5f);
   assert_float_equal(acc[0], 0.0f, 0.0f); /* reset for the next step */
-  ty_session_destroy(s_opt);
-  ty_session_destroy(s_train);
-  ty_device_close(dev);
-  ty_registry_destroy(reg);
+  close_pair(&pair);
   ty_graph_destroy(opt);
   ty_graph_destroy(g);
 }
