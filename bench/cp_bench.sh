@@ -28,13 +28,11 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 model=${MODEL:-llama-8b} seq=${SEQ:-131072} cp=${CP:-4}
 steps=${STEPS:-4} warmup=${WARMUP:-2}
 ty=$build/bin/trainyard
-export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
-export LD_LIBRARY_PATH="$build/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TRAINYARD_CUDA_DRIVER=${TRAINYARD_CUDA_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
-export NCCL_NVLS_ENABLE=0
+# shellcheck source=tests/cuda/dist_lib.sh
+source "$here/tests/cuda/dist_lib.sh"
+dist_env "$build"
+mpi+=(-np "$cp")
 mkdir -p "$out"
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$cp" -x NCCL_NVLS_ENABLE
-     -x TRAINYARD_BACKEND_PATH -x LD_LIBRARY_PATH -x TRAINYARD_CUDA_DRIVER)
 backend=${BACKEND:-cuda}
 if [ "$backend" = cuda ]; then
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)

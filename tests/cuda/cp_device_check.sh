@@ -31,20 +31,12 @@ set -uo pipefail
 build=${1:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
 out=${2:?usage: cp_device_check.sh BUILD_DIR OUT_DIR}
 ty=$build/bin/trainyard
-export TRAINYARD_BACKEND_PATH=$build/lib/trainyard/backends
-# The build's own copies of libraries the machine may lack (libmicrohttpd:
-# without it every trainyard command exits 127), and the driver's folder.
-export LD_LIBRARY_PATH="$build/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TRAINYARD_CUDA_DRIVER=${TRAINYARD_CUDA_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
-export NCCL_NVLS_ENABLE=0
+# shellcheck source=tests/cuda/dist_lib.sh
+source "$(dirname "$0")/dist_lib.sh"
+dist_env "$build"
 mkdir -p "$out"
 status=0
 tmo=(timeout -k 10 "${RUN_TIMEOUT:-300}")
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE
-     -x TRAINYARD_BACKEND_PATH -x LD_LIBRARY_PATH -x TRAINYARD_CUDA_DRIVER)
-
-# shellcheck source=tests/cuda/dist_lib.sh
-source "$(dirname "$0")/dist_lib.sh"
 
 # ---- 1. conformance ----
 for ops in 'attention*' 'dropout*' all_gather reduce_scatter; do

@@ -29,3 +29,17 @@ worst_gap() {
        r = d / (a[$1] < 0 ? -a[$1] : a[$1]); n++; if (r > w) {w = r; at = $1}}
        END {printf "%d %.3g %d\n", n, w, at}' "$1" "$2"
 }
+
+# dist_env BUILD: the environment of BUILD's ranks (its plugins; its own
+# copies of libraries the machine may lack, e.g. libmicrohttpd, without
+# which every trainyard command exits 127; the driver's library; NCCL's
+# NVLink multicast off), exported, and `mpi`, the mpirun command that
+# passes it to every rank.
+dist_env() {
+  export TRAINYARD_BACKEND_PATH=$1/lib/trainyard/backends
+  export LD_LIBRARY_PATH="$1/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export TRAINYARD_CUDA_DRIVER=${TRAINYARD_CUDA_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
+  export NCCL_NVLS_ENABLE=0
+  mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE
+       -x TRAINYARD_BACKEND_PATH -x LD_LIBRARY_PATH -x TRAINYARD_CUDA_DRIVER)
+}
