@@ -55,6 +55,19 @@ ty_status_t ty_train_graph_param_descs(const ty_train_recipe_t *c, const ty_grap
   return TY_OK;
 }
 
+uint32_t ty_train_graph_keep_params(const bool *keep, uint32_t n, ty_tensor_desc_t *descs,
+                                    bool *decay, bool *flags) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!keep[i]) continue;
+    descs[k] = descs[i];
+    decay[k] = decay[i];
+    if (flags) flags[k] = flags[i];
+    ++k;
+  }
+  return k;
+}
+
 ty_status_t ty_train_graph_step_options(const ty_train_recipe_t *c, ty_train_step_params_t *p) {
   memset(p, 0, sizeof(*p));
   p->optimizer = !strcmp(c->optimizer, "sgd")         ? TY_OPTIMIZER_SGD

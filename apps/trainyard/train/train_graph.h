@@ -72,4 +72,10 @@ ty_status_t ty_train_graph_param_descs(const ty_train_recipe_t *recipe, const ty
                                        const ty_llm_t *model, ty_tensor_desc_t **out_descs,
                                        bool **out_decay);
 
+/* ZeRO-2's optimizer graph of a share: descs and decay (n, in parameter
+ * order) and `flags` (NULL: none) packed in place to the entries with
+ * keep[i]; their count. */
+uint32_t ty_train_graph_keep_params(const bool *keep, uint32_t n, ty_tensor_desc_t *descs,
+                                    bool *decay, bool *flags);
+
 #endif /* TY_APPS_TRAINYARD_TRAIN_GRAPH_H_ */

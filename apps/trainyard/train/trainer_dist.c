@@ -481,17 +481,11 @@ ty_status_t ty_trainer_zero2_share(const ty_trainer_t *t, ty_tensor_desc_t *desc
   if (!t->par.updates) return ty_status_make(TY_CODE_INTERNAL, "ZeRO-2 before its owners");
   const uint32_t all = *n;
   if (t->par.tp_split) {
-    *out_split = calloc(all ? all : 1, sizeof(bool));
+    *out_split = malloc((all ? all : 1) * sizeof(bool));
     if (!*out_split) return ty_status_make(TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    memcpy(*out_split, t->par.tp_split, all * sizeof(bool));
   }
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < all; ++i) {
-    if (!t->par.updates[i]) continue;
-    descs[k] = descs[i];
-    decay[k] = decay[i];
-    if (*out_split) (*out_split)[k] = t->par.tp_split[i];
-    ++k;
-  }
+  const uint32_t k = ty_train_graph_keep_params(t->par.updates, all, descs, decay, *out_split);
   if (k == 0) {
     /* ty_train_plan_zero_owners gives every share a parameter while there
      * are as many parameters as shares */

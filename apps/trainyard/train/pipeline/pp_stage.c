@@ -184,13 +184,7 @@ ty_status_t ty_pp_chunk_graphs(const ty_train_recipe_t *c, const ty_model_config
   if (!s && layout->zero_grads) {
     /* ZeRO-2: the graphs of the share alone (no other accumulator is on
      * this rank), in parameter order */
-    owned = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!ch->update[i]) continue;
-      descs[owned] = descs[i];
-      decay[owned] = decay[i];
-      ++owned;
-    }
+    owned = ty_train_graph_keep_params(ch->update, n, descs, decay, NULL);
     step.update = NULL;
   }
   if (!s && owned) s = ty_graph_create(&ch->g_opt);
