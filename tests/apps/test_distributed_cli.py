@@ -204,12 +204,19 @@ class Base(unittest.TestCase):
             self.assertLessEqual(abs(a[s] - b[s]), rel * abs(a[s]), "step %d: %r vs %r"
                                  % (s, a[s], b[s]))
 
-    def assert_weights_match(self, ckpt_a, ckpt_b, tol=1e-6):
+    def assert_weights_match(self, ckpt_a, ckpt_b, tol=1e-6, key_bias=True):
+        """key_bias=False leaves out the k third of GPT-2's c_attn.bias: its
+        gradient is rounding noise (zero in exact arithmetic), which AdamW
+        scales to lr-sized steps whenever the sums run in another order."""
         wa = read_f32_safetensors(os.path.join(ckpt_a, "model.safetensors"))
         wb = read_f32_safetensors(os.path.join(ckpt_b, "model.safetensors"))
         self.assertEqual(sorted(wa), sorted(wb))
         for name in wa:
-            worst = max(abs(x - y) for x, y in zip(wa[name], wb[name]))
+            pairs = list(zip(wa[name], wb[name]))
+            if not key_bias and name.endswith("attn.c_attn.bias"):  # q | k | v
+                c = len(pairs) // 3
+                pairs = pairs[:c] + pairs[2 * c:]
+            worst = max(abs(x - y) for x, y in pairs)
             self.assertLessEqual(worst, tol, name)
 
 
@@ -647,8 +654,8 @@ class Zero2Test(Base):
         read_zero_shards(self, os.path.join(z2, "checkpoint-20"), 2, 2)
         # without accumulation each sum is the one process's (row 0 + row
         # 1): sharded on 2 ranks, resumed as one process, and back on 2,
-        # the same weights but the key biases (the clip's scale is computed
-        # from the shares' sums of squares, so the noise differs)
+        # the same weights but the key bias (the clip's scale is computed
+        # from the shares' sums of squares, so its noise differs)
         a = self.path("a")
         self.train_mpi(2, *args, "--batch-size", "2", "--max-steps", "10", "--out", a,
                        "--zero", "2")
@@ -657,15 +664,8 @@ class Zero2Test(Base):
         self.train_mpi(2, *args, "--batch-size", "2", "--max-steps", "20", "--out", a,
                        "--zero", "2", "--resume", "latest")
         self.assert_curves_match(want, losses(a), range(1, 21))
-        wa = read_f32_safetensors(os.path.join(ref, "checkpoint-20", "model.safetensors"))
-        wb = read_f32_safetensors(os.path.join(a, "checkpoint-20", "model.safetensors"))
-        self.assertEqual(sorted(wa), sorted(wb))
-        for name in wa:
-            pairs = list(zip(wa[name], wb[name]))
-            if name.endswith("attn.c_attn.bias"):  # q | k | v: drop k's third
-                c = len(pairs) // 3
-                pairs = pairs[:c] + pairs[2 * c:]
-            self.assertLessEqual(max(abs(x - y) for x, y in pairs), 1e-6, name)
+        self.assert_weights_match(os.path.join(ref, "checkpoint-20"),
+                                  os.path.join(a, "checkpoint-20"), key_bias=False)
 
 
 class CkptTest(Base):
