@@ -402,7 +402,7 @@ ty_status_t ty_trainer_build(ty_trainer_t *t) {
   if (ty_trainer_zero2(t)) { /* ZeRO-2: the gradient graph sums each gradient over the shares */
     recipe.zero_shares = ty_trainer_zero_shares(t);
     recipe.zero_index = ty_trainer_zero_index(t);
-    snprintf(recipe.zero_group, sizeof(recipe.zero_group), "%s", ty_trainer_zero2_group(t));
+    snprintf(recipe.zero_group, sizeof(recipe.zero_group), "%s", ty_trainer_zero_group(t));
   }
   TY_RETURN_IF_ERROR(ty_train_graph_build(&recipe, &t->model_config, ty_trainer_graph_batch(t),
                                           t->shape.Tl, t->shape.dtype, TY_TRAIN_GRAPH_STEP,

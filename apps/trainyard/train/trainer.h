@@ -131,8 +131,10 @@ ty_status_t ty_trainer_zero_grads(ty_trainer_t *t, const float *zeros);
 /* Sums `count` doubles over the ranks in place ("the loss of step N"). */
 ty_status_t ty_trainer_dist_sum(ty_trainer_t *t, double *values, size_t count,
                                 const char *what);
-/* ZeRO-1's shares (trainer_parts.h ty_par_zero_shares), this rank's, and
- * the group they are over ("dp", or "dp_cp" under --cp). */
+/* ZeRO's shares (trainer_parts.h ty_par_zero_shares), this rank's, and
+ * the group they are over, named as the run's device communicators are:
+ * "dp_cp" under --cp, "dp" under --tp or --pp, else "world" (plain data
+ * parallel: its one communicator; the host's "dp" is the same ranks). */
 int ty_trainer_zero_shares(const ty_trainer_t *t);
 int ty_trainer_zero_index(const ty_trainer_t *t);
 const char *ty_trainer_zero_group(const ty_trainer_t *t);
@@ -140,13 +142,10 @@ const char *ty_trainer_zero_group(const ty_trainer_t *t);
  * updates: owner[i] is a share index), by size; the same table on every
  * tp rank of a replica. */
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
-/* ZeRO-2: the zero group as the step's collective ops name it (a device
- * has a communicator of that name: "dp_cp" under --cp, "dp" under --tp,
- * else "world"), and this rank's share of the optimizer graph's
- * parameters: descs and decay (the whole model's, in parameter order)
- * packed in place to the owned ones, *n their count, *out_split their
- * tp_split (NULL without --tp; the caller frees it). */
-const char *ty_trainer_zero2_group(const ty_trainer_t *t);
+/* ZeRO-2: this rank's share of the optimizer graph's parameters: descs
+ * and decay (the whole model's, in parameter order) packed in place to the
+ * owned ones, *n their count, *out_split their tp_split (NULL without
+ * --tp; the caller frees it). */
 /* Whether the run's gradients are sharded (--zero 2 in the split step; the
  * fused step of a device that sums in the graph keeps no gradients). */
 bool ty_trainer_zero2(const ty_trainer_t *t);

@@ -435,7 +435,7 @@ int ty_trainer_zero_shares(const ty_trainer_t *t) { return ty_par_zero_shares(&t
 int ty_trainer_zero_index(const ty_trainer_t *t) { return ty_par_zero_share(&t->par); }
 
 const char *ty_trainer_zero_group(const ty_trainer_t *t) {
-  return t->par.cp > 1 ? "dp_cp" : "dp";
+  return t->par.cp > 1 ? "dp_cp" : t->par.tp > 1 || t->par.pp > 1 ? "dp" : "world";
 }
 
 /* The shares are the zero group's (the dp group, the world without --tp;
@@ -469,10 +469,6 @@ ty_status_t ty_trainer_dist_owners(ty_trainer_t *t) {
 
 bool ty_trainer_zero2(const ty_trainer_t *t) {
   return t->cfg.zero == 2 && !t->cfg.world_in_graph && t->par.world > 1;
-}
-
-const char *ty_trainer_zero2_group(const ty_trainer_t *t) {
-  return t->par.cp > 1 ? "dp_cp" : t->par.tp > 1 ? "dp" : "world";
 }
 
 ty_status_t ty_trainer_zero2_share(const ty_trainer_t *t, ty_tensor_desc_t *descs, bool *decay,
