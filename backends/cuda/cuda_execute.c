@@ -512,7 +512,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
     else moves++;
   }
   const ty_cu_slot_t *s = e->device->slot;
-  char text[1536];
+  char text[2048];
   int n = snprintf(
       text, sizeof(text),
       "cuda executable on %s (%s, sm_%d%d, %d SMs)\n"
@@ -522,7 +522,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "norm-backward chains, %u bias gradients in matmuls, the rest multi-tensor optimizer "
       "launches); %u loss gradient%s in place; %u slice launch%s for several; %u K/V "
       "write pair%s in one launch; %u matmul group%s in one launch; %u rope pair%s in one "
-      "launch\n"
+      "launch; %u clip%s folded into the optimizer\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
@@ -533,7 +533,8 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       fz[TY_CU_FUSE_SLICES], fz[TY_CU_FUSE_SLICES] == 1 ? "" : "es", fz[TY_CU_FUSE_KV_PAIR],
       fz[TY_CU_FUSE_KV_PAIR] == 1 ? "" : "s", fz[TY_CU_FUSE_GEMV_GROUP],
       fz[TY_CU_FUSE_GEMV_GROUP] == 1 ? "" : "s", fz[TY_CU_FUSE_ROPE_PAIR],
-      fz[TY_CU_FUSE_ROPE_PAIR] == 1 ? "" : "s",
+      fz[TY_CU_FUSE_ROPE_PAIR] == 1 ? "" : "s", fz[TY_CU_FUSE_CLIP_ADAMW],
+      fz[TY_CU_FUSE_CLIP_ADAMW] == 1 ? "" : "s",
       (double)e->arena_bytes / 1048576.0,
       (double)e->core.plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,

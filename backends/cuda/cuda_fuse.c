@@ -612,6 +612,77 @@ static void ty_fz_rope_pair(ty_fz_t *z, uint32_t n) {
   }
 }
 
+/* p, g and p' of adamw node `a` of one dtype `dt`, the moments f32: the
+ * multi-tensor kernel's operands (cuda_ops_optim.c ty_cu_adamw_typed). */
+static bool ty_fz_adamw_typed(const ty_fz_t *z, const ty_abi_node_t *a, ty_dtype_t dt) {
+  if (a->input_count != 10 || a->output_count != 3) return false;
+  for (uint32_t i = 0; i < 4; ++i) {
+    if (a->inputs[i] == UINT32_MAX || !ty_fz_dense(z, a->inputs[i])) return false;
+  }
+  for (uint32_t o = 0; o < 3; ++o) {
+    if (a->outputs[o] == UINT32_MAX || !ty_fz_dense(z, a->outputs[o])) return false;
+  }
+  return ty_fz_val(z, a->inputs[0])->dtype == dt && ty_fz_val(z, a->inputs[1])->dtype == dt &&
+         ty_fz_val(z, a->outputs[0])->dtype == dt &&
+         ty_fz_val(z, a->inputs[2])->dtype == TY_DTYPE_F32 &&
+         ty_fz_val(z, a->inputs[3])->dtype == TY_DTYPE_F32 &&
+         ty_fz_val(z, a->outputs[1])->dtype == TY_DTYPE_F32 &&
+         ty_fz_val(z, a->outputs[2])->dtype == TY_DTYPE_F32;
+}
+
+/* CLIP_ADAMW: clip_by_global_norm n over two or more dense gradients of one
+ * 16- or 32-bit float dtype, followed right away by adamw_update nodes that
+ * one multi-tensor launch takes (lr, betas, eps and step shared, weight
+ * decays of one dtype), each reading a different clipped gradient as its
+ * gradient and nothing else reading any clipped gradient. Only nodes
+ * right after the clip qualify: between the clip and a later update
+ * another node could read a parameter the fused launch has already
+ * updated. */
+static void ty_fz_clip_adamw(ty_fz_t *z, uint32_t n) {
+  const ty_abi_graph_t *g = z->g;
+  const ty_abi_node_t *clip = &g->nodes[n];
+  const uint32_t count = clip->input_count - 1;
+  if (clip->input_count < 3 || clip->output_count != clip->input_count) return;
+  const ty_dtype_t dt = ty_fz_val(z, clip->inputs[1])->dtype;
+  if (dt != TY_DTYPE_F32 && !ty_fz_16bit(dt)) return;
+  uint32_t readers = 0; /* clipped gradients with a reader */
+  for (uint32_t i = 1; i <= count; ++i) {
+    const uint32_t x = clip->inputs[i], y = clip->outputs[i];
+    if (x == UINT32_MAX || y == UINT32_MAX || ty_fz_val(z, x)->dtype != dt ||
+        ty_fz_val(z, y)->dtype != dt || !ty_fz_dense(z, x) || z->pinned[y]) {
+      return;
+    }
+    if (z->uses[y] > 1) return;
+    readers += z->uses[y];
+  }
+  if (readers == 0) return;
+  const ty_abi_node_t *first = n + 1 < g->node_count ? &g->nodes[n + 1] : NULL;
+  uint32_t m = n + 1;
+  for (; m < g->node_count && m - n - 1 < readers; ++m) {
+    const ty_abi_node_t *a = &g->nodes[m];
+    if (!ty_fz_free(z, m) || !ty_fz_is(a, "adamw_update") || !ty_fz_adamw_typed(z, a, dt)) return;
+    for (uint32_t i = 4; i < 10; ++i) {
+      if (i != 8 && a->inputs[i] != first->inputs[i]) return;
+    }
+    if (a->inputs[8] == UINT32_MAX ||
+        ty_fz_val(z, a->inputs[8])->dtype != ty_fz_val(z, first->inputs[8])->dtype) {
+      return;
+    }
+    for (uint32_t i = 0; i < 10; ++i) {
+      if (i != 1 && (a->inputs[i] == UINT32_MAX || !ty_fz_exists_by(z, a->inputs[i], n))) return;
+    }
+    /* its gradient is a clipped one, read by it alone */
+    const uint32_t gv = a->inputs[1];
+    if (z->og->producer[gv] != n || z->consumer[gv] != m) return;
+  }
+  if (m - n - 1 != readers) return;
+  ty_cu_fuse_t f = ty_fz_none(TY_CU_FUSE_CLIP_ADAMW);
+  f.slices[0] = n + 1;
+  f.slice_count = readers;
+  z->fuse[n] = f;
+  for (uint32_t k = n + 1; k < m; ++k) z->run_at[k] = n;
+}
+
 void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool enabled,
                      bool gemv, ty_cu_fuse_t *fuse, uint32_t *run_at) {
   const ty_abi_graph_t *g = &og->graph;
@@ -654,6 +725,8 @@ void ty_cu_fuse_plan(const ty_owned_graph_t *og, const int64_t *row_stride, bool
       ty_fz_kv_pair(&z, n);
     } else if (ty_fz_is(node, "rope") || ty_fz_is(node, "rope_backward")) {
       ty_fz_rope_pair(&z, n);
+    } else if (ty_fz_is(node, "clip_by_global_norm")) {
+      ty_fz_clip_adamw(&z, n);
     }
   }
 done:

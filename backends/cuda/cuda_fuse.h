@@ -34,6 +34,14 @@
  *   ROPE_PAIR rope of a layer's queries, then of its keys (the same
  *             positions, frequencies, T and head size; forward or both
  *             backward): one launch rotates both.
+ *   CLIP_ADAMW  clip_by_global_norm whose clipped gradients are read only by
+ *             the adamw_update nodes right after it (one multi-tensor
+ *             launch's worth): the clip leaves its sum of squares and the
+ *             coefficient, and the optimizer's launch multiplies each
+ *             gradient by the coefficient as it reads it, rounded as the
+ *             clip would have stored it, so the clipped gradients are never
+ *             written (the same bits as unfused; one read and one write of
+ *             every gradient saved).
  *
  * A fused result is the unfused one up to rounding: the matmul's product
  * is no longer rounded to bf16 before the f32 add (it is more exact), the
@@ -66,6 +74,7 @@ typedef enum ty_cu_fuse_kind_e {
   TY_CU_FUSE_KV_PAIR,
   TY_CU_FUSE_GEMV_GROUP,
   TY_CU_FUSE_ROPE_PAIR,
+  TY_CU_FUSE_CLIP_ADAMW,
   TY_CU_FUSE_KIND_COUNT
 } ty_cu_fuse_kind_t;
 
@@ -91,9 +100,12 @@ typedef struct ty_cu_fuse_t {
   uint32_t slices[TY_CU_FUSE_MAX_SLICES - 1]; /* SLICES: the other slice nodes;
                                                  KV_PAIR: [0] the values' write;
                                                  GEMV_GROUP: the other matmuls;
-                                                 ROPE_PAIR: [0] the keys' rope */
+                                                 ROPE_PAIR: [0] the keys' rope;
+                                                 CLIP_ADAMW: [0] the first adamw
+                                                 node (the clip's next) */
   uint32_t slice_count;                       /* SLICES: how many (KV_PAIR: 1;
-                                                 GEMV_GROUP: 1 or 2) */
+                                                 GEMV_GROUP: 1 or 2; CLIP_ADAMW:
+                                                 the adamw nodes, consecutive) */
   uint32_t swiglu;                            /* GEMV_GROUP: the swiglu node folded
                                                  in (out: its output), or UINT32_MAX */
 } ty_cu_fuse_t;

@@ -55,8 +55,12 @@ static uint32_t ty_cu_adamw_run(const ty_cu_build_t *b, int dt) {
 }
 
 /* One launch for `count` adamw_update nodes from the current one (kernels/
- * optim.cu, ty_adamw_multi): tables of their operands, chunk starts. */
-static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
+ * optim.cu, ty_adamw_multi): tables of their operands, chunk starts. With
+ * `grads` (per node, the value read as its gradient instead of input 1)
+ * and `coef` (not none), each gradient is scaled by coef as it is read: a
+ * clip fused in (cuda_fuse.h CLIP_ADAMW). */
+static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count,
+                                    const uint32_t *grads, ty_dev_ref_t coef) {
   const ty_abi_graph_t *g = b->g;
   ty_dev_ref_t *refs = calloc((size_t)count, sizeof(ty_dev_ref_t));
   int64_t *starts = calloc((size_t)count + 1, sizeof(int64_t));
@@ -77,7 +81,10 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
   for (int t = 0; t < 8; ++t) {
     for (uint32_t k = 0; k < count; ++k) {
       const ty_abi_node_t *node = &g->nodes[b->n + k];
-      const uint32_t v = t < 4 ? node->inputs[t] : t < 7 ? node->outputs[t - 4] : node->inputs[8];
+      const uint32_t v = t == 1 && grads ? grads[k]
+                         : t < 4     ? node->inputs[t]
+                         : t < 7     ? node->outputs[t - 4]
+                                     : node->inputs[8];
       refs[k] = (ty_dev_ref_t){TY_DEV_REF_VALUE, v, 0};
     }
     tables[t] = ty_cu_ptr_table(b, refs, count);
@@ -100,7 +107,8 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
   if (chunks == 0) return;
   /* ty_adamw_multi_<T>(p[], g[], m[], v[], po[], mo[], vo[], wd[], int dtwd,
-   *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp) */
+   *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp,
+   *                    const f64 *coef) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), dt));
   for (int t = 0; t < 8; ++t) ty_dev_arg_ref(b, c, tables[t]);
   ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 8)));
@@ -109,6 +117,7 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count) {
   ty_dev_arg_i32(b, c, (int32_t)count);
   ty_dev_arg_i64(b, c, TY_CU_MT_CHUNK);
   ty_dev_arg_ref(b, c, hp);
+  ty_dev_arg_ref(b, c, coef);
   ty_cu_grid_blocks(b, c, (uint64_t)chunks, TY_CU_BLOCK);
   for (uint32_t k = 1; k < count; ++k) ty_cu_mark_fused(b, b->n + k);
 }
@@ -125,7 +134,7 @@ void ty_cu_build_adamw(ty_cu_build_t *b) {
                       b->g->values[b->node->inputs[8]].dtype;
     }
     if (run > 1 && one_wd_dtype && ty_dev_numel(ty_dev_vin(b, 0)) > 0) {
-      ty_cu_build_adamw_multi(b, mt_dt, run);
+      ty_cu_build_adamw_multi(b, mt_dt, run, NULL, ty_dev_none());
       return;
     }
   }
@@ -205,8 +214,43 @@ int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_dev_ref_t x, int dt, int64_t
   return blocks;
 }
 
+/* The adamw_update nodes of a CLIP_ADAMW fusion (cuda_fuse.h) from the
+ * clip's commands: one multi-tensor launch that reads the clip's own
+ * gradients and scales them by `coef` (ty_clip_finish's). The commands
+ * are the first adamw node's (so a profile and a data error name it). */
+static void ty_cu_build_clip_adamw(ty_cu_build_t *b, int dt, ty_dev_ref_t coef) {
+  const ty_abi_node_t *clip = b->node;
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
+  const uint32_t clip_n = b->n, first = f->slices[0], count = f->slice_count;
+  uint32_t *grads = calloc(count, sizeof(uint32_t));
+  if (!grads) {
+    ty_dev_fail(b, TY_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (uint32_t k = 0; k < count; ++k) {
+    const uint32_t clipped = b->g->nodes[first + k].inputs[1];
+    grads[k] = UINT32_MAX;
+    for (uint32_t j = 1; j < clip->output_count; ++j) {
+      if (clip->outputs[j] == clipped) grads[k] = clip->inputs[j];
+    }
+    if (grads[k] == UINT32_MAX) {
+      ty_dev_fail(b, TY_CODE_INTERNAL, "node %u: fused adamw_update %u reads no clipped gradient",
+                  clip_n, first + k);
+      free(grads);
+      return;
+    }
+  }
+  b->n = first;
+  b->node = &b->g->nodes[first];
+  ty_cu_build_adamw_multi(b, dt, count, grads, coef);
+  b->n = clip_n;
+  b->node = clip;
+  free(grads);
+}
+
 /* clip_by_global_norm over gradients of one typed dtype: three launches
- * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi). */
+ * (kernels/reduce.cu: ty_sumsq_multi, ty_clip_finish, ty_scale_multi), or
+ * two and the optimizer's when the updates are fused in (CLIP_ADAMW). */
 static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
   const uint32_t count = b->node->input_count - 1;
   const int dt = (int)ty_dev_vin(b, 1)->dtype;
@@ -253,6 +297,11 @@ static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
     ty_dev_arg_out(b, c, 0);
     ty_dev_arg_ref(b, c, coef);
     ty_cu_grid(b, c, 1, 1, 1, 1024, 1, 1, 0);
+    const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
+    if (f && f->kind == TY_CU_FUSE_CLIP_ADAMW) {
+      ty_cu_build_clip_adamw(b, dt, coef);
+      goto done;
+    }
     /* ty_scale_multi_<T>(x[], y[], i64 *starts, i64 *sizes, int count, i64 chunk,
      *                    const f64 *coef) */
     c = ty_cu_launch(b, TY_CU_FAM_REDUCE, ty_cu_typed(TY_CU_TYPED("ty_scale_multi"), dt));
@@ -265,6 +314,7 @@ static bool ty_cu_build_clip_multi(ty_cu_build_t *b) {
     ty_dev_arg_ref(b, c, coef);
     ty_cu_grid_blocks(b, c, (uint64_t)(chunks ? chunks : 1), TY_CU_BLOCK);
   }
+done:
   free(in);
   free(out);
   free(starts);

@@ -2,9 +2,11 @@
  * graphs: what each pattern folds, and the cases that must stay unfused —
  * a value another node also reads, a broadcasting add, an addend made after
  * the head, GELU in f32, a norm backward below the one-pass kernel's rows,
- * and fusion turned off; and the loss gradient in place (ty_cu_xent_plan
+ * and fusion turned off; clipping folded into the AdamW updates right
+ * after it, and not past another reader or node; and the loss gradient in place (ty_cu_xent_plan
  * with the memory planner): offered and taken, the forward's loss read,
  * refused where the logits are a graph output or strides differ. */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/test_util.h"
@@ -380,6 +382,73 @@ static void test_rope_pair(void **state) {
   planned_free(&p, g);
 }
 
+/* clip_by_global_norm of three gradients, then their AdamW updates.
+ * variant 0: as the train step builds it (fused: CLIP_ADAMW); 1: a clipped
+ * gradient also a graph output; 2: a node between the clip and the
+ * updates; 3: the last update with its own lr; 4: fusion off. */
+static void clip_graph(int variant, planned_t *p, ty_graph_t **out_g) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t d[1] = {40};
+  ty_value_id_t hp[6], lr2, clip_in[4], clip_out[4];
+  const char *hp_names[6] = {"lr", "beta1", "beta2", "eps", "wd", "step"};
+  for (int i = 0; i < 6; ++i) {
+    TY_EXPECT_OK(ty_graph_add_input(g, hp_names[i], i == 5 ? TY_DTYPE_I64 : TY_DTYPE_F32, 0,
+                                    NULL, &hp[i]));
+  }
+  TY_EXPECT_OK(ty_graph_add_input(g, "lr2", TY_DTYPE_F32, 0, NULL, &lr2));
+  TY_EXPECT_OK(ty_graph_add_input(g, "max_norm", TY_DTYPE_F32, 0, NULL, &clip_in[0]));
+  for (int i = 1; i < 4; ++i) {
+    char name[8];
+    snprintf(name, sizeof(name), "g%d", i);
+    TY_EXPECT_OK(ty_graph_add_input(g, name, TY_DTYPE_F32, 1, d, &clip_in[i]));
+  }
+  TY_EXPECT_OK(ty_graph_add_node(g, "clip_by_global_norm", clip_in, 4, NULL, clip_out, 4));
+  TY_EXPECT_OK(ty_graph_set_output(g, clip_out[0], "norm"));
+  if (variant == 1) TY_EXPECT_OK(ty_graph_set_output(g, clip_out[2], "clipped"));
+  if (variant == 2) {
+    ty_value_id_t twice = node1(g, "add", (ty_value_id_t[]){hp[0], hp[0]}, 2, NULL);
+    TY_EXPECT_OK(ty_graph_set_output(g, twice, "twice"));
+  }
+  for (int i = 1; i < 4; ++i) {
+    char name[16];
+    ty_value_id_t st[3], out[3];
+    const char *kinds[3] = {"p", "m", "v"};
+    for (int k = 0; k < 3; ++k) {
+      snprintf(name, sizeof(name), "%s%d", kinds[k], i);
+      TY_EXPECT_OK(ty_graph_add_state(g, name, TY_DTYPE_F32, 1, d, &st[k]));
+    }
+    const ty_value_id_t lr = variant == 3 && i == 3 ? lr2 : hp[0];
+    ty_value_id_t in[10] = {st[0], clip_out[i], st[1], st[2], lr, hp[1], hp[2], hp[3], hp[4],
+                            hp[5]};
+    TY_EXPECT_OK(ty_graph_add_node(g, "adamw_update", in, 10, NULL, out, 3));
+    for (int k = 0; k < 3; ++k) TY_EXPECT_OK(ty_graph_set_state_update(g, st[k], out[k]));
+  }
+  plan(g, variant != 4, p);
+  *out_g = g;
+}
+
+static void test_clip_adamw(void **state) {
+  (void)state;
+  for (int variant = 0; variant < 5; ++variant) {
+    planned_t p;
+    ty_graph_t *g;
+    clip_graph(variant, &p, &g);
+    const uint32_t clip = node_of(&p, "clip_by_global_norm", 0);
+    const uint32_t a1 = node_of(&p, "adamw_update", clip + 1);
+    if (variant == 0) {
+      assert_int_equal(p.fuse[clip].kind, TY_CU_FUSE_CLIP_ADAMW);
+      assert_int_equal(p.fuse[clip].slices[0], clip + 1);
+      assert_int_equal(p.fuse[clip].slice_count, 3);
+      for (uint32_t k = 0; k < 3; ++k) assert_int_equal(p.run_at[a1 + k], clip);
+    } else {
+      if (p.fuse[clip].kind != TY_CU_FUSE_NONE) fail_msg("variant %d fused", variant);
+      assert_int_equal(p.run_at[a1], a1);
+    }
+    planned_free(&p, g);
+  }
+}
+
 static void test_loss_gradient_in_place(void **state) {
   (void)state;
   for (int k = 0; k < 6; ++k) {
@@ -438,6 +507,7 @@ int main(void) {
       cmocka_unit_test(test_gemv_group),
       cmocka_unit_test(test_gemv_group_swiglu),
       cmocka_unit_test(test_rope_pair),
+      cmocka_unit_test(test_clip_adamw),
       cmocka_unit_test(test_loss_gradient_in_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

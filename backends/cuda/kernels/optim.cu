@@ -157,7 +157,9 @@ extern "C" __global__ void ty_sgd(const void *p, int dtp, const void *g, int dtg
  * does but with hp[4] = lr; each chunk forms 1 - lr wd_k exactly as
  * ty_adamw_prep would, so every element gets the per-node kernel's bits.
  * Tables hold one device pointer per tensor (param, grad, m, v, their
- * outputs, and the weight decay scalar). */
+ * outputs, and the weight decay scalar). With `coef` (a clip_by_global_norm
+ * fused in, cuda_fuse.h CLIP_ADAMW) each gradient is first scaled as
+ * ty_scale_multi would have stored it: T((float)(g coef[0])). */
 extern "C" __global__ void ty_adamw_multi_prep(const void *lr, int dtlr, const void *b1,
                                                int dtb1, const void *b2, int dtb2,
                                                const void *eps, int dteps, const void *step,
@@ -195,11 +197,16 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
     const void *const *pt, const void *const *gt, const float *const *mt, const float *const *vt,
     void *const *pot, float *const *mot, float *const *vot, const void *const *wdt, int dtwd,
     const long long *starts, const long long *sizes, int count, long long chunk,
-    const double *hp) {
+    const double *hp, const double *coef) {
   double h[8];
 #pragma unroll
   for (int q = 0; q < 8; ++q) h[q] = hp[q];
   const double lr = h[4];
+  const double c = coef ? coef[0] : 1.0;
+  /* the clipped gradient, rounded to T as the clip stores it */
+  auto clipped = [&](float gi) {
+    return coef ? ty_to_f<T>(ty_from_f<T>((float)((double)gi * c))) : gi;
+  };
   for (long long j = blockIdx.x; j < starts[count]; j += gridDim.x) {
     const int k = ty_chunk_tensor(starts, count, j);
     const long long begin = (j - starts[k]) * chunk;
@@ -220,7 +227,7 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
         ty_ld4(m + 4 * q, mv);
         ty_ld4(v + 4 * q, vv);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ty_adamw1(h, pv[i], gv[i], mv[i], vv[i], out[i]);
+        for (int i = 0; i < 4; ++i) ty_adamw1(h, pv[i], clipped(gv[i]), mv[i], vv[i], out[i]);
         ty_st4(mo + 4 * q, mv);
         ty_st4(vo + 4 * q, vv);
         ty_st4(po + 4 * q, out);
@@ -229,7 +236,7 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
     }
     for (long long i = done + threadIdx.x; i < n; i += blockDim.x) {
       float mi = m[i], vi = v[i], pi;
-      ty_adamw1(h, ty_get(p, i), ty_get(g, i), mi, vi, pi);
+      ty_adamw1(h, ty_get(p, i), clipped(ty_get(g, i)), mi, vi, pi);
       mo[i] = mi;
       vo[i] = vi;
       ty_put(po, i, pi);
@@ -241,8 +248,8 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
   const void *const *p, const void *const *g, const float *const *m, const float *const *v,   \
       void *const *po, float *const *mo, float *const *vo, const void *const *wd, int dtwd,    \
       const long long *starts, const long long *sizes, int count, long long chunk,             \
-      const double *hp
-#define TY_ADAMW_MULTI_ARGS p, g, m, v, po, mo, vo, wd, dtwd, starts, sizes, count, chunk, hp
+      const double *hp, const double *coef
+#define TY_ADAMW_MULTI_ARGS p, g, m, v, po, mo, vo, wd, dtwd, starts, sizes, count, chunk, hp, coef
 TY_KERNEL3(ty_adamw_multi, TY_ADAMW_MULTI_PARAMS, TY_ADAMW_MULTI_ARGS)
 
 /* ---- Adafactor (transformers.Adafactor; ops/reference/ref_optim.c) ----

@@ -26,6 +26,7 @@
 #include "graph/runtime/session.h"
 #include "graph/ir/train_step.h"
 #include "hal/device.h"
+#include "hal/half.h"
 #include "hal/registry.h"
 
 enum { B = 4, T = 256, C = 16, F = 64, LAYERS = 2, STEPS = 3, MAX_PARAMS = 32 };
@@ -683,6 +684,138 @@ static void test_rope_pairs(void **state) {
   ty_registry_destroy(r);
 }
 
+/* CLIP_ADAMW (cuda_fuse.h): a two-layer model, parameters in `dt`, trained
+ * 4 steps by AdamW with max_norm 0.05 (every step clips: the norms are
+ * ~1); `skip` >= 0 leaves that parameter to another rank (ZeRO-1: its
+ * clipped gradient has no reader). Writes the parameters' bytes after the
+ * last step and each step's norm; returns the report's count of clips
+ * folded into the optimizer. */
+enum { CLIP_PARAMS = 3, CLIP_STEPS = 4, CLIP_ROWS = 32, CLIP_IN = 24, CLIP_MID = 40 };
+
+static unsigned run_clip(ty_registry_t *r, ty_dtype_t dt, bool fuse, int skip,
+                         unsigned char *params_out, float *norms) {
+  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+  ty_graph_t *g = NULL;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t xd[2] = {CLIP_ROWS, CLIP_IN};
+  const int64_t pd[CLIP_PARAMS][2] = {{CLIP_IN, CLIP_MID}, {CLIP_MID, 1}, {CLIP_MID, 0}};
+  const uint32_t pr[CLIP_PARAMS] = {2, 2, 1};
+  const char *names[CLIP_PARAMS] = {"w1", "w2", "b1"};
+  ty_value_id_t x, w[CLIP_PARAMS];
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", dt, 2, xd, &x));
+  for (int i = 0; i < CLIP_PARAMS; ++i) {
+    TY_EXPECT_OK(ty_graph_add_state(g, names[i], dt, pr[i], pd[i], &w[i]));
+  }
+  /* silu, and the bias after it: no other fusion applies (GELU would go
+   * into the GEMM's epilogue, a bias gradient into a weight GEMM's), so
+   * fusion on and off differ by the clip alone. */
+  ty_value_id_t h = op(g, "matmul", (ty_value_id_t[]){x, w[0]}, 2, NULL);
+  h = op(g, "add", (ty_value_id_t[]){op(g, "silu", &h, 1, NULL), w[2]}, 2, NULL);
+  ty_value_id_t y = op(g, "matmul", (ty_value_id_t[]){h, w[1]}, 2, NULL);
+  y = op(g, "reduce_sum", (ty_value_id_t[]){op(g, "mul", (ty_value_id_t[]){y, y}, 2, NULL)}, 1,
+         NULL);
+  ty_value_id_t loss = cast(g, y, "f32");
+  TY_EXPECT_OK(ty_graph_set_output(g, loss, "loss"));
+  bool update[CLIP_PARAMS] = {true, true, true};
+  if (skip >= 0) update[skip] = false;
+  ty_train_step_params_t tp = {.loss = loss,
+                               .loss_seed = TY_VALUE_NONE,
+                               .params = w,
+                               .param_count = CLIP_PARAMS,
+                               .optimizer = TY_OPTIMIZER_ADAMW,
+                               .update = update};
+  TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
+  ty_device_t *dev = NULL;
+  ty_session_t *s = NULL;
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  const size_t es = dt == TY_DTYPE_F32 ? 4 : 2;
+  uint32_t seed = 99;
+  float *buf = malloc(CLIP_IN * CLIP_MID * sizeof(float));
+  unsigned char *typed = malloc(CLIP_IN * CLIP_MID * 4);
+  assert_true(buf && typed);
+  size_t at = 0;
+  for (int i = 0; i < CLIP_PARAMS + 1; ++i) {
+    const int64_t *dims = i < CLIP_PARAMS ? pd[i] : xd;
+    const uint32_t rank = i < CLIP_PARAMS ? pr[i] : 2;
+    const int64_t n = rank == 1 ? dims[0] : dims[0] * dims[1];
+    for (int64_t k = 0; k < n; ++k) {
+      seed = seed * 1664525u + 1013904223u;
+      buf[k] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      if (dt == TY_DTYPE_F32) memcpy(typed + 4 * k, &buf[k], 4);
+      else ((uint16_t *)typed)[k] = ty_f32_to_bf16(buf[k]);
+    }
+    TY_EXPECT_OK(ty_session_bind(s, i < CLIP_PARAMS ? names[i] : "x", dt, rank, dims, typed,
+                                 (size_t)n * es));
+    if (i == CLIP_PARAMS) break;
+    for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_ADAMW);
+         i != skip && *kind; ++kind) {
+      char name[32];
+      snprintf(name, sizeof(name), "%s.%s", names[i], *kind);
+      memset(buf, 0, (size_t)n * sizeof(float));
+      bind_f32(s, name, rank, dims, buf);
+    }
+    at += (size_t)n;
+  }
+  const char *hp[] = {"lr", "weight_decay", "max_norm", "beta1", "beta2", "eps"};
+  const float hv[] = {0.01f, 0.1f, 0.05f, 0.9f, 0.999f, 1e-8f};
+  for (int i = 0; i < 6; ++i) bind_f32(s, hp[i], 0, NULL, &hv[i]);
+  for (int step = 0; step < CLIP_STEPS; ++step) {
+    const int64_t t = step + 1;
+    TY_EXPECT_OK(ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &t, sizeof(t)));
+    TY_EXPECT_OK(ty_session_run(s));
+    TY_EXPECT_OK(ty_session_read(s, "grad_norm", &norms[step], sizeof(float)));
+  }
+  size_t off = 0;
+  for (int i = 0; i < CLIP_PARAMS; ++i) {
+    const size_t bytes = (size_t)(pr[i] == 1 ? pd[i][0] : pd[i][0] * pd[i][1]) * es;
+    TY_EXPECT_OK(ty_session_read(s, names[i], params_out + off, bytes));
+    off += bytes;
+  }
+  assert_int_equal(off, at * es);
+  char *text = NULL;
+  TY_EXPECT_OK(ty_session_report(s, &text));
+  const unsigned folded = report_count(text, " rope pairs in one launch; ",
+                                       " rope pairs in one launch; %u clip");
+  free(text);
+  free(buf);
+  free(typed);
+  ty_session_destroy(s);
+  ty_device_close(dev);
+  ty_graph_destroy(g);
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  return folded;
+}
+
+/* The fused updates give the unfused bits, in f32 and in bf16 (the clipped
+ * gradient rounded to bf16 as the clip stores it), with every parameter
+ * updated here and with one left to another rank. */
+static void test_clip_folded_into_adamw(void **state) {
+  (void)state;
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
+  const ty_dtype_t dts[2] = {TY_DTYPE_F32, TY_DTYPE_BF16};
+  const size_t total = CLIP_IN * CLIP_MID + CLIP_MID + CLIP_MID;
+  for (int d = 0; d < 2; ++d) {
+    for (int skip = -1; skip < 1; ++skip) {
+      unsigned char on[total * 4], off[total * 4];
+      float non[CLIP_STEPS], noff[CLIP_STEPS];
+      assert_int_equal(run_clip(r, dts[d], true, skip, on, non), 1);
+      assert_int_equal(run_clip(r, dts[d], false, skip, off, noff), 0);
+      const size_t es = dts[d] == TY_DTYPE_F32 ? 4 : 2;
+      assert_memory_equal(on, off, total * es);
+      for (int i = 0; i < CLIP_STEPS; ++i) {
+        assert_true(non[i] == noff[i]);
+        assert_true(non[i] > 0.5f); /* max_norm 0.05: every step clipped */
+      }
+      fprintf(stderr, "clip+adamw %s skip %d: norms %.4f .. %.4f, same bits fused and not\n",
+              d ? "bf16" : "f32", skip, non[0], non[CLIP_STEPS - 1]);
+    }
+  }
+  ty_registry_destroy(r);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
@@ -693,6 +826,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_bias_gradient_fallback),
       cmocka_unit_test(test_slices_in_one_launch),
       cmocka_unit_test(test_rope_pairs),
+      cmocka_unit_test(test_clip_folded_into_adamw),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
