@@ -7,16 +7,19 @@
 #   bench/ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]
 #
 # Defaults: gpt2-124m:16:1024 (bf16-mixed, AdamW, as bench/cuda_bench.sh),
-# 5 rounds of 30 timed steps after 5 warm-up steps. BACKEND (default
-# cuda:0) picks the device. Each build's plugins come from its own
-# lib/trainyard/backends. Logs and ab.txt under $OUT (default
-# /tmp/ty-ab-out).
+# 5 rounds of STEPS (default 30) timed steps after 5 warm-up steps. BACKEND
+# (default cuda:0) picks the device. Each build's plugins come from its own
+# lib/trainyard/backends. Both builds train on the same tokens from the
+# same weights, so the first round's loss curves are compared step by step
+# too (the largest relative difference and where; STEPS=45 gives the
+# 50-step check). Logs and ab.txt under $OUT (default /tmp/ty-ab-out).
 set -uo pipefail
 old=${1:?usage: ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]}
 new=${2:?usage: ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]}
 row=${3:-gpt2-124m:16:1024}
 rounds=${4:-5}
 backend=${BACKEND:-cuda:0}
+steps=${STEPS:-30}
 out=${OUT:-/tmp/ty-ab-out}
 mkdir -p "$out"
 IFS=: read -r model batch seq <<<"$row"
@@ -30,7 +33,7 @@ run_one() {
   log="$out/$tag-$round.log"
   TRAINYARD_BACKEND_PATH="$build/lib/trainyard/backends" timeout 600 \
     "$build/bin/train_bench" --backend "$backend" --model "$model" --dtype bf16-mixed \
-    --batch "$batch" --seq "$seq" --steps 30 --warmup 5 >"$log" 2>&1
+    --batch "$batch" --seq "$seq" --steps "$steps" --warmup 5 >"$log" 2>&1
   grep '^RESULT' "$log" | tail -1 | grep -o 'tok_s=[0-9.]*' | cut -d= -f2
 }
 
@@ -50,6 +53,16 @@ mn=$(median <"$out/ab-new.txt")
 if [[ -z $mo || -z $mn ]]; then
   echo "ab_builds: a build produced no result (logs in $out)" >&2
   exit 1
+fi
+# The loss curves of round 1 (train_bench's "step N: ... loss L" lines).
+curve() { sed -n 's/^step *\([0-9]*\).* loss \([-0-9.naif]*\) .*/\1 \2/p' "$1"; }
+if [[ -f $out/old-1.log && -f $out/new-1.log ]]; then
+  paste -d' ' <(curve "$out/old-1.log") <(curve "$out/new-1.log") | awk '
+    $1 != $3 { print "loss curves: step " $1 " against " $3; exit 1 }
+    { n++; d = $4 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
+      if (r > worst || n == 1) { worst = r; at = $1 } last = $1; lo = $2; ln = $4 }
+    END { if (n) printf "loss curves, round 1: %d steps, largest relative difference %.2e at step %d; step %d: old %s new %s\n", n, worst, at, last, lo, ln;
+          else print "loss curves, round 1: no step lines" }' | tee "$out/loss-curves.txt"
 fi
 ratio=$(awk -v a="$mo" -v b="$mn" 'BEGIN {printf "%.4f", b / a}')
 echo "row $model B=$batch T=$seq bf16-mixed on $backend: old median $mo, new median $mn tok/s, new/old $ratio" |
