@@ -926,6 +926,15 @@ class OptionsTest(cli_util.TempDirTest):
             r = s.client().completions.create(model=s.name, prompt=prompt, max_tokens=24,
                                              temperature=0, extra_body={"return_token_ids": True})
             outs.append(r.choices[0].model_extra["token_ids"])
+            # Streamed: every token's chunk, also when a step hands out
+            # several tokens of the choice (accepted drafts) and the last
+            # of them ends it; the usage counts what the stream carried.
+            chunks = list(s.client().completions.create(
+                model=s.name, prompt=prompt, max_tokens=24, temperature=0, stream=True,
+                extra_body={"return_token_ids": True}))
+            ids = [t for c in chunks if c.choices for t in c.choices[0].model_extra.get("token_ids") or []]
+            self.assertEqual(ids, outs[-1], extra)
+            self.assertEqual(chunks[-1].usage.completion_tokens, len(ids))
             m = s.metrics()
             self.assertEqual(s.stop(), 0)
         self.assertEqual(outs[0], outs[1])

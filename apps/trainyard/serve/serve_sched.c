@@ -203,6 +203,8 @@ typedef struct {
   ty_srv_choice_t *choice;
   size_t offset, size; /* in the step's scratch */
   ty_status_t status;
+  bool ends; /* this token ended its choice (speculative decoding hands out
+                several tokens of a choice in one step: only the last may end it) */
 } ty_srv_pending_t;
 
 /* Tokens held before they are handed out (more in one step: handed out in
@@ -287,7 +289,7 @@ static void ty_srv_on_token(void *context, const ty_engine_token_t *t) {
   ty_status_t st = ty_srv_token_output(s, c, t, &step->scratch);
   step->pending[step->pending_count++] =
       (ty_srv_pending_t){.choice = c, .offset = offset, .size = step->scratch.size - offset,
-                         .status = st};
+                         .status = st, .ends = c->done};
 }
 
 /* After a step (lock held): the tokens' bytes go to their requests, in the
@@ -313,7 +315,7 @@ static void ty_srv_hand_out(ty_server_t *s, ty_srv_step_t *step) {
      * scratch at all. */
     const char *bytes = p->size ? step->scratch.data + p->offset : "";
     bool ok = !st && ty_srv_buf_append(&r->out, bytes, p->size);
-    if (ok && c->done) {
+    if (ok && p->ends) {
       ok = ty_srv_api_choice_end(s, c, &r->out);
       r->done_choices++;
       if (ok && r->done_choices == r->choice_count) {
