@@ -334,6 +334,14 @@ void ty_cu_build_clip(ty_cu_build_t *b) {
   /* max_norm, g_1..g_n -> norm, g_1'..g_n' */
   const uint32_t count = b->node->input_count - 1;
   if (ty_cu_build_clip_multi(b)) return;
+  const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
+  if (f && f->kind == TY_CU_FUSE_CLIP_ADAMW) {
+    /* The fusion's conditions are the multi-tensor path's; without it the
+     * folded updates would never run. */
+    ty_dev_fail(b, TY_CODE_INTERNAL, "node %u: clip_by_global_norm with its AdamW updates "
+                "folded in but not on the multi-tensor path", b->n);
+    return;
+  }
   for (uint32_t i = 0; i < count; ++i) {
     const ty_abi_value_t *g = ty_dev_vin(b, i + 1), *o = ty_dev_vout(b, i + 1);
     if (g->dtype != o->dtype || !ty_cu_typed(TY_CU_TYPED("ty_scale_by"), (int)g->dtype)) {
