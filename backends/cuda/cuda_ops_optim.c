@@ -217,7 +217,8 @@ int64_t ty_cu_emit_chunk_sumsq(ty_cu_build_t *b, ty_dev_ref_t x, int dt, int64_t
 /* The adamw_update nodes of a CLIP_ADAMW fusion (cuda_fuse.h) from the
  * clip's commands: one multi-tensor launch that reads the clip's own
  * gradients and scales them by `coef` (ty_clip_finish's). The commands
- * are the first adamw node's (so a profile and a data error name it). */
+ * are the first adamw node's, so a data error (a step below 1) names it;
+ * TRAINYARD_PROFILE counts their time in the clip's, whose build made them. */
 static void ty_cu_build_clip_adamw(ty_cu_build_t *b, int dt, ty_dev_ref_t coef) {
   const ty_abi_node_t *clip = b->node;
   const ty_cu_fuse_t *f = ty_cu_fuse_of(b);
