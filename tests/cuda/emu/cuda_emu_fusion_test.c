@@ -775,6 +775,10 @@ static unsigned run_clip(ty_registry_t *r, ty_dtype_t dt, bool fuse, int skip,
     off += bytes;
   }
   assert_int_equal(off, at * es);
+  /* The updates' data error still comes out of the folded launch. */
+  const int64_t zero = 0;
+  TY_EXPECT_OK(ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &zero, sizeof(zero)));
+  TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT, "adamw: step 0 must be >= 1");
   char *text = NULL;
   TY_EXPECT_OK(ty_session_report(s, &text));
   const unsigned folded = report_count(text, " rope pairs in one launch; ",
