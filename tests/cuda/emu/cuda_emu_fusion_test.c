@@ -315,6 +315,35 @@ static unsigned report_count(const char *report, const char *from, const char *f
   return n;
 }
 
+/* A session of `g` on the emulated cuda:0, compiled with the executor's
+ * fusions on or off (TRAINYARD_CUDA_FUSE=0 while it compiles). */
+typedef struct {
+  ty_device_t *dev;
+  ty_session_t *s;
+} emu_run_t;
+
+static emu_run_t open_run(ty_registry_t *r, ty_graph_t *g, bool fuse) {
+  emu_run_t run = {NULL, NULL};
+  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &run.dev));
+  TY_EXPECT_OK(ty_session_create(run.dev, g, NULL, &run.s));
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  return run;
+}
+
+/* The run's report count (report_count(from, format)); then closes the run
+ * and destroys `g`. */
+static unsigned close_run(emu_run_t *run, ty_graph_t *g, const char *from, const char *format) {
+  char *text = NULL;
+  TY_EXPECT_OK(ty_session_report(run->s, &text));
+  const unsigned n = report_count(text, from, format);
+  free(text);
+  ty_session_destroy(run->s);
+  ty_device_close(run->dev);
+  ty_graph_destroy(g);
+  return n;
+}
+
 static unsigned kernel_commands(const char *report) {
   return report_count(report, "commands (", "commands (%u kernels");
 }
@@ -514,7 +543,6 @@ static void test_bias_gradient_fallback(void **state) {
  * launches for several. */
 static unsigned run_slices(ty_registry_t *r, ty_dtype_t dt, int64_t W, int n,
                            const int64_t *starts, const int64_t *widths, bool fuse) {
-  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
   const int64_t xd[3] = {3, 5, W};
@@ -534,10 +562,8 @@ static unsigned run_slices(ty_registry_t *r, ty_dtype_t dt, int64_t W, int n,
     snprintf(name, sizeof(name), "y%d", k);
     TY_EXPECT_OK(ty_graph_set_output(g, outs[k], name));
   }
-  ty_device_t *dev = NULL;
-  ty_session_t *s = NULL;
-  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
-  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  emu_run_t run = open_run(r, g, fuse);
+  ty_session_t *s = run.s;
   const size_t es = dt == TY_DTYPE_F32 ? 4 : 2, count = (size_t)(15 * W);
   unsigned char *xs = malloc(count * es), *x2s = malloc(count * es), *y = malloc(count * es);
   assert_true(xs && x2s && y);
@@ -568,20 +594,10 @@ static unsigned run_slices(ty_registry_t *r, ty_dtype_t dt, int64_t W, int n,
       }
     }
   }
-  char *text = NULL;
-  TY_EXPECT_OK(ty_session_report(s, &text));
-  unsigned launches = 0;
-  const char *at = text ? strstr(text, " in place; ") : NULL;
-  assert_non_null(at);
-  assert_int_equal(sscanf(at, " in place; %u slice launch", &launches), 1);
-  free(text);
-  ty_session_destroy(s);
-  ty_device_close(dev);
-  ty_graph_destroy(g);
+  const unsigned launches = close_run(&run, g, " in place; ", " in place; %u slice launch");
   free(xs);
   free(x2s);
   free(y);
-  unsetenv("TRAINYARD_CUDA_FUSE");
   return launches;
 }
 
@@ -606,7 +622,6 @@ static void test_slices_in_one_launch(void **state) {
  * four outputs the same bits as with fusion off (the same arithmetic per
  * element); returns the report's count of rope pairs. */
 static unsigned run_ropes(ty_registry_t *r, ty_dtype_t dt, bool fuse, unsigned char **outs) {
-  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
   const int64_t qd[4] = {1, 5, 4, 8}, kd[4] = {1, 5, 2, 8}, pd[1] = {5};
@@ -622,10 +637,8 @@ static unsigned run_ropes(ty_registry_t *r, ty_dtype_t dt, bool fuse, unsigned c
     snprintf(name, sizeof(name), "y%d", i);
     TY_EXPECT_OK(ty_graph_set_output(g, y[i], name));
   }
-  ty_device_t *dev = NULL;
-  ty_session_t *s = NULL;
-  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
-  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  emu_run_t run = open_run(r, g, fuse);
+  ty_session_t *s = run.s;
   const size_t es = dt == TY_DTYPE_F32 ? 4 : 2, nq = 160, nk = 80;
   unsigned char *qs = malloc(nq * es), *ks = malloc(nk * es);
   assert_true(qs && ks);
@@ -651,18 +664,11 @@ static unsigned run_ropes(ty_registry_t *r, ty_dtype_t dt, bool fuse, unsigned c
     assert_non_null(outs[i]);
     TY_EXPECT_OK(ty_session_read(s, name, outs[i], bytes));
   }
-  char *text = NULL;
-  TY_EXPECT_OK(ty_session_report(s, &text));
   /* "... 0 matmul groups in one launch; N rope pairs in one launch" */
-  const unsigned pairs = report_count(text, " matmul groups in one launch; ",
-                                      " matmul groups in one launch; %u rope pair");
-  free(text);
-  ty_session_destroy(s);
-  ty_device_close(dev);
-  ty_graph_destroy(g);
+  const unsigned pairs = close_run(&run, g, " matmul groups in one launch; ",
+                                   " matmul groups in one launch; %u rope pair");
   free(qs);
   free(ks);
-  unsetenv("TRAINYARD_CUDA_FUSE");
   return pairs;
 }
 
@@ -694,7 +700,6 @@ enum { CLIP_PARAMS = 3, CLIP_STEPS = 4, CLIP_ROWS = 32, CLIP_IN = 24, CLIP_MID =
 
 static unsigned run_clip(ty_registry_t *r, ty_dtype_t dt, bool fuse, int skip,
                          unsigned char *params_out, float *norms) {
-  if (!fuse) setenv("TRAINYARD_CUDA_FUSE", "0", 1);
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
   const int64_t xd[2] = {CLIP_ROWS, CLIP_IN};
@@ -725,10 +730,8 @@ static unsigned run_clip(ty_registry_t *r, ty_dtype_t dt, bool fuse, int skip,
                                .optimizer = TY_OPTIMIZER_ADAMW,
                                .update = update};
   TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
-  ty_device_t *dev = NULL;
-  ty_session_t *s = NULL;
-  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
-  TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
+  emu_run_t run = open_run(r, g, fuse);
+  ty_session_t *s = run.s;
   const size_t es = dt == TY_DTYPE_F32 ? 4 : 2;
   uint32_t seed = 99;
   float *buf = malloc(CLIP_IN * CLIP_MID * sizeof(float));
@@ -779,17 +782,10 @@ static unsigned run_clip(ty_registry_t *r, ty_dtype_t dt, bool fuse, int skip,
   const int64_t zero = 0;
   TY_EXPECT_OK(ty_session_bind(s, "step", TY_DTYPE_I64, 0, NULL, &zero, sizeof(zero)));
   TY_EXPECT_STATUS(ty_session_run(s), TY_CODE_INVALID_ARGUMENT, "adamw: step 0 must be >= 1");
-  char *text = NULL;
-  TY_EXPECT_OK(ty_session_report(s, &text));
-  const unsigned folded = report_count(text, " rope pairs in one launch; ",
-                                       " rope pairs in one launch; %u clip");
-  free(text);
+  const unsigned folded =
+      close_run(&run, g, " rope pairs in one launch; ", " rope pairs in one launch; %u clip");
   free(buf);
   free(typed);
-  ty_session_destroy(s);
-  ty_device_close(dev);
-  ty_graph_destroy(g);
-  unsetenv("TRAINYARD_CUDA_FUSE");
   return folded;
 }
 
