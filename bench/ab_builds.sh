@@ -54,15 +54,24 @@ if [[ -z $mo || -z $mn ]]; then
   echo "ab_builds: a build produced no result (logs in $out)" >&2
   exit 1
 fi
-# The loss curves of round 1 (train_bench's "step N: ... loss L" lines).
+# The loss curves of round 1 (train_bench's "step N: ... loss L" lines),
+# compared by tests/cuda/dist_lib.sh's worst_gap.
+# shellcheck source=tests/cuda/dist_lib.sh
+source "$(dirname "$0")/../tests/cuda/dist_lib.sh"
 curve() { sed -n 's/^step *\([0-9]*\).* loss \([-0-9.naif]*\) .*/\1 \2/p' "$1"; }
 if [[ -f $out/old-1.log && -f $out/new-1.log ]]; then
-  paste -d' ' <(curve "$out/old-1.log") <(curve "$out/new-1.log") | awk '
-    $1 != $3 { print "loss curves: step " $1 " against " $3; exit 1 }
-    { n++; d = $4 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
-      if (r > worst || n == 1) { worst = r; at = $1 } last = $1; lo = $2; ln = $4 }
-    END { if (n) printf "loss curves, round 1: %d steps, largest relative difference %.2e at step %d; step %d: old %s new %s\n", n, worst, at, last, lo, ln;
-          else print "loss curves, round 1: no step lines" }' | tee "$out/loss-curves.txt"
+  curve "$out/old-1.log" >"$out/curve-old.txt"
+  curve "$out/new-1.log" >"$out/curve-new.txt"
+  read -r n worst at < <(worst_gap "$out/curve-old.txt" "$out/curve-new.txt")
+  if [[ $n -gt 0 ]]; then
+    read -r last lo < <(tail -n 1 "$out/curve-old.txt")
+    read -r _ ln < <(tail -n 1 "$out/curve-new.txt")
+    where="at step $at"
+    [[ $at == 0 ]] && where="(equal at every step)"
+    echo "loss curves, round 1: $n steps, largest relative difference $worst $where; step $last: old $lo new $ln"
+  else
+    echo "loss curves, round 1: no step lines"
+  fi | tee "$out/loss-curves.txt"
 fi
 ratio=$(awk -v a="$mo" -v b="$mn" 'BEGIN {printf "%.4f", b / a}')
 echo "row $model B=$batch T=$seq bf16-mixed on $backend: old median $mo, new median $mn tok/s, new/old $ratio" |

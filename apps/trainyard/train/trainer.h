@@ -142,13 +142,13 @@ const char *ty_trainer_zero_group(const ty_trainer_t *t);
  * updates: owner[i] is a share index), by size; the same table on every
  * tp rank of a replica. */
 ty_status_t ty_trainer_dist_owners(ty_trainer_t *t);
+/* Whether the run's gradients are sharded (--zero 2 in the split step; the
+ * fused step of a device that sums in the graph keeps no gradients). */
+bool ty_trainer_zero2(const ty_trainer_t *t);
 /* ZeRO-2: this rank's share of the optimizer graph's parameters: descs
  * and decay (the whole model's, in parameter order) packed in place to the
  * owned ones, *n their count, *out_split their tp_split (NULL without
  * --tp; the caller frees it). */
-/* Whether the run's gradients are sharded (--zero 2 in the split step; the
- * fused step of a device that sums in the graph keeps no gradients). */
-bool ty_trainer_zero2(const ty_trainer_t *t);
 ty_status_t ty_trainer_zero2_share(const ty_trainer_t *t, ty_tensor_desc_t *descs, bool *decay,
                                    uint32_t *n, bool **out_split);
 /* ZeRO-1, after the optimizer step: every replica's updated parameters
