@@ -12,7 +12,11 @@
 # lib/trainyard/backends. Both builds train on the same tokens from the
 # same weights, so the first round's loss curves are compared step by step
 # too (the largest relative difference and where; STEPS=45 gives the
-# 50-step check). Logs and ab.txt under $OUT (default /tmp/ty-ab-out).
+# 50-step check). OLD_ENV / NEW_ENV (space-separated NAME=VALUE words) set
+# the environment of each side's runs, so one build can be timed against
+# itself with a switch off: OLD_ENV=TRAINYARD_CUDA_WEIGHT_COPIES=0
+# bench/ab_builds.sh build build. Logs and ab.txt under $OUT (default
+# /tmp/ty-ab-out).
 set -uo pipefail
 old=${1:?usage: ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]}
 new=${2:?usage: ab_builds.sh OLD_BUILD NEW_BUILD [MODEL:BATCH:SEQ] [ROUNDS]}
@@ -29,9 +33,11 @@ done
 
 # One run of BUILD; prints its tokens/s (the RESULT line's tok_s field).
 run_one() {
-  local build=$1 tag=$2 round=$3 log
+  local build=$1 tag=$2 round=$3 log side_env
   log="$out/$tag-$round.log"
-  TRAINYARD_BACKEND_PATH="$build/lib/trainyard/backends" timeout 600 \
+  if [[ $tag == old ]]; then side_env=${OLD_ENV:-}; else side_env=${NEW_ENV:-}; fi
+  # shellcheck disable=SC2086 # the words are NAME=VALUE assignments
+  env $side_env TRAINYARD_BACKEND_PATH="$build/lib/trainyard/backends" timeout 600 \
     "$build/bin/train_bench" --backend "$backend" --model "$model" --dtype bf16-mixed \
     --batch "$batch" --seq "$seq" --steps "$steps" --warmup 5 >"$log" 2>&1
   grep '^RESULT' "$log" | tail -1 | grep -o 'tok_s=[0-9.]*' | cut -d= -f2
@@ -74,5 +80,5 @@ if [[ -f $out/old-1.log && -f $out/new-1.log ]]; then
   fi | tee "$out/loss-curves.txt"
 fi
 ratio=$(awk -v a="$mo" -v b="$mn" 'BEGIN {printf "%.4f", b / a}')
-echo "row $model B=$batch T=$seq bf16-mixed on $backend: old median $mo, new median $mn tok/s, new/old $ratio" |
+echo "row $model B=$batch T=$seq bf16-mixed on $backend: old${OLD_ENV:+ ($OLD_ENV)} median $mo, new${NEW_ENV:+ ($NEW_ENV)} median $mn tok/s, new/old $ratio" |
   tee "$out/ab.txt"

@@ -224,6 +224,8 @@ ty_code_t ty_memory_plan_build_opts(const ty_owned_graph_t *og, uint64_t alignme
       plan->storage[v].kind = TY_STORAGE_CONSTANT;
     } else if (val->role != TY_VALUE_INTERMEDIATE || (val->flags & TY_VALUE_FLAG_OUTPUT)) {
       plan->storage[v].kind = TY_STORAGE_BOUND;
+    } else if (opts->external && opts->external[v]) {
+      plan->storage[v].kind = TY_STORAGE_EXTERNAL;
     } else {
       plan->storage[v].kind = TY_STORAGE_ARENA;
     }

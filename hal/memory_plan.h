@@ -26,6 +26,8 @@ typedef enum ty_storage_kind_e {
   TY_STORAGE_STATE_ALIAS = 3, /* written in place into state `alias` */
   TY_STORAGE_VIEW = 4,        /* the bytes of value `alias` (a reshape's
                                  output; alias is never itself a view) */
+  TY_STORAGE_EXTERNAL = 5,    /* kept by the backend in memory of its own
+                                 (ty_memory_plan_opts_t.external) */
 } ty_storage_kind_t;
 
 typedef struct ty_value_storage_t {
@@ -77,11 +79,18 @@ ty_code_t ty_memory_plan_build(const ty_owned_graph_t *graph, uint64_t alignment
  * false) and plan.in_place[n] says the offer was taken.
  *
  * extra_read[n] (UINT32_MAX = none) is one more value n's command reads
- * beyond its inputs: it stays live until that command runs. */
+ * beyond its inputs: it stays live until that command runs.
+ *
+ * external (per VALUE, may be NULL) marks intermediates the backend keeps
+ * in memory of its own across runs (the cuda executor's bf16 weight copies
+ * that its optimizer writes): they get TY_STORAGE_EXTERNAL and no arena
+ * bytes, and no other value is ever placed on them. Only values that would
+ * otherwise be ARENA values are taken; a reshape of one is a view of it. */
 typedef struct ty_memory_plan_opts_t {
   const uint32_t *run_at;
   const int32_t *reuse_input;
   const uint32_t *extra_read;
+  const bool *external;
 } ty_memory_plan_opts_t;
 
 /* Plans `graph` as ty_memory_plan_build does, with `opts` (NULL: none). */

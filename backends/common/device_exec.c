@@ -44,7 +44,9 @@ ty_abi_status_t ty_dev_exec_layout(ty_dev_exec_t *x) {
   x->sorted_named = calloc(nv, sizeof(uint32_t));
   x->loc = calloc(nv, sizeof(ty_dev_loc_t));
   x->bound = calloc(nv, sizeof(bool));
-  if (!x->const_offset || !x->fallback_offset || !x->sorted_named || !x->loc || !x->bound) {
+  x->buffer_of = calloc(nv, sizeof(*x->buffer_of));
+  if (!x->const_offset || !x->fallback_offset || !x->sorted_named || !x->loc || !x->bound ||
+      !x->buffer_of) {
     return ty_dev_oom(x, "compiling");
   }
   for (uint32_t v = 0; v < g->value_count; ++v) {
@@ -72,6 +74,7 @@ void ty_dev_exec_free(ty_dev_exec_t *x) {
   free(x->sorted_named);
   free(x->loc);
   free(x->bound);
+  free(x->buffer_of);
   free(x->aux_host);
   memset(x, 0, sizeof(*x));
 }
@@ -111,6 +114,7 @@ static ty_abi_status_t ty_dev_bind(ty_dev_exec_t *x, const ty_abi_execute_args_t
     x->loc[v].base = base;
     x->loc[v].offset = bind->offset;
     x->bound[v] = true;
+    x->buffer_of[v] = bind->buffer;
   }
   return NULL;
 }
@@ -147,6 +151,15 @@ static ty_abi_status_t ty_dev_place(ty_dev_exec_t *x, uint32_t v, const ty_dev_h
       } else {
         x->loc[v] = (ty_dev_loc_t){x->arena, st->offset};
       }
+      return NULL;
+    case TY_STORAGE_EXTERNAL:
+      if (!h->external) {
+        return ty_plugin_error(TY_CODE_INTERNAL,
+                               "%s: value '%s' is kept in the backend's own memory and the "
+                               "backend gives no hook to place it (ty_dev_hooks_t.external)",
+                               x->label, val->name);
+      }
+      x->loc[v] = h->external(h->user, v);
       return NULL;
     case TY_STORAGE_STATE_ALIAS:
     case TY_STORAGE_VIEW: /* after every other kind */

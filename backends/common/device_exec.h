@@ -73,6 +73,8 @@ typedef struct ty_dev_exec_t {
   uint32_t named_count;
   ty_dev_loc_t *loc;        /* per value, resolved at every run */
   bool *bound;              /* per value, during a resolve */
+  ty_abi_buffer_t **buffer_of; /* per value: its binding's buffer in the last
+                                  resolve (where bound[v]) */
   /* Handles the backend sets once its memory exists: CONSTANT and ARENA
    * values, and the bases of the other reference kinds. */
   uint64_t constants, arena;
@@ -126,6 +128,10 @@ typedef struct ty_dev_hooks_t {
    * the unbound outputs, as a nonzero handle in *out_base. Called once
    * per executable; the result lands in x->fallback (see there who frees). */
   ty_abi_status_t (*alloc)(void *user, uint64_t bytes, uint64_t *out_base);
+  /* Where an EXTERNAL value `v` lives (the backend's own memory: the plan
+   * gave it no arena bytes, ty_memory_plan_opts_t.external); required when
+   * the plan has one. */
+  ty_dev_loc_t (*external)(void *user, uint32_t v);
 } ty_dev_hooks_t;
 
 /* Resolves loc[] for a run: the bindings first (each name must be a bound

@@ -401,6 +401,11 @@ static ty_abi_status_t ty_cu_host_alloc(ty_abi_device_t *d, uint64_t bytes,
   return NULL;
 }
 
+void ty_cu_buffer_written(ty_abi_buffer_t *buffer) {
+  static _Atomic uint64_t generation;
+  if (buffer) buffer->gen = ++generation;
+}
+
 static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
                                           const ty_abi_buffer_alloc_args_t *args,
                                           ty_abi_buffer_t **out_buffer) {
@@ -430,6 +435,7 @@ static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
       return st;
     }
     buf->size = args->size_bytes;
+    ty_cu_buffer_written(buf);
     *out_buffer = buf;
     return NULL;
   }
@@ -441,6 +447,7 @@ static ty_abi_status_t ty_cu_buffer_alloc(ty_abi_device_t *d,
     return st;
   }
   buf->size = args->size_bytes;
+  ty_cu_buffer_written(buf);
   *out_buffer = buf;
   return NULL;
 }
@@ -530,6 +537,7 @@ static ty_abi_status_t ty_cu_transfer(ty_abi_device_t *d, ty_abi_buffer_t *buf, 
 
 static ty_abi_status_t ty_cu_buffer_write(ty_abi_device_t *d, ty_abi_buffer_t *buf,
                                           uint64_t offset, const void *src, uint64_t size) {
+  ty_cu_buffer_written(buf);
   return ty_cu_transfer(d, buf, offset, (void *)src, size, true);
 }
 
@@ -541,6 +549,7 @@ static ty_abi_status_t ty_cu_buffer_read(ty_abi_device_t *d, ty_abi_buffer_t *bu
 static ty_abi_status_t ty_cu_buffer_copy(ty_abi_device_t *d, ty_abi_buffer_t *src,
                                          uint64_t src_offset, ty_abi_buffer_t *dst,
                                          uint64_t dst_offset, uint64_t size) {
+  ty_cu_buffer_written(dst);
   ty_abi_status_t st = ty_cu_enter(d);
   if (st || size == 0) return st;
   CUresult r = d->api->cuMemcpyDtoDAsync(dst->ptr + dst_offset, src->ptr + src_offset,

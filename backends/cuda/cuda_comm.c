@@ -303,6 +303,7 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
                                       "ncclBroadcast", "ncclSend", "ncclRecv"};
   bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) + sizeof(a->flags) &&
               (a->flags & TY_ABI_COLLECTIVE_MORE);
+  ty_cu_buffer_written(a->recv);
   char what[96];
   snprintf(what, sizeof(what), "%s of %llu %s", names[kind], (unsigned long long)a->count,
            ty_dtype_name(a->dtype));
@@ -342,6 +343,7 @@ static ty_abi_status_t ty_nccl_p2p(ty_abi_comm_t *c, bool send,
   }
   ty_abi_buffer_t *buffer = send ? a->send : a->recv;
   const uint64_t offset = send ? a->send_offset : a->recv_offset;
+  if (!send) ty_cu_buffer_written(buffer);
   void *ptr = (void *)(uintptr_t)(buffer->ptr + offset);
   return ty_nccl_queue(c, send ? TY_NCCL_SEND : TY_NCCL_RECV, a->dtype, TY_ABI_REDUCE_SUM,
                        a->root, send ? ptr : NULL, send ? NULL : ptr, bytes, more, what);

@@ -64,6 +64,7 @@ void ty_cu_executable_destroy(ty_abi_executable_t *e) {
   free(e->fused);
   free(e->fuse);
   free(e->extra_read);
+  ty_cu_weights_free(e);
   free(e);
 }
 
@@ -275,6 +276,7 @@ static bool ty_cu_node_visit(ty_cu_build_t *b, uint32_t n) {
   ty_cu_exec_t *e = b->exec;
   e->first_cmd[n] = e->cmd_count;
   if (e->fused[n]) return false; /* done by another node's commands (cuda_fuse.h) */
+  if (e->wcopy_role && e->wcopy_role[n] == 2) return false; /* reads its weight's copy */
   b->hint = e->fuse[n].kind != TY_CU_FUSE_NONE ? &e->fuse[n] : NULL;
   return true;
 }
@@ -289,6 +291,11 @@ static void ty_cu_node_built(ty_cu_build_t *b) {
     const uint64_t row = (uint64_t)w->dims[1] * ty_desc_dtype_size(w->dtype);
     ty_cu_fill(b, ty_dev_ref_at(ty_dev_out(b, 0), (uint64_t)w->dims[0] * row),
                (uint64_t)(e->zero_rows[out0] - w->dims[0]) * row);
+  }
+  /* The cast that makes a weight copy runs only when the copy is stale
+   * (cuda_weights.c). */
+  if (e->wcopy_role && e->wcopy_role[b->n] == 1) {
+    for (uint32_t i = e->first_cmd[b->n]; i < e->cmd_count; ++i) e->cmds[i].refresh = true;
   }
 }
 
@@ -323,20 +330,39 @@ static ty_abi_status_t ty_cu_env_check(const ty_abi_device_t *device) {
                            "%s: TRAINYARD_CUDA_GEMV='%s' is not 'group', 'all', 'nk', '1' or '0'",
                            device->label, gemv);
   }
+  const char *copies = ty_cu_weight_copies_bad_setting();
+  if (copies) {
+    return ty_plugin_error(TY_CODE_INVALID_ARGUMENT,
+                           "%s: TRAINYARD_CUDA_WEIGHT_COPIES='%s' is not 0 or 1", device->label,
+                           copies);
+  }
   return NULL;
 }
 
+/* The refresh commands of the weight copies run on their own, before the
+ * rest (cuda_weights.c): never dependents, and never counted as the
+ * command before another. */
 static void ty_cu_mark_pdl(ty_abi_executable_t *e) {
   const bool on = ty_cu_pdl_enabled(e);
+  const ty_cu_cmd_t *prev = NULL;
   for (uint32_t i = 0; i < e->cmd_count; ++i) {
-    e->cmds[i].pdl = on && i > 0 && e->cmds[i].kind == TY_CU_CMD_KERNEL &&
-                     e->cmds[i - 1].kind == TY_CU_CMD_KERNEL;
+    ty_cu_cmd_t *c = &e->cmds[i];
+    if (c->refresh) {
+      c->pdl = false;
+      continue;
+    }
+    c->pdl = on && prev && c->kind == TY_CU_CMD_KERNEL && prev->kind == TY_CU_CMD_KERNEL;
+    prev = c;
   }
 }
 
-ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
-                                    ty_abi_executable_t **out_executable) {
+/* One compile; with `copies` false the weight copies are not planned
+ * (cuda_fuse.h ty_cu_weight_copy_plan). */
+static ty_abi_status_t ty_cu_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
+                                     bool copies, ty_abi_executable_t **out_executable,
+                                     uint32_t *out_copies) {
   *out_executable = NULL;
+  *out_copies = 0;
   bool deterministic = false;
   ty_abi_status_t s = ty_cu_compile_options(device, args, &deterministic);
   if (s) return s;
@@ -364,21 +390,35 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   int32_t *reuse = e->core.graph ? malloc(((size_t)nn + 1) * sizeof(int32_t)) : NULL;
   e->fuse = e->core.graph ? calloc((size_t)nn + 1, sizeof(ty_cu_fuse_t)) : NULL;
   e->extra_read = e->core.graph ? malloc(((size_t)nn + 1) * sizeof(uint32_t)) : NULL;
-  if (run_at && reuse && e->fuse && e->extra_read) {
+  bool *external = e->core.graph
+                       ? calloc((size_t)e->core.graph->graph.value_count + 1, sizeof(bool))
+                       : NULL;
+  if (run_at && reuse && e->fuse && e->extra_read && external) {
     ty_cu_fuse_plan(e->core.graph, e->row_stride, ty_cu_fuse_enabled(),
                     !deterministic && ty_cu_gemv_on(), e->fuse, run_at);
     ty_cu_xent_plan(e->core.graph, e->row_stride, run_at, ty_cu_loss_in_place_enabled(), reuse,
                     e->extra_read);
+    s = ty_cu_weights_plan(e, run_at, copies, external);
+    *out_copies = e->wcopy_count;
+    if (s) {
+      free(run_at);
+      free(reuse);
+      free(external);
+      ty_cu_executable_destroy(e);
+      return s;
+    }
   }
   const ty_memory_plan_opts_t plan_opts = {
-      .run_at = run_at, .reuse_input = reuse, .extra_read = e->extra_read};
-  if (!e->core.graph || !run_at || !reuse || !e->fuse || !e->extra_read ||
+      .run_at = run_at, .reuse_input = reuse, .extra_read = e->extra_read, .external = external};
+  if (!e->core.graph || !run_at || !reuse || !e->fuse || !e->extra_read || !external ||
       ty_memory_plan_build_opts(e->core.graph, TY_CU_ALIGN, &plan_opts, &e->core.plan) != TY_CODE_OK) {
     free(run_at);
     free(reuse);
+    free(external);
     ty_cu_executable_destroy(e);
     return ty_plugin_error(TY_CODE_RESOURCE_EXHAUSTED, "%s: out of memory compiling", device->label);
   }
+  free(external);
   s = ty_dev_exec_layout(&e->core);
   if (s) {
     free(run_at);
@@ -414,7 +454,8 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   e->first_cmd[g->node_count] = e->cmd_count;
   s = b.status;
   if (!s) ty_cu_mark_pdl(e);
-  /* Device memory. */
+  /* Device memory (the weight copies last: compile gives them up first,
+   * see ty_cu_graph_compile). */
   if (!s && e->core.plan.arena_bytes) {
     s = ty_cu_upload(e, e->core.plan.arena_bytes, NULL, "activation arena", &e->arena);
     if (!s) e->arena_bytes = e->core.plan.arena_bytes;
@@ -455,6 +496,7 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
     unsigned char zeros[TY_DEVICE_ERROR_BYTES] = {0};
     s = ty_cu_upload(e, TY_DEVICE_ERROR_BYTES, zeros, "error flag", &e->err);
   }
+  if (!s) s = ty_cu_weights_alloc(e);
   if (!s) {
     CUresult r = e->api->cuMemAllocHost((void **)&e->err_host, TY_DEVICE_ERROR_BYTES);
     if (r != CUDA_SUCCESS) s = ty_cu_driver_error(device, "cuMemAllocHost (error flag)", r);
@@ -486,16 +528,37 @@ ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compil
   return NULL;
 }
 
+/* The weight copies are a speed-up that costs 2 bytes a weight: when an
+ * executable with them does not fit the device (or its memory_limit), it is
+ * compiled again without them, and its report says so. */
+ty_abi_status_t ty_cu_graph_compile(ty_abi_device_t *device, const ty_abi_compile_args_t *args,
+                                    ty_abi_executable_t **out_executable) {
+  ty_abi_executable_t *e = NULL;
+  uint32_t copies = 0;
+  ty_abi_status_t s = ty_cu_compile(device, args, true, &e, &copies);
+  const ty_host_api_t *host = device->backend->base.host;
+  if (s && copies && host->status_code(s) == TY_CODE_RESOURCE_EXHAUSTED) {
+    /* Without them; if that does not fit either, its error is the one
+     * that says what does not fit. */
+    host->status_free(s);
+    s = ty_cu_compile(device, args, false, &e, &copies);
+    if (!s) e->wcopies_dropped = true;
+  }
+  *out_executable = s ? NULL : e;
+  return s;
+}
+
 const ty_abi_graph_t *ty_cu_executable_graph(ty_abi_executable_t *e) {
   return ty_dev_exec_graph(&e->core);
 }
 
 /* What compile allocated for the executable's life: the activation arena
  * (its plan), and beside it the per-node kernel scratch (the chunked loss's
- * logits, reduction partials), constants and tables. */
+ * logits, reduction partials), constants, tables and the bf16 weight
+ * copies (counted with the arena). */
 ty_abi_status_t ty_cu_executable_memory(ty_abi_executable_t *e, ty_abi_executable_memory_t *out) {
   out->arena_bytes = e->arena_bytes + e->const_bytes + e->aux_bytes_dev +
-                     (uint64_t)e->table_count * 8u;
+                     (uint64_t)e->table_count * 8u + e->wcopy_bytes;
   out->scratch_bytes = e->scratch_alloc;
   out->host_bytes = 0;
   return NULL;

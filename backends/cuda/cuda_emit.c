@@ -26,6 +26,14 @@ bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value) {
   return b->exec->zero_cols && b->exec->zero_cols[value];
 }
 
+ty_dev_ref_t ty_cu_weight_copy(const ty_cu_build_t *b, uint32_t param) {
+  const ty_cu_exec_t *e = b->exec;
+  for (uint32_t k = 0; k < e->wcopy_count; ++k) {
+    if (e->wcopies[k].param == param) return ty_dev_value(e->wcopies[k].value);
+  }
+  return ty_dev_none();
+}
+
 uint32_t ty_cu_extra_read(const ty_cu_build_t *b) {
   return b->exec->extra_read ? b->exec->extra_read[b->n] : UINT32_MAX;
 }

@@ -20,6 +20,7 @@ void ty_cu_fault_parse(ty_abi_executable_t *e) {
   else if (!strcmp(kind, "launch")) e->fault_kind = TY_CU_FAULT_LAUNCH;
   else if (!strcmp(kind, "trap")) e->fault_kind = TY_CU_FAULT_TRAP;
   else if (!strcmp(kind, "device-lost")) e->fault_kind = TY_CU_FAULT_DEVICE_LOST;
+  else if (!strcmp(kind, "copies-oom")) e->fault_kind = TY_CU_FAULT_COPIES_OOM;
   e->fault_run = run ? run : 1;
 }
 

@@ -82,6 +82,8 @@ typedef struct ty_cu_cmd_t {
   ty_cu_gemm_t *gemm; /* GEMM: owned */
   bool pdl;           /* KERNEL: launched as a programmatic dependent of the kernel
                          command before it (cuda_execute.c, TRAINYARD_CUDA_PDL) */
+  bool refresh;       /* makes a weight copy (cuda_fuse.h ty_cu_weight_copy_plan): run
+                         before the others, and only when a copy may be stale */
 } ty_cu_cmd_t;
 
 typedef struct ty_abi_executable_s ty_cu_exec_t;
@@ -157,6 +159,9 @@ int64_t ty_cu_row_stride(const ty_cu_build_t *b, uint32_t value);
  * whether the padding of its rows holds zeros. */
 int64_t ty_cu_zero_rows(const ty_cu_build_t *b, uint32_t value);
 bool ty_cu_zero_cols(const ty_cu_build_t *b, uint32_t value);
+/* The bf16 copy of parameter `param` that its AdamW update writes
+ * (cuda_fuse.h ty_cu_weight_copy_plan), or none. */
+ty_dev_ref_t ty_cu_weight_copy(const ty_cu_build_t *b, uint32_t param);
 
 /* A launch of `kernel` (static storage) from `family`; parameters follow in
  * order. NULL after an error (the helpers below accept NULL). */

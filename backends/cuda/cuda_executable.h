@@ -16,6 +16,20 @@
 
 #define TY_CU_ALIGN 256u
 
+/* A bf16 weight copy kept across runs (cuda_fuse.h ty_cu_weight_copy_plan;
+ * cuda_weights.c). */
+typedef struct ty_cu_wcopy_t {
+  uint32_t param;  /* the f32 STATE value */
+  uint32_t value;  /* its first cast's output, which names the copy */
+  uint64_t offset; /* in the executable's copies */
+  uint64_t bytes;
+  /* What the copy was made from, as of the end of the last run: the
+   * parameter's buffer, its write generation then, and its address. */
+  const ty_abi_buffer_t *buffer;
+  uint64_t gen;
+  uint64_t address;
+} ty_cu_wcopy_t;
+
 struct ty_abi_executable_s {
   ty_dev_exec_t core; /* graph, plan, layout, named values, per-value locations */
   ty_abi_device_t *device;
@@ -68,6 +82,24 @@ struct ty_abi_executable_s {
   CUgraph *seg_graph;
   CUgraphExec *seg_exec;
   uint32_t seg_count;
+  /* The bf16 weight copies (cuda_weights.c): one allocation, a table of
+   * them, per value the copy a cast output reads (UINT32_MAX: none), per
+   * node the cast's role (cuda_fuse.h), and whether every copy holds the
+   * cast of its parameter as the parameter was at the end of the last run
+   * (false until a run made them). `written` lists the values a run
+   * writes (state updates' targets, outputs): their buffers get a new
+   * generation after every run. */
+  CUdeviceptr wcopy_mem;
+  uint64_t wcopy_bytes;
+  ty_cu_wcopy_t *wcopies;
+  uint32_t wcopy_count;
+  uint32_t *wcopy_of;
+  uint8_t *wcopy_role;
+  bool wcopies_valid;
+  uint64_t wcopy_refreshes; /* runs that made the copies */
+  bool wcopies_dropped;     /* planned, but compiled without: they did not fit */
+  uint32_t *written;
+  uint32_t written_count;
 };
 
 static inline uint64_t ty_cu_round_up(uint64_t x) {
@@ -83,12 +115,33 @@ enum {
   TY_CU_FAULT_TRAP,            /* a kernel executes a trap (device assert) */
   TY_CU_FAULT_DEVICE_LOST,     /* the run reports the driver's "device
                                   unavailable" (simulated: nothing is lost) */
+  TY_CU_FAULT_COPIES_OOM,      /* compile: the bf16 weight copies do not fit
+                                  (not a run's fault) */
 };
 
 /* cuda_compile.c: device memory of `bytes` holding `data` when given
  * (synchronous). */
 ty_abi_status_t ty_cu_upload(ty_abi_executable_t *e, uint64_t bytes, const void *data,
                              const char *what, CUdeviceptr *out);
+/* cuda_weights.c: plans the weight copies of e's graph (after the fusion
+ * plan: `run_at`; none unless `allowed`) and fills external[v] for the
+ * memory plan; allocates nothing yet. */
+ty_abi_status_t ty_cu_weights_plan(ty_abi_executable_t *e, const uint32_t *run_at, bool allowed,
+                                   bool *external);
+/* Lays the copies out in one allocation, once the plan gave each value its
+ * bytes (compile, after the commands). */
+ty_abi_status_t ty_cu_weights_alloc(ty_abi_executable_t *e);
+/* The external values' places (ty_dev_hooks_t.external). */
+ty_dev_loc_t ty_cu_weights_place(void *user, uint32_t v);
+/* Before a run (after its bindings resolved): whether the copies must be
+ * made again. */
+bool ty_cu_weights_stale(ty_abi_executable_t *e, const ty_abi_execute_args_t *args);
+/* After a run, `ok` when it completed without error: new generations for
+ * the buffers it wrote, and the copies' sources recorded (or the copies
+ * marked stale when it failed). */
+void ty_cu_weights_ran(ty_abi_executable_t *e, bool ok);
+void ty_cu_weights_free(ty_abi_executable_t *e);
+
 /* cuda_execute.c: drops the captured CUDA graph(s). */
 void ty_cu_graph_release(ty_abi_executable_t *e);
 /* cuda_errors.c */

@@ -52,8 +52,10 @@ static ty_abi_status_t ty_cu_hook_alloc(void *user, uint64_t bytes, uint64_t *ou
 }
 
 static ty_abi_status_t ty_cu_resolve(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
-  const ty_dev_hooks_t hooks = {
-      .user = e, .buffer = ty_cu_hook_buffer, .alloc = ty_cu_hook_alloc};
+  const ty_dev_hooks_t hooks = {.user = e,
+                                .buffer = ty_cu_hook_buffer,
+                                .alloc = ty_cu_hook_alloc,
+                                .external = ty_cu_weights_place};
   return ty_dev_exec_resolve(&e->core, args, &hooks);
 }
 
@@ -248,8 +250,24 @@ static ty_abi_status_t ty_cu_cmd_run(ty_abi_executable_t *e, ty_cu_cmd_t *c) {
   return NULL;
 }
 
-/* Queues commands [from, to), then, with `copies`, the state-update
- * copies. Profiling events (the whole run only) mark every node's start. */
+/* Queues the commands that make the weight copies (cuda_weights.c), on
+ * their own and never captured: only runs that find a copy stale have them. */
+static ty_abi_status_t ty_cu_enqueue_refresh(ty_abi_executable_t *e) {
+  ty_abi_status_t s = NULL;
+  for (uint32_t i = 0; i < e->cmd_count && !s; ++i) {
+    if (!e->cmds[i].refresh) continue;
+    s = ty_cu_cmd_run(e, &e->cmds[i]);
+    if (!s && e->sync_each) {
+      CUresult r = e->api->cuStreamSynchronize(e->device->stream);
+      if (r != CUDA_SUCCESS) s = ty_cu_cmd_error(e, &e->cmds[i], "running", r);
+    }
+  }
+  return s;
+}
+
+/* Queues commands [from, to) but the refresh ones, then, with `copies`,
+ * the state-update copies. Profiling events (the whole run only) mark
+ * every node's start. */
 static ty_abi_status_t ty_cu_enqueue_range(ty_abi_executable_t *e, uint32_t from, uint32_t to,
                                            bool copies) {
   ty_abi_status_t s = NULL;
@@ -258,6 +276,7 @@ static ty_abi_status_t ty_cu_enqueue_range(ty_abi_executable_t *e, uint32_t from
   CUstream stream = e->device->stream;
   uint32_t node = 0;
   for (uint32_t i = from; i < to && !s; ++i) {
+    if (e->cmds[i].refresh) continue;
     if (e->events) {
       while (node < g->node_count && e->first_cmd[node] <= i) {
         if (!e->events[node]) api->cuEventCreate(&e->events[node], CU_EVENT_DEFAULT);
@@ -399,8 +418,10 @@ static void ty_cu_profile_collect(ty_abi_executable_t *e) {
   ty_host_profile_end_run(e->profile);
 }
 
-ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
-                                         const ty_abi_execute_args_t *args) {
+/* The run; *started once its bindings are resolved (from then on it may
+ * write them). */
+static ty_abi_status_t ty_cu_execute_body(ty_abi_executable_t *e,
+                                          const ty_abi_execute_args_t *args, bool *started) {
   ty_abi_device_t *d = e->device;
   ty_cu_api_t *api = e->api;
   ty_abi_status_t s = ty_cu_enter(d);
@@ -418,14 +439,22 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   }
   s = ty_cu_patch_tables(e, &changed);
   if (s) return s;
-  const bool fault = e->fault_kind && e->runs == e->fault_run;
+  const bool fault = e->fault_kind && e->fault_kind != TY_CU_FAULT_COPIES_OOM &&
+                     e->runs == e->fault_run;
   /* Over several ranks, the first run is queued eagerly: NCCL connects its
    * peers on a communicator's first collectives (host work that has no
    * place in a stream capture); later runs capture it and replay. */
   const bool nccl_first = e->world > 1 && !e->collectives_ran;
   const bool use_graph = d->options.graphs && !e->profile && !e->sync_each && !fault &&
                          !nccl_first;
+  *started = true;
+  const bool stale = ty_cu_weights_stale(e, args);
   if (fault) s = ty_cu_fault_inject(e);
+  /* Stale weight copies are made first, in stream order before the run. */
+  if (!s && stale) {
+    s = ty_cu_enqueue_refresh(e);
+    if (!s) e->wcopy_refreshes++;
+  }
   if (!s && use_graph && e->world > 1) {
     bool capture = changed || !e->seg_exec;
     s = ty_cu_run_segments(e, capture);
@@ -486,6 +515,14 @@ ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
   return s;
 }
 
+ty_abi_status_t ty_cu_executable_execute(ty_abi_executable_t *e,
+                                         const ty_abi_execute_args_t *args) {
+  bool started = false;
+  ty_abi_status_t s = ty_cu_execute_body(e, args, &started);
+  if (started) ty_cu_weights_ran(e, s == NULL);
+  return s;
+}
+
 /* ---- report ---- */
 
 ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint64_t capacity,
@@ -512,7 +549,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
     else moves++;
   }
   const ty_cu_slot_t *s = e->device->slot;
-  char text[2048];
+  char text[3072];
   int n = snprintf(
       text, sizeof(text),
       "cuda executable on %s (%s, sm_%d%d, %d SMs)\n"
@@ -523,6 +560,7 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       "launches); %u loss gradient%s in place; %u slice launch%s for several; %u K/V "
       "write pair%s in one launch; %u matmul group%s in one launch; %u rope pair%s in one "
       "launch; %u clip%s folded into the optimizer\n"
+      "  weights kept in bf16 by the optimizer: %u (%.1f MiB; made %llu time(s))%s\n"
       "  device memory: activation arena %.1f MiB (%.1f MiB without reuse), scratch %.1f MiB, "
       "constants+tables %.1f MiB; this handle holds %.1f MiB, peak %.1f MiB\n"
       "  runs %llu: CUDA graph %s (captured %llu time(s), replayed %llu)%s\n",
@@ -534,7 +572,9 @@ ty_abi_status_t ty_cu_executable_report(ty_abi_executable_t *e, char *dst, uint6
       fz[TY_CU_FUSE_KV_PAIR] == 1 ? "" : "s", fz[TY_CU_FUSE_GEMV_GROUP],
       fz[TY_CU_FUSE_GEMV_GROUP] == 1 ? "" : "s", fz[TY_CU_FUSE_ROPE_PAIR],
       fz[TY_CU_FUSE_ROPE_PAIR] == 1 ? "" : "s", fz[TY_CU_FUSE_CLIP_ADAMW],
-      fz[TY_CU_FUSE_CLIP_ADAMW] == 1 ? "" : "s",
+      fz[TY_CU_FUSE_CLIP_ADAMW] == 1 ? "" : "s", e->wcopy_count,
+      (double)e->wcopy_bytes / 1048576.0, (unsigned long long)e->wcopy_refreshes,
+      e->wcopies_dropped ? "; left out: the executable did not fit with them" : "",
       (double)e->arena_bytes / 1048576.0,
       (double)e->core.plan.naive_bytes / 1048576.0,
       (double)e->scratch_alloc / 1048576.0,

@@ -386,6 +386,97 @@ bool ty_cu_loss_in_place_enabled(void) {
   return ty_cu_fuse_enabled() && (!env || strcmp(env, "0") != 0);
 }
 
+const char *ty_cu_weight_copies_bad_setting(void) {
+  const char *env = getenv("TRAINYARD_CUDA_WEIGHT_COPIES");
+  if (!env || !env[0] || !strcmp(env, "0") || !strcmp(env, "1")) return NULL;
+  return env;
+}
+
+bool ty_cu_weight_copies_enabled(const char *levers) {
+  const char *env = getenv("TRAINYARD_CUDA_WEIGHT_COPIES");
+  if (!ty_cu_fuse_enabled() || (env && !strcmp(env, "0"))) return false;
+  static const char *const memory_levers[] = {"recompute=", "loss_chunk=", "mlp_chunk=",
+                                              "fused_optimizer=", "offload="};
+  for (size_t i = 0; levers && i < sizeof(memory_levers) / sizeof(memory_levers[0]); ++i) {
+    if (strstr(levers, memory_levers[i])) return false;
+  }
+  return true;
+}
+
+/* Whether adamw_update node `a` updates parameter p on the multi-tensor
+ * kernel's operands (f32 param, gradient and new param, f32 moments). */
+static bool ty_wc_adamw_of(const ty_abi_graph_t *g, const ty_abi_node_t *a, uint32_t p,
+                           uint32_t updated) {
+  if (!ty_fz_is(a, "adamw_update") || a->input_count < 10 || a->output_count < 3 ||
+      a->inputs[0] != p || a->outputs[0] != updated) {
+    return false;
+  }
+  for (uint32_t i = 0; i < 4; ++i) {
+    if (a->inputs[i] == UINT32_MAX || g->values[a->inputs[i]].dtype != TY_DTYPE_F32) return false;
+  }
+  for (uint32_t o = 0; o < 3; ++o) {
+    if (a->outputs[o] == UINT32_MAX || g->values[a->outputs[o]].dtype != TY_DTYPE_F32) {
+      return false;
+    }
+  }
+  return true;
+}
+
+uint32_t ty_cu_weight_copy_plan(const ty_owned_graph_t *og, const ty_cu_fuse_t *fuse,
+                                const uint32_t *run_at, bool enabled, uint32_t *copy_of,
+                                uint8_t *cast_role, uint32_t *params, uint32_t *values) {
+  const ty_abi_graph_t *g = &og->graph;
+  for (uint32_t v = 0; v < g->value_count; ++v) copy_of[v] = UINT32_MAX;
+  for (uint32_t n = 0; n < g->node_count; ++n) cast_role[n] = 0;
+  uint32_t count = 0;
+  for (uint32_t u = 0; enabled && u < g->update_count; ++u) {
+    const uint32_t p = g->updates[u].state, updated = g->updates[u].value;
+    const ty_abi_value_t *pv = &g->values[p];
+    if (pv->role != TY_VALUE_STATE || pv->dtype != TY_DTYPE_F32 ||
+        (pv->flags & TY_VALUE_FLAG_HOST_RESIDENT) || ty_desc_value_elements(pv) == 0) {
+      continue;
+    }
+    bool ok = true;
+    for (uint32_t w = 0; w < g->update_count && ok; ++w) ok = w == u || g->updates[w].state != p;
+    const uint32_t a = og->producer[updated];
+    if (!ok || a == UINT32_MAX || !ty_wc_adamw_of(g, &g->nodes[a], p, updated)) continue;
+    /* Every cast of p to bf16: before the update, unfused, a private
+     * intermediate, all of one size (an LM head's casts are padded alike). */
+    uint32_t first = UINT32_MAX;
+    for (uint32_t n = 0; n < g->node_count && ok; ++n) {
+      const ty_abi_node_t *c = &g->nodes[n];
+      if (!ty_fz_is(c, "cast") || c->input_count < 1 || c->inputs[0] != p ||
+          c->output_count != 1) {
+        continue;
+      }
+      const uint32_t y = c->outputs[0];
+      const ty_abi_value_t *yv = &g->values[y];
+      if (yv->dtype != TY_DTYPE_BF16) continue; /* another cast: left alone */
+      bool updated_value = false;
+      for (uint32_t w = 0; w < g->update_count; ++w) updated_value |= g->updates[w].value == y;
+      ok = n < a && run_at[n] == n && fuse[n].kind == TY_CU_FUSE_NONE &&
+           yv->role == TY_VALUE_INTERMEDIATE && !(yv->flags & TY_VALUE_FLAG_OUTPUT) &&
+           !updated_value &&
+           (first == UINT32_MAX || og->value_bytes[y] == og->value_bytes[values[count]]);
+      if (ok && first == UINT32_MAX) {
+        first = n;
+        params[count] = p;
+        values[count] = y;
+      }
+    }
+    if (!ok || first == UINT32_MAX) continue;
+    for (uint32_t n = first; n < a; ++n) {
+      const ty_abi_node_t *c = &g->nodes[n];
+      if (ty_fz_is(c, "cast") && c->inputs[0] == p && g->values[c->outputs[0]].dtype == TY_DTYPE_BF16) {
+        cast_role[n] = n == first ? 1 : 2;
+        copy_of[c->outputs[0]] = count;
+      }
+    }
+    count++;
+  }
+  return count;
+}
+
 static int64_t ty_fz_row_stride(const ty_abi_graph_t *g, const int64_t *row_stride, uint32_t v) {
   const ty_abi_value_t *val = &g->values[v];
   if (row_stride && row_stride[v]) return row_stride[v];

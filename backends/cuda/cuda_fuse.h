@@ -143,4 +143,48 @@ void ty_cu_xent_plan(const ty_owned_graph_t *og, const int64_t *row_stride,
  * results with it off). */
 bool ty_cu_loss_in_place_enabled(void);
 
+/* Weight copies kept by the optimizer. A bf16-mixed train step casts each
+ * f32 weight to bf16 where a matmul reads it, in the forward and again in
+ * the backward (graph/ir/autodiff.h recast_states): every step reads the
+ * f32 weights twice and writes their bf16 copies twice, though the weights
+ * change only in the optimizer at the step's end. Instead the executor
+ * keeps one bf16 copy of such a weight in memory of its own across runs,
+ * every cast of the weight reads that copy (no kernel), and the AdamW
+ * update writes the copy of the value it writes (kernels/optim.cu,
+ * ty_adamw_multi: the same rounding as the cast, so the same bits). The
+ * copy is made by the first cast's kernel whenever it may be stale: the
+ * first run, and any run after something else wrote the weight's buffer
+ * (a checkpoint load, a broadcast; cuda_weights.c tracks each buffer's
+ * write generation).
+ *
+ * A parameter p qualifies when it is an f32 STATE (not host-resident)
+ * whose one state update is output 0 of an adamw_update node A that reads
+ * p itself and runs on the multi-tensor kernel's operands (f32 param,
+ * gradient and moments), and every cast of p to bf16 is an unfused,
+ * unpadded-or-equally-padded intermediate (not an output, not a state
+ * update) made before A. A ZeRO-1 rank that updates a slice of p, or a
+ * fused optimizer that updates p before its backward cast, keeps the
+ * casts as they are.
+ *
+ * Fills, per value, copy_of[v] = the copy (0..count-1) a cast output v
+ * reads (UINT32_MAX: none); per node, cast_role[n] = 1 for the cast whose
+ * kernel makes copy (the first of its parameter), 2 for any other cast of
+ * the same parameter (builds nothing), 0 otherwise; per copy k,
+ * params[k] (the parameter) and values[k] (its first cast's output).
+ * `fuse` and `run_at` are ty_cu_fuse_plan's. Returns the count (0 when
+ * `enabled` is false). */
+uint32_t ty_cu_weight_copy_plan(const ty_owned_graph_t *og, const ty_cu_fuse_t *fuse,
+                                const uint32_t *run_at, bool enabled, uint32_t *copy_of,
+                                uint8_t *cast_role, uint32_t *params, uint32_t *values);
+
+/* Whether the weight copies are on for a graph with memory levers
+ * `levers` (ty_abi_graph_t.levers): fusion on, TRAINYARD_CUDA_WEIGHT_COPIES
+ * unset or "1", and no memory lever applied (recompute, loss or MLP
+ * chunks, a fused optimizer, offload: the run asked to trade speed for
+ * memory, and the copies cost 2 bytes per weight for the whole run). */
+bool ty_cu_weight_copies_enabled(const char *levers);
+/* The value of TRAINYARD_CUDA_WEIGHT_COPIES when it is neither unset, "",
+ * "0" nor "1" (to refuse by name), else NULL. */
+const char *ty_cu_weight_copies_bad_setting(void);
+
 #endif /* TY_BACKENDS_CUDA_CUDA_FUSE_H_ */

@@ -109,7 +109,18 @@ struct ty_abi_buffer_s {
   CUdeviceptr ptr; /* 0 for a zero-size buffer */
   uint64_t size;
   void *host; /* TY_ABI_BUFFER_HOST: the mapped pinned memory ptr points at */
+  /* The buffer's write generation: a number no other buffer or write ever
+   * had, set when it is allocated and at every write through the plugin
+   * (buffer_write, buffer_copy into it, a collective or receive into it,
+   * an executable run that writes a value bound in it). An executable that
+   * keeps something derived from a bound buffer (the bf16 weight copies,
+   * cuda_weights.c) knows it is still current while the generation it
+   * recorded is the buffer's. */
+  uint64_t gen;
 };
+
+/* Gives `buffer` a new write generation (ty_abi_buffer_s.gen). */
+void ty_cu_buffer_written(ty_abi_buffer_t *buffer);
 
 /* ---- cuda_backend.c ---- */
 

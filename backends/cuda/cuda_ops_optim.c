@@ -35,7 +35,7 @@ static bool ty_cu_adamw_typed(const ty_abi_graph_t *g, const ty_abi_node_t *node
 
 /* The run of adamw_update nodes from the current one that one multi-tensor
  * launch can do: consecutive, typed alike, sharing lr, betas, eps and step
- * (each keeps its weight decay). Returns how many (>= 1). */
+ * (each keeps its weight decay, all of one dtype). Returns how many (>= 1). */
 static uint32_t ty_cu_adamw_run(const ty_cu_build_t *b, int dt) {
   const ty_abi_graph_t *g = b->g;
   const ty_abi_node_t *first = b->node;
@@ -43,7 +43,10 @@ static uint32_t ty_cu_adamw_run(const ty_cu_build_t *b, int dt) {
   for (uint32_t n = b->n + 1; n < g->node_count; ++n) {
     const ty_abi_node_t *node = &g->nodes[n];
     int t;
-    if (strcmp(node->op, "adamw_update") != 0 || !ty_cu_adamw_typed(g, node, &t) || t != dt) break;
+    if (strcmp(node->op, "adamw_update") != 0 || !ty_cu_adamw_typed(g, node, &t) || t != dt ||
+        g->values[node->inputs[8]].dtype != g->values[first->inputs[8]].dtype) {
+      break;
+    }
     bool same = true;
     for (uint32_t i = 4; i < 10 && same; ++i) {
       if (i != 8) same = node->inputs[i] == first->inputs[i];
@@ -76,11 +79,17 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count,
     sizes[k] = ty_desc_value_elements(&g->values[g->nodes[b->n + k].inputs[0]]);
     starts[k + 1] = starts[k] + (sizes[k] + TY_CU_MT_CHUNK - 1) / TY_CU_MT_CHUNK;
   }
-  /* Tables: p, g, m, v (inputs 0-3), p', m', v' (outputs 0-2), wd (input 8). */
-  ty_dev_ref_t tables[8];
-  for (int t = 0; t < 8; ++t) {
+  /* Tables: p, g, m, v (inputs 0-3), p', m', v' (outputs 0-2), wd (input
+   * 8), and the bf16 copy of p' each keeps (none: 0; cuda_fuse.h
+   * ty_cu_weight_copy_plan). */
+  ty_dev_ref_t tables[9];
+  for (int t = 0; t < 9; ++t) {
     for (uint32_t k = 0; k < count; ++k) {
       const ty_abi_node_t *node = &g->nodes[b->n + k];
+      if (t == 8) {
+        refs[k] = ty_cu_weight_copy(b, node->inputs[0]);
+        continue;
+      }
       const uint32_t v = t == 1 && grads ? grads[k]
                          : t < 4     ? node->inputs[t]
                          : t < 7     ? node->outputs[t - 4]
@@ -107,11 +116,12 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count,
   ty_cu_grid(b, c, 1, 1, 1, 1, 1, 1, 0);
   if (chunks == 0) return;
   /* ty_adamw_multi_<T>(p[], g[], m[], v[], po[], mo[], vo[], wd[], int dtwd,
-   *                    i64 *starts, i64 *sizes, int count, i64 chunk, f64 *hp,
-   *                    const f64 *coef) */
+   *                    u16 *copy[], i64 *starts, i64 *sizes, int count,
+   *                    i64 chunk, f64 *hp, const f64 *coef) */
   c = ty_cu_launch(b, TY_CU_FAM_OPTIM, ty_cu_typed(TY_CU_TYPED("ty_adamw_multi"), dt));
   for (int t = 0; t < 8; ++t) ty_dev_arg_ref(b, c, tables[t]);
   ty_dev_arg_i32(b, c, ty_dev_dt(ty_dev_vin(b, 8)));
+  ty_dev_arg_ref(b, c, tables[8]);
   ty_dev_arg_ref(b, c, starts_ref);
   ty_dev_arg_ref(b, c, sizes_ref);
   ty_dev_arg_i32(b, c, (int32_t)count);
@@ -125,18 +135,21 @@ static void ty_cu_build_adamw_multi(ty_cu_build_t *b, int dt, uint32_t count,
 void ty_cu_build_adamw(ty_cu_build_t *b) {
   /* param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step -> param', m', v' */
   int mt_dt;
+  /* A weight whose bf16 copy the update keeps is always updated by the
+   * multi-tensor kernel, which writes the copy (alone if need be). */
+  const bool keeps_copy = ty_cu_weight_copy(b, b->node->inputs[0]).kind != TY_DEV_REF_NONE;
   if (ty_cu_adamw_typed(b->g, b->node, &mt_dt)) {
-    /* Weight decays must all be of one dtype (the kernel takes one code). */
     const uint32_t run = ty_cu_adamw_run(b, mt_dt);
-    bool one_wd_dtype = true;
-    for (uint32_t k = 1; k < run; ++k) {
-      one_wd_dtype &= b->g->values[b->g->nodes[b->n + k].inputs[8]].dtype ==
-                      b->g->values[b->node->inputs[8]].dtype;
-    }
-    if (run > 1 && one_wd_dtype && ty_dev_numel(ty_dev_vin(b, 0)) > 0) {
+    if ((run > 1 || keeps_copy) && ty_dev_numel(ty_dev_vin(b, 0)) > 0) {
       ty_cu_build_adamw_multi(b, mt_dt, run, NULL, ty_dev_none());
       return;
     }
+  }
+  if (keeps_copy) {
+    ty_dev_fail(b, TY_CODE_INTERNAL,
+                "the weight copy of '%s' is planned, but its update is not a multi-tensor one",
+                ty_dev_vin(b, 0)->name);
+    return;
   }
   const int64_t n = ty_dev_numel(ty_dev_vin(b, 0));
   ty_dev_ref_t hp = ty_dev_scratch(b, 8 * sizeof(double));

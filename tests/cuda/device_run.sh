@@ -27,6 +27,13 @@
 #   mixed      bf16-mixed forward errors next to PyTorch autocast's
 #              (tests/cuda/mixed_vs_autocast.py)
 #   bench      bench/cuda_bench.sh (Trainyard vs PyTorch eager/compile)
+#   copies     the bf16 weight copies kept by the optimizer (issue 30): the
+#              emulator's bit-for-bit check on the card (train_bench, 50
+#              steps, copies on against TRAINYARD_CUDA_WEIGHT_COPIES=0: the
+#              loss curves must be equal) and their speed, one build against
+#              itself with the switch off (bench/ab_builds.sh, COPIES_ROW,
+#              default gpt2-124m:16:1024, 5 rounds), then the executable
+#              report's copies line
 #   opencl     issue 12's check: gpt2-124m on opencl:0 (NVIDIA's OpenCL)
 #              against cpu
 #   serve      bench/serve_bench.py on cuda:0 (GPT-2 124M and a ~1B Llama
@@ -199,6 +206,19 @@ phase_mixed() {
 
 phase_bench() {
   timeout 560 bench/cuda_bench.sh "$build" "$out/bench"
+}
+
+phase_copies() {
+  STEPS=45 OLD_ENV=TRAINYARD_CUDA_WEIGHT_COPIES=0 OUT="$out/copies" timeout 560 \
+    bench/ab_builds.sh "$build" "$build" "${COPIES_ROW:-gpt2-124m:16:1024}" 5
+  local rc=$?
+  grep -q "(equal at every step)" "$out/copies/loss-curves.txt" 2>/dev/null || rc=1
+  # train_bench prints the executable's report after its RESULT line
+  for side in old new; do
+    echo "== $side (round 1):"
+    grep -E "weights kept|device memory" "$out/copies/$side-1.log" || true
+  done
+  return $rc
 }
 
 phase_opencl() {

@@ -5,8 +5,14 @@
  * and fusion turned off; clipping folded into the AdamW updates right
  * after it, and not past another reader or node; and the loss gradient in place (ty_cu_xent_plan
  * with the memory planner): offered and taken, the forward's loss read,
- * refused where the logits are a graph output or strides differ. */
+ * refused where the logits are a graph output or strides differ; and the
+ * bf16 weight copies the AdamW update keeps (ty_cu_weight_copy_plan): which
+ * casts read a copy, which one makes it, and the parameters left alone
+ * (another optimizer, another rank's update, a cast that is an output,
+ * bf16 parameters, the copies off), with the memory plan keeping the
+ * copies out of the arena. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/test_util.h"
@@ -16,6 +22,7 @@
 #include "backends/cuda/cuda_fuse.h"
 #include "graph/ir/graph.h"
 #include "graph/ir/lower.h"
+#include "graph/ir/train_step.h"
 
 typedef struct {
   ty_lowered_graph_t *lowered;
@@ -496,6 +503,148 @@ static void test_loss_gradient_in_place(void **state) {
   }
 }
 
+/* A two-layer bf16-mixed step trained by ty_graph_build_train_step:
+ * y = (cast(x) @ cast(w1)) @ cast(w2), loss = sum(cast_f32(y * y)).
+ * Variants: 0 AdamW; 1 the copies off; 2 SGD; 3 w2 left to another rank
+ * (ZeRO-1); 4 w2's cast also a graph output; 5 the fused optimizer (each
+ * update right after its gradient); 6 bf16 parameters (no casts). */
+static void weights_graph(int variant, planned_t *p, ty_graph_t **out_g, ty_value_id_t *w) {
+  ty_graph_t *g;
+  TY_EXPECT_OK(ty_graph_create(&g));
+  const int64_t dx[2] = {8, 16}, dw[2] = {16, 16};
+  const ty_dtype_t pdt = variant == 6 ? TY_DTYPE_BF16 : TY_DTYPE_F32;
+  ty_value_id_t x;
+  TY_EXPECT_OK(ty_graph_add_input(g, "x", TY_DTYPE_F32, 2, dx, &x));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w1", pdt, 2, dw, &w[0]));
+  TY_EXPECT_OK(ty_graph_add_state(g, "w2", pdt, 2, dw, &w[1]));
+  ty_value_id_t w16[2];
+  for (int i = 0; i < 2; ++i) w16[i] = pdt == TY_DTYPE_F32 ? node1(g, "cast", &w[i], 1, "bf16") : w[i];
+  if (variant == 4) TY_EXPECT_OK(ty_graph_set_output(g, w16[1], "w2_bf16"));
+  ty_value_id_t h = node1(g, "matmul", (ty_value_id_t[]){node1(g, "cast", &x, 1, "bf16"), w16[0]},
+                          2, NULL);
+  ty_value_id_t y = node1(g, "matmul", (ty_value_id_t[]){h, w16[1]}, 2, NULL);
+  ty_value_id_t sq = node1(g, "cast", (ty_value_id_t[]){node1(g, "mul", (ty_value_id_t[]){y, y}, 2,
+                                                              NULL)},
+                           1, "f32");
+  ty_value_id_t loss = node1(g, "reduce_sum", &sq, 1, NULL);
+  TY_EXPECT_OK(ty_graph_set_output(g, loss, "loss"));
+  const bool update[2] = {true, variant != 3};
+  ty_train_step_params_t tp = {.loss = loss,
+                               .loss_seed = TY_VALUE_NONE,
+                               .params = w,
+                               .param_count = 2,
+                               .optimizer = variant == 2 ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW,
+                               .fused_optimizer = variant == 5,
+                               .update = update};
+  TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
+  TY_EXPECT_OK(ty_graph_lower(g, &p->lowered));
+  p->og = ty_owned_graph_copy(ty_lowered_graph_abi(p->lowered));
+  assert_non_null(p->og);
+  assert_true(p->og->graph.node_count <= 64);
+  ty_cu_fuse_plan(p->og, NULL, true, false, p->fuse, p->run_at);
+  *out_g = g;
+}
+
+/* The parameter value named `name` in the lowered graph. */
+static uint32_t value_named(const planned_t *p, const char *name) {
+  for (uint32_t v = 0; v < p->og->graph.value_count; ++v) {
+    if (!strcmp(p->og->graph.values[v].name, name)) return v;
+  }
+  fail_msg("no value %s", name);
+  return UINT32_MAX;
+}
+
+static void test_weight_copies(void **state) {
+  (void)state;
+  /* copies per variant (see weights_graph); 5: whatever precedes its update */
+  const int want[7] = {2, 0, 0, 1, 1, -1, 0};
+  for (int variant = 0; variant < 7; ++variant) {
+    planned_t p;
+    ty_graph_t *g;
+    ty_value_id_t w[2];
+    weights_graph(variant, &p, &g, w);
+    const ty_abi_graph_t *ag = &p.og->graph;
+    uint32_t *copy_of = malloc(ag->value_count * sizeof(uint32_t));
+    uint8_t *role = malloc(ag->node_count);
+    uint32_t params[4], values[4];
+    assert_true(copy_of && role);
+    const uint32_t count = ty_cu_weight_copy_plan(p.og, p.fuse, p.run_at, variant != 1, copy_of,
+                                                  role, params, values);
+    if (want[variant] >= 0 && count != (uint32_t)want[variant]) {
+      fail_msg("variant %d: %u copies, want %d", variant, count, want[variant]);
+    }
+    uint32_t readers = 0;
+    for (uint32_t k = 0; k < count; ++k) {
+      /* the copy's casts: one maker (the first), the others read it, all
+       * before the parameter's update */
+      uint32_t makers = 0, first = UINT32_MAX, update = UINT32_MAX;
+      for (uint32_t n = 0; n < ag->node_count; ++n) {
+        const ty_abi_node_t *node = &ag->nodes[n];
+        if (!strcmp(node->op, "adamw_update") && node->inputs[0] == params[k]) update = n;
+        if (strcmp(node->op, "cast") || node->inputs[0] != params[k]) continue;
+        assert_int_equal(copy_of[node->outputs[0]], k);
+        if (first == UINT32_MAX) first = n;
+        makers += role[n] == 1;
+        readers += role[n] == 2;
+        if (role[n] == 1) assert_int_equal(n, first);
+        assert_int_equal(values[k] == node->outputs[0], n == first);
+      }
+      assert_int_equal(makers, 1);
+      assert_true(update != UINT32_MAX);
+      for (uint32_t n = 0; n < ag->node_count; ++n) {
+        if (role[n]) assert_true(n < update);
+      }
+    }
+    /* w2's cast in the backward (recast_states: the input gradient of h
+     * reads it; x's is not wanted, so w1 has none) reads the copy too */
+    if (variant == 0) assert_int_equal(readers, 1);
+    if (variant == 3 || variant == 4) {
+      assert_int_equal(params[0], value_named(&p, "w1"));
+    }
+    /* the memory plan leaves the copies out of the arena */
+    bool *external = calloc(ag->value_count, sizeof(bool));
+    assert_non_null(external);
+    for (uint32_t v = 0; v < ag->value_count; ++v) external[v] = copy_of[v] != UINT32_MAX;
+    ty_memory_plan_t mp;
+    const ty_memory_plan_opts_t opts = {.run_at = p.run_at, .external = external};
+    assert_int_equal(ty_memory_plan_build_opts(p.og, 256, &opts, &mp), TY_CODE_OK);
+    for (uint32_t v = 0; v < ag->value_count; ++v) {
+      if (external[v]) assert_int_equal(mp.storage[v].kind, TY_STORAGE_EXTERNAL);
+      else assert_int_not_equal(mp.storage[v].kind, TY_STORAGE_EXTERNAL);
+    }
+    ty_memory_plan_free(&mp);
+    free(external);
+    free(copy_of);
+    free(role);
+    planned_free(&p, g);
+  }
+}
+
+/* When the copies are on: the memory levers and the switches turn them off. */
+static void test_weight_copies_switch(void **state) {
+  (void)state;
+  unsetenv("TRAINYARD_CUDA_WEIGHT_COPIES");
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  assert_true(ty_cu_weight_copies_enabled(""));
+  assert_true(ty_cu_weight_copies_enabled("dtype=bf16 data_parallel=2"));
+  const char *levers[] = {"recompute=layer", "loss_chunk=1024", "mlp_chunk=2048",
+                          "optimizer=adafactor fused_optimizer=1", "offload=optimizer"};
+  for (size_t i = 0; i < sizeof(levers) / sizeof(levers[0]); ++i) {
+    if (ty_cu_weight_copies_enabled(levers[i])) fail_msg("on with %s", levers[i]);
+  }
+  setenv("TRAINYARD_CUDA_WEIGHT_COPIES", "0", 1);
+  assert_false(ty_cu_weight_copies_enabled(""));
+  assert_null(ty_cu_weight_copies_bad_setting());
+  setenv("TRAINYARD_CUDA_WEIGHT_COPIES", "yes", 1);
+  assert_string_equal(ty_cu_weight_copies_bad_setting(), "yes");
+  setenv("TRAINYARD_CUDA_WEIGHT_COPIES", "1", 1);
+  assert_true(ty_cu_weight_copies_enabled(""));
+  setenv("TRAINYARD_CUDA_FUSE", "0", 1);
+  assert_false(ty_cu_weight_copies_enabled(""));
+  unsetenv("TRAINYARD_CUDA_FUSE");
+  unsetenv("TRAINYARD_CUDA_WEIGHT_COPIES");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_cast_add),
@@ -509,6 +658,8 @@ int main(void) {
       cmocka_unit_test(test_rope_pair),
       cmocka_unit_test(test_clip_adamw),
       cmocka_unit_test(test_loss_gradient_in_place),
+      cmocka_unit_test(test_weight_copies),
+      cmocka_unit_test(test_weight_copies_switch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

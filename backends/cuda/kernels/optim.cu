@@ -157,7 +157,8 @@ extern "C" __global__ void ty_sgd(const void *p, int dtp, const void *g, int dtg
  * does but with hp[4] = lr; each chunk forms 1 - lr wd_k exactly as
  * ty_adamw_prep would, so every element gets the per-node kernel's bits.
  * Tables hold one device pointer per tensor (param, grad, m, v, their
- * outputs, and the weight decay scalar). With `coef` (a clip_by_global_norm
+ * outputs, the weight decay scalar, and `copy`: where the bf16 copy of the
+ * new param goes, or 0 for none). With `coef` (a clip_by_global_norm
  * fused in, cuda_fuse.h CLIP_ADAMW) each gradient is first scaled as
  * ty_scale_multi would have stored it: T((float)(g coef[0])). */
 extern "C" __global__ void ty_adamw_multi_prep(const void *lr, int dtlr, const void *b1,
@@ -196,8 +197,8 @@ template <typename T>
 __device__ __forceinline__ void ty_adamw_multi_impl(
     const void *const *pt, const void *const *gt, const float *const *mt, const float *const *vt,
     void *const *pot, float *const *mot, float *const *vot, const void *const *wdt, int dtwd,
-    const long long *starts, const long long *sizes, int count, long long chunk,
-    const double *hp, const double *coef) {
+    uint16_t *const *copyt, const long long *starts, const long long *sizes, int count,
+    long long chunk, const double *hp, const double *coef) {
   double h[8];
 #pragma unroll
   for (int q = 0; q < 8; ++q) h[q] = hp[q];
@@ -216,9 +217,13 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
     const float *m = mt[k] + begin, *v = vt[k] + begin;
     T *po = (T *)pot[k] + begin;
     float *mo = mot[k] + begin, *vo = vot[k] + begin;
+    /* the bf16 copy of the new value (cuda_fuse.h ty_cu_weight_copy_plan),
+     * rounded as the cast kernel rounds (ty_f32_to_bf16) */
+    uint16_t *cp = copyt[k] ? copyt[k] + begin : nullptr;
     long long done = 0;
     if (ty_al4<T>(p) && ty_al4<T>(g) && ty_al4<T>(po) && ty_al4<float>(m) &&
-        ty_al4<float>(v) && ty_al4<float>(mo) && ty_al4<float>(vo)) {
+        ty_al4<float>(v) && ty_al4<float>(mo) && ty_al4<float>(vo) &&
+        (!cp || ty_al4<__nv_bfloat16>((const __nv_bfloat16 *)cp))) {
       const long long groups = n / 4;
       for (long long q = threadIdx.x; q < groups; q += blockDim.x) {
         float pv[4], gv[4], mv[4], vv[4], out[4];
@@ -231,6 +236,12 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
         ty_st4(mo + 4 * q, mv);
         ty_st4(vo + 4 * q, vv);
         ty_st4(po + 4 * q, out);
+        if (cp) {
+          ty_vstore(cp + 4 * q, make_uint2((uint32_t)ty_f32_to_bf16(out[0]) |
+                                               (uint32_t)ty_f32_to_bf16(out[1]) << 16,
+                                           (uint32_t)ty_f32_to_bf16(out[2]) |
+                                               (uint32_t)ty_f32_to_bf16(out[3]) << 16));
+        }
       }
       done = 4 * groups;
     }
@@ -240,6 +251,7 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
       mo[i] = mi;
       vo[i] = vi;
       ty_put(po, i, pi);
+      if (cp) cp[i] = ty_f32_to_bf16(ty_get(po, i));
     }
     __syncthreads(); /* h[4] is per chunk; every thread moves on together */
   }
@@ -247,9 +259,10 @@ __device__ __forceinline__ void ty_adamw_multi_impl(
 #define TY_ADAMW_MULTI_PARAMS                                                                  \
   const void *const *p, const void *const *g, const float *const *m, const float *const *v,   \
       void *const *po, float *const *mo, float *const *vo, const void *const *wd, int dtwd,    \
-      const long long *starts, const long long *sizes, int count, long long chunk,             \
-      const double *hp, const double *coef
-#define TY_ADAMW_MULTI_ARGS p, g, m, v, po, mo, vo, wd, dtwd, starts, sizes, count, chunk, hp, coef
+      uint16_t *const *copy, const long long *starts, const long long *sizes, int count,       \
+      long long chunk, const double *hp, const double *coef
+#define TY_ADAMW_MULTI_ARGS \
+  p, g, m, v, po, mo, vo, wd, dtwd, copy, starts, sizes, count, chunk, hp, coef
 TY_KERNEL3(ty_adamw_multi, TY_ADAMW_MULTI_PARAMS, TY_ADAMW_MULTI_ARGS)
 
 /* ---- Adafactor (transformers.Adafactor; ops/reference/ref_optim.c) ----
