@@ -429,19 +429,44 @@ uint32_t ty_cu_weight_copy_plan(const ty_owned_graph_t *og, const ty_cu_fuse_t *
   for (uint32_t v = 0; v < g->value_count; ++v) copy_of[v] = UINT32_MAX;
   for (uint32_t n = 0; n < g->node_count; ++n) cast_role[n] = 0;
   uint32_t count = 0;
-  for (uint32_t u = 0; enabled && u < g->update_count; ++u) {
-    const uint32_t p = g->updates[u].state, updated = g->updates[u].value;
+  /* A micro-step of gradient accumulation: a state updated by an add that
+   * reads it (acc + grad). Serving graphs (their caches are written by
+   * kv writes) and evaluation graphs have none; their executables (one per
+   * batch bucket) would each hold copies. */
+  bool accumulates = false;
+  for (uint32_t u = 0; u < g->update_count && !accumulates; ++u) {
+    const uint32_t a = og->producer[g->updates[u].value];
+    if (a == UINT32_MAX || !ty_fz_is(&g->nodes[a], "add")) continue;
+    for (uint32_t i = 0; i < g->nodes[a].input_count; ++i) {
+      accumulates |= g->nodes[a].inputs[i] == g->updates[u].state;
+    }
+  }
+  for (uint32_t p = 0; enabled && p < g->value_count; ++p) {
     const ty_abi_value_t *pv = &g->values[p];
     if (pv->role != TY_VALUE_STATE || pv->dtype != TY_DTYPE_F32 ||
         (pv->flags & TY_VALUE_FLAG_HOST_RESIDENT) || ty_desc_value_elements(pv) == 0) {
       continue;
     }
-    bool ok = true;
-    for (uint32_t w = 0; w < g->update_count && ok; ++w) ok = w == u || g->updates[w].state != p;
-    const uint32_t a = og->producer[updated];
-    if (!ok || a == UINT32_MAX || !ty_wc_adamw_of(g, &g->nodes[a], p, updated)) continue;
+    /* Its updates: none in a graph that updates other states (a micro-step
+     * of gradient accumulation: the copies last until the optimizer's own
+     * graph writes the weights), or one AdamW update that writes the copy. */
+    uint32_t updates = 0, updated = UINT32_MAX;
+    for (uint32_t u = 0; u < g->update_count; ++u) {
+      if (g->updates[u].state == p) {
+        updates++;
+        updated = g->updates[u].value;
+      }
+    }
+    uint32_t a = g->node_count; /* the casts must come before it */
+    if (updates == 1) {
+      a = og->producer[updated];
+      if (a == UINT32_MAX || !ty_wc_adamw_of(g, &g->nodes[a], p, updated)) continue;
+    } else if (updates != 0 || !accumulates) {
+      continue;
+    }
     /* Every cast of p to bf16: before the update, unfused, a private
      * intermediate, all of one size (an LM head's casts are padded alike). */
+    bool ok = true;
     uint32_t first = UINT32_MAX;
     for (uint32_t n = 0; n < g->node_count && ok; ++n) {
       const ty_abi_node_t *c = &g->nodes[n];

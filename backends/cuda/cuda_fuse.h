@@ -164,7 +164,14 @@ bool ty_cu_loss_in_place_enabled(void);
  * unpadded-or-equally-padded intermediate (not an output, not a state
  * update) made before A. A ZeRO-1 rank that updates a slice of p, or a
  * fused optimizer that updates p before its backward cast, keeps the
- * casts as they are.
+ * casts as they are. In a micro-step of gradient accumulation (a graph
+ * that updates a state by an add reading it, acc + grad, and does not
+ * update p; its optimizer runs in a graph of its own) the same holds with
+ * no A: the copy lasts until something else (that optimizer graph's run)
+ * writes p's buffer, and is then made again by the first cast's kernel:
+ * one cast pass per optimizer step instead of two per micro-step. Evaluation and serving graphs keep their casts: a
+ * copy in each of their executables (a serving engine has one per batch
+ * bucket) would cost its memory for little.
  *
  * Fills, per value, copy_of[v] = the copy (0..count-1) a cast output v
  * reads (UINT32_MAX: none); per node, cast_role[n] = 1 for the cast whose

@@ -507,7 +507,10 @@ static void test_loss_gradient_in_place(void **state) {
  * y = (cast(x) @ cast(w1)) @ cast(w2), loss = sum(cast_f32(y * y)).
  * Variants: 0 AdamW; 1 the copies off; 2 SGD; 3 w2 left to another rank
  * (ZeRO-1); 4 w2's cast also a graph output; 5 the fused optimizer (each
- * update right after its gradient); 6 bf16 parameters (no casts). */
+ * update right after its gradient); 6 bf16 parameters (no casts); 7 a
+ * micro-step of gradient accumulation (the weights read only, the
+ * accumulators updated); 8 no training at all, a state updated beside the
+ * forward by an op that does not accumulate into it. */
 static void weights_graph(int variant, planned_t *p, ty_graph_t **out_g, ty_value_id_t *w) {
   ty_graph_t *g;
   TY_EXPECT_OK(ty_graph_create(&g));
@@ -528,6 +531,13 @@ static void weights_graph(int variant, planned_t *p, ty_graph_t **out_g, ty_valu
                            1, "f32");
   ty_value_id_t loss = node1(g, "reduce_sum", &sq, 1, NULL);
   TY_EXPECT_OK(ty_graph_set_output(g, loss, "loss"));
+  if (variant == 8) {
+    ty_value_id_t seen;
+    const int64_t one = 1;
+    TY_EXPECT_OK(ty_graph_add_state(g, "seen", TY_DTYPE_F32, 1, &one, &seen));
+    ty_value_id_t twice = node1(g, "mul", (ty_value_id_t[]){seen, seen}, 2, NULL);
+    TY_EXPECT_OK(ty_graph_set_state_update(g, seen, twice));
+  }
   const bool update[2] = {true, variant != 3};
   ty_train_step_params_t tp = {.loss = loss,
                                .loss_seed = TY_VALUE_NONE,
@@ -535,8 +545,10 @@ static void weights_graph(int variant, planned_t *p, ty_graph_t **out_g, ty_valu
                                .param_count = 2,
                                .optimizer = variant == 2 ? TY_OPTIMIZER_SGD : TY_OPTIMIZER_ADAMW,
                                .fused_optimizer = variant == 5,
-                               .update = update};
-  TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
+                               .mode = variant == 7 ? TY_TRAIN_STEP_ACCUMULATE
+                                                    : TY_TRAIN_STEP_FUSED,
+                               .update = variant == 7 ? NULL : update};
+  if (variant != 8) TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
   TY_EXPECT_OK(ty_graph_lower(g, &p->lowered));
   p->og = ty_owned_graph_copy(ty_lowered_graph_abi(p->lowered));
   assert_non_null(p->og);
@@ -557,8 +569,8 @@ static uint32_t value_named(const planned_t *p, const char *name) {
 static void test_weight_copies(void **state) {
   (void)state;
   /* copies per variant (see weights_graph); 5: whatever precedes its update */
-  const int want[7] = {2, 0, 0, 1, 1, -1, 0};
-  for (int variant = 0; variant < 7; ++variant) {
+  const int want[9] = {2, 0, 0, 1, 1, -1, 0, 2, 0};
+  for (int variant = 0; variant < 9; ++variant) {
     planned_t p;
     ty_graph_t *g;
     ty_value_id_t w[2];
@@ -590,14 +602,15 @@ static void test_weight_copies(void **state) {
         assert_int_equal(values[k] == node->outputs[0], n == first);
       }
       assert_int_equal(makers, 1);
-      assert_true(update != UINT32_MAX);
+      /* an update writes the copy, except in the micro-step (none) */
+      assert_int_equal(update == UINT32_MAX, variant == 7);
       for (uint32_t n = 0; n < ag->node_count; ++n) {
         if (role[n]) assert_true(n < update);
       }
     }
     /* w2's cast in the backward (recast_states: the input gradient of h
      * reads it; x's is not wanted, so w1 has none) reads the copy too */
-    if (variant == 0) assert_int_equal(readers, 1);
+    if (variant == 0 || variant == 7) assert_int_equal(readers, 1);
     if (variant == 3 || variant == 4) {
       assert_int_equal(params[0], value_named(&p, "w1"));
     }

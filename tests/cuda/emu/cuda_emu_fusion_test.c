@@ -100,7 +100,8 @@ static ty_value_id_t norm(ty_graph_t *g, params_t *p, ty_value_id_t x, const cha
   return out[0];
 }
 
-static ty_graph_t *build(bool rms, const shape_t *sh, params_t *p) {
+static ty_graph_t *build_mode(bool rms, const shape_t *sh, params_t *p,
+                              ty_train_step_mode_t mode) {
   const int64_t V = sh->vocab;
   ty_graph_t *g = NULL;
   TY_EXPECT_OK(ty_graph_create(&g));
@@ -156,9 +157,14 @@ static ty_graph_t *build(bool rms, const shape_t *sh, params_t *p) {
                                .loss_seed = TY_VALUE_NONE,
                                .params = p->ids,
                                .param_count = p->count,
-                               .optimizer = TY_OPTIMIZER_ADAMW};
+                               .optimizer = TY_OPTIMIZER_ADAMW,
+                               .mode = mode};
   TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
   return g;
+}
+
+static ty_graph_t *build(bool rms, const shape_t *sh, params_t *p) {
+  return build_mode(rms, sh, p, TY_TRAIN_STEP_FUSED);
 }
 
 static void bind_f32(ty_session_t *s, const char *name, uint32_t rank, const int64_t *dims,
@@ -923,6 +929,133 @@ static void test_weight_copies(void **state) {
   ty_registry_destroy(r);
 }
 
+/* Gradient accumulation: the micro-step graph (forward, backward, the
+ * accumulators) and the optimizer's graph sharing their states on cuda:0,
+ * ACC_MICRO micro-steps per optimizer step, ACC_STEPS optimizer steps, with
+ * `env` set while both compile. The micro-step's weights are read only, so
+ * its copies last from the optimizer's run (which writes the weights'
+ * buffers) to the next: the report's "made" count is one per optimizer
+ * step. Losses, norms and the final parameters into the arrays; returns
+ * the micro-step executable's copy count. */
+enum { ACC_MICRO = 2, ACC_STEPS = 3 };
+
+static unsigned run_accum(ty_registry_t *r, bool rms, const char *env, double *losses,
+                          double *norms, float *params_out, unsigned *made) {
+  char name_value[64] = "";
+  if (env) snprintf(name_value, sizeof(name_value), "%s", env);
+  char *eq = strchr(name_value, '=');
+  if (eq) {
+    *eq = '\0';
+    setenv(name_value, eq + 1, 1);
+  }
+  ty_device_t *dev = NULL;
+  TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
+  params_t p;
+  ty_graph_t *micro = build_mode(rms, &base, &p, TY_TRAIN_STEP_ACCUMULATE);
+  ty_tensor_desc_t descs[MAX_PARAMS];
+  for (uint32_t i = 0; i < p.count; ++i) {
+    TY_EXPECT_OK(ty_tensor_desc_init(TY_DTYPE_F32, p.rank[i], p.dims[i], p.names[i], &descs[i]));
+  }
+  ty_graph_t *opt = NULL;
+  TY_EXPECT_OK(ty_graph_create(&opt));
+  TY_EXPECT_OK(ty_graph_build_optimizer_step(opt, descs, NULL, p.count, TY_OPTIMIZER_ADAMW, false));
+  ty_session_t *sm = NULL, *so = NULL;
+  TY_EXPECT_OK(ty_session_create(dev, micro, NULL, &sm));
+  const ty_session_options_t share = {.share_state_with = sm};
+  TY_EXPECT_OK(ty_session_create(dev, opt, &share, &so));
+  if (eq) unsetenv(name_value);
+  const int64_t V = base.vocab;
+  uint32_t seed = 4242;
+  float *buf = malloc((size_t)(V > F ? V : F) * F * sizeof(float));
+  assert_non_null(buf);
+  for (uint32_t i = 0; i < p.count; ++i) {
+    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+    for (int64_t k = 0; k < n; ++k) {
+      seed = seed * 1664525u + 1013904223u;
+      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
+      buf[k] = p.rank[i] == 2 ? 0.7f * u : 1.0f + 0.1f * u;
+    }
+    bind_f32(sm, p.names[i], p.rank[i], p.dims[i], buf);
+  }
+  const char *hp[] = {"lr", "weight_decay", "max_norm", "beta1", "beta2", "eps"};
+  const float hv[] = {0.02f, 0.01f, 1.0f, 0.9f, 0.999f, 1e-8f};
+  for (int i = 0; i < 6; ++i) bind_f32(so, hp[i], 0, NULL, &hv[i]);
+  static int64_t ids[B * T], targets[B * T];
+  static float weights[B * T];
+  const int64_t bt[2] = {B, T};
+  for (int o = 0; o < ACC_STEPS; ++o) {
+    for (int m = 0; m < ACC_MICRO; ++m) {
+      for (int i = 0; i < B * T; ++i) {
+        ids[i] = (i * 7 + o * 5 + m * 3) % V;
+        targets[i] = (ids[i] * 5 + i / T + m) % V;
+        weights[i] = 1.0f / (float)(ACC_MICRO * B * T);
+      }
+      TY_EXPECT_OK(ty_session_bind(sm, "ids", TY_DTYPE_I64, 2, bt, ids, sizeof(ids)));
+      TY_EXPECT_OK(ty_session_bind(sm, "targets", TY_DTYPE_I64, 2, bt, targets, sizeof(targets)));
+      bind_f32(sm, "loss_weights", 2, bt, weights);
+      TY_EXPECT_OK(ty_session_run(sm));
+      float l = 0;
+      TY_EXPECT_OK(ty_session_read(sm, "loss", &l, sizeof(l)));
+      losses[o * ACC_MICRO + m] = l;
+    }
+    const int64_t t = o + 1;
+    TY_EXPECT_OK(ty_session_bind(so, "step", TY_DTYPE_I64, 0, NULL, &t, sizeof(t)));
+    TY_EXPECT_OK(ty_session_run(so));
+    float nrm = 0;
+    TY_EXPECT_OK(ty_session_read(so, "grad_norm", &nrm, sizeof(nrm)));
+    norms[o] = nrm;
+  }
+  for (uint32_t i = 0, at = 0; i < p.count; ++i) {
+    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
+    TY_EXPECT_OK(ty_session_read(sm, p.names[i], params_out + at, (size_t)n * sizeof(float)));
+    at += (uint32_t)n;
+  }
+  char *text = NULL;
+  TY_EXPECT_OK(ty_session_report(sm, &text));
+  unsigned count = 0;
+  *made = copies_made(text, &count);
+  free(text);
+  free(buf);
+  ty_session_destroy(so);
+  ty_session_destroy(sm);
+  ty_graph_destroy(opt);
+  ty_graph_destroy(micro);
+  ty_device_close(dev);
+  return count;
+}
+
+/* The micro-step's copies against none, bit for bit, rmsnorm and
+ * layernorm models. */
+static void test_weight_copies_accumulation(void **state) {
+  (void)state;
+  ty_registry_t *r = ty_test_open_registry(TY_TEST_PLUGIN_DIR);
+  enum { FLOATS = 2 * 48 * C + LAYERS * (2 * C * C + 2 * C * F + 7 * C + F) + 2 * C };
+  static float on[FLOATS], off[FLOATS];
+  for (int k = 0; k < 2; ++k) {
+    const bool rms = k == 0;
+    double l_on[ACC_STEPS * ACC_MICRO], l_off[ACC_STEPS * ACC_MICRO];
+    double n_on[ACC_STEPS], n_off[ACC_STEPS];
+    unsigned made_on = 0, made_off = 0;
+    memset(on, 0, sizeof(on));
+    memset(off, 0, sizeof(off));
+    const unsigned count = run_accum(r, rms, NULL, l_on, n_on, on, &made_on);
+    const unsigned none = run_accum(r, rms, "TRAINYARD_CUDA_WEIGHT_COPIES=0", l_off, n_off, off,
+                                    &made_off);
+    assert_memory_equal(l_on, l_off, sizeof(l_on));
+    assert_memory_equal(n_on, n_off, sizeof(n_on));
+    assert_memory_equal(on, off, sizeof(on));
+    assert_int_equal(count, LAYERS * (rms ? 4 : 7) + 1);
+    assert_int_equal(none, 0);
+    assert_int_equal(made_on, ACC_STEPS);
+    assert_int_equal(made_off, 0);
+    fprintf(stderr, "accumulation, %s: %u copies made %u times over %d optimizer steps of %d "
+            "micro-steps; losses %.6f .. %.6f the same bits as without\n",
+            rms ? "rmsnorm" : "layernorm", count, made_on, ACC_STEPS, ACC_MICRO, l_on[0],
+            l_on[ACC_STEPS * ACC_MICRO - 1]);
+  }
+  ty_registry_destroy(r);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
@@ -935,6 +1068,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_rope_pairs),
       cmocka_unit_test(test_clip_folded_into_adamw),
       cmocka_unit_test(test_weight_copies),
+      cmocka_unit_test(test_weight_copies_accumulation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
