@@ -303,7 +303,12 @@ static ty_abi_status_t ty_nccl_run(ty_abi_comm_t *c, ty_nccl_kind_t kind,
                                       "ncclBroadcast", "ncclSend", "ncclRecv"};
   bool more = a->struct_size >= offsetof(ty_abi_collective_args_t, flags) + sizeof(a->flags) &&
               (a->flags & TY_ABI_COLLECTIVE_MORE);
-  ty_cu_buffer_written(a->recv);
+  /* The receive buffer changes, except at the root of a broadcast in place
+   * (a ZeRO owner's own weights: its bf16 weight copies stay current). */
+  if (!(kind == TY_NCCL_BROADCAST && a->root == c->rank && a->send == a->recv &&
+        a->send_offset == a->recv_offset)) {
+    ty_cu_buffer_written(a->recv);
+  }
   char what[96];
   snprintf(what, sizeof(what), "%s of %llu %s", names[kind], (unsigned long long)a->count,
            ty_dtype_name(a->dtype));
