@@ -510,7 +510,8 @@ static void test_loss_gradient_in_place(void **state) {
  * update right after its gradient); 6 bf16 parameters (no casts); 7 a
  * micro-step of gradient accumulation (the weights read only, the
  * accumulators updated); 8 no training at all, a state updated beside the
- * forward by an op that does not accumulate into it. */
+ * forward by an op that does not accumulate into it; 9 AdamW, and w1 cast
+ * once more after its update (its copy would already hold the new value). */
 static void weights_graph(int variant, planned_t *p, ty_graph_t **out_g, ty_value_id_t *w) {
   ty_graph_t *g;
   TY_EXPECT_OK(ty_graph_create(&g));
@@ -549,6 +550,11 @@ static void weights_graph(int variant, planned_t *p, ty_graph_t **out_g, ty_valu
                                                     : TY_TRAIN_STEP_FUSED,
                                .update = variant == 7 ? NULL : update};
   if (variant != 8) TY_EXPECT_OK(ty_graph_build_train_step(g, &tp));
+  if (variant == 9) {
+    ty_value_id_t late = node1(g, "cast", &w[0], 1, "bf16");
+    late = node1(g, "cast", (ty_value_id_t[]){node1(g, "reduce_sum", &late, 1, NULL)}, 1, "f32");
+    TY_EXPECT_OK(ty_graph_set_output(g, late, "late"));
+  }
   TY_EXPECT_OK(ty_graph_lower(g, &p->lowered));
   p->og = ty_owned_graph_copy(ty_lowered_graph_abi(p->lowered));
   assert_non_null(p->og);
@@ -569,8 +575,8 @@ static uint32_t value_named(const planned_t *p, const char *name) {
 static void test_weight_copies(void **state) {
   (void)state;
   /* copies per variant (see weights_graph); 5: whatever precedes its update */
-  const int want[9] = {2, 0, 0, 1, 1, -1, 0, 2, 0};
-  for (int variant = 0; variant < 9; ++variant) {
+  const int want[10] = {2, 0, 0, 1, 1, -1, 0, 2, 0, 1};
+  for (int variant = 0; variant < 10; ++variant) {
     planned_t p;
     ty_graph_t *g;
     ty_value_id_t w[2];
@@ -614,6 +620,7 @@ static void test_weight_copies(void **state) {
     if (variant == 3 || variant == 4) {
       assert_int_equal(params[0], value_named(&p, "w1"));
     }
+    if (variant == 9) assert_int_equal(params[0], value_named(&p, "w2"));
     /* the memory plan leaves the copies out of the arena */
     bool *external = calloc(ag->value_count, sizeof(bool));
     assert_non_null(external);
