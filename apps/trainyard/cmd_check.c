@@ -44,6 +44,7 @@ static const char *const ty_check_usage =
     "  --model DIR        Hugging Face model folder (config.json)\n"
     "  --preset NAME      a model preset, with --vocab-size N (or --data DIR)\n"
     "  --vocab-size N     vocabulary of a preset\n"
+    "  --max-positions N  a preset's positions instead of its own (longer rows)\n"
     "  --data DIR         vocabulary and sequence length from a dataset\n"
     "  --batch-size B     sequences per batch [8]\n"
     "  --seq-len T        tokens per sequence (and prompt length) [64 or the\n"

@@ -43,6 +43,7 @@ static const char *const ty_compile_usage =
     "  --model DIR        Hugging Face model folder (config.json)\n"
     "  --preset NAME      a model preset, with --vocab-size N (or --data DIR)\n"
     "  --vocab-size N     vocabulary of a preset\n"
+    "  --max-positions N  a preset's positions instead of its own (longer rows)\n"
     "  --data DIR         take vocabulary, end-of-text id and sequence length from\n"
     "                     a dataset made by 'trainyard data prepare'\n"
     "  --batch-size B     sequences per step [8]\n"

@@ -52,7 +52,7 @@ static bool ty_listed(const char *const *list, const char *key) {
 static const char *const ty_graph_args_keys[] = {
     "backend",    "fallback",  "model",     "preset",    "data",         "vocab-size", "batch-size",
     "seq-len",    "optimizer", "dtype",     "dropout",      "decay-all",  "grad-accum",
-    "cache-dir",  "retry-failed", "dump-graph", NULL};
+    "cache-dir",  "retry-failed", "dump-graph", "max-positions", NULL};
 
 int ty_graph_args_refuse_runtime(const char *command, const char *key) {
   return ty_app_usage_error(command,
@@ -91,7 +91,7 @@ static int ty_graph_args_option(const char *command, ty_graph_args_t *a, const c
   } else if (!strcmp(key, "optimizer") || !strcmp(key, "dtype") || !strcmp(key, "dropout") ||
              !strcmp(key, "decay-all") || !strcmp(key, "grad-accum") ||
              !strcmp(key, "cache-dir") || !strcmp(key, "retry-failed") ||
-             !strcmp(key, "dump-graph")) {
+             !strcmp(key, "dump-graph") || !strcmp(key, "max-positions")) {
     ty_status_t s = ty_train_config_set(&a->cfg, key, value ? value : "true");
     if (s) {
       int rc = ty_app_usage_error(command, "%s", ty_status_message(s));
@@ -157,6 +157,10 @@ int ty_graph_args_validate(const char *command, const ty_graph_args_t *a,
   if (a->model && a->vocab) {
     return ty_app_usage_error(command, "--vocab-size is for --preset (the model's config.json "
                                        "has its own)");
+  }
+  if (a->model && a->cfg.max_positions) {
+    return ty_app_usage_error(command, "--max-positions is for --preset (a --model's positions "
+                                       "are its config.json's)");
   }
   if (a->preset && !a->vocab && !a->data) {
     return ty_app_usage_error(command, "--preset needs --vocab-size N (or --data DIR)");
@@ -242,7 +246,9 @@ ty_status_t ty_graph_args_model(ty_graph_args_t *a, ty_model_config_t *mc) {
   }
   /* The graphs do not depend on it; the preset's config needs one. */
   int64_t eos = a->eos >= 0 ? a->eos : a->vocab - 1;
-  return ty_model_preset(a->preset, a->vocab, eos, eos, mc);
+  TY_RETURN_IF_ERROR(ty_model_preset(a->preset, a->vocab, eos, eos, mc));
+  if (a->cfg.max_positions > 0) mc->max_positions = a->cfg.max_positions;
+  return TY_OK;
 }
 
 ty_status_t ty_graph_args_check_out(const ty_graph_args_t *a, const ty_out_path_t *out) {

@@ -83,7 +83,8 @@ AUDIT = {
             "--eval-data", "--eval-choices", "--min-eval-acc")},
         **{o: "test_memory_cli.py:LeverTest.test_llama" for o in (
             "--recompute", "--loss-chunk", "--fused-optimizer")},
-        **{"--mlp-chunk": "test_mlp_chunk_cli.py:CurveTest.test_llama"},
+        **{"--mlp-chunk": "test_mlp_chunk_cli.py:CurveTest.test_llama",
+           "--max-positions": "test_train_cli.py:PositionsTest.test_max_positions"},
         **{"--offload": "test_memory_cli.py:BackendTest.test_cpu_refuses_offload",
            "--memory-limit": "test_memory_cli.py:RefuseTest.test_7b_without_levers_is_refused_on_24_gib",
            "--plan-only": "test_memory_cli.py:RefuseTest.test_train_plan_only"},
@@ -107,6 +108,7 @@ AUDIT = {
         "--seq-len", "--inference", "--optimizer", "--dtype", "--dropout", "--decay-all",
         "--grad-accum", "--out", "--cache-dir", "--retry-failed", "--lr")},
         **{"--artifact": "mention:train",
+           "--max-positions": "test_train_cli.py:PositionsTest.test_max_positions",
            "--dump-graph": "test_bringup_cli.py:CheckTest.test_dump_graph_on_train_and_compile",
            "--data-parallel": "test_distributed_cli.py:DataflowTest.test_artifact_for_two_ranks"},
         **{o: "test_memory_cli.py:PlanTest.test_levers_shrink_the_plan" for o in (
@@ -123,7 +125,8 @@ AUDIT = {
         "--backend", "--model", "--preset", "--vocab-size", "--data", "--batch-size", "--seq-len",
         "--train", "--dtype", "--optimizer", "--dropout", "--grad-accum", "--decay-all",
         "--json")},
-        **{"--dump-graph":
+        **{"--max-positions": "test_train_cli.py:PositionsTest.test_max_positions",
+           "--dump-graph":
                "test_bringup_cli.py:CheckTest.test_partial_plugin_lists_every_missing_op",
            "--grads": "mention:forward",
            "--fallback": "test_bringup_cli.py:FallbackOptionTest.test_check_same_output"}),

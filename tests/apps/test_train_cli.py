@@ -14,6 +14,9 @@ skipped, with the reason, when they are missing).
   and resumable; a NaN stops with an error naming the step and writes no
   checkpoint; bad usage exits 2.
 - ChatTest: with masked prompts the reported loss is the weighted mean.
+- PositionsTest: --max-positions trains a preset on rows longer than its
+  positions (config.json says the new count; a resume keeps it); refused
+  with --model, out of range, and changed across a resume.
 """
 import argparse
 import glob
@@ -301,6 +304,61 @@ class SafetyTest(Base):
         with open(os.path.join(out, "train_config.json")) as f:
             saved = json.load(f)
         self.assertEqual((saved["max_steps"], saved["batch_size"], saved["lr"]), (1, 4, 1e-3))
+
+
+class PositionsTest(Base):
+    def test_max_positions(self):
+        # llama-tiny has 512 positions; rows of 640 tokens need more.
+        data = make_ids_dataset(os.path.join(self.tmp, "data"), 40, seq_len=640)
+        common = ["--preset", "llama-tiny", "--data", data, "--batch-size", "2",
+                  "--backend", "cpu?threads=2", "--log-every", "1", "--cache-dir", "none"]
+        r = run(["train"] + common + ["--out", os.path.join(self.tmp, "short"),
+                                      "--max-steps", "1"])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("exceeds the model's 512 positions", r.stderr)
+        out = os.path.join(self.tmp, "long")
+        self.train(*common, "--out", out, "--max-steps", "2", "--max-positions", "640",
+                   "--save-every", "1")
+        with open(os.path.join(out, "checkpoint-2", "config.json")) as f:
+            self.assertEqual(json.load(f)["max_position_embeddings"], 640)
+        losses = [m["loss"] for m in metrics(out) if "loss" in m]
+        self.assertEqual(len(losses), 2)
+        # A resume keeps the count, and refuses another.
+        r = run(["train"] + common + ["--out", os.path.join(self.tmp, "again"), "--max-steps",
+                                      "3", "--max-positions", "1024", "--resume",
+                                      os.path.join(out, "checkpoint-1")])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("--max_positions was 640 and is now 1024", r.stderr)
+        self.train(*common, "--out", os.path.join(self.tmp, "resumed"), "--max-steps", "2",
+                   "--max-positions", "640", "--resume", os.path.join(out, "checkpoint-1"))
+        self.assertEqual(read_bytes(os.path.join(out, "checkpoint-2", "model.safetensors")),
+                         read_bytes(os.path.join(self.tmp, "resumed", "checkpoint-2",
+                                                 "model.safetensors")))
+        # Bad input.
+        base = ["--data", data, "--out", os.path.join(self.tmp, "bad")]
+        for args, needle in (
+            (["--model", os.path.join(CFG.models, "llama"), "--max-positions", "1024"] + base,
+             "--max-positions is for --preset"),
+            (["--preset", "llama-tiny", "--max-positions", "-5"] + base,
+             "--max-positions must be in [1, 16777216]"),
+        ):
+            r = run(["train"] + args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(needle, r.stderr)
+        r = run(["compile", "--plan-only", "--backend", "cpu", "--model",
+                 os.path.join(CFG.models, "llama"), "--max-positions", "1024"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--max-positions is for --preset", r.stderr)
+        r = run(["compile", "--plan-only", "--backend", "cpu", "--preset", "llama-tiny",
+                 "--vocab-size", "96", "--seq-len", "640", "--max-positions", "640"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        check = ["check", "--backend", "cpu", "--preset", "llama-tiny", "--vocab-size", "96",
+                 "--seq-len", "640", "--batch-size", "1"]
+        r = run(check)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("exceeds the model's 512 positions", r.stderr)
+        r = run(check + ["--max-positions", "640"])
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 
 class ChatTest(Base):

@@ -48,8 +48,10 @@
 #              at T = 32K, 64K, 128K (3 steps each, up to the first that
 #              does not fit), and PyTorch's longest T for llama-1b
 #              (transformers + SDPA + gradient checkpointing, bf16 +
-#              Adafactor). MEMORY_TIME scales every timeout (default 1);
-#              MEMORY_PARTS picks parts (default "a e b c d").
+#              Adafactor); (f) llama-1b at 256K tokens (--max-positions
+#              262144, 2 steps: issue 31's "256K fits on one H100").
+#              MEMORY_TIME scales every timeout (default 1); MEMORY_PARTS
+#              picks parts (default "a e b c d f").
 #   numerics   issue 34's tools on cuda: compare --per-layer cpu against
 #              cuda:0 (the GPT-2 and Llama fixtures, f32), a checkpoint
 #              resumed cpu -> cuda -> cpu against one cpu run
@@ -347,7 +349,7 @@ phase_memory() {
   # step of 1e-2 rms(p)): at 3e-4 a random-init model's loss barely moves in
   # 20 steps (llama-60m on the same text on cpu: 10.53 -> 10.49; at 1e-2 -> 8.5).
   local levers=(--recompute layer --optimizer adafactor --fused-optimizer --dtype bf16)
-  local parts=" ${MEMORY_PARTS:-a e b c d} "
+  local parts=" ${MEMORY_PARTS:-a e b c d f} "
   [[ $parts == *" a "* ]] && echo "== (a) conformance of the levers' ops on cuda:0 (f32, bf16, f16)"
   [[ $parts == *" a "* ]] && for ops in 'linear_cross_entropy*' adafactor_update global_norm_scale; do
     timeout "$(mem_timeout 60)" "$ty" conform --backend cuda:0 --ops "$ops" --summary \
@@ -378,7 +380,7 @@ phase_memory() {
     limit=$(mem_timeout $((seq / 1024 + 30)))
     BUILD=$build MEMORY_LIMIT= STEPS=3 WORK=/tmp/ty-mem-1b \
       timeout "$limit" bench/memory_bench.sh llama-1b $seq "${levers[@]}" --loss-chunk 4096 \
-      --clip 0 -- --lr 1e-2 >"$m/llama-1b-$seq.log" 2>&1
+      -- --clip 0 --lr 1e-2 >"$m/llama-1b-$seq.log" 2>&1
     local r=$?
     tail -6 "$m/llama-1b-$seq.log"
     if ((r != 0)); then
@@ -386,6 +388,14 @@ phase_memory() {
       break
     fi
   done
+  if [[ $parts == *" f "* ]]; then
+    echo "== (f) llama-1b at 256K tokens (--max-positions 262144, 2 steps, the MLP in 8K pieces)"
+    BUILD=$build MEMORY_LIMIT= STEPS=2 WORK=/tmp/ty-mem-1b-256k \
+      timeout "$(mem_timeout 600)" bench/memory_bench.sh llama-1b 262144 "${levers[@]}" \
+      --loss-chunk 4096 --mlp-chunk 8192 --max-positions 262144 -- --clip 0 --lr 1e-2 \
+      >"$m/llama-1b-262144.log" 2>&1 || rc=1
+    tail -6 "$m/llama-1b-262144.log"
+  fi
   [[ $parts == *" d "* ]] && echo "== (d) PyTorch llama-1b: transformers + SDPA + gradient checkpointing, bf16, Adafactor"
   [[ $parts == *" d "* ]] && for seq in 32768 65536 131072; do
     timeout "$(mem_timeout 80)" python3 bench/pytorch_cuda_train.py --model llama-1b --batch 1 \

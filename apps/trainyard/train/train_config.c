@@ -37,6 +37,9 @@ static const ty_opt_t ty_opts[] = {
                  "llama-tiny, llama-60m, llama-1b, llama-7b, llama-8b); the vocabulary comes "
                  "from the "
                  "data"),
+    TY_I(max_positions, "a --preset model's positions (config.json max_position_embeddings / "
+                        "n_positions) instead of the preset's, to train longer sequences from "
+                        "scratch (0: the preset's)"),
     TY_S(data, "dataset folder made by 'trainyard data prepare'"),
     TY_S(tokenizer, "tokenizer.json copied into checkpoints (default: the data's or model's)"),
     TY_S(out, "output folder: checkpoints, metrics.jsonl, TensorBoard events, summary.txt"),
@@ -503,6 +506,13 @@ ty_status_t ty_train_config_validate(const ty_train_config_t *c) {
   }
   if (strcmp(c->offload, "none") && strcmp(c->offload, "optimizer")) {
     TY_BAD("--offload must be none or optimizer, not '%s'", c->offload);
+  }
+  if (c->max_positions < 0 || c->max_positions > TY_MAX_POSITIONS) {
+    TY_BAD("--max-positions must be in [1, %lld] (0: the preset's), not %lld",
+           (long long)TY_MAX_POSITIONS, (long long)c->max_positions);
+  }
+  if (c->max_positions > 0 && !c->preset[0]) {
+    TY_BAD("--max-positions is for --preset (a --model's positions are its config.json's)");
   }
   if (c->loss_chunk < 0) TY_BAD("--loss-chunk must be >= 0 (0: off)");
   if (c->mlp_chunk < 0) {

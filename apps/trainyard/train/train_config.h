@@ -15,11 +15,14 @@
 
 #define TY_CFG_PATH_MAX 1024
 #define TY_CFG_WORD_MAX 256
+/* The most positions --max-positions gives a preset (2^24 tokens). */
+#define TY_MAX_POSITIONS (1ll << 24)
 
 typedef struct ty_train_config_t {
   /* what to train */
   char model[TY_CFG_PATH_MAX];  /* Hugging Face folder to fine-tune, or "" */
   char preset[64];              /* preset to train from scratch, or "" */
+  int64_t max_positions;        /* the preset's positions instead of its own (0: its own) */
   char data[TY_CFG_PATH_MAX];   /* dataset folder (trainyard data prepare) */
   char tokenizer[TY_CFG_PATH_MAX]; /* tokenizer.json copied into checkpoints */
   char out[TY_CFG_PATH_MAX];    /* output folder */

@@ -353,7 +353,9 @@ static ty_status_t ty_trainer_model_config(ty_trainer_t *t) {
     return TY_OK;
   }
   /* bos = eos = the document separator, as GPT-2 does with <|endoftext|>. */
-  return ty_model_preset(c->preset, vocab, eos, eos, &t->model_config);
+  TY_RETURN_IF_ERROR(ty_model_preset(c->preset, vocab, eos, eos, &t->model_config));
+  if (c->max_positions > 0) t->model_config.max_positions = c->max_positions;
+  return TY_OK;
 }
 
 /* The pre-flight memory plan of every graph the run compiles, printed and

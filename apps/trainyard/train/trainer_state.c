@@ -198,7 +198,7 @@ ty_status_t ty_trainer_check_resume(const ty_trainer_t *t, const ty_trainer_save
                           "cannot resume: --" #f " was %lld and is now %lld",                  \
                           (long long)saved->f, (long long)now->f);                             \
   }
-  TY_SAME_S(preset) TY_SAME_S(dtype) TY_SAME_S(optimizer)
+  TY_SAME_S(preset) TY_SAME_I(max_positions) TY_SAME_S(dtype) TY_SAME_S(optimizer)
   TY_SAME_I(seed)
   /* The global batch decides the updates; how the ranks and micro-batches
    * split it does not (the rows and their order stay the same). */
