@@ -116,7 +116,7 @@ struct ty_abi_buffer_s {
    * keeps something derived from a bound buffer (the bf16 weight copies,
    * cuda_weights.c) knows it is still current while the generation it
    * recorded is the buffer's. */
-  uint64_t gen;
+  _Atomic uint64_t gen;
 };
 
 /* Gives `buffer` a new write generation (ty_abi_buffer_s.gen). */
