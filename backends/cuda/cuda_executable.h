@@ -133,9 +133,9 @@ ty_abi_status_t ty_cu_weights_plan(ty_abi_executable_t *e, const uint32_t *run_a
 ty_abi_status_t ty_cu_weights_alloc(ty_abi_executable_t *e);
 /* The external values' places (ty_dev_hooks_t.external). */
 ty_dev_loc_t ty_cu_weights_place(void *user, uint32_t v);
-/* Before a run (after its bindings resolved): whether the copies must be
- * made again. */
-bool ty_cu_weights_stale(ty_abi_executable_t *e, const ty_abi_execute_args_t *args);
+/* Before a run (after its bindings resolved: the core's buffer_of):
+ * whether the copies must be made again. */
+bool ty_cu_weights_stale(const ty_abi_executable_t *e);
 /* After a run, `ok` when it completed without error: new generations for
  * the buffers it wrote, and the copies' sources recorded (or the copies
  * marked stale when it failed). */

@@ -448,7 +448,7 @@ static ty_abi_status_t ty_cu_execute_body(ty_abi_executable_t *e,
   const bool use_graph = d->options.graphs && !e->profile && !e->sync_each && !fault &&
                          !nccl_first;
   *started = true;
-  const bool stale = ty_cu_weights_stale(e, args);
+  const bool stale = ty_cu_weights_stale(e);
   if (fault) s = ty_cu_fault_inject(e);
   /* Stale weight copies are made first, in stream order before the run. */
   if (!s && stale) {

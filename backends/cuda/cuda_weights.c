@@ -92,8 +92,7 @@ ty_dev_loc_t ty_cu_weights_place(void *user, uint32_t v) {
   return (ty_dev_loc_t){e->wcopy_mem, e->wcopies[k].offset};
 }
 
-bool ty_cu_weights_stale(ty_abi_executable_t *e, const ty_abi_execute_args_t *args) {
-  (void)args; /* the core's resolve noted each binding's buffer */
+bool ty_cu_weights_stale(const ty_abi_executable_t *e) {
   bool stale = !e->wcopies_valid;
   for (uint32_t k = 0; k < e->wcopy_count && !stale; ++k) {
     const ty_cu_wcopy_t *c = &e->wcopies[k];
