@@ -11,7 +11,12 @@ Llama fixtures, bf16-mixed); this file adds the cuda-specific ones:
   rejected with the reason ("no CUDA driver (libcuda.so.1: ...)") while the
   other backends work; a driver path that does not exist says so.
 - ResumeTest: 40 steps straight equal 20 steps + --resume + 20 steps on
-  cuda:0 bit for bit (metrics and final weights), with dropout.
+  cuda:0 bit for bit (metrics and final weights), with dropout; in f32 and
+  in bf16-mixed (whose bf16 weight copies the resumed run makes afresh).
+
+CI runs the suites but DevicesTest and FaultTest on the CPU emulator of
+the driver (tests/cuda/emu, ctest cuda_emu_cli_*); on a GPU they run as
+cuda_cli_*.
 - FaultTest: an illegal address inside a kernel, an impossible launch, a
   device-side trap, a (simulated) lost device, out-of-memory at compile and
   at run (memory_limit), and a fatbin without the card's architecture: each
@@ -156,10 +161,20 @@ class ResumeTest(unittest.TestCase):
         """40 steps straight, and 20 more from the straight run's step-20
         checkpoint (same schedule: --max-steps 40 in both), are bit-identical
         in every weight and in the losses of steps 21-40."""
+        self.check_resume(())
+
+    def test_resume_bf16_mixed_is_bit_exact(self):
+        """The same in bf16-mixed, where the resumed run's bf16 weight copies
+        are made from the loaded weights and the straight run's were written
+        by its AdamW updates (docs/cuda.md): the same bits either way."""
+        self.check_resume(("--dtype", "bf16-mixed"))
+
+    def check_resume(self, extra):
         data = make_id_dataset(self.tmp)
         straight, resumed = os.path.join(self.tmp, "straight"), os.path.join(self.tmp, "resumed")
-        self.train(data, straight, 40)
-        self.train(data, resumed, 40, ("--resume", os.path.join(straight, "checkpoint-20")))
+        self.train(data, straight, 40, extra)
+        self.train(data, resumed, 40,
+                   tuple(extra) + ("--resume", os.path.join(straight, "checkpoint-20")))
         la, lb = self.losses(straight), self.losses(resumed)
         self.assertEqual(sorted(lb), list(range(21, 41)))
         diff = [s for s in range(21, 41) if la.get(s) != lb.get(s)]
@@ -170,8 +185,8 @@ class ResumeTest(unittest.TestCase):
         self.assertEqual(sorted(a), sorted(b))
         for name in a:
             self.assertEqual(a[name][1], b[name][1], "weights differ in %s" % name)
-        print("resume on %s: steps 21-40 and every weight bit-identical" % CFG.backend,
-              file=sys.stderr)
+        print("resume on %s%s: steps 21-40 and every weight bit-identical"
+              % (CFG.backend, " " + " ".join(extra) if extra else ""), file=sys.stderr)
 
 
 class FaultTest(unittest.TestCase):

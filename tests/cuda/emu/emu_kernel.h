@@ -22,13 +22,15 @@
 
 #include "emu_runtime.h"
 
-/* kernels/warp_mma.cuh's emulated twins. cp.async (kernels/paged.cu's
- * staging) is emulated by emu_sched.cpp: a copy lands at the
- * cp.async.wait_group that retires its group, not when it is issued, so a
- * read of staged data before the wait sees the old bytes. ldmatrix and
- * mma.sync are only declared: no family run here uses them
- * (tests/cuda/attention_emu.cc runs the kernels that do). The running
- * block's dynamic shared memory is the launch's `shared` bytes. */
+/* kernels/warp_mma.cuh's emulated twins (emu_sched.cpp). cp.async
+ * (kernels/paged.cu's and the attention kernels' staging): a copy lands at
+ * the cp.async.wait_group that retires its group, not when it is issued,
+ * so a read of staged data before the wait sees the old bytes. ldmatrix
+ * and mma.sync gather the warp's 32 lanes' operands and give each lane
+ * what the PTX ISA's fragment layouts say (tests/cuda/attention_emu.cc's
+ * harness checks the attention kernels' fragments in more depth: races,
+ * bank conflicts). The running block's dynamic shared memory is the
+ * launch's `shared` bytes. */
 #define TY_CU_EMULATE 1
 void ty_emu_cp_async(void *smem, const void *gmem, int bytes, int src_bytes);
 void ty_emu_cp_commit();
@@ -41,6 +43,7 @@ inline void ty_emu_note_read(const void *p, int bytes) {
 }
 unsigned char *ty_emu_dyn_smem();
 #define ty_pa_smem (ty_emu_dyn_smem())
+#define ty_att_smem (ty_emu_dyn_smem())
 
 /* A vector access (kernels/vec.cuh's ty_vload / ty_vstore) must be aligned
  * to its size on a GPU; the host would forgive it, the emulator does not. */
@@ -136,6 +139,12 @@ inline float atomicAdd(float *p, float v) {
   *p = old + v;
   return old;
 }
+
+/* CUDA's integer min and max (the attention kernels' tile bounds). */
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }

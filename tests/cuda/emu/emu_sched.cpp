@@ -14,6 +14,7 @@
  * ucontext. Under AddressSanitizer each switch tells ASan the stack it moves
  * to (__sanitizer_start/finish_switch_fiber), as its swapcontext
  * interceptor did. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,11 +165,15 @@ struct Launch {
   size_t sched_size;
   std::vector<Thread> threads;
   std::vector<uint64_t> slots; /* a value per lane, for shuffles */
+  std::vector<unsigned char> gather; /* kGather bytes per lane: ldmatrix, mma.sync */
   std::vector<unsigned char> dyn; /* the block's dynamic shared memory */
 };
 
 Launch *g_launch;
 Thread *g_cur;
+
+/* Bytes a lane offers to a warp-wide gather (mma.sync: a, b, c = 10 words). */
+constexpr size_t kGather = 48;
 
 /* Stacks of the coroutines, reserved once and reused: pages a thread never
  * touches are never backed. */
@@ -289,6 +294,109 @@ uint64_t ty_emu_shuffle(uint64_t v, int (*pick)(int lane, int arg), int arg) {
   const uint64_t r = from < g_launch->threads.size() ? slots[from] : v;
   wait_at(State::kAtWarp); /* every lane has read before any writes again */
   return r;
+}
+
+namespace {
+
+/* Every lane of the calling thread's warp offers `bytes` (<= kGather) at
+ * `mine`; afterwards all[l * bytes ...] holds lane l's, for the 32 lanes
+ * (a warp collective: the lanes meet twice, as in ty_emu_shuffle). */
+void warp_gather(const void *mine, size_t bytes, unsigned char *all) {
+  Thread *t = g_cur;
+  unsigned char *base = g_launch->gather.data() + (size_t)t->warp * 32 * kGather;
+  memcpy(base + (size_t)t->lane * kGather, mine, bytes);
+  wait_at(State::kAtWarp);
+  for (int l = 0; l < 32; ++l) memcpy(all + (size_t)l * bytes, base + (size_t)l * kGather, bytes);
+  wait_at(State::kAtWarp);
+}
+
+float b16_bits(uint16_t h, bool bf16) {
+  if (bf16) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  /* IEEE half: sign, 5 exponent bits (bias 15), 10 mantissa bits */
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const float sign = (h & 0x8000u) ? -1.0f : 1.0f;
+  if (e == 0) return sign * ldexpf((float)m, -24);
+  if (e == 31) return m ? NAN : sign * INFINITY;
+  return sign * ldexpf((float)(m | 0x400), e - 25);
+}
+
+}  // namespace
+
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (kernels/warp_mma.cuh):
+ * lane l gives the address of row l % 8 of matrix l / 8; lane 4g + t gets,
+ * of each matrix m, elements (g, 2t) and (g, 2t + 1), or with .trans
+ * (2t, g) and (2t + 1, g), as the PTX ISA lays the fragments out. */
+void ty_emu_ldsm_x4(uint32_t r[4], const void *row_addr, bool trans) {
+  Launch *l = g_launch;
+  const unsigned char *lo = l->dyn.data(), *hi = lo + l->dyn.size();
+  const unsigned char *a = (const unsigned char *)row_addr;
+  if ((uintptr_t)a % 16 || a < lo || a + 16 > hi) {
+    fprintf(stderr, "cuda emulator: kernel %s: ldmatrix row address %p is not 16-byte aligned "
+            "inside the block's dynamic shared memory\n", l->kernel->name, row_addr);
+    abort();
+  }
+  const void *rows[32];
+  warp_gather(&row_addr, sizeof(row_addr), (unsigned char *)rows);
+  const int g = g_cur->lane >> 2, t = g_cur->lane & 3;
+  for (int m = 0; m < 4; ++m) {
+    uint16_t e0, e1;
+    if (!trans) {
+      const uint16_t *row = (const uint16_t *)rows[m * 8 + g];
+      e0 = row[2 * t];
+      e1 = row[2 * t + 1];
+    } else {
+      e0 = ((const uint16_t *)rows[m * 8 + 2 * t])[g];
+      e1 = ((const uint16_t *)rows[m * 8 + 2 * t + 1])[g];
+    }
+    r[m] = (uint32_t)e0 | ((uint32_t)e1 << 16);
+  }
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: D = A B + C with the
+ * PTX ISA's fragments (lane 4g + t): a[0..3] hold A (g, 2t..), (g + 8,
+ * 2t..), (g, 2t + 8..), (g + 8, 2t + 8..); b0, b1 hold B (2t.., g), (2t +
+ * 8.., g); c/d hold (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+ * The products are summed in f32 in k order (a GPU's order inside the
+ * tensor core is its own: results agree to rounding). */
+void ty_emu_mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1, bool bf16) {
+  uint32_t mine[10];
+  memcpy(mine, a, 16);
+  mine[4] = b0;
+  mine[5] = b1;
+  memcpy(mine + 6, d, 16);
+  uint32_t all[32][10];
+  warp_gather(mine, sizeof(mine), (unsigned char *)all);
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    const int ar[4] = {g, g + 8, g, g + 8}, ac[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+    for (int i = 0; i < 4; ++i) {
+      A[ar[i]][ac[i]] = b16_bits((uint16_t)(all[l][i] & 0xffffu), bf16);
+      A[ar[i]][ac[i] + 1] = b16_bits((uint16_t)(all[l][i] >> 16), bf16);
+    }
+    for (int i = 0; i < 2; ++i) {
+      B[2 * t + 8 * i][g] = b16_bits((uint16_t)(all[l][4 + i] & 0xffffu), bf16);
+      B[2 * t + 8 * i + 1][g] = b16_bits((uint16_t)(all[l][4 + i] >> 16), bf16);
+    }
+    float c[4];
+    memcpy(c, all[l] + 6, 16);
+    C[g][2 * t] = c[0];
+    C[g][2 * t + 1] = c[1];
+    C[g + 8][2 * t] = c[2];
+    C[g + 8][2 * t + 1] = c[3];
+  }
+  const int g = g_cur->lane >> 2, t = g_cur->lane & 3;
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int i = 0; i < 4; ++i) {
+    float acc = C[rows[i]][cols[i]];
+    for (int k = 0; k < 16; ++k) acc += A[rows[i]][k] * B[k][cols[i]];
+    d[i] = acc;
+  }
 }
 
 void ty_emu_trap() {
@@ -480,6 +588,7 @@ bool ty_emu_launch(const ty_emu_kernel *k, const unsigned grid[3], const unsigne
   l.sched_size = 0;
   l.threads.resize(n);
   l.slots.assign(((n + 31) / 32) * 32, 0);
+  l.gather.assign(((n + 31) / 32) * 32 * kGather, 0);
   for (size_t i = 0; i < n; ++i) {
     Thread &t = l.threads[i];
     t.info.tid.x = (unsigned)(i % block[0]);
