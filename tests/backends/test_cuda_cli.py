@@ -14,6 +14,10 @@ Llama fixtures, bf16-mixed); this file adds the cuda-specific ones:
   cuda:0 bit for bit (metrics and final weights), with dropout; in f32 and
   in bf16-mixed (whose bf16 weight copies the resumed run makes afresh).
 
+- TensorCoreTest: a Llama of 64-wide heads (written here: the fixtures'
+  heads are 8) trains 3 bf16-mixed steps as on cpu through the tensor-core
+  attention kernels (on the emulator, their launches are checked).
+
 CI runs the suites but DevicesTest and FaultTest on the CPU emulator of
 the driver (tests/cuda/emu, ctest cuda_emu_cli_*); on a GPU they run as
 cuda_cli_*.
@@ -187,6 +191,102 @@ class ResumeTest(unittest.TestCase):
             self.assertEqual(a[name][1], b[name][1], "weights differ in %s" % name)
         print("resume on %s%s: steps 21-40 and every weight bit-identical"
               % (CFG.backend, " " + " ".join(extra) if extra else ""), file=sys.stderr)
+
+
+def write_llama_d64(folder):
+    """A two-layer Llama whose heads are 64 wide (the tensor-core attention
+    kernels' size; the fixtures' heads are 8), GQA 2/1, random f32 weights,
+    written with the standard library (config.json and model.safetensors)."""
+    import random
+    import struct
+    os.makedirs(folder, exist_ok=True)
+    C, H, HKV, D, F, L, V = 128, 2, 1, 64, 256, 2, 96
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": C,
+              "num_attention_heads": H, "num_key_value_heads": HKV, "head_dim": D,
+              "intermediate_size": F, "num_hidden_layers": L, "vocab_size": V,
+              "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+              "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1,
+              "eos_token_id": 2, "torch_dtype": "float32"}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,),
+              "lm_head.weight": (V, C)}
+    for i in range(L):
+        p = "model.layers.%d." % i
+        shapes.update({p + "input_layernorm.weight": (C,),
+                       p + "post_attention_layernorm.weight": (C,),
+                       p + "self_attn.q_proj.weight": (H * D, C),
+                       p + "self_attn.k_proj.weight": (HKV * D, C),
+                       p + "self_attn.v_proj.weight": (HKV * D, C),
+                       p + "self_attn.o_proj.weight": (C, H * D),
+                       p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                       p + "mlp.down_proj.weight": (C, F)})
+    rng = random.Random(64)
+    header, blobs, at = {}, [], 0
+    for name in sorted(shapes):
+        shape = shapes[name]
+        n = 1
+        for d in shape:
+            n *= d
+        norm = name.endswith("norm.weight")
+        values = [1.0 + 0.1 * rng.uniform(-1, 1) if norm else rng.gauss(0.0, 0.08)
+                  for _ in range(n)]
+        blob = struct.pack("<%df" % n, *values)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [at, at + len(blob)]}
+        blobs.append(blob)
+        at += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    return folder
+
+
+class TensorCoreTest(unittest.TestCase):
+    """Heads 64 wide, rows of 64 tokens: the tensor-core attention kernels
+    (wgmma on compute capability 9.0, mma.sync elsewhere or with
+    TRAINYARD_CUDA_ATTENTION=mma, as on the CPU emulator, where the launches
+    are counted) train 3 bf16-mixed steps as cpu does."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ty_cuda_tc_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_head_dim_64_trains_as_cpu(self):
+        skip_unless_usable()
+        model = write_llama_d64(os.path.join(self.tmp, "llama-d64"))
+        path = os.path.join(self.tmp, "data")
+        rng = __import__("random").Random(7)
+        with open(path + ".jsonl", "w") as f:
+            for _ in range(40):
+                start, step, n = rng.randrange(90), rng.choice([1, 2, 3]), rng.randrange(60, 200)
+                f.write(json.dumps([(start + i * step) % 90 for i in range(n)]) + "\n")
+        r = run(["data", "prepare", "--format", "ids", "--vocab-size", "96", "--eos-id", "95",
+                 "--input", path + ".jsonl", "--seq-len", "64", "--out", path])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        emulated = "emu" in os.environ.get("TRAINYARD_CUDA_DRIVER", "")
+        losses = {}
+        for backend in ("cpu", CFG.backend):
+            out = os.path.join(self.tmp, "out-" + backend.replace(":", "-"))
+            env = {"TRAINYARD_CUDA_EMU_TRACE": "1"} if emulated and backend != "cpu" else None
+            r = run(["train", "--model", model, "--data", path, "--out", out, "--max-steps", "3",
+                     "--batch-size", "2", "--dtype", "bf16-mixed", "--backend", backend,
+                     "--log-every", "1", "--save-every", "0", "--cache-dir", "none"], env=env)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            if env:
+                for kernel in ("ty_att_fwd_tc_bf16_d64", "ty_att_dq_tc_bf16_d64",
+                               "ty_att_dkv_tc_bf16_d64"):
+                    self.assertIn("kernel " + kernel, r.stderr)
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                losses[backend] = [json.loads(l)["loss"] for l in f if '"loss"' in l]
+        a, b = losses["cpu"], losses[CFG.backend]
+        self.assertEqual(len(a), 3)
+        worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+        print("head dim 64 on %s: 3 bf16-mixed steps within %.3g of cpu (loss %.5f -> %.5f)"
+              % (CFG.backend, worst, b[0], b[-1]), file=sys.stderr)
+        self.assertLess(worst, 2e-3)
 
 
 class FaultTest(unittest.TestCase):

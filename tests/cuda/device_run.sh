@@ -125,7 +125,7 @@ PY
 }
 
 phase_suites() {
-  local suites=${SUITES:-"DevicesTest ForwardTest GenerateTest TrainTest MixedPrecisionTest ResumeTest FaultTest"}
+  local suites=${SUITES:-"DevicesTest ForwardTest GenerateTest TrainTest MixedPrecisionTest ResumeTest TensorCoreTest FaultTest"}
   local rc=0
   for s in $suites; do
     echo "== $s"
