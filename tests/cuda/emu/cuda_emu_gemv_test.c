@@ -434,6 +434,8 @@ static void test_bad_settings(void **state) {
   bad_setting("TRAINYARD_CUDA_GEMV", "fast",
               "TRAINYARD_CUDA_GEMV='fast' is not 'group', 'all', 'nk', '1' or '0'");
   bad_setting("TRAINYARD_CUDA_PDL", "yes", "TRAINYARD_CUDA_PDL='yes' is not 0 or 1");
+  bad_setting("TRAINYARD_CUDA_WEIGHT_COPIES", "on",
+              "TRAINYARD_CUDA_WEIGHT_COPIES='on' is not 0 or 1");
 }
 
 int main(void) {
