@@ -403,24 +403,7 @@ bool ty_cu_weight_copies_enabled(const char *levers) {
   return true;
 }
 
-/* Whether adamw_update node `a` updates parameter p on the multi-tensor
- * kernel's operands (f32 param, gradient and new param, f32 moments). */
-static bool ty_wc_adamw_of(const ty_abi_graph_t *g, const ty_abi_node_t *a, uint32_t p,
-                           uint32_t updated) {
-  if (!ty_fz_is(a, "adamw_update") || a->input_count < 10 || a->output_count < 3 ||
-      a->inputs[0] != p || a->outputs[0] != updated) {
-    return false;
-  }
-  for (uint32_t i = 0; i < 4; ++i) {
-    if (a->inputs[i] == UINT32_MAX || g->values[a->inputs[i]].dtype != TY_DTYPE_F32) return false;
-  }
-  for (uint32_t o = 0; o < 3; ++o) {
-    if (a->outputs[o] == UINT32_MAX || g->values[a->outputs[o]].dtype != TY_DTYPE_F32) {
-      return false;
-    }
-  }
-  return true;
-}
+static bool ty_fz_adamw_typed(const ty_fz_t *z, const ty_abi_node_t *a, ty_dtype_t dt);
 
 uint32_t ty_cu_weight_copy_plan(const ty_owned_graph_t *og, const ty_cu_fuse_t *fuse,
                                 const uint32_t *run_at, bool enabled, uint32_t *copy_of,
@@ -459,8 +442,15 @@ uint32_t ty_cu_weight_copy_plan(const ty_owned_graph_t *og, const ty_cu_fuse_t *
     }
     uint32_t a = g->node_count; /* the casts must come before it */
     if (updates == 1) {
+      /* output 0 of an AdamW update of p itself on the multi-tensor kernel's
+       * f32 operands (parameters are never padded: no row strides) */
       a = og->producer[updated];
-      if (a == UINT32_MAX || !ty_wc_adamw_of(g, &g->nodes[a], p, updated)) continue;
+      const ty_fz_t z = {.g = g, .og = og};
+      if (a == UINT32_MAX || !ty_fz_is(&g->nodes[a], "adamw_update") ||
+          g->nodes[a].inputs[0] != p || g->nodes[a].outputs[0] != updated ||
+          !ty_fz_adamw_typed(&z, &g->nodes[a], TY_DTYPE_F32)) {
+        continue;
+      }
     } else if (updates != 0 || !accumulates) {
       continue;
     }
