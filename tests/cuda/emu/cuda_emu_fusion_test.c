@@ -195,6 +195,60 @@ static void read_biases(ty_session_t *s, float *biases) {
   }
 }
 
+/* Sets `env` (NAME=VALUE, or NULL: nothing) for what compiles next; its
+ * name goes into name[64] for env_unset. */
+static void env_set(const char *env, char *name) {
+  name[0] = '\0';
+  if (!env) return;
+  snprintf(name, 64, "%s", env);
+  char *eq = strchr(name, '=');
+  assert_non_null(eq);
+  *eq = '\0';
+  setenv(name, eq + 1, 1);
+}
+
+static void env_unset(const char *name) {
+  if (name[0]) unsetenv(name);
+}
+
+static int64_t param_elements(const params_t *p, uint32_t i) {
+  return p->rank[i] == 1 ? p->dims[i][0] : p->dims[i][0] * p->dims[i][1];
+}
+
+/* Random initial values of every parameter, bound in `s` (matrices 0.7 u,
+ * biases 0.1 u, norm weights 1 + vec u, u uniform in [-0.5, 0.5) from
+ * `seed`); with `moments`, AdamW's states bound to zeros too. `buf` holds
+ * the largest parameter. */
+static void bind_params(ty_session_t *s, const params_t *p, uint32_t seed, float vec,
+                        bool moments, float *buf) {
+  for (uint32_t i = 0; i < p->count; ++i) {
+    const int64_t n = param_elements(p, i);
+    const bool is_bias = strstr(p->names[i], ".b") != NULL;
+    for (int64_t k = 0; k < n; ++k) {
+      seed = seed * 1664525u + 1013904223u;
+      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
+      buf[k] = p->rank[i] == 2 ? 0.7f * u : is_bias ? 0.1f * u : 1.0f + vec * u;
+    }
+    bind_f32(s, p->names[i], p->rank[i], p->dims[i], buf);
+    for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_ADAMW);
+         moments && *kind; ++kind) {
+      char name[64];
+      snprintf(name, sizeof(name), "%s.%s", p->names[i], *kind);
+      memset(buf, 0, (size_t)n * sizeof(float));
+      bind_f32(s, name, p->rank[i], p->dims[i], buf);
+    }
+  }
+}
+
+/* Every parameter's values into out, in declaration order. */
+static void read_params(ty_session_t *s, const params_t *p, float *out) {
+  for (uint32_t i = 0, at = 0; i < p->count; ++i) {
+    const int64_t n = param_elements(p, i);
+    TY_EXPECT_OK(ty_session_read(s, p->names[i], out + at, (size_t)n * sizeof(float)));
+    at += (uint32_t)n;
+  }
+}
+
 /* For the weight-copy test: before step rebind_step (>= 0), the host writes
  * new values into two weights (a layer's and the LM head's), as a
  * checkpoint load would; after the last step every parameter is read into
@@ -206,39 +260,18 @@ static void train_with(ty_registry_t *r, const char *uri, bool rms, const shape_
                        const char *env, int bad_step, double *loss, double *norm, char *report,
                        size_t capacity, float *biases) {
   const int64_t V = sh->vocab;
-  char name_value[64] = "";
-  if (env) snprintf(name_value, sizeof(name_value), "%s", env);
-  char *eq = strchr(name_value, '=');
-  if (eq) {
-    *eq = '\0';
-    setenv(name_value, eq + 1, 1);
-  }
+  char env_name[64];
+  env_set(env, env_name);
   ty_device_t *dev = NULL;
   ty_session_t *s = NULL;
   params_t p;
   TY_EXPECT_OK(ty_device_open(r, uri, &dev));
   ty_graph_t *g = build(rms, sh, &p);
   TY_EXPECT_OK(ty_session_create(dev, g, NULL, &s));
-  if (eq) unsetenv(name_value);
-  uint32_t seed = 777;
+  env_unset(env_name);
   float *buf = malloc((size_t)(V > F ? V : F) * F * sizeof(float));
   assert_non_null(buf);
-  for (uint32_t i = 0; i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
-    const bool is_bias = strstr(p.names[i], ".b") != NULL;
-    for (int64_t k = 0; k < n; ++k) {
-      seed = seed * 1664525u + 1013904223u;
-      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
-      buf[k] = p.rank[i] == 2 ? 0.7f * u : is_bias ? 0.1f * u : 1.0f + 0.2f * u;
-    }
-    bind_f32(s, p.names[i], p.rank[i], p.dims[i], buf);
-    for (const char *const *kind = ty_optimizer_state_kinds(TY_OPTIMIZER_ADAMW); *kind; ++kind) {
-      char name[64];
-      snprintf(name, sizeof(name), "%s.%s", p.names[i], *kind);
-      memset(buf, 0, (size_t)n * sizeof(float));
-      bind_f32(s, name, p.rank[i], p.dims[i], buf);
-    }
-  }
+  bind_params(s, &p, 777, 0.2f, true, buf);
   const char *names[] = {"lr", "weight_decay", "max_norm", "beta1", "beta2", "eps"};
   const float values[] = {0.01f, 0.01f, 1.0f, 0.9f, 0.999f, 1e-8f};
   for (int i = 0; i < 6; ++i) {
@@ -284,11 +317,7 @@ static void train_with(ty_registry_t *r, const char *uri, bool rms, const shape_
     norm[step] = n;
   }
   if (biases) read_biases(s, biases);
-  for (uint32_t i = 0, at = 0; all_params && i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
-    TY_EXPECT_OK(ty_session_read(s, p.names[i], all_params + at, (size_t)n * sizeof(float)));
-    at += (uint32_t)n;
-  }
+  if (all_params) read_params(s, &p, all_params);
   report[0] = '\0';
   if (strcmp(uri, "cpu") != 0) {
     char *text = NULL;
@@ -945,13 +974,8 @@ enum { ACC_MICRO = 2, ACC_STEPS = 3 };
 
 static unsigned run_accum(ty_registry_t *r, bool rms, const char *env, double *losses,
                           double *norms, float *params_out, unsigned *made) {
-  char name_value[64] = "";
-  if (env) snprintf(name_value, sizeof(name_value), "%s", env);
-  char *eq = strchr(name_value, '=');
-  if (eq) {
-    *eq = '\0';
-    setenv(name_value, eq + 1, 1);
-  }
+  char env_name[64];
+  env_set(env, env_name);
   ty_device_t *dev = NULL;
   TY_EXPECT_OK(ty_device_open(r, "cuda:0", &dev));
   params_t p;
@@ -967,20 +991,12 @@ static unsigned run_accum(ty_registry_t *r, bool rms, const char *env, double *l
   TY_EXPECT_OK(ty_session_create(dev, micro, NULL, &sm));
   const ty_session_options_t share = {.share_state_with = sm};
   TY_EXPECT_OK(ty_session_create(dev, opt, &share, &so));
-  if (eq) unsetenv(name_value);
+  env_unset(env_name);
   const int64_t V = base.vocab;
-  uint32_t seed = 4242;
   float *buf = malloc((size_t)(V > F ? V : F) * F * sizeof(float));
   assert_non_null(buf);
-  for (uint32_t i = 0; i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
-    for (int64_t k = 0; k < n; ++k) {
-      seed = seed * 1664525u + 1013904223u;
-      const float u = (float)(seed >> 8) / 16777216.0f - 0.5f;
-      buf[k] = p.rank[i] == 2 ? 0.7f * u : 1.0f + 0.1f * u;
-    }
-    bind_f32(sm, p.names[i], p.rank[i], p.dims[i], buf);
-  }
+  /* the optimizer's session makes its moments, zeros as new states are */
+  bind_params(sm, &p, 4242, 0.1f, false, buf);
   const char *hp[] = {"lr", "weight_decay", "max_norm", "beta1", "beta2", "eps"};
   const float hv[] = {0.02f, 0.01f, 1.0f, 0.9f, 0.999f, 1e-8f};
   for (int i = 0; i < 6; ++i) bind_f32(so, hp[i], 0, NULL, &hv[i]);
@@ -1009,11 +1025,7 @@ static unsigned run_accum(ty_registry_t *r, bool rms, const char *env, double *l
     TY_EXPECT_OK(ty_session_read(so, "grad_norm", &nrm, sizeof(nrm)));
     norms[o] = nrm;
   }
-  for (uint32_t i = 0, at = 0; i < p.count; ++i) {
-    const int64_t n = p.rank[i] == 1 ? p.dims[i][0] : p.dims[i][0] * p.dims[i][1];
-    TY_EXPECT_OK(ty_session_read(sm, p.names[i], params_out + at, (size_t)n * sizeof(float)));
-    at += (uint32_t)n;
-  }
+  read_params(sm, &p, params_out);
   char *text = NULL;
   TY_EXPECT_OK(ty_session_report(sm, &text));
   unsigned count = 0;
